@@ -1,0 +1,3 @@
+# Python bindings (owner: python).
+if ENABLE_PYTHON
+endif

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Intrusive chained hash table (see hashmap.h).  Buckets are indexed by the
+ * low bits of the stored hash, so growing never re-hashes keys.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "common/hashmap.h"
+
+int mc_hmap_init(mc_hmap_t *m, size_t initial_buckets)
+{
+    size_t n = 16;
+    while (n < initial_buckets)
+        n <<= 1;
+    m->buckets  = calloc(n, sizeof(*m->buckets));
+    m->nbuckets = m->buckets ? n : 0;
+    m->count    = 0;
+    return m->buckets ? 0 : -1;
+}
+
+void mc_hmap_cleanup(mc_hmap_t *m)
+{
+    free(m->buckets);
+    m->buckets  = NULL;
+    m->nbuckets = 0;
+    m->count    = 0;
+}
+
+mc_hnode_t *mc_hmap_find(const mc_hmap_t *m, uint64_t hash, const void *key,
+                         mc_hmap_eq_func_t eq)
+{
+    if (m->nbuckets == 0)
+        return NULL;
+    for (mc_hnode_t *n = m->buckets[hash & (m->nbuckets - 1)]; n != NULL; n = n->next) {
+        if ((n->hash == hash) && eq(n, key))
+            return n;
+    }
+    return NULL;
+}
+
+static int grow(mc_hmap_t *m)
+{
+    size_t nn = m->nbuckets ? m->nbuckets * 2 : 16;
+    mc_hnode_t **nb = calloc(nn, sizeof(*nb));
+    if (nb == NULL)
+        return -1;
+    for (size_t i = 0; i < m->nbuckets; i++) {
+        mc_hnode_t *n = m->buckets[i];
+        while (n != NULL) {
+            mc_hnode_t *next = n->next;
+            size_t b = n->hash & (nn - 1);
+            n->next  = nb[b];
+            nb[b]    = n;
+            n        = next;
+        }
+    }
+    free(m->buckets);
+    m->buckets  = nb;
+    m->nbuckets = nn;
+    return 0;
+}
+
+int mc_hmap_insert(mc_hmap_t *m, mc_hnode_t *node, uint64_t hash)
+{
+    int rc = 0;
+    if ((m->count + 1 > m->nbuckets) && (grow(m) != 0))
+        rc = -1;
+    if (m->nbuckets == 0)
+        return -1;
+    node->hash = hash;
+    size_t b   = hash & (m->nbuckets - 1);
+    node->next = m->buckets[b];
+    m->buckets[b] = node;
+    m->count++;
+    return rc;
+}
+
+void mc_hmap_remove(mc_hmap_t *m, mc_hnode_t *node)
+{
+    mc_hnode_t **pp = &m->buckets[node->hash & (m->nbuckets - 1)];
+    while (*pp != NULL) {
+        if (*pp == node) {
+            *pp = node->next;
+            m->count--;
+            return;
+        }
+        pp = &(*pp)->next;
+    }
+}
+
+mc_hnode_t *mc_hmap_next(const mc_hmap_t *m, mc_hmap_iter_t *it)
+{
+    mc_hnode_t *n = it->next;
+    while ((n == NULL) && (it->bucket < m->nbuckets))
+        n = m->buckets[it->bucket++];
+    it->next = n ? n->next : NULL;
+    return n;
+}
+
+mc_hnode_t *mc_hmap_first(const mc_hmap_t *m, mc_hmap_iter_t *it)
+{
+    it->bucket = 0;
+    it->next   = NULL;
+    return mc_hmap_next(m, it);
+}
+
+uint64_t mc_hash_bytes(const void *p, size_t n, uint64_t seed)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    /* murmur3 finaliser: spread the low bits used for bucket selection */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}

@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Clocks, identifiers, strict parsers and socket helpers.  Parsers reject
+ * anything they do not fully understand: a configuration mistake should be
+ * an error message, not a silently different value.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+uint64_t mc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t mc_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+void mc_uuid_generate(mc_uuid_t *u)
+{
+    uint8_t b[16];
+    size_t got = 0;
+    while (got < sizeof(b)) {
+        ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            /* Fall back to clock + pid mixing; uniqueness, not secrecy. */
+            uint64_t t = mc_now_ns() ^ ((uint64_t)getpid() << 32);
+            for (size_t i = got; i < sizeof(b); i++) {
+                t = t * 6364136223846793005ull + 1442695040888963407ull;
+                b[i] = (uint8_t)(t >> 56);
+            }
+            break;
+        }
+        got += (size_t)n;
+    }
+    b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    u->hi = 0;
+    u->lo = 0;
+    for (int i = 0; i < 8; i++) {
+        u->hi = (u->hi << 8) | b[i];
+        u->lo = (u->lo << 8) | b[8 + i];
+    }
+}
+
+void mc_uuid_format(mc_uuid_t u, char out[37])
+{
+    snprintf(out, 37, "%08x-%04x-%04x-%04x-%012llx", (unsigned)(u.hi >> 32),
+             (unsigned)((u.hi >> 16) & 0xffff), (unsigned)(u.hi & 0xffff),
+             (unsigned)(u.lo >> 48), (unsigned long long)(u.lo & 0xffffffffffffull));
+}
+
+int mc_uuid_parse(const char *s, mc_uuid_t *u)
+{
+    uint64_t hi = 0, lo = 0;
+    int nibbles = 0;
+    if (s == NULL)
+        return -1;
+    for (const char *p = s; *p != '\0'; p++) {
+        int v;
+        if (*p == '-')
+            continue;
+        if (!isxdigit((unsigned char)*p))
+            return -1;
+        v = isdigit((unsigned char)*p) ? *p - '0' : (tolower((unsigned char)*p) - 'a' + 10);
+        if (nibbles < 16)
+            hi = (hi << 4) | (uint64_t)v;
+        else if (nibbles < 32)
+            lo = (lo << 4) | (uint64_t)v;
+        else
+            return -1;
+        nibbles++;
+    }
+    if (nibbles != 32)
+        return -1;
+    u->hi = hi;
+    u->lo = lo;
+    return 0;
+}
+
+int mc_parse_u64(const char *s, uint64_t *v_p)
+{
+    char *end;
+    unsigned long long v;
+    if ((s == NULL) || (*s == '\0') || (*s == '-') || isspace((unsigned char)*s))
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if ((errno != 0) || (*end != '\0'))
+        return -1;
+    *v_p = v;
+    return 0;
+}
+
+int mc_parse_i64(const char *s, int64_t *v_p)
+{
+    char *end;
+    long long v;
+    if ((s == NULL) || (*s == '\0') || isspace((unsigned char)*s))
+        return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if ((errno != 0) || (*end != '\0'))
+        return -1;
+    *v_p = v;
+    return 0;
+}
+
+int mc_parse_double(const char *s, double *v_p)
+{
+    char *end;
+    double v;
+    if ((s == NULL) || (*s == '\0') || isspace((unsigned char)*s))
+        return -1;
+    errno = 0;
+    v = strtod(s, &end);
+    if ((errno != 0) || (*end != '\0') || !isfinite(v))
+        return -1;
+    *v_p = v;
+    return 0;
+}
+
+int mc_parse_bool(const char *s, int *v_p)
+{
+    static const char *const yes[] = {"true", "1", "yes", "on", "t", "y"};
+    static const char *const no[]  = {"false", "0", "no", "off", "f", "n"};
+    if (s == NULL)
+        return -1;
+    for (size_t i = 0; i < MC_ARRAY_SIZE(yes); i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *v_p = 1;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *v_p = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int mc_parse_size(const char *s, uint64_t *bytes_p)
+{
+    char *end;
+    double num;
+    uint64_t mult = 1;
+    if ((s == NULL) || (*s == '\0'))
+        return -1;
+    while (isspace((unsigned char)*s))
+        s++;
+    if ((*s == '-') || (*s == '+') || !isdigit((unsigned char)*s))
+        return -1;
+    /* integers exactly, fractions through double */
+    errno = 0;
+    unsigned long long iv = strtoull(s, &end, 10);
+    if (errno != 0)
+        return -1;
+    int is_fraction = (*end == '.');
+    num = (double)iv;
+    if (is_fraction) {
+        num = strtod(s, &end);
+        if (errno != 0)
+            return -1;
+    }
+    while (isspace((unsigned char)*end))
+        end++;
+    char suffix[8] = {0};
+    size_t n = 0;
+    while ((*end != '\0') && !isspace((unsigned char)*end)) {
+        if ((n + 1 >= sizeof(suffix)) || !isalpha((unsigned char)*end))
+            return -1;
+        suffix[n++] = (char)tolower((unsigned char)*end);
+        end++;
+    }
+    while (isspace((unsigned char)*end))
+        end++;
+    if (*end != '\0')
+        return -1;
+    static const struct {
+        const char *name;
+        uint64_t mult;
+    } units[] = {
+        {"", 1ull},          {"b", 1ull},
+        {"k", 1ull << 10},   {"kb", 1ull << 10}, {"kib", 1ull << 10},
+        {"m", 1ull << 20},   {"mb", 1ull << 20}, {"mib", 1ull << 20},
+        {"g", 1ull << 30},   {"gb", 1ull << 30}, {"gib", 1ull << 30},
+        {"t", 1ull << 40},   {"tb", 1ull << 40}, {"tib", 1ull << 40},
+    };
+    size_t i;
+    for (i = 0; i < MC_ARRAY_SIZE(units); i++) {
+        if (strcmp(suffix, units[i].name) == 0) {
+            mult = units[i].mult;
+            break;
+        }
+    }
+    if (i == MC_ARRAY_SIZE(units))
+        return -1;
+    if (is_fraction) {
+        double v = num * (double)mult;
+        if (!(v >= 0.0) || (v >= 18446744073709551615.0))
+            return -1;
+        *bytes_p = (uint64_t)v;
+        return 0;
+    }
+    if ((mult != 0) && (iv > UINT64_MAX / mult))
+        return -1;
+    *bytes_p = (uint64_t)iv * mult;
+    return 0;
+}
+
+int mc_parse_duration_ms(const char *s, uint64_t *ms_p)
+{
+    char *end;
+    unsigned long long v;
+    uint64_t mult;
+    if ((s == NULL) || !isdigit((unsigned char)*s))
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0)
+        return -1;
+    if ((*end == '\0') || (strcmp(end, "ms") == 0))
+        mult = 1;
+    else if (strcmp(end, "s") == 0)
+        mult = 1000;
+    else if (strcmp(end, "m") == 0)
+        mult = 60000;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600000;
+    else
+        return -1;
+    if (v > UINT64_MAX / mult)
+        return -1;
+    *ms_p = v * mult;
+    return 0;
+}
+
+int mc_parse_host_port(const char *s, char *host, size_t host_cap, uint16_t *port_p)
+{
+    const char *colon;
+    size_t hlen;
+    uint64_t port = 0;
+    if ((s == NULL) || (*s == '\0'))
+        return -1;
+    if (*s == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL)
+            return -1;
+        hlen = (size_t)(close - s - 1);
+        if (hlen + 1 > host_cap)
+            return -1;
+        memcpy(host, s + 1, hlen);
+        host[hlen] = '\0';
+        if (close[1] == '\0') {
+            *port_p = 0;
+            return 0;
+        }
+        if (close[1] != ':')
+            return -1;
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if ((colon != NULL) && (strchr(s, ':') != colon))
+            colon = NULL; /* bare IPv6 without brackets: no port */
+        hlen = colon ? (size_t)(colon - s) : strlen(s);
+        if ((hlen == 0) || (hlen + 1 > host_cap))
+            return -1;
+        memcpy(host, s, hlen);
+        host[hlen] = '\0';
+        if (colon == NULL) {
+            *port_p = 0;
+            return 0;
+        }
+    }
+    if ((mc_parse_u64(colon + 1, &port) != 0) || (port == 0) || (port > 65535))
+        return -1;
+    *port_p = (uint16_t)port;
+    return 0;
+}
+
+int mc_read_full(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, 0);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (n == 0) {
+            errno = ECONNRESET;
+            return -1;
+        } else if (errno != EINTR) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int mc_write_full(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n >= 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (errno != EINTR) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int mc_writev_full(int fd, struct iovec *iov, int iovcnt)
+{
+    while (iovcnt > 0) {
+        struct msghdr mh;
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov    = iov;
+        mh.msg_iovlen = (size_t)(iovcnt > 64 ? 64 : iovcnt);
+        ssize_t n     = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        size_t left = (size_t)n;
+        while ((iovcnt > 0) && (left >= iov->iov_len)) {
+            left -= iov->iov_len;
+            iov++;
+            iovcnt--;
+        }
+        if (iovcnt > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+void mc_tcp_tune(int fd, int io_timeout_secs)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (io_timeout_secs > 0) {
+        struct timeval tv = {io_timeout_secs, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
+}
+
+int mc_tcp_connect(const char *host, uint16_t port, int timeout_ms)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    char portstr[8];
+    int fd = -1;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(portstr, sizeof(portstr), "%u", (unsigned)port);
+    if (getaddrinfo(host, portstr, &hints, &res) != 0)
+        return -1;
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+            goto connected;
+        if (errno == EINPROGRESS) {
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            int err = 0;
+            socklen_t elen = sizeof(err);
+            if ((poll(&pfd, 1, timeout_ms) == 1) &&
+                (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0) && (err == 0))
+                goto connected;
+        }
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    return -1;
+
+connected:
+    freeaddrinfo(res);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    mc_tcp_tune(fd, 0);
+    return fd;
+}
+
+char *mc_strdup(const char *s)
+{
+    return strdup(s ? s : "");
+}

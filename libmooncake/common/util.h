@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Small helpers shared by the library and the daemon: clocks, UUIDs,
+ * size/duration/host parsing and blocking socket I/O that survives EINTR.
+ */
+#ifndef MC_COMMON_UTIL_H
+#define MC_COMMON_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#define MC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MC_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Monotonic clock in ns / µs / ms. */
+uint64_t mc_now_ns(void);
+static inline uint64_t mc_now_us(void) { return mc_now_ns() / 1000; }
+static inline uint64_t mc_now_ms(void) { return mc_now_ns() / 1000000; }
+/* Wall clock, ms since the epoch. */
+uint64_t mc_wall_ms(void);
+
+/* 128-bit identifiers (clients, segments, tasks). */
+typedef struct mc_uuid {
+    uint64_t hi;
+    uint64_t lo;
+} mc_uuid_t;
+
+void mc_uuid_generate(mc_uuid_t *u);
+static inline int mc_uuid_eq(mc_uuid_t a, mc_uuid_t b)
+{
+    return (a.hi == b.hi) && (a.lo == b.lo);
+}
+static inline int mc_uuid_is_nil(mc_uuid_t a) { return (a.hi == 0) && (a.lo == 0); }
+/* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; out must hold 37 bytes. */
+void mc_uuid_format(mc_uuid_t u, char out[37]);
+int mc_uuid_parse(const char *s, mc_uuid_t *u);
+
+/*
+ * "16777216", "16MB", "16 MB", "1.5GiB", "4gb", "512k" -> bytes.
+ * Decimal and binary suffixes both mean powers of 1024, as upstream.
+ * Returns 0 or -1 (bad syntax, overflow, negative, "50%").
+ */
+int mc_parse_size(const char *s, uint64_t *bytes_p);
+
+/* "500", "500ms", "10s", "2m", "1h" -> milliseconds; bare numbers are ms. */
+int mc_parse_duration_ms(const char *s, uint64_t *ms_p);
+
+/* Strict base-10 integers; -1 on garbage, trailing bytes or overflow. */
+int mc_parse_u64(const char *s, uint64_t *v_p);
+int mc_parse_i64(const char *s, int64_t *v_p);
+int mc_parse_double(const char *s, double *v_p);
+/* true/false/1/0/yes/no/on/off */
+int mc_parse_bool(const char *s, int *v_p);
+
+/*
+ * Split "host:port", "[v6]:port" or "host" into parts.  port_p gets 0 when
+ * absent.  host must hold at least 256 bytes.
+ */
+int mc_parse_host_port(const char *s, char *host, size_t host_cap, uint16_t *port_p);
+
+/* Blocking I/O on sockets that loops over short transfers and EINTR.
+ * Return 0, or -1 with errno set (ECONNRESET for a peer that closed). */
+int mc_read_full(int fd, void *buf, size_t len);
+int mc_write_full(int fd, const void *buf, size_t len);
+int mc_writev_full(int fd, struct iovec *iov, int iovcnt);
+
+/* TCP connect with a timeout (ms); returns fd or -1. */
+int mc_tcp_connect(const char *host, uint16_t port, int timeout_ms);
+/* Set TCP_NODELAY, CLOEXEC and, when secs > 0, SO_RCVTIMEO/SO_SNDTIMEO. */
+void mc_tcp_tune(int fd, int io_timeout_secs);
+
+char *mc_strdup(const char *s);
+
+#endif /* MC_COMMON_UTIL_H */

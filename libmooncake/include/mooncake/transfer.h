@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file transfer.h
+ * @brief The transfer engine: registered memory and one-sided reads/writes
+ *        between processes.
+ *
+ * Each engine serves the memory registered on it for remote access on one
+ * TCP port (picked from 12300-14300 unless the local hostname names one);
+ * its segment name is "host:port".  A peer reads or writes an address range
+ * of a segment; the owner serves the request only when the whole range lies
+ * inside one region registered with MC_TE_MEM_REMOTE_ACCESS, and otherwise
+ * answers an error without touching memory.
+ *
+ * Segment descriptors are exchanged peer-to-peer ("P2PHANDSHAKE") or through
+ * an HTTP metadata service ("http://host:port/metadata").
+ */
+#ifndef MOONCAKE_TRANSFER_H
+#define MOONCAKE_TRANSFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <mooncake/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Opaque transfer engine. @since 0.1 */
+typedef struct mc_te *mc_te_h;
+
+/** Which fields of mc_te_params_t are set. @since 0.1 */
+enum mc_te_params_field {
+    MC_TE_PARAM_LOCAL_HOSTNAME  = 1u << 0,
+    MC_TE_PARAM_METADATA_SERVER = 1u << 1,
+    MC_TE_PARAM_PROTOCOL        = 1u << 2,
+    MC_TE_PARAM_DEVICES         = 1u << 3,
+    MC_TE_PARAM_PORT_RANGE      = 1u << 4,
+    MC_TE_PARAM_LANES           = 1u << 5
+};
+
+/** Engine creation parameters. @since 0.1 */
+typedef struct mc_te_params {
+    uint64_t field_mask;         /**< bits of enum mc_te_params_field */
+    const char *local_hostname;  /**< "host" or "host:port" (default "localhost") */
+    const char *metadata_server; /**< "P2PHANDSHAKE" (default) or "http://h:p/metadata" */
+    const char *protocol;        /**< "tcp" (default); others are refused in this build */
+    const char *devices;         /**< RDMA device list; ignored for tcp */
+    uint16_t port_min;           /**< first port tried (default 12300, env MC_STORE_CLIENT_MIN_PORT) */
+    uint16_t port_max;           /**< last port tried (default 14300, env MC_STORE_CLIENT_MAX_PORT) */
+    unsigned lanes_per_peer;     /**< pooled connections per peer (default 4, env MC_TCP_LANES_PER_PEER) */
+} mc_te_params_t;
+
+/** Registration flags. @since 0.1 */
+enum mc_te_mem_flag {
+    MC_TE_MEM_REMOTE_ACCESS = 1u << 0 /**< peers may read and write this region */
+};
+
+/** Identifier of an opened remote (or local) segment. @since 0.1 */
+typedef uint64_t mc_te_segment_id_t;
+
+/** Direction of a request, seen from the initiator. @since 0.1 */
+typedef enum mc_te_op {
+    MC_TE_READ  = 0, /**< remote -> local */
+    MC_TE_WRITE = 1  /**< local -> remote */
+} mc_te_op_t;
+
+/** One transfer. @since 0.1 */
+typedef struct mc_te_request {
+    mc_te_op_t op;              /**< direction */
+    void *local;                /**< local address */
+    uint64_t remote;            /**< absolute address inside the target segment */
+    uint64_t length;            /**< bytes */
+    mc_te_segment_id_t segment; /**< from mc_te_segment_open() */
+} mc_te_request_t;
+
+/**
+ * @brief Create an engine and start serving on its port.
+ * @param [in]  params  Parameters; NULL for all defaults.
+ * @param [out] te_p    New engine, written on success.
+ * @return Error code as defined by @ref mc_status_t.
+ * @see mc_te_destroy
+ * @since 0.1
+ */
+MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p);
+
+/**
+ * @brief Stop serving, close every connection and free the engine.
+ * @param [in] te  Engine, or NULL.
+ * @since 0.1
+ */
+MC_API void mc_te_destroy(mc_te_h te);
+
+/**
+ * @brief The engine's segment name, "host:port".
+ * @since 0.1
+ */
+MC_API const char *mc_te_local_name(mc_te_h te);
+
+/**
+ * @brief Register [addr, addr+len) with the engine.
+ *
+ * Regions must not overlap.  With MC_TE_MEM_REMOTE_ACCESS the region is
+ * published in the segment descriptor and served to peers.
+ * @param [in] te        Engine.
+ * @param [in] addr      Start of the region.
+ * @param [in] len       Length in bytes (> 0).
+ * @param [in] location  Locality hint ("cpu:0", "" for any).
+ * @param [in] flags     Bits of enum mc_te_mem_flag.
+ * @return Error code as defined by @ref mc_status_t (INVALID_PARAMS on
+ *         overlap or a zero length).
+ * @see mc_te_mem_dereg
+ * @since 0.1
+ */
+MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len,
+                                 const char *location, unsigned flags);
+
+/**
+ * @brief Unregister the region that starts at @p addr.
+ *
+ * Waits until no served request uses the region.
+ * @return Error code as defined by @ref mc_status_t (INVALID_PARAMS when no
+ *         region starts at @p addr).
+ * @since 0.1
+ */
+MC_API mc_status_t mc_te_mem_dereg(mc_te_h te, void *addr);
+
+/**
+ * @brief True (1) when [addr, addr+len) lies inside one registered region.
+ * @since 0.1
+ */
+MC_API int mc_te_mem_is_registered(mc_te_h te, const void *addr, size_t len);
+
+/**
+ * @brief Resolve a segment name to an id usable in requests.
+ *
+ * Fetches the peer's descriptor (from the peer itself or from the metadata
+ * service) the first time; later calls return the cached id.
+ * @param [in]  te     Engine.
+ * @param [in]  name   Segment name "host:port".
+ * @param [out] seg_p  Segment id, written on success.
+ * @return Error code as defined by @ref mc_status_t.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_te_segment_open(mc_te_h te, const char *name,
+                                      mc_te_segment_id_t *seg_p);
+
+/**
+ * @brief Run @p n requests to completion, concurrently across pooled
+ *        connections.
+ *
+ * A request whose target is this engine itself is served with memcpy after
+ * the same range check a peer would apply.
+ * @param [in]  te        Engine.
+ * @param [in]  reqs      Requests.
+ * @param [in]  n         Number of requests.
+ * @param [out] statuses  Per-request status (may be NULL).
+ * @return MC_OK when every request succeeded, else the first error.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs,
+                                  size_t n, mc_status_t *statuses);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MOONCAKE_TRANSFER_H */

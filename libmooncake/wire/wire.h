@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The master RPC, specified once (docs/protocol.md explains it byte by byte).
+ *
+ * A frame is a 16-byte header (mc_wire_header_t, section 2 of the protocol
+ * document) then a body.  Requests carry the fields of their message; a
+ * response carries an i32 status and, only when the status is MC_OK, the
+ * response fields.  Every message is declared in MC_WIRE_MESSAGES below;
+ * the C structs, the encoders and the decoders are all generated from that
+ * table, so client and master cannot disagree about a layout.
+ *
+ * Decoders assume hostile input: lengths are bounded before use, lists are
+ * bounded by MC_WIRE_MAX_LIST and by the bytes actually present, trailing
+ * bytes are an error, and nothing is read outside the frame.
+ */
+#ifndef MC_WIRE_WIRE_H
+#define MC_WIRE_WIRE_H
+
+#include <stdint.h>
+
+#include <mooncake/status.h>
+
+#include "common/buf.h"
+#include "common/util.h"
+
+/* ---- §2 frame header --------------------------------------------------- */
+
+#define MC_WIRE_MAGIC        0x5052434Du /* "MCRP" little-endian */
+#define MC_WIRE_VERSION      1
+#define MC_WIRE_HEADER_SIZE  16
+#define MC_WIRE_FLAG_RESPONSE 0x01
+#define MC_WIRE_MAX_BODY     (64u << 20) /* 64 MiB */
+#define MC_WIRE_MAX_KEY      4096        /* bytes in one key */
+#define MC_WIRE_MAX_STR      65536       /* bytes in any other string */
+#define MC_WIRE_MAX_LIST     (1u << 20)  /* entries in one list */
+
+typedef struct mc_wire_header {
+    uint32_t magic;
+    uint8_t version;
+    uint8_t flags;
+    uint16_t opcode;
+    uint32_t request_id;
+    uint32_t body_len;
+} mc_wire_header_t;
+
+void mc_wire_header_pack(const mc_wire_header_t *h, uint8_t out[MC_WIRE_HEADER_SIZE]);
+/* Checks magic, version, known flags and body_len <= MC_WIRE_MAX_BODY;
+ * MC_DESERIALIZE_FAIL otherwise.  The opcode is checked by the caller. */
+mc_status_t mc_wire_header_unpack(const uint8_t in[MC_WIRE_HEADER_SIZE],
+                                  mc_wire_header_t *h);
+
+/* ---- §3 field kinds ---------------------------------------------------- */
+
+/* Segment as mounted on the master. */
+typedef struct mc_wire_segment {
+    mc_uuid_t id;
+    mc_str_t name;      /* transfer engine segment name, "host:port" */
+    uint64_t base;      /* address of the region in the owner's process */
+    uint64_t size;
+    mc_str_t protocol;  /* "tcp" */
+} mc_wire_segment_t;
+
+/* One replica of an object. */
+typedef struct mc_wire_replica {
+    uint64_t id;
+    uint8_t status;     /* mc_replica_status_t */
+    uint8_t type;       /* 0 memory */
+    uint64_t addr;      /* absolute address in the owner's segment */
+    uint64_t size;
+    mc_str_t segment;   /* transfer engine segment name */
+    mc_uuid_t segment_id;
+} mc_wire_replica_t;
+
+typedef struct mc_wire_replica_list {
+    uint32_t n;
+    mc_wire_replica_t *v;
+} mc_wire_replica_list_t;
+
+/* Per-key result of a batch lookup or allocation. */
+typedef struct mc_wire_result {
+    int32_t status;
+    uint64_t size;
+    mc_wire_replica_list_t replicas;
+} mc_wire_result_t;
+
+typedef struct mc_wire_result_list {
+    uint32_t n;
+    mc_wire_result_t *v;
+} mc_wire_result_list_t;
+
+typedef struct mc_wire_str_list {
+    uint32_t n;
+    mc_str_t *v;
+} mc_wire_str_list_t;
+
+typedef struct mc_wire_u64_list {
+    uint32_t n;
+    uint64_t *v;
+} mc_wire_u64_list_t;
+
+typedef struct mc_wire_i32_list {
+    uint32_t n;
+    int32_t *v;
+} mc_wire_i32_list_t;
+
+typedef struct mc_wire_segment_list {
+    uint32_t n;
+    mc_wire_segment_t *v;
+} mc_wire_segment_list_t;
+
+/* ReplicateConfig on the wire. */
+typedef struct mc_wire_config {
+    uint32_t replica_num;
+    uint32_t nof_replica_num;
+    uint32_t dfs_replica_num;
+    uint8_t soft_pin_action;
+    uint8_t has_soft_pin_ttl;
+    uint64_t soft_pin_ttl_ms;
+    uint8_t with_hard_pin;
+    mc_str_t preferred_segment;
+    uint8_t prefer_alloc_in_same_node;
+    uint8_t has_group_ids;
+    mc_wire_str_list_t group_ids;
+} mc_wire_config_t;
+
+typedef uint8_t mc_wire_U8_t;
+typedef uint32_t mc_wire_U32_t;
+typedef uint64_t mc_wire_U64_t;
+typedef int32_t mc_wire_I32_t;
+typedef int64_t mc_wire_I64_t;
+typedef mc_str_t mc_wire_STR_t;  /* bounded by MC_WIRE_MAX_STR */
+typedef mc_str_t mc_wire_KEY_t;  /* bounded by MC_WIRE_MAX_KEY, non-empty */
+typedef mc_uuid_t mc_wire_UUID_t;
+typedef mc_wire_segment_t mc_wire_SEGMENT_t;
+typedef mc_wire_segment_list_t mc_wire_SEGMENTS_t;
+typedef mc_wire_replica_list_t mc_wire_REPLICAS_t;
+typedef mc_wire_result_list_t mc_wire_RESULTS_t;
+typedef mc_wire_str_list_t mc_wire_KEYS_t;
+typedef mc_wire_u64_list_t mc_wire_U64S_t;
+typedef mc_wire_i32_list_t mc_wire_I32S_t;
+typedef mc_wire_config_t mc_wire_CONFIG_t;
+
+/* ---- §4 the message table ----------------------------------------------
+ * X(UPPER, lower, opcode).  For each message there is a request field list
+ * MC_WIRE_REQ_<lower>(F) and a response field list MC_WIRE_RESP_<lower>(F);
+ * F(KIND, field).  Append new messages with new opcodes; never reuse one.
+ */
+#define MC_WIRE_MESSAGES(X)                                  \
+    X(HELLO, hello, 1)                                       \
+    X(PING, ping, 2)                                         \
+    X(MOUNT_SEGMENT, mount_segment, 3)                       \
+    X(REMOUNT_SEGMENTS, remount_segments, 4)                 \
+    X(UNMOUNT_SEGMENT, unmount_segment, 5)                   \
+    X(CLIENT_CLOSE, client_close, 6)                         \
+    X(PUT_START, put_start, 10)                              \
+    X(PUT_END, put_end, 11)                                  \
+    X(PUT_REVOKE, put_revoke, 12)                            \
+    X(GET_REPLICA_LIST, get_replica_list, 13)                \
+    X(EXIST_KEY, exist_key, 14)                              \
+    X(REMOVE, remove, 15)                                    \
+    X(REMOVE_ALL, remove_all, 16)                            \
+    X(BATCH_PUT_START, batch_put_start, 20)                  \
+    X(BATCH_PUT_END, batch_put_end, 21)                      \
+    X(BATCH_PUT_REVOKE, batch_put_revoke, 22)                \
+    X(BATCH_GET_REPLICA_LIST, batch_get_replica_list, 23)    \
+    X(BATCH_EXIST_KEY, batch_exist_key, 24)                  \
+    X(BATCH_REMOVE, batch_remove, 25)
+
+/* Opens a connection: who the client is and which tenant its keys live in. */
+#define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
+#define MC_WIRE_RESP_hello(F) F(STR, server_version) F(U64, view_version)
+
+/* Liveness; client_status 1 OK, 2 NEED_REMOUNT (master does not know it). */
+#define MC_WIRE_REQ_ping(F) F(UUID, client_id)
+#define MC_WIRE_RESP_ping(F) F(U8, client_status) F(U64, view_version)
+
+#define MC_WIRE_REQ_mount_segment(F) F(UUID, client_id) F(SEGMENT, segment)
+#define MC_WIRE_RESP_mount_segment(F)
+
+#define MC_WIRE_REQ_remount_segments(F) F(UUID, client_id) F(SEGMENTS, segments)
+#define MC_WIRE_RESP_remount_segments(F)
+
+#define MC_WIRE_REQ_unmount_segment(F) F(UUID, client_id) F(UUID, segment_id)
+#define MC_WIRE_RESP_unmount_segment(F)
+
+/* Unmounts every segment of the client at once; its objects disappear. */
+#define MC_WIRE_REQ_client_close(F) F(UUID, client_id)
+#define MC_WIRE_RESP_client_close(F)
+
+#define MC_WIRE_REQ_put_start(F) F(UUID, client_id) F(KEY, key) F(U64, length) F(CONFIG, config)
+#define MC_WIRE_RESP_put_start(F) F(REPLICAS, replicas)
+
+#define MC_WIRE_REQ_put_end(F) F(UUID, client_id) F(KEY, key)
+#define MC_WIRE_RESP_put_end(F)
+
+#define MC_WIRE_REQ_put_revoke(F) F(UUID, client_id) F(KEY, key)
+#define MC_WIRE_RESP_put_revoke(F)
+
+/* Grants a read lease of lease_ttl_ms. */
+#define MC_WIRE_REQ_get_replica_list(F) F(KEY, key)
+#define MC_WIRE_RESP_get_replica_list(F) F(U64, size) F(U64, lease_ttl_ms) F(REPLICAS, replicas)
+
+/* exists is 1 or 0; grants a read lease when 1. */
+#define MC_WIRE_REQ_exist_key(F) F(KEY, key)
+#define MC_WIRE_RESP_exist_key(F) F(U8, exists)
+
+#define MC_WIRE_REQ_remove(F) F(KEY, key) F(U8, force)
+#define MC_WIRE_RESP_remove(F)
+
+#define MC_WIRE_REQ_remove_all(F) F(U8, force)
+#define MC_WIRE_RESP_remove_all(F) F(I64, count)
+
+/* results[i].status per key; replicas allocated for status MC_OK. */
+#define MC_WIRE_REQ_batch_put_start(F) F(UUID, client_id) F(KEYS, keys) F(U64S, lengths) F(CONFIG, config)
+#define MC_WIRE_RESP_batch_put_start(F) F(RESULTS, results)
+
+#define MC_WIRE_REQ_batch_put_end(F) F(UUID, client_id) F(KEYS, keys)
+#define MC_WIRE_RESP_batch_put_end(F) F(I32S, statuses)
+
+#define MC_WIRE_REQ_batch_put_revoke(F) F(UUID, client_id) F(KEYS, keys)
+#define MC_WIRE_RESP_batch_put_revoke(F) F(I32S, statuses)
+
+#define MC_WIRE_REQ_batch_get_replica_list(F) F(KEYS, keys)
+#define MC_WIRE_RESP_batch_get_replica_list(F) F(U64, lease_ttl_ms) F(RESULTS, results)
+
+/* results[i] is 1, 0 or a negative status. */
+#define MC_WIRE_REQ_batch_exist_key(F) F(KEYS, keys)
+#define MC_WIRE_RESP_batch_exist_key(F) F(I32S, results)
+
+#define MC_WIRE_REQ_batch_remove(F) F(KEYS, keys) F(U8, force)
+#define MC_WIRE_RESP_batch_remove(F) F(I32S, statuses)
+
+/* ---- generated declarations ------------------------------------------- */
+
+typedef enum mc_wire_op {
+#define MC_WIRE_OP_ENUM_(UP, low, code) MC_WIRE_OP_##UP = (code),
+    MC_WIRE_MESSAGES(MC_WIRE_OP_ENUM_)
+#undef MC_WIRE_OP_ENUM_
+} mc_wire_op_t;
+
+#define MC_WIRE_FIELD_DECL_(KIND, name) mc_wire_##KIND##_t name;
+#define MC_WIRE_STRUCTS_(UP, low, code)                                            \
+    typedef struct mc_wire_##low##_req {                                           \
+        MC_WIRE_REQ_##low(MC_WIRE_FIELD_DECL_) uint8_t wire_end_;                  \
+    } mc_wire_##low##_req_t;                                                       \
+    typedef struct mc_wire_##low##_resp {                                          \
+        MC_WIRE_RESP_##low(MC_WIRE_FIELD_DECL_) uint8_t wire_end_;                 \
+    } mc_wire_##low##_resp_t;                                                      \
+    void mc_wire_encode_##low##_req(mc_buf_t *b, uint32_t request_id,              \
+                                    const mc_wire_##low##_req_t *m);               \
+    mc_status_t mc_wire_decode_##low##_req(const uint8_t *body, size_t len,        \
+                                           mc_arena_t *arena,                      \
+                                           mc_wire_##low##_req_t *m);              \
+    void mc_wire_encode_##low##_resp(mc_buf_t *b, uint32_t request_id,             \
+                                     int32_t status,                               \
+                                     const mc_wire_##low##_resp_t *m);             \
+    mc_status_t mc_wire_decode_##low##_resp(const uint8_t *body, size_t len,       \
+                                            mc_arena_t *arena, int32_t *status_p,  \
+                                            mc_wire_##low##_resp_t *m);
+MC_WIRE_MESSAGES(MC_WIRE_STRUCTS_)
+#undef MC_WIRE_STRUCTS_
+
+/* Name of an opcode ("PUT_START"), NULL if unknown. */
+const char *mc_wire_op_name(uint16_t opcode);
+
+/*
+ * Encode an error response (status != MC_OK) for any opcode: header plus
+ * the status, no fields.
+ */
+void mc_wire_encode_error(mc_buf_t *b, uint16_t opcode, uint32_t request_id,
+                          int32_t status);
+
+/* Field-kind codecs (exposed for the unit tests and composite kinds). */
+#define MC_WIRE_KIND_DECL_(KIND)                                                   \
+    void mc_wire_put_##KIND(mc_buf_t *b, const mc_wire_##KIND##_t *v);             \
+    void mc_wire_get_##KIND(mc_rbuf_t *r, mc_arena_t *a, mc_wire_##KIND##_t *v);
+MC_WIRE_KIND_DECL_(U8)
+MC_WIRE_KIND_DECL_(U32)
+MC_WIRE_KIND_DECL_(U64)
+MC_WIRE_KIND_DECL_(I32)
+MC_WIRE_KIND_DECL_(I64)
+MC_WIRE_KIND_DECL_(STR)
+MC_WIRE_KIND_DECL_(KEY)
+MC_WIRE_KIND_DECL_(UUID)
+MC_WIRE_KIND_DECL_(SEGMENT)
+MC_WIRE_KIND_DECL_(SEGMENTS)
+MC_WIRE_KIND_DECL_(REPLICAS)
+MC_WIRE_KIND_DECL_(RESULTS)
+MC_WIRE_KIND_DECL_(KEYS)
+MC_WIRE_KIND_DECL_(U64S)
+MC_WIRE_KIND_DECL_(I32S)
+MC_WIRE_KIND_DECL_(CONFIG)
+#undef MC_WIRE_KIND_DECL_
+
+#endif /* MC_WIRE_WIRE_H */
