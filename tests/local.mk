@@ -4,7 +4,15 @@ check_PROGRAMS += tests/unit/check_all
 TESTS += tests/unit/check_all
 tests_unit_check_all_SOURCES = \
 	tests/unit/check_all.c tests/unit/check_suites.h \
+	tests/unit/test_status.c tests/unit/test_util.c \
+	tests/unit/test_buf.c tests/unit/test_hashmap.c \
+	tests/unit/test_alloc.c tests/unit/test_wire.c \
+	tests/unit/test_store.c \
+	tests/unit/test_transfer.c \
+	tests/unit/test_flags.c mooncake-master/flags.c \
 	$(NULL)
 tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS)
 endif
+# libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang), not by make.
+EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c

@@ -203,10 +203,12 @@ void mc_arena_reset(mc_arena_t *a)
 
 void *mc_arena_alloc(mc_arena_t *a, size_t size)
 {
+    if (size > PTRDIFF_MAX)
+        return NULL; /* no object is that big; rounding up could wrap */
     size = (size + 15) & ~(size_t)15;
     if (size == 0)
         size = 16;
-    if ((a->head == NULL) || (a->used + size > a->head->size)) {
+    if ((a->head == NULL) || (size > a->head->size - a->used)) {
         size_t csize = size > MC_ARENA_CHUNK ? size : MC_ARENA_CHUNK;
         if (csize > SIZE_MAX - sizeof(mc_arena_chunk_t))
             return NULL;

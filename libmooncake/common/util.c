@@ -381,31 +381,40 @@ int mc_tcp_connect(const char *host, uint16_t port, int timeout_ms)
     struct addrinfo hints, *res = NULL, *ai;
     char portstr[8];
     int fd = -1;
+    int last_err = EHOSTUNREACH; /* errno on failure: why the last address failed */
 
     memset(&hints, 0, sizeof(hints));
     hints.ai_family   = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     snprintf(portstr, sizeof(portstr), "%u", (unsigned)port);
-    if (getaddrinfo(host, portstr, &hints, &res) != 0)
+    if (getaddrinfo(host, portstr, &hints, &res) != 0) {
+        errno = EHOSTUNREACH;
         return -1;
+    }
     for (ai = res; ai != NULL; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
+        if (fd < 0) {
+            last_err = errno;
             continue;
+        }
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
             goto connected;
+        last_err = errno;
         if (errno == EINPROGRESS) {
             struct pollfd pfd = {fd, POLLOUT, 0};
             int err = 0;
             socklen_t elen = sizeof(err);
-            if ((poll(&pfd, 1, timeout_ms) == 1) &&
-                (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0) && (err == 0))
+            int pr = poll(&pfd, 1, timeout_ms);
+            if ((pr == 1) && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0) &&
+                (err == 0))
                 goto connected;
+            last_err = (pr == 0) ? ETIMEDOUT : (err != 0 ? err : errno);
         }
         close(fd);
         fd = -1;
     }
     freeaddrinfo(res);
+    errno = last_err;
     return -1;
 
 connected:

@@ -67,7 +67,8 @@ int mc_read_full(int fd, void *buf, size_t len);
 int mc_write_full(int fd, const void *buf, size_t len);
 int mc_writev_full(int fd, struct iovec *iov, int iovcnt);
 
-/* TCP connect with a timeout (ms); returns fd or -1. */
+/* TCP connect with a timeout (ms); returns fd, or -1 with errno saying why
+ * (ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH for an unresolvable host...). */
 int mc_tcp_connect(const char *host, uint16_t port, int timeout_ms);
 /* Set TCP_NODELAY, CLOEXEC and, when secs > 0, SO_RCVTIMEO/SO_SNDTIMEO. */
 void mc_tcp_tune(int fd, int io_timeout_secs);

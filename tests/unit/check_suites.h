@@ -29,7 +29,8 @@
     X(alloc)              \
     X(wire)               \
     X(flags)              \
-    X(transfer)
+    X(transfer)           \
+    X(store)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);
 MC_TEST_SUITES(MC_TEST_SUITE_DECL_)

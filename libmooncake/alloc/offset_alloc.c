@@ -1,0 +1,673 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Offset allocator (see offset_alloc.h for the contract).
+ *
+ * The managed space is tiled, in address order, by blocks; each block is a
+ * node in a pool of our own (a growable array indexed by uint32_t, with a
+ * list of released nodes for reuse).  A node records its byte range, its
+ * physical neighbours (the blocks just before and after it) and, while it
+ * is free, its place in the free list of one size bin.  mc_alloc_block_t
+ * hands the node index to the caller so a free finds its block in O(1).
+ *
+ * Size bins ("small floats", as in TLSF and Sebastian Aaltonen's
+ * OffsetAllocator that upstream Mooncake uses).  Sizes are counted in
+ * alignment units u >= 1.  Units 1..7 each have a bin of their own; above
+ * that, with h = floor(log2 u), bin = (h - 2) * 8 + the three bits below
+ * the leading one.  So each power of two is split into 8 sub-bins of equal
+ * width, a bin spans at most 12.5% of its lower bound, and 62 levels of 8
+ * cover every 64-bit size (496 bins).  A free block lives in the bin of its
+ * size rounded DOWN, so every block in bin b is at least bin_min(b) units.
+ *
+ * Allocation rounds the request UP to the next bin boundary and asks the
+ * two-level bitmap (one bit per level, 8 bits per level for its sub-bins)
+ * for the first non-empty bin at or above it: two count-trailing-zeros
+ * instructions.  Every block in that bin fits, so we take the head of its
+ * list, split off the tail as a new free block, and are done in O(1).
+ *
+ * The round-up has a blind spot: a block in the request's own bin that is
+ * large enough but not a whole bin larger (the extreme case: the whole
+ * empty space, asked for in one piece).  Only when the O(1) search finds
+ * nothing do we look there, and each bin caches the size of its largest
+ * block (with a count of blocks that size) so the fallback can refuse at
+ * once when nothing in the bin fits.  The fallback walks that one bin; a
+ * full walk that finds nothing repairs the cache, so a refused request
+ * costs O(1) the next time.  The cache is exact while valid: it goes
+ * invalid only when the last block of the largest size leaves a bin that
+ * still has others.
+ *
+ * Free marks the block free and merges it at once with a free physical
+ * predecessor and successor (each is unlinked from its bin first), then
+ * files the result in its bin: O(1), and no two free blocks are ever
+ * adjacent, so freeing everything leaves one block spanning the space.
+ *
+ * The largest free block is in the highest non-empty bin (bins are ordered
+ * by size); the bin cache gives its size in O(1) unless invalid, when
+ * mc_alloc_get_stats() walks that one bin.
+ *
+ * mc_alloc_get_at() grants a chosen range, for rebuilding the allocator
+ * from a snapshot.  It walks the physical chain from a hint (the block it
+ * granted last), so restoring blocks in ascending offset order is O(1)
+ * each.
+ *
+ * Hazards: node indices are recycled, so a stale block handle whose node
+ * now holds a different grant is rejected by the offset/size check, but a
+ * stale handle identical to a live grant (same node, offset and size) is
+ * indistinguishable from it.  Callers own their handles.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/offset_alloc.h"
+#include "common/log.h"
+
+#define NIL UINT32_MAX
+#define MAX_NODES (UINT32_MAX - 1u)
+#define INITIAL_NODES 64u
+
+#define SUB_BINS 8u
+#define LEVELS 62u
+#define NUM_BINS (LEVELS * SUB_BINS) /* 496: bin_floor(UINT64_MAX) == 495 */
+
+enum node_state {
+    NODE_UNUSED = 0, /* in the node pool's free list */
+    NODE_FREE   = 1, /* a free block, in a bin */
+    NODE_USED   = 2  /* a granted block */
+};
+
+typedef struct node {
+    uint64_t offset;
+    uint64_t size; /* bytes; a multiple of the alignment */
+    uint32_t phys_prev;
+    uint32_t phys_next;
+    uint32_t free_prev; /* bin list; unused nodes chain through free_next */
+    uint32_t free_next;
+    uint8_t state;
+} node_t;
+
+typedef struct bin_cache {
+    uint64_t max;    /* largest block size in the bin, bytes */
+    uint32_t count;  /* blocks of exactly that size */
+    uint8_t valid;
+} bin_cache_t;
+
+struct mc_alloc {
+    uint64_t capacity; /* managed bytes: a multiple of the alignment */
+    uint64_t alignment;
+    unsigned shift;    /* log2(alignment) */
+
+    node_t *nodes;
+    uint32_t nodes_cap;  /* slots allocated */
+    uint32_t nodes_init; /* slots ever handed out: [0, nodes_init) are initialised */
+    uint32_t pool_head;  /* released nodes */
+    uint32_t pool_count;
+
+    uint32_t phys_head; /* the block at offset 0 */
+    uint32_t hint;      /* last block granted by mc_alloc_get_at() */
+
+    uint64_t top_bits;          /* bit l: some sub-bin of level l is non-empty */
+    uint8_t sub_bits[LEVELS];   /* bit s: bin l*8+s is non-empty */
+    uint32_t bin_head[NUM_BINS];
+    bin_cache_t bin_cache[NUM_BINS];
+
+    uint64_t allocated;
+    uint32_t free_blocks;
+    uint32_t used_blocks;
+};
+
+/* ---- size bins ----------------------------------------------------------- */
+
+static unsigned bin_floor(uint64_t units)
+{
+    if (units < SUB_BINS)
+        return (unsigned)units;
+    unsigned h = 63u - (unsigned)__builtin_clzll(units);
+    return ((h - 2u) << 3) + (unsigned)((units >> (h - 3u)) & 7u);
+}
+
+/* Smallest bin whose every block is at least @p units; may be NUM_BINS. */
+static unsigned bin_ceil(uint64_t units)
+{
+    unsigned b = bin_floor(units);
+    if (units >= SUB_BINS) {
+        unsigned h = 63u - (unsigned)__builtin_clzll(units);
+        if ((units & ((1ull << (h - 3u)) - 1u)) != 0)
+            b++;
+    }
+    return b;
+}
+
+/* First non-empty bin >= b, or NIL. */
+static uint32_t bin_find(const mc_alloc_t *a, unsigned b)
+{
+    if (b >= NUM_BINS)
+        return NIL;
+    unsigned level = b >> 3;
+    unsigned sub   = b & 7u;
+    unsigned bits  = a->sub_bits[level] & (0xffu << sub) & 0xffu;
+    if (bits != 0)
+        return (level << 3) + (unsigned)__builtin_ctz(bits);
+    if (level + 1u >= 64u)
+        return NIL;
+    uint64_t levels = a->top_bits & (~0ull << (level + 1u));
+    if (levels == 0)
+        return NIL;
+    level = (unsigned)__builtin_ctzll(levels);
+    return (level << 3) + (unsigned)__builtin_ctz(a->sub_bits[level]);
+}
+
+static unsigned node_bin(const mc_alloc_t *a, const node_t *n)
+{
+    return bin_floor(n->size >> a->shift);
+}
+
+static void bin_insert(mc_alloc_t *a, uint32_t idx)
+{
+    node_t *n      = &a->nodes[idx];
+    unsigned b     = node_bin(a, n);
+    bin_cache_t *c = &a->bin_cache[b];
+    uint32_t head  = a->bin_head[b];
+
+    n->free_prev = NIL;
+    n->free_next = head;
+    if (head != NIL) {
+        a->nodes[head].free_prev = idx;
+        if (c->valid) {
+            if (n->size > c->max) {
+                c->max   = n->size;
+                c->count = 1;
+            } else if (n->size == c->max) {
+                c->count++;
+            }
+        }
+    } else {
+        /* first block of an empty bin: the cache is exact again */
+        c->max   = n->size;
+        c->count = 1;
+        c->valid = 1;
+        a->sub_bits[b >> 3] = (uint8_t)(a->sub_bits[b >> 3] | (1u << (b & 7u)));
+        a->top_bits |= 1ull << (b >> 3);
+    }
+    a->bin_head[b] = idx;
+}
+
+static void bin_remove(mc_alloc_t *a, uint32_t idx)
+{
+    node_t *n      = &a->nodes[idx];
+    unsigned b     = node_bin(a, n);
+    bin_cache_t *c = &a->bin_cache[b];
+
+    if (n->free_prev != NIL)
+        a->nodes[n->free_prev].free_next = n->free_next;
+    else
+        a->bin_head[b] = n->free_next;
+    if (n->free_next != NIL)
+        a->nodes[n->free_next].free_prev = n->free_prev;
+    n->free_prev = NIL;
+    n->free_next = NIL;
+
+    if (a->bin_head[b] == NIL) {
+        c->valid = 0;
+        a->sub_bits[b >> 3] = (uint8_t)(a->sub_bits[b >> 3] & ~(1u << (b & 7u)));
+        if (a->sub_bits[b >> 3] == 0)
+            a->top_bits &= ~(1ull << (b >> 3));
+    } else if (c->valid && (n->size == c->max) && (--c->count == 0)) {
+        c->valid = 0; /* the largest left; we no longer know the next one */
+    }
+}
+
+/* ---- node pool ----------------------------------------------------------- */
+
+/* Make sure @p k nodes can be taken without failing. */
+static int pool_reserve(mc_alloc_t *a, uint32_t k)
+{
+    uint64_t avail = (uint64_t)a->pool_count + (a->nodes_cap - a->nodes_init);
+    if (avail >= k)
+        return 0;
+    uint64_t want = (uint64_t)a->nodes_init + k;
+    if (want > MAX_NODES)
+        return -1;
+    uint64_t ncap = a->nodes_cap ? a->nodes_cap : INITIAL_NODES;
+    while (ncap < want)
+        ncap *= 2;
+    if (ncap > MAX_NODES)
+        ncap = MAX_NODES;
+    if (ncap > SIZE_MAX / sizeof(node_t))
+        return -1;
+    node_t *nn = realloc(a->nodes, (size_t)ncap * sizeof(node_t));
+    if (nn == NULL)
+        return -1;
+    a->nodes     = nn;
+    a->nodes_cap = (uint32_t)ncap;
+    return 0;
+}
+
+/* Take a node; the caller has reserved it with pool_reserve(). */
+static uint32_t node_take(mc_alloc_t *a)
+{
+    uint32_t idx;
+    if (a->pool_head != NIL) {
+        idx          = a->pool_head;
+        a->pool_head = a->nodes[idx].free_next;
+        a->pool_count--;
+    } else {
+        idx = a->nodes_init++;
+    }
+    node_t *n = &a->nodes[idx];
+    memset(n, 0, sizeof(*n));
+    n->phys_prev = NIL;
+    n->phys_next = NIL;
+    n->free_prev = NIL;
+    n->free_next = NIL;
+    return idx;
+}
+
+static void node_release(mc_alloc_t *a, uint32_t idx)
+{
+    node_t *n    = &a->nodes[idx];
+    n->state     = NODE_UNUSED;
+    n->offset    = 0;
+    n->size      = 0;
+    n->phys_prev = NIL;
+    n->phys_next = NIL;
+    n->free_prev = NIL;
+    n->free_next = a->pool_head;
+    a->pool_head = idx;
+    a->pool_count++;
+}
+
+/*
+ * Cut block @p idx (not in a bin) after its first @p keep bytes; the tail
+ * becomes a new node with the same state, linked after it.  One node must
+ * be reserved.  Returns the tail.
+ */
+static uint32_t split_after(mc_alloc_t *a, uint32_t idx, uint64_t keep)
+{
+    uint32_t t = node_take(a);
+    node_t *n  = &a->nodes[idx];
+    node_t *tn = &a->nodes[t];
+
+    tn->offset    = n->offset + keep;
+    tn->size      = n->size - keep;
+    tn->state     = n->state;
+    tn->phys_prev = idx;
+    tn->phys_next = n->phys_next;
+    if (n->phys_next != NIL)
+        a->nodes[n->phys_next].phys_prev = t;
+    n->phys_next = t;
+    n->size      = keep;
+    return t;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+mc_status_t mc_alloc_create(uint64_t capacity, uint64_t alignment, mc_alloc_t **alloc_p)
+{
+    mc_status_t st = MC_OK;
+    mc_alloc_t *a  = NULL;
+
+    if ((alloc_p == NULL) || (alignment == 0) || ((alignment & (alignment - 1)) != 0)) {
+        mc_set_error_detail("allocator alignment %llu is not a power of two",
+                            (unsigned long long)alignment);
+        return MC_INVALID_PARAMS;
+    }
+    capacity &= ~(alignment - 1);
+    if (capacity == 0) {
+        mc_set_error_detail("allocator capacity is smaller than one alignment unit");
+        return MC_INVALID_PARAMS;
+    }
+
+    a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        st = MC_INTERNAL_ERROR;
+        goto cleanup;
+    }
+    a->capacity  = capacity;
+    a->alignment = alignment;
+    a->shift     = (unsigned)__builtin_ctzll(alignment);
+    a->pool_head = NIL;
+    a->hint      = NIL;
+    for (unsigned b = 0; b < NUM_BINS; b++)
+        a->bin_head[b] = NIL;
+    if (pool_reserve(a, 1) != 0) {
+        st = MC_INTERNAL_ERROR;
+        goto cleanup;
+    }
+
+    uint32_t idx     = node_take(a);
+    node_t *n        = &a->nodes[idx];
+    n->offset        = 0;
+    n->size          = capacity;
+    n->state         = NODE_FREE;
+    a->phys_head     = idx;
+    a->free_blocks   = 1;
+    bin_insert(a, idx);
+
+    *alloc_p = a;
+    return MC_OK;
+
+cleanup:
+    mc_alloc_destroy(a);
+    mc_set_error_detail("out of memory creating an allocator");
+    return st;
+}
+
+void mc_alloc_destroy(mc_alloc_t *alloc)
+{
+    if (alloc == NULL)
+        return;
+    free(alloc->nodes);
+    free(alloc);
+}
+
+/* ---- allocation ---------------------------------------------------------- */
+
+/* Round a request to the alignment; 0 when it cannot fit at all. */
+static uint64_t round_request(const mc_alloc_t *a, uint64_t size)
+{
+    if (size > a->capacity)
+        return 0;
+    /* cannot overflow: capacity <= 2^64 - alignment */
+    return (size + a->alignment - 1) & ~(a->alignment - 1);
+}
+
+/*
+ * The fallback of the header comment: a block of at least @p size in the
+ * request's own bin.  Returns NIL when there is none.
+ */
+static uint32_t find_in_own_bin(mc_alloc_t *a, uint64_t size)
+{
+    unsigned b     = bin_floor(size >> a->shift);
+    bin_cache_t *c = &a->bin_cache[b];
+    uint64_t max   = 0;
+    uint32_t count = 0;
+
+    if (a->bin_head[b] == NIL)
+        return NIL;
+    if (c->valid && (c->max < size))
+        return NIL;
+    for (uint32_t i = a->bin_head[b]; i != NIL; i = a->nodes[i].free_next) {
+        uint64_t s = a->nodes[i].size;
+        if (s >= size)
+            return i;
+        if (s > max) {
+            max   = s;
+            count = 1;
+        } else if (s == max) {
+            count++;
+        }
+    }
+    /* walked the whole bin: now we know its largest block exactly */
+    c->max   = max;
+    c->count = count;
+    c->valid = 1;
+    return NIL;
+}
+
+/*
+ * Grant the first @p size bytes of free block @p idx (not in a bin yet
+ * removed by the caller); the tail goes back to a bin.  One node reserved.
+ */
+static void grant(mc_alloc_t *a, uint32_t idx, uint64_t size, mc_alloc_block_t *block_p)
+{
+    node_t *n = &a->nodes[idx];
+    if (n->size > size) {
+        uint32_t t = split_after(a, idx, size);
+        bin_insert(a, t);
+        a->free_blocks++;
+        n = &a->nodes[idx];
+    }
+    n->state = NODE_USED;
+    a->free_blocks--;
+    a->used_blocks++;
+    a->allocated += n->size;
+
+    block_p->offset = n->offset;
+    block_p->size   = n->size;
+    block_p->node   = idx;
+}
+
+mc_status_t mc_alloc_get(mc_alloc_t *alloc, uint64_t size, mc_alloc_block_t *block_p)
+{
+    if ((alloc == NULL) || (block_p == NULL) || (size == 0))
+        return MC_INVALID_PARAMS;
+
+    uint64_t want = round_request(alloc, size);
+    if (want == 0)
+        return MC_NO_AVAILABLE_HANDLE;
+
+    uint32_t idx = NIL;
+    uint32_t b   = bin_find(alloc, bin_ceil(want >> alloc->shift));
+    if (b != NIL)
+        idx = alloc->bin_head[b];
+    else
+        idx = find_in_own_bin(alloc, want);
+    if (idx == NIL)
+        return MC_NO_AVAILABLE_HANDLE;
+
+    /* reserve the split's node before anything changes */
+    if ((alloc->nodes[idx].size > want) && (pool_reserve(alloc, 1) != 0)) {
+        mc_set_error_detail("out of memory growing the allocator node pool");
+        return MC_INTERNAL_ERROR;
+    }
+    bin_remove(alloc, idx);
+    grant(alloc, idx, want, block_p);
+    return MC_OK;
+}
+
+mc_status_t mc_alloc_get_at(mc_alloc_t *alloc, uint64_t offset, uint64_t size,
+                            mc_alloc_block_t *block_p)
+{
+    if ((alloc == NULL) || (block_p == NULL) || (size == 0) ||
+        ((offset & (alloc->alignment - 1)) != 0))
+        return MC_INVALID_PARAMS;
+    uint64_t want = round_request(alloc, size);
+    if ((want == 0) || (offset > alloc->capacity - want))
+        return MC_INVALID_PARAMS;
+
+    /* the block holding offset: walk forward from the hint if it is before */
+    uint32_t idx = alloc->phys_head;
+    if ((alloc->hint != NIL) && (alloc->hint < alloc->nodes_init) &&
+        (alloc->nodes[alloc->hint].state != NODE_UNUSED) &&
+        (alloc->nodes[alloc->hint].offset <= offset))
+        idx = alloc->hint;
+    while (alloc->nodes[idx].offset + alloc->nodes[idx].size <= offset)
+        idx = alloc->nodes[idx].phys_next; /* offset < capacity: never runs off */
+
+    node_t *n = &alloc->nodes[idx];
+    if ((n->state != NODE_FREE) || (n->offset + n->size - offset < want))
+        return MC_NO_AVAILABLE_HANDLE;
+    if (pool_reserve(alloc, 2) != 0) {
+        mc_set_error_detail("out of memory growing the allocator node pool");
+        return MC_INTERNAL_ERROR;
+    }
+
+    bin_remove(alloc, idx);
+    if (offset > alloc->nodes[idx].offset) {
+        /* the head stays free, in its (smaller) bin */
+        uint32_t t = split_after(alloc, idx, offset - alloc->nodes[idx].offset);
+        bin_insert(alloc, idx);
+        alloc->free_blocks++;
+        idx = t;
+    }
+    grant(alloc, idx, want, block_p);
+    alloc->hint = idx;
+    return MC_OK;
+}
+
+mc_status_t mc_alloc_put(mc_alloc_t *alloc, const mc_alloc_block_t *block)
+{
+    if ((alloc == NULL) || (block == NULL) || (block->node >= alloc->nodes_init))
+        return MC_INVALID_PARAMS;
+    uint32_t idx = block->node;
+    node_t *n    = &alloc->nodes[idx];
+    if ((n->state != NODE_USED) || (n->offset != block->offset) || (n->size != block->size)) {
+        mc_set_error_detail("freeing a block that is not granted (offset %llu size %llu)",
+                            (unsigned long long)block->offset,
+                            (unsigned long long)block->size);
+        return MC_INVALID_PARAMS;
+    }
+
+    alloc->allocated -= n->size;
+    alloc->used_blocks--;
+    alloc->free_blocks++;
+    n->state = NODE_FREE;
+
+    uint32_t prev = n->phys_prev;
+    if ((prev != NIL) && (alloc->nodes[prev].state == NODE_FREE)) {
+        /* absorb ourselves into the predecessor */
+        node_t *p = &alloc->nodes[prev];
+        bin_remove(alloc, prev);
+        p->size += n->size;
+        p->phys_next = n->phys_next;
+        if (n->phys_next != NIL)
+            alloc->nodes[n->phys_next].phys_prev = prev;
+        node_release(alloc, idx);
+        alloc->free_blocks--;
+        idx = prev;
+        n   = p;
+    }
+    uint32_t next = n->phys_next;
+    if ((next != NIL) && (alloc->nodes[next].state == NODE_FREE)) {
+        node_t *x = &alloc->nodes[next];
+        bin_remove(alloc, next);
+        n->size += x->size;
+        n->phys_next = x->phys_next;
+        if (x->phys_next != NIL)
+            alloc->nodes[x->phys_next].phys_prev = idx;
+        node_release(alloc, next);
+        alloc->free_blocks--;
+    }
+    bin_insert(alloc, idx);
+    return MC_OK;
+}
+
+/* ---- introspection ------------------------------------------------------- */
+
+void mc_alloc_get_stats(const mc_alloc_t *alloc, mc_alloc_stats_t *stats)
+{
+    memset(stats, 0, sizeof(*stats));
+    if (alloc == NULL)
+        return;
+    stats->capacity    = alloc->capacity;
+    stats->allocated   = alloc->allocated;
+    stats->free_blocks = alloc->free_blocks;
+    stats->used_blocks = alloc->used_blocks;
+    if (alloc->top_bits == 0)
+        return;
+
+    unsigned level = 63u - (unsigned)__builtin_clzll(alloc->top_bits);
+    unsigned b     = (level << 3) + (31u - (unsigned)__builtin_clz(alloc->sub_bits[level]));
+    const bin_cache_t *c = &alloc->bin_cache[b];
+    if (c->valid) {
+        stats->largest_free = c->max;
+        return;
+    }
+    for (uint32_t i = alloc->bin_head[b]; i != NIL; i = alloc->nodes[i].free_next) {
+        if (alloc->nodes[i].size > stats->largest_free)
+            stats->largest_free = alloc->nodes[i].size;
+    }
+}
+
+uint64_t mc_alloc_largest_free(const mc_alloc_t *alloc)
+{
+    mc_alloc_stats_t st;
+    mc_alloc_get_stats(alloc, &st);
+    return st.largest_free;
+}
+
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            mc_error("allocator invariant: " __VA_ARGS__); \
+            return __LINE__;                            \
+        }                                               \
+    } while (0)
+
+int mc_alloc_check(const mc_alloc_t *a)
+{
+    uint64_t end = 0, allocated = 0;
+    uint32_t nfree = 0, nused = 0, steps = 0;
+    uint32_t prev = NIL;
+
+    CHECK(a != NULL, "no allocator");
+    CHECK((a->capacity != 0) && ((a->capacity & (a->alignment - 1)) == 0),
+          "capacity %llu is not a positive multiple of the alignment",
+          (unsigned long long)a->capacity);
+    CHECK(a->nodes_init <= a->nodes_cap, "node pool overrun");
+
+    /* the physical chain tiles [0, capacity) in order */
+    for (uint32_t i = a->phys_head; i != NIL; i = a->nodes[i].phys_next) {
+        CHECK(i < a->nodes_init, "physical link %u out of range", i);
+        CHECK(++steps <= a->nodes_init, "physical chain has a cycle");
+        const node_t *n = &a->nodes[i];
+        CHECK(n->phys_prev == prev, "node %u has a wrong predecessor", i);
+        CHECK(n->offset == end, "node %u starts at %llu, not %llu", i,
+              (unsigned long long)n->offset, (unsigned long long)end);
+        CHECK((n->size != 0) && ((n->size & (a->alignment - 1)) == 0),
+              "node %u has bad size %llu", i, (unsigned long long)n->size);
+        CHECK(n->size <= a->capacity - end, "node %u runs past the end", i);
+        if (n->state == NODE_FREE) {
+            CHECK((prev == NIL) || (a->nodes[prev].state != NODE_FREE),
+                  "free nodes %u and %u are adjacent", prev, i);
+            nfree++;
+        } else {
+            CHECK(n->state == NODE_USED, "node %u in the chain is unused", i);
+            nused++;
+            allocated += n->size;
+        }
+        end += n->size;
+        prev = i;
+    }
+    CHECK(end == a->capacity, "blocks cover %llu of %llu bytes", (unsigned long long)end,
+          (unsigned long long)a->capacity);
+    CHECK(nfree == a->free_blocks, "free_blocks %u but %u free nodes", a->free_blocks, nfree);
+    CHECK(nused == a->used_blocks, "used_blocks %u but %u used nodes", a->used_blocks, nused);
+    CHECK(allocated == a->allocated, "allocated counter is off");
+
+    /* bins hold exactly the free nodes, each in the bin of its size */
+    uint32_t binned = 0;
+    for (unsigned b = 0; b < NUM_BINS; b++) {
+        int bit = (a->sub_bits[b >> 3] >> (b & 7u)) & 1;
+        CHECK(bit == (a->bin_head[b] != NIL), "bitmap disagrees with bin %u", b);
+        uint32_t bprev = NIL, count_max = 0;
+        uint64_t max = 0;
+        for (uint32_t i = a->bin_head[b]; i != NIL; i = a->nodes[i].free_next) {
+            CHECK(i < a->nodes_init, "bin link %u out of range", i);
+            CHECK(++binned <= nfree, "bins hold more nodes than are free");
+            const node_t *n = &a->nodes[i];
+            CHECK(n->state == NODE_FREE, "node %u in bin %u is not free", i, b);
+            CHECK(n->free_prev == bprev, "node %u has a wrong bin predecessor", i);
+            CHECK(node_bin(a, n) == b, "node %u of size %llu is in bin %u", i,
+                  (unsigned long long)n->size, b);
+            if (n->size > max) {
+                max       = n->size;
+                count_max = 1;
+            } else if (n->size == max) {
+                count_max++;
+            }
+            bprev = i;
+        }
+        const bin_cache_t *c = &a->bin_cache[b];
+        CHECK(!c->valid || ((c->max == max) && (c->count == count_max)),
+              "bin %u caches a largest block it does not have", b);
+    }
+    CHECK(binned == nfree, "%u free nodes but %u in bins", nfree, binned);
+    for (unsigned l = 0; l < LEVELS; l++)
+        CHECK((int)((a->top_bits >> l) & 1) == (a->sub_bits[l] != 0),
+              "top bitmap disagrees with level %u", l);
+    CHECK((a->top_bits >> LEVELS) == 0, "top bitmap has bits past the last level");
+
+    /* every other initialised node is in the pool */
+    uint32_t pooled = 0;
+    for (uint32_t i = a->pool_head; i != NIL; i = a->nodes[i].free_next) {
+        CHECK(i < a->nodes_init, "pool link %u out of range", i);
+        CHECK(++pooled <= a->nodes_init, "node pool has a cycle");
+        CHECK(a->nodes[i].state == NODE_UNUSED, "pooled node %u is in use", i);
+    }
+    CHECK(pooled == a->pool_count, "pool count is off");
+    CHECK(pooled + nfree + nused == a->nodes_init, "%u nodes are lost",
+          a->nodes_init - pooled - nfree - nused);
+    return 0;
+}

@@ -1,0 +1,72 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+#
+# Build the libFuzzer targets with clang (ASan + UBSan) straight from the
+# sources, then run each for a while.  Needs a clang with -fsanitize=fuzzer
+# (Debian: apt-get install clang); exits 77 (skipped) without one.
+#
+#   tests/fuzz/build.sh [SECONDS_PER_TARGET] [WORK_DIR]
+#
+# Defaults: 60 seconds, $TMPDIR/mooncake-fuzz.  SECONDS_PER_TARGET=0 only
+# builds.  Corpora persist in WORK_DIR/corpus-<target> between runs; a
+# crash leaves its input in WORK_DIR and makes the script fail.
+set -eu
+
+secs=${1:-60}
+work=${2:-${TMPDIR:-/tmp}/mooncake-fuzz}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+cc=${CC:-clang}
+san="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
+
+mkdir -p "$work/include"
+probe="$work/probe.c"
+echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n)
+{ (void)d; (void)n; return 0; }' > "$probe"
+if ! $cc $san "$probe" -o "$work/probe" >/dev/null 2>&1; then
+    echo "build.sh: $cc cannot build libFuzzer targets (-fsanitize=fuzzer); skipping" >&2
+    exit 77
+fi
+
+# The sources include "config.h" first; they need only these from it.
+cat > "$work/include/config.h" <<'H'
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#define PACKAGE_VERSION "fuzz"
+H
+
+cflags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter
+        -I$work/include -I$src/libmooncake/include -I$src/libmooncake"
+common="$src/libmooncake/common/log.c $src/libmooncake/common/buf.c
+        $src/libmooncake/common/util.c $src/libmooncake/common/hashmap.c"
+
+echo "build.sh: building in $work"
+# shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_wire" "$src/tests/fuzz/fuzz_wire.c" \
+    "$src/libmooncake/wire/wire.c" $common -lm -lpthread
+# shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_alloc" "$src/tests/fuzz/fuzz_alloc.c" \
+    "$src/libmooncake/alloc/offset_alloc.c" $common -lm -lpthread
+# shellcheck disable=SC2086
+$cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_seeds" "$src/tests/fuzz/fuzz_wire.c" \
+    "$src/libmooncake/wire/wire.c" $common -lm -lpthread
+
+mkdir -p "$work/corpus-fuzz_wire" "$work/corpus-fuzz_alloc"
+"$work/write_seeds" "$work/corpus-fuzz_wire"
+
+[ "$secs" -gt 0 ] || exit 0
+status=0
+for t in fuzz_wire fuzz_alloc; do
+    echo "build.sh: running $t for ${secs}s"
+    # MC_LOG_LEVEL=error: mc_alloc_check logs what it finds, nothing else should print
+    if ! (cd "$work" && MC_LOG_LEVEL=error ASAN_OPTIONS=detect_leaks=1 \
+            "./$t" -max_total_time="$secs" -max_len=4096 -rss_limit_mb=2048 \
+            -print_final_stats=1 "corpus-$t" 2>"$t.log"); then
+        echo "build.sh: $t FAILED; see $work/$t.log and the crash-* file in $work" >&2
+        tail -40 "$work/$t.log" >&2
+        status=1
+    else
+        grep -E "stat::number_of_executed_units|Done [0-9]+ runs" "$work/$t.log" | tail -2
+    fi
+done
+exit $status

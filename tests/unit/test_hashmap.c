@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Intrusive hash map: thousands of inserts, lookups and removals checked
+ * against a plain array, iteration that removes as it goes, growth, and
+ * keys that all collide (equality, not the hash, must decide).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_suites.h"
+#include "common/hashmap.h"
+
+typedef struct entry {
+    mc_hnode_t node;
+    uint64_t key;
+    int present;
+    int seen;
+} entry_t;
+
+static int entry_eq(const mc_hnode_t *n, const void *key)
+{
+    return mc_container_of(n, entry_t, node)->key == *(const uint64_t *)key;
+}
+
+static uint64_t key_hash(uint64_t k)
+{
+    return mc_hash_bytes(&k, sizeof(k), 0);
+}
+
+static entry_t *find(const mc_hmap_t *m, uint64_t k, uint64_t h)
+{
+    mc_hnode_t *n = mc_hmap_find(m, h, &k, entry_eq);
+    return n ? mc_container_of(n, entry_t, node) : NULL;
+}
+
+enum { N = 20000 };
+
+START_TEST(test_insert_find_remove)
+{
+    mc_hmap_t m;
+    entry_t *e = calloc(N, sizeof(*e));
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(mc_hmap_init(&m, 0), 0);
+    size_t initial = m.nbuckets;
+    for (int i = 0; i < N; i++) {
+        e[i].key     = (uint64_t)i * 1000003u + 17;
+        e[i].present = 1;
+        if (mc_hmap_insert(&m, &e[i].node, key_hash(e[i].key)) != 0)
+            ck_abort_msg("insert %d should succeed", i);
+    }
+    ck_assert_msg(m.count == N, "count should be %d, not %zu", N, m.count);
+    ck_assert_msg(m.nbuckets > initial && m.nbuckets >= N, "the table should have grown");
+    ck_assert_msg((m.nbuckets & (m.nbuckets - 1)) == 0, "bucket count should be a power of 2");
+    for (int i = 0; i < N; i++)
+        if (find(&m, e[i].key, key_hash(e[i].key)) != &e[i])
+            ck_abort_msg("key %d should be found after growth", i);
+    for (int i = 0; i < 1000; i++) {
+        uint64_t k = (uint64_t)i * 1000003u + 18; /* never inserted */
+        if (find(&m, k, key_hash(k)) != NULL)
+            ck_abort_msg("absent key %llu should not be found", (unsigned long long)k);
+    }
+    for (int i = 0; i < N; i += 3) {
+        mc_hmap_remove(&m, &e[i].node);
+        e[i].present = 0;
+    }
+    for (int i = 0; i < N; i++) {
+        entry_t *f = find(&m, e[i].key, key_hash(e[i].key));
+        if (f != (e[i].present ? &e[i] : NULL))
+            ck_abort_msg("key %d should be %s after removals", i,
+                         e[i].present ? "present" : "gone");
+    }
+    ck_assert_msg(m.count == N - (N + 2) / 3, "count should drop by the removals");
+    /* re-insert what was removed */
+    for (int i = 0; i < N; i += 3)
+        ck_assert_int_eq(mc_hmap_insert(&m, &e[i].node, key_hash(e[i].key)), 0);
+    ck_assert_msg(m.count == N, "everything should be back");
+    mc_hmap_cleanup(&m);
+    ck_assert_msg(m.buckets == NULL && m.count == 0, "cleanup should reset the map");
+    free(e);
+}
+END_TEST
+
+START_TEST(test_iterate_and_remove)
+{
+    mc_hmap_t m;
+    mc_hmap_iter_t it;
+    entry_t *e = calloc(N, sizeof(*e));
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(mc_hmap_init(&m, 64), 0);
+    ck_assert_msg(m.nbuckets == 64, "64 initial buckets were asked for");
+    for (int i = 0; i < N; i++) {
+        e[i].key = (uint64_t)i;
+        ck_assert_int_eq(mc_hmap_insert(&m, &e[i].node, key_hash(e[i].key)), 0);
+    }
+    /* visit everything once; remove the odd keys while iterating */
+    size_t visited = 0;
+    for (mc_hnode_t *n = mc_hmap_first(&m, &it); n != NULL; n = mc_hmap_next(&m, &it)) {
+        entry_t *x = mc_container_of(n, entry_t, node);
+        if (x->seen++)
+            ck_abort_msg("key %llu should be visited once", (unsigned long long)x->key);
+        if (x->key & 1)
+            mc_hmap_remove(&m, n);
+        visited++;
+    }
+    ck_assert_msg(visited == N, "iteration should visit all %d entries, not %zu", N, visited);
+    ck_assert_msg(m.count == N / 2, "half the entries should remain");
+    visited = 0;
+    for (mc_hnode_t *n = mc_hmap_first(&m, &it); n != NULL; n = mc_hmap_next(&m, &it)) {
+        entry_t *x = mc_container_of(n, entry_t, node);
+        if (x->key & 1)
+            ck_abort_msg("removed key %llu should not be visited", (unsigned long long)x->key);
+        mc_hmap_remove(&m, n); /* remove everything */
+        visited++;
+    }
+    ck_assert_msg(visited == N / 2 && m.count == 0, "the second pass should empty the map");
+    ck_assert_msg(mc_hmap_first(&m, &it) == NULL, "an empty map has nothing to iterate");
+    mc_hmap_cleanup(&m);
+    free(e);
+}
+END_TEST
+
+START_TEST(test_colliding_hashes)
+{
+    enum { C = 500 };
+    mc_hmap_t m;
+    entry_t e[C];
+    memset(e, 0, sizeof(e));
+    ck_assert_int_eq(mc_hmap_init(&m, 0), 0);
+    for (int i = 0; i < C; i++) {
+        e[i].key = (uint64_t)i;
+        ck_assert_int_eq(mc_hmap_insert(&m, &e[i].node, 0xabcdefull), 0);
+    }
+    for (int i = 0; i < C; i++)
+        if (find(&m, (uint64_t)i, 0xabcdefull) != &e[i])
+            ck_abort_msg("colliding key %d should be told apart by equality", i);
+    uint64_t absent = C;
+    ck_assert_msg(find(&m, absent, 0xabcdefull) == NULL, "an absent colliding key");
+    ck_assert_msg(find(&m, 3, 0xabcdeeull) == NULL, "a different hash should not match");
+    for (int i = C - 1; i >= 0; i -= 2)
+        mc_hmap_remove(&m, &e[i].node);
+    for (int i = 0; i < C; i++)
+        if (find(&m, (uint64_t)i, 0xabcdefull) != ((i & 1) ? NULL : &e[i]))
+            ck_abort_msg("removing from a long chain should keep the others (key %d)", i);
+    mc_hmap_cleanup(&m);
+}
+END_TEST
+
+START_TEST(test_hash_bytes)
+{
+    const char *s = "tenant/key-1";
+    ck_assert_msg(mc_hash_bytes(s, strlen(s), 0) == mc_hash_bytes(s, strlen(s), 0),
+                  "hashing should be deterministic");
+    ck_assert_msg(mc_hash_bytes(s, strlen(s), 0) != mc_hash_bytes(s, strlen(s), 1),
+                  "the seed should change the hash");
+    ck_assert_msg(mc_hash_bytes("a", 1, 0) != mc_hash_bytes("b", 1, 0), "a and b differ");
+    ck_assert_msg(mc_hash_bytes("", 0, 0) != mc_hash_bytes("\0", 1, 0),
+                  "length should matter");
+    /* sequential keys should spread over the low bits used for buckets */
+    int used[64] = {0}, distinct = 0;
+    for (int i = 0; i < 256; i++) {
+        char k[16];
+        int n = snprintf(k, sizeof(k), "key-%d", i);
+        used[mc_hash_bytes(k, (size_t)n, 0) & 63] = 1;
+    }
+    for (int i = 0; i < 64; i++)
+        distinct += used[i];
+    ck_assert_msg(distinct >= 56, "256 keys should hit most of 64 buckets, hit %d", distinct);
+}
+END_TEST
+
+Suite *mc_test_hashmap_suite(void)
+{
+    Suite *s  = suite_create("hashmap");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_insert_find_remove);
+    tcase_add_test(tc, test_iterate_and_remove);
+    tcase_add_test(tc, test_colliding_hashes);
+    tcase_add_test(tc, test_hash_bytes);
+    suite_add_tcase(s, tc);
+    return s;
+}

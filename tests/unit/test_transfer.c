@@ -1,0 +1,1170 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Transfer engine, in-process: two or three engines on 127.0.0.1 in
+ * P2PHANDSHAKE mode move bytes between buffers of this one process, which
+ * lets every test look straight at the target memory.  Besides round trips
+ * and batches, the tests attack the target: ranges outside registered
+ * memory (through the API, where the initiator's descriptor check answers,
+ * and through raw sockets, where only the target's own check stands),
+ * garbage headers, deregistration under an in-flight request, and a peer
+ * that restarted behind a pooled connection.  A tiny HTTP key-value server
+ * in a thread exercises the HTTP metadata mode.  Every wait is bounded.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <mooncake/transfer.h>
+
+#include "check_suites.h"
+#include "common/util.h"
+#include "transfer/descriptor.h"
+#include "transfer/proto.h"
+
+#define MiB (1024u * 1024u)
+
+static mc_te_h te_new(const char *host, const char *meta)
+{
+    mc_te_params_t p;
+    mc_te_h te = NULL;
+    memset(&p, 0, sizeof(p));
+    p.field_mask     = MC_TE_PARAM_LOCAL_HOSTNAME | MC_TE_PARAM_METADATA_SERVER;
+    p.local_hostname = host;
+    p.metadata_server = meta;
+    mc_status_t st   = mc_te_create(&p, &te);
+    ck_assert_msg(st == MC_OK, "creating an engine on %s should succeed but gave %s (%s)", host,
+                  mc_status_name(st), mc_last_error_detail());
+    return te;
+}
+
+static uint16_t te_port(mc_te_h te)
+{
+    char host[256];
+    uint16_t port = 0;
+    ck_assert_int_eq(mc_parse_host_port(mc_te_local_name(te), host, sizeof(host), &port), 0);
+    return port;
+}
+
+static mc_te_segment_id_t te_open(mc_te_h te, mc_te_h target)
+{
+    mc_te_segment_id_t id = 0;
+    mc_status_t st        = mc_te_segment_open(te, mc_te_local_name(target), &id);
+    ck_assert_msg(st == MC_OK, "opening %s should succeed but gave %s (%s)",
+                  mc_te_local_name(target), mc_status_name(st), mc_last_error_detail());
+    return id;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = (uint8_t)x;
+    }
+}
+
+static mc_status_t xfer1(mc_te_h te, mc_te_op_t op, void *local, uint64_t remote, uint64_t len,
+                         mc_te_segment_id_t seg)
+{
+    mc_te_request_t r = {op, local, remote, len, seg};
+    mc_status_t st    = MC_INTERNAL_ERROR;
+    mc_status_t ret   = mc_te_transfer(te, &r, 1, &st);
+    ck_assert_int_eq(ret, st);
+    return st;
+}
+
+/* ---- two engines, A initiates, B serves ---------------------------------- */
+
+static mc_te_h A, B;
+
+static void setup_two(void)
+{
+    A = te_new("127.0.0.1", NULL);
+    B = te_new("127.0.0.1", "P2PHANDSHAKE");
+}
+
+static void teardown_two(void)
+{
+    mc_te_destroy(A);
+    mc_te_destroy(B);
+    A = B = NULL;
+}
+
+START_TEST(test_create_names_and_ports)
+{
+    const char *n = mc_te_local_name(A);
+    uint16_t port = te_port(A);
+    ck_assert_msg(strncmp(n, "127.0.0.1:", 10) == 0, "segment name %s should be host:port", n);
+    ck_assert_msg((port >= 12300) && (port <= 14300), "port %u should be in [12300, 14300]",
+                  (unsigned)port);
+    ck_assert_msg(te_port(B) != port, "two engines should not share a port");
+
+    mc_te_h L = te_new("localhost", NULL);
+    ck_assert_msg(strncmp(mc_te_local_name(L), "localhost:", 10) == 0,
+                  "a localhost engine should be named localhost:<port>, not %s",
+                  mc_te_local_name(L));
+    /* an explicit port is used as is, and a taken one is refused */
+    char name[64];
+    uint16_t lp = te_port(L);
+    snprintf(name, sizeof(name), "127.0.0.1:%u", (unsigned)lp);
+    mc_te_params_t p = {.field_mask = MC_TE_PARAM_LOCAL_HOSTNAME, .local_hostname = name};
+    mc_te_h dup      = NULL;
+    ck_assert_status_eq(mc_te_create(&p, &dup), MC_INVALID_PARAMS);
+    ck_assert_msg(dup == NULL, "a failed create should not write the handle");
+    mc_te_destroy(L);
+    mc_te_h again = NULL;
+    ck_assert_status_ok(mc_te_create(&p, &again));
+    ck_assert_str_eq(mc_te_local_name(again), name);
+    mc_te_destroy(again);
+
+    /* a narrow explicit range is honoured */
+    mc_te_params_t r = {.field_mask = MC_TE_PARAM_PORT_RANGE | MC_TE_PARAM_LOCAL_HOSTNAME,
+                        .local_hostname = "127.0.0.1", .port_min = 14290, .port_max = 14299};
+    mc_te_h ranged = NULL;
+    ck_assert_status_ok(mc_te_create(&r, &ranged));
+    ck_assert_msg((te_port(ranged) >= 14290) && (te_port(ranged) <= 14299),
+                  "port %u should be in the requested range", (unsigned)te_port(ranged));
+    mc_te_destroy(ranged);
+    r.port_min = 200;
+    r.port_max = 100;
+    ck_assert_status_eq(mc_te_create(&r, &ranged), MC_INVALID_PARAMS);
+    mc_te_destroy(NULL);
+}
+END_TEST
+
+START_TEST(test_protocols_and_metadata_refused)
+{
+    mc_te_params_t p = {.field_mask = MC_TE_PARAM_PROTOCOL, .protocol = "rdma"};
+    mc_te_h te       = NULL;
+    ck_assert_status_eq(mc_te_create(&p, &te), MC_NOT_SUPPORTED);
+    ck_assert_msg(strstr(mc_last_error_detail(), "rdma") != NULL,
+                  "the detail should name rdma: %s", mc_last_error_detail());
+    p.protocol = "efa";
+    ck_assert_status_eq(mc_te_create(&p, &te), MC_NOT_SUPPORTED);
+    p.protocol = "ascend";
+    ck_assert_status_eq(mc_te_create(&p, &te), MC_NOT_SUPPORTED);
+    p.protocol = "carrier-pigeon";
+    ck_assert_status_eq(mc_te_create(&p, &te), MC_INVALID_PARAMS);
+    mc_te_params_t m = {.field_mask = MC_TE_PARAM_METADATA_SERVER,
+                        .metadata_server = "etcd://127.0.0.1:2379"};
+    ck_assert_status_eq(mc_te_create(&m, &te), MC_NOT_SUPPORTED);
+    ck_assert_msg(strstr(mc_last_error_detail(), "etcd") != NULL,
+                  "the detail should say etcd is unsupported: %s", mc_last_error_detail());
+    m.metadata_server = "127.0.0.1:2379"; /* upstream: bare host:port means etcd */
+    ck_assert_status_eq(mc_te_create(&m, &te), MC_NOT_SUPPORTED);
+    ck_assert_msg(te == NULL, "a refused create should not write the handle");
+    p.protocol = "tcp";
+    ck_assert_status_ok(mc_te_create(&p, &te));
+    mc_te_destroy(te);
+}
+END_TEST
+
+START_TEST(test_mem_reg_rules)
+{
+    uint8_t *buf = malloc(3 * 4096);
+    ck_assert_status_eq(mc_te_mem_reg(A, NULL, 10, "", 0), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_mem_reg(A, buf, 0, "", 0), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_mem_reg(A, buf, 10, "", 0x80), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_mem_reg(A, (void *)(UINTPTR_MAX - 10), 100, "", 0),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_ok(mc_te_mem_reg(A, buf + 4096, 4096, "cpu:0", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_eq(mc_te_mem_reg(A, buf + 4096, 4096, "", 0), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_mem_reg(A, buf + 4000, 200, "", 0), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_mem_reg(A, buf + 8000, 200, "", 0), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_mem_reg(A, buf, 3 * 4096, "", 0), MC_INVALID_PARAMS);
+    /* touching neighbours are fine */
+    ck_assert_status_ok(mc_te_mem_reg(A, buf, 4096, "", 0));
+    ck_assert_status_ok(mc_te_mem_reg(A, buf + 8192, 4096, "", 0));
+    ck_assert(mc_te_mem_is_registered(A, buf + 4096, 4096));
+    ck_assert(mc_te_mem_is_registered(A, buf + 5000, 10));
+    ck_assert_msg(!mc_te_mem_is_registered(A, buf + 4000, 200),
+                  "a range spanning two regions is not inside one region");
+    ck_assert(!mc_te_mem_is_registered(A, buf + 3 * 4096, 1));
+    ck_assert_status_eq(mc_te_mem_dereg(A, buf + 4097), MC_INVALID_PARAMS);
+    ck_assert_status_ok(mc_te_mem_dereg(A, buf + 4096));
+    ck_assert(!mc_te_mem_is_registered(A, buf + 5000, 10));
+    ck_assert_status_eq(mc_te_mem_dereg(A, buf + 4096), MC_INVALID_PARAMS);
+    ck_assert_status_ok(mc_te_mem_dereg(A, buf));
+    ck_assert_status_ok(mc_te_mem_dereg(A, buf + 8192));
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_roundtrip_sizes)
+{
+    static const size_t sizes[] = {1, 4096, MiB + 7, 16 * MiB};
+    size_t cap     = 16 * MiB + 64;
+    uint8_t *tgt   = malloc(cap);
+    uint8_t *src   = malloc(cap);
+    uint8_t *back  = malloc(cap);
+    memset(tgt, 0, cap);
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "cpu:0", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    ck_assert_msg(seg != 0, "a remote segment should not get the self id");
+    ck_assert_uint_eq(te_open(A, B), seg);
+
+    for (size_t i = 0; i < MC_ARRAY_SIZE(sizes); i++) {
+        size_t n    = sizes[i];
+        size_t off  = (i * 13) % 64; /* unaligned addresses too */
+        uint64_t at = (uint64_t)(uintptr_t)(tgt + off);
+        fill(src, n, (uint32_t)i + 1);
+        memset(back, 0xee, n);
+        ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, at, n, seg));
+        ck_assert_msg(memcmp(tgt + off, src, n) == 0, "the target should hold the %zu written bytes",
+                      n);
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, back, at, n, seg));
+        ck_assert_msg(memcmp(back, src, n) == 0, "reading back %zu bytes should match", n);
+    }
+    /* zero-length requests are no-ops */
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, NULL, (uint64_t)(uintptr_t)tgt, 0, seg));
+    free(src);
+    free(back);
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+}
+END_TEST
+
+START_TEST(test_batch_one_peer)
+{
+    enum { N = 96 };
+    size_t chunk    = 9000; /* odd size: slices and requests do not line up */
+    size_t big      = 9 * MiB + 3; /* above the slice size: split across lanes */
+    size_t cap      = N * chunk + big;
+    uint8_t *tgt    = calloc(1, cap);
+    uint8_t *src    = malloc(cap);
+    uint8_t *back   = malloc(cap);
+    mc_te_request_t reqs[N + 1];
+    mc_status_t st[N + 1];
+
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "cpu:0", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    fill(src, cap, 77);
+    for (size_t i = 0; i <= N; i++) {
+        size_t off = i * chunk;
+        reqs[i]    = (mc_te_request_t){MC_TE_WRITE, src + off, (uint64_t)(uintptr_t)(tgt + off),
+                                       (i == N) ? big : chunk, seg};
+        st[i]      = MC_INTERNAL_ERROR;
+    }
+    ck_assert_status_ok(mc_te_transfer(A, reqs, N + 1, st));
+    for (size_t i = 0; i <= N; i++)
+        ck_assert_msg(st[i] == MC_OK, "request %zu should succeed", i);
+    ck_assert_msg(memcmp(tgt, src, cap) == 0, "the batch should land byte-exact");
+    memset(back, 0, cap);
+    for (size_t i = 0; i <= N; i++) {
+        reqs[i].op    = MC_TE_READ;
+        reqs[i].local = back + i * chunk;
+    }
+    ck_assert_status_ok(mc_te_transfer(A, reqs, N + 1, NULL));
+    ck_assert_msg(memcmp(back, src, cap) == 0, "the batch read should match");
+
+    /* one bad request fails alone; the others still run */
+    memset(back, 0, cap);
+    reqs[5].remote  = (uint64_t)(uintptr_t)(tgt + cap - 10);
+    reqs[5].length  = 100;
+    reqs[9].segment = 12345;
+    ck_assert_status_eq(mc_te_transfer(A, reqs, N + 1, st), MC_INVALID_READ);
+    ck_assert_status_eq(st[5], MC_INVALID_READ);
+    ck_assert_msg(strstr(mc_last_error_detail(), "refused") != NULL,
+                  "the detail should describe the first failing request: %s",
+                  mc_last_error_detail());
+    ck_assert_status_eq(st[9], MC_INVALID_PARAMS);
+    ck_assert_status_ok(st[6]);
+    ck_assert_msg(memcmp(back + 6 * chunk, src + 6 * chunk, chunk) == 0,
+                  "a good request next to a bad one should complete");
+    ck_assert_status_ok(mc_te_transfer(A, reqs, 0, NULL));
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+    free(src);
+    free(back);
+}
+END_TEST
+
+START_TEST(test_batch_two_peers)
+{
+    enum { N = 40 };
+    size_t chunk = 64 * 1024;
+    mc_te_h C    = te_new("127.0.0.1", NULL);
+    uint8_t *tb  = calloc(1, N * chunk);
+    uint8_t *tc  = calloc(1, N * chunk);
+    uint8_t *src = malloc(2 * N * chunk);
+    uint8_t *back = calloc(1, 2 * N * chunk);
+    mc_te_request_t reqs[2 * N];
+
+    ck_assert_status_ok(mc_te_mem_reg(B, tb, N * chunk, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(mc_te_mem_reg(C, tc, N * chunk, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t sb = te_open(A, B), sc = te_open(A, C);
+    ck_assert_msg(sb != sc, "two peers should get two ids");
+    fill(src, 2 * N * chunk, 5);
+    for (size_t i = 0; i < 2 * N; i++) {
+        int to_c   = (int)(i & 1);
+        uint8_t *t = (to_c ? tc : tb) + (i / 2) * chunk;
+        reqs[i]    = (mc_te_request_t){MC_TE_WRITE, src + i * chunk, (uint64_t)(uintptr_t)t, chunk,
+                                       to_c ? sc : sb};
+    }
+    ck_assert_status_ok(mc_te_transfer(A, reqs, 2 * N, NULL));
+    for (size_t i = 0; i < 2 * N; i++) {
+        uint8_t *t = ((i & 1) ? tc : tb) + (i / 2) * chunk;
+        ck_assert_msg(memcmp(t, src + i * chunk, chunk) == 0, "request %zu should land", i);
+        reqs[i].op    = MC_TE_READ;
+        reqs[i].local = back + i * chunk;
+    }
+    ck_assert_status_ok(mc_te_transfer(A, reqs, 2 * N, NULL));
+    ck_assert_msg(memcmp(back, src, 2 * N * chunk) == 0, "reads from two peers should match");
+    mc_te_destroy(C);
+    ck_assert_status_ok(mc_te_mem_dereg(B, tb));
+    free(tb);
+    free(tc);
+    free(src);
+    free(back);
+}
+END_TEST
+
+/* Guarded target: [guard | region | guard], guards never registered. */
+#define GUARD 4096u
+#define REG   65536u
+
+static void check_untouched(const uint8_t *mem, const uint8_t *snap, const char *what)
+{
+    ck_assert_msg(memcmp(mem, snap, GUARD + REG + GUARD) == 0,
+                  "%s: target memory should be untouched", what);
+}
+
+START_TEST(test_out_of_range_refused)
+{
+    uint8_t *mem  = malloc(GUARD + REG + GUARD);
+    uint8_t *snap = malloc(GUARD + REG + GUARD);
+    uint8_t *loc  = malloc(2 * REG);
+    uint8_t *reg  = mem + GUARD;
+    uint64_t base = (uint64_t)(uintptr_t)reg;
+    static int other_static_object;
+    struct {
+        const char *what;
+        uint64_t addr;
+        uint64_t len;
+    } bad[] = {
+        {"crossing the end", base + REG - 10, 20},
+        {"one past the end", base + REG, 1},
+        {"starting before", base - 1, 16},
+        {"covering it all and more", base - GUARD, REG + 2 * GUARD},
+        {"length UINT64_MAX", base, UINT64_MAX},
+        {"length wrapping from the middle", base + 100, UINT64_MAX - 50},
+        {"unregistered memory", (uint64_t)(uintptr_t)&other_static_object, 4},
+        {"address zero", 0, 8},
+    };
+
+    fill(mem, GUARD + REG + GUARD, 9);
+    memcpy(snap, mem, GUARD + REG + GUARD);
+    ck_assert_status_ok(mc_te_mem_reg(B, reg, REG, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    fill(loc, 2 * REG, 10);
+    for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
+        uint64_t len = bad[i].len;
+        mc_status_t w, r;
+        w = xfer1(A, MC_TE_WRITE, loc, bad[i].addr, len, seg);
+        ck_assert_msg(w == MC_INVALID_WRITE, "a write %s should be refused, got %s", bad[i].what,
+                      mc_status_name(w));
+        check_untouched(mem, snap, bad[i].what);
+        r = xfer1(A, MC_TE_READ, loc, bad[i].addr, len, seg);
+        ck_assert_msg(r == MC_INVALID_READ, "a read %s should be refused, got %s", bad[i].what,
+                      mc_status_name(r));
+        /* and the engine keeps serving */
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, loc, base + 8, 64, seg));
+        ck_assert_msg(memcmp(loc, reg + 8, 64) == 0, "a valid read after a refusal should work");
+    }
+    /* exactly the region works */
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, loc, base, REG, seg));
+    /* a petabyte request in a batch is refused, not cut into a billion slices */
+    mc_te_request_t two[2] = {{MC_TE_READ, loc, base, 1ull << 50, seg},
+                              {MC_TE_READ, loc, base + 64, 64, seg}};
+    mc_status_t st2[2];
+    ck_assert_status_eq(mc_te_transfer(A, two, 2, st2), MC_INVALID_READ);
+    ck_assert_status_eq(st2[0], MC_INVALID_READ);
+    ck_assert_status_ok(st2[1]);
+    ck_assert_status_eq(mc_te_transfer(A, two, 1, st2), MC_INVALID_READ);
+    ck_assert_status_ok(mc_te_mem_dereg(B, reg));
+    free(mem);
+    free(snap);
+    free(loc);
+}
+END_TEST
+
+/* ---- raw sockets against the target: only its own check stands ---------- */
+
+static int raw_connect(mc_te_h te)
+{
+    int fd = mc_tcp_connect("127.0.0.1", te_port(te), 2000);
+    ck_assert_msg(fd >= 0, "connecting to the data port should work");
+    mc_tcp_tune(fd, 5);
+    return fd;
+}
+
+static void raw_send_req(int fd, uint8_t opcode, uint64_t addr, uint64_t len)
+{
+    uint8_t h[MC_TE_REQ_HDR_SIZE];
+    mc_te_req_encode(h, opcode, addr, len);
+    ck_assert_int_eq(mc_write_full(fd, h, sizeof(h)), 0);
+}
+
+static mc_te_resp_hdr_t raw_recv_resp(int fd)
+{
+    uint8_t b[MC_TE_RESP_HDR_SIZE];
+    mc_te_resp_hdr_t r;
+    ck_assert_msg(mc_read_full(fd, b, sizeof(b)) == 0, "the target should answer");
+    ck_assert_msg(mc_te_resp_decode(b, &r) == 0, "the answer should be well-formed");
+    return r;
+}
+
+/* True when the peer closed fd within timeout_ms (bounded poll). */
+static int raw_closed_within(int fd, int timeout_ms)
+{
+    uint64_t deadline = mc_now_ms() + (uint64_t)timeout_ms;
+    uint8_t junk[256];
+    for (;;) {
+        uint64_t now = mc_now_ms();
+        struct pollfd p = {fd, POLLIN, 0};
+        if (now >= deadline)
+            return 0;
+        if (poll(&p, 1, (int)(deadline - now)) <= 0)
+            continue;
+        ssize_t n = recv(fd, junk, sizeof(junk), MSG_DONTWAIT);
+        if ((n == 0) || ((n < 0) && (errno == ECONNRESET)))
+            return 1;
+    }
+}
+
+START_TEST(test_raw_range_checks_on_target)
+{
+    uint8_t *mem  = malloc(GUARD + REG + GUARD);
+    uint8_t *snap = malloc(GUARD + REG + GUARD);
+    uint8_t *reg  = mem + GUARD;
+    uint64_t base = (uint64_t)(uintptr_t)reg;
+    uint8_t payload[64];
+    uint8_t back[64];
+    mc_te_resp_hdr_t r;
+    int fd;
+
+    fill(mem, GUARD + REG + GUARD, 3);
+    memcpy(snap, mem, GUARD + REG + GUARD);
+    ck_assert_status_ok(mc_te_mem_reg(B, reg, REG, "", MC_TE_MEM_REMOTE_ACCESS));
+
+    /* a refused READ is answered; the connection carries on */
+    fd = raw_connect(B);
+    raw_send_req(fd, MC_TE_OPC_READ, base + REG - 8, 16);
+    r = raw_recv_resp(fd);
+    ck_assert_int_eq(r.status, MC_INVALID_READ);
+    ck_assert_uint_eq(r.length, 0);
+    raw_send_req(fd, MC_TE_OPC_READ, base, UINT64_MAX);
+    ck_assert_int_eq(raw_recv_resp(fd).status, MC_INVALID_READ);
+    raw_send_req(fd, MC_TE_OPC_READ, UINT64_MAX - 4, 8);
+    ck_assert_int_eq(raw_recv_resp(fd).status, MC_INVALID_READ);
+    raw_send_req(fd, MC_TE_OPC_READ, base + 16, sizeof(back));
+    r = raw_recv_resp(fd);
+    ck_assert_int_eq(r.status, MC_OK);
+    ck_assert_uint_eq(r.length, sizeof(back));
+    ck_assert_int_eq(mc_read_full(fd, back, sizeof(back)), 0);
+    ck_assert_msg(memcmp(back, reg + 16, sizeof(back)) == 0, "a valid raw read should match");
+
+    /* a refused WRITE is answered, its payload never read, the connection closed */
+    memset(payload, 0xab, sizeof(payload));
+    raw_send_req(fd, MC_TE_OPC_WRITE, base - 32, sizeof(payload));
+    (void)mc_write_full(fd, payload, sizeof(payload));
+    r = raw_recv_resp(fd);
+    ck_assert_int_eq(r.status, MC_INVALID_WRITE);
+    ck_assert_msg(raw_closed_within(fd, 5000), "the target should close after a refused write");
+    close(fd);
+    check_untouched(mem, snap, "raw write before the region");
+
+    fd = raw_connect(B);
+    raw_send_req(fd, MC_TE_OPC_WRITE, base + REG - 8, UINT64_MAX);
+    (void)mc_write_full(fd, payload, sizeof(payload));
+    ck_assert_int_eq(raw_recv_resp(fd).status, MC_INVALID_WRITE);
+    ck_assert(raw_closed_within(fd, 5000));
+    close(fd);
+    check_untouched(mem, snap, "raw write of UINT64_MAX bytes");
+
+    /* and a good raw write lands */
+    fd = raw_connect(B);
+    raw_send_req(fd, MC_TE_OPC_WRITE, base + 100, sizeof(payload));
+    ck_assert_int_eq(mc_write_full(fd, payload, sizeof(payload)), 0);
+    ck_assert_int_eq(raw_recv_resp(fd).status, MC_OK);
+    ck_assert_msg(memcmp(reg + 100, payload, sizeof(payload)) == 0, "a raw write should land");
+    close(fd);
+    ck_assert_status_ok(mc_te_mem_dereg(B, reg));
+    free(mem);
+    free(snap);
+}
+END_TEST
+
+START_TEST(test_garbage_headers_disconnect)
+{
+    uint8_t *tgt = calloc(1, 4096);
+    uint8_t src[256], back[256];
+    static const struct {
+        const char *what;
+        int byte;     /* offset to corrupt, -1: all garbage */
+        uint8_t value;
+    } bad[] = {
+        {"garbage", -1, 0}, {"bad magic", 0, 'X'}, {"bad version", 4, 9},
+        {"bad opcode", 5, 77}, {"flags set", 6, 1}, {"reserved set", 27, 1},
+    };
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    fill(src, sizeof(src), 1);
+    for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
+        uint8_t h[MC_TE_REQ_HDR_SIZE];
+        int fd = raw_connect(B);
+        mc_te_req_encode(h, MC_TE_OPC_READ, (uint64_t)(uintptr_t)tgt, 16);
+        if (bad[i].byte < 0)
+            fill(h, sizeof(h), 99);
+        else
+            h[bad[i].byte] = bad[i].value;
+        ck_assert_int_eq(mc_write_full(fd, h, sizeof(h)), 0);
+        /* meanwhile another client is served normally */
+        ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt + i, 200, seg));
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt + i, 200, seg));
+        ck_assert_msg(memcmp(back, src, 200) == 0, "the other client should keep working");
+        ck_assert_msg(raw_closed_within(fd, 5000), "a %s header should close the connection",
+                      bad[i].what);
+        close(fd);
+    }
+    /* a truncated header followed by a close is harmless too */
+    int fd = raw_connect(B);
+    ck_assert_int_eq(mc_write_full(fd, "MCTE", 4), 0);
+    close(fd);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 16, seg));
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+}
+END_TEST
+
+START_TEST(test_dereg_then_access_refused)
+{
+    uint8_t *tgt = calloc(1, 8192);
+    uint8_t *loc = malloc(8192);
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    fill(loc, 8192, 4);
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 8192, seg));
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    memset(tgt, 0, 8192);
+    ck_assert_status_eq(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 100, seg),
+                        MC_INVALID_WRITE);
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)tgt, 100, seg),
+                        MC_INVALID_READ);
+    for (size_t i = 0; i < 8192; i++)
+        ck_assert_msg(tgt[i] == 0, "deregistered memory should not be written");
+    /* the target refuses too, whatever the initiator believes */
+    int fd = raw_connect(B);
+    raw_send_req(fd, MC_TE_OPC_READ, (uint64_t)(uintptr_t)tgt, 16);
+    ck_assert_int_eq(raw_recv_resp(fd).status, MC_INVALID_READ);
+    close(fd);
+    /* registering again makes it reachable again (the descriptor is refreshed) */
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 8192, seg));
+    ck_assert(memcmp(tgt, loc, 8192) == 0);
+    /* local-only registration is not served */
+    uint8_t *priv = calloc(1, 4096);
+    ck_assert_status_ok(mc_te_mem_reg(B, priv, 4096, "", 0));
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)priv, 16, seg),
+                        MC_INVALID_READ);
+    fd = raw_connect(B);
+    raw_send_req(fd, MC_TE_OPC_READ, (uint64_t)(uintptr_t)priv, 16);
+    ck_assert_int_eq(raw_recv_resp(fd).status, MC_INVALID_READ);
+    close(fd);
+    ck_assert_status_ok(mc_te_mem_dereg(B, priv));
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(priv);
+    free(tgt);
+    free(loc);
+}
+END_TEST
+
+START_TEST(test_stale_descriptor_refused_in_pipeline)
+{
+    enum { N = 12 };
+    uint8_t *r1 = calloc(1, 65536), *r2 = calloc(1, 65536);
+    uint8_t *src = malloc(N * 1000), *back = calloc(1, N * 1000);
+    mc_te_request_t reqs[N];
+    mc_status_t st[N];
+
+    ck_assert_status_ok(mc_te_mem_reg(B, r1, 65536, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(mc_te_mem_reg(B, r2, 65536, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    /* B withdraws r1 without telling A (P2P has no push): A's cached
+     * descriptor still lists it, so only the target's check can refuse */
+    ck_assert_status_ok(mc_te_mem_dereg(B, r1));
+    fill(src, N * 1000, 21);
+    for (size_t i = 0; i < N; i++) {
+        uint8_t *t = ((i == 3) || (i == 7)) ? r1 : r2;
+        reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + i * 1000,
+                                    (uint64_t)(uintptr_t)(t + i * 1000), 1000, seg};
+    }
+    ck_assert_status_eq(mc_te_transfer(A, reqs, N, st), MC_INVALID_WRITE);
+    for (size_t i = 0; i < N; i++) {
+        if ((i == 3) || (i == 7)) {
+            ck_assert_msg(st[i] == MC_INVALID_WRITE, "write %zu into withdrawn memory should be "
+                          "refused by the target, got %s", i, mc_status_name(st[i]));
+        } else {
+            ck_assert_msg(st[i] == MC_OK, "write %zu should succeed (after a refusal closed the "
+                          "connection, the rest of the run is resent), got %s", i,
+                          mc_status_name(st[i]));
+            ck_assert(memcmp(r2 + i * 1000, src + i * 1000, 1000) == 0);
+        }
+    }
+    for (size_t i = 0; i < 65536; i++)
+        ck_assert_msg(r1[i] == 0, "withdrawn memory should be untouched");
+    for (size_t i = 0; i < N; i++) {
+        reqs[i].op    = MC_TE_READ;
+        reqs[i].local = back + i * 1000;
+    }
+    ck_assert_status_eq(mc_te_transfer(A, reqs, N, st), MC_INVALID_READ);
+    for (size_t i = 0; i < N; i++) {
+        if ((i == 3) || (i == 7))
+            ck_assert_status_eq(st[i], MC_INVALID_READ);
+        else
+            ck_assert_msg((st[i] == MC_OK) && (memcmp(back + i * 1000, src + i * 1000, 1000) == 0),
+                          "read %zu should succeed", i);
+    }
+    ck_assert_status_ok(mc_te_mem_dereg(B, r2));
+    free(r1);
+    free(r2);
+    free(src);
+    free(back);
+}
+END_TEST
+
+typedef struct dereg_arg {
+    mc_te_h te;
+    void *addr;
+    int done; /* atomic */
+} dereg_arg_t;
+
+static void *dereg_thread(void *p)
+{
+    dereg_arg_t *a = p;
+    mc_status_t st = mc_te_mem_dereg(a->te, a->addr);
+    __atomic_store_n(&a->done, st == MC_OK ? 1 : -1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+START_TEST(test_dereg_waits_for_inflight)
+{
+    /* Half the payload is far more than loopback socket buffers hold (a few
+     * MiB each way), so once it is sent the target is inside the write. */
+    size_t n      = 64 * MiB;
+    uint8_t *tgt  = calloc(1, n);
+    uint8_t *data = malloc(n);
+    dereg_arg_t a = {B, tgt, 0};
+    pthread_t th;
+    int fd;
+
+    fill(data, n, 8);
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, n, "", MC_TE_MEM_REMOTE_ACCESS));
+    fd = raw_connect(B);
+    raw_send_req(fd, MC_TE_OPC_WRITE, (uint64_t)(uintptr_t)tgt, n);
+    ck_assert_int_eq(mc_write_full(fd, data, n / 2), 0);
+    /* the target is now inside the write, holding the region */
+    ck_assert_int_eq(pthread_create(&th, NULL, dereg_thread, &a), 0);
+    (void)poll(NULL, 0, 200);
+    ck_assert_msg(__atomic_load_n(&a.done, __ATOMIC_ACQUIRE) == 0,
+                  "dereg should wait while a served write uses the region");
+    ck_assert_int_eq(mc_write_full(fd, data + n / 2, n - n / 2), 0);
+    ck_assert_int_eq(raw_recv_resp(fd).status, MC_OK);
+    pthread_join(th, NULL);
+    ck_assert_msg(a.done == 1, "dereg should succeed once the write finished");
+    ck_assert_msg(memcmp(tgt, data, n) == 0, "the in-flight write should have completed");
+    close(fd);
+    free(tgt);
+    free(data);
+}
+END_TEST
+
+START_TEST(test_self_target_memcpy)
+{
+    uint8_t *mine = calloc(1, 8192);
+    uint8_t *loc  = malloc(8192);
+    mc_te_segment_id_t self = 99;
+    ck_assert_status_ok(mc_te_segment_open(A, mc_te_local_name(A), &self));
+    ck_assert_uint_eq(self, 0);
+    ck_assert_status_ok(mc_te_mem_reg(A, mine, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
+    fill(loc, 8192, 6);
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)mine, 8192, self));
+    ck_assert(memcmp(mine, loc, 8192) == 0);
+    memset(loc, 0, 8192);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, loc + 1, (uint64_t)(uintptr_t)mine + 1, 100, self));
+    ck_assert(memcmp(loc + 1, mine + 1, 100) == 0);
+    ck_assert_status_eq(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)mine + 8000, 193, self),
+                        MC_INVALID_WRITE);
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)loc, 10, self),
+                        MC_INVALID_READ);
+    ck_assert_status_ok(mc_te_mem_dereg(A, mine));
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)mine, 10, self),
+                        MC_INVALID_READ);
+    free(mine);
+    free(loc);
+}
+END_TEST
+
+START_TEST(test_segment_open_errors)
+{
+    mc_te_segment_id_t id = 7;
+    uint8_t buf[16];
+    ck_assert_status_eq(mc_te_segment_open(A, "no-port-here", &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_segment_open(A, "", &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_segment_open(A, NULL, &id), MC_INVALID_PARAMS);
+    /* a port nobody listens on: take one from an engine that is gone */
+    mc_te_h gone = te_new("127.0.0.1", NULL);
+    char name[64];
+    snprintf(name, sizeof(name), "%s", mc_te_local_name(gone));
+    mc_te_destroy(gone);
+    uint64_t t0 = mc_now_ms();
+    ck_assert_status_eq(mc_te_segment_open(A, name, &id), MC_TRANSFER_FAIL);
+    ck_assert_msg(strstr(mc_last_error_detail(), "refused") != NULL,
+                  "the detail should say the connection was refused: %s", mc_last_error_detail());
+    ck_assert_msg(mc_now_ms() - t0 < 4000, "a refused connect should fail within the timeout");
+    ck_assert_uint_eq(id, 7);
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, buf, 0, 16, 4242), MC_INVALID_PARAMS);
+    mc_te_request_t r = {(mc_te_op_t)7, buf, 0, 16, 0};
+    ck_assert_status_eq(mc_te_transfer(A, &r, 1, NULL), MC_INVALID_PARAMS);
+    r = (mc_te_request_t){MC_TE_READ, NULL, 0, 16, 0};
+    ck_assert_status_eq(mc_te_transfer(A, &r, 1, NULL), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_transfer(NULL, &r, 1, NULL), MC_INVALID_PARAMS);
+}
+END_TEST
+
+typedef struct worker_arg {
+    mc_te_h te;
+    mc_te_h target;
+    uint8_t *tgt;
+    size_t off, len;
+    int ok;
+} worker_arg_t;
+
+static void *hammer(void *p)
+{
+    worker_arg_t *w = p;
+    uint8_t *src = malloc(w->len), *back = malloc(w->len);
+    mc_te_segment_id_t seg;
+    w->ok = 0;
+    if (mc_te_segment_open(w->te, mc_te_local_name(w->target), &seg) != MC_OK)
+        goto out;
+    for (int round = 0; round < 20; round++) {
+        fill(src, w->len, (uint32_t)(w->off + round));
+        mc_te_request_t r[2] = {
+            {MC_TE_WRITE, src, (uint64_t)(uintptr_t)(w->tgt + w->off), w->len / 2, seg},
+            {MC_TE_WRITE, src + w->len / 2, (uint64_t)(uintptr_t)(w->tgt + w->off + w->len / 2),
+             w->len - w->len / 2, seg}};
+        if (mc_te_transfer(w->te, r, 2, NULL) != MC_OK)
+            goto out;
+        mc_te_request_t rd = {MC_TE_READ, back, (uint64_t)(uintptr_t)(w->tgt + w->off), w->len, seg};
+        if ((mc_te_transfer(w->te, &rd, 1, NULL) != MC_OK) || (memcmp(back, src, w->len) != 0))
+            goto out;
+    }
+    w->ok = 1;
+out:
+    free(src);
+    free(back);
+    return NULL;
+}
+
+START_TEST(test_concurrent_callers)
+{
+    enum { T = 6 };
+    size_t each  = 300 * 1024 + 11;
+    uint8_t *tgt = calloc(T, each);
+    pthread_t th[T];
+    worker_arg_t w[T];
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, T * each, "", MC_TE_MEM_REMOTE_ACCESS));
+    for (int i = 0; i < T; i++) {
+        w[i] = (worker_arg_t){A, B, tgt, (size_t)i * each, each, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, hammer, &w[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(w[i].ok, "caller thread %d should see all its transfers succeed", i);
+    }
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+}
+END_TEST
+
+START_TEST(test_peer_restart_behind_pooled_connection)
+{
+    uint8_t *t1 = calloc(1, 4096), *t2 = calloc(1, 4096);
+    uint8_t src[512], back[512];
+    char name[64];
+    mc_te_params_t p;
+    mc_te_h B2 = NULL;
+
+    ck_assert_status_ok(mc_te_mem_reg(B, t1, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    fill(src, sizeof(src), 12);
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t1, sizeof(src), seg));
+    /* B goes away and comes back on the same port with other memory */
+    snprintf(name, sizeof(name), "%s", mc_te_local_name(B));
+    mc_te_destroy(B);
+    B = NULL;
+    memset(&p, 0, sizeof(p));
+    p.field_mask     = MC_TE_PARAM_LOCAL_HOSTNAME;
+    p.local_hostname = name;
+    ck_assert_status_ok(mc_te_create(&p, &B2));
+    B = B2;
+    ck_assert_status_ok(mc_te_mem_reg(B, t2, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
+    /* the pooled connection is dead; the request is retried on a new one,
+     * and the stale descriptor is refreshed on the miss */
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t2, sizeof(src), seg));
+    ck_assert(memcmp(t2, src, sizeof(src)) == 0);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)t2, sizeof(back), seg));
+    ck_assert(memcmp(back, src, sizeof(src)) == 0);
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)t1, 16, seg),
+                        MC_INVALID_READ);
+    ck_assert_status_ok(mc_te_mem_dereg(B, t2));
+    free(t1);
+    free(t2);
+}
+END_TEST
+
+/* ---- descriptor and frame codecs ---------------------------------------- */
+
+START_TEST(test_descriptor_codec)
+{
+    mc_te_desc_t d, back;
+    mc_te_buf_desc_t bufs[2] = {{0x7f0000001000ull, 4096, "cpu:0"}, {0x1000, 16, "cpu:1"}};
+    char *json = NULL;
+    size_t len = 0;
+
+    mc_te_desc_init(&d);
+    d.name = "h:1";
+    snprintf(d.protocol, sizeof(d.protocol), "tcp");
+    d.tcp_data_port = 12345;
+    d.nbuffers      = 2;
+    d.buffers       = bufs;
+    ck_assert_status_ok(mc_te_desc_encode(&d, &json, &len));
+    ck_assert_msg(strstr(json, "\"tcp_data_port\":12345") != NULL, "port in %s", json);
+    ck_assert_msg(strstr(json, "\"timestamp\"") != NULL, "timestamp in %s", json);
+    ck_assert_status_ok(mc_te_desc_decode(json, len, &back));
+    free(json);
+    ck_assert_str_eq(back.name, "h:1");
+    ck_assert_uint_eq(back.nbuffers, 2);
+    ck_assert_uint_eq(back.buffers[0].addr, 0x1000); /* sorted */
+    ck_assert_str_eq(back.buffers[1].name, "cpu:0");
+    ck_assert(mc_te_desc_contains(&back, 0x7f0000001000ull, 4096));
+    ck_assert(mc_te_desc_contains(&back, 0x1008, 8));
+    ck_assert(!mc_te_desc_contains(&back, 0x1008, 9));
+    ck_assert(!mc_te_desc_contains(&back, 0xfff, 2));
+    ck_assert(!mc_te_desc_contains(&back, 0x1000, UINT64_MAX));
+    ck_assert(!mc_te_desc_contains(&back, UINT64_MAX, 1));
+    mc_te_desc_cleanup(&back);
+
+    static const char *const bad[] = {
+        "", "[]", "{", "{\"name\":\"a:1\"}",
+        "{\"name\":1,\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[]}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":0,\"buffers\":[]}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":70000,\"buffers\":[]}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":{}}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[{\"addr\":-1,\"length\":4}]}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[{\"addr\":1,\"length\":0}]}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[{\"addr\":\"1\",\"length\":4}]}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[{\"addr\":18446744073709551615,\"length\":4}]}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[{\"addr\":100,\"length\":50},{\"addr\":120,\"length\":4}]}",
+        "{\"name\":\"a:1\",\"name\":\"b:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[]}",
+    };
+    for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
+        mc_te_desc_t x;
+        mc_te_desc_init(&x);
+        ck_assert_msg(mc_te_desc_decode(bad[i], strlen(bad[i]), &x) != MC_OK,
+                      "descriptor %zu (%s) should be refused", i, bad[i]);
+        ck_assert_msg(x.name == NULL && x.buffers == NULL, "a refused decode writes nothing");
+    }
+    /* upstream extras are ignored */
+    const char *up = "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":9,"
+                     "\"tcp_proto_version\":2,\"timestamp\":\"x\",\"buffers\":"
+                     "[{\"name\":\"cpu:0\",\"addr\":4096,\"length\":4096}]}";
+    ck_assert_status_ok(mc_te_desc_decode(up, strlen(up), &back));
+    ck_assert_uint_eq(back.tcp_data_port, 9);
+    mc_te_desc_cleanup(&back);
+}
+END_TEST
+
+START_TEST(test_frame_codec)
+{
+    uint8_t h[MC_TE_REQ_HDR_SIZE], r[MC_TE_RESP_HDR_SIZE];
+    mc_te_req_hdr_t q;
+    mc_te_resp_hdr_t s;
+    mc_te_req_encode(h, MC_TE_OPC_WRITE, 0x0102030405060708ull, 0x1122334455667788ull);
+    ck_assert(memcmp(h, "MCTE", 4) == 0);
+    ck_assert_uint_eq(h[8], 0x08); /* little endian */
+    ck_assert_uint_eq(h[16], 0x88);
+    ck_assert_int_eq(mc_te_req_decode(h, &q), 0);
+    ck_assert_uint_eq(q.opcode, MC_TE_OPC_WRITE);
+    ck_assert_uint_eq(q.addr, 0x0102030405060708ull);
+    ck_assert_uint_eq(q.length, 0x1122334455667788ull);
+    mc_te_resp_encode(r, MC_INVALID_WRITE, 0);
+    ck_assert(memcmp(r, "MCTR", 4) == 0);
+    ck_assert_int_eq(mc_te_resp_decode(r, &s), 0);
+    ck_assert_int_eq(s.status, MC_INVALID_WRITE);
+    mc_te_resp_encode(r, 5, 0); /* positive statuses do not exist */
+    ck_assert_int_eq(mc_te_resp_decode(r, &s), -1);
+}
+END_TEST
+
+/* ---- HTTP metadata mode against a tiny in-test KV server ---------------- */
+
+typedef struct kv_server {
+    int fd;
+    uint16_t port;
+    pthread_t th;
+    int stop; /* atomic */
+    pthread_mutex_t mu;
+    char *keys[16];
+    char *vals[16];
+    int puts, deletes;
+} kv_server_t;
+
+static char *kv_find(kv_server_t *s, const char *k, int *slot)
+{
+    for (int i = 0; i < 16; i++)
+        if (s->keys[i] && strcmp(s->keys[i], k) == 0) {
+            *slot = i;
+            return s->vals[i];
+        }
+    *slot = -1;
+    return NULL;
+}
+
+static void url_decode(char *s)
+{
+    char *o = s;
+    for (; *s; s++) {
+        if ((s[0] == '%') && s[1] && s[2]) {
+            char hex[3] = {s[1], s[2], 0};
+            *o++ = (char)strtol(hex, NULL, 16);
+            s += 2;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = '\0';
+}
+
+/* One request per connection (curl is told nothing; we answer with
+ * Connection: close).  Just enough HTTP for GET/PUT/DELETE ?key=. */
+static void kv_handle(kv_server_t *s, int c)
+{
+    char req[65536];
+    size_t got = 0;
+    char *body, *p;
+    long clen = 0;
+    char resp[70000];
+    int slot;
+
+    mc_tcp_tune(c, 5);
+    for (;;) {
+        ssize_t n = recv(c, req + got, sizeof(req) - 1 - got, 0);
+        if (n <= 0)
+            return;
+        got += (size_t)n;
+        req[got] = '\0';
+        body     = strstr(req, "\r\n\r\n");
+        if (body == NULL)
+            continue;
+        p = strcasestr(req, "Content-Length:");
+        clen = p ? strtol(p + 15, NULL, 10) : 0;
+        if (strcasestr(req, "Expect: 100-continue") && (got == (size_t)(body + 4 - req)))
+            (void)mc_write_full(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        if ((size_t)(body + 4 - req) + (size_t)clen <= got)
+            break;
+    }
+    body += 4;
+    body[clen] = '\0';
+    char method[8] = {0}, key[1024] = {0};
+    sscanf(req, "%7s", method);
+    p = strstr(req, "key=");
+    if (p != NULL)
+        sscanf(p + 4, "%1023[^ &]", key);
+    url_decode(key);
+    pthread_mutex_lock(&s->mu);
+    char *v = kv_find(s, key, &slot);
+    const char *status = "200 OK", *out = "";
+    if (strcmp(method, "GET") == 0) {
+        if (v == NULL)
+            status = "404 Not Found";
+        else
+            out = v;
+    } else if (strcmp(method, "PUT") == 0) {
+        if (slot < 0)
+            for (slot = 0; slot < 16 && s->keys[slot]; slot++)
+                ;
+        if (slot < 16) {
+            free(s->keys[slot]);
+            free(s->vals[slot]);
+            s->keys[slot] = strdup(key);
+            s->vals[slot] = strdup(body);
+            s->puts++;
+        }
+    } else if (strcmp(method, "DELETE") == 0) {
+        if (slot >= 0) {
+            free(s->keys[slot]);
+            free(s->vals[slot]);
+            s->keys[slot] = s->vals[slot] = NULL;
+            s->deletes++;
+        } else {
+            status = "404 Not Found";
+        }
+    }
+    int n = snprintf(resp, sizeof(resp),
+                     "HTTP/1.1 %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s", status,
+                     strlen(out), out);
+    pthread_mutex_unlock(&s->mu);
+    (void)mc_write_full(c, resp, (size_t)n);
+}
+
+static void *kv_main(void *arg)
+{
+    kv_server_t *s = arg;
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        struct pollfd p = {s->fd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int c = accept(s->fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        kv_handle(s, c);
+        close(c);
+    }
+    return NULL;
+}
+
+static void kv_start(kv_server_t *s)
+{
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    memset(s, 0, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
+    s->fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(s->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(s->fd, 16), 0);
+    getsockname(s->fd, (struct sockaddr *)&a, &alen);
+    s->port = ntohs(a.sin_port);
+    ck_assert_int_eq(pthread_create(&s->th, NULL, kv_main, s), 0);
+}
+
+static void kv_stop(kv_server_t *s)
+{
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(s->th, NULL);
+    close(s->fd);
+    for (int i = 0; i < 16; i++) {
+        free(s->keys[i]);
+        free(s->vals[i]);
+    }
+    pthread_mutex_destroy(&s->mu);
+}
+
+START_TEST(test_http_metadata_mode)
+{
+    kv_server_t kv;
+    char url[128], key[256];
+    int slot;
+    kv_start(&kv);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/metadata", (unsigned)kv.port);
+    mc_te_h H1 = te_new("127.0.0.1", url);
+    mc_te_h H2 = te_new("127.0.0.1", url);
+    uint8_t *tgt = calloc(1, 65536), src[1000], back[1000];
+
+    snprintf(key, sizeof(key), "mooncake/rpc_meta/%s", mc_te_local_name(H2));
+    pthread_mutex_lock(&kv.mu);
+    char *rpc = kv_find(&kv, key, &slot);
+    ck_assert_msg(rpc && strstr(rpc, "\"ip_or_host_name\":\"127.0.0.1\""),
+                  "rpc_meta should be published: %s", rpc ? rpc : "(none)");
+    pthread_mutex_unlock(&kv.mu);
+
+    ck_assert_status_ok(mc_te_mem_reg(H2, tgt, 65536, "cpu:0", MC_TE_MEM_REMOTE_ACCESS));
+    snprintf(key, sizeof(key), "mooncake/ram/%s", mc_te_local_name(H2));
+    pthread_mutex_lock(&kv.mu);
+    char *ram = kv_find(&kv, key, &slot);
+    ck_assert_msg(ram && strstr(ram, "\"length\":65536"), "the descriptor should list the region: %s",
+                  ram ? ram : "(none)");
+    pthread_mutex_unlock(&kv.mu);
+
+    mc_te_segment_id_t seg = 0;
+    ck_assert_status_ok(mc_te_segment_open(H1, mc_te_local_name(H2), &seg));
+    fill(src, sizeof(src), 31);
+    ck_assert_status_ok(xfer1(H1, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt + 5, sizeof(src), seg));
+    ck_assert_status_ok(xfer1(H1, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt + 5, sizeof(back), seg));
+    ck_assert(memcmp(back, src, sizeof(src)) == 0);
+    ck_assert_status_eq(mc_te_segment_open(H1, "127.0.0.1:1", &seg), MC_SEGMENT_NOT_FOUND);
+
+    ck_assert_status_ok(mc_te_mem_dereg(H2, tgt));
+    pthread_mutex_lock(&kv.mu);
+    ram = kv_find(&kv, key, &slot);
+    ck_assert_msg(ram && strstr(ram, "\"buffers\":[]"), "dereg should republish: %s",
+                  ram ? ram : "(none)");
+    pthread_mutex_unlock(&kv.mu);
+    mc_te_destroy(H2);
+    pthread_mutex_lock(&kv.mu);
+    ck_assert_msg(kv_find(&kv, key, &slot) == NULL, "destroy should delete the ram key");
+    pthread_mutex_unlock(&kv.mu);
+    mc_te_destroy(H1);
+    kv_stop(&kv);
+
+    /* a dead metadata server fails creation cleanly */
+    mc_te_params_t p = {.field_mask = MC_TE_PARAM_METADATA_SERVER | MC_TE_PARAM_LOCAL_HOSTNAME,
+                        .local_hostname = "127.0.0.1", .metadata_server = url};
+    mc_te_h dead = NULL;
+    ck_assert_status_eq(mc_te_create(&p, &dead), MC_RPC_FAIL);
+    ck_assert_msg(dead == NULL, "a failed create should not write the handle");
+    free(tgt);
+}
+END_TEST
+
+Suite *mc_test_transfer_suite(void)
+{
+    Suite *s = suite_create("transfer");
+    TCase *codec = tcase_create("codec");
+    TCase *two   = tcase_create("engines");
+    TCase *http  = tcase_create("http");
+
+    tcase_add_test(codec, test_frame_codec);
+    tcase_add_test(codec, test_descriptor_codec);
+    tcase_add_test(codec, test_protocols_and_metadata_refused);
+    suite_add_tcase(s, codec);
+
+    tcase_add_checked_fixture(two, setup_two, teardown_two);
+    tcase_set_timeout(two, 60);
+    tcase_add_test(two, test_create_names_and_ports);
+    tcase_add_test(two, test_mem_reg_rules);
+    tcase_add_test(two, test_roundtrip_sizes);
+    tcase_add_test(two, test_batch_one_peer);
+    tcase_add_test(two, test_batch_two_peers);
+    tcase_add_test(two, test_out_of_range_refused);
+    tcase_add_test(two, test_raw_range_checks_on_target);
+    tcase_add_test(two, test_garbage_headers_disconnect);
+    tcase_add_test(two, test_dereg_then_access_refused);
+    tcase_add_test(two, test_stale_descriptor_refused_in_pipeline);
+    tcase_add_test(two, test_dereg_waits_for_inflight);
+    tcase_add_test(two, test_self_target_memcpy);
+    tcase_add_test(two, test_segment_open_errors);
+    tcase_add_test(two, test_concurrent_callers);
+    tcase_add_test(two, test_peer_restart_behind_pooled_connection);
+    suite_add_tcase(s, two);
+
+    tcase_set_timeout(http, 30);
+    tcase_add_test(http, test_http_metadata_mode);
+    suite_add_tcase(s, http);
+    return s;
+}

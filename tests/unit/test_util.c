@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Strict parsers and identifiers from common/util.h.  Each parser is fed
+ * the accepted spellings (with their exact values) and the near misses a
+ * configuration file is likely to contain, which must all be refused.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_suites.h"
+#include "common/util.h"
+
+static const struct {
+    const char *s;
+    uint64_t v;
+} sizes_ok[] = {
+    {"0", 0},
+    {"1", 1},
+    {"16777216", 16777216},
+    {"16MB", 16ull << 20},
+    {"16 MB", 16ull << 20},
+    {"16mb", 16ull << 20},
+    {"16MiB", 16ull << 20},
+    {"16M", 16ull << 20},
+    {"1.5GiB", 3ull << 29},
+    {"1.5 gb", 3ull << 29},
+    {"4gb", 4ull << 30},
+    {"4GB", 4ull << 30},
+    {"512k", 512ull << 10},
+    {"512KB", 512ull << 10},
+    {"2TB", 2ull << 40},
+    {"100b", 100},
+    {" 8 GB ", 8ull << 30},
+    {"18446744073709551615", UINT64_MAX},
+    {"16777215TB", 16777215ull << 40},
+};
+
+static const char *const sizes_bad[] = {
+    "", " ", "50%", "-1", "-1MB", "+1", "MB", "abc", "16 MB x", "16XB", "16mbb",
+    "1e3", "0x10", "18446744073709551616", "16777216TB", "17179869184GB", "1.5.5GB",
+    "16 M B", "99999999999999999999999", "1.0e30GB", ".5GB", "16MB\n5",
+};
+
+START_TEST(test_parse_size)
+{
+    for (size_t i = 0; i < sizeof(sizes_ok) / sizeof(sizes_ok[0]); i++) {
+        uint64_t v = 12345;
+        ck_assert_msg(mc_parse_size(sizes_ok[i].s, &v) == 0, "\"%s\" should parse as a size",
+                      sizes_ok[i].s);
+        ck_assert_msg(v == sizes_ok[i].v, "\"%s\" should be %llu bytes, not %llu", sizes_ok[i].s,
+                      (unsigned long long)sizes_ok[i].v, (unsigned long long)v);
+    }
+    for (size_t i = 0; i < sizeof(sizes_bad) / sizeof(sizes_bad[0]); i++) {
+        uint64_t v = 12345;
+        ck_assert_msg(mc_parse_size(sizes_bad[i], &v) != 0, "\"%s\" should not parse as a size",
+                      sizes_bad[i]);
+        ck_assert_msg(v == 12345, "a refused size should leave the output alone");
+    }
+    uint64_t v;
+    ck_assert_msg(mc_parse_size(NULL, &v) != 0, "NULL should not parse");
+}
+END_TEST
+
+START_TEST(test_parse_duration)
+{
+    static const struct {
+        const char *s;
+        uint64_t ms;
+    } ok[] = {{"0", 0},       {"500", 500},      {"500ms", 500},   {"10s", 10000},
+              {"2m", 120000}, {"1h", 3600000},  {"30000", 30000}, {"0s", 0}};
+    static const char *const bad[] = {"", "ms", "-1", "10x", "10 s", "1.5s", "s10", "10sec",
+                                      "18446744073709551615h", "99999999999999999999",
+                                      "+5", " 5"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint64_t v = 777;
+        ck_assert_msg(mc_parse_duration_ms(ok[i].s, &v) == 0, "\"%s\" should parse", ok[i].s);
+        ck_assert_msg(v == ok[i].ms, "\"%s\" should be %llu ms, not %llu", ok[i].s,
+                      (unsigned long long)ok[i].ms, (unsigned long long)v);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint64_t v = 777;
+        ck_assert_msg(mc_parse_duration_ms(bad[i], &v) != 0, "\"%s\" should not parse", bad[i]);
+        ck_assert_msg(v == 777, "a refused duration should leave the output alone");
+    }
+}
+END_TEST
+
+START_TEST(test_parse_host_port)
+{
+    static const struct {
+        const char *s;
+        const char *host;
+        uint16_t port;
+    } ok[] = {
+        {"localhost", "localhost", 0},
+        {"127.0.0.1:50051", "127.0.0.1", 50051},
+        {"master.example.com:1", "master.example.com", 1},
+        {"host:65535", "host", 65535},
+        {"[::1]:80", "::1", 80},
+        {"[fe80::1%eth0]:12300", "fe80::1%eth0", 12300},
+        {"[::1]", "::1", 0},
+        {"::1", "::1", 0},
+        {"10.0.0.2", "10.0.0.2", 0},
+    };
+    static const char *const bad[] = {
+        "", ":80", "host:", "host:0", "host:65536", "host:99999999999", "host:-1",
+        "host:8o", "host:80x", "host: 80", "[::1", "[::1]x", "[::1]:", "[::1]:0",
+        "[::1]:65536",
+    };
+    char host[256];
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint16_t port = 9;
+        ck_assert_msg(mc_parse_host_port(ok[i].s, host, sizeof(host), &port) == 0,
+                      "\"%s\" should parse", ok[i].s);
+        ck_assert_str_eq(host, ok[i].host);
+        ck_assert_msg(port == ok[i].port, "\"%s\" should have port %u, not %u", ok[i].s,
+                      ok[i].port, port);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint16_t port = 9;
+        ck_assert_msg(mc_parse_host_port(bad[i], host, sizeof(host), &port) != 0,
+                      "\"%s\" should not parse as host:port", bad[i]);
+    }
+    uint16_t port;
+    char small[5];
+    ck_assert_msg(mc_parse_host_port("abcd:1", small, sizeof(small), &port) == 0,
+                  "a host that just fits should parse");
+    ck_assert_str_eq(small, "abcd");
+    ck_assert_msg(mc_parse_host_port("abcde:1", small, sizeof(small), &port) != 0,
+                  "a host longer than the buffer should be refused");
+    ck_assert_msg(mc_parse_host_port("[abcde]:1", small, sizeof(small), &port) != 0,
+                  "a bracketed host longer than the buffer should be refused");
+    ck_assert_msg(mc_parse_host_port(NULL, host, sizeof(host), &port) != 0,
+                  "NULL should be refused");
+}
+END_TEST
+
+START_TEST(test_parse_bool)
+{
+    static const char *const yes[] = {"true", "TRUE", "True", "1", "yes", "on", "ON"};
+    static const char *const no[]  = {"false", "FALSE", "0", "no", "off", "Off"};
+    static const char *const bad[] = {"", "2", "tru", "yess", "enable", " true", "true ", "-1"};
+    int v;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        v = 0;
+        ck_assert_msg(mc_parse_bool(yes[i], &v) == 0 && v == 1, "\"%s\" should be true", yes[i]);
+    }
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+        v = 1;
+        ck_assert_msg(mc_parse_bool(no[i], &v) == 0 && v == 0, "\"%s\" should be false", no[i]);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(mc_parse_bool(bad[i], &v) != 0, "\"%s\" should not parse as a bool",
+                      bad[i]);
+    ck_assert_msg(mc_parse_bool(NULL, &v) != 0, "NULL should not parse as a bool");
+}
+END_TEST
+
+START_TEST(test_parse_numbers)
+{
+    uint64_t u;
+    int64_t i;
+    double d;
+    ck_assert_msg(mc_parse_u64("18446744073709551615", &u) == 0 && u == UINT64_MAX,
+                  "the largest u64 should parse");
+    ck_assert_msg(mc_parse_u64("18446744073709551616", &u) != 0, "u64 overflow is refused");
+    ck_assert_msg(mc_parse_u64("-1", &u) != 0, "a negative u64 is refused");
+    ck_assert_msg(mc_parse_u64("12a", &u) != 0, "trailing bytes are refused");
+    ck_assert_msg(mc_parse_u64("", &u) != 0, "an empty u64 is refused");
+    ck_assert_msg(mc_parse_u64(" 1", &u) != 0, "leading space is refused");
+    ck_assert_msg(mc_parse_i64("-9223372036854775808", &i) == 0 && i == INT64_MIN,
+                  "the smallest i64 should parse");
+    ck_assert_msg(mc_parse_i64("9223372036854775808", &i) != 0, "i64 overflow is refused");
+    ck_assert_msg(mc_parse_double("0.9", &d) == 0 && d == 0.9, "0.9 should parse");
+    ck_assert_msg(mc_parse_double("nan", &d) != 0, "nan is refused");
+    ck_assert_msg(mc_parse_double("inf", &d) != 0, "inf is refused");
+    ck_assert_msg(mc_parse_double("1e999", &d) != 0, "an overflowing double is refused");
+    ck_assert_msg(mc_parse_double("0.5x", &d) != 0, "trailing bytes are refused");
+}
+END_TEST
+
+static int uuid_text_ok(const char *s)
+{
+    static const int dash[] = {8, 13, 18, 23};
+    if (strlen(s) != 36)
+        return 0;
+    for (int i = 0, d = 0; i < 36; i++) {
+        if (d < 4 && i == dash[d]) {
+            if (s[i] != '-')
+                return 0;
+            d++;
+        } else if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+START_TEST(test_uuid)
+{
+    mc_uuid_t a, b, c;
+    char text[37];
+    mc_uuid_generate(&a);
+    mc_uuid_generate(&b);
+    ck_assert_msg(!mc_uuid_eq(a, b), "two generated UUIDs should differ");
+    ck_assert_msg(!mc_uuid_is_nil(a), "a generated UUID should not be nil");
+    mc_uuid_format(a, text);
+    ck_assert_msg(uuid_text_ok(text), "\"%s\" should look like a UUID", text);
+    ck_assert_msg(text[14] == '4', "a generated UUID should be version 4 (%s)", text);
+    ck_assert_msg(strchr("89ab", text[19]) != NULL, "the variant should be RFC 4122 (%s)", text);
+    ck_assert_int_eq(mc_uuid_parse(text, &c), 0);
+    ck_assert_msg(mc_uuid_eq(a, c), "format then parse should give the same UUID");
+
+    mc_uuid_t k = {0x0123456789abcdefull, 0xfedcba9876543210ull};
+    mc_uuid_format(k, text);
+    ck_assert_str_eq(text, "01234567-89ab-cdef-fedc-ba9876543210");
+    ck_assert_int_eq(mc_uuid_parse("01234567-89AB-CDEF-FEDC-BA9876543210", &c), 0);
+    ck_assert_msg(mc_uuid_eq(k, c), "upper-case hex should parse to the same UUID");
+    mc_uuid_t nil = {0, 0};
+    mc_uuid_format(nil, text);
+    ck_assert_str_eq(text, "00000000-0000-0000-0000-000000000000");
+
+    static const char *const bad[] = {
+        "", "01234567-89ab-cdef-fedc-ba987654321",
+        "01234567-89ab-cdef-fedc-ba98765432100", "01234567-89ab-cdef-fedc-ba987654321g",
+        "01234567 89ab cdef fedc ba9876543210",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(mc_uuid_parse(bad[i], &c) != 0, "\"%s\" should not parse as a UUID",
+                      bad[i]);
+    ck_assert_msg(mc_uuid_parse(NULL, &c) != 0, "NULL should not parse as a UUID");
+}
+END_TEST
+
+START_TEST(test_clocks_and_strdup)
+{
+    uint64_t t0 = mc_now_ns();
+    uint64_t t1 = mc_now_ns();
+    ck_assert_msg(t1 >= t0, "the monotonic clock should not go back");
+    ck_assert_msg(mc_wall_ms() > 1600000000000ull, "the wall clock should be after 2020");
+    char *s = mc_strdup("abc");
+    ck_assert_str_eq(s, "abc");
+    free(s);
+    s = mc_strdup(NULL);
+    ck_assert_str_eq(s, "");
+    free(s);
+}
+END_TEST
+
+Suite *mc_test_util_suite(void)
+{
+    Suite *s  = suite_create("util");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_parse_size);
+    tcase_add_test(tc, test_parse_duration);
+    tcase_add_test(tc, test_parse_host_port);
+    tcase_add_test(tc, test_parse_bool);
+    tcase_add_test(tc, test_parse_numbers);
+    tcase_add_test(tc, test_uuid);
+    tcase_add_test(tc, test_clocks_and_strdup);
+    suite_add_tcase(s, tc);
+    return s;
+}
