@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Segment descriptor <-> JSON, with jansson.
+ *
+ * The encoder writes the upstream TCP shape:
+ *   {"name": "host:port", "protocol": "tcp", "tcp_data_port": N,
+ *    "timestamp": "YYYY-MM-DD HH:MM:SS.mmm",
+ *    "buffers": [{"name": "cpu:0", "addr": N, "length": N}, ...]}
+ * The decoder accepts that shape and ignores members it does not know
+ * (upstream adds "tcp_proto_version", RDMA keys, ...), but it is strict
+ * about the members it uses: a descriptor comes from the network or from a
+ * shared metadata service, so a wrong type, a negative or wrapping range,
+ * overlapping buffers or an absurd count is an error, never a guess.
+ *
+ * jansson integers are signed 64-bit; user-space addresses on the
+ * platforms we build for are below 2^63, so nothing is lost, and a value
+ * that would not fit is refused on both sides.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "common/log.h"
+#include "transfer/descriptor.h"
+
+void mc_te_desc_init(mc_te_desc_t *d)
+{
+    memset(d, 0, sizeof(*d));
+}
+
+void mc_te_desc_cleanup(mc_te_desc_t *d)
+{
+    if (d == NULL)
+        return;
+    free(d->name);
+    free(d->buffers);
+    memset(d, 0, sizeof(*d));
+}
+
+void mc_te_desc_move(mc_te_desc_t *dst, mc_te_desc_t *src)
+{
+    mc_te_desc_cleanup(dst);
+    *dst = *src;
+    memset(src, 0, sizeof(*src));
+}
+
+static void desc_timestamp(char *out, size_t cap)
+{
+    struct timespec ts;
+    struct tm tm;
+    size_t n;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = strftime(out, cap, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(out + n, cap - n, ".%03u", (unsigned)(ts.tv_nsec / 1000000L) % 1000u);
+}
+
+mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_p)
+{
+    mc_status_t st = MC_INTERNAL_ERROR;
+    json_t *root = NULL, *bufs = NULL;
+    char stamp[64];
+    char *text;
+
+    root = json_object();
+    bufs = json_array();
+    if ((root == NULL) || (bufs == NULL))
+        goto out;
+    desc_timestamp(stamp, sizeof(stamp));
+    if ((json_object_set_new(root, "name", json_string(d->name ? d->name : "")) != 0) ||
+        (json_object_set_new(root, "protocol", json_string(d->protocol)) != 0) ||
+        (json_object_set_new(root, "tcp_data_port", json_integer(d->tcp_data_port)) != 0) ||
+        (json_object_set_new(root, "timestamp", json_string(stamp)) != 0))
+        goto out;
+    for (size_t i = 0; i < d->nbuffers; i++) {
+        const mc_te_buf_desc_t *b = &d->buffers[i];
+        json_t *o;
+        if ((b->addr > (uint64_t)INT64_MAX) || (b->length > (uint64_t)INT64_MAX)) {
+            mc_set_error_detail("buffer at 0x%llx cannot be described in JSON",
+                                (unsigned long long)b->addr);
+            st = MC_SERIALIZE_FAIL;
+            goto out;
+        }
+        o = json_pack("{s:s, s:I, s:I}", "name", b->name, "addr", (json_int_t)b->addr,
+                      "length", (json_int_t)b->length);
+        if ((o == NULL) || (json_array_append_new(bufs, o) != 0))
+            goto out;
+    }
+    if (json_object_set(root, "buffers", bufs) != 0)
+        goto out;
+    text = json_dumps(root, JSON_COMPACT);
+    if (text == NULL)
+        goto out;
+    *json_p = text;
+    if (len_p != NULL)
+        *len_p = strlen(text);
+    st = MC_OK;
+out:
+    if (st == MC_INTERNAL_ERROR)
+        mc_set_error_detail("out of memory while encoding a segment descriptor");
+    json_decref(bufs);
+    json_decref(root);
+    return st;
+}
+
+static int buf_cmp(const void *a, const void *b)
+{
+    const mc_te_buf_desc_t *x = a, *y = b;
+    return (x->addr > y->addr) - (x->addr < y->addr);
+}
+
+/* A JSON integer in [0, max]; jansson rejects integers beyond int64 at
+ * parse time, so a huge address arrives as a real and fails here. */
+static int get_uint(const json_t *o, const char *key, uint64_t max, uint64_t *v_p)
+{
+    json_t *v = json_object_get(o, key);
+    json_int_t i;
+    if ((v == NULL) || !json_is_integer(v))
+        return -1;
+    i = json_integer_value(v);
+    if ((i < 0) || ((uint64_t)i > max))
+        return -1;
+    *v_p = (uint64_t)i;
+    return 0;
+}
+
+mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
+{
+    mc_te_desc_t d;
+    json_error_t jerr;
+    json_t *root, *v, *bufs;
+    uint64_t port;
+    size_t n;
+    mc_status_t st = MC_DESERIALIZE_FAIL;
+
+    mc_te_desc_init(&d);
+    root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        mc_set_error_detail("segment descriptor is not JSON: %s (line %d)", jerr.text,
+                            jerr.line);
+        return MC_DESERIALIZE_FAIL;
+    }
+    if (!json_is_object(root)) {
+        mc_set_error_detail("segment descriptor is not a JSON object");
+        goto out;
+    }
+    v = json_object_get(root, "name");
+    if ((v == NULL) || !json_is_string(v) || (json_string_length(v) == 0) ||
+        (json_string_length(v) > 1024) || (strlen(json_string_value(v)) != json_string_length(v))) {
+        mc_set_error_detail("segment descriptor has no valid \"name\"");
+        goto out;
+    }
+    d.name = strdup(json_string_value(v));
+    if (d.name == NULL) {
+        st = MC_INTERNAL_ERROR;
+        mc_set_error_detail("out of memory");
+        goto out;
+    }
+    v = json_object_get(root, "protocol");
+    if ((v == NULL) || !json_is_string(v) || (json_string_length(v) >= sizeof(d.protocol))) {
+        mc_set_error_detail("segment descriptor has no valid \"protocol\"");
+        goto out;
+    }
+    snprintf(d.protocol, sizeof(d.protocol), "%s", json_string_value(v));
+    if ((get_uint(root, "tcp_data_port", 65535, &port) != 0) || (port == 0)) {
+        mc_set_error_detail("segment descriptor has no valid \"tcp_data_port\"");
+        goto out;
+    }
+    d.tcp_data_port = (uint16_t)port;
+    bufs = json_object_get(root, "buffers");
+    if ((bufs == NULL) || !json_is_array(bufs)) {
+        mc_set_error_detail("segment descriptor has no \"buffers\" array");
+        goto out;
+    }
+    n = json_array_size(bufs);
+    if (n > MC_TE_DESC_MAX_BUFFERS) {
+        mc_set_error_detail("segment descriptor lists %zu buffers (limit %u)", n,
+                            MC_TE_DESC_MAX_BUFFERS);
+        goto out;
+    }
+    if (n > 0) {
+        d.buffers = calloc(n, sizeof(*d.buffers));
+        if (d.buffers == NULL) {
+            st = MC_INTERNAL_ERROR;
+            mc_set_error_detail("out of memory");
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *b = json_array_get(bufs, i);
+        mc_te_buf_desc_t *bd = &d.buffers[i];
+        json_t *name;
+        if (!json_is_object(b) || (get_uint(b, "addr", INT64_MAX, &bd->addr) != 0) ||
+            (get_uint(b, "length", INT64_MAX, &bd->length) != 0) || (bd->length == 0) ||
+            (bd->addr > UINT64_MAX - bd->length)) {
+            mc_set_error_detail("segment descriptor buffer %zu is malformed", i);
+            goto out;
+        }
+        name = json_object_get(b, "name");
+        if ((name != NULL) && json_is_string(name))
+            snprintf(bd->name, sizeof(bd->name), "%s", json_string_value(name));
+        d.nbuffers++;
+    }
+    qsort(d.buffers, d.nbuffers, sizeof(*d.buffers), buf_cmp);
+    for (size_t i = 1; i < d.nbuffers; i++) {
+        if (d.buffers[i - 1].addr + d.buffers[i - 1].length > d.buffers[i].addr) {
+            mc_set_error_detail("segment descriptor buffers overlap at 0x%llx",
+                                (unsigned long long)d.buffers[i].addr);
+            goto out;
+        }
+    }
+    *out = d;
+    mc_te_desc_init(&d);
+    st = MC_OK;
+out:
+    mc_te_desc_cleanup(&d);
+    json_decref(root);
+    return st;
+}
+
+int mc_te_desc_contains(const mc_te_desc_t *d, uint64_t addr, uint64_t len)
+{
+    size_t lo = 0, hi = d->nbuffers;
+    const mc_te_buf_desc_t *b;
+    /* last buffer whose start is <= addr */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->buffers[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return 0;
+    b = &d->buffers[lo - 1];
+    /* addr - b->addr cannot underflow; compare lengths, never end addresses */
+    if (addr - b->addr >= b->length)
+        return 0;
+    return len <= b->length - (addr - b->addr);
+}

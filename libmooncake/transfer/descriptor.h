@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Segment descriptors: what a peer needs to know to address a segment —
+ * its name, transport, data port and the list of buffers it serves — and
+ * their JSON form (docs/transfer.md, "Segment descriptor"), which is the
+ * upstream shape so the same metadata service can hold both.
+ *
+ * Decoding assumes hostile input: every field is type-checked, counts and
+ * sizes are bounded, ranges must not wrap or overlap.
+ */
+#ifndef MC_TRANSFER_DESCRIPTOR_H
+#define MC_TRANSFER_DESCRIPTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mooncake/status.h>
+
+/* Most buffers one descriptor may list (a decoder bound, not a limit on
+ * what an engine may register: registering more is refused up front). */
+#define MC_TE_DESC_MAX_BUFFERS 65536u
+#define MC_TE_LOCATION_MAX     64u
+
+typedef struct mc_te_buf_desc {
+    uint64_t addr;
+    uint64_t length;
+    char name[MC_TE_LOCATION_MAX]; /* locality, e.g. "cpu:0" */
+} mc_te_buf_desc_t;
+
+typedef struct mc_te_desc {
+    char *name;              /* segment name "host:port" (owned) */
+    char protocol[16];       /* "tcp" */
+    uint16_t tcp_data_port;  /* port of the data server */
+    size_t nbuffers;
+    mc_te_buf_desc_t *buffers; /* sorted by addr, non-overlapping (owned) */
+} mc_te_desc_t;
+
+void mc_te_desc_init(mc_te_desc_t *d);
+void mc_te_desc_cleanup(mc_te_desc_t *d);
+/* Move src into dst (dst's old contents are freed; src is left empty). */
+void mc_te_desc_move(mc_te_desc_t *dst, mc_te_desc_t *src);
+
+/* JSON text of @p d, NUL-terminated, malloc'd into *json_p (length in
+ * *len_p when non-NULL).  Buffers are emitted in array order. */
+mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_p);
+
+/* Parse @p len bytes of JSON into @p d (initialised by the callee; written
+ * only on success).  MC_DESERIALIZE_FAIL with a detail on anything
+ * malformed. */
+mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *d);
+
+/* 1 when [addr, addr+len) lies inside one listed buffer (len 0: addr inside
+ * a buffer), else 0.  Overflow-safe. */
+int mc_te_desc_contains(const mc_te_desc_t *d, uint64_t addr, uint64_t len);
+
+#endif /* MC_TRANSFER_DESCRIPTOR_H */

@@ -1,0 +1,1189 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The transfer engine: registered regions, the segment cache, and the
+ * execution of transfer requests (docs/transfer.md).
+ *
+ * An engine serves its REMOTE_ACCESS regions through one transport (tcp
+ * today; the ops table in engine.h is where rdma and shm plug in) and
+ * reaches other engines' segments through the same transport.  This file
+ * owns everything that is not transport-specific:
+ *
+ *  - creation: protocol and metadata service validation, hostname and
+ *    bind-address resolution, environment overrides, publication;
+ *  - regions: a sorted array, looked up by binary search under a rwlock,
+ *    with a per-region reference count so that mc_te_mem_dereg waits for
+ *    requests in flight (the count and a "dying" bit share one atomic word,
+ *    so the last releaser never touches a region that dereg may already
+ *    have freed);
+ *  - segments: opened once, cached by name, never freed before the engine;
+ *    a descriptor is re-fetched once when a request misses its buffer list
+ *    (the target's own check remains the authority);
+ *  - transfers: one request runs on the calling thread (no hand-off); a
+ *    batch is cut into items, large requests into slices, and items are
+ *    claimed by the calling thread and a small lazily started worker pool,
+ *    each item on its own pooled connection.  A request aimed at this
+ *    engine itself is a memcpy after the same range check a peer gets.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "transfer/engine.h"
+#include "transfer/tcp/tcp.h"
+
+/* High bit of mc_te_region_t.refs: the region was unlinked by dereg. */
+#define REGION_DYING 0x80000000u
+
+/* ---- configuration --------------------------------------------------------- */
+
+/* Integer environment variable in [lo, hi]; warns and keeps *v otherwise. */
+static void env_uint(const char *name, uint64_t lo, uint64_t hi, uint64_t *v)
+{
+    const char *s = getenv(name);
+    uint64_t x;
+    if ((s == NULL) || (*s == '\0'))
+        return;
+    if ((mc_parse_u64(s, &x) != 0) || (x < lo) || (x > hi)) {
+        mc_warn("ignoring %s=\"%s\": expected an integer in [%llu, %llu]", name, s,
+                (unsigned long long)lo, (unsigned long long)hi);
+        return;
+    }
+    *v = x;
+}
+
+static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
+{
+    uint64_t pmin = MC_TE_DEFAULT_PORT_MIN, pmax = MC_TE_DEFAULT_PORT_MAX;
+    uint64_t lanes = MC_TE_DEFAULT_LANES, tmo = MC_TE_DEFAULT_IO_TIMEOUT_S;
+    uint64_t workers = UINT64_MAX, slice = MC_TE_DEFAULT_SLICE_SIZE;
+    uint64_t conns = MC_TE_DEFAULT_MAX_CONNS;
+    const char *s;
+
+    env_uint("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &pmin);
+    env_uint("MC_STORE_CLIENT_MAX_PORT", 1, 65535, &pmax);
+    env_uint("MC_TCP_LANES_PER_PEER", 1, MC_TE_MAX_LANES, &lanes);
+    env_uint("MC_TCP_STATUS_TIMEOUT_SEC", 1, 3600, &tmo);
+    env_uint("MC_TE_WORKERS", 0, MC_TE_MAX_WORKERS, &workers);
+    env_uint("MC_TE_MAX_CONNECTIONS", 1, 65536, &conns);
+    s = getenv("MC_TE_SLICE_SIZE");
+    if ((s != NULL) && (*s != '\0')) {
+        uint64_t v;
+        if ((mc_parse_size(s, &v) == 0) && (v >= 65536))
+            slice = v;
+        else
+            mc_warn("ignoring MC_TE_SLICE_SIZE=\"%s\": expected a size >= 64KiB", s);
+    }
+    if ((p != NULL) && (p->field_mask & MC_TE_PARAM_PORT_RANGE)) {
+        pmin = p->port_min;
+        pmax = p->port_max;
+    }
+    if ((p != NULL) && (p->field_mask & MC_TE_PARAM_LANES))
+        lanes = p->lanes_per_peer;
+    if ((pmin == 0) || (pmin > pmax)) {
+        mc_set_error_detail("invalid port range [%llu, %llu]", (unsigned long long)pmin,
+                            (unsigned long long)pmax);
+        return MC_INVALID_PARAMS;
+    }
+    if ((lanes == 0) || (lanes > MC_TE_MAX_LANES)) {
+        mc_set_error_detail("lanes_per_peer must be in [1, %d]", MC_TE_MAX_LANES);
+        return MC_INVALID_PARAMS;
+    }
+    /* Default: the caller plus lanes-1 workers keep one peer's lanes busy;
+     * more threads than lanes only queue for lanes (measured on loopback). */
+    if (workers == UINT64_MAX)
+        workers = lanes - 1;
+    cfg->port_min           = (uint16_t)pmin;
+    cfg->port_max           = (uint16_t)pmax;
+    cfg->lanes              = (unsigned)lanes;
+    cfg->workers            = (unsigned)workers;
+    cfg->max_conns          = (unsigned)conns;
+    cfg->io_timeout_s       = (int)tmo;
+    cfg->connect_timeout_ms = MC_TE_DEFAULT_CONNECT_MS;
+    cfg->slice_size         = slice;
+    return MC_OK;
+}
+
+/* Which transport serves @p proto.  Recognised-but-absent transports get
+ * NOT_SUPPORTED, unknown names INVALID_PARAMS. */
+static mc_status_t protocol_select(const char *proto, const mc_te_transport_ops_t **ops_p)
+{
+    static const char *const absent[] = {"efa", "cxl", "ascend", "nvlink", "hip",
+                                         "nvmeof", "barex", "ubshmem", "cxi"};
+    if ((proto == NULL) || (*proto == '\0') || (strcasecmp(proto, "tcp") == 0)) {
+        *ops_p = &mc_tcp_transport_ops;
+        return MC_OK;
+    }
+    if (strcasecmp(proto, "rdma") == 0) {
+#ifdef MC_HAVE_RDMA
+        mc_set_error_detail("rdma transport is not implemented in this release; use tcp");
+#else
+        mc_set_error_detail("rdma transport not built (libibverbs/librdmacm were not found "
+                            "at configure time); use tcp");
+#endif
+        return MC_NOT_SUPPORTED;
+    }
+    for (size_t i = 0; i < MC_ARRAY_SIZE(absent); i++) {
+        if (strcasecmp(proto, absent[i]) == 0) {
+            mc_set_error_detail("%s transport not built; use tcp", absent[i]);
+            return MC_NOT_SUPPORTED;
+        }
+    }
+    mc_set_error_detail("unknown transfer protocol \"%s\"; use tcp", proto);
+    return MC_INVALID_PARAMS;
+}
+
+/* Numeric address for the data port: MC_TCP_BIND_ADDRESS, else what the
+ * local hostname resolves to ("localhost" is 127.0.0.1, never ::1). */
+static mc_status_t bind_addr_resolve(const char *host, char *out, size_t cap)
+{
+    const char *env = getenv("MC_TCP_BIND_ADDRESS");
+    struct addrinfo hints, *res = NULL, *ai, *pick = NULL;
+    const char *name = host;
+    int rc;
+
+    if ((env != NULL) && (*env != '\0'))
+        name = env;
+    else if (strcasecmp(host, "localhost") == 0)
+        name = "127.0.0.1";
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    rc                = getaddrinfo(name, NULL, &hints, &res);
+    if (rc != 0) {
+        mc_set_error_detail("cannot resolve %s \"%s\": %s",
+                            (name == env) ? "MC_TCP_BIND_ADDRESS" : "local hostname", name,
+                            gai_strerror(rc));
+        return MC_INVALID_PARAMS;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET) {
+            pick = ai;
+            break;
+        }
+        if ((pick == NULL) && (ai->ai_family == AF_INET6))
+            pick = ai;
+    }
+    if ((pick == NULL) ||
+        (getnameinfo(pick->ai_addr, pick->ai_addrlen, out, (socklen_t)cap, NULL, 0,
+                     NI_NUMERICHOST) != 0)) {
+        freeaddrinfo(res);
+        mc_set_error_detail("local hostname \"%s\" has no IPv4/IPv6 address", name);
+        return MC_INVALID_PARAMS;
+    }
+    freeaddrinfo(res);
+    return MC_OK;
+}
+
+/* ---- regions ----------------------------------------------------------------- */
+
+/* Index of the last region starting at or below addr, or nregions when
+ * there is none.  regions_lock held. */
+static size_t region_floor(const mc_te_t *te, uintptr_t addr)
+{
+    size_t lo = 0, hi = te->nregions;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (te->regions[mid]->addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (lo == 0) ? te->nregions : lo - 1;
+}
+
+/* The region wholly containing [addr, addr+len), or NULL.  Lock held. */
+static mc_te_region_t *region_find(const mc_te_t *te, uint64_t addr, uint64_t len)
+{
+    size_t i;
+    mc_te_region_t *r;
+    if ((addr > UINTPTR_MAX) || (te->nregions == 0))
+        return NULL;
+    i = region_floor(te, (uintptr_t)addr);
+    if (i == te->nregions)
+        return NULL;
+    r = te->regions[i];
+    if ((uintptr_t)addr - r->addr >= r->len) /* start outside */
+        return NULL;
+    if (len > r->len - ((uintptr_t)addr - r->addr)) /* end outside, no overflow */
+        return NULL;
+    return r;
+}
+
+mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
+                                     unsigned need_flags)
+{
+    mc_te_region_t *r;
+    if (len == 0)
+        return NULL;
+    pthread_rwlock_rdlock(&te->regions_lock);
+    r = region_find(te, addr, len);
+    if ((r != NULL) && ((r->flags & need_flags) == need_flags))
+        __atomic_add_fetch(&r->refs, 1, __ATOMIC_SEQ_CST);
+    else
+        r = NULL;
+    pthread_rwlock_unlock(&te->regions_lock);
+    return r;
+}
+
+void mc_te_region_release(mc_te_t *te, mc_te_region_t *r)
+{
+    /* After this decrement r may be freed by a waiting dereg: only the
+     * engine's own mutex and condition are touched afterwards. */
+    if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_SEQ_CST) == REGION_DYING) {
+        pthread_mutex_lock(&te->region_mu);
+        pthread_cond_broadcast(&te->region_cond);
+        pthread_mutex_unlock(&te->region_mu);
+    }
+}
+
+/* Unlink the region starting exactly at addr; NULL when there is none.
+ * Caller holds the write lock. */
+static mc_te_region_t *region_unlink(mc_te_t *te, uintptr_t addr)
+{
+    size_t i = region_floor(te, addr);
+    mc_te_region_t *r;
+    if ((i == te->nregions) || (te->regions[i]->addr != addr))
+        return NULL;
+    r = te->regions[i];
+    memmove(&te->regions[i], &te->regions[i + 1], (te->nregions - i - 1) * sizeof(*te->regions));
+    te->nregions--;
+    __atomic_or_fetch(&r->refs, REGION_DYING, __ATOMIC_SEQ_CST);
+    return r;
+}
+
+/* Wait until no request holds r, then free it. */
+static void region_drain_free(mc_te_t *te, mc_te_region_t *r)
+{
+    pthread_mutex_lock(&te->region_mu);
+    while ((__atomic_load_n(&r->refs, __ATOMIC_SEQ_CST) & ~REGION_DYING) != 0)
+        pthread_cond_wait(&te->region_cond, &te->region_mu);
+    pthread_mutex_unlock(&te->region_mu);
+    free(r);
+}
+
+MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char *location,
+                                 unsigned flags)
+{
+    mc_te_region_t *r;
+    uintptr_t a = (uintptr_t)addr;
+    size_t i;
+    mc_status_t st;
+
+    if ((te == NULL) || (addr == NULL) || (len == 0)) {
+        mc_set_error_detail("mem_reg needs an engine, an address and a non-zero length");
+        return MC_INVALID_PARAMS;
+    }
+    if ((flags & ~(unsigned)MC_TE_MEM_REMOTE_ACCESS) != 0) {
+        mc_set_error_detail("mem_reg: unknown flags 0x%x", flags);
+        return MC_INVALID_PARAMS;
+    }
+    if (a > UINTPTR_MAX - len) {
+        mc_set_error_detail("mem_reg: region [%p, +%zu) wraps around the address space", addr,
+                            len);
+        return MC_INVALID_PARAMS;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    r->addr  = a;
+    r->len   = len;
+    r->flags = flags;
+    snprintf(r->location, sizeof(r->location), "%s",
+             ((location != NULL) && (*location != '\0') && (strcmp(location, "*") != 0))
+                 ? location
+                 : "cpu:0");
+
+    pthread_rwlock_wrlock(&te->regions_lock);
+    if (te->nregions >= MC_TE_DESC_MAX_BUFFERS) {
+        pthread_rwlock_unlock(&te->regions_lock);
+        free(r);
+        mc_set_error_detail("mem_reg: at most %u regions per engine", MC_TE_DESC_MAX_BUFFERS);
+        return MC_INVALID_PARAMS;
+    }
+    /* insertion point: first region starting above a */
+    i = region_floor(te, a);
+    i = (i == te->nregions) ? 0 : i + 1;
+    if (((i > 0) && (te->regions[i - 1]->addr + te->regions[i - 1]->len > a)) ||
+        ((i < te->nregions) && (a + len > te->regions[i]->addr))) {
+        pthread_rwlock_unlock(&te->regions_lock);
+        free(r);
+        mc_set_error_detail("mem_reg: [%p, +%zu) overlaps a registered region", addr, len);
+        return MC_INVALID_PARAMS;
+    }
+    if (te->nregions == te->regions_cap) {
+        size_t cap             = te->regions_cap ? te->regions_cap * 2 : 16;
+        mc_te_region_t **grown = realloc(te->regions, cap * sizeof(*grown));
+        if (grown == NULL) {
+            pthread_rwlock_unlock(&te->regions_lock);
+            free(r);
+            mc_set_error_detail("out of memory");
+            return MC_INTERNAL_ERROR;
+        }
+        te->regions     = grown;
+        te->regions_cap = cap;
+    }
+    memmove(&te->regions[i + 1], &te->regions[i], (te->nregions - i) * sizeof(*te->regions));
+    te->regions[i] = r;
+    te->nregions++;
+    pthread_rwlock_unlock(&te->regions_lock);
+
+    if (flags & MC_TE_MEM_REMOTE_ACCESS) {
+        st = mc_te_meta_publish(te, 0);
+        if (st != MC_OK) {
+            /* upstream fails the registration when the update fails */
+            char detail[512];
+            snprintf(detail, sizeof(detail), "%s", mc_last_error_detail());
+            pthread_rwlock_wrlock(&te->regions_lock);
+            r = region_unlink(te, a);
+            pthread_rwlock_unlock(&te->regions_lock);
+            if (r != NULL)
+                region_drain_free(te, r);
+            mc_set_error_detail("mem_reg: publishing the segment descriptor failed: %s", detail);
+            return st;
+        }
+    }
+    return MC_OK;
+}
+
+MC_API mc_status_t mc_te_mem_dereg(mc_te_h te, void *addr)
+{
+    mc_te_region_t *r;
+    if (te == NULL) {
+        mc_set_error_detail("mem_dereg needs an engine");
+        return MC_INVALID_PARAMS;
+    }
+    pthread_rwlock_wrlock(&te->regions_lock);
+    r = region_unlink(te, (uintptr_t)addr);
+    pthread_rwlock_unlock(&te->regions_lock);
+    if (r == NULL) {
+        mc_set_error_detail("mem_dereg: no region starts at %p", addr);
+        return MC_INVALID_PARAMS;
+    }
+    if (r->flags & MC_TE_MEM_REMOTE_ACCESS)
+        (void)mc_te_meta_publish(te, 0); /* logged; the target check still refuses */
+    region_drain_free(te, r);
+    return MC_OK;
+}
+
+MC_API int mc_te_mem_is_registered(mc_te_h te, const void *addr, size_t len)
+{
+    int found;
+    if ((te == NULL) || (addr == NULL))
+        return 0;
+    pthread_rwlock_rdlock(&te->regions_lock);
+    found = region_find(te, (uintptr_t)addr, len ? len : 1) != NULL;
+    pthread_rwlock_unlock(&te->regions_lock);
+    return found;
+}
+
+mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p)
+{
+    mc_te_desc_t d;
+    mc_status_t st;
+    size_t n = 0;
+
+    mc_te_desc_init(&d);
+    snprintf(d.protocol, sizeof(d.protocol), "%s", te->tp_ops->name);
+    d.tcp_data_port = te->port;
+    pthread_rwlock_rdlock(&te->regions_lock);
+    if (te->nregions > 0) {
+        d.buffers = calloc(te->nregions, sizeof(*d.buffers));
+        if (d.buffers == NULL) {
+            pthread_rwlock_unlock(&te->regions_lock);
+            mc_set_error_detail("out of memory");
+            return MC_INTERNAL_ERROR;
+        }
+    }
+    for (size_t i = 0; i < te->nregions; i++) {
+        const mc_te_region_t *r = te->regions[i];
+        if (!(r->flags & MC_TE_MEM_REMOTE_ACCESS))
+            continue;
+        d.buffers[n].addr   = r->addr;
+        d.buffers[n].length = r->len;
+        memcpy(d.buffers[n].name, r->location, sizeof(d.buffers[n].name));
+        n++;
+    }
+    pthread_rwlock_unlock(&te->regions_lock);
+    d.nbuffers = n;
+    d.name     = te->local_name; /* borrowed */
+    st         = mc_te_desc_encode(&d, json_p, len_p);
+    d.name     = NULL;
+    mc_te_desc_cleanup(&d);
+    return st;
+}
+
+/* ---- segments ----------------------------------------------------------------- */
+
+static int seg_eq(const mc_hnode_t *node, const void *key)
+{
+    const mc_te_segment_t *s = mc_container_of(node, mc_te_segment_t, hnode);
+    return strcmp(s->name, (const char *)key) == 0;
+}
+
+static uint64_t seg_hash(const char *name)
+{
+    return mc_hash_bytes(name, strlen(name), 0);
+}
+
+static mc_te_segment_t *segment_new(const char *name)
+{
+    mc_te_segment_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->name = strdup(name);
+    if (s->name == NULL) {
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->desc_mu, NULL);
+    mc_te_desc_init(&s->desc);
+    return s;
+}
+
+static void segment_free(mc_te_t *te, mc_te_segment_t *s)
+{
+    if (s == NULL)
+        return;
+    mc_te_tp_peer_close(te, s->peer);
+    mc_te_desc_cleanup(&s->desc);
+    pthread_mutex_destroy(&s->desc_mu);
+    free(s->name);
+    free(s);
+}
+
+/* Append a READY segment to the id table.  seg_lock held. */
+static int segment_assign_id(mc_te_t *te, mc_te_segment_t *s)
+{
+    if (te->nsegs == te->segs_cap) {
+        size_t cap              = te->segs_cap ? te->segs_cap * 2 : 16;
+        mc_te_segment_t **grown = realloc(te->segs, cap * sizeof(*grown));
+        if (grown == NULL)
+            return -1;
+        te->segs     = grown;
+        te->segs_cap = cap;
+    }
+    s->id                 = te->nsegs;
+    te->segs[te->nsegs++] = s;
+    s->state              = MC_TE_SEG_READY;
+    return 0;
+}
+
+static mc_te_segment_t *segment_by_id(mc_te_t *te, mc_te_segment_id_t id)
+{
+    mc_te_segment_t *s = NULL;
+    pthread_mutex_lock(&te->seg_lock);
+    if (id < te->nsegs)
+        s = te->segs[id];
+    pthread_mutex_unlock(&te->seg_lock);
+    return s;
+}
+
+MC_API mc_status_t mc_te_segment_open(mc_te_h te, const char *name, mc_te_segment_id_t *seg_p)
+{
+    mc_te_segment_t *s;
+    mc_hnode_t *n;
+    mc_te_desc_t d;
+    uint64_t h;
+    mc_status_t st;
+
+    if ((te == NULL) || (name == NULL) || (*name == '\0') || (seg_p == NULL) ||
+        (strlen(name) > 1024)) {
+        mc_set_error_detail("segment_open needs an engine and a segment name");
+        return MC_INVALID_PARAMS;
+    }
+    h = seg_hash(name);
+    pthread_mutex_lock(&te->seg_lock);
+    for (;;) {
+        n = mc_hmap_find(&te->seg_by_name, h, name, seg_eq);
+        if (n == NULL)
+            break;
+        s = mc_container_of(n, mc_te_segment_t, hnode);
+        if (s->state == MC_TE_SEG_READY) {
+            *seg_p = s->id;
+            pthread_mutex_unlock(&te->seg_lock);
+            return MC_OK;
+        }
+        /* another thread is opening it: wait for its verdict */
+        pthread_cond_wait(&te->seg_cond, &te->seg_lock);
+    }
+    s = segment_new(name);
+    if (s == NULL) {
+        pthread_mutex_unlock(&te->seg_lock);
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    s->state = MC_TE_SEG_OPENING;
+    (void)mc_hmap_insert(&te->seg_by_name, &s->hnode, h);
+    pthread_mutex_unlock(&te->seg_lock);
+
+    mc_te_desc_init(&d);
+    st = mc_te_meta_fetch(te, s, &d);
+    if (st == MC_OK)
+        s->desc = d;
+
+    pthread_mutex_lock(&te->seg_lock);
+    if ((st == MC_OK) && (segment_assign_id(te, s) != 0)) {
+        st = MC_INTERNAL_ERROR;
+        mc_set_error_detail("out of memory");
+    }
+    if (st != MC_OK)
+        mc_hmap_remove(&te->seg_by_name, &s->hnode);
+    pthread_cond_broadcast(&te->seg_cond);
+    pthread_mutex_unlock(&te->seg_lock);
+    if (st != MC_OK) {
+        mc_debug("opening segment %s failed: %s", name, mc_last_error_detail());
+        segment_free(te, s);
+        return st;
+    }
+    mc_debug("opened segment %s as id %llu (%zu buffers)", name, (unsigned long long)s->id,
+             s->desc.nbuffers);
+    *seg_p = s->id;
+    return MC_OK;
+}
+
+/* 1 when the cached descriptor lists [addr, addr+len). */
+static int segment_has_range(mc_te_segment_t *s, uint64_t addr, uint64_t len)
+{
+    int ok;
+    pthread_mutex_lock(&s->desc_mu);
+    ok = mc_te_desc_contains(&s->desc, addr, len);
+    pthread_mutex_unlock(&s->desc_mu);
+    return ok;
+}
+
+static mc_status_t segment_refresh(mc_te_t *te, mc_te_segment_t *s)
+{
+    mc_te_desc_t d;
+    mc_status_t st;
+    mc_te_desc_init(&d);
+    st = mc_te_meta_fetch(te, s, &d);
+    if (st != MC_OK)
+        return st;
+    pthread_mutex_lock(&s->desc_mu);
+    mc_te_desc_move(&s->desc, &d);
+    pthread_mutex_unlock(&s->desc_mu);
+    return MC_OK;
+}
+
+/* ---- executing requests --------------------------------------------------------- */
+
+typedef struct mc_te_item {
+    mc_te_segment_t *seg;
+    mc_te_op_t op;
+    uint8_t *local;
+    uint64_t remote;
+    uint64_t len;
+    size_t req; /* index of the request it belongs to */
+} mc_te_item_t;
+
+static mc_status_t range_refused(mc_te_op_t op, const char *seg, uint64_t addr, uint64_t len)
+{
+    mc_set_error_detail("%s of [0x%llx, +%llu) refused: not inside one region of segment %s "
+                        "registered for remote access",
+                        (op == MC_TE_READ) ? "read" : "write", (unsigned long long)addr,
+                        (unsigned long long)len, seg);
+    return (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
+}
+
+/* The same-process path: the range check a peer would get, then memcpy. */
+static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
+{
+    mc_te_region_t *r = mc_te_region_acquire(te, it->remote, it->len, MC_TE_MEM_REMOTE_ACCESS);
+    if (r == NULL)
+        return range_refused(it->op, te->local_name, it->remote, it->len);
+    /* memmove: a caller may legitimately copy within its own segment */
+    if (it->op == MC_TE_READ)
+        memmove(it->local, (void *)(uintptr_t)it->remote, it->len);
+    else
+        memmove((void *)(uintptr_t)it->remote, it->local, it->len);
+    mc_te_region_release(te, r);
+    return MC_OK;
+}
+
+static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
+{
+    mc_te_segment_t *s = it->seg;
+    mc_status_t st;
+
+    if (it->len == 0)
+        return MC_OK;
+    if (s->is_self)
+        return exec_self(te, it);
+    if (!segment_has_range(s, it->remote, it->len)) {
+        /* The peer may have registered more since we looked: ask once. */
+        st = segment_refresh(te, s);
+        if (st != MC_OK)
+            return st;
+        if (!segment_has_range(s, it->remote, it->len))
+            return range_refused(it->op, s->name, it->remote, it->len);
+    }
+    st = mc_te_tp_xfer(te, s->peer, it->op, it->local, it->remote, it->len);
+    if (st != MC_OK)
+        mc_debug("%s of %llu bytes at 0x%llx on %s failed: %s",
+                 (it->op == MC_TE_READ) ? "read" : "write", (unsigned long long)it->len,
+                 (unsigned long long)it->remote, s->name, mc_last_error_detail());
+    return st;
+}
+
+/*
+ * Items [i, i+k) form a run when they go to the same remote segment in the
+ * same direction and each is small: the transport may then pipeline them
+ * on one connection, which for small requests is worth far more than
+ * spreading them over threads (no wake-up per request on either side).
+ */
+static size_t run_length(const mc_te_item_t *items, size_t i, size_t nitems)
+{
+    const mc_te_item_t *a = &items[i];
+    uint64_t bytes        = a->len;
+    size_t k              = 1;
+    if (a->seg->is_self || (a->len == 0) || (a->len > MC_TE_RUN_MAX_ITEM_LEN))
+        return 1;
+    while ((i + k < nitems) && (k < MC_TE_RUN_MAX_ITEMS)) {
+        const mc_te_item_t *b = &items[i + k];
+        if ((b->seg != a->seg) || (b->op != a->op) || (b->len == 0) ||
+            (b->len > MC_TE_RUN_MAX_ITEM_LEN) || (bytes + b->len > MC_TE_RUN_MAX_BYTES))
+            break;
+        bytes += b->len;
+        k++;
+    }
+    return k;
+}
+
+/* Execute a run (see run_length); one status per item. */
+static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status_t *st)
+{
+    mc_te_xfer_t v[MC_TE_RUN_MAX_ITEMS];
+    mc_status_t vst[MC_TE_RUN_MAX_ITEMS];
+    size_t map[MC_TE_RUN_MAX_ITEMS];
+    mc_te_segment_t *s      = items[0].seg;
+    mc_status_t refresh_st  = MC_OK;
+    int refreshed           = 0;
+    size_t m                = 0;
+
+    if (k == 1) {
+        st[0] = exec_item(te, &items[0]);
+        return;
+    }
+    for (size_t j = 0; j < k; j++) {
+        const mc_te_item_t *it = &items[j];
+        if (!segment_has_range(s, it->remote, it->len)) {
+            if (!refreshed) {
+                refreshed  = 1;
+                refresh_st = segment_refresh(te, s);
+            }
+            if (refresh_st != MC_OK) {
+                st[j] = refresh_st;
+                continue;
+            }
+            if (!segment_has_range(s, it->remote, it->len)) {
+                st[j] = range_refused(it->op, s->name, it->remote, it->len);
+                continue;
+            }
+        }
+        v[m].local  = it->local;
+        v[m].remote = it->remote;
+        v[m].len    = it->len;
+        map[m++]    = j;
+    }
+    if (m == 0)
+        return;
+    mc_te_tp_xfer_run(te, s->peer, items[0].op, v, m, vst);
+    for (size_t q = 0; q < m; q++)
+        st[map[q]] = vst[q];
+}
+
+/*
+ * A batch being executed.  Runs of items are claimed in order under
+ * pool_mu by the calling thread and by workers; the batch sits in the
+ * engine queue while unclaimed items remain, and lives on the caller's
+ * stack until every item is done.
+ */
+struct mc_te_batch {
+    mc_te_item_t *items;
+    size_t nitems;
+    size_t next;             /* next unclaimed item */
+    size_t done;             /* finished items */
+    mc_status_t *req_status; /* first error per request */
+    size_t detail_req;       /* request whose error detail is kept */
+    char detail[256];        /* detail of the lowest failing request */
+    pthread_cond_t done_cond;
+    mc_te_batch_t *qprev;
+    mc_te_batch_t *qnext;
+};
+
+/* pool_mu held. */
+static void batch_dequeue(mc_te_t *te, mc_te_batch_t *b)
+{
+    if (b->qprev != NULL)
+        b->qprev->qnext = b->qnext;
+    else
+        te->queue_head = b->qnext;
+    if (b->qnext != NULL)
+        b->qnext->qprev = b->qprev;
+    else
+        te->queue_tail = b->qprev;
+    b->qprev = b->qnext = NULL;
+}
+
+/* Claim the next run of b; pool_mu held, b->next < b->nitems. */
+static size_t batch_claim(mc_te_t *te, mc_te_batch_t *b, size_t *k_p)
+{
+    size_t i = b->next;
+    *k_p     = run_length(b->items, i, b->nitems);
+    b->next += *k_p;
+    if (b->next == b->nitems)
+        batch_dequeue(te, b);
+    return i;
+}
+
+/* pool_mu held.  Called on the thread that ran the items, so its
+ * thread-local error detail describes them: keep the one of the lowest
+ * failing request, which is the status mc_te_transfer returns. */
+static void batch_finish(mc_te_batch_t *b, size_t i, size_t k, const mc_status_t *st)
+{
+    for (size_t j = 0; j < k; j++) {
+        size_t req = b->items[i + j].req;
+        if ((st[j] != MC_OK) && (b->req_status[req] == MC_OK))
+            b->req_status[req] = st[j];
+        if ((st[j] != MC_OK) && (req < b->detail_req)) {
+            b->detail_req = req;
+            snprintf(b->detail, sizeof(b->detail), "%s", mc_last_error_detail());
+        }
+    }
+    b->done += k;
+    if (b->done == b->nitems)
+        pthread_cond_signal(&b->done_cond);
+}
+
+/* Claim, execute and record one run of b; pool_mu held on entry and
+ * exit, released while the run executes. */
+static void batch_step(mc_te_t *te, mc_te_batch_t *b)
+{
+    mc_status_t st[MC_TE_RUN_MAX_ITEMS];
+    size_t k, i = batch_claim(te, b, &k);
+    pthread_mutex_unlock(&te->pool_mu);
+    exec_run(te, &b->items[i], k, st);
+    pthread_mutex_lock(&te->pool_mu);
+    batch_finish(b, i, k, st);
+}
+
+static void *worker_main(void *arg)
+{
+    mc_te_t *te = arg;
+    pthread_mutex_lock(&te->pool_mu);
+    for (;;) {
+        while (!te->pool_stopping && (te->queue_head == NULL))
+            pthread_cond_wait(&te->pool_cond, &te->pool_mu);
+        if (te->queue_head == NULL)
+            break; /* stopping and nothing left */
+        batch_step(te, te->queue_head);
+    }
+    pthread_mutex_unlock(&te->pool_mu);
+    return NULL;
+}
+
+/* Start the workers the first time a batch needs them.  pool_mu held.
+ * Failing to start some is not an error: the caller runs what is left. */
+static void pool_start(mc_te_t *te)
+{
+    pthread_attr_t attr;
+    if ((te->workers != NULL) || (te->cfg.workers == 0) || te->pool_stopping)
+        return;
+    te->workers = calloc(te->cfg.workers, sizeof(*te->workers));
+    if (te->workers == NULL)
+        return;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    for (unsigned i = 0; i < te->cfg.workers; i++) {
+        int rc = pthread_create(&te->workers[te->nworkers], &attr, worker_main, te);
+        if (rc != 0) {
+            errno = rc;
+            mc_warn("starting transfer worker %u failed: %m", i);
+            break;
+        }
+        te->nworkers++;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static void pool_stop(mc_te_t *te)
+{
+    pthread_mutex_lock(&te->pool_mu);
+    te->pool_stopping = 1;
+    pthread_cond_broadcast(&te->pool_cond);
+    pthread_mutex_unlock(&te->pool_mu);
+    for (unsigned i = 0; i < te->nworkers; i++)
+        pthread_join(te->workers[i], NULL);
+    free(te->workers);
+    te->workers  = NULL;
+    te->nworkers = 0;
+}
+
+/* Run the items to completion; req_status[] gets the first error of each
+ * request.  On failure the caller's error detail describes the lowest
+ * failing request. */
+static void run_batch(mc_te_t *te, mc_te_item_t *items, size_t nitems, mc_status_t *req_status)
+{
+    mc_te_batch_t b;
+    memset(&b, 0, sizeof(b));
+    b.items      = items;
+    b.nitems     = nitems;
+    b.req_status = req_status;
+    b.detail_req = SIZE_MAX;
+    pthread_cond_init(&b.done_cond, NULL);
+
+    pthread_mutex_lock(&te->pool_mu);
+    pool_start(te);
+    b.qprev = te->queue_tail;
+    if (te->queue_tail != NULL)
+        te->queue_tail->qnext = &b;
+    else
+        te->queue_head = &b;
+    te->queue_tail = &b;
+    pthread_cond_broadcast(&te->pool_cond);
+    /* The caller works too, and only on its own batch. */
+    while (b.next < b.nitems)
+        batch_step(te, &b);
+    while (b.done < b.nitems)
+        pthread_cond_wait(&b.done_cond, &te->pool_mu);
+    pthread_mutex_unlock(&te->pool_mu);
+    pthread_cond_destroy(&b.done_cond);
+    if (b.detail_req != SIZE_MAX)
+        mc_set_error_detail("%s", b.detail);
+}
+
+/* Check one request and resolve its segment; MC_OK or INVALID_PARAMS. */
+static mc_status_t request_check(mc_te_t *te, const mc_te_request_t *r, mc_te_segment_t **seg_p)
+{
+    mc_te_segment_t *s;
+    if ((r->op != MC_TE_READ) && (r->op != MC_TE_WRITE)) {
+        mc_set_error_detail("transfer: unknown op %d", (int)r->op);
+        return MC_INVALID_PARAMS;
+    }
+    if (r->length > UINT64_MAX - r->remote) {
+        mc_set_error_detail("transfer: remote range 0x%llx + %llu wraps around",
+                            (unsigned long long)r->remote, (unsigned long long)r->length);
+        return (r->op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
+    }
+    if ((r->length > 0) &&
+        ((r->local == NULL) || (r->length > UINTPTR_MAX - (uintptr_t)r->local))) {
+        mc_set_error_detail("transfer: local buffer %p of %llu bytes is invalid", r->local,
+                            (unsigned long long)r->length);
+        return MC_INVALID_PARAMS;
+    }
+    s = segment_by_id(te, r->segment);
+    if (s == NULL) {
+        mc_set_error_detail("transfer: segment id %llu was not opened",
+                            (unsigned long long)r->segment);
+        return MC_INVALID_PARAMS;
+    }
+    *seg_p = s;
+    return MC_OK;
+}
+
+/*
+ * Number of items request r becomes: slices of slice_size when it is long
+ * and its range is known to be valid (own regions, or the cached
+ * descriptor of the peer); otherwise one item, which the range check then
+ * refuses or (after a descriptor refresh) runs whole.  This keeps a bogus
+ * multi-terabyte request from being cut into billions of slices.
+ */
+static size_t request_slices(mc_te_t *te, const mc_te_request_t *r, mc_te_segment_t *s)
+{
+    uint64_t slice = te->cfg.slice_size;
+    int known;
+    if ((r->length <= slice) || (te->cfg.workers == 0))
+        return 1;
+    if (s->is_self) {
+        pthread_rwlock_rdlock(&te->regions_lock);
+        known = region_find(te, r->remote, r->length) != NULL;
+        pthread_rwlock_unlock(&te->regions_lock);
+    } else {
+        known = segment_has_range(s, r->remote, r->length);
+    }
+    return known ? (size_t)((r->length + slice - 1) / slice) : 1;
+}
+
+/* Append the items of request i to items[*k_p...]. */
+static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s, size_t nslices,
+                          mc_te_item_t *items, size_t *k_p)
+{
+    uint64_t step = (nslices > 1) ? (r->length + nslices - 1) / nslices : r->length;
+    uint64_t off  = 0;
+    do {
+        mc_te_item_t *it = &items[(*k_p)++];
+        it->seg          = s;
+        it->op           = r->op;
+        it->local        = (uint8_t *)r->local + off;
+        it->remote       = r->remote + off;
+        it->len          = MC_MIN(step, r->length - off);
+        it->req          = i;
+        off += it->len;
+    } while (off < r->length);
+}
+
+MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs, size_t n,
+                                  mc_status_t *statuses)
+{
+    mc_status_t *st_arr = statuses, first = MC_OK;
+    mc_te_segment_t **segs = NULL;
+    mc_te_item_t *items    = NULL;
+    size_t *nslices        = NULL;
+    size_t nitems          = 0;
+
+    if ((te == NULL) || ((reqs == NULL) && (n > 0))) {
+        mc_set_error_detail("transfer needs an engine and requests");
+        return MC_INVALID_PARAMS;
+    }
+    if (n == 0)
+        return MC_OK;
+
+    if (n == 1) {
+        /* Fast path: validate and run on the calling thread, no hand-off
+         * (unless the request is long enough to be worth spreading). */
+        mc_te_segment_t *s;
+        mc_status_t st = request_check(te, &reqs[0], &s);
+        if (st == MC_OK) {
+            size_t np           = request_slices(te, &reqs[0], s);
+            mc_te_item_t one_it, *parts = (np > 1) ? calloc(np, sizeof(*parts)) : NULL;
+            size_t k            = 0;
+            if (parts == NULL) {
+                request_items(&reqs[0], 0, s, 1, &one_it, &k);
+                st = exec_item(te, &one_it);
+            } else {
+                request_items(&reqs[0], 0, s, np, parts, &k);
+                run_batch(te, parts, np, &st);
+                free(parts);
+            }
+        }
+        if (statuses != NULL)
+            statuses[0] = st;
+        return st;
+    }
+
+    if (st_arr == NULL) {
+        st_arr = malloc(n * sizeof(*st_arr));
+        if (st_arr == NULL)
+            goto oom;
+    }
+    segs = malloc(n * sizeof(*segs));
+    if (segs == NULL)
+        goto oom;
+    nslices = malloc(n * sizeof(*nslices));
+    if (nslices == NULL)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        st_arr[i] = request_check(te, &reqs[i], &segs[i]);
+        if (st_arr[i] != MC_OK)
+            continue;
+        nslices[i] = request_slices(te, &reqs[i], segs[i]);
+        nitems += nslices[i];
+    }
+    if (nitems > 0) {
+        size_t k = 0;
+        items    = (nitems <= SIZE_MAX / sizeof(*items)) ? malloc(nitems * sizeof(*items)) : NULL;
+        if (items == NULL)
+            goto oom;
+        for (size_t i = 0; i < n; i++)
+            if (st_arr[i] == MC_OK)
+                request_items(&reqs[i], i, segs[i], nslices[i], items, &k);
+        run_batch(te, items, nitems, st_arr);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (st_arr[i] != MC_OK) {
+            mc_te_segment_t *unused;
+            first = st_arr[i];
+            /* A request refused before running gets its reason restated
+             * (the batch may have overwritten it); for one that ran,
+             * run_batch left the detail of exactly this request. */
+            (void)request_check(te, &reqs[i], &unused);
+            break;
+        }
+    }
+    free(items);
+    free(nslices);
+    free(segs);
+    if (st_arr != statuses)
+        free(st_arr);
+    return first;
+
+oom:
+    free(items);
+    free(nslices);
+    free(segs);
+    if (st_arr != statuses)
+        free(st_arr);
+    else
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = MC_INTERNAL_ERROR;
+    mc_set_error_detail("out of memory");
+    return MC_INTERNAL_ERROR;
+}
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+MC_API const char *mc_te_local_name(mc_te_h te)
+{
+    return ((te != NULL) && (te->local_name != NULL)) ? te->local_name : "";
+}
+
+static void engine_free(mc_te_t *te)
+{
+    mc_hmap_iter_t it;
+    mc_hnode_t *n;
+
+    pool_stop(te);
+    /* Close peers before the transport goes: their sockets belong to it. */
+    for (n = mc_hmap_first(&te->seg_by_name, &it); n != NULL; n = mc_hmap_next(&te->seg_by_name, &it)) {
+        mc_te_segment_t *s = mc_container_of(n, mc_te_segment_t, hnode);
+        mc_hmap_remove(&te->seg_by_name, n);
+        segment_free(te, s);
+    }
+    mc_hmap_cleanup(&te->seg_by_name);
+    free(te->segs);
+    mc_te_meta_unpublish(te);
+    mc_te_tp_uninstall(te);
+    for (size_t i = 0; i < te->nregions; i++)
+        free(te->regions[i]);
+    free(te->regions);
+    pthread_rwlock_destroy(&te->regions_lock);
+    pthread_mutex_destroy(&te->region_mu);
+    pthread_cond_destroy(&te->region_cond);
+    pthread_mutex_destroy(&te->seg_lock);
+    pthread_cond_destroy(&te->seg_cond);
+    pthread_mutex_destroy(&te->pool_mu);
+    pthread_cond_destroy(&te->pool_cond);
+    pthread_mutex_destroy(&te->publish_mu);
+    free(te->local_name);
+    free(te->meta_url);
+    free(te->key_prefix);
+    free(te);
+}
+
+MC_API void mc_te_destroy(mc_te_h te)
+{
+    if (te != NULL)
+        engine_free(te);
+}
+
+MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
+{
+    const mc_te_params_t empty = {0};
+    const mc_te_params_t *p    = params ? params : &empty;
+    const char *hostname       = "localhost";
+    const char *meta           = NULL;
+    const char *proto          = NULL;
+    const mc_te_transport_ops_t *ops;
+    uint16_t want_port = 0;
+    mc_te_segment_t *self;
+    mc_te_t *te;
+    mc_status_t st;
+    size_t nlen;
+
+    if (te_p == NULL) {
+        mc_set_error_detail("te_create needs an output pointer");
+        return MC_INVALID_PARAMS;
+    }
+    if ((p->field_mask & MC_TE_PARAM_LOCAL_HOSTNAME) && (p->local_hostname != NULL) &&
+        (*p->local_hostname != '\0'))
+        hostname = p->local_hostname;
+    if (p->field_mask & MC_TE_PARAM_METADATA_SERVER)
+        meta = p->metadata_server;
+    if (p->field_mask & MC_TE_PARAM_PROTOCOL)
+        proto = p->protocol;
+    st = protocol_select(proto, &ops);
+    if (st != MC_OK)
+        return st;
+
+    te = calloc(1, sizeof(*te));
+    if (te == NULL) {
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    te->tp_ops = ops;
+    pthread_rwlock_init(&te->regions_lock, NULL);
+    pthread_mutex_init(&te->region_mu, NULL);
+    pthread_cond_init(&te->region_cond, NULL);
+    pthread_mutex_init(&te->seg_lock, NULL);
+    pthread_cond_init(&te->seg_cond, NULL);
+    pthread_mutex_init(&te->pool_mu, NULL);
+    pthread_cond_init(&te->pool_cond, NULL);
+    pthread_mutex_init(&te->publish_mu, NULL);
+    if (mc_hmap_init(&te->seg_by_name, 16) != 0) {
+        st = MC_INTERNAL_ERROR;
+        mc_set_error_detail("out of memory");
+        goto fail;
+    }
+
+    st = config_resolve(p, &te->cfg);
+    if (st != MC_OK)
+        goto fail;
+    st = mc_te_meta_configure(te, meta);
+    if (st != MC_OK)
+        goto fail;
+    if (mc_parse_host_port(hostname, te->host, sizeof(te->host), &want_port) != 0) {
+        st = MC_INVALID_PARAMS;
+        mc_set_error_detail("local hostname \"%s\" is not host or host:port", hostname);
+        goto fail;
+    }
+    st = bind_addr_resolve(te->host, te->bind_addr, sizeof(te->bind_addr));
+    if (st != MC_OK)
+        goto fail;
+    st = mc_te_tp_install(te, te->bind_addr, want_port, &te->port);
+    if (st != MC_OK)
+        goto fail;
+
+    nlen           = strlen(te->host) + 10;
+    te->local_name = malloc(nlen);
+    self           = segment_new("");
+    if ((te->local_name == NULL) || (self == NULL)) {
+        segment_free(te, self);
+        st = MC_INTERNAL_ERROR;
+        mc_set_error_detail("out of memory");
+        goto fail;
+    }
+    if (strchr(te->host, ':') != NULL)
+        snprintf(te->local_name, nlen, "[%s]:%u", te->host, (unsigned)te->port);
+    else
+        snprintf(te->local_name, nlen, "%s:%u", te->host, (unsigned)te->port);
+    free(self->name);
+    self->name    = strdup(te->local_name);
+    self->is_self = 1;
+    if ((self->name == NULL) || (segment_assign_id(te, self) != 0)) {
+        segment_free(te, self);
+        st = MC_INTERNAL_ERROR;
+        mc_set_error_detail("out of memory");
+        goto fail;
+    }
+    (void)mc_hmap_insert(&te->seg_by_name, &self->hnode, seg_hash(self->name));
+
+    st = mc_te_meta_publish(te, 1);
+    if (st != MC_OK)
+        goto fail;
+    mc_info("transfer engine %s serving on %s:%u (%s, metadata %s)", te->local_name,
+            te->bind_addr, (unsigned)te->port, ops->name,
+            (te->meta_kind == MC_TE_META_HTTP) ? te->meta_url : "P2PHANDSHAKE");
+    *te_p = te;
+    return MC_OK;
+
+fail:
+    {
+        /* keep the detail of the first failure across the teardown */
+        char detail[512];
+        snprintf(detail, sizeof(detail), "%s", mc_last_error_detail());
+        engine_free(te);
+        mc_set_error_detail("%s", detail);
+    }
+    return st;
+}

@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Transfer engine internals shared by engine.c, metadata.c and the
+ * transports (tcp/, later rdma/ and shm/).  Not installed.
+ *
+ * Ownership and locking (docs/transfer.md, "Threads and locks"):
+ *  - regions: a sorted array of pointers under regions_lock (rwlock).  A
+ *    served request pins its region with a reference taken under the read
+ *    lock; mc_te_mem_dereg unlinks the region under the write lock and then
+ *    waits on region_cond until the references drain, so memory is never
+ *    released under an in-flight request.
+ *  - segments: name -> segment hash and id -> segment array under seg_lock.
+ *    Segments live until the engine is destroyed (a cache of peers); a
+ *    segment's descriptor changes only under its own desc_mu.
+ *  - the worker pool: queue and per-batch counters under pool_mu.
+ *  - publish_mu serialises metadata publications so the last PUT always
+ *    carries the newest region list.
+ */
+#ifndef MC_TRANSFER_ENGINE_H
+#define MC_TRANSFER_ENGINE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mooncake/transfer.h>
+
+#include "common/hashmap.h"
+#include "transfer/descriptor.h"
+
+/* Defaults (docs/transfer.md, "Tuning"). */
+#define MC_TE_DEFAULT_PORT_MIN        12300
+#define MC_TE_DEFAULT_PORT_MAX        14300
+#define MC_TE_DEFAULT_LANES           4
+#define MC_TE_MAX_LANES               64
+#define MC_TE_DEFAULT_IO_TIMEOUT_S    30
+#define MC_TE_DEFAULT_CONNECT_MS      3000
+#define MC_TE_DEFAULT_MAX_CONNS       1024
+#define MC_TE_DEFAULT_SLICE_SIZE      (512u * 1024u)
+#define MC_TE_MAX_WORKERS             64
+#define MC_TE_PORT_RANDOM_TRIES       50
+#define MC_TE_HTTP_CONNECT_MS         1500
+#define MC_TE_HTTP_TOTAL_MS           3000
+/* Id of the engine's own segment (upstream LOCAL_SEGMENT_ID). */
+#define MC_TE_SELF_SEGMENT            0
+
+typedef struct mc_te mc_te_t;
+typedef struct mc_te_segment mc_te_segment_t;
+
+/* Resolved tunables of one engine. */
+typedef struct mc_te_config {
+    uint16_t port_min;
+    uint16_t port_max;
+    unsigned lanes;          /* pooled connections per peer */
+    unsigned workers;        /* batch worker threads (started lazily) */
+    unsigned max_conns;      /* served connections at once */
+    int io_timeout_s;        /* SO_RCVTIMEO / SO_SNDTIMEO on data sockets */
+    int connect_timeout_ms;
+    uint64_t slice_size;     /* batch requests above this are split */
+} mc_te_config_t;
+
+/* One registered region. */
+typedef struct mc_te_region {
+    uintptr_t addr;
+    size_t len;
+    unsigned flags;                      /* enum mc_te_mem_flag */
+    char location[MC_TE_LOCATION_MAX];
+    unsigned refs;                       /* atomic: requests using it */
+    int dying;                           /* atomic: unlinked by dereg */
+} mc_te_region_t;
+
+/* One element of a pipelined run (mc_te_tp_xfer_run). */
+typedef struct mc_te_xfer {
+    void *local;
+    uint64_t remote;
+    uint64_t len;
+} mc_te_xfer_t;
+
+/* Runs handed to a transport at once: small same-direction requests to one
+ * peer travel back to back on one connection (docs/transfer.md,
+ * "Pipelining"). */
+#define MC_TE_RUN_MAX_ITEMS    64
+#define MC_TE_RUN_MAX_ITEM_LEN (64u * 1024u)
+#define MC_TE_RUN_MAX_BYTES    (1024u * 1024u)
+
+/*
+ * A transport is an ops table.  The engine calls it only through the
+ * inline wrappers below, whose comments are the contract every transport
+ * implements.  The table starts with its size so it can grow.
+ */
+typedef struct mc_te_transport_ops {
+    size_t size;
+    const char *name;
+    mc_status_t (*install)(mc_te_t *te, const char *bind_addr, uint16_t port,
+                           void **priv_p, uint16_t *port_p);
+    void (*uninstall)(void *priv);
+    mc_status_t (*peer_open)(void *priv, const char *host, uint16_t port, void **peer_p);
+    void (*peer_close)(void *priv, void *peer);
+    mc_status_t (*describe)(void *priv, void *peer, char **json_p, size_t *len_p);
+    mc_status_t (*xfer)(void *priv, void *peer, mc_te_op_t op, void *local,
+                        uint64_t remote, uint64_t len);
+    void (*xfer_run)(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v, size_t n,
+                     mc_status_t *statuses); /* optional */
+} mc_te_transport_ops_t;
+
+/* Segment states while it is being opened (see mc_te_segment_open). */
+typedef enum mc_te_seg_state {
+    MC_TE_SEG_OPENING = 0, /**< one thread is fetching the descriptor */
+    MC_TE_SEG_READY   = 1  /**< id assigned, usable */
+} mc_te_seg_state_t;
+
+struct mc_te_segment {
+    mc_hnode_t hnode;          /* in te->seg_by_name */
+    mc_te_segment_id_t id;
+    char *name;
+    mc_te_seg_state_t state;   /* under te->seg_lock */
+    int is_self;
+    void *peer;                /* transport peer (NULL for self) */
+    pthread_mutex_t desc_mu;
+    mc_te_desc_t desc;         /* last fetched descriptor, under desc_mu */
+};
+
+typedef enum mc_te_meta_kind {
+    MC_TE_META_P2P  = 0, /**< descriptors from the peers themselves */
+    MC_TE_META_HTTP = 1  /**< GET/PUT/DELETE <url>?key=... */
+} mc_te_meta_kind_t;
+
+typedef struct mc_te_batch mc_te_batch_t;
+
+struct mc_te {
+    mc_te_config_t cfg;
+    char host[256];        /* host part of local_hostname */
+    char bind_addr[256];   /* address the data port listens on */
+    uint16_t port;         /* data port */
+    char *local_name;      /* "host:port" */
+
+    mc_te_meta_kind_t meta_kind;
+    char *meta_url;        /* HTTP metadata endpoint */
+    char *key_prefix;      /* "mooncake/" or "mooncake/<cluster>/" */
+    int published;         /* HTTP keys were written (delete at destroy) */
+    pthread_mutex_t publish_mu;
+
+    pthread_rwlock_t regions_lock;
+    mc_te_region_t **regions; /* sorted by addr */
+    size_t nregions;
+    size_t regions_cap;
+    pthread_mutex_t region_mu; /* with region_cond: dereg waits for refs */
+    pthread_cond_t region_cond;
+
+    pthread_mutex_t seg_lock;
+    pthread_cond_t seg_cond;   /* an OPENING segment settled */
+    mc_hmap_t seg_by_name;
+    mc_te_segment_t **segs;    /* by id; [0] is self */
+    size_t nsegs;
+    size_t segs_cap;
+
+    const mc_te_transport_ops_t *tp_ops;
+    void *tp;
+
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_cond;  /* work queued or stopping */
+    mc_te_batch_t *queue_head;
+    mc_te_batch_t *queue_tail;
+    pthread_t *workers;
+    unsigned nworkers;
+    int pool_stopping;
+};
+
+/* ---- transport wrappers (the contract) ---------------------------------- */
+
+/* Bind a listening socket on bind_addr:port (port 0: pick one from
+ * [cfg.port_min, cfg.port_max]) and start serving te's REMOTE_ACCESS
+ * regions; write the bound port.  The transport may call
+ * mc_te_region_acquire/release and mc_te_describe_local from its own
+ * threads from then on, until uninstall returns. */
+static inline mc_status_t mc_te_tp_install(mc_te_t *te, const char *bind_addr, uint16_t port,
+                                           uint16_t *port_p)
+{
+    return te->tp_ops->install(te, bind_addr, port, &te->tp, port_p);
+}
+
+/* Stop serving: after it returns no transport thread runs and no region
+ * reference is held. Peers must have been closed first. */
+static inline void mc_te_tp_uninstall(mc_te_t *te)
+{
+    if (te->tp != NULL)
+        te->tp_ops->uninstall(te->tp);
+    te->tp = NULL;
+}
+
+/* Create the client-side state for a peer at host:port; connects lazily. */
+static inline mc_status_t mc_te_tp_peer_open(mc_te_t *te, const char *host, uint16_t port,
+                                             void **peer_p)
+{
+    return te->tp_ops->peer_open(te->tp, host, port, peer_p);
+}
+
+/* Close every pooled connection of the peer and free it; no request may be
+ * running on it. */
+static inline void mc_te_tp_peer_close(mc_te_t *te, void *peer)
+{
+    if (peer != NULL)
+        te->tp_ops->peer_close(te->tp, peer);
+}
+
+/* Ask the peer for its descriptor JSON (malloc'd, NUL-terminated).
+ * Thread-safe; blocks at most the configured timeouts. */
+static inline mc_status_t mc_te_tp_describe(mc_te_t *te, void *peer, char **json_p,
+                                            size_t *len_p)
+{
+    return te->tp_ops->describe(te->tp, peer, json_p, len_p);
+}
+
+/* Move len bytes between local memory and [remote, remote+len) of the
+ * peer, on one pooled connection, blocking the calling thread.  Returns
+ * MC_OK, the status the target answered (MC_INVALID_READ/WRITE for a
+ * refused range) or MC_TRANSFER_FAIL.  Thread-safe. */
+static inline mc_status_t mc_te_tp_xfer(mc_te_t *te, void *peer, mc_te_op_t op, void *local,
+                                        uint64_t remote, uint64_t len)
+{
+    return te->tp_ops->xfer(te->tp, peer, op, local, remote, len);
+}
+
+/* Run n (<= MC_TE_RUN_MAX_ITEMS) requests of one direction to one peer,
+ * writing one status per request, with the same outcomes as n calls of
+ * mc_te_tp_xfer.  A transport may pipeline them on one connection; one
+ * without xfer_run gets them one by one. */
+static inline void mc_te_tp_xfer_run(mc_te_t *te, void *peer, mc_te_op_t op,
+                                     const mc_te_xfer_t *v, size_t n, mc_status_t *statuses)
+{
+    if (te->tp_ops->xfer_run != NULL) {
+        te->tp_ops->xfer_run(te->tp, peer, op, v, n, statuses);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        statuses[i] = te->tp_ops->xfer(te->tp, peer, op, v[i].local, v[i].remote, v[i].len);
+}
+
+/* ---- engine services for transports and metadata ------------------------ */
+
+/* Pin the region that wholly contains [addr, addr+len) and carries all of
+ * @p need_flags.  Returns NULL when there is none.  len 0 is refused. */
+mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
+                                     unsigned need_flags);
+void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);
+
+/* The engine's own descriptor (REMOTE_ACCESS regions), as JSON. */
+mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p);
+
+/* ---- metadata (metadata.c) ---------------------------------------------- */
+
+/* Parse params->metadata_server into te->meta_kind/meta_url/key_prefix. */
+mc_status_t mc_te_meta_configure(mc_te_t *te, const char *conn);
+/* HTTP mode: PUT ram/<name> (and rpc_meta/<name> when @p with_rpc_meta).
+ * P2P: nothing to do. */
+mc_status_t mc_te_meta_publish(mc_te_t *te, int with_rpc_meta);
+/* HTTP mode: DELETE both keys; failures are logged only. */
+void mc_te_meta_unpublish(mc_te_t *te);
+/* Fetch the descriptor of @p seg: from the peer itself (P2P) or from the
+ * metadata service (HTTP).  When seg->peer is still NULL — only while the
+ * segment is OPENING, so by one thread — this also opens the transport
+ * peer: at the host and port of the name (P2P), or at rpc_meta's host and
+ * the descriptor's tcp_data_port (HTTP). */
+mc_status_t mc_te_meta_fetch(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *desc_p);
+
+/* HTTP helpers (libcurl): key is URL-encoded by the callee. */
+mc_status_t mc_te_http_put(const char *url, const char *key, const char *body);
+mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size_t *len_p);
+mc_status_t mc_te_http_delete(const char *url, const char *key);
+
+#endif /* MC_TRANSFER_ENGINE_H */

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The transfer engine's data-port frames (docs/transfer.md, "Frames").
+ *
+ * Every request on a data connection starts with one fixed 32-byte header
+ * and every answer with one fixed 16-byte header; all integers are little
+ * endian whatever the host order, and the structs below are only the
+ * decoded form: the bytes on the wire are produced and parsed by the
+ * mc_te_*_encode/decode helpers, never by casting a buffer.
+ *
+ * A header that fails mc_te_req_decode() (bad magic, version, opcode, a
+ * reserved bit set) is a protocol violation: the server closes the
+ * connection without answering, since it cannot know where the next frame
+ * starts.
+ */
+#ifndef MC_TRANSFER_PROTO_H
+#define MC_TRANSFER_PROTO_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "common/buf.h"
+
+/* "MCTE" and "MCTR" read as little-endian u32: the first wire bytes spell
+ * the ASCII letters, which makes captures easy to read. */
+#define MC_TE_REQ_MAGIC  0x4554434Du /* 'M' 'C' 'T' 'E' */
+#define MC_TE_RESP_MAGIC 0x5254434Du /* 'M' 'C' 'T' 'R' */
+#define MC_TE_PROTO_VERSION 1u
+
+#define MC_TE_REQ_HDR_SIZE  32u
+#define MC_TE_RESP_HDR_SIZE 16u
+
+/* Largest descriptor a DESCRIBE answer may carry; a peer announcing more is
+ * treated as hostile and the connection is dropped. */
+#define MC_TE_DESCRIBE_MAX (16u * 1024u * 1024u)
+
+/* Request opcodes (docs/transfer.md, "Opcodes"). */
+typedef enum mc_te_opcode {
+    MC_TE_OPC_READ     = 0, /**< server -> client: send [addr, addr+length) */
+    MC_TE_OPC_WRITE    = 1, /**< client -> server: length payload bytes follow */
+    MC_TE_OPC_DESCRIBE = 2, /**< server -> client: segment descriptor JSON */
+    MC_TE_OPC_MAX_     = 2
+} mc_te_opcode_t;
+
+/* Decoded request header. */
+typedef struct mc_te_req_hdr {
+    uint8_t version;
+    uint8_t opcode;
+    uint16_t flags;  /* no flag is defined in version 1: must be 0 */
+    uint64_t addr;   /* absolute address inside the target segment */
+    uint64_t length; /* bytes to move */
+} mc_te_req_hdr_t;
+
+/* Decoded response header. */
+typedef struct mc_te_resp_hdr {
+    int32_t status;  /* mc_status_t: 0 or a negative code */
+    uint64_t length; /* payload bytes that follow (READ, DESCRIBE) */
+} mc_te_resp_hdr_t;
+
+/*
+ * Request layout, byte offsets:
+ *   0  u32 magic "MCTE"      4  u8 version     5  u8 opcode
+ *   6  u16 flags (0)         8  u64 addr      16  u64 length
+ *  24  u32 reserved (0)     28  u32 reserved (0)
+ * Response layout:
+ *   0  u32 magic "MCTR"      4  i32 status     8  u64 length
+ */
+enum {
+    MC_TE_REQ_OFF_MAGIC   = 0,
+    MC_TE_REQ_OFF_VERSION = 4,
+    MC_TE_REQ_OFF_OPCODE  = 5,
+    MC_TE_REQ_OFF_FLAGS   = 6,
+    MC_TE_REQ_OFF_ADDR    = 8,
+    MC_TE_REQ_OFF_LENGTH  = 16,
+    MC_TE_REQ_OFF_RSVD0   = 24,
+    MC_TE_REQ_OFF_RSVD1   = 28,
+    MC_TE_REQ_OFF_END_    = 32,
+    MC_TE_RESP_OFF_MAGIC  = 0,
+    MC_TE_RESP_OFF_STATUS = 4,
+    MC_TE_RESP_OFF_LENGTH = 8,
+    MC_TE_RESP_OFF_END_   = 16
+};
+_Static_assert(MC_TE_REQ_OFF_END_ == MC_TE_REQ_HDR_SIZE, "request header is 32 bytes");
+_Static_assert(MC_TE_RESP_OFF_END_ == MC_TE_RESP_HDR_SIZE, "response header is 16 bytes");
+
+static inline void mc_te_req_encode(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t opcode,
+                                    uint64_t addr, uint64_t length)
+{
+    memset(out, 0, MC_TE_REQ_HDR_SIZE);
+    mc_store_le32(out + MC_TE_REQ_OFF_MAGIC, MC_TE_REQ_MAGIC);
+    out[MC_TE_REQ_OFF_VERSION] = (uint8_t)MC_TE_PROTO_VERSION;
+    out[MC_TE_REQ_OFF_OPCODE]  = opcode;
+    mc_store_le64(out + MC_TE_REQ_OFF_ADDR, addr);
+    mc_store_le64(out + MC_TE_REQ_OFF_LENGTH, length);
+}
+
+/* Returns 0 for a well-formed header, -1 for anything else (the caller
+ * closes the connection). */
+static inline int mc_te_req_decode(const uint8_t in[MC_TE_REQ_HDR_SIZE], mc_te_req_hdr_t *h)
+{
+    if (mc_load_le32(in + MC_TE_REQ_OFF_MAGIC) != MC_TE_REQ_MAGIC)
+        return -1;
+    h->version = in[MC_TE_REQ_OFF_VERSION];
+    h->opcode  = in[MC_TE_REQ_OFF_OPCODE];
+    h->flags   = mc_load_le16(in + MC_TE_REQ_OFF_FLAGS);
+    h->addr    = mc_load_le64(in + MC_TE_REQ_OFF_ADDR);
+    h->length  = mc_load_le64(in + MC_TE_REQ_OFF_LENGTH);
+    if ((h->version != MC_TE_PROTO_VERSION) || (h->opcode > MC_TE_OPC_MAX_) ||
+        (h->flags != 0) || (mc_load_le32(in + MC_TE_REQ_OFF_RSVD0) != 0) ||
+        (mc_load_le32(in + MC_TE_REQ_OFF_RSVD1) != 0))
+        return -1;
+    return 0;
+}
+
+static inline void mc_te_resp_encode(uint8_t out[MC_TE_RESP_HDR_SIZE], int32_t status,
+                                     uint64_t length)
+{
+    mc_store_le32(out + MC_TE_RESP_OFF_MAGIC, MC_TE_RESP_MAGIC);
+    mc_store_le32(out + MC_TE_RESP_OFF_STATUS, (uint32_t)status);
+    mc_store_le64(out + MC_TE_RESP_OFF_LENGTH, length);
+}
+
+/* Returns 0 for a well-formed header, -1 otherwise.  Only 0 and negative
+ * statuses are well-formed. */
+static inline int mc_te_resp_decode(const uint8_t in[MC_TE_RESP_HDR_SIZE], mc_te_resp_hdr_t *h)
+{
+    if (mc_load_le32(in + MC_TE_RESP_OFF_MAGIC) != MC_TE_RESP_MAGIC)
+        return -1;
+    h->status = (int32_t)mc_load_le32(in + MC_TE_RESP_OFF_STATUS);
+    h->length = mc_load_le64(in + MC_TE_RESP_OFF_LENGTH);
+    return (h->status <= 0) ? 0 : -1;
+}
+
+#endif /* MC_TRANSFER_PROTO_H */

@@ -1,0 +1,1041 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The tcp transport (docs/transfer.md, "TCP transport").
+ *
+ * Target side.  An acceptor thread takes connections on the data port and
+ * gives each its own thread doing blocking I/O, up to cfg.max_conns at
+ * once (more are closed on arrival).  The data path is zero-copy: a READ
+ * is sent straight out of the registered region (header and bytes in one
+ * sendmsg), a WRITE's payload is received straight into it.  Before any
+ * byte moves, the whole range must lie inside one REMOTE_ACCESS region,
+ * which stays pinned (engine.c reference) until the request is done.  A
+ * refused READ is answered and the connection goes on; a refused WRITE is
+ * answered and the connection is closed, because the payload that follows
+ * must not be read anywhere.  A malformed header closes the connection.
+ * Idle persistent connections wait for their next header indefinitely
+ * (the receive timeout only bounds a frame once it has started).
+ *
+ * Initiator side.  Each peer has cfg.lanes connections, opened lazily and
+ * kept; a request takes a free lane (most recently used first, so a
+ * single-threaded caller keeps reusing one warm connection), runs on it
+ * with blocking I/O bounded by SO_RCVTIMEO/SO_SNDTIMEO, and gives it back.
+ * A pooled connection the peer has closed in the meantime is detected when
+ * the request fails before any byte of the answer arrived; the request is
+ * then retried once on a fresh connection (READ and WRITE are idempotent).
+ * After a failed connect the peer is considered down for a second so a
+ * large batch against a dead host fails fast instead of paying the connect
+ * timeout per request.
+ *
+ * Destruction: shutdown() on the listening socket and on every served
+ * connection wakes the threads blocked in accept/recv/send; all are
+ * joined.  Finished connection threads are joined by the acceptor as it
+ * goes, and the rest at uninstall.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "transfer/proto.h"
+#include "transfer/tcp/tcp.h"
+
+#define TCP_CONN_STACK       (256u * 1024u)
+#define TCP_PEER_DOWN_MS     1000u
+#define TCP_LISTEN_BACKLOG   1024
+
+typedef struct mc_tcp mc_tcp_t;
+
+/* One served connection. */
+typedef struct mc_tcp_conn {
+    struct mc_tcp_conn *prev;
+    struct mc_tcp_conn *next;
+    mc_tcp_t *tp;
+    int fd;
+    pthread_t thread;
+} mc_tcp_conn_t;
+
+struct mc_tcp {
+    mc_te_t *te;
+    int listen_fd;
+    pthread_t acceptor;
+    int acceptor_started;
+    int stopping;            /* atomic */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;     /* a connection thread finished */
+    mc_tcp_conn_t *active;   /* doubly linked */
+    unsigned nactive;
+    mc_tcp_conn_t *dead;     /* finished, to be joined (linked by next) */
+    int io_timeout_s;
+    int connect_timeout_ms;
+    unsigned lanes;
+    unsigned max_conns;
+};
+
+/* Initiator-side state of one peer: a small pool of connections. */
+typedef struct mc_tcp_peer {
+    mc_tcp_t *tp;
+    char host[256];
+    uint16_t port;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;     /* a lane was given back */
+    unsigned nlanes;
+    unsigned nfree;
+    int *fds;                /* per lane, -1 when not connected */
+    unsigned *free_stack;    /* indexes of free lanes, top = most recent */
+    uint64_t down_until_ms;  /* fail connects fast until then */
+    char down_detail[400];
+} mc_tcp_peer_t;
+
+/* ---- socket helpers --------------------------------------------------------- */
+
+/* Receive exactly len bytes.  *got_p counts what arrived, so a caller can
+ * tell a connection that died before answering from one that died midway.
+ * Returns 0, or -1 with errno (ECONNRESET for an orderly close, EAGAIN for
+ * the receive timeout). */
+static int recv_exact(int fd, void *buf, size_t len, size_t *got_p)
+{
+    uint8_t *p = buf;
+    size_t got = 0;
+    int rc     = 0;
+    while (got < len) {
+        ssize_t n = recv(fd, p + got, len - got, MSG_WAITALL);
+        if (n > 0) {
+            got += (size_t)n;
+        } else if (n == 0) {
+            errno = ECONNRESET;
+            rc    = -1;
+            break;
+        } else if (errno != EINTR) {
+            rc = -1;
+            break;
+        }
+    }
+    if (got_p != NULL)
+        *got_p = got;
+    return rc;
+}
+
+/* ---- target side -------------------------------------------------------------- */
+
+/* Wait for the next request header.  An idle connection may sit here
+ * forever: a receive timeout with nothing read just loops (checking for
+ * shutdown); once the first byte arrived the header must complete within
+ * the timeout.  Returns 0, or -1 when the connection is over. */
+static int serve_read_header(mc_tcp_t *tp, int fd, uint8_t *hdr)
+{
+    size_t got = 0;
+    while (got < MC_TE_REQ_HDR_SIZE) {
+        ssize_t n = recv(fd, hdr + got, MC_TE_REQ_HDR_SIZE - got, 0);
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return -1;
+        if (errno == EINTR)
+            continue;
+        if (((errno == EAGAIN) || (errno == EWOULDBLOCK)) && (got == 0) &&
+            !__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE))
+            continue;
+        return -1;
+    }
+    return 0;
+}
+
+static int serve_send_resp(int fd, int32_t status, uint64_t length)
+{
+    uint8_t resp[MC_TE_RESP_HDR_SIZE];
+    mc_te_resp_encode(resp, status, length);
+    return mc_write_full(fd, resp, sizeof(resp));
+}
+
+/* Serve one READ; returns 0 to keep the connection, -1 to close it. */
+static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
+{
+    uint8_t resp[MC_TE_RESP_HDR_SIZE];
+    struct iovec iov[2];
+    mc_te_region_t *r;
+    int rc;
+
+    r = mc_te_region_acquire(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS);
+    if (r == NULL) {
+        mc_debug("refusing read of [0x%llx, +%llu): not in a remote-access region",
+                 (unsigned long long)h->addr, (unsigned long long)h->length);
+        return serve_send_resp(fd, MC_INVALID_READ, 0);
+    }
+    mc_te_resp_encode(resp, MC_OK, h->length);
+    iov[0].iov_base = resp;
+    iov[0].iov_len  = sizeof(resp);
+    iov[1].iov_base = (void *)(uintptr_t)h->addr;
+    iov[1].iov_len  = (size_t)h->length;
+    rc              = mc_writev_full(fd, iov, 2);
+    mc_te_region_release(tp->te, r);
+    return rc;
+}
+
+/* Serve one WRITE; returns 0 to keep the connection, -1 to close it. */
+static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
+{
+    mc_te_region_t *r;
+    int rc;
+
+    r = mc_te_region_acquire(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS);
+    if (r == NULL) {
+        mc_debug("refusing write of [0x%llx, +%llu): not in a remote-access region",
+                 (unsigned long long)h->addr, (unsigned long long)h->length);
+        /* Answer, then close: the payload behind this header is never read. */
+        (void)serve_send_resp(fd, MC_INVALID_WRITE, 0);
+        shutdown(fd, SHUT_WR);
+        return -1;
+    }
+    rc = recv_exact(fd, (void *)(uintptr_t)h->addr, (size_t)h->length, NULL);
+    mc_te_region_release(tp->te, r);
+    if (rc != 0)
+        return -1; /* the initiator sees the failure and reports it */
+    return serve_send_resp(fd, MC_OK, 0);
+}
+
+static int serve_describe(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
+{
+    char *json = NULL;
+    size_t len = 0;
+    mc_status_t st;
+    int rc;
+
+    if ((h->addr != 0) || (h->length != 0))
+        return -1; /* malformed */
+    st = mc_te_describe_local(tp->te, &json, &len);
+    if (st != MC_OK)
+        return serve_send_resp(fd, st, 0);
+    {
+        uint8_t resp[MC_TE_RESP_HDR_SIZE];
+        struct iovec iov[2];
+        mc_te_resp_encode(resp, MC_OK, len);
+        iov[0].iov_base = resp;
+        iov[0].iov_len  = sizeof(resp);
+        iov[1].iov_base = json;
+        iov[1].iov_len  = len;
+        rc              = mc_writev_full(fd, iov, 2);
+    }
+    free(json);
+    return rc;
+}
+
+static void *conn_main(void *arg)
+{
+    mc_tcp_conn_t *c = arg;
+    mc_tcp_t *tp     = c->tp;
+    uint8_t hdr[MC_TE_REQ_HDR_SIZE];
+    mc_te_req_hdr_t h;
+
+    for (;;) {
+        int rc;
+        if (serve_read_header(tp, c->fd, hdr) != 0)
+            break;
+        if (mc_te_req_decode(hdr, &h) != 0) {
+            mc_debug("closing data connection: malformed request header");
+            break;
+        }
+        switch (h.opcode) {
+        case MC_TE_OPC_READ:
+            rc = serve_read(tp, c->fd, &h);
+            break;
+        case MC_TE_OPC_WRITE:
+            rc = serve_write(tp, c->fd, &h);
+            break;
+        default: /* MC_TE_OPC_DESCRIBE; decode refused anything else */
+            rc = serve_describe(tp, c->fd, &h);
+            break;
+        }
+        if (rc != 0)
+            break;
+    }
+
+    pthread_mutex_lock(&tp->mu);
+    close(c->fd);
+    c->fd = -1;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        tp->active = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    tp->nactive--;
+    c->prev  = NULL;
+    c->next  = tp->dead;
+    tp->dead = c;
+    pthread_cond_broadcast(&tp->cond);
+    pthread_mutex_unlock(&tp->mu);
+    return NULL;
+}
+
+/* Join finished connection threads.  Called without tp->mu. */
+static void reap_dead(mc_tcp_t *tp)
+{
+    mc_tcp_conn_t *list;
+    pthread_mutex_lock(&tp->mu);
+    list     = tp->dead;
+    tp->dead = NULL;
+    pthread_mutex_unlock(&tp->mu);
+    while (list != NULL) {
+        mc_tcp_conn_t *next = list->next;
+        pthread_join(list->thread, NULL);
+        free(list);
+        list = next;
+    }
+}
+
+static void *acceptor_main(void *arg)
+{
+    mc_tcp_t *tp = arg;
+    pthread_attr_t attr;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, TCP_CONN_STACK);
+    for (;;) {
+        mc_tcp_conn_t *c;
+        int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        int rc;
+        if (__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE)) {
+            if (fd >= 0)
+                close(fd);
+            break;
+        }
+        if (fd < 0) {
+            if ((errno == EINTR) || (errno == ECONNABORTED) || (errno == EPROTO))
+                continue;
+            if ((errno == EMFILE) || (errno == ENFILE) || (errno == ENOBUFS) ||
+                (errno == ENOMEM)) {
+                /* out of descriptors: back off instead of spinning */
+                mc_warn("accept on the data port failed: %m");
+                (void)poll(NULL, 0, 100);
+                continue;
+            }
+            mc_error("accept on the data port failed: %m; no longer serving");
+            break;
+        }
+        reap_dead(tp);
+        pthread_mutex_lock(&tp->mu);
+        if (tp->nactive >= tp->max_conns) {
+            pthread_mutex_unlock(&tp->mu);
+            mc_warn("refusing a data connection: %u already served", tp->max_conns);
+            close(fd);
+            continue;
+        }
+        c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            pthread_mutex_unlock(&tp->mu);
+            close(fd);
+            continue;
+        }
+        mc_tcp_tune(fd, tp->io_timeout_s);
+        c->tp = tp;
+        c->fd = fd;
+        rc    = pthread_create(&c->thread, &attr, conn_main, c);
+        if (rc != 0) {
+            pthread_mutex_unlock(&tp->mu);
+            errno = rc;
+            mc_warn("cannot start a data connection thread: %m");
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = tp->active;
+        if (tp->active != NULL)
+            tp->active->prev = c;
+        tp->active = c;
+        tp->nactive++;
+        pthread_mutex_unlock(&tp->mu);
+    }
+    pthread_attr_destroy(&attr);
+    return NULL;
+}
+
+/* Bind fd to addr with the given port; 0 or -1 (errno). */
+static int bind_port(int fd, struct sockaddr_storage *ss, socklen_t sslen, uint16_t port)
+{
+    if (ss->ss_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons(port);
+    else
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
+    return bind(fd, (struct sockaddr *)ss, sslen);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* xorshift64*: port spreading, not security */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+/* Open the listening socket: the given port, or a random free one from
+ * [min, max] (MC_TE_PORT_RANDOM_TRIES random picks, then a scan). */
+static mc_status_t listen_open(mc_tcp_t *tp, const char *bind_addr, uint16_t want,
+                               uint16_t *port_p)
+{
+    const mc_te_config_t *cfg = &tp->te->cfg;
+    struct addrinfo hints, *res = NULL;
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    int fd, one = 1, rc, bound = 0;
+    unsigned span = (unsigned)cfg->port_max - cfg->port_min + 1;
+    uint64_t seed = mc_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)tp;
+    uint16_t port = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags    = AI_NUMERICHOST | AI_PASSIVE;
+    rc                = getaddrinfo(bind_addr, NULL, &hints, &res);
+    if ((rc != 0) || (res == NULL)) {
+        mc_set_error_detail("bind address \"%s\" is invalid: %s", bind_addr, gai_strerror(rc));
+        if (res != NULL)
+            freeaddrinfo(res);
+        return MC_INVALID_PARAMS;
+    }
+    memcpy(&ss, res->ai_addr, res->ai_addrlen);
+    sslen = res->ai_addrlen;
+    freeaddrinfo(res);
+
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        mc_set_error_detail("socket: %s", strerror(errno));
+        return MC_INTERNAL_ERROR;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (want != 0) {
+        port  = want;
+        bound = bind_port(fd, &ss, sslen, port) == 0;
+        if (!bound) {
+            mc_set_error_detail("cannot bind the data port %s:%u: %s", bind_addr, (unsigned)want,
+                                strerror(errno));
+            close(fd);
+            return MC_INVALID_PARAMS;
+        }
+    } else {
+        for (int i = 0; (i < MC_TE_PORT_RANDOM_TRIES) && !bound; i++) {
+            port  = (uint16_t)(cfg->port_min + rng_next(&seed) % span);
+            bound = bind_port(fd, &ss, sslen, port) == 0;
+            if (!bound && (errno != EADDRINUSE) && (errno != EACCES))
+                break;
+        }
+        for (unsigned i = 0; (i < span) && !bound; i++) {
+            port  = (uint16_t)(cfg->port_min + i);
+            bound = bind_port(fd, &ss, sslen, port) == 0;
+            if (!bound && (errno != EADDRINUSE) && (errno != EACCES))
+                break;
+        }
+        if (!bound) {
+            mc_set_error_detail("no free data port in [%u, %u] on %s: %s",
+                                (unsigned)cfg->port_min, (unsigned)cfg->port_max, bind_addr,
+                                strerror(errno));
+            close(fd);
+            return MC_INVALID_PARAMS;
+        }
+    }
+    if (listen(fd, TCP_LISTEN_BACKLOG) != 0) {
+        mc_set_error_detail("listen on %s:%u: %s", bind_addr, (unsigned)port, strerror(errno));
+        close(fd);
+        return MC_INTERNAL_ERROR;
+    }
+    tp->listen_fd = fd;
+    *port_p       = port;
+    return MC_OK;
+}
+
+static void tcp_uninstall(void *priv)
+{
+    mc_tcp_t *tp = priv;
+    if (tp == NULL)
+        return;
+    __atomic_store_n(&tp->stopping, 1, __ATOMIC_RELEASE);
+    if (tp->listen_fd >= 0)
+        shutdown(tp->listen_fd, SHUT_RDWR); /* wakes accept() */
+    if (tp->acceptor_started)
+        pthread_join(tp->acceptor, NULL);
+    pthread_mutex_lock(&tp->mu);
+    for (mc_tcp_conn_t *c = tp->active; c != NULL; c = c->next)
+        shutdown(c->fd, SHUT_RDWR); /* wakes recv()/send() */
+    while (tp->nactive > 0)
+        pthread_cond_wait(&tp->cond, &tp->mu);
+    pthread_mutex_unlock(&tp->mu);
+    reap_dead(tp);
+    if (tp->listen_fd >= 0)
+        close(tp->listen_fd);
+    pthread_cond_destroy(&tp->cond);
+    pthread_mutex_destroy(&tp->mu);
+    free(tp);
+}
+
+static mc_status_t tcp_install(mc_te_t *te, const char *bind_addr, uint16_t port, void **priv_p,
+                               uint16_t *port_p)
+{
+    mc_tcp_t *tp = calloc(1, sizeof(*tp));
+    mc_status_t st;
+    int rc;
+
+    if (tp == NULL) {
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    tp->te                 = te;
+    tp->listen_fd          = -1;
+    tp->io_timeout_s       = te->cfg.io_timeout_s;
+    tp->connect_timeout_ms = te->cfg.connect_timeout_ms;
+    tp->lanes              = te->cfg.lanes;
+    tp->max_conns          = te->cfg.max_conns;
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->cond, NULL);
+    st = listen_open(tp, bind_addr, port, port_p);
+    if (st != MC_OK) {
+        tcp_uninstall(tp);
+        return st;
+    }
+    rc = pthread_create(&tp->acceptor, NULL, acceptor_main, tp);
+    if (rc != 0) {
+        mc_set_error_detail("cannot start the data port acceptor: %s", strerror(rc));
+        tcp_uninstall(tp);
+        return MC_INTERNAL_ERROR;
+    }
+    tp->acceptor_started = 1;
+    *priv_p              = tp;
+    return MC_OK;
+}
+
+/* ---- initiator side ----------------------------------------------------------- */
+
+static mc_status_t tcp_peer_open(void *priv, const char *host, uint16_t port, void **peer_p)
+{
+    mc_tcp_t *tp      = priv;
+    mc_tcp_peer_t *pe = calloc(1, sizeof(*pe));
+    if (pe == NULL)
+        goto oom;
+    if (strlen(host) >= sizeof(pe->host)) {
+        free(pe);
+        mc_set_error_detail("peer host name is too long");
+        return MC_INVALID_PARAMS;
+    }
+    pe->tp = tp;
+    /* engines named "localhost" listen on 127.0.0.1 (engine.c); resolving
+     * it here could try ::1 first and pay a refused connect every time */
+    if (strcasecmp(host, "localhost") == 0)
+        host = "127.0.0.1";
+    memcpy(pe->host, host, strlen(host) + 1);
+    pe->port       = port;
+    pe->nlanes     = tp->lanes;
+    pe->fds        = malloc(pe->nlanes * sizeof(*pe->fds));
+    pe->free_stack = malloc(pe->nlanes * sizeof(*pe->free_stack));
+    if ((pe->fds == NULL) || (pe->free_stack == NULL)) {
+        free(pe->fds);
+        free(pe->free_stack);
+        free(pe);
+        goto oom;
+    }
+    for (unsigned i = 0; i < pe->nlanes; i++) {
+        pe->fds[i] = -1;
+        /* lane 0 on top: the first requests share one connection */
+        pe->free_stack[i] = pe->nlanes - 1 - i;
+    }
+    pe->nfree = pe->nlanes;
+    pthread_mutex_init(&pe->mu, NULL);
+    pthread_cond_init(&pe->cond, NULL);
+    *peer_p = pe;
+    return MC_OK;
+oom:
+    mc_set_error_detail("out of memory");
+    return MC_INTERNAL_ERROR;
+}
+
+static void tcp_peer_close(void *priv, void *peer)
+{
+    mc_tcp_peer_t *pe = peer;
+    (void)priv;
+    for (unsigned i = 0; i < pe->nlanes; i++)
+        if (pe->fds[i] >= 0)
+            close(pe->fds[i]);
+    pthread_cond_destroy(&pe->cond);
+    pthread_mutex_destroy(&pe->mu);
+    free(pe->fds);
+    free(pe->free_stack);
+    free(pe);
+}
+
+/* Take a free lane, waiting for one; each holder's I/O is bounded by the
+ * socket timeouts, so the wait is too. */
+static unsigned lane_get(mc_tcp_peer_t *pe)
+{
+    unsigned lane;
+    pthread_mutex_lock(&pe->mu);
+    while (pe->nfree == 0)
+        pthread_cond_wait(&pe->cond, &pe->mu);
+    lane = pe->free_stack[--pe->nfree];
+    pthread_mutex_unlock(&pe->mu);
+    return lane;
+}
+
+static void lane_put(mc_tcp_peer_t *pe, unsigned lane)
+{
+    pthread_mutex_lock(&pe->mu);
+    pe->free_stack[pe->nfree++] = lane;
+    pthread_cond_signal(&pe->cond);
+    pthread_mutex_unlock(&pe->mu);
+}
+
+/*
+ * Connect to host:port within timeout_ms, trying each resolved address.
+ * Unlike a plain connect this leaves a precise errno behind (ETIMEDOUT,
+ * ECONNREFUSED, ...) for the error detail.  Returns a blocking fd or -1.
+ */
+static int tcp_connect(const char *host, uint16_t port, int timeout_ms)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    char portstr[8];
+    int fd = -1, err = EHOSTUNREACH, rc;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(portstr, sizeof(portstr), "%u", (unsigned)port);
+    rc = getaddrinfo(host, portstr, &hints, &res);
+    if (rc != 0) {
+        errno = (rc == EAI_SYSTEM) ? errno : EHOSTUNREACH;
+        return -1;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+            break;
+        err = errno;
+        if (err == EINPROGRESS) {
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            socklen_t elen    = sizeof(err);
+            do {
+                rc = poll(&pfd, 1, timeout_ms);
+            } while ((rc < 0) && (errno == EINTR));
+            if (rc == 0)
+                err = ETIMEDOUT;
+            else if (rc < 0)
+                err = errno;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+                err = errno;
+            if (err == 0)
+                break;
+        }
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        errno = err;
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+/* Connect the lane; the caller owns the lane. */
+static mc_status_t lane_connect(mc_tcp_peer_t *pe, unsigned lane)
+{
+    mc_tcp_t *tp = pe->tp;
+    uint64_t now = mc_now_ms();
+    int fd;
+
+    pthread_mutex_lock(&pe->mu);
+    if (now < pe->down_until_ms) {
+        mc_set_error_detail("%s (peer marked down for %u ms)", pe->down_detail,
+                            TCP_PEER_DOWN_MS);
+        pthread_mutex_unlock(&pe->mu);
+        return MC_TRANSFER_FAIL;
+    }
+    pthread_mutex_unlock(&pe->mu);
+    fd = tcp_connect(pe->host, pe->port, tp->connect_timeout_ms);
+    if (fd < 0) {
+        int e = errno;
+        pthread_mutex_lock(&pe->mu);
+        snprintf(pe->down_detail, sizeof(pe->down_detail), "cannot connect to %s:%u: %s",
+                 pe->host, (unsigned)pe->port, strerror(e));
+        pe->down_until_ms = mc_now_ms() + TCP_PEER_DOWN_MS;
+        mc_set_error_detail("%s", pe->down_detail);
+        pthread_mutex_unlock(&pe->mu);
+        mc_debug("%s", mc_last_error_detail());
+        return MC_TRANSFER_FAIL;
+    }
+    mc_tcp_tune(fd, tp->io_timeout_s);
+    pe->fds[lane] = fd;
+    return MC_OK;
+}
+
+static void lane_drop(mc_tcp_peer_t *pe, unsigned lane)
+{
+    if (pe->fds[lane] >= 0)
+        close(pe->fds[lane]);
+    pe->fds[lane] = -1;
+}
+
+/* Map a status answered by the target to what we report: the codes a
+ * target sends pass through, anything else is a transfer failure. */
+static mc_status_t remote_status(int32_t s)
+{
+    switch (s) {
+    case MC_INVALID_READ:
+    case MC_INVALID_WRITE:
+    case MC_INVALID_PARAMS:
+    case MC_NOT_SUPPORTED:
+    case MC_INTERNAL_ERROR:
+        return (mc_status_t)s;
+    default:
+        return MC_TRANSFER_FAIL;
+    }
+}
+
+/*
+ * One request on a connected lane.  *stale_p is set when the connection
+ * failed before any byte of the answer arrived (a pooled connection the
+ * peer had closed): the caller may retry on a fresh one.  *keep_p is
+ * cleared when the connection must be dropped.  For DESCRIBE the payload
+ * is returned in *payload_p (malloc'd, NUL-terminated).
+ */
+static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local,
+                                uint64_t remote, uint64_t len, char **payload_p,
+                                size_t *payload_len_p, int *stale_p, int *keep_p)
+{
+    uint8_t req[MC_TE_REQ_HDR_SIZE], rb[MC_TE_RESP_HDR_SIZE];
+    mc_te_resp_hdr_t resp;
+    struct iovec iov[2];
+    size_t got = 0;
+    int send_failed = 0, send_errno = 0;
+
+    *stale_p = 0;
+    *keep_p  = 0;
+    mc_te_req_encode(req, opcode, remote, len);
+    iov[0].iov_base = req;
+    iov[0].iov_len  = sizeof(req);
+    iov[1].iov_base = local;
+    iov[1].iov_len  = (opcode == MC_TE_OPC_WRITE) ? (size_t)len : 0;
+    if (mc_writev_full(fd, iov, (opcode == MC_TE_OPC_WRITE) ? 2 : 1) != 0) {
+        send_failed = 1;
+        send_errno  = errno;
+        if ((send_errno == EAGAIN) || (send_errno == EWOULDBLOCK)) {
+            mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
+            return MC_TRANSFER_FAIL;
+        }
+        /* The target may have refused a write and closed: its answer can
+         * still be waiting in our receive queue, so read on. */
+    }
+    if (recv_exact(fd, rb, sizeof(rb), &got) != 0) {
+        *stale_p = (got == 0) && (errno != EAGAIN) && (errno != EWOULDBLOCK);
+        mc_set_error_detail("%s %s:%u failed: %s",
+                            send_failed ? "sending to" : "receiving the answer from", pe->host,
+                            (unsigned)pe->port, strerror(send_failed ? send_errno : errno));
+        return MC_TRANSFER_FAIL;
+    }
+    if (mc_te_resp_decode(rb, &resp) != 0) {
+        mc_set_error_detail("malformed answer from %s:%u", pe->host, (unsigned)pe->port);
+        return MC_TRANSFER_FAIL;
+    }
+    if (resp.status != 0) {
+        if (resp.length != 0) {
+            mc_set_error_detail("malformed error answer from %s:%u", pe->host,
+                                (unsigned)pe->port);
+            return MC_TRANSFER_FAIL;
+        }
+        mc_set_error_detail("%s:%u refused the %s of [0x%llx, +%llu): %s", pe->host,
+                            (unsigned)pe->port,
+                            (opcode == MC_TE_OPC_READ)    ? "read"
+                            : (opcode == MC_TE_OPC_WRITE) ? "write"
+                                                          : "describe",
+                            (unsigned long long)remote, (unsigned long long)len,
+                            mc_status_name(resp.status));
+        /* a refused write is followed by a close on the target's side */
+        *keep_p = (opcode != MC_TE_OPC_WRITE) && !send_failed;
+        return remote_status(resp.status);
+    }
+    if (send_failed) {
+        mc_set_error_detail("sending to %s:%u failed: %s", pe->host, (unsigned)pe->port,
+                            strerror(send_errno));
+        return MC_TRANSFER_FAIL;
+    }
+    switch (opcode) {
+    case MC_TE_OPC_READ:
+        if (resp.length != len) {
+            mc_set_error_detail("%s:%u answered %llu bytes for a read of %llu", pe->host,
+                                (unsigned)pe->port, (unsigned long long)resp.length,
+                                (unsigned long long)len);
+            return MC_TRANSFER_FAIL;
+        }
+        if (recv_exact(fd, local, (size_t)len, NULL) != 0) {
+            mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
+                                (unsigned long long)len, pe->host, (unsigned)pe->port,
+                                strerror(errno));
+            return MC_TRANSFER_FAIL;
+        }
+        break;
+    case MC_TE_OPC_WRITE:
+        if (resp.length != 0) {
+            mc_set_error_detail("malformed write answer from %s:%u", pe->host,
+                                (unsigned)pe->port);
+            return MC_TRANSFER_FAIL;
+        }
+        break;
+    default: { /* DESCRIBE */
+        char *buf;
+        if (resp.length > MC_TE_DESCRIBE_MAX) {
+            mc_set_error_detail("%s:%u sent a %llu-byte descriptor (limit %u)", pe->host,
+                                (unsigned)pe->port, (unsigned long long)resp.length,
+                                MC_TE_DESCRIBE_MAX);
+            return MC_TRANSFER_FAIL;
+        }
+        buf = malloc((size_t)resp.length + 1);
+        if (buf == NULL) {
+            mc_set_error_detail("out of memory");
+            return MC_INTERNAL_ERROR;
+        }
+        if (recv_exact(fd, buf, (size_t)resp.length, NULL) != 0) {
+            free(buf);
+            mc_set_error_detail("reading the descriptor from %s:%u failed: %s", pe->host,
+                                (unsigned)pe->port, strerror(errno));
+            return MC_TRANSFER_FAIL;
+        }
+        buf[resp.length] = '\0';
+        *payload_p       = buf;
+        *payload_len_p   = (size_t)resp.length;
+        break;
+    }
+    }
+    *keep_p = 1;
+    return MC_OK;
+}
+
+/* Run one request on a pooled lane, retrying once on a fresh connection
+ * when a reused one turns out to be dead. */
+static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, uint64_t remote,
+                                uint64_t len, char **payload_p, size_t *payload_len_p)
+{
+    unsigned lane = lane_get(pe);
+    mc_status_t st = MC_TRANSFER_FAIL;
+
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int reused = pe->fds[lane] >= 0, stale = 0, keep = 0;
+        if (!reused) {
+            st = lane_connect(pe, lane);
+            if (st != MC_OK)
+                break;
+        }
+        st = lane_request(pe, pe->fds[lane], opcode, local, remote, len, payload_p,
+                          payload_len_p, &stale, &keep);
+        if (!keep)
+            lane_drop(pe, lane);
+        if ((st == MC_OK) || !stale || !reused)
+            break;
+        mc_debug("pooled connection to %s:%u was closed by the peer; reconnecting", pe->host,
+                 (unsigned)pe->port);
+    }
+    lane_put(pe, lane);
+    return st;
+}
+
+/*
+ * A pipelined run on a connected lane: every request goes out first (one
+ * sendmsg when it fits), then the answers are read in order.  Only one
+ * direction per run, which is what keeps this deadlock-free: a READ run
+ * sends at most MC_TE_RUN_MAX_ITEMS headers (2 KiB, always room in the
+ * socket buffer) before it starts draining the answers, and a WRITE run's
+ * answers are 16 bytes each, so the target never blocks sending them while
+ * we are still sending payload.
+ *
+ * *answered_p counts the leading requests whose status is final.  The rest
+ * were not processed by the target (it closed after refusing a write, or
+ * the connection died): the caller may run them again on a new connection.
+ * *stale_p: nothing at all came back on this connection.
+ */
+static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer_t *v, size_t n,
+                     mc_status_t *st, size_t *answered_p, int *stale_p, int *keep_p)
+{
+    uint8_t hdrs[MC_TE_RUN_MAX_ITEMS][MC_TE_REQ_HDR_SIZE];
+    struct iovec iov[2 * MC_TE_RUN_MAX_ITEMS];
+    uint8_t rb[MC_TE_RESP_HDR_SIZE];
+    mc_te_resp_hdr_t resp;
+    int niov = 0, send_failed = 0, send_errno = 0;
+    size_t j;
+
+    *answered_p = 0;
+    *stale_p    = 0;
+    *keep_p     = 0;
+    for (j = 0; j < n; j++) {
+        mc_te_req_encode(hdrs[j], opcode, v[j].remote, v[j].len);
+        iov[niov].iov_base = hdrs[j];
+        iov[niov].iov_len  = MC_TE_REQ_HDR_SIZE;
+        niov++;
+        if (opcode == MC_TE_OPC_WRITE) {
+            iov[niov].iov_base = v[j].local;
+            iov[niov].iov_len  = (size_t)v[j].len;
+            niov++;
+        }
+    }
+    if (mc_writev_full(fd, iov, niov) != 0) {
+        send_failed = 1;
+        send_errno  = errno;
+        if ((send_errno == EAGAIN) || (send_errno == EWOULDBLOCK)) {
+            mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
+            for (j = 0; j < n; j++)
+                st[j] = MC_TRANSFER_FAIL;
+            *answered_p = n;
+            return;
+        }
+    }
+    for (j = 0; j < n; j++) {
+        size_t got = 0;
+        if (recv_exact(fd, rb, sizeof(rb), &got) != 0) {
+            int e    = errno;
+            *stale_p = (j == 0) && (got == 0) && (e != EAGAIN) && (e != EWOULDBLOCK);
+            mc_set_error_detail("%s %s:%u failed: %s",
+                                send_failed ? "sending to" : "receiving an answer from",
+                                pe->host, (unsigned)pe->port,
+                                strerror(send_failed ? send_errno : e));
+            if ((e == EAGAIN) || (e == EWOULDBLOCK)) {
+                /* the target may still be working on them: do not resend */
+                for (; j < n; j++)
+                    st[j] = MC_TRANSFER_FAIL;
+                *answered_p = n;
+            } else {
+                *answered_p = j;
+            }
+            return;
+        }
+        if ((mc_te_resp_decode(rb, &resp) != 0) ||
+            ((resp.status != 0) && (resp.length != 0)) ||
+            ((resp.status == 0) &&
+             (resp.length != ((opcode == MC_TE_OPC_READ) ? v[j].len : 0)))) {
+            mc_set_error_detail("malformed answer from %s:%u", pe->host, (unsigned)pe->port);
+            for (; j < n; j++)
+                st[j] = MC_TRANSFER_FAIL;
+            *answered_p = n;
+            return;
+        }
+        if (resp.status != 0) {
+            mc_set_error_detail("%s:%u refused the %s of [0x%llx, +%llu): %s", pe->host,
+                                (unsigned)pe->port, (opcode == MC_TE_OPC_READ) ? "read" : "write",
+                                (unsigned long long)v[j].remote, (unsigned long long)v[j].len,
+                                mc_status_name(resp.status));
+            st[j] = remote_status(resp.status);
+            if (opcode == MC_TE_OPC_WRITE) {
+                *answered_p = j + 1; /* the target closed: the rest were not run */
+                return;
+            }
+            continue;
+        }
+        if ((opcode == MC_TE_OPC_READ) && (recv_exact(fd, v[j].local, (size_t)v[j].len, NULL) != 0)) {
+            mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
+                                (unsigned long long)v[j].len, pe->host, (unsigned)pe->port,
+                                strerror(errno));
+            for (; j < n; j++)
+                st[j] = MC_TRANSFER_FAIL;
+            *answered_p = n;
+            return;
+        }
+        st[j] = MC_OK;
+    }
+    *answered_p = n;
+    *keep_p     = !send_failed;
+}
+
+static void tcp_xfer_run(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v, size_t n,
+                         mc_status_t *st)
+{
+    mc_tcp_peer_t *pe = peer;
+    uint8_t opcode    = (op == MC_TE_READ) ? MC_TE_OPC_READ : MC_TE_OPC_WRITE;
+    size_t done       = 0;
+    int retried       = 0;
+    unsigned lane;
+
+    (void)priv;
+    lane = lane_get(pe);
+    while (done < n) {
+        int reused = pe->fds[lane] >= 0, stale = 0, keep = 0;
+        size_t answered = 0;
+        mc_status_t cs;
+        if (!reused) {
+            cs = lane_connect(pe, lane);
+            if (cs != MC_OK) {
+                for (; done < n; done++)
+                    st[done] = cs;
+                break;
+            }
+        }
+        lane_run(pe, pe->fds[lane], opcode, v + done, n - done, st + done, &answered, &stale,
+                 &keep);
+        if (!keep)
+            lane_drop(pe, lane);
+        if (answered > 0) {
+            done += answered; /* progress: the rest (if any) go on a new connection */
+            continue;
+        }
+        if (stale && reused && !retried) {
+            retried = 1;
+            mc_debug("pooled connection to %s:%u was closed by the peer; reconnecting",
+                     pe->host, (unsigned)pe->port);
+            continue;
+        }
+        for (; done < n; done++)
+            st[done] = MC_TRANSFER_FAIL;
+    }
+    lane_put(pe, lane);
+}
+
+static mc_status_t tcp_describe(void *priv, void *peer, char **json_p, size_t *len_p)
+{
+    size_t len = 0;
+    char *json = NULL;
+    mc_status_t st;
+    (void)priv;
+    st = peer_request(peer, MC_TE_OPC_DESCRIBE, NULL, 0, 0, &json, &len);
+    if (st != MC_OK)
+        return st;
+    *json_p = json;
+    if (len_p != NULL)
+        *len_p = len;
+    return MC_OK;
+}
+
+static mc_status_t tcp_xfer(void *priv, void *peer, mc_te_op_t op, void *local, uint64_t remote,
+                            uint64_t len)
+{
+    (void)priv;
+    if (len > (uint64_t)SIZE_MAX) {
+        mc_set_error_detail("transfer of %llu bytes is too large", (unsigned long long)len);
+        return MC_INVALID_PARAMS;
+    }
+    return peer_request(peer, (op == MC_TE_READ) ? MC_TE_OPC_READ : MC_TE_OPC_WRITE, local,
+                        remote, len, NULL, NULL);
+}
+
+const mc_te_transport_ops_t mc_tcp_transport_ops = {
+    .size       = sizeof(mc_te_transport_ops_t),
+    .name       = "tcp",
+    .install    = tcp_install,
+    .uninstall  = tcp_uninstall,
+    .peer_open  = tcp_peer_open,
+    .peer_close = tcp_peer_close,
+    .describe   = tcp_describe,
+    .xfer       = tcp_xfer,
+    .xfer_run   = tcp_xfer_run,
+};
