@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gflags-compatible command line of mooncake_master.
+ *
+ * The descriptor table is generated from MC_MASTER_FLAGS (flags.h): for
+ * each flag its kind, the offset of its field in mc_master_config_t, its
+ * default string, validator, attributes and help.  Defaults are applied by
+ * parsing the default strings through the same code as user input, so the
+ * value --help prints is the value the daemon uses.
+ *
+ * Nothing here prints or exits: errors come back as one line in the
+ * caller's buffer, and main() decides (exit code 2 for a bad command line).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "flags.h"
+
+typedef int (*mc_flag_validate_func_t)(const void *value, char *why, size_t whylen);
+
+typedef struct mc_flag_desc {
+    const char *name;
+    mc_flag_kind_t kind;
+    size_t offset;
+    const char *def;
+    mc_flag_validate_func_t validate;
+    unsigned attrs;
+    const char *help;
+} mc_flag_desc_t;
+
+/* ---- validators: 0 accepts, -1 rejects with a reason in why ---------- */
+
+static int v_none(const void *value, char *why, size_t whylen)
+{
+    (void)value;
+    (void)why;
+    (void)whylen;
+    return 0;
+}
+
+static int v_port(const void *value, char *why, size_t whylen)
+{
+    int64_t v = *(const int64_t *)value;
+    if ((v < 0) || (v > 65535)) {
+        snprintf(why, whylen, "a port must be between 0 and 65535");
+        return -1;
+    }
+    return 0;
+}
+
+static int v_nonneg(const void *value, char *why, size_t whylen)
+{
+    if (*(const int64_t *)value < 0) {
+        snprintf(why, whylen, "must not be negative");
+        return -1;
+    }
+    return 0;
+}
+
+static int v_positive(const void *value, char *why, size_t whylen)
+{
+    if (*(const int64_t *)value <= 0) {
+        snprintf(why, whylen, "must be greater than 0");
+        return -1;
+    }
+    return 0;
+}
+
+static int v_positive_duration(const void *value, char *why, size_t whylen)
+{
+    if (*(const uint64_t *)value == 0) {
+        snprintf(why, whylen, "must be greater than 0");
+        return -1;
+    }
+    return 0;
+}
+
+static int v_ratio(const void *value, char *why, size_t whylen)
+{
+    double v = *(const double *)value;
+    if (!((v >= 0.0) && (v <= 1.0))) {
+        snprintf(why, whylen, "a ratio must be between 0.0 and 1.0");
+        return -1;
+    }
+    return 0;
+}
+
+static int v_nonneg_double(const void *value, char *why, size_t whylen)
+{
+    if (!(*(const double *)value >= 0.0)) {
+        snprintf(why, whylen, "must not be negative");
+        return -1;
+    }
+    return 0;
+}
+
+static int v_nonempty(const void *value, char *why, size_t whylen)
+{
+    if (**(char *const *)value == '\0') {
+        snprintf(why, whylen, "must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
+/* Upstream's rule: the id becomes part of etcd keys and directory names. */
+static int v_cluster_id(const void *value, char *why, size_t whylen)
+{
+    const char *s = *(char *const *)value;
+    size_t n = strlen(s);
+    if ((n == 0) || (n > 128)) {
+        snprintf(why, whylen, "must be 1 to 128 characters long");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!(((c >= '0') && (c <= '9')) || ((c >= 'a') && (c <= 'z')) ||
+              ((c >= 'A') && (c <= 'Z')) || (c == '_') || (c == '.') || (c == '-'))) {
+            snprintf(why, whylen, "may only contain 0-9, A-Z, a-z, '_', '.' and '-'");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int one_of(const char *s, const char *const *allowed, size_t n, char *why, size_t whylen)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(s, allowed[i]) == 0)
+            return 0;
+    }
+    off += (size_t)snprintf(why, whylen, "must be one of:");
+    for (size_t i = 0; (i < n) && (off < whylen); i++)
+        off += (size_t)snprintf(why + off, whylen - off, " %s", allowed[i]);
+    return -1;
+}
+
+static int v_memory_allocator(const void *value, char *why, size_t whylen)
+{
+    static const char *const allowed[] = {"offset"};
+    const char *s = *(char *const *)value;
+    if (strcmp(s, "cachelib") == 0) {
+        snprintf(why, whylen, "the cachelib allocator is not available; use offset");
+        return -1;
+    }
+    return one_of(s, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
+}
+
+static int v_allocation_strategy(const void *value, char *why, size_t whylen)
+{
+    static const char *const allowed[] = {"random", "free_ratio_first", "cxl",
+                                          "ssd_free_ratio_first", "local_first"};
+    return one_of(*(char *const *)value, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
+}
+
+static int v_ha_backend(const void *value, char *why, size_t whylen)
+{
+    static const char *const allowed[] = {"etcd", "redis", "k8s"};
+    return one_of(*(char *const *)value, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
+}
+
+static int v_dynamic_replication_mode(const void *value, char *why, size_t whylen)
+{
+    static const char *const allowed[] = {"off", "observe", "enforce"};
+    return one_of(*(char *const *)value, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
+}
+
+static int v_log_level(const void *value, char *why, size_t whylen)
+{
+    const char *s = *(char *const *)value;
+    int level;
+    if ((*s == '\0') || (mc_log_parse_level(s, &level) == 0))
+        return 0;
+    snprintf(why, whylen, "must be error, warn, info, debug, trace or 0..4");
+    return -1;
+}
+
+/* ---- the descriptor table ---------------------------------------------- */
+
+static const mc_flag_desc_t flag_table[MC_MASTER_FLAG_COUNT] = {
+#define MC_MASTER_FLAG_DESC_(KIND, fname, fdef, fvalid, fattrs, fhelp)                    \
+    {.name     = #fname,                                                                 \
+     .kind     = MC_FLAG_KIND_##KIND,                                                    \
+     .offset   = offsetof(mc_master_config_t, fname),                                    \
+     .def      = fdef,                                                                   \
+     .validate = fvalid,                                                                 \
+     .attrs    = fattrs,                                                                 \
+     .help     = fhelp},
+    MC_MASTER_FLAGS(MC_MASTER_FLAG_DESC_)
+#undef MC_MASTER_FLAG_DESC_
+};
+
+/* Deprecated spellings upstream still accepts. */
+static const struct {
+    const char *alias;
+    const char *name;
+} flag_aliases[] = {
+    {"snapshot_payload_store_type", "snapshot_object_store_type"},
+    {"snapshot_payload_backend_type", "snapshot_object_store_type"},
+    {"snapshot_catalog_backend_type", "snapshot_catalog_store_type"},
+    {"snapshot_catalog_backend_connstring", "snapshot_catalog_store_connstring"},
+};
+
+static const char *kind_name(mc_flag_kind_t kind)
+{
+    switch (kind) {
+    case MC_FLAG_KIND_BOOL:
+        return "bool";
+    case MC_FLAG_KIND_INT:
+        return "int";
+    case MC_FLAG_KIND_DOUBLE:
+        return "double";
+    case MC_FLAG_KIND_STRING:
+        return "string";
+    case MC_FLAG_KIND_DURATION:
+        return "duration";
+    case MC_FLAG_KIND_SIZE:
+        return "size";
+    }
+    return "?";
+}
+
+int mc_master_flag_find(const char *name)
+{
+    for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
+        if (strcmp(flag_table[i].name, name) == 0)
+            return i;
+    }
+    for (size_t i = 0; i < MC_ARRAY_SIZE(flag_aliases); i++) {
+        if (strcmp(flag_aliases[i].alias, name) == 0)
+            return mc_master_flag_find(flag_aliases[i].name);
+    }
+    return -1;
+}
+
+/* Same as mc_master_flag_find but for a name that is not NUL-terminated. */
+static int flag_find_n(const char *name, size_t n)
+{
+    char buf[128];
+    if (n >= sizeof(buf))
+        return -1;
+    memcpy(buf, name, n);
+    buf[n] = '\0';
+    return mc_master_flag_find(buf);
+}
+
+/*
+ * Convert @p text to the flag's C type in @p out (storage of at least 8
+ * bytes, or a char * for strings).  The caller validates and stores.
+ */
+static int parse_value(const mc_flag_desc_t *d, const char *text, void *out, char *why,
+                       size_t whylen)
+{
+    switch (d->kind) {
+    case MC_FLAG_KIND_BOOL:
+        if (mc_parse_bool(text, (int *)out) != 0) {
+            snprintf(why, whylen, "expected true or false");
+            return -1;
+        }
+        return 0;
+    case MC_FLAG_KIND_INT:
+        if (mc_parse_i64(text, (int64_t *)out) != 0) {
+            snprintf(why, whylen, "not an integer");
+            return -1;
+        }
+        return 0;
+    case MC_FLAG_KIND_DOUBLE:
+        if (mc_parse_double(text, (double *)out) != 0) {
+            snprintf(why, whylen, "not a number");
+            return -1;
+        }
+        return 0;
+    case MC_FLAG_KIND_DURATION:
+        if (mc_parse_duration_ms(text, (uint64_t *)out) != 0) {
+            snprintf(why, whylen, "not a duration (milliseconds, or a number with ms, s, m or h)");
+            return -1;
+        }
+        return 0;
+    case MC_FLAG_KIND_SIZE:
+        if (mc_parse_size(text, (uint64_t *)out) != 0) {
+            snprintf(why, whylen, "not a size (bytes, or a number with KB, MB, GB, TB)");
+            return -1;
+        }
+        return 0;
+    case MC_FLAG_KIND_STRING: {
+        char *copy = mc_strdup(text);
+        if (copy == NULL) {
+            snprintf(why, whylen, "out of memory");
+            return -1;
+        }
+        *(char **)out = copy;
+        return 0;
+    }
+    }
+    snprintf(why, whylen, "unknown flag kind");
+    return -1;
+}
+
+static size_t kind_size(mc_flag_kind_t kind)
+{
+    switch (kind) {
+    case MC_FLAG_KIND_BOOL:
+        return sizeof(int);
+    case MC_FLAG_KIND_INT:
+        return sizeof(int64_t);
+    case MC_FLAG_KIND_DOUBLE:
+        return sizeof(double);
+    case MC_FLAG_KIND_STRING:
+        return sizeof(char *);
+    case MC_FLAG_KIND_DURATION:
+    case MC_FLAG_KIND_SIZE:
+        return sizeof(uint64_t);
+    }
+    return 0;
+}
+
+/*
+ * Parse, validate and store one value.  The old string (if any) is freed
+ * only once the new value is accepted, so a rejected value leaves the
+ * configuration unchanged.
+ */
+static int set_flag(mc_master_config_t *cfg, int id, const char *text, char *err, size_t errlen)
+{
+    const mc_flag_desc_t *d = &flag_table[id];
+    union {
+        int b;
+        int64_t i;
+        double f;
+        uint64_t u;
+        char *s;
+    } v;
+    char why[200] = "";
+    void *field = (char *)cfg + d->offset;
+
+    memset(&v, 0, sizeof(v));
+    if ((parse_value(d, text, &v, why, sizeof(why)) != 0) ||
+        (d->validate(&v, why, sizeof(why)) != 0)) {
+        snprintf(err, errlen, "invalid value '%s' for flag '%s': %s", text, d->name, why);
+        if (d->kind == MC_FLAG_KIND_STRING)
+            free(v.s);
+        return -1;
+    }
+    if (d->kind == MC_FLAG_KIND_STRING)
+        free(*(char **)field);
+    memcpy(field, &v, kind_size(d->kind));
+    return 0;
+}
+
+mc_status_t mc_master_config_init(mc_master_config_t *cfg)
+{
+    char err[256];
+    memset(cfg, 0, sizeof(*cfg));
+    for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
+        /* A default that fails its own validator is a bug in the table;
+         * the unit tests catch it, here it can only be out of memory. */
+        if (set_flag(cfg, i, flag_table[i].def, err, sizeof(err)) != 0) {
+            mc_error("flag defaults: %s", err);
+            mc_master_config_cleanup(cfg);
+            return MC_INTERNAL_ERROR;
+        }
+    }
+    return MC_OK;
+}
+
+void mc_master_config_cleanup(mc_master_config_t *cfg)
+{
+    if (cfg == NULL)
+        return;
+    for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
+        if (flag_table[i].kind == MC_FLAG_KIND_STRING) {
+            char **field = (char **)(void *)((char *)cfg + flag_table[i].offset);
+            free(*field);
+            *field = NULL;
+        }
+    }
+}
+
+static mc_status_t parse_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static mc_status_t parse_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return MC_INVALID_PARAMS;
+}
+
+mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv, char *err,
+                                  size_t errlen)
+{
+    if (errlen > 0)
+        err[0] = '\0';
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *name;
+        const char *eq;
+        size_t nlen;
+        int id;
+
+        if (strcmp(arg, "--") == 0) {
+            if (i + 1 < argc)
+                return parse_fail(err, errlen, "unexpected argument '%s'", argv[i + 1]);
+            break;
+        }
+        if ((arg[0] != '-') || (arg[1] == '\0'))
+            return parse_fail(err, errlen, "unexpected argument '%s' (flags start with --)", arg);
+        name = arg + 1;
+        if (*name == '-')
+            name++;
+        if (strcmp(name, "h") == 0) {
+            cfg->help = 1;
+            continue;
+        }
+        eq   = strchr(name, '=');
+        nlen = eq ? (size_t)(eq - name) : strlen(name);
+        if (nlen == 0)
+            return parse_fail(err, errlen, "malformed flag '%s'", arg);
+
+        id = flag_find_n(name, nlen);
+        if (id < 0) {
+            /* --noflag for booleans */
+            if ((nlen > 2) && (strncmp(name, "no", 2) == 0)) {
+                int bid = flag_find_n(name + 2, nlen - 2);
+                if ((bid >= 0) && (flag_table[bid].kind == MC_FLAG_KIND_BOOL)) {
+                    if (eq != NULL)
+                        return parse_fail(err, errlen,
+                                          "flag '--%.*s' does not take a value", (int)nlen, name);
+                    *(int *)(void *)((char *)cfg + flag_table[bid].offset) = 0;
+                    cfg->is_set[bid] = 1;
+                    continue;
+                }
+            }
+            return parse_fail(err, errlen, "unknown command line flag '%.*s'", (int)nlen, name);
+        }
+
+        const char *value;
+        if (eq != NULL) {
+            value = eq + 1;
+        } else if (flag_table[id].kind == MC_FLAG_KIND_BOOL) {
+            value = "true"; /* a bare boolean never consumes the next argument */
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            return parse_fail(err, errlen, "flag '%s' is missing its argument",
+                              flag_table[id].name);
+        }
+        if (set_flag(cfg, id, value, err, errlen) != 0)
+            return MC_INVALID_PARAMS;
+        cfg->is_set[id] = 1;
+    }
+    return MC_OK;
+}
+
+mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->max_kv_soft_pin_ttl < cfg->default_kv_soft_pin_ttl)
+        return parse_fail(err, errlen,
+                          "--default_kv_soft_pin_ttl (%" PRIu64 " ms) exceeds "
+                          "--max_kv_soft_pin_ttl (%" PRIu64 " ms)",
+                          cfg->default_kv_soft_pin_ttl, cfg->max_kv_soft_pin_ttl);
+    if ((uint64_t)cfg->client_ttl > UINT64_MAX / 1000 / 2)
+        return parse_fail(err, errlen, "--client_ttl is too large");
+    if ((uint64_t)cfg->put_start_discard_timeout_sec > UINT64_MAX / 1000 / 2 ||
+        (uint64_t)cfg->put_start_release_timeout_sec > UINT64_MAX / 1000 / 2)
+        return parse_fail(err, errlen, "--put_start_*_timeout_sec is too large");
+    if (cfg->put_start_release_timeout_sec <= cfg->put_start_discard_timeout_sec)
+        return parse_fail(err, errlen,
+                          "--put_start_release_timeout_sec (%" PRId64 ") must be greater than "
+                          "--put_start_discard_timeout_sec (%" PRId64 ")",
+                          cfg->put_start_release_timeout_sec, cfg->put_start_discard_timeout_sec);
+    if (cfg->rpc_conn_timeout_seconds > 86400 * 365)
+        return parse_fail(err, errlen, "--rpc_conn_timeout_seconds is too large");
+    return MC_OK;
+}
+
+uint16_t mc_master_config_rpc_port(const mc_master_config_t *cfg)
+{
+    return (uint16_t)(cfg->rpc_port > 0 ? cfg->rpc_port : cfg->port);
+}
+
+static void print_default(FILE *out, const mc_flag_desc_t *d)
+{
+    if (d->kind == MC_FLAG_KIND_STRING)
+        fprintf(out, "\"%s\"", d->def);
+    else if (d->kind == MC_FLAG_KIND_DURATION)
+        fprintf(out, "%s ms", d->def);
+    else
+        fprintf(out, "%s", d->def);
+}
+
+void mc_master_flags_print_help(FILE *out, const char *argv0)
+{
+    fprintf(out,
+            "Usage: %s [--flag=value ...]\n"
+            "mooncake_master: metadata service of the Mooncake store (objects, segments,\n"
+            "leases, client liveness) and, optionally, the HTTP metadata server.\n"
+            "\n"
+            "Flags take --flag=value, --flag value or -flag=value; booleans also take\n"
+            "--flag and --noflag.  Durations are milliseconds or carry ms/s/m/h.\n"
+            "\n",
+            argv0);
+    for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
+        const mc_flag_desc_t *d = &flag_table[i];
+        if (d->attrs & MC_FLAG_HIDDEN)
+            continue;
+        fprintf(out, "  --%s (%s) default: ", d->name, kind_name(d->kind));
+        print_default(out, d);
+        fprintf(out, "\n      %s", d->help);
+        if (d->attrs & MC_FLAG_NI)
+            fprintf(out, " (not implemented yet%s)",
+                    (d->attrs & MC_FLAG_LATER) ? "; arrives in a later release" : "");
+        fprintf(out, "\n");
+    }
+    fprintf(out, "\nDeprecated aliases:");
+    for (size_t i = 0; i < MC_ARRAY_SIZE(flag_aliases); i++)
+        fprintf(out, "%s --%s (= --%s)", i ? "," : "", flag_aliases[i].alias,
+                flag_aliases[i].name);
+    fprintf(out, "\n");
+}
+
+/* Is the current value of flag @p i its default? */
+static int flag_is_default(const mc_master_config_t *cfg, int i)
+{
+    const mc_flag_desc_t *d = &flag_table[i];
+    const void *field = (const char *)cfg + d->offset;
+    union {
+        int b;
+        int64_t i;
+        double f;
+        uint64_t u;
+        char *s;
+    } v;
+    char why[200];
+    int same;
+
+    memset(&v, 0, sizeof(v));
+    if (parse_value(d, d->def, &v, why, sizeof(why)) != 0)
+        return 0;
+    switch (d->kind) {
+    case MC_FLAG_KIND_STRING:
+        same = strcmp(*(char *const *)field, v.s) == 0;
+        free(v.s);
+        return same;
+    case MC_FLAG_KIND_DOUBLE:
+        return *(const double *)field == v.f;
+    default:
+        return memcmp(field, &v, kind_size(d->kind)) == 0;
+    }
+}
+
+void mc_master_flags_warn_unimplemented(const mc_master_config_t *cfg)
+{
+    for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
+        if ((flag_table[i].attrs & MC_FLAG_NI) && !flag_is_default(cfg, i))
+            mc_warn("flag --%s is accepted but not implemented yet; its value is ignored",
+                    flag_table[i].name);
+    }
+    if (cfg->is_set[MC_MASTER_FLAG_port] && (cfg->rpc_port > 0))
+        mc_warn("both --rpc_port and --port are set; using --rpc_port=%" PRId64, cfg->rpc_port);
+    else if (cfg->is_set[MC_MASTER_FLAG_port])
+        mc_warn("--port is deprecated, use --rpc_port");
+    if (cfg->is_set[MC_MASTER_FLAG_max_threads] || cfg->is_set[MC_MASTER_FLAG_rpc_thread_num])
+        mc_info("--max_threads/--rpc_thread_num are accepted; the master runs one event loop");
+    if ((strcmp(cfg->allocation_strategy, "random") != 0) &&
+        (strcmp(cfg->allocation_strategy, "free_ratio_first") != 0))
+        mc_warn("--allocation_strategy=%s is not implemented yet; using random",
+                cfg->allocation_strategy);
+}

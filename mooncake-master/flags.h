@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Command-line flags of mooncake_master, gflags-compatible.
+ *
+ * Every flag is declared once, in MC_MASTER_FLAGS below: its kind, its
+ * name (the upstream name), its default as the string a user would type,
+ * a validator, attributes and the help text.  The configuration struct,
+ * the parser, the --help output and the "not implemented yet" warnings
+ * are all generated from that table, so a flag cannot be documented with
+ * one default and parsed with another.
+ *
+ * Accepted syntax (as gflags): --name=value, --name value, -name=value,
+ * -name value; booleans also --name, --noname and --name=true|false (a
+ * boolean never consumes the next argument); "--" ends the flags.
+ * Positional arguments are rejected.
+ */
+#ifndef MC_MASTER_FLAGS_H
+#define MC_MASTER_FLAGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <mooncake/status.h>
+
+/* Kinds of flag values and the C type each one is stored as. */
+typedef int mc_flag_ctype_BOOL;          /* 0 or 1 */
+typedef int64_t mc_flag_ctype_INT;       /* strict base-10 integer */
+typedef double mc_flag_ctype_DOUBLE;
+typedef char *mc_flag_ctype_STRING;      /* owned by the config, never NULL */
+typedef uint64_t mc_flag_ctype_DURATION; /* milliseconds; "500", "500ms", "10s", "2m", "1h" */
+typedef uint64_t mc_flag_ctype_SIZE;     /* bytes; "1024", "16MB", "8 GiB" */
+
+typedef enum mc_flag_kind {
+    MC_FLAG_KIND_BOOL,
+    MC_FLAG_KIND_INT,
+    MC_FLAG_KIND_DOUBLE,
+    MC_FLAG_KIND_STRING,
+    MC_FLAG_KIND_DURATION,
+    MC_FLAG_KIND_SIZE
+} mc_flag_kind_t;
+
+/* Flag attributes. */
+#define MC_FLAG_NI        0x1u /* accepted, feature not implemented yet */
+#define MC_FLAG_HIDDEN    0x2u /* not listed by --help (process flags) */
+#define MC_FLAG_LATER     0x4u /* --help adds "(arrives in a later release)" */
+
+/*
+ * X(KIND, name, default, validator, attributes, help).  validator is a
+ * function name from flags.c (v_none accepts anything).  Order is the
+ * --help order.  Append new flags where they belong; names are upstream's.
+ */
+#define MC_MASTER_FLAGS(X)                                                                  \
+    /* ---- process ---- */                                                                 \
+    X(BOOL, help, "false", v_none, 0, "Print every flag and exit.")            \
+    X(BOOL, version, "false", v_none, 0, "Print the version and exit.")        \
+    X(STRING, config_path, "", v_none, MC_FLAG_NI,                                          \
+      "Master configuration file (JSON/YAML); command-line flags override it.")             \
+    X(STRING, log_level, "", v_log_level, 0,                                                \
+      "Log threshold: error, warn, info, debug or trace (or 0..4). Empty: $MC_LOG_LEVEL, "  \
+      "else info.")                                                                         \
+    X(STRING, log_dir, "", v_none, MC_FLAG_NI,                                              \
+      "Directory for log files (glog compatibility); logs go to stderr.")                   \
+    /* ---- RPC server ---- */                                                              \
+    X(INT, port, "50051", v_port, 0,                                                        \
+      "Port of the master RPC server (deprecated alias of --rpc_port).")                    \
+    X(INT, rpc_port, "0", v_port, 0, "Port of the master RPC server; 0 uses --port.")       \
+    X(STRING, rpc_address, "0.0.0.0", v_nonempty, 0,                                        \
+      "Address the RPC server binds to (IPv4, IPv6 or host name).")                         \
+    X(STRING, rpc_interface, "", v_none, MC_FLAG_NI,                                        \
+      "Network interface whose IPv4 address overrides --rpc_address.")                      \
+    X(INT, max_threads, "16", v_positive, 0,                                                \
+      "Accepted for compatibility (deprecated alias of --rpc_thread_num); the master "      \
+      "serves every connection from one event loop.")                                       \
+    X(INT, rpc_thread_num, "0", v_nonneg, 0,                                                \
+      "Accepted for compatibility; the master serves every connection from one event "      \
+      "loop.")                                                                              \
+    X(INT, rpc_conn_timeout_seconds, "0", v_nonneg, 0,                                      \
+      "Close an RPC connection idle for this many seconds (0 = never).")                    \
+    X(BOOL, rpc_enable_tcp_no_delay, "true", v_none, 0,                                     \
+      "Set TCP_NODELAY on RPC connections.")                                                \
+    /* ---- metrics / admin ---- */                                                         \
+    X(BOOL, enable_metric_reporting, "true", v_none, 0,                                     \
+      "Log a \"master metrics\" line (keys, segments, bytes) every 10 seconds at info.")    \
+    X(INT, metrics_port, "9003", v_port, MC_FLAG_NI | MC_FLAG_LATER,                        \
+      "Port of the HTTP admin/metrics server.")                                             \
+    X(STRING, metrics_host, "0.0.0.0", v_nonempty, MC_FLAG_NI | MC_FLAG_LATER,              \
+      "Address of the HTTP admin/metrics server.")                                          \
+    /* ---- leases and pins ---- */                                                         \
+    X(DURATION, default_kv_lease_ttl, "10000", v_positive_duration, 0,                      \
+      "Read lease granted by GetReplicaList/ExistKey (ms; suffixes ms, s, m, h).")          \
+    X(DURATION, default_kv_soft_pin_ttl, "1800000", v_none, 0,                              \
+      "Soft-pin lifetime when a put asks for ENABLE without a TTL (ms; ms/s/m/h).")         \
+    X(DURATION, max_kv_soft_pin_ttl, "86400000", v_none, 0,                                 \
+      "Largest soft-pin TTL a put may ask for (ms; ms/s/m/h).")                             \
+    X(BOOL, allow_evict_soft_pinned_objects, "true", v_none, MC_FLAG_NI | MC_FLAG_LATER,    \
+      "Let eviction take soft-pinned objects when not enough others are evictable.")        \
+    /* ---- eviction ---- */                                                                \
+    X(DOUBLE, eviction_ratio, "0.05", v_ratio, MC_FLAG_NI | MC_FLAG_LATER,                  \
+      "Share of the store freed by one eviction pass (0..1).")                              \
+    X(DOUBLE, eviction_high_watermark_ratio, "0.90", v_ratio, MC_FLAG_NI | MC_FLAG_LATER,   \
+      "Used/capacity ratio that triggers eviction (0..1).")                                 \
+    X(DOUBLE, nof_eviction_ratio, "0.05", v_ratio, MC_FLAG_NI,                              \
+      "Eviction ratio of the NVMe-oF pool (0..1).")                                         \
+    X(DOUBLE, nof_eviction_high_watermark_ratio, "0.90", v_ratio, MC_FLAG_NI,               \
+      "Eviction high watermark of the NVMe-oF pool (0..1).")                                \
+    /* ---- clients ---- */                                                                 \
+    X(INT, client_ttl, "10", v_positive, 0,                                                 \
+      "Seconds a client stays alive after its last ping; then its segments are unmounted "  \
+      "and the objects on them dropped.")                                                   \
+    /* ---- HTTP metadata server ---- */                                                    \
+    X(BOOL, enable_http_metadata_server, "false", v_none, 0,                                \
+      "Serve the transfer-engine metadata store (GET/PUT/DELETE /metadata?key=) over "      \
+      "HTTP.")                                                                              \
+    X(INT, http_metadata_server_port, "8080", v_port, 0, "Port of the HTTP metadata server.") \
+    X(STRING, http_metadata_server_host, "0.0.0.0", v_nonempty, 0,                          \
+      "Address the HTTP metadata server binds to.")                                         \
+    X(BOOL, enable_metadata_cleanup_on_timeout, "false", v_none, 0,                         \
+      "When a client expires, delete mooncake/ram/<segment> and mooncake/rpc_meta/<segment> " \
+      "of its segments from the embedded HTTP metadata server.")                            \
+    /* ---- allocation ---- */                                                              \
+    X(STRING, memory_allocator, "offset", v_memory_allocator, 0,                            \
+      "Allocator of segment space: offset (cachelib is not available).")                    \
+    X(STRING, allocation_strategy, "random", v_allocation_strategy, 0,                      \
+      "Replica placement: random or free_ratio_first (cxl, ssd_free_ratio_first and "       \
+      "local_first are accepted and fall back to random).")                                 \
+    X(INT, put_start_discard_timeout_sec, "30", v_nonneg, 0,                                \
+      "Seconds after which an unfinished PutStart may be preempted by a new PutStart.")     \
+    X(INT, put_start_release_timeout_sec, "600", v_nonneg, 0,                               \
+      "Seconds after its PutStart when the space of an unfinished or preempted put is "     \
+      "released.")                                                                          \
+    /* ---- high availability ---- */                                                       \
+    X(BOOL, enable_ha, "false", v_none, MC_FLAG_NI | MC_FLAG_LATER,                         \
+      "High availability: leader election and master view in etcd.")                        \
+    X(STRING, ha_backend_type, "etcd", v_ha_backend, MC_FLAG_NI, "HA backend: etcd, redis or k8s.") \
+    X(STRING, ha_backend_connstring, "", v_none, MC_FLAG_NI, "Connection string of the HA backend.") \
+    X(STRING, etcd_endpoints, "", v_none, MC_FLAG_NI | MC_FLAG_LATER,                       \
+      "etcd endpoints separated by ';' (HA mode).")                                         \
+    X(STRING, cluster_id, "mooncake_cluster", v_cluster_id, 0,                              \
+      "Cluster identifier, [0-9A-Za-z_.-]{1,128}.")                                         \
+    X(STRING, root_fs_dir, "", v_none, MC_FLAG_NI, "Root directory of DFS replicas.")       \
+    X(INT, global_file_segment_size, "9223372036854775807", v_nonneg, MC_FLAG_NI,           \
+      "Size of the global file segment in bytes.")                                          \
+    /* ---- operation log and snapshots ---- */                                             \
+    X(BOOL, enable_oplog, "false", v_none, MC_FLAG_NI, "Replicate operations through etcd (HA).") \
+    X(INT, oplog_poll_interval_ms, "1000", v_positive, MC_FLAG_NI, "Standby oplog poll period (ms).") \
+    X(INT, oplog_batch_max_entries, "1024", v_positive, MC_FLAG_NI, "Entries per oplog batch.") \
+    X(INT, batch_oplog_retry_timeout_sec, "180", v_nonneg, MC_FLAG_NI,                      \
+      "Seconds to retry persisting an oplog batch.")                                        \
+    X(BOOL, enable_snapshot, "false", v_none, MC_FLAG_NI | MC_FLAG_LATER,                   \
+      "Write periodic snapshots of the object index.")                                      \
+    X(BOOL, enable_snapshot_restore, "false", v_none, MC_FLAG_NI | MC_FLAG_LATER,           \
+      "Restore the newest snapshot at start.")                                              \
+    X(INT, snapshot_interval_seconds, "600", v_positive, MC_FLAG_NI, "Seconds between snapshots.") \
+    X(INT, snapshot_child_timeout_seconds, "300", v_positive, MC_FLAG_NI,                   \
+      "Seconds a snapshot writer may run.")                                                 \
+    X(INT, snapshot_retention_count, "2", v_positive, MC_FLAG_NI, "Snapshots kept.")        \
+    X(STRING, snapshot_backup_dir, "", v_none, MC_FLAG_NI, "Local directory of snapshots.") \
+    X(STRING, snapshot_object_store_type, "", v_none, MC_FLAG_NI,                           \
+      "Snapshot payload store: local or s3.")                                               \
+    X(STRING, snapshot_catalog_store_type, "", v_none, MC_FLAG_NI,                          \
+      "Snapshot catalog store: embedded or redis.")                                         \
+    X(STRING, snapshot_catalog_store_connstring, "", v_none, MC_FLAG_NI,                    \
+      "Connection string of the snapshot catalog store.")                                   \
+    /* ---- copy/move tasks ---- */                                                         \
+    X(INT, max_total_finished_tasks, "10000", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,         \
+      "Finished tasks kept in memory.")                                                     \
+    X(INT, max_total_pending_tasks, "10000", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,          \
+      "Pending tasks allowed.")                                                             \
+    X(INT, max_total_processing_tasks, "10000", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,       \
+      "Processing tasks allowed.")                                                          \
+    X(INT, pending_task_timeout_sec, "300", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,           \
+      "Seconds a task may stay pending (0 = no limit).")                                    \
+    X(INT, processing_task_timeout_sec, "300", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,        \
+      "Seconds a task may stay processing (0 = no limit).")                                 \
+    X(INT, max_retry_attempts, "10", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,                  \
+      "Attempts per task before it fails.")                                                 \
+    /* ---- SSD offload and promotion ---- */                                               \
+    X(BOOL, enable_offload, "false", v_none, MC_FLAG_NI, "Offload objects to client SSDs.") \
+    X(BOOL, offload_on_evict, "false", v_none, MC_FLAG_NI, "Offload objects chosen by eviction.") \
+    X(BOOL, offload_force_evict, "false", v_none, MC_FLAG_NI,                               \
+      "Evict even when the offload queue is full.")                                         \
+    X(INT, offloading_queue_limit, "50000", v_nonneg, MC_FLAG_NI, "Objects queued for offload.") \
+    X(DOUBLE, offload_cap_ratio, "0.5", v_ratio, MC_FLAG_NI, "Share of SSD capacity for offload.") \
+    X(BOOL, promotion_on_hit, "false", v_none, MC_FLAG_NI, "Promote SSD objects back to memory on a hit.") \
+    X(INT, promotion_admission_threshold, "2", v_nonneg, MC_FLAG_NI, "Hits before promotion.") \
+    X(INT, promotion_queue_limit, "50000", v_nonneg, MC_FLAG_NI, "Objects queued for promotion.") \
+    X(INT, promotion_max_per_heartbeat, "1", v_nonneg, MC_FLAG_NI, "Promotions per heartbeat.") \
+    X(BOOL, enable_disk_eviction, "true", v_none, MC_FLAG_NI, "Evict from the disk tier.")  \
+    X(INT, quota_bytes, "0", v_nonneg, MC_FLAG_NI, "Disk quota in bytes (0 = 90% of capacity).") \
+    /* ---- dynamic replication ---- */                                                     \
+    X(STRING, dynamic_replication_mode, "off", v_dynamic_replication_mode, MC_FLAG_NI,      \
+      "Dynamic replication of hot objects: off, observe or enforce.")                       \
+    X(INT, dynamic_replication_heat_window_seconds, "10", v_positive, MC_FLAG_NI,           \
+      "Heat window of dynamic replication (s).")                                            \
+    X(DOUBLE, dynamic_replication_admission_qps_threshold, "0.8", v_nonneg_double, MC_FLAG_NI, \
+      "Reads per second that make an object hot.")                                          \
+    X(INT, dynamic_replication_max_memory_replicas, "2", v_positive, MC_FLAG_NI,            \
+      "Memory replicas of a hot object.")                                                   \
+    /* ---- KV events ---- */                                                               \
+    X(BOOL, enable_kv_events, "false", v_none, MC_FLAG_NI, "Publish KV events over ZMQ PUB.") \
+    X(STRING, kv_events_bind_endpoint, "tcp://0.0.0.0:5557", v_none, MC_FLAG_NI,            \
+      "ZMQ PUB bind endpoint of KV events.")                                                \
+    X(STRING, kv_events_model_name, "", v_none, MC_FLAG_NI, "Model name in KV events (deprecated).") \
+    X(STRING, kv_events_backend_id, "", v_none, MC_FLAG_NI, "backend_id of KV events.")     \
+    X(STRING, kv_events_tenant_id, "default", v_none, MC_FLAG_NI, "Tenant of KV events (deprecated).") \
+    X(STRING, kv_events_additional_salt, "", v_none, MC_FLAG_NI, "Hash salt of KV events.") \
+    X(STRING, kv_events_lora_name, "", v_none, MC_FLAG_NI, "LoRA name in KV events.")       \
+    X(INT, kv_events_block_size, "0", v_nonneg, MC_FLAG_NI, "Block size in KV events.")     \
+    X(INT, kv_events_dp_rank, "0", v_nonneg, MC_FLAG_NI, "Data-parallel rank in KV events.") \
+    X(BOOL, kv_events_emit_legacy_compat, "true", v_none, MC_FLAG_NI, "Emit legacy event fields.") \
+    X(BOOL, kv_events_emit_object_key, "true", v_none, MC_FLAG_NI, "Emit object keys in events.") \
+    X(INT, kv_events_queue_capacity, "65536", v_positive, MC_FLAG_NI, "KV event queue capacity.") \
+    /* ---- NVMe-oF pool ---- */                                                            \
+    X(INT, nof_heartbeat_interval_sec, "10", v_positive, MC_FLAG_NI, "NVMe-oF heartbeat period (s).") \
+    X(INT, nof_probe_timeout_ms, "1000", v_positive, MC_FLAG_NI, "NVMe-oF probe timeout (ms).") \
+    X(INT, nof_failures_threshold, "3", v_positive, MC_FLAG_NI,                             \
+      "Failed NVMe-oF probes before a target is dropped.")                                  \
+    /* ---- tenants ---- */                                                                 \
+    X(BOOL, enable_multi_tenants, "false", v_none, MC_FLAG_NI,                              \
+      "Tenant registration and quotas (tenants already isolate keys without it).")          \
+    X(STRING, tenant_quota_connector_type, "file", v_none, MC_FLAG_NI, "Tenant quota source type.") \
+    X(STRING, tenant_quota_connector_uri, "", v_none, MC_FLAG_NI, "Tenant quota source URI.") \
+    /* ---- Kubernetes ---- */                                                              \
+    X(STRING, pod_name, "", v_none, MC_FLAG_NI, "Pod name for the k8s HA backend.")         \
+    X(STRING, pod_namespace, "", v_none, MC_FLAG_NI, "Pod namespace for the k8s HA backend.") \
+    /* ---- CXL ---- */                                                                     \
+    X(BOOL, enable_cxl, "false", v_none, MC_FLAG_NI, "Mount a CXL memory device as a segment.") \
+    X(STRING, cxl_path, "/dev/dax0.0", v_none, MC_FLAG_NI, "DAX device of the CXL memory.") \
+    X(SIZE, cxl_size, "8589934592", v_none, MC_FLAG_NI, "CXL memory size (bytes; KB/MB/GB suffixes).")
+
+/* Index of each flag: MC_MASTER_FLAG_port, ... */
+typedef enum mc_master_flag_id {
+#define MC_MASTER_FLAG_ID_(KIND, name, def, valid, attrs, help) MC_MASTER_FLAG_##name,
+    MC_MASTER_FLAGS(MC_MASTER_FLAG_ID_)
+#undef MC_MASTER_FLAG_ID_
+    MC_MASTER_FLAG_COUNT
+} mc_master_flag_id_t;
+
+/* The parsed configuration: one field per flag, named like the flag. */
+typedef struct mc_master_config {
+#define MC_MASTER_FLAG_FIELD_(KIND, name, def, valid, attrs, help) mc_flag_ctype_##KIND name;
+    MC_MASTER_FLAGS(MC_MASTER_FLAG_FIELD_)
+#undef MC_MASTER_FLAG_FIELD_
+    /* is_set[MC_MASTER_FLAG_x]: given on the command line (last one wins). */
+    uint8_t is_set[MC_MASTER_FLAG_COUNT];
+} mc_master_config_t;
+
+/* Every flag at its default.  MC_INTERNAL_ERROR only when out of memory. */
+mc_status_t mc_master_config_init(mc_master_config_t *cfg);
+/* Frees the strings; accepts a config that init left half-built. */
+void mc_master_config_cleanup(mc_master_config_t *cfg);
+
+/*
+ * Parse argv[1..argc-1] into @p cfg (initialised by mc_master_config_init).
+ * Never exits and never prints: on MC_INVALID_PARAMS, @p err holds one
+ * line naming the flag and the problem ("unknown command line flag
+ * 'prot'", "invalid value 'abc' for flag 'port': not an integer").
+ * --help and --version only set cfg->help / cfg->version.
+ */
+mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv, char *err,
+                                  size_t errlen);
+
+/* Checks across flags (after parsing); MC_INVALID_PARAMS with a message. */
+mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, size_t errlen);
+
+/* The port the RPC server listens on: rpc_port when > 0, else port. */
+uint16_t mc_master_config_rpc_port(const mc_master_config_t *cfg);
+
+/* Print every visible flag with its default and help text. */
+void mc_master_flags_print_help(FILE *out, const char *argv0);
+
+/*
+ * Log a warning for every flag marked "not implemented yet" whose value is
+ * not its default, and for deprecated or ignored settings.
+ */
+void mc_master_flags_warn_unimplemented(const mc_master_config_t *cfg);
+
+/* Look a flag up by name (for tests and diagnostics); -1 if unknown. */
+int mc_master_flag_find(const char *name);
+
+#endif /* MC_MASTER_FLAGS_H */

@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Embedded HTTP metadata server (docs/protocol.md §6), enabled with
+ * --enable_http_metadata_server.
+ *
+ * Transfer engines publish their segment descriptors
+ * (mooncake/ram/<segment>) and RPC endpoints (mooncake/rpc_meta/<segment>)
+ * here and look up their peers'.  It is a flat key-value store in memory
+ * served by libevent's evhttp on the master's event loop:
+ *
+ *   GET    /metadata?key=K   200 + body, 404 "metadata not found"
+ *   PUT    /metadata?key=K   200 "metadata updated"; 400 when K is an
+ *                            existing mooncake/rpc_meta/ key and the body
+ *                            differs (two processes claiming one name)
+ *   DELETE /metadata?key=K   200 "metadata deleted" or 404
+ *   GET    /health           200 "OK"
+ *
+ * A missing or empty key parameter is 400 "Missing key parameter".  Keys
+ * are URL-decoded.  Bodies are capped at MC_META_MAX_BODY by evhttp (413)
+ * and the whole store at MC_META_MAX_TOTAL (507), so a misbehaving
+ * client cannot exhaust the master's memory through this port.
+ */
+#include "config.h"
+
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "common/log.h"
+#include "master.h"
+
+#define MC_META_MAX_BODY  (16u << 20)            /* one value */
+#define MC_META_MAX_TOTAL ((uint64_t)1 << 30)    /* all keys and values */
+#define MC_META_RPC_PREFIX "mooncake/rpc_meta/"
+
+typedef struct meta_entry {
+    mc_hnode_t node;
+    size_t key_len;
+    size_t val_len;
+    uint8_t *val;
+    char key[];                /* NUL-terminated */
+} meta_entry_t;
+
+static int meta_eq(const mc_hnode_t *node, const void *key)
+{
+    const meta_entry_t *e = mc_container_of(node, meta_entry_t, node);
+    return strcmp(e->key, key) == 0;
+}
+
+static uint64_t meta_hash(const char *key)
+{
+    return mc_hash_bytes(key, strlen(key), 0x6d657461u);
+}
+
+static meta_entry_t *meta_find(mc_master_t *m, const char *key)
+{
+    mc_hnode_t *n = mc_hmap_find(&m->meta, meta_hash(key), key, meta_eq);
+    return n ? mc_container_of(n, meta_entry_t, node) : NULL;
+}
+
+static void meta_erase(mc_master_t *m, meta_entry_t *e)
+{
+    mc_hmap_remove(&m->meta, &e->node);
+    m->meta_bytes -= e->key_len + e->val_len;
+    free(e->val);
+    free(e);
+}
+
+int mc_master_http_meta_delete(mc_master_t *m, const char *key)
+{
+    meta_entry_t *e;
+    if (m->http == NULL)
+        return -1;
+    e = meta_find(m, key);
+    if (e == NULL)
+        return -1;
+    mc_info("http metadata: deleted %s", key);
+    meta_erase(m, e);
+    return 0;
+}
+
+static void reply(struct evhttp_request *req, int code, const char *reason, const char *text)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; charset=utf-8");
+    evbuffer_add(b, text, strlen(text));
+    evhttp_send_reply(req, code, reason, b);
+    evbuffer_free(b);
+}
+
+static void do_get(mc_master_t *m, struct evhttp_request *req, const char *key)
+{
+    meta_entry_t *e = meta_find(m, key);
+    struct evbuffer *b;
+
+    if (e == NULL) {
+        reply(req, HTTP_NOTFOUND, "Not Found", "metadata not found");
+        return;
+    }
+    b = evbuffer_new();
+    if ((b == NULL) || (evbuffer_add(b, e->val, e->val_len) != 0)) {
+        if (b != NULL)
+            evbuffer_free(b);
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    evhttp_send_reply(req, HTTP_OK, "OK", b);
+    evbuffer_free(b);
+}
+
+static void do_put(mc_master_t *m, struct evhttp_request *req, const char *key)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len          = evbuffer_get_length(in);
+    size_t klen         = strlen(key);
+    meta_entry_t *e     = meta_find(m, key);
+    uint8_t *val;
+
+    if (e != NULL && strncmp(key, MC_META_RPC_PREFIX, strlen(MC_META_RPC_PREFIX)) == 0) {
+        /* Same body: a retried registration.  Different body: another
+         * process claims the same segment name. */
+        uint8_t *body = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
+        if ((len != e->val_len) || ((len > 0) && (memcmp(body, e->val, len) != 0))) {
+            mc_warn("http metadata: refused a different value for %s", key);
+            reply(req, HTTP_BADREQUEST, "Bad Request", "Duplicate rpc_meta key not allowed");
+            return;
+        }
+        reply(req, HTTP_OK, "OK", "metadata updated");
+        return;
+    }
+    if (m->meta_bytes - (e ? e->key_len + e->val_len : 0) + klen + len > MC_META_MAX_TOTAL) {
+        reply(req, 507, "Insufficient Storage", "metadata store is full");
+        return;
+    }
+    val = malloc(len ? len : 1);
+    if (val == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    evbuffer_remove(in, val, len);
+    if (e == NULL) {
+        e = malloc(sizeof(*e) + klen + 1);
+        if (e == NULL) {
+            free(val);
+            evhttp_send_error(req, HTTP_INTERNAL, NULL);
+            return;
+        }
+        memcpy(e->key, key, klen + 1);
+        e->key_len = klen;
+        e->val     = NULL;
+        e->val_len = 0;
+        mc_hmap_insert(&m->meta, &e->node, meta_hash(key));
+        m->meta_bytes += klen;
+    }
+    m->meta_bytes -= e->val_len;
+    free(e->val);
+    e->val     = val;
+    e->val_len = len;
+    m->meta_bytes += len;
+    mc_debug("http metadata: stored %s (%zu bytes)", key, len);
+    reply(req, HTTP_OK, "OK", "metadata updated");
+}
+
+static void do_delete(mc_master_t *m, struct evhttp_request *req, const char *key)
+{
+    if (mc_master_http_meta_delete(m, key) != 0) {
+        reply(req, HTTP_NOTFOUND, "Not Found", "metadata not found");
+        return;
+    }
+    reply(req, HTTP_OK, "OK", "metadata deleted");
+}
+
+static void http_cb(struct evhttp_request *req, void *arg)
+{
+    mc_master_t *m                = arg;
+    const struct evhttp_uri *uri  = evhttp_request_get_evhttp_uri(req);
+    const char *path              = uri ? evhttp_uri_get_path(uri) : NULL;
+    const char *query             = uri ? evhttp_uri_get_query(uri) : NULL;
+    enum evhttp_cmd_type cmd      = evhttp_request_get_command(req);
+    struct evkeyvalq params;
+    const char *key;
+
+    if (path == NULL) {
+        reply(req, HTTP_NOTFOUND, "Not Found", "not found");
+        return;
+    }
+    if (strcmp(path, "/health") == 0) {
+        if ((cmd != EVHTTP_REQ_GET) && (cmd != EVHTTP_REQ_HEAD))
+            reply(req, HTTP_BADMETHOD, "Method Not Allowed", "method not allowed");
+        else
+            reply(req, HTTP_OK, "OK", "OK");
+        return;
+    }
+    if (strcmp(path, "/metadata") != 0) {
+        reply(req, HTTP_NOTFOUND, "Not Found", "not found");
+        return;
+    }
+
+    if (query == NULL) {
+        reply(req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
+        return;
+    }
+    /* initialises params; on failure it has already cleared them */
+    if (evhttp_parse_query_str(query, &params) != 0) {
+        reply(req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
+        return;
+    }
+    key = evhttp_find_header(&params, "key"); /* already URL-decoded */
+    if ((key == NULL) || (*key == '\0')) {
+        evhttp_clear_headers(&params);
+        reply(req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
+        return;
+    }
+    switch (cmd) {
+    case EVHTTP_REQ_GET:
+    case EVHTTP_REQ_HEAD: /* evhttp drops the body */
+        do_get(m, req, key);
+        break;
+    case EVHTTP_REQ_PUT:
+        do_put(m, req, key);
+        break;
+    case EVHTTP_REQ_DELETE:
+        do_delete(m, req, key);
+        break;
+    default:
+        reply(req, HTTP_BADMETHOD, "Method Not Allowed", "method not allowed");
+        break;
+    }
+    evhttp_clear_headers(&params);
+}
+
+mc_status_t mc_master_http_start(mc_master_t *m)
+{
+    const char *host = m->cfg->http_metadata_server_host;
+    uint16_t port    = (uint16_t)m->cfg->http_metadata_server_port;
+    struct evhttp_bound_socket *bs;
+
+    if (mc_hmap_init(&m->meta, 64) != 0)
+        return MC_INTERNAL_ERROR;
+    m->meta_bytes = 0;
+    m->http       = evhttp_new(m->base);
+    if (m->http == NULL) {
+        mc_hmap_cleanup(&m->meta);
+        return MC_INTERNAL_ERROR;
+    }
+    evhttp_set_max_body_size(m->http, MC_META_MAX_BODY);
+    evhttp_set_max_headers_size(m->http, 64 * 1024);
+    evhttp_set_timeout(m->http, 30);
+    /* POST and PATCH reach http_cb so they get 405, not evhttp's 501 */
+    evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                                            EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(m->http, http_cb, m);
+    bs = evhttp_bind_socket_with_handle(m->http, host, port);
+    if (bs == NULL) {
+        mc_error("http metadata server: cannot listen on %s:%u: %s", host, (unsigned)port,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        mc_master_http_stop(m);
+        return MC_INVALID_PARAMS;
+    }
+    {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
+        if ((getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) &&
+            (getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+                         NI_NUMERICHOST | NI_NUMERICSERV) == 0))
+            snprintf(m->http_bound, sizeof(m->http_bound), "%s:%s", h, p);
+        else
+            snprintf(m->http_bound, sizeof(m->http_bound), "%s:%u", host, (unsigned)port);
+    }
+    return MC_OK;
+}
+
+void mc_master_http_stop(mc_master_t *m)
+{
+    mc_hmap_iter_t it;
+    mc_hnode_t *n;
+
+    if (m->http == NULL)
+        return;
+    evhttp_free(m->http);
+    m->http = NULL;
+    n       = mc_hmap_first(&m->meta, &it);
+    while (n != NULL) {
+        meta_entry_t *e = mc_container_of(n, meta_entry_t, node);
+        n               = mc_hmap_next(&m->meta, &it);
+        meta_erase(m, e);
+    }
+    mc_hmap_cleanup(&m->meta);
+}

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Lifecycle of the master context: create every part, bind the listeners,
+ * run the event loop, tear everything down in reverse order.
+ *
+ * Timers on the loop (docs/threads.md):
+ *  - the tick (MC_MASTER_TICK_MS): client expiry, abandoned puts,
+ *    discarded ranges;
+ *  - the metrics line every MC_MASTER_METRICS_S (--enable_metric_reporting).
+ * SIGTERM and SIGINT are libevent signal events: they break the loop, and
+ * mc_master_destroy() frees everything, so the daemon exits 0 with nothing
+ * leaked.  SIGPIPE is ignored; a peer that vanishes is an EPIPE on its own
+ * connection.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "common/log.h"
+#include "master.h"
+
+#define MC_MASTER_TICK_MS    250
+#define MC_MASTER_METRICS_S  10
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    mc_master_t *m = arg;
+    uint64_t now   = mc_now_ms();
+    (void)fd;
+    (void)what;
+    mc_master_clients_tick(m, now);
+    mc_master_objects_tick(m, now);
+}
+
+static void metrics_cb(evutil_socket_t fd, short what, void *arg)
+{
+    mc_master_t *m = arg;
+    (void)fd;
+    (void)what;
+    mc_info("master metrics: keys=%zu segments=%" PRIu32 " clients=%zu connections=%" PRIu32
+            " capacity=%" PRIu64 " allocated=%" PRIu64 " (%.1f%%)",
+            mc_master_objects_count(m), m->nseg, mc_master_clients_count(m), m->nconns,
+            m->capacity_bytes, m->allocated_bytes,
+            m->capacity_bytes ? 100.0 * (double)m->allocated_bytes / (double)m->capacity_bytes
+                              : 0.0);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    mc_master_t *m = arg;
+    (void)what;
+    mc_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    event_base_loopbreak(m->base);
+}
+
+mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
+{
+    static const int sigs[] = {SIGTERM, SIGINT};
+    mc_master_t *m = calloc(1, sizeof(*m));
+    mc_status_t st = MC_INTERNAL_ERROR;
+    struct timeval tv;
+
+    if (m == NULL)
+        return MC_INTERNAL_ERROR;
+    m->cfg          = cfg;
+    m->view_version = mc_wall_ms();
+    m->start_ms     = mc_now_ms();
+
+    m->base = event_base_new();
+    if (m->base == NULL) {
+        mc_error("cannot create the event loop");
+        goto fail;
+    }
+    if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
+        (mc_master_clients_init(m) != MC_OK))
+        goto fail;
+
+    st = mc_master_rpc_start(m);
+    if (st != MC_OK)
+        goto fail;
+    if (cfg->enable_http_metadata_server) {
+        st = mc_master_http_start(m);
+        if (st != MC_OK)
+            goto fail;
+    }
+
+    st      = MC_INTERNAL_ERROR;
+    m->tick_ev = event_new(m->base, -1, EV_PERSIST, tick_cb, m);
+    if (m->tick_ev == NULL)
+        goto fail;
+    tv.tv_sec  = 0;
+    tv.tv_usec = MC_MASTER_TICK_MS * 1000;
+    event_add(m->tick_ev, &tv);
+    if (cfg->enable_metric_reporting) {
+        m->metrics_ev = event_new(m->base, -1, EV_PERSIST, metrics_cb, m);
+        if (m->metrics_ev == NULL)
+            goto fail;
+        tv.tv_sec  = MC_MASTER_METRICS_S;
+        tv.tv_usec = 0;
+        event_add(m->metrics_ev, &tv);
+    }
+    for (size_t i = 0; i < MC_ARRAY_SIZE(sigs); i++) {
+        m->sig_ev[i] = evsignal_new(m->base, sigs[i], signal_cb, m);
+        if ((m->sig_ev[i] == NULL) || (event_add(m->sig_ev[i], NULL) != 0))
+            goto fail;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    *m_p = m;
+    return MC_OK;
+
+fail:
+    mc_master_destroy(m);
+    return st;
+}
+
+int mc_master_run(mc_master_t *m)
+{
+    mc_info("mooncake_master %s listening: rpc %s%s%s (cluster %s, lease %" PRIu64
+            " ms, client ttl %" PRId64 " s)",
+            mc_version_string(), m->rpc_bound, m->http ? ", http metadata " : "",
+            m->http ? m->http_bound : "", m->cfg->cluster_id, m->cfg->default_kv_lease_ttl,
+            m->cfg->client_ttl);
+    if (event_base_dispatch(m->base) < 0) {
+        mc_error("event loop failed");
+        return 1;
+    }
+    return m->exit_code;
+}
+
+void mc_master_destroy(mc_master_t *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < MC_ARRAY_SIZE(m->sig_ev); i++) {
+        if (m->sig_ev[i] != NULL)
+            event_free(m->sig_ev[i]);
+    }
+    if (m->metrics_ev != NULL)
+        event_free(m->metrics_ev);
+    if (m->tick_ev != NULL)
+        event_free(m->tick_ev);
+    mc_master_http_stop(m);
+    mc_master_rpc_stop(m);
+    /* objects before segments (replicas point into segments), segments
+     * before clients (segments point at their owner) */
+    if (m->objects.buckets != NULL)
+        mc_master_objects_cleanup(m);
+    if (m->segments.buckets != NULL)
+        mc_master_segments_cleanup(m);
+    if (m->clients.buckets != NULL)
+        mc_master_clients_cleanup(m);
+    if (m->base != NULL)
+        event_base_free(m->base);
+    free(m);
+}

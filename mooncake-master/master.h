@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The mooncake_master context and the interfaces between its parts.
+ *
+ * Everything the daemon knows lives in one mc_master_t: the event loop,
+ * the RPC listener and its connections (rpc.c), the object index
+ * (objects.c), the mounted segments and their allocators (segments.c), the
+ * clients and their liveness deadlines (clients.c) and the embedded HTTP
+ * metadata store (http.c).  There are no globals; the only process-wide
+ * state is the log threshold.
+ *
+ * Threads: one.  Every callback runs on the event loop of m->base, so no
+ * structure here has a lock (docs/threads.md).
+ *
+ * Ownership graph, all plain pointers:
+ *   client 1--* segment      (mc_segment_t.owner, client->segments list)
+ *   segment 1--* replica     (replica->seg, seg->replicas list)
+ *   object 1--* replica      (replica->obj, obj->replicas list)
+ * A replica is freed exactly once, through mc_master_replica_drop() or
+ * when its object is erased; the lists make "drop everything on this
+ * segment" cost O(replicas on it), not a scan of the index.
+ */
+#ifndef MC_MASTER_MASTER_H
+#define MC_MASTER_MASTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mooncake/config.h>
+#include <mooncake/status.h>
+
+#include "alloc/offset_alloc.h"
+#include "common/buf.h"
+#include "common/hashmap.h"
+#include "common/util.h"
+#include "flags.h"
+#include "wire/wire.h"
+
+struct event_base;
+struct event;
+struct evconnlistener;
+struct evhttp;
+
+/* ---- intrusive circular doubly-linked list ------------------------------ */
+
+typedef struct mc_mlist {
+    struct mc_mlist *prev;
+    struct mc_mlist *next;
+} mc_mlist_t;
+
+static inline void mc_mlist_init(mc_mlist_t *h) { h->prev = h->next = h; }
+static inline int mc_mlist_empty(const mc_mlist_t *h) { return h->next == h; }
+static inline void mc_mlist_insert_tail(mc_mlist_t *h, mc_mlist_t *n)
+{
+    n->prev       = h->prev;
+    n->next       = h;
+    h->prev->next = n;
+    h->prev       = n;
+}
+static inline void mc_mlist_remove(mc_mlist_t *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+/* Safe against removal of the current entry. */
+#define mc_mlist_for_each_safe(pos, tmp, head) \
+    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+
+/* ---- records -------------------------------------------------------------- */
+
+typedef struct mc_master mc_master_t;
+typedef struct mc_object mc_object_t;
+typedef struct mc_segment mc_segment_t;
+typedef struct mc_client mc_client_t;
+
+/* Segment states (upstream SegmentStatus); only OK takes allocations. */
+typedef enum mc_segment_state {
+    MC_SEG_OK         = 1,
+    MC_SEG_DRAINING   = 2,
+    MC_SEG_UNMOUNTING = 5
+} mc_segment_state_t;
+
+/* One buffer of an object in one segment. */
+typedef struct mc_replica {
+    uint64_t id;               /* unique for the life of the master */
+    uint8_t status;            /* MC_REPLICA_PROCESSING or MC_REPLICA_COMPLETE */
+    mc_segment_t *seg;         /* never NULL while the replica exists */
+    mc_alloc_block_t block;    /* its range in seg's allocator */
+    mc_object_t *obj;          /* NULL once discarded (preempted put) */
+    uint64_t release_ms;       /* discarded: when the space is freed */
+    mc_mlist_t seg_link;       /* in seg->replicas */
+    mc_mlist_t link;           /* in obj->replicas, or m->discarded */
+} mc_replica_t;
+
+struct mc_object {
+    mc_hnode_t node;           /* in m->objects, hash of (tenant, key) */
+    mc_mlist_t replicas;       /* mc_replica_t.link */
+    mc_mlist_t pending_link;   /* in m->pending while not complete */
+    uint64_t size;
+    mc_uuid_t owner;           /* client that did PutStart */
+    uint64_t put_start_ms;     /* monotonic */
+    uint64_t lease_deadline_ms;
+    /* Soft pin (docs/protocol.md §5.5): ttl chosen at PutStart, deadline
+     * set when the object completes; 0 = not pinned. */
+    uint64_t soft_pin_ttl_ms;
+    uint64_t soft_pin_deadline_ms;
+    uint8_t hard_pin;
+    uint8_t complete;          /* PutEnd done: every replica is COMPLETE */
+    char *group_id;            /* NULL = ungrouped */
+    uint32_t tenant_len;
+    uint32_t key_len;
+    char strs[];               /* tenant bytes then key bytes, no NULs */
+};
+
+static inline mc_str_t mc_object_tenant(const mc_object_t *o)
+{
+    mc_str_t s = {o->strs, o->tenant_len};
+    return s;
+}
+static inline mc_str_t mc_object_key(const mc_object_t *o)
+{
+    mc_str_t s = {o->strs + o->tenant_len, o->key_len};
+    return s;
+}
+
+struct mc_segment {
+    mc_hnode_t node;           /* in m->segments, hash of id */
+    mc_uuid_t id;
+    mc_client_t *owner;
+    char *name;                /* transfer-engine segment name, "host:port" */
+    char *protocol;
+    uint64_t base;
+    uint64_t size;
+    mc_alloc_t *alloc;
+    mc_segment_state_t state;
+    uint32_t index;            /* position in m->segv */
+    mc_mlist_t replicas;       /* mc_replica_t.seg_link */
+    mc_mlist_t client_link;    /* in owner->segments */
+};
+
+struct mc_client {
+    mc_hnode_t node;           /* in m->clients, hash of id */
+    mc_uuid_t id;
+    uint64_t deadline_ms;      /* monotonic; expired past it */
+    mc_mlist_t segments;       /* mc_segment_t.client_link */
+    uint32_t nsegments;
+};
+
+struct mc_master {
+    mc_master_config_t *cfg;
+    struct event_base *base;
+    uint64_t view_version;     /* wall-clock ms at start */
+    uint64_t start_ms;
+
+    /* rpc.c */
+    struct evconnlistener *listener;
+    mc_mlist_t conns;
+    uint32_t nconns;
+    char rpc_bound[300];       /* "addr:port" actually bound */
+
+    /* objects.c */
+    mc_hmap_t objects;
+    mc_mlist_t pending;        /* incomplete objects, oldest PutStart first */
+    mc_mlist_t discarded;      /* replicas of preempted puts awaiting release */
+    uint64_t next_replica_id;
+
+    /* segments.c */
+    mc_hmap_t segments;
+    mc_segment_t **segv;       /* mounted segments, placement order */
+    uint32_t nseg;
+    uint32_t segv_cap;
+    uint64_t rng;              /* xorshift64* state for placement */
+    uint64_t capacity_bytes;
+    uint64_t allocated_bytes;
+
+    /* clients.c */
+    mc_hmap_t clients;
+
+    /* http.c */
+    struct evhttp *http;
+    mc_hmap_t meta;
+    uint64_t meta_bytes;
+    char http_bound[300];
+
+    /* master.c */
+    struct event *tick_ev;
+    struct event *metrics_ev;
+    struct event *sig_ev[3];
+    int exit_code;
+};
+
+/* ---- master.c ------------------------------------------------------------ */
+
+/* Binds every listener; MC_INVALID_PARAMS (with a logged reason) when an
+ * address cannot be bound. */
+mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p);
+/* Runs until SIGTERM/SIGINT; returns the process exit code. */
+int mc_master_run(mc_master_t *m);
+void mc_master_destroy(mc_master_t *m);
+
+/* ---- rpc.c (docs/protocol.md §1-§3) -------------------------------------- */
+
+mc_status_t mc_master_rpc_start(mc_master_t *m);
+void mc_master_rpc_stop(mc_master_t *m); /* closes the listener and every connection */
+
+/* ---- objects.c (docs/protocol.md §5.5-§5.9) ------------------------------- */
+
+/* Per-request context handed by rpc.c to the handlers. */
+typedef struct mc_req_ctx {
+    mc_master_t *m;
+    mc_str_t tenant;
+    mc_arena_t *arena;         /* response storage, reset after the frame */
+    uint64_t now_ms;
+} mc_req_ctx_t;
+
+mc_status_t mc_master_objects_init(mc_master_t *m);
+void mc_master_objects_cleanup(mc_master_t *m);
+/* Periodic work: release discarded replicas, erase abandoned puts. */
+void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms);
+/* Called by segments.c for every replica on a segment that goes away. */
+void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r);
+
+int32_t mc_master_put_start(mc_req_ctx_t *x, const mc_wire_put_start_req_t *req,
+                            mc_wire_put_start_resp_t *resp);
+int32_t mc_master_put_end(mc_req_ctx_t *x, const mc_wire_put_end_req_t *req);
+int32_t mc_master_put_revoke(mc_req_ctx_t *x, const mc_wire_put_revoke_req_t *req);
+int32_t mc_master_get_replica_list(mc_req_ctx_t *x, const mc_wire_get_replica_list_req_t *req,
+                                   mc_wire_get_replica_list_resp_t *resp);
+int32_t mc_master_exist_key(mc_req_ctx_t *x, const mc_wire_exist_key_req_t *req,
+                            mc_wire_exist_key_resp_t *resp);
+int32_t mc_master_remove(mc_req_ctx_t *x, const mc_wire_remove_req_t *req);
+int32_t mc_master_remove_all(mc_req_ctx_t *x, const mc_wire_remove_all_req_t *req,
+                             mc_wire_remove_all_resp_t *resp);
+int32_t mc_master_batch_put_start(mc_req_ctx_t *x, const mc_wire_batch_put_start_req_t *req,
+                                  mc_wire_batch_put_start_resp_t *resp);
+int32_t mc_master_batch_put_end(mc_req_ctx_t *x, const mc_wire_batch_put_end_req_t *req,
+                                mc_wire_batch_put_end_resp_t *resp);
+int32_t mc_master_batch_put_revoke(mc_req_ctx_t *x, const mc_wire_batch_put_revoke_req_t *req,
+                                   mc_wire_batch_put_revoke_resp_t *resp);
+int32_t mc_master_batch_get_replica_list(mc_req_ctx_t *x,
+                                         const mc_wire_batch_get_replica_list_req_t *req,
+                                         mc_wire_batch_get_replica_list_resp_t *resp);
+int32_t mc_master_batch_exist_key(mc_req_ctx_t *x, const mc_wire_batch_exist_key_req_t *req,
+                                  mc_wire_batch_exist_key_resp_t *resp);
+int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t *req,
+                               mc_wire_batch_remove_resp_t *resp);
+
+size_t mc_master_objects_count(const mc_master_t *m);
+
+/* ---- segments.c (docs/protocol.md §5.3) ---------------------------------- */
+
+mc_status_t mc_master_segments_init(mc_master_t *m);
+void mc_master_segments_cleanup(mc_master_t *m);
+mc_segment_t *mc_master_segment_find(mc_master_t *m, mc_uuid_t id);
+/* Validate and mount one segment for @p c (idempotent for the same id). */
+mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s);
+/* Check a segment description without mounting it. */
+mc_status_t mc_master_segment_check(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s);
+/* Drop every replica on @p seg (objects left empty are erased), destroy
+ * its allocator and forget it. */
+void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg);
+
+/*
+ * Placement (docs/protocol.md §5.5): allocate up to @p want buffers of
+ * @p size bytes on distinct segment names, the preferred one first.
+ * Writes the new replicas (status PROCESSING, not linked to an object) to
+ * @p out and returns how many; 0 means nothing fitted.
+ */
+uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t want,
+                                     mc_str_t preferred, mc_replica_t **out);
+/* Give a replica's range back to its segment and unlink it from the
+ * segment (the caller frees the struct). */
+void mc_master_segment_release(mc_master_t *m, mc_replica_t *r);
+
+/* ---- clients.c (docs/protocol.md §5.2, §5.4) ------------------------------ */
+
+mc_status_t mc_master_clients_init(mc_master_t *m);
+void mc_master_clients_cleanup(mc_master_t *m);
+mc_client_t *mc_master_client_find(mc_master_t *m, mc_uuid_t id);
+/* Find or create; refreshes the liveness deadline.  NULL on OOM. */
+mc_client_t *mc_master_client_touch(mc_master_t *m, mc_uuid_t id, uint64_t now_ms);
+/* Unmount every segment of @p c and free it. */
+void mc_master_client_forget(mc_master_t *m, mc_client_t *c, const char *why);
+/* Expire clients whose deadline passed. */
+void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms);
+size_t mc_master_clients_count(const mc_master_t *m);
+
+int32_t mc_master_ping(mc_req_ctx_t *x, const mc_wire_ping_req_t *req, mc_wire_ping_resp_t *resp);
+int32_t mc_master_mount_segment(mc_req_ctx_t *x, const mc_wire_mount_segment_req_t *req);
+int32_t mc_master_remount_segments(mc_req_ctx_t *x, const mc_wire_remount_segments_req_t *req);
+int32_t mc_master_unmount_segment(mc_req_ctx_t *x, const mc_wire_unmount_segment_req_t *req);
+int32_t mc_master_client_close(mc_req_ctx_t *x, const mc_wire_client_close_req_t *req);
+
+/* ---- http.c (docs/protocol.md §6) ------------------------------------------ */
+
+mc_status_t mc_master_http_start(mc_master_t *m);
+void mc_master_http_stop(mc_master_t *m);
+/* Delete one metadata key; 0 if it existed, -1 if not. */
+int mc_master_http_meta_delete(mc_master_t *m, const char *key);
+
+/* Hash of a UUID for the segment and client maps. */
+static inline uint64_t mc_master_uuid_hash(mc_uuid_t id)
+{
+    uint8_t b[16];
+    mc_store_le64(b, id.hi);
+    mc_store_le64(b + 8, id.lo);
+    return mc_hash_bytes(b, sizeof(b), 0);
+}
+
+#endif /* MC_MASTER_MASTER_H */

@@ -1,0 +1,582 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The object index (docs/protocol.md §5.5-§5.9).
+ *
+ * Objects are keyed by (tenant, key): one hash map, the hash chaining the
+ * tenant bytes into the key bytes, so tenants never see each other's keys.
+ * An object is written in two phases.  PUT_START allocates its replicas
+ * (PROCESSING) and puts it on m->pending; PUT_END marks every replica
+ * COMPLETE and takes it off.  Readers only ever see complete objects.
+ *
+ * Abandoned writes are handled as upstream does:
+ *  - a PUT_START on a key whose previous PUT_START is older than
+ *    --put_start_discard_timeout_sec preempts it.  The old replicas are
+ *    not freed at once, because the old writer may still be moving bytes
+ *    into them; they wait on m->discarded until their PUT_START is
+ *    --put_start_release_timeout_sec old.
+ *  - an object still incomplete --put_start_release_timeout_sec after its
+ *    PUT_START is erased.  m->pending is ordered by PUT_START time (objects
+ *    are appended when created), so the tick only looks at its head.
+ *
+ * Leases are monotonic-clock deadlines: a read (GET_REPLICA_LIST,
+ * EXIST_KEY and their batch forms) moves the deadline to at least
+ * now + --default_kv_lease_ttl; REMOVE refuses a leased object unless
+ * forced.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "master.h"
+
+typedef struct obj_lookup {
+    mc_str_t tenant;
+    mc_str_t key;
+} obj_lookup_t;
+
+static uint64_t obj_hash(mc_str_t tenant, mc_str_t key)
+{
+    return mc_hash_bytes(key.ptr, key.len, mc_hash_bytes(tenant.ptr, tenant.len, 0));
+}
+
+static int obj_eq(const mc_hnode_t *node, const void *k)
+{
+    const mc_object_t *o = mc_container_of(node, mc_object_t, node);
+    const obj_lookup_t *l = k;
+    return mc_str_eq(mc_object_tenant(o), l->tenant) && mc_str_eq(mc_object_key(o), l->key);
+}
+
+mc_status_t mc_master_objects_init(mc_master_t *m)
+{
+    if (mc_hmap_init(&m->objects, 1024) != 0)
+        return MC_INTERNAL_ERROR;
+    mc_mlist_init(&m->pending);
+    mc_mlist_init(&m->discarded);
+    m->next_replica_id = 0;
+    return MC_OK;
+}
+
+size_t mc_master_objects_count(const mc_master_t *m)
+{
+    return m->objects.count;
+}
+
+static mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
+{
+    obj_lookup_t l = {tenant, key};
+    mc_hnode_t *n  = mc_hmap_find(&m->objects, obj_hash(tenant, key), &l, obj_eq);
+    return n ? mc_container_of(n, mc_object_t, node) : NULL;
+}
+
+/* Free every replica of @p o, unlink and free it. */
+static void obj_erase(mc_master_t *m, mc_object_t *o)
+{
+    mc_mlist_t *pos, *tmp;
+    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        mc_master_segment_release(m, r);
+        mc_mlist_remove(&r->link);
+        free(r);
+    }
+    mc_hmap_remove(&m->objects, &o->node);
+    mc_mlist_remove(&o->pending_link);
+    free(o->group_id);
+    free(o);
+}
+
+/* Teardown: segments are destroyed right after, so ranges are not given
+ * back one by one. */
+void mc_master_objects_cleanup(mc_master_t *m)
+{
+    mc_hmap_iter_t it;
+    mc_hnode_t *n = mc_hmap_first(&m->objects, &it);
+    mc_mlist_t *pos, *tmp;
+
+    while (n != NULL) {
+        mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        n              = mc_hmap_next(&m->objects, &it);
+        mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+            free(mc_container_of(pos, mc_replica_t, link));
+        mc_hmap_remove(&m->objects, &o->node);
+        free(o->group_id);
+        free(o);
+    }
+    mc_mlist_for_each_safe(pos, tmp, &m->discarded)
+        free(mc_container_of(pos, mc_replica_t, link));
+    mc_mlist_init(&m->discarded);
+    mc_mlist_init(&m->pending);
+    mc_hmap_cleanup(&m->objects);
+}
+
+void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
+{
+    mc_object_t *o = r->obj;
+    mc_master_segment_release(m, r);
+    mc_mlist_remove(&r->link);
+    free(r);
+    if ((o != NULL) && mc_mlist_empty(&o->replicas)) {
+        mc_debug("object %.*s lost its last replica", (int)MC_MIN(o->key_len, 200u),
+                 mc_object_key(o).ptr);
+        obj_erase(m, o);
+    }
+}
+
+/* Preempt a stale PUT_START: keep its ranges reserved until the old
+ * writer can no longer be writing, then erase the object. */
+static void obj_discard(mc_master_t *m, mc_object_t *o)
+{
+    mc_mlist_t *pos, *tmp;
+    uint64_t release_ms =
+        o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
+    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        mc_mlist_remove(&r->link);
+        r->obj        = NULL;
+        r->release_ms = release_ms;
+        mc_mlist_insert_tail(&m->discarded, &r->link);
+    }
+    obj_erase(m, o);
+}
+
+void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
+{
+    mc_mlist_t *pos, *tmp;
+    uint64_t release = (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
+
+    mc_mlist_for_each_safe(pos, tmp, &m->discarded)
+    {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if (r->release_ms <= now_ms) {
+            mc_master_segment_release(m, r);
+            mc_mlist_remove(&r->link);
+            free(r);
+        }
+    }
+    while (!mc_mlist_empty(&m->pending)) {
+        mc_object_t *o = mc_container_of(m->pending.next, mc_object_t, pending_link);
+        if (o->put_start_ms + release > now_ms)
+            break;
+        mc_info("releasing abandoned put of key '%.*s' (no PutEnd within %" PRId64 " s)",
+                (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
+                m->cfg->put_start_release_timeout_sec);
+        obj_erase(m, o);
+    }
+}
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static int obj_leased(const mc_object_t *o, uint64_t now_ms)
+{
+    return o->lease_deadline_ms > now_ms;
+}
+
+static void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
+{
+    uint64_t d = now_ms + m->cfg->default_kv_lease_ttl;
+    if (d > o->lease_deadline_ms)
+        o->lease_deadline_ms = d;
+}
+
+static void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint64_t size)
+{
+    w->id         = r->id;
+    w->status     = r->status;
+    w->type       = 0; /* memory */
+    w->addr       = r->seg->base + r->block.offset;
+    w->size       = size;
+    w->segment    = mc_str_from_cstr(r->seg->name);
+    w->segment_id = r->seg->id;
+}
+
+/* The COMPLETE replicas of @p o into @p out (arena storage). */
+static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_replica_list_t *out)
+{
+    const mc_mlist_t *pos;
+    uint32_t n = 0;
+
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
+        n++;
+    out->n = 0;
+    out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
+    if ((n > 0) && (out->v == NULL))
+        return MC_INTERNAL_ERROR;
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if (r->status == MC_REPLICA_COMPLETE)
+            fill_wire_replica(&out->v[out->n++], r, o->size);
+    }
+    return MC_OK;
+}
+
+/* §5.5: what a ReplicateConfig may ask for. */
+static int32_t config_check(mc_master_t *m, const mc_wire_config_t *c)
+{
+    if ((c->nof_replica_num > 0) || (c->dfs_replica_num > 0))
+        return MC_NOT_SUPPORTED; /* NVMe-oF and DFS tiers do not exist yet */
+    if (c->replica_num == 0)
+        return MC_INVALID_PARAMS;
+    if (c->soft_pin_action > MC_SOFT_PIN_DISABLE)
+        return MC_INVALID_PARAMS;
+    if (c->has_soft_pin_ttl) {
+        if (c->soft_pin_action != MC_SOFT_PIN_ENABLE)
+            return MC_INVALID_PARAMS;
+        if (c->soft_pin_ttl_ms > m->cfg->max_kv_soft_pin_ttl)
+            return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
+}
+
+/*
+ * One PUT_START after config_check: @p group is the key's group id ("" or
+ * NULL = none), @p out receives the replica descriptors.
+ */
+static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, uint64_t length,
+                             const mc_wire_config_t *cfg, const mc_str_t *group,
+                             mc_wire_replica_list_t *out)
+{
+    mc_master_t *m = x->m;
+    mc_object_t *o;
+    mc_replica_t **reps;
+    uint32_t want, n;
+
+    out->n = 0;
+    out->v = NULL;
+    if (length == 0)
+        return MC_INVALID_PARAMS;
+
+    o = obj_find(m, x->tenant, key);
+    if (o != NULL) {
+        uint64_t discard = (uint64_t)m->cfg->put_start_discard_timeout_sec * 1000u;
+        if (o->complete || (x->now_ms < o->put_start_ms + discard))
+            return MC_OBJECT_ALREADY_EXISTS;
+        mc_info("preempting stale put of key '%.*s'", (int)MC_MIN(key.len, 200u), key.ptr);
+        obj_discard(m, o);
+    }
+
+    if (m->nseg == 0)
+        return MC_NO_AVAILABLE_HANDLE;
+    want   = MC_MIN(cfg->replica_num, m->nseg);
+    reps   = mc_arena_calloc(x->arena, want, sizeof(*reps));
+    out->v = mc_arena_calloc(x->arena, want, sizeof(*out->v));
+    if ((reps == NULL) || (out->v == NULL))
+        return MC_INTERNAL_ERROR;
+
+    n = mc_master_segments_allocate(m, length, want, cfg->preferred_segment, reps);
+    if (n == 0)
+        return MC_NO_AVAILABLE_HANDLE;
+
+    o = malloc(sizeof(*o) + (size_t)x->tenant.len + key.len);
+    if (o == NULL)
+        goto oom;
+    memset(o, 0, sizeof(*o));
+    if ((group != NULL) && (group->len > 0)) {
+        o->group_id = malloc((size_t)group->len + 1);
+        if (o->group_id == NULL) {
+            free(o);
+            goto oom;
+        }
+        memcpy(o->group_id, group->ptr, group->len);
+        o->group_id[group->len] = '\0';
+    }
+    mc_mlist_init(&o->replicas);
+    o->size         = length;
+    o->owner        = client_id;
+    o->put_start_ms = x->now_ms;
+    o->hard_pin     = cfg->with_hard_pin ? 1 : 0;
+    if (cfg->soft_pin_action == MC_SOFT_PIN_ENABLE)
+        o->soft_pin_ttl_ms = cfg->has_soft_pin_ttl ? cfg->soft_pin_ttl_ms
+                                                   : m->cfg->default_kv_soft_pin_ttl;
+    o->tenant_len = x->tenant.len;
+    o->key_len    = key.len;
+    if (x->tenant.len > 0)
+        memcpy(o->strs, x->tenant.ptr, x->tenant.len);
+    memcpy(o->strs + x->tenant.len, key.ptr, key.len);
+    mc_hmap_insert(&m->objects, &o->node, obj_hash(x->tenant, key));
+    mc_mlist_insert_tail(&m->pending, &o->pending_link);
+
+    for (uint32_t i = 0; i < n; i++) {
+        reps[i]->obj = o;
+        mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
+        fill_wire_replica(&out->v[i], reps[i], length);
+    }
+    out->n = n;
+    if (n < cfg->replica_num)
+        mc_debug("put of key '%.*s': %" PRIu32 " of %" PRIu32 " replicas placed",
+                 (int)MC_MIN(key.len, 200u), key.ptr, n, cfg->replica_num);
+    return MC_OK;
+
+oom:
+    for (uint32_t i = 0; i < n; i++) {
+        mc_master_segment_release(m, reps[i]);
+        free(reps[i]);
+    }
+    return MC_INTERNAL_ERROR;
+}
+
+static int32_t put_end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
+{
+    mc_object_t *o = obj_find(x->m, x->tenant, key);
+    mc_mlist_t *pos;
+
+    if (o == NULL)
+        return MC_OBJECT_NOT_FOUND;
+    if (!mc_uuid_eq(o->owner, client_id))
+        return MC_ILLEGAL_CLIENT;
+    if (o->complete)
+        return MC_OK; /* a retried PutEnd */
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
+        mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
+    o->complete = 1;
+    mc_mlist_remove(&o->pending_link);
+    /* The soft pin starts when the object becomes readable; a fresh object
+     * carries no lease (upstream grants a lease of 0 at PutEnd). */
+    if (o->soft_pin_ttl_ms > 0)
+        o->soft_pin_deadline_ms = x->now_ms + o->soft_pin_ttl_ms;
+    return MC_OK;
+}
+
+static int32_t put_revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
+{
+    mc_object_t *o = obj_find(x->m, x->tenant, key);
+    if (o == NULL)
+        return MC_OBJECT_NOT_FOUND;
+    if (!mc_uuid_eq(o->owner, client_id))
+        return MC_ILLEGAL_CLIENT;
+    if (o->complete)
+        return MC_INVALID_WRITE;
+    obj_erase(x->m, o);
+    return MC_OK;
+}
+
+static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
+                       mc_wire_replica_list_t *out)
+{
+    mc_object_t *o = obj_find(x->m, x->tenant, key);
+    int32_t st;
+
+    out->n = 0;
+    out->v = NULL;
+    if (o == NULL)
+        return MC_OBJECT_NOT_FOUND;
+    if (!o->complete)
+        return MC_REPLICA_IS_NOT_READY;
+    st = list_complete(x, o, out);
+    if (st != MC_OK)
+        return st;
+    obj_grant_lease(x->m, o, x->now_ms);
+    *size_p = o->size;
+    return MC_OK;
+}
+
+/* 1 when readable (and leased), 0 otherwise. */
+static int32_t exist_one(mc_req_ctx_t *x, mc_str_t key)
+{
+    mc_object_t *o = obj_find(x->m, x->tenant, key);
+    if ((o == NULL) || !o->complete)
+        return 0;
+    obj_grant_lease(x->m, o, x->now_ms);
+    return 1;
+}
+
+static int32_t remove_one(mc_req_ctx_t *x, mc_str_t key, int force)
+{
+    mc_object_t *o = obj_find(x->m, x->tenant, key);
+    if (o == NULL)
+        return MC_OBJECT_NOT_FOUND;
+    if (!force) {
+        if (obj_leased(o, x->now_ms))
+            return MC_OBJECT_HAS_LEASE;
+        if (!o->complete)
+            return MC_REPLICA_IS_NOT_READY;
+    }
+    obj_erase(x->m, o);
+    return MC_OK;
+}
+
+/* ---- RPC handlers --------------------------------------------------------------- */
+
+/* §5.5 PUT_START */
+int32_t mc_master_put_start(mc_req_ctx_t *x, const mc_wire_put_start_req_t *req,
+                            mc_wire_put_start_resp_t *resp)
+{
+    int32_t st = config_check(x->m, &req->config);
+    const mc_str_t *group = NULL;
+
+    if (st != MC_OK)
+        return st;
+    if (req->config.has_group_ids) {
+        if (req->config.group_ids.n != 1)
+            return MC_INVALID_PARAMS;
+        group = &req->config.group_ids.v[0];
+    }
+    return put_start_one(x, req->client_id, req->key, req->length, &req->config, group,
+                         &resp->replicas);
+}
+
+/* §5.6 PUT_END */
+int32_t mc_master_put_end(mc_req_ctx_t *x, const mc_wire_put_end_req_t *req)
+{
+    return put_end_one(x, req->client_id, req->key);
+}
+
+/* §5.6 PUT_REVOKE */
+int32_t mc_master_put_revoke(mc_req_ctx_t *x, const mc_wire_put_revoke_req_t *req)
+{
+    return put_revoke_one(x, req->client_id, req->key);
+}
+
+/* §5.7 GET_REPLICA_LIST */
+int32_t mc_master_get_replica_list(mc_req_ctx_t *x, const mc_wire_get_replica_list_req_t *req,
+                                   mc_wire_get_replica_list_resp_t *resp)
+{
+    resp->lease_ttl_ms = x->m->cfg->default_kv_lease_ttl;
+    return get_one(x, req->key, &resp->size, &resp->replicas);
+}
+
+/* §5.7 EXIST_KEY */
+int32_t mc_master_exist_key(mc_req_ctx_t *x, const mc_wire_exist_key_req_t *req,
+                            mc_wire_exist_key_resp_t *resp)
+{
+    resp->exists = (uint8_t)exist_one(x, req->key);
+    return MC_OK;
+}
+
+/* §5.8 REMOVE */
+int32_t mc_master_remove(mc_req_ctx_t *x, const mc_wire_remove_req_t *req)
+{
+    return remove_one(x, req->key, req->force != 0);
+}
+
+/* §5.8 REMOVE_ALL: complete, unleased objects of the tenant (force: all). */
+int32_t mc_master_remove_all(mc_req_ctx_t *x, const mc_wire_remove_all_req_t *req,
+                             mc_wire_remove_all_resp_t *resp)
+{
+    mc_hmap_iter_t it;
+    mc_hnode_t *n = mc_hmap_first(&x->m->objects, &it);
+    int64_t count = 0;
+
+    while (n != NULL) {
+        mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        n              = mc_hmap_next(&x->m->objects, &it);
+        if (!mc_str_eq(mc_object_tenant(o), x->tenant))
+            continue;
+        if (!req->force && (!o->complete || obj_leased(o, x->now_ms)))
+            continue;
+        obj_erase(x->m, o);
+        count++;
+    }
+    resp->count = count;
+    if (count > 0)
+        mc_info("remove_all%s: %" PRId64 " objects removed", req->force ? " (force)" : "", count);
+    return MC_OK;
+}
+
+/* ---- §5.9 batch forms: one result per key, in request order ---------------------- */
+
+/* Arena storage for @p n statuses; -1 when out of memory. */
+static int i32_list(mc_req_ctx_t *x, uint32_t n, mc_wire_i32_list_t *out)
+{
+    out->n = 0;
+    out->v = NULL;
+    if (n == 0)
+        return 0;
+    out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
+    if (out->v == NULL)
+        return -1;
+    out->n = n;
+    return 0;
+}
+
+int32_t mc_master_batch_put_start(mc_req_ctx_t *x, const mc_wire_batch_put_start_req_t *req,
+                                  mc_wire_batch_put_start_resp_t *resp)
+{
+    const mc_wire_config_t *cfg = &req->config;
+    uint32_t n = req->keys.n;
+    int32_t cst;
+
+    if (req->lengths.n != n)
+        return MC_INVALID_PARAMS;
+    if (cfg->has_group_ids && (cfg->group_ids.n != n))
+        return MC_INVALID_PARAMS;
+    resp->results.n = 0;
+    resp->results.v = n ? mc_arena_calloc(x->arena, n, sizeof(*resp->results.v)) : NULL;
+    if ((n > 0) && (resp->results.v == NULL))
+        return MC_INTERNAL_ERROR;
+    resp->results.n = n;
+
+    cst = config_check(x->m, cfg);
+    for (uint32_t i = 0; i < n; i++) {
+        mc_wire_result_t *r = &resp->results.v[i];
+        r->size             = req->lengths.v[i];
+        r->status           = cst != MC_OK ? cst
+                                           : put_start_one(x, req->client_id, req->keys.v[i],
+                                                           req->lengths.v[i], cfg,
+                                                           cfg->has_group_ids ? &cfg->group_ids.v[i]
+                                                                              : NULL,
+                                                           &r->replicas);
+    }
+    return MC_OK;
+}
+
+int32_t mc_master_batch_put_end(mc_req_ctx_t *x, const mc_wire_batch_put_end_req_t *req,
+                                mc_wire_batch_put_end_resp_t *resp)
+{
+    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < req->keys.n; i++)
+        resp->statuses.v[i] = put_end_one(x, req->client_id, req->keys.v[i]);
+    return MC_OK;
+}
+
+int32_t mc_master_batch_put_revoke(mc_req_ctx_t *x, const mc_wire_batch_put_revoke_req_t *req,
+                                   mc_wire_batch_put_revoke_resp_t *resp)
+{
+    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < req->keys.n; i++)
+        resp->statuses.v[i] = put_revoke_one(x, req->client_id, req->keys.v[i]);
+    return MC_OK;
+}
+
+int32_t mc_master_batch_get_replica_list(mc_req_ctx_t *x,
+                                         const mc_wire_batch_get_replica_list_req_t *req,
+                                         mc_wire_batch_get_replica_list_resp_t *resp)
+{
+    uint32_t n = req->keys.n;
+    resp->lease_ttl_ms = x->m->cfg->default_kv_lease_ttl;
+    resp->results.n    = 0;
+    resp->results.v    = n ? mc_arena_calloc(x->arena, n, sizeof(*resp->results.v)) : NULL;
+    if ((n > 0) && (resp->results.v == NULL))
+        return MC_INTERNAL_ERROR;
+    resp->results.n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        mc_wire_result_t *r = &resp->results.v[i];
+        r->status           = get_one(x, req->keys.v[i], &r->size, &r->replicas);
+    }
+    return MC_OK;
+}
+
+int32_t mc_master_batch_exist_key(mc_req_ctx_t *x, const mc_wire_batch_exist_key_req_t *req,
+                                  mc_wire_batch_exist_key_resp_t *resp)
+{
+    if (i32_list(x, req->keys.n, &resp->results) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < req->keys.n; i++)
+        resp->results.v[i] = exist_one(x, req->keys.v[i]);
+    return MC_OK;
+}
+
+int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t *req,
+                               mc_wire_batch_remove_resp_t *resp)
+{
+    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < req->keys.n; i++)
+        resp->statuses.v[i] = remove_one(x, req->keys.v[i], req->force != 0);
+    return MC_OK;
+}

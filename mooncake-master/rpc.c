@@ -1,0 +1,507 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The master RPC server (docs/protocol.md §1-§4).
+ *
+ * One libevent listener; one bufferevent per connection; everything runs
+ * on the master's single event loop.  Each connection is a small state
+ * machine driven by conn_drive():
+ *
+ *   READ_HEADER --16 bytes, valid--> READ_BODY --body_len bytes--> dispatch
+ *        ^                                                          |
+ *        +----------------------------------------------------------+
+ *   any state --bad frame / peer gone--> CLOSING (flush, then free)
+ *
+ * Every complete frame already in the input buffer is handled in order
+ * before returning to the loop (pipelining); each response carries the
+ * request_id of its request.  A frame that breaks the protocol (bad magic,
+ * version or flags, a body over MC_WIRE_MAX_BODY, an unknown opcode, a body
+ * that does not decode) closes that connection only: there is no way to
+ * resynchronise a byte stream, and the peer is either broken or hostile.
+ * Responses already queued for earlier frames are still flushed.
+ *
+ * Backpressure: when more than MC_CONN_OUT_HIGH bytes of responses wait
+ * for a peer that does not read them, the connection stops reading (and so
+ * stops producing responses) until the backlog drains below
+ * MC_CONN_OUT_LOW.  A peer that reads nothing for MC_CONN_WRITE_TIMEOUT_S
+ * is closed.  Input is bounded by one maximal frame.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "common/log.h"
+#include "master.h"
+
+#define MC_CONN_OUT_HIGH        (8u << 20) /* stop reading above this backlog */
+#define MC_CONN_OUT_LOW         (1u << 20) /* resume below it */
+#define MC_CONN_WRITE_TIMEOUT_S 60
+#define MC_CONN_OUT_KEEP        (1u << 20) /* shrink the scratch buffer above this */
+#define MC_TENANT_MAX           256
+
+typedef enum mc_conn_state {
+    MC_CONN_READ_HEADER,
+    MC_CONN_READ_BODY,
+    MC_CONN_CLOSING
+} mc_conn_state_t;
+
+static const char *conn_state_str(mc_conn_state_t s)
+{
+    switch (s) {
+    case MC_CONN_READ_HEADER:
+        return "READ_HEADER";
+    case MC_CONN_READ_BODY:
+        return "READ_BODY";
+    case MC_CONN_CLOSING:
+        return "CLOSING";
+    }
+    return "?";
+}
+
+typedef struct mc_conn {
+    mc_mlist_t link;           /* in m->conns */
+    mc_master_t *m;
+    struct bufferevent *bev;
+    mc_conn_state_t state;
+    mc_wire_header_t hdr;      /* the frame being read (READ_BODY) */
+    int hello;                 /* HELLO accepted */
+    int read_paused;           /* backpressure: EV_READ disabled */
+    mc_uuid_t client_id;
+    char tenant[MC_TENANT_MAX];
+    uint32_t tenant_len;
+    mc_arena_t arena;          /* decoded request + response, one frame */
+    mc_buf_t out;              /* encoded response scratch */
+    uint64_t frames;
+    char peer[INET6_ADDRSTRLEN + 8];
+} mc_conn_t;
+
+static void conn_free(mc_conn_t *c)
+{
+    mc_mlist_remove(&c->link);
+    c->m->nconns--;
+    bufferevent_free(c->bev);
+    mc_arena_cleanup(&c->arena);
+    mc_buf_cleanup(&c->out);
+    free(c);
+}
+
+/* Stop reading; free once queued responses are written (or at once). */
+static void conn_close(mc_conn_t *c, const char *why)
+{
+    if (c->state == MC_CONN_CLOSING)
+        return;
+    mc_debug("rpc %s: closing in state %s after %" PRIu64 " frames: %s", c->peer,
+             conn_state_str(c->state), c->frames, why);
+    c->state = MC_CONN_CLOSING;
+    bufferevent_disable(c->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+        conn_free(c);
+        return;
+    }
+    /* the write callback fires when the output is fully drained */
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+}
+
+/* ---- handlers: adapters from wire structs to the master's parts ---------- */
+
+/* §5.1 HELLO: protocol version, client id, tenant. */
+static int32_t handle_hello(mc_conn_t *c, mc_req_ctx_t *x, const mc_wire_hello_req_t *req,
+                            mc_wire_hello_resp_t *resp)
+{
+    mc_str_t t = req->tenant_id;
+    (void)x;
+    if (req->proto_version != MC_WIRE_VERSION)
+        return MC_INVALID_VERSION;
+    if (t.len == 0)
+        t = mc_str_from_cstr("default");
+    if (t.len >= MC_TENANT_MAX)
+        return MC_INVALID_PARAMS;
+    for (uint32_t i = 0; i < t.len; i++) {
+        if ((unsigned char)t.ptr[i] < 0x20 || t.ptr[i] == 0x7f)
+            return MC_INVALID_PARAMS;
+    }
+    memcpy(c->tenant, t.ptr, t.len);
+    c->tenant_len = t.len;
+    c->client_id  = req->client_id;
+    c->hello      = 1;
+    resp->server_version = mc_str_from_cstr(mc_version_string());
+    resp->view_version   = c->m->view_version;
+    return MC_OK;
+}
+
+#define MC_RPC_PLAIN_HANDLER_(low)                                                          \
+    static int32_t handle_##low(mc_conn_t *c, mc_req_ctx_t *x,                              \
+                                const mc_wire_##low##_req_t *req,                           \
+                                mc_wire_##low##_resp_t *resp)                               \
+    {                                                                                       \
+        (void)c;                                                                            \
+        (void)resp;                                                                         \
+        return mc_master_##low(x, req);                                                     \
+    }
+#define MC_RPC_RESP_HANDLER_(low)                                                           \
+    static int32_t handle_##low(mc_conn_t *c, mc_req_ctx_t *x,                              \
+                                const mc_wire_##low##_req_t *req,                           \
+                                mc_wire_##low##_resp_t *resp)                               \
+    {                                                                                       \
+        (void)c;                                                                            \
+        return mc_master_##low(x, req, resp);                                               \
+    }
+
+MC_RPC_RESP_HANDLER_(ping)
+MC_RPC_PLAIN_HANDLER_(mount_segment)
+MC_RPC_PLAIN_HANDLER_(remount_segments)
+MC_RPC_PLAIN_HANDLER_(unmount_segment)
+MC_RPC_PLAIN_HANDLER_(client_close)
+MC_RPC_RESP_HANDLER_(put_start)
+MC_RPC_PLAIN_HANDLER_(put_end)
+MC_RPC_PLAIN_HANDLER_(put_revoke)
+MC_RPC_RESP_HANDLER_(get_replica_list)
+MC_RPC_RESP_HANDLER_(exist_key)
+MC_RPC_PLAIN_HANDLER_(remove)
+MC_RPC_RESP_HANDLER_(remove_all)
+MC_RPC_RESP_HANDLER_(batch_put_start)
+MC_RPC_RESP_HANDLER_(batch_put_end)
+MC_RPC_RESP_HANDLER_(batch_put_revoke)
+MC_RPC_RESP_HANDLER_(batch_get_replica_list)
+MC_RPC_RESP_HANDLER_(batch_exist_key)
+MC_RPC_RESP_HANDLER_(batch_remove)
+
+/* Queue the encoded response in c->out on the socket. */
+static void conn_send(mc_conn_t *c, uint16_t opcode)
+{
+    if (c->out.oom) {
+        /* could not build the response: a short error instead */
+        mc_buf_cleanup(&c->out);
+        mc_buf_init(&c->out);
+        mc_wire_encode_error(&c->out, opcode, c->hdr.request_id, MC_INTERNAL_ERROR);
+    }
+    if (bufferevent_write(c->bev, c->out.data, c->out.len) != 0)
+        mc_warn("rpc %s: cannot queue a %zu-byte response", c->peer, c->out.len);
+    if (c->out.cap > MC_CONN_OUT_KEEP) {
+        mc_buf_cleanup(&c->out);
+        mc_buf_init(&c->out);
+    } else {
+        mc_buf_reset(&c->out);
+    }
+}
+
+/*
+ * Decode, handle and answer the frame in c->hdr with @p body.  Returns -1
+ * when the body does not decode (the caller closes the connection).
+ */
+static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
+{
+    uint16_t op  = c->hdr.opcode;
+    size_t len   = c->hdr.body_len;
+    uint32_t rid = c->hdr.request_id;
+    mc_req_ctx_t x;
+
+    x.m      = c->m;
+    x.tenant = (mc_str_t){c->tenant, c->tenant_len};
+    x.arena  = &c->arena;
+    x.now_ms = mc_now_ms();
+
+    /* §5.1: nothing but HELLO before HELLO. */
+    if (!c->hello && (op != MC_WIRE_OP_HELLO)) {
+        mc_warn("rpc %s: %s before HELLO", c->peer, mc_wire_op_name(op));
+        mc_wire_encode_error(&c->out, op, rid, MC_ILLEGAL_CLIENT);
+        conn_send(c, op);
+        return 0;
+    }
+
+    switch (op) {
+#define MC_RPC_DISPATCH_(UP, low, code)                                                   \
+    case code: {                                                                          \
+        mc_wire_##low##_req_t req;                                                        \
+        mc_wire_##low##_resp_t resp;                                                      \
+        int32_t st;                                                                       \
+        memset(&resp, 0, sizeof(resp));                                                   \
+        if (mc_wire_decode_##low##_req(body, len, &c->arena, &req) != MC_OK) {            \
+            mc_warn("rpc %s: undecodable %s body (%zu bytes)", c->peer, #UP, len);         \
+            return -1;                                                                    \
+        }                                                                                 \
+        st = handle_##low(c, &x, &req, &resp);                                            \
+        mc_trace("rpc %s: %s #%" PRIu32 " -> %d (%s)", c->peer, #UP, rid, (int)st,        \
+                 mc_status_name(st));                                                     \
+        mc_wire_encode_##low##_resp(&c->out, rid, st, &resp);                             \
+        break;                                                                            \
+    }
+        MC_WIRE_MESSAGES(MC_RPC_DISPATCH_)
+#undef MC_RPC_DISPATCH_
+    default:
+        return -1; /* unreachable: the opcode was checked with the header */
+    }
+    conn_send(c, op);
+    return 0;
+}
+
+/* Handle every complete frame in the input buffer (pipelining). */
+static void conn_drive(mc_conn_t *c)
+{
+    struct evbuffer *in  = bufferevent_get_input(c->bev);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    uint8_t hbuf[MC_WIRE_HEADER_SIZE];
+
+    for (;;) {
+        switch (c->state) {
+        case MC_CONN_CLOSING:
+            return;
+
+        case MC_CONN_READ_HEADER:
+            if (evbuffer_get_length(out) > MC_CONN_OUT_HIGH) {
+                /* the peer is not reading its responses */
+                bufferevent_disable(c->bev, EV_READ);
+                c->read_paused = 1;
+                return;
+            }
+            if (evbuffer_get_length(in) < MC_WIRE_HEADER_SIZE)
+                return;
+            evbuffer_copyout(in, hbuf, MC_WIRE_HEADER_SIZE);
+            if (mc_wire_header_unpack(hbuf, &c->hdr) != MC_OK) {
+                mc_warn("rpc %s: bad frame header (magic 0x%08" PRIx32 " version %u flags 0x%02x "
+                        "body %" PRIu32 ")",
+                        c->peer, c->hdr.magic, c->hdr.version, c->hdr.flags, c->hdr.body_len);
+                conn_close(c, "bad frame header");
+                return;
+            }
+            if (c->hdr.flags & MC_WIRE_FLAG_RESPONSE) {
+                mc_warn("rpc %s: a response frame sent to the master", c->peer);
+                conn_close(c, "response flag on a request");
+                return;
+            }
+            if (mc_wire_op_name(c->hdr.opcode) == NULL) {
+                mc_warn("rpc %s: unknown opcode %u", c->peer, c->hdr.opcode);
+                conn_close(c, "unknown opcode");
+                return;
+            }
+            evbuffer_drain(in, MC_WIRE_HEADER_SIZE);
+            c->state = MC_CONN_READ_BODY;
+            break;
+
+        case MC_CONN_READ_BODY: {
+            const uint8_t *body = (const uint8_t *)"";
+            int rc;
+            if (evbuffer_get_length(in) < c->hdr.body_len)
+                return;
+            if (c->hdr.body_len > 0) {
+                body = evbuffer_pullup(in, (ev_ssize_t)c->hdr.body_len);
+                if (body == NULL) {
+                    mc_error("rpc %s: out of memory for a %" PRIu32 "-byte frame", c->peer,
+                             c->hdr.body_len);
+                    conn_close(c, "out of memory");
+                    return;
+                }
+            }
+            c->frames++;
+            rc = conn_dispatch(c, body);
+            evbuffer_drain(in, c->hdr.body_len);
+            mc_arena_reset(&c->arena);
+            if (rc != 0) {
+                conn_close(c, "undecodable body");
+                return;
+            }
+            c->state = MC_CONN_READ_HEADER;
+            break;
+        }
+        }
+    }
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    conn_drive(arg);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg)
+{
+    mc_conn_t *c = arg;
+    size_t left  = evbuffer_get_length(bufferevent_get_output(bev));
+
+    if (c->state == MC_CONN_CLOSING) {
+        if (left == 0)
+            conn_free(c);
+        return;
+    }
+    if (c->read_paused && (left <= MC_CONN_OUT_LOW)) {
+        c->read_paused = 0;
+        bufferevent_enable(bev, EV_READ);
+        conn_drive(c); /* frames that waited in the input buffer */
+    }
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    mc_conn_t *c = arg;
+
+    if (what & BEV_EVENT_TIMEOUT) {
+        mc_info("rpc %s: %s timeout, closing", c->peer, (what & BEV_EVENT_READING) ? "idle" : "write");
+        conn_free(c);
+        return;
+    }
+    if (what & BEV_EVENT_ERROR) {
+        mc_debug("rpc %s: connection error: %s", c->peer,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        conn_free(c);
+        return;
+    }
+    if (what & BEV_EVENT_EOF) {
+        /* A peer may half-close after its last request: still answer it. */
+        if ((c->state != MC_CONN_CLOSING) &&
+            (evbuffer_get_length(bufferevent_get_output(bev)) > 0)) {
+            conn_close(c, "peer closed its side");
+            return;
+        }
+        mc_debug("rpc %s: peer closed after %" PRIu64 " frames", c->peer, c->frames);
+        conn_free(c);
+    }
+}
+
+static void format_peer(const struct sockaddr *sa, char *out, size_t outlen)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port               = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
+        inet_ntop(AF_INET, &s4->sin_addr, host, sizeof(host));
+        port = ntohs(s4->sin_port);
+        snprintf(out, outlen, "%s:%u", host, port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
+        inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof(host));
+        port = ntohs(s6->sin6_port);
+        snprintf(out, outlen, "[%s]:%u", host, port);
+    } else {
+        snprintf(out, outlen, "?");
+    }
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    mc_master_t *m = arg;
+    mc_conn_t *c;
+    (void)l;
+    (void)salen;
+
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        mc_error("rpc: out of memory for a new connection");
+        evutil_closesocket(fd);
+        return;
+    }
+    c->m     = m;
+    c->state = MC_CONN_READ_HEADER;
+    mc_arena_init(&c->arena);
+    mc_buf_init(&c->out);
+    format_peer(sa, c->peer, sizeof(c->peer));
+    if (m->cfg->rpc_enable_tcp_no_delay) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    c->bev = bufferevent_socket_new(m->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (c->bev == NULL) {
+        mc_error("rpc: cannot create a bufferevent for %s", c->peer);
+        evutil_closesocket(fd);
+        mc_arena_cleanup(&c->arena);
+        free(c);
+        return;
+    }
+    mc_mlist_insert_tail(&m->conns, &c->link);
+    m->nconns++;
+
+    bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+    /* Reading pauses once one maximal frame is buffered. */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_WIRE_HEADER_SIZE + MC_WIRE_MAX_BODY);
+    bufferevent_setwatermark(c->bev, EV_WRITE, MC_CONN_OUT_LOW, 0);
+    {
+        struct timeval rt = {m->cfg->rpc_conn_timeout_seconds, 0};
+        struct timeval wt = {MC_CONN_WRITE_TIMEOUT_S, 0};
+        bufferevent_set_timeouts(c->bev, m->cfg->rpc_conn_timeout_seconds > 0 ? &rt : NULL, &wt);
+    }
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    mc_debug("rpc %s: connected (%" PRIu32 " connections)", c->peer, m->nconns);
+}
+
+static void accept_error_cb(struct evconnlistener *l, void *arg)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    (void)l;
+    (void)arg;
+    /* EMFILE and friends: keep serving the connections we have. */
+    mc_warn("rpc: accept failed: %s", evutil_socket_error_to_string(err));
+}
+
+mc_status_t mc_master_rpc_start(mc_master_t *m)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    char port[8];
+    int gai;
+    uint16_t want = mc_master_config_rpc_port(m->cfg);
+
+    mc_mlist_init(&m->conns);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family   = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags    = AI_PASSIVE;
+    snprintf(port, sizeof(port), "%u", (unsigned)want);
+    gai = getaddrinfo(m->cfg->rpc_address, port, &hints, &res);
+    if (gai != 0) {
+        mc_error("rpc: cannot resolve --rpc_address=%s: %s", m->cfg->rpc_address,
+                 gai_strerror(gai));
+        return MC_INVALID_PARAMS;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        m->listener = evconnlistener_new_bind(
+            m->base, accept_cb, m,
+            LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 1024,
+            ai->ai_addr, (int)ai->ai_addrlen);
+        if (m->listener != NULL)
+            break;
+    }
+    if (m->listener == NULL) {
+        mc_error("rpc: cannot listen on %s:%u: %s", m->cfg->rpc_address, (unsigned)want,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        freeaddrinfo(res);
+        return MC_INVALID_PARAMS;
+    }
+    freeaddrinfo(res);
+    evconnlistener_set_error_cb(m->listener, accept_error_cb);
+    {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        evutil_socket_t fd = evconnlistener_get_fd(m->listener);
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+            format_peer((struct sockaddr *)&ss, m->rpc_bound, sizeof(m->rpc_bound));
+        else
+            snprintf(m->rpc_bound, sizeof(m->rpc_bound), "%s:%u", m->cfg->rpc_address,
+                     (unsigned)want);
+    }
+    return MC_OK;
+}
+
+void mc_master_rpc_stop(mc_master_t *m)
+{
+    mc_mlist_t *pos, *tmp;
+    if (m->listener != NULL) {
+        evconnlistener_free(m->listener);
+        m->listener = NULL;
+    }
+    if (m->conns.next == NULL)
+        return; /* never started */
+    mc_mlist_for_each_safe(pos, tmp, &m->conns)
+        conn_free(mc_container_of(pos, mc_conn_t, link));
+}

@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Segment registry and replica placement (docs/protocol.md §5.3, §5.5).
+ *
+ * A segment is a range of some client's memory, mounted so the master can
+ * hand out parts of it.  Each one gets its own offset allocator (alignment
+ * 8); the master only does arithmetic on offsets and never touches the
+ * memory.  Segments live in a hash map by id (mount/unmount) and in a
+ * dense array m->segv (placement walks it); a segment remembers its index
+ * so removal is a swap with the last entry.
+ *
+ * Placement follows upstream's RandomAllocationStrategy: the preferred
+ * segment first when it is mounted, then a walk over segv from a random
+ * start, one replica per distinct segment *name* (several segments of one
+ * client share the name of its transfer engine, and two replicas in one
+ * process would not survive that process).  free_ratio_first orders the
+ * walk by free share instead.  Best effort: fewer replicas than asked is
+ * success; the caller turns zero into NO_AVAILABLE_HANDLE.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "master.h"
+
+#define MC_SEGMENT_ALIGNMENT 8
+#define MC_SEGMENT_MAX_NAME  1024
+#define MC_SEGMENT_MAX_PROTO 64
+
+static int seg_eq(const mc_hnode_t *node, const void *key)
+{
+    const mc_segment_t *s = mc_container_of(node, mc_segment_t, node);
+    return mc_uuid_eq(s->id, *(const mc_uuid_t *)key);
+}
+
+static uint64_t rng_next(mc_master_t *m)
+{
+    /* xorshift64*: placement only needs spread, not secrecy */
+    uint64_t x = m->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    m->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+mc_status_t mc_master_segments_init(mc_master_t *m)
+{
+    if (mc_hmap_init(&m->segments, 64) != 0)
+        return MC_INTERNAL_ERROR;
+    m->segv     = NULL;
+    m->nseg     = 0;
+    m->segv_cap = 0;
+    m->rng      = mc_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ull;
+    if (m->rng == 0)
+        m->rng = 1;
+    return MC_OK;
+}
+
+static void segment_free(mc_segment_t *seg)
+{
+    mc_alloc_destroy(seg->alloc);
+    free(seg->name);
+    free(seg->protocol);
+    free(seg);
+}
+
+/* Objects are gone by now (mc_master_objects_cleanup runs first), so the
+ * replica lists are not walked. */
+void mc_master_segments_cleanup(mc_master_t *m)
+{
+    for (uint32_t i = 0; i < m->nseg; i++)
+        segment_free(m->segv[i]);
+    free(m->segv);
+    m->segv = NULL;
+    m->nseg = 0;
+    mc_hmap_cleanup(&m->segments);
+}
+
+mc_segment_t *mc_master_segment_find(mc_master_t *m, mc_uuid_t id)
+{
+    mc_hnode_t *n = mc_hmap_find(&m->segments, mc_master_uuid_hash(id), &id, seg_eq);
+    return n ? mc_container_of(n, mc_segment_t, node) : NULL;
+}
+
+static int str_has_nul(mc_str_t s)
+{
+    return (s.len > 0) && (memchr(s.ptr, '\0', s.len) != NULL);
+}
+
+static int str_eq_cstr(mc_str_t s, const char *c)
+{
+    return (strlen(c) == s.len) && ((s.len == 0) || (memcmp(c, s.ptr, s.len) == 0));
+}
+
+mc_status_t mc_master_segment_check(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s)
+{
+    mc_segment_t *old;
+
+    if (mc_uuid_is_nil(s->id) || (s->size < MC_SEGMENT_ALIGNMENT) || (s->base == 0) ||
+        (s->base > UINT64_MAX - s->size) || (s->name.len == 0) ||
+        (s->name.len > MC_SEGMENT_MAX_NAME) || str_has_nul(s->name) ||
+        (s->protocol.len > MC_SEGMENT_MAX_PROTO) || str_has_nul(s->protocol)) {
+        mc_debug("mount: malformed segment description (size %" PRIu64 ", name %" PRIu32
+                 " bytes)", s->size, s->name.len);
+        return MC_INVALID_PARAMS;
+    }
+    old = mc_master_segment_find(m, s->id);
+    if (old == NULL)
+        return MC_OK;
+    /* Mounting the same segment again is a no-op (a retried RPC); the same
+     * id with another owner or other bounds is a conflict. */
+    if ((old->owner != c) || (old->base != s->base) || (old->size != s->size) ||
+        !str_eq_cstr(s->name, old->name))
+        return MC_SEGMENT_ALREADY_EXISTS;
+    return MC_OK;
+}
+
+static char *dup_str(mc_str_t s)
+{
+    char *p = malloc((size_t)s.len + 1);
+    if (p != NULL) {
+        if (s.len > 0)
+            memcpy(p, s.ptr, s.len);
+        p[s.len] = '\0';
+    }
+    return p;
+}
+
+mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s)
+{
+    mc_status_t st = mc_master_segment_check(m, c, s);
+    mc_segment_t *seg;
+    char idbuf[37];
+
+    if (st != MC_OK)
+        return st;
+    if (mc_master_segment_find(m, s->id) != NULL)
+        return MC_OK;
+
+    if (m->nseg == m->segv_cap) {
+        uint32_t ncap = m->segv_cap ? m->segv_cap * 2 : 16;
+        mc_segment_t **nv = realloc(m->segv, (size_t)ncap * sizeof(*nv));
+        if (nv == NULL)
+            return MC_INTERNAL_ERROR;
+        m->segv     = nv;
+        m->segv_cap = ncap;
+    }
+    seg = calloc(1, sizeof(*seg));
+    if (seg == NULL)
+        return MC_INTERNAL_ERROR;
+    seg->id       = s->id;
+    seg->owner    = c;
+    seg->base     = s->base;
+    seg->size     = s->size;
+    seg->state    = MC_SEG_OK;
+    seg->name     = dup_str(s->name);
+    seg->protocol = dup_str(s->protocol.len ? s->protocol : mc_str_from_cstr("tcp"));
+    mc_mlist_init(&seg->replicas);
+    mc_mlist_init(&seg->client_link);
+    if ((seg->name == NULL) || (seg->protocol == NULL)) {
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+    st = mc_alloc_create(s->size, MC_SEGMENT_ALIGNMENT, &seg->alloc);
+    if (st != MC_OK) {
+        mc_warn("mount: cannot manage a segment of %" PRIu64 " bytes", s->size);
+        goto fail;
+    }
+
+    mc_hmap_insert(&m->segments, &seg->node, mc_master_uuid_hash(seg->id));
+    seg->index          = m->nseg;
+    m->segv[m->nseg++]  = seg;
+    m->capacity_bytes  += seg->size;
+    mc_mlist_insert_tail(&c->segments, &seg->client_link);
+    c->nsegments++;
+
+    mc_uuid_format(seg->id, idbuf);
+    mc_info("mounted segment %s name=%s base=0x%" PRIx64 " size=%" PRIu64 " protocol=%s",
+            idbuf, seg->name, seg->base, seg->size, seg->protocol);
+    return MC_OK;
+
+fail:
+    segment_free(seg);
+    return st;
+}
+
+void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg)
+{
+    mc_mlist_t *pos, *tmp;
+    char idbuf[37];
+    size_t dropped = 0;
+
+    /* No allocation may land here while its replicas go. */
+    seg->state = MC_SEG_UNMOUNTING;
+    mc_mlist_for_each_safe(pos, tmp, &seg->replicas)
+    {
+        mc_master_replica_drop(m, mc_container_of(pos, mc_replica_t, seg_link));
+        dropped++;
+    }
+
+    mc_hmap_remove(&m->segments, &seg->node);
+    m->segv[seg->index]        = m->segv[m->nseg - 1];
+    m->segv[seg->index]->index = seg->index;
+    m->nseg--;
+    m->capacity_bytes -= seg->size;
+    mc_mlist_remove(&seg->client_link);
+    if (seg->owner != NULL)
+        seg->owner->nsegments--;
+
+    mc_uuid_format(seg->id, idbuf);
+    mc_info("unmounted segment %s name=%s (%zu replicas dropped)", idbuf, seg->name, dropped);
+    segment_free(seg);
+}
+
+void mc_master_segment_release(mc_master_t *m, mc_replica_t *r)
+{
+    mc_segment_t *seg = r->seg;
+    if (mc_alloc_put(seg->alloc, &r->block) != MC_OK)
+        mc_error("segment %s: allocator refused block offset=%" PRIu64 " size=%" PRIu64,
+                 seg->name, r->block.offset, r->block.size);
+    else
+        m->allocated_bytes -= r->block.size;
+    mc_mlist_remove(&r->seg_link);
+}
+
+/* One allocation on @p seg, or NULL when it does not fit. */
+static mc_replica_t *try_segment(mc_master_t *m, mc_segment_t *seg, uint64_t size)
+{
+    mc_alloc_block_t block;
+    mc_replica_t *r;
+
+    if (seg->state != MC_SEG_OK)
+        return NULL;
+    if (mc_alloc_get(seg->alloc, size, &block) != MC_OK)
+        return NULL;
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        mc_alloc_put(seg->alloc, &block);
+        return NULL;
+    }
+    r->id     = ++m->next_replica_id;
+    r->status = MC_REPLICA_PROCESSING;
+    r->seg    = seg;
+    r->block  = block;
+    mc_mlist_init(&r->link);
+    mc_mlist_insert_tail(&seg->replicas, &r->seg_link);
+    m->allocated_bytes += block.size;
+    return r;
+}
+
+static int name_taken(mc_replica_t **out, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (strcmp(out[i]->seg->name, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+typedef struct seg_rank {
+    double free_ratio;
+    mc_segment_t *seg;
+} seg_rank_t;
+
+static int rank_cmp(const void *a, const void *b)
+{
+    double fa = ((const seg_rank_t *)a)->free_ratio;
+    double fb = ((const seg_rank_t *)b)->free_ratio;
+    return (fa < fb) - (fa > fb); /* descending */
+}
+
+uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t want,
+                                     mc_str_t preferred, mc_replica_t **out)
+{
+    uint32_t n = 0;
+    mc_replica_t *r;
+
+    if ((m->nseg == 0) || (want == 0) || (size == 0))
+        return 0;
+    if (want > m->nseg)
+        want = m->nseg;
+
+    if (preferred.len > 0) {
+        for (uint32_t i = 0; (i < m->nseg) && (n == 0); i++) {
+            mc_segment_t *seg = m->segv[i];
+            if (str_eq_cstr(preferred, seg->name) && ((r = try_segment(m, seg, size)) != NULL))
+                out[n++] = r;
+        }
+    }
+
+    if (strcmp(m->cfg->allocation_strategy, "free_ratio_first") == 0) {
+        seg_rank_t *rank = malloc((size_t)m->nseg * sizeof(*rank));
+        if (rank != NULL) {
+            for (uint32_t i = 0; i < m->nseg; i++) {
+                mc_alloc_stats_t st;
+                mc_alloc_get_stats(m->segv[i]->alloc, &st);
+                rank[i].seg        = m->segv[i];
+                rank[i].free_ratio = st.capacity
+                                         ? (double)(st.capacity - st.allocated) / (double)st.capacity
+                                         : 0.0;
+            }
+            qsort(rank, m->nseg, sizeof(*rank), rank_cmp);
+            for (uint32_t i = 0; (i < m->nseg) && (n < want); i++) {
+                if (!name_taken(out, n, rank[i].seg->name) &&
+                    ((r = try_segment(m, rank[i].seg, size)) != NULL))
+                    out[n++] = r;
+            }
+            free(rank);
+            return n;
+        }
+        /* out of memory for the ranking: fall through to random */
+    }
+
+    uint32_t start = (uint32_t)(rng_next(m) % m->nseg);
+    for (uint32_t k = 0; (k < m->nseg) && (n < want); k++) {
+        mc_segment_t *seg = m->segv[(start + k) % m->nseg];
+        if (!name_taken(out, n, seg->name) && ((r = try_segment(m, seg, size)) != NULL))
+            out[n++] = r;
+    }
+    return n;
+}
