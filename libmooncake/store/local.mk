@@ -1,3 +1,15 @@
 # store client (owner: store).  Add sources here only.
 libmooncake_internal_la_SOURCES += \
+	libmooncake/store/store_internal.h \
+	libmooncake/store/master_client.c libmooncake/store/master_client.h \
+	libmooncake/store/segment.c \
+	libmooncake/store/heartbeat.c \
+	libmooncake/store/query.c \
+	libmooncake/store/store.c \
 	$(NULL)
+
+# examples/hello.c: the smallest complete client, built (not installed)
+# so it keeps compiling against the public API.
+noinst_PROGRAMS += examples/hello
+examples_hello_SOURCES = examples/hello.c
+examples_hello_LDADD = libmooncake.la

@@ -77,7 +77,8 @@ MC_API void mc_store_destroy(mc_store_h store);
  * @brief Connect to the master, start the transfer engine and mount the
  *        global segment.
  * @return Error code as defined by @ref mc_status_t; INVALID_PARAMS for a
- *         bad argument, RPC_FAIL when the master cannot be reached.
+ *         bad argument or a handle that is already set up (close it
+ *         first), RPC_FAIL when the master cannot be reached.
  * @see mc_store_close
  * @since 0.1
  */
@@ -101,7 +102,11 @@ MC_API const char *mc_store_hostname(mc_store_h store);
  * @brief Store @p len bytes under @p key.
  *
  * An existing key keeps its value and the call reports MC_OK (first writer
- * wins).  A zero-length value stores nothing and reports MC_OK.
+ * wins).  A zero-length value stores nothing and reports MC_OK.  As
+ * upstream, MC_INVALID_PARAMS when cfg->prefer_alloc_in_same_node is set,
+ * and, for a store set up with local_buffer_size 0, when @p data is not
+ * memory registered with the engine (such writes need a staging buffer).
+ * The same holds for mc_store_put_parts() and mc_store_put_batch().
  * @param [in] cfg  Replication configuration, NULL for the defaults.
  * @since 0.1
  */

@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Client liveness: a library thread PINGs the master every second on a
+ * connection of its own, so a busy pool (or a caller stuck in Python)
+ * never delays a heartbeat and the master never declares a live client
+ * dead.
+ *
+ * The master answers NEED_REMOUNT when it does not know this client (first
+ * contact, a restart, or after our TTL expired during a stall); the thread
+ * then sends REMOUNT_SEGMENTS with every segment we hold, which re-creates
+ * them (empty) on the master.  A transport failure drops the connection
+ * and the next tick dials again; three failed pings in a row (a master that
+ * answers errors or times out) force a fresh connection as upstream does.
+ *
+ * Stopping must be prompt: the thread waits on a CLOCK_MONOTONIC condition
+ * variable between ticks, and mc_store_heartbeat_stop() shuts the socket
+ * down so a ping in flight returns at once.  hb->lock guards hb->conn:
+ * only the thread replaces or closes it, and only under the lock, so the
+ * shutdown never touches a recycled descriptor.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "store/store_internal.h"
+
+#define MC_HB_CONNECT_TIMEOUT_MS 1000
+#define MC_HB_IO_TIMEOUT_MS 5000
+#define MC_PING_OK 1
+#define MC_PING_NEED_REMOUNT 2
+
+static void hb_drop_conn(mc_store_heartbeat_t *hb)
+{
+    mc_mconn_t *conn;
+    pthread_mutex_lock(&hb->lock);
+    conn     = hb->conn;
+    hb->conn = NULL;
+    pthread_mutex_unlock(&hb->lock);
+    mc_mconn_close(conn);
+}
+
+static void hb_remount(mc_store_h s, mc_mconn_t *conn)
+{
+    mc_status_t st;
+    mc_arena_t arena;
+    mc_wire_remount_segments_req_t req;
+    mc_wire_remount_segments_resp_t resp;
+
+    mc_arena_init(&arena);
+    memset(&req, 0, sizeof(req));
+    req.client_id = s->client_id;
+    st            = mc_store_segments_to_wire(s, &arena, &req.segments);
+    if (st == MC_OK)
+        st = mc_master_call_remount_segments(conn, &req, &resp);
+    if (st == MC_OK) {
+        s->hb.remounts++;
+        mc_info("master asked for a remount: %u segment(s) of %s remounted",
+                (unsigned)req.segments.n, s->hostname);
+    } else {
+        mc_warn("remounting segments of %s failed: %s (%s)", s->hostname,
+                mc_status_name(st), mc_last_error_detail());
+    }
+    mc_arena_cleanup(&arena);
+}
+
+/* One heartbeat.  Returns 0 when the master answered the ping. */
+static int hb_beat(mc_store_h s, mc_master_target_t *target)
+{
+    mc_store_heartbeat_t *hb = &s->hb;
+    mc_status_t st;
+    mc_mconn_t *conn = hb->conn; /* only this thread writes hb->conn */
+    mc_wire_ping_req_t req;
+    mc_wire_ping_resp_t resp;
+
+    if (conn == NULL) {
+        st = mc_mconn_open(target, &conn);
+        if (st != MC_OK) {
+            mc_debug("heartbeat cannot reach the master: %s", mc_last_error_detail());
+            return -1;
+        }
+        pthread_mutex_lock(&hb->lock);
+        if (hb->stop) {
+            pthread_mutex_unlock(&hb->lock);
+            mc_mconn_close(conn);
+            return -1;
+        }
+        hb->conn = conn;
+        hb->reconnects++;
+        pthread_mutex_unlock(&hb->lock);
+    }
+
+    memset(&req, 0, sizeof(req));
+    req.client_id = s->client_id;
+    st            = mc_master_call_ping(conn, &req, &resp);
+    hb->pings++;
+    if (st != MC_OK) {
+        mc_debug("heartbeat ping failed: %s (%s)", mc_status_name(st), mc_last_error_detail());
+        if (conn->broken)
+            hb_drop_conn(hb);
+        return -1;
+    }
+    if (resp.client_status == MC_PING_NEED_REMOUNT)
+        hb_remount(s, conn);
+    if (conn->broken)
+        hb_drop_conn(hb);
+    return 0;
+}
+
+static void *hb_main(void *arg)
+{
+    mc_store_h s             = arg;
+    mc_store_heartbeat_t *hb = &s->hb;
+    mc_master_target_t target = s->target;
+    unsigned fails            = 0;
+    struct timespec next;
+
+    target.connect_timeout_ms = MC_HB_CONNECT_TIMEOUT_MS;
+    if ((target.io_timeout_ms == 0) || (target.io_timeout_ms > MC_HB_IO_TIMEOUT_MS))
+        target.io_timeout_ms = MC_HB_IO_TIMEOUT_MS;
+
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    pthread_mutex_lock(&hb->lock);
+    while (!hb->stop) {
+        pthread_mutex_unlock(&hb->lock);
+
+        if (hb_beat(s, &target) == 0) {
+            if (fails >= MC_STORE_HEARTBEAT_MAX_FAILS)
+                mc_info("master reachable again after %u failed heartbeats", fails);
+            fails = 0;
+        } else {
+            hb->failures++;
+            if (++fails == MC_STORE_HEARTBEAT_MAX_FAILS) {
+                mc_warn("%u heartbeats in a row failed (%s); reconnecting to the master",
+                        fails, mc_last_error_detail());
+            }
+            if ((fails % MC_STORE_HEARTBEAT_MAX_FAILS) == 0)
+                hb_drop_conn(hb);
+        }
+
+        /* Fixed-rate ticks; after a long stall, restart from now. */
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        next.tv_sec += hb->interval_ms / 1000;
+        next.tv_nsec += (long)(hb->interval_ms % 1000) * 1000000L;
+        if (next.tv_nsec >= 1000000000L) {
+            next.tv_sec++;
+            next.tv_nsec -= 1000000000L;
+        }
+        if ((next.tv_sec < now.tv_sec) ||
+            ((next.tv_sec == now.tv_sec) && (next.tv_nsec < now.tv_nsec)))
+            next = now;
+
+        pthread_mutex_lock(&hb->lock);
+        while (!hb->stop) {
+            if (pthread_cond_timedwait(&hb->cond, &hb->lock, &next) == ETIMEDOUT)
+                break;
+        }
+    }
+    pthread_mutex_unlock(&hb->lock);
+    hb_drop_conn(hb);
+    return NULL;
+}
+
+mc_status_t mc_store_heartbeat_start(mc_store_h s)
+{
+    mc_store_heartbeat_t *hb = &s->hb;
+    pthread_condattr_t ca;
+    const char *env;
+    uint64_t v;
+    int rc;
+
+    hb->stop        = 0;
+    hb->conn        = NULL;
+    hb->pings       = 0;
+    hb->failures    = 0;
+    hb->remounts    = 0;
+    hb->reconnects  = 0;
+    hb->interval_ms = MC_STORE_HEARTBEAT_MS;
+    /* Tests shorten the interval to exercise remounts quickly. */
+    env = getenv("MC_STORE_HEARTBEAT_MS");
+    if ((env != NULL) && (mc_parse_u64(env, &v) == 0) && (v >= 10) && (v <= 600000))
+        hb->interval_ms = (unsigned)v;
+
+    if (pthread_condattr_init(&ca) != 0) {
+        mc_set_error_detail("cannot create the heartbeat condition");
+        return MC_INTERNAL_ERROR;
+    }
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(&hb->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) {
+        mc_set_error_detail("cannot create the heartbeat condition");
+        return MC_INTERNAL_ERROR;
+    }
+    if (pthread_mutex_init(&hb->lock, NULL) != 0) {
+        pthread_cond_destroy(&hb->cond);
+        mc_set_error_detail("cannot create the heartbeat lock");
+        return MC_INTERNAL_ERROR;
+    }
+    rc = pthread_create(&hb->thread, NULL, hb_main, s);
+    if (rc != 0) {
+        pthread_mutex_destroy(&hb->lock);
+        pthread_cond_destroy(&hb->cond);
+        mc_set_error_detail("cannot start the heartbeat thread: %s", strerror(rc));
+        mc_error("cannot start the heartbeat thread: %s", strerror(rc));
+        return MC_INTERNAL_ERROR;
+    }
+    hb->started = 1;
+    return MC_OK;
+}
+
+void mc_store_heartbeat_stop(mc_store_h s)
+{
+    mc_store_heartbeat_t *hb = &s->hb;
+
+    if (!hb->started)
+        return;
+    pthread_mutex_lock(&hb->lock);
+    hb->stop = 1;
+    mc_mconn_shutdown(hb->conn); /* a ping in flight returns now */
+    pthread_cond_signal(&hb->cond);
+    pthread_mutex_unlock(&hb->lock);
+    pthread_join(hb->thread, NULL);
+    pthread_mutex_destroy(&hb->lock);
+    pthread_cond_destroy(&hb->cond);
+    hb->started = 0;
+}

@@ -1,0 +1,435 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Connections to mooncake_master and the pool that lends them to threads.
+ *
+ * The single-key path (one GET_REPLICA_LIST, one PUT_START...) is latency
+ * bound, so a call is done on the calling thread with blocking socket I/O:
+ * no hand-off to an I/O thread, TCP_NODELAY, one send for the whole request
+ * and two reads (header, body) for the response.  The buffers of a
+ * connection are reused from call to call; only an unusually large
+ * response (a big batch) is released when the connection is returned, so
+ * an idle pool does not pin megabytes.
+ *
+ * Hazards handled here: a master that dies (EOF/ECONNRESET: the connection
+ * is broken and its idle siblings are dropped, because a restarted master
+ * has forgotten them all), a master that hangs (SO_RCVTIMEO/SO_SNDTIMEO of
+ * io_timeout_ms: MC_RPC_TIMEOUT), and a hostile or confused peer (header
+ * checked against magic, version, direction, opcode and request id; the
+ * body bounded by MC_WIRE_MAX_BODY; decoding bounds-checked by wire.c).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "store/master_client.h"
+
+#define MC_MASTER_DEFAULT_PORT 50051
+#define MC_MASTER_CONNECT_TIMEOUT_MS 3000
+#define MC_MASTER_IO_TIMEOUT_MS 30000
+/* Buffers above this size are released when a connection goes idle. */
+#define MC_MCONN_KEEP_BYTES (1u << 20)
+
+mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
+                                  mc_uuid_t client_id, const char *tenant_id)
+{
+    uint16_t port = 0;
+    const char *env;
+    uint64_t v;
+
+    memset(t, 0, sizeof(*t));
+    if ((addr == NULL) || (mc_parse_host_port(addr, t->host, sizeof(t->host), &port) != 0)) {
+        mc_set_error_detail("master_server_addr \"%s\" is not \"host:port\"",
+                            addr ? addr : "(null)");
+        return MC_INVALID_PARAMS;
+    }
+    t->port = port ? port : MC_MASTER_DEFAULT_PORT;
+    if ((tenant_id == NULL) || (*tenant_id == '\0') ||
+        (strlen(tenant_id) >= sizeof(t->tenant_id))) {
+        mc_set_error_detail("tenant_id must be 1 to %zu bytes", sizeof(t->tenant_id) - 1);
+        return MC_INVALID_PARAMS;
+    }
+    strcpy(t->tenant_id, tenant_id);
+    t->client_id          = client_id;
+    t->connect_timeout_ms = MC_MASTER_CONNECT_TIMEOUT_MS;
+    t->io_timeout_ms      = MC_MASTER_IO_TIMEOUT_MS;
+    /* A knob for slow CI machines and for tests of the timeout path. */
+    env = getenv("MC_STORE_RPC_TIMEOUT_MS");
+    if ((env != NULL) && (mc_parse_u64(env, &v) == 0) && (v <= 3600000))
+        t->io_timeout_ms = (int)v;
+    return MC_OK;
+}
+
+/* ---- one connection ----------------------------------------------------- */
+
+static void set_io_timeout(int fd, int ms)
+{
+    struct timeval tv;
+    if (ms <= 0)
+        return;
+    tv.tv_sec  = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* Map a failed socket call to a status; the connection is unusable. */
+static mc_status_t io_failed(mc_mconn_t *conn, const char *what)
+{
+    int err = errno;
+    conn->broken = 1;
+    if ((err == EAGAIN) || (err == EWOULDBLOCK)) {
+        mc_set_error_detail("master did not answer in time (%s)", what);
+        mc_warn("master rpc timed out while %s", what);
+        return MC_RPC_TIMEOUT;
+    }
+    if ((err == ECONNRESET) || (err == EPIPE))
+        conn->peer_gone = 1;
+    mc_set_error_detail("connection to master lost while %s: %s", what, strerror(err));
+    mc_debug("master connection failed while %s: %s", what, strerror(err));
+    return MC_RPC_FAIL;
+}
+
+mc_status_t mc_mconn_open(const mc_master_target_t *t, mc_mconn_t **conn_p)
+{
+    mc_status_t st = MC_OK;
+    mc_mconn_t *conn;
+    mc_wire_hello_req_t req;
+    mc_wire_hello_resp_t resp;
+
+    conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        mc_set_error_detail("out of memory for a master connection");
+        return MC_INTERNAL_ERROR;
+    }
+    mc_buf_init(&conn->wbuf);
+    mc_arena_init(&conn->arena);
+    conn->next_id = 1;
+
+    conn->fd = mc_tcp_connect(t->host, t->port, t->connect_timeout_ms);
+    if (conn->fd < 0) {
+        mc_set_error_detail("cannot connect to master at %s:%u: %s", t->host,
+                            (unsigned)t->port, strerror(errno));
+        st = MC_RPC_FAIL;
+        goto fail;
+    }
+    set_io_timeout(conn->fd, t->io_timeout_ms);
+
+    memset(&req, 0, sizeof(req));
+    req.proto_version = MC_WIRE_VERSION;
+    req.client_id     = t->client_id;
+    req.tenant_id     = mc_str_from_cstr(t->tenant_id);
+    st                = mc_master_call_hello(conn, &req, &resp);
+    if (st != MC_OK) {
+        if (!conn->broken)
+            mc_set_error_detail("master at %s:%u refused HELLO: %s", t->host,
+                                (unsigned)t->port, mc_status_name(st));
+        goto fail;
+    }
+    conn->view_version = resp.view_version;
+    *conn_p            = conn;
+    return MC_OK;
+
+fail:
+    mc_mconn_close(conn);
+    return st;
+}
+
+void mc_mconn_close(mc_mconn_t *conn)
+{
+    if (conn == NULL)
+        return;
+    if (conn->fd >= 0)
+        close(conn->fd);
+    mc_buf_cleanup(&conn->wbuf);
+    mc_arena_cleanup(&conn->arena);
+    free(conn->rbuf);
+    free(conn);
+}
+
+void mc_mconn_shutdown(mc_mconn_t *conn)
+{
+    if ((conn != NULL) && (conn->fd >= 0))
+        shutdown(conn->fd, SHUT_RDWR);
+}
+
+void mc_mconn_begin(mc_mconn_t *conn)
+{
+    mc_buf_reset(&conn->wbuf);
+    mc_arena_reset(&conn->arena);
+}
+
+uint32_t mc_mconn_take_id(mc_mconn_t *conn)
+{
+    uint32_t id = conn->next_id++;
+    if (conn->next_id == 0)
+        conn->next_id = 1;
+    return id;
+}
+
+mc_status_t mc_mconn_send(mc_mconn_t *conn)
+{
+    if (conn->broken) {
+        mc_set_error_detail("master connection is broken");
+        return MC_RPC_FAIL;
+    }
+    if (conn->wbuf.oom) {
+        mc_buf_reset(&conn->wbuf);
+        mc_set_error_detail("out of memory encoding a master request");
+        return MC_INTERNAL_ERROR;
+    }
+    if (mc_write_full(conn->fd, conn->wbuf.data, conn->wbuf.len) != 0)
+        return io_failed(conn, "sending a request");
+    return MC_OK;
+}
+
+mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
+                          const uint8_t **body_p, size_t *len_p)
+{
+    uint8_t raw[MC_WIRE_HEADER_SIZE];
+    mc_wire_header_t h;
+
+    if (conn->broken) {
+        mc_set_error_detail("master connection is broken");
+        return MC_RPC_FAIL;
+    }
+    if (mc_read_full(conn->fd, raw, sizeof(raw)) != 0)
+        return io_failed(conn, "waiting for a response");
+    if ((mc_wire_header_unpack(raw, &h) != MC_OK) || !(h.flags & MC_WIRE_FLAG_RESPONSE) ||
+        (h.opcode != opcode) || (h.request_id != id)) {
+        conn->broken = 1;
+        mc_set_error_detail("malformed response from master (opcode %u id %u, expected "
+                            "%s id %u)", (unsigned)h.opcode, (unsigned)h.request_id,
+                            mc_wire_op_name(opcode) ? mc_wire_op_name(opcode) : "?",
+                            (unsigned)id);
+        mc_warn("malformed response from master: opcode %u id %u flags 0x%x len %u",
+                (unsigned)h.opcode, (unsigned)h.request_id, (unsigned)h.flags,
+                (unsigned)h.body_len);
+        return MC_RPC_FAIL;
+    }
+    if (h.body_len > conn->rcap) {
+        /* body_len <= MC_WIRE_MAX_BODY was checked by the unpack */
+        size_t cap = MC_MAX((size_t)h.body_len, (size_t)256);
+        uint8_t *p = realloc(conn->rbuf, cap);
+        if (p == NULL) {
+            conn->broken = 1; /* the unread body is still in the stream */
+            mc_set_error_detail("out of memory for a %u-byte master response",
+                                (unsigned)h.body_len);
+            return MC_INTERNAL_ERROR;
+        }
+        conn->rbuf = p;
+        conn->rcap = cap;
+    }
+    if ((h.body_len > 0) && (mc_read_full(conn->fd, conn->rbuf, h.body_len) != 0))
+        return io_failed(conn, "reading a response");
+    *body_p = conn->rbuf;
+    *len_p  = h.body_len;
+    return MC_OK;
+}
+
+/* A status from the master is 0 or negative; anything else is garbage. */
+static mc_status_t decoded(mc_mconn_t *conn, mc_status_t st, int32_t status, uint16_t opcode)
+{
+    if ((st != MC_OK) || (status > 0)) {
+        conn->broken = 1;
+        mc_set_error_detail("undecodable %s response from master",
+                            mc_wire_op_name(opcode) ? mc_wire_op_name(opcode) : "?");
+        mc_warn("undecodable %s response from master",
+                mc_wire_op_name(opcode) ? mc_wire_op_name(opcode) : "?");
+        return MC_RPC_FAIL;
+    }
+    if (status != MC_OK)
+        mc_set_error_detail("master answered %s: %s",
+                            mc_wire_op_name(opcode) ? mc_wire_op_name(opcode) : "?",
+                            mc_status_name(status));
+    return (mc_status_t)status;
+}
+
+/* Refuse to send a frame the master would reject for its size. */
+static mc_status_t check_frame(mc_mconn_t *conn, size_t start)
+{
+    if (!conn->wbuf.oom && (conn->wbuf.len - start - MC_WIRE_HEADER_SIZE > MC_WIRE_MAX_BODY)) {
+        mc_buf_reset(&conn->wbuf);
+        mc_set_error_detail("request larger than the %u-byte frame limit; split the batch",
+                            (unsigned)MC_WIRE_MAX_BODY);
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
+}
+
+#define MC_MASTER_CALL_DEF_(UP, low, code)                                              \
+    mc_status_t mc_master_recv_##low(mc_mconn_t *conn, uint32_t id,                     \
+                                     mc_wire_##low##_resp_t *resp)                      \
+    {                                                                                   \
+        const uint8_t *body;                                                            \
+        size_t len;                                                                     \
+        int32_t status = MC_OK;                                                         \
+        mc_status_t st = mc_mconn_recv(conn, (code), id, &body, &len);                  \
+        if (st != MC_OK)                                                                \
+            return st;                                                                  \
+        st = mc_wire_decode_##low##_resp(body, len, &conn->arena, &status, resp);       \
+        return decoded(conn, st, status, (code));                                       \
+    }                                                                                   \
+    mc_status_t mc_master_call_##low(mc_mconn_t *conn,                                  \
+                                     const mc_wire_##low##_req_t *req,                  \
+                                     mc_wire_##low##_resp_t *resp)                      \
+    {                                                                                   \
+        uint32_t id;                                                                    \
+        mc_status_t st;                                                                 \
+        mc_mconn_begin(conn);                                                           \
+        id = mc_mconn_take_id(conn);                                                    \
+        mc_wire_encode_##low##_req(&conn->wbuf, id, req);                               \
+        st = check_frame(conn, 0);                                                      \
+        if (st == MC_OK)                                                                \
+            st = mc_mconn_send(conn);                                                   \
+        if (st != MC_OK)                                                                \
+            return st;                                                                  \
+        return mc_master_recv_##low(conn, id, resp);                                    \
+    }
+MC_WIRE_MESSAGES(MC_MASTER_CALL_DEF_)
+#undef MC_MASTER_CALL_DEF_
+
+/* ---- the pool ----------------------------------------------------------- */
+
+mc_status_t mc_master_pool_init(mc_master_pool_t *pool, const mc_master_target_t *t,
+                                unsigned cap)
+{
+    memset(pool, 0, sizeof(*pool));
+    pool->target = *t;
+    pool->cap    = cap ? cap : 1;
+    if (pthread_mutex_init(&pool->lock, NULL) != 0) {
+        mc_set_error_detail("cannot create the master pool lock");
+        return MC_INTERNAL_ERROR;
+    }
+    if (pthread_cond_init(&pool->cond, NULL) != 0) {
+        pthread_mutex_destroy(&pool->lock);
+        mc_set_error_detail("cannot create the master pool condition");
+        return MC_INTERNAL_ERROR;
+    }
+    return MC_OK;
+}
+
+void mc_master_pool_cleanup(mc_master_pool_t *pool)
+{
+    mc_mconn_t *c = pool->idle;
+    while (c != NULL) {
+        mc_mconn_t *next = c->next;
+        mc_mconn_close(c);
+        c = next;
+    }
+    pool->idle  = NULL;
+    pool->total = 0;
+    pthread_cond_destroy(&pool->cond);
+    pthread_mutex_destroy(&pool->lock);
+}
+
+mc_status_t mc_master_pool_get(mc_master_pool_t *pool, mc_mconn_t **conn_p)
+{
+    mc_status_t st;
+    mc_mconn_t *conn;
+
+    pthread_mutex_lock(&pool->lock);
+    for (;;) {
+        if (pool->idle != NULL) {
+            conn       = pool->idle;
+            pool->idle = conn->next;
+            pthread_mutex_unlock(&pool->lock);
+            conn->next   = NULL;
+            conn->reused = 1;
+            *conn_p      = conn;
+            return MC_OK;
+        }
+        if (pool->total < pool->cap)
+            break;
+        pthread_cond_wait(&pool->cond, &pool->lock);
+    }
+    /* Reserve the slot, then dial without holding the lock. */
+    pool->total++;
+    pthread_mutex_unlock(&pool->lock);
+
+    st = mc_mconn_open(&pool->target, &conn);
+    if (st != MC_OK) {
+        pthread_mutex_lock(&pool->lock);
+        pool->total--;
+        pthread_cond_signal(&pool->cond);
+        pthread_mutex_unlock(&pool->lock);
+        return st;
+    }
+    *conn_p = conn;
+    return MC_OK;
+}
+
+void mc_master_pool_put(mc_master_pool_t *pool, mc_mconn_t *conn)
+{
+    mc_mconn_t *stale = NULL;
+
+    if (conn == NULL)
+        return;
+    if (!conn->broken) {
+        if (conn->rcap > MC_MCONN_KEEP_BYTES) {
+            free(conn->rbuf);
+            conn->rbuf = NULL;
+            conn->rcap = 0;
+        }
+        if (conn->wbuf.cap > MC_MCONN_KEEP_BYTES)
+            mc_buf_cleanup(&conn->wbuf);
+        mc_arena_reset(&conn->arena);
+    }
+
+    pthread_mutex_lock(&pool->lock);
+    if (conn->broken) {
+        /* Whatever broke this one (a master restart, most likely) broke
+         * the idle ones too; drop them so nobody inherits a dead socket. */
+        stale      = pool->idle;
+        pool->idle = NULL;
+        for (mc_mconn_t *c = stale; c != NULL; c = c->next)
+            pool->total--;
+        pool->total--;
+        pthread_cond_broadcast(&pool->cond);
+    } else {
+        conn->next = pool->idle;
+        pool->idle = conn;
+        pthread_cond_signal(&pool->cond);
+    }
+    pthread_mutex_unlock(&pool->lock);
+
+    if (conn->broken) {
+        mc_mconn_close(conn);
+        while (stale != NULL) {
+            mc_mconn_t *next = stale->next;
+            mc_mconn_close(stale);
+            stale = next;
+        }
+    }
+}
+
+#define MC_MASTER_POOL_CALL_DEF_(UP, low, code)                                         \
+    mc_status_t mc_master_pool_call_##low(mc_master_pool_t *pool, mc_mconn_t **conn_p,  \
+                                          const mc_wire_##low##_req_t *req,             \
+                                          mc_wire_##low##_resp_t *resp)                 \
+    {                                                                                   \
+        mc_status_t st;                                                                 \
+        *conn_p = NULL;                                                                 \
+        for (int attempt = 0;; attempt++) {                                             \
+            st = mc_master_pool_get(pool, conn_p);                                      \
+            if (st != MC_OK) {                                                          \
+                *conn_p = NULL;                                                         \
+                return st;                                                              \
+            }                                                                           \
+            st = mc_master_call_##low(*conn_p, req, resp);                              \
+            if ((attempt > 0) || !mc_mconn_stale(*conn_p, st))                          \
+                return st;                                                              \
+            mc_debug("master connection went stale; repeating %s on a fresh one", #UP); \
+            mc_master_pool_put(pool, *conn_p);                                          \
+            *conn_p = NULL;                                                             \
+        }                                                                               \
+    }
+MC_WIRE_MESSAGES(MC_MASTER_POOL_CALL_DEF_)
+#undef MC_MASTER_POOL_CALL_DEF_

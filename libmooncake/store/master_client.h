@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The store client's side of the master RPC (docs/protocol.md).
+ *
+ * A connection (mc_mconn_t) is one TCP stream to mooncake_master that has
+ * been opened with HELLO.  It owns reusable encode/receive buffers and an
+ * arena for decoded responses, so a steady-state call allocates nothing.
+ * Calls on one connection are synchronous: encode, send, read the response
+ * with the same request id.  Decoded responses borrow from the
+ * connection's buffers and stay valid until the next call on it.
+ *
+ * A pool (mc_master_pool_t) hands connections to threads: a caller takes an
+ * idle one (or opens a new one, up to a cap), makes its calls and gives it
+ * back.  A connection that failed at the transport level is marked broken
+ * and closed when returned, together with every idle one (a master restart
+ * kills them all), so the next call dials afresh.
+ *
+ * Every typed call returns the master's status (MC_OK or a negative code);
+ * when the failure was the transport (MC_RPC_FAIL, MC_RPC_TIMEOUT,
+ * MC_DESERIALIZE_FAIL), conn->broken is set as well.  Failures set the
+ * thread's error detail.
+ */
+#ifndef MC_STORE_MASTER_CLIENT_H
+#define MC_STORE_MASTER_CLIENT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <mooncake/status.h>
+
+#include "common/buf.h"
+#include "common/util.h"
+#include "wire/wire.h"
+
+/* Where to connect and who we are. */
+typedef struct mc_master_target {
+    char host[256];
+    uint16_t port;
+    mc_uuid_t client_id;
+    char tenant_id[256];
+    int connect_timeout_ms;
+    int io_timeout_ms; /* per send/receive; 0 = wait forever */
+} mc_master_target_t;
+
+typedef struct mc_mconn {
+    int fd;
+    int broken;          /* transport failed: close instead of reusing */
+    int reused;          /* lent from the idle list (not freshly dialled) */
+    int peer_gone;       /* broken by EOF/ECONNRESET/EPIPE: the master closed it */
+    uint32_t next_id;    /* request ids, per connection */
+    mc_buf_t wbuf;       /* encoded requests */
+    uint8_t *rbuf;       /* body of the last response */
+    size_t rcap;
+    mc_arena_t arena;    /* decoded lists of the last response */
+    uint64_t view_version;
+    struct mc_mconn *next; /* idle list link */
+} mc_mconn_t;
+
+typedef struct mc_master_pool {
+    mc_master_target_t target;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;   /* a connection came back or a slot freed up */
+    mc_mconn_t *idle;
+    unsigned total;        /* open connections, idle + lent + being dialled */
+    unsigned cap;
+} mc_master_pool_t;
+
+/* Parse "host:port" (port defaults to 50051); INVALID_PARAMS with a detail. */
+mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
+                                  mc_uuid_t client_id, const char *tenant_id);
+
+/* Dial and HELLO.  MC_RPC_FAIL (unreachable), or HELLO's error status. */
+mc_status_t mc_mconn_open(const mc_master_target_t *t, mc_mconn_t **conn_p);
+void mc_mconn_close(mc_mconn_t *conn);
+/* Unblock a thread inside a call on @p conn from another thread. */
+void mc_mconn_shutdown(mc_mconn_t *conn);
+
+/*
+ * Low level, for pipelining: mc_mconn_begin() starts a batch of requests
+ * (returns the first id; each encode takes conn->next_id++), mc_mconn_send()
+ * writes them all, mc_mconn_recv() reads the next response, which must
+ * carry @p opcode and @p id; its body stays valid until the next recv.
+ */
+void mc_mconn_begin(mc_mconn_t *conn);
+uint32_t mc_mconn_take_id(mc_mconn_t *conn);
+mc_status_t mc_mconn_send(mc_mconn_t *conn);
+mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
+                          const uint8_t **body_p, size_t *len_p);
+
+/* Typed synchronous calls, one per message of the wire table. */
+#define MC_MASTER_CALL_DECL_(UP, low, code)                                         \
+    mc_status_t mc_master_call_##low(mc_mconn_t *conn,                              \
+                                     const mc_wire_##low##_req_t *req,              \
+                                     mc_wire_##low##_resp_t *resp);                 \
+    mc_status_t mc_master_recv_##low(mc_mconn_t *conn, uint32_t id,                 \
+                                     mc_wire_##low##_resp_t *resp);
+MC_WIRE_MESSAGES(MC_MASTER_CALL_DECL_)
+#undef MC_MASTER_CALL_DECL_
+
+/*
+ * Take a connection from @p pool and make one call on it.  When the
+ * connection had died while idle (mc_mconn_stale), the call is repeated
+ * once on a fresh one: that is what a master restart looks like to a
+ * client, and the request never reached a live master.  On return
+ * *conn_p is the connection the response borrows from (give it back with
+ * mc_master_pool_put), or NULL when none could be had.
+ */
+#define MC_MASTER_POOL_CALL_DECL_(UP, low, code)                                    \
+    mc_status_t mc_master_pool_call_##low(struct mc_master_pool *pool,              \
+                                          mc_mconn_t **conn_p,                      \
+                                          const mc_wire_##low##_req_t *req,         \
+                                          mc_wire_##low##_resp_t *resp);
+MC_WIRE_MESSAGES(MC_MASTER_POOL_CALL_DECL_)
+#undef MC_MASTER_POOL_CALL_DECL_
+
+/* Pool: connections are opened on demand, at most @p cap at once. */
+mc_status_t mc_master_pool_init(mc_master_pool_t *pool, const mc_master_target_t *t,
+                                unsigned cap);
+/* Close every idle connection; callers must have returned all lent ones. */
+void mc_master_pool_cleanup(mc_master_pool_t *pool);
+/* Take a connection (waits while @p cap are lent out). */
+mc_status_t mc_master_pool_get(mc_master_pool_t *pool, mc_mconn_t **conn_p);
+/* Give it back; a broken one is closed, and so are the idle ones. */
+void mc_master_pool_put(mc_master_pool_t *pool, mc_mconn_t *conn);
+
+/*
+ * True when a call failed only because the pooled connection it used had
+ * died while idle (a restarted master, an idle timeout): the request never
+ * reached a live master, so a read-only call may be repeated once on a
+ * fresh connection.  Never used for calls that change state.
+ */
+static inline int mc_mconn_stale(const mc_mconn_t *conn, mc_status_t st)
+{
+    return (st == MC_RPC_FAIL) && conn->peer_gone && conn->reused;
+}
+
+#endif /* MC_STORE_MASTER_CLIENT_H */

@@ -1,0 +1,640 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Reads: lookups (GET_REPLICA_LIST and its batch form), replica choice,
+ * the reads themselves, and the small calls that only ask the master
+ * (exist, get_size).
+ *
+ * A lookup grants a read lease of lease_ttl_ms, measured by the master
+ * from when it handled the request.  We start our clock just before
+ * sending, so our deadline is never later than the master's; a read that
+ * finishes after it reports MC_LEASE_EXPIRED because the object may have
+ * been evicted or removed (and its memory reused) while we copied it.
+ *
+ * A query keeps every COMPLETE memory replica, best first: one in this
+ * process's own segment (the engine serves it with memcpy), then one on
+ * the same host, then the rest in the master's order.  When a read fails
+ * on one replica (a dead peer, a refused range) the next one is tried, so
+ * a lost client costs a retry instead of a failed get.
+ *
+ * Bytes move straight from the owner's memory into the caller's buffer:
+ * the engine writes into it directly, no staging, no copy here.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "store/store_internal.h"
+
+typedef struct mc_query_replica {
+    uint64_t addr;
+    const char *segment; /* NUL-terminated, stored after the array */
+} mc_query_replica_t;
+
+struct mc_store_query {
+    uint64_t size;
+    uint64_t deadline_ns; /* monotonic; UINT64_MAX for "no lease" */
+    uint32_t n;
+    mc_query_replica_t r[];
+};
+
+static uint64_t lease_deadline(uint64_t t0_ns, uint64_t ttl_ms)
+{
+    if (ttl_ms > (UINT64_MAX - t0_ns) / 1000000u)
+        return UINT64_MAX;
+    return t0_ns + ttl_ms * 1000000u;
+}
+
+/* Length of the host part of a "host:port" segment name. */
+static size_t host_len(const char *name, size_t len)
+{
+    for (size_t i = len; i > 0; i--)
+        if (name[i - 1] == ':')
+            return i - 1;
+    return len;
+}
+
+/* 0 same process, 1 same host, 2 elsewhere. */
+static int replica_rank(mc_store_h s, mc_str_t seg)
+{
+    size_t own_len = strlen(s->hostname);
+    size_t own_host, seg_host;
+
+    if ((seg.len == own_len) && (memcmp(seg.ptr, s->hostname, own_len) == 0))
+        return 0;
+    own_host = host_len(s->hostname, own_len);
+    seg_host = host_len(seg.ptr, seg.len);
+    if ((own_host == seg_host) && (memcmp(seg.ptr, s->hostname, own_host) == 0))
+        return 1;
+    return 2;
+}
+
+static int replica_usable(const mc_wire_replica_t *r, uint64_t size)
+{
+    return (r->status == MC_REPLICA_COMPLETE) && (r->type == 0) && (r->size >= size) &&
+           (r->addr <= UINT64_MAX - size) && (r->segment.len > 0) &&
+           (r->segment.len < MC_STORE_NAME_MAX) &&
+           (memchr(r->segment.ptr, '\0', r->segment.len) == NULL);
+}
+
+/* Build a query from a lookup result (one allocation). */
+static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
+                               const mc_wire_replica_list_t *reps, uint64_t deadline_ns,
+                               mc_store_query_h *query_p)
+{
+    struct mc_store_query *q;
+    size_t n = 0, names = 0, k = 0;
+    char *np;
+
+    for (uint32_t i = 0; i < reps->n; i++) {
+        if (replica_usable(&reps->v[i], size)) {
+            n++;
+            names += reps->v[i].segment.len + 1;
+        }
+    }
+    if (n == 0) {
+        mc_set_error_detail("%s has no complete replica to read", key);
+        return MC_REPLICA_IS_NOT_READY;
+    }
+    q = malloc(sizeof(*q) + n * sizeof(q->r[0]) + names);
+    if (q == NULL) {
+        mc_set_error_detail("out of memory for a query");
+        return MC_INTERNAL_ERROR;
+    }
+    q->size        = size;
+    q->deadline_ns = deadline_ns;
+    q->n           = (uint32_t)n;
+    np             = (char *)&q->r[n];
+    for (int rank = 0; rank <= 2; rank++) {
+        for (uint32_t i = 0; i < reps->n; i++) {
+            const mc_wire_replica_t *r = &reps->v[i];
+            if (!replica_usable(r, size) || (replica_rank(s, r->segment) != rank))
+                continue;
+            memcpy(np, r->segment.ptr, r->segment.len);
+            np[r->segment.len] = '\0';
+            q->r[k].addr       = r->addr;
+            q->r[k].segment    = np;
+            np += r->segment.len + 1;
+            k++;
+        }
+    }
+    *query_p = q;
+    return MC_OK;
+}
+
+/* GET_REPLICA_LIST; @p query_p may be NULL (get_size). */
+static mc_status_t do_query(mc_store_h s, const char *key, mc_store_query_h *query_p,
+                            uint64_t *size_p)
+{
+    mc_status_t st;
+    size_t klen;
+    mc_mconn_t *conn;
+    uint64_t t0;
+    mc_wire_get_replica_list_req_t req;
+    mc_wire_get_replica_list_resp_t resp;
+
+    st = mc_store_check_key(key, &klen);
+    if (st != MC_OK)
+        return st;
+    memset(&req, 0, sizeof(req));
+    req.key.ptr = key;
+    req.key.len = (uint32_t)klen;
+    t0 = mc_now_ns();
+    st = mc_master_pool_call_get_replica_list(&s->pool, &conn, &req, &resp);
+    if (conn == NULL)
+        return st;
+    if (st == MC_OK) {
+        if (size_p != NULL)
+            *size_p = resp.size;
+        if (query_p != NULL)
+            st = query_build(s, key, resp.size, &resp.replicas,
+                             lease_deadline(t0, resp.lease_ttl_ms), query_p);
+    }
+    mc_master_pool_put(&s->pool, conn);
+    return st;
+}
+
+/*
+ * Read [offset, offset+len) into buf from replica @p first, falling back
+ * to the ones after it.  @p first_err, when not MC_OK, is the error that
+ * made the caller skip earlier replicas.
+ */
+static mc_status_t read_from(mc_store_h s, mc_store_query_h q, uint32_t first, uint64_t offset,
+                             void *buf, size_t len, mc_status_t first_err)
+{
+    mc_status_t st = first_err;
+    char detail[512];
+
+    detail[0] = '\0';
+    for (uint32_t k = first; k < q->n; k++) {
+        mc_te_segment_id_t seg;
+        mc_te_request_t req;
+        mc_status_t rs = mc_te_segment_open(s->te, q->r[k].segment, &seg);
+        if (rs == MC_OK) {
+            req.op      = MC_TE_READ;
+            req.local   = buf;
+            req.remote  = q->r[k].addr + offset;
+            req.length  = len;
+            req.segment = seg;
+            rs          = mc_te_transfer(s->te, &req, 1, NULL);
+            if (rs == MC_OK)
+                return MC_OK;
+        }
+        mc_debug("read from replica on %s failed: %s (%s)%s", q->r[k].segment,
+                 mc_status_name(rs), mc_last_error_detail(),
+                 (k + 1 < q->n) ? "; trying the next replica" : "");
+        if (st == MC_OK) {
+            st = rs;
+            snprintf(detail, sizeof(detail), "reading from %s failed: %s", q->r[k].segment,
+                     mc_last_error_detail());
+        }
+    }
+    if (detail[0] != '\0')
+        mc_set_error_detail("%s", detail);
+    if (st == MC_OK) {
+        mc_set_error_detail("no replica left to read");
+        st = MC_TRANSFER_FAIL;
+    }
+    return st;
+}
+
+static mc_status_t check_lease(mc_store_query_h q)
+{
+    if (mc_now_ns() > q->deadline_ns) {
+        mc_set_error_detail("read finished after the lease expired; discard the data");
+        return MC_LEASE_EXPIRED;
+    }
+    return MC_OK;
+}
+
+static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset, void *buf,
+                                 size_t len)
+{
+    mc_status_t st;
+
+    if (q == NULL) {
+        mc_set_error_detail("query is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    if ((offset > q->size) || (len > q->size - offset)) {
+        mc_set_error_detail("range [%llu, +%zu) is outside the %llu-byte object",
+                            (unsigned long long)offset, len, (unsigned long long)q->size);
+        return MC_INVALID_PARAMS;
+    }
+    if (len == 0)
+        return MC_OK;
+    if (buf == NULL) {
+        mc_set_error_detail("buf is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    st = read_from(s, q, 0, offset, buf, len, MC_OK);
+    if (st != MC_OK)
+        return st;
+    return check_lease(q);
+}
+
+/* ---- public --------------------------------------------------------------------- */
+
+MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_h *query_p)
+{
+    mc_status_t st;
+
+    if (query_p == NULL) {
+        mc_set_error_detail("query_p is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    st = do_query(s, key, query_p, NULL);
+    mc_store_leave(s);
+    return st;
+}
+
+MC_API uint64_t mc_store_query_size(mc_store_query_h q)
+{
+    return (q != NULL) ? q->size : 0;
+}
+
+MC_API void mc_store_query_release(mc_store_query_h q)
+{
+    free(q);
+}
+
+MC_API mc_status_t mc_store_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset,
+                                       void *buf, size_t len)
+{
+    mc_status_t st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    st = do_query_read(s, q, offset, buf, len);
+    mc_store_leave(s);
+    return st;
+}
+
+MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t cap,
+                                uint64_t *size_p)
+{
+    mc_status_t st;
+    mc_store_query_h q = NULL;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    st = do_query(s, key, &q, NULL);
+    if (st != MC_OK)
+        goto out;
+    if (q->size > cap) {
+        mc_set_error_detail("object is %llu bytes, buffer holds %zu",
+                            (unsigned long long)q->size, cap);
+        if (size_p != NULL)
+            *size_p = q->size;
+        st = MC_BUFFER_OVERFLOW;
+        goto out;
+    }
+    st = do_query_read(s, q, 0, buf, (size_t)q->size);
+    if ((st == MC_OK) && (size_p != NULL))
+        *size_p = q->size;
+out:
+    free(q);
+    mc_store_leave(s);
+    return st;
+}
+
+MC_API mc_status_t mc_store_get_size(mc_store_h s, const char *key, uint64_t *size_p)
+{
+    mc_status_t st;
+    uint64_t size = 0;
+
+    if (size_p == NULL) {
+        mc_set_error_detail("size_p is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    st = do_query(s, key, NULL, &size);
+    if (st == MC_OK)
+        *size_p = size;
+    mc_store_leave(s);
+    return st;
+}
+
+MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                        mc_store_query_h *queries, mc_status_t *statuses)
+{
+    mc_status_t st;
+    mc_mconn_t *conn = NULL;
+    mc_str_t *wkeys  = NULL;
+    size_t *sel      = NULL;
+    size_t nsel      = 0;
+    uint64_t t0, deadline;
+    mc_wire_batch_get_replica_list_req_t req;
+    mc_wire_batch_get_replica_list_resp_t resp;
+
+    if ((n > 0) && ((keys == NULL) || (queries == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys, queries and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; i < n; i++) {
+        queries[i]  = NULL;
+        statuses[i] = MC_OK;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        goto fail_unlocked;
+    if (n == 0)
+        goto out;
+    if (n > MC_WIRE_MAX_LIST) {
+        mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
+        st = MC_INVALID_PARAMS;
+        goto fail;
+    }
+
+    wkeys = malloc(n * sizeof(*wkeys));
+    sel   = malloc(n * sizeof(*sel));
+    if ((wkeys == NULL) || (sel == NULL)) {
+        mc_set_error_detail("out of memory for a batch of %zu keys", n);
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t klen;
+        statuses[i] = mc_store_check_key(keys[i], &klen);
+        if (statuses[i] != MC_OK)
+            continue;
+        wkeys[nsel] = (mc_str_t){keys[i], (uint32_t)klen};
+        sel[nsel++] = i;
+    }
+    if (nsel == 0)
+        goto out;
+
+    memset(&req, 0, sizeof(req));
+    req.keys.n = (uint32_t)nsel;
+    req.keys.v = wkeys;
+    t0 = mc_now_ns();
+    st = mc_master_pool_call_batch_get_replica_list(&s->pool, &conn, &req, &resp);
+    if ((st == MC_OK) && (resp.results.n != nsel)) {
+        mc_set_error_detail("BATCH_GET_REPLICA_LIST answered %u results for %zu keys",
+                            (unsigned)resp.results.n, nsel);
+        conn->broken = 1;
+        st           = MC_RPC_FAIL;
+    }
+    if (st != MC_OK)
+        goto fail;
+    deadline = lease_deadline(t0, resp.lease_ttl_ms);
+    for (size_t j = 0; j < nsel; j++) {
+        const mc_wire_result_t *r = &resp.results.v[j];
+        size_t i                  = sel[j];
+        if (r->status != MC_OK) {
+            statuses[i] = (r->status < 0) ? (mc_status_t)r->status : MC_RPC_FAIL;
+            continue;
+        }
+        statuses[i] = query_build(s, keys[i], r->size, &r->replicas, deadline, &queries[i]);
+    }
+    goto out;
+
+fail:
+    for (size_t j = 0; j < nsel; j++)
+        statuses[sel[j]] = st;
+    if (nsel == 0)
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+out:
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+    free(wkeys);
+    free(sel);
+    mc_store_leave(s);
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] != MC_OK)
+            return statuses[i];
+    return MC_OK;
+
+fail_unlocked:
+    for (size_t i = 0; i < n; i++)
+        statuses[i] = st;
+    return st;
+}
+
+MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h const *queries,
+                                             size_t n, void *const *bufs,
+                                             mc_status_t *statuses)
+{
+    mc_status_t st;
+    mc_te_request_t *reqs = NULL;
+    mc_status_t *tst      = NULL;
+    size_t *owner         = NULL;
+    size_t nreq           = 0;
+
+    if ((n > 0) && ((queries == NULL) || (bufs == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("queries, bufs and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK) {
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+        return st;
+    }
+    if (n == 0)
+        goto out;
+    if (n > MC_WIRE_MAX_LIST) {
+        mc_set_error_detail("a batch holds at most %u reads", (unsigned)MC_WIRE_MAX_LIST);
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = MC_INVALID_PARAMS;
+        goto out;
+    }
+
+    reqs  = malloc(n * sizeof(*reqs));
+    tst   = malloc(n * sizeof(*tst));
+    owner = malloc(n * sizeof(*owner));
+    if ((reqs == NULL) || (tst == NULL) || (owner == NULL)) {
+        mc_set_error_detail("out of memory for %zu reads", n);
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = MC_INTERNAL_ERROR;
+        goto out;
+    }
+
+    /* first choice of every query, all in one transfer */
+    for (size_t i = 0; i < n; i++) {
+        mc_store_query_h q = queries[i];
+        mc_te_segment_id_t seg;
+
+        statuses[i] = MC_OK;
+        if (q == NULL) {
+            mc_set_error_detail("query %zu is NULL (its lookup failed)", i);
+            statuses[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        if (q->size == 0)
+            continue;
+        if (bufs[i] == NULL) {
+            mc_set_error_detail("buffer %zu is NULL", i);
+            statuses[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        st = mc_te_segment_open(s->te, q->r[0].segment, &seg);
+        if (st != MC_OK) {
+            /* retried below from the next replica */
+            statuses[i] = read_from(s, q, 1, 0, bufs[i], (size_t)q->size, st);
+            if (statuses[i] == MC_OK)
+                statuses[i] = check_lease(q);
+            continue;
+        }
+        reqs[nreq].op      = MC_TE_READ;
+        reqs[nreq].local   = bufs[i];
+        reqs[nreq].remote  = q->r[0].addr;
+        reqs[nreq].length  = q->size;
+        reqs[nreq].segment = seg;
+        tst[nreq]          = MC_TRANSFER_FAIL;
+        owner[nreq++]      = i;
+    }
+    if (nreq > 0) {
+        st = mc_te_transfer(s->te, reqs, nreq, tst);
+        for (size_t k = 0; k < nreq; k++) {
+            size_t i           = owner[k];
+            mc_store_query_h q = queries[i];
+            if ((st != MC_OK) && (tst[k] != MC_OK))
+                statuses[i] = read_from(s, q, 1, 0, bufs[i], (size_t)q->size,
+                                        (tst[k] < 0) ? tst[k] : st);
+            if (statuses[i] == MC_OK)
+                statuses[i] = check_lease(q);
+        }
+    }
+
+out:
+    free(reqs);
+    free(tst);
+    free(owner);
+    mc_store_leave(s);
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] != MC_OK)
+            return statuses[i];
+    return MC_OK;
+}
+
+/* ---- existence ------------------------------------------------------------------- */
+
+MC_API int mc_store_exist(mc_store_h s, const char *key)
+{
+    mc_status_t st;
+    size_t klen;
+    mc_mconn_t *conn;
+    mc_wire_exist_key_req_t req;
+    mc_wire_exist_key_resp_t resp;
+    int ret;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    st = mc_store_check_key(key, &klen);
+    if (st != MC_OK) {
+        ret = st;
+        goto out;
+    }
+    memset(&req, 0, sizeof(req));
+    req.key.ptr = key;
+    req.key.len = (uint32_t)klen;
+    st = mc_master_pool_call_exist_key(&s->pool, &conn, &req, &resp);
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+    if (st == MC_OK)
+        ret = resp.exists ? 1 : 0;
+    else if (st == MC_OBJECT_NOT_FOUND)
+        ret = 0;
+    else
+        ret = st;
+out:
+    mc_store_leave(s);
+    return ret;
+}
+
+MC_API mc_status_t mc_store_batch_exist(mc_store_h s, const char *const *keys, size_t n,
+                                        int *results)
+{
+    mc_status_t st;
+    mc_mconn_t *conn = NULL;
+    mc_str_t *wkeys  = NULL;
+    size_t *sel      = NULL;
+    size_t nsel      = 0;
+    mc_status_t first = MC_OK;
+    mc_wire_batch_exist_key_req_t req;
+    mc_wire_batch_exist_key_resp_t resp;
+
+    if ((n > 0) && ((keys == NULL) || (results == NULL))) {
+        mc_set_error_detail("keys and results are required");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = st;
+        return st;
+    }
+    if (n == 0)
+        goto out;
+    if (n > MC_WIRE_MAX_LIST) {
+        mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
+        st = MC_INVALID_PARAMS;
+        goto fail;
+    }
+    wkeys = malloc(n * sizeof(*wkeys));
+    sel   = malloc(n * sizeof(*sel));
+    if ((wkeys == NULL) || (sel == NULL)) {
+        mc_set_error_detail("out of memory for a batch of %zu keys", n);
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t klen;
+        results[i] = mc_store_check_key(keys[i], &klen);
+        if (results[i] != MC_OK)
+            continue;
+        wkeys[nsel] = (mc_str_t){keys[i], (uint32_t)klen};
+        sel[nsel++] = i;
+    }
+    if (nsel == 0)
+        goto out;
+    memset(&req, 0, sizeof(req));
+    req.keys.n = (uint32_t)nsel;
+    req.keys.v = wkeys;
+    st = mc_master_pool_call_batch_exist_key(&s->pool, &conn, &req, &resp);
+    if ((st == MC_OK) && (resp.results.n != nsel)) {
+        mc_set_error_detail("BATCH_EXIST_KEY answered %u results for %zu keys",
+                            (unsigned)resp.results.n, nsel);
+        conn->broken = 1;
+        st           = MC_RPC_FAIL;
+    }
+    if (st != MC_OK)
+        goto fail;
+    for (size_t j = 0; j < nsel; j++) {
+        int32_t v = resp.results.v[j];
+        if (v == MC_OBJECT_NOT_FOUND)
+            v = 0;
+        else if (v > 1)
+            v = MC_RPC_FAIL; /* not 1, 0 or an error: garbage */
+        results[sel[j]] = v;
+    }
+    goto out;
+
+fail:
+    for (size_t i = 0; i < n; i++)
+        if ((nsel == 0) || (results[i] == MC_OK))
+            results[i] = st;
+out:
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+    free(wkeys);
+    free(sel);
+    mc_store_leave(s);
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] < 0) {
+            first = (mc_status_t)results[i];
+            break;
+        }
+    }
+    return first;
+}

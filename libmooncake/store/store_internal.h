@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The store handle and the functions its source files share.
+ *
+ * Lifetime: every public call takes `life` for reading and checks `ready`;
+ * setup and close take it for writing, so close waits for the calls in
+ * flight and later calls see ready == 0 (MC_UNAVAILABLE_IN_CURRENT_STATUS).
+ * The rwlock prefers writers, so a busy handle cannot starve close.
+ * The heartbeat thread never takes `life`: close stops it (and joins it)
+ * before tearing anything down.
+ */
+#ifndef MC_STORE_STORE_INTERNAL_H
+#define MC_STORE_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mooncake/store.h>
+
+#include "alloc/offset_alloc.h"
+#include "common/util.h"
+#include "store/master_client.h"
+
+#define MC_STORE_POOL_CAP 16
+#define MC_STORE_NAME_MAX 320
+#define MC_STORE_HEARTBEAT_MS 1000
+#define MC_STORE_HEARTBEAT_MAX_FAILS 3
+
+/* Memory this client contributes to the pool, mounted on the master. */
+typedef struct mc_store_segment {
+    mc_uuid_t id;
+    void *base;
+    uint64_t size;     /* as mounted */
+    size_t map_len;    /* size rounded up to pages */
+    int fd;            /* memfd backing the mapping, -1 for anonymous memory */
+    int registered;    /* with the transfer engine */
+    int mounted;       /* on the master */
+} mc_store_segment_t;
+
+typedef struct mc_store_heartbeat {
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled to stop */
+    int stop;
+    mc_mconn_t *conn;    /* the thread's own master connection */
+    unsigned interval_ms;
+    /* counters, read by tests and logs */
+    uint64_t pings;
+    uint64_t failures;
+    uint64_t remounts;
+    uint64_t reconnects;
+} mc_store_heartbeat_t;
+
+struct mc_store {
+    pthread_rwlock_t life;
+    int ready;
+
+    char hostname[MC_STORE_NAME_MAX]; /* engine segment name; "" when closed */
+    char protocol[32];
+    mc_uuid_t client_id;
+    mc_te_h te;
+
+    mc_master_target_t target;
+    mc_master_pool_t pool;
+    int pool_ready;
+
+    /* global segments (one today; remount sends them all) */
+    pthread_mutex_t seg_lock;
+    mc_store_segment_t *segs;
+    size_t nsegs;
+
+    /* registered staging buffer and its allocator */
+    void *lbuf;
+    uint64_t lbuf_size;
+    size_t lbuf_map_len;
+    int lbuf_registered;
+    mc_alloc_t *lbuf_alloc;
+    pthread_mutex_t lbuf_lock;
+
+    mc_store_heartbeat_t hb;
+};
+
+/* Public entry: read-lock the handle and check it is set up.  On failure
+ * nothing is held and the detail is set. */
+mc_status_t mc_store_enter(mc_store_h s);
+void mc_store_leave(mc_store_h s);
+
+/* A key the master would accept: non-NULL, 1..MC_WIRE_MAX_KEY bytes. */
+mc_status_t mc_store_check_key(const char *key, size_t *len_p);
+
+/* segment.c: global segment and local buffer.  Called with `life` held
+ * for writing (setup/close). */
+mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size);
+void mc_store_segments_release(mc_store_h s);
+/* Copy the segment list for REMOUNT_SEGMENTS into @p arena. */
+mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
+                                      mc_wire_segment_list_t *list);
+mc_status_t mc_store_lbuf_init(mc_store_h s, uint64_t size);
+void mc_store_lbuf_cleanup(mc_store_h s);
+/* Lease @p size bytes of the staging buffer (thread-safe). */
+mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,
+                                mc_alloc_block_t *block_p);
+void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block);
+
+/* heartbeat.c */
+mc_status_t mc_store_heartbeat_start(mc_store_h s);
+void mc_store_heartbeat_stop(mc_store_h s);
+
+#endif /* MC_STORE_STORE_INTERNAL_H */
