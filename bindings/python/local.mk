@@ -1,3 +1,97 @@
 # Python bindings (owner: python).
+#
+# swig/mooncake.i (+ swig/python.i) -> bindings/python/capi_wrap.c and
+# bindings/python/capi.py; the wrapper is built as the libtool module
+# _capi.la (installed as <pythondir>/mooncake/_capi.so) and the hand-written
+# package bindings/python/mooncake/ goes next to it.
+#
+# The package also runs straight from the build tree: all-local assembles
+# $(builddir)/python/mooncake/ from links to the sources, the generated
+# capi.py and .libs/_capi.so, so that
+#   PYTHONPATH=$(abs_builddir)/python LD_LIBRARY_PATH=$(abs_builddir)/.libs \
+#     python3 -c "from mooncake.store import MooncakeDistributedStore"
+# works without installing.  `make check-python` runs tests/python that way.
+
+# Package sources, relative to $(srcdir); subpackages keep their folders.
+mooncake_py_sources = \
+	bindings/python/mooncake/__init__.py \
+	bindings/python/mooncake/_errors.py \
+	bindings/python/mooncake/_util.py \
+	bindings/python/mooncake/store.py \
+	$(NULL)
+
+python_swig_sources = \
+	swig/mooncake.i \
+	swig/python.i \
+	$(NULL)
+
+EXTRA_DIST += \
+	$(python_swig_sources) \
+	examples/hello.py \
+	examples/p2p_hello.py \
+	tests/python/conftest.py \
+	tests/python/client_proc.py \
+	tests/python/helpers.py \
+	tests/python/test_api.py \
+	tests/python/test_examples.py \
+	tests/python/test_two_clients.py \
+	tests/python/test_liveness.py \
+	tests/python/test_threads.py \
+	tests/python/test_hostile.py \
+	$(NULL)
+
 if ENABLE_PYTHON
+mooncakepythondir = $(pythondir)/mooncake
+mooncakepython_PYTHON = $(mooncake_py_sources)
+nodist_mooncakepython_PYTHON = bindings/python/capi.py
+
+mooncakepyexecdir = $(pyexecdir)/mooncake
+mooncakepyexec_LTLIBRARIES = _capi.la
+nodist__capi_la_SOURCES = bindings/python/capi_wrap.c
+# The generated wrapper builds with the project warnings and -Werror too.
+_capi_la_CFLAGS = $(AM_CFLAGS) $(PYTHON_CFLAGS) -fno-strict-aliasing
+_capi_la_LIBADD = libmooncake.la
+# Extension modules leave the libpython symbols to the interpreter.
+_capi_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext .so
+
+CLEANFILES += bindings/python/capi_wrap.c bindings/python/capi.py
+
+bindings/python/capi_wrap.c: $(python_swig_sources) $(mooncakeinclude_HEADERS)
+	$(AM_V_GEN)$(MKDIR_P) bindings/python && \
+	$(SWIG) -python -threads -I$(srcdir)/libmooncake/include -I$(srcdir)/swig \
+		-outdir bindings/python -o $@-t $(srcdir)/swig/mooncake.i && \
+	mv -f $@-t $@
+
+# capi.py comes out of the same swig run as capi_wrap.c.
+bindings/python/capi.py: bindings/python/capi_wrap.c
+	@if test ! -f $@; then rm -f bindings/python/capi_wrap.c; \
+		$(MAKE) $(AM_MAKEFLAGS) bindings/python/capi_wrap.c; fi
+
+# The build-tree package: links, so edits in $(srcdir) show up at once.
+all_local_targets += python-build-tree
+python-build-tree: _capi.la bindings/python/capi.py
+	$(AM_V_GEN)set -e; \
+	for f in $(mooncake_py_sources); do \
+		rel=$${f#bindings/python/}; \
+		$(MKDIR_P) python/$$(dirname $$rel); \
+		ln -sf $(abs_srcdir)/$$f python/$$rel; \
+	done; \
+	ln -sf $(abs_builddir)/bindings/python/capi.py python/mooncake/capi.py; \
+	ln -sf $(abs_builddir)/.libs/_capi.so python/mooncake/_capi.so
+
+clean_local_targets += clean-python-build-tree
+clean-python-build-tree:
+	-rm -rf python
+
+# The pytest suite against the build tree (real master, real clients).
+check-python: all
+	PYTHONPATH=$(abs_builddir)/python \
+	LD_LIBRARY_PATH=$(abs_builddir)/.libs$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	MC_MASTER_BIN=$(abs_builddir)/mooncake_master \
+	PYTHONDONTWRITEBYTECODE=1 \
+	$(PYTHON) -m pytest -q -p no:cacheprovider $(srcdir)/tests/python
+else
+check-python:
+	@echo "check-python: the Python bindings are not configured (--enable-python)"; exit 1
 endif
+.PHONY: python-build-tree clean-python-build-tree check-python

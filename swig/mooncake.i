@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The one SWIG interface of libmooncake.
+ *
+ * Every language binding is generated from this file: it sees only the
+ * installed public headers (<mooncake/mooncake.h>), and it turns the C
+ * handles into objects any target language can hold:
+ *
+ *   - a store handle becomes the class Store, whose constructor is
+ *     mc_store_create() and whose destructor is mc_store_destroy(); its
+ *     methods are the store calls with the handle as receiver.  mc_store_h
+ *     stays opaque.
+ *   - mc_replicate_config_t becomes a value class that owns the strings it
+ *     points to (preferred_segment, group_ids), so a binding never hands the
+ *     library a pointer into a garbage-collected object.
+ *   - the status table (MC_STATUS_TABLE) is exported as constants and can be
+ *     enumerated with mooncake_status_count()/mooncake_status_value(), so the
+ *     error codes of every language are generated, never copied by hand.
+ *
+ * The module is private: people use the hand-written package in front of it
+ * (for Python, mooncake.store).  Language-specific typemaps and helpers live
+ * in <language>.i, included from here before the declarations they apply to.
+ *
+ * Threads: the Python module is generated with -threads, so every wrapped
+ * call below releases the interpreter lock while libmooncake runs.  Nothing
+ * in this file touches interpreter state from C, which is what makes that
+ * safe; the helpers that must (python.i) manage the lock themselves.
+ */
+%module(package="mooncake",
+        docstring="Private low-level binding of libmooncake; use mooncake.store.") capi
+
+%{
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <mooncake/mooncake.h>
+
+/* The binding's store object (see "store" below). */
+typedef struct mooncake_store {
+    mc_store_h h;
+} mooncake_store_t;
+%}
+
+%include <stdint.i>
+%include <exception.i>
+
+/* One wrapper per function; omitted trailing arguments take their defaults. */
+%feature("compactdefaultargs");
+
+/* ---- language-specific typemaps and helpers ----------------------------- */
+#if defined(SWIGPYTHON)
+%include "python.i"
+#endif
+
+/* ---- status table -------------------------------------------------------- */
+
+/* A binding-side helper, not API: mc_status_is_err() is trivial everywhere. */
+%ignore mc_status_is_err;
+
+%include <mooncake/visibility.h>
+%include <mooncake/status.h>
+
+%{
+/* The status values in table order; bindings build their ErrorCode
+ * enumerations from this so no language keeps its own copy of the numbers. */
+static const int mooncake_status_values_[] = {
+#define MC_SWIG_STATUS_VALUE_(name, value, desc) (value),
+    MC_STATUS_TABLE(MC_SWIG_STATUS_VALUE_)
+#undef MC_SWIG_STATUS_VALUE_
+};
+%}
+
+%inline %{
+/* Number of entries in MC_STATUS_TABLE. */
+static int mooncake_status_count(void)
+{
+    return (int)(sizeof(mooncake_status_values_) / sizeof(mooncake_status_values_[0]));
+}
+
+/* Value of entry @p i of MC_STATUS_TABLE; MC_INTERNAL_ERROR when out of range. */
+static int mooncake_status_value(int i)
+{
+    if ((i < 0) || (i >= mooncake_status_count()))
+        return MC_INTERNAL_ERROR;
+    return mooncake_status_values_[i];
+}
+%}
+
+%include <mooncake/mooncake.h>
+
+/* ---- replication configuration ------------------------------------------ */
+
+/*
+ * The pointer fields are owned by the wrapper object and set through the
+ * methods below; assigning them directly would let the library keep a
+ * pointer into memory the target language frees.
+ */
+%ignore mc_replicate_config::preferred_segment;
+%ignore mc_replicate_config::group_ids;
+%immutable mc_replicate_config::group_ids_count;
+%ignore mc_replicate_config_init;
+
+
+%{
+static void mooncake_rc_free_group_ids_(mc_replicate_config_t *cfg)
+{
+    size_t i;
+    if (cfg->group_ids != NULL) {
+        for (i = 0; i < cfg->group_ids_count; i++)
+            free((char *)cfg->group_ids[i]);
+        free((void *)cfg->group_ids);
+    }
+    cfg->group_ids = NULL;
+    cfg->group_ids_count = 0;
+}
+
+static void mooncake_rc_clear_strings_(mc_replicate_config_t *cfg)
+{
+    free((char *)cfg->preferred_segment);
+    cfg->preferred_segment = NULL;
+    mooncake_rc_free_group_ids_(cfg);
+}
+%}
+
+/* A constructor that returns NULL ran out of memory: raise, never hand the
+ * target language an object without a handle. */
+%exception mc_replicate_config::mc_replicate_config {
+    $action
+    if (result == NULL)
+        SWIG_exception(SWIG_MemoryError, "cannot allocate a replicate config");
+}
+
+%extend mc_replicate_config {
+    /* A configuration holding the upstream defaults. */
+    mc_replicate_config()
+    {
+        mc_replicate_config_t *cfg = calloc(1, sizeof(*cfg));
+        if (cfg != NULL)
+            mc_replicate_config_init(cfg);
+        return cfg;
+    }
+
+    ~mc_replicate_config()
+    {
+        mooncake_rc_clear_strings_($self);
+        free($self);
+    }
+
+    /* Preferred segment "host:port"; "" (or NULL) for none.  Copies @p seg.
+     * Returns MC_OK or MC_INTERNAL_ERROR when memory runs out. */
+    int set_preferred_segment(const char *seg)
+    {
+        char *copy = NULL;
+        if ((seg != NULL) && (seg[0] != '\0')) {
+            copy = strdup(seg);
+            if (copy == NULL)
+                return MC_INTERNAL_ERROR;
+        }
+        free((char *)$self->preferred_segment);
+        $self->preferred_segment = copy;
+        return MC_OK;
+    }
+
+    /* The preferred segment, "" when none is set. */
+    const char *get_preferred_segment()
+    {
+        return ($self->preferred_segment != NULL) ? $self->preferred_segment : "";
+    }
+
+    /* One group id per key written ("" = ungrouped); sets
+     * MC_RC_FIELD_GROUP_IDS.  Copies every string.  Returns MC_OK or
+     * MC_INTERNAL_ERROR when memory runs out (the old list is kept then). */
+    int set_group_ids(const char *const *strs, size_t n)
+    {
+        char **copy = calloc((n > 0) ? n : 1, sizeof(*copy));
+        size_t i;
+        if (copy == NULL)
+            return MC_INTERNAL_ERROR;
+        for (i = 0; i < n; i++) {
+            copy[i] = strdup((strs[i] != NULL) ? strs[i] : "");
+            if (copy[i] == NULL) {
+                while (i > 0)
+                    free(copy[--i]);
+                free(copy);
+                return MC_INTERNAL_ERROR;
+            }
+        }
+        mooncake_rc_free_group_ids_($self);
+        $self->group_ids = (const char *const *)copy;
+        $self->group_ids_count = n;
+        $self->field_mask |= MC_RC_FIELD_GROUP_IDS;
+        return MC_OK;
+    }
+
+    /* Drop the group ids and clear MC_RC_FIELD_GROUP_IDS. */
+    void clear_group_ids()
+    {
+        mooncake_rc_free_group_ids_($self);
+        $self->field_mask &= ~(uint64_t)MC_RC_FIELD_GROUP_IDS;
+    }
+}
+
+%include <mooncake/config.h>
+
+/* ---- transfer engine ------------------------------------------------------ */
+
+/* Not bound yet: the store owns its engine.  The constants stay visible. */
+%rename("$ignore", regextarget=1) "^mc_te_";
+%include <mooncake/transfer.h>
+
+/* ---- store ------------------------------------------------------------------ */
+
+/* The free functions are bound as methods of the Store class below. */
+%rename("$ignore", regextarget=1) "^mc_store_";
+%ignore mc_iov;
+%include <mooncake/store.h>
+
+/*
+ * The binding's store object.  It wraps the handle in a struct of its own so
+ * the methods SWIG generates (named <struct>_<method>) cannot collide with
+ * the library's mc_store_* functions.
+ */
+%rename(Store) mooncake_store;
+%newobject mooncake_store::hostname;
+
+struct mooncake_store {
+};
+
+%exception mooncake_store::mooncake_store {
+    $action
+    if (result == NULL)
+        SWIG_exception(SWIG_MemoryError, "cannot create a store handle");
+}
+
+%extend mooncake_store {
+    /* An unconfigured store; call setup() next. */
+    mooncake_store()
+    {
+        mooncake_store_t *s = calloc(1, sizeof(*s));
+        if (s == NULL)
+            return NULL;
+        if (mc_store_create(&s->h) != MC_OK) {
+            free(s);
+            return NULL;
+        }
+        return s;
+    }
+
+    /* Closes the store if it is open and frees it. */
+    ~mooncake_store()
+    {
+        mc_store_destroy($self->h);
+        free($self);
+    }
+    /*
+     * mc_store_setup() with every field given: strings may be "" but not
+     * NULL, except tenant_id (NULL or "" = "default").
+     */
+    int setup(const char *local_hostname, const char *metadata_server,
+              uint64_t global_segment_size, uint64_t local_buffer_size,
+              const char *protocol, const char *rdma_devices,
+              const char *master_server_addr, const char *tenant_id = NULL)
+    {
+        mc_store_params_t p;
+        memset(&p, 0, sizeof(p));
+        p.field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
+                       MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE |
+                       MC_STORE_PARAM_LOCAL_BUFFER_SIZE | MC_STORE_PARAM_PROTOCOL |
+                       MC_STORE_PARAM_RDMA_DEVICES | MC_STORE_PARAM_MASTER_SERVER_ADDR;
+        p.local_hostname = local_hostname;
+        p.metadata_server = metadata_server;
+        p.global_segment_size = global_segment_size;
+        p.local_buffer_size = local_buffer_size;
+        p.protocol = protocol;
+        p.rdma_devices = rdma_devices;
+        p.master_server_addr = master_server_addr;
+        if ((tenant_id != NULL) && (tenant_id[0] != '\0')) {
+            p.field_mask |= MC_STORE_PARAM_TENANT_ID;
+            p.tenant_id = tenant_id;
+        }
+        return mc_store_setup($self->h, &p);
+    }
+
+    /* Unmount this client's segments; its objects disappear.  The store can
+     * be set up again. */
+    int close()
+    {
+        return mc_store_close($self->h);
+    }
+
+    /* "host:port" of the transfer engine, "" before setup.  A copy, so a
+     * concurrent close() cannot pull the string away from the caller. */
+    char *hostname()
+    {
+        const char *h = mc_store_hostname($self->h);
+        return strdup((h != NULL) ? h : "");
+    }
+
+    /* Store @p len bytes; an existing key keeps its value and reports 0. */
+    int put(const char *key, const void *data, size_t len,
+            const mc_replicate_config_t *config = NULL)
+    {
+        return mc_store_put($self->h, key, data, len, config);
+    }
+
+    /* 1 present, 0 absent, negative status on error (grants a lease). */
+    int exist(const char *key)
+    {
+        return mc_store_exist($self->h, key);
+    }
+
+    /* Object size, or a negative status (grants a lease). */
+    int64_t get_size(const char *key)
+    {
+        uint64_t size = 0;
+        mc_status_t st = mc_store_get_size($self->h, key, &size);
+        if (st != MC_OK)
+            return (int64_t)st;
+        if (size > (uint64_t)INT64_MAX)
+            return (int64_t)MC_INTERNAL_ERROR;
+        return (int64_t)size;
+    }
+
+    /* MC_OK, MC_OBJECT_NOT_FOUND, MC_OBJECT_HAS_LEASE (unless force), ... */
+    int remove(const char *key, int force = 0)
+    {
+        return mc_store_remove($self->h, key, force);
+    }
+}

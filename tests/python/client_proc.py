@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A store client in its own process, driven by the tests over a pipe.
+
+Protocol: one JSON object per line on stdin, one JSON answer per line on
+stdout, in order.  Every request has "op"; a failure inside an op answers
+{"error": "..."} and the process keeps serving.  Values travel as hex
+(small ones) or are generated here and described by their SHA-256, so
+64 MiB objects never cross the pipe.
+
+  setup        args=[...7 positional...] | config={...}   -> rc, hostname
+  put          key, hex, preferred?                        -> rc
+  put_random   key, size, preferred?                       -> rc, sha256
+  get          key                                -> len, sha256, seconds, hex (<= 4 KiB),
+                                                     detail (why, when b"")
+  exist        key                                         -> rc
+  get_size     key                                         -> rc
+  remove       key, force?                                 -> rc
+  put_batch    keys, hexes                                 -> rc
+  get_batch    keys                                        -> hexes
+  batch_exist  keys                                        -> rcs
+  hostname                                                 -> hostname
+  close                                                    -> rc
+  exit                                                     (no answer)
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig, last_error_detail
+
+
+def config_for(req):
+    seg = req.get("preferred")
+    if not seg:
+        return None
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = seg
+    return cfg
+
+
+def handle(store, req):
+    op = req["op"]
+    if op == "setup":
+        if "config" in req:
+            rc = store.setup(req["config"])
+        else:
+            rc = store.setup(*req["args"], **req.get("kwargs", {}))
+        return {"rc": rc, "hostname": store.get_hostname()}
+    if op == "put":
+        return {"rc": store.put(req["key"], bytes.fromhex(req["hex"]), config_for(req))}
+    if op == "put_random":
+        data = os.urandom(req["size"])
+        rc = store.put(req["key"], data, config_for(req))
+        return {"rc": rc, "sha256": hashlib.sha256(data).hexdigest()}
+    if op == "get":
+        t0 = time.monotonic()
+        data = store.get(req["key"])
+        out = {"len": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+               "seconds": round(time.monotonic() - t0, 3)}
+        if len(data) <= 4096:
+            out["hex"] = data.hex()
+        if not data:
+            out["detail"] = last_error_detail()
+        return out
+    if op == "exist":
+        return {"rc": store.is_exist(req["key"])}
+    if op == "get_size":
+        return {"rc": store.get_size(req["key"])}
+    if op == "remove":
+        return {"rc": store.remove(req["key"], req.get("force", False))}
+    if op == "put_batch":
+        return {"rc": store.put_batch(req["keys"], [bytes.fromhex(h) for h in req["hexes"]])}
+    if op == "get_batch":
+        return {"hexes": [v.hex() for v in store.get_batch(req["keys"])]}
+    if op == "batch_exist":
+        return {"rcs": store.batch_is_exist(req["keys"])}
+    if op == "hostname":
+        return {"hostname": store.get_hostname()}
+    if op == "close":
+        return {"rc": store.close()}
+    raise ValueError(f"unknown op {op!r}")
+
+
+def main():
+    store = MooncakeDistributedStore()
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            if req.get("op") == "exit":
+                break
+            resp = handle(store, req)
+        except Exception as e:  # report, keep serving
+            traceback.print_exc(file=sys.stderr)
+            resp = {"error": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(resp).encode() + b"\n")
+        out.flush()
+    store.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shared machinery of the pytest suite: a real mooncake_master on free
+loopback ports, client processes driven over a JSON-lines pipe, and bounded
+polling.  Nothing here sleeps "long enough": every wait polls a condition
+with a deadline and fails loudly when the deadline passes.
+"""
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+SRCDIR = HERE.parent.parent
+EXAMPLES = SRCDIR / "examples"
+CLIENT_PROC = HERE / "client_proc.py"
+
+#: Lease TTL the test master runs with by default (ms); upstream CI uses the
+#: same.  A read that outlives its lease is discarded (LEASE_EXPIRED), so
+#: modules that move tens of MiB on a loaded machine ask for a longer one by
+#: setting a module-level LEASE_TTL_MS.
+LEASE_TTL_MS = 500
+#: Client liveness TTL of the test master (s).
+CLIENT_TTL_S = 2
+
+MiB = 1024 * 1024
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago (bind 0, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: str,
+               interval: float = 0.05) -> Any:
+    """Poll ``cond`` until it returns a truthy value; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = cond()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what} "
+                                 f"(last value {last!r})")
+        time.sleep(interval)
+
+
+def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def master_bin() -> str:
+    """The mooncake_master to test: $MC_MASTER_BIN (set by make check-python)."""
+    path = os.environ.get("MC_MASTER_BIN")
+    if not path:
+        raise RuntimeError("MC_MASTER_BIN is not set; run the suite with `make check-python`")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"MC_MASTER_BIN={path} is not an executable")
+    return path
+
+
+class Master:
+    """A mooncake_master process on free loopback ports."""
+
+    def __init__(self, extra_args: Optional[List[str]] = None,
+                 lease_ttl_ms: int = LEASE_TTL_MS) -> None:
+        self.lease_ttl_ms = lease_ttl_ms
+        self.port = free_port()
+        self.http_port = free_port()
+        self.metrics_port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="mc-master-", suffix=".log", delete=False)
+        args = [
+            master_bin(),
+            f"--port={self.port}",
+            "--rpc_address=127.0.0.1",
+            "--enable_http_metadata_server=true",
+            "--http_metadata_server_host=127.0.0.1",
+            f"--http_metadata_server_port={self.http_port}",
+            "--metrics_host=127.0.0.1",
+            f"--metrics_port={self.metrics_port}",
+            f"--client_ttl={CLIENT_TTL_S}",
+            f"--default_kv_lease_ttl={lease_ttl_ms}",
+        ] + list(extra_args or [])
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: self.proc.poll() is not None or
+                       (port_accepts(self.port) and port_accepts(self.http_port)),
+                       10.0, "the master to accept connections")
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mooncake_master exited with {self.proc.returncode}:\n"
+                                   + self.log_text())
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metadata_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/metadata"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return Path(self.log.name).read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> Optional[int]:
+        """SIGTERM, then SIGKILL after 10 s; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.log.close()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+        return self.proc.returncode
+
+
+class ClientError(AssertionError):
+    pass
+
+
+class ClientProc:
+    """A store client in a separate process (tests/python/client_proc.py).
+
+    ``call(op, **args)`` sends one JSON request line and returns the decoded
+    answer; an answer carrying "error" raises :class:`ClientError`.
+    """
+
+    def __init__(self, name: str = "client", env: Optional[Dict[str, str]] = None) -> None:
+        self.name = name
+        self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CLIENT_PROC)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            env=dict(os.environ, **(env or {})), bufsize=0)
+        self._lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return Path(self.log.name).read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def call(self, op: str, timeout: float = 60.0, **args: Any) -> Dict[str, Any]:
+        assert self.proc.stdin is not None
+        req = dict(args, op=op)
+        try:
+            self.proc.stdin.write(json.dumps(req).encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError as e:
+            raise ClientError(f"{self.name}: cannot send {op}: {e}\n{self.log_text()}")
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise ClientError(f"{self.name}: no answer to {op} within {timeout}s\n"
+                              + self.log_text()) from None
+        if line is None:
+            raise ClientError(f"{self.name}: exited ({self.proc.poll()}) during {op}\n"
+                              + self.log_text())
+        resp = json.loads(line)
+        if "error" in resp:
+            raise ClientError(f"{self.name}: {op} failed: {resp['error']}")
+        return resp
+
+    def setup(self, master: Master, metadata: str = "P2PHANDSHAKE",
+              segment: int = 64 * MiB, buffer: int = 16 * MiB) -> str:
+        """setup() against ``master``; returns the client's hostname."""
+        md = master.metadata_url if metadata == "http" else metadata
+        r = self.call("setup", args=["localhost", md, segment, buffer, "tcp", "",
+                                     master.addr])
+        if r["rc"] != 0:
+            raise ClientError(f"{self.name}: setup returned {r['rc']}\n{self.log_text()}")
+        return r["hostname"]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Ask the process to exit, kill it if it does not within 10 s."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(b'{"op": "exit"}\n')
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Objects live as long as the client whose memory holds them.
+
+* A client killed with SIGKILL stops pinging; after --client_ttl (2 s here)
+  the master unmounts its segment and its objects become unreadable, while
+  the surviving client keeps working.
+* close() unmounts at once: the objects of the closed client disappear for
+  everybody; the closed store answers UNAVAILABLE_IN_CURRENT_STATUS / b""
+  and can be set up again.
+"""
+
+import uuid
+
+from helpers import CLIENT_TTL_S, wait_until
+
+# Nothing here depends on leases expiring.
+LEASE_TTL_MS = 5000
+
+
+def owned_keys(client, name, n=3):
+    keys = []
+    for i in range(n):
+        k = f"owned-{i}-{uuid.uuid4().hex}"
+        r = client.call("put_random", key=k, size=1000 + i, preferred=name)
+        assert r["rc"] == 0
+        keys.append(k)
+    return keys
+
+
+def test_killed_client_objects_disappear(master, spawn_client):
+    victim = spawn_client("victim")
+    survivor = spawn_client("survivor")
+    victim_name = victim.setup(master)
+    survivor_name = survivor.setup(master)
+    keys = owned_keys(victim, victim_name)
+    for k in keys:
+        assert survivor.call("exist", key=k)["rc"] == 1
+
+    victim.kill()
+
+    # get fails fast (the owner is gone) and, once the TTL has passed, the
+    # master forgets the objects: bounded poll, generous over 2 s.
+    def gone():
+        return all(survivor.call("exist", key=k)["rc"] == 0 for k in keys)
+    wait_until(gone, CLIENT_TTL_S + 8, "the dead client's objects to disappear", 0.2)
+    for k in keys:
+        assert survivor.call("get", key=k)["len"] == 0
+
+    # the survivor is unaffected
+    mine = owned_keys(survivor, survivor_name, 2)
+    for k in mine:
+        assert survivor.call("get", key=k)["len"] > 0
+    assert master.alive()
+
+
+def test_close_removes_objects_for_everybody(master, spawn_client):
+    a = spawn_client("closer")
+    b = spawn_client("reader")
+    a_name = a.setup(master)
+    b.setup(master)
+    keys = owned_keys(a, a_name)
+    assert all(b.call("exist", key=k)["rc"] == 1 for k in keys)
+    # close() unmounts synchronously, read leases or not
+    assert a.call("close")["rc"] == 0
+    assert [b.call("exist", key=k)["rc"] for k in keys] == [0] * len(keys)
+    assert all(b.call("get", key=k)["len"] == 0 for k in keys)
+
+    # the closed store refuses work without crashing
+    assert a.call("put", key="after-close", hex="00")["rc"] == -1010
+    assert a.call("get", key=keys[0])["len"] == 0
+    assert a.call("exist", key=keys[0])["rc"] == -1010
+    assert a.call("hostname")["hostname"] == ""
+    # and can be set up again
+    new_name = a.setup(master)
+    k = f"again-{uuid.uuid4().hex}"
+    assert a.call("put", key=k, hex="abcd", preferred=new_name)["rc"] == 0
+    assert b.call("get", key=k)["hex"] == "abcd"
