@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Store benchmark: one command, one table.
+
+Starts a mooncake_master on free loopback ports and two client processes:
+the *holder* contributes a large segment, the *driver* puts values into the
+holder's segment (preferred_segment) and gets them back, so every put and
+get crosses processes over TCP.  In the same run it measures raw
+single-connection loopback TCP moving the same bytes (bench/raw_tcp: one
+request/response per value) and prints get/raw-TCP as a ratio.
+
+    bench/store_bench.py [--build-dir build] [--sizes 4096,65536,...]
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
+# bytes moved per size, bounded so the run fits a 2-core CI box
+TOTAL_BYTES = 256 << 20
+MIN_OPS, MAX_OPS = 24, 20000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ops_for(size):
+    return max(MIN_OPS, min(MAX_OPS, TOTAL_BYTES // size))
+
+
+def pct(sorted_vals, p):
+    if not sorted_vals:
+        return float("nan")
+    i = min(len(sorted_vals) - 1, int(len(sorted_vals) * p / 100))
+    return sorted_vals[i]
+
+
+# --------------------------------------------------------------------------
+# worker side: a client process driven by JSON lines on stdin
+
+
+def worker_main():
+    from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+    store = MooncakeDistributedStore()
+
+    def reply(obj):
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        if op == "setup":
+            rc = store.setup("localhost", cmd["metadata"], cmd["segment"],
+                             cmd["local_buffer"], "tcp", "", cmd["master"])
+            reply({"rc": rc, "hostname": store.get_hostname() if rc == 0 else ""})
+        elif op == "run":
+            size, n, target = cmd["size"], cmd["count"], cmd["target"]
+            cfg = ReplicateConfig()
+            cfg.preferred_segment = target
+            value = os.urandom(size)
+            keys = ["bench_%d_%d" % (size, i) for i in range(n)]
+            t0 = time.perf_counter()
+            for k in keys:
+                rc = store.put(k, value, cfg)
+                if rc != 0:
+                    reply({"error": "put %s -> %d" % (k, rc)})
+                    break
+            put_s = time.perf_counter() - t0
+            lat = []
+            t0 = time.perf_counter()
+            for k in keys:
+                s = time.perf_counter_ns()
+                data = store.get(k)
+                lat.append(time.perf_counter_ns() - s)
+                if len(data) != size:
+                    reply({"error": "get %s returned %d bytes" % (k, len(data))})
+                    break
+            get_s = time.perf_counter() - t0
+            if store.get(keys[0]) != value:
+                reply({"error": "value mismatch"})
+                continue
+            for k in keys:
+                store.remove(k, force=True)
+            lat.sort()
+            reply({"put_s": put_s, "get_s": get_s,
+                   "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3})
+        elif op == "quit":
+            store.close()
+            reply({"rc": 0})
+            return
+
+
+# --------------------------------------------------------------------------
+# driver side
+
+
+class Worker:
+    def __init__(self, env):
+        self.p = subprocess.Popen([sys.executable, __file__, "--role", "worker"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  env=env, text=True)
+
+    def call(self, **cmd):
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("worker died during %s" % cmd["op"])
+        out = json.loads(line)
+        if "error" in out:
+            raise RuntimeError(out["error"])
+        return out
+
+    def stop(self):
+        try:
+            self.call(op="quit")
+            self.p.wait(timeout=10)
+        except Exception:
+            self.p.kill()
+            self.p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(__file__), "..", "build"))
+    ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
+    ap.add_argument("--metadata", choices=["p2p", "http"], default="p2p")
+    ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.role == "worker":
+        return worker_main()
+
+    build = os.path.abspath(args.build_dir)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(build, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["LD_LIBRARY_PATH"] = os.path.join(build, ".libs") + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+
+    rpc, http = free_port(), free_port()
+    master = subprocess.Popen(
+        [os.path.join(build, "mooncake_master"), "--port=%d" % rpc, "--rpc_address=127.0.0.1",
+         "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+         "--http_metadata_server_port=%d" % http],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers = []
+    try:
+        deadline = time.time() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", rpc), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or master.poll() is not None:
+                    raise RuntimeError("master did not start")
+                time.sleep(0.05)
+        metadata = "P2PHANDSHAKE" if args.metadata == "p2p" else \
+            "http://127.0.0.1:%d/metadata" % http
+        master_addr = "127.0.0.1:%d" % rpc
+        holder_seg = max(ops_for(s) * s for s in sizes) + (64 << 20)
+        holder, driver = Worker(env), Worker(env)
+        workers = [holder, driver]
+        h = holder.call(op="setup", metadata=metadata, master=master_addr,
+                        segment=holder_seg, local_buffer=16 << 20)
+        driver.call(op="setup", metadata=metadata, master=master_addr,
+                    segment=0, local_buffer=64 << 20)
+
+        rows = []
+        for size in sizes:
+            n = ops_for(size)
+            r = driver.call(op="run", size=size, count=n, target=h["hostname"])
+            raw = json.loads(subprocess.check_output(
+                [os.path.join(build, "bench", "raw_tcp"), str(size), str(n)], text=True))
+            rows.append((size, n, r, raw))
+
+        print("mooncake store benchmark: 1 master + 2 client processes on loopback, "
+              "metadata=%s" % args.metadata)
+        print("%-8s %6s | %9s %9s | %9s %9s %8s %8s | %9s %8s | %6s" % (
+            "value", "ops", "put GB/s", "put op/s", "get GB/s", "get op/s", "p50 us",
+            "p99 us", "raw GB/s", "raw p50", "get/raw"))
+        for size, n, r, raw in rows:
+            get_gbps = size * n / r["get_s"] / 1e9
+            print("%-8s %6d | %9.3f %9.0f | %9.3f %9.0f %8.1f %8.1f | %9.3f %8.1f | %6.2f" % (
+                human(size), n, size * n / r["put_s"] / 1e9, n / r["put_s"], get_gbps,
+                n / r["get_s"], r["p50_us"], r["p99_us"], raw["gbps"], raw["p50_us"],
+                get_gbps / raw["gbps"]))
+    finally:
+        for w in workers:
+            w.stop()
+        master.send_signal(signal.SIGTERM)
+        try:
+            master.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            master.kill()
+            master.wait()
+
+
+def human(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return "%d %s" % (n, unit)
+        n //= 1024
+    return "%d TiB" % n
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+#!/bin/bash
+# Install what is missing, build, and run every test suite:
+#   1. Check unit tests (tests/unit) on the regular build
+#   2. pytest end-to-end suite (tests/python): real master + client processes
+#   3. the unit tests and a C end-to-end run under AddressSanitizer + UBSan
+# The regular build runs 1 and 2 in parallel with the sanitizer build.
+# Prints each runner's summary; exits non-zero if anything failed.
+set -u
+top=$(cd "$(dirname "$0")" && pwd)
+cd "$top"
+
+"$top/scripts/deps.sh" || exit 1
+
+logdir=$(mktemp -d /tmp/mooncake-test.XXXXXX)
+trap 'rm -rf "$logdir"' EXIT
+status=0
+
+# Sanitizer build in the background: it only needs the CPU while the main
+# build is linking or the Python suite waits on sockets.
+(
+    BUILD_DIR="$top/build-asan" CONFIGURE_FLAGS="--enable-sanitizers --disable-python" \
+        "$top/scripts/build.sh" &&
+    make -C "$top/build-asan" -j2 check TESTS= >/dev/null &&
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        "$top/build-asan/tests/unit/check_all" &&
+    "$top/tests/c/e2e_hello.sh" "$top/build-asan"
+) >"$logdir/asan.log" 2>&1 &
+asan_pid=$!
+
+if ! "$top/scripts/build.sh"; then
+    wait "$asan_pid"
+    exit 1
+fi
+make -C "$top/build" -j2 check TESTS= >"$logdir/check-build.log" 2>&1 ||
+    { tail -40 "$logdir/check-build.log"; exit 1; }
+
+echo "== Check unit tests"
+if ! "$top/build/tests/unit/check_all" 2>&1 | tail -n 25; then status=1; fi
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== pytest end-to-end suite"
+make -C "$top/build" --no-print-directory check-python 2>&1 | tail -n 30
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== sanitizer build (ASan + UBSan): unit tests and C end-to-end"
+if wait "$asan_pid"; then
+    grep -E '^[0-9]+%: Checks|^e2e:' "$logdir/asan.log"
+else
+    tail -n 60 "$logdir/asan.log"
+    status=1
+fi
+
+if [ "$status" -eq 0 ]; then echo "test.sh: all suites passed"; else echo "test.sh: FAILED"; fi
+exit "$status"
