@@ -20,8 +20,9 @@ status=0
 (
     BUILD_DIR="$top/build-asan" CONFIGURE_FLAGS="--enable-sanitizers --disable-python" \
         "$top/scripts/build.sh" &&
-    make -C "$top/build-asan" -j2 check TESTS= >/dev/null &&
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    make -C "$top/build-asan" -j2 tests/unit/check_all >/dev/null &&
+    MC_LOG_LEVEL=error ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$top/build-asan/tests/unit/check_all" &&
     "$top/tests/c/e2e_hello.sh" "$top/build-asan"
 ) >"$logdir/asan.log" 2>&1 &
@@ -31,12 +32,13 @@ if ! "$top/scripts/build.sh"; then
     wait "$asan_pid"
     exit 1
 fi
-make -C "$top/build" -j2 check TESTS= >"$logdir/check-build.log" 2>&1 ||
+make -C "$top/build" -j2 tests/unit/check_all >"$logdir/check-build.log" 2>&1 ||
     { tail -40 "$logdir/check-build.log"; exit 1; }
 
 echo "== Check unit tests"
-if ! "$top/build/tests/unit/check_all" 2>&1 | tail -n 25; then status=1; fi
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# Expected error paths log warnings; keep the summary readable.
+MC_LOG_LEVEL=error "$top/build/tests/unit/check_all" >"$logdir/unit.log" 2>&1 || status=1
+grep -E '^[0-9]+%: Checks|:[EF]:' "$logdir/unit.log" || tail -n 40 "$logdir/unit.log"
 
 echo "== pytest end-to-end suite"
 make -C "$top/build" --no-print-directory check-python 2>&1 | tail -n 30

@@ -90,6 +90,8 @@ check-python: all
 	MC_MASTER_BIN=$(abs_builddir)/mooncake_master \
 	PYTHONDONTWRITEBYTECODE=1 \
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(srcdir)/tests/python
+# `make check` (and distcheck) runs the Python suite too.
+check_local_targets += check-python
 else
 check-python:
 	@echo "check-python: the Python bindings are not configured (--enable-python)"; exit 1
