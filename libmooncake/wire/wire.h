@@ -164,7 +164,14 @@ typedef mc_wire_config_t mc_wire_CONFIG_t;
     X(BATCH_PUT_REVOKE, batch_put_revoke, 22)                \
     X(BATCH_GET_REPLICA_LIST, batch_get_replica_list, 23)    \
     X(BATCH_EXIST_KEY, batch_exist_key, 24)                  \
-    X(BATCH_REMOVE, batch_remove, 25)
+    X(BATCH_REMOVE, batch_remove, 25)                        \
+    X(UPSERT_START, upsert_start, 30)                        \
+    X(UPSERT_END, upsert_end, 31)                            \
+    X(UPSERT_REVOKE, upsert_revoke, 32)                      \
+    X(BATCH_UPSERT_START, batch_upsert_start, 33)            \
+    X(BATCH_UPSERT_END, batch_upsert_end, 34)                \
+    X(BATCH_UPSERT_REVOKE, batch_upsert_revoke, 35)          \
+    X(REMOVE_BY_REGEX, remove_by_regex, 36)
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
@@ -229,6 +236,31 @@ typedef mc_wire_config_t mc_wire_CONFIG_t;
 
 #define MC_WIRE_REQ_batch_remove(F) F(KEYS, keys) F(U8, force)
 #define MC_WIRE_RESP_batch_remove(F) F(I32S, statuses)
+
+/* Upsert: a new key behaves as PUT_START; an existing one is rewritten in
+ * place (same size, no reader holds a lease) or gets fresh buffers that
+ * replace the old ones at UPSERT_END.  Replicas come back PROCESSING. */
+#define MC_WIRE_REQ_upsert_start(F) F(UUID, client_id) F(KEY, key) F(U64, length) F(CONFIG, config)
+#define MC_WIRE_RESP_upsert_start(F) F(REPLICAS, replicas)
+
+#define MC_WIRE_REQ_upsert_end(F) F(UUID, client_id) F(KEY, key)
+#define MC_WIRE_RESP_upsert_end(F)
+
+#define MC_WIRE_REQ_upsert_revoke(F) F(UUID, client_id) F(KEY, key)
+#define MC_WIRE_RESP_upsert_revoke(F)
+
+#define MC_WIRE_REQ_batch_upsert_start(F) F(UUID, client_id) F(KEYS, keys) F(U64S, lengths) F(CONFIG, config)
+#define MC_WIRE_RESP_batch_upsert_start(F) F(RESULTS, results)
+
+#define MC_WIRE_REQ_batch_upsert_end(F) F(UUID, client_id) F(KEYS, keys)
+#define MC_WIRE_RESP_batch_upsert_end(F) F(I32S, statuses)
+
+#define MC_WIRE_REQ_batch_upsert_revoke(F) F(UUID, client_id) F(KEYS, keys)
+#define MC_WIRE_RESP_batch_upsert_revoke(F) F(I32S, statuses)
+
+/* POSIX extended regular expression over the tenant's keys. */
+#define MC_WIRE_REQ_remove_by_regex(F) F(STR, regex) F(U8, force)
+#define MC_WIRE_RESP_remove_by_regex(F) F(I64, count)
 
 /* ---- generated declarations ------------------------------------------- */
 

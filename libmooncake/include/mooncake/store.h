@@ -224,6 +224,236 @@ MC_API mc_status_t mc_store_remove(mc_store_h store, const char *key, int force)
  */
 MC_API mc_te_h mc_store_engine(mc_store_h store);
 
+/* ======================================================================
+ * The whole object API (zero copy, upsert, removal families, sessions).
+ * "Registered" memory below means memory inside a region registered with
+ * mc_store_register_buffer() or inside the store's own local buffer
+ * (mc_store_mem_pool_alloc()); any other pointer is refused with
+ * MC_INVALID_PARAMS before a byte moves.
+ * ====================================================================== */
+
+/** @brief Register [addr, addr+len) for zero-copy calls. @since 0.1 */
+MC_API mc_status_t mc_store_register_buffer(mc_store_h store, void *addr, size_t len);
+
+/** @brief Unregister the region starting at @p addr. @since 0.1 */
+MC_API mc_status_t mc_store_unregister_buffer(mc_store_h store, void *addr);
+
+/**
+ * @brief Allocate @p size bytes from the store's registered local buffer.
+ * @param [out] ptr_p  Address, written on success.
+ * @return MC_NO_AVAILABLE_HANDLE when the local buffer is exhausted.
+ * @see mc_store_mem_pool_free
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_mem_pool_alloc(mc_store_h store, size_t size, void **ptr_p);
+
+/** @brief Return an allocation of mc_store_mem_pool_alloc(). @since 0.1 */
+MC_API mc_status_t mc_store_mem_pool_free(mc_store_h store, void *ptr);
+
+/* ---- upsert family: insert, or replace the value of an existing key ---- */
+
+/** @brief Upsert @p len bytes (same-size: in place; else reallocated). @since 0.1 */
+MC_API mc_status_t mc_store_upsert(mc_store_h store, const char *key, const void *data,
+                                   size_t len, const mc_replicate_config_t *cfg);
+
+/** @brief Upsert the concatenation of @p n parts. @since 0.1 */
+MC_API mc_status_t mc_store_upsert_parts(mc_store_h store, const char *key,
+                                         const mc_iov_t *parts, size_t n,
+                                         const mc_replicate_config_t *cfg);
+
+/** @brief Upsert several objects; per-key statuses. @since 0.1 */
+MC_API mc_status_t mc_store_upsert_batch(mc_store_h store, const char *const *keys,
+                                         const mc_iov_t *values, size_t n,
+                                         const mc_replicate_config_t *cfg,
+                                         mc_status_t *statuses);
+
+/* ---- zero-copy writes: the source memory must be registered ---------- */
+
+/** @brief put() from registered memory. @since 0.1 */
+MC_API mc_status_t mc_store_put_from(mc_store_h store, const char *key, const void *buf,
+                                     size_t len, const mc_replicate_config_t *cfg);
+
+/** @brief upsert() from registered memory. @since 0.1 */
+MC_API mc_status_t mc_store_upsert_from(mc_store_h store, const char *key, const void *buf,
+                                        size_t len, const mc_replicate_config_t *cfg);
+
+/**
+ * @brief Batch put from registered memory; object i is the concatenation of
+ *        bufs[i][0..counts[i]).
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h store, const char *const *keys,
+                                                 const mc_iov_t *const *bufs,
+                                                 const size_t *counts, size_t n,
+                                                 const mc_replicate_config_t *cfg,
+                                                 mc_status_t *statuses);
+
+/** @brief Batch upsert from registered memory (layout as above). @since 0.1 */
+MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h store, const char *const *keys,
+                                                    const mc_iov_t *const *bufs,
+                                                    const size_t *counts, size_t n,
+                                                    const mc_replicate_config_t *cfg,
+                                                    mc_status_t *statuses);
+
+/* ---- zero-copy reads: the destination memory must be registered ------ */
+
+/**
+ * @brief Read object @p key into registered memory.
+ * @return Bytes read (> 0 or 0 for an empty object) or a negative status:
+ *         MC_OBJECT_NOT_FOUND, MC_INVALID_PARAMS (buffer too small or not
+ *         registered), ...
+ * @since 0.1
+ */
+MC_API int64_t mc_store_get_into(mc_store_h store, const char *key, void *buf, size_t cap);
+
+/**
+ * @brief Batch read into registered memory; object i is scattered over
+ *        bufs[i][0..counts[i]) in order (one buffer per key is the plain
+ *        batch_get_into).  results[i] = object size, or a negative status
+ *        (MC_INVALID_PARAMS when the buffers hold less than the object).
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h store, const char *const *keys,
+                                                 const mc_iov_t *const *bufs,
+                                                 const size_t *counts, size_t n,
+                                                 int64_t *results);
+
+/** One fragment of a ranged read (get_into_ranges). @since 0.1 */
+typedef struct mc_store_range {
+    const char *key;     /**< source object */
+    void *buffer;        /**< destination buffer start (registered) */
+    uint64_t dst_offset; /**< where the fragment lands in @p buffer */
+    uint64_t src_offset; /**< where it starts in the object */
+    uint64_t length;     /**< bytes */
+    int64_t result;      /**< out: bytes read, or a negative status */
+} mc_store_range_t;
+
+/**
+ * @brief Read every fragment; each gets its own result.  Destination
+ *        overflow is checked against the registered region that contains
+ *        @p buffer, source overflow against the object size.  One master
+ *        round trip for all distinct keys.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_read_ranges(mc_store_h store, mc_store_range_t *ranges, size_t n);
+
+/* ---- ranged sessions (layer-wise KV load/save) ------------------------ */
+
+/** @brief Look keys up once and cache one complete replica + lease each. @since 0.1 */
+MC_API mc_status_t mc_store_get_session_start(mc_store_h store, const char *const *keys,
+                                              size_t n, mc_status_t *statuses);
+
+/**
+ * @brief Ranged reads for keys with an open get session (no master round
+ *        trip): key i reads counts[i] ranges [src_offsets[i][j], +bufs[i][j].len)
+ *        into bufs[i][j].base.  results[i] = bytes moved or negative.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_get_session_read(mc_store_h store, const char *const *keys,
+                                             const mc_iov_t *const *bufs,
+                                             const uint64_t *const *src_offsets,
+                                             const size_t *counts, size_t n, int64_t *results);
+
+/** @brief Drop the cached lookups of @p keys. @since 0.1 */
+MC_API mc_status_t mc_store_get_session_end(mc_store_h store, const char *const *keys, size_t n);
+
+/** @brief Reserve objects of the given sizes (BATCH_PUT_START) without writing. @since 0.1 */
+MC_API mc_status_t mc_store_put_session_start(mc_store_h store, const char *const *keys,
+                                              const uint64_t *sizes, size_t n,
+                                              const mc_replicate_config_t *cfg,
+                                              mc_status_t *statuses);
+
+/** @brief Ranged writes into open put sessions (no master round trip). @since 0.1 */
+MC_API mc_status_t mc_store_put_session_write(mc_store_h store, const char *const *keys,
+                                              const mc_iov_t *const *bufs,
+                                              const uint64_t *const *dst_offsets,
+                                              const size_t *counts, size_t n, int64_t *results);
+
+/** @brief Seal, wait for in-flight writes, then PUT_END. @since 0.1 */
+MC_API mc_status_t mc_store_put_session_end(mc_store_h store, const char *const *keys, size_t n,
+                                            mc_status_t *statuses);
+
+/** @brief Seal, wait for in-flight writes, then PUT_REVOKE. @since 0.1 */
+MC_API mc_status_t mc_store_put_session_revoke(mc_store_h store, const char *const *keys,
+                                               size_t n, mc_status_t *statuses);
+
+/* ---- buffers owned by the store -------------------------------------- */
+
+/** Opaque handle of an object copied into the store's local buffer. @since 0.1 */
+typedef struct mc_store_buffer *mc_store_buffer_h;
+
+/**
+ * @brief Read @p key into a fresh allocation of the local buffer.  The
+ *        memory stays valid until mc_store_buffer_release(), even if the
+ *        store is closed meanwhile.
+ * @return MC_OBJECT_NOT_FOUND for a miss.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_get_buffer(mc_store_h store, const char *key,
+                                       mc_store_buffer_h *buffer_p);
+
+/** @brief Batch form; buffers[i] is NULL where statuses[i] != MC_OK. @since 0.1 */
+MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h store, const char *const *keys,
+                                             size_t n, mc_store_buffer_h *buffers,
+                                             mc_status_t *statuses);
+
+MC_API void *mc_store_buffer_data(mc_store_buffer_h buffer);     /**< @since 0.1 */
+MC_API uint64_t mc_store_buffer_size(mc_store_buffer_h buffer);  /**< @since 0.1 */
+MC_API void mc_store_buffer_release(mc_store_buffer_h buffer);   /**< NULL ok. @since 0.1 */
+
+/* ---- removal family -------------------------------------------------- */
+
+/** @brief Remove several keys; per-key statuses (-704, -706, ...). @since 0.1 */
+MC_API mc_status_t mc_store_batch_remove(mc_store_h store, const char *const *keys,
+                                         size_t n, int force, mc_status_t *statuses);
+
+/**
+ * @brief Remove every key of this tenant matching a POSIX extended regular
+ *        expression.  @p count_p gets the number removed.
+ * @return MC_INVALID_PARAMS for a pattern that does not compile.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_remove_by_regex(mc_store_h store, const char *regex, int force,
+                                            int64_t *count_p);
+
+/** @brief Remove every (unleased, unless @p force) key of this tenant. @since 0.1 */
+MC_API mc_status_t mc_store_remove_all(mc_store_h store, int force, int64_t *count_p);
+
+/* ---- replica descriptors ---------------------------------------------- */
+
+/** One replica as reported by the master. @since 0.1 */
+typedef struct mc_replica_desc {
+    mc_replica_status_t status; /**< COMPLETE for readable replicas */
+    int is_memory;              /**< 1: memory replica (the only kind so far) */
+    uint64_t addr;              /**< buffer address in the owner's segment */
+    uint64_t size;              /**< bytes */
+    char segment[256];          /**< transport endpoint "host:port" */
+    char protocol[16];          /**< "tcp" */
+} mc_replica_desc_t;
+
+/** @brief Number of replicas a query found. @since 0.1 */
+MC_API size_t mc_store_query_replica_count(mc_store_query_h query);
+
+/** @brief Describe replica @p i of a query. @since 0.1 */
+MC_API mc_status_t mc_store_query_replica(mc_store_query_h query, size_t i,
+                                          mc_replica_desc_t *desc);
+
+/* ---- host memory helpers ---------------------------------------------- */
+
+/** @brief Page-aligned host memory (mmap). @since 0.1 */
+MC_API mc_status_t mc_host_mem_alloc(size_t size, void **ptr_p);
+
+/** @brief Free memory of mc_host_mem_alloc(); INVALID_PARAMS for others. @since 0.1 */
+MC_API mc_status_t mc_host_mem_free(void *ptr);
+
+/**
+ * @brief Bind the calling thread's CPUs and memory policy to NUMA @p node.
+ * @return MC_NOT_SUPPORTED without libnuma or NUMA, MC_INVALID_PARAMS for a
+ *         node that does not exist.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_numa_bind(int node);
+
 #ifdef __cplusplus
 }
 #endif
