@@ -278,7 +278,7 @@ mc_status_t mc_master_http_start(mc_master_t *m)
         if ((getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) &&
             (getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
                          NI_NUMERICHOST | NI_NUMERICSERV) == 0))
-            snprintf(m->http_bound, sizeof(m->http_bound), "%s:%s", h, p);
+            snprintf(m->http_bound, sizeof(m->http_bound), "%.250s:%.32s", h, p);
         else
             snprintf(m->http_bound, sizeof(m->http_bound), "%s:%u", host, (unsigned)port);
     }

@@ -89,9 +89,17 @@ typedef struct mc_replica {
     mc_alloc_block_t block;    /* its range in seg's allocator */
     mc_object_t *obj;          /* NULL once discarded (preempted put) */
     uint64_t release_ms;       /* discarded: when the space is freed */
+    uint8_t fresh;             /* in obj->up_replicas (an upsert's new buffers) */
     mc_mlist_t seg_link;       /* in seg->replicas */
-    mc_mlist_t link;           /* in obj->replicas, or m->discarded */
+    mc_mlist_t link;           /* in obj->replicas, obj->up_replicas or m->discarded */
 } mc_replica_t;
+
+/* An upsert in progress on an existing object (docs/protocol.md §5.11). */
+typedef enum mc_upsert_mode {
+    MC_UPSERT_NONE    = 0,
+    MC_UPSERT_INPLACE = 1,     /* same buffers, object unreadable until the end */
+    MC_UPSERT_FRESH   = 2      /* new buffers in up_replicas, old ones readable */
+} mc_upsert_mode_t;
 
 struct mc_object {
     mc_hnode_t node;           /* in m->objects, hash of (tenant, key) */
@@ -108,6 +116,20 @@ struct mc_object {
     uint8_t hard_pin;
     uint8_t complete;          /* PutEnd done: every replica is COMPLETE */
     char *group_id;            /* NULL = ungrouped */
+    /* Upsert in progress: the config to apply at UPSERT_END.  In place,
+     * owner/put_start_ms/pending_link describe the upsert; fresh, these
+     * up_* fields do and the object stays complete. */
+    uint8_t upsert;            /* mc_upsert_mode_t */
+    uint8_t up_hard_pin;
+    uint8_t up_pin_action;     /* mc_soft_pin_action_t */
+    uint8_t up_has_group;
+    uint64_t up_pin_ttl_ms;
+    char *up_group_id;         /* with up_has_group; NULL = ungrouped */
+    uint64_t up_size;          /* fresh */
+    uint64_t up_start_ms;      /* fresh */
+    mc_uuid_t up_owner;        /* fresh */
+    mc_mlist_t up_replicas;    /* fresh: mc_replica_t.link */
+    mc_mlist_t up_link;        /* fresh: in m->upserting, oldest first */
     uint32_t tenant_len;
     uint32_t key_len;
     char strs[];               /* tenant bytes then key bytes, no NULs */
@@ -162,7 +184,9 @@ struct mc_master {
     /* objects.c */
     mc_hmap_t objects;
     mc_mlist_t pending;        /* incomplete objects, oldest PutStart first */
-    mc_mlist_t discarded;      /* replicas of preempted puts awaiting release */
+    mc_mlist_t discarded;      /* replicas awaiting release: preempted puts,
+                                * buffers replaced under a reader's lease */
+    mc_mlist_t upserting;      /* objects with a fresh-buffer upsert, oldest first */
     uint64_t next_replica_id;
 
     /* segments.c */
@@ -246,6 +270,21 @@ int32_t mc_master_batch_exist_key(mc_req_ctx_t *x, const mc_wire_batch_exist_key
 int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t *req,
                                mc_wire_batch_remove_resp_t *resp);
 
+/* Remove-by-regex and upsert (docs/protocol.md §5.8, §5.11). */
+int32_t mc_master_upsert_start(mc_req_ctx_t *x, const mc_wire_upsert_start_req_t *req,
+                               mc_wire_upsert_start_resp_t *resp);
+int32_t mc_master_upsert_end(mc_req_ctx_t *x, const mc_wire_upsert_end_req_t *req);
+int32_t mc_master_upsert_revoke(mc_req_ctx_t *x, const mc_wire_upsert_revoke_req_t *req);
+int32_t mc_master_batch_upsert_start(mc_req_ctx_t *x, const mc_wire_batch_upsert_start_req_t *req,
+                                     mc_wire_batch_upsert_start_resp_t *resp);
+int32_t mc_master_batch_upsert_end(mc_req_ctx_t *x, const mc_wire_batch_upsert_end_req_t *req,
+                                   mc_wire_batch_upsert_end_resp_t *resp);
+int32_t mc_master_batch_upsert_revoke(mc_req_ctx_t *x,
+                                      const mc_wire_batch_upsert_revoke_req_t *req,
+                                      mc_wire_batch_upsert_revoke_resp_t *resp);
+int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
+                                  mc_wire_remove_by_regex_resp_t *resp);
+
 size_t mc_master_objects_count(const mc_master_t *m);
 
 /* ---- segments.c (docs/protocol.md §5.3) ---------------------------------- */
@@ -263,12 +302,18 @@ void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg);
 
 /*
  * Placement (docs/protocol.md §5.5): allocate up to @p want buffers of
- * @p size bytes on distinct segment names, the preferred one first.
+ * @p size bytes on distinct segment names, the preferred one first, then
+ * (when @p local is not NULL: prefer_alloc_in_same_node) the segments of
+ * that client, then the others on its host, then the rest.
  * Writes the new replicas (status PROCESSING, not linked to an object) to
  * @p out and returns how many; 0 means nothing fitted.
  */
 uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t want,
-                                     mc_str_t preferred, mc_replica_t **out);
+                                     mc_str_t preferred, const mc_client_t *local,
+                                     mc_replica_t **out);
+/* Host part of a segment name: what precedes its last ':' (all of it
+ * when there is none). */
+mc_str_t mc_master_segment_host(const char *name);
 /* Give a replica's range back to its segment and unlink it from the
  * segment (the caller frees the struct). */
 void mc_master_segment_release(mc_master_t *m, mc_replica_t *r);

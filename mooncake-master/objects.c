@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The object index (docs/protocol.md §5.5-§5.9).
+ * The object index (docs/protocol.md §5.5-§5.9, §5.11).
  *
  * Objects are keyed by (tenant, key): one hash map, the hash chaining the
  * tenant bytes into the key bytes, so tenants never see each other's keys.
@@ -18,6 +18,14 @@
  *    PUT_START is erased.  m->pending is ordered by PUT_START time (objects
  *    are appended when created), so the tick only looks at its head.
  *
+ * Upsert (§5.11) rewrites an existing complete object either in place
+ * (same size, no lease: the object goes back to the incomplete state,
+ * owned by the upserter, and rides m->pending like a put) or into fresh
+ * buffers kept on o->up_replicas while the old value stays readable; the
+ * object then sits on m->upserting, also ordered by start time, so the
+ * tick can drop abandoned ones.  Old buffers replaced while a reader holds
+ * a lease wait on m->discarded until the lease deadline.
+ *
  * Leases are monotonic-clock deadlines: a read (GET_REPLICA_LIST,
  * EXIST_KEY and their batch forms) moves the deadline to at least
  * now + --default_kv_lease_ttl; REMOVE refuses a leased object unless
@@ -26,6 +34,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +64,7 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
         return MC_INTERNAL_ERROR;
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->discarded);
+    mc_mlist_init(&m->upserting);
     m->next_replica_id = 0;
     return MC_OK;
 }
@@ -71,17 +81,51 @@ static mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
     return n ? mc_container_of(n, mc_object_t, node) : NULL;
 }
 
-/* Free every replica of @p o, unlink and free it. */
-static void obj_erase(mc_master_t *m, mc_object_t *o)
+/* Give back and free every replica on @p list. */
+static void free_replicas(mc_master_t *m, mc_mlist_t *list)
 {
     mc_mlist_t *pos, *tmp;
-    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    mc_mlist_for_each_safe(pos, tmp, list)
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         mc_master_segment_release(m, r);
         mc_mlist_remove(&r->link);
         free(r);
     }
+}
+
+/* Move every replica on @p list to m->discarded, released at @p release_ms:
+ * someone (a writer, or a reader holding a lease) may still be using it. */
+static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms)
+{
+    mc_mlist_t *pos, *tmp;
+    mc_mlist_for_each_safe(pos, tmp, list)
+    {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        mc_mlist_remove(&r->link);
+        r->obj        = NULL;
+        r->fresh      = 0;
+        r->release_ms = release_ms;
+        mc_mlist_insert_tail(&m->discarded, &r->link);
+    }
+}
+
+/* Forget the upsert state of @p o (its fresh buffers are already gone). */
+static void upsert_clear(mc_object_t *o)
+{
+    o->upsert       = MC_UPSERT_NONE;
+    o->up_has_group = 0;
+    free(o->up_group_id);
+    o->up_group_id = NULL;
+    mc_mlist_remove(&o->up_link);
+}
+
+/* Free every replica of @p o, unlink and free it. */
+static void obj_erase(mc_master_t *m, mc_object_t *o)
+{
+    free_replicas(m, &o->replicas);
+    free_replicas(m, &o->up_replicas);
+    upsert_clear(o);
     mc_hmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
     free(o->group_id);
@@ -101,23 +145,36 @@ void mc_master_objects_cleanup(mc_master_t *m)
         n              = mc_hmap_next(&m->objects, &it);
         mc_mlist_for_each_safe(pos, tmp, &o->replicas)
             free(mc_container_of(pos, mc_replica_t, link));
+        mc_mlist_for_each_safe(pos, tmp, &o->up_replicas)
+            free(mc_container_of(pos, mc_replica_t, link));
         mc_hmap_remove(&m->objects, &o->node);
         free(o->group_id);
+        free(o->up_group_id);
         free(o);
     }
     mc_mlist_for_each_safe(pos, tmp, &m->discarded)
         free(mc_container_of(pos, mc_replica_t, link));
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->pending);
+    mc_mlist_init(&m->upserting);
     mc_hmap_cleanup(&m->objects);
 }
 
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
 {
     mc_object_t *o = r->obj;
+    int fresh      = r->fresh;
     mc_master_segment_release(m, r);
     mc_mlist_remove(&r->link);
     free(r);
+    if ((o != NULL) && fresh) {
+        /* An upsert lost its last new buffer: the old value stays, and the
+         * writer's UPSERT_END will answer OBJECT_NOT_FOUND (§5.11). */
+        if (mc_mlist_empty(&o->up_replicas))
+            mc_debug("upsert of %.*s lost its last new replica", (int)MC_MIN(o->key_len, 200u),
+                     mc_object_key(o).ptr);
+        return;
+    }
     if ((o != NULL) && mc_mlist_empty(&o->replicas)) {
         mc_debug("object %.*s lost its last replica", (int)MC_MIN(o->key_len, 200u),
                  mc_object_key(o).ptr);
@@ -129,18 +186,17 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
  * writer can no longer be writing, then erase the object. */
 static void obj_discard(mc_master_t *m, mc_object_t *o)
 {
-    mc_mlist_t *pos, *tmp;
-    uint64_t release_ms =
-        o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
-    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
-    {
-        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        mc_mlist_remove(&r->link);
-        r->obj        = NULL;
-        r->release_ms = release_ms;
-        mc_mlist_insert_tail(&m->discarded, &r->link);
-    }
+    defer_replicas(m, &o->replicas,
+                   o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
     obj_erase(m, o);
+}
+
+/* Preempt a stale fresh-buffer upsert the same way; the old value stays. */
+static void upsert_discard(mc_master_t *m, mc_object_t *o)
+{
+    defer_replicas(m, &o->up_replicas,
+                   o->up_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
+    upsert_clear(o);
 }
 
 void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
@@ -165,6 +221,16 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
                 m->cfg->put_start_release_timeout_sec);
         obj_erase(m, o);
+    }
+    while (!mc_mlist_empty(&m->upserting)) {
+        mc_object_t *o = mc_container_of(m->upserting.next, mc_object_t, up_link);
+        if (o->up_start_ms + release > now_ms)
+            break;
+        mc_info("releasing abandoned upsert of key '%.*s' (no UpsertEnd within %" PRId64 " s)",
+                (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
+                m->cfg->put_start_release_timeout_sec);
+        free_replicas(m, &o->up_replicas);
+        upsert_clear(o);
     }
 }
 
@@ -213,12 +279,13 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
     return MC_OK;
 }
 
-/* §5.5: what a ReplicateConfig may ask for. */
+/* §5.5: what a ReplicateConfig may ask for.  Malformed requests first
+ * (-600), then what is well formed but not built yet (-1012). */
 static int32_t config_check(mc_master_t *m, const mc_wire_config_t *c)
 {
-    if ((c->nof_replica_num > 0) || (c->dfs_replica_num > 0))
-        return MC_NOT_SUPPORTED; /* NVMe-oF and DFS tiers do not exist yet */
     if (c->replica_num == 0)
+        return MC_INVALID_PARAMS;
+    if (c->dfs_replica_num > 1)
         return MC_INVALID_PARAMS;
     if (c->soft_pin_action > MC_SOFT_PIN_DISABLE)
         return MC_INVALID_PARAMS;
@@ -228,7 +295,57 @@ static int32_t config_check(mc_master_t *m, const mc_wire_config_t *c)
         if (c->soft_pin_ttl_ms > m->cfg->max_kv_soft_pin_ttl)
             return MC_INVALID_PARAMS;
     }
+    if (c->prefer_alloc_in_same_node && (c->replica_num != 1))
+        return MC_INVALID_PARAMS;
+    if ((c->nof_replica_num > 0) || (c->dfs_replica_num > 0))
+        return MC_NOT_SUPPORTED; /* NVMe-oF and DFS tiers do not exist yet */
     return MC_OK;
+}
+
+/* prefer_alloc_in_same_node: the writer, when it mounted segments. */
+static const mc_client_t *writer_of(mc_master_t *m, mc_uuid_t client_id,
+                                    const mc_wire_config_t *cfg)
+{
+    return cfg->prefer_alloc_in_same_node ? mc_master_client_find(m, client_id) : NULL;
+}
+
+/* Allocate the replicas of one write (arena array in *reps_p); returns
+ * how many were placed, 0 when none fitted. */
+static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
+                      const mc_wire_config_t *cfg, mc_replica_t ***reps_p, int32_t *st_p)
+{
+    mc_master_t *m = x->m;
+    uint32_t want, n;
+
+    *reps_p = NULL;
+    if (m->nseg == 0) {
+        *st_p = MC_NO_AVAILABLE_HANDLE;
+        return 0;
+    }
+    want    = MC_MIN(cfg->replica_num, m->nseg);
+    *reps_p = mc_arena_calloc(x->arena, want, sizeof(**reps_p));
+    if (*reps_p == NULL) {
+        *st_p = MC_INTERNAL_ERROR;
+        return 0;
+    }
+    n = mc_master_segments_allocate(m, length, want, cfg->preferred_segment,
+                                    writer_of(m, client_id, cfg), *reps_p);
+    *st_p = n ? MC_OK : MC_NO_AVAILABLE_HANDLE;
+    return n;
+}
+
+/* Copy of a group id ("" = ungrouped → NULL in *out); -1 on OOM. */
+static int dup_group(const mc_str_t *group, char **out)
+{
+    *out = NULL;
+    if ((group == NULL) || (group->len == 0))
+        return 0;
+    *out = malloc((size_t)group->len + 1);
+    if (*out == NULL)
+        return -1;
+    memcpy(*out, group->ptr, group->len);
+    (*out)[group->len] = '\0';
+    return 0;
 }
 
 /*
@@ -242,7 +359,8 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     mc_master_t *m = x->m;
     mc_object_t *o;
     mc_replica_t **reps;
-    uint32_t want, n;
+    uint32_t n;
+    int32_t st;
 
     out->n = 0;
     out->v = NULL;
@@ -258,32 +376,24 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
         obj_discard(m, o);
     }
 
-    if (m->nseg == 0)
-        return MC_NO_AVAILABLE_HANDLE;
-    want   = MC_MIN(cfg->replica_num, m->nseg);
-    reps   = mc_arena_calloc(x->arena, want, sizeof(*reps));
-    out->v = mc_arena_calloc(x->arena, want, sizeof(*out->v));
-    if ((reps == NULL) || (out->v == NULL))
-        return MC_INTERNAL_ERROR;
-
-    n = mc_master_segments_allocate(m, length, want, cfg->preferred_segment, reps);
+    n = place(x, client_id, length, cfg, &reps, &st);
     if (n == 0)
-        return MC_NO_AVAILABLE_HANDLE;
+        return st;
+    out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
+    if (out->v == NULL)
+        goto oom;
 
     o = malloc(sizeof(*o) + (size_t)x->tenant.len + key.len);
     if (o == NULL)
         goto oom;
     memset(o, 0, sizeof(*o));
-    if ((group != NULL) && (group->len > 0)) {
-        o->group_id = malloc((size_t)group->len + 1);
-        if (o->group_id == NULL) {
-            free(o);
-            goto oom;
-        }
-        memcpy(o->group_id, group->ptr, group->len);
-        o->group_id[group->len] = '\0';
+    if (dup_group(group, &o->group_id) != 0) {
+        free(o);
+        goto oom;
     }
     mc_mlist_init(&o->replicas);
+    mc_mlist_init(&o->up_replicas);
+    mc_mlist_init(&o->up_link);
     o->size         = length;
     o->owner        = client_id;
     o->put_start_ms = x->now_ms;
@@ -297,6 +407,7 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
         memcpy(o->strs, x->tenant.ptr, x->tenant.len);
     memcpy(o->strs + x->tenant.len, key.ptr, key.len);
     mc_hmap_insert(&m->objects, &o->node, obj_hash(x->tenant, key));
+    mc_mlist_init(&o->pending_link);
     mc_mlist_insert_tail(&m->pending, &o->pending_link);
 
     for (uint32_t i = 0; i < n; i++) {
@@ -318,13 +429,74 @@ oom:
     return MC_INTERNAL_ERROR;
 }
 
-static int32_t put_end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
+/* UPSERT_END: the config given at UPSERT_START takes effect (§5.11). */
+static void apply_upsert_config(mc_object_t *o, uint64_t now_ms)
+{
+    o->hard_pin = o->up_hard_pin;
+    switch (o->up_pin_action) {
+    case MC_SOFT_PIN_ENABLE:
+        o->soft_pin_ttl_ms      = o->up_pin_ttl_ms;
+        o->soft_pin_deadline_ms = o->up_pin_ttl_ms ? now_ms + o->up_pin_ttl_ms : 0;
+        break;
+    case MC_SOFT_PIN_DISABLE:
+        o->soft_pin_ttl_ms      = 0;
+        o->soft_pin_deadline_ms = 0;
+        break;
+    default: /* PRESERVE: keep the old deadline */
+        break;
+    }
+    if (o->up_has_group) {
+        free(o->group_id);
+        o->group_id    = o->up_group_id;
+        o->up_group_id = NULL;
+    }
+}
+
+/* Fresh-buffer UPSERT_END: the new buffers replace the old ones.  Old
+ * buffers a reader may still be copying from (lease active) are freed
+ * when the lease runs out, not now. */
+static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
+{
+    mc_mlist_t *pos, *tmp;
+
+    if (obj_leased(o, now_ms))
+        defer_replicas(m, &o->replicas, o->lease_deadline_ms);
+    else
+        free_replicas(m, &o->replicas);
+    mc_mlist_for_each_safe(pos, tmp, &o->up_replicas)
+    {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        mc_mlist_remove(&r->link);
+        r->fresh  = 0;
+        r->status = MC_REPLICA_COMPLETE;
+        mc_mlist_insert_tail(&o->replicas, &r->link);
+    }
+    o->size              = o->up_size;
+    o->owner             = o->up_owner;
+    o->lease_deadline_ms = 0; /* as after PUT_END: the new value has no reader */
+    apply_upsert_config(o, now_ms);
+    upsert_clear(o);
+}
+
+/* PUT_END, and UPSERT_END when @p upsert. */
+static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int upsert)
 {
     mc_object_t *o = obj_find(x->m, x->tenant, key);
     mc_mlist_t *pos;
 
     if (o == NULL)
         return MC_OBJECT_NOT_FOUND;
+    if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
+        if (!mc_uuid_eq(o->up_owner, client_id))
+            return MC_ILLEGAL_CLIENT;
+        if (mc_mlist_empty(&o->up_replicas)) {
+            /* every new buffer went away with its segment */
+            upsert_clear(o);
+            return MC_OBJECT_NOT_FOUND;
+        }
+        upsert_swap(x->m, o, x->now_ms);
+        return MC_OK;
+    }
     if (!mc_uuid_eq(o->owner, client_id))
         return MC_ILLEGAL_CLIENT;
     if (o->complete)
@@ -333,6 +505,11 @@ static int32_t put_end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
         mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
     o->complete = 1;
     mc_mlist_remove(&o->pending_link);
+    if (o->upsert == MC_UPSERT_INPLACE) {
+        apply_upsert_config(o, x->now_ms);
+        upsert_clear(o);
+        return MC_OK;
+    }
     /* The soft pin starts when the object becomes readable; a fresh object
      * carries no lease (upstream grants a lease of 0 at PutEnd). */
     if (o->soft_pin_ttl_ms > 0)
@@ -340,17 +517,38 @@ static int32_t put_end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
     return MC_OK;
 }
 
-static int32_t put_revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
+static int32_t put_end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
+{
+    return end_one(x, client_id, key, 0);
+}
+
+/* PUT_REVOKE, and UPSERT_REVOKE when @p upsert. */
+static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int upsert)
 {
     mc_object_t *o = obj_find(x->m, x->tenant, key);
     if (o == NULL)
         return MC_OBJECT_NOT_FOUND;
+    if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
+        /* the revoking client is the writer: nothing writes there now */
+        if (!mc_uuid_eq(o->up_owner, client_id))
+            return MC_ILLEGAL_CLIENT;
+        free_replicas(x->m, &o->up_replicas);
+        upsert_clear(o);
+        return MC_OK;
+    }
     if (!mc_uuid_eq(o->owner, client_id))
         return MC_ILLEGAL_CLIENT;
     if (o->complete)
         return MC_INVALID_WRITE;
+    /* a new put, or an in-place upsert whose old bytes are half
+     * overwritten: either way the object goes */
     obj_erase(x->m, o);
     return MC_OK;
+}
+
+static int32_t put_revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
+{
+    return revoke_one(x, client_id, key, 0);
 }
 
 static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
@@ -391,7 +589,7 @@ static int32_t remove_one(mc_req_ctx_t *x, mc_str_t key, int force)
     if (!force) {
         if (obj_leased(o, x->now_ms))
             return MC_OBJECT_HAS_LEASE;
-        if (!o->complete)
+        if (!o->complete || (o->upsert != MC_UPSERT_NONE))
             return MC_REPLICA_IS_NOT_READY;
     }
     obj_erase(x->m, o);
@@ -465,7 +663,8 @@ int32_t mc_master_remove_all(mc_req_ctx_t *x, const mc_wire_remove_all_req_t *re
         n              = mc_hmap_next(&x->m->objects, &it);
         if (!mc_str_eq(mc_object_tenant(o), x->tenant))
             continue;
-        if (!req->force && (!o->complete || obj_leased(o, x->now_ms)))
+        if (!req->force && (!o->complete || (o->upsert != MC_UPSERT_NONE) ||
+                            obj_leased(o, x->now_ms)))
             continue;
         obj_erase(x->m, o);
         count++;
@@ -578,5 +777,283 @@ int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t
         return MC_INTERNAL_ERROR;
     for (uint32_t i = 0; i < req->keys.n; i++)
         resp->statuses.v[i] = remove_one(x, req->keys.v[i], req->force != 0);
+    return MC_OK;
+}
+
+/* ---- §5.11 upsert ----------------------------------------------------------------- */
+
+/* Stage the config of an upsert of an existing object on @p o; applied by
+ * UPSERT_END.  -1 on OOM (nothing changed). */
+static int upsert_stage(mc_master_t *m, mc_object_t *o, const mc_wire_config_t *cfg,
+                        const mc_str_t *group)
+{
+    char *g = NULL;
+    if ((group != NULL) && (dup_group(group, &g) != 0))
+        return -1;
+    free(o->up_group_id);
+    o->up_group_id   = g;
+    o->up_has_group  = group != NULL;
+    o->up_hard_pin   = cfg->with_hard_pin ? 1 : 0;
+    o->up_pin_action = cfg->soft_pin_action;
+    o->up_pin_ttl_ms = 0;
+    if (cfg->soft_pin_action == MC_SOFT_PIN_ENABLE)
+        o->up_pin_ttl_ms = cfg->has_soft_pin_ttl ? cfg->soft_pin_ttl_ms
+                                                 : m->cfg->default_kv_soft_pin_ttl;
+    return 0;
+}
+
+/*
+ * One UPSERT_START after config_check.  A new key is exactly PUT_START.
+ * An existing complete object of the same size that no reader holds a
+ * lease on is rewritten in place; otherwise fresh buffers are allocated
+ * and the old ones stay readable until UPSERT_END.
+ */
+static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
+                                uint64_t length, const mc_wire_config_t *cfg,
+                                const mc_str_t *group, mc_wire_replica_list_t *out)
+{
+    mc_master_t *m   = x->m;
+    uint64_t discard = (uint64_t)m->cfg->put_start_discard_timeout_sec * 1000u;
+    mc_object_t *o;
+    mc_replica_t **reps;
+    mc_mlist_t *pos;
+    uint32_t n;
+    int32_t st;
+
+    out->n = 0;
+    out->v = NULL;
+    if (length == 0)
+        return MC_INVALID_PARAMS;
+
+    o = obj_find(m, x->tenant, key);
+    if ((o != NULL) && !o->complete) {
+        /* a put or an in-place upsert is writing it */
+        if (x->now_ms < o->put_start_ms + discard)
+            return MC_OBJECT_REPLICA_BUSY;
+        mc_info("preempting stale write of key '%.*s'", (int)MC_MIN(key.len, 200u), key.ptr);
+        obj_discard(m, o);
+        o = NULL;
+    } else if ((o != NULL) && (o->upsert == MC_UPSERT_FRESH)) {
+        if (mc_mlist_empty(&o->up_replicas)) {
+            upsert_clear(o); /* its new buffers went away with their segment */
+        } else {
+            if (x->now_ms < o->up_start_ms + discard)
+                return MC_OBJECT_REPLICA_BUSY;
+            mc_info("preempting stale upsert of key '%.*s'", (int)MC_MIN(key.len, 200u),
+                    key.ptr);
+            upsert_discard(m, o);
+        }
+    }
+    if (o == NULL)
+        return put_start_one(x, client_id, key, length, cfg, group, out);
+
+    if ((length == o->size) && !obj_leased(o, x->now_ms)) {
+        /* In place: the same buffers, unreadable until UPSERT_END. */
+        n = 0;
+        for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
+            n++;
+        out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
+        if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0))
+            return MC_INTERNAL_ERROR;
+        for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+            mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+            r->status       = MC_REPLICA_PROCESSING;
+            fill_wire_replica(&out->v[out->n++], r, length);
+        }
+        o->upsert       = MC_UPSERT_INPLACE;
+        o->complete     = 0;
+        o->owner        = client_id;
+        o->put_start_ms = x->now_ms;
+        mc_mlist_insert_tail(&m->pending, &o->pending_link);
+        return MC_OK;
+    }
+
+    /* Fresh buffers; the old value stays readable meanwhile. */
+    n = place(x, client_id, length, cfg, &reps, &st);
+    if (n == 0)
+        return st;
+    out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
+    if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0)) {
+        for (uint32_t i = 0; i < n; i++) {
+            mc_master_segment_release(m, reps[i]);
+            free(reps[i]);
+        }
+        return MC_INTERNAL_ERROR;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        reps[i]->obj   = o;
+        reps[i]->fresh = 1;
+        mc_mlist_insert_tail(&o->up_replicas, &reps[i]->link);
+        fill_wire_replica(&out->v[i], reps[i], length);
+    }
+    out->n         = n;
+    o->upsert      = MC_UPSERT_FRESH;
+    o->up_size     = length;
+    o->up_start_ms = x->now_ms;
+    o->up_owner    = client_id;
+    mc_mlist_insert_tail(&m->upserting, &o->up_link);
+    return MC_OK;
+}
+
+int32_t mc_master_upsert_start(mc_req_ctx_t *x, const mc_wire_upsert_start_req_t *req,
+                               mc_wire_upsert_start_resp_t *resp)
+{
+    int32_t st = config_check(x->m, &req->config);
+    const mc_str_t *group = NULL;
+
+    if (st != MC_OK)
+        return st;
+    if (req->config.has_group_ids) {
+        if (req->config.group_ids.n != 1)
+            return MC_INVALID_PARAMS;
+        group = &req->config.group_ids.v[0];
+    }
+    return upsert_start_one(x, req->client_id, req->key, req->length, &req->config, group,
+                            &resp->replicas);
+}
+
+int32_t mc_master_upsert_end(mc_req_ctx_t *x, const mc_wire_upsert_end_req_t *req)
+{
+    return end_one(x, req->client_id, req->key, 1);
+}
+
+int32_t mc_master_upsert_revoke(mc_req_ctx_t *x, const mc_wire_upsert_revoke_req_t *req)
+{
+    return revoke_one(x, req->client_id, req->key, 1);
+}
+
+int32_t mc_master_batch_upsert_start(mc_req_ctx_t *x, const mc_wire_batch_upsert_start_req_t *req,
+                                     mc_wire_batch_upsert_start_resp_t *resp)
+{
+    const mc_wire_config_t *cfg = &req->config;
+    uint32_t n = req->keys.n;
+    int32_t cst;
+
+    if (req->lengths.n != n)
+        return MC_INVALID_PARAMS;
+    if (cfg->has_group_ids && (cfg->group_ids.n != n))
+        return MC_INVALID_PARAMS;
+    resp->results.n = 0;
+    resp->results.v = n ? mc_arena_calloc(x->arena, n, sizeof(*resp->results.v)) : NULL;
+    if ((n > 0) && (resp->results.v == NULL))
+        return MC_INTERNAL_ERROR;
+    resp->results.n = n;
+
+    cst = config_check(x->m, cfg);
+    for (uint32_t i = 0; i < n; i++) {
+        mc_wire_result_t *r = &resp->results.v[i];
+        r->size             = req->lengths.v[i];
+        r->status           = cst != MC_OK ? cst
+                                           : upsert_start_one(x, req->client_id, req->keys.v[i],
+                                                              req->lengths.v[i], cfg,
+                                                              cfg->has_group_ids
+                                                                  ? &cfg->group_ids.v[i]
+                                                                  : NULL,
+                                                              &r->replicas);
+    }
+    return MC_OK;
+}
+
+int32_t mc_master_batch_upsert_end(mc_req_ctx_t *x, const mc_wire_batch_upsert_end_req_t *req,
+                                   mc_wire_batch_upsert_end_resp_t *resp)
+{
+    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < req->keys.n; i++)
+        resp->statuses.v[i] = end_one(x, req->client_id, req->keys.v[i], 1);
+    return MC_OK;
+}
+
+int32_t mc_master_batch_upsert_revoke(mc_req_ctx_t *x,
+                                      const mc_wire_batch_upsert_revoke_req_t *req,
+                                      mc_wire_batch_upsert_revoke_resp_t *resp)
+{
+    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < req->keys.n; i++)
+        resp->statuses.v[i] = revoke_one(x, req->client_id, req->keys.v[i], 1);
+    return MC_OK;
+}
+
+/* ---- §5.8 REMOVE_BY_REGEX ----------------------------------------------------------- */
+
+/* Back-references (\1-\9) are a glibc extension to ERE and the one thing
+ * that makes matching exponential; the loop is single-threaded, so they are
+ * refused.  An escaped pair is skipped as a whole ("\\1" is fine). */
+static int has_backref(const char *pat)
+{
+    for (const char *p = pat; *p != '\0'; p++) {
+        if (*p != '\\')
+            continue;
+        if ((p[1] >= '1') && (p[1] <= '9'))
+            return 1;
+        if (p[1] == '\0')
+            break;
+        p++;
+    }
+    return 0;
+}
+
+/*
+ * POSIX extended regular expression, searched (not anchored) in each key of
+ * the tenant; same skipping rules as REMOVE_ALL.  The pattern is bounded by
+ * the STR field (64 KiB) and may not contain NUL or back-references.
+ */
+int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
+                                  mc_wire_remove_by_regex_resp_t *resp)
+{
+    char keybuf[MC_WIRE_MAX_KEY + 1];
+    mc_hmap_iter_t it;
+    mc_hnode_t *n;
+    regex_t re;
+    char *pat;
+    int rc;
+    int64_t count = 0;
+
+    if ((req->regex.len > 0) && (memchr(req->regex.ptr, '\0', req->regex.len) != NULL))
+        return MC_INVALID_PARAMS;
+    pat = malloc((size_t)req->regex.len + 1);
+    if (pat == NULL)
+        return MC_INTERNAL_ERROR;
+    if (req->regex.len > 0)
+        memcpy(pat, req->regex.ptr, req->regex.len);
+    pat[req->regex.len] = '\0';
+    if (has_backref(pat)) {
+        mc_debug("remove_by_regex: back-references are not accepted");
+        free(pat);
+        return MC_INVALID_PARAMS;
+    }
+    rc = regcomp(&re, pat, REG_EXTENDED | REG_NOSUB);
+    free(pat);
+    if (rc != 0) {
+        char err[256];
+        regerror(rc, &re, err, sizeof(err));
+        mc_debug("remove_by_regex: bad pattern: %s", err);
+        return rc == REG_ESPACE ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
+    }
+
+    n = mc_hmap_first(&x->m->objects, &it);
+    while (n != NULL) {
+        mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        mc_str_t key   = mc_object_key(o);
+        uint32_t klen  = MC_MIN(key.len, (uint32_t)MC_WIRE_MAX_KEY);
+        n              = mc_hmap_next(&x->m->objects, &it);
+        if (!mc_str_eq(mc_object_tenant(o), x->tenant))
+            continue;
+        if (!req->force && (!o->complete || (o->upsert != MC_UPSERT_NONE) ||
+                            obj_leased(o, x->now_ms)))
+            continue;
+        memcpy(keybuf, key.ptr, klen);
+        keybuf[klen] = '\0';
+        if (regexec(&re, keybuf, 0, NULL, 0) != 0)
+            continue;
+        obj_erase(x->m, o);
+        count++;
+    }
+    regfree(&re);
+    resp->count = count;
+    if (count > 0)
+        mc_info("remove_by_regex%s: %" PRId64 " objects removed", req->force ? " (force)" : "",
+                count);
     return MC_OK;
 }

@@ -178,6 +178,13 @@ MC_RPC_RESP_HANDLER_(batch_put_revoke)
 MC_RPC_RESP_HANDLER_(batch_get_replica_list)
 MC_RPC_RESP_HANDLER_(batch_exist_key)
 MC_RPC_RESP_HANDLER_(batch_remove)
+MC_RPC_RESP_HANDLER_(upsert_start)
+MC_RPC_PLAIN_HANDLER_(upsert_end)
+MC_RPC_PLAIN_HANDLER_(upsert_revoke)
+MC_RPC_RESP_HANDLER_(batch_upsert_start)
+MC_RPC_RESP_HANDLER_(batch_upsert_end)
+MC_RPC_RESP_HANDLER_(batch_upsert_revoke)
+MC_RPC_RESP_HANDLER_(remove_by_regex)
 
 /* Queue the encoded response in c->out on the socket. */
 static void conn_send(mc_conn_t *c, uint16_t opcode)

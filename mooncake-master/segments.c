@@ -14,7 +14,9 @@
  * start, one replica per distinct segment *name* (several segments of one
  * client share the name of its transfer engine, and two replicas in one
  * process would not survive that process).  free_ratio_first orders the
- * walk by free share instead.  Best effort: fewer replicas than asked is
+ * walk by free share instead.  prefer_alloc_in_same_node puts the
+ * writer's own segments, then the other segments on its host (the part of
+ * the name before its last ':'), ahead of that walk.  Best effort: fewer replicas than asked is
  * success; the caller turns zero into NO_AVAILABLE_HANDLE.
  */
 #include "config.h"
@@ -274,9 +276,18 @@ static int rank_cmp(const void *a, const void *b)
     return (fa < fb) - (fa > fb); /* descending */
 }
 
-uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t want,
-                                     mc_str_t preferred, mc_replica_t **out)
+mc_str_t mc_master_segment_host(const char *name)
 {
+    const char *colon = strrchr(name, ':');
+    mc_str_t h = {name, colon ? (uint32_t)(colon - name) : (uint32_t)strlen(name)};
+    return h;
+}
+
+uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t want,
+                                     mc_str_t preferred, const mc_client_t *local,
+                                     mc_replica_t **out)
+{
+    mc_str_t local_host = {"", 0};
     uint32_t n = 0;
     mc_replica_t *r;
 
@@ -289,6 +300,30 @@ uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t wan
         for (uint32_t i = 0; (i < m->nseg) && (n == 0); i++) {
             mc_segment_t *seg = m->segv[i];
             if (str_eq_cstr(preferred, seg->name) && ((r = try_segment(m, seg, size)) != NULL))
+                out[n++] = r;
+        }
+    }
+
+    /* prefer_alloc_in_same_node: the writer's own segments first (no
+     * network at all), then the others on its host, from a random start so
+     * one node's segments share the load. */
+    if ((local != NULL) && !mc_mlist_empty(&local->segments)) {
+        const mc_mlist_t *pos;
+        for (pos = local->segments.next; (pos != &local->segments) && (n < want);
+             pos = pos->next) {
+            mc_segment_t *seg = mc_container_of(pos, mc_segment_t, client_link);
+            if (!name_taken(out, n, seg->name) && ((r = try_segment(m, seg, size)) != NULL))
+                out[n++] = r;
+        }
+        local_host = mc_master_segment_host(
+            mc_container_of(local->segments.next, mc_segment_t, client_link)->name);
+    }
+    if ((local_host.len > 0) && (n < want)) {
+        uint32_t start = (uint32_t)(rng_next(m) % m->nseg);
+        for (uint32_t k = 0; (k < m->nseg) && (n < want); k++) {
+            mc_segment_t *seg = m->segv[(start + k) % m->nseg];
+            if (mc_str_eq(mc_master_segment_host(seg->name), local_host) &&
+                !name_taken(out, n, seg->name) && ((r = try_segment(m, seg, size)) != NULL))
                 out[n++] = r;
         }
     }
