@@ -26,19 +26,8 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "store/read_internal.h"
 #include "store/store_internal.h"
-
-typedef struct mc_query_replica {
-    uint64_t addr;
-    const char *segment; /* NUL-terminated, stored after the array */
-} mc_query_replica_t;
-
-struct mc_store_query {
-    uint64_t size;
-    uint64_t deadline_ns; /* monotonic; UINT64_MAX for "no lease" */
-    uint32_t n;
-    mc_query_replica_t r[];
-};
 
 static uint64_t lease_deadline(uint64_t t0_ns, uint64_t ttl_ms)
 {
@@ -200,7 +189,7 @@ static mc_status_t read_from(mc_store_h s, mc_store_query_h q, uint32_t first, u
     return st;
 }
 
-static mc_status_t check_lease(mc_store_query_h q)
+mc_status_t mc_store_query_lease_check(mc_store_query_h q)
 {
     if (mc_now_ns() > q->deadline_ns) {
         mc_set_error_detail("read finished after the lease expired; discard the data");
@@ -232,7 +221,7 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
     st = read_from(s, q, 0, offset, buf, len, MC_OK);
     if (st != MC_OK)
         return st;
-    return check_lease(q);
+    return mc_store_query_lease_check(q);
 }
 
 /* ---- public --------------------------------------------------------------------- */
@@ -322,43 +311,40 @@ MC_API mc_status_t mc_store_get_size(mc_store_h s, const char *key, uint64_t *si
     return st;
 }
 
-MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
-                                        mc_store_query_h *queries, mc_status_t *statuses)
+mc_status_t mc_store_do_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                    mc_store_query_h *queries, mc_status_t *statuses)
 {
-    mc_status_t st;
+    mc_status_t st   = MC_OK;
     mc_mconn_t *conn = NULL;
-    mc_str_t *wkeys  = NULL;
-    size_t *sel      = NULL;
-    size_t nsel      = 0;
+    mc_str_t wkeys_stack[64];
+    size_t sel_stack[64];
+    mc_str_t *wkeys = wkeys_stack;
+    size_t *sel     = sel_stack;
+    size_t nsel     = 0;
     uint64_t t0, deadline;
     mc_wire_batch_get_replica_list_req_t req;
     mc_wire_batch_get_replica_list_resp_t resp;
 
-    if ((n > 0) && ((keys == NULL) || (queries == NULL) || (statuses == NULL))) {
-        mc_set_error_detail("keys, queries and statuses are required");
-        return MC_INVALID_PARAMS;
-    }
     for (size_t i = 0; i < n; i++) {
         queries[i]  = NULL;
         statuses[i] = MC_OK;
     }
-    st = mc_store_enter(s);
-    if (st != MC_OK)
-        goto fail_unlocked;
     if (n == 0)
-        goto out;
+        return MC_OK;
     if (n > MC_WIRE_MAX_LIST) {
         mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
         st = MC_INVALID_PARAMS;
         goto fail;
     }
-
-    wkeys = malloc(n * sizeof(*wkeys));
-    sel   = malloc(n * sizeof(*sel));
-    if ((wkeys == NULL) || (sel == NULL)) {
-        mc_set_error_detail("out of memory for a batch of %zu keys", n);
-        st = MC_INTERNAL_ERROR;
-        goto fail;
+    /* the common small batch needs no allocation */
+    if (n > 64) {
+        wkeys = malloc(n * sizeof(*wkeys));
+        sel   = malloc(n * sizeof(*sel));
+        if ((wkeys == NULL) || (sel == NULL)) {
+            mc_set_error_detail("out of memory for a batch of %zu keys", n);
+            st = MC_INTERNAL_ERROR;
+            goto fail;
+        }
     }
     for (size_t i = 0; i < n; i++) {
         size_t klen;
@@ -397,26 +383,42 @@ MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, s
     goto out;
 
 fail:
-    for (size_t j = 0; j < nsel; j++)
-        statuses[sel[j]] = st;
-    if (nsel == 0)
-        for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] == MC_OK)
             statuses[i] = st;
 out:
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
-    free(wkeys);
-    free(sel);
+    if (wkeys != wkeys_stack)
+        free(wkeys);
+    if (sel != sel_stack)
+        free(sel);
+    return st;
+}
+
+MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                        mc_store_query_h *queries, mc_status_t *statuses)
+{
+    mc_status_t st;
+
+    if ((n > 0) && ((keys == NULL) || (queries == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys, queries and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK) {
+        for (size_t i = 0; i < n; i++) {
+            queries[i]  = NULL;
+            statuses[i] = st;
+        }
+        return st;
+    }
+    mc_store_do_batch_query(s, keys, n, queries, statuses);
     mc_store_leave(s);
     for (size_t i = 0; i < n; i++)
         if (statuses[i] != MC_OK)
             return statuses[i];
     return MC_OK;
-
-fail_unlocked:
-    for (size_t i = 0; i < n; i++)
-        statuses[i] = st;
-    return st;
 }
 
 MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h const *queries,
@@ -481,7 +483,7 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
             /* retried below from the next replica */
             statuses[i] = read_from(s, q, 1, 0, bufs[i], (size_t)q->size, st);
             if (statuses[i] == MC_OK)
-                statuses[i] = check_lease(q);
+                statuses[i] = mc_store_query_lease_check(q);
             continue;
         }
         reqs[nreq].op      = MC_TE_READ;
@@ -501,7 +503,7 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
                 statuses[i] = read_from(s, q, 1, 0, bufs[i], (size_t)q->size,
                                         (tst[k] < 0) ? tst[k] : st);
             if (statuses[i] == MC_OK)
-                statuses[i] = check_lease(q);
+                statuses[i] = mc_store_query_lease_check(q);
         }
     }
 

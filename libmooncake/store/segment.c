@@ -12,13 +12,18 @@
  * nothing until objects land in it.
  *
  * The staging buffer (local_buffer_size) is registered for local use only
- * and carved up by an offset allocator behind a mutex; buffer leases for
- * later APIs come from it.  With local_buffer_size 0 there is none, and
+ * and carved up by an offset allocator behind a mutex; staging for puts,
+ * mem_pool_alloc() and get_buffer() handles come from it.  Its mapping is
+ * reference counted (read_internal.h) so that a buffer handle outlives
+ * close: after close the memory is no longer registered with the engine
+ * but stays mapped until the last handle is released.  lbuf_init/cleanup
+ * also create and destroy the read-side state (s->rd).  With local_buffer_size 0 there is none, and
  * operations that need staging fail with MC_INVALID_PARAMS, as upstream.
  *
  * Called from setup/close with the handle's lifetime lock held for
  * writing, except mc_store_segments_to_wire() (heartbeat thread, takes
- * seg_lock) and the lbuf_alloc/free pair (any thread, takes lbuf_lock).
+ * seg_lock) and the lbuf_alloc/free pair (any thread, takes the mapping's
+ * lock).
  */
 #include "config.h"
 
@@ -29,6 +34,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "store/read_internal.h"
 #include "store/store_internal.h"
 
 #define MC_LBUF_ALIGN 64
@@ -210,42 +216,138 @@ mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
 
 /* ---- staging buffer ------------------------------------------------------- */
 
-mc_status_t mc_store_lbuf_init(mc_store_h s, uint64_t size)
+/*
+ * The mapping is shared by the store (one reference while set up) and by
+ * every live buffer handle (one each), so its allocator carries its own
+ * lock: a handle released after mc_store_destroy() must still be able to
+ * give its block back.
+ */
+void mc_store_lbuf_map_ref(mc_store_lbuf_map_t *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->refs++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void mc_store_lbuf_map_unref(mc_store_lbuf_map_t *m)
+{
+    unsigned left;
+
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    left = --m->refs;
+    pthread_mutex_unlock(&m->lock);
+    if (left > 0)
+        return;
+    if (m->alloc != NULL)
+        mc_alloc_destroy(m->alloc);
+    if (m->base != NULL)
+        munmap(m->base, m->map_len);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+mc_status_t mc_store_lbuf_map_alloc(mc_store_lbuf_map_t *m, uint64_t size, void **ptr_p,
+                                    mc_alloc_block_t *block_p)
 {
     mc_status_t st;
-    void *base;
+    mc_alloc_block_t b;
+
+    pthread_mutex_lock(&m->lock);
+    st = mc_alloc_get(m->alloc, size, &b);
+    pthread_mutex_unlock(&m->lock);
+    if (st != MC_OK) {
+        mc_set_error_detail("local buffer cannot hold %llu more bytes",
+                            (unsigned long long)size);
+        return st;
+    }
+    *ptr_p   = (uint8_t *)m->base + b.offset;
+    *block_p = b;
+    return MC_OK;
+}
+
+void mc_store_lbuf_map_free(mc_store_lbuf_map_t *m, const mc_alloc_block_t *block)
+{
+    mc_status_t st;
+
+    pthread_mutex_lock(&m->lock);
+    st = mc_alloc_put(m->alloc, block);
+    pthread_mutex_unlock(&m->lock);
+    if (st != MC_OK)
+        mc_warn("local buffer block at offset %llu was not allocated",
+                (unsigned long long)block->offset);
+}
+
+static mc_status_t lbuf_map_create(uint64_t size, mc_store_lbuf_map_t **map_p)
+{
+    mc_status_t st;
+    mc_store_lbuf_map_t *m;
     size_t len;
 
-    if (size == 0)
-        return MC_OK;
     if (round_to_pages(size, &len) != 0) {
         mc_set_error_detail("local_buffer_size %llu is not mappable", (unsigned long long)size);
         return MC_INVALID_PARAMS;
     }
-    base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) {
-        mc_set_error_detail("cannot map a %zu-byte local buffer: %s", len, strerror(errno));
-        mc_error("cannot map a %zu-byte local buffer: %m", len);
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        mc_set_error_detail("out of memory for the local buffer");
         return MC_INTERNAL_ERROR;
     }
-    s->lbuf         = base;
-    s->lbuf_map_len = len;
+    pthread_mutex_init(&m->lock, NULL);
+    m->refs = 1;
+    m->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m->base == MAP_FAILED) {
+        mc_set_error_detail("cannot map a %zu-byte local buffer: %s", len, strerror(errno));
+        mc_error("cannot map a %zu-byte local buffer: %m", len);
+        m->base = NULL;
+        st      = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+    m->map_len = len;
+    m->size    = size;
+    st         = mc_alloc_create(size, MC_LBUF_ALIGN, &m->alloc);
+    if (st != MC_OK) {
+        mc_set_error_detail("cannot create the local buffer allocator: %s",
+                            mc_status_name(st));
+        goto fail;
+    }
+    *map_p = m;
+    return MC_OK;
+
+fail:
+    mc_store_lbuf_map_unref(m);
+    return st;
+}
+
+/* Always called by setup (also for local_buffer_size 0): it creates the
+ * read-side state as well. */
+mc_status_t mc_store_lbuf_init(mc_store_h s, uint64_t size)
+{
+    mc_status_t st;
+    mc_store_lbuf_map_t *m = NULL;
+
+    st = mc_store_rd_create(s);
+    if (st != MC_OK)
+        return st;
+    if (size == 0)
+        return MC_OK;
+    st = lbuf_map_create(size, &m);
+    if (st != MC_OK)
+        goto fail;
+    s->rd->lbuf     = m;
+    s->lbuf         = m->base;
+    s->lbuf_map_len = m->map_len;
     s->lbuf_size    = size;
 
-    st = mc_te_mem_reg(s->te, base, (size_t)size, "", 0);
+    /* local use only: peers never reach the staging buffer */
+    st = mc_te_mem_reg(s->te, m->base, (size_t)size, "", 0);
     if (st != MC_OK) {
         mc_error("cannot register the local buffer with the transfer engine: %s (%s)",
                  mc_status_name(st), mc_last_error_detail());
         goto fail;
     }
     s->lbuf_registered = 1;
-
-    st = mc_alloc_create(size, MC_LBUF_ALIGN, &s->lbuf_alloc);
-    if (st != MC_OK) {
-        mc_set_error_detail("cannot create the local buffer allocator: %s",
-                            mc_status_name(st));
-        goto fail;
-    }
     return MC_OK;
 
 fail:
@@ -255,18 +357,18 @@ fail:
 
 void mc_store_lbuf_cleanup(mc_store_h s)
 {
-    if (s->lbuf_alloc != NULL) {
-        mc_alloc_destroy(s->lbuf_alloc);
-        s->lbuf_alloc = NULL;
-    }
+    mc_store_lbuf_map_t *m = (s->rd != NULL) ? s->rd->lbuf : NULL;
+
+    /* sessions and pool allocations first: they use the engine and the map */
+    mc_store_rd_destroy(s);
     if (s->lbuf_registered) {
         mc_status_t st = mc_te_mem_dereg(s->te, s->lbuf);
         if (st != MC_OK)
             mc_warn("cannot unregister the local buffer: %s", mc_status_name(st));
         s->lbuf_registered = 0;
     }
-    if (s->lbuf != NULL)
-        munmap(s->lbuf, s->lbuf_map_len);
+    /* live buffer handles keep the memory mapped */
+    mc_store_lbuf_map_unref(m);
     s->lbuf         = NULL;
     s->lbuf_map_len = 0;
     s->lbuf_size    = 0;
@@ -275,31 +377,66 @@ void mc_store_lbuf_cleanup(mc_store_h s)
 mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,
                                 mc_alloc_block_t *block_p)
 {
-    mc_status_t st;
-    mc_alloc_block_t b;
-
-    if (s->lbuf_alloc == NULL) {
+    if ((s->rd == NULL) || (s->rd->lbuf == NULL)) {
         mc_set_error_detail("no local buffer: the store was set up with local_buffer_size 0");
         return MC_INVALID_PARAMS;
     }
-    pthread_mutex_lock(&s->lbuf_lock);
-    st = mc_alloc_get(s->lbuf_alloc, size, &b);
-    pthread_mutex_unlock(&s->lbuf_lock);
-    if (st != MC_OK) {
-        mc_set_error_detail("local buffer cannot hold %llu more bytes",
-                            (unsigned long long)size);
-        return st;
-    }
-    *ptr_p   = (uint8_t *)s->lbuf + b.offset;
-    *block_p = b;
-    return MC_OK;
+    return mc_store_lbuf_map_alloc(s->rd->lbuf, size, ptr_p, block_p);
 }
 
 void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block)
 {
-    if ((s->lbuf_alloc == NULL) || (block == NULL))
+    if ((s->rd == NULL) || (s->rd->lbuf == NULL) || (block == NULL))
         return;
-    pthread_mutex_lock(&s->lbuf_lock);
-    mc_alloc_put(s->lbuf_alloc, block);
-    pthread_mutex_unlock(&s->lbuf_lock);
+    mc_store_lbuf_map_free(s->rd->lbuf, block);
+}
+
+/* ---- read-side state ------------------------------------------------------- */
+
+mc_status_t mc_store_rd_create(mc_store_h s)
+{
+    struct mc_store_rd *rd;
+
+    if (s->rd != NULL)
+        return MC_OK;
+    rd = calloc(1, sizeof(*rd));
+    if (rd == NULL) {
+        mc_set_error_detail("out of memory for the store state");
+        return MC_INTERNAL_ERROR;
+    }
+    if ((mc_hmap_init(&rd->pool, 16) != 0) || (mc_hmap_init(&rd->gsess, 16) != 0) ||
+        (mc_hmap_init(&rd->psess, 16) != 0)) {
+        mc_hmap_cleanup(&rd->pool);
+        mc_hmap_cleanup(&rd->gsess);
+        mc_hmap_cleanup(&rd->psess);
+        free(rd);
+        mc_set_error_detail("out of memory for the store state");
+        return MC_INTERNAL_ERROR;
+    }
+    pthread_mutex_init(&rd->reg_lock, NULL);
+    pthread_mutex_init(&rd->pool_lock, NULL);
+    pthread_mutex_init(&rd->sess_lock, NULL);
+    pthread_cond_init(&rd->sess_cond, NULL);
+    s->rd = rd;
+    return MC_OK;
+}
+
+void mc_store_rd_destroy(mc_store_h s)
+{
+    struct mc_store_rd *rd = s->rd;
+
+    if (rd == NULL)
+        return;
+    mc_store_sessions_release(s);
+    mc_store_pool_release(s);
+    mc_store_regions_release(s);
+    mc_hmap_cleanup(&rd->pool);
+    mc_hmap_cleanup(&rd->gsess);
+    mc_hmap_cleanup(&rd->psess);
+    pthread_mutex_destroy(&rd->reg_lock);
+    pthread_mutex_destroy(&rd->pool_lock);
+    pthread_mutex_destroy(&rd->sess_lock);
+    pthread_cond_destroy(&rd->sess_cond);
+    free(rd);
+    s->rd = NULL;
 }

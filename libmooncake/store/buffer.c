@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Memory handed out from the store's local buffer: get_buffer() handles
+ * and the raw mem_pool_alloc()/mem_pool_free() pair.
+ *
+ * A buffer handle owns one block of the local buffer and one reference on
+ * its mapping (read_internal.h), so its bytes stay valid after the store
+ * is closed or destroyed; releasing the handle gives the block back to the
+ * allocator and drops the reference, the last of which unmaps.
+ *
+ * The pool keeps a pointer -> block map (a hash table behind a mutex) so
+ * that free() needs only the pointer, as the Python BufferPool and
+ * alloc_from_mem_pool() use it.  Pool blocks belong to one setup: close
+ * returns them all, and the pointers must not be used afterwards.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "store/read_internal.h"
+#include "store/store_internal.h"
+
+#define MC_BUF_STACK 64
+
+struct mc_store_buffer {
+    mc_store_lbuf_map_t *map; /* NULL for an empty object */
+    mc_alloc_block_t block;
+    void *data;
+    uint64_t size;
+};
+
+/* ---- get_buffer ------------------------------------------------------------------ */
+
+static mc_status_t buffer_new(mc_store_h s, uint64_t size, mc_store_buffer_h *buf_p)
+{
+    mc_status_t st;
+    struct mc_store_buffer *b = calloc(1, sizeof(*b));
+
+    if (b == NULL) {
+        mc_set_error_detail("out of memory for a buffer handle");
+        return MC_INTERNAL_ERROR;
+    }
+    b->size = size;
+    if (size > 0) {
+        if (s->rd->lbuf == NULL) {
+            free(b);
+            mc_set_error_detail("get_buffer needs a local buffer (local_buffer_size is 0)");
+            return MC_INVALID_PARAMS;
+        }
+        st = mc_store_lbuf_map_alloc(s->rd->lbuf, size, &b->data, &b->block);
+        if (st != MC_OK) {
+            free(b);
+            return st;
+        }
+        b->map = s->rd->lbuf;
+        mc_store_lbuf_map_ref(b->map);
+    }
+    *buf_p = b;
+    return MC_OK;
+}
+
+MC_API void mc_store_buffer_release(mc_store_buffer_h b)
+{
+    if (b == NULL)
+        return;
+    if (b->map != NULL) {
+        mc_store_lbuf_map_free(b->map, &b->block);
+        mc_store_lbuf_map_unref(b->map);
+    }
+    free(b);
+}
+
+MC_API void *mc_store_buffer_data(mc_store_buffer_h b)
+{
+    return (b != NULL) ? b->data : NULL;
+}
+
+MC_API uint64_t mc_store_buffer_size(mc_store_buffer_h b)
+{
+    return (b != NULL) ? b->size : 0;
+}
+
+/* Lookup, allocation and one transfer for keys[0..n); caller holds life. */
+static void do_batch_get_buffer(mc_store_h s, const char *const *keys, size_t n,
+                                mc_store_buffer_h *buffers, mc_status_t *statuses)
+{
+    mc_store_query_h q_stack[MC_BUF_STACK];
+    mc_read_piece_t p_stack[MC_BUF_STACK];
+    mc_store_query_h *qs = q_stack;
+    mc_read_piece_t *ps  = p_stack;
+    size_t np            = 0;
+
+    if (n > MC_BUF_STACK) {
+        qs = malloc(n * sizeof(*qs));
+        ps = malloc(n * sizeof(*ps));
+        if ((qs == NULL) || (ps == NULL)) {
+            free(qs == q_stack ? NULL : qs);
+            free(ps == p_stack ? NULL : ps);
+            mc_set_error_detail("out of memory for a batch of %zu keys", n);
+            for (size_t i = 0; i < n; i++)
+                statuses[i] = MC_INTERNAL_ERROR;
+            return;
+        }
+    }
+    mc_store_do_batch_query(s, keys, n, qs, statuses);
+    for (size_t i = 0; i < n; i++) {
+        if (statuses[i] != MC_OK)
+            continue;
+        statuses[i] = buffer_new(s, qs[i]->size, &buffers[i]);
+        if ((statuses[i] == MC_OK) && (qs[i]->size > 0))
+            ps[np++] = (mc_read_piece_t){buffers[i]->data, 0, qs[i]->size, i};
+    }
+    mc_store_read_pieces(s, qs, ps, np, statuses);
+    for (size_t i = 0; i < n; i++) {
+        if ((statuses[i] != MC_OK) && (buffers[i] != NULL)) {
+            mc_store_buffer_release(buffers[i]);
+            buffers[i] = NULL;
+        }
+        mc_store_query_release(qs[i]);
+    }
+    if (qs != q_stack)
+        free(qs);
+    if (ps != p_stack)
+        free(ps);
+}
+
+MC_API mc_status_t mc_store_get_buffer(mc_store_h s, const char *key, mc_store_buffer_h *buffer_p)
+{
+    mc_status_t st;
+    mc_store_buffer_h b = NULL;
+
+    if (buffer_p == NULL) {
+        mc_set_error_detail("buffer_p is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    *buffer_p = NULL;
+    st        = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    do_batch_get_buffer(s, &key, 1, &b, &st);
+    mc_store_leave(s);
+    if (st == MC_OK)
+        *buffer_p = b;
+    return st;
+}
+
+MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *keys, size_t n,
+                                             mc_store_buffer_h *buffers, mc_status_t *statuses)
+{
+    mc_status_t st;
+
+    if ((n > 0) && ((keys == NULL) || (buffers == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys, buffers and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; i < n; i++)
+        buffers[i] = NULL;
+    st = mc_store_enter(s);
+    if (st != MC_OK) {
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+        return st;
+    }
+    if (n > MC_WIRE_MAX_LIST) {
+        mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = MC_INVALID_PARAMS;
+    } else if (n > 0) {
+        do_batch_get_buffer(s, keys, n, buffers, statuses);
+    }
+    mc_store_leave(s);
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] != MC_OK)
+            return statuses[i];
+    return MC_OK;
+}
+
+/* ---- mem pool ---------------------------------------------------------------------- */
+
+typedef struct pool_entry {
+    mc_hnode_t node;
+    void *ptr;
+    mc_alloc_block_t block;
+} pool_entry_t;
+
+static int pool_eq(const mc_hnode_t *n, const void *key)
+{
+    return mc_container_of(n, pool_entry_t, node)->ptr == *(void *const *)key;
+}
+
+static uint64_t ptr_hash(const void *p)
+{
+    uintptr_t v = (uintptr_t)p;
+    return mc_hash_bytes(&v, sizeof(v), 0);
+}
+
+MC_API mc_status_t mc_store_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p)
+{
+    mc_status_t st;
+    pool_entry_t *e;
+
+    if ((ptr_p == NULL) || (size == 0)) {
+        mc_set_error_detail("mem_pool_alloc needs a size > 0 and ptr_p");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    e = malloc(sizeof(*e));
+    if (e == NULL) {
+        mc_set_error_detail("out of memory for a pool entry");
+        st = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    st = mc_store_lbuf_alloc(s, size, &e->ptr, &e->block);
+    if (st != MC_OK) {
+        free(e);
+        goto out;
+    }
+    pthread_mutex_lock(&s->rd->pool_lock);
+    mc_hmap_insert(&s->rd->pool, &e->node, ptr_hash(e->ptr));
+    pthread_mutex_unlock(&s->rd->pool_lock);
+    *ptr_p = e->ptr;
+out:
+    mc_store_leave(s);
+    return st;
+}
+
+MC_API mc_status_t mc_store_mem_pool_free(mc_store_h s, void *ptr)
+{
+    mc_status_t st;
+    mc_hnode_t *n;
+    pool_entry_t *e = NULL;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    pthread_mutex_lock(&s->rd->pool_lock);
+    n = mc_hmap_find(&s->rd->pool, ptr_hash(ptr), &ptr, pool_eq);
+    if (n != NULL) {
+        e = mc_container_of(n, pool_entry_t, node);
+        mc_hmap_remove(&s->rd->pool, n);
+    }
+    pthread_mutex_unlock(&s->rd->pool_lock);
+    if (e == NULL) {
+        mc_set_error_detail("%p was not allocated by mem_pool_alloc", ptr);
+        st = MC_INVALID_PARAMS;
+    } else {
+        mc_store_lbuf_free(s, &e->block);
+        free(e);
+    }
+    mc_store_leave(s);
+    return st;
+}
+
+void mc_store_pool_release(mc_store_h s)
+{
+    mc_hmap_iter_t it;
+
+    for (mc_hnode_t *n = mc_hmap_first(&s->rd->pool, &it); n != NULL;
+         n = mc_hmap_next(&s->rd->pool, &it)) {
+        pool_entry_t *e = mc_container_of(n, pool_entry_t, node);
+        mc_hmap_remove(&s->rd->pool, n);
+        mc_store_lbuf_free(s, &e->block);
+        free(e);
+    }
+}

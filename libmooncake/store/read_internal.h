@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the read side of the store client shares between its files
+ * (query.c, segment.c, zerocopy.c, buffer.c, session.c).
+ *
+ * Per-setup state lives in one struct mc_store_rd hanging off the handle:
+ * it is created by mc_store_lbuf_init() at setup and torn down by
+ * mc_store_lbuf_cleanup() at close (both run with `life` held for writing,
+ * so no public call is in flight).  Everything in it has its own lock
+ * because public calls run concurrently under the read side of `life`.
+ *
+ * The local buffer mapping is reference counted (mc_store_lbuf_map_t): the
+ * store holds one reference while set up and every live
+ * mc_store_buffer_h holds one, so a buffer handle keeps its bytes after
+ * the store is closed or destroyed.
+ */
+#ifndef MC_STORE_READ_INTERNAL_H
+#define MC_STORE_READ_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/hashmap.h"
+#include "store/store_internal.h"
+
+/* ---- queries (query.c) ---------------------------------------------------- */
+
+typedef struct mc_query_replica {
+    uint64_t addr;
+    const char *segment; /* NUL-terminated, stored after the array */
+} mc_query_replica_t;
+
+/* Readable replicas of one object, best first (see query.c). */
+struct mc_store_query {
+    uint64_t size;
+    uint64_t deadline_ns; /* monotonic; UINT64_MAX for "no lease" */
+    uint32_t n;           /* >= 1 */
+    mc_query_replica_t r[];
+};
+
+/*
+ * BATCH_GET_REPLICA_LIST for keys[0..n) (n <= MC_WIRE_MAX_LIST); the
+ * caller holds `life` (mc_store_enter).  queries[i] is set (caller frees
+ * with mc_store_query_release) where statuses[i] is MC_OK, NULL elsewhere.
+ * Returns MC_OK unless the call itself failed (then every key without an
+ * error of its own, such as an invalid key, gets that error).
+ */
+mc_status_t mc_store_do_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                    mc_store_query_h *queries, mc_status_t *statuses);
+
+/* MC_LEASE_EXPIRED (detail set) when the lease of @p q has run out. */
+mc_status_t mc_store_query_lease_check(mc_store_query_h q);
+
+/* ---- reads of many pieces in one transfer (zerocopy.c) --------------------- */
+
+/* One range of one object, read into local memory. */
+typedef struct mc_read_piece {
+    void *local;
+    uint64_t src_offset; /* within the object */
+    uint64_t length;     /* > 0 */
+    size_t owner;        /* index into the queries/statuses of the call */
+} mc_read_piece_t;
+
+/*
+ * Read every piece: one pipelined engine transfer against each object's
+ * first replica, then, for an object whose pieces failed, its remaining
+ * replicas one after another.  @p ostatus[owner] must be MC_OK on entry for
+ * owners to read (others' pieces are skipped); on return it holds the
+ * owner's result, lease checked.  Ranges must already be validated.
+ */
+void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
+                          const mc_read_piece_t *pieces, size_t npieces,
+                          mc_status_t *ostatus);
+
+/* ---- the local buffer mapping (segment.c) --------------------------------- */
+
+typedef struct mc_store_lbuf_map {
+    pthread_mutex_t lock; /* guards alloc and refs */
+    unsigned refs;
+    void *base;
+    uint64_t size;
+    size_t map_len;
+    mc_alloc_t *alloc;
+} mc_store_lbuf_map_t;
+
+/* Lease a block of the mapping (thread-safe; works after close). */
+mc_status_t mc_store_lbuf_map_alloc(mc_store_lbuf_map_t *m, uint64_t size, void **ptr_p,
+                                    mc_alloc_block_t *block_p);
+void mc_store_lbuf_map_free(mc_store_lbuf_map_t *m, const mc_alloc_block_t *block);
+void mc_store_lbuf_map_ref(mc_store_lbuf_map_t *m);
+/* Drop a reference; the last one unmaps the memory. */
+void mc_store_lbuf_map_unref(mc_store_lbuf_map_t *m);
+
+/* ---- per-setup state ------------------------------------------------------ */
+
+typedef struct mc_store_region {
+    uintptr_t base;
+    size_t len;
+} mc_store_region_t;
+
+struct mc_store_rd {
+    mc_store_lbuf_map_t *lbuf; /* NULL with local_buffer_size 0 */
+
+    pthread_mutex_t reg_lock; /* user-registered regions, sorted by base */
+    mc_store_region_t *regions;
+    size_t nregions, cap_regions;
+
+    pthread_mutex_t pool_lock; /* mem_pool_alloc: pointer -> block */
+    mc_hmap_t pool;
+
+    pthread_mutex_t sess_lock; /* sessions */
+    pthread_cond_t sess_cond;  /* signalled when a put write finishes */
+    mc_hmap_t gsess;           /* key -> get session entry */
+    mc_hmap_t psess;           /* key -> put session entry */
+};
+
+mc_status_t mc_store_rd_create(mc_store_h s);
+/* Revoke open put sessions, drop get sessions, unregister user regions. */
+void mc_store_rd_destroy(mc_store_h s);
+
+/* zerocopy.c: registered regions */
+void mc_store_regions_release(mc_store_h s);
+/* buffer.c: mem pool */
+void mc_store_pool_release(mc_store_h s);
+/* session.c */
+void mc_store_sessions_release(mc_store_h s);
+
+#endif /* MC_STORE_READ_INTERNAL_H */

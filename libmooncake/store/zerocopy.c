@@ -1,0 +1,634 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Zero-copy reads: user-registered memory, get_into, batch_get_into_multi
+ * and ranged reads.
+ *
+ * A user region is registered with the transfer engine for local use only
+ * (flags 0): the engine may read into it and write from it, but peers can
+ * never reach it.  The store also keeps its own sorted list of the regions
+ * so that every zero-copy entry point can refuse, before a byte moves,
+ * memory that is neither inside one user region nor inside the local
+ * buffer (mc_store_mem_is_usable()).
+ *
+ * All the reads here share mc_store_read_pieces(): one BATCH lookup for
+ * the keys of a call, then one pipelined engine transfer for every piece
+ * of every key, so a batch costs one master round trip plus one transfer
+ * whatever its size.  Only when a replica fails does an object fall back
+ * to its other replicas, one transfer each.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "store/read_internal.h"
+#include "store/store_internal.h"
+
+/* Pieces, requests and statuses kept on the stack for small batches. */
+#define MC_ZC_STACK 64
+
+/* ---- registered regions ----------------------------------------------------- */
+
+/* Index of the first region whose base is > p (caller holds reg_lock). */
+static size_t region_upper(const struct mc_store_rd *rd, uintptr_t p)
+{
+    size_t lo = 0, hi = rd->nregions;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rd->regions[mid].base <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/*
+ * The usable region holding address @p p: a user region or the local
+ * buffer.  Returns 0 when there is none.
+ */
+static int region_of(mc_store_h s, const void *p, uintptr_t *base_p, size_t *len_p)
+{
+    struct mc_store_rd *rd = s->rd;
+    uintptr_t a            = (uintptr_t)p;
+    int found              = 0;
+
+    if ((rd == NULL) || (p == NULL))
+        return 0;
+    if ((rd->lbuf != NULL) && (a >= (uintptr_t)rd->lbuf->base) &&
+        (a - (uintptr_t)rd->lbuf->base < rd->lbuf->size)) {
+        *base_p = (uintptr_t)rd->lbuf->base;
+        *len_p  = (size_t)rd->lbuf->size;
+        return 1;
+    }
+    pthread_mutex_lock(&rd->reg_lock);
+    {
+        size_t k = region_upper(rd, a);
+        if (k > 0) {
+            const mc_store_region_t *r = &rd->regions[k - 1];
+            if (a - r->base < r->len) {
+                *base_p = r->base;
+                *len_p  = r->len;
+                found   = 1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&rd->reg_lock);
+    return found;
+}
+
+int mc_store_mem_is_usable(mc_store_h s, const void *p, size_t len)
+{
+    uintptr_t base;
+    size_t rlen;
+
+    if (!region_of(s, p, &base, &rlen))
+        return 0;
+    return len <= rlen - ((uintptr_t)p - base);
+}
+
+MC_API mc_status_t mc_store_register_buffer(mc_store_h s, void *addr, size_t len)
+{
+    mc_status_t st;
+    struct mc_store_rd *rd;
+    uintptr_t a = (uintptr_t)addr;
+    size_t k;
+
+    if ((addr == NULL) || (len == 0) || (a > UINTPTR_MAX - len)) {
+        mc_set_error_detail("register_buffer needs a non-NULL address and a length > 0");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    rd = s->rd;
+    if ((rd->lbuf != NULL) && (a < (uintptr_t)rd->lbuf->base + rd->lbuf->size) &&
+        ((uintptr_t)rd->lbuf->base < a + len)) {
+        mc_set_error_detail("[%p, +%zu) overlaps the store's local buffer", addr, len);
+        st = MC_INVALID_PARAMS;
+        goto out;
+    }
+    pthread_mutex_lock(&rd->reg_lock);
+    k = region_upper(rd, a);
+    if (((k > 0) && (a - rd->regions[k - 1].base < rd->regions[k - 1].len)) ||
+        ((k < rd->nregions) && (rd->regions[k].base < a + len))) {
+        mc_set_error_detail("[%p, +%zu) overlaps a registered buffer", addr, len);
+        st = MC_INVALID_PARAMS;
+        goto unlock;
+    }
+    if (rd->nregions == rd->cap_regions) {
+        size_t cap                = rd->cap_regions ? rd->cap_regions * 2 : 16;
+        mc_store_region_t *grown = realloc(rd->regions, cap * sizeof(*grown));
+        if (grown == NULL) {
+            mc_set_error_detail("out of memory registering a buffer");
+            st = MC_INTERNAL_ERROR;
+            goto unlock;
+        }
+        rd->regions     = grown;
+        rd->cap_regions = cap;
+    }
+    /* local use only: peers must never reach user memory */
+    st = mc_te_mem_reg(s->te, addr, len, "", 0);
+    if (st != MC_OK)
+        goto unlock;
+    memmove(&rd->regions[k + 1], &rd->regions[k], (rd->nregions - k) * sizeof(rd->regions[0]));
+    rd->regions[k] = (mc_store_region_t){a, len};
+    rd->nregions++;
+unlock:
+    pthread_mutex_unlock(&rd->reg_lock);
+out:
+    mc_store_leave(s);
+    return st;
+}
+
+MC_API mc_status_t mc_store_unregister_buffer(mc_store_h s, void *addr)
+{
+    mc_status_t st;
+    struct mc_store_rd *rd;
+    size_t k;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    rd = s->rd;
+    pthread_mutex_lock(&rd->reg_lock);
+    k = region_upper(rd, (uintptr_t)addr);
+    if ((addr == NULL) || (k == 0) || (rd->regions[k - 1].base != (uintptr_t)addr)) {
+        mc_set_error_detail("%p is not the start of a registered buffer", addr);
+        st = MC_INVALID_PARAMS;
+        goto unlock;
+    }
+    st = mc_te_mem_dereg(s->te, addr);
+    if (st != MC_OK)
+        goto unlock;
+    k--;
+    memmove(&rd->regions[k], &rd->regions[k + 1],
+            (rd->nregions - k - 1) * sizeof(rd->regions[0]));
+    rd->nregions--;
+unlock:
+    pthread_mutex_unlock(&rd->reg_lock);
+    mc_store_leave(s);
+    return st;
+}
+
+void mc_store_regions_release(mc_store_h s)
+{
+    struct mc_store_rd *rd = s->rd;
+
+    for (size_t k = 0; k < rd->nregions; k++) {
+        mc_status_t st = mc_te_mem_dereg(s->te, (void *)rd->regions[k].base);
+        if (st != MC_OK)
+            mc_warn("cannot unregister buffer %p: %s", (void *)rd->regions[k].base,
+                    mc_status_name(st));
+    }
+    free(rd->regions);
+    rd->regions     = NULL;
+    rd->nregions    = 0;
+    rd->cap_regions = 0;
+}
+
+/* ---- reading pieces ---------------------------------------------------------- */
+
+/* Requests for pieces[0..n) against replica @p k of @p q. */
+static mc_status_t pieces_to_reqs(mc_store_h s, mc_store_query_h q, uint32_t k,
+                                  const mc_read_piece_t *pieces, size_t n, mc_te_request_t *reqs)
+{
+    mc_te_segment_id_t seg;
+    mc_status_t st = mc_te_segment_open(s->te, q->r[k].segment, &seg);
+    if (st != MC_OK)
+        return st;
+    for (size_t j = 0; j < n; j++) {
+        reqs[j].op      = MC_TE_READ;
+        reqs[j].local   = pieces[j].local;
+        reqs[j].remote  = q->r[k].addr + pieces[j].src_offset;
+        reqs[j].length  = pieces[j].length;
+        reqs[j].segment = seg;
+    }
+    return MC_OK;
+}
+
+/* Length of the run of pieces starting at @p i that share its owner. */
+static size_t group_len(const mc_read_piece_t *pieces, size_t n, size_t i)
+{
+    size_t j = i + 1;
+    while ((j < n) && (pieces[j].owner == pieces[i].owner))
+        j++;
+    return j - i;
+}
+
+enum { PIECE_SKIP = 0, PIECE_SENT = 1, PIECE_RETRY = 2 };
+
+void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
+                          const mc_read_piece_t *pieces, size_t npieces, mc_status_t *ostatus)
+{
+    mc_te_request_t reqs_stack[MC_ZC_STACK];
+    mc_status_t rst_stack[MC_ZC_STACK];
+    unsigned char phase_stack[MC_ZC_STACK];
+    mc_te_request_t *reqs = reqs_stack;
+    mc_status_t *rst      = rst_stack;
+    unsigned char *phase  = phase_stack; /* per group, at its first piece */
+    size_t nreq           = 0;
+    mc_status_t st;
+
+    if (npieces == 0)
+        return;
+    if (npieces > MC_ZC_STACK) {
+        reqs  = malloc(npieces * sizeof(*reqs));
+        rst   = malloc(npieces * sizeof(*rst));
+        phase = malloc(npieces);
+        if ((reqs == NULL) || (rst == NULL) || (phase == NULL)) {
+            mc_set_error_detail("out of memory for %zu reads", npieces);
+            for (size_t i = 0; i < npieces; i++)
+                ostatus[pieces[i].owner] = MC_INTERNAL_ERROR;
+            goto out;
+        }
+    }
+
+    /* Pass 1: every owner's pieces against its first replica, one transfer. */
+    for (size_t i = 0; i < npieces;) {
+        size_t g = group_len(pieces, npieces, i);
+        size_t o = pieces[i].owner;
+        phase[i] = PIECE_SKIP;
+        if (ostatus[o] == MC_OK) {
+            st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq]);
+            if (st == MC_OK) {
+                phase[i] = PIECE_SENT;
+                nreq += g;
+            } else {
+                phase[i]   = PIECE_RETRY;
+                ostatus[o] = st;
+            }
+        }
+        i += g;
+    }
+    if (nreq > 0) {
+        size_t r = 0;
+        for (size_t j = 0; j < nreq; j++)
+            rst[j] = MC_TRANSFER_FAIL;
+        st = mc_te_transfer(s->te, reqs, nreq, rst);
+        /* sent requests are in group order: map their statuses back */
+        for (size_t i = 0; i < npieces;) {
+            size_t g = group_len(pieces, npieces, i);
+            size_t o = pieces[i].owner;
+            if (phase[i] == PIECE_SENT) {
+                for (size_t j = 0; j < g; j++, r++) {
+                    if ((st != MC_OK) && (rst[r] != MC_OK) && (ostatus[o] == MC_OK)) {
+                        ostatus[o] = (rst[r] < 0) ? rst[r] : MC_TRANSFER_FAIL;
+                        phase[i]   = PIECE_RETRY;
+                    }
+                }
+            }
+            i += g;
+        }
+    }
+
+    /* Pass 2: owners whose first replica failed try the others in turn. */
+    for (size_t i = 0; i < npieces;) {
+        size_t g           = group_len(pieces, npieces, i);
+        size_t o           = pieces[i].owner;
+        mc_store_query_h q = queries[o];
+        if (phase[i] == PIECE_RETRY) {
+            for (uint32_t k = 1; k < q->n; k++) {
+                st = pieces_to_reqs(s, q, k, &pieces[i], g, reqs);
+                if (st == MC_OK)
+                    st = mc_te_transfer(s->te, reqs, g, NULL);
+                mc_debug("read retried on replica %u (%s): %s", (unsigned)k, q->r[k].segment,
+                         mc_status_name(st));
+                if (st == MC_OK) {
+                    ostatus[o] = MC_OK;
+                    break;
+                }
+            }
+        }
+        /* data read after the lease ran out may be stale: refuse it */
+        if ((phase[i] != PIECE_SKIP) && (ostatus[o] == MC_OK))
+            ostatus[o] = mc_store_query_lease_check(q);
+        i += g;
+    }
+
+out:
+    if (reqs != reqs_stack)
+        free(reqs);
+    if (rst != rst_stack)
+        free(rst);
+    if (phase != phase_stack)
+        free(phase);
+}
+
+/* ---- get_into ------------------------------------------------------------------ */
+
+MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_t cap)
+{
+    mc_status_t st, kst;
+    mc_store_query_h q = NULL;
+    mc_read_piece_t piece;
+    int64_t ret;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    if ((buf == NULL) || !mc_store_mem_is_usable(s, buf, cap)) {
+        mc_set_error_detail("[%p, +%zu) is not registered memory (register_buffer it or "
+                            "allocate it from the store's pool)", buf, cap);
+        ret = MC_INVALID_PARAMS;
+        goto out;
+    }
+    mc_store_do_batch_query(s, &key, 1, &q, &kst);
+    if (kst != MC_OK) {
+        ret = kst;
+        goto out;
+    }
+    if (q->size > cap) {
+        mc_set_error_detail("object is %llu bytes, the buffer holds %zu",
+                            (unsigned long long)q->size, cap);
+        ret = MC_INVALID_PARAMS;
+        goto out;
+    }
+    if (q->size > (uint64_t)INT64_MAX) {
+        ret = MC_INVALID_PARAMS;
+        goto out;
+    }
+    if (q->size > 0) {
+        piece = (mc_read_piece_t){buf, 0, q->size, 0};
+        mc_store_read_pieces(s, &q, &piece, 1, &kst);
+    }
+    ret = (kst == MC_OK) ? (int64_t)q->size : kst;
+out:
+    mc_store_query_release(q);
+    mc_store_leave(s);
+    return ret;
+}
+
+/* ---- batch_get_into_multi ----------------------------------------------------- */
+
+MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const *keys,
+                                                 const mc_iov_t *const *bufs,
+                                                 const size_t *counts, size_t n,
+                                                 int64_t *results)
+{
+    mc_status_t st;
+    mc_store_query_h q_stack[MC_ZC_STACK];
+    mc_status_t kst_stack[MC_ZC_STACK];
+    mc_read_piece_t p_stack[MC_ZC_STACK];
+    mc_store_query_h *qs  = q_stack;
+    mc_status_t *kst      = kst_stack;
+    mc_read_piece_t *ps   = p_stack;
+    size_t npieces = 0, maxpieces = 0;
+    int queried    = 0;
+
+    if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (counts == NULL) || (results == NULL))) {
+        mc_set_error_detail("keys, bufs, counts and results are required");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = st;
+        return st;
+    }
+    if (n == 0)
+        goto out;
+    if (n > MC_WIRE_MAX_LIST) {
+        mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
+        st = MC_INVALID_PARAMS;
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (counts[i] > SIZE_MAX / sizeof(*ps) - maxpieces) {
+            mc_set_error_detail("too many buffers");
+            st = MC_INVALID_PARAMS;
+            goto fail;
+        }
+        maxpieces += counts[i];
+    }
+    if (n > MC_ZC_STACK) {
+        qs  = calloc(n, sizeof(*qs));
+        kst = malloc(n * sizeof(*kst));
+    }
+    if (maxpieces > MC_ZC_STACK)
+        ps = malloc(maxpieces * sizeof(*ps));
+    if ((qs == NULL) || (kst == NULL) || (ps == NULL)) {
+        mc_set_error_detail("out of memory for a batch of %zu keys", n);
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+
+    mc_store_do_batch_query(s, keys, n, qs, kst);
+    queried = 1;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t cap = 0, left;
+        if (kst[i] != MC_OK)
+            continue;
+        if ((counts[i] > 0) && (bufs[i] == NULL)) {
+            mc_set_error_detail("bufs[%zu] is NULL", i);
+            kst[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        for (size_t j = 0; j < counts[i]; j++) {
+            const mc_iov_t *b = &bufs[i][j];
+            if ((b->base == NULL) || !mc_store_mem_is_usable(s, b->base, b->len)) {
+                mc_set_error_detail("buffer %zu of key %zu is not registered memory", j, i);
+                kst[i] = MC_INVALID_PARAMS;
+                break;
+            }
+            cap = (b->len > UINT64_MAX - cap) ? UINT64_MAX : cap + b->len;
+        }
+        if (kst[i] != MC_OK)
+            continue;
+        if ((qs[i]->size > cap) || (qs[i]->size > (uint64_t)INT64_MAX)) {
+            mc_set_error_detail("object %s is %llu bytes, its buffers hold %llu", keys[i],
+                                (unsigned long long)qs[i]->size, (unsigned long long)cap);
+            kst[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        /* scatter the object over the buffers in order */
+        left = qs[i]->size;
+        for (size_t j = 0; (j < counts[i]) && (left > 0); j++) {
+            uint64_t len = (bufs[i][j].len < left) ? bufs[i][j].len : left;
+            if (len == 0)
+                continue;
+            ps[npieces++] = (mc_read_piece_t){(void *)(uintptr_t)bufs[i][j].base,
+                                              qs[i]->size - left, len, i};
+            left -= len;
+        }
+    }
+    mc_store_read_pieces(s, qs, ps, npieces, kst);
+    st = MC_OK;
+    for (size_t i = 0; i < n; i++) {
+        results[i] = (kst[i] == MC_OK) ? (int64_t)qs[i]->size : kst[i];
+        if ((st == MC_OK) && (kst[i] != MC_OK))
+            st = kst[i];
+    }
+    goto out;
+
+fail:
+    for (size_t i = 0; i < n; i++)
+        results[i] = st;
+out:
+    if (queried)
+        for (size_t i = 0; i < n; i++)
+            mc_store_query_release(qs[i]);
+    if (qs != q_stack)
+        free(qs);
+    if (kst != kst_stack)
+        free(kst);
+    if (ps != p_stack)
+        free(ps);
+    mc_store_leave(s);
+    return st;
+}
+
+/* ---- read_ranges -------------------------------------------------------------- */
+
+typedef struct range_ref {
+    const char *key;
+    size_t idx;
+} range_ref_t;
+
+static int range_cmp(const void *a, const void *b)
+{
+    const range_ref_t *x = a, *y = b;
+    int c                = strcmp(x->key, y->key);
+    if (c != 0)
+        return c;
+    return (x->idx < y->idx) ? -1 : (x->idx > y->idx);
+}
+
+/* Destination check: [buffer+dst_offset, +length) inside the one usable
+ * region that contains buffer, without overflowing. */
+static mc_status_t range_dst_check(mc_store_h s, const mc_store_range_t *r)
+{
+    uintptr_t base;
+    size_t rlen;
+    uint64_t room;
+
+    if ((r->buffer == NULL) || !region_of(s, r->buffer, &base, &rlen)) {
+        mc_set_error_detail("buffer %p is not registered memory", r->buffer);
+        return MC_INVALID_PARAMS;
+    }
+    room = (uint64_t)(rlen - ((uintptr_t)r->buffer - base));
+    if ((r->dst_offset > room) || (r->length > room - r->dst_offset)) {
+        mc_set_error_detail("destination [+%llu, +%llu) leaves the registered buffer",
+                            (unsigned long long)r->dst_offset, (unsigned long long)r->length);
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
+}
+
+MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
+{
+    mc_status_t st;
+    range_ref_t *order     = NULL; /* range indices grouped by key */
+    size_t *owner_of       = NULL; /* range -> distinct key */
+    const char **dkeys     = NULL;
+    mc_store_query_h *qs   = NULL;
+    mc_status_t *ks        = NULL;
+    mc_read_piece_t *ps    = NULL;
+    size_t nd = 0, np = 0;
+
+    if ((n > 0) && (ranges == NULL)) {
+        mc_set_error_detail("ranges is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK) {
+        for (size_t i = 0; i < n; i++)
+            ranges[i].result = st;
+        return st;
+    }
+    if (n == 0)
+        goto out;
+    order    = malloc(n * sizeof(*order));
+    owner_of = malloc(n * sizeof(*owner_of));
+    dkeys    = malloc(n * sizeof(*dkeys));
+    qs       = calloc(n, sizeof(*qs));
+    ks       = malloc(n * sizeof(*ks));
+    ps       = calloc(n, sizeof(*ps)); /* calloc: gcc -O2 + ASan flags the const read otherwise */
+    if ((order == NULL) || (owner_of == NULL) || (dkeys == NULL) || (qs == NULL) ||
+        (ks == NULL) || (ps == NULL)) {
+        mc_set_error_detail("out of memory for %zu ranges", n);
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+
+    /* group by key: invalid keys first get their own result */
+    {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            ranges[i].result = mc_store_check_key(ranges[i].key, NULL);
+            if (ranges[i].result == MC_OK)
+                order[m++] = (range_ref_t){ranges[i].key, i};
+        }
+        qsort(order, m, sizeof(*order), range_cmp);
+        for (size_t k = 0; k < m; k++) {
+            size_t i = order[k].idx;
+            if ((nd == 0) || (strcmp(dkeys[nd - 1], ranges[i].key) != 0))
+                dkeys[nd++] = ranges[i].key;
+            owner_of[i] = nd - 1;
+        }
+        if (nd > MC_WIRE_MAX_LIST) {
+            mc_set_error_detail("at most %u distinct keys per call", (unsigned)MC_WIRE_MAX_LIST);
+            st = MC_INVALID_PARAMS;
+            goto fail;
+        }
+        mc_store_do_batch_query(s, dkeys, nd, qs, ks);
+
+        /* validate each fragment; pieces stay grouped by key */
+        for (size_t k = 0; k < m; k++) {
+            size_t i              = order[k].idx;
+            mc_store_range_t *r   = &ranges[i];
+            size_t o              = owner_of[i];
+            if (ks[o] != MC_OK) {
+                r->result = ks[o];
+                continue;
+            }
+            r->result = range_dst_check(s, r);
+            if (r->result != MC_OK)
+                continue;
+            if ((r->src_offset > qs[o]->size) || (r->length > qs[o]->size - r->src_offset) ||
+                (r->length > (uint64_t)INT64_MAX)) {
+                mc_set_error_detail("source [%llu, +%llu) is outside the %llu-byte object",
+                                    (unsigned long long)r->src_offset,
+                                    (unsigned long long)r->length,
+                                    (unsigned long long)qs[o]->size);
+                r->result = MC_INVALID_PARAMS;
+                continue;
+            }
+            if (r->length > 0)
+                ps[np++] = (mc_read_piece_t){(uint8_t *)r->buffer + r->dst_offset,
+                                             r->src_offset, r->length, o};
+        }
+        mc_store_read_pieces(s, qs, ps, np, ks);
+        for (size_t k = 0; k < m; k++) {
+            size_t i            = order[k].idx;
+            mc_store_range_t *r = &ranges[i];
+            if (r->result == MC_OK)
+                r->result = (ks[owner_of[i]] == MC_OK) ? (int64_t)r->length : ks[owner_of[i]];
+        }
+    }
+    st = MC_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (ranges[i].result < 0) {
+            st = (mc_status_t)ranges[i].result;
+            break;
+        }
+    }
+    goto out;
+
+fail:
+    for (size_t i = 0; i < n; i++)
+        ranges[i].result = st;
+out:
+    if (qs != NULL)
+        for (size_t d = 0; d < nd; d++)
+            mc_store_query_release(qs[d]);
+    free(order);
+    free(owner_of);
+    free(dkeys);
+    free(qs);
+    free(ks);
+    free(ps);
+    mc_store_leave(s);
+    return st;
+}
