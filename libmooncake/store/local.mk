@@ -6,6 +6,12 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/heartbeat.c \
 	libmooncake/store/query.c \
 	libmooncake/store/store.c \
+	libmooncake/store/replica.c \
+	libmooncake/store/hostmem.c \
+	libmooncake/store/read_internal.h \
+	libmooncake/store/zerocopy.c \
+	libmooncake/store/buffer.c \
+	libmooncake/store/session.c \
 	$(NULL)
 
 # examples/hello.c: the smallest complete client, built (not installed)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The store handle: lifecycle (create/setup/close/destroy) and writes.
+ * The store handle: lifecycle (create/setup/close/destroy), writes and removal.
  *
  * setup() dials the master first (cheap, and the commonest failure), then
  * starts the transfer engine, maps and registers the staging buffer and
@@ -22,9 +22,23 @@
  * Replica descriptors come from the network: a replica smaller than the
  * object, an address range that wraps, or a segment name we cannot open is
  * refused before any byte moves.
+ *
+ * Every write runs one of two paths: do_write() for a single key and
+ * do_write_batch() for many (one BATCH_*_START, one transfer for every
+ * replica of every key, then END and REVOKE pipelined on one connection).
+ * Both are parameterised by the operation (put or upsert: the same
+ * messages under other opcodes) and by flags saying whether the sources
+ * must be registered memory (the zero-copy *_from calls) and whether
+ * prefer_alloc_in_same_node is allowed (the multi-buffer calls only, as
+ * upstream).  A source of many parts is written as their concatenation.
+ *
+ * Removal: remove, batch_remove, remove_by_regex (POSIX extended, checked
+ * here with regcomp before the master sees it) and remove_all, all one
+ * round trip each.
  */
 #include "config.h"
 
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,11 +366,19 @@ MC_API mc_te_h mc_store_engine(mc_store_h s)
 
 /* ---- replication config --------------------------------------------------------- */
 
+/* How a write call may be used (flags of config_check and the write paths). */
+#define WF_ZERO_COPY 0x1u /* every source byte must be registered memory */
+#define WF_SAME_NODE 0x2u /* prefer_alloc_in_same_node is accepted */
+
 /*
  * What upstream checks on the client before any RPC.  @p nkeys is the
  * number of keys written by the call (group_ids needs one per key).
+ * prefer_alloc_in_same_node is refused by put, put_from and batch_put_from
+ * upstream but documented for the multi-buffer writes, which are the only
+ * calls that pass WF_SAME_NODE; it always needs replica_num == 1.
  */
-static mc_status_t config_check(const mc_replicate_config_t *cfg, size_t nkeys)
+static mc_status_t config_check(const mc_replicate_config_t *cfg, size_t nkeys,
+                                unsigned flags)
 {
     if (cfg == NULL)
         return MC_OK;
@@ -381,8 +403,16 @@ static mc_status_t config_check(const mc_replicate_config_t *cfg, size_t nkeys)
         return MC_INVALID_PARAMS;
     }
     if (cfg->prefer_alloc_in_same_node) {
-        mc_set_error_detail("prefer_alloc_in_same_node is not supported by put");
-        return MC_INVALID_PARAMS;
+        if (!(flags & WF_SAME_NODE)) {
+            mc_set_error_detail("prefer_alloc_in_same_node is only supported by the "
+                                "multi-buffer writes (batch_put_from_multi_buffers)");
+            return MC_INVALID_PARAMS;
+        }
+        if (cfg->replica_num != 1 || cfg->nof_replica_num != 0 || cfg->dfs_replica_num != 0) {
+            mc_set_error_detail("prefer_alloc_in_same_node needs replica_num 1 "
+                                "(and no disk replicas)");
+            return MC_INVALID_PARAMS;
+        }
     }
     if ((cfg->preferred_segment != NULL) &&
         (strnlen(cfg->preferred_segment, MC_WIRE_MAX_STR + 1) > MC_WIRE_MAX_STR)) {
@@ -538,45 +568,129 @@ static mc_status_t check_parts(const mc_iov_t *parts, size_t n, uint64_t *total_
     return MC_OK;
 }
 
-/* ---- single put ----------------------------------------------------------------------- */
+/* ---- the two-phase write, shared by put and upsert ---------------------------------- */
 
-/* Free the buffers of a put that cannot finish; keeps the caller's detail. */
-static void put_revoke(mc_store_h s, const char *key, size_t klen)
+/*
+ * put and upsert speak the same protocol under different opcodes
+ * (docs/protocol.md, PUT_* and UPSERT_*): START allocates (or, for an
+ * upsert of an existing key, hands back the buffers to rewrite), the bytes
+ * move, END publishes or REVOKE frees.  The messages have identical fields,
+ * so every write below runs one code path and only the opcode differs.
+ * A put that finds the key taken reports MC_OK (first writer wins); an
+ * upsert passes every status of the master through.
+ */
+typedef enum write_op { WRITE_PUT, WRITE_UPSERT } write_op_t;
+
+static const char *write_op_name(write_op_t op)
 {
-    mc_wire_put_revoke_req_t req;
-    mc_wire_put_revoke_resp_t resp;
-    mc_mconn_t *conn;
-    mc_status_t st;
-    char detail[512];
+    return (op == WRITE_UPSERT) ? "upsert" : "put";
+}
 
-    snprintf(detail, sizeof(detail), "%s", mc_last_error_detail());
-    memset(&req, 0, sizeof(req));
-    req.client_id = s->client_id;
-    req.key.ptr   = key;
-    req.key.len   = (uint32_t)klen;
-    st            = mc_master_pool_call_put_revoke(&s->pool, &conn, &req, &resp);
+/* START for one key; on MC_OK *reps borrows from *conn_p. */
+static mc_status_t write_start(mc_store_h s, write_op_t op, mc_mconn_t **conn_p, mc_str_t key,
+                               uint64_t length, const mc_wire_config_t *config,
+                               mc_wire_replica_list_t *reps)
+{
+    mc_status_t st;
+#define WRITE_START_(low)                                                        \
+    do {                                                                         \
+        mc_wire_##low##_req_t rq_;                                               \
+        mc_wire_##low##_resp_t rs_;                                              \
+        memset(&rq_, 0, sizeof(rq_));                                            \
+        rq_.client_id = s->client_id;                                            \
+        rq_.key       = key;                                                     \
+        rq_.length    = length;                                                  \
+        rq_.config    = *config;                                                 \
+        st            = mc_master_pool_call_##low(&s->pool, conn_p, &rq_, &rs_); \
+        if (st == MC_OK)                                                         \
+            *reps = rs_.replicas;                                                \
+    } while (0)
+    if (op == WRITE_UPSERT)
+        WRITE_START_(upsert_start);
+    else
+        WRITE_START_(put_start);
+#undef WRITE_START_
+    return st;
+}
+
+/* END (publish) or, with @p revoke, REVOKE (free) one key. */
+static mc_status_t write_seal(mc_store_h s, write_op_t op, int revoke, mc_str_t key)
+{
+    mc_status_t st;
+    mc_mconn_t *conn = NULL;
+#define WRITE_SEAL_(low)                                                          \
+    do {                                                                          \
+        mc_wire_##low##_req_t rq_;                                                \
+        mc_wire_##low##_resp_t rs_;                                               \
+        memset(&rq_, 0, sizeof(rq_));                                             \
+        rq_.client_id = s->client_id;                                             \
+        rq_.key       = key;                                                      \
+        st            = mc_master_pool_call_##low(&s->pool, &conn, &rq_, &rs_);  \
+    } while (0)
+    if (op == WRITE_UPSERT) {
+        if (revoke)
+            WRITE_SEAL_(upsert_revoke);
+        else
+            WRITE_SEAL_(upsert_end);
+    } else {
+        if (revoke)
+            WRITE_SEAL_(put_revoke);
+        else
+            WRITE_SEAL_(put_end);
+    }
+#undef WRITE_SEAL_
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
+    return st;
+}
+
+/* Free the buffers of a write that cannot finish; keeps the caller's detail. */
+static void write_revoke(mc_store_h s, write_op_t op, mc_str_t key)
+{
+    char detail[512];
+    mc_status_t st;
+
+    snprintf(detail, sizeof(detail), "%s", mc_last_error_detail());
+    st = write_seal(s, op, 1, key);
     if (st != MC_OK)
-        mc_warn("PUT_REVOKE of %.*s failed: %s", (int)MC_MIN(klen, 128), key,
-                mc_status_name(st));
+        mc_warn("%s revoke of %.*s failed: %s", write_op_name(op), (int)MC_MIN(key.len, 128u),
+                key.ptr, mc_status_name(st));
     mc_set_error_detail("%s", detail);
 }
 
-static mc_status_t do_put(mc_store_h s, const char *key, const mc_iov_t *parts, size_t nparts,
-                          const mc_replicate_config_t *cfg)
+/*
+ * Where the bytes may come from.  A zero-copy write (put_from and friends)
+ * promises the caller's memory is registered: anything else is refused
+ * before a byte moves.  A copying write needs a staging buffer only when
+ * the memory is not registered with the engine (check_staging).
+ */
+static mc_status_t check_sources(mc_store_h s, const mc_iov_t *parts, size_t n, unsigned flags)
+{
+    if (!(flags & WF_ZERO_COPY))
+        return check_staging(s, parts, n);
+    for (size_t i = 0; i < n; i++) {
+        if ((parts[i].len > 0) && !mc_store_mem_is_usable(s, parts[i].base, parts[i].len)) {
+            mc_set_error_detail("source buffer %zu (%p, %zu bytes) is not registered memory: "
+                                "register it with register_buffer or allocate it from the "
+                                "store's pool", i, parts[i].base, parts[i].len);
+            return MC_INVALID_PARAMS;
+        }
+    }
+    return MC_OK;
+}
+
+static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
+                            size_t nparts, const mc_replicate_config_t *cfg, unsigned flags)
 {
     mc_status_t st;
     size_t klen, nreq = 0, cap = 0;
     uint64_t total;
     mc_mconn_t *conn = NULL;
-    mc_str_t gid;
+    mc_str_t gid, wkey;
     mc_te_request_t stack_reqs[MC_PUT_STACK_REQS];
     mc_te_request_t *reqs = stack_reqs;
-    mc_wire_put_start_req_t sreq;
-    mc_wire_put_start_resp_t sresp;
-    mc_wire_put_end_req_t ereq;
-    mc_wire_put_end_resp_t eresp;
+    mc_wire_config_t wcfg;
+    mc_wire_replica_list_t reps;
 
     st = mc_store_check_key(key, &klen);
     if (st != MC_OK)
@@ -584,41 +698,37 @@ static mc_status_t do_put(mc_store_h s, const char *key, const mc_iov_t *parts, 
     st = check_parts(parts, nparts, &total);
     if (st != MC_OK)
         return st;
-    st = config_check(cfg, 1);
+    st = config_check(cfg, 1, flags);
+    if (st != MC_OK)
+        return st;
+    st = check_sources(s, parts, nparts, flags);
     if (st != MC_OK)
         return st;
     if (total == 0)
         return MC_OK; /* upstream stores nothing for an empty value */
-    st = check_staging(s, parts, nparts);
-    if (st != MC_OK)
-        return st;
 
-    memset(&sreq, 0, sizeof(sreq));
-    sreq.client_id = s->client_id;
-    sreq.key.ptr   = key;
-    sreq.key.len   = (uint32_t)klen;
-    sreq.length    = total;
-    config_to_wire(cfg, NULL, 1, &gid, &sreq.config);
-    st = mc_master_pool_call_put_start(&s->pool, &conn, &sreq, &sresp);
-    if (st == MC_OBJECT_ALREADY_EXISTS) {
+    wkey = (mc_str_t){key, (uint32_t)klen};
+    config_to_wire(cfg, NULL, 1, &gid, &wcfg);
+    st = write_start(s, op, &conn, wkey, total, &wcfg, &reps);
+    if ((op == WRITE_PUT) && (st == MC_OBJECT_ALREADY_EXISTS)) {
         st = MC_OK; /* first writer wins; the old value stays */
         goto done;
     }
     if (st != MC_OK)
         goto done;
 
-    if (sresp.replicas.n == 0) {
+    if (reps.n == 0) {
         mc_set_error_detail("master allocated no replica for %s", key);
         st = MC_INVALID_REPLICA;
         goto revoke;
     }
     /* every replica gets every non-empty part */
-    if (nparts > SIZE_MAX / sizeof(*reqs) / sresp.replicas.n) {
+    if (nparts > SIZE_MAX / sizeof(*reqs) / reps.n) {
         mc_set_error_detail("too many parts");
         st = MC_INVALID_PARAMS;
         goto revoke;
     }
-    cap = (size_t)sresp.replicas.n * nparts;
+    cap = (size_t)reps.n * nparts;
     if (cap > MC_PUT_STACK_REQS) {
         reqs = malloc(cap * sizeof(*reqs));
         if (reqs == NULL) {
@@ -628,8 +738,8 @@ static mc_status_t do_put(mc_store_h s, const char *key, const mc_iov_t *parts, 
             goto revoke;
         }
     }
-    for (uint32_t i = 0; i < sresp.replicas.n; i++) {
-        st = replica_writes(s, &sresp.replicas.v[i], parts, nparts, total, reqs, &nreq);
+    for (uint32_t i = 0; i < reps.n; i++) {
+        st = replica_writes(s, &reps.v[i], parts, nparts, total, reqs, &nreq);
         if (st != MC_OK)
             goto revoke;
     }
@@ -642,16 +752,12 @@ static mc_status_t do_put(mc_store_h s, const char *key, const mc_iov_t *parts, 
         char detail[512];
         snprintf(detail, sizeof(detail), "transfer of %s failed: %s", key,
                  mc_last_error_detail());
-        mc_warn("writing %s (%llu bytes) failed: %s (%s); revoking", key,
+        mc_warn("%s of %s (%llu bytes) failed: %s (%s); revoking", write_op_name(op), key,
                 (unsigned long long)total, mc_status_name(st), detail);
         mc_set_error_detail("%s", detail);
         goto revoke;
     }
-
-    memset(&ereq, 0, sizeof(ereq));
-    ereq.client_id = s->client_id;
-    ereq.key       = sreq.key;
-    st             = mc_master_pool_call_put_end(&s->pool, &conn, &ereq, &eresp);
+    st = write_seal(s, op, 0, wkey);
     goto done;
 
 revoke:
@@ -659,7 +765,7 @@ revoke:
         mc_master_pool_put(&s->pool, conn);
         conn = NULL;
     }
-    put_revoke(s, key, klen);
+    write_revoke(s, op, wkey);
 done:
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
@@ -668,37 +774,76 @@ done:
     return st;
 }
 
+/* Public entry of every single-key write. */
+static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
+                             size_t n, const mc_replicate_config_t *cfg, unsigned flags)
+{
+    mc_status_t st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    st = do_write(s, op, key, parts, n, cfg, flags);
+    mc_store_leave(s);
+    return st;
+}
+
 MC_API mc_status_t mc_store_put(mc_store_h s, const char *key, const void *data, size_t len,
                                 const mc_replicate_config_t *cfg)
 {
-    mc_status_t st;
     mc_iov_t part = {data, len};
-
-    st = mc_store_enter(s);
-    if (st != MC_OK)
-        return st;
-    if ((data == NULL) && (len > 0)) {
-        mc_set_error_detail("data is NULL");
-        st = MC_INVALID_PARAMS;
-    } else {
-        st = do_put(s, key, &part, 1, cfg);
-    }
-    mc_store_leave(s);
-    return st;
+    return write_one(s, WRITE_PUT, key, &part, 1, cfg, 0);
 }
 
 MC_API mc_status_t mc_store_put_parts(mc_store_h s, const char *key, const mc_iov_t *parts,
                                       size_t n, const mc_replicate_config_t *cfg)
 {
-    mc_status_t st = mc_store_enter(s);
-    if (st != MC_OK)
-        return st;
-    st = do_put(s, key, parts, n, cfg);
-    mc_store_leave(s);
-    return st;
+    return write_one(s, WRITE_PUT, key, parts, n, cfg, 0);
 }
 
-/* ---- batch put ------------------------------------------------------------------------- */
+MC_API mc_status_t mc_store_upsert(mc_store_h s, const char *key, const void *data, size_t len,
+                                   const mc_replicate_config_t *cfg)
+{
+    mc_iov_t part = {data, len};
+    return write_one(s, WRITE_UPSERT, key, &part, 1, cfg, 0);
+}
+
+MC_API mc_status_t mc_store_upsert_parts(mc_store_h s, const char *key, const mc_iov_t *parts,
+                                         size_t n, const mc_replicate_config_t *cfg)
+{
+    return write_one(s, WRITE_UPSERT, key, parts, n, cfg, 0);
+}
+
+MC_API mc_status_t mc_store_put_from(mc_store_h s, const char *key, const void *buf, size_t len,
+                                     const mc_replicate_config_t *cfg)
+{
+    mc_iov_t part = {buf, len};
+    return write_one(s, WRITE_PUT, key, &part, 1, cfg, WF_ZERO_COPY);
+}
+
+MC_API mc_status_t mc_store_upsert_from(mc_store_h s, const char *key, const void *buf,
+                                        size_t len, const mc_replicate_config_t *cfg)
+{
+    mc_iov_t part = {buf, len};
+    return write_one(s, WRITE_UPSERT, key, &part, 1, cfg, WF_ZERO_COPY);
+}
+
+/* ---- batch writes ---------------------------------------------------------------------- */
+
+/* The values of a batch: one part per key (values), or counts[i] parts per key (bufs). */
+typedef struct write_src {
+    const mc_iov_t *values;
+    const mc_iov_t *const *bufs;
+    const size_t *counts;
+} write_src_t;
+
+static const mc_iov_t *src_parts(const write_src_t *w, size_t i, size_t *n_p)
+{
+    if (w->values != NULL) {
+        *n_p = 1;
+        return &w->values[i];
+    }
+    *n_p = w->counts[i];
+    return w->bufs[i];
+}
 
 typedef struct batch_put {
     size_t *sel;        /* call index of each key sent to the master */
@@ -724,8 +869,94 @@ static void batch_put_free(batch_put_t *b)
     free(b->tst);
 }
 
-/* Pipelined BATCH_PUT_END (for state 1) and BATCH_PUT_REVOKE (state 2). */
-static void batch_put_finish(mc_store_h s, batch_put_t *b, mc_status_t *statuses)
+/* BATCH_*_START; on MC_OK *results borrows from *conn_p. */
+static mc_status_t write_batch_start(mc_store_h s, write_op_t op, mc_mconn_t **conn_p,
+                                     const batch_put_t *b, const mc_wire_config_t *config,
+                                     mc_wire_result_list_t *results)
+{
+    mc_status_t st;
+#define WRITE_BATCH_START_(low)                                                  \
+    do {                                                                         \
+        mc_wire_##low##_req_t rq_;                                               \
+        mc_wire_##low##_resp_t rs_;                                              \
+        memset(&rq_, 0, sizeof(rq_));                                            \
+        rq_.client_id = s->client_id;                                            \
+        rq_.keys.n    = (uint32_t)b->nsel;                                       \
+        rq_.keys.v    = b->keys;                                                 \
+        rq_.lengths.n = (uint32_t)b->nsel;                                       \
+        rq_.lengths.v = b->lengths;                                              \
+        rq_.config    = *config;                                                 \
+        st            = mc_master_pool_call_##low(&s->pool, conn_p, &rq_, &rs_); \
+        if (st == MC_OK)                                                         \
+            *results = rs_.results;                                              \
+    } while (0)
+    if (op == WRITE_UPSERT)
+        WRITE_BATCH_START_(batch_upsert_start);
+    else
+        WRITE_BATCH_START_(batch_put_start);
+#undef WRITE_BATCH_START_
+    return st;
+}
+
+/* Queue BATCH_*_END (or _REVOKE) of @p keys on @p conn; returns its request id. */
+static uint32_t write_batch_seal_encode(mc_store_h s, mc_mconn_t *conn, write_op_t op,
+                                        int revoke, mc_str_t *keys, size_t n)
+{
+    uint32_t id = mc_mconn_take_id(conn);
+#define WRITE_BATCH_SEAL_ENC_(low)                               \
+    do {                                                         \
+        mc_wire_##low##_req_t rq_;                               \
+        memset(&rq_, 0, sizeof(rq_));                            \
+        rq_.client_id = s->client_id;                            \
+        rq_.keys.n    = (uint32_t)n;                             \
+        rq_.keys.v    = keys;                                    \
+        mc_wire_encode_##low##_req(&conn->wbuf, id, &rq_);       \
+    } while (0)
+    if (op == WRITE_UPSERT) {
+        if (revoke)
+            WRITE_BATCH_SEAL_ENC_(batch_upsert_revoke);
+        else
+            WRITE_BATCH_SEAL_ENC_(batch_upsert_end);
+    } else {
+        if (revoke)
+            WRITE_BATCH_SEAL_ENC_(batch_put_revoke);
+        else
+            WRITE_BATCH_SEAL_ENC_(batch_put_end);
+    }
+#undef WRITE_BATCH_SEAL_ENC_
+    return id;
+}
+
+/* The answer to write_batch_seal_encode(); *statuses borrows from @p conn. */
+static mc_status_t write_batch_seal_recv(mc_mconn_t *conn, write_op_t op, int revoke,
+                                         uint32_t id, mc_wire_i32_list_t *statuses)
+{
+    mc_status_t st;
+#define WRITE_BATCH_SEAL_RECV_(low)                      \
+    do {                                                 \
+        mc_wire_##low##_resp_t rs_;                      \
+        st = mc_master_recv_##low(conn, id, &rs_);       \
+        if (st == MC_OK)                                 \
+            *statuses = rs_.statuses;                    \
+    } while (0)
+    if (op == WRITE_UPSERT) {
+        if (revoke)
+            WRITE_BATCH_SEAL_RECV_(batch_upsert_revoke);
+        else
+            WRITE_BATCH_SEAL_RECV_(batch_upsert_end);
+    } else {
+        if (revoke)
+            WRITE_BATCH_SEAL_RECV_(batch_put_revoke);
+        else
+            WRITE_BATCH_SEAL_RECV_(batch_put_end);
+    }
+#undef WRITE_BATCH_SEAL_RECV_
+    return st;
+}
+
+/* Pipelined END (for state 1) and REVOKE (state 2) on one connection. */
+static void write_batch_finish(mc_store_h s, write_op_t op, batch_put_t *b,
+                               mc_status_t *statuses)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
@@ -733,12 +964,13 @@ static void batch_put_finish(mc_store_h s, batch_put_t *b, mc_status_t *statuses
     size_t *end_idx = NULL;
     size_t nend = 0, nrev = 0;
     uint32_t end_id = 0, rev_id = 0;
+    mc_wire_i32_list_t rs = {0, NULL};
 
     end_keys = malloc(MC_MAX(b->nsel, (size_t)1) * sizeof(*end_keys));
     rev_keys = malloc(MC_MAX(b->nsel, (size_t)1) * sizeof(*rev_keys));
     end_idx  = malloc(MC_MAX(b->nsel, (size_t)1) * sizeof(*end_idx));
     if ((end_keys == NULL) || (rev_keys == NULL) || (end_idx == NULL)) {
-        mc_set_error_detail("out of memory finishing a batch put");
+        mc_set_error_detail("out of memory finishing a batch %s", write_op_name(op));
         st = MC_INTERNAL_ERROR;
         goto fail_all;
     }
@@ -757,36 +989,23 @@ static void batch_put_finish(mc_store_h s, batch_put_t *b, mc_status_t *statuses
     if (st != MC_OK)
         goto fail_all;
     mc_mconn_begin(conn);
-    if (nend > 0) {
-        mc_wire_batch_put_end_req_t req = {0};
-        req.client_id = s->client_id;
-        req.keys.n    = (uint32_t)nend;
-        req.keys.v    = end_keys;
-        end_id        = mc_mconn_take_id(conn);
-        mc_wire_encode_batch_put_end_req(&conn->wbuf, end_id, &req);
-    }
-    if (nrev > 0) {
-        mc_wire_batch_put_revoke_req_t req = {0};
-        req.client_id = s->client_id;
-        req.keys.n    = (uint32_t)nrev;
-        req.keys.v    = rev_keys;
-        rev_id        = mc_mconn_take_id(conn);
-        mc_wire_encode_batch_put_revoke_req(&conn->wbuf, rev_id, &req);
-    }
+    if (nend > 0)
+        end_id = write_batch_seal_encode(s, conn, op, 0, end_keys, nend);
+    if (nrev > 0)
+        rev_id = write_batch_seal_encode(s, conn, op, 1, rev_keys, nrev);
     st = mc_mconn_send(conn);
     if (st != MC_OK)
         goto fail_all;
     if (nend > 0) {
-        mc_wire_batch_put_end_resp_t resp;
-        st = mc_master_recv_batch_put_end(conn, end_id, &resp);
-        if ((st == MC_OK) && (resp.statuses.n != nend)) {
-            mc_set_error_detail("BATCH_PUT_END answered %u statuses for %zu keys",
-                                (unsigned)resp.statuses.n, nend);
+        st = write_batch_seal_recv(conn, op, 0, end_id, &rs);
+        if ((st == MC_OK) && (rs.n != nend)) {
+            mc_set_error_detail("batch %s end answered %u statuses for %zu keys",
+                                write_op_name(op), (unsigned)rs.n, nend);
             conn->broken = 1;
             st           = MC_RPC_FAIL;
         }
         for (size_t k = 0; k < nend; k++) {
-            mc_status_t ks = (st == MC_OK) ? (mc_status_t)resp.statuses.v[k] : st;
+            mc_status_t ks = (st == MC_OK) ? (mc_status_t)rs.v[k] : st;
             if (ks > 0)
                 ks = MC_RPC_FAIL;
             statuses[b->sel[end_idx[k]]] = ks;
@@ -795,10 +1014,10 @@ static void batch_put_finish(mc_store_h s, batch_put_t *b, mc_status_t *statuses
             goto out;
     }
     if (nrev > 0) {
-        mc_wire_batch_put_revoke_resp_t resp;
-        st = mc_master_recv_batch_put_revoke(conn, rev_id, &resp);
+        st = write_batch_seal_recv(conn, op, 1, rev_id, &rs);
         if (st != MC_OK)
-            mc_warn("BATCH_PUT_REVOKE of %zu keys failed: %s", nrev, mc_status_name(st));
+            mc_warn("batch %s revoke of %zu keys failed: %s", write_op_name(op), nrev,
+                    mc_status_name(st));
     }
     goto out;
 
@@ -814,17 +1033,70 @@ out:
     free(end_idx);
 }
 
-static mc_status_t do_put_batch(mc_store_h s, const char *const *keys, const mc_iov_t *values,
-                                size_t n, const mc_replicate_config_t *cfg,
-                                mc_status_t *statuses)
+/* Per-key validation: bad keys and bad sources fail alone, empty values store nothing. */
+static void write_batch_select(mc_store_h s, const char *const *keys, const write_src_t *src,
+                               size_t n, unsigned flags, batch_put_t *b, mc_status_t *statuses)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t klen, np;
+        uint64_t total = 0;
+        const mc_iov_t *parts = src_parts(src, i, &np);
+
+        statuses[i] = mc_store_check_key(keys[i], &klen);
+        if (statuses[i] == MC_OK)
+            statuses[i] = check_parts(parts, np, &total);
+        if (statuses[i] == MC_OK)
+            statuses[i] = check_sources(s, parts, np, flags);
+        if ((statuses[i] != MC_OK) || (total == 0))
+            continue; /* an empty value: MC_OK, nothing stored */
+        b->sel[b->nsel]     = i;
+        b->keys[b->nsel]    = (mc_str_t){keys[i], (uint32_t)klen};
+        b->lengths[b->nsel] = total;
+        b->nsel++;
+    }
+}
+
+/* Transfer requests for every allocated replica of every key, upper bound. */
+static mc_status_t write_batch_reserve(const write_src_t *src, const mc_wire_result_list_t *res,
+                                       batch_put_t *b)
+{
+    size_t cap = 0;
+    const size_t max = SIZE_MAX / sizeof(*b->reqs);
+
+    for (size_t j = 0; j < b->nsel; j++) {
+        size_t np;
+        const mc_wire_result_t *r = &res->v[j];
+        if (r->status != MC_OK)
+            continue;
+        (void)src_parts(src, b->sel[j], &np);
+        if ((r->replicas.n > 0) && (np > (max - cap) / r->replicas.n)) {
+            mc_set_error_detail("too many transfer requests for one batch");
+            return MC_INVALID_PARAMS;
+        }
+        cap += (size_t)r->replicas.n * np;
+    }
+    cap      = MC_MAX(cap, (size_t)1);
+    b->reqs  = malloc(cap * sizeof(*b->reqs));
+    b->owner = malloc(cap * sizeof(*b->owner));
+    b->tst   = malloc(cap * sizeof(*b->tst));
+    if (!b->reqs || !b->owner || !b->tst) {
+        mc_set_error_detail("out of memory for %zu transfer requests", cap);
+        return MC_INTERNAL_ERROR;
+    }
+    return MC_OK;
+}
+
+static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const *keys,
+                                  const write_src_t *src, size_t n,
+                                  const mc_replicate_config_t *cfg, unsigned flags,
+                                  mc_status_t *statuses)
 {
     mc_status_t st;
     batch_put_t b;
     mc_mconn_t *conn = NULL;
-    mc_wire_batch_put_start_req_t req;
-    mc_wire_batch_put_start_resp_t resp;
-    size_t total_reps = 0;
-    int revoke_all    = 0;
+    mc_wire_config_t wcfg;
+    mc_wire_result_list_t res;
+    int revoke_all = 0;
 
     memset(&b, 0, sizeof(b));
     if (n > MC_WIRE_MAX_LIST) {
@@ -832,7 +1104,7 @@ static mc_status_t do_put_batch(mc_store_h s, const char *const *keys, const mc_
         st = MC_INVALID_PARAMS;
         goto fail_all;
     }
-    st = config_check(cfg, n);
+    st = config_check(cfg, n, flags);
     if (st != MC_OK)
         goto fail_all;
 
@@ -846,74 +1118,39 @@ static mc_status_t do_put_batch(mc_store_h s, const char *const *keys, const mc_
         st = MC_INTERNAL_ERROR;
         goto fail_all;
     }
-
-    /* per-key validation: bad keys fail alone, empty values store nothing */
-    for (size_t i = 0; i < n; i++) {
-        size_t klen;
-        statuses[i] = mc_store_check_key(keys[i], &klen);
-        if (statuses[i] != MC_OK)
-            continue;
-        if ((values[i].len > 0) && (values[i].base == NULL)) {
-            mc_set_error_detail("value %zu has a NULL base", i);
-            statuses[i] = MC_INVALID_PARAMS;
-            continue;
-        }
-        if (values[i].len == 0)
-            continue; /* MC_OK, nothing stored */
-        statuses[i] = check_staging(s, &values[i], 1);
-        if (statuses[i] != MC_OK)
-            continue;
-        b.sel[b.nsel]     = i;
-        b.keys[b.nsel]    = (mc_str_t){keys[i], (uint32_t)klen};
-        b.lengths[b.nsel] = values[i].len;
-        b.nsel++;
-    }
+    write_batch_select(s, keys, src, n, flags, &b, statuses);
     if (b.nsel == 0)
         goto out;
 
-    memset(&req, 0, sizeof(req));
-    req.client_id = s->client_id;
-    req.keys.n    = (uint32_t)b.nsel;
-    req.keys.v    = b.keys;
-    req.lengths.n = (uint32_t)b.nsel;
-    req.lengths.v = b.lengths;
-    config_to_wire(cfg, b.sel, b.nsel, b.gids, &req.config);
-    st = mc_master_pool_call_batch_put_start(&s->pool, &conn, &req, &resp);
+    config_to_wire(cfg, b.sel, b.nsel, b.gids, &wcfg);
+    st = write_batch_start(s, op, &conn, &b, &wcfg, &res);
     if (st != MC_OK) {
         /* after a transport failure the master may hold allocations */
         revoke_all = (conn != NULL) && conn->broken;
         goto fail_sel;
     }
-    if (resp.results.n != b.nsel) {
-        mc_set_error_detail("BATCH_PUT_START answered %u results for %zu keys",
-                            (unsigned)resp.results.n, b.nsel);
+    if (res.n != b.nsel) {
+        mc_set_error_detail("batch %s start answered %u results for %zu keys",
+                            write_op_name(op), (unsigned)res.n, b.nsel);
         conn->broken = 1;
         revoke_all   = 1;
         st           = MC_RPC_FAIL;
         goto fail_sel;
     }
-
-    for (size_t j = 0; j < b.nsel; j++) {
-        const mc_wire_result_t *r = &resp.results.v[j];
-        if (r->status == MC_OK)
-            total_reps += r->replicas.n;
-    }
-    b.reqs  = malloc(MC_MAX(total_reps, (size_t)1) * sizeof(*b.reqs));
-    b.owner = malloc(MC_MAX(total_reps, (size_t)1) * sizeof(*b.owner));
-    b.tst   = malloc(MC_MAX(total_reps, (size_t)1) * sizeof(*b.tst));
-    if (!b.reqs || !b.owner || !b.tst) {
-        mc_set_error_detail("out of memory for %zu transfer requests", total_reps);
-        st         = MC_INTERNAL_ERROR;
+    st = write_batch_reserve(src, &res, &b);
+    if (st != MC_OK) {
         revoke_all = 1;
         goto fail_sel;
     }
 
     for (size_t j = 0; j < b.nsel; j++) {
-        const mc_wire_result_t *r = &resp.results.v[j];
+        const mc_wire_result_t *r = &res.v[j];
         size_t i                  = b.sel[j];
         size_t first              = b.nreq;
+        size_t np;
+        const mc_iov_t *parts     = src_parts(src, i, &np);
 
-        if (r->status == MC_OBJECT_ALREADY_EXISTS) {
+        if ((op == WRITE_PUT) && (r->status == MC_OBJECT_ALREADY_EXISTS)) {
             statuses[i] = MC_OK; /* first writer wins */
             continue;
         }
@@ -929,7 +1166,7 @@ static mc_status_t do_put_batch(mc_store_h s, const char *const *keys, const mc_
             continue;
         }
         for (uint32_t k = 0; k < r->replicas.n; k++) {
-            mc_status_t rs = replica_writes(s, &r->replicas.v[k], &values[i], 1, values[i].len,
+            mc_status_t rs = replica_writes(s, &r->replicas.v[k], parts, np, b.lengths[j],
                                             b.reqs, &b.nreq);
             if (rs != MC_OK) {
                 statuses[i] = rs;
@@ -950,8 +1187,8 @@ static mc_status_t do_put_batch(mc_store_h s, const char *const *keys, const mc_
     if (b.nreq > 0) {
         st = mc_te_transfer(s->te, b.reqs, b.nreq, b.tst);
         if (st != MC_OK) {
-            mc_warn("batch put: some of %zu transfers failed: %s (%s)", b.nreq,
-                    mc_status_name(st), mc_last_error_detail());
+            mc_warn("batch %s: some of %zu transfers failed: %s (%s)", write_op_name(op),
+                    b.nreq, mc_status_name(st), mc_last_error_detail());
             for (size_t q = 0; q < b.nreq; q++) {
                 size_t j = b.owner[q];
                 if ((b.tst[q] != MC_OK) && (b.state[j] == 1)) {
@@ -961,7 +1198,7 @@ static mc_status_t do_put_batch(mc_store_h s, const char *const *keys, const mc_
             }
         }
     }
-    batch_put_finish(s, &b, statuses);
+    write_batch_finish(s, op, &b, statuses);
     goto out;
 
 fail_sel:
@@ -976,7 +1213,7 @@ fail_sel:
     if (revoke_all) {
         char detail[512];
         snprintf(detail, sizeof(detail), "%s", mc_last_error_detail());
-        batch_put_finish(s, &b, statuses);
+        write_batch_finish(s, op, &b, statuses);
         mc_set_error_detail("%s", detail);
     }
     goto out;
@@ -992,30 +1229,34 @@ out:
     return MC_OK;
 }
 
-MC_API mc_status_t mc_store_put_batch(mc_store_h s, const char *const *keys,
-                                      const mc_iov_t *values, size_t n,
-                                      const mc_replicate_config_t *cfg, mc_status_t *statuses)
+static void fill_statuses(mc_status_t *statuses, size_t n, mc_status_t st)
+{
+    if (statuses != NULL)
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+}
+
+/* Public entry of every batch write; @p statuses may be NULL. */
+static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *keys,
+                              const write_src_t *src, size_t n,
+                              const mc_replicate_config_t *cfg, unsigned flags,
+                              mc_status_t *statuses)
 {
     mc_status_t st;
     mc_status_t *own = NULL;
 
     st = mc_store_enter(s);
     if (st != MC_OK) {
-        if (statuses != NULL)
-            for (size_t i = 0; i < n; i++)
-                statuses[i] = st;
+        fill_statuses(statuses, n, st);
         return st;
     }
-    if (n == 0) {
-        mc_store_leave(s);
-        return MC_OK;
-    }
-    if ((keys == NULL) || (values == NULL)) {
+    if (n == 0)
+        goto out;
+    if ((keys == NULL) || ((src->values == NULL) && ((src->bufs == NULL) ||
+                                                     (src->counts == NULL)))) {
         mc_set_error_detail("keys and values are required");
         st = MC_INVALID_PARAMS;
-        if (statuses != NULL)
-            for (size_t i = 0; i < n; i++)
-                statuses[i] = st;
+        fill_statuses(statuses, n, st);
         goto out;
     }
     if (statuses == NULL) {
@@ -1027,14 +1268,52 @@ MC_API mc_status_t mc_store_put_batch(mc_store_h s, const char *const *keys,
         }
         statuses = own;
     }
-    st = do_put_batch(s, keys, values, n, cfg, statuses);
+    st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses);
 out:
     free(own);
     mc_store_leave(s);
     return st;
 }
 
-/* ---- remove -------------------------------------------------------------------------- */
+MC_API mc_status_t mc_store_put_batch(mc_store_h s, const char *const *keys,
+                                      const mc_iov_t *values, size_t n,
+                                      const mc_replicate_config_t *cfg, mc_status_t *statuses)
+{
+    write_src_t src = {values, NULL, NULL};
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, 0, statuses);
+}
+
+MC_API mc_status_t mc_store_upsert_batch(mc_store_h s, const char *const *keys,
+                                         const mc_iov_t *values, size_t n,
+                                         const mc_replicate_config_t *cfg,
+                                         mc_status_t *statuses)
+{
+    write_src_t src = {values, NULL, NULL};
+    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, 0, statuses);
+}
+
+MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h s, const char *const *keys,
+                                                 const mc_iov_t *const *bufs,
+                                                 const size_t *counts, size_t n,
+                                                 const mc_replicate_config_t *cfg,
+                                                 mc_status_t *statuses)
+{
+    write_src_t src = {NULL, bufs, counts};
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, WF_ZERO_COPY | WF_SAME_NODE, statuses);
+}
+
+MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *const *keys,
+                                                    const mc_iov_t *const *bufs,
+                                                    const size_t *counts, size_t n,
+                                                    const mc_replicate_config_t *cfg,
+                                                    mc_status_t *statuses)
+{
+    write_src_t src = {NULL, bufs, counts};
+    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, WF_ZERO_COPY | WF_SAME_NODE,
+                      statuses);
+}
+
+/* ---- removal ------------------------------------------------------------------------- */
 
 MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
 {
@@ -1058,6 +1337,182 @@ MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
 out:
+    mc_store_leave(s);
+    return st;
+}
+
+/* One BATCH_REMOVE for the valid keys; invalid ones fail alone. */
+static mc_status_t do_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
+                                   mc_status_t *statuses)
+{
+    mc_status_t st;
+    mc_mconn_t *conn = NULL;
+    mc_str_t *wkeys  = NULL;
+    size_t *sel      = NULL;
+    size_t nsel      = 0;
+    mc_wire_batch_remove_req_t req;
+    mc_wire_batch_remove_resp_t resp;
+
+    if (n > MC_WIRE_MAX_LIST) {
+        mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
+        fill_statuses(statuses, n, MC_INVALID_PARAMS);
+        return MC_INVALID_PARAMS;
+    }
+    wkeys = malloc(n * sizeof(*wkeys));
+    sel   = malloc(n * sizeof(*sel));
+    if ((wkeys == NULL) || (sel == NULL)) {
+        mc_set_error_detail("out of memory for a batch of %zu keys", n);
+        fill_statuses(statuses, n, MC_INTERNAL_ERROR);
+        st = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t klen;
+        statuses[i] = mc_store_check_key(keys[i], &klen);
+        if (statuses[i] != MC_OK)
+            continue;
+        sel[nsel]     = i;
+        wkeys[nsel++] = (mc_str_t){keys[i], (uint32_t)klen};
+    }
+    if (nsel == 0)
+        goto out;
+
+    memset(&req, 0, sizeof(req));
+    req.keys.n = (uint32_t)nsel;
+    req.keys.v = wkeys;
+    req.force  = force ? 1 : 0;
+    st         = mc_master_pool_call_batch_remove(&s->pool, &conn, &req, &resp);
+    if ((st == MC_OK) && (resp.statuses.n != nsel)) {
+        mc_set_error_detail("BATCH_REMOVE answered %u statuses for %zu keys",
+                            (unsigned)resp.statuses.n, nsel);
+        conn->broken = 1;
+        st           = MC_RPC_FAIL;
+    }
+    for (size_t j = 0; j < nsel; j++) {
+        mc_status_t ks = (st == MC_OK) ? (mc_status_t)resp.statuses.v[j] : st;
+        statuses[sel[j]] = (ks > 0) ? MC_RPC_FAIL : ks;
+    }
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+out:
+    free(wkeys);
+    free(sel);
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] != MC_OK)
+            return statuses[i];
+    return MC_OK;
+}
+
+MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, size_t n,
+                                         int force, mc_status_t *statuses)
+{
+    mc_status_t st;
+    mc_status_t *own = NULL;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK) {
+        fill_statuses(statuses, n, st);
+        return st;
+    }
+    if (n == 0)
+        goto out;
+    if (keys == NULL) {
+        mc_set_error_detail("keys is NULL");
+        st = MC_INVALID_PARAMS;
+        fill_statuses(statuses, n, st);
+        goto out;
+    }
+    if (statuses == NULL) {
+        own = malloc(n * sizeof(*own));
+        if (own == NULL) {
+            mc_set_error_detail("out of memory for %zu statuses", n);
+            st = MC_INTERNAL_ERROR;
+            goto out;
+        }
+        statuses = own;
+    }
+    st = do_batch_remove(s, keys, n, force, statuses);
+out:
+    free(own);
+    mc_store_leave(s);
+    return st;
+}
+
+/*
+ * The master matches POSIX extended regular expressions (docs/protocol.md,
+ * REMOVE_BY_REGEX) and answers MC_INVALID_PARAMS for one that does not
+ * compile; compiling it here first gives the caller regerror()'s reason
+ * instead of a bare code, and saves the round trip.
+ */
+static mc_status_t check_regex(const char *regex)
+{
+    regex_t re;
+    int rc;
+    char why[256];
+
+    if (regex == NULL) {
+        mc_set_error_detail("regex is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    if (strnlen(regex, MC_WIRE_MAX_STR + 1) > MC_WIRE_MAX_STR) {
+        mc_set_error_detail("regex is longer than %u bytes", (unsigned)MC_WIRE_MAX_STR);
+        return MC_INVALID_PARAMS;
+    }
+    rc = regcomp(&re, regex, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        regerror(rc, &re, why, sizeof(why));
+        mc_set_error_detail("regex \"%.64s\" is not a POSIX extended regular expression: %s",
+                            regex, why);
+        return MC_INVALID_PARAMS;
+    }
+    regfree(&re);
+    return MC_OK;
+}
+
+MC_API mc_status_t mc_store_remove_by_regex(mc_store_h s, const char *regex, int force,
+                                            int64_t *count_p)
+{
+    mc_status_t st;
+    mc_mconn_t *conn = NULL;
+    mc_wire_remove_by_regex_req_t req;
+    mc_wire_remove_by_regex_resp_t resp;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    st = check_regex(regex);
+    if (st != MC_OK)
+        goto out;
+    memset(&req, 0, sizeof(req));
+    req.regex = mc_str_from_cstr(regex);
+    req.force = force ? 1 : 0;
+    st        = mc_master_pool_call_remove_by_regex(&s->pool, &conn, &req, &resp);
+    if ((st == MC_OK) && (count_p != NULL))
+        *count_p = resp.count;
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+out:
+    mc_store_leave(s);
+    return st;
+}
+
+MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p)
+{
+    mc_status_t st;
+    mc_mconn_t *conn = NULL;
+    mc_wire_remove_all_req_t req;
+    mc_wire_remove_all_resp_t resp;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    memset(&req, 0, sizeof(req));
+    req.force = force ? 1 : 0;
+    st        = mc_master_pool_call_remove_all(&s->pool, &conn, &req, &resp);
+    if ((st == MC_OK) && (count_p != NULL))
+        *count_p = resp.count;
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
     mc_store_leave(s);
     return st;
 }

@@ -71,7 +71,9 @@ struct mc_store {
     mc_store_segment_t *segs;
     size_t nsegs;
 
-    /* registered staging buffer and its allocator */
+    /* registered staging buffer (mirrors of rd->lbuf while set up; its
+     * allocator and lock live in that reference-counted mapping, so
+     * lbuf_alloc stays NULL and lbuf_lock unused) */
     void *lbuf;
     uint64_t lbuf_size;
     size_t lbuf_map_len;
@@ -80,6 +82,10 @@ struct mc_store {
     pthread_mutex_t lbuf_lock;
 
     mc_store_heartbeat_t hb;
+
+    /* read side: regions, mem pool, sessions (read_internal.h); set up
+     * and torn down with the local buffer */
+    struct mc_store_rd *rd;
 };
 
 /* Public entry: read-lock the handle and check it is set up.  On failure
@@ -103,6 +109,11 @@ void mc_store_lbuf_cleanup(mc_store_h s);
 mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,
                                 mc_alloc_block_t *block_p);
 void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block);
+
+/* zerocopy.c: 1 when [p, p+len) lies inside one buffer registered with
+ * mc_store_register_buffer() or inside the local buffer, else 0.  Every
+ * zero-copy entry point checks its buffers with this before any I/O. */
+int mc_store_mem_is_usable(mc_store_h s, const void *p, size_t len);
 
 /* heartbeat.c */
 mc_status_t mc_store_heartbeat_start(mc_store_h s);

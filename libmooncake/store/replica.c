@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Replica descriptors (get_replica_desc): what a query found, described
+ * one replica at a time.
+ *
+ * A query (query.c) keeps only the replicas it could read from, i.e. the
+ * COMPLETE memory replicas, ordered best first; these functions describe
+ * exactly those, so a descriptor never names a replica the client would
+ * refuse to read.  The query owns every string: a descriptor copies what
+ * it reports, so it outlives mc_store_query_release().
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "store/read_internal.h"
+
+/*
+ * Every segment a query names is reached through this process's transfer
+ * engine, and the engine speaks one transport: today that is always TCP
+ * (protocol_select() in transfer/engine.c refuses the others).
+ */
+#define MC_REPLICA_PROTOCOL "tcp"
+
+MC_API size_t mc_store_query_replica_count(mc_store_query_h q)
+{
+    return (q != NULL) ? q->n : 0;
+}
+
+MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_replica_desc_t *desc)
+{
+    size_t len;
+
+    if ((q == NULL) || (desc == NULL)) {
+        mc_set_error_detail("query and desc are required");
+        return MC_INVALID_PARAMS;
+    }
+    if (i >= q->n) {
+        mc_set_error_detail("replica %zu requested of a query with %u", i, (unsigned)q->n);
+        return MC_INVALID_PARAMS;
+    }
+    len = strlen(q->r[i].segment);
+    if (len >= sizeof(desc->segment)) {
+        /* query.c bounds names by MC_STORE_NAME_MAX; refuse rather than truncate */
+        mc_set_error_detail("segment name of replica %zu is too long to describe", i);
+        return MC_INVALID_PARAMS;
+    }
+    memset(desc, 0, sizeof(*desc));
+    desc->status    = MC_REPLICA_COMPLETE;
+    desc->is_memory = 1;
+    desc->addr      = q->r[i].addr;
+    desc->size      = q->size;
+    memcpy(desc->segment, q->r[i].segment, len + 1);
+    snprintf(desc->protocol, sizeof(desc->protocol), "%s", MC_REPLICA_PROTOCOL);
+    return MC_OK;
+}
