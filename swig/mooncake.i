@@ -213,6 +213,10 @@ static void mooncake_rc_clear_strings_(mc_replicate_config_t *cfg)
 /* The free functions are bound as methods of the Store class below. */
 %rename("$ignore", regextarget=1) "^mc_store_";
 %ignore mc_iov;
+/* Bound through the address-based helpers of the language files. */
+%ignore mc_host_mem_alloc;
+%ignore mc_host_mem_free;
+%ignore mc_replica_desc;
 %include <mooncake/store.h>
 
 /*

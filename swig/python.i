@@ -21,6 +21,17 @@
  * can block.  Keys are converted to UTF-8 while the lock is held and the
  * str objects are kept alive in a private tuple until the call returns, so
  * the char pointers stay valid while the lock is released.
+ *
+ * Addresses in: the zero-copy calls take memory as ints (upstream's
+ * uintptr_t); nested Python lists of them are converted to C arrays with
+ * the lock held, then the lock is released for the library call, which
+ * refuses any address outside registered memory before touching it.
+ *
+ * Memory out: BufferHandle is a small C type exporting the buffer
+ * protocol.  A get_buffer() handle owns its mc_store_buffer_h (released in
+ * tp_dealloc, and a live memoryview keeps the handle alive); a BufferPool
+ * lease view only counts its exports so the pool can refuse to free
+ * memory that a memoryview still points into.
  */
 
 %begin %{
@@ -165,6 +176,83 @@ static PyObject *mooncake_py_bytes_for(uint64_t size)
     if (out == NULL)
         PyErr_Clear();
     return out;
+}
+%}
+
+%{
+/*
+ * put_batch (upsert = 0) / upsert_batch (1): store values[i] under keys[i];
+ * 0 when every key succeeded, else the first error.  Different lengths give
+ * MC_INVALID_PARAMS.  Raises TypeError when keys is not a list of str or a
+ * value is not bytes-like.
+ */
+static PyObject *mooncake_py_write_batch(mc_store_h h, int upsert, PyObject *keys,
+                                         PyObject *values,
+                                         const mc_replicate_config_t *config)
+{
+    mooncake_py_strv_t sv;
+    PyObject *vt = NULL;
+    Py_buffer *views = NULL;
+    mc_iov_t *iovs = NULL;
+    mc_status_t *sts = NULL;
+    mc_status_t st = MC_OK;
+    size_t i, n, nviews = 0;
+    PyObject *ret = NULL;
+
+    if (mooncake_py_strv_init(&sv, keys) != 0)
+        return NULL;
+    n = sv.n;
+    if (PyUnicode_Check(values) || PyObject_CheckBuffer(values)) {
+        PyErr_SetString(PyExc_TypeError, "values must be a list of bytes-like objects");
+        goto cleanup;
+    }
+    vt = PySequence_Tuple(values);
+    if (vt == NULL)
+        goto cleanup;
+    if ((size_t)PyTuple_GET_SIZE(vt) != n) {
+        ret = PyLong_FromLong(MC_INVALID_PARAMS);
+        goto cleanup;
+    }
+    views = PyMem_Calloc(n + 1, sizeof(*views));
+    iovs = PyMem_Calloc(n + 1, sizeof(*iovs));
+    sts = PyMem_Calloc(n + 1, sizeof(*sts));
+    if ((views == NULL) || (iovs == NULL) || (sts == NULL)) {
+        PyErr_NoMemory();
+        goto cleanup;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(vt, (Py_ssize_t)i);
+        if (!PyObject_CheckBuffer(item)) {
+            PyErr_Format(PyExc_TypeError,
+                         "values item %zu: a bytes-like object is required, not '%s'",
+                         i, Py_TYPE(item)->tp_name);
+            goto cleanup;
+        }
+        if (PyObject_GetBuffer(item, &views[i], PyBUF_SIMPLE) != 0)
+            goto cleanup;
+        nviews++;
+        iovs[i].base = views[i].buf;
+        iovs[i].len = (size_t)views[i].len;
+    }
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        if (upsert)
+            st = mc_store_upsert_batch(h, sv.v, iovs, n, config, sts);
+        else
+            st = mc_store_put_batch(h, sv.v, iovs, n, config, sts);
+        Py_END_ALLOW_THREADS
+    }
+    ret = PyLong_FromLong((long)st);
+
+cleanup:
+    for (i = 0; i < nviews; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(sts);
+    PyMem_Free(iovs);
+    PyMem_Free(views);
+    Py_XDECREF(vt);
+    mooncake_py_strv_cleanup(&sv);
+    return ret;
 }
 %}
 
@@ -329,66 +417,7 @@ static PyObject *mooncake_py_bytes_for(uint64_t size)
     PyObject *put_batch(PyObject *keys, PyObject *values,
                         const mc_replicate_config_t *config = NULL)
     {
-        mooncake_py_strv_t sv;
-        PyObject *vt = NULL;
-        Py_buffer *views = NULL;
-        mc_iov_t *iovs = NULL;
-        mc_status_t *sts = NULL;
-        mc_status_t st = MC_OK;
-        size_t i, n, nviews = 0;
-        PyObject *ret = NULL;
-
-        if (mooncake_py_strv_init(&sv, keys) != 0)
-            return NULL;
-        n = sv.n;
-        if (PyUnicode_Check(values) || PyObject_CheckBuffer(values)) {
-            PyErr_SetString(PyExc_TypeError, "values must be a list of bytes-like objects");
-            goto cleanup;
-        }
-        vt = PySequence_Tuple(values);
-        if (vt == NULL)
-            goto cleanup;
-        if ((size_t)PyTuple_GET_SIZE(vt) != n) {
-            ret = PyLong_FromLong(MC_INVALID_PARAMS);
-            goto cleanup;
-        }
-        views = PyMem_Calloc(n + 1, sizeof(*views));
-        iovs = PyMem_Calloc(n + 1, sizeof(*iovs));
-        sts = PyMem_Calloc(n + 1, sizeof(*sts));
-        if ((views == NULL) || (iovs == NULL) || (sts == NULL)) {
-            PyErr_NoMemory();
-            goto cleanup;
-        }
-        for (i = 0; i < n; i++) {
-            PyObject *item = PyTuple_GET_ITEM(vt, (Py_ssize_t)i);
-            if (!PyObject_CheckBuffer(item)) {
-                PyErr_Format(PyExc_TypeError,
-                             "values item %zu: a bytes-like object is required, not '%s'",
-                             i, Py_TYPE(item)->tp_name);
-                goto cleanup;
-            }
-            if (PyObject_GetBuffer(item, &views[i], PyBUF_SIMPLE) != 0)
-                goto cleanup;
-            nviews++;
-            iovs[i].base = views[i].buf;
-            iovs[i].len = (size_t)views[i].len;
-        }
-        if (n > 0) {
-            Py_BEGIN_ALLOW_THREADS
-            st = mc_store_put_batch($self->h, sv.v, iovs, n, config, sts);
-            Py_END_ALLOW_THREADS
-        }
-        ret = PyLong_FromLong((long)st);
-
-    cleanup:
-        for (i = 0; i < nviews; i++)
-            PyBuffer_Release(&views[i]);
-        PyMem_Free(sts);
-        PyMem_Free(iovs);
-        PyMem_Free(views);
-        Py_XDECREF(vt);
-        mooncake_py_strv_cleanup(&sv);
-        return ret;
+        return mooncake_py_write_batch($self->h, 0, keys, values, config);
     }
 
     /*
@@ -434,6 +463,970 @@ static PyObject *mooncake_py_bytes_for(uint64_t size)
 
     cleanup:
         PyMem_Free(res);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+}
+
+/* ======================================================================
+ * The whole object API (issue 3).
+ *
+ * Integer arguments (addresses, sizes, offsets) reach these helpers already
+ * checked by mooncake.store: every one is an int in [0, 2**64-1] and nested
+ * lists have matching shapes.  The helpers still refuse anything else with
+ * a Python exception rather than trusting that, so a caller of the private
+ * module cannot crash the interpreter with a bad argument (it can still
+ * pass a bad *address*, which the library refuses unless it lies inside
+ * registered memory).
+ * ====================================================================== */
+
+%{
+/* Item @p i of a tuple as a uint64: 0, or -1 with an exception set. */
+static int mooncake_py_u64(PyObject *item, uint64_t *out)
+{
+    unsigned long long v;
+    if (!PyLong_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "expected an int, not '%s'", Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(item);
+    if ((v == (unsigned long long)-1) && PyErr_Occurred())
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* A sequence of ints as a PyMem array of @p n uint64 (n must match).
+ * NULL with an exception set on any error. */
+static uint64_t *mooncake_py_u64v(PyObject *seq, size_t n)
+{
+    PyObject *t = PySequence_Tuple(seq);
+    uint64_t *v = NULL;
+    size_t i;
+    if (t == NULL)
+        return NULL;
+    if ((size_t)PyTuple_GET_SIZE(t) != n) {
+        PyErr_SetString(PyExc_ValueError, "list lengths differ");
+        goto fail;
+    }
+    v = PyMem_Calloc(n + 1, sizeof(*v));
+    if (v == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (i = 0; i < n; i++) {
+        if (mooncake_py_u64(PyTuple_GET_ITEM(t, (Py_ssize_t)i), &v[i]) != 0)
+            goto fail;
+    }
+    Py_DECREF(t);
+    return v;
+fail:
+    PyMem_Free(v);
+    Py_DECREF(t);
+    return NULL;
+}
+
+/* A list of n Python ints from C values. */
+static PyObject *mooncake_py_list_i64(const int64_t *v, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    size_t i;
+    if (list == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromLongLong((long long)v[i]);
+        if (x == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+static PyObject *mooncake_py_list_status(const mc_status_t *v, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    size_t i;
+    if (list == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromLong((long)v[i]);
+        if (x == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+/*
+ * Nested per-key lists of (address, size[, offset]) as the mc_iov_t and
+ * offset arrays the library takes: key i has counts[i] entries at
+ * bufs[i][0..counts[i]).  One PyMem block per array of arrays.
+ */
+typedef struct mooncake_py_nested {
+    size_t n;
+    size_t *counts;
+    mc_iov_t **bufs;
+    uint64_t **offs;   /* NULL when no offsets were given */
+} mooncake_py_nested_t;
+
+static void mooncake_py_nested_cleanup(mooncake_py_nested_t *nd)
+{
+    size_t i;
+    if (nd->bufs != NULL) {
+        for (i = 0; i < nd->n; i++)
+            PyMem_Free(nd->bufs[i]);
+    }
+    if (nd->offs != NULL) {
+        for (i = 0; i < nd->n; i++)
+            PyMem_Free(nd->offs[i]);
+    }
+    PyMem_Free(nd->bufs);
+    PyMem_Free(nd->offs);
+    PyMem_Free(nd->counts);
+    memset(nd, 0, sizeof(*nd));
+}
+
+/* 0, or -1 with an exception set (TypeError/ValueError for bad shapes). */
+static int mooncake_py_nested_init(mooncake_py_nested_t *nd, size_t n, PyObject *ptrs,
+                                   PyObject *sizes, PyObject *offsets)
+{
+    PyObject *tp = NULL, *ts = NULL, *to = NULL;
+    size_t i, j;
+    memset(nd, 0, sizeof(*nd));
+    nd->n = n;
+    tp = PySequence_Tuple(ptrs);
+    ts = (tp != NULL) ? PySequence_Tuple(sizes) : NULL;
+    if ((tp == NULL) || (ts == NULL))
+        goto fail;
+    if (offsets != Py_None) {
+        to = PySequence_Tuple(offsets);
+        if (to == NULL)
+            goto fail;
+    }
+    if (((size_t)PyTuple_GET_SIZE(tp) != n) || ((size_t)PyTuple_GET_SIZE(ts) != n) ||
+        ((to != NULL) && ((size_t)PyTuple_GET_SIZE(to) != n))) {
+        PyErr_SetString(PyExc_ValueError, "list lengths differ");
+        goto fail;
+    }
+    nd->counts = PyMem_Calloc(n + 1, sizeof(*nd->counts));
+    nd->bufs = PyMem_Calloc(n + 1, sizeof(*nd->bufs));
+    if (to != NULL)
+        nd->offs = PyMem_Calloc(n + 1, sizeof(*nd->offs));
+    if ((nd->counts == NULL) || (nd->bufs == NULL) || ((to != NULL) && (nd->offs == NULL))) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *sp = PySequence_Tuple(PyTuple_GET_ITEM(tp, (Py_ssize_t)i));
+        uint64_t *pv = NULL, *sv = NULL;
+        size_t m;
+        if (sp == NULL)
+            goto fail;
+        m = (size_t)PyTuple_GET_SIZE(sp);
+        pv = mooncake_py_u64v(sp, m);
+        Py_DECREF(sp);
+        if (pv == NULL)
+            goto fail;
+        sv = mooncake_py_u64v(PyTuple_GET_ITEM(ts, (Py_ssize_t)i), m);
+        if (sv == NULL) {
+            PyMem_Free(pv);
+            goto fail;
+        }
+        nd->bufs[i] = PyMem_Calloc(m + 1, sizeof(mc_iov_t));
+        if (nd->bufs[i] == NULL) {
+            PyMem_Free(pv);
+            PyMem_Free(sv);
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (j = 0; j < m; j++) {
+            nd->bufs[i][j].base = (const void *)(uintptr_t)pv[j];
+            nd->bufs[i][j].len = (size_t)sv[j];
+        }
+        PyMem_Free(pv);
+        PyMem_Free(sv);
+        nd->counts[i] = m;
+        if (to != NULL) {
+            nd->offs[i] = mooncake_py_u64v(PyTuple_GET_ITEM(to, (Py_ssize_t)i), m);
+            if (nd->offs[i] == NULL)
+                goto fail;
+        }
+    }
+    Py_DECREF(tp);
+    Py_DECREF(ts);
+    Py_XDECREF(to);
+    return 0;
+fail:
+    Py_XDECREF(tp);
+    Py_XDECREF(ts);
+    Py_XDECREF(to);
+    mooncake_py_nested_cleanup(nd);
+    return -1;
+}
+
+/* ---- BufferHandle: memory exported through the buffer protocol ---------- */
+
+/*
+ * One object type serves two purposes:
+ *   - get_buffer() results: it owns an mc_store_buffer_h and releases it in
+ *     tp_dealloc (the library keeps the memory valid after a store close);
+ *   - BufferPool lease views: it only describes (ptr, size) memory the pool
+ *     owns, and counts the buffers it exported so the pool can refuse to
+ *     free memory a live memoryview still points into.
+ */
+typedef struct mooncake_py_bufobj {
+    PyObject_HEAD
+    mc_store_buffer_h handle; /* NULL for a plain region view */
+    char *data;
+    Py_ssize_t size;
+    Py_ssize_t exports;
+    const char *format; /* struct format of the exported buffer */
+} mooncake_py_bufobj_t;
+
+static void mooncake_py_bufobj_dealloc(PyObject *self)
+{
+    mooncake_py_bufobj_t *b = (mooncake_py_bufobj_t *)self;
+    if (b->handle != NULL) {
+        mc_store_buffer_h h = b->handle;
+        b->handle = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        mc_store_buffer_release(h);
+        Py_END_ALLOW_THREADS
+    }
+    Py_TYPE(self)->tp_free(self);
+}
+
+static int mooncake_py_bufobj_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+    mooncake_py_bufobj_t *b = (mooncake_py_bufobj_t *)self;
+    if (PyBuffer_FillInfo(view, self, b->data, b->size, 0, flags) != 0)
+        return -1;
+    /* get_buffer(): format 'b' (signed char) as upstream's BufferHandle. */
+    if ((flags & PyBUF_FORMAT) == PyBUF_FORMAT)
+        view->format = (char *)b->format;
+    b->exports++;
+    return 0;
+}
+
+static void mooncake_py_bufobj_releasebuffer(PyObject *self, Py_buffer *view)
+{
+    (void)view;
+    ((mooncake_py_bufobj_t *)self)->exports--;
+}
+
+static PyBufferProcs mooncake_py_bufobj_as_buffer = {
+    mooncake_py_bufobj_getbuffer,
+    mooncake_py_bufobj_releasebuffer,
+};
+
+static Py_ssize_t mooncake_py_bufobj_len(PyObject *self)
+{
+    return ((mooncake_py_bufobj_t *)self)->size;
+}
+
+static PySequenceMethods mooncake_py_bufobj_as_sequence = {
+    mooncake_py_bufobj_len, /* sq_length */
+    0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
+static PyObject *mooncake_py_bufobj_ptr(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)
+                                       ((mooncake_py_bufobj_t *)self)->data);
+}
+
+static PyObject *mooncake_py_bufobj_size(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(((mooncake_py_bufobj_t *)self)->size);
+}
+
+static PyObject *mooncake_py_bufobj_exports(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(((mooncake_py_bufobj_t *)self)->exports);
+}
+
+static PyObject *mooncake_py_bufobj_repr(PyObject *self)
+{
+    mooncake_py_bufobj_t *b = (mooncake_py_bufobj_t *)self;
+    return PyUnicode_FromFormat("<BufferHandle ptr=%p size=%zd>", (void *)b->data, b->size);
+}
+
+static PyMethodDef mooncake_py_bufobj_methods[] = {
+    {"ptr", mooncake_py_bufobj_ptr, METH_NOARGS, "Address of the first byte."},
+    {"size", mooncake_py_bufobj_size, METH_NOARGS, "Size in bytes."},
+    {"exports", mooncake_py_bufobj_exports, METH_NOARGS,
+     "Number of buffers (memoryviews, arrays) currently exported."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject mooncake_py_bufobj_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mooncake.capi.BufferHandle",
+    .tp_basicsize = sizeof(mooncake_py_bufobj_t),
+    .tp_dealloc = mooncake_py_bufobj_dealloc,
+    .tp_repr = mooncake_py_bufobj_repr,
+    .tp_as_sequence = &mooncake_py_bufobj_as_sequence,
+    .tp_as_buffer = &mooncake_py_bufobj_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory exported through the buffer protocol (1-D, format 'b', writable).",
+    .tp_methods = mooncake_py_bufobj_methods,
+};
+
+/* A new BufferHandle over @p data; owns @p handle (may be NULL). */
+static PyObject *mooncake_py_bufobj_new(mc_store_buffer_h handle, void *data, uint64_t size,
+                                        const char *format)
+{
+    mooncake_py_bufobj_t *b;
+    if (size > (uint64_t)PY_SSIZE_T_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "buffer too large");
+        return NULL;
+    }
+    b = PyObject_New(mooncake_py_bufobj_t, &mooncake_py_bufobj_type);
+    if (b == NULL)
+        return NULL;
+    b->handle = handle;
+    b->data = data;
+    b->size = (Py_ssize_t)size;
+    b->exports = 0;
+    b->format = format;
+    return (PyObject *)b;
+}
+%}
+
+%init %{
+    if (PyType_Ready(&mooncake_py_bufobj_type) < 0)
+        return NULL;
+    Py_INCREF(&mooncake_py_bufobj_type);
+    if (PyModule_AddObject(m, "BufferHandle", (PyObject *)&mooncake_py_bufobj_type) < 0) {
+        Py_DECREF(&mooncake_py_bufobj_type);
+        return NULL;
+    }
+%}
+
+/* The type lives in the extension module; re-export it from the shadow module. */
+%pythoncode %{
+BufferHandle = _capi.BufferHandle
+%}
+
+%nothread mooncake_region_view;
+%inline %{
+/* A BufferHandle over memory the caller owns (BufferPool leases).  The
+ * caller must keep the memory valid while exports() > 0. */
+static PyObject *mooncake_region_view(uint64_t addr, uint64_t size)
+{
+    if ((addr == 0) && (size > 0)) {
+        PyErr_SetString(PyExc_ValueError, "NULL address");
+        return NULL;
+    }
+    /* Unsigned bytes, so `view[a:b] = b"..."` works on a lease. */
+    return mooncake_py_bufobj_new(NULL, (void *)(uintptr_t)addr, size, "B");
+}
+
+/* mc_host_mem_alloc() as an address, 0 on failure. */
+static uint64_t mooncake_host_mem_alloc(uint64_t size)
+{
+    void *p = NULL;
+    if ((size == 0) || (size > (uint64_t)SIZE_MAX))
+        return 0;
+    if (mc_host_mem_alloc((size_t)size, &p) != MC_OK)
+        return 0;
+    return (uint64_t)(uintptr_t)p;
+}
+
+static int mooncake_host_mem_free(uint64_t addr)
+{
+    return mc_host_mem_free((void *)(uintptr_t)addr);
+}
+%}
+
+/* ---- plain calls: -threads releases the lock around each ---------------- */
+
+%extend mooncake_store {
+    int upsert(const char *key, const void *data, size_t len,
+               const mc_replicate_config_t *config = NULL)
+    {
+        return mc_store_upsert($self->h, key, data, len, config);
+    }
+
+    int register_buffer(uint64_t addr, uint64_t len)
+    {
+        if (len > (uint64_t)SIZE_MAX)
+            return MC_INVALID_PARAMS;
+        return mc_store_register_buffer($self->h, (void *)(uintptr_t)addr, (size_t)len);
+    }
+
+    int unregister_buffer(uint64_t addr)
+    {
+        return mc_store_unregister_buffer($self->h, (void *)(uintptr_t)addr);
+    }
+
+    /* An address in the local buffer, 0 on failure. */
+    uint64_t mem_pool_alloc(uint64_t size)
+    {
+        void *p = NULL;
+        if ((size == 0) || (size > (uint64_t)SIZE_MAX))
+            return 0;
+        if (mc_store_mem_pool_alloc($self->h, (size_t)size, &p) != MC_OK)
+            return 0;
+        return (uint64_t)(uintptr_t)p;
+    }
+
+    int mem_pool_free(uint64_t addr)
+    {
+        return mc_store_mem_pool_free($self->h, (void *)(uintptr_t)addr);
+    }
+
+    int put_from(const char *key, uint64_t addr, uint64_t len,
+                 const mc_replicate_config_t *config = NULL)
+    {
+        if (len > (uint64_t)SIZE_MAX)
+            return MC_INVALID_PARAMS;
+        return mc_store_put_from($self->h, key, (const void *)(uintptr_t)addr, (size_t)len,
+                                 config);
+    }
+
+    int upsert_from(const char *key, uint64_t addr, uint64_t len,
+                    const mc_replicate_config_t *config = NULL)
+    {
+        if (len > (uint64_t)SIZE_MAX)
+            return MC_INVALID_PARAMS;
+        return mc_store_upsert_from($self->h, key, (const void *)(uintptr_t)addr,
+                                    (size_t)len, config);
+    }
+
+    int64_t get_into(const char *key, uint64_t addr, uint64_t len)
+    {
+        if (len > (uint64_t)SIZE_MAX)
+            return MC_INVALID_PARAMS;
+        return mc_store_get_into($self->h, key, (void *)(uintptr_t)addr, (size_t)len);
+    }
+
+    /* Number removed, or a negative status. */
+    int64_t remove_by_regex(const char *regex, int force = 0)
+    {
+        int64_t count = 0;
+        mc_status_t st = mc_store_remove_by_regex($self->h, regex, force, &count);
+        return (st != MC_OK) ? (int64_t)st : count;
+    }
+
+    int64_t remove_all(int force = 0)
+    {
+        int64_t count = 0;
+        mc_status_t st = mc_store_remove_all($self->h, force, &count);
+        return (st != MC_OK) ? (int64_t)st : count;
+    }
+
+    int get_session_end(const char *const *strs, size_t n)
+    {
+        return mc_store_get_session_end($self->h, strs, n);
+    }
+}
+
+/* ---- hand-written calls ------------------------------------------------------ */
+
+%feature("nothread") mooncake_store::write_parts;
+%feature("nothread") mooncake_store::upsert_batch;
+%feature("nothread") mooncake_store::batch_remove;
+%feature("nothread") mooncake_store::batch_zc;
+%feature("nothread") mooncake_store::read_ranges;
+%feature("nothread") mooncake_store::session_keys;
+%feature("nothread") mooncake_store::put_session_start;
+%feature("nothread") mooncake_store::replica_descs;
+%feature("nothread") mooncake_store::get_buffers;
+
+%{
+/* Operations of batch_zc(). */
+enum {
+    MOONCAKE_ZC_PUT_FROM = 0,
+    MOONCAKE_ZC_UPSERT_FROM = 1,
+    MOONCAKE_ZC_GET_INTO = 2,
+    MOONCAKE_ZC_SESSION_READ = 3,
+    MOONCAKE_ZC_SESSION_WRITE = 4
+};
+/* Operations of session_keys(). */
+enum {
+    MOONCAKE_SK_GET_START = 0,
+    MOONCAKE_SK_PUT_END = 1,
+    MOONCAKE_SK_PUT_REVOKE = 2
+};
+%}
+
+%extend mooncake_store {
+    /* put_parts (upsert = 0) or upsert_parts (1): @p parts is a sequence of
+     * bytes-like objects, stored as their concatenation. */
+    PyObject *write_parts(int upsert, const char *key, PyObject *parts,
+                          const mc_replicate_config_t *config = NULL)
+    {
+        PyObject *t = PySequence_Tuple(parts);
+        Py_buffer *views = NULL;
+        mc_iov_t *iovs = NULL;
+        size_t i, n = 0, nviews = 0;
+        mc_status_t st = MC_OK;
+        PyObject *ret = NULL;
+
+        if (t == NULL)
+            return NULL;
+        n = (size_t)PyTuple_GET_SIZE(t);
+        views = PyMem_Calloc(n + 1, sizeof(*views));
+        iovs = PyMem_Calloc(n + 1, sizeof(*iovs));
+        if ((views == NULL) || (iovs == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++) {
+            PyObject *item = PyTuple_GET_ITEM(t, (Py_ssize_t)i);
+            if (!PyObject_CheckBuffer(item)) {
+                PyErr_Format(PyExc_TypeError,
+                             "part %zu: a bytes-like object is required, not '%s'", i,
+                             Py_TYPE(item)->tp_name);
+                goto cleanup;
+            }
+            if (PyObject_GetBuffer(item, &views[i], PyBUF_SIMPLE) != 0)
+                goto cleanup;
+            nviews++;
+            iovs[i].base = views[i].buf;
+            iovs[i].len = (size_t)views[i].len;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        if (upsert)
+            st = mc_store_upsert_parts($self->h, key, iovs, n, config);
+        else
+            st = mc_store_put_parts($self->h, key, iovs, n, config);
+        Py_END_ALLOW_THREADS
+        ret = PyLong_FromLong((long)st);
+
+    cleanup:
+        for (i = 0; i < nviews; i++)
+            PyBuffer_Release(&views[i]);
+        PyMem_Free(iovs);
+        PyMem_Free(views);
+        Py_DECREF(t);
+        return ret;
+    }
+
+    /* upsert_batch: as put_batch, with upsert semantics. */
+    PyObject *upsert_batch(PyObject *keys, PyObject *values,
+                           const mc_replicate_config_t *config = NULL)
+    {
+        return mooncake_py_write_batch($self->h, 1, keys, values, config);
+    }
+
+    /* Per-key statuses of a batch remove. */
+    PyObject *batch_remove(PyObject *keys, int force = 0)
+    {
+        mooncake_py_strv_t sv;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+        size_t i, n;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        sts = PyMem_Calloc(n + 1, sizeof(*sts));
+        if (sts == NULL) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++)
+            sts[i] = MC_INTERNAL_ERROR;
+        if (n > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            st = mc_store_batch_remove($self->h, sv.v, n, force, sts);
+            Py_END_ALLOW_THREADS
+        }
+        for (i = 0; i < n; i++) {
+            if ((st != MC_OK) && (sts[i] == MC_INTERNAL_ERROR))
+                sts[i] = st;
+        }
+        list = mooncake_py_list_status(sts, n);
+
+    cleanup:
+        PyMem_Free(sts);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /*
+     * The batch zero-copy calls over nested per-key (address, size[,
+     * offset]) lists; @p op is one of MOONCAKE_ZC_*.  A list of one int per
+     * key: a status (writes) or bytes moved / negative status (reads).
+     */
+    PyObject *batch_zc(int op, PyObject *keys, PyObject *ptrs, PyObject *sizes,
+                       PyObject *offsets, const mc_replicate_config_t *config = NULL)
+    {
+        mooncake_py_strv_t sv;
+        mooncake_py_nested_t nd;
+        int64_t *res = NULL;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+        size_t i, n;
+        int need_offs = (op == MOONCAKE_ZC_SESSION_READ) || (op == MOONCAKE_ZC_SESSION_WRITE);
+
+        if ((op < MOONCAKE_ZC_PUT_FROM) || (op > MOONCAKE_ZC_SESSION_WRITE)) {
+            PyErr_SetString(PyExc_ValueError, "unknown operation");
+            return NULL;
+        }
+        if (need_offs == (offsets == Py_None)) {
+            PyErr_SetString(PyExc_TypeError, "offsets must be given for (only) session calls");
+            return NULL;
+        }
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        if (mooncake_py_nested_init(&nd, n, ptrs, sizes, offsets) != 0) {
+            mooncake_py_strv_cleanup(&sv);
+            return NULL;
+        }
+        res = PyMem_Calloc(n + 1, sizeof(*res));
+        sts = PyMem_Calloc(n + 1, sizeof(*sts));
+        if ((res == NULL) || (sts == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++) {
+            res[i] = MC_INTERNAL_ERROR;
+            sts[i] = MC_INTERNAL_ERROR;
+        }
+        if (n > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            switch (op) {
+            case MOONCAKE_ZC_PUT_FROM:
+                st = mc_store_batch_put_from_multi($self->h, sv.v,
+                                                   (const mc_iov_t *const *)nd.bufs,
+                                                   nd.counts, n, config, sts);
+                break;
+            case MOONCAKE_ZC_UPSERT_FROM:
+                st = mc_store_batch_upsert_from_multi($self->h, sv.v,
+                                                      (const mc_iov_t *const *)nd.bufs,
+                                                      nd.counts, n, config, sts);
+                break;
+            case MOONCAKE_ZC_GET_INTO:
+                st = mc_store_batch_get_into_multi($self->h, sv.v,
+                                                   (const mc_iov_t *const *)nd.bufs,
+                                                   nd.counts, n, res);
+                break;
+            case MOONCAKE_ZC_SESSION_READ:
+                st = mc_store_get_session_read($self->h, sv.v,
+                                               (const mc_iov_t *const *)nd.bufs,
+                                               (const uint64_t *const *)nd.offs,
+                                               nd.counts, n, res);
+                break;
+            default:
+                st = mc_store_put_session_write($self->h, sv.v,
+                                                (const mc_iov_t *const *)nd.bufs,
+                                                (const uint64_t *const *)nd.offs,
+                                                nd.counts, n, res);
+                break;
+            }
+            Py_END_ALLOW_THREADS
+        }
+        for (i = 0; i < n; i++) {
+            if ((op == MOONCAKE_ZC_PUT_FROM) || (op == MOONCAKE_ZC_UPSERT_FROM))
+                res[i] = sts[i];
+            /* A call that failed as a whole may leave the results unset. */
+            if ((st != MC_OK) && (res[i] == MC_INTERNAL_ERROR))
+                res[i] = st;
+        }
+        list = mooncake_py_list_i64(res, n);
+
+    cleanup:
+        PyMem_Free(sts);
+        PyMem_Free(res);
+        mooncake_py_nested_cleanup(&nd);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /*
+     * get_into_ranges, flattened: fragment i reads lens[i] bytes of object
+     * keys[i] at src[i] into bufs[i] + dst[i].  One int per fragment.
+     */
+    PyObject *read_ranges(PyObject *keys, PyObject *bufs, PyObject *dst, PyObject *src,
+                          PyObject *lens)
+    {
+        mooncake_py_strv_t sv;
+        uint64_t *vb = NULL, *vd = NULL, *vs = NULL, *vl = NULL;
+        mc_store_range_t *r = NULL;
+        int64_t *res = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+        size_t i, n;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        if (((vb = mooncake_py_u64v(bufs, n)) == NULL) ||
+            ((vd = mooncake_py_u64v(dst, n)) == NULL) ||
+            ((vs = mooncake_py_u64v(src, n)) == NULL) ||
+            ((vl = mooncake_py_u64v(lens, n)) == NULL))
+            goto cleanup;
+        r = PyMem_Calloc(n + 1, sizeof(*r));
+        res = PyMem_Calloc(n + 1, sizeof(*res));
+        if ((r == NULL) || (res == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++) {
+            r[i].key = sv.v[i];
+            r[i].buffer = (void *)(uintptr_t)vb[i];
+            r[i].dst_offset = vd[i];
+            r[i].src_offset = vs[i];
+            r[i].length = vl[i];
+            r[i].result = MC_INTERNAL_ERROR;
+        }
+        if (n > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            st = mc_store_read_ranges($self->h, r, n);
+            Py_END_ALLOW_THREADS
+        }
+        for (i = 0; i < n; i++) {
+            res[i] = r[i].result;
+            if ((st != MC_OK) && (res[i] == MC_INTERNAL_ERROR))
+                res[i] = st;
+        }
+        list = mooncake_py_list_i64(res, n);
+
+    cleanup:
+        PyMem_Free(res);
+        PyMem_Free(r);
+        PyMem_Free(vl);
+        PyMem_Free(vs);
+        PyMem_Free(vd);
+        PyMem_Free(vb);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /* Per-key statuses of a call over keys only (MOONCAKE_SK_*). */
+    PyObject *session_keys(int op, PyObject *keys)
+    {
+        mooncake_py_strv_t sv;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+        size_t i, n;
+
+        if ((op < MOONCAKE_SK_GET_START) || (op > MOONCAKE_SK_PUT_REVOKE)) {
+            PyErr_SetString(PyExc_ValueError, "unknown operation");
+            return NULL;
+        }
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        sts = PyMem_Calloc(n + 1, sizeof(*sts));
+        if (sts == NULL) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++)
+            sts[i] = MC_INTERNAL_ERROR;
+        if (n > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            if (op == MOONCAKE_SK_GET_START)
+                st = mc_store_get_session_start($self->h, sv.v, n, sts);
+            else if (op == MOONCAKE_SK_PUT_END)
+                st = mc_store_put_session_end($self->h, sv.v, n, sts);
+            else
+                st = mc_store_put_session_revoke($self->h, sv.v, n, sts);
+            Py_END_ALLOW_THREADS
+        }
+        for (i = 0; i < n; i++) {
+            if ((st != MC_OK) && (sts[i] == MC_INTERNAL_ERROR))
+                sts[i] = st;
+        }
+        list = mooncake_py_list_status(sts, n);
+
+    cleanup:
+        PyMem_Free(sts);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /* Reserve objects of sizes[i] bytes; per-key statuses. */
+    PyObject *put_session_start(PyObject *keys, PyObject *sizes,
+                                const mc_replicate_config_t *config = NULL)
+    {
+        mooncake_py_strv_t sv;
+        uint64_t *vz = NULL;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+        size_t i, n;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        vz = mooncake_py_u64v(sizes, n);
+        if (vz == NULL)
+            goto cleanup;
+        sts = PyMem_Calloc(n + 1, sizeof(*sts));
+        if (sts == NULL) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++)
+            sts[i] = MC_INTERNAL_ERROR;
+        if (n > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            st = mc_store_put_session_start($self->h, sv.v, vz, n, config, sts);
+            Py_END_ALLOW_THREADS
+        }
+        for (i = 0; i < n; i++) {
+            if ((st != MC_OK) && (sts[i] == MC_INTERNAL_ERROR))
+                sts[i] = st;
+        }
+        list = mooncake_py_list_status(sts, n);
+
+    cleanup:
+        PyMem_Free(sts);
+        PyMem_Free(vz);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /*
+     * Replicas of each key: per key either a negative status (int) or a
+     * list of (status, is_memory, addr, size, segment, protocol) tuples.
+     */
+    PyObject *replica_descs(PyObject *keys)
+    {
+        mooncake_py_strv_t sv;
+        mc_store_query_h *qs = NULL;
+        mc_status_t *sts = NULL;
+        PyObject *list = NULL;
+        size_t i, j, n;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        qs = PyMem_Calloc(n + 1, sizeof(*qs));
+        sts = PyMem_Calloc(n + 1, sizeof(*sts));
+        if ((qs == NULL) || (sts == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++)
+            sts[i] = MC_INTERNAL_ERROR;
+        if (n > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            (void)mc_store_batch_query($self->h, sv.v, n, qs, sts);
+            Py_END_ALLOW_THREADS
+        }
+        list = PyList_New((Py_ssize_t)n);
+        if (list == NULL)
+            goto cleanup;
+        for (i = 0; i < n; i++) {
+            PyObject *item;
+            if ((sts[i] != MC_OK) || (qs[i] == NULL)) {
+                item = PyLong_FromLong((long)((sts[i] != MC_OK) ? sts[i] : MC_INTERNAL_ERROR));
+            } else {
+                size_t m = mc_store_query_replica_count(qs[i]);
+                item = PyList_New(0);
+                for (j = 0; (item != NULL) && (j < m); j++) {
+                    mc_replica_desc_t d;
+                    PyObject *tup;
+                    memset(&d, 0, sizeof(d));
+                    if (mc_store_query_replica(qs[i], j, &d) != MC_OK)
+                        continue;
+                    d.segment[sizeof(d.segment) - 1] = '\0';
+                    d.protocol[sizeof(d.protocol) - 1] = '\0';
+                    tup = Py_BuildValue("(iiKKss)", (int)d.status, d.is_memory,
+                                        (unsigned long long)d.addr,
+                                        (unsigned long long)d.size, d.segment, d.protocol);
+                    if ((tup == NULL) || (PyList_Append(item, tup) != 0)) {
+                        Py_XDECREF(tup);
+                        Py_CLEAR(item);
+                        break;
+                    }
+                    Py_DECREF(tup);
+                }
+            }
+            if (item == NULL) {
+                Py_CLEAR(list);
+                goto cleanup;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+
+    cleanup:
+        if (qs != NULL) {
+            Py_BEGIN_ALLOW_THREADS
+            for (i = 0; i < n; i++)
+                mc_store_query_release(qs[i]);
+            Py_END_ALLOW_THREADS
+        }
+        PyMem_Free(sts);
+        PyMem_Free(qs);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /* Per key a BufferHandle, or the negative status of the miss/failure. */
+    PyObject *get_buffers(PyObject *keys)
+    {
+        mooncake_py_strv_t sv;
+        mc_store_buffer_h *bufs = NULL;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+        size_t i, n;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        bufs = PyMem_Calloc(n + 1, sizeof(*bufs));
+        sts = PyMem_Calloc(n + 1, sizeof(*sts));
+        if ((bufs == NULL) || (sts == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++)
+            sts[i] = MC_INTERNAL_ERROR;
+        if (n > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            st = mc_store_batch_get_buffer($self->h, sv.v, n, bufs, sts);
+            Py_END_ALLOW_THREADS
+        }
+        list = PyList_New((Py_ssize_t)n);
+        if (list == NULL)
+            goto cleanup;
+        for (i = 0; i < n; i++) {
+            PyObject *item;
+            if ((sts[i] == MC_OK) && (bufs[i] != NULL)) {
+                item = mooncake_py_bufobj_new(bufs[i], mc_store_buffer_data(bufs[i]),
+                                              mc_store_buffer_size(bufs[i]), "b");
+                if (item != NULL)
+                    bufs[i] = NULL; /* owned by the object now */
+            } else {
+                mc_status_t s = (sts[i] != MC_OK) ? sts[i]
+                                : ((st != MC_OK) ? st : MC_INTERNAL_ERROR);
+                item = PyLong_FromLong((long)s);
+            }
+            if (item == NULL) {
+                Py_CLEAR(list);
+                goto cleanup;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+
+    cleanup:
+        if (bufs != NULL) {
+            Py_BEGIN_ALLOW_THREADS
+            for (i = 0; i < n; i++)
+                mc_store_buffer_release(bufs[i]);
+            Py_END_ALLOW_THREADS
+        }
+        PyMem_Free(sts);
+        PyMem_Free(bufs);
         mooncake_py_strv_cleanup(&sv);
         return list;
     }

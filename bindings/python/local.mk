@@ -17,6 +17,7 @@ mooncake_py_sources = \
 	bindings/python/mooncake/__init__.py \
 	bindings/python/mooncake/_errors.py \
 	bindings/python/mooncake/_util.py \
+	bindings/python/mooncake/buffer_pool.py \
 	bindings/python/mooncake/store.py \
 	$(NULL)
 
@@ -38,6 +39,15 @@ EXTRA_DIST += \
 	tests/python/test_liveness.py \
 	tests/python/test_threads.py \
 	tests/python/test_hostile.py \
+	tests/python/test_zero_copy.py \
+	tests/python/test_ranges.py \
+	tests/python/test_sessions.py \
+	tests/python/test_upsert.py \
+	tests/python/test_remove.py \
+	tests/python/test_buffers.py \
+	tests/python/test_buffer_pool.py \
+	tests/python/test_replicate_config.py \
+	tests/python/test_replicas.py \
 	$(NULL)
 
 if ENABLE_PYTHON

@@ -5,6 +5,9 @@ The public entry point is :mod:`mooncake.store`::
 
     from mooncake.store import MooncakeDistributedStore
 
+:mod:`mooncake.buffer_pool` leases registered scratch memory for the
+zero-copy calls.
+
 The native binding (``mooncake.capi`` / ``mooncake._capi``) is private and
 may change without notice; everything people use is re-exported, with
 documentation and type hints, by the modules of this package.

@@ -27,6 +27,18 @@ Conventions (the upstream contract, which existing clients rely on):
   ``UNAVAILABLE_IN_CURRENT_STATUS``;
 * arguments of the wrong type raise :class:`TypeError`.
 
+Beyond put/get the client has the whole upstream object API: ``upsert*``
+(insert or overwrite), the removal family (``batch_remove``,
+``remove_by_regex``, ``remove_all``), zero-copy reads and writes on
+registered memory (``register_buffer``, ``put_from``, ``get_into``,
+``batch_*_from``/``batch_get_into*``, ``get_into_ranges``), ranged sessions
+for layer-wise KV transfer (``batch_{get,put}_session_*``), store-owned
+buffers (``get_buffer`` -> :class:`BufferHandle`, ``alloc_from_mem_pool``;
+see also :mod:`mooncake.buffer_pool`) and replica descriptors.  Zero-copy
+calls take addresses as ints: a list whose lengths disagree, or an int
+outside [0, 2**64-1], gives ``INVALID_PARAMS`` results (the batch calls
+return one per key) rather than an exception; a non-int is a TypeError.
+
 Every call that waits for the network releases the GIL, so other Python
 threads keep running, and one store may be used by many threads at once.
 """
@@ -43,6 +55,13 @@ __all__ = [
     "MooncakeDistributedStore",
     "ReplicateConfig",
     "SoftPinAction",
+    "ReplicaStatus",
+    "ReplicaDescriptor",
+    "MemoryDescriptor",
+    "BufferDescriptor",
+    "BufferHandle",
+    "MooncakeHostMemAllocator",
+    "bind_to_numa_node",
     "ErrorCode",
     "describe",
     "last_error_detail",
@@ -289,6 +308,7 @@ class MooncakeDistributedStore:
 
     def __init__(self) -> None:
         self._store = _capi.Store()
+        self._local_buffer_size = 0
 
     # ---- lifecycle ---------------------------------------------------------
 
@@ -476,9 +496,13 @@ class MooncakeDistributedStore:
             return int(ErrorCode.INVALID_PARAMS)
         if enable_ssd_offload or enable_client_http_server:
             return int(ErrorCode.NOT_SUPPORTED)
-        return self._store.setup(local_hostname, metadata_server, global_segment_size,
-                                 local_buffer_size, protocol, rdma_devices,
-                                 master_server_addr, tenant_id)
+        rc = self._store.setup(local_hostname, metadata_server, global_segment_size,
+                               local_buffer_size, protocol, rdma_devices,
+                               master_server_addr, tenant_id)
+        if rc == 0:
+            # BufferPool sizes its overflow budget from this.
+            self._local_buffer_size = local_buffer_size
+        return rc
 
     def close(self) -> int:
         """Unmount this client's memory and disconnect.
@@ -583,3 +607,689 @@ class MooncakeDistributedStore:
         :class:`ErrorCode`.  Grants leases on the objects that exist."""
         _util.check_key_list("keys", keys)
         return self._store.batch_exist(keys)
+
+    # ---- writes from several parts, upserts -------------------------------------
+
+    def put_parts(self, key: str, *parts: BytesLike,
+                  config: Optional[ReplicateConfig] = None) -> int:
+        """Store the concatenation of ``parts`` under ``key`` (no intermediate
+        join).  Same rules as :meth:`put`: an existing key keeps its value
+        and reports 0; an empty result stores nothing and returns 0."""
+        _util.check_key(key)
+        bufs = [_util.as_buffer(p) for p in parts]
+        return self._store.write_parts(0, key, bufs, _c_config(config))
+
+    def upsert(self, key: str, value: BytesLike, config: Optional[ReplicateConfig] = None) -> int:
+        """Insert ``value`` under ``key``, or replace the value of an existing
+        key (in place when the size is unchanged).
+
+        Returns:
+            0, or a negative :class:`ErrorCode`.
+        """
+        _util.check_key(key)
+        buf = _util.as_buffer(value)
+        return self._store.upsert(key, buf, _c_config(config))
+
+    def upsert_parts(self, key: str, *parts: BytesLike,
+                     config: Optional[ReplicateConfig] = None) -> int:
+        """:meth:`upsert` of the concatenation of ``parts``."""
+        _util.check_key(key)
+        bufs = [_util.as_buffer(p) for p in parts]
+        return self._store.write_parts(1, key, bufs, _c_config(config))
+
+    def upsert_batch(self, keys: Sequence[str], values: Sequence[BytesLike],
+                     config: Optional[ReplicateConfig] = None) -> int:
+        """:meth:`upsert` of ``values[i]`` under ``keys[i]``.
+
+        Returns:
+            0 when every key succeeded, else the first error;
+            ``INVALID_PARAMS`` when the lists differ in length.
+        """
+        _util.check_key_list("keys", keys)
+        if isinstance(values, (str, bytes, bytearray, memoryview)) or \
+                not isinstance(values, (list, tuple)):
+            raise TypeError(f"values must be a list of bytes-like objects, "
+                            f"not {type(values).__name__}")
+        cfg = _c_config(config)
+        if len(keys) != len(values):
+            return int(ErrorCode.INVALID_PARAMS)
+        if len(keys) == 0:
+            return 0
+        return self._store.upsert_batch(keys, [_util.as_buffer(v) for v in values], cfg)
+
+    # ---- removal family ------------------------------------------------------------
+
+    def batch_remove(self, keys: Sequence[str], force: bool = False) -> List[int]:
+        """Remove several objects; one status per key (0, ``OBJECT_NOT_FOUND``,
+        ``OBJECT_HAS_LEASE`` unless ``force``, ...)."""
+        _util.check_key_list("keys", keys)
+        return self._store.batch_remove(keys, int(_util.check_bool("force", force)))
+
+    def remove_by_regex(self, regex: str, force: bool = False) -> int:
+        """Remove every object of this tenant whose key matches ``regex`` (a
+        POSIX extended regular expression, searched anywhere in the key
+        unless anchored).
+
+        Returns:
+            the number of objects removed, or a negative :class:`ErrorCode`
+            (``INVALID_PARAMS`` for a pattern that does not compile).
+        """
+        _util.check_str("regex", regex)
+        f = int(_util.check_bool("force", force))
+        if "\0" in regex:
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.remove_by_regex(regex, f)
+
+    def remove_all(self, force: bool = False) -> int:
+        """Remove every object of this tenant (leased ones only with
+        ``force``).  Returns the number removed, or a negative
+        :class:`ErrorCode`."""
+        return self._store.remove_all(int(_util.check_bool("force", force)))
+
+    # ---- buffers owned by the store ----------------------------------------------------
+
+    def get_buffer(self, key: str) -> Optional["BufferHandle"]:
+        """The object copied into the store's local buffer, as a
+        :class:`BufferHandle` (buffer protocol, no further copy), or None
+        when it is missing or the read fails.  The memory is released when
+        the handle is garbage collected; it stays valid after :meth:`close`."""
+        _util.check_key(key)
+        r = self._store.get_buffers([key])[0]
+        return r if isinstance(r, BufferHandle) else None
+
+    def batch_get_buffer(self, keys: Sequence[str]) -> List[Optional["BufferHandle"]]:
+        """:meth:`get_buffer` for several keys (one master round trip); None
+        in the slots of missing keys."""
+        _util.check_key_list("keys", keys)
+        if len(keys) == 0:
+            return []
+        return [r if isinstance(r, BufferHandle) else None
+                for r in self._store.get_buffers(keys)]
+
+    def alloc_from_mem_pool(self, size: int) -> int:
+        """Allocate ``size`` bytes of the store's registered local buffer.
+
+        Returns:
+            the address, or 0 when the local buffer is exhausted or ``size``
+            is 0 or out of range.  Return it with :meth:`_mem_pool_free`
+            (what :class:`mooncake.buffer_pool.BufferPool` does).
+        """
+        if not _util.is_int(size):
+            raise TypeError(f"size must be an int, not {type(size).__name__}")
+        if size <= 0 or size > _util.U64_MAX:
+            return 0
+        return self._store.mem_pool_alloc(int(size))
+
+    def _mem_pool_free(self, ptr: int) -> int:
+        """Return an allocation of :meth:`alloc_from_mem_pool` (private:
+        BufferPool's release path)."""
+        p = _ptr("ptr", ptr)
+        if p is None:
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.mem_pool_free(p)
+
+    def _local_buffer_bytes(self) -> int:
+        """local_buffer_size of the last successful setup (0 before)."""
+        return self._local_buffer_size
+
+    # ---- zero copy -----------------------------------------------------------------------
+
+    def register_buffer(self, buffer_ptr: int, size: int) -> int:
+        """Register ``[buffer_ptr, buffer_ptr + size)`` for the zero-copy calls.
+
+        Returns:
+            0, or a negative :class:`ErrorCode` (``INVALID_PARAMS`` for a
+            NULL or overlapping region, ...).
+        """
+        p, s = _ptr("buffer_ptr", buffer_ptr), _ptr("size", size)
+        if p is None or s is None:
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.register_buffer(p, s)
+
+    def unregister_buffer(self, buffer_ptr: int) -> int:
+        """Unregister the region starting at ``buffer_ptr``."""
+        p = _ptr("buffer_ptr", buffer_ptr)
+        if p is None:
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.unregister_buffer(p)
+
+    def put_from(self, key: str, buffer_ptr: int, size: int,
+                 config: Optional[ReplicateConfig] = None) -> int:
+        """:meth:`put` of ``size`` bytes at ``buffer_ptr``, which must lie in
+        registered memory (:meth:`register_buffer`, the local buffer).
+
+        Returns:
+            0, or a negative :class:`ErrorCode` (``INVALID_PARAMS`` for
+            unregistered memory or ``prefer_alloc_in_same_node``).
+        """
+        _util.check_key(key)
+        cfg = _c_config(config)
+        p, s = _ptr("buffer_ptr", buffer_ptr), _ptr("size", size)
+        if p is None or s is None or _same_node(config):
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.put_from(key, p, s, cfg)
+
+    def upsert_from(self, key: str, buffer_ptr: int, size: int,
+                    config: Optional[ReplicateConfig] = None) -> int:
+        """:meth:`upsert` from registered memory (see :meth:`put_from`)."""
+        _util.check_key(key)
+        cfg = _c_config(config)
+        p, s = _ptr("buffer_ptr", buffer_ptr), _ptr("size", size)
+        if p is None or s is None:
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.upsert_from(key, p, s, cfg)
+
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Read the object into registered memory of ``size`` bytes.
+
+        Returns:
+            bytes read, or a negative :class:`ErrorCode`
+            (``OBJECT_NOT_FOUND``, ``INVALID_PARAMS`` when the buffer is too
+            small or not registered, ...).
+        """
+        _util.check_key(key)
+        p, s = _ptr("buffer_ptr", buffer_ptr), _ptr("size", size)
+        if p is None or s is None:
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.get_into(key, p, s)
+
+    def put_from_with_metadata(self, key: str, buffer_ptr: int, metadata_buffer_ptr: int,
+                               size: int, metadata_size: int,
+                               config: Optional[ReplicateConfig] = None) -> int:
+        """Store ``metadata_size`` bytes at ``metadata_buffer_ptr`` followed by
+        ``size`` bytes at ``buffer_ptr`` as one object (the upstream layout:
+        metadata first).  Both buffers must be registered."""
+        _util.check_key(key)
+        r = self._batch_zc(_ZC_PUT_FROM, [key], [[metadata_buffer_ptr, buffer_ptr]],
+                           [[metadata_size, size]], None, config)
+        return r[0]
+
+    def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                       sizes: Sequence[int],
+                       config: Optional[ReplicateConfig] = None) -> List[int]:
+        """:meth:`put_from` for several keys; one status per key (``len(keys)``
+        times ``INVALID_PARAMS`` when the lists differ in length)."""
+        _util.check_key_list("keys", keys)
+        _int_list("buffer_ptrs", buffer_ptrs)
+        _int_list("sizes", sizes)
+        _c_config(config)
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys) or _same_node(config):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(_ZC_PUT_FROM, keys, [[p] for p in buffer_ptrs],
+                              [[s] for s in sizes], None, config)
+
+    def batch_upsert_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                          sizes: Sequence[int],
+                          config: Optional[ReplicateConfig] = None) -> List[int]:
+        """:meth:`upsert_from` for several keys; one status per key."""
+        _util.check_key_list("keys", keys)
+        _int_list("buffer_ptrs", buffer_ptrs)
+        _int_list("sizes", sizes)
+        _c_config(config)
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(_ZC_UPSERT_FROM, keys, [[p] for p in buffer_ptrs],
+                              [[s] for s in sizes], None, config)
+
+    def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                       sizes: Sequence[int]) -> List[int]:
+        """:meth:`get_into` for several keys: per key the object size (bytes
+        read), ``OBJECT_NOT_FOUND``, or ``INVALID_PARAMS`` when the buffer is
+        too small (or the lists differ in length: then every entry)."""
+        _util.check_key_list("keys", keys)
+        _int_list("buffer_ptrs", buffer_ptrs)
+        _int_list("sizes", sizes)
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(_ZC_GET_INTO, keys, [[p] for p in buffer_ptrs],
+                              [[s] for s in sizes], None, None)
+
+    def batch_put_from_multi_buffers(self, keys: Sequence[str],
+                                     all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Object ``keys[i]`` is the concatenation of the registered buffers
+        ``all_buffer_ptrs[i][j]`` of ``all_sizes[i][j]`` bytes.  One status
+        per key; ``prefer_alloc_in_same_node`` is accepted here."""
+        _util.check_key_list("keys", keys)
+        _nested_list("all_buffer_ptrs", all_buffer_ptrs)
+        _nested_list("all_sizes", all_sizes)
+        _c_config(config)
+        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(_ZC_PUT_FROM, keys, all_buffer_ptrs, all_sizes, None, config)
+
+    def batch_get_into_multi_buffers(self, keys: Sequence[str],
+                                     all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     prefer_same_node: bool = False) -> List[int]:
+        """Scatter object ``keys[i]`` over the registered buffers
+        ``all_buffer_ptrs[i]`` in order.  Per key the total object size, or
+        a negative :class:`ErrorCode` (``INVALID_PARAMS`` when the buffers
+        hold less than the object).  ``prefer_same_node`` is accepted (the
+        replica choice is already local-first)."""
+        _util.check_key_list("keys", keys)
+        _nested_list("all_buffer_ptrs", all_buffer_ptrs)
+        _nested_list("all_sizes", all_sizes)
+        _util.check_bool("prefer_same_node", prefer_same_node)
+        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(_ZC_GET_INTO, keys, all_buffer_ptrs, all_sizes, None, None)
+
+    def get_into_ranges(self, buffer_ptrs: Sequence[int], all_keys: Sequence[Sequence[str]],
+                        all_dst_offsets: Sequence[Sequence[Sequence[int]]],
+                        all_src_offsets: Sequence[Sequence[Sequence[int]]],
+                        all_sizes: Sequence[Sequence[Sequence[int]]]) -> List[List[List[int]]]:
+        """Read byte ranges of objects into registered buffers (see the
+        API guide): fragment ``(i, j, k)`` reads ``all_sizes[i][j][k]`` bytes
+        of ``all_keys[i][j]`` at ``all_src_offsets[i][j][k]`` into
+        ``buffer_ptrs[i] + all_dst_offsets[i][j][k]``.
+
+        Returns:
+            ``results[i][j][k]``: bytes read, or a negative
+            :class:`ErrorCode`.  Shape mismatches do not raise: when the
+            top-level lists differ in length every entry (one per buffer in
+            ``buffer_ptrs``, one per key) is ``INVALID_PARAMS``; when a
+            buffer's lists differ, all of that buffer's entries are; when a
+            key's fragment lists differ, all of that key's entries are.
+            Offsets or sizes outside ``[0, 2**64-1]`` give ``INVALID_PARAMS``
+            for their fragment.
+
+        Raises:
+            TypeError: an argument is not a list, a key is not a str or a
+                number is not an int.
+        """
+        bad = int(ErrorCode.INVALID_PARAMS)
+        for name, v in (("buffer_ptrs", buffer_ptrs), ("all_keys", all_keys),
+                        ("all_dst_offsets", all_dst_offsets),
+                        ("all_src_offsets", all_src_offsets), ("all_sizes", all_sizes)):
+            _seq(name, v)
+        _int_list("buffer_ptrs", buffer_ptrs)
+        for keys_i in all_keys:
+            _util.check_key_list("all_keys item", keys_i)
+            for k in keys_i:
+                _util.check_key(k)
+        for name, v in (("all_dst_offsets", all_dst_offsets),
+                        ("all_src_offsets", all_src_offsets), ("all_sizes", all_sizes)):
+            for per_buf in v:
+                _seq(name + " item", per_buf)
+                for per_key in per_buf:
+                    _int_list(name + " item", per_key)
+
+        def frag_count(i: int, j: int) -> int:
+            n = 1
+            for v in (all_dst_offsets, all_src_offsets, all_sizes):
+                if i < len(v) and j < len(v[i]):
+                    n = max(n, len(v[i][j]))
+            return n
+
+        n = len(buffer_ptrs)
+        lists = (all_keys, all_dst_offsets, all_src_offsets, all_sizes)
+        if any(len(v) != n for v in lists):
+            # Every entry fails, in the widest shape the arguments describe.
+            def key_count(i: int) -> int:
+                return max([1] + [len(v[i]) for v in lists if i < len(v)])
+            n_out = max(n, *(len(v) for v in lists))
+            return [[[bad] * frag_count(i, j) for j in range(key_count(i))]
+                    for i in range(n_out)]
+
+        results: List[List[List[int]]] = []
+        flat_keys: List[str] = []
+        flat: List[List[int]] = [[], [], [], []]  # buffer, dst, src, size
+        where: List[tuple] = []
+        for i in range(n):
+            keys_i = all_keys[i]
+            nk = len(keys_i)
+            per_buf: List[List[int]] = []
+            results.append(per_buf)
+            shape_ok = len(all_dst_offsets[i]) == len(all_src_offsets[i]) == \
+                len(all_sizes[i]) == nk
+            buf = _ptr("buffer_ptrs item", buffer_ptrs[i])
+            for j in range(nk):
+                if not shape_ok or buf is None:
+                    per_buf.append([bad] * frag_count(i, j))
+                    continue
+                d, s, z = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                if not len(d) == len(s) == len(z):
+                    per_buf.append([bad] * frag_count(i, j))
+                    continue
+                per_key = [bad] * len(z)
+                per_buf.append(per_key)
+                for k in range(len(z)):
+                    dk, sk, zk = (_ptr("offset", d[k]), _ptr("offset", s[k]),
+                                  _ptr("size", z[k]))
+                    if dk is None or sk is None or zk is None:
+                        continue
+                    flat_keys.append(keys_i[j])
+                    flat[0].append(buf)
+                    flat[1].append(dk)
+                    flat[2].append(sk)
+                    flat[3].append(zk)
+                    where.append((i, j, k))
+        if flat_keys:
+            res = self._store.read_ranges(flat_keys, flat[0], flat[1], flat[2], flat[3])
+            for (i, j, k), r in zip(where, res):
+                results[i][j][k] = r
+        return results
+
+    def _batch_zc(self, op: int, keys: Sequence[str], ptrs: Sequence[Sequence[int]],
+                  sizes: Sequence[Sequence[int]], offsets: Optional[Sequence[Sequence[int]]],
+                  config: Optional[ReplicateConfig]) -> List[int]:
+        """Run a batch zero-copy call over the keys whose per-key lists are
+        well formed; the others get ``INVALID_PARAMS`` without a call."""
+        bad = int(ErrorCode.INVALID_PARAMS)
+        cfg = _c_config(config)
+        out = [bad] * len(keys)
+        sel: List[int] = []
+        for i, key in enumerate(keys):
+            _util.check_key(key)
+            p, s = ptrs[i], sizes[i]
+            _int_list("buffer pointers", p)
+            _int_list("sizes", s)
+            o = None
+            if offsets is not None:
+                o = offsets[i]
+                _int_list("offsets", o)
+                if len(o) != len(p):
+                    continue
+            if len(p) != len(s):
+                continue
+            if any(_ptr("buffer pointer", x) is None for x in p) or \
+                    any(_ptr("size", x) is None for x in s) or \
+                    (o is not None and any(_ptr("offset", x) is None for x in o)):
+                continue
+            sel.append(i)
+        if not sel:
+            return out
+        all_ok = len(sel) == len(keys)
+        sk = list(keys) if all_ok else [keys[i] for i in sel]
+        sp = list(ptrs) if all_ok else [ptrs[i] for i in sel]
+        ss = list(sizes) if all_ok else [sizes[i] for i in sel]
+        so = None
+        if offsets is not None:
+            so = list(offsets) if all_ok else [offsets[i] for i in sel]
+        if cfg is not None and cfg.group_ids_count > 0 and not all_ok:
+            # Group ids follow the keys; drop those of the refused keys.
+            gids = config.group_ids or []
+            if len(gids) == len(keys):
+                cfg = _c_config(config)
+                cfg.set_group_ids([gids[i] for i in sel])
+        res = self._store.batch_zc(op, sk, sp, ss, so, cfg)
+        for i, r in zip(sel, res):
+            out[i] = r
+        return out
+
+    # ---- ranged sessions -----------------------------------------------------------------
+
+    def batch_get_session_start(self, keys: Sequence[str]) -> List[int]:
+        """Look the keys up once and cache one complete replica (and its
+        lease) per key for ranged reads.  Per-key statuses."""
+        _util.check_key_list("keys", keys)
+        return self._store.session_keys(0, keys)
+
+    def batch_get_into_multi_buffer_ranges(self, keys: Sequence[str],
+                                           all_buffer_ptrs: Sequence[Sequence[int]],
+                                           all_sizes: Sequence[Sequence[int]],
+                                           all_src_offsets: Sequence[Sequence[int]]) -> List[int]:
+        """Ranged reads for keys with an open get session (no master round
+        trip): range ``j`` of key ``i`` reads ``all_sizes[i][j]`` bytes at
+        object offset ``all_src_offsets[i][j]`` into ``all_buffer_ptrs[i][j]``.
+        Per key the bytes moved, or a negative :class:`ErrorCode`."""
+        _util.check_key_list("keys", keys)
+        for name, v in (("all_buffer_ptrs", all_buffer_ptrs), ("all_sizes", all_sizes),
+                        ("all_src_offsets", all_src_offsets)):
+            _nested_list(name, v)
+        if not len(all_buffer_ptrs) == len(all_sizes) == len(all_src_offsets) == len(keys):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(_ZC_SESSION_READ, keys, all_buffer_ptrs, all_sizes,
+                              all_src_offsets, None)
+
+    def batch_get_session_end(self, keys: Sequence[str]) -> int:
+        """Drop the cached lookups of ``keys``.  0 or a negative :class:`ErrorCode`."""
+        _util.check_key_list("keys", keys)
+        return self._store.get_session_end(keys)
+
+    def batch_put_session_start(self, keys: Sequence[str], sizes: Sequence[int],
+                                config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Reserve objects of ``sizes[i]`` bytes without writing them; per-key
+        statuses.  Keys that already have a put session are skipped."""
+        _util.check_key_list("keys", keys)
+        _int_list("sizes", sizes)
+        cfg = _c_config(config)
+        bad = int(ErrorCode.INVALID_PARAMS)
+        if len(sizes) != len(keys):
+            return [bad] * len(keys)
+        if any(_ptr("size", s) is None for s in sizes):
+            out = [bad] * len(keys)
+            sel = [i for i, s in enumerate(sizes) if _ptr("size", s) is not None]
+            if not sel:
+                return out
+            if config is not None and config.group_ids is not None and \
+                    len(config.group_ids) == len(keys):
+                cfg = _c_config(config)
+                cfg.set_group_ids([config.group_ids[i] for i in sel])
+            res = self._store.put_session_start([keys[i] for i in sel],
+                                                [sizes[i] for i in sel], cfg)
+            for i, r in zip(sel, res):
+                out[i] = r
+            return out
+        return self._store.put_session_start(keys, sizes, cfg)
+
+    def batch_put_from_multi_buffer_ranges(self, keys: Sequence[str],
+                                           all_buffer_ptrs: Sequence[Sequence[int]],
+                                           all_sizes: Sequence[Sequence[int]],
+                                           all_dst_offsets: Sequence[Sequence[int]]) -> List[int]:
+        """Ranged writes into open put sessions (no master round trip): range
+        ``j`` of key ``i`` writes ``all_sizes[i][j]`` bytes from
+        ``all_buffer_ptrs[i][j]`` at object offset ``all_dst_offsets[i][j]``.
+        Per key the bytes moved, or a negative :class:`ErrorCode`."""
+        _util.check_key_list("keys", keys)
+        for name, v in (("all_buffer_ptrs", all_buffer_ptrs), ("all_sizes", all_sizes),
+                        ("all_dst_offsets", all_dst_offsets)):
+            _nested_list(name, v)
+        if not len(all_buffer_ptrs) == len(all_sizes) == len(all_dst_offsets) == len(keys):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(_ZC_SESSION_WRITE, keys, all_buffer_ptrs, all_sizes,
+                              all_dst_offsets, None)
+
+    def batch_put_session_end(self, keys: Sequence[str]) -> List[int]:
+        """Seal the put sessions, wait for in-flight writes and make the
+        objects readable.  Per-key statuses."""
+        _util.check_key_list("keys", keys)
+        return self._store.session_keys(1, keys)
+
+    def batch_put_session_revoke(self, keys: Sequence[str]) -> List[int]:
+        """Abort put sessions and release the reserved space.  Per-key statuses."""
+        _util.check_key_list("keys", keys)
+        return self._store.session_keys(2, keys)
+
+    # ---- replica descriptors -------------------------------------------------------------
+
+    def get_replica_desc(self, key: str) -> List["ReplicaDescriptor"]:
+        """Descriptors of the replicas of ``key`` ([] when it is missing).
+        Grants a read lease, like every lookup."""
+        _util.check_key(key)
+        r = self._store.replica_descs([key])[0]
+        return [] if isinstance(r, int) else [ReplicaDescriptor(*t) for t in r]
+
+    def batch_get_replica_desc(self, keys: Sequence[str]) -> Dict[str, List["ReplicaDescriptor"]]:
+        """``{key: [ReplicaDescriptor, ...]}`` for every key ([] for a miss)."""
+        _util.check_key_list("keys", keys)
+        if len(keys) == 0:
+            return {}
+        out: Dict[str, List[ReplicaDescriptor]] = {}
+        for key, r in zip(keys, self._store.replica_descs(keys)):
+            out[key] = [] if isinstance(r, int) else [ReplicaDescriptor(*t) for t in r]
+        return out
+
+
+# ---- module helpers ----------------------------------------------------------------------
+
+_ZC_PUT_FROM = 0
+_ZC_UPSERT_FROM = 1
+_ZC_GET_INTO = 2
+_ZC_SESSION_READ = 3
+_ZC_SESSION_WRITE = 4
+
+
+def _ptr(name: str, value: Any) -> Optional[int]:
+    """An address/size/offset: TypeError unless an int; None when outside
+    [0, 2**64-1] (the call then reports INVALID_PARAMS, as upstream)."""
+    if not _util.is_int(value):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0 or value > _util.U64_MAX:
+        return None
+    return int(value)
+
+
+def _seq(name: str, value: Any) -> None:
+    if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list, not {type(value).__name__}")
+
+
+def _int_list(name: str, value: Any) -> None:
+    _seq(name, value)
+    for v in value:
+        if not _util.is_int(v):
+            raise TypeError(f"{name}: expected int items, not {type(v).__name__}")
+
+
+def _nested_list(name: str, value: Any) -> None:
+    _seq(name, value)
+    for v in value:
+        _int_list(name + " item", v)
+
+
+def _same_node(config: Optional[ReplicateConfig]) -> bool:
+    return config is not None and config.prefer_alloc_in_same_node
+
+
+#: An object copied into a store's local buffer (:meth:`get_buffer`): a
+#: 1-D writable buffer of format ``'b'`` (``memoryview(h)``,
+#: ``np.array(h, copy=False)`` share its memory), ``len(h)``, ``h.ptr()``,
+#: ``h.size()``.  The memory returns to the store when the handle is
+#: garbage collected, and stays valid after the store is closed.
+BufferHandle = _capi.BufferHandle
+
+
+class ReplicaStatus(enum.IntEnum):
+    """Status of one replica (upstream ``ReplicaStatus``)."""
+
+    UNDEFINED = _capi.MC_REPLICA_UNDEFINED
+    INITIALIZED = _capi.MC_REPLICA_INITIALIZED
+    PROCESSING = _capi.MC_REPLICA_PROCESSING
+    COMPLETE = _capi.MC_REPLICA_COMPLETE
+    REMOVED = _capi.MC_REPLICA_REMOVED
+    FAILED = _capi.MC_REPLICA_FAILED
+
+
+class BufferDescriptor:
+    """Where a memory replica lives (upstream ``AllocatedBuffer::Descriptor``)."""
+
+    __slots__ = ("size_", "buffer_address_", "protocol_", "transport_endpoint_")
+
+    def __init__(self, size: int, address: int, protocol: str, endpoint: str) -> None:
+        #: bytes
+        self.size_ = size
+        #: address in the owner's segment
+        self.buffer_address_ = address
+        #: transport ("tcp")
+        self.protocol_ = protocol
+        #: segment "host:port"
+        self.transport_endpoint_ = endpoint
+
+    def __repr__(self) -> str:
+        return (f"BufferDescriptor(size_={self.size_}, "
+                f"buffer_address_={self.buffer_address_:#x}, protocol_={self.protocol_!r}, "
+                f"transport_endpoint_={self.transport_endpoint_!r})")
+
+    __str__ = __repr__
+
+
+class MemoryDescriptor:
+    """The memory part of a replica descriptor."""
+
+    __slots__ = ("buffer_descriptor",)
+
+    def __init__(self, buffer_descriptor: BufferDescriptor) -> None:
+        self.buffer_descriptor = buffer_descriptor
+
+    def __repr__(self) -> str:
+        return f"MemoryDescriptor(buffer_descriptor={self.buffer_descriptor!r})"
+
+
+class ReplicaDescriptor:
+    """One replica of an object (upstream ``Replica::Descriptor``)."""
+
+    __slots__ = ("status", "_memory")
+
+    def __init__(self, status: int, is_memory: int, addr: int, size: int,
+                 segment: str, protocol: str) -> None:
+        try:
+            self.status = ReplicaStatus(status)
+        except ValueError:
+            self.status = ReplicaStatus.UNDEFINED
+        self._memory = MemoryDescriptor(BufferDescriptor(size, addr, protocol, segment)) \
+            if is_memory else None
+
+    def is_memory_replica(self) -> bool:
+        """True: this release keeps replicas in memory only."""
+        return self._memory is not None
+
+    def is_disk_replica(self) -> bool:
+        """False: there are no disk replicas in this release."""
+        return False
+
+    def get_memory_descriptor(self) -> MemoryDescriptor:
+        """The memory descriptor; :class:`RuntimeError` for a non-memory replica."""
+        if self._memory is None:
+            raise RuntimeError("not a memory replica")
+        return self._memory
+
+    def get_disk_descriptor(self) -> Any:
+        """Always :class:`RuntimeError`: there are no disk replicas."""
+        raise RuntimeError("not a disk replica")
+
+    def __repr__(self) -> str:
+        return f"ReplicaDescriptor(status={self.status.name}, memory={self._memory!r})"
+
+
+class MooncakeHostMemAllocator:
+    """Page-aligned host memory for zero-copy buffers (register it with
+    :meth:`MooncakeDistributedStore.register_buffer` before use)."""
+
+    def alloc(self, size: int) -> int:
+        """Allocate ``size`` bytes; the address, or 0 on failure."""
+        if not _util.is_int(size):
+            raise TypeError(f"size must be an int, not {type(size).__name__}")
+        if size <= 0 or size > _util.U64_MAX:
+            return 0
+        return _capi.mooncake_host_mem_alloc(int(size))
+
+    def free(self, ptr: int) -> int:
+        """Free memory of :meth:`alloc`: 0, or ``INVALID_PARAMS`` for any
+        other address."""
+        p = _ptr("ptr", ptr)
+        if p is None:
+            return int(ErrorCode.INVALID_PARAMS)
+        return _capi.mooncake_host_mem_free(p)
+
+
+def bind_to_numa_node(node: int) -> None:
+    """Bind the calling thread's CPUs and memory policy to NUMA ``node``.
+
+    Raises:
+        TypeError: ``node`` is not an int.
+        RuntimeError: the binding failed (no NUMA support in this build or
+            on this machine, or a node that does not exist); the message
+            carries the status and the library's detail.
+    """
+    if not _util.is_int(node):
+        raise TypeError(f"node must be an int, not {type(node).__name__}")
+    if node < 0 or node > 0x7FFFFFFF:
+        raise RuntimeError(f"bind_to_numa_node({node}): invalid NUMA node")
+    rc = _capi.mc_numa_bind(int(node))
+    if rc != 0:
+        detail = last_error_detail()
+        raise RuntimeError(f"bind_to_numa_node({node}) failed: {describe(rc)}"
+                           + (f" ({detail})" if detail else ""))
