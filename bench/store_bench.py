@@ -94,10 +94,59 @@ def worker_main():
             lat.sort()
             reply({"put_s": put_s, "get_s": get_s,
                    "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3})
+        elif op == "run_zc":
+            reply(run_zero_copy(store, ReplicateConfig, cmd))
         elif op == "quit":
             store.close()
             reply({"rc": 0})
             return
+
+
+def run_zero_copy(store, ReplicateConfig, cmd):
+    """Zero-copy rows: single get_into, and batch_put_from/batch_get_into."""
+    import ctypes
+
+    size, batch, rounds, target = cmd["size"], cmd["batch"], cmd["rounds"], cmd["target"]
+    total = size * batch
+    src = (ctypes.c_ubyte * total).from_buffer_copy(os.urandom(total))
+    dst = (ctypes.c_ubyte * total)()
+    src_p, dst_p = ctypes.addressof(src), ctypes.addressof(dst)
+    for p in (src_p, dst_p):
+        rc = store.register_buffer(p, total)
+        if rc != 0:
+            return {"error": "register_buffer -> %d" % rc}
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = target
+    ptrs_src = [src_p + i * size for i in range(batch)]
+    ptrs_dst = [dst_p + i * size for i in range(batch)]
+    sizes = [size] * batch
+    put_s = get_s = single_s = 0.0
+    try:
+        for r in range(rounds):
+            keys = ["zc_%d_%d_%d" % (size, r, i) for i in range(batch)]
+            t0 = time.perf_counter()
+            rcs = store.batch_put_from(keys, ptrs_src, sizes, cfg)
+            put_s += time.perf_counter() - t0
+            if any(rc != 0 for rc in rcs):
+                return {"error": "batch_put_from -> %r" % rcs[:4]}
+            t0 = time.perf_counter()
+            rcs = store.batch_get_into(keys, ptrs_dst, sizes)
+            get_s += time.perf_counter() - t0
+            if any(rc != size for rc in rcs):
+                return {"error": "batch_get_into -> %r" % rcs[:4]}
+            t0 = time.perf_counter()
+            for k, p in zip(keys, ptrs_dst):
+                if store.get_into(k, p, size) != size:
+                    return {"error": "get_into %s failed" % k}
+            single_s += time.perf_counter() - t0
+            store.batch_remove(keys, force=True)
+        if bytes(src) != bytes(dst):
+            return {"error": "zero-copy data mismatch"}
+    finally:
+        store.unregister_buffer(src_p)
+        store.unregister_buffer(dst_p)
+    n = batch * rounds
+    return {"batch_put_s": put_s, "batch_get_s": get_s, "single_get_s": single_s, "n": n}
 
 
 # --------------------------------------------------------------------------
@@ -135,6 +184,8 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(__file__), "..", "build"))
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     ap.add_argument("--metadata", choices=["p2p", "http"], default="p2p")
+    ap.add_argument("--no-zero-copy", dest="zero_copy", action="store_false",
+                    help="skip the zero-copy rows")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.role == "worker":
@@ -182,6 +233,15 @@ def main():
                 [os.path.join(build, "bench", "raw_tcp"), str(size), str(n)], text=True))
             rows.append((size, n, r, raw))
 
+        zc_rows = []
+        if args.zero_copy:
+            for size, batch, rounds in ((4 << 10, 32, 300), (1 << 20, 16, 12)):
+                z = driver.call(op="run_zc", size=size, batch=batch, rounds=rounds,
+                                target=h["hostname"])
+                raw = json.loads(subprocess.check_output(
+                    [os.path.join(build, "bench", "raw_tcp"), str(size), str(z["n"])], text=True))
+                zc_rows.append((size, batch, z, raw))
+
         print("mooncake store benchmark: 1 master + 2 client processes on loopback, "
               "metadata=%s" % args.metadata)
         print("%-8s %6s | %9s %9s | %9s %9s %8s %8s | %9s %8s | %6s" % (
@@ -193,6 +253,19 @@ def main():
                 human(size), n, size * n / r["put_s"] / 1e9, n / r["put_s"], get_gbps,
                 n / r["get_s"], r["p50_us"], r["p99_us"], raw["gbps"], raw["p50_us"],
                 get_gbps / raw["gbps"]))
+        if zc_rows:
+            print()
+            print("zero copy (registered buffers): batch_put_from / batch_get_into, and get_into one key at a time")
+            print("%-8s %5s | %11s %11s %9s | %11s %9s | %9s | %6s" % (
+                "value", "batch", "bput keys/s", "bget keys/s", "bget GB/s", "get_into/s",
+                "GB/s", "raw GB/s", "gi/raw"))
+            for size, batch, z, raw in zc_rows:
+                n = z["n"]
+                gi_gbps = size * n / z["single_get_s"] / 1e9
+                print("%-8s %5d | %11.0f %11.0f %9.3f | %11.0f %9.3f | %9.3f | %6.2f" % (
+                    human(size), batch, n / z["batch_put_s"], n / z["batch_get_s"],
+                    size * n / z["batch_get_s"] / 1e9, n / z["single_get_s"], gi_gbps,
+                    raw["gbps"], gi_gbps / raw["gbps"]))
     finally:
         for w in workers:
             w.stop()

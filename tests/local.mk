@@ -2,12 +2,16 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/unit/check_all
 TESTS += tests/unit/check_all
+# Suites that start the real daemon find it here.
+AM_TESTS_ENVIRONMENT = MC_MASTER_BIN=$(abs_builddir)/mooncake_master; export MC_MASTER_BIN;
 tests_unit_check_all_SOURCES = \
 	tests/unit/check_all.c tests/unit/check_suites.h \
 	tests/unit/test_status.c tests/unit/test_util.c \
 	tests/unit/test_buf.c tests/unit/test_hashmap.c \
 	tests/unit/test_alloc.c tests/unit/test_wire.c \
 	tests/unit/test_store.c \
+	tests/unit/test_store_read.c \
+	tests/unit/test_store_write.c \
 	tests/unit/test_transfer.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	$(NULL)

@@ -8,8 +8,11 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
 64 MiB objects never cross the pipe.
 
   setup        args=[...7 positional...] | config={...}   -> rc, hostname
-  put          key, hex, preferred?                        -> rc
-  put_random   key, size, preferred?                       -> rc, sha256
+  put          key, hex, preferred?, replica_num?          -> rc
+  put_random   key, size, preferred?, replica_num?         -> rc, sha256
+  upsert       key, hex, preferred?, replica_num?          -> rc
+  upsert_random key, size, preferred?, replica_num?        -> rc, sha256
+  replica_desc key                 -> replicas: [{status, memory, endpoint, size}]
   get          key                                -> len, sha256, seconds, hex (<= 4 KiB),
                                                      detail (why, when b"")
   exist        key                                         -> rc
@@ -35,10 +38,14 @@ from mooncake.store import MooncakeDistributedStore, ReplicateConfig, last_error
 
 def config_for(req):
     seg = req.get("preferred")
-    if not seg:
+    replicas = req.get("replica_num")
+    if not seg and replicas is None:
         return None
     cfg = ReplicateConfig()
-    cfg.preferred_segment = seg
+    if seg:
+        cfg.preferred_segment = seg
+    if replicas is not None:
+        cfg.replica_num = replicas
     return cfg
 
 
@@ -56,6 +63,22 @@ def handle(store, req):
         data = os.urandom(req["size"])
         rc = store.put(req["key"], data, config_for(req))
         return {"rc": rc, "sha256": hashlib.sha256(data).hexdigest()}
+    if op == "upsert":
+        return {"rc": store.upsert(req["key"], bytes.fromhex(req["hex"]), config_for(req))}
+    if op == "upsert_random":
+        data = os.urandom(req["size"])
+        rc = store.upsert(req["key"], data, config_for(req))
+        return {"rc": rc, "sha256": hashlib.sha256(data).hexdigest()}
+    if op == "replica_desc":
+        out = []
+        for d in store.get_replica_desc(req["key"]):
+            r = {"status": int(d.status), "memory": bool(d.is_memory_replica())}
+            if r["memory"]:
+                bd = d.get_memory_descriptor().buffer_descriptor
+                r["endpoint"] = bd.transport_endpoint_
+                r["size"] = bd.size_
+            out.append(r)
+        return {"replicas": out}
     if op == "get":
         t0 = time.monotonic()
         data = store.get(req["key"])

@@ -12,6 +12,8 @@
   every one is stopped, or killed, at teardown.
 * ``store`` / ``make_store``: in-process MooncakeDistributedStore objects
   set up against ``master``; closed at teardown.
+* ``regbuf``: numpy arrays registered with a store for the zero-copy
+  calls, unregistered at teardown.
 
 Run through `make check-python`, which sets PYTHONPATH/LD_LIBRARY_PATH to
 the build tree and MC_MASTER_BIN to the freshly built master.
@@ -87,3 +89,26 @@ def make_store(master):
 @pytest.fixture
 def store(make_store):
     return make_store()
+
+
+@pytest.fixture
+def regbuf(make_store):
+    """``regbuf(store, nbytes, fill=0)``: a numpy uint8 array registered with
+    ``store`` (register_buffer must return 0); unregistered at teardown,
+    before the stores of ``make_store`` are closed."""
+    import numpy as np
+
+    regs = []
+
+    def make(st, nbytes: int, fill: int = 0):
+        arr = np.full(nbytes, fill, dtype=np.uint8)
+        rc = st.register_buffer(arr.ctypes.data, arr.nbytes)
+        assert rc == 0, f"register_buffer returned {rc}"
+        regs.append((st, arr))
+        return arr
+
+    try:
+        yield make
+    finally:
+        for st, arr in reversed(regs):
+            st.unregister_buffer(arr.ctypes.data)

@@ -30,7 +30,9 @@
     X(wire)               \
     X(flags)              \
     X(transfer)           \
-    X(store)
+    X(store)              \
+    X(store_write)        \
+    X(store_read)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);
 MC_TEST_SUITES(MC_TEST_SUITE_DECL_)

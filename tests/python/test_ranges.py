@@ -1,0 +1,324 @@
+# SPDX-License-Identifier: Apache-2.0
+"""get_into_ranges: buffer-major ranged reads into registered memory.
+
+results[i][j][k] is the number of bytes of fragment k of key j landing in
+buffer i, or a negative code for that fragment alone.  Checked here:
+the spec's worked example verbatim (its expected results and the bytes
+that land), single slices, several fragments of one key stitched into one
+buffer, several keys into one buffer, a missing key among valid ones,
+destination overflow against the registered buffer, source overflow
+against the object size, unregistered destinations, the store's own
+local buffer as a destination, and every shape error of the nested lists.
+"""
+
+import ctypes
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+INVALID_PARAMS = -600
+OBJECT_NOT_FOUND = -704
+
+LEASE_TTL_MS = 2000
+
+
+def key(tag: str = "r") -> str:
+    return f"{tag}-{uuid.uuid4().hex}"
+
+
+def leaves(x):
+    """Every int inside a nested list."""
+    if isinstance(x, int):
+        return [x]
+    out = []
+    for y in x:
+        out.extend(leaves(y))
+    return out
+
+
+def put(store, k: str, size: int) -> bytes:
+    data = os.urandom(size)
+    assert store.put(k, data) == 0
+    return data
+
+
+def test_spec_worked_example(store):
+    key1 = bytes(range(40))                       # src[30:33] must exist
+    key2 = bytes(range(100, 120))
+    # the example uses the literal names; this module's master is private
+    assert store.put("key1", key1) == 0
+    assert store.put("key2", key2) == 0
+
+    buffer_size = 32
+    buffer0 = (ctypes.c_ubyte * buffer_size)()
+    buffer1 = (ctypes.c_ubyte * buffer_size)()
+    buffer_ptr0 = ctypes.addressof(buffer0)
+    buffer_ptr1 = ctypes.addressof(buffer1)
+
+    assert store.register_buffer(buffer_ptr0, buffer_size) == 0
+    assert store.register_buffer(buffer_ptr1, buffer_size) == 0
+    try:
+        results = store.get_into_ranges(
+            [buffer_ptr0, buffer_ptr1],
+            [["key1", "key2"], ["key2", "key1"]],
+            [[[0, 20], [8]], [[4], [16]]],
+            [[[1, 30], [2]], [[0], [10]]],
+            [[[4, 3], [5]], [[6], [4]]],
+        )
+        assert results == [
+            [[4, 3], [5]],
+            [[6], [4]],
+        ]
+        b0, b1 = bytes(buffer0), bytes(buffer1)
+        # Buffer 0: key1 src[1:5] -> dst[0:4], src[30:33] -> dst[20:23];
+        #           key2 src[2:7] -> dst[8:13]
+        assert b0[0:4] == key1[1:5]
+        assert b0[20:23] == key1[30:33]
+        assert b0[8:13] == key2[2:7]
+        untouched0 = set(range(32)) - set(range(0, 4)) - set(range(20, 23)) - set(range(8, 13))
+        assert all(b0[i] == 0 for i in untouched0)
+        # Buffer 1: key2 src[0:6] -> dst[4:10]; key1 src[10:14] -> dst[16:20]
+        assert b1[4:10] == key2[0:6]
+        assert b1[16:20] == key1[10:14]
+        untouched1 = set(range(32)) - set(range(4, 10)) - set(range(16, 20))
+        assert all(b1[i] == 0 for i in untouched1)
+    finally:
+        store.unregister_buffer(buffer_ptr0)
+        store.unregister_buffer(buffer_ptr1)
+
+
+def test_single_contiguous_slice(store, regbuf):
+    k = key()
+    data = put(store, k, 100000)
+    buf = regbuf(store, 4096, fill=0xAA)
+    results = store.get_into_ranges([buf.ctypes.data], [[k]], [[[0]]], [[[54321]]], [[[1000]]])
+    assert results == [[[1000]]]
+    assert buf[:1000].tobytes() == data[54321:55321]
+    assert (buf[1000:] == 0xAA).all()
+
+
+def test_fragments_of_one_key_are_stitched(store, regbuf):
+    k = key()
+    data = put(store, k, 10000)
+    buf = regbuf(store, 64, fill=0xAA)
+    results = store.get_into_ranges([buf.ctypes.data], [[k]], [[[0, 16, 40]]],
+                                    [[[128, 4096, 8192]]], [[[8, 12, 4]]])
+    assert results == [[[8, 12, 4]]]
+    b = buf.tobytes()
+    assert b[0:8] == data[128:136]
+    assert b[16:28] == data[4096:4108]
+    assert b[40:44] == data[8192:8196]
+    assert b[8:16] == b"\xaa" * 8 and b[28:40] == b"\xaa" * 12 and b[44:] == b"\xaa" * 20
+
+
+def test_several_keys_into_one_buffer_and_several_buffers(store, regbuf):
+    meta, payload = key("meta"), key("data")
+    m = put(store, meta, 64)
+    d = put(store, payload, 1 << 20)
+    out0 = regbuf(store, 8192)
+    out1 = regbuf(store, 8192)
+    results = store.get_into_ranges(
+        [out0.ctypes.data, out1.ctypes.data],
+        [[meta, payload], [payload]],
+        [[[0], [64, 4096]], [[0]]],
+        [[[0], [500000, 0]], [[(1 << 20) - 8192]]],
+        [[[64], [4000, 4096]], [[8192]]])
+    assert results == [[[64], [4000, 4096]], [[8192]]]
+    assert out0[:64].tobytes() == m
+    assert out0[64:4064].tobytes() == d[500000:504000]
+    assert out0[4096:8192].tobytes() == d[:4096]
+    assert out1.tobytes() == d[-8192:]
+
+
+def test_missing_key_among_valid_ones(store, regbuf):
+    k = key()
+    data = put(store, k, 1000)
+    missing = key("missing")
+    buf = regbuf(store, 1024, fill=0x55)
+    results = store.get_into_ranges([buf.ctypes.data], [[missing, k]],
+                                    [[[0, 100], [500]]], [[[0, 0], [10]]],
+                                    [[[10, 10], [20]]])
+    assert results == [[[OBJECT_NOT_FOUND, OBJECT_NOT_FOUND], [20]]]
+    assert buf[500:520].tobytes() == data[10:30]
+    assert (buf[:500] == 0x55).all() and (buf[520:] == 0x55).all()
+
+
+def test_destination_overflow_against_the_registered_buffer(store, regbuf):
+    k = key()
+    data = put(store, k, 4096)
+    buf = regbuf(store, 1024, fill=0x5A)
+    p = buf.ctypes.data
+    results = store.get_into_ranges(
+        [p, p + 1000],
+        [[k], [k]],
+        [[[1000, 0]], [[0, 20]]],
+        [[[0, 100]], [[0, 0]]],
+        [[[25, 50]], [[24, 5]]])
+    # [1000, 1025) runs past the 1024-byte region; so does p+1000+[20,25)
+    assert results == [[[INVALID_PARAMS, 50]], [[24, INVALID_PARAMS]]]
+    assert buf[0:50].tobytes() == data[100:150]
+    assert buf[1000:1024].tobytes() == data[0:24]
+    assert (buf[50:1000] == 0x5A).all()
+
+
+def test_source_overflow_against_the_object_size(store, regbuf):
+    k = key()
+    data = put(store, k, 1000)
+    buf = regbuf(store, 4096, fill=0x5A)
+    results = store.get_into_ranges([buf.ctypes.data], [[k]],
+                                    [[[0, 100, 200]]], [[[990, 1000, 0]]],
+                                    [[[11, 1, 1000]]])
+    assert results == [[[INVALID_PARAMS, INVALID_PARAMS, 1000]]]
+    assert buf[200:1200].tobytes() == data
+    assert (buf[:200] == 0x5A).all()
+    # exactly up to the end is fine
+    assert store.get_into_ranges([buf.ctypes.data], [[k]], [[[0]]], [[[990]]],
+                                 [[[10]]]) == [[[10]]]
+    assert buf[:10].tobytes() == data[990:]
+
+
+def test_unregistered_destination_is_refused_and_untouched(store):
+    k = key()
+    put(store, k, 100)
+    buf = np.full(128, 0x42, dtype=np.uint8)
+    results = store.get_into_ranges([buf.ctypes.data], [[k]], [[[0]]], [[[0]]], [[[100]]])
+    assert results == [[[INVALID_PARAMS]]]
+    assert (buf == 0x42).all()
+
+
+def test_the_store_local_buffer_is_a_valid_destination(store):
+    k = key()
+    data = put(store, k, 3000)
+    ptr = store.alloc_from_mem_pool(4096)
+    assert ptr != 0
+    results = store.get_into_ranges([ptr], [[k]], [[[0, 1000]]], [[[2000, 0]]],
+                                    [[[1000, 1000]]])
+    assert results == [[[1000, 1000]]]
+    assert ctypes.string_at(ptr, 2000) == data[2000:3000] + data[0:1000]
+
+
+# ---- shape errors ------------------------------------------------------------------
+
+
+@pytest.fixture
+def shaped(store, regbuf):
+    k = key()
+    data = put(store, k, 256)
+    buf = regbuf(store, 1024, fill=0x77)
+    return k, data, buf
+
+
+def _untouched(buf):
+    return (buf == 0x77).all()
+
+
+@pytest.mark.parametrize("which", ["keys", "dst", "src", "sizes"])
+def test_top_level_length_mismatch(shaped, store, which):
+    k, _, buf = shaped
+    p = buf.ctypes.data
+    args = {
+        "keys": [[k], [k]],
+        "dst": [[[0]], [[100]]],
+        "src": [[[0]], [[0]]],
+        "sizes": [[[10]], [[10]]],
+    }
+    args[which] = args[which][:1]
+    results = store.get_into_ranges([p, p], args["keys"], args["dst"], args["src"],
+                                    args["sizes"])
+    found = leaves(results)
+    assert found and all(r == INVALID_PARAMS for r in found), results
+    assert _untouched(buf)
+
+
+def test_buffer_ptrs_shorter_than_the_lists(shaped, store):
+    k, _, buf = shaped
+    results = store.get_into_ranges([buf.ctypes.data], [[k], [k]], [[[0]], [[100]]],
+                                    [[[0]], [[0]]], [[[10]], [[10]]])
+    found = leaves(results)
+    assert found and all(r == INVALID_PARAMS for r in found), results
+    assert _untouched(buf)
+
+
+@pytest.mark.parametrize("which", ["dst", "src", "sizes"])
+def test_per_buffer_key_count_mismatch(shaped, store, which):
+    """Buffer 0 lists two keys but one of its offset/size lists has one entry:
+    buffer 0 fails, buffer 1 still reads."""
+    k, data, buf = shaped
+    p = buf.ctypes.data
+    args = {
+        "dst": [[[0], [50]], [[500]]],
+        "src": [[[0], [0]], [[100]]],
+        "sizes": [[[10], [10]], [[20]]],
+    }
+    args[which] = [args[which][0][:1], args[which][1]]
+    results = store.get_into_ranges([p, p], [[k, k], [k]], args["dst"], args["src"],
+                                    args["sizes"])
+    assert len(results) == 2
+    found = leaves(results[0])
+    assert found and all(r == INVALID_PARAMS for r in found), results
+    assert results[1] == [[20]]
+    assert buf[500:520].tobytes() == data[100:120]
+    assert (buf[:500] == 0x77).all()
+
+
+@pytest.mark.parametrize("which", ["dst", "src", "sizes"])
+def test_per_key_fragment_count_mismatch(shaped, store, which):
+    """Key 0 of buffer 0 has 2 fragments in two lists and 1 in the third:
+    that key's entries fail, key 1 of the same buffer still reads."""
+    k, data, buf = shaped
+    p = buf.ctypes.data
+    args = {
+        "dst": [[[0, 20], [300]]],
+        "src": [[[0, 0], [50]]],
+        "sizes": [[[10, 10], [30]]],
+    }
+    args[which] = [[args[which][0][0][:1], args[which][0][1]]]
+    results = store.get_into_ranges([p], [[k, k]], args["dst"], args["src"], args["sizes"])
+    assert len(results) == 1 and len(results[0]) == 2
+    found = leaves(results[0][0])
+    assert found and all(r == INVALID_PARAMS for r in found), results
+    assert results[0][1] == [30]
+    assert buf[300:330].tobytes() == data[50:80]
+    assert (buf[:300] == 0x77).all()
+
+
+def test_empty_request(store):
+    assert store.get_into_ranges([], [], [], [], []) == []
+
+
+def test_wrong_types_raise_type_error(shaped, store):
+    k, _, buf = shaped
+    p = buf.ctypes.data
+    with pytest.raises(TypeError):
+        store.get_into_ranges([p], [k], [[[0]]], [[[0]]], [[[10]]])      # keys 1-D
+    with pytest.raises(TypeError):
+        store.get_into_ranges([p], [[k]], [[0]], [[[0]]], [[[10]]])      # dst 2-D
+    with pytest.raises(TypeError):
+        store.get_into_ranges(["p"], [[k]], [[[0]]], [[[0]]], [[[10]]])  # ptr not int
+    assert _untouched(buf)
+
+
+def test_ranges_from_another_process(store, master, spawn_client, regbuf):
+    """Fragments of objects held in another process's segment."""
+    owner = spawn_client("owner")
+    owner_name = owner.setup(master)
+    a = os.urandom(4096)
+    b = os.urandom(3000)
+    ka, kb = key("ra"), key("rb")
+    assert owner.call("put", key=ka, hex=a.hex(), preferred=owner_name)["rc"] == 0
+    assert owner.call("put", key=kb, hex=b.hex(), preferred=owner_name)["rc"] == 0
+    [d] = store.get_replica_desc(ka)
+    assert d.get_memory_descriptor().buffer_descriptor.transport_endpoint_ == owner_name
+    buf = regbuf(store, 8192, fill=0xAA)
+    results = store.get_into_ranges([buf.ctypes.data], [[ka, kb, ka]],
+                                    [[[0, 100], [200], [5000]]],
+                                    [[[4000, 0], [2990], [1]]],
+                                    [[[96, 100], [10], [3000]]])
+    assert results == [[[96, 100], [10], [3000]]]
+    assert buf[0:96].tobytes() == a[4000:]
+    assert buf[100:200].tobytes() == a[:100]
+    assert buf[200:210].tobytes() == b[2990:]
+    assert buf[5000:8000].tobytes() == a[1:3001]
+    assert (buf[210:5000] == 0xAA).all() and (buf[8000:] == 0xAA).all()
