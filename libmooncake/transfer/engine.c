@@ -836,6 +836,18 @@ static void pool_stop(mc_te_t *te)
 static void run_batch(mc_te_t *te, mc_te_item_t *items, size_t nitems, mc_status_t *req_status)
 {
     mc_te_batch_t b;
+
+    if ((nitems <= MC_TE_RUN_MAX_ITEMS) && (run_length(items, 0, nitems) == nitems)) {
+        /* One pipelined run (e.g. a batch of small reads from one peer):
+         * the caller does it alone; waking workers would only cost
+         * context switches. */
+        mc_status_t st[MC_TE_RUN_MAX_ITEMS];
+        exec_run(te, items, nitems, st);
+        for (size_t j = 0; j < nitems; j++)
+            if ((st[j] != MC_OK) && (req_status[items[j].req] == MC_OK))
+                req_status[items[j].req] = st[j];
+        return;
+    }
     memset(&b, 0, sizeof(b));
     b.items      = items;
     b.nitems     = nitems;
