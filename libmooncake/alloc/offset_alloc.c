@@ -44,11 +44,6 @@
  * by size); the bin cache gives its size in O(1) unless invalid, when
  * mc_alloc_get_stats() walks that one bin.
  *
- * mc_alloc_get_at() grants a chosen range, for rebuilding the allocator
- * from a snapshot.  It walks the physical chain from a hint (the block it
- * granted last), so restoring blocks in ascending offset order is O(1)
- * each.
- *
  * Hazards: node indices are recycled, so a stale block handle whose node
  * now holds a different grant is rejected by the offset/size check, but a
  * stale handle identical to a live grant (same node, offset and size) is
@@ -104,7 +99,6 @@ struct mc_alloc {
     uint32_t pool_count;
 
     uint32_t phys_head; /* the block at offset 0 */
-    uint32_t hint;      /* last block granted by mc_alloc_get_at() */
 
     uint64_t top_bits;          /* bit l: some sub-bin of level l is non-empty */
     uint8_t sub_bits[LEVELS];   /* bit s: bin l*8+s is non-empty */
@@ -300,6 +294,24 @@ static uint32_t split_after(mc_alloc_t *a, uint32_t idx, uint64_t keep)
     return t;
 }
 
+/*
+ * Merge the free block after @p idx into it (the inverse of split_after);
+ * neither may be in a bin.  Its node goes back to the pool.
+ */
+static void absorb_next(mc_alloc_t *a, uint32_t idx)
+{
+    node_t *n     = &a->nodes[idx];
+    uint32_t next = n->phys_next;
+    node_t *x     = &a->nodes[next];
+
+    n->size += x->size;
+    n->phys_next = x->phys_next;
+    if (x->phys_next != NIL)
+        a->nodes[x->phys_next].phys_prev = idx;
+    node_release(a, next);
+    a->free_blocks--;
+}
+
 /* ---- lifecycle ----------------------------------------------------------- */
 
 mc_status_t mc_alloc_create(uint64_t capacity, uint64_t alignment, mc_alloc_t **alloc_p)
@@ -327,7 +339,6 @@ mc_status_t mc_alloc_create(uint64_t capacity, uint64_t alignment, mc_alloc_t **
     a->alignment = alignment;
     a->shift     = (unsigned)__builtin_ctzll(alignment);
     a->pool_head = NIL;
-    a->hint      = NIL;
     for (unsigned b = 0; b < NUM_BINS; b++)
         a->bin_head[b] = NIL;
     if (pool_reserve(a, 1) != 0) {
@@ -456,46 +467,6 @@ mc_status_t mc_alloc_get(mc_alloc_t *alloc, uint64_t size, mc_alloc_block_t *blo
     return MC_OK;
 }
 
-mc_status_t mc_alloc_get_at(mc_alloc_t *alloc, uint64_t offset, uint64_t size,
-                            mc_alloc_block_t *block_p)
-{
-    if ((alloc == NULL) || (block_p == NULL) || (size == 0) ||
-        ((offset & (alloc->alignment - 1)) != 0))
-        return MC_INVALID_PARAMS;
-    uint64_t want = round_request(alloc, size);
-    if ((want == 0) || (offset > alloc->capacity - want))
-        return MC_INVALID_PARAMS;
-
-    /* the block holding offset: walk forward from the hint if it is before */
-    uint32_t idx = alloc->phys_head;
-    if ((alloc->hint != NIL) && (alloc->hint < alloc->nodes_init) &&
-        (alloc->nodes[alloc->hint].state != NODE_UNUSED) &&
-        (alloc->nodes[alloc->hint].offset <= offset))
-        idx = alloc->hint;
-    while (alloc->nodes[idx].offset + alloc->nodes[idx].size <= offset)
-        idx = alloc->nodes[idx].phys_next; /* offset < capacity: never runs off */
-
-    node_t *n = &alloc->nodes[idx];
-    if ((n->state != NODE_FREE) || (n->offset + n->size - offset < want))
-        return MC_NO_AVAILABLE_HANDLE;
-    if (pool_reserve(alloc, 2) != 0) {
-        mc_set_error_detail("out of memory growing the allocator node pool");
-        return MC_INTERNAL_ERROR;
-    }
-
-    bin_remove(alloc, idx);
-    if (offset > alloc->nodes[idx].offset) {
-        /* the head stays free, in its (smaller) bin */
-        uint32_t t = split_after(alloc, idx, offset - alloc->nodes[idx].offset);
-        bin_insert(alloc, idx);
-        alloc->free_blocks++;
-        idx = t;
-    }
-    grant(alloc, idx, want, block_p);
-    alloc->hint = idx;
-    return MC_OK;
-}
-
 mc_status_t mc_alloc_put(mc_alloc_t *alloc, const mc_alloc_block_t *block)
 {
     if ((alloc == NULL) || (block == NULL) || (block->node >= alloc->nodes_init))
@@ -517,27 +488,15 @@ mc_status_t mc_alloc_put(mc_alloc_t *alloc, const mc_alloc_block_t *block)
     uint32_t prev = n->phys_prev;
     if ((prev != NIL) && (alloc->nodes[prev].state == NODE_FREE)) {
         /* absorb ourselves into the predecessor */
-        node_t *p = &alloc->nodes[prev];
         bin_remove(alloc, prev);
-        p->size += n->size;
-        p->phys_next = n->phys_next;
-        if (n->phys_next != NIL)
-            alloc->nodes[n->phys_next].phys_prev = prev;
-        node_release(alloc, idx);
-        alloc->free_blocks--;
+        absorb_next(alloc, prev);
         idx = prev;
-        n   = p;
+        n   = &alloc->nodes[idx];
     }
     uint32_t next = n->phys_next;
     if ((next != NIL) && (alloc->nodes[next].state == NODE_FREE)) {
-        node_t *x = &alloc->nodes[next];
         bin_remove(alloc, next);
-        n->size += x->size;
-        n->phys_next = x->phys_next;
-        if (x->phys_next != NIL)
-            alloc->nodes[x->phys_next].phys_prev = idx;
-        node_release(alloc, next);
-        alloc->free_blocks--;
+        absorb_next(alloc, idx);
     }
     bin_insert(alloc, idx);
     return MC_OK;
@@ -568,13 +527,6 @@ void mc_alloc_get_stats(const mc_alloc_t *alloc, mc_alloc_stats_t *stats)
         if (alloc->nodes[i].size > stats->largest_free)
             stats->largest_free = alloc->nodes[i].size;
     }
-}
-
-uint64_t mc_alloc_largest_free(const mc_alloc_t *alloc)
-{
-    mc_alloc_stats_t st;
-    mc_alloc_get_stats(alloc, &st);
-    return st.largest_free;
 }
 
 #define CHECK(cond, ...)                                \

@@ -52,25 +52,11 @@ void mc_alloc_destroy(mc_alloc_t *alloc);
  * MC_INTERNAL_ERROR when the node pool cannot grow (nothing changes). */
 mc_status_t mc_alloc_get(mc_alloc_t *alloc, uint64_t size, mc_alloc_block_t *block_p);
 
-/*
- * Grant exactly [offset, offset + size rounded up to the alignment), for
- * rebuilding an allocator from a snapshot.  MC_INVALID_PARAMS when offset
- * is misaligned, size is 0 or the range leaves the space;
- * MC_NO_AVAILABLE_HANDLE when any of it is already granted.  Walks the
- * blocks from the previous mc_alloc_get_at() grant, so restoring in
- * ascending offset order is O(1) per block (any order works, slower).
- */
-mc_status_t mc_alloc_get_at(mc_alloc_t *alloc, uint64_t offset, uint64_t size,
-                            mc_alloc_block_t *block_p);
-
 /* Free a block from mc_alloc_get().  MC_INVALID_PARAMS (and nothing
  * changes) when the block is not currently granted (double free, forged). */
 mc_status_t mc_alloc_put(mc_alloc_t *alloc, const mc_alloc_block_t *block);
 
 void mc_alloc_get_stats(const mc_alloc_t *alloc, mc_alloc_stats_t *stats);
-
-/* stats.largest_free alone: the most one mc_alloc_get() can grant now. */
-uint64_t mc_alloc_largest_free(const mc_alloc_t *alloc);
 
 /* Walk every structure and check the invariants (blocks tile the space in
  * order, no two adjacent free blocks, bins and bitmaps agree, counters

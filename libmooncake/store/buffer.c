@@ -157,12 +157,9 @@ MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *ke
     }
     for (size_t i = 0; i < n; i++)
         buffers[i] = NULL;
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = st;
+    st = mc_store_enter_statuses(s, statuses, n);
+    if (st != MC_OK)
         return st;
-    }
     if (n > MC_WIRE_MAX_LIST) {
         mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
         for (size_t i = 0; i < n; i++)
@@ -171,10 +168,7 @@ MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *ke
         do_batch_get_buffer(s, keys, n, buffers, statuses);
     }
     mc_store_leave(s);
-    for (size_t i = 0; i < n; i++)
-        if (statuses[i] != MC_OK)
-            return statuses[i];
-    return MC_OK;
+    return mc_store_first_error(statuses, n);
 }
 
 /* ---- mem pool ---------------------------------------------------------------------- */

@@ -57,7 +57,6 @@ static void hb_remount(mc_store_h s, mc_mconn_t *conn)
     if (st == MC_OK)
         st = mc_master_call_remount_segments(conn, &req, &resp);
     if (st == MC_OK) {
-        s->hb.remounts++;
         mc_info("master asked for a remount: %u segment(s) of %s remounted",
                 (unsigned)req.segments.n, s->hostname);
     } else {
@@ -89,14 +88,12 @@ static int hb_beat(mc_store_h s, mc_master_target_t *target)
             return -1;
         }
         hb->conn = conn;
-        hb->reconnects++;
         pthread_mutex_unlock(&hb->lock);
     }
 
     memset(&req, 0, sizeof(req));
     req.client_id = s->client_id;
     st            = mc_master_call_ping(conn, &req, &resp);
-    hb->pings++;
     if (st != MC_OK) {
         mc_debug("heartbeat ping failed: %s (%s)", mc_status_name(st), mc_last_error_detail());
         if (conn->broken)
@@ -132,7 +129,6 @@ static void *hb_main(void *arg)
                 mc_info("master reachable again after %u failed heartbeats", fails);
             fails = 0;
         } else {
-            hb->failures++;
             if (++fails == MC_STORE_HEARTBEAT_MAX_FAILS) {
                 mc_warn("%u heartbeats in a row failed (%s); reconnecting to the master",
                         fails, mc_last_error_detail());
@@ -175,10 +171,6 @@ mc_status_t mc_store_heartbeat_start(mc_store_h s)
 
     hb->stop        = 0;
     hb->conn        = NULL;
-    hb->pings       = 0;
-    hb->failures    = 0;
-    hb->remounts    = 0;
-    hb->reconnects  = 0;
     hb->interval_ms = MC_STORE_HEARTBEAT_MS;
     /* Tests shorten the interval to exercise remounts quickly. */
     env = getenv("MC_STORE_HEARTBEAT_MS");

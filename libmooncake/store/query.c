@@ -346,14 +346,7 @@ mc_status_t mc_store_do_batch_query(mc_store_h s, const char *const *keys, size_
             goto fail;
         }
     }
-    for (size_t i = 0; i < n; i++) {
-        size_t klen;
-        statuses[i] = mc_store_check_key(keys[i], &klen);
-        if (statuses[i] != MC_OK)
-            continue;
-        wkeys[nsel] = (mc_str_t){keys[i], (uint32_t)klen};
-        sel[nsel++] = i;
-    }
+    nsel = mc_store_select_keys(keys, n, statuses, wkeys, sel);
     if (nsel == 0)
         goto out;
 
@@ -415,10 +408,7 @@ MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, s
     }
     mc_store_do_batch_query(s, keys, n, queries, statuses);
     mc_store_leave(s);
-    for (size_t i = 0; i < n; i++)
-        if (statuses[i] != MC_OK)
-            return statuses[i];
-    return MC_OK;
+    return mc_store_first_error(statuses, n);
 }
 
 MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h const *queries,
@@ -435,12 +425,9 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
         mc_set_error_detail("queries, bufs and statuses are required");
         return MC_INVALID_PARAMS;
     }
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = st;
+    st = mc_store_enter_statuses(s, statuses, n);
+    if (st != MC_OK)
         return st;
-    }
     if (n == 0)
         goto out;
     if (n > MC_WIRE_MAX_LIST) {
@@ -512,10 +499,7 @@ out:
     free(tst);
     free(owner);
     mc_store_leave(s);
-    for (size_t i = 0; i < n; i++)
-        if (statuses[i] != MC_OK)
-            return statuses[i];
-    return MC_OK;
+    return mc_store_first_error(statuses, n);
 }
 
 /* ---- existence ------------------------------------------------------------------- */

@@ -153,7 +153,6 @@ mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size)
                  (unsigned long long)size, mc_status_name(st));
         goto fail;
     }
-    seg.mounted = 1;
 
     pthread_mutex_lock(&s->seg_lock);
     grown = realloc(s->segs, (s->nsegs + 1) * sizeof(*s->segs));
@@ -335,10 +334,9 @@ mc_status_t mc_store_lbuf_init(mc_store_h s, uint64_t size)
     st = lbuf_map_create(size, &m);
     if (st != MC_OK)
         goto fail;
-    s->rd->lbuf     = m;
-    s->lbuf         = m->base;
-    s->lbuf_map_len = m->map_len;
-    s->lbuf_size    = size;
+    s->rd->lbuf  = m;
+    s->lbuf      = m->base;
+    s->lbuf_size = size;
 
     /* local use only: peers never reach the staging buffer */
     st = mc_te_mem_reg(s->te, m->base, (size_t)size, "", 0);
@@ -369,9 +367,8 @@ void mc_store_lbuf_cleanup(mc_store_h s)
     }
     /* live buffer handles keep the memory mapped */
     mc_store_lbuf_map_unref(m);
-    s->lbuf         = NULL;
-    s->lbuf_map_len = 0;
-    s->lbuf_size    = 0;
+    s->lbuf      = NULL;
+    s->lbuf_size = 0;
 }
 
 mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,

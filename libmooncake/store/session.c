@@ -126,6 +126,40 @@ static void keys_check(const char *const *keys, size_t n, key_ref_t *refs, mc_st
     }
 }
 
+/*
+ * Check the @p count ranges (bufs[j] at object offset offs[j]) of @p key
+ * against its @p size, and that every non-empty buffer is registered
+ * memory.  MC_INVALID_PARAMS, with the detail set, for the first bad one.
+ */
+static mc_status_t ranges_check(mc_store_h s, const char *key, uint64_t size,
+                                const mc_iov_t *bufs, const uint64_t *offs, size_t count)
+{
+    for (size_t j = 0; j < count; j++) {
+        const mc_iov_t *b = &bufs[j];
+        uint64_t off      = offs[j];
+        if ((off > size) || (b->len > size - off)) {
+            mc_set_error_detail("range [%llu, +%zu) of %s is outside its %llu bytes",
+                                (unsigned long long)off, b->len, key,
+                                (unsigned long long)size);
+            return MC_INVALID_PARAMS;
+        }
+        if ((b->len > 0) && ((b->base == NULL) || !mc_store_mem_is_usable(s, b->base, b->len))) {
+            mc_set_error_detail("range %zu of %s is not registered memory", j, key);
+            return MC_INVALID_PARAMS;
+        }
+    }
+    return MC_OK;
+}
+
+/* Bytes a successful ranged call moved for one key: the sum of its lengths. */
+static int64_t ranges_total(const mc_iov_t *bufs, size_t count)
+{
+    int64_t total = 0;
+    for (size_t j = 0; j < count; j++)
+        total += (int64_t)bufs[j].len;
+    return total;
+}
+
 /* ---- get sessions ---------------------------------------------------------------- */
 
 MC_API mc_status_t mc_store_get_session_start(mc_store_h s, const char *const *keys, size_t n,
@@ -140,12 +174,9 @@ MC_API mc_status_t mc_store_get_session_start(mc_store_h s, const char *const *k
         mc_set_error_detail("keys and statuses are required");
         return MC_INVALID_PARAMS;
     }
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = st;
+    st = mc_store_enter_statuses(s, statuses, n);
+    if (st != MC_OK)
         return st;
-    }
     rd = s->rd;
     if (n > MC_SESS_STACK) {
         qs = malloc(n * sizeof(*qs));
@@ -191,10 +222,7 @@ MC_API mc_status_t mc_store_get_session_start(mc_store_h s, const char *const *k
         free(qs);
 out:
     mc_store_leave(s);
-    for (size_t i = 0; i < n; i++)
-        if (statuses[i] != MC_OK)
-            return statuses[i];
-    return MC_OK;
+    return mc_store_first_error(statuses, n);
 }
 
 MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *keys,
@@ -219,12 +247,9 @@ MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *ke
         mc_set_error_detail("keys, bufs, src_offsets, counts and results are required");
         return MC_INVALID_PARAMS;
     }
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        for (size_t i = 0; i < n; i++)
-            results[i] = st;
+    st = mc_store_enter_results(s, results, n);
+    if (st != MC_OK)
         return st;
-    }
     rd = s->rd;
     if (n == 0)
         goto out;
@@ -285,23 +310,7 @@ MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *ke
             ks[i] = MC_LEASE_EXPIRED;
             continue;
         }
-        for (size_t j = 0; j < counts[i]; j++) {
-            const mc_iov_t *b = &bufs[i][j];
-            uint64_t off      = src_offsets[i][j];
-            if ((off > size) || (b->len > size - off)) {
-                mc_set_error_detail("range [%llu, +%zu) of %s is outside its %llu bytes",
-                                    (unsigned long long)off, b->len, keys[i],
-                                    (unsigned long long)size);
-                ks[i] = MC_INVALID_PARAMS;
-                break;
-            }
-            if ((b->len > 0) &&
-                ((b->base == NULL) || !mc_store_mem_is_usable(s, b->base, b->len))) {
-                mc_set_error_detail("range %zu of %s is not registered memory", j, keys[i]);
-                ks[i] = MC_INVALID_PARAMS;
-                break;
-            }
-        }
+        ks[i] = ranges_check(s, keys[i], size, bufs[i], src_offsets[i], counts[i]);
         if (ks[i] != MC_OK)
             continue;
         for (size_t j = 0; j < counts[i]; j++)
@@ -314,11 +323,7 @@ MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *ke
     st = MC_OK;
     pthread_mutex_lock(&rd->sess_lock);
     for (size_t i = 0; i < n; i++) {
-        int64_t total = 0;
-        if (ks[i] == MC_OK)
-            for (size_t j = 0; j < counts[i]; j++)
-                total += (int64_t)bufs[i][j].len;
-        results[i] = (ks[i] == MC_OK) ? total : ks[i];
+        results[i] = (ks[i] == MC_OK) ? ranges_total(bufs[i], counts[i]) : ks[i];
         if ((st == MC_OK) && (ks[i] != MC_OK))
             st = ks[i];
         if (es[i] != NULL)
@@ -431,34 +436,6 @@ static mc_status_t psess_config_check(const mc_replicate_config_t *cfg, size_t n
         }
     }
     return MC_OK;
-}
-
-static void psess_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel,
-                                 size_t nsel, mc_str_t *gids, mc_wire_config_t *w)
-{
-    mc_replicate_config_t def;
-
-    if (cfg == NULL) {
-        mc_replicate_config_init(&def);
-        cfg = &def;
-    }
-    memset(w, 0, sizeof(*w));
-    w->replica_num               = cfg->replica_num;
-    w->nof_replica_num           = 0; /* memory only, see psess_config_check */
-    w->dfs_replica_num           = 0;
-    w->soft_pin_action           = (uint8_t)cfg->soft_pin_action;
-    w->has_soft_pin_ttl          = (cfg->field_mask & MC_RC_FIELD_SOFT_PIN_TTL) ? 1 : 0;
-    w->soft_pin_ttl_ms           = w->has_soft_pin_ttl ? cfg->soft_pin_ttl_ms : 0;
-    w->with_hard_pin             = cfg->with_hard_pin ? 1 : 0;
-    w->preferred_segment         = mc_str_from_cstr(cfg->preferred_segment);
-    w->prefer_alloc_in_same_node = 0;
-    if (cfg->field_mask & MC_RC_FIELD_GROUP_IDS) {
-        w->has_group_ids = 1;
-        for (size_t i = 0; i < nsel; i++)
-            gids[i] = mc_str_from_cstr(cfg->group_ids[sel[i]]);
-        w->group_ids.n = (uint32_t)nsel;
-        w->group_ids.v = gids;
-    }
 }
 
 /* A session entry from BATCH_PUT_START's answer for one key. */
@@ -610,7 +587,10 @@ MC_API mc_status_t mc_store_put_session_start(mc_store_h s, const char *const *k
     req.keys.v    = wkeys;
     req.lengths.n = (uint32_t)nsel;
     req.lengths.v = lens;
-    psess_config_to_wire(cfg, sel, nsel, gids, &req.config);
+    mc_store_config_to_wire(cfg, sel, nsel, gids, &req.config);
+    /* memory replicas only: the flexible dual config keeps its memory half
+     * (psess_config_check refuses dfs replicas and same-node placement) */
+    req.config.nof_replica_num = 0;
     st = mc_master_pool_call_batch_put_start(&s->pool, &conn, &req, &resp);
     if ((st == MC_OK) && (resp.results.n != nsel)) {
         mc_set_error_detail("BATCH_PUT_START answered %u results for %zu keys",
@@ -666,10 +646,7 @@ out:
     free(gids);
     free(lens);
     mc_store_leave(s);
-    for (size_t i = 0; i < n; i++)
-        if (statuses[i] != MC_OK)
-            return statuses[i];
-    return MC_OK;
+    return mc_store_first_error(statuses, n);
 
 fail_unlocked:
     for (size_t i = 0; i < n; i++)
@@ -696,12 +673,9 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
         mc_set_error_detail("keys, bufs, dst_offsets, counts and results are required");
         return MC_INVALID_PARAMS;
     }
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        for (size_t i = 0; i < n; i++)
-            results[i] = st;
+    st = mc_store_enter_results(s, results, n);
+    if (st != MC_OK)
         return st;
-    }
     rd = s->rd;
     if (n == 0)
         goto out;
@@ -735,23 +709,7 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
             ks[i] = MC_INVALID_PARAMS;
             continue;
         }
-        for (size_t j = 0; j < counts[i]; j++) {
-            const mc_iov_t *b = &bufs[i][j];
-            uint64_t off      = dst_offsets[i][j];
-            if ((off > e->size) || (b->len > e->size - off)) {
-                mc_set_error_detail("range [%llu, +%zu) of %s is outside its %llu bytes",
-                                    (unsigned long long)off, b->len, keys[i],
-                                    (unsigned long long)e->size);
-                ks[i] = MC_INVALID_PARAMS;
-                break;
-            }
-            if ((b->len > 0) &&
-                ((b->base == NULL) || !mc_store_mem_is_usable(s, b->base, b->len))) {
-                mc_set_error_detail("range %zu of %s is not registered memory", j, keys[i]);
-                ks[i] = MC_INVALID_PARAMS;
-                break;
-            }
-        }
+        ks[i] = ranges_check(s, keys[i], e->size, bufs[i], dst_offsets[i], counts[i]);
         if ((ks[i] == MC_OK) && (counts[i] > (SIZE_MAX / sizeof(*reqs) - maxreq) / e->nrep)) {
             ks[i] = MC_INVALID_PARAMS;
         }
@@ -823,16 +781,12 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
     st = MC_OK;
     pthread_mutex_lock(&rd->sess_lock);
     for (size_t i = 0; i < n; i++) {
-        int64_t total = 0;
         if (es[i] != NULL) {
             es[i]->inflight--;
             if (es[i]->sealed && (es[i]->inflight == 0))
                 pthread_cond_broadcast(&rd->sess_cond);
         }
-        if (ks[i] == MC_OK)
-            for (size_t j = 0; j < counts[i]; j++)
-                total += (int64_t)bufs[i][j].len;
-        results[i] = (ks[i] == MC_OK) ? total : ks[i];
+        results[i] = (ks[i] == MC_OK) ? ranges_total(bufs[i], counts[i]) : ks[i];
         if ((st == MC_OK) && (ks[i] != MC_OK))
             st = ks[i];
     }
@@ -872,12 +826,9 @@ static mc_status_t put_session_finish(mc_store_h s, int end, const char *const *
         mc_set_error_detail("keys and statuses are required");
         return MC_INVALID_PARAMS;
     }
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = st;
+    st = mc_store_enter_statuses(s, statuses, n);
+    if (st != MC_OK)
         return st;
-    }
     rd = s->rd;
     if (n == 0)
         goto out;
@@ -936,10 +887,7 @@ out:
     free(wst);
     free(sel);
     mc_store_leave(s);
-    for (size_t i = 0; i < n; i++)
-        if (statuses[i] != MC_OK)
-            return statuses[i];
-    return MC_OK;
+    return mc_store_first_error(statuses, n);
 }
 
 MC_API mc_status_t mc_store_put_session_end(mc_store_h s, const char *const *keys, size_t n,

@@ -85,6 +85,38 @@ void mc_store_leave(mc_store_h s)
     pthread_rwlock_unlock(&s->life);
 }
 
+static void fill_statuses(mc_status_t *statuses, size_t n, mc_status_t st)
+{
+    if (statuses != NULL)
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+}
+
+mc_status_t mc_store_enter_statuses(mc_store_h s, mc_status_t *statuses, size_t n)
+{
+    mc_status_t st = mc_store_enter(s);
+    if (st != MC_OK)
+        fill_statuses(statuses, n, st);
+    return st;
+}
+
+mc_status_t mc_store_first_error(const mc_status_t *statuses, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] != MC_OK)
+            return statuses[i];
+    return MC_OK;
+}
+
+mc_status_t mc_store_enter_results(mc_store_h s, int64_t *results, size_t n)
+{
+    mc_status_t st = mc_store_enter(s);
+    if ((st != MC_OK) && (results != NULL))
+        for (size_t i = 0; i < n; i++)
+            results[i] = st;
+    return st;
+}
+
 mc_status_t mc_store_check_key(const char *key, size_t *len_p)
 {
     size_t len;
@@ -100,6 +132,21 @@ mc_status_t mc_store_check_key(const char *key, size_t *len_p)
     if (len_p != NULL)
         *len_p = len;
     return MC_OK;
+}
+
+size_t mc_store_select_keys(const char *const *keys, size_t n, mc_status_t *statuses,
+                            mc_str_t *wkeys, size_t *sel)
+{
+    size_t nsel = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t klen;
+        statuses[i] = mc_store_check_key(keys[i], &klen);
+        if (statuses[i] != MC_OK)
+            continue;
+        wkeys[nsel] = (mc_str_t){keys[i], (uint32_t)klen};
+        sel[nsel++] = i;
+    }
+    return nsel;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------- */
@@ -129,7 +176,6 @@ MC_API mc_status_t mc_store_create(mc_store_h *store_p)
     }
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&s->seg_lock, NULL);
-    pthread_mutex_init(&s->lbuf_lock, NULL);
     *store_p = s;
     return MC_OK;
 }
@@ -342,7 +388,6 @@ MC_API void mc_store_destroy(mc_store_h s)
     if (s == NULL)
         return;
     mc_store_close(s);
-    pthread_mutex_destroy(&s->lbuf_lock);
     pthread_mutex_destroy(&s->seg_lock);
     pthread_rwlock_destroy(&s->life);
     free(s);
@@ -444,8 +489,8 @@ static mc_status_t config_check(const mc_replicate_config_t *cfg, size_t nkeys,
  * Wire form of @p cfg for the keys sel[0..nsel) of the call (sel NULL: the
  * identity).  @p gids holds nsel strings.
  */
-static void config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel, size_t nsel,
-                           mc_str_t *gids, mc_wire_config_t *w)
+void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel, size_t nsel,
+                             mc_str_t *gids, mc_wire_config_t *w)
 {
     mc_replicate_config_t def;
 
@@ -708,7 +753,7 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
         return MC_OK; /* upstream stores nothing for an empty value */
 
     wkey = (mc_str_t){key, (uint32_t)klen};
-    config_to_wire(cfg, NULL, 1, &gid, &wcfg);
+    mc_store_config_to_wire(cfg, NULL, 1, &gid, &wcfg);
     st = write_start(s, op, &conn, wkey, total, &wcfg, &reps);
     if ((op == WRITE_PUT) && (st == MC_OBJECT_ALREADY_EXISTS)) {
         st = MC_OK; /* first writer wins; the old value stays */
@@ -1122,7 +1167,7 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
     if (b.nsel == 0)
         goto out;
 
-    config_to_wire(cfg, b.sel, b.nsel, b.gids, &wcfg);
+    mc_store_config_to_wire(cfg, b.sel, b.nsel, b.gids, &wcfg);
     st = write_batch_start(s, op, &conn, &b, &wcfg, &res);
     if (st != MC_OK) {
         /* after a transport failure the master may hold allocations */
@@ -1223,17 +1268,7 @@ fail_all:
         statuses[i] = st;
 out:
     batch_put_free(&b);
-    for (size_t i = 0; i < n; i++)
-        if (statuses[i] != MC_OK)
-            return statuses[i];
-    return MC_OK;
-}
-
-static void fill_statuses(mc_status_t *statuses, size_t n, mc_status_t st)
-{
-    if (statuses != NULL)
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = st;
+    return mc_store_first_error(statuses, n);
 }
 
 /* Public entry of every batch write; @p statuses may be NULL. */
@@ -1245,11 +1280,9 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
     mc_status_t st;
     mc_status_t *own = NULL;
 
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        fill_statuses(statuses, n, st);
+    st = mc_store_enter_statuses(s, statuses, n);
+    if (st != MC_OK)
         return st;
-    }
     if (n == 0)
         goto out;
     if ((keys == NULL) || ((src->values == NULL) && ((src->bufs == NULL) ||
@@ -1366,14 +1399,7 @@ static mc_status_t do_batch_remove(mc_store_h s, const char *const *keys, size_t
         st = MC_INTERNAL_ERROR;
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        size_t klen;
-        statuses[i] = mc_store_check_key(keys[i], &klen);
-        if (statuses[i] != MC_OK)
-            continue;
-        sel[nsel]     = i;
-        wkeys[nsel++] = (mc_str_t){keys[i], (uint32_t)klen};
-    }
+    nsel = mc_store_select_keys(keys, n, statuses, wkeys, sel);
     if (nsel == 0)
         goto out;
 
@@ -1397,10 +1423,7 @@ static mc_status_t do_batch_remove(mc_store_h s, const char *const *keys, size_t
 out:
     free(wkeys);
     free(sel);
-    for (size_t i = 0; i < n; i++)
-        if (statuses[i] != MC_OK)
-            return statuses[i];
-    return MC_OK;
+    return mc_store_first_error(statuses, n);
 }
 
 MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, size_t n,
@@ -1409,11 +1432,9 @@ MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, 
     mc_status_t st;
     mc_status_t *own = NULL;
 
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        fill_statuses(statuses, n, st);
+    st = mc_store_enter_statuses(s, statuses, n);
+    if (st != MC_OK)
         return st;
-    }
     if (n == 0)
         goto out;
     if (keys == NULL) {

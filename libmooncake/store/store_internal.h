@@ -35,7 +35,6 @@ typedef struct mc_store_segment {
     size_t map_len;    /* size rounded up to pages */
     int fd;            /* memfd backing the mapping, -1 for anonymous memory */
     int registered;    /* with the transfer engine */
-    int mounted;       /* on the master */
 } mc_store_segment_t;
 
 typedef struct mc_store_heartbeat {
@@ -46,11 +45,6 @@ typedef struct mc_store_heartbeat {
     int stop;
     mc_mconn_t *conn;    /* the thread's own master connection */
     unsigned interval_ms;
-    /* counters, read by tests and logs */
-    uint64_t pings;
-    uint64_t failures;
-    uint64_t remounts;
-    uint64_t reconnects;
 } mc_store_heartbeat_t;
 
 struct mc_store {
@@ -72,14 +66,10 @@ struct mc_store {
     size_t nsegs;
 
     /* registered staging buffer (mirrors of rd->lbuf while set up; its
-     * allocator and lock live in that reference-counted mapping, so
-     * lbuf_alloc stays NULL and lbuf_lock unused) */
+     * allocator and lock live in that reference-counted mapping) */
     void *lbuf;
     uint64_t lbuf_size;
-    size_t lbuf_map_len;
     int lbuf_registered;
-    mc_alloc_t *lbuf_alloc;
-    pthread_mutex_t lbuf_lock;
 
     mc_store_heartbeat_t hb;
 
@@ -92,9 +82,26 @@ struct mc_store {
  * nothing is held and the detail is set. */
 mc_status_t mc_store_enter(mc_store_h s);
 void mc_store_leave(mc_store_h s);
+/* mc_store_enter() for a batch call: on failure every one of the @p n
+ * per-key entries gets the same status (a NULL array is skipped). */
+mc_status_t mc_store_enter_statuses(mc_store_h s, mc_status_t *statuses, size_t n);
+mc_status_t mc_store_enter_results(mc_store_h s, int64_t *results, size_t n);
+/* The first per-key status that is not MC_OK, else MC_OK: what a batch
+ * call returns. */
+mc_status_t mc_store_first_error(const mc_status_t *statuses, size_t n);
 
 /* A key the master would accept: non-NULL, 1..MC_WIRE_MAX_KEY bytes. */
 mc_status_t mc_store_check_key(const char *key, size_t *len_p);
+/* Check keys[0..n) into @p statuses; the valid ones go to wkeys/sel
+ * (their index in the call), in order.  Returns how many are valid. */
+size_t mc_store_select_keys(const char *const *keys, size_t n, mc_status_t *statuses,
+                            mc_str_t *wkeys, size_t *sel);
+
+/* store.c: wire form of a checked @p cfg (NULL: the defaults) for the keys
+ * sel[0..nsel) of the call (sel NULL: the identity); @p gids holds nsel
+ * strings and must outlive @p w. */
+void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel, size_t nsel,
+                             mc_str_t *gids, mc_wire_config_t *w);
 
 /* segment.c: global segment and local buffer.  Called with `life` held
  * for writing (setup/close). */

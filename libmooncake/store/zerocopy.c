@@ -381,12 +381,9 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
         mc_set_error_detail("keys, bufs, counts and results are required");
         return MC_INVALID_PARAMS;
     }
-    st = mc_store_enter(s);
-    if (st != MC_OK) {
-        for (size_t i = 0; i < n; i++)
-            results[i] = st;
+    st = mc_store_enter_results(s, results, n);
+    if (st != MC_OK)
         return st;
-    }
     if (n == 0)
         goto out;
     if (n > MC_WIRE_MAX_LIST) {

@@ -2,11 +2,11 @@
 /*
  * libFuzzer target for the offset allocator: the input is a program.
  * Bytes 0-8 choose the capacity and alignment; then each 9-byte step is
- * an opcode byte and a 64-bit operand: allocate, allocate at an offset,
- * free a live block, free a forged or stale block.  After every step the
- * allocator must pass mc_alloc_check(), a new block must not overlap a
- * live one, and the counters must match a shadow list; freeing what is
- * left must give back one block of the whole space.  Any violation aborts.
+ * an opcode byte and a 64-bit operand: allocate, free a live block, free
+ * a forged or stale block.  After every step the allocator must pass
+ * mc_alloc_check(), a new block must not overlap a live one, and the
+ * counters must match a shadow list; freeing what is left must give back
+ * one block of the whole space.  Any violation aborts.
  */
 #include "config.h"
 
@@ -71,7 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mc_status_t s;
         switch (op % 6) {
         case 0:
-        case 1: /* allocate; sizes scaled to the space */
+        case 1:
+        case 2: /* allocate; sizes scaled to the space */
             if (n == MAX_LIVE)
                 break;
             if (op & 0x40) {
@@ -91,22 +92,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     fail("refused a size no larger than the largest free block");
             }
             break;
-        case 2: { /* allocate at an offset */
-            if (n == MAX_LIVE)
-                break;
-            uint64_t off = capacity ? (v % capacity) & ~(alignment - 1) : 0;
-            uint64_t len = ((uint64_t)(op >> 3) + 1) * alignment;
-            s = mc_alloc_get_at(a, off, len, &b);
-            if (s == MC_OK) {
-                if (b.offset != off)
-                    fail("mc_alloc_get_at granted another offset");
-                add_live(live, &n, &b, capacity, alignment);
-                live_bytes += b.size;
-            } else if (s != MC_NO_AVAILABLE_HANDLE && s != MC_INVALID_PARAMS) {
-                fail("unexpected status from mc_alloc_get_at");
-            }
-            break;
-        }
         case 3:
         case 4: /* free a live block */
             if (n == 0)

@@ -284,36 +284,6 @@ START_TEST(test_double_free_and_forged_blocks)
 }
 END_TEST
 
-START_TEST(test_get_at_restores_in_order)
-{
-    mc_alloc_t *a = NULL;
-    mc_alloc_block_t b, c;
-    ck_assert_status_ok(mc_alloc_create(1 << 20, 64, &a));
-    ck_assert_status_eq(mc_alloc_get_at(a, 32, 64, &b), MC_INVALID_PARAMS);
-    ck_assert_status_eq(mc_alloc_get_at(a, 0, 0, &b), MC_INVALID_PARAMS);
-    ck_assert_status_eq(mc_alloc_get_at(a, (1 << 20) - 64, 65, &b), MC_INVALID_PARAMS);
-    ck_assert_status_eq(mc_alloc_get_at(a, 1 << 20, 64, &b), MC_INVALID_PARAMS);
-    ck_assert_status_eq(mc_alloc_get_at(a, UINT64_MAX - 63, 64, &b), MC_INVALID_PARAMS);
-    for (uint64_t off = 0; off < (1 << 20); off += 8192) {
-        ck_assert_status_ok(mc_alloc_get_at(a, off + 128, 1000, &b));
-        ck_assert_msg(b.offset == off + 128 && b.size == 1024, "the range should be granted");
-    }
-    assert_consistent(a);
-    mc_alloc_stats_t st;
-    mc_alloc_get_stats(a, &st);
-    ck_assert_msg(st.used_blocks == 128 && st.free_blocks == 129,
-                  "128 restored blocks should leave 129 holes");
-    /* overlaps with granted ranges are refused, adjacent ranges are fine */
-    ck_assert_status_eq(mc_alloc_get_at(a, 128, 64, &c), MC_NO_AVAILABLE_HANDLE);
-    ck_assert_status_eq(mc_alloc_get_at(a, 64, 128, &c), MC_NO_AVAILABLE_HANDLE);
-    ck_assert_status_eq(mc_alloc_get_at(a, 1088, 8000, &c), MC_NO_AVAILABLE_HANDLE);
-    ck_assert_status_ok(mc_alloc_get_at(a, 0, 128, &c));
-    ck_assert_status_ok(mc_alloc_get_at(a, 1152, 8192 - 1152, &c));
-    assert_consistent(a);
-    mc_alloc_destroy(a);
-}
-END_TEST
-
 /* ---- randomized walk --------------------------------------------------- */
 
 typedef struct walk {
@@ -481,56 +451,6 @@ START_TEST(test_uniform_sizes_churn)
 }
 END_TEST
 
-/* Rebuild an allocator from a random one's live blocks, in shuffled order. */
-START_TEST(test_get_at_rebuilds_random_state)
-{
-    mc_alloc_t *a = NULL, *r = NULL;
-    mc_alloc_block_t live[512];
-    size_t n = 0;
-    uint64_t seed = 7;
-    ck_assert_status_ok(mc_alloc_create(1 << 24, 512, &a));
-    for (int step = 0; step < 4000; step++) {
-        if (n < 512 && (n == 0 || rng_next(&seed) % 3 != 0)) {
-            if (mc_alloc_get(a, 1 + rng_next(&seed) % 100000, &live[n]) == MC_OK)
-                n++;
-        } else {
-            size_t i = (size_t)(rng_next(&seed) % n);
-            ck_assert_status_ok(mc_alloc_put(a, &live[i]));
-            live[i] = live[--n];
-        }
-    }
-    for (size_t i = n; i > 1; i--) {
-        size_t j             = (size_t)(rng_next(&seed) % i);
-        mc_alloc_block_t tmp = live[i - 1];
-        live[i - 1]          = live[j];
-        live[j]              = tmp;
-    }
-    ck_assert_status_ok(mc_alloc_create(1 << 24, 512, &r));
-    for (size_t i = 0; i < n; i++) {
-        mc_alloc_block_t got;
-        ck_assert_status_ok(mc_alloc_get_at(r, live[i].offset, live[i].size, &got));
-        ck_assert_msg(got.offset == live[i].offset && got.size == live[i].size,
-                      "the restored block should match");
-        ck_assert_status_eq(mc_alloc_get_at(r, live[i].offset, live[i].size, &got),
-                            MC_NO_AVAILABLE_HANDLE);
-        live[i] = got;
-    }
-    assert_consistent(r);
-    mc_alloc_stats_t sa, sr;
-    mc_alloc_get_stats(a, &sa);
-    mc_alloc_get_stats(r, &sr);
-    ck_assert_msg(sa.allocated == sr.allocated && sa.used_blocks == sr.used_blocks &&
-                      sa.free_blocks == sr.free_blocks && sa.largest_free == sr.largest_free,
-                  "the rebuilt allocator should have the same layout");
-    for (size_t i = 0; i < n; i++)
-        ck_assert_status_ok(mc_alloc_put(r, &live[i]));
-    mc_alloc_get_stats(r, &sr);
-    ck_assert_msg(sr.free_blocks == 1 && sr.largest_free == 1 << 24, "all free again");
-    mc_alloc_destroy(a);
-    mc_alloc_destroy(r);
-}
-END_TEST
-
 Suite *mc_test_alloc_suite(void)
 {
     Suite *s = suite_create("alloc");
@@ -544,14 +464,12 @@ Suite *mc_test_alloc_suite(void)
     tcase_add_test(tc, test_exact_fit);
     tcase_add_test(tc, test_fragmentation_and_coalescing);
     tcase_add_test(tc, test_double_free_and_forged_blocks);
-    tcase_add_test(tc, test_get_at_restores_in_order);
     suite_add_tcase(s, tc);
 
     TCase *tr = tcase_create("random");
     tcase_set_timeout(tr, 120);
     tcase_add_loop_test(tr, test_random_walk, 0, (int)(sizeof(walks) / sizeof(walks[0])));
     tcase_add_test(tr, test_uniform_sizes_churn);
-    tcase_add_test(tr, test_get_at_rebuilds_random_state);
     suite_add_tcase(s, tr);
     return s;
 }
