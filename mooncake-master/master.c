@@ -69,7 +69,6 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         return MC_INTERNAL_ERROR;
     m->cfg          = cfg;
     m->view_version = mc_wall_ms();
-    m->start_ms     = mc_now_ms();
 
     m->base = event_base_new();
     if (m->base == NULL) {
@@ -104,6 +103,7 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         tv.tv_usec = 0;
         event_add(m->metrics_ev, &tv);
     }
+    _Static_assert(MC_ARRAY_SIZE(sigs) == MC_ARRAY_SIZE(m->sig_ev), "one event per signal");
     for (size_t i = 0; i < MC_ARRAY_SIZE(sigs); i++) {
         m->sig_ev[i] = evsignal_new(m->base, sigs[i], signal_cb, m);
         if ((m->sig_ev[i] == NULL) || (event_add(m->sig_ev[i], NULL) != 0))
@@ -129,7 +129,7 @@ int mc_master_run(mc_master_t *m)
         mc_error("event loop failed");
         return 1;
     }
-    return m->exit_code;
+    return 0; /* a signal ended the loop */
 }
 
 void mc_master_destroy(mc_master_t *m)

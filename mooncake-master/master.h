@@ -173,7 +173,6 @@ struct mc_master {
     mc_master_config_t *cfg;
     struct event_base *base;
     uint64_t view_version;     /* wall-clock ms at start */
-    uint64_t start_ms;
 
     /* rpc.c */
     struct evconnlistener *listener;
@@ -210,8 +209,7 @@ struct mc_master {
     /* master.c */
     struct event *tick_ev;
     struct event *metrics_ev;
-    struct event *sig_ev[3];
-    int exit_code;
+    struct event *sig_ev[2];   /* SIGTERM, SIGINT */
 };
 
 /* ---- master.c ------------------------------------------------------------ */

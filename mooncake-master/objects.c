@@ -81,17 +81,28 @@ static mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
     return n ? mc_container_of(n, mc_object_t, node) : NULL;
 }
 
+/* Give back the range of @p r, unlink and free it. */
+static void replica_free(mc_master_t *m, mc_replica_t *r)
+{
+    mc_master_segment_release(m, r);
+    mc_mlist_remove(&r->link);
+    free(r);
+}
+
 /* Give back and free every replica on @p list. */
 static void free_replicas(mc_master_t *m, mc_mlist_t *list)
 {
     mc_mlist_t *pos, *tmp;
     mc_mlist_for_each_safe(pos, tmp, list)
-    {
-        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        mc_master_segment_release(m, r);
-        mc_mlist_remove(&r->link);
-        free(r);
-    }
+        replica_free(m, mc_container_of(pos, mc_replica_t, link));
+}
+
+/* Free every replica on @p list without giving its range back (teardown). */
+static void forget_replicas(mc_mlist_t *list)
+{
+    mc_mlist_t *pos, *tmp;
+    mc_mlist_for_each_safe(pos, tmp, list)
+        free(mc_container_of(pos, mc_replica_t, link));
 }
 
 /* Move every replica on @p list to m->discarded, released at @p release_ms:
@@ -120,6 +131,13 @@ static void upsert_clear(mc_object_t *o)
     mc_mlist_remove(&o->up_link);
 }
 
+/* Drop the fresh buffers of an upsert and forget it; the old value stays. */
+static void upsert_drop(mc_master_t *m, mc_object_t *o)
+{
+    free_replicas(m, &o->up_replicas);
+    upsert_clear(o);
+}
+
 /* Free every replica of @p o, unlink and free it. */
 static void obj_erase(mc_master_t *m, mc_object_t *o)
 {
@@ -138,22 +156,18 @@ void mc_master_objects_cleanup(mc_master_t *m)
 {
     mc_hmap_iter_t it;
     mc_hnode_t *n = mc_hmap_first(&m->objects, &it);
-    mc_mlist_t *pos, *tmp;
 
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         n              = mc_hmap_next(&m->objects, &it);
-        mc_mlist_for_each_safe(pos, tmp, &o->replicas)
-            free(mc_container_of(pos, mc_replica_t, link));
-        mc_mlist_for_each_safe(pos, tmp, &o->up_replicas)
-            free(mc_container_of(pos, mc_replica_t, link));
+        forget_replicas(&o->replicas);
+        forget_replicas(&o->up_replicas);
         mc_hmap_remove(&m->objects, &o->node);
         free(o->group_id);
         free(o->up_group_id);
         free(o);
     }
-    mc_mlist_for_each_safe(pos, tmp, &m->discarded)
-        free(mc_container_of(pos, mc_replica_t, link));
+    forget_replicas(&m->discarded);
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->upserting);
@@ -164,9 +178,7 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
 {
     mc_object_t *o = r->obj;
     int fresh      = r->fresh;
-    mc_master_segment_release(m, r);
-    mc_mlist_remove(&r->link);
-    free(r);
+    replica_free(m, r);
     if ((o != NULL) && fresh) {
         /* An upsert lost its last new buffer: the old value stays, and the
          * writer's UPSERT_END will answer OBJECT_NOT_FOUND (§5.11). */
@@ -207,11 +219,8 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
     mc_mlist_for_each_safe(pos, tmp, &m->discarded)
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        if (r->release_ms <= now_ms) {
-            mc_master_segment_release(m, r);
-            mc_mlist_remove(&r->link);
-            free(r);
-        }
+        if (r->release_ms <= now_ms)
+            replica_free(m, r);
     }
     while (!mc_mlist_empty(&m->pending)) {
         mc_object_t *o = mc_container_of(m->pending.next, mc_object_t, pending_link);
@@ -229,8 +238,7 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
         mc_info("releasing abandoned upsert of key '%.*s' (no UpsertEnd within %" PRId64 " s)",
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
                 m->cfg->put_start_release_timeout_sec);
-        free_replicas(m, &o->up_replicas);
-        upsert_clear(o);
+        upsert_drop(m, o);
     }
 }
 
@@ -259,14 +267,20 @@ static void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint6
     w->segment_id = r->seg->id;
 }
 
+static uint32_t count_replicas(const mc_mlist_t *list)
+{
+    uint32_t n = 0;
+    for (const mc_mlist_t *pos = list->next; pos != list; pos = pos->next)
+        n++;
+    return n;
+}
+
 /* The COMPLETE replicas of @p o into @p out (arena storage). */
 static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_replica_list_t *out)
 {
     const mc_mlist_t *pos;
-    uint32_t n = 0;
+    uint32_t n = count_replicas(&o->replicas);
 
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
-        n++;
     out->n = 0;
     out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
     if ((n > 0) && (out->v == NULL))
@@ -332,6 +346,15 @@ static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
                                     writer_of(m, client_id, cfg), *reps_p);
     *st_p = n ? MC_OK : MC_NO_AVAILABLE_HANDLE;
     return n;
+}
+
+/* Undo place(): give back the @p n replicas it allocated. */
+static void release_placed(mc_master_t *m, mc_replica_t **reps, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        mc_master_segment_release(m, reps[i]);
+        free(reps[i]);
+    }
 }
 
 /* Copy of a group id ("" = ungrouped → NULL in *out); -1 on OOM. */
@@ -422,10 +445,7 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     return MC_OK;
 
 oom:
-    for (uint32_t i = 0; i < n; i++) {
-        mc_master_segment_release(m, reps[i]);
-        free(reps[i]);
-    }
+    release_placed(m, reps, n);
     return MC_INTERNAL_ERROR;
 }
 
@@ -517,11 +537,6 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     return MC_OK;
 }
 
-static int32_t put_end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
-{
-    return end_one(x, client_id, key, 0);
-}
-
 /* PUT_REVOKE, and UPSERT_REVOKE when @p upsert. */
 static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int upsert)
 {
@@ -532,8 +547,7 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
         /* the revoking client is the writer: nothing writes there now */
         if (!mc_uuid_eq(o->up_owner, client_id))
             return MC_ILLEGAL_CLIENT;
-        free_replicas(x->m, &o->up_replicas);
-        upsert_clear(o);
+        upsert_drop(x->m, o);
         return MC_OK;
     }
     if (!mc_uuid_eq(o->owner, client_id))
@@ -544,11 +558,6 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
      * overwritten: either way the object goes */
     obj_erase(x->m, o);
     return MC_OK;
-}
-
-static int32_t put_revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key)
-{
-    return revoke_one(x, client_id, key, 0);
 }
 
 static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
@@ -581,6 +590,40 @@ static int32_t exist_one(mc_req_ctx_t *x, mc_str_t key)
     return 1;
 }
 
+/* What REMOVE_ALL and REMOVE_BY_REGEX take without force: complete,
+ * not being upserted, unleased. */
+static int removable(const mc_object_t *o, uint64_t now_ms)
+{
+    return o->complete && (o->upsert == MC_UPSERT_NONE) && !obj_leased(o, now_ms);
+}
+
+/*
+ * Erase the objects of the tenant that are removable (all of them with
+ * @p force) and whose key @p match accepts (every key when NULL); returns
+ * how many went.
+ */
+static int64_t remove_where(mc_req_ctx_t *x, int force, int (*match)(mc_str_t key, void *arg),
+                            void *arg)
+{
+    mc_hmap_iter_t it;
+    mc_hnode_t *n = mc_hmap_first(&x->m->objects, &it);
+    int64_t count = 0;
+
+    while (n != NULL) {
+        mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        n              = mc_hmap_next(&x->m->objects, &it);
+        if (!mc_str_eq(mc_object_tenant(o), x->tenant))
+            continue;
+        if (!force && !removable(o, x->now_ms))
+            continue;
+        if ((match != NULL) && !match(mc_object_key(o), arg))
+            continue;
+        obj_erase(x->m, o);
+        count++;
+    }
+    return count;
+}
+
 static int32_t remove_one(mc_req_ctx_t *x, mc_str_t key, int force)
 {
     mc_object_t *o = obj_find(x->m, x->tenant, key);
@@ -598,34 +641,48 @@ static int32_t remove_one(mc_req_ctx_t *x, mc_str_t key, int force)
 
 /* ---- RPC handlers --------------------------------------------------------------- */
 
-/* §5.5 PUT_START */
-int32_t mc_master_put_start(mc_req_ctx_t *x, const mc_wire_put_start_req_t *req,
-                            mc_wire_put_start_resp_t *resp)
+/* put_start_one or upsert_start_one. */
+typedef int32_t (*start_one_fn)(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
+                                uint64_t length, const mc_wire_config_t *cfg,
+                                const mc_str_t *group, mc_wire_replica_list_t *out);
+
+/* PUT_START and UPSERT_START: a single-key config carries at most one
+ * group id. */
+static int32_t start_single(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, uint64_t length,
+                            const mc_wire_config_t *cfg, start_one_fn start,
+                            mc_wire_replica_list_t *out)
 {
-    int32_t st = config_check(x->m, &req->config);
+    int32_t st = config_check(x->m, cfg);
     const mc_str_t *group = NULL;
 
     if (st != MC_OK)
         return st;
-    if (req->config.has_group_ids) {
-        if (req->config.group_ids.n != 1)
+    if (cfg->has_group_ids) {
+        if (cfg->group_ids.n != 1)
             return MC_INVALID_PARAMS;
-        group = &req->config.group_ids.v[0];
+        group = &cfg->group_ids.v[0];
     }
-    return put_start_one(x, req->client_id, req->key, req->length, &req->config, group,
-                         &resp->replicas);
+    return start(x, client_id, key, length, cfg, group, out);
+}
+
+/* §5.5 PUT_START */
+int32_t mc_master_put_start(mc_req_ctx_t *x, const mc_wire_put_start_req_t *req,
+                            mc_wire_put_start_resp_t *resp)
+{
+    return start_single(x, req->client_id, req->key, req->length, &req->config, put_start_one,
+                        &resp->replicas);
 }
 
 /* §5.6 PUT_END */
 int32_t mc_master_put_end(mc_req_ctx_t *x, const mc_wire_put_end_req_t *req)
 {
-    return put_end_one(x, req->client_id, req->key);
+    return end_one(x, req->client_id, req->key, 0);
 }
 
 /* §5.6 PUT_REVOKE */
 int32_t mc_master_put_revoke(mc_req_ctx_t *x, const mc_wire_put_revoke_req_t *req)
 {
-    return put_revoke_one(x, req->client_id, req->key);
+    return revoke_one(x, req->client_id, req->key, 0);
 }
 
 /* §5.7 GET_REPLICA_LIST */
@@ -654,21 +711,8 @@ int32_t mc_master_remove(mc_req_ctx_t *x, const mc_wire_remove_req_t *req)
 int32_t mc_master_remove_all(mc_req_ctx_t *x, const mc_wire_remove_all_req_t *req,
                              mc_wire_remove_all_resp_t *resp)
 {
-    mc_hmap_iter_t it;
-    mc_hnode_t *n = mc_hmap_first(&x->m->objects, &it);
-    int64_t count = 0;
+    int64_t count = remove_where(x, req->force, NULL, NULL);
 
-    while (n != NULL) {
-        mc_object_t *o = mc_container_of(n, mc_object_t, node);
-        n              = mc_hmap_next(&x->m->objects, &it);
-        if (!mc_str_eq(mc_object_tenant(o), x->tenant))
-            continue;
-        if (!req->force && (!o->complete || (o->upsert != MC_UPSERT_NONE) ||
-                            obj_leased(o, x->now_ms)))
-            continue;
-        obj_erase(x->m, o);
-        count++;
-    }
     resp->count = count;
     if (count > 0)
         mc_info("remove_all%s: %" PRId64 " objects removed", req->force ? " (force)" : "", count);
@@ -691,55 +735,77 @@ static int i32_list(mc_req_ctx_t *x, uint32_t n, mc_wire_i32_list_t *out)
     return 0;
 }
 
-int32_t mc_master_batch_put_start(mc_req_ctx_t *x, const mc_wire_batch_put_start_req_t *req,
-                                  mc_wire_batch_put_start_resp_t *resp)
+/* Arena storage for @p n results; -1 when out of memory. */
+static int result_list(mc_req_ctx_t *x, uint32_t n, mc_wire_result_list_t *out)
 {
-    const mc_wire_config_t *cfg = &req->config;
-    uint32_t n = req->keys.n;
+    out->n = 0;
+    out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
+    if ((n > 0) && (out->v == NULL))
+        return -1;
+    out->n = n;
+    return 0;
+}
+
+/* BATCH_PUT_START and BATCH_UPSERT_START: group ids, when given, come one
+ * per key; a config that config_check refuses fails every key. */
+static int32_t start_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_str_list_t *keys,
+                           const mc_wire_u64_list_t *lengths, const mc_wire_config_t *cfg,
+                           start_one_fn start, mc_wire_result_list_t *results)
+{
+    uint32_t n = keys->n;
     int32_t cst;
 
-    if (req->lengths.n != n)
+    if (lengths->n != n)
         return MC_INVALID_PARAMS;
     if (cfg->has_group_ids && (cfg->group_ids.n != n))
         return MC_INVALID_PARAMS;
-    resp->results.n = 0;
-    resp->results.v = n ? mc_arena_calloc(x->arena, n, sizeof(*resp->results.v)) : NULL;
-    if ((n > 0) && (resp->results.v == NULL))
+    if (result_list(x, n, results) != 0)
         return MC_INTERNAL_ERROR;
-    resp->results.n = n;
 
     cst = config_check(x->m, cfg);
     for (uint32_t i = 0; i < n; i++) {
-        mc_wire_result_t *r = &resp->results.v[i];
-        r->size             = req->lengths.v[i];
+        mc_wire_result_t *r = &results->v[i];
+        r->size             = lengths->v[i];
         r->status           = cst != MC_OK ? cst
-                                           : put_start_one(x, req->client_id, req->keys.v[i],
-                                                           req->lengths.v[i], cfg,
-                                                           cfg->has_group_ids ? &cfg->group_ids.v[i]
-                                                                              : NULL,
-                                                           &r->replicas);
+                                           : start(x, client_id, keys->v[i], lengths->v[i], cfg,
+                                                   cfg->has_group_ids ? &cfg->group_ids.v[i]
+                                                                      : NULL,
+                                                   &r->replicas);
     }
     return MC_OK;
+}
+
+/* end_one or revoke_one. */
+typedef int32_t (*finish_one_fn)(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int upsert);
+
+/* The batch END and REVOKE forms: @p finish on every key. */
+static int32_t finish_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_str_list_t *keys,
+                            finish_one_fn finish, int upsert, mc_wire_i32_list_t *statuses)
+{
+    if (i32_list(x, keys->n, statuses) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < keys->n; i++)
+        statuses->v[i] = finish(x, client_id, keys->v[i], upsert);
+    return MC_OK;
+}
+
+int32_t mc_master_batch_put_start(mc_req_ctx_t *x, const mc_wire_batch_put_start_req_t *req,
+                                  mc_wire_batch_put_start_resp_t *resp)
+{
+    return start_batch(x, req->client_id, &req->keys, &req->lengths, &req->config, put_start_one,
+                       &resp->results);
 }
 
 int32_t mc_master_batch_put_end(mc_req_ctx_t *x, const mc_wire_batch_put_end_req_t *req,
                                 mc_wire_batch_put_end_resp_t *resp)
 {
-    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
-        return MC_INTERNAL_ERROR;
-    for (uint32_t i = 0; i < req->keys.n; i++)
-        resp->statuses.v[i] = put_end_one(x, req->client_id, req->keys.v[i]);
-    return MC_OK;
+    return finish_batch(x, req->client_id, &req->keys, end_one, 0, &resp->statuses);
 }
 
 int32_t mc_master_batch_put_revoke(mc_req_ctx_t *x, const mc_wire_batch_put_revoke_req_t *req,
                                    mc_wire_batch_put_revoke_resp_t *resp)
 {
-    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
-        return MC_INTERNAL_ERROR;
-    for (uint32_t i = 0; i < req->keys.n; i++)
-        resp->statuses.v[i] = put_revoke_one(x, req->client_id, req->keys.v[i]);
-    return MC_OK;
+    return finish_batch(x, req->client_id, &req->keys, revoke_one, 0, &resp->statuses);
 }
 
 int32_t mc_master_batch_get_replica_list(mc_req_ctx_t *x,
@@ -748,11 +814,8 @@ int32_t mc_master_batch_get_replica_list(mc_req_ctx_t *x,
 {
     uint32_t n = req->keys.n;
     resp->lease_ttl_ms = x->m->cfg->default_kv_lease_ttl;
-    resp->results.n    = 0;
-    resp->results.v    = n ? mc_arena_calloc(x->arena, n, sizeof(*resp->results.v)) : NULL;
-    if ((n > 0) && (resp->results.v == NULL))
+    if (result_list(x, n, &resp->results) != 0)
         return MC_INTERNAL_ERROR;
-    resp->results.n = n;
     for (uint32_t i = 0; i < n; i++) {
         mc_wire_result_t *r = &resp->results.v[i];
         r->status           = get_one(x, req->keys.v[i], &r->size, &r->replicas);
@@ -849,9 +912,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
 
     if ((length == o->size) && !obj_leased(o, x->now_ms)) {
         /* In place: the same buffers, unreadable until UPSERT_END. */
-        n = 0;
-        for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
-            n++;
+        n      = count_replicas(&o->replicas);
         out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
         if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0))
             return MC_INTERNAL_ERROR;
@@ -874,10 +935,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         return st;
     out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
     if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0)) {
-        for (uint32_t i = 0; i < n; i++) {
-            mc_master_segment_release(m, reps[i]);
-            free(reps[i]);
-        }
+        release_placed(m, reps, n);
         return MC_INTERNAL_ERROR;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -898,18 +956,8 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
 int32_t mc_master_upsert_start(mc_req_ctx_t *x, const mc_wire_upsert_start_req_t *req,
                                mc_wire_upsert_start_resp_t *resp)
 {
-    int32_t st = config_check(x->m, &req->config);
-    const mc_str_t *group = NULL;
-
-    if (st != MC_OK)
-        return st;
-    if (req->config.has_group_ids) {
-        if (req->config.group_ids.n != 1)
-            return MC_INVALID_PARAMS;
-        group = &req->config.group_ids.v[0];
-    }
-    return upsert_start_one(x, req->client_id, req->key, req->length, &req->config, group,
-                            &resp->replicas);
+    return start_single(x, req->client_id, req->key, req->length, &req->config, upsert_start_one,
+                        &resp->replicas);
 }
 
 int32_t mc_master_upsert_end(mc_req_ctx_t *x, const mc_wire_upsert_end_req_t *req)
@@ -925,54 +973,21 @@ int32_t mc_master_upsert_revoke(mc_req_ctx_t *x, const mc_wire_upsert_revoke_req
 int32_t mc_master_batch_upsert_start(mc_req_ctx_t *x, const mc_wire_batch_upsert_start_req_t *req,
                                      mc_wire_batch_upsert_start_resp_t *resp)
 {
-    const mc_wire_config_t *cfg = &req->config;
-    uint32_t n = req->keys.n;
-    int32_t cst;
-
-    if (req->lengths.n != n)
-        return MC_INVALID_PARAMS;
-    if (cfg->has_group_ids && (cfg->group_ids.n != n))
-        return MC_INVALID_PARAMS;
-    resp->results.n = 0;
-    resp->results.v = n ? mc_arena_calloc(x->arena, n, sizeof(*resp->results.v)) : NULL;
-    if ((n > 0) && (resp->results.v == NULL))
-        return MC_INTERNAL_ERROR;
-    resp->results.n = n;
-
-    cst = config_check(x->m, cfg);
-    for (uint32_t i = 0; i < n; i++) {
-        mc_wire_result_t *r = &resp->results.v[i];
-        r->size             = req->lengths.v[i];
-        r->status           = cst != MC_OK ? cst
-                                           : upsert_start_one(x, req->client_id, req->keys.v[i],
-                                                              req->lengths.v[i], cfg,
-                                                              cfg->has_group_ids
-                                                                  ? &cfg->group_ids.v[i]
-                                                                  : NULL,
-                                                              &r->replicas);
-    }
-    return MC_OK;
+    return start_batch(x, req->client_id, &req->keys, &req->lengths, &req->config,
+                       upsert_start_one, &resp->results);
 }
 
 int32_t mc_master_batch_upsert_end(mc_req_ctx_t *x, const mc_wire_batch_upsert_end_req_t *req,
                                    mc_wire_batch_upsert_end_resp_t *resp)
 {
-    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
-        return MC_INTERNAL_ERROR;
-    for (uint32_t i = 0; i < req->keys.n; i++)
-        resp->statuses.v[i] = end_one(x, req->client_id, req->keys.v[i], 1);
-    return MC_OK;
+    return finish_batch(x, req->client_id, &req->keys, end_one, 1, &resp->statuses);
 }
 
 int32_t mc_master_batch_upsert_revoke(mc_req_ctx_t *x,
                                       const mc_wire_batch_upsert_revoke_req_t *req,
                                       mc_wire_batch_upsert_revoke_resp_t *resp)
 {
-    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
-        return MC_INTERNAL_ERROR;
-    for (uint32_t i = 0; i < req->keys.n; i++)
-        resp->statuses.v[i] = revoke_one(x, req->client_id, req->keys.v[i], 1);
-    return MC_OK;
+    return finish_batch(x, req->client_id, &req->keys, revoke_one, 1, &resp->statuses);
 }
 
 /* ---- §5.8 REMOVE_BY_REGEX ----------------------------------------------------------- */
@@ -994,6 +1009,17 @@ static int has_backref(const char *pat)
     return 0;
 }
 
+/* remove_where() match: @p arg is the compiled regex_t. */
+static int regex_match(mc_str_t key, void *arg)
+{
+    char keybuf[MC_WIRE_MAX_KEY + 1];
+    uint32_t klen = MC_MIN(key.len, (uint32_t)MC_WIRE_MAX_KEY);
+
+    memcpy(keybuf, key.ptr, klen);
+    keybuf[klen] = '\0';
+    return regexec(arg, keybuf, 0, NULL, 0) == 0;
+}
+
 /*
  * POSIX extended regular expression, searched (not anchored) in each key of
  * the tenant; same skipping rules as REMOVE_ALL.  The pattern is bounded by
@@ -1002,13 +1028,10 @@ static int has_backref(const char *pat)
 int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
                                   mc_wire_remove_by_regex_resp_t *resp)
 {
-    char keybuf[MC_WIRE_MAX_KEY + 1];
-    mc_hmap_iter_t it;
-    mc_hnode_t *n;
     regex_t re;
     char *pat;
     int rc;
-    int64_t count = 0;
+    int64_t count;
 
     if ((req->regex.len > 0) && (memchr(req->regex.ptr, '\0', req->regex.len) != NULL))
         return MC_INVALID_PARAMS;
@@ -1032,24 +1055,7 @@ int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex
         return rc == REG_ESPACE ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
     }
 
-    n = mc_hmap_first(&x->m->objects, &it);
-    while (n != NULL) {
-        mc_object_t *o = mc_container_of(n, mc_object_t, node);
-        mc_str_t key   = mc_object_key(o);
-        uint32_t klen  = MC_MIN(key.len, (uint32_t)MC_WIRE_MAX_KEY);
-        n              = mc_hmap_next(&x->m->objects, &it);
-        if (!mc_str_eq(mc_object_tenant(o), x->tenant))
-            continue;
-        if (!req->force && (!o->complete || (o->upsert != MC_UPSERT_NONE) ||
-                            obj_leased(o, x->now_ms)))
-            continue;
-        memcpy(keybuf, key.ptr, klen);
-        keybuf[klen] = '\0';
-        if (regexec(&re, keybuf, 0, NULL, 0) != 0)
-            continue;
-        obj_erase(x->m, o);
-        count++;
-    }
+    count = remove_where(x, req->force, regex_match, &re);
     regfree(&re);
     resp->count = count;
     if (count > 0)

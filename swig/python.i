@@ -181,6 +181,39 @@ static PyObject *mooncake_py_bytes_for(uint64_t size)
 
 %{
 /*
+ * The buffers of the @p n items of tuple @p t as @p iovs, the views kept in
+ * @p views; *nviews counts the views taken (release them with
+ * mooncake_py_views_release(), also after a failure).  0, or -1 with an
+ * exception set (TypeError naming item i as "<what> i" for a non-buffer).
+ */
+static int mooncake_py_views_get(PyObject *t, size_t n, const char *what, Py_buffer *views,
+                                 mc_iov_t *iovs, size_t *nviews)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(t, (Py_ssize_t)i);
+        if (!PyObject_CheckBuffer(item)) {
+            PyErr_Format(PyExc_TypeError, "%s %zu: a bytes-like object is required, not '%s'",
+                         what, i, Py_TYPE(item)->tp_name);
+            return -1;
+        }
+        if (PyObject_GetBuffer(item, &views[i], PyBUF_SIMPLE) != 0)
+            return -1;
+        (*nviews)++;
+        iovs[i].base = views[i].buf;
+        iovs[i].len = (size_t)views[i].len;
+    }
+    return 0;
+}
+
+static void mooncake_py_views_release(Py_buffer *views, size_t nviews)
+{
+    size_t i;
+    for (i = 0; i < nviews; i++)
+        PyBuffer_Release(&views[i]);
+}
+
+/*
  * put_batch (upsert = 0) / upsert_batch (1): store values[i] under keys[i];
  * 0 when every key succeeded, else the first error.  Different lengths give
  * MC_INVALID_PARAMS.  Raises TypeError when keys is not a list of str or a
@@ -196,7 +229,7 @@ static PyObject *mooncake_py_write_batch(mc_store_h h, int upsert, PyObject *key
     mc_iov_t *iovs = NULL;
     mc_status_t *sts = NULL;
     mc_status_t st = MC_OK;
-    size_t i, n, nviews = 0;
+    size_t n, nviews = 0;
     PyObject *ret = NULL;
 
     if (mooncake_py_strv_init(&sv, keys) != 0)
@@ -220,20 +253,8 @@ static PyObject *mooncake_py_write_batch(mc_store_h h, int upsert, PyObject *key
         PyErr_NoMemory();
         goto cleanup;
     }
-    for (i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GET_ITEM(vt, (Py_ssize_t)i);
-        if (!PyObject_CheckBuffer(item)) {
-            PyErr_Format(PyExc_TypeError,
-                         "values item %zu: a bytes-like object is required, not '%s'",
-                         i, Py_TYPE(item)->tp_name);
-            goto cleanup;
-        }
-        if (PyObject_GetBuffer(item, &views[i], PyBUF_SIMPLE) != 0)
-            goto cleanup;
-        nviews++;
-        iovs[i].base = views[i].buf;
-        iovs[i].len = (size_t)views[i].len;
-    }
+    if (mooncake_py_views_get(vt, n, "values item", views, iovs, &nviews) != 0)
+        goto cleanup;
     if (n > 0) {
         Py_BEGIN_ALLOW_THREADS
         if (upsert)
@@ -245,8 +266,7 @@ static PyObject *mooncake_py_write_batch(mc_store_h h, int upsert, PyObject *key
     ret = PyLong_FromLong((long)st);
 
 cleanup:
-    for (i = 0; i < nviews; i++)
-        PyBuffer_Release(&views[i]);
+    mooncake_py_views_release(views, nviews);
     PyMem_Free(sts);
     PyMem_Free(iovs);
     PyMem_Free(views);
@@ -544,6 +564,21 @@ static PyObject *mooncake_py_list_i64(const int64_t *v, size_t n)
     return list;
 }
 
+/* A PyMem array of @p n statuses preset to MC_INTERNAL_ERROR (what a
+ * slot the library never reached reports); NULL with MemoryError. */
+static mc_status_t *mooncake_py_status_array(size_t n)
+{
+    mc_status_t *sts = PyMem_Calloc(n + 1, sizeof(*sts));
+    size_t i;
+    if (sts == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (i = 0; i < n; i++)
+        sts[i] = MC_INTERNAL_ERROR;
+    return sts;
+}
+
 static PyObject *mooncake_py_list_status(const mc_status_t *v, size_t n)
 {
     PyObject *list = PyList_New((Py_ssize_t)n);
@@ -559,6 +594,18 @@ static PyObject *mooncake_py_list_status(const mc_status_t *v, size_t n)
         PyList_SET_ITEM(list, (Py_ssize_t)i, x);
     }
     return list;
+}
+
+/* The per-key statuses of a batch call that returned @p st, as a list: a
+ * call that failed as a whole may leave slots unset, which report @p st. */
+static PyObject *mooncake_py_batch_statuses(mc_status_t *sts, size_t n, mc_status_t st)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if ((st != MC_OK) && (sts[i] == MC_INTERNAL_ERROR))
+            sts[i] = st;
+    }
+    return mooncake_py_list_status(sts, n);
 }
 
 /*
@@ -967,7 +1014,7 @@ enum {
         PyObject *t = PySequence_Tuple(parts);
         Py_buffer *views = NULL;
         mc_iov_t *iovs = NULL;
-        size_t i, n = 0, nviews = 0;
+        size_t n = 0, nviews = 0;
         mc_status_t st = MC_OK;
         PyObject *ret = NULL;
 
@@ -980,20 +1027,8 @@ enum {
             PyErr_NoMemory();
             goto cleanup;
         }
-        for (i = 0; i < n; i++) {
-            PyObject *item = PyTuple_GET_ITEM(t, (Py_ssize_t)i);
-            if (!PyObject_CheckBuffer(item)) {
-                PyErr_Format(PyExc_TypeError,
-                             "part %zu: a bytes-like object is required, not '%s'", i,
-                             Py_TYPE(item)->tp_name);
-                goto cleanup;
-            }
-            if (PyObject_GetBuffer(item, &views[i], PyBUF_SIMPLE) != 0)
-                goto cleanup;
-            nviews++;
-            iovs[i].base = views[i].buf;
-            iovs[i].len = (size_t)views[i].len;
-        }
+        if (mooncake_py_views_get(t, n, "part", views, iovs, &nviews) != 0)
+            goto cleanup;
         Py_BEGIN_ALLOW_THREADS
         if (upsert)
             st = mc_store_upsert_parts($self->h, key, iovs, n, config);
@@ -1003,8 +1038,7 @@ enum {
         ret = PyLong_FromLong((long)st);
 
     cleanup:
-        for (i = 0; i < nviews; i++)
-            PyBuffer_Release(&views[i]);
+        mooncake_py_views_release(views, nviews);
         PyMem_Free(iovs);
         PyMem_Free(views);
         Py_DECREF(t);
@@ -1025,28 +1059,20 @@ enum {
         mc_status_t *sts = NULL;
         mc_status_t st = MC_OK;
         PyObject *list = NULL;
-        size_t i, n;
+        size_t n;
 
         if (mooncake_py_strv_init(&sv, keys) != 0)
             return NULL;
         n = sv.n;
-        sts = PyMem_Calloc(n + 1, sizeof(*sts));
-        if (sts == NULL) {
-            PyErr_NoMemory();
+        sts = mooncake_py_status_array(n);
+        if (sts == NULL)
             goto cleanup;
-        }
-        for (i = 0; i < n; i++)
-            sts[i] = MC_INTERNAL_ERROR;
         if (n > 0) {
             Py_BEGIN_ALLOW_THREADS
             st = mc_store_batch_remove($self->h, sv.v, n, force, sts);
             Py_END_ALLOW_THREADS
         }
-        for (i = 0; i < n; i++) {
-            if ((st != MC_OK) && (sts[i] == MC_INTERNAL_ERROR))
-                sts[i] = st;
-        }
-        list = mooncake_py_list_status(sts, n);
+        list = mooncake_py_batch_statuses(sts, n, st);
 
     cleanup:
         PyMem_Free(sts);
@@ -1213,7 +1239,7 @@ enum {
         mc_status_t *sts = NULL;
         mc_status_t st = MC_OK;
         PyObject *list = NULL;
-        size_t i, n;
+        size_t n;
 
         if ((op < MOONCAKE_SK_GET_START) || (op > MOONCAKE_SK_PUT_REVOKE)) {
             PyErr_SetString(PyExc_ValueError, "unknown operation");
@@ -1222,13 +1248,9 @@ enum {
         if (mooncake_py_strv_init(&sv, keys) != 0)
             return NULL;
         n = sv.n;
-        sts = PyMem_Calloc(n + 1, sizeof(*sts));
-        if (sts == NULL) {
-            PyErr_NoMemory();
+        sts = mooncake_py_status_array(n);
+        if (sts == NULL)
             goto cleanup;
-        }
-        for (i = 0; i < n; i++)
-            sts[i] = MC_INTERNAL_ERROR;
         if (n > 0) {
             Py_BEGIN_ALLOW_THREADS
             if (op == MOONCAKE_SK_GET_START)
@@ -1239,11 +1261,7 @@ enum {
                 st = mc_store_put_session_revoke($self->h, sv.v, n, sts);
             Py_END_ALLOW_THREADS
         }
-        for (i = 0; i < n; i++) {
-            if ((st != MC_OK) && (sts[i] == MC_INTERNAL_ERROR))
-                sts[i] = st;
-        }
-        list = mooncake_py_list_status(sts, n);
+        list = mooncake_py_batch_statuses(sts, n, st);
 
     cleanup:
         PyMem_Free(sts);
@@ -1260,7 +1278,7 @@ enum {
         mc_status_t *sts = NULL;
         mc_status_t st = MC_OK;
         PyObject *list = NULL;
-        size_t i, n;
+        size_t n;
 
         if (mooncake_py_strv_init(&sv, keys) != 0)
             return NULL;
@@ -1268,23 +1286,15 @@ enum {
         vz = mooncake_py_u64v(sizes, n);
         if (vz == NULL)
             goto cleanup;
-        sts = PyMem_Calloc(n + 1, sizeof(*sts));
-        if (sts == NULL) {
-            PyErr_NoMemory();
+        sts = mooncake_py_status_array(n);
+        if (sts == NULL)
             goto cleanup;
-        }
-        for (i = 0; i < n; i++)
-            sts[i] = MC_INTERNAL_ERROR;
         if (n > 0) {
             Py_BEGIN_ALLOW_THREADS
             st = mc_store_put_session_start($self->h, sv.v, vz, n, config, sts);
             Py_END_ALLOW_THREADS
         }
-        for (i = 0; i < n; i++) {
-            if ((st != MC_OK) && (sts[i] == MC_INTERNAL_ERROR))
-                sts[i] = st;
-        }
-        list = mooncake_py_list_status(sts, n);
+        list = mooncake_py_batch_statuses(sts, n, st);
 
     cleanup:
         PyMem_Free(sts);

@@ -124,6 +124,18 @@ class BufferLease:
         return f"<BufferLease ptr={self.ptr:#x} size={self.size} {state}>"
 
 
+_VIEWS_ALIVE = "release(): views of lease.buffer are still alive; delete them first"
+
+
+def _check_positive(name: str, value: Any, kind: str) -> None:
+    """TypeError unless ``value`` is an int (``kind`` names what is
+    accepted), ValueError unless it is positive."""
+    if not _util.is_int(value):
+        raise TypeError(f"{name} must be {kind}, not {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+
+
 class BufferPool:
     """Leases of registered scratch memory from a store's local buffer.
 
@@ -142,17 +154,9 @@ class BufferPool:
             raise TypeError(f"store must be a MooncakeDistributedStore, "
                             f"not {type(store).__name__}")
         if max_regions is not None:
-            if not _util.is_int(max_regions):
-                raise TypeError(f"max_regions must be an int or None, "
-                                f"not {type(max_regions).__name__}")
-            if max_regions <= 0:
-                raise ValueError(f"max_regions must be positive, got {max_regions}")
+            _check_positive("max_regions", max_regions, "an int or None")
         if max_bytes is not None:
-            if not _util.is_int(max_bytes):
-                raise TypeError(f"max_bytes must be an int or None, "
-                                f"not {type(max_bytes).__name__}")
-            if max_bytes <= 0:
-                raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+            _check_positive("max_bytes", max_bytes, "an int or None")
         else:
             max_bytes = 2 * store._local_buffer_bytes()
         self._store = store
@@ -211,10 +215,7 @@ class BufferPool:
             BufferPoolTimeout: ``timeout`` passed without capacity.
             RuntimeError: the pool is closed.
         """
-        if not _util.is_int(size):
-            raise TypeError(f"size must be an int, not {type(size).__name__}")
-        if size <= 0:
-            raise ValueError(f"size must be positive, got {size}")
+        _check_positive("size", size, "an int")
         block = _util.check_bool("block", block)
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -337,12 +338,10 @@ class BufferPool:
                 try:
                     lease._view.release()
                 except BufferError:
-                    raise BufferError("release(): views of lease.buffer are still alive; "
-                                      "delete them first") from None
+                    raise BufferError(_VIEWS_ALIVE) from None
                 lease._view = None
             if lease._region.exports() > 0:
-                raise BufferError("release(): views of lease.buffer are still alive; "
-                                  "delete them first")
+                raise BufferError(_VIEWS_ALIVE)
             lease._released = True
             self._active.pop(id(lease), None)
             self._active_bytes -= lease.size

@@ -45,7 +45,7 @@ threads keep running, and one store may be used by many threads at once.
 
 import enum
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union, overload
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, overload
 
 from mooncake import capi as _capi
 from mooncake import _util
@@ -218,10 +218,7 @@ class ReplicateConfig:
 
     @preferred_segments.setter
     def preferred_segments(self, value: Sequence[str]) -> None:
-        _util.check_key_list("preferred_segments", value)
-        for seg in value:
-            _util.check_str("preferred_segments item", seg)
-        self._preferred_segments = list(value)
+        self._preferred_segments = _str_list("preferred_segments", value)
 
     @property
     def prefer_alloc_in_same_node(self) -> bool:
@@ -240,10 +237,7 @@ class ReplicateConfig:
         if value is None:
             self._group_ids = None
             return
-        _util.check_key_list("group_ids", value)
-        for gid in value:
-            _util.check_str("group_ids item", gid)
-        self._group_ids = list(value)
+        self._group_ids = _str_list("group_ids", value)
 
     def _to_c(self) -> Any:
         """The native configuration for one call (owns copies of the strings)."""
@@ -584,12 +578,7 @@ class MooncakeDistributedStore:
             else the first error; ``INVALID_PARAMS`` when the lists differ in
             length.
         """
-        _util.check_key_list("keys", keys)
-        if isinstance(values, (str, bytes, bytearray, memoryview)) or \
-                not isinstance(values, (list, tuple)):
-            raise TypeError(f"values must be a list of bytes-like objects, "
-                            f"not {type(values).__name__}")
-        cfg = _c_config(config)
+        cfg = _check_batch_write(keys, values, config)
         if len(keys) != len(values):
             return int(ErrorCode.INVALID_PARAMS)
         return self._store.put_batch(keys, [_util.as_buffer(v) for v in values], cfg)
@@ -645,12 +634,7 @@ class MooncakeDistributedStore:
             0 when every key succeeded, else the first error;
             ``INVALID_PARAMS`` when the lists differ in length.
         """
-        _util.check_key_list("keys", keys)
-        if isinstance(values, (str, bytes, bytearray, memoryview)) or \
-                not isinstance(values, (list, tuple)):
-            raise TypeError(f"values must be a list of bytes-like objects, "
-                            f"not {type(values).__name__}")
-        cfg = _c_config(config)
+        cfg = _check_batch_write(keys, values, config)
         if len(keys) != len(values):
             return int(ErrorCode.INVALID_PARAMS)
         if len(keys) == 0:
@@ -714,11 +698,8 @@ class MooncakeDistributedStore:
             is 0 or out of range.  Return it with :meth:`_mem_pool_free`
             (what :class:`mooncake.buffer_pool.BufferPool` does).
         """
-        if not _util.is_int(size):
-            raise TypeError(f"size must be an int, not {type(size).__name__}")
-        if size <= 0 or size > _util.U64_MAX:
-            return 0
-        return self._store.mem_pool_alloc(int(size))
+        n = _alloc_size(size)
+        return self._store.mem_pool_alloc(n) if n else 0
 
     def _mem_pool_free(self, ptr: int) -> int:
         """Return an allocation of :meth:`alloc_from_mem_pool` (private:
@@ -809,40 +790,21 @@ class MooncakeDistributedStore:
                        config: Optional[ReplicateConfig] = None) -> List[int]:
         """:meth:`put_from` for several keys; one status per key (``len(keys)``
         times ``INVALID_PARAMS`` when the lists differ in length)."""
-        _util.check_key_list("keys", keys)
-        _int_list("buffer_ptrs", buffer_ptrs)
-        _int_list("sizes", sizes)
-        _c_config(config)
-        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys) or _same_node(config):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._batch_zc(_ZC_PUT_FROM, keys, [[p] for p in buffer_ptrs],
-                              [[s] for s in sizes], None, config)
+        return self._batch_flat(_ZC_PUT_FROM, keys, buffer_ptrs, sizes, config,
+                                refuse_same_node=True)
 
     def batch_upsert_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                           sizes: Sequence[int],
                           config: Optional[ReplicateConfig] = None) -> List[int]:
         """:meth:`upsert_from` for several keys; one status per key."""
-        _util.check_key_list("keys", keys)
-        _int_list("buffer_ptrs", buffer_ptrs)
-        _int_list("sizes", sizes)
-        _c_config(config)
-        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._batch_zc(_ZC_UPSERT_FROM, keys, [[p] for p in buffer_ptrs],
-                              [[s] for s in sizes], None, config)
+        return self._batch_flat(_ZC_UPSERT_FROM, keys, buffer_ptrs, sizes, config)
 
     def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
                        sizes: Sequence[int]) -> List[int]:
         """:meth:`get_into` for several keys: per key the object size (bytes
         read), ``OBJECT_NOT_FOUND``, or ``INVALID_PARAMS`` when the buffer is
         too small (or the lists differ in length: then every entry)."""
-        _util.check_key_list("keys", keys)
-        _int_list("buffer_ptrs", buffer_ptrs)
-        _int_list("sizes", sizes)
-        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._batch_zc(_ZC_GET_INTO, keys, [[p] for p in buffer_ptrs],
-                              [[s] for s in sizes], None, None)
+        return self._batch_flat(_ZC_GET_INTO, keys, buffer_ptrs, sizes, None)
 
     def batch_put_from_multi_buffers(self, keys: Sequence[str],
                                      all_buffer_ptrs: Sequence[Sequence[int]],
@@ -851,11 +813,9 @@ class MooncakeDistributedStore:
         """Object ``keys[i]`` is the concatenation of the registered buffers
         ``all_buffer_ptrs[i][j]`` of ``all_sizes[i][j]`` bytes.  One status
         per key; ``prefer_alloc_in_same_node`` is accepted here."""
-        _util.check_key_list("keys", keys)
-        _nested_list("all_buffer_ptrs", all_buffer_ptrs)
-        _nested_list("all_sizes", all_sizes)
+        ok = _check_nested(keys, ("all_buffer_ptrs", all_buffer_ptrs), ("all_sizes", all_sizes))
         _c_config(config)
-        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
+        if not ok:
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         return self._batch_zc(_ZC_PUT_FROM, keys, all_buffer_ptrs, all_sizes, None, config)
 
@@ -868,11 +828,9 @@ class MooncakeDistributedStore:
         a negative :class:`ErrorCode` (``INVALID_PARAMS`` when the buffers
         hold less than the object).  ``prefer_same_node`` is accepted (the
         replica choice is already local-first)."""
-        _util.check_key_list("keys", keys)
-        _nested_list("all_buffer_ptrs", all_buffer_ptrs)
-        _nested_list("all_sizes", all_sizes)
+        ok = _check_nested(keys, ("all_buffer_ptrs", all_buffer_ptrs), ("all_sizes", all_sizes))
         _util.check_bool("prefer_same_node", prefer_same_node)
-        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
+        if not ok:
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
         return self._batch_zc(_ZC_GET_INTO, keys, all_buffer_ptrs, all_sizes, None, None)
 
@@ -972,6 +930,31 @@ class MooncakeDistributedStore:
                 results[i][j][k] = r
         return results
 
+    def _batch_flat(self, op: int, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                    sizes: Sequence[int], config: Optional[ReplicateConfig],
+                    refuse_same_node: bool = False) -> List[int]:
+        """A batch zero-copy call with one buffer per key (``batch_put_from``,
+        ``batch_upsert_from``, ``batch_get_into``)."""
+        _util.check_key_list("keys", keys)
+        _int_list("buffer_ptrs", buffer_ptrs)
+        _int_list("sizes", sizes)
+        _c_config(config)
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys) or \
+                (refuse_same_node and _same_node(config)):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(op, keys, [[p] for p in buffer_ptrs], [[s] for s in sizes],
+                              None, config)
+
+    def _batch_ranges(self, op: int, keys: Sequence[str],
+                      all_buffer_ptrs: Sequence[Sequence[int]],
+                      all_sizes: Sequence[Sequence[int]],
+                      offsets: Tuple[str, Sequence[Sequence[int]]]) -> List[int]:
+        """A ranged session read or write; ``offsets`` is (argument name, lists)."""
+        if not _check_nested(keys, ("all_buffer_ptrs", all_buffer_ptrs),
+                             ("all_sizes", all_sizes), offsets):
+            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
+        return self._batch_zc(op, keys, all_buffer_ptrs, all_sizes, offsets[1], None)
+
     def _batch_zc(self, op: int, keys: Sequence[str], ptrs: Sequence[Sequence[int]],
                   sizes: Sequence[Sequence[int]], offsets: Optional[Sequence[Sequence[int]]],
                   config: Optional[ReplicateConfig]) -> List[int]:
@@ -1035,14 +1018,8 @@ class MooncakeDistributedStore:
         trip): range ``j`` of key ``i`` reads ``all_sizes[i][j]`` bytes at
         object offset ``all_src_offsets[i][j]`` into ``all_buffer_ptrs[i][j]``.
         Per key the bytes moved, or a negative :class:`ErrorCode`."""
-        _util.check_key_list("keys", keys)
-        for name, v in (("all_buffer_ptrs", all_buffer_ptrs), ("all_sizes", all_sizes),
-                        ("all_src_offsets", all_src_offsets)):
-            _nested_list(name, v)
-        if not len(all_buffer_ptrs) == len(all_sizes) == len(all_src_offsets) == len(keys):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._batch_zc(_ZC_SESSION_READ, keys, all_buffer_ptrs, all_sizes,
-                              all_src_offsets, None)
+        return self._batch_ranges(_ZC_SESSION_READ, keys, all_buffer_ptrs, all_sizes,
+                                  ("all_src_offsets", all_src_offsets))
 
     def batch_get_session_end(self, keys: Sequence[str]) -> int:
         """Drop the cached lookups of ``keys``.  0 or a negative :class:`ErrorCode`."""
@@ -1083,14 +1060,8 @@ class MooncakeDistributedStore:
         ``j`` of key ``i`` writes ``all_sizes[i][j]`` bytes from
         ``all_buffer_ptrs[i][j]`` at object offset ``all_dst_offsets[i][j]``.
         Per key the bytes moved, or a negative :class:`ErrorCode`."""
-        _util.check_key_list("keys", keys)
-        for name, v in (("all_buffer_ptrs", all_buffer_ptrs), ("all_sizes", all_sizes),
-                        ("all_dst_offsets", all_dst_offsets)):
-            _nested_list(name, v)
-        if not len(all_buffer_ptrs) == len(all_sizes) == len(all_dst_offsets) == len(keys):
-            return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._batch_zc(_ZC_SESSION_WRITE, keys, all_buffer_ptrs, all_sizes,
-                              all_dst_offsets, None)
+        return self._batch_ranges(_ZC_SESSION_WRITE, keys, all_buffer_ptrs, all_sizes,
+                                  ("all_dst_offsets", all_dst_offsets))
 
     def batch_put_session_end(self, keys: Sequence[str]) -> List[int]:
         """Seal the put sessions, wait for in-flight writes and make the
@@ -1160,8 +1131,45 @@ def _nested_list(name: str, value: Any) -> None:
         _int_list(name + " item", v)
 
 
+def _check_nested(keys: Any, *named: Tuple[str, Any]) -> bool:
+    """Type-check ``keys`` and the named lists of int lists (TypeError);
+    False when a list's length differs from the number of keys."""
+    _util.check_key_list("keys", keys)
+    for name, v in named:
+        _nested_list(name, v)
+    return all(len(v) == len(keys) for _, v in named)
+
+
 def _same_node(config: Optional[ReplicateConfig]) -> bool:
     return config is not None and config.prefer_alloc_in_same_node
+
+
+def _str_list(name: str, value: Any) -> List[str]:
+    """A copy of a list of str (TypeError otherwise)."""
+    _util.check_key_list(name, value)
+    for item in value:
+        _util.check_str(name + " item", item)
+    return list(value)
+
+
+def _check_batch_write(keys: Any, values: Any, config: Optional[ReplicateConfig]) -> Any:
+    """Type checks of put_batch/upsert_batch; the native config."""
+    _util.check_key_list("keys", keys)
+    if isinstance(values, (str, bytes, bytearray, memoryview)) or \
+            not isinstance(values, (list, tuple)):
+        raise TypeError(f"values must be a list of bytes-like objects, "
+                        f"not {type(values).__name__}")
+    return _c_config(config)
+
+
+def _alloc_size(size: Any) -> int:
+    """An allocation size: TypeError unless an int; 0 when outside
+    [1, 2**64-1] (the allocation then fails with 0, as upstream)."""
+    if not _util.is_int(size):
+        raise TypeError(f"size must be an int, not {type(size).__name__}")
+    if size <= 0 or size > _util.U64_MAX:
+        return 0
+    return int(size)
 
 
 #: An object copied into a store's local buffer (:meth:`get_buffer`): a
@@ -1260,11 +1268,8 @@ class MooncakeHostMemAllocator:
 
     def alloc(self, size: int) -> int:
         """Allocate ``size`` bytes; the address, or 0 on failure."""
-        if not _util.is_int(size):
-            raise TypeError(f"size must be an int, not {type(size).__name__}")
-        if size <= 0 or size > _util.U64_MAX:
-            return 0
-        return _capi.mooncake_host_mem_alloc(int(size))
+        n = _alloc_size(size)
+        return _capi.mooncake_host_mem_alloc(n) if n else 0
 
     def free(self, ptr: int) -> int:
         """Free memory of :meth:`alloc`: 0, or ``INVALID_PARAMS`` for any
