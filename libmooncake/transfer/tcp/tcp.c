@@ -35,6 +35,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -959,6 +960,146 @@ static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, 
     return st;
 }
 
+/* Bytes received ahead of the sequential answer parser (see
+ * rx_read_run_bulk); consumed before the socket. */
+typedef struct rx_pending {
+    uint8_t *buf;
+    size_t len;
+    size_t off;
+} rx_pending_t;
+
+/* recv_exact into a then b, taking pending bytes first.  *got_p (optional)
+ * counts everything that arrived for this call. */
+static int rx_take(int fd, rx_pending_t *pd, void *a, size_t alen, void *b, size_t blen,
+                   size_t *got_p)
+{
+    uint8_t *pa = a, *pb = b;
+    size_t got  = 0, more = 0;
+    int rc;
+    if (pd->off < pd->len) {
+        size_t k = MC_MIN(alen, pd->len - pd->off);
+        memcpy(pa, pd->buf + pd->off, k);
+        pd->off += k;
+        pa += k;
+        alen -= k;
+        got += k;
+        k = MC_MIN(blen, pd->len - pd->off);
+        if (k > 0) {
+            memcpy(pb, pd->buf + pd->off, k);
+            pd->off += k;
+            pb += k;
+            blen -= k;
+            got += k;
+        }
+    }
+    if (alen == 0) {
+        rc = (blen == 0) ? 0 : recv_exact(fd, pb, blen, &more);
+    } else if (blen == 0) {
+        rc = recv_exact(fd, pa, alen, &more);
+    } else {
+        rc = recv_exact2(fd, pa, alen, pb, blen);
+    }
+    if (got_p != NULL)
+        *got_p = got + more;
+    return rc;
+}
+
+/*
+ * Receive the answers of a READ run in as few system calls as possible:
+ * one iovec spans every answer header and payload in the order the target
+ * sends them when every read succeeds, and recvmsg fills it with whatever
+ * has arrived.  Headers are checked as they complete.  A refused read is
+ * answered by a header alone, so everything received after it is out of
+ * place: those bytes are moved to @p pd and the caller parses the rest of
+ * the run one answer at a time.  (The destination of the refused read may
+ * have received some of them; its content is undefined anyway.)
+ *
+ * Returns the number of answers verified OK (st[] set for them); *next_p
+ * is then 1 when answer [returned index] has its header in @p hdr_out
+ * (divergence), 0 when all were received.  Returns -1 with errno on a
+ * receive failure, *done_p giving the answers verified before it and
+ * *recvd_p the bytes received.
+ */
+static ssize_t rx_read_run_bulk(int fd, const mc_te_xfer_t *v, size_t n, mc_status_t *st,
+                                uint8_t hdr_out[MC_TE_RESP_HDR_SIZE], int *next_p,
+                                rx_pending_t *pd, size_t *done_p, size_t *recvd_p)
+{
+    uint8_t hdrs[MC_TE_RUN_MAX_ITEMS][MC_TE_RESP_HDR_SIZE];
+    struct iovec iov[2 * MC_TE_RUN_MAX_ITEMS];
+    size_t cur = 0, niov = 2 * n, recvd = 0, parsed = 0, done = 0;
+    mc_te_resp_hdr_t resp;
+
+    *next_p = 0;
+    for (size_t j = 0; j < n; j++) {
+        iov[2 * j].iov_base     = hdrs[j];
+        iov[2 * j].iov_len      = MC_TE_RESP_HDR_SIZE;
+        iov[2 * j + 1].iov_base = v[j].local;
+        iov[2 * j + 1].iov_len  = (size_t)v[j].len;
+    }
+    while (done < n) {
+        struct msghdr mh;
+        ssize_t got;
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov    = &iov[cur];
+        mh.msg_iovlen = MC_MIN(niov - cur, (size_t)IOV_MAX);
+        got           = recvmsg(fd, &mh, 0);
+        if (got <= 0) {
+            if ((got < 0) && (errno == EINTR))
+                continue;
+            if (got == 0)
+                errno = ECONNRESET;
+            *done_p  = done;
+            *recvd_p = recvd;
+            return -1;
+        }
+        recvd += (size_t)got;
+        for (size_t left = (size_t)got; left > 0;) {
+            size_t k = MC_MIN(left, iov[cur].iov_len);
+            iov[cur].iov_base = (uint8_t *)iov[cur].iov_base + k;
+            iov[cur].iov_len -= k;
+            left -= k;
+            if (iov[cur].iov_len == 0)
+                cur++;
+        }
+        /* verify every answer that completed */
+        while ((done < n) && (recvd >= parsed + MC_TE_RESP_HDR_SIZE)) {
+            if ((mc_te_resp_decode(hdrs[done], &resp) != 0) || (resp.status != 0) ||
+                (resp.length != v[done].len)) {
+                /* divergence: move what arrived after this header aside */
+                size_t extra = recvd - parsed - MC_TE_RESP_HDR_SIZE, off = 0;
+                memcpy(hdr_out, hdrs[done], MC_TE_RESP_HDR_SIZE);
+                *next_p = 1;
+                if (extra > 0) {
+                    pd->buf = malloc(extra);
+                    if (pd->buf == NULL) {
+                        errno    = ENOMEM;
+                        *done_p  = done;
+                        *recvd_p = recvd;
+                        return -1;
+                    }
+                    /* the misplaced bytes fill payload[done], hdr[done+1], ... in order */
+                    for (size_t q = 2 * done + 1; off < extra; q++) {
+                        const uint8_t *base = (q % 2) ? (const uint8_t *)v[q / 2].local
+                                                      : hdrs[q / 2];
+                        size_t cap = (q % 2) ? (size_t)v[q / 2].len : MC_TE_RESP_HDR_SIZE;
+                        size_t k   = MC_MIN(cap, extra - off);
+                        memcpy(pd->buf + off, base, k);
+                        off += k;
+                    }
+                    pd->len = extra;
+                    pd->off = 0;
+                }
+                return (ssize_t)done;
+            }
+            if (recvd < parsed + MC_TE_RESP_HDR_SIZE + v[done].len)
+                break;
+            parsed += MC_TE_RESP_HDR_SIZE + v[done].len;
+            st[done++] = MC_OK;
+        }
+    }
+    return (ssize_t)done;
+}
+
 /*
  * A pipelined run on a connected lane: every request goes out first (one
  * sendmsg when it fits), then the answers are read in order.  Only one
@@ -973,14 +1114,105 @@ static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, 
  * the connection died): the caller may run them again on a new connection.
  * *stale_p: nothing at all came back on this connection.
  */
+/* Parse answers j0..n-1 one at a time (WRITE runs, and a READ run after a
+ * refused read; see rx_read_run_bulk).  @p pre: answer j0's header when it
+ * was already received.  Returns 1 when every answer was parsed. */
+static int lane_parse_seq(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer_t *v,
+                          size_t n, size_t j0, const uint8_t *pre, rx_pending_t *pd,
+                          int send_failed, int send_errno, mc_status_t *st,
+                          size_t *answered_p, int *stale_p)
+{
+    uint8_t rb[MC_TE_RESP_HDR_SIZE], next_rb[MC_TE_RESP_HDR_SIZE];
+    int have_next = 0;
+    mc_te_resp_hdr_t resp;
+    size_t j;
+
+    if (pre != NULL) {
+        memcpy(next_rb, pre, sizeof(next_rb));
+        have_next = 1;
+    }
+    for (j = j0; j < n; j++) {
+        size_t got = 0;
+        if (have_next) {
+            /* the header of answer j came in with payload j-1 */
+            memcpy(rb, next_rb, sizeof(rb));
+            have_next = 0;
+        } else if (rx_take(fd, pd, rb, sizeof(rb), NULL, 0, &got) != 0) {
+            int e    = errno;
+            *stale_p = (j == 0) && (got == 0) && (e != EAGAIN) && (e != EWOULDBLOCK);
+            mc_set_error_detail("%s %s:%u failed: %s",
+                                send_failed ? "sending to" : "receiving an answer from",
+                                pe->host, (unsigned)pe->port,
+                                strerror(send_failed ? send_errno : e));
+            if ((e == EAGAIN) || (e == EWOULDBLOCK)) {
+                /* the target may still be working on them: do not resend */
+                for (; j < n; j++)
+                    st[j] = MC_TRANSFER_FAIL;
+                *answered_p = n;
+            } else {
+                *answered_p = j;
+            }
+            return 0;
+        }
+        if ((mc_te_resp_decode(rb, &resp) != 0) ||
+            ((resp.status != 0) && (resp.length != 0)) ||
+            ((resp.status == 0) &&
+             (resp.length != ((opcode == MC_TE_OPC_READ) ? v[j].len : 0)))) {
+            mc_set_error_detail("malformed answer from %s:%u", pe->host, (unsigned)pe->port);
+            for (; j < n; j++)
+                st[j] = MC_TRANSFER_FAIL;
+            *answered_p = n;
+            return 0;
+        }
+        if (resp.status != 0) {
+            mc_set_error_detail("%s:%u refused the %s of [0x%llx, +%llu): %s", pe->host,
+                                (unsigned)pe->port, (opcode == MC_TE_OPC_READ) ? "read" : "write",
+                                (unsigned long long)v[j].remote, (unsigned long long)v[j].len,
+                                mc_status_name(resp.status));
+            st[j] = remote_status(resp.status);
+            if (opcode == MC_TE_OPC_WRITE) {
+                *answered_p = j + 1; /* the target closed: the rest were not run */
+                return 0;
+            }
+            continue;
+        }
+        if ((opcode == MC_TE_OPC_READ) && (j + 1 < n)) {
+            /* payload j and the header of answer j+1 in one receive */
+            if (rx_take(fd, pd, v[j].local, (size_t)v[j].len, next_rb, sizeof(next_rb), NULL) != 0) {
+                mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
+                                    (unsigned long long)v[j].len, pe->host, (unsigned)pe->port,
+                                    strerror(errno));
+                for (; j < n; j++)
+                    st[j] = MC_TRANSFER_FAIL;
+                *answered_p = n;
+                return 0;
+            }
+            have_next = 1;
+        } else if ((opcode == MC_TE_OPC_READ) &&
+                   (rx_take(fd, pd, v[j].local, (size_t)v[j].len, NULL, 0, NULL) != 0)) {
+            mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
+                                (unsigned long long)v[j].len, pe->host, (unsigned)pe->port,
+                                strerror(errno));
+            for (; j < n; j++)
+                st[j] = MC_TRANSFER_FAIL;
+            *answered_p = n;
+            return 0;
+        }
+        st[j] = MC_OK;
+    }
+    *answered_p = n;
+    return 1;
+}
+
 static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer_t *v, size_t n,
                      mc_status_t *st, size_t *answered_p, int *stale_p, int *keep_p)
 {
     uint8_t hdrs[MC_TE_RUN_MAX_ITEMS][MC_TE_REQ_HDR_SIZE];
     struct iovec iov[2 * MC_TE_RUN_MAX_ITEMS];
-    uint8_t rb[MC_TE_RESP_HDR_SIZE], next_rb[MC_TE_RESP_HDR_SIZE];
-    int have_next = 0;
-    mc_te_resp_hdr_t resp;
+    uint8_t pre[MC_TE_RESP_HDR_SIZE];
+    rx_pending_t pd = {NULL, 0, 0};
+    size_t j0 = 0;
+    int diverged = 0;
     int niov = 0, send_failed = 0, send_errno = 0;
     size_t j;
 
@@ -1009,77 +1241,35 @@ static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer
             return;
         }
     }
-    for (j = 0; j < n; j++) {
-        size_t got = 0;
-        if (have_next) {
-            /* the header of answer j came in with payload j-1 */
-            memcpy(rb, next_rb, sizeof(rb));
-            have_next = 0;
-        } else if (recv_exact(fd, rb, sizeof(rb), &got) != 0) {
-            int e    = errno;
-            *stale_p = (j == 0) && (got == 0) && (e != EAGAIN) && (e != EWOULDBLOCK);
-            mc_set_error_detail("%s %s:%u failed: %s",
-                                send_failed ? "sending to" : "receiving an answer from",
-                                pe->host, (unsigned)pe->port,
-                                strerror(send_failed ? send_errno : e));
-            if ((e == EAGAIN) || (e == EWOULDBLOCK)) {
-                /* the target may still be working on them: do not resend */
-                for (; j < n; j++)
+    if ((opcode == MC_TE_OPC_READ) && (n >= 2) && !send_failed) {
+        size_t done = 0, recvd = 0;
+        ssize_t r = rx_read_run_bulk(fd, v, n, st, pre, &diverged, &pd, &done, &recvd);
+        if (r < 0) {
+            int e = errno;
+            mc_set_error_detail("receiving answers from %s:%u failed: %s", pe->host,
+                                (unsigned)pe->port, strerror(e));
+            if ((e == EAGAIN) || (e == EWOULDBLOCK) || (e == ENOMEM)) {
+                for (j = done; j < n; j++)
                     st[j] = MC_TRANSFER_FAIL;
                 *answered_p = n;
             } else {
-                *answered_p = j;
+                *answered_p = done;
+                *stale_p    = (done == 0) && (recvd == 0);
             }
+            free(pd.buf);
             return;
         }
-        if ((mc_te_resp_decode(rb, &resp) != 0) ||
-            ((resp.status != 0) && (resp.length != 0)) ||
-            ((resp.status == 0) &&
-             (resp.length != ((opcode == MC_TE_OPC_READ) ? v[j].len : 0)))) {
-            mc_set_error_detail("malformed answer from %s:%u", pe->host, (unsigned)pe->port);
-            for (; j < n; j++)
-                st[j] = MC_TRANSFER_FAIL;
+        if (!diverged) {
             *answered_p = n;
+            *keep_p     = 1;
             return;
         }
-        if (resp.status != 0) {
-            mc_set_error_detail("%s:%u refused the %s of [0x%llx, +%llu): %s", pe->host,
-                                (unsigned)pe->port, (opcode == MC_TE_OPC_READ) ? "read" : "write",
-                                (unsigned long long)v[j].remote, (unsigned long long)v[j].len,
-                                mc_status_name(resp.status));
-            st[j] = remote_status(resp.status);
-            if (opcode == MC_TE_OPC_WRITE) {
-                *answered_p = j + 1; /* the target closed: the rest were not run */
-                return;
-            }
-            continue;
-        }
-        if ((opcode == MC_TE_OPC_READ) && (j + 1 < n)) {
-            /* payload j and the header of answer j+1 in one receive */
-            if (recv_exact2(fd, v[j].local, (size_t)v[j].len, next_rb, sizeof(next_rb)) != 0) {
-                mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
-                                    (unsigned long long)v[j].len, pe->host, (unsigned)pe->port,
-                                    strerror(errno));
-                for (; j < n; j++)
-                    st[j] = MC_TRANSFER_FAIL;
-                *answered_p = n;
-                return;
-            }
-            have_next = 1;
-        } else if ((opcode == MC_TE_OPC_READ) &&
-                   (recv_exact(fd, v[j].local, (size_t)v[j].len, NULL) != 0)) {
-            mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
-                                (unsigned long long)v[j].len, pe->host, (unsigned)pe->port,
-                                strerror(errno));
-            for (; j < n; j++)
-                st[j] = MC_TRANSFER_FAIL;
-            *answered_p = n;
-            return;
-        }
-        st[j] = MC_OK;
+        j0 = (size_t)r;
     }
-    *answered_p = n;
-    *keep_p     = !send_failed;
+    *keep_p = lane_parse_seq(pe, fd, opcode, v, n, j0, diverged ? pre : NULL, &pd, send_failed,
+                             send_errno, st, answered_p, stale_p) &&
+              !send_failed;
+    free(pd.buf);
 }
 
 static void tcp_xfer_run(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v, size_t n,
