@@ -21,7 +21,7 @@ status=0
     BUILD_DIR="$top/build-asan" CONFIGURE_FLAGS="--enable-sanitizers --disable-python" \
         "$top/scripts/build.sh" &&
     make -C "$top/build-asan" -j2 tests/unit/check_all >/dev/null &&
-    MC_MASTER_BIN="$top/build-asan/mooncake_master" MC_LOG_LEVEL=error \
+    MC_MASTER_BIN="$top/build-asan/mooncake_master" MC_LOG_LEVEL=error MC_SRCDIR="$top" \
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$top/build-asan/tests/unit/check_all" &&
@@ -38,7 +38,7 @@ make -C "$top/build" -j2 tests/unit/check_all >"$logdir/check-build.log" 2>&1 ||
 
 echo "== Check unit tests"
 # Expected error paths log warnings; keep the summary readable.
-MC_MASTER_BIN="$top/build/mooncake_master" MC_LOG_LEVEL=error \
+MC_MASTER_BIN="$top/build/mooncake_master" MC_LOG_LEVEL=error MC_SRCDIR="$top" \
     "$top/build/tests/unit/check_all" >"$logdir/unit.log" 2>&1 || status=1
 grep -E '^[0-9]+%: Checks|:[EF]:' "$logdir/unit.log" || tail -n 40 "$logdir/unit.log"
 

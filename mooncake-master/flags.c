@@ -10,6 +10,13 @@
  *
  * Nothing here prints or exits: errors come back as one line in the
  * caller's buffer, and main() decides (exit code 2 for a bad command line).
+ *
+ * --config_path names a JSON object keyed by flag names.  It is read once
+ * the whole command line is parsed, and a key only fills a flag the
+ * command line did not set, so explicit flags win whatever their position.
+ * File values go through the same parsers and validators as argv text:
+ * a JSON string is parsed exactly like the command-line spelling, numbers
+ * and booleans are converted to that spelling first.
  */
 #include "config.h"
 
@@ -19,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -328,6 +338,31 @@ static size_t kind_size(mc_flag_kind_t kind)
  * only once the new value is accepted, so a rejected value leaves the
  * configuration unchanged.
  */
+/* Would set_flag accept @p text for flag @p id?  Stores nothing. */
+static int check_flag(int id, const char *text, char *err, size_t errlen)
+{
+    const mc_flag_desc_t *d = &flag_table[id];
+    union {
+        int b;
+        int64_t i;
+        double f;
+        uint64_t u;
+        char *s;
+    } v;
+    char why[200] = "";
+    int rc = 0;
+
+    memset(&v, 0, sizeof(v));
+    if ((parse_value(d, text, &v, why, sizeof(why)) != 0) ||
+        (d->validate(&v, why, sizeof(why)) != 0)) {
+        snprintf(err, errlen, "invalid value '%s' for flag '%s': %s", text, d->name, why);
+        rc = -1;
+    }
+    if (d->kind == MC_FLAG_KIND_STRING)
+        free(v.s);
+    return rc;
+}
+
 static int set_flag(mc_master_config_t *cfg, int id, const char *text, char *err, size_t errlen)
 {
     const mc_flag_desc_t *d = &flag_table[id];
@@ -395,8 +430,192 @@ static mc_status_t parse_fail(char *err, size_t errlen, const char *fmt, ...)
     return MC_INVALID_PARAMS;
 }
 
-mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv, char *err,
-                                  size_t errlen)
+/* Keys a config file may not set: they only make sense on a command line. */
+static int file_key_forbidden(int id)
+{
+    return (id == MC_MASTER_FLAG_config_path) || (id == MC_MASTER_FLAG_help) ||
+           (id == MC_MASTER_FLAG_version);
+}
+
+/* Flag of a config-file key: a flag name, a deprecated alias, or the
+ * upstream config-file spelling client_live_ttl_sec of client_ttl. */
+static int file_key_find(const char *key)
+{
+    if (strcmp(key, "client_live_ttl_sec") == 0)
+        return MC_MASTER_FLAG_client_ttl;
+    return mc_master_flag_find(key);
+}
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
+    }
+    return "an unknown value";
+}
+
+/*
+ * The command-line spelling of a config-file value, in @p buf (strings are
+ * used as they are).  Which JSON types a flag takes: strings always;
+ * booleans for bool flags; integers for int, duration, size and double
+ * flags; real numbers for double flags.  NULL with @p why set otherwise.
+ */
+static const char *file_value_text(const mc_flag_desc_t *d, const json_t *v, char *buf,
+                                   size_t buflen, char *why, size_t whylen)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        return json_string_value(v);
+    case JSON_TRUE:
+    case JSON_FALSE:
+        if (d->kind == MC_FLAG_KIND_BOOL)
+            return json_is_true(v) ? "true" : "false";
+        break;
+    case JSON_INTEGER:
+        if ((d->kind == MC_FLAG_KIND_INT) || (d->kind == MC_FLAG_KIND_DOUBLE) ||
+            (d->kind == MC_FLAG_KIND_DURATION) || (d->kind == MC_FLAG_KIND_SIZE)) {
+            snprintf(buf, buflen, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+            return buf;
+        }
+        break;
+    case JSON_REAL:
+        if (d->kind == MC_FLAG_KIND_DOUBLE) {
+            snprintf(buf, buflen, "%.17g", json_real_value(v));
+            return buf;
+        }
+        break;
+    default:
+        break;
+    }
+    snprintf(why, whylen, "wrong type: %s flag cannot take %s", kind_name(d->kind),
+             json_type_name(v));
+    return NULL;
+}
+
+/*
+ * Apply the JSON object in @p path to every flag the command line left
+ * unset.  All keys are checked before the first one is applied, so a bad
+ * file changes nothing.  Errors name the file, and the key or the
+ * line/column jansson reports.
+ */
+static mc_status_t load_config_file(mc_master_config_t *cfg, const char *path, char *err,
+                                    size_t errlen)
+{
+    uint8_t from_file[MC_MASTER_FLAG_COUNT];
+    const char *first_key[MC_MASTER_FLAG_COUNT];
+    json_error_t jerr;
+    json_t *root = NULL;
+    const char *key;
+    json_t *value;
+    struct stat st;
+    mc_status_t status = MC_INVALID_PARAMS;
+    size_t plen = strlen(path);
+
+    memset(from_file, 0, sizeof(from_file));
+    memset(first_key, 0, sizeof(first_key));
+    if (stat(path, &st) != 0) {
+        parse_fail(err, errlen, "config file '%s': cannot read it: %s", path, strerror(errno));
+        goto cleanup;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        parse_fail(err, errlen, "config file '%s': is a directory", path);
+        goto cleanup;
+    }
+    root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        const char *hint = "";
+        if (((plen > 5) && (strcmp(path + plen - 5, ".yaml") == 0)) ||
+            ((plen > 4) && (strcmp(path + plen - 4, ".yml") == 0)))
+            hint = " (YAML is not supported; write the same keys as a JSON object)";
+        if (jerr.line > 0)
+            parse_fail(err, errlen, "config file '%s': invalid JSON at line %d, column %d: %s%s",
+                       path, jerr.line, jerr.column, jerr.text, hint);
+        else
+            parse_fail(err, errlen, "config file '%s': %s%s", path, jerr.text, hint);
+        goto cleanup;
+    }
+    if (!json_is_object(root)) {
+        parse_fail(err, errlen, "config file '%s': must hold a JSON object, not %s", path,
+                   json_type_name(root));
+        goto cleanup;
+    }
+
+    /* Pass 1: every key known, allowed, once, and of a usable type. */
+    json_object_foreach(root, key, value) {
+        char buf[64];
+        char why[200];
+        int id = file_key_find(key);
+        if (id < 0) {
+            parse_fail(err, errlen, "config file '%s': unknown key '%s'", path, key);
+            goto cleanup;
+        }
+        if (file_key_forbidden(id)) {
+            parse_fail(err, errlen, "config file '%s': key '%s' is only valid on the command line",
+                       path, key);
+            goto cleanup;
+        }
+        if (first_key[id] != NULL) {
+            parse_fail(err, errlen, "config file '%s': key '%s' sets the same flag as '%s'", path,
+                       key, first_key[id]);
+            goto cleanup;
+        }
+        first_key[id] = key;
+        if (file_value_text(&flag_table[id], value, buf, sizeof(buf), why, sizeof(why)) == NULL) {
+            parse_fail(err, errlen, "config file '%s': key '%s': %s", path, key, why);
+            goto cleanup;
+        }
+    }
+
+    /* Pass 2 validates every value (even those the command line
+     * overrides: a broken file is an error either way), so that pass 3,
+     * which stores, can only fail for lack of memory. */
+    for (int pass = 2; pass <= 3; pass++) {
+        json_object_foreach(root, key, value) {
+            char buf[64];
+            char why[200];
+            char msg[400];
+            int id = file_key_find(key);
+            const char *text;
+            int rc;
+            if ((pass == 3) && (cfg->is_set[id] == MC_FLAG_SET_ARGV))
+                continue; /* the command line wins */
+            text = file_value_text(&flag_table[id], value, buf, sizeof(buf), why, sizeof(why));
+            rc = (pass == 2) ? check_flag(id, text, msg, sizeof(msg))
+                             : set_flag(cfg, id, text, msg, sizeof(msg));
+            if (rc != 0) {
+                parse_fail(err, errlen, "config file '%s': key '%s': %s", path, key, msg);
+                goto cleanup;
+            }
+            if (pass == 3)
+                from_file[id] = 1;
+        }
+    }
+    for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
+        if (from_file[i])
+            cfg->is_set[i] = MC_FLAG_SET_FILE;
+    }
+    status = MC_OK;
+cleanup:
+    json_decref(root);
+    return status;
+}
+
+static mc_status_t parse_argv(mc_master_config_t *cfg, int argc, char **argv, char *err,
+                              size_t errlen)
 {
     if (errlen > 0)
         err[0] = '\0';
@@ -436,7 +655,7 @@ mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv
                         return parse_fail(err, errlen,
                                           "flag '--%.*s' does not take a value", (int)nlen, name);
                     *(int *)(void *)((char *)cfg + flag_table[bid].offset) = 0;
-                    cfg->is_set[bid] = 1;
+                    cfg->is_set[bid] = MC_FLAG_SET_ARGV;
                     continue;
                 }
             }
@@ -456,9 +675,21 @@ mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv
         }
         if (set_flag(cfg, id, value, err, errlen) != 0)
             return MC_INVALID_PARAMS;
-        cfg->is_set[id] = 1;
+        cfg->is_set[id] = MC_FLAG_SET_ARGV;
     }
     return MC_OK;
+}
+
+mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv, char *err,
+                                  size_t errlen)
+{
+    mc_status_t status = parse_argv(cfg, argc, argv, err, errlen);
+    if (status != MC_OK)
+        return status;
+    /* --help and --version answer even when the file is broken. */
+    if ((cfg->config_path[0] == '\0') || cfg->help || cfg->version)
+        return MC_OK;
+    return load_config_file(cfg, cfg->config_path, err, errlen);
 }
 
 mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, size_t errlen)

@@ -3,7 +3,7 @@ if HAVE_CHECK
 check_PROGRAMS += tests/unit/check_all
 TESTS += tests/unit/check_all
 # Suites that start the real daemon find it here.
-AM_TESTS_ENVIRONMENT = MC_MASTER_BIN=$(abs_builddir)/mooncake_master; export MC_MASTER_BIN;
+AM_TESTS_ENVIRONMENT = MC_MASTER_BIN=$(abs_builddir)/mooncake_master; export MC_MASTER_BIN; MC_SRCDIR=$(abs_top_srcdir); export MC_SRCDIR;
 tests_unit_check_all_SOURCES = \
 	tests/unit/check_all.c tests/unit/check_suites.h \
 	tests/unit/test_status.c tests/unit/test_util.c \
@@ -15,8 +15,8 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_transfer.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	$(NULL)
-tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS)
+tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS)
 endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang), not by make.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c

@@ -6,6 +6,13 @@
  * rejection of unknown flags, bad values and stray arguments with a
  * message that names the flag.  A rejected value must leave the previous
  * value in place.
+ *
+ * --config_path: values of every JSON type reach the flags through the
+ * command-line parsers, explicit flags override the file in either
+ * order, upstream's client_live_ttl_sec alias, every error kind with a
+ * message naming the file and key (or line and column) and no flag
+ * changed, and the shipped mooncake-master.json / .conf samples (found
+ * through $MC_SRCDIR) load and list every flag.
  */
 #include "config.h"
 
@@ -13,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../../mooncake-master/flags.h"
 #include "check_suites.h"
@@ -346,6 +355,325 @@ START_TEST(test_cross_flag_checks)
 }
 END_TEST
 
+/* ---- --config_path ----------------------------------------------------- */
+
+static char conf_dir[64];
+static char conf_file[128];
+static char conf_arg[160];
+
+static void conf_setup(void)
+{
+    setup();
+    snprintf(conf_dir, sizeof(conf_dir), "/tmp/mc-test-flags.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(conf_dir));
+    snprintf(conf_file, sizeof(conf_file), "%s/master.json", conf_dir);
+    snprintf(conf_arg, sizeof(conf_arg), "--config_path=%s", conf_file);
+}
+
+static void conf_teardown(void)
+{
+    unlink(conf_file);
+    rmdir(conf_dir);
+    teardown();
+}
+
+/* Replace the test's config file with @p text. */
+static void write_conf(const char *text)
+{
+    FILE *f = fopen(conf_file, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The source tree: $MC_SRCDIR (make check sets it), else derived from
+ * this file's compile-time path (relative ones are relative to the build
+ * directory, where the tests run). */
+static void srcdir_path(char *out, size_t outlen, const char *rel)
+{
+    const char *top = getenv("MC_SRCDIR");
+    if ((top != NULL) && (*top != '\0')) {
+        snprintf(out, outlen, "%s/%s", top, rel);
+        return;
+    }
+    const char *me   = __FILE__;
+    const char *tail = strstr(me, "tests/unit/test_flags.c");
+    ck_assert_ptr_nonnull(tail);
+    snprintf(out, outlen, "%.*s%s", (int)(tail - me), me, rel);
+}
+
+START_TEST(test_config_file_values_applied)
+{
+    write_conf("{\n"
+               "  \"port\": 6001,\n"
+               "  \"rpc_address\": \"127.0.0.1\",\n"
+               "  \"enable_http_metadata_server\": true,\n"
+               "  \"rpc_enable_tcp_no_delay\": false,\n"
+               "  \"enable_ha\": \"false\",\n"
+               "  \"default_kv_lease_ttl\": \"5s\",\n"
+               "  \"default_kv_soft_pin_ttl\": 60000,\n"
+               "  \"eviction_ratio\": 0.25,\n"
+               "  \"eviction_high_watermark_ratio\": 1,\n"
+               "  \"cxl_size\": \"2 GiB\",\n"
+               "  \"cluster_id\": \"file_cluster\",\n"
+               "  \"max_threads\": \"8\"\n"
+               "}\n");
+    ck_assert_status_ok(parse(conf_arg, NULL));
+    ck_assert_str_eq(cfg.config_path, conf_file);
+    ck_assert_int_eq(cfg.port, 6001);
+    ck_assert_str_eq(cfg.rpc_address, "127.0.0.1");
+    ck_assert_int_eq(cfg.enable_http_metadata_server, 1);
+    ck_assert_int_eq(cfg.rpc_enable_tcp_no_delay, 0);
+    ck_assert_int_eq(cfg.enable_ha, 0);
+    ck_assert_uint_eq(cfg.default_kv_lease_ttl, 5000);
+    ck_assert_uint_eq(cfg.default_kv_soft_pin_ttl, 60000);
+    ck_assert_double_eq_tol(cfg.eviction_ratio, 0.25, 1e-12);
+    ck_assert_double_eq_tol(cfg.eviction_high_watermark_ratio, 1.0, 1e-12);
+    ck_assert_uint_eq(cfg.cxl_size, 2ull << 30);
+    ck_assert_str_eq(cfg.cluster_id, "file_cluster");
+    ck_assert_int_eq(cfg.max_threads, 8);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_port], MC_FLAG_SET_FILE);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_config_path], MC_FLAG_SET_ARGV);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_client_ttl], 0);
+    ck_assert_int_eq(cfg.client_ttl, 10);
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+
+    /* an empty object changes nothing */
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    write_conf("{}");
+    ck_assert_status_ok(parse(conf_arg, NULL));
+    ck_assert_int_eq(cfg.port, 50051);
+}
+END_TEST
+
+START_TEST(test_config_command_line_overrides_file)
+{
+    write_conf("{\"port\": 6001, \"client_ttl\": 30, \"enable_ha\": true, "
+               "\"rpc_address\": \"10.0.0.1\"}");
+    /* flag before --config_path */
+    ck_assert_status_ok(parse("--port=1", "--noenable_ha", conf_arg, NULL));
+    ck_assert_int_eq(cfg.port, 1);
+    ck_assert_int_eq(cfg.enable_ha, 0);
+    ck_assert_int_eq(cfg.client_ttl, 30);
+    ck_assert_str_eq(cfg.rpc_address, "10.0.0.1");
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_port], MC_FLAG_SET_ARGV);
+
+    /* flag after --config_path */
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_ok(parse("--config_path", conf_file, "--port", "2", "--client_ttl=5", NULL));
+    ck_assert_int_eq(cfg.port, 2);
+    ck_assert_int_eq(cfg.client_ttl, 5);
+    ck_assert_int_eq(cfg.enable_ha, 1);
+    ck_assert_str_eq(cfg.rpc_address, "10.0.0.1");
+
+    /* a deprecated alias on the command line overrides the file's name */
+    write_conf("{\"snapshot_object_store_type\": \"local\"}");
+    ck_assert_status_ok(parse(conf_arg, "--snapshot_payload_store_type=s3", NULL));
+    ck_assert_str_eq(cfg.snapshot_object_store_type, "s3");
+}
+END_TEST
+
+START_TEST(test_config_client_live_ttl_sec_alias)
+{
+    write_conf("{\"client_live_ttl_sec\": 60}");
+    ck_assert_status_ok(parse(conf_arg, NULL));
+    ck_assert_int_eq(cfg.client_ttl, 60);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_client_ttl], MC_FLAG_SET_FILE);
+    /* the command line still wins over the alias */
+    ck_assert_status_ok(parse(conf_arg, "--client_ttl=7", NULL));
+    ck_assert_int_eq(cfg.client_ttl, 7);
+    /* the other deprecated aliases work in a file too */
+    write_conf("{\"snapshot_catalog_backend_type\": \"redis\"}");
+    ck_assert_status_ok(parse(conf_arg, NULL));
+    ck_assert_str_eq(cfg.snapshot_catalog_store_type, "redis");
+    /* naming one flag twice through an alias is an error */
+    write_conf("{\"client_ttl\": 5, \"client_live_ttl_sec\": 6}");
+    ck_assert_status_eq(parse(conf_arg, NULL), MC_INVALID_PARAMS);
+    assert_err_mentions("client_live_ttl_sec");
+    assert_err_mentions("client_ttl");
+    /* the file alias is not a command-line flag */
+    ck_assert_status_eq(parse("--client_live_ttl_sec=5", NULL), MC_INVALID_PARAMS);
+}
+END_TEST
+
+/* @p text must be refused with an error naming the file and @p what, and
+ * leave every flag as it was. */
+static void assert_conf_rejected(const char *text, const char *what)
+{
+    write_conf(text);
+    ck_assert_status_eq(parse(conf_arg, NULL), MC_INVALID_PARAMS);
+    assert_err_mentions(conf_file);
+    assert_err_mentions(what);
+    ck_assert_int_eq(cfg.port, 50051);
+    ck_assert_int_eq(cfg.client_ttl, 10);
+    ck_assert_str_eq(cfg.rpc_address, "0.0.0.0");
+}
+
+START_TEST(test_config_errors)
+{
+    /* unknown key (after a valid one, which must not be applied) */
+    assert_conf_rejected("{\"port\": 6001, \"prot\": 1}", "unknown key 'prot'");
+    /* wrong types */
+    assert_conf_rejected("{\"port\": true}", "key 'port': wrong type");
+    assert_conf_rejected("{\"port\": 1.5}", "key 'port': wrong type");
+    assert_conf_rejected("{\"rpc_address\": 1}", "key 'rpc_address': wrong type");
+    assert_conf_rejected("{\"enable_ha\": 1}", "key 'enable_ha': wrong type");
+    assert_conf_rejected("{\"client_ttl\": null}", "key 'client_ttl': wrong type");
+    assert_conf_rejected("{\"client_ttl\": [1]}", "key 'client_ttl': wrong type");
+    assert_conf_rejected("{\"client_ttl\": {\"value\": 1}}", "key 'client_ttl': wrong type");
+    /* bad values, through the command-line validators */
+    assert_conf_rejected("{\"port\": 6001, \"client_ttl\": 0}", "key 'client_ttl'");
+    assert_conf_rejected("{\"port\": 70000}", "a port must be between 0 and 65535");
+    assert_conf_rejected("{\"port\": \"abc\"}", "not an integer");
+    assert_conf_rejected("{\"default_kv_lease_ttl\": \"5 parsecs\"}",
+                         "key 'default_kv_lease_ttl'");
+    assert_conf_rejected("{\"default_kv_lease_ttl\": -5}", "key 'default_kv_lease_ttl'");
+    assert_conf_rejected("{\"eviction_ratio\": 1.5}", "key 'eviction_ratio'");
+    assert_conf_rejected("{\"enable_ha\": \"maybe\"}", "expected true or false");
+    assert_conf_rejected("{\"cluster_id\": \"a b\"}", "key 'cluster_id'");
+    /* a value the command line overrides must still be valid */
+    write_conf("{\"port\": 70000}");
+    ck_assert_status_eq(parse("--port=1", conf_arg, NULL), MC_INVALID_PARAMS);
+    assert_err_mentions("key 'port'");
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    /* keys only the command line may set */
+    assert_conf_rejected("{\"config_path\": \"/etc/other.json\"}", "key 'config_path'");
+    assert_conf_rejected("{\"help\": true}", "key 'help'");
+    /* invalid JSON, with line and column */
+    assert_conf_rejected("{\"port\": 6001,\n \"client_ttl\": }", "line 2, column");
+    assert_conf_rejected("", "invalid JSON");
+    assert_conf_rejected("{\"port\": 1, \"port\": 2}", "duplicate");
+    /* the file must hold an object */
+    assert_conf_rejected("[1, 2]", "must hold a JSON object");
+    /* unreadable: missing file, directory */
+    unlink(conf_file);
+    ck_assert_status_eq(parse(conf_arg, NULL), MC_INVALID_PARAMS);
+    assert_err_mentions(conf_file);
+    assert_err_mentions("No such file");
+    {
+        char arg[160];
+        snprintf(arg, sizeof(arg), "--config_path=%s", conf_dir);
+        ck_assert_status_eq(parse(arg, NULL), MC_INVALID_PARAMS);
+        assert_err_mentions(conf_dir);
+        assert_err_mentions("directory");
+    }
+    /* --help and --version answer even with a broken file */
+    ck_assert_status_ok(parse(conf_arg, "--help", NULL));
+    ck_assert_int_eq(cfg.help, 1);
+}
+END_TEST
+
+START_TEST(test_config_yaml_hint)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/master.yaml", conf_dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("port: 6001\n", f);
+    fclose(f);
+    char arg[200];
+    snprintf(arg, sizeof(arg), "--config_path=%s", path);
+    ck_assert_status_eq(parse(arg, NULL), MC_INVALID_PARAMS);
+    unlink(path);
+    assert_err_mentions(path);
+    assert_err_mentions("YAML is not supported");
+}
+END_TEST
+
+START_TEST(test_config_shipped_json_loads)
+{
+    char path[4096];
+    char arg[4200];
+    srcdir_path(path, sizeof(path), "mooncake-master/mooncake-master.json");
+    snprintf(arg, sizeof(arg), "--config_path=%s", path);
+    ck_assert_status_ok(parse(arg, NULL));
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    /* the sample sets a mix of types; each must have come from the file */
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_rpc_port], MC_FLAG_SET_FILE);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_default_kv_lease_ttl], MC_FLAG_SET_FILE);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_eviction_high_watermark_ratio], MC_FLAG_SET_FILE);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_client_ttl], MC_FLAG_SET_FILE);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_enable_http_metadata_server], MC_FLAG_SET_FILE);
+    ck_assert_int_eq(cfg.is_set[MC_MASTER_FLAG_cluster_id], MC_FLAG_SET_FILE);
+    ck_assert_uint_eq(cfg.default_kv_lease_ttl, 10000);
+    ck_assert_uint_eq(cfg.max_kv_soft_pin_ttl, 86400000);
+    ck_assert_int_eq(cfg.client_ttl, 10);
+}
+END_TEST
+
+/* The commented sample lists every visible flag but --help and --version
+ * as "name = default", and nothing else. */
+START_TEST(test_config_sample_conf_lists_every_flag)
+{
+    char path[4096];
+    char line[1024];
+    char *text = NULL;
+    size_t len = 0;
+    srcdir_path(path, sizeof(path), "mooncake-master/mooncake-master.conf");
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    FILE *all = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(all);
+    fputc('\n', all);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        fputs(line, all);
+        if ((line[0] == '#') || (line[0] == '\n'))
+            continue;
+        char *sp = strstr(line, " = ");
+        ck_assert_msg(sp != NULL, "%s: unexpected line: %s", path, line);
+        *sp = '\0';
+        ck_assert_msg(mc_master_flag_find(line) >= 0, "%s names an unknown flag '%s'", path,
+                      line);
+    }
+    fclose(f);
+    fclose(all);
+    /* each flag --help lists has its "name = " line */
+    {
+        char *help = NULL;
+        size_t hlen = 0;
+        FILE *h = open_memstream(&help, &hlen);
+        ck_assert_ptr_nonnull(h);
+        mc_master_flags_print_help(h, "x");
+        fclose(h);
+        for (char *p = strstr(help, "\n  --"); p != NULL; p = strstr(p + 1, "\n  --")) {
+            char name[128];
+            char want[160];
+            size_t n = strcspn(p + 5, " ");
+            ck_assert_uint_lt(n, sizeof(name));
+            memcpy(name, p + 5, n);
+            name[n] = '\0';
+            if ((strcmp(name, "help") == 0) || (strcmp(name, "version") == 0))
+                continue; /* command-line only */
+            snprintf(want, sizeof(want), "\n%s = ", name);
+            ck_assert_msg(strstr(text, want) != NULL, "%s does not document --%s", path, name);
+        }
+        free(help);
+    }
+    free(text);
+}
+END_TEST
+
+START_TEST(test_config_path_is_implemented)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f    = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    mc_master_flags_print_help(f, "mooncake_master");
+    fclose(f);
+    char *p = strstr(text, "--config_path (string)");
+    ck_assert_ptr_nonnull(p);
+    char *next = strstr(p + 1, "\n  --");
+    ck_assert_ptr_nonnull(next);
+    *next = '\0';
+    ck_assert_msg(strstr(p, "not implemented") == NULL, "--config_path works: %s", p);
+    free(text);
+}
+END_TEST
+
 Suite *mc_test_flags_suite(void)
 {
     Suite *s  = suite_create("flags");
@@ -367,5 +695,17 @@ Suite *mc_test_flags_suite(void)
     tcase_add_test(tc, test_help_lists_every_flag);
     tcase_add_test(tc, test_cross_flag_checks);
     suite_add_tcase(s, tc);
+
+    TCase *tf = tcase_create("config_file");
+    tcase_add_checked_fixture(tf, conf_setup, conf_teardown);
+    tcase_add_test(tf, test_config_file_values_applied);
+    tcase_add_test(tf, test_config_command_line_overrides_file);
+    tcase_add_test(tf, test_config_client_live_ttl_sec_alias);
+    tcase_add_test(tf, test_config_errors);
+    tcase_add_test(tf, test_config_yaml_hint);
+    tcase_add_test(tf, test_config_shipped_json_loads);
+    tcase_add_test(tf, test_config_sample_conf_lists_every_flag);
+    tcase_add_test(tf, test_config_path_is_implemented);
+    suite_add_tcase(s, tf);
     return s;
 }
