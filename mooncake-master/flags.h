@@ -45,6 +45,10 @@ typedef enum mc_flag_kind {
 #define MC_FLAG_HIDDEN    0x2u /* not listed by --help (process flags) */
 #define MC_FLAG_LATER     0x4u /* --help adds "(arrives in a later release)" */
 
+/* Where a flag's value came from (mc_master_config_t.is_set). */
+#define MC_FLAG_SET_ARGV  1
+#define MC_FLAG_SET_FILE  2
+
 /*
  * X(KIND, name, default, validator, attributes, help).  validator is a
  * function name from flags.c (v_none accepts anything).  Order is the
@@ -54,8 +58,10 @@ typedef enum mc_flag_kind {
     /* ---- process ---- */                                                                 \
     X(BOOL, help, "false", v_none, 0, "Print every flag and exit.")            \
     X(BOOL, version, "false", v_none, 0, "Print the version and exit.")        \
-    X(STRING, config_path, "", v_none, MC_FLAG_NI,                                          \
-      "Master configuration file (JSON/YAML); command-line flags override it.")             \
+    X(STRING, config_path, "", v_none, 0,                                                   \
+      "Master configuration file: a JSON object keyed by flag names (client_live_ttl_sec "  \
+      "also names client_ttl); flags given on the command line override it. YAML is not "   \
+      "supported.")                                                                         \
     X(STRING, log_level, "", v_log_level, 0,                                                \
       "Log threshold: error, warn, info, debug or trace (or 0..4). Empty: $MC_LOG_LEVEL, "  \
       "else info.")                                                                         \
@@ -82,10 +88,13 @@ typedef enum mc_flag_kind {
     /* ---- metrics / admin ---- */                                                         \
     X(BOOL, enable_metric_reporting, "true", v_none, 0,                                     \
       "Log a \"master metrics\" line (keys, segments, bytes) every 10 seconds at info.")    \
-    X(INT, metrics_port, "9003", v_port, MC_FLAG_NI | MC_FLAG_LATER,                        \
-      "Port of the HTTP admin/metrics server.")                                             \
-    X(STRING, metrics_host, "0.0.0.0", v_nonempty, MC_FLAG_NI | MC_FLAG_LATER,              \
-      "Address of the HTTP admin/metrics server.")                                          \
+    X(INT, metrics_port, "9003", v_port, 0,                                                 \
+      "Port of the HTTP admin/metrics server (/metrics in Prometheus text, "                \
+      "/metrics/summary, /health, /query_key, /get_all_keys, /get_all_segments, "           \
+      "/query_segment); 0 disables it.  When the default port cannot be bound the master "  \
+      "runs without it; an explicit port that cannot be bound is fatal.")                   \
+    X(STRING, metrics_host, "0.0.0.0", v_nonempty, 0,                                       \
+      "Address the HTTP admin/metrics server binds to.")                                    \
     /* ---- leases and pins ---- */                                                         \
     X(DURATION, default_kv_lease_ttl, "10000", v_positive_duration, 0,                      \
       "Read lease granted by GetReplicaList/ExistKey (ms; suffixes ms, s, m, h).")          \
@@ -93,12 +102,12 @@ typedef enum mc_flag_kind {
       "Soft-pin lifetime when a put asks for ENABLE without a TTL (ms; ms/s/m/h).")         \
     X(DURATION, max_kv_soft_pin_ttl, "86400000", v_none, 0,                                 \
       "Largest soft-pin TTL a put may ask for (ms; ms/s/m/h).")                             \
-    X(BOOL, allow_evict_soft_pinned_objects, "true", v_none, MC_FLAG_NI | MC_FLAG_LATER,    \
+    X(BOOL, allow_evict_soft_pinned_objects, "true", v_none, 0,                             \
       "Let eviction take soft-pinned objects when not enough others are evictable.")        \
     /* ---- eviction ---- */                                                                \
-    X(DOUBLE, eviction_ratio, "0.05", v_ratio, MC_FLAG_NI | MC_FLAG_LATER,                  \
+    X(DOUBLE, eviction_ratio, "0.05", v_ratio, 0,                                           \
       "Share of the store freed by one eviction pass (0..1).")                              \
-    X(DOUBLE, eviction_high_watermark_ratio, "0.90", v_ratio, MC_FLAG_NI | MC_FLAG_LATER,   \
+    X(DOUBLE, eviction_high_watermark_ratio, "0.90", v_ratio, 0,                            \
       "Used/capacity ratio that triggers eviction (0..1).")                                 \
     X(DOUBLE, nof_eviction_ratio, "0.05", v_ratio, MC_FLAG_NI,                              \
       "Eviction ratio of the NVMe-oF pool (0..1).")                                         \
@@ -242,7 +251,8 @@ typedef struct mc_master_config {
 #define MC_MASTER_FLAG_FIELD_(KIND, name, def, valid, attrs, help) mc_flag_ctype_##KIND name;
     MC_MASTER_FLAGS(MC_MASTER_FLAG_FIELD_)
 #undef MC_MASTER_FLAG_FIELD_
-    /* is_set[MC_MASTER_FLAG_x]: given on the command line (last one wins). */
+    /* is_set[MC_MASTER_FLAG_x]: 0 default, MC_FLAG_SET_ARGV given on the
+     * command line (last one wins), MC_FLAG_SET_FILE read from --config_path. */
     uint8_t is_set[MC_MASTER_FLAG_COUNT];
 } mc_master_config_t;
 
@@ -257,6 +267,17 @@ void mc_master_config_cleanup(mc_master_config_t *cfg);
  * line naming the flag and the problem ("unknown command line flag
  * 'prot'", "invalid value 'abc' for flag 'port': not an integer").
  * --help and --version only set cfg->help / cfg->version.
+ *
+ * Then, unless --help or --version was given, the JSON object named by
+ * --config_path fills every flag the command line did not set (whatever
+ * the order of the arguments).  Keys are flag names, deprecated aliases,
+ * or client_live_ttl_sec (upstream's file name of client_ttl); values are
+ * JSON strings (parsed like the command line), booleans (bool flags) or
+ * numbers (int, double, duration and size flags).  An unreadable file,
+ * invalid JSON (with line and column), a non-object, an unknown,
+ * duplicate or command-line-only key (config_path, help, version), a value
+ * of the wrong type or an invalid value is MC_INVALID_PARAMS with @p err
+ * naming the file and key, and leaves the flags untouched.
  */
 mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv, char *err,
                                   size_t errlen);

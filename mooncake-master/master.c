@@ -5,7 +5,7 @@
  *
  * Timers on the loop (docs/threads.md):
  *  - the tick (MC_MASTER_TICK_MS): client expiry, abandoned puts,
- *    discarded ranges;
+ *    discarded ranges, background eviction (evict.h);
  *  - the metrics line every MC_MASTER_METRICS_S (--enable_metric_reporting).
  * SIGTERM and SIGINT are libevent signal events: they break the loop, and
  * mc_master_destroy() frees everything, so the daemon exits 0 with nothing
@@ -22,6 +22,7 @@
 #include <event2/event.h>
 
 #include "common/log.h"
+#include "evict.h"
 #include "master.h"
 
 #define MC_MASTER_TICK_MS    250
@@ -35,6 +36,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     mc_master_clients_tick(m, now);
     mc_master_objects_tick(m, now);
+    mc_master_evict_tick(m, now);
 }
 
 static void metrics_cb(evutil_socket_t fd, short what, void *arg)
@@ -69,6 +71,7 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         return MC_INTERNAL_ERROR;
     m->cfg          = cfg;
     m->view_version = mc_wall_ms();
+    m->start_ms     = mc_now_ms();
 
     m->base = event_base_new();
     if (m->base == NULL) {
@@ -86,6 +89,17 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         st = mc_master_http_start(m);
         if (st != MC_OK)
             goto fail;
+    }
+
+    if (cfg->metrics_port != 0) {
+        /* an explicit --metrics_port that cannot be bound is fatal; the
+         * default one (9003) may be taken by another master on the host,
+         * which must not stop this one */
+        st = mc_master_admin_start(m);
+        if ((st != MC_OK) && cfg->is_set[MC_MASTER_FLAG_metrics_port])
+            goto fail;
+        if (st != MC_OK)
+            mc_warn("running without the admin/metrics server (--metrics_port=0 disables it)");
     }
 
     st      = MC_INTERNAL_ERROR;
@@ -120,10 +134,11 @@ fail:
 
 int mc_master_run(mc_master_t *m)
 {
-    mc_info("mooncake_master %s listening: rpc %s%s%s (cluster %s, lease %" PRIu64
+    mc_info("mooncake_master %s listening: rpc %s%s%s%s%s (cluster %s, lease %" PRIu64
             " ms, client ttl %" PRId64 " s)",
             mc_version_string(), m->rpc_bound, m->http ? ", http metadata " : "",
-            m->http ? m->http_bound : "", m->cfg->cluster_id, m->cfg->default_kv_lease_ttl,
+            m->http ? m->http_bound : "", m->admin ? ", admin/metrics " : "",
+            m->admin ? m->admin_bound : "", m->cfg->cluster_id, m->cfg->default_kv_lease_ttl,
             m->cfg->client_ttl);
     if (event_base_dispatch(m->base) < 0) {
         mc_error("event loop failed");
@@ -144,6 +159,7 @@ void mc_master_destroy(mc_master_t *m)
         event_free(m->metrics_ev);
     if (m->tick_ev != NULL)
         event_free(m->tick_ev);
+    mc_master_admin_stop(m);
     mc_master_http_stop(m);
     mc_master_rpc_stop(m);
     /* objects before segments (replicas point into segments), segments

@@ -41,6 +41,10 @@ struct event;
 struct evconnlistener;
 struct evhttp;
 
+/* Size of the per-opcode counter arrays; every opcode of the wire table
+ * is below it (asserted where they are counted). */
+#define MC_MASTER_NOPS 128
+
 /* ---- intrusive circular doubly-linked list ------------------------------ */
 
 typedef struct mc_mlist {
@@ -130,6 +134,7 @@ struct mc_object {
     mc_uuid_t up_owner;        /* fresh */
     mc_mlist_t up_replicas;    /* fresh: mc_replica_t.link */
     mc_mlist_t up_link;        /* fresh: in m->upserting, oldest first */
+    mc_mlist_t lru_link;       /* in m->lru (evict.h); self-linked when off it */
     uint32_t tenant_len;
     uint32_t key_len;
     char strs[];               /* tenant bytes then key bytes, no NULs */
@@ -187,6 +192,7 @@ struct mc_master {
                                 * buffers replaced under a reader's lease */
     mc_mlist_t upserting;      /* objects with a fresh-buffer upsert, oldest first */
     uint64_t next_replica_id;
+    mc_mlist_t lru;            /* evict.h: least recently used first */
 
     /* segments.c */
     mc_hmap_t segments;
@@ -210,6 +216,19 @@ struct mc_master {
     struct event *tick_ev;
     struct event *metrics_ev;
     struct event *sig_ev[2];   /* SIGTERM, SIGINT */
+
+    /* eviction counters (evict.c), exported by admin.c */
+    uint64_t evicted_keys;
+    uint64_t evicted_bytes;
+    uint64_t evictions;
+
+    /* admin.c; op_requests/op_failures are counted by rpc.c's dispatcher
+     * (a status other than MC_OK is a failure), indexed by opcode */
+    struct evhttp *admin;
+    char admin_bound[300];
+    uint64_t start_ms;                     /* monotonic, at create */
+    uint64_t op_requests[MC_MASTER_NOPS];
+    uint64_t op_failures[MC_MASTER_NOPS];
 };
 
 /* ---- master.c ------------------------------------------------------------ */
@@ -341,6 +360,22 @@ mc_status_t mc_master_http_start(mc_master_t *m);
 void mc_master_http_stop(mc_master_t *m);
 /* Delete one metadata key; 0 if it existed, -1 if not. */
 int mc_master_http_meta_delete(mc_master_t *m, const char *key);
+
+/* ---- admin.c: admin HTTP server and metrics (--metrics_port) ------------- */
+
+/* Bind --metrics_host:--metrics_port; MC_INVALID_PARAMS when it cannot. */
+mc_status_t mc_master_admin_start(mc_master_t *m);
+void mc_master_admin_stop(mc_master_t *m);
+
+/* ---- objects.c, for admin.c ------------------------------------------------ */
+
+/* The object (tenant, key), or NULL. */
+mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key);
+
+/* ---- objects.c, for evict.c ------------------------------------------------ */
+
+/* Free every replica of @p o at once and erase it (eviction). */
+void mc_master_object_erase(mc_master_t *m, mc_object_t *o);
 
 /* Hash of a UUID for the segment and client maps. */
 static inline uint64_t mc_master_uuid_hash(mc_uuid_t id)

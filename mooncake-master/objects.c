@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "evict.h"
 #include "master.h"
 
 typedef struct obj_lookup {
@@ -65,6 +66,7 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->upserting);
+    mc_mlist_init(&m->lru);
     m->next_replica_id = 0;
     return MC_OK;
 }
@@ -146,6 +148,7 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
     upsert_clear(o);
     mc_hmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
+    mc_mlist_remove(&o->lru_link);
     free(o->group_id);
     free(o);
 }
@@ -171,6 +174,7 @@ void mc_master_objects_cleanup(mc_master_t *m)
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->upserting);
+    mc_mlist_init(&m->lru);
     mc_hmap_cleanup(&m->objects);
 }
 
@@ -254,6 +258,7 @@ static void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
     uint64_t d = now_ms + m->cfg->default_kv_lease_ttl;
     if (d > o->lease_deadline_ms)
         o->lease_deadline_ms = d;
+    mc_master_lru_touch(m, o);
 }
 
 static void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint64_t size)
@@ -323,12 +328,31 @@ static const mc_client_t *writer_of(mc_master_t *m, mc_uuid_t client_id,
     return cfg->prefer_alloc_in_same_node ? mc_master_client_find(m, client_id) : NULL;
 }
 
+/* One placement attempt of place(), repeated by inline eviction. */
+typedef struct place_try {
+    mc_master_t *m;
+    uint64_t length;
+    uint32_t want;
+    mc_str_t preferred;
+    const mc_client_t *local;
+    mc_replica_t **reps;
+} place_try_t;
+
+static uint32_t place_try(void *arg)
+{
+    place_try_t *p = arg;
+    return mc_master_segments_allocate(p->m, p->length, p->want, p->preferred, p->local, p->reps);
+}
+
 /* Allocate the replicas of one write (arena array in *reps_p); returns
- * how many were placed, 0 when none fitted. */
+ * how many were placed, 0 when none fitted even after evicting every
+ * evictable object but @p keep (evict.h). */
 static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
-                      const mc_wire_config_t *cfg, mc_replica_t ***reps_p, int32_t *st_p)
+                      const mc_wire_config_t *cfg, const mc_object_t *keep,
+                      mc_replica_t ***reps_p, int32_t *st_p)
 {
     mc_master_t *m = x->m;
+    place_try_t p;
     uint32_t want, n;
 
     *reps_p = NULL;
@@ -342,8 +366,15 @@ static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
         *st_p = MC_INTERNAL_ERROR;
         return 0;
     }
-    n = mc_master_segments_allocate(m, length, want, cfg->preferred_segment,
-                                    writer_of(m, client_id, cfg), *reps_p);
+    p.m         = m;
+    p.length    = length;
+    p.want      = want;
+    p.preferred = cfg->preferred_segment;
+    p.local     = writer_of(m, client_id, cfg);
+    p.reps      = *reps_p;
+    n           = place_try(&p);
+    if (n == 0)
+        n = mc_master_evict_until(m, x->now_ms, length, keep, place_try, &p);
     *st_p = n ? MC_OK : MC_NO_AVAILABLE_HANDLE;
     return n;
 }
@@ -399,7 +430,7 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
         obj_discard(m, o);
     }
 
-    n = place(x, client_id, length, cfg, &reps, &st);
+    n = place(x, client_id, length, cfg, NULL, &reps, &st);
     if (n == 0)
         return st;
     out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
@@ -417,6 +448,7 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     mc_mlist_init(&o->replicas);
     mc_mlist_init(&o->up_replicas);
     mc_mlist_init(&o->up_link);
+    mc_mlist_init(&o->lru_link); /* joins m->lru at PUT_END */
     o->size         = length;
     o->owner        = client_id;
     o->put_start_ms = x->now_ms;
@@ -496,6 +528,7 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
     o->lease_deadline_ms = 0; /* as after PUT_END: the new value has no reader */
     apply_upsert_config(o, now_ms);
     upsert_clear(o);
+    mc_master_lru_touch(m, o);
 }
 
 /* PUT_END, and UPSERT_END when @p upsert. */
@@ -525,6 +558,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
     o->complete = 1;
     mc_mlist_remove(&o->pending_link);
+    mc_master_lru_touch(x->m, o);
     if (o->upsert == MC_UPSERT_INPLACE) {
         apply_upsert_config(o, x->now_ms);
         upsert_clear(o);
@@ -930,7 +964,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     }
 
     /* Fresh buffers; the old value stays readable meanwhile. */
-    n = place(x, client_id, length, cfg, &reps, &st);
+    n = place(x, client_id, length, cfg, o, &reps, &st);
     if (n == 0)
         return st;
     out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
@@ -1062,4 +1096,14 @@ int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex
         mc_info("remove_by_regex%s: %" PRId64 " objects removed", req->force ? " (force)" : "",
                 count);
     return MC_OK;
+}
+
+mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
+{
+    return obj_find(m, tenant, key);
+}
+
+void mc_master_object_erase(mc_master_t *m, mc_object_t *o)
+{
+    obj_erase(m, o);
 }

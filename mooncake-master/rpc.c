@@ -241,6 +241,10 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
             return -1;                                                                    \
         }                                                                                 \
         st = handle_##low(c, &x, &req, &resp);                                            \
+        _Static_assert((code) < MC_MASTER_NOPS, "opcode outside the counter arrays");   \
+        c->m->op_requests[(code)]++;                                                      \
+        if (st != MC_OK)                                                                  \
+            c->m->op_failures[(code)]++;                                                  \
         mc_trace("rpc %s: %s #%" PRIu32 " -> %d (%s)", c->peer, #UP, rid, (int)st,        \
                  mc_status_name(st));                                                     \
         mc_wire_encode_##low##_resp(&c->out, rid, st, &resp);                             \

@@ -34,6 +34,7 @@ EXTRA_DIST += \
 	tests/python/client_proc.py \
 	tests/python/helpers.py \
 	tests/python/test_api.py \
+	tests/python/test_admin.py \
 	tests/python/test_examples.py \
 	tests/python/test_two_clients.py \
 	tests/python/test_liveness.py \
@@ -48,6 +49,7 @@ EXTRA_DIST += \
 	tests/python/test_buffer_pool.py \
 	tests/python/test_replicate_config.py \
 	tests/python/test_replicas.py \
+	tests/python/test_eviction.py \
 	$(NULL)
 
 if ENABLE_PYTHON

@@ -9,7 +9,7 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
 
   setup        args=[...7 positional...] | config={...}   -> rc, hostname
   put          key, hex, preferred?, replica_num?          -> rc
-  put_random   key, size, preferred?, replica_num?         -> rc, sha256
+  put_random   key, size, preferred?, replica_num?, hard_pin? -> rc, sha256
   upsert       key, hex, preferred?, replica_num?          -> rc
   upsert_random key, size, preferred?, replica_num?        -> rc, sha256
   replica_desc key                 -> replicas: [{status, memory, endpoint, size}]
@@ -39,9 +39,11 @@ from mooncake.store import MooncakeDistributedStore, ReplicateConfig, last_error
 def config_for(req):
     seg = req.get("preferred")
     replicas = req.get("replica_num")
-    if not seg and replicas is None:
+    hard_pin = req.get("hard_pin", False)
+    if not seg and replicas is None and not hard_pin:
         return None
     cfg = ReplicateConfig()
+    cfg.with_hard_pin = hard_pin
     if seg:
         cfg.preferred_segment = seg
     if replicas is not None:

@@ -1,0 +1,607 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Admin HTTP server and metrics (--metrics_port, --metrics_host), the
+ * counterpart of upstream's master_admin_service.
+ *
+ * Served by libevent's evhttp on the master's event loop, like the
+ * metadata server in http.c, so every handler reads the master's
+ * structures directly and without locks.  Only GET (and HEAD) are
+ * allowed; anything else is 405, an unknown path 404.
+ *
+ *   /metrics          Prometheus text exposition (version 0.0.4) with the
+ *                     upstream master_* names that apply: gauges for
+ *                     capacity, allocation, keys, soft-pinned keys,
+ *                     clients; eviction counters; and for every RPC of the
+ *                     wire table master_<op>_requests_total and
+ *                     master_<op>_failures_total (a reply status other
+ *                     than OK), counted by rpc.c's dispatcher.
+ *   /metrics/summary  the same figures, one human-readable line each.
+ *   /health           "OK".
+ *   /query_key?key=K[&tenant=T]
+ *                     JSON: size, completeness, replicas (segment, addr,
+ *                     size, status), lease and soft-pin time remaining,
+ *                     pins, group; 404 when absent.  Looking a key up here
+ *                     grants no lease.
+ *   /get_all_keys[?tenant=T]
+ *                     JSON {"keys": [...], "count": n, "truncated": b},
+ *                     at most MC_ADMIN_MAX_KEYS keys (hash order).
+ *   /get_all_segments JSON list of {name, id, size, used, status, client}.
+ *   /query_segment?segment=NAME
+ *                     JSON {name, capacity, allocated, client_id, segments:
+ *                     [...]} summed over the segments of that name; 404
+ *                     when none is mounted.
+ *
+ * The tenant defaults to "default", as on the RPC side.  Keys and names
+ * that are not valid UTF-8 are shown with every non-ASCII byte replaced by '?'
+ * (JSON cannot carry them).  Gauges that need a scan of the index (soft-
+ * pinned keys) cost O(keys) per scrape, which is fine at scrape rates.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+
+#include "common/log.h"
+#include "master.h"
+
+#define MC_ADMIN_MAX_KEYS 100000  /* /get_all_keys output cap */
+
+/* ---- replies ---------------------------------------------------------------- */
+
+static void reply_buf(struct evhttp_request *req, int code, const char *reason,
+                      const char *ctype, struct evbuffer *b)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
+    evhttp_send_reply(req, code, reason, b);
+}
+
+static void reply_text(struct evhttp_request *req, int code, const char *reason,
+                       const char *text)
+{
+    struct evbuffer *b = evbuffer_new();
+    if ((b == NULL) || (evbuffer_add(b, text, strlen(text)) != 0)) {
+        if (b != NULL)
+            evbuffer_free(b);
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    reply_buf(req, code, reason, "text/plain; charset=utf-8", b);
+    evbuffer_free(b);
+}
+
+/* Send @p j (consumed) as the 200 body. */
+static void reply_json(struct evhttp_request *req, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    struct evbuffer *b;
+
+    json_decref(j);
+    b = s ? evbuffer_new() : NULL;
+    if ((b == NULL) || (evbuffer_add(b, s, strlen(s)) != 0)) {
+        if (b != NULL)
+            evbuffer_free(b);
+        free(s);
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    free(s);
+    reply_buf(req, HTTP_OK, "OK", "application/json", b);
+    evbuffer_free(b);
+}
+
+/* A JSON string from arbitrary bytes: invalid UTF-8 bytes become '?'. */
+static json_t *jstr(const char *p, size_t n)
+{
+    json_t *j = json_stringn(p, n);
+    char *copy;
+
+    if (j != NULL)
+        return j;
+    copy = malloc(n ? n : 1);
+    if (copy == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        copy[i]         = ((c >= 0x80) || (c == 0)) ? '?' : (char)c;
+    }
+    j = json_stringn(copy, n);
+    free(copy);
+    return j;
+}
+
+/* obj[name] = value; returns -1 (and frees value) on failure. */
+static int jset(json_t *obj, const char *name, json_t *value)
+{
+    return (value == NULL) ? -1 : json_object_set_new(obj, name, value);
+}
+
+static uint64_t remaining(uint64_t deadline_ms, uint64_t now_ms)
+{
+    return deadline_ms > now_ms ? deadline_ms - now_ms : 0;
+}
+
+static const char *seg_state_name(mc_segment_state_t s)
+{
+    switch (s) {
+    case MC_SEG_OK:
+        return "OK";
+    case MC_SEG_DRAINING:
+        return "DRAINING";
+    case MC_SEG_UNMOUNTING:
+        return "UNMOUNTING";
+    }
+    return "UNKNOWN";
+}
+
+/* ---- figures shared by /metrics and /metrics/summary ------------------------ */
+
+typedef struct admin_figures {
+    uint64_t keys;
+    uint64_t soft_pinned;
+    uint64_t hard_pinned;
+    uint64_t clients;
+    uint64_t value_bytes;      /* sum of complete objects' sizes */
+} admin_figures_t;
+
+static void gather(mc_master_t *m, admin_figures_t *f)
+{
+    uint64_t now = mc_now_ms();
+    mc_hmap_iter_t it;
+
+    memset(f, 0, sizeof(*f));
+    f->keys    = mc_master_objects_count(m);
+    f->clients = mc_master_clients_count(m);
+    for (mc_hnode_t *n = mc_hmap_first(&m->objects, &it); n != NULL;
+         n = mc_hmap_next(&m->objects, &it)) {
+        const mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        if (o->soft_pin_deadline_ms > now)
+            f->soft_pinned++;
+        if (o->hard_pin)
+            f->hard_pinned++;
+        if (o->complete)
+            f->value_bytes += o->size;
+    }
+}
+
+/* The wire table as (name, opcode) pairs for the per-RPC counters. */
+typedef struct admin_op {
+    const char *name;
+    uint16_t code;
+} admin_op_t;
+
+static const admin_op_t admin_ops[] = {
+#define MC_ADMIN_OP_(UP, low, code) {#low, (code)},
+    MC_WIRE_MESSAGES(MC_ADMIN_OP_)
+#undef MC_ADMIN_OP_
+};
+
+static void metric(struct evbuffer *b, const char *name, const char *type, const char *help,
+                   uint64_t v)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name,
+                        type, name, v);
+}
+
+static void do_metrics(mc_master_t *m, struct evhttp_request *req)
+{
+    struct evbuffer *b = evbuffer_new();
+    admin_figures_t f;
+
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    gather(m, &f);
+    metric(b, "master_allocated_bytes", "gauge", "Bytes allocated in mounted segments.",
+           m->allocated_bytes);
+    metric(b, "master_total_capacity_bytes", "gauge", "Capacity of all mounted segments.",
+           m->capacity_bytes);
+    metric(b, "master_value_size_bytes", "gauge", "Sum of the sizes of complete objects.",
+           f.value_bytes);
+    metric(b, "master_key_count", "gauge", "Objects in the index (all tenants).", f.keys);
+    metric(b, "master_soft_pin_key_count", "gauge", "Objects with an active soft pin.",
+           f.soft_pinned);
+    metric(b, "master_hard_pin_key_count", "gauge", "Hard-pinned objects.", f.hard_pinned);
+    metric(b, "master_active_clients", "gauge", "Clients alive (pinged within --client_ttl).",
+           f.clients);
+    metric(b, "master_mounted_segments", "gauge", "Mounted segments.", m->nseg);
+    metric(b, "master_rpc_connections", "gauge", "Open RPC connections.", m->nconns);
+    metric(b, "master_evicted_key_count", "counter", "Objects evicted since start.",
+           m->evicted_keys);
+    metric(b, "master_evicted_size_bytes", "counter", "Bytes evicted since start.",
+           m->evicted_bytes);
+    metric(b, "master_successful_evictions_total", "counter",
+           "Eviction passes that freed something.", m->evictions);
+    metric(b, "master_uptime_seconds", "gauge", "Seconds since the master started.",
+           (mc_now_ms() - m->start_ms) / 1000);
+    for (size_t i = 0; i < MC_ARRAY_SIZE(admin_ops); i++) {
+        const admin_op_t *op = &admin_ops[i];
+        evbuffer_add_printf(b,
+                            "# HELP master_%s_requests_total %s requests handled.\n"
+                            "# TYPE master_%s_requests_total counter\n"
+                            "master_%s_requests_total %" PRIu64 "\n"
+                            "# HELP master_%s_failures_total %s requests answered with "
+                            "an error status.\n"
+                            "# TYPE master_%s_failures_total counter\n"
+                            "master_%s_failures_total %" PRIu64 "\n",
+                            op->name, mc_wire_op_name(op->code), op->name, op->name,
+                            m->op_requests[op->code], op->name, mc_wire_op_name(op->code),
+                            op->name, op->name, m->op_failures[op->code]);
+    }
+    reply_buf(req, HTTP_OK, "OK", "text/plain; version=0.0.4; charset=utf-8", b);
+    evbuffer_free(b);
+}
+
+static void do_summary(mc_master_t *m, struct evhttp_request *req)
+{
+    struct evbuffer *b = evbuffer_new();
+    admin_figures_t f;
+    uint64_t reqs = 0, fails = 0;
+
+    if (b == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    gather(m, &f);
+    for (size_t i = 0; i < MC_ARRAY_SIZE(admin_ops); i++) {
+        reqs += m->op_requests[admin_ops[i].code];
+        fails += m->op_failures[admin_ops[i].code];
+    }
+    evbuffer_add_printf(
+        b,
+        "mooncake_master %s, up %" PRIu64 " s\n"
+        "Storage: %" PRIu64 " of %" PRIu64 " bytes allocated (%.1f%%) in %" PRIu32
+        " segments\n"
+        "Keys: %" PRIu64 " (%" PRIu64 " soft-pinned, %" PRIu64 " hard-pinned, %" PRIu64
+        " value bytes)\n"
+        "Clients: %" PRIu64 " active, %" PRIu32 " RPC connections\n"
+        "Evictions: %" PRIu64 " keys, %" PRIu64 " bytes, %" PRIu64 " passes\n"
+        "Requests: %" PRIu64 " (%" PRIu64 " failed)\n",
+        mc_version_string(), (mc_now_ms() - m->start_ms) / 1000, m->allocated_bytes,
+        m->capacity_bytes,
+        m->capacity_bytes ? 100.0 * (double)m->allocated_bytes / (double)m->capacity_bytes : 0.0,
+        m->nseg, f.keys, f.soft_pinned, f.hard_pinned, f.value_bytes, f.clients, m->nconns,
+        m->evicted_keys, m->evicted_bytes, m->evictions, reqs, fails);
+    for (size_t i = 0; i < MC_ARRAY_SIZE(admin_ops); i++) {
+        uint16_t c = admin_ops[i].code;
+        if (m->op_requests[c] != 0)
+            evbuffer_add_printf(b, "  %-24s %12" PRIu64 " requests %10" PRIu64 " failed\n",
+                                mc_wire_op_name(c), m->op_requests[c], m->op_failures[c]);
+    }
+    reply_buf(req, HTTP_OK, "OK", "text/plain; charset=utf-8", b);
+    evbuffer_free(b);
+}
+
+/* ---- index queries ------------------------------------------------------------ */
+
+static json_t *replica_json(const mc_replica_t *r, uint64_t size)
+{
+    json_t *j = json_object();
+    char id[37];
+
+    if (j == NULL)
+        return NULL;
+    mc_uuid_format(r->seg->id, id);
+    if ((jset(j, "segment", jstr(r->seg->name, strlen(r->seg->name))) != 0) ||
+        (jset(j, "segment_id", json_string(id)) != 0) ||
+        (jset(j, "addr", json_integer((json_int_t)(r->seg->base + r->block.offset))) != 0) ||
+        (jset(j, "size", json_integer((json_int_t)size)) != 0) ||
+        (jset(j, "status", json_string(r->status == MC_REPLICA_COMPLETE ? "COMPLETE"
+                                                                         : "PROCESSING")) != 0)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+static void do_query_key(mc_master_t *m, struct evhttp_request *req, const char *key,
+                         const char *tenant)
+{
+    uint64_t now = mc_now_ms();
+    mc_object_t *o;
+    json_t *j, *reps;
+    mc_mlist_t *pos, *tmp;
+
+    o = mc_master_object_find(m, mc_str_from_cstr(tenant), mc_str_from_cstr(key));
+    if (o == NULL) {
+        reply_text(req, HTTP_NOTFOUND, "Not Found", "key not found");
+        return;
+    }
+    j    = json_object();
+    reps = json_array();
+    if ((j == NULL) || (reps == NULL))
+        goto oom;
+    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    {
+        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if (json_array_append_new(reps, replica_json(r, o->size)) != 0)
+            goto oom;
+    }
+    if (jset(j, "replicas", reps) != 0) /* consumes reps either way */
+        goto oom_j;
+    if ((jset(j, "key", jstr(key, strlen(key))) != 0) ||
+        (jset(j, "tenant", jstr(tenant, strlen(tenant))) != 0) ||
+        (jset(j, "size", json_integer((json_int_t)o->size)) != 0) ||
+        (jset(j, "complete", json_boolean(o->complete)) != 0))
+        goto oom_j;
+    if ((jset(j, "lease_remaining_ms",
+              json_integer((json_int_t)remaining(o->lease_deadline_ms, now))) != 0) ||
+        (jset(j, "hard_pin", json_boolean(o->hard_pin)) != 0) ||
+        (jset(j, "soft_pin", json_boolean(o->soft_pin_deadline_ms > now)) != 0) ||
+        (jset(j, "soft_pin_remaining_ms",
+              json_integer((json_int_t)remaining(o->soft_pin_deadline_ms, now))) != 0) ||
+        (jset(j, "group_id", o->group_id ? jstr(o->group_id, strlen(o->group_id))
+                                         : json_null()) != 0) ||
+        (jset(j, "upserting", json_boolean(o->upsert != MC_UPSERT_NONE)) != 0))
+        goto oom_j;
+    reply_json(req, j);
+    return;
+
+oom:
+    json_decref(reps);
+oom_j:
+    json_decref(j);
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+}
+
+static void do_all_keys(mc_master_t *m, struct evhttp_request *req, const char *tenant)
+{
+    mc_str_t t = mc_str_from_cstr(tenant);
+    json_t *j  = json_object();
+    json_t *keys = json_array();
+    uint64_t count = 0;
+    int truncated  = 0;
+    mc_hmap_iter_t it;
+
+    if ((j == NULL) || (keys == NULL))
+        goto oom;
+    for (mc_hnode_t *n = mc_hmap_first(&m->objects, &it); n != NULL;
+         n = mc_hmap_next(&m->objects, &it)) {
+        const mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        mc_str_t k;
+        if (!mc_str_eq(mc_object_tenant(o), t))
+            continue;
+        count++;
+        if (json_array_size(keys) >= MC_ADMIN_MAX_KEYS) {
+            truncated = 1;
+            continue;
+        }
+        k = mc_object_key(o);
+        if (json_array_append_new(keys, jstr(k.ptr, k.len)) != 0)
+            goto oom;
+    }
+    if (jset(j, "keys", keys) != 0) {
+        keys = NULL; /* consumed */
+        goto oom;
+    }
+    keys = NULL;
+    if ((jset(j, "tenant", jstr(tenant, strlen(tenant))) != 0) ||
+        (jset(j, "count", json_integer((json_int_t)count)) != 0) ||
+        (jset(j, "truncated", json_boolean(truncated)) != 0))
+        goto oom;
+    reply_json(req, j);
+    return;
+
+oom:
+    json_decref(keys);
+    json_decref(j);
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+}
+
+static json_t *segment_json(const mc_segment_t *s)
+{
+    json_t *j = json_object();
+    mc_alloc_stats_t st;
+    char id[37], cid[37];
+
+    if (j == NULL)
+        return NULL;
+    memset(&st, 0, sizeof(st));
+    if (s->alloc != NULL)
+        mc_alloc_get_stats(s->alloc, &st);
+    mc_uuid_format(s->id, id);
+    mc_uuid_format(s->owner->id, cid);
+    if ((jset(j, "name", jstr(s->name, strlen(s->name))) != 0) ||
+        (jset(j, "id", json_string(id)) != 0) ||
+        (jset(j, "size", json_integer((json_int_t)s->size)) != 0) ||
+        (jset(j, "used", json_integer((json_int_t)st.allocated)) != 0) ||
+        (jset(j, "status", json_string(seg_state_name(s->state))) != 0) ||
+        (jset(j, "client_id", json_string(cid)) != 0)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+static void do_all_segments(mc_master_t *m, struct evhttp_request *req)
+{
+    json_t *arr = json_array();
+
+    if (arr == NULL)
+        goto oom;
+    for (uint32_t i = 0; i < m->nseg; i++) {
+        if (json_array_append_new(arr, segment_json(m->segv[i])) != 0)
+            goto oom;
+    }
+    reply_json(req, arr);
+    return;
+
+oom:
+    json_decref(arr);
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+}
+
+static void do_query_segment(mc_master_t *m, struct evhttp_request *req, const char *name)
+{
+    json_t *j = NULL, *arr = json_array();
+    uint64_t capacity = 0, allocated = 0;
+    const mc_segment_t *first = NULL;
+    char cid[37];
+
+    if (arr == NULL)
+        goto oom;
+    for (uint32_t i = 0; i < m->nseg; i++) {
+        const mc_segment_t *s = m->segv[i];
+        json_t *sj;
+        if (strcmp(s->name, name) != 0)
+            continue;
+        sj = segment_json(s);
+        if ((sj == NULL) || (json_array_append_new(arr, sj) != 0))
+            goto oom;
+        if (first == NULL)
+            first = s;
+        capacity += s->size;
+        allocated += (uint64_t)json_integer_value(json_object_get(sj, "used"));
+    }
+    if (first == NULL) {
+        json_decref(arr);
+        reply_text(req, HTTP_NOTFOUND, "Not Found", "segment not found");
+        return;
+    }
+    j = json_object();
+    if (j == NULL)
+        goto oom;
+    mc_uuid_format(first->owner->id, cid);
+    if ((jset(j, "name", jstr(name, strlen(name))) != 0) ||
+        (jset(j, "capacity", json_integer((json_int_t)capacity)) != 0) ||
+        (jset(j, "allocated", json_integer((json_int_t)allocated)) != 0) ||
+        (jset(j, "client_id", json_string(cid)) != 0))
+        goto oom;
+    if (jset(j, "segments", arr) != 0) {
+        arr = NULL;
+        goto oom;
+    }
+    reply_json(req, j);
+    return;
+
+oom:
+    json_decref(arr);
+    json_decref(j);
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+}
+
+/* ---- routing -------------------------------------------------------------------- */
+
+/* Value of query parameter @p name: NULL when absent, empty or when the
+ * query does not parse. */
+static const char *param(struct evkeyvalq *params, int parsed, const char *name)
+{
+    const char *v = parsed ? evhttp_find_header(params, name) : NULL;
+    return (v != NULL && *v != '\0') ? v : NULL;
+}
+
+static void admin_cb(struct evhttp_request *req, void *arg)
+{
+    mc_master_t *m               = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path             = uri ? evhttp_uri_get_path(uri) : NULL;
+    const char *query            = uri ? evhttp_uri_get_query(uri) : NULL;
+    enum evhttp_cmd_type cmd     = evhttp_request_get_command(req);
+    struct evkeyvalq params;
+    const char *tenant, *v;
+    int parsed = 0;
+
+    if ((path == NULL) ||
+        ((strcmp(path, "/metrics") != 0) && (strcmp(path, "/metrics/summary") != 0) &&
+         (strcmp(path, "/health") != 0) && (strcmp(path, "/query_key") != 0) &&
+         (strcmp(path, "/get_all_keys") != 0) && (strcmp(path, "/get_all_segments") != 0) &&
+         (strcmp(path, "/query_segment") != 0))) {
+        reply_text(req, HTTP_NOTFOUND, "Not Found", "not found");
+        return;
+    }
+    if ((cmd != EVHTTP_REQ_GET) && (cmd != EVHTTP_REQ_HEAD)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+        reply_text(req, HTTP_BADMETHOD, "Method Not Allowed", "method not allowed");
+        return;
+    }
+    /* evhttp_parse_query_str initialises params and clears them itself on
+     * failure; values come back URL-decoded */
+    if (query != NULL)
+        parsed = evhttp_parse_query_str(query, &params) == 0;
+    tenant = param(&params, parsed, "tenant");
+    if (tenant == NULL)
+        tenant = "default";
+
+    if (strcmp(path, "/metrics") == 0) {
+        do_metrics(m, req);
+    } else if (strcmp(path, "/metrics/summary") == 0) {
+        do_summary(m, req);
+    } else if (strcmp(path, "/health") == 0) {
+        reply_text(req, HTTP_OK, "OK", "OK");
+    } else if (strcmp(path, "/query_key") == 0) {
+        v = param(&params, parsed, "key");
+        if (v == NULL)
+            reply_text(req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
+        else
+            do_query_key(m, req, v, tenant);
+    } else if (strcmp(path, "/get_all_keys") == 0) {
+        do_all_keys(m, req, tenant);
+    } else if (strcmp(path, "/get_all_segments") == 0) {
+        do_all_segments(m, req);
+    } else {
+        v = param(&params, parsed, "segment");
+        if (v == NULL)
+            reply_text(req, HTTP_BADREQUEST, "Bad Request", "Missing segment parameter");
+        else
+            do_query_segment(m, req, v);
+    }
+    if (parsed)
+        evhttp_clear_headers(&params);
+}
+
+mc_status_t mc_master_admin_start(mc_master_t *m)
+{
+    const char *host = m->cfg->metrics_host;
+    uint16_t port    = (uint16_t)m->cfg->metrics_port;
+    struct evhttp_bound_socket *bs;
+
+    m->admin = evhttp_new(m->base);
+    if (m->admin == NULL)
+        return MC_INTERNAL_ERROR;
+    /* requests carry no body worth keeping */
+    evhttp_set_max_body_size(m->admin, 64 * 1024);
+    evhttp_set_max_headers_size(m->admin, 64 * 1024);
+    evhttp_set_timeout(m->admin, 30);
+    /* every method reaches admin_cb so the wrong ones get 405, not 501 */
+    evhttp_set_allowed_methods(m->admin, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                             EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+    evhttp_set_gencb(m->admin, admin_cb, m);
+    bs = evhttp_bind_socket_with_handle(m->admin, host, port);
+    if (bs == NULL) {
+        mc_error("admin/metrics server: cannot listen on %s:%u: %s", host, (unsigned)port,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        mc_master_admin_stop(m);
+        return MC_INVALID_PARAMS;
+    }
+    {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
+        if ((getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) &&
+            (getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+                         NI_NUMERICHOST | NI_NUMERICSERV) == 0))
+            snprintf(m->admin_bound, sizeof(m->admin_bound), "%.250s:%.32s", h, p);
+        else
+            snprintf(m->admin_bound, sizeof(m->admin_bound), "%s:%u", host, (unsigned)port);
+    }
+    return MC_OK;
+}
+
+void mc_master_admin_stop(mc_master_t *m)
+{
+    if (m->admin == NULL)
+        return;
+    evhttp_free(m->admin);
+    m->admin = NULL;
+}

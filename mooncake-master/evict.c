@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Eviction: the LRU order and the background and inline passes over it
+ * (evict.h, docs/protocol.md §5.12).
+ *
+ * A pass walks m->lru from the head, so the cost of one eviction is the
+ * number of objects skipped before an evictable one (leased or soft-pinned
+ * objects near the head), never a scan of the index.  Objects that will
+ * stay unevictable until an event touches them again (incomplete,
+ * hard-pinned) are unlinked as the walk meets them, so they are skipped
+ * at most once.  Everything runs on the event loop (docs/threads.md).
+ */
+#include "config.h"
+
+#include <inttypes.h>
+
+#include "common/log.h"
+#include "evict.h"
+
+void mc_master_lru_touch(mc_master_t *m, mc_object_t *o)
+{
+    mc_mlist_remove(&o->lru_link);
+    mc_mlist_insert_tail(&m->lru, &o->lru_link);
+}
+
+/* 1: evictable now; 0: skip for now; -1: unevictable until touched. */
+static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok)
+{
+    if (!o->complete || o->hard_pin)
+        return -1;
+    if (o->upsert != MC_UPSERT_NONE)
+        return 0;
+    if (o->lease_deadline_ms > now_ms)
+        return 0;
+    if ((o->soft_pin_deadline_ms > now_ms) && !soft_ok)
+        return 0;
+    return 1;
+}
+
+/* Erase @p o and account for it; returns the bytes given back. */
+static uint64_t evict_one(mc_master_t *m, mc_object_t *o)
+{
+    uint64_t before = m->allocated_bytes;
+    uint64_t freed;
+
+    mc_debug("evicting key '%.*s' (%" PRIu64 " bytes)", (int)MC_MIN(o->key_len, 200u),
+             mc_object_key(o).ptr, o->size);
+    mc_master_object_erase(m, o);
+    freed = before >= m->allocated_bytes ? before - m->allocated_bytes : 0;
+    m->evicted_keys++;
+    m->evicted_bytes += freed;
+    return freed;
+}
+
+/*
+ * One walk of the LRU taking evictable objects (soft-pinned ones too when
+ * @p soft_ok), other than @p keep, until @p done says stop.  @p done is
+ * asked after every eviction with the running total; returns that total.
+ */
+typedef int (*evict_done_fn)(uint64_t freed, void *arg);
+
+static uint64_t evict_walk(mc_master_t *m, uint64_t now_ms, int soft_ok, const mc_object_t *keep,
+                           uint64_t freed, evict_done_fn done, void *arg, int *stop_p)
+{
+    mc_mlist_t *pos, *tmp;
+
+    mc_mlist_for_each_safe(pos, tmp, &m->lru)
+    {
+        mc_object_t *o = mc_container_of(pos, mc_object_t, lru_link);
+        int e;
+
+        if (o == keep)
+            continue;
+        e = evictable(o, now_ms, soft_ok);
+        if (e < 0) {
+            mc_mlist_remove(&o->lru_link);
+            continue;
+        }
+        if (e == 0)
+            continue;
+        /* erasing @p o never touches another object: tmp stays valid */
+        freed += evict_one(m, o);
+        if (done(freed, arg)) {
+            *stop_p = 1;
+            break;
+        }
+    }
+    return freed;
+}
+
+/* Background pass target. */
+static int target_done(uint64_t freed, void *arg)
+{
+    return freed >= *(const uint64_t *)arg;
+}
+
+void mc_master_evict_tick(mc_master_t *m, uint64_t now_ms)
+{
+    double used, target_d;
+    uint64_t target, freed = 0;
+    int stop = 0;
+
+    if ((m->capacity_bytes == 0) || mc_mlist_empty(&m->lru))
+        return;
+    used = (double)m->allocated_bytes / (double)m->capacity_bytes;
+    if (used <= m->cfg->eviction_high_watermark_ratio)
+        return;
+    target_d = m->cfg->eviction_ratio * (double)m->capacity_bytes;
+    target   = target_d < 1.0 ? 1 : (uint64_t)target_d;
+    freed    = evict_walk(m, now_ms, 0, NULL, 0, target_done, &target, &stop);
+    if (!stop && m->cfg->allow_evict_soft_pinned_objects)
+        freed = evict_walk(m, now_ms, 1, NULL, freed, target_done, &target, &stop);
+    if (freed > 0) {
+        m->evictions++;
+        mc_debug("background eviction freed %" PRIu64 " bytes (target %" PRIu64 ")", freed,
+                 target);
+    }
+}
+
+/* Inline pass state. */
+typedef struct inline_ctx {
+    uint64_t want;             /* bytes to free before the first retry */
+    uint32_t (*try_place)(void *arg);
+    void *arg;
+    uint32_t placed;
+} inline_ctx_t;
+
+static int inline_done(uint64_t freed, void *arg)
+{
+    inline_ctx_t *c = arg;
+    if (freed < c->want)
+        return 0;
+    c->placed = c->try_place(c->arg);
+    return c->placed != 0;
+}
+
+uint32_t mc_master_evict_until(mc_master_t *m, uint64_t now_ms, uint64_t o_size,
+                               const mc_object_t *keep, uint32_t (*try_place)(void *arg),
+                               void *arg)
+{
+    uint64_t free_now = m->capacity_bytes > m->allocated_bytes
+                            ? m->capacity_bytes - m->allocated_bytes : 0;
+    /* free space that did not fit is fragmented or on other segments:
+     * retry after every eviction once the shortfall is covered */
+    inline_ctx_t c = {o_size > free_now ? o_size - free_now : 1, try_place, arg, 0};
+    uint64_t freed;
+    int stop = 0;
+
+    freed = evict_walk(m, now_ms, 0, keep, 0, inline_done, &c, &stop);
+    if (!stop && m->cfg->allow_evict_soft_pinned_objects)
+        freed = evict_walk(m, now_ms, 1, keep, freed, inline_done, &c, &stop);
+    if (freed > 0)
+        m->evictions++;
+    /* fewer bytes freed than asked: the last chance is what is there now */
+    if (!stop && (freed > 0) && (freed < c.want))
+        c.placed = try_place(arg);
+    return c.placed;
+}
