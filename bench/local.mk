@@ -1,8 +1,13 @@
 # Benchmarks: `make bench` (or bench/store_bench.py) prints the comparison table.
 noinst_PROGRAMS += bench/raw_tcp
 bench_raw_tcp_SOURCES = bench/raw_tcp.c
+# Master metadata rate and memory per object (uses the wire codec directly).
+noinst_PROGRAMS += bench/meta_bench
+bench_meta_bench_SOURCES = bench/meta_bench.c
+bench_meta_bench_LDADD = libmooncake-internal.la $(PTHREAD_LIBS)
 EXTRA_DIST += bench/store_bench.py bench/README.md
 
 bench: all
 	$(PYTHON) $(srcdir)/bench/store_bench.py --build-dir $(abs_builddir)
+	$(abs_builddir)/bench/meta_bench --master-bin $(abs_builddir)/mooncake_master
 .PHONY: bench
