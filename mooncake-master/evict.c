@@ -9,6 +9,11 @@
  * stay unevictable until an event touches them again (incomplete,
  * hard-pinned) are unlinked as the walk meets them, so they are skipped
  * at most once.  Everything runs on the event loop (docs/threads.md).
+ *
+ * Groups: a member of a group of two or more is taken only when every
+ * member is evictable (and none is the object being written), and then
+ * the whole group goes at once, so no group is ever left half evicted.
+ * Checking and taking a group walks its member list (O(group size)).
  */
 #include "config.h"
 
@@ -52,6 +57,35 @@ static uint64_t evict_one(mc_master_t *m, mc_object_t *o)
     return freed;
 }
 
+/* 1 when every member of @p g is evictable and none is @p keep. */
+static int group_evictable(const mc_group_t *g, uint64_t now_ms, int soft_ok,
+                           const mc_object_t *keep)
+{
+    const mc_mlist_t *pos;
+
+    for (pos = g->members.next; pos != &g->members; pos = pos->next) {
+        const mc_object_t *o = mc_container_of(pos, mc_object_t, group_link);
+        if ((o == keep) || (evictable(o, now_ms, soft_ok) != 1))
+            return 0;
+    }
+    return 1;
+}
+
+/* Erase every member of @p g (freed with its last member). */
+static uint64_t evict_group(mc_master_t *m, mc_group_t *g)
+{
+    uint64_t freed = 0;
+    int last;
+
+    mc_debug("evicting group '%.*s' (%" PRIu32 " members)", (int)MC_MIN(g->id_len, 200u),
+             g->strs + g->tenant_len, g->count);
+    do {
+        last = g->count == 1;
+        freed += evict_one(m, mc_container_of(g->members.next, mc_object_t, group_link));
+    } while (!last);
+    return freed;
+}
+
 /*
  * One walk of the LRU taking evictable objects (soft-pinned ones too when
  * @p soft_ok), other than @p keep, until @p done says stop.  @p done is
@@ -78,8 +112,19 @@ static uint64_t evict_walk(mc_master_t *m, uint64_t now_ms, int soft_ok, const m
         }
         if (e == 0)
             continue;
-        /* erasing @p o never touches another object: tmp stays valid */
-        freed += evict_one(m, o);
+        if ((o->group != NULL) && (o->group->count > 1)) {
+            mc_group_t *g = o->group;
+            if (!group_evictable(g, now_ms, soft_ok, keep))
+                continue;
+            /* the next entry may be a member: step past the group's
+             * members before erasing them, so tmp stays valid */
+            while ((tmp != &m->lru) && (mc_container_of(tmp, mc_object_t, lru_link)->group == g))
+                tmp = tmp->next;
+            freed += evict_group(m, g);
+        } else {
+            /* erasing @p o never touches another object: tmp stays valid */
+            freed += evict_one(m, o);
+        }
         if (done(freed, arg)) {
             *stop_p = 1;
             break;

@@ -22,7 +22,8 @@
  * upserted, its lease has run out, and its soft pin is not active; soft-
  * pinned objects are taken in a second pass, only with
  * --allow_evict_soft_pinned_objects and only when the first found too
- * little.
+ * little.  A member of a group (group_ids) goes only together with every
+ * other member, when all of them are evictable (docs/protocol.md §5.12).
  */
 #ifndef MC_MASTER_EVICT_H
 #define MC_MASTER_EVICT_H

@@ -77,6 +77,7 @@ typedef struct mc_master mc_master_t;
 typedef struct mc_object mc_object_t;
 typedef struct mc_segment mc_segment_t;
 typedef struct mc_client mc_client_t;
+typedef struct mc_group mc_group_t;
 
 /* Segment states (upstream SegmentStatus); only OK takes allocations. */
 typedef enum mc_segment_state {
@@ -135,6 +136,8 @@ struct mc_object {
     mc_mlist_t up_replicas;    /* fresh: mc_replica_t.link */
     mc_mlist_t up_link;        /* fresh: in m->upserting, oldest first */
     mc_mlist_t lru_link;       /* in m->lru (evict.h); self-linked when off it */
+    mc_group_t *group;         /* group_id's group once complete; NULL = none */
+    mc_mlist_t group_link;     /* in group->members; self-linked when none */
     uint32_t tenant_len;
     uint32_t key_len;
     char strs[];               /* tenant bytes then key bytes, no NULs */
@@ -150,6 +153,21 @@ static inline mc_str_t mc_object_key(const mc_object_t *o)
     mc_str_t s = {o->strs + o->tenant_len, o->key_len};
     return s;
 }
+
+/*
+ * The complete objects of one tenant sharing a group id (ReplicateConfig
+ * group_ids, taken at PUT_END/UPSERT_END): leased and evicted together
+ * (docs/protocol.md §5.12).  Freed when its last member leaves.
+ */
+struct mc_group {
+    mc_hnode_t node;           /* in m->groups, hash of (tenant, id) */
+    mc_mlist_t members;        /* mc_object_t.group_link */
+    uint32_t count;            /* members */
+    uint64_t lease_deadline_ms; /* every member is leased at least this long */
+    uint32_t tenant_len;
+    uint32_t id_len;
+    char strs[];               /* tenant bytes then group id bytes */
+};
 
 struct mc_segment {
     mc_hnode_t node;           /* in m->segments, hash of id */
@@ -193,6 +211,7 @@ struct mc_master {
     mc_mlist_t upserting;      /* objects with a fresh-buffer upsert, oldest first */
     uint64_t next_replica_id;
     mc_mlist_t lru;            /* evict.h: least recently used first */
+    mc_hmap_t groups;          /* mc_group_t by (tenant, group id) */
 
     /* segments.c */
     mc_hmap_t segments;
@@ -352,6 +371,10 @@ int32_t mc_master_ping(mc_req_ctx_t *x, const mc_wire_ping_req_t *req, mc_wire_p
 int32_t mc_master_mount_segment(mc_req_ctx_t *x, const mc_wire_mount_segment_req_t *req);
 int32_t mc_master_remount_segments(mc_req_ctx_t *x, const mc_wire_remount_segments_req_t *req);
 int32_t mc_master_unmount_segment(mc_req_ctx_t *x, const mc_wire_unmount_segment_req_t *req);
+/* SET_SEGMENT_DRAINING (segments.c): the caller's segment stops taking
+ * allocations; its replicas stay readable until UNMOUNT_SEGMENT. */
+int32_t mc_master_set_segment_draining(mc_req_ctx_t *x,
+                                       const mc_wire_set_segment_draining_req_t *req);
 int32_t mc_master_client_close(mc_req_ctx_t *x, const mc_wire_client_close_req_t *req);
 
 /* ---- http.c (docs/protocol.md §6) ------------------------------------------ */

@@ -30,6 +30,13 @@
  * EXIST_KEY and their batch forms) moves the deadline to at least
  * now + --default_kv_lease_ttl; REMOVE refuses a leased object unless
  * forced.
+ *
+ * Groups (docs/protocol.md §5.12): a complete object with a group id is a
+ * member of the (tenant, group id) record in m->groups, which lists its
+ * members, so a lease granted on one member is extended to all of them in
+ * O(group size) and eviction (evict.c) can check and take a whole group
+ * without scanning the index.  An object joins at PUT_END/UPSERT_END (the
+ * group id of the config in force from then on) and leaves when erased.
  */
 #include "config.h"
 
@@ -67,6 +74,10 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->upserting);
     mc_mlist_init(&m->lru);
+    if (mc_hmap_init(&m->groups, 64) != 0) {
+        mc_hmap_cleanup(&m->objects);
+        return MC_INTERNAL_ERROR;
+    }
     m->next_replica_id = 0;
     return MC_OK;
 }
@@ -82,6 +93,104 @@ static mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
     mc_hnode_t *n  = mc_hmap_find(&m->objects, obj_hash(tenant, key), &l, obj_eq);
     return n ? mc_container_of(n, mc_object_t, node) : NULL;
 }
+
+/* ---- groups ------------------------------------------------------------------ */
+
+typedef struct group_lookup {
+    mc_str_t tenant;
+    mc_str_t id;
+} group_lookup_t;
+
+static mc_str_t group_tenant(const mc_group_t *g)
+{
+    mc_str_t s = {g->strs, g->tenant_len};
+    return s;
+}
+
+static mc_str_t group_id(const mc_group_t *g)
+{
+    mc_str_t s = {g->strs + g->tenant_len, g->id_len};
+    return s;
+}
+
+static int group_eq(const mc_hnode_t *node, const void *k)
+{
+    const mc_group_t *g     = mc_container_of(node, mc_group_t, node);
+    const group_lookup_t *l = k;
+    return mc_str_eq(group_tenant(g), l->tenant) && mc_str_eq(group_id(g), l->id);
+}
+
+/* Take @p o out of its group; the group goes with its last member. */
+static void group_leave(mc_master_t *m, mc_object_t *o)
+{
+    mc_group_t *g = o->group;
+
+    if (g == NULL)
+        return;
+    mc_mlist_remove(&o->group_link);
+    o->group = NULL;
+    if (--g->count == 0) {
+        mc_hmap_remove(&m->groups, &g->node);
+        free(g);
+    }
+}
+
+/*
+ * Make @p o (complete) a member of the group its group_id names, leaving
+ * the one it was in.  On OOM the object stays ungrouped (logged): it is
+ * then leased and evicted on its own, which loses no data.
+ */
+static void group_sync(mc_master_t *m, mc_object_t *o)
+{
+    group_lookup_t l = {mc_object_tenant(o), {o->group_id, o->group_id ? strlen(o->group_id) : 0}};
+    mc_group_t *g;
+    mc_hnode_t *n;
+    uint64_t h;
+
+    if ((o->group != NULL) && (o->group_id != NULL) && group_eq(&o->group->node, &l)) {
+        /* its lease may have been reset (upsert): grants go to all again */
+        o->group->lease_deadline_ms = 0;
+        return;
+    }
+    group_leave(m, o);
+    if (o->group_id == NULL)
+        return;
+    h = mc_hash_bytes(l.id.ptr, l.id.len, mc_hash_bytes(l.tenant.ptr, l.tenant.len, 1));
+    n = mc_hmap_find(&m->groups, h, &l, group_eq);
+    if (n != NULL) {
+        g = mc_container_of(n, mc_group_t, node);
+    } else {
+        if (l.id.len > UINT32_MAX - l.tenant.len)
+            return;
+        g = malloc(sizeof(*g) + (size_t)l.tenant.len + l.id.len);
+        if (g == NULL) {
+            mc_warn("out of memory: key '%.*s' left out of group '%.*s'",
+                    (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
+                    (int)MC_MIN(l.id.len, 200u), l.id.ptr);
+            return;
+        }
+        memset(g, 0, sizeof(*g));
+        mc_mlist_init(&g->members);
+        g->tenant_len = l.tenant.len;
+        g->id_len     = (uint32_t)l.id.len;
+        if (l.tenant.len > 0)
+            memcpy(g->strs, l.tenant.ptr, l.tenant.len);
+        memcpy(g->strs + l.tenant.len, l.id.ptr, l.id.len);
+        if (mc_hmap_insert(&m->groups, &g->node, h) != 0) {
+            mc_warn("out of memory: key '%.*s' left out of group '%.*s'",
+                    (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
+                    (int)MC_MIN(l.id.len, 200u), l.id.ptr);
+            free(g);
+            return;
+        }
+    }
+    mc_mlist_insert_tail(&g->members, &o->group_link);
+    g->count++;
+    g->lease_deadline_ms = 0; /* the newcomer has not had the last grant */
+    o->group = g;
+}
+
+/* ---- replicas and objects --------------------------------------------------- */
 
 /* Give back the range of @p r, unlink and free it. */
 static void replica_free(mc_master_t *m, mc_replica_t *r)
@@ -149,6 +258,7 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
     mc_hmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
     mc_mlist_remove(&o->lru_link);
+    group_leave(m, o);
     free(o->group_id);
     free(o);
 }
@@ -176,6 +286,14 @@ void mc_master_objects_cleanup(mc_master_t *m)
     mc_mlist_init(&m->upserting);
     mc_mlist_init(&m->lru);
     mc_hmap_cleanup(&m->objects);
+    n = mc_hmap_first(&m->groups, &it);
+    while (n != NULL) {
+        mc_group_t *g = mc_container_of(n, mc_group_t, node);
+        n             = mc_hmap_next(&m->groups, &it);
+        mc_hmap_remove(&m->groups, &g->node);
+        free(g);
+    }
+    mc_hmap_cleanup(&m->groups);
 }
 
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
@@ -253,12 +371,33 @@ static int obj_leased(const mc_object_t *o, uint64_t now_ms)
     return o->lease_deadline_ms > now_ms;
 }
 
-static void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
+static void obj_lease_one(mc_master_t *m, mc_object_t *o, uint64_t d)
 {
-    uint64_t d = now_ms + m->cfg->default_kv_lease_ttl;
     if (d > o->lease_deadline_ms)
         o->lease_deadline_ms = d;
     mc_master_lru_touch(m, o);
+}
+
+/* A lease on a grouped object is a lease on its whole group (§5.12).
+ * g->lease_deadline_ms remembers the last deadline every member got, so
+ * a batch read of a whole group costs O(group size), not its square. */
+static void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
+{
+    uint64_t d    = now_ms + m->cfg->default_kv_lease_ttl;
+    mc_group_t *g = o->group;
+    mc_mlist_t *pos, *tmp;
+
+    if (g == NULL) {
+        obj_lease_one(m, o, d);
+        return;
+    }
+    if (d <= g->lease_deadline_ms) {
+        mc_master_lru_touch(m, o);
+        return;
+    }
+    mc_mlist_for_each_safe(pos, tmp, &g->members)
+        obj_lease_one(m, mc_container_of(pos, mc_object_t, group_link), d);
+    g->lease_deadline_ms = d;
 }
 
 static void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint64_t size)
@@ -449,6 +588,7 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     mc_mlist_init(&o->up_replicas);
     mc_mlist_init(&o->up_link);
     mc_mlist_init(&o->lru_link); /* joins m->lru at PUT_END */
+    mc_mlist_init(&o->group_link); /* joins its group at PUT_END */
     o->size         = length;
     o->owner        = client_id;
     o->put_start_ms = x->now_ms;
@@ -548,6 +688,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
             return MC_OBJECT_NOT_FOUND;
         }
         upsert_swap(x->m, o, x->now_ms);
+        group_sync(x->m, o);
         return MC_OK;
     }
     if (!mc_uuid_eq(o->owner, client_id))
@@ -562,12 +703,14 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     if (o->upsert == MC_UPSERT_INPLACE) {
         apply_upsert_config(o, x->now_ms);
         upsert_clear(o);
+        group_sync(x->m, o);
         return MC_OK;
     }
     /* The soft pin starts when the object becomes readable; a fresh object
      * carries no lease (upstream grants a lease of 0 at PutEnd). */
     if (o->soft_pin_ttl_ms > 0)
         o->soft_pin_deadline_ms = x->now_ms + o->soft_pin_ttl_ms;
+    group_sync(x->m, o);
     return MC_OK;
 }
 

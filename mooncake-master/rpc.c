@@ -185,6 +185,7 @@ MC_RPC_RESP_HANDLER_(batch_upsert_start)
 MC_RPC_RESP_HANDLER_(batch_upsert_end)
 MC_RPC_RESP_HANDLER_(batch_upsert_revoke)
 MC_RPC_RESP_HANDLER_(remove_by_regex)
+MC_RPC_PLAIN_HANDLER_(set_segment_draining)
 
 /* Queue the encoded response in c->out on the socket. */
 static void conn_send(mc_conn_t *c, uint16_t opcode)

@@ -219,6 +219,29 @@ void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg)
     segment_free(seg);
 }
 
+/* SET_SEGMENT_DRAINING: the first half of a graceful unmount.  The segment
+ * stays in segv (readers still find its replicas) but try_segment() skips
+ * it; the owner sends UNMOUNT_SEGMENT when its grace period is over, or the
+ * segment goes with the client when that expires.  Idempotent. */
+int32_t mc_master_set_segment_draining(mc_req_ctx_t *x,
+                                       const mc_wire_set_segment_draining_req_t *req)
+{
+    mc_segment_t *seg = mc_master_segment_find(x->m, req->segment_id);
+    char idbuf[37];
+
+    if (seg == NULL)
+        return MC_SEGMENT_NOT_FOUND;
+    if ((seg->owner == NULL) || !mc_uuid_eq(seg->owner->id, req->client_id))
+        return MC_ILLEGAL_CLIENT;
+    mc_master_client_touch(x->m, req->client_id, x->now_ms);
+    if (seg->state == MC_SEG_OK) {
+        seg->state = MC_SEG_DRAINING;
+        mc_uuid_format(seg->id, idbuf);
+        mc_info("segment %s name=%s is draining", idbuf, seg->name);
+    }
+    return MC_OK;
+}
+
 void mc_master_segment_release(mc_master_t *m, mc_replica_t *r)
 {
     mc_segment_t *seg = r->seg;

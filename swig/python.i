@@ -976,6 +976,50 @@ static int mooncake_host_mem_free(uint64_t addr)
     }
 }
 
+/* ---- segment mounting ------------------------------------------------------------ */
+
+%feature("nothread") mooncake_store::mount_segment;
+%feature("nothread") mooncake_store::allocate_and_mount_segment;
+
+%extend mooncake_store {
+    /* (status, id): id is "" unless status is 0 */
+    PyObject *mount_segment(const char *path, uint64_t size, uint64_t offset,
+                            const char *protocol, const char *location)
+    {
+        mc_segment_id_t id;
+        mc_status_t st;
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_store_mount_segment($self->h, path, size, offset, protocol, location, &id);
+        Py_END_ALLOW_THREADS
+        return Py_BuildValue("(is)", (int)st, (st == MC_OK) ? id.id : "");
+    }
+
+    /* (status, id, allocated_size) */
+    PyObject *allocate_and_mount_segment(uint64_t size, const char *protocol,
+                                         const char *location)
+    {
+        mc_segment_id_t id;
+        uint64_t allocated = 0;
+        mc_status_t st;
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_store_allocate_and_mount_segment($self->h, size, protocol, location, &id,
+                                                 &allocated);
+        Py_END_ALLOW_THREADS
+        return Py_BuildValue("(isK)", (int)st, (st == MC_OK) ? id.id : "",
+                             (unsigned long long)allocated);
+    }
+
+    /* and_free 0: mc_store_unmount_segments, else ..._and_free_segments */
+    int unmount_segments(const char *const *strs, size_t n, uint64_t grace_period_seconds,
+                         int and_free)
+    {
+        if (and_free)
+            return mc_store_unmount_and_free_segments($self->h, strs, n,
+                                                      grace_period_seconds);
+        return mc_store_unmount_segments($self->h, strs, n, grace_period_seconds);
+    }
+}
+
 /* ---- hand-written calls ------------------------------------------------------ */
 
 %feature("nothread") mooncake_store::write_parts;

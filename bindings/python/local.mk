@@ -50,6 +50,9 @@ EXTRA_DIST += \
 	tests/python/test_replicate_config.py \
 	tests/python/test_replicas.py \
 	tests/python/test_eviction.py \
+	tests/python/test_groups.py \
+	tests/python/test_tenants.py \
+	tests/python/test_segments.py \
 	$(NULL)
 
 if ENABLE_PYTHON

@@ -17,6 +17,10 @@
  * down so a ping in flight returns at once.  hb->lock guards hb->conn:
  * only the thread replaces or closes it, and only under the lock, so the
  * shutdown never touches a recycled descriptor.
+ *
+ * After a successful ping the thread also finishes graceful unmounts whose
+ * grace period is over (mc_store_segments_reap, mount.c), on its own
+ * connection, so a draining segment goes within a tick of its deadline.
  */
 #include "config.h"
 
@@ -102,6 +106,9 @@ static int hb_beat(mc_store_h s, mc_master_target_t *target)
     }
     if (resp.client_status == MC_PING_NEED_REMOUNT)
         hb_remount(s, conn);
+    /* graceful unmounts whose grace period is over (mount.c) */
+    if (!conn->broken)
+        mc_store_segments_reap(s, conn);
     if (conn->broken)
         hb_drop_conn(hb);
     return 0;

@@ -12,6 +12,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/zerocopy.c \
 	libmooncake/store/buffer.c \
 	libmooncake/store/session.c \
+	libmooncake/store/mount.c \
 	$(NULL)
 
 # examples/hello.c: the smallest complete client, built (not installed)

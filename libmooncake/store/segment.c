@@ -83,7 +83,7 @@ static mc_status_t map_segment_memory(mc_store_segment_t *seg)
     return MC_OK;
 }
 
-static void unmap_segment(mc_store_h s, mc_store_segment_t *seg)
+void mc_store_segment_unmap(mc_store_h s, mc_store_segment_t *seg)
 {
     if (seg->registered) {
         mc_status_t st = mc_te_mem_dereg(s->te, seg->base);
@@ -112,14 +112,12 @@ static void segment_to_wire(const mc_store_h s, const mc_store_segment_t *seg,
 mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size)
 {
     mc_status_t st;
-    mc_store_segment_t seg, *grown;
-    mc_mconn_t *conn = NULL;
-    mc_wire_mount_segment_req_t req;
-    mc_wire_mount_segment_resp_t resp;
+    mc_store_segment_t seg;
 
     memset(&seg, 0, sizeof(seg));
     seg.fd   = -1;
     seg.size = size;
+    seg.kind = MC_STORE_SEG_SETUP;
     mc_uuid_generate(&seg.id);
     if ((size == 0) || (round_to_pages(size, &seg.map_len) != 0)) {
         mc_set_error_detail("global_segment_size %llu is not mappable",
@@ -130,8 +128,34 @@ mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size)
     st = map_segment_memory(&seg);
     if (st != MC_OK)
         return st;
+    return mc_store_segment_attach(s, &seg, "");
+}
 
-    st = mc_te_mem_reg(s->te, seg.base, (size_t)size, "", MC_TE_MEM_REMOTE_ACCESS);
+mc_status_t mc_store_segment_attach(mc_store_h s, mc_store_segment_t *segp,
+                                    const char *location)
+{
+    mc_status_t st;
+    mc_store_segment_t seg = *segp, *grown;
+    mc_mconn_t *conn = NULL;
+    mc_wire_mount_segment_req_t req;
+    mc_wire_mount_segment_resp_t resp;
+    uint64_t size = seg.size;
+
+    /* Room in the record first: once the master has the segment, nothing
+     * may fail before it is recorded (or it would outlive the mapping). */
+    pthread_mutex_lock(&s->seg_lock);
+    grown = realloc(s->segs, (s->nsegs + 1) * sizeof(*s->segs));
+    if (grown != NULL)
+        s->segs = grown;
+    pthread_mutex_unlock(&s->seg_lock);
+    if (grown == NULL) {
+        mc_set_error_detail("out of memory recording a segment");
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+
+    st = mc_te_mem_reg(s->te, seg.base, (size_t)size, location ? location : "",
+                       MC_TE_MEM_REMOTE_ACCESS);
     if (st != MC_OK) {
         mc_error("cannot register the global segment with the transfer engine: %s (%s)",
                  mc_status_name(st), mc_last_error_detail());
@@ -154,13 +178,16 @@ mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size)
         goto fail;
     }
 
+    /* Room for nsegs + 1 was made above.  Only public calls holding `life`
+     * add segments and they serialise on nothing else, so grow again if a
+     * concurrent mount took the slot. */
     pthread_mutex_lock(&s->seg_lock);
     grown = realloc(s->segs, (s->nsegs + 1) * sizeof(*s->segs));
     if (grown == NULL) {
         pthread_mutex_unlock(&s->seg_lock);
         mc_set_error_detail("out of memory recording a segment");
         st = MC_INTERNAL_ERROR;
-        goto fail; /* the master forgets it with CLIENT_CLOSE on unwind */
+        goto fail_mounted;
     }
     s->segs            = grown;
     s->segs[s->nsegs++] = seg;
@@ -169,8 +196,19 @@ mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size)
              (unsigned long long)size);
     return MC_OK;
 
+fail_mounted: {
+        mc_wire_unmount_segment_req_t ureq;
+        mc_wire_unmount_segment_resp_t uresp;
+        ureq.client_id  = s->client_id;
+        ureq.segment_id = seg.id;
+        conn            = NULL;
+        if (mc_master_pool_call_unmount_segment(&s->pool, &conn, &ureq, &uresp) != MC_OK)
+            mc_warn("cannot take back a segment the master mounted");
+        if (conn != NULL)
+            mc_master_pool_put(&s->pool, conn);
+    }
 fail:
-    unmap_segment(s, &seg);
+    mc_store_segment_unmap(s, &seg);
     return st;
 }
 
@@ -187,7 +225,7 @@ void mc_store_segments_release(mc_store_h s)
     pthread_mutex_unlock(&s->seg_lock);
 
     for (size_t i = 0; i < n; i++)
-        unmap_segment(s, &segs[i]);
+        mc_store_segment_unmap(s, &segs[i]);
     free(segs);
 }
 
@@ -205,8 +243,14 @@ mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
             list->n = 0;
             st      = MC_INTERNAL_ERROR;
         } else {
-            for (size_t i = 0; i < s->nsegs; i++)
-                segment_to_wire(s, &s->segs[i], &list->v[i]);
+            /* Draining segments are on their way out: a restarted master
+             * must not hand out allocations in them again. */
+            uint32_t k = 0;
+            for (size_t i = 0; i < s->nsegs; i++) {
+                if (s->segs[i].drain_deadline_ms == 0)
+                    segment_to_wire(s, &s->segs[i], &list->v[k++]);
+            }
+            list->n = k;
         }
     }
     pthread_mutex_unlock(&s->seg_lock);

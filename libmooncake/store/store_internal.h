@@ -35,7 +35,14 @@ typedef struct mc_store_segment {
     size_t map_len;    /* size rounded up to pages */
     int fd;            /* memfd backing the mapping, -1 for anonymous memory */
     int registered;    /* with the transfer engine */
+    int kind;          /* MC_STORE_SEG_* */
+    uint64_t drain_deadline_ms; /* draining: unmount at this monotonic ms; 0 none */
 } mc_store_segment_t;
+
+/* Where a segment's memory came from (mount.c). */
+#define MC_STORE_SEG_SETUP 0     /* global_segment_size of setup */
+#define MC_STORE_SEG_FILE 1      /* mc_store_mount_segment(): a mapped file */
+#define MC_STORE_SEG_ALLOCATED 2 /* mc_store_allocate_and_mount_segment() */
 
 typedef struct mc_store_heartbeat {
     pthread_t thread;
@@ -60,7 +67,8 @@ struct mc_store {
     mc_master_pool_t pool;
     int pool_ready;
 
-    /* global segments (one today; remount sends them all) */
+    /* global segments: setup's and mounted ones (mount.c); remount sends
+     * those not draining */
     pthread_mutex_t seg_lock;
     mc_store_segment_t *segs;
     size_t nsegs;
@@ -107,6 +115,16 @@ void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel
  * for writing (setup/close). */
 mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size);
 void mc_store_segments_release(mc_store_h s);
+/* Register @p seg (mapped by the caller: base, map_len, fd, size, id,
+ * kind) with the engine under @p location, MOUNT_SEGMENT it and record it.
+ * On failure the mapping is released.  Any thread holding `life`. */
+mc_status_t mc_store_segment_attach(mc_store_h s, mc_store_segment_t *seg,
+                                    const char *location);
+/* Unregister and unmap a segment no longer recorded in s->segs. */
+void mc_store_segment_unmap(mc_store_h s, mc_store_segment_t *seg);
+/* mount.c: UNMOUNT_SEGMENT and unmap every draining segment whose grace
+ * period is over (heartbeat thread, on its own connection). */
+void mc_store_segments_reap(mc_store_h s, mc_mconn_t *conn);
 /* Copy the segment list for REMOUNT_SEGMENTS into @p arena. */
 mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
                                       mc_wire_segment_list_t *list);

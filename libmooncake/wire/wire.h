@@ -171,7 +171,8 @@ typedef mc_wire_config_t mc_wire_CONFIG_t;
     X(BATCH_UPSERT_START, batch_upsert_start, 33)            \
     X(BATCH_UPSERT_END, batch_upsert_end, 34)                \
     X(BATCH_UPSERT_REVOKE, batch_upsert_revoke, 35)          \
-    X(REMOVE_BY_REGEX, remove_by_regex, 36)
+    X(REMOVE_BY_REGEX, remove_by_regex, 36)                  \
+    X(SET_SEGMENT_DRAINING, set_segment_draining, 40)
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
@@ -189,6 +190,12 @@ typedef mc_wire_config_t mc_wire_CONFIG_t;
 
 #define MC_WIRE_REQ_unmount_segment(F) F(UUID, client_id) F(UUID, segment_id)
 #define MC_WIRE_RESP_unmount_segment(F)
+
+/* Marks a segment of the caller DRAINING: it takes no new allocations but
+ * its objects stay readable until UNMOUNT_SEGMENT (a graceful unmount).
+ * SEGMENT_NOT_FOUND for an unknown id, ILLEGAL_CLIENT for another's. */
+#define MC_WIRE_REQ_set_segment_draining(F) F(UUID, client_id) F(UUID, segment_id)
+#define MC_WIRE_RESP_set_segment_draining(F)
 
 /* Unmounts every segment of the client at once; its objects disappear. */
 #define MC_WIRE_REQ_client_close(F) F(UUID, client_id)

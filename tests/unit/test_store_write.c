@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -646,6 +647,99 @@ START_TEST(test_replica_descriptors)
 }
 END_TEST
 
+/* ---- segment mounting (mount.c) ------------------------------------------------ */
+
+/* A /dev/shm file of @p size bytes mapped here too: what the store writes
+ * into a segment mounted from it shows up in @p view_p. */
+static int shm_file(char *path, size_t cap, size_t size, uint8_t **view_p)
+{
+    int fd;
+
+    snprintf(path, cap, "/dev/shm/mc-unit-%d-%llu", (int)getpid(),
+             (unsigned long long)now_ms());
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
+    *view_p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(*view_p, MAP_FAILED);
+    close(fd);
+    return 0;
+}
+
+START_TEST(test_mount_segments)
+{
+    uint8_t v[20000], *view;
+    char path[128];
+    mc_store_h b = store_open(0);
+    mc_segment_id_t id, aid;
+    const char *ids[2];
+    uint64_t allocated = 0;
+    mc_replicate_config_t cfg;
+    uint64_t size;
+    int gone = 0;
+
+    shm_file(path, sizeof(path), 4u << 20, &view);
+    mc_replicate_config_init(&cfg);
+    cfg.preferred_segment = mc_store_hostname(b);
+
+    /* misuse first: nothing gets mounted */
+    ck_assert_status_eq(mc_store_mount_segment(b, path, 1u << 20, 100, "tcp", "", &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_mount_segment(b, path, 8u << 20, 0, "tcp", "", &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_mount_segment(b, path, 0, 0, NULL, NULL, &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_mount_segment(b, "/nonexistent/x", 4096, 0, NULL, NULL, &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_mount_segment(b, NULL, 4096, 0, NULL, NULL, &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_mount_segment(b, path, 4096, 0, NULL, NULL, NULL),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_allocate_and_mount_segment(b, 0, NULL, NULL, &aid, NULL),
+                        MC_INVALID_PARAMS);
+
+    /* a file segment: objects for b land in the file's bytes */
+    ck_assert_status_ok(mc_store_mount_segment(b, path, 4u << 20, 0, "tcp", "", &id));
+    ck_assert_uint_eq(strlen(id.id), 36);
+    pattern(v, sizeof(v), 23);
+    ck_assert_status_ok(mc_store_put(store, "ms-k", v, sizeof(v), &cfg));
+    ck_assert_ptr_nonnull(memmem(view, 4u << 20, v, sizeof(v)));
+    assert_value(store, "ms-k", v, sizeof(v));
+
+    /* an allocated one, page rounded; unmount_and_free refuses the file one */
+    ck_assert_status_ok(mc_store_allocate_and_mount_segment(b, 5000, NULL, "", &aid,
+                                                            &allocated));
+    ck_assert_uint_eq(allocated % (uint64_t)sysconf(_SC_PAGESIZE), 0);
+    ck_assert_uint_ge(allocated, 5000);
+    ids[0] = aid.id;
+    ids[1] = id.id;
+    ck_assert_status_eq(mc_store_unmount_and_free_segments(b, ids, 2, 0), MC_INVALID_PARAMS);
+    ck_assert_status_ok(mc_store_unmount_and_free_segments(b, ids, 1, 0));
+    ck_assert_status_eq(mc_store_unmount_and_free_segments(b, ids, 1, 0), MC_SEGMENT_NOT_FOUND);
+
+    /* graceful: readable meanwhile, no new object lands there, then gone */
+    ck_assert_status_ok(mc_store_unmount_segments(b, &ids[1], 1, 1));
+    assert_value(store, "ms-k", v, sizeof(v));
+    pattern(v, sizeof(v), 29);
+    ck_assert_status_ok(mc_store_put(store, "ms-new", v, sizeof(v), &cfg));
+    ck_assert_ptr_null(memmem(view, 4u << 20, v, sizeof(v)));
+    for (int i = 0; (i < 1000) && !gone; i++) {
+        gone = (mc_store_get_size(store, "ms-k", &size) == MC_OBJECT_NOT_FOUND);
+        if (!gone)
+            usleep(10000);
+    }
+    ck_assert_msg(gone, "the drained segment should be unmounted after its grace period");
+    ck_assert_status_eq(mc_store_unmount_segments(b, &ids[1], 1, 0), MC_SEGMENT_NOT_FOUND);
+    ids[0] = "not-a-uuid";
+    ck_assert_status_eq(mc_store_unmount_segments(b, ids, 1, 0), MC_INVALID_PARAMS);
+
+    mc_store_destroy(b);
+    ck_assert_status_eq(mc_store_unmount_segments(NULL, ids, 1, 0), MC_INVALID_PARAMS);
+    munmap(view, 4u << 20);
+    unlink(path);
+}
+END_TEST
+
 /* ---- host memory and NUMA (no master) ------------------------------------------ */
 
 START_TEST(test_host_mem)
@@ -715,6 +809,7 @@ Suite *mc_test_store_write_suite(void)
     tcase_add_test(tc, test_batch_remove);
     tcase_add_test(tc, test_remove_by_regex_and_all);
     tcase_add_test(tc, test_replica_descriptors);
+    tcase_add_test(tc, test_mount_segments);
     suite_add_tcase(s, tc);
     return s;
 }

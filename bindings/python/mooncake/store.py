@@ -510,6 +510,96 @@ class MooncakeDistributedStore:
         """
         return self._store.close()
 
+    # ---- segments ------------------------------------------------------------------
+
+    def mount_segment(self, path: str, size: int, offset: int = 0, protocol: str = "tcp",
+                      location: str = "") -> Dict[str, Any]:
+        """Contribute ``size`` bytes of the file ``path`` (``/dev/shm/NAME`` or
+        any regular file already holding ``offset + size`` bytes), from
+        ``offset`` (a multiple of the page size), to the pool.  The file is
+        mapped shared, so the bytes objects are stored in are the file's.
+
+        Returns:
+            ``{"ret": 0 or a negative ErrorCode, "segment_ids": [id, ...]}``
+            (one UUID string on success, [] on failure).  ``INVALID_PARAMS``
+            for a bad path, size, offset or protocol (only the store's own).
+        """
+        _util.check_str("path", path)
+        _util.check_str("protocol", protocol)
+        _util.check_str("location", location)
+        sz, off = _ptr("size", size), _ptr("offset", offset)
+        bad = {"ret": int(ErrorCode.INVALID_PARAMS), "segment_ids": []}
+        if sz is None or off is None or "\0" in path + protocol + location:
+            return bad
+        ret, sid = self._store.mount_segment(path, sz, off, protocol, location)
+        return {"ret": ret, "segment_ids": [sid] if ret == 0 else []}
+
+    def allocate_and_mount_segment(self, size: int, protocol: str = "tcp",
+                                   location: str = "") -> Dict[str, Any]:
+        """Allocate ``size`` bytes of shared memory (rounded up to the page
+        size) in this process and contribute it to the pool.
+
+        Returns:
+            ``{"ret", "segment_ids", "allocated_size"}``; ``allocated_size``
+            is 0 on failure.
+        """
+        _util.check_str("protocol", protocol)
+        _util.check_str("location", location)
+        sz = _ptr("size", size)
+        if sz is None or "\0" in protocol + location:
+            return {"ret": int(ErrorCode.INVALID_PARAMS), "segment_ids": [],
+                    "allocated_size": 0}
+        ret, sid, allocated = self._store.allocate_and_mount_segment(sz, protocol, location)
+        return {"ret": ret, "segment_ids": [sid] if ret == 0 else [],
+                "allocated_size": allocated}
+
+    def _unmount(self, segment_ids: Any, grace_period_seconds: Any, and_free: int) -> int:
+        if isinstance(segment_ids, str):
+            segment_ids = [segment_ids]
+        _util.check_key_list("segment_ids", segment_ids)
+        if not _util.is_int(grace_period_seconds):
+            raise TypeError("grace_period_seconds must be an int, not "
+                            f"{type(grace_period_seconds).__name__}")
+        if grace_period_seconds < 0 or grace_period_seconds > _util.U64_MAX:
+            return int(ErrorCode.INVALID_PARAMS)
+        if any("\0" in s for s in segment_ids):
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.unmount_segments(list(segment_ids), int(grace_period_seconds),
+                                            and_free)
+
+    def unmount_segment(self, segment_ids: Sequence[str], grace_period_seconds: int = 0) -> int:
+        """Unmount segments of :meth:`mount_segment` (or
+        :meth:`allocate_and_mount_segment`) and unmap them.
+
+        With ``grace_period_seconds`` > 0 the segments stop taking new
+        objects at once, their objects stay readable, and they are unmounted
+        (their objects dropped) and unmapped when the period is over.
+        Returns 0 or the first failure (``SEGMENT_NOT_FOUND`` for an id this
+        client did not mount, ``INVALID_PARAMS`` for text that is no id).
+        """
+        return self._unmount(segment_ids, grace_period_seconds, 0)
+
+    def unmount_and_free_segment(self, segment_ids: Sequence[str],
+                                 grace_period_seconds: int = 0) -> int:
+        """:meth:`unmount_segment` for segments of
+        :meth:`allocate_and_mount_segment`, whose memory is freed;
+        ``INVALID_PARAMS`` (and nothing unmounted) when any id is another
+        kind of segment."""
+        return self._unmount(segment_ids, grace_period_seconds, 1)
+
+    def init_all(self, protocol: str, device_name: str,
+                 mount_segment_size: int = 16777216) -> int:
+        """Mount one more segment of ``mount_segment_size`` bytes
+        (:meth:`allocate_and_mount_segment` with ``device_name`` as the
+        location).  Upstream also creates the store with default settings;
+        here the store must be set up first (``UNAVAILABLE_IN_CURRENT_STATUS``
+        otherwise), since setup() alone knows the master and the hostname.
+        ``protocol`` must be the store's.  Returns 0 or a negative ErrorCode.
+        """
+        _util.check_str("device_name", device_name)
+        return self.allocate_and_mount_segment(mount_segment_size, protocol,
+                                               device_name)["ret"]
+
     def get_hostname(self) -> str:
         """This client's segment name, ``"host:port"`` ("" before setup)."""
         return self._store.hostname()

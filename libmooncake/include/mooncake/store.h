@@ -454,6 +454,70 @@ MC_API mc_status_t mc_host_mem_free(void *ptr);
  */
 MC_API mc_status_t mc_numa_bind(int node);
 
+/* ---- segment mounting ------------------------------------------------- */
+
+/** A segment id: UUID text, NUL-terminated. @since 0.1 */
+typedef struct mc_segment_id {
+    char id[37];
+} mc_segment_id_t;
+
+/**
+ * @brief Contribute @p size bytes of the file @p path (a /dev/shm/NAME
+ *        shared-memory file or any regular file), from byte @p offset, to
+ *        the pool: mapped MAP_SHARED, registered with the transfer engine
+ *        for remote access at @p location ("" for none) and mounted on the
+ *        master under this client's segment name.
+ *
+ * The file must already hold offset + size bytes and must not shrink while
+ * mounted.  @p protocol must be NULL, "" or the store's protocol.
+ * @return MC_INVALID_PARAMS for an unaligned offset (not a multiple of the
+ *         page size), a zero size, a path that cannot be opened read-write
+ *         or is not a regular file, or a file too short;
+ *         MC_UNAVAILABLE_IN_CURRENT_STATUS before setup.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_mount_segment(mc_store_h store, const char *path, uint64_t size,
+                                          uint64_t offset, const char *protocol,
+                                          const char *location, mc_segment_id_t *id_out);
+
+/**
+ * @brief Allocate @p size bytes (rounded up to the page size, reported in
+ *        @p allocated_size_p) of fresh shared memory and mount it.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_allocate_and_mount_segment(mc_store_h store, uint64_t size,
+                                                       const char *protocol,
+                                                       const char *location,
+                                                       mc_segment_id_t *id_out,
+                                                       uint64_t *allocated_size_p);
+
+/**
+ * @brief Unmount segments of this client and unmap their memory.
+ *
+ * With @p grace_period_seconds 0 the master drops the segments (and every
+ * replica in them) now.  Otherwise they are marked DRAINING at once (no new
+ * allocation lands there, existing objects stay readable) and the
+ * heartbeat thread unmounts and unmaps them when the grace period is over
+ * (or close does, earlier).  Segments are handled in order; the first
+ * failure stops the call and is returned.
+ * @return MC_SEGMENT_NOT_FOUND for an id this client has not mounted,
+ *         MC_ILLEGAL_CLIENT when the master says it is another client's,
+ *         MC_INVALID_PARAMS for text that is not a UUID.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_unmount_segments(mc_store_h store, const char *const *ids,
+                                             size_t n, uint64_t grace_period_seconds);
+
+/**
+ * @brief mc_store_unmount_segments() for segments of
+ *        mc_store_allocate_and_mount_segment(); MC_INVALID_PARAMS for any
+ *        other (nothing is unmounted then).
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_unmount_and_free_segments(mc_store_h store,
+                                                      const char *const *ids, size_t n,
+                                                      uint64_t grace_period_seconds);
+
 #ifdef __cplusplus
 }
 #endif
