@@ -164,7 +164,7 @@ static void gather(mc_master_t *m, admin_figures_t *f)
     for (mc_hnode_t *n = mc_hmap_first(&m->objects, &it); n != NULL;
          n = mc_hmap_next(&m->objects, &it)) {
         const mc_object_t *o = mc_container_of(n, mc_object_t, node);
-        if (o->soft_pin_deadline_ms > now)
+        if (mc_object_soft_pin_deadline(o) > now)
             f->soft_pinned++;
         if (o->hard_pin)
             f->hard_pinned++;
@@ -337,11 +337,12 @@ static void do_query_key(mc_master_t *m, struct evhttp_request *req, const char 
     if ((jset(j, "lease_remaining_ms",
               json_integer((json_int_t)remaining(o->lease_deadline_ms, now))) != 0) ||
         (jset(j, "hard_pin", json_boolean(o->hard_pin)) != 0) ||
-        (jset(j, "soft_pin", json_boolean(o->soft_pin_deadline_ms > now)) != 0) ||
+        (jset(j, "soft_pin", json_boolean(mc_object_soft_pin_deadline(o) > now)) != 0) ||
         (jset(j, "soft_pin_remaining_ms",
-              json_integer((json_int_t)remaining(o->soft_pin_deadline_ms, now))) != 0) ||
-        (jset(j, "group_id", o->group_id ? jstr(o->group_id, strlen(o->group_id))
-                                         : json_null()) != 0) ||
+              json_integer((json_int_t)remaining(mc_object_soft_pin_deadline(o), now))) != 0) ||
+        (jset(j, "group_id", mc_object_group_id(o)
+                                 ? jstr(mc_object_group_id(o), strlen(mc_object_group_id(o)))
+                                 : json_null()) != 0) ||
         (jset(j, "upserting", json_boolean(o->upsert != MC_UPSERT_NONE)) != 0))
         goto oom_j;
     reply_json(req, j);

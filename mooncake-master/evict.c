@@ -37,7 +37,7 @@ static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok)
         return 0;
     if (o->lease_deadline_ms > now_ms)
         return 0;
-    if ((o->soft_pin_deadline_ms > now_ms) && !soft_ok)
+    if ((mc_object_soft_pin_deadline(o) > now_ms) && !soft_ok)
         return 0;
     return 1;
 }
@@ -64,7 +64,7 @@ static int group_evictable(const mc_group_t *g, uint64_t now_ms, int soft_ok,
     const mc_mlist_t *pos;
 
     for (pos = g->members.next; pos != &g->members; pos = pos->next) {
-        const mc_object_t *o = mc_container_of(pos, mc_object_t, group_link);
+        const mc_object_t *o = mc_container_of(pos, mc_object_ext_t, group_link)->obj;
         if ((o == keep) || (evictable(o, now_ms, soft_ok) != 1))
             return 0;
     }
@@ -81,7 +81,7 @@ static uint64_t evict_group(mc_master_t *m, mc_group_t *g)
              g->strs + g->tenant_len, g->count);
     do {
         last = g->count == 1;
-        freed += evict_one(m, mc_container_of(g->members.next, mc_object_t, group_link));
+        freed += evict_one(m, mc_container_of(g->members.next, mc_object_ext_t, group_link)->obj);
     } while (!last);
     return freed;
 }
@@ -112,13 +112,13 @@ static uint64_t evict_walk(mc_master_t *m, uint64_t now_ms, int soft_ok, const m
         }
         if (e == 0)
             continue;
-        if ((o->group != NULL) && (o->group->count > 1)) {
-            mc_group_t *g = o->group;
+        if ((mc_object_group(o) != NULL) && (mc_object_group(o)->count > 1)) {
+            mc_group_t *g = mc_object_group(o);
             if (!group_evictable(g, now_ms, soft_ok, keep))
                 continue;
             /* the next entry may be a member: step past the group's
              * members before erasing them, so tmp stays valid */
-            while ((tmp != &m->lru) && (mc_container_of(tmp, mc_object_t, lru_link)->group == g))
+            while ((tmp != &m->lru) && (mc_object_group(mc_container_of(tmp, mc_object_t, lru_link)) == g))
                 tmp = tmp->next;
             freed += evict_group(m, g);
         } else {

@@ -86,26 +86,70 @@ typedef enum mc_segment_state {
     MC_SEG_UNMOUNTING = 5
 } mc_segment_state_t;
 
-/* One buffer of an object in one segment. */
+/* One buffer of an object in one segment.  There is one per object and
+ * copy, so the fields are packed: a discarded replica has no object, so
+ * its release time shares the object pointer's storage. */
 typedef struct mc_replica {
     uint64_t id;               /* unique for the life of the master */
-    uint8_t status;            /* MC_REPLICA_PROCESSING or MC_REPLICA_COMPLETE */
     mc_segment_t *seg;         /* never NULL while the replica exists */
     mc_alloc_block_t block;    /* its range in seg's allocator */
-    mc_object_t *obj;          /* NULL once discarded (preempted put) */
-    uint64_t release_ms;       /* discarded: when the space is freed */
-    uint8_t fresh;             /* in obj->up_replicas (an upsert's new buffers) */
+    union {
+        mc_object_t *obj;      /* !discarded: its object */
+        uint64_t release_ms;   /* discarded: when the space is freed */
+    };
     mc_mlist_t seg_link;       /* in seg->replicas */
-    mc_mlist_t link;           /* in obj->replicas, obj->up_replicas or m->discarded */
+    mc_mlist_t link;           /* in obj->replicas, obj->up->replicas or m->discarded */
+    uint8_t status;            /* MC_REPLICA_PROCESSING or MC_REPLICA_COMPLETE */
+    uint8_t fresh;             /* in obj->up->replicas (an upsert's new buffers) */
+    uint8_t discarded;         /* on m->discarded (preempted put, replaced buffer) */
 } mc_replica_t;
 
 /* An upsert in progress on an existing object (docs/protocol.md §5.11). */
 typedef enum mc_upsert_mode {
     MC_UPSERT_NONE    = 0,
     MC_UPSERT_INPLACE = 1,     /* same buffers, object unreadable until the end */
-    MC_UPSERT_FRESH   = 2      /* new buffers in up_replicas, old ones readable */
+    MC_UPSERT_FRESH   = 2      /* new buffers in up->replicas, old ones readable */
 } mc_upsert_mode_t;
 
+/*
+ * An upsert in progress on an existing object: the config to apply at
+ * UPSERT_END.  In place, the object's owner/put_start_ms/pending_link
+ * describe the upsert; fresh, the fields here do and the object stays
+ * complete.
+ */
+typedef struct mc_upsert {
+    mc_object_t *obj;          /* the object upserted (for m->upserting walks) */
+    uint8_t hard_pin;
+    uint8_t pin_action;        /* mc_soft_pin_action_t */
+    uint8_t has_group;
+    uint64_t pin_ttl_ms;
+    char *group_id;            /* with has_group; NULL = ungrouped */
+    uint64_t size;             /* fresh */
+    uint64_t start_ms;         /* fresh */
+    mc_uuid_t owner;           /* fresh */
+    mc_mlist_t replicas;       /* fresh: mc_replica_t.link */
+    mc_mlist_t link;           /* fresh: in m->upserting, oldest first */
+} mc_upsert_t;
+
+/*
+ * The state only some objects have, split off so the rest pay one
+ * pointer for it: a soft pin (docs/protocol.md §5.5) and group
+ * membership (§5.12).  Allocated when an object first needs either
+ * (PUT_START, or UPSERT_START for UPSERT_END to apply), freed with it.
+ */
+typedef struct mc_object_ext {
+    mc_object_t *obj;          /* the owner (for group->members walks) */
+    /* Soft pin: ttl chosen at PutStart, deadline set when the object
+     * completes; 0 = not pinned. */
+    uint64_t soft_pin_ttl_ms;
+    uint64_t soft_pin_deadline_ms;
+    char *group_id;            /* NULL = ungrouped */
+    mc_group_t *group;         /* group_id's group once complete; NULL = none */
+    mc_mlist_t group_link;     /* in group->members; self-linked when none */
+} mc_object_ext_t;
+
+/* One key.  There are millions, so the record holds only what every
+ * object needs; the rest hangs off @c ext and @c up. */
 struct mc_object {
     mc_hnode_t node;           /* in m->objects, hash of (tenant, key) */
     mc_mlist_t replicas;       /* mc_replica_t.link */
@@ -114,34 +158,31 @@ struct mc_object {
     mc_uuid_t owner;           /* client that did PutStart */
     uint64_t put_start_ms;     /* monotonic */
     uint64_t lease_deadline_ms;
-    /* Soft pin (docs/protocol.md §5.5): ttl chosen at PutStart, deadline
-     * set when the object completes; 0 = not pinned. */
-    uint64_t soft_pin_ttl_ms;
-    uint64_t soft_pin_deadline_ms;
-    uint8_t hard_pin;
-    uint8_t complete;          /* PutEnd done: every replica is COMPLETE */
-    char *group_id;            /* NULL = ungrouped */
-    /* Upsert in progress: the config to apply at UPSERT_END.  In place,
-     * owner/put_start_ms/pending_link describe the upsert; fresh, these
-     * up_* fields do and the object stays complete. */
-    uint8_t upsert;            /* mc_upsert_mode_t */
-    uint8_t up_hard_pin;
-    uint8_t up_pin_action;     /* mc_soft_pin_action_t */
-    uint8_t up_has_group;
-    uint64_t up_pin_ttl_ms;
-    char *up_group_id;         /* with up_has_group; NULL = ungrouped */
-    uint64_t up_size;          /* fresh */
-    uint64_t up_start_ms;      /* fresh */
-    mc_uuid_t up_owner;        /* fresh */
-    mc_mlist_t up_replicas;    /* fresh: mc_replica_t.link */
-    mc_mlist_t up_link;        /* fresh: in m->upserting, oldest first */
     mc_mlist_t lru_link;       /* in m->lru (evict.h); self-linked when off it */
-    mc_group_t *group;         /* group_id's group once complete; NULL = none */
-    mc_mlist_t group_link;     /* in group->members; self-linked when none */
-    uint32_t tenant_len;
+    mc_object_ext_t *ext;      /* soft pin and group; NULL = neither */
+    mc_upsert_t *up;           /* non-NULL exactly while upsert != NONE */
     uint32_t key_len;
-    char strs[];               /* tenant bytes then key bytes, no NULs */
+    uint16_t tenant_len;       /* rpc.c caps tenant names well below 64 KiB */
+    uint8_t hard_pin : 1;
+    uint8_t complete : 1;      /* PutEnd done: every replica is COMPLETE */
+    uint8_t upsert : 2;        /* mc_upsert_mode_t; upsert in progress */
+    char strs[];               /* tenant bytes then key bytes, no NULs; the
+                                * object is allocated up to offsetof(strs) */
 };
+
+/* Soft-pin deadline (0 = none), group and group id of @p o. */
+static inline uint64_t mc_object_soft_pin_deadline(const mc_object_t *o)
+{
+    return (o->ext != NULL) ? o->ext->soft_pin_deadline_ms : 0;
+}
+static inline mc_group_t *mc_object_group(const mc_object_t *o)
+{
+    return (o->ext != NULL) ? o->ext->group : NULL;
+}
+static inline const char *mc_object_group_id(const mc_object_t *o)
+{
+    return (o->ext != NULL) ? o->ext->group_id : NULL;
+}
 
 static inline mc_str_t mc_object_tenant(const mc_object_t *o)
 {

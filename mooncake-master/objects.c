@@ -21,7 +21,7 @@
  * Upsert (§5.11) rewrites an existing complete object either in place
  * (same size, no lease: the object goes back to the incomplete state,
  * owned by the upserter, and rides m->pending like a put) or into fresh
- * buffers kept on o->up_replicas while the old value stays readable; the
+ * buffers kept on o->up->replicas while the old value stays readable; the
  * object then sits on m->upserting, also ordered by start time, so the
  * tick can drop abandoned ones.  Old buffers replaced while a reader holds
  * a lease wait on m->discarded until the lease deadline.
@@ -123,12 +123,12 @@ static int group_eq(const mc_hnode_t *node, const void *k)
 /* Take @p o out of its group; the group goes with its last member. */
 static void group_leave(mc_master_t *m, mc_object_t *o)
 {
-    mc_group_t *g = o->group;
+    mc_group_t *g = mc_object_group(o);
 
     if (g == NULL)
         return;
-    mc_mlist_remove(&o->group_link);
-    o->group = NULL;
+    mc_mlist_remove(&o->ext->group_link);
+    o->ext->group = NULL;
     if (--g->count == 0) {
         mc_hmap_remove(&m->groups, &g->node);
         free(g);
@@ -142,19 +142,20 @@ static void group_leave(mc_master_t *m, mc_object_t *o)
  */
 static void group_sync(mc_master_t *m, mc_object_t *o)
 {
-    group_lookup_t l = {mc_object_tenant(o), {o->group_id, o->group_id ? strlen(o->group_id) : 0}};
-    mc_group_t *g;
+    const char *id   = mc_object_group_id(o);
+    group_lookup_t l = {mc_object_tenant(o), {id, id ? strlen(id) : 0}};
+    mc_group_t *g    = mc_object_group(o);
     mc_hnode_t *n;
     uint64_t h;
 
-    if ((o->group != NULL) && (o->group_id != NULL) && group_eq(&o->group->node, &l)) {
+    if ((g != NULL) && (id != NULL) && group_eq(&g->node, &l)) {
         /* its lease may have been reset (upsert): grants go to all again */
-        o->group->lease_deadline_ms = 0;
+        g->lease_deadline_ms = 0;
         return;
     }
     group_leave(m, o);
-    if (o->group_id == NULL)
-        return;
+    if (id == NULL)
+        return; /* then o->ext, if any, is there for a soft pin */
     h = mc_hash_bytes(l.id.ptr, l.id.len, mc_hash_bytes(l.tenant.ptr, l.tenant.len, 1));
     n = mc_hmap_find(&m->groups, h, &l, group_eq);
     if (n != NULL) {
@@ -184,10 +185,10 @@ static void group_sync(mc_master_t *m, mc_object_t *o)
             return;
         }
     }
-    mc_mlist_insert_tail(&g->members, &o->group_link);
+    mc_mlist_insert_tail(&g->members, &o->ext->group_link);
     g->count++;
     g->lease_deadline_ms = 0; /* the newcomer has not had the last grant */
-    o->group = g;
+    o->ext->group        = g;
 }
 
 /* ---- replicas and objects --------------------------------------------------- */
@@ -225,27 +226,57 @@ static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         mc_mlist_remove(&r->link);
-        r->obj        = NULL;
+        r->discarded  = 1; /* r->obj is gone from here on */
         r->fresh      = 0;
         r->release_ms = release_ms;
         mc_mlist_insert_tail(&m->discarded, &r->link);
     }
 }
 
+/* The ext of @p o, allocated on first use; NULL on OOM. */
+static mc_object_ext_t *obj_ext(mc_object_t *o)
+{
+    mc_object_ext_t *e = o->ext;
+
+    if (e != NULL)
+        return e;
+    e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    e->obj = o;
+    mc_mlist_init(&e->group_link);
+    o->ext = e;
+    return e;
+}
+
+/* Free @p o and what hangs off it, once unlinked from everything. */
+static void obj_free(mc_object_t *o)
+{
+    if (o->ext != NULL) {
+        free(o->ext->group_id);
+        free(o->ext);
+    }
+    free(o);
+}
+
 /* Forget the upsert state of @p o (its fresh buffers are already gone). */
 static void upsert_clear(mc_object_t *o)
 {
-    o->upsert       = MC_UPSERT_NONE;
-    o->up_has_group = 0;
-    free(o->up_group_id);
-    o->up_group_id = NULL;
-    mc_mlist_remove(&o->up_link);
+    mc_upsert_t *up = o->up;
+
+    o->upsert = MC_UPSERT_NONE;
+    o->up     = NULL;
+    if (up == NULL)
+        return;
+    mc_mlist_remove(&up->link);
+    free(up->group_id);
+    free(up);
 }
 
 /* Drop the fresh buffers of an upsert and forget it; the old value stays. */
 static void upsert_drop(mc_master_t *m, mc_object_t *o)
 {
-    free_replicas(m, &o->up_replicas);
+    free_replicas(m, &o->up->replicas);
     upsert_clear(o);
 }
 
@@ -253,14 +284,14 @@ static void upsert_drop(mc_master_t *m, mc_object_t *o)
 static void obj_erase(mc_master_t *m, mc_object_t *o)
 {
     free_replicas(m, &o->replicas);
-    free_replicas(m, &o->up_replicas);
+    if (o->up != NULL)
+        free_replicas(m, &o->up->replicas);
     upsert_clear(o);
     mc_hmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
     mc_mlist_remove(&o->lru_link);
     group_leave(m, o);
-    free(o->group_id);
-    free(o);
+    obj_free(o);
 }
 
 /* Teardown: segments are destroyed right after, so ranges are not given
@@ -274,11 +305,13 @@ void mc_master_objects_cleanup(mc_master_t *m)
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         n              = mc_hmap_next(&m->objects, &it);
         forget_replicas(&o->replicas);
-        forget_replicas(&o->up_replicas);
+        if (o->up != NULL) {
+            forget_replicas(&o->up->replicas);
+            free(o->up->group_id);
+            free(o->up);
+        }
         mc_hmap_remove(&m->objects, &o->node);
-        free(o->group_id);
-        free(o->up_group_id);
-        free(o);
+        obj_free(o);
     }
     forget_replicas(&m->discarded);
     mc_mlist_init(&m->discarded);
@@ -298,13 +331,13 @@ void mc_master_objects_cleanup(mc_master_t *m)
 
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
 {
-    mc_object_t *o = r->obj;
+    mc_object_t *o = r->discarded ? NULL : r->obj;
     int fresh      = r->fresh;
     replica_free(m, r);
     if ((o != NULL) && fresh) {
         /* An upsert lost its last new buffer: the old value stays, and the
          * writer's UPSERT_END will answer OBJECT_NOT_FOUND (§5.11). */
-        if (mc_mlist_empty(&o->up_replicas))
+        if ((o->up != NULL) && mc_mlist_empty(&o->up->replicas))
             mc_debug("upsert of %.*s lost its last new replica", (int)MC_MIN(o->key_len, 200u),
                      mc_object_key(o).ptr);
         return;
@@ -328,8 +361,8 @@ static void obj_discard(mc_master_t *m, mc_object_t *o)
 /* Preempt a stale fresh-buffer upsert the same way; the old value stays. */
 static void upsert_discard(mc_master_t *m, mc_object_t *o)
 {
-    defer_replicas(m, &o->up_replicas,
-                   o->up_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
+    defer_replicas(m, &o->up->replicas,
+                   o->up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
     upsert_clear(o);
 }
 
@@ -354,8 +387,8 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
         obj_erase(m, o);
     }
     while (!mc_mlist_empty(&m->upserting)) {
-        mc_object_t *o = mc_container_of(m->upserting.next, mc_object_t, up_link);
-        if (o->up_start_ms + release > now_ms)
+        mc_object_t *o = mc_container_of(m->upserting.next, mc_upsert_t, link)->obj;
+        if (o->up->start_ms + release > now_ms)
             break;
         mc_info("releasing abandoned upsert of key '%.*s' (no UpsertEnd within %" PRId64 " s)",
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
@@ -384,7 +417,7 @@ static void obj_lease_one(mc_master_t *m, mc_object_t *o, uint64_t d)
 static void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 {
     uint64_t d    = now_ms + m->cfg->default_kv_lease_ttl;
-    mc_group_t *g = o->group;
+    mc_group_t *g = mc_object_group(o);
     mc_mlist_t *pos, *tmp;
 
     if (g == NULL) {
@@ -396,7 +429,7 @@ static void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
         return;
     }
     mc_mlist_for_each_safe(pos, tmp, &g->members)
-        obj_lease_one(m, mc_container_of(pos, mc_object_t, group_link), d);
+        obj_lease_one(m, mc_container_of(pos, mc_object_ext_t, group_link)->obj, d);
     g->lease_deadline_ms = d;
 }
 
@@ -557,7 +590,7 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
 
     out->n = 0;
     out->v = NULL;
-    if (length == 0)
+    if ((length == 0) || (x->tenant.len > UINT16_MAX)) /* rpc.c caps tenants far lower */
         return MC_INVALID_PARAMS;
 
     o = obj_find(m, x->tenant, key);
@@ -576,27 +609,27 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     if (out->v == NULL)
         goto oom;
 
-    o = malloc(sizeof(*o) + (size_t)x->tenant.len + key.len);
+    /* strs starts inside the struct's tail padding: allocate up to it only */
+    o = malloc(offsetof(mc_object_t, strs) + (size_t)x->tenant.len + key.len);
     if (o == NULL)
         goto oom;
-    memset(o, 0, sizeof(*o));
-    if (dup_group(group, &o->group_id) != 0) {
-        free(o);
-        goto oom;
+    memset(o, 0, offsetof(mc_object_t, strs));
+    if ((cfg->soft_pin_action == MC_SOFT_PIN_ENABLE) || ((group != NULL) && (group->len > 0))) {
+        if ((obj_ext(o) == NULL) || (dup_group(group, &o->ext->group_id) != 0)) {
+            obj_free(o);
+            goto oom;
+        }
+        if (cfg->soft_pin_action == MC_SOFT_PIN_ENABLE)
+            o->ext->soft_pin_ttl_ms = cfg->has_soft_pin_ttl ? cfg->soft_pin_ttl_ms
+                                                            : m->cfg->default_kv_soft_pin_ttl;
     }
     mc_mlist_init(&o->replicas);
-    mc_mlist_init(&o->up_replicas);
-    mc_mlist_init(&o->up_link);
     mc_mlist_init(&o->lru_link); /* joins m->lru at PUT_END */
-    mc_mlist_init(&o->group_link); /* joins its group at PUT_END */
     o->size         = length;
     o->owner        = client_id;
     o->put_start_ms = x->now_ms;
     o->hard_pin     = cfg->with_hard_pin ? 1 : 0;
-    if (cfg->soft_pin_action == MC_SOFT_PIN_ENABLE)
-        o->soft_pin_ttl_ms = cfg->has_soft_pin_ttl ? cfg->soft_pin_ttl_ms
-                                                   : m->cfg->default_kv_soft_pin_ttl;
-    o->tenant_len = x->tenant.len;
+    o->tenant_len = (uint16_t)x->tenant.len;
     o->key_len    = key.len;
     if (x->tenant.len > 0)
         memcpy(o->strs, x->tenant.ptr, x->tenant.len);
@@ -624,23 +657,30 @@ oom:
 /* UPSERT_END: the config given at UPSERT_START takes effect (§5.11). */
 static void apply_upsert_config(mc_object_t *o, uint64_t now_ms)
 {
-    o->hard_pin = o->up_hard_pin;
-    switch (o->up_pin_action) {
+    mc_upsert_t *up    = o->up;
+    mc_object_ext_t *e = o->ext; /* upsert_stage made it if anything is set */
+
+    o->hard_pin = up->hard_pin;
+    switch (up->pin_action) {
     case MC_SOFT_PIN_ENABLE:
-        o->soft_pin_ttl_ms      = o->up_pin_ttl_ms;
-        o->soft_pin_deadline_ms = o->up_pin_ttl_ms ? now_ms + o->up_pin_ttl_ms : 0;
+        if (e != NULL) {
+            e->soft_pin_ttl_ms      = up->pin_ttl_ms;
+            e->soft_pin_deadline_ms = up->pin_ttl_ms ? now_ms + up->pin_ttl_ms : 0;
+        }
         break;
     case MC_SOFT_PIN_DISABLE:
-        o->soft_pin_ttl_ms      = 0;
-        o->soft_pin_deadline_ms = 0;
+        if (e != NULL) {
+            e->soft_pin_ttl_ms      = 0;
+            e->soft_pin_deadline_ms = 0;
+        }
         break;
     default: /* PRESERVE: keep the old deadline */
         break;
     }
-    if (o->up_has_group) {
-        free(o->group_id);
-        o->group_id    = o->up_group_id;
-        o->up_group_id = NULL;
+    if (up->has_group && (e != NULL)) {
+        free(e->group_id);
+        e->group_id  = up->group_id;
+        up->group_id = NULL;
     }
 }
 
@@ -655,7 +695,7 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
         defer_replicas(m, &o->replicas, o->lease_deadline_ms);
     else
         free_replicas(m, &o->replicas);
-    mc_mlist_for_each_safe(pos, tmp, &o->up_replicas)
+    mc_mlist_for_each_safe(pos, tmp, &o->up->replicas)
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         mc_mlist_remove(&r->link);
@@ -663,8 +703,8 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
         r->status = MC_REPLICA_COMPLETE;
         mc_mlist_insert_tail(&o->replicas, &r->link);
     }
-    o->size              = o->up_size;
-    o->owner             = o->up_owner;
+    o->size              = o->up->size;
+    o->owner             = o->up->owner;
     o->lease_deadline_ms = 0; /* as after PUT_END: the new value has no reader */
     apply_upsert_config(o, now_ms);
     upsert_clear(o);
@@ -680,9 +720,9 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     if (o == NULL)
         return MC_OBJECT_NOT_FOUND;
     if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
-        if (!mc_uuid_eq(o->up_owner, client_id))
+        if (!mc_uuid_eq(o->up->owner, client_id))
             return MC_ILLEGAL_CLIENT;
-        if (mc_mlist_empty(&o->up_replicas)) {
+        if (mc_mlist_empty(&o->up->replicas)) {
             /* every new buffer went away with its segment */
             upsert_clear(o);
             return MC_OBJECT_NOT_FOUND;
@@ -708,8 +748,8 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     }
     /* The soft pin starts when the object becomes readable; a fresh object
      * carries no lease (upstream grants a lease of 0 at PutEnd). */
-    if (o->soft_pin_ttl_ms > 0)
-        o->soft_pin_deadline_ms = x->now_ms + o->soft_pin_ttl_ms;
+    if ((o->ext != NULL) && (o->ext->soft_pin_ttl_ms > 0))
+        o->ext->soft_pin_deadline_ms = x->now_ms + o->ext->soft_pin_ttl_ms;
     group_sync(x->m, o);
     return MC_OK;
 }
@@ -722,7 +762,7 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
         return MC_OBJECT_NOT_FOUND;
     if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
         /* the revoking client is the writer: nothing writes there now */
-        if (!mc_uuid_eq(o->up_owner, client_id))
+        if (!mc_uuid_eq(o->up->owner, client_id))
             return MC_ILLEGAL_CLIENT;
         upsert_drop(x->m, o);
         return MC_OK;
@@ -1027,19 +1067,40 @@ int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t
 static int upsert_stage(mc_master_t *m, mc_object_t *o, const mc_wire_config_t *cfg,
                         const mc_str_t *group)
 {
-    char *g = NULL;
+    mc_upsert_t *up = o->up;
+    char *g         = NULL;
+
     if ((group != NULL) && (dup_group(group, &g) != 0))
         return -1;
-    free(o->up_group_id);
-    o->up_group_id   = g;
-    o->up_has_group  = group != NULL;
-    o->up_hard_pin   = cfg->with_hard_pin ? 1 : 0;
-    o->up_pin_action = cfg->soft_pin_action;
-    o->up_pin_ttl_ms = 0;
+    /* UPSERT_END must not fail for memory: make the ext now if it will
+     * hold a pin or a group (dropping an OOM'd upsert loses nothing) */
+    if (((cfg->soft_pin_action == MC_SOFT_PIN_ENABLE) || (g != NULL)) && (obj_ext(o) == NULL))
+        goto oom;
+    if (up == NULL) {
+        /* the caller sets o->upsert right after, so o->up is never
+         * allocated without an upsert in progress */
+        up = calloc(1, sizeof(*up));
+        if (up == NULL)
+            goto oom;
+        up->obj = o;
+        mc_mlist_init(&up->replicas);
+        mc_mlist_init(&up->link);
+        o->up = up;
+    }
+    free(up->group_id);
+    up->group_id   = g;
+    up->has_group  = group != NULL;
+    up->hard_pin   = cfg->with_hard_pin ? 1 : 0;
+    up->pin_action = cfg->soft_pin_action;
+    up->pin_ttl_ms = 0;
     if (cfg->soft_pin_action == MC_SOFT_PIN_ENABLE)
-        o->up_pin_ttl_ms = cfg->has_soft_pin_ttl ? cfg->soft_pin_ttl_ms
-                                                 : m->cfg->default_kv_soft_pin_ttl;
+        up->pin_ttl_ms = cfg->has_soft_pin_ttl ? cfg->soft_pin_ttl_ms
+                                               : m->cfg->default_kv_soft_pin_ttl;
     return 0;
+
+oom:
+    free(g);
+    return -1;
 }
 
 /*
@@ -1074,10 +1135,10 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         obj_discard(m, o);
         o = NULL;
     } else if ((o != NULL) && (o->upsert == MC_UPSERT_FRESH)) {
-        if (mc_mlist_empty(&o->up_replicas)) {
+        if (mc_mlist_empty(&o->up->replicas)) {
             upsert_clear(o); /* its new buffers went away with their segment */
         } else {
-            if (x->now_ms < o->up_start_ms + discard)
+            if (x->now_ms < o->up->start_ms + discard)
                 return MC_OBJECT_REPLICA_BUSY;
             mc_info("preempting stale upsert of key '%.*s'", (int)MC_MIN(key.len, 200u),
                     key.ptr);
@@ -1118,15 +1179,15 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     for (uint32_t i = 0; i < n; i++) {
         reps[i]->obj   = o;
         reps[i]->fresh = 1;
-        mc_mlist_insert_tail(&o->up_replicas, &reps[i]->link);
+        mc_mlist_insert_tail(&o->up->replicas, &reps[i]->link);
         fill_wire_replica(&out->v[i], reps[i], length);
     }
     out->n         = n;
     o->upsert      = MC_UPSERT_FRESH;
-    o->up_size     = length;
-    o->up_start_ms = x->now_ms;
-    o->up_owner    = client_id;
-    mc_mlist_insert_tail(&m->upserting, &o->up_link);
+    o->up->size     = length;
+    o->up->start_ms = x->now_ms;
+    o->up->owner    = client_id;
+    mc_mlist_insert_tail(&m->upserting, &o->up->link);
     return MC_OK;
 }
 
