@@ -564,7 +564,6 @@ mc_status_t mc_master_admin_start(mc_master_t *m)
 {
     const char *host = m->cfg->metrics_host;
     uint16_t port    = (uint16_t)m->cfg->metrics_port;
-    struct evhttp_bound_socket *bs;
 
     m->admin = evhttp_new(m->base);
     if (m->admin == NULL)
@@ -578,23 +577,10 @@ mc_status_t mc_master_admin_start(mc_master_t *m)
                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                              EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
     evhttp_set_gencb(m->admin, admin_cb, m);
-    bs = evhttp_bind_socket_with_handle(m->admin, host, port);
-    if (bs == NULL) {
-        mc_error("admin/metrics server: cannot listen on %s:%u: %s", host, (unsigned)port,
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    if (mc_master_evhttp_bind(m->admin, "admin/metrics server", host, port, m->admin_bound,
+                              sizeof(m->admin_bound)) != 0) {
         mc_master_admin_stop(m);
         return MC_INVALID_PARAMS;
-    }
-    {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
-        char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
-        if ((getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) &&
-            (getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
-                         NI_NUMERICHOST | NI_NUMERICSERV) == 0))
-            snprintf(m->admin_bound, sizeof(m->admin_bound), "%.250s:%.32s", h, p);
-        else
-            snprintf(m->admin_bound, sizeof(m->admin_bound), "%s:%u", host, (unsigned)port);
     }
     return MC_OK;
 }

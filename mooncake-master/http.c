@@ -242,11 +242,38 @@ static void http_cb(struct evhttp_request *req, void *arg)
     evhttp_clear_headers(&params);
 }
 
+/*
+ * Bind an evhttp server to host:port and record the address it really
+ * listens on ("host:port", numeric) in bound[bound_len], for the startup
+ * log.  Shared by the metadata server and the admin server.  Logs and
+ * returns -1 when the port cannot be bound.
+ */
+int mc_master_evhttp_bind(struct evhttp *h, const char *what, const char *host, uint16_t port,
+                          char *bound, size_t bound_len)
+{
+    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(h, host, port);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char hb[NI_MAXHOST] = "?", pb[NI_MAXSERV] = "?";
+
+    if (bs == NULL) {
+        mc_error("%s: cannot listen on %s:%u: %s", what, host, (unsigned)port,
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        return -1;
+    }
+    if ((getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) &&
+        (getnameinfo((struct sockaddr *)&ss, sl, hb, sizeof(hb), pb, sizeof(pb),
+                     NI_NUMERICHOST | NI_NUMERICSERV) == 0))
+        snprintf(bound, bound_len, "%.250s:%.32s", hb, pb);
+    else
+        snprintf(bound, bound_len, "%s:%u", host, (unsigned)port);
+    return 0;
+}
+
 mc_status_t mc_master_http_start(mc_master_t *m)
 {
     const char *host = m->cfg->http_metadata_server_host;
     uint16_t port    = (uint16_t)m->cfg->http_metadata_server_port;
-    struct evhttp_bound_socket *bs;
 
     if (mc_hmap_init(&m->meta, 64) != 0)
         return MC_INTERNAL_ERROR;
@@ -264,23 +291,10 @@ mc_status_t mc_master_http_start(mc_master_t *m)
                                             EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_PATCH);
     evhttp_set_gencb(m->http, http_cb, m);
-    bs = evhttp_bind_socket_with_handle(m->http, host, port);
-    if (bs == NULL) {
-        mc_error("http metadata server: cannot listen on %s:%u: %s", host, (unsigned)port,
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    if (mc_master_evhttp_bind(m->http, "http metadata server", host, port, m->http_bound,
+                              sizeof(m->http_bound)) != 0) {
         mc_master_http_stop(m);
         return MC_INVALID_PARAMS;
-    }
-    {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
-        char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
-        if ((getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) &&
-            (getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
-                         NI_NUMERICHOST | NI_NUMERICSERV) == 0))
-            snprintf(m->http_bound, sizeof(m->http_bound), "%.250s:%.32s", h, p);
-        else
-            snprintf(m->http_bound, sizeof(m->http_bound), "%s:%u", host, (unsigned)port);
     }
     return MC_OK;
 }

@@ -420,6 +420,9 @@ int32_t mc_master_client_close(mc_req_ctx_t *x, const mc_wire_client_close_req_t
 
 /* ---- http.c (docs/protocol.md §6) ------------------------------------------ */
 
+struct evhttp;
+int mc_master_evhttp_bind(struct evhttp *h, const char *what, const char *host, uint16_t port,
+                          char *bound, size_t bound_len);
 mc_status_t mc_master_http_start(mc_master_t *m);
 void mc_master_http_stop(mc_master_t *m);
 /* Delete one metadata key; 0 if it existed, -1 if not. */
