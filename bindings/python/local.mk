@@ -53,6 +53,7 @@ EXTRA_DIST += \
 	tests/python/test_groups.py \
 	tests/python/test_tenants.py \
 	tests/python/test_segments.py \
+	tests/python/test_remount.py \
 	$(NULL)
 
 if ENABLE_PYTHON

@@ -7,8 +7,10 @@
  *
  * The master answers NEED_REMOUNT when it does not know this client (first
  * contact, a restart, or after our TTL expired during a stall); the thread
- * then sends REMOUNT_SEGMENTS with every segment we hold, which re-creates
- * them (empty) on the master.  A transport failure drops the connection
+ * then publishes the transfer-engine metadata again (HTTP metadata mode:
+ * the master's embedded metadata server forgot it too) and sends
+ * REMOUNT_SEGMENTS with every segment we hold, which re-creates them
+ * (empty) on the master.  A transport failure drops the connection
  * and the next tick dials again; three failed pings in a row (a master that
  * answers errors or times out) force a fresh connection as upstream does.
  *
@@ -31,6 +33,7 @@
 
 #include "common/log.h"
 #include "store/store_internal.h"
+#include "transfer/engine.h"
 
 #define MC_HB_CONNECT_TIMEOUT_MS 1000
 #define MC_HB_IO_TIMEOUT_MS 5000
@@ -47,6 +50,13 @@ static void hb_drop_conn(mc_store_heartbeat_t *hb)
     mc_mconn_close(conn);
 }
 
+/* NEED_REMOUNT: publish our transfer-engine metadata again (HTTP mode; a
+ * restarted master's embedded metadata server starts empty, and one that
+ * expired us may have deleted it), then REMOUNT_SEGMENTS with every
+ * segment we hold.  The metadata goes first: once the master has the
+ * segments it places objects in them, and the writers need the metadata
+ * to reach us.  When publishing fails nothing is remounted; the master
+ * still does not know us, so the next tick asks and tries again. */
 static void hb_remount(mc_store_h s, mc_mconn_t *conn)
 {
     mc_status_t st;
@@ -54,6 +64,13 @@ static void hb_remount(mc_store_h s, mc_mconn_t *conn)
     mc_wire_remount_segments_req_t req;
     mc_wire_remount_segments_resp_t resp;
 
+    st = mc_te_meta_publish(s->te, 1);
+    if (st != MC_OK) {
+        mc_warn("master asked for a remount, but publishing the metadata of %s failed: %s "
+                "(%s); retrying on the next heartbeat", s->hostname, mc_status_name(st),
+                mc_last_error_detail());
+        return;
+    }
     mc_arena_init(&arena);
     memset(&req, 0, sizeof(req));
     req.client_id = s->client_id;
@@ -70,7 +87,13 @@ static void hb_remount(mc_store_h s, mc_mconn_t *conn)
     mc_arena_cleanup(&arena);
 }
 
-/* One heartbeat.  Returns 0 when the master answered the ping. */
+/* One heartbeat.  Returns 0 when the master answered the ping.
+ *
+ * A connection kept from an earlier tick that turns out dead (the master
+ * closed it: a restart, most likely) is replaced at once and the ping
+ * repeated on the fresh one, so a restarted master hears from us, and
+ * asks for the remount, on the first tick after it is up rather than one
+ * tick later. */
 static int hb_beat(mc_store_h s, mc_master_target_t *target)
 {
     mc_store_heartbeat_t *hb = &s->hb;
@@ -78,31 +101,47 @@ static int hb_beat(mc_store_h s, mc_master_target_t *target)
     mc_mconn_t *conn = hb->conn; /* only this thread writes hb->conn */
     mc_wire_ping_req_t req;
     mc_wire_ping_resp_t resp;
+    int fresh = 0, stale;
 
-    if (conn == NULL) {
-        st = mc_mconn_open(target, &conn);
-        if (st != MC_OK) {
-            mc_debug("heartbeat cannot reach the master: %s", mc_last_error_detail());
-            return -1;
-        }
-        pthread_mutex_lock(&hb->lock);
-        if (hb->stop) {
+    for (;;) {
+        if (conn == NULL) {
+            st = mc_mconn_open(target, &conn);
+            if (st != MC_OK) {
+                mc_debug("heartbeat cannot reach the master: %s", mc_last_error_detail());
+                return -1;
+            }
+            pthread_mutex_lock(&hb->lock);
+            if (hb->stop) {
+                pthread_mutex_unlock(&hb->lock);
+                mc_mconn_close(conn);
+                return -1;
+            }
+            hb->conn = conn;
             pthread_mutex_unlock(&hb->lock);
-            mc_mconn_close(conn);
-            return -1;
+            fresh = 1;
         }
-        hb->conn = conn;
-        pthread_mutex_unlock(&hb->lock);
-    }
 
-    memset(&req, 0, sizeof(req));
-    req.client_id = s->client_id;
-    st            = mc_master_call_ping(conn, &req, &resp);
-    if (st != MC_OK) {
+        memset(&req, 0, sizeof(req));
+        req.client_id = s->client_id;
+        st            = mc_master_call_ping(conn, &req, &resp);
+        if (st == MC_OK)
+            break;
         mc_debug("heartbeat ping failed: %s (%s)", mc_status_name(st), mc_last_error_detail());
-        if (conn->broken)
-            hb_drop_conn(hb);
-        return -1;
+        if (!conn->broken)
+            return -1;
+        /* peer_gone: EOF or a reset, not a timeout (a hung master gets
+         * no second ping this tick).  mc_store_heartbeat_stop() shutting
+         * the socket down looks the same, hence the stop check. */
+        stale = !fresh && conn->peer_gone;
+        hb_drop_conn(hb); /* closes conn */
+        pthread_mutex_lock(&hb->lock);
+        if (hb->stop)
+            stale = 0;
+        pthread_mutex_unlock(&hb->lock);
+        if (!stale)
+            return -1;
+        mc_debug("heartbeat connection went stale; pinging on a fresh one");
+        conn = NULL;
     }
     if (resp.client_status == MC_PING_NEED_REMOUNT)
         hb_remount(s, conn);
