@@ -33,7 +33,7 @@ static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok)
 {
     if (!o->complete || o->hard_pin)
         return -1;
-    if (o->upsert != MC_UPSERT_NONE)
+    if ((o->upsert != MC_UPSERT_NONE) || mc_object_replicating(o))
         return 0;
     if (o->lease_deadline_ms > now_ms)
         return 0;

@@ -172,18 +172,18 @@ typedef enum mc_flag_kind {
     X(STRING, snapshot_catalog_store_connstring, "", v_none, MC_FLAG_NI,                    \
       "Connection string of the snapshot catalog store.")                                   \
     /* ---- copy/move tasks ---- */                                                         \
-    X(INT, max_total_finished_tasks, "10000", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,         \
+    X(INT, max_total_finished_tasks, "10000", v_nonneg, 0,                                  \
       "Finished tasks kept in memory.")                                                     \
-    X(INT, max_total_pending_tasks, "10000", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,          \
+    X(INT, max_total_pending_tasks, "10000", v_nonneg, 0,                                   \
       "Pending tasks allowed.")                                                             \
-    X(INT, max_total_processing_tasks, "10000", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,       \
+    X(INT, max_total_processing_tasks, "10000", v_nonneg, 0,                                \
       "Processing tasks allowed.")                                                          \
-    X(INT, pending_task_timeout_sec, "300", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,           \
+    X(INT, pending_task_timeout_sec, "300", v_nonneg, 0,                                    \
       "Seconds a task may stay pending (0 = no limit).")                                    \
-    X(INT, processing_task_timeout_sec, "300", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,        \
+    X(INT, processing_task_timeout_sec, "300", v_nonneg, 0,                                 \
       "Seconds a task may stay processing (0 = no limit).")                                 \
-    X(INT, max_retry_attempts, "10", v_nonneg, MC_FLAG_NI | MC_FLAG_LATER,                  \
-      "Attempts per task before it fails.")                                                 \
+    X(INT, max_retry_attempts, "10", v_nonneg, 0,                                           \
+      "NO_AVAILABLE_HANDLE retries per task.")                                              \
     /* ---- SSD offload and promotion ---- */                                               \
     X(BOOL, enable_offload, "false", v_none, MC_FLAG_NI, "Offload objects to client SSDs.") \
     X(BOOL, offload_on_evict, "false", v_none, MC_FLAG_NI, "Offload objects chosen by eviction.") \

@@ -11,6 +11,7 @@ mooncake_master_SOURCES = \
 	mooncake-master/clients.c \
 	mooncake-master/http.c \
 	mooncake-master/admin.c \
+	mooncake-master/tasks.c \
 	$(NULL)
 mooncake_master_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 mooncake_master_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)

@@ -36,6 +36,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     mc_master_clients_tick(m, now);
     mc_master_objects_tick(m, now);
+    mc_master_tasks_tick(m, now);
     mc_master_evict_tick(m, now);
 }
 
@@ -79,7 +80,7 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         goto fail;
     }
     if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
-        (mc_master_clients_init(m) != MC_OK))
+        (mc_master_clients_init(m) != MC_OK) || (mc_master_tasks_init(m) != MC_OK))
         goto fail;
 
     st = mc_master_rpc_start(m);
@@ -162,8 +163,11 @@ void mc_master_destroy(mc_master_t *m)
     mc_master_admin_stop(m);
     mc_master_http_stop(m);
     mc_master_rpc_stop(m);
-    /* objects before segments (replicas point into segments), segments
-     * before clients (segments point at their owner) */
+    /* tasks before objects (staged tasks hang off objects), objects before
+     * segments (replicas point into segments), segments before clients
+     * (segments point at their owner) */
+    if (m->tasks.buckets != NULL)
+        mc_master_tasks_cleanup(m);
     if (m->objects.buckets != NULL)
         mc_master_objects_cleanup(m);
     if (m->segments.buckets != NULL)

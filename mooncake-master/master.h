@@ -28,6 +28,7 @@
 
 #include <mooncake/config.h>
 #include <mooncake/status.h>
+#include <mooncake/store.h> /* mc_task_status_t, mc_task_type_t */
 
 #include "alloc/offset_alloc.h"
 #include "common/buf.h"
@@ -146,6 +147,10 @@ typedef struct mc_object_ext {
     char *group_id;            /* NULL = ungrouped */
     mc_group_t *group;         /* group_id's group once complete; NULL = none */
     mc_mlist_t group_link;     /* in group->members; self-linked when none */
+    /* Copy/move tasks between TASK_REPLICA_START and END/REVOKE
+     * (mc_task_t.obj_link, tasks.c): while any is here the object is not
+     * removed without force, not evicted and not upserted. */
+    mc_mlist_t tasks;
 } mc_object_ext_t;
 
 /* One key.  There are millions, so the record holds only what every
@@ -209,6 +214,39 @@ struct mc_group {
     uint32_t id_len;
     char strs[];               /* tenant bytes then group id bytes */
 };
+
+/*
+ * A copy or move task (tasks.c, docs/protocol.md §5.13).  It sits in
+ * m->tasks by id for its whole life and on exactly one of the state lists
+ * m->tasks_{pending,processing,finished}, oldest state change first.
+ * Between TASK_REPLICA_START and END/REVOKE it holds the new buffers in
+ * @c staged and is linked to its object's ext->tasks.
+ */
+typedef struct mc_task {
+    mc_hnode_t node;           /* in m->tasks, hash of id */
+    mc_uuid_t id;
+    mc_uuid_t assigned;        /* the client that executes it */
+    uint8_t type;              /* mc_task_type_t */
+    uint8_t status;            /* mc_task_status_t */
+    uint8_t committed;         /* TASK_REPLICA_END done */
+    uint32_t ntargets;
+    uint32_t nstaged;          /* buffers START allocated (staged may lose some) */
+    uint64_t created_ms;       /* wall clock */
+    uint64_t updated_ms;       /* wall clock, last state change */
+    uint64_t state_since_ms;   /* monotonic, last state change (timeouts) */
+    uint64_t source_replica;   /* id of the replica START handed out */
+    char *tenant;              /* tenant_len bytes, NUL-terminated */
+    char *key;                 /* key_len bytes, NUL-terminated */
+    uint32_t tenant_len;
+    uint32_t key_len;
+    char *source;              /* segment name */
+    char **targets;            /* segment names */
+    char *message;             /* set when finished */
+    mc_object_t *obj;          /* while staged; NULL once the object is gone */
+    mc_mlist_t obj_link;       /* in obj->ext->tasks while staged */
+    mc_mlist_t staged;         /* mc_replica_t.link (obj NULL, PROCESSING) */
+    mc_mlist_t state_link;     /* in the list of its status */
+} mc_task_t;
 
 struct mc_segment {
     mc_hnode_t node;           /* in m->segments, hash of id */
@@ -281,6 +319,15 @@ struct mc_master {
     uint64_t evicted_keys;
     uint64_t evicted_bytes;
     uint64_t evictions;
+
+    /* tasks.c */
+    mc_hmap_t tasks;
+    mc_mlist_t tasks_pending;
+    mc_mlist_t tasks_processing;
+    mc_mlist_t tasks_finished;
+    uint32_t ntasks_pending;
+    uint32_t ntasks_processing;
+    uint32_t ntasks_finished;
 
     /* admin.c; op_requests/op_failures are counted by rpc.c's dispatcher
      * (a status other than MC_OK is a failure), indexed by opcode */
@@ -443,6 +490,65 @@ mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key
 
 /* Free every replica of @p o at once and erase it (eviction). */
 void mc_master_object_erase(mc_master_t *m, mc_object_t *o);
+
+/* ---- tasks.c: copy and move tasks (docs/protocol.md §5.13) -------------- */
+
+mc_status_t mc_master_tasks_init(mc_master_t *m);
+void mc_master_tasks_cleanup(mc_master_t *m);
+/* Pending and processing timeouts. */
+void mc_master_tasks_tick(mc_master_t *m, uint64_t now_ms);
+/* Fail every unfinished task assigned to a client that is going away. */
+void mc_master_tasks_client_gone(mc_master_t *m, mc_uuid_t client_id);
+/* Called by objects.c when an object with staged tasks is erased. */
+void mc_master_tasks_object_gone(mc_master_t *m, mc_object_t *o);
+/* 1 when a task is between TASK_REPLICA_START and END/REVOKE on @p o. */
+static inline int mc_object_replicating(const mc_object_t *o)
+{
+    return (o->ext != NULL) && !mc_mlist_empty(&o->ext->tasks);
+}
+
+int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_task_req_t *req,
+                                   mc_wire_create_copy_task_resp_t *resp);
+int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_task_req_t *req,
+                                   mc_wire_create_move_task_resp_t *resp);
+int32_t mc_master_query_task(mc_req_ctx_t *x, const mc_wire_query_task_req_t *req,
+                             mc_wire_query_task_resp_t *resp);
+int32_t mc_master_fetch_tasks(mc_req_ctx_t *x, const mc_wire_fetch_tasks_req_t *req,
+                              mc_wire_fetch_tasks_resp_t *resp);
+int32_t mc_master_mark_task_complete(mc_req_ctx_t *x,
+                                     const mc_wire_mark_task_complete_req_t *req);
+int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica_start_req_t *req,
+                                     mc_wire_task_replica_start_resp_t *resp);
+int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_end_req_t *req);
+int32_t mc_master_task_replica_revoke(mc_req_ctx_t *x,
+                                      const mc_wire_task_replica_revoke_req_t *req);
+
+/* ---- objects.c, for tasks.c ------------------------------------------------ */
+
+/* The ext of @p o, allocated on first use; NULL on OOM. */
+mc_object_ext_t *mc_master_object_ext(mc_object_t *o);
+/* Grant the read lease of a GET on @p o (and its group). */
+void mc_master_object_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms);
+/* Give back the range of @p r, unlink it from its list and free it. */
+void mc_master_replica_free(mc_master_t *m, mc_replica_t *r);
+/* Give back and free every replica on @p list (mc_replica_t.link). */
+void mc_master_replicas_free(mc_master_t *m, mc_mlist_t *list);
+/* Park every replica on @p list on m->discarded until @p release_ms. */
+void mc_master_replicas_defer(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms);
+/* Wire form of replica @p r of an object of @p size bytes. */
+void mc_master_replica_to_wire(mc_wire_replica_t *w, const mc_replica_t *r, uint64_t size);
+/* Drop replica @p r from its object @p o now, or when the lease of @p o
+ * ends if a reader may hold it; @p o is left with its other replicas. */
+void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, uint64_t now_ms);
+
+/* ---- segments.c, for tasks.c ------------------------------------------------ */
+
+/* A buffer of @p size bytes on a segment named @p name that takes
+ * allocations, or NULL: *found_p says whether any segment has the name. */
+mc_replica_t *mc_master_segment_allocate_named(mc_master_t *m, const char *name, uint64_t size,
+                                               int *found_p);
+/* 1 when some mounted segment is named @p name. */
+int mc_master_segment_name_exists(mc_master_t *m, mc_str_t name);
 
 /* Hash of a UUID for the segment and client maps. */
 static inline uint64_t mc_master_uuid_hash(mc_uuid_t id)

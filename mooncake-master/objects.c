@@ -245,8 +245,14 @@ static mc_object_ext_t *obj_ext(mc_object_t *o)
         return NULL;
     e->obj = o;
     mc_mlist_init(&e->group_link);
+    mc_mlist_init(&e->tasks);
     o->ext = e;
     return e;
+}
+
+mc_object_ext_t *mc_master_object_ext(mc_object_t *o)
+{
+    return obj_ext(o);
 }
 
 /* Free @p o and what hangs off it, once unlinked from everything. */
@@ -283,6 +289,8 @@ static void upsert_drop(mc_master_t *m, mc_object_t *o)
 /* Free every replica of @p o, unlink and free it. */
 static void obj_erase(mc_master_t *m, mc_object_t *o)
 {
+    if (mc_object_replicating(o))
+        mc_master_tasks_object_gone(m, o);
     free_replicas(m, &o->replicas);
     if (o->up != NULL)
         free_replicas(m, &o->up->replicas);
@@ -811,7 +819,8 @@ static int32_t exist_one(mc_req_ctx_t *x, mc_str_t key)
  * not being upserted, unleased. */
 static int removable(const mc_object_t *o, uint64_t now_ms)
 {
-    return o->complete && (o->upsert == MC_UPSERT_NONE) && !obj_leased(o, now_ms);
+    return o->complete && (o->upsert == MC_UPSERT_NONE) && !obj_leased(o, now_ms) &&
+           !mc_object_replicating(o);
 }
 
 /*
@@ -851,6 +860,8 @@ static int32_t remove_one(mc_req_ctx_t *x, mc_str_t key, int force)
             return MC_OBJECT_HAS_LEASE;
         if (!o->complete || (o->upsert != MC_UPSERT_NONE))
             return MC_REPLICA_IS_NOT_READY;
+        if (mc_object_replicating(o))
+            return MC_OBJECT_HAS_REPLICATION_TASK;
     }
     obj_erase(x->m, o);
     return MC_OK;
@@ -1127,6 +1138,8 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         return MC_INVALID_PARAMS;
 
     o = obj_find(m, x->tenant, key);
+    if ((o != NULL) && mc_object_replicating(o))
+        return MC_OBJECT_HAS_REPLICATION_TASK; /* a copy is reading its bytes */
     if ((o != NULL) && !o->complete) {
         /* a put or an in-place upsert is writing it */
         if (x->now_ms < o->put_start_ms + discard)
@@ -1300,6 +1313,45 @@ int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex
         mc_info("remove_by_regex%s: %" PRId64 " objects removed", req->force ? " (force)" : "",
                 count);
     return MC_OK;
+}
+
+void mc_master_object_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
+{
+    obj_grant_lease(m, o, now_ms);
+}
+
+void mc_master_replica_free(mc_master_t *m, mc_replica_t *r)
+{
+    replica_free(m, r);
+}
+
+void mc_master_replicas_free(mc_master_t *m, mc_mlist_t *list)
+{
+    free_replicas(m, list);
+}
+
+void mc_master_replicas_defer(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms)
+{
+    defer_replicas(m, list, release_ms);
+}
+
+void mc_master_replica_to_wire(mc_wire_replica_t *w, const mc_replica_t *r, uint64_t size)
+{
+    fill_wire_replica(w, r, size);
+}
+
+void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, uint64_t now_ms)
+{
+    if (obj_leased(o, now_ms)) {
+        /* as defer_replicas() for one replica: a reader may hold it */
+        mc_mlist_remove(&r->link);
+        r->discarded  = 1;
+        r->fresh      = 0;
+        r->release_ms = o->lease_deadline_ms;
+        mc_mlist_insert_tail(&m->discarded, &r->link);
+    } else {
+        replica_free(m, r);
+    }
 }
 
 mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)

@@ -122,17 +122,6 @@ mc_status_t mc_master_segment_check(mc_master_t *m, mc_client_t *c, const mc_wir
     return MC_OK;
 }
 
-static char *dup_str(mc_str_t s)
-{
-    char *p = malloc((size_t)s.len + 1);
-    if (p != NULL) {
-        if (s.len > 0)
-            memcpy(p, s.ptr, s.len);
-        p[s.len] = '\0';
-    }
-    return p;
-}
-
 mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s)
 {
     mc_status_t st = mc_master_segment_check(m, c, s);
@@ -160,8 +149,8 @@ mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wir
     seg->base     = s->base;
     seg->size     = s->size;
     seg->state    = MC_SEG_OK;
-    seg->name     = dup_str(s->name);
-    seg->protocol = dup_str(s->protocol.len ? s->protocol : mc_str_from_cstr("tcp"));
+    seg->name     = mc_str_dup(s->name);
+    seg->protocol = mc_str_dup(s->protocol.len ? s->protocol : mc_str_from_cstr("tcp"));
     mc_mlist_init(&seg->replicas);
     mc_mlist_init(&seg->client_link);
     if ((seg->name == NULL) || (seg->protocol == NULL)) {
@@ -381,4 +370,32 @@ uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t wan
             out[n++] = r;
     }
     return n;
+}
+
+/* ---- copy/move task targets ---------------------------------------------- */
+
+int mc_master_segment_name_exists(mc_master_t *m, mc_str_t name)
+{
+    for (uint32_t i = 0; i < m->nseg; i++) {
+        if (str_eq_cstr(name, m->segv[i]->name))
+            return 1;
+    }
+    return 0;
+}
+
+mc_replica_t *mc_master_segment_allocate_named(mc_master_t *m, const char *name, uint64_t size,
+                                               int *found_p)
+{
+    mc_replica_t *r;
+
+    *found_p = 0;
+    for (uint32_t i = 0; i < m->nseg; i++) {
+        mc_segment_t *seg = m->segv[i];
+        if (strcmp(seg->name, name) != 0)
+            continue;
+        *found_p = 1;
+        if ((r = try_segment(m, seg, size)) != NULL)
+            return r;
+    }
+    return NULL;
 }

@@ -217,6 +217,9 @@ static void mooncake_rc_clear_strings_(mc_replicate_config_t *cfg)
 %ignore mc_host_mem_alloc;
 %ignore mc_host_mem_free;
 %ignore mc_replica_desc;
+/* Bound through the task helpers of the language files. */
+%ignore mc_store_task_info;
+%ignore mc_task_id;
 %include <mooncake/store.h>
 
 /*

@@ -1020,6 +1020,65 @@ static int mooncake_host_mem_free(uint64_t addr)
     }
 }
 
+/* ---- copy and move tasks --------------------------------------------------------- */
+
+%feature("nothread") mooncake_store::create_copy_task;
+%feature("nothread") mooncake_store::create_move_task;
+%feature("nothread") mooncake_store::query_task;
+
+%extend mooncake_store {
+    /* (status, task id text): the id is "" unless status is 0 */
+    PyObject *create_copy_task(const char *key, const char *const *strs, size_t n)
+    {
+        mc_task_id_t id;
+        mc_status_t st;
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_store_create_copy_task($self->h, key, strs, n, &id);
+        Py_END_ALLOW_THREADS
+        return Py_BuildValue("(is)", (int)st, (st == MC_OK) ? id.id : "");
+    }
+
+    PyObject *create_move_task(const char *key, const char *source, const char *target)
+    {
+        mc_task_id_t id;
+        mc_status_t st;
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_store_create_move_task($self->h, key, source, target, &id);
+        Py_END_ALLOW_THREADS
+        return Py_BuildValue("(is)", (int)st, (st == MC_OK) ? id.id : "");
+    }
+
+    /* (status, None) or (0, (type, status, created_ms, updated_ms, client id
+     * text, message)); a message that is not UTF-8 is decoded with
+     * replacement characters rather than failing the call. */
+    PyObject *query_task(const char *task_id)
+    {
+        mc_store_task_info_t *info = malloc(sizeof(*info));
+        mc_status_t st;
+        PyObject *msg;
+        if (info == NULL)
+            return PyErr_NoMemory();
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_store_query_task($self->h, task_id, info);
+        Py_END_ALLOW_THREADS
+        if (st != MC_OK) {
+            free(info);
+            return Py_BuildValue("(iO)", (int)st, Py_None);
+        }
+        msg = PyUnicode_DecodeUTF8(info->message, (Py_ssize_t)strlen(info->message), "replace");
+        if (msg == NULL) {
+            free(info);
+            return NULL;
+        }
+        PyObject *r = Py_BuildValue("(i(iiKKsN))", (int)st, (int)info->type, (int)info->status,
+                                    (unsigned long long)info->created_at_ms_epoch,
+                                    (unsigned long long)info->last_updated_at_ms_epoch,
+                                    info->assigned_client, msg);
+        free(info);
+        return r;
+    }
+}
+
 /* ---- hand-written calls ------------------------------------------------------ */
 
 %feature("nothread") mooncake_store::write_parts;

@@ -54,6 +54,7 @@ EXTRA_DIST += \
 	tests/python/test_tenants.py \
 	tests/python/test_segments.py \
 	tests/python/test_remount.py \
+	tests/python/test_tasks.py \
 	$(NULL)
 
 if ENABLE_PYTHON

@@ -233,3 +233,14 @@ void *mc_arena_calloc(mc_arena_t *a, size_t nmemb, size_t size)
         return NULL;
     return mc_arena_alloc(a, nmemb * size);
 }
+
+char *mc_str_dup(mc_str_t s)
+{
+    char *p = malloc((size_t)s.len + 1);
+    if (p != NULL) {
+        if (s.len > 0)
+            memcpy(p, s.ptr, s.len);
+        p[s.len] = '\0';
+    }
+    return p;
+}

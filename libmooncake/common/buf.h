@@ -33,6 +33,9 @@ static inline int mc_str_eq(mc_str_t a, mc_str_t b)
     return (a.len == b.len) && ((a.len == 0) || (memcmp(a.ptr, b.ptr, a.len) == 0));
 }
 
+/* A malloc'd NUL-terminated copy of @p s (NULL on OOM). */
+char *mc_str_dup(mc_str_t s);
+
 typedef struct mc_buf {
     uint8_t *data;
     size_t len;

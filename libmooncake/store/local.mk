@@ -13,6 +13,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/buffer.c \
 	libmooncake/store/session.c \
 	libmooncake/store/mount.c \
+	libmooncake/store/tasks.c \
 	$(NULL)
 
 # examples/hello.c: the smallest complete client, built (not installed)

@@ -4,11 +4,12 @@
  *
  * setup() dials the master first (cheap, and the commonest failure), then
  * starts the transfer engine, maps and registers the staging buffer and
- * the global segment, mounts the segment and starts the heartbeat; any
- * failure unwinds what was done, in reverse.  close() stops the heartbeat
- * before CLIENT_CLOSE (a ping after it would make the master ask for a
- * remount and resurrect the segments), then unregisters memory (which
- * waits for requests peers are being served) before unmapping it.
+ * the global segment, mounts the segment and starts the heartbeat and the
+ * task executor (tasks.c); any failure unwinds what was done, in reverse.
+ * close() stops the task executor (it copies out of our segments) and the
+ * heartbeat before CLIENT_CLOSE (a ping after it would make the master ask
+ * for a remount and resurrect the segments), then unregisters memory
+ * (which waits for requests peers are being served) before unmapping it.
  *
  * A put is two-phase (docs/protocol.md, PUT_*): PUT_START allocates one
  * buffer per replica on distinct segments, the bytes go straight from the
@@ -201,6 +202,7 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
 {
     mc_status_t st = MC_OK;
 
+    mc_store_tasks_stop(s); /* before the segments it copies from go */
     mc_store_heartbeat_stop(s);
     if (tell_master && s->pool_ready) {
         st = master_client_close(s);
@@ -326,6 +328,10 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
 
     /* 4. liveness */
     st = mc_store_heartbeat_start(s);
+    if (st != MC_OK)
+        goto fail;
+    /* 5. copy/move tasks assigned to this client (tasks.c) */
+    st = mc_store_tasks_start(s);
     if (st != MC_OK)
         goto fail;
 

@@ -54,6 +54,17 @@ typedef struct mc_store_heartbeat {
     unsigned interval_ms;
 } mc_store_heartbeat_t;
 
+/* The copy/move task executor (tasks.c); same shape as the heartbeat. */
+typedef struct mc_store_tasks {
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled to stop */
+    int stop;
+    mc_mconn_t *conn;    /* the thread's own master connection */
+    unsigned interval_ms; /* between FETCH_TASKS polls */
+} mc_store_tasks_t;
+
 struct mc_store {
     pthread_rwlock_t life;
     int ready;
@@ -80,6 +91,7 @@ struct mc_store {
     int lbuf_registered;
 
     mc_store_heartbeat_t hb;
+    mc_store_tasks_t tasks;
 
     /* read side: regions, mem pool, sessions (read_internal.h); set up
      * and torn down with the local buffer */
@@ -143,5 +155,10 @@ int mc_store_mem_is_usable(mc_store_h s, const void *p, size_t len);
 /* heartbeat.c */
 mc_status_t mc_store_heartbeat_start(mc_store_h s);
 void mc_store_heartbeat_stop(mc_store_h s);
+
+/* tasks.c: the executor thread; it never takes `life` (close stops it
+ * before tearing anything down) and only polls while s->nsegs > 0. */
+mc_status_t mc_store_tasks_start(mc_store_h s);
+void mc_store_tasks_stop(mc_store_h s);
 
 #endif /* MC_STORE_STORE_INTERNAL_H */

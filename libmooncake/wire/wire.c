@@ -271,6 +271,41 @@ void mc_wire_get_CONFIG(mc_rbuf_t *r, mc_arena_t *a, mc_wire_config_t *v)
     get_strs(r, a, &v->group_ids);
 }
 
+/* Encoded size of the smallest task: id, type, four empty strings/lists,
+ * created_at_ms, max_retry_attempts. */
+#define TASK_MIN_ENC (16 + 1 + 4 + 4 + 4 + 4 + 8 + 4)
+
+void mc_wire_put_TASKS(mc_buf_t *b, const mc_wire_task_list_t *v)
+{
+    mc_buf_put_u32(b, v->n);
+    for (uint32_t i = 0; i < v->n; i++) {
+        const mc_wire_task_t *t = &v->v[i];
+        mc_wire_put_UUID(b, &t->id);
+        mc_buf_put_u8(b, t->type);
+        mc_buf_put_str(b, t->tenant);
+        mc_buf_put_str(b, t->key);
+        mc_buf_put_str(b, t->source);
+        put_strs(b, &t->targets);
+        mc_buf_put_u64(b, t->created_at_ms);
+        mc_buf_put_u32(b, t->max_retry_attempts);
+    }
+}
+void mc_wire_get_TASKS(mc_rbuf_t *r, mc_arena_t *a, mc_wire_task_list_t *v)
+{
+    v->v = get_list(r, a, &v->n, TASK_MIN_ENC, sizeof(*v->v));
+    for (uint32_t i = 0; (i < v->n) && !r->err; i++) {
+        mc_wire_task_t *t = &v->v[i];
+        mc_wire_get_UUID(r, a, &t->id);
+        t->type   = mc_rbuf_get_u8(r);
+        t->tenant = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
+        mc_wire_get_KEY(r, a, &t->key);
+        t->source = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
+        get_strs(r, a, &t->targets);
+        t->created_at_ms      = mc_rbuf_get_u64(r);
+        t->max_retry_attempts = mc_rbuf_get_u32(r);
+    }
+}
+
 /* ---- generated message codecs ------------------------------------------ */
 
 static void put_header(mc_buf_t *b, uint16_t opcode, uint32_t request_id, uint8_t flags)

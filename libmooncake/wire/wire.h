@@ -123,6 +123,26 @@ typedef struct mc_wire_config {
     mc_wire_str_list_t group_ids;
 } mc_wire_config_t;
 
+/* A copy or move task handed to the client that executes it (FETCH_TASKS).
+ * type: 0 REPLICA_COPY, 1 REPLICA_MOVE.  A copy has one or more targets
+ * and source is the segment of the replica it reads; a move has exactly one
+ * target. */
+typedef struct mc_wire_task {
+    mc_uuid_t id;
+    uint8_t type;
+    mc_str_t tenant;
+    mc_str_t key;
+    mc_str_t source;              /* segment name */
+    mc_wire_str_list_t targets;   /* segment names */
+    uint64_t created_at_ms;       /* wall clock, ms since the epoch */
+    uint32_t max_retry_attempts;  /* NO_AVAILABLE_HANDLE retries allowed */
+} mc_wire_task_t;
+
+typedef struct mc_wire_task_list {
+    uint32_t n;
+    mc_wire_task_t *v;
+} mc_wire_task_list_t;
+
 typedef uint8_t mc_wire_U8_t;
 typedef uint32_t mc_wire_U32_t;
 typedef uint64_t mc_wire_U64_t;
@@ -139,6 +159,7 @@ typedef mc_wire_str_list_t mc_wire_KEYS_t;
 typedef mc_wire_u64_list_t mc_wire_U64S_t;
 typedef mc_wire_i32_list_t mc_wire_I32S_t;
 typedef mc_wire_config_t mc_wire_CONFIG_t;
+typedef mc_wire_task_list_t mc_wire_TASKS_t;
 
 /* ---- §4 the message table ----------------------------------------------
  * X(UPPER, lower, opcode).  For each message there is a request field list
@@ -172,7 +193,15 @@ typedef mc_wire_config_t mc_wire_CONFIG_t;
     X(BATCH_UPSERT_END, batch_upsert_end, 34)                \
     X(BATCH_UPSERT_REVOKE, batch_upsert_revoke, 35)          \
     X(REMOVE_BY_REGEX, remove_by_regex, 36)                  \
-    X(SET_SEGMENT_DRAINING, set_segment_draining, 40)
+    X(SET_SEGMENT_DRAINING, set_segment_draining, 40)        \
+    X(CREATE_COPY_TASK, create_copy_task, 50)                \
+    X(CREATE_MOVE_TASK, create_move_task, 51)                \
+    X(QUERY_TASK, query_task, 52)                            \
+    X(FETCH_TASKS, fetch_tasks, 53)                          \
+    X(MARK_TASK_COMPLETE, mark_task_complete, 54)            \
+    X(TASK_REPLICA_START, task_replica_start, 55)            \
+    X(TASK_REPLICA_END, task_replica_end, 56)                \
+    X(TASK_REPLICA_REVOKE, task_replica_revoke, 57)
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
@@ -269,6 +298,56 @@ typedef mc_wire_config_t mc_wire_CONFIG_t;
 #define MC_WIRE_REQ_remove_by_regex(F) F(STR, regex) F(U8, force)
 #define MC_WIRE_RESP_remove_by_regex(F) F(I64, count)
 
+/* ---- copy and move tasks (docs/protocol.md §5.13) ----------------------
+ * State machine: PENDING (0) -> PROCESSING (1, once fetched by the
+ * assigned client) -> SUCCESS (3) or FAILED (2).  The tenant is the
+ * connection's.  CREATE_*: OBJECT_NOT_FOUND when the key is missing or
+ * incomplete, SEGMENT_NOT_FOUND for a target no mounted segment has,
+ * INVALID_PARAMS for no targets, a move whose source holds no replica or
+ * whose target is its source, TASK_PENDING_LIMIT_EXCEEDED when the pending
+ * queue is full. */
+#define MC_WIRE_REQ_create_copy_task(F) F(KEY, key) F(KEYS, targets)
+#define MC_WIRE_RESP_create_copy_task(F) F(UUID, task_id)
+
+#define MC_WIRE_REQ_create_move_task(F) F(KEY, key) F(STR, source) F(STR, target)
+#define MC_WIRE_RESP_create_move_task(F) F(UUID, task_id)
+
+/* TASK_NOT_FOUND for an unknown (or pruned) id or another tenant's task. */
+#define MC_WIRE_REQ_query_task(F) F(UUID, task_id)
+#define MC_WIRE_RESP_query_task(F)                                          \
+    F(U8, type) F(U8, status) F(U64, created_at_ms) F(U64, last_updated_at_ms) \
+    F(UUID, assigned_client) F(STR, message)
+
+/* Up to batch_size PENDING tasks assigned to the client, now PROCESSING
+ * (never more than --max_total_processing_tasks in flight). */
+#define MC_WIRE_REQ_fetch_tasks(F) F(UUID, client_id) F(U32, batch_size)
+#define MC_WIRE_RESP_fetch_tasks(F) F(TASKS, tasks)
+
+/* Ends a PROCESSING task of the caller: status 3 SUCCESS or 2 FAILED with a
+ * message.  Buffers of an uncommitted TASK_REPLICA_START are freed;
+ * SUCCESS is refused (INVALID_PARAMS) unless TASK_REPLICA_END committed. */
+#define MC_WIRE_REQ_mark_task_complete(F) \
+    F(UUID, client_id) F(UUID, task_id) F(U8, status) F(STR, message)
+#define MC_WIRE_RESP_mark_task_complete(F)
+
+/* Executing a task: START allocates a buffer of the object's size on each
+ * target that holds no replica yet (targets may come back empty) and
+ * returns the complete source replica to read; the object cannot be
+ * removed without force (OBJECT_HAS_REPLICATION_TASK) nor evicted until
+ * END or REVOKE.  NO_AVAILABLE_HANDLE when a target has no room (the
+ * client may retry up to max_retry_attempts times).  END makes the new
+ * buffers COMPLETE replicas of the object and, for a move, drops the
+ * source replica; REVOKE frees them.  TASK_NOT_FOUND unless the task is
+ * PROCESSING and assigned to client_id. */
+#define MC_WIRE_REQ_task_replica_start(F) F(UUID, client_id) F(UUID, task_id)
+#define MC_WIRE_RESP_task_replica_start(F) F(U64, size) F(REPLICAS, source) F(REPLICAS, targets)
+
+#define MC_WIRE_REQ_task_replica_end(F) F(UUID, client_id) F(UUID, task_id)
+#define MC_WIRE_RESP_task_replica_end(F)
+
+#define MC_WIRE_REQ_task_replica_revoke(F) F(UUID, client_id) F(UUID, task_id)
+#define MC_WIRE_RESP_task_replica_revoke(F)
+
 /* ---- generated declarations ------------------------------------------- */
 
 typedef enum mc_wire_op {
@@ -329,6 +408,7 @@ MC_WIRE_KIND_DECL_(KEYS)
 MC_WIRE_KIND_DECL_(U64S)
 MC_WIRE_KIND_DECL_(I32S)
 MC_WIRE_KIND_DECL_(CONFIG)
+MC_WIRE_KIND_DECL_(TASKS)
 #undef MC_WIRE_KIND_DECL_
 
 #endif /* MC_WIRE_WIRE_H */

@@ -68,6 +68,16 @@ typedef struct fake_master {
     int put_mode, get_mode, once_mode;
     uint64_t lease_ttl_ms;
     int ping_status;
+    /* copy/move tasks: one task handed out by FETCH_TASKS once armed */
+    int task_armed;
+    uint32_t task_retry;         /* max_retry_attempts of the task */
+    int task_nah;                /* START answers NO_AVAILABLE_HANDLE this often */
+    uint64_t task_size;
+    mc_wire_replica_t task_src, task_dst;
+    char task_src_name[320];     /* task_src.segment points here */
+    int task_done;               /* MARK_TASK_COMPLETE seen */
+    uint8_t task_status;
+    char task_msg[512];
     /* requests seen, by opcode */
     int seen[64];
     int drops; /* times every client connection was cut */
@@ -305,6 +315,63 @@ static int fm_handle(uint16_t op, uint32_t id, const uint8_t *body, size_t len,
             resp.results.v[i] = (o != NULL) && o->complete;
         }
         FM_REPLY(batch_exist_key);
+        break;
+    }
+    case MC_WIRE_OP_FETCH_TASKS: {
+        mc_wire_task_t *t = mc_arena_alloc(arena, sizeof(*t));
+        mc_str_t *tg      = mc_arena_alloc(arena, sizeof(*tg));
+        FM_DECODE(fetch_tasks);
+        if (fm.task_armed && (t != NULL) && (tg != NULL)) {
+            memset(t, 0, sizeof(*t));
+            t->id.lo              = 42;
+            t->type               = 0;
+            t->key                = mc_str_from_cstr("task-key");
+            t->source             = fm.task_src.segment;
+            *tg                   = fm.task_dst.segment;
+            t->targets.n          = 1;
+            t->targets.v          = tg;
+            t->max_retry_attempts = fm.task_retry;
+            resp.tasks.n          = 1;
+            resp.tasks.v          = t;
+            fm.task_armed         = 0;
+        }
+        FM_REPLY(fetch_tasks);
+        break;
+    }
+    case MC_WIRE_OP_TASK_REPLICA_START: {
+        FM_DECODE(task_replica_start);
+        if (fm.task_nah > 0) {
+            fm.task_nah--;
+            st = MC_NO_AVAILABLE_HANDLE;
+        } else {
+            reps[0]           = fm.task_src;
+            reps[1]           = fm.task_dst;
+            resp.size         = fm.task_size;
+            resp.source.n     = 1;
+            resp.source.v     = &reps[0];
+            resp.targets.n    = 1;
+            resp.targets.v    = &reps[1];
+        }
+        FM_REPLY(task_replica_start);
+        break;
+    }
+    case MC_WIRE_OP_TASK_REPLICA_END: {
+        FM_DECODE(task_replica_end);
+        FM_REPLY(task_replica_end);
+        break;
+    }
+    case MC_WIRE_OP_TASK_REPLICA_REVOKE: {
+        FM_DECODE(task_replica_revoke);
+        FM_REPLY(task_replica_revoke);
+        break;
+    }
+    case MC_WIRE_OP_MARK_TASK_COMPLETE: {
+        FM_DECODE(mark_task_complete);
+        fm.task_done   = 1;
+        fm.task_status = req.status;
+        snprintf(fm.task_msg, sizeof(fm.task_msg), "%.*s", (int)req.message.len,
+                 req.message.ptr);
+        FM_REPLY(mark_task_complete);
         break;
     }
     default:
@@ -974,6 +1041,268 @@ START_TEST(test_heartbeat_remount)
 }
 END_TEST
 
+/* ---- copy and move tasks ------------------------------------------------------ */
+
+/* Bad arguments are refused before any round trip; a good call reaches the
+ * master (which answers NOT_SUPPORTED here), so the counts mean something. */
+START_TEST(test_task_calls_validate)
+{
+    mc_task_id_t id;
+    mc_store_task_info_t info;
+    mc_store_h idle;
+    const char *tg[2]    = {"127.0.0.1:1", NULL};
+    const char *empty[1] = {""};
+    static char big[MC_WIRE_MAX_KEY + 2];
+    int c0 = fm_seen(MC_WIRE_OP_CREATE_COPY_TASK), m0 = fm_seen(MC_WIRE_OP_CREATE_MOVE_TASK);
+    int q0 = fm_seen(MC_WIRE_OP_QUERY_TASK);
+
+    memset(big, 'x', sizeof(big) - 1);
+    memset(&id, 0x55, sizeof(id));
+    ck_assert_status_eq(mc_store_create_copy_task(store, NULL, tg, 1, &id), MC_INVALID_PARAMS);
+    ck_assert_msg((unsigned char)id.id[0] == 0x55, "the id is not written on failure");
+    ck_assert_status_eq(mc_store_create_copy_task(store, "", tg, 1, &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_copy_task(store, big, tg, 1, &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_copy_task(store, "k", tg, 0, &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_copy_task(store, "k", NULL, 1, &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_copy_task(store, "k", tg, 2, &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_copy_task(store, "k", empty, 1, &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_copy_task(store, "k", tg, 1, NULL), MC_INVALID_PARAMS);
+
+    ck_assert_status_eq(mc_store_create_move_task(store, NULL, "a:1", "b:1", &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_move_task(store, "", "a:1", "b:1", &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_move_task(store, "k", NULL, "b:1", &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_move_task(store, "k", "a:1", "", &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_move_task(store, "k", big, "b:1", &id),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_create_move_task(store, "k", "a:1", "b:1", NULL),
+                        MC_INVALID_PARAMS);
+
+    memset(&info, 0x55, sizeof(info));
+    ck_assert_status_eq(mc_store_query_task(store, NULL, &info), MC_INVALID_PARAMS);
+    ck_assert_msg((unsigned char)info.message[0] == 0x55, "the output is not written on failure");
+    ck_assert_status_eq(mc_store_query_task(store, "nope", &info), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_query_task(store, "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz", &info),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(
+        mc_store_query_task(store, "0e2d1f6c-3a56-4f0e-9d5c-6f1c2b7a8e90-and-more", &info),
+        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_store_query_task(store, "0e2d1f6c-3a56-4f0e-9d5c-6f1c2b7a8e90", NULL),
+                        MC_INVALID_PARAMS);
+
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_COPY_TASK), c0);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_MOVE_TASK), m0);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_QUERY_TASK), q0);
+
+    /* well-formed calls do reach the master */
+    ck_assert_status_eq(mc_store_create_copy_task(store, "k", tg, 1, &id), MC_NOT_SUPPORTED);
+    ck_assert_status_eq(mc_store_create_move_task(store, "k", "a:1", "b:1", &id),
+                        MC_NOT_SUPPORTED);
+    ck_assert_status_eq(mc_store_query_task(store, "0e2d1f6c-3a56-4f0e-9d5c-6f1c2b7a8e90", &info),
+                        MC_NOT_SUPPORTED);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_COPY_TASK), c0 + 1);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_MOVE_TASK), m0 + 1);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_QUERY_TASK), q0 + 1);
+
+    /* before setup */
+    ck_assert_status_ok(mc_store_create(&idle));
+    ck_assert_status_eq(mc_store_create_copy_task(idle, "k", tg, 1, &id),
+                        MC_UNAVAILABLE_IN_CURRENT_STATUS);
+    ck_assert_status_eq(mc_store_create_move_task(idle, "k", "a:1", "b:1", &id),
+                        MC_UNAVAILABLE_IN_CURRENT_STATUS);
+    ck_assert_status_eq(mc_store_query_task(idle, "0e2d1f6c-3a56-4f0e-9d5c-6f1c2b7a8e90", &info),
+                        MC_UNAVAILABLE_IN_CURRENT_STATUS);
+    mc_store_destroy(idle);
+    ck_assert_status_eq(mc_store_create_copy_task(NULL, "k", tg, 1, &id), MC_INVALID_PARAMS);
+}
+END_TEST
+
+/* The executor polls every 10 ms in these cases. */
+static void setup_tasks(void)
+{
+    setenv("MC_TASK_POLL_INTERVAL_MS", "10", 1);
+    setup_live();
+}
+
+static void teardown_tasks(void)
+{
+    teardown_live();
+    unsetenv("MC_TASK_POLL_INTERVAL_MS");
+}
+
+/* Address of object @p key of the fake master. */
+static uint64_t fm_addr_of(const char *key)
+{
+    fm_obj_t *o;
+    uint64_t a;
+    pthread_mutex_lock(&fm.mu);
+    o = fm_find(mc_str_from_cstr(key));
+    a = (o != NULL) ? o->addr : 0;
+    pthread_mutex_unlock(&fm.mu);
+    ck_assert_msg(a != 0, "object %s should exist", key);
+    return a;
+}
+
+/* Reserve @p size bytes of the client's segment as complete object @p key
+ * (fresh segment memory: zeros); returns the address. */
+static uint64_t fm_reserve(const char *key, uint64_t size)
+{
+    mc_wire_replica_t r;
+    int32_t st;
+    pthread_mutex_lock(&fm.mu);
+    st = fm_put_start(mc_str_from_cstr(key), size, &r);
+    if (st == MC_OK)
+        fm_find(mc_str_from_cstr(key))->complete = 1;
+    pthread_mutex_unlock(&fm.mu);
+    ck_assert_int_eq(st, MC_OK);
+    return r.addr;
+}
+
+/* Hand out one task: copy @p size bytes from [src, +src_size) of segment
+ * @p src_name (NULL: the client's own) to [dst, +dst_size) of the client's
+ * segment; START answers NO_AVAILABLE_HANDLE @p nah times first. */
+static void fm_arm_task(const char *src_name, uint64_t src, uint64_t src_size, uint64_t dst,
+                        uint64_t dst_size, uint64_t size, uint32_t retry, int nah)
+{
+    pthread_mutex_lock(&fm.mu);
+    snprintf(fm.task_src_name, sizeof(fm.task_src_name), "%s",
+             (src_name != NULL) ? src_name : fm.seg_name);
+    memset(&fm.task_src, 0, sizeof(fm.task_src));
+    fm.task_src.status  = MC_REPLICA_COMPLETE;
+    fm.task_src.addr    = src;
+    fm.task_src.size    = src_size;
+    fm.task_src.segment = mc_str_from_cstr(fm.task_src_name);
+    memset(&fm.task_dst, 0, sizeof(fm.task_dst));
+    fm.task_dst.status  = MC_REPLICA_PROCESSING;
+    fm.task_dst.addr    = dst;
+    fm.task_dst.size    = dst_size;
+    fm.task_dst.segment = mc_str_from_cstr(fm.seg_name);
+    fm.task_size        = size;
+    fm.task_retry       = retry;
+    fm.task_nah         = nah;
+    fm.task_done        = 0;
+    fm.task_msg[0]      = '\0';
+    fm.task_armed       = 1;
+    pthread_mutex_unlock(&fm.mu);
+}
+
+/* Wait (at most 10 s) for MARK_TASK_COMPLETE; the reported status. */
+static int fm_wait_task(void)
+{
+    for (int i = 0; i < 10000; i++) {
+        int done, st;
+        pthread_mutex_lock(&fm.mu);
+        done = fm.task_done;
+        st   = fm.task_status;
+        pthread_mutex_unlock(&fm.mu);
+        if (done)
+            return st;
+        usleep(1000);
+    }
+    ck_abort_msg("the executor never reported the task");
+    return -1;
+}
+
+START_TEST(test_task_executor_copies)
+{
+    static uint8_t v[10000], out[10000];
+    char alias[64];
+    const char *colon;
+    uint64_t size, src, dst;
+    int ends, starts;
+
+    pattern(v, sizeof(v), 5);
+    ck_assert_status_ok(mc_store_put(store, "task-src", v, sizeof(v), NULL));
+    src = fm_addr_of("task-src");
+
+    /* the source is in our segment: written straight out of it */
+    dst  = fm_reserve("task-dst", sizeof(v));
+    ends = fm_seen(MC_WIRE_OP_TASK_REPLICA_END);
+    fm_arm_task(NULL, src, sizeof(v), dst, sizeof(v), sizeof(v), 0, 0);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_SUCCESS);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_TASK_REPLICA_END), ends + 1);
+    ck_assert_status_ok(mc_store_get(store, "task-dst", out, sizeof(out), &size));
+    ck_assert_msg((size == sizeof(v)) && (memcmp(out, v, sizeof(v)) == 0),
+                  "the copy holds the object's bytes");
+
+    /* a source named otherwise is read through the engine (over TCP here) */
+    colon = strchr(mc_store_hostname(store), ':');
+    ck_assert_msg(colon != NULL, "hostname is host:port");
+    snprintf(alias, sizeof(alias), "localhost%s", colon);
+    dst = fm_reserve("task-dst2", sizeof(v));
+    fm_arm_task(alias, src, sizeof(v), dst, sizeof(v), sizeof(v), 0, 0);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_SUCCESS);
+    ck_assert_status_ok(mc_store_get(store, "task-dst2", out, sizeof(out), &size));
+    ck_assert_msg(memcmp(out, v, sizeof(v)) == 0, "the bounced copy holds the bytes");
+
+    /* NO_AVAILABLE_HANDLE is retried within the budget... */
+    dst    = fm_reserve("task-dst3", sizeof(v));
+    starts = fm_seen(MC_WIRE_OP_TASK_REPLICA_START);
+    fm_arm_task(NULL, src, sizeof(v), dst, sizeof(v), sizeof(v), 3, 2);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_SUCCESS);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_TASK_REPLICA_START), starts + 3);
+    ck_assert_status_ok(mc_store_get(store, "task-dst3", out, sizeof(out), &size));
+    ck_assert_msg(memcmp(out, v, sizeof(v)) == 0, "the retried copy holds the bytes");
+
+    /* ...and fails the task once the budget is spent */
+    starts = fm_seen(MC_WIRE_OP_TASK_REPLICA_START);
+    fm_arm_task(NULL, src, sizeof(v), dst, sizeof(v), sizeof(v), 1, 5);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_FAILED);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_TASK_REPLICA_START), starts + 2);
+    ck_assert_msg(strstr(fm.task_msg, "NO_AVAILABLE_HANDLE") != NULL,
+                  "the message names the cause, got \"%s\"", fm.task_msg);
+}
+END_TEST
+
+START_TEST(test_task_executor_hostile)
+{
+    static uint8_t v[4096], out[4096], zero[4096];
+    uint64_t size, src, dst;
+    int revokes, ends;
+
+    pattern(v, sizeof(v), 9);
+    ck_assert_status_ok(mc_store_put(store, "task-src", v, sizeof(v), NULL));
+    src     = fm_addr_of("task-src");
+    dst     = fm_reserve("task-dst", sizeof(v));
+    ends    = fm_seen(MC_WIRE_OP_TASK_REPLICA_END);
+
+    /* a source outside our memory: the engine refuses the read */
+    revokes = fm_seen(MC_WIRE_OP_TASK_REPLICA_REVOKE);
+    fm_arm_task(NULL, fm.seg_base + fm.seg_size + (1u << 20), sizeof(v), dst, sizeof(v),
+                sizeof(v), 0, 0);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_FAILED);
+    ck_assert_msg(strstr(fm.task_msg, "INVALID_READ") != NULL, "got \"%s\"", fm.task_msg);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_TASK_REPLICA_REVOKE), revokes + 1);
+
+    /* a target smaller than the object */
+    fm_arm_task(NULL, src, sizeof(v), dst, sizeof(v) - 1, sizeof(v), 0, 0);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_FAILED);
+    ck_assert_msg(strstr(fm.task_msg, "INVALID_REPLICA") != NULL, "got \"%s\"", fm.task_msg);
+
+    /* a target range that wraps around */
+    fm_arm_task(NULL, src, sizeof(v), UINT64_MAX - 10, sizeof(v), sizeof(v), 0, 0);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_FAILED);
+
+    /* a source smaller than the object */
+    fm_arm_task(NULL, src, sizeof(v) - 1, dst, sizeof(v), sizeof(v), 0, 0);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_FAILED);
+
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_TASK_REPLICA_REVOKE), revokes + 4);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_TASK_REPLICA_END), ends);
+    ck_assert_status_ok(mc_store_get(store, "task-dst", out, sizeof(out), &size));
+    ck_assert_msg(memcmp(out, zero, sizeof(zero)) == 0, "no byte moved");
+
+    /* the executor survived all of it */
+    fm_arm_task(NULL, src, sizeof(v), dst, sizeof(v), sizeof(v), 0, 0);
+    ck_assert_int_eq(fm_wait_task(), MC_TASK_SUCCESS);
+    ck_assert_status_ok(mc_store_get(store, "task-dst", out, sizeof(out), &size));
+    ck_assert_msg(memcmp(out, v, sizeof(v)) == 0, "the copy holds the bytes");
+}
+END_TEST
+
 Suite *mc_test_store_suite(void)
 {
     Suite *s = suite_create("store");
@@ -998,6 +1327,14 @@ Suite *mc_test_store_suite(void)
     tcase_add_test(tc, test_close_semantics);
     tcase_add_test(tc, test_staging_needed_without_local_buffer);
     tcase_add_test(tc, test_heartbeat_remount);
+    tcase_add_test(tc, test_task_calls_validate);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("task_executor");
+    tcase_add_checked_fixture(tc, setup_tasks, teardown_tasks);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_task_executor_copies);
+    tcase_add_test(tc, test_task_executor_hostile);
     suite_add_tcase(s, tc);
     return s;
 }

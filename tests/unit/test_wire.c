@@ -151,6 +151,24 @@ static void fill_CONFIG(fill_t *f, mc_wire_config_t *v)
     v->group_ids.v[2] = mc_str_from_cstr(""); /* "" = ungrouped, allowed here */
 }
 
+static void fill_task(fill_t *f, mc_wire_task_t *v)
+{
+    fill_UUID(f, &v->id);
+    fill_U8(f, &v->type);
+    fill_STR(f, &v->tenant);
+    fill_KEY(f, &v->key);
+    fill_STR(f, &v->source);
+    FILL_LIST_(&v->targets, 1 + (uint32_t)(nx(f) % 3), fill_KEY);
+    fill_U64(f, &v->created_at_ms);
+    fill_U32(f, &v->max_retry_attempts);
+}
+
+static void fill_TASKS(fill_t *f, mc_wire_task_list_t *v)
+{
+    FILL_LIST_(v, 3, fill_task);
+    v->v[1].tenant = mc_str_from_cstr(""); /* the default tenant */
+}
+
 /* ---- comparing --------------------------------------------------------- */
 
 static int eq_U8(const uint8_t *x, const uint8_t *y) { return *x == *y; }
@@ -225,6 +243,18 @@ static int eq_CONFIG(const mc_wire_config_t *x, const mc_wire_config_t *y)
            eq_STR(&x->preferred_segment, &y->preferred_segment) &&
            x->prefer_alloc_in_same_node == y->prefer_alloc_in_same_node &&
            x->has_group_ids == y->has_group_ids && eq_KEYS(&x->group_ids, &y->group_ids);
+}
+
+static int eq_task(const mc_wire_task_t *x, const mc_wire_task_t *y)
+{
+    return eq_UUID(&x->id, &y->id) && x->type == y->type && eq_STR(&x->tenant, &y->tenant) &&
+           eq_KEY(&x->key, &y->key) && eq_STR(&x->source, &y->source) &&
+           eq_KEYS(&x->targets, &y->targets) && x->created_at_ms == y->created_at_ms &&
+           x->max_retry_attempts == y->max_retry_attempts;
+}
+static int eq_TASKS(const mc_wire_task_list_t *x, const mc_wire_task_list_t *y)
+{
+    EQ_LIST_(x, y, eq_task);
 }
 
 /* ---- frames ------------------------------------------------------------ */

@@ -34,7 +34,9 @@ registered memory (``register_buffer``, ``put_from``, ``get_into``,
 ``batch_*_from``/``batch_get_into*``, ``get_into_ranges``), ranged sessions
 for layer-wise KV transfer (``batch_{get,put}_session_*``), store-owned
 buffers (``get_buffer`` -> :class:`BufferHandle`, ``alloc_from_mem_pool``;
-see also :mod:`mooncake.buffer_pool`) and replica descriptors.  Zero-copy
+see also :mod:`mooncake.buffer_pool`), replica descriptors and background
+copy/move tasks (``create_copy_task``, ``create_move_task``,
+``query_task``).  Zero-copy
 calls take addresses as ints: a list whose lengths disagree, or an int
 outside [0, 2**64-1], gives ``INVALID_PARAMS`` results (the batch calls
 return one per key) rather than an exception; a non-int is a TypeError.
@@ -44,6 +46,7 @@ threads keep running, and one store may be used by many threads at once.
 """
 
 import enum
+import uuid
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, overload
 
@@ -56,6 +59,9 @@ __all__ = [
     "ReplicateConfig",
     "SoftPinAction",
     "ReplicaStatus",
+    "TaskType",
+    "TaskStatus",
+    "QueryTaskResponse",
     "ReplicaDescriptor",
     "MemoryDescriptor",
     "BufferDescriptor",
@@ -1183,6 +1189,79 @@ class MooncakeDistributedStore:
             out[key] = [] if isinstance(r, int) else [ReplicaDescriptor(*t) for t in r]
         return out
 
+    # ---- copy and move tasks -------------------------------------------------------------
+
+    def create_copy_task(self, key: str, targets: Sequence[str]) -> Tuple[uuid.UUID, int]:
+        """Copy ``key`` to the segments ``targets`` (segment names,
+        ``"host:port"`` as :meth:`get_hostname` and the replica descriptors
+        report them) in the background.
+
+        The client owning a complete replica executes the task; targets that
+        already hold a replica are skipped.  Follow it with
+        :meth:`query_task`.
+
+        Returns:
+            ``(task id, 0)``, or ``(UUID(int=0), code)``: ``INVALID_PARAMS``
+            for no targets or an empty name, ``OBJECT_NOT_FOUND``,
+            ``SEGMENT_NOT_FOUND`` (a target nobody mounted),
+            ``TASK_PENDING_LIMIT_EXCEEDED``...
+        """
+        _util.check_key(key)
+        names = _str_list("targets", targets)
+        if len(names) == 0 or any(("\0" in t) or (t == "") for t in names):
+            return _NIL_UUID, int(ErrorCode.INVALID_PARAMS)
+        ret, tid = self._store.create_copy_task(key, names)
+        return (uuid.UUID(tid), 0) if ret == 0 else (_NIL_UUID, ret)
+
+    def create_move_task(self, key: str, source: str, target: str) -> Tuple[uuid.UUID, int]:
+        """Move the replica of ``key`` on segment ``source`` to segment
+        ``target`` in the background (a copy, then the source replica is
+        dropped).
+
+        Returns:
+            ``(task id, 0)``, or ``(UUID(int=0), code)``: as
+            :meth:`create_copy_task`, and ``INVALID_PARAMS`` when ``source``
+            holds no replica of the key or ``target == source``.
+        """
+        _util.check_key(key)
+        _util.check_str("source", source)
+        _util.check_str("target", target)
+        if "\0" in source + target or source == "" or target == "":
+            return _NIL_UUID, int(ErrorCode.INVALID_PARAMS)
+        ret, tid = self._store.create_move_task(key, source, target)
+        return (uuid.UUID(tid), 0) if ret == 0 else (_NIL_UUID, ret)
+
+    def query_task(self, task_id: Union[uuid.UUID, str]
+                   ) -> Tuple[Optional["QueryTaskResponse"], int]:
+        """Where a task of :meth:`create_copy_task` / :meth:`create_move_task`
+        stands.
+
+        ``task_id`` is a :class:`uuid.UUID` (its text form is accepted too).
+
+        Returns:
+            ``(QueryTaskResponse, 0)``, or ``(None, code)``:
+            ``TASK_NOT_FOUND`` for an unknown id, another tenant's task, or
+            a finished task the master no longer keeps
+            (``--max_total_finished_tasks``); ``INVALID_PARAMS`` for text
+            that is not a UUID.
+        """
+        if isinstance(task_id, uuid.UUID):
+            tid = task_id
+        elif isinstance(task_id, str):
+            try:
+                tid = uuid.UUID(task_id)
+            except ValueError:
+                return None, int(ErrorCode.INVALID_PARAMS)
+        else:
+            raise TypeError(f"task_id must be a uuid.UUID, not {type(task_id).__name__}")
+        ret, info = self._store.query_task(str(tid))
+        if ret != 0:
+            return None, ret
+        ttype, status, created, updated, client, message = info
+        return QueryTaskResponse(tid, _enum_or_int(TaskType, ttype),
+                                 _enum_or_int(TaskStatus, status), created, updated,
+                                 uuid.UUID(client), message), 0
+
 
 # ---- module helpers ----------------------------------------------------------------------
 
@@ -1279,6 +1358,68 @@ class ReplicaStatus(enum.IntEnum):
     COMPLETE = _capi.MC_REPLICA_COMPLETE
     REMOVED = _capi.MC_REPLICA_REMOVED
     FAILED = _capi.MC_REPLICA_FAILED
+
+
+class TaskType(enum.IntEnum):
+    """What a copy/move task does (upstream ``TaskType``)."""
+
+    REPLICA_COPY = _capi.MC_TASK_REPLICA_COPY
+    REPLICA_MOVE = _capi.MC_TASK_REPLICA_MOVE
+
+
+class TaskStatus(enum.IntEnum):
+    """Where a task is (upstream ``TaskStatus``): PENDING -> PROCESSING ->
+    SUCCESS or FAILED."""
+
+    PENDING = _capi.MC_TASK_PENDING
+    PROCESSING = _capi.MC_TASK_PROCESSING
+    FAILED = _capi.MC_TASK_FAILED
+    SUCCESS = _capi.MC_TASK_SUCCESS
+
+
+_NIL_UUID = uuid.UUID(int=0)
+
+
+def _enum_or_int(cls: Any, value: int) -> Any:
+    """``cls(value)``, or the plain int when a newer master sends a value
+    this client does not know."""
+    try:
+        return cls(value)
+    except ValueError:
+        return value
+
+
+class QueryTaskResponse:
+    """What :meth:`MooncakeDistributedStore.query_task` reports (upstream
+    ``QueryTaskResponse``)."""
+
+    __slots__ = ("id", "type", "status", "created_at_ms_epoch", "last_updated_at_ms_epoch",
+                 "assigned_client", "message")
+
+    def __init__(self, id: uuid.UUID, type: TaskType, status: TaskStatus,
+                 created_at_ms_epoch: int, last_updated_at_ms_epoch: int,
+                 assigned_client: uuid.UUID, message: str) -> None:
+        #: the task
+        self.id = id
+        #: TaskType.REPLICA_COPY or TaskType.REPLICA_MOVE
+        self.type = type
+        #: TaskStatus
+        self.status = status
+        #: creation time, ms since the epoch
+        self.created_at_ms_epoch = created_at_ms_epoch
+        #: last state change, ms since the epoch
+        self.last_updated_at_ms_epoch = last_updated_at_ms_epoch
+        #: the client that executes (or executed) the task
+        self.assigned_client = assigned_client
+        #: completion or failure message ("" when none)
+        self.message = message
+
+    def __repr__(self) -> str:
+        return (f"QueryTaskResponse(id={self.id}, type={getattr(self.type, 'name', self.type)}, "
+                f"status={getattr(self.status, 'name', self.status)}, "
+                f"created_at_ms_epoch={self.created_at_ms_epoch}, "
+                f"last_updated_at_ms_epoch={self.last_updated_at_ms_epoch}, "
+                f"assigned_client={self.assigned_client}, message={self.message!r})")
 
 
 class BufferDescriptor:

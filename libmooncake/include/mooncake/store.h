@@ -518,6 +518,84 @@ MC_API mc_status_t mc_store_unmount_and_free_segments(mc_store_h store,
                                                       const char *const *ids, size_t n,
                                                       uint64_t grace_period_seconds);
 
+/* ---- copy and move tasks ---------------------------------------------- */
+
+/** A task id: UUID text, NUL-terminated (as mc_segment_id_t). @since 0.1 */
+typedef struct mc_task_id {
+    char id[37];
+} mc_task_id_t;
+
+/** What a task does (upstream TaskType). @since 0.1 */
+typedef enum mc_task_type {
+    MC_TASK_REPLICA_COPY = 0, /**< add replicas on the target segments */
+    MC_TASK_REPLICA_MOVE = 1  /**< add one on the target, drop the source's */
+} mc_task_type_t;
+
+/** Where a task is (upstream TaskStatus): PENDING -> PROCESSING -> FAILED
+ *  or SUCCESS. @since 0.1 */
+typedef enum mc_task_status {
+    MC_TASK_PENDING    = 0, /**< queued on the master */
+    MC_TASK_PROCESSING = 1, /**< fetched by the client that executes it */
+    MC_TASK_FAILED     = 2, /**< ended; the message says why */
+    MC_TASK_SUCCESS    = 3  /**< ended; the new replicas are COMPLETE */
+} mc_task_status_t;
+
+/** Room for a task's message, NUL included; longer ones are cut at a
+ *  UTF-8 character boundary. @since 0.1 */
+#define MC_TASK_MESSAGE_MAX 1024
+
+/** What mc_store_query_task() reports (upstream QueryTaskResponse). @since 0.1 */
+typedef struct mc_store_task_info {
+    mc_task_id_t id;                   /**< the id that was asked for */
+    mc_task_type_t type;
+    mc_task_status_t status;
+    uint64_t created_at_ms_epoch;      /**< wall clock, ms since the epoch */
+    uint64_t last_updated_at_ms_epoch; /**< last state change, ms since the epoch */
+    char assigned_client[37];          /**< UUID text of the executing client */
+    char message[MC_TASK_MESSAGE_MAX]; /**< completion or failure message ("" if none) */
+} mc_store_task_info_t;
+
+/**
+ * @brief Ask the master to copy @p key to the segments @p targets[0..n)
+ *        (segment names, "host:port" as replica descriptors report them).
+ *
+ * The task is executed in the background by the client owning a complete
+ * replica of the object; targets that already hold a replica are skipped.
+ * Follow it with mc_store_query_task().
+ * @param [out] id_out  The task id, written on success.
+ * @return MC_INVALID_PARAMS (nothing sent) for a NULL, empty or too long
+ *         key or target, n == 0 or a NULL @p id_out; then the master's
+ *         verdict: MC_OBJECT_NOT_FOUND, MC_SEGMENT_NOT_FOUND (a target no
+ *         client has mounted), MC_TASK_PENDING_LIMIT_EXCEEDED, ...
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_create_copy_task(mc_store_h store, const char *key,
+                                             const char *const *targets, size_t n,
+                                             mc_task_id_t *id_out);
+
+/**
+ * @brief Ask the master to move the replica of @p key on segment @p source
+ *        to segment @p target (a copy, then the source replica is dropped).
+ * @return As mc_store_create_copy_task(); MC_INVALID_PARAMS also when the
+ *         source holds no replica or target == source (master).
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_create_move_task(mc_store_h store, const char *key,
+                                             const char *source, const char *target,
+                                             mc_task_id_t *id_out);
+
+/**
+ * @brief Status of a task of this tenant.
+ * @param [in]  task_id  UUID text (mc_task_id_t.id).
+ * @param [out] out      Filled on success.
+ * @return MC_INVALID_PARAMS (nothing sent) when @p task_id is not a UUID
+ *         or @p out is NULL; MC_TASK_NOT_FOUND for an unknown id, another
+ *         tenant's, or a finished task the master no longer keeps.
+ * @since 0.1
+ */
+MC_API mc_status_t mc_store_query_task(mc_store_h store, const char *task_id,
+                                       mc_store_task_info_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,668 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Copy and move tasks (docs/protocol.md §5.13; upstream TaskManager).
+ *
+ * A user asks the master to copy an object to more segments, or to move
+ * one replica to another segment.  The master only keeps the books: the
+ * task is assigned to the client that owns the source replica, which
+ * fetches it (FETCH_TASKS), asks for buffers on the targets
+ * (TASK_REPLICA_START), writes the bytes with its transfer engine, commits
+ * (TASK_REPLICA_END) and reports the outcome (MARK_TASK_COMPLETE).
+ *
+ *   PENDING --fetch--> PROCESSING --mark--> SUCCESS | FAILED
+ *      |                   |
+ *      +--timeout/client gone--> FAILED
+ *
+ * Every task is in m->tasks by id and on one of three lists, oldest state
+ * change first, so the timeouts and the pruning of finished tasks look
+ * only at list heads.  Finished tasks are kept for QUERY_TASK up to
+ * --max_total_finished_tasks, then forgotten oldest first.
+ *
+ * While a task is staged (between START and END/REVOKE) its new buffers
+ * belong to the task (mc_task_t.staged, replicas with no object) and the
+ * task is linked to its object, which then cannot be removed without
+ * force, evicted or upserted: the executor is reading its bytes.  If the
+ * object goes anyway (a forced remove, its segment gone) objects.c calls
+ * mc_master_tasks_object_gone() and END answers OBJECT_NOT_FOUND.  A
+ * staged buffer whose segment goes away is dropped from the list by
+ * mc_master_replica_drop(); END notices the shortfall (REPLICA_IS_GONE).
+ * When the master fails a task on its own (timeout, executor gone) the
+ * executor may still be writing into the staged buffers, so they are
+ * parked on m->discarded for --put_start_release_timeout_sec like the
+ * buffers of an abandoned put; when the executor itself revokes or
+ * reports, they are freed at once.
+ *
+ * Single-threaded like the rest of the daemon (docs/threads.md).
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "master.h"
+
+/* MC_TASK_MESSAGE_MAX (mooncake/store.h) bounds a kept message, NUL included. */
+#define MC_TASK_FETCH_MAX   1024 /* tasks handed out by one FETCH_TASKS */
+
+static int task_eq(const mc_hnode_t *node, const void *key)
+{
+    const mc_task_t *t = mc_container_of(node, mc_task_t, node);
+    return mc_uuid_eq(t->id, *(const mc_uuid_t *)key);
+}
+
+mc_status_t mc_master_tasks_init(mc_master_t *m)
+{
+    mc_mlist_init(&m->tasks_pending);
+    mc_mlist_init(&m->tasks_processing);
+    mc_mlist_init(&m->tasks_finished);
+    return mc_hmap_init(&m->tasks, 64) == 0 ? MC_OK : MC_INTERNAL_ERROR;
+}
+
+static void task_free(mc_task_t *t)
+{
+    free(t->tenant);
+    free(t->key);
+    free(t->source);
+    for (uint32_t i = 0; i < t->ntargets; i++)
+        free(t->targets[i]);
+    free(t->targets);
+    free(t->message);
+    free(t);
+}
+
+/* Teardown, before objects and segments: staged buffers are not given
+ * back one by one because every allocator is destroyed right after. */
+void mc_master_tasks_cleanup(mc_master_t *m)
+{
+    mc_hmap_iter_t it;
+    mc_hnode_t *n = mc_hmap_first(&m->tasks, &it);
+
+    while (n != NULL) {
+        mc_task_t *t = mc_container_of(n, mc_task_t, node);
+        mc_mlist_t *pos, *tmp;
+        n = mc_hmap_next(&m->tasks, &it);
+        mc_mlist_for_each_safe(pos, tmp, &t->staged)
+        {
+            mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+            mc_mlist_remove(&r->link);
+            mc_mlist_remove(&r->seg_link);
+            free(r);
+        }
+        mc_mlist_remove(&t->obj_link);
+        mc_hmap_remove(&m->tasks, &t->node);
+        task_free(t);
+    }
+    mc_hmap_cleanup(&m->tasks);
+    mc_mlist_init(&m->tasks_pending);
+    mc_mlist_init(&m->tasks_processing);
+    mc_mlist_init(&m->tasks_finished);
+    m->ntasks_pending = m->ntasks_processing = m->ntasks_finished = 0;
+}
+
+static mc_task_t *task_find(mc_master_t *m, mc_uuid_t id)
+{
+    mc_hnode_t *n = mc_hmap_find(&m->tasks, mc_master_uuid_hash(id), &id, task_eq);
+    return n ? mc_container_of(n, mc_task_t, node) : NULL;
+}
+
+static uint32_t *state_count(mc_master_t *m, uint8_t status)
+{
+    switch (status) {
+    case MC_TASK_PENDING:
+        return &m->ntasks_pending;
+    case MC_TASK_PROCESSING:
+        return &m->ntasks_processing;
+    default:
+        return &m->ntasks_finished;
+    }
+}
+
+static mc_mlist_t *state_list(mc_master_t *m, uint8_t status)
+{
+    switch (status) {
+    case MC_TASK_PENDING:
+        return &m->tasks_pending;
+    case MC_TASK_PROCESSING:
+        return &m->tasks_processing;
+    default:
+        return &m->tasks_finished;
+    }
+}
+
+/* Move @p t to @p status (tail of its list), stamping the change. */
+static void task_set_state(mc_master_t *m, mc_task_t *t, uint8_t status, uint64_t now_ms)
+{
+    (*state_count(m, t->status))--;
+    mc_mlist_remove(&t->state_link);
+    t->status         = status;
+    t->updated_ms     = mc_wall_ms();
+    t->state_since_ms = now_ms;
+    mc_mlist_insert_tail(state_list(m, status), &t->state_link);
+    (*state_count(m, status))++;
+}
+
+/* Forget finished tasks beyond --max_total_finished_tasks, oldest first. */
+static void prune_finished(mc_master_t *m)
+{
+    uint64_t keep = (uint64_t)m->cfg->max_total_finished_tasks;
+
+    while ((m->ntasks_finished > keep) && !mc_mlist_empty(&m->tasks_finished)) {
+        mc_task_t *t = mc_container_of(m->tasks_finished.next, mc_task_t, state_link);
+        mc_mlist_remove(&t->state_link);
+        m->ntasks_finished--;
+        mc_hmap_remove(&m->tasks, &t->node);
+        task_free(t);
+    }
+}
+
+/* Unstage @p t: its new buffers are freed now (@p defer 0: the executor
+ * is not writing them any more) or parked until no executor can be
+ * (@p defer 1); the object is released. */
+static void task_unstage(mc_master_t *m, mc_task_t *t, int defer, uint64_t now_ms)
+{
+    if (defer)
+        mc_master_replicas_defer(
+            m, &t->staged, now_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
+    else
+        mc_master_replicas_free(m, &t->staged);
+    mc_mlist_remove(&t->obj_link);
+    t->obj            = NULL;
+    t->nstaged        = 0;
+    t->source_replica = 0; /* END now has nothing to commit */
+}
+
+/* End @p t with @p status and a message (printf style). */
+static void task_finish(mc_master_t *m, mc_task_t *t, uint8_t status, int defer, uint64_t now_ms,
+                        const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void task_finish(mc_master_t *m, mc_task_t *t, uint8_t status, int defer, uint64_t now_ms,
+                        const char *fmt, ...)
+{
+    char buf[MC_TASK_MESSAGE_MAX];
+    va_list ap;
+    char idbuf[37];
+
+    task_unstage(m, t, defer, now_ms);
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    free(t->message);
+    t->message = mc_strdup(buf); /* NULL on OOM reads as "" */
+    task_set_state(m, t, status, now_ms);
+    mc_uuid_format(t->id, idbuf);
+    mc_debug("task %s %s: %s", idbuf, status == MC_TASK_SUCCESS ? "succeeded" : "failed", buf);
+    prune_finished(m);
+}
+
+void mc_master_tasks_tick(mc_master_t *m, uint64_t now_ms)
+{
+    uint64_t pend = (uint64_t)m->cfg->pending_task_timeout_sec * 1000u;
+    uint64_t proc = (uint64_t)m->cfg->processing_task_timeout_sec * 1000u;
+
+    while ((pend > 0) && !mc_mlist_empty(&m->tasks_pending)) {
+        mc_task_t *t = mc_container_of(m->tasks_pending.next, mc_task_t, state_link);
+        if (t->state_since_ms + pend > now_ms)
+            break;
+        task_finish(m, t, MC_TASK_FAILED, 1, now_ms,
+                    "not picked up within %" PRId64 " s (pending_task_timeout_sec)",
+                    m->cfg->pending_task_timeout_sec);
+    }
+    while ((proc > 0) && !mc_mlist_empty(&m->tasks_processing)) {
+        mc_task_t *t = mc_container_of(m->tasks_processing.next, mc_task_t, state_link);
+        if (t->state_since_ms + proc > now_ms)
+            break;
+        task_finish(m, t, MC_TASK_FAILED, 1, now_ms,
+                    "not completed within %" PRId64 " s (processing_task_timeout_sec)",
+                    m->cfg->processing_task_timeout_sec);
+    }
+}
+
+/* Fail the unfinished tasks of @p client_id found on @p list. */
+static void fail_on_list(mc_master_t *m, mc_mlist_t *list, mc_uuid_t client_id, uint64_t now_ms)
+{
+    mc_mlist_t *pos, *tmp;
+    char idbuf[37];
+
+    mc_uuid_format(client_id, idbuf);
+    mc_mlist_for_each_safe(pos, tmp, list)
+    {
+        mc_task_t *t = mc_container_of(pos, mc_task_t, state_link);
+        if (mc_uuid_eq(t->assigned, client_id))
+            task_finish(m, t, MC_TASK_FAILED, 1, now_ms,
+                        "assigned client %s is gone (closed or expired)", idbuf);
+    }
+}
+
+void mc_master_tasks_client_gone(mc_master_t *m, mc_uuid_t client_id)
+{
+    uint64_t now = mc_now_ms();
+    /* failing a task appends it to the finished list, never to these two */
+    fail_on_list(m, &m->tasks_pending, client_id, now);
+    fail_on_list(m, &m->tasks_processing, client_id, now);
+}
+
+void mc_master_tasks_object_gone(mc_master_t *m, mc_object_t *o)
+{
+    mc_mlist_t *pos, *tmp;
+    (void)m;
+    if (o->ext == NULL)
+        return;
+    mc_mlist_for_each_safe(pos, tmp, &o->ext->tasks)
+    {
+        mc_task_t *t = mc_container_of(pos, mc_task_t, obj_link);
+        mc_mlist_remove(&t->obj_link);
+        t->obj = NULL; /* END will answer OBJECT_NOT_FOUND */
+    }
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+/* A name as a segment name: non-empty, no NUL, mounted. */
+static int32_t check_segment_name(mc_master_t *m, mc_str_t name)
+{
+    if ((name.len == 0) || (memchr(name.ptr, '\0', name.len) != NULL))
+        return MC_INVALID_PARAMS;
+    return mc_master_segment_name_exists(m, name) ? MC_OK : MC_SEGMENT_NOT_FOUND;
+}
+
+/* The COMPLETE replica of @p o on a segment named @p name, or NULL. */
+static mc_replica_t *replica_on(mc_object_t *o, const char *name)
+{
+    mc_mlist_t *pos;
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if ((r->status == MC_REPLICA_COMPLETE) && (strcmp(r->seg->name, name) == 0))
+            return r;
+    }
+    return NULL;
+}
+
+static mc_replica_t *replica_on_str(mc_object_t *o, mc_str_t name)
+{
+    mc_mlist_t *pos;
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if ((r->status == MC_REPLICA_COMPLETE) && (strlen(r->seg->name) == name.len) &&
+            (memcmp(r->seg->name, name.ptr, name.len) == 0))
+            return r;
+    }
+    return NULL;
+}
+
+/* Create a PENDING task of @p type for @p o read from @p src. */
+static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, mc_replica_t *src,
+                           const mc_str_t *targets, uint32_t ntargets, mc_uuid_t *id_p)
+{
+    mc_master_t *m = x->m;
+    mc_task_t *t;
+
+    if ((uint64_t)m->ntasks_pending >= (uint64_t)m->cfg->max_total_pending_tasks)
+        return MC_TASK_PENDING_LIMIT_EXCEEDED;
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return MC_INTERNAL_ERROR;
+    mc_mlist_init(&t->obj_link);
+    mc_mlist_init(&t->staged);
+    mc_mlist_init(&t->state_link);
+    t->tenant     = mc_str_dup(mc_object_tenant(o));
+    t->key        = mc_str_dup(mc_object_key(o));
+    t->tenant_len = o->tenant_len;
+    t->key_len    = o->key_len;
+    t->source     = mc_strdup(src->seg->name);
+    t->targets    = calloc(ntargets, sizeof(*t->targets));
+    if ((t->tenant == NULL) || (t->key == NULL) || (t->source == NULL) || (t->targets == NULL))
+        goto oom;
+    for (t->ntargets = 0; t->ntargets < ntargets; t->ntargets++) {
+        t->targets[t->ntargets] = mc_str_dup(targets[t->ntargets]);
+        if (t->targets[t->ntargets] == NULL)
+            goto oom;
+    }
+    do
+        mc_uuid_generate(&t->id);
+    while (mc_uuid_is_nil(t->id) || (task_find(m, t->id) != NULL));
+    t->type           = type;
+    t->status         = MC_TASK_PENDING;
+    t->assigned       = src->seg->owner->id;
+    t->created_ms     = mc_wall_ms();
+    t->updated_ms     = t->created_ms;
+    t->state_since_ms = x->now_ms;
+    if (mc_hmap_insert(&m->tasks, &t->node, mc_master_uuid_hash(t->id)) != 0)
+        goto oom;
+    mc_mlist_insert_tail(&m->tasks_pending, &t->state_link);
+    m->ntasks_pending++;
+    *id_p = t->id;
+    return MC_OK;
+
+oom:
+    task_free(t);
+    return MC_INTERNAL_ERROR;
+}
+
+/* The complete object (tenant, key) of the request, or why not. */
+static int32_t find_complete(mc_req_ctx_t *x, mc_str_t key, mc_object_t **o_p)
+{
+    *o_p = mc_master_object_find(x->m, x->tenant, key);
+    if ((*o_p == NULL) || !(*o_p)->complete)
+        return MC_OBJECT_NOT_FOUND;
+    return MC_OK;
+}
+
+int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_task_req_t *req,
+                                   mc_wire_create_copy_task_resp_t *resp)
+{
+    mc_object_t *o;
+    mc_replica_t *src = NULL;
+    mc_mlist_t *pos;
+    int32_t st;
+
+    if (req->targets.n == 0)
+        return MC_INVALID_PARAMS;
+    for (uint32_t i = 0; i < req->targets.n; i++) {
+        if ((st = check_segment_name(x->m, req->targets.v[i])) != MC_OK)
+            return st;
+    }
+    if ((st = find_complete(x, req->key, &o)) != MC_OK)
+        return st;
+    /* read from a replica that is not itself a target when there is one */
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        int is_target   = 0;
+        if (r->status != MC_REPLICA_COMPLETE)
+            continue;
+        for (uint32_t i = 0; (i < req->targets.n) && !is_target; i++)
+            is_target = (replica_on_str(o, req->targets.v[i]) == r);
+        if ((src == NULL) || !is_target)
+            src = r;
+        if (!is_target)
+            break;
+    }
+    if (src == NULL)
+        return MC_OBJECT_NOT_FOUND;
+    return task_create(x, MC_TASK_REPLICA_COPY, o, src, req->targets.v, req->targets.n,
+                       &resp->task_id);
+}
+
+int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_task_req_t *req,
+                                   mc_wire_create_move_task_resp_t *resp)
+{
+    mc_object_t *o;
+    mc_replica_t *src;
+    int32_t st;
+
+    if ((req->source.len == 0) || mc_str_eq(req->source, req->target))
+        return MC_INVALID_PARAMS;
+    if ((st = check_segment_name(x->m, req->target)) != MC_OK)
+        return st;
+    if ((st = find_complete(x, req->key, &o)) != MC_OK)
+        return st;
+    src = replica_on_str(o, req->source);
+    if (src == NULL)
+        return MC_INVALID_PARAMS; /* the source holds no replica of the key */
+    return task_create(x, MC_TASK_REPLICA_MOVE, o, src, &req->target, 1, &resp->task_id);
+}
+
+/* ---- queries and execution --------------------------------------------------- */
+
+static int task_of_tenant(const mc_task_t *t, mc_str_t tenant)
+{
+    return (t->tenant_len == tenant.len) &&
+           ((tenant.len == 0) || (memcmp(t->tenant, tenant.ptr, tenant.len) == 0));
+}
+
+int32_t mc_master_query_task(mc_req_ctx_t *x, const mc_wire_query_task_req_t *req,
+                             mc_wire_query_task_resp_t *resp)
+{
+    mc_task_t *t = task_find(x->m, req->task_id);
+
+    if ((t == NULL) || !task_of_tenant(t, x->tenant))
+        return MC_TASK_NOT_FOUND;
+    resp->type               = t->type;
+    resp->status             = t->status;
+    resp->created_at_ms      = t->created_ms;
+    resp->last_updated_at_ms = t->updated_ms;
+    resp->assigned_client    = t->assigned;
+    resp->message            = mc_str_from_cstr(t->message != NULL ? t->message : "");
+    return MC_OK;
+}
+
+int32_t mc_master_fetch_tasks(mc_req_ctx_t *x, const mc_wire_fetch_tasks_req_t *req,
+                              mc_wire_fetch_tasks_resp_t *resp)
+{
+    mc_master_t *m = x->m;
+    uint64_t room  = (uint64_t)m->cfg->max_total_processing_tasks;
+    uint32_t want  = MC_MIN(req->batch_size, (uint32_t)MC_TASK_FETCH_MAX);
+    mc_mlist_t *pos, *tmp;
+
+    resp->tasks.n = 0;
+    resp->tasks.v = NULL;
+    room          = (room > m->ntasks_processing) ? room - m->ntasks_processing : 0;
+    if ((uint64_t)want > room)
+        want = (uint32_t)room;
+    if ((want == 0) || (m->ntasks_pending == 0))
+        return MC_OK;
+    resp->tasks.v = mc_arena_calloc(x->arena, want, sizeof(*resp->tasks.v));
+    if (resp->tasks.v == NULL)
+        return MC_INTERNAL_ERROR;
+    mc_mlist_for_each_safe(pos, tmp, &m->tasks_pending)
+    {
+        mc_task_t *t = mc_container_of(pos, mc_task_t, state_link);
+        mc_wire_task_t *w;
+        if (resp->tasks.n == want)
+            break;
+        if (!mc_uuid_eq(t->assigned, req->client_id))
+            continue;
+        w                     = &resp->tasks.v[resp->tasks.n++];
+        w->id                 = t->id;
+        w->type               = t->type;
+        w->tenant             = (mc_str_t){t->tenant, t->tenant_len};
+        w->key                = (mc_str_t){t->key, t->key_len};
+        w->source             = mc_str_from_cstr(t->source);
+        w->targets.n          = t->ntargets;
+        w->targets.v          = mc_arena_calloc(x->arena, t->ntargets, sizeof(mc_str_t));
+        w->created_at_ms      = t->created_ms;
+        w->max_retry_attempts = (uint32_t)MC_MIN(m->cfg->max_retry_attempts, (int64_t)UINT32_MAX);
+        if (w->targets.v == NULL)
+            return MC_INTERNAL_ERROR; /* nothing changed state yet for this one */
+        for (uint32_t i = 0; i < t->ntargets; i++)
+            w->targets.v[i] = mc_str_from_cstr(t->targets[i]);
+        task_set_state(m, t, MC_TASK_PROCESSING, x->now_ms);
+    }
+    return MC_OK;
+}
+
+/* The PROCESSING task @p id of @p client_id, or why not. */
+static int32_t own_task(mc_req_ctx_t *x, mc_uuid_t client_id, mc_uuid_t id, mc_task_t **t_p)
+{
+    mc_task_t *t = task_find(x->m, id);
+
+    *t_p = NULL;
+    if ((t == NULL) || (t->status != MC_TASK_PROCESSING))
+        return MC_TASK_NOT_FOUND;
+    if (!mc_uuid_eq(t->assigned, client_id))
+        return MC_ILLEGAL_CLIENT;
+    *t_p = t;
+    return MC_OK;
+}
+
+int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica_start_req_t *req,
+                                     mc_wire_task_replica_start_resp_t *resp)
+{
+    mc_master_t *m = x->m;
+    mc_task_t *t;
+    mc_object_t *o;
+    mc_replica_t *src;
+    mc_object_ext_t *ext;
+    mc_mlist_t *pos;
+    uint32_t n = 0;
+    int32_t st;
+
+    memset(resp, 0, sizeof(*resp));
+    if ((st = own_task(x, req->client_id, req->task_id, &t)) != MC_OK)
+        return st;
+    if (t->committed)
+        return MC_INVALID_PARAMS;
+    if (t->obj != NULL || !mc_mlist_empty(&t->staged))
+        task_unstage(m, t, 0, x->now_ms); /* a repeated START starts over */
+    o = mc_master_object_find(m, (mc_str_t){t->tenant, t->tenant_len},
+                              (mc_str_t){t->key, t->key_len});
+    if ((o == NULL) || !o->complete)
+        return MC_OBJECT_NOT_FOUND;
+    src = replica_on(o, t->source);
+    if ((src == NULL) && (t->type == MC_TASK_REPLICA_COPY)) {
+        /* the copy source went away: any other complete replica of ours */
+        for (pos = o->replicas.next; (pos != &o->replicas) && (src == NULL); pos = pos->next) {
+            mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+            if ((r->status == MC_REPLICA_COMPLETE) && mc_uuid_eq(r->seg->owner->id, t->assigned))
+                src = r;
+        }
+    }
+    if (src == NULL)
+        return MC_REPLICA_NOT_FOUND;
+    if ((ext = mc_master_object_ext(o)) == NULL)
+        return MC_INTERNAL_ERROR;
+
+    for (uint32_t i = 0; i < t->ntargets; i++) {
+        mc_replica_t *r;
+        int found, dup = 0;
+        if (replica_on(o, t->targets[i]) != NULL)
+            continue; /* already there: nothing to copy */
+        for (pos = t->staged.next; (pos != &t->staged) && !dup; pos = pos->next)
+            dup = (strcmp(mc_container_of(pos, mc_replica_t, link)->seg->name, t->targets[i]) == 0);
+        if (dup)
+            continue;
+        r = mc_master_segment_allocate_named(m, t->targets[i], o->size, &found);
+        if (r == NULL) {
+            mc_master_replicas_free(m, &t->staged);
+            return found ? MC_NO_AVAILABLE_HANDLE : MC_SEGMENT_NOT_FOUND;
+        }
+        r->obj = NULL; /* the task's until END */
+        mc_mlist_insert_tail(&t->staged, &r->link);
+        n++;
+    }
+
+    resp->size      = o->size;
+    resp->source.n  = 1;
+    resp->source.v  = mc_arena_calloc(x->arena, 1, sizeof(*resp->source.v));
+    resp->targets.v = n ? mc_arena_calloc(x->arena, n, sizeof(*resp->targets.v)) : NULL;
+    if ((resp->source.v == NULL) || (n && (resp->targets.v == NULL))) {
+        mc_master_replicas_free(m, &t->staged);
+        memset(resp, 0, sizeof(*resp));
+        return MC_INTERNAL_ERROR;
+    }
+    mc_master_replica_to_wire(&resp->source.v[0], src, o->size);
+    for (pos = t->staged.next; pos != &t->staged; pos = pos->next)
+        mc_master_replica_to_wire(&resp->targets.v[resp->targets.n++],
+                                  mc_container_of(pos, mc_replica_t, link), o->size);
+    t->obj            = o;
+    t->nstaged        = n;
+    t->source_replica = src->id;
+    mc_mlist_insert_tail(&ext->tasks, &t->obj_link);
+    return MC_OK;
+}
+
+/* The replica of @p o with id @p id, or NULL. */
+static mc_replica_t *replica_by_id(mc_object_t *o, uint64_t id)
+{
+    mc_mlist_t *pos;
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if (r->id == id)
+            return r;
+    }
+    return NULL;
+}
+
+static uint32_t list_len(const mc_mlist_t *h)
+{
+    uint32_t n = 0;
+    for (const mc_mlist_t *p = h->next; p != h; p = p->next)
+        n++;
+    return n;
+}
+
+int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_end_req_t *req)
+{
+    mc_master_t *m = x->m;
+    mc_task_t *t;
+    mc_object_t *o;
+    mc_replica_t *src;
+    mc_mlist_t *pos, *tmp;
+    int32_t st;
+
+    if ((st = own_task(x, req->client_id, req->task_id, &t)) != MC_OK)
+        return st;
+    if (t->committed)
+        return MC_OK; /* a retried END */
+    o = t->obj;
+    if (o == NULL) {
+        /* never started (or revoked), or the object went away since START */
+        st = (t->source_replica == 0) ? MC_INVALID_PARAMS : MC_OBJECT_NOT_FOUND;
+        task_unstage(m, t, 0, x->now_ms);
+        return st;
+    }
+    src = replica_by_id(o, t->source_replica);
+    if ((src == NULL) || (list_len(&t->staged) != t->nstaged)) {
+        /* the bytes read or a buffer written went away under the copy */
+        task_unstage(m, t, 0, x->now_ms);
+        return MC_REPLICA_IS_GONE;
+    }
+    mc_mlist_for_each_safe(pos, tmp, &t->staged)
+    {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if (replica_on(o, r->seg->name) != NULL) {
+            /* another task put a replica there meanwhile: one is enough */
+            mc_master_replica_free(m, r);
+            continue;
+        }
+        mc_mlist_remove(&r->link);
+        r->status = MC_REPLICA_COMPLETE;
+        r->obj    = o;
+        mc_mlist_insert_tail(&o->replicas, &r->link);
+    }
+    t->nstaged = 0;
+    mc_mlist_remove(&t->obj_link);
+    t->obj = NULL;
+    if ((t->type == MC_TASK_REPLICA_MOVE) && (replica_on(o, t->targets[0]) != NULL) &&
+        (strcmp(src->seg->name, t->targets[0]) != 0))
+        mc_master_replica_retire(m, o, src, x->now_ms);
+    t->committed = 1;
+    return MC_OK;
+}
+
+int32_t mc_master_task_replica_revoke(mc_req_ctx_t *x,
+                                      const mc_wire_task_replica_revoke_req_t *req)
+{
+    mc_task_t *t;
+    int32_t st;
+
+    if ((st = own_task(x, req->client_id, req->task_id, &t)) != MC_OK)
+        return st;
+    if (t->committed)
+        return MC_INVALID_PARAMS; /* END already made them replicas */
+    task_unstage(x->m, t, 0, x->now_ms);
+    return MC_OK;
+}
+
+int32_t mc_master_mark_task_complete(mc_req_ctx_t *x,
+                                     const mc_wire_mark_task_complete_req_t *req)
+{
+    mc_task_t *t;
+    int32_t st;
+    size_t len;
+
+    if ((req->status != MC_TASK_SUCCESS) && (req->status != MC_TASK_FAILED))
+        return MC_INVALID_PARAMS;
+    if ((st = own_task(x, req->client_id, req->task_id, &t)) != MC_OK)
+        return st;
+    if ((req->status == MC_TASK_SUCCESS) && !t->committed)
+        return MC_INVALID_PARAMS;
+    len = MC_MIN(req->message.len, (size_t)MC_TASK_MESSAGE_MAX - 1);
+    if ((len > 0) && (memchr(req->message.ptr, '\0', len) != NULL))
+        len = (size_t)((const char *)memchr(req->message.ptr, '\0', len) - req->message.ptr);
+    task_finish(x->m, t, req->status, 0, x->now_ms, "%.*s", (int)len,
+                len ? req->message.ptr : "");
+    return MC_OK;
+}

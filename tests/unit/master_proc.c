@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A real mooncake_master for the unit suites (master_proc.h). */
+#include "config.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_suites.h"
+#include "master_proc.h"
+
+#define MC_TEST_MASTER_MAX_ARGS 32
+
+uint64_t mc_test_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint16_t free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    int fd         = socket(AF_INET, SOCK_STREAM, 0);
+
+    ck_assert_msg(fd >= 0, "a socket can be created");
+    memset(&a, 0, sizeof(a));
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "port 0 can be bound");
+    ck_assert_msg(getsockname(fd, (struct sockaddr *)&a, &alen) == 0, "getsockname works");
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int port_accepts(uint16_t port)
+{
+    struct sockaddr_in a;
+    int ok, fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    if (fd < 0)
+        return 0;
+    memset(&a, 0, sizeof(a));
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port        = htons(port);
+    ok                = (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    close(fd);
+    return ok;
+}
+
+void mc_test_master_start(mc_test_master_t *m, const char *const *extra)
+{
+    const char *bin = getenv("MC_MASTER_BIN");
+    const char *argv[MC_TEST_MASTER_MAX_ARGS];
+    char port_arg[32];
+    uint64_t deadline;
+    size_t argc = 0;
+
+    if ((bin == NULL) || (*bin == '\0'))
+        bin = "./mooncake_master";
+    ck_assert_msg(access(bin, X_OK) == 0,
+                  "the master binary %s should be executable (set MC_MASTER_BIN)", bin);
+    m->port = free_port();
+    snprintf(port_arg, sizeof(port_arg), "--port=%u", (unsigned)m->port);
+    snprintf(m->addr, sizeof(m->addr), "127.0.0.1:%u", (unsigned)m->port);
+    argv[argc++] = bin;
+    argv[argc++] = port_arg;
+    argv[argc++] = "--rpc_address=127.0.0.1";
+    argv[argc++] = "--enable_metric_reporting=false";
+    argv[argc++] = "--metrics_port=0";
+    for (size_t i = 0; (extra != NULL) && (extra[i] != NULL); i++) {
+        ck_assert_msg(argc + 1 < MC_TEST_MASTER_MAX_ARGS, "too many master flags");
+        argv[argc++] = extra[i];
+    }
+    argv[argc] = NULL;
+
+    m->pid = fork();
+    ck_assert_msg(m->pid >= 0, "fork works");
+    if (m->pid == 0) {
+        const char *log = getenv("MC_TEST_MASTER_LOG");
+        int null        = open("/dev/null", O_RDWR);
+        int err = (log != NULL) ? open(log, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+            dup2((err >= 0) ? err : null, 2);
+        }
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    deadline = mc_test_now_ms() + 10000;
+    while (!port_accepts(m->port)) {
+        int status;
+        ck_assert_msg(waitpid(m->pid, &status, WNOHANG) == 0,
+                      "mooncake_master exited before accepting connections");
+        ck_assert_msg(mc_test_now_ms() < deadline, "mooncake_master should listen within 10 s");
+        poll(NULL, 0, 10);
+    }
+}
+
+void mc_test_master_stop(mc_test_master_t *m)
+{
+    uint64_t deadline;
+    int status;
+
+    if (m->pid <= 0)
+        return;
+    kill(m->pid, SIGTERM);
+    deadline = mc_test_now_ms() + 5000;
+    while (waitpid(m->pid, &status, WNOHANG) == 0) {
+        if (mc_test_now_ms() >= deadline) {
+            kill(m->pid, SIGKILL);
+            waitpid(m->pid, &status, 0);
+            break;
+        }
+        poll(NULL, 0, 10);
+    }
+    m->pid = -1;
+}
