@@ -6,10 +6,7 @@
  * family, replica descriptors, and the host memory and NUMA helpers.
  *
  * Every case of the "master" TCase starts its own mooncake_master
- * ($MC_MASTER_BIN, default ./mooncake_master: `make check` runs in the
- * build tree) on a free loopback port, waits a bounded time for it to
- * accept connections, and kills it in teardown; the master also gets
- * PR_SET_PDEATHSIG so a crashed test cannot leave it behind.  Values are
+ * (master_proc.h) and stops it in teardown.  Values are
  * compared byte for byte after a read through the normal get path.
  */
 #include "config.h"
@@ -32,108 +29,21 @@
 #include <mooncake/mooncake.h>
 
 #include "check_suites.h"
+#include "master_proc.h"
 
 /* ---- the real master ------------------------------------------------------ */
 
-static pid_t master_pid = -1;
-static uint16_t master_port;
-static char master_addr[64];
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static uint16_t free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t alen = sizeof(a);
-    int fd         = socket(AF_INET, SOCK_STREAM, 0);
-
-    ck_assert_msg(fd >= 0, "a socket can be created");
-    memset(&a, 0, sizeof(a));
-    a.sin_family      = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "port 0 can be bound");
-    ck_assert_msg(getsockname(fd, (struct sockaddr *)&a, &alen) == 0, "getsockname works");
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static int port_accepts(uint16_t port)
-{
-    struct sockaddr_in a;
-    int ok, fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    if (fd < 0)
-        return 0;
-    memset(&a, 0, sizeof(a));
-    a.sin_family      = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port        = htons(port);
-    ok                = (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    close(fd);
-    return ok;
-}
+static mc_test_master_t master;
 
 static void master_start(void)
 {
-    const char *bin = getenv("MC_MASTER_BIN");
-    char port_arg[32];
-    uint64_t deadline;
-
-    if ((bin == NULL) || (*bin == '\0'))
-        bin = "./mooncake_master";
-    ck_assert_msg(access(bin, X_OK) == 0,
-                  "the master binary %s should be executable (set MC_MASTER_BIN)", bin);
-    master_port = free_port();
-    snprintf(port_arg, sizeof(port_arg), "--port=%u", (unsigned)master_port);
-    snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", (unsigned)master_port);
-
-    master_pid = fork();
-    ck_assert_msg(master_pid >= 0, "fork works");
-    if (master_pid == 0) {
-        int null = open("/dev/null", O_RDWR);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (null >= 0) {
-            dup2(null, 0);
-            dup2(null, 1);
-            dup2(null, 2);
-        }
-        execl(bin, bin, port_arg, "--rpc_address=127.0.0.1", "--default_kv_lease_ttl=3000",
-              "--enable_metric_reporting=false", (char *)NULL);
-        _exit(127);
-    }
-    deadline = now_ms() + 10000;
-    while (!port_accepts(master_port)) {
-        int status;
-        ck_assert_msg(waitpid(master_pid, &status, WNOHANG) == 0,
-                      "mooncake_master exited before accepting connections");
-        ck_assert_msg(now_ms() < deadline, "mooncake_master should listen within 10 s");
-        poll(NULL, 0, 10);
-    }
+    static const char *const flags[] = {"--default_kv_lease_ttl=3000", NULL};
+    mc_test_master_start(&master, flags);
 }
 
 static void master_stop(void)
 {
-    uint64_t deadline;
-    int status;
-
-    if (master_pid <= 0)
-        return;
-    kill(master_pid, SIGTERM);
-    deadline = now_ms() + 5000;
-    while (waitpid(master_pid, &status, WNOHANG) == 0) {
-        if (now_ms() >= deadline) {
-            kill(master_pid, SIGKILL);
-            waitpid(master_pid, &status, 0);
-            break;
-        }
-        poll(NULL, 0, 10);
-    }
-    master_pid = -1;
+    mc_test_master_stop(&master);
 }
 
 /* ---- stores ------------------------------------------------------------------ */
@@ -153,7 +63,7 @@ static mc_store_h store_open(uint64_t segment)
     p.metadata_server     = "P2PHANDSHAKE";
     p.global_segment_size = segment;
     p.local_buffer_size   = 1u << 20;
-    p.master_server_addr  = master_addr;
+    p.master_server_addr  = master.addr;
     ck_assert_status_ok(mc_store_create(&s));
     ck_assert_status_ok(mc_store_setup(s, &p));
     return s;
@@ -656,7 +566,7 @@ static int shm_file(char *path, size_t cap, size_t size, uint8_t **view_p)
     int fd;
 
     snprintf(path, cap, "/dev/shm/mc-unit-%d-%llu", (int)getpid(),
-             (unsigned long long)now_ms());
+             (unsigned long long)mc_test_now_ms());
     fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
