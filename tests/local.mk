@@ -12,6 +12,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store.c \
 	tests/unit/test_store_read.c \
 	tests/unit/test_store_write.c \
+	tests/unit/test_master_mem.c \
 	tests/unit/test_transfer.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	$(NULL)
