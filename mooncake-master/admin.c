@@ -300,7 +300,8 @@ static json_t *replica_json(const mc_replica_t *r, uint64_t size)
     mc_uuid_format(r->seg->id, id);
     if ((jset(j, "segment", jstr(r->seg->name, strlen(r->seg->name))) != 0) ||
         (jset(j, "segment_id", json_string(id)) != 0) ||
-        (jset(j, "addr", json_integer((json_int_t)(r->seg->base + r->block.offset))) != 0) ||
+        (jset(j, "addr", json_integer((json_int_t)(r->seg->base +
+                                                   mc_master_replica_block(r).offset))) != 0) ||
         (jset(j, "size", json_integer((json_int_t)size)) != 0) ||
         (jset(j, "status", json_string(r->status == MC_REPLICA_COMPLETE ? "COMPLETE"
                                                                          : "PROCESSING")) != 0)) {

@@ -24,6 +24,10 @@
 
 void mc_master_lru_touch(mc_master_t *m, mc_object_t *o)
 {
+    /* lru_link is pending_link until the object completes (master.h); an
+     * incomplete object could not be evicted anyway (evictable() == -1) */
+    if (!o->complete)
+        return;
     mc_mlist_remove(&o->lru_link);
     mc_mlist_insert_tail(&m->lru, &o->lru_link);
 }

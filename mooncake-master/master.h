@@ -14,11 +14,14 @@
  *
  * Ownership graph, all plain pointers:
  *   client 1--* segment      (mc_segment_t.owner, client->segments list)
- *   segment 1--* replica     (replica->seg, seg->replicas list)
+ *   segment 1--* replica     (replica->seg)
  *   object 1--* replica      (replica->obj, obj->replicas list)
  * A replica is freed exactly once, through mc_master_replica_drop() or
- * when its object is erased; the lists make "drop everything on this
- * segment" cost O(replicas on it), not a scan of the index.
+ * when its object is erased.  A segment keeps no list of its replicas:
+ * that would cost 16 bytes in each of millions of replicas, so "drop
+ * everything on this segment" (unmount, client expiry; rare) walks the
+ * index instead, as upstream's unmount does
+ * (mc_master_objects_drop_segment).
  */
 #ifndef MC_MASTER_MASTER_H
 #define MC_MASTER_MASTER_H
@@ -80,6 +83,22 @@ typedef struct mc_segment mc_segment_t;
 typedef struct mc_client mc_client_t;
 typedef struct mc_group mc_group_t;
 
+/*
+ * Who wrote an object: its tenant and the client of its PutStart (or of
+ * the upsert that replaced its value).  Every object needs both, but a
+ * store holds millions of objects and only a few (tenant, client) pairs,
+ * so objects point at one shared record in m->writers instead of each
+ * carrying a 16-byte UUID and the tenant's bytes.  Freed with its last
+ * reference (objects.c: writer_get/writer_put).
+ */
+typedef struct mc_writer {
+    mc_hnode_t node;           /* in m->writers, hash of (tenant, owner) */
+    mc_uuid_t owner;
+    uint64_t refs;             /* objects and fresh upserts pointing here */
+    uint32_t tenant_len;
+    char tenant[];             /* no NUL */
+} mc_writer_t;
+
 /* Segment states (upstream SegmentStatus); only OK takes allocations. */
 typedef enum mc_segment_state {
     MC_SEG_OK         = 1,
@@ -89,20 +108,27 @@ typedef enum mc_segment_state {
 
 /* One buffer of an object in one segment.  There is one per object and
  * copy, so the fields are packed: a discarded replica has no object, so
- * its release time shares the object pointer's storage. */
+ * its release time shares the object pointer's storage, and the range is
+ * kept as the allocator's 32-bit node index (mc_master_replica_block()
+ * rebuilds offset and size from it).
+ *
+ * The first replica of a put lives inside its object (mc_object_t.rep0,
+ * @c embedded set): it is freed only through objects.c (replica_free),
+ * never with free(), and an object erased while its rep0 still waits on
+ * m->discarded stays allocated, unlinked from everything, until then. */
 typedef struct mc_replica {
     uint64_t id;               /* unique for the life of the master */
     mc_segment_t *seg;         /* never NULL while the replica exists */
-    mc_alloc_block_t block;    /* its range in seg's allocator */
     union {
         mc_object_t *obj;      /* !discarded: its object */
         uint64_t release_ms;   /* discarded: when the space is freed */
     };
-    mc_mlist_t seg_link;       /* in seg->replicas */
     mc_mlist_t link;           /* in obj->replicas, obj->up->replicas or m->discarded */
+    uint32_t node;             /* its block in seg->alloc (mc_alloc_lookup) */
     uint8_t status;            /* MC_REPLICA_PROCESSING or MC_REPLICA_COMPLETE */
-    uint8_t fresh;             /* in obj->up->replicas (an upsert's new buffers) */
-    uint8_t discarded;         /* on m->discarded (preempted put, replaced buffer) */
+    uint8_t fresh : 1;         /* in obj->up->replicas (an upsert's new buffers) */
+    uint8_t discarded : 1;     /* on m->discarded (preempted put, replaced buffer) */
+    uint8_t embedded : 1;      /* an object's rep0 */
 } mc_replica_t;
 
 /* An upsert in progress on an existing object (docs/protocol.md §5.11). */
@@ -127,7 +153,7 @@ typedef struct mc_upsert {
     char *group_id;            /* with has_group; NULL = ungrouped */
     uint64_t size;             /* fresh */
     uint64_t start_ms;         /* fresh */
-    mc_uuid_t owner;           /* fresh */
+    mc_writer_t *writer;       /* fresh: the upserter (a reference); NULL otherwise */
     mc_mlist_t replicas;       /* fresh: mc_replica_t.link */
     mc_mlist_t link;           /* fresh: in m->upserting, oldest first */
 } mc_upsert_t;
@@ -158,21 +184,28 @@ typedef struct mc_object_ext {
 struct mc_object {
     mc_hnode_t node;           /* in m->objects, hash of (tenant, key) */
     mc_mlist_t replicas;       /* mc_replica_t.link */
-    mc_mlist_t pending_link;   /* in m->pending while not complete */
+    /* An incomplete object is on m->pending, a complete one on m->lru
+     * (evict.h), so one link serves both; self-linked when off both
+     * (mc_master_lru_touch() leaves incomplete objects alone). */
+    union {
+        mc_mlist_t pending_link;
+        mc_mlist_t lru_link;
+    };
     uint64_t size;
-    mc_uuid_t owner;           /* client that did PutStart */
+    mc_writer_t *writer;       /* tenant, and client that did PutStart */
     uint64_t put_start_ms;     /* monotonic */
     uint64_t lease_deadline_ms;
-    mc_mlist_t lru_link;       /* in m->lru (evict.h); self-linked when off it */
     mc_object_ext_t *ext;      /* soft pin and group; NULL = neither */
     mc_upsert_t *up;           /* non-NULL exactly while upsert != NONE */
     uint32_t key_len;
-    uint16_t tenant_len;       /* rpc.c caps tenant names well below 64 KiB */
     uint8_t hard_pin : 1;
     uint8_t complete : 1;      /* PutEnd done: every replica is COMPLETE */
     uint8_t upsert : 2;        /* mc_upsert_mode_t; upsert in progress */
-    char strs[];               /* tenant bytes then key bytes, no NULs; the
-                                * object is allocated up to offsetof(strs) */
+    uint8_t zombie : 1;        /* erased; kept only for rep0 on m->discarded */
+    mc_replica_t rep0;         /* the put's first replica; unused while
+                                * rep0.seg is NULL (see mc_replica_t) */
+    char strs[];               /* key bytes, no NUL; the object is
+                                * allocated up to offsetof(strs) */
 };
 
 /* Soft-pin deadline (0 = none), group and group id of @p o. */
@@ -191,13 +224,18 @@ static inline const char *mc_object_group_id(const mc_object_t *o)
 
 static inline mc_str_t mc_object_tenant(const mc_object_t *o)
 {
-    mc_str_t s = {o->strs, o->tenant_len};
+    mc_str_t s = {o->writer->tenant, o->writer->tenant_len};
     return s;
 }
 static inline mc_str_t mc_object_key(const mc_object_t *o)
 {
-    mc_str_t s = {o->strs + o->tenant_len, o->key_len};
+    mc_str_t s = {o->strs, o->key_len};
     return s;
+}
+/* The client that did PutStart (or the last upsert's start). */
+static inline mc_uuid_t mc_object_owner(const mc_object_t *o)
+{
+    return o->writer->owner;
 }
 
 /*
@@ -259,7 +297,6 @@ struct mc_segment {
     mc_alloc_t *alloc;
     mc_segment_state_t state;
     uint32_t index;            /* position in m->segv */
-    mc_mlist_t replicas;       /* mc_replica_t.seg_link */
     mc_mlist_t client_link;    /* in owner->segments */
 };
 
@@ -291,6 +328,7 @@ struct mc_master {
     uint64_t next_replica_id;
     mc_mlist_t lru;            /* evict.h: least recently used first */
     mc_hmap_t groups;          /* mc_group_t by (tenant, group id) */
+    mc_hmap_t writers;         /* mc_writer_t by (tenant, owner) */
 
     /* segments.c */
     mc_hmap_t segments;
@@ -366,8 +404,13 @@ mc_status_t mc_master_objects_init(mc_master_t *m);
 void mc_master_objects_cleanup(mc_master_t *m);
 /* Periodic work: release discarded replicas, erase abandoned puts. */
 void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms);
-/* Called by segments.c for every replica on a segment that goes away. */
+/* Drop one replica whose segment goes away; an object left with none is
+ * erased. */
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r);
+/* Drop every replica on @p seg (objects', fresh upserts', discarded ones)
+ * with mc_master_replica_drop(): a walk of the whole index.  Returns how
+ * many went. */
+size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg);
 
 int32_t mc_master_put_start(mc_req_ctx_t *x, const mc_wire_put_start_req_t *req,
                             mc_wire_put_start_resp_t *resp);
@@ -441,6 +484,8 @@ mc_str_t mc_master_segment_host(const char *name);
 /* Give a replica's range back to its segment and unlink it from the
  * segment (the caller frees the struct). */
 void mc_master_segment_release(mc_master_t *m, mc_replica_t *r);
+/* The range of @p r in its segment (offset, size, node). */
+mc_alloc_block_t mc_master_replica_block(const mc_replica_t *r);
 
 /* ---- clients.c (docs/protocol.md §5.2, §5.4) ------------------------------ */
 

@@ -37,6 +37,14 @@
  * O(group size) and eviction (evict.c) can check and take a whole group
  * without scanning the index.  An object joins at PUT_END/UPSERT_END (the
  * group id of the config in force from then on) and leaves when erased.
+ *
+ * Memory: an object costs about 200 bytes plus its key (bench/meta_bench),
+ * so the record is packed (master.h).  Its first replica is embedded
+ * (rep0), its tenant and owner are a shared mc_writer_t (m->writers), and
+ * one link serves m->pending and m->lru.  An object erased while rep0
+ * still waits on m->discarded stays allocated as a "zombie" (unlinked from
+ * everything, its writer and ext already released) until that replica is
+ * freed; replica_dispose() is the one place a replica struct goes.
  */
 #include "config.h"
 
@@ -63,7 +71,67 @@ static int obj_eq(const mc_hnode_t *node, const void *k)
 {
     const mc_object_t *o = mc_container_of(node, mc_object_t, node);
     const obj_lookup_t *l = k;
-    return mc_str_eq(mc_object_tenant(o), l->tenant) && mc_str_eq(mc_object_key(o), l->key);
+    /* the key first: it is inline, the tenant is in the writer record */
+    return mc_str_eq(mc_object_key(o), l->key) && mc_str_eq(mc_object_tenant(o), l->tenant);
+}
+
+/* ---- writers (master.h: mc_writer_t) ------------------------------------------ */
+
+typedef struct writer_lookup {
+    mc_str_t tenant;
+    mc_uuid_t owner;
+} writer_lookup_t;
+
+static uint64_t writer_hash(mc_str_t tenant, mc_uuid_t owner)
+{
+    return mc_hash_bytes(tenant.ptr, tenant.len, mc_master_uuid_hash(owner));
+}
+
+static int writer_eq(const mc_hnode_t *node, const void *k)
+{
+    const mc_writer_t *w     = mc_container_of(node, mc_writer_t, node);
+    const writer_lookup_t *l = k;
+    mc_str_t t               = {w->tenant, w->tenant_len};
+    return mc_uuid_eq(w->owner, l->owner) && mc_str_eq(t, l->tenant);
+}
+
+/* A new reference to the record of (@p tenant, @p owner); NULL on OOM. */
+static mc_writer_t *writer_get(mc_master_t *m, mc_str_t tenant, mc_uuid_t owner)
+{
+    writer_lookup_t l = {tenant, owner};
+    uint64_t h        = writer_hash(tenant, owner);
+    mc_hnode_t *n     = mc_hmap_find(&m->writers, h, &l, writer_eq);
+    mc_writer_t *w;
+
+    if (n != NULL) {
+        w = mc_container_of(n, mc_writer_t, node);
+        w->refs++;
+        return w;
+    }
+    w = malloc(sizeof(*w) + tenant.len);
+    if (w == NULL)
+        return NULL;
+    memset(w, 0, sizeof(*w));
+    w->owner      = owner;
+    w->refs       = 1;
+    w->tenant_len = tenant.len;
+    if (tenant.len > 0)
+        memcpy(w->tenant, tenant.ptr, tenant.len);
+    if (mc_hmap_insert(&m->writers, &w->node, h) != 0) {
+        mc_hmap_remove(&m->writers, &w->node);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Drop a reference from writer_get(); the record goes with the last. */
+static void writer_put(mc_master_t *m, mc_writer_t *w)
+{
+    if ((w == NULL) || (--w->refs > 0))
+        return;
+    mc_hmap_remove(&m->writers, &w->node);
+    free(w);
 }
 
 mc_status_t mc_master_objects_init(mc_master_t *m)
@@ -75,6 +143,11 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
     mc_mlist_init(&m->upserting);
     mc_mlist_init(&m->lru);
     if (mc_hmap_init(&m->groups, 64) != 0) {
+        mc_hmap_cleanup(&m->objects);
+        return MC_INTERNAL_ERROR;
+    }
+    if (mc_hmap_init(&m->writers, 64) != 0) {
+        mc_hmap_cleanup(&m->groups);
         mc_hmap_cleanup(&m->objects);
         return MC_INTERNAL_ERROR;
     }
@@ -193,12 +266,28 @@ static void group_sync(mc_master_t *m, mc_object_t *o)
 
 /* ---- replicas and objects --------------------------------------------------- */
 
+/* Free the struct of @p r, already unlinked: an embedded rep0 only marks
+ * its slot unused, and takes its object along when that was erased. */
+static void replica_dispose(mc_replica_t *r)
+{
+    mc_object_t *o;
+
+    if (!r->embedded) {
+        free(r);
+        return;
+    }
+    o           = mc_container_of(r, mc_object_t, rep0);
+    o->rep0.seg = NULL;
+    if (o->zombie)
+        free(o);
+}
+
 /* Give back the range of @p r, unlink and free it. */
 static void replica_free(mc_master_t *m, mc_replica_t *r)
 {
     mc_master_segment_release(m, r);
     mc_mlist_remove(&r->link);
-    free(r);
+    replica_dispose(r);
 }
 
 /* Give back and free every replica on @p list. */
@@ -214,7 +303,10 @@ static void forget_replicas(mc_mlist_t *list)
 {
     mc_mlist_t *pos, *tmp;
     mc_mlist_for_each_safe(pos, tmp, list)
-        free(mc_container_of(pos, mc_replica_t, link));
+    {
+        mc_mlist_remove(pos);
+        replica_dispose(mc_container_of(pos, mc_replica_t, link));
+    }
 }
 
 /* Move every replica on @p list to m->discarded, released at @p release_ms:
@@ -255,18 +347,39 @@ mc_object_ext_t *mc_master_object_ext(mc_object_t *o)
     return obj_ext(o);
 }
 
-/* Free @p o and what hangs off it, once unlinked from everything. */
-static void obj_free(mc_object_t *o)
+/* Free @p o and what hangs off it, once unlinked from everything.  When
+ * its rep0 still waits on m->discarded, the record stays (a zombie) until
+ * replica_dispose() frees it with that replica. */
+static void obj_free(mc_master_t *m, mc_object_t *o)
 {
+    writer_put(m, o->writer);
+    o->writer = NULL;
     if (o->ext != NULL) {
         free(o->ext->group_id);
         free(o->ext);
+        o->ext = NULL;
     }
-    free(o);
+    if (o->rep0.seg != NULL)
+        o->zombie = 1;
+    else
+        free(o);
+}
+
+/* Move the freshly placed replica @p r (on no list yet) into the unused
+ * rep0 of @p o; returns the embedded replica. */
+static mc_replica_t *replica_embed(mc_object_t *o, mc_replica_t *r)
+{
+    mc_replica_t *e = &o->rep0;
+
+    *e          = *r;
+    e->embedded = 1;
+    mc_mlist_init(&e->link);
+    free(r);
+    return e;
 }
 
 /* Forget the upsert state of @p o (its fresh buffers are already gone). */
-static void upsert_clear(mc_object_t *o)
+static void upsert_clear(mc_master_t *m, mc_object_t *o)
 {
     mc_upsert_t *up = o->up;
 
@@ -274,6 +387,7 @@ static void upsert_clear(mc_object_t *o)
     o->up     = NULL;
     if (up == NULL)
         return;
+    writer_put(m, up->writer);
     mc_mlist_remove(&up->link);
     free(up->group_id);
     free(up);
@@ -283,7 +397,7 @@ static void upsert_clear(mc_object_t *o)
 static void upsert_drop(mc_master_t *m, mc_object_t *o)
 {
     free_replicas(m, &o->up->replicas);
-    upsert_clear(o);
+    upsert_clear(m, o);
 }
 
 /* Free every replica of @p o, unlink and free it. */
@@ -294,12 +408,12 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
     free_replicas(m, &o->replicas);
     if (o->up != NULL)
         free_replicas(m, &o->up->replicas);
-    upsert_clear(o);
+    upsert_clear(m, o);
     mc_hmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
     mc_mlist_remove(&o->lru_link);
     group_leave(m, o);
-    obj_free(o);
+    obj_free(m, o);
 }
 
 /* Teardown: segments are destroyed right after, so ranges are not given
@@ -307,21 +421,25 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
 void mc_master_objects_cleanup(mc_master_t *m)
 {
     mc_hmap_iter_t it;
-    mc_hnode_t *n = mc_hmap_first(&m->objects, &it);
+    mc_hnode_t *n;
 
+    /* first, so that a live object's rep0 waiting there is unused (and a
+     * zombie's record freed) before the objects go */
+    forget_replicas(&m->discarded);
+    n = mc_hmap_first(&m->objects, &it);
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         n              = mc_hmap_next(&m->objects, &it);
         forget_replicas(&o->replicas);
         if (o->up != NULL) {
             forget_replicas(&o->up->replicas);
+            writer_put(m, o->up->writer);
             free(o->up->group_id);
             free(o->up);
         }
         mc_hmap_remove(&m->objects, &o->node);
-        obj_free(o);
+        obj_free(m, o);
     }
-    forget_replicas(&m->discarded);
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->upserting);
@@ -335,6 +453,15 @@ void mc_master_objects_cleanup(mc_master_t *m)
         free(g);
     }
     mc_hmap_cleanup(&m->groups);
+    /* every reference went with the objects and upserts above */
+    n = mc_hmap_first(&m->writers, &it);
+    while (n != NULL) {
+        mc_writer_t *w = mc_container_of(n, mc_writer_t, node);
+        n              = mc_hmap_next(&m->writers, &it);
+        mc_hmap_remove(&m->writers, &w->node);
+        free(w);
+    }
+    mc_hmap_cleanup(&m->writers);
 }
 
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
@@ -357,6 +484,54 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
     }
 }
 
+/*
+ * mc_master_replica_drop() on the replicas of @p list that live on @p seg.
+ * Dropping the only replica of a list may erase the list's object, so
+ * the walk stops there (the list is empty by then anyway).
+ */
+static size_t drop_listed(mc_master_t *m, mc_mlist_t *list, const mc_segment_t *seg)
+{
+    mc_mlist_t *pos = list->next;
+    size_t n        = 0;
+
+    while (pos != list) {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        int only        = (pos->prev == list) && (pos->next == list);
+        pos             = pos->next;
+        if (r->seg != seg)
+            continue;
+        mc_master_replica_drop(m, r);
+        n++;
+        if (only)
+            break;
+    }
+    return n;
+}
+
+size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
+{
+    mc_hmap_iter_t it;
+    mc_hnode_t *n = mc_hmap_first(&m->objects, &it);
+    size_t dropped = drop_listed(m, &m->discarded, seg);
+    mc_mlist_t *pos;
+
+    /* buffers staged by copy/move tasks (tasks.c): only processing tasks
+     * have any; END notices the loss */
+    for (pos = m->tasks_processing.next; pos != &m->tasks_processing; pos = pos->next)
+        dropped += drop_listed(m, &mc_container_of(pos, mc_task_t, state_link)->staged, seg);
+    while (n != NULL) {
+        mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        /* step first: dropping may erase o, never another object */
+        n = mc_hmap_next(&m->objects, &it);
+        /* the upsert's new buffers first, since losing the last old one
+         * erases o together with its upsert */
+        if (o->up != NULL)
+            dropped += drop_listed(m, &o->up->replicas, seg);
+        dropped += drop_listed(m, &o->replicas, seg);
+    }
+    return dropped;
+}
+
 /* Preempt a stale PUT_START: keep its ranges reserved until the old
  * writer can no longer be writing, then erase the object. */
 static void obj_discard(mc_master_t *m, mc_object_t *o)
@@ -371,7 +546,7 @@ static void upsert_discard(mc_master_t *m, mc_object_t *o)
 {
     defer_replicas(m, &o->up->replicas,
                    o->up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
-    upsert_clear(o);
+    upsert_clear(m, o);
 }
 
 void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
@@ -446,7 +621,7 @@ static void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint6
     w->id         = r->id;
     w->status     = r->status;
     w->type       = 0; /* memory */
-    w->addr       = r->seg->base + r->block.offset;
+    w->addr       = r->seg->base + mc_alloc_offset(r->seg->alloc, r->node);
     w->size       = size;
     w->segment    = mc_str_from_cstr(r->seg->name);
     w->segment_id = r->seg->id;
@@ -618,13 +793,18 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
         goto oom;
 
     /* strs starts inside the struct's tail padding: allocate up to it only */
-    o = malloc(offsetof(mc_object_t, strs) + (size_t)x->tenant.len + key.len);
+    o = malloc(offsetof(mc_object_t, strs) + (size_t)key.len);
     if (o == NULL)
         goto oom;
     memset(o, 0, offsetof(mc_object_t, strs));
+    o->writer = writer_get(m, x->tenant, client_id);
+    if (o->writer == NULL) {
+        obj_free(m, o);
+        goto oom;
+    }
     if ((cfg->soft_pin_action == MC_SOFT_PIN_ENABLE) || ((group != NULL) && (group->len > 0))) {
         if ((obj_ext(o) == NULL) || (dup_group(group, &o->ext->group_id) != 0)) {
-            obj_free(o);
+            obj_free(m, o);
             goto oom;
         }
         if (cfg->soft_pin_action == MC_SOFT_PIN_ENABLE)
@@ -632,20 +812,16 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
                                                             : m->cfg->default_kv_soft_pin_ttl;
     }
     mc_mlist_init(&o->replicas);
-    mc_mlist_init(&o->lru_link); /* joins m->lru at PUT_END */
     o->size         = length;
-    o->owner        = client_id;
     o->put_start_ms = x->now_ms;
     o->hard_pin     = cfg->with_hard_pin ? 1 : 0;
-    o->tenant_len = (uint16_t)x->tenant.len;
-    o->key_len    = key.len;
-    if (x->tenant.len > 0)
-        memcpy(o->strs, x->tenant.ptr, x->tenant.len);
-    memcpy(o->strs + x->tenant.len, key.ptr, key.len);
+    o->key_len      = key.len;
+    memcpy(o->strs, key.ptr, key.len);
     mc_hmap_insert(&m->objects, &o->node, obj_hash(x->tenant, key));
     mc_mlist_init(&o->pending_link);
-    mc_mlist_insert_tail(&m->pending, &o->pending_link);
+    mc_mlist_insert_tail(&m->pending, &o->pending_link); /* m->lru at PUT_END */
 
+    reps[0] = replica_embed(o, reps[0]);
     for (uint32_t i = 0; i < n; i++) {
         reps[i]->obj = o;
         mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
@@ -712,34 +888,37 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
         mc_mlist_insert_tail(&o->replicas, &r->link);
     }
     o->size              = o->up->size;
-    o->owner             = o->up->owner;
+    writer_put(m, o->writer); /* the upserter's reference moves to the object */
+    o->writer            = o->up->writer;
+    o->up->writer        = NULL;
     o->lease_deadline_ms = 0; /* as after PUT_END: the new value has no reader */
     apply_upsert_config(o, now_ms);
-    upsert_clear(o);
+    upsert_clear(m, o);
     mc_master_lru_touch(m, o);
 }
 
 /* PUT_END, and UPSERT_END when @p upsert. */
 static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int upsert)
 {
-    mc_object_t *o = obj_find(x->m, x->tenant, key);
+    mc_master_t *m = x->m;
+    mc_object_t *o = obj_find(m, x->tenant, key);
     mc_mlist_t *pos;
 
     if (o == NULL)
         return MC_OBJECT_NOT_FOUND;
     if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
-        if (!mc_uuid_eq(o->up->owner, client_id))
+        if (!mc_uuid_eq(o->up->writer->owner, client_id))
             return MC_ILLEGAL_CLIENT;
         if (mc_mlist_empty(&o->up->replicas)) {
             /* every new buffer went away with its segment */
-            upsert_clear(o);
+            upsert_clear(m, o);
             return MC_OBJECT_NOT_FOUND;
         }
         upsert_swap(x->m, o, x->now_ms);
         group_sync(x->m, o);
         return MC_OK;
     }
-    if (!mc_uuid_eq(o->owner, client_id))
+    if (!mc_uuid_eq(mc_object_owner(o), client_id))
         return MC_ILLEGAL_CLIENT;
     if (o->complete)
         return MC_OK; /* a retried PutEnd */
@@ -750,7 +929,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     mc_master_lru_touch(x->m, o);
     if (o->upsert == MC_UPSERT_INPLACE) {
         apply_upsert_config(o, x->now_ms);
-        upsert_clear(o);
+        upsert_clear(m, o);
         group_sync(x->m, o);
         return MC_OK;
     }
@@ -770,12 +949,12 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
         return MC_OBJECT_NOT_FOUND;
     if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
         /* the revoking client is the writer: nothing writes there now */
-        if (!mc_uuid_eq(o->up->owner, client_id))
+        if (!mc_uuid_eq(o->up->writer->owner, client_id))
             return MC_ILLEGAL_CLIENT;
         upsert_drop(x->m, o);
         return MC_OK;
     }
-    if (!mc_uuid_eq(o->owner, client_id))
+    if (!mc_uuid_eq(mc_object_owner(o), client_id))
         return MC_ILLEGAL_CLIENT;
     if (o->complete)
         return MC_INVALID_WRITE;
@@ -1149,7 +1328,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         o = NULL;
     } else if ((o != NULL) && (o->upsert == MC_UPSERT_FRESH)) {
         if (mc_mlist_empty(&o->up->replicas)) {
-            upsert_clear(o); /* its new buffers went away with their segment */
+            upsert_clear(m, o); /* its new buffers went away with their segment */
         } else {
             if (x->now_ms < o->up->start_ms + discard)
                 return MC_OBJECT_REPLICA_BUSY;
@@ -1163,10 +1342,15 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
 
     if ((length == o->size) && !obj_leased(o, x->now_ms)) {
         /* In place: the same buffers, unreadable until UPSERT_END. */
+        mc_writer_t *w = writer_get(m, x->tenant, client_id);
+        if (w == NULL)
+            return MC_INTERNAL_ERROR;
         n      = count_replicas(&o->replicas);
         out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
-        if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0))
+        if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0)) {
+            writer_put(m, w);
             return MC_INTERNAL_ERROR;
+        }
         for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
             mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
             r->status       = MC_REPLICA_PROCESSING;
@@ -1174,18 +1358,26 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         }
         o->upsert       = MC_UPSERT_INPLACE;
         o->complete     = 0;
-        o->owner        = client_id;
+        writer_put(m, o->writer);
+        o->writer       = w;
         o->put_start_ms = x->now_ms;
+        mc_mlist_remove(&o->lru_link); /* the same link as pending_link */
         mc_mlist_insert_tail(&m->pending, &o->pending_link);
         return MC_OK;
     }
 
     /* Fresh buffers; the old value stays readable meanwhile. */
+    mc_writer_t *w = writer_get(m, x->tenant, client_id);
+    if (w == NULL)
+        return MC_INTERNAL_ERROR;
     n = place(x, client_id, length, cfg, o, &reps, &st);
-    if (n == 0)
+    if (n == 0) {
+        writer_put(m, w);
         return st;
+    }
     out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
     if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0)) {
+        writer_put(m, w);
         release_placed(m, reps, n);
         return MC_INTERNAL_ERROR;
     }
@@ -1199,7 +1391,8 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     o->upsert      = MC_UPSERT_FRESH;
     o->up->size     = length;
     o->up->start_ms = x->now_ms;
-    o->up->owner    = client_id;
+    writer_put(m, o->up->writer); /* none: upsert_stage made o->up just now */
+    o->up->writer   = w;
     mc_mlist_insert_tail(&m->upserting, &o->up->link);
     return MC_OK;
 }

@@ -151,7 +151,6 @@ mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wir
     seg->state    = MC_SEG_OK;
     seg->name     = mc_str_dup(s->name);
     seg->protocol = mc_str_dup(s->protocol.len ? s->protocol : mc_str_from_cstr("tcp"));
-    mc_mlist_init(&seg->replicas);
     mc_mlist_init(&seg->client_link);
     if ((seg->name == NULL) || (seg->protocol == NULL)) {
         st = MC_INTERNAL_ERROR;
@@ -182,17 +181,12 @@ fail:
 
 void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg)
 {
-    mc_mlist_t *pos, *tmp;
     char idbuf[37];
-    size_t dropped = 0;
+    size_t dropped;
 
     /* No allocation may land here while its replicas go. */
     seg->state = MC_SEG_UNMOUNTING;
-    mc_mlist_for_each_safe(pos, tmp, &seg->replicas)
-    {
-        mc_master_replica_drop(m, mc_container_of(pos, mc_replica_t, seg_link));
-        dropped++;
-    }
+    dropped    = mc_master_objects_drop_segment(m, seg);
 
     mc_hmap_remove(&m->segments, &seg->node);
     m->segv[seg->index]        = m->segv[m->nseg - 1];
@@ -231,15 +225,27 @@ int32_t mc_master_set_segment_draining(mc_req_ctx_t *x,
     return MC_OK;
 }
 
+mc_alloc_block_t mc_master_replica_block(const mc_replica_t *r)
+{
+    mc_alloc_block_t b;
+    if (mc_alloc_lookup(r->seg->alloc, r->node, &b) != MC_OK) {
+        /* a replica owns its node until segment_release: a bug */
+        mc_error("segment %s: replica %" PRIu64 " has no block (node %" PRIu32 ")",
+                 r->seg->name, r->id, r->node);
+        memset(&b, 0, sizeof(b));
+    }
+    return b;
+}
+
 void mc_master_segment_release(mc_master_t *m, mc_replica_t *r)
 {
-    mc_segment_t *seg = r->seg;
-    if (mc_alloc_put(seg->alloc, &r->block) != MC_OK)
+    mc_segment_t *seg  = r->seg;
+    mc_alloc_block_t b = mc_master_replica_block(r);
+    if ((b.size == 0) || (mc_alloc_put(seg->alloc, &b) != MC_OK))
         mc_error("segment %s: allocator refused block offset=%" PRIu64 " size=%" PRIu64,
-                 seg->name, r->block.offset, r->block.size);
+                 seg->name, b.offset, b.size);
     else
-        m->allocated_bytes -= r->block.size;
-    mc_mlist_remove(&r->seg_link);
+        m->allocated_bytes -= b.size;
 }
 
 /* One allocation on @p seg, or NULL when it does not fit. */
@@ -260,9 +266,8 @@ static mc_replica_t *try_segment(mc_master_t *m, mc_segment_t *seg, uint64_t siz
     r->id     = ++m->next_replica_id;
     r->status = MC_REPLICA_PROCESSING;
     r->seg    = seg;
-    r->block  = block;
+    r->node   = block.node;
     mc_mlist_init(&r->link);
-    mc_mlist_insert_tail(&seg->replicas, &r->seg_link);
     m->allocated_bytes += block.size;
     return r;
 }

@@ -87,9 +87,9 @@ void mc_master_tasks_cleanup(mc_master_t *m)
         n = mc_hmap_next(&m->tasks, &it);
         mc_mlist_for_each_safe(pos, tmp, &t->staged)
         {
+            /* staged buffers come from try_segment(): never an embedded rep0 */
             mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
             mc_mlist_remove(&r->link);
-            mc_mlist_remove(&r->seg_link);
             free(r);
         }
         mc_mlist_remove(&t->obj_link);
@@ -309,7 +309,7 @@ static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, mc_rep
     mc_mlist_init(&t->state_link);
     t->tenant     = mc_str_dup(mc_object_tenant(o));
     t->key        = mc_str_dup(mc_object_key(o));
-    t->tenant_len = o->tenant_len;
+    t->tenant_len = (uint32_t)mc_object_tenant(o).len;
     t->key_len    = o->key_len;
     t->source     = mc_strdup(src->seg->name);
     t->targets    = calloc(ntargets, sizeof(*t->targets));

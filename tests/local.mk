@@ -14,6 +14,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store_write.c \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
+	tests/unit/test_master_mem.c \
 	tests/unit/test_transfer.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	$(NULL)

@@ -4,10 +4,18 @@
  *
  * The managed space is tiled, in address order, by blocks; each block is a
  * node in a pool of our own (a growable array indexed by uint32_t, with a
- * list of released nodes for reuse).  A node records its byte range, its
+ * list of released nodes for reuse).  A node records its start offset, its
  * physical neighbours (the blocks just before and after it) and, while it
  * is free, its place in the free list of one size bin.  mc_alloc_block_t
  * hands the node index to the caller so a free finds its block in O(1).
+ *
+ * A node is 24 bytes because the master keeps one per stored object: the
+ * size is not stored but is the distance to the next block's offset (or
+ * to the capacity for the last block), and the state is encoded in
+ * free_prev, which only a free block needs as a link (MARK_USED,
+ * MARK_UNUSED; anything else is a free block).  The size of a block in a
+ * bin never changes while it is there: its neighbours are used blocks,
+ * and a neighbour is only merged into it after it has left its bin.
  *
  * Size bins ("small floats", as in TLSF and Sebastian Aaltonen's
  * OffsetAllocator that upstream Mooncake uses).  Sizes are counted in
@@ -58,7 +66,9 @@
 #include "common/log.h"
 
 #define NIL UINT32_MAX
-#define MAX_NODES (UINT32_MAX - 1u)
+#define MARK_USED (UINT32_MAX - 1u)   /* free_prev of a granted block */
+#define MARK_UNUSED (UINT32_MAX - 2u) /* free_prev of a node in the pool */
+#define MAX_NODES (UINT32_MAX - 2u)   /* indices stay below every marker */
 #define INITIAL_NODES 64u
 
 #define SUB_BINS 8u
@@ -73,13 +83,20 @@ enum node_state {
 
 typedef struct node {
     uint64_t offset;
-    uint64_t size; /* bytes; a multiple of the alignment */
     uint32_t phys_prev;
     uint32_t phys_next;
-    uint32_t free_prev; /* bin list; unused nodes chain through free_next */
-    uint32_t free_next;
-    uint8_t state;
+    uint32_t free_prev; /* free: bin list; otherwise MARK_USED or MARK_UNUSED */
+    uint32_t free_next; /* free: bin list; unused: the pool's chain */
 } node_t;
+
+static enum node_state node_state(const node_t *n)
+{
+    if (n->free_prev == MARK_USED)
+        return NODE_USED;
+    if (n->free_prev == MARK_UNUSED)
+        return NODE_UNUSED;
+    return NODE_FREE;
+}
 
 typedef struct bin_cache {
     uint64_t max;    /* largest block size in the bin, bytes */
@@ -151,15 +168,24 @@ static uint32_t bin_find(const mc_alloc_t *a, unsigned b)
     return (level << 3) + (unsigned)__builtin_ctz(a->sub_bits[level]);
 }
 
-static unsigned node_bin(const mc_alloc_t *a, const node_t *n)
+/* Bytes of block @p idx: up to the next block, or to the end. */
+static uint64_t node_size(const mc_alloc_t *a, uint32_t idx)
 {
-    return bin_floor(n->size >> a->shift);
+    const node_t *n = &a->nodes[idx];
+    uint64_t end    = (n->phys_next != NIL) ? a->nodes[n->phys_next].offset : a->capacity;
+    return end - n->offset;
+}
+
+static unsigned node_bin(const mc_alloc_t *a, uint32_t idx)
+{
+    return bin_floor(node_size(a, idx) >> a->shift);
 }
 
 static void bin_insert(mc_alloc_t *a, uint32_t idx)
 {
     node_t *n      = &a->nodes[idx];
-    unsigned b     = node_bin(a, n);
+    uint64_t size  = node_size(a, idx);
+    unsigned b     = bin_floor(size >> a->shift);
     bin_cache_t *c = &a->bin_cache[b];
     uint32_t head  = a->bin_head[b];
 
@@ -168,16 +194,16 @@ static void bin_insert(mc_alloc_t *a, uint32_t idx)
     if (head != NIL) {
         a->nodes[head].free_prev = idx;
         if (c->valid) {
-            if (n->size > c->max) {
-                c->max   = n->size;
+            if (size > c->max) {
+                c->max   = size;
                 c->count = 1;
-            } else if (n->size == c->max) {
+            } else if (size == c->max) {
                 c->count++;
             }
         }
     } else {
         /* first block of an empty bin: the cache is exact again */
-        c->max   = n->size;
+        c->max   = size;
         c->count = 1;
         c->valid = 1;
         a->sub_bits[b >> 3] = (uint8_t)(a->sub_bits[b >> 3] | (1u << (b & 7u)));
@@ -189,7 +215,8 @@ static void bin_insert(mc_alloc_t *a, uint32_t idx)
 static void bin_remove(mc_alloc_t *a, uint32_t idx)
 {
     node_t *n      = &a->nodes[idx];
-    unsigned b     = node_bin(a, n);
+    uint64_t size  = node_size(a, idx);
+    unsigned b     = bin_floor(size >> a->shift);
     bin_cache_t *c = &a->bin_cache[b];
 
     if (n->free_prev != NIL)
@@ -206,7 +233,7 @@ static void bin_remove(mc_alloc_t *a, uint32_t idx)
         a->sub_bits[b >> 3] = (uint8_t)(a->sub_bits[b >> 3] & ~(1u << (b & 7u)));
         if (a->sub_bits[b >> 3] == 0)
             a->top_bits &= ~(1ull << (b >> 3));
-    } else if (c->valid && (n->size == c->max) && (--c->count == 0)) {
+    } else if (c->valid && (size == c->max) && (--c->count == 0)) {
         c->valid = 0; /* the largest left; we no longer know the next one */
     }
 }
@@ -248,11 +275,11 @@ static uint32_t node_take(mc_alloc_t *a)
     } else {
         idx = a->nodes_init++;
     }
-    node_t *n = &a->nodes[idx];
-    memset(n, 0, sizeof(*n));
+    node_t *n    = &a->nodes[idx];
+    n->offset    = 0;
     n->phys_prev = NIL;
     n->phys_next = NIL;
-    n->free_prev = NIL;
+    n->free_prev = NIL; /* free, outside any bin */
     n->free_next = NIL;
     return idx;
 }
@@ -260,21 +287,19 @@ static uint32_t node_take(mc_alloc_t *a)
 static void node_release(mc_alloc_t *a, uint32_t idx)
 {
     node_t *n    = &a->nodes[idx];
-    n->state     = NODE_UNUSED;
     n->offset    = 0;
-    n->size      = 0;
     n->phys_prev = NIL;
     n->phys_next = NIL;
-    n->free_prev = NIL;
+    n->free_prev = MARK_UNUSED;
     n->free_next = a->pool_head;
     a->pool_head = idx;
     a->pool_count++;
 }
 
 /*
- * Cut block @p idx (not in a bin) after its first @p keep bytes; the tail
- * becomes a new node with the same state, linked after it.  One node must
- * be reserved.  Returns the tail.
+ * Cut free block @p idx (not in a bin) after its first @p keep bytes; the
+ * tail becomes a new free node (in no bin), linked after it.  One node
+ * must be reserved.  Returns the tail.
  */
 static uint32_t split_after(mc_alloc_t *a, uint32_t idx, uint64_t keep)
 {
@@ -283,14 +308,11 @@ static uint32_t split_after(mc_alloc_t *a, uint32_t idx, uint64_t keep)
     node_t *tn = &a->nodes[t];
 
     tn->offset    = n->offset + keep;
-    tn->size      = n->size - keep;
-    tn->state     = n->state;
     tn->phys_prev = idx;
     tn->phys_next = n->phys_next;
     if (n->phys_next != NIL)
         a->nodes[n->phys_next].phys_prev = t;
     n->phys_next = t;
-    n->size      = keep;
     return t;
 }
 
@@ -304,7 +326,6 @@ static void absorb_next(mc_alloc_t *a, uint32_t idx)
     uint32_t next = n->phys_next;
     node_t *x     = &a->nodes[next];
 
-    n->size += x->size;
     n->phys_next = x->phys_next;
     if (x->phys_next != NIL)
         a->nodes[x->phys_next].phys_prev = idx;
@@ -349,8 +370,6 @@ mc_status_t mc_alloc_create(uint64_t capacity, uint64_t alignment, mc_alloc_t **
     uint32_t idx     = node_take(a);
     node_t *n        = &a->nodes[idx];
     n->offset        = 0;
-    n->size          = capacity;
-    n->state         = NODE_FREE;
     a->phys_head     = idx;
     a->free_blocks   = 1;
     bin_insert(a, idx);
@@ -399,7 +418,7 @@ static uint32_t find_in_own_bin(mc_alloc_t *a, uint64_t size)
     if (c->valid && (c->max < size))
         return NIL;
     for (uint32_t i = a->bin_head[b]; i != NIL; i = a->nodes[i].free_next) {
-        uint64_t s = a->nodes[i].size;
+        uint64_t s = node_size(a, i);
         if (s >= size)
             return i;
         if (s > max) {
@@ -422,20 +441,21 @@ static uint32_t find_in_own_bin(mc_alloc_t *a, uint64_t size)
  */
 static void grant(mc_alloc_t *a, uint32_t idx, uint64_t size, mc_alloc_block_t *block_p)
 {
-    node_t *n = &a->nodes[idx];
-    if (n->size > size) {
+    node_t *n;
+    if (node_size(a, idx) > size) {
         uint32_t t = split_after(a, idx, size);
         bin_insert(a, t);
         a->free_blocks++;
-        n = &a->nodes[idx];
     }
-    n->state = NODE_USED;
+    n            = &a->nodes[idx];
+    n->free_prev = MARK_USED;
+    n->free_next = NIL;
     a->free_blocks--;
     a->used_blocks++;
-    a->allocated += n->size;
+    a->allocated += size;
 
     block_p->offset = n->offset;
-    block_p->size   = n->size;
+    block_p->size   = size;
     block_p->node   = idx;
 }
 
@@ -458,7 +478,7 @@ mc_status_t mc_alloc_get(mc_alloc_t *alloc, uint64_t size, mc_alloc_block_t *blo
         return MC_NO_AVAILABLE_HANDLE;
 
     /* reserve the split's node before anything changes */
-    if ((alloc->nodes[idx].size > want) && (pool_reserve(alloc, 1) != 0)) {
+    if ((node_size(alloc, idx) > want) && (pool_reserve(alloc, 1) != 0)) {
         mc_set_error_detail("out of memory growing the allocator node pool");
         return MC_INTERNAL_ERROR;
     }
@@ -473,20 +493,22 @@ mc_status_t mc_alloc_put(mc_alloc_t *alloc, const mc_alloc_block_t *block)
         return MC_INVALID_PARAMS;
     uint32_t idx = block->node;
     node_t *n    = &alloc->nodes[idx];
-    if ((n->state != NODE_USED) || (n->offset != block->offset) || (n->size != block->size)) {
+    uint64_t size;
+    if ((node_state(n) != NODE_USED) || (n->offset != block->offset) ||
+        ((size = node_size(alloc, idx)) != block->size)) {
         mc_set_error_detail("freeing a block that is not granted (offset %llu size %llu)",
                             (unsigned long long)block->offset,
                             (unsigned long long)block->size);
         return MC_INVALID_PARAMS;
     }
 
-    alloc->allocated -= n->size;
+    alloc->allocated -= size;
     alloc->used_blocks--;
     alloc->free_blocks++;
-    n->state = NODE_FREE;
+    n->free_prev = NIL; /* free, in no bin yet */
 
     uint32_t prev = n->phys_prev;
-    if ((prev != NIL) && (alloc->nodes[prev].state == NODE_FREE)) {
+    if ((prev != NIL) && (node_state(&alloc->nodes[prev]) == NODE_FREE)) {
         /* absorb ourselves into the predecessor */
         bin_remove(alloc, prev);
         absorb_next(alloc, prev);
@@ -494,12 +516,31 @@ mc_status_t mc_alloc_put(mc_alloc_t *alloc, const mc_alloc_block_t *block)
         n   = &alloc->nodes[idx];
     }
     uint32_t next = n->phys_next;
-    if ((next != NIL) && (alloc->nodes[next].state == NODE_FREE)) {
+    if ((next != NIL) && (node_state(&alloc->nodes[next]) == NODE_FREE)) {
         bin_remove(alloc, next);
         absorb_next(alloc, idx);
     }
     bin_insert(alloc, idx);
     return MC_OK;
+}
+
+mc_status_t mc_alloc_lookup(const mc_alloc_t *alloc, uint32_t node, mc_alloc_block_t *block_p)
+{
+    if ((alloc == NULL) || (block_p == NULL) || (node >= alloc->nodes_init) ||
+        (node_state(&alloc->nodes[node]) != NODE_USED))
+        return MC_INVALID_PARAMS;
+    block_p->offset = alloc->nodes[node].offset;
+    block_p->size   = node_size(alloc, node);
+    block_p->node   = node;
+    return MC_OK;
+}
+
+uint64_t mc_alloc_offset(const mc_alloc_t *alloc, uint32_t node)
+{
+    if ((alloc == NULL) || (node >= alloc->nodes_init) ||
+        (node_state(&alloc->nodes[node]) != NODE_USED))
+        return UINT64_MAX;
+    return alloc->nodes[node].offset;
 }
 
 /* ---- introspection ------------------------------------------------------- */
@@ -524,8 +565,8 @@ void mc_alloc_get_stats(const mc_alloc_t *alloc, mc_alloc_stats_t *stats)
         return;
     }
     for (uint32_t i = alloc->bin_head[b]; i != NIL; i = alloc->nodes[i].free_next) {
-        if (alloc->nodes[i].size > stats->largest_free)
-            stats->largest_free = alloc->nodes[i].size;
+        if (node_size(alloc, i) > stats->largest_free)
+            stats->largest_free = node_size(alloc, i);
     }
 }
 
@@ -557,19 +598,25 @@ int mc_alloc_check(const mc_alloc_t *a)
         CHECK(n->phys_prev == prev, "node %u has a wrong predecessor", i);
         CHECK(n->offset == end, "node %u starts at %llu, not %llu", i,
               (unsigned long long)n->offset, (unsigned long long)end);
-        CHECK((n->size != 0) && ((n->size & (a->alignment - 1)) == 0),
-              "node %u has bad size %llu", i, (unsigned long long)n->size);
-        CHECK(n->size <= a->capacity - end, "node %u runs past the end", i);
-        if (n->state == NODE_FREE) {
-            CHECK((prev == NIL) || (a->nodes[prev].state != NODE_FREE),
+        CHECK((n->phys_next == NIL) || (n->phys_next < a->nodes_init),
+              "physical link %u out of range", n->phys_next);
+        CHECK((n->phys_next == NIL) || (a->nodes[n->phys_next].offset > n->offset),
+              "node %u is followed by a block that does not start after it", i);
+        uint64_t size = node_size(a, i);
+        CHECK((size != 0) && ((size & (a->alignment - 1)) == 0),
+              "node %u has bad size %llu", i, (unsigned long long)size);
+        CHECK(size <= a->capacity - end, "node %u runs past the end", i);
+        if (node_state(n) == NODE_FREE) {
+            CHECK((prev == NIL) || (node_state(&a->nodes[prev]) != NODE_FREE),
                   "free nodes %u and %u are adjacent", prev, i);
             nfree++;
         } else {
-            CHECK(n->state == NODE_USED, "node %u in the chain is unused", i);
+            CHECK(node_state(n) == NODE_USED, "node %u in the chain is unused", i);
+            CHECK(n->free_next == NIL, "granted node %u has a bin link", i);
             nused++;
-            allocated += n->size;
+            allocated += size;
         }
-        end += n->size;
+        end += size;
         prev = i;
     }
     CHECK(end == a->capacity, "blocks cover %llu of %llu bytes", (unsigned long long)end,
@@ -589,14 +636,17 @@ int mc_alloc_check(const mc_alloc_t *a)
             CHECK(i < a->nodes_init, "bin link %u out of range", i);
             CHECK(++binned <= nfree, "bins hold more nodes than are free");
             const node_t *n = &a->nodes[i];
-            CHECK(n->state == NODE_FREE, "node %u in bin %u is not free", i, b);
+            CHECK(node_state(n) == NODE_FREE, "node %u in bin %u is not free", i, b);
+            CHECK((n->phys_next == NIL) || (n->phys_next < a->nodes_init),
+                  "physical link %u out of range", n->phys_next);
             CHECK(n->free_prev == bprev, "node %u has a wrong bin predecessor", i);
-            CHECK(node_bin(a, n) == b, "node %u of size %llu is in bin %u", i,
-                  (unsigned long long)n->size, b);
-            if (n->size > max) {
-                max       = n->size;
+            uint64_t size = node_size(a, i);
+            CHECK(node_bin(a, i) == b, "node %u of size %llu is in bin %u", i,
+                  (unsigned long long)size, b);
+            if (size > max) {
+                max       = size;
                 count_max = 1;
-            } else if (n->size == max) {
+            } else if (size == max) {
                 count_max++;
             }
             bprev = i;
@@ -616,7 +666,7 @@ int mc_alloc_check(const mc_alloc_t *a)
     for (uint32_t i = a->pool_head; i != NIL; i = a->nodes[i].free_next) {
         CHECK(i < a->nodes_init, "pool link %u out of range", i);
         CHECK(++pooled <= a->nodes_init, "node pool has a cycle");
-        CHECK(a->nodes[i].state == NODE_UNUSED, "pooled node %u is in use", i);
+        CHECK(node_state(&a->nodes[i]) == NODE_UNUSED, "pooled node %u is in use", i);
     }
     CHECK(pooled == a->pool_count, "pool count is off");
     CHECK(pooled + nfree + nused == a->nodes_init, "%u nodes are lost",

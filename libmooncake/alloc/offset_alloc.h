@@ -56,6 +56,15 @@ mc_status_t mc_alloc_get(mc_alloc_t *alloc, uint64_t size, mc_alloc_block_t *blo
  * changes) when the block is not currently granted (double free, forged). */
 mc_status_t mc_alloc_put(mc_alloc_t *alloc, const mc_alloc_block_t *block);
 
+/* The block granted under node index @p node (a handle's `node`), so a
+ * caller that keeps many blocks may store only that 32-bit index and
+ * rebuild the handle.  MC_INVALID_PARAMS when the node is not a granted
+ * block (never granted, or freed since). */
+mc_status_t mc_alloc_lookup(const mc_alloc_t *alloc, uint32_t node, mc_alloc_block_t *block_p);
+/* Just the offset of that block (one node read where the size needs two);
+ * UINT64_MAX when the node is not a granted block. */
+uint64_t mc_alloc_offset(const mc_alloc_t *alloc, uint32_t node);
+
 void mc_alloc_get_stats(const mc_alloc_t *alloc, mc_alloc_stats_t *stats);
 
 /* Walk every structure and check the invariants (blocks tile the space in

@@ -65,7 +65,9 @@ static int grow(mc_hmap_t *m)
 int mc_hmap_insert(mc_hmap_t *m, mc_hnode_t *node, uint64_t hash)
 {
     int rc = 0;
-    if ((m->count + 1 > m->nbuckets) && (grow(m) != 0))
+    /* a load of up to 2 keeps chains short while the bucket array costs
+     * at most 8 bytes per entry (the master holds millions of objects) */
+    if ((m->count + 1 > 2 * m->nbuckets) && (grow(m) != 0))
         rc = -1;
     if (m->nbuckets == 0)
         return -1;

@@ -3,7 +3,7 @@
  * Intrusive chained hash table.  Entries embed an mc_hnode_t and are found
  * by a 64-bit hash plus a caller-supplied equality test against a lookup
  * key; the table never allocates entries, only its bucket array, which
- * doubles when the load passes 1 (amortised O(1) insert, O(1) lookup).
+ * doubles when the load passes 2 (amortised O(1) insert, O(1) lookup).
  * Not thread-safe.
  */
 #ifndef MC_COMMON_HASHMAP_H

@@ -284,6 +284,50 @@ START_TEST(test_double_free_and_forged_blocks)
 }
 END_TEST
 
+/* mc_alloc_lookup rebuilds a granted handle from its node index and
+ * refuses every node that is not a granted block. */
+START_TEST(test_lookup_by_node)
+{
+    mc_alloc_t *a = NULL;
+    mc_alloc_block_t x, y, z, l;
+    ck_assert_status_ok(mc_alloc_create(10000, 1, &a));
+    ck_assert_status_ok(mc_alloc_get(a, 1, &x));
+    ck_assert_status_ok(mc_alloc_get(a, 777, &y));
+    ck_assert_status_ok(mc_alloc_get(a, 3, &z));
+    ck_assert_status_ok(mc_alloc_lookup(a, y.node, &l));
+    ck_assert_msg(l.offset == 1 && l.size == 777 && l.node == y.node,
+                  "lookup should give [1,+777), not [%llu,+%llu)", (unsigned long long)l.offset,
+                  (unsigned long long)l.size);
+    ck_assert_msg(mc_alloc_offset(a, y.node) == 1, "y should start at 1");
+    ck_assert_msg(mc_alloc_offset(a, z.node) == 778, "z should start at 778");
+    ck_assert_status_ok(mc_alloc_lookup(a, x.node, &l));
+    ck_assert_msg(l.offset == 0 && l.size == 1, "lookup of the first block");
+    ck_assert_status_ok(mc_alloc_put(a, &y));
+    ck_assert_status_eq(mc_alloc_lookup(a, y.node, &l), MC_INVALID_PARAMS); /* freed */
+    ck_assert_msg(mc_alloc_offset(a, y.node) == UINT64_MAX, "a freed node has no offset");
+    ck_assert_msg(mc_alloc_offset(a, UINT32_MAX) == UINT64_MAX, "NIL has no offset");
+    ck_assert_msg(mc_alloc_offset(NULL, x.node) == UINT64_MAX, "no allocator, no offset");
+    /* the free tail after z, out-of-range nodes and the reserved markers */
+    for (uint32_t n = 0; n < 8; n++) {
+        if ((n != x.node) && (n != z.node))
+            ck_assert_status_eq(mc_alloc_lookup(a, n, &l), MC_INVALID_PARAMS);
+    }
+    ck_assert_status_eq(mc_alloc_lookup(a, UINT32_MAX, &l), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_alloc_lookup(a, UINT32_MAX - 1, &l), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_alloc_lookup(a, UINT32_MAX - 2, &l), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_alloc_lookup(a, x.node, NULL), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_alloc_lookup(NULL, x.node, &l), MC_INVALID_PARAMS);
+    /* z's size is the distance to the end of its block, not to the end of
+     * the space: the free tail after it must not count */
+    ck_assert_status_ok(mc_alloc_lookup(a, z.node, &l));
+    ck_assert_msg(l.offset == 778 && l.size == 3, "lookup of z");
+    ck_assert_status_ok(mc_alloc_put(a, &x));
+    ck_assert_status_ok(mc_alloc_put(a, &z));
+    assert_consistent(a);
+    mc_alloc_destroy(a);
+}
+END_TEST
+
 /* ---- randomized walk --------------------------------------------------- */
 
 typedef struct walk {
@@ -369,6 +413,16 @@ static void random_walk(uint64_t capacity, uint64_t alignment, int steps, uint64
             }
         } else {
             size_t i = (size_t)(rng_next(&seed) % w.n);
+            mc_alloc_block_t l;
+            /* the handle is rebuilt from its node alone until it is freed */
+            require_status(mc_alloc_lookup(a, w.live[i].node, &l), MC_OK);
+            require((l.offset == w.live[i].offset) && (l.size == w.live[i].size) &&
+                        (l.node == w.live[i].node),
+                    "step %d: lookup of node %u gave [%llu,+%llu), not [%llu,+%llu)", step,
+                    w.live[i].node, (unsigned long long)l.offset, (unsigned long long)l.size,
+                    (unsigned long long)w.live[i].offset, (unsigned long long)w.live[i].size);
+            require(mc_alloc_offset(a, w.live[i].node) == w.live[i].offset,
+                    "step %d: offset of node %u", step, w.live[i].node);
             require_status(mc_alloc_put(a, &w.live[i]), MC_OK);
             live_bytes -= w.live[i].size;
             w.live[i] = w.live[--w.n];
@@ -464,6 +518,7 @@ Suite *mc_test_alloc_suite(void)
     tcase_add_test(tc, test_exact_fit);
     tcase_add_test(tc, test_fragmentation_and_coalescing);
     tcase_add_test(tc, test_double_free_and_forged_blocks);
+    tcase_add_test(tc, test_lookup_by_node);
     suite_add_tcase(s, tc);
 
     TCase *tr = tcase_create("random");

@@ -52,7 +52,10 @@ START_TEST(test_insert_find_remove)
             ck_abort_msg("insert %d should succeed", i);
     }
     ck_assert_msg(m.count == N, "count should be %d, not %zu", N, m.count);
-    ck_assert_msg(m.nbuckets > initial && m.nbuckets >= N, "the table should have grown");
+    /* grown to keep the load at most 2 (and no more than needed) */
+    ck_assert_msg(m.nbuckets > initial && 2 * m.nbuckets >= N && m.nbuckets < N,
+                  "the table should have grown to a load of at most 2 (%zu buckets for %d)",
+                  m.nbuckets, N);
     ck_assert_msg((m.nbuckets & (m.nbuckets - 1)) == 0, "bucket count should be a power of 2");
     for (int i = 0; i < N; i++)
         if (find(&m, e[i].key, key_hash(e[i].key)) != &e[i])

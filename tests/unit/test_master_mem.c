@@ -1,0 +1,400 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The master's compact object records, through the RPC against the real
+ * mooncake_master: what each packing trick must still get right.
+ *
+ *  - The first replica of a put lives inside its object (rep0).  When the
+ *    object is erased while that replica still waits on the discarded
+ *    list (a preempted put, or an upsert's old buffer under a reader's
+ *    lease), the range must stay reserved until its release time and then
+ *    come back; the record goes with it.
+ *  - A segment keeps no replica list: unmounting walks the index, and must
+ *    drop object replicas, an upsert's new buffers and discarded ones.
+ *  - The owner and tenant of an object are a shared "writer" record: PUT_END
+ *    from another client is refused, and an upsert hands the object over
+ *    to the upserter.
+ *  - Stopping the master with all of that in flight exits cleanly (under
+ *    the sanitizer build, a leak or bad free makes the exit status non-zero).
+ *
+ * Every case starts its own master ($MC_MASTER_BIN) with a discard timeout
+ * of 0 (a second PUT_START preempts at once), a 1 s release timeout and a
+ * 1 s read lease, on a fake 64 KiB segment that the master only does
+ * arithmetic on.  Waits for the release are polls with a deadline.
+ */
+#include "config.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_suites.h"
+#include "common/util.h"
+#include "store/master_client.h"
+#include "wire/wire.h"
+
+#define SEG_SIZE (64u * 1024u)
+#define SEG_BASE (1ull << 40)
+
+static pid_t master_pid = -1;
+static uint16_t master_port;
+static mc_mconn_t *conn;
+static mc_uuid_t client_a, client_b;
+
+static uint16_t free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    int fd         = socket(AF_INET, SOCK_STREAM, 0);
+
+    ck_assert_msg(fd >= 0, "socket works");
+    memset(&a, 0, sizeof(a));
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "bind works");
+    ck_assert_msg(getsockname(fd, (struct sockaddr *)&a, &alen) == 0, "getsockname works");
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void master_start(void)
+{
+    const char *bin = getenv("MC_MASTER_BIN");
+    char port_arg[32], metrics_arg[48], addr[64];
+    mc_master_target_t t;
+    uint64_t deadline;
+
+    if ((bin == NULL) || (*bin == '\0'))
+        bin = "./mooncake_master";
+    ck_assert_msg(access(bin, X_OK) == 0,
+                  "the master binary %s should be executable (set MC_MASTER_BIN)", bin);
+    master_port = free_port();
+    snprintf(port_arg, sizeof(port_arg), "--port=%u", (unsigned)master_port);
+    /* a free loopback port of its own, not the shared default 9003 */
+    snprintf(metrics_arg, sizeof(metrics_arg), "--metrics_port=%u", (unsigned)free_port());
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)master_port);
+
+    master_pid = fork();
+    ck_assert_msg(master_pid >= 0, "fork works");
+    if (master_pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+        }
+        execl(bin, bin, port_arg, metrics_arg, "--metrics_host=127.0.0.1",
+              "--rpc_address=127.0.0.1", "--default_kv_lease_ttl=1000",
+              "--put_start_discard_timeout_sec=0", "--put_start_release_timeout_sec=1",
+              "--enable_metric_reporting=false", (char *)NULL);
+        _exit(127);
+    }
+    mc_uuid_generate(&client_a);
+    mc_uuid_generate(&client_b);
+    ck_assert_status_ok(mc_master_target_init(&t, addr, client_a, "mem-tenant"));
+    deadline = mc_now_ms() + 10000;
+    while (mc_mconn_open(&t, &conn) != MC_OK) {
+        int status;
+        ck_assert_msg(waitpid(master_pid, &status, WNOHANG) == 0,
+                      "mooncake_master exited before accepting connections");
+        ck_assert_msg(mc_now_ms() < deadline, "mooncake_master should listen within 10 s");
+        poll(NULL, 0, 10);
+    }
+}
+
+/* SIGTERM and wait; the exit status, or -1 when it had to be killed. */
+static int master_stop(void)
+{
+    uint64_t deadline;
+    int status = 0;
+
+    if (conn != NULL) {
+        mc_mconn_close(conn);
+        conn = NULL;
+    }
+    if (master_pid <= 0)
+        return -1;
+    kill(master_pid, SIGTERM);
+    deadline = mc_now_ms() + 10000;
+    while (waitpid(master_pid, &status, WNOHANG) == 0) {
+        if (mc_now_ms() >= deadline) {
+            kill(master_pid, SIGKILL);
+            waitpid(master_pid, &status, 0);
+            master_pid = -1;
+            return -1;
+        }
+        poll(NULL, 0, 10);
+    }
+    master_pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void teardown(void)
+{
+    master_stop();
+}
+
+/* ---- RPC helpers ----------------------------------------------------------- */
+
+static mc_str_t S(const char *s)
+{
+    return mc_str_from_cstr(s);
+}
+
+static mc_uuid_t mount(uint64_t base)
+{
+    mc_wire_mount_segment_req_t req;
+    mc_wire_mount_segment_resp_t resp;
+
+    memset(&req, 0, sizeof(req));
+    req.client_id = client_a;
+    mc_uuid_generate(&req.segment.id);
+    req.segment.name     = S("127.0.0.1:1");
+    req.segment.base     = base;
+    req.segment.size     = SEG_SIZE;
+    req.segment.protocol = S("tcp");
+    ck_assert_status_ok(mc_master_call_mount_segment(conn, &req, &resp));
+    return req.segment.id;
+}
+
+/* PUT_START (or UPSERT_START when @p upsert); the replica's address in *addr_p. */
+static int put_start(mc_uuid_t who, const char *key, uint64_t len, int upsert, uint64_t *addr_p)
+{
+    mc_wire_config_t cfg;
+    mc_status_t st;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.replica_num = 1;
+    if (upsert) {
+        mc_wire_upsert_start_req_t req = {.client_id = who, .key = S(key), .length = len,
+                                          .config = cfg};
+        mc_wire_upsert_start_resp_t resp;
+        st = mc_master_call_upsert_start(conn, &req, &resp);
+        if ((st == MC_OK) && (addr_p != NULL)) {
+            ck_assert_uint_eq(resp.replicas.n, 1);
+            *addr_p = resp.replicas.v[0].addr;
+        }
+    } else {
+        mc_wire_put_start_req_t req = {.client_id = who, .key = S(key), .length = len,
+                                       .config = cfg};
+        mc_wire_put_start_resp_t resp;
+        st = mc_master_call_put_start(conn, &req, &resp);
+        if ((st == MC_OK) && (addr_p != NULL)) {
+            ck_assert_uint_eq(resp.replicas.n, 1);
+            *addr_p = resp.replicas.v[0].addr;
+        }
+    }
+    return st;
+}
+
+static int put_end(mc_uuid_t who, const char *key, int upsert)
+{
+    if (upsert) {
+        mc_wire_upsert_end_req_t req = {.client_id = who, .key = S(key)};
+        mc_wire_upsert_end_resp_t resp;
+        return mc_master_call_upsert_end(conn, &req, &resp);
+    } else {
+        mc_wire_put_end_req_t req = {.client_id = who, .key = S(key)};
+        mc_wire_put_end_resp_t resp;
+        return mc_master_call_put_end(conn, &req, &resp);
+    }
+}
+
+/* GET_REPLICA_LIST (takes a 1 s lease); the address in *addr_p. */
+static int get(const char *key, uint64_t *addr_p)
+{
+    mc_wire_get_replica_list_req_t req = {.key = S(key)};
+    mc_wire_get_replica_list_resp_t resp;
+    mc_status_t st = mc_master_call_get_replica_list(conn, &req, &resp);
+
+    if ((st == MC_OK) && (addr_p != NULL)) {
+        ck_assert_uint_eq(resp.replicas.n, 1);
+        *addr_p = resp.replicas.v[0].addr;
+    }
+    return st;
+}
+
+static int exists(const char *key)
+{
+    mc_wire_exist_key_req_t req = {.key = S(key)};
+    mc_wire_exist_key_resp_t resp;
+    ck_assert_status_ok(mc_master_call_exist_key(conn, &req, &resp));
+    return resp.exists;
+}
+
+/* Poll PUT_START of @p key until it stops answering NO_AVAILABLE_HANDLE
+ * (the held range was released); fails after 5 s. */
+static void put_start_when_released(const char *key, uint64_t len, uint64_t *addr_p)
+{
+    uint64_t deadline = mc_now_ms() + 5000;
+    int st;
+
+    while ((st = put_start(client_a, key, len, 0, addr_p)) == MC_NO_AVAILABLE_HANDLE) {
+        ck_assert_msg(mc_now_ms() < deadline, "the held range should be released within 5 s");
+        poll(NULL, 0, 20);
+    }
+    ck_assert_status_ok(st);
+}
+
+/* ---- cases ------------------------------------------------------------------- */
+
+/* A preempted put's buffer stays reserved (the old writer may still be
+ * writing) although its object is gone, then comes back. */
+START_TEST(test_preempted_put_holds_its_range_until_release)
+{
+    uint64_t a1, a2;
+
+    master_start();
+    mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "k", 40 * 1024, 0, &a1));
+    ck_assert_uint_eq(a1, SEG_BASE);
+    /* the discard timeout is 0: this preempts at once, but 40 KiB no
+     * longer fit beside the old 40 KiB still held */
+    ck_assert_status_eq(put_start(client_b, "k", 40 * 1024, 0, NULL), MC_NO_AVAILABLE_HANDLE);
+    ck_assert_int_eq(exists("k"), 0);
+    ck_assert_status_ok(put_start(client_b, "small", 8 * 1024, 0, &a2));
+    ck_assert_msg(a2 >= SEG_BASE + 40 * 1024, "the held range must not be handed out again");
+    ck_assert_status_ok(put_end(client_b, "small", 0));
+
+    put_start_when_released("k", 40 * 1024, &a2);
+    ck_assert_uint_eq(a2, SEG_BASE);
+    ck_assert_status_ok(put_end(client_a, "k", 0));
+    ck_assert_status_ok(get("k", &a2));
+    ck_assert_uint_eq(a2, SEG_BASE);
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
+/* An upsert's old buffer under a reader's lease outlives its object when
+ * the object is removed meanwhile. */
+START_TEST(test_removed_object_keeps_leased_old_buffer)
+{
+    uint64_t a1, a2;
+
+    master_start();
+    mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "k", 30 * 1024, 0, &a1));
+    ck_assert_status_ok(put_end(client_a, "k", 0));
+    ck_assert_status_ok(get("k", &a1)); /* a 1 s lease */
+    ck_assert_status_ok(put_start(client_b, "k", 20 * 1024, 1, &a2)); /* fresh buffers */
+    ck_assert_msg(a2 != a1, "a resized upsert should get a new buffer");
+    ck_assert_status_ok(put_end(client_b, "k", 1));
+    ck_assert_status_ok(get("k", &a2));
+    /* the old 30 KiB waits for the reader; the object goes now */
+    {
+        mc_wire_remove_req_t req = {.key = S("k"), .force = 1};
+        mc_wire_remove_resp_t resp;
+        ck_assert_status_ok(mc_master_call_remove(conn, &req, &resp));
+    }
+    ck_assert_int_eq(exists("k"), 0);
+    ck_assert_status_eq(put_start(client_a, "all", SEG_SIZE, 0, NULL), MC_NO_AVAILABLE_HANDLE);
+    put_start_when_released("all", SEG_SIZE, &a1);
+    ck_assert_uint_eq(a1, SEG_BASE);
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
+/* Unmount finds every replica on the segment by walking the index. */
+START_TEST(test_unmount_drops_every_kind_of_replica)
+{
+    uint64_t a;
+    mc_uuid_t seg;
+
+    master_start();
+    seg = mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "p", 4096, 0, NULL));  /* complete */
+    ck_assert_status_ok(put_end(client_a, "p", 0));
+    ck_assert_status_ok(put_start(client_a, "u", 4096, 0, NULL));  /* upsert in flight */
+    ck_assert_status_ok(put_end(client_a, "u", 0));
+    ck_assert_status_ok(get("u", NULL));
+    ck_assert_status_ok(put_start(client_a, "u", 1000, 1, NULL));
+    ck_assert_status_ok(put_start(client_a, "w", 2000, 0, NULL)); /* incomplete */
+    ck_assert_status_ok(put_start(client_a, "z", 8192, 0, NULL)); /* preempted: discarded */
+    ck_assert_status_ok(put_start(client_b, "z", 8192, 0, NULL));
+    ck_assert_status_ok(put_start(client_a, "r", 4096, 0, NULL)); /* leased old buffer */
+    ck_assert_status_ok(put_end(client_a, "r", 0));
+    ck_assert_status_ok(get("r", NULL));
+    ck_assert_status_ok(put_start(client_a, "r", 100, 1, NULL));
+    ck_assert_status_ok(put_end(client_a, "r", 1));
+    {
+        mc_wire_unmount_segment_req_t req = {.client_id = client_a, .segment_id = seg};
+        mc_wire_unmount_segment_resp_t resp;
+        ck_assert_status_ok(mc_master_call_unmount_segment(conn, &req, &resp));
+    }
+    ck_assert_status_eq(get("p", NULL), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(get("u", NULL), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(get("r", NULL), MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(exists("w"), 0);
+    ck_assert_int_eq(exists("z"), 0);
+    /* a new segment at the same place is entirely free */
+    mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "all", SEG_SIZE, 0, &a));
+    ck_assert_uint_eq(a, SEG_BASE);
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
+/* PUT_END/REVOKE answer by owner; an upsert makes the upserter the owner. */
+START_TEST(test_owner_follows_the_writer)
+{
+    master_start();
+    mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "k", 100, 0, NULL));
+    ck_assert_status_eq(put_end(client_b, "k", 0), MC_ILLEGAL_CLIENT);
+    ck_assert_status_ok(put_end(client_a, "k", 0));
+    ck_assert_status_ok(put_end(client_a, "k", 0)); /* a retried PutEnd */
+    ck_assert_status_eq(put_end(client_b, "k", 0), MC_ILLEGAL_CLIENT);
+    /* resized: fresh buffers, the object passes to B at UPSERT_END */
+    ck_assert_status_ok(put_start(client_b, "k", 200, 1, NULL));
+    ck_assert_status_eq(put_end(client_a, "k", 1), MC_ILLEGAL_CLIENT);
+    ck_assert_status_ok(put_end(client_b, "k", 1));
+    ck_assert_status_eq(put_end(client_a, "k", 0), MC_ILLEGAL_CLIENT);
+    ck_assert_status_ok(put_end(client_b, "k", 0));
+    /* same size, no lease: in place, owned by A from UPSERT_START on */
+    ck_assert_status_ok(put_start(client_a, "k", 200, 1, NULL));
+    ck_assert_status_eq(put_end(client_b, "k", 1), MC_ILLEGAL_CLIENT);
+    ck_assert_status_ok(put_end(client_a, "k", 1));
+    ck_assert_status_ok(put_end(client_a, "k", 0));
+    ck_assert_status_eq(put_end(client_b, "k", 0), MC_ILLEGAL_CLIENT);
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
+/* Shutdown with a preempted put's record and a live object's old buffer
+ * both still on the discarded list. */
+START_TEST(test_shutdown_with_held_ranges)
+{
+    master_start();
+    mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "z", 8192, 0, NULL));
+    ck_assert_status_ok(put_start(client_b, "z", 8192, 0, NULL));
+    ck_assert_status_ok(put_start(client_a, "r", 4096, 0, NULL));
+    ck_assert_status_ok(put_end(client_a, "r", 0));
+    ck_assert_status_ok(get("r", NULL));
+    ck_assert_status_ok(put_start(client_a, "r", 100, 1, NULL));
+    ck_assert_status_ok(put_end(client_a, "r", 1));
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
+Suite *mc_test_master_mem_suite(void)
+{
+    Suite *s  = suite_create("master_mem");
+    TCase *tc = tcase_create("master");
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_preempted_put_holds_its_range_until_release);
+    tcase_add_test(tc, test_removed_object_keeps_leased_old_buffer);
+    tcase_add_test(tc, test_unmount_drops_every_kind_of_replica);
+    tcase_add_test(tc, test_owner_follows_the_writer);
+    tcase_add_test(tc, test_shutdown_with_held_ranges);
+    suite_add_tcase(s, tc);
+    return s;
+}
