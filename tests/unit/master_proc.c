@@ -95,8 +95,9 @@ void mc_test_master_start(mc_test_master_t *m, const char *const *extra)
         if (null >= 0) {
             dup2(null, 0);
             dup2(null, 1);
-            dup2((err >= 0) ? err : null, 2);
         }
+        if (err >= 0)
+            dup2(err, 2);
         execv(bin, (char *const *)argv);
         _exit(127);
     }
@@ -110,22 +111,24 @@ void mc_test_master_start(mc_test_master_t *m, const char *const *extra)
     }
 }
 
-void mc_test_master_stop(mc_test_master_t *m)
+int mc_test_master_stop(mc_test_master_t *m)
 {
     uint64_t deadline;
-    int status;
+    int status = 0;
 
     if (m->pid <= 0)
-        return;
+        return -1;
     kill(m->pid, SIGTERM);
-    deadline = mc_test_now_ms() + 5000;
+    deadline = mc_test_now_ms() + 10000;
     while (waitpid(m->pid, &status, WNOHANG) == 0) {
         if (mc_test_now_ms() >= deadline) {
             kill(m->pid, SIGKILL);
             waitpid(m->pid, &status, 0);
-            break;
+            m->pid = -1;
+            return -1;
         }
         poll(NULL, 0, 10);
     }
     m->pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

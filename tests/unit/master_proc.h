@@ -6,9 +6,12 @@
  * `make check` runs in the build tree) on a free loopback port with the
  * given extra flags, waits a bounded time for it to accept connections
  * and dies with the test process (PR_SET_PDEATHSIG), so a crashed test
- * cannot leave it behind.  Its stderr goes to $MC_TEST_MASTER_LOG when
- * set (appended), else nowhere.  mc_test_master_stop() sends SIGTERM, waits a
- * bounded time, then SIGKILL.
+ * cannot leave it behind.  Its stderr is the test's (so a sanitizer report
+ * shows), or $MC_TEST_MASTER_LOG (appended) when that is set.
+ * mc_test_master_stop() sends SIGTERM and waits a bounded time, then
+ * SIGKILLs; it returns the exit status, -1 when the master had to be
+ * killed or died of a signal.  A sanitizer build exits non-zero on a
+ * leak, so a suite can assert a clean shutdown.
  */
 #ifndef MC_TESTS_MASTER_PROC_H
 #define MC_TESTS_MASTER_PROC_H
@@ -24,7 +27,7 @@ typedef struct mc_test_master {
 
 /* @p extra: NULL-terminated list of further flags (may be NULL). */
 void mc_test_master_start(mc_test_master_t *m, const char *const *extra);
-void mc_test_master_stop(mc_test_master_t *m);
+int mc_test_master_stop(mc_test_master_t *m);
 
 /* Monotonic milliseconds, for bounded waits. */
 uint64_t mc_test_now_ms(void);

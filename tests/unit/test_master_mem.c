@@ -23,19 +23,14 @@
  */
 #include "config.h"
 
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_suites.h"
+#include "master_proc.h"
 #include "common/util.h"
 #include "store/master_client.h"
 #include "wire/wire.h"
@@ -43,97 +38,32 @@
 #define SEG_SIZE (64u * 1024u)
 #define SEG_BASE (1ull << 40)
 
-static pid_t master_pid = -1;
-static uint16_t master_port;
+static mc_test_master_t master;
 static mc_mconn_t *conn;
 static mc_uuid_t client_a, client_b;
 
-static uint16_t free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t alen = sizeof(a);
-    int fd         = socket(AF_INET, SOCK_STREAM, 0);
-
-    ck_assert_msg(fd >= 0, "socket works");
-    memset(&a, 0, sizeof(a));
-    a.sin_family      = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "bind works");
-    ck_assert_msg(getsockname(fd, (struct sockaddr *)&a, &alen) == 0, "getsockname works");
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void master_start(void)
 {
-    const char *bin = getenv("MC_MASTER_BIN");
-    char port_arg[32], metrics_arg[48], addr[64];
+    static const char *const flags[] = {
+        "--default_kv_lease_ttl=1000", "--put_start_discard_timeout_sec=0",
+        "--put_start_release_timeout_sec=1", NULL};
     mc_master_target_t t;
-    uint64_t deadline;
 
-    if ((bin == NULL) || (*bin == '\0'))
-        bin = "./mooncake_master";
-    ck_assert_msg(access(bin, X_OK) == 0,
-                  "the master binary %s should be executable (set MC_MASTER_BIN)", bin);
-    master_port = free_port();
-    snprintf(port_arg, sizeof(port_arg), "--port=%u", (unsigned)master_port);
-    /* a free loopback port of its own, not the shared default 9003 */
-    snprintf(metrics_arg, sizeof(metrics_arg), "--metrics_port=%u", (unsigned)free_port());
-    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)master_port);
-
-    master_pid = fork();
-    ck_assert_msg(master_pid >= 0, "fork works");
-    if (master_pid == 0) {
-        int null = open("/dev/null", O_RDWR);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (null >= 0) {
-            dup2(null, 0);
-            dup2(null, 1);
-        }
-        execl(bin, bin, port_arg, metrics_arg, "--metrics_host=127.0.0.1",
-              "--rpc_address=127.0.0.1", "--default_kv_lease_ttl=1000",
-              "--put_start_discard_timeout_sec=0", "--put_start_release_timeout_sec=1",
-              "--enable_metric_reporting=false", (char *)NULL);
-        _exit(127);
-    }
+    mc_test_master_start(&master, flags);
     mc_uuid_generate(&client_a);
     mc_uuid_generate(&client_b);
-    ck_assert_status_ok(mc_master_target_init(&t, addr, client_a, "mem-tenant"));
-    deadline = mc_now_ms() + 10000;
-    while (mc_mconn_open(&t, &conn) != MC_OK) {
-        int status;
-        ck_assert_msg(waitpid(master_pid, &status, WNOHANG) == 0,
-                      "mooncake_master exited before accepting connections");
-        ck_assert_msg(mc_now_ms() < deadline, "mooncake_master should listen within 10 s");
-        poll(NULL, 0, 10);
-    }
+    ck_assert_status_ok(mc_master_target_init(&t, master.addr, client_a, "mem-tenant"));
+    ck_assert_status_ok(mc_mconn_open(&t, &conn));
 }
 
 /* SIGTERM and wait; the exit status, or -1 when it had to be killed. */
 static int master_stop(void)
 {
-    uint64_t deadline;
-    int status = 0;
-
     if (conn != NULL) {
         mc_mconn_close(conn);
         conn = NULL;
     }
-    if (master_pid <= 0)
-        return -1;
-    kill(master_pid, SIGTERM);
-    deadline = mc_now_ms() + 10000;
-    while (waitpid(master_pid, &status, WNOHANG) == 0) {
-        if (mc_now_ms() >= deadline) {
-            kill(master_pid, SIGKILL);
-            waitpid(master_pid, &status, 0);
-            master_pid = -1;
-            return -1;
-        }
-        poll(NULL, 0, 10);
-    }
-    master_pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return mc_test_master_stop(&master);
 }
 
 static void teardown(void)
