@@ -76,6 +76,9 @@ typedef struct mc_te_xfer {
     uint64_t len;
 } mc_te_xfer_t;
 
+/* Most requests handed to mc_te_tp_xfer_spread at once. */
+#define MC_TE_SPREAD_MAX       MC_TE_MAX_LANES
+
 /* Runs handed to a transport at once: small same-direction requests to one
  * peer travel back to back on one connection (docs/transfer.md,
  * "Pipelining"). */
@@ -101,6 +104,8 @@ typedef struct mc_te_transport_ops {
                         uint64_t remote, uint64_t len);
     void (*xfer_run)(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v, size_t n,
                      mc_status_t *statuses); /* optional */
+    void (*xfer_spread)(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v,
+                        size_t n, mc_status_t *statuses); /* optional */
 } mc_te_transport_ops_t;
 
 /* Segment states while it is being opened (see mc_te_segment_open). */
@@ -234,6 +239,22 @@ static inline void mc_te_tp_xfer_run(mc_te_t *te, void *peer, mc_te_op_t op,
     }
     for (size_t i = 0; i < n; i++)
         statuses[i] = te->tp_ops->xfer(te->tp, peer, op, v[i].local, v[i].remote, v[i].len);
+}
+
+/* Run n (<= MC_TE_SPREAD_MAX) requests of one direction to one peer at
+ * the same time from the calling thread, each on its own connection where
+ * one is free: all are sent before any answer is read.  Used for the
+ * slices of one large READ, so that the target sends them in parallel
+ * without a hand-off to worker threads here.  Same outcomes as n calls of
+ * mc_te_tp_xfer.  Returns 0 (nothing done) when the transport has no such
+ * operation. */
+static inline int mc_te_tp_xfer_spread(mc_te_t *te, void *peer, mc_te_op_t op,
+                                       const mc_te_xfer_t *v, size_t n, mc_status_t *statuses)
+{
+    if (te->tp_ops->xfer_spread == NULL)
+        return 0;
+    te->tp_ops->xfer_spread(te->tp, peer, op, v, n, statuses);
+    return 1;
 }
 
 /* ---- engine services for transports and metadata ------------------------ */

@@ -835,6 +835,112 @@ START_TEST(test_peer_restart_behind_pooled_connection)
 }
 END_TEST
 
+/*
+ * One READ above the slice size is cut into slices that the calling thread
+ * sends on separate lanes before reading any answer (tcp_xfer_spread):
+ * sizes around the slice size and the lane count, offsets that do not line
+ * up, ranges the target refuses, a restarted peer behind every pooled
+ * lane, and callers competing for the lanes.
+ */
+typedef struct spread_arg {
+    uint8_t *tgt;
+    const uint8_t *src;
+    size_t off, len;
+    mc_te_segment_id_t seg;
+    int ok;
+} spread_arg_t;
+
+static void *spread_reader(void *p)
+{
+    spread_arg_t *w = p;
+    uint8_t *back   = malloc(w->len);
+    w->ok           = 0;
+    for (int round = 0; (back != NULL) && (round < 10); round++) {
+        mc_te_request_t r = {MC_TE_READ, back, (uint64_t)(uintptr_t)(w->tgt + w->off), w->len,
+                             w->seg};
+        memset(back, 0, w->len);
+        if ((mc_te_transfer(A, &r, 1, NULL) != MC_OK) ||
+            (memcmp(back, w->src + w->off, w->len) != 0))
+            goto out;
+    }
+    w->ok = 1;
+out:
+    free(back);
+    return NULL;
+}
+
+START_TEST(test_large_read_spread_over_lanes)
+{
+    enum { T = 6 };
+    const size_t sizes[] = {512 * 1024 + 1, MiB, MiB + 4097, 2 * MiB, 2 * MiB + 1, 3 * MiB + 5};
+    size_t cap    = 4 * MiB;
+    uint8_t *tgt  = calloc(1, cap);
+    uint8_t *src  = malloc(cap);
+    uint8_t *back = malloc(cap + 1);
+    pthread_t th[T];
+    spread_arg_t w[T];
+    char name[64];
+    mc_te_params_t p;
+    mc_te_h B2 = NULL;
+
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    fill(src, cap, 31);
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt, cap, seg));
+    for (size_t i = 0; i < MC_ARRAY_SIZE(sizes); i++) {
+        for (size_t off = 0; off < 8; off += 7) {
+            memset(back, 0, cap + 1);
+            ck_assert_status_ok(
+                xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)(tgt + off), sizes[i], seg));
+            ck_assert_msg(memcmp(back, src + off, sizes[i]) == 0,
+                          "a read of %zu bytes at offset %zu should be byte-exact", sizes[i], off);
+            ck_assert_msg(back[sizes[i]] == 0, "a read of %zu bytes should not overrun",
+                          sizes[i]);
+        }
+    }
+
+    /* callers competing for the lanes: a spread gets fewer lanes than
+     * slices and runs the rest one by one */
+    for (int i = 0; i < T; i++) {
+        w[i] = (spread_arg_t){tgt, src, (size_t)i * 333333, MiB + MiB / 2 + 3, seg, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, spread_reader, &w[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(w[i].ok, "reader %d should see every spread read succeed", i);
+    }
+
+    /* the target stops serving the range: every slice is refused, and the
+     * lanes stay usable once it serves it again */
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg),
+                        MC_INVALID_READ);
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS));
+    memset(back, 0, cap);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg));
+    ck_assert(memcmp(back, src, 2 * MiB) == 0);
+
+    /* the peer restarts on the same port and serves the same memory: every
+     * pooled lane is dead, and each slice is retried on a fresh connection */
+    snprintf(name, sizeof(name), "%s", mc_te_local_name(B));
+    mc_te_destroy(B);
+    B = NULL;
+    memset(&p, 0, sizeof(p));
+    p.field_mask     = MC_TE_PARAM_LOCAL_HOSTNAME;
+    p.local_hostname = name;
+    ck_assert_status_ok(mc_te_create(&p, &B2));
+    B = B2;
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS));
+    memset(back, 0, cap);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg));
+    ck_assert(memcmp(back, src, 2 * MiB) == 0);
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+    free(src);
+    free(back);
+}
+END_TEST
+
 /* ---- descriptor and frame codecs ---------------------------------------- */
 
 START_TEST(test_descriptor_codec)
@@ -1161,6 +1267,7 @@ Suite *mc_test_transfer_suite(void)
     tcase_add_test(two, test_segment_open_errors);
     tcase_add_test(two, test_concurrent_callers);
     tcase_add_test(two, test_peer_restart_behind_pooled_connection);
+    tcase_add_test(two, test_large_read_spread_over_lanes);
     suite_add_tcase(s, two);
 
     tcase_set_timeout(http, 30);

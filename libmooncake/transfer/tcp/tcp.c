@@ -4,9 +4,12 @@
  *
  * Target side.  An acceptor thread takes connections on the data port and
  * gives each its own thread doing blocking I/O, up to cfg.max_conns at
- * once (more are closed on arrival).  The data path is zero-copy: a READ
- * is sent straight out of the registered region (header and bytes in one
- * sendmsg), a WRITE's payload is received straight into it.  Before any
+ * once (more are closed on arrival).  An idle connection thread waits in
+ * a blocking MSG_PEEK, so it wakes once per burst of requests and answers
+ * a run of READs with one writev (serve_read_run).  The data path is
+ * zero-copy: a READ is sent straight out of the registered region (header
+ * and bytes in one sendmsg), a WRITE's payload is received straight into
+ * it.  Before any
  * byte moves, the whole range must lie inside one REMOTE_ACCESS region,
  * which stays pinned (engine.c reference) until the request is done.  A
  * refused READ is answered and the connection goes on; a refused WRITE is
@@ -24,7 +27,10 @@
  * then retried once on a fresh connection (READ and WRITE are idempotent).
  * After a failed connect the peer is considered down for a second so a
  * large batch against a dead host fails fast instead of paying the connect
- * timeout per request.
+ * timeout per request.  The slices of one long READ go out on several
+ * lanes from the calling thread before any answer is read
+ * (tcp_xfer_spread), and a READ's answer header and payload are taken in
+ * one receive where they arrive together.
  *
  * Destruction: shutdown() on the listening socket and on every served
  * connection wakes the threads blocked in accept/recv/send; all are
@@ -168,12 +174,50 @@ static int recv_exact2(int fd, void *a, size_t alen, void *b, size_t blen)
     return 0;
 }
 
+/* Receive an answer header into hdr, letting payload bytes that arrive
+ * with it land in payload[0, plen): a small READ then costs one receive.
+ * Stops as soon as the header is complete; *got_p counts every byte
+ * received (header and payload), also on failure.  Returns 0, or -1 with
+ * errno as recv_exact. */
+static int recv_head(int fd, uint8_t *hdr, void *payload, size_t plen, size_t *got_p)
+{
+    struct iovec iov[2];
+    struct msghdr mh;
+    size_t got = 0;
+    int rc     = 0;
+
+    while (got < MC_TE_RESP_HDR_SIZE) {
+        ssize_t n;
+        iov[0].iov_base = hdr + got;
+        iov[0].iov_len  = MC_TE_RESP_HDR_SIZE - got;
+        iov[1].iov_base = payload;
+        iov[1].iov_len  = plen;
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov    = iov;
+        mh.msg_iovlen = (plen > 0) ? 2 : 1;
+        n             = recvmsg(fd, &mh, 0);
+        if (n > 0) {
+            got += (size_t)n;
+        } else if (n == 0) {
+            errno = ECONNRESET;
+            rc    = -1;
+            break;
+        } else if (errno != EINTR) {
+            rc = -1;
+            break;
+        }
+    }
+    *got_p = got;
+    return rc;
+}
+
 /* ---- target side -------------------------------------------------------------- */
 
-/* Wait for the next request header.  An idle connection may sit here
- * forever: a receive timeout with nothing read just loops (checking for
- * shutdown); once the first byte arrived the header must complete within
- * the timeout.  Returns 0, or -1 when the connection is over. */
+/* Read the next request header.  Idle connections wait in
+ * serve_read_run's peek, so something has normally arrived already; a
+ * receive timeout with nothing read still just loops (checking for
+ * shutdown), and once the first byte arrived the header must complete
+ * within the timeout.  Returns 0, or -1 when the connection is over. */
 static int serve_read_header(mc_tcp_t *tp, int fd, uint8_t *hdr)
 {
     size_t got = 0;
@@ -277,13 +321,24 @@ static int serve_describe(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
 /*
  * A pipelining initiator (docs/transfer.md, "Pipelining") queues many READ
  * headers back to back.  Serving them one recv + one writev at a time
- * costs two system calls and a wake-up per request, which dominates small
- * reads.  Instead, peek at what is queued, take the leading run of
- * complete READ headers (never a WRITE: its payload must go straight to
- * its target, so nothing behind a WRITE header is consumed here), check
- * every range, and answer the whole run with one writev straight from the
- * registered regions.  Returns the number of requests served (0: nothing
- * to batch, the caller takes the one-request path), or -1 to close.
+ * costs two system calls and a wake-up of the initiator per request, which
+ * dominates small reads.  Instead, the idle connection waits in a blocking
+ * MSG_PEEK: it wakes once when requests arrive and sees every header queued
+ * by then.  The leading run of complete READ headers (never a WRITE: its
+ * payload must go straight to its target, so nothing behind a WRITE header
+ * is consumed here) is checked and answered with one writev straight from
+ * the registered regions, so a batch of small reads costs the target one
+ * wake-up and three system calls, and the initiator one wake-up.
+ *
+ * Waiting in the peek rather than in a plain recv of one header matters:
+ * a recv would take the first header of a batch alone (the rest arrive in
+ * the same segment but the recv is already satisfied), answer it alone,
+ * and wake the initiator twice per batch.
+ *
+ * Returns the number of requests served, 0 when the caller must take the
+ * one-request path (the queue starts with a partial header, a WRITE, a
+ * DESCRIBE or garbage), or -1 to close.  An idle connection waits here
+ * forever; the receive timeout only makes the wait re-check for shutdown.
  */
 #define MC_TCP_SERVE_RUN 64
 
@@ -297,9 +352,17 @@ static int serve_read_run(mc_tcp_t *tp, int fd)
     ssize_t n;
     int k = 0, niov = 0, rc;
 
-    n = recv(fd, hdrs, sizeof(hdrs), MSG_PEEK | MSG_DONTWAIT);
-    if (n < (ssize_t)(2 * MC_TE_REQ_HDR_SIZE))
-        return 0; /* one request (or less) queued: the plain path is as cheap */
+    for (;;) {
+        n = recv(fd, hdrs, sizeof(hdrs), MSG_PEEK);
+        if (n > 0)
+            break;
+        if (n == 0)
+            return -1; /* orderly close (or shutdown at uninstall) */
+        if ((errno == EINTR) || (((errno == EAGAIN) || (errno == EWOULDBLOCK)) &&
+                                 !__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE)))
+            continue; /* idle: keep waiting */
+        return -1;
+    }
     while ((k < MC_TCP_SERVE_RUN) && ((size_t)(k + 1) * MC_TE_REQ_HDR_SIZE <= (size_t)n) &&
            (mc_te_req_decode(hdrs + (size_t)k * MC_TE_REQ_HDR_SIZE, &h) == 0) &&
            (h.opcode == MC_TE_OPC_READ)) {
@@ -321,12 +384,8 @@ static int serve_read_run(mc_tcp_t *tp, int fd)
         }
         k++;
     }
-    if (k < 2) {
-        for (int i = 0; i < k; i++)
-            if (regs[i] != NULL)
-                mc_te_region_release(tp->te, regs[i]);
+    if (k == 0)
         return 0;
-    }
     /* The k headers are already queued: consume exactly them. */
     rc = (recv_exact(fd, hdrs, (size_t)k * MC_TE_REQ_HDR_SIZE, NULL) == 0)
              ? mc_writev_full(fd, iov, niov)
@@ -814,41 +873,47 @@ static mc_status_t remote_status(int32_t s)
     }
 }
 
-/*
- * One request on a connected lane.  *stale_p is set when the connection
- * failed before any byte of the answer arrived (a pooled connection the
- * peer had closed): the caller may retry on a fresh one.  *keep_p is
- * cleared when the connection must be dropped.  For DESCRIBE the payload
- * is returned in *payload_p (malloc'd, NUL-terminated).
- */
-static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local,
-                                uint64_t remote, uint64_t len, char **payload_p,
-                                size_t *payload_len_p, int *stale_p, int *keep_p)
+/* Send one request (a WRITE with its payload).  Returns 0; or 1 when the
+ * send failed but the answer may still be read (*send_errno_p set: the
+ * target may have refused a write and closed, its answer still waiting in
+ * our receive queue); or -1 when the send timed out (detail set). */
+static int lane_send(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local, uint64_t remote,
+                     uint64_t len, int *send_errno_p)
 {
-    uint8_t req[MC_TE_REQ_HDR_SIZE], rb[MC_TE_RESP_HDR_SIZE];
-    mc_te_resp_hdr_t resp;
+    uint8_t req[MC_TE_REQ_HDR_SIZE];
     struct iovec iov[2];
-    size_t got = 0;
-    int send_failed = 0, send_errno = 0;
 
-    *stale_p = 0;
-    *keep_p  = 0;
     mc_te_req_encode(req, opcode, remote, len);
     iov[0].iov_base = req;
     iov[0].iov_len  = sizeof(req);
     iov[1].iov_base = local;
     iov[1].iov_len  = (opcode == MC_TE_OPC_WRITE) ? (size_t)len : 0;
-    if (mc_writev_full(fd, iov, (opcode == MC_TE_OPC_WRITE) ? 2 : 1) != 0) {
-        send_failed = 1;
-        send_errno  = errno;
-        if ((send_errno == EAGAIN) || (send_errno == EWOULDBLOCK)) {
-            mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
-            return MC_TRANSFER_FAIL;
-        }
-        /* The target may have refused a write and closed: its answer can
-         * still be waiting in our receive queue, so read on. */
+    if (mc_writev_full(fd, iov, (opcode == MC_TE_OPC_WRITE) ? 2 : 1) == 0)
+        return 0;
+    *send_errno_p = errno;
+    if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+        mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
+        return -1;
     }
-    if (recv_exact(fd, rb, sizeof(rb), &got) != 0) {
+    return 1;
+}
+
+/* Receive and check the answer to a request sent by lane_send (see
+ * lane_request for *stale_p and *keep_p). */
+static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local,
+                               uint64_t remote, uint64_t len, int send_failed, int send_errno,
+                               char **payload_p, size_t *payload_len_p, int *stale_p,
+                               int *keep_p)
+{
+    uint8_t rb[MC_TE_RESP_HDR_SIZE];
+    mc_te_resp_hdr_t resp;
+    size_t got = 0;
+
+    *stale_p = 0;
+    *keep_p  = 0;
+    /* A READ's payload may arrive with its header: take both in one receive. */
+    if (recv_head(fd, rb, (opcode == MC_TE_OPC_READ) ? local : NULL,
+                  (opcode == MC_TE_OPC_READ) ? (size_t)len : 0, &got) != 0) {
         *stale_p = (got == 0) && (errno != EAGAIN) && (errno != EWOULDBLOCK);
         mc_set_error_detail("%s %s:%u failed: %s",
                             send_failed ? "sending to" : "receiving the answer from", pe->host,
@@ -872,8 +937,9 @@ static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void 
                                                           : "describe",
                             (unsigned long long)remote, (unsigned long long)len,
                             mc_status_name(resp.status));
-        /* a refused write is followed by a close on the target's side */
-        *keep_p = (opcode != MC_TE_OPC_WRITE) && !send_failed;
+        /* a refused write is followed by a close on the target's side; an
+         * error answer carries no payload, so bytes after it break framing */
+        *keep_p = (opcode != MC_TE_OPC_WRITE) && !send_failed && (got == sizeof(rb));
         return remote_status(resp.status);
     }
     if (send_failed) {
@@ -889,7 +955,8 @@ static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void 
                                 (unsigned long long)len);
             return MC_TRANSFER_FAIL;
         }
-        if (recv_exact(fd, local, (size_t)len, NULL) != 0) {
+        if (recv_exact(fd, (uint8_t *)local + (got - sizeof(rb)), (size_t)len - (got - sizeof(rb)),
+                       NULL) != 0) {
             mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
                                 (unsigned long long)len, pe->host, (unsigned)pe->port,
                                 strerror(errno));
@@ -932,6 +999,28 @@ static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void 
     return MC_OK;
 }
 
+/*
+ * One request on a connected lane.  *stale_p is set when the connection
+ * failed before any byte of the answer arrived (a pooled connection the
+ * peer had closed): the caller may retry on a fresh one.  *keep_p is
+ * cleared when the connection must be dropped.  For DESCRIBE the payload
+ * is returned in *payload_p (malloc'd, NUL-terminated).
+ */
+static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local,
+                                uint64_t remote, uint64_t len, char **payload_p,
+                                size_t *payload_len_p, int *stale_p, int *keep_p)
+{
+    int send_errno = 0, sent = lane_send(pe, fd, opcode, local, remote, len, &send_errno);
+
+    if (sent < 0) {
+        *stale_p = 0;
+        *keep_p  = 0;
+        return MC_TRANSFER_FAIL;
+    }
+    return lane_answer(pe, fd, opcode, local, remote, len, sent > 0, send_errno, payload_p,
+                       payload_len_p, stale_p, keep_p);
+}
+
 /* Run one request on a pooled lane, retrying once on a fresh connection
  * when a reused one turns out to be dead. */
 static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, uint64_t remote,
@@ -958,6 +1047,243 @@ static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, 
     }
     lane_put(pe, lane);
     return st;
+}
+
+/* Take a free lane without waiting; 1 when one was taken. */
+static int lane_try_get(mc_tcp_peer_t *pe, unsigned *lane_p)
+{
+    int ok;
+    pthread_mutex_lock(&pe->mu);
+    ok = pe->nfree > 0;
+    if (ok)
+        *lane_p = pe->free_stack[--pe->nfree];
+    pthread_mutex_unlock(&pe->mu);
+    return ok;
+}
+
+/* Finish one answer of spread_drain_reads: record its status, drop the
+ * connection unless it may be reused, and mark it done. */
+static void spread_done(mc_tcp_peer_t *pe, unsigned lane, mc_status_t *st_p, size_t *got_p,
+                        size_t *pending_p, mc_status_t status, int keep)
+{
+    *st_p = status;
+    if (!keep)
+        lane_drop(pe, lane);
+    *got_p = SIZE_MAX; /* done */
+    (*pending_p)--;
+}
+
+/*
+ * Receive the answers of READs sent on lanes[0..m) (those with sent[j] >= 0)
+ * all at once: poll the connections and take whatever arrived on each, so
+ * that every connection keeps draining and no target thread stalls on a
+ * full window while another connection is being read.  Each answer is its
+ * header then its payload, received straight into place (payload bytes
+ * that arrive with the header land in v[j].local, as in recv_head).
+ * Sets st[j]; drops the lanes that must not be reused; again[j] marks a
+ * reused connection that was closed before answering (to run again).  A
+ * wait with no progress on any connection for the I/O timeout fails the
+ * ones still pending.
+ */
+static void spread_drain_reads(mc_tcp_peer_t *pe, const unsigned *lanes, const mc_te_xfer_t *v,
+                               size_t m, const int *sent, const int *reused, mc_status_t *st,
+                               int *again)
+{
+    uint8_t hdr[MC_TE_SPREAD_MAX][MC_TE_RESP_HDR_SIZE];
+    size_t got[MC_TE_SPREAD_MAX];
+    int checked[MC_TE_SPREAD_MAX];
+    struct pollfd pfd[MC_TE_SPREAD_MAX];
+    size_t map[MC_TE_SPREAD_MAX];
+    int timeout_ms = (pe->tp->io_timeout_s > 0) ? pe->tp->io_timeout_s * 1000 : -1;
+    size_t pending = 0, j;
+
+    for (j = 0; j < m; j++) {
+        got[j]     = 0;
+        checked[j] = 0;
+        again[j]   = 0;
+        if (sent[j] >= 0) {
+            st[j] = MC_TRANSFER_FAIL;
+            pending++;
+        }
+    }
+    while (pending > 0) {
+        size_t np = 0;
+        int rc;
+        for (j = 0; j < m; j++) {
+            if ((sent[j] < 0) || (got[j] == SIZE_MAX))
+                continue;
+            pfd[np].fd      = pe->fds[lanes[j]];
+            pfd[np].events  = POLLIN;
+            pfd[np].revents = 0;
+            map[np++]       = j;
+        }
+        rc = poll(pfd, (nfds_t)np, timeout_ms);
+        if ((rc < 0) && (errno == EINTR))
+            continue;
+        if (rc <= 0) {
+            mc_set_error_detail("receiving answers from %s:%u failed: %s", pe->host,
+                                (unsigned)pe->port, (rc == 0) ? "timed out" : strerror(errno));
+            for (size_t q = 0; q < np; q++)
+                spread_done(pe, lanes[map[q]], &st[map[q]], &got[map[q]], &pending,
+                            MC_TRANSFER_FAIL, 0);
+            break;
+        }
+        for (size_t q = 0; q < np; q++) {
+            size_t len = (size_t)v[map[q]].len;
+            struct iovec iov[2];
+            struct msghdr mh;
+            mc_te_resp_hdr_t resp;
+            ssize_t n;
+            j = map[q];
+            if (pfd[q].revents == 0)
+                continue;
+            memset(&mh, 0, sizeof(mh));
+            if (got[j] < MC_TE_RESP_HDR_SIZE) {
+                iov[0].iov_base = hdr[j] + got[j];
+                iov[0].iov_len  = MC_TE_RESP_HDR_SIZE - got[j];
+                iov[1].iov_base = v[j].local;
+                iov[1].iov_len  = len;
+                mh.msg_iovlen   = 2;
+            } else {
+                iov[0].iov_base = (uint8_t *)v[j].local + (got[j] - MC_TE_RESP_HDR_SIZE);
+                iov[0].iov_len  = len - (got[j] - MC_TE_RESP_HDR_SIZE);
+                mh.msg_iovlen   = 1;
+            }
+            mh.msg_iov = iov;
+            n          = recvmsg(pfd[q].fd, &mh, MSG_DONTWAIT);
+            if (n < 0) {
+                if ((errno == EINTR) || (errno == EAGAIN) || (errno == EWOULDBLOCK))
+                    continue;
+            }
+            if (n <= 0) {
+                int e    = (n == 0) ? ECONNRESET : errno;
+                again[j] = (got[j] == 0) && reused[j];
+                mc_set_error_detail("%s %s:%u failed: %s",
+                                    (sent[j] > 0) ? "sending to" : "receiving the answer from",
+                                    pe->host, (unsigned)pe->port, strerror(e));
+                spread_done(pe, lanes[j], &st[j], &got[j], &pending, MC_TRANSFER_FAIL, 0);
+                continue;
+            }
+            got[j] += (size_t)n;
+            if (got[j] < MC_TE_RESP_HDR_SIZE)
+                continue;
+            if (!checked[j]) {
+                checked[j] = 1;
+                if (mc_te_resp_decode(hdr[j], &resp) != 0) {
+                    mc_set_error_detail("malformed answer from %s:%u", pe->host,
+                                        (unsigned)pe->port);
+                    spread_done(pe, lanes[j], &st[j], &got[j], &pending, MC_TRANSFER_FAIL, 0);
+                    continue;
+                }
+                if (resp.status != 0) {
+                    if (resp.length != 0) {
+                        mc_set_error_detail("malformed error answer from %s:%u", pe->host,
+                                            (unsigned)pe->port);
+                        spread_done(pe, lanes[j], &st[j], &got[j], &pending,
+                                    MC_TRANSFER_FAIL, 0);
+                        continue;
+                    }
+                    mc_set_error_detail("%s:%u refused the read of [0x%llx, +%llu): %s",
+                                        pe->host, (unsigned)pe->port,
+                                        (unsigned long long)v[j].remote,
+                                        (unsigned long long)v[j].len,
+                                        mc_status_name(resp.status));
+                    /* an error answer carries no payload: bytes after it
+                     * (or a failed send) leave the connection unusable */
+                    spread_done(pe, lanes[j], &st[j], &got[j], &pending,
+                                remote_status(resp.status),
+                                (sent[j] == 0) && (got[j] == MC_TE_RESP_HDR_SIZE));
+                    continue;
+                }
+                if ((sent[j] > 0) || (resp.length != v[j].len)) {
+                    mc_set_error_detail("%s:%u answered %llu bytes for a read of %llu",
+                                        pe->host, (unsigned)pe->port,
+                                        (unsigned long long)resp.length,
+                                        (unsigned long long)v[j].len);
+                    spread_done(pe, lanes[j], &st[j], &got[j], &pending, MC_TRANSFER_FAIL, 0);
+                    continue;
+                }
+            }
+            if (got[j] == MC_TE_RESP_HDR_SIZE + len)
+                spread_done(pe, lanes[j], &st[j], &got[j], &pending, MC_OK, 1);
+        }
+    }
+}
+
+/*
+ * The slices of one large READ at once, from the calling thread alone
+ * (engine.h, mc_te_tp_xfer_spread): every request goes out on its own
+ * lane before any answer is read, so the target's connection threads
+ * send in parallel while this thread drains every connection as its bytes
+ * arrive (spread_drain_reads).
+ * Compared with handing slices to worker threads, nothing is woken but
+ * the target's threads, and nobody waits for a completion signal.
+ *
+ * Lanes: the first is waited for like any request; the others are taken
+ * only when free, so this never waits while holding a lane.  Requests
+ * that found no lane, and those whose pooled connection turned out to be
+ * closed by the peer before answering, run afterwards through
+ * peer_request (which retries such a connection once, as every request
+ * does).
+ */
+static void tcp_xfer_spread(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v,
+                            size_t n, mc_status_t *st)
+{
+    mc_tcp_peer_t *pe = peer;
+    uint8_t opcode    = (op == MC_TE_READ) ? MC_TE_OPC_READ : MC_TE_OPC_WRITE;
+    unsigned lanes[MC_TE_SPREAD_MAX];
+    int sent[MC_TE_SPREAD_MAX], serr[MC_TE_SPREAD_MAX], reused[MC_TE_SPREAD_MAX];
+    int again[MC_TE_SPREAD_MAX];
+    size_t m = 0, j;
+
+    (void)priv;
+    if (n == 0)
+        return;
+    lanes[m++] = lane_get(pe);
+    while ((m < n) && (m < MC_TE_SPREAD_MAX) && lane_try_get(pe, &lanes[m]))
+        m++;
+    for (j = 0; j < m; j++) {
+        again[j]  = 0;
+        serr[j]   = 0;
+        reused[j] = pe->fds[lanes[j]] >= 0;
+        if (!reused[j]) {
+            st[j] = lane_connect(pe, lanes[j]);
+            if (st[j] != MC_OK) {
+                sent[j] = -1;
+                continue;
+            }
+        }
+        sent[j] = lane_send(pe, pe->fds[lanes[j]], opcode, v[j].local, v[j].remote, v[j].len,
+                            &serr[j]);
+        if (sent[j] < 0) {
+            st[j] = MC_TRANSFER_FAIL;
+            lane_drop(pe, lanes[j]);
+        }
+    }
+    if (opcode == MC_TE_OPC_READ) {
+        spread_drain_reads(pe, lanes, v, m, sent, reused, st, again);
+    } else {
+        for (j = 0; j < m; j++) {
+            int stale = 0, keep = 0;
+            if (sent[j] < 0)
+                continue;
+            st[j] = lane_answer(pe, pe->fds[lanes[j]], opcode, v[j].local, v[j].remote,
+                                v[j].len, sent[j] > 0, serr[j], NULL, NULL, &stale, &keep);
+            if (!keep)
+                lane_drop(pe, lanes[j]);
+            again[j] = (st[j] != MC_OK) && stale && reused[j];
+        }
+    }
+    for (j = 0; j < m; j++)
+        lane_put(pe, lanes[j]);
+    for (j = 0; j < n; j++) {
+        if ((j >= m) || again[j]) {
+            if (j < m)
+                mc_debug("pooled connection to %s:%u was closed by the peer; reconnecting",
+                         pe->host, (unsigned)pe->port);
+            st[j] = peer_request(pe, opcode, v[j].local, v[j].remote, v[j].len, NULL, NULL);
+        }
+    }
 }
 
 /* Bytes received ahead of the sequential answer parser (see
@@ -1352,4 +1678,5 @@ const mc_te_transport_ops_t mc_tcp_transport_ops = {
     .describe   = tcp_describe,
     .xfer       = tcp_xfer,
     .xfer_run   = tcp_xfer_run,
+    .xfer_spread = tcp_xfer_spread,
 };
