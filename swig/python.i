@@ -1085,6 +1085,7 @@ static int mooncake_host_mem_free(uint64_t addr)
 %feature("nothread") mooncake_store::upsert_batch;
 %feature("nothread") mooncake_store::batch_remove;
 %feature("nothread") mooncake_store::batch_zc;
+%feature("nothread") mooncake_store::batch_zc_flat;
 %feature("nothread") mooncake_store::read_ranges;
 %feature("nothread") mooncake_store::session_keys;
 %feature("nothread") mooncake_store::put_session_start;
@@ -1271,6 +1272,126 @@ enum {
         PyMem_Free(sts);
         PyMem_Free(res);
         mooncake_py_nested_cleanup(&nd);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /*
+     * batch_put_from / batch_upsert_from / batch_get_into with one buffer
+     * per key, checked and converted here in one pass (the hot path of
+     * small-value batches).  TypeError for keys that are not str or items
+     * that are not ints (bools included), ValueError for a NUL in a key or
+     * lists of different lengths; a key whose address or size is outside
+     * [0, 2**64-1] gets INVALID_PARAMS and is not sent.  @p op is
+     * MOONCAKE_ZC_PUT_FROM, _UPSERT_FROM or _GET_INTO.
+     */
+    PyObject *batch_zc_flat(int op, PyObject *keys, PyObject *ptrs, PyObject *sizes,
+                            const mc_replicate_config_t *config = NULL)
+    {
+        mooncake_py_strv_t sv;
+        PyObject *tp = NULL, *ts = NULL, *list = NULL;
+        const char **selk = NULL;
+        mc_iov_t *iov = NULL;
+        const mc_iov_t **bufs = NULL;
+        size_t *counts = NULL, *sel = NULL;
+        int64_t *res = NULL, *out = NULL;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        size_t i, n, m = 0;
+
+        if ((op != MOONCAKE_ZC_PUT_FROM) && (op != MOONCAKE_ZC_UPSERT_FROM) &&
+            (op != MOONCAKE_ZC_GET_INTO)) {
+            PyErr_SetString(PyExc_ValueError, "unknown operation");
+            return NULL;
+        }
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n  = sv.n;
+        tp = PySequence_Tuple(ptrs);
+        ts = (tp != NULL) ? PySequence_Tuple(sizes) : NULL;
+        if ((tp == NULL) || (ts == NULL))
+            goto cleanup;
+        if (((size_t)PyTuple_GET_SIZE(tp) != n) || ((size_t)PyTuple_GET_SIZE(ts) != n)) {
+            PyErr_SetString(PyExc_ValueError, "list lengths differ");
+            goto cleanup;
+        }
+        selk   = PyMem_Calloc(n + 1, sizeof(*selk));
+        iov    = PyMem_Calloc(n + 1, sizeof(*iov));
+        bufs   = PyMem_Calloc(n + 1, sizeof(*bufs));
+        counts = PyMem_Calloc(n + 1, sizeof(*counts));
+        sel    = PyMem_Calloc(n + 1, sizeof(*sel));
+        res    = PyMem_Calloc(n + 1, sizeof(*res));
+        out    = PyMem_Calloc(n + 1, sizeof(*out));
+        sts    = PyMem_Calloc(n + 1, sizeof(*sts));
+        if ((selk == NULL) || (iov == NULL) || (bufs == NULL) || (counts == NULL) ||
+            (sel == NULL) || (res == NULL) || (out == NULL) || (sts == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++) {
+            PyObject *p = PyTuple_GET_ITEM(tp, (Py_ssize_t)i);
+            PyObject *z = PyTuple_GET_ITEM(ts, (Py_ssize_t)i);
+            unsigned long long pv, zv;
+            int ok = 1;
+            if (!PyLong_Check(p) || PyBool_Check(p) || !PyLong_Check(z) || PyBool_Check(z)) {
+                PyObject *bad = (!PyLong_Check(p) || PyBool_Check(p)) ? p : z;
+                PyErr_Format(PyExc_TypeError, "%s: expected int items, not %s",
+                             (bad == p) ? "buffer_ptrs" : "sizes", Py_TYPE(bad)->tp_name);
+                goto cleanup;
+            }
+            pv = PyLong_AsUnsignedLongLong(p);
+            if ((pv == (unsigned long long)-1) && PyErr_Occurred()) {
+                PyErr_Clear(); /* negative or above 2**64-1 */
+                ok = 0;
+            }
+            zv = PyLong_AsUnsignedLongLong(z);
+            if ((zv == (unsigned long long)-1) && PyErr_Occurred()) {
+                PyErr_Clear();
+                ok = 0;
+            }
+            out[i] = MC_INVALID_PARAMS;
+            if (!ok)
+                continue;
+            iov[m].base = (void *)(uintptr_t)pv;
+            iov[m].len  = (size_t)zv;
+            bufs[m]     = &iov[m];
+            counts[m]   = 1;
+            selk[m]     = sv.v[i];
+            res[m]      = MC_INTERNAL_ERROR;
+            sts[m]      = MC_INTERNAL_ERROR;
+            sel[m++]    = i;
+        }
+        if (m > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            if (op == MOONCAKE_ZC_PUT_FROM)
+                st = mc_store_batch_put_from_multi($self->h, selk, bufs, counts, m, config, sts);
+            else if (op == MOONCAKE_ZC_UPSERT_FROM)
+                st = mc_store_batch_upsert_from_multi($self->h, selk, bufs, counts, m, config,
+                                                      sts);
+            else
+                st = mc_store_batch_get_into_multi($self->h, selk, bufs, counts, m, res);
+            Py_END_ALLOW_THREADS
+        }
+        for (i = 0; i < m; i++) {
+            int64_t r = (op == MOONCAKE_ZC_GET_INTO) ? res[i] : (int64_t)sts[i];
+            /* A call that failed as a whole may leave the results unset. */
+            if ((st != MC_OK) && (r == MC_INTERNAL_ERROR))
+                r = st;
+            out[sel[i]] = r;
+        }
+        list = mooncake_py_list_i64(out, n);
+
+    cleanup:
+        PyMem_Free(sts);
+        PyMem_Free(out);
+        PyMem_Free(res);
+        PyMem_Free(sel);
+        PyMem_Free(counts);
+        PyMem_Free(bufs);
+        PyMem_Free(iov);
+        PyMem_Free(selk);
+        Py_XDECREF(ts);
+        Py_XDECREF(tp);
         mooncake_py_strv_cleanup(&sv);
         return list;
     }

@@ -19,6 +19,7 @@ import os
 import uuid
 
 import numpy as np
+import pytest
 
 from helpers import MiB
 
@@ -229,6 +230,35 @@ def test_batch_mismatched_lengths_give_one_invalid_params_per_key(store, regbuf)
     assert store.batch_put_from_multi_buffers(keys[:1], [[p, p]], [[10]]) \
         == [INVALID_PARAMS]
     assert store.batch_is_exist(keys) == [0, 0, 0]
+
+
+def test_batch_flat_argument_errors(store, regbuf):
+    """One buffer per key: the native layer checks every item in one pass."""
+    buf = regbuf(store, 8192)
+    p = buf.ctypes.data
+    k_ok, k_neg, k_big = key("fa0"), key("fa1"), key("fa2")
+    buf[:4096] = 0x5A
+    # an address or size outside [0, 2**64-1] refuses that key only
+    assert store.batch_put_from((k_ok, k_neg, k_big), (p, -1, p), (4096, 16, 1 << 64)) == \
+        [0, INVALID_PARAMS, INVALID_PARAMS]
+    assert store.batch_is_exist([k_ok, k_neg, k_big]) == [1, 0, 0]
+    assert store.batch_get_into([k_ok, k_neg], [p + 4096, p], [4096, -5]) == \
+        [4096, INVALID_PARAMS]
+    assert (buf[4096:8192] == 0x5A).all()
+    # wrong types raise, and nothing is written
+    for bad in ([True], [1.0], ["1"], [None]):
+        with pytest.raises(TypeError):
+            store.batch_put_from([key("fa3")], bad, [16])
+        with pytest.raises(TypeError):
+            store.batch_get_into([k_ok], [p], bad)
+    with pytest.raises(TypeError):
+        store.batch_get_into([k_ok, 7], [p, p], [16, 16])
+    with pytest.raises(TypeError):
+        store.batch_get_into(k_ok, [p], [16])
+    with pytest.raises(ValueError):
+        store.batch_put_from(["a\0b"], [p], [16])
+    assert store.batch_is_exist([key("fa3")]) == [0]
+    assert store.batch_get_into([], [], []) == []
 
 
 def test_batch_upsert_from(store, regbuf):

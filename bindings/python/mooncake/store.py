@@ -1032,14 +1032,23 @@ class MooncakeDistributedStore:
         """A batch zero-copy call with one buffer per key (``batch_put_from``,
         ``batch_upsert_from``, ``batch_get_into``)."""
         _util.check_key_list("keys", keys)
-        _int_list("buffer_ptrs", buffer_ptrs)
-        _int_list("sizes", sizes)
-        _c_config(config)
+        _seq("buffer_ptrs", buffer_ptrs)
+        _seq("sizes", sizes)
+        cfg = _c_config(config)
         if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys) or \
                 (refuse_same_node and _same_node(config)):
+            _int_list("buffer_ptrs", buffer_ptrs)
+            _int_list("sizes", sizes)
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        return self._batch_zc(op, keys, [[p] for p in buffer_ptrs], [[s] for s in sizes],
-                              None, config)
+        if cfg is not None and cfg.group_ids_count > 0:
+            # group ids follow the keys: the general path drops those of
+            # refused keys
+            _int_list("buffer_ptrs", buffer_ptrs)
+            _int_list("sizes", sizes)
+            return self._batch_zc(op, keys, [[p] for p in buffer_ptrs],
+                                  [[s] for s in sizes], None, config)
+        # the native layer checks every key, address and size in one pass
+        return self._store.batch_zc_flat(op, keys, buffer_ptrs, sizes, cfg)
 
     def _batch_ranges(self, op: int, keys: Sequence[str],
                       all_buffer_ptrs: Sequence[Sequence[int]],
