@@ -13,7 +13,13 @@
  *
  * Every complete frame already in the input buffer is handled in order
  * before returning to the loop (pipelining); each response carries the
- * request_id of its request.  A frame that breaks the protocol (bad magic,
+ * request_id of its request.  The responses of one such pass are
+ * gathered in c->tx and, when nothing older is waiting in the
+ * bufferevent's output, written with one send() right away (conn_flush):
+ * a request/response exchange then costs the master one read and one
+ * send, not the extra loop pass and the two epoll_ctl calls of arming a
+ * write event.  Whatever the socket does not take goes to the bufferevent,
+ * which keeps the order and the backpressure below.  A frame that breaks the protocol (bad magic,
  * version or flags, a body over MC_WIRE_MAX_BODY, an unknown opcode, a body
  * that does not decode) closes that connection only: there is no way to
  * resynchronise a byte stream, and the peer is either broken or hostile.
@@ -84,6 +90,7 @@ typedef struct mc_conn {
     uint32_t tenant_len;
     mc_arena_t arena;          /* decoded request + response, one frame */
     mc_buf_t out;              /* encoded response scratch */
+    mc_buf_t tx;               /* responses of this conn_drive() pass */
     uint64_t frames;
     char peer[INET6_ADDRSTRLEN + 8];
 } mc_conn_t;
@@ -95,7 +102,34 @@ static void conn_free(mc_conn_t *c)
     bufferevent_free(c->bev);
     mc_arena_cleanup(&c->arena);
     mc_buf_cleanup(&c->out);
+    mc_buf_cleanup(&c->tx);
     free(c);
+}
+
+/* Write the responses gathered in c->tx: straight to the socket when the
+ * bufferevent has nothing older queued, the rest (or all) through it. */
+static void conn_flush(mc_conn_t *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t sent          = 0;
+
+    if (c->tx.len == 0)
+        return;
+    if (evbuffer_get_length(out) == 0) {
+        ssize_t n = send(bufferevent_getfd(c->bev), c->tx.data, c->tx.len,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        /* an error shows again on the bufferevent's own write */
+        if (n > 0)
+            sent = (size_t)n;
+    }
+    if ((sent < c->tx.len) && (bufferevent_write(c->bev, c->tx.data + sent, c->tx.len - sent) != 0))
+        mc_warn("rpc %s: cannot queue %zu bytes of responses", c->peer, c->tx.len - sent);
+    if (c->tx.cap > MC_CONN_OUT_KEEP) {
+        mc_buf_cleanup(&c->tx);
+        mc_buf_init(&c->tx);
+    } else {
+        mc_buf_reset(&c->tx);
+    }
 }
 
 /* Stop reading; free once queued responses are written (or at once). */
@@ -103,6 +137,7 @@ static void conn_close(mc_conn_t *c, const char *why)
 {
     if (c->state == MC_CONN_CLOSING)
         return;
+    conn_flush(c); /* answers to the frames before the bad one still go */
     mc_debug("rpc %s: closing in state %s after %" PRIu64 " frames: %s", c->peer,
              conn_state_str(c->state), c->frames, why);
     c->state = MC_CONN_CLOSING;
@@ -204,8 +239,15 @@ static void conn_send(mc_conn_t *c, uint16_t opcode)
         mc_buf_init(&c->out);
         mc_wire_encode_error(&c->out, opcode, c->hdr.request_id, MC_INTERNAL_ERROR);
     }
-    if (bufferevent_write(c->bev, c->out.data, c->out.len) != 0)
-        mc_warn("rpc %s: cannot queue a %zu-byte response", c->peer, c->out.len);
+    mc_buf_put_bytes(&c->tx, c->out.data, c->out.len);
+    if (c->tx.oom) {
+        /* no room to gather it: what was gathered, then this one, directly */
+        mc_buf_cleanup(&c->tx);
+        mc_buf_init(&c->tx);
+        mc_warn("rpc %s: out of memory gathering responses", c->peer);
+        if (bufferevent_write(c->bev, c->out.data, c->out.len) != 0)
+            mc_warn("rpc %s: cannot queue a %zu-byte response", c->peer, c->out.len);
+    }
     if (c->out.cap > MC_CONN_OUT_KEEP) {
         mc_buf_cleanup(&c->out);
         mc_buf_init(&c->out);
@@ -268,8 +310,9 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
     return 0;
 }
 
-/* Handle every complete frame in the input buffer (pipelining). */
-static void conn_drive(mc_conn_t *c)
+/* Handle every complete frame in the input buffer (pipelining).  Returns
+ * 1 when the connection was closed (and may be freed), 0 otherwise. */
+static int conn_drive_frames(mc_conn_t *c)
 {
     struct evbuffer *in  = bufferevent_get_input(c->bev);
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -278,34 +321,34 @@ static void conn_drive(mc_conn_t *c)
     for (;;) {
         switch (c->state) {
         case MC_CONN_CLOSING:
-            return;
+            return 1;
 
         case MC_CONN_READ_HEADER:
-            if (evbuffer_get_length(out) > MC_CONN_OUT_HIGH) {
+            if (evbuffer_get_length(out) + c->tx.len > MC_CONN_OUT_HIGH) {
                 /* the peer is not reading its responses */
                 bufferevent_disable(c->bev, EV_READ);
                 c->read_paused = 1;
-                return;
+                return 0;
             }
             if (evbuffer_get_length(in) < MC_WIRE_HEADER_SIZE)
-                return;
+                return 0;
             evbuffer_copyout(in, hbuf, MC_WIRE_HEADER_SIZE);
             if (mc_wire_header_unpack(hbuf, &c->hdr) != MC_OK) {
                 mc_warn("rpc %s: bad frame header (magic 0x%08" PRIx32 " version %u flags 0x%02x "
                         "body %" PRIu32 ")",
                         c->peer, c->hdr.magic, c->hdr.version, c->hdr.flags, c->hdr.body_len);
                 conn_close(c, "bad frame header");
-                return;
+                return 1;
             }
             if (c->hdr.flags & MC_WIRE_FLAG_RESPONSE) {
                 mc_warn("rpc %s: a response frame sent to the master", c->peer);
                 conn_close(c, "response flag on a request");
-                return;
+                return 1;
             }
             if (mc_wire_op_name(c->hdr.opcode) == NULL) {
                 mc_warn("rpc %s: unknown opcode %u", c->peer, c->hdr.opcode);
                 conn_close(c, "unknown opcode");
-                return;
+                return 1;
             }
             evbuffer_drain(in, MC_WIRE_HEADER_SIZE);
             c->state = MC_CONN_READ_BODY;
@@ -315,14 +358,14 @@ static void conn_drive(mc_conn_t *c)
             const uint8_t *body = (const uint8_t *)"";
             int rc;
             if (evbuffer_get_length(in) < c->hdr.body_len)
-                return;
+                return 0;
             if (c->hdr.body_len > 0) {
                 body = evbuffer_pullup(in, (ev_ssize_t)c->hdr.body_len);
                 if (body == NULL) {
                     mc_error("rpc %s: out of memory for a %" PRIu32 "-byte frame", c->peer,
                              c->hdr.body_len);
                     conn_close(c, "out of memory");
-                    return;
+                    return 1;
                 }
             }
             c->frames++;
@@ -331,13 +374,19 @@ static void conn_drive(mc_conn_t *c)
             mc_arena_reset(&c->arena);
             if (rc != 0) {
                 conn_close(c, "undecodable body");
-                return;
+                return 1;
             }
             c->state = MC_CONN_READ_HEADER;
             break;
         }
         }
     }
+}
+
+static void conn_drive(mc_conn_t *c)
+{
+    if (conn_drive_frames(c) == 0)
+        conn_flush(c);
 }
 
 static void conn_read_cb(struct bufferevent *bev, void *arg)
@@ -427,6 +476,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->state = MC_CONN_READ_HEADER;
     mc_arena_init(&c->arena);
     mc_buf_init(&c->out);
+    mc_buf_init(&c->tx);
     format_peer(sa, c->peer, sizeof(c->peer));
     if (m->cfg->rpc_enable_tcp_no_delay) {
         int one = 1;
