@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 SRCDIR = HERE.parent.parent
@@ -75,14 +75,16 @@ def master_bin() -> str:
 
 
 class Master:
-    """A mooncake_master process on free loopback ports."""
+    """A mooncake_master process on free loopback ports, or on the given
+    ``ports`` (rpc, http metadata, metrics): a new master can then take the
+    place of one that was stopped, since clients know it by its address."""
 
     def __init__(self, extra_args: Optional[List[str]] = None,
-                 lease_ttl_ms: int = LEASE_TTL_MS) -> None:
+                 lease_ttl_ms: int = LEASE_TTL_MS,
+                 ports: Optional[Tuple[int, int, int]] = None) -> None:
         self.lease_ttl_ms = lease_ttl_ms
-        self.port = free_port()
-        self.http_port = free_port()
-        self.metrics_port = free_port()
+        self.port, self.http_port, self.metrics_port = \
+            ports or (free_port(), free_port(), free_port())
         self.log = tempfile.NamedTemporaryFile(prefix="mc-master-", suffix=".log", delete=False)
         args = [
             master_bin(),
@@ -100,7 +102,8 @@ class Master:
                                      stderr=subprocess.STDOUT)
         try:
             wait_until(lambda: self.proc.poll() is not None or
-                       (port_accepts(self.port) and port_accepts(self.http_port)),
+                       (port_accepts(self.port) and port_accepts(self.http_port) and
+                        port_accepts(self.metrics_port)),
                        10.0, "the master to accept connections")
             if self.proc.poll() is not None:
                 raise RuntimeError(f"mooncake_master exited with {self.proc.returncode}:\n"

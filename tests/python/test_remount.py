@@ -49,7 +49,7 @@ from pathlib import Path
 import pytest
 
 from helpers import (CLIENT_TTL_S, HERE, LEASE_TTL_MS, MiB, ClientProc, Master,
-                     free_port, master_bin, port_accepts, wait_until)
+                     free_port, wait_until)
 
 #: The heartbeat ticks every second and a remount comes on the first tick
 #: that reaches the master (under 1 s here), so this is generous even on a
@@ -108,39 +108,12 @@ class MountingClient(ClientProc):
 
 
 class PortMaster(Master):
-    """A :class:`Master` on given ports, so a new one can take the place of
-    one that was stopped (clients know the master by its address)."""
+    """A :class:`Master` on given ports that can also be stopped with a
+    chosen signal."""
 
     def __init__(self, port: int, http_port: int, metrics_port: int, extra_args=(),
                  lease_ttl_ms: int = LEASE_TTL_MS) -> None:
-        self.lease_ttl_ms = lease_ttl_ms
-        self.port, self.http_port, self.metrics_port = port, http_port, metrics_port
-        self.log = tempfile.NamedTemporaryFile(prefix="mc-master-", suffix=".log", delete=False)
-        args = [
-            master_bin(),
-            f"--port={port}",
-            "--rpc_address=127.0.0.1",
-            "--enable_http_metadata_server=true",
-            "--http_metadata_server_host=127.0.0.1",
-            f"--http_metadata_server_port={http_port}",
-            "--metrics_host=127.0.0.1",
-            f"--metrics_port={metrics_port}",
-            f"--client_ttl={CLIENT_TTL_S}",
-            f"--default_kv_lease_ttl={lease_ttl_ms}",
-        ] + list(extra_args)
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: self.proc.poll() is not None or
-                       (port_accepts(port) and port_accepts(http_port) and
-                        port_accepts(metrics_port)),
-                       10.0, "the master to accept connections")
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mooncake_master exited with {self.proc.returncode}:\n"
-                                   + self.log_text())
-        except BaseException:
-            self.stop()
-            raise
+        super().__init__(list(extra_args), lease_ttl_ms, (port, http_port, metrics_port))
 
     def end(self, sig: int) -> None:
         """Stop with ``sig`` (SIGKILL: a crash; SIGTERM: an orderly exit)."""
