@@ -30,45 +30,13 @@
 #include <mooncake/store.h>
 
 #include "check_suites.h"
+#include "master_proc.h"
 #include "common/util.h"
 #include "store/read_internal.h"
 #include "store/store_internal.h"
 
-static pid_t master_pid = -1;
-static char master_addr[64];
+static mc_test_master_t master;
 static mc_store_h store;
-
-static unsigned short free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd        = socket(AF_INET, SOCK_STREAM, 0);
-    unsigned short port;
-
-    ck_assert_msg(fd >= 0, "a socket should open");
-    memset(&a, 0, sizeof(a));
-    a.sin_family      = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "bind to port 0 should work");
-    ck_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
-static int port_accepts(unsigned short port)
-{
-    struct sockaddr_in a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family      = AF_INET;
-    a.sin_port        = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok                = (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    close(fd);
-    return ok;
-}
 
 static void sleep_ms(unsigned ms)
 {
@@ -79,59 +47,16 @@ static void sleep_ms(unsigned ms)
 
 static void master_start(unsigned lease_ms)
 {
-    const char *bin = getenv("MC_MASTER_BIN");
-    unsigned short port = free_port(), mport = free_port();
-    char a_port[32], a_mport[32], a_lease[48];
-    uint64_t deadline;
+    char lease[48];
+    const char *flags[] = {lease, NULL};
 
-    if ((bin == NULL) || (*bin == '\0'))
-        bin = "./mooncake_master";
-    ck_assert_msg(access(bin, X_OK) == 0,
-                  "mooncake_master should be executable at %s (set MC_MASTER_BIN)", bin);
-    snprintf(a_port, sizeof(a_port), "--port=%u", (unsigned)port);
-    snprintf(a_mport, sizeof(a_mport), "--metrics_port=%u", (unsigned)mport);
-    snprintf(a_lease, sizeof(a_lease), "--default_kv_lease_ttl=%u", lease_ms);
-    master_pid = fork();
-    ck_assert_msg(master_pid >= 0, "fork should work");
-    if (master_pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) {
-            dup2(devnull, 1);
-            dup2(devnull, 2);
-        }
-        execl(bin, bin, a_port, "--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1", a_mport,
-              "--enable_http_metadata_server=false", a_lease, (char *)NULL);
-        _exit(127);
-    }
-    snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", (unsigned)port);
-    deadline = mc_now_ms() + 10000;
-    while (!port_accepts(port)) {
-        int wst;
-        ck_assert_msg(waitpid(master_pid, &wst, WNOHANG) == 0,
-                      "mooncake_master should keep running");
-        ck_assert_msg(mc_now_ms() < deadline, "mooncake_master should accept within 10 s");
-        sleep_ms(10);
-    }
+    snprintf(lease, sizeof(lease), "--default_kv_lease_ttl=%u", lease_ms);
+    mc_test_master_start(&master, flags);
 }
 
 static void master_stop(void)
 {
-    uint64_t deadline;
-    int wst;
-
-    if (master_pid <= 0)
-        return;
-    kill(master_pid, SIGTERM);
-    deadline = mc_now_ms() + 5000;
-    while (waitpid(master_pid, &wst, WNOHANG) == 0) {
-        if (mc_now_ms() > deadline) {
-            kill(master_pid, SIGKILL);
-            waitpid(master_pid, &wst, 0);
-            break;
-        }
-        sleep_ms(5);
-    }
-    master_pid = -1;
+    mc_test_master_stop(&master);
 }
 
 static void fill_params(mc_store_params_t *p, uint64_t seg, uint64_t lbuf)
@@ -144,7 +69,7 @@ static void fill_params(mc_store_params_t *p, uint64_t seg, uint64_t lbuf)
     p->metadata_server     = "P2PHANDSHAKE";
     p->global_segment_size = seg;
     p->local_buffer_size   = lbuf;
-    p->master_server_addr  = master_addr;
+    p->master_server_addr  = master.addr;
 }
 
 static void store_up(void)
