@@ -223,11 +223,11 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
     metric(b, "master_successful_evictions_total", "counter",
            "Eviction passes that freed something.", m->evictions);
     metric(b, "master_pending_tasks", "gauge", "Copy/move tasks waiting for their client.",
-           m->ntasks_pending);
+           m->taskq[MC_TASKQ_PENDING].n);
     metric(b, "master_processing_tasks", "gauge", "Copy/move tasks being executed.",
-           m->ntasks_processing);
+           m->taskq[MC_TASKQ_PROCESSING].n);
     metric(b, "master_finished_tasks", "gauge", "Finished copy/move tasks kept for queries.",
-           m->ntasks_finished);
+           m->taskq[MC_TASKQ_FINISHED].n);
     metric(b, "master_uptime_seconds", "gauge", "Seconds since the master started.",
            (mc_now_ms() - m->start_ms) / 1000);
     for (size_t i = 0; i < MC_ARRAY_SIZE(admin_ops); i++) {

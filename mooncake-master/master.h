@@ -283,8 +283,16 @@ typedef struct mc_task {
     mc_object_t *obj;          /* while staged; NULL once the object is gone */
     mc_mlist_t obj_link;       /* in obj->ext->tasks while staged */
     mc_mlist_t staged;         /* mc_replica_t.link (obj NULL, PROCESSING) */
-    mc_mlist_t state_link;     /* in the list of its status */
+    mc_mlist_t state_link;     /* in m->taskq[] of its status */
 } mc_task_t;
+
+/* The task lists of m->taskq: tasks by state, oldest state change first.
+ * FAILED and SUCCESS share the finished queue. */
+enum { MC_TASKQ_PENDING = 0, MC_TASKQ_PROCESSING = 1, MC_TASKQ_FINISHED = 2, MC_TASKQ_COUNT = 3 };
+typedef struct mc_task_queue {
+    mc_mlist_t list;           /* mc_task_t.state_link */
+    uint32_t n;
+} mc_task_queue_t;
 
 struct mc_segment {
     mc_hnode_t node;           /* in m->segments, hash of id */
@@ -360,12 +368,7 @@ struct mc_master {
 
     /* tasks.c */
     mc_hmap_t tasks;
-    mc_mlist_t tasks_pending;
-    mc_mlist_t tasks_processing;
-    mc_mlist_t tasks_finished;
-    uint32_t ntasks_pending;
-    uint32_t ntasks_processing;
-    uint32_t ntasks_finished;
+    mc_task_queue_t taskq[MC_TASKQ_COUNT];
 
     /* admin.c; op_requests/op_failures are counted by rpc.c's dispatcher
      * (a status other than MC_OK is a failure), indexed by opcode */
@@ -574,6 +577,9 @@ int32_t mc_master_task_replica_revoke(mc_req_ctx_t *x,
 mc_object_ext_t *mc_master_object_ext(mc_object_t *o);
 /* Grant the read lease of a GET on @p o (and its group). */
 void mc_master_object_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms);
+/* Free every replica on @p list without giving its range back (teardown:
+ * the allocators go right after). */
+void mc_master_replicas_forget(mc_mlist_t *list);
 /* Give back the range of @p r, unlink it from its list and free it. */
 void mc_master_replica_free(mc_master_t *m, mc_replica_t *r);
 /* Give back and free every replica on @p list (mc_replica_t.link). */

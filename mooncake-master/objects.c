@@ -513,11 +513,12 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
     mc_hmap_iter_t it;
     mc_hnode_t *n = mc_hmap_first(&m->objects, &it);
     size_t dropped = drop_listed(m, &m->discarded, seg);
-    mc_mlist_t *pos;
+    const mc_mlist_t *q = &m->taskq[MC_TASKQ_PROCESSING].list;
+    const mc_mlist_t *pos;
 
     /* buffers staged by copy/move tasks (tasks.c): only processing tasks
      * have any; END notices the loss */
-    for (pos = m->tasks_processing.next; pos != &m->tasks_processing; pos = pos->next)
+    for (pos = q->next; pos != q; pos = pos->next)
         dropped += drop_listed(m, &mc_container_of(pos, mc_task_t, state_link)->staged, seg);
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
@@ -1511,6 +1512,11 @@ int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex
 void mc_master_object_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 {
     obj_grant_lease(m, o, now_ms);
+}
+
+void mc_master_replicas_forget(mc_mlist_t *list)
+{
+    forget_replicas(list);
 }
 
 void mc_master_replica_free(mc_master_t *m, mc_replica_t *r)

@@ -54,11 +54,17 @@ static int task_eq(const mc_hnode_t *node, const void *key)
     return mc_uuid_eq(t->id, *(const mc_uuid_t *)key);
 }
 
+static void queues_init(mc_master_t *m)
+{
+    for (int q = 0; q < MC_TASKQ_COUNT; q++) {
+        mc_mlist_init(&m->taskq[q].list);
+        m->taskq[q].n = 0;
+    }
+}
+
 mc_status_t mc_master_tasks_init(mc_master_t *m)
 {
-    mc_mlist_init(&m->tasks_pending);
-    mc_mlist_init(&m->tasks_processing);
-    mc_mlist_init(&m->tasks_finished);
+    queues_init(m);
     return mc_hmap_init(&m->tasks, 64) == 0 ? MC_OK : MC_INTERNAL_ERROR;
 }
 
@@ -83,24 +89,14 @@ void mc_master_tasks_cleanup(mc_master_t *m)
 
     while (n != NULL) {
         mc_task_t *t = mc_container_of(n, mc_task_t, node);
-        mc_mlist_t *pos, *tmp;
-        n = mc_hmap_next(&m->tasks, &it);
-        mc_mlist_for_each_safe(pos, tmp, &t->staged)
-        {
-            /* staged buffers come from try_segment(): never an embedded rep0 */
-            mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-            mc_mlist_remove(&r->link);
-            free(r);
-        }
+        n            = mc_hmap_next(&m->tasks, &it);
+        mc_master_replicas_forget(&t->staged);
         mc_mlist_remove(&t->obj_link);
         mc_hmap_remove(&m->tasks, &t->node);
         task_free(t);
     }
     mc_hmap_cleanup(&m->tasks);
-    mc_mlist_init(&m->tasks_pending);
-    mc_mlist_init(&m->tasks_processing);
-    mc_mlist_init(&m->tasks_finished);
-    m->ntasks_pending = m->ntasks_processing = m->ntasks_finished = 0;
+    queues_init(m);
 }
 
 static mc_task_t *task_find(mc_master_t *m, mc_uuid_t id)
@@ -109,51 +105,45 @@ static mc_task_t *task_find(mc_master_t *m, mc_uuid_t id)
     return n ? mc_container_of(n, mc_task_t, node) : NULL;
 }
 
-static uint32_t *state_count(mc_master_t *m, uint8_t status)
+/* The queue of a task in @p status (FAILED and SUCCESS share one). */
+static mc_task_queue_t *queue_of(mc_master_t *m, uint8_t status)
 {
-    switch (status) {
-    case MC_TASK_PENDING:
-        return &m->ntasks_pending;
-    case MC_TASK_PROCESSING:
-        return &m->ntasks_processing;
-    default:
-        return &m->ntasks_finished;
-    }
+    return &m->taskq[(status == MC_TASK_PENDING)      ? MC_TASKQ_PENDING
+                     : (status == MC_TASK_PROCESSING) ? MC_TASKQ_PROCESSING
+                                                      : MC_TASKQ_FINISHED];
 }
 
-static mc_mlist_t *state_list(mc_master_t *m, uint8_t status)
+/* The oldest task of queue @p q, or NULL. */
+static mc_task_t *queue_head(mc_master_t *m, int q)
 {
-    switch (status) {
-    case MC_TASK_PENDING:
-        return &m->tasks_pending;
-    case MC_TASK_PROCESSING:
-        return &m->tasks_processing;
-    default:
-        return &m->tasks_finished;
-    }
+    mc_mlist_t *l = &m->taskq[q].list;
+    return mc_mlist_empty(l) ? NULL : mc_container_of(l->next, mc_task_t, state_link);
 }
 
-/* Move @p t to @p status (tail of its list), stamping the change. */
+/* Move @p t to @p status (tail of its queue), stamping the change. */
 static void task_set_state(mc_master_t *m, mc_task_t *t, uint8_t status, uint64_t now_ms)
 {
-    (*state_count(m, t->status))--;
+    mc_task_queue_t *q = queue_of(m, status);
+
+    queue_of(m, t->status)->n--;
     mc_mlist_remove(&t->state_link);
     t->status         = status;
     t->updated_ms     = mc_wall_ms();
     t->state_since_ms = now_ms;
-    mc_mlist_insert_tail(state_list(m, status), &t->state_link);
-    (*state_count(m, status))++;
+    mc_mlist_insert_tail(&q->list, &t->state_link);
+    q->n++;
 }
 
 /* Forget finished tasks beyond --max_total_finished_tasks, oldest first. */
 static void prune_finished(mc_master_t *m)
 {
     uint64_t keep = (uint64_t)m->cfg->max_total_finished_tasks;
+    mc_task_t *t;
 
-    while ((m->ntasks_finished > keep) && !mc_mlist_empty(&m->tasks_finished)) {
-        mc_task_t *t = mc_container_of(m->tasks_finished.next, mc_task_t, state_link);
+    while ((m->taskq[MC_TASKQ_FINISHED].n > keep) &&
+           ((t = queue_head(m, MC_TASKQ_FINISHED)) != NULL)) {
         mc_mlist_remove(&t->state_link);
-        m->ntasks_finished--;
+        m->taskq[MC_TASKQ_FINISHED].n--;
         mc_hmap_remove(&m->tasks, &t->node);
         task_free(t);
     }
@@ -197,27 +187,26 @@ static void task_finish(mc_master_t *m, mc_task_t *t, uint8_t status, int defer,
     prune_finished(m);
 }
 
+/* Fail the tasks of queue @p q that have been in it @p timeout_s or
+ * longer (0: no limit); @p what names the state and @p flag the limit. */
+static void expire_queue(mc_master_t *m, int q, int64_t timeout_s, const char *what,
+                         const char *flag, uint64_t now_ms)
+{
+    uint64_t limit = (uint64_t)timeout_s * 1000u;
+    mc_task_t *t;
+
+    while ((limit > 0) && ((t = queue_head(m, q)) != NULL) &&
+           (t->state_since_ms + limit <= now_ms))
+        task_finish(m, t, MC_TASK_FAILED, 1, now_ms, "%s within %" PRId64 " s (%s)", what,
+                    timeout_s, flag);
+}
+
 void mc_master_tasks_tick(mc_master_t *m, uint64_t now_ms)
 {
-    uint64_t pend = (uint64_t)m->cfg->pending_task_timeout_sec * 1000u;
-    uint64_t proc = (uint64_t)m->cfg->processing_task_timeout_sec * 1000u;
-
-    while ((pend > 0) && !mc_mlist_empty(&m->tasks_pending)) {
-        mc_task_t *t = mc_container_of(m->tasks_pending.next, mc_task_t, state_link);
-        if (t->state_since_ms + pend > now_ms)
-            break;
-        task_finish(m, t, MC_TASK_FAILED, 1, now_ms,
-                    "not picked up within %" PRId64 " s (pending_task_timeout_sec)",
-                    m->cfg->pending_task_timeout_sec);
-    }
-    while ((proc > 0) && !mc_mlist_empty(&m->tasks_processing)) {
-        mc_task_t *t = mc_container_of(m->tasks_processing.next, mc_task_t, state_link);
-        if (t->state_since_ms + proc > now_ms)
-            break;
-        task_finish(m, t, MC_TASK_FAILED, 1, now_ms,
-                    "not completed within %" PRId64 " s (processing_task_timeout_sec)",
-                    m->cfg->processing_task_timeout_sec);
-    }
+    expire_queue(m, MC_TASKQ_PENDING, m->cfg->pending_task_timeout_sec, "not picked up",
+                 "pending_task_timeout_sec", now_ms);
+    expire_queue(m, MC_TASKQ_PROCESSING, m->cfg->processing_task_timeout_sec, "not completed",
+                 "processing_task_timeout_sec", now_ms);
 }
 
 /* Fail the unfinished tasks of @p client_id found on @p list. */
@@ -240,8 +229,8 @@ void mc_master_tasks_client_gone(mc_master_t *m, mc_uuid_t client_id)
 {
     uint64_t now = mc_now_ms();
     /* failing a task appends it to the finished list, never to these two */
-    fail_on_list(m, &m->tasks_pending, client_id, now);
-    fail_on_list(m, &m->tasks_processing, client_id, now);
+    fail_on_list(m, &m->taskq[MC_TASKQ_PENDING].list, client_id, now);
+    fail_on_list(m, &m->taskq[MC_TASKQ_PROCESSING].list, client_id, now);
 }
 
 void mc_master_tasks_object_gone(mc_master_t *m, mc_object_t *o)
@@ -268,28 +257,32 @@ static int32_t check_segment_name(mc_master_t *m, mc_str_t name)
     return mc_master_segment_name_exists(m, name) ? MC_OK : MC_SEGMENT_NOT_FOUND;
 }
 
-/* The COMPLETE replica of @p o on a segment named @p name, or NULL. */
-static mc_replica_t *replica_on(mc_object_t *o, const char *name)
+/* The replica on @p list (mc_replica_t.link) on a segment named @p name,
+ * or NULL.  Every replica of a complete object is COMPLETE. */
+static mc_replica_t *replica_named(mc_mlist_t *list, mc_str_t name)
 {
     mc_mlist_t *pos;
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+    for (pos = list->next; pos != list; pos = pos->next) {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        if ((r->status == MC_REPLICA_COMPLETE) && (strcmp(r->seg->name, name) == 0))
+        if (mc_str_eq(mc_str_from_cstr(r->seg->name), name))
             return r;
     }
     return NULL;
 }
 
-static mc_replica_t *replica_on_str(mc_object_t *o, mc_str_t name)
+static mc_replica_t *replica_on(mc_object_t *o, const char *name)
 {
-    mc_mlist_t *pos;
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        if ((r->status == MC_REPLICA_COMPLETE) && (strlen(r->seg->name) == name.len) &&
-            (memcmp(r->seg->name, name.ptr, name.len) == 0))
-            return r;
+    return replica_named(&o->replicas, mc_str_from_cstr(name));
+}
+
+/* 1 when @p name is one of @p names[0..n). */
+static int name_in(const char *name, const mc_str_t *names, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (mc_str_eq(mc_str_from_cstr(name), names[i]))
+            return 1;
     }
-    return NULL;
+    return 0;
 }
 
 /* Create a PENDING task of @p type for @p o read from @p src. */
@@ -299,7 +292,7 @@ static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, mc_rep
     mc_master_t *m = x->m;
     mc_task_t *t;
 
-    if ((uint64_t)m->ntasks_pending >= (uint64_t)m->cfg->max_total_pending_tasks)
+    if ((uint64_t)m->taskq[MC_TASKQ_PENDING].n >= (uint64_t)m->cfg->max_total_pending_tasks)
         return MC_TASK_PENDING_LIMIT_EXCEEDED;
     t = calloc(1, sizeof(*t));
     if (t == NULL)
@@ -331,8 +324,8 @@ static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, mc_rep
     t->state_since_ms = x->now_ms;
     if (mc_hmap_insert(&m->tasks, &t->node, mc_master_uuid_hash(t->id)) != 0)
         goto oom;
-    mc_mlist_insert_tail(&m->tasks_pending, &t->state_link);
-    m->ntasks_pending++;
+    mc_mlist_insert_tail(&m->taskq[MC_TASKQ_PENDING].list, &t->state_link);
+    m->taskq[MC_TASKQ_PENDING].n++;
     *id_p = t->id;
     return MC_OK;
 
@@ -368,15 +361,8 @@ int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_ta
         return st;
     /* read from a replica that is not itself a target when there is one */
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        int is_target   = 0;
-        if (r->status != MC_REPLICA_COMPLETE)
-            continue;
-        for (uint32_t i = 0; (i < req->targets.n) && !is_target; i++)
-            is_target = (replica_on_str(o, req->targets.v[i]) == r);
-        if ((src == NULL) || !is_target)
-            src = r;
-        if (!is_target)
+        src = mc_container_of(pos, mc_replica_t, link);
+        if (!name_in(src->seg->name, req->targets.v, req->targets.n))
             break;
     }
     if (src == NULL)
@@ -398,7 +384,7 @@ int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_ta
         return st;
     if ((st = find_complete(x, req->key, &o)) != MC_OK)
         return st;
-    src = replica_on_str(o, req->source);
+    src = replica_named(&o->replicas, req->source);
     if (src == NULL)
         return MC_INVALID_PARAMS; /* the source holds no replica of the key */
     return task_create(x, MC_TASK_REPLICA_MOVE, o, src, &req->target, 1, &resp->task_id);
@@ -406,18 +392,12 @@ int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_ta
 
 /* ---- queries and execution --------------------------------------------------- */
 
-static int task_of_tenant(const mc_task_t *t, mc_str_t tenant)
-{
-    return (t->tenant_len == tenant.len) &&
-           ((tenant.len == 0) || (memcmp(t->tenant, tenant.ptr, tenant.len) == 0));
-}
-
 int32_t mc_master_query_task(mc_req_ctx_t *x, const mc_wire_query_task_req_t *req,
                              mc_wire_query_task_resp_t *resp)
 {
     mc_task_t *t = task_find(x->m, req->task_id);
 
-    if ((t == NULL) || !task_of_tenant(t, x->tenant))
+    if ((t == NULL) || !mc_str_eq((mc_str_t){t->tenant, t->tenant_len}, x->tenant))
         return MC_TASK_NOT_FOUND;
     resp->type               = t->type;
     resp->status             = t->status;
@@ -438,15 +418,16 @@ int32_t mc_master_fetch_tasks(mc_req_ctx_t *x, const mc_wire_fetch_tasks_req_t *
 
     resp->tasks.n = 0;
     resp->tasks.v = NULL;
-    room          = (room > m->ntasks_processing) ? room - m->ntasks_processing : 0;
+    room          = (room > m->taskq[MC_TASKQ_PROCESSING].n) ? room - m->taskq[MC_TASKQ_PROCESSING].n
+                                                            : 0;
     if ((uint64_t)want > room)
         want = (uint32_t)room;
-    if ((want == 0) || (m->ntasks_pending == 0))
+    if ((want == 0) || (m->taskq[MC_TASKQ_PENDING].n == 0))
         return MC_OK;
     resp->tasks.v = mc_arena_calloc(x->arena, want, sizeof(*resp->tasks.v));
     if (resp->tasks.v == NULL)
         return MC_INTERNAL_ERROR;
-    mc_mlist_for_each_safe(pos, tmp, &m->tasks_pending)
+    mc_mlist_for_each_safe(pos, tmp, &m->taskq[MC_TASKQ_PENDING].list)
     {
         mc_task_t *t = mc_container_of(pos, mc_task_t, state_link);
         mc_wire_task_t *w;
@@ -454,18 +435,19 @@ int32_t mc_master_fetch_tasks(mc_req_ctx_t *x, const mc_wire_fetch_tasks_req_t *
             break;
         if (!mc_uuid_eq(t->assigned, req->client_id))
             continue;
-        w                     = &resp->tasks.v[resp->tasks.n++];
+        w            = &resp->tasks.v[resp->tasks.n];
+        w->targets.v = mc_arena_calloc(x->arena, t->ntargets, sizeof(mc_str_t));
+        if (w->targets.v == NULL)
+            break; /* this one stays pending; the ones before are handed out */
+        resp->tasks.n++;
         w->id                 = t->id;
         w->type               = t->type;
         w->tenant             = (mc_str_t){t->tenant, t->tenant_len};
         w->key                = (mc_str_t){t->key, t->key_len};
         w->source             = mc_str_from_cstr(t->source);
         w->targets.n          = t->ntargets;
-        w->targets.v          = mc_arena_calloc(x->arena, t->ntargets, sizeof(mc_str_t));
         w->created_at_ms      = t->created_ms;
         w->max_retry_attempts = (uint32_t)MC_MIN(m->cfg->max_retry_attempts, (int64_t)UINT32_MAX);
-        if (w->targets.v == NULL)
-            return MC_INTERNAL_ERROR; /* nothing changed state yet for this one */
         for (uint32_t i = 0; i < t->ntargets; i++)
             w->targets.v[i] = mc_str_from_cstr(t->targets[i]);
         task_set_state(m, t, MC_TASK_PROCESSING, x->now_ms);
@@ -526,13 +508,10 @@ int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica
 
     for (uint32_t i = 0; i < t->ntargets; i++) {
         mc_replica_t *r;
-        int found, dup = 0;
-        if (replica_on(o, t->targets[i]) != NULL)
-            continue; /* already there: nothing to copy */
-        for (pos = t->staged.next; (pos != &t->staged) && !dup; pos = pos->next)
-            dup = (strcmp(mc_container_of(pos, mc_replica_t, link)->seg->name, t->targets[i]) == 0);
-        if (dup)
-            continue;
+        int found;
+        if ((replica_on(o, t->targets[i]) != NULL) ||
+            (replica_named(&t->staged, mc_str_from_cstr(t->targets[i])) != NULL))
+            continue; /* already there, or a repeated target: nothing to copy */
         r = mc_master_segment_allocate_named(m, t->targets[i], o->size, &found);
         if (r == NULL) {
             mc_master_replicas_free(m, &t->staged);
@@ -625,8 +604,10 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
     t->nstaged = 0;
     mc_mlist_remove(&t->obj_link);
     t->obj = NULL;
-    if ((t->type == MC_TASK_REPLICA_MOVE) && (replica_on(o, t->targets[0]) != NULL) &&
-        (strcmp(src->seg->name, t->targets[0]) != 0))
+    /* a move drops its source (never its target: creation refused
+     * target == source) once the target holds the bytes, which it may no
+     * longer when a replica skipped at START went with its segment */
+    if ((t->type == MC_TASK_REPLICA_MOVE) && (replica_on(o, t->targets[0]) != NULL))
         mc_master_replica_retire(m, o, src, x->now_ms);
     t->committed = 1;
     return MC_OK;
@@ -650,6 +631,7 @@ int32_t mc_master_mark_task_complete(mc_req_ctx_t *x,
                                      const mc_wire_mark_task_complete_req_t *req)
 {
     mc_task_t *t;
+    const char *nul;
     int32_t st;
     size_t len;
 
@@ -660,8 +642,9 @@ int32_t mc_master_mark_task_complete(mc_req_ctx_t *x,
     if ((req->status == MC_TASK_SUCCESS) && !t->committed)
         return MC_INVALID_PARAMS;
     len = MC_MIN(req->message.len, (size_t)MC_TASK_MESSAGE_MAX - 1);
-    if ((len > 0) && (memchr(req->message.ptr, '\0', len) != NULL))
-        len = (size_t)((const char *)memchr(req->message.ptr, '\0', len) - req->message.ptr);
+    nul = (len > 0) ? memchr(req->message.ptr, '\0', len) : NULL;
+    if (nul != NULL)
+        len = (size_t)(nul - req->message.ptr);
     task_finish(x->m, t, req->status, 0, x->now_ms, "%.*s", (int)len,
                 len ? req->message.ptr : "");
     return MC_OK;
