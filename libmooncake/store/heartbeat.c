@@ -14,11 +14,9 @@
  * and the next tick dials again; three failed pings in a row (a master that
  * answers errors or times out) force a fresh connection as upstream does.
  *
- * Stopping must be prompt: the thread waits on a CLOCK_MONOTONIC condition
- * variable between ticks, and mc_store_heartbeat_stop() shuts the socket
- * down so a ping in flight returns at once.  hb->lock guards hb->conn:
- * only the thread replaces or closes it, and only under the lock, so the
- * shutdown never touches a recycled descriptor.
+ * The thread and its connection are a worker (worker.c): it waits on a
+ * condition variable between ticks, and mc_store_heartbeat_stop() shuts
+ * the socket down so a ping in flight returns at once.
  *
  * After a successful ping the thread also finishes graceful unmounts whose
  * grace period is over (mc_store_segments_reap, mount.c), on its own
@@ -26,7 +24,6 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -39,16 +36,6 @@
 #define MC_HB_IO_TIMEOUT_MS 5000
 #define MC_PING_OK 1
 #define MC_PING_NEED_REMOUNT 2
-
-static void hb_drop_conn(mc_store_heartbeat_t *hb)
-{
-    mc_mconn_t *conn;
-    pthread_mutex_lock(&hb->lock);
-    conn     = hb->conn;
-    hb->conn = NULL;
-    pthread_mutex_unlock(&hb->lock);
-    mc_mconn_close(conn);
-}
 
 /* NEED_REMOUNT: publish our transfer-engine metadata again (HTTP mode; a
  * restarted master's embedded metadata server starts empty, and one that
@@ -96,7 +83,7 @@ static void hb_remount(mc_store_h s, mc_mconn_t *conn)
  * tick later. */
 static int hb_beat(mc_store_h s, mc_master_target_t *target)
 {
-    mc_store_heartbeat_t *hb = &s->hb;
+    mc_store_worker_t *hb = &s->hb;
     mc_status_t st;
     mc_mconn_t *conn = hb->conn; /* only this thread writes hb->conn */
     mc_wire_ping_req_t req;
@@ -105,19 +92,9 @@ static int hb_beat(mc_store_h s, mc_master_target_t *target)
 
     for (;;) {
         if (conn == NULL) {
-            st = mc_mconn_open(target, &conn);
-            if (st != MC_OK) {
-                mc_debug("heartbeat cannot reach the master: %s", mc_last_error_detail());
+            conn = mc_store_worker_conn(hb, target);
+            if (conn == NULL)
                 return -1;
-            }
-            pthread_mutex_lock(&hb->lock);
-            if (hb->stop) {
-                pthread_mutex_unlock(&hb->lock);
-                mc_mconn_close(conn);
-                return -1;
-            }
-            hb->conn = conn;
-            pthread_mutex_unlock(&hb->lock);
             fresh = 1;
         }
 
@@ -133,12 +110,8 @@ static int hb_beat(mc_store_h s, mc_master_target_t *target)
          * no second ping this tick).  mc_store_heartbeat_stop() shutting
          * the socket down looks the same, hence the stop check. */
         stale = !fresh && conn->peer_gone;
-        hb_drop_conn(hb); /* closes conn */
-        pthread_mutex_lock(&hb->lock);
-        if (hb->stop)
-            stale = 0;
-        pthread_mutex_unlock(&hb->lock);
-        if (!stale)
+        mc_store_worker_drop_conn(hb); /* closes conn */
+        if (!stale || mc_store_worker_stopping(hb))
             return -1;
         mc_debug("heartbeat connection went stale; pinging on a fresh one");
         conn = NULL;
@@ -149,27 +122,24 @@ static int hb_beat(mc_store_h s, mc_master_target_t *target)
     if (!conn->broken)
         mc_store_segments_reap(s, conn);
     if (conn->broken)
-        hb_drop_conn(hb);
+        mc_store_worker_drop_conn(hb);
     return 0;
 }
 
 static void *hb_main(void *arg)
 {
-    mc_store_h s             = arg;
-    mc_store_heartbeat_t *hb = &s->hb;
+    mc_store_h s              = arg;
+    mc_store_worker_t *hb     = &s->hb;
     mc_master_target_t target = s->target;
     unsigned fails            = 0;
-    struct timespec next;
+    struct timespec next, now;
 
     target.connect_timeout_ms = MC_HB_CONNECT_TIMEOUT_MS;
     if ((target.io_timeout_ms == 0) || (target.io_timeout_ms > MC_HB_IO_TIMEOUT_MS))
         target.io_timeout_ms = MC_HB_IO_TIMEOUT_MS;
 
     clock_gettime(CLOCK_MONOTONIC, &next);
-    pthread_mutex_lock(&hb->lock);
-    while (!hb->stop) {
-        pthread_mutex_unlock(&hb->lock);
-
+    while (!mc_store_worker_stopping(hb)) {
         if (hb_beat(s, &target) == 0) {
             if (fails >= MC_STORE_HEARTBEAT_MAX_FAILS)
                 mc_info("master reachable again after %u failed heartbeats", fails);
@@ -180,90 +150,32 @@ static void *hb_main(void *arg)
                         fails, mc_last_error_detail());
             }
             if ((fails % MC_STORE_HEARTBEAT_MAX_FAILS) == 0)
-                hb_drop_conn(hb);
+                mc_store_worker_drop_conn(hb);
         }
 
         /* Fixed-rate ticks; after a long stall, restart from now. */
-        struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        next.tv_sec += hb->interval_ms / 1000;
-        next.tv_nsec += (long)(hb->interval_ms % 1000) * 1000000L;
-        if (next.tv_nsec >= 1000000000L) {
-            next.tv_sec++;
-            next.tv_nsec -= 1000000000L;
-        }
+        mc_store_worker_deadline(&next, hb->interval_ms);
         if ((next.tv_sec < now.tv_sec) ||
             ((next.tv_sec == now.tv_sec) && (next.tv_nsec < now.tv_nsec)))
             next = now;
-
-        pthread_mutex_lock(&hb->lock);
-        while (!hb->stop) {
-            if (pthread_cond_timedwait(&hb->cond, &hb->lock, &next) == ETIMEDOUT)
-                break;
-        }
+        if (mc_store_worker_wait_until(hb, &next))
+            break;
     }
-    pthread_mutex_unlock(&hb->lock);
-    hb_drop_conn(hb);
+    mc_store_worker_drop_conn(hb);
     return NULL;
 }
 
 mc_status_t mc_store_heartbeat_start(mc_store_h s)
 {
-    mc_store_heartbeat_t *hb = &s->hb;
-    pthread_condattr_t ca;
-    const char *env;
-    uint64_t v;
-    int rc;
-
-    hb->stop        = 0;
-    hb->conn        = NULL;
-    hb->interval_ms = MC_STORE_HEARTBEAT_MS;
     /* Tests shorten the interval to exercise remounts quickly. */
-    env = getenv("MC_STORE_HEARTBEAT_MS");
-    if ((env != NULL) && (mc_parse_u64(env, &v) == 0) && (v >= 10) && (v <= 600000))
-        hb->interval_ms = (unsigned)v;
-
-    if (pthread_condattr_init(&ca) != 0) {
-        mc_set_error_detail("cannot create the heartbeat condition");
-        return MC_INTERNAL_ERROR;
-    }
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    rc = pthread_cond_init(&hb->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) {
-        mc_set_error_detail("cannot create the heartbeat condition");
-        return MC_INTERNAL_ERROR;
-    }
-    if (pthread_mutex_init(&hb->lock, NULL) != 0) {
-        pthread_cond_destroy(&hb->cond);
-        mc_set_error_detail("cannot create the heartbeat lock");
-        return MC_INTERNAL_ERROR;
-    }
-    rc = pthread_create(&hb->thread, NULL, hb_main, s);
-    if (rc != 0) {
-        pthread_mutex_destroy(&hb->lock);
-        pthread_cond_destroy(&hb->cond);
-        mc_set_error_detail("cannot start the heartbeat thread: %s", strerror(rc));
-        mc_error("cannot start the heartbeat thread: %s", strerror(rc));
-        return MC_INTERNAL_ERROR;
-    }
-    hb->started = 1;
-    return MC_OK;
+    return mc_store_worker_start(
+        &s->hb, "heartbeat",
+        mc_store_env_interval_ms("MC_STORE_HEARTBEAT_MS", MC_STORE_HEARTBEAT_MS, 10, 600000),
+        hb_main, s);
 }
 
 void mc_store_heartbeat_stop(mc_store_h s)
 {
-    mc_store_heartbeat_t *hb = &s->hb;
-
-    if (!hb->started)
-        return;
-    pthread_mutex_lock(&hb->lock);
-    hb->stop = 1;
-    mc_mconn_shutdown(hb->conn); /* a ping in flight returns now */
-    pthread_cond_signal(&hb->cond);
-    pthread_mutex_unlock(&hb->lock);
-    pthread_join(hb->thread, NULL);
-    pthread_mutex_destroy(&hb->lock);
-    pthread_cond_destroy(&hb->cond);
-    hb->started = 0;
+    mc_store_worker_stop(&s->hb);
 }

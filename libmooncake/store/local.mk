@@ -3,6 +3,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/store_internal.h \
 	libmooncake/store/master_client.c libmooncake/store/master_client.h \
 	libmooncake/store/segment.c \
+	libmooncake/store/worker.c \
 	libmooncake/store/heartbeat.c \
 	libmooncake/store/query.c \
 	libmooncake/store/store.c \

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <mooncake/store.h>
 
@@ -44,26 +45,18 @@ typedef struct mc_store_segment {
 #define MC_STORE_SEG_FILE 1      /* mc_store_mount_segment(): a mapped file */
 #define MC_STORE_SEG_ALLOCATED 2 /* mc_store_allocate_and_mount_segment() */
 
-typedef struct mc_store_heartbeat {
+/* A library thread with its own master connection (worker.c): the
+ * heartbeat and the copy/move task executor. */
+typedef struct mc_store_worker {
     pthread_t thread;
     int started;
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled to stop */
+    pthread_mutex_t lock;  /* guards stop and conn */
+    pthread_cond_t cond;   /* CLOCK_MONOTONIC; signalled to stop */
     int stop;
-    mc_mconn_t *conn;    /* the thread's own master connection */
-    unsigned interval_ms;
-} mc_store_heartbeat_t;
-
-/* The copy/move task executor (tasks.c); same shape as the heartbeat. */
-typedef struct mc_store_tasks {
-    pthread_t thread;
-    int started;
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled to stop */
-    int stop;
-    mc_mconn_t *conn;    /* the thread's own master connection */
-    unsigned interval_ms; /* between FETCH_TASKS polls */
-} mc_store_tasks_t;
+    mc_mconn_t *conn;      /* the thread's own master connection */
+    unsigned interval_ms;  /* between rounds of work */
+    const char *name;      /* for messages: "heartbeat", "task executor" */
+} mc_store_worker_t;
 
 struct mc_store {
     pthread_rwlock_t life;
@@ -90,8 +83,8 @@ struct mc_store {
     uint64_t lbuf_size;
     int lbuf_registered;
 
-    mc_store_heartbeat_t hb;
-    mc_store_tasks_t tasks;
+    mc_store_worker_t hb;
+    mc_store_worker_t tasks;
 
     /* read side: regions, mem pool, sessions (read_internal.h); set up
      * and torn down with the local buffer */
@@ -151,6 +144,25 @@ void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block);
  * mc_store_register_buffer() or inside the local buffer, else 0.  Every
  * zero-copy entry point checks its buffers with this before any I/O. */
 int mc_store_mem_is_usable(mc_store_h s, const void *p, size_t len);
+
+/* worker.c.  start: runs @p main_fn(@p arg) on a new thread.  stop: sets
+ * the flag, shuts the connection down and joins.  wait_*: 1 when stopping.
+ * conn: the thread's connection, dialled when there is none; NULL when the
+ * master cannot be reached or the worker is stopping.  Only the worker's
+ * own thread calls conn and drop_conn. */
+mc_status_t mc_store_worker_start(mc_store_worker_t *w, const char *name, unsigned interval_ms,
+                                  void *(*main_fn)(void *), void *arg);
+void mc_store_worker_stop(mc_store_worker_t *w);
+int mc_store_worker_stopping(mc_store_worker_t *w);
+int mc_store_worker_wait_until(mc_store_worker_t *w, const struct timespec *deadline);
+int mc_store_worker_wait_ms(mc_store_worker_t *w, unsigned ms);
+/* Advance the CLOCK_MONOTONIC time @p ts by @p ms. */
+void mc_store_worker_deadline(struct timespec *ts, unsigned ms);
+mc_mconn_t *mc_store_worker_conn(mc_store_worker_t *w, const mc_master_target_t *target);
+void mc_store_worker_drop_conn(mc_store_worker_t *w);
+/* The environment variable @p name as milliseconds in [lo, hi]; @p def
+ * when unset, and with a warning when malformed. */
+unsigned mc_store_env_interval_ms(const char *name, unsigned def, unsigned lo, unsigned hi);
 
 /* heartbeat.c */
 mc_status_t mc_store_heartbeat_start(mc_store_h s);

@@ -16,10 +16,8 @@
  * A client that has no segment mounted owns nothing and skips the poll,
  * so the thread costs no master traffic until a segment appears.  Like the
  * heartbeat it has its own master connection, so a long copy never delays
- * a ping and a busy pool never delays a task; it waits on a
- * CLOCK_MONOTONIC condition variable between polls, and stopping shuts its
- * socket down so a call in flight returns at once.  t->lock guards t->conn
- * for that shutdown; only the thread replaces or closes the connection.
+ * a ping and a busy pool never delays a task; the thread and its
+ * connection are a worker (worker.c), so stopping is prompt.
  *
  * One task: TASK_REPLICA_START (the master allocates a buffer on each
  * target without a replica and pins the object), the bytes move from the
@@ -45,11 +43,9 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/log.h"
 #include "store/store_internal.h"
@@ -238,7 +234,7 @@ out:
     return st;
 }
 
-/* ---- the executor: waiting and the connection ------------------------------ */
+/* ---- the executor: its connection ------------------------------------------- */
 
 /* What the thread keeps of a fetched task (the response borrows from the
  * connection, which the next call reuses). */
@@ -250,78 +246,11 @@ typedef struct task {
     char key[128]; /* for messages only; cut */
 } task_t;
 
-/* Wait @p ms or until stop; returns 1 when stopping. */
-static int tasks_wait_ms(mc_store_tasks_t *t, unsigned ms)
-{
-    struct timespec dl;
-    int stop;
-
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&t->lock);
-    while (!t->stop) {
-        if (pthread_cond_timedwait(&t->cond, &t->lock, &dl) == ETIMEDOUT)
-            break;
-    }
-    stop = t->stop;
-    pthread_mutex_unlock(&t->lock);
-    return stop;
-}
-
-static int tasks_stopping(mc_store_tasks_t *t)
-{
-    int stop;
-    pthread_mutex_lock(&t->lock);
-    stop = t->stop;
-    pthread_mutex_unlock(&t->lock);
-    return stop;
-}
-
-static void tasks_drop_conn(mc_store_tasks_t *t)
-{
-    mc_mconn_t *conn;
-    pthread_mutex_lock(&t->lock);
-    conn    = t->conn;
-    t->conn = NULL;
-    pthread_mutex_unlock(&t->lock);
-    mc_mconn_close(conn);
-}
-
-/* The thread's connection, dialled when there is none; NULL when the master
- * cannot be reached or we are stopping. */
-static mc_mconn_t *tasks_conn(mc_store_tasks_t *t, const mc_master_target_t *target)
-{
-    mc_mconn_t *conn = t->conn; /* only this thread writes t->conn */
-    mc_status_t st;
-
-    if (conn != NULL)
-        return conn;
-    st = mc_mconn_open(target, &conn);
-    if (st != MC_OK) {
-        mc_debug("task executor cannot reach the master: %s", mc_last_error_detail());
-        return NULL;
-    }
-    pthread_mutex_lock(&t->lock);
-    if (t->stop) {
-        pthread_mutex_unlock(&t->lock);
-        mc_mconn_close(conn);
-        return NULL;
-    }
-    t->conn = conn;
-    pthread_mutex_unlock(&t->lock);
-    return conn;
-}
-
 /* After a call: a connection whose transport failed is dropped. */
-static void tasks_after_call(mc_store_tasks_t *t, mc_mconn_t *conn)
+static void tasks_after_call(mc_store_worker_t *t, mc_mconn_t *conn)
 {
     if (conn->broken)
-        tasks_drop_conn(t);
+        mc_store_worker_drop_conn(t);
 }
 
 /* ---- the executor: one task -------------------------------------------------- */
@@ -339,8 +268,8 @@ static void failure_message(char *out, size_t cap, const char *what, mc_status_t
 
 static void task_revoke(mc_store_h s, const mc_master_target_t *target, const task_t *k)
 {
-    mc_store_tasks_t *t = &s->tasks;
-    mc_mconn_t *conn    = tasks_conn(t, target);
+    mc_store_worker_t *t = &s->tasks;
+    mc_mconn_t *conn    = mc_store_worker_conn(t, target);
     mc_wire_task_replica_revoke_req_t req;
     mc_wire_task_replica_revoke_resp_t resp;
     mc_status_t st;
@@ -363,7 +292,7 @@ static void task_revoke(mc_store_h s, const mc_master_target_t *target, const ta
 static void task_complete(mc_store_h s, const mc_master_target_t *target, const task_t *k,
                           mc_task_status_t status, const char *msg)
 {
-    mc_store_tasks_t *t = &s->tasks;
+    mc_store_worker_t *t = &s->tasks;
     mc_wire_mark_task_complete_req_t req;
     mc_wire_mark_task_complete_resp_t resp;
     mc_status_t st = MC_RPC_FAIL;
@@ -374,7 +303,7 @@ static void task_complete(mc_store_h s, const mc_master_target_t *target, const 
     req.status    = (uint8_t)status;
     req.message   = mc_str_from_cstr(msg);
     for (int attempt = 0; attempt < 2; attempt++) {
-        mc_mconn_t *conn = tasks_conn(t, target);
+        mc_mconn_t *conn = mc_store_worker_conn(t, target);
         if (conn == NULL)
             break;
         st = mc_master_call_mark_task_complete(conn, &req, &resp);
@@ -533,7 +462,7 @@ out:
 
 static void task_run(mc_store_h s, const mc_master_target_t *target, const task_t *k)
 {
-    mc_store_tasks_t *t = &s->tasks;
+    mc_store_worker_t *t = &s->tasks;
     char msg[MC_TASK_MSG];
     mc_status_t st = MC_OK;
     mc_mconn_t *conn;
@@ -548,7 +477,7 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
     req.client_id = s->client_id;
     req.task_id   = k->id;
     for (;;) {
-        conn = tasks_conn(t, target);
+        conn = mc_store_worker_conn(t, target);
         if (conn == NULL)
             return; /* stopping, or no master: its timeout ends the task */
         st = mc_master_call_task_replica_start(conn, &req, &resp);
@@ -559,7 +488,7 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
             retries++;
             mc_debug("task %s: no room on a target, retry %u of %u in %u ms", k->idtext,
                      retries, budget, delay);
-            if (tasks_wait_ms(t, delay))
+            if (mc_store_worker_wait_ms(t, delay))
                 return;
             continue;
         }
@@ -600,7 +529,7 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
         return;
     }
 
-    conn = tasks_conn(t, target);
+    conn = mc_store_worker_conn(t, target);
     if (conn == NULL)
         return;
     {
@@ -634,7 +563,7 @@ static int owns_segments(mc_store_h s)
 /* One FETCH_TASKS and the tasks it brought. */
 static void tasks_poll(mc_store_h s, const mc_master_target_t *target)
 {
-    mc_store_tasks_t *t = &s->tasks;
+    mc_store_worker_t *t = &s->tasks;
     task_t batch[MC_TASK_BATCH];
     uint32_t n = 0;
     mc_mconn_t *conn;
@@ -642,7 +571,7 @@ static void tasks_poll(mc_store_h s, const mc_master_target_t *target)
     mc_wire_fetch_tasks_req_t req;
     mc_wire_fetch_tasks_resp_t resp;
 
-    conn = tasks_conn(t, target);
+    conn = mc_store_worker_conn(t, target);
     if (conn == NULL)
         return;
     memset(&req, 0, sizeof(req));
@@ -672,7 +601,7 @@ static void tasks_poll(mc_store_h s, const mc_master_target_t *target)
         mc_warn("master sent %u tasks for a batch of %u; the rest stay PROCESSING",
                 (unsigned)resp.tasks.n, (unsigned)MC_TASK_BATCH);
     for (uint32_t i = 0; i < n; i++) {
-        if (tasks_stopping(t))
+        if (mc_store_worker_stopping(t))
             break;
         mc_debug("task %s: %s of %s", batch[i].idtext,
                  (batch[i].type == MC_TASK_REPLICA_MOVE) ? "move" : "copy", batch[i].key);
@@ -683,84 +612,33 @@ static void tasks_poll(mc_store_h s, const mc_master_target_t *target)
 static void *tasks_main(void *arg)
 {
     mc_store_h s              = arg;
-    mc_store_tasks_t *t       = &s->tasks;
+    mc_store_worker_t *t       = &s->tasks;
     mc_master_target_t target = s->target;
 
     target.connect_timeout_ms = MC_TASK_CONNECT_TIMEOUT_MS;
     if ((target.io_timeout_ms == 0) || (target.io_timeout_ms > MC_TASK_IO_TIMEOUT_MS))
         target.io_timeout_ms = MC_TASK_IO_TIMEOUT_MS;
 
-    while (!tasks_stopping(t)) {
+    while (!mc_store_worker_stopping(t)) {
         if (owns_segments(s))
             tasks_poll(s, &target);
-        if (tasks_wait_ms(t, t->interval_ms))
+        if (mc_store_worker_wait_ms(t, t->interval_ms))
             break;
     }
-    tasks_drop_conn(t);
+    mc_store_worker_drop_conn(t);
     return NULL;
 }
 
 mc_status_t mc_store_tasks_start(mc_store_h s)
 {
-    mc_store_tasks_t *t = &s->tasks;
-    pthread_condattr_t ca;
-    const char *env;
-    uint64_t v;
-    int rc;
-
-    t->stop        = 0;
-    t->conn        = NULL;
-    t->interval_ms = MC_TASK_POLL_MS;
     /* Tests poll faster (or practically never, to keep tasks PENDING). */
-    env = getenv("MC_TASK_POLL_INTERVAL_MS");
-    if ((env != NULL) && (*env != '\0')) {
-        if ((mc_parse_u64(env, &v) == 0) && (v >= 10) && (v <= 86400000))
-            t->interval_ms = (unsigned)v;
-        else
-            mc_warn("ignoring MC_TASK_POLL_INTERVAL_MS=\"%s\": expected 10 to 86400000", env);
-    }
-
-    if (pthread_condattr_init(&ca) != 0) {
-        mc_set_error_detail("cannot create the task executor condition");
-        return MC_INTERNAL_ERROR;
-    }
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    rc = pthread_cond_init(&t->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0) {
-        mc_set_error_detail("cannot create the task executor condition");
-        return MC_INTERNAL_ERROR;
-    }
-    if (pthread_mutex_init(&t->lock, NULL) != 0) {
-        pthread_cond_destroy(&t->cond);
-        mc_set_error_detail("cannot create the task executor lock");
-        return MC_INTERNAL_ERROR;
-    }
-    rc = pthread_create(&t->thread, NULL, tasks_main, s);
-    if (rc != 0) {
-        pthread_mutex_destroy(&t->lock);
-        pthread_cond_destroy(&t->cond);
-        mc_set_error_detail("cannot start the task executor thread: %s", strerror(rc));
-        mc_error("cannot start the task executor thread: %s", strerror(rc));
-        return MC_INTERNAL_ERROR;
-    }
-    t->started = 1;
-    return MC_OK;
+    return mc_store_worker_start(
+        &s->tasks, "task executor",
+        mc_store_env_interval_ms("MC_TASK_POLL_INTERVAL_MS", MC_TASK_POLL_MS, 10, 86400000),
+        tasks_main, s);
 }
 
 void mc_store_tasks_stop(mc_store_h s)
 {
-    mc_store_tasks_t *t = &s->tasks;
-
-    if (!t->started)
-        return;
-    pthread_mutex_lock(&t->lock);
-    t->stop = 1;
-    mc_mconn_shutdown(t->conn); /* a call in flight returns now */
-    pthread_cond_signal(&t->cond);
-    pthread_mutex_unlock(&t->lock);
-    pthread_join(t->thread, NULL);
-    pthread_mutex_destroy(&t->lock);
-    pthread_cond_destroy(&t->cond);
-    t->started = 0;
+    mc_store_worker_stop(&s->tasks);
 }
