@@ -1107,6 +1107,24 @@ enum {
     MOONCAKE_SK_PUT_END = 1,
     MOONCAKE_SK_PUT_REVOKE = 2
 };
+
+/* The whole-object batch zero-copy calls (MOONCAKE_ZC_PUT_FROM,
+ * _UPSERT_FROM, _GET_INTO): writes fill @p sts, reads @p res.  Called
+ * without the GIL. */
+static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *keys,
+                                       const mc_iov_t *const *bufs, const size_t *counts,
+                                       size_t n, const mc_replicate_config_t *config,
+                                       int64_t *res, mc_status_t *sts)
+{
+    switch (op) {
+    case MOONCAKE_ZC_PUT_FROM:
+        return mc_store_batch_put_from_multi(h, keys, bufs, counts, n, config, sts);
+    case MOONCAKE_ZC_UPSERT_FROM:
+        return mc_store_batch_upsert_from_multi(h, keys, bufs, counts, n, config, sts);
+    default:
+        return mc_store_batch_get_into_multi(h, keys, bufs, counts, n, res);
+    }
+}
 %}
 
 %extend mooncake_store {
@@ -1230,19 +1248,10 @@ enum {
             Py_BEGIN_ALLOW_THREADS
             switch (op) {
             case MOONCAKE_ZC_PUT_FROM:
-                st = mc_store_batch_put_from_multi($self->h, sv.v,
-                                                   (const mc_iov_t *const *)nd.bufs,
-                                                   nd.counts, n, config, sts);
-                break;
             case MOONCAKE_ZC_UPSERT_FROM:
-                st = mc_store_batch_upsert_from_multi($self->h, sv.v,
-                                                      (const mc_iov_t *const *)nd.bufs,
-                                                      nd.counts, n, config, sts);
-                break;
             case MOONCAKE_ZC_GET_INTO:
-                st = mc_store_batch_get_into_multi($self->h, sv.v,
-                                                   (const mc_iov_t *const *)nd.bufs,
-                                                   nd.counts, n, res);
+                st = mooncake_py_zc_call($self->h, op, sv.v, (const mc_iov_t *const *)nd.bufs,
+                                         nd.counts, n, config, res, sts);
                 break;
             case MOONCAKE_ZC_SESSION_READ:
                 st = mc_store_get_session_read($self->h, sv.v,
@@ -1363,13 +1372,7 @@ enum {
         }
         if (m > 0) {
             Py_BEGIN_ALLOW_THREADS
-            if (op == MOONCAKE_ZC_PUT_FROM)
-                st = mc_store_batch_put_from_multi($self->h, selk, bufs, counts, m, config, sts);
-            else if (op == MOONCAKE_ZC_UPSERT_FROM)
-                st = mc_store_batch_upsert_from_multi($self->h, selk, bufs, counts, m, config,
-                                                      sts);
-            else
-                st = mc_store_batch_get_into_multi($self->h, selk, bufs, counts, m, res);
+            st = mooncake_py_zc_call($self->h, op, selk, bufs, counts, m, config, res, sts);
             Py_END_ALLOW_THREADS
         }
         for (i = 0; i < m; i++) {

@@ -1035,20 +1035,18 @@ class MooncakeDistributedStore:
         _seq("buffer_ptrs", buffer_ptrs)
         _seq("sizes", sizes)
         cfg = _c_config(config)
-        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys) or \
-                (refuse_same_node and _same_node(config)):
-            _int_list("buffer_ptrs", buffer_ptrs)
-            _int_list("sizes", sizes)
+        refused = len(buffer_ptrs) != len(keys) or len(sizes) != len(keys) or \
+            (refuse_same_node and _same_node(config))
+        if not refused and (cfg is None or cfg.group_ids_count == 0):
+            # the native layer checks every key, address and size in one pass
+            return self._store.batch_zc_flat(op, keys, buffer_ptrs, sizes, cfg)
+        _int_list("buffer_ptrs", buffer_ptrs)
+        _int_list("sizes", sizes)
+        if refused:
             return [int(ErrorCode.INVALID_PARAMS)] * len(keys)
-        if cfg is not None and cfg.group_ids_count > 0:
-            # group ids follow the keys: the general path drops those of
-            # refused keys
-            _int_list("buffer_ptrs", buffer_ptrs)
-            _int_list("sizes", sizes)
-            return self._batch_zc(op, keys, [[p] for p in buffer_ptrs],
-                                  [[s] for s in sizes], None, config)
-        # the native layer checks every key, address and size in one pass
-        return self._store.batch_zc_flat(op, keys, buffer_ptrs, sizes, cfg)
+        # group ids follow the keys: the general path drops those of refused keys
+        return self._batch_zc(op, keys, [[p] for p in buffer_ptrs], [[s] for s in sizes],
+                              None, config)
 
     def _batch_ranges(self, op: int, keys: Sequence[str],
                       all_buffer_ptrs: Sequence[Sequence[int]],
