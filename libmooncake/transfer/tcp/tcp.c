@@ -898,6 +898,54 @@ static int lane_send(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local, uin
     return 1;
 }
 
+/*
+ * Check the answer header @p rb (@p got bytes of answer received so far)
+ * to a request of [remote, +len): MC_OK when the payload, if any, follows;
+ * otherwise the status to report, with the detail set, and *keep_p says
+ * whether the connection may be reused.  A READ must be answered with
+ * exactly its length.
+ */
+static mc_status_t answer_check(mc_tcp_peer_t *pe, const uint8_t *rb, size_t got, uint8_t opcode,
+                                uint64_t remote, uint64_t len, int send_failed, int send_errno,
+                                mc_te_resp_hdr_t *resp, int *keep_p)
+{
+    *keep_p = 0;
+    if (mc_te_resp_decode(rb, resp) != 0) {
+        mc_set_error_detail("malformed answer from %s:%u", pe->host, (unsigned)pe->port);
+        return MC_TRANSFER_FAIL;
+    }
+    if (resp->status != 0) {
+        if (resp->length != 0) {
+            mc_set_error_detail("malformed error answer from %s:%u", pe->host,
+                                (unsigned)pe->port);
+            return MC_TRANSFER_FAIL;
+        }
+        mc_set_error_detail("%s:%u refused the %s of [0x%llx, +%llu): %s", pe->host,
+                            (unsigned)pe->port,
+                            (opcode == MC_TE_OPC_READ)    ? "read"
+                            : (opcode == MC_TE_OPC_WRITE) ? "write"
+                                                          : "describe",
+                            (unsigned long long)remote, (unsigned long long)len,
+                            mc_status_name(resp->status));
+        /* a refused write is followed by a close on the target's side; an
+         * error answer carries no payload, so bytes after it break framing */
+        *keep_p = (opcode != MC_TE_OPC_WRITE) && !send_failed && (got == MC_TE_RESP_HDR_SIZE);
+        return remote_status(resp->status);
+    }
+    if (send_failed) {
+        mc_set_error_detail("sending to %s:%u failed: %s", pe->host, (unsigned)pe->port,
+                            strerror(send_errno));
+        return MC_TRANSFER_FAIL;
+    }
+    if ((opcode == MC_TE_OPC_READ) && (resp->length != len)) {
+        mc_set_error_detail("%s:%u answered %llu bytes for a read of %llu", pe->host,
+                            (unsigned)pe->port, (unsigned long long)resp->length,
+                            (unsigned long long)len);
+        return MC_TRANSFER_FAIL;
+    }
+    return MC_OK;
+}
+
 /* Receive and check the answer to a request sent by lane_send (see
  * lane_request for *stale_p and *keep_p). */
 static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local,
@@ -908,6 +956,7 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
     uint8_t rb[MC_TE_RESP_HDR_SIZE];
     mc_te_resp_hdr_t resp;
     size_t got = 0;
+    mc_status_t st;
 
     *stale_p = 0;
     *keep_p  = 0;
@@ -920,41 +969,11 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
                             (unsigned)pe->port, strerror(send_failed ? send_errno : errno));
         return MC_TRANSFER_FAIL;
     }
-    if (mc_te_resp_decode(rb, &resp) != 0) {
-        mc_set_error_detail("malformed answer from %s:%u", pe->host, (unsigned)pe->port);
-        return MC_TRANSFER_FAIL;
-    }
-    if (resp.status != 0) {
-        if (resp.length != 0) {
-            mc_set_error_detail("malformed error answer from %s:%u", pe->host,
-                                (unsigned)pe->port);
-            return MC_TRANSFER_FAIL;
-        }
-        mc_set_error_detail("%s:%u refused the %s of [0x%llx, +%llu): %s", pe->host,
-                            (unsigned)pe->port,
-                            (opcode == MC_TE_OPC_READ)    ? "read"
-                            : (opcode == MC_TE_OPC_WRITE) ? "write"
-                                                          : "describe",
-                            (unsigned long long)remote, (unsigned long long)len,
-                            mc_status_name(resp.status));
-        /* a refused write is followed by a close on the target's side; an
-         * error answer carries no payload, so bytes after it break framing */
-        *keep_p = (opcode != MC_TE_OPC_WRITE) && !send_failed && (got == sizeof(rb));
-        return remote_status(resp.status);
-    }
-    if (send_failed) {
-        mc_set_error_detail("sending to %s:%u failed: %s", pe->host, (unsigned)pe->port,
-                            strerror(send_errno));
-        return MC_TRANSFER_FAIL;
-    }
+    st = answer_check(pe, rb, got, opcode, remote, len, send_failed, send_errno, &resp, keep_p);
+    if (st != MC_OK)
+        return st;
     switch (opcode) {
     case MC_TE_OPC_READ:
-        if (resp.length != len) {
-            mc_set_error_detail("%s:%u answered %llu bytes for a read of %llu", pe->host,
-                                (unsigned)pe->port, (unsigned long long)resp.length,
-                                (unsigned long long)len);
-            return MC_TRANSFER_FAIL;
-        }
         if (recv_exact(fd, (uint8_t *)local + (got - sizeof(rb)), (size_t)len - (got - sizeof(rb)),
                        NULL) != 0) {
             mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
@@ -1086,8 +1105,8 @@ static void spread_done(mc_tcp_peer_t *pe, unsigned lane, mc_status_t *st_p, siz
  * ones still pending.
  */
 static void spread_drain_reads(mc_tcp_peer_t *pe, const unsigned *lanes, const mc_te_xfer_t *v,
-                               size_t m, const int *sent, const int *reused, mc_status_t *st,
-                               int *again)
+                               size_t m, const int *sent, const int *serr, const int *reused,
+                               mc_status_t *st, int *again)
 {
     uint8_t hdr[MC_TE_SPREAD_MAX][MC_TE_RESP_HDR_SIZE];
     size_t got[MC_TE_SPREAD_MAX];
@@ -1168,39 +1187,13 @@ static void spread_drain_reads(mc_tcp_peer_t *pe, const unsigned *lanes, const m
             if (got[j] < MC_TE_RESP_HDR_SIZE)
                 continue;
             if (!checked[j]) {
+                int keep;
+                mc_status_t a;
                 checked[j] = 1;
-                if (mc_te_resp_decode(hdr[j], &resp) != 0) {
-                    mc_set_error_detail("malformed answer from %s:%u", pe->host,
-                                        (unsigned)pe->port);
-                    spread_done(pe, lanes[j], &st[j], &got[j], &pending, MC_TRANSFER_FAIL, 0);
-                    continue;
-                }
-                if (resp.status != 0) {
-                    if (resp.length != 0) {
-                        mc_set_error_detail("malformed error answer from %s:%u", pe->host,
-                                            (unsigned)pe->port);
-                        spread_done(pe, lanes[j], &st[j], &got[j], &pending,
-                                    MC_TRANSFER_FAIL, 0);
-                        continue;
-                    }
-                    mc_set_error_detail("%s:%u refused the read of [0x%llx, +%llu): %s",
-                                        pe->host, (unsigned)pe->port,
-                                        (unsigned long long)v[j].remote,
-                                        (unsigned long long)v[j].len,
-                                        mc_status_name(resp.status));
-                    /* an error answer carries no payload: bytes after it
-                     * (or a failed send) leave the connection unusable */
-                    spread_done(pe, lanes[j], &st[j], &got[j], &pending,
-                                remote_status(resp.status),
-                                (sent[j] == 0) && (got[j] == MC_TE_RESP_HDR_SIZE));
-                    continue;
-                }
-                if ((sent[j] > 0) || (resp.length != v[j].len)) {
-                    mc_set_error_detail("%s:%u answered %llu bytes for a read of %llu",
-                                        pe->host, (unsigned)pe->port,
-                                        (unsigned long long)resp.length,
-                                        (unsigned long long)v[j].len);
-                    spread_done(pe, lanes[j], &st[j], &got[j], &pending, MC_TRANSFER_FAIL, 0);
+                a = answer_check(pe, hdr[j], got[j], MC_TE_OPC_READ, v[j].remote, v[j].len,
+                                 sent[j] > 0, serr[j], &resp, &keep);
+                if (a != MC_OK) {
+                    spread_done(pe, lanes[j], &st[j], &got[j], &pending, a, keep);
                     continue;
                 }
             }
@@ -1261,7 +1254,7 @@ static void tcp_xfer_spread(void *priv, void *peer, mc_te_op_t op, const mc_te_x
         }
     }
     if (opcode == MC_TE_OPC_READ) {
-        spread_drain_reads(pe, lanes, v, m, sent, reused, st, again);
+        spread_drain_reads(pe, lanes, v, m, sent, serr, reused, st, again);
     } else {
         for (j = 0; j < m; j++) {
             int stale = 0, keep = 0;
