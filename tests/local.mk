@@ -15,7 +15,8 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_mem.c \
-	tests/unit/test_transfer.c \
+	tests/unit/test_transfer.c tests/unit/te_util.c tests/unit/te_util.h \
+	tests/unit/test_shm.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	$(NULL)
 tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)

@@ -79,6 +79,9 @@ mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_
         (json_object_set_new(root, "tcp_data_port", json_integer(d->tcp_data_port)) != 0) ||
         (json_object_set_new(root, "timestamp", json_string(stamp)) != 0))
         goto out;
+    if ((d->shm_name[0] != '\0') &&
+        (json_object_set_new(root, "shm_name", json_string(d->shm_name)) != 0))
+        goto out;
     for (size_t i = 0; i < d->nbuffers; i++) {
         const mc_te_buf_desc_t *b = &d->buffers[i];
         json_t *o;
@@ -174,6 +177,22 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
         goto out;
     }
     d.tcp_data_port = (uint16_t)port;
+    /* optional (our extension): the same-host server, "@" + [A-Za-z0-9._-] */
+    v = json_object_get(root, "shm_name");
+    if (v != NULL) {
+        const char *sn = json_is_string(v) ? json_string_value(v) : NULL;
+        size_t sl      = (sn != NULL) ? json_string_length(v) : 0;
+        int ok         = (sl >= 2) && (sl < sizeof(d.shm_name)) && (sn[0] == '@');
+        for (size_t k = 1; ok && (k < sl); k++)
+            ok = ((sn[k] >= 'a') && (sn[k] <= 'z')) || ((sn[k] >= 'A') && (sn[k] <= 'Z')) ||
+                 ((sn[k] >= '0') && (sn[k] <= '9')) || (sn[k] == '.') || (sn[k] == '_') ||
+                 (sn[k] == '-');
+        if (!ok) {
+            mc_set_error_detail("segment descriptor has an invalid \"shm_name\"");
+            goto out;
+        }
+        memcpy(d.shm_name, sn, sl + 1);
+    }
     bufs = json_object_get(root, "buffers");
     if ((bufs == NULL) || !json_is_array(bufs)) {
         mc_set_error_detail("segment descriptor has no \"buffers\" array");

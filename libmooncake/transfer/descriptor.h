@@ -31,6 +31,7 @@ typedef struct mc_te_desc {
     char *name;              /* segment name "host:port" (owned) */
     char protocol[16];       /* "tcp" */
     uint16_t tcp_data_port;  /* port of the data server */
+    char shm_name[64];       /* same-host server ("@..."), "" when none */
     size_t nbuffers;
     mc_te_buf_desc_t *buffers; /* sorted by addr, non-overlapping (owned) */
 } mc_te_desc_t;

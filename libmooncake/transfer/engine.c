@@ -4,9 +4,12 @@
  * execution of transfer requests (docs/transfer.md).
  *
  * An engine serves its REMOTE_ACCESS regions through one transport (tcp
- * today; the ops table in engine.h is where rdma and shm plug in) and
- * reaches other engines' segments through the same transport.  This file
- * owns everything that is not transport-specific:
+ * today; the ops table in engine.h is where rdma plugs in) and reaches
+ * other engines' segments through the same transport.  Beside it, regions
+ * backed by a sealed memfd are offered to engines on the same host, which
+ * map them and copy with memcpy (shm/shm.h); every request tries that path
+ * first and falls back to the transport.  This file owns everything that
+ * is not transport-specific:
  *
  *  - creation: protocol and metadata service validation, hostname and
  *    bind-address resolution, environment overrides, publication;
@@ -30,12 +33,14 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -262,18 +267,28 @@ static mc_te_region_t *region_unlink(mc_te_t *te, uintptr_t addr)
     return r;
 }
 
-/* Wait until no request holds r, then free it. */
+static void region_free(mc_te_region_t *r)
+{
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r);
+}
+
+/* Revoke same-host mappings of r (an unlinked region: no new ones can be
+ * granted), wait until no request holds r, then free it. */
 static void region_drain_free(mc_te_t *te, mc_te_region_t *r)
 {
+    if ((te->shm != NULL) && (r->shm_slot < MC_TE_SHM_SLOTS))
+        mc_te_shm_slot_close(te->shm, r->shm_slot);
     pthread_mutex_lock(&te->region_mu);
     while ((__atomic_load_n(&r->refs, __ATOMIC_SEQ_CST) & ~REGION_DYING) != 0)
         pthread_cond_wait(&te->region_cond, &te->region_mu);
     pthread_mutex_unlock(&te->region_mu);
-    free(r);
+    region_free(r);
 }
 
-MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char *location,
-                                 unsigned flags)
+static mc_status_t mem_reg(mc_te_t *te, void *addr, size_t len, const char *location,
+                           unsigned flags, int fd)
 {
     mc_te_region_t *r;
     uintptr_t a = (uintptr_t)addr;
@@ -298,9 +313,21 @@ MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char 
         mc_set_error_detail("out of memory");
         return MC_INTERNAL_ERROR;
     }
-    r->addr  = a;
-    r->len   = len;
-    r->flags = flags;
+    r->addr     = a;
+    r->len      = len;
+    r->flags    = flags;
+    r->fd       = -1;
+    r->shm_slot = UINT32_MAX;
+    if ((fd >= 0) && (flags & MC_TE_MEM_REMOTE_ACCESS) && (te->shm != NULL) &&
+        mc_te_shm_fd_shareable(fd, len)) {
+        r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if ((r->fd >= 0) && (mc_te_shm_slot_open(te->shm, &r->shm_slot, &r->shm_gen) != 0)) {
+            mc_debug("mem_reg: every shared-memory slot is taken; [%p, +%zu) is served over "
+                     "the network only", addr, len);
+            close(r->fd);
+            r->fd = -1;
+        }
+    }
     snprintf(r->location, sizeof(r->location), "%s",
              ((location != NULL) && (*location != '\0') && (strcmp(location, "*") != 0))
                  ? location
@@ -309,7 +336,7 @@ MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char 
     pthread_rwlock_wrlock(&te->regions_lock);
     if (te->nregions >= MC_TE_DESC_MAX_BUFFERS) {
         pthread_rwlock_unlock(&te->regions_lock);
-        free(r);
+        region_drain_free(te, r);
         mc_set_error_detail("mem_reg: at most %u regions per engine", MC_TE_DESC_MAX_BUFFERS);
         return MC_INVALID_PARAMS;
     }
@@ -319,7 +346,7 @@ MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char 
     if (((i > 0) && (te->regions[i - 1]->addr + te->regions[i - 1]->len > a)) ||
         ((i < te->nregions) && (a + len > te->regions[i]->addr))) {
         pthread_rwlock_unlock(&te->regions_lock);
-        free(r);
+        region_drain_free(te, r);
         mc_set_error_detail("mem_reg: [%p, +%zu) overlaps a registered region", addr, len);
         return MC_INVALID_PARAMS;
     }
@@ -328,7 +355,7 @@ MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char 
         mc_te_region_t **grown = realloc(te->regions, cap * sizeof(*grown));
         if (grown == NULL) {
             pthread_rwlock_unlock(&te->regions_lock);
-            free(r);
+            region_drain_free(te, r);
             mc_set_error_detail("out of memory");
             return MC_INTERNAL_ERROR;
         }
@@ -356,6 +383,18 @@ MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char 
         }
     }
     return MC_OK;
+}
+
+MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char *location,
+                                 unsigned flags)
+{
+    return mem_reg(te, addr, len, location, flags, -1);
+}
+
+mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char *location,
+                                 unsigned flags, int fd)
+{
+    return mem_reg(te, addr, len, location, flags, fd);
 }
 
 MC_API mc_status_t mc_te_mem_dereg(mc_te_h te, void *addr)
@@ -398,6 +437,8 @@ mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p)
     mc_te_desc_init(&d);
     snprintf(d.protocol, sizeof(d.protocol), "%s", te->tp_ops->name);
     d.tcp_data_port = te->port;
+    if (te->shm != NULL)
+        snprintf(d.shm_name, sizeof(d.shm_name), "%s", mc_te_shm_server_name(te->shm));
     pthread_rwlock_rdlock(&te->regions_lock);
     if (te->nregions > 0) {
         d.buffers = calloc(te->nregions, sizeof(*d.buffers));
@@ -453,10 +494,24 @@ static mc_te_segment_t *segment_new(const char *name)
     return s;
 }
 
+/* A same-host path replaced after the holder restarted: other threads may
+ * still be inside it, so it lives until the segment does. */
+struct mc_te_shm_retired {
+    mc_te_shm_peer_t *peer;
+    struct mc_te_shm_retired *next;
+};
+
 static void segment_free(mc_te_t *te, mc_te_segment_t *s)
 {
     if (s == NULL)
         return;
+    mc_te_shm_peer_close(s->shm);
+    while (s->shm_retired != NULL) {
+        struct mc_te_shm_retired *n = s->shm_retired;
+        s->shm_retired              = n->next;
+        mc_te_shm_peer_close(n->peer);
+        free(n);
+    }
     mc_te_tp_peer_close(te, s->peer);
     mc_te_desc_cleanup(&s->desc);
     pthread_mutex_destroy(&s->desc_mu);
@@ -531,8 +586,11 @@ MC_API mc_status_t mc_te_segment_open(mc_te_h te, const char *name, mc_te_segmen
 
     mc_te_desc_init(&d);
     st = mc_te_meta_fetch(te, s, &d);
-    if (st == MC_OK)
+    if (st == MC_OK) {
         s->desc = d;
+        if (te->shm_enabled && (d.shm_name[0] != '\0'))
+            s->shm = mc_te_shm_peer_open(d.shm_name, te->cfg.connect_timeout_ms);
+    }
 
     pthread_mutex_lock(&te->seg_lock);
     if ((st == MC_OK) && (segment_assign_id(te, s) != 0)) {
@@ -564,6 +622,37 @@ static int segment_has_range(mc_te_segment_t *s, uint64_t addr, uint64_t len)
     return ok;
 }
 
+/*
+ * A descriptor naming another same-host server than the one we use (the
+ * holder restarted, or gained shared memory) replaces the path; the old
+ * one is retired, not freed, since other threads may be inside it.
+ * desc_mu held.
+ */
+static void segment_shm_update(mc_te_t *te, mc_te_segment_t *s, const char *name)
+{
+    mc_te_shm_peer_t *cur = __atomic_load_n(&s->shm, __ATOMIC_ACQUIRE), *p;
+    struct mc_te_shm_retired *r;
+    if (!te->shm_enabled || (name[0] == '\0') ||
+        ((cur != NULL) && (strcmp(mc_te_shm_peer_name(cur), name) == 0)))
+        return;
+    r = malloc(sizeof(*r));
+    if (r == NULL)
+        return;
+    p = mc_te_shm_peer_open(name, te->cfg.connect_timeout_ms);
+    if (p == NULL) {
+        free(r);
+        return;
+    }
+    __atomic_store_n(&s->shm, p, __ATOMIC_RELEASE);
+    if (cur == NULL) {
+        free(r);
+        return;
+    }
+    r->peer         = cur;
+    r->next         = s->shm_retired;
+    s->shm_retired  = r;
+}
+
 static mc_status_t segment_refresh(mc_te_t *te, mc_te_segment_t *s)
 {
     mc_te_desc_t d;
@@ -574,8 +663,35 @@ static mc_status_t segment_refresh(mc_te_t *te, mc_te_segment_t *s)
         return st;
     pthread_mutex_lock(&s->desc_mu);
     mc_te_desc_move(&s->desc, &d);
+    segment_shm_update(te, s, s->desc.shm_name);
     pthread_mutex_unlock(&s->desc_mu);
     return MC_OK;
+}
+
+/* The segment's same-host path when it is usable, else NULL. */
+static mc_te_shm_peer_t *segment_shm(mc_te_segment_t *s)
+{
+    mc_te_shm_peer_t *p = __atomic_load_n(&s->shm, __ATOMIC_ACQUIRE);
+    return ((p != NULL) && mc_te_shm_peer_alive(p)) ? p : NULL;
+}
+
+/* Move one request through shared memory; 1 when done (*st_p written). */
+static int shm_try(mc_te_t *te, mc_te_shm_peer_t *p, mc_te_op_t op, void *local,
+                   uint64_t remote, uint64_t len, mc_status_t *st_p)
+{
+    if ((p == NULL) || !mc_te_shm_xfer(p, op, local, remote, len, st_p))
+        return 0;
+    if (*st_p == MC_OK) {
+        __atomic_add_fetch(&te->shm_ops, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&te->shm_bytes, len, __ATOMIC_RELAXED);
+    }
+    return 1;
+}
+
+void mc_te_shm_stats(mc_te_t *te, uint64_t *ops_p, uint64_t *bytes_p)
+{
+    *ops_p   = __atomic_load_n(&te->shm_ops, __ATOMIC_RELAXED);
+    *bytes_p = __atomic_load_n(&te->shm_bytes, __ATOMIC_RELAXED);
 }
 
 /* ---- executing requests --------------------------------------------------------- */
@@ -622,6 +738,8 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
         return MC_OK;
     if (s->is_self)
         return exec_self(te, it);
+    if (shm_try(te, segment_shm(s), it->op, it->local, it->remote, it->len, &st))
+        return st;
     if (!segment_has_range(s, it->remote, it->len)) {
         /* The peer may have registered more since we looked: ask once. */
         st = segment_refresh(te, s);
@@ -669,6 +787,7 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
     mc_status_t vst[MC_TE_RUN_MAX_ITEMS];
     size_t map[MC_TE_RUN_MAX_ITEMS];
     mc_te_segment_t *s      = items[0].seg;
+    mc_te_shm_peer_t *shm;
     mc_status_t refresh_st  = MC_OK;
     int refreshed           = 0;
     size_t m                = 0;
@@ -677,8 +796,11 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
         st[0] = exec_item(te, &items[0]);
         return;
     }
+    shm = segment_shm(s);
     for (size_t j = 0; j < k; j++) {
         const mc_te_item_t *it = &items[j];
+        if (shm_try(te, shm, it->op, it->local, it->remote, it->len, &st[j]))
+            continue;
         if (!segment_has_range(s, it->remote, it->len)) {
             if (!refreshed) {
                 refreshed  = 1;
@@ -905,18 +1027,31 @@ static int exec_spread(mc_te_t *te, const mc_te_item_t *items, size_t n, mc_stat
     mc_te_xfer_t v[MC_TE_SPREAD_MAX];
     mc_status_t vst[MC_TE_SPREAD_MAX];
     mc_te_segment_t *s = items[0].seg;
+    mc_te_shm_peer_t *shm;
+    size_t m = 0;
 
     if ((n < 2) || (items[0].op != MC_TE_READ) || s->is_self || (n > te->cfg.lanes) ||
-        (n > MC_TE_SPREAD_MAX))
+        (n > MC_TE_SPREAD_MAX) || (te->tp_ops->xfer_spread == NULL))
         return 0;
-    for (size_t j = 0; j < n; j++) {
-        v[j].local  = items[j].local;
-        v[j].remote = items[j].remote;
-        v[j].len    = items[j].len;
-    }
-    if (!mc_te_tp_xfer_spread(te, s->peer, MC_TE_READ, v, n, vst))
-        return 0;
+    /* slices the same-host path takes (the first read of a region, which
+     * is sliced before the region is mapped) need no connection */
     *st_p = MC_OK;
+    shm   = segment_shm(s);
+    for (size_t j = 0; j < n; j++) {
+        mc_status_t sst;
+        if (shm_try(te, shm, MC_TE_READ, items[j].local, items[j].remote, items[j].len, &sst)) {
+            if ((sst != MC_OK) && (*st_p == MC_OK))
+                *st_p = sst;
+            continue;
+        }
+        v[m].local    = items[j].local;
+        v[m].remote   = items[j].remote;
+        v[m++].len    = items[j].len;
+    }
+    if (m == 0)
+        return 1;
+    n = m;
+    (void)mc_te_tp_xfer_spread(te, s->peer, MC_TE_READ, v, n, vst);
     for (size_t j = 0; j < n; j++) {
         if (vst[j] != MC_OK) {
             mc_debug("read of %llu bytes at 0x%llx on %s failed: %s",
@@ -975,6 +1110,10 @@ static size_t request_slices(mc_te_t *te, const mc_te_request_t *r, mc_te_segmen
         pthread_rwlock_rdlock(&te->regions_lock);
         known = region_find(te, r->remote, r->length) != NULL;
         pthread_rwlock_unlock(&te->regions_lock);
+    } else if ((__atomic_load_n(&s->shm, __ATOMIC_ACQUIRE) != NULL) &&
+               mc_te_shm_mapped(__atomic_load_n(&s->shm, __ATOMIC_ACQUIRE), r->remote,
+                                r->length)) {
+        return 1; /* one memcpy: slicing would only add hand-offs */
     } else {
         known = segment_has_range(s, r->remote, r->length);
     }
@@ -1111,6 +1250,9 @@ static void engine_free(mc_te_t *te)
     mc_hnode_t *n;
 
     pool_stop(te);
+    /* No same-host request may look at regions past this point. */
+    mc_te_shm_server_stop(te->shm);
+    te->shm = NULL;
     /* Close peers before the transport goes: their sockets belong to it. */
     for (n = mc_hmap_first(&te->seg_by_name, &it); n != NULL; n = mc_hmap_next(&te->seg_by_name, &it)) {
         mc_te_segment_t *s = mc_container_of(n, mc_te_segment_t, hnode);
@@ -1122,7 +1264,7 @@ static void engine_free(mc_te_t *te)
     mc_te_meta_unpublish(te);
     mc_te_tp_uninstall(te);
     for (size_t i = 0; i < te->nregions; i++)
-        free(te->regions[i]);
+        region_free(te->regions[i]);
     free(te->regions);
     pthread_rwlock_destroy(&te->regions_lock);
     pthread_mutex_destroy(&te->region_mu);
@@ -1196,6 +1338,11 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
     st = config_resolve(p, &te->cfg);
     if (st != MC_OK)
         goto fail;
+    {
+        uint64_t on = 1;
+        env_uint("MC_TE_SHM", 0, 1, &on);
+        te->shm_enabled = (int)on;
+    }
     st = mc_te_meta_configure(te, meta);
     if (st != MC_OK)
         goto fail;
@@ -1210,6 +1357,11 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
     st = mc_te_tp_install(te, te->bind_addr, want_port, &te->port);
     if (st != MC_OK)
         goto fail;
+    if (te->shm_enabled) {
+        st = mc_te_shm_server_start(te, &te->shm);
+        if (st != MC_OK)
+            goto fail;
+    }
 
     nlen           = strlen(te->host) + 10;
     te->local_name = malloc(nlen);

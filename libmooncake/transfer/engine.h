@@ -27,6 +27,7 @@
 
 #include "common/hashmap.h"
 #include "transfer/descriptor.h"
+#include "transfer/shm/shm.h"
 
 /* Defaults (docs/transfer.md, "Tuning"). */
 #define MC_TE_DEFAULT_PORT_MIN        12300
@@ -67,6 +68,9 @@ typedef struct mc_te_region {
     char location[MC_TE_LOCATION_MAX];
     unsigned refs;                       /* atomic: requests using it */
     int dying;                           /* atomic: unlinked by dereg */
+    int fd;                              /* sealed memfd to share, or -1 */
+    uint32_t shm_slot;                   /* control word, or UINT32_MAX */
+    uint64_t shm_gen;                    /* its value while registered */
 } mc_te_region_t;
 
 /* One element of a pipelined run (mc_te_tp_xfer_run). */
@@ -121,6 +125,8 @@ struct mc_te_segment {
     mc_te_seg_state_t state;   /* under te->seg_lock */
     int is_self;
     void *peer;                /* transport peer (NULL for self) */
+    mc_te_shm_peer_t *shm;     /* same-host path (atomic pointer), or NULL */
+    struct mc_te_shm_retired *shm_retired; /* replaced paths, freed with it */
     pthread_mutex_t desc_mu;
     mc_te_desc_t desc;         /* last fetched descriptor, under desc_mu */
 };
@@ -161,6 +167,11 @@ struct mc_te {
 
     const mc_te_transport_ops_t *tp_ops;
     void *tp;
+
+    int shm_enabled;           /* MC_TE_SHM (default 1) */
+    mc_te_shm_server_t *shm;   /* our same-host server, or NULL */
+    uint64_t shm_ops;          /* atomic: requests moved by memcpy ... */
+    uint64_t shm_bytes;        /* ... and their bytes (tests, debugging) */
 
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_cond;  /* work queued or stopping */
@@ -264,6 +275,16 @@ static inline int mc_te_tp_xfer_spread(mc_te_t *te, void *peer, mc_te_op_t op,
 mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
                                      unsigned need_flags);
 void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);
+
+/* mc_te_mem_reg for memory mapped from @p fd (offset 0): with
+ * MC_TE_MEM_REMOTE_ACCESS, and when fd is a memfd sealed against shrinking
+ * (mc_te_shm_fd_shareable), same-host peers may map the region instead of
+ * going through the network transport.  The engine keeps its own duplicate
+ * of fd until dereg; any other fd registers the region unshared. */
+mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char *location,
+                                 unsigned flags, int fd);
+/* Requests and bytes this engine moved through same-host shared memory. */
+void mc_te_shm_stats(mc_te_t *te, uint64_t *ops_p, uint64_t *bytes_p);
 
 /* The engine's own descriptor (REMOTE_ACCESS regions), as JSON. */
 mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p);

@@ -5,5 +5,6 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/transfer/descriptor.c libmooncake/transfer/descriptor.h \
 	libmooncake/transfer/metadata.c \
 	libmooncake/transfer/tcp/tcp.c libmooncake/transfer/tcp/tcp.h \
+	libmooncake/transfer/shm/shm.c libmooncake/transfer/shm/shm.h \
 	$(NULL)
 EXTRA_DIST += docs/transfer.md

@@ -30,6 +30,7 @@
     X(wire)               \
     X(flags)              \
     X(transfer)           \
+    X(shm)                \
     X(store)              \
     X(store_write)        \
     X(store_read)         \

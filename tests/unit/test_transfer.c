@@ -29,22 +29,9 @@
 #include "common/util.h"
 #include "transfer/descriptor.h"
 #include "transfer/proto.h"
+#include "te_util.h"
 
 #define MiB (1024u * 1024u)
-
-static mc_te_h te_new(const char *host, const char *meta)
-{
-    mc_te_params_t p;
-    mc_te_h te = NULL;
-    memset(&p, 0, sizeof(p));
-    p.field_mask     = MC_TE_PARAM_LOCAL_HOSTNAME | MC_TE_PARAM_METADATA_SERVER;
-    p.local_hostname = host;
-    p.metadata_server = meta;
-    mc_status_t st   = mc_te_create(&p, &te);
-    ck_assert_msg(st == MC_OK, "creating an engine on %s should succeed but gave %s (%s)", host,
-                  mc_status_name(st), mc_last_error_detail());
-    return te;
-}
 
 static uint16_t te_port(mc_te_h te)
 {
@@ -52,36 +39,6 @@ static uint16_t te_port(mc_te_h te)
     uint16_t port = 0;
     ck_assert_int_eq(mc_parse_host_port(mc_te_local_name(te), host, sizeof(host), &port), 0);
     return port;
-}
-
-static mc_te_segment_id_t te_open(mc_te_h te, mc_te_h target)
-{
-    mc_te_segment_id_t id = 0;
-    mc_status_t st        = mc_te_segment_open(te, mc_te_local_name(target), &id);
-    ck_assert_msg(st == MC_OK, "opening %s should succeed but gave %s (%s)",
-                  mc_te_local_name(target), mc_status_name(st), mc_last_error_detail());
-    return id;
-}
-
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        p[i] = (uint8_t)x;
-    }
-}
-
-static mc_status_t xfer1(mc_te_h te, mc_te_op_t op, void *local, uint64_t remote, uint64_t len,
-                         mc_te_segment_id_t seg)
-{
-    mc_te_request_t r = {op, local, remote, len, seg};
-    mc_status_t st    = MC_INTERNAL_ERROR;
-    mc_status_t ret   = mc_te_transfer(te, &r, 1, &st);
-    ck_assert_int_eq(ret, st);
-    return st;
 }
 
 /* ---- two engines, A initiates, B serves ---------------------------------- */
@@ -218,16 +175,16 @@ START_TEST(test_roundtrip_sizes)
         size_t n    = sizes[i];
         size_t off  = (i * 13) % 64; /* unaligned addresses too */
         uint64_t at = (uint64_t)(uintptr_t)(tgt + off);
-        fill(src, n, (uint32_t)i + 1);
+        te_fill(src, n, (uint32_t)i + 1);
         memset(back, 0xee, n);
-        ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, at, n, seg));
+        ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, at, n, seg));
         ck_assert_msg(memcmp(tgt + off, src, n) == 0, "the target should hold the %zu written bytes",
                       n);
-        ck_assert_status_ok(xfer1(A, MC_TE_READ, back, at, n, seg));
+        ck_assert_status_ok(te_xfer1(A, MC_TE_READ, back, at, n, seg));
         ck_assert_msg(memcmp(back, src, n) == 0, "reading back %zu bytes should match", n);
     }
     /* zero-length requests are no-ops */
-    ck_assert_status_ok(xfer1(A, MC_TE_READ, NULL, (uint64_t)(uintptr_t)tgt, 0, seg));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_READ, NULL, (uint64_t)(uintptr_t)tgt, 0, seg));
     free(src);
     free(back);
     ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
@@ -249,7 +206,7 @@ START_TEST(test_batch_one_peer)
 
     ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "cpu:0", MC_TE_MEM_REMOTE_ACCESS));
     mc_te_segment_id_t seg = te_open(A, B);
-    fill(src, cap, 77);
+    te_fill(src, cap, 77);
     for (size_t i = 0; i <= N; i++) {
         size_t off = i * chunk;
         reqs[i]    = (mc_te_request_t){MC_TE_WRITE, src + off, (uint64_t)(uintptr_t)(tgt + off),
@@ -305,7 +262,7 @@ START_TEST(test_batch_two_peers)
     ck_assert_status_ok(mc_te_mem_reg(C, tc, N * chunk, "", MC_TE_MEM_REMOTE_ACCESS));
     mc_te_segment_id_t sb = te_open(A, B), sc = te_open(A, C);
     ck_assert_msg(sb != sc, "two peers should get two ids");
-    fill(src, 2 * N * chunk, 5);
+    te_fill(src, 2 * N * chunk, 5);
     for (size_t i = 0; i < 2 * N; i++) {
         int to_c   = (int)(i & 1);
         uint8_t *t = (to_c ? tc : tb) + (i / 2) * chunk;
@@ -363,27 +320,27 @@ START_TEST(test_out_of_range_refused)
         {"address zero", 0, 8},
     };
 
-    fill(mem, GUARD + REG + GUARD, 9);
+    te_fill(mem, GUARD + REG + GUARD, 9);
     memcpy(snap, mem, GUARD + REG + GUARD);
     ck_assert_status_ok(mc_te_mem_reg(B, reg, REG, "", MC_TE_MEM_REMOTE_ACCESS));
     mc_te_segment_id_t seg = te_open(A, B);
-    fill(loc, 2 * REG, 10);
+    te_fill(loc, 2 * REG, 10);
     for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
         uint64_t len = bad[i].len;
         mc_status_t w, r;
-        w = xfer1(A, MC_TE_WRITE, loc, bad[i].addr, len, seg);
+        w = te_xfer1(A, MC_TE_WRITE, loc, bad[i].addr, len, seg);
         ck_assert_msg(w == MC_INVALID_WRITE, "a write %s should be refused, got %s", bad[i].what,
                       mc_status_name(w));
         check_untouched(mem, snap, bad[i].what);
-        r = xfer1(A, MC_TE_READ, loc, bad[i].addr, len, seg);
+        r = te_xfer1(A, MC_TE_READ, loc, bad[i].addr, len, seg);
         ck_assert_msg(r == MC_INVALID_READ, "a read %s should be refused, got %s", bad[i].what,
                       mc_status_name(r));
         /* and the engine keeps serving */
-        ck_assert_status_ok(xfer1(A, MC_TE_READ, loc, base + 8, 64, seg));
+        ck_assert_status_ok(te_xfer1(A, MC_TE_READ, loc, base + 8, 64, seg));
         ck_assert_msg(memcmp(loc, reg + 8, 64) == 0, "a valid read after a refusal should work");
     }
     /* exactly the region works */
-    ck_assert_status_ok(xfer1(A, MC_TE_READ, loc, base, REG, seg));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_READ, loc, base, REG, seg));
     /* a petabyte request in a batch is refused, not cut into a billion slices */
     mc_te_request_t two[2] = {{MC_TE_READ, loc, base, 1ull << 50, seg},
                               {MC_TE_READ, loc, base + 64, 64, seg}};
@@ -454,7 +411,7 @@ START_TEST(test_raw_range_checks_on_target)
     mc_te_resp_hdr_t r;
     int fd;
 
-    fill(mem, GUARD + REG + GUARD, 3);
+    te_fill(mem, GUARD + REG + GUARD, 3);
     memcpy(snap, mem, GUARD + REG + GUARD);
     ck_assert_status_ok(mc_te_mem_reg(B, reg, REG, "", MC_TE_MEM_REMOTE_ACCESS));
 
@@ -520,19 +477,19 @@ START_TEST(test_garbage_headers_disconnect)
     };
     ck_assert_status_ok(mc_te_mem_reg(B, tgt, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
     mc_te_segment_id_t seg = te_open(A, B);
-    fill(src, sizeof(src), 1);
+    te_fill(src, sizeof(src), 1);
     for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
         uint8_t h[MC_TE_REQ_HDR_SIZE];
         int fd = raw_connect(B);
         mc_te_req_encode(h, MC_TE_OPC_READ, (uint64_t)(uintptr_t)tgt, 16);
         if (bad[i].byte < 0)
-            fill(h, sizeof(h), 99);
+            te_fill(h, sizeof(h), 99);
         else
             h[bad[i].byte] = bad[i].value;
         ck_assert_int_eq(mc_write_full(fd, h, sizeof(h)), 0);
         /* meanwhile another client is served normally */
-        ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt + i, 200, seg));
-        ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt + i, 200, seg));
+        ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt + i, 200, seg));
+        ck_assert_status_ok(te_xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt + i, 200, seg));
         ck_assert_msg(memcmp(back, src, 200) == 0, "the other client should keep working");
         ck_assert_msg(raw_closed_within(fd, 5000), "a %s header should close the connection",
                       bad[i].what);
@@ -542,7 +499,7 @@ START_TEST(test_garbage_headers_disconnect)
     int fd = raw_connect(B);
     ck_assert_int_eq(mc_write_full(fd, "MCTE", 4), 0);
     close(fd);
-    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 16, seg));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 16, seg));
     ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
     free(tgt);
 }
@@ -554,13 +511,13 @@ START_TEST(test_dereg_then_access_refused)
     uint8_t *loc = malloc(8192);
     ck_assert_status_ok(mc_te_mem_reg(B, tgt, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
     mc_te_segment_id_t seg = te_open(A, B);
-    fill(loc, 8192, 4);
-    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 8192, seg));
+    te_fill(loc, 8192, 4);
+    ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 8192, seg));
     ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
     memset(tgt, 0, 8192);
-    ck_assert_status_eq(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 100, seg),
+    ck_assert_status_eq(te_xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 100, seg),
                         MC_INVALID_WRITE);
-    ck_assert_status_eq(xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)tgt, 100, seg),
+    ck_assert_status_eq(te_xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)tgt, 100, seg),
                         MC_INVALID_READ);
     for (size_t i = 0; i < 8192; i++)
         ck_assert_msg(tgt[i] == 0, "deregistered memory should not be written");
@@ -571,12 +528,12 @@ START_TEST(test_dereg_then_access_refused)
     close(fd);
     /* registering again makes it reachable again (the descriptor is refreshed) */
     ck_assert_status_ok(mc_te_mem_reg(B, tgt, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
-    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 8192, seg));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)tgt, 8192, seg));
     ck_assert(memcmp(tgt, loc, 8192) == 0);
     /* local-only registration is not served */
     uint8_t *priv = calloc(1, 4096);
     ck_assert_status_ok(mc_te_mem_reg(B, priv, 4096, "", 0));
-    ck_assert_status_eq(xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)priv, 16, seg),
+    ck_assert_status_eq(te_xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)priv, 16, seg),
                         MC_INVALID_READ);
     fd = raw_connect(B);
     raw_send_req(fd, MC_TE_OPC_READ, (uint64_t)(uintptr_t)priv, 16);
@@ -604,7 +561,7 @@ START_TEST(test_stale_descriptor_refused_in_pipeline)
     /* B withdraws r1 without telling A (P2P has no push): A's cached
      * descriptor still lists it, so only the target's check can refuse */
     ck_assert_status_ok(mc_te_mem_dereg(B, r1));
-    fill(src, N * 1000, 21);
+    te_fill(src, N * 1000, 21);
     for (size_t i = 0; i < N; i++) {
         uint8_t *t = ((i == 3) || (i == 7)) ? r1 : r2;
         reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + i * 1000,
@@ -669,7 +626,7 @@ START_TEST(test_dereg_waits_for_inflight)
     pthread_t th;
     int fd;
 
-    fill(data, n, 8);
+    te_fill(data, n, 8);
     ck_assert_status_ok(mc_te_mem_reg(B, tgt, n, "", MC_TE_MEM_REMOTE_ACCESS));
     fd = raw_connect(B);
     raw_send_req(fd, MC_TE_OPC_WRITE, (uint64_t)(uintptr_t)tgt, n);
@@ -698,18 +655,18 @@ START_TEST(test_self_target_memcpy)
     ck_assert_status_ok(mc_te_segment_open(A, mc_te_local_name(A), &self));
     ck_assert_uint_eq(self, 0);
     ck_assert_status_ok(mc_te_mem_reg(A, mine, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
-    fill(loc, 8192, 6);
-    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)mine, 8192, self));
+    te_fill(loc, 8192, 6);
+    ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)mine, 8192, self));
     ck_assert(memcmp(mine, loc, 8192) == 0);
     memset(loc, 0, 8192);
-    ck_assert_status_ok(xfer1(A, MC_TE_READ, loc + 1, (uint64_t)(uintptr_t)mine + 1, 100, self));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_READ, loc + 1, (uint64_t)(uintptr_t)mine + 1, 100, self));
     ck_assert(memcmp(loc + 1, mine + 1, 100) == 0);
-    ck_assert_status_eq(xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)mine + 8000, 193, self),
+    ck_assert_status_eq(te_xfer1(A, MC_TE_WRITE, loc, (uint64_t)(uintptr_t)mine + 8000, 193, self),
                         MC_INVALID_WRITE);
-    ck_assert_status_eq(xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)loc, 10, self),
+    ck_assert_status_eq(te_xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)loc, 10, self),
                         MC_INVALID_READ);
     ck_assert_status_ok(mc_te_mem_dereg(A, mine));
-    ck_assert_status_eq(xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)mine, 10, self),
+    ck_assert_status_eq(te_xfer1(A, MC_TE_READ, loc, (uint64_t)(uintptr_t)mine, 10, self),
                         MC_INVALID_READ);
     free(mine);
     free(loc);
@@ -734,7 +691,7 @@ START_TEST(test_segment_open_errors)
                   "the detail should say the connection was refused: %s", mc_last_error_detail());
     ck_assert_msg(mc_now_ms() - t0 < 4000, "a refused connect should fail within the timeout");
     ck_assert_uint_eq(id, 7);
-    ck_assert_status_eq(xfer1(A, MC_TE_READ, buf, 0, 16, 4242), MC_INVALID_PARAMS);
+    ck_assert_status_eq(te_xfer1(A, MC_TE_READ, buf, 0, 16, 4242), MC_INVALID_PARAMS);
     mc_te_request_t r = {(mc_te_op_t)7, buf, 0, 16, 0};
     ck_assert_status_eq(mc_te_transfer(A, &r, 1, NULL), MC_INVALID_PARAMS);
     r = (mc_te_request_t){MC_TE_READ, NULL, 0, 16, 0};
@@ -760,7 +717,7 @@ static void *hammer(void *p)
     if (mc_te_segment_open(w->te, mc_te_local_name(w->target), &seg) != MC_OK)
         goto out;
     for (int round = 0; round < 20; round++) {
-        fill(src, w->len, (uint32_t)(w->off + round));
+        te_fill(src, w->len, (uint32_t)(w->off + round));
         mc_te_request_t r[2] = {
             {MC_TE_WRITE, src, (uint64_t)(uintptr_t)(w->tgt + w->off), w->len / 2, seg},
             {MC_TE_WRITE, src + w->len / 2, (uint64_t)(uintptr_t)(w->tgt + w->off + w->len / 2),
@@ -809,8 +766,8 @@ START_TEST(test_peer_restart_behind_pooled_connection)
 
     ck_assert_status_ok(mc_te_mem_reg(B, t1, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
     mc_te_segment_id_t seg = te_open(A, B);
-    fill(src, sizeof(src), 12);
-    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t1, sizeof(src), seg));
+    te_fill(src, sizeof(src), 12);
+    ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t1, sizeof(src), seg));
     /* B goes away and comes back on the same port with other memory */
     snprintf(name, sizeof(name), "%s", mc_te_local_name(B));
     mc_te_destroy(B);
@@ -823,11 +780,11 @@ START_TEST(test_peer_restart_behind_pooled_connection)
     ck_assert_status_ok(mc_te_mem_reg(B, t2, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
     /* the pooled connection is dead; the request is retried on a new one,
      * and the stale descriptor is refreshed on the miss */
-    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t2, sizeof(src), seg));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t2, sizeof(src), seg));
     ck_assert(memcmp(t2, src, sizeof(src)) == 0);
-    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)t2, sizeof(back), seg));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)t2, sizeof(back), seg));
     ck_assert(memcmp(back, src, sizeof(src)) == 0);
-    ck_assert_status_eq(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)t1, 16, seg),
+    ck_assert_status_eq(te_xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)t1, 16, seg),
                         MC_INVALID_READ);
     ck_assert_status_ok(mc_te_mem_dereg(B, t2));
     free(t1);
@@ -885,13 +842,13 @@ START_TEST(test_large_read_spread_over_lanes)
 
     ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS));
     mc_te_segment_id_t seg = te_open(A, B);
-    fill(src, cap, 31);
-    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt, cap, seg));
+    te_fill(src, cap, 31);
+    ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt, cap, seg));
     for (size_t i = 0; i < MC_ARRAY_SIZE(sizes); i++) {
         for (size_t off = 0; off < 8; off += 7) {
             memset(back, 0, cap + 1);
             ck_assert_status_ok(
-                xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)(tgt + off), sizes[i], seg));
+                te_xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)(tgt + off), sizes[i], seg));
             ck_assert_msg(memcmp(back, src + off, sizes[i]) == 0,
                           "a read of %zu bytes at offset %zu should be byte-exact", sizes[i], off);
             ck_assert_msg(back[sizes[i]] == 0, "a read of %zu bytes should not overrun",
@@ -913,11 +870,11 @@ START_TEST(test_large_read_spread_over_lanes)
     /* the target stops serving the range: every slice is refused, and the
      * lanes stay usable once it serves it again */
     ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
-    ck_assert_status_eq(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg),
+    ck_assert_status_eq(te_xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg),
                         MC_INVALID_READ);
     ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS));
     memset(back, 0, cap);
-    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg));
     ck_assert(memcmp(back, src, 2 * MiB) == 0);
 
     /* the peer restarts on the same port and serves the same memory: every
@@ -932,7 +889,7 @@ START_TEST(test_large_read_spread_over_lanes)
     B = B2;
     ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS));
     memset(back, 0, cap);
-    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg));
+    ck_assert_status_ok(te_xfer1(A, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt, 2 * MiB, seg));
     ck_assert(memcmp(back, src, 2 * MiB) == 0);
     ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
     free(tgt);
@@ -1209,9 +1166,9 @@ START_TEST(test_http_metadata_mode)
 
     mc_te_segment_id_t seg = 0;
     ck_assert_status_ok(mc_te_segment_open(H1, mc_te_local_name(H2), &seg));
-    fill(src, sizeof(src), 31);
-    ck_assert_status_ok(xfer1(H1, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt + 5, sizeof(src), seg));
-    ck_assert_status_ok(xfer1(H1, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt + 5, sizeof(back), seg));
+    te_fill(src, sizeof(src), 31);
+    ck_assert_status_ok(te_xfer1(H1, MC_TE_WRITE, src, (uint64_t)(uintptr_t)tgt + 5, sizeof(src), seg));
+    ck_assert_status_ok(te_xfer1(H1, MC_TE_READ, back, (uint64_t)(uintptr_t)tgt + 5, sizeof(back), seg));
     ck_assert(memcmp(back, src, sizeof(src)) == 0);
     ck_assert_status_eq(mc_te_segment_open(H1, "127.0.0.1:1", &seg), MC_SEGMENT_NOT_FOUND);
 

@@ -1,0 +1,757 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Same-host shared memory: the holder's socket server and the reader's
+ * mappings (shm.h, docs/transfer.md "Same-host shared memory").
+ *
+ * Holder: one thread polls the listening socket, a wake-up eventfd and at
+ * most SERVER_MAX_CONNS connections.  Requests are fixed-size datagrams
+ * (SOCK_SEQPACKET keeps their boundaries); anything of another size, magic
+ * or version closes the connection.  A MAP answer pins the region
+ * (mc_te_region_acquire) while its memfd is sent, so dereg cannot close the
+ * fd under the reply.
+ *
+ * Reader: the granted regions of one holder live in a sorted array under
+ * map_lock.  Copies run under the read lock, so a stale mapping is only
+ * unmapped (write lock) once no copy uses it.  Exchanges with the holder
+ * are serialised by io_mu and bounded by the open timeout.
+ */
+#define _GNU_SOURCE 1
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "transfer/engine.h"
+#include "transfer/shm/shm.h"
+
+#define SERVER_MAX_CONNS 256
+#define PEER_MAX_MAPS    4096
+#define CTL_LEN          ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+/* ---- shared helpers ------------------------------------------------------- */
+
+/* Fill a sockaddr_un for "@name" (abstract namespace); its length in *len_p. */
+static int abstract_addr(const char *name, struct sockaddr_un *sa, socklen_t *len_p)
+{
+    size_t n;
+    if ((name == NULL) || (name[0] != '@'))
+        return -1;
+    n = strlen(name + 1);
+    if ((n == 0) || (n + 1 > sizeof(sa->sun_path)) || (n + 1 >= MC_TE_SHM_NAME_MAX))
+        return -1;
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path + 1, name + 1, n); /* sun_path[0] = 0: abstract */
+    *len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    return 0;
+}
+
+/* 1 when the process at the other end of @p fd runs as our user. */
+static int same_user(int fd)
+{
+    struct ucred cr;
+    socklen_t l = sizeof(cr);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) != 0)
+        return 0;
+    return cr.uid == geteuid();
+}
+
+int mc_te_shm_fd_shareable(int fd, uint64_t len)
+{
+    struct stat sb;
+    int seals;
+    if (fd < 0)
+        return 0;
+    seals = fcntl(fd, F_GET_SEALS);
+    if ((seals < 0) || !(seals & F_SEAL_SHRINK))
+        return 0;
+    if ((fstat(fd, &sb) != 0) || !S_ISREG(sb.st_mode) || (sb.st_size < 0) ||
+        ((uint64_t)sb.st_size < len))
+        return 0;
+    return 1;
+}
+
+/* ---- holder ----------------------------------------------------------------- */
+
+struct mc_te_shm_server {
+    mc_te_t *te;
+    char name[MC_TE_SHM_NAME_MAX];
+    int lfd;                 /* listening socket */
+    int wake_fd;             /* eventfd: stop */
+    int ctl_fd;              /* control memfd */
+    uint64_t *ctl;           /* its mapping, MC_TE_SHM_SLOTS words */
+    pthread_mutex_t slot_mu; /* free slots, next generation */
+    uint32_t *free_slots;    /* stack */
+    uint32_t nfree;
+    uint64_t next_gen;
+    pthread_t thread;
+    int running;
+};
+
+const char *mc_te_shm_server_name(const mc_te_shm_server_t *srv)
+{
+    return srv->name;
+}
+
+int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint32_t *slot_p, uint64_t *gen_p)
+{
+    uint32_t slot;
+    uint64_t gen;
+    pthread_mutex_lock(&srv->slot_mu);
+    if (srv->nfree == 0) {
+        pthread_mutex_unlock(&srv->slot_mu);
+        return -1;
+    }
+    slot = srv->free_slots[--srv->nfree];
+    gen  = srv->next_gen++;
+    pthread_mutex_unlock(&srv->slot_mu);
+    __atomic_store_n(&srv->ctl[slot], gen, __ATOMIC_RELEASE);
+    *slot_p = slot;
+    *gen_p  = gen;
+    return 0;
+}
+
+void mc_te_shm_slot_close(mc_te_shm_server_t *srv, uint32_t slot)
+{
+    if (slot >= MC_TE_SHM_SLOTS)
+        return;
+    /* seq_cst: the zero is visible before dereg goes on to touch or free
+     * the memory (pairs with the reader's fence after its copy) */
+    __atomic_store_n(&srv->ctl[slot], 0, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&srv->slot_mu);
+    srv->free_slots[srv->nfree++] = slot;
+    pthread_mutex_unlock(&srv->slot_mu);
+}
+
+static int send_answer(int fd, const mc_te_shm_resp_t *r, int pass_fd)
+{
+    struct msghdr mh;
+    struct iovec iov;
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } cm;
+
+    memset(&mh, 0, sizeof(mh));
+    iov.iov_base  = (void *)r;
+    iov.iov_len   = sizeof(*r);
+    mh.msg_iov    = &iov;
+    mh.msg_iovlen = 1;
+    if (pass_fd >= 0) {
+        struct cmsghdr *c;
+        memset(&cm, 0, sizeof(cm));
+        mh.msg_control    = cm.buf;
+        mh.msg_controllen = sizeof(cm.buf);
+        c                 = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level     = SOL_SOCKET;
+        c->cmsg_type      = SCM_RIGHTS;
+        c->cmsg_len       = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    /* never block on a reader that does not read its answers */
+    return (sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(*r)) ? 0 : -1;
+}
+
+/* Answer one request on connection @p fd; -1 closes the connection. */
+static int serve_one(mc_te_shm_server_t *srv, int fd)
+{
+    mc_te_shm_req_t q;
+    mc_te_shm_resp_t a;
+    mc_te_region_t *r;
+    ssize_t n;
+    int rc;
+
+    n = recv(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_TRUNC);
+    if ((n < 0) && ((errno == EAGAIN) || (errno == EINTR)))
+        return 0;
+    if (n != (ssize_t)sizeof(q))
+        return -1; /* closed, error, or a datagram of the wrong size */
+    if ((q.magic != MC_TE_SHM_MAGIC) || (q.version != MC_TE_SHM_VERSION))
+        return -1;
+    memset(&a, 0, sizeof(a));
+    a.magic = MC_TE_SHM_MAGIC;
+    if (q.op == MC_TE_SHM_HELLO) {
+        a.answer = MC_TE_SHM_OK;
+        a.nslots = MC_TE_SHM_SLOTS;
+        return send_answer(fd, &a, srv->ctl_fd);
+    }
+    if ((q.op != MC_TE_SHM_MAP) || (q.len == 0) || (q.len > UINT64_MAX - q.addr)) {
+        a.answer = MC_TE_SHM_BAD;
+        return send_answer(fd, &a, -1);
+    }
+    r = mc_te_region_acquire(srv->te, q.addr, q.len, MC_TE_MEM_REMOTE_ACCESS);
+    if (r == NULL) {
+        a.answer = MC_TE_SHM_NO_REGION;
+        return send_answer(fd, &a, -1);
+    }
+    a.region_addr = r->addr;
+    a.region_len  = r->len;
+    if ((r->fd < 0) || (r->shm_slot >= MC_TE_SHM_SLOTS)) {
+        a.answer = MC_TE_SHM_NOT_SHARED;
+        rc       = send_answer(fd, &a, -1);
+    } else {
+        a.answer = MC_TE_SHM_OK;
+        a.gen    = r->shm_gen;
+        a.slot   = r->shm_slot;
+        rc       = send_answer(fd, &a, r->fd);
+    }
+    mc_te_region_release(srv->te, r);
+    return rc;
+}
+
+static void *server_main(void *arg)
+{
+    mc_te_shm_server_t *srv = arg;
+    struct pollfd pf[SERVER_MAX_CONNS + 2];
+    nfds_t n = 2;
+
+    pf[0].fd     = srv->wake_fd;
+    pf[0].events = POLLIN;
+    pf[1].fd     = srv->lfd;
+    pf[1].events = POLLIN;
+    for (;;) {
+        if (poll(pf, n, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            mc_error("shared-memory server: poll failed: %m");
+            break;
+        }
+        if (pf[0].revents)
+            break;
+        /* connections first: accepting may move the array */
+        for (nfds_t i = 2; i < n;) {
+            if ((pf[i].revents != 0) &&
+                ((pf[i].revents & (POLLHUP | POLLERR | POLLNVAL)) || (serve_one(srv, pf[i].fd) != 0))) {
+                close(pf[i].fd);
+                pf[i] = pf[--n];
+                continue;
+            }
+            i++;
+        }
+        if (pf[1].revents & POLLIN) {
+            int c = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0) {
+                if ((n >= SERVER_MAX_CONNS + 2) || !same_user(c)) {
+                    mc_debug("shared-memory server: refusing a connection (%s)",
+                             (n >= SERVER_MAX_CONNS + 2) ? "too many" : "another user");
+                    close(c);
+                } else {
+                    pf[n].fd      = c;
+                    pf[n].events  = POLLIN;
+                    pf[n].revents = 0;
+                    n++;
+                }
+            }
+        }
+    }
+    for (nfds_t i = 2; i < n; i++)
+        close(pf[i].fd);
+    return NULL;
+}
+
+static void server_free(mc_te_shm_server_t *srv)
+{
+    if (srv->lfd >= 0)
+        close(srv->lfd);
+    if (srv->wake_fd >= 0)
+        close(srv->wake_fd);
+    if (srv->ctl != NULL)
+        munmap(srv->ctl, CTL_LEN);
+    if (srv->ctl_fd >= 0)
+        close(srv->ctl_fd);
+    pthread_mutex_destroy(&srv->slot_mu);
+    free(srv->free_slots);
+    free(srv);
+}
+
+mc_status_t mc_te_shm_server_start(mc_te_t *te, mc_te_shm_server_t **srv_p)
+{
+    mc_te_shm_server_t *srv;
+    struct sockaddr_un sa;
+    socklen_t salen;
+    mc_uuid_t u;
+    void *ctl;
+    int rc;
+
+    *srv_p = NULL;
+    srv    = calloc(1, sizeof(*srv));
+    if (srv == NULL) {
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    srv->te      = te;
+    srv->lfd     = -1;
+    srv->wake_fd = -1;
+    srv->ctl_fd  = -1;
+    srv->next_gen = 1;
+    pthread_mutex_init(&srv->slot_mu, NULL);
+    srv->free_slots = malloc(MC_TE_SHM_SLOTS * sizeof(*srv->free_slots));
+    if (srv->free_slots == NULL) {
+        server_free(srv);
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    for (uint32_t i = 0; i < MC_TE_SHM_SLOTS; i++)
+        srv->free_slots[i] = MC_TE_SHM_SLOTS - 1 - i; /* slot 0 first */
+    srv->nfree = MC_TE_SHM_SLOTS;
+
+    /* The control words: readers map them read-only; the holder's own
+     * mapping is made before F_SEAL_FUTURE_WRITE forbids new writable
+     * ones (where the kernel knows that seal). */
+    srv->ctl_fd = memfd_create("mooncake-shm-control", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if ((srv->ctl_fd < 0) || (ftruncate(srv->ctl_fd, (off_t)CTL_LEN) != 0))
+        goto unavailable;
+    ctl = mmap(NULL, CTL_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, srv->ctl_fd, 0);
+    if (ctl == MAP_FAILED)
+        goto unavailable;
+    srv->ctl = ctl;
+    if (fcntl(srv->ctl_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
+        goto unavailable;
+    (void)fcntl(srv->ctl_fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE);
+    (void)fcntl(srv->ctl_fd, F_ADD_SEALS, F_SEAL_SEAL);
+
+    mc_uuid_generate(&u);
+    snprintf(srv->name, sizeof(srv->name), "@mooncake-te-%016llx%016llx",
+             (unsigned long long)u.hi, (unsigned long long)u.lo);
+    if (abstract_addr(srv->name, &sa, &salen) != 0)
+        goto unavailable;
+    srv->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if ((srv->lfd < 0) || (bind(srv->lfd, (struct sockaddr *)&sa, salen) != 0) ||
+        (listen(srv->lfd, 64) != 0))
+        goto unavailable;
+    srv->wake_fd = eventfd(0, EFD_CLOEXEC);
+    if (srv->wake_fd < 0)
+        goto unavailable;
+    rc = pthread_create(&srv->thread, NULL, server_main, srv);
+    if (rc != 0) {
+        errno = rc;
+        goto unavailable;
+    }
+    srv->running = 1;
+    *srv_p       = srv;
+    return MC_OK;
+
+unavailable:
+    mc_info("same-host shared memory is unavailable (%m); peers on this host use TCP");
+    server_free(srv);
+    return MC_OK;
+}
+
+void mc_te_shm_server_stop(mc_te_shm_server_t *srv)
+{
+    uint64_t one = 1;
+    if (srv == NULL)
+        return;
+    if (srv->running) {
+        if (write(srv->wake_fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+            mc_warn("shared-memory server: cannot wake the thread: %m");
+        pthread_join(srv->thread, NULL);
+    }
+    server_free(srv);
+}
+
+/* ---- reader ------------------------------------------------------------------- */
+
+typedef struct peer_map {
+    uint64_t addr;  /* the holder's region */
+    uint64_t len;
+    uint8_t *base;  /* our mapping of it; NULL: the region is not shared */
+    uint32_t slot;
+    uint64_t gen;
+} peer_map_t;
+
+struct mc_te_shm_peer {
+    char name[MC_TE_SHM_NAME_MAX];
+    int fd;
+    int timeout_ms;
+    int dead;                  /* atomic: the holder hung up */
+    pthread_mutex_t io_mu;     /* one exchange at a time */
+    pthread_rwlock_t map_lock; /* maps; copies hold it for reading */
+    const uint64_t *ctl;       /* control words, read-only */
+    peer_map_t *maps;          /* sorted by addr, disjoint */
+    size_t nmaps;
+};
+
+const char *mc_te_shm_peer_name(const mc_te_shm_peer_t *p)
+{
+    return p->name;
+}
+
+/* One request and its answer; the received fd (or -1) in *fd_p.  -1 on
+ * any failure, after which the connection is unusable. */
+static int exchange(mc_te_shm_peer_t *p, uint16_t op, uint64_t addr, uint64_t len,
+                    mc_te_shm_resp_t *a, int *fd_p)
+{
+    mc_te_shm_req_t q;
+    struct msghdr mh;
+    struct iovec iov;
+    struct pollfd pf;
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+    } cm;
+    ssize_t n;
+
+    *fd_p = -1;
+    memset(&q, 0, sizeof(q));
+    q.magic   = MC_TE_SHM_MAGIC;
+    q.version = MC_TE_SHM_VERSION;
+    q.op      = op;
+    q.addr    = addr;
+    q.len     = len;
+    if (send(p->fd, &q, sizeof(q), MSG_NOSIGNAL) != (ssize_t)sizeof(q))
+        return -1;
+    pf.fd     = p->fd;
+    pf.events = POLLIN;
+    do {
+        n = poll(&pf, 1, p->timeout_ms);
+    } while ((n < 0) && (errno == EINTR));
+    if (n <= 0)
+        return -1; /* holder stuck or poll failed */
+    memset(&mh, 0, sizeof(mh));
+    memset(&cm, 0, sizeof(cm));
+    iov.iov_base      = a;
+    iov.iov_len       = sizeof(*a);
+    mh.msg_iov        = &iov;
+    mh.msg_iovlen     = 1;
+    mh.msg_control    = cm.buf;
+    mh.msg_controllen = sizeof(cm.buf);
+    n = recvmsg(p->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    /* take every passed descriptor so none leaks, whatever else is wrong */
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+        if ((c->cmsg_level != SOL_SOCKET) || (c->cmsg_type != SCM_RIGHTS))
+            continue;
+        for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+            int f;
+            memcpy(&f, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+            if (*fd_p < 0)
+                *fd_p = f;
+            else
+                close(f);
+        }
+    }
+    if ((n != (ssize_t)sizeof(*a)) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+        (a->magic != MC_TE_SHM_MAGIC)) {
+        if (*fd_p >= 0)
+            close(*fd_p);
+        *fd_p = -1;
+        return -1;
+    }
+    return 0;
+}
+
+mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
+{
+    mc_te_shm_peer_t *p;
+    struct sockaddr_un sa;
+    socklen_t salen;
+    mc_te_shm_resp_t a;
+    int cfd = -1;
+    void *ctl;
+
+    if (abstract_addr(name, &sa, &salen) != 0)
+        return NULL;
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->timeout_ms = (timeout_ms > 0) ? timeout_ms : 3000;
+    pthread_mutex_init(&p->io_mu, NULL);
+    pthread_rwlock_init(&p->map_lock, NULL);
+    p->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (p->fd >= 0) {
+        /* bounds connect() too, should the holder's backlog be full */
+        struct timeval tv = {p->timeout_ms / 1000, (p->timeout_ms % 1000) * 1000};
+        (void)setsockopt(p->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
+    if ((p->fd < 0) || (connect(p->fd, (struct sockaddr *)&sa, salen) != 0)) {
+        mc_debug("no same-host path to %s: %m", name);
+        goto fail;
+    }
+    if (!same_user(p->fd)) {
+        mc_debug("no same-host path to %s: it runs as another user", name);
+        goto fail;
+    }
+    if ((exchange(p, MC_TE_SHM_HELLO, 0, 0, &a, &cfd) != 0) || (a.answer != MC_TE_SHM_OK) ||
+        (a.nslots != MC_TE_SHM_SLOTS) || !mc_te_shm_fd_shareable(cfd, CTL_LEN)) {
+        mc_debug("no same-host path to %s: bad greeting", name);
+        goto fail;
+    }
+    ctl = mmap(NULL, CTL_LEN, PROT_READ, MAP_SHARED, cfd, 0);
+    close(cfd);
+    cfd = -1;
+    if (ctl == MAP_FAILED)
+        goto fail;
+    p->ctl = ctl;
+    return p;
+
+fail:
+    if (cfd >= 0)
+        close(cfd);
+    mc_te_shm_peer_close(p);
+    return NULL;
+}
+
+static void maps_drop_all(mc_te_shm_peer_t *p)
+{
+    for (size_t i = 0; i < p->nmaps; i++)
+        if (p->maps[i].base != NULL)
+            munmap(p->maps[i].base, p->maps[i].len);
+    free(p->maps);
+    p->maps  = NULL;
+    p->nmaps = 0;
+}
+
+void mc_te_shm_peer_close(mc_te_shm_peer_t *p)
+{
+    if (p == NULL)
+        return;
+    maps_drop_all(p);
+    if (p->ctl != NULL)
+        munmap((void *)p->ctl, CTL_LEN);
+    if (p->fd >= 0)
+        close(p->fd);
+    pthread_mutex_destroy(&p->io_mu);
+    pthread_rwlock_destroy(&p->map_lock);
+    free(p);
+}
+
+int mc_te_shm_peer_alive(mc_te_shm_peer_t *p)
+{
+    struct pollfd pf;
+    if (__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+        return 0;
+    /* Only a hang-up counts: an answer in flight to another thread makes
+     * the socket readable without meaning anything. */
+    pf.fd     = p->fd;
+    pf.events = 0;
+    if ((poll(&pf, 1, 0) > 0) && (pf.revents & (POLLHUP | POLLERR | POLLNVAL))) {
+        __atomic_store_n(&p->dead, 1, __ATOMIC_RELEASE);
+        /* release the holder's memory now rather than at engine teardown */
+        pthread_rwlock_wrlock(&p->map_lock);
+        maps_drop_all(p);
+        pthread_rwlock_unlock(&p->map_lock);
+        mc_debug("same-host peer %s hung up; using TCP", p->name);
+        return 0;
+    }
+    return 1;
+}
+
+/* Index of the first map ending above addr; map_lock held. */
+static size_t map_lower(const mc_te_shm_peer_t *p, uint64_t addr)
+{
+    size_t lo = 0, hi = p->nmaps;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->maps[mid].addr + p->maps[mid].len <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The map holding [addr, addr+len), or NULL; map_lock held. */
+static peer_map_t *map_find(mc_te_shm_peer_t *p, uint64_t addr, uint64_t len)
+{
+    size_t i = map_lower(p, addr);
+    if (i == p->nmaps)
+        return NULL;
+    if ((p->maps[i].addr <= addr) && (len <= p->maps[i].len) &&
+        (addr - p->maps[i].addr <= p->maps[i].len - len))
+        return &p->maps[i];
+    return NULL;
+}
+
+static int map_live(const mc_te_shm_peer_t *p, const peer_map_t *m)
+{
+    return __atomic_load_n(&p->ctl[m->slot], __ATOMIC_ACQUIRE) == m->gen;
+}
+
+/* Insert @p m, dropping every map it overlaps (holder regions never
+ * overlap, so those are stale).  Write lock held.  -1: no room. */
+static int map_insert(mc_te_shm_peer_t *p, const peer_map_t *m)
+{
+    size_t i = map_lower(p, m->addr), j = i;
+    peer_map_t *grown;
+    while ((j < p->nmaps) && (p->maps[j].addr < m->addr + m->len)) {
+        if (p->maps[j].base != NULL)
+            munmap(p->maps[j].base, p->maps[j].len);
+        j++;
+    }
+    if (j > i) { /* (maps is NULL while empty: memmove must not see it) */
+        memmove(&p->maps[i], &p->maps[j], (p->nmaps - j) * sizeof(*p->maps));
+        p->nmaps -= j - i;
+    }
+    if (p->nmaps >= PEER_MAX_MAPS)
+        return -1;
+    grown = realloc(p->maps, (p->nmaps + 1) * sizeof(*p->maps));
+    if (grown == NULL)
+        return -1;
+    p->maps = grown;
+    memmove(&p->maps[i + 1], &p->maps[i], (p->nmaps - i) * sizeof(*p->maps));
+    p->maps[i] = *m;
+    p->nmaps++;
+    return 0;
+}
+
+/* Drop the map at addr if it is still the stale one we saw; write lock. */
+static void map_drop_stale(mc_te_shm_peer_t *p, uint64_t addr, uint64_t gen)
+{
+    size_t i = map_lower(p, addr);
+    if ((i < p->nmaps) && (p->maps[i].addr == addr) && (p->maps[i].gen == gen) &&
+        (p->maps[i].base != NULL) && !map_live(p, &p->maps[i])) {
+        munmap(p->maps[i].base, p->maps[i].len);
+        memmove(&p->maps[i], &p->maps[i + 1], (p->nmaps - i - 1) * sizeof(*p->maps));
+        p->nmaps--;
+    }
+}
+
+/* Ask the holder for the region holding [addr, addr+len) and record the
+ * answer.  0 when something was recorded, -1 otherwise. */
+static int map_ask(mc_te_shm_peer_t *p, uint64_t addr, uint64_t len)
+{
+    mc_te_shm_resp_t a;
+    peer_map_t m;
+    int fd = -1, rc;
+
+    pthread_mutex_lock(&p->io_mu);
+    rc = __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE) ? -1
+                                                       : exchange(p, MC_TE_SHM_MAP, addr, len, &a, &fd);
+    if (rc != 0)
+        __atomic_store_n(&p->dead, 1, __ATOMIC_RELEASE); /* out of step: stop using it */
+    pthread_mutex_unlock(&p->io_mu);
+    if (rc != 0) {
+        pthread_rwlock_wrlock(&p->map_lock);
+        maps_drop_all(p);
+        pthread_rwlock_unlock(&p->map_lock);
+        return -1;
+    }
+
+    memset(&m, 0, sizeof(m));
+    m.addr = a.region_addr;
+    m.len  = a.region_len;
+    /* the answer must describe a region that holds what we asked for */
+    if (((a.answer != MC_TE_SHM_OK) && (a.answer != MC_TE_SHM_NOT_SHARED)) || (m.len == 0) ||
+        (m.len > UINT64_MAX - m.addr) || (m.addr > addr) || (m.addr + m.len < addr + len) ||
+        (m.len > (uint64_t)SIZE_MAX)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (a.answer == MC_TE_SHM_OK) {
+        void *base;
+        if ((a.slot >= MC_TE_SHM_SLOTS) || (a.gen == 0) || !mc_te_shm_fd_shareable(fd, m.len)) {
+            mc_warn("same-host peer %s granted an unusable region at 0x%llx; using TCP", p->name,
+                    (unsigned long long)m.addr);
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        base = mmap(NULL, (size_t)m.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (base == MAP_FAILED) {
+            mc_debug("cannot map %llu bytes of same-host peer %s: %m",
+                     (unsigned long long)m.len, p->name);
+            return -1;
+        }
+        m.base = base;
+        m.slot = a.slot;
+        m.gen  = a.gen;
+    } else if (fd >= 0) {
+        close(fd);
+    }
+    pthread_rwlock_wrlock(&p->map_lock);
+    rc = __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE) ? -1 : map_insert(p, &m);
+    pthread_rwlock_unlock(&p->map_lock);
+    if ((rc != 0) && (m.base != NULL))
+        munmap(m.base, m.len);
+    return rc;
+}
+
+int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len)
+{
+    peer_map_t *m;
+    int ok;
+    if ((len == 0) || (len > UINT64_MAX - remote) || __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_rwlock_rdlock(&p->map_lock);
+    m  = map_find(p, remote, len);
+    ok = (m != NULL) && (m->base != NULL) && map_live(p, m);
+    pthread_rwlock_unlock(&p->map_lock);
+    return ok;
+}
+
+int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,
+                   uint64_t len, mc_status_t *st_p)
+{
+    if ((len == 0) || (len > UINT64_MAX - remote))
+        return 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        peer_map_t *m;
+        uint64_t gen, at;
+
+        if (__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+            return 0;
+        pthread_rwlock_rdlock(&p->map_lock);
+        m = map_find(p, remote, len);
+        if ((m != NULL) && (m->base == NULL)) {
+            pthread_rwlock_unlock(&p->map_lock);
+            return 0; /* the holder serves this region over the network only */
+        }
+        if ((m != NULL) && map_live(p, m)) {
+            uint8_t *at_p = m->base + (remote - m->addr);
+            if (op == MC_TE_READ)
+                memcpy(local, at_p, (size_t)len);
+            else
+                memcpy(at_p, local, (size_t)len);
+            /* The copy's loads and stores must be done before the word is
+             * read again (a seqlock's reader): an acquire load alone lets
+             * earlier loads (weak CPUs) and stores (x86 too) pass it. */
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            if (!map_live(p, m)) {
+                pthread_rwlock_unlock(&p->map_lock);
+                mc_set_error_detail("%s of [0x%llx, +%llu) on same-host peer %s failed: the "
+                                    "region was unregistered during the copy",
+                                    (op == MC_TE_READ) ? "read" : "write",
+                                    (unsigned long long)remote, (unsigned long long)len,
+                                    p->name);
+                *st_p = (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
+                return 1;
+            }
+            pthread_rwlock_unlock(&p->map_lock);
+            *st_p = MC_OK;
+            return 1;
+        }
+        at  = (m != NULL) ? m->addr : 0;
+        gen = (m != NULL) ? m->gen : 0;
+        pthread_rwlock_unlock(&p->map_lock);
+        if (m != NULL) {
+            /* unregistered since we mapped it: drop it, then ask again */
+            pthread_rwlock_wrlock(&p->map_lock);
+            map_drop_stale(p, at, gen);
+            pthread_rwlock_unlock(&p->map_lock);
+        }
+        if ((attempt > 0) || (map_ask(p, remote, len) != 0))
+            return 0;
+    }
+    return 0;
+}

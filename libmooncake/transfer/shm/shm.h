@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The same-host shared-memory path of the transfer engine
+ * (docs/transfer.md, "Same-host shared memory").
+ *
+ * A region registered with a sealed memfd (mc_te_mem_reg_shared) can be
+ * mapped by a peer engine on the same host, which then moves bytes with
+ * memcpy instead of a socket.  The holder serves one abstract-namespace
+ * unix socket (SOCK_SEQPACKET) whose name it publishes in its segment
+ * descriptor ("shm_name"); abstract names are private to a network
+ * namespace, so a reader elsewhere simply fails to connect and keeps using
+ * the network transport.  Over that socket a reader asks "which shared
+ * region holds this address" and gets the region's bounds and its memfd
+ * (SCM_RIGHTS) — only regions registered for remote access, so a peer
+ * reaches exactly what it could reach over TCP.
+ *
+ * Revocation: the holder keeps a small control memfd, mapped read-only by
+ * readers, with one 64-bit word per shared region.  A live region's word
+ * holds its generation (unique per registration); dereg zeroes it.  A
+ * reader checks the word before and after each copy, so an access that
+ * overlaps an unregistration fails the way the network path refuses it,
+ * and a stale mapping is dropped and asked for again.  Unlike the network
+ * path, dereg cannot wait for a reader's copy in progress: a write that
+ * was already copying may still land in the old pages after dereg returns
+ * (and then fails).  So a memfd must never be reused for other data once
+ * its region is unregistered; the store unmaps and closes its segments'
+ * memfds, and the pages live on only in stale mappings.
+ *
+ * Safety of the reader: a granted memfd must be sealed against shrinking
+ * (F_SEAL_SHRINK) and at least as long as the region, so a hostile or
+ * buggy holder can never make a copy fault; every reply is checked before
+ * anything is mapped.  Both sides only talk to processes of the same user.
+ */
+#ifndef MC_TRANSFER_SHM_H
+#define MC_TRANSFER_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mooncake/status.h>
+#include <mooncake/transfer.h>
+
+/* Longest published name, '@' (abstract namespace) included. */
+#define MC_TE_SHM_NAME_MAX 64u
+/* Shared regions one engine can offer at once (control words). */
+#define MC_TE_SHM_SLOTS    4096u
+
+/* ---- wire format (host byte order: both ends share one kernel) ---------- */
+
+#define MC_TE_SHM_MAGIC    0x4d434d53u /* "SMCM" */
+#define MC_TE_SHM_VERSION  1u
+
+enum mc_te_shm_op {
+    MC_TE_SHM_HELLO = 1, /* reply carries the control memfd */
+    MC_TE_SHM_MAP   = 2  /* reply carries the region's memfd when shared */
+};
+
+enum mc_te_shm_answer {
+    MC_TE_SHM_OK         = 0, /* fd attached */
+    MC_TE_SHM_NO_REGION  = 1, /* no remote-access region holds the range */
+    MC_TE_SHM_NOT_SHARED = 2, /* a region holds it but has no memfd: use TCP */
+    MC_TE_SHM_BAD        = 3  /* malformed request */
+};
+
+typedef struct mc_te_shm_req {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t op;
+    uint64_t addr;
+    uint64_t len;
+} mc_te_shm_req_t;
+
+typedef struct mc_te_shm_resp {
+    uint32_t magic;
+    uint32_t answer;      /* enum mc_te_shm_answer */
+    uint64_t region_addr; /* MAP, OK or NOT_SHARED: the region's bounds */
+    uint64_t region_len;
+    uint64_t gen;         /* MAP, OK: the region's control word value */
+    uint32_t slot;        /* MAP, OK: index of that word */
+    uint32_t nslots;      /* HELLO: words in the control memfd */
+} mc_te_shm_resp_t;
+
+/* ---- holder side --------------------------------------------------------- */
+
+typedef struct mc_te mc_te_t;
+typedef struct mc_te_shm_server mc_te_shm_server_t;
+
+/* Create the control memfd and the listening socket and start serving
+ * te's regions.  MC_OK with *srv_p NULL when the kernel lacks what it needs
+ * (the engine then simply has no same-host path). */
+mc_status_t mc_te_shm_server_start(mc_te_t *te, mc_te_shm_server_t **srv_p);
+/* Stop the thread and close everything; peers see their socket hang up. */
+void mc_te_shm_server_stop(mc_te_shm_server_t *srv);
+/* The name to publish ("@..."). */
+const char *mc_te_shm_server_name(const mc_te_shm_server_t *srv);
+/* Give a region a control word holding a fresh generation.  0 on success,
+ * -1 when every slot is taken (the region is then not shared). */
+int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint32_t *slot_p, uint64_t *gen_p);
+/* Zero the word (readers stop using the region) and free the slot. */
+void mc_te_shm_slot_close(mc_te_shm_server_t *srv, uint32_t slot);
+/* 1 when @p fd is a memfd sealed against shrinking of at least @p len
+ * bytes: the only kind of fd a region may be shared with. */
+int mc_te_shm_fd_shareable(int fd, uint64_t len);
+
+/* ---- reader side --------------------------------------------------------- */
+
+typedef struct mc_te_shm_peer mc_te_shm_peer_t;
+
+/* Connect to a holder's published name.  NULL when it is not reachable:
+ * another host or network namespace, another user, an old holder, or a
+ * malformed answer.  @p timeout_ms bounds every exchange with the holder. */
+mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms);
+void mc_te_shm_peer_close(mc_te_shm_peer_t *p);
+/* The name the peer was opened with. */
+const char *mc_te_shm_peer_name(const mc_te_shm_peer_t *p);
+/* 0 once the holder hung up (its process ended or it stopped serving). */
+int mc_te_shm_peer_alive(mc_te_shm_peer_t *p);
+
+/*
+ * Move len (> 0) bytes between local memory and [remote, remote+len) of the
+ * holder through shared memory.  Returns 1 when it handled the request and
+ * wrote *st_p (MC_OK, or MC_INVALID_READ/WRITE when the region was
+ * unregistered during the copy), 0 when the range is not shared (or the
+ * holder is gone): the caller then uses the network transport, whose range
+ * check stays the authority.  Thread-safe.
+ */
+int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,
+                   uint64_t len, mc_status_t *st_p);
+/* 1 when [remote, remote+len) lies in a region already mapped and live
+ * (no exchange with the holder). */
+int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len);
+
+#endif /* MC_TRANSFER_SHM_H */

@@ -1,0 +1,1373 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The transfer engine's same-host shared-memory path (transfer/shm/shm.h).
+ *
+ * Two engines in this one process talk to each other exactly as two
+ * processes would: the holder serves its abstract unix socket, the reader
+ * connects to it when it opens the segment and maps the holder's sealed
+ * memfds.  Because both live here, every test can look straight at the
+ * holder's memory and at the reader's counters (mc_te_shm_stats), which
+ * tell whether bytes went by memcpy or over TCP.
+ *
+ * Besides round trips, the paths that must stay on TCP and revocation
+ * (dereg, a holder that goes away or restarts, a reader copying while the
+ * holder revokes and scribbles over the old memory: a read that succeeds
+ * must never mix generations), the tests attack both ends: raw hostile
+ * frames against a real holder's server, and a fake holder in a thread
+ * that hands the reader unsealed or short memfds, bounds that lie, slots
+ * out of range, truncated answers or no answer at all.  The reader must
+ * then fall back (mc_te_shm_xfer returns 0) without crashing or leaking a
+ * descriptor.  Every wait is bounded.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include <mooncake/transfer.h>
+
+#include "check_suites.h"
+#include "common/util.h"
+#include "transfer/descriptor.h"
+#include "transfer/engine.h"
+#include "transfer/shm/shm.h"
+#include "te_util.h"
+
+#define KiB     1024u
+#define MiB     (1024u * 1024u)
+#define CTL_LEN ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* An engine on 127.0.0.1; @p shm_on 0 creates it with MC_TE_SHM=0. */
+static mc_te_h shm_te_new(const char *meta, int shm_on)
+{
+    mc_te_h te;
+    if (!shm_on)
+        setenv("MC_TE_SHM", "0", 1);
+    te = te_new("127.0.0.1", meta);
+    if (!shm_on)
+        unsetenv("MC_TE_SHM");
+    return te;
+}
+
+static mc_status_t xfer1(mc_te_h te, mc_te_op_t op, void *local, const void *remote, uint64_t len,
+                         mc_te_segment_id_t seg)
+{
+    return te_xfer1(te, op, local, (uint64_t)(uintptr_t)remote, len, seg);
+}
+
+/* A memfd of fd_len bytes, mapped shared (at @p at with MAP_FIXED when not
+ * NULL); sealed against shrinking and growing when @p seal. */
+typedef struct shm_buf {
+    uint8_t *p;
+    size_t len;
+    int fd;
+} shm_buf_t;
+
+static int memfd_new(size_t len, int seal)
+{
+    int fd = memfd_create("mc-test-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ck_assert_msg(fd >= 0, "memfd_create: %s", strerror(errno));
+    ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+    if (seal)
+        ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    return fd;
+}
+
+static shm_buf_t shm_buf_new(size_t len, int seal, void *at)
+{
+    shm_buf_t b;
+    b.len = len;
+    b.fd  = memfd_new(len, seal);
+    b.p   = mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | ((at != NULL) ? MAP_FIXED : 0),
+                 b.fd, 0);
+    ck_assert_msg(b.p != MAP_FAILED, "mmap: %s", strerror(errno));
+    if (at != NULL)
+        ck_assert_ptr_eq(b.p, at);
+    return b;
+}
+
+/* Close the memfd; @p unmap also drops the mapping. */
+static void shm_buf_free(shm_buf_t *b, int unmap)
+{
+    if (unmap && (b->p != NULL))
+        munmap(b->p, b->len);
+    if (b->fd >= 0)
+        close(b->fd);
+    b->fd = -1;
+    if (unmap)
+        b->p = NULL;
+}
+
+static void stats(mc_te_h te, uint64_t *ops, uint64_t *bytes)
+{
+    mc_te_shm_stats(te, ops, bytes);
+}
+
+#define ck_assert_stats(te, ops0, bytes0, dops, dbytes)                                       \
+    do {                                                                                      \
+        uint64_t o_, b_;                                                                      \
+        stats((te), &o_, &b_);                                                                \
+        ck_assert_msg(o_ - (ops0) == (dops) && b_ - (bytes0) == (dbytes),                     \
+                      "shm stats should grow by %llu ops / %llu bytes, grew by %llu / %llu",  \
+                      (unsigned long long)(dops), (unsigned long long)(dbytes),               \
+                      (unsigned long long)(o_ - (ops0)), (unsigned long long)(b_ - (bytes0))); \
+    } while (0)
+
+static int fd_count(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+    ck_assert_ptr_nonnull(d);
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait (bounded) until the process holds @p want fds; server threads close
+ * their ends of a connection asynchronously. */
+static void fd_count_settles(int want)
+{
+    long long end = now_ms() + 3000;
+    int n;
+    while (((n = fd_count()) != want) && (now_ms() < end))
+        poll(NULL, 0, 5);
+    ck_assert_msg(n == want, "the process should hold %d fds again, holds %d", want, n);
+}
+
+/* The engine's published same-host name ("" when none). */
+static void shm_name_of(mc_te_h te, char *out, size_t cap)
+{
+    char *json = NULL;
+    size_t len = 0;
+    json_error_t err;
+    json_t *root, *v;
+    ck_assert_status_ok(mc_te_describe_local(te, &json, &len));
+    root = json_loadb(json, len, 0, &err);
+    ck_assert_ptr_nonnull(root);
+    v = json_object_get(root, "shm_name");
+    snprintf(out, cap, "%s", (v != NULL) && json_is_string(v) ? json_string_value(v) : "");
+    json_decref(root);
+    free(json);
+}
+
+static int unix_connect(const char *name)
+{
+    struct sockaddr_un sa;
+    size_t n = strlen(name + 1);
+    int fd   = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_msg(name[0] == '@' && n + 1 < sizeof(sa.sun_path), "bad name %s", name);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path + 1, name + 1, n);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&sa,
+                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) == 0,
+                  "connecting to %s: %s", name, strerror(errno));
+    return fd;
+}
+
+static void raw_send(int fd, const void *buf, size_t len)
+{
+    ck_assert_int_eq(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+static void raw_req(int fd, uint32_t magic, uint16_t version, uint16_t op, uint64_t addr,
+                    uint64_t len)
+{
+    mc_te_shm_req_t q;
+    memset(&q, 0, sizeof(q));
+    q.magic   = magic;
+    q.version = version;
+    q.op      = op;
+    q.addr    = addr;
+    q.len     = len;
+    raw_send(fd, &q, sizeof(q));
+}
+
+/* One answer within 3 s; the attached fd (or -1) in *fd_p. */
+static mc_te_shm_resp_t raw_answer(int fd, int *fd_p)
+{
+    mc_te_shm_resp_t a;
+    struct pollfd pf = {fd, POLLIN, 0};
+    struct msghdr mh;
+    struct iovec iov = {&a, sizeof(a)};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+    } cm;
+    ssize_t n;
+
+    *fd_p = -1;
+    ck_assert_msg(poll(&pf, 1, 3000) == 1, "the holder should answer within 3 s");
+    memset(&mh, 0, sizeof(mh));
+    memset(&cm, 0, sizeof(cm));
+    memset(&a, 0, sizeof(a));
+    mh.msg_iov        = &iov;
+    mh.msg_iovlen     = 1;
+    mh.msg_control    = cm.buf;
+    mh.msg_controllen = sizeof(cm.buf);
+    n                 = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    ck_assert_int_eq(n, (ssize_t)sizeof(a));
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+        ck_assert_int_eq(c->cmsg_type, SCM_RIGHTS);
+        ck_assert_msg(c->cmsg_len == CMSG_LEN(sizeof(int)) && *fd_p < 0,
+                      "an answer carries at most one fd");
+        memcpy(fd_p, CMSG_DATA(c), sizeof(int));
+    }
+    ck_assert_uint_eq(a.magic, MC_TE_SHM_MAGIC);
+    return a;
+}
+
+/* The server hung up on us: recv gives 0 within a bounded wait. */
+static void raw_expect_closed(int fd)
+{
+    struct pollfd pf = {fd, POLLIN, 0};
+    char b[64];
+    ck_assert_msg(poll(&pf, 1, 3000) == 1, "the holder should close the connection within 3 s");
+    ck_assert_int_eq(recv(fd, b, sizeof(b), MSG_DONTWAIT), 0);
+}
+
+/* ---- engines: A reads, B holds --------------------------------------------- */
+
+static mc_te_h A, B;
+
+static void setup_two(void)
+{
+    A = shm_te_new(NULL, 1);
+    B = shm_te_new("P2PHANDSHAKE", 1);
+}
+
+static void teardown_two(void)
+{
+    mc_te_destroy(A);
+    mc_te_destroy(B);
+    A = B = NULL;
+}
+
+START_TEST(test_shm_roundtrip)
+{
+    static const size_t sizes[] = {1, 4 * KiB, MiB + 7};
+    enum { N = 32 };
+    size_t cap       = 4 * MiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    shm_buf_t h2     = shm_buf_new(4 * MiB, 1, NULL);
+    shm_buf_t h3     = shm_buf_new(2 * MiB, 1, NULL);
+    uint8_t *src     = malloc(cap);
+    uint8_t *back    = malloc(cap);
+    mc_te_request_t reqs[N];
+    mc_status_t st[N];
+    uint64_t ops, bytes, bops, bbytes;
+    char name[MC_TE_SHM_NAME_MAX];
+
+    shm_name_of(B, name, sizeof(name));
+    ck_assert_msg(strncmp(name, "@mooncake-te-", 13) == 0,
+                  "a holder should publish its same-host name, not \"%s\"", name);
+    memset(h.p, 0, cap);
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, h.p, cap, "cpu:0", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    /* the engine keeps its own duplicate: ours may go */
+    shm_buf_free(&h, 0);
+    /* known from the descriptor but not mapped yet: their first large
+     * reads are sliced, and the slices go through shm */
+    te_fill(h2.p, h2.len, 5);
+    te_fill(h3.p, h3.len, 6);
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, h2.p, h2.len, "cpu:0", MC_TE_MEM_REMOTE_ACCESS, h2.fd));
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, h3.p, h3.len, "cpu:0", MC_TE_MEM_REMOTE_ACCESS, h3.fd));
+    mc_te_segment_id_t seg = te_open(A, B);
+    stats(B, &bops, &bbytes);
+
+    for (size_t i = 0; i < MC_ARRAY_SIZE(sizes); i++) {
+        size_t n      = sizes[i];
+        uint8_t *at   = h.p + (i * 13) % 64; /* unaligned too */
+        te_fill(src, n, (uint32_t)i + 1);
+        memset(back, 0xee, n);
+        stats(A, &ops, &bytes);
+        ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, at, n, seg));
+        ck_assert_msg(memcmp(at, src, n) == 0, "the holder should hold the %zu written bytes", n);
+        ck_assert_stats(A, ops, bytes, 1, n);
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, back, at, n, seg));
+        ck_assert_msg(memcmp(back, src, n) == 0, "reading back %zu bytes should match", n);
+        ck_assert_stats(A, ops, bytes, 2, 2 * n);
+    }
+
+    /* a batch of 32 x 4 KiB each way */
+    te_fill(src, N * 4 * KiB, 99);
+    for (size_t i = 0; i < N; i++) {
+        reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + i * 4 * KiB,
+                                    (uint64_t)(uintptr_t)(h.p + 2 * MiB + i * 4 * KiB), 4 * KiB,
+                                    seg};
+        st[i]   = MC_INTERNAL_ERROR;
+    }
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(mc_te_transfer(A, reqs, N, st));
+    for (size_t i = 0; i < N; i++)
+        ck_assert_status_ok(st[i]);
+    ck_assert_msg(memcmp(h.p + 2 * MiB, src, N * 4 * KiB) == 0, "the batch should land exactly");
+    ck_assert_stats(A, ops, bytes, N, N * 4 * KiB);
+    memset(back, 0, N * 4 * KiB);
+    for (size_t i = 0; i < N; i++) {
+        reqs[i].op    = MC_TE_READ;
+        reqs[i].local = back + i * 4 * KiB;
+    }
+    ck_assert_status_ok(mc_te_transfer(A, reqs, N, st));
+    ck_assert_msg(memcmp(back, src, N * 4 * KiB) == 0, "the batch read should match");
+    ck_assert_stats(A, ops, bytes, 2 * N, 2 * N * 4 * KiB);
+
+    /* 3 MiB (more slices than lanes: the workers) and 2 MiB (one slice a
+     * lane: the caller spreads them) from regions not mapped yet */
+    for (int k = 0; k < 2; k++) {
+        shm_buf_t *r = (k == 0) ? &h2 : &h3;
+        size_t n     = (k == 0) ? 3 * MiB : 2 * MiB;
+        uint64_t o2, b2;
+        stats(A, &ops, &bytes);
+        memset(back, 0, n);
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, back, r->p, n, seg));
+        ck_assert_msg(memcmp(back, r->p, n) == 0, "the first %zu-byte read should match", n);
+        stats(A, &o2, &b2);
+        ck_assert_msg(o2 > ops && b2 - bytes == n,
+                      "every slice of the first %zu-byte read should go through shm "
+                      "(%llu ops, %llu bytes)",
+                      n, (unsigned long long)(o2 - ops), (unsigned long long)(b2 - bytes));
+        ops   = o2;
+        bytes = b2;
+    }
+    memset(back, 0, 3 * MiB);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, h2.p + 1, 3 * MiB, seg));
+    ck_assert_msg(memcmp(back, h2.p + 1, 3 * MiB) == 0, "the mapped 3 MiB read should match");
+    ck_assert_stats(A, ops, bytes, 1, 3 * MiB); /* mapped: one memcpy, no slicing */
+    /* the holder initiated nothing */
+    ck_assert_stats(B, bops, bbytes, 0, 0);
+
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    ck_assert_status_ok(mc_te_mem_dereg(B, h2.p));
+    ck_assert_status_ok(mc_te_mem_dereg(B, h3.p));
+    shm_buf_free(&h, 1);
+    shm_buf_free(&h2, 1);
+    shm_buf_free(&h3, 1);
+    free(src);
+    free(back);
+}
+END_TEST
+
+/* A write then a read of 64 KiB at @p tgt over whatever path; both exact. */
+static void roundtrip_tcp(mc_te_h te, mc_te_segment_id_t seg, uint8_t *tgt, uint32_t seed)
+{
+    uint8_t *src = malloc(64 * KiB), *back = calloc(1, 64 * KiB);
+    uint64_t ops, bytes;
+    te_fill(src, 64 * KiB, seed);
+    stats(te, &ops, &bytes);
+    ck_assert_status_ok(xfer1(te, MC_TE_WRITE, src, tgt, 64 * KiB, seg));
+    ck_assert_msg(memcmp(tgt, src, 64 * KiB) == 0, "the write should land");
+    ck_assert_status_ok(xfer1(te, MC_TE_READ, back, tgt, 64 * KiB, seg));
+    ck_assert_msg(memcmp(back, src, 64 * KiB) == 0, "the read should match");
+    ck_assert_stats(te, ops, bytes, 0, 0);
+    free(src);
+    free(back);
+}
+
+START_TEST(test_shm_not_shared_uses_tcp)
+{
+    uint8_t *plain   = calloc(1, 64 * KiB);
+    shm_buf_t loose  = shm_buf_new(64 * KiB, 0, NULL);
+    shm_buf_t priv   = shm_buf_new(64 * KiB, 1, NULL);
+    shm_buf_t shared = shm_buf_new(64 * KiB, 1, NULL);
+    uint8_t buf[64];
+    uint64_t ops, bytes;
+    char name[MC_TE_SHM_NAME_MAX];
+
+    ck_assert_status_ok(mc_te_mem_reg(B, plain, 64 * KiB, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, loose.p, loose.len, "", MC_TE_MEM_REMOTE_ACCESS, loose.fd));
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, priv.p, priv.len, "", 0, priv.fd));
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, shared.p, shared.len, "", MC_TE_MEM_REMOTE_ACCESS, shared.fd));
+    mc_te_segment_id_t seg = te_open(A, B);
+
+    /* a plain region and an unsealed memfd go over TCP, correctly */
+    roundtrip_tcp(A, seg, plain, 1);
+    roundtrip_tcp(A, seg, loose.p, 2);
+    /* a region without remote access cannot be reached at all */
+    stats(A, &ops, &bytes);
+    memset(priv.p, 0x5a, 64);
+    memset(buf, 0, sizeof(buf));
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, buf, priv.p, sizeof(buf), seg), MC_INVALID_READ);
+    ck_assert_status_eq(xfer1(A, MC_TE_WRITE, buf, priv.p, sizeof(buf), seg), MC_INVALID_WRITE);
+    ck_assert_msg(priv.p[0] == 0x5a && buf[0] == 0, "nothing should move");
+    ck_assert_stats(A, ops, bytes, 0, 0);
+    /* control: the shared one does go through shm */
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, shared.p, sizeof(buf), seg));
+    ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+
+    /* a reader with MC_TE_SHM=0 uses TCP against a sharing holder */
+    mc_te_h C = shm_te_new(NULL, 0);
+    shm_name_of(C, name, sizeof(name));
+    ck_assert_msg(name[0] == '\0', "MC_TE_SHM=0 should publish no name, not %s", name);
+    roundtrip_tcp(C, te_open(C, B), shared.p, 3);
+    mc_te_destroy(C);
+
+    /* a holder with MC_TE_SHM=0 publishes no name; its memfd is served by TCP */
+    mc_te_h D = shm_te_new("P2PHANDSHAKE", 0);
+    shm_buf_t dm = shm_buf_new(64 * KiB, 1, NULL);
+    shm_name_of(D, name, sizeof(name));
+    ck_assert_msg(name[0] == '\0', "MC_TE_SHM=0 should publish no name, not %s", name);
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(D, dm.p, dm.len, "", MC_TE_MEM_REMOTE_ACCESS, dm.fd));
+    roundtrip_tcp(A, te_open(A, D), dm.p, 4);
+    mc_te_destroy(D);
+    shm_buf_free(&dm, 1);
+
+    ck_assert_status_ok(mc_te_mem_dereg(B, plain));
+    ck_assert_status_ok(mc_te_mem_dereg(B, loose.p));
+    ck_assert_status_ok(mc_te_mem_dereg(B, priv.p));
+    ck_assert_status_ok(mc_te_mem_dereg(B, shared.p));
+    free(plain);
+    shm_buf_free(&loose, 1);
+    shm_buf_free(&priv, 1);
+    shm_buf_free(&shared, 1);
+}
+END_TEST
+
+START_TEST(test_shm_revocation)
+{
+    shm_buf_t h = shm_buf_new(64 * KiB, 1, NULL);
+    uint8_t *p  = h.p;
+    uint8_t buf[4096], src[4096];
+    uint64_t ops, bytes;
+
+    te_fill(h.p, h.len, 1);
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, p, h.len, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    mc_te_segment_id_t seg = te_open(A, B);
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, p, sizeof(buf), seg));
+    ck_assert_msg(memcmp(buf, p, sizeof(buf)) == 0, "the first read should match");
+    ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+
+    /* revoked: refused, never stale, and the holder's memory stays put */
+    ck_assert_status_ok(mc_te_mem_dereg(B, p));
+    memset(p, 0x11, h.len);
+    memset(buf, 0, sizeof(buf));
+    memset(src, 0x77, sizeof(src));
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, buf, p, sizeof(buf), seg), MC_INVALID_READ);
+    ck_assert_status_eq(xfer1(A, MC_TE_WRITE, src, p + 100, 100, seg), MC_INVALID_WRITE);
+    for (size_t i = 0; i < h.len; i++)
+        ck_assert_msg(p[i] == 0x11, "revoked memory should not be written (byte %zu)", i);
+    ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+
+    /* a new memfd at the same address, registered anew, is read afresh */
+    shm_buf_free(&h, 0);
+    shm_buf_t h2 = shm_buf_new(64 * KiB, 1, p);
+    te_fill(h2.p, h2.len, 2);
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, p, h2.len, "", MC_TE_MEM_REMOTE_ACCESS, h2.fd));
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, p, sizeof(buf), seg));
+    ck_assert_msg(memcmp(buf, p, sizeof(buf)) == 0, "the new region's contents should be read");
+    ck_assert_stats(A, ops, bytes, 2, 2 * sizeof(buf));
+
+    /* replaced without any access in between: the stale mapping is noticed */
+    ck_assert_status_ok(mc_te_mem_dereg(B, p));
+    shm_buf_free(&h2, 0);
+    shm_buf_t h3 = shm_buf_new(64 * KiB, 1, p);
+    te_fill(h3.p, h3.len, 3);
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, p, h3.len, "", MC_TE_MEM_REMOTE_ACCESS, h3.fd));
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, p + 8, sizeof(buf), seg));
+    ck_assert_msg(memcmp(buf, p + 8, sizeof(buf)) == 0, "the third region should be read");
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, p + 4096, sizeof(src), seg));
+    ck_assert_msg(memcmp(p + 4096, src, sizeof(src)) == 0, "and written");
+    ck_assert_stats(A, ops, bytes, 4, 4 * sizeof(buf));
+    ck_assert_status_ok(mc_te_mem_dereg(B, p));
+    shm_buf_free(&h3, 1);
+}
+END_TEST
+
+START_TEST(test_shm_out_of_range)
+{
+    /* 4 KiB of guard, two touching shared regions of 32 KiB (separate
+     * memfds), then 64 KiB of unregistered memory */
+    size_t total  = 4 * KiB + 128 * KiB;
+    uint8_t *resv = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(resv != MAP_FAILED);
+    uint8_t *base = resv + 4 * KiB;
+    shm_buf_t h1  = shm_buf_new(32 * KiB, 1, base);
+    shm_buf_t h2  = shm_buf_new(32 * KiB, 1, base + 32 * KiB);
+    uint8_t *end  = base + 64 * KiB;
+    uint8_t *buf  = malloc(4 * KiB);
+    uint8_t *want = malloc(total);
+    uint8_t src[200];
+    uint64_t ops, bytes;
+
+    te_fill(resv, total, 8);
+    memcpy(want, resv, total);
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, h1.p, h1.len, "", MC_TE_MEM_REMOTE_ACCESS, h1.fd));
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, h2.p, h2.len, "", MC_TE_MEM_REMOTE_ACCESS, h2.fd));
+    mc_te_segment_id_t seg = te_open(A, B);
+    stats(A, &ops, &bytes);
+    /* map both first, so the checks below run against live mappings */
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, h1.p, 16, seg));
+    ck_assert_msg(memcmp(buf, h1.p, 16) == 0, "the first region should be read");
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, h2.p, 16, seg));
+    ck_assert_msg(memcmp(buf, h2.p, 16) == 0, "the second region should be read");
+    ck_assert_stats(A, ops, bytes, 2, 32);
+
+    static const struct {
+        int64_t off; /* from base */
+        uint64_t len;
+    } bad[] = {
+        {64 * KiB - 100, 200}, /* past the end of the second region */
+        {32 * KiB - 100, 200}, /* across both: one request, two regions */
+        {-100, 200},           /* before the first */
+        {64 * KiB, 16},        /* unregistered memory after them */
+        {0, 64 * KiB + 1},     /* everything and one more */
+    };
+    for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
+        const uint8_t *at = (const uint8_t *)((intptr_t)base + (intptr_t)bad[i].off);
+        uint8_t *big      = malloc(bad[i].len);
+        if (bad[i].len <= 4 * KiB) {
+            memset(buf, 0xa5, 4 * KiB);
+            ck_assert_status_eq(xfer1(A, MC_TE_READ, buf, at, bad[i].len, seg), MC_INVALID_READ);
+            for (size_t k = 0; k < 4 * KiB; k++)
+                ck_assert_msg(buf[k] == 0xa5, "case %zu: a refused read wrote byte %zu", i, k);
+        } else {
+            memset(big, 0xa5, bad[i].len);
+            ck_assert_status_eq(xfer1(A, MC_TE_READ, big, at, bad[i].len, seg), MC_INVALID_READ);
+        }
+        memset(big, 0x3c, bad[i].len);
+        ck_assert_status_eq(xfer1(A, MC_TE_WRITE, big, at, bad[i].len, seg), MC_INVALID_WRITE);
+        free(big);
+        ck_assert_msg(memcmp(want, resv, total) == 0, "case %zu: a refused write landed", i);
+    }
+    ck_assert_stats(A, ops, bytes, 2, 32);
+    /* the very edges are fine */
+    memset(src, 0x42, sizeof(src));
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, end - sizeof(src), sizeof(src), seg));
+    ck_assert_msg(memcmp(end - sizeof(src), src, sizeof(src)) == 0, "an edge write should land");
+    ck_assert_msg(memcmp(end, want + 4 * KiB + 64 * KiB, 64 * KiB) == 0,
+                  "nothing past the edge should change");
+    ck_assert_stats(A, ops, bytes, 3, 32 + sizeof(src));
+    ck_assert_status_ok(mc_te_mem_dereg(B, h1.p));
+    ck_assert_status_ok(mc_te_mem_dereg(B, h2.p));
+    shm_buf_free(&h1, 0);
+    shm_buf_free(&h2, 0);
+    munmap(resv, total);
+    free(buf);
+    free(want);
+}
+END_TEST
+
+START_TEST(test_shm_hostile_client)
+{
+    shm_buf_t h     = shm_buf_new(64 * KiB, 1, NULL);
+    shm_buf_t priv  = shm_buf_new(64 * KiB, 1, NULL);
+    uint8_t *plain  = calloc(1, 4 * KiB);
+    uint8_t buf[512];
+    char name[MC_TE_SHM_NAME_MAX];
+    mc_te_shm_resp_t a;
+    uint64_t ops, bytes;
+    int fd, rfd, base;
+
+    te_fill(h.p, h.len, 6);
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, h.p, h.len, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, priv.p, priv.len, "", 0, priv.fd));
+    ck_assert_status_ok(mc_te_mem_reg(B, plain, 4 * KiB, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, h.p, sizeof(buf), seg));
+    shm_name_of(B, name, sizeof(name));
+    base = fd_count();
+
+    /* wrong sizes, magic, version: hung up on */
+    fd = unix_connect(name);
+    raw_send(fd, "hello", 5);
+    raw_expect_closed(fd);
+    close(fd);
+    fd = unix_connect(name);
+    {
+        uint8_t big[sizeof(mc_te_shm_req_t) + 8];
+        memset(big, 0, sizeof(big));
+        raw_send(fd, big, sizeof(big));
+        raw_expect_closed(fd);
+    }
+    close(fd);
+    fd = unix_connect(name);
+    raw_req(fd, MC_TE_SHM_MAGIC ^ 1, MC_TE_SHM_VERSION, MC_TE_SHM_HELLO, 0, 0);
+    raw_expect_closed(fd);
+    close(fd);
+    fd = unix_connect(name);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION + 1, MC_TE_SHM_HELLO, 0, 0);
+    raw_expect_closed(fd);
+    close(fd);
+
+    /* well-formed but unanswerable requests keep the connection */
+    fd = unix_connect(name);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP, (uint64_t)(uintptr_t)buf, 16);
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_NO_REGION);
+    ck_assert_msg(rfd < 0, "NO_REGION should carry no fd");
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP, (uint64_t)(uintptr_t)h.p, 0);
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_BAD);
+    ck_assert_int_lt(rfd, 0);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP, UINT64_MAX - 10, 100);
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_BAD);
+    ck_assert_int_lt(rfd, 0);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, 77, (uint64_t)(uintptr_t)h.p, 16);
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_BAD);
+    ck_assert_int_lt(rfd, 0);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP, (uint64_t)(uintptr_t)priv.p,
+            16);
+    a = raw_answer(fd, &rfd);
+    ck_assert_msg(a.answer == MC_TE_SHM_NO_REGION, "a local-only region is not offered (%u)",
+                  a.answer);
+    ck_assert_int_lt(rfd, 0);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP, (uint64_t)(uintptr_t)h.p + 60 * KiB,
+            8 * KiB); /* crosses the end */
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_NO_REGION);
+    ck_assert_int_lt(rfd, 0);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP, (uint64_t)(uintptr_t)plain + 8,
+            8);
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_NOT_SHARED);
+    ck_assert_int_lt(rfd, 0);
+    ck_assert_uint_eq(a.region_addr, (uint64_t)(uintptr_t)plain);
+    ck_assert_uint_eq(a.region_len, 4 * KiB);
+    /* and a proper one still answers, with the region's memfd */
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP, (uint64_t)(uintptr_t)h.p + 5, 5);
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_OK);
+    ck_assert_int_ge(rfd, 0);
+    ck_assert_uint_eq(a.region_addr, (uint64_t)(uintptr_t)h.p);
+    ck_assert_uint_eq(a.region_len, h.len);
+    ck_assert(mc_te_shm_fd_shareable(rfd, h.len));
+    close(rfd);
+    /* a client that never reads its answers does not stall the server */
+    for (int i = 0; i < 2000; i++)
+        if (send(fd, &(mc_te_shm_req_t){MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP,
+                                        (uint64_t)(uintptr_t)buf, 16},
+                 sizeof(mc_te_shm_req_t), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+            break;
+    /* a fresh connection still greets */
+    {
+        int fd2 = unix_connect(name);
+        raw_req(fd2, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_HELLO, 0, 0);
+        a = raw_answer(fd2, &rfd);
+        ck_assert_uint_eq(a.answer, MC_TE_SHM_OK);
+        ck_assert_uint_eq(a.nslots, MC_TE_SHM_SLOTS);
+        ck_assert(mc_te_shm_fd_shareable(rfd, CTL_LEN));
+        close(rfd);
+        close(fd2);
+    }
+    close(fd);
+    /* the reader's own path is unharmed */
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, h.p + 100, sizeof(buf), seg));
+    ck_assert_msg(memcmp(buf, h.p + 100, sizeof(buf)) == 0, "the reader should still read");
+    ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+    fd_count_settles(base);
+
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    ck_assert_status_ok(mc_te_mem_dereg(B, priv.p));
+    ck_assert_status_ok(mc_te_mem_dereg(B, plain));
+    shm_buf_free(&h, 1);
+    shm_buf_free(&priv, 1);
+    free(plain);
+}
+END_TEST
+
+START_TEST(test_shm_holder_gone)
+{
+    mc_te_h H   = shm_te_new("P2PHANDSHAKE", 1);
+    shm_buf_t h = shm_buf_new(64 * KiB, 1, NULL);
+    uint8_t buf[256];
+    char name[MC_TE_SHM_NAME_MAX];
+    uint64_t ops, bytes;
+    mc_status_t st = MC_OK;
+    mc_te_shm_peer_t *p;
+    long long deadline;
+
+    te_fill(h.p, h.len, 3);
+    ck_assert_status_ok(mc_te_mem_reg_shared(H, h.p, h.len, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    shm_name_of(H, name, sizeof(name));
+    mc_te_segment_id_t seg = te_open(A, H);
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, h.p, sizeof(buf), seg));
+    ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+    /* a direct peer holding a mapping too */
+    p = mc_te_shm_peer_open(name, 1000);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_str_eq(mc_te_shm_peer_name(p), name);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, (uint64_t)(uintptr_t)h.p, 16, &st), 1);
+    ck_assert_status_ok(st);
+    ck_assert(mc_te_shm_mapped(p, (uint64_t)(uintptr_t)h.p, 16));
+    ck_assert_int_eq(mc_te_shm_peer_alive(p), 1);
+
+    mc_te_destroy(H);
+    deadline = now_ms() + 3000;
+    while (mc_te_shm_peer_alive(p) && (now_ms() < deadline))
+        poll(NULL, 0, 5);
+    ck_assert_msg(!mc_te_shm_peer_alive(p), "a hung-up holder should read as dead");
+    ck_assert(!mc_te_shm_mapped(p, (uint64_t)(uintptr_t)h.p, 16));
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, (uint64_t)(uintptr_t)h.p, 16, &st), 0);
+    mc_te_shm_peer_close(p);
+
+    /* the engine's reader fails cleanly, through the network path */
+    st = xfer1(A, MC_TE_READ, buf, h.p, sizeof(buf), seg);
+    ck_assert_msg(st != MC_OK, "a read from a destroyed holder should fail");
+    st = xfer1(A, MC_TE_WRITE, buf, h.p, sizeof(buf), seg);
+    ck_assert_msg(st != MC_OK, "a write to a destroyed holder should fail");
+    ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+    shm_buf_free(&h, 1);
+}
+END_TEST
+
+/* The holder restarts on the same segment name with a new server name:
+ * the reader's refreshed descriptor brings it a new same-host path. */
+START_TEST(test_shm_holder_restart)
+{
+    shm_buf_t t1 = shm_buf_new(16 * KiB, 1, NULL), t2 = shm_buf_new(16 * KiB, 1, NULL);
+    uint8_t src[512], back[512];
+    char name[64], sn1[MC_TE_SHM_NAME_MAX], sn2[MC_TE_SHM_NAME_MAX];
+    uint64_t ops, bytes;
+    mc_te_params_t p;
+    mc_te_h B2 = NULL;
+
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, t1.p, t1.len, "", MC_TE_MEM_REMOTE_ACCESS, t1.fd));
+    mc_te_segment_id_t seg = te_open(A, B);
+    te_fill(src, sizeof(src), 31);
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, t1.p, sizeof(src), seg));
+    ck_assert_stats(A, ops, bytes, 1, sizeof(src));
+    shm_name_of(B, sn1, sizeof(sn1));
+    snprintf(name, sizeof(name), "%s", mc_te_local_name(B));
+    mc_te_destroy(B);
+    B = NULL;
+    memset(&p, 0, sizeof(p));
+    p.field_mask     = MC_TE_PARAM_LOCAL_HOSTNAME;
+    p.local_hostname = name;
+    ck_assert_status_ok(mc_te_create(&p, &B2));
+    B = B2;
+    shm_name_of(B, sn2, sizeof(sn2));
+    ck_assert_msg(sn2[0] == '@' && strcmp(sn1, sn2) != 0, "a new server, a new name (%s, %s)",
+                  sn1, sn2);
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, t2.p, t2.len, "", MC_TE_MEM_REMOTE_ACCESS, t2.fd));
+    /* the first access misses the old descriptor and refreshes it */
+    ck_assert_status_ok(xfer1(A, MC_TE_WRITE, src, t2.p, sizeof(src), seg));
+    ck_assert(memcmp(t2.p, src, sizeof(src)) == 0);
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, back, t2.p, sizeof(back), seg));
+    ck_assert(memcmp(back, src, sizeof(src)) == 0);
+    ck_assert_stats(A, ops, bytes, 1, sizeof(back));
+    /* the old memory is gone with the old holder, on every path */
+    ck_assert_status_eq(xfer1(A, MC_TE_READ, back, t1.p, 16, seg), MC_INVALID_READ);
+    ck_assert_status_eq(xfer1(A, MC_TE_WRITE, back, t1.p, 16, seg), MC_INVALID_WRITE);
+    ck_assert(memcmp(t1.p, src, sizeof(src)) == 0);
+    ck_assert_stats(A, ops, bytes, 1, sizeof(back));
+    ck_assert_status_ok(mc_te_mem_dereg(B, t2.p));
+    shm_buf_free(&t1, 1);
+    shm_buf_free(&t2, 1);
+}
+END_TEST
+
+/* A reader copying in a loop while the holder revokes, scribbles over the
+ * old memory and registers a new memfd at the same address, over and over:
+ * every read that succeeds must be one generation's bytes, whole. */
+typedef struct churn {
+    mc_te_h te;
+    mc_te_segment_id_t seg;
+    uint8_t *at;
+    size_t len;
+    int stop;          /* atomic */
+    unsigned ok;       /* atomic: successful reads */
+    unsigned refused;  /* atomic: INVALID_READ */
+    char failure[160]; /* first problem seen, "" when none */
+} churn_t;
+
+static void *churn_reader(void *arg)
+{
+    churn_t *c   = arg;
+    uint8_t *buf = malloc(c->len);
+    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE) && (c->failure[0] == '\0')) {
+        mc_te_request_t r = {MC_TE_READ, buf, (uint64_t)(uintptr_t)c->at, c->len, c->seg};
+        mc_status_t st    = MC_INTERNAL_ERROR;
+        (void)mc_te_transfer(c->te, &r, 1, &st);
+        if (st == MC_INVALID_READ) {
+            __atomic_add_fetch(&c->refused, 1, __ATOMIC_RELEASE);
+            continue;
+        }
+        if (st != MC_OK) {
+            snprintf(c->failure, sizeof(c->failure), "a read gave %s", mc_status_name(st));
+            break;
+        }
+        for (size_t k = 0; k < c->len; k++)
+            if ((buf[k] != buf[0]) || (buf[k] == 0xee)) {
+                snprintf(c->failure, sizeof(c->failure),
+                         "a successful read mixed generations: byte %zu is 0x%02x, byte 0 0x%02x",
+                         k, buf[k], buf[0]);
+                break;
+            }
+        __atomic_add_fetch(&c->ok, 1, __ATOMIC_RELEASE);
+    }
+    free(buf);
+    return NULL;
+}
+
+START_TEST(test_shm_revoke_under_copy)
+{
+    enum { ROUNDS = 40 };
+    churn_t c;
+    pthread_t th;
+    shm_buf_t h = shm_buf_new(256 * KiB, 1, NULL);
+    uint64_t ops0, bytes0, ops1, bytes1;
+
+    memset(&c, 0, sizeof(c));
+    c.te  = A;
+    c.at  = h.p;
+    c.len = h.len;
+    memset(h.p, 1, h.len);
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, h.p, h.len, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    c.seg = te_open(A, B);
+    stats(A, &ops0, &bytes0);
+    ck_assert_int_eq(pthread_create(&th, NULL, churn_reader, &c), 0);
+    for (int round = 0; round < ROUNDS; round++) {
+        unsigned ok0  = __atomic_load_n(&c.ok, __ATOMIC_ACQUIRE);
+        long long end = now_ms() + 5000;
+        /* let the reader finish at least one read of this generation */
+        while ((__atomic_load_n(&c.ok, __ATOMIC_ACQUIRE) == ok0) && (c.failure[0] == '\0') &&
+               (now_ms() < end))
+            poll(NULL, 0, 1);
+        if (c.failure[0] != '\0')
+            break;
+        ck_assert_msg(__atomic_load_n(&c.ok, __ATOMIC_ACQUIRE) != ok0,
+                      "the reader should make progress (round %d)", round);
+        ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+        memset(h.p, 0xee, h.len); /* the holder reuses what it unregistered */
+        shm_buf_free(&h, 0);
+        h = shm_buf_new(h.len, 1, h.p);
+        memset(h.p, 2 + round, h.len);
+        ck_assert_status_ok(
+            mc_te_mem_reg_shared(B, h.p, h.len, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    }
+    __atomic_store_n(&c.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    ck_assert_msg(c.failure[0] == '\0', "%s", c.failure);
+    stats(A, &ops1, &bytes1);
+    ck_assert_msg(ops1 - ops0 >= ROUNDS, "the reads should go through shm (%llu of %u)",
+                  (unsigned long long)(ops1 - ops0), c.ok);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+}
+END_TEST
+
+/* Every shared registration takes one of MC_TE_SHM_SLOTS control words:
+ * the slots run out cleanly (the region is then served over TCP only), and
+ * come back on dereg and on every failed registration. */
+START_TEST(test_shm_slots_recycled)
+{
+    size_t n      = MC_TE_SHM_SLOTS + 1;
+    size_t stride = 4 * KiB;
+    uint8_t *mem  = mmap(NULL, (n + 1) * stride, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    shm_buf_t h   = shm_buf_new(stride, 1, NULL);
+    uint8_t buf[64];
+    uint64_t ops, bytes;
+    struct rlimit rl;
+    int base;
+
+    ck_assert(mem != MAP_FAILED);
+    te_fill(h.p, stride, 12);
+    /* every failed registration gives its slot and its fd back: were one
+     * leaked, the registration after these would get no slot */
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, mem, stride, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    base = fd_count();
+    for (size_t i = 0; i < n; i++)
+        ck_assert_status_eq(
+            mc_te_mem_reg_shared(B, mem + 8, stride, "", MC_TE_MEM_REMOTE_ACCESS, h.fd),
+            MC_INVALID_PARAMS);
+    ck_assert_int_eq(fd_count(), base);
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, mem + stride, stride, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    mc_te_segment_id_t seg = te_open(A, B);
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, mem + stride, sizeof(buf), seg));
+    ck_assert_msg(memcmp(buf, h.p, sizeof(buf)) == 0, "a shared region maps the memfd");
+    ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+    ck_assert_status_ok(mc_te_mem_dereg(B, mem + stride));
+
+    /* running out: each shared region holds a duplicate of its memfd, so
+     * this part needs room for MC_TE_SHM_SLOTS more descriptors */
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < (rlim_t)n + 256) {
+        rl.rlim_cur = (rl.rlim_max >= (rlim_t)n + 256) ? (rlim_t)n + 256 : rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur >= (rlim_t)n + 256) {
+        int c1;
+        for (size_t i = 1; i < n; i++)
+            ck_assert_status_ok(mc_te_mem_reg_shared(B, mem + i * stride, stride, "",
+                                                     MC_TE_MEM_REMOTE_ACCESS, h.fd));
+        /* n regions, one slot short: the last one is registered unshared */
+        stats(A, &ops, &bytes);
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, mem + (n - 2) * stride, sizeof(buf), seg));
+        ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+        memset(mem + (n - 1) * stride, 0x71, stride);
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, mem + (n - 1) * stride, sizeof(buf), seg));
+        ck_assert_msg(buf[0] == 0x71 && buf[63] == 0x71, "the slotless region is read over TCP");
+        ck_assert_stats(A, ops, bytes, 1, sizeof(buf));
+        c1 = fd_count();
+        /* a dereg frees a slot for the next registration */
+        ck_assert_status_ok(mc_te_mem_dereg(B, mem + (n - 1) * stride));
+        ck_assert_status_ok(mc_te_mem_dereg(B, mem));
+        ck_assert_status_ok(
+            mc_te_mem_reg_shared(B, mem + n * stride, stride, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, mem + n * stride, sizeof(buf), seg));
+        ck_assert_stats(A, ops, bytes, 2, 2 * sizeof(buf));
+        for (size_t i = 1; i <= n; i++)
+            if (i != n - 1)
+                ck_assert_status_ok(mc_te_mem_dereg(B, mem + i * stride));
+        /* every duplicate is closed again */
+        ck_assert_int_eq(fd_count(), c1 - (int)MC_TE_SHM_SLOTS);
+    } else {
+        ck_assert_status_ok(mc_te_mem_dereg(B, mem));
+    }
+    shm_buf_free(&h, 1);
+    munmap(mem, (n + 1) * stride);
+}
+END_TEST
+
+/* ---- a fake holder ------------------------------------------------------------ */
+
+enum fake_mode {
+    F_GOOD,          /* a proper greeting and proper grants */
+    F_HELLO_UNSEALED,
+    F_HELLO_NSLOTS,
+    F_HELLO_SHORT,   /* sealed control memfd shorter than the words */
+    F_HELLO_NOFD,
+    F_MAP_UNSEALED,  /* (a) */
+    F_MAP_SHORT_FD,  /* (b) */
+    F_MAP_BOUNDS,    /* (c) */
+    F_MAP_SLOT,      /* (d) */
+    F_MAP_DGRAM,     /* (e) */
+    F_MAP_SILENT,    /* (f) */
+    F_MAP_GEN,       /* a generation the control word does not hold */
+    F_MAP_TWO_FDS    /* a good grant with an extra fd attached */
+};
+
+#define FAKE_ADDR 0x100000000ull
+#define FAKE_LEN  (64u * KiB)
+
+typedef struct fake {
+    char name[MC_TE_SHM_NAME_MAX];
+    int lfd;
+    int stop[2];
+    int mode;      /* enum fake_mode; set before a peer connects */
+    int ctl_fd;
+    uint64_t *ctl; /* mapped read-write here */
+    int reg_fd;    /* sealed, FAKE_LEN */
+    uint8_t *reg;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    unsigned reqs;  /* requests received, all connections */
+    unsigned ended; /* connections seen to close */
+} fake_t;
+
+static void fake_send(int c, const mc_te_shm_resp_t *a, size_t len, const int *fds, int nfds)
+{
+    struct msghdr mh;
+    struct iovec iov = {(void *)a, len};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+    } cm;
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov    = &iov;
+    mh.msg_iovlen = 1;
+    if (nfds > 0) {
+        struct cmsghdr *h;
+        memset(&cm, 0, sizeof(cm));
+        mh.msg_control    = cm.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+        h                 = CMSG_FIRSTHDR(&mh);
+        h->cmsg_level     = SOL_SOCKET;
+        h->cmsg_type      = SCM_RIGHTS;
+        h->cmsg_len       = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(h), fds, (size_t)nfds * sizeof(int));
+    }
+    (void)sendmsg(c, &mh, MSG_NOSIGNAL);
+}
+
+static void fake_answer(fake_t *f, int c, const mc_te_shm_req_t *q)
+{
+    mc_te_shm_resp_t a;
+    int mode = __atomic_load_n(&f->mode, __ATOMIC_ACQUIRE);
+    int fd = -1, fds[2];
+    memset(&a, 0, sizeof(a));
+    a.magic = MC_TE_SHM_MAGIC;
+    if (q->op == MC_TE_SHM_HELLO) {
+        a.nslots = (mode == F_HELLO_NSLOTS) ? MC_TE_SHM_SLOTS / 2 : MC_TE_SHM_SLOTS;
+        if (mode == F_HELLO_UNSEALED)
+            fd = memfd_new(CTL_LEN, 0);
+        else if (mode == F_HELLO_SHORT)
+            fd = memfd_new(CTL_LEN / 2, 1);
+        else if (mode != F_HELLO_NOFD)
+            fd = dup(f->ctl_fd);
+        fake_send(c, &a, sizeof(a), &fd, fd >= 0);
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    if (mode == F_MAP_SILENT)
+        return;
+    if (mode == F_MAP_DGRAM) {
+        fake_send(c, &a, 8, NULL, 0);
+        return;
+    }
+    a.answer      = MC_TE_SHM_OK;
+    a.region_addr = FAKE_ADDR;
+    a.region_len  = FAKE_LEN;
+    a.slot        = 0;
+    a.gen         = 5;
+    fd            = dup(f->reg_fd);
+    if (mode == F_MAP_UNSEALED) {
+        close(fd);
+        fd = memfd_new(FAKE_LEN, 0);
+    } else if (mode == F_MAP_SHORT_FD) {
+        close(fd);
+        fd = memfd_new(FAKE_LEN - 4096, 1);
+    } else if (mode == F_MAP_BOUNDS) {
+        a.region_addr = q->addr + 1;
+    } else if (mode == F_MAP_SLOT) {
+        a.slot = MC_TE_SHM_SLOTS;
+    } else if (mode == F_MAP_GEN) {
+        a.gen = 6;
+    }
+    fds[0] = fd;
+    fds[1] = (mode == F_MAP_TWO_FDS) ? memfd_new(4096, 1) : -1;
+    fake_send(c, &a, sizeof(a), fds, (fds[1] >= 0) ? 2 : 1);
+    close(fds[0]);
+    if (fds[1] >= 0)
+        close(fds[1]);
+}
+
+static void *fake_main(void *arg)
+{
+    fake_t *f = arg;
+    int c     = -1;
+    for (;;) {
+        struct pollfd pf[2] = {{f->stop[0], POLLIN, 0}, {(c >= 0) ? c : f->lfd, POLLIN, 0}};
+        if (poll(pf, 2, -1) < 0)
+            continue;
+        if (pf[0].revents)
+            break;
+        if (c < 0) {
+            c = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+            continue;
+        }
+        mc_te_shm_req_t q;
+        ssize_t n = recv(c, &q, sizeof(q), 0);
+        pthread_mutex_lock(&f->mu);
+        if (n > 0)
+            f->reqs++;
+        else
+            f->ended++;
+        pthread_cond_broadcast(&f->cond);
+        pthread_mutex_unlock(&f->mu);
+        if (n <= 0) {
+            close(c);
+            c = -1;
+            continue;
+        }
+        fake_answer(f, c, &q);
+    }
+    if (c >= 0)
+        close(c);
+    return NULL;
+}
+
+static void fake_start(fake_t *f)
+{
+    static unsigned seq;
+    struct sockaddr_un sa;
+    size_t n;
+
+    memset(f, 0, sizeof(*f));
+    snprintf(f->name, sizeof(f->name), "@mc-test-%ld-%u", (long)getpid(), seq++);
+    n   = strlen(f->name + 1);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path + 1, f->name + 1, n);
+    f->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(f->lfd, 0);
+    ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa,
+                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)),
+                     0);
+    ck_assert_int_eq(listen(f->lfd, 8), 0);
+    ck_assert_int_eq(pipe2(f->stop, O_CLOEXEC), 0);
+    f->ctl_fd = memfd_new(CTL_LEN, 0);
+    f->ctl    = mmap(NULL, CTL_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, f->ctl_fd, 0);
+    ck_assert(f->ctl != MAP_FAILED);
+    ck_assert_int_eq(fcntl(f->ctl_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    f->ctl[0] = 5;
+    f->reg_fd = memfd_new(FAKE_LEN, 1);
+    f->reg    = mmap(NULL, FAKE_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, f->reg_fd, 0);
+    ck_assert(f->reg != MAP_FAILED);
+    te_fill(f->reg, FAKE_LEN, 21);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    ck_assert_int_eq(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(fake_t *f)
+{
+    ck_assert_int_eq(write(f->stop[1], "x", 1), 1);
+    pthread_join(f->th, NULL);
+    close(f->stop[0]);
+    close(f->stop[1]);
+    close(f->lfd);
+    munmap(f->ctl, CTL_LEN);
+    close(f->ctl_fd);
+    munmap(f->reg, FAKE_LEN);
+    close(f->reg_fd);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cond);
+}
+
+/* Wait (bounded) until @p ended connections closed; the requests seen. */
+static unsigned fake_wait_ended(fake_t *f, unsigned ended)
+{
+    struct timespec ts;
+    unsigned reqs;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 3;
+    pthread_mutex_lock(&f->mu);
+    while (f->ended < ended)
+        if (pthread_cond_timedwait(&f->cond, &f->mu, &ts) != 0)
+            break;
+    ck_assert_msg(f->ended >= ended, "the fake holder should see %u closed connections", ended);
+    reqs = f->reqs;
+    pthread_mutex_unlock(&f->mu);
+    return reqs;
+}
+
+START_TEST(test_shm_hostile_holder)
+{
+    static const int bad_hello[] = {F_HELLO_UNSEALED, F_HELLO_NSLOTS, F_HELLO_SHORT,
+                                    F_HELLO_NOFD};
+    static const int bad_map[] = {F_MAP_UNSEALED, F_MAP_SHORT_FD, F_MAP_BOUNDS, F_MAP_SLOT,
+                                  F_MAP_GEN};
+    uint8_t buf[1000];
+    uint64_t at    = FAKE_ADDR + 100;
+    int base       = fd_count();
+    unsigned ended = 0, reqs;
+    mc_status_t st;
+    mc_te_shm_peer_t *p;
+    fake_t f;
+
+    fake_start(&f);
+    ck_assert_ptr_null(mc_te_shm_peer_open("@mc-test-nobody-listens-here", 200));
+    ck_assert_ptr_null(mc_te_shm_peer_open("no-at-sign", 200));
+    ck_assert_ptr_null(mc_te_shm_peer_open("@", 200));
+
+    /* the control: a proper holder is used, both ways */
+    __atomic_store_n(&f.mode, F_GOOD, __ATOMIC_RELEASE);
+    p      = mc_te_shm_peer_open(f.name, 200);
+    ck_assert_ptr_nonnull(p);
+    st = MC_INTERNAL_ERROR;
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st), 1);
+    ck_assert_status_ok(st);
+    ck_assert_msg(memcmp(buf, f.reg + 100, sizeof(buf)) == 0, "the fake's bytes should be read");
+    memset(buf, 0x6b, sizeof(buf));
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at + 1000, sizeof(buf), &st), 1);
+    ck_assert_msg(memcmp(f.reg + 1100, buf, sizeof(buf)) == 0, "and written");
+    /* outside the granted region: asks again, gets a grant that does not hold it */
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, FAKE_ADDR + FAKE_LEN - 10, 20, &st), 0);
+    /* the holder zeroes the control word: the mapping is no longer used */
+    __atomic_store_n(&f.ctl[0], 0, __ATOMIC_RELEASE);
+    ck_assert(!mc_te_shm_mapped(p, at, 16));
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, 16, &st), 0);
+    __atomic_store_n(&f.ctl[0], 5, __ATOMIC_RELEASE);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, 16, &st), 1);
+    ck_assert_int_eq(mc_te_shm_peer_alive(p), 1);
+    mc_te_shm_peer_close(p);
+    ended++;
+
+    for (size_t i = 0; i < MC_ARRAY_SIZE(bad_hello); i++) {
+        __atomic_store_n(&f.mode, bad_hello[i], __ATOMIC_RELEASE);
+        ck_assert_msg(mc_te_shm_peer_open(f.name, 200) == NULL,
+                      "greeting %zu should be refused", i);
+        ended++;
+    }
+    for (size_t i = 0; i < MC_ARRAY_SIZE(bad_map); i++) {
+        __atomic_store_n(&f.mode, bad_map[i], __ATOMIC_RELEASE);
+        p      = mc_te_shm_peer_open(f.name, 200);
+        ck_assert_ptr_nonnull(p);
+        memset(buf, 0, sizeof(buf));
+        ck_assert_msg(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st) == 0,
+                      "grant %zu should be refused", i);
+        ck_assert_msg(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), &st) == 0,
+                      "grant %zu should be refused for writes too", i);
+        ck_assert(!mc_te_shm_mapped(p, at, 16));
+        for (size_t k = 0; k < sizeof(buf); k++)
+            ck_assert_msg(buf[k] == 0, "grant %zu: a refused read wrote byte %zu", i, k);
+        mc_te_shm_peer_close(p);
+        ended++;
+    }
+    /* an extra fd is closed, the grant used */
+    __atomic_store_n(&f.mode, F_MAP_TWO_FDS, __ATOMIC_RELEASE);
+    p      = mc_te_shm_peer_open(f.name, 200);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st), 1);
+    ck_assert_msg(memcmp(buf, f.reg + 100, sizeof(buf)) == 0, "the grant should be used");
+    mc_te_shm_peer_close(p);
+    ended++;
+
+    /* a truncated answer or none: the peer is dead and silent from then on */
+    static const int fatal[] = {F_MAP_DGRAM, F_MAP_SILENT};
+    for (size_t i = 0; i < MC_ARRAY_SIZE(fatal); i++) {
+        long long t0;
+        __atomic_store_n(&f.mode, fatal[i], __ATOMIC_RELEASE);
+        p      = mc_te_shm_peer_open(f.name, 200);
+        ck_assert_ptr_nonnull(p);
+        reqs = fake_wait_ended(&f, ended);
+        t0   = now_ms();
+        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st), 0);
+        ck_assert_msg(now_ms() - t0 < 2500, "the exchange should be bounded by the timeout");
+        ck_assert_int_eq(mc_te_shm_peer_alive(p), 0);
+        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st), 0);
+        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), &st), 0);
+        ck_assert(!mc_te_shm_mapped(p, at, 16));
+        mc_te_shm_peer_close(p);
+        ended++;
+        /* the one MAP that failed, nothing after the peer went dead */
+        ck_assert_uint_eq(fake_wait_ended(&f, ended) - reqs, 1);
+    }
+    fake_stop(&f);
+    ck_assert_int_eq(fd_count(), base);
+}
+END_TEST
+
+/* ---- descriptor codec ------------------------------------------------------ */
+
+START_TEST(test_shm_descriptor_codec)
+{
+    mc_te_desc_t d, back;
+    mc_te_buf_desc_t bufs[1] = {{0x7f0000001000ull, 4096, "cpu:0"}};
+    char *json = NULL;
+    size_t len = 0;
+    char longest[MC_TE_SHM_NAME_MAX];
+
+    mc_te_desc_init(&d);
+    d.name = "h:1";
+    snprintf(d.protocol, sizeof(d.protocol), "tcp");
+    d.tcp_data_port = 12345;
+    d.nbuffers      = 1;
+    d.buffers       = bufs;
+    /* absent stays absent */
+    ck_assert_status_ok(mc_te_desc_encode(&d, &json, &len));
+    ck_assert_msg(strstr(json, "shm_name") == NULL, "no name, no field: %s", json);
+    ck_assert_status_ok(mc_te_desc_decode(json, len, &back));
+    ck_assert_str_eq(back.shm_name, "");
+    mc_te_desc_cleanup(&back);
+    free(json);
+    /* the longest valid name round-trips */
+    longest[0] = '@';
+    for (size_t i = 1; i < sizeof(longest) - 1; i++)
+        longest[i] = "aZ09._-"[i % 7];
+    longest[sizeof(longest) - 1] = '\0';
+    snprintf(d.shm_name, sizeof(d.shm_name), "%s", longest);
+    ck_assert_status_ok(mc_te_desc_encode(&d, &json, &len));
+    ck_assert_msg(strstr(json, "\"shm_name\"") != NULL, "the name in %s", json);
+    ck_assert_status_ok(mc_te_desc_decode(json, len, &back));
+    ck_assert_str_eq(back.shm_name, longest);
+    ck_assert_uint_eq(back.nbuffers, 1);
+    mc_te_desc_cleanup(&back);
+    free(json);
+
+    static const char *const bad[] = {
+        "\"mooncake-te-1\"", "\"@\"",     "\"@a b\"",  "\"@a/b\"", "\"@a\\u0000b\"",
+        "\"@caf\\u00e9\"",   "\"\"",      "12",        "null",     "[\"@a\"]",
+        "{\"n\":\"@a\"}",    "\"@@a\"",   "\"@a:1\"",  "true",
+        /* 64 characters: one too many */
+        "\"@0123456789012345678901234567890123456789012345678901234567890ab\"",
+    };
+    for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
+        char doc[512];
+        mc_te_desc_t x;
+        snprintf(doc, sizeof(doc),
+                 "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":9,\"shm_name\":%s,"
+                 "\"buffers\":[{\"name\":\"cpu:0\",\"addr\":4096,\"length\":4096}]}",
+                 bad[i]);
+        mc_te_desc_init(&x);
+        ck_assert_msg(mc_te_desc_decode(doc, strlen(doc), &x) == MC_DESERIALIZE_FAIL,
+                      "shm_name %s should be refused", bad[i]);
+        ck_assert_msg(x.name == NULL && x.buffers == NULL, "a refused decode writes nothing");
+    }
+    {
+        const char *ok = "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":9,"
+                         "\"shm_name\":\"@mc-test.A_9\",\"buffers\":[]}";
+        ck_assert_status_ok(mc_te_desc_decode(ok, strlen(ok), &back));
+        ck_assert_str_eq(back.shm_name, "@mc-test.A_9");
+        mc_te_desc_cleanup(&back);
+    }
+}
+END_TEST
+
+Suite *mc_test_shm_suite(void)
+{
+    Suite *s     = suite_create("shm");
+    TCase *codec = tcase_create("codec");
+    TCase *two   = tcase_create("engines");
+    TCase *fake  = tcase_create("fake_holder");
+
+    tcase_add_test(codec, test_shm_descriptor_codec);
+    suite_add_tcase(s, codec);
+
+    tcase_add_checked_fixture(two, setup_two, teardown_two);
+    tcase_set_timeout(two, 60);
+    tcase_add_test(two, test_shm_roundtrip);
+    tcase_add_test(two, test_shm_not_shared_uses_tcp);
+    tcase_add_test(two, test_shm_revocation);
+    tcase_add_test(two, test_shm_out_of_range);
+    tcase_add_test(two, test_shm_hostile_client);
+    tcase_add_test(two, test_shm_holder_gone);
+    tcase_add_test(two, test_shm_slots_recycled);
+    tcase_add_test(two, test_shm_holder_restart);
+    tcase_add_test(two, test_shm_revoke_under_copy);
+    suite_add_tcase(s, two);
+
+    tcase_set_timeout(fake, 30);
+    tcase_add_test(fake, test_shm_hostile_holder);
+    suite_add_tcase(s, fake);
+    return s;
+}
