@@ -126,9 +126,6 @@ static mc_status_t map_file(const char *path, uint64_t size, uint64_t offset,
 
 static mc_status_t map_fresh(uint64_t size, mc_store_segment_t *seg)
 {
-    void *base;
-    int fd;
-
     if (size == 0) {
         mc_set_error_detail("cannot allocate a segment of 0 bytes");
         return MC_INVALID_PARAMS;
@@ -138,29 +135,7 @@ static mc_status_t map_fresh(uint64_t size, mc_store_segment_t *seg)
         mc_set_error_detail("a segment of %llu bytes is not mappable", (unsigned long long)size);
         return MC_INVALID_PARAMS;
     }
-    /* shared memory when possible, as setup's segment (segment.c) */
-    fd = memfd_create("mooncake-segment", MFD_CLOEXEC);
-    if ((fd >= 0) && (ftruncate(fd, (off_t)seg->map_len) != 0)) {
-        mc_set_error_detail("cannot size a %zu-byte segment: %s", seg->map_len,
-                            strerror(errno));
-        close(fd);
-        return MC_NO_AVAILABLE_HANDLE;
-    }
-    if (fd >= 0)
-        base = mmap(NULL, seg->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    else
-        base = mmap(NULL, seg->map_len, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) {
-        mc_set_error_detail("cannot map a %zu-byte segment: %s", seg->map_len,
-                            strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return MC_NO_AVAILABLE_HANDLE;
-    }
-    seg->base = base;
-    seg->fd   = fd;
-    return MC_OK;
+    return mc_store_segment_map(seg, MC_NO_AVAILABLE_HANDLE);
 }
 
 static mc_status_t mount_common(mc_store_h s, mc_store_segment_t *seg, const char *location,

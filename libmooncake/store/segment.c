@@ -28,6 +28,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -36,6 +37,7 @@
 #include "common/log.h"
 #include "store/read_internal.h"
 #include "store/store_internal.h"
+#include "transfer/engine.h"
 
 #define MC_LBUF_ALIGN 64
 
@@ -49,20 +51,23 @@ static int round_to_pages(uint64_t size, size_t *len_p)
     return 0;
 }
 
-/* memfd + MAP_SHARED when possible, anonymous memory otherwise. */
-static mc_status_t map_segment_memory(mc_store_segment_t *seg)
+mc_status_t mc_store_segment_map(mc_store_segment_t *seg, mc_status_t fail_status)
 {
     void *base;
 
-    seg->fd = memfd_create("mooncake-segment", MFD_CLOEXEC);
+    /* A memfd sealed against resizing: the engine can then hand it to a
+     * same-host reader, who can rely on the pages never vanishing under
+     * a copy.  Anonymous memory when the kernel has no memfd. */
+    seg->fd = memfd_create("mooncake-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (seg->fd >= 0) {
-        if (ftruncate(seg->fd, (off_t)seg->map_len) != 0) {
+        if ((ftruncate(seg->fd, (off_t)seg->map_len) != 0) ||
+            (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)) {
             mc_set_error_detail("cannot size a %zu-byte segment: %s", seg->map_len,
                                 strerror(errno));
             mc_error("cannot size a %zu-byte segment: %m", seg->map_len);
             close(seg->fd);
             seg->fd = -1;
-            return MC_INTERNAL_ERROR;
+            return fail_status;
         }
         base = mmap(NULL, seg->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
     } else {
@@ -71,13 +76,13 @@ static mc_status_t map_segment_memory(mc_store_segment_t *seg)
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     }
     if (base == MAP_FAILED) {
-        mc_set_error_detail("cannot map a %zu-byte global segment: %s", seg->map_len,
+        mc_set_error_detail("cannot map a %zu-byte segment: %s", seg->map_len,
                             strerror(errno));
-        mc_error("cannot map a %zu-byte global segment: %m", seg->map_len);
+        mc_error("cannot map a %zu-byte segment: %m", seg->map_len);
         if (seg->fd >= 0)
             close(seg->fd);
         seg->fd = -1;
-        return MC_INTERNAL_ERROR;
+        return fail_status;
     }
     seg->base = base;
     return MC_OK;
@@ -125,7 +130,7 @@ mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size)
         return MC_INVALID_PARAMS;
     }
 
-    st = map_segment_memory(&seg);
+    st = mc_store_segment_map(&seg, MC_INTERNAL_ERROR);
     if (st != MC_OK)
         return st;
     return mc_store_segment_attach(s, &seg, "");
@@ -154,8 +159,9 @@ mc_status_t mc_store_segment_attach(mc_store_h s, mc_store_segment_t *segp,
         goto fail;
     }
 
-    st = mc_te_mem_reg(s->te, seg.base, (size_t)size, location ? location : "",
-                       MC_TE_MEM_REMOTE_ACCESS);
+    /* seg.fd is our own memfd, or -1 (anonymous memory, a user's file) */
+    st = mc_te_mem_reg_shared(s->te, seg.base, (size_t)size, location ? location : "",
+                              MC_TE_MEM_REMOTE_ACCESS, seg.fd);
     if (st != MC_OK) {
         mc_error("cannot register the global segment with the transfer engine: %s (%s)",
                  mc_status_name(st), mc_last_error_detail());

@@ -119,6 +119,10 @@ void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel
 /* segment.c: global segment and local buffer.  Called with `life` held
  * for writing (setup/close). */
 mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size);
+/* Map seg->map_len bytes of fresh shared memory (a sealed memfd when the
+ * kernel allows, seg->fd; anonymous memory otherwise, seg->fd -1) at
+ * seg->base.  @p fail_status with a detail on failure. */
+mc_status_t mc_store_segment_map(mc_store_segment_t *seg, mc_status_t fail_status);
 void mc_store_segments_release(mc_store_h s);
 /* Register @p seg (mapped by the caller: base, map_len, fd, size, id,
  * kind) with the engine under @p location, MOUNT_SEGMENT it and record it.

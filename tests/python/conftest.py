@@ -51,8 +51,8 @@ def fresh_master(request):
 def spawn_client():
     procs = []
 
-    def spawn(name: str = "client") -> ClientProc:
-        c = ClientProc(f"{name}{len(procs)}")
+    def spawn(name: str = "client", env=None) -> ClientProc:
+        c = ClientProc(f"{name}{len(procs)}", env=env)
         procs.append(c)
         return c
 
