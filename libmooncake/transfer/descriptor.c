@@ -227,7 +227,8 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
             snprintf(bd->name, sizeof(bd->name), "%s", json_string_value(name));
         d.nbuffers++;
     }
-    qsort(d.buffers, d.nbuffers, sizeof(*d.buffers), buf_cmp);
+    if (d.nbuffers > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(d.buffers, d.nbuffers, sizeof(*d.buffers), buf_cmp);
     for (size_t i = 1; i < d.nbuffers; i++) {
         if (d.buffers[i - 1].addr + d.buffers[i - 1].length > d.buffers[i].addr) {
             mc_set_error_detail("segment descriptor buffers overlap at 0x%llx",

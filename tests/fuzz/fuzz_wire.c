@@ -192,6 +192,22 @@ static void seed_CONFIG(mc_wire_config_t *v)
     seed_STR(&v->preferred_segment);
 }
 
+static mc_wire_task_t seed_task;
+static void seed_TASKS(mc_wire_task_list_t *v)
+{
+    memset(&seed_task, 0, sizeof(seed_task));
+    seed_UUID(&seed_task.id);
+    seed_task.type = 1;
+    seed_STR(&seed_task.tenant);
+    seed_KEY(&seed_task.key);
+    seed_STR(&seed_task.source);
+    seed_KEYS(&seed_task.targets);
+    seed_task.created_at_ms      = 1700000000000ull;
+    seed_task.max_retry_attempts = 3;
+    v->n = 1;
+    v->v = &seed_task;
+}
+
 static int write_frame(const char *dir, const char *name, const char *kind, const mc_buf_t *b)
 {
     char path[4096];
