@@ -5,11 +5,15 @@
 Starts a mooncake_master on free loopback ports and two client processes:
 the *holder* contributes a large segment, the *driver* puts values into the
 holder's segment (preferred_segment) and gets them back, so every put and
-get crosses processes over TCP.  In the same run it measures raw
-single-connection loopback TCP moving the same bytes (bench/raw_tcp: one
-request/response per value) and prints get/raw-TCP as a ratio.
+get crosses processes: by default through the same-host shared-memory path
+(the holder's segment mapped by the driver), with --transport tcp through
+the TCP transport (MC_TE_SHM=0 in both clients).  In the same run it
+measures raw single-connection loopback TCP moving the same bytes
+(bench/raw_tcp: one request/response per value) and prints get/raw-TCP as
+a ratio.
 
     bench/store_bench.py [--build-dir build] [--sizes 4096,65536,...]
+                         [--transport auto|tcp]
 """
 import argparse
 import json
@@ -186,6 +190,8 @@ def main():
     ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(__file__), "..", "build"))
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     ap.add_argument("--metadata", choices=["p2p", "http"], default="p2p")
+    ap.add_argument("--transport", choices=["auto", "tcp"], default="auto",
+                    help="auto: same-host shared memory where possible; tcp: MC_TE_SHM=0")
     ap.add_argument("--no-zero-copy", dest="zero_copy", action="store_false",
                     help="skip the zero-copy rows")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
@@ -198,6 +204,7 @@ def main():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(build, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["LD_LIBRARY_PATH"] = os.path.join(build, ".libs") + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["MC_TE_SHM"] = "0" if args.transport == "tcp" else "1"
 
     rpc, http = free_port(), free_port()
     master = subprocess.Popen(
@@ -260,8 +267,10 @@ def main():
                 zc_rows.append((size, batch, z, raw_tcp(size, z["n"])))
 
         print("mooncake store benchmark: 1 master + 2 client processes on loopback, "
-              "metadata=%s; medians of %d store runs and %d raw-TCP runs"
-              % (args.metadata, STORE_RUNS, RAW_RUNS))
+              "metadata=%s, transport=%s; medians of %d store runs and %d raw-TCP runs"
+              % (args.metadata,
+                 "tcp" if args.transport == "tcp" else "same-host shared memory",
+                 STORE_RUNS, RAW_RUNS))
         print("%-8s %6s | %9s %9s | %9s %9s %8s %8s | %9s %8s | %6s" % (
             "value", "ops", "put GB/s", "put op/s", "get GB/s", "get op/s", "p50 us",
             "p99 us", "raw GB/s", "raw p50", "get/raw"))
