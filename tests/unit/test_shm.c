@@ -455,6 +455,45 @@ START_TEST(test_shm_not_shared_uses_tcp)
 }
 END_TEST
 
+/* A "not shared" answer is believed for a while only: when the holder
+ * replaces that region by shared memory at the same address, the reader
+ * comes to use it (within PEER_UNSHARED_MS, polled with a bound). */
+START_TEST(test_shm_unshared_answer_expires)
+{
+    shm_buf_t u = shm_buf_new(64 * KiB, 0, NULL); /* unsealed: served over TCP */
+    uint8_t *p  = u.p;
+    uint8_t buf[4096];
+    uint64_t ops, bytes, o2, b2;
+    long long end;
+
+    te_fill(p, u.len, 11);
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, p, u.len, "", MC_TE_MEM_REMOTE_ACCESS, u.fd));
+    mc_te_segment_id_t seg = te_open(A, B);
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, p, sizeof(buf), seg));
+    ck_assert_msg(memcmp(buf, p, sizeof(buf)) == 0, "the TCP read should match");
+    ck_assert_stats(A, ops, bytes, 0, 0);
+
+    /* same address, now a sealed memfd */
+    ck_assert_status_ok(mc_te_mem_dereg(B, p));
+    shm_buf_free(&u, 0);
+    u = shm_buf_new(64 * KiB, 1, p);
+    te_fill(p, u.len, 12);
+    ck_assert_status_ok(mc_te_mem_reg_shared(B, p, u.len, "", MC_TE_MEM_REMOTE_ACCESS, u.fd));
+    end = now_ms() + 5000;
+    do {
+        ck_assert_status_ok(xfer1(A, MC_TE_READ, buf, p, sizeof(buf), seg));
+        ck_assert_msg(memcmp(buf, p, sizeof(buf)) == 0, "every read should see the new bytes");
+        stats(A, &o2, &b2);
+        if (o2 == ops)
+            poll(NULL, 0, 20);
+    } while ((o2 == ops) && (now_ms() < end));
+    ck_assert_msg(o2 > ops, "the reader should move to shared memory once the answer is old");
+    ck_assert_status_ok(mc_te_mem_dereg(B, p));
+    shm_buf_free(&u, 1);
+}
+END_TEST
+
 START_TEST(test_shm_revocation)
 {
     shm_buf_t h = shm_buf_new(64 * KiB, 1, NULL);
@@ -1362,6 +1401,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_roundtrip);
     tcase_add_test(two, test_shm_not_shared_uses_tcp);
     tcase_add_test(two, test_shm_revocation);
+    tcase_add_test(two, test_shm_unshared_answer_expires);
     tcase_add_test(two, test_shm_out_of_range);
     tcase_add_test(two, test_shm_hostile_client);
     tcase_add_test(two, test_shm_holder_gone);

@@ -40,6 +40,9 @@
 
 #define SERVER_MAX_CONNS 256
 #define PEER_MAX_MAPS    4096
+/* How long a "not shared" answer is believed: the holder may unregister
+ * that region and register shared memory at the same address. */
+#define PEER_UNSHARED_MS 1000
 #define CTL_LEN          ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
 
 #ifndef F_SEAL_FUTURE_WRITE
@@ -376,6 +379,7 @@ typedef struct peer_map {
     uint8_t *base;  /* our mapping of it; NULL: the region is not shared */
     uint32_t slot;
     uint64_t gen;
+    uint64_t recheck_ms; /* not shared: ask again from then on */
 } peer_map_t;
 
 struct mc_te_shm_peer {
@@ -676,8 +680,10 @@ static int map_ask(mc_te_shm_peer_t *p, uint64_t addr, uint64_t len)
         m.base = base;
         m.slot = a.slot;
         m.gen  = a.gen;
-    } else if (fd >= 0) {
-        close(fd);
+    } else {
+        if (fd >= 0)
+            close(fd);
+        m.recheck_ms = mc_now_ms() + PEER_UNSHARED_MS;
     }
     pthread_rwlock_wrlock(&p->map_lock);
     rc = __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE) ? -1 : map_insert(p, &m);
@@ -714,8 +720,13 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
         pthread_rwlock_rdlock(&p->map_lock);
         m = map_find(p, remote, len);
         if ((m != NULL) && (m->base == NULL)) {
+            int fresh = mc_now_ms() < m->recheck_ms;
             pthread_rwlock_unlock(&p->map_lock);
-            return 0; /* the holder serves this region over the network only */
+            /* the holder serves this region over the network only; once the
+             * answer is old, ask again (a new answer replaces it) */
+            if (fresh || (attempt > 0) || (map_ask(p, remote, len) != 0))
+                return 0;
+            continue;
         }
         if ((m != NULL) && map_live(p, m)) {
             uint8_t *at_p = m->base + (remote - m->addr);
