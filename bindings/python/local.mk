@@ -55,6 +55,7 @@ EXTRA_DIST += \
 	tests/python/test_segments.py \
 	tests/python/test_remount.py \
 	tests/python/test_tasks.py \
+	tests/python/test_shm.py \
 	$(NULL)
 
 if ENABLE_PYTHON
