@@ -262,6 +262,12 @@ static void *server_main(void *arg)
                     pf[n].revents = 0;
                     n++;
                 }
+            } else if ((errno == EMFILE) || (errno == ENFILE) || (errno == ENOBUFS) ||
+                       (errno == ENOMEM)) {
+                /* The connection stays queued and the socket readable:
+                 * back off instead of spinning until a descriptor frees. */
+                mc_warn("shared-memory server: cannot accept: %m");
+                poll(&pf[0], 1, 100);
             }
         }
     }
