@@ -21,6 +21,10 @@
  * After a successful ping the thread also finishes graceful unmounts whose
  * grace period is over (mc_store_segments_reap, mount.c), on its own
  * connection, so a draining segment goes within a tick of its deadline.
+ * Every tick it also lets the transfer engine unmap the segments of
+ * same-host holders that died (mc_te_shm_sweep): the master drops their
+ * replicas, so no read would ever notice, and their memory would stay
+ * mapped here until close.
  */
 #include "config.h"
 
@@ -152,6 +156,8 @@ static void *hb_main(void *arg)
             if ((fails % MC_STORE_HEARTBEAT_MAX_FAILS) == 0)
                 mc_store_worker_drop_conn(hb);
         }
+
+        mc_te_shm_sweep(s->te);
 
         /* Fixed-rate ticks; after a long stall, restart from now. */
         clock_gettime(CLOCK_MONOTONIC, &now);

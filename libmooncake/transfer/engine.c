@@ -688,6 +688,32 @@ static int shm_try(mc_te_t *te, mc_te_shm_peer_t *p, mc_te_op_t op, void *local,
     return 1;
 }
 
+void mc_te_shm_sweep(mc_te_t *te)
+{
+    /* Segments are never freed before the engine, and neither are their
+     * paths (current or retired): only the id table needs the lock. */
+    for (size_t i = 0;; i++) {
+        mc_te_segment_t *s;
+        mc_te_shm_peer_t *p;
+        int end;
+        pthread_mutex_lock(&te->seg_lock);
+        end = i >= te->nsegs;
+        s   = end ? NULL : te->segs[i];
+        pthread_mutex_unlock(&te->seg_lock);
+        if (end)
+            break;
+        if ((s == NULL) || s->is_self)
+            continue;
+        p = __atomic_load_n(&s->shm, __ATOMIC_ACQUIRE);
+        if (p != NULL)
+            (void)mc_te_shm_peer_alive(p);
+        pthread_mutex_lock(&s->desc_mu);
+        for (struct mc_te_shm_retired *r = s->shm_retired; r != NULL; r = r->next)
+            (void)mc_te_shm_peer_alive(r->peer);
+        pthread_mutex_unlock(&s->desc_mu);
+    }
+}
+
 void mc_te_shm_stats(mc_te_t *te, uint64_t *ops_p, uint64_t *bytes_p)
 {
     *ops_p   = __atomic_load_n(&te->shm_ops, __ATOMIC_RELAXED);

@@ -283,6 +283,10 @@ void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);
  * of fd until dereg; any other fd registers the region unshared. */
 mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char *location,
                                  unsigned flags, int fd);
+/* Look for same-host holders that hung up and unmap their memory, also
+ * of segments nobody reads any more (one poll per segment; the store's
+ * heartbeat calls it every tick).  Requests do the same check themselves. */
+void mc_te_shm_sweep(mc_te_t *te);
 /* Requests and bytes this engine moved through same-host shared memory. */
 void mc_te_shm_stats(mc_te_t *te, uint64_t *ops_p, uint64_t *bytes_p);
 

@@ -14,7 +14,7 @@ reader.
 import os
 import uuid
 
-from helpers import MiB
+from helpers import MiB, wait_until
 
 SIZES = [1, 4096, MiB + 3, 8 * MiB]
 
@@ -100,10 +100,12 @@ def test_dead_holder_is_unmapped_and_reads_fail_cleanly(master, spawn_client):
     assert len(segment_mappings(other.pid)) == 2
 
     owner.kill()
-    # The master still lists the replica until the owner expires: the read
-    # must fail (the holder is gone), not return its orphaned memory, and
-    # the reader must let go of that memory.
+    # Nobody reads from the owner again, yet the reader lets go of its
+    # memory: its heartbeat notices the hang-up.
+    wait_until(lambda: len(segment_mappings(other.pid)) == 1, 10,
+               "the reader to unmap the dead owner's segment")
+    # The master may still list the replica until the owner expires: the
+    # read must fail (the holder is gone), not return orphaned memory.
     got = other.call("get", key=k)
     assert got["len"] == 0, got
     assert other.alive()
-    assert len(segment_mappings(other.pid)) == 1

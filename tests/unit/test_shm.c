@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -744,6 +745,27 @@ START_TEST(test_shm_hostile_client)
 }
 END_TEST
 
+/* How many mappings of @p fd's memfd this process holds. */
+static int mappings_of(int fd)
+{
+    struct stat sb;
+    char line[512];
+    int n = 0;
+    FILE *f;
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long ino = 0;
+        char path[256] = "";
+        if ((sscanf(line, "%*s %*s %*s %*s %llu %255s", &ino, path) == 2) &&
+            (ino == (unsigned long long)sb.st_ino) && (strstr(path, "memfd:") != NULL))
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
 START_TEST(test_shm_holder_gone)
 {
     mc_te_h H   = shm_te_new("P2PHANDSHAKE", 1);
@@ -779,6 +801,12 @@ START_TEST(test_shm_holder_gone)
     ck_assert(!mc_te_shm_mapped(p, (uint64_t)(uintptr_t)h.p, 16));
     ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, (uint64_t)(uintptr_t)h.p, 16, &st), 0);
     mc_te_shm_peer_close(p);
+
+    /* The engine still maps the dead holder's region (nothing read it
+     * since); a sweep lets go of it. */
+    ck_assert_int_eq(mappings_of(h.fd), 2); /* ours and engine A's */
+    mc_te_shm_sweep(A);
+    ck_assert_int_eq(mappings_of(h.fd), 1);
 
     /* the engine's reader fails cleanly, through the network path */
     st = xfer1(A, MC_TE_READ, buf, h.p, sizeof(buf), seg);
