@@ -401,41 +401,8 @@ static mc_status_t psess_config_check(const mc_replicate_config_t *cfg, size_t n
         mc_set_error_detail("put sessions write memory replicas only (dfs_replica_num 0)");
         return MC_INVALID_PARAMS;
     }
-    if ((cfg->soft_pin_action != MC_SOFT_PIN_PRESERVE) &&
-        (cfg->soft_pin_action != MC_SOFT_PIN_ENABLE) &&
-        (cfg->soft_pin_action != MC_SOFT_PIN_DISABLE)) {
-        mc_set_error_detail("soft_pin_action %d is not valid", (int)cfg->soft_pin_action);
-        return MC_INVALID_PARAMS;
-    }
-    if ((cfg->field_mask & MC_RC_FIELD_SOFT_PIN_TTL) &&
-        (cfg->soft_pin_action != MC_SOFT_PIN_ENABLE)) {
-        mc_set_error_detail("soft_pin_ttl_ms needs soft_pin_action ENABLE");
-        return MC_INVALID_PARAMS;
-    }
-    if (cfg->prefer_alloc_in_same_node) {
-        mc_set_error_detail("prefer_alloc_in_same_node is not supported by put");
-        return MC_INVALID_PARAMS;
-    }
-    if ((cfg->preferred_segment != NULL) &&
-        (strnlen(cfg->preferred_segment, MC_WIRE_MAX_STR + 1) > MC_WIRE_MAX_STR)) {
-        mc_set_error_detail("preferred_segment is too long");
-        return MC_INVALID_PARAMS;
-    }
-    if (cfg->field_mask & MC_RC_FIELD_GROUP_IDS) {
-        if ((cfg->group_ids_count != n) || ((n > 0) && (cfg->group_ids == NULL))) {
-            mc_set_error_detail("group_ids has %zu entries for %zu key(s)",
-                                cfg->group_ids_count, n);
-            return MC_INVALID_PARAMS;
-        }
-        for (size_t i = 0; i < n; i++) {
-            if ((cfg->group_ids[i] == NULL) ||
-                (strnlen(cfg->group_ids[i], MC_WIRE_MAX_STR + 1) > MC_WIRE_MAX_STR)) {
-                mc_set_error_detail("group_ids[%zu] is NULL or too long", i);
-                return MC_INVALID_PARAMS;
-            }
-        }
-    }
-    return MC_OK;
+    /* the rules every write shares (same-node placement is not offered) */
+    return mc_store_config_check(cfg, n, 0);
 }
 
 /* A session entry from BATCH_PUT_START's answer for one key. */

@@ -417,19 +417,15 @@ MC_API mc_te_h mc_store_engine(mc_store_h s)
 
 /* ---- replication config --------------------------------------------------------- */
 
-/* How a write call may be used (flags of config_check and the write paths). */
-#define WF_ZERO_COPY 0x1u /* every source byte must be registered memory */
-#define WF_SAME_NODE 0x2u /* prefer_alloc_in_same_node is accepted */
-
 /*
  * What upstream checks on the client before any RPC.  @p nkeys is the
  * number of keys written by the call (group_ids needs one per key).
  * prefer_alloc_in_same_node is refused by put, put_from and batch_put_from
  * upstream but documented for the multi-buffer writes, which are the only
- * calls that pass WF_SAME_NODE; it always needs replica_num == 1.
+ * calls that pass MC_WF_SAME_NODE; it always needs replica_num == 1.
  */
-static mc_status_t config_check(const mc_replicate_config_t *cfg, size_t nkeys,
-                                unsigned flags)
+mc_status_t mc_store_config_check(const mc_replicate_config_t *cfg, size_t nkeys,
+                                  unsigned flags)
 {
     if (cfg == NULL)
         return MC_OK;
@@ -454,7 +450,7 @@ static mc_status_t config_check(const mc_replicate_config_t *cfg, size_t nkeys,
         return MC_INVALID_PARAMS;
     }
     if (cfg->prefer_alloc_in_same_node) {
-        if (!(flags & WF_SAME_NODE)) {
+        if (!(flags & MC_WF_SAME_NODE)) {
             mc_set_error_detail("prefer_alloc_in_same_node is only supported by the "
                                 "multi-buffer writes (batch_put_from_multi_buffers)");
             return MC_INVALID_PARAMS;
@@ -717,7 +713,7 @@ static void write_revoke(mc_store_h s, write_op_t op, mc_str_t key)
  */
 static mc_status_t check_sources(mc_store_h s, const mc_iov_t *parts, size_t n, unsigned flags)
 {
-    if (!(flags & WF_ZERO_COPY))
+    if (!(flags & MC_WF_ZERO_COPY))
         return check_staging(s, parts, n);
     for (size_t i = 0; i < n; i++) {
         if ((parts[i].len > 0) && !mc_store_mem_is_usable(s, parts[i].base, parts[i].len)) {
@@ -749,7 +745,7 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
     st = check_parts(parts, nparts, &total);
     if (st != MC_OK)
         return st;
-    st = config_check(cfg, 1, flags);
+    st = mc_store_config_check(cfg, 1, flags);
     if (st != MC_OK)
         return st;
     st = check_sources(s, parts, nparts, flags);
@@ -867,14 +863,14 @@ MC_API mc_status_t mc_store_put_from(mc_store_h s, const char *key, const void *
                                      const mc_replicate_config_t *cfg)
 {
     mc_iov_t part = {buf, len};
-    return write_one(s, WRITE_PUT, key, &part, 1, cfg, WF_ZERO_COPY);
+    return write_one(s, WRITE_PUT, key, &part, 1, cfg, MC_WF_ZERO_COPY);
 }
 
 MC_API mc_status_t mc_store_upsert_from(mc_store_h s, const char *key, const void *buf,
                                         size_t len, const mc_replicate_config_t *cfg)
 {
     mc_iov_t part = {buf, len};
-    return write_one(s, WRITE_UPSERT, key, &part, 1, cfg, WF_ZERO_COPY);
+    return write_one(s, WRITE_UPSERT, key, &part, 1, cfg, MC_WF_ZERO_COPY);
 }
 
 /* ---- batch writes ---------------------------------------------------------------------- */
@@ -1155,7 +1151,7 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
         st = MC_INVALID_PARAMS;
         goto fail_all;
     }
-    st = config_check(cfg, n, flags);
+    st = mc_store_config_check(cfg, n, flags);
     if (st != MC_OK)
         goto fail_all;
 
@@ -1338,7 +1334,7 @@ MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h s, const char *const
                                                  mc_status_t *statuses)
 {
     write_src_t src = {NULL, bufs, counts};
-    return write_many(s, WRITE_PUT, keys, &src, n, cfg, WF_ZERO_COPY | WF_SAME_NODE, statuses);
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE, statuses);
 }
 
 MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *const *keys,
@@ -1348,7 +1344,7 @@ MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *co
                                                     mc_status_t *statuses)
 {
     write_src_t src = {NULL, bufs, counts};
-    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, WF_ZERO_COPY | WF_SAME_NODE,
+    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE,
                       statuses);
 }
 

@@ -110,6 +110,16 @@ mc_status_t mc_store_check_key(const char *key, size_t *len_p);
 size_t mc_store_select_keys(const char *const *keys, size_t n, mc_status_t *statuses,
                             mc_str_t *wkeys, size_t *sel);
 
+/* How a write call may be used (flags of mc_store_config_check and the
+ * write paths). */
+#define MC_WF_ZERO_COPY 0x1u /* every source byte must be registered memory */
+#define MC_WF_SAME_NODE 0x2u /* prefer_alloc_in_same_node is accepted */
+
+/* store.c: what upstream checks of a ReplicateConfig on the client before
+ * any RPC (NULL passes); @p nkeys keys are written by the call. */
+mc_status_t mc_store_config_check(const mc_replicate_config_t *cfg, size_t nkeys,
+                                  unsigned flags);
+
 /* store.c: wire form of a checked @p cfg (NULL: the defaults) for the keys
  * sel[0..nsel) of the call (sel NULL: the identity); @p gids holds nsel
  * strings and must outlive @p w. */
