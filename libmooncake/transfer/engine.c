@@ -287,8 +287,8 @@ static void region_drain_free(mc_te_t *te, mc_te_region_t *r)
     region_free(r);
 }
 
-static mc_status_t mem_reg(mc_te_t *te, void *addr, size_t len, const char *location,
-                           unsigned flags, int fd)
+mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char *location,
+                                 unsigned flags, int fd)
 {
     mc_te_region_t *r;
     uintptr_t a = (uintptr_t)addr;
@@ -388,13 +388,7 @@ static mc_status_t mem_reg(mc_te_t *te, void *addr, size_t len, const char *loca
 MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char *location,
                                  unsigned flags)
 {
-    return mem_reg(te, addr, len, location, flags, -1);
-}
-
-mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char *location,
-                                 unsigned flags, int fd)
-{
-    return mem_reg(te, addr, len, location, flags, fd);
+    return mc_te_mem_reg_shared(te, addr, len, location, flags, -1);
 }
 
 MC_API mc_status_t mc_te_mem_dereg(mc_te_h te, void *addr)
@@ -1129,6 +1123,7 @@ static mc_status_t request_check(mc_te_t *te, const mc_te_request_t *r, mc_te_se
 static size_t request_slices(mc_te_t *te, const mc_te_request_t *r, mc_te_segment_t *s)
 {
     uint64_t slice = te->cfg.slice_size;
+    mc_te_shm_peer_t *shm = __atomic_load_n(&s->shm, __ATOMIC_ACQUIRE);
     int known;
     if ((r->length <= slice) || (te->cfg.workers == 0))
         return 1;
@@ -1136,9 +1131,7 @@ static size_t request_slices(mc_te_t *te, const mc_te_request_t *r, mc_te_segmen
         pthread_rwlock_rdlock(&te->regions_lock);
         known = region_find(te, r->remote, r->length) != NULL;
         pthread_rwlock_unlock(&te->regions_lock);
-    } else if ((__atomic_load_n(&s->shm, __ATOMIC_ACQUIRE) != NULL) &&
-               mc_te_shm_mapped(__atomic_load_n(&s->shm, __ATOMIC_ACQUIRE), r->remote,
-                                r->length)) {
+    } else if ((shm != NULL) && mc_te_shm_mapped(shm, r->remote, r->length)) {
         return 1; /* one memcpy: slicing would only add hand-offs */
     } else {
         known = segment_has_range(s, r->remote, r->length);

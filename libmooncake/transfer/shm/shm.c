@@ -544,6 +544,16 @@ void mc_te_shm_peer_close(mc_te_shm_peer_t *p)
     free(p);
 }
 
+/* Stop using the holder (it hung up, or an exchange went wrong) and
+ * release its memory now rather than at engine teardown. */
+static void peer_give_up(mc_te_shm_peer_t *p)
+{
+    __atomic_store_n(&p->dead, 1, __ATOMIC_RELEASE);
+    pthread_rwlock_wrlock(&p->map_lock);
+    maps_drop_all(p);
+    pthread_rwlock_unlock(&p->map_lock);
+}
+
 int mc_te_shm_peer_alive(mc_te_shm_peer_t *p)
 {
     struct pollfd pf;
@@ -554,11 +564,7 @@ int mc_te_shm_peer_alive(mc_te_shm_peer_t *p)
     pf.fd     = p->fd;
     pf.events = 0;
     if ((poll(&pf, 1, 0) > 0) && (pf.revents & (POLLHUP | POLLERR | POLLNVAL))) {
-        __atomic_store_n(&p->dead, 1, __ATOMIC_RELEASE);
-        /* release the holder's memory now rather than at engine teardown */
-        pthread_rwlock_wrlock(&p->map_lock);
-        maps_drop_all(p);
-        pthread_rwlock_unlock(&p->map_lock);
+        peer_give_up(p);
         mc_debug("same-host peer %s hung up; using TCP", p->name);
         return 0;
     }
@@ -650,9 +656,7 @@ static int map_ask(mc_te_shm_peer_t *p, uint64_t addr, uint64_t len)
         __atomic_store_n(&p->dead, 1, __ATOMIC_RELEASE); /* out of step: stop using it */
     pthread_mutex_unlock(&p->io_mu);
     if (rc != 0) {
-        pthread_rwlock_wrlock(&p->map_lock);
-        maps_drop_all(p);
-        pthread_rwlock_unlock(&p->map_lock);
+        peer_give_up(p);
         return -1;
     }
 
