@@ -1348,6 +1348,25 @@ MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *co
                       statuses);
 }
 
+MC_API mc_status_t mc_store_batch_put_parts(mc_store_h s, const char *const *keys,
+                                            const mc_iov_t *const *bufs, const size_t *counts,
+                                            size_t n, const mc_replicate_config_t *cfg,
+                                            mc_status_t *statuses)
+{
+    write_src_t src = {NULL, bufs, counts};
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses);
+}
+
+MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h s, const char *const *keys,
+                                               const mc_iov_t *const *bufs,
+                                               const size_t *counts, size_t n,
+                                               const mc_replicate_config_t *cfg,
+                                               mc_status_t *statuses)
+{
+    write_src_t src = {NULL, bufs, counts};
+    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses);
+}
+
 /* ---- removal ------------------------------------------------------------------------- */
 
 MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)

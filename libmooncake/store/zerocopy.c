@@ -88,6 +88,17 @@ int mc_store_mem_is_usable(mc_store_h s, const void *p, size_t len)
     return len <= rlen - ((uintptr_t)p - base);
 }
 
+MC_API int mc_store_mem_is_registered(mc_store_h s, const void *p, size_t len)
+{
+    int ok;
+
+    if (mc_store_enter(s) != MC_OK)
+        return 0;
+    ok = mc_store_mem_is_usable(s, p, len);
+    mc_store_leave(s);
+    return ok;
+}
+
 MC_API mc_status_t mc_store_register_buffer(mc_store_h s, void *addr, size_t len)
 {
     mc_status_t st;

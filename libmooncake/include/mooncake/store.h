@@ -295,6 +295,35 @@ MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h store, const char
                                                     const mc_replicate_config_t *cfg,
                                                     mc_status_t *statuses);
 
+/**
+ * @brief Batch put where object i is the concatenation of
+ *        bufs[i][0..counts[i]) in any memory (as mc_store_put_parts(), one
+ *        master round trip for the batch).
+ *
+ * Unlike mc_store_put() and the single-buffer batches, and like the
+ * multi-buffer zero-copy calls, prefer_alloc_in_same_node is honoured.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_batch_put_parts(mc_store_h store, const char *const *keys,
+                                            const mc_iov_t *const *bufs, const size_t *counts,
+                                            size_t n, const mc_replicate_config_t *cfg,
+                                            mc_status_t *statuses);
+
+/** @brief Batch upsert, laid out as mc_store_batch_put_parts(). @since 0.2 */
+MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h store, const char *const *keys,
+                                               const mc_iov_t *const *bufs,
+                                               const size_t *counts, size_t n,
+                                               const mc_replicate_config_t *cfg,
+                                               mc_status_t *statuses);
+
+/**
+ * @brief 1 when [p, p+len) lies inside one region the zero-copy calls
+ *        accept (mc_store_register_buffer() or the local buffer), else 0
+ *        (also before setup and after close).
+ * @since 0.2
+ */
+MC_API int mc_store_mem_is_registered(mc_store_h store, const void *p, size_t len);
+
 /* ---- zero-copy reads: the destination memory must be registered ------ */
 
 /**
