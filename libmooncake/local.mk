@@ -8,6 +8,7 @@ mooncakeinclude_HEADERS += \
 	libmooncake/include/mooncake/config.h \
 	libmooncake/include/mooncake/transfer.h \
 	libmooncake/include/mooncake/store.h \
+	libmooncake/include/mooncake/tensor.h \
 	$(NULL)
 
 noinst_LTLIBRARIES += libmooncake-internal.la
@@ -25,6 +26,7 @@ libmooncake_internal_la_SOURCES = \
 	$(NULL)
 include libmooncake/transfer/local.mk
 include libmooncake/store/local.mk
+include libmooncake/tensor/local.mk
 
 lib_LTLIBRARIES += libmooncake.la
 libmooncake_la_SOURCES =

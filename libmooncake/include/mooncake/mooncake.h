@@ -11,6 +11,7 @@
 #include <mooncake/config.h>
 #include <mooncake/transfer.h>
 #include <mooncake/store.h>
+#include <mooncake/tensor.h>
 
 #ifdef __cplusplus
 extern "C" {
