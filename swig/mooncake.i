@@ -222,6 +222,16 @@ static void mooncake_rc_clear_strings_(mc_replicate_config_t *cfg)
 %ignore mc_task_id;
 %include <mooncake/store.h>
 
+/* ---- tensor objects ------------------------------------------------------- */
+
+/* The constants (header size, dtype codes, ...) are bound; the functions
+ * are reached through the Store methods of the language files. */
+%rename("$ignore", %$isfunction, regextarget=1) "^mc_tensor_";
+%ignore mc_tensor_axis;
+%ignore mc_tensor_meta;
+%ignore mc_tensor_slab;
+%include <mooncake/tensor.h>
+
 /*
  * The binding's store object.  It wraps the handle in a struct of its own so
  * the methods SWIG generates (named <struct>_<method>) cannot collide with

@@ -165,17 +165,27 @@ static PyObject *mooncake_py_empty_bytes(void)
     return PyBytes_FromStringAndSize("", 0);
 }
 
-/* A bytes object of @p size for a read to fill, or NULL (no exception set)
- * when it cannot be allocated. */
-static PyObject *mooncake_py_bytes_for(uint64_t size)
+/* A bytes object (a bytearray when @p mutable_) of @p size for a read to
+ * fill, or NULL (no exception set) when it cannot be allocated.  Tensor
+ * reads ask for a bytearray: a tensor may view it and write to it. */
+static PyObject *mooncake_py_bytes_for(uint64_t size, int mutable_)
 {
     PyObject *out;
     if (size > (uint64_t)PY_SSIZE_T_MAX)
         return NULL;
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (mutable_)
+        out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)size);
+    else
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (out == NULL)
         PyErr_Clear();
     return out;
+}
+
+/* The storage of an object of mooncake_py_bytes_for(). */
+static char *mooncake_py_bytes_data(PyObject *o)
+{
+    return PyByteArray_Check(o) ? PyByteArray_AS_STRING(o) : PyBytes_AS_STRING(o);
 }
 %}
 
@@ -285,10 +295,11 @@ cleanup:
 
 %extend mooncake_store {
     /*
-     * The object as bytes, b"" when it is missing or on any error (the
-     * upstream contract).  Raises only for a key that is not a str.
+     * The object as bytes (a bytearray with @p mutable_), b"" when it is
+     * missing or on any error (the upstream contract).  Raises only for a
+     * key that is not a str.
      */
-    PyObject *get(const char *key)
+    PyObject *get(const char *key, int mutable_ = 0)
     {
         mc_store_query_h q = NULL;
         mc_status_t st;
@@ -301,7 +312,7 @@ cleanup:
         if ((st != MC_OK) || (q == NULL))
             return mooncake_py_empty_bytes();
         size = mc_store_query_size(q);
-        out = (size > 0) ? mooncake_py_bytes_for(size) : NULL;
+        out = (size > 0) ? mooncake_py_bytes_for(size, mutable_) : NULL;
         if (out == NULL) {
             Py_BEGIN_ALLOW_THREADS
             mc_store_query_release(q);
@@ -309,7 +320,7 @@ cleanup:
             return mooncake_py_empty_bytes();
         }
         Py_BEGIN_ALLOW_THREADS
-        st = mc_store_query_read($self->h, q, 0, PyBytes_AS_STRING(out), (size_t)size);
+        st = mc_store_query_read($self->h, q, 0, mooncake_py_bytes_data(out), (size_t)size);
         mc_store_query_release(q);
         Py_END_ALLOW_THREADS
         if (st != MC_OK) {
@@ -320,11 +331,12 @@ cleanup:
     }
 
     /*
-     * A list with one bytes object per key, b"" for a miss or a failed
-     * read.  One master round trip for the lookups, then every read runs
-     * concurrently.  Raises TypeError when @p keys is not a list of str.
+     * A list with one bytes object (bytearray with @p mutable_) per key,
+     * b"" for a miss or a failed read.  One master round trip for the
+     * lookups, then every read runs concurrently.  Raises TypeError when
+     * @p keys is not a list of str.
      */
-    PyObject *get_batch(PyObject *keys)
+    PyObject *get_batch(PyObject *keys, int mutable_ = 0)
     {
         mooncake_py_strv_t sv;
         mc_store_query_h *qs = NULL;
@@ -369,11 +381,11 @@ cleanup:
             size = mc_store_query_size(qs[i]);
             if (size == 0)
                 continue;
-            outs[i] = mooncake_py_bytes_for(size);
+            outs[i] = mooncake_py_bytes_for(size, mutable_);
             if (outs[i] == NULL)
                 continue;
             rq[m] = qs[i];
-            rbufs[m] = PyBytes_AS_STRING(outs[i]);
+            rbufs[m] = mooncake_py_bytes_data(outs[i]);
             rsts[m] = MC_INTERNAL_ERROR;
             rpos[m] = i;
             m++;
@@ -1664,6 +1676,193 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
         }
         PyMem_Free(sts);
         PyMem_Free(bufs);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+}
+
+/* ======================================================================
+ * Tensor objects (mooncake/tensor.h).  The torch side lives in
+ * mooncake.store; these helpers only move numbers across: a tensor going
+ * in is a record of MOONCAKE_TENSOR_IN ints, a decoded header coming out
+ * one of MOONCAKE_TENSOR_OUT ints (see mooncake_py_tensor_out()).
+ * ====================================================================== */
+
+%feature("nothread") mooncake_store::tensor_put;
+%feature("nothread") mooncake_store::tensor_put_from;
+%feature("nothread") mooncake_store::tensor_get_into;
+%feature("nothread") tensor_decode;
+
+%{
+/* In: dtype, ndim, shape[8], address, bytes of the contiguous data. */
+#define MOONCAKE_TENSOR_IN 12
+/* Out: result, dtype, ndim, data_offset, data_bytes, local_shape[8]. */
+#define MOONCAKE_TENSOR_OUT 13
+
+/* Write the record of a read that returned @p result (bytes, or a
+ * negative status: then only that is meaningful). */
+static void mooncake_py_tensor_out(int64_t *rec, int64_t result, const mc_tensor_meta_t *m)
+{
+    int i;
+    memset(rec, 0, MOONCAKE_TENSOR_OUT * sizeof(*rec));
+    rec[0] = result;
+    if (result < 0)
+        return;
+    rec[1] = m->dtype;
+    rec[2] = m->ndim;
+    rec[3] = (int64_t)m->data_offset;
+    rec[4] = (int64_t)m->data_bytes;
+    for (i = 0; i < MC_TENSOR_MAX_DIMS; i++)
+        rec[5 + i] = m->local_shape[i];
+}
+%}
+
+%inline %{
+/* The header of the serialized tensor object @p data: one
+ * MOONCAKE_TENSOR_OUT record whose result is the object length, or
+ * MC_INVALID_PARAMS for anything the decoder refuses. */
+static PyObject *tensor_decode(const void *data, size_t len)
+{
+    mc_tensor_meta_t m;
+    int64_t rec[MOONCAKE_TENSOR_OUT];
+    mc_status_t st = mc_tensor_header_decode(data, len, &m);
+    mooncake_py_tensor_out(rec, (st == MC_OK) ? (int64_t)len : (int64_t)st, &m);
+    return mooncake_py_list_i64(rec, MOONCAKE_TENSOR_OUT);
+}
+%}
+
+%extend mooncake_store {
+    /*
+     * mc_tensor_put_batch(): @p recs holds MOONCAKE_TENSOR_IN ints per key.
+     * A record the codec refuses, or whose byte count disagrees with its
+     * shape, gives that key MC_INVALID_PARAMS.  One status per key.
+     */
+    PyObject *tensor_put(int upsert, PyObject *keys, PyObject *recs, int tp_size,
+                         int split_dim, const mc_replicate_config_t *config = NULL)
+    {
+        mooncake_py_strv_t sv;
+        uint64_t *v = NULL;
+        mc_tensor_meta_t *metas = NULL;
+        const void **data = NULL;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+        size_t i, n;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        if ((v = mooncake_py_u64v(recs, n * MOONCAKE_TENSOR_IN)) == NULL)
+            goto cleanup;
+        metas = PyMem_Calloc(n + 1, sizeof(*metas));
+        data = PyMem_Calloc(n + 1, sizeof(*data));
+        if ((metas == NULL) || (data == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        if ((sts = mooncake_py_status_array(n)) == NULL)
+            goto cleanup;
+        for (i = 0; i < n; i++) {
+            const uint64_t *r = v + MOONCAKE_TENSOR_IN * i;
+            if ((r[1] > MC_TENSOR_MAX_DIMS) ||
+                (mc_tensor_meta_init(&metas[i], (int32_t)r[0], (const int64_t *)(r + 2),
+                                     (int32_t)r[1]) != MC_OK) ||
+                (metas[i].data_bytes != r[11])) {
+                memset(&metas[i], 0, sizeof(metas[i]));
+                metas[i].dtype = MC_TENSOR_DTYPE_UNKNOWN; /* refused by the call */
+            }
+            data[i] = (const void *)(uintptr_t)r[10];
+        }
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_tensor_put_batch($self->h, sv.v, metas, data, n, tp_size, split_dim, config,
+                                 upsert ? MC_TENSOR_WRITE_UPSERT : 0, sts);
+        Py_END_ALLOW_THREADS
+        list = mooncake_py_batch_statuses(sts, n, st);
+    cleanup:
+        PyMem_Free(sts);
+        PyMem_Free(data);
+        PyMem_Free(metas);
+        PyMem_Free(v);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /* mc_tensor_put_from_batch(): buffer i is @p ptrs[i], @p sizes[i] bytes
+     * of serialized tensor.  One status per key. */
+    PyObject *tensor_put_from(int upsert, PyObject *keys, PyObject *ptrs, PyObject *sizes,
+                              int tp_size, int split_dim,
+                              const mc_replicate_config_t *config = NULL)
+    {
+        mooncake_py_strv_t sv;
+        uint64_t *vp = NULL, *vs = NULL;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+        size_t n;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        if (((vp = mooncake_py_u64v(ptrs, n)) == NULL) ||
+            ((vs = mooncake_py_u64v(sizes, n)) == NULL) ||
+            ((sts = mooncake_py_status_array(n)) == NULL))
+            goto cleanup;
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_tensor_put_from_batch($self->h, sv.v, (const void *const *)vp, vs, n, tp_size,
+                                      split_dim, config, upsert ? MC_TENSOR_WRITE_UPSERT : 0,
+                                      sts);
+        Py_END_ALLOW_THREADS
+        list = mooncake_py_batch_statuses(sts, n, st);
+    cleanup:
+        PyMem_Free(sts);
+        PyMem_Free(vs);
+        PyMem_Free(vp);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /* mc_tensor_batch_get_into() (mc_tensor_get_into() for one key): one
+     * MOONCAKE_TENSOR_OUT record per key, flattened into one list. */
+    PyObject *tensor_get_into(PyObject *keys, PyObject *ptrs, PyObject *caps)
+    {
+        mooncake_py_strv_t sv;
+        uint64_t *vp = NULL, *vc = NULL;
+        mc_tensor_meta_t *metas = NULL;
+        int64_t *res = NULL, *out = NULL;
+        PyObject *list = NULL;
+        size_t i, n;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        if (((vp = mooncake_py_u64v(ptrs, n)) == NULL) ||
+            ((vc = mooncake_py_u64v(caps, n)) == NULL))
+            goto cleanup;
+        metas = PyMem_Calloc(n + 1, sizeof(*metas));
+        res = PyMem_Calloc(n + 1, sizeof(*res));
+        out = PyMem_Calloc(n * MOONCAKE_TENSOR_OUT + 1, sizeof(*out));
+        if ((metas == NULL) || (res == NULL) || (out == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        if (n == 1)
+            res[0] = mc_tensor_get_into($self->h, sv.v[0], (void *)(uintptr_t)vp[0],
+                                        (vc[0] > SIZE_MAX) ? SIZE_MAX : (size_t)vc[0],
+                                        &metas[0]);
+        else if (n > 1)
+            (void)mc_tensor_batch_get_into($self->h, sv.v, (void *const *)vp, vc, n, metas,
+                                           res);
+        Py_END_ALLOW_THREADS
+        for (i = 0; i < n; i++)
+            mooncake_py_tensor_out(out + MOONCAKE_TENSOR_OUT * i, res[i], &metas[i]);
+        list = mooncake_py_list_i64(out, n * MOONCAKE_TENSOR_OUT);
+    cleanup:
+        PyMem_Free(out);
+        PyMem_Free(res);
+        PyMem_Free(metas);
+        PyMem_Free(vc);
+        PyMem_Free(vp);
         mooncake_py_strv_cleanup(&sv);
         return list;
     }

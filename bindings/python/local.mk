@@ -16,6 +16,7 @@
 mooncake_py_sources = \
 	bindings/python/mooncake/__init__.py \
 	bindings/python/mooncake/_errors.py \
+	bindings/python/mooncake/_tensor.py \
 	bindings/python/mooncake/_util.py \
 	bindings/python/mooncake/buffer_pool.py \
 	bindings/python/mooncake/store.py \
@@ -56,6 +57,7 @@ EXTRA_DIST += \
 	tests/python/test_remount.py \
 	tests/python/test_tasks.py \
 	tests/python/test_shm.py \
+	tests/python/test_tensor.py \
 	$(NULL)
 
 if ENABLE_PYTHON

@@ -21,6 +21,10 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
   put_batch    keys, hexes                                 -> rc
   get_batch    keys                                        -> hexes
   batch_exist  keys                                        -> rcs
+  tensor_put   method (put_tensor, upsert_tensor, put_tensor_with_tp, ...),
+               key, dtype, shape, hex (the tensor's bytes), kwargs?      -> rc
+  tensor_get   method (get_tensor, get_tensor_with_tp, ...), key, kwargs?
+                                          -> none, or dtype, shape, hex
   hostname                                                 -> hostname
   close                                                    -> rc
   exit                                                     (no answer)
@@ -103,6 +107,20 @@ def handle(store, req):
         return {"hexes": [v.hex() for v in store.get_batch(req["keys"])]}
     if op == "batch_exist":
         return {"rcs": store.batch_is_exist(req["keys"])}
+    if op == "tensor_put":
+        import torch
+        dt = getattr(torch, req["dtype"])
+        raw = bytearray.fromhex(req["hex"])
+        t = torch.frombuffer(raw, dtype=torch.uint8).view(dt).view(req["shape"]) \
+            if raw else torch.empty(req["shape"], dtype=dt)
+        return {"rc": getattr(store, req["method"])(req["key"], t, **req.get("kwargs", {}))}
+    if op == "tensor_get":
+        t = getattr(store, req["method"])(req["key"], **req.get("kwargs", {}))
+        if t is None:
+            return {"none": True}
+        return {"none": False, "dtype": str(t.dtype).replace("torch.", ""),
+                "shape": list(t.shape), "hex": t.contiguous().view(-1).view(
+                    __import__("torch").uint8).numpy().tobytes().hex() if t.numel() else ""}
     if op == "hostname":
         return {"hostname": store.get_hostname()}
     if op == "close":

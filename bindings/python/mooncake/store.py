@@ -36,7 +36,10 @@ for layer-wise KV transfer (``batch_{get,put}_session_*``), store-owned
 buffers (``get_buffer`` -> :class:`BufferHandle`, ``alloc_from_mem_pool``;
 see also :mod:`mooncake.buffer_pool`), replica descriptors and background
 copy/move tasks (``create_copy_task``, ``create_move_task``,
-``query_task``).  Zero-copy
+``query_task``), and PyTorch tensors on the upstream byte layout
+(``put_tensor``/``get_tensor``, batch, pub, upsert, tensor-parallel shards
+``*_with_tp``, zero-copy ``*_tensor_into``/``*_tensor_from``; torch is
+imported on first use).  Zero-copy
 calls take addresses as ints: a list whose lengths disagree, or an int
 outside [0, 2**64-1], gives ``INVALID_PARAMS`` results (the batch calls
 return one per key) rather than an exception; a non-int is a TypeError.
@@ -53,6 +56,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, o
 from mooncake import capi as _capi
 from mooncake import _util
 from mooncake._errors import ErrorCode, describe, last_error_detail
+from mooncake._tensor import TensorMethods
 
 __all__ = [
     "MooncakeDistributedStore",
@@ -298,13 +302,17 @@ _DICT_KEYS = frozenset({
 })
 
 
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(TensorMethods):
     """A Mooncake Store client.
 
     Create it, call :meth:`setup`, then use the object methods.  Status codes
     are ints (compare with :class:`ErrorCode`).  The object may be shared by
     threads; it can be used as a context manager, which closes it on exit.
+    The PyTorch tensor methods (``put_tensor``, ``get_tensor_into``,
+    ``*_with_tp``, ...) come from :mod:`mooncake._tensor`.
     """
+
+    _c_config = staticmethod(_c_config)
 
     def __init__(self) -> None:
         self._store = _capi.Store()

@@ -1,0 +1,458 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The PyTorch tensor methods of :class:`mooncake.store.MooncakeDistributedStore`.
+
+A tensor object is the upstream 304-byte header followed by the tensor's
+bytes (``mooncake/tensor.h``, ``docs/tensor.md``); libmooncake encodes,
+checks and splits it, and moves the bytes.  This module only turns torch
+tensors into (dtype code, shape, address) records and decoded headers back
+into tensors, so C, Lua and Python read and write the same objects.
+
+torch is imported on first use: ``import mooncake.store`` works without it,
+and a tensor method then raises :class:`ImportError` naming the package.
+
+Conventions, as upstream:
+
+* writes return ``0`` or a negative :class:`~mooncake.store.ErrorCode`
+  (``INVALID_PARAMS`` for a dtype with no code, more than 8 dimensions, a
+  bad split or a malformed buffer, and nothing of that tensor is stored);
+  batch writes return one status per key, in order;
+* reads return a tensor or ``None`` (missing key, malformed object, buffer
+  too small or not registered); batch reads return one entry per key;
+* ``*_with_tp`` with ``tp_size > 1`` stores shard ``r`` of the tensor split
+  along ``split_dim`` under ``f"{key}_tp_{r}"`` (shard ``r`` holds indices
+  ``[D*r//tp_size, D*(r+1)//tp_size)`` of that dimension), and the reads
+  fetch the shard of ``tp_rank``; ``tp_size <= 1`` is the plain call on
+  ``key`` itself;
+* a tensor returned by a ``get_*`` call owns its memory (a bytearray it
+  keeps alive); one returned by a ``*_into`` call views the caller's buffer
+  (no copy), which must outlive it.
+"""
+
+import ctypes
+from typing import Any, List, Optional, Sequence, Tuple
+
+from mooncake import capi as _capi
+from mooncake import _util
+from mooncake._errors import ErrorCode
+
+_INVALID = int(ErrorCode.INVALID_PARAMS)
+_HEADER = _capi.MC_TENSOR_HEADER_SIZE
+_MAX_DIMS = _capi.MC_TENSOR_MAX_DIMS
+# A record the native layer refuses (ndim out of range): the key reports
+# INVALID_PARAMS in its slot while the others of the batch are written.
+_BAD_REC = [0, _MAX_DIMS + 1] + [0] * 10
+_PAD = [0] * _MAX_DIMS
+_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+# torch's dtype names and their tensor codes (upstream TensorDtype).
+_CODE_OF_NAME = {
+    "float32": _capi.MC_TENSOR_FLOAT32,
+    "float64": _capi.MC_TENSOR_FLOAT64,
+    "int8": _capi.MC_TENSOR_INT8,
+    "uint8": _capi.MC_TENSOR_UINT8,
+    "int16": _capi.MC_TENSOR_INT16,
+    "uint16": _capi.MC_TENSOR_UINT16,
+    "int32": _capi.MC_TENSOR_INT32,
+    "uint32": _capi.MC_TENSOR_UINT32,
+    "int64": _capi.MC_TENSOR_INT64,
+    "uint64": _capi.MC_TENSOR_UINT64,
+    "bool": _capi.MC_TENSOR_BOOL,
+    "float16": _capi.MC_TENSOR_FLOAT16,
+    "bfloat16": _capi.MC_TENSOR_BFLOAT16,
+    "float8_e4m3fn": _capi.MC_TENSOR_FLOAT8_E4M3,
+    "float8_e5m2": _capi.MC_TENSOR_FLOAT8_E5M2,
+}
+
+_torch: Any = None
+_code_of: dict = {}      # torch.dtype -> code
+_dtype_of: dict = {}     # code -> torch.dtype (only those this torch has)
+_size_of: dict = {}      # code -> bytes per element
+
+
+def torch_module() -> Any:
+    """torch, imported once; ImportError naming the package when missing."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+        except ImportError as e:
+            raise ImportError(
+                "the tensor methods of mooncake.store need PyTorch; install it "
+                "(Debian: apt-get install python3-torch)") from e
+        for name, code in _CODE_OF_NAME.items():
+            dt = getattr(torch, name, None)
+            if isinstance(dt, torch.dtype):
+                _code_of[dt] = code
+                _dtype_of[code] = dt
+                _size_of[code] = torch.empty((), dtype=dt).element_size()
+        _torch = torch
+    return _torch
+
+
+def dtype_code(dtype: Any) -> Optional[int]:
+    """The tensor code of a torch dtype, None when it has none."""
+    torch_module()
+    return _code_of.get(dtype)
+
+
+def _record(torch: Any, tensor: Any, keep: list) -> list:
+    """The native record of ``tensor`` (dtype, ndim, shape[8], address,
+    bytes); ``_BAD_REC`` when it cannot be stored.  The contiguous CPU
+    tensor whose memory the record names goes to ``keep``."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, not {type(tensor).__name__}")
+    code = _code_of.get(tensor.dtype)
+    ndim = tensor.dim()
+    if code is None or ndim > _MAX_DIMS:
+        return _BAD_REC
+    try:
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        if tensor.is_neg():
+            tensor = tensor.resolve_neg()
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()
+    except (RuntimeError, NotImplementedError):
+        return _BAD_REC
+    keep.append(tensor)
+    nbytes = tensor.numel() * _size_of[code]
+    return [code, ndim, *tensor.shape, *_PAD[ndim:],
+            tensor.data_ptr() if nbytes else 0, nbytes]
+
+
+def _from_record(torch: Any, buf: Any, rec: Sequence[int]) -> Any:
+    """The tensor a decoded record describes, viewing ``buf`` (an object
+    with the buffer protocol holding the whole serialized object); None
+    for a failed read or a dtype this torch does not have."""
+    if rec[0] < 0:
+        return None
+    dt = _dtype_of.get(rec[1])
+    if dt is None:
+        return None
+    ndim, off, nbytes = rec[2], rec[3], rec[4]
+    shape = tuple(rec[5:5 + ndim])
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dt)
+    t = torch.frombuffer(buf, dtype=dt, count=nbytes // _size_of[rec[1]], offset=off)
+    return t if ndim == 1 else t.view(shape)
+
+
+def _view_at(torch: Any, ptr: int, rec: Sequence[int]) -> Any:
+    """The tensor of a record read into the caller's memory at ``ptr``."""
+    if rec[0] < 0:
+        return None
+    return _from_record(torch, (ctypes.c_ubyte * rec[0]).from_address(ptr), rec)
+
+
+def _shard_key(key: str, tp_rank: int, tp_size: int) -> str:
+    return key if tp_size <= 1 else f"{key}_tp_{tp_rank}"
+
+
+def _tp_args(tp_rank: Any, tp_size: Any, split_dim: Any) -> bool:
+    """TypeError unless ints; False when one does not fit the native call
+    (the call then reports INVALID_PARAMS)."""
+    for name, v in (("tp_rank", tp_rank), ("tp_size", tp_size), ("split_dim", split_dim)):
+        if not _util.is_int(v):
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    return all(_I32_MIN <= v <= _I32_MAX for v in (tp_rank, tp_size, split_dim))
+
+
+def _tensor_list(name: str, value: Any) -> list:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list of tensors, not {type(value).__name__}")
+    return list(value)
+
+
+def _addr(name: str, value: Any) -> Optional[int]:
+    """An address or size: TypeError unless an int; None outside [0, 2**64-1]."""
+    if not _util.is_int(value):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    return int(value) if 0 <= value <= _util.U64_MAX else None
+
+
+def _addr_lists(keys: Any, buffer_ptrs: Any, sizes: Any) -> Optional[Tuple[list, list]]:
+    """Checked (ptrs, sizes) for a batch of registered buffers; None when
+    the lists differ in length.  An address outside [0, 2**64-1] becomes 0,
+    which the native call refuses for its key alone."""
+    _util.check_key_list("keys", keys)
+    for name, v in (("buffer_ptrs", buffer_ptrs), ("sizes", sizes)):
+        if not isinstance(v, (list, tuple)):
+            raise TypeError(f"{name} must be a list of int, not {type(v).__name__}")
+    if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+        return None
+    ps, ss = [], []
+    for p, s in zip(buffer_ptrs, sizes):
+        p, s = _addr("buffer_ptrs item", p), _addr("sizes item", s)
+        ok = p is not None and s is not None
+        ps.append(p if ok else 0)
+        ss.append(s if ok else 0)
+    return ps, ss
+
+
+class TensorMethods:
+    """The tensor family of the store client (mixed into
+    :class:`~mooncake.store.MooncakeDistributedStore`, which provides
+    ``_store`` and ``_c_config``)."""
+
+    _store: Any
+
+    @staticmethod
+    def _c_config(config: Any) -> Any:  # provided by the store class
+        raise NotImplementedError
+
+    # ---- writes from torch tensors ------------------------------------------------
+
+    def _write_tensors(self, keys: Any, tensors: Any, config: Any, upsert: bool,
+                       tp_size: int = 1, split_dim: int = 0) -> List[int]:
+        torch = torch_module()
+        _util.check_key_list("keys", keys)
+        tensors = _tensor_list("tensors_list", tensors)
+        cfg = self._c_config(config)
+        if len(tensors) != len(keys):
+            return [_INVALID] * len(keys)
+        if not keys:
+            return []
+        keep: list = []
+        recs: list = []
+        for k, t in zip(keys, tensors):
+            _util.check_key(k)
+            recs += _record(torch, t, keep)
+        return self._store.tensor_put(int(upsert), keys, recs, tp_size, split_dim, cfg)
+
+    def _write_tp(self, keys: Any, tensors: Any, config: Any, tp_rank: Any, tp_size: Any,
+                  split_dim: Any) -> List[int]:
+        if not _tp_args(tp_rank, tp_size, split_dim):
+            _util.check_key_list("keys", keys)
+            return [_INVALID] * len(keys)
+        return self._write_tensors(keys, tensors, config, False, tp_size, split_dim)
+
+    def put_tensor(self, key: str, tensor: Any) -> int:
+        """Store a torch tensor under ``key`` (header + its bytes, contiguous,
+        from CPU memory).  An existing key keeps its value and reports 0.
+
+        Returns:
+            0, or a negative :class:`ErrorCode`: ``INVALID_PARAMS`` for a
+            dtype with no tensor code or more than 8 dimensions.
+        """
+        return self._write_tensors([key], [tensor], None, False)[0]
+
+    def pub_tensor(self, key: str, tensor: Any, config: Any = None) -> int:
+        """:meth:`put_tensor` with a :class:`ReplicateConfig` (replicas,
+        pins, preferred segment, groups, ``prefer_alloc_in_same_node``)."""
+        return self._write_tensors([key], [tensor], config, False)[0]
+
+    def upsert_tensor(self, key: str, tensor: Any) -> int:
+        """Insert the tensor, or replace the object under ``key`` (in place
+        when the serialized size is unchanged).  0 or a negative ErrorCode."""
+        return self._write_tensors([key], [tensor], None, True)[0]
+
+    def upsert_pub_tensor(self, key: str, tensor: Any, config: Any = None) -> int:
+        """:meth:`upsert_tensor` with a :class:`ReplicateConfig`."""
+        return self._write_tensors([key], [tensor], config, True)[0]
+
+    def batch_put_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any]) -> List[int]:
+        """:meth:`put_tensor` of ``tensors_list[i]`` under ``keys[i]`` in one
+        batch; one status per key (``len(keys)`` times ``INVALID_PARAMS``
+        when the lists differ in length)."""
+        return self._write_tensors(keys, tensors_list, None, False)
+
+    def batch_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any],
+                         config: Any = None) -> List[int]:
+        """:meth:`batch_put_tensor` with a :class:`ReplicateConfig`."""
+        return self._write_tensors(keys, tensors_list, config, False)
+
+    def batch_upsert_tensor(self, keys: Sequence[str],
+                            tensors_list: Sequence[Any]) -> List[int]:
+        """:meth:`upsert_tensor` for several keys; one status per key."""
+        return self._write_tensors(keys, tensors_list, None, True)
+
+    def batch_upsert_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any],
+                                config: Any = None) -> List[int]:
+        """:meth:`batch_upsert_tensor` with a :class:`ReplicateConfig`."""
+        return self._write_tensors(keys, tensors_list, config, True)
+
+    def put_tensor_with_tp(self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1,
+                           split_dim: int = 0) -> int:
+        """Split ``tensor`` along ``split_dim`` into ``tp_size`` shards and
+        store shard ``r`` under ``f"{key}_tp_{r}"`` for every ``r``
+        (``tp_rank`` does not select one; ``tp_size <= 1`` is
+        :meth:`put_tensor`).  Shards may be uneven: shard ``r`` holds
+        indices ``[D*r//tp_size, D*(r+1)//tp_size)``.  Each shard's header
+        records the global shape and its rank, count and split dimension.
+
+        Returns:
+            0, or the first failing shard's ErrorCode in rank order
+            (``INVALID_PARAMS`` and nothing stored for a scalar or a
+            ``split_dim`` outside ``[-ndim, ndim)``).
+        """
+        return self._write_tp([key], [tensor], None, tp_rank, tp_size, split_dim)[0]
+
+    def pub_tensor_with_tp(self, key: str, tensor: Any, config: Any = None, tp_rank: int = 0,
+                           tp_size: int = 1, split_dim: int = 0) -> int:
+        """:meth:`put_tensor_with_tp` with a :class:`ReplicateConfig` for
+        every shard."""
+        return self._write_tp([key], [tensor], config, tp_rank, tp_size, split_dim)[0]
+
+    def batch_put_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any],
+                                 tp_rank: int = 0, tp_size: int = 1,
+                                 split_dim: int = 0) -> List[int]:
+        """:meth:`put_tensor_with_tp` for several tensors in one batch; one
+        status per base key."""
+        return self._write_tp(base_keys, tensors_list, None, tp_rank, tp_size, split_dim)
+
+    def batch_pub_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any],
+                                 config: Any = None, tp_rank: int = 0, tp_size: int = 1,
+                                 split_dim: int = 0) -> List[int]:
+        """:meth:`batch_put_tensor_with_tp` with a :class:`ReplicateConfig`."""
+        return self._write_tp(base_keys, tensors_list, config, tp_rank, tp_size, split_dim)
+
+    # ---- writes from serialized tensors in registered memory --------------------------
+
+    def _write_from(self, keys: Any, buffer_ptrs: Any, sizes: Any, upsert: bool,
+                    tp_size: Any = 1, split_dim: Any = 0, tp_rank: Any = 0) -> List[int]:
+        checked = _addr_lists(keys, buffer_ptrs, sizes)
+        if checked is None or not _tp_args(tp_rank, tp_size, split_dim):
+            return [_INVALID] * len(keys)
+        if not keys:
+            return []
+        for k in keys:
+            _util.check_key(k)
+        return self._store.tensor_put_from(int(upsert), keys, checked[0], checked[1],
+                                           tp_size, split_dim)
+
+    def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Store the serialized tensor (header + data, as
+        :meth:`get_tensor_into` leaves it) of exactly ``size`` bytes at
+        ``buffer_ptr``, which must be registered memory; the bytes move
+        straight from there.
+
+        Returns:
+            0, or ``INVALID_PARAMS`` for unregistered memory or a buffer
+            that is not a valid tensor object of ``size`` bytes, ...
+        """
+        return self._write_from([key], [buffer_ptr], [size], False)[0]
+
+    def batch_put_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                              sizes: Sequence[int]) -> List[int]:
+        """:meth:`put_tensor_from` for several buffers; one status per key
+        (a bad buffer fails its key alone)."""
+        return self._write_from(keys, buffer_ptrs, sizes, False)
+
+    def upsert_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        """:meth:`put_tensor_from` that replaces an existing object."""
+        return self._write_from([key], [buffer_ptr], [size], True)[0]
+
+    def batch_upsert_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                                 sizes: Sequence[int]) -> List[int]:
+        """:meth:`upsert_tensor_from` for several buffers; one status per key."""
+        return self._write_from(keys, buffer_ptrs, sizes, True)
+
+    def put_tensor_with_tp_from(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0,
+                                tp_size: int = 1, split_dim: int = 0) -> int:
+        """Split the whole serialized tensor at ``buffer_ptr`` (registered
+        memory) into ``tp_size`` shards as :meth:`put_tensor_with_tp` does,
+        writing each shard's bytes straight from the buffer.  ``tp_rank``
+        is accepted for signature compatibility; ``tp_size <= 1`` is
+        :meth:`put_tensor_from`."""
+        return self._write_from([key], [buffer_ptr], [size], False, tp_size, split_dim,
+                                tp_rank)[0]
+
+    def batch_put_tensor_with_tp_from(self, base_keys: Sequence[str],
+                                      buffer_ptrs: Sequence[int], sizes: Sequence[int],
+                                      tp_rank: int = 0, tp_size: int = 1,
+                                      split_dim: int = 0) -> List[int]:
+        """:meth:`put_tensor_with_tp_from` for several buffers; one status
+        per base key."""
+        return self._write_from(base_keys, buffer_ptrs, sizes, False, tp_size, split_dim,
+                                tp_rank)
+
+    # ---- reads --------------------------------------------------------------------
+
+    def get_tensor(self, key: str) -> Any:
+        """The tensor stored under ``key`` (CPU, owning its memory), or None
+        when the key is missing or the object is not a valid tensor object.
+        Grants a read lease."""
+        _util.check_key(key)
+        torch = torch_module()
+        raw = self._store.get(key, 1)
+        if not raw:
+            return None
+        return _from_record(torch, raw, _capi.tensor_decode(raw))
+
+    def batch_get_tensor(self, keys: Sequence[str]) -> List[Any]:
+        """:meth:`get_tensor` for several keys (one master round trip); None
+        in the slots of missing keys."""
+        _util.check_key_list("keys", keys)
+        torch = torch_module()
+        if not keys:
+            return []
+        return [_from_record(torch, raw, _capi.tensor_decode(raw)) if raw else None
+                for raw in self._store.get_batch(keys, 1)]
+
+    def get_tensor_with_tp(self, key: str, tp_rank: int = 0, tp_size: int = 1,
+                           split_dim: int = 0) -> Any:
+        """The shard of ``tp_rank`` (``f"{key}_tp_{tp_rank}"``) of a tensor
+        written with ``tp_size`` shards; :meth:`get_tensor` of ``key`` when
+        ``tp_size <= 1``.  ``split_dim`` is accepted for signature
+        compatibility (the header records it).  None for a miss."""
+        _util.check_key(key)
+        _tp_args(tp_rank, tp_size, split_dim)
+        return self.get_tensor(_shard_key(key, tp_rank, tp_size))
+
+    def batch_get_tensor_with_tp(self, base_keys: Sequence[str], tp_rank: int = 0,
+                                 tp_size: int = 1) -> List[Any]:
+        """:meth:`get_tensor_with_tp` for several base keys."""
+        _util.check_key_list("base_keys", base_keys)
+        _tp_args(tp_rank, tp_size, 0)
+        return self.batch_get_tensor([_shard_key(_util.check_key(k), tp_rank, tp_size)
+                                      for k in base_keys])
+
+    def _read_into(self, keys: Any, buffer_ptrs: Any, sizes: Any) -> List[Any]:
+        torch = torch_module()
+        checked = _addr_lists(keys, buffer_ptrs, sizes)
+        if checked is None:
+            return [_INVALID] * len(keys)
+        if not keys:
+            return []
+        for k in keys:
+            _util.check_key(k)
+        ptrs = checked[0]
+        recs = self._store.tensor_get_into(keys, ptrs, checked[1])
+        w = len(recs) // len(keys)
+        return [_view_at(torch, ptrs[i], recs[i * w:(i + 1) * w]) for i in range(len(keys))]
+
+    def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
+        """Read the tensor object ``key`` into the registered buffer of
+        ``size`` bytes at ``buffer_ptr`` and return a tensor viewing its
+        data there (no copy: ``t.data_ptr()`` is ``buffer_ptr`` plus the
+        header size).  The buffer then holds exactly what
+        :meth:`put_tensor_from` takes.  None for a miss, a buffer too small
+        or not registered, or an object that is not a tensor."""
+        r = self._read_into([key], [buffer_ptr], [size])[0]
+        return None if isinstance(r, int) else r
+
+    def batch_get_tensor_into(self, base_keys: Sequence[str], buffer_ptrs: Sequence[int],
+                              sizes: Sequence[int]) -> List[Any]:
+        """:meth:`get_tensor_into` for several keys, one buffer each (one
+        master round trip, one concurrent transfer); None in the slots
+        that failed, and as upstream ``len(base_keys)`` times
+        ``INVALID_PARAMS`` when the lists differ in length."""
+        return self._read_into(base_keys, buffer_ptrs, sizes)
+
+    def get_tensor_with_tp_into(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0,
+                                tp_size: int = 1, split_dim: int = 0) -> Any:
+        """:meth:`get_tensor_into` of the shard of ``tp_rank``
+        (:meth:`get_tensor_with_tp` names the key)."""
+        _util.check_key(key)
+        _tp_args(tp_rank, tp_size, split_dim)
+        return self.get_tensor_into(_shard_key(key, tp_rank, tp_size), buffer_ptr, size)
+
+    def batch_get_tensor_with_tp_into(self, base_keys: Sequence[str],
+                                      buffer_ptrs: Sequence[int], sizes: Sequence[int],
+                                      tp_rank: int = 0, tp_size: int = 1) -> List[Any]:
+        """:meth:`batch_get_tensor_into` of the shards of ``tp_rank``."""
+        _util.check_key_list("base_keys", base_keys)
+        _tp_args(tp_rank, tp_size, 0)
+        return self.batch_get_tensor_into(
+            [_shard_key(_util.check_key(k), tp_rank, tp_size) for k in base_keys],
+            buffer_ptrs, sizes)
