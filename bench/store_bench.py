@@ -177,8 +177,11 @@ def run_zero_copy(store, ReplicateConfig, cmd):
 
 
 class Worker:
-    def __init__(self, env):
-        self.p = subprocess.Popen([sys.executable, __file__, "--role", "worker"],
+    """A client process running ``script --role worker`` (this file's
+    worker_main, or another benchmark's)."""
+
+    def __init__(self, env, script=__file__):
+        self.p = subprocess.Popen([sys.executable, script, "--role", "worker"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   env=env, text=True)
 
@@ -218,28 +221,10 @@ def main():
 
     build = os.path.abspath(args.build_dir)
     sizes = [int(s) for s in args.sizes.split(",")]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(build, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    env["LD_LIBRARY_PATH"] = os.path.join(build, ".libs") + os.pathsep + env.get("LD_LIBRARY_PATH", "")
-    env["MC_TE_SHM"] = "0" if args.transport == "tcp" else "1"
-
-    rpc, http = free_port(), free_port()
-    master = subprocess.Popen(
-        [os.path.join(build, "mooncake_master"), "--port=%d" % rpc, "--rpc_address=127.0.0.1",
-         "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
-         "--http_metadata_server_port=%d" % http],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = bench_env(build, args.transport)
+    master, rpc, http = start_master(build)
     workers = []
     try:
-        deadline = time.time() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", rpc), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or master.poll() is not None:
-                    raise RuntimeError("master did not start")
-                time.sleep(0.05)
         metadata = "P2PHANDSHAKE" if args.metadata == "p2p" else \
             "http://127.0.0.1:%d/metadata" % http
         master_addr = "127.0.0.1:%d" % rpc
@@ -316,12 +301,48 @@ def main():
     finally:
         for w in workers:
             w.stop()
-        master.send_signal(signal.SIGTERM)
+        stop_master(master)
+
+
+def bench_env(build, transport):
+    """The environment of the client processes: the build tree's package and
+    library, and MC_TE_SHM for --transport (tcp: 0, auto: 1)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(build, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["LD_LIBRARY_PATH"] = os.path.join(build, ".libs") + os.pathsep + \
+        env.get("LD_LIBRARY_PATH", "")
+    env["MC_TE_SHM"] = "0" if transport == "tcp" else "1"
+    return env
+
+
+def start_master(build):
+    """A mooncake_master on free loopback ports, accepting: (process, rpc
+    port, http metadata port)."""
+    rpc, http = free_port(), free_port()
+    master = subprocess.Popen(
+        [os.path.join(build, "mooncake_master"), "--port=%d" % rpc, "--rpc_address=127.0.0.1",
+         "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+         "--http_metadata_server_port=%d" % http],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while True:
         try:
-            master.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            master.kill()
-            master.wait()
+            socket.create_connection(("127.0.0.1", rpc), timeout=1).close()
+            return master, rpc, http
+        except OSError:
+            if time.time() > deadline or master.poll() is not None:
+                stop_master(master)
+                raise RuntimeError("master did not start")
+            time.sleep(0.05)
+
+
+def stop_master(master):
+    master.send_signal(signal.SIGTERM)
+    try:
+        master.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        master.kill()
+        master.wait()
 
 
 def human(n):
