@@ -171,6 +171,13 @@ def test_dtypes_without_a_code_are_refused_and_store_nothing(store):
     assert store.batch_is_exist(["ok1", "nocode", "ok2"]) == [1, 0, 1]
 
 
+def test_tensors_without_plain_cpu_storage_are_refused(store):
+    for name, t in (("sparse", torch.zeros(4).to_sparse()),
+                    ("meta", torch.zeros(4, device="meta"))):
+        assert store.put_tensor(name, t) == INVALID, name
+        assert store.is_exist(name) == 0
+
+
 def test_non_tensors_raise_type_error(store):
     with pytest.raises(TypeError):
         store.put_tensor("x", [1, 2, 3])

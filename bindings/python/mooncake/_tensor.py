@@ -40,7 +40,7 @@ _HEADER = _capi.MC_TENSOR_HEADER_SIZE
 _MAX_DIMS = _capi.MC_TENSOR_MAX_DIMS
 # A record the native layer refuses (ndim out of range): the key reports
 # INVALID_PARAMS in its slot while the others of the batch are written.
-_BAD_REC = [0, _MAX_DIMS + 1] + [0] * 10
+_BAD_REC = [0, _MAX_DIMS + 1] + [0] * (_MAX_DIMS + 1)
 _PAD = [0] * _MAX_DIMS
 _I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
 
@@ -64,6 +64,7 @@ _CODE_OF_NAME = {
 }
 
 _torch: Any = None
+_from_dlpack: Any = None  # torch's DLPack import (capsule -> tensor, no copy)
 _code_of: dict = {}      # torch.dtype -> code
 _dtype_of: dict = {}     # code -> torch.dtype (only those this torch has)
 _size_of: dict = {}      # code -> bytes per element
@@ -71,7 +72,7 @@ _size_of: dict = {}      # code -> bytes per element
 
 def torch_module() -> Any:
     """torch, imported once; ImportError naming the package when missing."""
-    global _torch
+    global _torch, _from_dlpack
     if _torch is None:
         try:
             import torch
@@ -85,6 +86,8 @@ def torch_module() -> Any:
                 _code_of[dt] = code
                 _dtype_of[code] = dt
                 _size_of[code] = torch.empty((), dtype=dt).element_size()
+        import torch.utils.dlpack
+        _from_dlpack = getattr(torch._C, "_from_dlpack", None) or torch.utils.dlpack.from_dlpack
         _torch = torch
     return _torch
 
@@ -96,28 +99,25 @@ def dtype_code(dtype: Any) -> Optional[int]:
 
 
 def _record(torch: Any, tensor: Any, keep: list) -> list:
-    """The native record of ``tensor`` (dtype, ndim, shape[8], address,
-    bytes); ``_BAD_REC`` when it cannot be stored.  The contiguous CPU
-    tensor whose memory the record names goes to ``keep``."""
+    """The native record of ``tensor`` (dtype code, ndim, shape[8], address
+    of its contiguous CPU bytes); ``_BAD_REC`` when it cannot be stored.
+    The tensor whose memory the record names goes to ``keep``.  This runs
+    once per tensor written, so it asks torch as little as it can."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, not {type(tensor).__name__}")
     code = _code_of.get(tensor.dtype)
-    ndim = tensor.dim()
+    shape = tensor.shape
+    ndim = len(shape)
     if code is None or ndim > _MAX_DIMS:
         return _BAD_REC
-    try:
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
-        if tensor.is_neg():
-            tensor = tensor.resolve_neg()
-        if not tensor.is_contiguous():
-            tensor = tensor.contiguous()
-    except (RuntimeError, NotImplementedError):
+    try:  # sparse, meta or quantized tensors raise here
+        if not (tensor.is_cpu and tensor.is_contiguous()) or tensor.is_neg():
+            tensor = tensor.cpu().resolve_neg().contiguous()
+        ptr = tensor.data_ptr()
+    except (RuntimeError, NotImplementedError, ValueError):
         return _BAD_REC
     keep.append(tensor)
-    nbytes = tensor.numel() * _size_of[code]
-    return [code, ndim, *tensor.shape, *_PAD[ndim:],
-            tensor.data_ptr() if nbytes else 0, nbytes]
+    return [code, ndim, *shape, *_PAD[ndim:], ptr]
 
 
 def _from_record(torch: Any, buf: Any, rec: Sequence[int]) -> Any:
@@ -137,11 +137,21 @@ def _from_record(torch: Any, buf: Any, rec: Sequence[int]) -> Any:
     return t if ndim == 1 else t.view(shape)
 
 
-def _view_at(torch: Any, ptr: int, rec: Sequence[int]) -> Any:
-    """The tensor of a record read into the caller's memory at ``ptr``."""
-    if rec[0] < 0:
+def _view_at(torch: Any, ptr: int, item: Any) -> Any:
+    """The tensor of a read into the caller's memory at ``ptr``: ``item``
+    is a DLPack capsule, or the record of a failed read or of a tensor
+    DLPack cannot carry (bool, float8, empty)."""
+    if type(item) is not list:
+        return _from_dlpack(item)
+    if item[0] < 0:
         return None
-    return _from_record(torch, (ctypes.c_ubyte * rec[0]).from_address(ptr), rec)
+    return _from_record(torch, (ctypes.c_ubyte * item[0]).from_address(ptr), item)
+
+
+def _wrapped(torch: Any, raw: bytearray) -> Any:
+    """The tensor in a bytearray holding a whole serialized object."""
+    item = _capi.tensor_wrap(raw)
+    return _from_dlpack(item) if type(item) is not list else _from_record(torch, raw, item)
 
 
 def _shard_key(key: str, tp_rank: int, tp_size: int) -> str:
@@ -170,16 +180,22 @@ def _addr(name: str, value: Any) -> Optional[int]:
     return int(value) if 0 <= value <= _util.U64_MAX else None
 
 
-def _addr_lists(keys: Any, buffer_ptrs: Any, sizes: Any) -> Optional[Tuple[list, list]]:
-    """Checked (ptrs, sizes) for a batch of registered buffers; None when
-    the lists differ in length.  An address outside [0, 2**64-1] becomes 0,
-    which the native call refuses for its key alone."""
+def _same_lengths(keys: Any, buffer_ptrs: Any, sizes: Any) -> bool:
+    """Type checks of a batch of registered buffers (TypeError); False when
+    the lists differ in length."""
     _util.check_key_list("keys", keys)
     for name, v in (("buffer_ptrs", buffer_ptrs), ("sizes", sizes)):
         if not isinstance(v, (list, tuple)):
             raise TypeError(f"{name} must be a list of int, not {type(v).__name__}")
-    if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
-        return None
+    return len(buffer_ptrs) == len(keys) and len(sizes) == len(keys)
+
+
+def _addr_lists(buffer_ptrs: Any, sizes: Any) -> Tuple[list, list]:
+    """Checked (ptrs, sizes) of a batch whose lists have the same length:
+    TypeError for a non-int; an address outside [0, 2**64-1] becomes 0,
+    which the native call refuses for its key alone.  The native calls
+    take the lists as they are and raise OverflowError for such an
+    address, which is when this slower pass runs."""
     ps, ss = [], []
     for p, s in zip(buffer_ptrs, sizes):
         p, s = _addr("buffer_ptrs item", p), _addr("sizes item", s)
@@ -310,15 +326,17 @@ class TensorMethods:
 
     def _write_from(self, keys: Any, buffer_ptrs: Any, sizes: Any, upsert: bool,
                     tp_size: Any = 1, split_dim: Any = 0, tp_rank: Any = 0) -> List[int]:
-        checked = _addr_lists(keys, buffer_ptrs, sizes)
-        if checked is None or not _tp_args(tp_rank, tp_size, split_dim):
+        if not _same_lengths(keys, buffer_ptrs, sizes) or \
+                not _tp_args(tp_rank, tp_size, split_dim):
             return [_INVALID] * len(keys)
         if not keys:
             return []
-        for k in keys:
-            _util.check_key(k)
-        return self._store.tensor_put_from(int(upsert), keys, checked[0], checked[1],
-                                           tp_size, split_dim)
+        try:
+            return self._store.tensor_put_from(int(upsert), keys, buffer_ptrs, sizes,
+                                               tp_size, split_dim)
+        except OverflowError:
+            ps, ss = _addr_lists(buffer_ptrs, sizes)
+            return self._store.tensor_put_from(int(upsert), keys, ps, ss, tp_size, split_dim)
 
     def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
         """Store the serialized tensor (header + data, as
@@ -375,9 +393,7 @@ class TensorMethods:
         _util.check_key(key)
         torch = torch_module()
         raw = self._store.get(key, 1)
-        if not raw:
-            return None
-        return _from_record(torch, raw, _capi.tensor_decode(raw))
+        return _wrapped(torch, raw) if raw else None
 
     def batch_get_tensor(self, keys: Sequence[str]) -> List[Any]:
         """:meth:`get_tensor` for several keys (one master round trip); None
@@ -386,8 +402,7 @@ class TensorMethods:
         torch = torch_module()
         if not keys:
             return []
-        return [_from_record(torch, raw, _capi.tensor_decode(raw)) if raw else None
-                for raw in self._store.get_batch(keys, 1)]
+        return [_wrapped(torch, raw) if raw else None for raw in self._store.get_batch(keys, 1)]
 
     def get_tensor_with_tp(self, key: str, tp_rank: int = 0, tp_size: int = 1,
                            split_dim: int = 0) -> Any:
@@ -409,17 +424,16 @@ class TensorMethods:
 
     def _read_into(self, keys: Any, buffer_ptrs: Any, sizes: Any) -> List[Any]:
         torch = torch_module()
-        checked = _addr_lists(keys, buffer_ptrs, sizes)
-        if checked is None:
+        if not _same_lengths(keys, buffer_ptrs, sizes):
             return [_INVALID] * len(keys)
         if not keys:
             return []
-        for k in keys:
-            _util.check_key(k)
-        ptrs = checked[0]
-        recs = self._store.tensor_get_into(keys, ptrs, checked[1])
-        w = len(recs) // len(keys)
-        return [_view_at(torch, ptrs[i], recs[i * w:(i + 1) * w]) for i in range(len(keys))]
+        try:
+            items = self._store.tensor_get_into(keys, buffer_ptrs, sizes)
+        except OverflowError:
+            buffer_ptrs, sizes = _addr_lists(buffer_ptrs, sizes)
+            items = self._store.tensor_get_into(keys, buffer_ptrs, sizes)
+        return [_view_at(torch, p, item) for p, item in zip(buffer_ptrs, items)]
 
     def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
         """Read the tensor object ``key`` into the registered buffer of
