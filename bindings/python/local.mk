@@ -31,6 +31,7 @@ EXTRA_DIST += \
 	$(python_swig_sources) \
 	examples/hello.py \
 	examples/p2p_hello.py \
+	examples/tensor_hello.py \
 	tests/python/conftest.py \
 	tests/python/client_proc.py \
 	tests/python/helpers.py \
