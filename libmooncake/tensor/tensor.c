@@ -361,7 +361,8 @@ MC_API mc_status_t mc_tensor_header_decode(const void *obj, uint64_t len, mc_ten
         m.local_shape[i]  = (int64_t)mc_load_le64(p + OFF_LOCAL_SHAPE + 8 * i);
     }
     m.axis_count = mc_load_le32(p + OFF_AXIS_COUNT);
-    for (int k = 0; k < MC_TENSOR_MAX_AXES; k++) {
+    /* only the axes in use; the others stay zero, as the meta promises */
+    for (uint32_t k = 0; (k < m.axis_count) && (k < MC_TENSOR_MAX_AXES); k++) {
         const uint8_t *q   = p + OFF_AXES + AXIS_SIZE * k;
         mc_tensor_axis_t *a = &m.axes[k];
         a->kind         = (int32_t)mc_load_le32(q + 0);

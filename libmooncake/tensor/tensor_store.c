@@ -419,8 +419,10 @@ MC_API mc_status_t mc_tensor_put_from_batch(mc_store_h store, const char *const 
         } else {
             st = mc_tensor_header_decode(bufs[i], sizes[i], &ts[i].meta);
         }
-        if ((st == MC_OK) && (tp_size > 1) && (ts[i].meta.layout != MC_TENSOR_LAYOUT_FULL)) {
-            /* as upstream, a shard read back is split as the tensor it holds */
+        if ((st == MC_OK) && (tp_size > 1)) {
+            /* as upstream, the buffer is split as the tensor it holds (its
+             * local shape), whatever layout its header describes: a shard
+             * read back splits like any tensor */
             mc_tensor_meta_t whole;
             st = mc_tensor_meta_init(&whole, ts[i].meta.dtype, ts[i].meta.local_shape,
                                      ts[i].meta.ndim);
@@ -479,8 +481,10 @@ MC_API mc_status_t mc_tensor_batch_get_into(mc_store_h store, const char *const 
     size_t *counts;
     mc_status_t st = MC_OK;
 
-    if (results == NULL)
+    if (results == NULL) {
+        mc_set_error_detail("results is NULL");
         return MC_INVALID_PARAMS;
+    }
     if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (caps == NULL) || (metas == NULL))) {
         mc_set_error_detail("keys, buffers, sizes and metas are required");
         for (size_t i = 0; i < n; i++)

@@ -283,10 +283,12 @@ MC_API mc_status_t mc_tensor_put_batch(mc_store_h store, const char *const *keys
  *
  * Buffer i of @p sizes[i] bytes must be a valid tensor object of exactly
  * that length (mc_tensor_header_decode()) lying in memory registered with
- * the store (mc_store_mem_is_registered()); otherwise its status is
- * MC_INVALID_PARAMS and nothing of it is written.  With @p tp_size <= 1
- * each buffer is stored as it is; otherwise it must hold a FULL tensor,
- * which is split as by mc_tensor_put_batch() without copying the data.
+ * the store (mc_store_mem_is_registered(), checked before a byte of it
+ * is read); otherwise its status is MC_INVALID_PARAMS and nothing of it is
+ * written.  With @p tp_size <= 1 each buffer is stored as it is.
+ * Otherwise the tensor it holds (its local shape; a shard read back splits
+ * like any tensor, as upstream) is split as by mc_tensor_put_batch(),
+ * without copying the data.
  * @return As mc_tensor_put_batch().
  * @since 0.2
  */
