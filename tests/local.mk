@@ -12,6 +12,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store.c \
 	tests/unit/test_store_read.c \
 	tests/unit/test_store_write.c \
+	tests/unit/test_tensor.c \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_mem.c \
@@ -23,4 +24,5 @@ tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS)
 endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang), not by make.
-EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c
+EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
+	tests/fuzz/fuzz_tensor.c

@@ -35,7 +35,8 @@
     X(store_write)        \
     X(store_read)         \
     X(master_tasks)       \
-    X(master_mem)
+    X(master_mem)         \
+    X(tensor)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);
 MC_TEST_SUITES(MC_TEST_SUITE_DECL_)
