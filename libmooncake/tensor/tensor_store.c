@@ -296,33 +296,10 @@ out:
     return (st != MC_OK) ? st : first_error(statuses, n);
 }
 
-/* Run @p fn over freshly allocated tensor sources and statuses (a NULL
- * @p statuses is allowed by the public calls). */
-static mc_status_t with_sources(size_t n, mc_status_t *statuses, tensor_src_t **ts_p,
-                                mc_status_t **sts_p)
-{
-    *ts_p  = calloc(n + 1, sizeof(**ts_p));
-    *sts_p = (statuses != NULL) ? statuses : malloc((n + 1) * sizeof(**sts_p));
-    if ((*ts_p == NULL) || (*sts_p == NULL)) {
-        free(*ts_p);
-        if (*sts_p != statuses)
-            free(*sts_p);
-        *ts_p  = NULL;
-        *sts_p = NULL;
-        mc_set_error_detail("out of memory for a batch of %zu tensors", n);
-        if (statuses != NULL) {
-            for (size_t i = 0; i < n; i++)
-                statuses[i] = MC_INTERNAL_ERROR;
-        }
-        return MC_INTERNAL_ERROR;
-    }
-    return MC_OK;
-}
-
 /* What every write checks first: a set-up store (as every store call,
  * UNAVAILABLE_IN_CURRENT_STATUS before setup or after close, whatever the
  * tensors), then the arrays.  On failure every status gets the verdict. */
-static mc_status_t batch_args(mc_store_h store, const char *const *keys, const void *p,
+static mc_status_t batch_args(mc_store_h store, const char *const *keys, int have_arrays,
                               size_t n, mc_status_t *statuses)
 {
     mc_status_t st = MC_OK;
@@ -331,7 +308,7 @@ static mc_status_t batch_args(mc_store_h store, const char *const *keys, const v
     if ((host == NULL) || (host[0] == '\0')) {
         mc_set_error_detail("the store is not set up");
         st = MC_UNAVAILABLE_IN_CURRENT_STATUS;
-    } else if ((n > 0) && ((keys == NULL) || (p == NULL))) {
+    } else if ((n > 0) && ((keys == NULL) || !have_arrays)) {
         mc_set_error_detail("keys and tensors are required");
         st = MC_INVALID_PARAMS;
     }
@@ -342,40 +319,78 @@ static mc_status_t batch_args(mc_store_h store, const char *const *keys, const v
     return st;
 }
 
+/* Fill @p t for tensor @p i of a write call's arguments @p args. */
+typedef mc_status_t (*describe_func_t)(mc_store_h store, const void *args, size_t i,
+                                       tensor_src_t *t);
+
+/* The body of both public batch writes: check, describe each tensor,
+ * write the ones that pass. */
+static mc_status_t put_tensors(mc_store_h store, const char *const *keys, size_t n,
+                               int have_arrays, describe_func_t describe, const void *args,
+                               int32_t tp_size, int32_t split_dim,
+                               const mc_replicate_config_t *cfg, unsigned flags,
+                               mc_status_t *statuses)
+{
+    tensor_src_t *ts;
+    mc_status_t *sts, st;
+
+    st = batch_args(store, keys, have_arrays, n, statuses);
+    if ((st != MC_OK) || (n == 0))
+        return st;
+    ts  = calloc(n, sizeof(*ts));
+    sts = (statuses != NULL) ? statuses : malloc(n * sizeof(*sts));
+    if ((ts == NULL) || (sts == NULL)) {
+        mc_set_error_detail("out of memory for a batch of %zu tensors", n);
+        st = MC_INTERNAL_ERROR;
+        for (size_t i = 0; (i < n) && (statuses != NULL); i++)
+            statuses[i] = st;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sts[i]   = describe(store, args, i, &ts[i]);
+        ts[i].ok = (sts[i] == MC_OK);
+    }
+    st = write_tensors(store, keys, ts, n, tp_size, split_dim, cfg, flags, sts);
+out:
+    free(ts);
+    if (sts != statuses)
+        free(sts);
+    return st;
+}
+
+typedef struct put_args {
+    const mc_tensor_meta_t *metas;
+    const void *const *data;
+} put_args_t;
+
+static mc_status_t describe_tensor(mc_store_h store, const void *args, size_t i,
+                                   tensor_src_t *t)
+{
+    const put_args_t *a = args;
+    mc_status_t st      = mc_tensor_meta_check(&a->metas[i]);
+
+    (void)store;
+    if (st != MC_OK)
+        return st;
+    if ((a->metas[i].data_bytes > 0) && (a->data[i] == NULL)) {
+        mc_set_error_detail("tensor %zu has %llu bytes at NULL", i,
+                            (unsigned long long)a->metas[i].data_bytes);
+        return MC_INVALID_PARAMS;
+    }
+    t->meta = a->metas[i];
+    t->data = a->data[i];
+    return MC_OK;
+}
+
 MC_API mc_status_t mc_tensor_put_batch(mc_store_h store, const char *const *keys,
                                        const mc_tensor_meta_t *metas, const void *const *data,
                                        size_t n, int32_t tp_size, int32_t split_dim,
                                        const mc_replicate_config_t *cfg, unsigned flags,
                                        mc_status_t *statuses)
 {
-    tensor_src_t *ts;
-    mc_status_t *sts, st;
-
-    st = batch_args(store, keys, (metas != NULL) ? (const void *)data : NULL, n, statuses);
-    if (st != MC_OK)
-        return st;
-    if (n == 0)
-        return MC_OK;
-    st = with_sources(n, statuses, &ts, &sts);
-    if (st != MC_OK)
-        return st;
-    for (size_t i = 0; i < n; i++) {
-        st = mc_tensor_meta_check(&metas[i]);
-        if ((st == MC_OK) && (metas[i].data_bytes > 0) && (data[i] == NULL)) {
-            mc_set_error_detail("tensor %zu has %llu bytes at NULL", i,
-                                (unsigned long long)metas[i].data_bytes);
-            st = MC_INVALID_PARAMS;
-        }
-        sts[i]     = st;
-        ts[i].ok   = (st == MC_OK);
-        ts[i].meta = metas[i];
-        ts[i].data = data[i];
-    }
-    st = write_tensors(store, keys, ts, n, tp_size, split_dim, cfg, flags, sts);
-    free(ts);
-    if (sts != statuses)
-        free(sts);
-    return st;
+    put_args_t a = {metas, data};
+    return put_tensors(store, keys, n, (metas != NULL) && (data != NULL), describe_tensor, &a,
+                       tp_size, split_dim, cfg, flags, statuses);
 }
 
 MC_API mc_status_t mc_tensor_put(mc_store_h store, const char *key, const mc_tensor_meta_t *meta,
@@ -391,59 +406,55 @@ MC_API mc_status_t mc_tensor_put(mc_store_h store, const char *key, const mc_ten
     return st;
 }
 
+typedef struct put_from_args {
+    const void *const *bufs;
+    const uint64_t *sizes;
+    int32_t tp_size;
+} put_from_args_t;
+
+static mc_status_t describe_buffer(mc_store_h store, const void *args, size_t i,
+                                   tensor_src_t *t)
+{
+    const put_from_args_t *a = args;
+    mc_tensor_meta_t whole;
+    mc_status_t st;
+
+    /* registered first: the decoder must not read memory the caller has
+     * not handed to the store */
+    if ((a->sizes[i] > SIZE_MAX) ||
+        !mc_store_mem_is_registered(store, a->bufs[i], (size_t)a->sizes[i])) {
+        mc_set_error_detail("tensor buffer %zu (%p, %llu bytes) is not registered memory", i,
+                            a->bufs[i], (unsigned long long)a->sizes[i]);
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_tensor_header_decode(a->bufs[i], a->sizes[i], &t->meta);
+    if (st != MC_OK)
+        return st;
+    if (a->tp_size > 1) {
+        /* as upstream, the buffer is split as the tensor it holds (its local
+         * shape), whatever layout its header describes: a shard read back
+         * splits like any tensor */
+        st = mc_tensor_meta_init(&whole, t->meta.dtype, t->meta.local_shape, t->meta.ndim);
+        if (st != MC_OK)
+            return st;
+        whole.data_offset = t->meta.data_offset;
+        t->meta           = whole;
+    }
+    t->data    = (const unsigned char *)a->bufs[i] + t->meta.data_offset;
+    t->raw     = a->bufs[i];
+    t->raw_len = a->sizes[i];
+    return MC_OK;
+}
+
 MC_API mc_status_t mc_tensor_put_from_batch(mc_store_h store, const char *const *keys,
                                             const void *const *bufs, const uint64_t *sizes,
                                             size_t n, int32_t tp_size, int32_t split_dim,
                                             const mc_replicate_config_t *cfg, unsigned flags,
                                             mc_status_t *statuses)
 {
-    tensor_src_t *ts;
-    mc_status_t *sts, st;
-
-    st = batch_args(store, keys, (sizes != NULL) ? (const void *)bufs : NULL, n, statuses);
-    if (st != MC_OK)
-        return st;
-    if (n == 0)
-        return MC_OK;
-    st = with_sources(n, statuses, &ts, &sts);
-    if (st != MC_OK)
-        return st;
-    for (size_t i = 0; i < n; i++) {
-        /* registered first: the decoder must not read memory the caller
-         * has not handed to the store */
-        if ((sizes[i] > SIZE_MAX) ||
-            !mc_store_mem_is_registered(store, bufs[i], (size_t)sizes[i])) {
-            mc_set_error_detail("tensor buffer %zu (%p, %llu bytes) is not registered memory",
-                                i, bufs[i], (unsigned long long)sizes[i]);
-            st = MC_INVALID_PARAMS;
-        } else {
-            st = mc_tensor_header_decode(bufs[i], sizes[i], &ts[i].meta);
-        }
-        if ((st == MC_OK) && (tp_size > 1)) {
-            /* as upstream, the buffer is split as the tensor it holds (its
-             * local shape), whatever layout its header describes: a shard
-             * read back splits like any tensor */
-            mc_tensor_meta_t whole;
-            st = mc_tensor_meta_init(&whole, ts[i].meta.dtype, ts[i].meta.local_shape,
-                                     ts[i].meta.ndim);
-            if (st == MC_OK) {
-                whole.data_offset = ts[i].meta.data_offset;
-                ts[i].meta        = whole;
-            }
-        }
-        sts[i]   = st;
-        ts[i].ok = (st == MC_OK);
-        if (st == MC_OK) {
-            ts[i].data    = (const unsigned char *)bufs[i] + ts[i].meta.data_offset;
-            ts[i].raw     = bufs[i];
-            ts[i].raw_len = sizes[i];
-        }
-    }
-    st = write_tensors(store, keys, ts, n, tp_size, split_dim, cfg, flags, sts);
-    free(ts);
-    if (sts != statuses)
-        free(sts);
-    return st;
+    put_from_args_t a = {bufs, sizes, tp_size};
+    return put_tensors(store, keys, n, (bufs != NULL) && (sizes != NULL), describe_buffer, &a,
+                       tp_size, split_dim, cfg, flags, statuses);
 }
 
 /* Decode what a read of @p got bytes left in @p buf. */
