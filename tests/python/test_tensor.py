@@ -185,6 +185,12 @@ def test_non_tensors_raise_type_error(store):
         store.batch_put_tensor(["x"], torch.ones(2))
     with pytest.raises(TypeError):
         store.put_tensor_with_tp("x", torch.ones(4), tp_size="2")
+    with pytest.raises(TypeError):
+        store.put_tensor(5, torch.ones(4))
+    with pytest.raises(ValueError):
+        store.batch_put_tensor(["a\0b"], [torch.ones(4)])
+    with pytest.raises(TypeError):
+        store.get_tensor_into("x", "0x1000", 10)
 
 
 # ---- shapes and memory ------------------------------------------------------------------

@@ -228,11 +228,11 @@ class TensorMethods:
             return [_INVALID] * len(keys)
         if not keys:
             return []
-        keep: list = []
+        keep: list = []  # the tensors whose memory the records name, alive until written
         recs: list = []
-        for k, t in zip(keys, tensors):
-            _util.check_key(k)
+        for t in tensors:
             recs += _record(torch, t, keep)
+        # the native call checks the keys (TypeError, ValueError for a NUL)
         return self._store.tensor_put(int(upsert), keys, recs, tp_size, split_dim, cfg)
 
     def _write_tp(self, keys: Any, tensors: Any, config: Any, tp_rank: Any, tp_size: Any,
