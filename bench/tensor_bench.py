@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from store_bench import Worker, bench_env, human, pct, start_master, stop_master  # noqa: E402
 
 HEADER = 304
-ZC_ROWS = ((16 << 20, 1, 12), (256 << 10, 32, 40))  # tensor bytes, batch, rounds
+ZC_ROWS = ((16 << 20, 1, 30), (256 << 10, 32, 60))  # tensor bytes, batch, rounds
 LAT_SIZE, LAT_OPS = 4 << 10, 4000
 
 
@@ -178,7 +178,7 @@ def main():
     ap.add_argument("--transport", choices=["auto", "tcp"], default="auto",
                     help="auto: same-host shared memory where possible; tcp: MC_TE_SHM=0")
     ap.add_argument("--rounds", type=int, default=0,
-                    help="rounds per zero-copy row (default: 12 for 16 MiB, 40 for 256 KiB)")
+                    help="rounds per zero-copy row (default: 30 for 16 MiB, 60 for 256 KiB)")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.role == "worker":

@@ -383,7 +383,7 @@ def test_batch_tp_writes_and_reads_per_key(store):
     assert store.batch_put_tensor_with_tp(keys, ts[:2], tp_size=2) == [INVALID] * 3
 
 
-# ---- zero copy -------------------------------------------------------------------------------------
+# ---- zero copy ---------------------------------------------------------------------
 
 
 def test_get_tensor_into_views_the_callers_buffer(store, regbuf):
@@ -425,7 +425,7 @@ def test_tp_from_a_registered_buffer_splits_without_staging(store, regbuf):
                                          split_dim=1) == 0
     assert torch.equal(torch.cat([store.get_tensor_with_tp("tpf", r, 3) for r in range(3)], 1), t)
     assert store.put_tensor_with_tp_from("tpf1", p, len(obj), tp_size=1) == 0
-    assert store.get(f"tpf1") == obj, "tp_size 1 did not store the buffer as it is"
+    assert store.get("tpf1") == obj, "tp_size 1 did not store the buffer as it is"
     assert store.batch_put_tensor_with_tp_from(["tpf-a", "tpf-b"], [p, p], [len(obj), 10],
                                                tp_size=2) == [0, INVALID]
     assert torch.equal(store.get_tensor_with_tp("tpf-a", 1, 2), t[3:])
@@ -518,7 +518,7 @@ def test_put_tensor_from_refuses_bad_buffers_per_key(store, regbuf):
     assert store.batch_put_tensor_from(["a"], [p, p], [1]) == [INVALID]
 
 
-# ---- across processes -----------------------------------------------------------------------------
+# ---- across processes ---------------------------------------------------------------
 
 
 def test_tensors_cross_processes_both_ways(master, store, spawn_client):

@@ -29,7 +29,10 @@ Conventions, as upstream:
 """
 
 import ctypes
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # annotations only: torch is imported on first use
+    import torch
 
 from mooncake import capi as _capi
 from mooncake import _util
@@ -90,12 +93,6 @@ def torch_module() -> Any:
         _from_dlpack = getattr(torch._C, "_from_dlpack", None) or torch.utils.dlpack.from_dlpack
         _torch = torch
     return _torch
-
-
-def dtype_code(dtype: Any) -> Optional[int]:
-    """The tensor code of a torch dtype, None when it has none."""
-    torch_module()
-    return _code_of.get(dtype)
 
 
 def _record(torch: Any, tensor: Any, keep: list) -> list:
@@ -242,7 +239,7 @@ class TensorMethods:
             return [_INVALID] * len(keys)
         return self._write_tensors(keys, tensors, config, False, tp_size, split_dim)
 
-    def put_tensor(self, key: str, tensor: Any) -> int:
+    def put_tensor(self, key: str, tensor: "torch.Tensor") -> int:
         """Store a torch tensor under ``key`` (header + its bytes, contiguous,
         from CPU memory).  An existing key keeps its value and reports 0.
 
@@ -252,43 +249,44 @@ class TensorMethods:
         """
         return self._write_tensors([key], [tensor], None, False)[0]
 
-    def pub_tensor(self, key: str, tensor: Any, config: Any = None) -> int:
+    def pub_tensor(self, key: str, tensor: "torch.Tensor", config: Any = None) -> int:
         """:meth:`put_tensor` with a :class:`ReplicateConfig` (replicas,
         pins, preferred segment, groups, ``prefer_alloc_in_same_node``)."""
         return self._write_tensors([key], [tensor], config, False)[0]
 
-    def upsert_tensor(self, key: str, tensor: Any) -> int:
+    def upsert_tensor(self, key: str, tensor: "torch.Tensor") -> int:
         """Insert the tensor, or replace the object under ``key`` (in place
         when the serialized size is unchanged).  0 or a negative ErrorCode."""
         return self._write_tensors([key], [tensor], None, True)[0]
 
-    def upsert_pub_tensor(self, key: str, tensor: Any, config: Any = None) -> int:
+    def upsert_pub_tensor(self, key: str, tensor: "torch.Tensor", config: Any = None) -> int:
         """:meth:`upsert_tensor` with a :class:`ReplicateConfig`."""
         return self._write_tensors([key], [tensor], config, True)[0]
 
-    def batch_put_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any]) -> List[int]:
+    def batch_put_tensor(self, keys: Sequence[str],
+                         tensors_list: Sequence["torch.Tensor"]) -> List[int]:
         """:meth:`put_tensor` of ``tensors_list[i]`` under ``keys[i]`` in one
         batch; one status per key (``len(keys)`` times ``INVALID_PARAMS``
         when the lists differ in length)."""
         return self._write_tensors(keys, tensors_list, None, False)
 
-    def batch_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any],
+    def batch_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence["torch.Tensor"],
                          config: Any = None) -> List[int]:
         """:meth:`batch_put_tensor` with a :class:`ReplicateConfig`."""
         return self._write_tensors(keys, tensors_list, config, False)
 
     def batch_upsert_tensor(self, keys: Sequence[str],
-                            tensors_list: Sequence[Any]) -> List[int]:
+                            tensors_list: Sequence["torch.Tensor"]) -> List[int]:
         """:meth:`upsert_tensor` for several keys; one status per key."""
         return self._write_tensors(keys, tensors_list, None, True)
 
-    def batch_upsert_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any],
+    def batch_upsert_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence["torch.Tensor"],
                                 config: Any = None) -> List[int]:
         """:meth:`batch_upsert_tensor` with a :class:`ReplicateConfig`."""
         return self._write_tensors(keys, tensors_list, config, True)
 
-    def put_tensor_with_tp(self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1,
-                           split_dim: int = 0) -> int:
+    def put_tensor_with_tp(self, key: str, tensor: "torch.Tensor", tp_rank: int = 0,
+                           tp_size: int = 1, split_dim: int = 0) -> int:
         """Split ``tensor`` along ``split_dim`` into ``tp_size`` shards and
         store shard ``r`` under ``f"{key}_tp_{r}"`` for every ``r``
         (``tp_rank`` does not select one; ``tp_size <= 1`` is
@@ -303,20 +301,22 @@ class TensorMethods:
         """
         return self._write_tp([key], [tensor], None, tp_rank, tp_size, split_dim)[0]
 
-    def pub_tensor_with_tp(self, key: str, tensor: Any, config: Any = None, tp_rank: int = 0,
-                           tp_size: int = 1, split_dim: int = 0) -> int:
+    def pub_tensor_with_tp(self, key: str, tensor: "torch.Tensor", config: Any = None,
+                           tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> int:
         """:meth:`put_tensor_with_tp` with a :class:`ReplicateConfig` for
         every shard."""
         return self._write_tp([key], [tensor], config, tp_rank, tp_size, split_dim)[0]
 
-    def batch_put_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any],
+    def batch_put_tensor_with_tp(self, base_keys: Sequence[str],
+                                 tensors_list: Sequence["torch.Tensor"],
                                  tp_rank: int = 0, tp_size: int = 1,
                                  split_dim: int = 0) -> List[int]:
         """:meth:`put_tensor_with_tp` for several tensors in one batch; one
         status per base key."""
         return self._write_tp(base_keys, tensors_list, None, tp_rank, tp_size, split_dim)
 
-    def batch_pub_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any],
+    def batch_pub_tensor_with_tp(self, base_keys: Sequence[str],
+                                 tensors_list: Sequence["torch.Tensor"],
                                  config: Any = None, tp_rank: int = 0, tp_size: int = 1,
                                  split_dim: int = 0) -> List[int]:
         """:meth:`batch_put_tensor_with_tp` with a :class:`ReplicateConfig`."""
@@ -386,7 +386,7 @@ class TensorMethods:
 
     # ---- reads --------------------------------------------------------------------
 
-    def get_tensor(self, key: str) -> Any:
+    def get_tensor(self, key: str) -> Optional["torch.Tensor"]:
         """The tensor stored under ``key`` (CPU, owning its memory), or None
         when the key is missing or the object is not a valid tensor object.
         Grants a read lease."""
@@ -395,7 +395,7 @@ class TensorMethods:
         raw = self._store.get(key, 1)
         return _wrapped(torch, raw) if raw else None
 
-    def batch_get_tensor(self, keys: Sequence[str]) -> List[Any]:
+    def batch_get_tensor(self, keys: Sequence[str]) -> List[Optional["torch.Tensor"]]:
         """:meth:`get_tensor` for several keys (one master round trip); None
         in the slots of missing keys."""
         _util.check_key_list("keys", keys)
@@ -405,7 +405,7 @@ class TensorMethods:
         return [_wrapped(torch, raw) if raw else None for raw in self._store.get_batch(keys, 1)]
 
     def get_tensor_with_tp(self, key: str, tp_rank: int = 0, tp_size: int = 1,
-                           split_dim: int = 0) -> Any:
+                           split_dim: int = 0) -> Optional["torch.Tensor"]:
         """The shard of ``tp_rank`` (``f"{key}_tp_{tp_rank}"``) of a tensor
         written with ``tp_size`` shards; :meth:`get_tensor` of ``key`` when
         ``tp_size <= 1``.  ``split_dim`` is accepted for signature
@@ -415,7 +415,7 @@ class TensorMethods:
         return self.get_tensor(_shard_key(key, tp_rank, tp_size))
 
     def batch_get_tensor_with_tp(self, base_keys: Sequence[str], tp_rank: int = 0,
-                                 tp_size: int = 1) -> List[Any]:
+                                 tp_size: int = 1) -> List[Optional["torch.Tensor"]]:
         """:meth:`get_tensor_with_tp` for several base keys."""
         _util.check_key_list("base_keys", base_keys)
         _tp_args(tp_rank, tp_size, 0)
@@ -435,7 +435,7 @@ class TensorMethods:
             items = self._store.tensor_get_into(keys, buffer_ptrs, sizes)
         return [_view_at(torch, p, item) for p, item in zip(buffer_ptrs, items)]
 
-    def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
+    def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Optional["torch.Tensor"]:
         """Read the tensor object ``key`` into the registered buffer of
         ``size`` bytes at ``buffer_ptr`` and return a tensor viewing its
         data there (no copy: ``t.data_ptr()`` is ``buffer_ptr`` plus the
@@ -454,7 +454,7 @@ class TensorMethods:
         return self._read_into(base_keys, buffer_ptrs, sizes)
 
     def get_tensor_with_tp_into(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0,
-                                tp_size: int = 1, split_dim: int = 0) -> Any:
+                                tp_size: int = 1, split_dim: int = 0) -> Optional["torch.Tensor"]:
         """:meth:`get_tensor_into` of the shard of ``tp_rank``
         (:meth:`get_tensor_with_tp` names the key)."""
         _util.check_key(key)
