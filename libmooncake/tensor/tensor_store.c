@@ -144,7 +144,7 @@ static mc_status_t add_object(shard_batch_t *b, size_t j, size_t i, const char *
         if (t->raw != NULL) {
             iov[np++] = (mc_iov_t){t->raw, (size_t)t->raw_len};
         } else {
-            sh      = t->meta;
+            sh             = t->meta;
             sh.data_offset = MC_TENSOR_HEADER_SIZE;
             mc_tensor_header_encode(&sh, hdr);
             iov[np++] = (mc_iov_t){hdr, MC_TENSOR_HEADER_SIZE};
