@@ -40,6 +40,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -864,6 +865,26 @@ struct mc_te_batch {
     pthread_cond_t done_cond;
     mc_te_batch_t *qprev;
     mc_te_batch_t *qnext;
+    struct mc_te_job *job;   /* background job owning the batch, or NULL */
+};
+
+/*
+ * A background job (mc_te_transfer_submit): a batch nobody waits on while
+ * it runs.  It owns its items and statuses; the worker that finishes its
+ * last run completes it (job_complete, under pool_mu and then mu).  Its
+ * own mutex and condition, not pool_mu, guard done/detached, so waiting on
+ * a job never touches the engine.  Whoever sees the other side gone frees
+ * it: mc_te_job_release of a finished job, or job_complete of a detached
+ * one.
+ */
+struct mc_te_job {
+    mc_te_batch_t b;
+    size_t nreq;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;     /* CLOCK_MONOTONIC; signalled at completion */
+    int done;                /* under mu */
+    int detached;            /* under mu: released while running */
+    mc_status_t result;      /* first failing request's status, set once done */
 };
 
 /* pool_mu held. */
@@ -891,6 +912,41 @@ static size_t batch_claim(mc_te_t *te, mc_te_batch_t *b, size_t *k_p)
     return i;
 }
 
+static mc_status_t job_first_status(const mc_status_t *st, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (st[i] != MC_OK)
+            return st[i];
+    return MC_OK;
+}
+
+static void job_free(struct mc_te_job *job)
+{
+    if (job == NULL)
+        return;
+    pthread_mutex_destroy(&job->mu);
+    pthread_cond_destroy(&job->cond);
+    free(job->b.items);
+    free(job->b.req_status);
+    free(job);
+}
+
+/* Every item of the job has run: settle its result and wake waiters, or
+ * free it when it was released while running.  Frees nothing else may
+ * touch: the batch left the queue when its last run was claimed. */
+static void job_complete(struct mc_te_job *job)
+{
+    int detached;
+    job->result = job_first_status(job->b.req_status, job->nreq);
+    pthread_mutex_lock(&job->mu);
+    job->done = 1;
+    detached  = job->detached;
+    pthread_cond_broadcast(&job->cond);
+    pthread_mutex_unlock(&job->mu);
+    if (detached)
+        job_free(job);
+}
+
 /* pool_mu held.  Called on the thread that ran the items, so its
  * thread-local error detail describes them: keep the one of the lowest
  * failing request, which is the status mc_te_transfer returns. */
@@ -906,8 +962,12 @@ static void batch_finish(mc_te_batch_t *b, size_t i, size_t k, const mc_status_t
         }
     }
     b->done += k;
-    if (b->done == b->nitems)
-        pthread_cond_signal(&b->done_cond);
+    if (b->done == b->nitems) {
+        if (b->job != NULL)
+            job_complete(b->job);
+        else
+            pthread_cond_signal(&b->done_cond);
+    }
 }
 
 /* Claim, execute and record one run of b; pool_mu held on entry and
@@ -1254,6 +1314,224 @@ oom:
             statuses[i] = MC_INTERNAL_ERROR;
     mc_set_error_detail("out of memory");
     return MC_INTERNAL_ERROR;
+}
+
+/* ---- background jobs ---------------------------------------------------------- */
+
+/*
+ * A job is the batch of mc_te_transfer without the calling thread: its
+ * items go to the worker queue and the submitter returns.  Checks and
+ * slicing are mc_te_transfer's (request_check, request_slices), so a job
+ * and a synchronous call of the same requests move the same items.
+ */
+MC_API mc_status_t mc_te_transfer_submit(mc_te_h te, const mc_te_request_t *reqs, size_t n,
+                                         mc_te_job_h *job_p)
+{
+    struct mc_te_job *job  = NULL;
+    mc_te_segment_t **segs = NULL;
+    size_t *nslices        = NULL;
+    size_t nitems          = 0, k = 0;
+    pthread_condattr_t ca;
+
+    if ((te == NULL) || (reqs == NULL) || (n == 0) || (job_p == NULL)) {
+        mc_set_error_detail("transfer_submit needs an engine, requests and a job pointer");
+        return MC_INVALID_PARAMS;
+    }
+    job     = calloc(1, sizeof(*job));
+    segs    = malloc(n * sizeof(*segs));
+    nslices = malloc(n * sizeof(*nslices));
+    if ((job == NULL) || (segs == NULL) || (nslices == NULL) ||
+        ((job->b.req_status = calloc(n, sizeof(mc_status_t))) == NULL))
+        goto oom;
+    job->nreq         = n;
+    job->b.detail_req = SIZE_MAX;
+    job->b.job        = job;
+    for (size_t i = 0; i < n; i++) {
+        mc_status_t st = request_check(te, &reqs[i], &segs[i]);
+        job->b.req_status[i] = st;
+        if (st != MC_OK) {
+            if (job->b.detail_req == SIZE_MAX) {
+                job->b.detail_req = i;
+                snprintf(job->b.detail, sizeof(job->b.detail), "%s", mc_last_error_detail());
+            }
+            continue;
+        }
+        nslices[i] = request_slices(te, &reqs[i], segs[i]);
+        nitems += nslices[i];
+    }
+    if (nitems > 0) {
+        job->b.items = (nitems <= SIZE_MAX / sizeof(mc_te_item_t))
+                           ? malloc(nitems * sizeof(mc_te_item_t))
+                           : NULL;
+        if (job->b.items == NULL)
+            goto oom;
+        for (size_t i = 0; i < n; i++)
+            if (job->b.req_status[i] == MC_OK)
+                request_items(&reqs[i], i, segs[i], nslices[i], job->b.items, &k);
+    }
+    job->b.nitems = nitems;
+    free(segs);
+    free(nslices);
+    segs    = NULL;
+    nslices = NULL;
+
+    pthread_mutex_init(&job->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&job->cond, &ca);
+    pthread_condattr_destroy(&ca);
+
+    if (nitems == 0) {
+        /* every request was refused up front: finished already */
+        job->result = job_first_status(job->b.req_status, n);
+        job->done   = 1;
+        *job_p      = job;
+        return MC_OK;
+    }
+    pthread_mutex_lock(&te->pool_mu);
+    pool_start(te);
+    job->b.qprev = te->queue_tail;
+    if (te->queue_tail != NULL)
+        te->queue_tail->qnext = &job->b;
+    else
+        te->queue_head = &job->b;
+    te->queue_tail = &job->b;
+    if (te->nworkers == 0) {
+        /* No worker threads (MC_TE_WORKERS=0, or none could start): the
+         * submitter runs the job itself, as documented.  It is not
+         * detached yet, so completion cannot free it under us. */
+        while (job->b.next < job->b.nitems)
+            batch_step(te, &job->b);
+    } else {
+        size_t runs = 0;
+        for (size_t i = 0; (i < nitems) && (runs < te->nworkers); runs++)
+            i += run_length(job->b.items, i, nitems);
+        for (size_t w = 0; w < runs; w++)
+            pthread_cond_signal(&te->pool_cond);
+    }
+    pthread_mutex_unlock(&te->pool_mu);
+    *job_p = job;
+    return MC_OK;
+
+oom:
+    if (job != NULL) {
+        free(job->b.items);
+        free(job->b.req_status);
+        free(job);
+    }
+    free(segs);
+    free(nslices);
+    mc_set_error_detail("out of memory submitting %zu requests", n);
+    return MC_INTERNAL_ERROR;
+}
+
+MC_API mc_status_t mc_te_job_wait(mc_te_job_h job, int timeout_ms, int *done_p,
+                                  mc_status_t *statuses)
+{
+    struct timespec dl;
+    int done;
+
+    if (job == NULL) {
+        mc_set_error_detail("job_wait needs a job");
+        return MC_INVALID_PARAMS;
+    }
+    if (timeout_ms > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&job->mu);
+    while (!job->done && (timeout_ms != 0)) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&job->cond, &job->mu);
+        } else if (pthread_cond_timedwait(&job->cond, &job->mu, &dl) == ETIMEDOUT) {
+            break;
+        }
+    }
+    done = job->done;
+    pthread_mutex_unlock(&job->mu);
+    if (done_p != NULL)
+        *done_p = done;
+    if (!done)
+        return MC_OK;
+    /* finished: nothing writes the job any more */
+    if (statuses != NULL)
+        memcpy(statuses, job->b.req_status, job->nreq * sizeof(*statuses));
+    if (job->result != MC_OK)
+        mc_set_error_detail("%s", job->b.detail);
+    return job->result;
+}
+
+MC_API void mc_te_job_release(mc_te_job_h job)
+{
+    int done;
+    if (job == NULL)
+        return;
+    pthread_mutex_lock(&job->mu);
+    done = job->done;
+    if (!done)
+        job->detached = 1;
+    pthread_mutex_unlock(&job->mu);
+    if (done)
+        job_free(job);
+}
+
+/* ---- segment queries ------------------------------------------------------------ */
+
+MC_API mc_status_t mc_te_segment_refresh(mc_te_h te, mc_te_segment_id_t seg)
+{
+    mc_te_segment_t *s = (te != NULL) ? segment_by_id(te, seg) : NULL;
+    if (s == NULL) {
+        mc_set_error_detail("segment id %llu was not opened", (unsigned long long)seg);
+        return MC_INVALID_PARAMS;
+    }
+    return s->is_self ? MC_OK : segment_refresh(te, s);
+}
+
+MC_API mc_status_t mc_te_segment_buffer_query(mc_te_h te, mc_te_segment_id_t seg, size_t index,
+                                              uint64_t *addr_p, uint64_t *len_p)
+{
+    mc_te_segment_t *s = (te != NULL) ? segment_by_id(te, seg) : NULL;
+    mc_status_t st     = MC_INVALID_PARAMS;
+    size_t count       = 0;
+
+    if ((s == NULL) || (addr_p == NULL)) {
+        mc_set_error_detail("segment_buffer_query needs an opened segment id and addr_p");
+        return MC_INVALID_PARAMS;
+    }
+    if (s->is_self) {
+        pthread_rwlock_rdlock(&te->regions_lock);
+        for (size_t i = 0; i < te->nregions; i++) {
+            const mc_te_region_t *r = te->regions[i];
+            if (!(r->flags & MC_TE_MEM_REMOTE_ACCESS))
+                continue;
+            if (count++ == index) {
+                *addr_p = r->addr;
+                if (len_p != NULL)
+                    *len_p = r->len;
+                st = MC_OK;
+                break;
+            }
+        }
+        pthread_rwlock_unlock(&te->regions_lock);
+    } else {
+        pthread_mutex_lock(&s->desc_mu);
+        count = s->desc.nbuffers;
+        if (index < count) {
+            *addr_p = s->desc.buffers[index].addr;
+            if (len_p != NULL)
+                *len_p = s->desc.buffers[index].length;
+            st = MC_OK;
+        }
+        pthread_mutex_unlock(&s->desc_mu);
+    }
+    if (st != MC_OK)
+        mc_set_error_detail("segment %s serves no buffer number %zu", s->name, index);
+    return st;
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */

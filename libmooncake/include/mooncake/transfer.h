@@ -160,6 +160,104 @@ MC_API mc_status_t mc_te_segment_open(mc_te_h te, const char *name,
 MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs,
                                   size_t n, mc_status_t *statuses);
 
+/* ---- asynchronous transfers and segment queries (MOONCAKE_1.1) ---------- */
+
+/**
+ * Opaque handle of a transfer running in the background.
+ *
+ * A job is a set of requests handed to the engine's worker threads by
+ * mc_te_transfer_submit(); the submitting thread does not take part and
+ * returns at once.  The caller's local buffers must stay valid until the
+ * job has finished (mc_te_job_wait() reports done), even after
+ * mc_te_job_release() of a job still running.
+ * @since 0.2
+ */
+typedef struct mc_te_job *mc_te_job_h;
+
+/**
+ * @brief Start @p n requests in the background and return at once.
+ *
+ * The requests are validated and split exactly as mc_te_transfer() does
+ * (the array is copied: it may be reused after the call); a request
+ * refused up front (unknown segment, bad op) does not fail the submission,
+ * it becomes that request's status in the finished job.  The engine's
+ * worker threads (MC_TE_WORKERS, default lanes-1) move the bytes; an
+ * engine configured with no worker threads runs the job on the calling
+ * thread before returning, which is then not asynchronous.
+ * Every job must be released with mc_te_job_release(), and before the
+ * engine is destroyed (mc_te_destroy() first lets queued jobs finish).
+ * @param [in]  te     Engine.
+ * @param [in]  reqs   Requests (n > 0).
+ * @param [in]  n      Number of requests.
+ * @param [out] job_p  New job, written on success.
+ * @return MC_OK, MC_INVALID_PARAMS (no engine, no requests, no job_p) or
+ *         MC_INTERNAL_ERROR (out of memory).
+ * @see mc_te_job_wait, mc_te_job_release
+ * @since 0.2
+ */
+MC_API mc_status_t mc_te_transfer_submit(mc_te_h te, const mc_te_request_t *reqs, size_t n,
+                                         mc_te_job_h *job_p);
+
+/**
+ * @brief Wait up to @p timeout_ms for a job to finish.
+ *
+ * @param [in]  job         Job from mc_te_transfer_submit().
+ * @param [in]  timeout_ms  0 polls, a negative value waits without limit.
+ * @param [out] done_p      1 when the job has finished, 0 when it is still
+ *                          running at the deadline (may be NULL).
+ * @param [out] statuses    Per-request statuses, written only once the job
+ *                          has finished (may be NULL).
+ * @return When finished: MC_OK if every request succeeded, else the status
+ *         of the lowest failing request (its reason is this thread's
+ *         mc_last_error_detail()).  While running: MC_OK with *done_p 0.
+ *         MC_INVALID_PARAMS for a NULL job.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_te_job_wait(mc_te_job_h job, int timeout_ms, int *done_p,
+                                  mc_status_t *statuses);
+
+/**
+ * @brief Give a job back.
+ *
+ * A finished job is freed at once; one still running is detached and freed
+ * by the engine when its last request completes (its buffers stay in use
+ * until then).  Accepts NULL.
+ * @since 0.2
+ */
+MC_API void mc_te_job_release(mc_te_job_h job);
+
+/**
+ * @brief Fetch a segment's descriptor again from its owner (or the
+ *        metadata service), so its buffer list is current.
+ *
+ * Also a reachability probe: it fails when the peer does not answer.  The
+ * engine's own segment always succeeds.
+ * @param [in] te   Engine.
+ * @param [in] seg  Segment id from mc_te_segment_open().
+ * @return MC_OK, MC_INVALID_PARAMS for an unknown id, or the fetch error
+ *         (MC_TRANSFER_FAIL, MC_RPC_FAIL, ...).
+ * @since 0.2
+ */
+MC_API mc_status_t mc_te_segment_refresh(mc_te_h te, mc_te_segment_id_t seg);
+
+/**
+ * @brief The @p index-th buffer a segment serves, in address order.
+ *
+ * For a peer this reads the descriptor cached by mc_te_segment_open() or
+ * the last mc_te_segment_refresh(); for the engine's own segment, its
+ * regions registered with MC_TE_MEM_REMOTE_ACCESS.
+ * @param [in]  te      Engine.
+ * @param [in]  seg     Segment id.
+ * @param [in]  index   0 for the lowest buffer.
+ * @param [out] addr_p  Start address, written on success.
+ * @param [out] len_p   Length in bytes, written on success (may be NULL).
+ * @return MC_OK, or MC_INVALID_PARAMS for an unknown id or an index past
+ *         the last buffer.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_te_segment_buffer_query(mc_te_h te, mc_te_segment_id_t seg, size_t index,
+                                              uint64_t *addr_p, uint64_t *len_p);
+
 #ifdef __cplusplus
 }
 #endif
