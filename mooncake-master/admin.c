@@ -230,6 +230,10 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
            m->taskq[MC_TASKQ_FINISHED].n);
     metric(b, "master_uptime_seconds", "gauge", "Seconds since the master started.",
            (mc_now_ms() - m->start_ms) / 1000);
+    metric(b, "master_batch_replica_clear_items_total", "counter",
+           "Keys asked of BATCH_REPLICA_CLEAR.", m->replica_clear_items);
+    metric(b, "master_batch_replica_clear_failed_items_total", "counter",
+           "Keys BATCH_REPLICA_CLEAR did not clear.", m->replica_clear_failed_items);
     for (size_t i = 0; i < MC_ARRAY_SIZE(admin_ops); i++) {
         const admin_op_t *op = &admin_ops[i];
         evbuffer_add_printf(b,

@@ -377,6 +377,9 @@ struct mc_master {
     uint64_t start_ms;                     /* monotonic, at create */
     uint64_t op_requests[MC_MASTER_NOPS];
     uint64_t op_failures[MC_MASTER_NOPS];
+    /* BATCH_REPLICA_CLEAR keys asked, and those not cleared (objects.c) */
+    uint64_t replica_clear_items;
+    uint64_t replica_clear_failed_items;
 };
 
 /* ---- master.c ------------------------------------------------------------ */
@@ -454,6 +457,11 @@ int32_t mc_master_batch_upsert_revoke(mc_req_ctx_t *x,
                                       mc_wire_batch_upsert_revoke_resp_t *resp);
 int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
                                   mc_wire_remove_by_regex_resp_t *resp);
+
+/* BATCH_REPLICA_CLEAR (docs/protocol.md §5.14): the caller's own keys. */
+int32_t mc_master_batch_replica_clear(mc_req_ctx_t *x,
+                                      const mc_wire_batch_replica_clear_req_t *req,
+                                      mc_wire_batch_replica_clear_resp_t *resp);
 
 size_t mc_master_objects_count(const mc_master_t *m);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The object index (docs/protocol.md §5.5-§5.9, §5.11).
+ * The object index (docs/protocol.md §5.5-§5.9, §5.11, §5.14).
  *
  * Objects are keyed by (tenant, key): one hash map, the hash chaining the
  * tenant bytes into the key bytes, so tenants never see each other's keys.
@@ -1506,6 +1506,77 @@ int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex
     if (count > 0)
         mc_info("remove_by_regex%s: %" PRId64 " objects removed", req->force ? " (force)" : "",
                 count);
+    return MC_OK;
+}
+
+/* ---- §5.14 BATCH_REPLICA_CLEAR ------------------------------------------------------ */
+
+/*
+ * Clear @p key for its owner @p client_id, as upstream's BatchReplicaClear:
+ * the whole object when @p seg is empty, else its COMPLETE replicas on
+ * segments named @p seg, the object going with its last one.  Besides
+ * upstream's checks (owner, lease, completeness) it skips what REMOVE
+ * without force refuses, an upsert or a copy/move task in progress, since
+ * someone is writing or reading those buffers; pins do not stop it, as
+ * they do not stop REMOVE.  No reader holds a lease, so ranges are free
+ * at once.
+ */
+static int32_t clear_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, mc_str_t seg)
+{
+    mc_object_t *o = obj_find(x->m, x->tenant, key);
+    mc_mlist_t *pos, *tmp;
+    int hit = 0;
+
+    if (o == NULL)
+        return MC_OBJECT_NOT_FOUND;
+    if (!mc_uuid_eq(mc_object_owner(o), client_id))
+        return MC_ILLEGAL_CLIENT;
+    if (obj_leased(o, x->now_ms))
+        return MC_OBJECT_HAS_LEASE;
+    if (!o->complete || (o->upsert != MC_UPSERT_NONE))
+        return MC_REPLICA_IS_NOT_READY;
+    if (mc_object_replicating(o))
+        return MC_OBJECT_HAS_REPLICATION_TASK;
+    if (seg.len == 0) {
+        obj_erase(x->m, o);
+        return MC_OK;
+    }
+    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if ((r->status != MC_REPLICA_COMPLETE) ||
+            !mc_str_eq(mc_str_from_cstr(r->seg->name), seg))
+            continue;
+        replica_free(x->m, r);
+        hit = 1;
+    }
+    if (!hit)
+        return MC_REPLICA_NOT_FOUND;
+    if (mc_mlist_empty(&o->replicas))
+        obj_erase(x->m, o);
+    return MC_OK;
+}
+
+int32_t mc_master_batch_replica_clear(mc_req_ctx_t *x,
+                                      const mc_wire_batch_replica_clear_req_t *req,
+                                      mc_wire_batch_replica_clear_resp_t *resp)
+{
+    uint32_t n       = req->keys.n;
+    uint32_t cleared = 0;
+
+    x->m->replica_clear_items += n;
+    x->m->replica_clear_failed_items += n;
+    if (i32_list(x, n, &resp->statuses) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < n; i++) {
+        resp->statuses.v[i] = clear_one(x, req->client_id, req->keys.v[i], req->segment_name);
+        cleared += (resp->statuses.v[i] == MC_OK);
+    }
+    x->m->replica_clear_failed_items -= cleared;
+    if (cleared > 0)
+        mc_debug("batch_replica_clear: %" PRIu32 " of %" PRIu32 " keys cleared%s%.*s", cleared,
+                 n, req->segment_name.len ? " on " : "",
+                 (int)MC_MIN(req->segment_name.len, 200u), req->segment_name.ptr);
     return MC_OK;
 }
 

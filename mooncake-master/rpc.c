@@ -229,6 +229,7 @@ MC_RPC_PLAIN_HANDLER_(mark_task_complete)
 MC_RPC_RESP_HANDLER_(task_replica_start)
 MC_RPC_PLAIN_HANDLER_(task_replica_end)
 MC_RPC_PLAIN_HANDLER_(task_replica_revoke)
+MC_RPC_RESP_HANDLER_(batch_replica_clear)
 
 /* Queue the encoded response in c->out on the socket. */
 static void conn_send(mc_conn_t *c, uint16_t opcode)

@@ -201,7 +201,8 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
     X(MARK_TASK_COMPLETE, mark_task_complete, 54)            \
     X(TASK_REPLICA_START, task_replica_start, 55)            \
     X(TASK_REPLICA_END, task_replica_end, 56)                \
-    X(TASK_REPLICA_REVOKE, task_replica_revoke, 57)
+    X(TASK_REPLICA_REVOKE, task_replica_revoke, 57)          \
+    X(BATCH_REPLICA_CLEAR, batch_replica_clear, 58)
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
@@ -347,6 +348,16 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
 
 #define MC_WIRE_REQ_task_replica_revoke(F) F(UUID, client_id) F(UUID, task_id)
 #define MC_WIRE_RESP_task_replica_revoke(F)
+
+/* Clears the caller's own objects of the connection's tenant
+ * (docs/protocol.md §5.14): segment_name "" erases each whole object,
+ * otherwise only its COMPLETE replicas on segments of that name (the
+ * object goes with its last one).  statuses[i] is 0 where keys[i] was
+ * cleared, else why it was skipped (-704 missing, -601 another client's,
+ * -706 leased, -703 incomplete or being upserted, -708 replicating,
+ * -710 no complete replica on segment_name). */
+#define MC_WIRE_REQ_batch_replica_clear(F) F(UUID, client_id) F(KEYS, keys) F(STR, segment_name)
+#define MC_WIRE_RESP_batch_replica_clear(F) F(I32S, statuses)
 
 /* ---- generated declarations ------------------------------------------- */
 
