@@ -251,6 +251,16 @@ int main(int argc, char **argv)
         rc |= write_frame(argv[1], #low, "err", &b);                            \
     }
     MC_WIRE_MESSAGES(SEED_MSG_)
+    /* BATCH_REPLICA_CLEAR is mostly sent with no segment name (§5.14) */
+    {
+        mc_wire_batch_replica_clear_req_t rq;
+        memset(&rq, 0, sizeof(rq));
+        seed_UUID(&rq.client_id);
+        seed_KEYS(&rq.keys);
+        mc_buf_reset(&b);
+        mc_wire_encode_batch_replica_clear_req(&b, 1, &rq);
+        rc |= write_frame(argv[1], "batch_replica_clear", "req-all", &b);
+    }
     mc_buf_cleanup(&b);
     return rc == 0 ? 0 : 1;
 }

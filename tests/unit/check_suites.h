@@ -35,6 +35,7 @@
     X(store_write)        \
     X(store_read)         \
     X(master_tasks)       \
+    X(master_clear)       \
     X(master_mem)         \
     X(tensor)
 

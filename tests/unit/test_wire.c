@@ -776,6 +776,65 @@ START_TEST(test_error_response_with_fields)
 }
 END_TEST
 
+/* docs/protocol.md §5.14: BATCH_REPLICA_CLEAR byte by byte, with the empty
+ * segment name that means every segment; an empty key is refused. */
+START_TEST(test_batch_replica_clear_layout)
+{
+    static const uint8_t want[] = {
+        0x4D, 0x43, 0x52, 0x50, 0x01, 0x00, 58, 0x00, 9, 0, 0, 0, 35, 0, 0, 0, /* header */
+        0x11, 0x11, 0, 0, 0, 0, 0, 0, 0x22, 0x22, 0, 0, 0, 0, 0, 0,           /* client_id */
+        2, 0, 0, 0, 1, 0, 0, 0, 'a', 2, 0, 0, 0, 'b', 'b',                   /* keys */
+        0, 0, 0, 0                                                           /* "" */
+    };
+    mc_str_t keys[2] = {{"a", 1}, {"bb", 2}};
+    int32_t sts[2]   = {MC_OK, MC_OBJECT_HAS_LEASE};
+    mc_wire_batch_replica_clear_req_t rq, drq;
+    mc_wire_batch_replica_clear_resp_t rs, drs;
+    int32_t st = 1;
+    mc_buf_t b;
+    mc_arena_t a;
+
+    mc_buf_init(&b);
+    mc_arena_init(&a);
+    memset(&rq, 0, sizeof(rq));
+    rq.client_id.hi = 0x1111;
+    rq.client_id.lo = 0x2222;
+    rq.keys.n       = 2;
+    rq.keys.v       = keys;
+    mc_wire_encode_batch_replica_clear_req(&b, 9, &rq);
+    ck_assert_msg(b.len == sizeof(want) && memcmp(b.data, want, sizeof(want)) == 0,
+                  "BATCH_REPLICA_CLEAR should encode as docs/protocol.md shows");
+    ck_assert_status_ok(mc_wire_decode_batch_replica_clear_req(
+        b.data + MC_WIRE_HEADER_SIZE, b.len - MC_WIRE_HEADER_SIZE, &a, &drq));
+    ck_assert_msg(drq.segment_name.len == 0 && drq.keys.n == 2 &&
+                      mc_str_eq(drq.keys.v[1], keys[1]),
+                  "an empty segment name and the keys should decode as sent");
+
+    memset(&rs, 0, sizeof(rs));
+    rs.statuses.n = 2;
+    rs.statuses.v = sts;
+    mc_buf_reset(&b);
+    mc_wire_encode_batch_replica_clear_resp(&b, 9, MC_OK, &rs);
+    ck_assert_msg(b.len == MC_WIRE_HEADER_SIZE + 4 + 4 + 2 * 4,
+                  "the response should be the status then two i32 statuses");
+    ck_assert_status_ok(mc_wire_decode_batch_replica_clear_resp(
+        b.data + MC_WIRE_HEADER_SIZE, b.len - MC_WIRE_HEADER_SIZE, &a, &st, &drs));
+    ck_assert_msg(st == MC_OK && drs.statuses.n == 2 &&
+                      drs.statuses.v[1] == MC_OBJECT_HAS_LEASE,
+                  "per-key statuses should decode as sent");
+
+    mc_buf_reset(&b);
+    put_uuid(&b);
+    mc_buf_put_u32(&b, 1);
+    put_key(&b, "");
+    put_key(&b, "");
+    ck_assert_msg(decode_copy(dec_req_batch_replica_clear, &b, &a) == MC_DESERIALIZE_FAIL,
+                  "an empty key in the list should be refused");
+    mc_arena_cleanup(&a);
+    mc_buf_cleanup(&b);
+}
+END_TEST
+
 /* ---- random and mutated bodies ------------------------------------------ */
 
 static void feed_every_decoder(const uint8_t *p, size_t n, mc_arena_t *a, mc_buf_t *b,
@@ -910,6 +969,7 @@ Suite *mc_test_wire_suite(void)
     tcase_add_loop_test(tc, test_round_trip, 0, NMESSAGES);
     tcase_add_test(tc, test_opcodes_are_unique);
     tcase_add_test(tc, test_header);
+    tcase_add_test(tc, test_batch_replica_clear_layout);
     suite_add_tcase(s, tc);
 
     TCase *th = tcase_create("hostile");
