@@ -1096,6 +1096,7 @@ static int mooncake_host_mem_free(uint64_t addr)
 %feature("nothread") mooncake_store::write_parts;
 %feature("nothread") mooncake_store::upsert_batch;
 %feature("nothread") mooncake_store::batch_remove;
+%feature("nothread") mooncake_store::batch_replica_clear;
 %feature("nothread") mooncake_store::batch_zc;
 %feature("nothread") mooncake_store::batch_zc_flat;
 %feature("nothread") mooncake_store::read_ranges;
@@ -1207,6 +1208,30 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
             Py_END_ALLOW_THREADS
         }
         list = mooncake_py_batch_statuses(sts, n, st);
+
+    cleanup:
+        PyMem_Free(sts);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
+    }
+
+    /* Per-key statuses of a batch replica clear (0 = cleared). */
+    PyObject *batch_replica_clear(PyObject *keys, const char *segment_name)
+    {
+        mooncake_py_strv_t sv;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        PyObject *list = NULL;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        sts = mooncake_py_status_array(sv.n);
+        if (sts == NULL)
+            goto cleanup;
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_store_batch_replica_clear($self->h, sv.v, sv.n, segment_name, sts);
+        Py_END_ALLOW_THREADS
+        list = mooncake_py_batch_statuses(sts, sv.n, st);
 
     cleanup:
         PyMem_Free(sts);

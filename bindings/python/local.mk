@@ -47,6 +47,7 @@ EXTRA_DIST += \
 	tests/python/test_sessions.py \
 	tests/python/test_upsert.py \
 	tests/python/test_remove.py \
+	tests/python/test_replica_clear.py \
 	tests/python/test_buffers.py \
 	tests/python/test_buffer_pool.py \
 	tests/python/test_replicate_config.py \

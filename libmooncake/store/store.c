@@ -34,8 +34,8 @@
  * upstream).  A source of many parts is written as their concatenation.
  *
  * Removal: remove, batch_remove, remove_by_regex (POSIX extended, checked
- * here with regcomp before the master sees it) and remove_all, all one
- * round trip each.
+ * here with regcomp before the master sees it), remove_all and
+ * batch_replica_clear (the caller's own objects), all one round trip each.
  */
 #include "config.h"
 
@@ -1555,6 +1555,89 @@ MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p
         *count_p = resp.count;
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
+    mc_store_leave(s);
+    return st;
+}
+
+/*
+ * One BATCH_REPLICA_CLEAR for the valid keys (docs/protocol.md §5.14).
+ * The caller's own client id goes with it: the master clears only objects
+ * that id wrote.  Skipped keys are the normal outcome here, so the call
+ * succeeds whenever the master answered.
+ */
+MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
+                                                const char *segment_name, mc_status_t *statuses)
+{
+    mc_status_t st;
+    mc_mconn_t *conn = NULL;
+    mc_status_t *own = NULL;
+    mc_str_t *wkeys  = NULL;
+    size_t *sel      = NULL;
+    size_t nsel;
+    mc_wire_batch_replica_clear_req_t req;
+    mc_wire_batch_replica_clear_resp_t resp;
+
+    st = mc_store_enter_statuses(s, statuses, n);
+    if (st != MC_OK)
+        return st;
+    if (segment_name == NULL)
+        segment_name = "";
+    if ((n > 0) && (keys == NULL)) {
+        mc_set_error_detail("keys is NULL");
+        st = MC_INVALID_PARAMS;
+        goto fail;
+    }
+    if (strnlen(segment_name, MC_WIRE_MAX_STR + 1) > MC_WIRE_MAX_STR) {
+        mc_set_error_detail("segment_name is longer than %u bytes", (unsigned)MC_WIRE_MAX_STR);
+        st = MC_INVALID_PARAMS;
+        goto fail;
+    }
+    if (n > MC_WIRE_MAX_LIST) {
+        mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
+        st = MC_INVALID_PARAMS;
+        goto fail;
+    }
+    if (n == 0)
+        goto out;
+    own   = (statuses == NULL) ? malloc(n * sizeof(*own)) : NULL;
+    wkeys = malloc(n * sizeof(*wkeys));
+    sel   = malloc(n * sizeof(*sel));
+    if (((statuses == NULL) && (own == NULL)) || (wkeys == NULL) || (sel == NULL)) {
+        mc_set_error_detail("out of memory for a batch of %zu keys", n);
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+    if (statuses == NULL)
+        statuses = own;
+    nsel = mc_store_select_keys(keys, n, statuses, wkeys, sel);
+    if (nsel == 0)
+        goto out;
+
+    memset(&req, 0, sizeof(req));
+    req.client_id    = s->client_id;
+    req.keys.n       = (uint32_t)nsel;
+    req.keys.v       = wkeys;
+    req.segment_name = mc_str_from_cstr(segment_name);
+    st = mc_master_pool_call_batch_replica_clear(&s->pool, &conn, &req, &resp);
+    if ((st == MC_OK) && (resp.statuses.n != nsel)) {
+        mc_set_error_detail("BATCH_REPLICA_CLEAR answered %u statuses for %zu keys",
+                            (unsigned)resp.statuses.n, nsel);
+        conn->broken = 1;
+        st           = MC_RPC_FAIL;
+    }
+    for (size_t j = 0; j < nsel; j++) {
+        mc_status_t ks   = (st == MC_OK) ? (mc_status_t)resp.statuses.v[j] : st;
+        statuses[sel[j]] = (ks > 0) ? MC_RPC_FAIL : ks;
+    }
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+    goto out;
+fail:
+    fill_statuses(statuses, n, st);
+out:
+    free(own);
+    free(wkeys);
+    free(sel);
     mc_store_leave(s);
     return st;
 }

@@ -121,6 +121,8 @@ def handle(store, req):
         return {"none": False, "dtype": str(t.dtype).replace("torch.", ""),
                 "shape": list(t.shape), "hex": t.contiguous().view(-1).view(
                     __import__("torch").uint8).numpy().tobytes().hex() if t.numel() else ""}
+    if op == "batch_replica_clear":
+        return {"keys": store.batch_replica_clear(req["keys"], req.get("segment_name", ""))}
     if op == "hostname":
         return {"hostname": store.get_hostname()}
     if op == "close":

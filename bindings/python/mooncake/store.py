@@ -29,7 +29,7 @@ Conventions (the upstream contract, which existing clients rely on):
 
 Beyond put/get the client has the whole upstream object API: ``upsert*``
 (insert or overwrite), the removal family (``batch_remove``,
-``remove_by_regex``, ``remove_all``), zero-copy reads and writes on
+``remove_by_regex``, ``remove_all``, ``batch_replica_clear``), zero-copy reads and writes on
 registered memory (``register_buffer``, ``put_from``, ``get_into``,
 ``batch_*_from``/``batch_get_into*``, ``get_into_ranges``), ranged sessions
 for layer-wise KV transfer (``batch_{get,put}_session_*``), store-owned
@@ -773,6 +773,33 @@ class MooncakeDistributedStore(TensorMethods):
         ``force``).  Returns the number removed, or a negative
         :class:`ErrorCode`."""
         return self._store.remove_all(int(_util.check_bool("force", force)))
+
+    def batch_replica_clear(self, keys: Sequence[str], segment_name: str = "") -> List[str]:
+        """Clear objects this client wrote (upstream ``batch_replica_clear``).
+
+        A key of this tenant is cleared only when this client owns it (it
+        did the put, or the upsert that last replaced the value), no reader
+        holds a lease on it (every read grants one), it is complete, and no
+        upsert or copy/move task is working on it; other keys are skipped.
+
+        Args:
+            keys: the keys to clear.
+            segment_name: ``""`` erases each whole object.  A segment name
+                (``"host:port"``, as :meth:`get_hostname` returns for a
+                client) drops only the object's complete replicas there; a
+                key with none there is skipped, and an object left with no
+                replica is erased.
+
+        Returns:
+            the keys actually cleared, in request order; an empty list when
+            the store is not set up or the master cannot be reached.
+        """
+        keys = list(_util.check_key_list("keys", keys))
+        _util.check_str("segment_name", segment_name)
+        if not keys or "\0" in segment_name:
+            return []
+        statuses = self._store.batch_replica_clear(keys, segment_name)
+        return [k for k, st in zip(keys, statuses) if st == 0]
 
     # ---- buffers owned by the store ----------------------------------------------------
 

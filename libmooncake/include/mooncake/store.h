@@ -448,6 +448,44 @@ MC_API mc_status_t mc_store_remove_by_regex(mc_store_h store, const char *regex,
 /** @brief Remove every (unleased, unless @p force) key of this tenant. @since 0.1 */
 MC_API mc_status_t mc_store_remove_all(mc_store_h store, int force, int64_t *count_p);
 
+/**
+ * @brief Clear objects this client wrote (upstream batch_replica_clear).
+ *
+ * A key of this tenant is cleared only when this client owns it (did its
+ * PutStart, or the upsert that last replaced its value), no reader holds
+ * a lease on it, it is complete, and no upsert or copy/move task is
+ * working on it.  Then:
+ *  - @p segment_name NULL or "": the whole object is erased;
+ *  - otherwise its complete replicas on segments named @p segment_name
+ *    are dropped, and the object is erased with its last replica; a key
+ *    with no complete replica there is not cleared.
+ * The space is free at once.  Pins do not protect an object from it (nor
+ * from a remove).  Other keys are left as they are.
+ *
+ * @param keys          @p n keys; duplicates are handled in order (the
+ *                      second finds the object gone).
+ * @param segment_name  a transfer-engine segment name ("host:port"), or
+ *                      NULL / "" for every segment.
+ * @param statuses      @p n entries, or NULL: MC_OK where keys[i] was
+ *                      cleared, else why not: MC_OBJECT_NOT_FOUND,
+ *                      MC_ILLEGAL_CLIENT (another client's object),
+ *                      MC_OBJECT_HAS_LEASE, MC_REPLICA_IS_NOT_READY
+ *                      (incomplete, or being upserted),
+ *                      MC_OBJECT_HAS_REPLICATION_TASK,
+ *                      MC_REPLICA_NOT_FOUND (nothing complete on
+ *                      @p segment_name), MC_INVALID_PARAMS (a NULL, empty
+ *                      or over-long key).
+ * @return MC_OK when the master answered, however many keys it cleared
+ *         (unlike mc_store_batch_remove(), a key left alone is not an
+ *         error of the call); otherwise the call's error (not set up,
+ *         master unreachable, NULL @p keys, @p segment_name over 64 KiB),
+ *         which every status gets as well.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h store, const char *const *keys,
+                                                size_t n, const char *segment_name,
+                                                mc_status_t *statuses);
+
 /* ---- replica descriptors ---------------------------------------------- */
 
 /** One replica as reported by the master. @since 0.1 */
