@@ -213,8 +213,12 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
     mc_store_segments_release(s);
     mc_store_lbuf_cleanup(s);
     if (s->te != NULL) {
-        mc_te_destroy(s->te);
-        s->te = NULL;
+        /* a borrowed engine stays with its owner: the segment and buffer
+         * regions were unregistered above, which is all we put on it */
+        if (!s->te_borrowed)
+            mc_te_destroy(s->te);
+        s->te          = NULL;
+        s->te_borrowed = 0;
     }
     if (s->pool_ready) {
         mc_master_pool_cleanup(&s->pool);
@@ -293,7 +297,17 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     mc_master_pool_put(&s->pool, conn);
     master_ok = 1;
 
-    /* 2. the transfer engine */
+    /* 2. the transfer engine: the caller's, or our own */
+    if (p->field_mask & MC_STORE_PARAM_ENGINE) {
+        if (p->engine == NULL) {
+            mc_set_error_detail("MC_STORE_PARAM_ENGINE is set but engine is NULL");
+            st = MC_INVALID_PARAMS;
+            goto fail;
+        }
+        s->te          = p->engine;
+        s->te_borrowed = 1;
+        goto engine_ready;
+    }
     memset(&tp, 0, sizeof(tp));
     tp.field_mask = MC_TE_PARAM_LOCAL_HOSTNAME | MC_TE_PARAM_METADATA_SERVER |
                     MC_TE_PARAM_PROTOCOL | MC_TE_PARAM_DEVICES;
@@ -308,6 +322,7 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
         s->te = NULL;
         goto fail;
     }
+engine_ready:
     name = mc_te_local_name(s->te);
     if ((name == NULL) || (*name == '\0') || (strlen(name) >= sizeof(s->hostname))) {
         mc_set_error_detail("transfer engine has no usable segment name");

@@ -66,6 +66,7 @@ struct mc_store {
     char protocol[32];
     mc_uuid_t client_id;
     mc_te_h te;
+    int te_borrowed;  /* te came with MC_STORE_PARAM_ENGINE: never destroyed here */
 
     mc_master_target_t target;
     mc_master_pool_t pool;

@@ -38,7 +38,9 @@ enum mc_store_params_field {
     MC_STORE_PARAM_PROTOCOL            = 1u << 4,
     MC_STORE_PARAM_RDMA_DEVICES        = 1u << 5,
     MC_STORE_PARAM_MASTER_SERVER_ADDR  = 1u << 6,
-    MC_STORE_PARAM_TENANT_ID           = 1u << 7
+    MC_STORE_PARAM_TENANT_ID           = 1u << 7,
+    /** engine is set: borrow that transfer engine. @since 0.2 */
+    MC_STORE_PARAM_ENGINE              = 1u << 8
 };
 
 /** Setup parameters; unset fields take the upstream defaults. @since 0.1 */
@@ -52,6 +54,17 @@ typedef struct mc_store_params {
     const char *rdma_devices;     /**< "" for tcp */
     const char *master_server_addr; /**< "host:port" (default "127.0.0.1:50051") */
     const char *tenant_id;        /**< key namespace (default "default") */
+    /**
+     * An engine the store borrows instead of creating its own (with
+     * MC_STORE_PARAM_ENGINE; @since 0.2).  The store registers its segment
+     * and local buffer on it and serves on its port, so the engine's
+     * segment name is the store's hostname; local_hostname, metadata_server,
+     * protocol and rdma_devices are then not used for the engine (only
+     * checked as usual).  Closing the store unregisters what it registered
+     * and leaves the engine running; the caller keeps the engine alive
+     * until the store is closed, and destroys it afterwards.
+     */
+    mc_te_h engine;
 } mc_store_params_t;
 
 /** One piece of a value written from several buffers. @since 0.1 */
