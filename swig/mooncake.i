@@ -204,9 +204,211 @@ static void mooncake_rc_clear_strings_(mc_replicate_config_t *cfg)
 
 /* ---- transfer engine ------------------------------------------------------ */
 
-/* Not bound yet: the store owns its engine.  The constants stay visible. */
+/* The functions are bound as methods of the Engine class below; the
+ * constants (MC_TE_READ, MC_TE_WRITE, ...) stay visible. */
 %rename("$ignore", regextarget=1) "^mc_te_";
 %include <mooncake/transfer.h>
+
+%{
+/* The binding's engine object: a handle, NULL until create(). */
+typedef struct mooncake_engine {
+    mc_te_h h;
+} mooncake_engine_t;
+
+/* Requests of one direction to one segment from @p len bytes of packed
+ * native uint64 triples (local address, remote address, length): the
+ * address lists of the language side travel as one flat buffer, so no
+ * per-language list code is needed here.  NULL with *st_p set when the
+ * buffer is malformed or memory runs out. */
+static mc_te_request_t *mooncake_te_requests_(int op, uint64_t seg, const void *data,
+                                              size_t len, size_t *n_p, mc_status_t *st_p)
+{
+    const uint64_t *v = data;
+    mc_te_request_t *reqs;
+    size_t n = len / (3 * sizeof(uint64_t));
+    if ((len % (3 * sizeof(uint64_t)) != 0) || (n == 0) ||
+        ((op != MC_TE_READ) && (op != MC_TE_WRITE))) {
+        *st_p = MC_INVALID_PARAMS;
+        return NULL;
+    }
+    reqs = calloc(n, sizeof(*reqs));
+    if (reqs == NULL) {
+        *st_p = MC_INTERNAL_ERROR;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].op      = (mc_te_op_t)op;
+        reqs[i].local   = (void *)(uintptr_t)v[3 * i];
+        reqs[i].remote  = v[3 * i + 1];
+        reqs[i].length  = v[3 * i + 2];
+        reqs[i].segment = seg;
+    }
+    *n_p = n;
+    return reqs;
+}
+%}
+
+%rename(Engine) mooncake_engine;
+%newobject mooncake_engine::name;
+
+struct mooncake_engine {
+};
+
+%exception mooncake_engine::mooncake_engine {
+    $action
+    if (result == NULL)
+        SWIG_exception(SWIG_MemoryError, "cannot allocate an engine object");
+}
+
+/*
+ * A transfer engine (mooncake.engine.TransferEngine is in front of it).
+ * Addresses are plain integers; batches are packed uint64 triples (see
+ * mooncake_te_requests_).  Every method returns a status unless noted.
+ */
+%extend mooncake_engine {
+    mooncake_engine()
+    {
+        return calloc(1, sizeof(mooncake_engine_t));
+    }
+
+    ~mooncake_engine()
+    {
+        mc_te_destroy($self->h);
+        free($self);
+    }
+
+    /* mc_te_create(); INVALID_PARAMS when already created. */
+    int create(const char *local_hostname, const char *metadata_server,
+               const char *protocol, const char *devices)
+    {
+        mc_te_params_t p;
+        if ($self->h != NULL)
+            return MC_INVALID_PARAMS;
+        memset(&p, 0, sizeof(p));
+        p.field_mask = MC_TE_PARAM_LOCAL_HOSTNAME | MC_TE_PARAM_METADATA_SERVER |
+                       MC_TE_PARAM_PROTOCOL | MC_TE_PARAM_DEVICES;
+        p.local_hostname  = local_hostname;
+        p.metadata_server = metadata_server;
+        p.protocol        = protocol;
+        p.devices         = devices;
+        return mc_te_create(&p, &$self->h);
+    }
+
+    /* mc_te_destroy(); the object can be created again. */
+    void destroy()
+    {
+        mc_te_destroy($self->h);
+        $self->h = NULL;
+    }
+
+    /* "host:port", "" before create(). */
+    char *name()
+    {
+        return strdup(($self->h != NULL) ? mc_te_local_name($self->h) : "");
+    }
+
+    /* The mc_te_h as an integer (0 before create()). */
+    uint64_t ptr()
+    {
+        return (uint64_t)(uintptr_t)$self->h;
+    }
+
+    /* Register for remote access. */
+    int mem_reg(uint64_t addr, uint64_t len, const char *location)
+    {
+        if ($self->h == NULL)
+            return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+        return mc_te_mem_reg($self->h, (void *)(uintptr_t)addr, (size_t)len, location,
+                             MC_TE_MEM_REMOTE_ACCESS);
+    }
+
+    int mem_dereg(uint64_t addr)
+    {
+        if ($self->h == NULL)
+            return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+        return mc_te_mem_dereg($self->h, (void *)(uintptr_t)addr);
+    }
+
+    /* Segment id (>= 0) or a negative status. */
+    int64_t segment_open(const char *name)
+    {
+        mc_te_segment_id_t seg = 0;
+        mc_status_t st;
+        if ($self->h == NULL)
+            return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+        st = mc_te_segment_open($self->h, name, &seg);
+        return (st == MC_OK) ? (int64_t)seg : (int64_t)st;
+    }
+
+    int segment_refresh(uint64_t seg)
+    {
+        if ($self->h == NULL)
+            return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+        return mc_te_segment_refresh($self->h, seg);
+    }
+
+    /* Start address of buffer @p index of the segment, 0 when none. */
+    uint64_t segment_buffer(uint64_t seg, uint64_t index)
+    {
+        uint64_t addr = 0;
+        if (($self->h == NULL) ||
+            (mc_te_segment_buffer_query($self->h, seg, (size_t)index, &addr, NULL) != MC_OK))
+            return 0;
+        return addr;
+    }
+
+    /* mc_te_transfer() of packed requests, all @p op to @p seg. */
+    int transfer(int op, uint64_t seg, const void *data, size_t len)
+    {
+        mc_status_t st = MC_OK;
+        size_t n       = 0;
+        mc_te_request_t *reqs;
+        if ($self->h == NULL)
+            return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+        reqs = mooncake_te_requests_(op, seg, data, len, &n, &st);
+        if (reqs == NULL)
+            return st;
+        st = mc_te_transfer($self->h, reqs, n, NULL);
+        free(reqs);
+        return st;
+    }
+
+    /* mc_te_transfer_submit() of packed requests: the job as an integer
+     * for job_wait/job_release, or 0 on failure.  The language package
+     * keeps these integers private. */
+    uint64_t submit(int op, uint64_t seg, const void *data, size_t len)
+    {
+        mc_status_t st = MC_OK;
+        mc_te_job_h job = NULL;
+        size_t n        = 0;
+        mc_te_request_t *reqs;
+        if ($self->h == NULL)
+            return 0;
+        reqs = mooncake_te_requests_(op, seg, data, len, &n, &st);
+        if (reqs == NULL)
+            return 0;
+        st = mc_te_transfer_submit($self->h, reqs, n, &job);
+        free(reqs);
+        return (st == MC_OK) ? (uint64_t)(uintptr_t)job : 0;
+    }
+
+    /* 1 finished and every request succeeded, 0 still running at the
+     * deadline (timeout_ms: 0 polls, < 0 waits), else the negative status
+     * of the first failed request. */
+    int job_wait(uint64_t job, int timeout_ms)
+    {
+        int done        = 0;
+        mc_status_t st  = mc_te_job_wait((mc_te_job_h)(uintptr_t)job, timeout_ms, &done, NULL);
+        if ((st == MC_OK) && !done)
+            return 0;
+        return (st == MC_OK) ? 1 : st;
+    }
+
+    void job_release(uint64_t job)
+    {
+        mc_te_job_release((mc_te_job_h)(uintptr_t)job);
+    }
+}
 
 /* ---- store ------------------------------------------------------------------ */
 
@@ -276,7 +478,8 @@ struct mooncake_store {
     int setup(const char *local_hostname, const char *metadata_server,
               uint64_t global_segment_size, uint64_t local_buffer_size,
               const char *protocol, const char *rdma_devices,
-              const char *master_server_addr, const char *tenant_id = NULL)
+              const char *master_server_addr, const char *tenant_id = NULL,
+              struct mooncake_engine *engine = NULL, int rpc_timeout_ms = -1)
     {
         mc_store_params_t p;
         memset(&p, 0, sizeof(p));
@@ -294,6 +497,16 @@ struct mooncake_store {
         if ((tenant_id != NULL) && (tenant_id[0] != '\0')) {
             p.field_mask |= MC_STORE_PARAM_TENANT_ID;
             p.tenant_id = tenant_id;
+        }
+        if (engine != NULL) {
+            /* borrowed: the store registers on it and never destroys it */
+            p.field_mask |= MC_STORE_PARAM_ENGINE;
+            p.engine = engine->h;
+        }
+        if (rpc_timeout_ms >= 0) {
+            /* < 0: MC_STORE_RPC_TIMEOUT_MS or the default */
+            p.field_mask |= MC_STORE_PARAM_RPC_TIMEOUT_MS;
+            p.rpc_timeout_ms = (uint32_t)rpc_timeout_ms;
         }
         return mc_store_setup($self->h, &p);
     }

@@ -19,6 +19,7 @@ mooncake_py_sources = \
 	bindings/python/mooncake/_tensor.py \
 	bindings/python/mooncake/_util.py \
 	bindings/python/mooncake/buffer_pool.py \
+	bindings/python/mooncake/engine.py \
 	bindings/python/mooncake/store.py \
 	$(NULL)
 

@@ -386,9 +386,13 @@ class MooncakeDistributedStore(TensorMethods):
                 unless it was built with them.
             rdma_devices: RDMA device list ("" for tcp or auto-discovery).
             master_server_addr: "host:port" of mooncake_master.
-            engine: must be None: sharing an existing transfer engine is
-                not available in this release (anything else is a
-                :class:`TypeError`).
+            engine: None (the store starts its own transfer engine), or
+                a :class:`mooncake.engine.TransferEngine` -- or what its
+                ``get_engine()`` returns -- already initialized: the store
+                then serves on that engine's port (``get_hostname()`` is its
+                segment name) and registers its segment and local buffer
+                there; :meth:`close` unregisters them and leaves the engine
+                running.  Anything else is a :class:`TypeError`.
             enable_ssd_offload: True returns ``NOT_SUPPORTED`` in this release.
             ssd_offload_path: SSD offload directory (unused while offload
                 is not supported).
@@ -429,10 +433,8 @@ class MooncakeDistributedStore(TensorMethods):
         if missing:
             raise TypeError("setup() missing required argument(s): " + ", ".join(missing)
                             + " (or pass a single configuration dict)")
-        if engine is not None:
-            raise TypeError("engine must be None: reusing an existing TransferEngine is "
-                            "not supported by this release")
-        return self._setup_checked(
+        borrowed = self._engine_arg(engine)
+        rc = self._setup_checked(
             _util.check_str("local_hostname", local_hostname),
             _util.check_str("metadata_server", metadata_server),
             _util.check_size("global_segment_size", global_segment_size),
@@ -445,7 +447,24 @@ class MooncakeDistributedStore(TensorMethods):
             _util.check_str("tenant_id", tenant_id),
             _util.check_bool("enable_client_http_server", enable_client_http_server),
             self._port("client_http_port", client_http_port),
+            engine=borrowed,
         )
+        if rc == 0 and engine is not None:
+            self._engine = engine  # keeps the borrowed engine alive while we use it
+        return rc
+
+    @staticmethod
+    def _engine_arg(engine: Any) -> Any:
+        """The binding engine of setup()'s ``engine``, or None."""
+        if engine is None:
+            return None
+        from mooncake.engine import InnerTransferEngine, TransferEngine
+        if isinstance(engine, InnerTransferEngine):
+            engine = engine._owner
+        if not isinstance(engine, TransferEngine):
+            raise TypeError("engine must be None, a mooncake.engine.TransferEngine or its "
+                            f"get_engine(), not {type(engine).__name__}")
+        return engine._te
 
     @staticmethod
     def _port(name: str, value: Any) -> int:
@@ -495,7 +514,7 @@ class MooncakeDistributedStore(TensorMethods):
                        global_segment_size: int, local_buffer_size: int, protocol: str,
                        rdma_devices: str, master_server_addr: str, enable_ssd_offload: bool,
                        ssd_offload_path: str, tenant_id: str, enable_client_http_server: bool,
-                       client_http_port: int) -> int:
+                       client_http_port: int, engine: Any = None) -> int:
         strings = (local_hostname, metadata_server, protocol, rdma_devices,
                    master_server_addr, ssd_offload_path, tenant_id)
         if any("\0" in s for s in strings):
@@ -506,7 +525,7 @@ class MooncakeDistributedStore(TensorMethods):
             return int(ErrorCode.NOT_SUPPORTED)
         rc = self._store.setup(local_hostname, metadata_server, global_segment_size,
                                local_buffer_size, protocol, rdma_devices,
-                               master_server_addr, tenant_id)
+                               master_server_addr, tenant_id, engine)
         if rc == 0:
             # BufferPool sizes its overflow budget from this.
             self._local_buffer_size = local_buffer_size
