@@ -61,6 +61,8 @@ EXTRA_DIST += \
 	tests/python/test_tasks.py \
 	tests/python/test_shm.py \
 	tests/python/test_tensor.py \
+	tests/python/engine_proc.py \
+	tests/python/test_engine.py \
 	$(NULL)
 
 if ENABLE_PYTHON
