@@ -1195,6 +1195,119 @@ START_TEST(test_http_metadata_mode)
 }
 END_TEST
 
+/* A background job moves the same bytes as mc_te_transfer, reports per
+ * request, and can be released while it runs. */
+START_TEST(test_job_submit_wait_release)
+{
+    enum { N = 40 };
+    size_t chunk  = 70000;
+    size_t cap    = N * chunk;
+    uint8_t *tgt  = calloc(1, cap);
+    uint8_t *src  = malloc(cap);
+    mc_te_request_t reqs[N];
+    mc_status_t st[N];
+    mc_te_job_h job = NULL;
+    int done        = 0;
+
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    te_fill(src, cap, 5);
+    for (size_t i = 0; i < N; i++)
+        reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + i * chunk,
+                                    (uint64_t)(uintptr_t)(tgt + i * chunk), chunk, seg};
+    ck_assert_status_ok(mc_te_transfer_submit(A, reqs, N, &job));
+    memset(reqs, 0xee, sizeof(reqs)); /* the job keeps its own copy */
+    ck_assert_status_ok(mc_te_job_wait(job, 30000, &done, st));
+    ck_assert_msg(done == 1, "the job should finish within 30 s");
+    for (size_t i = 0; i < N; i++)
+        ck_assert_status_ok(st[i]);
+    ck_assert_msg(memcmp(tgt, src, cap) == 0, "the job should land byte-exact");
+    ck_assert_status_ok(mc_te_job_wait(job, 0, &done, NULL));
+    ck_assert_msg(done == 1, "a finished job stays finished");
+    mc_te_job_release(job);
+
+    /* one refused request: the job fails with its status and detail, the
+     * others land */
+    memset(tgt, 0, cap);
+    for (size_t i = 0; i < 3; i++)
+        reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + i * chunk,
+                                    (uint64_t)(uintptr_t)(tgt + i * chunk), chunk, seg};
+    reqs[1].remote = (uint64_t)(uintptr_t)(tgt + cap - 10);
+    ck_assert_status_ok(mc_te_transfer_submit(A, reqs, 3, &job));
+    ck_assert_status_eq(mc_te_job_wait(job, -1, &done, st), MC_INVALID_WRITE);
+    ck_assert_msg(strstr(mc_last_error_detail(), "refused") != NULL,
+                  "the detail should say why: %s", mc_last_error_detail());
+    ck_assert_status_ok(st[0]);
+    ck_assert_status_eq(st[1], MC_INVALID_WRITE);
+    ck_assert_status_ok(st[2]);
+    ck_assert_msg(memcmp(tgt + 2 * chunk, src + 2 * chunk, chunk) == 0,
+                  "a good request next to a refused one should complete");
+    ck_assert_msg(tgt[cap - 1] == 0, "the refused range must stay untouched");
+    mc_te_job_release(job);
+
+    /* an unknown segment is refused up front: finished at once */
+    reqs[0].segment = 999;
+    ck_assert_status_ok(mc_te_transfer_submit(A, reqs, 1, &job));
+    ck_assert_status_eq(mc_te_job_wait(job, 0, &done, NULL), MC_INVALID_PARAMS);
+    ck_assert_msg(done == 1, "a job refused up front is finished");
+    mc_te_job_release(job);
+
+    /* released while running: the engine frees it (ASan/valgrind see leaks) */
+    for (size_t i = 0; i < N; i++)
+        reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + i * chunk,
+                                    (uint64_t)(uintptr_t)(tgt + i * chunk), chunk, seg};
+    ck_assert_status_ok(mc_te_transfer_submit(A, reqs, N, &job));
+    mc_te_job_release(job);
+    ck_assert_status_ok(mc_te_transfer(A, reqs, N, NULL)); /* queue drains behind it */
+
+    ck_assert_status_eq(mc_te_transfer_submit(A, reqs, 0, &job), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_job_wait(NULL, 0, &done, NULL), MC_INVALID_PARAMS);
+    mc_te_job_release(NULL);
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+    free(src);
+}
+END_TEST
+
+/* Buffers of a segment, own and peer, in address order; refresh picks up
+ * what the peer registered after it was opened. */
+START_TEST(test_segment_buffer_query)
+{
+    uint8_t *lo = malloc(8192), *hi = malloc(8192), *priv = malloc(4096);
+    uint8_t *a  = (lo < hi) ? lo : hi, *b = (lo < hi) ? hi : lo;
+    mc_te_segment_id_t self, seg;
+    uint64_t addr = 0, len = 0;
+
+    ck_assert_status_ok(mc_te_segment_open(B, mc_te_local_name(B), &self));
+    seg = te_open(A, B);
+    ck_assert_status_eq(mc_te_segment_buffer_query(A, seg, 0, &addr, &len), MC_INVALID_PARAMS);
+    ck_assert_status_ok(mc_te_mem_reg(B, priv, 4096, "", 0)); /* local only: not listed */
+    ck_assert_status_ok(mc_te_mem_reg(B, b, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(mc_te_mem_reg(B, a, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(mc_te_segment_buffer_query(B, self, 0, &addr, &len));
+    ck_assert_msg(addr == (uint64_t)(uintptr_t)a && len == 4096, "own lowest buffer first");
+    ck_assert_status_ok(mc_te_segment_buffer_query(B, self, 1, &addr, NULL));
+    ck_assert_msg(addr == (uint64_t)(uintptr_t)b, "own second buffer");
+    ck_assert_status_eq(mc_te_segment_buffer_query(B, self, 2, &addr, NULL), MC_INVALID_PARAMS);
+    ck_assert_status_ok(mc_te_segment_refresh(B, self));
+
+    ck_assert_status_ok(mc_te_segment_refresh(A, seg));
+    ck_assert_status_ok(mc_te_segment_buffer_query(A, seg, 0, &addr, &len));
+    ck_assert_msg(addr == (uint64_t)(uintptr_t)a && len == 4096,
+                  "the peer's lowest buffer after a refresh");
+    ck_assert_status_ok(mc_te_segment_buffer_query(A, seg, 1, &addr, &len));
+    ck_assert_msg(addr == (uint64_t)(uintptr_t)b && len == 8192, "the peer's second buffer");
+    ck_assert_status_eq(mc_te_segment_refresh(A, 999), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_segment_buffer_query(A, 999, 0, &addr, NULL), MC_INVALID_PARAMS);
+    ck_assert_status_ok(mc_te_mem_dereg(B, a));
+    ck_assert_status_ok(mc_te_mem_dereg(B, b));
+    ck_assert_status_ok(mc_te_mem_dereg(B, priv));
+    free(lo);
+    free(hi);
+    free(priv);
+}
+END_TEST
+
 Suite *mc_test_transfer_suite(void)
 {
     Suite *s = suite_create("transfer");
@@ -1225,6 +1338,8 @@ Suite *mc_test_transfer_suite(void)
     tcase_add_test(two, test_concurrent_callers);
     tcase_add_test(two, test_peer_restart_behind_pooled_connection);
     tcase_add_test(two, test_large_read_spread_over_lanes);
+    tcase_add_test(two, test_job_submit_wait_release);
+    tcase_add_test(two, test_segment_buffer_query);
     suite_add_tcase(s, two);
 
     tcase_set_timeout(http, 30);
