@@ -32,6 +32,11 @@
 #include "common/util.h"
 #include "wire/wire.h"
 
+/* The per send/receive limit of master RPCs: MC_STORE_RPC_TIMEOUT_MS, the
+ * rpc_timeout_ms setup parameter, else this default (store.h). */
+#define MC_MASTER_IO_TIMEOUT_MS 5000
+#define MC_MASTER_IO_TIMEOUT_MAX_MS 3600000
+
 /* Where to connect and who we are. */
 typedef struct mc_master_target {
     char host[256];

@@ -274,6 +274,12 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
         master = MC_DEFAULT_MASTER_ADDR;
     if (*tenant == '\0')
         tenant = MC_DEFAULT_TENANT;
+    if ((p->field_mask & MC_STORE_PARAM_RPC_TIMEOUT_MS) &&
+        (p->rpc_timeout_ms > MC_MASTER_IO_TIMEOUT_MAX_MS)) {
+        mc_set_error_detail("rpc_timeout_ms %u is above the limit of %d ms",
+                            (unsigned)p->rpc_timeout_ms, MC_MASTER_IO_TIMEOUT_MAX_MS);
+        return MC_INVALID_PARAMS;
+    }
 
     mc_uuid_generate(&s->client_id);
     strcpy(s->protocol, protocol);
@@ -282,6 +288,8 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     st = mc_master_target_init(&s->target, master, s->client_id, tenant);
     if (st != MC_OK)
         goto fail;
+    if (p->field_mask & MC_STORE_PARAM_RPC_TIMEOUT_MS)
+        s->target.io_timeout_ms = (int)p->rpc_timeout_ms;
     st = mc_master_pool_init(&s->pool, &s->target, MC_STORE_POOL_CAP);
     if (st != MC_OK)
         goto fail;
@@ -290,6 +298,17 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     if (st != MC_OK) {
         if (st != MC_RPC_FAIL && st != MC_RPC_TIMEOUT && st != MC_INTERNAL_ERROR)
             goto fail; /* the master refused HELLO: keep its verdict */
+        if (st == MC_RPC_TIMEOUT)
+            mc_set_error_detail("master %s:%u accepted the connection but did not answer "
+                                "within %d ms (rpc_timeout_ms, MC_STORE_RPC_TIMEOUT_MS)",
+                                s->target.host, (unsigned)s->target.port,
+                                s->target.io_timeout_ms);
+        else if (strstr(mc_last_error_detail(), s->target.host) == NULL) {
+            char why[400]; /* the detail is rewritten from a copy, not in place */
+            snprintf(why, sizeof(why), "%s", mc_last_error_detail());
+            mc_set_error_detail("master %s:%u: %s", s->target.host, (unsigned)s->target.port,
+                                why);
+        }
         mc_error("setup: %s", mc_last_error_detail());
         st = MC_RPC_FAIL;
         goto fail;

@@ -684,6 +684,52 @@ START_TEST(test_setup_without_master)
 }
 END_TEST
 
+/*
+ * A master that accepts the connection (the kernel completes it from the
+ * listen backlog) and never answers: setup gives up after rpc_timeout_ms,
+ * names the master, and refuses a limit above an hour.
+ */
+START_TEST(test_setup_silent_master_times_out)
+{
+    mc_store_h s;
+    mc_store_params_t p;
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    struct timespec t0, t1;
+    double took;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family      = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(fd, 16), 0);
+    getsockname(fd, (struct sockaddr *)&a, &alen);
+    snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+
+    ck_assert_status_ok(mc_store_create(&s));
+    fill_params(&p, 0);
+    p.field_mask |= MC_STORE_PARAM_RPC_TIMEOUT_MS;
+    p.rpc_timeout_ms = 3600001;
+    ck_assert_status_eq(mc_store_setup(s, &p), MC_INVALID_PARAMS);
+    p.rpc_timeout_ms = 300;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_status_eq(mc_store_setup(s, &p), MC_RPC_FAIL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    ck_assert_msg(took >= 0.25 && took < 3.0,
+                  "setup should give up after about 300 ms, it took %.2f s", took);
+    ck_assert_msg(strstr(mc_last_error_detail(), master_addr) != NULL &&
+                      strstr(mc_last_error_detail(), "300 ms") != NULL,
+                  "the detail should name the master and the limit, got \"%s\"",
+                  mc_last_error_detail());
+    ck_assert_str_eq(mc_store_hostname(s), "");
+    ck_assert_status_ok(mc_store_close(s));
+    mc_store_destroy(s);
+    close(fd);
+}
+END_TEST
+
 /* ---- against the fake master ------------------------------------------------ */
 
 START_TEST(test_put_get_roundtrip)
@@ -1311,6 +1357,7 @@ Suite *mc_test_store_suite(void)
     tcase_add_test(tc, test_calls_before_setup);
     tcase_add_test(tc, test_setup_invalid_params);
     tcase_add_test(tc, test_setup_without_master);
+    tcase_add_test(tc, test_setup_silent_master_times_out);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fake_master");

@@ -8,7 +8,8 @@
  * contribution to the pool) and a registered local buffer.  Every function
  * is thread-safe: many threads may call one handle at once.  Calls made
  * before mc_store_setup() or after mc_store_close() return
- * MC_UNAVAILABLE_IN_CURRENT_STATUS and touch nothing.
+ * MC_UNAVAILABLE_IN_CURRENT_STATUS and touch nothing, except
+ * mc_store_close() itself, which then reports MC_OK (as upstream).
  */
 #ifndef MOONCAKE_STORE_H
 #define MOONCAKE_STORE_H
@@ -40,7 +41,9 @@ enum mc_store_params_field {
     MC_STORE_PARAM_MASTER_SERVER_ADDR  = 1u << 6,
     MC_STORE_PARAM_TENANT_ID           = 1u << 7,
     /** engine is set: borrow that transfer engine. @since 0.2 */
-    MC_STORE_PARAM_ENGINE              = 1u << 8
+    MC_STORE_PARAM_ENGINE              = 1u << 8,
+    /** rpc_timeout_ms is set. @since 0.2 */
+    MC_STORE_PARAM_RPC_TIMEOUT_MS      = 1u << 9
 };
 
 /** Setup parameters; unset fields take the upstream defaults. @since 0.1 */
@@ -65,6 +68,17 @@ typedef struct mc_store_params {
      * until the store is closed, and destroys it afterwards.
      */
     mc_te_h engine;
+    /**
+     * Longest wait, in milliseconds, for any one send or receive of a master
+     * RPC of this store, setup's HELLO included (with
+     * MC_STORE_PARAM_RPC_TIMEOUT_MS; @since 0.2): a master that accepts the
+     * connection but never answers fails setup with MC_RPC_FAIL (later calls
+     * with MC_RPC_TIMEOUT) after about this long instead of hanging.  0 waits
+     * forever; above 3600000 is MC_INVALID_PARAMS.  Unset: the environment
+     * variable MC_STORE_RPC_TIMEOUT_MS, else 5000.  The heartbeat and the
+     * task executor cap it at their own shorter limits.
+     */
+    uint32_t rpc_timeout_ms;
 } mc_store_params_t;
 
 /** One piece of a value written from several buffers. @since 0.1 */
@@ -101,6 +115,10 @@ MC_API mc_status_t mc_store_setup(mc_store_h store, const mc_store_params_t *par
  * @brief Unmount this client's segments (its objects disappear from the
  *        store), stop the engine and the heartbeat.  The handle can be set
  *        up again.
+ * @return MC_OK, also for a handle that is not set up (never set up, or
+ *         already closed: closing is idempotent, as upstream's close());
+ *         otherwise the error of telling the master, after everything was
+ *         released anyway; MC_INVALID_PARAMS for a NULL handle.
  * @since 0.1
  */
 MC_API mc_status_t mc_store_close(mc_store_h store);
