@@ -15,7 +15,11 @@
 * release() refuses while exported views are alive and succeeds after
   they are gone; close() refuses while leases are active;
 * pool.buffer(size) is a context manager that releases on exit;
-* RegisteredBufferPool is the legacy alias.
+* RegisteredBufferPool is the legacy alias;
+* upstream's other constructor arguments: min_size_class/alignment checked
+  as upstream, alignment applied to overflow leases, max_size_class counts
+  oversize leases, block_on_exhaustion/default_timeout are the acquire
+  defaults, prewarm is an accepted no-op, max_bytes 0 means the default.
 """
 
 import gc
@@ -251,3 +255,154 @@ def test_many_leases_do_not_leak(store):
 def test_registered_buffer_pool_alias():
     from mooncake.buffer_pool import BufferPool, RegisteredBufferPool
     assert RegisteredBufferPool is BufferPool
+
+
+# ---- upstream's constructor arguments ---------------------------------------------------
+
+
+def test_upstream_keyword_names_and_order(store):
+    """BufferPool(store, max_bytes=0, min_size_class=65536, max_size_class=None,
+    alignment=8 MiB, block_on_exhaustion=True, default_timeout=None,
+    max_regions=None, prewarm_size=None, prewarm_count=0), as upstream."""
+    import inspect
+    BufferPool = pool_cls()
+    params = list(inspect.signature(BufferPool).parameters.values())
+    assert [(p.name, p.default) for p in params] == [
+        ("store", inspect.Parameter.empty), ("max_bytes", 0), ("min_size_class", 65536),
+        ("max_size_class", None), ("alignment", 8388608), ("block_on_exhaustion", True),
+        ("default_timeout", None), ("max_regions", None), ("prewarm_size", None),
+        ("prewarm_count", 0)]
+    pool = BufferPool(store, MiB)                      # positional max_bytes
+    assert pool.max_bytes == MiB
+    assert pool.max_size_class == MiB                   # None -> max_bytes
+    assert pool.min_size_class == 65536 and pool.alignment == 8 * MiB
+    pool.close()
+    # 0 and None: the default, twice the local buffer (16 MiB in the fixture)
+    for default in (0, None):
+        pool = BufferPool(store, max_bytes=default)
+        assert pool.max_bytes == 32 * MiB
+        pool.close()
+
+
+@pytest.mark.parametrize("kwargs,exc", [
+    ({"min_size_class": 0}, ValueError),
+    ({"alignment": 0}, ValueError),
+    ({"alignment": 3 * 4096}, ValueError),             # not a power of two
+    ({"alignment": 4}, ValueError),                    # below sizeof(void*)
+    ({"default_timeout": -1}, ValueError),
+    ({"max_regions": 0}, ValueError),
+    ({"min_size_class": -1}, TypeError),               # upstream: size_t conversion
+    ({"alignment": -8}, TypeError),
+    ({"max_size_class": -1}, TypeError),
+    ({"max_bytes": -1}, TypeError),
+    ({"prewarm_count": -1}, TypeError),
+    ({"alignment": 8.0}, TypeError),
+    ({"block_on_exhaustion": "yes"}, TypeError),
+    ({"default_timeout": "1"}, TypeError),
+])
+def test_constructor_validation_as_upstream(store, kwargs, exc):
+    with pytest.raises(exc):
+        pool_cls()(store, **kwargs)
+
+
+def test_constructor_needs_a_set_up_store_with_a_local_buffer(master, make_store):
+    from mooncake.store import MooncakeDistributedStore
+    with pytest.raises(RuntimeError, match="not initialized"):
+        pool_cls()(MooncakeDistributedStore())
+    no_buffer = make_store(buffer=0)
+    with pytest.raises(RuntimeError, match="local buffer"):
+        pool_cls()(no_buffer)
+
+
+@pytest.mark.parametrize("alignment", [8 * MiB, MiB, 4096, 8])
+def test_overflow_leases_are_aligned(make_store, alignment):
+    """alignment is used for overflow allocations: every overflow lease
+    starts on an ``alignment`` boundary and works with the zero-copy calls."""
+    store = make_store(buffer=MiB)
+    k = key()
+    data = os.urandom(700 * 1024)
+    assert store.put(k, data) == 0
+    pool = pool_cls()(store, max_bytes=16 * MiB, alignment=alignment)
+    local = pool.acquire(MiB - 4096)                   # fills the 1 MiB local buffer
+    leases = [pool.acquire(len(data), block=False) for _ in range(3)]
+    try:
+        for lz in leases:
+            assert lz.overflow, "the local buffer is full: this must be an overflow lease"
+            assert lz.ptr % alignment == 0, f"{lz.ptr:#x} is not {alignment}-aligned"
+            assert store.get_into(k, lz.ptr, lz.size) == len(data)
+            assert bytes(lz.buffer[:64]) == data[:64]
+    finally:
+        ptrs = [lz.ptr for lz in leases]
+        for lz in leases:
+            lz.release()
+        local.release()
+    small = key("small")
+    assert store.put(small, b"x" * 16) == 0
+    for p in ptrs:                                     # unregistered at release
+        assert store.get_into(small, p, 16) == INVALID_PARAMS
+    pool.close()
+
+
+def test_max_size_class_counts_oversize_leases(store):
+    pool = pool_cls()(store, max_size_class=64 * 1024)
+    assert pool.oversize_leases == 0
+    for size in (1024, 64 * 1024, 64 * 1024 + 1, MiB):
+        pool.acquire(size).release()
+    assert pool.oversize_leases == 2
+    pool.close()
+    default = pool_cls()(store)                        # max_size_class = max_bytes
+    default.acquire(MiB).release()
+    assert default.oversize_leases == 0
+    default.close()
+
+
+def test_block_on_exhaustion_false_fails_at_once(store):
+    BufferPool = pool_cls()
+    from mooncake.buffer_pool import BufferPoolExhausted, BufferPoolTimeout
+    pool = BufferPool(store, max_regions=1, block_on_exhaustion=False, default_timeout=5)
+    held = pool.acquire(1024)
+    t0 = time.monotonic()
+    with pytest.raises(BufferPoolExhausted) as info:
+        pool.acquire(1024)                             # block=None: the pool's setting
+    assert not isinstance(info.value, BufferPoolTimeout)
+    assert time.monotonic() - t0 < 2.0
+    # an explicit block=True overrides it, bounded by the pool's default_timeout
+    t0 = time.monotonic()
+    with pytest.raises(BufferPoolTimeout):
+        pool.acquire(1024, block=True, timeout=0.3)
+    assert time.monotonic() - t0 >= 0.25
+    held.release()
+    pool.close()
+
+
+def test_default_timeout_bounds_a_blocking_acquire(store):
+    from mooncake.buffer_pool import BufferPoolTimeout
+    pool = pool_cls()(store, max_regions=1, default_timeout=0.3)
+    assert pool.default_timeout == 0.3 and pool.block_on_exhaustion is True
+    held = pool.acquire(1024)
+    t0 = time.monotonic()
+    with pytest.raises(BufferPoolTimeout):
+        pool.acquire(1024)
+    waited = time.monotonic() - t0
+    assert 0.25 <= waited < 10, waited
+    held.release()
+    pool.close()
+
+
+def test_prewarm_is_an_accepted_no_op(store):
+    pool = pool_cls()(store, prewarm_size=MiB, prewarm_count=4)
+    assert pool.prewarm(MiB, 2) is None
+    assert pool.prewarm() is None
+    assert pool.active_leases == 0 and pool.active_bytes == 0
+    with pytest.raises(TypeError):
+        pool.prewarm(-1, 1)
+    pool.close()
+
+
+def test_upstream_aliases_in_store_and_package():
+    import mooncake
+    from mooncake import store as store_mod
+    from mooncake.buffer_pool import BufferLease, BufferPool
+    assert mooncake.BufferPool is mooncake.RegisteredBufferPool is BufferPool
+    assert store_mod.RegisteredBufferPool is BufferPool
+    assert store_mod.RegisteredBufferLease is BufferLease

@@ -18,16 +18,19 @@ is registered once::
 Rules (the upstream contract):
 
 * leases come from the local buffer (``alloc_from_mem_pool``); when it is
-  exhausted, an *overflow* buffer is allocated (page-aligned host memory),
-  registered for the lease and unregistered and freed at release;
+  exhausted, an *overflow* buffer is allocated (host memory aligned to
+  ``alignment``, 8 MiB by default), registered for the lease and
+  unregistered and freed at release;
 * ``max_regions`` bounds the number of active leases (None: unbounded);
 * ``max_bytes`` bounds the active bytes, local and overflow together; the
-  default is twice the local buffer size, i.e. one local-buffer-sized
-  overflow burst;
+  default (None or 0) is twice the local buffer size, i.e. one
+  local-buffer-sized overflow burst;
 * ``acquire(size, block=False)`` raises :class:`BufferPoolExhausted` when
   no capacity is left; ``acquire(size, timeout=t)`` waits up to ``t``
   seconds for other leases to be released (the GIL is released while
-  waiting), then raises :class:`BufferPoolTimeout`;
+  waiting), then raises :class:`BufferPoolTimeout`.  ``block`` and
+  ``timeout`` default to the pool's ``block_on_exhaustion`` and
+  ``default_timeout``;
 * ``lease.release()`` raises :class:`BufferError` while memoryviews (or
   arrays) derived from ``lease.buffer`` are alive: the memory would be
   handed to somebody else under them.  Delete them and release again;
@@ -36,6 +39,20 @@ Rules (the upstream contract):
 The pool's memory accounting is exact: an export counter lives in the C
 object behind ``lease.buffer``, so "are views still alive" is a fact, not a
 reference-count guess.
+
+Upstream's other constructor arguments are accepted with upstream's
+meaning: ``min_size_class`` is checked (> 0) and otherwise unused -- a
+lease is exactly the size asked for, there is no size-class rounding;
+``max_size_class`` (default ``max_bytes``) only sets the size above which
+a lease counts as *oversize* (:attr:`BufferPool.oversize_leases`);
+``prewarm_size``/``prewarm_count`` and :meth:`BufferPool.prewarm` are
+accepted and do nothing, as upstream.
+
+Where this pool differs from upstream's: an explicit ``max_bytes`` below
+the local buffer size is a real bound (upstream raises it to the local
+buffer size; the spec says "max_bytes bounds total active ... leases");
+and a blocking acquire without a timeout that nothing of this pool can
+ever satisfy raises :class:`BufferPoolExhausted` instead of waiting forever.
 """
 
 import threading
@@ -50,6 +67,7 @@ __all__ = [
     "BufferPool",
     "RegisteredBufferPool",
     "BufferLease",
+    "RegisteredBufferLease",
     "BufferPoolExhausted",
     "BufferPoolTimeout",
 ]
@@ -78,14 +96,16 @@ class BufferLease:
             rather than a piece of the store's local buffer.
     """
 
-    __slots__ = ("_pool", "ptr", "size", "overflow", "_region", "_view", "_released",
-                 "__weakref__")
+    __slots__ = ("_pool", "ptr", "size", "overflow", "_base", "_region", "_view",
+                 "_released", "__weakref__")
 
-    def __init__(self, pool: "BufferPool", ptr: int, size: int, overflow: bool) -> None:
+    def __init__(self, pool: "BufferPool", ptr: int, size: int, overflow: bool,
+                 base: int = 0) -> None:
         self._pool = pool
         self.ptr = ptr
         self.size = size
         self.overflow = overflow
+        self._base = base or ptr  # what to free: an aligned overflow lease starts inside it
         self._region = _capi.mooncake_region_view(ptr, size)
         self._view: Optional[memoryview] = None
         self._released = False
@@ -127,6 +147,22 @@ class BufferLease:
 _VIEWS_ALIVE = "release(): views of lease.buffer are still alive; delete them first"
 
 
+def _check_timeout(name: str, value: Any) -> None:
+    """A number of seconds >= 0: TypeError / ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number or None, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _check_size_t(name: str, value: Any) -> int:
+    """An int >= 0, as upstream's binding takes its size_t arguments:
+    TypeError for anything else (a negative int included)."""
+    if not _util.is_int(value) or value < 0:
+        raise TypeError(f"{name} must be a non-negative int, not {value!r}")
+    return int(value)
+
+
 def _check_positive(name: str, value: Any, kind: str) -> None:
     """TypeError unless ``value`` is an int (``kind`` names what is
     accepted), ValueError unless it is positive."""
@@ -139,29 +175,82 @@ def _check_positive(name: str, value: Any, kind: str) -> None:
 class BufferPool:
     """Leases of registered scratch memory from a store's local buffer.
 
+    The keyword names and their order are upstream's.
+
     Args:
-        store: a set-up :class:`~mooncake.store.MooncakeDistributedStore`.
-        max_regions: most leases active at once (None: no limit).
+        store: a set-up :class:`~mooncake.store.MooncakeDistributedStore`
+            with a local buffer.
         max_bytes: most bytes leased at once, local and overflow together
-            (None: twice the store's local buffer size).
+            (None or 0: twice the store's local buffer size).
+        min_size_class: must be > 0; otherwise unused (no size classes).
+        max_size_class: leases above this many bytes are counted in
+            :attr:`oversize_leases` (None: ``max_bytes``).
+        alignment: alignment of overflow buffers; a power of two, at least
+            8 (default 8 MiB).  Local-buffer leases are aligned as the
+            store's allocator places them.
+        block_on_exhaustion: what ``acquire(block=None)`` does.
+        default_timeout: seconds ``acquire(timeout=None)`` waits (None:
+            no limit); not negative.
+        max_regions: most leases active at once (None: no limit).
+        prewarm_size, prewarm_count: accepted, unused (as upstream).
+
+    Raises:
+        TypeError: a store that is no store, or an argument of the wrong
+            type (a negative size included, as upstream's size_t).
+        ValueError: ``min_size_class`` or ``alignment`` is 0, ``alignment``
+            is no power of two or below 8, ``default_timeout`` is negative,
+            ``max_regions`` is not positive.
+        RuntimeError: the store is not set up ("MooncakeDistributedStore is
+            not initialized"), or was set up with ``local_buffer_size`` 0
+            ("BufferPool requires a store configured with a local buffer").
 
     Thread-safe: leases may be acquired and released from any thread.
     """
 
-    def __init__(self, store: Any, max_regions: Optional[int] = None,
-                 max_bytes: Optional[int] = None) -> None:
+    def __init__(self, store: Any, max_bytes: Optional[int] = 0,
+                 min_size_class: int = 65536, max_size_class: Optional[int] = None,
+                 alignment: int = 8388608, block_on_exhaustion: bool = True,
+                 default_timeout: Optional[float] = None, max_regions: Optional[int] = None,
+                 prewarm_size: Optional[int] = None, prewarm_count: int = 0) -> None:
         if not hasattr(store, "alloc_from_mem_pool") or not hasattr(store, "_mem_pool_free"):
             raise TypeError(f"store must be a MooncakeDistributedStore, "
                             f"not {type(store).__name__}")
+        max_bytes = 0 if max_bytes is None else _check_size_t("max_bytes", max_bytes)
+        min_size_class = _check_size_t("min_size_class", min_size_class)
+        if min_size_class == 0:
+            raise ValueError("min_size_class must be > 0")
+        if max_size_class is not None:
+            max_size_class = _check_size_t("max_size_class", max_size_class)
+        alignment = _check_size_t("alignment", alignment)
+        if alignment == 0:
+            raise ValueError("alignment must be > 0")
+        if alignment & (alignment - 1) or alignment < 8:
+            raise ValueError(f"alignment must be a power of two and at least 8 "
+                             f"(sizeof(void*)), got {alignment}")
+        block_on_exhaustion = _util.check_bool("block_on_exhaustion", block_on_exhaustion)
+        if default_timeout is not None:
+            _check_timeout("default_timeout", default_timeout)
         if max_regions is not None:
             _check_positive("max_regions", max_regions, "an int or None")
-        if max_bytes is not None:
-            _check_positive("max_bytes", max_bytes, "an int or None")
-        else:
-            max_bytes = 2 * store._local_buffer_bytes()
+        if prewarm_size is not None:
+            _check_size_t("prewarm_size", prewarm_size)
+        _check_size_t("prewarm_count", prewarm_count)
+        if store.get_hostname() == "":
+            raise RuntimeError("MooncakeDistributedStore is not initialized")
+        local = store._local_buffer_bytes()
+        if local == 0:
+            raise RuntimeError("BufferPool requires a store configured with a local buffer")
+        if max_bytes == 0:
+            max_bytes = 2 * local
         self._store = store
         self._max_regions = max_regions
         self._max_bytes = int(max_bytes)
+        self._min_size_class = min_size_class
+        self._max_size_class = self._max_bytes if max_size_class is None else max_size_class
+        self._alignment = alignment
+        self._block = block_on_exhaustion
+        self._default_timeout = default_timeout
+        self._oversize = 0
         self._cond = threading.Condition()
         self._active: "dict[int, BufferLease]" = {}
         self._active_bytes = 0
@@ -177,6 +266,34 @@ class BufferPool:
     @property
     def max_bytes(self) -> int:
         return self._max_bytes
+
+    @property
+    def min_size_class(self) -> int:
+        return self._min_size_class
+
+    @property
+    def max_size_class(self) -> int:
+        """Leases above this many bytes count as oversize."""
+        return self._max_size_class
+
+    @property
+    def alignment(self) -> int:
+        """Alignment of overflow buffers."""
+        return self._alignment
+
+    @property
+    def block_on_exhaustion(self) -> bool:
+        return self._block
+
+    @property
+    def default_timeout(self) -> Optional[float]:
+        return self._default_timeout
+
+    @property
+    def oversize_leases(self) -> int:
+        """Leases granted so far that were larger than :attr:`max_size_class`."""
+        with self._cond:
+            return self._oversize
 
     @property
     def active_leases(self) -> int:
@@ -196,16 +313,18 @@ class BufferPool:
 
     # ---- leases ------------------------------------------------------------------
 
-    def acquire(self, size: int, block: bool = True,
+    def acquire(self, size: int, block: Optional[bool] = None,
                 timeout: Optional[float] = None) -> BufferLease:
         """Lease ``size`` bytes of registered memory.
 
         Args:
             size: bytes (> 0).
-            block: wait for capacity (True) or raise at once (False).
-            timeout: with ``block``, the most seconds to wait (None: wait as
-                long as other leases of this pool are active and may
-                return memory).
+            block: wait for capacity (True) or raise at once (False);
+                None: the pool's ``block_on_exhaustion``.
+            timeout: with ``block``, the most seconds to wait; None: the
+                pool's ``default_timeout``, and when that is None too, wait
+                as long as other leases of this pool are active and may
+                return memory.
 
         Raises:
             TypeError / ValueError: a bad ``size`` or ``timeout``.
@@ -216,13 +335,11 @@ class BufferPool:
             RuntimeError: the pool is closed.
         """
         _check_positive("size", size, "an int")
-        block = _util.check_bool("block", block)
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number or None, "
-                                f"not {type(timeout).__name__}")
-            if timeout < 0:
-                raise ValueError(f"timeout must be >= 0, got {timeout}")
+        block = self._block if block is None else _util.check_bool("block", block)
+        if timeout is None:
+            timeout = self._default_timeout
+        else:
+            _check_timeout("timeout", timeout)
         if size > self._max_bytes:
             raise BufferPoolExhausted(f"acquire({size}): larger than max_bytes "
                                       f"({self._max_bytes})")
@@ -253,7 +370,7 @@ class BufferPool:
                 self._cond.wait(min(left, _RETRY_S))
 
     @contextmanager
-    def buffer(self, size: int, block: bool = True,
+    def buffer(self, size: int, block: Optional[bool] = None,
                timeout: Optional[float] = None) -> Iterator[BufferLease]:
         """:meth:`acquire` as a context manager; the lease is released on
         exit (BufferError there if views of it were kept)."""
@@ -262,6 +379,13 @@ class BufferPool:
             yield lease
         finally:
             lease.release()
+
+    def prewarm(self, size: Optional[int] = None, count: int = 0) -> None:
+        """Accepted and does nothing, as upstream's (leases come from the
+        store's already registered local buffer)."""
+        if size is not None:
+            _check_size_t("size", size)
+        _check_size_t("count", count)
 
     def close(self) -> None:
         """Close the pool; later :meth:`acquire` calls raise.  Idempotent.
@@ -295,38 +419,47 @@ class BufferPool:
         if self._active_bytes + size > self._max_bytes:
             return None
         overflow = False
-        ptr = self._store.alloc_from_mem_pool(size)
+        base = ptr = self._store.alloc_from_mem_pool(size)
         if ptr == 0:
-            ptr = self._alloc_overflow(size)
+            base, ptr = self._alloc_overflow(size)
             if ptr == 0:
                 return None
             overflow = True
         try:
-            lease = BufferLease(self, ptr, size, overflow)
+            lease = BufferLease(self, ptr, size, overflow, base)
         except BaseException:
-            self._free(ptr, overflow)
+            self._free(ptr, overflow, base)
             raise
         self._active[id(lease)] = lease
         self._active_bytes += size
+        if size > self._max_size_class:
+            self._oversize += 1
         return lease
 
-    def _alloc_overflow(self, size: int) -> int:
+    def _alloc_overflow(self, size: int) -> "tuple[int, int]":
+        """(mapping, aligned address) of a registered overflow buffer of
+        ``size`` bytes aligned to ``alignment``; (0, 0) when none can be had.
+        Host memory is page aligned; for a larger alignment the mapping is
+        ``alignment`` - 1 bytes longer (address space only: the slack is
+        never touched) and the lease starts at the first aligned byte."""
         from mooncake.store import MooncakeHostMemAllocator
 
         if self._host is None:
             self._host = MooncakeHostMemAllocator()
-        ptr = self._host.alloc(size)
-        if ptr == 0:
-            return 0
+        slack = self._alignment - 1 if self._alignment > 4096 else 0
+        base = self._host.alloc(size + slack)
+        if base == 0:
+            return 0, 0
+        ptr = (base + self._alignment - 1) & ~(self._alignment - 1)
         if self._store.register_buffer(ptr, size) != 0:
-            self._host.free(ptr)
-            return 0
-        return ptr
+            self._host.free(base)
+            return 0, 0
+        return base, ptr
 
-    def _free(self, ptr: int, overflow: bool) -> None:
+    def _free(self, ptr: int, overflow: bool, base: int = 0) -> None:
         if overflow:
             self._store.unregister_buffer(ptr)
-            self._host.free(ptr)
+            self._host.free(base or ptr)
         else:
             self._store._mem_pool_free(ptr)
 
@@ -346,10 +479,12 @@ class BufferPool:
             self._active.pop(id(lease), None)
             self._active_bytes -= lease.size
             try:
-                self._free(lease.ptr, lease.overflow)
+                self._free(lease.ptr, lease.overflow, lease._base)
             finally:
                 self._cond.notify_all()
 
 
 #: The former name of :class:`BufferPool`, kept for existing code.
 RegisteredBufferPool = BufferPool
+#: Upstream's other name of :class:`BufferLease`.
+RegisteredBufferLease = BufferLease

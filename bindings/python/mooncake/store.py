@@ -57,6 +57,9 @@ from mooncake import capi as _capi
 from mooncake import _util
 from mooncake._errors import ErrorCode, describe, last_error_detail
 from mooncake._tensor import TensorMethods
+# Upstream's mooncake.store exports the pool too (and the Registered* names).
+from mooncake.buffer_pool import (BufferLease, BufferPool, RegisteredBufferLease,
+                                  RegisteredBufferPool)
 
 __all__ = [
     "MooncakeDistributedStore",
@@ -72,6 +75,10 @@ __all__ = [
     "BufferHandle",
     "MooncakeHostMemAllocator",
     "bind_to_numa_node",
+    "BufferPool",
+    "RegisteredBufferPool",
+    "BufferLease",
+    "RegisteredBufferLease",
     "ErrorCode",
     "describe",
     "last_error_detail",
