@@ -20,6 +20,7 @@ mooncake_py_sources = \
 	bindings/python/mooncake/_util.py \
 	bindings/python/mooncake/buffer_pool.py \
 	bindings/python/mooncake/engine.py \
+	bindings/python/mooncake/mooncake_config.py \
 	bindings/python/mooncake/store.py \
 	$(NULL)
 
@@ -51,6 +52,7 @@ EXTRA_DIST += \
 	tests/python/test_replica_clear.py \
 	tests/python/test_buffers.py \
 	tests/python/test_buffer_pool.py \
+	tests/python/test_config.py \
 	tests/python/test_replicate_config.py \
 	tests/python/test_replicas.py \
 	tests/python/test_eviction.py \

@@ -5,6 +5,15 @@ Size strings follow libmooncake's ``mc_parse_size()`` (and upstream): a
 decimal number, optional spaces, an optional unit; ``k``/``kb``/``kib``
 and friends all mean powers of 1024.  Anything else -- a percentage, a sign,
 an unknown unit -- is a :class:`ValueError`.
+
+This is the grammar of upstream's C++ parser (``try_string_to_byte_size``,
+used by ``setup(dict)`` and ``mooncake_client``), which accepts the
+``B K KB M MB G GB T TB`` units; ours also takes the ``KiB``... spellings
+that ``mc_parse_size`` (master flags) accepts, and not upstream's literal
+``infinite`` (no setup size can be 2**64-1 bytes anyway).  Upstream's
+*Python* config parser is a different grammar (floats with exponents, no
+space-separated ``MiB``) and lives with its only user,
+:mod:`mooncake.mooncake_config`.
 """
 
 import re
