@@ -4,7 +4,7 @@ from mooncake.store import MooncakeDistributedStore
 store = MooncakeDistributedStore()
 
 # 2. Setup with all required parameters
-store.setup(
+rc = store.setup(
     "localhost",           # Your node's address
     "http://localhost:8080/metadata",    # HTTP metadata server
     512*1024*1024,          # 512MB segment size
@@ -13,6 +13,8 @@ store.setup(
     "",                            # Leave empty; Mooncake auto-picks RDMA devices when needed
     "localhost:50051"        # Master service
 )
+if rc != 0:
+    raise SystemExit(f"setup failed ({rc}): is mooncake_master running at that address?")
 
 # 3. Store data
 store.put("hello_key", b"Hello, Mooncake Store!")

@@ -1,7 +1,7 @@
 from mooncake.store import MooncakeDistributedStore
 
 store = MooncakeDistributedStore()
-store.setup(
+rc = store.setup(
     "localhost",           # Your node's ip address
     "P2PHANDSHAKE",              # P2P handshake (no HTTP metadata)
     512*1024*1024,                # 512MB segment size
@@ -10,6 +10,8 @@ store.setup(
     "",                          # Leave empty; Mooncake auto-picks RDMA devices when needed
     "localhost:50051"           # Master service
 )
+if rc != 0:
+    raise SystemExit(f"setup failed ({rc}): is mooncake_master running at that address?")
 
 store.put("hello_key", b"Hello, Mooncake Store!")
 print(store.get("hello_key").decode())

@@ -53,6 +53,7 @@ EXTRA_DIST += \
 	tests/python/test_buffers.py \
 	tests/python/test_buffer_pool.py \
 	tests/python/test_config.py \
+	tests/python/test_setup.py \
 	tests/python/test_replicate_config.py \
 	tests/python/test_replicas.py \
 	tests/python/test_eviction.py \

@@ -49,6 +49,7 @@ threads keep running, and one store may be used by many threads at once.
 """
 
 import enum
+import logging
 import uuid
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, overload
@@ -93,8 +94,26 @@ _DEFAULT_PROTOCOL = "tcp"
 _DEFAULT_MASTER = "127.0.0.1:50051"
 _DEFAULT_TENANT = "default"
 _DEFAULT_CLIENT_HTTP_PORT = 9300
+# Bounds of the dict form's sizes, as upstream's setup(dict).
+_MIN_DICT_SIZE = 1024
+_MAX_DICT_LOCAL_BUFFER = 1 << 40
+# rpc_timeout_ms above this is INVALID_PARAMS (libmooncake's limit).
+_MAX_RPC_TIMEOUT_MS = 3600000
 
-_UNSET: Any = object()
+_log = logging.getLogger(__name__)
+
+
+class _Required:
+    """Default of the parameters the positional form of setup() requires
+    (absent in its dict form); shows as ``<required>`` in help()."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_UNSET: Any = _Required()
 
 
 class SoftPinAction(enum.IntEnum):
@@ -305,7 +324,7 @@ _DICT_KEYS = frozenset({
     "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
     "protocol", "rdma_devices", "master_server_addr", "ipc_socket_path", "tenant_id",
     "enable_ssd_offload", "ssd_offload_path", "enable_client_http_server",
-    "client_http_port",
+    "client_http_port", "rpc_timeout_ms",
 })
 
 
@@ -346,6 +365,7 @@ class MooncakeDistributedStore(TensorMethods):
         tenant_id: str = "default",
         enable_client_http_server: bool = False,
         client_http_port: int = 9300,
+        rpc_timeout_ms: Optional[int] = None,
     ) -> int: ...
 
     def setup(  # type: ignore[misc]
@@ -363,6 +383,7 @@ class MooncakeDistributedStore(TensorMethods):
         tenant_id: Any = _DEFAULT_TENANT,
         enable_client_http_server: Any = False,
         client_http_port: Any = _DEFAULT_CLIENT_HTTP_PORT,
+        rpc_timeout_ms: Any = None,
     ) -> int:
         """Connect to the master, start the transfer engine and mount this
         client's ``global_segment_size`` bytes into the pool.
@@ -373,15 +394,25 @@ class MooncakeDistributedStore(TensorMethods):
           local_buffer_size, protocol, rdma_devices, master_server_addr,
           engine=None, enable_ssd_offload=False, ssd_offload_path="",
           tenant_id="default", enable_client_http_server=False,
-          client_http_port=9300)`` -- the first seven are required;
-        * ``setup(config)`` with a dict: ``local_hostname`` and
-          ``metadata_server`` are required; ``global_segment_size`` and
-          ``local_buffer_size`` (ints or strings such as ``"16MB"``,
-          ``"1 GiB"``) default to 16 MiB, ``protocol`` to "tcp",
-          ``rdma_devices`` to "", ``master_server_addr`` to
-          "127.0.0.1:50051"; ``ipc_socket_path`` is accepted (this release
-          hosts no dummy clients, so it is unused), and so are the keyword
-          options of the first form.
+          client_http_port=9300, rpc_timeout_ms=None)`` -- the first seven
+          are required, and arguments of the wrong type raise
+          :class:`TypeError` (as upstream's binding does);
+        * ``setup(config)`` with a dict, alone: as upstream, every value is
+          turned into a string and parsed, and a value that does not parse
+          -- or a missing ``local_hostname``/``metadata_server`` -- makes
+          setup *return* ``INVALID_PARAMS`` (logged on the ``mooncake.store``
+          logger) rather than raise.  ``global_segment_size`` and
+          ``local_buffer_size`` (ints or size strings such as ``"16MB"``,
+          ``"16 MB"``, ``"1.5 GB"``; ``"50%"`` is refused) default to 16 MiB
+          and must be 0 or at least 1 KiB, the local buffer at most 1 TiB;
+          ``protocol`` defaults to "tcp", ``rdma_devices`` to "",
+          ``master_server_addr`` to "127.0.0.1:50051"; booleans are words
+          (``true``/``false``, ``1``/``0``, ``yes``/``no``, ``on``/``off``);
+          ``ipc_socket_path`` is accepted (this release hosts no dummy
+          clients, so it is unused), and so are the keyword options of the
+          first form (``rpc_timeout_ms`` included).  Size strings use the
+          grammar of upstream's C++ parser (see :mod:`mooncake._util`), not
+          the one of :mod:`mooncake.mooncake_config`.
 
         Args:
             local_hostname: "host" (a port in 12300-14300 is picked) or
@@ -407,16 +438,23 @@ class MooncakeDistributedStore(TensorMethods):
             enable_client_http_server: True returns ``NOT_SUPPORTED`` in this
                 release.
             client_http_port: port of the client HTTP server (0-65535).
+            rpc_timeout_ms: the longest wait, in ms, for any one send or
+                receive of a master RPC of this store (setup's handshake
+                included), so a master that accepts connections but never
+                answers fails setup with ``RPC_FAIL`` after about this long
+                (``last_error_detail()`` and the log name the master).
+                None: the environment variable ``MC_STORE_RPC_TIMEOUT_MS``,
+                else 5000.  0 waits forever.  Not part of upstream's API.
 
         Returns:
             0 on success, else a negative :class:`ErrorCode`
             (``INVALID_PARAMS``, ``RPC_FAIL`` when the master is unreachable,
-            ``UNAVAILABLE_IN_CURRENT_STATUS`` when already set up, ...).
+            ``INVALID_PARAMS`` when already set up, ...).
 
         Raises:
-            TypeError: an argument has the wrong type, a required argument
-                is missing, or a dict is combined with other arguments.
-            ValueError: a size string such as ``"50%"`` cannot be parsed.
+            TypeError: in the positional form, an argument has the wrong
+                type or a required one is missing; a dict combined with
+                other arguments.
         """
         if isinstance(local_hostname, Mapping):
             given = [metadata_server, global_segment_size, local_buffer_size, protocol,
@@ -424,7 +462,7 @@ class MooncakeDistributedStore(TensorMethods):
             if any(v is not _UNSET for v in given) or engine is not None or \
                     enable_ssd_offload is not False or ssd_offload_path != "" or \
                     tenant_id != _DEFAULT_TENANT or enable_client_http_server is not False or \
-                    client_http_port != _DEFAULT_CLIENT_HTTP_PORT:
+                    client_http_port != _DEFAULT_CLIENT_HTTP_PORT or rpc_timeout_ms is not None:
                 raise TypeError("setup(config) takes the configuration dict alone")
             return self._setup_from_dict(local_hostname)
 
@@ -455,6 +493,7 @@ class MooncakeDistributedStore(TensorMethods):
             _util.check_bool("enable_client_http_server", enable_client_http_server),
             self._port("client_http_port", client_http_port),
             engine=borrowed,
+            rpc_timeout_ms=self._timeout_arg(rpc_timeout_ms),
         )
         if rc == 0 and engine is not None:
             self._engine = engine  # keeps the borrowed engine alive while we use it
@@ -474,65 +513,104 @@ class MooncakeDistributedStore(TensorMethods):
         return engine._te
 
     @staticmethod
+    def _timeout_arg(value: Any) -> Optional[int]:
+        """rpc_timeout_ms of the positional form: None or an int."""
+        if value is None:
+            return None
+        if not _util.is_int(value):
+            raise TypeError(f"rpc_timeout_ms must be an int or None, not {type(value).__name__}")
+        return int(value)
+
+    @staticmethod
     def _port(name: str, value: Any) -> int:
         if not _util.is_int(value):
             raise TypeError(f"{name} must be an int, not {type(value).__name__}")
         return int(value)
 
     def _setup_from_dict(self, config: Mapping[str, Any]) -> int:
-        for key in config:
-            if not isinstance(key, str):
-                raise TypeError(f"setup(config): keys must be str, not {type(key).__name__}")
-        for name in ("local_hostname", "metadata_server"):
-            if name not in config:
-                raise TypeError(f"setup(config): the dict must contain {name!r}")
-        unknown = sorted(set(config) - _DICT_KEYS)
+        """The dict form: upstream stringifies every value and parses it,
+        and a value that does not parse is a return code, not an exception."""
+        unknown = sorted(str(k) for k in config if k not in _DICT_KEYS)
         if unknown:
             warnings.warn("setup(config): ignoring unknown key(s) " + ", ".join(unknown),
                           RuntimeWarning, stacklevel=3)
 
-        def get(name: str, default: Any) -> Any:
-            return config.get(name, default)
+        def text(name: str, default: str) -> str:
+            return str(config[name]) if name in config else default
 
-        port = get("client_http_port", _DEFAULT_CLIENT_HTTP_PORT)
-        if isinstance(port, str):
+        def refuse(why: str) -> int:
+            _log.error("setup(config): %s", why)
+            return int(ErrorCode.INVALID_PARAMS)
+
+        for name in ("local_hostname", "metadata_server"):
+            if name not in config:
+                return refuse(f"the dict must contain {name!r}")
+        sizes = {}
+        for name, default in (("global_segment_size", _DEFAULT_SEGMENT_SIZE),
+                              ("local_buffer_size", _DEFAULT_BUFFER_SIZE)):
+            raw = text(name, str(default))
             try:
-                port = int(port.strip(), 10)
+                size = _util.parse_size(raw)
+            except ValueError as e:
+                return refuse(f"{name}: {e}")
+            if 0 < size < _MIN_DICT_SIZE:
+                return refuse(f"{name}: {size} bytes is below 1 KiB (0 or at least 1024)")
+            sizes[name] = size
+        if sizes["local_buffer_size"] > _MAX_DICT_LOCAL_BUFFER:
+            return refuse(f"local_buffer_size: {sizes['local_buffer_size']} bytes is above 1 TiB")
+        flags = {}
+        for name in ("enable_ssd_offload", "enable_client_http_server"):
+            try:
+                flags[name] = _util.bool_arg(name, text(name, "false"))
+            except ValueError as e:
+                return refuse(str(e))
+        numbers = {}
+        for name, default in (("client_http_port", _DEFAULT_CLIENT_HTTP_PORT),
+                              ("rpc_timeout_ms", None)):
+            if name not in config:
+                numbers[name] = default
+                continue
+            raw = str(config[name]).strip()
+            try:
+                numbers[name] = int(raw, 10)
             except ValueError:
-                raise ValueError(f"client_http_port: invalid port {port!r}") from None
-        _util.check_str("ipc_socket_path", get("ipc_socket_path", ""))
+                return refuse(f"{name}: {raw!r} is not a decimal integer")
         return self._setup_checked(
-            _util.check_str("local_hostname", config["local_hostname"]),
-            _util.check_str("metadata_server", config["metadata_server"]),
-            _util.size_arg("global_segment_size",
-                           get("global_segment_size", _DEFAULT_SEGMENT_SIZE)),
-            _util.size_arg("local_buffer_size", get("local_buffer_size", _DEFAULT_BUFFER_SIZE)),
-            _util.check_str("protocol", get("protocol", _DEFAULT_PROTOCOL)),
-            _util.check_str("rdma_devices", get("rdma_devices", "")),
-            _util.check_str("master_server_addr", get("master_server_addr", _DEFAULT_MASTER)),
-            _util.bool_arg("enable_ssd_offload", get("enable_ssd_offload", False)),
-            _util.check_str("ssd_offload_path", get("ssd_offload_path", "")),
-            _util.check_str("tenant_id", get("tenant_id", _DEFAULT_TENANT)),
-            _util.bool_arg("enable_client_http_server", get("enable_client_http_server", False)),
-            self._port("client_http_port", port),
+            text("local_hostname", ""),
+            text("metadata_server", ""),
+            sizes["global_segment_size"],
+            sizes["local_buffer_size"],
+            text("protocol", _DEFAULT_PROTOCOL),
+            text("rdma_devices", ""),
+            text("master_server_addr", _DEFAULT_MASTER),
+            flags["enable_ssd_offload"],
+            text("ssd_offload_path", ""),
+            text("tenant_id", _DEFAULT_TENANT),
+            flags["enable_client_http_server"],
+            numbers["client_http_port"],
+            rpc_timeout_ms=numbers["rpc_timeout_ms"],
         )
 
     def _setup_checked(self, local_hostname: str, metadata_server: str,
                        global_segment_size: int, local_buffer_size: int, protocol: str,
                        rdma_devices: str, master_server_addr: str, enable_ssd_offload: bool,
                        ssd_offload_path: str, tenant_id: str, enable_client_http_server: bool,
-                       client_http_port: int, engine: Any = None) -> int:
+                       client_http_port: int, engine: Any = None,
+                       rpc_timeout_ms: Optional[int] = None) -> int:
         strings = (local_hostname, metadata_server, protocol, rdma_devices,
                    master_server_addr, ssd_offload_path, tenant_id)
         if any("\0" in s for s in strings):
             return int(ErrorCode.INVALID_PARAMS)
         if not 0 <= client_http_port <= 65535:
             return int(ErrorCode.INVALID_PARAMS)
+        if rpc_timeout_ms is not None and not 0 <= rpc_timeout_ms <= _MAX_RPC_TIMEOUT_MS:
+            return int(ErrorCode.INVALID_PARAMS)
         if enable_ssd_offload or enable_client_http_server:
             return int(ErrorCode.NOT_SUPPORTED)
         rc = self._store.setup(local_hostname, metadata_server, global_segment_size,
                                local_buffer_size, protocol, rdma_devices,
-                               master_server_addr, tenant_id, engine)
+                               master_server_addr, tenant_id, engine,
+                               -1 if rpc_timeout_ms is None else rpc_timeout_ms)
         if rc == 0:
             # BufferPool sizes its overflow budget from this.
             self._local_buffer_size = local_buffer_size
@@ -545,8 +623,10 @@ class MooncakeDistributedStore(TensorMethods):
         for everybody.  The object can be set up again afterwards.
 
         Returns:
-            0, or a negative :class:`ErrorCode` (``UNAVAILABLE_IN_CURRENT_STATUS``
-            when it is not set up).
+            0, also when the store is not set up (never set up, or closed
+            already: closing twice is harmless, as upstream); otherwise the
+            negative :class:`ErrorCode` of telling the master, after the
+            client's resources were released anyway.
         """
         return self._store.close()
 
