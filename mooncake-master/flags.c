@@ -692,8 +692,19 @@ mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv
     return load_config_file(cfg, cfg->config_path, err, errlen);
 }
 
+static int flag_is_default(const mc_master_config_t *cfg, int i);
+
 mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, size_t errlen)
 {
+    for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
+        const mc_flag_desc_t *d = &flag_table[i];
+        if ((d->attrs & MC_FLAG_REFUSE) && !flag_is_default(cfg, i))
+            return parse_fail(err, errlen,
+                              "--%s is not implemented in this build (%s); only its default "
+                              "(%s%s%s) is accepted",
+                              d->name, d->help, (d->kind == MC_FLAG_KIND_STRING) ? "\"" : "",
+                              d->def, (d->kind == MC_FLAG_KIND_STRING) ? "\"" : "");
+    }
     if (cfg->max_kv_soft_pin_ttl < cfg->default_kv_soft_pin_ttl)
         return parse_fail(err, errlen,
                           "--default_kv_soft_pin_ttl (%" PRIu64 " ms) exceeds "
@@ -729,6 +740,17 @@ static void print_default(FILE *out, const mc_flag_desc_t *d)
         fprintf(out, "%s", d->def);
 }
 
+static void print_flag(FILE *out, const mc_flag_desc_t *d)
+{
+    fprintf(out, "  --%s (%s) default: ", d->name, kind_name(d->kind));
+    print_default(out, d);
+    fprintf(out, "\n      %s", d->help);
+    if (d->attrs & MC_FLAG_REFUSE)
+        fprintf(out, " (not implemented yet%s: any value but the default refuses to start)",
+                (d->attrs & MC_FLAG_LATER) ? ", arrives in a later release" : "");
+    fprintf(out, "\n");
+}
+
 void mc_master_flags_print_help(FILE *out, const char *argv0)
 {
     fprintf(out,
@@ -742,15 +764,15 @@ void mc_master_flags_print_help(FILE *out, const char *argv0)
             argv0);
     for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
         const mc_flag_desc_t *d = &flag_table[i];
-        if (d->attrs & MC_FLAG_HIDDEN)
+        if (d->attrs & (MC_FLAG_HIDDEN | MC_FLAG_COMPAT))
             continue;
-        fprintf(out, "  --%s (%s) default: ", d->name, kind_name(d->kind));
-        print_default(out, d);
-        fprintf(out, "\n      %s", d->help);
-        if (d->attrs & MC_FLAG_NI)
-            fprintf(out, " (not implemented yet%s)",
-                    (d->attrs & MC_FLAG_LATER) ? "; arrives in a later release" : "");
-        fprintf(out, "\n");
+        print_flag(out, d);
+    }
+    fprintf(out, "\n%s\n", MC_MASTER_COMPAT_HEADING);
+    for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
+        const mc_flag_desc_t *d = &flag_table[i];
+        if ((d->attrs & MC_FLAG_COMPAT) && !(d->attrs & MC_FLAG_HIDDEN))
+            print_flag(out, d);
     }
     fprintf(out, "\nDeprecated aliases:");
     for (size_t i = 0; i < MC_ARRAY_SIZE(flag_aliases); i++)
@@ -792,8 +814,9 @@ static int flag_is_default(const mc_master_config_t *cfg, int i)
 void mc_master_flags_warn_unimplemented(const mc_master_config_t *cfg)
 {
     for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
-        if ((flag_table[i].attrs & MC_FLAG_NI) && !flag_is_default(cfg, i))
-            mc_warn("flag --%s is accepted but not implemented yet; its value is ignored",
+        if ((flag_table[i].attrs & MC_FLAG_COMPAT) && !flag_is_default(cfg, i) &&
+            (i != MC_MASTER_FLAG_max_threads) && (i != MC_MASTER_FLAG_rpc_thread_num))
+            mc_warn("flag --%s is accepted for compatibility only; it has no effect here",
                     flag_table[i].name);
     }
     if (cfg->is_set[MC_MASTER_FLAG_port] && (cfg->rpc_port > 0))

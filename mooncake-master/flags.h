@@ -5,9 +5,10 @@
  * Every flag is declared once, in MC_MASTER_FLAGS below: its kind, its
  * name (the upstream name), its default as the string a user would type,
  * a validator, attributes and the help text.  The configuration struct,
- * the parser, the --help output and the "not implemented yet" warnings
- * are all generated from that table, so a flag cannot be documented with
- * one default and parsed with another.
+ * the parser, the --help output, the refusal of features that are not
+ * implemented (MC_FLAG_REFUSE) and the list of tuning flags accepted only
+ * for compatibility (MC_FLAG_COMPAT) are all generated from that table, so
+ * a flag cannot be documented with one default and parsed with another.
  *
  * Accepted syntax (as gflags): --name=value, --name value, -name=value,
  * -name value; booleans also --name, --noname and --name=true|false (a
@@ -41,9 +42,18 @@ typedef enum mc_flag_kind {
 } mc_flag_kind_t;
 
 /* Flag attributes. */
-#define MC_FLAG_NI        0x1u /* accepted, feature not implemented yet */
+#define MC_FLAG_REFUSE    0x1u /* feature not implemented: only the default value is
+                                * accepted, any other refuses to start
+                                * (mc_master_config_check) */
 #define MC_FLAG_HIDDEN    0x2u /* not listed by --help (process flags) */
 #define MC_FLAG_LATER     0x4u /* --help adds "(arrives in a later release)" */
+#define MC_FLAG_COMPAT    0x8u /* tuning accepted for compatibility only: no effect
+                                * here (its feature is absent or refused); --help
+                                * lists it under MC_MASTER_COMPAT_HEADING */
+
+/* The --help heading (and man page section) of the MC_FLAG_COMPAT flags. */
+#define MC_MASTER_COMPAT_HEADING \
+    "Accepted for compatibility only (tuning of features this build does not have; no effect):"
 
 /* Where a flag's value came from (mc_master_config_t.is_set). */
 #define MC_FLAG_SET_ARGV  1
@@ -65,20 +75,22 @@ typedef enum mc_flag_kind {
     X(STRING, log_level, "", v_log_level, 0,                                                \
       "Log threshold: error, warn, info, debug or trace (or 0..4). Empty: $MC_LOG_LEVEL, "  \
       "else info.")                                                                         \
-    X(STRING, log_dir, "", v_none, MC_FLAG_NI,                                              \
-      "Directory for log files (glog compatibility); logs go to stderr.")                   \
+    X(STRING, log_dir, "", v_none, 0,                                                       \
+      "Directory of the log file: the master appends its log to "                           \
+      "<log_dir>/mooncake_master.log instead of stderr and reopens it on SIGHUP (log "      \
+      "rotation).  Empty: stderr.")                                                         \
     /* ---- RPC server ---- */                                                              \
     X(INT, port, "50051", v_port, 0,                                                        \
       "Port of the master RPC server (deprecated alias of --rpc_port).")                    \
     X(INT, rpc_port, "0", v_port, 0, "Port of the master RPC server; 0 uses --port.")       \
     X(STRING, rpc_address, "0.0.0.0", v_nonempty, 0,                                        \
       "Address the RPC server binds to (IPv4, IPv6 or host name).")                         \
-    X(STRING, rpc_interface, "", v_none, MC_FLAG_NI,                                        \
+    X(STRING, rpc_interface, "", v_none, MC_FLAG_REFUSE,                                    \
       "Network interface whose IPv4 address overrides --rpc_address.")                      \
-    X(INT, max_threads, "16", v_positive, 0,                                                \
+    X(INT, max_threads, "16", v_positive, MC_FLAG_COMPAT,                                   \
       "Accepted for compatibility (deprecated alias of --rpc_thread_num); the master "      \
       "serves every connection from one event loop.")                                       \
-    X(INT, rpc_thread_num, "0", v_nonneg, 0,                                                \
+    X(INT, rpc_thread_num, "0", v_nonneg, MC_FLAG_COMPAT,                                   \
       "Accepted for compatibility; the master serves every connection from one event "      \
       "loop.")                                                                              \
     X(INT, rpc_conn_timeout_seconds, "0", v_nonneg, 0,                                      \
@@ -109,9 +121,9 @@ typedef enum mc_flag_kind {
       "Share of the store freed by one eviction pass (0..1).")                              \
     X(DOUBLE, eviction_high_watermark_ratio, "0.90", v_ratio, 0,                            \
       "Used/capacity ratio that triggers eviction (0..1).")                                 \
-    X(DOUBLE, nof_eviction_ratio, "0.05", v_ratio, MC_FLAG_NI,                              \
+    X(DOUBLE, nof_eviction_ratio, "0.05", v_ratio, MC_FLAG_COMPAT,                          \
       "Eviction ratio of the NVMe-oF pool (0..1).")                                         \
-    X(DOUBLE, nof_eviction_high_watermark_ratio, "0.90", v_ratio, MC_FLAG_NI,               \
+    X(DOUBLE, nof_eviction_high_watermark_ratio, "0.90", v_ratio, MC_FLAG_COMPAT,           \
       "Eviction high watermark of the NVMe-oF pool (0..1).")                                \
     /* ---- clients ---- */                                                                 \
     X(INT, client_ttl, "10", v_positive, 0,                                                 \
@@ -139,37 +151,37 @@ typedef enum mc_flag_kind {
       "Seconds after its PutStart when the space of an unfinished or preempted put is "     \
       "released.")                                                                          \
     /* ---- high availability ---- */                                                       \
-    X(BOOL, enable_ha, "false", v_none, MC_FLAG_NI | MC_FLAG_LATER,                         \
+    X(BOOL, enable_ha, "false", v_none, MC_FLAG_REFUSE | MC_FLAG_LATER,                     \
       "High availability: leader election and master view in etcd.")                        \
-    X(STRING, ha_backend_type, "etcd", v_ha_backend, MC_FLAG_NI, "HA backend: etcd, redis or k8s.") \
-    X(STRING, ha_backend_connstring, "", v_none, MC_FLAG_NI, "Connection string of the HA backend.") \
-    X(STRING, etcd_endpoints, "", v_none, MC_FLAG_NI | MC_FLAG_LATER,                       \
+    X(STRING, ha_backend_type, "etcd", v_ha_backend, MC_FLAG_COMPAT, "HA backend: etcd, redis or k8s.") \
+    X(STRING, ha_backend_connstring, "", v_none, MC_FLAG_COMPAT, "Connection string of the HA backend.") \
+    X(STRING, etcd_endpoints, "", v_none, MC_FLAG_COMPAT | MC_FLAG_LATER,                   \
       "etcd endpoints separated by ';' (HA mode).")                                         \
     X(STRING, cluster_id, "mooncake_cluster", v_cluster_id, 0,                              \
       "Cluster identifier, [0-9A-Za-z_.-]{1,128}.")                                         \
-    X(STRING, root_fs_dir, "", v_none, MC_FLAG_NI, "Root directory of DFS replicas.")       \
-    X(INT, global_file_segment_size, "9223372036854775807", v_nonneg, MC_FLAG_NI,           \
+    X(STRING, root_fs_dir, "", v_none, MC_FLAG_REFUSE, "Root directory of DFS replicas.")   \
+    X(INT, global_file_segment_size, "9223372036854775807", v_nonneg, MC_FLAG_COMPAT,       \
       "Size of the global file segment in bytes.")                                          \
     /* ---- operation log and snapshots ---- */                                             \
-    X(BOOL, enable_oplog, "false", v_none, MC_FLAG_NI, "Replicate operations through etcd (HA).") \
-    X(INT, oplog_poll_interval_ms, "1000", v_positive, MC_FLAG_NI, "Standby oplog poll period (ms).") \
-    X(INT, oplog_batch_max_entries, "1024", v_positive, MC_FLAG_NI, "Entries per oplog batch.") \
-    X(INT, batch_oplog_retry_timeout_sec, "180", v_nonneg, MC_FLAG_NI,                      \
+    X(BOOL, enable_oplog, "false", v_none, MC_FLAG_REFUSE, "Replicate operations through etcd (HA).") \
+    X(INT, oplog_poll_interval_ms, "1000", v_positive, MC_FLAG_COMPAT, "Standby oplog poll period (ms).") \
+    X(INT, oplog_batch_max_entries, "1024", v_positive, MC_FLAG_COMPAT, "Entries per oplog batch.") \
+    X(INT, batch_oplog_retry_timeout_sec, "180", v_nonneg, MC_FLAG_COMPAT,                  \
       "Seconds to retry persisting an oplog batch.")                                        \
-    X(BOOL, enable_snapshot, "false", v_none, MC_FLAG_NI | MC_FLAG_LATER,                   \
+    X(BOOL, enable_snapshot, "false", v_none, MC_FLAG_REFUSE | MC_FLAG_LATER,               \
       "Write periodic snapshots of the object index.")                                      \
-    X(BOOL, enable_snapshot_restore, "false", v_none, MC_FLAG_NI | MC_FLAG_LATER,           \
+    X(BOOL, enable_snapshot_restore, "false", v_none, MC_FLAG_REFUSE | MC_FLAG_LATER,       \
       "Restore the newest snapshot at start.")                                              \
-    X(INT, snapshot_interval_seconds, "600", v_positive, MC_FLAG_NI, "Seconds between snapshots.") \
-    X(INT, snapshot_child_timeout_seconds, "300", v_positive, MC_FLAG_NI,                   \
+    X(INT, snapshot_interval_seconds, "600", v_positive, MC_FLAG_COMPAT, "Seconds between snapshots.") \
+    X(INT, snapshot_child_timeout_seconds, "300", v_positive, MC_FLAG_COMPAT,               \
       "Seconds a snapshot writer may run.")                                                 \
-    X(INT, snapshot_retention_count, "2", v_positive, MC_FLAG_NI, "Snapshots kept.")        \
-    X(STRING, snapshot_backup_dir, "", v_none, MC_FLAG_NI, "Local directory of snapshots.") \
-    X(STRING, snapshot_object_store_type, "", v_none, MC_FLAG_NI,                           \
+    X(INT, snapshot_retention_count, "2", v_positive, MC_FLAG_COMPAT, "Snapshots kept.")    \
+    X(STRING, snapshot_backup_dir, "", v_none, MC_FLAG_COMPAT, "Local directory of snapshots.") \
+    X(STRING, snapshot_object_store_type, "", v_none, MC_FLAG_COMPAT,                       \
       "Snapshot payload store: local or s3.")                                               \
-    X(STRING, snapshot_catalog_store_type, "", v_none, MC_FLAG_NI,                          \
+    X(STRING, snapshot_catalog_store_type, "", v_none, MC_FLAG_COMPAT,                      \
       "Snapshot catalog store: embedded or redis.")                                         \
-    X(STRING, snapshot_catalog_store_connstring, "", v_none, MC_FLAG_NI,                    \
+    X(STRING, snapshot_catalog_store_connstring, "", v_none, MC_FLAG_COMPAT,                \
       "Connection string of the snapshot catalog store.")                                   \
     /* ---- copy/move tasks ---- */                                                         \
     X(INT, max_total_finished_tasks, "10000", v_nonneg, 0,                                  \
@@ -185,58 +197,59 @@ typedef enum mc_flag_kind {
     X(INT, max_retry_attempts, "10", v_nonneg, 0,                                           \
       "NO_AVAILABLE_HANDLE retries per task.")                                              \
     /* ---- SSD offload and promotion ---- */                                               \
-    X(BOOL, enable_offload, "false", v_none, MC_FLAG_NI, "Offload objects to client SSDs.") \
-    X(BOOL, offload_on_evict, "false", v_none, MC_FLAG_NI, "Offload objects chosen by eviction.") \
-    X(BOOL, offload_force_evict, "false", v_none, MC_FLAG_NI,                               \
+    X(BOOL, enable_offload, "false", v_none, MC_FLAG_REFUSE, "Offload objects to client SSDs.") \
+    X(BOOL, offload_on_evict, "false", v_none, MC_FLAG_REFUSE, "Offload objects chosen by eviction.") \
+    X(BOOL, offload_force_evict, "false", v_none, MC_FLAG_COMPAT,                           \
       "Evict even when the offload queue is full.")                                         \
-    X(INT, offloading_queue_limit, "50000", v_nonneg, MC_FLAG_NI, "Objects queued for offload.") \
-    X(DOUBLE, offload_cap_ratio, "0.5", v_ratio, MC_FLAG_NI, "Share of SSD capacity for offload.") \
-    X(BOOL, promotion_on_hit, "false", v_none, MC_FLAG_NI, "Promote SSD objects back to memory on a hit.") \
-    X(INT, promotion_admission_threshold, "2", v_nonneg, MC_FLAG_NI, "Hits before promotion.") \
-    X(INT, promotion_queue_limit, "50000", v_nonneg, MC_FLAG_NI, "Objects queued for promotion.") \
-    X(INT, promotion_max_per_heartbeat, "1", v_nonneg, MC_FLAG_NI, "Promotions per heartbeat.") \
-    X(BOOL, enable_disk_eviction, "true", v_none, MC_FLAG_NI, "Evict from the disk tier.")  \
-    X(INT, quota_bytes, "0", v_nonneg, MC_FLAG_NI, "Disk quota in bytes (0 = 90% of capacity).") \
+    X(INT, offloading_queue_limit, "50000", v_nonneg, MC_FLAG_COMPAT, "Objects queued for offload.") \
+    X(DOUBLE, offload_cap_ratio, "0.5", v_ratio, MC_FLAG_COMPAT, "Share of SSD capacity for offload.") \
+    X(BOOL, promotion_on_hit, "false", v_none, MC_FLAG_REFUSE, "Promote SSD objects back to memory on a hit.") \
+    X(INT, promotion_admission_threshold, "2", v_nonneg, MC_FLAG_COMPAT, "Hits before promotion.") \
+    X(INT, promotion_queue_limit, "50000", v_nonneg, MC_FLAG_COMPAT, "Objects queued for promotion.") \
+    X(INT, promotion_max_per_heartbeat, "1", v_nonneg, MC_FLAG_COMPAT, "Promotions per heartbeat.") \
+    X(BOOL, enable_disk_eviction, "true", v_none, MC_FLAG_COMPAT, "Evict from the disk tier.") \
+    X(INT, quota_bytes, "0", v_nonneg, MC_FLAG_COMPAT, "Disk quota in bytes (0 = 90% of capacity).") \
     /* ---- dynamic replication ---- */                                                     \
-    X(STRING, dynamic_replication_mode, "off", v_dynamic_replication_mode, MC_FLAG_NI,      \
+    X(STRING, dynamic_replication_mode, "off", v_dynamic_replication_mode, MC_FLAG_REFUSE,  \
       "Dynamic replication of hot objects: off, observe or enforce.")                       \
-    X(INT, dynamic_replication_heat_window_seconds, "10", v_positive, MC_FLAG_NI,           \
+    X(INT, dynamic_replication_heat_window_seconds, "10", v_positive, MC_FLAG_COMPAT,       \
       "Heat window of dynamic replication (s).")                                            \
-    X(DOUBLE, dynamic_replication_admission_qps_threshold, "0.8", v_nonneg_double, MC_FLAG_NI, \
+    X(DOUBLE, dynamic_replication_admission_qps_threshold, "0.8", v_nonneg_double, MC_FLAG_COMPAT, \
       "Reads per second that make an object hot.")                                          \
-    X(INT, dynamic_replication_max_memory_replicas, "2", v_positive, MC_FLAG_NI,            \
+    X(INT, dynamic_replication_max_memory_replicas, "2", v_positive, MC_FLAG_COMPAT,        \
       "Memory replicas of a hot object.")                                                   \
     /* ---- KV events ---- */                                                               \
-    X(BOOL, enable_kv_events, "false", v_none, MC_FLAG_NI, "Publish KV events over ZMQ PUB.") \
-    X(STRING, kv_events_bind_endpoint, "tcp://0.0.0.0:5557", v_none, MC_FLAG_NI,            \
+    X(BOOL, enable_kv_events, "false", v_none, MC_FLAG_REFUSE, "Publish KV events over ZMQ PUB.") \
+    X(STRING, kv_events_bind_endpoint, "tcp://0.0.0.0:5557", v_none, MC_FLAG_COMPAT,        \
       "ZMQ PUB bind endpoint of KV events.")                                                \
-    X(STRING, kv_events_model_name, "", v_none, MC_FLAG_NI, "Model name in KV events (deprecated).") \
-    X(STRING, kv_events_backend_id, "", v_none, MC_FLAG_NI, "backend_id of KV events.")     \
-    X(STRING, kv_events_tenant_id, "default", v_none, MC_FLAG_NI, "Tenant of KV events (deprecated).") \
-    X(STRING, kv_events_additional_salt, "", v_none, MC_FLAG_NI, "Hash salt of KV events.") \
-    X(STRING, kv_events_lora_name, "", v_none, MC_FLAG_NI, "LoRA name in KV events.")       \
-    X(INT, kv_events_block_size, "0", v_nonneg, MC_FLAG_NI, "Block size in KV events.")     \
-    X(INT, kv_events_dp_rank, "0", v_nonneg, MC_FLAG_NI, "Data-parallel rank in KV events.") \
-    X(BOOL, kv_events_emit_legacy_compat, "true", v_none, MC_FLAG_NI, "Emit legacy event fields.") \
-    X(BOOL, kv_events_emit_object_key, "true", v_none, MC_FLAG_NI, "Emit object keys in events.") \
-    X(INT, kv_events_queue_capacity, "65536", v_positive, MC_FLAG_NI, "KV event queue capacity.") \
+    X(STRING, kv_events_model_name, "", v_none, MC_FLAG_COMPAT, "Model name in KV events (deprecated).") \
+    X(STRING, kv_events_backend_id, "", v_none, MC_FLAG_COMPAT, "backend_id of KV events.") \
+    X(STRING, kv_events_tenant_id, "default", v_none, MC_FLAG_COMPAT, "Tenant of KV events (deprecated).") \
+    X(STRING, kv_events_additional_salt, "", v_none, MC_FLAG_COMPAT, "Hash salt of KV events.") \
+    X(STRING, kv_events_lora_name, "", v_none, MC_FLAG_COMPAT, "LoRA name in KV events.")   \
+    X(INT, kv_events_block_size, "0", v_nonneg, MC_FLAG_COMPAT, "Block size in KV events.") \
+    X(INT, kv_events_dp_rank, "0", v_nonneg, MC_FLAG_COMPAT, "Data-parallel rank in KV events.") \
+    X(BOOL, kv_events_emit_legacy_compat, "true", v_none, MC_FLAG_COMPAT, "Emit legacy event fields.") \
+    X(BOOL, kv_events_emit_object_key, "true", v_none, MC_FLAG_COMPAT, "Emit object keys in events.") \
+    X(INT, kv_events_queue_capacity, "65536", v_positive, MC_FLAG_COMPAT, "KV event queue capacity.") \
     /* ---- NVMe-oF pool ---- */                                                            \
-    X(INT, nof_heartbeat_interval_sec, "10", v_positive, MC_FLAG_NI, "NVMe-oF heartbeat period (s).") \
-    X(INT, nof_probe_timeout_ms, "1000", v_positive, MC_FLAG_NI, "NVMe-oF probe timeout (ms).") \
-    X(INT, nof_failures_threshold, "3", v_positive, MC_FLAG_NI,                             \
-      "Failed NVMe-oF probes before a target is dropped.")                                  \
+    X(INT, nof_heartbeat_interval_sec, "10", v_positive, MC_FLAG_COMPAT, "NVMe-oF heartbeat period (s).") \
+    X(INT, nof_heartbeat_probe_timeout_ms, "1000", v_positive, MC_FLAG_COMPAT,              \
+      "Timeout of one NVMe-oF heartbeat probe (ms).")                                       \
+    X(INT, nof_heartbeat_failures_threshold, "3", v_positive, MC_FLAG_COMPAT,               \
+      "Consecutive failed NVMe-oF heartbeats before the master unmounts that segment.")     \
     /* ---- tenants ---- */                                                                 \
-    X(BOOL, enable_multi_tenants, "false", v_none, MC_FLAG_NI,                              \
+    X(BOOL, enable_multi_tenants, "false", v_none, MC_FLAG_REFUSE,                          \
       "Tenant registration and quotas (tenants already isolate keys without it).")          \
-    X(STRING, tenant_quota_connector_type, "file", v_none, MC_FLAG_NI, "Tenant quota source type.") \
-    X(STRING, tenant_quota_connector_uri, "", v_none, MC_FLAG_NI, "Tenant quota source URI.") \
+    X(STRING, tenant_quota_connector_type, "file", v_none, MC_FLAG_COMPAT, "Tenant quota source type.") \
+    X(STRING, tenant_quota_connector_uri, "", v_none, MC_FLAG_COMPAT, "Tenant quota source URI.") \
     /* ---- Kubernetes ---- */                                                              \
-    X(STRING, pod_name, "", v_none, MC_FLAG_NI, "Pod name for the k8s HA backend.")         \
-    X(STRING, pod_namespace, "", v_none, MC_FLAG_NI, "Pod namespace for the k8s HA backend.") \
+    X(STRING, pod_name, "", v_none, MC_FLAG_COMPAT, "Pod name for the k8s HA backend.")     \
+    X(STRING, pod_namespace, "", v_none, MC_FLAG_COMPAT, "Pod namespace for the k8s HA backend.") \
     /* ---- CXL ---- */                                                                     \
-    X(BOOL, enable_cxl, "false", v_none, MC_FLAG_NI, "Mount a CXL memory device as a segment.") \
-    X(STRING, cxl_path, "/dev/dax0.0", v_none, MC_FLAG_NI, "DAX device of the CXL memory.") \
-    X(SIZE, cxl_size, "8589934592", v_none, MC_FLAG_NI, "CXL memory size (bytes; KB/MB/GB suffixes).")
+    X(BOOL, enable_cxl, "false", v_none, MC_FLAG_REFUSE, "Mount a CXL memory device as a segment.") \
+    X(STRING, cxl_path, "/dev/dax0.0", v_none, MC_FLAG_COMPAT, "DAX device of the CXL memory.") \
+    X(SIZE, cxl_size, "8589934592", v_none, MC_FLAG_COMPAT, "CXL memory size (bytes; KB/MB/GB suffixes).")
 
 /* Index of each flag: MC_MASTER_FLAG_port, ... */
 typedef enum mc_master_flag_id {
@@ -282,7 +295,13 @@ void mc_master_config_cleanup(mc_master_config_t *cfg);
 mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv, char *err,
                                   size_t errlen);
 
-/* Checks across flags (after parsing); MC_INVALID_PARAMS with a message. */
+/*
+ * Checks after parsing; MC_INVALID_PARAMS with a message.  Refuses every
+ * MC_FLAG_REFUSE flag (a feature this build does not implement: HA,
+ * snapshots, SSD offload, ...) whose value is not its default, naming the
+ * flag, so a command line or file that asks for the feature does not run
+ * without it; then the checks across flags.
+ */
 mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, size_t errlen);
 
 /* The port the RPC server listens on: rpc_port when > 0, else port. */
@@ -292,8 +311,8 @@ uint16_t mc_master_config_rpc_port(const mc_master_config_t *cfg);
 void mc_master_flags_print_help(FILE *out, const char *argv0);
 
 /*
- * Log a warning for every flag marked "not implemented yet" whose value is
- * not its default, and for deprecated or ignored settings.
+ * Log a warning for every MC_FLAG_COMPAT flag whose value is not its
+ * default (it has no effect), and for deprecated or ignored settings.
  */
 void mc_master_flags_warn_unimplemented(const mc_master_config_t *cfg);
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../../mooncake-master/flags.h"
+#include "common/util.h"
 #include "check_suites.h"
 
 static mc_master_config_t cfg;
@@ -316,9 +317,106 @@ START_TEST(test_help_version_and_aliases)
     ck_assert_int_eq(mc_master_flag_find("snapshot_catalog_backend_type"),
                      MC_MASTER_FLAG_snapshot_catalog_store_type);
     ck_assert_int_eq(mc_master_flag_find("no_such_flag"), -1);
-    /* unimplemented flags are still accepted */
+    /* flags of unimplemented features parse (the check refuses them) */
     ck_assert_status_ok(parse("--enable_offload", "--enable_snapshot=false", NULL));
     ck_assert_int_eq(cfg.enable_offload, 1);
+}
+END_TEST
+
+/* A feature this build does not implement refuses to start with a message
+ * naming the flag, from the command line or a file; its default is fine. */
+START_TEST(test_unimplemented_features_refused)
+{
+    static const char *const refused[] = {
+        "--enable_ha=true",          "--enable_ha",
+        "--enable_snapshot",         "--enable_snapshot_restore=1",
+        "--enable_oplog",            "--enable_offload",
+        "--offload_on_evict",        "--promotion_on_hit",
+        "--enable_kv_events",        "--enable_multi_tenants",
+        "--enable_cxl",              "--dynamic_replication_mode=enforce",
+        "--root_fs_dir=/mnt/dfs",    "--rpc_interface=eth0",
+    };
+    for (size_t i = 0; i < MC_ARRAY_SIZE(refused); i++) {
+        char name[64];
+        mc_master_config_cleanup(&cfg);
+        ck_assert_status_ok(mc_master_config_init(&cfg));
+        ck_assert_status_ok(parse(refused[i], NULL));
+        ck_assert_msg(mc_master_config_check(&cfg, err, sizeof(err)) == MC_INVALID_PARAMS,
+                      "%s should refuse to start", refused[i]);
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(refused[i], "="), refused[i]);
+        assert_err_mentions(name);
+        assert_err_mentions("not implemented");
+    }
+    /* the defaults, spelled out, are accepted */
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_ok(parse("--enable_ha=false", "--noenable_snapshot", "--enable_oplog=0",
+                              "--enable_offload=false", "--dynamic_replication_mode=off",
+                              "--root_fs_dir=", "--enable_cxl=false", NULL));
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+}
+END_TEST
+
+/* Tuning flags of absent features are accepted (listed under their own
+ * --help heading), among them upstream's NVMe-oF heartbeat spellings. */
+START_TEST(test_compat_flags_accepted)
+{
+    ck_assert_status_ok(parse("--nof_heartbeat_probe_timeout_ms=250",
+                              "--nof_heartbeat_failures_threshold", "5",
+                              "--nof_heartbeat_interval_sec=3", "--ha_backend_type=redis",
+                              "--etcd_endpoints=127.0.0.1:2379", "--snapshot_interval_seconds=60",
+                              "--offloading_queue_limit=7", "--kv_events_queue_capacity=8", NULL));
+    ck_assert_int_eq(cfg.nof_heartbeat_probe_timeout_ms, 250);
+    ck_assert_int_eq(cfg.nof_heartbeat_failures_threshold, 5);
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    /* validators still apply */
+    ck_assert_status_eq(parse("--nof_heartbeat_probe_timeout_ms=0", NULL), MC_INVALID_PARAMS);
+    assert_err_mentions("nof_heartbeat_probe_timeout_ms");
+    /* only upstream's spellings */
+    ck_assert_status_eq(parse("--nof_probe_timeout_ms=5", NULL), MC_INVALID_PARAMS);
+    ck_assert_status_eq(parse("--nof_failures_threshold=5", NULL), MC_INVALID_PARAMS);
+}
+END_TEST
+
+/* --help: every compatibility-only flag under one heading, nothing else
+ * there, and no compatibility-only flag in the main list. */
+START_TEST(test_help_compat_heading)
+{
+    static const char *const compat[] = {
+        "max_threads", "rpc_thread_num", "nof_heartbeat_probe_timeout_ms",
+        "nof_heartbeat_failures_threshold", "nof_heartbeat_interval_sec", "etcd_endpoints",
+        "snapshot_interval_seconds", "offloading_queue_limit", "cxl_size",
+    };
+    static const char *const main_list[] = {
+        "enable_ha", "enable_snapshot", "enable_offload", "log_dir", "client_ttl", "port",
+    };
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f    = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    mc_master_flags_print_help(f, "mooncake_master");
+    fclose(f);
+    char *heading = strstr(text, MC_MASTER_COMPAT_HEADING);
+    ck_assert_msg(heading != NULL, "--help should have the compatibility heading");
+    ck_assert_msg(strstr(heading + 1, MC_MASTER_COMPAT_HEADING) == NULL,
+                  "the compatibility heading should appear once");
+    for (size_t i = 0; i < MC_ARRAY_SIZE(compat); i++) {
+        char want[128];
+        snprintf(want, sizeof(want), "\n  --%s (", compat[i]);
+        char *at = strstr(text, want);
+        ck_assert_msg(at != NULL, "--help should list --%s", compat[i]);
+        ck_assert_msg(at > heading, "--%s should be listed under the compatibility heading",
+                      compat[i]);
+    }
+    for (size_t i = 0; i < MC_ARRAY_SIZE(main_list); i++) {
+        char want[128];
+        snprintf(want, sizeof(want), "\n  --%s (", main_list[i]);
+        char *at = strstr(text, want);
+        ck_assert_msg((at != NULL) && (at < heading),
+                      "--%s should be in the main list, before the compatibility heading",
+                      main_list[i]);
+    }
+    free(text);
 }
 END_TEST
 
@@ -656,6 +754,22 @@ START_TEST(test_config_sample_conf_lists_every_flag)
 }
 END_TEST
 
+/* A file that asks for an unimplemented feature is refused like the
+ * command line; the command line can switch it back to the default. */
+START_TEST(test_config_unimplemented_feature_refused)
+{
+    write_conf("{\"enable_snapshot\": true, \"nof_heartbeat_failures_threshold\": 4}");
+    ck_assert_status_ok(parse(conf_arg, NULL));
+    ck_assert_int_eq(cfg.nof_heartbeat_failures_threshold, 4);
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("--enable_snapshot");
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_ok(parse(conf_arg, "--noenable_snapshot", NULL));
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+}
+END_TEST
+
 START_TEST(test_config_path_is_implemented)
 {
     char *text = NULL;
@@ -693,6 +807,9 @@ Suite *mc_test_flags_suite(void)
     tcase_add_test(tc, test_unknown_and_stray_arguments);
     tcase_add_test(tc, test_help_version_and_aliases);
     tcase_add_test(tc, test_help_lists_every_flag);
+    tcase_add_test(tc, test_unimplemented_features_refused);
+    tcase_add_test(tc, test_compat_flags_accepted);
+    tcase_add_test(tc, test_help_compat_heading);
     tcase_add_test(tc, test_cross_flag_checks);
     suite_add_tcase(s, tc);
 
@@ -706,6 +823,7 @@ Suite *mc_test_flags_suite(void)
     tcase_add_test(tf, test_config_shipped_json_loads);
     tcase_add_test(tf, test_config_sample_conf_lists_every_flag);
     tcase_add_test(tf, test_config_path_is_implemented);
+    tcase_add_test(tf, test_config_unimplemented_feature_refused);
     suite_add_tcase(s, tf);
     return s;
 }
