@@ -111,9 +111,9 @@ static void cleanup_metadata(mc_master_t *m, mc_client_t *c)
     {
         mc_segment_t *seg = mc_container_of(pos, mc_segment_t, client_link);
         snprintf(key, sizeof(key), "mooncake/ram/%s", seg->name);
-        mc_master_http_meta_delete(m, key);
+        mc_meta_server_delete(m->http, key);
         snprintf(key, sizeof(key), "mooncake/rpc_meta/%s", seg->name);
-        mc_master_http_meta_delete(m, key);
+        mc_meta_server_delete(m->http, key);
     }
 }
 

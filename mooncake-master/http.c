@@ -1,24 +1,24 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Embedded HTTP metadata server (docs/protocol.md §6), enabled with
- * --enable_http_metadata_server.
+ * The HTTP metadata store (http.h, docs/protocol.md §6), served by
+ * mooncake_master --enable_http_metadata_server and by
+ * mooncake_http_metadata_server.
  *
  * Transfer engines publish their segment descriptors
  * (mooncake/ram/<segment>) and RPC endpoints (mooncake/rpc_meta/<segment>)
  * here and look up their peers'.  It is a flat key-value store in memory
- * served by libevent's evhttp on the master's event loop:
+ * served by libevent's evhttp on the caller's event loop:
  *
  *   GET    /metadata?key=K   200 + body, 404 "metadata not found"
- *   PUT    /metadata?key=K   200 "metadata updated"; 400 when K is an
- *                            existing mooncake/rpc_meta/ key and the body
- *                            differs (two processes claiming one name)
+ *   PUT    /metadata?key=K   200 "metadata updated"; an existing rpc_meta
+ *                            key is refused or kept (dialect, http.h)
  *   DELETE /metadata?key=K   200 "metadata deleted" or 404
  *   GET    /health           200 "OK"
  *
- * A missing or empty key parameter is 400 "Missing key parameter".  Keys
- * are URL-decoded.  Bodies are capped at MC_META_MAX_BODY by evhttp (413)
- * and the whole store at MC_META_MAX_TOTAL (507), so a misbehaving
- * client cannot exhaust the master's memory through this port.
+ * A missing or empty key parameter is 400 (text per dialect).  Keys are
+ * URL-decoded.  Bodies are capped at MC_META_MAX_BODY by evhttp (413) and
+ * the whole store at MC_META_MAX_TOTAL (507), so a misbehaving client
+ * cannot exhaust the daemon's memory through this port.
  */
 #include "config.h"
 
@@ -33,12 +33,22 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "common/hashmap.h"
 #include "common/log.h"
-#include "master.h"
+#include "common/util.h"
+#include "http.h"
 
 #define MC_META_MAX_BODY  (16u << 20)            /* one value */
 #define MC_META_MAX_TOTAL ((uint64_t)1 << 30)    /* all keys and values */
 #define MC_META_RPC_PREFIX "mooncake/rpc_meta/"
+
+struct mc_meta_server {
+    struct evhttp *http;
+    mc_meta_dialect_t dialect;
+    mc_hmap_t meta;
+    uint64_t meta_bytes;
+    char bound[300];
+};
 
 typedef struct meta_entry {
     mc_hnode_t node;
@@ -59,13 +69,13 @@ static uint64_t meta_hash(const char *key)
     return mc_hash_bytes(key, strlen(key), 0x6d657461u);
 }
 
-static meta_entry_t *meta_find(mc_master_t *m, const char *key)
+static meta_entry_t *meta_find(mc_meta_server_t *m, const char *key)
 {
     mc_hnode_t *n = mc_hmap_find(&m->meta, meta_hash(key), key, meta_eq);
     return n ? mc_container_of(n, meta_entry_t, node) : NULL;
 }
 
-static void meta_erase(mc_master_t *m, meta_entry_t *e)
+static void meta_erase(mc_meta_server_t *m, meta_entry_t *e)
 {
     mc_hmap_remove(&m->meta, &e->node);
     m->meta_bytes -= e->key_len + e->val_len;
@@ -73,10 +83,10 @@ static void meta_erase(mc_master_t *m, meta_entry_t *e)
     free(e);
 }
 
-int mc_master_http_meta_delete(mc_master_t *m, const char *key)
+int mc_meta_server_delete(mc_meta_server_t *m, const char *key)
 {
     meta_entry_t *e;
-    if (m->http == NULL)
+    if (m == NULL)
         return -1;
     e = meta_find(m, key);
     if (e == NULL)
@@ -100,7 +110,7 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
     evbuffer_free(b);
 }
 
-static void do_get(mc_master_t *m, struct evhttp_request *req, const char *key)
+static void do_get(mc_meta_server_t *m, struct evhttp_request *req, const char *key)
 {
     meta_entry_t *e = meta_find(m, key);
     struct evbuffer *b;
@@ -121,7 +131,7 @@ static void do_get(mc_master_t *m, struct evhttp_request *req, const char *key)
     evbuffer_free(b);
 }
 
-static void do_put(mc_master_t *m, struct evhttp_request *req, const char *key)
+static void do_put(mc_meta_server_t *m, struct evhttp_request *req, const char *key)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len          = evbuffer_get_length(in);
@@ -129,7 +139,15 @@ static void do_put(mc_master_t *m, struct evhttp_request *req, const char *key)
     meta_entry_t *e     = meta_find(m, key);
     uint8_t *val;
 
-    if (e != NULL && strncmp(key, MC_META_RPC_PREFIX, strlen(MC_META_RPC_PREFIX)) == 0) {
+    if ((e != NULL) && (m->dialect == MC_META_DIALECT_STANDALONE) &&
+        (strstr(key, "rpc_meta") != NULL)) {
+        /* the Python server: an rpc_meta key is written once */
+        mc_warn("http metadata: refused a second value for %s", key);
+        reply(req, HTTP_BADREQUEST, "Bad Request", "Duplicate rpc_meta key not allowed");
+        return;
+    }
+    if ((e != NULL) && (m->dialect == MC_META_DIALECT_MASTER) &&
+        (strncmp(key, MC_META_RPC_PREFIX, strlen(MC_META_RPC_PREFIX)) == 0)) {
         /* Same body: a retried registration.  Different body: another
          * process claims the same segment name. */
         uint8_t *body = len ? evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
@@ -138,7 +156,7 @@ static void do_put(mc_master_t *m, struct evhttp_request *req, const char *key)
             reply(req, HTTP_BADREQUEST, "Bad Request", "Duplicate rpc_meta key not allowed");
             return;
         }
-        reply(req, HTTP_OK, "OK", "metadata updated");
+        reply(req, HTTP_OK, "OK", "metadata unchanged");
         return;
     }
     if (m->meta_bytes - (e ? e->key_len + e->val_len : 0) + klen + len > MC_META_MAX_TOTAL) {
@@ -174,54 +192,83 @@ static void do_put(mc_master_t *m, struct evhttp_request *req, const char *key)
     reply(req, HTTP_OK, "OK", "metadata updated");
 }
 
-static void do_delete(mc_master_t *m, struct evhttp_request *req, const char *key)
+static void do_delete(mc_meta_server_t *m, struct evhttp_request *req, const char *key)
 {
-    if (mc_master_http_meta_delete(m, key) != 0) {
+    if (mc_meta_server_delete(m, key) != 0) {
         reply(req, HTTP_NOTFOUND, "Not Found", "metadata not found");
         return;
     }
     reply(req, HTTP_OK, "OK", "metadata deleted");
 }
 
+/* Surrounding white space, as Python's str.strip(), in place. */
+static char *strip(char *s)
+{
+    size_t n;
+    while ((*s == ' ') || (*s == '\t') || (*s == '\n') || (*s == '\r') || (*s == '\v') ||
+           (*s == '\f'))
+        s++;
+    n = strlen(s);
+    while ((n > 0) && ((s[n - 1] == ' ') || (s[n - 1] == '\t') || (s[n - 1] == '\n') ||
+                       (s[n - 1] == '\r') || (s[n - 1] == '\v') || (s[n - 1] == '\f')))
+        s[--n] = '\0';
+    return s;
+}
+
 static void http_cb(struct evhttp_request *req, void *arg)
 {
-    mc_master_t *m                = arg;
+    mc_meta_server_t *m           = arg;
     const struct evhttp_uri *uri  = evhttp_request_get_evhttp_uri(req);
     const char *path              = uri ? evhttp_uri_get_path(uri) : NULL;
     const char *query             = uri ? evhttp_uri_get_query(uri) : NULL;
     enum evhttp_cmd_type cmd      = evhttp_request_get_command(req);
+    int standalone                = m->dialect == MC_META_DIALECT_STANDALONE;
+    const char *no_key   = standalone ? "metadata key is required" : "Missing key parameter";
+    const char *bad_meth = standalone ? "Method not allowed" : "method not allowed";
+    const char *no_path  = standalone ? "404: Not Found" : "not found";
     struct evkeyvalq params;
-    const char *key;
+    const char *found;
+    char *key;
 
     if (path == NULL) {
-        reply(req, HTTP_NOTFOUND, "Not Found", "not found");
+        reply(req, HTTP_NOTFOUND, "Not Found", no_path);
         return;
     }
     if (strcmp(path, "/health") == 0) {
         if ((cmd != EVHTTP_REQ_GET) && (cmd != EVHTTP_REQ_HEAD))
-            reply(req, HTTP_BADMETHOD, "Method Not Allowed", "method not allowed");
+            reply(req, HTTP_BADMETHOD, "Method Not Allowed", bad_meth);
         else
             reply(req, HTTP_OK, "OK", "OK");
         return;
     }
     if (strcmp(path, "/metadata") != 0) {
-        reply(req, HTTP_NOTFOUND, "Not Found", "not found");
+        reply(req, HTTP_NOTFOUND, "Not Found", no_path);
         return;
     }
 
     if (query == NULL) {
-        reply(req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
+        reply(req, HTTP_BADREQUEST, "Bad Request", no_key);
         return;
     }
     /* initialises params; on failure it has already cleared them */
     if (evhttp_parse_query_str(query, &params) != 0) {
-        reply(req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
+        reply(req, HTTP_BADREQUEST, "Bad Request", no_key);
         return;
     }
-    key = evhttp_find_header(&params, "key"); /* already URL-decoded */
+    found = evhttp_find_header(&params, "key"); /* already URL-decoded */
+    key   = found ? mc_strdup(found) : NULL;
+    evhttp_clear_headers(&params);
+    if ((found != NULL) && (key == NULL)) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    if ((key != NULL) && standalone) {
+        char *k = strip(key);
+        memmove(key, k, strlen(k) + 1);
+    }
     if ((key == NULL) || (*key == '\0')) {
-        evhttp_clear_headers(&params);
-        reply(req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
+        free(key);
+        reply(req, HTTP_BADREQUEST, "Bad Request", no_key);
         return;
     }
     switch (cmd) {
@@ -236,10 +283,10 @@ static void http_cb(struct evhttp_request *req, void *arg)
         do_delete(m, req, key);
         break;
     default:
-        reply(req, HTTP_BADMETHOD, "Method Not Allowed", "method not allowed");
+        reply(req, HTTP_BADMETHOD, "Method Not Allowed", bad_meth);
         break;
     }
-    evhttp_clear_headers(&params);
+    free(key);
 }
 
 /*
@@ -270,49 +317,60 @@ int mc_master_evhttp_bind(struct evhttp *h, const char *what, const char *host, 
     return 0;
 }
 
-mc_status_t mc_master_http_start(mc_master_t *m)
+const char *mc_meta_server_bound(const mc_meta_server_t *m)
 {
-    const char *host = m->cfg->http_metadata_server_host;
-    uint16_t port    = (uint16_t)m->cfg->http_metadata_server_port;
+    return m->bound;
+}
 
-    if (mc_hmap_init(&m->meta, 64) != 0)
+mc_status_t mc_meta_server_create(struct event_base *base, mc_meta_dialect_t dialect,
+                                  const char *host, uint16_t port, mc_meta_server_t **srv_p)
+{
+    mc_meta_server_t *m = calloc(1, sizeof(*m));
+
+    if (m == NULL)
         return MC_INTERNAL_ERROR;
-    m->meta_bytes = 0;
-    m->http       = evhttp_new(m->base);
+    m->dialect = dialect;
+    if (mc_hmap_init(&m->meta, 64) != 0) {
+        free(m);
+        return MC_INTERNAL_ERROR;
+    }
+    m->http = evhttp_new(base);
     if (m->http == NULL) {
-        mc_hmap_cleanup(&m->meta);
+        mc_meta_server_destroy(m);
         return MC_INTERNAL_ERROR;
     }
     evhttp_set_max_body_size(m->http, MC_META_MAX_BODY);
     evhttp_set_max_headers_size(m->http, 64 * 1024);
     evhttp_set_timeout(m->http, 30);
-    /* POST and PATCH reach http_cb so they get 405, not evhttp's 501 */
+    /* every method reaches http_cb so the wrong ones get 405, not 501 */
     evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                             EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PATCH);
+                                            EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
     evhttp_set_gencb(m->http, http_cb, m);
-    if (mc_master_evhttp_bind(m->http, "http metadata server", host, port, m->http_bound,
-                              sizeof(m->http_bound)) != 0) {
-        mc_master_http_stop(m);
+    if (mc_master_evhttp_bind(m->http, "http metadata server", host, port, m->bound,
+                              sizeof(m->bound)) != 0) {
+        mc_meta_server_destroy(m);
         return MC_INVALID_PARAMS;
     }
+    *srv_p = m;
     return MC_OK;
 }
 
-void mc_master_http_stop(mc_master_t *m)
+void mc_meta_server_destroy(mc_meta_server_t *m)
 {
     mc_hmap_iter_t it;
     mc_hnode_t *n;
 
-    if (m->http == NULL)
+    if (m == NULL)
         return;
-    evhttp_free(m->http);
-    m->http = NULL;
-    n       = mc_hmap_first(&m->meta, &it);
+    if (m->http != NULL)
+        evhttp_free(m->http);
+    n = mc_hmap_first(&m->meta, &it);
     while (n != NULL) {
         meta_entry_t *e = mc_container_of(n, meta_entry_t, node);
         n               = mc_hmap_next(&m->meta, &it);
         meta_erase(m, e);
     }
     mc_hmap_cleanup(&m->meta);
+    free(m);
 }

@@ -9,13 +9,26 @@ mooncake_master_SOURCES = \
 	mooncake-master/evict.c mooncake-master/evict.h \
 	mooncake-master/segments.c \
 	mooncake-master/clients.c \
-	mooncake-master/http.c \
+	mooncake-master/http.c mooncake-master/http.h \
 	mooncake-master/admin.c \
 	mooncake-master/tasks.c \
 	$(NULL)
 mooncake_master_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 mooncake_master_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
-# The commented reference of every flag and a loadable --config_path example.
+
+# mooncake_http_metadata_server: the metadata store of http.c alone.
+bin_PROGRAMS += mooncake_http_metadata_server
+mooncake_http_metadata_server_SOURCES = \
+	mooncake-master/metadata_server.c \
+	mooncake-master/http.c mooncake-master/http.h \
+	$(NULL)
+mooncake_http_metadata_server_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS)
+mooncake_http_metadata_server_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(PTHREAD_LIBS)
+
+# The configuration file the daemon loads (--config_path, JSON), and the
+# commented reference of every flag, which JSON cannot carry, as an example.
 mooncakeconfdir = $(sysconfdir)/mooncake
-dist_mooncakeconf_DATA = mooncake-master/mooncake-master.conf mooncake-master/mooncake-master.json
-dist_man_MANS = docs/man/mooncake_master.1
+dist_mooncakeconf_DATA = mooncake-master/mooncake-master.json
+mooncakeexampledir = $(docdir)/examples
+dist_mooncakeexample_DATA = mooncake-master/mooncake-master.conf
+dist_man_MANS = docs/man/mooncake_master.1 docs/man/mooncake_http_metadata_server.1

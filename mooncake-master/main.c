@@ -3,13 +3,16 @@
  * mooncake_master: parse the flags, set up logging, run the master.
  *
  * Exit codes: 0 after --help, --version or a clean shutdown (SIGTERM or
- * SIGINT); 2 for a bad command line; 1 when the master cannot start (a
- * port that cannot be bound, out of memory).
+ * SIGINT; SIGHUP does not stop it); 2 for a bad command line (or a feature
+ * this build does not implement); 1 when the master cannot start (a port
+ * that cannot be bound, a --log_dir that cannot be written, out of memory).
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "flags.h"
@@ -53,6 +56,12 @@ int main(int argc, char **argv)
             mc_log_set_level(level);
     } else if (mc_log_parse_level(getenv("MC_LOG_LEVEL"), &level) != 0) {
         mc_log_set_level(MC_LOG_INFO);
+    }
+    if ((cfg.log_dir[0] != '\0') && (mc_master_log_open(cfg.log_dir) != 0)) {
+        fprintf(stderr, "mooncake_master: cannot open the log file in --log_dir=%s: %s\n",
+                cfg.log_dir, strerror(errno));
+        mc_master_config_cleanup(&cfg);
+        return 1;
     }
     mc_master_flags_warn_unimplemented(&cfg);
 

@@ -9,15 +9,22 @@
  *  - the metrics line every MC_MASTER_METRICS_S (--enable_metric_reporting).
  * SIGTERM and SIGINT are libevent signal events: they break the loop, and
  * mc_master_destroy() frees everything, so the daemon exits 0 with nothing
- * leaked.  SIGPIPE is ignored; a peer that vanishes is an EPIPE on its own
- * connection.
+ * leaked.  SIGHUP (a terminal hang-up, or logrotate) must not kill a
+ * daemon that holds the only copy of the index: it reopens the log file
+ * when --log_dir is set and is otherwise logged and ignored.  SIGPIPE is
+ * ignored; a peer that vanishes is an EPIPE on its own connection.
  */
 #include "config.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -53,17 +60,52 @@ static void metrics_cb(evutil_socket_t fd, short what, void *arg)
                               : 0.0);
 }
 
+int mc_master_log_open(const char *dir)
+{
+    char path[PATH_MAX];
+    int fd;
+
+    if (snprintf(path, sizeof(path), "%s/mooncake_master.log", dir) >= (int)sizeof(path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    /* stdio buffers nothing for stderr; dup2 swaps the file under it */
+    if (dup2(fd, STDERR_FILENO) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     mc_master_t *m = arg;
     (void)what;
+    if (sig == SIGHUP) {
+        if (m->cfg->log_dir[0] == '\0') {
+            mc_info("received SIGHUP: nothing to reload, carrying on");
+        } else if (mc_master_log_open(m->cfg->log_dir) != 0) {
+            mc_error("received SIGHUP: cannot reopen the log file in %s: %m; logging to the "
+                     "old file", m->cfg->log_dir);
+        } else {
+            mc_info("received SIGHUP: reopened the log file %s/mooncake_master.log",
+                    m->cfg->log_dir);
+        }
+        return;
+    }
     mc_info("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     event_base_loopbreak(m->base);
 }
 
 mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
 {
-    static const int sigs[] = {SIGTERM, SIGINT};
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
     mc_master_t *m = calloc(1, sizeof(*m));
     mc_status_t st = MC_INTERNAL_ERROR;
     struct timeval tv;
@@ -87,7 +129,9 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
     if (st != MC_OK)
         goto fail;
     if (cfg->enable_http_metadata_server) {
-        st = mc_master_http_start(m);
+        st = mc_meta_server_create(m->base, MC_META_DIALECT_MASTER,
+                                   cfg->http_metadata_server_host,
+                                   (uint16_t)cfg->http_metadata_server_port, &m->http);
         if (st != MC_OK)
             goto fail;
     }
@@ -138,7 +182,7 @@ int mc_master_run(mc_master_t *m)
     mc_info("mooncake_master %s listening: rpc %s%s%s%s%s (cluster %s, lease %" PRIu64
             " ms, client ttl %" PRId64 " s)",
             mc_version_string(), m->rpc_bound, m->http ? ", http metadata " : "",
-            m->http ? m->http_bound : "", m->admin ? ", admin/metrics " : "",
+            m->http ? mc_meta_server_bound(m->http) : "", m->admin ? ", admin/metrics " : "",
             m->admin ? m->admin_bound : "", m->cfg->cluster_id, m->cfg->default_kv_lease_ttl,
             m->cfg->client_ttl);
     if (event_base_dispatch(m->base) < 0) {
@@ -161,7 +205,7 @@ void mc_master_destroy(mc_master_t *m)
     if (m->tick_ev != NULL)
         event_free(m->tick_ev);
     mc_master_admin_stop(m);
-    mc_master_http_stop(m);
+    mc_meta_server_destroy(m->http);
     mc_master_rpc_stop(m);
     /* tasks before objects (staged tasks hang off objects), objects before
      * segments (replicas point into segments), segments before clients

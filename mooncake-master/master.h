@@ -38,6 +38,7 @@
 #include "common/hashmap.h"
 #include "common/util.h"
 #include "flags.h"
+#include "http.h" /* mc_meta_server_t, mc_master_evhttp_bind (docs/protocol.md §6) */
 #include "wire/wire.h"
 
 struct event_base;
@@ -350,21 +351,20 @@ struct mc_master {
     /* clients.c */
     mc_hmap_t clients;
 
-    /* http.c */
-    struct evhttp *http;
-    mc_hmap_t meta;
-    uint64_t meta_bytes;
-    char http_bound[300];
+    /* http.c: the embedded metadata store, NULL unless
+     * --enable_http_metadata_server */
+    mc_meta_server_t *http;
 
     /* master.c */
     struct event *tick_ev;
     struct event *metrics_ev;
-    struct event *sig_ev[2];   /* SIGTERM, SIGINT */
+    struct event *sig_ev[3];   /* SIGTERM, SIGINT, SIGHUP */
 
     /* eviction counters (evict.c), exported by admin.c */
     uint64_t evicted_keys;
     uint64_t evicted_bytes;
     uint64_t evictions;
+    uint64_t eviction_attempts;        /* passes started (background or inline) */
 
     /* tasks.c */
     mc_hmap_t tasks;
@@ -377,6 +377,11 @@ struct mc_master {
     uint64_t start_ms;                     /* monotonic, at create */
     uint64_t op_requests[MC_MASTER_NOPS];
     uint64_t op_failures[MC_MASTER_NOPS];
+    /* batch opcodes only (rpc.c): keys asked, keys whose per-key status
+     * was an error, and requests that answered OK with some keys failed */
+    uint64_t op_items[MC_MASTER_NOPS];
+    uint64_t op_failed_items[MC_MASTER_NOPS];
+    uint64_t op_partial[MC_MASTER_NOPS];
     /* BATCH_REPLICA_CLEAR keys asked, and those not cleared (objects.c) */
     uint64_t replica_clear_items;
     uint64_t replica_clear_failed_items;
@@ -387,9 +392,14 @@ struct mc_master {
 /* Binds every listener; MC_INVALID_PARAMS (with a logged reason) when an
  * address cannot be bound. */
 mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p);
-/* Runs until SIGTERM/SIGINT; returns the process exit code. */
+/* Runs until SIGTERM/SIGINT (SIGHUP reopens the --log_dir file, or is
+ * only logged); returns the process exit code. */
 int mc_master_run(mc_master_t *m);
 void mc_master_destroy(mc_master_t *m);
+/* Point stderr (the log) at <dir>/mooncake_master.log, opened for append
+ * (--log_dir); again on SIGHUP, for log rotation.  -1 with errno set when
+ * the file cannot be opened; stderr is then unchanged. */
+int mc_master_log_open(const char *dir);
 
 /* ---- rpc.c (docs/protocol.md §1-§3) -------------------------------------- */
 
@@ -520,16 +530,6 @@ int32_t mc_master_unmount_segment(mc_req_ctx_t *x, const mc_wire_unmount_segment
 int32_t mc_master_set_segment_draining(mc_req_ctx_t *x,
                                        const mc_wire_set_segment_draining_req_t *req);
 int32_t mc_master_client_close(mc_req_ctx_t *x, const mc_wire_client_close_req_t *req);
-
-/* ---- http.c (docs/protocol.md §6) ------------------------------------------ */
-
-struct evhttp;
-int mc_master_evhttp_bind(struct evhttp *h, const char *what, const char *host, uint16_t port,
-                          char *bound, size_t bound_len);
-mc_status_t mc_master_http_start(mc_master_t *m);
-void mc_master_http_stop(mc_master_t *m);
-/* Delete one metadata key; 0 if it existed, -1 if not. */
-int mc_master_http_meta_delete(mc_master_t *m, const char *key);
 
 /* ---- admin.c: admin HTTP server and metrics (--metrics_port) ------------- */
 
