@@ -14,7 +14,12 @@
  *                     clients; eviction counters; and for every RPC of the
  *                     wire table master_<op>_requests_total and
  *                     master_<op>_failures_total (a reply status other
- *                     than OK), counted by rpc.c's dispatcher.
+ *                     than OK), counted by rpc.c's dispatcher; for batch
+ *                     RPCs also master_<op>_{partial_successes,items,
+ *                     failed_items}_total.  Every counter ends in _total;
+ *                     upstream's two eviction counters without the suffix
+ *                     are repeated under their upstream names as untyped.
+ *                     mooncake_build_info{version,...} is 1.
  *   /metrics/summary  the same figures, one human-readable line each.
  *   /health           "OK".
  *   /query_key?key=K[&tenant=T]
@@ -30,6 +35,18 @@
  *                     JSON {name, capacity, allocated, client_id, segments:
  *                     [...]} summed over the segments of that name; 404
  *                     when none is mounted.
+ *   /batch_query_keys?keys=K1,K2[&tenant=T]
+ *                     upstream's {"success": true, "data": {K: {"ok": true,
+ *                     "values": [{size_, buffer_address_, protocol_,
+ *                     transport_endpoint_}]} or {"ok": false, "error":
+ *                     "OBJECT_NOT_FOUND"}}}; no keys is 400 {"success":
+ *                     false, "error": "No keys provided. ..."}.
+ *   /get_segments_detail
+ *                     upstream's {"total_segments", "segments": [{
+ *                     segment_name, segment_id, client_id, base_address
+ *                     ("0x..."), size_bytes, size_human, te_endpoint,
+ *                     protocol, status, allocator_*}]}.
+ *   /role             "leader": a master without HA leads alone.
  *
  * The tenant defaults to "default", as on the RPC side.  Keys and names
  * that are not valid UTF-8 are shown with every non-ASCII byte replaced by '?'
@@ -79,8 +96,8 @@ static void reply_text(struct evhttp_request *req, int code, const char *reason,
     evbuffer_free(b);
 }
 
-/* Send @p j (consumed) as the 200 body. */
-static void reply_json(struct evhttp_request *req, json_t *j)
+/* Send @p j (consumed) as the body of a @p code reply. */
+static void reply_json_status(struct evhttp_request *req, int code, const char *reason, json_t *j)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     struct evbuffer *b;
@@ -95,8 +112,14 @@ static void reply_json(struct evhttp_request *req, json_t *j)
         return;
     }
     free(s);
-    reply_buf(req, HTTP_OK, "OK", "application/json", b);
+    reply_buf(req, code, reason, "application/json", b);
     evbuffer_free(b);
+}
+
+/* Send @p j (consumed) as the 200 body. */
+static void reply_json(struct evhttp_request *req, json_t *j)
+{
+    reply_json_status(req, HTTP_OK, "OK", j);
 }
 
 /* A JSON string from arbitrary bytes: invalid UTF-8 bytes become '?'. */
@@ -192,6 +215,33 @@ static void metric(struct evbuffer *b, const char *name, const char *type, const
                         type, name, v);
 }
 
+/* master_batch_<op>_{partial_successes,items,failed_items}_total, counted
+ * by rpc.c's dispatcher for every batch opcode. */
+static void batch_metrics(mc_master_t *m, struct evbuffer *b, const admin_op_t *op)
+{
+    evbuffer_add_printf(b,
+                        "# HELP master_%s_partial_successes_total %s requests answered OK "
+                        "with some keys failed.\n"
+                        "# TYPE master_%s_partial_successes_total counter\n"
+                        "master_%s_partial_successes_total %" PRIu64 "\n",
+                        op->name, mc_wire_op_name(op->code), op->name, op->name,
+                        m->op_partial[op->code]);
+    /* BATCH_REPLICA_CLEAR exports its own item counters (objects.c) */
+    if (op->code == MC_WIRE_OP_BATCH_REPLICA_CLEAR)
+        return;
+    evbuffer_add_printf(b,
+                        "# HELP master_%s_items_total Keys asked of %s.\n"
+                        "# TYPE master_%s_items_total counter\n"
+                        "master_%s_items_total %" PRIu64 "\n"
+                        "# HELP master_%s_failed_items_total Keys of %s whose result was "
+                        "an error.\n"
+                        "# TYPE master_%s_failed_items_total counter\n"
+                        "master_%s_failed_items_total %" PRIu64 "\n",
+                        op->name, mc_wire_op_name(op->code), op->name, op->name,
+                        m->op_items[op->code], op->name, mc_wire_op_name(op->code), op->name,
+                        op->name, m->op_failed_items[op->code]);
+}
+
 static void do_metrics(mc_master_t *m, struct evhttp_request *req)
 {
     struct evbuffer *b = evbuffer_new();
@@ -216,10 +266,21 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
            f.clients);
     metric(b, "master_mounted_segments", "gauge", "Mounted segments.", m->nseg);
     metric(b, "master_rpc_connections", "gauge", "Open RPC connections.", m->nconns);
-    metric(b, "master_evicted_key_count", "counter", "Objects evicted since start.",
+    metric(b, "master_evicted_key_count_total", "counter", "Objects evicted since start.",
            m->evicted_keys);
-    metric(b, "master_evicted_size_bytes", "counter", "Bytes evicted since start.",
+    metric(b, "master_evicted_size_bytes_total", "counter", "Bytes evicted since start.",
            m->evicted_bytes);
+    /* upstream's names of the two above, which its dashboards query */
+    metric(b, "master_evicted_key_count", "untyped",
+           "Objects evicted since start (upstream name of master_evicted_key_count_total).",
+           m->evicted_keys);
+    metric(b, "master_evicted_size_bytes", "untyped",
+           "Bytes evicted since start (upstream name of master_evicted_size_bytes_total).",
+           m->evicted_bytes);
+    metric(b, "master_attempted_evictions_total", "counter",
+           "Eviction passes started (background above the high watermark, or inline for "
+           "a put that did not fit).",
+           m->eviction_attempts);
     metric(b, "master_successful_evictions_total", "counter",
            "Eviction passes that freed something.", m->evictions);
     metric(b, "master_pending_tasks", "gauge", "Copy/move tasks waiting for their client.",
@@ -247,7 +308,22 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
                             op->name, mc_wire_op_name(op->code), op->name, op->name,
                             m->op_requests[op->code], op->name, mc_wire_op_name(op->code),
                             op->name, op->name, m->op_failures[op->code]);
+        if (strncmp(op->name, "batch_", 6) == 0)
+            batch_metrics(m, b, op);
     }
+    /* upstream counts REMOUNT_SEGMENT(S) under the singular name */
+    metric(b, "master_remount_segment_requests_total", "counter",
+           "REMOUNT_SEGMENTS requests handled (upstream's name).",
+           m->op_requests[MC_WIRE_OP_REMOUNT_SEGMENTS]);
+    metric(b, "master_remount_segment_failures_total", "counter",
+           "REMOUNT_SEGMENTS requests answered with an error status (upstream's name).",
+           m->op_failures[MC_WIRE_OP_REMOUNT_SEGMENTS]);
+    evbuffer_add_printf(b,
+                        "# HELP mooncake_build_info Build of this master; the value is 1.\n"
+                        "# TYPE mooncake_build_info gauge\n"
+                        "mooncake_build_info{component=\"mooncake_master\",version=\"%s\","
+                        "libevent=\"%s\",jansson=\"%s\"} 1\n",
+                        mc_version_string(), event_get_version(), JANSSON_VERSION);
     reply_buf(req, HTTP_OK, "OK", "text/plain; version=0.0.4; charset=utf-8", b);
     evbuffer_free(b);
 }
@@ -502,6 +578,169 @@ oom:
     evhttp_send_error(req, HTTP_INTERNAL, NULL);
 }
 
+/* ---- upstream's JSON views ------------------------------------------------------ */
+
+/* One key of /batch_query_keys: upstream's {"ok", "values": [memory
+ * replica descriptors]} or {"ok": false, "error": status name}.  Grants
+ * no lease. */
+static json_t *batch_query_one(mc_master_t *m, const char *key, const char *tenant)
+{
+    mc_object_t *o = mc_master_object_find(m, mc_str_from_cstr(tenant), mc_str_from_cstr(key));
+    json_t *j = json_object(), *vals;
+    mc_mlist_t *pos, *tmp;
+
+    if (j == NULL)
+        return NULL;
+    if ((o == NULL) || !o->complete) {
+        mc_status_t st = (o == NULL) ? MC_OBJECT_NOT_FOUND : MC_REPLICA_IS_NOT_READY;
+        if ((jset(j, "ok", json_false()) != 0) ||
+            (jset(j, "error", json_string(mc_status_name(st))) != 0)) {
+            json_decref(j);
+            return NULL;
+        }
+        return j;
+    }
+    vals = json_array();
+    if ((jset(j, "ok", json_true()) != 0) || (vals == NULL)) {
+        json_decref(vals);
+        json_decref(j);
+        return NULL;
+    }
+    if (jset(j, "values", vals) != 0) { /* consumes vals */
+        json_decref(j);
+        return NULL;
+    }
+    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    {
+        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        json_t *d;
+        if (r->status != MC_REPLICA_COMPLETE)
+            continue;
+        d = json_object();
+        if ((d == NULL) || (json_array_append_new(vals, d) != 0) ||
+            (jset(d, "size_", json_integer((json_int_t)o->size)) != 0) ||
+            (jset(d, "buffer_address_",
+                  json_integer((json_int_t)(r->seg->base + mc_master_replica_block(r).offset))) !=
+             0) ||
+            (jset(d, "protocol_", json_string(r->seg->protocol)) != 0) ||
+            (jset(d, "transport_endpoint_", jstr(r->seg->name, strlen(r->seg->name))) != 0)) {
+            json_decref(j);
+            return NULL;
+        }
+    }
+    return j;
+}
+
+/* /batch_query_keys?keys=k1,k2,...: every named key, as upstream. */
+static void do_batch_query_keys(mc_master_t *m, struct evhttp_request *req, const char *keys,
+                                const char *tenant)
+{
+    json_t *j = NULL, *data = NULL;
+    char *list = keys ? mc_strdup(keys) : NULL;
+    char *save = NULL;
+    int n      = 0;
+
+    if ((keys != NULL) && (list == NULL))
+        goto oom;
+    data = json_object();
+    if (data == NULL)
+        goto oom;
+    for (char *k = list ? strtok_r(list, ",", &save) : NULL; k != NULL;
+         k = strtok_r(NULL, ",", &save)) {
+        json_t *one = batch_query_one(m, k, tenant);
+        if ((one == NULL) || (json_object_set_new(data, k, one) != 0))
+            goto oom;
+        n++;
+    }
+    free(list);
+    list = NULL;
+    j    = json_object();
+    if (j == NULL)
+        goto oom;
+    if (n == 0) {
+        json_decref(data);
+        if ((jset(j, "success", json_false()) != 0) ||
+            (jset(j, "error", json_string("No keys provided. Use ?keys=key1,key2,...")) != 0))
+            goto oom;
+        reply_json_status(req, HTTP_BADREQUEST, "Bad Request", j);
+        return;
+    }
+    if (jset(j, "success", json_true()) != 0)
+        goto oom;
+    if (jset(j, "data", data) != 0) {
+        data = NULL;
+        goto oom;
+    }
+    reply_json(req, j);
+    return;
+
+oom:
+    free(list);
+    json_decref(data);
+    json_decref(j);
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+}
+
+/* /get_segments_detail: upstream's per-segment view. */
+static json_t *segment_detail_json(const mc_segment_t *s)
+{
+    json_t *j = json_object();
+    mc_alloc_stats_t st;
+    char id[37], cid[37], base[32], human[48];
+
+    if (j == NULL)
+        return NULL;
+    memset(&st, 0, sizeof(st));
+    if (s->alloc != NULL)
+        mc_alloc_get_stats(s->alloc, &st);
+    mc_uuid_format(s->id, id);
+    mc_uuid_format(s->owner->id, cid);
+    snprintf(base, sizeof(base), "0x%" PRIx64, s->base);
+    snprintf(human, sizeof(human), "%.2f GiB", (double)s->size / (double)(1ull << 30));
+    if ((jset(j, "segment_name", jstr(s->name, strlen(s->name))) != 0) ||
+        (jset(j, "segment_id", json_string(id)) != 0) ||
+        (jset(j, "client_id", json_string(cid)) != 0) ||
+        (jset(j, "base_address", json_string(base)) != 0) ||
+        (jset(j, "size_bytes", json_integer((json_int_t)s->size)) != 0) ||
+        (jset(j, "size_human", json_string(human)) != 0) ||
+        (jset(j, "te_endpoint", jstr(s->name, strlen(s->name))) != 0) ||
+        (jset(j, "protocol", json_string(s->protocol)) != 0) ||
+        (jset(j, "status", json_string(seg_state_name(s->state))) != 0) ||
+        (jset(j, "allocator_used_bytes", json_integer((json_int_t)st.allocated)) != 0) ||
+        (jset(j, "allocator_capacity_bytes", json_integer((json_int_t)s->size)) != 0) ||
+        (jset(j, "allocator_usage_percent",
+              json_real(s->size ? 100.0 * (double)st.allocated / (double)s->size : 0.0)) != 0)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+static void do_segments_detail(mc_master_t *m, struct evhttp_request *req)
+{
+    json_t *j = json_object(), *arr = json_array();
+
+    if ((j == NULL) || (arr == NULL))
+        goto oom;
+    for (uint32_t i = 0; i < m->nseg; i++) {
+        if (json_array_append_new(arr, segment_detail_json(m->segv[i])) != 0)
+            goto oom;
+    }
+    if (jset(j, "total_segments", json_integer((json_int_t)m->nseg)) != 0)
+        goto oom;
+    if (jset(j, "segments", arr) != 0) {
+        arr = NULL;
+        goto oom;
+    }
+    reply_json(req, j);
+    return;
+
+oom:
+    json_decref(arr);
+    json_decref(j);
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+}
+
 /* ---- routing -------------------------------------------------------------------- */
 
 /* Value of query parameter @p name: NULL when absent, empty or when the
@@ -527,7 +766,8 @@ static void admin_cb(struct evhttp_request *req, void *arg)
         ((strcmp(path, "/metrics") != 0) && (strcmp(path, "/metrics/summary") != 0) &&
          (strcmp(path, "/health") != 0) && (strcmp(path, "/query_key") != 0) &&
          (strcmp(path, "/get_all_keys") != 0) && (strcmp(path, "/get_all_segments") != 0) &&
-         (strcmp(path, "/query_segment") != 0))) {
+         (strcmp(path, "/query_segment") != 0) && (strcmp(path, "/batch_query_keys") != 0) &&
+         (strcmp(path, "/get_segments_detail") != 0) && (strcmp(path, "/role") != 0))) {
         reply_text(req, HTTP_NOTFOUND, "Not Found", "not found");
         return;
     }
@@ -560,6 +800,13 @@ static void admin_cb(struct evhttp_request *req, void *arg)
         do_all_keys(m, req, tenant);
     } else if (strcmp(path, "/get_all_segments") == 0) {
         do_all_segments(m, req);
+    } else if (strcmp(path, "/batch_query_keys") == 0) {
+        do_batch_query_keys(m, req, param(&params, parsed, "keys"), tenant);
+    } else if (strcmp(path, "/get_segments_detail") == 0) {
+        do_segments_detail(m, req);
+    } else if (strcmp(path, "/role") == 0) {
+        /* one master without HA is always the leader */
+        reply_text(req, HTTP_OK, "OK", "leader");
     } else {
         v = param(&params, parsed, "segment");
         if (v == NULL)

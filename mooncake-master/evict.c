@@ -154,6 +154,7 @@ void mc_master_evict_tick(mc_master_t *m, uint64_t now_ms)
     used = (double)m->allocated_bytes / (double)m->capacity_bytes;
     if (used <= m->cfg->eviction_high_watermark_ratio)
         return;
+    m->eviction_attempts++;
     target_d = m->cfg->eviction_ratio * (double)m->capacity_bytes;
     target   = target_d < 1.0 ? 1 : (uint64_t)target_d;
     freed    = evict_walk(m, now_ms, 0, NULL, 0, target_done, &target, &stop);
@@ -195,6 +196,7 @@ uint32_t mc_master_evict_until(mc_master_t *m, uint64_t now_ms, uint64_t o_size,
     uint64_t freed;
     int stop = 0;
 
+    m->eviction_attempts++;
     freed = evict_walk(m, now_ms, 0, keep, 0, inline_done, &c, &stop);
     if (!stop && m->cfg->allow_evict_soft_pinned_objects)
         freed = evict_walk(m, now_ms, 1, keep, freed, inline_done, &c, &stop);

@@ -258,6 +258,44 @@ static void conn_send(mc_conn_t *c, uint16_t opcode)
 }
 
 /*
+ * Per-key counts of a batch request, for master_batch_<op>_items_total and
+ * friends (admin.c): the keys are the request's top-level key lists, a
+ * failed key is a per-key result (RESULTS) or status (I32S) below zero.
+ * Selected by field type with _Generic, so a batch message added to the
+ * wire table is counted without code here.
+ */
+static void items_none(const void *field, uint64_t *n)
+{
+    (void)field;
+    (void)n;
+}
+
+static void items_keys(const mc_wire_str_list_t *keys, uint64_t *n)
+{
+    *n += keys->n;
+}
+
+static void items_failed_results(const mc_wire_result_list_t *r, uint64_t *n)
+{
+    for (uint32_t i = 0; i < r->n; i++)
+        *n += r->v[i].status < 0;
+}
+
+static void items_failed_i32s(const mc_wire_i32_list_t *r, uint64_t *n)
+{
+    for (uint32_t i = 0; i < r->n; i++)
+        *n += r->v[i] < 0;
+}
+
+#define MC_RPC_REQ_ITEMS_(TYPE, fname)                                                      \
+    _Generic(&req.fname, mc_wire_str_list_t *: items_keys, default: items_none)(&req.fname, \
+                                                                                &items);
+#define MC_RPC_RESP_FAILED_(TYPE, fname)                                                    \
+    _Generic(&resp.fname, mc_wire_result_list_t *: items_failed_results,                    \
+             mc_wire_i32_list_t *: items_failed_i32s, default: items_none)(&resp.fname,     \
+                                                                           &failed);
+
+/*
  * Decode, handle and answer the frame in c->hdr with @p body.  Returns -1
  * when the body does not decode (the caller closes the connection).
  */
@@ -297,6 +335,17 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
         c->m->op_requests[(code)]++;                                                      \
         if (st != MC_OK)                                                                  \
             c->m->op_failures[(code)]++;                                                  \
+        if (strncmp(#low, "batch_", 6) == 0) {                                            \
+            uint64_t items = 0, failed = 0;                                               \
+            MC_WIRE_REQ_##low(MC_RPC_REQ_ITEMS_)                                          \
+            MC_WIRE_RESP_##low(MC_RPC_RESP_FAILED_)                                       \
+            if (st != MC_OK)                                                              \
+                failed = items; /* no key went through */                                 \
+            c->m->op_items[(code)] += items;                                              \
+            c->m->op_failed_items[(code)] += MC_MIN(failed, items);                       \
+            if ((st == MC_OK) && (failed > 0) && (failed < items))                        \
+                c->m->op_partial[(code)]++;                                               \
+        }                                                                                 \
         mc_trace("rpc %s: %s #%" PRIu32 " -> %d (%s)", c->peer, #UP, rid, (int)st,        \
                  mc_status_name(st));                                                     \
         mc_wire_encode_##low##_resp(&c->out, rid, st, &resp);                             \

@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The master's admin HTTP server (--metrics_port): /metrics in Prometheus
 text format whose request counters move by exactly the RPCs a store makes
-and whose gauges match the index, /metrics/summary, /health, /query_key,
-/get_all_keys, /get_all_segments, /query_segment, 404 for unknown paths and
-405 for anything but GET.
+and whose gauges match the index (every counter ends in _total, upstream's
+names are there too, batch item and partial-success counters, attempted
+evictions, mooncake_build_info), /metrics/summary, /health, /query_key,
+/get_all_keys, /get_all_segments, /query_segment, upstream's
+/batch_query_keys, /get_segments_detail and /role, 404 for unknown paths
+and 405 for anything but GET.
 """
 
 import json
@@ -52,6 +55,7 @@ def parse_metrics(text: str):
             assert parts[1] in ("HELP", "TYPE"), line
             if parts[1] == "TYPE":
                 assert parts[3] in ("counter", "gauge", "histogram", "summary", "untyped"), line
+                assert parts[2] not in typed, f"two # TYPE lines for {parts[2]}"
                 typed[parts[2]] = parts[3]
             continue
         assert _SAMPLE.match(line), f"not a Prometheus sample line: {line!r}"
@@ -62,7 +66,7 @@ def parse_metrics(text: str):
         name = sample.split("{", 1)[0]
         assert name in typed, f"{name} has no # TYPE line"
         if typed[name] == "counter":
-            assert name.endswith("_total") or name.startswith("master_evicted_"), name
+            assert name.endswith("_total"), f"counter {name} does not end in _total"
     return values
 
 
@@ -78,6 +82,10 @@ def test_prometheus_parser_rejects_garbage():
         parse_metrics("# TYPE x gauge\nx 1 2 3\n")
     with pytest.raises(AssertionError):
         parse_metrics("y 1\n")
+    with pytest.raises(AssertionError):
+        parse_metrics("# TYPE z counter\nz 1\n")
+    with pytest.raises(AssertionError):
+        parse_metrics("# TYPE z_total counter\n# TYPE z_total counter\nz_total 1\n")
     assert parse_metrics('# TYPE a_total counter\na_total{l="v"} 3\n') == {'a_total{l="v"}': 3}
 
 
@@ -180,3 +188,107 @@ def test_health_404_405(master):
     assert http(master, "/metrics", method="POST")[0] == 405
     assert http(master, "/health", method="DELETE")[0] == 405
     assert http(master, "/query_key?key=x", method="PUT")[0] == 405
+
+
+def test_upstream_metric_names(fresh_master, make_store):
+    """The names upstream's dashboards query, batch item counters that move
+    by exactly the keys of one batch, and the build info."""
+    m = fresh_master
+    store = make_store(segment=64 * MiB, m=m)
+    before = scrape(m)
+    for name in ("master_evicted_key_count", "master_evicted_size_bytes",
+                 "master_evicted_key_count_total", "master_evicted_size_bytes_total",
+                 "master_attempted_evictions_total", "master_successful_evictions_total",
+                 "master_remount_segment_requests_total",
+                 "master_remount_segment_failures_total"):
+        assert name in before, name
+    for op in ("put_start", "put_end", "put_revoke", "get_replica_list", "exist_key"):
+        for kind in ("requests", "failures", "partial_successes", "items", "failed_items"):
+            assert f"master_batch_{op}_{kind}_total" in before, (op, kind)
+    info = [k for k in before if k.startswith("mooncake_build_info{")]
+    assert len(info) == 1 and before[info[0]] == 1, info
+    assert 'version="' in info[0] and 'component="mooncake_master"' in info[0]
+
+    keys = [f"adm-b-{i}-{uuid.uuid4().hex}" for i in range(3)]
+    assert store.put_batch(keys[:2], [b"a" * 100, b"b" * 100]) == 0
+    missing = "adm-b-missing-" + uuid.uuid4().hex
+    assert store.batch_is_exist(keys[:2] + [missing]) == [1, 1, 0]
+    res = store.batch_remove(keys[:2] + [missing], force=True)   # exist leased them
+    assert res[:2] == [0, 0] and res[2] < 0, res
+    after = scrape(m)
+
+    def delta(name):
+        return after[name] - before[name]
+
+    assert delta("master_batch_put_start_requests_total") == 1
+    assert delta("master_batch_put_start_items_total") == 2
+    assert delta("master_batch_put_start_failed_items_total") == 0
+    assert delta("master_batch_put_start_partial_successes_total") == 0
+    assert delta("master_batch_exist_key_items_total") == 3
+    assert delta("master_batch_exist_key_failed_items_total") == 0   # "no" is not a failure
+    assert delta("master_batch_remove_requests_total") == 1
+    assert delta("master_batch_remove_items_total") == 3
+    assert delta("master_batch_remove_failed_items_total") == 1
+    assert delta("master_batch_remove_partial_successes_total") == 1
+    assert delta("master_batch_remove_failures_total") == 0
+    assert after["master_evicted_key_count"] == after["master_evicted_key_count_total"]
+
+
+def test_attempted_evictions_count_passes(fresh_master, make_store):
+    """A put that does not fit starts an eviction pass: attempted moves."""
+    m = fresh_master
+    store = make_store(segment=4 * MiB, m=m)
+    before = scrape(m)["master_attempted_evictions_total"]
+    blob = b"e" * (1 * MiB)
+    for i in range(8):
+        assert store.put(f"adm-ev-{i}-{uuid.uuid4().hex}", blob) == 0
+    after = scrape(m)
+    assert after["master_attempted_evictions_total"] > before
+    assert after["master_attempted_evictions_total"] >= after["master_successful_evictions_total"]
+    assert after["master_evicted_key_count_total"] >= 1
+
+
+def test_batch_query_keys(master, store):
+    k1, k2 = (f"adm-bq-{i}-{uuid.uuid4().hex}" for i in range(2))
+    missing = f"adm-bq-missing-{uuid.uuid4().hex}"
+    assert store.put(k1, b"1" * 1000) == 0
+    assert store.put(k2, b"2" * 3000) == 0
+    j = get_json(master, f"/batch_query_keys?keys={k1},{k2},{missing}")
+    assert j["success"] is True
+    assert set(j["data"]) == {k1, k2, missing}
+    assert j["data"][missing] == {"ok": False, "error": "OBJECT_NOT_FOUND"}
+    for k, n in ((k1, 1000), (k2, 3000)):
+        d = j["data"][k]
+        assert d["ok"] is True and len(d["values"]) == 1, d
+        v = d["values"][0]
+        assert v["size_"] == n and v["protocol_"] == "tcp"
+        assert v["transport_endpoint_"] == store.get_hostname()
+        q = get_json(master, f"/query_key?key={k}")
+        assert v["buffer_address_"] == q["replicas"][0]["addr"]
+    # another tenant sees none of them
+    j = get_json(master, f"/batch_query_keys?keys={k1}&tenant=t-{uuid.uuid4().hex[:6]}")
+    assert j["data"][k1]["ok"] is False
+    for path in ("/batch_query_keys", "/batch_query_keys?keys=", "/batch_query_keys?keys=,"):
+        st, body = http(master, path)
+        assert st == 400, (path, st)
+        assert json.loads(body) == {"success": False,
+                                    "error": "No keys provided. Use ?keys=key1,key2,..."}
+
+
+def test_get_segments_detail_and_role(master, store):
+    assert store.put(f"adm-sd-{uuid.uuid4().hex}", b"s" * 8192) == 0
+    d = get_json(master, "/get_segments_detail")
+    assert d["total_segments"] == len(d["segments"]) >= 1
+    mine = next(s for s in d["segments"] if s["segment_name"] == store.get_hostname())
+    plain = next(s for s in get_json(master, "/get_all_segments")
+                 if s["name"] == store.get_hostname())
+    assert mine["size_bytes"] == 64 * MiB and mine["size_human"] == "0.06 GiB"
+    assert mine["segment_id"] == plain["id"] and mine["client_id"] == plain["client_id"]
+    assert re.fullmatch(r"0x[0-9a-f]+", mine["base_address"]) and int(mine["base_address"], 16)
+    assert mine["te_endpoint"] == store.get_hostname() and mine["protocol"] == "tcp"
+    assert mine["status"] == "OK"
+    assert mine["allocator_used_bytes"] == plain["used"] >= 8192
+    assert mine["allocator_capacity_bytes"] == 64 * MiB
+    assert mine["allocator_usage_percent"] == pytest.approx(100.0 * plain["used"] / (64 * MiB))
+    assert http(master, "/role") == (200, b"leader")
+    assert http(master, "/role", method="POST")[0] == 405
