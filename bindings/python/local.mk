@@ -19,6 +19,7 @@ mooncake_py_sources = \
 	bindings/python/mooncake/_tensor.py \
 	bindings/python/mooncake/_util.py \
 	bindings/python/mooncake/buffer_pool.py \
+	bindings/python/mooncake/http_metadata_server.py \
 	bindings/python/mooncake/engine.py \
 	bindings/python/mooncake/mooncake_config.py \
 	bindings/python/mooncake/store.py \
@@ -39,6 +40,8 @@ EXTRA_DIST += \
 	tests/python/helpers.py \
 	tests/python/test_api.py \
 	tests/python/test_admin.py \
+	tests/python/test_master_process.py \
+	tests/python/test_metadata_server.py \
 	tests/python/test_examples.py \
 	tests/python/test_two_clients.py \
 	tests/python/test_liveness.py \

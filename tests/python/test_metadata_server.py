@@ -1,0 +1,230 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The standalone HTTP metadata server, both forms: the installed C daemon
+mooncake_http_metadata_server (the master's own metadata store in upstream's
+Python-server dialect) and mooncake.http_metadata_server.KVBootstrapServer
+(standard library, in-process).  Every route, code and text of upstream's
+Python server, the rpc_meta write-once rule, /health; for the daemons
+(the C one and `python3 -m mooncake.http_metadata_server`) SIGHUP is logged
+and survived with the store intact, SIGTERM and SIGINT exit 0, and a bad
+command line exits 2.  The master's embedded store keeps its own texts.
+"""
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from helpers import free_port, master_bin, port_accepts, wait_until
+
+
+def daemon_bin() -> str:
+    path = os.environ.get("MC_METADATA_SERVER_BIN") or str(
+        Path(master_bin()).with_name("mooncake_http_metadata_server"))
+    assert os.access(path, os.X_OK), f"{path} is not built"
+    return path
+
+
+class Daemon:
+    """A metadata server process on a free loopback port; always stopped."""
+
+    def __init__(self, argv):
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="mc-meta-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(argv + ["--host", "127.0.0.1", "--port", str(self.port)],
+                                     stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: self.proc.poll() is not None or port_accepts(self.port), 20.0,
+                       "the metadata server to accept connections")
+            assert self.proc.poll() is None, self.log_text()
+        except BaseException:
+            self.stop()
+            raise
+
+    def log_text(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.log.close()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+        return self.proc.returncode
+
+
+def python_argv():
+    return [sys.executable, "-m", "mooncake.http_metadata_server", "--log-level", "DEBUG"]
+
+
+@pytest.fixture(params=["c-daemon", "python-module", "python-class"])
+def server(request):
+    """(port, kind) of a running standalone server of each form."""
+    if request.param == "python-class":
+        from mooncake.http_metadata_server import KVBootstrapServer, KVPoll
+        kv = KVBootstrapServer(0, "127.0.0.1")
+        assert kv.poll() is KVPoll.Failed
+        kv.run()
+        try:
+            assert kv.poll() is KVPoll.Success
+            wait_until(lambda: port_accepts(kv.port), 10.0, "KVBootstrapServer to listen")
+            yield kv.port, request.param
+        finally:
+            kv.close()
+        assert kv.poll() is KVPoll.Failed
+        assert not port_accepts(kv.port)
+        return
+    d = Daemon([daemon_bin()] if request.param == "c-daemon" else python_argv())
+    try:
+        yield d.port, request.param
+        assert d.proc.poll() is None, d.log_text()
+    finally:
+        d.stop()
+
+
+def req(port, method, path, body=None):
+    """(status, body) of one request on a fresh connection."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request(method, path, body=body)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def test_routes_codes_and_texts(server):
+    port, _ = server
+    assert req(port, "GET", "/metadata?key=a") == (404, b"metadata not found")
+    assert req(port, "PUT", "/metadata?key=a", b'{"x": 1}') == (200, b"metadata updated")
+    assert req(port, "GET", "/metadata?key=a") == (200, b'{"x": 1}')
+    # replaced (not an rpc_meta key); key URL-decoded and stripped
+    assert req(port, "PUT", "/metadata?key=%20a%20", b"second") == (200, b"metadata updated")
+    assert req(port, "GET", "/metadata?key=a") == (200, b"second")
+    assert req(port, "PUT", "/metadata?key=mooncake%2Fram%2Fh%3A1", b"") == \
+        (200, b"metadata updated")
+    assert req(port, "GET", "/metadata?key=mooncake/ram/h:1") == (200, b"")
+    assert req(port, "DELETE", "/metadata?key=a") == (200, b"metadata deleted")
+    assert req(port, "DELETE", "/metadata?key=a") == (404, b"metadata not found")
+    assert req(port, "GET", "/metadata?key=a") == (404, b"metadata not found")
+    for path in ("/metadata", "/metadata?key=", "/metadata?key=%20%20", "/metadata?other=1"):
+        for method in ("GET", "PUT", "DELETE"):
+            assert req(port, method, path, b"v" if method == "PUT" else None) == \
+                (400, b"metadata key is required"), (method, path)
+    assert req(port, "POST", "/metadata?key=a", b"x") == (405, b"Method not allowed")
+    assert req(port, "PATCH", "/metadata?key=a", b"x") == (405, b"Method not allowed")
+    assert req(port, "GET", "/nope")[0] == 404
+    assert req(port, "GET", "/health") == (200, b"OK")
+
+
+def test_get_content_type_is_json(server):
+    port, _ = server
+    assert req(port, "PUT", "/metadata?key=ct", b"{}")[0] == 200
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", "/metadata?key=ct")
+        r = c.getresponse()
+        assert r.status == 200 and r.read() == b"{}"
+        assert r.getheader("Content-Type").startswith("application/json")
+    finally:
+        c.close()
+
+
+def test_rpc_meta_is_written_once(server):
+    port, _ = server
+    key = "/metadata?key=mooncake/rpc_meta/host:1234"
+    assert req(port, "PUT", key, b"first") == (200, b"metadata updated")
+    # the Python server's rule: refused even with the same body
+    assert req(port, "PUT", key, b"first") == (400, b"Duplicate rpc_meta key not allowed")
+    assert req(port, "PUT", key, b"other") == (400, b"Duplicate rpc_meta key not allowed")
+    assert req(port, "GET", key) == (200, b"first")
+    # any key containing rpc_meta
+    assert req(port, "PUT", "/metadata?key=xrpc_metay", b"1")[0] == 200
+    assert req(port, "PUT", "/metadata?key=xrpc_metay", b"2")[0] == 400
+    # free again once deleted
+    assert req(port, "DELETE", key) == (200, b"metadata deleted")
+    assert req(port, "PUT", key, b"again") == (200, b"metadata updated")
+
+
+@pytest.mark.parametrize("kind", ["c-daemon", "python-module"])
+def test_sighup_survives_sigterm_exits_0(kind):
+    d = Daemon([daemon_bin()] if kind == "c-daemon" else python_argv())
+    try:
+        assert req(d.port, "PUT", "/metadata?key=keep", b"kept") == (200, b"metadata updated")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "SIGHUP" in d.log_text() or d.proc.poll() is not None, 10.0,
+                   "the SIGHUP log line")
+        assert d.proc.poll() is None, f"SIGHUP killed it:\n{d.log_text()}"
+        assert req(d.port, "GET", "/metadata?key=keep") == (200, b"kept")
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.proc.wait(timeout=10) == 0, d.log_text()
+        assert "SIGTERM" in d.log_text()
+    finally:
+        d.stop()
+
+
+def test_c_daemon_sigint_exits_0():
+    d = Daemon([daemon_bin()])
+    try:
+        d.proc.send_signal(signal.SIGINT)
+        assert d.proc.wait(timeout=10) == 0, d.log_text()
+    finally:
+        d.stop()
+
+
+def test_c_daemon_command_line():
+    out = subprocess.run([daemon_bin(), "--help"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0
+    for flag in ("--port", "--host", "--log-level", "8080", "0.0.0.0"):
+        assert flag in out.stdout, flag
+    for bad in (["--bogus"], ["--port", "x"], ["--port=70000"], ["--log-level", "LOUD"],
+                ["--port"], ["positional"]):
+        r = subprocess.run([daemon_bin()] + bad, capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2, (bad, r.returncode, r.stderr)
+        assert "error" in r.stderr, bad
+    # a port that is taken: exit 1, named in the log
+    taken = Daemon([daemon_bin()])
+    try:
+        r = subprocess.run([daemon_bin(), "--host", "127.0.0.1", "--port", str(taken.port),
+                            "--log-level=ERROR"], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 1 and str(taken.port) in r.stderr, r.stderr
+    finally:
+        taken.stop()
+
+
+def test_python_parse_args_defaults():
+    from mooncake.http_metadata_server import parse_args
+    a = parse_args([])
+    assert (a.port, a.host, a.log_level) == (8080, "0.0.0.0", "INFO")
+    a = parse_args(["--port", "9000", "--host", "127.0.0.1", "--log-level", "ERROR"])
+    assert (a.port, a.host, a.log_level) == (9000, "127.0.0.1", "ERROR")
+    with pytest.raises(SystemExit):
+        parse_args(["--log-level", "LOUD"])
+
+
+def test_master_embedded_store_keeps_master_texts(master):
+    """The same code in the master's dialect: its own texts and rpc_meta rule."""
+    port = master.http_port
+    assert req(port, "GET", "/metadata") == (400, b"Missing key parameter")
+    key = "/metadata?key=mooncake/rpc_meta/m:1"
+    assert req(port, "PUT", key, b"v") == (200, b"metadata updated")
+    assert req(port, "PUT", key, b"v") == (200, b"metadata unchanged")
+    assert req(port, "PUT", key, b"w") == (400, b"Duplicate rpc_meta key not allowed")
+    # only the mooncake/rpc_meta/ prefix is write-once in the master
+    assert req(port, "PUT", "/metadata?key=xrpc_meta", b"1")[0] == 200
+    assert req(port, "PUT", "/metadata?key=xrpc_meta", b"2") == (200, b"metadata updated")
+    assert req(port, "POST", "/metadata?key=a", b"x")[0] == 405
+    assert req(port, "GET", "/health") == (200, b"OK")
+    assert req(port, "DELETE", key) == (200, b"metadata deleted")
