@@ -11,6 +11,16 @@ cd "$top"
 
 "$top/scripts/deps.sh" || exit 1
 
+# Generate the build system once, before the two builds below start: each
+# would otherwise run autogen.sh (or automake's rebuild rules) in this tree
+# at the same time, and one configure can find the other's aux files
+# half-written ("cannot find required auxiliary files: install-sh").
+if [ ! -x configure ] || [ configure.ac -nt configure ] || [ ! -f Makefile.in ] ||
+    [ -n "$(find . -path ./build -prune -o -path './build-*' -prune -o \
+            \( -name Makefile.am -o -name local.mk \) -newer Makefile.in -print)" ]; then
+    ./autogen.sh >/dev/null 2>&1 || { ./autogen.sh; exit 1; }
+fi
+
 logdir=$(mktemp -d /tmp/mooncake-test.XXXXXX)
 trap 'rm -rf "$logdir"' EXIT
 status=0
