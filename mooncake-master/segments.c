@@ -122,6 +122,34 @@ mc_status_t mc_master_segment_check(mc_master_t *m, mc_client_t *c, const mc_wir
     return MC_OK;
 }
 
+/*
+ * A segment's name is its owner's transfer endpoint, host:port, and one
+ * process serves a host:port at a time.  So when client @p c mounts a name
+ * that segments of another client still carry, that client's process is
+ * gone (it died and its port was taken again before its TTL ran out): the
+ * replicas in those segments went with it, and a write placed there would
+ * reach the new process at an address of the old one's, i.e. into memory
+ * the new owner allocates for its own objects.  Unmount them now.  (Two live
+ * clients can share a name only when two hosts are configured with the same
+ * local_hostname, which breaks the data path anyway; the warning says so.)
+ */
+static void drop_stale_namesakes(mc_master_t *m, const mc_client_t *c, mc_str_t name)
+{
+    uint32_t i = 0;
+
+    while (i < m->nseg) {
+        mc_segment_t *old = m->segv[i];
+        if ((old->owner == c) || !str_eq_cstr(name, old->name)) {
+            i++;
+            continue;
+        }
+        mc_warn("segment name %s is now mounted by another client: its previous owner is "
+                "gone (or two hosts share a local_hostname); dropping the stale segment",
+                old->name);
+        mc_master_segment_unmount(m, old); /* moves the last segment into slot i */
+    }
+}
+
 mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s)
 {
     mc_status_t st = mc_master_segment_check(m, c, s);
@@ -132,6 +160,7 @@ mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wir
         return st;
     if (mc_master_segment_find(m, s->id) != NULL)
         return MC_OK;
+    drop_stale_namesakes(m, c, s->name);
 
     if (m->nseg == m->segv_cap) {
         uint32_t ncap = m->segv_cap ? m->segv_cap * 2 : 16;

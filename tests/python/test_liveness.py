@@ -7,11 +7,17 @@
 * close() unmounts at once: the objects of the closed client disappear for
   everybody; the closed store answers UNAVAILABLE_IN_CURRENT_STATUS / b""
   and can be set up again.
+* A client that takes over a dead client's host:port (its port reused
+  before the TTL ran out) replaces the dead one's segment at once: nothing
+  is placed in, or read from, memory the master attributes to a process
+  that no longer exists.
 """
 
+import json
+import urllib.request
 import uuid
 
-from helpers import CLIENT_TTL_S, wait_until
+from helpers import CLIENT_TTL_S, Master, MiB, wait_until
 
 # Nothing here depends on leases expiring.
 LEASE_TTL_MS = 5000
@@ -75,3 +81,33 @@ def test_close_removes_objects_for_everybody(master, spawn_client):
     k = f"again-{uuid.uuid4().hex}"
     assert a.call("put", key=k, hex="abcd", preferred=new_name)["rc"] == 0
     assert b.call("get", key=k)["hex"] == "abcd"
+
+
+def test_a_client_on_a_dead_clients_port_replaces_its_segment_at_once(spawn_client):
+    # a client TTL far longer than the test: only the takeover can drop the segment
+    m = Master(extra_args=["--client_ttl=120"])
+    try:
+        victim = spawn_client("victim")
+        name = victim.setup(m)
+        keys = owned_keys(victim, name)
+        victim.kill()
+
+        heir = spawn_client("heir")
+        r = heir.call("setup", args=[name, "P2PHANDSHAKE", 64 * MiB, 16 * MiB, "tcp", "",
+                                     m.addr])
+        assert r["rc"] == 0 and r["hostname"] == name, r
+        for k in keys:
+            assert heir.call("exist", key=k)["rc"] == 0, "the dead client's object survived"
+        url = f"http://127.0.0.1:{m.metrics_port}/get_all_segments"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            names = [seg["name"] for seg in json.load(resp)]
+        assert names.count(name) == 1, names
+
+        # a write placed by that name lands in the live process and reads back
+        k = f"heir-{uuid.uuid4().hex}"
+        put = heir.call("put_random", key=k, size=5000, preferred=name)
+        assert put["rc"] == 0
+        got = heir.call("get", key=k)
+        assert (got["len"], got["sha256"]) == (5000, put["sha256"])
+    finally:
+        m.stop()
