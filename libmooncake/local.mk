@@ -14,8 +14,8 @@ mooncakeinclude_HEADERS += \
 noinst_LTLIBRARIES += libmooncake-internal.la
 libmooncake_internal_la_CPPFLAGS = $(AM_CPPFLAGS) -DMC_BUILDING_LIBRARY
 libmooncake_internal_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden \
-	$(JANSSON_CFLAGS) $(LIBCURL_CFLAGS)
-libmooncake_internal_la_LIBADD = $(JANSSON_LIBS) $(LIBCURL_LIBS) $(PTHREAD_LIBS) $(NUMA_LIBS) -lm
+	$(JANSSON_CFLAGS) $(LIBCURL_CFLAGS) $(LIBEVENT_CFLAGS)
+libmooncake_internal_la_LIBADD = $(JANSSON_LIBS) $(LIBCURL_LIBS) $(LIBEVENT_LIBS) $(PTHREAD_LIBS) $(NUMA_LIBS) -lm
 libmooncake_internal_la_SOURCES = \
 	libmooncake/common/log.c libmooncake/common/log.h \
 	libmooncake/common/buf.c libmooncake/common/buf.h \

@@ -479,7 +479,8 @@ struct mooncake_store {
               uint64_t global_segment_size, uint64_t local_buffer_size,
               const char *protocol, const char *rdma_devices,
               const char *master_server_addr, const char *tenant_id = NULL,
-              struct mooncake_engine *engine = NULL, int rpc_timeout_ms = -1)
+              struct mooncake_engine *engine = NULL, int rpc_timeout_ms = -1,
+              int client_http_port = -1)
     {
         mc_store_params_t p;
         memset(&p, 0, sizeof(p));
@@ -507,6 +508,11 @@ struct mooncake_store {
             /* < 0: MC_STORE_RPC_TIMEOUT_MS or the default */
             p.field_mask |= MC_STORE_PARAM_RPC_TIMEOUT_MS;
             p.rpc_timeout_ms = (uint32_t)rpc_timeout_ms;
+        }
+        if ((client_http_port >= 0) && (client_http_port <= 65535)) {
+            /* < 0: no client HTTP server */
+            p.field_mask |= MC_STORE_PARAM_CLIENT_HTTP_PORT;
+            p.client_http_port = (uint16_t)client_http_port;
         }
         return mc_store_setup($self->h, &p);
     }

@@ -129,6 +129,7 @@ static void do_batch_get_buffer(mc_store_h s, const char *const *keys, size_t n,
 MC_API mc_status_t mc_store_get_buffer(mc_store_h s, const char *key, mc_store_buffer_h *buffer_p)
 {
     mc_status_t st;
+    uint64_t t0;
     mc_store_buffer_h b = NULL;
 
     if (buffer_p == NULL) {
@@ -136,10 +137,13 @@ MC_API mc_status_t mc_store_get_buffer(mc_store_h s, const char *key, mc_store_b
         return MC_INVALID_PARAMS;
     }
     *buffer_p = NULL;
+    t0        = mc_store_metrics_now_us();
     st        = mc_store_enter(s);
     if (st != MC_OK)
         return st;
     do_batch_get_buffer(s, &key, 1, &b, &st);
+    mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, st != MC_OK,
+                            (st == MC_OK) ? mc_store_buffer_size(b) : 0);
     mc_store_leave(s);
     if (st == MC_OK)
         *buffer_p = b;
@@ -150,6 +154,7 @@ MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *ke
                                              mc_store_buffer_h *buffers, mc_status_t *statuses)
 {
     mc_status_t st;
+    uint64_t t0 = mc_store_metrics_now_us();
 
     if ((n > 0) && ((keys == NULL) || (buffers == NULL) || (statuses == NULL))) {
         mc_set_error_detail("keys, buffers and statuses are required");
@@ -166,6 +171,14 @@ MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *ke
             statuses[i] = MC_INVALID_PARAMS;
     } else if (n > 0) {
         do_batch_get_buffer(s, keys, n, buffers, statuses);
+    }
+    if (n > 0) {
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < n; i++)
+            if (statuses[i] == MC_OK)
+                bytes += mc_store_buffer_size(buffers[i]);
+        mc_store_metrics_record(&s->metrics, MC_MOP_BATCH_GET, t0, n,
+                                mc_store_first_error(statuses, n) != MC_OK, bytes);
     }
     mc_store_leave(s);
     return mc_store_first_error(statuses, n);

@@ -156,6 +156,8 @@ static void *hb_main(void *arg)
             if ((fails % MC_STORE_HEARTBEAT_MAX_FAILS) == 0)
                 mc_store_worker_drop_conn(hb);
         }
+        /* /health says master_unreachable from MC_STORE_HEARTBEAT_MAX_FAILS on */
+        atomic_store_explicit(&s->metrics.master_fails, fails, memory_order_relaxed);
 
         mc_te_shm_sweep(s->te);
 

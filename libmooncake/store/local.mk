@@ -15,6 +15,8 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/session.c \
 	libmooncake/store/mount.c \
 	libmooncake/store/tasks.c \
+	libmooncake/store/metrics.c libmooncake/store/metrics.h \
+	libmooncake/store/http.c \
 	$(NULL)
 
 # examples/hello.c: the smallest complete client, built (not installed)

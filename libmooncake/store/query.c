@@ -234,10 +234,16 @@ MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_
         mc_set_error_detail("query_p is NULL");
         return MC_INVALID_PARAMS;
     }
+    uint64_t t0 = mc_store_metrics_now_us();
+
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
     st = do_query(s, key, query_p, NULL);
+    /* a lookup that fails is the whole get (metrics); one that succeeds
+     * is counted by the read that follows */
+    if (st != MC_OK)
+        mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, 1, 0);
     mc_store_leave(s);
     return st;
 }
@@ -255,10 +261,13 @@ MC_API void mc_store_query_release(mc_store_query_h q)
 MC_API mc_status_t mc_store_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset,
                                        void *buf, size_t len)
 {
+    uint64_t t0    = mc_store_metrics_now_us();
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
     st = do_query_read(s, q, offset, buf, len);
+    mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, st != MC_OK,
+                            (st == MC_OK) ? len : 0);
     mc_store_leave(s);
     return st;
 }
@@ -266,6 +275,7 @@ MC_API mc_status_t mc_store_query_read(mc_store_h s, mc_store_query_h q, uint64_
 MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t cap,
                                 uint64_t *size_p)
 {
+    uint64_t t0 = mc_store_metrics_now_us();
     mc_status_t st;
     mc_store_query_h q = NULL;
 
@@ -287,6 +297,8 @@ MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t
     if ((st == MC_OK) && (size_p != NULL))
         *size_p = q->size;
 out:
+    mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, st != MC_OK,
+                            (st == MC_OK) ? q->size : 0);
     free(q);
     mc_store_leave(s);
     return st;
@@ -420,6 +432,8 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
     mc_status_t *tst      = NULL;
     size_t *owner         = NULL;
     size_t nreq           = 0;
+    uint64_t t0           = mc_store_metrics_now_us();
+    uint64_t bytes        = 0;
 
     if ((n > 0) && ((queries == NULL) || (bufs == NULL) || (statuses == NULL))) {
         mc_set_error_detail("queries, bufs and statuses are required");
@@ -498,6 +512,12 @@ out:
     free(reqs);
     free(tst);
     free(owner);
+    for (size_t i = 0; i < n; i++)
+        if ((statuses[i] == MC_OK) && (queries[i] != NULL))
+            bytes += queries[i]->size;
+    if (n > 0)
+        mc_store_metrics_record(&s->metrics, MC_MOP_BATCH_GET, t0, n,
+                                mc_store_first_error(statuses, n) != MC_OK, bytes);
     mc_store_leave(s);
     return mc_store_first_error(statuses, n);
 }

@@ -177,6 +177,7 @@ MC_API mc_status_t mc_store_create(mc_store_h *store_p)
     }
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&s->seg_lock, NULL);
+    pthread_mutex_init(&s->http_lock, NULL);
     *store_p = s;
     return MC_OK;
 }
@@ -368,6 +369,17 @@ engine_ready:
     st = mc_store_tasks_start(s);
     if (st != MC_OK)
         goto fail;
+    /* 6. the client HTTP server (http.c), last: nothing can fail after it,
+     * so the unwinding below (under `life`) never has one to stop */
+    if (p->field_mask & MC_STORE_PARAM_CLIENT_HTTP_PORT) {
+        mc_store_http_t *http = NULL;
+        st = mc_store_http_start(s, p->client_http_port, &http);
+        if (st != MC_OK)
+            goto fail;
+        pthread_mutex_lock(&s->http_lock);
+        s->http = http;
+        pthread_mutex_unlock(&s->http_lock);
+    }
 
     mc_info("store client %s set up: master %s, segment %llu bytes, local buffer %llu bytes",
             s->hostname, master, (unsigned long long)seg_size, (unsigned long long)lbuf_size);
@@ -409,11 +421,18 @@ MC_API mc_status_t mc_store_setup(mc_store_h s, const mc_store_params_t *params)
 MC_API mc_status_t mc_store_close(mc_store_h s)
 {
     mc_status_t st = MC_OK;
+    mc_store_http_t *http;
 
     if (s == NULL) {
         mc_set_error_detail("store handle is NULL");
         return MC_INVALID_PARAMS;
     }
+    /* the HTTP server's handlers take `life`: stop it before we do */
+    pthread_mutex_lock(&s->http_lock);
+    http    = s->http;
+    s->http = NULL;
+    pthread_mutex_unlock(&s->http_lock);
+    mc_store_http_stop(http);
     pthread_rwlock_wrlock(&s->life); /* waits for calls in flight */
     if (s->ready) {
         s->ready = 0;
@@ -429,6 +448,7 @@ MC_API void mc_store_destroy(mc_store_h s)
         return;
     mc_store_close(s);
     pthread_mutex_destroy(&s->seg_lock);
+    pthread_mutex_destroy(&s->http_lock);
     pthread_rwlock_destroy(&s->life);
     free(s);
 }
@@ -855,14 +875,26 @@ done:
     return st;
 }
 
+/* Bytes of a checked value (metrics). */
+static uint64_t iov_total(const mc_iov_t *parts, size_t n)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += parts[i].len;
+    return total;
+}
+
 /* Public entry of every single-key write. */
 static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                              size_t n, const mc_replicate_config_t *cfg, unsigned flags)
 {
+    uint64_t t0 = mc_store_metrics_now_us();
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
     st = do_write(s, op, key, parts, n, cfg, flags);
+    mc_store_metrics_record(&s->metrics, MC_MOP_PUT, t0, 1, st != MC_OK,
+                            (st == MC_OK) ? iov_total(parts, n) : 0);
     mc_store_leave(s);
     return st;
 }
@@ -1315,6 +1347,8 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
 {
     mc_status_t st;
     mc_status_t *own = NULL;
+    uint64_t t0      = mc_store_metrics_now_us();
+    uint64_t bytes   = 0;
 
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
@@ -1338,7 +1372,15 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
         statuses = own;
     }
     st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses);
+    for (size_t i = 0; i < n; i++) {
+        size_t np;
+        const mc_iov_t *parts = src_parts(src, i, &np);
+        if (statuses[i] == MC_OK)
+            bytes += iov_total(parts, np);
+    }
 out:
+    if (n > 0)
+        mc_store_metrics_record(&s->metrics, MC_MOP_BATCH_PUT, t0, n, st != MC_OK, bytes);
     free(own);
     mc_store_leave(s);
     return st;

@@ -22,6 +22,7 @@
 #include "alloc/offset_alloc.h"
 #include "common/util.h"
 #include "store/master_client.h"
+#include "store/metrics.h"
 
 #define MC_STORE_POOL_CAP 16
 #define MC_STORE_NAME_MAX 320
@@ -90,6 +91,13 @@ struct mc_store {
     /* read side: regions, mem pool, sessions (read_internal.h); set up
      * and torn down with the local buffer */
     struct mc_store_rd *rd;
+
+    /* the client's counters (metrics.h); atomics, no lock */
+    mc_store_metrics_t metrics;
+    /* client HTTP server (http.c): started last by setup, stopped by close
+     * before it takes `life`; http_lock guards the pointer */
+    pthread_mutex_t http_lock;
+    struct mc_store_http *http;
 };
 
 /* Public entry: read-lock the handle and check it is set up.  On failure
@@ -187,5 +195,12 @@ void mc_store_heartbeat_stop(mc_store_h s);
  * before tearing anything down) and only polls while s->nsegs > 0. */
 mc_status_t mc_store_tasks_start(mc_store_h s);
 void mc_store_tasks_stop(mc_store_h s);
+
+/* http.c: the client HTTP server on its own thread and libevent base,
+ * listening on 0.0.0.0:@p port (MC_INVALID_PARAMS with a detail when it
+ * cannot bind).  stop accepts NULL; never call it holding `life`. */
+typedef struct mc_store_http mc_store_http_t;
+mc_status_t mc_store_http_start(mc_store_h s, uint16_t port, mc_store_http_t **h_p);
+void mc_store_http_stop(mc_store_http_t *h);
 
 #endif /* MC_STORE_STORE_INTERNAL_H */

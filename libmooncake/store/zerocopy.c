@@ -335,6 +335,7 @@ MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_
     mc_store_query_h q = NULL;
     mc_read_piece_t piece;
     int64_t ret;
+    uint64_t t0 = mc_store_metrics_now_us();
 
     st = mc_store_enter(s);
     if (st != MC_OK)
@@ -366,6 +367,8 @@ MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_
     }
     ret = (kst == MC_OK) ? (int64_t)q->size : kst;
 out:
+    mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, ret < 0,
+                            (ret > 0) ? (uint64_t)ret : 0);
     mc_store_query_release(q);
     mc_store_leave(s);
     return ret;
@@ -387,6 +390,7 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
     mc_read_piece_t *ps   = p_stack;
     size_t npieces = 0, maxpieces = 0;
     int queried    = 0;
+    uint64_t t0    = mc_store_metrics_now_us();
 
     if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (counts == NULL) || (results == NULL))) {
         mc_set_error_detail("keys, bufs, counts and results are required");
@@ -483,6 +487,17 @@ out:
         free(kst);
     if (ps != p_stack)
         free(ps);
+    if (n > 0) {
+        uint64_t bytes = 0;
+        int failed     = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (results[i] < 0)
+                failed = 1;
+            else
+                bytes += (uint64_t)results[i];
+        }
+        mc_store_metrics_record(&s->metrics, MC_MOP_BATCH_GET, t0, n, failed, bytes);
+    }
     mc_store_leave(s);
     return st;
 }

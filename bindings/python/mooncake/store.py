@@ -435,9 +435,14 @@ class MooncakeDistributedStore(TensorMethods):
             ssd_offload_path: SSD offload directory (unused while offload
                 is not supported).
             tenant_id: key namespace ("default").
-            enable_client_http_server: True returns ``NOT_SUPPORTED`` in this
-                release.
-            client_http_port: port of the client HTTP server (0-65535).
+            enable_client_http_server: True runs the client HTTP server on a
+                library thread (no GIL): GET ``/health``, ``/metrics``
+                (Prometheus), ``/metrics/summary``, ``/version`` and POST
+                ``/api/mount_shm``, ``/api/unmount_shm``, ``/api/mount``,
+                ``/api/unmount``; it stops at :meth:`close`.  A port that
+                cannot be bound fails setup with ``INVALID_PARAMS``
+                (``last_error_detail()`` names the port).
+            client_http_port: port of the client HTTP server (0-65535, 9300).
             rpc_timeout_ms: the longest wait, in ms, for any one send or
                 receive of a master RPC of this store (setup's handshake
                 included), so a master that accepts connections but never
@@ -605,12 +610,13 @@ class MooncakeDistributedStore(TensorMethods):
             return int(ErrorCode.INVALID_PARAMS)
         if rpc_timeout_ms is not None and not 0 <= rpc_timeout_ms <= _MAX_RPC_TIMEOUT_MS:
             return int(ErrorCode.INVALID_PARAMS)
-        if enable_ssd_offload or enable_client_http_server:
+        if enable_ssd_offload:
             return int(ErrorCode.NOT_SUPPORTED)
         rc = self._store.setup(local_hostname, metadata_server, global_segment_size,
                                local_buffer_size, protocol, rdma_devices,
                                master_server_addr, tenant_id, engine,
-                               -1 if rpc_timeout_ms is None else rpc_timeout_ms)
+                               -1 if rpc_timeout_ms is None else rpc_timeout_ms,
+                               client_http_port if enable_client_http_server else -1)
         if rc == 0:
             # BufferPool sizes its overflow budget from this.
             self._local_buffer_size = local_buffer_size

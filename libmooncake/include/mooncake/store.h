@@ -43,7 +43,9 @@ enum mc_store_params_field {
     /** engine is set: borrow that transfer engine. @since 0.2 */
     MC_STORE_PARAM_ENGINE              = 1u << 8,
     /** rpc_timeout_ms is set. @since 0.2 */
-    MC_STORE_PARAM_RPC_TIMEOUT_MS      = 1u << 9
+    MC_STORE_PARAM_RPC_TIMEOUT_MS      = 1u << 9,
+    /** client_http_port is set: run the client HTTP server. @since 0.2 */
+    MC_STORE_PARAM_CLIENT_HTTP_PORT    = 1u << 10
 };
 
 /** Setup parameters; unset fields take the upstream defaults. @since 0.1 */
@@ -79,6 +81,22 @@ typedef struct mc_store_params {
      * task executor cap it at their own shorter limits.
      */
     uint32_t rpc_timeout_ms;
+    /**
+     * Port of the client HTTP server (with MC_STORE_PARAM_CLIENT_HTTP_PORT;
+     * @since 0.2; upstream's enable_client_http_server / client_http_port,
+     * default 9300).  Setup then listens on 0.0.0.0:client_http_port on a
+     * library thread of its own (it never calls back into the caller, so a
+     * Python GIL is never taken) and serves GET /health, /metrics
+     * (Prometheus text: this client's requests, failures, bytes and latency
+     * histograms), /metrics/summary and /version, and POST /api/mount_shm,
+     * /api/unmount_shm, /api/mount and /api/unmount (JSON bodies, as
+     * upstream's REST service; docs/architecture.md "Client HTTP server").
+     * A port that cannot be bound (in use, or privileged) fails setup with
+     * MC_INVALID_PARAMS and a detail naming the port; 0 binds a port the
+     * kernel picks.  Close stops the server before anything else.
+     * Unset: no server.
+     */
+    uint16_t client_http_port;
 } mc_store_params_t;
 
 /** One piece of a value written from several buffers. @since 0.1 */
