@@ -305,7 +305,10 @@ def test_setup_unsupported_options(master):
     s = MooncakeDistributedStore()
     args = ["localhost", "P2PHANDSHAKE", 16 * MiB, 16 * MiB, "tcp", "", master.addr]
     assert s.setup(*args, None, enable_ssd_offload=True) == ErrorCode.NOT_SUPPORTED
-    assert s.setup(*args, enable_client_http_server=True) == ErrorCode.NOT_SUPPORTED
+    # the client HTTP server is supported now (test_client_http.py): only
+    # a port outside 0..65535 is refused before anything starts
+    assert s.setup(*args, enable_client_http_server=True,
+                   client_http_port=70000) == ErrorCode.INVALID_PARAMS
     assert s.setup(*args, client_http_port=70000) == ErrorCode.INVALID_PARAMS
     assert s.get_hostname() == ""
     # SGLang's call: the 8th positional engine=None plus keyword options

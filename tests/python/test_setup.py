@@ -28,7 +28,7 @@ import uuid
 
 import pytest
 
-from helpers import EXAMPLES, MiB, free_port
+from helpers import EXAMPLES, MiB, free_port, port_accepts
 
 INVALID_PARAMS = -600
 RPC_FAIL = -900
@@ -169,8 +169,13 @@ def test_dict_values_are_stringified_then_parsed(master):
     s = new_store()
     # True -> "True" -> a true word -> the option this release refuses
     assert s.setup(dict(base(master), enable_ssd_offload=True)) == ec().NOT_SUPPORTED
-    assert s.setup(dict(base(master), enable_client_http_server="on")) == ec().NOT_SUPPORTED
     assert s.get_hostname() == ""
+    # "on" is a true word: the client HTTP server starts on the stringified port
+    port = free_port()
+    assert s.setup(dict(base(master), enable_client_http_server="on",
+                        client_http_port=str(port))) == 0
+    assert port_accepts(port)
+    assert s.close() == 0
 
 
 @pytest.mark.parametrize("over", [
