@@ -908,6 +908,29 @@ static int mooncake_host_mem_free(uint64_t addr)
 /* ---- plain calls: -threads releases the lock around each ---------------- */
 
 %extend mooncake_store {
+    int setup_dummy(uint64_t mem_pool_size, uint64_t local_buffer_size,
+                    const char *server_address)
+    {
+        return mc_store_setup_dummy($self->h, mem_pool_size, local_buffer_size,
+                                    server_address);
+    }
+
+    /* Counter @p which (0 dummies, 1 mapped bytes, 2 allocated bytes) of
+     * the real client serving this dummy, or a negative status. */
+    int64_t dummy_stat(int which)
+    {
+        uint64_t v[3] = {0, 0, 0};
+        mc_status_t st = mc_store_dummy_stats($self->h, &v[0], &v[1], &v[2]);
+        if (st != MC_OK)
+            return st;
+        return ((which >= 0) && (which < 3)) ? (int64_t)v[which] : MC_INVALID_PARAMS;
+    }
+
+    int is_dummy()
+    {
+        return mc_store_is_dummy($self->h);
+    }
+
     int upsert(const char *key, const void *data, size_t len,
                const mc_replicate_config_t *config = NULL)
     {

@@ -70,6 +70,7 @@ EXTRA_DIST += \
 	tests/python/test_tensor.py \
 	tests/python/engine_proc.py \
 	tests/python/test_engine.py \
+	tests/python/test_dummy.py \
 	$(NULL)
 
 if ENABLE_PYTHON
@@ -120,6 +121,7 @@ check-python: all
 	PYTHONPATH=$(abs_builddir)/python \
 	LD_LIBRARY_PATH=$(abs_builddir)/.libs$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
 	MC_MASTER_BIN=$(abs_builddir)/mooncake_master \
+	MC_CLIENT_BIN=$(abs_builddir)/mooncake_client \
 	PYTHONDONTWRITEBYTECODE=1 \
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(srcdir)/tests/python
 # `make check` (and distcheck) runs the Python suite too.

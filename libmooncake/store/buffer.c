@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "store/read_internal.h"
+#include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
 #define MC_BUF_STACK 64
@@ -205,6 +206,9 @@ static uint64_t ptr_hash(const void *p)
 
 MC_API mc_status_t mc_store_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p)
 {
+    mc_status_t dst;
+    if (mc_dummy_mem_pool_alloc(s, size, ptr_p, &dst))
+        return dst;
     mc_status_t st;
     pool_entry_t *e;
 
@@ -237,6 +241,9 @@ out:
 
 MC_API mc_status_t mc_store_mem_pool_free(mc_store_h s, void *ptr)
 {
+    mc_status_t dst;
+    if (mc_dummy_mem_pool_free(s, ptr, &dst))
+        return dst;
     mc_status_t st;
     mc_hnode_t *n;
     pool_entry_t *e = NULL;

@@ -15,6 +15,9 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/session.c \
 	libmooncake/store/mount.c \
 	libmooncake/store/tasks.c \
+	libmooncake/store/dummy_wire.h libmooncake/store/dummy_internal.h \
+	libmooncake/store/dummy_client.c \
+	libmooncake/store/dummy_server.c \
 	libmooncake/store/metrics.c libmooncake/store/metrics.h \
 	libmooncake/store/http.c \
 	$(NULL)

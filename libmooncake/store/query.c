@@ -27,6 +27,7 @@
 
 #include "common/log.h"
 #include "store/read_internal.h"
+#include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
 static uint64_t lease_deadline(uint64_t t0_ns, uint64_t ttl_ms)
@@ -275,6 +276,9 @@ MC_API mc_status_t mc_store_query_read(mc_store_h s, mc_store_query_h q, uint64_
 MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t cap,
                                 uint64_t *size_p)
 {
+    mc_status_t dst;
+    if (mc_dummy_get(s, key, buf, cap, size_p, &dst))
+        return dst;
     uint64_t t0 = mc_store_metrics_now_us();
     mc_status_t st;
     mc_store_query_h q = NULL;
@@ -306,6 +310,9 @@ out:
 
 MC_API mc_status_t mc_store_get_size(mc_store_h s, const char *key, uint64_t *size_p)
 {
+    mc_status_t dst;
+    if (mc_dummy_get_size(s, key, size_p, &dst))
+        return dst;
     mc_status_t st;
     uint64_t size = 0;
 
@@ -526,6 +533,9 @@ out:
 
 MC_API int mc_store_exist(mc_store_h s, const char *key)
 {
+    int dres;
+    if (mc_dummy_exist(s, key, &dres))
+        return dres;
     mc_status_t st;
     size_t klen;
     mc_mconn_t *conn;

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
 #define MC_DEFAULT_SEGMENT_SIZE (16ull << 20)
@@ -73,6 +74,11 @@ mc_status_t mc_store_enter(mc_store_h s)
         return MC_INVALID_PARAMS;
     }
     pthread_rwlock_rdlock(&s->life);
+    if (!s->ready && (s->dummy != NULL)) {
+        pthread_rwlock_unlock(&s->life);
+        mc_set_error_detail("not supported by a dummy client (mc_store_setup_dummy)");
+        return MC_NOT_SUPPORTED;
+    }
     if (!s->ready) {
         pthread_rwlock_unlock(&s->life);
         mc_set_error_detail("store is not set up (call setup first, or it was closed)");
@@ -434,6 +440,8 @@ MC_API mc_status_t mc_store_close(mc_store_h s)
     pthread_mutex_unlock(&s->http_lock);
     mc_store_http_stop(http);
     pthread_rwlock_wrlock(&s->life); /* waits for calls in flight */
+    if (s->dummy != NULL)
+        mc_dummy_close(s);
     if (s->ready) {
         s->ready = 0;
         teardown(s, 1, &st);
@@ -888,6 +896,10 @@ static uint64_t iov_total(const mc_iov_t *parts, size_t n)
 static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                              size_t n, const mc_replicate_config_t *cfg, unsigned flags)
 {
+    mc_status_t dst;
+    if (mc_dummy_write(s, key, parts, n, cfg, op == WRITE_UPSERT,
+                       (flags & MC_WF_ZERO_COPY) != 0, &dst))
+        return dst;
     uint64_t t0 = mc_store_metrics_now_us();
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
@@ -1409,6 +1421,9 @@ MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h s, const char *const
                                                  const mc_replicate_config_t *cfg,
                                                  mc_status_t *statuses)
 {
+    mc_status_t dst;
+    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 0, statuses, &dst))
+        return dst;
     write_src_t src = {NULL, bufs, counts};
     return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE, statuses);
 }
@@ -1419,6 +1434,9 @@ MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *co
                                                     const mc_replicate_config_t *cfg,
                                                     mc_status_t *statuses)
 {
+    mc_status_t dst;
+    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 1, statuses, &dst))
+        return dst;
     write_src_t src = {NULL, bufs, counts};
     return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE,
                       statuses);
@@ -1447,6 +1465,9 @@ MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h s, const char *const *
 
 MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
 {
+    mc_status_t dst;
+    if (mc_dummy_remove(s, key, force, &dst))
+        return dst;
     mc_status_t st;
     size_t klen;
     mc_mconn_t *conn;

@@ -62,6 +62,9 @@ typedef struct mc_store_worker {
 struct mc_store {
     pthread_rwlock_t life;
     int ready;
+    /* dummy mode (dummy_client.c): set by setup_dummy, cleared by close,
+     * both with `life` held for writing; ready stays 0 */
+    struct mc_dummy *dummy;
 
     char hostname[MC_STORE_NAME_MAX]; /* engine segment name; "" when closed */
     char protocol[32];

@@ -23,6 +23,7 @@
 
 #include "common/log.h"
 #include "store/read_internal.h"
+#include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
 /* Pieces, requests and statuses kept on the stack for small batches. */
@@ -101,6 +102,9 @@ MC_API int mc_store_mem_is_registered(mc_store_h s, const void *p, size_t len)
 
 MC_API mc_status_t mc_store_register_buffer(mc_store_h s, void *addr, size_t len)
 {
+    mc_status_t dst;
+    if (mc_dummy_register_buffer(s, addr, len, &dst))
+        return dst;
     mc_status_t st;
     struct mc_store_rd *rd;
     uintptr_t a = (uintptr_t)addr;
@@ -155,6 +159,9 @@ out:
 
 MC_API mc_status_t mc_store_unregister_buffer(mc_store_h s, void *addr)
 {
+    mc_status_t dst;
+    if (mc_dummy_register_buffer(s, addr, 0, &dst))
+        return dst;
     mc_status_t st;
     struct mc_store_rd *rd;
     size_t k;
@@ -331,6 +338,9 @@ out:
 
 MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_t cap)
 {
+    int64_t dres;
+    if (mc_dummy_get_into(s, key, buf, cap, &dres))
+        return dres;
     mc_status_t st, kst;
     mc_store_query_h q = NULL;
     mc_read_piece_t piece;
@@ -381,6 +391,9 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
                                                  const size_t *counts, size_t n,
                                                  int64_t *results)
 {
+    mc_status_t dst;
+    if (mc_dummy_batch_get_into(s, keys, bufs, counts, n, results, &dst))
+        return dst;
     mc_status_t st;
     mc_store_query_h q_stack[MC_ZC_STACK];
     mc_status_t kst_stack[MC_ZC_STACK];

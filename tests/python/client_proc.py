@@ -123,6 +123,56 @@ def handle(store, req):
                     __import__("torch").uint8).numpy().tobytes().hex() if t.numel() else ""}
     if op == "batch_replica_clear":
         return {"keys": store.batch_replica_clear(req["keys"], req.get("segment_name", ""))}
+    if op == "setup_dummy":
+        return {"rc": store.setup_dummy(req["pool"], req["lbuf"], req["addr"]),
+                "detail": last_error_detail()}
+    if op == "dummy_stats":
+        return store._dummy_server_stats()
+    if op == "zc_roundtrip":
+        # put_from a pool block of `size` random bytes, get_into another
+        import ctypes
+        size = req["size"]
+        src, dst = store.alloc_from_mem_pool(size), store.alloc_from_mem_pool(size)
+        data = os.urandom(size)
+        ctypes.memmove(src, data, size)
+        rc = store.put_from(req["key"], src, size)
+        n = store.get_into(req["key"], dst, size)
+        ok = ctypes.string_at(dst, size) == data
+        store._mem_pool_free(src)
+        store._mem_pool_free(dst)
+        return {"rc": rc, "n": n, "ok": ok, "sha256": hashlib.sha256(data).hexdigest()}
+    if op == "batch_zc":
+        import ctypes
+        keys, size = req["keys"], req["size"]
+        blocks = [store.alloc_from_mem_pool(size) for _ in keys]
+        datas = [os.urandom(size) for _ in keys]
+        for b, d in zip(blocks, datas):
+            ctypes.memmove(b, d, size)
+        rcs = store.batch_put_from(keys, blocks, [size] * len(keys))
+        for b in blocks:
+            ctypes.memset(b, 0, size)
+        ns = store.batch_get_into(keys, blocks, [size] * len(keys))
+        ok = all(ctypes.string_at(b, size) == d for b, d in zip(blocks, datas))
+        for b in blocks:
+            store._mem_pool_free(b)
+        return {"rcs": rcs, "ns": ns, "ok": ok}
+    if op == "register_outside":
+        buf = bytearray(4096)
+        import ctypes
+        addr = ctypes.addressof((ctypes.c_char * 4096).from_buffer(buf))
+        inside = store.alloc_from_mem_pool(4096)
+        return {"outside": store.register_buffer(addr, 4096),
+                "inside": store.register_buffer(inside, 4096)}
+    if op == "put_loop":
+        # puts until killed (the kill -9 test); answers once started
+        import threading
+        def loop():
+            i = 0
+            while True:
+                store.put(f"{req['prefix']}-{i}", os.urandom(req["size"]))
+                i += 1
+        threading.Thread(target=loop, daemon=True).start()
+        return {"rc": 0}
     if op == "hostname":
         return {"hostname": store.get_hostname()}
     if op == "close":

@@ -242,3 +242,71 @@ class ClientProc:
             os.unlink(self.log.name)
         except OSError:
             pass
+
+
+def client_bin() -> str:
+    """The mooncake_client to test: $MC_CLIENT_BIN (set by make check-python),
+    else mooncake_client next to $MC_MASTER_BIN."""
+    path = os.environ.get("MC_CLIENT_BIN") or str(Path(master_bin()).parent / "mooncake_client")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"MC_CLIENT_BIN={path} is not an executable")
+    return path
+
+
+class RealClient:
+    """A mooncake_client daemon serving dummy clients on a free port."""
+
+    def __init__(self, master: "Master", segment: str = "64MB",
+                 extra_args: Optional[List[str]] = None) -> None:
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="mc-realclient-", suffix=".log",
+                                               delete=False)
+        args = [client_bin(), "--host=127.0.0.1", "--metadata_server=P2PHANDSHAKE",
+                f"--master_server_address={master.addr}", f"--port={self.port}",
+                f"--global_segment_size={segment}", "--local_buffer_size=16MB"] \
+            + list(extra_args or [])
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: self.proc.poll() is not None or "ready" in self.log_text(),
+                       20.0, "mooncake_client to be ready")
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mooncake_client exited with {self.proc.returncode}:\n"
+                                   + self.log_text())
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return Path(self.log.name).read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> Optional[int]:
+        """SIGTERM, then SIGKILL after 10 s; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.log.close()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+        return self.proc.returncode

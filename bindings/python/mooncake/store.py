@@ -622,6 +622,45 @@ class MooncakeDistributedStore(TensorMethods):
             self._local_buffer_size = local_buffer_size
         return rc
 
+    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int,
+                    server_address: str) -> int:
+        """Become a dummy client of the ``mooncake_client`` at
+        ``server_address`` ("host:port"; its unix socket is
+        ``@mooncake_client_<port>.sock``).
+
+        The dummy owns no segment: it shares ``mem_pool_size`` bytes (for
+        zero-copy buffers: :meth:`alloc_from_mem_pool`) and
+        ``local_buffer_size`` bytes (staging for the bytes API) with the real
+        client, which does every call on its behalf.  Forwarded: put/upsert,
+        get, is_exist, get_size, remove, put_from/upsert_from, get_into,
+        batch_put_from/batch_upsert_from/batch_get_into (and the multi-buffer
+        forms), register_buffer (only inside the shared pool),
+        alloc_from_mem_pool.  Other calls return ``NOT_SUPPORTED``.
+
+        Returns:
+            0; ``RPC_FAIL`` when no real client answers there (within about
+            5 s); ``INVALID_PARAMS`` for a bad address or a store already set up.
+        """
+        for name, v in (("mem_pool_size", mem_pool_size),
+                        ("local_buffer_size", local_buffer_size)):
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2 ** 63:
+                raise TypeError(f"{name} must be a non-negative int")
+        if not isinstance(server_address, str):
+            raise TypeError("server_address must be a str")
+        if "\0" in server_address:
+            return int(ErrorCode.INVALID_PARAMS)
+        rc = self._store.setup_dummy(mem_pool_size, local_buffer_size, server_address)
+        if rc == 0:
+            self._local_buffer_size = local_buffer_size
+            self._dummy = True
+        return rc
+
+    def _dummy_server_stats(self) -> Dict[str, int]:
+        """Counters of the real client serving this dummy (tests): dummies
+        connected, bytes of their memory it maps, bytes allocated in it."""
+        return {"dummies": self._store.dummy_stat(0), "mapped": self._store.dummy_stat(1),
+                "allocated": self._store.dummy_stat(2)}
+
     def close(self) -> int:
         """Unmount this client's memory and disconnect.
 
@@ -758,7 +797,20 @@ class MooncakeDistributedStore(TensorMethods):
         """The object stored under ``key``; ``b""`` if it is missing or on any
         error.  Grants a read lease on the object."""
         _util.check_key(key)
+        if getattr(self, "_dummy", False) and self._store.is_dummy():
+            return self._dummy_get(key)
         return self._store.get(key)
+
+    def _dummy_get(self, key: str) -> bytes:
+        """get() of a dummy: the size, then one staged read into a buffer."""
+        import ctypes
+        size = self._store.get_size(key)
+        if size <= 0:
+            return b""
+        buf = bytearray(size)
+        addr = ctypes.addressof((ctypes.c_char * size).from_buffer(buf))
+        n = self._store.get_into(key, addr, size)
+        return bytes(buf) if n == size else b""
 
     def is_exist(self, key: str) -> int:
         """1 if ``key`` exists, 0 if not, a negative :class:`ErrorCode` on

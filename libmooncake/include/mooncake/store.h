@@ -712,6 +712,83 @@ MC_API mc_status_t mc_store_create_move_task(mc_store_h store, const char *key,
 MC_API mc_status_t mc_store_query_task(mc_store_h store, const char *task_id,
                                        mc_store_task_info_t *out);
 
+/* ======================================================================
+ * Dummy clients (upstream setup_dummy) and the real client that serves
+ * them (the mooncake_client daemon).  docs/protocol.md §8.
+ * ====================================================================== */
+
+/**
+ * @brief Make @p store a dummy client of the real client at
+ *        @p server_address instead of a client of its own.
+ *
+ * A dummy owns no segment, no transfer engine and no master connection.
+ * It creates two blocks of shared memory (memfd): @p mem_pool_size bytes
+ * for zero-copy data (mc_store_mem_pool_alloc() hands them out) and
+ * @p local_buffer_size bytes for staging the bytes API, and passes them to
+ * the real client, which maps them, registers them with its engine and
+ * owns their allocators.  Every call is then one request to the real
+ * client (a unix socket, "@mooncake_client_<port>.sock" in the abstract
+ * namespace, for server_address "host:port"; "unix:PATH" names a socket
+ * directly); the object bytes move through the shared memory only.
+ *
+ * Forwarded: put, put_parts, upsert, upsert_parts, put_from, upsert_from,
+ * batch_put_from_multi, batch_upsert_from_multi, get, get_into,
+ * batch_get_into_multi, exist, get_size, remove, register_buffer (MC_OK
+ * for a range inside the dummy's shared memory, MC_INVALID_PARAMS with a
+ * detail outside it), unregister_buffer, mem_pool_alloc, mem_pool_free.
+ * Zero-copy buffers must lie in the shared memory; get_into also accepts
+ * other memory (through a staging block, one more copy).  Every other
+ * store call on a dummy returns MC_NOT_SUPPORTED.
+ *
+ * @return MC_OK; MC_INVALID_PARAMS for a bad address or a handle already
+ *         set up; MC_RPC_FAIL (within about 5 s) when no real client
+ *         answers there.  A real client that dies later makes every call
+ *         fail with MC_RPC_FAIL instead of hanging (a call waits at most
+ *         MC_DUMMY_TIMEOUT_MS, default 60000, for an answer).
+ *         mc_store_close() disconnects; the real client then frees the
+ *         dummy's memory (it does the same when the dummy process dies).
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_setup_dummy(mc_store_h store, uint64_t mem_pool_size,
+                                        uint64_t local_buffer_size,
+                                        const char *server_address);
+
+/** @brief 1 when @p store is set up as a dummy client, else 0. @since 0.2 */
+MC_API int mc_store_is_dummy(mc_store_h store);
+
+/**
+ * @brief Counters of the real client serving this dummy: dummies
+ *        connected, bytes of their shared memory it maps, and bytes its
+ *        allocators have handed out in that memory (staging blocks and
+ *        pool allocations).  Any out-pointer may be NULL.
+ * @return MC_INVALID_PARAMS for a handle that is not a dummy.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_dummy_stats(mc_store_h store, uint64_t *sessions_p,
+                                        uint64_t *mapped_p, uint64_t *allocated_p);
+
+/** Opaque server of dummy clients. @since 0.2 */
+typedef struct mc_store_dummy_server *mc_store_dummy_server_h;
+
+/**
+ * @brief Serve dummy clients on the unix socket @p ipc_path ("@name" for
+ *        the abstract namespace) with the set-up real store @p store.
+ *
+ * One thread per dummy.  The store must stay set up until
+ * mc_store_dummy_server_stop() returns.
+ * @return MC_INVALID_PARAMS (path empty, too long, or in use),
+ *         MC_INTERNAL_ERROR.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc_path,
+                                               mc_store_dummy_server_h *server_p);
+
+/**
+ * @brief Disconnect every dummy, free their memory and stop.  Accepts NULL.
+ * @since 0.2
+ */
+MC_API void mc_store_dummy_server_stop(mc_store_dummy_server_h server);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,1081 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A store handle in dummy mode (mc_store_setup_dummy): it owns no segment
+ * and no engine; it creates two memfds (the zero-copy pool and the staging
+ * buffer), hands them to the real client over a unix socket (SCM_RIGHTS)
+ * and forwards each store call there as one frame of the dummy protocol
+ * (dummy_wire.h, docs/protocol.md §8).  Bytes move through the shared
+ * memory only.
+ *
+ * Every forwarded public call starts with `if (mc_dummy_xxx(s, ..., &st))
+ * return st;`: the mc_dummy_ functions return 0 (and touch nothing) for a
+ * handle that is not a dummy.  They hold `life` for reading like any call;
+ * setup_dummy and close hold it for writing.  Calls that do not forward
+ * find ready == 0 and report MC_NOT_SUPPORTED (mc_store_enter).
+ *
+ * One connection per dummy, one request at a time (d->lock): the staging
+ * allocator lives in the real client, so concurrent staged writes of many
+ * threads still get disjoint blocks.  A connection that fails (the real
+ * client died, or did not answer in time) marks the dummy dead: every
+ * later call fails at once with MC_RPC_FAIL.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "store/dummy_internal.h"
+#include "store/dummy_wire.h"
+#include "store/store_internal.h"
+
+#define DUMMY_SETUP_TIMEOUT_MS 5000
+#define DUMMY_CALL_TIMEOUT_MS 60000
+
+typedef struct pool_block {
+    uint64_t off;
+    uint32_t handle;
+} pool_block_t;
+
+struct mc_dummy {
+    pthread_mutex_t lock;  /* one request at a time on fd */
+    int fd;
+    int dead;
+    char path[108];
+    uint8_t *base[MC_DUMMY_NREGIONS];
+    uint64_t size[MC_DUMMY_NREGIONS];
+    int mfd[MC_DUMMY_NREGIONS];
+    pthread_mutex_t pool_lock;  /* pool_blocks */
+    pool_block_t *pool_blocks;
+    size_t npool, cappool;
+    uint8_t *scratch;  /* request/response buffer, under lock */
+    size_t scratch_cap;
+};
+
+const char *mc_dummy_op_name(unsigned op)
+{
+    switch (op) {
+#define MC_DUMMY_X_(name, num, req, resp) case num: return #name;
+        MC_DUMMY_MESSAGES(MC_DUMMY_X_)
+#undef MC_DUMMY_X_
+    default:
+        return "?";
+    }
+}
+
+int mc_dummy_ipc_addr(const char *path, struct sockaddr_un *sa, socklen_t *len_p)
+{
+    size_t n = strlen(path);
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    if ((n == 0) || (n >= sizeof(sa->sun_path)))
+        return -1;
+    memcpy(sa->sun_path, path, n);
+    if (path[0] == '@') {
+        sa->sun_path[0] = '\0'; /* Linux abstract namespace */
+        *len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    } else {
+        *len_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    }
+    return 0;
+}
+
+/* ---- socket helpers ---------------------------------------------------------- */
+
+int mc_dummy_send_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t r = send(fd, p, len, MSG_NOSIGNAL);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+int mc_dummy_recv_all(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t r = recv(fd, p, len, 0);
+        if (r == 0) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+static void set_timeout(int fd, unsigned ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+static unsigned call_timeout_ms(void)
+{
+    const char *e = getenv("MC_DUMMY_TIMEOUT_MS");
+    long v = (e != NULL) ? strtol(e, NULL, 10) : 0;
+    return (v > 0 && v <= 3600000) ? (unsigned)v : DUMMY_CALL_TIMEOUT_MS;
+}
+
+static int scratch_reserve(mc_dummy_t *d, size_t n)
+{
+    if (n <= d->scratch_cap)
+        return 0;
+    uint8_t *p = realloc(d->scratch, n);
+    if (p == NULL)
+        return -1;
+    d->scratch = p;
+    d->scratch_cap = n;
+    return 0;
+}
+
+/*
+ * One round trip: @p n items with keys (keys[i] NULL or "" for none) and,
+ * when @p cfg_present, a config; results[0..n) filled from the response.
+ * Called with d->lock held.  MC_RPC_FAIL (and the dummy is dead) when the
+ * connection fails.
+ */
+static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
+                           const mc_dummy_item_t *items, const char *const *keys, size_t n,
+                           const mc_dummy_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
+{
+    size_t body = 0, off = sizeof(mc_dummy_hdr_t);
+    mc_dummy_hdr_t h;
+
+    if (d->dead) {
+        mc_set_error_detail("the real client at %s is gone (an earlier call failed)", d->path);
+        return MC_RPC_FAIL;
+    }
+    for (size_t i = 0; i < n; i++)
+        body += sizeof(mc_dummy_item_t) + items[i].klen;
+    if (cfg != NULL)
+        body += sizeof(*cfg);
+    if ((body > MC_DUMMY_MAX_FRAME) || (n > MC_DUMMY_MAX_ITEMS)) {
+        mc_set_error_detail("request too large for the dummy protocol (%zu items, %zu bytes)",
+                            n, body);
+        return MC_INVALID_PARAMS;
+    }
+    if (scratch_reserve(d, off + body) != 0) {
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    memset(&h, 0, sizeof(h));
+    h.magic = MC_DUMMY_MAGIC;
+    h.len = (uint32_t)body;
+    h.op = (uint16_t)op;
+    h.flags = (uint16_t)hflags;
+    h.count = (uint32_t)n;
+    memcpy(d->scratch, &h, sizeof(h));
+    for (size_t i = 0; i < n; i++) {
+        memcpy(d->scratch + off, &items[i], sizeof(items[i]));
+        off += sizeof(items[i]);
+        if (items[i].klen > 0) {
+            memcpy(d->scratch + off, keys[i], items[i].klen);
+            off += items[i].klen;
+        }
+    }
+    if (cfg != NULL) {
+        memcpy(d->scratch + off, cfg, sizeof(*cfg));
+        off += sizeof(*cfg);
+    }
+    if (mc_dummy_send_all(d->fd, d->scratch, off) != 0)
+        goto dead;
+    if (hflags & MC_DUMMY_F_NOREPLY)
+        return MC_OK;
+    if (mc_dummy_recv_all(d->fd, &h, sizeof(h)) != 0)
+        goto dead;
+    if ((h.magic != MC_DUMMY_MAGIC) || (h.op != op) || (h.count != nres) ||
+        (h.len != (uint64_t)nres * sizeof(mc_dummy_result_t))) {
+        errno = EPROTO;
+        goto dead;
+    }
+    if ((nres > 0) && (mc_dummy_recv_all(d->fd, results, h.len) != 0))
+        goto dead;
+    if (h.status != MC_OK)
+        mc_set_error_detail("the real client answered %s with %d", mc_dummy_op_name(op),
+                            h.status);
+    return (mc_status_t)h.status;
+dead:
+    mc_set_error_detail("the real client at %s did not answer %s: %s", d->path,
+                        mc_dummy_op_name(op),
+                        (errno == EAGAIN) ? "timed out" : strerror(errno));
+    mc_warn("dummy: %s", mc_last_error_detail());
+    d->dead = 1;
+    shutdown(d->fd, SHUT_RDWR);
+    return MC_RPC_FAIL;
+}
+
+static mc_status_t call(mc_dummy_t *d, unsigned op, unsigned hflags,
+                        const mc_dummy_item_t *items, const char *const *keys, size_t n,
+                        const mc_dummy_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
+{
+    mc_status_t st;
+    pthread_mutex_lock(&d->lock);
+    st = do_call(d, op, hflags, items, keys, n, cfg, results, nres);
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+/* Region and offset of [p, p+len) when it lies in the shared memory. */
+static int locate(const mc_dummy_t *d, const void *p, size_t len, uint16_t *region_p,
+                  uint64_t *off_p)
+{
+    uintptr_t a = (uintptr_t)p;
+    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+        uintptr_t b = (uintptr_t)d->base[r];
+        if ((d->base[r] == NULL) || (a < b))
+            continue;
+        if ((a - b <= d->size[r]) && (len <= d->size[r] - (a - b))) {
+            *region_p = (uint16_t)r;
+            *off_p = a - b;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void cfg_to_wire(const mc_replicate_config_t *cfg, mc_dummy_cfg_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    if (cfg == NULL)
+        return;
+    w->present = 1;
+    w->field_mask = cfg->field_mask;
+    w->soft_pin_ttl_ms = cfg->soft_pin_ttl_ms;
+    w->replica_num = cfg->replica_num;
+    w->nof_replica_num = cfg->nof_replica_num;
+    w->dfs_replica_num = cfg->dfs_replica_num;
+    w->soft_pin_action = (int32_t)cfg->soft_pin_action;
+    w->with_hard_pin = cfg->with_hard_pin;
+    w->prefer_alloc_in_same_node = cfg->prefer_alloc_in_same_node;
+}
+
+static mc_status_t cfg_check(const mc_replicate_config_t *cfg)
+{
+    if ((cfg != NULL) && (((cfg->preferred_segment != NULL) && (cfg->preferred_segment[0] != 0)) ||
+                          (cfg->group_ids_count > 0))) {
+        mc_set_error_detail("preferred_segment and group_ids are not forwarded by a dummy client");
+        return MC_NOT_SUPPORTED;
+    }
+    return MC_OK;
+}
+
+/* ---- entering ---------------------------------------------------------------- */
+
+static mc_dummy_t *enter(mc_store_h s)
+{
+    if (s == NULL)
+        return NULL;
+    pthread_rwlock_rdlock(&s->life);
+    if (s->dummy == NULL) {
+        pthread_rwlock_unlock(&s->life);
+        return NULL;
+    }
+    return s->dummy;
+}
+
+static void leave(mc_store_h s)
+{
+    pthread_rwlock_unlock(&s->life);
+}
+
+static uint32_t key_len(const char *key)
+{
+    size_t n;
+    if (mc_store_check_key(key, &n) != MC_OK)
+        return UINT32_MAX;
+    return (uint32_t)n;
+}
+
+/* ---- lifecycle -------------------------------------------------------------- */
+
+static mc_status_t map_region(mc_dummy_t *d, unsigned r, uint64_t size)
+{
+    static const char *const names[] = {"mooncake_dummy_pool", "mooncake_dummy_lbuf"};
+    d->size[r] = size;
+    d->mfd[r] = memfd_create(names[r], MFD_CLOEXEC);
+    if (d->mfd[r] < 0) {
+        mc_set_error_detail("memfd_create: %s", strerror(errno));
+        return MC_INTERNAL_ERROR;
+    }
+    if (size == 0)
+        return MC_OK;
+    if (ftruncate(d->mfd[r], (off_t)size) != 0) {
+        mc_set_error_detail("ftruncate of %llu bytes of shared memory: %s",
+                            (unsigned long long)size, strerror(errno));
+        return MC_INTERNAL_ERROR;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, d->mfd[r], 0);
+    if (p == MAP_FAILED) {
+        mc_set_error_detail("mmap of %llu bytes of shared memory: %s",
+                            (unsigned long long)size, strerror(errno));
+        return MC_INTERNAL_ERROR;
+    }
+    d->base[r] = p;
+    return MC_OK;
+}
+
+static void dummy_free(mc_dummy_t *d)
+{
+    if (d == NULL)
+        return;
+    if (d->fd >= 0)
+        close(d->fd);
+    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+        if (d->base[r] != NULL)
+            munmap(d->base[r], d->size[r]);
+        if (d->mfd[r] >= 0)
+            close(d->mfd[r]);
+    }
+    pthread_mutex_destroy(&d->lock);
+    pthread_mutex_destroy(&d->pool_lock);
+    free(d->pool_blocks);
+    free(d->scratch);
+    free(d);
+}
+
+/* "host:port" (or "unix:PATH") -> the real client's socket path. */
+static mc_status_t ipc_path_of(const char *addr, char *path, size_t cap)
+{
+    const char *colon;
+    char *end;
+    long port;
+
+    if (strncmp(addr, "unix:", 5) == 0) {
+        if ((strlen(addr + 5) == 0) || (strlen(addr + 5) >= cap))
+            goto bad;
+        snprintf(path, cap, "%s", addr + 5);
+        return MC_OK;
+    }
+    colon = strrchr(addr, ':');
+    if (colon == NULL)
+        goto bad;
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    if ((errno != 0) || (end == colon + 1) || (*end != 0) || (port <= 0) || (port > 65535))
+        goto bad;
+    snprintf(path, cap, "@mooncake_client_%ld.sock", port);
+    return MC_OK;
+bad:
+    mc_set_error_detail("server_address must be \"host:port\" of a mooncake_client (got \"%s\")",
+                        addr);
+    return MC_INVALID_PARAMS;
+}
+
+static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lbuf_size,
+                                  const char *addr)
+{
+    struct sockaddr_un sa;
+    socklen_t salen;
+    mc_status_t st;
+    mc_dummy_hdr_t h;
+    mc_dummy_hello_t hello;
+    struct msghdr msg;
+    struct iovec iov[2];
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * MC_DUMMY_NREGIONS)];
+    } cbuf;
+    struct cmsghdr *cm;
+    mc_dummy_result_t res;
+
+    st = ipc_path_of(addr, d->path, sizeof(d->path));
+    if (st != MC_OK)
+        return st;
+    if ((st = map_region(d, MC_DUMMY_REGION_POOL, pool_size)) != MC_OK ||
+        (st = map_region(d, MC_DUMMY_REGION_LBUF, lbuf_size)) != MC_OK)
+        return st;
+    if (mc_dummy_ipc_addr(d->path, &sa, &salen) != 0) {
+        mc_set_error_detail("bad socket path \"%s\"", d->path);
+        return MC_INVALID_PARAMS;
+    }
+    d->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (d->fd < 0) {
+        mc_set_error_detail("socket: %s", strerror(errno));
+        return MC_INTERNAL_ERROR;
+    }
+    set_timeout(d->fd, DUMMY_SETUP_TIMEOUT_MS);
+    if (connect(d->fd, (struct sockaddr *)&sa, salen) != 0) {
+        mc_set_error_detail("no mooncake_client at %s (socket %s): %s", addr, d->path,
+                            strerror(errno));
+        return MC_RPC_FAIL;
+    }
+    memset(&h, 0, sizeof(h));
+    h.magic = MC_DUMMY_MAGIC;
+    h.op = MC_DUMMY_OP_HELLO;
+    h.len = sizeof(hello);
+    memset(&hello, 0, sizeof(hello));
+    hello.version = MC_DUMMY_VERSION;
+    hello.nfds = MC_DUMMY_NREGIONS;
+    hello.size[0] = pool_size;
+    hello.size[1] = lbuf_size;
+    iov[0] = (struct iovec){&h, sizeof(h)};
+    iov[1] = (struct iovec){&hello, sizeof(hello)};
+    memset(&msg, 0, sizeof(msg));
+    memset(&cbuf, 0, sizeof(cbuf));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = sizeof(cbuf.buf);
+    cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * MC_DUMMY_NREGIONS);
+    memcpy(CMSG_DATA(cm), d->mfd, sizeof(int) * MC_DUMMY_NREGIONS);
+    if (sendmsg(d->fd, &msg, MSG_NOSIGNAL) != (ssize_t)(sizeof(h) + sizeof(hello))) {
+        mc_set_error_detail("sending the shared memory to %s: %s", d->path, strerror(errno));
+        return MC_RPC_FAIL;
+    }
+    if ((mc_dummy_recv_all(d->fd, &h, sizeof(h)) != 0) || (h.magic != MC_DUMMY_MAGIC) ||
+        (h.op != MC_DUMMY_OP_HELLO) || (h.count != 1) || (h.len != sizeof(res)) ||
+        (mc_dummy_recv_all(d->fd, &res, sizeof(res)) != 0)) {
+        mc_set_error_detail("the mooncake_client at %s did not accept this dummy: %s", d->path,
+                            (errno == EAGAIN) ? "timed out" : strerror(errno));
+        return MC_RPC_FAIL;
+    }
+    if (h.status != MC_OK) {
+        mc_set_error_detail("the mooncake_client at %s refused this dummy (%d)", d->path,
+                            h.status);
+        return (mc_status_t)h.status;
+    }
+    set_timeout(d->fd, call_timeout_ms());
+    /* the real client holds its own references now */
+    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+        close(d->mfd[r]);
+        d->mfd[r] = -1;
+    }
+    return MC_OK;
+}
+
+MC_API mc_status_t mc_store_setup_dummy(mc_store_h s, uint64_t mem_pool_size,
+                                        uint64_t local_buffer_size, const char *server_address)
+{
+    mc_dummy_t *d;
+    mc_status_t st;
+
+    if ((s == NULL) || (server_address == NULL)) {
+        mc_set_error_detail("store handle and server_address are required");
+        return MC_INVALID_PARAMS;
+    }
+    d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return MC_INTERNAL_ERROR;
+    d->fd = -1;
+    d->mfd[0] = d->mfd[1] = -1;
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->pool_lock, NULL);
+    pthread_rwlock_wrlock(&s->life);
+    if (s->ready || (s->dummy != NULL)) {
+        pthread_rwlock_unlock(&s->life);
+        dummy_free(d);
+        mc_set_error_detail("store is already set up; close it before setting it up again");
+        return MC_INVALID_PARAMS;
+    }
+    st = do_setup_dummy(d, mem_pool_size, local_buffer_size, server_address);
+    if (st == MC_OK)
+        s->dummy = d;
+    pthread_rwlock_unlock(&s->life);
+    if (st != MC_OK) {
+        char detail[512];
+        snprintf(detail, sizeof(detail), "%s", mc_last_error_detail());
+        dummy_free(d);
+        mc_set_error_detail("%s", detail);
+    }
+    return st;
+}
+
+void mc_dummy_close(mc_store_h s)
+{
+    /* `life` held for writing: no call in flight */
+    dummy_free(s->dummy);
+    s->dummy = NULL;
+}
+
+MC_API int mc_store_is_dummy(mc_store_h s)
+{
+    int r;
+    if (enter(s) == NULL)
+        return 0;
+    r = 1;
+    leave(s);
+    return r;
+}
+
+MC_API mc_status_t mc_store_dummy_stats(mc_store_h s, uint64_t *sessions_p, uint64_t *mapped_p,
+                                        uint64_t *allocated_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t res[3];
+    mc_status_t st;
+    if (d == NULL) {
+        mc_set_error_detail("not a dummy client");
+        return MC_INVALID_PARAMS;
+    }
+    st = call(d, MC_DUMMY_OP_STATS, 0, NULL, NULL, 0, NULL, res, 3);
+    leave(s);
+    if (st != MC_OK)
+        return st;
+    if (sessions_p != NULL)
+        *sessions_p = (uint64_t)res[0].result;
+    if (mapped_p != NULL)
+        *mapped_p = (uint64_t)res[1].result;
+    if (allocated_p != NULL)
+        *allocated_p = (uint64_t)res[2].result;
+    return MC_OK;
+}
+
+/* ---- staging ---------------------------------------------------------------- */
+
+static void staged_free(mc_dummy_t *d, uint32_t handle)
+{
+    mc_dummy_item_t it;
+    memset(&it, 0, sizeof(it));
+    it.region = MC_DUMMY_REGION_LBUF;
+    it.handle = handle;
+    (void)call(d, MC_DUMMY_OP_FREE, MC_DUMMY_F_NOREPLY, &it, NULL, 1, NULL, NULL, 0);
+}
+
+/* ---- writes ----------------------------------------------------------------- */
+
+static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *parts, size_t n,
+                               const mc_replicate_config_t *cfg, int upsert, int zero_copy)
+{
+    mc_dummy_item_t *items = NULL, one;
+    const char **keys = NULL;
+    mc_dummy_result_t *res = NULL, r1;
+    mc_dummy_cfg_t wcfg;
+    uint32_t klen = key_len(key);
+    uint64_t total = 0;
+    int in_shm = 1;
+    mc_status_t st;
+
+    if (klen == UINT32_MAX)
+        return MC_INVALID_PARAMS;
+    if ((st = cfg_check(cfg)) != MC_OK)
+        return st;
+    if ((parts == NULL) && (n > 0)) {
+        mc_set_error_detail("parts is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t reg;
+        uint64_t off;
+        if ((parts[i].base == NULL) && (parts[i].len > 0)) {
+            mc_set_error_detail("a buffer is NULL");
+            return MC_INVALID_PARAMS;
+        }
+        total += parts[i].len;
+        if ((parts[i].len > 0) && !locate(d, parts[i].base, parts[i].len, &reg, &off))
+            in_shm = 0;
+    }
+    if (total == 0)
+        return MC_OK; /* as the real client: an empty value stores nothing */
+    cfg_to_wire(cfg, &wcfg);
+    if (in_shm) {
+        items = calloc(n, sizeof(*items));
+        keys = calloc(n, sizeof(*keys));
+        res = calloc(n, sizeof(*res));
+        if ((items == NULL) || (keys == NULL) || (res == NULL)) {
+            st = MC_INTERNAL_ERROR;
+            goto out;
+        }
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (parts[i].len == 0)
+                continue;
+            locate(d, parts[i].base, parts[i].len, &items[m].region, &items[m].off);
+            items[m].len = parts[i].len;
+            items[m].flags = (uint8_t)((upsert ? MC_DUMMY_IF_UPSERT : 0) | MC_DUMMY_IF_MORE);
+            if (m == 0) {
+                items[m].klen = klen;
+                keys[m] = key;
+            }
+            m++;
+        }
+        items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
+        st = call(d, MC_DUMMY_OP_PUT, 0, items, keys, m, &wcfg, res, m);
+        if (st == MC_OK)
+            st = (mc_status_t)res[0].result;
+        goto out;
+    }
+    if (zero_copy) {
+        mc_set_error_detail("a dummy client's zero-copy buffers must lie in its shared memory "
+                            "(alloc_from_mem_pool or the local buffer)");
+        return MC_INVALID_PARAMS;
+    }
+    /* stage: a block of the local buffer from the real client's allocator */
+    memset(&one, 0, sizeof(one));
+    one.region = MC_DUMMY_REGION_LBUF;
+    one.len = total;
+    st = call(d, MC_DUMMY_OP_ALLOC, 0, &one, NULL, 1, NULL, &r1, 1);
+    if (st == MC_OK)
+        st = (r1.result < 0) ? (mc_status_t)r1.result : MC_OK;
+    if (st != MC_OK) {
+        if (st == MC_NO_AVAILABLE_HANDLE)
+            mc_set_error_detail("the dummy's local buffer (%llu bytes) has no room for %llu",
+                                (unsigned long long)d->size[MC_DUMMY_REGION_LBUF],
+                                (unsigned long long)total);
+        return st;
+    }
+    {
+        uint8_t *dst = d->base[MC_DUMMY_REGION_LBUF] + r1.off;
+        for (size_t i = 0; i < n; i++) {
+            if (parts[i].len > 0)
+                memcpy(dst, parts[i].base, parts[i].len);
+            dst += parts[i].len;
+        }
+    }
+    one.off = r1.off;
+    one.handle = r1.handle;
+    one.klen = klen;
+    one.flags = (uint8_t)((upsert ? MC_DUMMY_IF_UPSERT : 0) | MC_DUMMY_IF_RELEASE);
+    st = call(d, MC_DUMMY_OP_PUT, 0, &one, &key, 1, &wcfg, &r1, 1);
+    if (st == MC_OK)
+        st = (mc_status_t)r1.result;
+out:
+    free(items);
+    free(keys);
+    free(res);
+    return st;
+}
+
+int mc_dummy_write(mc_store_h s, const char *key, const mc_iov_t *parts, size_t n,
+                   const mc_replicate_config_t *cfg, int upsert, int zero_copy, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    if (d == NULL)
+        return 0;
+    *st_p = dummy_write(d, key, parts, n, cfg, upsert, zero_copy);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
+                         const size_t *counts, size_t n, const mc_replicate_config_t *cfg,
+                         int upsert, mc_status_t *statuses, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_item_t *items = NULL;
+    const char **ikeys = NULL;
+    mc_dummy_result_t *res = NULL;
+    size_t *first = NULL, nitems = 0, m = 0;
+    mc_dummy_cfg_t wcfg;
+    mc_status_t st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    if (((keys == NULL) || (bufs == NULL) || (counts == NULL) || (statuses == NULL)) && (n > 0)) {
+        mc_set_error_detail("keys, buffers, counts and statuses are required");
+        st = MC_INVALID_PARAMS;
+        goto out;
+    }
+    if ((st = cfg_check(cfg)) != MC_OK) {
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        nitems += (counts[i] > 0) ? counts[i] : 1;
+    items = calloc(nitems + 1, sizeof(*items));
+    ikeys = calloc(nitems + 1, sizeof(*ikeys));
+    res = calloc(nitems + 1, sizeof(*res));
+    first = calloc(n + 1, sizeof(*first));
+    if ((items == NULL) || (ikeys == NULL) || (res == NULL) || (first == NULL)) {
+        st = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    cfg_to_wire(cfg, &wcfg);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t klen = key_len(keys[i]);
+        size_t start = m;
+        statuses[i] = MC_OK;
+        first[i] = SIZE_MAX;
+        if (klen == UINT32_MAX) {
+            statuses[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        for (size_t j = 0; j < counts[i]; j++) {
+            const mc_iov_t *v = &bufs[i][j];
+            if ((v->len == 0) && (counts[i] > 1))
+                continue;
+            if ((v->base == NULL) ||
+                !locate(d, v->base, v->len, &items[m].region, &items[m].off)) {
+                mc_set_error_detail("a dummy client's zero-copy buffers must lie in its "
+                                    "shared memory");
+                statuses[i] = MC_INVALID_PARAMS;
+                break;
+            }
+            items[m].len = v->len;
+            items[m].flags = (uint8_t)((upsert ? MC_DUMMY_IF_UPSERT : 0) | MC_DUMMY_IF_MORE);
+            m++;
+        }
+        if ((statuses[i] != MC_OK) || (m == start)) {
+            if (statuses[i] == MC_OK) {
+                mc_set_error_detail("no buffer for key %s", keys[i]);
+                statuses[i] = MC_INVALID_PARAMS;
+            }
+            m = start;
+            continue;
+        }
+        items[start].klen = klen;
+        ikeys[start] = keys[i];
+        items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
+        first[i] = start;
+    }
+    if (m > 0) {
+        st = call(d, MC_DUMMY_OP_PUT, 0, items, ikeys, m, &wcfg, res, m);
+        for (size_t i = 0; i < n; i++)
+            if (first[i] != SIZE_MAX)
+                statuses[i] = (st == MC_OK) ? (mc_status_t)res[first[i]].result : st;
+    }
+    st = mc_store_first_error(statuses, n);
+out:
+    free(items);
+    free(ikeys);
+    free(res);
+    free(first);
+    leave(s);
+    *st_p = st;
+    return 1;
+}
+
+/* ---- reads ------------------------------------------------------------------ */
+
+/* The object through a staging block: size to *size_p; copied to buf when
+ * it fits in cap (else MC_BUFFER_OVERFLOW, buf untouched). */
+static mc_status_t staged_get(mc_dummy_t *d, const char *key, void *buf, size_t cap,
+                              uint64_t *size_p)
+{
+    mc_dummy_item_t it;
+    mc_dummy_result_t r;
+    mc_status_t st;
+    uint32_t klen = key_len(key);
+
+    if (klen == UINT32_MAX)
+        return MC_INVALID_PARAMS;
+    memset(&it, 0, sizeof(it));
+    it.klen = klen;
+    st = call(d, MC_DUMMY_OP_GET_STAGED, 0, &it, &key, 1, NULL, &r, 1);
+    if (st != MC_OK)
+        return st;
+    if (r.result < 0)
+        return (mc_status_t)r.result;
+    *size_p = (uint64_t)r.result;
+    if (r.result == 0)
+        return MC_OK;
+    if ((uint64_t)r.result > cap) {
+        st = MC_BUFFER_OVERFLOW;
+        mc_set_error_detail("the object has %lld bytes, the buffer %zu", (long long)r.result, cap);
+    } else {
+        memcpy(buf, d->base[MC_DUMMY_REGION_LBUF] + r.off, (size_t)r.result);
+    }
+    staged_free(d, r.handle);
+    return st;
+}
+
+int mc_dummy_get(mc_store_h s, const char *key, void *buf, size_t cap, uint64_t *size_p,
+                 mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    uint64_t size = 0;
+    if (d == NULL)
+        return 0;
+    *st_p = staged_get(d, key, buf, cap, &size);
+    if (((*st_p == MC_OK) || (*st_p == MC_BUFFER_OVERFLOW)) && (size_p != NULL))
+        *size_p = size;
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_get_into(mc_store_h s, const char *key, void *buf, size_t cap, int64_t *result_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_item_t it;
+    mc_dummy_result_t r;
+    mc_status_t st;
+    uint32_t klen;
+
+    if (d == NULL)
+        return 0;
+    klen = key_len(key);
+    if (klen == UINT32_MAX) {
+        *result_p = MC_INVALID_PARAMS;
+        goto out;
+    }
+    if (buf == NULL) {
+        mc_set_error_detail("buffer is NULL");
+        *result_p = MC_INVALID_PARAMS;
+        goto out;
+    }
+    memset(&it, 0, sizeof(it));
+    if (locate(d, buf, cap, &it.region, &it.off)) {
+        it.klen = klen;
+        it.len = cap;
+        st = call(d, MC_DUMMY_OP_GET, 0, &it, &key, 1, NULL, &r, 1);
+        *result_p = (st != MC_OK) ? st : r.result;
+    } else {
+        uint64_t size = 0;
+        st = staged_get(d, key, buf, cap, &size);
+        if (st == MC_BUFFER_OVERFLOW)
+            st = MC_INVALID_PARAMS; /* get_into's code for a small buffer */
+        *result_p = (st != MC_OK) ? st : (int64_t)size;
+    }
+out:
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_batch_get_into(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
+                            const size_t *counts, size_t n, int64_t *results, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_item_t *items = NULL;
+    const char **ikeys = NULL;
+    mc_dummy_result_t *res = NULL;
+    size_t *first = NULL, nitems = 0, m = 0;
+    mc_status_t st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    if (((keys == NULL) || (bufs == NULL) || (counts == NULL) || (results == NULL)) && (n > 0)) {
+        mc_set_error_detail("keys, buffers, counts and results are required");
+        st = MC_INVALID_PARAMS;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        nitems += (counts[i] > 0) ? counts[i] : 1;
+    items = calloc(nitems + 1, sizeof(*items));
+    ikeys = calloc(nitems + 1, sizeof(*ikeys));
+    res = calloc(nitems + 1, sizeof(*res));
+    first = calloc(n + 1, sizeof(*first));
+    if ((items == NULL) || (ikeys == NULL) || (res == NULL) || (first == NULL)) {
+        st = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t klen = key_len(keys[i]);
+        size_t start = m;
+        first[i] = SIZE_MAX;
+        results[i] = 0;
+        if (klen == UINT32_MAX) {
+            results[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        for (size_t j = 0; j < counts[i]; j++) {
+            const mc_iov_t *v = &bufs[i][j];
+            if ((v->base == NULL) ||
+                !locate(d, v->base, v->len, &items[m].region, &items[m].off)) {
+                mc_set_error_detail("a dummy client's zero-copy buffers must lie in its "
+                                    "shared memory");
+                results[i] = MC_INVALID_PARAMS;
+                break;
+            }
+            items[m].len = v->len;
+            items[m].flags = MC_DUMMY_IF_MORE;
+            m++;
+        }
+        if ((results[i] != 0) || (m == start)) {
+            if (results[i] == 0)
+                results[i] = MC_INVALID_PARAMS;
+            m = start;
+            continue;
+        }
+        items[start].klen = klen;
+        ikeys[start] = keys[i];
+        items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
+        first[i] = start;
+    }
+    if (m > 0) {
+        st = call(d, MC_DUMMY_OP_GET, 0, items, ikeys, m, NULL, res, m);
+        for (size_t i = 0; i < n; i++)
+            if (first[i] != SIZE_MAX)
+                results[i] = (st == MC_OK) ? res[first[i]].result : st;
+    }
+    st = MC_OK;
+    for (size_t i = 0; i < n; i++)
+        if (results[i] < 0) {
+            st = (mc_status_t)results[i];
+            break;
+        }
+out:
+    free(items);
+    free(ikeys);
+    free(res);
+    free(first);
+    leave(s);
+    *st_p = st;
+    return 1;
+}
+
+/* ---- keys ------------------------------------------------------------------- */
+
+static int64_t key_call(mc_dummy_t *d, unsigned op, const char *key, unsigned flags)
+{
+    mc_dummy_item_t it;
+    mc_dummy_result_t r;
+    mc_status_t st;
+    uint32_t klen = key_len(key);
+    if (klen == UINT32_MAX)
+        return MC_INVALID_PARAMS;
+    memset(&it, 0, sizeof(it));
+    it.klen = klen;
+    it.flags = (uint8_t)flags;
+    st = call(d, op, 0, &it, &key, 1, NULL, &r, 1);
+    return (st != MC_OK) ? st : r.result;
+}
+
+int mc_dummy_exist(mc_store_h s, const char *key, int *result_p)
+{
+    mc_dummy_t *d = enter(s);
+    if (d == NULL)
+        return 0;
+    *result_p = (int)key_call(d, MC_DUMMY_OP_EXIST, key, 0);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_get_size(mc_store_h s, const char *key, uint64_t *size_p, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    int64_t r;
+    if (d == NULL)
+        return 0;
+    r = key_call(d, MC_DUMMY_OP_SIZE, key, 0);
+    leave(s);
+    if (r < 0) {
+        *st_p = (mc_status_t)r;
+    } else {
+        *st_p = MC_OK;
+        if (size_p != NULL)
+            *size_p = (uint64_t)r;
+    }
+    return 1;
+}
+
+int mc_dummy_remove(mc_store_h s, const char *key, int force, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    if (d == NULL)
+        return 0;
+    *st_p = (mc_status_t)key_call(d, MC_DUMMY_OP_REMOVE, key, force ? MC_DUMMY_IF_FORCE : 0);
+    leave(s);
+    return 1;
+}
+
+/* ---- memory ----------------------------------------------------------------- */
+
+int mc_dummy_register_buffer(mc_store_h s, const void *addr, size_t len, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    uint16_t reg;
+    uint64_t off;
+    if (d == NULL)
+        return 0;
+    if ((addr != NULL) && locate(d, addr, len, &reg, &off)) {
+        *st_p = MC_OK; /* already shared with (and registered by) the real client */
+    } else {
+        mc_set_error_detail("a dummy client can only use its own shared memory "
+                            "(alloc_from_mem_pool); this range is outside it");
+        *st_p = MC_INVALID_PARAMS;
+    }
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_item_t it;
+    mc_dummy_result_t r;
+    mc_status_t st;
+    if (d == NULL)
+        return 0;
+    memset(&it, 0, sizeof(it));
+    it.region = MC_DUMMY_REGION_POOL;
+    it.len = size;
+    st = call(d, MC_DUMMY_OP_ALLOC, 0, &it, NULL, 1, NULL, &r, 1);
+    if ((st == MC_OK) && (r.result < 0))
+        st = (mc_status_t)r.result;
+    if (st == MC_OK) {
+        pthread_mutex_lock(&d->pool_lock);
+        if (d->npool == d->cappool) {
+            size_t cap = d->cappool ? d->cappool * 2 : 16;
+            pool_block_t *nb = realloc(d->pool_blocks, cap * sizeof(*nb));
+            if (nb == NULL) {
+                st = MC_INTERNAL_ERROR;
+            } else {
+                d->pool_blocks = nb;
+                d->cappool = cap;
+            }
+        }
+        if (st == MC_OK) {
+            d->pool_blocks[d->npool++] = (pool_block_t){r.off, r.handle};
+            *ptr_p = d->base[MC_DUMMY_REGION_POOL] + r.off;
+        }
+        pthread_mutex_unlock(&d->pool_lock);
+        if (st != MC_OK) {
+            it.handle = r.handle;
+            (void)call(d, MC_DUMMY_OP_FREE, MC_DUMMY_F_NOREPLY, &it, NULL, 1, NULL, NULL, 0);
+        }
+    }
+    *st_p = st;
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_mem_pool_free(mc_store_h s, void *ptr, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_item_t it;
+    mc_dummy_result_t r;
+    uint16_t reg;
+    uint64_t off;
+    int found = 0;
+    if (d == NULL)
+        return 0;
+    memset(&it, 0, sizeof(it));
+    if ((ptr != NULL) && locate(d, ptr, 0, &reg, &off) && (reg == MC_DUMMY_REGION_POOL)) {
+        pthread_mutex_lock(&d->pool_lock);
+        for (size_t i = 0; i < d->npool; i++)
+            if (d->pool_blocks[i].off == off) {
+                it.handle = d->pool_blocks[i].handle;
+                d->pool_blocks[i] = d->pool_blocks[--d->npool];
+                found = 1;
+                break;
+            }
+        pthread_mutex_unlock(&d->pool_lock);
+    }
+    if (!found) {
+        mc_set_error_detail("not an allocation of this dummy's memory pool");
+        *st_p = MC_INVALID_PARAMS;
+    } else {
+        it.region = MC_DUMMY_REGION_POOL;
+        *st_p = call(d, MC_DUMMY_OP_FREE, 0, &it, NULL, 1, NULL, &r, 1);
+        if (*st_p == MC_OK)
+            *st_p = (mc_status_t)r.result;
+    }
+    leave(s);
+    return 1;
+}

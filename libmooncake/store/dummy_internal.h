@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Dummy mode of the store handle (dummy_client.c) and the helpers the
+ * server side (dummy_server.c) shares with it.
+ *
+ * Each mc_dummy_ forwarder returns 0 and touches nothing when @p s is not a
+ * dummy handle (the caller then runs its ordinary path); otherwise it does
+ * the call through the real client, writes the result, and returns 1.
+ */
+#ifndef MC_STORE_DUMMY_INTERNAL_H
+#define MC_STORE_DUMMY_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <mooncake/store.h>
+
+typedef struct mc_dummy mc_dummy_t;
+
+/* mc_store_close with `life` held for writing. */
+void mc_dummy_close(mc_store_h s);
+
+int mc_dummy_write(mc_store_h s, const char *key, const mc_iov_t *parts, size_t n,
+                   const mc_replicate_config_t *cfg, int upsert, int zero_copy,
+                   mc_status_t *st_p);
+int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
+                         const size_t *counts, size_t n, const mc_replicate_config_t *cfg,
+                         int upsert, mc_status_t *statuses, mc_status_t *st_p);
+int mc_dummy_get(mc_store_h s, const char *key, void *buf, size_t cap, uint64_t *size_p,
+                 mc_status_t *st_p);
+int mc_dummy_get_into(mc_store_h s, const char *key, void *buf, size_t cap, int64_t *result_p);
+int mc_dummy_batch_get_into(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
+                            const size_t *counts, size_t n, int64_t *results, mc_status_t *st_p);
+int mc_dummy_exist(mc_store_h s, const char *key, int *result_p);
+int mc_dummy_get_size(mc_store_h s, const char *key, uint64_t *size_p, mc_status_t *st_p);
+int mc_dummy_remove(mc_store_h s, const char *key, int force, mc_status_t *st_p);
+int mc_dummy_register_buffer(mc_store_h s, const void *addr, size_t len, mc_status_t *st_p);
+int mc_dummy_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p, mc_status_t *st_p);
+int mc_dummy_mem_pool_free(mc_store_h s, void *ptr, mc_status_t *st_p);
+
+/* "@name" is in the abstract namespace; 0, or -1 when the path does not fit. */
+int mc_dummy_ipc_addr(const char *path, struct sockaddr_un *sa, socklen_t *len_p);
+int mc_dummy_send_all(int fd, const void *buf, size_t len);
+int mc_dummy_recv_all(int fd, void *buf, size_t len);
+
+#endif /* MC_STORE_DUMMY_INTERNAL_H */

@@ -1,0 +1,648 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The real client's side of the dummy protocol (docs/protocol.md §8):
+ * a listening unix socket, one thread per dummy connection, and per dummy
+ * a session: its two shared regions (mapped from the memfds it sent,
+ * registered with the real store's engine) and the allocators of those
+ * regions, which only this side owns.
+ *
+ * Everything arrives from another process and is treated as hostile: the
+ * header, every count and length is checked against the frame, every
+ * (region, off, len) against that session's own regions, every FREE
+ * handle against that session's allocator.  A frame that fails a check
+ * closes the connection.  When the connection closes (the dummy closed or
+ * died: kill -9 closes its socket too) the session's allocators, engine
+ * registrations and mappings go; the objects it wrote stay in the store.
+ *
+ * The store calls go through the public API of the real handle only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "alloc/offset_alloc.h"
+#include "common/log.h"
+#include "store/dummy_internal.h"
+#include "store/dummy_wire.h"
+
+#define STAGE_ALIGN 64
+
+typedef struct session {
+    struct mc_store_dummy_server *srv;
+    struct session *next;
+    pthread_t thread;
+    int fd;
+    int done;  /* the thread has finished (joined by the next accept or stop) */
+    uint8_t *base[MC_DUMMY_NREGIONS];
+    uint64_t size[MC_DUMMY_NREGIONS];
+    int registered[MC_DUMMY_NREGIONS];
+    mc_alloc_t *alloc[MC_DUMMY_NREGIONS];
+    uint8_t *buf;  /* request body */
+    size_t cap;
+} session_t;
+
+struct mc_store_dummy_server {
+    mc_store_h store;
+    int lfd;
+    pthread_t accept_thread;
+    pthread_mutex_t lock;  /* sessions, stop */
+    session_t *sessions;
+    int stop;
+    char path[108];
+};
+
+/* ---- sessions ---------------------------------------------------------------- */
+
+static void session_release(session_t *ss)
+{
+    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+        if (ss->registered[r])
+            (void)mc_store_unregister_buffer(ss->srv->store, ss->base[r]);
+        if (ss->base[r] != NULL)
+            munmap(ss->base[r], ss->size[r]);
+        mc_alloc_destroy(ss->alloc[r]);
+        ss->base[r] = NULL;
+        ss->alloc[r] = NULL;
+        ss->registered[r] = 0;
+    }
+    free(ss->buf);
+    ss->buf = NULL;
+}
+
+static int send_resp(session_t *ss, unsigned op, mc_status_t st, const mc_dummy_result_t *res,
+                     size_t n)
+{
+    mc_dummy_hdr_t h;
+    memset(&h, 0, sizeof(h));
+    h.magic = MC_DUMMY_MAGIC;
+    h.op = (uint16_t)op;
+    h.count = (uint32_t)n;
+    h.len = (uint32_t)(n * sizeof(*res));
+    h.status = st;
+    if (mc_dummy_send_all(ss->fd, &h, sizeof(h)) != 0)
+        return -1;
+    return (n > 0) ? mc_dummy_send_all(ss->fd, res, n * sizeof(*res)) : 0;
+}
+
+/* HELLO: receive the two fds with the header, check and map them. */
+static mc_status_t do_hello(session_t *ss)
+{
+    mc_dummy_hdr_t h;
+    mc_dummy_hello_t hello;
+    struct iovec iov[2] = {{&h, sizeof(h)}, {&hello, sizeof(hello)}};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+    } cbuf;
+    struct msghdr msg;
+    struct cmsghdr *cm;
+    int fds[MC_DUMMY_NREGIONS] = {-1, -1}, nfds = 0;
+    ssize_t got;
+    mc_status_t st = MC_INVALID_PARAMS;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = sizeof(cbuf.buf);
+    got = recvmsg(ss->fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    for (cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
+        if ((cm->cmsg_level != SOL_SOCKET) || (cm->cmsg_type != SCM_RIGHTS))
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int tmp[4];
+        if (k > 4)
+            k = 4;
+        memcpy(tmp, CMSG_DATA(cm), k * sizeof(int));
+        for (size_t i = 0; i < k; i++) {
+            if (nfds < (int)MC_DUMMY_NREGIONS)
+                fds[nfds++] = tmp[i];
+            else
+                close(tmp[i]);
+        }
+    }
+    if ((got != (ssize_t)(sizeof(h) + sizeof(hello))) || (msg.msg_flags & MSG_CTRUNC) ||
+        (h.magic != MC_DUMMY_MAGIC) || (h.op != MC_DUMMY_OP_HELLO) ||
+        (h.len != sizeof(hello)) || (hello.version != MC_DUMMY_VERSION) ||
+        (nfds != (int)MC_DUMMY_NREGIONS)) {
+        mc_warn("dummy server: a bad HELLO (%zd bytes, %d fds)", got, nfds);
+        goto out;
+    }
+    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+        struct stat sb;
+        uint64_t size = hello.size[r];
+        /* a memfd shorter than claimed would fault (SIGBUS) on access */
+        if ((fstat(fds[r], &sb) != 0) || (sb.st_size < 0) || ((uint64_t)sb.st_size < size) ||
+            !S_ISREG(sb.st_mode) || (size > ((uint64_t)1 << 46))) {
+            mc_warn("dummy server: region %u of a HELLO is not %llu bytes of shared memory", r,
+                    (unsigned long long)size);
+            goto out;
+        }
+        ss->size[r] = size;
+        if (size == 0)
+            continue;
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[r], 0);
+        if (p == MAP_FAILED) {
+            mc_warn("dummy server: mmap of %llu bytes: %m", (unsigned long long)size);
+            st = MC_INTERNAL_ERROR;
+            goto out;
+        }
+        ss->base[r] = p;
+        st = mc_store_register_buffer(ss->srv->store, p, size);
+        if (st != MC_OK) {
+            mc_warn("dummy server: registering a dummy's memory: %s", mc_last_error_detail());
+            goto out;
+        }
+        ss->registered[r] = 1;
+        if (size >= STAGE_ALIGN) {
+            st = mc_alloc_create(size, STAGE_ALIGN, &ss->alloc[r]);
+            if (st != MC_OK)
+                goto out;
+        }
+    }
+    st = MC_OK;
+out:
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (got == (ssize_t)(sizeof(h) + sizeof(hello))) {
+        mc_dummy_result_t res;
+        memset(&res, 0, sizeof(res));
+        res.result = (int64_t)(uintptr_t)ss;
+        if (send_resp(ss, MC_DUMMY_OP_HELLO, st, &res, 1) != 0)
+            st = MC_RPC_FAIL;
+    }
+    return (got == (ssize_t)(sizeof(h) + sizeof(hello))) ? st : MC_RPC_FAIL;
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+typedef struct req {
+    mc_dummy_item_t *items;
+    char **keys;      /* NUL-terminated copies, NULL for klen 0 */
+    size_t n;
+    mc_dummy_cfg_t cfg;
+    int has_cfg;
+} req_t;
+
+static void req_free(req_t *rq)
+{
+    if (rq->keys != NULL)
+        for (size_t i = 0; i < rq->n; i++)
+            free(rq->keys[i]);
+    free(rq->keys);
+    free(rq->items);
+}
+
+/* Split the body into items, keys and config; -1 for a malformed frame. */
+static int req_parse(const uint8_t *b, size_t len, size_t count, int with_cfg, req_t *rq)
+{
+    size_t off = 0;
+    memset(rq, 0, sizeof(*rq));
+    if (count > MC_DUMMY_MAX_ITEMS)
+        return -1;
+    rq->items = calloc(count + 1, sizeof(*rq->items));
+    rq->keys = calloc(count + 1, sizeof(*rq->keys));
+    if ((rq->items == NULL) || (rq->keys == NULL))
+        return -1;
+    rq->n = count;
+    for (size_t i = 0; i < count; i++) {
+        mc_dummy_item_t *it = &rq->items[i];
+        if (len - off < sizeof(*it))
+            return -1;
+        memcpy(it, b + off, sizeof(*it));
+        off += sizeof(*it);
+        if (it->klen > 0) {
+            if ((it->klen > 4096) || (len - off < it->klen) ||
+                memchr(b + off, 0, it->klen) != NULL)
+                return -1;
+            rq->keys[i] = strndup((const char *)b + off, it->klen);
+            if (rq->keys[i] == NULL)
+                return -1;
+            off += it->klen;
+        }
+    }
+    if (with_cfg) {
+        if (len - off < sizeof(rq->cfg))
+            return -1;
+        memcpy(&rq->cfg, b + off, sizeof(rq->cfg));
+        off += sizeof(rq->cfg);
+        rq->has_cfg = 1;
+    }
+    return (off == len) ? 0 : -1;
+}
+
+/* The session's own memory for an item's range, NULL if it is not. */
+static void *range_of(session_t *ss, const mc_dummy_item_t *it)
+{
+    if (it->region >= MC_DUMMY_NREGIONS)
+        return NULL;
+    uint64_t size = ss->size[it->region];
+    if ((ss->base[it->region] == NULL) || (it->off > size) || (it->len > size - it->off))
+        return NULL;
+    return ss->base[it->region] + it->off;
+}
+
+static mc_status_t block_free(session_t *ss, unsigned region, uint32_t handle)
+{
+    mc_alloc_block_t b;
+    if ((region >= MC_DUMMY_NREGIONS) || (ss->alloc[region] == NULL) ||
+        (mc_alloc_lookup(ss->alloc[region], handle, &b) != MC_OK))
+        return MC_INVALID_PARAMS;
+    return mc_alloc_put(ss->alloc[region], &b);
+}
+
+static void cfg_from_wire(const mc_dummy_cfg_t *w, mc_replicate_config_t *c)
+{
+    mc_replicate_config_init(c);
+    c->field_mask = w->field_mask;
+    c->replica_num = w->replica_num;
+    c->nof_replica_num = w->nof_replica_num;
+    c->dfs_replica_num = w->dfs_replica_num;
+    c->soft_pin_action = (mc_soft_pin_action_t)w->soft_pin_action;
+    c->soft_pin_ttl_ms = w->soft_pin_ttl_ms;
+    c->with_hard_pin = w->with_hard_pin;
+    c->prefer_alloc_in_same_node = w->prefer_alloc_in_same_node;
+}
+
+/* PUT and GET: items grouped by key (IF_MORE chains), one batch call. */
+static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+{
+    mc_store_h store = ss->srv->store;
+    size_t n = rq->n, nk = 0;
+    const char **keys = calloc(n + 1, sizeof(*keys));
+    const mc_iov_t **bufs = calloc(n + 1, sizeof(*bufs));
+    size_t *counts = calloc(n + 1, sizeof(*counts));
+    size_t *first = calloc(n + 1, sizeof(*first));
+    mc_iov_t *iovs = calloc(n + 1, sizeof(*iovs));
+    mc_status_t *sts = calloc(n + 1, sizeof(*sts));
+    int64_t *rs = calloc(n + 1, sizeof(*rs));
+    int upsert = 0, bad = 0;
+    mc_replicate_config_t cfg;
+
+    if (!keys || !bufs || !counts || !first || !iovs || !sts || !rs) {
+        for (size_t i = 0; i < n; i++)
+            res[i].result = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const mc_dummy_item_t *it = &rq->items[i];
+        void *p = range_of(ss, it);
+        if (p == NULL)
+            bad = 1;
+        iovs[i] = (mc_iov_t){p, (size_t)it->len};
+        if ((i == 0) || !(rq->items[i - 1].flags & MC_DUMMY_IF_MORE)) {
+            if (rq->keys[i] == NULL)
+                bad = 1;
+            keys[nk] = rq->keys[i];
+            bufs[nk] = &iovs[i];
+            first[nk] = i;
+            nk++;
+        } else if (rq->keys[i] != NULL) {
+            bad = 1;
+        }
+        counts[nk - 1]++;
+        if (it->flags & MC_DUMMY_IF_UPSERT)
+            upsert = 1;
+    }
+    if (bad || ((n > 0) && (rq->items[n - 1].flags & MC_DUMMY_IF_MORE))) {
+        free(keys); free(bufs); free(counts); free(first); free(iovs); free(sts); free(rs);
+        return -1; /* a range outside the dummy's memory: hostile, hang up */
+    }
+    if (op == MC_DUMMY_OP_PUT) {
+        if (rq->has_cfg && rq->cfg.present)
+            cfg_from_wire(&rq->cfg, &cfg);
+        const mc_replicate_config_t *c = (rq->has_cfg && rq->cfg.present) ? &cfg : NULL;
+        if (upsert)
+            (void)mc_store_batch_upsert_from_multi(store, keys, bufs, counts, nk, c, sts);
+        else
+            (void)mc_store_batch_put_from_multi(store, keys, bufs, counts, nk, c, sts);
+        for (size_t k = 0; k < nk; k++)
+            res[first[k]].result = sts[k];
+        for (size_t i = 0; i < n; i++)
+            if (rq->items[i].flags & MC_DUMMY_IF_RELEASE)
+                (void)block_free(ss, rq->items[i].region, rq->items[i].handle);
+    } else {
+        (void)mc_store_batch_get_into_multi(store, keys, bufs, counts, nk, rs);
+        for (size_t k = 0; k < nk; k++)
+            res[first[k]].result = rs[k];
+    }
+out:
+    free(keys); free(bufs); free(counts); free(first); free(iovs); free(sts); free(rs);
+    return 0;
+}
+
+static void do_get_staged(session_t *ss, req_t *rq, mc_dummy_result_t *res)
+{
+    mc_store_h store = ss->srv->store;
+    for (size_t i = 0; i < rq->n; i++) {
+        mc_store_query_h q = NULL;
+        mc_alloc_block_t b;
+        mc_status_t st;
+        uint64_t size;
+
+        if (rq->keys[i] == NULL) {
+            res[i].result = MC_INVALID_PARAMS;
+            continue;
+        }
+        st = mc_store_query(store, rq->keys[i], &q);
+        if (st != MC_OK) {
+            res[i].result = st;
+            continue;
+        }
+        size = mc_store_query_size(q);
+        if (size == 0) {
+            res[i].result = 0;
+            mc_store_query_release(q);
+            continue;
+        }
+        if (ss->alloc[MC_DUMMY_REGION_LBUF] == NULL) {
+            st = MC_INVALID_PARAMS;
+        } else {
+            st = mc_alloc_get(ss->alloc[MC_DUMMY_REGION_LBUF], size, &b);
+        }
+        if (st == MC_OK) {
+            st = mc_store_query_read(store, q, 0, ss->base[MC_DUMMY_REGION_LBUF] + b.offset,
+                                     (size_t)size);
+            if (st != MC_OK)
+                (void)mc_alloc_put(ss->alloc[MC_DUMMY_REGION_LBUF], &b);
+        }
+        mc_store_query_release(q);
+        if (st != MC_OK) {
+            res[i].result = st;
+            continue;
+        }
+        res[i].result = (int64_t)size;
+        res[i].off = b.offset;
+        res[i].handle = b.node;
+    }
+}
+
+static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
+{
+    uint64_t sessions = 0, mapped = 0, allocated = 0;
+    pthread_mutex_lock(&srv->lock);
+    for (session_t *ss = srv->sessions; ss != NULL; ss = ss->next) {
+        if (ss->done)
+            continue;
+        sessions++;
+        for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+            if (ss->base[r] != NULL)
+                mapped += ss->size[r];
+            if (ss->alloc[r] != NULL) {
+                mc_alloc_stats_t st;
+                mc_alloc_get_stats(ss->alloc[r], &st);
+                allocated += st.allocated;
+            }
+        }
+    }
+    pthread_mutex_unlock(&srv->lock);
+    res[0].result = (int64_t)sessions;
+    res[1].result = (int64_t)mapped;
+    res[2].result = (int64_t)allocated;
+}
+
+/* One request; -1 closes the connection. */
+static int serve_one(session_t *ss)
+{
+    mc_dummy_hdr_t h;
+    req_t rq;
+    mc_dummy_result_t *res = NULL;
+    size_t nres;
+    int rc = -1;
+
+    if (mc_dummy_recv_all(ss->fd, &h, sizeof(h)) != 0)
+        return -1;
+    if ((h.magic != MC_DUMMY_MAGIC) || (h.len > MC_DUMMY_MAX_FRAME) ||
+        (h.count > MC_DUMMY_MAX_ITEMS) || (h.op == MC_DUMMY_OP_HELLO) || (h.op == 0) ||
+        (h.op >= MC_DUMMY_OP_MAX_) ||
+        ((h.flags & MC_DUMMY_F_NOREPLY) && (h.op != MC_DUMMY_OP_FREE))) {
+        mc_warn("dummy server: a malformed frame (op %u, %u bytes); closing", h.op, h.len);
+        return -1;
+    }
+    if (h.len > ss->cap) {
+        uint8_t *p = realloc(ss->buf, h.len);
+        if (p == NULL)
+            return -1;
+        ss->buf = p;
+        ss->cap = h.len;
+    }
+    if ((h.len > 0) && (mc_dummy_recv_all(ss->fd, ss->buf, h.len) != 0))
+        return -1;
+    if (req_parse(ss->buf, h.len, h.count, h.op == MC_DUMMY_OP_PUT, &rq) != 0) {
+        mc_warn("dummy server: a malformed %s request; closing", mc_dummy_op_name(h.op));
+        req_free(&rq);
+        return -1;
+    }
+    nres = (h.op == MC_DUMMY_OP_STATS) ? 3 : (h.op == MC_DUMMY_OP_PING) ? 0 : rq.n;
+    res = calloc(nres + 1, sizeof(*res));
+    if (res == NULL)
+        goto out;
+    switch (h.op) {
+    case MC_DUMMY_OP_PING:
+        break;
+    case MC_DUMMY_OP_STATS:
+        do_stats(ss->srv, res);
+        break;
+    case MC_DUMMY_OP_ALLOC:
+        for (size_t i = 0; i < rq.n; i++) {
+            mc_alloc_block_t b;
+            unsigned r = rq.items[i].region;
+            mc_status_t st;
+            if ((r >= MC_DUMMY_NREGIONS) || (ss->alloc[r] == NULL) || (rq.items[i].len == 0))
+                st = (r < MC_DUMMY_NREGIONS && ss->alloc[r] == NULL) ? MC_NO_AVAILABLE_HANDLE
+                                                                    : MC_INVALID_PARAMS;
+            else
+                st = mc_alloc_get(ss->alloc[r], rq.items[i].len, &b);
+            if (st != MC_OK) {
+                res[i].result = st;
+                continue;
+            }
+            res[i].off = b.offset;
+            res[i].handle = b.node;
+        }
+        break;
+    case MC_DUMMY_OP_FREE:
+        for (size_t i = 0; i < rq.n; i++)
+            res[i].result = block_free(ss, rq.items[i].region, rq.items[i].handle);
+        break;
+    case MC_DUMMY_OP_PUT:
+    case MC_DUMMY_OP_GET:
+        if (do_io(ss, h.op, &rq, res) != 0) {
+            mc_warn("dummy server: a %s names memory outside the dummy's; closing",
+                    mc_dummy_op_name(h.op));
+            goto out;
+        }
+        break;
+    case MC_DUMMY_OP_GET_STAGED:
+        do_get_staged(ss, &rq, res);
+        break;
+    default: /* EXIST, SIZE, REMOVE: one key each */
+        for (size_t i = 0; i < rq.n; i++) {
+            const char *key = rq.keys[i];
+            if (key == NULL) {
+                res[i].result = MC_INVALID_PARAMS;
+            } else if (h.op == MC_DUMMY_OP_EXIST) {
+                res[i].result = mc_store_exist(ss->srv->store, key);
+            } else if (h.op == MC_DUMMY_OP_SIZE) {
+                uint64_t size = 0;
+                mc_status_t st = mc_store_get_size(ss->srv->store, key, &size);
+                res[i].result = (st != MC_OK) ? st : (int64_t)size;
+            } else {
+                res[i].result = mc_store_remove(ss->srv->store, key,
+                                                (rq.items[i].flags & MC_DUMMY_IF_FORCE) != 0);
+            }
+        }
+        break;
+    }
+    rc = 0;
+    if (!(h.flags & MC_DUMMY_F_NOREPLY))
+        rc = send_resp(ss, h.op, MC_OK, res, nres);
+out:
+    free(res);
+    req_free(&rq);
+    return rc;
+}
+
+static void *session_main(void *arg)
+{
+    session_t *ss = arg;
+    if (do_hello(ss) == MC_OK) {
+        mc_info("dummy server: a dummy client connected");
+        while (serve_one(ss) == 0)
+            ;
+        mc_info("dummy server: a dummy client went away; its memory is released");
+    }
+    pthread_mutex_lock(&ss->srv->lock);
+    session_release(ss);
+    ss->done = 1;
+    pthread_mutex_unlock(&ss->srv->lock);
+    return NULL;
+}
+
+/* Join and free the sessions whose thread has ended.  srv->lock held. */
+static void reap(struct mc_store_dummy_server *srv, int all)
+{
+    session_t **pp = &srv->sessions;
+    while (*pp != NULL) {
+        session_t *ss = *pp;
+        if (ss->done || all) {
+            *pp = ss->next;
+            pthread_mutex_unlock(&srv->lock);
+            pthread_join(ss->thread, NULL);
+            pthread_mutex_lock(&srv->lock);
+            close(ss->fd);
+            free(ss);
+        } else {
+            pp = &ss->next;
+        }
+    }
+}
+
+static void *accept_main(void *arg)
+{
+    struct mc_store_dummy_server *srv = arg;
+    for (;;) {
+        int fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
+        pthread_mutex_lock(&srv->lock);
+        if (srv->stop) {
+            pthread_mutex_unlock(&srv->lock);
+            if (fd >= 0)
+                close(fd);
+            return NULL;
+        }
+        reap(srv, 0);
+        if (fd < 0) {
+            pthread_mutex_unlock(&srv->lock);
+            if ((errno != EINTR) && (errno != ECONNABORTED))
+                usleep(10000);
+            continue;
+        }
+        session_t *ss = calloc(1, sizeof(*ss));
+        if (ss == NULL) {
+            close(fd);
+            pthread_mutex_unlock(&srv->lock);
+            continue;
+        }
+        ss->srv = srv;
+        ss->fd = fd;
+        if (pthread_create(&ss->thread, NULL, session_main, ss) != 0) {
+            close(fd);
+            free(ss);
+        } else {
+            ss->next = srv->sessions;
+            srv->sessions = ss;
+        }
+        pthread_mutex_unlock(&srv->lock);
+    }
+}
+
+MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc_path,
+                                               mc_store_dummy_server_h *server_p)
+{
+    struct mc_store_dummy_server *srv;
+    struct sockaddr_un sa;
+    socklen_t salen;
+
+    if ((store == NULL) || (ipc_path == NULL) || (server_p == NULL)) {
+        mc_set_error_detail("store, ipc_path and server_p are required");
+        return MC_INVALID_PARAMS;
+    }
+    if (mc_dummy_ipc_addr(ipc_path, &sa, &salen) != 0) {
+        mc_set_error_detail("ipc socket path \"%s\" is empty or too long", ipc_path);
+        return MC_INVALID_PARAMS;
+    }
+    srv = calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return MC_INTERNAL_ERROR;
+    srv->store = store;
+    snprintf(srv->path, sizeof(srv->path), "%s", ipc_path);
+    pthread_mutex_init(&srv->lock, NULL);
+    srv->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if ((srv->lfd < 0) || (bind(srv->lfd, (struct sockaddr *)&sa, salen) != 0) ||
+        (listen(srv->lfd, 128) != 0)) {
+        mc_set_error_detail("cannot listen on %s: %s", ipc_path, strerror(errno));
+        if (srv->lfd >= 0)
+            close(srv->lfd);
+        pthread_mutex_destroy(&srv->lock);
+        free(srv);
+        return (errno == EADDRINUSE) ? MC_INVALID_PARAMS : MC_INTERNAL_ERROR;
+    }
+    if (pthread_create(&srv->accept_thread, NULL, accept_main, srv) != 0) {
+        mc_set_error_detail("cannot start the dummy server thread");
+        close(srv->lfd);
+        pthread_mutex_destroy(&srv->lock);
+        free(srv);
+        return MC_INTERNAL_ERROR;
+    }
+    *server_p = srv;
+    return MC_OK;
+}
+
+MC_API void mc_store_dummy_server_stop(mc_store_dummy_server_h srv)
+{
+    if (srv == NULL)
+        return;
+    pthread_mutex_lock(&srv->lock);
+    srv->stop = 1;
+    for (session_t *ss = srv->sessions; ss != NULL; ss = ss->next)
+        shutdown(ss->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&srv->lock);
+    shutdown(srv->lfd, SHUT_RDWR); /* wakes accept() */
+    pthread_join(srv->accept_thread, NULL);
+    close(srv->lfd);
+    if (srv->path[0] != '@')
+        unlink(srv->path);
+    pthread_mutex_lock(&srv->lock);
+    reap(srv, 1);
+    pthread_mutex_unlock(&srv->lock);
+    pthread_mutex_destroy(&srv->lock);
+    free(srv);
+}

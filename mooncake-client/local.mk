@@ -1,0 +1,5 @@
+# mooncake_client (owner: dummy clients): the standalone real client that
+# serves dummy clients.  Public API only.
+bin_PROGRAMS += mooncake_client
+mooncake_client_SOURCES = mooncake-client/main.c
+mooncake_client_LDADD = libmooncake.la $(PTHREAD_LIBS)

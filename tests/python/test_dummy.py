@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Dummy clients (setup_dummy) served by a real mooncake_client daemon:
+real processes throughout (docs/protocol.md §8)."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import ClientProc, RealClient, client_bin, wait_until
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def real(master):
+    rc = RealClient(master)
+    yield rc
+    rc.stop()
+
+
+@pytest.fixture
+def dummies(real):
+    procs = []
+
+    def make(name="dummy", pool=16 * MiB, lbuf=16 * MiB, addr=None):
+        p = ClientProc(name)
+        procs.append(p)
+        r = p.call("setup_dummy", pool=pool, lbuf=lbuf, addr=addr or real.addr)
+        assert r["rc"] == 0, f"setup_dummy returned {r}\n{real.log_text()}"
+        return p
+    yield make
+    for p in procs:
+        p.stop()
+
+
+def test_bytes_api_through_a_dummy(dummies):
+    d = dummies()
+    assert d.call("put", key="dk1", hex=b"hello dummy".hex())["rc"] == 0
+    assert d.call("exist", key="dk1")["rc"] == 1
+    assert d.call("get_size", key="dk1")["rc"] == 11
+    assert bytes.fromhex(d.call("get", key="dk1")["hex"]) == b"hello dummy"
+    assert d.call("remove", key="dk1", force=True)["rc"] == 0  # a read lease is held
+    assert d.call("exist", key="dk1")["rc"] == 0
+    assert d.call("get_size", key="dk1")["rc"] == -704
+
+
+def test_zero_copy_and_batch_through_a_dummy(dummies):
+    d = dummies()
+    r = d.call("zc_roundtrip", key="zc1", size=1 * MiB)
+    assert r == dict(r, rc=0, n=MiB, ok=True)
+    r = d.call("batch_zc", keys=[f"bz{i}" for i in range(32)], size=4096)
+    assert r["rcs"] == [0] * 32 and r["ns"] == [4096] * 32 and r["ok"]
+
+
+def test_register_buffer_only_inside_the_pool(dummies):
+    d = dummies()
+    r = d.call("register_outside")
+    assert r["outside"] == -600 and r["inside"] == 0
+
+
+def test_cross_reads_with_an_ordinary_client(master, spawn_client, dummies):
+    d = dummies()
+    c = spawn_client("ordinary")
+    c.setup(master)
+    r = d.call("put_random", key="from-dummy", size=300 * 1024)
+    g = c.call("get", key="from-dummy")
+    assert g["len"] == 300 * 1024 and g["sha256"] == r["sha256"]
+    r = c.call("put_random", key="from-ordinary", size=200 * 1024)
+    g = d.call("get", key="from-ordinary")
+    assert g["len"] == 200 * 1024 and g["sha256"] == r["sha256"]
+
+
+def test_killed_dummy_frees_its_memory(dummies):
+    watcher = dummies("watcher", pool=1 * MiB, lbuf=1 * MiB)
+    base = watcher.call("dummy_stats")
+    assert base["dummies"] == 1
+    victim = dummies("victim", pool=4 * MiB, lbuf=8 * MiB)
+    assert watcher.call("dummy_stats")["dummies"] == 2
+    victim.call("put_loop", prefix="kv", size=16 * 1024)
+    time.sleep(0.5)
+    victim.kill()
+    wait_until(lambda: watcher.call("dummy_stats") == base, 10.0,
+               "the real client to free the killed dummy's memory")
+    # objects it wrote stay
+    assert watcher.call("exist", key="kv-0")["rc"] == 1
+
+
+def test_dead_real_client_fails_calls_fast(fresh_master, spawn_client):
+    # its own master: the killed daemon's segment stays mounted until the
+    # master's client TTL, and other tests must not place objects there
+    rc = RealClient(fresh_master)
+    try:
+        d = spawn_client("orphan")
+        assert d.call("setup_dummy", pool=MiB, lbuf=MiB, addr=rc.addr)["rc"] == 0
+        assert d.call("put", key="o1", hex="00")["rc"] == 0
+        rc.kill()
+        t0 = time.monotonic()
+        assert d.call("put", key="o2", hex="00")["rc"] == -900
+        assert d.call("exist", key="o1")["rc"] == -900
+        assert time.monotonic() - t0 < 5
+    finally:
+        rc.stop()
+
+
+def test_wrong_address_fails_setup_in_bounded_time(spawn_client):
+    p = spawn_client("lost")
+    t0 = time.monotonic()
+    r = p.call("setup_dummy", pool=MiB, lbuf=MiB, addr="127.0.0.1:1")
+    assert r["rc"] == -900 and "no mooncake_client" in r["detail"]
+    assert p.call("setup_dummy", pool=MiB, lbuf=MiB, addr="nonsense")["rc"] == -600
+    assert time.monotonic() - t0 < 6
+
+
+def test_eight_concurrent_dummies(dummies):
+    ds = [dummies(f"d{i}", pool=4 * MiB, lbuf=4 * MiB) for i in range(8)]
+    sums = {}
+    for i, d in enumerate(ds):  # interleave writes
+        for j in range(4):
+            r = d.call("put_random", key=f"m{i}-{j}", size=64 * 1024)
+            assert r["rc"] == 0
+            sums[f"m{i}-{j}"] = r["sha256"]
+    for i, d in enumerate(ds):
+        for key, sha in sums.items():
+            if key.endswith("-0") or key.startswith(f"m{i}-"):
+                g = d.call("get", key=key)
+                assert g["sha256"] == sha, g
+
+
+def test_daemon_flags_and_signals(master):
+    out = subprocess.run([client_bin(), "--bogus_flag=1"], capture_output=True, text=True,
+                         timeout=10)
+    assert out.returncode == 2 and "bogus_flag" in out.stderr
+    out = subprocess.run([client_bin(), "--enable_offload=true"], capture_output=True,
+                         text=True, timeout=10)
+    assert out.returncode == 2 and "enable_offload" in out.stderr
+    rc = RealClient(master)
+    try:
+        rc.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert rc.alive()
+    finally:
+        assert rc.stop() == 0
