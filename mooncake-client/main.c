@@ -260,11 +260,6 @@ int main(int argc, char **argv)
                         "not built into this mooncake_client\n");
         return 2;
     }
-    if (f.enable_http_server) {
-        fprintf(stderr, "mooncake_client: flag '--enable_http_server': the client HTTP server "
-                        "is not available in this mooncake_client yet\n");
-        return 2;
-    }
     if (f.log_dir[0] != 0)
         fprintf(stderr, "mooncake_client: --log_dir is accepted; messages go to stderr\n");
     if (f.ipc_socket_path != NULL)
@@ -292,6 +287,11 @@ int main(int argc, char **argv)
     p.rdma_devices = f.device_names;
     p.master_server_addr = f.master_server_address;
     p.tenant_id = f.tenant_id;
+    if (f.enable_http_server) {
+        /* the client HTTP server of the store (GET /health, /metrics, ...) */
+        p.field_mask |= MC_STORE_PARAM_CLIENT_HTTP_PORT;
+        p.client_http_port = (uint16_t)f.http_port;
+    }
     if ((st = mc_store_create(&store)) != MC_OK || (st = mc_store_setup(store, &p)) != MC_OK) {
         fprintf(stderr, "mooncake_client: setup failed: %s (%d): %s\n", mc_status_string(st),
                 st, mc_last_error_detail());

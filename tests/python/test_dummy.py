@@ -143,3 +143,15 @@ def test_daemon_flags_and_signals(master):
         assert rc.alive()
     finally:
         assert rc.stop() == 0
+
+
+def test_daemon_client_http_server(master):
+    import urllib.request
+    from helpers import free_port
+    port = free_port()
+    rc = RealClient(master, extra_args=["--enable_http_server=true", f"--http_port={port}"])
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            assert r.status == 200
+    finally:
+        assert rc.stop() == 0
