@@ -45,6 +45,10 @@ typedef struct session {
     uint64_t size[MC_DUMMY_NREGIONS];
     int registered[MC_DUMMY_NREGIONS];
     mc_alloc_t *alloc[MC_DUMMY_NREGIONS];
+    /* guards alloc[] and base[]: the session's thread allocates, frees and
+     * maps, and a STATS request of any other session reads them (taken
+     * after srv->lock) */
+    pthread_mutex_t mu;
     uint8_t *buf;  /* request body */
     size_t cap;
 } session_t;
@@ -68,9 +72,11 @@ static void session_release(session_t *ss)
             (void)mc_store_unregister_buffer(ss->srv->store, ss->base[r]);
         if (ss->base[r] != NULL)
             munmap(ss->base[r], ss->size[r]);
+        pthread_mutex_lock(&ss->mu);
         mc_alloc_destroy(ss->alloc[r]);
-        ss->base[r] = NULL;
         ss->alloc[r] = NULL;
+        ss->base[r] = NULL;
+        pthread_mutex_unlock(&ss->mu);
         ss->registered[r] = 0;
     }
     free(ss->buf);
@@ -155,7 +161,9 @@ static mc_status_t do_hello(session_t *ss)
             st = MC_INTERNAL_ERROR;
             goto out;
         }
+        pthread_mutex_lock(&ss->mu);
         ss->base[r] = p;
+        pthread_mutex_unlock(&ss->mu);
         st = mc_store_register_buffer(ss->srv->store, p, size);
         if (st != MC_OK) {
             mc_warn("dummy server: registering a dummy's memory: %s", mc_last_error_detail());
@@ -163,9 +171,13 @@ static mc_status_t do_hello(session_t *ss)
         }
         ss->registered[r] = 1;
         if (size >= STAGE_ALIGN) {
-            st = mc_alloc_create(size, STAGE_ALIGN, &ss->alloc[r]);
+            mc_alloc_t *a = NULL;
+            st = mc_alloc_create(size, STAGE_ALIGN, &a);
             if (st != MC_OK)
                 goto out;
+            pthread_mutex_lock(&ss->mu);
+            ss->alloc[r] = a;
+            pthread_mutex_unlock(&ss->mu);
         }
     }
     st = MC_OK;
@@ -250,13 +262,37 @@ static void *range_of(session_t *ss, const mc_dummy_item_t *it)
     return ss->base[it->region] + it->off;
 }
 
+/* The session's allocators, under ss->mu (see session_t). */
+static mc_status_t block_get(session_t *ss, unsigned region, uint64_t len, mc_alloc_block_t *b)
+{
+    mc_status_t st = MC_NO_AVAILABLE_HANDLE;
+    pthread_mutex_lock(&ss->mu);
+    if (ss->alloc[region] != NULL)
+        st = mc_alloc_get(ss->alloc[region], len, b);
+    pthread_mutex_unlock(&ss->mu);
+    return st;
+}
+
+static void block_put(session_t *ss, unsigned region, const mc_alloc_block_t *b)
+{
+    pthread_mutex_lock(&ss->mu);
+    if (ss->alloc[region] != NULL)
+        (void)mc_alloc_put(ss->alloc[region], b);
+    pthread_mutex_unlock(&ss->mu);
+}
+
 static mc_status_t block_free(session_t *ss, unsigned region, uint32_t handle)
 {
     mc_alloc_block_t b;
-    if ((region >= MC_DUMMY_NREGIONS) || (ss->alloc[region] == NULL) ||
-        (mc_alloc_lookup(ss->alloc[region], handle, &b) != MC_OK))
-        return MC_INVALID_PARAMS;
-    return mc_alloc_put(ss->alloc[region], &b);
+    mc_status_t st = MC_INVALID_PARAMS;
+    if (region >= MC_DUMMY_NREGIONS)
+        return st;
+    pthread_mutex_lock(&ss->mu);
+    if ((ss->alloc[region] != NULL) &&
+        (mc_alloc_lookup(ss->alloc[region], handle, &b) == MC_OK))
+        st = mc_alloc_put(ss->alloc[region], &b);
+    pthread_mutex_unlock(&ss->mu);
+    return st;
 }
 
 static void cfg_from_wire(const mc_dummy_cfg_t *w, mc_replicate_config_t *c)
@@ -363,16 +399,12 @@ static void do_get_staged(session_t *ss, req_t *rq, mc_dummy_result_t *res)
             mc_store_query_release(q);
             continue;
         }
-        if (ss->alloc[MC_DUMMY_REGION_LBUF] == NULL) {
-            st = MC_INVALID_PARAMS;
-        } else {
-            st = mc_alloc_get(ss->alloc[MC_DUMMY_REGION_LBUF], size, &b);
-        }
+        st = block_get(ss, MC_DUMMY_REGION_LBUF, size, &b);
         if (st == MC_OK) {
             st = mc_store_query_read(store, q, 0, ss->base[MC_DUMMY_REGION_LBUF] + b.offset,
                                      (size_t)size);
             if (st != MC_OK)
-                (void)mc_alloc_put(ss->alloc[MC_DUMMY_REGION_LBUF], &b);
+                block_put(ss, MC_DUMMY_REGION_LBUF, &b);
         }
         mc_store_query_release(q);
         if (st != MC_OK) {
@@ -394,6 +426,7 @@ static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
             continue;
         sessions++;
         for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+            pthread_mutex_lock(&ss->mu);
             if (ss->base[r] != NULL)
                 mapped += ss->size[r];
             if (ss->alloc[r] != NULL) {
@@ -401,6 +434,7 @@ static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
                 mc_alloc_get_stats(ss->alloc[r], &st);
                 allocated += st.allocated;
             }
+            pthread_mutex_unlock(&ss->mu);
         }
     }
     pthread_mutex_unlock(&srv->lock);
@@ -456,11 +490,10 @@ static int serve_one(session_t *ss)
             mc_alloc_block_t b;
             unsigned r = rq.items[i].region;
             mc_status_t st;
-            if ((r >= MC_DUMMY_NREGIONS) || (ss->alloc[r] == NULL) || (rq.items[i].len == 0))
-                st = (r < MC_DUMMY_NREGIONS && ss->alloc[r] == NULL) ? MC_NO_AVAILABLE_HANDLE
-                                                                    : MC_INVALID_PARAMS;
+            if ((r >= MC_DUMMY_NREGIONS) || (rq.items[i].len == 0))
+                st = MC_INVALID_PARAMS;
             else
-                st = mc_alloc_get(ss->alloc[r], rq.items[i].len, &b);
+                st = block_get(ss, r, rq.items[i].len, &b);
             if (st != MC_OK) {
                 res[i].result = st;
                 continue;
@@ -539,6 +572,7 @@ static void reap(struct mc_store_dummy_server *srv, int all)
             pthread_join(ss->thread, NULL);
             pthread_mutex_lock(&srv->lock);
             close(ss->fd);
+            pthread_mutex_destroy(&ss->mu);
             free(ss);
         } else {
             pp = &ss->next;
@@ -573,8 +607,10 @@ static void *accept_main(void *arg)
         }
         ss->srv = srv;
         ss->fd = fd;
+        pthread_mutex_init(&ss->mu, NULL);
         if (pthread_create(&ss->thread, NULL, session_main, ss) != 0) {
             close(fd);
+            pthread_mutex_destroy(&ss->mu);
             free(ss);
         } else {
             ss->next = srv->sessions;
