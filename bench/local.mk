@@ -5,11 +5,13 @@ bench_raw_tcp_SOURCES = bench/raw_tcp.c
 noinst_PROGRAMS += bench/meta_bench
 bench_meta_bench_SOURCES = bench/meta_bench.c
 bench_meta_bench_LDADD = libmooncake-internal.la $(PTHREAD_LIBS)
-EXTRA_DIST += bench/store_bench.py bench/tensor_bench.py bench/te_bench.py bench/README.md
+EXTRA_DIST += bench/store_bench.py bench/tensor_bench.py bench/te_bench.py bench/dummy_bench.py \
+	bench/README.md
 
 bench: all
 	$(PYTHON) $(srcdir)/bench/store_bench.py --build-dir $(abs_builddir)
 	$(PYTHON) $(srcdir)/bench/tensor_bench.py --build-dir $(abs_builddir)
 	$(PYTHON) $(srcdir)/bench/te_bench.py --build-dir $(abs_builddir)
+	$(PYTHON) $(srcdir)/bench/dummy_bench.py --build-dir $(abs_builddir)
 	$(abs_builddir)/bench/meta_bench --master-bin $(abs_builddir)/mooncake_master
 .PHONY: bench
