@@ -35,6 +35,7 @@ EXTRA_DIST += \
 	examples/hello.py \
 	examples/p2p_hello.py \
 	examples/tensor_hello.py \
+	examples/dummy_hello.py \
 	tests/python/conftest.py \
 	tests/python/client_proc.py \
 	tests/python/helpers.py \
