@@ -494,8 +494,11 @@ MC_API mc_status_t mc_store_setup_dummy(mc_store_h s, uint64_t mem_pool_size,
         return MC_INVALID_PARAMS;
     }
     st = do_setup_dummy(d, mem_pool_size, local_buffer_size, server_address);
-    if (st == MC_OK)
+    if (st == MC_OK) {
         s->dummy = d;
+        /* a dummy has no segment of its own: its name is its real client's */
+        snprintf(s->hostname, sizeof(s->hostname), "%s", server_address);
+    }
     pthread_rwlock_unlock(&s->life);
     if (st != MC_OK) {
         char detail[512];
@@ -511,6 +514,7 @@ void mc_dummy_close(mc_store_h s)
     /* `life` held for writing: no call in flight */
     dummy_free(s->dummy);
     s->dummy = NULL;
+    s->hostname[0] = '\0';
 }
 
 MC_API int mc_store_is_dummy(mc_store_h s)
@@ -672,17 +676,215 @@ int mc_dummy_write(mc_store_h s, const char *key, const mc_iov_t *parts, size_t 
     return 1;
 }
 
-int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
-                         const size_t *counts, size_t n, const mc_replicate_config_t *cfg,
-                         int upsert, mc_status_t *statuses, mc_status_t *st_p)
+#define WRITE_BATCH 1024u
+
+/* How each key of a batch write travels. */
+enum { BW_DONE = 0, BW_DIRECT, BW_STAGED, BW_SENDING };
+
+/*
+ * Keys[0..n) (n <= WRITE_BATCH) in rounds: the staged keys ask for staging
+ * blocks in one ALLOC frame, get their bytes copied in, and go with the
+ * direct keys (every part inside the shared memory) in one PUT frame whose
+ * staged items carry RELEASE.  A key refused a block for room is asked for
+ * again in the next round, after that PUT freed the blocks; a round that
+ * writes nothing fails the rest with MC_NO_AVAILABLE_HANDLE.
+ */
+static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_iov_t *const *bufs,
+                             const size_t *counts, size_t n, const mc_dummy_cfg_t *wcfg,
+                             int upsert, int zero_copy, mc_status_t *statuses)
 {
-    mc_dummy_t *d = enter(s);
+    size_t nitems = 0;
+    unsigned char *how = calloc(n + 1, 1);
+    uint64_t *total = calloc(n + 1, sizeof(*total));
+    mc_dummy_result_t *blk = calloc(n + 1, sizeof(*blk));
+    size_t *first = calloc(n + 1, sizeof(*first));
     mc_dummy_item_t *items = NULL;
     const char **ikeys = NULL;
     mc_dummy_result_t *res = NULL;
-    size_t *first = NULL, nitems = 0, m = 0;
+    const uint8_t base_flags = (uint8_t)(upsert ? MC_DUMMY_IF_UPSERT : 0);
+
+    for (size_t i = 0; i < n; i++)
+        nitems += (counts[i] > 0) ? counts[i] : 1;
+    items = calloc(nitems + 1, sizeof(*items));
+    ikeys = calloc(nitems + 1, sizeof(*ikeys));
+    res = calloc(nitems + 1, sizeof(*res));
+    if ((how == NULL) || (total == NULL) || (blk == NULL) || (first == NULL) ||
+        (items == NULL) || (ikeys == NULL) || (res == NULL)) {
+        mc_set_error_detail("out of memory for a batch of %zu keys", n);
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int in_shm = 1;
+        statuses[i] = MC_OK;
+        if (key_len(keys[i]) == UINT32_MAX) {
+            statuses[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        for (size_t j = 0; j < counts[i]; j++) {
+            const mc_iov_t *v = &bufs[i][j];
+            uint16_t reg;
+            uint64_t off;
+            if ((v->base == NULL) && (v->len > 0)) {
+                mc_set_error_detail("a buffer of key %s is NULL", keys[i]);
+                statuses[i] = MC_INVALID_PARAMS;
+                break;
+            }
+            total[i] += v->len;
+            if ((v->len > 0) && !locate(d, v->base, v->len, &reg, &off))
+                in_shm = 0;
+        }
+        if (statuses[i] != MC_OK)
+            continue;
+        if (total[i] == 0) {
+            if (zero_copy) {
+                mc_set_error_detail("no buffer for key %s", keys[i]);
+                statuses[i] = MC_INVALID_PARAMS;
+            }
+            continue; /* staged: an empty value stores nothing, as put() */
+        }
+        if (in_shm) {
+            how[i] = BW_DIRECT;
+        } else if (zero_copy) {
+            mc_set_error_detail("a dummy client's zero-copy buffers must lie in its shared memory");
+            statuses[i] = MC_INVALID_PARAMS;
+        } else if (total[i] > d->size[MC_DUMMY_REGION_LBUF]) {
+            mc_set_error_detail("a value of %llu bytes (key %s) is larger than the dummy's local "
+                                "buffer (%llu bytes); write it from the memory pool (put_from)",
+                                (unsigned long long)total[i], keys[i],
+                                (unsigned long long)d->size[MC_DUMMY_REGION_LBUF]);
+            statuses[i] = MC_NO_AVAILABLE_HANDLE;
+        } else {
+            how[i] = BW_STAGED;
+        }
+    }
+    for (;;) {
+        size_t na = 0, m = 0, nput = 0;
+        mc_status_t st;
+
+        /* staging blocks for the staged keys still waiting */
+        for (size_t i = 0; i < n; i++) {
+            blk[i].result = -1;
+            if (how[i] != BW_STAGED)
+                continue;
+            memset(&items[na], 0, sizeof(items[na]));
+            items[na].region = MC_DUMMY_REGION_LBUF;
+            items[na].len = total[i];
+            first[na++] = i;
+        }
+        if (na > 0) {
+            st = call(d, MC_DUMMY_OP_ALLOC, 0, items, NULL, na, NULL, res, na);
+            for (size_t k = 0; k < na; k++) {
+                size_t i = first[k];
+                if (st != MC_OK) {
+                    statuses[i] = st;
+                    how[i] = BW_DONE;
+                } else if (res[k].result == 0) {
+                    blk[i] = res[k];
+                } else if (res[k].result != MC_NO_AVAILABLE_HANDLE) {
+                    statuses[i] = (mc_status_t)res[k].result;
+                    how[i] = BW_DONE;
+                }
+            }
+            if (st != MC_OK) {
+                for (size_t i = 0; i < n; i++)
+                    if (how[i] != BW_DONE) {
+                        statuses[i] = st;
+                        how[i] = BW_DONE;
+                    }
+                break;
+            }
+        }
+        /* one PUT: the direct keys, and the staged keys that have a block */
+        for (size_t i = 0; i < n; i++) {
+            size_t start = m;
+            if (how[i] == BW_DIRECT) {
+                for (size_t j = 0; j < counts[i]; j++) {
+                    const mc_iov_t *v = &bufs[i][j];
+                    if (v->len == 0)
+                        continue;
+                    memset(&items[m], 0, sizeof(items[m]));
+                    locate(d, v->base, v->len, &items[m].region, &items[m].off);
+                    items[m].len = v->len;
+                    items[m].flags = (uint8_t)(base_flags | MC_DUMMY_IF_MORE);
+                    m++;
+                }
+            } else if ((how[i] == BW_STAGED) && (blk[i].result == 0)) {
+                uint8_t *dst = d->base[MC_DUMMY_REGION_LBUF] + blk[i].off;
+                if ((total[i] > d->size[MC_DUMMY_REGION_LBUF]) ||
+                    (blk[i].off > d->size[MC_DUMMY_REGION_LBUF] - total[i])) {
+                    statuses[i] = MC_INTERNAL_ERROR; /* a block outside the buffer */
+                    how[i] = BW_DONE;
+                    continue;
+                }
+                for (size_t j = 0; j < counts[i]; j++) {
+                    if (bufs[i][j].len > 0)
+                        memcpy(dst, bufs[i][j].base, bufs[i][j].len);
+                    dst += bufs[i][j].len;
+                }
+                memset(&items[m], 0, sizeof(items[m]));
+                items[m].region = MC_DUMMY_REGION_LBUF;
+                items[m].off = blk[i].off;
+                items[m].len = total[i];
+                items[m].handle = blk[i].handle;
+                items[m].flags = (uint8_t)(base_flags | MC_DUMMY_IF_RELEASE);
+                m++;
+            } else {
+                continue;
+            }
+            items[start].klen = key_len(keys[i]);
+            ikeys[start] = keys[i];
+            items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
+            first[nput++] = start;
+            how[i] = BW_SENDING;
+        }
+        if (m == 0) {
+            for (size_t i = 0; i < n; i++)
+                if (how[i] == BW_STAGED) {
+                    mc_set_error_detail("the dummy's local buffer (%llu bytes) has no room for "
+                                        "key %s (%llu bytes)",
+                                        (unsigned long long)d->size[MC_DUMMY_REGION_LBUF],
+                                        keys[i], (unsigned long long)total[i]);
+                    statuses[i] = MC_NO_AVAILABLE_HANDLE;
+                }
+            break;
+        }
+        st = call(d, MC_DUMMY_OP_PUT, 0, items, ikeys, m, wcfg, res, m);
+        nput = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (how[i] != BW_SENDING)
+                continue;
+            statuses[i] = (st == MC_OK) ? (mc_status_t)res[first[nput]].result : st;
+            nput++;
+            how[i] = BW_DONE;
+        }
+        if (st != MC_OK) {
+            for (size_t i = 0; i < n; i++)
+                if (how[i] != BW_DONE) {
+                    statuses[i] = st;
+                    how[i] = BW_DONE;
+                }
+            break;
+        }
+    }
+out:
+    free(how);
+    free(total);
+    free(blk);
+    free(first);
+    free(items);
+    free(ikeys);
+    free(res);
+}
+
+int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
+                         const size_t *counts, size_t n, const mc_replicate_config_t *cfg,
+                         int upsert, int zero_copy, mc_status_t *statuses, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
     mc_dummy_cfg_t wcfg;
-    mc_status_t st = MC_OK;
+    mc_status_t st;
 
     if (d == NULL)
         return 0;
@@ -696,68 +898,52 @@ int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *
             statuses[i] = st;
         goto out;
     }
-    for (size_t i = 0; i < n; i++)
-        nitems += (counts[i] > 0) ? counts[i] : 1;
-    items = calloc(nitems + 1, sizeof(*items));
-    ikeys = calloc(nitems + 1, sizeof(*ikeys));
-    res = calloc(nitems + 1, sizeof(*res));
-    first = calloc(n + 1, sizeof(*first));
-    if ((items == NULL) || (ikeys == NULL) || (res == NULL) || (first == NULL)) {
-        st = MC_INTERNAL_ERROR;
-        goto out;
-    }
     cfg_to_wire(cfg, &wcfg);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t klen = key_len(keys[i]);
-        size_t start = m;
-        statuses[i] = MC_OK;
-        first[i] = SIZE_MAX;
-        if (klen == UINT32_MAX) {
-            statuses[i] = MC_INVALID_PARAMS;
-            continue;
-        }
-        for (size_t j = 0; j < counts[i]; j++) {
-            const mc_iov_t *v = &bufs[i][j];
-            if ((v->len == 0) && (counts[i] > 1))
-                continue;
-            if ((v->base == NULL) ||
-                !locate(d, v->base, v->len, &items[m].region, &items[m].off)) {
-                mc_set_error_detail("a dummy client's zero-copy buffers must lie in its "
-                                    "shared memory");
-                statuses[i] = MC_INVALID_PARAMS;
-                break;
-            }
-            items[m].len = v->len;
-            items[m].flags = (uint8_t)((upsert ? MC_DUMMY_IF_UPSERT : 0) | MC_DUMMY_IF_MORE);
-            m++;
-        }
-        if ((statuses[i] != MC_OK) || (m == start)) {
-            if (statuses[i] == MC_OK) {
-                mc_set_error_detail("no buffer for key %s", keys[i]);
-                statuses[i] = MC_INVALID_PARAMS;
-            }
-            m = start;
-            continue;
-        }
-        items[start].klen = klen;
-        ikeys[start] = keys[i];
-        items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
-        first[i] = start;
-    }
-    if (m > 0) {
-        st = call(d, MC_DUMMY_OP_PUT, 0, items, ikeys, m, &wcfg, res, m);
-        for (size_t i = 0; i < n; i++)
-            if (first[i] != SIZE_MAX)
-                statuses[i] = (st == MC_OK) ? (mc_status_t)res[first[i]].result : st;
+    for (size_t at = 0; at < n; at += WRITE_BATCH) {
+        size_t m = (n - at < WRITE_BATCH) ? n - at : WRITE_BATCH;
+        batch_write_some(d, keys + at, bufs + at, counts + at, m, &wcfg, upsert, zero_copy,
+                         statuses + at);
     }
     st = mc_store_first_error(statuses, n);
 out:
-    free(items);
-    free(ikeys);
-    free(res);
-    free(first);
     leave(s);
     *st_p = st;
+    return 1;
+}
+
+int mc_dummy_values_write(mc_store_h s, const char *const *keys, const mc_iov_t *values,
+                          size_t n, const mc_replicate_config_t *cfg, int upsert,
+                          mc_status_t *statuses, mc_status_t *st_p)
+{
+    const mc_iov_t **bufs;
+    size_t *counts;
+
+    if (!mc_store_is_dummy(s))
+        return 0;
+    if ((n > 0) && (values == NULL)) {
+        mc_set_error_detail("values is NULL");
+        *st_p = MC_INVALID_PARAMS;
+        return 1;
+    }
+    bufs = calloc(n + 1, sizeof(*bufs));
+    counts = calloc(n + 1, sizeof(*counts));
+    if ((bufs == NULL) || (counts == NULL)) {
+        free(bufs);
+        free(counts);
+        mc_set_error_detail("out of memory for a batch of %zu keys", n);
+        *st_p = MC_INTERNAL_ERROR;
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        bufs[i] = &values[i];
+        counts[i] = 1;
+    }
+    if (!mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, upsert, 0, statuses, st_p)) {
+        mc_set_error_detail("the store was closed");
+        *st_p = MC_UNAVAILABLE_IN_CURRENT_STATUS;
+    }
+    free(bufs);
+    free(counts);
     return 1;
 }
 
@@ -1077,5 +1263,229 @@ int mc_dummy_mem_pool_free(mc_store_h s, void *ptr, mc_status_t *st_p)
             *st_p = (mc_status_t)r.result;
     }
     leave(s);
+    return 1;
+}
+
+/* ---- fetched copies: queries, get_buffer, ranged reads ------------------------ */
+
+#define FETCH_BATCH 1024u
+
+/* The objects of keys[0..m) (m <= FETCH_BATCH) through staging blocks:
+ * one GET_STAGED frame, a copy of each into a fresh heap block, one FREE
+ * frame.  A key refused for room while other keys of the frame held the
+ * staging buffer is fetched again alone (@p retry). */
+static void fetch_frame(mc_dummy_t *d, const char *const *keys, size_t m, size_t header,
+                        void **mems, uint64_t *sizes, mc_status_t *statuses, int retry)
+{
+    mc_dummy_item_t *items = calloc(m + 1, sizeof(*items));
+    mc_dummy_item_t *frees = calloc(m + 1, sizeof(*frees));
+    const char **ikeys = calloc(m + 1, sizeof(*ikeys));
+    mc_dummy_result_t *res = calloc(m + 1, sizeof(*res));
+    size_t *idx = calloc(m + 1, sizeof(*idx));
+    size_t k = 0, nf = 0;
+    mc_status_t st;
+
+    if ((items == NULL) || (frees == NULL) || (ikeys == NULL) || (res == NULL) || (idx == NULL)) {
+        mc_set_error_detail("out of memory for %zu reads", m);
+        for (size_t i = 0; i < m; i++)
+            statuses[i] = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    for (size_t i = 0; i < m; i++) {
+        uint32_t klen = key_len(keys[i]);
+        if (klen == UINT32_MAX) {
+            statuses[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        items[k].klen = klen;
+        ikeys[k] = keys[i];
+        idx[k++] = i;
+    }
+    if (k == 0)
+        goto out;
+    st = call(d, MC_DUMMY_OP_GET_STAGED, 0, items, ikeys, k, NULL, res, k);
+    for (size_t j = 0; j < k; j++) {
+        size_t i = idx[j];
+        const mc_dummy_result_t *r = &res[j];
+        if (st != MC_OK) {
+            statuses[i] = st;
+            continue;
+        }
+        if (r->result < 0) {
+            statuses[i] = (mc_status_t)r->result;
+            continue;
+        }
+        if (r->result > 0) {
+            frees[nf].region = MC_DUMMY_REGION_LBUF;
+            frees[nf++].handle = r->handle;
+            /* the server granted [off, off + size) of the staging buffer */
+            if (((uint64_t)r->result > d->size[MC_DUMMY_REGION_LBUF]) ||
+                (r->off > d->size[MC_DUMMY_REGION_LBUF] - (uint64_t)r->result)) {
+                mc_set_error_detail("the real client named a block outside the staging buffer");
+                statuses[i] = MC_INTERNAL_ERROR;
+                continue;
+            }
+        }
+        mems[i] = malloc(header + (size_t)r->result + 1);
+        if (mems[i] == NULL) {
+            mc_set_error_detail("out of memory for a copy of %lld bytes", (long long)r->result);
+            statuses[i] = MC_INTERNAL_ERROR;
+            continue;
+        }
+        if (r->result > 0)
+            memcpy((uint8_t *)mems[i] + header, d->base[MC_DUMMY_REGION_LBUF] + r->off,
+                   (size_t)r->result);
+        sizes[i] = (uint64_t)r->result;
+        statuses[i] = MC_OK;
+    }
+    if (nf > 0)
+        (void)call(d, MC_DUMMY_OP_FREE, MC_DUMMY_F_NOREPLY, frees, NULL, nf, NULL, NULL, 0);
+    for (size_t j = 0; j < k; j++) {
+        size_t i = idx[j];
+        if (statuses[i] != MC_NO_AVAILABLE_HANDLE)
+            continue;
+        if (retry && (k > 1))
+            fetch_frame(d, &keys[i], 1, header, &mems[i], &sizes[i], &statuses[i], 0);
+        else
+            mc_set_error_detail("the dummy's local buffer (%llu bytes) has no room for %s; "
+                                "read it with get_into into the memory pool instead",
+                                (unsigned long long)d->size[MC_DUMMY_REGION_LBUF], keys[i]);
+    }
+out:
+    free(items);
+    free(frees);
+    free(ikeys);
+    free(res);
+    free(idx);
+}
+
+static void fetch_many(mc_dummy_t *d, const char *const *keys, size_t n, size_t header,
+                       void **mems, uint64_t *sizes, mc_status_t *statuses)
+{
+    for (size_t i = 0; i < n; i++) {
+        mems[i] = NULL;
+        sizes[i] = 0;
+        statuses[i] = MC_OK;
+    }
+    for (size_t at = 0; at < n; at += FETCH_BATCH) {
+        size_t m = (n - at < FETCH_BATCH) ? n - at : FETCH_BATCH;
+        fetch_frame(d, keys + at, m, header, mems + at, sizes + at, statuses + at, 1);
+    }
+}
+
+int mc_dummy_batch_fetch(mc_store_h s, const char *const *keys, size_t n, size_t header,
+                         void **mems, uint64_t *sizes, mc_status_t *statuses)
+{
+    mc_dummy_t *d = enter(s);
+    if (d == NULL)
+        return 0;
+    fetch_many(d, keys, n, header, mems, sizes, statuses);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_mem_is_registered(mc_store_h s, const void *p, size_t len, int *result_p)
+{
+    mc_dummy_t *d = enter(s);
+    uint16_t reg;
+    uint64_t off;
+    if (d == NULL)
+        return 0;
+    *result_p = (p != NULL) && locate(d, p, len, &reg, &off);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    const char **dkeys = NULL;
+    size_t *owner = NULL, nd = 0;
+    void **mems = NULL;
+    uint64_t *sizes = NULL;
+    mc_status_t *ks = NULL, st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    if ((n > 0) && (ranges == NULL)) {
+        mc_set_error_detail("ranges is NULL");
+        st = MC_INVALID_PARAMS;
+        goto done;
+    }
+    dkeys = calloc(n + 1, sizeof(*dkeys));
+    owner = calloc(n + 1, sizeof(*owner));
+    mems = calloc(n + 1, sizeof(*mems));
+    sizes = calloc(n + 1, sizeof(*sizes));
+    ks = calloc(n + 1, sizeof(*ks));
+    if ((dkeys == NULL) || (owner == NULL) || (mems == NULL) || (sizes == NULL) || (ks == NULL)) {
+        mc_set_error_detail("out of memory for %zu ranges", n);
+        st = MC_INTERNAL_ERROR;
+        for (size_t i = 0; i < n; i++)
+            ranges[i].result = st;
+        goto done;
+    }
+    /* each distinct key is fetched once (the whole object), then sliced */
+    for (size_t i = 0; i < n; i++) {
+        size_t k;
+        ranges[i].result = mc_store_check_key(ranges[i].key, NULL);
+        if (ranges[i].result != MC_OK)
+            continue;
+        for (k = 0; k < nd; k++)
+            if (strcmp(dkeys[k], ranges[i].key) == 0)
+                break;
+        if (k == nd)
+            dkeys[nd++] = ranges[i].key;
+        owner[i] = k;
+    }
+    fetch_many(d, dkeys, nd, 0, mems, sizes, ks);
+    for (size_t i = 0; i < n; i++) {
+        mc_store_range_t *r = &ranges[i];
+        size_t o = owner[i];
+        uint16_t reg;
+        uint64_t off;
+        if (r->result != MC_OK)
+            continue;
+        if (ks[o] != MC_OK) {
+            r->result = ks[o];
+            continue;
+        }
+        if ((r->buffer == NULL) || (r->dst_offset > UINT64_MAX - r->length) ||
+            (r->dst_offset + r->length > SIZE_MAX) ||
+            !locate(d, r->buffer, (size_t)(r->dst_offset + r->length), &reg, &off)) {
+            mc_set_error_detail("destination [+%llu, +%llu) of buffer %p leaves the dummy's "
+                                "shared memory", (unsigned long long)r->dst_offset,
+                                (unsigned long long)r->length, r->buffer);
+            r->result = MC_INVALID_PARAMS;
+            continue;
+        }
+        if ((r->src_offset > sizes[o]) || (r->length > sizes[o] - r->src_offset) ||
+            (r->length > (uint64_t)INT64_MAX)) {
+            mc_set_error_detail("source [%llu, +%llu) is outside the %llu-byte object",
+                                (unsigned long long)r->src_offset, (unsigned long long)r->length,
+                                (unsigned long long)sizes[o]);
+            r->result = MC_INVALID_PARAMS;
+            continue;
+        }
+        if (r->length > 0)
+            memcpy((uint8_t *)r->buffer + r->dst_offset, (uint8_t *)mems[o] + r->src_offset,
+                   (size_t)r->length);
+        r->result = (int64_t)r->length;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ranges[i].result < 0) {
+            st = (mc_status_t)ranges[i].result;
+            break;
+        }
+done:
+    if (mems != NULL)
+        for (size_t k = 0; k < nd; k++)
+            free(mems[k]);
+    free(dkeys);
+    free(owner);
+    free(mems);
+    free(sizes);
+    free(ks);
+    leave(s);
+    *st_p = st;
     return 1;
 }

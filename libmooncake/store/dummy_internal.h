@@ -25,9 +25,15 @@ void mc_dummy_close(mc_store_h s);
 int mc_dummy_write(mc_store_h s, const char *key, const mc_iov_t *parts, size_t n,
                    const mc_replicate_config_t *cfg, int upsert, int zero_copy,
                    mc_status_t *st_p);
+/* @p zero_copy: every buffer must lie in the shared memory (put_from);
+ * else a key with a buffer outside it is staged (put_parts, put_batch). */
 int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
                          const size_t *counts, size_t n, const mc_replicate_config_t *cfg,
-                         int upsert, mc_status_t *statuses, mc_status_t *st_p);
+                         int upsert, int zero_copy, mc_status_t *statuses, mc_status_t *st_p);
+/* mc_store_put_batch / upsert_batch: one value per key, staged. */
+int mc_dummy_values_write(mc_store_h s, const char *const *keys, const mc_iov_t *values,
+                          size_t n, const mc_replicate_config_t *cfg, int upsert,
+                          mc_status_t *statuses, mc_status_t *st_p);
 int mc_dummy_get(mc_store_h s, const char *key, void *buf, size_t cap, uint64_t *size_p,
                  mc_status_t *st_p);
 int mc_dummy_get_into(mc_store_h s, const char *key, void *buf, size_t cap, int64_t *result_p);
@@ -39,6 +45,17 @@ int mc_dummy_remove(mc_store_h s, const char *key, int force, mc_status_t *st_p)
 int mc_dummy_register_buffer(mc_store_h s, const void *addr, size_t len, mc_status_t *st_p);
 int mc_dummy_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p, mc_status_t *st_p);
 int mc_dummy_mem_pool_free(mc_store_h s, void *ptr, mc_status_t *st_p);
+int mc_dummy_mem_is_registered(mc_store_h s, const void *p, size_t len, int *result_p);
+/*
+ * Copies of whole objects (queries, get_buffer): mems[i] = malloc(header +
+ * size) with the object's bytes at mems[i] + header (caller frees),
+ * sizes[i], statuses[i]; through staging blocks, GET_STAGED and FREE.
+ */
+int mc_dummy_batch_fetch(mc_store_h s, const char *const *keys, size_t n, size_t header,
+                         void **mems, uint64_t *sizes, mc_status_t *statuses);
+/* mc_store_read_ranges: each distinct key fetched once, then sliced into
+ * destinations that must lie in the shared memory. */
+int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_status_t *st_p);
 
 /* "@name" is in the abstract namespace; 0, or -1 when the path does not fit. */
 int mc_dummy_ipc_addr(const char *path, struct sockaddr_un *sa, socklen_t *len_p);

@@ -96,6 +96,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     q->size        = size;
     q->deadline_ns = deadline_ns;
     q->n           = (uint32_t)n;
+    q->copy        = NULL;
     np             = (char *)&q->r[n];
     for (int rank = 0; rank <= 2; rank++) {
         for (uint32_t i = 0; i < reps->n; i++) {
@@ -219,6 +220,10 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
         mc_set_error_detail("buf is NULL");
         return MC_INVALID_PARAMS;
     }
+    if (q->copy != NULL) {
+        memcpy(buf, q->copy + offset, len);
+        return MC_OK;
+    }
     st = read_from(s, q, 0, offset, buf, len, MC_OK);
     if (st != MC_OK)
         return st;
@@ -226,6 +231,54 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
 }
 
 /* ---- public --------------------------------------------------------------------- */
+
+/* A dummy handle's queries: each object is fetched whole through the
+ * staging buffer (GET_STAGED) and kept behind its query (q->copy), so the
+ * reads that follow are copies.  0 when @p s is not a dummy. */
+#define DUMMY_QUERY_HDR ((sizeof(struct mc_store_query) + 63) & ~(size_t)63)
+
+static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                             mc_store_query_h *queries, mc_status_t *statuses)
+{
+    void **mems;
+    uint64_t *sizes;
+
+    if (!mc_store_is_dummy(s))
+        return 0;
+    mems  = calloc(n + 1, sizeof(*mems));
+    sizes = calloc(n + 1, sizeof(*sizes));
+    if ((mems == NULL) || (sizes == NULL)) {
+        mc_set_error_detail("out of memory for %zu queries", n);
+        for (size_t i = 0; i < n; i++) {
+            statuses[i] = MC_INTERNAL_ERROR;
+            queries[i]  = NULL;
+        }
+        free(mems);
+        free(sizes);
+        return 1;
+    }
+    if (!mc_dummy_batch_fetch(s, keys, n, DUMMY_QUERY_HDR, mems, sizes, statuses)) {
+        free(mems); /* closed meanwhile: the ordinary path reports it */
+        free(sizes);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct mc_store_query *q = mems[i];
+        queries[i]               = NULL;
+        if ((statuses[i] != MC_OK) || (q == NULL)) {
+            free(q);
+            continue;
+        }
+        q->size        = sizes[i];
+        q->deadline_ns = UINT64_MAX;
+        q->n           = 0;
+        q->copy        = (const uint8_t *)q + DUMMY_QUERY_HDR;
+        queries[i]     = q;
+    }
+    free(mems);
+    free(sizes);
+    return 1;
+}
 
 MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_h *query_p)
 {
@@ -235,6 +288,8 @@ MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_
         mc_set_error_detail("query_p is NULL");
         return MC_INVALID_PARAMS;
     }
+    if (dummy_batch_query(s, &key, 1, query_p, &st))
+        return st;
     uint64_t t0 = mc_store_metrics_now_us();
 
     st = mc_store_enter(s);
@@ -262,6 +317,8 @@ MC_API void mc_store_query_release(mc_store_query_h q)
 MC_API mc_status_t mc_store_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset,
                                        void *buf, size_t len)
 {
+    if ((q != NULL) && (q->copy != NULL))
+        return do_query_read(s, q, offset, buf, len);
     uint64_t t0    = mc_store_metrics_now_us();
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
@@ -417,6 +474,8 @@ MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, s
         mc_set_error_detail("keys, queries and statuses are required");
         return MC_INVALID_PARAMS;
     }
+    if (dummy_batch_query(s, keys, n, queries, statuses))
+        return mc_store_first_error(statuses, n);
     st = mc_store_enter(s);
     if (st != MC_OK) {
         for (size_t i = 0; i < n; i++) {
@@ -445,6 +504,14 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
     if ((n > 0) && ((queries == NULL) || (bufs == NULL) || (statuses == NULL))) {
         mc_set_error_detail("queries, bufs and statuses are required");
         return MC_INVALID_PARAMS;
+    }
+    if ((n > 0) && (queries[0] != NULL) && (queries[0]->copy != NULL)) {
+        /* a dummy handle's queries hold their bytes */
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = (queries[i] == NULL)
+                              ? MC_INVALID_PARAMS
+                              : do_query_read(s, queries[i], 0, bufs[i], (size_t)queries[i]->size);
+        return mc_store_first_error(statuses, n);
     }
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)

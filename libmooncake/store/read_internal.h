@@ -35,7 +35,9 @@ typedef struct mc_query_replica {
 struct mc_store_query {
     uint64_t size;
     uint64_t deadline_ns; /* monotonic; UINT64_MAX for "no lease" */
-    uint32_t n;           /* >= 1 */
+    uint32_t n;           /* >= 1; 0 for a dummy handle's query (copy) */
+    const uint8_t *copy;  /* a dummy handle's query: the object's bytes, read at
+                           * lookup time and freed with the query; else NULL */
     mc_query_replica_t r[];
 };
 

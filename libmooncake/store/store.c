@@ -1402,6 +1402,9 @@ MC_API mc_status_t mc_store_put_batch(mc_store_h s, const char *const *keys,
                                       const mc_iov_t *values, size_t n,
                                       const mc_replicate_config_t *cfg, mc_status_t *statuses)
 {
+    mc_status_t dst;
+    if (mc_dummy_values_write(s, keys, values, n, cfg, 0, statuses, &dst))
+        return dst;
     write_src_t src = {values, NULL, NULL};
     return write_many(s, WRITE_PUT, keys, &src, n, cfg, 0, statuses);
 }
@@ -1411,6 +1414,9 @@ MC_API mc_status_t mc_store_upsert_batch(mc_store_h s, const char *const *keys,
                                          const mc_replicate_config_t *cfg,
                                          mc_status_t *statuses)
 {
+    mc_status_t dst;
+    if (mc_dummy_values_write(s, keys, values, n, cfg, 1, statuses, &dst))
+        return dst;
     write_src_t src = {values, NULL, NULL};
     return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, 0, statuses);
 }
@@ -1422,7 +1428,7 @@ MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h s, const char *const
                                                  mc_status_t *statuses)
 {
     mc_status_t dst;
-    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 0, statuses, &dst))
+    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 0, 1, statuses, &dst))
         return dst;
     write_src_t src = {NULL, bufs, counts};
     return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE, statuses);
@@ -1435,7 +1441,7 @@ MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *co
                                                     mc_status_t *statuses)
 {
     mc_status_t dst;
-    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 1, statuses, &dst))
+    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 1, 1, statuses, &dst))
         return dst;
     write_src_t src = {NULL, bufs, counts};
     return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE,
@@ -1447,6 +1453,9 @@ MC_API mc_status_t mc_store_batch_put_parts(mc_store_h s, const char *const *key
                                             size_t n, const mc_replicate_config_t *cfg,
                                             mc_status_t *statuses)
 {
+    mc_status_t dst;
+    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 0, 0, statuses, &dst))
+        return dst;
     write_src_t src = {NULL, bufs, counts};
     return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses);
 }
@@ -1457,6 +1466,9 @@ MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h s, const char *const *
                                                const mc_replicate_config_t *cfg,
                                                mc_status_t *statuses)
 {
+    mc_status_t dst;
+    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 1, 0, statuses, &dst))
+        return dst;
     write_src_t src = {NULL, bufs, counts};
     return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses);
 }

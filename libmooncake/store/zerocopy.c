@@ -93,6 +93,9 @@ MC_API int mc_store_mem_is_registered(mc_store_h s, const void *p, size_t len)
 {
     int ok;
 
+    if (mc_dummy_mem_is_registered(s, p, len, &ok))
+        return ok;
+
     if (mc_store_enter(s) != MC_OK)
         return 0;
     ok = mc_store_mem_is_usable(s, p, len);
@@ -567,6 +570,8 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
         mc_set_error_detail("ranges is NULL");
         return MC_INVALID_PARAMS;
     }
+    if (mc_dummy_read_ranges(s, ranges, n, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK) {
         for (size_t i = 0; i < n; i++)

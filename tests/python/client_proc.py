@@ -173,6 +173,105 @@ def handle(store, req):
                 i += 1
         threading.Thread(target=loop, daemon=True).start()
         return {"rc": 0}
+    if op == "tensor_family":
+        # every tensor call once, on tensors made here (dummy tests)
+        import ctypes
+        import torch
+        torch.manual_seed(req.get("seed", 1))
+        p = req["prefix"]
+        a = torch.randn(64, 48)
+        b = (torch.arange(5000, dtype=torch.int32) * 7).view(50, 100)
+        out = {"put": store.put_tensor(f"{p}a", a),
+               "batch_put": store.batch_put_tensor([f"{p}b0", f"{p}b1"], [a * 2, b]),
+               "upsert": store.upsert_tensor(f"{p}a", a + 1),
+               "pub": store.pub_tensor(f"{p}pub", b),
+               "tp_put": store.put_tensor_with_tp(f"{p}tp", a, tp_rank=0, tp_size=4,
+                                                  split_dim=1)}
+        g = store.get_tensor(f"{p}a")
+        out["get_ok"] = g is not None and torch.equal(g, a + 1)
+        gs = store.batch_get_tensor([f"{p}b0", f"{p}b1", f"{p}missing"])
+        out["batch_get_ok"] = (torch.equal(gs[0], a * 2) and torch.equal(gs[1], b)
+                               and gs[2] is None)
+        out["pub_ok"] = torch.equal(store.get_tensor(f"{p}pub"), b)
+        out["tp_ok"] = all(torch.equal(store.get_tensor_with_tp(f"{p}tp", tp_rank=r, tp_size=4),
+                                       a.chunk(4, dim=1)[r]) for r in range(4))
+        size = store.get_size(f"{p}a")
+        buf = store.alloc_from_mem_pool(size)
+        t = store.get_tensor_into(f"{p}a", buf, size)
+        out["into_ok"] = t is not None and torch.equal(t, a + 1)
+        out["from"] = store.put_tensor_from(f"{p}from", buf, size)
+        out["from_ok"] = torch.equal(store.get_tensor(f"{p}from"), a + 1)
+        sizes = [store.get_size(f"{p}b0"), store.get_size(f"{p}b1")]
+        bufs = [store.alloc_from_mem_pool(n) for n in sizes]
+        ts = store.batch_get_tensor_into([f"{p}b0", f"{p}b1"], bufs, sizes)
+        out["batch_into_ok"] = torch.equal(ts[0], a * 2) and torch.equal(ts[1], b)
+        out["batch_from"] = store.batch_put_tensor_from([f"{p}f0", f"{p}f1"], bufs, sizes)
+        out["batch_from_ok"] = torch.equal(store.get_tensor(f"{p}f1"), b)
+        for x in [buf] + bufs:
+            store._mem_pool_free(x)
+        return out
+    if op == "get_buffers":
+        bufs = store.batch_get_buffer(req["keys"])
+        one = store.get_buffer(req["keys"][0])
+        return {"sha256": [hashlib.sha256(bytes(b)).hexdigest() if b is not None else None
+                           for b in bufs],
+                "one": hashlib.sha256(bytes(one)).hexdigest() if one is not None else None}
+    if op == "put_from_meta":
+        import ctypes
+        meta, data = os.urandom(req["meta_size"]), os.urandom(req["size"])
+        mp, dp = store.alloc_from_mem_pool(len(meta)), store.alloc_from_mem_pool(len(data))
+        ctypes.memmove(mp, meta, len(meta))
+        ctypes.memmove(dp, data, len(data))
+        rc = store.put_from_with_metadata(req["key"], dp, mp, len(data), len(meta))
+        store._mem_pool_free(mp)
+        store._mem_pool_free(dp)
+        return {"rc": rc, "sha256": hashlib.sha256(meta + data).hexdigest()}
+    if op == "ranges":
+        # fragments: [[key, dst_off, src_off, size], ...] into one pool buffer
+        import ctypes
+        cap = req["cap"]
+        buf = store.alloc_from_mem_pool(cap)
+        ctypes.memset(buf, 0, cap)
+        keys = sorted({f[0] for f in req["fragments"]})
+        frag = [[f for f in req["fragments"] if f[0] == k] for k in keys]
+        res = store.get_into_ranges([buf], [keys], [[[f[1] for f in fs] for fs in frag]],
+                                    [[[f[2] for f in fs] for fs in frag]],
+                                    [[[f[3] for f in fs] for fs in frag]])
+        data = ctypes.string_at(buf, cap)
+        store._mem_pool_free(buf)
+        return {"results": res[0], "keys": keys, "hex": data.hex()}
+    if op == "rounds":
+        # announce readiness, wait for the barrier file (bounded), then
+        # `rounds` put/get rounds (bytes API and zero copy, alternating),
+        # each value read back and compared byte for byte
+        import ctypes
+        import random
+        open(req["ready"], "w").close()
+        deadline = time.monotonic() + 30
+        while not os.path.exists(req["barrier"]):
+            if time.monotonic() > deadline:
+                return {"error": "no barrier within 30 s"}
+            time.sleep(0.005)
+        rng = random.Random(req["prefix"])
+        bad, sums, t0 = [], {}, time.monotonic()
+        block = store.alloc_from_mem_pool(req["max_size"])
+        for r in range(req["rounds"]):
+            key = f"{req['prefix']}-{r}"
+            data = os.urandom(rng.randint(1, req["max_size"]))
+            if r % 2 == 0:
+                rc = store.put(key, data)
+                back = store.get(key)
+            else:
+                ctypes.memmove(block, data, len(data))
+                rc = store.put_from(key, block, len(data))
+                ctypes.memset(block, 0, len(data))
+                n = store.get_into(key, block, req["max_size"])
+                back = ctypes.string_at(block, n) if n > 0 else b""
+            if rc != 0 or back != data:
+                bad.append([key, rc, len(data), len(back)])
+            sums[key] = hashlib.sha256(data).hexdigest()
+        store._mem_pool_free(block)
+        return {"bad": bad, "sums": sums, "started": t0, "seconds": time.monotonic() - t0}
     if op == "hostname":
         return {"hostname": store.get_hostname()}
     if op == "close":

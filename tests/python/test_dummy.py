@@ -55,6 +55,50 @@ def test_zero_copy_and_batch_through_a_dummy(dummies):
     assert r["rcs"] == [0] * 32 and r["ns"] == [4096] * 32 and r["ok"]
 
 
+def test_tensor_family_through_a_dummy(dummies):
+    pytest.importorskip("torch")
+    d = dummies(pool=32 * MiB, lbuf=8 * MiB)
+    r = d.call("tensor_family", prefix="dt-")
+    assert "error" not in r, r
+    rcs = {k: v for k, v in r.items() if not k.endswith("_ok")}
+    assert rcs == {"put": 0, "batch_put": [0, 0], "upsert": 0, "pub": 0, "tp_put": 0,
+                   "from": 0, "batch_from": [0, 0]}, r
+    assert all(v is True for k, v in r.items() if k.endswith("_ok")), r
+
+
+def test_bytes_batch_and_buffers_through_a_dummy(dummies):
+    d = dummies(lbuf=1 * MiB)
+    vals = [os.urandom(n).hex() for n in (1, 4096, 300 * 1024, 300 * 1024, 300 * 1024)]
+    keys = [f"bb{i}" for i in range(len(vals))]
+    # 900 KiB of values through a 1 MiB staging buffer: more than one round
+    assert d.call("put_batch", keys=keys, hexes=vals)["rc"] == 0
+    assert d.call("get_batch", keys=keys + ["bb-missing"])["hexes"] == vals + [""]
+    import hashlib
+    sums = [hashlib.sha256(bytes.fromhex(v)).hexdigest() for v in vals]
+    r = d.call("get_buffers", keys=keys + ["bb-missing"])
+    assert r["sha256"] == sums + [None] and r["one"] == sums[0]
+    # a value larger than the staging buffer fails clearly, not silently
+    r = d.call("put_random", key="bb-huge", size=2 * MiB)
+    assert r["rc"] == -200
+
+
+def test_put_from_with_metadata_and_ranges_through_a_dummy(dummies):
+    d = dummies()
+    r = d.call("put_from_meta", key="pm1", meta_size=128, size=64 * 1024)
+    assert r["rc"] == 0
+    assert d.call("get", key="pm1")["sha256"] == r["sha256"]
+    assert d.call("put", key="rg1", hex=bytes(range(256)).hex())["rc"] == 0
+    assert d.call("put", key="rg2", hex=b"abcdefgh".hex())["rc"] == 0
+    r = d.call("ranges", cap=64, fragments=[["rg1", 0, 10, 4], ["rg1", 8, 250, 6],
+                                            ["rg2", 16, 2, 3], ["rg2", 32, 6, 5],
+                                            ["rg-missing", 40, 0, 1]])
+    assert r["keys"] == ["rg-missing", "rg1", "rg2"]
+    assert r["results"] == [[-704], [4, 6], [3, -600]], r
+    data = bytes.fromhex(r["hex"])
+    assert data[0:4] == bytes(range(10, 14)) and data[8:14] == bytes(range(250, 256))
+    assert data[16:19] == b"cde" and data[32:37] == bytes(5)
+
+
 def test_register_buffer_only_inside_the_pool(dummies):
     d = dummies()
     r = d.call("register_outside")
@@ -114,19 +158,34 @@ def test_wrong_address_fails_setup_in_bounded_time(spawn_client):
     assert time.monotonic() - t0 < 6
 
 
-def test_eight_concurrent_dummies(dummies):
+def test_eight_concurrent_dummies(dummies, tmp_path):
+    import threading
     ds = [dummies(f"d{i}", pool=4 * MiB, lbuf=4 * MiB) for i in range(8)]
-    sums = {}
-    for i, d in enumerate(ds):  # interleave writes
-        for j in range(4):
-            r = d.call("put_random", key=f"m{i}-{j}", size=64 * 1024)
-            assert r["rc"] == 0
-            sums[f"m{i}-{j}"] = r["sha256"]
+    barrier = tmp_path / "go"
+    out = [None] * len(ds)
+
+    def run(i):
+        out[i] = ds[i].call("rounds", timeout=120, prefix=f"m{i}", rounds=40,
+                            max_size=256 * 1024, ready=str(tmp_path / f"ready{i}"),
+                            barrier=str(barrier))
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(ds))]
+    for t in threads:
+        t.start()
+    # release them together once all eight wait at the barrier
+    wait_until(lambda: all((tmp_path / f"ready{i}").exists() for i in range(len(ds))), 30.0,
+               "all dummies to reach the barrier")
+    barrier.touch()
+    for t in threads:
+        t.join(150)
+    assert all(r is not None and "error" not in r for r in out), out
+    assert [r["bad"] for r in out] == [[]] * len(ds)
+    # they overlapped: each started before any other finished
+    assert max(r["started"] for r in out) < min(r["started"] + r["seconds"] for r in out)
+    # and each reads what the others wrote
     for i, d in enumerate(ds):
-        for key, sha in sums.items():
-            if key.endswith("-0") or key.startswith(f"m{i}-"):
-                g = d.call("get", key=key)
-                assert g["sha256"] == sha, g
+        other = out[(i + 1) % len(ds)]["sums"]
+        for key in list(other)[:3]:
+            assert d.call("get", key=key)["sha256"] == other[key]
 
 
 def test_daemon_flags_and_signals(master):

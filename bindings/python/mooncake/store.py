@@ -632,10 +632,15 @@ class MooncakeDistributedStore(TensorMethods):
         zero-copy buffers: :meth:`alloc_from_mem_pool`) and
         ``local_buffer_size`` bytes (staging for the bytes API) with the real
         client, which does every call on its behalf.  Forwarded: put/upsert,
-        get, is_exist, get_size, remove, put_from/upsert_from, get_into,
+        put_batch/upsert_batch, get, get_batch, get_buffer/batch_get_buffer,
+        is_exist, get_size, remove, put_from/upsert_from,
+        put_from_with_metadata, get_into, get_into_ranges,
         batch_put_from/batch_upsert_from/batch_get_into (and the multi-buffer
-        forms), register_buffer (only inside the shared pool),
-        alloc_from_mem_pool.  Other calls return ``NOT_SUPPORTED``.
+        forms), the tensor calls (put/get/batch/upsert/pub/TP, ``*_into``,
+        ``*_from``), register_buffer (only inside the shared pool),
+        alloc_from_mem_pool.  A value written from ordinary memory is staged
+        through the local buffer and must fit in it.  Other calls return
+        ``NOT_SUPPORTED``.
 
         Returns:
             0; ``RPC_FAIL`` when no real client answers there (within about
@@ -797,20 +802,7 @@ class MooncakeDistributedStore(TensorMethods):
         """The object stored under ``key``; ``b""`` if it is missing or on any
         error.  Grants a read lease on the object."""
         _util.check_key(key)
-        if getattr(self, "_dummy", False) and self._store.is_dummy():
-            return self._dummy_get(key)
         return self._store.get(key)
-
-    def _dummy_get(self, key: str) -> bytes:
-        """get() of a dummy: the size, then one staged read into a buffer."""
-        import ctypes
-        size = self._store.get_size(key)
-        if size <= 0:
-            return b""
-        buf = bytearray(size)
-        addr = ctypes.addressof((ctypes.c_char * size).from_buffer(buf))
-        n = self._store.get_into(key, addr, size)
-        return bytes(buf) if n == size else b""
 
     def is_exist(self, key: str) -> int:
         """1 if ``key`` exists, 0 if not, a negative :class:`ErrorCode` on
