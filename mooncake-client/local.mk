@@ -3,3 +3,4 @@
 bin_PROGRAMS += mooncake_client
 mooncake_client_SOURCES = mooncake-client/main.c
 mooncake_client_LDADD = libmooncake.la $(PTHREAD_LIBS)
+dist_man_MANS += docs/man/mooncake_client.1

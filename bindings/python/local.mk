@@ -42,6 +42,7 @@ EXTRA_DIST += \
 	tests/python/test_api.py \
 	tests/python/test_admin.py \
 	tests/python/test_master_process.py \
+	tests/python/test_client_process.py \
 	tests/python/test_metadata_server.py \
 	tests/python/test_client_http.py \
 	tests/python/test_examples.py \
