@@ -57,6 +57,9 @@ struct mc_dummy {
     size_t npool, cappool;
     uint8_t *scratch;  /* request/response buffer, under lock */
     size_t scratch_cap;
+    /* liveness: PING when no call is in flight (the real client drops a
+     * dummy silent past its TTL); a library thread, never the GIL */
+    mc_store_worker_t ping;
 };
 
 const char *mc_dummy_op_name(unsigned op)
@@ -342,6 +345,9 @@ static void dummy_free(mc_dummy_t *d)
     if (d == NULL)
         return;
     if (d->fd >= 0)
+        shutdown(d->fd, SHUT_RDWR); /* a PING in flight returns now */
+    mc_store_worker_stop(&d->ping);
+    if (d->fd >= 0)
         close(d->fd);
     for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
         if (d->base[r] != NULL)
@@ -469,6 +475,21 @@ static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lb
     return MC_OK;
 }
 
+/* The PING thread: a call in flight is proof of life enough, so a round
+ * that finds the connection busy skips. */
+static void *ping_main(void *arg)
+{
+    mc_dummy_t *d = arg;
+    while (!mc_store_worker_wait_ms(&d->ping, d->ping.interval_ms)) {
+        if (pthread_mutex_trylock(&d->lock) != 0)
+            continue;
+        if (!d->dead)
+            (void)do_call(d, MC_DUMMY_OP_PING, 0, NULL, NULL, 0, NULL, NULL, 0);
+        pthread_mutex_unlock(&d->lock);
+    }
+    return NULL;
+}
+
 MC_API mc_status_t mc_store_setup_dummy(mc_store_h s, uint64_t mem_pool_size,
                                         uint64_t local_buffer_size, const char *server_address)
 {
@@ -494,6 +515,10 @@ MC_API mc_status_t mc_store_setup_dummy(mc_store_h s, uint64_t mem_pool_size,
         return MC_INVALID_PARAMS;
     }
     st = do_setup_dummy(d, mem_pool_size, local_buffer_size, server_address);
+    if (st == MC_OK)
+        st = mc_store_worker_start(&d->ping, "dummy ping",
+                                   mc_store_env_interval_ms("MC_DUMMY_PING_MS", 1000, 10, 600000),
+                                   ping_main, d);
     if (st == MC_OK) {
         s->dummy = d;
         /* a dummy has no segment of its own: its name is its real client's */

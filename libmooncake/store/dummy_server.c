@@ -32,8 +32,12 @@
 #include "common/log.h"
 #include "store/dummy_internal.h"
 #include "store/dummy_wire.h"
+#include "store/store_internal.h"
 
 #define STAGE_ALIGN 64
+/* A dummy silent this long (no request, not even a PING) is dropped:
+ * upstream's DEFAULT_CLIENT_LIVE_TTL_SEC.  MC_DUMMY_TTL_MS overrides. */
+#define DUMMY_TTL_MS 10000u
 
 typedef struct session {
     struct mc_store_dummy_server *srv;
@@ -547,12 +551,23 @@ out:
 static void *session_main(void *arg)
 {
     session_t *ss = arg;
+    unsigned ttl = mc_store_env_interval_ms("MC_DUMMY_TTL_MS", DUMMY_TTL_MS, 100, 3600000);
+    struct timeval tv = {ttl / 1000, (ttl % 1000) * 1000};
+
+    /* liveness: every wait for the dummy's next frame ends after the TTL
+     * (the dummy pings when idle), and a silent dummy is dropped */
+    (void)setsockopt(ss->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (do_hello(ss) == MC_OK) {
         mc_info("dummy server: a dummy client connected");
         while (serve_one(ss) == 0)
             ;
+        if ((errno == EAGAIN) || (errno == EWOULDBLOCK))
+            mc_warn("dummy server: a dummy client was silent for more than %u ms; dropped", ttl);
         mc_info("dummy server: a dummy client went away; its memory is released");
     }
+    /* the descriptor is closed by reap(); the dummy must see the end now
+     * (a dropped one's next call fails at once instead of waiting) */
+    shutdown(ss->fd, SHUT_RDWR);
     pthread_mutex_lock(&ss->srv->lock);
     session_release(ss);
     ss->done = 1;

@@ -132,6 +132,31 @@ def test_killed_dummy_frees_its_memory(dummies):
     assert watcher.call("exist", key="kv-0")["rc"] == 1
 
 
+def test_silent_dummy_is_dropped_after_its_ttl(master, spawn_client, monkeypatch):
+    # the daemon drops a dummy that sends nothing (not even a PING) for
+    # MC_DUMMY_TTL_MS; idle dummies that ping stay
+    monkeypatch.setenv("MC_DUMMY_TTL_MS", "2000")
+    monkeypatch.setenv("MC_DUMMY_PING_MS", "200")
+    rc = RealClient(master)
+    try:
+        watcher, victim = spawn_client("watcher"), spawn_client("victim")
+        for p in (watcher, victim):
+            assert p.call("setup_dummy", pool=MiB, lbuf=MiB, addr=rc.addr)["rc"] == 0
+        assert watcher.call("dummy_stats")["dummies"] == 2
+        time.sleep(3)  # longer than the TTL: pings keep both alive
+        assert watcher.call("dummy_stats")["dummies"] == 2
+        os.kill(victim.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: watcher.call("dummy_stats")["dummies"] == 1, 10.0,
+                       "the daemon to drop the silent dummy")
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
+        assert victim.call("put", key="ttl1", hex="00")["rc"] == -900
+        assert "silent" in rc.log_text()
+    finally:
+        rc.stop()
+
+
 def test_dead_real_client_fails_calls_fast(fresh_master, spawn_client):
     # its own master: the killed daemon's segment stays mounted until the
     # master's client TTL, and other tests must not place objects there
