@@ -74,51 +74,28 @@ def master_bin() -> str:
     return path
 
 
-class Master:
-    """A mooncake_master process on free loopback ports, or on the given
-    ``ports`` (rpc, http metadata, metrics): a new master can then take the
-    place of one that was stopped, since clients know it by its address."""
+class DaemonProc:
+    """A daemon under test: its output goes to a temporary log file, and
+    stop() ends it with SIGTERM (SIGKILL after 10 s) and removes the log.
+    Subclasses start it with _start() and wait for it with _ready()."""
 
-    def __init__(self, extra_args: Optional[List[str]] = None,
-                 lease_ttl_ms: int = LEASE_TTL_MS,
-                 ports: Optional[Tuple[int, int, int]] = None) -> None:
-        self.lease_ttl_ms = lease_ttl_ms
-        self.port, self.http_port, self.metrics_port = \
-            ports or (free_port(), free_port(), free_port())
-        self.log = tempfile.NamedTemporaryFile(prefix="mc-master-", suffix=".log", delete=False)
-        args = [
-            master_bin(),
-            f"--port={self.port}",
-            "--rpc_address=127.0.0.1",
-            "--enable_http_metadata_server=true",
-            "--http_metadata_server_host=127.0.0.1",
-            f"--http_metadata_server_port={self.http_port}",
-            "--metrics_host=127.0.0.1",
-            f"--metrics_port={self.metrics_port}",
-            f"--client_ttl={CLIENT_TTL_S}",
-            f"--default_kv_lease_ttl={lease_ttl_ms}",
-        ] + list(extra_args or [])
+    def _start(self, args: List[str], name: str) -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log",
+                                               delete=False)
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT)
+
+    def _ready(self, cond: Callable[[], Any], timeout: float, what: str) -> None:
+        """Wait until ``cond()`` holds; stop the daemon and raise if it exits
+        first or the wait times out."""
         try:
-            wait_until(lambda: self.proc.poll() is not None or
-                       (port_accepts(self.port) and port_accepts(self.http_port) and
-                        port_accepts(self.metrics_port)),
-                       10.0, "the master to accept connections")
+            wait_until(lambda: self.proc.poll() is not None or cond(), timeout, what)
             if self.proc.poll() is not None:
-                raise RuntimeError(f"mooncake_master exited with {self.proc.returncode}:\n"
-                                   + self.log_text())
+                raise RuntimeError(f"{Path(self.proc.args[0]).name} exited with "
+                                   f"{self.proc.returncode}:\n" + self.log_text())
         except BaseException:
             self.stop()
             raise
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def metadata_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}/metadata"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -128,6 +105,11 @@ class Master:
             return Path(self.log.name).read_text(errors="replace")[-4000:]
         except OSError:
             return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
 
     def stop(self) -> Optional[int]:
         """SIGTERM, then SIGKILL after 10 s; returns the exit status."""
@@ -144,6 +126,43 @@ class Master:
         except OSError:
             pass
         return self.proc.returncode
+
+
+class Master(DaemonProc):
+    """A mooncake_master process on free loopback ports, or on the given
+    ``ports`` (rpc, http metadata, metrics): a new master can then take the
+    place of one that was stopped, since clients know it by its address."""
+
+    def __init__(self, extra_args: Optional[List[str]] = None,
+                 lease_ttl_ms: int = LEASE_TTL_MS,
+                 ports: Optional[Tuple[int, int, int]] = None) -> None:
+        self.lease_ttl_ms = lease_ttl_ms
+        self.port, self.http_port, self.metrics_port = \
+            ports or (free_port(), free_port(), free_port())
+        args = [
+            master_bin(),
+            f"--port={self.port}",
+            "--rpc_address=127.0.0.1",
+            "--enable_http_metadata_server=true",
+            "--http_metadata_server_host=127.0.0.1",
+            f"--http_metadata_server_port={self.http_port}",
+            "--metrics_host=127.0.0.1",
+            f"--metrics_port={self.metrics_port}",
+            f"--client_ttl={CLIENT_TTL_S}",
+            f"--default_kv_lease_ttl={lease_ttl_ms}",
+        ] + list(extra_args or [])
+        self._start(args, "master")
+        self._ready(lambda: (port_accepts(self.port) and port_accepts(self.http_port) and
+                             port_accepts(self.metrics_port)),
+                    10.0, "the master to accept connections")
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metadata_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/metadata"
 
 
 class ClientError(AssertionError):
@@ -253,60 +272,19 @@ def client_bin() -> str:
     return path
 
 
-class RealClient:
+class RealClient(DaemonProc):
     """A mooncake_client daemon serving dummy clients on a free port."""
 
     def __init__(self, master: "Master", segment: str = "64MB",
                  extra_args: Optional[List[str]] = None) -> None:
         self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile(prefix="mc-realclient-", suffix=".log",
-                                               delete=False)
         args = [client_bin(), "--host=127.0.0.1", "--metadata_server=P2PHANDSHAKE",
                 f"--master_server_address={master.addr}", f"--port={self.port}",
                 f"--global_segment_size={segment}", "--local_buffer_size=16MB"] \
             + list(extra_args or [])
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: self.proc.poll() is not None or "ready" in self.log_text(),
-                       20.0, "mooncake_client to be ready")
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mooncake_client exited with {self.proc.returncode}:\n"
-                                   + self.log_text())
-        except BaseException:
-            self.stop()
-            raise
+        self._start(args, "realclient")
+        self._ready(lambda: "ready" in self.log_text(), 20.0, "mooncake_client to be ready")
 
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log_text(self) -> str:
-        try:
-            return Path(self.log.name).read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> Optional[int]:
-        """SIGTERM, then SIGKILL after 10 s; returns the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
-        try:
-            os.unlink(self.log.name)
-        except OSError:
-            pass
-        return self.proc.returncode

@@ -14,12 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from helpers import free_port, master_bin, port_accepts, wait_until
+from helpers import DaemonProc, free_port, master_bin, port_accepts, wait_until
 
 
 def daemon_bin() -> str:
@@ -29,40 +28,14 @@ def daemon_bin() -> str:
     return path
 
 
-class Daemon:
+class Daemon(DaemonProc):
     """A metadata server process on a free loopback port; always stopped."""
 
     def __init__(self, argv):
         self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile(prefix="mc-meta-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(argv + ["--host", "127.0.0.1", "--port", str(self.port)],
-                                     stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: self.proc.poll() is not None or port_accepts(self.port), 20.0,
-                       "the metadata server to accept connections")
-            assert self.proc.poll() is None, self.log_text()
-        except BaseException:
-            self.stop()
-            raise
-
-    def log_text(self) -> str:
-        return Path(self.log.name).read_text(errors="replace")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
-        try:
-            os.unlink(self.log.name)
-        except OSError:
-            pass
-        return self.proc.returncode
+        self._start(argv + ["--host", "127.0.0.1", "--port", str(self.port)], "meta")
+        self._ready(lambda: port_accepts(self.port), 20.0,
+                    "the metadata server to accept connections")
 
 
 def python_argv():
