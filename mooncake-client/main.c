@@ -15,6 +15,7 @@
  * Built on the public API only (DESIGN.md §2).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <mooncake/store.h>
 
@@ -260,8 +262,34 @@ int main(int argc, char **argv)
                         "not built into this mooncake_client\n");
         return 2;
     }
-    if (f.log_dir[0] != 0)
-        fprintf(stderr, "mooncake_client: --log_dir is accepted; messages go to stderr\n");
+    if (f.threads != 1) {
+        fprintf(stderr, "mooncake_client: flag '--threads': every dummy client is served on a "
+                        "thread of its own, so there is no pool to size; only 1 is accepted\n");
+        return 2;
+    }
+    if (f.log_dir[0] != 0) {
+        /* the log (library and daemon messages, all on stderr) is appended
+         * to <log_dir>/mooncake_client.log */
+        char path[4096];
+        int fd;
+        if (snprintf(path, sizeof(path), "%s/mooncake_client.log", f.log_dir) >=
+            (int)sizeof(path)) {
+            fprintf(stderr, "mooncake_client: flag '--log_dir': path too long\n");
+            return 2;
+        }
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "mooncake_client: flag '--log_dir': cannot open %s: %s\n", path,
+                    strerror(errno));
+            return 1;
+        }
+        if (dup2(fd, STDERR_FILENO) < 0) {
+            fprintf(stderr, "mooncake_client: flag '--log_dir': %s\n", strerror(errno));
+            close(fd);
+            return 1;
+        }
+        close(fd);
+    }
     if (f.ipc_socket_path != NULL)
         snprintf(ipc, sizeof(ipc), "%s", f.ipc_socket_path);
     else
