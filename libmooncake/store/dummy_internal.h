@@ -17,6 +17,8 @@
 
 #include <mooncake/store.h>
 
+#include "store/dummy_wire.h"
+
 typedef struct mc_dummy mc_dummy_t;
 
 /* mc_store_close with `life` held for writing. */
@@ -61,5 +63,36 @@ int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_st
 int mc_dummy_ipc_addr(const char *path, struct sockaddr_un *sa, socklen_t *len_p);
 int mc_dummy_send_all(int fd, const void *buf, size_t len);
 int mc_dummy_recv_all(int fd, void *buf, size_t len);
+
+/* ---- request decoding (dummy_decode.c; fuzzed by tests/fuzz/fuzz_dummy.c) ---- */
+
+/* Longest key a request may carry. */
+#define MC_DUMMY_MAX_KEY 4096u
+
+/* A request body split into its parts (docs/protocol.md §8). */
+typedef struct mc_dummy_req {
+    mc_dummy_item_t *items; /* n items (+1 zeroed spare) */
+    char **keys;            /* NUL-terminated copies of the keys, NULL for klen 0 */
+    size_t n;               /* = hdr.count */
+    mc_dummy_cfg_t cfg;     /* PUT only */
+    int has_cfg;
+} mc_dummy_req_t;
+
+/* 0 if a request header may be followed by its body: magic, op (not
+ * HELLO), len and count within the limits, NOREPLY only on FREE; else -1. */
+int mc_dummy_hdr_check(const mc_dummy_hdr_t *h);
+/*
+ * Split @p body (exactly @p len bytes, the header's len) into h->count
+ * items with their keys and, for PUT, the config.  0 with @p rq filled
+ * (release it with mc_dummy_req_cleanup); -1 for a malformed body (an item
+ * or key that overruns it, a key over MC_DUMMY_MAX_KEY or with a NUL,
+ * trailing bytes) or no memory, with @p rq zeroed and nothing allocated.
+ */
+int mc_dummy_req_parse(const mc_dummy_hdr_t *h, const void *body, size_t len, mc_dummy_req_t *rq);
+/* Frees what parse allocated and zeroes @p rq; accepts NULL and a zeroed one. */
+void mc_dummy_req_cleanup(mc_dummy_req_t *rq);
+/* 0 if the item's (region, off, len) lies inside a region of @p size bytes
+ * (region < MC_DUMMY_NREGIONS, off + len <= size[region], no wrap); else -1. */
+int mc_dummy_range_check(const uint64_t size[MC_DUMMY_NREGIONS], const mc_dummy_item_t *it);
 
 #endif /* MC_STORE_DUMMY_INTERNAL_H */

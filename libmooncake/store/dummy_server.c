@@ -200,68 +200,12 @@ out:
 
 /* ---- requests ---------------------------------------------------------------- */
 
-typedef struct req {
-    mc_dummy_item_t *items;
-    char **keys;      /* NUL-terminated copies, NULL for klen 0 */
-    size_t n;
-    mc_dummy_cfg_t cfg;
-    int has_cfg;
-} req_t;
-
-static void req_free(req_t *rq)
-{
-    if (rq->keys != NULL)
-        for (size_t i = 0; i < rq->n; i++)
-            free(rq->keys[i]);
-    free(rq->keys);
-    free(rq->items);
-}
-
-/* Split the body into items, keys and config; -1 for a malformed frame. */
-static int req_parse(const uint8_t *b, size_t len, size_t count, int with_cfg, req_t *rq)
-{
-    size_t off = 0;
-    memset(rq, 0, sizeof(*rq));
-    if (count > MC_DUMMY_MAX_ITEMS)
-        return -1;
-    rq->items = calloc(count + 1, sizeof(*rq->items));
-    rq->keys = calloc(count + 1, sizeof(*rq->keys));
-    if ((rq->items == NULL) || (rq->keys == NULL))
-        return -1;
-    rq->n = count;
-    for (size_t i = 0; i < count; i++) {
-        mc_dummy_item_t *it = &rq->items[i];
-        if (len - off < sizeof(*it))
-            return -1;
-        memcpy(it, b + off, sizeof(*it));
-        off += sizeof(*it);
-        if (it->klen > 0) {
-            if ((it->klen > 4096) || (len - off < it->klen) ||
-                memchr(b + off, 0, it->klen) != NULL)
-                return -1;
-            rq->keys[i] = strndup((const char *)b + off, it->klen);
-            if (rq->keys[i] == NULL)
-                return -1;
-            off += it->klen;
-        }
-    }
-    if (with_cfg) {
-        if (len - off < sizeof(rq->cfg))
-            return -1;
-        memcpy(&rq->cfg, b + off, sizeof(rq->cfg));
-        off += sizeof(rq->cfg);
-        rq->has_cfg = 1;
-    }
-    return (off == len) ? 0 : -1;
-}
+typedef mc_dummy_req_t req_t; /* decoded by dummy_decode.c */
 
 /* The session's own memory for an item's range, NULL if it is not. */
 static void *range_of(session_t *ss, const mc_dummy_item_t *it)
 {
-    if (it->region >= MC_DUMMY_NREGIONS)
-        return NULL;
-    uint64_t size = ss->size[it->region];
-    if ((ss->base[it->region] == NULL) || (it->off > size) || (it->len > size - it->off))
+    if ((mc_dummy_range_check(ss->size, it) != 0) || (ss->base[it->region] == NULL))
         return NULL;
     return ss->base[it->region] + it->off;
 }
@@ -458,10 +402,7 @@ static int serve_one(session_t *ss)
 
     if (mc_dummy_recv_all(ss->fd, &h, sizeof(h)) != 0)
         return -1;
-    if ((h.magic != MC_DUMMY_MAGIC) || (h.len > MC_DUMMY_MAX_FRAME) ||
-        (h.count > MC_DUMMY_MAX_ITEMS) || (h.op == MC_DUMMY_OP_HELLO) || (h.op == 0) ||
-        (h.op >= MC_DUMMY_OP_MAX_) ||
-        ((h.flags & MC_DUMMY_F_NOREPLY) && (h.op != MC_DUMMY_OP_FREE))) {
+    if (mc_dummy_hdr_check(&h) != 0) {
         mc_warn("dummy server: a malformed frame (op %u, %u bytes); closing", h.op, h.len);
         return -1;
     }
@@ -474,9 +415,8 @@ static int serve_one(session_t *ss)
     }
     if ((h.len > 0) && (mc_dummy_recv_all(ss->fd, ss->buf, h.len) != 0))
         return -1;
-    if (req_parse(ss->buf, h.len, h.count, h.op == MC_DUMMY_OP_PUT, &rq) != 0) {
+    if (mc_dummy_req_parse(&h, ss->buf, h.len, &rq) != 0) {
         mc_warn("dummy server: a malformed %s request; closing", mc_dummy_op_name(h.op));
-        req_free(&rq);
         return -1;
     }
     nres = (h.op == MC_DUMMY_OP_STATS) ? 3 : (h.op == MC_DUMMY_OP_PING) ? 0 : rq.n;
@@ -544,7 +484,7 @@ static int serve_one(session_t *ss)
         rc = send_resp(ss, h.op, MC_OK, res, nres);
 out:
     free(res);
-    req_free(&rq);
+    mc_dummy_req_cleanup(&rq);
     return rc;
 }
 

@@ -17,6 +17,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/tasks.c \
 	libmooncake/store/dummy_wire.h libmooncake/store/dummy_internal.h \
 	libmooncake/store/dummy_client.c \
+	libmooncake/store/dummy_decode.c \
 	libmooncake/store/dummy_server.c \
 	libmooncake/store/metrics.c libmooncake/store/metrics.h \
 	libmooncake/store/http.c \
