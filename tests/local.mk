@@ -26,4 +26,4 @@ tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIB
 endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang), not by make.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
-	tests/fuzz/fuzz_tensor.c
+	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c

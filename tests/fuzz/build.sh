@@ -54,22 +54,29 @@ $cc $cflags $san -o "$work/fuzz_desc" "$src/tests/fuzz/fuzz_desc.c" \
 $cc $cflags $san -o "$work/fuzz_tensor" "$src/tests/fuzz/fuzz_tensor.c" \
     "$src/libmooncake/tensor/tensor.c" $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_dummy" "$src/tests/fuzz/fuzz_dummy.c" \
+    "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_seeds" "$src/tests/fuzz/fuzz_wire.c" \
     "$src/libmooncake/wire/wire.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz/fuzz_tensor.c" \
     "$src/libmooncake/tensor/tensor.c" $common -lm -lpthread
+# shellcheck disable=SC2086
+$cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
+    "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
 mkdir -p "$work/corpus-fuzz_wire" "$work/corpus-fuzz_alloc" "$work/corpus-fuzz_desc" \
-    "$work/corpus-fuzz_tensor"
+    "$work/corpus-fuzz_tensor" "$work/corpus-fuzz_dummy"
 "$work/write_seeds" "$work/corpus-fuzz_wire"
 "$work/write_tensor_seeds" "$work/corpus-fuzz_tensor"
+"$work/write_dummy_seeds" "$work/corpus-fuzz_dummy"
 printf '%s' '{"name":"localhost:12345","protocol":"tcp","tcp_data_port":12345,"shm_name":"@mooncake-te-0123456789abcdef","buffers":[{"name":"cpu:0","addr":4096,"length":8192},{"name":"cpu:1","addr":12288,"length":1}]}' \
     > "$work/corpus-fuzz_desc/seed-1"
 
 [ "$secs" -gt 0 ] || exit 0
 status=0
-for t in fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor; do
+for t in fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy; do
     echo "build.sh: running $t for ${secs}s"
     # MC_LOG_LEVEL=error: mc_alloc_check logs what it finds, nothing else should print
     if ! (cd "$work" && MC_LOG_LEVEL=error ASAN_OPTIONS=detect_leaks=1 \

@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * libFuzzer target for the dummy server's request decoding
+ * (libmooncake/store/dummy_decode.c, run by dummy_server.c on every frame a
+ * dummy sends; docs/protocol.md §8).  tests/fuzz/build.sh builds and runs it.
+ *
+ * Input: u64 size[2] (a session's region sizes), then a frame: a 24-byte
+ * mc_dummy_hdr_t and the body.  The header goes to mc_dummy_hdr_check() as
+ * it is; then, as on the socket where the server reads exactly hdr.len
+ * bytes, hdr.len is set to the body's length, and an accepted header's body
+ * (copied to a buffer of exactly its size, so ASan sees any overrun) goes to
+ * mc_dummy_req_parse().  Each item of an accepted body goes to
+ * mc_dummy_range_check() against the sizes.
+ *
+ * Checked, besides "no crash, no leak": the header and body verdicts equal
+ * an independent walk of the frame; an accepted body has count items within
+ * MC_DUMMY_MAX_ITEMS, each copied byte for byte, every key NUL-free, of its
+ * klen (at most MC_DUMMY_MAX_KEY) and equal to its bytes in the frame, the
+ * config only for PUT, and nothing left over; a refused one leaves the
+ * request zeroed.  A range is accepted exactly when off + len <= size
+ * (computed without wrap), and then the whole range of a real buffer of that
+ * size can be written.  Any violation aborts.
+ *
+ * Built with -DMC_FUZZ_WRITE_SEEDS it is instead a program that writes one
+ * valid frame per op into a corpus directory.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/dummy_internal.h"
+#include "store/dummy_wire.h"
+
+#define SIZES_LEN (sizeof(uint64_t) * MC_DUMMY_NREGIONS)
+#define REAL_REGION_MAX 16384u /* regions up to this size are also allocated and written */
+
+#ifndef MC_FUZZ_WRITE_SEEDS
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "fuzz_dummy: %s\n", what);
+    abort();
+}
+
+/* The header rules of §8, written out again. */
+static int expect_hdr_ok(const mc_dummy_hdr_t *h)
+{
+    if (h->magic != MC_DUMMY_MAGIC || h->len > MC_DUMMY_MAX_FRAME ||
+        h->count > MC_DUMMY_MAX_ITEMS)
+        return 0;
+    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_STATS)
+        return 0;
+    return !(h->flags & MC_DUMMY_F_NOREPLY) || h->op == MC_DUMMY_OP_FREE;
+}
+
+/* The body rules of §8, written out again. */
+static int expect_body_ok(const mc_dummy_hdr_t *h, const uint8_t *b, size_t len)
+{
+    size_t off = 0;
+    for (uint32_t i = 0; i < h->count; i++) {
+        mc_dummy_item_t it;
+        if (off + sizeof(it) > len)
+            return 0;
+        memcpy(&it, b + off, sizeof(it));
+        off += sizeof(it);
+        if (it.klen > MC_DUMMY_MAX_KEY || off + it.klen > len)
+            return 0;
+        for (uint32_t k = 0; k < it.klen; k++)
+            if (b[off + k] == 0)
+                return 0;
+        off += it.klen;
+    }
+    if (h->op == MC_DUMMY_OP_PUT)
+        off += sizeof(mc_dummy_cfg_t);
+    return off == len;
+}
+
+static void check_accepted(const mc_dummy_hdr_t *h, const uint8_t *b, size_t len,
+                           const mc_dummy_req_t *rq)
+{
+    static const mc_dummy_item_t zero;
+    size_t off = 0;
+
+    if (rq->n != h->count || rq->n > MC_DUMMY_MAX_ITEMS || rq->items == NULL || rq->keys == NULL)
+        fail("an accepted request has the wrong item count or no arrays");
+    for (size_t i = 0; i < rq->n; i++) {
+        const mc_dummy_item_t *it = &rq->items[i];
+        if (off + sizeof(*it) > len || memcmp(it, b + off, sizeof(*it)) != 0)
+            fail("an item is not the frame's bytes");
+        off += sizeof(*it);
+        if (it->klen > MC_DUMMY_MAX_KEY || off + it->klen > len)
+            fail("a key runs past the frame or the key limit");
+        if (it->klen == 0) {
+            if (rq->keys[i] != NULL)
+                fail("an item without key bytes has a key");
+            continue;
+        }
+        if (rq->keys[i] == NULL || strlen(rq->keys[i]) != it->klen ||
+            memcmp(rq->keys[i], b + off, it->klen) != 0)
+            fail("a key is not its klen bytes of the frame (or holds a NUL)");
+        off += it->klen;
+    }
+    if (memcmp(&rq->items[rq->n], &zero, sizeof(zero)) != 0 || rq->keys[rq->n] != NULL)
+        fail("the spare item after the last is not zero");
+    if (rq->has_cfg != (h->op == MC_DUMMY_OP_PUT))
+        fail("a config is present exactly for PUT");
+    if (rq->has_cfg) {
+        if (off + sizeof(rq->cfg) > len || memcmp(&rq->cfg, b + off, sizeof(rq->cfg)) != 0)
+            fail("the config is not the frame's bytes");
+        off += sizeof(rq->cfg);
+    }
+    if (off != len)
+        fail("an accepted body has bytes left over");
+}
+
+static void check_range(const uint64_t size[MC_DUMMY_NREGIONS], const mc_dummy_item_t *it,
+                        uint8_t *const real[MC_DUMMY_NREGIONS], const uint64_t real_size[])
+{
+    int ok = mc_dummy_range_check(size, it);
+    int expect = it->region < MC_DUMMY_NREGIONS &&
+                 (unsigned __int128)it->off + it->len <= size[it->region];
+    if ((ok == 0) != expect || (ok != 0 && ok != -1))
+        fail("the range check disagrees with off + len <= size");
+    /* the same item against small real regions: an accepted range is writable */
+    if (mc_dummy_range_check(real_size, it) == 0 && it->len > 0)
+        memset(real[it->region] + it->off, 0xa5, (size_t)it->len);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    uint64_t sizes[MC_DUMMY_NREGIONS], real_size[MC_DUMMY_NREGIONS];
+    uint8_t *real[MC_DUMMY_NREGIONS] = {NULL, NULL};
+    mc_dummy_hdr_t h;
+    mc_dummy_req_t rq;
+    uint8_t *body;
+    size_t len;
+    int ok;
+
+    if (size < SIZES_LEN + sizeof(h))
+        return 0;
+    memcpy(sizes, data, SIZES_LEN);
+    memcpy(&h, data + SIZES_LEN, sizeof(h));
+    len = size - SIZES_LEN - sizeof(h);
+
+    ok = mc_dummy_hdr_check(&h);
+    if ((ok == 0) != expect_hdr_ok(&h) || (ok != 0 && ok != -1))
+        fail("the header check disagrees with the rules");
+    h.len = (uint32_t)len; /* the server reads exactly hdr.len bytes */
+    if (mc_dummy_hdr_check(&h) != 0)
+        return 0;
+
+    body = malloc(len ? len : 1); /* exactly the body: ASan sees any overrun */
+    if (body == NULL)
+        return 0;
+    memcpy(body, data + SIZES_LEN + sizeof(h), len);
+    memset(&rq, 0x5a, sizeof(rq)); /* parse must not rely on a zeroed request */
+    ok = mc_dummy_req_parse(&h, body, len, &rq);
+    if ((ok == 0) != expect_body_ok(&h, body, len) || (ok != 0 && ok != -1))
+        fail("the body verdict disagrees with the rules");
+    if (ok != 0) {
+        static const mc_dummy_req_t zero;
+        if (memcmp(&rq, &zero, sizeof(rq)) != 0)
+            fail("a refused request is not left zeroed");
+        free(body);
+        return 0;
+    }
+    check_accepted(&h, body, len, &rq);
+
+    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+        real_size[r] = sizes[r] % (REAL_REGION_MAX + 1);
+        real[r] = malloc(real_size[r] ? real_size[r] : 1);
+        if (real[r] == NULL)
+            real_size[r] = 0;
+    }
+    for (size_t i = 0; i < rq.n; i++)
+        check_range(sizes, &rq.items[i], real, real_size);
+    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++)
+        free(real[r]);
+
+    mc_dummy_req_cleanup(&rq);
+    mc_dummy_req_cleanup(&rq); /* cleanup of a cleaned request is harmless */
+    free(body);
+    return 0;
+}
+
+#else /* MC_FUZZ_WRITE_SEEDS */
+
+typedef struct seed {
+    uint8_t b[4096];
+    size_t n;
+} seed_t;
+
+static void put(seed_t *s, const void *p, size_t n)
+{
+    memcpy(s->b + s->n, p, n);
+    s->n += n;
+}
+
+static void begin(seed_t *s, unsigned op, unsigned flags, uint32_t count)
+{
+    uint64_t sizes[MC_DUMMY_NREGIONS] = {1u << 20, 8192};
+    mc_dummy_hdr_t h = {.magic = MC_DUMMY_MAGIC, .op = (uint16_t)op, .flags = (uint16_t)flags,
+                        .count = count};
+    s->n = 0;
+    put(s, sizes, sizeof(sizes));
+    put(s, &h, sizeof(h));
+}
+
+static void item(seed_t *s, const char *key, unsigned region, uint64_t off, uint64_t len,
+                 uint32_t handle, unsigned flags)
+{
+    mc_dummy_item_t it = {.off = off, .len = len, .handle = handle, .region = (uint16_t)region,
+                          .flags = (uint8_t)flags, .klen = key ? (uint32_t)strlen(key) : 0};
+    put(s, &it, sizeof(it));
+    if (key != NULL)
+        put(s, key, strlen(key));
+}
+
+static void finish(seed_t *s, const char *dir, const char *name)
+{
+    mc_dummy_hdr_t h;
+    char path[4096];
+    FILE *f;
+
+    memcpy(&h, s->b + SIZES_LEN, sizeof(h));
+    h.len = (uint32_t)(s->n - SIZES_LEN - sizeof(h));
+    memcpy(s->b + SIZES_LEN, &h, sizeof(h));
+    snprintf(path, sizeof(path), "%s/seed-%s", dir, name);
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite(s->b, 1, s->n, f) != s->n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    mc_dummy_cfg_t cfg = {.field_mask = 3, .replica_num = 2, .present = 1};
+    seed_t s;
+
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+        return 2;
+    }
+    begin(&s, MC_DUMMY_OP_PING, 0, 0);
+    finish(&s, argv[1], "ping");
+    begin(&s, MC_DUMMY_OP_STATS, 0, 0);
+    finish(&s, argv[1], "stats");
+    begin(&s, MC_DUMMY_OP_ALLOC, 0, 2);
+    item(&s, NULL, MC_DUMMY_REGION_LBUF, 0, 4096, 0, 0);
+    item(&s, NULL, MC_DUMMY_REGION_LBUF, 0, 64, 0, 0);
+    finish(&s, argv[1], "alloc");
+    begin(&s, MC_DUMMY_OP_FREE, MC_DUMMY_F_NOREPLY, 1);
+    item(&s, NULL, MC_DUMMY_REGION_LBUF, 0, 0, 3, 0);
+    finish(&s, argv[1], "free");
+    begin(&s, MC_DUMMY_OP_PUT, 0, 3);
+    item(&s, "key-1", MC_DUMMY_REGION_POOL, 0, 100, 0, MC_DUMMY_IF_MORE);
+    item(&s, NULL, MC_DUMMY_REGION_POOL, 4096, 28, 0, 0);
+    item(&s, "key-2", MC_DUMMY_REGION_LBUF, 64, 8128, 5, MC_DUMMY_IF_RELEASE | MC_DUMMY_IF_UPSERT);
+    put(&s, &cfg, sizeof(cfg));
+    finish(&s, argv[1], "put");
+    begin(&s, MC_DUMMY_OP_GET, 0, 2);
+    item(&s, "key-1", MC_DUMMY_REGION_POOL, 8192, 128, 0, 0);
+    item(&s, "key-2", MC_DUMMY_REGION_POOL, (1u << 20) - 64, 64, 0, 0);
+    finish(&s, argv[1], "get");
+    begin(&s, MC_DUMMY_OP_GET_STAGED, 0, 2);
+    item(&s, "key-1", 0, 0, 0, 0, 0);
+    item(&s, "key-2", 0, 0, 0, 0, 0);
+    finish(&s, argv[1], "get_staged");
+    begin(&s, MC_DUMMY_OP_EXIST, 0, 1);
+    item(&s, "key-1", 0, 0, 0, 0, 0);
+    finish(&s, argv[1], "exist");
+    begin(&s, MC_DUMMY_OP_SIZE, 0, 1);
+    item(&s, "key-2", 0, 0, 0, 0, 0);
+    finish(&s, argv[1], "size");
+    begin(&s, MC_DUMMY_OP_REMOVE, 0, 2);
+    item(&s, "key-1", 0, 0, 0, 0, MC_DUMMY_IF_FORCE);
+    item(&s, "key-2", 0, 0, 0, 0, 0);
+    finish(&s, argv[1], "remove");
+    return 0;
+}
+
+#endif /* MC_FUZZ_WRITE_SEEDS */
