@@ -94,25 +94,11 @@ static int dummy_get_buffers(mc_store_h s, const char *const *keys, size_t n,
     void **mems;
     uint64_t *sizes;
 
-    if (!mc_store_is_dummy(s))
-        return 0;
-    mems  = calloc(n + 1, sizeof(*mems));
-    sizes = calloc(n + 1, sizeof(*sizes));
-    if ((mems == NULL) || (sizes == NULL)) {
-        mc_set_error_detail("out of memory for %zu buffers", n);
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = MC_INTERNAL_ERROR;
-        free(mems);
-        free(sizes);
-        return 1;
-    }
-    if (!mc_dummy_batch_fetch(s, keys, n, DUMMY_BUFFER_HDR, mems, sizes, statuses)) {
-        free(mems); /* closed meanwhile: the ordinary path reports it */
-        free(sizes);
-        return 0;
-    }
+    if (!mc_store_is_dummy(s) ||
+        !mc_dummy_batch_fetch(s, keys, n, DUMMY_BUFFER_HDR, &mems, &sizes, statuses))
+        return 0; /* closed meanwhile: the ordinary path reports it */
     for (size_t i = 0; i < n; i++) {
-        struct mc_store_buffer *b = mems[i];
+        struct mc_store_buffer *b = (mems != NULL) ? mems[i] : NULL;
         buffers[i]                = NULL;
         if ((statuses[i] != MC_OK) || (b == NULL)) {
             free(b);

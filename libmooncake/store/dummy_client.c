@@ -1399,12 +1399,29 @@ static void fetch_many(mc_dummy_t *d, const char *const *keys, size_t n, size_t 
 }
 
 int mc_dummy_batch_fetch(mc_store_h s, const char *const *keys, size_t n, size_t header,
-                         void **mems, uint64_t *sizes, mc_status_t *statuses)
+                         void ***mems_p, uint64_t **sizes_p, mc_status_t *statuses)
 {
     mc_dummy_t *d = enter(s);
+    void **mems;
+    uint64_t *sizes;
+
+    *mems_p  = NULL;
+    *sizes_p = NULL;
     if (d == NULL)
         return 0;
-    fetch_many(d, keys, n, header, mems, sizes, statuses);
+    mems  = calloc(n + 1, sizeof(*mems));
+    sizes = calloc(n + 1, sizeof(*sizes));
+    if ((mems == NULL) || (sizes == NULL)) {
+        mc_set_error_detail("out of memory for %zu objects", n);
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = MC_INTERNAL_ERROR;
+        free(mems);
+        free(sizes);
+    } else {
+        fetch_many(d, keys, n, header, mems, sizes, statuses);
+        *mems_p  = mems;
+        *sizes_p = sizes;
+    }
     leave(s);
     return 1;
 }

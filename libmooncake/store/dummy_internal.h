@@ -49,12 +49,15 @@ int mc_dummy_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p, mc_status_t
 int mc_dummy_mem_pool_free(mc_store_h s, void *ptr, mc_status_t *st_p);
 int mc_dummy_mem_is_registered(mc_store_h s, const void *p, size_t len, int *result_p);
 /*
- * Copies of whole objects (queries, get_buffer): mems[i] = malloc(header +
- * size) with the object's bytes at mems[i] + header (caller frees),
- * sizes[i], statuses[i]; through staging blocks, GET_STAGED and FREE.
+ * Copies of whole objects (queries, get_buffer): (*mems_p)[i] =
+ * malloc(header + size) with the object's bytes at + header, (*sizes_p)[i],
+ * statuses[i]; through staging blocks, GET_STAGED and FREE.  The caller
+ * frees both arrays and every block not NULL.  Out of memory for the
+ * arrays: both NULL and every status MC_INTERNAL_ERROR.  0 (nothing
+ * allocated) when @p s is not a dummy, or was closed meanwhile.
  */
 int mc_dummy_batch_fetch(mc_store_h s, const char *const *keys, size_t n, size_t header,
-                         void **mems, uint64_t *sizes, mc_status_t *statuses);
+                         void ***mems_p, uint64_t **sizes_p, mc_status_t *statuses);
 /* mc_store_read_ranges: each distinct key fetched once, then sliced into
  * destinations that must lie in the shared memory. */
 int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_status_t *st_p);

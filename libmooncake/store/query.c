@@ -243,27 +243,11 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
     void **mems;
     uint64_t *sizes;
 
-    if (!mc_store_is_dummy(s))
-        return 0;
-    mems  = calloc(n + 1, sizeof(*mems));
-    sizes = calloc(n + 1, sizeof(*sizes));
-    if ((mems == NULL) || (sizes == NULL)) {
-        mc_set_error_detail("out of memory for %zu queries", n);
-        for (size_t i = 0; i < n; i++) {
-            statuses[i] = MC_INTERNAL_ERROR;
-            queries[i]  = NULL;
-        }
-        free(mems);
-        free(sizes);
-        return 1;
-    }
-    if (!mc_dummy_batch_fetch(s, keys, n, DUMMY_QUERY_HDR, mems, sizes, statuses)) {
-        free(mems); /* closed meanwhile: the ordinary path reports it */
-        free(sizes);
-        return 0;
-    }
+    if (!mc_store_is_dummy(s) ||
+        !mc_dummy_batch_fetch(s, keys, n, DUMMY_QUERY_HDR, &mems, &sizes, statuses))
+        return 0; /* closed meanwhile: the ordinary path reports it */
     for (size_t i = 0; i < n; i++) {
-        struct mc_store_query *q = mems[i];
+        struct mc_store_query *q = (mems != NULL) ? mems[i] : NULL;
         queries[i]               = NULL;
         if ((statuses[i] != MC_OK) || (q == NULL)) {
             free(q);
