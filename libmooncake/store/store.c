@@ -1475,6 +1475,28 @@ MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h s, const char *const *
 
 /* ---- removal ------------------------------------------------------------------------- */
 
+/*
+ * The per-key answer of a batch call on the selected keys sel[0..nsel):
+ * the master's statuses when the call succeeded with one per key, else the
+ * call's status for every key (an answer of the wrong length breaks the
+ * connection: it is out of step).  A positive status is not ours: RPC_FAIL.
+ */
+static void scatter_statuses(mc_mconn_t *conn, mc_status_t st, const char *op,
+                             const mc_wire_i32_list_t *got, const size_t *sel, size_t nsel,
+                             mc_status_t *statuses)
+{
+    if ((st == MC_OK) && (got->n != nsel)) {
+        mc_set_error_detail("%s answered %u statuses for %zu keys", op, (unsigned)got->n,
+                            nsel);
+        conn->broken = 1;
+        st           = MC_RPC_FAIL;
+    }
+    for (size_t j = 0; j < nsel; j++) {
+        mc_status_t ks   = (st == MC_OK) ? (mc_status_t)got->v[j] : st;
+        statuses[sel[j]] = (ks > 0) ? MC_RPC_FAIL : ks;
+    }
+}
+
 MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
 {
     mc_status_t dst;
@@ -1538,16 +1560,7 @@ static mc_status_t do_batch_remove(mc_store_h s, const char *const *keys, size_t
     req.keys.v = wkeys;
     req.force  = force ? 1 : 0;
     st         = mc_master_pool_call_batch_remove(&s->pool, &conn, &req, &resp);
-    if ((st == MC_OK) && (resp.statuses.n != nsel)) {
-        mc_set_error_detail("BATCH_REMOVE answered %u statuses for %zu keys",
-                            (unsigned)resp.statuses.n, nsel);
-        conn->broken = 1;
-        st           = MC_RPC_FAIL;
-    }
-    for (size_t j = 0; j < nsel; j++) {
-        mc_status_t ks = (st == MC_OK) ? (mc_status_t)resp.statuses.v[j] : st;
-        statuses[sel[j]] = (ks > 0) ? MC_RPC_FAIL : ks;
-    }
+    scatter_statuses(conn, st, "BATCH_REMOVE", &resp.statuses, sel, nsel, statuses);
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
 out:
@@ -1728,16 +1741,7 @@ MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h s, const char *const 
     req.keys.v       = wkeys;
     req.segment_name = mc_str_from_cstr(segment_name);
     st = mc_master_pool_call_batch_replica_clear(&s->pool, &conn, &req, &resp);
-    if ((st == MC_OK) && (resp.statuses.n != nsel)) {
-        mc_set_error_detail("BATCH_REPLICA_CLEAR answered %u statuses for %zu keys",
-                            (unsigned)resp.statuses.n, nsel);
-        conn->broken = 1;
-        st           = MC_RPC_FAIL;
-    }
-    for (size_t j = 0; j < nsel; j++) {
-        mc_status_t ks   = (st == MC_OK) ? (mc_status_t)resp.statuses.v[j] : st;
-        statuses[sel[j]] = (ks > 0) ? MC_RPC_FAIL : ks;
-    }
+    scatter_statuses(conn, st, "BATCH_REPLICA_CLEAR", &resp.statuses, sel, nsel, statuses);
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
     goto out;
