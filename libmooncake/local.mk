@@ -24,6 +24,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/wire/wire.c libmooncake/wire/wire.h \
 	libmooncake/alloc/offset_alloc.c libmooncake/alloc/offset_alloc.h \
 	$(NULL)
+include libmooncake/coord/local.mk
 include libmooncake/transfer/local.mk
 include libmooncake/store/local.mk
 include libmooncake/tensor/local.mk
