@@ -37,6 +37,7 @@
     X(master_tasks)       \
     X(master_clear)       \
     X(master_mem)         \
+    X(etcd)               \
     X(tensor)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);
