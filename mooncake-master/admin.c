@@ -804,7 +804,19 @@ static void admin_cb(struct evhttp_request *req, void *arg)
     if (tenant == NULL)
         tenant = "default";
 
-    if (strcmp(path, "/metrics") == 0) {
+    if (!mc_master_ha_serving(m) && (strcmp(path, "/metrics") != 0) &&
+        (strcmp(path, "/metrics/summary") != 0) && (strcmp(path, "/health") != 0) &&
+        (strcmp(path, "/role") != 0) && (strcmp(path, "/leader") != 0) &&
+        (strcmp(path, "/ha_status") != 0)) {
+        /* the index of a standby is empty: say so instead of answering "none" */
+        json_t *j = json_pack("{s:b, s:i, s:s}", "success", 0, "error_code",
+                              (int)MC_UNAVAILABLE_IN_CURRENT_MODE, "error_message",
+                              "service plane is not active");
+        if (j == NULL)
+            evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        else
+            reply_json_status(req, HTTP_SERVUNAVAIL, "Service Unavailable", j);
+    } else if (strcmp(path, "/metrics") == 0) {
         do_metrics(m, req);
     } else if (strcmp(path, "/metrics/summary") == 0) {
         do_summary(m, req);

@@ -42,10 +42,7 @@ int mc_master_ha_serving(mc_master_t *m)
     mc_master_ha_t *h = m->ha;
     if (h == NULL)
         return 1;
-    if ((atomic_load(&h->role) == MC_HA_LEADER) && (mc_now_ms() < atomic_load(&h->deadline_ms)))
-        return 1;
-    atomic_fetch_add(&h->fenced, 1);
-    return 0;
+    return (atomic_load(&h->role) == MC_HA_LEADER) && (mc_now_ms() < atomic_load(&h->deadline_ms));
 }
 
 const char *mc_master_ha_role_name(mc_master_t *m)

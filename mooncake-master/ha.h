@@ -79,7 +79,8 @@ void mc_master_ha_stop(struct mc_master *m);
 /* On the event loop's tick: empty the index after a step-down. */
 void mc_master_ha_tick(struct mc_master *m);
 
-/* May this master answer requests now?  Always when HA is off. */
+/* May this master answer requests now?  Always when HA is off.  The RPC
+ * dispatcher counts what it refuses in @c fenced. */
 int mc_master_ha_serving(struct mc_master *m);
 /* "leader" or "standby" (upstream's role strings; always "leader" without HA). */
 const char *mc_master_ha_role_name(struct mc_master *m);

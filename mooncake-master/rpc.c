@@ -327,6 +327,7 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
         mc_debug("rpc %s: %s refused: not the serving leader", c->peer, mc_wire_op_name(op));
         c->m->op_requests[op]++;
         c->m->op_failures[op]++;
+        atomic_fetch_add(&c->m->ha->fenced, 1);
         mc_wire_encode_error(&c->out, op, rid, MC_UNAVAILABLE_IN_CURRENT_STATUS);
         conn_send(c, op);
         return 0;

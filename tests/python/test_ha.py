@@ -30,6 +30,8 @@ import hashlib
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -100,6 +102,12 @@ def test_one_leader_and_every_view_agrees(etcd, cleanup):
         assert '"present":true' in view
     # a standby answers no RPC: a client dialling it directly is refused
     standby = next(m for m in masters if m is not leader)
+    # ... and its admin index routes say the service plane is elsewhere
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(f"http://127.0.0.1:{standby.metrics_port}/get_all_keys",
+                               timeout=2)
+    assert ei.value.code == 503 and b"service plane is not active" in ei.value.read()
+    assert leader.admin("/get_all_keys") is not None
     c = ClientProc("direct")
     cleanup.append(c)
     r = c.call("setup", args=["localhost", "P2PHANDSHAKE", 16 * MiB, 8 * MiB, "tcp", "",
