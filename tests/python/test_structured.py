@@ -703,3 +703,26 @@ def test_concat_arrays_into():
         concat_arrays_into(parts, "0", 64)
     with pytest.raises(ValueError):
         concat_arrays_into(parts, 0, 64)  # NULL destination
+
+
+def test_remove_partition_cleans_crash_leftovers(store):
+    t = MooncakeBundleTransfer(store, key_prefix="t/crash.prefix")
+    refs = [t.put_structured_object(StructuredObjectPayload(buffers={"a": b"x"}),
+                                    partition="run+1") for _ in range(2)]
+    other = t.put_structured_object(StructuredObjectPayload(buffers={"a": b"y"}),
+                                    partition="run+10")
+    # what a writer that died before its manifest leaves: payloads, no manifest
+    base = "t/crash.prefix/run+1/" + "0" * 32
+    for k in (base + "/meta", base + "/buffer/a"):
+        assert store.put(k, b"orphan") == 0
+    decoy = "t/crashXprefix/run+1/k"  # the '.' must not match any character
+    assert store.put(decoy, b"keep") == 0
+    assert t.remove_partition("run+1") == 2 * 3 + 2
+    assert store.is_exist(base + "/meta") == 0
+    for ref in refs:
+        with pytest.raises(StructuredObjectReadError):
+            t.read_spec(ref.manifest_key)
+    assert store.is_exist(decoy) == 1
+    assert t.materialize(t.read_spec(other)).objects["a"] == b"y"
+    with pytest.raises(ValueError):
+        t.remove_partition("a/b")

@@ -306,6 +306,11 @@ def _normalize_key_prefix(prefix: Any) -> str:
     return p
 
 
+def _ere_escape(text: str) -> str:
+    """``text`` as a POSIX extended regular expression matching itself."""
+    return "".join("\\" + c if c in ".[]{}()\\*+?^$|" else c for c in text)
+
+
 def _chunk_bytes_arg(value: Any) -> int:
     if not _util.is_int(value) or value <= 0:
         raise ValueError(f"chunk_bytes must be an int > 0, got {value!r}")
@@ -765,6 +770,22 @@ class MooncakeBundleTransfer:
             failed.setdefault(owners[key], {})[key] = rc
         if failed:
             raise BundleRemoveError(failed)
+
+    def remove_partition(self, partition: str = "default", force: bool = False) -> int:
+        """Remove every key of this transfer's ``key_prefix`` in ``partition``:
+        all its objects, and what writers that died mid-write left behind
+        (payload keys without a manifest, see docs/structured.md).  Only
+        for a partition nobody reads or writes any more.
+
+        Returns the number of keys removed, or a negative ErrorCode.
+        ``force`` also removes keys a reader holds a lease on.
+        """
+        _check_name("partition", partition)
+        regex = "^" + _ere_escape(f"{self.key_prefix}/{partition}/")
+        with self._lock:
+            self._meta_cache.clear()
+            self._validated.clear()
+        return self.store.remove_by_regex(regex, force)
 
     # ---- reading ------------------------------------------------------------------------
 
