@@ -486,6 +486,21 @@ def test_zero_copy_tensor_objects(transfer, store, regbuf):
         len(tensor_object_buffer(1, 10))
 
 
+def test_staged_payload_larger_than_the_pool(transfer):
+    """36 MiB byte and row members, one chunk each, with a 16 MiB local
+    buffer (a pool of at most 32 MiB): written by put instead of waiting
+    forever.  One at a time: the test segment holds 64 MiB."""
+    big = np.random.default_rng(2).integers(0, 255, size=36 * MiB, dtype=np.uint8)
+    ref, r = roundtrip(transfer, {"b": memoryview(big)})
+    assert r.objects["b"] == big.tobytes()
+    del r
+    transfer.remove_bundle(ref)
+    rows = [big[:18 * MiB], big[18 * MiB:]]
+    ref, r = roundtrip(transfer, {"rows": rows})
+    assert_same(r.objects["rows"], rows)
+    transfer.remove_bundle(ref)
+
+
 def test_chunked_and_parallel_writes(transfer):
     data = np.random.default_rng(9).integers(0, 255, size=(1000, 37), dtype=np.uint8)
     rows = [np.full(n, n, np.int32) for n in range(1, 200)]

@@ -692,13 +692,29 @@ class MooncakeBundleTransfer:
 
     def _put_staged(self, pool: Any, config: Any, o: _Out, key: str, off: int,
                     size: int) -> str:
-        """One chunk copied into a pool lease and written by batch_put_from."""
-        with pool.acquire(size) as lease:
+        """One chunk copied into a pool lease and written by batch_put_from
+        (by store.put when the pool can never hold a chunk that large)."""
+        from mooncake.buffer_pool import BufferPoolExhausted
+
+        try:
+            lease = pool.acquire(size)
+        except BufferPoolExhausted:
+            lease = None
+        if lease is None:
             if o.kind == "rows":
-                self._gather_rows(o.rows, off, size, lease.ptr)
+                chunk = np.empty(size, np.uint8)
+                self._gather_rows(o.rows, off, size, int(chunk.ctypes.data))
+                view = memoryview(chunk)
             else:
-                ctypes.memmove(lease.ptr, _address(o.source_view()[off:off + size]), size)
-            rc = self.store.batch_put_from([key], [lease.ptr], [size], config)[0]
+                view = o.source_view()[off:off + size]
+            rc = self.store.put(key, view, config)
+        else:
+            with lease:
+                if o.kind == "rows":
+                    self._gather_rows(o.rows, off, size, lease.ptr)
+                else:
+                    ctypes.memmove(lease.ptr, _address(o.source_view()[off:off + size]), size)
+                rc = self.store.batch_put_from([key], [lease.ptr], [size], config)[0]
         if rc != 0:
             self._fail(o, f"chunk {key!r}", rc)
         return key
