@@ -559,16 +559,18 @@ def test_reader_in_another_process_needs_only_the_reference(transfer, master):
 
 # ---- failures -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", ["auto", "copy"])
-@pytest.mark.parametrize("victim", ["/buffer/b", "/manifest", "/meta"])
+@pytest.mark.parametrize("mode", ["auto", "copy", "parallel"])
+@pytest.mark.parametrize("victim", ["/buffer/b", "/buffer/c/chunk/3", "/manifest", "/meta"])
 def test_failed_write_leaves_nothing_visible(store, mode, victim):
     flaky = FlakyStore(store, fail_put=lambda k: k.endswith(victim))
     t = MooncakeBundleTransfer(flaky, key_prefix="t/fail")
     payload = StructuredObjectPayload(buffers={"a": np.arange(2 * MiB, dtype=np.uint8),
-                                               "b": b"second", "c": np.arange(10)})
+                                               "b": b"second", "c": np.arange(1000)})
+    policy = BundleTransferPolicy(max_inflight_put=4) if mode == "parallel" else \
+        BundleTransferPolicy(copy_mode=mode)
     with pytest.raises(StructuredObjectWriteError) as e:
-        t.put_structured_object(payload, policy=BundleTransferPolicy(copy_mode=mode))
-    assert e.value.member == victim.rsplit("/", 1)[-1]
+        t.put_structured_object(payload, policy=policy, chunk_bytes=1000)
+    assert e.value.member == victim.split("/")[2 if victim.startswith("/buffer") else 1]
     assert e.value.rc == _FAIL
     assert flaky.attempted
     for key in flaky.attempted:

@@ -639,8 +639,13 @@ class MooncakeBundleTransfer:
             parallel = inflight > 1 and policy.put_mode != "batch" and len(staged) > 1
             if parallel:
                 with ThreadPoolExecutor(max_workers=min(inflight, len(staged))) as ex:
-                    for key in ex.map(lambda s: self._put_staged(pool, config, *s), staged):
-                        written.append(key)
+                    futures = [ex.submit(self._put_staged, pool, config, *s) for s in staged]
+                # every chunk has finished: record all that were written, then
+                # report the first failure (the caller removes what was written)
+                errors = [f.exception() for f in futures if f.exception() is not None]
+                written.extend(f.result() for f in futures if f.exception() is None)
+                if errors:
+                    raise errors[0]
             else:
                 for s in staged:
                     written.append(self._put_staged(pool, config, *s))
