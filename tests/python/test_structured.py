@@ -169,6 +169,8 @@ def test_public_surface_and_argument_checks(store):
     assert spec.member_slice("x") is None
     with pytest.raises(ValueError):
         spec.slice_member("x", 0, 0, 1, step=0)
+    with pytest.raises(TypeError):
+        spec.slice_member("x", 0, 1)  # start and end are required
 
 
 def test_spec_example_round_trip(transfer):
@@ -187,6 +189,18 @@ def test_spec_example_round_trip(transfer):
     # the default layout name, and the metadata does not leak the field table
     _, r = roundtrip(transfer, {"a": b"x"}, {"k": [1, 2]})
     assert r.metadata == {"k": [1, 2], "layout": "structured"}
+
+
+def test_put_object_and_get_object(transfer):
+    arr = np.arange(12, dtype=np.int16).reshape(3, 4)
+    ref = transfer.put_object(arr)
+    assert_same(transfer.get_object(ref), arr)
+    assert transfer.get_object(transfer.put_object(b"raw")) == b"raw"
+    got = transfer.get_object(transfer.put_object({"a": arr, "b": b"x"}, partition="objs"))
+    assert set(got) == {"a", "b"} and got["b"] == b"x"
+    assert_same(got["a"], arr)
+    with pytest.raises(TypeError):
+        transfer.put_object(object())
 
 
 # ---- members --------------------------------------------------------------------------------
@@ -370,6 +384,34 @@ def test_materialize_into(transfer):
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="writable"):
         transfer.materialize_into(spec, {"tokens": ro})
+
+
+def test_raw_destinations(transfer, store):
+    from mooncake.buffer_pool import BufferPool
+    from mooncake.structured_object_store import raw_destination
+
+    tokens = np.arange(4000, dtype=np.float64).reshape(1000, 4)
+    ref = transfer.put_structured_object(StructuredObjectPayload(buffers={"t": tokens}))
+    spec = transfer.read_spec(ref).slice_member("t", 0, 100, 300)
+    with BufferPool(store) as pool:
+        lease = pool.acquire(200 * 4 * 8 + 100)
+        got = transfer.materialize_into(
+            spec, {"t": raw_destination(lease.ptr, lease.size, lease, pre_registered=True)})
+        arr = got.objects["t"]
+        assert arr.ctypes.data == lease.ptr and np.array_equal(arr, tokens[100:300])
+        assert bytes(lease.buffer[:32]) == tokens[100].tobytes()
+        with pytest.raises(ValueError, match="needs 6400"):
+            transfer.materialize_into(spec, {"t": raw_destination(lease.ptr, 6399)})
+        del arr, got
+        lease.release()
+    # plain memory, registered for the call
+    mem = np.zeros(8 * 4000, np.uint8)
+    got = transfer.materialize_into(transfer.read_spec(ref),
+                                    {"t": raw_destination(mem.ctypes.data, mem.nbytes, mem)})
+    assert np.array_equal(mem.view(np.float64).reshape(1000, 4), tokens)
+    assert got.objects["t"].base is not None
+    with pytest.raises(ValueError):
+        raw_destination(0, 10)
 
 
 def test_pool_backed_results_are_released(store):

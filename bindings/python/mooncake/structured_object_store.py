@@ -73,6 +73,7 @@ __all__ = [
     "StructuredObjectReadError",
     "BundleRemoveError",
     "tensor_object_buffer",
+    "raw_destination",
 ]
 
 DEFAULT_BUNDLE_CHUNK_BYTES = 64 * 1024 ** 2
@@ -87,6 +88,8 @@ _INVALID_PARAMS = -600
 # bytes are registered in place and written straight from the caller's
 # memory; smaller ones are staged (registration costs more than the copy).
 _IN_PLACE_MIN_BYTES = 1 << 20
+# Metadata mark of an object put_object() made from a single value.
+_WRAPPED_KEY = "__mooncake_wrapped_object__"
 # Structured metadata of this many objects is kept per transfer.
 _META_CACHE_SIZE = 256
 _ENCODINGS = ("bytes", "ndarray", "ndarray_rows", "tensor_object")
@@ -241,7 +244,7 @@ class StructuredObjectReadSpec:
         return StructuredObjectReadSpec(self.ref, None if names is None else tuple(names),
                                         self.member_slices)
 
-    def slice_member(self, name: str, axis: int = 0, start: int = 0, end: int = 0,
+    def slice_member(self, name: str, axis: int, start: int, end: int,
                      step: int = 1) -> "StructuredObjectReadSpec":
         """Read only ``start:end:step`` of member ``name`` along ``axis``."""
         for what, v in (("axis", axis), ("start", start), ("end", end), ("step", step)):
@@ -284,6 +287,28 @@ def tensor_object_buffer(ptr: int, size: int, owner: Any = None,
     if batch_size is not None and (not _util.is_int(batch_size) or batch_size < 0):
         raise ValueError("batch_size must be a non-negative int or None")
     return _TensorObjectBuffer(int(ptr), int(size), owner, batch_size)
+
+
+@dataclass(frozen=True)
+class _RawDestination:
+    ptr: int
+    size: int
+    owner: Any = None
+    pre_registered: bool = False
+
+
+def raw_destination(ptr: int, size: int, owner: Any = None, *,
+                    pre_registered: bool = False) -> _RawDestination:
+    """``size`` bytes of caller memory at ``ptr`` as a materialize_into
+    destination of an ndarray member; the result is an array over that
+    memory (which keeps ``owner`` alive).  ``pre_registered=True`` says the
+    memory is registered already (a BufferPool lease, ...) and skips
+    registering it for the read."""
+    if not _util.is_int(ptr) or not _util.is_int(size):
+        raise TypeError("ptr and size must be ints")
+    if ptr <= 0 or size < 0:
+        raise ValueError("ptr must be positive and size not negative")
+    return _RawDestination(int(ptr), int(size), owner, bool(pre_registered))
 
 
 # ---- names and keys -----------------------------------------------------------------------
@@ -528,6 +553,30 @@ class MooncakeBundleTransfer:
             raise TypeError(f"metadata is not JSON-serializable: {e}") from None
         return self._write(_bytes_out("meta", meta_bytes), outs, partition, chunk_bytes,
                            policy, max_inflight_put, config)
+
+    def put_object(self, obj: Any, partition: str = "default",
+                   chunk_bytes: Optional[int] = None,
+                   policy: Optional[BundleTransferPolicy] = None,
+                   max_inflight_put: Optional[int] = None, config: Any = None
+                   ) -> RemoteBundleRef:
+        """Store a mapping of members as a structured object, or any single
+        member value (an array, bytes, ...) as the member ``value`` of an
+        object whose metadata marks it as wrapped; read back with
+        :meth:`get_object`."""
+        if isinstance(obj, Mapping):
+            payload = StructuredObjectPayload({}, obj)
+        else:
+            payload = StructuredObjectPayload({_WRAPPED_KEY: True}, {"value": obj})
+        return self.put_structured_object(payload, partition, chunk_bytes, policy,
+                                          max_inflight_put, config)
+
+    def get_object(self, ref: Any) -> Any:
+        """What :meth:`put_object` stored: the single value, or the dict of
+        members."""
+        result = self.materialize(self.read_spec(ref))
+        if result.metadata.get(_WRAPPED_KEY):
+            return result.objects["value"]
+        return result.objects
 
     def _write(self, meta: _Out, outs: List[_Out], partition: str, chunk_bytes: Optional[int],
                policy: Optional[BundleTransferPolicy], max_inflight_put: Optional[int],
@@ -1232,6 +1281,13 @@ class _Plan:
             out_shape = shape[:self.sl.axis] + (len(range(start, end, step)),) + \
                 shape[self.sl.axis + 1:]
             cover = (start, end, step)
+        if isinstance(dest, _RawDestination):
+            need = math.prod(out_shape) * dt.itemsize
+            if dest.size < need:
+                raise ValueError(f"raw destination of member {self.name!r} has {dest.size} "
+                                 f"bytes, the member (as selected) needs {need}")
+            self.registered = dest.pre_registered
+            dest = np.asarray(_RawMemory(dest.ptr, need, dest.owner)).view(dt).reshape(out_shape)
         if dest is not None:
             self._check_dest(dest, dt, out_shape)
         if cover is None:
@@ -1352,6 +1408,15 @@ class _Plan:
         if self.post is not None:
             return self.post(self.buffer)
         return self.out
+
+
+class _RawMemory:
+    """Caller memory as the base of an array; keeps its owner alive."""
+
+    def __init__(self, ptr: int, size: int, owner: Any) -> None:
+        self.owner = owner
+        self.__array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                    "data": (ptr, False), "version": 3}
 
 
 class _LeaseMemory:
