@@ -26,7 +26,6 @@ printed is the median over runs).
 """
 import argparse
 import ctypes
-import json
 import os
 import sys
 import time

@@ -21,7 +21,7 @@ import pytest
 from helpers import MiB
 from test_client_http import http_store, metrics
 
-from mooncake.store import ErrorCode, MooncakeDistributedStore
+from mooncake.store import ErrorCode
 from mooncake import structured_object_store as sos
 from mooncake.structured_object_store import (
     BundleRemoveError, BundleTransferPolicy, MooncakeBundleTransfer, RemoteBundleRef,

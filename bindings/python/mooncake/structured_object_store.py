@@ -1347,8 +1347,9 @@ class _Plan:
             raise ValueError(f"destination of member {self.name!r} must be an ndarray, not "
                              f"{type(dest).__name__}")
         if dest.dtype != dt or tuple(dest.shape) != tuple(shape):
-            raise ValueError(f"destination of member {self.name!r} is {dest.dtype}{list(dest.shape)}"
-                             f", the member (as selected) is {dt}{list(shape)}")
+            raise ValueError(f"destination of member {self.name!r} is "
+                             f"{dest.dtype}{list(dest.shape)}, the member (as selected) is "
+                             f"{dt}{list(shape)}")
         if not dest.flags.c_contiguous or not dest.flags.writeable:
             raise ValueError(f"destination of member {self.name!r} must be a writable "
                              f"C-contiguous ndarray")
