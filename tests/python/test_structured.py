@@ -543,6 +543,30 @@ def test_staged_payload_larger_than_the_pool(transfer):
     transfer.remove_bundle(ref)
 
 
+def test_held_results_do_not_block_writes(transfer):
+    """Results held by the caller fill the pool (16 MiB local buffer: 32 MiB
+    of leases); a staged write then goes by put instead of waiting for
+    them."""
+    import threading
+
+    ref = transfer.put_structured_object(StructuredObjectPayload(
+        buffers={"x": np.ones(30 * MiB, np.uint8)}))
+    held = transfer.materialize(transfer.read_spec(ref))
+    assert transfer._buffer_pool().active_bytes == 30 * MiB
+    out = {}
+
+    def write():
+        r = transfer.put_structured_object(StructuredObjectPayload(buffers={"b": bytes(4 * MiB)}))
+        out["b"] = transfer.get_bundle(r)[1]["b"]
+
+    th = threading.Thread(target=write, daemon=True)
+    th.start()
+    th.join(timeout=60)
+    assert not th.is_alive(), "the write waited for pool memory the caller holds"
+    assert out["b"] == bytes(4 * MiB)
+    assert held.objects["x"].sum() == 30 * MiB
+
+
 def test_chunked_and_parallel_writes(transfer):
     data = np.random.default_rng(9).integers(0, 255, size=(1000, 37), dtype=np.uint8)
     rows = [np.full(n, n, np.int32) for n in range(1, 200)]

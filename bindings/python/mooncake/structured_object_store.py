@@ -746,12 +746,13 @@ class MooncakeBundleTransfer:
 
     def _put_staged(self, pool: Any, config: Any, o: _Out, key: str, off: int,
                     size: int) -> str:
-        """One chunk copied into a pool lease and written by batch_put_from
-        (by store.put when the pool can never hold a chunk that large)."""
+        """One chunk copied into a pool lease and written by batch_put_from,
+        or by store.put when the pool has no room for it now: waiting could
+        wait forever, e.g. for materialize() results the caller holds."""
         from mooncake.buffer_pool import BufferPoolExhausted
 
         try:
-            lease = pool.acquire(size)
+            lease = pool.acquire(size, block=False)
         except BufferPoolExhausted:
             lease = None
         if lease is None:
