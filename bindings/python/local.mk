@@ -75,6 +75,7 @@ EXTRA_DIST += \
 	tests/python/test_engine.py \
 	tests/python/test_dummy.py \
 	tests/python/test_cli.py \
+	tests/python/test_bench_plot.py \
 	$(NULL)
 
 if ENABLE_PYTHON
