@@ -7,3 +7,10 @@ EXTRA_DIST += \
 	tests/packaging/run.sh \
 	tests/packaging/check-symbols.sh \
 	$(NULL)
+
+# The Debian packages built, linted, installed, used (C, Python, Lua,
+# mooncake-cli against the installed master) and purged: root only, a few
+# minutes (tests/packaging/run.sh).
+check-packaging:
+	$(abs_srcdir)/tests/packaging/run.sh
+.PHONY: check-packaging
