@@ -30,7 +30,7 @@ status=0
 # Sanitizer build in the background: it only needs the CPU while the main
 # build is linking or the Python suite waits on sockets.
 (
-    BUILD_DIR="$top/build-asan" CONFIGURE_FLAGS="--enable-sanitizers --disable-python" \
+    BUILD_DIR="$top/build-asan" CONFIGURE_FLAGS="--enable-sanitizers --disable-python --disable-lua" \
         "$top/scripts/build.sh" &&
     make -C "$top/build-asan" -j2 tests/unit/check_all >/dev/null &&
     MC_MASTER_BIN="$top/build-asan/mooncake_master" MC_LOG_LEVEL=error MC_SRCDIR="$top" \

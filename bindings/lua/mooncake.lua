@@ -101,6 +101,11 @@ function M.tensor_decode(object)
     return r
 end
 
+--- A replication configuration holding upstream's defaults: fields
+--- replica_num, with_hard_pin, soft_pin_action, prefer_alloc_in_same_node,
+--- ...; set_preferred_segment("host:port"), set_group_ids({...}).
+M.ReplicateConfig = core.mc_replicate_config_t
+
 local Store = {}
 Store.__index = Store
 Store.__name = "mooncake.Store"
@@ -130,8 +135,9 @@ function Store:get_hostname()
 end
 
 --- Store @p value (a string) under @p key; an existing key keeps its value.
-function Store:put(key, value)
-    return status(self._s:put(key, value), "put")
+--- @p config (optional) is a ReplicateConfig.
+function Store:put(key, value, config)
+    return status(self._s:put(key, value, config), "put")
 end
 
 --- The value of @p key as a string.
