@@ -76,9 +76,14 @@ t0=$(date +%s)
 # ---- 1. build ---------------------------------------------------------------
 log "copying the source tree to $work/src"
 mkdir -p "$work/src"
-(cd "$top" && git ls-files -z --cached --others --exclude-standard |
-    xargs -0 -I{} sh -c 'test -e "$1" && printf "%s\0" "$1"' _ {} |
-    tar --null -T - -cf -) | tar -C "$work/src" -xf -
+if git -C "$top" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    (cd "$top" && git ls-files -z --cached --others --exclude-standard |
+        xargs -0 -I{} sh -c 'test -e "$1" && printf "%s\0" "$1"' _ {} |
+        tar --null -T - -cf -) | tar -C "$work/src" -xf -
+else # an unpacked tarball: everything but build trees
+    tar -C "$top" --exclude=./build --exclude='./build-*' --exclude=./debian/build \
+        -cf - . | tar -C "$work/src" -xf -
+fi
 log "dpkg-buildpackage -us -uc -b"
 (
     cd "$work/src"
