@@ -162,6 +162,8 @@ static const char *seg_state_name(mc_segment_state_t s)
         return "DRAINING";
     case MC_SEG_UNMOUNTING:
         return "UNMOUNTING";
+    case MC_SEG_AWAITING:
+        return "AWAITING_REMOUNT";
     }
     return "UNKNOWN";
 }

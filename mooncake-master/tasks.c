@@ -44,6 +44,7 @@
 
 #include "common/log.h"
 #include "master.h"
+#include "snapshot.h"
 
 /* MC_TASK_MESSAGE_MAX (mooncake/store.h) bounds a kept message, NUL included. */
 #define MC_TASK_FETCH_MAX   1024 /* tasks handed out by one FETCH_TASKS */
@@ -609,6 +610,7 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
      * longer when a replica skipped at START went with its segment */
     if ((t->type == MC_TASK_REPLICA_MOVE) && (replica_on(o, t->targets[0]) != NULL))
         mc_master_replica_retire(m, o, src, x->now_ms);
+    mc_durable_object(m, o); /* the new replicas */
     t->committed = 1;
     return MC_OK;
 }
