@@ -176,7 +176,7 @@ typedef enum mc_flag_kind {
       "(needs --enable_snapshot).")                                                         \
     X(INT, snapshot_interval_seconds, "600", v_positive, 0, "Seconds between snapshots.")  \
     X(INT, snapshot_child_timeout_seconds, "300", v_positive, 0,                            \
-      "Seconds a snapshot writer process may run before it is killed.")                     \
+      "Seconds a snapshot may take before it is abandoned.")                                \
     X(INT, snapshot_retention_count, "2", v_positive, 0,                                    \
       "Snapshots kept (with the logs since the oldest): a corrupt newest one falls back "   \
       "to an older one.")                                                                   \

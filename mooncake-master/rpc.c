@@ -93,9 +93,15 @@ typedef struct mc_conn {
     mc_buf_t out;              /* encoded response scratch */
     mc_buf_t tx;               /* responses of this conn_drive() pass */
     /* --enable_snapshot: answers that wait until the records of the
-     * changes they acknowledge are durable (up to held_seq), in order */
+     * changes they acknowledge are durable, in order; held[0, marks[i].end)
+     * may go once the log is durable up to marks[i].seq */
     mc_buf_t held;
-    uint64_t held_seq;
+    struct held_mark {
+        size_t end;
+        uint64_t seq;
+    } *marks;
+    uint32_t nmarks;
+    uint32_t cap_marks;
     mc_mlist_t held_link;      /* in m->held_conns while held is not empty */
     uint64_t frames;
     char peer[INET6_ADDRSTRLEN + 8];
@@ -111,27 +117,33 @@ static void conn_free(mc_conn_t *c)
     mc_buf_cleanup(&c->out);
     mc_buf_cleanup(&c->tx);
     mc_buf_cleanup(&c->held);
+    free(c->marks);
     free(c);
 }
 
-/* Write the responses gathered in @p b (c->tx or c->held): straight to the
- * socket when the bufferevent has nothing older queued, the rest (or all)
- * through it. */
-static void conn_write(mc_conn_t *c, mc_buf_t *b)
+/* Write @p len bytes of responses: straight to the socket when the
+ * bufferevent has nothing older queued, the rest (or all) through it. */
+static void conn_write_bytes(mc_conn_t *c, const uint8_t *data, size_t len)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     size_t sent          = 0;
 
-    if (b->len == 0)
+    if (len == 0)
         return;
     if (evbuffer_get_length(out) == 0) {
-        ssize_t n = send(bufferevent_getfd(c->bev), b->data, b->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = send(bufferevent_getfd(c->bev), data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
         /* an error shows again on the bufferevent's own write */
         if (n > 0)
             sent = (size_t)n;
     }
-    if ((sent < b->len) && (bufferevent_write(c->bev, b->data + sent, b->len - sent) != 0))
-        mc_warn("rpc %s: cannot queue %zu bytes of responses", c->peer, b->len - sent);
+    if ((sent < len) && (bufferevent_write(c->bev, data + sent, len - sent) != 0))
+        mc_warn("rpc %s: cannot queue %zu bytes of responses", c->peer, len - sent);
+}
+
+/* Write the responses gathered in @p b (c->tx or c->held) and empty it. */
+static void conn_write(mc_conn_t *c, mc_buf_t *b)
+{
+    conn_write_bytes(c, b->data, b->len);
     if (b->cap > MC_CONN_OUT_KEEP) {
         mc_buf_cleanup(b);
         mc_buf_init(b);
@@ -153,7 +165,24 @@ static void conn_flush(mc_conn_t *c)
         conn_write(c, &c->tx);
         return;
     }
-    mc_buf_put_bytes(&c->held, c->tx.data, c->tx.len);
+    if (c->nmarks > 0)
+        need = MC_MAX(need, c->marks[c->nmarks - 1].seq);
+    if ((c->nmarks == 0) || (c->marks[c->nmarks - 1].seq != need)) {
+        if (c->nmarks == c->cap_marks) {
+            uint32_t nc = c->cap_marks ? c->cap_marks * 2 : 8;
+            struct held_mark *nm = realloc(c->marks, nc * sizeof(*nm));
+            if (nm == NULL)
+                c->held.oom = 1;
+            else {
+                c->marks     = nm;
+                c->cap_marks = nc;
+            }
+        }
+        if (!c->held.oom)
+            c->marks[c->nmarks++].seq = need;
+    }
+    if (!c->held.oom)
+        mc_buf_put_bytes(&c->held, c->tx.data, c->tx.len);
     if (c->held.oom) {
         /* never send an answer early: without memory to hold it, drop
          * the connection (the client retries) */
@@ -161,13 +190,14 @@ static void conn_flush(mc_conn_t *c)
         c->tx.len = 0;
         mc_buf_reset(&c->held);
         c->held.oom = 0;
+        c->nmarks   = 0;
+        mc_mlist_remove(&c->held_link);
         bufferevent_disable(c->bev, EV_READ);
         c->state = MC_CONN_CLOSING;
         return;
     }
+    c->marks[c->nmarks - 1].end = c->held.len;
     mc_buf_reset(&c->tx);
-    if (need > c->held_seq)
-        c->held_seq = need;
     if (mc_mlist_empty(&c->held_link))
         mc_mlist_insert_tail(&c->m->held_conns, &c->held_link);
 }
@@ -180,10 +210,30 @@ void mc_master_rpc_release(mc_master_t *m, uint64_t durable_seq)
     mc_mlist_for_each_safe(pos, tmp, &m->held_conns)
     {
         mc_conn_t *c = mc_container_of(pos, mc_conn_t, held_link);
-        if (c->held_seq > durable_seq)
+        uint32_t k   = 0;
+        size_t n;
+
+        while ((k < c->nmarks) && (c->marks[k].seq <= durable_seq))
+            k++;
+        if (k == 0)
+            continue;
+        /* the answers whose records are durable go; later ones wait on */
+        n = c->marks[k - 1].end;
+        conn_write_bytes(c, c->held.data, n);
+        memmove(c->held.data, c->held.data + n, c->held.len - n);
+        c->held.len -= n;
+        for (uint32_t i = k; i < c->nmarks; i++) {
+            c->marks[i - k].seq = c->marks[i].seq;
+            c->marks[i - k].end = c->marks[i].end - n;
+        }
+        c->nmarks -= k;
+        if (c->nmarks > 0)
             continue;
         mc_mlist_remove(&c->held_link);
-        conn_write(c, &c->held);
+        if (c->held.cap > MC_CONN_OUT_KEEP) {
+            mc_buf_cleanup(&c->held);
+            mc_buf_init(&c->held);
+        }
         if (c->state != MC_CONN_CLOSING) {
             /* paused on the held backlog, which the socket took at once
              * (no write callback will come to resume it) */

@@ -12,13 +12,22 @@
  * The state is the newest valid snapshot <S> plus oplog.<S>,
  * oplog.<S+1>, ... in order.
  *
- * A snapshot: the loop asks the writer to rotate to oplog.<G> (records
- * appended so far stay in the old file) and fork()s in the same loop turn,
- * so the child's copy-on-write image is exactly the state at the start of
- * oplog.<G>.  The child writes snapshot.<G>.tmp, syncs it and renames it;
- * the loop only pays for the fork.  The tick reaps the child, kills it
- * past --snapshot_child_timeout_seconds, and deletes what the newest
- * --snapshot_retention_count snapshots no longer need.
+ * A snapshot is a fuzzy checkpoint written by an incremental walker, so
+ * the event loop never stops for more than one slice (MC_SNAP_SLICE_US):
+ * the loop asks the log writer to rotate to oplog.<G> (records appended so
+ * far stay in the old file), writes SNAP_BEGIN and every segment, then
+ * walks the object index a slice of buckets per loop turn, encoding each
+ * complete object as it is at that moment; a thread writes the encoded
+ * chunks to snapshot.<G>.tmp, syncs and renames it.  Changes made during
+ * the walk are in oplog.<G>, and records are whole states (idempotent), so
+ * snapshot.<G> followed by oplog.<G> from its start gives the exact state
+ * whichever version of an object the walk caught.  The index only grows
+ * by doubling, keeping each node in bucket b or b + old size, so a walk
+ * that goes on at the same bucket number after a growth misses nothing
+ * (it may see an object twice, which replays the same).  The tick gives
+ * up on a snapshot older than --snapshot_child_timeout_seconds and
+ * deletes what the newest --snapshot_retention_count snapshots no longer
+ * need.
  */
 #include "config.h"
 
@@ -27,7 +36,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +44,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -45,6 +53,27 @@
 #include "snapshot.h"
 
 #define MC_GEN_MAX 4096 /* files of one kind considered in the directory */
+#define MC_SNAP_SLICE_US 1000u        /* the longest a walk slice holds the loop */
+#define MC_SNAP_QUEUE_MAX (32u << 20) /* encoded bytes waiting for the file: pause above */
+
+/* A snapshot being written: the walker (loop thread) encodes into @c q,
+ * the thread writes it to the file. */
+typedef struct snap_job {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    mc_buf_t q;
+    int end;         /* loop: everything is in q */
+    int abort;       /* loop: give up */
+    int done;        /* thread: finished (failed or not) */
+    int failed;      /* thread */
+    int err;
+    int fd;
+    uint64_t gen;
+    char dir[PATH_MAX];
+    char path[PATH_MAX + 64];
+    char tmp[PATH_MAX + 80];
+} snap_job_t;
 
 struct mc_durable {
     mc_oplog_writer_t *w;
@@ -56,9 +85,14 @@ struct mc_durable {
     struct event *kick_ev;
     int kick_armed;
     int quiet;                  /* installing a restore: nothing to log */
-    pid_t child;
-    uint64_t child_gen;
-    uint64_t child_start_ms;
+    snap_job_t *job;            /* the snapshot being written, or NULL */
+    struct event *walk_ev;
+    size_t walk_pos;            /* next bucket of m->objects */
+    uint64_t walk_objs;
+    uint32_t walk_segs;
+    uint32_t walk_slices;
+    uint64_t walk_max_us;
+    uint64_t job_start_ms;
     uint64_t next_snapshot_ms;
     uint64_t grace_deadline_ms; /* 0: no restored segment awaits its owner */
     mc_durable_stats_t st;
@@ -814,6 +848,8 @@ static int restore_state(mc_durable_t *d, const gen_list_t *g, mc_oplog_state_t 
     return 1;
 }
 
+static void walk_cb(evutil_socket_t fd, short what, void *arg);
+
 mc_status_t mc_durable_start(mc_master_t *m)
 {
     mc_master_config_t *cfg = m->cfg;
@@ -893,7 +929,9 @@ mc_status_t mc_durable_start(mc_master_t *m)
         goto out;
     d->wake_ev = event_new(m->base, d->wake_fd, EV_READ | EV_PERSIST, wake_cb, m);
     d->kick_ev = event_new(m->base, -1, 0, kick_cb, d);
-    if ((d->wake_ev == NULL) || (d->kick_ev == NULL) || (event_add(d->wake_ev, NULL) != 0))
+    d->walk_ev = evtimer_new(m->base, walk_cb, m);
+    if ((d->wake_ev == NULL) || (d->kick_ev == NULL) || (d->walk_ev == NULL) ||
+        (event_add(d->wake_ev, NULL) != 0))
         goto out;
     d->next_snapshot_ms = mc_now_ms() + (uint64_t)cfg->snapshot_interval_seconds * 1000u;
     retention(m);
@@ -909,75 +947,241 @@ out:
 
 /* ---- snapshots at run time ------------------------------------------------------------ */
 
+static void *snap_thread(void *arg)
+{
+    snap_job_t *j = arg;
+    mc_buf_t b;
+    int err = 0;
+
+    mc_buf_init(&b);
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        mc_buf_t t;
+        int end;
+        while ((j->q.len == 0) && !j->end && !j->abort)
+            pthread_cond_wait(&j->cv, &j->mu);
+        if (j->abort)
+            break;
+        t    = b;
+        b    = j->q;
+        j->q = t;
+        mc_buf_reset(&j->q);
+        end = j->end && (b.len > 0 ? 0 : 1);
+        pthread_mutex_unlock(&j->mu);
+        if (b.oom)
+            err = ENOMEM;
+        else if ((b.len > 0) && (mc_oplog_write_all(j->fd, b.data, b.len) != 0))
+            err = errno ? errno : EIO;
+        mc_buf_reset(&b);
+        b.oom = 0;
+        if (!err && end) {
+            if ((fsync(j->fd) != 0) || (rename(j->tmp, j->path) != 0) ||
+                (mc_oplog_fsync_dir(j->dir) != 0))
+                err = errno ? errno : EIO;
+        }
+        pthread_mutex_lock(&j->mu);
+        if (err || end)
+            break;
+    }
+    j->failed = err || j->abort;
+    j->err    = err;
+    j->done   = 1;
+    pthread_mutex_unlock(&j->mu);
+    mc_buf_cleanup(&b);
+    return NULL;
+}
+
+/* Hand @p b (encoded records) to the job's thread; @p end: the last. */
+static void snap_push(snap_job_t *j, mc_buf_t *b, int end)
+{
+    pthread_mutex_lock(&j->mu);
+    mc_buf_put_bytes(&j->q, b->data, b->len);
+    if (b->oom)
+        j->q.oom = 1;
+    j->end = end;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    mc_buf_reset(b);
+}
+
+static size_t snap_queued(snap_job_t *j)
+{
+    size_t n;
+    pthread_mutex_lock(&j->mu);
+    n = j->q.len;
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+/* Stop the job's thread (asking it to give up when @p abort), remove its
+ * temporary file if it did not finish, and free it. */
+static void snap_finish(snap_job_t *j, int abort)
+{
+    pthread_mutex_lock(&j->mu);
+    if (abort)
+        j->abort = 1;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    pthread_join(j->thread, NULL);
+    close(j->fd);
+    if (j->failed)
+        unlink(j->tmp);
+    mc_buf_cleanup(&j->q);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* One slice of the walk: buckets from d->walk_pos until the slice's time
+ * is up; the last slice ends the snapshot. */
+static void walk_cb(evutil_socket_t fd, short what, void *arg)
+{
+    mc_master_t *m  = arg;
+    mc_durable_t *d = m->durable;
+    snap_job_t *j   = d->job;
+    uint64_t t0     = mc_now_ns(), us;
+    struct timeval tv = {0, 0};
+    mc_buf_t b;
+    int end = 0;
+    (void)fd;
+    (void)what;
+
+    if (snap_queued(j) > MC_SNAP_QUEUE_MAX) {
+        tv.tv_usec = 1000; /* the disk is behind: let it catch up */
+        event_add(d->walk_ev, &tv);
+        return;
+    }
+    mc_buf_init(&b);
+    while (d->walk_pos < m->objects.nbuckets) {
+        for (mc_hnode_t *n = m->objects.buckets[d->walk_pos]; n != NULL; n = n->next) {
+            const mc_object_t *o = mc_container_of(n, mc_object_t, node);
+            if (!o->complete)
+                continue;
+            encode_object(&b, o);
+            d->walk_objs++;
+        }
+        d->walk_pos++;
+        if (((d->walk_pos & 63) == 0) && (mc_now_ns() - t0 >= MC_SNAP_SLICE_US * 1000u))
+            break;
+    }
+    if (d->walk_pos >= m->objects.nbuckets) {
+        mc_oplog_record_t r;
+        memset(&r, 0, sizeof(r));
+        r.type  = MC_OPLOG_SNAP_END;
+        r.nsegs = d->walk_segs;
+        r.nobjs = d->walk_objs;
+        mc_oplog_record_encode(&b, &r);
+        end = 1;
+    }
+    snap_push(j, &b, end);
+    mc_buf_cleanup(&b);
+    us = (mc_now_ns() - t0) / 1000u;
+    d->walk_slices++;
+    if (us > d->walk_max_us)
+        d->walk_max_us = us;
+    if (!end)
+        event_add(d->walk_ev, &tv);
+}
+
 static void start_snapshot(mc_master_t *m, uint64_t now)
 {
     mc_durable_t *d = m->durable;
     uint64_t gen    = d->gen + 1;
-    uint64_t t0, us;
-    pid_t pid;
+    uint64_t t0     = mc_now_ns(), us;
+    snap_job_t *j   = calloc(1, sizeof(*j));
+    mc_oplog_record_t r;
+    mc_buf_t b;
+    struct timeval tv = {0, 0};
 
-    /* everything appended so far belongs to the old log; the fork below
-     * captures exactly that state */
+    d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
+    if (j == NULL)
+        goto fail;
+    strcpy(j->dir, d->dir);
+    j->gen = gen;
+    mc_oplog_path(j->path, sizeof(j->path), d->dir, "snapshot", gen);
+    snprintf(j->tmp, sizeof(j->tmp), "%s.tmp", j->path);
+    j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (j->fd < 0)
+        goto fail;
+    mc_buf_init(&j->q);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    if (pthread_create(&j->thread, NULL, snap_thread, j) != 0) {
+        close(j->fd);
+        unlink(j->tmp);
+        pthread_mutex_destroy(&j->mu);
+        pthread_cond_destroy(&j->cv);
+        goto fail;
+    }
+    /* everything appended so far belongs to the old log; the walk starts
+     * now, in this loop turn */
     mc_oplog_writer_rotate(d->w, gen);
     d->gen = gen;
-    t0     = mc_now_ns();
-    pid    = fork();
-    us     = (mc_now_ns() - t0) / 1000u;
-    if (pid == 0) {
-        int rc = publish_snapshot(m, d->dir, gen);
-        if (rc != 0)
-            mc_error("snapshot %016" PRIx64 ": %s", gen, strerror(errno));
-        _exit(rc == 0 ? 0 : 1);
-    }
-    if (pid < 0) {
-        mc_error("snapshot: fork failed: %s (the log keeps growing until the next try)",
-                 strerror(errno));
-        d->st.snapshots_failed++;
-        d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
-        return;
-    }
-    d->child          = pid;
-    d->child_gen      = gen;
-    d->child_start_ms = now;
-    d->st.last_fork_us = us;
-    if (us > d->st.max_fork_us)
-        d->st.max_fork_us = us;
-    mc_info("snapshot %016" PRIx64 ": writer %d started (event loop paused %" PRIu64
-            " us for the fork, %zu objects)",
-            gen, (int)pid, us, m->objects.count);
+    mc_buf_init(&b);
+    memset(&r, 0, sizeof(r));
+    r.type    = MC_OPLOG_SNAP_BEGIN;
+    r.gen     = gen;
+    r.wall_ms = mc_wall_ms();
+    mc_oplog_record_encode(&b, &r);
+    for (uint32_t i = 0; i < m->nseg; i++)
+        encode_segment(&b, m->segv[i]);
+    d->walk_segs = m->nseg; /* the count SNAP_END carries */
+    snap_push(j, &b, 0);
+    mc_buf_cleanup(&b);
+    d->job          = j;
+    d->job_start_ms = now;
+    d->walk_pos     = 0;
+    d->walk_objs    = 0;
+    d->walk_slices  = 0;
+    us              = (mc_now_ns() - t0) / 1000u;
+    d->walk_max_us  = us;
+    event_add(d->walk_ev, &tv);
+    return;
+fail:
+    mc_error("snapshot %016" PRIx64 ": cannot start: %s (the log keeps growing until the next "
+             "try)", gen, strerror(errno));
+    free(j);
+    d->st.snapshots_failed++;
 }
 
 static void reap_snapshot(mc_master_t *m, uint64_t now)
 {
     mc_durable_t *d = m->durable;
-    int status;
-    pid_t r = waitpid(d->child, &status, WNOHANG);
+    snap_job_t *j   = d->job;
+    int done, failed, err;
 
-    if (r == 0) {
-        if (now - d->child_start_ms <= (uint64_t)m->cfg->snapshot_child_timeout_seconds * 1000u)
+    pthread_mutex_lock(&j->mu);
+    done   = j->done;
+    failed = j->failed;
+    err    = j->err;
+    pthread_mutex_unlock(&j->mu);
+    if (!done) {
+        if (now - d->job_start_ms <= (uint64_t)m->cfg->snapshot_child_timeout_seconds * 1000u)
             return;
-        mc_error("snapshot %016" PRIx64 ": writer %d ran past --snapshot_child_timeout_seconds; "
-                 "killing it", d->child_gen, (int)d->child);
-        kill(d->child, SIGKILL);
-        waitpid(d->child, &status, 0);
-        status = -1;
+        mc_error("snapshot %016" PRIx64 " ran past --snapshot_child_timeout_seconds: giving up",
+                 j->gen);
+        event_del(d->walk_ev);
+        failed = 1;
     }
-    if ((r < 0) || (status != 0)) {
-        char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
-        mc_oplog_path(path, sizeof(path), d->dir, "snapshot", d->child_gen);
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        unlink(tmp);
-        mc_error("snapshot %016" PRIx64 " failed; the previous snapshot and the logs since "
-                 "still hold the state", d->child_gen);
+    if (failed) {
+        mc_error("snapshot %016" PRIx64 " failed%s%s; the previous snapshot and the logs since "
+                 "still hold the state",
+                 j->gen, err ? ": " : "", err ? strerror(err) : "");
         d->st.snapshots_failed++;
     } else {
         d->st.snapshots_ok++;
-        d->st.last_snapshot_ms = now - d->child_start_ms;
-        mc_info("snapshot %016" PRIx64 " written in %" PRIu64 " ms", d->child_gen,
-                d->st.last_snapshot_ms);
-        retention(m);
+        d->st.last_snapshot_ms = now - d->job_start_ms;
+        d->st.last_pause_us     = d->walk_max_us;
+        if (d->walk_max_us > d->st.max_pause_us)
+            d->st.max_pause_us = d->walk_max_us;
+        mc_info("snapshot %016" PRIx64 " written in %" PRIu64 " ms: %" PRIu64 " objects in %"
+                PRIu32 " slices, longest loop pause %" PRIu64 " us",
+                j->gen, d->st.last_snapshot_ms, d->walk_objs, d->walk_slices, d->walk_max_us);
     }
-    d->child            = 0;
+    snap_finish(j, !done);
+    d->job = NULL;
+    if (!failed)
+        retention(m);
     d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
 }
 
@@ -1010,7 +1214,7 @@ void mc_durable_tick(mc_master_t *m, uint64_t now_ms)
         d->grace_deadline_ms = 0;
         end_grace(m);
     }
-    if (d->child > 0)
+    if (d->job != NULL)
         reap_snapshot(m, now_ms);
     else if (now_ms >= d->next_snapshot_ms)
         start_snapshot(m, now_ms);
@@ -1021,12 +1225,15 @@ void mc_durable_stop(mc_master_t *m)
     mc_durable_t *d = m->durable;
     if (d == NULL)
         return;
-    if (d->child > 0) {
-        int status;
-        /* a snapshot left half done is refused at restore: let it finish */
-        waitpid(d->child, &status, 0);
+    if (d->job != NULL) {
+        /* a half-written snapshot is only a .tmp: the logs hold the state */
+        event_del(d->walk_ev);
+        snap_finish(d->job, 1);
+        d->job = NULL;
     }
     mc_oplog_writer_stop(d->w);
+    if (d->walk_ev != NULL)
+        event_free(d->walk_ev);
     if (d->wake_ev != NULL)
         event_free(d->wake_ev);
     if (d->kick_ev != NULL)

@@ -45,9 +45,9 @@ uint64_t mc_durable_pending(mc_master_t *m);
 typedef struct mc_durable_stats {
     uint64_t snapshots_ok;
     uint64_t snapshots_failed;
-    uint64_t last_snapshot_ms;   /* duration of the last snapshot writer */
-    uint64_t last_fork_us;       /* event loop stall of the last snapshot start */
-    uint64_t max_fork_us;
+    uint64_t last_snapshot_ms;   /* duration of the last snapshot */
+    uint64_t last_pause_us;      /* longest loop pause of the last snapshot's walk */
+    uint64_t max_pause_us;       /* ... of every snapshot since start */
     uint64_t log_rounds;         /* write + sync rounds */
     uint64_t log_records;
     uint64_t log_bytes;
