@@ -212,6 +212,9 @@ void mc_master_destroy(mc_master_t *m)
         event_free(m->tick_ev);
     mc_master_admin_stop(m);
     mc_meta_server_destroy(m->http);
+    /* answers held for the operation log go out before the connections
+     * close: their changes are durable */
+    mc_durable_drain(m);
     mc_master_rpc_stop(m);
     /* what was appended is written and synced before the index goes */
     mc_durable_stop(m);

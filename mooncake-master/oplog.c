@@ -154,6 +154,26 @@ void mc_oplog_record_encode(mc_buf_t *out, const mc_oplog_record_t *r)
         mc_buf_put_str(out, r->tenant);
         mc_buf_put_str(out, r->key);
         break;
+    case MC_OPLOG_TASK_SET:
+        put_uuid(out, r->id);
+        put_uuid(out, r->owner);
+        mc_buf_put_u8(out, r->task_type);
+        mc_buf_put_u8(out, r->status);
+        mc_buf_put_u64(out, r->created_ms);
+        mc_buf_put_u64(out, r->updated_ms);
+        mc_buf_put_str(out, r->tenant);
+        mc_buf_put_str(out, r->key);
+        mc_buf_put_str(out, r->name);
+        mc_buf_put_u8(out, r->has_message);
+        if (r->has_message)
+            mc_buf_put_str(out, r->message);
+        mc_buf_put_u32(out, r->ntargets);
+        for (uint32_t i = 0; i < r->ntargets; i++)
+            mc_buf_put_str(out, r->targets[i]);
+        break;
+    case MC_OPLOG_TASK_DEL:
+        put_uuid(out, r->id);
+        break;
     default:
         break;
     }
@@ -234,6 +254,29 @@ mc_oplog_decode_t mc_oplog_record_decode(const uint8_t *p, size_t n, mc_oplog_re
         r->tenant = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
         r->key    = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
         break;
+    case MC_OPLOG_TASK_SET:
+        r->id          = get_uuid(&rb);
+        r->owner       = get_uuid(&rb);
+        r->task_type   = mc_rbuf_get_u8(&rb);
+        r->status      = mc_rbuf_get_u8(&rb);
+        r->created_ms  = mc_rbuf_get_u64(&rb);
+        r->updated_ms  = mc_rbuf_get_u64(&rb);
+        r->tenant      = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+        r->key         = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+        r->name        = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+        r->has_message = mc_rbuf_get_u8(&rb);
+        if (r->has_message)
+            r->message = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+        r->ntargets = mc_rbuf_get_u32(&rb);
+        if (rb.err || (r->has_message > 1) || (r->ntargets > MC_OPLOG_MAX_TARGETS))
+            return MC_OPLOG_CORRUPT;
+        r->raw_targets = rb.p;
+        for (uint32_t i = 0; (i < r->ntargets) && !rb.err; i++)
+            (void)mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+        break;
+    case MC_OPLOG_TASK_DEL:
+        r->id = get_uuid(&rb);
+        break;
     default:
         return MC_OPLOG_CORRUPT;
     }
@@ -252,6 +295,15 @@ void mc_oplog_record_replica(const mc_oplog_record_t *r, uint32_t i, mc_oplog_re
     out->seg.lo = mc_load_le64(p + 8);
     out->offset = mc_load_le64(p + 16);
     out->size   = mc_load_le64(p + 24);
+}
+
+void mc_oplog_record_targets(const mc_oplog_record_t *r, mc_str_t *out)
+{
+    mc_rbuf_t rb;
+    /* the targets were checked at decode; they run to the end of the frame */
+    mc_rbuf_init(&rb, r->raw_targets, (size_t)(r->frame + r->frame_len - r->raw_targets));
+    for (uint32_t i = 0; i < r->ntargets; i++)
+        out[i] = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
 }
 
 mc_oplog_decode_t mc_oplog_scan(const uint8_t *data, size_t len, mc_oplog_scan_cb cb, void *arg,
@@ -309,6 +361,7 @@ static int obj_entry_eq(const mc_hnode_t *n, const void *k)
     return mc_str_eq(r.tenant, l->tenant) && mc_str_eq(r.key, l->key);
 }
 
+/* Segments and tasks: entries keyed by the record's id. */
 static int seg_entry_eq(const mc_hnode_t *n, const void *k)
 {
     mc_oplog_record_t r;
@@ -323,6 +376,11 @@ int mc_oplog_state_init(mc_oplog_state_t *s)
         return -1;
     if (mc_hmap_init(&s->segs, 16) != 0) {
         mc_hmap_cleanup(&s->objs);
+        return -1;
+    }
+    if (mc_hmap_init(&s->tasks, 16) != 0) {
+        mc_hmap_cleanup(&s->objs);
+        mc_hmap_cleanup(&s->segs);
         return -1;
     }
     return 0;
@@ -344,6 +402,7 @@ void mc_oplog_state_clear(mc_oplog_state_t *s)
 {
     map_free_all(&s->objs);
     map_free_all(&s->segs);
+    map_free_all(&s->tasks);
     s->applied = 0;
 }
 
@@ -354,6 +413,7 @@ void mc_oplog_state_cleanup(mc_oplog_state_t *s)
     mc_oplog_state_clear(s);
     mc_hmap_cleanup(&s->objs);
     mc_hmap_cleanup(&s->segs);
+    mc_hmap_cleanup(&s->tasks);
 }
 
 /* Replace (or drop, when @p r is NULL) the entry found under @p old. */
@@ -386,6 +446,12 @@ int mc_oplog_state_apply(mc_oplog_state_t *s, const mc_oplog_record_t *r)
         uint64_t h    = id_hash(r->id);
         mc_hnode_t *o = mc_hmap_find(&s->segs, h, &r->id, seg_entry_eq);
         return put_entry(&s->segs, o, h, r->type == MC_OPLOG_SEG_MOUNT ? r : NULL);
+    }
+    case MC_OPLOG_TASK_SET:
+    case MC_OPLOG_TASK_DEL: {
+        uint64_t h    = id_hash(r->id);
+        mc_hnode_t *o = mc_hmap_find(&s->tasks, h, &r->id, seg_entry_eq);
+        return put_entry(&s->tasks, o, h, r->type == MC_OPLOG_TASK_SET ? r : NULL);
     }
     case MC_OPLOG_OBJ_SET:
     case MC_OPLOG_OBJ_DEL: {

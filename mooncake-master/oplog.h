@@ -41,13 +41,16 @@ enum {
     MC_OPLOG_SEG_MOUNT   = 4,
     MC_OPLOG_SEG_UNMOUNT = 5,
     MC_OPLOG_OBJ_SET     = 6,
-    MC_OPLOG_OBJ_DEL     = 7
+    MC_OPLOG_OBJ_DEL     = 7,
+    MC_OPLOG_TASK_SET    = 8, /* a copy/move task's whole state */
+    MC_OPLOG_TASK_DEL    = 9  /* a finished task forgotten */
 };
 
 #define MC_OPLOG_FRAME_HEADER 9u               /* length, CRC, type */
 #define MC_OPLOG_MAX_PAYLOAD  (64u << 20)      /* a larger length is corruption */
 #define MC_OPLOG_MAX_STR      (1u << 20)       /* any string field */
 #define MC_OPLOG_MAX_REPLICAS 4096u
+#define MC_OPLOG_MAX_TARGETS  1024u
 
 /* One replica of an OBJ_SET: where its bytes are. */
 typedef struct mc_oplog_replica {
@@ -63,7 +66,11 @@ typedef struct mc_oplog_replica {
  *   SEG_MOUNT: id, owner, name, protocol, base, size;  SEG_UNMOUNT: id;
  *   OBJ_SET: tenant, key, size, owner, hard_pin, soft_pin_ttl_ms,
  *            has_group/group_id, nreplicas/replicas;
- *   OBJ_DEL: tenant, key.
+ *   OBJ_DEL: tenant, key;
+ *   TASK_SET: id, owner (the assigned client), task_type, status,
+ *            created_ms, updated_ms (wall clock), tenant, key, name (the
+ *            source segment), ntargets/targets, has_message/message;
+ *   TASK_DEL: id.
  * For encoding, @c replicas points at nreplicas entries; a decoded record
  * leaves it NULL and keeps the raw entries for mc_oplog_record_replica().
  */
@@ -88,6 +95,15 @@ typedef struct mc_oplog_record {
     uint32_t nreplicas;
     const mc_oplog_replica_t *replicas; /* encode only */
     const uint8_t *raw_replicas;        /* decode only */
+    uint8_t task_type;
+    uint8_t status;
+    uint8_t has_message;
+    uint64_t created_ms;
+    uint64_t updated_ms;
+    mc_str_t message;
+    uint32_t ntargets;
+    const mc_str_t *targets;            /* encode only */
+    const uint8_t *raw_targets;         /* decode only */
     /* decode only: the whole frame the record came from */
     const uint8_t *frame;
     size_t frame_len;
@@ -118,6 +134,8 @@ mc_oplog_decode_t mc_oplog_record_decode(const uint8_t *p, size_t n, mc_oplog_re
 
 /* Replica @p i of a decoded OBJ_SET (i < nreplicas). */
 void mc_oplog_record_replica(const mc_oplog_record_t *r, uint32_t i, mc_oplog_replica_t *out);
+/* The targets of a decoded TASK_SET into @p out (ntargets entries). */
+void mc_oplog_record_targets(const mc_oplog_record_t *r, mc_str_t *out);
 
 /*
  * Decode the records of @p data in order, calling @p cb for each until it
@@ -141,6 +159,7 @@ mc_oplog_decode_t mc_oplog_scan(const uint8_t *data, size_t len, mc_oplog_scan_c
 typedef struct mc_oplog_state {
     mc_hmap_t objs; /* mc_oplog_entry_t by (tenant, key) */
     mc_hmap_t segs; /* mc_oplog_entry_t by segment id */
+    mc_hmap_t tasks; /* mc_oplog_entry_t by task id */
     uint64_t applied;
 } mc_oplog_state_t;
 

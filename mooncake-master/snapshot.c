@@ -40,10 +40,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -91,7 +93,8 @@ struct mc_durable {
     uint64_t walk_objs;
     uint32_t walk_segs;
     uint32_t walk_slices;
-    uint64_t walk_max_us;
+    uint64_t walk_max_us;       /* longest slice, wall clock */
+    uint64_t walk_max_cpu_us;   /* the longest slice's own CPU time */
     uint64_t job_start_ms;
     uint64_t next_snapshot_ms;
     uint64_t grace_deadline_ms; /* 0: no restored segment awaits its owner */
@@ -200,23 +203,66 @@ void mc_durable_erase(mc_master_t *m, const mc_object_t *o)
     append_end(d, 1);
 }
 
+/* Append a record that names only an id (SEG_UNMOUNT, TASK_DEL). */
+static void append_id_record(mc_durable_t *d, uint8_t type, mc_uuid_t id)
+{
+    mc_oplog_record_t r;
+    memset(&r, 0, sizeof(r));
+    r.type = type;
+    r.id   = id;
+    mc_oplog_record_encode(append_begin(d), &r);
+    append_end(d, 1);
+}
+
 void mc_durable_segment(mc_master_t *m, const mc_segment_t *seg, int mounted)
 {
     mc_durable_t *d = m->durable;
-    mc_buf_t *b;
 
     if ((d == NULL) || d->quiet)
         return;
-    b = append_begin(d);
-    if (mounted) {
-        encode_segment(b, seg);
-    } else {
-        mc_oplog_record_t r;
-        memset(&r, 0, sizeof(r));
-        r.type = MC_OPLOG_SEG_UNMOUNT;
-        r.id   = seg->id;
-        mc_oplog_record_encode(b, &r);
+    if (!mounted) {
+        append_id_record(d, MC_OPLOG_SEG_UNMOUNT, seg->id);
+        return;
     }
+    encode_segment(append_begin(d), seg);
+    append_end(d, 1);
+}
+
+static void encode_task(mc_buf_t *b, const mc_task_t *t)
+{
+    mc_oplog_record_t r;
+    mc_str_t tg[MC_OPLOG_MAX_TARGETS];
+    memset(&r, 0, sizeof(r));
+    r.type        = MC_OPLOG_TASK_SET;
+    r.id          = t->id;
+    r.owner       = t->assigned;
+    r.task_type   = t->type;
+    r.status      = t->status;
+    r.created_ms  = t->created_ms;
+    r.updated_ms  = t->updated_ms;
+    r.tenant      = (mc_str_t){t->tenant, t->tenant_len};
+    r.key         = (mc_str_t){t->key, t->key_len};
+    r.name        = mc_str_from_cstr(t->source);
+    r.has_message = t->message != NULL;
+    r.message     = mc_str_from_cstr(t->message);
+    r.ntargets    = MC_MIN(t->ntargets, MC_OPLOG_MAX_TARGETS);
+    for (uint32_t i = 0; i < r.ntargets; i++)
+        tg[i] = mc_str_from_cstr(t->targets[i]);
+    r.targets = tg;
+    mc_oplog_record_encode(b, &r);
+}
+
+void mc_durable_task(mc_master_t *m, const mc_task_t *t, int live)
+{
+    mc_durable_t *d = m->durable;
+
+    if ((d == NULL) || d->quiet)
+        return;
+    if (!live) {
+        append_id_record(d, MC_OPLOG_TASK_DEL, t->id);
+        return;
+    }
+    encode_task(append_begin(d), t);
     append_end(d, 1);
 }
 
@@ -292,6 +338,8 @@ static int write_snapshot(mc_master_t *m, const char *path, uint64_t gen)
     mc_oplog_record_encode(&o.b, &r);
     for (uint32_t i = 0; i < m->nseg; i++)
         encode_segment(&o.b, m->segv[i]);
+    for (n = mc_hmap_first(&m->tasks, &it); n != NULL; n = mc_hmap_next(&m->tasks, &it))
+        encode_task(&o.b, mc_container_of(n, mc_task_t, node));
     for (n = mc_hmap_first(&m->objects, &it); (n != NULL) && !o.err;
          n = mc_hmap_next(&m->objects, &it)) {
         const mc_object_t *obj = mc_container_of(n, mc_object_t, node);
@@ -787,12 +835,21 @@ static mc_status_t install(mc_master_t *m, mc_oplog_state_t *s)
             mc_master_segment_release(m, &tmp);
         }
     }
+    for (n = mc_hmap_first(&s->tasks, &it); n != NULL; n = mc_hmap_next(&s->tasks, &it)) {
+        mc_oplog_entry_t *e = mc_container_of(n, mc_oplog_entry_t, node);
+        mc_oplog_record_t r;
+        size_t used;
+        mc_oplog_record_decode(e->frame, e->len, &r, &used);
+        if (mc_master_task_restore(m, &r, now) == 0)
+            d->st.restored_tasks++;
+    }
     if (d->st.restored_segments > 0)
         d->grace_deadline_ms = now + grace;
-    mc_info("restore: %" PRIu64 " objects and %" PRIu64 " segments restored (%zu objects "
-            "dropped: no replica left); segments serve again as their owners remount, "
-            "within %" PRIu64 " s",
-            d->st.restored_objects, d->st.restored_segments, dropped, grace / 1000u);
+    mc_info("restore: %" PRIu64 " objects, %" PRIu64 " segments and %" PRIu64 " tasks restored "
+            "(%zu objects dropped: no replica left); segments serve again as their owners "
+            "remount, within %" PRIu64 " s",
+            d->st.restored_objects, d->st.restored_segments, d->st.restored_tasks, dropped,
+            grace / 1000u);
     st = MC_OK;
 out:
     d->quiet = 0;
@@ -1034,12 +1091,19 @@ static void snap_finish(snap_job_t *j, int abort)
 
 /* One slice of the walk: buckets from d->walk_pos until the slice's time
  * is up; the last slice ends the snapshot. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void walk_cb(evutil_socket_t fd, short what, void *arg)
 {
     mc_master_t *m  = arg;
     mc_durable_t *d = m->durable;
     snap_job_t *j   = d->job;
-    uint64_t t0     = mc_now_ns(), us;
+    uint64_t t0     = mc_now_ns(), c0 = thread_cpu_ns(), us;
     struct timeval tv = {0, 0};
     mc_buf_t b;
     int end = 0;
@@ -1077,8 +1141,10 @@ static void walk_cb(evutil_socket_t fd, short what, void *arg)
     mc_buf_cleanup(&b);
     us = (mc_now_ns() - t0) / 1000u;
     d->walk_slices++;
-    if (us > d->walk_max_us)
-        d->walk_max_us = us;
+    if (us > d->walk_max_us) {
+        d->walk_max_us     = us;
+        d->walk_max_cpu_us = (thread_cpu_ns() - c0) / 1000u;
+    }
     if (!end)
         event_add(d->walk_ev, &tv);
 }
@@ -1125,6 +1191,12 @@ static void start_snapshot(mc_master_t *m, uint64_t now)
     mc_oplog_record_encode(&b, &r);
     for (uint32_t i = 0; i < m->nseg; i++)
         encode_segment(&b, m->segv[i]);
+    {
+        mc_hmap_iter_t it;
+        for (mc_hnode_t *n = mc_hmap_first(&m->tasks, &it); n != NULL;
+             n = mc_hmap_next(&m->tasks, &it))
+            encode_task(&b, mc_container_of(n, mc_task_t, node));
+    }
     d->walk_segs = m->nseg; /* the count SNAP_END carries */
     snap_push(j, &b, 0);
     mc_buf_cleanup(&b);
@@ -1135,6 +1207,7 @@ static void start_snapshot(mc_master_t *m, uint64_t now)
     d->walk_slices  = 0;
     us              = (mc_now_ns() - t0) / 1000u;
     d->walk_max_us  = us;
+    d->walk_max_cpu_us = us;
     event_add(d->walk_ev, &tv);
     return;
 fail:
@@ -1175,8 +1248,10 @@ static void reap_snapshot(mc_master_t *m, uint64_t now)
         if (d->walk_max_us > d->st.max_pause_us)
             d->st.max_pause_us = d->walk_max_us;
         mc_info("snapshot %016" PRIx64 " written in %" PRIu64 " ms: %" PRIu64 " objects in %"
-                PRIu32 " slices, longest loop pause %" PRIu64 " us",
-                j->gen, d->st.last_snapshot_ms, d->walk_objs, d->walk_slices, d->walk_max_us);
+                PRIu32 " slices, longest loop pause %" PRIu64 " us (%" PRIu64 " us of it on "
+                "the CPU)",
+                j->gen, d->st.last_snapshot_ms, d->walk_objs, d->walk_slices, d->walk_max_us,
+                d->walk_max_cpu_us);
     }
     snap_finish(j, !done);
     d->job = NULL;
@@ -1218,6 +1293,26 @@ void mc_durable_tick(mc_master_t *m, uint64_t now_ms)
         reap_snapshot(m, now_ms);
     else if (now_ms >= d->next_snapshot_ms)
         start_snapshot(m, now_ms);
+}
+
+void mc_durable_drain(mc_master_t *m)
+{
+    mc_durable_t *d = m->durable;
+    uint64_t want, end = mc_now_ms() + 10000;
+
+    if ((d == NULL) || (d->w == NULL))
+        return;
+    want = mc_oplog_writer_appended(d->w);
+    mc_oplog_writer_kick(d->w);
+    while ((mc_oplog_writer_durable(d->w) < want) && !mc_oplog_writer_failed(d->w) &&
+           (mc_now_ms() < end)) {
+        struct pollfd p = {d->wake_fd, POLLIN, 0};
+        uint64_t v;
+        if ((poll(&p, 1, 100) > 0) && (read(d->wake_fd, &v, sizeof(v)) < 0))
+            mc_debug("operation log: wake read: %s", strerror(errno));
+    }
+    d->durable_seen = mc_oplog_writer_durable(d->w);
+    mc_master_rpc_release(m, d->durable_seen);
 }
 
 void mc_durable_stop(mc_master_t *m)

@@ -27,8 +27,11 @@
 /* Restore (with --enable_snapshot_restore), then open the log.  Called
  * by mc_master_create() once the parts exist, before the listeners. */
 mc_status_t mc_durable_start(mc_master_t *m);
-/* Write out and sync what was appended, stop the writer and any snapshot
- * writer child. */
+/* At shutdown, before the connections close: wait (10 s at most) until
+ * what was appended is durable and send the answers held for it. */
+void mc_durable_drain(mc_master_t *m);
+/* Write out and sync what was appended, stop the writer and abandon a
+ * snapshot being written. */
 void mc_durable_stop(mc_master_t *m);
 /* Snapshot schedule, snapshot child, end of the remount grace period. */
 void mc_durable_tick(mc_master_t *m, uint64_t now_ms);
@@ -36,6 +39,8 @@ void mc_durable_tick(mc_master_t *m, uint64_t now_ms);
 void mc_durable_object(mc_master_t *m, const mc_object_t *o);
 void mc_durable_erase(mc_master_t *m, const mc_object_t *o);
 void mc_durable_segment(mc_master_t *m, const mc_segment_t *seg, int mounted);
+/* A task was created or changed state (@p live), or was forgotten. */
+void mc_durable_task(mc_master_t *m, const mc_task_t *t, int live);
 
 /* Sequence number an answer produced now must wait for; 0 when nothing
  * appended is still waiting for its sync. */
@@ -53,6 +58,7 @@ typedef struct mc_durable_stats {
     uint64_t log_bytes;
     uint64_t restored_objects;
     uint64_t restored_segments;
+    uint64_t restored_tasks;
 } mc_durable_stats_t;
 int mc_durable_get_stats(mc_master_t *m, mc_durable_stats_t *st);
 
@@ -67,6 +73,9 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
  * MC_SEG_AWAITING: no allocation, no reads, until its owner remounts it. */
 mc_segment_t *mc_master_segment_restore(mc_master_t *m, mc_client_t *c,
                                         const mc_oplog_record_t *r);
+/* A task from a TASK_SET record; one that was processing comes back
+ * FAILED (its executor's new buffers are gone).  0, or -1. */
+int mc_master_task_restore(mc_master_t *m, const mc_oplog_record_t *r, uint64_t now_ms);
 /* Send the answers held for records up to @p durable_seq. */
 void mc_master_rpc_release(mc_master_t *m, uint64_t durable_seq);
 

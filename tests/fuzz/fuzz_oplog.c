@@ -33,6 +33,7 @@ static int apply_cb(void *arg, const mc_oplog_record_t *r)
     mc_oplog_state_t *s = arg;
     mc_oplog_record_t copy = *r, again;
     mc_oplog_replica_t *reps = NULL;
+    mc_str_t *tg = NULL;
     mc_buf_t b;
     size_t used;
 
@@ -45,6 +46,15 @@ static int apply_cb(void *arg, const mc_oplog_record_t *r)
             mc_oplog_record_replica(r, i, &reps[i]);
     }
     copy.replicas = reps;
+    if (r->ntargets > 0) {
+        tg = malloc(r->ntargets * sizeof(*tg));
+        if (tg == NULL) {
+            free(reps);
+            return 1;
+        }
+        mc_oplog_record_targets(r, tg);
+    }
+    copy.targets = tg;
     mc_buf_init(&b);
     mc_oplog_record_encode(&b, &copy);
     if (!b.oom && ((b.len != r->frame_len) || (memcmp(b.data, r->frame, b.len) != 0)))
@@ -53,6 +63,7 @@ static int apply_cb(void *arg, const mc_oplog_record_t *r)
         fail("a re-encoded record does not decode");
     mc_buf_cleanup(&b);
     free(reps);
+    free(tg);
     if (mc_oplog_state_apply(s, r) != 0)
         return 1;
     return 0;
@@ -94,7 +105,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 int main(int argc, char **argv)
 {
     static const mc_oplog_replica_t reps[2] = {{{1, 2}, 0, 4096}, {{3, 4}, 8192, 4096}};
-    mc_oplog_record_t r[7];
+    mc_oplog_record_t r[8];
+    mc_str_t targets[2] = {{"a:1", 3}, {"b:2", 3}};
     mc_buf_t b;
     char path[4096];
     FILE *f;
@@ -126,8 +138,16 @@ int main(int argc, char **argv)
     r[4].id.hi  = 1;
     r[5].type   = MC_OPLOG_SNAP_BEGIN;
     r[6].type   = MC_OPLOG_SNAP_END;
+    r[7].type        = MC_OPLOG_TASK_SET;
+    r[7].tenant      = mc_str_from_cstr("default");
+    r[7].key         = mc_str_from_cstr("key");
+    r[7].name        = mc_str_from_cstr("src:1");
+    r[7].has_message = 1;
+    r[7].message     = mc_str_from_cstr("done");
+    r[7].ntargets    = 2;
+    r[7].targets     = targets;
     mc_buf_init(&b);
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         mc_oplog_record_encode(&b, &r[i]);
     snprintf(path, sizeof(path), "%s/seed-log", argv[1]);
     f = fopen(path, "wb");

@@ -7,7 +7,8 @@ the segment (the bytes); client B has no segment, so everything it puts
 lands in A's segment, and reads from B go through the transfer engine to
 A, found through the master's HTTP metadata server.
 
-* Restart under put load (SIGKILL and SIGTERM): B puts in a loop and
+* Restart under put load (SIGKILL and SIGTERM), with a snapshot walk
+  every second: B puts in a loop and
   records every put that returned success; after the master restarts with
   --enable_snapshot_restore, every acknowledged key reads back with its
   bytes, once A has remounted (A republishes its descriptor on the
@@ -206,7 +207,8 @@ def wait_remounted(d, a_name):
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill9", "sigterm"])
 def test_restart_under_put_load_keeps_every_acknowledged_put(durable, sig, tmp_path):
     d = durable
-    d.start()
+    # snapshots every second: the restore starts from one taken under load
+    d.start(extra=["--snapshot_interval_seconds=1"])
     a, b, a_name = setup_ab(d)
     acked = tmp_path / "acked.txt"
     assert b.call("acked_loop", path=str(acked), size=OBJ, prefix="load")["rc"] == 0
@@ -217,7 +219,8 @@ def test_restart_under_put_load_keeps_every_acknowledged_put(durable, sig, tmp_p
     wait_until(lambda: n_acked() >= 300, DEADLINE_S, "300 acknowledged puts")
     d.end(sig)  # while B keeps putting
     before = n_acked()
-    d.start()
+    assert len(d.files("snapshot")) >= 1
+    d.start(extra=["--snapshot_interval_seconds=1"])
     wait_remounted(d, a_name)
     # the loop resumes against the restarted master
     wait_until(lambda: n_acked() >= before + 100, DEADLINE_S, "puts after the restart")

@@ -93,7 +93,7 @@ def test_defaults_and_compat_flags_are_accepted():
     head, _, compat = out.partition("Accepted for compatibility only")
     assert compat, "--help should have the compatibility heading"
     for f in ("--nof_heartbeat_probe_timeout_ms", "--nof_heartbeat_failures_threshold",
-              "--max_threads", "--snapshot_interval_seconds"):
+              "--max_threads", "--oplog_poll_interval_ms"):
         assert f"\n  {f} (" in compat and f"\n  {f} (" not in head, f
     assert "\n  --enable_ha (" in head
 
