@@ -57,6 +57,7 @@
 #define MC_GEN_MAX 4096 /* files of one kind considered in the directory */
 #define MC_SNAP_SLICE_US 1000u        /* the longest a walk slice holds the loop */
 #define MC_SNAP_QUEUE_MAX (32u << 20) /* encoded bytes waiting for the file: pause above */
+#define MC_SNAP_LOG_BYTES (1ull << 30) /* a log this large is compacted without waiting */
 
 /* A snapshot being written: the walker (loop thread) encodes into @c q,
  * the thread writes it to the file. */
@@ -97,6 +98,7 @@ struct mc_durable {
     uint64_t walk_max_cpu_us;   /* the longest slice's own CPU time */
     uint64_t job_start_ms;
     uint64_t next_snapshot_ms;
+    uint64_t log_bytes_at_rotation; /* the writer's byte count when the log last rotated */
     uint64_t grace_deadline_ms; /* 0: no restored segment awaits its owner */
     mc_durable_stats_t st;
 };
@@ -1289,10 +1291,18 @@ void mc_durable_tick(mc_master_t *m, uint64_t now_ms)
         d->grace_deadline_ms = 0;
         end_grace(m);
     }
-    if (d->job != NULL)
+    if (d->job != NULL) {
         reap_snapshot(m, now_ms);
-    else if (now_ms >= d->next_snapshot_ms)
-        start_snapshot(m, now_ms);
+    } else {
+        uint64_t rounds, records, bytes;
+        mc_oplog_writer_stats(d->w, &rounds, &records, &bytes);
+        /* a busy master compacts its log before the interval is up */
+        if ((now_ms >= d->next_snapshot_ms) ||
+            (bytes - d->log_bytes_at_rotation >= MC_SNAP_LOG_BYTES)) {
+            d->log_bytes_at_rotation = bytes;
+            start_snapshot(m, now_ms);
+        }
+    }
 }
 
 void mc_durable_drain(mc_master_t *m)

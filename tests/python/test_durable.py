@@ -299,6 +299,8 @@ def test_corrupt_snapshot_falls_back_to_the_previous_one(durable):
     a, b, a_name = setup_ab(d)
     put_keys(b, [f"s{i}" for i in range(10)])
     wait_until(lambda: d.log().count("written in") >= 2, DEADLINE_S, "two snapshots")
+    assert metric(d.master, "master_snapshot_success") >= 2
+    assert metric(d.master, "master_oplog_records_total") >= 11  # the segment and 10 puts
     put_keys(b, [f"s{i}" for i in range(10, 20)])
     d.end(signal.SIGTERM)
     snaps = d.files("snapshot")
