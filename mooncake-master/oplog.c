@@ -607,6 +607,7 @@ struct mc_oplog_writer {
     uint64_t appended_seq;   /* loop thread's view (== pending_seq after end) */
     uint64_t durable_seq;
     uint64_t rotate_gen;     /* 0: none asked */
+    size_t rotate_at;        /* pending[0, rotate_at) still goes to the old log */
     int kicked;
     int stop;
     int failed;
@@ -630,6 +631,7 @@ static void *writer_main(void *arg)
     pthread_mutex_lock(&w->mu);
     for (;;) {
         uint64_t seq, rot;
+        size_t first;
         int rc = 0;
         mc_buf_t tmp;
 
@@ -644,20 +646,28 @@ static void *writer_main(void *arg)
         mc_buf_reset(&w->pending);
         seq           = w->pending_seq;
         rot           = w->rotate_gen;
+        first         = rot ? w->rotate_at : batch.len;
         w->rotate_gen = 0;
         pthread_mutex_unlock(&w->mu);
 
         if (!w->failed) {
             uint64_t t0 = mc_now_ns(), t1;
-            if (batch.len > 0)
-                rc = w->sink->append(w->sink, batch.data, batch.len);
+            /* what was appended before the rotation goes to the old log,
+             * the rest to the new one */
+            if (first > 0)
+                rc = w->sink->append(w->sink, batch.data, first);
             t1 = mc_now_ns();
-            if ((rc == 0) && (batch.len > 0))
+            if ((rc == 0) && (first > 0))
                 rc = w->sink->sync(w->sink);
             w->write_ns += t1 - t0;
             w->sync_ns += mc_now_ns() - t1;
             if ((rc == 0) && (rot != 0))
                 rc = w->sink->rotate(w->sink, rot);
+            if ((rc == 0) && (rot != 0) && (batch.len > first)) {
+                rc = w->sink->append(w->sink, batch.data + first, batch.len - first);
+                if (rc == 0)
+                    rc = w->sink->sync(w->sink);
+            }
             if (rc != 0)
                 mc_error("operation log: cannot write or sync: %s; nothing after this is "
                          "durable", strerror(errno));
@@ -755,13 +765,19 @@ void mc_oplog_writer_kick(mc_oplog_writer_t *w)
     pthread_mutex_unlock(&w->mu);
 }
 
-void mc_oplog_writer_rotate(mc_oplog_writer_t *w, uint64_t gen)
+int mc_oplog_writer_rotate(mc_oplog_writer_t *w, uint64_t gen)
 {
+    int rc = -1;
     pthread_mutex_lock(&w->mu);
-    w->rotate_gen = gen;
-    w->kicked     = 1;
-    pthread_cond_signal(&w->cv);
+    if (w->rotate_gen == 0) {
+        w->rotate_gen = gen;
+        w->rotate_at  = w->pending.len;
+        w->kicked     = 1;
+        pthread_cond_signal(&w->cv);
+        rc = 0;
+    }
     pthread_mutex_unlock(&w->mu);
+    return rc;
 }
 
 uint64_t mc_oplog_writer_appended(const mc_oplog_writer_t *w)

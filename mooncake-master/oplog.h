@@ -227,8 +227,9 @@ mc_buf_t *mc_oplog_writer_begin(mc_oplog_writer_t *w);
 uint64_t mc_oplog_writer_end(mc_oplog_writer_t *w, unsigned nrecords);
 /* Ask the thread to write what was appended (the group-commit point). */
 void mc_oplog_writer_kick(mc_oplog_writer_t *w);
-/* Records appended from here on go to generation @p gen (kicks). */
-void mc_oplog_writer_rotate(mc_oplog_writer_t *w, uint64_t gen);
+/* Records appended from here on go to generation @p gen, those before to
+ * the current one (kicks).  -1 while an earlier rotation is not done. */
+int mc_oplog_writer_rotate(mc_oplog_writer_t *w, uint64_t gen);
 /* Sequence numbers: of the last record appended, of the last durable. */
 uint64_t mc_oplog_writer_appended(const mc_oplog_writer_t *w);
 uint64_t mc_oplog_writer_durable(mc_oplog_writer_t *w);

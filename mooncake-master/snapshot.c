@@ -1161,9 +1161,11 @@ static void start_snapshot(mc_master_t *m, uint64_t now)
     mc_buf_t b;
     struct timeval tv = {0, 0};
 
-    d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
     if (j == NULL)
         goto fail;
+    mc_buf_init(&j->q);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
     strcpy(j->dir, d->dir);
     j->gen = gen;
     mc_oplog_path(j->path, sizeof(j->path), d->dir, "snapshot", gen);
@@ -1171,20 +1173,26 @@ static void start_snapshot(mc_master_t *m, uint64_t now)
     j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (j->fd < 0)
         goto fail;
-    mc_buf_init(&j->q);
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    if (pthread_create(&j->thread, NULL, snap_thread, j) != 0) {
+    /* everything appended so far belongs to the old log; the walk starts
+     * now, in this loop turn */
+    if (mc_oplog_writer_rotate(d->w, gen) != 0) {
+        /* the previous rotation is not written yet: next tick */
         close(j->fd);
         unlink(j->tmp);
         pthread_mutex_destroy(&j->mu);
         pthread_cond_destroy(&j->cv);
+        free(j);
+        return;
+    }
+    if (pthread_create(&j->thread, NULL, snap_thread, j) != 0) {
+        /* the log rotated anyway: a generation without a snapshot is fine */
+        close(j->fd);
+        unlink(j->tmp);
+        d->gen = gen;
         goto fail;
     }
-    /* everything appended so far belongs to the old log; the walk starts
-     * now, in this loop turn */
-    mc_oplog_writer_rotate(d->w, gen);
     d->gen = gen;
+    d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
     mc_buf_init(&b);
     memset(&r, 0, sizeof(r));
     r.type    = MC_OPLOG_SNAP_BEGIN;
@@ -1215,8 +1223,13 @@ static void start_snapshot(mc_master_t *m, uint64_t now)
 fail:
     mc_error("snapshot %016" PRIx64 ": cannot start: %s (the log keeps growing until the next "
              "try)", gen, strerror(errno));
+    if (j != NULL) {
+        pthread_mutex_destroy(&j->mu);
+        pthread_cond_destroy(&j->cv);
+    }
     free(j);
     d->st.snapshots_failed++;
+    d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
 }
 
 static void reap_snapshot(mc_master_t *m, uint64_t now)

@@ -320,23 +320,39 @@ START_TEST(test_writer_file_sink)
         ck_assert_int_eq(read(efd, &v, sizeof(v)), (ssize_t)sizeof(v));
     ck_assert_uint_eq(mc_oplog_writer_durable(w), seq);
     ck_assert_int_eq(mc_oplog_writer_failed(w), 0);
+    /* a rotation splits what is appended at the very point it is asked:
+     * 3 more records to generation 5, the 2 after it to generation 6 */
+    for (int i = 0; i < 5; i++) {
+        mc_oplog_record_t r = obj_set("after", 1);
+        if (i == 3)
+            ck_assert_int_eq(mc_oplog_writer_rotate(w, 6), 0);
+        mc_oplog_record_encode(mc_oplog_writer_begin(w), &r);
+        seq = mc_oplog_writer_end(w, 1);
+    }
+    mc_oplog_writer_kick(w);
+    for (int tries = 0; (mc_oplog_writer_durable(w) < seq) && (tries < 1000); tries++)
+        ck_assert_int_eq(read(efd, &v, sizeof(v)), (ssize_t)sizeof(v));
+    ck_assert_uint_eq(mc_oplog_writer_durable(w), seq);
     mc_oplog_writer_stop(w);
 
-    ck_assert_int_eq(mc_oplog_path(path, sizeof(path), dir, "oplog", 5), 0);
-    {
-        int fd = open(path, O_RDONLY);
+    for (uint64_t gen = 5; gen <= 6; gen++) {
+        int fd;
         uint8_t *data;
+        ck_assert_int_eq(mc_oplog_path(path, sizeof(path), dir, "oplog", gen), 0);
+        fd = open(path, O_RDONLY);
         ck_assert_int_ge(fd, 0);
         ck_assert_int_eq(fstat(fd, &sb), 0);
         data = malloc((size_t)sb.st_size);
         ck_assert_int_eq(read(fd, data, (size_t)sb.st_size), sb.st_size);
         close(fd);
+        n = 0;
         ck_assert_int_eq(mc_oplog_scan(data, (size_t)sb.st_size, count_cb, &n, &valid),
                          MC_OPLOG_DECODED);
-        ck_assert_int_eq(n, 101); /* LOG_BEGIN + 100 */
+        /* LOG_BEGIN + 100 + 3, then LOG_BEGIN + 2 */
+        ck_assert_int_eq(n, gen == 5 ? 104 : 3);
         free(data);
+        unlink(path);
     }
-    unlink(path);
     rmdir(dir);
     close(efd);
 }
