@@ -306,7 +306,7 @@ mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv
 /*
  * Checks after parsing; MC_INVALID_PARAMS with a message.  Refuses every
  * MC_FLAG_REFUSE flag (a feature this build does not implement: HA,
- * snapshots, SSD offload, ...) whose value is not its default, naming the
+ * SSD offload, ...) whose value is not its default, naming the
  * flag, so a command line or file that asks for the feature does not run
  * without it; then the checks across flags.
  */

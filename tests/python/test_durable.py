@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import queue
-import time
 import urllib.request
 from pathlib import Path
 
@@ -53,6 +52,7 @@ import client_proc
 
 _base = client_proc.handle
 _stop = threading.Event()
+_threads = []
 
 
 def payload(key, size):
@@ -73,11 +73,16 @@ def handle(store, req):
                     if store.put(key, payload(key, size)) == 0:
                         f.write(key + "\n")
                         f.flush()
-        threading.Thread(target=loop, daemon=True).start()
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        _threads.append(t)
         return {"rc": 0}
     if op == "stop_loop":
+        # answers once the loop has ended: every acknowledged key is in the file
         _stop.set()
-        return {"rc": 0}
+        for t in _threads:
+            t.join(timeout=60)
+        return {"rc": 0 if not any(t.is_alive() for t in _threads) else 1}
     return _base(store, req)
 
 
@@ -224,8 +229,7 @@ def test_restart_under_put_load_keeps_every_acknowledged_put(durable, sig, tmp_p
     wait_remounted(d, a_name)
     # the loop resumes against the restarted master
     wait_until(lambda: n_acked() >= before + 100, DEADLINE_S, "puts after the restart")
-    b.call("stop_loop")
-    time.sleep(0.2)  # let a put in flight finish writing its line (not a wait for state)
+    assert b.call("stop_loop")["rc"] == 0
     keys = acked.read_text().splitlines()
     assert len(keys) >= 400
     missing = [k for k in keys if not readable(b, k)]
