@@ -9,9 +9,10 @@ A, found through the master's HTTP metadata server.
 
 * Restart under put load (SIGKILL and SIGTERM), with a snapshot walk
   every second: B puts in a loop and
-  records every put that returned success; after the master restarts with
-  --enable_snapshot_restore, every acknowledged key reads back with its
-  bytes, once A has remounted (A republishes its descriptor on the
+  records every put that returned success, and removes every third key
+  again, recording the removes that succeeded; after the master restarts
+  with --enable_snapshot_restore, every acknowledged key reads back with
+  its bytes and no acknowledged remove is undone, once A has remounted (A republishes its descriptor on the
   remount, so the emptied metadata server serves it again).
 * A torn log tail (half a record appended, as a crash mid-write leaves)
   and a corrupt last record are cut at restore, not replayed; what came
@@ -70,9 +71,19 @@ def handle(store, req):
                 while not _stop.is_set():
                     key = f"{prefix}-{i}"
                     i += 1
-                    if store.put(key, payload(key, size)) == 0:
-                        f.write(key + "\n")
+                    if store.put(key, payload(key, size)) != 0:
+                        continue
+                    f.write(key + "\n")
+                    f.flush()
+                    # every third key is removed again: "?key" before the
+                    # remove (a remove cut off by the kill may or may not
+                    # have happened), "-key" once acknowledged
+                    if i % 3 == 0:
+                        f.write("?" + key + "\n")
                         f.flush()
+                        if store.remove(key) == 0:
+                            f.write("-" + key + "\n")
+                            f.flush()
         t = threading.Thread(target=loop, daemon=True)
         t.start()
         _threads.append(t)
@@ -221,17 +232,22 @@ def test_restart_under_put_load_keeps_every_acknowledged_put(durable, sig, tmp_p
     def n_acked():
         return len(acked.read_text().splitlines()) if acked.exists() else 0
 
-    wait_until(lambda: n_acked() >= 300, DEADLINE_S, "300 acknowledged puts")
+    wait_until(lambda: n_acked() >= 400, DEADLINE_S, "300 acknowledged puts and removes")
     d.end(sig)  # while B keeps putting
     before = n_acked()
     assert len(d.files("snapshot")) >= 1
     d.start(extra=["--snapshot_interval_seconds=1"])
     wait_remounted(d, a_name)
     # the loop resumes against the restarted master
-    wait_until(lambda: n_acked() >= before + 100, DEADLINE_S, "puts after the restart")
+    wait_until(lambda: n_acked() >= before + 130, DEADLINE_S, "puts after the restart")
     assert b.call("stop_loop")["rc"] == 0
-    keys = acked.read_text().splitlines()
-    assert len(keys) >= 400
+    lines = acked.read_text().splitlines()
+    removed = {k[1:] for k in lines if k.startswith("-")}
+    tried = {k[1:] for k in lines if k.startswith("?")}
+    keys = [k for k in lines if k[0] not in "-?" and k not in tried]
+    assert len(keys) >= 200 and len(removed) >= 60, (len(keys), len(removed))
+    back = [k for k in removed if b.call("exist", key=k)["rc"] != 0]
+    assert not back, f"{len(back)} acknowledged removes undone: {back[:5]}"
     missing = [k for k in keys if not readable(b, k)]
     assert not missing, (f"{len(missing)} of {len(keys)} acknowledged puts lost: {missing[:5]}\n"
                          + d.log()[-5000:])
