@@ -9,8 +9,10 @@
  * metadata store (http.c).  There are no globals; the only process-wide
  * state is the log threshold.
  *
- * Threads: one.  Every callback runs on the event loop of m->base, so no
- * structure here has a lock (docs/threads.md).
+ * Threads: one touches this state.  Every callback runs on the event loop
+ * of m->base, so no structure here has a lock; with --enable_snapshot a
+ * log writer thread and a snapshot file thread only take buffers the loop
+ * hands them (docs/threads.md).
  *
  * Ownership graph, all plain pointers:
  *   client 1--* segment      (mc_segment_t.owner, client->segments list)
