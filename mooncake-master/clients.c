@@ -128,7 +128,10 @@ void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms)
             continue;
         if (m->cfg->enable_metadata_cleanup_on_timeout && (m->http != NULL))
             cleanup_metadata(m, c);
-        mc_master_client_forget(m, c, "expired (no ping within --client_ttl)");
+        mc_master_client_forget(m, c,
+                                c->restored ? "did not remount its restored segments within "
+                                              "--snapshot_restore_grace_seconds"
+                                            : "expired (no ping within --client_ttl)");
     }
 }
 
@@ -138,7 +141,9 @@ void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms)
 int32_t mc_master_ping(mc_req_ctx_t *x, const mc_wire_ping_req_t *req, mc_wire_ping_resp_t *resp)
 {
     mc_client_t *c = mc_master_client_find(x->m, req->client_id);
-    if (c != NULL) {
+    /* a client restored from the operation log must remount first; its
+     * deadline stays the end of the restore grace period until then */
+    if ((c != NULL) && !c->restored) {
         mc_master_client_touch(x->m, req->client_id, x->now_ms);
         resp->client_status = MC_CLIENT_STATUS_OK;
     } else {
@@ -190,6 +195,7 @@ int32_t mc_master_remount_segments(mc_req_ctx_t *x, const mc_wire_remount_segmen
         if (st != MC_OK)
             return st;
     }
+    c->restored = 0;
     return MC_OK;
 }
 

@@ -174,17 +174,25 @@ typedef enum mc_flag_kind {
     X(INT, oplog_batch_max_entries, "1024", v_positive, MC_FLAG_COMPAT, "Entries per oplog batch.") \
     X(INT, batch_oplog_retry_timeout_sec, "180", v_nonneg, MC_FLAG_COMPAT,                  \
       "Seconds to retry persisting an oplog batch.")                                        \
-    X(BOOL, enable_snapshot, "false", v_none, MC_FLAG_REFUSE | MC_FLAG_LATER,               \
-      "Write periodic snapshots of the object index.")                                      \
-    X(BOOL, enable_snapshot_restore, "false", v_none, MC_FLAG_REFUSE | MC_FLAG_LATER,       \
-      "Restore the newest snapshot at start.")                                              \
-    X(INT, snapshot_interval_seconds, "600", v_positive, MC_FLAG_COMPAT, "Seconds between snapshots.") \
-    X(INT, snapshot_child_timeout_seconds, "300", v_positive, MC_FLAG_COMPAT,               \
-      "Seconds a snapshot writer may run.")                                                 \
-    X(INT, snapshot_retention_count, "2", v_positive, MC_FLAG_COMPAT, "Snapshots kept.")    \
-    X(STRING, snapshot_backup_dir, "", v_none, MC_FLAG_COMPAT, "Local directory of snapshots.") \
-    X(STRING, snapshot_object_store_type, "", v_none, MC_FLAG_COMPAT,                       \
-      "Snapshot payload store: local or s3.")                                               \
+    X(BOOL, enable_snapshot, "false", v_none, 0,                                            \
+      "Durable master: log every acknowledged change to --snapshot_backup_dir before "      \
+      "answering, and compact the log with periodic snapshots (docs/ha.md).")               \
+    X(BOOL, enable_snapshot_restore, "false", v_none, 0,                                    \
+      "At start, restore the index from the newest valid snapshot and the logs after it "   \
+      "(needs --enable_snapshot).")                                                         \
+    X(INT, snapshot_interval_seconds, "600", v_positive, 0, "Seconds between snapshots.")  \
+    X(INT, snapshot_child_timeout_seconds, "300", v_positive, 0,                            \
+      "Seconds a snapshot may take before it is abandoned.")                                \
+    X(INT, snapshot_retention_count, "2", v_positive, 0,                                    \
+      "Snapshots kept (with the logs since the oldest): a corrupt newest one falls back "   \
+      "to an older one.")                                                                   \
+    X(STRING, snapshot_backup_dir, "", v_none, 0,                                           \
+      "Directory of the operation log and the snapshots (created if missing).")             \
+    X(INT, snapshot_restore_grace_seconds, "60", v_positive, 0,                             \
+      "After a restore, seconds a segment's owner has to remount it; then the segment "     \
+      "and the objects only it held are dropped.")                                          \
+    X(STRING, snapshot_object_store_type, "", v_snapshot_store, 0,                          \
+      "Snapshot payload store: local (the default; s3 is not available).")                  \
     X(STRING, snapshot_catalog_store_type, "", v_none, MC_FLAG_COMPAT,                      \
       "Snapshot catalog store: embedded or redis.")                                         \
     X(STRING, snapshot_catalog_store_connstring, "", v_none, MC_FLAG_COMPAT,                \
@@ -304,7 +312,7 @@ mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv
 /*
  * Checks after parsing; MC_INVALID_PARAMS with a message.  Refuses every
  * MC_FLAG_REFUSE flag (a feature this build does not implement: HA,
- * snapshots, SSD offload, ...) whose value is not its default, naming the
+ * SSD offload, ...) whose value is not its default, naming the
  * flag, so a command line or file that asks for the feature does not run
  * without it; then the checks across flags.
  */

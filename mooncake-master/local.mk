@@ -13,6 +13,8 @@ mooncake_master_SOURCES = \
 	mooncake-master/admin.c \
 	mooncake-master/tasks.c \
 	mooncake-master/ha.c mooncake-master/ha.h \
+	mooncake-master/oplog.c mooncake-master/oplog.h \
+	mooncake-master/snapshot.c mooncake-master/snapshot.h \
 	$(NULL)
 mooncake_master_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 mooncake_master_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)

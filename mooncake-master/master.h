@@ -9,8 +9,10 @@
  * metadata store (http.c).  There are no globals; the only process-wide
  * state is the log threshold.
  *
- * Threads: one.  Every callback runs on the event loop of m->base, so no
- * structure here has a lock (docs/threads.md).
+ * Threads: one touches this state.  Every callback runs on the event loop
+ * of m->base, so no structure here has a lock; with --enable_snapshot a
+ * log writer thread and a snapshot file thread only take buffers the loop
+ * hands them (docs/threads.md).
  *
  * Ownership graph, all plain pointers:
  *   client 1--* segment      (mc_segment_t.owner, client->segments list)
@@ -84,6 +86,7 @@ typedef struct mc_object mc_object_t;
 typedef struct mc_segment mc_segment_t;
 typedef struct mc_client mc_client_t;
 typedef struct mc_group mc_group_t;
+typedef struct mc_durable mc_durable_t; /* snapshot.c */
 
 /*
  * Who wrote an object: its tenant and the client of its PutStart (or of
@@ -105,7 +108,10 @@ typedef struct mc_writer {
 typedef enum mc_segment_state {
     MC_SEG_OK         = 1,
     MC_SEG_DRAINING   = 2,
-    MC_SEG_UNMOUNTING = 5
+    MC_SEG_UNMOUNTING = 5,
+    /* restored from the operation log (snapshot.c): its replicas are kept
+     * but neither read nor written until the owner remounts it */
+    MC_SEG_AWAITING   = 6
 } mc_segment_state_t;
 
 /* One buffer of an object in one segment.  There is one per object and
@@ -316,6 +322,8 @@ struct mc_client {
     uint64_t deadline_ms;      /* monotonic; expired past it */
     mc_mlist_t segments;       /* mc_segment_t.client_link */
     uint32_t nsegments;
+    uint8_t restored;          /* known from the operation log only: its pings
+                                * answer NEED_REMOUNT until it remounts */
 };
 
 struct mc_master {
@@ -327,6 +335,7 @@ struct mc_master {
     struct evconnlistener *listener;
     mc_mlist_t conns;
     uint32_t nconns;
+    mc_mlist_t held_conns;     /* answers waiting for the operation log */
     char rpc_bound[300];       /* "addr:port" actually bound */
 
     /* objects.c */
@@ -358,6 +367,10 @@ struct mc_master {
 
     /* ha.c: leader election and fencing, NULL unless --enable_ha */
     mc_master_ha_t *ha;
+    /* snapshot.c: the operation log and snapshots; NULL unless
+     * --enable_snapshot */
+    mc_durable_t *durable;
+    int fatal;                 /* the loop stopped on an error: exit 1 */
 
     /* master.c */
     struct event *tick_ev;

@@ -51,6 +51,7 @@
 
 #include "common/log.h"
 #include "master.h"
+#include "snapshot.h"
 
 #define MC_CONN_OUT_HIGH        (8u << 20) /* stop reading above this backlog */
 #define MC_CONN_OUT_LOW         (1u << 20) /* resume below it */
@@ -91,6 +92,17 @@ typedef struct mc_conn {
     mc_arena_t arena;          /* decoded request + response, one frame */
     mc_buf_t out;              /* encoded response scratch */
     mc_buf_t tx;               /* responses of this conn_drive() pass */
+    /* --enable_snapshot: answers that wait until the records of the
+     * changes they acknowledge are durable, in order; held[0, marks[i].end)
+     * may go once the log is durable up to marks[i].seq */
+    mc_buf_t held;
+    struct held_mark {
+        size_t end;
+        uint64_t seq;
+    } *marks;
+    uint32_t nmarks;
+    uint32_t cap_marks;
+    mc_mlist_t held_link;      /* in m->held_conns while held is not empty */
     uint64_t frames;
     char peer[INET6_ADDRSTRLEN + 8];
 } mc_conn_t;
@@ -98,37 +110,145 @@ typedef struct mc_conn {
 static void conn_free(mc_conn_t *c)
 {
     mc_mlist_remove(&c->link);
+    mc_mlist_remove(&c->held_link);
     c->m->nconns--;
     bufferevent_free(c->bev);
     mc_arena_cleanup(&c->arena);
     mc_buf_cleanup(&c->out);
     mc_buf_cleanup(&c->tx);
+    mc_buf_cleanup(&c->held);
+    free(c->marks);
     free(c);
 }
 
-/* Write the responses gathered in c->tx: straight to the socket when the
+/* Write @p len bytes of responses: straight to the socket when the
  * bufferevent has nothing older queued, the rest (or all) through it. */
-static void conn_flush(mc_conn_t *c)
+static void conn_write_bytes(mc_conn_t *c, const uint8_t *data, size_t len)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     size_t sent          = 0;
 
-    if (c->tx.len == 0)
+    if (len == 0)
         return;
     if (evbuffer_get_length(out) == 0) {
-        ssize_t n = send(bufferevent_getfd(c->bev), c->tx.data, c->tx.len,
-                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = send(bufferevent_getfd(c->bev), data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
         /* an error shows again on the bufferevent's own write */
         if (n > 0)
             sent = (size_t)n;
     }
-    if ((sent < c->tx.len) && (bufferevent_write(c->bev, c->tx.data + sent, c->tx.len - sent) != 0))
-        mc_warn("rpc %s: cannot queue %zu bytes of responses", c->peer, c->tx.len - sent);
-    if (c->tx.cap > MC_CONN_OUT_KEEP) {
-        mc_buf_cleanup(&c->tx);
-        mc_buf_init(&c->tx);
+    if ((sent < len) && (bufferevent_write(c->bev, data + sent, len - sent) != 0))
+        mc_warn("rpc %s: cannot queue %zu bytes of responses", c->peer, len - sent);
+}
+
+/* Write the responses gathered in @p b (c->tx or c->held) and empty it. */
+static void conn_write(mc_conn_t *c, mc_buf_t *b)
+{
+    conn_write_bytes(c, b->data, b->len);
+    if (b->cap > MC_CONN_OUT_KEEP) {
+        mc_buf_cleanup(b);
+        mc_buf_init(b);
     } else {
-        mc_buf_reset(&c->tx);
+        mc_buf_reset(b);
+    }
+}
+
+/* Send c->tx, or hold it while a change it acknowledges (or an answer
+ * before it) waits for the operation log (docs/ha.md). */
+static void conn_flush(mc_conn_t *c)
+{
+    uint64_t need;
+
+    if (c->tx.len == 0)
+        return;
+    need = mc_durable_pending(c->m);
+    if ((need == 0) && (c->held.len == 0)) {
+        conn_write(c, &c->tx);
+        return;
+    }
+    if (c->nmarks > 0)
+        need = MC_MAX(need, c->marks[c->nmarks - 1].seq);
+    if ((c->nmarks == 0) || (c->marks[c->nmarks - 1].seq != need)) {
+        if (c->nmarks == c->cap_marks) {
+            uint32_t nc = c->cap_marks ? c->cap_marks * 2 : 8;
+            struct held_mark *nm = realloc(c->marks, nc * sizeof(*nm));
+            if (nm == NULL)
+                c->held.oom = 1;
+            else {
+                c->marks     = nm;
+                c->cap_marks = nc;
+            }
+        }
+        if (!c->held.oom)
+            c->marks[c->nmarks++].seq = need;
+    }
+    if (!c->held.oom)
+        mc_buf_put_bytes(&c->held, c->tx.data, c->tx.len);
+    if (c->held.oom) {
+        /* never send an answer early: without memory to hold it, drop
+         * the connection (the client retries) */
+        mc_error("rpc %s: out of memory holding answers for the operation log", c->peer);
+        c->tx.len = 0;
+        mc_buf_reset(&c->held);
+        c->held.oom = 0;
+        c->nmarks   = 0;
+        mc_mlist_remove(&c->held_link);
+        bufferevent_disable(c->bev, EV_READ);
+        c->state = MC_CONN_CLOSING;
+        return;
+    }
+    c->marks[c->nmarks - 1].end = c->held.len;
+    mc_buf_reset(&c->tx);
+    if (mc_mlist_empty(&c->held_link))
+        mc_mlist_insert_tail(&c->m->held_conns, &c->held_link);
+}
+
+static void conn_drive(mc_conn_t *c);
+
+void mc_master_rpc_release(mc_master_t *m, uint64_t durable_seq)
+{
+    mc_mlist_t *pos, *tmp;
+    mc_mlist_for_each_safe(pos, tmp, &m->held_conns)
+    {
+        mc_conn_t *c = mc_container_of(pos, mc_conn_t, held_link);
+        uint32_t k   = 0;
+        size_t n;
+
+        while ((k < c->nmarks) && (c->marks[k].seq <= durable_seq))
+            k++;
+        if (k == 0)
+            continue;
+        /* the answers whose records are durable go; later ones wait on */
+        n = c->marks[k - 1].end;
+        conn_write_bytes(c, c->held.data, n);
+        memmove(c->held.data, c->held.data + n, c->held.len - n);
+        c->held.len -= n;
+        for (uint32_t i = k; i < c->nmarks; i++) {
+            c->marks[i - k].seq = c->marks[i].seq;
+            c->marks[i - k].end = c->marks[i].end - n;
+        }
+        c->nmarks -= k;
+        if (c->nmarks > 0)
+            continue;
+        mc_mlist_remove(&c->held_link);
+        if (c->held.cap > MC_CONN_OUT_KEEP) {
+            mc_buf_cleanup(&c->held);
+            mc_buf_init(&c->held);
+        }
+        if (c->state != MC_CONN_CLOSING) {
+            /* paused on the held backlog, which the socket took at once
+             * (no write callback will come to resume it) */
+            if (c->read_paused &&
+                (evbuffer_get_length(bufferevent_get_output(c->bev)) <= MC_CONN_OUT_LOW)) {
+                c->read_paused = 0;
+                bufferevent_enable(c->bev, EV_READ);
+                conn_drive(c);
+            }
+            continue;
+        }
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            conn_free(c);
+        else
+            bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     }
 }
 
@@ -142,6 +262,8 @@ static void conn_close(mc_conn_t *c, const char *why)
              conn_state_str(c->state), c->frames, why);
     c->state = MC_CONN_CLOSING;
     bufferevent_disable(c->bev, EV_READ);
+    if (c->held.len > 0)
+        return; /* mc_master_rpc_release() sends them, then frees */
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
         conn_free(c);
         return;
@@ -388,7 +510,7 @@ static int conn_drive_frames(mc_conn_t *c)
             return 1;
 
         case MC_CONN_READ_HEADER:
-            if (evbuffer_get_length(out) + c->tx.len > MC_CONN_OUT_HIGH) {
+            if (evbuffer_get_length(out) + c->tx.len + c->held.len > MC_CONN_OUT_HIGH) {
                 /* the peer is not reading its responses */
                 bufferevent_disable(c->bev, EV_READ);
                 c->read_paused = 1;
@@ -494,7 +616,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_EOF) {
         /* A peer may half-close after its last request: still answer it. */
         if ((c->state != MC_CONN_CLOSING) &&
-            (evbuffer_get_length(bufferevent_get_output(bev)) > 0)) {
+            ((evbuffer_get_length(bufferevent_get_output(bev)) > 0) || (c->held.len > 0))) {
             conn_close(c, "peer closed its side");
             return;
         }
@@ -541,6 +663,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     mc_arena_init(&c->arena);
     mc_buf_init(&c->out);
     mc_buf_init(&c->tx);
+    mc_buf_init(&c->held);
+    mc_mlist_init(&c->held_link);
     format_peer(sa, c->peer, sizeof(c->peer));
     if (m->cfg->rpc_enable_tcp_no_delay) {
         int one = 1;
@@ -587,6 +711,7 @@ mc_status_t mc_master_rpc_start(mc_master_t *m)
     uint16_t want = mc_master_config_rpc_port(m->cfg);
 
     mc_mlist_init(&m->conns);
+    mc_mlist_init(&m->held_conns);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family   = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;

@@ -22,10 +22,11 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_transfer.c tests/unit/te_util.c tests/unit/te_util.h \
 	tests/unit/test_shm.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
+	tests/unit/test_oplog.c mooncake-master/oplog.c \
 	$(NULL)
 tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS)
 endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang), not by make.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
-	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c
+	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_oplog.c
