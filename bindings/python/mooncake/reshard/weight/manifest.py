@@ -10,9 +10,11 @@ says which fragments one rank writes (source side) or fills (target side).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 # dtype name -> bytes per element.  Names are torch's (without "torch.").
 ITEMSIZE: Dict[str, int] = {
@@ -35,6 +37,20 @@ def dtype_name(dtype: Any) -> str:
     return text
 
 
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Placements and plans allocate many small objects that never form
+    cycles: the cyclic collector's passes over a large heap would cost more
+    than the work itself (10 000 tensors)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _dims(what: str, value: Any, nonneg: bool = True) -> Tuple[int, ...]:
     try:
         out = tuple(value)
@@ -48,7 +64,7 @@ def _dims(what: str, value: Any, nonneg: bool = True) -> Tuple[int, ...]:
 
 
 def _name(what: str, value: Any) -> str:
-    if not isinstance(value, str) or not value or any(ord(c) < 32 for c in value):
+    if not isinstance(value, str) or not value or not value.isprintable():
         raise ValueError(f"{what} must be a non-empty string without control characters, "
                          f"got {value!r}")
     return value
@@ -94,6 +110,9 @@ class PlacementFragment:
         if len(self.global_offset) != len(self.local_shape):
             raise ValueError(f"fragment of {self.tensor_id!r}: offset {self.global_offset} and "
                              f"shape {self.local_shape} have different ranks")
+        # ``tensor_id@lo:hi,...#rank``: unique in a placement
+        object.__setattr__(self, "_id", f"{self.tensor_id}@"
+                           f"{box_text(self.global_offset, self.local_shape)}#{self.rank}")
 
     @property
     def box(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
@@ -101,8 +120,8 @@ class PlacementFragment:
 
     @property
     def fragment_id(self) -> str:
-        """``tensor_id@offsets+lengths#rank``: unique in a placement."""
-        return f"{self.tensor_id}@{box_text(self.global_offset, self.local_shape)}#{self.rank}"
+        """``tensor_id@lo:hi,...#rank``: unique in a placement."""
+        return self._id  # type: ignore[attr-defined]
 
 
 def box_text(offset: Sequence[int], shape: Sequence[int]) -> str:
@@ -134,6 +153,11 @@ class WeightPlacementManifest:
     def __init__(self, tensors: Iterable[TensorDescriptor],
                  fragments: Iterable[PlacementFragment], *,
                  require_coverage: bool = True) -> None:
+        with no_gc():
+            self._build(tensors, fragments, require_coverage)
+
+    def _build(self, tensors: Iterable[TensorDescriptor], fragments: Iterable[PlacementFragment],
+               require_coverage: bool) -> None:
         self.tensors: Tuple[TensorDescriptor, ...] = tuple(tensors)
         self.fragments: Tuple[PlacementFragment, ...] = tuple(fragments)
         self._tensor: Dict[str, TensorDescriptor] = {}

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .manifest import PlacementFragment, WeightPlacementManifest, WeightRuntimeBinding, \
     intersect
 
 
-@dataclass(frozen=True)
-class RangedRead:
+class RangedRead(NamedTuple):
     """Bytes of one stored payload into one target fragment:
     ``prod(counts)`` runs of ``run_bytes``; run ``i`` (a multi-index over
     ``counts``) goes from ``src_start + i·src_strides`` of ``key`` to
@@ -56,15 +55,6 @@ class RangedRead:
         return src, dst
 
 
-def _strides(shape: Sequence[int], item: int) -> List[int]:
-    out = [0] * len(shape)
-    acc = item
-    for d in range(len(shape) - 1, -1, -1):
-        out[d] = acc
-        acc *= shape[d]
-    return out
-
-
 def ranged_read(tensor_id: str, target_id: str, key: str, item: int,
                 so: Sequence[int], ss: Sequence[int], to: Sequence[int], ts: Sequence[int]
                 ) -> Optional[RangedRead]:
@@ -80,16 +70,26 @@ def ranged_read(tensor_id: str, target_id: str, key: str, item: int,
     k = nd - 1  # dims after k are full in the intersection and in both boxes
     while k > 0 and is_[k] == ss[k] == ts[k]:
         k -= 1
-    sstr, tstr = _strides(ss, item), _strides(ts, item)
-    src = sum((io[d] - so[d]) * sstr[d] for d in range(nd))
-    dst = sum((io[d] - to[d]) * tstr[d] for d in range(nd))
-    run = prod(is_[k:]) * item
+    # byte strides of both boxes, innermost first; offsets of the first run
+    src = dst = 0
+    s_str = t_str = item
+    run = item
     counts, s_st, d_st = [], [], []
-    for d in range(k):
-        if is_[d] != 1:
+    for d in range(nd - 1, -1, -1):
+        src += (io[d] - so[d]) * s_str
+        dst += (io[d] - to[d]) * t_str
+        if d >= k:
+            run *= is_[d]
+        elif is_[d] != 1:
             counts.append(is_[d])
-            s_st.append(sstr[d])
-            d_st.append(tstr[d])
+            s_st.append(s_str)
+            d_st.append(t_str)
+        s_str *= ss[d]
+        t_str *= ts[d]
+    if counts:
+        counts.reverse()
+        s_st.reverse()
+        d_st.reverse()
     return RangedRead(tensor_id, target_id, key, src, dst, run, tuple(counts), tuple(s_st),
                       tuple(d_st))
 
@@ -138,10 +138,16 @@ def plan_reads(stored: Mapping[str, List[Tuple[Tuple[int, ...], Tuple[int, ...],
             to, ts = f.global_offset, f.local_shape
             if 0 in ts:
                 continue
+            te = [o + n for o, n in zip(to, ts)]
             for so, ss, key in stored[f.tensor_id]:
-                r = ranged_read(f.tensor_id, fid, key, item, so, ss, to, ts)
-                if r is not None:
-                    out.append(r)
+                # quick rejection: boxes that do not overlap in some dimension
+                for a0, an, b0, b1 in zip(so, ss, to, te):
+                    if a0 >= b1 or a0 + an <= b0:
+                        break
+                else:
+                    r = ranged_read(f.tensor_id, fid, key, item, so, ss, to, ts)
+                    if r is not None:
+                        out.append(r)
         reads[b.rank] = out
     return reads
 

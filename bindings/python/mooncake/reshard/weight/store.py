@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ctypes
+from concurrent.futures import ThreadPoolExecutor
 import hashlib
 import json
 import threading
@@ -26,7 +27,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from ...structured_object_store import _ere_escape, _normalize_key_prefix
 from .manifest import (ITEMSIZE, PlacementFragment, TensorDescriptor,
                        WeightPlacementManifest, WeightRuntimeBinding, WeightSnapshotSource,
-                       box_text, check_inside, describe_boxes, dtype_name, uncovered)
+                       box_text, check_inside, describe_boxes, dtype_name, no_gc,
+                       uncovered)
 from .planner import RangedRead, WeightLoadPlan, plan_reads
 from .snapshot import WeightSnapshotAdapter, WeightSnapshotDescriptor, tensor_dtype_shape
 
@@ -318,6 +320,9 @@ class WeightStoreWriter:
         with self._lock:
             self._check_open()
             placement = self.source.placement
+            map_name = getattr(self.adapter, "tensor_id_of", None)
+            if callable(map_name):
+                tensor_id = map_name(tensor_id)
             try:
                 t = placement.tensor(tensor_id)
             except KeyError:
@@ -443,7 +448,7 @@ class WeightStoreWriter:
             if json.loads(got).get("writer") != self.writer_id:
                 raise WeightStoreError(f"rank {self.rank} was committed by another writer")
             return
-        rc = self._store.put(self._part_key, raw)
+        rc = self._store.put(self._part_key, raw, self._ws.config)
         if rc != 0:
             raise WeightStoreError(f"commit: publishing rank {self.rank}'s fragments failed", rc)
 
@@ -511,7 +516,7 @@ class WeightStoreWriter:
     def _publish_manifest(self, manifest: StoredWeightManifest, raw: bytes) -> None:
         existing = self._store.get(self.manifest_key)
         if not existing:
-            rc = self._store.put(self.manifest_key, raw)
+            rc = self._store.put(self.manifest_key, raw, self._ws.config)
             if rc != 0:
                 raise WeightStoreError(f"commit: publishing the manifest {self.manifest_key!r} "
                                        f"failed ({rc}); the writer keeps its payloads, retry "
@@ -554,9 +559,17 @@ class WeightStore:
     """Model-weight snapshots over a Mooncake store (any object with the
     ``MooncakeDistributedStore`` methods)."""
 
-    def __init__(self, store: Any, key_prefix: str = "weights") -> None:
+    def __init__(self, store: Any, key_prefix: str = "weights", config: Any = None) -> None:
+        """``config``: the ``ReplicateConfig`` of every payload and record
+        write (e.g. ``preferred_segment`` naming the clients that hold the
+        snapshot); group ids are refused (a snapshot is removed by
+        ``remove_snapshot``, not by group)."""
+        if config is not None and getattr(config, "group_ids", None):
+            raise ValueError("WeightStore config must not carry group_ids")
         self.store = store
         self.key_prefix = _normalize_key_prefix(key_prefix)
+        self.config = config
+        self._stage: Any = None
 
     def snapshot_base(self, snapshot: WeightSnapshotDescriptor) -> str:
         return f"{self.key_prefix}/{snapshot.snapshot_id}"
@@ -573,17 +586,17 @@ class WeightStore:
     def _put_memory(self, key: str, ptr: int, size: int) -> int:
         """Zero-copy from registered memory (the caller's registration, or
         ours for the call); a copy through ``put`` when it cannot be."""
-        s = self.store
+        s, cfg = self.store, self.config
         if hasattr(s, "put_from"):
-            rc = s.put_from(key, ptr, size)
+            rc = s.put_from(key, ptr, size, cfg)
             if rc != _INVALID_PARAMS:
                 return rc
             if s.register_buffer(ptr, size) == 0:
                 try:
-                    return s.put_from(key, ptr, size)
+                    return s.put_from(key, ptr, size, cfg)
                 finally:
                     s.unregister_buffer(ptr)
-        return s.put(key, (ctypes.c_char * size).from_address(ptr))
+        return s.put(key, (ctypes.c_char * size).from_address(ptr), cfg)
 
     def _reclaim_rank(self, base: str, rank: int) -> int:
         if self.store.is_exist(f"{base}/part/r{rank}") == 1 \
@@ -648,6 +661,12 @@ class WeightStore:
                 raise WeightStoreError(f"plan_load: tensor {t.tensor_id!r} is "
                                        f"{t.global_shape} {t.dtype} in the target, "
                                        f"{s.global_shape} {s.dtype} in the snapshot")
+        with no_gc():
+            return self._plan(manifest, placement, bindings, src)
+
+    def _plan(self, manifest: StoredWeightManifest, placement: WeightPlacementManifest,
+              bindings: Tuple[WeightRuntimeBinding, ...], src: Mapping[str, TensorDescriptor]
+              ) -> WeightLoadPlan:
         stored: Dict[str, List[Any]] = {tid: [] for tid in src}
         for f in manifest.fragments:
             if f.nbytes:
@@ -694,51 +713,134 @@ class WeightStore:
                 dest[fid] = _dest_memory(d, what)
         return self._execute([rd for r in ranks for rd in plan.reads[r]], dest)
 
+    # A strided read whose runs are shorter than this and back to back in
+    # the payload is read as one range into a staging buffer, then copied
+    # into place: the same bytes cross the transport, in one piece.
+    STAGE_RUN_BYTES = 64 << 10
+    STAGE_BATCH_BYTES = 64 << 20
+
     def _execute(self, reads: Sequence[RangedRead], dest: Mapping[str, Tuple[int, int]]) -> int:
-        by_dest: Dict[str, Dict[str, List[Any]]] = {}
-        for rd in reads:
-            by_dest.setdefault(rd.target_fragment_id, {}).setdefault(rd.key, []).append(rd)
-        if not by_dest:
+        if not reads:
             return 0
-        ptrs, keys, dsts, srcs, sizes = [], [], [], [], []
-        total = 0
-        for fid, per_key in by_dest.items():
-            ptrs.append(dest[fid][0])
-            keys.append(list(per_key))
-            kd, ks, kz = [], [], []
-            for rds in per_key.values():
-                d_l, s_l, z_l = [], [], []
-                for rd in rds:
-                    if rd.counts:
-                        s_off, d_off = rd.expand()
-                        s_l.extend(s_off.tolist())
-                        d_l.extend(d_off.tolist())
-                        z_l.extend([rd.run_bytes] * len(s_off))
-                    else:
-                        s_l.append(rd.src_start)
-                        d_l.append(rd.dst_start)
-                        z_l.append(rd.run_bytes)
-                    total += rd.nbytes
-                kd.append(d_l)
-                ks.append(s_l)
-                kz.append(z_l)
-            dsts.append(kd)
-            srcs.append(ks)
-            sizes.append(kz)
+        direct = [rd for rd in reads if not _stageable(rd, self.STAGE_RUN_BYTES)]
+        staged = [rd for rd in reads if _stageable(rd, self.STAGE_RUN_BYTES)]
         reg = _Registration(self.store)
         try:
-            for fid in by_dest:
+            for fid in {rd.target_fragment_id for rd in reads}:
                 reg.add(*dest[fid])
-            results = self.store.get_into_ranges(ptrs, keys, dsts, srcs, sizes)
+            if direct and staged:
+                # the direct reads go on while the staged ones are copied into
+                # place (both calls release the GIL)
+                with ThreadPoolExecutor(1) as pool:
+                    fut = pool.submit(self._read_direct, direct, dest)
+                    try:
+                        total = self._read_staged(staged, dest)
+                    finally:
+                        total_direct = fut.result()
+                total += total_direct
+            else:
+                total = self._read_direct(direct, dest) + self._read_staged(staged, dest)
         finally:
             reg.release()
-        for i, per_buf in enumerate(results):
-            for j, per_key in enumerate(per_buf):
-                for k, got in enumerate(per_key):
-                    if got != sizes[i][j][k]:
-                        raise WeightStoreError(f"load: reading {keys[i][j]!r} failed ({got})",
-                                               got if got < 0 else None)
         return total
+
+    def _read_staged(self, reads: Sequence[RangedRead], dest: Mapping[str, Tuple[int, int]]
+                     ) -> int:
+        """Batches of up to STAGE_BATCH_BYTES (or one larger read) through one
+        registered staging buffer, each scattered into its destination."""
+        import numpy as np
+        if not reads:
+            return 0
+        cap = max(self.STAGE_BATCH_BYTES, max(rd.nbytes for rd in reads))
+        cap = min(cap, sum(rd.nbytes for rd in reads))
+        stage = self._staging(cap)
+        total = 0
+        i = 0
+        while i < len(reads):
+            batch, off = [], 0
+            while i < len(reads) and (not batch or off + reads[i].nbytes <= cap):
+                batch.append((reads[i], off))
+                off += reads[i].nbytes
+                i += 1
+            total += self._read_direct(
+                [RangedRead(rd.tensor_id, "", rd.key, rd.src_start, o, rd.nbytes)
+                 for rd, o in batch], {"": (stage.ctypes.data, cap)})
+            for rd, o in batch:
+                ptr, size = dest[rd.target_fragment_id]
+                whole = np.ctypeslib.as_array((ctypes.c_ubyte * size).from_address(ptr))
+                to = np.lib.stride_tricks.as_strided(
+                    whole[rd.dst_start:], shape=rd.counts + (rd.run_bytes,),
+                    strides=rd.dst_strides + (1,))
+                np.copyto(to, stage[o:o + rd.nbytes].reshape(rd.counts + (rd.run_bytes,)))
+        return total
+
+    def _staging(self, size: int) -> Any:
+        """The staging buffer, kept registered between loads (``close()``)."""
+        import numpy as np
+        if self._stage is None or self._stage.nbytes < size:
+            self.close()
+            buf = np.empty(size, np.uint8)
+            rc = self.store.register_buffer(buf.ctypes.data, size)
+            if rc != 0:
+                raise WeightStoreError(f"load: cannot register a staging buffer ({rc})", rc)
+            self._stage = buf
+        return self._stage
+
+    def close(self) -> None:
+        """Give back the staging buffer of loads (registered memory)."""
+        if self._stage is not None:
+            self.store.unregister_buffer(self._stage.ctypes.data)
+            self._stage = None
+
+    def _read_direct(self, reads: Sequence[RangedRead], dest: Mapping[str, Tuple[int, int]]
+                     ) -> int:
+        """All reads in one ranged-read call: one flat list of (key, buffer,
+        dst offset, src offset, length) fragments."""
+        import numpy as np
+        if not reads:
+            return 0
+        keys: List[str] = []
+        parts: List[Tuple[Any, Any, Any, Any]] = []  # buffer, dst, src, size
+        total = 0
+        for rd in reads:
+            buf = dest[rd.target_fragment_id][0]
+            if rd.counts:
+                s_off, d_off = rd.expand()
+                n = len(s_off)
+                parts.append((np.full(n, buf, np.int64), d_off, s_off,
+                              np.full(n, rd.run_bytes, np.int64)))
+                keys.extend([rd.key] * n)
+            else:
+                parts.append(([buf], [rd.dst_start], [rd.src_start], [rd.run_bytes]))
+                keys.append(rd.key)
+            total += rd.nbytes
+        bufs, dsts, srcs, sizes = (np.concatenate([np.asarray(p[c], np.int64) for p in parts])
+                                   .tolist() for c in range(4))
+        native = getattr(getattr(self.store, "_store", None), "read_ranges", None)
+        if native is not None:  # the flat form of get_into_ranges, checked natively
+            results = native(keys, bufs, dsts, srcs, sizes)
+        else:
+            got = self.store.get_into_ranges(bufs, [[k] for k in keys],
+                                             [[[d]] for d in dsts], [[[x]] for x in srcs],
+                                             [[[z]] for z in sizes])
+            results = [g[0][0] for g in got]
+        for k, got, want in zip(keys, results, sizes):
+            if got != want:
+                raise WeightStoreError(f"load: reading {k!r} failed ({got})",
+                                       got if got < 0 else None)
+        return total
+
+
+def _stageable(rd: RangedRead, max_run: int) -> bool:
+    """Short runs that lie back to back in the payload."""
+    if not rd.counts or rd.run_bytes >= max_run:
+        return False
+    expect = rd.run_bytes
+    for n, st in zip(reversed(rd.counts), reversed(rd.src_strides)):
+        if st != expect:
+            return False
+        expect *= n
+    return True
 
 
 def begin_weight_snapshot(store: Any, snapshot: WeightSnapshotDescriptor,
