@@ -400,3 +400,48 @@ def test_killed_writer_leaves_no_manifest_and_is_reclaimed(master, make_store):
         assert s.is_exist(f"{base}/part/r0") == 0
     finally:
         _stop([w0, w1])
+
+
+class PublicOnly:
+    """The store through its public methods only (no native handle)."""
+
+    def __init__(self, store):
+        self._s = store
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._s, name)
+
+
+@pytest.mark.parametrize("stage_run_bytes", [0, 1 << 20])
+def test_load_paths_direct_strided_and_public_api(store, stage_run_bytes):
+    """Strided reads straight into the destinations (nothing staged), and
+    everything staged, through get_into_ranges of a store seen through its
+    public methods: the same bytes arrive."""
+    m, _ = write_all(store, f"paths-{stage_run_bytes}", 4, BIG)
+    ws = WeightStore(PublicOnly(store))
+    ws.STAGE_RUN_BYTES = stage_run_bytes
+    try:
+        plan = ws.plan_load(ws.load_manifest(m.manifest_key), wp.placement(2, BIG))
+        for r in range(2):
+            dest = wp.destinations(plan, r, BIG)
+            assert ws.load(plan, dest, rank=r) == plan.nbytes(r)
+            wp.check_loaded(dest, plan, r, BIG)
+        assert (ws._stage is not None) == (stage_run_bytes > 0)
+    finally:
+        ws.close()
+    assert ws._stage is None
+
+
+def test_adapter_names_map_parameters(store):
+    names = {"model.layers.0.qkv.weight": "qkv"}
+    ws = WeightStore(store)
+    w = ws.begin_weight_snapshot(wp.descriptor("names"),
+                                 WeightSnapshotAdapter(wp.placement(1), names=names))
+    shards = dict(wp.rank_tensors(1, 0))
+    assert w.write_tensor("model.layers.0.qkv.weight", shards.pop("qkv")) == \
+        ["qkv@0:48,0:16#0"]
+    for tid, t in shards.items():
+        w.write_tensor(tid, t)
+    assert ws.load_manifest(w.commit().manifest_key).tensor("qkv").dtype == "float16"

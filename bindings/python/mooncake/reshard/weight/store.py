@@ -716,7 +716,7 @@ class WeightStore:
     # A strided read whose runs are shorter than this and back to back in
     # the payload is read as one range into a staging buffer, then copied
     # into place: the same bytes cross the transport, in one piece.
-    STAGE_RUN_BYTES = 64 << 10
+    STAGE_RUN_BYTES = 16 << 10
     STAGE_BATCH_BYTES = 64 << 20
 
     def _execute(self, reads: Sequence[RangedRead], dest: Mapping[str, Tuple[int, int]]) -> int:
@@ -746,32 +746,53 @@ class WeightStore:
 
     def _read_staged(self, reads: Sequence[RangedRead], dest: Mapping[str, Tuple[int, int]]
                      ) -> int:
-        """Batches of up to STAGE_BATCH_BYTES (or one larger read) through one
-        registered staging buffer, each scattered into its destination."""
+        """Batches through the two halves of one registered staging buffer:
+        while a batch is copied into place (another thread; the copy
+        releases the GIL), the next one is read into the other half."""
         import numpy as np
         if not reads:
             return 0
-        cap = max(self.STAGE_BATCH_BYTES, max(rd.nbytes for rd in reads))
-        cap = min(cap, sum(rd.nbytes for rd in reads))
-        stage = self._staging(cap)
-        total = 0
-        i = 0
-        while i < len(reads):
-            batch, off = [], 0
-            while i < len(reads) and (not batch or off + reads[i].nbytes <= cap):
-                batch.append((reads[i], off))
-                off += reads[i].nbytes
-                i += 1
-            total += self._read_direct(
-                [RangedRead(rd.tensor_id, "", rd.key, rd.src_start, o, rd.nbytes)
-                 for rd, o in batch], {"": (stage.ctypes.data, cap)})
+        half = max(self.STAGE_BATCH_BYTES // 2, max(rd.nbytes for rd in reads))
+        half = min(half, sum(rd.nbytes for rd in reads))
+        stage = self._staging(2 * half)
+        batches: List[List[Tuple[RangedRead, int]]] = []
+        batch: List[Tuple[RangedRead, int]] = []
+        off = 0
+        for rd in reads:
+            if batch and off + rd.nbytes > half:
+                batches.append(batch)
+                batch, off = [], 0
+            batch.append((rd, off))
+            off += rd.nbytes
+        batches.append(batch)
+
+        def scatter(batch: List[Tuple[RangedRead, int]], base: int) -> None:
             for rd, o in batch:
                 ptr, size = dest[rd.target_fragment_id]
                 whole = np.ctypeslib.as_array((ctypes.c_ubyte * size).from_address(ptr))
                 to = np.lib.stride_tricks.as_strided(
                     whole[rd.dst_start:], shape=rd.counts + (rd.run_bytes,),
                     strides=rd.dst_strides + (1,))
+                o += base
                 np.copyto(to, stage[o:o + rd.nbytes].reshape(rd.counts + (rd.run_bytes,)))
+
+        total = 0
+        copies: List[Any] = [None, None]  # the copy still using each half
+        with ThreadPoolExecutor(1) as pool:
+            try:
+                for i, batch in enumerate(batches):
+                    h = i % 2
+                    if copies[h] is not None:
+                        copies[h].result()
+                    base = h * half
+                    total += self._read_direct(
+                        [RangedRead(rd.tensor_id, "", rd.key, rd.src_start, base + o, rd.nbytes)
+                         for rd, o in batch], {"": (stage.ctypes.data, 2 * half)})
+                    copies[h] = pool.submit(scatter, batch, base)
+            finally:
+                for c in copies:
+                    if c is not None:
+                        c.result()
         return total
 
     def _staging(self, size: int) -> Any:
@@ -785,6 +806,12 @@ class WeightStore:
                 raise WeightStoreError(f"load: cannot register a staging buffer ({rc})", rc)
             self._stage = buf
         return self._stage
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # the store may be closed already
+            pass
 
     def close(self) -> None:
         """Give back the staging buffer of loads (registered memory)."""
