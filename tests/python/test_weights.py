@@ -445,3 +445,30 @@ def test_adapter_names_map_parameters(store):
     for tid, t in shards.items():
         w.write_tensor(tid, t)
     assert ws.load_manifest(w.commit().manifest_key).tensor("qkv").dtype == "float16"
+
+
+def test_concurrent_loads_share_one_weight_store(store):
+    """Two threads loading through one WeightStore (one staging buffer)."""
+    import threading
+    m, _ = write_all(store, "threads", 4, BIG)
+    ws = WeightStore(store)
+    plan = ws.plan_load(ws.load_manifest(m.manifest_key), wp.placement(2, BIG))
+    dests = [wp.destinations(plan, r, BIG) for r in range(2)]
+    errors = []
+
+    def run(r):
+        try:
+            for _ in range(3):
+                ws.load(plan, dests[r], rank=r)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    for r in range(2):
+        wp.check_loaded(dests[r], plan, r, BIG)
+    ws.close()

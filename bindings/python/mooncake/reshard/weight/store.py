@@ -570,6 +570,7 @@ class WeightStore:
         self.key_prefix = _normalize_key_prefix(key_prefix)
         self.config = config
         self._stage: Any = None
+        self._stage_lock = threading.Lock()
 
     def snapshot_base(self, snapshot: WeightSnapshotDescriptor) -> str:
         return f"{self.key_prefix}/{snapshot.snapshot_id}"
@@ -749,11 +750,16 @@ class WeightStore:
         """Batches through the two halves of one registered staging buffer:
         while a batch is copied into place (another thread; the copy
         releases the GIL), the next one is read into the other half."""
-        import numpy as np
         if not reads:
             return 0
         half = max(self.STAGE_BATCH_BYTES // 2, max(rd.nbytes for rd in reads))
         half = min(half, sum(rd.nbytes for rd in reads))
+        with self._stage_lock:  # one staged load at a time per WeightStore
+            return self._read_staged_locked(reads, dest, half)
+
+    def _read_staged_locked(self, reads: Sequence[RangedRead],
+                            dest: Mapping[str, Tuple[int, int]], half: int) -> int:
+        import numpy as np
         stage = self._staging(2 * half)
         batches: List[List[Tuple[RangedRead, int]]] = []
         batch: List[Tuple[RangedRead, int]] = []
