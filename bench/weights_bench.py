@@ -29,8 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from store_bench import (Worker, add_common_args, bench_env, serve_worker,  # noqa: E402
-                         start_master, stop_master)
+from store_bench import add_common_args, holder_and_driver, serve_worker  # noqa: E402
 
 HIDDEN = 2048
 VOCAB = 16384
@@ -208,25 +207,16 @@ def main():
     if args.role == "worker":
         return worker_main()
 
-    build = os.path.abspath(args.build_dir)
-    env = bench_env(build, args.transport)
-    master, rpc, _ = start_master(build)
-    workers = []
-    try:
-        addr = "127.0.0.1:%d" % rpc
-        size = sum(2 * s[0] * s[1] if len(s) == 2 else 4 * s[0]
-                   for _, s, _, _ in model(args.layers))
-        holder, driver = Worker(env, __file__), Worker(env, __file__)
-        workers = [holder, driver]
-        h = holder.call(op="setup", master=addr, segment=size + size // 8,
-                        local_buffer=16 << 20)
-        driver.call(op="setup", master=addr, segment=0, local_buffer=16 << 20)
+    size = sum(2 * s[0] * s[1] if len(s) == 2 else 4 * s[0]
+               for _, s, _, _ in model(args.layers))
+    with holder_and_driver(args.build_dir, args.transport, __file__, size + size // 8,
+                           16 << 20) as (driver, holder_name):
         print("mooncake weight-snapshot benchmark: 1 master + 2 client processes on loopback, "
               "transport=%s, %.2f GiB snapshot, TP=4 -> TP=2, %d rounds x %d runs"
               % (args.transport, size / 2 ** 30, args.rounds, args.runs))
         ratios = []
         for run in range(args.runs):
-            out = driver.call(op="load", target=h["hostname"], rounds=args.rounds,
+            out = driver.call(op="load", target=holder_name, rounds=args.rounds,
                               layers=args.layers)
             m = {k: median(v) for k, v in out["times"].items()}
             ratio = m["bytes"] / m["weights"]
@@ -247,10 +237,6 @@ def main():
                  "ok" if ps < TARGET_PLAN_S else "ABOVE TARGET",
                  median([p["placement_s"] for p in plans]),
                  median([p["target_placement_s"] for p in plans])))
-    finally:
-        for w in workers:
-            w.stop()
-        stop_master(master)
     return 0
 
 
