@@ -28,6 +28,18 @@ mooncake_py_sources = \
 	bindings/python/mooncake/_fast_copy.py \
 	$(NULL)
 
+# Subpackages: one install directory each (automake flattens a _PYTHON list).
+mooncake_reshard_py_sources = \
+	bindings/python/mooncake/reshard/__init__.py \
+	$(NULL)
+mooncake_reshard_weight_py_sources = \
+	bindings/python/mooncake/reshard/weight/__init__.py \
+	bindings/python/mooncake/reshard/weight/manifest.py \
+	bindings/python/mooncake/reshard/weight/planner.py \
+	bindings/python/mooncake/reshard/weight/snapshot.py \
+	bindings/python/mooncake/reshard/weight/store.py \
+	$(NULL)
+
 python_swig_sources = \
 	swig/mooncake.i \
 	swig/python.i \
@@ -79,11 +91,17 @@ EXTRA_DIST += \
 	tests/python/test_dummy.py \
 	tests/python/test_cli.py \
 	tests/python/test_bench_plot.py \
+	tests/python/test_weights.py \
+	tests/python/weights_proc.py \
 	$(NULL)
 
 if ENABLE_PYTHON
 mooncakepythondir = $(pythondir)/mooncake
 mooncakepython_PYTHON = $(mooncake_py_sources)
+mooncakereshardpythondir = $(pythondir)/mooncake/reshard
+mooncakereshardpython_PYTHON = $(mooncake_reshard_py_sources)
+mooncakereshardweightpythondir = $(pythondir)/mooncake/reshard/weight
+mooncakereshardweightpython_PYTHON = $(mooncake_reshard_weight_py_sources)
 nodist_mooncakepython_PYTHON = bindings/python/capi.py
 
 mooncakepyexecdir = $(pyexecdir)/mooncake
@@ -120,7 +138,8 @@ bindings/python/capi.py: bindings/python/capi_wrap.c
 all_local_targets += python-build-tree
 python-build-tree: _capi.la bindings/python/capi.py
 	$(AM_V_GEN)set -e; \
-	for f in $(mooncake_py_sources); do \
+	for f in $(mooncake_py_sources) $(mooncake_reshard_py_sources) \
+		$(mooncake_reshard_weight_py_sources); do \
 		rel=$${f#bindings/python/}; \
 		$(MKDIR_P) python/$$(dirname $$rel); \
 		ln -sf $(abs_srcdir)/$$f python/$$rel; \

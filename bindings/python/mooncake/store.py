@@ -774,6 +774,13 @@ class MooncakeDistributedStore(TensorMethods):
         """This client's segment name, ``"host:port"`` ("" before setup)."""
         return self._store.hostname()
 
+    def begin_weight_snapshot(self, descriptor: Any, adapter: Any) -> Any:
+        """Open a model-weight snapshot writer on this store: the same as
+        ``WeightStore(store).begin_weight_snapshot(descriptor, adapter)``
+        (``mooncake.reshard.weight``, docs/weights.md)."""
+        from .reshard.weight import store as weight_store
+        return weight_store.begin_weight_snapshot(self, descriptor, adapter)
+
     def __enter__(self) -> "MooncakeDistributedStore":
         return self
 
