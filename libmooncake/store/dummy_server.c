@@ -97,9 +97,7 @@ static int send_resp(session_t *ss, unsigned op, mc_status_t st, const mc_dummy_
     h.count = (uint32_t)n;
     h.len = (uint32_t)(n * sizeof(*res));
     h.status = st;
-    if (mc_dummy_send_all(ss->fd, &h, sizeof(h)) != 0)
-        return -1;
-    return (n > 0) ? mc_dummy_send_all(ss->fd, res, n * sizeof(*res)) : 0;
+    return mc_dummy_send2(ss->fd, &h, sizeof(h), res, n * sizeof(*res));
 }
 
 /* HELLO: receive the two fds with the header, check and map them. */
@@ -400,6 +398,7 @@ static int serve_one(session_t *ss)
     size_t nres;
     int rc = -1;
 
+    mc_dummy_spin_readable(ss->fd, mc_dummy_spin_us());
     if (mc_dummy_recv_all(ss->fd, &h, sizeof(h)) != 0)
         return -1;
     if (mc_dummy_hdr_check(&h) != 0) {
