@@ -216,15 +216,32 @@ static int scratch_reserve(mc_dummy_t *d, size_t n)
     return 0;
 }
 
+/* A PUT's config on the wire, with its strings: the preferred segment
+ * (w.plen bytes) and, per item of the frame, the group id its key carries
+ * (igroups NULL, or NULL entries: none). */
+typedef struct put_cfg {
+    mc_dummy_cfg_t w;
+    const char *pref;
+    const char **igroups;
+} put_cfg_t;
+
+static uint32_t item_glen(const put_cfg_t *cfg, const mc_dummy_item_t *items, size_t i)
+{
+    if ((cfg == NULL) || (cfg->igroups == NULL) || (cfg->igroups[i] == NULL) ||
+        (items[i].klen == 0))
+        return 0;
+    return (uint32_t)strlen(cfg->igroups[i]);
+}
+
 /*
  * One round trip: @p n items with keys (keys[i] NULL or "" for none) and,
- * when @p cfg_present, a config; results[0..n) filled from the response.
+ * when @p cfg is not NULL, a config; results[0..n) filled from the response.
  * Called with d->lock held.  MC_RPC_FAIL (and the dummy is dead) when the
  * connection fails.
  */
 static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
                            const mc_dummy_item_t *items, const char *const *keys, size_t n,
-                           const mc_dummy_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
+                           const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
 {
     size_t body = 0, off = sizeof(mc_dummy_hdr_t);
     mc_dummy_hdr_t h;
@@ -234,9 +251,9 @@ static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
         return MC_RPC_FAIL;
     }
     for (size_t i = 0; i < n; i++)
-        body += sizeof(mc_dummy_item_t) + items[i].klen;
+        body += sizeof(mc_dummy_item_t) + items[i].klen + item_glen(cfg, items, i);
     if (cfg != NULL)
-        body += sizeof(*cfg);
+        body += sizeof(cfg->w) + cfg->w.plen;
     if ((body > MC_DUMMY_MAX_FRAME) || (n > MC_DUMMY_MAX_ITEMS)) {
         mc_set_error_detail("request too large for the dummy protocol (%zu items, %zu bytes)",
                             n, body);
@@ -254,16 +271,26 @@ static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
     h.count = (uint32_t)n;
     memcpy(d->scratch, &h, sizeof(h));
     for (size_t i = 0; i < n; i++) {
-        memcpy(d->scratch + off, &items[i], sizeof(items[i]));
-        off += sizeof(items[i]);
-        if (items[i].klen > 0) {
-            memcpy(d->scratch + off, keys[i], items[i].klen);
-            off += items[i].klen;
+        mc_dummy_item_t it = items[i];
+        it.glen = item_glen(cfg, items, i);
+        memcpy(d->scratch + off, &it, sizeof(it));
+        off += sizeof(it);
+        if (it.klen > 0) {
+            memcpy(d->scratch + off, keys[i], it.klen);
+            off += it.klen;
+        }
+        if (it.glen > 0) {
+            memcpy(d->scratch + off, cfg->igroups[i], it.glen);
+            off += it.glen;
         }
     }
     if (cfg != NULL) {
-        memcpy(d->scratch + off, cfg, sizeof(*cfg));
-        off += sizeof(*cfg);
+        memcpy(d->scratch + off, &cfg->w, sizeof(cfg->w));
+        off += sizeof(cfg->w);
+        if (cfg->w.plen > 0) {
+            memcpy(d->scratch + off, cfg->pref, cfg->w.plen);
+            off += cfg->w.plen;
+        }
     }
     if (mc_dummy_send_all(d->fd, d->scratch, off) != 0)
         goto dead;
@@ -298,7 +325,7 @@ dead:
 
 static mc_status_t call(mc_dummy_t *d, unsigned op, unsigned hflags,
                         const mc_dummy_item_t *items, const char *const *keys, size_t n,
-                        const mc_dummy_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
+                        const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
 {
     mc_status_t st;
     pthread_mutex_lock(&d->lock);
@@ -325,11 +352,16 @@ static int locate(const mc_dummy_t *d, const void *p, size_t len, uint16_t *regi
     return 0;
 }
 
-static void cfg_to_wire(const mc_replicate_config_t *cfg, mc_dummy_cfg_t *w)
+static void cfg_to_wire(const mc_replicate_config_t *cfg, put_cfg_t *pc)
 {
-    memset(w, 0, sizeof(*w));
+    mc_dummy_cfg_t *w = &pc->w;
+    memset(pc, 0, sizeof(*pc));
     if (cfg == NULL)
         return;
+    if ((cfg->preferred_segment != NULL) && (cfg->preferred_segment[0] != '\0')) {
+        pc->pref = cfg->preferred_segment;
+        w->plen = (uint32_t)strlen(cfg->preferred_segment);
+    }
     w->present = 1;
     w->field_mask = cfg->field_mask;
     w->soft_pin_ttl_ms = cfg->soft_pin_ttl_ms;
@@ -341,14 +373,34 @@ static void cfg_to_wire(const mc_replicate_config_t *cfg, mc_dummy_cfg_t *w)
     w->prefer_alloc_in_same_node = cfg->prefer_alloc_in_same_node;
 }
 
-static mc_status_t cfg_check(const mc_replicate_config_t *cfg)
+/* What the real client checks of @p cfg for @p nkeys keys, before any
+ * frame; and its strings must fit the frame's limit. */
+static mc_status_t cfg_check(const mc_replicate_config_t *cfg, size_t nkeys)
 {
-    if ((cfg != NULL) && (((cfg->preferred_segment != NULL) && (cfg->preferred_segment[0] != 0)) ||
-                          (cfg->group_ids_count > 0))) {
-        mc_set_error_detail("preferred_segment and group_ids are not forwarded by a dummy client");
-        return MC_NOT_SUPPORTED;
+    mc_status_t st = mc_store_config_check(cfg, nkeys, MC_WF_SAME_NODE);
+    if ((st != MC_OK) || (cfg == NULL))
+        return st;
+    if ((cfg->preferred_segment != NULL) &&
+        (strlen(cfg->preferred_segment) > MC_DUMMY_MAX_KEY)) {
+        mc_set_error_detail("preferred_segment through a dummy client is at most %u bytes",
+                            MC_DUMMY_MAX_KEY);
+        return MC_INVALID_PARAMS;
     }
+    for (size_t i = 0; (cfg->field_mask & MC_RC_FIELD_GROUP_IDS) && (i < nkeys); i++)
+        if (strlen(cfg->group_ids[i]) > MC_DUMMY_MAX_KEY) {
+            mc_set_error_detail("group_ids[%zu] through a dummy client is at most %u bytes", i,
+                                MC_DUMMY_MAX_KEY);
+            return MC_INVALID_PARAMS;
+        }
     return MC_OK;
+}
+
+/* The group id of key @p k of the call, or NULL. */
+static const char *cfg_group(const mc_replicate_config_t *cfg, size_t k)
+{
+    if ((cfg == NULL) || !(cfg->field_mask & MC_RC_FIELD_GROUP_IDS))
+        return NULL;
+    return cfg->group_ids[k];
 }
 
 /* ---- entering ---------------------------------------------------------------- */
@@ -660,7 +712,9 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
     mc_dummy_item_t *items = NULL, one;
     const char **keys = NULL;
     mc_dummy_result_t *res = NULL, r1;
-    mc_dummy_cfg_t wcfg;
+    put_cfg_t wcfg;
+    const char *group, *groups1[1];
+    const char **igroups = NULL;
     uint32_t klen = key_len(key);
     uint64_t total = 0;
     int in_shm = 1;
@@ -668,8 +722,9 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
 
     if (klen == UINT32_MAX)
         return MC_INVALID_PARAMS;
-    if ((st = cfg_check(cfg)) != MC_OK)
+    if ((st = cfg_check(cfg, 1)) != MC_OK)
         return st;
+    group = groups1[0] = cfg_group(cfg, 0);
     if ((parts == NULL) && (n > 0)) {
         mc_set_error_detail("parts is NULL");
         return MC_INVALID_PARAMS;
@@ -692,7 +747,8 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
         items = calloc(n, sizeof(*items));
         keys = calloc(n, sizeof(*keys));
         res = calloc(n, sizeof(*res));
-        if ((items == NULL) || (keys == NULL) || (res == NULL)) {
+        igroups = calloc(n, sizeof(*igroups));
+        if ((items == NULL) || (keys == NULL) || (res == NULL) || (igroups == NULL)) {
             st = MC_INTERNAL_ERROR;
             goto out;
         }
@@ -706,10 +762,12 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
             if (m == 0) {
                 items[m].klen = klen;
                 keys[m] = key;
+                igroups[m] = group;
             }
             m++;
         }
         items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
+        wcfg.igroups = igroups;
         st = call(d, MC_DUMMY_OP_PUT, 0, items, keys, m, &wcfg, res, m);
         if (st == MC_OK)
             st = (mc_status_t)res[0].result;
@@ -746,10 +804,12 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
     one.handle = r1.handle;
     one.klen = klen;
     one.flags = (uint8_t)((upsert ? MC_DUMMY_IF_UPSERT : 0) | MC_DUMMY_IF_RELEASE);
+    wcfg.igroups = groups1;
     st = call(d, MC_DUMMY_OP_PUT, 0, &one, &key, 1, &wcfg, &r1, 1);
     if (st == MC_OK)
         st = (mc_status_t)r1.result;
 out:
+    free(igroups);
     free(items);
     free(keys);
     free(res);
@@ -781,7 +841,8 @@ enum { BW_DONE = 0, BW_DIRECT, BW_STAGED, BW_SENDING };
  * writes nothing fails the rest with MC_NO_AVAILABLE_HANDLE.
  */
 static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_iov_t *const *bufs,
-                             const size_t *counts, size_t n, const mc_dummy_cfg_t *wcfg,
+                             const size_t *counts, size_t n, const put_cfg_t *wcfg,
+                             const char *const *gids,
                              int upsert, int zero_copy, mc_status_t *statuses)
 {
     size_t nitems = 0;
@@ -791,6 +852,8 @@ static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_io
     size_t *first = calloc(n + 1, sizeof(*first));
     mc_dummy_item_t *items = NULL;
     const char **ikeys = NULL;
+    const char **igroups = NULL;
+    put_cfg_t pc = *wcfg;
     mc_dummy_result_t *res = NULL;
     const uint8_t base_flags = (uint8_t)(upsert ? MC_DUMMY_IF_UPSERT : 0);
 
@@ -799,8 +862,9 @@ static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_io
     items = calloc(nitems + 1, sizeof(*items));
     ikeys = calloc(nitems + 1, sizeof(*ikeys));
     res = calloc(nitems + 1, sizeof(*res));
+    igroups = calloc(nitems + 1, sizeof(*igroups));
     if ((how == NULL) || (total == NULL) || (blk == NULL) || (first == NULL) ||
-        (items == NULL) || (ikeys == NULL) || (res == NULL)) {
+        (items == NULL) || (ikeys == NULL) || (res == NULL) || (igroups == NULL)) {
         mc_set_error_detail("out of memory for a batch of %zu keys", n);
         for (size_t i = 0; i < n; i++)
             statuses[i] = MC_INTERNAL_ERROR;
@@ -926,6 +990,7 @@ static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_io
             }
             items[start].klen = key_len(keys[i]);
             ikeys[start] = keys[i];
+            igroups[start] = (gids != NULL) ? gids[i] : NULL;
             items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
             first[nput++] = start;
             how[i] = BW_SENDING;
@@ -941,7 +1006,8 @@ static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_io
                 }
             break;
         }
-        st = call(d, MC_DUMMY_OP_PUT, 0, items, ikeys, m, wcfg, res, m);
+        pc.igroups = igroups;
+        st = call(d, MC_DUMMY_OP_PUT, 0, items, ikeys, m, &pc, res, m);
         nput = 0;
         for (size_t i = 0; i < n; i++) {
             if (how[i] != BW_SENDING)
@@ -967,6 +1033,7 @@ out:
     free(items);
     free(ikeys);
     free(res);
+    free(igroups);
 }
 
 int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
@@ -974,7 +1041,7 @@ int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *
                          int upsert, int zero_copy, mc_status_t *statuses, mc_status_t *st_p)
 {
     mc_dummy_t *d = enter(s);
-    mc_dummy_cfg_t wcfg;
+    put_cfg_t wcfg;
     mc_status_t st;
 
     if (d == NULL)
@@ -984,7 +1051,7 @@ int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *
         st = MC_INVALID_PARAMS;
         goto out;
     }
-    if ((st = cfg_check(cfg)) != MC_OK) {
+    if ((st = cfg_check(cfg, n)) != MC_OK) {
         for (size_t i = 0; i < n; i++)
             statuses[i] = st;
         goto out;
@@ -992,7 +1059,8 @@ int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *
     cfg_to_wire(cfg, &wcfg);
     for (size_t at = 0; at < n; at += WRITE_BATCH) {
         size_t m = (n - at < WRITE_BATCH) ? n - at : WRITE_BATCH;
-        batch_write_some(d, keys + at, bufs + at, counts + at, m, &wcfg, upsert, zero_copy,
+        const char *const *gids = (cfg_group(cfg, 0) != NULL) ? cfg->group_ids + at : NULL;
+        batch_write_some(d, keys + at, bufs + at, counts + at, m, &wcfg, gids, upsert, zero_copy,
                          statuses + at);
     }
     st = mc_store_first_error(statuses, n);
@@ -1596,4 +1664,333 @@ done:
     leave(s);
     *st_p = st;
     return 1;
+}
+
+/* ---- calls on keys and names: removal, replicas, tasks ------------------------ */
+
+/*
+ * One frame of @p op: the object keys keys[0..nk) (@p flags0 on item 0),
+ * then the names args[0..na) as IF_ARG items; res[0..nk+na) from the
+ * answer (an op with neither sends one empty item).  Keys and names were
+ * checked by the caller.
+ */
+static mc_status_t named_call(mc_dummy_t *d, unsigned op, const char *const *keys, size_t nk,
+                              unsigned flags0, const char *const *args, size_t na,
+                              mc_dummy_result_t *res)
+{
+    size_t n = (nk + na > 0) ? nk + na : 1;
+    mc_dummy_item_t *items = calloc(n, sizeof(*items));
+    const char **ikeys = calloc(n, sizeof(*ikeys));
+    mc_status_t st;
+
+    if ((items == NULL) || (ikeys == NULL)) {
+        free(items);
+        free(ikeys);
+        mc_set_error_detail("out of memory for %zu keys", n);
+        return MC_INTERNAL_ERROR;
+    }
+    for (size_t i = 0; i < nk + na; i++) {
+        const char *k = (i < nk) ? keys[i] : args[i - nk];
+        ikeys[i] = k;
+        items[i].klen = (uint32_t)strlen(k);
+        if (i >= nk)
+            items[i].flags = MC_DUMMY_IF_ARG;
+    }
+    items[0].flags |= (uint8_t)flags0;
+    st = call(d, op, 0, items, ikeys, n, NULL, res, n);
+    free(items);
+    free(ikeys);
+    return st;
+}
+
+/* A name the daemon's call takes: non-NULL, non-empty, within the frame's
+ * limit for a string. */
+static mc_status_t name_check(const char *what, const char *name)
+{
+    if ((name == NULL) || (name[0] == '\0') || (strlen(name) > MC_DUMMY_MAX_KEY)) {
+        mc_set_error_detail("%s is NULL, empty or longer than %u bytes (a dummy client's limit)",
+                            what, MC_DUMMY_MAX_KEY);
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
+}
+
+/* Copy the staged record the real client answered with, then FREE it. */
+static mc_status_t take_staged(mc_dummy_t *d, const mc_dummy_result_t *r, void *dst, size_t len)
+{
+    mc_status_t st = MC_OK;
+    uint64_t lsize = d->size[MC_DUMMY_REGION_LBUF];
+    if ((len > lsize) || (r->off > lsize - len)) {
+        mc_set_error_detail("the real client named a block outside the staging buffer");
+        st = MC_INTERNAL_ERROR;
+    } else if (len > 0) {
+        memcpy(dst, d->base[MC_DUMMY_REGION_LBUF] + r->off, len);
+    }
+    staged_free(d, r->handle);
+    return st;
+}
+
+/*
+ * The per-key ops (BATCH_REMOVE, EXIST, REPLICA_CLEAR): invalid keys get
+ * MC_INVALID_PARAMS here, the others go in one frame, @p arg (if any) as
+ * a trailing name.  out[i] = each key's answer; the call's own status.
+ */
+static mc_status_t per_key_call(mc_dummy_t *d, unsigned op, const char *const *keys, size_t n,
+                                unsigned flags0, const char *arg, int64_t *out)
+{
+    const char **sel = calloc(n + 1, sizeof(*sel));
+    size_t *idx = calloc(n + 1, sizeof(*idx));
+    mc_dummy_result_t *res = calloc(n + 2, sizeof(*res));
+    size_t m = 0;
+    mc_status_t st = MC_OK;
+
+    if ((sel == NULL) || (idx == NULL) || (res == NULL)) {
+        mc_set_error_detail("out of memory for %zu keys", n);
+        st = MC_INTERNAL_ERROR;
+        for (size_t i = 0; i < n; i++)
+            out[i] = st;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (key_len(keys[i]) == UINT32_MAX) {
+            out[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        sel[m] = keys[i];
+        idx[m++] = i;
+    }
+    if ((m > 0) || (arg != NULL)) {
+        st = named_call(d, op, sel, m, flags0, &arg, (arg != NULL) ? 1 : 0, res);
+        for (size_t j = 0; j < m; j++)
+            out[idx[j]] = (st == MC_OK) ? res[j].result : st;
+        if ((st == MC_OK) && (arg != NULL))
+            st = (mc_status_t)res[m].result;
+    }
+out:
+    free(sel);
+    free(idx);
+    free(res);
+    return st;
+}
+
+int mc_dummy_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
+                          mc_status_t *statuses, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    int64_t *out;
+
+    if (d == NULL)
+        return 0;
+    out = calloc(n + 1, sizeof(*out));
+    if (((keys == NULL) && (n > 0)) || (out == NULL)) {
+        mc_set_error_detail((out == NULL) ? "out of memory" : "keys is NULL");
+        *st_p = (out == NULL) ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
+        for (size_t i = 0; (statuses != NULL) && (i < n); i++)
+            statuses[i] = *st_p;
+    } else {
+        (void)per_key_call(d, MC_DUMMY_OP_BATCH_REMOVE, keys, n,
+                           force ? MC_DUMMY_IF_FORCE : 0, NULL, out);
+        for (size_t i = 0; (statuses != NULL) && (i < n); i++)
+            statuses[i] = (mc_status_t)out[i];
+        *st_p = MC_OK;
+        for (size_t i = 0; i < n; i++)
+            if (out[i] != MC_OK) {
+                *st_p = (mc_status_t)out[i];
+                break;
+            }
+    }
+    free(out);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_batch_exist(mc_store_h s, const char *const *keys, size_t n, int *results,
+                         mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    int64_t *out;
+
+    if (d == NULL)
+        return 0;
+    out = calloc(n + 1, sizeof(*out));
+    if (out == NULL) {
+        mc_set_error_detail("out of memory");
+        *st_p = MC_INTERNAL_ERROR;
+        for (size_t i = 0; i < n; i++)
+            results[i] = MC_INTERNAL_ERROR;
+    } else {
+        *st_p = per_key_call(d, MC_DUMMY_OP_EXIST, keys, n, 0, NULL, out);
+        for (size_t i = 0; i < n; i++)
+            results[i] = (int)out[i];
+    }
+    free(out);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
+                                 const char *segment, mc_status_t *statuses, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    int64_t *out;
+
+    if (d == NULL)
+        return 0;
+    out = calloc(n + 1, sizeof(*out));
+    if ((segment != NULL) && (segment[0] == '\0'))
+        segment = NULL; /* "" and NULL both mean every segment */
+    if (((keys == NULL) && (n > 0)) || (out == NULL)) {
+        mc_set_error_detail((out == NULL) ? "out of memory" : "keys is NULL");
+        *st_p = (out == NULL) ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
+    } else if ((segment != NULL) && (name_check("segment_name", segment) != MC_OK)) {
+        *st_p = MC_INVALID_PARAMS;
+    } else {
+        *st_p = per_key_call(d, MC_DUMMY_OP_REPLICA_CLEAR, keys, n, 0, segment, out);
+        for (size_t i = 0; (*st_p == MC_OK) && (statuses != NULL) && (i < n); i++)
+            statuses[i] = (mc_status_t)out[i];
+    }
+    /* the call's own error: every status gets it too */
+    for (size_t i = 0; (*st_p != MC_OK) && (statuses != NULL) && (i < n); i++)
+        statuses[i] = *st_p;
+    free(out);
+    leave(s);
+    return 1;
+}
+
+/* REMOVE_REGEX (@p regex) or REMOVE_ALL (NULL). */
+int mc_dummy_remove_many(mc_store_h s, const char *regex, int force, int64_t *count_p,
+                         mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t r;
+
+    if (d == NULL)
+        return 0;
+    if ((regex != NULL) && (strlen(regex) > MC_DUMMY_MAX_KEY)) {
+        mc_set_error_detail("a pattern through a dummy client is at most %u bytes",
+                            MC_DUMMY_MAX_KEY);
+        *st_p = MC_INVALID_PARAMS;
+    } else if (regex == NULL) {
+        *st_p = named_call(d, MC_DUMMY_OP_REMOVE_ALL, NULL, 0, force ? MC_DUMMY_IF_FORCE : 0,
+                           NULL, 0, &r);
+    } else {
+        *st_p = named_call(d, MC_DUMMY_OP_REMOVE_REGEX, NULL, 0, force ? MC_DUMMY_IF_FORCE : 0,
+                           &regex, 1, &r);
+    }
+    if (*st_p == MC_OK) {
+        if (r.result < 0)
+            *st_p = (mc_status_t)r.result;
+        else if (count_p != NULL)
+            *count_p = r.result;
+    }
+    leave(s);
+    return 1;
+}
+
+/* COPY_TASK (targets[0..n)) or MOVE_TASK (targets = {source, target}). */
+int mc_dummy_create_task(mc_store_h s, unsigned op, const char *key, const char *const *targets,
+                         size_t n, mc_task_id_t *id_out, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t *res;
+    mc_status_t st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    res = calloc(n + 2, sizeof(*res));
+    if (res == NULL) {
+        st = MC_INTERNAL_ERROR;
+    } else if ((key_len(key) == UINT32_MAX) || (id_out == NULL) || (n == 0) ||
+               (targets == NULL)) {
+        if (key_len(key) != UINT32_MAX)
+            mc_set_error_detail("targets and id_out are required");
+        st = MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; (st == MC_OK) && (i < n); i++)
+        st = name_check("a segment name", targets[i]);
+    if (st == MC_OK)
+        st = named_call(d, op, &key, 1, 0, targets, n, res);
+    if (st == MC_OK)
+        st = (mc_status_t)res[0].result;
+    if (st == MC_OK) {
+        st = take_staged(d, &res[0], id_out, sizeof(*id_out));
+        id_out->id[sizeof(id_out->id) - 1] = '\0';
+    }
+    free(res);
+    *st_p = st;
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_query_task(mc_store_h s, const char *task_id, mc_store_task_info_t *out,
+                        mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t r;
+    mc_status_t st;
+
+    if (d == NULL)
+        return 0;
+    st = name_check("task_id", task_id);
+    if ((st == MC_OK) && (out == NULL)) {
+        mc_set_error_detail("out is NULL");
+        st = MC_INVALID_PARAMS;
+    }
+    if (st == MC_OK)
+        st = named_call(d, MC_DUMMY_OP_QUERY_TASK, NULL, 0, 0, &task_id, 1, &r);
+    if (st == MC_OK)
+        st = (mc_status_t)r.result;
+    if (st == MC_OK) {
+        st = take_staged(d, &r, out, sizeof(*out));
+        out->id.id[sizeof(out->id.id) - 1] = '\0';
+        out->assigned_client[sizeof(out->assigned_client) - 1] = '\0';
+        out->message[sizeof(out->message) - 1] = '\0';
+    }
+    *st_p = st;
+    leave(s);
+    return 1;
+}
+
+mc_status_t mc_dummy_replicas(mc_store_h s, const char *key, mc_replica_desc_t **descs_p,
+                              size_t *n_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t r;
+    mc_replica_desc_t *v = NULL;
+    mc_status_t st;
+
+    *descs_p = NULL;
+    *n_p = 0;
+    if (d == NULL)
+        return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+    st = (key_len(key) == UINT32_MAX) ? MC_INVALID_PARAMS
+                                      : named_call(d, MC_DUMMY_OP_REPLICAS, &key, 1, 0, NULL, 0, &r);
+    if ((st == MC_OK) && (r.result < 0))
+        st = (mc_status_t)r.result;
+    if ((st == MC_OK) && ((uint64_t)r.result > d->size[MC_DUMMY_REGION_LBUF] / sizeof(*v))) {
+        mc_set_error_detail("the real client answered %lld replicas", (long long)r.result);
+        st = MC_INTERNAL_ERROR;
+        staged_free(d, r.handle);
+    }
+    if (st == MC_OK) {
+        v = calloc((size_t)r.result + 1, sizeof(*v));
+        if (v == NULL) {
+            staged_free(d, r.handle);
+            st = MC_INTERNAL_ERROR;
+        } else {
+            st = take_staged(d, &r, v, (size_t)r.result * sizeof(*v));
+        }
+    }
+    if (st == MC_OK) {
+        for (int64_t i = 0; i < r.result; i++) {
+            v[i].segment[sizeof(v[i].segment) - 1] = '\0';
+            v[i].protocol[sizeof(v[i].protocol) - 1] = '\0';
+        }
+        *descs_p = v;
+        *n_p = (size_t)r.result;
+    } else {
+        free(v);
+    }
+    leave(s);
+    return st;
 }

@@ -62,6 +62,26 @@ int mc_dummy_batch_fetch(mc_store_h s, const char *const *keys, size_t n, size_t
  * destinations that must lie in the shared memory. */
 int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_status_t *st_p);
 
+int mc_dummy_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
+                          mc_status_t *statuses, mc_status_t *st_p);
+int mc_dummy_batch_exist(mc_store_h s, const char *const *keys, size_t n, int *results,
+                         mc_status_t *st_p);
+int mc_dummy_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
+                                 const char *segment, mc_status_t *statuses, mc_status_t *st_p);
+/* remove_by_regex (@p regex), or remove_all (@p regex NULL). */
+int mc_dummy_remove_many(mc_store_h s, const char *regex, int force, int64_t *count_p,
+                         mc_status_t *st_p);
+/* @p op MC_DUMMY_OP_COPY_TASK (targets[0..n)) or MC_DUMMY_OP_MOVE_TASK
+ * (n == 2: source, target). */
+int mc_dummy_create_task(mc_store_h s, unsigned op, const char *key, const char *const *targets,
+                         size_t n, mc_task_id_t *id_out, mc_status_t *st_p);
+int mc_dummy_query_task(mc_store_h s, const char *task_id, mc_store_task_info_t *out,
+                        mc_status_t *st_p);
+/* The replica descriptors of @p key from the real client (the caller frees
+ * *descs_p); a status.  Only for a dummy handle. */
+mc_status_t mc_dummy_replicas(mc_store_h s, const char *key, mc_replica_desc_t **descs_p,
+                              size_t *n_p);
+
 /* "@name" is in the abstract namespace; 0, or -1 when the path does not fit. */
 int mc_dummy_ipc_addr(const char *path, struct sockaddr_un *sa, socklen_t *len_p);
 int mc_dummy_send_all(int fd, const void *buf, size_t len);
@@ -82,8 +102,10 @@ unsigned mc_dummy_spin_us(void);
 typedef struct mc_dummy_req {
     mc_dummy_item_t *items; /* n items (+1 zeroed spare) */
     char **keys;            /* NUL-terminated copies of the keys, NULL for klen 0 */
+    char **groups;          /* PUT: copies of the group ids, NULL for glen 0 */
     size_t n;               /* = hdr.count */
     mc_dummy_cfg_t cfg;     /* PUT only */
+    char *preferred;        /* PUT: cfg's preferred segment, NULL for plen 0 */
     int has_cfg;
 } mc_dummy_req_t;
 
@@ -92,7 +114,8 @@ typedef struct mc_dummy_req {
 int mc_dummy_hdr_check(const mc_dummy_hdr_t *h);
 /*
  * Split @p body (exactly @p len bytes, the header's len) into h->count
- * items with their keys and, for PUT, the config.  0 with @p rq filled
+ * items with their keys and, for PUT, their group ids, the config and its
+ * preferred segment (each string at most MC_DUMMY_MAX_KEY bytes, no NUL).  0 with @p rq filled
  * (release it with mc_dummy_req_cleanup); -1 for a malformed body (an item
  * or key that overruns it, a key over MC_DUMMY_MAX_KEY or with a NUL,
  * trailing bytes) or no memory, with @p rq zeroed and nothing allocated.

@@ -299,13 +299,30 @@ static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
         return -1; /* a range outside the dummy's memory: hostile, hang up */
     }
     if (op == MC_DUMMY_OP_PUT) {
-        if (rq->has_cfg && rq->cfg.present)
+        const char **gids = NULL;
+        if (rq->has_cfg && rq->cfg.present) {
             cfg_from_wire(&rq->cfg, &cfg);
+            cfg.preferred_segment = rq->preferred;
+            if (cfg.field_mask & MC_RC_FIELD_GROUP_IDS) {
+                /* one per key, carried by the key's first item */
+                gids = calloc(nk + 1, sizeof(*gids));
+                if (gids == NULL) {
+                    for (size_t i = 0; i < n; i++)
+                        res[i].result = MC_INTERNAL_ERROR;
+                    goto out;
+                }
+                for (size_t k = 0; k < nk; k++)
+                    gids[k] = (rq->groups[first[k]] != NULL) ? rq->groups[first[k]] : "";
+                cfg.group_ids = gids;
+                cfg.group_ids_count = nk;
+            }
+        }
         const mc_replicate_config_t *c = (rq->has_cfg && rq->cfg.present) ? &cfg : NULL;
         if (upsert)
             (void)mc_store_batch_upsert_from_multi(store, keys, bufs, counts, nk, c, sts);
         else
             (void)mc_store_batch_put_from_multi(store, keys, bufs, counts, nk, c, sts);
+        free(gids);
         for (size_t k = 0; k < nk; k++)
             res[first[k]].result = sts[k];
         for (size_t i = 0; i < n; i++)
@@ -319,6 +336,35 @@ static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
 out:
     free(keys); free(bufs); free(counts); free(first); free(iovs); free(sts); free(rs);
     return 0;
+}
+
+/* EXIST: one key, or a batch in one master round trip (batch_is_exist). */
+static void do_exist(session_t *ss, req_t *rq, mc_dummy_result_t *res)
+{
+    const char **keys = calloc(rq->n + 1, sizeof(*keys));
+    int *rs = calloc(rq->n + 1, sizeof(*rs));
+    size_t m = 0;
+
+    if ((keys == NULL) || (rs == NULL)) {
+        for (size_t i = 0; i < rq->n; i++)
+            res[i].result = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    if (rq->n == 1) {
+        res[0].result = (rq->keys[0] == NULL) ? MC_INVALID_PARAMS
+                                              : mc_store_exist(ss->srv->store, rq->keys[0]);
+        goto out;
+    }
+    for (size_t i = 0; i < rq->n; i++)
+        if (rq->keys[i] != NULL)
+            keys[m++] = rq->keys[i];
+    (void)mc_store_batch_exist(ss->srv->store, keys, m, rs);
+    m = 0;
+    for (size_t i = 0; i < rq->n; i++)
+        res[i].result = (rq->keys[i] == NULL) ? MC_INVALID_PARAMS : rs[m++];
+out:
+    free(keys);
+    free(rs);
 }
 
 static void do_get_staged(session_t *ss, req_t *rq, mc_dummy_result_t *res)
@@ -361,6 +407,163 @@ static void do_get_staged(session_t *ss, req_t *rq, mc_dummy_result_t *res)
         res[i].off = b.offset;
         res[i].handle = b.node;
     }
+}
+
+/* @p len bytes of @p data into a fresh staging block of the session, which
+ * the dummy copies out and FREEs: res->off, res->handle.  MC_OK or why not
+ * (MC_NO_AVAILABLE_HANDLE: no room in the dummy's local buffer). */
+static mc_status_t stage_out(session_t *ss, const void *data, size_t len, mc_dummy_result_t *res)
+{
+    mc_alloc_block_t b;
+    mc_status_t st = block_get(ss, MC_DUMMY_REGION_LBUF, (len > 0) ? len : 1, &b);
+    if (st != MC_OK)
+        return st;
+    memcpy(ss->base[MC_DUMMY_REGION_LBUF] + b.offset, data, len);
+    res->off = b.offset;
+    res->handle = b.node;
+    return MC_OK;
+}
+
+/* The object keys of a request (items without IF_ARG) and its names (with
+ * it; klen 0 is ""), in order.  -1 on a keyless key item. */
+static int split_args(const req_t *rq, const char **keys, size_t *nkeys, const char **args,
+                      size_t *nargs)
+{
+    *nkeys = *nargs = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rq->items[i].flags & MC_DUMMY_IF_ARG)
+            args[(*nargs)++] = (rq->keys[i] != NULL) ? rq->keys[i] : "";
+        else if (rq->keys[i] == NULL)
+            return -1;
+        else
+            keys[(*nkeys)++] = rq->keys[i];
+    }
+    return 0;
+}
+
+/* REPLICAS: per key, its replica descriptors (mc_replica_desc_t) staged. */
+static void do_replicas(session_t *ss, req_t *rq, mc_dummy_result_t *res)
+{
+    for (size_t i = 0; i < rq->n; i++) {
+        mc_store_query_h q = NULL;
+        mc_replica_desc_t *v = NULL;
+        size_t m = 0;
+        mc_status_t st = (rq->keys[i] == NULL) ? MC_INVALID_PARAMS
+                                              : mc_store_query(ss->srv->store, rq->keys[i], &q);
+        if (st == MC_OK) {
+            m = mc_store_query_replica_count(q);
+            v = calloc(m + 1, sizeof(*v));
+            if (v == NULL)
+                st = MC_INTERNAL_ERROR;
+            for (size_t j = 0; (st == MC_OK) && (j < m); j++)
+                st = mc_store_query_replica(q, j, &v[j]);
+            mc_store_query_release(q);
+        }
+        if (st == MC_OK)
+            st = stage_out(ss, v, m * sizeof(*v), &res[i]);
+        free(v);
+        res[i].result = (st == MC_OK) ? (int64_t)m : st;
+    }
+}
+
+/*
+ * The calls that take object keys and names (IF_ARG items) and answer one
+ * number per item (the call's status or count at item 0), or a staged
+ * record.  -1 for a request of the wrong shape (the connection closes).
+ */
+static int do_named(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+{
+    mc_store_h store = ss->srv->store;
+    const char **keys = calloc(rq->n + 1, sizeof(*keys));
+    const char **args = calloc(rq->n + 1, sizeof(*args));
+    mc_status_t *sts = calloc(rq->n + 1, sizeof(*sts));
+    size_t nk, na;
+    int force = (rq->n > 0) && (rq->items[0].flags & MC_DUMMY_IF_FORCE);
+    int64_t count = 0;
+    mc_status_t st;
+    int rc = 0;
+
+    if ((keys == NULL) || (args == NULL) || (sts == NULL)) {
+        for (size_t i = 0; i < rq->n; i++)
+            res[i].result = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    if ((op != MC_DUMMY_OP_REMOVE_ALL) && (split_args(rq, keys, &nk, args, &na) != 0)) {
+        rc = -1;
+        goto out;
+    }
+    switch (op) {
+    case MC_DUMMY_OP_BATCH_REMOVE:
+        if (na != 0) {
+            rc = -1;
+            break;
+        }
+        (void)mc_store_batch_remove(store, keys, nk, force, sts);
+        for (size_t i = 0; i < nk; i++)
+            res[i].result = sts[i];
+        break;
+    case MC_DUMMY_OP_REMOVE_REGEX:
+    case MC_DUMMY_OP_REMOVE_ALL:
+        if ((rq->n != 1) || ((op == MC_DUMMY_OP_REMOVE_REGEX) && (na != 1))) {
+            rc = -1;
+            break;
+        }
+        st = (op == MC_DUMMY_OP_REMOVE_ALL) ? mc_store_remove_all(store, force, &count)
+                                            : mc_store_remove_by_regex(store, args[0], force, &count);
+        res[0].result = (st == MC_OK) ? count : st;
+        break;
+    case MC_DUMMY_OP_REPLICA_CLEAR:
+        /* the keys, then at most one name: the segment, last */
+        if ((na > 1) || ((na == 1) && !(rq->items[rq->n - 1].flags & MC_DUMMY_IF_ARG))) {
+            rc = -1;
+            break;
+        }
+        st = mc_store_batch_replica_clear(store, keys, nk, (na == 1) ? args[0] : NULL, sts);
+        for (size_t i = 0; i < nk; i++)
+            res[i].result = sts[i];
+        if (na == 1)
+            res[nk].result = st;
+        break;
+    case MC_DUMMY_OP_COPY_TASK:
+    case MC_DUMMY_OP_MOVE_TASK: {
+        mc_task_id_t id;
+        if ((nk != 1) || (rq->items[0].flags & MC_DUMMY_IF_ARG) ||
+            ((op == MC_DUMMY_OP_MOVE_TASK) && (na != 2))) {
+            rc = -1;
+            break;
+        }
+        memset(&id, 0, sizeof(id));
+        st = (op == MC_DUMMY_OP_COPY_TASK)
+                 ? mc_store_create_copy_task(store, keys[0], args, na, &id)
+                 : mc_store_create_move_task(store, keys[0], args[0], args[1], &id);
+        if (st == MC_OK)
+            st = stage_out(ss, &id, sizeof(id), &res[0]);
+        res[0].result = st;
+        break;
+    }
+    case MC_DUMMY_OP_QUERY_TASK: {
+        mc_store_task_info_t *info = calloc(1, sizeof(*info));
+        if ((nk != 0) || (na != 1)) {
+            free(info);
+            rc = -1;
+            break;
+        }
+        st = (info == NULL) ? MC_INTERNAL_ERROR : mc_store_query_task(store, args[0], info);
+        if (st == MC_OK)
+            st = stage_out(ss, info, sizeof(*info), &res[0]);
+        res[0].result = st;
+        free(info);
+        break;
+    }
+    default:
+        rc = -1;
+        break;
+    }
+out:
+    free(keys);
+    free(args);
+    free(sts);
+    return rc;
 }
 
 static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
@@ -460,13 +663,29 @@ static int serve_one(session_t *ss)
     case MC_DUMMY_OP_GET_STAGED:
         do_get_staged(ss, &rq, res);
         break;
-    default: /* EXIST, SIZE, REMOVE: one key each */
+    case MC_DUMMY_OP_REPLICAS:
+        do_replicas(ss, &rq, res);
+        break;
+    case MC_DUMMY_OP_BATCH_REMOVE:
+    case MC_DUMMY_OP_REMOVE_REGEX:
+    case MC_DUMMY_OP_REMOVE_ALL:
+    case MC_DUMMY_OP_REPLICA_CLEAR:
+    case MC_DUMMY_OP_COPY_TASK:
+    case MC_DUMMY_OP_MOVE_TASK:
+    case MC_DUMMY_OP_QUERY_TASK:
+        if (do_named(ss, h.op, &rq, res) != 0) {
+            mc_warn("dummy server: a malformed %s request; closing", mc_dummy_op_name(h.op));
+            goto out;
+        }
+        break;
+    case MC_DUMMY_OP_EXIST:
+        do_exist(ss, &rq, res);
+        break;
+    default: /* SIZE, REMOVE: one key each */
         for (size_t i = 0; i < rq.n; i++) {
             const char *key = rq.keys[i];
             if (key == NULL) {
                 res[i].result = MC_INVALID_PARAMS;
-            } else if (h.op == MC_DUMMY_OP_EXIST) {
-                res[i].result = mc_store_exist(ss->srv->store, key);
             } else if (h.op == MC_DUMMY_OP_SIZE) {
                 uint64_t size = 0;
                 mc_status_t st = mc_store_get_size(ss->srv->store, key, &size);

@@ -9,9 +9,10 @@
  * host (they share memory), so integers are in host byte order.  Frames:
  *
  *   request  = mc_dummy_hdr_t, then `count` items, each an mc_dummy_item_t
- *              followed by its key (klen bytes, no NUL), then for the write
- *              ops one mc_dummy_cfg_t.  hdr.len counts the bytes after the
- *              header.
+ *              followed by its key (klen bytes, no NUL) and, for PUT, its
+ *              group id (glen bytes), then for PUT one mc_dummy_cfg_t
+ *              followed by its preferred segment (plen bytes).  hdr.len
+ *              counts the bytes after the header.
  *   response = mc_dummy_hdr_t (status = the call's status), then `count`
  *              mc_dummy_result_t, one per request item.
  *
@@ -42,7 +43,15 @@
     X(EXIST,        8, "key",                              "1, 0 or status")  \
     X(SIZE,         9, "key",                              "size or status")  \
     X(REMOVE,      10, "key, flags FORCE",                 "status")          \
-    X(STATS,       11, "nothing",                          "3 counters")
+    X(STATS,       11, "nothing",                          "3 counters")      \
+    X(BATCH_REMOVE, 12, "key, flags FORCE (item 0)",       "status")          \
+    X(REMOVE_REGEX, 13, "ARG pattern, flags FORCE",        "count or status") \
+    X(REMOVE_ALL,  14, "one item, flags FORCE",            "count or status") \
+    X(REPLICA_CLEAR, 15, "key ... (+ARG segment name)",    "status")          \
+    X(REPLICAS,    16, "key",                              "count, off, handle") \
+    X(COPY_TASK,   17, "key, ARG target ...",              "status, off, handle") \
+    X(MOVE_TASK,   18, "key, ARG source, ARG target",      "status, off, handle") \
+    X(QUERY_TASK,  19, "ARG task id",                      "status, off, handle")
 
 enum mc_dummy_op {
 #define MC_DUMMY_X_(name, num, req, resp) MC_DUMMY_OP_##name = num,
@@ -64,6 +73,8 @@ enum mc_dummy_op {
 #define MC_DUMMY_IF_UPSERT  0x2u /* PUT: overwrite */
 #define MC_DUMMY_IF_FORCE   0x4u /* REMOVE: ignore leases */
 #define MC_DUMMY_IF_RELEASE 0x8u /* PUT: free the staging block `handle` once written */
+#define MC_DUMMY_IF_ARG     0x10u /* the item's key bytes are a name the call takes
+                                   * (pattern, segment, task id), not an object key */
 
 typedef struct mc_dummy_hdr {
     uint32_t magic;
@@ -84,7 +95,8 @@ typedef struct mc_dummy_item {
     uint8_t flags;    /* MC_DUMMY_IF_* */
     uint8_t pad;
     uint32_t klen;    /* key bytes that follow */
-    uint32_t pad2;
+    uint32_t glen;    /* PUT, keyed item: bytes of its group id that follow the
+                       * key (used when the config asks for group ids) */
 } mc_dummy_item_t;
 _Static_assert(sizeof(mc_dummy_item_t) == 32, "dummy item is 32 bytes");
 
@@ -99,7 +111,7 @@ typedef struct mc_dummy_cfg {
     int32_t with_hard_pin;
     int32_t prefer_alloc_in_same_node;
     uint32_t present;  /* 0: NULL config (the defaults) */
-    uint32_t pad;
+    uint32_t plen;     /* bytes of preferred_segment that follow (0: none) */
 } mc_dummy_cfg_t;
 _Static_assert(sizeof(mc_dummy_cfg_t) == 48, "dummy config is 48 bytes");
 

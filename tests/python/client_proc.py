@@ -25,6 +25,8 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
                key, dtype, shape, hex (the tensor's bytes), kwargs?      -> rc
   tensor_get   method (get_tensor, get_tensor_with_tp, ...), key, kwargs?
                                           -> none, or dtype, shape, hex
+  invoke       method, args? ({"hex": h} for bytes), kwargs?, config? ({field: value}
+               of a ReplicateConfig passed last)           -> ret (JSON form of the result)
   hostname                                                 -> hostname
   close                                                    -> rc
   exit                                                     (no answer)
@@ -55,8 +57,42 @@ def config_for(req):
     return cfg
 
 
+def jsonable(v):
+    """The JSON form of a store call's result: enums and UUIDs as their
+    value and text, objects as a dict of their public attributes."""
+    import enum
+    import uuid
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return int(v) if isinstance(v, enum.Enum) else v
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    return {k: jsonable(getattr(v, k)) for k in dir(v)
+            if not k.startswith("_") and not callable(getattr(v, k))}
+
+
 def handle(store, req):
     op = req["op"]
+    if op == "invoke":
+        def arg(a):  # {"hex": ...}: bytes
+            if isinstance(a, dict) and list(a) == ["hex"]:
+                return bytes.fromhex(a["hex"])
+            return [arg(x) for x in a] if isinstance(a, list) else a
+        args = [arg(a) for a in req.get("args", [])]
+        if "config" in req:
+            cfg = ReplicateConfig()
+            for k, v in req["config"].items():
+                setattr(cfg, k, v)
+            args.append(cfg)
+        return {"ret": jsonable(getattr(store, req["method"])(*args, **req.get("kwargs", {}))),
+                "detail": last_error_detail()}
     if op == "setup":
         if "config" in req:
             rc = store.setup(req["config"])

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import ClientProc, RealClient, client_bin, free_port, wait_until
+from helpers import ClientProc, Master, RealClient, client_bin, free_port, wait_until
 
 MiB = 1024 * 1024
 
@@ -271,3 +271,231 @@ def test_daemon_client_http_server(master):
             assert r.status == 200
     finally:
         assert rc.stop() == 0
+
+
+# ---- the calls a dummy forwards besides reads and writes ------------------------
+# Each runs the same sequence through a dummy and through an ordinary client
+# (setup() of its own, with a segment) and compares what they answer.
+
+import hashlib
+import re
+import uuid
+
+OBJECT_NOT_FOUND, OBJECT_HAS_LEASE, INVALID_PARAMS = -704, -706, -600
+
+
+def _inv(c, method, *args, config=None, **kwargs):
+    def arg(a):  # bytes travel as {"hex": ...}
+        if isinstance(a, bytes):
+            return {"hex": a.hex()}
+        return [arg(x) for x in a] if isinstance(a, list) else a
+    req = {"method": method, "args": [arg(a) for a in args], "kwargs": kwargs}
+    if config is not None:
+        req["config"] = config
+    return c.call("invoke", **req)["ret"]
+
+
+def _daemon_segment(real):
+    """The segment name of the mooncake_client (from its ready line)."""
+    m = re.search(r"mooncake_client: (\S+) ready", real.log_text())
+    assert m, real.log_text()
+    return m.group(1)
+
+
+def _endpoints(c, key):
+    return sorted(r["endpoint"] for r in c.call("replica_desc", key=key)["replicas"])
+
+
+def _removal_sequence(c, p):
+    """What a client answers to the removal family on keys prefixed @p p."""
+    for k in ("a", "b", "c", "rx-1", "rx-2", "keep"):
+        assert c.call("put", key=p + k, hex=b"v".hex())["rc"] == 0
+    out = {"exist": _inv(c, "batch_is_exist", [p + "a", p + "b", p + "nope"])}
+    out["batch_remove"] = _inv(c, "batch_remove", [p + "a", p + "nope"], True)
+    out["exist_after"] = _inv(c, "batch_is_exist", [p + "a", p + "b"])
+    out["bad_regex"] = _inv(c, "remove_by_regex", "(", True)
+    out["regex"] = _inv(c, "remove_by_regex", "^" + re.escape(p) + "rx-", True)
+    out["keep"] = c.call("exist", key=p + "keep")["rc"]
+    out["remove_all"] = _inv(c, "remove_all", True)
+    out["after_all"] = _inv(c, "batch_is_exist", [p + "b", p + "c", p + "keep"])
+    return out
+
+
+def test_removal_family_through_a_dummy(fresh_master, spawn_client):
+    rc = RealClient(fresh_master)
+    try:
+        o = spawn_client("ordinary")
+        o.setup(fresh_master)
+        d = spawn_client("dummy")
+        assert d.call("setup_dummy", pool=4 * MiB, lbuf=4 * MiB, addr=rc.addr)["rc"] == 0
+        want = _removal_sequence(o, "o-")
+        got = _removal_sequence(d, "d-")
+        assert want == got
+        # the values themselves, so that equal answers cannot hide a dead call
+        assert got["exist"] == [1, 1, 0] and got["batch_remove"] == [0, OBJECT_NOT_FOUND]
+        assert got["exist_after"] == [0, 1] and got["bad_regex"] == INVALID_PARAMS
+        assert got["regex"] == 2 and got["keep"] == 1 and got["remove_all"] == 3
+        assert got["after_all"] == [0, 0, 0]
+        # an empty batch and invalid keys answer as the ordinary client's do
+        for c in (o, d):
+            assert _inv(c, "batch_remove", []) == []
+        assert _inv(d, "batch_is_exist", ["", "x" * 5000]) == \
+            _inv(o, "batch_is_exist", ["", "x" * 5000])
+    finally:
+        rc.stop()
+
+
+def test_replicas_preferred_segment_and_replica_clear_through_a_dummy(real, dummies,
+                                                                      spawn_client, master):
+    d = dummies()
+    o = spawn_client("ordinary")
+    mine = o.setup(master)
+    theirs = _daemon_segment(real)
+    for c, p in ((o, "po-"), (d, "pd-")):
+        for seg in (mine, theirs):
+            key = p + seg
+            assert c.call("put", key=key, hex=(b"x" * 3000).hex(), preferred=seg)["rc"] == 0
+            # the replica is where the config asked, and both sides see it so
+            assert _endpoints(c, key) == [seg]
+            assert _endpoints(o if c is d else d, key) == [seg]
+    r = d.call("replica_desc", key="pd-" + mine)["replicas"]
+    assert r == o.call("replica_desc", key="pd-" + mine)["replicas"]
+    assert r[0]["size"] == 3000 and r[0]["memory"]
+    assert _inv(d, "get_replica_desc", "pd-missing") == _inv(o, "get_replica_desc", "pd-missing")
+    assert _inv(d, "batch_get_replica_desc", ["pd-" + mine, "pd-missing"]) == \
+        _inv(o, "batch_get_replica_desc", ["pd-" + mine, "pd-missing"])
+    # replica clear: a client clears what it wrote (through a dummy, its real
+    # client wrote it), not the other's
+    sides = ((o, "po-", "pd-"), (d, "pd-", "po-"))
+    for c, own, other in sides:
+        assert c.call("batch_replica_clear", keys=[other + mine])["keys"] == []
+        assert c.call("exist", key=other + mine)["rc"] == 1
+    for c, own, other in sides:
+        # the reads above hold leases for LEASE_TTL_MS: cleared once they lapse
+        wait_until(lambda: c.call("batch_replica_clear", keys=[own + mine, own + "missing"],
+                                  segment_name=mine)["keys"] == [own + mine], 10.0,
+                   "the key's read lease to lapse and the clear to succeed")
+        assert c.call("exist", key=own + mine)["rc"] == 0
+
+
+def test_group_ids_through_a_dummy(spawn_client):
+    # leases long enough that a loaded host cannot let one lapse between the
+    # read and the remove that it must refuse
+    m = Master(lease_ttl_ms=10000)
+    rc = None
+    try:
+        rc = RealClient(m)
+        d = spawn_client("dummy")
+        assert d.call("setup_dummy", pool=4 * MiB, lbuf=4 * MiB, addr=rc.addr)["rc"] == 0
+        o = spawn_client("ordinary")
+        o.setup(m, segment=0)
+        _group_sequences(d, o)
+    finally:
+        if rc is not None:
+            rc.stop()
+        m.stop()
+
+
+def _group_sequences(d, o):
+    got = {}
+    for c, p in ((o, "go-"), (d, "gd-")):
+        g = uuid.uuid4().hex
+        rcs = [_inv(c, "put", p + k, b"v", config={"group_ids": [g]}) for k in ("a", "b")]
+        rcs.append(_inv(c, "put_batch", [p + "c", p + "d"], [b"1", b"2"],
+                        config={"group_ids": [g + "x", g + "x"]}))
+        rcs += [_inv(c, "put", p + k, b"v") for k in ("u1", "u2")]
+        assert rcs == [0] * 5
+        # a read of one member leases its group: the other member is held
+        assert c.call("exist", key=p + "a")["rc"] == 1
+        assert c.call("exist", key=p + "c")["rc"] == 1
+        assert c.call("exist", key=p + "u1")["rc"] == 1
+        got[c] = [c.call("remove", key=p + k)["rc"] for k in ("b", "d", "u2")]
+        # a count that does not match the keys is refused before anything is sent
+        got[c].append(_inv(c, "put_batch", [p + "e", p + "f"], [b"1", b"2"],
+                           config={"group_ids": [g]}))
+    assert got[d] == got[o], got
+    assert got[d][:3] == [OBJECT_HAS_LEASE, OBJECT_HAS_LEASE, 0], got
+    assert got[d][3] == INVALID_PARAMS, got
+
+
+def test_tasks_through_a_dummy(real, dummies, spawn_client, master):
+    d = dummies()
+    o = spawn_client("ordinary")
+    mine = o.setup(master)
+    theirs = _daemon_segment(real)
+    for c, p in ((o, "to-"), (d, "td-")):
+        key = p + "k"
+        assert c.call("put", key=key, hex=(b"t" * 5000).hex(), preferred=theirs)["rc"] == 0
+        tid, rc = _inv(c, "create_copy_task", key, [mine])
+        assert rc == 0 and uuid.UUID(tid)
+
+        def done():
+            info, qrc = _inv(c, "query_task", tid)
+            assert qrc == 0, qrc
+            assert info["status"] not in (2, "FAILED"), info
+            return info["status"] in (3, "SUCCESS")
+        wait_until(done, 20.0, "the copy task to succeed")
+        assert _endpoints(c, key) == sorted([mine, theirs])
+        assert c.call("get", key=key)["sha256"] == hashlib.sha256(b"t" * 5000).hexdigest()
+        # refusals answer the same on both sides
+        assert _inv(c, "create_move_task", key, mine, mine)[1] == INVALID_PARAMS
+        assert _inv(c, "create_copy_task", p + "missing", [mine])[1] == OBJECT_NOT_FOUND
+        assert _inv(c, "query_task", str(uuid.uuid4()))[1] == \
+            _inv(o, "query_task", str(uuid.uuid4()))[1]
+
+
+def test_hostile_frames_of_the_named_ops(real, dummies):
+    """Frames of ops 12-19 of the wrong shape close that connection only."""
+    import socket
+    import struct
+
+    port = real.addr.rsplit(":", 1)[1]
+    hdr = struct.Struct("=IIHHIiI")      # mc_dummy_hdr_t
+    item = struct.Struct("=QQIHBBII")    # mc_dummy_item_t
+    magic = 0x4d434455
+
+    def connect():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(f"\0mooncake_client_{port}.sock")
+        fds = [os.memfd_create("pool"), os.memfd_create("lbuf")]
+        for fd in fds:
+            os.ftruncate(fd, 1 << 20)
+        hello = struct.pack("=IIQQ", 1, 2, 1 << 20, 1 << 20)
+        socket.send_fds(s, [hdr.pack(magic, len(hello), 1, 0, 0, 0, 0) + hello], fds)
+        for fd in fds:
+            os.close(fd)
+        h = hdr.unpack(s.recv(hdr.size, socket.MSG_WAITALL))
+        assert h[5] == 0, h
+        s.recv(24, socket.MSG_WAITALL)
+        return s
+
+    def frame(op, items):
+        body = b"".join(item.pack(0, 0, 0, 0, flags, 0, len(k), 0) + k for k, flags in items)
+        return hdr.pack(magic, len(body), op, 0, len(items), 0, 0) + body
+
+    ARG = 0x10
+    bad = [
+        frame(15, [(b"seg", ARG), (b"key", 0)]),        # REPLICA_CLEAR: name before a key
+        frame(17, [(b"target", ARG)]),                  # COPY_TASK without a key
+        frame(18, [(b"key", 0), (b"only-one", ARG)]),   # MOVE_TASK with one name
+        frame(12, [(b"key", 0), (b"name", ARG)]),       # BATCH_REMOVE with a name
+        frame(13, [(b"", 0)]),                          # REMOVE_REGEX: no pattern
+        frame(19, [(b"", 0), (b"", 0)]),                # QUERY_TASK: two items, no name
+    ]
+    for f in bad:
+        s = connect()
+        s.sendall(f)
+        assert s.recv(64) == b"", f          # hung up, no answer
+        s.close()
+    # a well-formed one on a fresh connection is answered (REPLICAS of a
+    # missing key), and the daemon still serves dummies
+    s = connect()
+    s.sendall(frame(16, [(b"no-such-key", 0)]))
+    h = hdr.unpack(s.recv(hdr.size, socket.MSG_WAITALL))
+    res = struct.unpack("=qQII", s.recv(24, socket.MSG_WAITALL))
+    assert h[2] == 16 and h[4] == 1 and res[0] == OBJECT_NOT_FOUND
+    s.close()
+    d = dummies()
+    assert d.call("put", key="after-hostile", hex=b"ok".hex())["rc"] == 0
+    assert real.alive()

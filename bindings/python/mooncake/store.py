@@ -638,9 +638,14 @@ class MooncakeDistributedStore(TensorMethods):
         batch_put_from/batch_upsert_from/batch_get_into (and the multi-buffer
         forms), the tensor calls (put/get/batch/upsert/pub/TP, ``*_into``,
         ``*_from``), register_buffer (only inside the shared pool),
-        alloc_from_mem_pool.  A value written from ordinary memory is staged
-        through the local buffer and must fit in it.  Other calls return
-        ``NOT_SUPPORTED``.
+        alloc_from_mem_pool, batch_is_exist, batch_remove, remove_by_regex,
+        remove_all, batch_replica_clear (of what the real client wrote: it
+        owns a dummy's objects), get_replica_desc/batch_get_replica_desc,
+        create_copy_task/create_move_task/query_task, and ReplicateConfig
+        with preferred_segment and group_ids.  A value written from ordinary
+        memory is staged through the local buffer and must fit in it.  The
+        ranged sessions and the segment calls (mount_segment, ...) return
+        ``NOT_SUPPORTED``: a dummy owns no segment.
 
         Returns:
             0; ``RPC_FAIL`` when no real client answers there (within about
