@@ -21,6 +21,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <stddef.h>
@@ -239,9 +240,66 @@ static uint32_t item_glen(const put_cfg_t *cfg, const mc_dummy_item_t *items, si
  * Called with d->lock held.  MC_RPC_FAIL (and the dummy is dead) when the
  * connection fails.
  */
+/* One sendmsg of @p iov with fds[0..nfds) (nfds <= MC_DUMMY_NREGIONS)
+ * attached by SCM_RIGHTS: the bytes sent, or -1. */
+static ssize_t sendmsg_fds(int fd, struct iovec *iov, size_t niov, const int *fds, size_t nfds)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * MC_DUMMY_NREGIONS)];
+    } cbuf;
+    struct msghdr msg;
+    struct cmsghdr *cm;
+    ssize_t r;
+
+    memset(&msg, 0, sizeof(msg));
+    memset(&cbuf, 0, sizeof(cbuf));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = niov;
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+    do {
+        r = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } while ((r < 0) && (errno == EINTR));
+    return r;
+}
+
+/* The frame in @p buf, with @p sendfd attached (SCM_RIGHTS) when >= 0. */
+static int send_frame(int fd, const uint8_t *buf, size_t len, int sendfd)
+{
+    struct iovec iov = {(void *)buf, len};
+    ssize_t r;
+
+    if (sendfd < 0)
+        return mc_dummy_send_all(fd, buf, len);
+    r = sendmsg_fds(fd, &iov, 1, &sendfd, 1);
+    if (r < 0)
+        return -1;
+    return mc_dummy_send_all(fd, buf + r, len - (size_t)r); /* the rest, if any */
+}
+
+static mc_status_t do_call_fd(mc_dummy_t *d, unsigned op, unsigned hflags,
+                              const mc_dummy_item_t *items, const char *const *keys, size_t n,
+                              const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres,
+                              int sendfd);
+
 static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
                            const mc_dummy_item_t *items, const char *const *keys, size_t n,
                            const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
+{
+    return do_call_fd(d, op, hflags, items, keys, n, cfg, results, nres, -1);
+}
+
+/* do_call, with @p sendfd passed along (MOUNT). */
+static mc_status_t do_call_fd(mc_dummy_t *d, unsigned op, unsigned hflags,
+                              const mc_dummy_item_t *items, const char *const *keys, size_t n,
+                              const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres,
+                              int sendfd)
 {
     size_t body = 0, off = sizeof(mc_dummy_hdr_t);
     mc_dummy_hdr_t h;
@@ -292,7 +350,7 @@ static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
             off += cfg->w.plen;
         }
     }
-    if (mc_dummy_send_all(d->fd, d->scratch, off) != 0)
+    if (send_frame(d->fd, d->scratch, off, sendfd) != 0)
         goto dead;
     if (hflags & MC_DUMMY_F_NOREPLY)
         return MC_OK;
@@ -516,13 +574,7 @@ static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lb
     mc_status_t st;
     mc_dummy_hdr_t h;
     mc_dummy_hello_t hello;
-    struct msghdr msg;
     struct iovec iov[2];
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int) * MC_DUMMY_NREGIONS)];
-    } cbuf;
-    struct cmsghdr *cm;
     mc_dummy_result_t res;
 
     st = ipc_path_of(addr, d->path, sizeof(d->path));
@@ -557,18 +609,8 @@ static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lb
     hello.size[1] = lbuf_size;
     iov[0] = (struct iovec){&h, sizeof(h)};
     iov[1] = (struct iovec){&hello, sizeof(hello)};
-    memset(&msg, 0, sizeof(msg));
-    memset(&cbuf, 0, sizeof(cbuf));
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    msg.msg_control = cbuf.buf;
-    msg.msg_controllen = sizeof(cbuf.buf);
-    cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * MC_DUMMY_NREGIONS);
-    memcpy(CMSG_DATA(cm), d->mfd, sizeof(int) * MC_DUMMY_NREGIONS);
-    if (sendmsg(d->fd, &msg, MSG_NOSIGNAL) != (ssize_t)(sizeof(h) + sizeof(hello))) {
+    if (sendmsg_fds(d->fd, iov, 2, d->mfd, MC_DUMMY_NREGIONS) !=
+        (ssize_t)(sizeof(h) + sizeof(hello))) {
         mc_set_error_detail("sending the shared memory to %s: %s", d->path, strerror(errno));
         return MC_RPC_FAIL;
     }
@@ -1674,9 +1716,21 @@ done:
  * answer (an op with neither sends one empty item).  Keys and names were
  * checked by the caller.
  */
+static mc_status_t named_call_fd(mc_dummy_t *d, unsigned op, const char *const *keys, size_t nk,
+                                 unsigned flags0, const char *const *args, size_t na,
+                                 mc_dummy_result_t *res, uint64_t off0, uint64_t len0, int sendfd);
+
 static mc_status_t named_call(mc_dummy_t *d, unsigned op, const char *const *keys, size_t nk,
                               unsigned flags0, const char *const *args, size_t na,
                               mc_dummy_result_t *res)
+{
+    return named_call_fd(d, op, keys, nk, flags0, args, na, res, 0, 0, -1);
+}
+
+/* named_call with item 0's off and len, and @p sendfd passed along. */
+static mc_status_t named_call_fd(mc_dummy_t *d, unsigned op, const char *const *keys, size_t nk,
+                                 unsigned flags0, const char *const *args, size_t na,
+                                 mc_dummy_result_t *res, uint64_t off0, uint64_t len0, int sendfd)
 {
     size_t n = (nk + na > 0) ? nk + na : 1;
     mc_dummy_item_t *items = calloc(n, sizeof(*items));
@@ -1697,7 +1751,11 @@ static mc_status_t named_call(mc_dummy_t *d, unsigned op, const char *const *key
             items[i].flags = MC_DUMMY_IF_ARG;
     }
     items[0].flags |= (uint8_t)flags0;
-    st = call(d, op, 0, items, ikeys, n, NULL, res, n);
+    items[0].off = off0;
+    items[0].len = len0;
+    pthread_mutex_lock(&d->lock);
+    st = do_call_fd(d, op, 0, items, ikeys, n, NULL, res, n, sendfd);
+    pthread_mutex_unlock(&d->lock);
     free(items);
     free(ikeys);
     return st;
@@ -1993,4 +2051,95 @@ mc_status_t mc_dummy_replicas(mc_store_h s, const char *key, mc_replica_desc_t *
     }
     leave(s);
     return st;
+}
+
+/* ---- segments: mounted by the real client for this dummy ---------------------- */
+
+/* @p path NULL: allocate_and_mount_segment; else mount_segment of that
+ * file, which this process opens (so a dummy can mount only a file it may
+ * open for writing itself) and passes along. */
+int mc_dummy_mount(mc_store_h s, const char *path, uint64_t size, uint64_t offset,
+                   const char *protocol, const char *location, mc_segment_id_t *id_out,
+                   uint64_t *allocated_p, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    const char *args[2] = {(protocol != NULL) ? protocol : "", (location != NULL) ? location : ""};
+    mc_dummy_mounted_t m;
+    mc_dummy_result_t res[2];
+    mc_status_t st = MC_OK;
+    int fd = -1;
+
+    if (d == NULL)
+        return 0;
+    if (id_out == NULL) {
+        mc_set_error_detail("id_out is NULL");
+        st = MC_INVALID_PARAMS;
+    } else if ((strlen(args[0]) > MC_DUMMY_MAX_KEY) || (strlen(args[1]) > MC_DUMMY_MAX_KEY)) {
+        mc_set_error_detail("protocol or location is longer than %u bytes", MC_DUMMY_MAX_KEY);
+        st = MC_INVALID_PARAMS;
+    } else if ((path != NULL) && (path[0] == '\0')) {
+        mc_set_error_detail("mount_segment needs a path");
+        st = MC_INVALID_PARAMS;
+    } else if (path != NULL) {
+        fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) {
+            mc_set_error_detail("cannot open %s: %s", path, strerror(errno));
+            st = MC_INVALID_PARAMS;
+        }
+    }
+    if (id_out != NULL)
+        memset(id_out, 0, sizeof(*id_out));
+    if (allocated_p != NULL)
+        *allocated_p = 0;
+    if (st == MC_OK)
+        st = named_call_fd(d, (path != NULL) ? MC_DUMMY_OP_MOUNT : MC_DUMMY_OP_ALLOC_MOUNT, NULL,
+                           0, 0, args, 2, res, offset, size, fd);
+    if (fd >= 0)
+        close(fd);
+    if (st == MC_OK)
+        st = (mc_status_t)res[0].result;
+    if (st == MC_OK)
+        st = take_staged(d, &res[0], &m, sizeof(m));
+    if (st == MC_OK) {
+        memcpy(id_out->id, m.id, sizeof(id_out->id) - 1);
+        id_out->id[sizeof(id_out->id) - 1] = '\0';
+        if (allocated_p != NULL)
+            *allocated_p = m.allocated;
+    }
+    *st_p = st;
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_unmount(mc_store_h s, const char *const *ids, size_t n, uint64_t grace_s,
+                     int and_free, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t *res;
+    mc_status_t st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    res = calloc(n + 1, sizeof(*res));
+    if ((ids == NULL) && (n > 0)) {
+        mc_set_error_detail("ids is NULL");
+        st = MC_INVALID_PARAMS;
+    } else if (res == NULL) {
+        st = MC_INTERNAL_ERROR;
+    }
+    for (size_t i = 0; (st == MC_OK) && (i < n); i++)
+        if ((ids[i] == NULL) || (strlen(ids[i]) > MC_DUMMY_MAX_KEY)) {
+            mc_set_error_detail("\"%s\" is not a segment id", ids[i] ? "(too long)" : "(null)");
+            st = MC_INVALID_PARAMS;
+        }
+    if ((st == MC_OK) && (n > 0)) {
+        st = named_call_fd(d, MC_DUMMY_OP_UNMOUNT, NULL, 0, and_free ? MC_DUMMY_IF_RELEASE : 0,
+                           ids, n, res, grace_s, 0, -1);
+        if (st == MC_OK)
+            st = (mc_status_t)res[0].result;
+    }
+    free(res);
+    *st_p = st;
+    leave(s);
+    return 1;
 }

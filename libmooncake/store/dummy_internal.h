@@ -82,6 +82,14 @@ int mc_dummy_query_task(mc_store_h s, const char *task_id, mc_store_task_info_t 
 mc_status_t mc_dummy_replicas(mc_store_h s, const char *key, mc_replica_desc_t **descs_p,
                               size_t *n_p);
 
+/* @p path NULL: allocate_and_mount_segment (*allocated_p); else
+ * mount_segment of that file, opened here and passed to the real client. */
+int mc_dummy_mount(mc_store_h s, const char *path, uint64_t size, uint64_t offset,
+                   const char *protocol, const char *location, mc_segment_id_t *id_out,
+                   uint64_t *allocated_p, mc_status_t *st_p);
+int mc_dummy_unmount(mc_store_h s, const char *const *ids, size_t n, uint64_t grace_s,
+                     int and_free, mc_status_t *st_p);
+
 /* "@name" is in the abstract namespace; 0, or -1 when the path does not fit. */
 int mc_dummy_ipc_addr(const char *path, struct sockaddr_un *sa, socklen_t *len_p);
 int mc_dummy_send_all(int fd, const void *buf, size_t len);

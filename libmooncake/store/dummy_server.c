@@ -30,6 +30,7 @@
 
 #include "alloc/offset_alloc.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "store/dummy_internal.h"
 #include "store/dummy_wire.h"
 #include "store/store_internal.h"
@@ -55,6 +56,15 @@ typedef struct session {
     pthread_mutex_t mu;
     uint8_t *buf;  /* request body */
     size_t cap;
+    int rx_fd;     /* a descriptor that came with the current frame, or -1 */
+    /* segments mounted for this dummy (MOUNT, ALLOC_MOUNT): only it may
+     * unmount them, and they are unmounted when its session ends; the
+     * session's thread alone touches them */
+    struct dummy_seg {
+        char id[40];
+        int allocated;
+    } *segs;
+    size_t nsegs;
 } session_t;
 
 struct mc_store_dummy_server {
@@ -69,8 +79,14 @@ struct mc_store_dummy_server {
 
 /* ---- sessions ---------------------------------------------------------------- */
 
+static void segs_release(session_t *ss);
+
 static void session_release(session_t *ss)
 {
+    segs_release(ss);
+    if (ss->rx_fd >= 0)
+        close(ss->rx_fd);
+    ss->rx_fd = -1;
     for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
         if (ss->registered[r])
             (void)mc_store_unregister_buffer(ss->srv->store, ss->base[r]);
@@ -100,44 +116,58 @@ static int send_resp(session_t *ss, unsigned op, mc_status_t st, const mc_dummy_
     return mc_dummy_send2(ss->fd, &h, sizeof(h), res, n * sizeof(*res));
 }
 
+/*
+ * recvmsg of @p iov (@p flags besides MSG_CMSG_CLOEXEC): the descriptors
+ * that came with the bytes go to fds[0..*nfds_p) (at most @p maxfds; any
+ * more are closed), *ctrunc_p says whether some were cut off.  Returns
+ * recvmsg's result.
+ */
+static ssize_t recvmsg_fds(int fd, struct iovec *iov, size_t niov, int flags, int *fds,
+                           int maxfds, int *nfds_p, int *ctrunc_p)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+    } cbuf;
+    struct msghdr msg;
+    ssize_t r;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = niov;
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = sizeof(cbuf.buf);
+    r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | flags);
+    *nfds_p = 0;
+    *ctrunc_p = (r >= 0) && (msg.msg_flags & MSG_CTRUNC);
+    for (struct cmsghdr *cm = (r >= 0) ? CMSG_FIRSTHDR(&msg) : NULL; cm != NULL;
+         cm = CMSG_NXTHDR(&msg, cm)) {
+        if ((cm->cmsg_level != SOL_SOCKET) || (cm->cmsg_type != SCM_RIGHTS))
+            continue;
+        for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+            int one;
+            memcpy(&one, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (*nfds_p < maxfds)
+                fds[(*nfds_p)++] = one;
+            else
+                close(one);
+        }
+    }
+    return r;
+}
+
 /* HELLO: receive the two fds with the header, check and map them. */
 static mc_status_t do_hello(session_t *ss)
 {
     mc_dummy_hdr_t h;
     mc_dummy_hello_t hello;
     struct iovec iov[2] = {{&h, sizeof(h)}, {&hello, sizeof(hello)}};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int) * 4)];
-    } cbuf;
-    struct msghdr msg;
-    struct cmsghdr *cm;
-    int fds[MC_DUMMY_NREGIONS] = {-1, -1}, nfds = 0;
+    int fds[MC_DUMMY_NREGIONS] = {-1, -1}, nfds = 0, ctrunc = 0;
     ssize_t got;
     mc_status_t st = MC_INVALID_PARAMS;
 
-    memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    msg.msg_control = cbuf.buf;
-    msg.msg_controllen = sizeof(cbuf.buf);
-    got = recvmsg(ss->fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-    for (cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
-        if ((cm->cmsg_level != SOL_SOCKET) || (cm->cmsg_type != SCM_RIGHTS))
-            continue;
-        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        int tmp[4];
-        if (k > 4)
-            k = 4;
-        memcpy(tmp, CMSG_DATA(cm), k * sizeof(int));
-        for (size_t i = 0; i < k; i++) {
-            if (nfds < (int)MC_DUMMY_NREGIONS)
-                fds[nfds++] = tmp[i];
-            else
-                close(tmp[i]);
-        }
-    }
-    if ((got != (ssize_t)(sizeof(h) + sizeof(hello))) || (msg.msg_flags & MSG_CTRUNC) ||
+    got = recvmsg_fds(ss->fd, iov, 2, MSG_WAITALL, fds, MC_DUMMY_NREGIONS, &nfds, &ctrunc);
+    if ((got != (ssize_t)(sizeof(h) + sizeof(hello))) || ctrunc ||
         (h.magic != MC_DUMMY_MAGIC) || (h.op != MC_DUMMY_OP_HELLO) ||
         (h.len != sizeof(hello)) || (hello.version != MC_DUMMY_VERSION) ||
         (nfds != (int)MC_DUMMY_NREGIONS)) {
@@ -566,6 +596,127 @@ out:
     return rc;
 }
 
+/* Index of segment @p id among the session's, or -1. */
+static ssize_t seg_find(const session_t *ss, const char *id)
+{
+    for (size_t i = 0; i < ss->nsegs; i++)
+        if (strcmp(ss->segs[i].id, id) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+/* Unmount segment i of the session now and forget it. */
+static mc_status_t seg_unmount(session_t *ss, size_t i, uint64_t grace_s)
+{
+    const char *id = ss->segs[i].id;
+    mc_status_t st = ss->segs[i].allocated
+                         ? mc_store_unmount_and_free_segments(ss->srv->store, &id, 1, grace_s)
+                         : mc_store_unmount_segments(ss->srv->store, &id, 1, grace_s);
+    /* a graceful one stays the session's until the heartbeat took it */
+    if ((st == MC_OK) && (grace_s == 0))
+        ss->segs[i] = ss->segs[--ss->nsegs];
+    return st;
+}
+
+/* The session ended: what it mounted goes (errors of segments already
+ * gone, such as a drained one, do not matter here). */
+static void segs_release(session_t *ss)
+{
+    while (ss->nsegs > 0) {
+        size_t before = ss->nsegs;
+        if ((seg_unmount(ss, ss->nsegs - 1, 0) != MC_OK) && (ss->nsegs == before))
+            ss->nsegs--;
+    }
+    free(ss->segs);
+    ss->segs = NULL;
+}
+
+/*
+ * MOUNT (the file is the descriptor the dummy sent: it opened it read-write
+ * itself), ALLOC_MOUNT, UNMOUNT (only the session's own segments, in order;
+ * with RELEASE, unmount_and_free, which checks every id first).  -1 for a
+ * request of the wrong shape.
+ */
+static int do_segments(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+{
+    mc_store_h store = ss->srv->store;
+    const char **keys = calloc(rq->n + 1, sizeof(*keys));
+    const char **args = calloc(rq->n + 1, sizeof(*args));
+    size_t nk = 0, na = 0;
+    mc_status_t st = MC_OK;
+    int rc = -1;
+
+    if ((keys == NULL) || (args == NULL) || (split_args(rq, keys, &nk, args, &na) != 0) ||
+        (nk != 0) || (na == 0))
+        goto out;
+    rc = 0;
+    if (op == MC_DUMMY_OP_UNMOUNT) {
+        int and_free = (rq->items[0].flags & MC_DUMMY_IF_RELEASE) != 0;
+        uint64_t grace = rq->items[0].off;
+        for (size_t i = 0; (st == MC_OK) && (i < na); i++) {
+            mc_uuid_t u;
+            ssize_t k = seg_find(ss, args[i]);
+            if (k < 0)
+                st = (mc_uuid_parse(args[i], &u) != 0) ? MC_INVALID_PARAMS : MC_SEGMENT_NOT_FOUND;
+            else if (and_free && !ss->segs[k].allocated)
+                st = MC_INVALID_PARAMS;
+        }
+        for (size_t i = 0; (st == MC_OK) && (i < na); i++) {
+            ssize_t k = seg_find(ss, args[i]);
+            if (k < 0) /* named twice, and gone since */
+                st = MC_SEGMENT_NOT_FOUND;
+            else
+                st = seg_unmount(ss, (size_t)k, grace);
+        }
+        res[0].result = st;
+        goto out;
+    }
+    if (na != 2) {
+        rc = -1;
+        goto out;
+    }
+    {
+        struct dummy_seg *grown = realloc(ss->segs, (ss->nsegs + 1) * sizeof(*ss->segs));
+        mc_dummy_mounted_t m;
+        mc_segment_id_t id;
+        char path[64];
+
+        memset(&m, 0, sizeof(m));
+        if (grown == NULL) {
+            st = MC_INTERNAL_ERROR;
+        } else if (op == MC_DUMMY_OP_ALLOC_MOUNT) {
+            ss->segs = grown;
+            st = mc_store_allocate_and_mount_segment(store, rq->items[0].len, args[0], args[1],
+                                                     &id, &m.allocated);
+        } else if (ss->rx_fd < 0) {
+            ss->segs = grown;
+            mc_set_error_detail("MOUNT without the file's descriptor");
+            st = MC_INVALID_PARAMS;
+        } else {
+            ss->segs = grown;
+            /* the store opens the file again through the descriptor */
+            snprintf(path, sizeof(path), "/proc/self/fd/%d", ss->rx_fd);
+            st = mc_store_mount_segment(store, path, rq->items[0].len, rq->items[0].off,
+                                        args[0], args[1], &id);
+        }
+        if (st == MC_OK) {
+            memcpy(m.id, id.id, sizeof(id.id));
+            memcpy(ss->segs[ss->nsegs].id, id.id, sizeof(id.id));
+            ss->segs[ss->nsegs].id[sizeof(id.id)] = '\0';
+            ss->segs[ss->nsegs].allocated = (op == MC_DUMMY_OP_ALLOC_MOUNT);
+            ss->nsegs++;
+            st = stage_out(ss, &m, sizeof(m), &res[0]);
+            if (st != MC_OK) /* the dummy cannot learn its id: take it back */
+                (void)seg_unmount(ss, ss->nsegs - 1, 0);
+        }
+        res[0].result = st;
+    }
+out:
+    free(keys);
+    free(args);
+    return rc;
+}
+
 static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
 {
     uint64_t sessions = 0, mapped = 0, allocated = 0;
@@ -592,6 +743,32 @@ static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
     res[2].result = (int64_t)allocated;
 }
 
+/* The next frame's header, and a descriptor sent with it (ss->rx_fd; only
+ * MOUNT uses one, any other is closed).  0, or -1 when the connection
+ * failed or closed. */
+static int recv_hdr(session_t *ss, mc_dummy_hdr_t *h)
+{
+    size_t got = 0;
+    while (got < sizeof(*h)) {
+        struct iovec iov = {(uint8_t *)h + got, sizeof(*h) - got};
+        int fd, nfds, ctrunc;
+        ssize_t r = recvmsg_fds(ss->fd, &iov, 1, 0, &fd, 1, &nfds, &ctrunc);
+        if ((r < 0) && (errno == EINTR))
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = ECONNRESET;
+            return -1;
+        }
+        if ((nfds == 1) && (ss->rx_fd < 0))
+            ss->rx_fd = fd;
+        else if (nfds == 1)
+            close(fd);
+        got += (size_t)r;
+    }
+    return 0;
+}
+
 /* One request; -1 closes the connection. */
 static int serve_one(session_t *ss)
 {
@@ -602,7 +779,7 @@ static int serve_one(session_t *ss)
     int rc = -1;
 
     mc_dummy_spin_readable(ss->fd, mc_dummy_spin_us());
-    if (mc_dummy_recv_all(ss->fd, &h, sizeof(h)) != 0)
+    if (recv_hdr(ss, &h) != 0)
         return -1;
     if (mc_dummy_hdr_check(&h) != 0) {
         mc_warn("dummy server: a malformed frame (op %u, %u bytes); closing", h.op, h.len);
@@ -673,7 +850,10 @@ static int serve_one(session_t *ss)
     case MC_DUMMY_OP_COPY_TASK:
     case MC_DUMMY_OP_MOVE_TASK:
     case MC_DUMMY_OP_QUERY_TASK:
-        if (do_named(ss, h.op, &rq, res) != 0) {
+    case MC_DUMMY_OP_MOUNT:
+    case MC_DUMMY_OP_ALLOC_MOUNT:
+    case MC_DUMMY_OP_UNMOUNT:
+        if (((h.op >= MC_DUMMY_OP_MOUNT) ? do_segments : do_named)(ss, h.op, &rq, res) != 0) {
             mc_warn("dummy server: a malformed %s request; closing", mc_dummy_op_name(h.op));
             goto out;
         }
@@ -701,6 +881,9 @@ static int serve_one(session_t *ss)
     if (!(h.flags & MC_DUMMY_F_NOREPLY))
         rc = send_resp(ss, h.op, MC_OK, res, nres);
 out:
+    if (ss->rx_fd >= 0) /* a descriptor no op took */
+        close(ss->rx_fd);
+    ss->rx_fd = -1;
     free(res);
     mc_dummy_req_cleanup(&rq);
     return rc;
@@ -780,6 +963,7 @@ static void *accept_main(void *arg)
         }
         ss->srv = srv;
         ss->fd = fd;
+        ss->rx_fd = -1;
         pthread_mutex_init(&ss->mu, NULL);
         if (pthread_create(&ss->thread, NULL, session_main, ss) != 0) {
             close(fd);

@@ -51,7 +51,10 @@
     X(REPLICAS,    16, "key",                              "count, off, handle") \
     X(COPY_TASK,   17, "key, ARG target ...",              "status, off, handle") \
     X(MOVE_TASK,   18, "key, ARG source, ARG target",      "status, off, handle") \
-    X(QUERY_TASK,  19, "ARG task id",                      "status, off, handle")
+    X(QUERY_TASK,  19, "ARG task id",                      "status, off, handle") \
+    X(MOUNT,       20, "ARG protocol, ARG location; a file fd", "status, off, handle") \
+    X(ALLOC_MOUNT, 21, "ARG protocol, ARG location",       "status, off, handle") \
+    X(UNMOUNT,     22, "ARG segment id ... (+RELEASE: and free)", "status")
 
 enum mc_dummy_op {
 #define MC_DUMMY_X_(name, num, req, resp) MC_DUMMY_OP_##name = num,
@@ -122,6 +125,13 @@ typedef struct mc_dummy_result {
     uint32_t pad;
 } mc_dummy_result_t;
 _Static_assert(sizeof(mc_dummy_result_t) == 24, "dummy result is 24 bytes");
+
+/* MOUNT, ALLOC_MOUNT: the staged answer. */
+typedef struct mc_dummy_mounted {
+    char id[40];         /* segment id, UUID text, NUL-terminated */
+    uint64_t allocated;  /* ALLOC_MOUNT: bytes allocated */
+} mc_dummy_mounted_t;
+_Static_assert(sizeof(mc_dummy_mounted_t) == 48, "dummy mount answer is 48 bytes");
 
 /* HELLO body (no items): the sizes of the two memfds attached. */
 typedef struct mc_dummy_hello {

@@ -53,7 +53,7 @@ static int expect_hdr_ok(const mc_dummy_hdr_t *h)
     if (h->magic != MC_DUMMY_MAGIC || h->len > MC_DUMMY_MAX_FRAME ||
         h->count > MC_DUMMY_MAX_ITEMS)
         return 0;
-    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_QUERY_TASK)
+    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_UNMOUNT)
         return 0;
     return !(h->flags & MC_DUMMY_F_NOREPLY) || h->op == MC_DUMMY_OP_FREE;
 }
@@ -368,6 +368,16 @@ int main(int argc, char **argv)
     begin(&s, MC_DUMMY_OP_QUERY_TASK, 0, 1);
     item(&s, "0b9d6f7e-0d6f-4c1e-9d8a-2f1b3c4d5e6f", 0, 0, 0, 0, MC_DUMMY_IF_ARG);
     finish(&s, argv[1], "query_task");
+    for (int k = 0; k < 2; k++) { /* MOUNT (with a fd on the socket), ALLOC_MOUNT */
+        begin(&s, k ? MC_DUMMY_OP_ALLOC_MOUNT : MC_DUMMY_OP_MOUNT, 0, 2);
+        item(&s, "tcp", 0, 0, 16u << 20, 0, MC_DUMMY_IF_ARG);
+        item(&s, NULL, 0, 0, 0, 0, MC_DUMMY_IF_ARG);
+        finish(&s, argv[1], k ? "alloc_mount" : "mount");
+    }
+    begin(&s, MC_DUMMY_OP_UNMOUNT, 0, 1);
+    item(&s, "0b9d6f7e-0d6f-4c1e-9d8a-2f1b3c4d5e6f", 0, 30, 0, 0,
+         MC_DUMMY_IF_ARG | MC_DUMMY_IF_RELEASE);
+    finish(&s, argv[1], "unmount");
     return 0;
 }
 

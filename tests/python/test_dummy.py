@@ -482,6 +482,8 @@ def test_hostile_frames_of_the_named_ops(real, dummies):
         frame(12, [(b"key", 0), (b"name", ARG)]),       # BATCH_REMOVE with a name
         frame(13, [(b"", 0)]),                          # REMOVE_REGEX: no pattern
         frame(19, [(b"", 0), (b"", 0)]),                # QUERY_TASK: two items, no name
+        frame(20, [(b"tcp", ARG)]),                     # MOUNT: protocol without location
+        frame(22, [(b"key", 0)]),                       # UNMOUNT: a key, not an id
     ]
     for f in bad:
         s = connect()
@@ -495,7 +497,97 @@ def test_hostile_frames_of_the_named_ops(real, dummies):
     h = hdr.unpack(s.recv(hdr.size, socket.MSG_WAITALL))
     res = struct.unpack("=qQII", s.recv(24, socket.MSG_WAITALL))
     assert h[2] == 16 and h[4] == 1 and res[0] == OBJECT_NOT_FOUND
+    # MOUNT without the file's descriptor is refused, not served
+    s.sendall(frame(20, [(b"", ARG), (b"", ARG)]))
+    h = hdr.unpack(s.recv(hdr.size, socket.MSG_WAITALL))
+    res = struct.unpack("=qQII", s.recv(2 * 24, socket.MSG_WAITALL)[:24])  # 2 results
+    assert h[2] == 20 and res[0] == INVALID_PARAMS
     s.close()
     d = dummies()
     assert d.call("put", key="after-hostile", hex=b"ok".hex())["rc"] == 0
     assert real.alive()
+
+
+def _shm_file(tmp_name, size):
+    path = f"/dev/shm/mc-test-{tmp_name}-{uuid.uuid4().hex[:8]}"
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_mount_calls_through_a_dummy(spawn_client):
+    """mount_segment / allocate_and_mount_segment / unmount_* through a dummy
+    mount on its mooncake_client, answer as an ordinary client's do, and a
+    killed dummy's segments are unmounted."""
+    big = 8 * MiB
+    m = Master()
+    rc = None
+    files = []
+    try:
+        rc = RealClient(m, segment="4MB")   # too small for a big object
+        o = spawn_client("ordinary")
+        mine = o.setup(m, segment=0)
+        theirs = _daemon_segment(rc)
+
+        def dummy():
+            d = spawn_client("dummy")
+            assert d.call("setup_dummy", pool=4 * MiB, lbuf=16 * MiB, addr=rc.addr)["rc"] == 0
+            return d
+        d = dummy()
+        got = {}
+        for c, seg in ((o, mine), (d, theirs)):
+            key = f"big-{seg}"
+            path = _shm_file("mount", 16 * MiB)
+            files.append(path)
+            out = [c.call("put_random", key=key, size=big, preferred=seg)["rc"] != 0]
+            r = _inv(c, "mount_segment", path, 16 * MiB)
+            assert r["ret"] == 0 and len(r["segment_ids"]) == 1, r
+            sid = r["segment_ids"][0]
+            w = c.call("put_random", key=key, size=big, preferred=seg)
+            out.append(w["rc"])
+            assert _endpoints(c, key) == [seg]
+            assert c.call("get", key=key)["sha256"] == w["sha256"]
+            out.append(_inv(c, "unmount_and_free_segment", [sid]))   # not allocated
+            out.append(_inv(c, "unmount_segment", [sid]))
+            out.append(c.call("exist", key=key)["rc"])                # went with it
+            out.append(_inv(c, "unmount_segment", [sid]))             # not any more
+            out.append(_inv(c, "unmount_segment", [str(uuid.uuid4())]))
+            out.append(_inv(c, "unmount_segment", ["not-a-uuid"]))
+            out.append(_inv(c, "mount_segment", "/nonexistent/mc-file", MiB)["ret"])
+            out.append(_inv(c, "mount_segment", path, MiB, 1)["ret"])  # unaligned offset
+            a = _inv(c, "allocate_and_mount_segment", 3 * MiB + 1)
+            out += [a["ret"], a["allocated_size"] >= 3 * MiB + 1]
+            out.append(_inv(c, "unmount_and_free_segment", a["segment_ids"]))
+            got[c] = out
+        assert got[d] == got[o], got
+        assert got[d][:4] == [True, 0, INVALID_PARAMS, 0] and got[d][4] == 0, got
+        # kill -9 of a dummy unmounts what it mounted; no other dummy of the
+        # same mooncake_client may unmount it meanwhile
+        d2 = dummy()
+        r = _inv(d2, "mount_segment", files[1], 16 * MiB)
+        assert r["ret"] == 0
+        assert d2.call("put_random", key="big-killed", size=big, preferred=theirs)["rc"] == 0
+        assert _inv(d, "unmount_segment", r["segment_ids"]) == got[d][6]   # not found
+        assert _inv(d, "unmount_and_free_segment", r["segment_ids"]) == got[d][6]
+        assert d.call("exist", key="big-killed")["rc"] == 1
+        d2.kill()
+        wait_until(lambda: d.call("exist", key="big-killed")["rc"] == 0, 10.0,
+                   "the killed dummy's segment to be unmounted")
+        assert d.call("put_random", key="big-after", size=big, preferred=theirs)["rc"] != 0
+    finally:
+        if rc is not None:
+            rc.stop()
+        m.stop()
+        for p in files:
+            os.unlink(p)
+
+
+def test_sessions_are_refused_clearly_through_a_dummy(dummies):
+    """The ranged sessions are not forwarded (docs/protocol.md §8): every key
+    answers NOT_SUPPORTED, nothing hangs or half-works."""
+    d = dummies()
+    assert d.call("put", key="sess-k", hex=b"v".hex())["rc"] == 0
+    r = d.call("invoke", method="batch_get_session_start", args=[["sess-k", "sess-x"]])
+    assert r["ret"] == [-1012, -1012] and "not" in r["detail"].lower(), r
+    assert _inv(d, "batch_put_session_start", ["sess-p"], [4096]) == [-1012]
+    assert _inv(d, "batch_get_session_end", ["sess-k"]) in (-1012, [-1012])

@@ -642,10 +642,14 @@ class MooncakeDistributedStore(TensorMethods):
         remove_all, batch_replica_clear (of what the real client wrote: it
         owns a dummy's objects), get_replica_desc/batch_get_replica_desc,
         create_copy_task/create_move_task/query_task, and ReplicateConfig
-        with preferred_segment and group_ids.  A value written from ordinary
-        memory is staged through the local buffer and must fit in it.  The
-        ranged sessions and the segment calls (mount_segment, ...) return
-        ``NOT_SUPPORTED``: a dummy owns no segment.
+        with preferred_segment and group_ids, and the segment calls
+        (mount_segment, allocate_and_mount_segment, unmount_segment,
+        unmount_and_free_segment: mounted on the real client, unmounted when
+        this dummy closes or dies; mount_segment needs a file this process
+        can open read-write).  A value written from ordinary memory is
+        staged through the local buffer and must fit in it.  The ranged
+        sessions (batch_get_session_*, batch_put_session_*) return
+        ``NOT_SUPPORTED``.
 
         Returns:
             0; ``RPC_FAIL`` when no real client answers there (within about
