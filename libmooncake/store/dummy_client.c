@@ -1834,32 +1834,8 @@ out:
 int mc_dummy_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
                           mc_status_t *statuses, mc_status_t *st_p)
 {
-    mc_dummy_t *d = enter(s);
-    int64_t *out;
-
-    if (d == NULL)
-        return 0;
-    out = calloc(n + 1, sizeof(*out));
-    if (((keys == NULL) && (n > 0)) || (out == NULL)) {
-        mc_set_error_detail((out == NULL) ? "out of memory" : "keys is NULL");
-        *st_p = (out == NULL) ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
-        for (size_t i = 0; (statuses != NULL) && (i < n); i++)
-            statuses[i] = *st_p;
-    } else {
-        (void)per_key_call(d, MC_DUMMY_OP_BATCH_REMOVE, keys, n,
-                           force ? MC_DUMMY_IF_FORCE : 0, NULL, out);
-        for (size_t i = 0; (statuses != NULL) && (i < n); i++)
-            statuses[i] = (mc_status_t)out[i];
-        *st_p = MC_OK;
-        for (size_t i = 0; i < n; i++)
-            if (out[i] != MC_OK) {
-                *st_p = (mc_status_t)out[i];
-                break;
-            }
-    }
-    free(out);
-    leave(s);
-    return 1;
+    return mc_dummy_keys_call(s, MC_DUMMY_OP_BATCH_REMOVE, force ? MC_DUMMY_IF_FORCE : 0, keys, n,
+                              statuses, st_p);
 }
 
 int mc_dummy_batch_exist(mc_store_h s, const char *const *keys, size_t n, int *results,
@@ -2021,8 +1997,9 @@ mc_status_t mc_dummy_replicas(mc_store_h s, const char *key, mc_replica_desc_t *
     *n_p = 0;
     if (d == NULL)
         return MC_UNAVAILABLE_IN_CURRENT_STATUS;
-    st = (key_len(key) == UINT32_MAX) ? MC_INVALID_PARAMS
-                                      : named_call(d, MC_DUMMY_OP_REPLICAS, &key, 1, 0, NULL, 0, &r);
+    st = MC_INVALID_PARAMS;
+    if (key_len(key) != UINT32_MAX)
+        st = named_call(d, MC_DUMMY_OP_REPLICAS, &key, 1, 0, NULL, 0, &r);
     if ((st == MC_OK) && (r.result < 0))
         st = (mc_status_t)r.result;
     if ((st == MC_OK) && ((uint64_t)r.result > d->size[MC_DUMMY_REGION_LBUF] / sizeof(*v))) {
@@ -2140,6 +2117,195 @@ int mc_dummy_unmount(mc_store_h s, const char *const *ids, size_t n, uint64_t gr
     }
     free(res);
     *st_p = st;
+    leave(s);
+    return 1;
+}
+
+/* ---- ranged sessions: held in the real client, per dummy ---------------------- */
+
+int mc_dummy_session_keys(mc_store_h s, unsigned op, const char *const *keys, size_t n,
+                          mc_status_t *statuses, mc_status_t *st_p)
+{
+    return mc_dummy_keys_call(s, op, 0, keys, n, statuses, st_p);
+}
+
+int mc_dummy_keys_call(mc_store_h s, unsigned op, unsigned flags0, const char *const *keys,
+                       size_t n, mc_status_t *statuses, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    int64_t *out;
+
+    if (d == NULL)
+        return 0;
+    out = calloc(n + 1, sizeof(*out));
+    if (((keys == NULL) && (n > 0)) || (out == NULL)) {
+        mc_set_error_detail((out == NULL) ? "out of memory" : "keys is NULL");
+        *st_p = (out == NULL) ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
+        for (size_t i = 0; (statuses != NULL) && (i < n); i++)
+            statuses[i] = *st_p;
+    } else {
+        mc_status_t st = per_key_call(d, op, keys, n, flags0, NULL, out);
+        *st_p = st;
+        /* get_session_end has no per-key answer: a key without a session
+         * is simply not there to end */
+        for (size_t i = 0; (op != MC_DUMMY_OP_GET_SESSION_END) && (i < n); i++) {
+            if (statuses != NULL)
+                statuses[i] = (mc_status_t)out[i];
+            if ((*st_p == MC_OK) && (out[i] != MC_OK))
+                *st_p = (mc_status_t)out[i];
+        }
+    }
+    free(out);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_put_session_start(mc_store_h s, const char *const *keys, const uint64_t *sizes,
+                               size_t n, const mc_replicate_config_t *cfg, mc_status_t *statuses,
+                               mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_item_t *items = NULL;
+    mc_dummy_result_t *res = NULL;
+    const char **ikeys = NULL, **igroups = NULL;
+    size_t *idx = NULL, m = 0;
+    put_cfg_t wcfg;
+    mc_status_t st;
+
+    if (d == NULL)
+        return 0;
+    st = cfg_check(cfg, n);
+    if ((st == MC_OK) && (n > 0) && ((keys == NULL) || (sizes == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys, sizes and statuses are required");
+        st = MC_INVALID_PARAMS;
+    }
+    if ((st == MC_OK) && (n > 0)) {
+        items = calloc(n, sizeof(*items));
+        res = calloc(n, sizeof(*res));
+        ikeys = calloc(n, sizeof(*ikeys));
+        igroups = calloc(n, sizeof(*igroups));
+        idx = calloc(n, sizeof(*idx));
+        if (!items || !res || !ikeys || !igroups || !idx)
+            st = MC_INTERNAL_ERROR;
+    }
+    for (size_t i = 0; (st == MC_OK) && (i < n); i++) {
+        statuses[i] = MC_OK;
+        if (key_len(keys[i]) == UINT32_MAX) {
+            statuses[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        items[m].klen = key_len(keys[i]);
+        items[m].len = sizes[i];
+        ikeys[m] = keys[i];
+        igroups[m] = cfg_group(cfg, i);
+        idx[m++] = i;
+    }
+    if ((st == MC_OK) && (m > 0)) {
+        cfg_to_wire(cfg, &wcfg); /* always sent: present 0 for NULL */
+        wcfg.igroups = igroups;
+        st = call(d, MC_DUMMY_OP_PUT_SESSION_START, 0, items, ikeys, m, &wcfg, res, m);
+        for (size_t j = 0; j < m; j++)
+            statuses[idx[j]] = (st == MC_OK) ? (mc_status_t)res[j].result : st;
+    }
+    if ((st != MC_OK) && (statuses != NULL))
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+    *st_p = (st == MC_OK) ? mc_store_first_error(statuses, n) : st;
+    free(items);
+    free(res);
+    free(ikeys);
+    free(igroups);
+    free(idx);
+    leave(s);
+    return 1;
+}
+
+/* GET_SESSION_READ / PUT_SESSION_WRITE: every buffer must lie in the
+ * shared memory (a key with one outside gets MC_INVALID_PARAMS). */
+int mc_dummy_session_io(mc_store_h s, unsigned op, const char *const *keys,
+                        const mc_iov_t *const *bufs, const uint64_t *const *offsets,
+                        const size_t *counts, size_t n, int64_t *results, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    size_t nitems = 0, m = 0, nk = 0;
+    mc_dummy_item_t *items = NULL;
+    mc_dummy_result_t *res = NULL;
+    const char **ikeys = NULL;
+    size_t *first = NULL, *idx = NULL;
+    mc_status_t st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (offsets == NULL) || (counts == NULL) ||
+                    (results == NULL))) {
+        mc_set_error_detail("keys, buffers, offsets, counts and results are required");
+        st = MC_INVALID_PARAMS;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (counts[i] > (MC_DUMMY_MAX_ITEMS - nitems) / 2) {
+            mc_set_error_detail("too many ranges for one dummy request");
+            st = MC_INVALID_PARAMS;
+            goto out;
+        }
+        nitems += 1 + 2 * counts[i];
+    }
+    items = calloc(nitems + 1, sizeof(*items));
+    res = calloc(nitems + 1, sizeof(*res));
+    ikeys = calloc(nitems + 1, sizeof(*ikeys));
+    first = calloc(n + 1, sizeof(*first));
+    idx = calloc(n + 1, sizeof(*idx));
+    if (!items || !res || !ikeys || !first || !idx) {
+        st = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t start = m;
+        int ok = (key_len(keys[i]) != UINT32_MAX) &&
+                 ((counts[i] == 0) || ((bufs[i] != NULL) && (offsets[i] != NULL)));
+        results[i] = MC_INVALID_PARAMS;
+        if (!ok)
+            continue;
+        items[m].klen = key_len(keys[i]);
+        ikeys[m++] = keys[i];
+        for (size_t j = 0; ok && (j < counts[i]); j++) {
+            if (!locate(d, bufs[i][j].base, bufs[i][j].len, &items[m].region, &items[m].off)) {
+                mc_set_error_detail("a dummy client's session buffers must lie in its shared "
+                                    "memory (alloc_from_mem_pool)");
+                ok = 0;
+                break;
+            }
+            items[m].len = bufs[i][j].len;
+            items[m - 1].flags = MC_DUMMY_IF_MORE;
+            items[m++].flags = MC_DUMMY_IF_MORE;
+            items[m++].off = offsets[i][j];
+        }
+        if (!ok) {
+            memset(&items[start], 0, (m - start) * sizeof(*items));
+            m = start;
+            continue;
+        }
+        first[nk] = start;
+        idx[nk++] = i;
+    }
+    if (nk > 0) {
+        st = call(d, op, 0, items, ikeys, m, NULL, res, m);
+        for (size_t k = 0; k < nk; k++)
+            results[idx[k]] = (st == MC_OK) ? res[first[k]].result : st;
+    }
+out:
+    if ((st != MC_OK) && (results != NULL))
+        for (size_t i = 0; i < n; i++)
+            results[i] = st;
+    for (size_t i = 0; (st == MC_OK) && (results != NULL) && (i < n); i++)
+        if (results[i] < 0)
+            st = (mc_status_t)results[i];
+    *st_p = st;
+    free(items);
+    free(res);
+    free(ikeys);
+    free(first);
+    free(idx);
     leave(s);
     return 1;
 }

@@ -62,7 +62,7 @@ int mc_dummy_req_parse(const mc_dummy_hdr_t *h, const void *body, size_t len, mc
 {
     const uint8_t *b = body;
     size_t count = h->count, off = 0;
-    int with_cfg = (h->op == MC_DUMMY_OP_PUT);
+    int with_cfg = mc_dummy_op_has_cfg(h->op);
 
     memset(rq, 0, sizeof(*rq));
     if (count > MC_DUMMY_MAX_ITEMS)

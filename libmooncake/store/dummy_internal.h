@@ -90,6 +90,23 @@ int mc_dummy_mount(mc_store_h s, const char *path, uint64_t size, uint64_t offse
 int mc_dummy_unmount(mc_store_h s, const char *const *ids, size_t n, uint64_t grace_s,
                      int and_free, mc_status_t *st_p);
 
+/* The ranged sessions.  mc_dummy_session_keys: @p op GET_SESSION_START,
+ * GET_SESSION_END, PUT_SESSION_END or PUT_SESSION_REVOKE (statuses may be
+ * NULL); mc_dummy_session_io: GET_SESSION_READ or PUT_SESSION_WRITE. */
+int mc_dummy_session_keys(mc_store_h s, unsigned op, const char *const *keys, size_t n,
+                          mc_status_t *statuses, mc_status_t *st_p);
+/* One frame of per-key @p op (flags0 on item 0): statuses[i] (may be NULL)
+ * the keys' answers, *st_p the call's failure or the first key's error
+ * (get_session_end: the call's status only). */
+int mc_dummy_keys_call(mc_store_h s, unsigned op, unsigned flags0, const char *const *keys,
+                       size_t n, mc_status_t *statuses, mc_status_t *st_p);
+int mc_dummy_put_session_start(mc_store_h s, const char *const *keys, const uint64_t *sizes,
+                               size_t n, const mc_replicate_config_t *cfg, mc_status_t *statuses,
+                               mc_status_t *st_p);
+int mc_dummy_session_io(mc_store_h s, unsigned op, const char *const *keys,
+                        const mc_iov_t *const *bufs, const uint64_t *const *offsets,
+                        const size_t *counts, size_t n, int64_t *results, mc_status_t *st_p);
+
 /* "@name" is in the abstract namespace; 0, or -1 when the path does not fit. */
 int mc_dummy_ipc_addr(const char *path, struct sockaddr_un *sa, socklen_t *len_p);
 int mc_dummy_send_all(int fd, const void *buf, size_t len);
@@ -116,6 +133,12 @@ typedef struct mc_dummy_req {
     char *preferred;        /* PUT: cfg's preferred segment, NULL for plen 0 */
     int has_cfg;
 } mc_dummy_req_t;
+
+/* 1 for the ops whose request carries a config (PUT, PUT_SESSION_START). */
+static inline int mc_dummy_op_has_cfg(unsigned op)
+{
+    return (op == MC_DUMMY_OP_PUT) || (op == MC_DUMMY_OP_PUT_SESSION_START);
+}
 
 /* 0 if a request header may be followed by its body: magic, op (not
  * HELLO), len and count within the limits, NOREPLY only on FREE; else -1. */

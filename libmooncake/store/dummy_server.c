@@ -75,15 +75,28 @@ struct mc_store_dummy_server {
     session_t *sessions;
     int stop;
     char path[108];
+    /* The ranged sessions the dummies opened (the store keeps one table for
+     * them all, keyed by object key): which dummy holds which key, so that
+     * a dummy reads, writes and ends only its own, one dummy's end does not
+     * drop a get session another still holds, and a dummy that goes away
+     * leaves none behind.  sess_mu guards them and is held across the
+     * store's get start and end, so a start and an end never interleave. */
+    pthread_mutex_t sess_mu;
+    struct sess_hold {
+        char *key;
+        session_t *owner;
+        int put;
+    } *holds;
+    size_t nholds;
 };
 
 /* ---- sessions ---------------------------------------------------------------- */
 
 static void segs_release(session_t *ss);
+static void holds_release(session_t *ss);
 
 static void session_release(session_t *ss)
 {
-    segs_release(ss);
     if (ss->rx_fd >= 0)
         close(ss->rx_fd);
     ss->rx_fd = -1;
@@ -284,26 +297,65 @@ static void cfg_from_wire(const mc_dummy_cfg_t *w, mc_replicate_config_t *c)
     c->prefer_alloc_in_same_node = w->prefer_alloc_in_same_node;
 }
 
+/* The arrays a batch call on keys with several buffers each is built in,
+ * for a request of n items: keys[k] (item first[k]) with counts[k] buffers
+ * from bufs[k] (into iovs) and, for sessions, offsets from offs[k] (into
+ * ofs); sts, rs its answers. */
+typedef struct io_arrays {
+    const char **keys;
+    const mc_iov_t **bufs;
+    const uint64_t **offs;
+    size_t *counts, *first;
+    mc_iov_t *iovs;
+    uint64_t *ofs;
+    mc_status_t *sts;
+    int64_t *rs;
+} io_arrays_t;
+
+static void io_arrays_free(io_arrays_t *a)
+{
+    free(a->keys); free(a->bufs); free(a->offs); free(a->counts); free(a->first);
+    free(a->iovs); free(a->ofs); free(a->sts); free(a->rs);
+}
+
+/* 0, or -1 (nothing left allocated) with every result MC_INTERNAL_ERROR. */
+static int io_arrays_alloc(io_arrays_t *a, size_t n, mc_dummy_result_t *res)
+{
+    a->keys = calloc(n + 1, sizeof(*a->keys));
+    a->bufs = calloc(n + 1, sizeof(*a->bufs));
+    a->offs = calloc(n + 1, sizeof(*a->offs));
+    a->counts = calloc(n + 1, sizeof(*a->counts));
+    a->first = calloc(n + 1, sizeof(*a->first));
+    a->iovs = calloc(n + 1, sizeof(*a->iovs));
+    a->ofs = calloc(n + 1, sizeof(*a->ofs));
+    a->sts = calloc(n + 1, sizeof(*a->sts));
+    a->rs = calloc(n + 1, sizeof(*a->rs));
+    if (a->keys && a->bufs && a->offs && a->counts && a->first && a->iovs && a->ofs && a->sts &&
+        a->rs)
+        return 0;
+    io_arrays_free(a);
+    for (size_t i = 0; i < n; i++)
+        res[i].result = MC_INTERNAL_ERROR;
+    return -1;
+}
+
 /* PUT and GET: items grouped by key (IF_MORE chains), one batch call. */
 static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
 {
     mc_store_h store = ss->srv->store;
     size_t n = rq->n, nk = 0;
-    const char **keys = calloc(n + 1, sizeof(*keys));
-    const mc_iov_t **bufs = calloc(n + 1, sizeof(*bufs));
-    size_t *counts = calloc(n + 1, sizeof(*counts));
-    size_t *first = calloc(n + 1, sizeof(*first));
-    mc_iov_t *iovs = calloc(n + 1, sizeof(*iovs));
-    mc_status_t *sts = calloc(n + 1, sizeof(*sts));
-    int64_t *rs = calloc(n + 1, sizeof(*rs));
+    io_arrays_t a;
     int upsert = 0, bad = 0;
     mc_replicate_config_t cfg;
 
-    if (!keys || !bufs || !counts || !first || !iovs || !sts || !rs) {
-        for (size_t i = 0; i < n; i++)
-            res[i].result = MC_INTERNAL_ERROR;
-        goto out;
-    }
+    if (io_arrays_alloc(&a, n, res) != 0)
+        return 0;
+    const char **keys = a.keys;
+    const mc_iov_t **bufs = a.bufs;
+    size_t *counts = a.counts, *first = a.first;
+    mc_iov_t *iovs = a.iovs;
+    mc_status_t *sts = a.sts;
+    int64_t *rs = a.rs;
     for (size_t i = 0; i < n; i++) {
         const mc_dummy_item_t *it = &rq->items[i];
         void *p = range_of(ss, it);
@@ -325,7 +377,7 @@ static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
             upsert = 1;
     }
     if (bad || ((n > 0) && (rq->items[n - 1].flags & MC_DUMMY_IF_MORE))) {
-        free(keys); free(bufs); free(counts); free(first); free(iovs); free(sts); free(rs);
+        io_arrays_free(&a);
         return -1; /* a range outside the dummy's memory: hostile, hang up */
     }
     if (op == MC_DUMMY_OP_PUT) {
@@ -364,7 +416,7 @@ static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
             res[first[k]].result = rs[k];
     }
 out:
-    free(keys); free(bufs); free(counts); free(first); free(iovs); free(sts); free(rs);
+    io_arrays_free(&a);
     return 0;
 }
 
@@ -496,32 +548,31 @@ static void do_replicas(session_t *ss, req_t *rq, mc_dummy_result_t *res)
     }
 }
 
+/* A request's object keys and names (split_args), and room for one
+ * status per item: what the ops on keys and names work from. */
+typedef struct named {
+    const char **keys, **args;
+    mc_status_t *sts;
+    size_t nk, na;
+} named_t;
+
 /*
  * The calls that take object keys and names (IF_ARG items) and answer one
  * number per item (the call's status or count at item 0), or a staged
  * record.  -1 for a request of the wrong shape (the connection closes).
  */
-static int do_named(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+static int do_named(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res,
+                    named_t *nm)
 {
     mc_store_h store = ss->srv->store;
-    const char **keys = calloc(rq->n + 1, sizeof(*keys));
-    const char **args = calloc(rq->n + 1, sizeof(*args));
-    mc_status_t *sts = calloc(rq->n + 1, sizeof(*sts));
-    size_t nk, na;
+    const char **keys = nm->keys, **args = nm->args;
+    mc_status_t *sts = nm->sts;
+    size_t nk = nm->nk, na = nm->na;
     int force = (rq->n > 0) && (rq->items[0].flags & MC_DUMMY_IF_FORCE);
     int64_t count = 0;
     mc_status_t st;
     int rc = 0;
 
-    if ((keys == NULL) || (args == NULL) || (sts == NULL)) {
-        for (size_t i = 0; i < rq->n; i++)
-            res[i].result = MC_INTERNAL_ERROR;
-        goto out;
-    }
-    if ((op != MC_DUMMY_OP_REMOVE_ALL) && (split_args(rq, keys, &nk, args, &na) != 0)) {
-        rc = -1;
-        goto out;
-    }
     switch (op) {
     case MC_DUMMY_OP_BATCH_REMOVE:
         if (na != 0) {
@@ -538,8 +589,10 @@ static int do_named(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *re
             rc = -1;
             break;
         }
-        st = (op == MC_DUMMY_OP_REMOVE_ALL) ? mc_store_remove_all(store, force, &count)
-                                            : mc_store_remove_by_regex(store, args[0], force, &count);
+        if (op == MC_DUMMY_OP_REMOVE_ALL)
+            st = mc_store_remove_all(store, force, &count);
+        else
+            st = mc_store_remove_by_regex(store, args[0], force, &count);
         res[0].result = (st == MC_OK) ? count : st;
         break;
     case MC_DUMMY_OP_REPLICA_CLEAR:
@@ -589,10 +642,6 @@ static int do_named(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *re
         rc = -1;
         break;
     }
-out:
-    free(keys);
-    free(args);
-    free(sts);
     return rc;
 }
 
@@ -637,19 +686,16 @@ static void segs_release(session_t *ss)
  * with RELEASE, unmount_and_free, which checks every id first).  -1 for a
  * request of the wrong shape.
  */
-static int do_segments(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+static int do_segments(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res,
+                       named_t *nm)
 {
     mc_store_h store = ss->srv->store;
-    const char **keys = calloc(rq->n + 1, sizeof(*keys));
-    const char **args = calloc(rq->n + 1, sizeof(*args));
-    size_t nk = 0, na = 0;
+    const char **args = nm->args;
+    size_t na = nm->na;
     mc_status_t st = MC_OK;
-    int rc = -1;
 
-    if ((keys == NULL) || (args == NULL) || (split_args(rq, keys, &nk, args, &na) != 0) ||
-        (nk != 0) || (na == 0))
-        goto out;
-    rc = 0;
+    if ((nm->nk != 0) || (na == 0))
+        return -1;
     if (op == MC_DUMMY_OP_UNMOUNT) {
         int and_free = (rq->items[0].flags & MC_DUMMY_IF_RELEASE) != 0;
         uint64_t grace = rq->items[0].off;
@@ -669,12 +715,10 @@ static int do_segments(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t 
                 st = seg_unmount(ss, (size_t)k, grace);
         }
         res[0].result = st;
-        goto out;
+        return 0;
     }
-    if (na != 2) {
-        rc = -1;
-        goto out;
-    }
+    if (na != 2)
+        return -1;
     {
         struct dummy_seg *grown = realloc(ss->segs, (ss->nsegs + 1) * sizeof(*ss->segs));
         mc_dummy_mounted_t m;
@@ -711,9 +755,329 @@ static int do_segments(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t 
         }
         res[0].result = st;
     }
+    return 0;
+}
+
+/* ---- ranged sessions ----------------------------------------------------------- */
+
+/* The hold of (@p key, @p owner or any owner when NULL, @p put), or -1.
+ * sess_mu held. */
+static ssize_t hold_find(struct mc_store_dummy_server *srv, const char *key,
+                         const session_t *owner, int put)
+{
+    for (size_t i = 0; i < srv->nholds; i++) {
+        const struct sess_hold *h = &srv->holds[i];
+        if ((h->put == put) && ((owner == NULL) || (h->owner == owner)) &&
+            (strcmp(h->key, key) == 0))
+            return (ssize_t)i;
+    }
+    return -1;
+}
+
+/* sess_mu held. */
+static mc_status_t hold_add(session_t *ss, const char *key, int put)
+{
+    struct mc_store_dummy_server *srv = ss->srv;
+    struct sess_hold *v;
+    if (hold_find(srv, key, ss, put) >= 0)
+        return MC_OK;
+    v = realloc(srv->holds, (srv->nholds + 1) * sizeof(*v));
+    if (v == NULL)
+        return MC_INTERNAL_ERROR;
+    srv->holds = v;
+    v[srv->nholds].key = strdup(key);
+    if (v[srv->nholds].key == NULL)
+        return MC_INTERNAL_ERROR;
+    v[srv->nholds].owner = ss;
+    v[srv->nholds].put = put;
+    srv->nholds++;
+    return MC_OK;
+}
+
+/* sess_mu held. */
+static void hold_del(struct mc_store_dummy_server *srv, size_t i)
+{
+    free(srv->holds[i].key);
+    srv->holds[i] = srv->holds[--srv->nholds];
+}
+
+/*
+ * Drop the session's holds of @p keys (every one when @p keys is NULL) of
+ * kind @p put.  Get keys no other dummy holds are ended in the store now
+ * (sess_mu held); put keys go to *out (the caller revokes or ends them,
+ * without the lock: an RPC).  res[i] (when not NULL) gets MC_INVALID_PARAMS
+ * for a key this dummy does not hold, as the store answers for a key with
+ * no open session.
+ */
+static void holds_drop(session_t *ss, const char *const *keys, size_t n, int put,
+                       mc_dummy_result_t *res, const char **out, size_t *nout)
+{
+    struct mc_store_dummy_server *srv = ss->srv;
+    size_t nend = 0;
+    const char **end = NULL;
+    char **owned = NULL;
+    size_t nowned = 0;
+
+    pthread_mutex_lock(&srv->sess_mu);
+    if (keys == NULL)
+        n = srv->nholds;
+    end = calloc(n + 1, sizeof(*end));
+    owned = calloc(n + 1, sizeof(*owned));
+    for (size_t i = 0, j = 0; (end != NULL) && (owned != NULL) && (i < n); i++) {
+        ssize_t k;
+        if (keys == NULL) { /* every hold of the session, whatever its key */
+            while ((j < srv->nholds) && ((srv->holds[j].owner != ss) || (srv->holds[j].put != put)))
+                j++;
+            if (j == srv->nholds)
+                break;
+            k = (ssize_t)j;
+        } else {
+            k = hold_find(srv, keys[i], ss, put);
+        }
+        if (k < 0) {
+            if (res != NULL)
+                res[i].result = MC_INVALID_PARAMS;
+            continue;
+        }
+        owned[nowned] = srv->holds[k].key;
+        srv->holds[k].key = NULL;
+        hold_del(srv, (size_t)k);
+        if (put || (hold_find(srv, owned[nowned], NULL, 0) < 0))
+            end[nend++] = owned[nowned];
+        nowned++;
+    }
+    if (!put && (nend > 0))
+        (void)mc_store_get_session_end(srv->store, end, nend);
+    pthread_mutex_unlock(&srv->sess_mu);
+    for (size_t i = 0; put && (i < nend); i++)
+        out[(*nout)++] = end[i]; /* owned by the caller now */
+    for (size_t i = 0; i < nowned; i++)
+        if (!put)
+            free(owned[i]);
+    free(end);
+    free(owned);
+}
+
+/* The session ended: its get sessions end, its put sessions are revoked. */
+static void holds_release(session_t *ss)
+{
+    const char **puts;
+    size_t nput = 0;
+
+    pthread_mutex_lock(&ss->srv->sess_mu);
+    puts = calloc(ss->srv->nholds + 1, sizeof(*puts));
+    pthread_mutex_unlock(&ss->srv->sess_mu);
+    if (puts == NULL)
+        return;
+    holds_drop(ss, NULL, 0, 0, NULL, NULL, NULL);
+    holds_drop(ss, NULL, 0, 1, NULL, puts, &nput);
+    if (nput > 0) {
+        mc_status_t *sts = calloc(nput, sizeof(*sts));
+        if (sts != NULL)
+            (void)mc_store_put_session_revoke(ss->srv->store, puts, nput, sts);
+        free(sts);
+    }
+    for (size_t i = 0; i < nput; i++)
+        free((char *)puts[i]);
+    free(puts);
+}
+
+/* Ranged I/O: per key, the key's item (MORE when ranges follow), then per
+ * range a buffer item (region, off, len; MORE) and an offset item (off;
+ * MORE unless the key's last).  -1 for a malformed frame or a buffer
+ * outside the dummy's memory. */
+static int do_session_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+{
+    size_t n = rq->n, nk = 0, nr = 0;
+    io_arrays_t a;
+    int rc = -1;
+
+    if (io_arrays_alloc(&a, n, res) != 0)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        const mc_dummy_item_t *it = &rq->items[i];
+        size_t k = i++;
+        if ((rq->keys[k] == NULL) || (it->flags & MC_DUMMY_IF_ARG))
+            goto out;
+        a.keys[nk] = rq->keys[k];
+        a.bufs[nk] = &a.iovs[nr];
+        a.offs[nk] = &a.ofs[nr];
+        a.first[nk] = k;
+        while (rq->items[i - 1].flags & MC_DUMMY_IF_MORE) { /* a (buffer, offset) pair */
+            void *p;
+            if ((i + 1 >= n) || (rq->keys[i] != NULL) || (rq->keys[i + 1] != NULL) ||
+                !(rq->items[i].flags & MC_DUMMY_IF_MORE))
+                goto out;
+            p = range_of(ss, &rq->items[i]);
+            if (p == NULL)
+                goto out;
+            a.iovs[nr] = (mc_iov_t){p, (size_t)rq->items[i].len};
+            a.ofs[nr++] = rq->items[i + 1].off;
+            a.counts[nk]++;
+            i += 2;
+        }
+        nk++;
+    }
+    rc = 0;
+    /* only the session's own keys reach the store */
+    {
+        size_t m = 0;
+        pthread_mutex_lock(&ss->srv->sess_mu);
+        for (size_t k = 0; k < nk; k++) {
+            if (hold_find(ss->srv, a.keys[k], ss, op == MC_DUMMY_OP_PUT_SESSION_WRITE) < 0) {
+                res[a.first[k]].result = MC_INVALID_PARAMS;
+                continue;
+            }
+            a.keys[m] = a.keys[k];
+            a.bufs[m] = a.bufs[k];
+            a.offs[m] = a.offs[k];
+            a.counts[m] = a.counts[k];
+            a.first[m++] = a.first[k];
+        }
+        pthread_mutex_unlock(&ss->srv->sess_mu);
+        if (op == MC_DUMMY_OP_PUT_SESSION_WRITE)
+            (void)mc_store_put_session_write(ss->srv->store, a.keys, a.bufs, a.offs, a.counts, m,
+                                             a.rs);
+        else
+            (void)mc_store_get_session_read(ss->srv->store, a.keys, a.bufs, a.offs, a.counts, m,
+                                            a.rs);
+        for (size_t k = 0; k < m; k++)
+            res[a.first[k]].result = a.rs[k];
+    }
 out:
-    free(keys);
-    free(args);
+    io_arrays_free(&a);
+    return rc;
+}
+
+/* The ranged-session ops on keys (starts, ends); -1 for a frame of the
+ * wrong shape. */
+static int do_sessions(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res,
+                       named_t *nm)
+{
+    struct mc_store_dummy_server *srv = ss->srv;
+    const char **keys = nm->keys;
+    mc_status_t *sts = nm->sts;
+    size_t nk = nm->nk;
+
+    if (nm->na != 0)
+        return -1;
+    switch (op) {
+    case MC_DUMMY_OP_GET_SESSION_START:
+    case MC_DUMMY_OP_PUT_SESSION_START: {
+        int put = (op == MC_DUMMY_OP_PUT_SESSION_START);
+        uint64_t *sizes = calloc(nk + 1, sizeof(*sizes));
+        size_t *at = calloc(nk + 1, sizeof(*at));
+        const char **gids = NULL;
+        mc_replicate_config_t cfg, *c = NULL;
+        if ((sizes == NULL) || (at == NULL)) {
+            free(sizes);
+            free(at);
+            for (size_t i = 0; i < nk; i++)
+                res[i].result = MC_INTERNAL_ERROR;
+            break;
+        }
+        if (put && rq->has_cfg && rq->cfg.present) {
+            cfg_from_wire(&rq->cfg, &cfg);
+            cfg.preferred_segment = rq->preferred;
+            if (cfg.field_mask & MC_RC_FIELD_GROUP_IDS) {
+                gids = calloc(nk + 1, sizeof(*gids));
+                for (size_t i = 0; (gids != NULL) && (i < nk); i++)
+                    gids[i] = (rq->groups[i] != NULL) ? rq->groups[i] : "";
+                cfg.group_ids = gids;
+                cfg.group_ids_count = (gids != NULL) ? nk : 0;
+            }
+            c = &cfg;
+        }
+        for (size_t i = 0; i < nk; i++)
+            sizes[i] = rq->items[i].len;
+        pthread_mutex_lock(&srv->sess_mu);
+        /* a key another dummy reserved is, for this one, another client's
+         * object being written: what the master answers an ordinary client.
+         * The others go to the store, packed in front (at[]: their items) */
+        size_t m = 0;
+        for (size_t i = 0; i < nk; i++) {
+            ssize_t h = put ? hold_find(srv, keys[i], NULL, 1) : -1;
+            if ((h >= 0) && (srv->holds[h].owner != ss)) {
+                res[i].result = MC_OBJECT_ALREADY_EXISTS;
+                continue;
+            }
+            keys[m] = keys[i];
+            sizes[m] = sizes[i];
+            if (gids != NULL)
+                gids[m] = gids[i];
+            at[m++] = i;
+        }
+        if ((c != NULL) && (gids != NULL))
+            cfg.group_ids_count = m;
+        if (put)
+            (void)mc_store_put_session_start(srv->store, keys, sizes, m, c, sts);
+        else
+            (void)mc_store_get_session_start(srv->store, keys, m, sts);
+        for (size_t j = 0; j < m; j++) {
+            if (sts[j] == MC_OK)
+                sts[j] = hold_add(ss, keys[j], put);
+            res[at[j]].result = sts[j];
+        }
+        pthread_mutex_unlock(&srv->sess_mu);
+        free(sizes);
+        free(at);
+        free(gids);
+        break;
+    }
+    case MC_DUMMY_OP_GET_SESSION_END:
+        holds_drop(ss, keys, nk, 0, res, NULL, NULL);
+        break;
+    default: { /* PUT_SESSION_END, PUT_SESSION_REVOKE: the session's own keys */
+        const char **mine = calloc(nk + 1, sizeof(*mine));
+        size_t nmine = 0, j = 0;
+        if (mine == NULL) {
+            for (size_t i = 0; i < nk; i++)
+                res[i].result = MC_INTERNAL_ERROR;
+            break;
+        }
+        holds_drop(ss, keys, nk, 1, res, mine, &nmine);
+        if (op == MC_DUMMY_OP_PUT_SESSION_END)
+            (void)mc_store_put_session_end(srv->store, mine, nmine, sts);
+        else
+            (void)mc_store_put_session_revoke(srv->store, mine, nmine, sts);
+        /* holds_drop kept the order of the keys it took */
+        for (size_t i = 0; i < nk; i++)
+            if ((res[i].result == 0) && (j < nmine))
+                res[i].result = sts[j++];
+        for (size_t i = 0; i < nmine; i++)
+            free((char *)mine[i]);
+        free(mine);
+        break;
+    }
+    }
+    return 0;
+}
+
+/* The ops on object keys and names: split the request, then run it. */
+static int do_named_ops(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+{
+    named_t nm = {calloc(rq->n + 1, sizeof(char *)), calloc(rq->n + 1, sizeof(char *)),
+                  calloc(rq->n + 1, sizeof(mc_status_t)), 0, 0};
+    int rc = 0;
+
+    if ((op == MC_DUMMY_OP_GET_SESSION_READ) || (op == MC_DUMMY_OP_PUT_SESSION_WRITE)) {
+        rc = do_session_io(ss, op, rq, res); /* keys and ranges, no names */
+    } else if ((nm.keys == NULL) || (nm.args == NULL) || (nm.sts == NULL)) {
+        for (size_t i = 0; i < rq->n; i++)
+            res[i].result = MC_INTERNAL_ERROR;
+    } else if ((op != MC_DUMMY_OP_REMOVE_ALL) &&
+               (split_args(rq, nm.keys, &nm.nk, nm.args, &nm.na) != 0)) {
+        rc = -1;
+    } else if (op >= MC_DUMMY_OP_GET_SESSION_START) {
+        rc = do_sessions(ss, op, rq, res, &nm);
+    } else if (op >= MC_DUMMY_OP_MOUNT) {
+        rc = do_segments(ss, op, rq, res, &nm);
+    } else {
+        rc = do_named(ss, op, rq, res, &nm);
+    }
+    free(nm.keys);
+    free(nm.args);
+    free(nm.sts);
     return rc;
 }
 
@@ -853,7 +1217,14 @@ static int serve_one(session_t *ss)
     case MC_DUMMY_OP_MOUNT:
     case MC_DUMMY_OP_ALLOC_MOUNT:
     case MC_DUMMY_OP_UNMOUNT:
-        if (((h.op >= MC_DUMMY_OP_MOUNT) ? do_segments : do_named)(ss, h.op, &rq, res) != 0) {
+    case MC_DUMMY_OP_GET_SESSION_START:
+    case MC_DUMMY_OP_GET_SESSION_READ:
+    case MC_DUMMY_OP_GET_SESSION_END:
+    case MC_DUMMY_OP_PUT_SESSION_START:
+    case MC_DUMMY_OP_PUT_SESSION_WRITE:
+    case MC_DUMMY_OP_PUT_SESSION_END:
+    case MC_DUMMY_OP_PUT_SESSION_REVOKE:
+        if (do_named_ops(ss, h.op, &rq, res) != 0) {
             mc_warn("dummy server: a malformed %s request; closing", mc_dummy_op_name(h.op));
             goto out;
         }
@@ -909,6 +1280,10 @@ static void *session_main(void *arg)
     /* the descriptor is closed by reap(); the dummy must see the end now
      * (a dropped one's next call fails at once instead of waiting) */
     shutdown(ss->fd, SHUT_RDWR);
+    /* what the dummy opened and mounted goes first (master round trips:
+     * not under srv->lock) */
+    holds_release(ss);
+    segs_release(ss);
     pthread_mutex_lock(&ss->srv->lock);
     session_release(ss);
     ss->done = 1;
@@ -998,6 +1373,7 @@ MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc
     srv->store = store;
     snprintf(srv->path, sizeof(srv->path), "%s", ipc_path);
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_mutex_init(&srv->sess_mu, NULL);
     srv->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if ((srv->lfd < 0) || (bind(srv->lfd, (struct sockaddr *)&sa, salen) != 0) ||
         (listen(srv->lfd, 128) != 0)) {
@@ -1005,6 +1381,7 @@ MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc
         if (srv->lfd >= 0)
             close(srv->lfd);
         pthread_mutex_destroy(&srv->lock);
+        pthread_mutex_destroy(&srv->sess_mu);
         free(srv);
         return (errno == EADDRINUSE) ? MC_INVALID_PARAMS : MC_INTERNAL_ERROR;
     }
@@ -1012,6 +1389,7 @@ MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc
         mc_set_error_detail("cannot start the dummy server thread");
         close(srv->lfd);
         pthread_mutex_destroy(&srv->lock);
+        pthread_mutex_destroy(&srv->sess_mu);
         free(srv);
         return MC_INTERNAL_ERROR;
     }
@@ -1037,5 +1415,7 @@ MC_API void mc_store_dummy_server_stop(mc_store_dummy_server_h srv)
     reap(srv, 1);
     pthread_mutex_unlock(&srv->lock);
     pthread_mutex_destroy(&srv->lock);
+    pthread_mutex_destroy(&srv->sess_mu);
+    free(srv->holds);
     free(srv);
 }

@@ -9,10 +9,11 @@
  * host (they share memory), so integers are in host byte order.  Frames:
  *
  *   request  = mc_dummy_hdr_t, then `count` items, each an mc_dummy_item_t
- *              followed by its key (klen bytes, no NUL) and, for PUT, its
- *              group id (glen bytes), then for PUT one mc_dummy_cfg_t
- *              followed by its preferred segment (plen bytes).  hdr.len
- *              counts the bytes after the header.
+ *              followed by its key (klen bytes, no NUL) and, for the ops
+ *              with a config (PUT, PUT_SESSION_START), its group id (glen
+ *              bytes), then for those one mc_dummy_cfg_t followed by its
+ *              preferred segment (plen bytes).  hdr.len counts the bytes
+ *              after the header.
  *   response = mc_dummy_hdr_t (status = the call's status), then `count`
  *              mc_dummy_result_t, one per request item.
  *
@@ -54,7 +55,14 @@
     X(QUERY_TASK,  19, "ARG task id",                      "status, off, handle") \
     X(MOUNT,       20, "ARG protocol, ARG location; a file fd", "status, off, handle") \
     X(ALLOC_MOUNT, 21, "ARG protocol, ARG location",       "status, off, handle") \
-    X(UNMOUNT,     22, "ARG segment id ... (+RELEASE: and free)", "status")
+    X(UNMOUNT,     22, "ARG segment id ... (+RELEASE: and free)", "status") \
+    X(GET_SESSION_START, 23, "key",                        "status")          \
+    X(GET_SESSION_READ, 24, "key (+MORE), ranges",         "bytes or status") \
+    X(GET_SESSION_END, 25, "key",                          "status")          \
+    X(PUT_SESSION_START, 26, "key, len = size; config",    "status")          \
+    X(PUT_SESSION_WRITE, 27, "key (+MORE), ranges",        "bytes or status") \
+    X(PUT_SESSION_END, 28, "key",                          "status")          \
+    X(PUT_SESSION_REVOKE, 29, "key",                       "status")
 
 enum mc_dummy_op {
 #define MC_DUMMY_X_(name, num, req, resp) MC_DUMMY_OP_##name = num,

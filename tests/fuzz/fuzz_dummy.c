@@ -47,13 +47,19 @@ static void fail(const char *what)
     abort();
 }
 
+/* The ops whose body ends in a config (§8), written out again. */
+static int with_config(unsigned op)
+{
+    return op == MC_DUMMY_OP_PUT || op == MC_DUMMY_OP_PUT_SESSION_START;
+}
+
 /* The header rules of §8, written out again. */
 static int expect_hdr_ok(const mc_dummy_hdr_t *h)
 {
     if (h->magic != MC_DUMMY_MAGIC || h->len > MC_DUMMY_MAX_FRAME ||
         h->count > MC_DUMMY_MAX_ITEMS)
         return 0;
-    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_UNMOUNT)
+    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_PUT_SESSION_REVOKE)
         return 0;
     return !(h->flags & MC_DUMMY_F_NOREPLY) || h->op == MC_DUMMY_OP_FREE;
 }
@@ -84,7 +90,7 @@ static int take(const uint8_t *b, size_t len, size_t *off, void *dst, size_t n)
 static int expect_body_ok(const mc_dummy_hdr_t *h, const uint8_t *b, size_t len)
 {
     size_t off = 0;
-    int put = h->op == MC_DUMMY_OP_PUT;
+    int put = with_config(h->op);
     for (uint32_t i = 0; i < h->count; i++) {
         mc_dummy_item_t it;
         if (!take(b, len, &off, &it, sizeof(it)) || !expect_str_ok(b, len, &off, it.klen))
@@ -137,14 +143,14 @@ static void check_accepted(const mc_dummy_hdr_t *h, const uint8_t *b, size_t len
                   "a key is not its klen bytes of the frame (or holds a NUL)");
         check_str(rq->groups[i], b, &off, it->glen,
                   "a group id is not its glen bytes of the frame (or holds a NUL)");
-        if (it->glen > 0 && (h->op != MC_DUMMY_OP_PUT || it->klen == 0))
-            fail("a group id outside a keyed item of PUT was accepted");
+        if (it->glen > 0 && (!with_config(h->op) || it->klen == 0))
+            fail("a group id outside a keyed item of a config op was accepted");
     }
     if (memcmp(&rq->items[rq->n], &zero, sizeof(zero)) != 0 || rq->keys[rq->n] != NULL ||
         rq->groups[rq->n] != NULL)
         fail("the spare item after the last is not zero");
-    if (rq->has_cfg != (h->op == MC_DUMMY_OP_PUT))
-        fail("a config is present exactly for PUT");
+    if (rq->has_cfg != with_config(h->op))
+        fail("a config is present exactly for PUT and PUT_SESSION_START");
     if (rq->has_cfg) {
         if (off + sizeof(rq->cfg) > len || memcmp(&rq->cfg, b + off, sizeof(rq->cfg)) != 0)
             fail("the config is not the frame's bytes");
@@ -373,6 +379,35 @@ int main(int argc, char **argv)
         item(&s, "tcp", 0, 0, 16u << 20, 0, MC_DUMMY_IF_ARG);
         item(&s, NULL, 0, 0, 0, 0, MC_DUMMY_IF_ARG);
         finish(&s, argv[1], k ? "alloc_mount" : "mount");
+    }
+    {   /* sessions: starts (the put one with a config), ranged I/O, ends */
+        mc_dummy_cfg_t scfg = {.replica_num = 1, .present = 1};
+        begin(&s, MC_DUMMY_OP_PUT_SESSION_START, 0, 1);
+        item(&s, "key-1", 0, 0, 8192, 0, 0);
+        put(&s, &scfg, sizeof(scfg));
+        finish(&s, argv[1], "put_session_start");
+    }
+    for (int k = 0; k < 2; k++) { /* a key, then (buffer, offset) pairs */
+        begin(&s, k ? MC_DUMMY_OP_PUT_SESSION_WRITE : MC_DUMMY_OP_GET_SESSION_READ, 0, 5);
+        item(&s, "key-1", 0, 0, 0, 0, MC_DUMMY_IF_MORE);
+        item(&s, NULL, MC_DUMMY_REGION_POOL, 0, 4096, 0, MC_DUMMY_IF_MORE);
+        item(&s, NULL, 0, 4096, 0, 0, MC_DUMMY_IF_MORE);
+        item(&s, NULL, MC_DUMMY_REGION_POOL, 8192, 4096, 0, MC_DUMMY_IF_MORE);
+        item(&s, NULL, 0, 0, 0, 0, 0);
+        finish(&s, argv[1], k ? "put_session_write" : "get_session_read");
+    }
+    {
+        static const unsigned ops[] = {MC_DUMMY_OP_GET_SESSION_START, MC_DUMMY_OP_GET_SESSION_END,
+                                       MC_DUMMY_OP_PUT_SESSION_END,
+                                       MC_DUMMY_OP_PUT_SESSION_REVOKE};
+        static const char *const names[] = {"get_session_start", "get_session_end",
+                                            "put_session_end", "put_session_revoke"};
+        for (int k = 0; k < 4; k++) {
+            begin(&s, ops[k], 0, 2);
+            item(&s, "key-1", 0, 0, 0, 0, 0);
+            item(&s, "key-2", 0, 0, 0, 0, 0);
+            finish(&s, argv[1], names[k]);
+        }
     }
     begin(&s, MC_DUMMY_OP_UNMOUNT, 0, 1);
     item(&s, "0b9d6f7e-0d6f-4c1e-9d8a-2f1b3c4d5e6f", 0, 30, 0, 0,

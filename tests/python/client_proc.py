@@ -192,6 +192,52 @@ def handle(store, req):
         for b in blocks:
             store._mem_pool_free(b)
         return {"rcs": rcs, "ns": ns, "ok": ok}
+    if op == "sessions":
+        # the ranged sessions on one key, from buffers of the shared pool (a
+        # dummy) or registered memory (an ordinary client): what each call
+        # answers, and whether the bytes came back
+        import ctypes
+        key, size = req["key"], req["size"]
+        half = size // 2
+        if getattr(store, "_dummy", False):
+            src, dst = store.alloc_from_mem_pool(size), store.alloc_from_mem_pool(size)
+        else:
+            mem = (ctypes.c_ubyte * (2 * size))()
+            src = ctypes.addressof(mem)
+            dst = src + size
+            assert store.register_buffer(src, 2 * size) == 0
+        data = os.urandom(size)
+        ctypes.memmove(src, data, size)
+        out = {"put_start": store.batch_put_session_start([key], [size])}
+        out["put_write"] = store.batch_put_from_multi_buffer_ranges(
+            [key], [[src, src + half]], [[half, size - half]], [[0, half]])
+        out["write_unopened"] = store.batch_put_from_multi_buffer_ranges(
+            [key + "-none"], [[src]], [[16]], [[0]])
+        out["put_end"] = store.batch_put_session_end([key])
+        out["got"] = store.get(key) == data
+        out["get_start"] = store.batch_get_session_start([key, key + "-missing"])
+        out["get_read"] = store.batch_get_into_multi_buffer_ranges(
+            [key], [[dst, dst + (size - half)]], [[size - half, half]], [[half, 0]])
+        out["read_ok"] = ctypes.string_at(dst, size) == data[half:] + data[:half]
+        out["get_end"] = store.batch_get_session_end([key])
+        out["read_ended"] = store.batch_get_into_multi_buffer_ranges(
+            [key], [[dst]], [[16]], [[0]])
+        out["revoke_start"] = store.batch_put_session_start([key + "-r"], [size])
+        out["revoke"] = store.batch_put_session_revoke([key + "-r"])
+        out["revoked_exists"] = store.is_exist(key + "-r")
+        if getattr(store, "_dummy", False):
+            store._mem_pool_free(src)
+            store._mem_pool_free(dst)
+        else:
+            store.unregister_buffer(src)
+        return out
+    if op == "session_buf":
+        # a buffer of the shared pool holding `size` bytes of `hex` repeated
+        import ctypes
+        p = store.alloc_from_mem_pool(req["size"])
+        pat = bytes.fromhex(req["hex"])
+        ctypes.memmove(p, (pat * (req["size"] // len(pat) + 1))[:req["size"]], req["size"])
+        return {"addr": p}
     if op == "register_outside":
         buf = bytearray(4096)
         import ctypes

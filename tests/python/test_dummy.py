@@ -470,8 +470,10 @@ def test_hostile_frames_of_the_named_ops(real, dummies):
         s.recv(24, socket.MSG_WAITALL)
         return s
 
-    def frame(op, items):
-        body = b"".join(item.pack(0, 0, 0, 0, flags, 0, len(k), 0) + k for k, flags in items)
+    def frame(op, items):  # items: (key, flags[, region, off, len])
+        def one(k, flags, region=0, off=0, ln=0):
+            return item.pack(off, ln, 0, region, flags, 0, len(k), 0) + k
+        body = b"".join(one(*it) for it in items)
         return hdr.pack(magic, len(body), op, 0, len(items), 0, 0) + body
 
     ARG = 0x10
@@ -484,6 +486,8 @@ def test_hostile_frames_of_the_named_ops(real, dummies):
         frame(19, [(b"", 0), (b"", 0)]),                # QUERY_TASK: two items, no name
         frame(20, [(b"tcp", ARG)]),                     # MOUNT: protocol without location
         frame(22, [(b"key", 0)]),                       # UNMOUNT: a key, not an id
+        frame(24, [(b"key", 1)]),                       # SESSION_READ: MORE, no range
+        frame(27, [(b"key", 1), (b"", 1, 0, 1 << 20, 1), (b"", 0)]),  # a byte past the pool
     ]
     for f in bad:
         s = connect()
@@ -582,12 +586,50 @@ def test_mount_calls_through_a_dummy(spawn_client):
             os.unlink(p)
 
 
-def test_sessions_are_refused_clearly_through_a_dummy(dummies):
-    """The ranged sessions are not forwarded (docs/protocol.md §8): every key
-    answers NOT_SUPPORTED, nothing hangs or half-works."""
+def test_ranged_sessions_through_a_dummy(real, dummies, spawn_client, master):
     d = dummies()
-    assert d.call("put", key="sess-k", hex=b"v".hex())["rc"] == 0
-    r = d.call("invoke", method="batch_get_session_start", args=[["sess-k", "sess-x"]])
-    assert r["ret"] == [-1012, -1012] and "not" in r["detail"].lower(), r
-    assert _inv(d, "batch_put_session_start", ["sess-p"], [4096]) == [-1012]
-    assert _inv(d, "batch_get_session_end", ["sess-k"]) in (-1012, [-1012])
+    o = spawn_client("ordinary")
+    o.setup(master)
+    got = {c: c.call("sessions", key=f"sess-{c.name}", size=64 * 1024) for c in (o, d)}
+    assert got[d] == got[o], got
+    g = got[d]
+    assert g["put_start"] == [0] and g["put_write"] == [64 * 1024] and g["put_end"] == [0]
+    assert g["got"] and g["read_ok"] and g["get_read"] == [64 * 1024]
+    assert g["get_start"] == [0, OBJECT_NOT_FOUND] and g["get_end"] == 0
+    assert g["write_unopened"] == [INVALID_PARAMS] and g["read_ended"] == [INVALID_PARAMS]
+    assert g["revoke"] == [0] and g["revoked_exists"] == 0
+
+
+def test_ranged_sessions_belong_to_their_dummy(real, dummies):
+    """Two dummies of one mooncake_client: neither reads, writes or ends the
+    other's sessions, one's end leaves the other's get session open, and a
+    killed dummy's open put session is revoked."""
+    a, b = dummies("a"), dummies("b")
+    size = 4096
+    buf_a = a.call("session_buf", size=size, hex="a5")["addr"]
+    buf_b = b.call("session_buf", size=size, hex="5a")["addr"]
+    assert _inv(a, "batch_put_session_start", ["own-p"], [size]) == [0]
+    # b may neither write into, end nor revoke a's put session
+    assert _inv(b, "batch_put_from_multi_buffer_ranges", ["own-p"], [[buf_b]], [[size]],
+                [[0]]) == [INVALID_PARAMS]
+    assert _inv(b, "batch_put_session_end", ["own-p"]) == [INVALID_PARAMS]
+    assert _inv(b, "batch_put_session_revoke", ["own-p"]) == [INVALID_PARAMS]
+    assert _inv(a, "batch_put_from_multi_buffer_ranges", ["own-p"], [[buf_a]], [[size]],
+                [[0]]) == [size]
+    assert _inv(a, "batch_put_session_end", ["own-p"]) == [0]
+    assert bytes.fromhex(b.call("get", key="own-p")["hex"]) == b"\xa5" * size
+    # a get session both opened: a's end leaves b's open
+    for c in (a, b):
+        assert _inv(c, "batch_get_session_start", ["own-p"]) == [0]
+    assert _inv(a, "batch_get_session_end", ["own-p"]) == 0
+    assert _inv(a, "batch_get_into_multi_buffer_ranges", ["own-p"], [[buf_a]], [[16]],
+                [[0]]) == [INVALID_PARAMS]
+    assert _inv(b, "batch_get_into_multi_buffer_ranges", ["own-p"], [[buf_b]], [[16]],
+                [[0]]) == [16]
+    # a dies holding a put session: it is revoked, so the key can be written again
+    assert _inv(a, "batch_put_session_start", ["own-dead"], [size]) == [0]
+    assert _inv(b, "batch_put_session_start", ["own-dead"], [size]) != [0]
+    a.kill()
+    wait_until(lambda: _inv(b, "batch_put_session_start", ["own-dead"], [size]) == [0], 10.0,
+               "the killed dummy's put session to be revoked")
+    assert _inv(b, "batch_put_session_revoke", ["own-dead"]) == [0]

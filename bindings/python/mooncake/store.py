@@ -648,8 +648,9 @@ class MooncakeDistributedStore(TensorMethods):
         this dummy closes or dies; mount_segment needs a file this process
         can open read-write).  A value written from ordinary memory is
         staged through the local buffer and must fit in it.  The ranged
-        sessions (batch_get_session_*, batch_put_session_*) return
-        ``NOT_SUPPORTED``.
+        sessions (batch_get_session_*, batch_put_session_*) work on buffers
+        of the shared pool; a dummy sees only the sessions it opened, and
+        its open put sessions are revoked when it closes or dies.
 
         Returns:
             0; ``RPC_FAIL`` when no real client answers there (within about
