@@ -429,7 +429,7 @@ def test_tasks_through_a_dummy(real, dummies, spawn_client, master):
         tid, rc = _inv(c, "create_copy_task", key, [mine])
         assert rc == 0 and uuid.UUID(tid)
 
-        def done():
+        def done(tid=tid):
             info, qrc = _inv(c, "query_task", tid)
             assert qrc == 0, qrc
             assert info["status"] not in (2, "FAILED"), info
@@ -437,6 +437,14 @@ def test_tasks_through_a_dummy(real, dummies, spawn_client, master):
         wait_until(done, 20.0, "the copy task to succeed")
         assert _endpoints(c, key) == sorted([mine, theirs])
         assert c.call("get", key=key)["sha256"] == hashlib.sha256(b"t" * 5000).hexdigest()
+        # a move: the replica leaves the daemon's segment for the other
+        moved = p + "moved"
+        assert c.call("put", key=moved, hex=b"m".hex() * 100, preferred=theirs)["rc"] == 0
+        mtid, rc = _inv(c, "create_move_task", moved, theirs, mine)
+        assert rc == 0, rc
+        wait_until(lambda: done(mtid), 20.0, "the move task to succeed")
+        assert _endpoints(c, moved) == [mine]
+        assert c.call("get", key=moved)["hex"] == b"m".hex() * 100
         # refusals answer the same on both sides
         assert _inv(c, "create_move_task", key, mine, mine)[1] == INVALID_PARAMS
         assert _inv(c, "create_copy_task", p + "missing", [mine])[1] == OBJECT_NOT_FOUND
