@@ -494,18 +494,21 @@ static mc_status_t map_region(mc_dummy_t *d, unsigned r, uint64_t size)
 {
     static const char *const names[] = {"mooncake_dummy_pool", "mooncake_dummy_lbuf"};
     d->size[r] = size;
-    d->mfd[r] = memfd_create(names[r], MFD_CLOEXEC);
+    d->mfd[r] = memfd_create(names[r], MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (d->mfd[r] < 0) {
         mc_set_error_detail("memfd_create: %s", strerror(errno));
         return MC_INTERNAL_ERROR;
     }
-    if (size == 0)
-        return MC_OK;
-    if (ftruncate(d->mfd[r], (off_t)size) != 0) {
-        mc_set_error_detail("ftruncate of %llu bytes of shared memory: %s",
-                            (unsigned long long)size, strerror(errno));
+    /* sealed at its size: the real client maps it and must be able to rely
+     * on the pages never vanishing under it (it refuses an unsealed one) */
+    if ((ftruncate(d->mfd[r], (off_t)size) != 0) ||
+        (fcntl(d->mfd[r], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)) {
+        mc_set_error_detail("sizing %llu bytes of shared memory: %s", (unsigned long long)size,
+                            strerror(errno));
         return MC_INTERNAL_ERROR;
     }
+    if (size == 0)
+        return MC_OK;
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, d->mfd[r], 0);
     if (p == MAP_FAILED) {
         mc_set_error_detail("mmap of %llu bytes of shared memory: %s",

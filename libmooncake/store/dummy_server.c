@@ -24,7 +24,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -34,6 +33,7 @@
 #include "store/dummy_internal.h"
 #include "store/dummy_wire.h"
 #include "store/store_internal.h"
+#include "transfer/shm/shm.h"
 
 #define STAGE_ALIGN 64
 /* A dummy silent this long (no request, not even a PING) is dropped:
@@ -188,13 +188,13 @@ static mc_status_t do_hello(session_t *ss)
         goto out;
     }
     for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
-        struct stat sb;
         uint64_t size = hello.size[r];
-        /* a memfd shorter than claimed would fault (SIGBUS) on access */
-        if ((fstat(fds[r], &sb) != 0) || (sb.st_size < 0) || ((uint64_t)sb.st_size < size) ||
-            !S_ISREG(sb.st_mode) || (size > ((uint64_t)1 << 46))) {
-            mc_warn("dummy server: region %u of a HELLO is not %llu bytes of shared memory", r,
-                    (unsigned long long)size);
+        /* a memfd shorter than claimed, or one the dummy could shrink
+         * later, would fault (SIGBUS) on access: only one sealed against
+         * shrinking, of at least that size */
+        if (!mc_te_shm_fd_shareable(fds[r], size) || (size > ((uint64_t)1 << 46))) {
+            mc_warn("dummy server: region %u of a HELLO is not %llu bytes of sealed shared "
+                    "memory", r, (unsigned long long)size);
             goto out;
         }
         ss->size[r] = size;

@@ -453,7 +453,8 @@ def test_tasks_through_a_dummy(real, dummies, spawn_client, master):
 
 
 def test_hostile_frames_of_the_named_ops(real, dummies):
-    """Frames of ops 12-19 of the wrong shape close that connection only."""
+    """Frames of ops 12-29 of the wrong shape close that connection only."""
+    import fcntl
     import socket
     import struct
 
@@ -462,21 +463,27 @@ def test_hostile_frames_of_the_named_ops(real, dummies):
     item = struct.Struct("=QQIHBBII")    # mc_dummy_item_t
     magic = 0x4d434455
 
-    def connect():
+    def connect(seal=True):
+        """A connection that sent HELLO: (socket, the answer's status)."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(10)
         s.connect(f"\0mooncake_client_{port}.sock")
-        fds = [os.memfd_create("pool"), os.memfd_create("lbuf")]
+        fds = [os.memfd_create("pool", os.MFD_ALLOW_SEALING),
+               os.memfd_create("lbuf", os.MFD_ALLOW_SEALING)]
         for fd in fds:
             os.ftruncate(fd, 1 << 20)
+            if seal:
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         hello = struct.pack("=IIQQ", 1, 2, 1 << 20, 1 << 20)
         socket.send_fds(s, [hdr.pack(magic, len(hello), 1, 0, 0, 0, 0) + hello], fds)
         for fd in fds:
             os.close(fd)
         h = hdr.unpack(s.recv(hdr.size, socket.MSG_WAITALL))
-        assert h[5] == 0, h
         s.recv(24, socket.MSG_WAITALL)
-        return s
+        if seal:
+            assert h[5] == 0, h
+            return s
+        return s, h[5]
 
     def frame(op, items):  # items: (key, flags[, region, off, len])
         def one(k, flags, region=0, off=0, ln=0):
@@ -484,6 +491,10 @@ def test_hostile_frames_of_the_named_ops(real, dummies):
         body = b"".join(one(*it) for it in items)
         return hdr.pack(magic, len(body), op, 0, len(items), 0, 0) + body
 
+    # memory the dummy could still shrink (SIGBUS in the daemon) is refused
+    s, st = connect(seal=False)
+    assert st == INVALID_PARAMS
+    s.close()
     ARG = 0x10
     bad = [
         frame(15, [(b"seg", ARG), (b"key", 0)]),        # REPLICA_CLEAR: name before a key
