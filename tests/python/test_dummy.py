@@ -2,10 +2,13 @@
 """Dummy clients (setup_dummy) served by a real mooncake_client daemon:
 real processes throughout (docs/protocol.md §8)."""
 
+import hashlib
 import os
+import re
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -276,10 +279,6 @@ def test_daemon_client_http_server(master):
 # ---- the calls a dummy forwards besides reads and writes ------------------------
 # Each runs the same sequence through a dummy and through an ordinary client
 # (setup() of its own, with a segment) and compares what they answer.
-
-import hashlib
-import re
-import uuid
 
 OBJECT_NOT_FOUND, OBJECT_HAS_LEASE, INVALID_PARAMS = -704, -706, -600
 
