@@ -1577,6 +1577,8 @@ MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, 
     mc_status_t st;
     mc_status_t *own = NULL;
 
+    if (mc_dummy_batch_remove(s, keys, n, force, statuses, &st))
+        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;
@@ -1643,6 +1645,11 @@ MC_API mc_status_t mc_store_remove_by_regex(mc_store_h s, const char *regex, int
     mc_wire_remove_by_regex_req_t req;
     mc_wire_remove_by_regex_resp_t resp;
 
+    /* a dummy's real client runs it, after the same check of the pattern */
+    if (mc_store_is_dummy(s) && ((st = check_regex(regex)) != MC_OK))
+        return st;
+    if ((regex != NULL) && mc_dummy_remove_many(s, regex, force, count_p, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -1669,6 +1676,8 @@ MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p
     mc_wire_remove_all_req_t req;
     mc_wire_remove_all_resp_t resp;
 
+    if (mc_dummy_remove_many(s, NULL, force, count_p, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -1701,6 +1710,8 @@ MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h s, const char *const 
     mc_wire_batch_replica_clear_req_t req;
     mc_wire_batch_replica_clear_resp_t resp;
 
+    if (mc_dummy_batch_replica_clear(s, keys, n, segment_name, statuses, &st))
+        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;

@@ -789,7 +789,7 @@ static size_t run_length(const mc_te_item_t *items, size_t i, size_t nitems)
     const mc_te_item_t *a = &items[i];
     uint64_t bytes        = a->len;
     size_t k              = 1;
-    if (a->seg->is_self || (a->len == 0) || (a->len > MC_TE_RUN_MAX_ITEM_LEN))
+    if ((a->len == 0) || (a->len > MC_TE_RUN_MAX_ITEM_LEN))
         return 1;
     while ((i + k < nitems) && (k < MC_TE_RUN_MAX_ITEMS)) {
         const mc_te_item_t *b = &items[i + k];
@@ -814,8 +814,10 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
     int refreshed           = 0;
     size_t m                = 0;
 
-    if (k == 1) {
-        st[0] = exec_item(te, &items[0]);
+    if ((k == 1) || s->is_self) {
+        /* this engine's own memory: a memcpy each, on the calling thread */
+        for (size_t j = 0; j < k; j++)
+            st[j] = exec_item(te, &items[j]);
         return;
     }
     shm = segment_shm(s);
@@ -1175,9 +1177,9 @@ static mc_status_t request_check(mc_te_t *te, const mc_te_request_t *r, mc_te_se
 }
 
 /*
- * Number of items request r becomes: slices of slice_size when it is long
- * and its range is known to be valid (own regions, or the cached
- * descriptor of the peer); otherwise one item, which the range check then
+ * Number of items request r becomes: slices of slice_size when it is long,
+ * goes to a peer over the network, and its range is known to be valid (the
+ * cached descriptor of the peer); otherwise one item, which the range check then
  * refuses or (after a descriptor refresh) runs whole.  This keeps a bogus
  * multi-terabyte request from being cut into billions of slices.
  */
@@ -1185,19 +1187,14 @@ static size_t request_slices(mc_te_t *te, const mc_te_request_t *r, mc_te_segmen
 {
     uint64_t slice = te->cfg.slice_size;
     mc_te_shm_peer_t *shm = __atomic_load_n(&s->shm, __ATOMIC_ACQUIRE);
-    int known;
     if ((r->length <= slice) || (te->cfg.workers == 0))
         return 1;
-    if (s->is_self) {
-        pthread_rwlock_rdlock(&te->regions_lock);
-        known = region_find(te, r->remote, r->length) != NULL;
-        pthread_rwlock_unlock(&te->regions_lock);
-    } else if ((shm != NULL) && mc_te_shm_mapped(shm, r->remote, r->length)) {
-        return 1; /* one memcpy: slicing would only add hand-offs */
-    } else {
-        known = segment_has_range(s, r->remote, r->length);
-    }
-    return known ? (size_t)((r->length + slice - 1) / slice) : 1;
+    /* this engine's own memory, or a peer's already mapped: one memcpy on
+     * the calling thread; slicing would only add hand-offs to workers */
+    if (s->is_self || ((shm != NULL) && mc_te_shm_mapped(shm, r->remote, r->length)))
+        return 1;
+    return segment_has_range(s, r->remote, r->length) ? (size_t)((r->length + slice - 1) / slice)
+                                                      : 1;
 }
 
 /* Append the items of request i to items[*k_p...]. */

@@ -638,9 +638,19 @@ class MooncakeDistributedStore(TensorMethods):
         batch_put_from/batch_upsert_from/batch_get_into (and the multi-buffer
         forms), the tensor calls (put/get/batch/upsert/pub/TP, ``*_into``,
         ``*_from``), register_buffer (only inside the shared pool),
-        alloc_from_mem_pool.  A value written from ordinary memory is staged
-        through the local buffer and must fit in it.  Other calls return
-        ``NOT_SUPPORTED``.
+        alloc_from_mem_pool, batch_is_exist, batch_remove, remove_by_regex,
+        remove_all, batch_replica_clear (of what the real client wrote: it
+        owns a dummy's objects), get_replica_desc/batch_get_replica_desc,
+        create_copy_task/create_move_task/query_task, and ReplicateConfig
+        with preferred_segment and group_ids, and the segment calls
+        (mount_segment, allocate_and_mount_segment, unmount_segment,
+        unmount_and_free_segment: mounted on the real client, unmounted when
+        this dummy closes or dies; mount_segment needs a file this process
+        can open read-write).  A value written from ordinary memory is
+        staged through the local buffer and must fit in it.  The ranged
+        sessions (batch_get_session_*, batch_put_session_*) work on buffers
+        of the shared pool; a dummy sees only the sessions it opened, and
+        its open put sessions are revoked when it closes or dies.
 
         Returns:
             0; ``RPC_FAIL`` when no real client answers there (within about
