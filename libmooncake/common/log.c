@@ -90,6 +90,38 @@ void mc_log_write(int level, const char *file, int line, const char *fmt, ...)
     errno = saved_errno;
 }
 
+unsigned mc_log_rate_per_s = 10;
+
+static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int mc_log_rl_allow(mc_log_rl_t *rl, uint32_t *dropped_p)
+{
+    struct timespec ts;
+    uint64_t now_ms;
+    int ok;
+
+    *dropped_p = 0;
+    if (mc_log_rate_per_s == 0)
+        return 1;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    pthread_mutex_lock(&rl_lock);
+    if (now_ms - rl->window_ms >= 1000) {
+        rl->window_ms = now_ms;
+        rl->printed   = 0;
+    }
+    ok = rl->printed < mc_log_rate_per_s;
+    if (ok) {
+        rl->printed++;
+        *dropped_p  = rl->dropped;
+        rl->dropped = 0;
+    } else {
+        rl->dropped++;
+    }
+    pthread_mutex_unlock(&rl_lock);
+    return ok;
+}
+
 static __thread char error_detail[512];
 
 void mc_set_error_detail(const char *fmt, ...)
