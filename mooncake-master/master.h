@@ -465,8 +465,17 @@ int32_t mc_master_batch_upsert_end(mc_req_ctx_t *x, const mc_wire_batch_upsert_e
 int32_t mc_master_batch_upsert_revoke(mc_req_ctx_t *x,
                                       const mc_wire_batch_upsert_revoke_req_t *req,
                                       mc_wire_batch_upsert_revoke_resp_t *resp);
-int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
-                                  mc_wire_remove_by_regex_resp_t *resp);
+/* §5.8 REMOVE_BY_REGEX runs in slices (rpc.c): _start checks and compiles
+ * the pattern (INVALID_PARAMS past common/regex_limit.h), _step walks the
+ * index for about @p budget_us and returns 1 once it has visited it all,
+ * _finish frees the walk and returns how many objects went; _free drops
+ * an unfinished walk (NULL is fine). */
+typedef struct mc_regex_walk mc_regex_walk_t;
+int32_t mc_master_regex_walk_start(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
+                                   mc_regex_walk_t **walk_p);
+int mc_master_regex_walk_step(mc_req_ctx_t *x, mc_regex_walk_t *w, uint64_t budget_us);
+int64_t mc_master_regex_walk_finish(mc_regex_walk_t *w);
+void mc_master_regex_walk_free(mc_regex_walk_t *w);
 
 /* BATCH_REPLICA_CLEAR (docs/protocol.md §5.14): the caller's own keys. */
 int32_t mc_master_batch_replica_clear(mc_req_ctx_t *x,

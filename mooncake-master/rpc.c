@@ -93,10 +93,15 @@ typedef struct mc_conn {
     mc_buf_t tx;               /* responses of this conn_drive() pass */
     uint64_t frames;
     char peer[INET6_ADDRSTRLEN + 8];
+    mc_regex_walk_t *walk;     /* a REMOVE_BY_REGEX in slices: frames after it wait */
+    struct event *walk_ev;     /* runs the next slice */
 } mc_conn_t;
 
 static void conn_free(mc_conn_t *c)
 {
+    if (c->walk_ev != NULL)
+        event_free(c->walk_ev);
+    mc_master_regex_walk_free(c->walk);
     mc_mlist_remove(&c->link);
     c->m->nconns--;
     bufferevent_free(c->bev);
@@ -142,6 +147,11 @@ static void conn_close(mc_conn_t *c, const char *why)
              conn_state_str(c->state), c->frames, why);
     c->state = MC_CONN_CLOSING;
     bufferevent_disable(c->bev, EV_READ);
+    if (c->walk != NULL) { /* nobody will read its answer */
+        event_del(c->walk_ev);
+        mc_master_regex_walk_free(c->walk);
+        c->walk = NULL;
+    }
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
         conn_free(c);
         return;
@@ -219,7 +229,6 @@ MC_RPC_PLAIN_HANDLER_(upsert_revoke)
 MC_RPC_RESP_HANDLER_(batch_upsert_start)
 MC_RPC_RESP_HANDLER_(batch_upsert_end)
 MC_RPC_RESP_HANDLER_(batch_upsert_revoke)
-MC_RPC_RESP_HANDLER_(remove_by_regex)
 MC_RPC_PLAIN_HANDLER_(set_segment_draining)
 MC_RPC_RESP_HANDLER_(create_copy_task)
 MC_RPC_RESP_HANDLER_(create_move_task)
@@ -230,6 +239,34 @@ MC_RPC_RESP_HANDLER_(task_replica_start)
 MC_RPC_PLAIN_HANDLER_(task_replica_end)
 MC_RPC_PLAIN_HANDLER_(task_replica_revoke)
 MC_RPC_RESP_HANDLER_(batch_replica_clear)
+
+/* A handler's answer that comes later (not a status: those are <= 0). */
+#define MC_RPC_DEFERRED 1
+
+static void walk_slice_cb(evutil_socket_t fd, short what, void *arg);
+
+/* §5.8 REMOVE_BY_REGEX: a checked, compiled pattern starts a walk over the
+ * index that runs in slices between other events (walk_slice_cb); the
+ * connection handles no later frame until it has answered. */
+static int32_t handle_remove_by_regex(mc_conn_t *c, mc_req_ctx_t *x,
+                                      const mc_wire_remove_by_regex_req_t *req,
+                                      mc_wire_remove_by_regex_resp_t *resp)
+{
+    static const struct timeval now = {0, 0};
+    int32_t st;
+
+    (void)resp;
+    if (c->walk_ev == NULL) {
+        c->walk_ev = evtimer_new(c->m->base, walk_slice_cb, c);
+        if (c->walk_ev == NULL)
+            return MC_INTERNAL_ERROR;
+    }
+    st = mc_master_regex_walk_start(x, req, &c->walk);
+    if (st != MC_OK)
+        return st;
+    evtimer_add(c->walk_ev, &now);
+    return MC_RPC_DEFERRED;
+}
 
 /* Queue the encoded response in c->out on the socket. */
 static void conn_send(mc_conn_t *c, uint16_t opcode)
@@ -333,6 +370,8 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
         st = handle_##low(c, &x, &req, &resp);                                            \
         _Static_assert((code) < MC_MASTER_NOPS, "opcode outside the counter arrays");   \
         c->m->op_requests[(code)]++;                                                      \
+        if (st == MC_RPC_DEFERRED)                                                        \
+            return 0; /* the handler answers later */                                     \
         if (st != MC_OK)                                                                  \
             c->m->op_failures[(code)]++;                                                  \
         if (strncmp(#low, "batch_", 6) == 0) {                                            \
@@ -374,6 +413,8 @@ static int conn_drive_frames(mc_conn_t *c)
             return 1;
 
         case MC_CONN_READ_HEADER:
+            if (c->walk != NULL)
+                return 0; /* answers keep request order: wait for the walk's */
             if (evbuffer_get_length(out) + c->tx.len > MC_CONN_OUT_HIGH) {
                 /* the peer is not reading its responses */
                 bufferevent_disable(c->bev, EV_READ);
@@ -437,6 +478,39 @@ static void conn_drive(mc_conn_t *c)
 {
     if (conn_drive_frames(c) == 0)
         conn_flush(c);
+}
+
+/* Slice of REMOVE_BY_REGEX walk time, short enough that the other
+ * connections' requests see no stall. */
+#define MC_WALK_SLICE_US 2000
+
+/* One slice of the connection's regex walk; the answer and the frames
+ * that waited behind it once the walk is done.  The next slice is a
+ * zero timer, so the loop polls the sockets in between. */
+static void walk_slice_cb(evutil_socket_t fd, short what, void *arg)
+{
+    static const struct timeval now = {0, 0};
+    mc_conn_t *c = arg;
+    mc_wire_remove_by_regex_resp_t resp;
+    mc_req_ctx_t x;
+
+    (void)fd;
+    (void)what;
+    x.m      = c->m;
+    x.tenant = (mc_str_t){c->tenant, c->tenant_len};
+    x.arena  = &c->arena;
+    x.now_ms = mc_now_ms();
+    if (!mc_master_regex_walk_step(&x, c->walk, MC_WALK_SLICE_US)) {
+        evtimer_add(c->walk_ev, &now);
+        return;
+    }
+    memset(&resp, 0, sizeof(resp));
+    resp.count = mc_master_regex_walk_finish(c->walk);
+    c->walk    = NULL;
+    /* c->hdr is still the REMOVE_BY_REGEX frame: no header was read since */
+    mc_wire_encode_remove_by_regex_resp(&c->out, c->hdr.request_id, MC_OK, &resp);
+    conn_send(c, MC_WIRE_OP_REMOVE_BY_REGEX);
+    conn_drive(c);
 }
 
 static void conn_read_cb(struct bufferevent *bev, void *arg)

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/regex_limit.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
@@ -1605,8 +1606,9 @@ out:
 /*
  * The master matches POSIX extended regular expressions (docs/protocol.md,
  * REMOVE_BY_REGEX) and answers MC_INVALID_PARAMS for one that does not
- * compile; compiling it here first gives the caller regerror()'s reason
- * instead of a bare code, and saves the round trip.
+ * compile or passes the bounds of common/regex_limit.h; checking here
+ * first gives the caller the reason instead of a bare code, saves the
+ * round trip, and keeps regcomp() from unrolling a huge pattern here too.
  */
 static mc_status_t check_regex(const char *regex)
 {
@@ -1620,6 +1622,10 @@ static mc_status_t check_regex(const char *regex)
     }
     if (strnlen(regex, MC_WIRE_MAX_STR + 1) > MC_WIRE_MAX_STR) {
         mc_set_error_detail("regex is longer than %u bytes", (unsigned)MC_WIRE_MAX_STR);
+        return MC_INVALID_PARAMS;
+    }
+    if (mc_regex_check(regex, strlen(regex), why, sizeof(why)) != 0) {
+        mc_set_error_detail("%s", why);
         return MC_INVALID_PARAMS;
     }
     rc = regcomp(&re, regex, REG_EXTENDED | REG_NOSUB);
