@@ -97,6 +97,16 @@ typedef enum mc_flag_kind {
       "Close an RPC connection idle for this many seconds (0 = never).")                    \
     X(BOOL, rpc_enable_tcp_no_delay, "true", v_none, 0,                                     \
       "Set TCP_NODELAY on RPC connections.")                                                \
+    X(SIZE, rpc_max_batch_frame_size, "64MB", v_batch_frame_size, 0,                        \
+      "Largest request body of a message carrying a list (the batch ones, "                 \
+      "REMOUNT_SEGMENTS), at most 64 MiB; a message without a list is bounded by its "      \
+      "fields (docs/protocol.md).  A larger header closes the connection.")                 \
+    X(SIZE, rpc_max_buffered_input, "256MB", v_positive_size, 0,                            \
+      "Bytes of unfinished request frames over 256 KiB the master buffers for all "         \
+      "connections together; a header that would pass it closes its connection.")          \
+    X(INT, log_rate_limit, "10", v_nonneg, 0,                                               \
+      "Lines a second each log site may write about what peers send (bad frames, refused " \
+      "requests); the next line says how many were suppressed.  0: no limit.")              \
     /* ---- metrics / admin ---- */                                                         \
     X(BOOL, enable_metric_reporting, "true", v_none, 0,                                     \
       "Log a \"master metrics\" line (keys, segments, bytes) every 10 seconds at info.")    \

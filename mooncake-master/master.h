@@ -326,6 +326,8 @@ struct mc_master {
     struct evconnlistener *listener;
     mc_mlist_t conns;
     uint32_t nconns;
+    uint64_t in_reserved;       /* rpc.c: bodies of large frames being read, all
+                                 * connections (--rpc_max_buffered_input) */
     char rpc_bound[300];       /* "addr:port" actually bound */
 
     /* objects.c */

@@ -393,6 +393,15 @@ MC_WIRE_MESSAGES(MC_WIRE_STRUCTS_)
 const char *mc_wire_op_name(uint16_t opcode);
 
 /*
+ * Largest request body of @p opcode that can decode, from its field list
+ * (docs/protocol.md §3): every KEY and STR at its bound, a CONFIG with one
+ * group id.  A request with a list field (KEYS, U64S, SEGMENTS, ...) has
+ * no bound of its own and gets MC_WIRE_MAX_BODY; so does an unknown
+ * opcode.  A server refuses a header announcing more before buffering it.
+ */
+uint32_t mc_wire_req_max_body(uint16_t opcode);
+
+/*
  * Encode an error response (status != MC_OK) for any opcode: header plus
  * the status, no fields.
  */
