@@ -56,6 +56,15 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str,
         time.sleep(interval)
 
 
+def rss_kib(pid: int) -> int:
+    """Resident set size of process ``pid`` in KiB (/proc/<pid>/status VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):

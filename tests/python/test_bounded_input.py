@@ -16,18 +16,10 @@ import socket
 import struct
 import time
 
-from helpers import Master, wait_until
+from helpers import Master, rss_kib, wait_until
 from rawwire import RawConn, header
 
 OP_PING, OP_BATCH_PUT_START = 2, 20
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def closed_by_peer(sock: socket.socket, timeout: float = 5.0) -> bool:

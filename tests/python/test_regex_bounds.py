@@ -10,14 +10,13 @@ all along never waits more than 50 ms, and the walk still removes exactly
 the matching keys.
 """
 
-import os
 import struct
 import threading
 import time
 
 import pytest
 
-from helpers import MiB
+from helpers import MiB, rss_kib
 from rawwire import OP_REMOVE_BY_REGEX, RawConn, regex_body
 
 INVALID_PARAMS = -600
@@ -27,14 +26,6 @@ MAX_PING_S = 0.050
 HUGE = [b"a{32767}{32767}", b"a{8000}{1000}", b"(a{255}){255}", b"((a{100}){100}){100}",
         b"(((((a{16}){16}){16}){16}){16})", b"[ab]{255}{255}", b"x{256}", b"a{1,99999}",
         b"(" * 40 + b"a" + b")" * 40, b"(a)\\1"]
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 class Pinger(threading.Thread):
@@ -121,7 +112,6 @@ def test_costly_pattern_runs_in_slices_between_other_requests(master, make_store
     finally:
         conn.close()
         pinger.finish()
-    print(f"walk {walk:.3f}s, {pinger.count} pings, worst {pinger.worst * 1000:.1f} ms")
     assert walk > 4 * MAX_PING_S, f"the walk took only {walk:.3f}s: the test proves nothing"
     assert pinger.count > 10, f"only {pinger.count} pings during a {walk:.2f}s walk"
     assert pinger.worst < MAX_PING_S, \
