@@ -146,6 +146,11 @@ typedef enum mc_flag_kind {
     X(INT, http_metadata_server_port, "8080", v_port, 0, "Port of the HTTP metadata server.") \
     X(STRING, http_metadata_server_host, "0.0.0.0", v_nonempty, 0,                          \
       "Address the HTTP metadata server binds to.")                                         \
+    X(SIZE, http_metadata_max_value_size, "16MB", v_positive_size, 0,                       \
+      "Largest value one PUT /metadata may store (413 beyond it).")                         \
+    X(SIZE, http_metadata_quota, "256MB", v_positive_size, 0,                               \
+      "Bytes of keys and values the HTTP metadata store holds; a PUT beyond it is 507 "     \
+      "\"metadata store is full\".")                                                        \
     X(BOOL, enable_metadata_cleanup_on_timeout, "false", v_none, 0,                         \
       "When a client expires, delete mooncake/ram/<segment> and mooncake/rpc_meta/<segment> " \
       "of its segments from the embedded HTTP metadata server.")                            \

@@ -134,6 +134,8 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
                                    (uint16_t)cfg->http_metadata_server_port, &m->http);
         if (st != MC_OK)
             goto fail;
+        mc_meta_server_set_limits(m->http, cfg->http_metadata_max_value_size,
+                                  cfg->http_metadata_quota);
     }
 
     if (cfg->metrics_port != 0) {
