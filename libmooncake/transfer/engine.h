@@ -37,6 +37,8 @@
 #define MC_TE_DEFAULT_IO_TIMEOUT_S    30
 #define MC_TE_DEFAULT_CONNECT_MS      3000
 #define MC_TE_DEFAULT_MAX_CONNS       1024
+#define MC_TE_DEFAULT_MAX_CONNS_PEER  256   /* served connections from one address */
+#define MC_TE_DEFAULT_IDLE_TIMEOUT_S  120   /* a served connection idle this long is closed */
 #define MC_TE_DEFAULT_SLICE_SIZE      (512u * 1024u)
 #define MC_TE_MAX_WORKERS             64
 #define MC_TE_PORT_RANDOM_TRIES       50
@@ -55,6 +57,8 @@ typedef struct mc_te_config {
     unsigned lanes;          /* pooled connections per peer */
     unsigned workers;        /* batch worker threads (started lazily) */
     unsigned max_conns;      /* served connections at once */
+    unsigned max_conns_peer; /* ... from one peer address */
+    int idle_timeout_s;      /* close a served connection idle this long (0: never) */
     int io_timeout_s;        /* SO_RCVTIMEO / SO_SNDTIMEO on data sockets */
     int connect_timeout_ms;
     uint64_t slice_size;     /* batch requests above this are split */
