@@ -48,6 +48,8 @@ struct mc_meta_server {
     mc_hmap_t meta;
     uint64_t meta_bytes;
     uint64_t quota;            /* all keys and values */
+    mc_meta_write_check_func_t check; /* who may PUT/DELETE (NULL: anyone) */
+    void *check_arg;
     char bound[300];
 };
 
@@ -282,6 +284,14 @@ static void http_cb(struct evhttp_request *req, void *arg)
         reply(req, 414, "URI Too Long", "metadata key is too long");
         return;
     }
+    if (((cmd == EVHTTP_REQ_PUT) || (cmd == EVHTTP_REQ_DELETE)) && (m->check != NULL) &&
+        !m->check(m->check_arg, key,
+                  evhttp_find_header(evhttp_request_get_input_headers(req),
+                                     MC_META_OWNER_HEADER))) {
+        free(key);
+        reply(req, 403, "Forbidden", "metadata key is owned by another client");
+        return;
+    }
     switch (cmd) {
     case EVHTTP_REQ_GET:
     case EVHTTP_REQ_HEAD: /* evhttp drops the body */
@@ -326,6 +336,13 @@ int mc_master_evhttp_bind(struct evhttp *h, const char *what, const char *host, 
     else
         snprintf(bound, bound_len, "%s:%u", host, (unsigned)port);
     return 0;
+}
+
+void mc_meta_server_set_write_check(mc_meta_server_t *m, mc_meta_write_check_func_t check,
+                                    void *arg)
+{
+    m->check     = check;
+    m->check_arg = arg;
 }
 
 void mc_meta_server_set_limits(mc_meta_server_t *m, uint64_t max_value, uint64_t quota)

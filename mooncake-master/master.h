@@ -321,6 +321,7 @@ struct mc_master {
     mc_master_config_t *cfg;
     struct event_base *base;
     uint64_t view_version;     /* wall-clock ms at start */
+    uint64_t meta_token_key[2]; /* meta_owner.c: SipHash key of metadata tokens */
 
     /* rpc.c */
     struct evconnlistener *listener;
@@ -541,6 +542,17 @@ int32_t mc_master_unmount_segment(mc_req_ctx_t *x, const mc_wire_unmount_segment
 int32_t mc_master_set_segment_draining(mc_req_ctx_t *x,
                                        const mc_wire_set_segment_draining_req_t *req);
 int32_t mc_master_client_close(mc_req_ctx_t *x, const mc_wire_client_close_req_t *req);
+
+/* ---- meta_owner.c: descriptor ownership in the HTTP metadata store -------- */
+
+/* Draw the key of the metadata tokens (at start). */
+void mc_master_meta_owner_init(mc_master_t *m);
+/* The metadata token of @p client_id, sent in its HELLO answer. */
+mc_uuid_t mc_master_metadata_token(const mc_master_t *m, mc_uuid_t client_id);
+/* mc_meta_server write check (arg: the master): 1 when @p key is no
+ * segment descriptor, its segment is not mounted, or @p token (hex, may
+ * be NULL) is its owner's; 0 otherwise (logged, rate limited). */
+int mc_master_meta_write_allowed(void *arg, const char *key, const char *token);
 
 /* ---- admin.c: admin HTTP server and metrics (--metrics_port) ------------- */
 

@@ -206,6 +206,7 @@ static int32_t handle_hello(mc_conn_t *c, mc_req_ctx_t *x, const mc_wire_hello_r
     c->hello      = 1;
     resp->server_version = mc_str_from_cstr(mc_version_string());
     resp->view_version   = c->m->view_version;
+    resp->metadata_token = mc_master_metadata_token(c->m, req->client_id);
     return MC_OK;
 }
 

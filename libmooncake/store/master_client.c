@@ -139,6 +139,8 @@ mc_status_t mc_mconn_open(const mc_master_target_t *t, mc_mconn_t **conn_p)
         goto fail;
     }
     conn->view_version = resp.view_version;
+    if (t->on_token != NULL)
+        t->on_token(t->on_token_arg, resp.metadata_token);
     *conn_p            = conn;
     return MC_OK;
 

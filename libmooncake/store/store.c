@@ -46,6 +46,7 @@
 
 #include "common/log.h"
 #include "common/regex_limit.h"
+#include "transfer/engine.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
@@ -185,8 +186,27 @@ MC_API mc_status_t mc_store_create(mc_store_h *store_p)
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&s->seg_lock, NULL);
     pthread_mutex_init(&s->http_lock, NULL);
+    pthread_mutex_init(&s->token_mu, NULL);
     *store_p = s;
     return MC_OK;
+}
+
+/* The master's metadata token, from every HELLO (a restarted master has a
+ * new one): kept, and handed to the engine once setup has one. */
+static void store_on_token(void *arg, mc_uuid_t token)
+{
+    mc_store_h s = arg;
+    char hex[33];
+
+    snprintf(hex, sizeof(hex), "%016llx%016llx", (unsigned long long)token.hi,
+             (unsigned long long)token.lo);
+    pthread_mutex_lock(&s->token_mu);
+    if (strcmp(hex, s->meta_token) != 0) {
+        memcpy(s->meta_token, hex, sizeof(hex));
+        if (s->token_te != NULL)
+            mc_te_meta_token_set(s->token_te, hex);
+    }
+    pthread_mutex_unlock(&s->token_mu);
 }
 
 /* Tell the master this client is gone; its segments and objects vanish. */
@@ -220,6 +240,12 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
     }
     mc_store_segments_release(s);
     mc_store_lbuf_cleanup(s);
+    pthread_mutex_lock(&s->token_mu);
+    if (s->token_te != NULL)
+        mc_te_meta_token_set(s->token_te, ""); /* a borrowed engine outlives us */
+    s->token_te      = NULL;
+    s->meta_token[0] = '\0';
+    pthread_mutex_unlock(&s->token_mu);
     if (s->te != NULL) {
         /* a borrowed engine stays with its owner: the segment and buffer
          * regions were unregistered above, which is all we put on it */
@@ -296,6 +322,8 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     st = mc_master_target_init(&s->target, master, s->client_id, tenant);
     if (st != MC_OK)
         goto fail;
+    s->target.on_token     = store_on_token;
+    s->target.on_token_arg = s;
     if (p->field_mask & MC_STORE_PARAM_RPC_TIMEOUT_MS)
         s->target.io_timeout_ms = (int)p->rpc_timeout_ms;
     st = mc_master_pool_init(&s->pool, &s->target, MC_STORE_POOL_CAP);
@@ -350,6 +378,10 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
         goto fail;
     }
 engine_ready:
+    pthread_mutex_lock(&s->token_mu);
+    s->token_te = s->te;
+    mc_te_meta_token_set(s->te, s->meta_token);
+    pthread_mutex_unlock(&s->token_mu);
     name = mc_te_local_name(s->te);
     if ((name == NULL) || (*name == '\0') || (strlen(name) >= sizeof(s->hostname))) {
         mc_set_error_detail("transfer engine has no usable segment name");
@@ -458,6 +490,7 @@ MC_API void mc_store_destroy(mc_store_h s)
     mc_store_close(s);
     pthread_mutex_destroy(&s->seg_lock);
     pthread_mutex_destroy(&s->http_lock);
+    pthread_mutex_destroy(&s->token_mu);
     pthread_rwlock_destroy(&s->life);
     free(s);
 }

@@ -76,6 +76,13 @@ struct mc_store {
     mc_master_pool_t pool;
     int pool_ready;
 
+    /* the master's metadata token (HELLO), hex; token_te is the engine that
+     * sends it with its descriptor writes, set and cleared by setup and
+     * close; both under token_mu (docs/protocol.md §6.1) */
+    pthread_mutex_t token_mu;
+    char meta_token[33];
+    mc_te_h token_te;
+
     /* global segments: setup's and mounted ones (mount.c); remount sends
      * those not draining */
     pthread_mutex_t seg_lock;

@@ -154,6 +154,7 @@ struct mc_te {
     char *key_prefix;      /* "mooncake/" or "mooncake/<cluster>/" */
     int published;         /* HTTP keys were written (delete at destroy) */
     pthread_mutex_t publish_mu;
+    char owner_token[33];  /* sent with HTTP PUT/DELETE (under publish_mu); "" none */
 
     pthread_rwlock_t regions_lock;
     mc_te_region_t **regions; /* sorted by addr */
@@ -314,8 +315,14 @@ void mc_te_meta_unpublish(mc_te_t *te);
 mc_status_t mc_te_meta_fetch(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *desc_p);
 
 /* HTTP helpers (libcurl): key is URL-encoded by the callee. */
-mc_status_t mc_te_http_put(const char *url, const char *key, const char *body);
+/* PUT/DELETE send @p token (32 hex digits, or NULL/"" for none) as
+ * X-Mooncake-Owner-Token (docs/protocol.md §6.1). */
+mc_status_t mc_te_http_put(const char *url, const char *key, const char *body,
+                           const char *token);
 mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size_t *len_p);
-mc_status_t mc_te_http_delete(const char *url, const char *key);
+mc_status_t mc_te_http_delete(const char *url, const char *key, const char *token);
+/* The metadata token the master gave the store that uses this engine
+ * (HELLO); sent with every later descriptor PUT and DELETE. */
+void mc_te_meta_token_set(mc_te_t *te, const char *token);
 
 #endif /* MC_TRANSFER_ENGINE_H */

@@ -206,7 +206,9 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
-#define MC_WIRE_RESP_hello(F) F(STR, server_version) F(U64, view_version)
+/* metadata_token: what the client's transfer engine sends with its
+ * metadata writes to the master's HTTP store (§6.1). */
+#define MC_WIRE_RESP_hello(F) F(STR, server_version) F(U64, view_version) F(UUID, metadata_token)
 
 /* Liveness; client_status 1 OK, 2 NEED_REMOUNT (master does not know it). */
 #define MC_WIRE_REQ_ping(F) F(UUID, client_id)
