@@ -139,6 +139,9 @@ typedef enum mc_flag_kind {
     X(INT, client_ttl, "10", v_positive, 0,                                                 \
       "Seconds a client stays alive after its last ping; then its segments are unmounted "  \
       "and the objects on them dropped.")                                                   \
+    X(INT, client_suspect_heartbeats, "2", v_nonneg, 0,                                     \
+      "Heartbeats (the client's own ping period) a client may miss before placement stops " \
+      "putting new objects on its segments, until it pings again; 0: never.")               \
     /* ---- HTTP metadata server ---- */                                                    \
     X(BOOL, enable_http_metadata_server, "false", v_none, 0,                                \
       "Serve the transfer-engine metadata store (GET/PUT/DELETE /metadata?key=) over "      \

@@ -313,6 +313,9 @@ struct mc_client {
     mc_hnode_t node;           /* in m->clients, hash of id */
     mc_uuid_t id;
     uint64_t deadline_ms;      /* monotonic; expired past it */
+    uint64_t seen_ms;          /* last ping or mount (monotonic) */
+    uint64_t last_ping_ms;     /* last ping, 0 before the first */
+    uint32_t ping_period_ms;   /* gap between its last two pings (its heartbeat) */
     mc_mlist_t segments;       /* mc_segment_t.client_link */
     uint32_t nsegments;
 };
@@ -529,6 +532,10 @@ mc_client_t *mc_master_client_find(mc_master_t *m, mc_uuid_t id);
 mc_client_t *mc_master_client_touch(mc_master_t *m, mc_uuid_t id, uint64_t now_ms);
 /* Unmount every segment of @p c and free it. */
 void mc_master_client_forget(mc_master_t *m, mc_client_t *c, const char *why);
+/* A client that has missed --client_suspect_heartbeats of its own
+ * heartbeats (the gap between its last two pings, 1 s until it has
+ * pinged twice) is suspect: placement avoids its segments. */
+int mc_master_client_suspect(const mc_master_t *m, const mc_client_t *c, uint64_t now_ms);
 /* Expire clients whose deadline passed. */
 void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms);
 size_t mc_master_clients_count(const mc_master_t *m);

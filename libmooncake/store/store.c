@@ -926,6 +926,23 @@ static uint64_t iov_total(const mc_iov_t *parts, size_t n)
     return total;
 }
 
+/*
+ * A write whose bytes could not reach a holder (dead, or its link cut:
+ * the engine gives up within its connect and I/O timeouts) has been
+ * revoked; it is tried once more, with a fresh PutStart, unless the
+ * configuration pins it to a preferred segment (it would land on the same
+ * holder).  The master no longer places on a holder that missed its
+ * heartbeats (--client_suspect_heartbeats), so the second placement
+ * usually avoids it.
+ */
+static int write_retryable(mc_status_t st, const mc_replicate_config_t *cfg)
+{
+    if (st != MC_TRANSFER_FAIL)
+        return 0;
+    return (cfg == NULL) || (cfg->preferred_segment == NULL) ||
+           (cfg->preferred_segment[0] == '\0');
+}
+
 /* Public entry of every single-key write. */
 static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                              size_t n, const mc_replicate_config_t *cfg, unsigned flags)
@@ -939,6 +956,11 @@ static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const
     if (st != MC_OK)
         return st;
     st = do_write(s, op, key, parts, n, cfg, flags);
+    if (write_retryable(st, cfg)) {
+        mc_info("%s of %s: the transfer failed (%s); once more on a fresh placement",
+                write_op_name(op), key, mc_last_error_detail());
+        st = do_write(s, op, key, parts, n, cfg, flags);
+    }
     mc_store_metrics_record(&s->metrics, MC_MOP_PUT, t0, 1, st != MC_OK,
                             (st == MC_OK) ? iov_total(parts, n) : 0);
     mc_store_leave(s);

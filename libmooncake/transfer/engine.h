@@ -34,7 +34,7 @@
 #define MC_TE_DEFAULT_PORT_MAX        14300
 #define MC_TE_DEFAULT_LANES           4
 #define MC_TE_MAX_LANES               64
-#define MC_TE_DEFAULT_IO_TIMEOUT_S    30
+#define MC_TE_DEFAULT_IO_TIMEOUT_S    5   /* no progress this long: the peer is gone */
 #define MC_TE_DEFAULT_CONNECT_MS      3000
 #define MC_TE_DEFAULT_MAX_CONNS       1024
 #define MC_TE_DEFAULT_MAX_CONNS_PEER  256   /* served connections from one address */
