@@ -1,7 +1,9 @@
 #!/bin/bash
 # Install what is missing, build, and run every test suite:
 #   1. Check unit tests (tests/unit) on the regular build
-#   2. pytest end-to-end suite (tests/python): real master + client processes
+#   2. pytest end-to-end suite (tests/python): real master + client processes,
+#      then the cluster suite (tests/cluster: hosts in network namespaces;
+#      needs root, skipped otherwise)
 #   3. the unit tests and a C end-to-end run under AddressSanitizer + UBSan
 #   4. every libFuzzer target (tests/fuzz) for MC_FUZZ_SECONDS (10) each
 # The regular build runs 1 and 2 in parallel with the sanitizer build and
@@ -62,6 +64,10 @@ grep -E '^[0-9]+%: Checks|:[EF]:' "$logdir/unit.log" || tail -n 40 "$logdir/unit
 
 echo "== pytest end-to-end suite"
 make -C "$top/build" --no-print-directory check-python 2>&1 | tail -n 30
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== cluster suite (network namespaces)"
+make -C "$top/build" --no-print-directory check-cluster 2>&1 | tail -n 30
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== sanitizer build (ASan + UBSan): unit tests and C end-to-end"

@@ -185,11 +185,14 @@ class ClientProc:
     answer; an answer carrying "error" raises :class:`ClientError`.
     """
 
-    def __init__(self, name: str = "client", env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, name: str = "client", env: Optional[Dict[str, str]] = None,
+                 prefix: Optional[List[str]] = None) -> None:
+        """``prefix``: argv run in front of the interpreter (the cluster
+        suite's ``ip netns exec <ns>``; it must exec the command)."""
         self.name = name
         self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [sys.executable, str(CLIENT_PROC)],
+            list(prefix or []) + [sys.executable, str(CLIENT_PROC)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             env=dict(os.environ, **(env or {})), bufsize=0)
         self._lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
