@@ -20,6 +20,7 @@
 #include "common/log.h"
 
 int mc_log_threshold = MC_LOG_WARN;
+unsigned mc_log_rate_per_s = 10;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
 
@@ -47,8 +48,15 @@ int mc_log_parse_level(const char *s, int *level_p)
 void mc_log_init_from_env(void)
 {
     int level;
+    const char *rate = getenv("MC_LOG_RATE_LIMIT");
     if (mc_log_parse_level(getenv("MC_LOG_LEVEL"), &level) == 0)
         mc_log_threshold = level;
+    if ((rate != NULL) && (*rate != '\0')) {
+        char *end;
+        unsigned long v = strtoul(rate, &end, 10);
+        if ((*end == '\0') && (v <= 1000000))
+            mc_log_rate_per_s = (unsigned)v;
+    }
 }
 
 __attribute__((constructor)) static void mc_log_ctor(void)
@@ -89,8 +97,6 @@ void mc_log_write(int level, const char *file, int line, const char *fmt, ...)
             base ? base + 1 : file, line, msg);
     errno = saved_errno;
 }
-
-unsigned mc_log_rate_per_s = 10;
 
 static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
 

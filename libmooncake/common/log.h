@@ -42,7 +42,7 @@ void mc_log_write(int level, const char *file, int line, const char *fmt, ...)
 /*
  * Rate-limited lines, for what a peer can make us log at will (bad frames,
  * refused requests): each call site prints at most mc_log_rate_per_s lines
- * a second (0: no limit; the daemons set it from --log_rate_limit), and
+ * a second (0: no limit; $MC_LOG_RATE_LIMIT, or the daemons' --log_rate_limit), and
  * its next printed line after a quiet spell says how many it dropped.
  */
 typedef struct mc_log_rl {
