@@ -73,6 +73,14 @@ EXTRA_DIST += \
 	tests/python/engine_proc.py \
 	tests/python/test_engine.py \
 	tests/python/test_dummy.py \
+	tests/python/rawwire.py \
+	tests/python/test_regex_bounds.py \
+	tests/python/test_clear_errors.py \
+	tests/python/test_bounded_input.py \
+	tests/python/test_metadata_limits.py \
+	tests/python/test_metadata_owner.py \
+	tests/python/test_te_limits.py \
+	tests/python/test_dead_holder.py \
 	$(NULL)
 
 if ENABLE_PYTHON
