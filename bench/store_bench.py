@@ -53,8 +53,13 @@ def pct(sorted_vals, p):
 # worker side: a client process driven by JSON lines on stdin
 
 
-def worker_main():
-    from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+def serve_worker(handlers):
+    """The worker loop of a benchmark client process: one store; requests
+    are JSON lines on stdin, answers JSON lines on stdout.  ``setup``
+    (segment, local_buffer, master, metadata) and ``quit`` are handled here, any
+    other op by ``handlers[op](store, cmd)``, which returns the answer; an
+    exception answers {"error": ...} and the loop goes on."""
+    from mooncake.store import MooncakeDistributedStore
 
     store = MooncakeDistributedStore()
 
@@ -65,49 +70,65 @@ def worker_main():
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]
-        if op == "setup":
-            rc = store.setup("localhost", cmd["metadata"], cmd["segment"],
-                             cmd["local_buffer"], "tcp", "", cmd["master"])
-            reply({"rc": rc, "hostname": store.get_hostname() if rc == 0 else ""})
-        elif op == "run":
-            size, n, target = cmd["size"], cmd["count"], cmd["target"]
-            cfg = ReplicateConfig()
-            cfg.preferred_segment = target
-            value = os.urandom(size)
-            keys = ["bench_%d_%d" % (size, i) for i in range(n)]
-            t0 = time.perf_counter()
-            for k in keys:
-                rc = store.put(k, value, cfg)
-                if rc != 0:
-                    reply({"error": "put %s -> %d" % (k, rc)})
-                    break
-            put_s = time.perf_counter() - t0
-            lat = []
-            t0 = time.perf_counter()
-            for k in keys:
-                s = time.perf_counter_ns()
-                data = store.get(k)
-                lat.append(time.perf_counter_ns() - s)
-                if len(data) != size:
-                    reply({"error": "get %s returned %d bytes" % (k, len(data))})
-                    break
-            get_s = time.perf_counter() - t0
-            if store.get(keys[0]) != value:
-                reply({"error": "value mismatch"})
-                continue
-            for k in keys:
-                store.remove(k, force=True)
-            lat.sort()
-            reply({"put_s": put_s, "get_s": get_s,
-                   "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3})
-        elif op == "run_zc":
-            reply(run_zero_copy(store, ReplicateConfig, cmd))
-        elif op == "memcpy":
-            reply(memcpy_baseline(cmd["size"], cmd["count"]))
-        elif op == "quit":
-            store.close()
-            reply({"rc": 0})
-            return
+        try:
+            if op == "setup":
+                rc = store.setup("localhost", cmd.get("metadata", "P2PHANDSHAKE"),
+                                 cmd["segment"], cmd["local_buffer"], "tcp", "",
+                                 cmd["master"])
+                reply({"rc": rc, "hostname": store.get_hostname() if rc == 0 else ""})
+            elif op == "quit":
+                store.close()
+                reply({"rc": 0})
+                return
+            else:
+                reply(handlers[op](store, cmd))
+        except Exception as e:  # report and keep the driver's protocol
+            reply({"error": "%s: %s" % (type(e).__name__, e)})
+
+
+def add_common_args(ap):
+    """--build-dir, --transport and the hidden --role of every benchmark."""
+    ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(__file__), "..", "build"))
+    ap.add_argument("--transport", choices=["auto", "tcp"], default="auto",
+                    help="auto: same-host shared memory where possible; tcp: MC_TE_SHM=0")
+    ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
+
+
+def worker_main():
+    from mooncake.store import ReplicateConfig
+
+    def run(store, cmd):
+        size, n, target = cmd["size"], cmd["count"], cmd["target"]
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = target
+        value = os.urandom(size)
+        keys = ["bench_%d_%d" % (size, i) for i in range(n)]
+        t0 = time.perf_counter()
+        for k in keys:
+            rc = store.put(k, value, cfg)
+            if rc != 0:
+                raise RuntimeError("put %s -> %d" % (k, rc))
+        put_s = time.perf_counter() - t0
+        lat = []
+        t0 = time.perf_counter()
+        for k in keys:
+            s = time.perf_counter_ns()
+            data = store.get(k)
+            lat.append(time.perf_counter_ns() - s)
+            if len(data) != size:
+                raise RuntimeError("get %s returned %d bytes" % (k, len(data)))
+        get_s = time.perf_counter() - t0
+        if store.get(keys[0]) != value:
+            raise RuntimeError("value mismatch")
+        for k in keys:
+            store.remove(k, force=True)
+        lat.sort()
+        return {"put_s": put_s, "get_s": get_s,
+                "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3}
+
+    serve_worker({"run": run,
+                  "run_zc": lambda store, cmd: run_zero_copy(store, ReplicateConfig, cmd),
+                  "memcpy": lambda store, cmd: memcpy_baseline(cmd["size"], cmd["count"])})
 
 
 def memcpy_baseline(size, n):

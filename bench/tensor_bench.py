@@ -22,13 +22,13 @@ prints the tensor/bytes ratio:
 """
 import argparse
 import ctypes
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from store_bench import Worker, bench_env, human, pct, start_master, stop_master  # noqa: E402
+from store_bench import (Worker, bench_env, human, pct, serve_worker,  # noqa: E402
+                         start_master, stop_master)
 
 HEADER = 304
 ZC_ROWS = ((16 << 20, 1, 30), (256 << 10, 32, 60))  # tensor bytes, batch, rounds
@@ -41,36 +41,19 @@ LAT_SIZE, LAT_OPS = 4 << 10, 4000
 
 def worker_main():
     import torch
-    from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+    from mooncake.store import ReplicateConfig
 
-    store = MooncakeDistributedStore()
+    def target_config(cmd):
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = cmd["target"]
+        return cfg
 
-    def reply(obj):
-        sys.stdout.write(json.dumps(obj) + "\n")
-        sys.stdout.flush()
-
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd["op"]
-        try:
-            if op == "setup":
-                rc = store.setup("localhost", "P2PHANDSHAKE", cmd["segment"],
-                                 cmd["local_buffer"], "tcp", "", cmd["master"])
-                reply({"rc": rc, "hostname": store.get_hostname() if rc == 0 else ""})
-            elif op == "zc":
-                cfg = ReplicateConfig()
-                cfg.preferred_segment = cmd["target"]
-                reply(zero_copy(torch, store, cfg, cmd["size"], cmd["batch"], cmd["rounds"]))
-            elif op == "latency":
-                cfg = ReplicateConfig()
-                cfg.preferred_segment = cmd["target"]
-                reply(latency(torch, store, cfg, cmd["size"], cmd["count"]))
-            elif op == "quit":
-                store.close()
-                reply({"rc": 0})
-                return
-        except Exception as e:  # report and keep the driver's protocol
-            reply({"error": "%s: %s" % (type(e).__name__, e)})
+    serve_worker({
+        "zc": lambda store, cmd: zero_copy(torch, store, target_config(cmd), cmd["size"],
+                                           cmd["batch"], cmd["rounds"]),
+        "latency": lambda store, cmd: latency(torch, store, target_config(cmd), cmd["size"],
+                                              cmd["count"]),
+    })
 
 
 def _check(cond, what):

@@ -9,6 +9,7 @@ mooncakeinclude_HEADERS += \
 	libmooncake/include/mooncake/transfer.h \
 	libmooncake/include/mooncake/store.h \
 	libmooncake/include/mooncake/tensor.h \
+	libmooncake/include/mooncake/fastcopy.h \
 	$(NULL)
 
 noinst_LTLIBRARIES += libmooncake-internal.la
@@ -22,9 +23,11 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/util.c libmooncake/common/util.h \
 	libmooncake/common/hashmap.c libmooncake/common/hashmap.h \
 	libmooncake/common/regex_limit.c libmooncake/common/regex_limit.h \
+	libmooncake/common/fastcopy.c \
 	libmooncake/wire/wire.c libmooncake/wire/wire.h \
 	libmooncake/alloc/offset_alloc.c libmooncake/alloc/offset_alloc.h \
 	$(NULL)
+include libmooncake/coord/local.mk
 include libmooncake/transfer/local.mk
 include libmooncake/store/local.mk
 include libmooncake/tensor/local.mk

@@ -318,6 +318,7 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
     metric(b, "master_remount_segment_failures_total", "counter",
            "REMOUNT_SEGMENTS requests answered with an error status (upstream's name).",
            m->op_failures[MC_WIRE_OP_REMOUNT_SEGMENTS]);
+    mc_master_ha_metrics(m, b);
     evbuffer_add_printf(b,
                         "# HELP mooncake_build_info Build of this master; the value is 1.\n"
                         "# TYPE mooncake_build_info gauge\n"
@@ -366,6 +367,24 @@ static void do_summary(mc_master_t *m, struct evhttp_request *req)
     }
     reply_buf(req, HTTP_OK, "OK", "text/plain; charset=utf-8", b);
     evbuffer_free(b);
+}
+
+/* GET /leader: {"present", "leader_address"?, "view_version"?} as this
+ * master last saw the election (ha.h). */
+static void do_leader(mc_master_t *m, struct evhttp_request *req)
+{
+    char addr[300];
+    int64_t term = mc_master_ha_leader(m, addr, sizeof(addr));
+    json_t *j    = json_object();
+
+    if ((j == NULL) || jset(j, "present", json_boolean(term != 0)) ||
+        ((term != 0) && (jset(j, "leader_address", json_string(addr)) ||
+                         jset(j, "view_version", json_integer(term))))) {
+        json_decref(j);
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    reply_json(req, j);
 }
 
 /* ---- index queries ------------------------------------------------------------ */
@@ -767,7 +786,8 @@ static void admin_cb(struct evhttp_request *req, void *arg)
          (strcmp(path, "/health") != 0) && (strcmp(path, "/query_key") != 0) &&
          (strcmp(path, "/get_all_keys") != 0) && (strcmp(path, "/get_all_segments") != 0) &&
          (strcmp(path, "/query_segment") != 0) && (strcmp(path, "/batch_query_keys") != 0) &&
-         (strcmp(path, "/get_segments_detail") != 0) && (strcmp(path, "/role") != 0))) {
+         (strcmp(path, "/get_segments_detail") != 0) && (strcmp(path, "/role") != 0) &&
+         (strcmp(path, "/leader") != 0) && (strcmp(path, "/ha_status") != 0))) {
         reply_text(req, HTTP_NOTFOUND, "Not Found", "not found");
         return;
     }
@@ -784,7 +804,19 @@ static void admin_cb(struct evhttp_request *req, void *arg)
     if (tenant == NULL)
         tenant = "default";
 
-    if (strcmp(path, "/metrics") == 0) {
+    if (!mc_master_ha_serving(m) && (strcmp(path, "/metrics") != 0) &&
+        (strcmp(path, "/metrics/summary") != 0) && (strcmp(path, "/health") != 0) &&
+        (strcmp(path, "/role") != 0) && (strcmp(path, "/leader") != 0) &&
+        (strcmp(path, "/ha_status") != 0)) {
+        /* the index of a standby is empty: say so instead of answering "none" */
+        json_t *j = json_pack("{s:b, s:i, s:s}", "success", 0, "error_code",
+                              (int)MC_UNAVAILABLE_IN_CURRENT_MODE, "error_message",
+                              "service plane is not active");
+        if (j == NULL)
+            evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        else
+            reply_json_status(req, HTTP_SERVUNAVAIL, "Service Unavailable", j);
+    } else if (strcmp(path, "/metrics") == 0) {
         do_metrics(m, req);
     } else if (strcmp(path, "/metrics/summary") == 0) {
         do_summary(m, req);
@@ -806,7 +838,11 @@ static void admin_cb(struct evhttp_request *req, void *arg)
         do_segments_detail(m, req);
     } else if (strcmp(path, "/role") == 0) {
         /* one master without HA is always the leader */
-        reply_text(req, HTTP_OK, "OK", "leader");
+        reply_text(req, HTTP_OK, "OK", mc_master_ha_role_name(m));
+    } else if (strcmp(path, "/ha_status") == 0) {
+        reply_text(req, HTTP_OK, "OK", mc_master_ha_state_name(m));
+    } else if (strcmp(path, "/leader") == 0) {
+        do_leader(m, req);
     } else {
         v = param(&params, parsed, "segment");
         if (v == NULL)

@@ -725,6 +725,19 @@ mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, siz
                               d->name, d->help, (d->kind == MC_FLAG_KIND_STRING) ? "\"" : "",
                               d->def, (d->kind == MC_FLAG_KIND_STRING) ? "\"" : "");
     }
+    if (cfg->enable_ha) {
+        if (strcmp(cfg->ha_backend_type, "etcd") != 0)
+            return parse_fail(err, errlen,
+                              "--ha_backend_type=%s is not implemented in this build; "
+                              "--enable_ha works with etcd",
+                              cfg->ha_backend_type);
+        if ((cfg->ha_backend_connstring[0] == '\0') && (cfg->etcd_endpoints[0] == '\0'))
+            return parse_fail(err, errlen,
+                              "--enable_ha needs --etcd_endpoints=host:port[;host:port] "
+                              "(or --ha_backend_connstring)");
+        if ((cfg->ha_lease_ttl_sec < 2) || (cfg->ha_lease_ttl_sec > 3600))
+            return parse_fail(err, errlen, "--ha_lease_ttl_sec must be 2 to 3600 seconds");
+    }
     if (cfg->max_kv_soft_pin_ttl < cfg->default_kv_soft_pin_ttl)
         return parse_fail(err, errlen,
                           "--default_kv_soft_pin_ttl (%" PRIu64 " ms) exceeds "
@@ -845,6 +858,11 @@ void mc_master_flags_warn_unimplemented(const mc_master_config_t *cfg)
         mc_warn("--port is deprecated, use --rpc_port");
     if (cfg->is_set[MC_MASTER_FLAG_max_threads] || cfg->is_set[MC_MASTER_FLAG_rpc_thread_num])
         mc_info("--max_threads/--rpc_thread_num are accepted; the master runs one event loop");
+    /* upstream command lines pass the endpoints with HA off too */
+    if (!cfg->enable_ha &&
+        ((cfg->etcd_endpoints[0] != '\0') || (cfg->ha_backend_connstring[0] != '\0')))
+        mc_warn("--etcd_endpoints/--ha_backend_connstring are used only with --enable_ha=true; "
+                "this master runs alone");
     if ((strcmp(cfg->allocation_strategy, "random") != 0) &&
         (strcmp(cfg->allocation_strategy, "free_ratio_first") != 0))
         mc_warn("--allocation_strategy=%s is not implemented yet; using random",

@@ -169,12 +169,18 @@ typedef enum mc_flag_kind {
       "Seconds after its PutStart when the space of an unfinished or preempted put is "     \
       "released.")                                                                          \
     /* ---- high availability ---- */                                                       \
-    X(BOOL, enable_ha, "false", v_none, MC_FLAG_REFUSE | MC_FLAG_LATER,                     \
-      "High availability: leader election and master view in etcd.")                        \
-    X(STRING, ha_backend_type, "etcd", v_ha_backend, MC_FLAG_COMPAT, "HA backend: etcd, redis or k8s.") \
-    X(STRING, ha_backend_connstring, "", v_none, MC_FLAG_COMPAT, "Connection string of the HA backend.") \
-    X(STRING, etcd_endpoints, "", v_none, MC_FLAG_COMPAT | MC_FLAG_LATER,                   \
-      "etcd endpoints separated by ';' (HA mode).")                                         \
+    X(BOOL, enable_ha, "false", v_none, 0,                                                  \
+      "High availability: masters elect a leader through an etcd lease; clients find it "   \
+      "with master_server_address=etcd://host:port[;host:port] (docs/ha.md).")               \
+    X(STRING, ha_backend_type, "etcd", v_ha_backend, 0,                                     \
+      "HA backend: etcd (redis and k8s are refused with --enable_ha).")                      \
+    X(STRING, ha_backend_connstring, "", v_none, 0,                                         \
+      "Connection string of the HA backend (etcd endpoints); empty uses --etcd_endpoints.") \
+    X(STRING, etcd_endpoints, "", v_none, 0,                                                \
+      "etcd endpoints host:port separated by ';' (HA mode).")                               \
+    X(INT, ha_lease_ttl_sec, "5", v_positive, 0,                                            \
+      "Seconds of the leader's etcd lease: a dead leader is replaced within about this "    \
+      "long, and a leader that cannot renew it stops serving before it lapses (>= 2).")     \
     X(STRING, cluster_id, "mooncake_cluster", v_cluster_id, 0,                              \
       "Cluster identifier, [0-9A-Za-z_.-]{1,128}.")                                         \
     X(STRING, root_fs_dir, "", v_none, MC_FLAG_REFUSE, "Root directory of DFS replicas.")   \

@@ -13,6 +13,7 @@ mooncake_master_SOURCES = \
 	mooncake-master/http.c mooncake-master/http.h \
 	mooncake-master/admin.c \
 	mooncake-master/tasks.c \
+	mooncake-master/ha.c mooncake-master/ha.h \
 	$(NULL)
 mooncake_master_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 mooncake_master_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)

@@ -45,6 +45,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     mc_master_objects_tick(m, now);
     mc_master_tasks_tick(m, now);
     mc_master_evict_tick(m, now);
+    mc_master_ha_tick(m);
 }
 
 static void metrics_cb(evutil_socket_t fd, short what, void *arg)
@@ -151,6 +152,12 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
             mc_warn("running without the admin/metrics server (--metrics_port=0 disables it)");
     }
 
+    if (cfg->enable_ha) {
+        st = mc_master_ha_start(m);
+        if (st != MC_OK)
+            goto fail;
+    }
+
     st      = MC_INTERNAL_ERROR;
     m->tick_ev = event_new(m->base, -1, EV_PERSIST, tick_cb, m);
     if (m->tick_ev == NULL)
@@ -196,6 +203,33 @@ int mc_master_run(mc_master_t *m)
     return 0; /* a signal ended the loop */
 }
 
+/* Teardown order as in mc_master_destroy: tasks hang off objects, replicas
+ * point into segments, segments at their owners. */
+static void index_cleanup(mc_master_t *m)
+{
+    if (m->tasks.buckets != NULL)
+        mc_master_tasks_cleanup(m);
+    if (m->objects.buckets != NULL)
+        mc_master_objects_cleanup(m);
+    if (m->segments.buckets != NULL)
+        mc_master_segments_cleanup(m);
+    if (m->clients.buckets != NULL)
+        mc_master_clients_cleanup(m);
+}
+
+void mc_master_index_reset(mc_master_t *m)
+{
+    index_cleanup(m);
+    m->capacity_bytes  = 0;
+    m->allocated_bytes = 0;
+    if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
+        (mc_master_clients_init(m) != MC_OK) || (mc_master_tasks_init(m) != MC_OK)) {
+        /* a master with a broken index must not serve */
+        mc_error("out of memory re-creating the index after a step-down; exiting");
+        exit(1);
+    }
+}
+
 void mc_master_destroy(mc_master_t *m)
 {
     if (m == NULL)
@@ -208,20 +242,15 @@ void mc_master_destroy(mc_master_t *m)
         event_free(m->metrics_ev);
     if (m->tick_ev != NULL)
         event_free(m->tick_ev);
+    /* first: a leader hands over (deletes its key) before it stops serving */
+    mc_master_ha_stop(m);
     mc_master_admin_stop(m);
     mc_meta_server_destroy(m->http);
     mc_master_rpc_stop(m);
     /* tasks before objects (staged tasks hang off objects), objects before
      * segments (replicas point into segments), segments before clients
      * (segments point at their owner) */
-    if (m->tasks.buckets != NULL)
-        mc_master_tasks_cleanup(m);
-    if (m->objects.buckets != NULL)
-        mc_master_objects_cleanup(m);
-    if (m->segments.buckets != NULL)
-        mc_master_segments_cleanup(m);
-    if (m->clients.buckets != NULL)
-        mc_master_clients_cleanup(m);
+    index_cleanup(m);
     if (m->base != NULL)
         event_base_free(m->base);
     free(m);

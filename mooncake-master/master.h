@@ -38,6 +38,7 @@
 #include "common/hashmap.h"
 #include "common/util.h"
 #include "flags.h"
+#include "ha.h"   /* mc_master_ha_t (--enable_ha) */
 #include "http.h" /* mc_meta_server_t, mc_master_evhttp_bind (docs/protocol.md §6) */
 #include "wire/wire.h"
 
@@ -361,6 +362,9 @@ struct mc_master {
      * --enable_http_metadata_server */
     mc_meta_server_t *http;
 
+    /* ha.c: leader election and fencing, NULL unless --enable_ha */
+    mc_master_ha_t *ha;
+
     /* master.c */
     struct event *tick_ev;
     struct event *metrics_ev;
@@ -406,6 +410,9 @@ void mc_master_destroy(mc_master_t *m);
  * (--log_dir); again on SIGHUP, for log rotation.  -1 with errno set when
  * the file cannot be opened; stderr is then unchanged. */
 int mc_master_log_open(const char *dir);
+/* Forget every client, segment, object and task, as a master that has
+ * just started knows none (ha.c, after stepping down as leader). */
+void mc_master_index_reset(mc_master_t *m);
 
 /* ---- rpc.c (docs/protocol.md §1-§3) -------------------------------------- */
 

@@ -380,6 +380,20 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
         return 0;
     }
 
+    /* Fencing (ha.h): a standby, or a leader whose lease is not confirmed
+     * any more, answers nothing, HELLO included; the status tells the
+     * client to find the leader again.  Checked per frame, so a master
+     * resumed after SIGSTOP refuses what was queued while it slept. */
+    if (!mc_master_ha_serving(c->m)) {
+        mc_debug("rpc %s: %s refused: not the serving leader", c->peer, mc_wire_op_name(op));
+        c->m->op_requests[op]++;
+        c->m->op_failures[op]++;
+        atomic_fetch_add(&c->m->ha->fenced, 1);
+        mc_wire_encode_error(&c->out, op, rid, MC_UNAVAILABLE_IN_CURRENT_STATUS);
+        conn_send(c, op);
+        return 0;
+    }
+
     switch (op) {
 #define MC_RPC_DISPATCH_(UP, low, code)                                                   \
     case code: {                                                                          \

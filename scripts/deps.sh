@@ -6,7 +6,8 @@ set -eu
 PKGS="build-essential autoconf automake libtool autoconf-archive pkg-config
 libevent-dev libjansson-dev libcurl4-openssl-dev libnuma-dev
 libibverbs-dev librdmacm-dev check swig python3 python3-dev python3-numpy
-python3-pytest python3-torch curl procps clang libclang-rt-dev"
+python3-pytest python3-torch curl procps clang libclang-rt-dev
+etcd-server etcd-client"
 
 missing=""
 for p in $PKGS; do

@@ -434,6 +434,12 @@ struct mooncake_engine {
 %ignore mc_tensor_slab;
 %include <mooncake/tensor.h>
 
+/* ---- gathering copy ----------------------------------------------------------- */
+
+/* mc_fastcopy_gather(dst, dst_size, sources, nthreads) -> [status, bytes]:
+ * the language files map the address, the source list and the count out. */
+%include <mooncake/fastcopy.h>
+
 /*
  * The binding's store object.  It wraps the handle in a struct of its own so
  * the methods SWIG generates (named <struct>_<method>) cannot collide with

@@ -124,6 +124,111 @@ static int mooncake_py_cstr(const char **out, PyObject *o, const char *name)
     $1 = PyObject_CheckBuffer($input) ? 1 : 0;
 }
 
+/* ---- mc_fastcopy_gather(): destination address, source buffers, count out ---- */
+
+/* The destination is an address (int), as in the zero-copy store calls. */
+%typemap(in) void *dst
+{
+    unsigned long long a = PyLong_Check($input) ? PyLong_AsUnsignedLongLong($input) : 0;
+    if (!PyLong_Check($input)) {
+        PyErr_Format(PyExc_TypeError, "dst must be an int address, not '%s'",
+                     Py_TYPE($input)->tp_name);
+        SWIG_fail;
+    }
+    if (PyErr_Occurred())
+        SWIG_fail;
+    $1 = (void *)(uintptr_t)a;
+}
+
+/* The sources: a sequence of C-contiguous buffer objects (numpy arrays,
+ * bytes, ...), each held for the whole call. */
+%typemap(in) (const mc_iov_t *srcs, size_t n) (mooncake_py_iovs_t iv = {0})
+{
+    if (mooncake_py_iovs_init(&iv, $input) != 0)
+        SWIG_fail;
+    $1 = iv.iov;
+    $2 = iv.n;
+}
+
+%typemap(freearg) (const mc_iov_t *srcs, size_t n)
+{
+    mooncake_py_iovs_cleanup(&iv$argnum);
+}
+
+%typemap(in, numinputs=0) size_t *copied_p (size_t copied = 0)
+{
+    $1 = &copied;
+}
+
+%typemap(argout) size_t *copied_p
+{
+    $result = SWIG_Python_AppendOutput($result, PyLong_FromSize_t(*$1));
+}
+
+%{
+typedef struct mooncake_py_iovs {
+    Py_buffer *views;
+    mc_iov_t *iov;
+    size_t n;
+} mooncake_py_iovs_t;
+
+static void mooncake_py_iovs_cleanup(mooncake_py_iovs_t *iv)
+{
+    for (size_t i = 0; i < iv->n; i++)
+        PyBuffer_Release(&iv->views[i]);
+    PyMem_Free(iv->views);
+    PyMem_Free(iv->iov);
+    iv->views = NULL;
+    iv->iov   = NULL;
+    iv->n     = 0;
+}
+
+/* 0, or -1 with TypeError (not a sequence, an item without the buffer
+ * protocol) or ValueError (an item that is not C-contiguous) set. */
+static int mooncake_py_iovs_init(mooncake_py_iovs_t *iv, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "sources must be a sequence of buffers");
+    Py_ssize_t n;
+
+    iv->views = NULL;
+    iv->iov   = NULL;
+    iv->n     = 0;
+    if (fast == NULL)
+        return -1;
+    n         = PySequence_Fast_GET_SIZE(fast);
+    iv->views = PyMem_Calloc((size_t)n + 1, sizeof(*iv->views));
+    iv->iov   = PyMem_Calloc((size_t)n + 1, sizeof(*iv->iov));
+    if ((iv->views == NULL) || (iv->iov == NULL)) {
+        Py_DECREF(fast);
+        mooncake_py_iovs_cleanup(iv);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyObject_CheckBuffer(o)) {
+            PyErr_Format(PyExc_TypeError, "source %zd is not a buffer but '%s'", i,
+                         Py_TYPE(o)->tp_name);
+            goto fail;
+        }
+        if (PyObject_GetBuffer(o, &iv->views[i], PyBUF_C_CONTIGUOUS) != 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "source %zd is not C-contiguous", i);
+            goto fail;
+        }
+        iv->n++;
+        iv->iov[i].base = iv->views[i].buf;
+        iv->iov[i].len  = (size_t)iv->views[i].len;
+    }
+    Py_DECREF(fast);
+    return 0;
+fail:
+    Py_DECREF(fast);
+    mooncake_py_iovs_cleanup(iv);
+    return -1;
+}
+%}
+
 /* ---- (const char *const *strs, size_t n): a sequence of str in ------------- */
 
 %typemap(in) (const char *const *strs, size_t n) (mooncake_py_strv_t sv = {0})

@@ -13,10 +13,12 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store_read.c \
 	tests/unit/test_store_write.c \
 	tests/unit/test_tensor.c \
+	tests/unit/test_fastcopy.c \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_clear.c \
 	tests/unit/test_master_mem.c \
+	tests/unit/test_etcd.c \
 	tests/unit/test_transfer.c tests/unit/te_util.c tests/unit/te_util.h \
 	tests/unit/test_shm.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \

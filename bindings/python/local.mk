@@ -23,6 +23,8 @@ mooncake_py_sources = \
 	bindings/python/mooncake/engine.py \
 	bindings/python/mooncake/mooncake_config.py \
 	bindings/python/mooncake/store.py \
+	bindings/python/mooncake/structured_object_store.py \
+	bindings/python/mooncake/_fast_copy.py \
 	$(NULL)
 
 python_swig_sources = \
@@ -70,6 +72,7 @@ EXTRA_DIST += \
 	tests/python/test_tasks.py \
 	tests/python/test_shm.py \
 	tests/python/test_tensor.py \
+	tests/python/test_structured.py \
 	tests/python/engine_proc.py \
 	tests/python/test_engine.py \
 	tests/python/test_dummy.py \

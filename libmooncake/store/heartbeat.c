@@ -139,6 +139,8 @@ static void *hb_main(void *arg)
     struct timespec next, now;
 
     target.connect_timeout_ms = MC_HB_CONNECT_TIMEOUT_MS;
+    /* one look for the leader per tick (etcd://): stopping stays prompt */
+    target.failover_wait_ms = 0;
     if ((target.io_timeout_ms == 0) || (target.io_timeout_ms > MC_HB_IO_TIMEOUT_MS))
         target.io_timeout_ms = MC_HB_IO_TIMEOUT_MS;
 

@@ -22,13 +22,16 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "coord/etcd.h"
 #include "store/master_client.h"
 
 #define MC_MASTER_DEFAULT_PORT 50051
@@ -36,15 +39,154 @@
 /* Buffers above this size are released when a connection goes idle. */
 #define MC_MCONN_KEEP_BYTES (1u << 20)
 
+static void pause_ms(unsigned ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while ((nanosleep(&ts, &ts) != 0) && (errno == EINTR))
+        ;
+}
+
+/* ---- leader discovery (etcd://) ----------------------------------------- */
+
+/*
+ * The leader's address as last read from etcd.  Shared by every copy of
+ * a target (the pool's, the heartbeat's, the task worker's), so one
+ * failed dial sends them all back to etcd.
+ */
+typedef struct mc_master_resolver {
+    pthread_mutex_t lock;
+    mc_etcd_t *etcd;
+    char key[300];
+    char host[256];
+    uint16_t port;
+    int valid;
+} mc_master_resolver_t;
+
+static mc_status_t resolver_create(const char *endpoints, mc_master_resolver_t **r_p)
+{
+    const char *cluster = getenv("MC_STORE_CLUSTER_ID");
+    mc_master_resolver_t *r;
+    mc_status_t st;
+
+    if ((cluster == NULL) || (*cluster == '\0'))
+        cluster = "mooncake_cluster";
+    if (strlen(cluster) > 128) {
+        mc_set_error_detail("MC_STORE_CLUSTER_ID is longer than 128 characters");
+        return MC_INVALID_PARAMS;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    st = mc_etcd_create(endpoints, 1000, &r->etcd);
+    if (st != MC_OK) {
+        free(r);
+        return st;
+    }
+    snprintf(r->key, sizeof(r->key), "mooncake-store/%s/master_view", cluster);
+    pthread_mutex_init(&r->lock, NULL);
+    *r_p = r;
+    return MC_OK;
+}
+
+/* The leader's host and port: the cached ones, else read from etcd.
+ * MC_UNAVAILABLE_IN_CURRENT_STATUS when etcd names no leader, MC_RPC_FAIL
+ * when etcd does not answer. */
+static mc_status_t resolver_get(mc_master_resolver_t *r, char *host, size_t cap,
+                                uint16_t *port_p)
+{
+    mc_etcd_kv_t kv = {0};
+    mc_status_t st;
+    uint16_t port = 0;
+
+    pthread_mutex_lock(&r->lock);
+    if (r->valid) {
+        snprintf(host, cap, "%s", r->host);
+        *port_p = r->port;
+        pthread_mutex_unlock(&r->lock);
+        return MC_OK;
+    }
+    st = mc_etcd_get(r->etcd, r->key, &kv, NULL);
+    if (st == MC_ETCD_KEY_NOT_EXIST) {
+        mc_set_error_detail("No master is available: etcd %s has no leader under %s",
+                            mc_etcd_endpoints(r->etcd), r->key);
+        st = MC_UNAVAILABLE_IN_CURRENT_STATUS;
+    } else if (st == MC_OK) {
+        if ((mc_parse_host_port(kv.value, r->host, sizeof(r->host), &port) != 0) || (port == 0)) {
+            mc_set_error_detail("etcd key %s holds \"%s\", not host:port", r->key, kv.value);
+            st = MC_UNAVAILABLE_IN_CURRENT_STATUS;
+        } else {
+            r->port  = port;
+            r->valid = 1;
+            snprintf(host, cap, "%s", r->host);
+            *port_p = port;
+            mc_debug("leader master is %s:%u (term %lld)", r->host, (unsigned)port,
+                     (long long)kv.create_revision);
+        }
+    } else {
+        st = MC_RPC_FAIL;
+    }
+    pthread_mutex_unlock(&r->lock);
+    mc_etcd_kv_cleanup(&kv);
+    return st;
+}
+
+/* Forget the cached leader if it is still @p host:@p port (another thread
+ * may have found the new one already). */
+static void resolver_forget(mc_master_resolver_t *r, const char *host, uint16_t port)
+{
+    pthread_mutex_lock(&r->lock);
+    if (r->valid && (r->port == port) && (strcmp(r->host, host) == 0))
+        r->valid = 0;
+    pthread_mutex_unlock(&r->lock);
+}
+
+void mc_master_target_cleanup(mc_master_target_t *t)
+{
+    mc_master_resolver_t *r = t->resolver;
+    if (r == NULL)
+        return;
+    mc_etcd_destroy(r->etcd);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+    t->resolver = NULL;
+}
+
+static int failover_wait_ms(void)
+{
+    const char *env = getenv("MC_STORE_FAILOVER_WAIT_MS");
+    uint64_t v;
+    if ((env != NULL) && (*env != '\0')) {
+        if ((mc_parse_u64(env, &v) == 0) && (v <= MC_MASTER_IO_TIMEOUT_MAX_MS))
+            return (int)v;
+        mc_warn("ignoring MC_STORE_FAILOVER_WAIT_MS=\"%s\": not a number of milliseconds "
+                "in [0, %d]", env, MC_MASTER_IO_TIMEOUT_MAX_MS);
+    }
+    return MC_MASTER_FAILOVER_WAIT_MS;
+}
+
+/* ---- the target ---------------------------------------------------------- */
+
 mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
                                   mc_uuid_t client_id, const char *tenant_id)
 {
     uint16_t port = 0;
     const char *env;
     uint64_t v;
+    mc_status_t st;
 
     memset(t, 0, sizeof(*t));
-    if ((addr == NULL) || (mc_parse_host_port(addr, t->host, sizeof(t->host), &port) != 0)) {
+    if ((addr != NULL) && (strstr(addr, "://") != NULL) && (strncmp(addr, "etcd://", 7) != 0)) {
+        mc_set_error_detail("master_server_addr \"%s\": only etcd:// is supported as an HA "
+                            "backend (redis:// and k8s:// are not in this build)", addr);
+        return MC_INVALID_PARAMS;
+    }
+    if ((addr != NULL) && (strncmp(addr, "etcd://", 7) == 0)) {
+        snprintf(t->host, sizeof(t->host), "%s", addr);
+        t->failover_wait_ms = failover_wait_ms();
+    } else if ((addr == NULL) ||
+               (mc_parse_host_port(addr, t->host, sizeof(t->host), &port) != 0)) {
         mc_set_error_detail("master_server_addr \"%s\" is not \"host:port\"",
                             addr ? addr : "(null)");
         return MC_INVALID_PARAMS;
@@ -54,6 +196,11 @@ mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
         (strlen(tenant_id) >= sizeof(t->tenant_id))) {
         mc_set_error_detail("tenant_id must be 1 to %zu bytes", sizeof(t->tenant_id) - 1);
         return MC_INVALID_PARAMS;
+    }
+    if (strncmp(addr, "etcd://", 7) == 0) {
+        st = resolver_create(addr + 7, &t->resolver);
+        if (st != MC_OK)
+            return st;
     }
     strcpy(t->tenant_id, tenant_id);
     t->client_id          = client_id;
@@ -102,7 +249,43 @@ static mc_status_t io_failed(mc_mconn_t *conn, const char *what)
     return MC_RPC_FAIL;
 }
 
+static mc_status_t mconn_open_at(const mc_master_target_t *t, const char *host, uint16_t port,
+                                 mc_mconn_t **conn_p);
+
+/* A dial that failed this way is worth trying again on a leader read anew. */
+static int failover_status(mc_status_t st)
+{
+    return (st == MC_RPC_FAIL) || (st == MC_RPC_TIMEOUT) ||
+           (st == MC_UNAVAILABLE_IN_CURRENT_STATUS);
+}
+
 mc_status_t mc_mconn_open(const mc_master_target_t *t, mc_mconn_t **conn_p)
+{
+    uint64_t deadline;
+    char host[256];
+    uint16_t port = 0;
+    mc_status_t st;
+
+    if (t->resolver == NULL)
+        return mconn_open_at(t, t->host, t->port, conn_p);
+    deadline = mc_now_ms() + (uint64_t)t->failover_wait_ms;
+    for (;;) {
+        st = resolver_get(t->resolver, host, sizeof(host), &port);
+        if (st == MC_OK) {
+            st = mconn_open_at(t, host, port, conn_p);
+            if (st == MC_OK)
+                return MC_OK;
+            if (failover_status(st))
+                resolver_forget(t->resolver, host, port);
+        }
+        if (!failover_status(st) || (mc_now_ms() >= deadline))
+            return st;
+        pause_ms(100);
+    }
+}
+
+static mc_status_t mconn_open_at(const mc_master_target_t *t, const char *host, uint16_t port,
+                                 mc_mconn_t **conn_p)
 {
     mc_status_t st = MC_OK;
     mc_mconn_t *conn;
@@ -118,10 +301,10 @@ mc_status_t mc_mconn_open(const mc_master_target_t *t, mc_mconn_t **conn_p)
     mc_arena_init(&conn->arena);
     conn->next_id = 1;
 
-    conn->fd = mc_tcp_connect(t->host, t->port, t->connect_timeout_ms);
+    conn->fd = mc_tcp_connect(host, port, t->connect_timeout_ms);
     if (conn->fd < 0) {
-        mc_set_error_detail("cannot connect to master at %s:%u: %s", t->host,
-                            (unsigned)t->port, strerror(errno));
+        mc_set_error_detail("cannot connect to master at %s:%u: %s", host, (unsigned)port,
+                            strerror(errno));
         st = MC_RPC_FAIL;
         goto fail;
     }
@@ -134,8 +317,8 @@ mc_status_t mc_mconn_open(const mc_master_target_t *t, mc_mconn_t **conn_p)
     st                = mc_master_call_hello(conn, &req, &resp);
     if (st != MC_OK) {
         if (!conn->broken)
-            mc_set_error_detail("master at %s:%u refused HELLO: %s", t->host,
-                                (unsigned)t->port, mc_status_name(st));
+            mc_set_error_detail("master at %s:%u refused HELLO: %s", host, (unsigned)port,
+                                mc_status_name(st));
         goto fail;
     }
     conn->view_version = resp.view_version;
@@ -251,6 +434,12 @@ static mc_status_t decoded(mc_mconn_t *conn, mc_status_t st, int32_t status, uin
         mc_warn("undecodable %s response from master",
                 mc_wire_op_name(opcode) ? mc_wire_op_name(opcode) : "?");
         return MC_RPC_FAIL;
+    }
+    if (status == MC_UNAVAILABLE_IN_CURRENT_STATUS) {
+        /* a standby, or a leader past its lease: this connection leads
+         * nowhere any more; the next one is dialled to the leader anew */
+        conn->broken = 1;
+        conn->fenced = 1;
     }
     if (status != MC_OK)
         mc_set_error_detail("master answered %s: %s",
@@ -417,12 +606,47 @@ void mc_master_pool_put(mc_master_pool_t *pool, mc_mconn_t *conn)
     }
 }
 
+int mc_master_op_idempotent(uint16_t opcode)
+{
+    switch (opcode) {
+    case MC_WIRE_OP_HELLO:
+    case MC_WIRE_OP_PING:
+    case MC_WIRE_OP_GET_REPLICA_LIST:
+    case MC_WIRE_OP_EXIST_KEY:
+    case MC_WIRE_OP_BATCH_GET_REPLICA_LIST:
+    case MC_WIRE_OP_BATCH_EXIST_KEY:
+    case MC_WIRE_OP_QUERY_TASK:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/*
+ * Whether a pool call that failed with @p st on @p conn is repeated
+ * (mc_master_pool_call_* contract): once on a stale idle connection, and
+ * with an etcd:// target while the failover wait lasts.
+ */
+static int pool_call_again(const mc_master_pool_t *pool, const mc_mconn_t *conn,
+                           mc_status_t st, uint16_t opcode, int attempt, uint64_t deadline)
+{
+    if ((attempt == 0) && mc_mconn_stale(conn, st))
+        return 1;
+    if ((pool->target.resolver == NULL) || (mc_now_ms() >= deadline))
+        return 0;
+    if (conn->fenced)
+        return 1;
+    return conn->broken && ((st == MC_RPC_FAIL) || (st == MC_RPC_TIMEOUT)) &&
+           mc_master_op_idempotent(opcode);
+}
+
 #define MC_MASTER_POOL_CALL_DEF_(UP, low, code)                                         \
     mc_status_t mc_master_pool_call_##low(mc_master_pool_t *pool, mc_mconn_t **conn_p,  \
                                           const mc_wire_##low##_req_t *req,             \
                                           mc_wire_##low##_resp_t *resp)                 \
     {                                                                                   \
         mc_status_t st;                                                                 \
+        uint64_t deadline = mc_now_ms() + (uint64_t)pool->target.failover_wait_ms;      \
         *conn_p = NULL;                                                                 \
         for (int attempt = 0;; attempt++) {                                             \
             st = mc_master_pool_get(pool, conn_p);                                      \
@@ -431,11 +655,15 @@ void mc_master_pool_put(mc_master_pool_t *pool, mc_mconn_t *conn)
                 return st;                                                              \
             }                                                                           \
             st = mc_master_call_##low(*conn_p, req, resp);                              \
-            if ((attempt > 0) || !mc_mconn_stale(*conn_p, st))                          \
+            if ((st == MC_OK) ||                                                        \
+                !pool_call_again(pool, *conn_p, st, (code), attempt, deadline))         \
                 return st;                                                              \
-            mc_debug("master connection went stale; repeating %s on a fresh one", #UP); \
+            mc_debug("%s failed on the master connection (%s); repeating it on a "      \
+                     "fresh one", #UP, mc_status_name(st));                            \
             mc_master_pool_put(pool, *conn_p);                                          \
             *conn_p = NULL;                                                             \
+            if (attempt > 0)                                                            \
+                pause_ms(100);                                                          \
         }                                                                               \
     }
 MC_WIRE_MESSAGES(MC_MASTER_POOL_CALL_DEF_)

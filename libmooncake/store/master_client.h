@@ -37,10 +37,22 @@
 #define MC_MASTER_IO_TIMEOUT_MS 5000
 #define MC_MASTER_IO_TIMEOUT_MAX_MS 3600000
 
-/* Where to connect and who we are. */
+/* How long a call waits for a leader during a failover (etcd:// targets):
+ * MC_STORE_FAILOVER_WAIT_MS, else this default. */
+#define MC_MASTER_FAILOVER_WAIT_MS 15000
+
+struct mc_master_resolver;
+
+/* Where to connect and who we are.  With master_server_address
+ * "etcd://h:p[;h:p]" the address is the leader's, read from etcd
+ * ("mooncake-store/<MC_STORE_CLUSTER_ID or mooncake_cluster>/master_view")
+ * by @c resolver each time a connection is dialled after the last one
+ * failed; host and port then only name the etcd endpoints in messages. */
 typedef struct mc_master_target {
     char host[256];
     uint16_t port;
+    struct mc_master_resolver *resolver; /* shared by copies; NULL = fixed address */
+    int failover_wait_ms;                /* etcd://: how long to wait for a leader */
     mc_uuid_t client_id;
     char tenant_id[256];
     int connect_timeout_ms;
@@ -56,6 +68,8 @@ typedef struct mc_mconn {
     int broken;          /* transport failed: close instead of reusing */
     int reused;          /* lent from the idle list (not freshly dialled) */
     int peer_gone;       /* broken by EOF/ECONNRESET/EPIPE: the master closed it */
+    int fenced;          /* the master answered UNAVAILABLE_IN_CURRENT_STATUS: it is not
+                          * (or no longer) the leader; the request was not executed */
     uint32_t next_id;    /* request ids, per connection */
     mc_buf_t wbuf;       /* encoded requests */
     uint8_t *rbuf;       /* body of the last response */
@@ -74,11 +88,18 @@ typedef struct mc_master_pool {
     unsigned cap;
 } mc_master_pool_t;
 
-/* Parse "host:port" (port defaults to 50051); INVALID_PARAMS with a detail. */
+/* Parse "host:port" (port defaults to 50051) or "etcd://h:p[;h:p]";
+ * INVALID_PARAMS with a detail.  Nothing is contacted yet. */
 mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
                                   mc_uuid_t client_id, const char *tenant_id);
+/* Free the resolver of an etcd:// target, once no copy of @p t is in use
+ * (accepts a zeroed target). */
+void mc_master_target_cleanup(mc_master_target_t *t);
 
-/* Dial and HELLO.  MC_RPC_FAIL (unreachable), or HELLO's error status. */
+/* Dial and HELLO.  MC_RPC_FAIL (unreachable), or HELLO's error status.
+ * An etcd:// target dials the leader it reads from etcd, and while there
+ * is none, or it does not answer, or it refuses as a standby, reads again
+ * until failover_wait_ms have passed. */
 mc_status_t mc_mconn_open(const mc_master_target_t *t, mc_mconn_t **conn_p);
 void mc_mconn_close(mc_mconn_t *conn);
 /* Unblock a thread inside a call on @p conn from another thread. */
@@ -110,7 +131,14 @@ MC_WIRE_MESSAGES(MC_MASTER_CALL_DECL_)
  * Take a connection from @p pool and make one call on it.  When the
  * connection had died while idle (mc_mconn_stale), the call is repeated
  * once on a fresh one: that is what a master restart looks like to a
- * client, and the request never reached a live master.  On return
+ * client, and the request never reached a live master.  With an etcd://
+ * target the call is also repeated, on a connection to the leader found
+ * anew, until failover_wait_ms have passed: always when the master
+ * answered UNAVAILABLE_IN_CURRENT_STATUS (a standby or a fenced leader:
+ * nothing was done), and for read-only calls (mc_master_op_idempotent)
+ * when the connection broke mid-call too.  A call that changes state and
+ * lost its connection mid-call returns MC_RPC_FAIL: it may or may not
+ * have happened, and the caller decides.  On return
  * *conn_p is the connection the response borrows from (give it back with
  * mc_master_pool_put), or NULL when none could be had.
  */
@@ -142,5 +170,8 @@ static inline int mc_mconn_stale(const mc_mconn_t *conn, mc_status_t st)
 {
     return (st == MC_RPC_FAIL) && conn->peer_gone && conn->reused;
 }
+
+/* Calls that change nothing on the master, safe to send twice. */
+int mc_master_op_idempotent(uint16_t opcode);
 
 #endif /* MC_STORE_MASTER_CLIENT_H */

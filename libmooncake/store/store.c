@@ -258,6 +258,8 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
         mc_master_pool_cleanup(&s->pool);
         s->pool_ready = 0;
     }
+    /* the etcd:// resolver, shared with the threads stopped above */
+    mc_master_target_cleanup(&s->target);
     s->hostname[0] = '\0';
     s->protocol[0] = '\0';
     if (st_p != NULL)

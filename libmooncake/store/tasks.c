@@ -616,6 +616,8 @@ static void *tasks_main(void *arg)
     mc_master_target_t target = s->target;
 
     target.connect_timeout_ms = MC_TASK_CONNECT_TIMEOUT_MS;
+    /* one look for the leader per tick (etcd://): stopping stays prompt */
+    target.failover_wait_ms = 0;
     if ((target.io_timeout_ms == 0) || (target.io_timeout_ms > MC_TASK_IO_TIMEOUT_MS))
         target.io_timeout_ms = MC_TASK_IO_TIMEOUT_MS;
 

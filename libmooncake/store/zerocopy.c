@@ -565,6 +565,7 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
     mc_status_t *ks        = NULL;
     mc_read_piece_t *ps    = NULL;
     size_t nd = 0, np = 0;
+    uint64_t t0 = mc_store_metrics_now_us();
 
     if ((n > 0) && (ranges == NULL)) {
         mc_set_error_detail("ranges is NULL");
@@ -661,6 +662,15 @@ fail:
     for (size_t i = 0; i < n; i++)
         ranges[i].result = st;
 out:
+    if (n > 0) {
+        /* counted as one batch read: the bytes it moved, for the client's
+         * transfer statistics (read_bytes) */
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < n; i++)
+            if (ranges[i].result > 0)
+                bytes += (uint64_t)ranges[i].result;
+        mc_store_metrics_record(&s->metrics, MC_MOP_BATCH_GET, t0, n, st != MC_OK, bytes);
+    }
     if (qs != NULL)
         for (size_t d = 0; d < nd; d++)
             mc_store_query_release(qs[d]);

@@ -45,6 +45,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "coord/etcd.h"
 #include "transfer/engine.h"
 #include "transfer/tcp/tcp.h"
 
@@ -1578,6 +1579,7 @@ static void engine_free(mc_te_t *te)
     pthread_mutex_destroy(&te->publish_mu);
     free(te->local_name);
     free(te->meta_url);
+    mc_etcd_destroy(te->meta_etcd);
     free(te->key_prefix);
     free(te);
 }
@@ -1694,7 +1696,7 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
         goto fail;
     mc_info("transfer engine %s serving on %s:%u (%s, metadata %s)", te->local_name,
             te->bind_addr, (unsigned)te->port, ops->name,
-            (te->meta_kind == MC_TE_META_HTTP) ? te->meta_url : "P2PHANDSHAKE");
+            (te->meta_kind != MC_TE_META_P2P) ? te->meta_url : "P2PHANDSHAKE");
     *te_p = te;
     return MC_OK;
 

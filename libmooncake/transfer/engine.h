@@ -137,7 +137,8 @@ struct mc_te_segment {
 
 typedef enum mc_te_meta_kind {
     MC_TE_META_P2P  = 0, /**< descriptors from the peers themselves */
-    MC_TE_META_HTTP = 1  /**< GET/PUT/DELETE <url>?key=... */
+    MC_TE_META_HTTP = 1, /**< GET/PUT/DELETE <url>?key=... */
+    MC_TE_META_ETCD = 2  /**< keys in etcd (coord/etcd.h) */
 } mc_te_meta_kind_t;
 
 typedef struct mc_te_batch mc_te_batch_t;
@@ -150,7 +151,8 @@ struct mc_te {
     char *local_name;      /* "host:port" */
 
     mc_te_meta_kind_t meta_kind;
-    char *meta_url;        /* HTTP metadata endpoint */
+    char *meta_url;        /* HTTP metadata endpoint, or the etcd endpoints */
+    struct mc_etcd *meta_etcd; /* etcd metadata: the client handle */
     char *key_prefix;      /* "mooncake/" or "mooncake/<cluster>/" */
     int published;         /* HTTP keys were written (delete at destroy) */
     pthread_mutex_t publish_mu;
@@ -302,10 +304,10 @@ mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p);
 
 /* Parse params->metadata_server into te->meta_kind/meta_url/key_prefix. */
 mc_status_t mc_te_meta_configure(mc_te_t *te, const char *conn);
-/* HTTP mode: PUT ram/<name> (and rpc_meta/<name> when @p with_rpc_meta).
- * P2P: nothing to do. */
+/* HTTP and etcd modes: put ram/<name> (and rpc_meta/<name> when
+ * @p with_rpc_meta).  P2P: nothing to do. */
 mc_status_t mc_te_meta_publish(mc_te_t *te, int with_rpc_meta);
-/* HTTP mode: DELETE both keys; failures are logged only. */
+/* HTTP and etcd modes: delete both keys; failures are logged only. */
 void mc_te_meta_unpublish(mc_te_t *te);
 /* Fetch the descriptor of @p seg: from the peer itself (P2P) or from the
  * metadata service (HTTP).  When seg->peer is still NULL — only while the

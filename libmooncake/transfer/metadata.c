@@ -15,8 +15,10 @@
  * timeouts (connect 1.5 s, total 3 s), CURLOPT_NOSIGNAL for threads, and a
  * bounded response size.
  *
- * etcd and redis services are recognised and refused: this build has no
- * client for them.
+ * etcd ("etcd://h:p[;h:p]", or a bare "h:p" as upstream reads it): the
+ * same keys, stored in etcd (coord/etcd.h) under the same names, so
+ * engines that share an etcd find each other's descriptors.  redis is
+ * recognised and refused: this build has no client for it.
  */
 #include "config.h"
 
@@ -31,6 +33,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "coord/etcd.h"
 #include "transfer/engine.h"
 #include "transfer/proto.h"
 
@@ -72,16 +75,33 @@ mc_status_t mc_te_meta_configure(mc_te_t *te, const char *conn)
         }
         return MC_OK;
     }
-    if ((strncasecmp(conn, "etcd://", 7) == 0) || (strncasecmp(conn, "redis://", 8) == 0) ||
-        (strstr(conn, "://") == NULL)) {
+    if ((strncasecmp(conn, "etcd://", 7) == 0) || (strstr(conn, "://") == NULL)) {
         /* upstream reads a bare "host:port" as etcd */
+        mc_status_t st = mc_etcd_create(conn + ((strncasecmp(conn, "etcd://", 7) == 0) ? 7 : 0),
+                                        MC_TE_HTTP_TOTAL_MS, &te->meta_etcd);
+        if (st != MC_OK) {
+            char why[300];
+            snprintf(why, sizeof(why), "%s", mc_last_error_detail());
+            mc_set_error_detail("metadata server \"%s\": %s", conn, why);
+            return st;
+        }
+        te->meta_kind = MC_TE_META_ETCD;
+        te->meta_url  = mc_strdup(conn);
+        if (te->meta_url == NULL) {
+            mc_set_error_detail("out of memory");
+            return MC_INTERNAL_ERROR;
+        }
+        return MC_OK;
+    }
+    if (strncasecmp(conn, "redis://", 8) == 0) {
         mc_set_error_detail("metadata server \"%s\" is not supported in this build "
-                            "(no etcd/redis client); use P2PHANDSHAKE or http://host:port/metadata",
+                            "(no redis client); use P2PHANDSHAKE, etcd://host:port or "
+                            "http://host:port/metadata",
                             conn);
         return MC_NOT_SUPPORTED;
     }
-    mc_set_error_detail("metadata server \"%s\" has an unknown scheme; use P2PHANDSHAKE "
-                        "or http://host:port/metadata",
+    mc_set_error_detail("metadata server \"%s\" has an unknown scheme; use P2PHANDSHAKE, "
+                        "etcd://host:port or http://host:port/metadata",
                         conn);
     return MC_INVALID_PARAMS;
 }
@@ -259,6 +279,46 @@ mc_status_t mc_te_http_delete(const char *url, const char *key, const char *toke
     return (st == MC_SEGMENT_NOT_FOUND) ? MC_OK : st;
 }
 
+/* ---- the key-value service: HTTP or etcd ------------------------------------ */
+
+/* Put, get and delete one metadata key in whichever service the engine
+ * uses; the statuses are those of the HTTP helpers (a missing key is
+ * MC_SEGMENT_NOT_FOUND; delete of a missing key is MC_OK).  @p token is
+ * the owner token HTTP writes carry (docs/protocol.md §6.1); etcd has no
+ * use for it. */
+static mc_status_t meta_put(mc_te_t *te, const char *key, const char *value,
+                            const char *token)
+{
+    mc_status_t st;
+    if (te->meta_kind == MC_TE_META_HTTP)
+        return mc_te_http_put(te->meta_url, key, value, token);
+    st = mc_etcd_put(te->meta_etcd, key, value, strlen(value), 0);
+    return (st == MC_OK) ? MC_OK : MC_RPC_FAIL;
+}
+
+static mc_status_t meta_get(mc_te_t *te, const char *key, char **text_p, size_t *len_p)
+{
+    mc_etcd_kv_t kv = {0};
+    mc_status_t st;
+    if (te->meta_kind == MC_TE_META_HTTP)
+        return mc_te_http_get(te->meta_url, key, text_p, len_p);
+    st = mc_etcd_get(te->meta_etcd, key, &kv, NULL);
+    if (st == MC_ETCD_KEY_NOT_EXIST)
+        return MC_SEGMENT_NOT_FOUND;
+    if (st != MC_OK)
+        return MC_RPC_FAIL;
+    *text_p = kv.value; /* handed over with its length */
+    *len_p  = kv.len;
+    return MC_OK;
+}
+
+static mc_status_t meta_delete(mc_te_t *te, const char *key, const char *token)
+{
+    if (te->meta_kind == MC_TE_META_HTTP)
+        return mc_te_http_delete(te->meta_url, key, token);
+    return (mc_etcd_delete(te->meta_etcd, key) == MC_OK) ? MC_OK : MC_RPC_FAIL;
+}
+
 /* ---- publication ---------------------------------------------------------- */
 
 static char *meta_key(const mc_te_t *te, const char *kind, const char *name)
@@ -275,7 +335,7 @@ mc_status_t mc_te_meta_publish(mc_te_t *te, int with_rpc_meta)
     mc_status_t st = MC_OK;
     char *json = NULL, *key = NULL, *rpc = NULL;
 
-    if (te->meta_kind != MC_TE_META_HTTP)
+    if (te->meta_kind == MC_TE_META_P2P)
         return MC_OK;
     /* Build the descriptor inside the lock: whoever PUTs last sends the
      * newest region list. */
@@ -289,7 +349,7 @@ mc_status_t mc_te_meta_publish(mc_te_t *te, int with_rpc_meta)
         mc_set_error_detail("out of memory");
         goto out;
     }
-    st = mc_te_http_put(te->meta_url, key, json, te->owner_token);
+    st = meta_put(te, key, json, te->owner_token);
     if (st != MC_OK)
         goto out;
     te->published = 1;
@@ -305,7 +365,7 @@ mc_status_t mc_te_meta_publish(mc_te_t *te, int with_rpc_meta)
             mc_set_error_detail("out of memory");
             goto out;
         }
-        st = mc_te_http_put(te->meta_url, key, rpc, te->owner_token);
+        st = meta_put(te, key, rpc, te->owner_token);
     }
 out:
     pthread_mutex_unlock(&te->publish_mu);
@@ -329,7 +389,7 @@ void mc_te_meta_unpublish(mc_te_t *te)
 {
     static const char *const kinds[] = {"ram", "rpc_meta"};
     char token[sizeof(te->owner_token)];
-    if ((te->meta_kind != MC_TE_META_HTTP) || !te->published)
+    if ((te->meta_kind == MC_TE_META_P2P) || !te->published)
         return;
     pthread_mutex_lock(&te->publish_mu);
     memcpy(token, te->owner_token, sizeof(token));
@@ -338,7 +398,7 @@ void mc_te_meta_unpublish(mc_te_t *te)
         char *key = meta_key(te, kinds[i], te->local_name);
         if (key == NULL)
             continue;
-        if (mc_te_http_delete(te->meta_url, key, token) != MC_OK)
+        if (meta_delete(te, key, token) != MC_OK)
             mc_warn("deleting metadata key %s failed: %s", key, mc_last_error_detail());
         free(key);
     }
@@ -391,7 +451,7 @@ static mc_status_t parse_rpc_meta(const char *text, size_t len, char *host, size
     return st;
 }
 
-static mc_status_t fetch_http(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *desc_p)
+static mc_status_t fetch_kv(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *desc_p)
 {
     char *key = NULL, *text = NULL;
     size_t len = 0;
@@ -406,7 +466,7 @@ static mc_status_t fetch_http(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *d
         mc_set_error_detail("out of memory");
         return MC_INTERNAL_ERROR;
     }
-    st = mc_te_http_get(te->meta_url, key, &text, &len);
+    st = meta_get(te, key, &text, &len);
     if (st == MC_SEGMENT_NOT_FOUND)
         mc_set_error_detail("segment %s is not registered at %s (no key %s)", seg->name,
                             te->meta_url, key);
@@ -425,7 +485,7 @@ static mc_status_t fetch_http(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *d
             mc_set_error_detail("out of memory");
             goto out;
         }
-        st = mc_te_http_get(te->meta_url, key, &text, &len);
+        st = meta_get(te, key, &text, &len);
         if (st == MC_OK) {
             st = parse_rpc_meta(text, len, host, sizeof(host));
         } else if (st == MC_SEGMENT_NOT_FOUND) {
@@ -453,7 +513,7 @@ out:
 
 mc_status_t mc_te_meta_fetch(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *desc_p)
 {
-    if (te->meta_kind == MC_TE_META_HTTP)
-        return fetch_http(te, seg, desc_p);
+    if (te->meta_kind != MC_TE_META_P2P)
+        return fetch_kv(te, seg, desc_p);
     return fetch_p2p(te, seg, desc_p);
 }

@@ -64,7 +64,7 @@ def test_log_dir_and_reopen_on_sighup():
     assert r.returncode == 1 and "--log_dir" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("flag", ["--enable_ha=true", "--enable_ha", "--enable_snapshot",
+@pytest.mark.parametrize("flag", ["--enable_snapshot",
                                   "--enable_offload=true", "--enable_oplog",
                                   "--dynamic_replication_mode=observe", "--enable_cxl",
                                   "--root_fs_dir=/tmp", "--rpc_interface=lo",
@@ -86,7 +86,7 @@ def test_defaults_and_compat_flags_are_accepted():
         assert http(m, "/role") == (200, b"leader")
         log = m.log_text()
         assert "--nof_heartbeat_probe_timeout_ms is accepted for compatibility only" in log
-        assert "--etcd_endpoints is accepted for compatibility only" in log
+        assert "--etcd_endpoints/--ha_backend_connstring are used only with --enable_ha" in log
     finally:
         assert m.stop() == 0
     out = run_master(["--help"]).stdout
@@ -145,7 +145,7 @@ def test_man_page_lists_refused_and_compat_flags():
     for n in names:
         assert f"--{n}" in man or (n.startswith("kv_events_") and "--kv_events_*" in man), n
     refused = re.findall(r"\n  --(\w+) \([^\n]*\n[^\n]*refuses to start", head)
-    assert "enable_ha" in refused and len(refused) == 13, refused
+    assert "enable_snapshot" in refused and len(refused) == 12, refused
     section = man.split("Features this build does not implement", 1)[1].split(".SS", 1)[0]
     for n in refused:
         assert f"--{n}" in section, n

@@ -37,7 +37,9 @@
     X(master_tasks)       \
     X(master_clear)       \
     X(master_mem)         \
-    X(tensor)
+    X(etcd)               \
+    X(tensor)             \
+    X(fastcopy)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);
 MC_TEST_SUITES(MC_TEST_SUITE_DECL_)

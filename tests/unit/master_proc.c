@@ -27,7 +27,7 @@ uint64_t mc_test_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static uint16_t free_port(void)
+uint16_t mc_test_free_port(void)
 {
     struct sockaddr_in a;
     socklen_t alen = sizeof(a);
@@ -71,7 +71,7 @@ void mc_test_master_start(mc_test_master_t *m, const char *const *extra)
         bin = "./mooncake_master";
     ck_assert_msg(access(bin, X_OK) == 0,
                   "the master binary %s should be executable (set MC_MASTER_BIN)", bin);
-    m->port = free_port();
+    m->port = mc_test_free_port();
     snprintf(port_arg, sizeof(port_arg), "--port=%u", (unsigned)m->port);
     snprintf(m->addr, sizeof(m->addr), "127.0.0.1:%u", (unsigned)m->port);
     argv[argc++] = bin;

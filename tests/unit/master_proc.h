@@ -29,6 +29,9 @@ typedef struct mc_test_master {
 void mc_test_master_start(mc_test_master_t *m, const char *const *extra);
 int mc_test_master_stop(mc_test_master_t *m);
 
+/* A loopback TCP port that was free a moment ago. */
+uint16_t mc_test_free_port(void);
+
 /* Monotonic milliseconds, for bounded waits. */
 uint64_t mc_test_now_ms(void);
 

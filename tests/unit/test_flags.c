@@ -328,7 +328,6 @@ END_TEST
 START_TEST(test_unimplemented_features_refused)
 {
     static const char *const refused[] = {
-        "--enable_ha=true",          "--enable_ha",
         "--enable_snapshot",         "--enable_snapshot_restore=1",
         "--enable_oplog",            "--enable_offload",
         "--offload_on_evict",        "--promotion_on_hit",
@@ -354,6 +353,29 @@ START_TEST(test_unimplemented_features_refused)
                               "--enable_offload=false", "--dynamic_replication_mode=off",
                               "--root_fs_dir=", "--enable_cxl=false", NULL));
     ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+}
+END_TEST
+
+/* --enable_ha needs etcd endpoints, the etcd backend and a usable lease;
+ * the endpoints come from --etcd_endpoints or --ha_backend_connstring. */
+START_TEST(test_enable_ha_checks)
+{
+    ck_assert_status_ok(parse("--enable_ha", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("--etcd_endpoints");
+    ck_assert_status_ok(parse("--enable_ha", "--etcd_endpoints=127.0.0.1:2379", NULL));
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    ck_assert_int_eq(cfg.ha_lease_ttl_sec, 5);
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_ok(parse("--enable_ha", "--ha_backend_connstring=h:1;h:2", NULL));
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    ck_assert_status_ok(parse("--ha_backend_type=redis", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("--ha_backend_type=redis");
+    ck_assert_status_ok(parse("--ha_backend_type=etcd", "--ha_lease_ttl_sec=1", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("--ha_lease_ttl_sec");
 }
 END_TEST
 
@@ -384,11 +406,12 @@ START_TEST(test_help_compat_heading)
 {
     static const char *const compat[] = {
         "max_threads", "rpc_thread_num", "nof_heartbeat_probe_timeout_ms",
-        "nof_heartbeat_failures_threshold", "nof_heartbeat_interval_sec", "etcd_endpoints",
+        "nof_heartbeat_failures_threshold", "nof_heartbeat_interval_sec",
         "snapshot_interval_seconds", "offloading_queue_limit", "cxl_size",
     };
     static const char *const main_list[] = {
         "enable_ha", "enable_snapshot", "enable_offload", "log_dir", "client_ttl", "port",
+        "etcd_endpoints", "ha_lease_ttl_sec",
     };
     char *text = NULL;
     size_t len = 0;
@@ -808,6 +831,7 @@ Suite *mc_test_flags_suite(void)
     tcase_add_test(tc, test_help_version_and_aliases);
     tcase_add_test(tc, test_help_lists_every_flag);
     tcase_add_test(tc, test_unimplemented_features_refused);
+    tcase_add_test(tc, test_enable_ha_checks);
     tcase_add_test(tc, test_compat_flags_accepted);
     tcase_add_test(tc, test_help_compat_heading);
     tcase_add_test(tc, test_cross_flag_checks);

@@ -114,12 +114,20 @@ START_TEST(test_protocols_and_metadata_refused)
     p.protocol = "carrier-pigeon";
     ck_assert_status_eq(mc_te_create(&p, &te), MC_INVALID_PARAMS);
     mc_te_params_t m = {.field_mask = MC_TE_PARAM_METADATA_SERVER,
-                        .metadata_server = "etcd://127.0.0.1:2379"};
+                        .metadata_server = "redis://127.0.0.1:6379"};
     ck_assert_status_eq(mc_te_create(&m, &te), MC_NOT_SUPPORTED);
-    ck_assert_msg(strstr(mc_last_error_detail(), "etcd") != NULL,
-                  "the detail should say etcd is unsupported: %s", mc_last_error_detail());
-    m.metadata_server = "127.0.0.1:2379"; /* upstream: bare host:port means etcd */
-    ck_assert_status_eq(mc_te_create(&m, &te), MC_NOT_SUPPORTED);
+    ck_assert_msg(strstr(mc_last_error_detail(), "redis") != NULL,
+                  "the detail should say redis is unsupported: %s", mc_last_error_detail());
+    /* etcd is supported; with no etcd listening the engine cannot publish
+     * its descriptor and says so (port 1: nothing listens there) */
+    m.metadata_server = "etcd://127.0.0.1:1";
+    ck_assert_status_eq(mc_te_create(&m, &te), MC_RPC_FAIL);
+    ck_assert_msg(strstr(mc_last_error_detail(), "127.0.0.1:1") != NULL,
+                  "the detail should name the etcd endpoint: %s", mc_last_error_detail());
+    m.metadata_server = "127.0.0.1:1"; /* upstream: bare host:port means etcd */
+    ck_assert_status_eq(mc_te_create(&m, &te), MC_RPC_FAIL);
+    m.metadata_server = "etcd://"; /* no endpoint at all */
+    ck_assert_status_eq(mc_te_create(&m, &te), MC_INVALID_PARAMS);
     ck_assert_msg(te == NULL, "a refused create should not write the handle");
     p.protocol = "tcp";
     ck_assert_status_ok(mc_te_create(&p, &te));

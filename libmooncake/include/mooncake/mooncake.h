@@ -12,6 +12,7 @@
 #include <mooncake/transfer.h>
 #include <mooncake/store.h>
 #include <mooncake/tensor.h>
+#include <mooncake/fastcopy.h>
 
 #ifdef __cplusplus
 extern "C" {

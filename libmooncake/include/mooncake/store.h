@@ -410,7 +410,9 @@ typedef struct mc_store_range {
  * @brief Read every fragment; each gets its own result.  Destination
  *        overflow is checked against the registered region that contains
  *        @p buffer, source overflow against the object size.  One master
- *        round trip for all distinct keys.
+ *        round trip for all distinct keys.  Counted in the client metrics
+ *        as one batch get of @p n items (read bytes: the sum of the
+ *        fragments read).
  * @since 0.1
  */
 MC_API mc_status_t mc_store_read_ranges(mc_store_h store, mc_store_range_t *ranges, size_t n);

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A small etcd v3 client over etcd's JSON gateway (POST /v3/...), used by
+ * the master for leader election (mooncake-master/ha.c), by store clients
+ * to find the leader (master_server_address "etcd://h:p;h2:p") and by the
+ * transfer engine for "etcd://h:p" metadata (docs/ha.md).
+ *
+ * Keys and values are byte strings; the gateway carries them base64
+ * encoded and 64-bit numbers as JSON strings, which this file hides.
+ *
+ * Endpoints: "h:p;h2:p" (';' or ',' separated, an optional "http://" or
+ * "etcd://" in front).  A request goes to the endpoint that answered last;
+ * when it cannot be reached (connect error, timeout, a member without
+ * quorum that answers 5xx) the next one is tried, each endpoint once per
+ * request.  Every request is bounded by the handle's timeout.
+ *
+ * Threads: a handle may be shared; requests on it are serialised by a
+ * mutex (they reuse one libcurl handle and its kept-alive connection).
+ *
+ * Status mapping: MC_OK; MC_ETCD_KEY_NOT_EXIST (no such key, or a lease
+ * etcd no longer knows: expired or revoked); MC_ETCD_TRANSACTION_FAIL (a
+ * compare did not hold); MC_ETCD_OPERATION_ERROR (no endpoint answered, or
+ * an answer that does not parse).  The thread's error detail says which.
+ */
+#ifndef MC_COORD_ETCD_H
+#define MC_COORD_ETCD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mooncake/status.h>
+
+typedef struct mc_etcd mc_etcd_t;
+
+/* One key as read: its value (NUL-terminated, malloc'd) and revisions. */
+typedef struct mc_etcd_kv {
+    char *value;
+    size_t len;
+    int64_t create_revision; /* 0 when the key is absent */
+    int64_t mod_revision;
+    int64_t lease;           /* 0 = none */
+} mc_etcd_kv_t;
+
+/* The default per-request limit. */
+#define MC_ETCD_DEFAULT_TIMEOUT_MS 2000
+
+/*
+ * Parse @p endpoints and make a handle; nothing is contacted yet.
+ * @p timeout_ms bounds each request (all endpoints together get at most
+ * that many milliseconds each); 0 takes MC_ETCD_DEFAULT_TIMEOUT_MS.
+ * MC_INVALID_PARAMS for an empty or malformed list.
+ */
+mc_status_t mc_etcd_create(const char *endpoints, int timeout_ms, mc_etcd_t **e_p);
+void mc_etcd_destroy(mc_etcd_t *e);
+/* The endpoint list as given to create (for messages). */
+const char *mc_etcd_endpoints(const mc_etcd_t *e);
+
+/* Free what a read put into @p kv (accepts a zeroed or NULL kv). */
+void mc_etcd_kv_cleanup(mc_etcd_kv_t *kv);
+
+/* Read @p key.  MC_ETCD_KEY_NOT_EXIST when absent.  @p revision_p, when
+ * not NULL, receives the store revision of the answer. */
+mc_status_t mc_etcd_get(mc_etcd_t *e, const char *key, mc_etcd_kv_t *kv_p, int64_t *revision_p);
+/* Write @p key = @p val (@p len bytes), bound to @p lease (0 = none). */
+mc_status_t mc_etcd_put(mc_etcd_t *e, const char *key, const void *val, size_t len,
+                        int64_t lease);
+/* Delete @p key; an absent key is not an error. */
+mc_status_t mc_etcd_delete(mc_etcd_t *e, const char *key);
+
+/*
+ * Transaction "create @p key = @p val with @p lease if it does not exist".
+ * MC_OK with *created_p = 1 and cur_p->create_revision set when this call
+ * created it; MC_OK with *created_p = 0 and *cur_p = the key that exists
+ * otherwise.  @p cur_p receives a value to free with mc_etcd_kv_cleanup.
+ */
+mc_status_t mc_etcd_create_if_absent(mc_etcd_t *e, const char *key, const void *val, size_t len,
+                                     int64_t lease, int *created_p, mc_etcd_kv_t *cur_p);
+/* Transaction "delete @p key if its create revision is @p create_revision"
+ * (a leader removing its own key, never a successor's).
+ * MC_ETCD_TRANSACTION_FAIL when the key is someone else's or absent. */
+mc_status_t mc_etcd_delete_if_created(mc_etcd_t *e, const char *key, int64_t create_revision);
+
+/* Leases.  grant: a new lease of @p ttl_s seconds (*ttl_p = what etcd
+ * granted).  keepalive: renew once; *ttl_p = the TTL it now has;
+ * MC_ETCD_KEY_NOT_EXIST when the lease has already expired.  revoke:
+ * delete it and every key bound to it (an unknown lease is not an error). */
+mc_status_t mc_etcd_lease_grant(mc_etcd_t *e, int64_t ttl_s, int64_t *id_p, int64_t *ttl_p);
+mc_status_t mc_etcd_lease_keepalive(mc_etcd_t *e, int64_t id, int64_t *ttl_p);
+mc_status_t mc_etcd_lease_revoke(mc_etcd_t *e, int64_t id);
+
+/* Base64 (RFC 4648, with padding), exposed for the unit tests.  encode
+ * returns a malloc'd NUL-terminated string or NULL; decode returns 0 and
+ * a malloc'd NUL-terminated buffer, or -1 for malformed input. */
+char *mc_etcd_b64_encode(const void *data, size_t len);
+int mc_etcd_b64_decode(const char *s, size_t slen, char **out_p, size_t *len_p);
+
+#endif /* MC_COORD_ETCD_H */

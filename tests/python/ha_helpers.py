@@ -1,0 +1,170 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Real etcd processes and HA masters for tests/python/test_ha.py and
+bench/failover_bench.py.
+
+``EtcdCluster(n)`` starts n etcd members on free loopback ports, each with
+its own temporary data directory, and waits until the cluster answers a
+write; ``stop()`` kills every member and removes the directories.  The
+masters are ordinary ``Master`` processes with ``--enable_ha``.  Every wait
+polls with a deadline.
+"""
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import List, Optional
+
+from helpers import Master, free_port, wait_until
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+LEADER_KEY = "mooncake-store/mooncake_cluster/master_view"
+
+
+def have_etcd() -> bool:
+    return os.access(ETCD, os.X_OK)
+
+
+def http_text(url: str, timeout: float = 2.0) -> Optional[str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.read().decode()
+    except (OSError, urllib.error.URLError):
+        return None
+
+
+class EtcdCluster:
+    """n etcd members on loopback (n = 1 is a single node)."""
+
+    def __init__(self, n: int = 1) -> None:
+        self.dir = tempfile.mkdtemp(prefix="mc-etcd-")
+        self.client_ports = [free_port() for _ in range(n)]
+        self.peer_ports = [free_port() for _ in range(n)]
+        self.procs: List[Optional[subprocess.Popen]] = []
+        self.logs = []
+        initial = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, p in enumerate(self.peer_ports))
+        try:
+            for i in range(n):
+                log = open(os.path.join(self.dir, f"m{i}.log"), "wb")
+                self.logs.append(log)
+                self.procs.append(subprocess.Popen(
+                    [ETCD, "--name", f"m{i}", "--data-dir", os.path.join(self.dir, f"m{i}"),
+                     "--listen-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+                     "--advertise-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+                     "--listen-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_ports[i]}",
+                     "--initial-cluster", initial, "--initial-cluster-state", "new",
+                     "--initial-cluster-token", os.path.basename(self.dir)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+            wait_until(lambda: self.put("mc-test/ready", "1"), 30.0,
+                       "the etcd cluster to accept a write")
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def endpoints(self) -> str:
+        """host:port;host:port, the --etcd_endpoints form."""
+        return ";".join(f"127.0.0.1:{p}" for p in self.client_ports)
+
+    def _post(self, path: str, body: dict) -> Optional[dict]:
+        for i, port in enumerate(self.client_ports):
+            if self.procs[i] is None:
+                continue
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                         data=json.dumps(body).encode(), method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=2.0) as r:
+                    return json.loads(r.read())
+            except (OSError, urllib.error.URLError, ValueError):
+                continue
+        return None
+
+    def put(self, key: str, value: str) -> bool:
+        return self._post("/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+                                         "value": base64.b64encode(value.encode()).decode()}) \
+            is not None
+
+    def get(self, key: str) -> Optional[str]:
+        r = self._post("/v3/kv/range", {"key": base64.b64encode(key.encode()).decode()})
+        if not r or not r.get("kvs"):
+            return None
+        return base64.b64decode(r["kvs"][0].get("value", "")).decode()
+
+    def kill(self, i: int) -> None:
+        p = self.procs[i]
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+        self.procs[i] = None
+
+    def log_text(self) -> str:
+        out = []
+        for i in range(len(self.logs)):
+            try:
+                with open(os.path.join(self.dir, f"m{i}.log"), errors="replace") as f:
+                    out.append(f.read()[-2000:])
+            except OSError:
+                pass
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        for i in range(len(self.procs)):
+            self.kill(i)
+        for log in self.logs:
+            log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class HaMaster(Master):
+    """A mooncake_master campaigning in ``etcd``."""
+
+    def __init__(self, etcd: EtcdCluster, ttl_s: int = 2,
+                 extra_args: Optional[List[str]] = None, **kw) -> None:
+        super().__init__(extra_args=["--enable_ha=true", f"--etcd_endpoints={etcd.endpoints}",
+                                     f"--ha_lease_ttl_sec={ttl_s}"] + list(extra_args or []),
+                         **kw)
+
+    def admin(self, path: str) -> Optional[str]:
+        return http_text(f"http://127.0.0.1:{self.metrics_port}{path}")
+
+    def role(self) -> Optional[str]:
+        return self.admin("/role") if self.alive() else None
+
+    def metric(self, name: str) -> Optional[float]:
+        text = self.admin("/metrics") or ""
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+def wait_leader(masters: List[HaMaster], timeout: float) -> HaMaster:
+    """The one master that says "leader" (and is serving), within ``timeout`` s."""
+    def one():
+        leaders = [m for m in masters if m.role() == "leader" and
+                   m.admin("/ha_status") == "serving"]
+        return leaders[0] if len(leaders) == 1 else None
+    return wait_until(one, timeout, "exactly one serving leader", interval=0.05)
+
+
+def stop_all(masters: List[Master]) -> None:
+    for m in masters:
+        try:
+            if m.alive():
+                os.kill(m.proc.pid, signal.SIGCONT)  # a paused one cannot stop
+        except OSError:
+            pass
+        m.stop()
