@@ -8,6 +8,12 @@ without the master's RSS growing.  A pattern that is allowed but costly
 over a large index runs in slices: a second connection pinging the master
 all along never waits more than 50 ms, and the walk still removes exactly
 the matching keys.
+
+On a loaded machine a ping can wait longer than that even with the master
+idle (the process is not scheduled), so the bound is 50 ms or three times
+the slowest ping of an idle second measured just before, whichever is
+larger; a walk that held the loop would stall pings for its whole length
+(seconds).
 """
 
 import struct
@@ -26,6 +32,16 @@ MAX_PING_S = 0.050
 HUGE = [b"a{32767}{32767}", b"a{8000}{1000}", b"(a{255}){255}", b"((a{100}){100}){100}",
         b"(((((a{16}){16}){16}){16}){16})", b"[ab]{255}{255}", b"x{256}", b"a{1,99999}",
         b"(" * 40 + b"a" + b")" * 40, b"(a)\\1"]
+
+
+def ping_bound(port: int) -> float:
+    """The ping latency bound: MAX_PING_S, or 3 x the slowest ping of an
+    idle second if the machine is that loaded."""
+    p = Pinger(port)
+    p.start()
+    time.sleep(1.0)
+    p.finish()
+    return max(MAX_PING_S, 3 * p.worst)
 
 
 class Pinger(threading.Thread):
@@ -67,6 +83,7 @@ def test_store_refuses_huge_patterns_before_compiling(store):
 
 def test_master_refuses_huge_patterns_quickly_and_stays_small(master):
     pid = master.proc.pid
+    bound = ping_bound(master.port)
     before = rss_kib(pid)
     pinger = Pinger(master.port)
     pinger.start()
@@ -82,7 +99,7 @@ def test_master_refuses_huge_patterns_quickly_and_stays_small(master):
         conn.close()
         pinger.finish()
     assert pinger.count > 0
-    assert pinger.worst < MAX_PING_S, f"a ping waited {pinger.worst * 1000:.1f} ms"
+    assert pinger.worst < bound, f"a ping waited {pinger.worst * 1000:.1f} ms"
     grown = rss_kib(pid) - before
     assert grown < 64 * 1024, f"the master grew by {grown} KiB"
 
@@ -97,6 +114,7 @@ def test_costly_pattern_runs_in_slices_between_other_requests(master, make_store
     keep = "b" * 300 + "-keep"
     assert s.put(keep, b"k") == 0
 
+    bound = ping_bound(master.port)
     pinger = Pinger(master.port)
     pinger.start()
     conn = RawConn(master.port)
@@ -114,7 +132,8 @@ def test_costly_pattern_runs_in_slices_between_other_requests(master, make_store
         pinger.finish()
     assert walk > 4 * MAX_PING_S, f"the walk took only {walk:.3f}s: the test proves nothing"
     assert pinger.count > 10, f"only {pinger.count} pings during a {walk:.2f}s walk"
-    assert pinger.worst < MAX_PING_S, \
-        f"a ping waited {pinger.worst * 1000:.1f} ms during a {walk:.2f}s walk"
+    assert pinger.worst < bound, \
+        f"a ping waited {pinger.worst * 1000:.1f} ms during a {walk:.2f}s walk " \
+        f"(bound {bound * 1000:.0f} ms)"
     assert s.is_exist(keep) == 1
     assert s.batch_is_exist(keys[:50]) == [0] * 50
