@@ -31,7 +31,7 @@ endif
 # with the corpora kept in FUZZ_DIR between runs.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
 	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_regex.c \
-	tests/fuzz/fuzz_te_frame.c
+	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c
 EXTRA_DIST += tests/cluster/conftest.py tests/cluster/netns.py tests/cluster/test_cluster.py
 FUZZ_SECONDS = 300
 FUZZ_DIR = $(abs_builddir)/fuzz

@@ -63,6 +63,9 @@ $cc $cflags $san -o "$work/fuzz_regex" "$src/tests/fuzz/fuzz_regex.c" \
 $cc $cflags $san -o "$work/fuzz_te_frame" "$src/tests/fuzz/fuzz_te_frame.c" \
     $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_http_meta" "$src/tests/fuzz/fuzz_http_meta.c" \
+    "$src/mooncake-master/http.c" $common -levent -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_seeds" "$src/tests/fuzz/fuzz_wire.c" \
     "$src/libmooncake/wire/wire.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -72,7 +75,7 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
-targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_regex fuzz_te_frame"
+targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_regex fuzz_te_frame fuzz_http_meta"
 for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_seeds" "$work/corpus-fuzz_wire"
 "$work/write_tensor_seeds" "$work/corpus-fuzz_tensor"
@@ -85,6 +88,10 @@ done
 printf 'MCTE\001\000\000\000\000\020\000\000\000\000\000\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000\000\000' \
     > "$work/corpus-fuzz_te_frame/seed-read"
 printf 'MCTR\000\000\000\000\000\001\000\000\000\000\000\000' > "$work/corpus-fuzz_te_frame/seed-resp"
+printf '\001PUT /metadata?key=mooncake%%2Fram%%2Fh%%3A1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}' \
+    > "$work/corpus-fuzz_http_meta/seed-put"
+printf '\000GET /metadata?key=a HTTP/1.1\r\nHost: x\r\n\r\nDELETE /metadata?key=ab HTTP/1.1\r\nX-Mooncake-Owner-Token: owner\r\n\r\n' \
+    > "$work/corpus-fuzz_http_meta/seed-pipelined"
 
 [ "$secs" -gt 0 ] || exit 0
 status=0
