@@ -1409,6 +1409,44 @@ out:
     return mc_store_first_error(statuses, n);
 }
 
+/*
+ * The keys of a batch whose transfer failed get the single-key second
+ * chance of write_one() (write_retryable()), each with its own group id.
+ * Returns the batch's status afresh when any was retried, else @p st.
+ */
+static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *keys,
+                               const write_src_t *src, size_t n,
+                               const mc_replicate_config_t *cfg, unsigned flags,
+                               mc_status_t *statuses, mc_status_t st)
+{
+    size_t retried = 0, recovered = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        mc_replicate_config_t kcfg;
+        const mc_replicate_config_t *kc = cfg;
+        const mc_iov_t *parts;
+        size_t np;
+
+        if (!write_retryable(statuses[i], cfg))
+            continue;
+        if ((cfg != NULL) && (cfg->group_ids != NULL) && (cfg->group_ids_count == n)) {
+            kcfg                 = *cfg;
+            kcfg.group_ids       = &cfg->group_ids[i];
+            kcfg.group_ids_count = 1;
+            kc                   = &kcfg;
+        }
+        parts       = src_parts(src, i, &np);
+        statuses[i] = do_write(s, op, keys[i], parts, np, kc, flags);
+        retried++;
+        recovered += statuses[i] == MC_OK;
+    }
+    if (retried == 0)
+        return st;
+    mc_info("batch %s: %zu keys whose transfer failed tried once more, %zu stored",
+            write_op_name(op), retried, recovered);
+    return mc_store_first_error(statuses, n);
+}
+
 /* Public entry of every batch write; @p statuses may be NULL. */
 static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *keys,
                               const write_src_t *src, size_t n,
@@ -1442,6 +1480,7 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
         statuses = own;
     }
     st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses);
+    st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st);
     for (size_t i = 0; i < n; i++) {
         size_t np;
         const mc_iov_t *parts = src_parts(src, i, &np);

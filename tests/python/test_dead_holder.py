@@ -3,8 +3,9 @@
 
 A holder is killed with SIGKILL while another client puts in a loop (the
 master's --client_ttl is long, so the holder is not expired during the
-test).  No put takes more than a few seconds; a put whose transfer fails
-is revoked and placed once more; once the holder has missed its
+test).  No put (single or batch) takes more than a few seconds; a put
+whose transfer fails is revoked and placed once more (each failed key of a
+batch too); once the holder has missed its
 heartbeats (--client_suspect_heartbeats, about 2.5 s) the master places
 nothing on it, so every later put succeeds; and every put that returned 0
 after the kill reads back its bytes.
@@ -39,11 +40,17 @@ def test_puts_fail_fast_and_stop_going_to_a_killed_holder(spawn_client):
                     t_kill = time.monotonic()
                 if t_kill is not None and now - t_kill > SUSPECT_S + 2.5:
                     break
-                k, v = f"dead-holder-{i}", os.urandom(4096)
                 a = time.monotonic()
-                rc = s.put(k, v)
-                results.append((k, v, rc, time.monotonic() - a,
-                                None if t_kill is None else a - t_kill))
+                if i % 4 == 3:                   # a batch of 4 now and then
+                    ks = [f"dead-holder-{i}-{j}" for j in range(4)]
+                    vs = [os.urandom(4096) for _ in ks]
+                    rc = s.put_batch(ks, vs)
+                else:
+                    ks, vs = [f"dead-holder-{i}"], [os.urandom(4096)]
+                    rc = s.put(ks[0], vs[0])
+                took = time.monotonic() - a
+                for k, v in zip(ks, vs):
+                    results.append((k, v, rc, took, None if t_kill is None else a - t_kill))
                 i += 1
                 time.sleep(0.002)
             worst = max(r[3] for r in results)
