@@ -4,8 +4,10 @@
 #   2. pytest end-to-end suite (tests/python): real master + client processes,
 #      then the cluster suite (tests/cluster: hosts in network namespaces;
 #      needs root, skipped otherwise)
-#   3. the unit tests and a C end-to-end run under AddressSanitizer + UBSan
-#   4. every libFuzzer target (tests/fuzz) for MC_FUZZ_SECONDS (10) each
+#   3. the Lua bindings' busted specs (tests/lua) and the Debian symbols file
+#   4. the unit tests and a C end-to-end run under AddressSanitizer + UBSan
+#   5. every libFuzzer target (tests/fuzz) for MC_FUZZ_SECONDS (10) each
+#   6. the Debian packages (tests/packaging/run.sh), unless MC_SKIP_PACKAGING=1
 # The regular build runs 1 and 2 in parallel with the sanitizer build and
 # the fuzzers.
 # Prints each runner's summary; exits non-zero if anything failed.
@@ -32,7 +34,7 @@ status=0
 # Sanitizer build in the background: it only needs the CPU while the main
 # build is linking or the Python suite waits on sockets.
 (
-    BUILD_DIR="$top/build-asan" CONFIGURE_FLAGS="--enable-sanitizers --disable-python" \
+    BUILD_DIR="$top/build-asan" CONFIGURE_FLAGS="--enable-sanitizers --disable-python --disable-lua" \
         "$top/scripts/build.sh" &&
     make -C "$top/build-asan" -j2 tests/unit/check_all >/dev/null &&
     MC_MASTER_BIN="$top/build-asan/mooncake_master" MC_LOG_LEVEL=error MC_SRCDIR="$top" \
@@ -70,6 +72,13 @@ echo "== cluster suite (network namespaces)"
 make -C "$top/build" --no-print-directory check-cluster 2>&1 | tail -n 30
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+echo "== Lua bindings (busted)"
+make -C "$top/build" --no-print-directory check-lua 2>&1 | tail -n 15
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== Debian symbols file against the version script and the library"
+"$top/tests/packaging/check-symbols.sh" "$top/build/.libs/libmooncake.so" || status=1
+
 echo "== sanitizer build (ASan + UBSan): unit tests and C end-to-end"
 if wait "$asan_pid"; then
     grep -E '^[0-9]+%: Checks|^e2e:' "$logdir/asan.log"
@@ -88,6 +97,18 @@ elif [ "$fuzz_rc" -eq 77 ]; then
 else
     tail -n 60 "$logdir/fuzz.log"
     status=1
+fi
+
+# Last, alone on the machine: the Debian packages built, linted, installed,
+# used and purged (about 3-4 minutes on 2 cores; MC_SKIP_PACKAGING=1 skips).
+if [ "${MC_SKIP_PACKAGING:-0}" != 1 ]; then
+    echo "== Debian packages (tests/packaging/run.sh)"
+    if "$top/tests/packaging/run.sh" >"$logdir/packaging.log" 2>&1; then
+        grep '^packaging: all checks' "$logdir/packaging.log"
+    else
+        tail -n 60 "$logdir/packaging.log"
+        status=1
+    fi
 fi
 
 if [ "$status" -eq 0 ]; then echo "test.sh: all suites passed"; else echo "test.sh: FAILED"; fi

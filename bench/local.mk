@@ -5,7 +5,7 @@ bench_raw_tcp_SOURCES = bench/raw_tcp.c
 noinst_PROGRAMS += bench/meta_bench
 bench_meta_bench_SOURCES = bench/meta_bench.c
 bench_meta_bench_LDADD = libmooncake-internal.la $(PTHREAD_LIBS)
-EXTRA_DIST += bench/store_bench.py bench/tensor_bench.py bench/te_bench.py bench/dummy_bench.py \
+EXTRA_DIST += bench/store_bench.py bench/plot.py bench/tensor_bench.py bench/te_bench.py bench/dummy_bench.py \
 	bench/failover_bench.py \
 	bench/structured_bench.py \
 	bench/README.md

@@ -13,7 +13,11 @@ measures raw single-connection loopback TCP moving the same bytes
 a ratio.
 
     bench/store_bench.py [--build-dir build] [--sizes 4096,65536,...]
-                         [--transport auto|tcp]
+                         [--transport auto|tcp] [--plot DIR]
+
+--plot DIR also measures memcpy at every size, prints it, and writes the
+numbers (DIR/store_bench.json) and their figures (bench/plot.py:
+throughput against value size, get latency CDF) as PNG files.
 """
 import argparse
 import json
@@ -124,7 +128,8 @@ def worker_main():
             store.remove(k, force=True)
         lat.sort()
         return {"put_s": put_s, "get_s": get_s,
-                "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3}
+                "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3,
+                "cdf_us": [pct(lat, q) / 1e3 for q in range(101)]}
 
     serve_worker({"run": run,
                   "run_zc": lambda store, cmd: run_zero_copy(store, ReplicateConfig, cmd),
@@ -235,6 +240,8 @@ def main():
                     help="auto: same-host shared memory where possible; tcp: MC_TE_SHM=0")
     ap.add_argument("--no-zero-copy", dest="zero_copy", action="store_false",
                     help="skip the zero-copy rows")
+    ap.add_argument("--plot", metavar="DIR",
+                    help="write store_bench.json and PNG plots into DIR (python3-matplotlib)")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.role == "worker":
@@ -304,6 +311,8 @@ def main():
                 human(size), n, size * n / r["put_s"] / 1e9, n / r["put_s"], get_gbps,
                 n / r["get_s"], r["p50_us"], r["p99_us"], raw["gbps"], raw["p50_us"],
                 get_gbps / raw["gbps"]))
+        if args.plot:
+            write_plots(args, rows, driver)
         if zc_rows:
             print()
             print("zero copy (registered buffers): batch_put_from / batch_get_into, and get_into one key at a time")
@@ -323,6 +332,35 @@ def main():
         for w in workers:
             w.stop()
         stop_master(master)
+
+
+def write_plots(args, rows, driver):
+    """memcpy at every size (printed too), then the JSON and the figures."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import plot
+
+    out = []
+    print()
+    print("%-8s | %9s %9s %9s %9s | %9s %9s" % ("value", "put GB/s", "get GB/s", "raw GB/s",
+                                                 "memcpy", "get p50", "get p99"))
+    for size, n, r, raw in rows:
+        mc = driver.call(op="memcpy", size=size, count=n)
+        row = {"size": size, "ops": n, "put_gbps": size * n / r["put_s"] / 1e9,
+               "get_gbps": size * n / r["get_s"] / 1e9, "raw_gbps": raw["gbps"],
+               "memcpy_gbps": mc["gbps"], "get_p50_us": r["p50_us"], "get_p99_us": r["p99_us"],
+               "get_cdf_us": r["cdf_us"]}
+        out.append(row)
+        print("%-8s | %9.3f %9.3f %9.3f %9.3f | %9.1f %9.1f" % (
+            human(size), row["put_gbps"], row["get_gbps"], row["raw_gbps"], row["memcpy_gbps"],
+            row["get_p50_us"], row["get_p99_us"]))
+    results = {"title": "mooncake store, 2 clients on loopback (metadata=%s, transport=%s)"
+                        % (args.metadata, args.transport),
+               "rows": out}
+    os.makedirs(args.plot, exist_ok=True)
+    with open(os.path.join(args.plot, "store_bench.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    for p in plot.draw(results, args.plot):
+        print("wrote", p)
 
 
 def bench_env(build, transport):

@@ -18,8 +18,9 @@
  *     error codes of every language are generated, never copied by hand.
  *
  * The module is private: people use the hand-written package in front of it
- * (for Python, mooncake.store).  Language-specific typemaps and helpers live
- * in <language>.i, included from here before the declarations they apply to.
+ * (for Python, mooncake.store; for Lua, the module "mooncake").
+ * Language-specific typemaps and helpers live in <language>.i, included
+ * from here before the declarations they apply to.
  *
  * Threads: the Python module is generated with -threads, so every wrapped
  * call below releases the interpreter lock while libmooncake runs.  Nothing
@@ -50,6 +51,8 @@ typedef struct mooncake_store {
 /* ---- language-specific typemaps and helpers ----------------------------- */
 #if defined(SWIGPYTHON)
 %include "python.i"
+#elif defined(SWIGLUA)
+%include "lua.i"
 #endif
 
 /* ---- status table -------------------------------------------------------- */

@@ -19,6 +19,7 @@ mooncake_py_sources = \
 	bindings/python/mooncake/_tensor.py \
 	bindings/python/mooncake/_util.py \
 	bindings/python/mooncake/buffer_pool.py \
+	bindings/python/mooncake/cli.py \
 	bindings/python/mooncake/http_metadata_server.py \
 	bindings/python/mooncake/engine.py \
 	bindings/python/mooncake/mooncake_config.py \
@@ -76,6 +77,8 @@ EXTRA_DIST += \
 	tests/python/engine_proc.py \
 	tests/python/test_engine.py \
 	tests/python/test_dummy.py \
+	tests/python/test_cli.py \
+	tests/python/test_bench_plot.py \
 	tests/python/rawwire.py \
 	tests/python/test_regex_bounds.py \
 	tests/python/test_clear_errors.py \
@@ -101,6 +104,14 @@ _capi_la_LIBADD = libmooncake.la
 _capi_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext .so
 
 CLEANFILES += bindings/python/capi_wrap.c bindings/python/capi.py
+
+# mooncake-cli: the admin CLI (mooncake/cli.py) as a command.
+bin_SCRIPTS = mooncake-cli
+dist_man_MANS += docs/man/mooncake-cli.1
+CLEANFILES += mooncake-cli
+mooncake-cli: Makefile
+	$(AM_V_GEN)printf '#!%s\n# mooncake-cli: see mooncake-cli(1).\nimport sys\n\nfrom mooncake.cli import main\n\nsys.exit(main())\n' \
+		"$(PYTHON)" >$@-t && chmod +x $@-t && mv -f $@-t $@
 
 bindings/python/capi_wrap.c: $(python_swig_sources) $(mooncakeinclude_HEADERS)
 	$(AM_V_GEN)$(MKDIR_P) bindings/python && \
