@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "flags.h"
+#include "wire/wire.h"
 
 typedef int (*mc_flag_validate_func_t)(const void *value, char *why, size_t whylen);
 
@@ -88,6 +89,25 @@ static int v_positive_duration(const void *value, char *why, size_t whylen)
 {
     if (*(const uint64_t *)value == 0) {
         snprintf(why, whylen, "must be greater than 0");
+        return -1;
+    }
+    return 0;
+}
+
+static int v_positive_size(const void *value, char *why, size_t whylen)
+{
+    if (*(const uint64_t *)value == 0) {
+        snprintf(why, whylen, "must be greater than 0");
+        return -1;
+    }
+    return 0;
+}
+
+static int v_batch_frame_size(const void *value, char *why, size_t whylen)
+{
+    uint64_t v = *(const uint64_t *)value;
+    if ((v < 4096) || (v > MC_WIRE_MAX_BODY)) {
+        snprintf(why, whylen, "must be between 4 KiB and 64 MiB (the frame format's limit)");
         return -1;
     }
     return 0;

@@ -9,6 +9,7 @@ mooncake_master_SOURCES = \
 	mooncake-master/evict.c mooncake-master/evict.h \
 	mooncake-master/segments.c \
 	mooncake-master/clients.c \
+	mooncake-master/meta_owner.c \
 	mooncake-master/http.c mooncake-master/http.h \
 	mooncake-master/admin.c \
 	mooncake-master/tasks.c \

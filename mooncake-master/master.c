@@ -117,6 +117,7 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         return MC_INTERNAL_ERROR;
     m->cfg          = cfg;
     m->view_version = mc_wall_ms();
+    mc_master_meta_owner_init(m);
     m->start_ms     = mc_now_ms();
 
     m->base = event_base_new();
@@ -141,6 +142,9 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
                                    (uint16_t)cfg->http_metadata_server_port, &m->http);
         if (st != MC_OK)
             goto fail;
+        mc_meta_server_set_limits(m->http, cfg->http_metadata_max_value_size,
+                                  cfg->http_metadata_quota);
+        mc_meta_server_set_write_check(m->http, mc_master_meta_write_allowed, m);
     }
 
     if (cfg->metrics_port != 0) {

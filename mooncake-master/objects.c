@@ -54,6 +54,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/regex_limit.h"
 #include "evict.h"
 #include "master.h"
 #include "snapshot.h"
@@ -1464,22 +1465,22 @@ int32_t mc_master_batch_upsert_revoke(mc_req_ctx_t *x,
 
 /* ---- §5.8 REMOVE_BY_REGEX ----------------------------------------------------------- */
 
-/* Back-references (\1-\9) are a glibc extension to ERE and the one thing
- * that makes matching exponential; the loop is single-threaded, so they are
- * refused.  An escaped pair is skipped as a whole ("\\1" is fine). */
-static int has_backref(const char *pat)
-{
-    for (const char *p = pat; *p != '\0'; p++) {
-        if (*p != '\\')
-            continue;
-        if ((p[1] >= '1') && (p[1] <= '9'))
-            return 1;
-        if (p[1] == '\0')
-            break;
-        p++;
-    }
-    return 0;
-}
+/*
+ * A REMOVE_BY_REGEX walk.  The pattern is measured before regcomp()
+ * (common/regex_limit.h: what it may unroll to, no back-references), so
+ * compiling is cheap and one regexec() is bounded; the walk over the index
+ * runs in slices that rpc.c schedules between other events, and the answer
+ * goes when the last slice is done.  It resumes at a bucket index: the
+ * table only grows, and growing splits bucket b into b and b + old size,
+ * so every key present at the start is still visited (some twice, which
+ * is harmless: a matching one is gone after its first visit).
+ */
+struct mc_regex_walk {
+    regex_t re;
+    int force;
+    size_t bucket; /* next bucket of m->objects to visit */
+    int64_t count;
+};
 
 /* remove_where() match: @p arg is the compiled regex_t. */
 static int regex_match(mc_str_t key, void *arg)
@@ -1495,45 +1496,90 @@ static int regex_match(mc_str_t key, void *arg)
 /*
  * POSIX extended regular expression, searched (not anchored) in each key of
  * the tenant; same skipping rules as REMOVE_ALL.  The pattern is bounded by
- * the STR field (64 KiB) and may not contain NUL or back-references.
+ * the STR field (64 KiB), may not contain NUL or back-references, and must
+ * stay within the limits of common/regex_limit.h (INVALID_PARAMS).
  */
-int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
-                                  mc_wire_remove_by_regex_resp_t *resp)
+int32_t mc_master_regex_walk_start(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
+                                   mc_regex_walk_t **walk_p)
 {
-    regex_t re;
+    mc_regex_walk_t *w;
+    char why[160];
     char *pat;
     int rc;
-    int64_t count;
 
+    (void)x;
     if ((req->regex.len > 0) && (memchr(req->regex.ptr, '\0', req->regex.len) != NULL))
         return MC_INVALID_PARAMS;
+    if (mc_regex_check(req->regex.ptr, req->regex.len, why, sizeof(why)) != 0) {
+        mc_log_ratelimited(MC_LOG_INFO, "remove_by_regex: refused: %s", why);
+        return MC_INVALID_PARAMS;
+    }
     pat = malloc((size_t)req->regex.len + 1);
-    if (pat == NULL)
+    w   = calloc(1, sizeof(*w));
+    if ((pat == NULL) || (w == NULL)) {
+        free(pat);
+        free(w);
         return MC_INTERNAL_ERROR;
+    }
     if (req->regex.len > 0)
         memcpy(pat, req->regex.ptr, req->regex.len);
     pat[req->regex.len] = '\0';
-    if (has_backref(pat)) {
-        mc_debug("remove_by_regex: back-references are not accepted");
-        free(pat);
-        return MC_INVALID_PARAMS;
-    }
-    rc = regcomp(&re, pat, REG_EXTENDED | REG_NOSUB);
+    rc = regcomp(&w->re, pat, REG_EXTENDED | REG_NOSUB);
     free(pat);
     if (rc != 0) {
         char err[256];
-        regerror(rc, &re, err, sizeof(err));
+        regerror(rc, &w->re, err, sizeof(err));
         mc_debug("remove_by_regex: bad pattern: %s", err);
+        free(w);
         return rc == REG_ESPACE ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
     }
-
-    count = remove_where(x, req->force, regex_match, &re);
-    regfree(&re);
-    resp->count = count;
-    if (count > 0)
-        mc_info("remove_by_regex%s: %" PRId64 " objects removed", req->force ? " (force)" : "",
-                count);
+    w->force = req->force != 0;
+    *walk_p  = w;
     return MC_OK;
+}
+
+int mc_master_regex_walk_step(mc_req_ctx_t *x, mc_regex_walk_t *w, uint64_t budget_us)
+{
+    mc_hmap_t *h      = &x->m->objects;
+    uint64_t deadline = mc_now_us() + budget_us;
+
+    while (w->bucket < h->nbuckets) {
+        mc_hnode_t *n = h->buckets[w->bucket++];
+        while (n != NULL) {
+            mc_object_t *o = mc_container_of(n, mc_object_t, node);
+            n              = n->next; /* erasing o leaves the rest of the chain */
+            if (!mc_str_eq(mc_object_tenant(o), x->tenant))
+                continue;
+            if (!w->force && !removable(o, x->now_ms))
+                continue;
+            if (!regex_match(mc_object_key(o), &w->re))
+                continue;
+            obj_erase(x->m, o);
+            w->count++;
+        }
+        if (mc_now_us() >= deadline)
+            return w->bucket >= h->nbuckets;
+    }
+    return 1;
+}
+
+int64_t mc_master_regex_walk_finish(mc_regex_walk_t *w)
+{
+    int64_t count = w->count;
+
+    if (count > 0)
+        mc_info("remove_by_regex%s: %" PRId64 " objects removed", w->force ? " (force)" : "",
+                count);
+    mc_master_regex_walk_free(w);
+    return count;
+}
+
+void mc_master_regex_walk_free(mc_regex_walk_t *w)
+{
+    if (w == NULL)
+        return;
+    regfree(&w->re);
+    free(w);
 }
 
 /* ---- §5.14 BATCH_REPLICA_CLEAR ------------------------------------------------------ */

@@ -29,7 +29,10 @@
  * for a peer that does not read them, the connection stops reading (and so
  * stops producing responses) until the backlog drains below
  * MC_CONN_OUT_LOW.  A peer that reads nothing for MC_CONN_WRITE_TIMEOUT_S
- * is closed.  Input is bounded by one maximal frame.
+ * is closed.  Input: each message type has a largest body
+ * (conn_admit_body()); a connection buffers at most MC_CONN_IN_BASE
+ * beyond a large frame, whose body is reserved against
+ * --rpc_max_buffered_input for all connections together.
  */
 #include "config.h"
 
@@ -58,6 +61,11 @@
 #define MC_CONN_WRITE_TIMEOUT_S 60
 #define MC_CONN_OUT_KEEP        (1u << 20) /* shrink the scratch buffer above this */
 #define MC_TENANT_MAX           256
+/* Input a connection may buffer beyond its current frame: room for
+ * pipelined frames, and more than any request without a list can be
+ * (mc_wire_req_max_body()).  A larger frame reserves its body against
+ * --rpc_max_buffered_input while it is read. */
+#define MC_CONN_IN_BASE         (256u << 10)
 
 typedef enum mc_conn_state {
     MC_CONN_READ_HEADER,
@@ -105,10 +113,29 @@ typedef struct mc_conn {
     mc_mlist_t held_link;      /* in m->held_conns while held is not empty */
     uint64_t frames;
     char peer[INET6_ADDRSTRLEN + 8];
+    uint32_t in_reserved;      /* body bytes of the frame being read, counted in
+                                * m->in_reserved (frames over MC_CONN_IN_BASE) */
+    mc_regex_walk_t *walk;     /* a REMOVE_BY_REGEX in slices: frames after it wait */
+    struct event *walk_ev;     /* runs the next slice */
 } mc_conn_t;
+
+/* Give back the reservation of a large frame (read, or never finished)
+ * and the ordinary read window. */
+static void conn_unreserve(mc_conn_t *c)
+{
+    if (c->in_reserved == 0)
+        return;
+    c->m->in_reserved -= c->in_reserved;
+    c->in_reserved = 0;
+    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
+}
 
 static void conn_free(mc_conn_t *c)
 {
+    conn_unreserve(c);
+    if (c->walk_ev != NULL)
+        event_free(c->walk_ev);
+    mc_master_regex_walk_free(c->walk);
     mc_mlist_remove(&c->link);
     mc_mlist_remove(&c->held_link);
     c->m->nconns--;
@@ -262,6 +289,11 @@ static void conn_close(mc_conn_t *c, const char *why)
              conn_state_str(c->state), c->frames, why);
     c->state = MC_CONN_CLOSING;
     bufferevent_disable(c->bev, EV_READ);
+    if (c->walk != NULL) { /* nobody will read its answer */
+        event_del(c->walk_ev);
+        mc_master_regex_walk_free(c->walk);
+        c->walk = NULL;
+    }
     if (c->held.len > 0)
         return; /* mc_master_rpc_release() sends them, then frees */
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
@@ -296,6 +328,7 @@ static int32_t handle_hello(mc_conn_t *c, mc_req_ctx_t *x, const mc_wire_hello_r
     c->hello      = 1;
     resp->server_version = mc_str_from_cstr(mc_version_string());
     resp->view_version   = c->m->view_version;
+    resp->metadata_token = mc_master_metadata_token(c->m, req->client_id);
     return MC_OK;
 }
 
@@ -341,7 +374,6 @@ MC_RPC_PLAIN_HANDLER_(upsert_revoke)
 MC_RPC_RESP_HANDLER_(batch_upsert_start)
 MC_RPC_RESP_HANDLER_(batch_upsert_end)
 MC_RPC_RESP_HANDLER_(batch_upsert_revoke)
-MC_RPC_RESP_HANDLER_(remove_by_regex)
 MC_RPC_PLAIN_HANDLER_(set_segment_draining)
 MC_RPC_RESP_HANDLER_(create_copy_task)
 MC_RPC_RESP_HANDLER_(create_move_task)
@@ -352,6 +384,34 @@ MC_RPC_RESP_HANDLER_(task_replica_start)
 MC_RPC_PLAIN_HANDLER_(task_replica_end)
 MC_RPC_PLAIN_HANDLER_(task_replica_revoke)
 MC_RPC_RESP_HANDLER_(batch_replica_clear)
+
+/* A handler's answer that comes later (not a status: those are <= 0). */
+#define MC_RPC_DEFERRED 1
+
+static void walk_slice_cb(evutil_socket_t fd, short what, void *arg);
+
+/* §5.8 REMOVE_BY_REGEX: a checked, compiled pattern starts a walk over the
+ * index that runs in slices between other events (walk_slice_cb); the
+ * connection handles no later frame until it has answered. */
+static int32_t handle_remove_by_regex(mc_conn_t *c, mc_req_ctx_t *x,
+                                      const mc_wire_remove_by_regex_req_t *req,
+                                      mc_wire_remove_by_regex_resp_t *resp)
+{
+    static const struct timeval now = {0, 0};
+    int32_t st;
+
+    (void)resp;
+    if (c->walk_ev == NULL) {
+        c->walk_ev = evtimer_new(c->m->base, walk_slice_cb, c);
+        if (c->walk_ev == NULL)
+            return MC_INTERNAL_ERROR;
+    }
+    st = mc_master_regex_walk_start(x, req, &c->walk);
+    if (st != MC_OK)
+        return st;
+    evtimer_add(c->walk_ev, &now);
+    return MC_RPC_DEFERRED;
+}
 
 /* Queue the encoded response in c->out on the socket. */
 static void conn_send(mc_conn_t *c, uint16_t opcode)
@@ -435,7 +495,8 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
 
     /* §5.1: nothing but HELLO before HELLO. */
     if (!c->hello && (op != MC_WIRE_OP_HELLO)) {
-        mc_warn("rpc %s: %s before HELLO", c->peer, mc_wire_op_name(op));
+        mc_log_ratelimited(MC_LOG_WARN, "rpc %s: %s before HELLO", c->peer,
+                           mc_wire_op_name(op));
         mc_wire_encode_error(&c->out, op, rid, MC_ILLEGAL_CLIENT);
         conn_send(c, op);
         return 0;
@@ -463,12 +524,15 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
         int32_t st;                                                                       \
         memset(&resp, 0, sizeof(resp));                                                   \
         if (mc_wire_decode_##low##_req(body, len, &c->arena, &req) != MC_OK) {            \
-            mc_warn("rpc %s: undecodable %s body (%zu bytes)", c->peer, #UP, len);         \
+            mc_log_ratelimited(MC_LOG_WARN, "rpc %s: undecodable %s body (%zu bytes)",     \
+                               c->peer, #UP, len);                                        \
             return -1;                                                                    \
         }                                                                                 \
         st = handle_##low(c, &x, &req, &resp);                                            \
         _Static_assert((code) < MC_MASTER_NOPS, "opcode outside the counter arrays");   \
         c->m->op_requests[(code)]++;                                                      \
+        if (st == MC_RPC_DEFERRED)                                                        \
+            return 0; /* the handler answers later */                                     \
         if (st != MC_OK)                                                                  \
             c->m->op_failures[(code)]++;                                                  \
         if (strncmp(#low, "batch_", 6) == 0) {                                            \
@@ -496,6 +560,48 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
     return 0;
 }
 
+/*
+ * Bounds on the frame whose header is in c->hdr, before any of its body is
+ * buffered: its message type's largest body (mc_wire_req_max_body(), or
+ * --rpc_max_batch_frame_size for a message with a list), and for a body
+ * over MC_CONN_IN_BASE a reservation against --rpc_max_buffered_input,
+ * the input of all connections together.  Returns 0, or 1 after closing
+ * the connection.
+ */
+static int conn_admit_body(mc_conn_t *c)
+{
+    mc_master_t *m = c->m;
+    uint32_t len   = c->hdr.body_len;
+    uint64_t max   = mc_wire_req_max_body(c->hdr.opcode);
+
+    if (max >= MC_WIRE_MAX_BODY)
+        max = m->cfg->rpc_max_batch_frame_size;
+    if (len > max) {
+        mc_log_ratelimited(MC_LOG_WARN,
+                           "rpc %s: a %s frame of %" PRIu32 " bytes is over its limit of %"
+                           PRIu64 " bytes",
+                           c->peer, mc_wire_op_name(c->hdr.opcode), len, max);
+        conn_close(c, "frame over the limit of its type");
+        return 1;
+    }
+    if (len <= MC_CONN_IN_BASE)
+        return 0;
+    if (m->in_reserved + len > m->cfg->rpc_max_buffered_input) {
+        mc_log_ratelimited(MC_LOG_WARN,
+                           "rpc %s: a %" PRIu32 "-byte %s frame would take the unfinished input "
+                           "of all connections past --rpc_max_buffered_input=%" PRIu64
+                           " (%" PRIu64 " bytes held)",
+                           c->peer, len, mc_wire_op_name(c->hdr.opcode),
+                           (uint64_t)m->cfg->rpc_max_buffered_input, m->in_reserved);
+        conn_close(c, "buffered input over --rpc_max_buffered_input");
+        return 1;
+    }
+    m->in_reserved += len;
+    c->in_reserved = len;
+    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_WIRE_HEADER_SIZE + (size_t)len);
+    return 0;
+}
+
 /* Handle every complete frame in the input buffer (pipelining).  Returns
  * 1 when the connection was closed (and may be freed), 0 otherwise. */
 static int conn_drive_frames(mc_conn_t *c)
@@ -510,6 +616,8 @@ static int conn_drive_frames(mc_conn_t *c)
             return 1;
 
         case MC_CONN_READ_HEADER:
+            if (c->walk != NULL)
+                return 0; /* answers keep request order: wait for the walk's */
             if (evbuffer_get_length(out) + c->tx.len + c->held.len > MC_CONN_OUT_HIGH) {
                 /* the peer is not reading its responses */
                 bufferevent_disable(c->bev, EV_READ);
@@ -520,22 +628,28 @@ static int conn_drive_frames(mc_conn_t *c)
                 return 0;
             evbuffer_copyout(in, hbuf, MC_WIRE_HEADER_SIZE);
             if (mc_wire_header_unpack(hbuf, &c->hdr) != MC_OK) {
-                mc_warn("rpc %s: bad frame header (magic 0x%08" PRIx32 " version %u flags 0x%02x "
-                        "body %" PRIu32 ")",
-                        c->peer, c->hdr.magic, c->hdr.version, c->hdr.flags, c->hdr.body_len);
+                mc_log_ratelimited(MC_LOG_WARN,
+                                   "rpc %s: bad frame header (magic 0x%08" PRIx32
+                                   " version %u flags 0x%02x body %" PRIu32 ")",
+                                   c->peer, c->hdr.magic, c->hdr.version, c->hdr.flags,
+                                   c->hdr.body_len);
                 conn_close(c, "bad frame header");
                 return 1;
             }
             if (c->hdr.flags & MC_WIRE_FLAG_RESPONSE) {
-                mc_warn("rpc %s: a response frame sent to the master", c->peer);
+                mc_log_ratelimited(MC_LOG_WARN, "rpc %s: a response frame sent to the master",
+                                   c->peer);
                 conn_close(c, "response flag on a request");
                 return 1;
             }
             if (mc_wire_op_name(c->hdr.opcode) == NULL) {
-                mc_warn("rpc %s: unknown opcode %u", c->peer, c->hdr.opcode);
+                mc_log_ratelimited(MC_LOG_WARN, "rpc %s: unknown opcode %u", c->peer,
+                                   c->hdr.opcode);
                 conn_close(c, "unknown opcode");
                 return 1;
             }
+            if (conn_admit_body(c) != 0)
+                return 1;
             evbuffer_drain(in, MC_WIRE_HEADER_SIZE);
             c->state = MC_CONN_READ_BODY;
             break;
@@ -558,6 +672,7 @@ static int conn_drive_frames(mc_conn_t *c)
             rc = conn_dispatch(c, body);
             evbuffer_drain(in, c->hdr.body_len);
             mc_arena_reset(&c->arena);
+            conn_unreserve(c);
             if (rc != 0) {
                 conn_close(c, "undecodable body");
                 return 1;
@@ -573,6 +688,39 @@ static void conn_drive(mc_conn_t *c)
 {
     if (conn_drive_frames(c) == 0)
         conn_flush(c);
+}
+
+/* Slice of REMOVE_BY_REGEX walk time, short enough that the other
+ * connections' requests see no stall. */
+#define MC_WALK_SLICE_US 2000
+
+/* One slice of the connection's regex walk; the answer and the frames
+ * that waited behind it once the walk is done.  The next slice is a
+ * zero timer, so the loop polls the sockets in between. */
+static void walk_slice_cb(evutil_socket_t fd, short what, void *arg)
+{
+    static const struct timeval now = {0, 0};
+    mc_conn_t *c = arg;
+    mc_wire_remove_by_regex_resp_t resp;
+    mc_req_ctx_t x;
+
+    (void)fd;
+    (void)what;
+    x.m      = c->m;
+    x.tenant = (mc_str_t){c->tenant, c->tenant_len};
+    x.arena  = &c->arena;
+    x.now_ms = mc_now_ms();
+    if (!mc_master_regex_walk_step(&x, c->walk, MC_WALK_SLICE_US)) {
+        evtimer_add(c->walk_ev, &now);
+        return;
+    }
+    memset(&resp, 0, sizeof(resp));
+    resp.count = mc_master_regex_walk_finish(c->walk);
+    c->walk    = NULL;
+    /* c->hdr is still the REMOVE_BY_REGEX frame: no header was read since */
+    mc_wire_encode_remove_by_regex_resp(&c->out, c->hdr.request_id, MC_OK, &resp);
+    conn_send(c, MC_WIRE_OP_REMOVE_BY_REGEX);
+    conn_drive(c);
 }
 
 static void conn_read_cb(struct bufferevent *bev, void *arg)
@@ -682,8 +830,9 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     m->nconns++;
 
     bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-    /* Reading pauses once one maximal frame is buffered. */
-    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_WIRE_HEADER_SIZE + MC_WIRE_MAX_BODY);
+    /* Reading pauses at MC_CONN_IN_BASE buffered, or once a large frame
+     * admitted by conn_admit_body() is all in. */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
     bufferevent_setwatermark(c->bev, EV_WRITE, MC_CONN_OUT_LOW, 0);
     {
         struct timeval rt = {m->cfg->rpc_conn_timeout_seconds, 0};

@@ -322,6 +322,8 @@ static mc_replica_t *try_segment(mc_master_t *m, mc_segment_t *seg, uint64_t siz
 
     if (seg->state != MC_SEG_OK)
         return NULL;
+    if ((seg->owner != NULL) && mc_master_client_suspect(m, seg->owner, mc_now_ms()))
+        return NULL; /* its owner stopped pinging: likely dead, do not write there */
     if (mc_alloc_get(seg->alloc, size, &block) != MC_OK)
         return NULL;
     r = calloc(1, sizeof(*r));

@@ -93,6 +93,14 @@ EXTRA_DIST += \
 	tests/python/test_bench_plot.py \
 	tests/python/test_weights.py \
 	tests/python/weights_proc.py \
+	tests/python/rawwire.py \
+	tests/python/test_regex_bounds.py \
+	tests/python/test_clear_errors.py \
+	tests/python/test_bounded_input.py \
+	tests/python/test_metadata_limits.py \
+	tests/python/test_metadata_owner.py \
+	tests/python/test_te_limits.py \
+	tests/python/test_dead_holder.py \
 	$(NULL)
 
 if ENABLE_PYTHON
@@ -159,10 +167,18 @@ check-python: all
 	MC_CLIENT_BIN=$(abs_builddir)/mooncake_client \
 	PYTHONDONTWRITEBYTECODE=1 \
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(srcdir)/tests/python
+# The cluster suite (tests/cluster): hosts in network namespaces; needs root
+# (skipped otherwise), about 20 s.  ./test.sh runs it after check-python.
+check-cluster: all
+	PYTHONPATH=$(abs_builddir)/python \
+	LD_LIBRARY_PATH=$(abs_builddir)/.libs$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	MC_MASTER_BIN=$(abs_builddir)/mooncake_master \
+	PYTHONDONTWRITEBYTECODE=1 \
+	$(PYTHON) -m pytest -q -rs -p no:cacheprovider $(srcdir)/tests/cluster
 # `make check` (and distcheck) runs the Python suite too.
 check_local_targets += check-python
 else
-check-python:
-	@echo "check-python: the Python bindings are not configured (--enable-python)"; exit 1
+check-python check-cluster:
+	@echo "$@: the Python bindings are not configured (--enable-python)"; exit 1
 endif
-.PHONY: python-build-tree clean-python-build-tree check-python
+.PHONY: python-build-tree clean-python-build-tree check-python check-cluster

@@ -136,6 +136,8 @@ static mc_status_t map_fresh(uint64_t size, mc_store_segment_t *seg)
         mc_set_error_detail("a segment of %llu bytes is not mappable", (unsigned long long)size);
         return MC_INVALID_PARAMS;
     }
+    if (mc_store_segment_size_check(size, "segment size") != MC_OK)
+        return MC_INVALID_PARAMS;
     return mc_store_segment_map(seg, MC_NO_AVAILABLE_HANDLE);
 }
 

@@ -74,7 +74,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     uint64_t pmin = MC_TE_DEFAULT_PORT_MIN, pmax = MC_TE_DEFAULT_PORT_MAX;
     uint64_t lanes = MC_TE_DEFAULT_LANES, tmo = MC_TE_DEFAULT_IO_TIMEOUT_S;
     uint64_t workers = UINT64_MAX, slice = MC_TE_DEFAULT_SLICE_SIZE;
-    uint64_t conns = MC_TE_DEFAULT_MAX_CONNS;
+    uint64_t conns = MC_TE_DEFAULT_MAX_CONNS, conns_peer = MC_TE_DEFAULT_MAX_CONNS_PEER;
+    uint64_t idle = MC_TE_DEFAULT_IDLE_TIMEOUT_S;
     const char *s;
 
     env_uint("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &pmin);
@@ -83,6 +84,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     env_uint("MC_TCP_STATUS_TIMEOUT_SEC", 1, 3600, &tmo);
     env_uint("MC_TE_WORKERS", 0, MC_TE_MAX_WORKERS, &workers);
     env_uint("MC_TE_MAX_CONNECTIONS", 1, 65536, &conns);
+    env_uint("MC_TE_MAX_CONNECTIONS_PER_PEER", 1, 65536, &conns_peer);
+    env_uint("MC_TE_IDLE_TIMEOUT_SEC", 0, 86400, &idle);
     s = getenv("MC_TE_SLICE_SIZE");
     if ((s != NULL) && (*s != '\0')) {
         uint64_t v;
@@ -115,6 +118,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     cfg->lanes              = (unsigned)lanes;
     cfg->workers            = (unsigned)workers;
     cfg->max_conns          = (unsigned)conns;
+    cfg->max_conns_peer     = (unsigned)conns_peer;
+    cfg->idle_timeout_s     = (int)idle;
     cfg->io_timeout_s       = (int)tmo;
     cfg->connect_timeout_ms = MC_TE_DEFAULT_CONNECT_MS;
     cfg->slice_size         = slice;

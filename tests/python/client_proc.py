@@ -354,6 +354,8 @@ def handle(store, req):
             sums[key] = hashlib.sha256(data).hexdigest()
         store._mem_pool_free(block)
         return {"bad": bad, "sums": sums, "started": t0, "seconds": time.monotonic() - t0}
+    if op == "allocate_and_mount":
+        return store.allocate_and_mount_segment(req["size"])
     if op == "hostname":
         return {"hostname": store.get_hostname()}
     if op == "close":

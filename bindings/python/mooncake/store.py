@@ -999,11 +999,18 @@ class MooncakeDistributedStore(TensorMethods):
 
         Returns:
             the address, or 0 when the local buffer is exhausted or ``size``
-            is 0 or out of range.  Return it with :meth:`_mem_pool_free`
-            (what :class:`mooncake.buffer_pool.BufferPool` does).
+            is 0 or out of range (larger than the whole local buffer, say);
+            a 0 is logged on the ``mooncake.store`` logger with the reason,
+            which :func:`mooncake.store.last_error_detail` also gives.
+            Return it with :meth:`_mem_pool_free` (what
+            :class:`mooncake.buffer_pool.BufferPool` does).
         """
         n = _alloc_size(size)
-        return self._store.mem_pool_alloc(n) if n else 0
+        addr = self._store.mem_pool_alloc(n) if n else 0
+        if addr == 0:
+            why = last_error_detail() if n else "size must be in [1, 2**64-1]"
+            _log.warning("alloc_from_mem_pool(%r) returns 0: %s", size, why)
+        return addr
 
     def _mem_pool_free(self, ptr: int) -> int:
         """Return an allocation of :meth:`alloc_from_mem_pool` (private:
