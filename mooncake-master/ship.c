@@ -30,7 +30,9 @@
 #include "coord/etcd.h"
 #include "ship.h"
 
-#define MC_SHIP_RANGE_LIMIT 64   /* log keys read per request */
+/* keys read per request: 8 keys of MC_SHIP_PIECE, base64, stay well under
+ * the etcd client's 16 MiB answer limit */
+#define MC_SHIP_RANGE_LIMIT 8
 #define MC_SHIP_RETRY_MS    100
 
 struct mc_ship {
@@ -381,10 +383,15 @@ static int load_snapshot(mc_ship_t *s, mc_etcd_t *e)
     mc_etcd_kv_cleanup(&kv);
     if (seq <= s->applied_seq)
         return 0;
-    snprintf(from, sizeof(from), "%ssnap/%016" PRIx64 "/", s->prefix, seq);
     snprintf(to, sizeof(to), "%ssnap/%016" PRIx64 "0", s->prefix, seq);
     mc_buf_init(&g.b);
-    st = mc_etcd_range(e, from, to, 0, gather_cb, &g, NULL);
+    for (int more = 1; more && !g.bad && (g.expect < n);) {
+        snprintf(from, sizeof(from), "%ssnap/%016" PRIx64 "/%016" PRIx64, s->prefix, seq,
+                 g.expect);
+        st = mc_etcd_range(e, from, to, MC_SHIP_RANGE_LIMIT, gather_cb, &g, &more);
+        if (st != MC_OK)
+            break;
+    }
     if ((st != MC_OK) || g.bad || (g.expect != n) || g.b.oom) {
         if (st == MC_OK)
             mc_error("operation log: REFUSING the snapshot at log key %" PRIu64

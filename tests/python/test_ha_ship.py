@@ -234,3 +234,32 @@ def test_corrupt_log_entry_is_refused(etcd, cleanup, tmp_path):
         assert late.role() == "standby"
         time.sleep(0.1)
     assert late.alive()
+
+
+def test_round_larger_than_an_etcd_request_is_split(etcd, cleanup, tmp_path):
+    """One BATCH_PUT_END of 3000 objects with 200-byte keys is one group-commit
+    round of ~1 MB: more than one etcd request may carry.  It goes as several
+    log keys; a standby reassembles the records that straddle them."""
+    masters = []
+    cleanup.append(masters)
+    masters.append(ship_master(etcd, tmp_path, "a"))
+    leader = wait_leader(masters, 10.0)
+    masters.append(ship_master(etcd, tmp_path, "b"))
+    c = etcd_client(cleanup, etcd)
+    keys = [f"{i:06d}-" + "k" * 193 for i in range(3000)]
+    puts0 = leader.metric("master_ha_oplog_puts_total")
+    r = c.call("put_batch", keys=keys, hexes=[value_of(k)[:16].hex() for k in keys],
+               timeout=120)
+    assert r["rc"] == 0, r
+    assert leader.metric("master_ha_oplog_puts_total") - puts0 >= 2
+    assert max(len(v) for _, v in etcd.range_prefix(LOG_PREFIX)) <= 768 * 1024 + 8
+    standby = masters[1]
+    wait_until(lambda: standby.metric("master_ha_oplog_seq") ==
+               leader.metric("master_ha_oplog_seq"), 10.0, "the standby to follow")
+    leader.kill()
+    masters.remove(leader)
+    wait_leader(masters, 10.0)
+    wait_until(lambda: c.call("get", key=keys[0]).get("len", 0) == 16, 10.0,
+               "the client to remount on the new leader", interval=0.1)
+    got = c.call("get_batch", keys=keys, timeout=120)["hexes"]
+    assert got == [value_of(k)[:16].hex() for k in keys]
