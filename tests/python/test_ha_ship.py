@@ -263,3 +263,19 @@ def test_round_larger_than_an_etcd_request_is_split(etcd, cleanup, tmp_path):
                "the client to remount on the new leader", interval=0.1)
     got = c.call("get_batch", keys=keys, timeout=120)["hexes"]
     assert got == [value_of(k)[:16].hex() for k in keys]
+
+
+def test_clean_stop_hands_over_with_the_full_index(etcd, cleanup, tmp_path):
+    masters = []
+    cleanup.append(masters)
+    masters += [ship_master(etcd, tmp_path, "a"), ship_master(etcd, tmp_path, "b")]
+    leader = wait_leader(masters, 10.0)
+    c = etcd_client(cleanup, etcd)
+    keys = [f"s{i}" for i in range(20)]
+    for k in keys:
+        assert c.call("put", key=k, hex=value_of(k).hex())["rc"] == 0
+    masters.remove(leader)
+    assert leader.stop() == 0  # SIGTERM: the log is drained under the term, then handed over
+    wait_leader(masters, 5.0)
+    wrong = read_back(c, keys)
+    assert not wrong, wrong[:2]
