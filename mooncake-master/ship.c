@@ -394,9 +394,10 @@ static int load_snapshot(mc_ship_t *s, mc_etcd_t *e)
     }
     if ((st != MC_OK) || g.bad || (g.expect != n) || g.b.oom) {
         if (st == MC_OK)
-            mc_error("operation log: REFUSING the snapshot at log key %" PRIu64
-                     " in etcd: chunks missing or malformed",
-                     seq);
+            mc_warn("operation log: the snapshot at log key %" PRIu64 " in etcd has chunks "
+                    "missing or misnamed (replaced by a newer one while read?): reading "
+                    "again",
+                    seq);
         mc_buf_cleanup(&g.b);
         return -1;
     }
