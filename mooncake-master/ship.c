@@ -7,8 +7,9 @@
  * "the leader key's create revision is my term", so a deposed leader can
  * never append; only then are the round's answers released.  The round is
  * also folded into the replay state, which a snapshot writes to etcd from
- * time to time (after which the log keys it covers are deleted, in the
- * same fenced transaction that publishes it).
+ * time to time (a copy of its records, written by a thread of its own;
+ * the log keys it covers are deleted in the same fenced transaction that
+ * publishes it).
  *
  * Standby: the follower reads log keys from its last applied one, checks
  * every record's CRC and folds it into the same kind of state; when the
@@ -20,6 +21,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +54,14 @@ struct mc_ship {
     uint64_t next_seq;
     uint64_t log_bytes;       /* since the last snapshot */
     uint64_t last_compact_ms;
+    /* the compaction thread (started and joined by the writer thread) */
+    mc_etcd_t *c_etcd;        /* its own handle: chunks do not delay appends */
+    pthread_t c_thread;
+    int c_live;
+    mc_buf_t c_buf;           /* the state's records, copied */
+    uint64_t c_seq;           /* the log key the copy ends at */
+    _Atomic int c_done;
+    _Atomic int c_deposed;    /* its fenced txn was refused */
 
     /* election thread, as standby */
     uint64_t applied_seq;     /* last log key folded in */
@@ -68,6 +78,8 @@ static void key_of(const mc_ship_t *s, char *out, size_t cap, const char *kind, 
     snprintf(out, cap, "%s%s/%016" PRIx64, s->prefix, kind, seq);
 }
 
+static void compact_reap(mc_ship_t *s, int wait);
+
 mc_ship_t *mc_ship_create(const char *endpoints, const char *cluster_id, int64_t ttl_s,
                           uint64_t compact_ms)
 {
@@ -80,11 +92,13 @@ mc_ship_t *mc_ship_create(const char *endpoints, const char *cluster_id, int64_t
     }
     mc_buf_init(&s->pending);
     mc_buf_init(&s->tail);
+    mc_buf_init(&s->c_buf);
     snprintf(s->prefix, sizeof(s->prefix), "mooncake-store/%s/oplog/", cluster_id);
     snprintf(s->guard, sizeof(s->guard), "mooncake-store/%s/master_view", cluster_id);
     s->ttl_ms     = ttl_s * 1000;
     s->compact_ms = compact_ms;
-    if (mc_etcd_create(endpoints, (int)MC_MAX(300, s->ttl_ms / 3), &s->etcd) != MC_OK) {
+    if ((mc_etcd_create(endpoints, (int)MC_MAX(300, s->ttl_ms / 3), &s->etcd) != MC_OK) ||
+        (mc_etcd_create(endpoints, (int)MC_MAX(300, s->ttl_ms / 3), &s->c_etcd) != MC_OK)) {
         mc_error("operation log: %s", mc_last_error_detail());
         mc_ship_destroy(s);
         return NULL;
@@ -96,7 +110,10 @@ void mc_ship_destroy(mc_ship_t *s)
 {
     if (s == NULL)
         return;
+    compact_reap(s, 1);
     mc_etcd_destroy(s->etcd);
+    mc_etcd_destroy(s->c_etcd);
+    mc_buf_cleanup(&s->c_buf);
     mc_oplog_state_cleanup(&s->state);
     mc_buf_cleanup(&s->pending);
     mc_buf_cleanup(&s->tail);
@@ -107,13 +124,13 @@ void mc_ship_destroy(mc_ship_t *s)
 
 /* One fenced transaction, retried over etcd errors for at most a TTL.  0,
  * or -1 with errno EPERM (no longer the leader) or EIO. */
-static int txn_retry(mc_ship_t *s, const mc_etcd_op_t *ops, size_t n)
+static int txn_retry(mc_ship_t *s, mc_etcd_t *e, const mc_etcd_op_t *ops, size_t n)
 {
     uint64_t end = mc_now_ms() + (uint64_t)s->ttl_ms;
     int64_t term = atomic_load(&s->term);
 
     for (;;) {
-        mc_status_t st = mc_etcd_txn_guarded(s->etcd, s->guard, term, ops, n);
+        mc_status_t st = mc_etcd_txn_guarded(e, s->guard, term, ops, n);
         if (st == MC_OK)
             return 0;
         if (st == MC_ETCD_TRANSACTION_FAIL) {
@@ -134,7 +151,8 @@ static int txn_retry(mc_ship_t *s, const mc_etcd_op_t *ops, size_t n)
     }
 }
 
-static int put_chunk(mc_ship_t *s, const char *key, uint64_t term, const uint8_t *p, size_t n)
+static int put_chunk(mc_ship_t *s, mc_etcd_t *e, const char *key, uint64_t term,
+                     const uint8_t *p, size_t n)
 {
     mc_etcd_op_t op = {0};
     uint8_t *v      = malloc(n + 8);
@@ -149,7 +167,7 @@ static int put_chunk(mc_ship_t *s, const char *key, uint64_t term, const uint8_t
     op.key = key;
     op.val = v;
     op.len = n + 8;
-    rc     = txn_retry(s, &op, 1);
+    rc     = txn_retry(s, e, &op, 1);
     free(v);
     return rc;
 }
@@ -164,79 +182,89 @@ static int apply_cb(void *arg, const mc_oplog_record_t *r)
     return 0;
 }
 
-typedef struct snap_writer {
-    mc_ship_t *s;
-    mc_buf_t b;
-    uint64_t seq;
-    uint32_t n;
-    int err;
-} snap_writer_t;
-
-static void snap_flush(snap_writer_t *w)
+/* The compaction thread: write the state copied into c_buf as
+ * snap/<c_seq>/<n> and publish it, deleting the log keys and the older
+ * snapshots it replaces (the writer goes on appending meanwhile: keys
+ * after c_seq are not touched). */
+static void *compact_main(void *arg)
 {
-    char key[400];
-    if ((w->err != 0) || (w->b.len == 0))
-        return;
-    snprintf(key, sizeof(key), "%ssnap/%016" PRIx64 "/%016" PRIx32, w->s->prefix, w->seq, w->n);
-    if (w->b.oom)
-        w->err = ENOMEM;
-    else if (put_chunk(w->s, key, (uint64_t)atomic_load(&w->s->term), w->b.data, w->b.len) != 0)
-        w->err = errno;
-    else
-        w->n++;
-    mc_buf_reset(&w->b);
-}
-
-static void snap_map(snap_writer_t *w, mc_hmap_t *map)
-{
-    mc_hmap_iter_t it;
-    for (mc_hnode_t *n = mc_hmap_first(map, &it); (n != NULL) && (w->err == 0);
-         n = mc_hmap_next(map, &it)) {
-        mc_oplog_entry_t *e = mc_container_of(n, mc_oplog_entry_t, node);
-        mc_buf_put_bytes(&w->b, e->frame, e->len);
-        if (w->b.len >= MC_SHIP_PIECE)
-            snap_flush(w);
-    }
-}
-
-/* Write the state as snap/<seq>/<n> and publish it, deleting the log keys
- * and the older snapshots it replaces.  0, or -1 (errno EPERM: deposed). */
-static int compact(mc_ship_t *s)
-{
-    snap_writer_t w = {.s = s, .seq = s->next_seq - 1};
-    char meta[400], meta_v[64], log0[400], logend[400], snap0[400], snapend[400];
+    mc_ship_t *s = arg;
+    char key[400], meta[400], meta_v[64], log0[400], logend[400], snap0[400], snapend[400];
     mc_etcd_op_t ops[3] = {{0}};
-    uint64_t t0 = mc_now_ms();
-    int rc;
+    uint64_t t0 = mc_now_ms(), term = (uint64_t)atomic_load(&s->term);
+    uint32_t n  = 0;
+    int rc      = 0;
 
-    mc_buf_init(&w.b);
-    snap_map(&w, &s->state.segs);
-    snap_map(&w, &s->state.tasks);
-    snap_map(&w, &s->state.objs);
-    snap_flush(&w);
-    mc_buf_cleanup(&w.b);
-    if (w.err != 0) {
-        errno = w.err;
-        return -1;
+    for (size_t off = 0; (rc == 0) && (off < s->c_buf.len); off += MC_SHIP_PIECE, n++) {
+        snprintf(key, sizeof(key), "%ssnap/%016" PRIx64 "/%016" PRIx32, s->prefix, s->c_seq, n);
+        rc = put_chunk(s, s->c_etcd, key, term, s->c_buf.data + off,
+                       MC_MIN((size_t)MC_SHIP_PIECE, s->c_buf.len - off));
     }
-    snprintf(meta, sizeof(meta), "%ssnapmeta", s->prefix);
-    snprintf(meta_v, sizeof(meta_v), "%016" PRIx64 " %" PRIu32, w.seq, w.n);
-    key_of(s, log0, sizeof(log0), "log", 0);
-    key_of(s, logend, sizeof(logend), "log", w.seq + 1);
-    snprintf(snap0, sizeof(snap0), "%ssnap/", s->prefix);
-    key_of(s, snapend, sizeof(snapend), "snap", w.seq);
-    ops[0] = (mc_etcd_op_t){.key = meta, .val = meta_v, .len = strlen(meta_v)};
-    ops[1] = (mc_etcd_op_t){.del = 1, .key = log0, .range_end = logend};
-    ops[2] = (mc_etcd_op_t){.del = 1, .key = snap0, .range_end = snapend};
-    rc     = txn_retry(s, ops, 3);
     if (rc == 0) {
-        atomic_store(&s->st_snap_seq, w.seq);
+        snprintf(meta, sizeof(meta), "%ssnapmeta", s->prefix);
+        snprintf(meta_v, sizeof(meta_v), "%016" PRIx64 " %" PRIu32, s->c_seq, n);
+        key_of(s, log0, sizeof(log0), "log", 0);
+        key_of(s, logend, sizeof(logend), "log", s->c_seq + 1);
+        snprintf(snap0, sizeof(snap0), "%ssnap/", s->prefix);
+        key_of(s, snapend, sizeof(snapend), "snap", s->c_seq);
+        ops[0] = (mc_etcd_op_t){.key = meta, .val = meta_v, .len = strlen(meta_v)};
+        ops[1] = (mc_etcd_op_t){.del = 1, .key = log0, .range_end = logend};
+        ops[2] = (mc_etcd_op_t){.del = 1, .key = snap0, .range_end = snapend};
+        rc     = txn_retry(s, s->c_etcd, ops, 3);
+    }
+    if (rc == 0) {
+        atomic_store(&s->st_snap_seq, s->c_seq);
         atomic_fetch_add(&s->st_snaps, 1);
         mc_info("operation log: snapshot at log key %" PRIu64 " written to etcd in %" PRIu64
                 " ms (%" PRIu32 " chunks); the log before it deleted",
-                w.seq, mc_now_ms() - t0, w.n);
+                s->c_seq, mc_now_ms() - t0, n);
+    } else if (errno == EPERM) {
+        atomic_store(&s->c_deposed, 1); /* the next round fails too */
+    } else {
+        mc_warn("operation log: the snapshot at log key %" PRIu64 " could not be written to "
+                "etcd; the next one will be", s->c_seq);
     }
-    return rc;
+    atomic_store(&s->c_done, 1);
+    return NULL;
+}
+
+/* Join a compaction that has ended (or, with @p wait, any). */
+static void compact_reap(mc_ship_t *s, int wait)
+{
+    if (!s->c_live || (!wait && !atomic_load(&s->c_done)))
+        return;
+    pthread_join(s->c_thread, NULL);
+    s->c_live = 0;
+    mc_buf_reset(&s->c_buf);
+}
+
+/* Copy the state's records (segments first) and hand them to a thread. */
+static void compact_start(mc_ship_t *s)
+{
+    mc_hmap_t *maps[3] = {&s->state.segs, &s->state.tasks, &s->state.objs};
+    mc_hmap_iter_t it;
+
+    mc_buf_reset(&s->c_buf);
+    for (int i = 0; i < 3; i++) {
+        for (mc_hnode_t *n = mc_hmap_first(maps[i], &it); n != NULL;
+             n = mc_hmap_next(maps[i], &it)) {
+            mc_oplog_entry_t *e = mc_container_of(n, mc_oplog_entry_t, node);
+            mc_buf_put_bytes(&s->c_buf, e->frame, e->len);
+        }
+    }
+    if (s->c_buf.oom) {
+        mc_warn("operation log: out of memory copying the state for a snapshot");
+        mc_buf_cleanup(&s->c_buf);
+        mc_buf_init(&s->c_buf);
+        return;
+    }
+    s->c_seq = s->next_seq - 1;
+    atomic_store(&s->c_done, 0);
+    if (pthread_create(&s->c_thread, NULL, compact_main, s) != 0) {
+        mc_warn("operation log: cannot start the snapshot thread: %s", strerror(errno));
+        return;
+    }
+    s->c_live = 1;
 }
 
 static int sink_append(mc_oplog_sink_t *sk, const void *data, size_t len)
@@ -259,6 +287,10 @@ static int sink_sync(mc_oplog_sink_t *sk)
 
     if (s->pending.len == 0)
         return 0;
+    if (atomic_load(&s->c_deposed)) {
+        errno = EPERM;
+        return -1;
+    }
     if (term == 0 || atomic_load(&s->install_pending)) {
         mc_error("operation log: records appended while not the leader");
         errno = EPERM;
@@ -267,7 +299,7 @@ static int sink_sync(mc_oplog_sink_t *sk)
     for (size_t off = 0; off < s->pending.len; off += MC_SHIP_PIECE) {
         size_t n = MC_MIN((size_t)MC_SHIP_PIECE, s->pending.len - off);
         key_of(s, key, sizeof(key), "log", s->next_seq);
-        if (put_chunk(s, key, term, s->pending.data + off, n) != 0)
+        if (put_chunk(s, s->etcd, key, term, s->pending.data + off, n) != 0)
             return -1;
         s->next_seq++;
         atomic_fetch_add(&s->st_puts, 1);
@@ -281,13 +313,13 @@ static int sink_sync(mc_oplog_sink_t *sk)
         errno = ENOMEM;
         return -1;
     }
-    if ((s->log_bytes >= MC_SHIP_COMPACT_BYTES) ||
-        (mc_now_ms() - s->last_compact_ms >= s->compact_ms)) {
-        if ((compact(s) != 0) && (errno == EPERM))
-            return -1;
+    compact_reap(s, 0);
+    if (!s->c_live && ((s->log_bytes >= MC_SHIP_COMPACT_BYTES) ||
+                       (mc_now_ms() - s->last_compact_ms >= s->compact_ms))) {
         /* an etcd outage delays the compaction, not the log */
         s->log_bytes       = 0;
         s->last_compact_ms = mc_now_ms();
+        compact_start(s);
     }
     return 0;
 }
@@ -296,7 +328,7 @@ static int sink_rotate(mc_oplog_sink_t *sk, uint64_t gen)
 {
     (void)sk;
     (void)gen;
-    return 0; /* compaction is the sink's own (compact) */
+    return 0; /* compaction is the sink's own (compact_start) */
 }
 
 static void sink_close(mc_oplog_sink_t *sk)
