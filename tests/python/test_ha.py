@@ -123,7 +123,7 @@ def test_kill9_leader_client_follows_within_10s(etcd, cleanup):
     assert new is not leader
     assert c.call("get", key="after")["hex"] == after.hex()
     assert c.call("exist", key="after")["rc"] == 1
-    # the new leader started empty (docs/ha.md: no log shipping yet)
+    # the new leader started empty (without --enable_snapshot_restore the log is not shipped)
     assert c.call("exist", key="before")["rc"] == 0
 
 
