@@ -41,6 +41,11 @@
  * master measures it (its log) and as a client sees it (the slowest of
  * back-to-back PINGs over three seconds of snapshots).  DIR should be on the disk to measure:
  * a tmpfs makes every sync free.
+ *
+ * --ha-etcd HOST:PORT (with --durability) makes the durable side a master
+ * with --enable_ha and the operation log shipped through that etcd
+ * (--enable_snapshot_restore, docs/ha.md), each run under a cluster id of
+ * its own; the snapshot-stall run is skipped.
  */
 #include "config.h"
 
@@ -85,6 +90,7 @@ typedef struct bench_opts {
     unsigned batch;
     uint64_t value_size;
     const char *durability; /* --durability DIR, or NULL */
+    const char *ha_etcd;    /* --ha-etcd ENDPOINTS: the log shipped through etcd */
     unsigned repeat;        /* --durability: off/on pairs; the best of each counts */
 } bench_opts_t;
 
@@ -427,7 +433,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: meta_bench [--master HOST:PORT | --master-bin PATH] [--objects N]\n"
             "                  [--single N] [--procs P] [--depth D] [--batch B]\n"
-            "                  [--value-size BYTES] [--durability DIR [--repeat N]]\n");
+            "                  [--value-size BYTES] [--durability DIR [--repeat N]\n"
+            "                  [--ha-etcd HOST:PORT]]\n");
 }
 
 static int parse_opts(int argc, char **argv, bench_opts_t *o)
@@ -453,6 +460,8 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
             strcpy(o->master, v);
         } else if (strcmp(a, "--master-bin") == 0) {
             o->master_bin = v;
+        } else if (strcmp(a, "--ha-etcd") == 0 && v != NULL) {
+            o->ha_etcd = v;
         } else if (strcmp(a, "--durability") == 0) {
             o->durability = v;
         } else if (mc_parse_u64(v, &n) != 0) {
@@ -774,6 +783,23 @@ static void snapshot_pauses(const char *log, uint64_t min_objs, uint64_t *max_us
     fclose(f);
 }
 
+/* The table of an off/on pair: each phase's rate and the ratio. */
+static void print_pair(const bench_opts_t *o, const run_result_t *off, const run_result_t *on,
+                       const char *name, const char *note)
+{
+    char h1[32], h2[32];
+    snprintf(h1, sizeof(h1), "%s keys/s", name);
+    snprintf(h2, sizeof(h2), "%s/off", name);
+    printf("%-24s %14s %14s %8s\n", "operation", "off keys/s", h1, h2);
+    for (int ph = 0; ph < PH_COUNT; ph++)
+        printf("%-24s %14.0f %14.0f %8.2f\n", phase_name[ph], off->rate[ph], on->rate[ph],
+               off->rate[ph] > 0 ? on->rate[ph] / off->rate[ph] : 0);
+    printf("batched puts (START+END) %14.0f %14.0f %8.2f%s\n", batched_put_rate(o, off),
+           batched_put_rate(o, on),
+           batched_put_rate(o, off) > 0 ? batched_put_rate(o, on) / batched_put_rate(o, off) : 0,
+           note);
+}
+
 static int durability_runs(const bench_opts_t *o)
 {
     char dir_on[4200], dir_stall[4200], logdir[4300], logfile[4400];
@@ -785,12 +811,18 @@ static int durability_runs(const bench_opts_t *o)
     run_result_t off, dur, st, r;
     uint64_t max_us, cpu_us;
     unsigned nsnaps;
-    int ph;
+
+    char a_eps[400], a_cid[64];
+    char *ship[] = {(char *)"--enable_snapshot=true", a_dir,
+                    (char *)"--enable_snapshot_restore=true", (char *)"--enable_ha=true", a_eps,
+                    a_cid, NULL};
 
     if (o->master[0] != '\0') {
         fprintf(stderr, "meta_bench: --durability starts its own masters (no --master)\n");
         return 2;
     }
+    snprintf(a_eps, sizeof(a_eps), "--etcd_endpoints=%s", o->ha_etcd ? o->ha_etcd : "");
+    snprintf(a_cid, sizeof(a_cid), "--cluster_id=meta_bench-%d-0", (int)getpid());
     snprintf(dir_on, sizeof(dir_on), "%s/meta_bench-%d-on", o->durability, (int)getpid());
     snprintf(dir_stall, sizeof(dir_stall), "%s/meta_bench-%d-stall", o->durability, (int)getpid());
     snprintf(logdir, sizeof(logdir), "%s/log", dir_stall);
@@ -803,16 +835,26 @@ static int durability_runs(const bench_opts_t *o)
         return 1;
     }
     for (unsigned k = 0; k < o->repeat; k++) {
-        char *const *sides[2] = {NULL, on};
+        char *const *sides[2] = {NULL, (o->ha_etcd != NULL) ? ship : on};
         for (int side = 0; side < 2; side++) {
             if (run_once(*o, sides[side], 0, &r) != 0) {
                 fprintf(stderr, "meta_bench: a run failed\n");
                 return 1;
             }
             keep_best(o, side ? &dur : &off, &r, k == 0);
-            if (side)
+            if (side) {
                 snprintf(a_dir, sizeof(a_dir), "--snapshot_backup_dir=%s.%u", dir_on, k + 1);
+                snprintf(a_cid, sizeof(a_cid), "--cluster_id=meta_bench-%d-%u", (int)getpid(),
+                         k + 1);
+            }
         }
+    }
+    if (o->ha_etcd != NULL) {
+        printf("operation log shipped through etcd %s (one fenced txn per event-loop turn); "
+               "best of %u alternating runs each\n",
+               o->ha_etcd, o->repeat);
+        print_pair(o, &off, &dur, "etcd", "");
+        return 0;
     }
     if (run_once(*o, stall, 3000, &st) != 0) {
         fprintf(stderr, "meta_bench: a run failed\n");
@@ -821,14 +863,7 @@ static int durability_runs(const bench_opts_t *o)
     printf("durability: operation log in %s (one write + fdatasync per event-loop turn); "
            "best of %u alternating runs each\n",
            dir_on, o->repeat);
-    printf("%-24s %14s %14s %8s\n", "operation", "off keys/s", "on keys/s", "on/off");
-    for (ph = 0; ph < PH_COUNT; ph++)
-        printf("%-24s %14.0f %14.0f %8.2f\n", phase_name[ph], off.rate[ph], dur.rate[ph],
-               off.rate[ph] > 0 ? dur.rate[ph] / off.rate[ph] : 0);
-    printf("batched puts (START+END) %14.0f %14.0f %8.2f   (target >= 0.70)\n",
-           batched_put_rate(o, &off), batched_put_rate(o, &dur),
-           batched_put_rate(o, &off) > 0 ? batched_put_rate(o, &dur) / batched_put_rate(o, &off)
-                                         : 0);
+    print_pair(o, &off, &dur, "on", "   (target >= 0.70)");
     snapshot_pauses(logfile, o->objects, &max_us, &cpu_us, &nsnaps);
     printf("snapshot stall: %u snapshots of >= %" PRIu64 " objects; the longest event-loop "
            "pause of their walks %.2f ms (%.2f ms of it on the CPU); slowest of %" PRIu64

@@ -748,14 +748,9 @@ mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, siz
                               "(or --ha_backend_connstring)");
         if ((cfg->ha_lease_ttl_sec < 2) || (cfg->ha_lease_ttl_sec > 3600))
             return parse_fail(err, errlen, "--ha_lease_ttl_sec must be 2 to 3600 seconds");
-        /* A standby's own log says nothing of what the leaders after it
-         * placed in the same client segments: restoring it could serve
-         * bytes that were overwritten since.  Takeover with the full index
-         * needs the log shipped through etcd (docs/ha.md). */
-        if (cfg->enable_snapshot_restore)
-            return parse_fail(err, errlen,
-                              "--enable_snapshot_restore with --enable_ha is not implemented in "
-                              "this build (the operation log is not yet shipped to standbys)");
+        /* --enable_snapshot_restore with --enable_ha ships the operation
+         * log through etcd (ship.c): a new leader takes over with the full
+         * index, never with a standby's own stale log (docs/ha.md). */
     }
     if (cfg->max_kv_soft_pin_ttl < cfg->default_kv_soft_pin_ttl)
         return parse_fail(err, errlen,

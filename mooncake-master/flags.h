@@ -197,7 +197,8 @@ typedef enum mc_flag_kind {
       "answering, and compact the log with periodic snapshots (docs/ha.md).")               \
     X(BOOL, enable_snapshot_restore, "false", v_none, 0,                                    \
       "At start, restore the index from the newest valid snapshot and the logs after it "   \
-      "(needs --enable_snapshot).")                                                         \
+      "(needs --enable_snapshot); with --enable_ha, ship the log through etcd so a new "    \
+      "leader takes over with the full index.")                                             \
     X(INT, snapshot_interval_seconds, "600", v_positive, 0, "Seconds between snapshots.")  \
     X(INT, snapshot_child_timeout_seconds, "300", v_positive, 0,                            \
       "Seconds a snapshot may take before it is abandoned.")                                \

@@ -25,11 +25,14 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "common/log.h"
 #include "coord/etcd.h"
 #include "ha.h"
 #include "master.h"
+#include "ship.h"
+#include "snapshot.h"
 
 #define MC_HA_POLL_MS        200 /* standby: how often the leader key is read */
 #define MC_HA_RETRY_MS       200 /* leader: retry of a failed renewal */
@@ -42,7 +45,8 @@ int mc_master_ha_serving(mc_master_t *m)
     mc_master_ha_t *h = m->ha;
     if (h == NULL)
         return 1;
-    return (atomic_load(&h->role) == MC_HA_LEADER) && (mc_now_ms() < atomic_load(&h->deadline_ms));
+    return (atomic_load(&h->role) == MC_HA_LEADER) && (mc_now_ms() < atomic_load(&h->deadline_ms)) &&
+           !mc_ship_install_pending(h->ship);
 }
 
 const char *mc_master_ha_role_name(mc_master_t *m)
@@ -57,8 +61,11 @@ const char *mc_master_ha_state_name(mc_master_t *m)
     mc_master_ha_t *h = m->ha;
     if (h == NULL)
         return "serving";
-    if (atomic_load(&h->role) == MC_HA_LEADER)
+    if (atomic_load(&h->role) == MC_HA_LEADER) {
+        if (mc_ship_install_pending(h->ship))
+            return "taking_over";
         return (mc_now_ms() < atomic_load(&h->deadline_ms)) ? "serving" : "stepping_down";
+    }
     return atomic_load(&h->reset_pending) ? "stepping_down" : "standby";
 }
 
@@ -80,8 +87,27 @@ int64_t mc_master_ha_leader(mc_master_t *m, char *addr, size_t cap)
 void mc_master_ha_tick(mc_master_t *m)
 {
     mc_master_ha_t *h = m->ha;
-    if ((h == NULL) || !atomic_load(&h->reset_pending))
+    if (h == NULL)
         return;
+    if (mc_ship_install_pending(h->ship) && (atomic_load(&h->role) == MC_HA_LEADER)) {
+        if (mc_durable_ship_install(m) != MC_OK) {
+            mc_error("ha: cannot install the index followed from the operation log: stopping");
+            m->fatal = 1;
+            event_base_loopbreak(m->base);
+        }
+        return;
+    }
+    if (!atomic_load(&h->reset_pending))
+        return;
+    if (h->ship != NULL) {
+        /* The writer may hold records etcd refused: this process's log
+         * cannot go on.  A restart follows the new leader from etcd. */
+        mc_error("ha: stepped down while the operation log is shipped through etcd: exiting "
+                 "(status 1); restart this master to stand by and follow the new leader");
+        m->fatal = 1;
+        event_base_loopbreak(m->base);
+        return;
+    }
     mc_master_index_reset(m);
     mc_info("ha: index emptied after stepping down; standing by");
     atomic_store(&h->reset_pending, 0);
@@ -126,6 +152,30 @@ void mc_master_ha_metrics(mc_master_t *m, struct evbuffer *b)
                         "# TYPE master_ha_etcd_up gauge\nmaster_ha_etcd_up %d\n",
                         !leader, atomic_load(&h->transitions), atomic_load(&h->elections_won),
                         atomic_load(&h->fenced), atomic_load(&h->etcd_ok));
+    if (h->ship != NULL) {
+        mc_ship_stats_t ss;
+        mc_ship_get_stats(h->ship, &ss);
+        evbuffer_add_printf(b,
+                            "# HELP master_ha_oplog_seq Last operation-log key in etcd applied "
+                            "(standby) or written (leader).\n"
+                            "# TYPE master_ha_oplog_seq gauge\nmaster_ha_oplog_seq %" PRIu64 "\n"
+                            "# HELP master_ha_oplog_snapshot_seq Log key of the last snapshot "
+                            "in etcd written or loaded.\n"
+                            "# TYPE master_ha_oplog_snapshot_seq gauge\n"
+                            "master_ha_oplog_snapshot_seq %" PRIu64 "\n"
+                            "# HELP master_ha_oplog_snapshots_total Snapshots this master "
+                            "wrote to etcd.\n"
+                            "# TYPE master_ha_oplog_snapshots_total counter\n"
+                            "master_ha_oplog_snapshots_total %" PRIu64 "\n"
+                            "# HELP master_ha_oplog_refused_total Log entries or snapshots in "
+                            "etcd refused (CRC or framing).\n"
+                            "# TYPE master_ha_oplog_refused_total counter\n"
+                            "master_ha_oplog_refused_total %" PRIu64 "\n"
+                            "# HELP master_ha_oplog_puts_total Log keys written to etcd.\n"
+                            "# TYPE master_ha_oplog_puts_total counter\n"
+                            "master_ha_oplog_puts_total %" PRIu64 "\n",
+                            ss.applied_seq, ss.snapshot_seq, ss.snapshots, ss.refused, ss.puts);
+    }
 }
 
 /* ---- the election thread ---------------------------------------------------------- */
@@ -210,6 +260,11 @@ static void standby_step(mc_master_ha_t *h)
         ha_wait(h, 50);
         return;
     }
+    if ((h->ship != NULL) && (mc_ship_follow(h->ship, h->etcd) != 0)) {
+        /* never take over on a log not read to its end */
+        ha_wait(h, MC_HA_POLL_MS);
+        return;
+    }
     st = mc_etcd_get(h->etcd, h->key, &kv, NULL);
     note_etcd(h, st);
     if (st == MC_OK) {
@@ -234,8 +289,20 @@ static void standby_step(mc_master_ha_t *h)
     st = mc_etcd_create_if_absent(h->etcd, h->key, h->self, strlen(h->self), lease, &created,
                                   &kv);
     note_etcd(h, st);
+    if ((st == MC_OK) && created && (h->ship != NULL) &&
+        (mc_ship_follow(h->ship, h->etcd) != 0)) {
+        /* the old leader can no longer append; what it did append must be
+         * read before serving */
+        mc_warn("ha: elected, but the operation log cannot be read to its end: giving the "
+                "term up");
+        (void)mc_etcd_delete_if_created(h->etcd, h->key, kv.create_revision);
+        created = 0;
+        st      = MC_ETCD_TRANSACTION_FAIL;
+    }
     if ((st == MC_OK) && created) {
         h->lease_id = lease;
+        if (h->ship != NULL)
+            mc_ship_elected(h->ship, kv.create_revision);
         atomic_store(&h->term, kv.create_revision);
         atomic_store(&h->deadline_ms, lease_deadline(h, t0, ttl));
         atomic_store(&h->role, MC_HA_LEADER);
@@ -339,11 +406,16 @@ static int advertised(mc_master_t *m, char *out, size_t cap)
     return (snprintf(out, cap, "%s%s", host, colon) < (int)cap) ? 0 : -1;
 }
 
+const char *mc_master_ha_endpoints(const mc_master_config_t *cfg)
+{
+    return (cfg->ha_backend_connstring[0] != '\0') ? cfg->ha_backend_connstring
+                                                   : cfg->etcd_endpoints;
+}
+
 mc_status_t mc_master_ha_start(mc_master_t *m)
 {
     const mc_master_config_t *cfg = m->cfg;
-    const char *eps = (cfg->ha_backend_connstring[0] != '\0') ? cfg->ha_backend_connstring
-                                                                : cfg->etcd_endpoints;
+    const char *eps = mc_master_ha_endpoints(cfg);
     mc_master_ha_t *h;
     uint64_t ttl_ms;
     mc_status_t st;
@@ -360,6 +432,7 @@ mc_status_t mc_master_ha_start(mc_master_t *m)
     pthread_cond_init(&h->cond, &ca);
     pthread_condattr_destroy(&ca);
     m->ha    = h;
+    h->ship  = mc_durable_ship(m);
     atomic_store(&h->etcd_ok, 1); /* log the first failure, not the first success */
     h->ttl_s = cfg->ha_lease_ttl_sec;
     ttl_ms   = (uint64_t)h->ttl_s * 1000;

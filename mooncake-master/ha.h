@@ -68,7 +68,12 @@ typedef struct mc_master_ha {
     char leader_addr[300];
     int64_t leader_term;               /* 0 = no leader known */
     int64_t lease_id;                  /* HA thread only */
+    struct mc_ship *ship;              /* the log shipped through etcd, or NULL */
 } mc_master_ha_t;
+
+struct mc_master_config;
+/* The etcd endpoints of the configuration (--ha_backend_connstring wins). */
+const char *mc_master_ha_endpoints(const struct mc_master_config *cfg);
 
 /* Connect to etcd and start campaigning (after the RPC listener is bound:
  * its address is what the leader key advertises). */

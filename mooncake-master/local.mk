@@ -16,6 +16,7 @@ mooncake_master_SOURCES = \
 	mooncake-master/ha.c mooncake-master/ha.h \
 	mooncake-master/oplog.c mooncake-master/oplog.h \
 	mooncake-master/snapshot.c mooncake-master/snapshot.h \
+	mooncake-master/ship.c mooncake-master/ship.h \
 	$(NULL)
 mooncake_master_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 mooncake_master_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)

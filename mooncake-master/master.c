@@ -248,6 +248,10 @@ void mc_master_destroy(mc_master_t *m)
         event_free(m->metrics_ev);
     if (m->tick_ev != NULL)
         event_free(m->tick_ev);
+    /* a log shipped through etcd is appended under the leader's term: what
+     * was appended goes out before the key does */
+    if (mc_durable_ship(m) != NULL)
+        mc_durable_drain(m);
     /* first: a leader hands over (deletes its key) before it stops serving */
     mc_master_ha_stop(m);
     mc_master_admin_stop(m);

@@ -52,6 +52,8 @@
 
 #include "common/log.h"
 #include "evict.h"
+#include "ha.h"
+#include "ship.h"
 #include "snapshot.h"
 
 #define MC_GEN_MAX 4096 /* files of one kind considered in the directory */
@@ -100,6 +102,7 @@ struct mc_durable {
     uint64_t next_snapshot_ms;
     uint64_t log_bytes_at_rotation; /* the writer's byte count when the log last rotated */
     uint64_t grace_deadline_ms; /* 0: no restored segment awaits its owner */
+    mc_ship_t *ship;            /* HA: the log goes to etcd (ship.c), not to dir */
     mc_durable_stats_t st;
 };
 
@@ -950,7 +953,17 @@ mc_status_t mc_durable_start(mc_master_t *m)
         maxgen = g->snap[g->nsnap - 1];
     if ((g->nlog > 0) && (g->log[g->nlog - 1] > maxgen))
         maxgen = g->log[g->nlog - 1];
-    if (cfg->enable_snapshot_restore) {
+    if (cfg->enable_ha && cfg->enable_snapshot_restore) {
+        /* the log lives in etcd: standbys follow it, a new leader installs it */
+        d->ship = mc_ship_create(mc_master_ha_endpoints(cfg), cfg->cluster_id,
+                                 cfg->ha_lease_ttl_sec,
+                                 (uint64_t)cfg->snapshot_interval_seconds * 1000u);
+        if (d->ship == NULL) {
+            st = MC_INVALID_PARAMS;
+            goto out;
+        }
+        restored = 1; /* nothing to publish in dir */
+    } else if (cfg->enable_snapshot_restore) {
         uint64_t t0 = mc_now_ms();
         restored    = restore_state(d, g, &s);
         if (restored && (install(m, &s) != MC_OK)) {
@@ -972,7 +985,7 @@ mc_status_t mc_durable_start(mc_master_t *m)
             goto out;
         }
     }
-    sink = mc_oplog_file_sink_open(d->dir, d->gen);
+    sink = (d->ship != NULL) ? mc_ship_sink(d->ship) : mc_oplog_file_sink_open(d->dir, d->gen);
     if (sink == NULL) {
         mc_error("cannot create the operation log in %s: %s", d->dir, strerror(errno));
         st = MC_INVALID_PARAMS;
@@ -993,6 +1006,14 @@ mc_status_t mc_durable_start(mc_master_t *m)
         (event_add(d->wake_ev, NULL) != 0))
         goto out;
     d->next_snapshot_ms = mc_now_ms() + (uint64_t)cfg->snapshot_interval_seconds * 1000u;
+    if (d->ship != NULL) {
+        mc_info("durability: the operation log is shipped through etcd %s (a snapshot there "
+                "every %" PRId64 " s while writes come, or every %llu MiB of log)",
+                mc_master_ha_endpoints(cfg), cfg->snapshot_interval_seconds,
+                MC_SHIP_COMPACT_BYTES >> 20);
+        st = MC_OK;
+        goto out;
+    }
     retention(m);
     mc_info("durability: operation log %s/oplog.%016" PRIx64 ", a snapshot every %" PRId64
             " s, %" PRId64 " kept",
@@ -1304,7 +1325,9 @@ void mc_durable_tick(mc_master_t *m, uint64_t now_ms)
         d->grace_deadline_ms = 0;
         end_grace(m);
     }
-    if (d->job != NULL) {
+    if (d->ship != NULL) {
+        /* compaction is the shipped log's own (ship.c) */
+    } else if (d->job != NULL) {
         reap_snapshot(m, now_ms);
     } else {
         uint64_t rounds, records, bytes;
@@ -1350,6 +1373,7 @@ void mc_durable_stop(mc_master_t *m)
         d->job = NULL;
     }
     mc_oplog_writer_stop(d->w);
+    mc_ship_destroy(d->ship);
     if (d->walk_ev != NULL)
         event_free(d->walk_ev);
     if (d->wake_ev != NULL)
@@ -1360,6 +1384,23 @@ void mc_durable_stop(mc_master_t *m)
         close(d->wake_fd);
     free(d);
     m->durable = NULL;
+}
+
+mc_ship_t *mc_durable_ship(mc_master_t *m)
+{
+    return (m->durable != NULL) ? m->durable->ship : NULL;
+}
+
+mc_status_t mc_durable_ship_install(mc_master_t *m)
+{
+    mc_durable_t *d = m->durable;
+    uint64_t t0     = mc_now_ms();
+    mc_status_t st  = install(m, mc_ship_state(d->ship));
+    if (st == MC_OK)
+        mc_info("takeover: index installed from the shipped log in %" PRIu64 " ms",
+                mc_now_ms() - t0);
+    mc_ship_installed(d->ship);
+    return st;
 }
 
 int mc_durable_get_stats(mc_master_t *m, mc_durable_stats_t *st)

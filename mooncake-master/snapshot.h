@@ -46,6 +46,13 @@ void mc_durable_task(mc_master_t *m, const mc_task_t *t, int live);
  * appended is still waiting for its sync. */
 uint64_t mc_durable_pending(mc_master_t *m);
 
+/* With --enable_ha and --enable_snapshot_restore: the log shipped through
+ * etcd (ship.h), else NULL. */
+struct mc_ship;
+struct mc_ship *mc_durable_ship(mc_master_t *m);
+/* The loop, at takeover: install the followed state, then serve. */
+mc_status_t mc_durable_ship_install(mc_master_t *m);
+
 /* Snapshot counters for /metrics. */
 typedef struct mc_durable_stats {
     uint64_t snapshots_ok;

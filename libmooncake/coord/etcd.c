@@ -556,22 +556,122 @@ mc_status_t mc_etcd_create_if_absent(mc_etcd_t *e, const char *key, const void *
     return (st == MC_ETCD_KEY_NOT_EXIST) ? MC_ETCD_TRANSACTION_FAIL : st;
 }
 
-mc_status_t mc_etcd_delete_if_created(mc_etcd_t *e, const char *key, int64_t create_revision)
+/* Send a transaction guarded by @p key's create revision: MC_OK when the
+ * compare held, MC_ETCD_TRANSACTION_FAIL when not. */
+static mc_status_t txn_guard_result(mc_etcd_t *e, json_t *req, const char *key,
+                                    int64_t create_revision)
 {
-    json_t *req = txn_on_create(key, create_revision, "request_delete_range",
-                                key_obj(key, NULL, 0, 0));
     json_t *resp = NULL;
-    mc_status_t st;
-
-    if (req == NULL)
-        return oom();
-    st = etcd_call(e, "/v3/kv/txn", req, &resp);
+    mc_status_t st = etcd_call(e, "/v3/kv/txn", req, &resp);
     if (st != MC_OK)
         return st;
     st = json_is_true(json_object_get(resp, "succeeded")) ? MC_OK : MC_ETCD_TRANSACTION_FAIL;
     if (st != MC_OK)
         mc_set_error_detail("etcd key %s is not the one created at revision %" PRId64, key,
                             create_revision);
+    json_decref(resp);
+    return st;
+}
+
+mc_status_t mc_etcd_delete_if_created(mc_etcd_t *e, const char *key, int64_t create_revision)
+{
+    json_t *req = txn_on_create(key, create_revision, "request_delete_range",
+                                key_obj(key, NULL, 0, 0));
+
+    if (req == NULL)
+        return oom();
+    return txn_guard_result(e, req, key, create_revision);
+}
+
+mc_status_t mc_etcd_txn_guarded(mc_etcd_t *e, const char *guard_key, int64_t create_revision,
+                                const mc_etcd_op_t *ops, size_t nops)
+{
+    json_t *cmp = key_obj(guard_key, NULL, 0, 0), *succ = json_array(), *req = NULL;
+    char rs[24];
+
+    if ((cmp == NULL) || (succ == NULL))
+        goto fail;
+    for (size_t i = 0; i < nops; i++) {
+        json_t *o = key_obj(ops[i].key, ops[i].del ? NULL : ops[i].val, ops[i].len, 0);
+        json_t *w;
+        if (o == NULL)
+            goto fail;
+        if (ops[i].del && (ops[i].range_end != NULL)) {
+            char *re = mc_etcd_b64_encode(ops[i].range_end, strlen(ops[i].range_end));
+            if ((re == NULL) || (json_object_set_new(o, "range_end", json_string(re)) != 0)) {
+                free(re);
+                json_decref(o);
+                goto fail;
+            }
+            free(re);
+        }
+        w = json_pack("{s:o}", ops[i].del ? "request_delete_range" : "request_put", o);
+        if ((w == NULL) || (json_array_append_new(succ, w) != 0))
+            goto fail;
+    }
+    i64_str(create_revision, rs);
+    json_object_set_new(cmp, "result", json_string("EQUAL"));
+    json_object_set_new(cmp, "target", json_string("CREATE"));
+    json_object_set_new(cmp, "create_revision", json_string(rs));
+    req = json_pack("{s:[o], s:o}", "compare", cmp, "success", succ);
+    if (req == NULL)
+        return oom();
+    return txn_guard_result(e, req, guard_key, create_revision);
+fail:
+    json_decref(cmp);
+    json_decref(succ);
+    return oom();
+}
+
+mc_status_t mc_etcd_range(mc_etcd_t *e, const char *key, const char *range_end, int64_t limit,
+                          mc_etcd_range_cb cb, void *arg, int *more_p)
+{
+    json_t *req = key_obj(key, NULL, 0, 0), *resp = NULL, *kvs;
+    char *re = mc_etcd_b64_encode(range_end, strlen(range_end));
+    char ls[24];
+    mc_status_t st = MC_OK;
+
+    if ((req == NULL) || (re == NULL) ||
+        (json_object_set_new(req, "range_end", json_string(re)) != 0)) {
+        free(re);
+        json_decref(req);
+        return oom();
+    }
+    free(re);
+    if (limit > 0) {
+        i64_str(limit, ls);
+        json_object_set_new(req, "limit", json_string(ls));
+    }
+    st = etcd_call(e, "/v3/kv/range", req, &resp);
+    if (st != MC_OK)
+        return st;
+    if (more_p != NULL)
+        *more_p = json_is_true(json_object_get(resp, "more"));
+    kvs = json_object_get(resp, "kvs");
+    for (size_t i = 0; json_is_array(kvs) && (i < json_array_size(kvs)); i++) {
+        json_t *j  = json_array_get(kvs, i);
+        json_t *jk = json_object_get(j, "key");
+        char *k    = NULL;
+        size_t klen = 0;
+        mc_etcd_kv_t kv;
+        int stop;
+        if (!json_is_string(jk) ||
+            (mc_etcd_b64_decode(json_string_value(jk), json_string_length(jk), &k, &klen) != 0)) {
+            mc_set_error_detail("etcd answered a key that is not base64");
+            st = MC_ETCD_OPERATION_ERROR;
+            break;
+        }
+        st = kv_from_json(j, &kv);
+        if (st != MC_OK) {
+            free(k);
+            break;
+        }
+        stop = cb(arg, k, klen, kv.value, kv.len);
+        free(k);
+        mc_etcd_kv_cleanup(&kv);
+        if (stop)
+            break;
+    }
     json_decref(resp);
     return st;
 }

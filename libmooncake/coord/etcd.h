@@ -80,6 +80,35 @@ mc_status_t mc_etcd_create_if_absent(mc_etcd_t *e, const char *key, const void *
  * MC_ETCD_TRANSACTION_FAIL when the key is someone else's or absent. */
 mc_status_t mc_etcd_delete_if_created(mc_etcd_t *e, const char *key, int64_t create_revision);
 
+/*
+ * A guarded transaction: "if @p guard_key's create revision is
+ * @p create_revision, do @p ops", in one etcd request.  A leader fences its
+ * own writes with it (the guard is its leader key, the revision its term).
+ * MC_ETCD_TRANSACTION_FAIL when the compare did not hold (nothing done).
+ * Requests are bounded by etcd's request size (1.5 MiB by default, with
+ * the base64 of values): callers keep values well under it.
+ */
+typedef struct mc_etcd_op {
+    int del;               /* 0: put key = val; 1: delete [key, range_end) */
+    const char *key;
+    const void *val;
+    size_t len;
+    const char *range_end; /* del only; NULL: the key alone */
+} mc_etcd_op_t;
+mc_status_t mc_etcd_txn_guarded(mc_etcd_t *e, const char *guard_key, int64_t create_revision,
+                                const mc_etcd_op_t *ops, size_t nops);
+
+/*
+ * Read the keys in [@p key, @p range_end) in key order, at most @p limit
+ * (0: no limit), calling @p cb for each (key, value) until it returns
+ * non-zero.  *more_p (may be NULL) is 1 when etcd has more keys than
+ * returned.  MC_OK also when the range is empty.
+ */
+typedef int (*mc_etcd_range_cb)(void *arg, const char *key, size_t keylen, const char *val,
+                                size_t len);
+mc_status_t mc_etcd_range(mc_etcd_t *e, const char *key, const char *range_end, int64_t limit,
+                          mc_etcd_range_cb cb, void *arg, int *more_p);
+
 /* Leases.  grant: a new lease of @p ttl_s seconds (*ttl_p = what etcd
  * granted).  keepalive: renew once; *ttl_p = the TTL it now has;
  * MC_ETCD_KEY_NOT_EXIST when the lease has already expired.  revoke:

@@ -19,7 +19,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import List, Optional
+from typing import List, Optional, Tuple
+
+import pytest
 
 from helpers import Master, free_port, wait_until
 
@@ -97,6 +99,21 @@ class EtcdCluster:
             return None
         return base64.b64decode(r["kvs"][0].get("value", "")).decode()
 
+    def put_bytes(self, key: str, value: bytes) -> bool:
+        return self._post("/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+                                         "value": base64.b64encode(value).decode()}) \
+            is not None
+
+    def range_prefix(self, prefix: str) -> List[Tuple[str, bytes]]:
+        """Every (key, raw value) whose key starts with ``prefix``, in key order."""
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        r = self._post("/v3/kv/range", {"key": base64.b64encode(prefix.encode()).decode(),
+                                        "range_end": base64.b64encode(end.encode()).decode()})
+        if r is None:
+            raise RuntimeError("etcd did not answer a range request")
+        return [(base64.b64decode(kv["key"]).decode(), base64.b64decode(kv.get("value", "")))
+                for kv in r.get("kvs", [])]
+
     def kill(self, i: int) -> None:
         p = self.procs[i]
         if p is not None and p.poll() is None:
@@ -168,3 +185,25 @@ def stop_all(masters: List[Master]) -> None:
         except OSError:
             pass
         m.stop()
+
+
+@pytest.fixture
+def etcd():
+    """A one-member etcd, stopped at teardown."""
+    e = EtcdCluster(1)
+    try:
+        yield e
+    finally:
+        e.stop()
+
+
+@pytest.fixture
+def cleanup():
+    """Things to stop at teardown, in reverse order (a list: stop_all)."""
+    items = []
+    yield items
+    for it in reversed(items):
+        if isinstance(it, list):
+            stop_all(it)
+        else:
+            it.stop()

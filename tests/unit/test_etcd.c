@@ -211,6 +211,77 @@ START_TEST(test_kv_txn_and_leases)
 }
 END_TEST
 
+typedef struct range_seen {
+    char keys[8][32];
+    char vals[8][8];
+    int n;
+} range_seen_t;
+
+static int range_cb(void *arg, const char *key, size_t keylen, const char *val, size_t len)
+{
+    range_seen_t *r = arg;
+    ck_assert_int_lt(r->n, 8);
+    snprintf(r->keys[r->n], sizeof(r->keys[0]), "%.*s", (int)keylen, key);
+    snprintf(r->vals[r->n], sizeof(r->vals[0]), "%.*s", (int)len, val);
+    r->n++;
+    return 0;
+}
+
+/* The guarded transaction (a leader's fenced log append) and ranges. */
+START_TEST(test_guarded_txn_and_range)
+{
+    mc_etcd_t *e = NULL;
+    mc_etcd_kv_t kv = {0};
+    range_seen_t seen;
+    int64_t term;
+    int created = 0, more = -1;
+
+    if (!etcd_start())
+        return;
+    ck_assert_status_ok(mc_etcd_create(etcd_ep, 1000, &e));
+    ck_assert_status_ok(mc_etcd_create_if_absent(e, "g/leader", "me", 2, 0, &created, &kv));
+    term = kv.create_revision;
+    mc_etcd_kv_cleanup(&kv);
+    {
+        mc_etcd_op_t ops[3] = {{.key = "g/log/1", .val = "a", .len = 1},
+                               {.key = "g/log/2", .val = "b", .len = 1},
+                               {.key = "g/log/3", .val = "c", .len = 1}};
+        ck_assert_status_ok(mc_etcd_txn_guarded(e, "g/leader", term, ops, 3));
+        /* a stale term does nothing, not even part of the ops */
+        ops[0].val = "X";
+        ck_assert_status_eq(mc_etcd_txn_guarded(e, "g/leader", term - 1, ops, 1),
+                            MC_ETCD_TRANSACTION_FAIL);
+    }
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_status_ok(mc_etcd_range(e, "g/log/", "g/log0", 2, range_cb, &seen, &more));
+    ck_assert_int_eq(seen.n, 2);
+    ck_assert_int_eq(more, 1);
+    ck_assert_str_eq(seen.keys[0], "g/log/1");
+    ck_assert_str_eq(seen.vals[0], "a");
+    ck_assert_str_eq(seen.keys[1], "g/log/2");
+    {
+        /* delete a range under the guard: g/log/1 and g/log/2 go */
+        mc_etcd_op_t del = {.del = 1, .key = "g/log/", .range_end = "g/log/3"};
+        ck_assert_status_ok(mc_etcd_txn_guarded(e, "g/leader", term, &del, 1));
+    }
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_status_ok(mc_etcd_range(e, "g/log/", "g/log0", 0, range_cb, &seen, &more));
+    ck_assert_int_eq(seen.n, 1);
+    ck_assert_int_eq(more, 0);
+    ck_assert_str_eq(seen.keys[0], "g/log/3");
+    /* the guard key gone: nothing passes */
+    ck_assert_status_ok(mc_etcd_delete(e, "g/leader"));
+    {
+        mc_etcd_op_t op = {.key = "g/log/4", .val = "d", .len = 1};
+        ck_assert_status_eq(mc_etcd_txn_guarded(e, "g/leader", term, &op, 1),
+                            MC_ETCD_TRANSACTION_FAIL);
+    }
+    ck_assert_status_eq(mc_etcd_get(e, "g/log/4", &kv, NULL), MC_ETCD_KEY_NOT_EXIST);
+    mc_etcd_destroy(e);
+    etcd_stop();
+}
+END_TEST
+
 /* A master with --enable_ha takes the key with its address, and a clean
  * stop (SIGTERM) gives it back and exits 0. */
 START_TEST(test_master_campaigns_and_hands_back)
@@ -254,6 +325,7 @@ Suite *mc_test_etcd_suite(void)
     suite_add_tcase(s, tc);
     tcase_set_timeout(real, 60);
     tcase_add_test(real, test_kv_txn_and_leases);
+    tcase_add_test(real, test_guarded_txn_and_range);
     tcase_add_test(real, test_master_campaigns_and_hands_back);
     suite_add_tcase(s, real);
     return s;
