@@ -101,6 +101,10 @@ EXTRA_DIST += \
 	tests/python/test_metadata_owner.py \
 	tests/python/test_te_limits.py \
 	tests/python/test_dead_holder.py \
+	tests/python/ha_helpers.py \
+	tests/python/test_durable.py \
+	tests/python/test_ha.py \
+	tests/python/test_ha_ship.py \
 	$(NULL)
 
 if ENABLE_PYTHON
