@@ -14,6 +14,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store_write.c \
 	tests/unit/test_tensor.c \
 	tests/unit/test_fastcopy.c \
+	tests/unit/test_rdma.c \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_clear.c \
@@ -28,4 +29,4 @@ tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIB
 endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang), not by make.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
-	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c
+	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_rdma_hs.c

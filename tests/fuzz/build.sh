@@ -57,6 +57,12 @@ $cc $cflags $san -o "$work/fuzz_tensor" "$src/tests/fuzz/fuzz_tensor.c" \
 $cc $cflags $san -o "$work/fuzz_dummy" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_rdma_hs" "$src/tests/fuzz/fuzz_rdma_hs.c" \
+    "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
+# shellcheck disable=SC2086
+$cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_rdma_seeds" "$src/tests/fuzz/fuzz_rdma_hs.c" \
+    "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_seeds" "$src/tests/fuzz/fuzz_wire.c" \
     "$src/libmooncake/wire/wire.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -67,7 +73,8 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
 mkdir -p "$work/corpus-fuzz_wire" "$work/corpus-fuzz_alloc" "$work/corpus-fuzz_desc" \
-    "$work/corpus-fuzz_tensor" "$work/corpus-fuzz_dummy"
+    "$work/corpus-fuzz_tensor" "$work/corpus-fuzz_dummy" "$work/corpus-fuzz_rdma_hs"
+"$work/write_rdma_seeds" "$work/corpus-fuzz_rdma_hs"
 "$work/write_seeds" "$work/corpus-fuzz_wire"
 "$work/write_tensor_seeds" "$work/corpus-fuzz_tensor"
 "$work/write_dummy_seeds" "$work/corpus-fuzz_dummy"
@@ -76,7 +83,7 @@ printf '%s' '{"name":"localhost:12345","protocol":"tcp","tcp_data_port":12345,"s
 
 [ "$secs" -gt 0 ] || exit 0
 status=0
-for t in fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy; do
+for t in fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_rdma_hs; do
     echo "build.sh: running $t for ${secs}s"
     # MC_LOG_LEVEL=error: mc_alloc_check logs what it finds, nothing else should print
     if ! (cd "$work" && MC_LOG_LEVEL=error ASAN_OPTIONS=detect_leaks=1 \
