@@ -30,3 +30,6 @@ endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang), not by make.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
 	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_rdma_hs.c
+# RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.
+EXTRA_DIST += tests/python/test_rdma.py tests/python/test_cuda.py tests/python/fake_cudart.c \
+	tests/rdma/README.md tests/rdma/run.sh tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md

@@ -32,7 +32,8 @@ def fake_cudart(tmp_path_factory):
 
 def run_child(code, env_extra, timeout=60):
     env = dict(os.environ)
-    env.pop("MC_STORE_PIN_MEMORY_MAX_BYTES", None)
+    for name in ("MC_STORE_PIN_MEMORY_MAX_BYTES", "MC_CUDART_PATH"):
+        env.pop(name, None)
     env.update(env_extra)
     env.setdefault("MC_LOG_LEVEL", "warn")
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
@@ -129,6 +130,9 @@ FAKE_GPU = PRELUDE + """
     assert s.get_into("cuda-k2", dev, 1000) < 0            # too small
     assert s.get_into("cuda-missing", dev, MiB) < 0
     assert s.upsert_from("cuda-k1", dev, 10) == 0 and s.get("cuda-k1") == other[:10]
+    # batch and tensor reads refuse device memory rather than touch it
+    assert s.batch_get_into(["cuda-k2"], [dev], [MiB])[0] < 0
+    assert s.batch_put_from(["cuda-k3"], [dev], [10])[0] != 0
     assert s.unregister_buffer(dev) == 0
     assert s.close() == 0
     assert lib.fake_cuda_host_registered() == 0, lib.fake_cuda_host_registered()
@@ -154,3 +158,23 @@ def test_fake_gpu_register_failure_falls_back_with_one_warning(master, fake_cuda
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr
     warns = [l for l in r.stderr.splitlines() if "cudaHostRegister" in l]
     assert len(warns) == 1, r.stderr
+
+
+def test_default_runtime_lookup(master):
+    """Without MC_CUDART_PATH the loader tries libcudart.so and its versioned
+    names: with no library it says so, with a library and no GPU (a real
+    libcudart on a machine without a driver) it says the runtime sees no GPU
+    -- which also proves every symbol resolved -- and with a GPU it pins."""
+    import ctypes.util
+    r = run_child(PRELUDE + """
+    assert s.put("cuda-default", b"z" * 10) == 0 and s.get("cuda-default") == b"z" * 10
+    assert s.close() == 0
+    print("OK")
+    """, {"T_MASTER": master.addr, "MC_STORE_PIN_MEMORY_MAX_BYTES": "64MB"})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr
+    warns = [l for l in r.stderr.splitlines() if "MC_STORE_PIN_MEMORY_MAX_BYTES" in l]
+    if ctypes.util.find_library("cudart") is None:
+        assert len(warns) == 1 and "libcudart.so is not installed" in warns[0], r.stderr
+    else:
+        assert len(warns) <= 1, r.stderr
+        assert not warns or "sees no GPU" in warns[0], r.stderr
