@@ -202,6 +202,11 @@ mc_status_t mc_rdma_nic_select(const char *root, const char *devices, const char
                             "\"mlx5_0,mlx5_1\")");
         return MC_INVALID_PARAMS;
     }
+    if (discover && (devices != NULL) && (*devices != '\0'))
+        mc_warn("rdma: MC_MS_AUTO_DISC=1: rdma_devices \"%.200s\" is not used", devices);
+    if (!discover && (filters != NULL) && (*filters != '\0'))
+        mc_warn("rdma: MC_MS_FILTERS applies to auto-discovery only; rdma_devices \"%.200s\" "
+                "is used as given", devices);
     want = calloc(MC_RDMA_MAX_NICS, sizeof(*want));
     if (want == NULL)
         return MC_INTERNAL_ERROR;
