@@ -1,11 +1,15 @@
 #!/bin/bash
 # Install what is missing, build, and run every test suite:
 #   1. Check unit tests (tests/unit) on the regular build
-#   2. pytest end-to-end suite (tests/python): real master + client processes
+#   2. pytest end-to-end suite (tests/python): real master + client processes,
+#      then the cluster suite (tests/cluster: hosts in network namespaces;
+#      needs root, skipped otherwise)
 #   3. the Lua bindings' busted specs (tests/lua) and the Debian symbols file
 #   4. the unit tests and a C end-to-end run under AddressSanitizer + UBSan
-#   5. the Debian packages (tests/packaging/run.sh), unless MC_SKIP_PACKAGING=1
-# The regular build runs 1 and 2 in parallel with the sanitizer build.
+#   5. every libFuzzer target (tests/fuzz) for MC_FUZZ_SECONDS (10) each
+#   6. the Debian packages (tests/packaging/run.sh), unless MC_SKIP_PACKAGING=1
+# The regular build runs 1 and 2 in parallel with the sanitizer build and
+# the fuzzers.
 # Prints each runner's summary; exits non-zero if anything failed.
 set -u
 top=$(cd "$(dirname "$0")" && pwd)
@@ -41,8 +45,14 @@ status=0
 ) >"$logdir/asan.log" 2>&1 &
 asan_pid=$!
 
+# The fuzzers, built with clang straight from the sources, also in the
+# background (exit status 77: no clang with libFuzzer, skipped).  Corpora
+# and any crash input stay in build-fuzz/.
+"$top/tests/fuzz/build.sh" "${MC_FUZZ_SECONDS:-10}" "$top/build-fuzz" >"$logdir/fuzz.log" 2>&1 &
+fuzz_pid=$!
+
 if ! "$top/scripts/build.sh"; then
-    wait "$asan_pid"
+    wait "$asan_pid" "$fuzz_pid"
     exit 1
 fi
 make -C "$top/build" -j2 tests/unit/check_all >"$logdir/check-build.log" 2>&1 ||
@@ -58,6 +68,10 @@ echo "== pytest end-to-end suite"
 make -C "$top/build" --no-print-directory check-python 2>&1 | tail -n 30
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+echo "== cluster suite (network namespaces)"
+make -C "$top/build" --no-print-directory check-cluster 2>&1 | tail -n 30
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
 echo "== Lua bindings (busted)"
 make -C "$top/build" --no-print-directory check-lua 2>&1 | tail -n 15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -70,6 +84,18 @@ if wait "$asan_pid"; then
     grep -E '^[0-9]+%: Checks|^e2e:' "$logdir/asan.log"
 else
     tail -n 60 "$logdir/asan.log"
+    status=1
+fi
+
+echo "== fuzzers (libFuzzer, ${MC_FUZZ_SECONDS:-10} s each)"
+wait "$fuzz_pid"
+fuzz_rc=$?
+if [ "$fuzz_rc" -eq 0 ]; then
+    grep -E '^build.sh: running|Done [0-9]+ runs' "$logdir/fuzz.log"
+elif [ "$fuzz_rc" -eq 77 ]; then
+    echo "fuzzers skipped: no clang with -fsanitize=fuzzer"
+else
+    tail -n 60 "$logdir/fuzz.log"
     status=1
 fi
 

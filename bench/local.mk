@@ -8,12 +8,14 @@ bench_meta_bench_LDADD = libmooncake-internal.la $(PTHREAD_LIBS)
 EXTRA_DIST += bench/store_bench.py bench/plot.py bench/tensor_bench.py bench/te_bench.py bench/dummy_bench.py \
 	bench/failover_bench.py \
 	bench/structured_bench.py \
+	bench/weights_bench.py \
 	bench/README.md
 
 bench: all
 	$(PYTHON) $(srcdir)/bench/store_bench.py --build-dir $(abs_builddir)
 	$(PYTHON) $(srcdir)/bench/tensor_bench.py --build-dir $(abs_builddir)
 	$(PYTHON) $(srcdir)/bench/structured_bench.py --build-dir $(abs_builddir)
+	$(PYTHON) $(srcdir)/bench/weights_bench.py --build-dir $(abs_builddir)
 	$(PYTHON) $(srcdir)/bench/te_bench.py --build-dir $(abs_builddir)
 	$(PYTHON) $(srcdir)/bench/dummy_bench.py --build-dir $(abs_builddir)
 	$(abs_builddir)/bench/meta_bench --master-bin $(abs_builddir)/mooncake_master

@@ -23,11 +23,24 @@
  *
  *   meta_bench [--master HOST:PORT | --master-bin PATH] [--objects N]
  *              [--single N] [--procs P] [--depth D] [--batch B]
- *              [--value-size BYTES]
+ *              [--value-size BYTES] [--durability DIR]
  *
  * Without --master it starts --master-bin (default ./mooncake_master) on
  * free loopback ports and stops it at the end.  Memory is only reported
  * when the master's /proc entry is readable (same host).
+ *
+ * --durability DIR runs everything twice in one invocation, against a
+ * master without and then with its operation log (--enable_snapshot, the
+ * log in a fresh directory under DIR), and prints each phase's durable
+ * rate as a ratio of the in-memory one, then the batched puts
+ * (BATCH_PUT_START plus BATCH_PUT_END).  The pair runs --repeat times (3),
+ * alternating, and each side's best rate per phase counts: on a shared
+ * machine other load only ever slows a run down.  A third master, durable
+ * with a snapshot every second, is then filled the same way, and the
+ * longest event-loop pause of its snapshot walks is reported: as the
+ * master measures it (its log) and as a client sees it (the slowest of
+ * back-to-back PINGs over three seconds of snapshots).  DIR should be on the disk to measure:
+ * a tmpfs makes every sync free.
  */
 #include "config.h"
 
@@ -39,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,6 +84,8 @@ typedef struct bench_opts {
     unsigned depth;
     unsigned batch;
     uint64_t value_size;
+    const char *durability; /* --durability DIR, or NULL */
+    unsigned repeat;        /* --durability: off/on pairs; the best of each counts */
 } bench_opts_t;
 
 /* One worker's view: its connection and the key space it owns. */
@@ -362,7 +378,7 @@ static int free_port(void)
 
 /* The master on loopback only; its admin/metrics listener on a free port
  * too (it listens even with metric reporting off). */
-static pid_t start_master(const char *bin, int port)
+static pid_t start_master(const char *bin, int port, char *const *extra)
 {
     char a_port[32], a_mport[40], a_ttl[] = "--client_ttl=3600";
     int mport = free_port();
@@ -373,10 +389,15 @@ static pid_t start_master(const char *bin, int port)
     snprintf(a_mport, sizeof(a_mport), "--metrics_port=%d", mport);
     pid = fork();
     if (pid == 0) {
-        char *argv[] = {(char *)bin, a_port, (char *)"--rpc_address=127.0.0.1",
-                        (char *)"--enable_metric_reporting=false", a_mport,
-                        (char *)"--metrics_host=127.0.0.1", a_ttl,
-                        (char *)"--log_level=error", NULL};
+        /* the extra flags come last: a later value of a flag wins */
+        char *argv[16] = {(char *)bin, a_port, (char *)"--rpc_address=127.0.0.1",
+                          (char *)"--enable_metric_reporting=false", a_mport,
+                          (char *)"--metrics_host=127.0.0.1", a_ttl,
+                          (char *)"--log_level=error"};
+        int n = 8;
+        for (; (extra != NULL) && (*extra != NULL) && (n < 15); extra++)
+            argv[n++] = *extra;
+        argv[n] = NULL;
         execv(bin, argv);
         fprintf(stderr, "meta_bench: cannot run %s: %s\n", bin, strerror(errno));
         _exit(127);
@@ -406,7 +427,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: meta_bench [--master HOST:PORT | --master-bin PATH] [--objects N]\n"
             "                  [--single N] [--procs P] [--depth D] [--batch B]\n"
-            "                  [--value-size BYTES]\n");
+            "                  [--value-size BYTES] [--durability DIR [--repeat N]]\n");
 }
 
 static int parse_opts(int argc, char **argv, bench_opts_t *o)
@@ -420,6 +441,7 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
     o->depth      = 16;
     o->batch      = 128;
     o->value_size = 4096;
+    o->repeat     = 3;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = (i + 1 < argc) ? argv[i + 1] : NULL;
         uint64_t n = 0;
@@ -431,6 +453,8 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
             strcpy(o->master, v);
         } else if (strcmp(a, "--master-bin") == 0) {
             o->master_bin = v;
+        } else if (strcmp(a, "--durability") == 0) {
+            o->durability = v;
         } else if (mc_parse_u64(v, &n) != 0) {
             return -1;
         } else if (strcmp(a, "--objects") == 0) {
@@ -445,6 +469,8 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o)
             o->batch = (unsigned)n;
         } else if (strcmp(a, "--value-size") == 0 && n >= 1 && n <= (1ull << 30)) {
             o->value_size = n;
+        } else if (strcmp(a, "--repeat") == 0 && n >= 1 && n <= 20) {
+            o->repeat = (unsigned)n;
         } else {
             return -1;
         }
@@ -498,26 +524,47 @@ static int collect(int done_fd, unsigned procs, mc_mconn_t *c, mc_uuid_t id,
     return 0;
 }
 
-int main(int argc, char **argv)
+/* What one run against one master measured. */
+typedef struct run_result {
+    double rate[PH_COUNT];
+    double reqs[PH_COUNT];
+    double secs[PH_COUNT];
+    uint64_t rss0, rss1, fails;
+    /* the stall probe (after the phases, when asked) */
+    uint64_t probe_max_us, probe_pings;
+} run_result_t;
+
+/* The slowest of back-to-back PINGs over @p ms milliseconds. */
+static void probe_stall(mc_mconn_t *c, mc_uuid_t id, uint64_t ms, run_result_t *res)
 {
-    bench_opts_t o;
+    uint64_t end = mc_now_ms() + ms;
+    while (mc_now_ms() < end) {
+        uint64_t t0 = mc_now_ns(), us;
+        ping(c, id);
+        us = (mc_now_ns() - t0) / 1000u;
+        if (us > res->probe_max_us)
+            res->probe_max_us = us;
+        res->probe_pings++;
+    }
+}
+
+/*
+ * Start a master (unless --master) with @p extra flags, run every phase,
+ * and stop it.  With @p probe_ms, probe the loop's stalls that long after
+ * the phases.  Returns 0, or 1 when something failed.
+ */
+static int run_once(bench_opts_t o, char *const *extra, uint64_t probe_ms, run_result_t *res)
+{
     pid_t master = -1, kids[MAX_PROCS];
     int go[MAX_PROCS][2], done[2] = {-1, -1};
     unsigned i, nkids = 0;
     mc_master_target_t t;
     mc_mconn_t *ctl = NULL;
     mc_uuid_t fake_client;
-    uint64_t rss0 = 0, rss1 = 0, deadline, total_fails = 0;
-    double rate[PH_COUNT] = {0}, reqs[PH_COUNT] = {0};
+    uint64_t deadline;
     int ph, rc = 1;
 
-    signal(SIGPIPE, SIG_IGN);
-    if (parse_opts(argc, argv, &o) != 0) {
-        usage();
-        return 2;
-    }
-    if (o.objects < o.procs)
-        o.objects = o.procs;
+    memset(res, 0, sizeof(*res));
     if (o.master[0] == '\0') {
         int port = free_port();
         if (port <= 0) {
@@ -525,10 +572,9 @@ int main(int argc, char **argv)
             return 1;
         }
         snprintf(o.master, sizeof(o.master), "127.0.0.1:%d", port);
-        if ((master = start_master(o.master_bin, port)) < 0)
+        if ((master = start_master(o.master_bin, port, extra)) < 0)
             return 1;
     }
-
     /* The fake client that owns the segment; the parent keeps it alive. */
     mc_uuid_generate(&fake_client);
     if (mc_master_target_init(&t, o.master, fake_client, "default") != MC_OK) {
@@ -594,7 +640,7 @@ int main(int argc, char **argv)
     for (ph = 0; ph < PH_COUNT; ph++) {
         uint64_t t0, t1, keys, fails, nreq;
         if ((ph == PH_BPUT_START) && (master > 0))
-            rss0 = rss_bytes(master);
+            res->rss0 = rss_bytes(master);
         t0 = mc_now_ns();
         for (i = 0; i < nkids; i++) {
             if (write(go[i][1], "g", 1) != 1)
@@ -605,42 +651,20 @@ int main(int argc, char **argv)
             goto out;
         }
         t1 = mc_now_ns();
-        total_fails += fails;
+        res->fails += fails;
         if (fails != 0)
             fprintf(stderr, "meta_bench: %s: %" PRIu64 " of %" PRIu64 " keys failed\n",
                     phase_name[ph], fails, keys);
-        rate[ph]  = (double)keys * 1e9 / (double)(t1 - t0 ? t1 - t0 : 1);
-        reqs[ph]  = (double)nreq * 1e9 / (double)(t1 - t0 ? t1 - t0 : 1);
+        res->rate[ph] = (double)keys * 1e9 / (double)(t1 - t0 ? t1 - t0 : 1);
+        res->reqs[ph] = (double)nreq * 1e9 / (double)(t1 - t0 ? t1 - t0 : 1);
+        res->secs[ph] = (double)(t1 - t0) / 1e9;
         if ((ph == PH_BPUT_END) && (master > 0))
-            rss1 = rss_bytes(master);
+            res->rss1 = rss_bytes(master);
     }
+    if (probe_ms > 0)
+        probe_stall(ctl, fake_client, probe_ms, res);
+    rc = (res->fails == 0) ? 0 : 1;
 
-    printf("mooncake master metadata benchmark: %u client processes, %u requests in flight "
-           "per connection, %d-byte keys, batches of %u\n",
-           nkids, o.depth, KEY_LEN, o.batch);
-    printf("%-24s %14s %14s\n", "operation", "keys/s", "requests/s");
-    for (ph = 0; ph < PH_COUNT; ph++)
-        printf("%-24s %14.0f %14.0f\n", phase_name[ph], rate[ph], reqs[ph]);
-    {
-        double sum = 0;
-        for (ph = PH_BPUT_START; ph < PH_COUNT; ph++)
-            sum += 1.0 / rate[ph];
-        printf("batched mean (harmonic)  %14.0f keys/s   (target >= 300000)\n",
-               (PH_COUNT - PH_BPUT_START) / sum);
-    }
-    if ((rss0 > 0) && (rss1 > rss0)) {
-        double per = (double)(rss1 - rss0) / (double)o.objects;
-        printf("master VmRSS %.1f MiB -> %.1f MiB over %" PRIu64 " objects: %.0f bytes/object, "
-               "%.0f beyond the %d-byte key (target <= 200)\n",
-               rss0 / 1048576.0, rss1 / 1048576.0, o.objects, per, per - KEY_LEN, KEY_LEN);
-    } else if (master <= 0) {
-        printf("master memory: not measured (--master given)\n");
-    }
-    /* rates of failing requests measure the error paths: not a result */
-    if (total_fails != 0)
-        fprintf(stderr, "meta_bench: %" PRIu64 " keys failed; the figures above are not valid "
-                "(a --master that already holds these keys?)\n", total_fails);
-    rc = (total_fails == 0) ? 0 : 1;
 out:
     for (i = 0; i < nkids; i++)
         close(go[i][1]);
@@ -672,4 +696,179 @@ out:
         }
     }
     return rc;
+}
+
+static void print_table(const bench_opts_t *o, unsigned nkids, const run_result_t *r)
+{
+    int ph;
+    double sum = 0;
+
+    printf("mooncake master metadata benchmark: %u client processes, %u requests in flight "
+           "per connection, %d-byte keys, batches of %u\n",
+           nkids, o->depth, KEY_LEN, o->batch);
+    printf("%-24s %14s %14s\n", "operation", "keys/s", "requests/s");
+    for (ph = 0; ph < PH_COUNT; ph++)
+        printf("%-24s %14.0f %14.0f\n", phase_name[ph], r->rate[ph], r->reqs[ph]);
+    for (ph = PH_BPUT_START; ph < PH_COUNT; ph++)
+        sum += 1.0 / r->rate[ph];
+    printf("batched mean (harmonic)  %14.0f keys/s   (target >= 300000)\n",
+           (PH_COUNT - PH_BPUT_START) / sum);
+}
+
+/* Keys per second of a batched put (BATCH_PUT_START then BATCH_PUT_END). */
+static double batched_put_rate(const bench_opts_t *o, const run_result_t *r)
+{
+    double s = r->secs[PH_BPUT_START] + r->secs[PH_BPUT_END];
+    return s > 0 ? (double)o->objects / s : 0;
+}
+
+/* Fold run @p r into @p best: the best rate of each phase, and the run
+ * with the best batched put rate for the START+END figure. */
+static void keep_best(const bench_opts_t *o, run_result_t *best, const run_result_t *r, int first)
+{
+    double bp = batched_put_rate(o, best);
+    if (first) {
+        *best = *r;
+        return;
+    }
+    for (int ph = 0; ph < PH_COUNT; ph++) {
+        if (r->rate[ph] > best->rate[ph]) {
+            best->rate[ph] = r->rate[ph];
+            best->reqs[ph] = r->reqs[ph];
+        }
+    }
+    if (batched_put_rate(o, r) > bp) {
+        best->secs[PH_BPUT_START] = r->secs[PH_BPUT_START];
+        best->secs[PH_BPUT_END]   = r->secs[PH_BPUT_END];
+    }
+}
+
+/* The longest loop pause (wall clock, and its own CPU time) of the
+ * snapshots of at least @p min_objs objects a master log reports ("written
+ * in N ms: M objects in S slices, longest loop pause U us (C us of it on
+ * the CPU)"), and how many there were. */
+static void snapshot_pauses(const char *log, uint64_t min_objs, uint64_t *max_us,
+                            uint64_t *cpu_us, unsigned *n)
+{
+    char line[1024];
+    FILE *f = fopen(log, "r");
+    *max_us = *cpu_us = 0;
+    *n = 0;
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *p = strstr(line, "written in ");
+        uint64_t ms, us, cpu, k;
+        unsigned sl;
+        if ((p != NULL) &&
+            (sscanf(p, "written in %" SCNu64 " ms: %" SCNu64 " objects in %u slices, longest loop "
+                    "pause %" SCNu64 " us (%" SCNu64, &ms, &k, &sl, &us, &cpu) == 5) &&
+            (k >= min_objs)) {
+            (*n)++;
+            if (us > *max_us) {
+                *max_us = us;
+                *cpu_us = cpu;
+            }
+        }
+    }
+    fclose(f);
+}
+
+static int durability_runs(const bench_opts_t *o)
+{
+    char dir_on[4200], dir_stall[4200], logdir[4300], logfile[4400];
+    char a_dir[4300], a_dir2[4300], a_log[4400];
+    char *on[] = {(char *)"--enable_snapshot=true", a_dir, NULL};
+    char *stall[] = {(char *)"--enable_snapshot=true", a_dir2,
+                     (char *)"--snapshot_interval_seconds=1", a_log, (char *)"--log_level=info",
+                     NULL};
+    run_result_t off, dur, st, r;
+    uint64_t max_us, cpu_us;
+    unsigned nsnaps;
+    int ph;
+
+    if (o->master[0] != '\0') {
+        fprintf(stderr, "meta_bench: --durability starts its own masters (no --master)\n");
+        return 2;
+    }
+    snprintf(dir_on, sizeof(dir_on), "%s/meta_bench-%d-on", o->durability, (int)getpid());
+    snprintf(dir_stall, sizeof(dir_stall), "%s/meta_bench-%d-stall", o->durability, (int)getpid());
+    snprintf(logdir, sizeof(logdir), "%s/log", dir_stall);
+    snprintf(a_dir, sizeof(a_dir), "--snapshot_backup_dir=%s", dir_on);
+    snprintf(a_dir2, sizeof(a_dir2), "--snapshot_backup_dir=%s", dir_stall);
+    snprintf(a_log, sizeof(a_log), "--log_dir=%s", logdir);
+    snprintf(logfile, sizeof(logfile), "%s/mooncake_master.log", logdir);
+    if ((mkdir(dir_stall, 0755) != 0) || (mkdir(logdir, 0755) != 0)) {
+        fprintf(stderr, "meta_bench: cannot create %s: %s\n", logdir, strerror(errno));
+        return 1;
+    }
+    for (unsigned k = 0; k < o->repeat; k++) {
+        char *const *sides[2] = {NULL, on};
+        for (int side = 0; side < 2; side++) {
+            if (run_once(*o, sides[side], 0, &r) != 0) {
+                fprintf(stderr, "meta_bench: a run failed\n");
+                return 1;
+            }
+            keep_best(o, side ? &dur : &off, &r, k == 0);
+            if (side)
+                snprintf(a_dir, sizeof(a_dir), "--snapshot_backup_dir=%s.%u", dir_on, k + 1);
+        }
+    }
+    if (run_once(*o, stall, 3000, &st) != 0) {
+        fprintf(stderr, "meta_bench: a run failed\n");
+        return 1;
+    }
+    printf("durability: operation log in %s (one write + fdatasync per event-loop turn); "
+           "best of %u alternating runs each\n",
+           dir_on, o->repeat);
+    printf("%-24s %14s %14s %8s\n", "operation", "off keys/s", "on keys/s", "on/off");
+    for (ph = 0; ph < PH_COUNT; ph++)
+        printf("%-24s %14.0f %14.0f %8.2f\n", phase_name[ph], off.rate[ph], dur.rate[ph],
+               off.rate[ph] > 0 ? dur.rate[ph] / off.rate[ph] : 0);
+    printf("batched puts (START+END) %14.0f %14.0f %8.2f   (target >= 0.70)\n",
+           batched_put_rate(o, &off), batched_put_rate(o, &dur),
+           batched_put_rate(o, &off) > 0 ? batched_put_rate(o, &dur) / batched_put_rate(o, &off)
+                                         : 0);
+    snapshot_pauses(logfile, o->objects, &max_us, &cpu_us, &nsnaps);
+    printf("snapshot stall: %u snapshots of >= %" PRIu64 " objects; the longest event-loop "
+           "pause of their walks %.2f ms (%.2f ms of it on the CPU); slowest of %" PRIu64
+           " back-to-back PINGs during 3 s of snapshots: %.2f ms\n",
+           nsnaps, o->objects, max_us / 1000.0, cpu_us / 1000.0, st.probe_pings,
+           st.probe_max_us / 1000.0);
+    printf("(the durable runs leave %s* and %s behind)\n", dir_on, dir_stall);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts_t o;
+    run_result_t r;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (parse_opts(argc, argv, &o) != 0) {
+        usage();
+        return 2;
+    }
+    if (o.objects < o.procs)
+        o.objects = o.procs;
+    if (o.durability != NULL)
+        return durability_runs(&o);
+    if (run_once(o, NULL, 0, &r) != 0 && r.fails == 0)
+        return 1;
+    print_table(&o, o.procs, &r);
+    if ((r.rss0 > 0) && (r.rss1 > r.rss0)) {
+        double per = (double)(r.rss1 - r.rss0) / (double)o.objects;
+        printf("master VmRSS %.1f MiB -> %.1f MiB over %" PRIu64 " objects: %.0f bytes/object, "
+               "%.0f beyond the %d-byte key (target <= 200)\n",
+               r.rss0 / 1048576.0, r.rss1 / 1048576.0, o.objects, per, per - KEY_LEN, KEY_LEN);
+    } else if (o.master[0] != '\0') {
+        printf("master memory: not measured (--master given)\n");
+    }
+    /* rates of failing requests measure the error paths: not a result */
+    if (r.fails != 0) {
+        fprintf(stderr, "meta_bench: %" PRIu64 " keys failed; the figures above are not valid "
+                "(a --master that already holds these keys?)\n", r.fails);
+        return 1;
+    }
+    return 0;
 }

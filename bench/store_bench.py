@@ -20,6 +20,7 @@ numbers (DIR/store_bench.json) and their figures (bench/plot.py:
 throughput against value size, get latency CDF) as PNG files.
 """
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -393,6 +394,28 @@ def start_master(build):
                 stop_master(master)
                 raise RuntimeError("master did not start")
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def holder_and_driver(build_dir, transport, script, holder_segment, driver_buffer):
+    """A master plus two client processes running ``script --role worker``:
+    the *holder* mounts ``holder_segment`` bytes, the *driver* none.
+    Yields (driver, holder's hostname); everything is stopped on exit."""
+    build = os.path.abspath(build_dir)
+    env = bench_env(build, transport)
+    master, rpc, _ = start_master(build)
+    workers = []
+    try:
+        addr = "127.0.0.1:%d" % rpc
+        holder, driver = Worker(env, script), Worker(env, script)
+        workers = [holder, driver]
+        h = holder.call(op="setup", master=addr, segment=holder_segment, local_buffer=16 << 20)
+        driver.call(op="setup", master=addr, segment=0, local_buffer=driver_buffer)
+        yield driver, h["hostname"]
+    finally:
+        for w in workers:
+            w.stop()
+        stop_master(master)
 
 
 def stop_master(master):

@@ -123,7 +123,7 @@ static void usage(FILE *f)
             "  --global_segment_size=\"4 GB\"     memory contributed to the pool\n"
             "  --local_buffer_size=0\n"
             "  --threads=1  --tenant_id=default  --log_dir=\n"
-            "  --enable_offload=false  --start_offload_rpc_server=true\n"
+            "  --enable_offload=false  --start_offload_rpc_server=false\n"
             "  --enable_http_server=false  --http_port=9300\n");
 }
 
@@ -231,7 +231,7 @@ int main(int argc, char **argv)
         .threads = 1,
         .http_port = 9300,
         .enable_offload = 0,
-        .start_offload_rpc_server = 1,
+        .start_offload_rpc_server = 0,
         .enable_http_server = 0,
     };
     mc_store_params_t p;
@@ -260,6 +260,14 @@ int main(int argc, char **argv)
     if (f.enable_offload) {
         fprintf(stderr, "mooncake_client: flag '--enable_offload': the SSD offload tier is "
                         "not built into this mooncake_client\n");
+        return 2;
+    }
+    if (f.start_offload_rpc_server) {
+        /* upstream defaults it to true; the server it starts belongs to the
+         * SSD offload tier, which this build lacks */
+        fprintf(stderr, "mooncake_client: flag '--start_offload_rpc_server': the offload RPC "
+                        "server belongs to the SSD offload tier, which is not built into this "
+                        "mooncake_client; only false is accepted\n");
         return 2;
     }
     if (f.threads != 1) {

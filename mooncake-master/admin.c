@@ -70,6 +70,7 @@
 
 #include "common/log.h"
 #include "master.h"
+#include "snapshot.h"
 
 #define MC_ADMIN_MAX_KEYS 100000  /* /get_all_keys output cap */
 
@@ -162,6 +163,8 @@ static const char *seg_state_name(mc_segment_state_t s)
         return "DRAINING";
     case MC_SEG_UNMOUNTING:
         return "UNMOUNTING";
+    case MC_SEG_AWAITING:
+        return "AWAITING_REMOUNT";
     }
     return "UNKNOWN";
 }
@@ -295,6 +298,26 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
            "Keys asked of BATCH_REPLICA_CLEAR.", m->replica_clear_items);
     metric(b, "master_batch_replica_clear_failed_items_total", "counter",
            "Keys BATCH_REPLICA_CLEAR did not clear.", m->replica_clear_failed_items);
+    {
+        mc_durable_stats_t ds; /* --enable_snapshot (docs/ha.md) */
+        if (mc_durable_get_stats(m, &ds) == 0) {
+            metric(b, "master_snapshot_success", "counter", "Snapshots written since start.",
+                   ds.snapshots_ok);
+            metric(b, "master_snapshot_fail", "counter", "Snapshots that failed since start.",
+                   ds.snapshots_failed);
+            metric(b, "master_snapshot_duration_ms", "gauge", "Duration of the last snapshot.",
+                   ds.last_snapshot_ms);
+            metric(b, "master_snapshot_max_loop_pause_us", "gauge",
+                   "Longest event-loop pause of a snapshot walk since start.", ds.max_pause_us);
+            metric(b, "master_oplog_records_total", "counter",
+                   "Operation log records appended since start.", ds.log_records);
+            metric(b, "master_oplog_bytes_total", "counter",
+                   "Operation log bytes written and synced since start.", ds.log_bytes);
+            metric(b, "master_oplog_sync_rounds_total", "counter",
+                   "Operation log write + sync rounds (group commits) since start.",
+                   ds.log_rounds);
+        }
+    }
     for (size_t i = 0; i < MC_ARRAY_SIZE(admin_ops); i++) {
         const admin_op_t *op = &admin_ops[i];
         evbuffer_add_printf(b,

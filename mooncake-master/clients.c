@@ -83,7 +83,21 @@ mc_client_t *mc_master_client_touch(mc_master_t *m, mc_uuid_t id, uint64_t now_m
         mc_info("client %s registered", idbuf);
     }
     c->deadline_ms = now_ms + ttl_ms(m);
+    c->seen_ms     = now_ms;
     return c;
+}
+
+/* Slack on top of the missed heartbeats: scheduling and network jitter. */
+#define MC_CLIENT_SUSPECT_SLACK_MS 500u
+
+int mc_master_client_suspect(const mc_master_t *m, const mc_client_t *c, uint64_t now_ms)
+{
+    uint64_t beats = (uint64_t)m->cfg->client_suspect_heartbeats;
+    uint64_t period = c->ping_period_ms ? c->ping_period_ms : 1000u;
+
+    if (beats == 0)
+        return 0;
+    return now_ms > c->seen_ms + beats * period + MC_CLIENT_SUSPECT_SLACK_MS;
 }
 
 void mc_master_client_forget(mc_master_t *m, mc_client_t *c, const char *why)
@@ -128,7 +142,10 @@ void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms)
             continue;
         if (m->cfg->enable_metadata_cleanup_on_timeout && (m->http != NULL))
             cleanup_metadata(m, c);
-        mc_master_client_forget(m, c, "expired (no ping within --client_ttl)");
+        mc_master_client_forget(m, c,
+                                c->restored ? "did not remount its restored segments within "
+                                              "--snapshot_restore_grace_seconds"
+                                            : "expired (no ping within --client_ttl)");
     }
 }
 
@@ -138,7 +155,14 @@ void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms)
 int32_t mc_master_ping(mc_req_ctx_t *x, const mc_wire_ping_req_t *req, mc_wire_ping_resp_t *resp)
 {
     mc_client_t *c = mc_master_client_find(x->m, req->client_id);
-    if (c != NULL) {
+    /* a client restored from the operation log must remount first; its
+     * deadline stays the end of the restore grace period until then */
+    if ((c != NULL) && !c->restored) {
+        if (c->last_ping_ms != 0) {
+            uint64_t gap      = x->now_ms - c->last_ping_ms;
+            c->ping_period_ms = (uint32_t)MC_MIN(MC_MAX(gap, 50u), ttl_ms(x->m));
+        }
+        c->last_ping_ms = x->now_ms;
         mc_master_client_touch(x->m, req->client_id, x->now_ms);
         resp->client_status = MC_CLIENT_STATUS_OK;
     } else {
@@ -190,6 +214,7 @@ int32_t mc_master_remount_segments(mc_req_ctx_t *x, const mc_wire_remount_segmen
         if (st != MC_OK)
             return st;
     }
+    c->restored = 0;
     return MC_OK;
 }
 

@@ -43,6 +43,12 @@ static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok)
         return 0;
     if ((mc_object_soft_pin_deadline(o) > now_ms) && !soft_ok)
         return 0;
+    /* restored from the operation log, its segment not remounted yet:
+     * freeing it would not make room anywhere a put can go */
+    for (const mc_mlist_t *pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+        if (mc_container_of(pos, mc_replica_t, link)->seg->state == MC_SEG_AWAITING)
+            return 0;
+    }
     return 1;
 }
 

@@ -97,6 +97,16 @@ typedef enum mc_flag_kind {
       "Close an RPC connection idle for this many seconds (0 = never).")                    \
     X(BOOL, rpc_enable_tcp_no_delay, "true", v_none, 0,                                     \
       "Set TCP_NODELAY on RPC connections.")                                                \
+    X(SIZE, rpc_max_batch_frame_size, "64MB", v_batch_frame_size, 0,                        \
+      "Largest request body of a message carrying a list (the batch ones, "                 \
+      "REMOUNT_SEGMENTS), at most 64 MiB; a message without a list is bounded by its "      \
+      "fields (docs/protocol.md).  A larger header closes the connection.")                 \
+    X(SIZE, rpc_max_buffered_input, "256MB", v_positive_size, 0,                            \
+      "Bytes of unfinished request frames over 256 KiB the master buffers for all "         \
+      "connections together; a header that would pass it closes its connection.")          \
+    X(INT, log_rate_limit, "10", v_nonneg, 0,                                               \
+      "Lines a second each log site may write about what peers send (bad frames, refused " \
+      "requests); the next line says how many were suppressed.  0: no limit.")              \
     /* ---- metrics / admin ---- */                                                         \
     X(BOOL, enable_metric_reporting, "true", v_none, 0,                                     \
       "Log a \"master metrics\" line (keys, segments, bytes) every 10 seconds at info.")    \
@@ -129,6 +139,9 @@ typedef enum mc_flag_kind {
     X(INT, client_ttl, "10", v_positive, 0,                                                 \
       "Seconds a client stays alive after its last ping; then its segments are unmounted "  \
       "and the objects on them dropped.")                                                   \
+    X(INT, client_suspect_heartbeats, "2", v_nonneg, 0,                                     \
+      "Heartbeats (the client's own ping period) a client may miss before placement stops " \
+      "putting new objects on its segments, until it pings again; 0: never.")               \
     /* ---- HTTP metadata server ---- */                                                    \
     X(BOOL, enable_http_metadata_server, "false", v_none, 0,                                \
       "Serve the transfer-engine metadata store (GET/PUT/DELETE /metadata?key=) over "      \
@@ -136,6 +149,11 @@ typedef enum mc_flag_kind {
     X(INT, http_metadata_server_port, "8080", v_port, 0, "Port of the HTTP metadata server.") \
     X(STRING, http_metadata_server_host, "0.0.0.0", v_nonempty, 0,                          \
       "Address the HTTP metadata server binds to.")                                         \
+    X(SIZE, http_metadata_max_value_size, "16MB", v_positive_size, 0,                       \
+      "Largest value one PUT /metadata may store (413 beyond it).")                         \
+    X(SIZE, http_metadata_quota, "256MB", v_positive_size, 0,                               \
+      "Bytes of keys and values the HTTP metadata store holds; a PUT beyond it is 507 "     \
+      "\"metadata store is full\".")                                                        \
     X(BOOL, enable_metadata_cleanup_on_timeout, "false", v_none, 0,                         \
       "When a client expires, delete mooncake/ram/<segment> and mooncake/rpc_meta/<segment> " \
       "of its segments from the embedded HTTP metadata server.")                            \
@@ -174,17 +192,25 @@ typedef enum mc_flag_kind {
     X(INT, oplog_batch_max_entries, "1024", v_positive, MC_FLAG_COMPAT, "Entries per oplog batch.") \
     X(INT, batch_oplog_retry_timeout_sec, "180", v_nonneg, MC_FLAG_COMPAT,                  \
       "Seconds to retry persisting an oplog batch.")                                        \
-    X(BOOL, enable_snapshot, "false", v_none, MC_FLAG_REFUSE | MC_FLAG_LATER,               \
-      "Write periodic snapshots of the object index.")                                      \
-    X(BOOL, enable_snapshot_restore, "false", v_none, MC_FLAG_REFUSE | MC_FLAG_LATER,       \
-      "Restore the newest snapshot at start.")                                              \
-    X(INT, snapshot_interval_seconds, "600", v_positive, MC_FLAG_COMPAT, "Seconds between snapshots.") \
-    X(INT, snapshot_child_timeout_seconds, "300", v_positive, MC_FLAG_COMPAT,               \
-      "Seconds a snapshot writer may run.")                                                 \
-    X(INT, snapshot_retention_count, "2", v_positive, MC_FLAG_COMPAT, "Snapshots kept.")    \
-    X(STRING, snapshot_backup_dir, "", v_none, MC_FLAG_COMPAT, "Local directory of snapshots.") \
-    X(STRING, snapshot_object_store_type, "", v_none, MC_FLAG_COMPAT,                       \
-      "Snapshot payload store: local or s3.")                                               \
+    X(BOOL, enable_snapshot, "false", v_none, 0,                                            \
+      "Durable master: log every acknowledged change to --snapshot_backup_dir before "      \
+      "answering, and compact the log with periodic snapshots (docs/ha.md).")               \
+    X(BOOL, enable_snapshot_restore, "false", v_none, 0,                                    \
+      "At start, restore the index from the newest valid snapshot and the logs after it "   \
+      "(needs --enable_snapshot).")                                                         \
+    X(INT, snapshot_interval_seconds, "600", v_positive, 0, "Seconds between snapshots.")  \
+    X(INT, snapshot_child_timeout_seconds, "300", v_positive, 0,                            \
+      "Seconds a snapshot may take before it is abandoned.")                                \
+    X(INT, snapshot_retention_count, "2", v_positive, 0,                                    \
+      "Snapshots kept (with the logs since the oldest): a corrupt newest one falls back "   \
+      "to an older one.")                                                                   \
+    X(STRING, snapshot_backup_dir, "", v_none, 0,                                           \
+      "Directory of the operation log and the snapshots (created if missing).")             \
+    X(INT, snapshot_restore_grace_seconds, "60", v_positive, 0,                             \
+      "After a restore, seconds a segment's owner has to remount it; then the segment "     \
+      "and the objects only it held are dropped.")                                          \
+    X(STRING, snapshot_object_store_type, "", v_snapshot_store, 0,                          \
+      "Snapshot payload store: local (the default; s3 is not available).")                  \
     X(STRING, snapshot_catalog_store_type, "", v_none, MC_FLAG_COMPAT,                      \
       "Snapshot catalog store: embedded or redis.")                                         \
     X(STRING, snapshot_catalog_store_connstring, "", v_none, MC_FLAG_COMPAT,                \
@@ -304,7 +330,7 @@ mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv
 /*
  * Checks after parsing; MC_INVALID_PARAMS with a message.  Refuses every
  * MC_FLAG_REFUSE flag (a feature this build does not implement: HA,
- * snapshots, SSD offload, ...) whose value is not its default, naming the
+ * SSD offload, ...) whose value is not its default, naming the
  * flag, so a command line or file that asks for the feature does not run
  * without it; then the checks across flags.
  */

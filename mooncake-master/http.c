@@ -16,9 +16,10 @@
  *   GET    /health           200 "OK"
  *
  * A missing or empty key parameter is 400 (text per dialect).  Keys are
- * URL-decoded.  Bodies are capped at MC_META_MAX_BODY by evhttp (413) and
- * the whole store at MC_META_MAX_TOTAL (507), so a misbehaving client
- * cannot exhaust the daemon's memory through this port.
+ * URL-decoded and at most MC_META_MAX_KEY bytes (414).  Bodies are capped
+ * at max_value by evhttp (413) and the whole store at quota (507):
+ * mc_meta_server_set_limits(), from the daemons' flags, so a misbehaving
+ * client cannot exhaust the daemon's memory through this port.
  */
 #include "config.h"
 
@@ -38,8 +39,7 @@
 #include "common/util.h"
 #include "http.h"
 
-#define MC_META_MAX_BODY  (16u << 20)            /* one value */
-#define MC_META_MAX_TOTAL ((uint64_t)1 << 30)    /* all keys and values */
+#define MC_META_MAX_KEY   4096u                  /* bytes in one key (URL-decoded) */
 #define MC_META_RPC_PREFIX "mooncake/rpc_meta/"
 
 struct mc_meta_server {
@@ -47,6 +47,9 @@ struct mc_meta_server {
     mc_meta_dialect_t dialect;
     mc_hmap_t meta;
     uint64_t meta_bytes;
+    uint64_t quota;            /* all keys and values */
+    mc_meta_write_check_func_t check; /* who may PUT/DELETE (NULL: anyone) */
+    void *check_arg;
     char bound[300];
 };
 
@@ -159,7 +162,12 @@ static void do_put(mc_meta_server_t *m, struct evhttp_request *req, const char *
         reply(req, HTTP_OK, "OK", "metadata unchanged");
         return;
     }
-    if (m->meta_bytes - (e ? e->key_len + e->val_len : 0) + klen + len > MC_META_MAX_TOTAL) {
+    if (m->meta_bytes - (e ? e->key_len + e->val_len : 0) + klen + len > m->quota) {
+        mc_log_ratelimited(MC_LOG_WARN,
+                           "http metadata: refused %zu bytes for %.200s: the store holds %llu "
+                           "of its %llu-byte quota",
+                           len, key, (unsigned long long)m->meta_bytes,
+                           (unsigned long long)m->quota);
         reply(req, 507, "Insufficient Storage", "metadata store is full");
         return;
     }
@@ -271,6 +279,19 @@ static void http_cb(struct evhttp_request *req, void *arg)
         reply(req, HTTP_BADREQUEST, "Bad Request", no_key);
         return;
     }
+    if (strlen(key) > MC_META_MAX_KEY) {
+        free(key);
+        reply(req, 414, "URI Too Long", "metadata key is too long");
+        return;
+    }
+    if (((cmd == EVHTTP_REQ_PUT) || (cmd == EVHTTP_REQ_DELETE)) && (m->check != NULL) &&
+        !m->check(m->check_arg, key,
+                  evhttp_find_header(evhttp_request_get_input_headers(req),
+                                     MC_META_OWNER_HEADER))) {
+        free(key);
+        reply(req, 403, "Forbidden", "metadata key is owned by another client");
+        return;
+    }
     switch (cmd) {
     case EVHTTP_REQ_GET:
     case EVHTTP_REQ_HEAD: /* evhttp drops the body */
@@ -317,6 +338,19 @@ int mc_master_evhttp_bind(struct evhttp *h, const char *what, const char *host, 
     return 0;
 }
 
+void mc_meta_server_set_write_check(mc_meta_server_t *m, mc_meta_write_check_func_t check,
+                                    void *arg)
+{
+    m->check     = check;
+    m->check_arg = arg;
+}
+
+void mc_meta_server_set_limits(mc_meta_server_t *m, uint64_t max_value, uint64_t quota)
+{
+    m->quota = quota;
+    evhttp_set_max_body_size(m->http, (ev_ssize_t)MC_MIN(max_value, (uint64_t)INT64_MAX));
+}
+
 const char *mc_meta_server_bound(const mc_meta_server_t *m)
 {
     return m->bound;
@@ -339,7 +373,7 @@ mc_status_t mc_meta_server_create(struct event_base *base, mc_meta_dialect_t dia
         mc_meta_server_destroy(m);
         return MC_INTERNAL_ERROR;
     }
-    evhttp_set_max_body_size(m->http, MC_META_MAX_BODY);
+    mc_meta_server_set_limits(m, MC_META_DEFAULT_MAX_VALUE, MC_META_DEFAULT_QUOTA);
     evhttp_set_max_headers_size(m->http, 64 * 1024);
     evhttp_set_timeout(m->http, 30);
     /* every method reaches http_cb so the wrong ones get 405, not 501 */

@@ -51,6 +51,30 @@ typedef struct mc_meta_server mc_meta_server_t;
 mc_status_t mc_meta_server_create(struct event_base *base, mc_meta_dialect_t dialect,
                                   const char *host, uint16_t port, mc_meta_server_t **srv_p);
 
+/* Defaults of mc_meta_server_set_limits() (and of the daemons' flags). */
+#define MC_META_DEFAULT_MAX_VALUE (16ull << 20)
+#define MC_META_DEFAULT_QUOTA     (256ull << 20)
+
+/*
+ * Largest body one PUT may carry (413 beyond it) and the most bytes of
+ * keys and values the store holds (507 "metadata store is full" beyond
+ * it, logged with a rate limit).  A new server has the defaults above.
+ */
+void mc_meta_server_set_limits(mc_meta_server_t *srv, uint64_t max_value, uint64_t quota);
+
+/*
+ * Who may PUT or DELETE a key: @p check is called with the URL-decoded key
+ * and the request's X-Mooncake-Owner-Token header (NULL when absent) and
+ * returns 1 to allow, 0 to refuse with 403 "metadata key is owned by
+ * another client".  None by default (everything is allowed).
+ */
+typedef int (*mc_meta_write_check_func_t)(void *arg, const char *key, const char *token);
+void mc_meta_server_set_write_check(mc_meta_server_t *srv, mc_meta_write_check_func_t check,
+                                    void *arg);
+
+/* The request header that carries a metadata token. */
+#define MC_META_OWNER_HEADER "X-Mooncake-Owner-Token"
+
 /* Close the listener and every connection and free the store; accepts NULL. */
 void mc_meta_server_destroy(mc_meta_server_t *srv);
 

@@ -9,10 +9,13 @@ mooncake_master_SOURCES = \
 	mooncake-master/evict.c mooncake-master/evict.h \
 	mooncake-master/segments.c \
 	mooncake-master/clients.c \
+	mooncake-master/meta_owner.c \
 	mooncake-master/http.c mooncake-master/http.h \
 	mooncake-master/admin.c \
 	mooncake-master/tasks.c \
 	mooncake-master/ha.c mooncake-master/ha.h \
+	mooncake-master/oplog.c mooncake-master/oplog.h \
+	mooncake-master/snapshot.c mooncake-master/snapshot.h \
 	$(NULL)
 mooncake_master_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 mooncake_master_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)

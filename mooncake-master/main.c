@@ -57,6 +57,7 @@ int main(int argc, char **argv)
     } else if (mc_log_parse_level(getenv("MC_LOG_LEVEL"), &level) != 0) {
         mc_log_set_level(MC_LOG_INFO);
     }
+    mc_log_rate_per_s = (unsigned)MC_MIN(cfg.log_rate_limit, (int64_t)1000000);
     if ((cfg.log_dir[0] != '\0') && (mc_master_log_open(cfg.log_dir) != 0)) {
         fprintf(stderr, "mooncake_master: cannot open the log file in --log_dir=%s: %s\n",
                 cfg.log_dir, strerror(errno));

@@ -31,6 +31,7 @@
 #include "common/log.h"
 #include "evict.h"
 #include "master.h"
+#include "snapshot.h"
 
 #define MC_MASTER_TICK_MS    250
 #define MC_MASTER_METRICS_S  10
@@ -46,6 +47,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     mc_master_tasks_tick(m, now);
     mc_master_evict_tick(m, now);
     mc_master_ha_tick(m);
+    mc_durable_tick(m, now);
 }
 
 static void metrics_cb(evutil_socket_t fd, short what, void *arg)
@@ -115,6 +117,7 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         return MC_INTERNAL_ERROR;
     m->cfg          = cfg;
     m->view_version = mc_wall_ms();
+    mc_master_meta_owner_init(m);
     m->start_ms     = mc_now_ms();
 
     m->base = event_base_new();
@@ -124,6 +127,10 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
     }
     if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
         (mc_master_clients_init(m) != MC_OK) || (mc_master_tasks_init(m) != MC_OK))
+        goto fail;
+    /* the restored index is in place before anyone can connect */
+    st = mc_durable_start(m);
+    if (st != MC_OK)
         goto fail;
 
     st = mc_master_rpc_start(m);
@@ -135,6 +142,9 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
                                    (uint16_t)cfg->http_metadata_server_port, &m->http);
         if (st != MC_OK)
             goto fail;
+        mc_meta_server_set_limits(m->http, cfg->http_metadata_max_value_size,
+                                  cfg->http_metadata_quota);
+        mc_meta_server_set_write_check(m->http, mc_master_meta_write_allowed, m);
     }
 
     if (cfg->metrics_port != 0) {
@@ -196,7 +206,7 @@ int mc_master_run(mc_master_t *m)
         mc_error("event loop failed");
         return 1;
     }
-    return 0; /* a signal ended the loop */
+    return m->fatal ? 1 : 0; /* a signal ended the loop, or a fatal error */
 }
 
 /* Teardown order as in mc_master_destroy: tasks hang off objects, replicas
@@ -242,7 +252,12 @@ void mc_master_destroy(mc_master_t *m)
     mc_master_ha_stop(m);
     mc_master_admin_stop(m);
     mc_meta_server_destroy(m->http);
+    /* answers held for the operation log go out before the connections
+     * close: their changes are durable */
+    mc_durable_drain(m);
     mc_master_rpc_stop(m);
+    /* what was appended is written and synced before the index goes */
+    mc_durable_stop(m);
     /* tasks before objects (staged tasks hang off objects), objects before
      * segments (replicas point into segments), segments before clients
      * (segments point at their owner) */

@@ -9,8 +9,10 @@
  * metadata store (http.c).  There are no globals; the only process-wide
  * state is the log threshold.
  *
- * Threads: one.  Every callback runs on the event loop of m->base, so no
- * structure here has a lock (docs/threads.md).
+ * Threads: one touches this state.  Every callback runs on the event loop
+ * of m->base, so no structure here has a lock; with --enable_snapshot a
+ * log writer thread and a snapshot file thread only take buffers the loop
+ * hands them (docs/threads.md).
  *
  * Ownership graph, all plain pointers:
  *   client 1--* segment      (mc_segment_t.owner, client->segments list)
@@ -84,6 +86,7 @@ typedef struct mc_object mc_object_t;
 typedef struct mc_segment mc_segment_t;
 typedef struct mc_client mc_client_t;
 typedef struct mc_group mc_group_t;
+typedef struct mc_durable mc_durable_t; /* snapshot.c */
 
 /*
  * Who wrote an object: its tenant and the client of its PutStart (or of
@@ -105,7 +108,10 @@ typedef struct mc_writer {
 typedef enum mc_segment_state {
     MC_SEG_OK         = 1,
     MC_SEG_DRAINING   = 2,
-    MC_SEG_UNMOUNTING = 5
+    MC_SEG_UNMOUNTING = 5,
+    /* restored from the operation log (snapshot.c): its replicas are kept
+     * but neither read nor written until the owner remounts it */
+    MC_SEG_AWAITING   = 6
 } mc_segment_state_t;
 
 /* One buffer of an object in one segment.  There is one per object and
@@ -314,19 +320,28 @@ struct mc_client {
     mc_hnode_t node;           /* in m->clients, hash of id */
     mc_uuid_t id;
     uint64_t deadline_ms;      /* monotonic; expired past it */
+    uint64_t seen_ms;          /* last ping or mount (monotonic) */
+    uint64_t last_ping_ms;     /* last ping, 0 before the first */
+    uint32_t ping_period_ms;   /* gap between its last two pings (its heartbeat) */
     mc_mlist_t segments;       /* mc_segment_t.client_link */
     uint32_t nsegments;
+    uint8_t restored;          /* known from the operation log only: its pings
+                                * answer NEED_REMOUNT until it remounts */
 };
 
 struct mc_master {
     mc_master_config_t *cfg;
     struct event_base *base;
     uint64_t view_version;     /* wall-clock ms at start */
+    uint64_t meta_token_key[2]; /* meta_owner.c: SipHash key of metadata tokens */
 
     /* rpc.c */
     struct evconnlistener *listener;
     mc_mlist_t conns;
     uint32_t nconns;
+    mc_mlist_t held_conns;     /* answers waiting for the operation log */
+    uint64_t in_reserved;       /* rpc.c: bodies of large frames being read, all
+                                 * connections (--rpc_max_buffered_input) */
     char rpc_bound[300];       /* "addr:port" actually bound */
 
     /* objects.c */
@@ -358,6 +373,10 @@ struct mc_master {
 
     /* ha.c: leader election and fencing, NULL unless --enable_ha */
     mc_master_ha_t *ha;
+    /* snapshot.c: the operation log and snapshots; NULL unless
+     * --enable_snapshot */
+    mc_durable_t *durable;
+    int fatal;                 /* the loop stopped on an error: exit 1 */
 
     /* master.c */
     struct event *tick_ev;
@@ -472,8 +491,17 @@ int32_t mc_master_batch_upsert_end(mc_req_ctx_t *x, const mc_wire_batch_upsert_e
 int32_t mc_master_batch_upsert_revoke(mc_req_ctx_t *x,
                                       const mc_wire_batch_upsert_revoke_req_t *req,
                                       mc_wire_batch_upsert_revoke_resp_t *resp);
-int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
-                                  mc_wire_remove_by_regex_resp_t *resp);
+/* §5.8 REMOVE_BY_REGEX runs in slices (rpc.c): _start checks and compiles
+ * the pattern (INVALID_PARAMS past common/regex_limit.h), _step walks the
+ * index for about @p budget_us and returns 1 once it has visited it all,
+ * _finish frees the walk and returns how many objects went; _free drops
+ * an unfinished walk (NULL is fine). */
+typedef struct mc_regex_walk mc_regex_walk_t;
+int32_t mc_master_regex_walk_start(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
+                                   mc_regex_walk_t **walk_p);
+int mc_master_regex_walk_step(mc_req_ctx_t *x, mc_regex_walk_t *w, uint64_t budget_us);
+int64_t mc_master_regex_walk_finish(mc_regex_walk_t *w);
+void mc_master_regex_walk_free(mc_regex_walk_t *w);
 
 /* BATCH_REPLICA_CLEAR (docs/protocol.md §5.14): the caller's own keys. */
 int32_t mc_master_batch_replica_clear(mc_req_ctx_t *x,
@@ -524,6 +552,10 @@ mc_client_t *mc_master_client_find(mc_master_t *m, mc_uuid_t id);
 mc_client_t *mc_master_client_touch(mc_master_t *m, mc_uuid_t id, uint64_t now_ms);
 /* Unmount every segment of @p c and free it. */
 void mc_master_client_forget(mc_master_t *m, mc_client_t *c, const char *why);
+/* A client that has missed --client_suspect_heartbeats of its own
+ * heartbeats (the gap between its last two pings, 1 s until it has
+ * pinged twice) is suspect: placement avoids its segments. */
+int mc_master_client_suspect(const mc_master_t *m, const mc_client_t *c, uint64_t now_ms);
 /* Expire clients whose deadline passed. */
 void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms);
 size_t mc_master_clients_count(const mc_master_t *m);
@@ -537,6 +569,17 @@ int32_t mc_master_unmount_segment(mc_req_ctx_t *x, const mc_wire_unmount_segment
 int32_t mc_master_set_segment_draining(mc_req_ctx_t *x,
                                        const mc_wire_set_segment_draining_req_t *req);
 int32_t mc_master_client_close(mc_req_ctx_t *x, const mc_wire_client_close_req_t *req);
+
+/* ---- meta_owner.c: descriptor ownership in the HTTP metadata store -------- */
+
+/* Draw the key of the metadata tokens (at start). */
+void mc_master_meta_owner_init(mc_master_t *m);
+/* The metadata token of @p client_id, sent in its HELLO answer. */
+mc_uuid_t mc_master_metadata_token(const mc_master_t *m, mc_uuid_t client_id);
+/* mc_meta_server write check (arg: the master): 1 when @p key is no
+ * segment descriptor, its segment is not mounted, or @p token (hex, may
+ * be NULL) is its owner's; 0 otherwise (logged, rate limited). */
+int mc_master_meta_write_allowed(void *arg, const char *key, const char *token);
 
 /* ---- admin.c: admin HTTP server and metrics (--metrics_port) ------------- */
 

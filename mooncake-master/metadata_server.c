@@ -41,6 +41,8 @@ typedef struct meta_opts {
     const char *host;
     int64_t port;
     int level;
+    uint64_t max_value;
+    uint64_t quota;
     int help;
     int version;
 } meta_opts_t;
@@ -50,6 +52,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: " PROG " [-h] [--port PORT] [--host HOST]\n"
             "       [--log-level {DEBUG,INFO,WARNING,ERROR,CRITICAL}] [--version]\n"
+            "       [--max-value-size SIZE] [--quota SIZE] [--log-rate-limit N]\n"
             "\n"
             "HTTP metadata server of the Mooncake transfer engines: GET/PUT/DELETE\n"
             "/metadata?key=K and GET /health, in memory.\n"
@@ -60,6 +63,10 @@ static void usage(FILE *out)
             "  --host HOST           address to bind (default: 0.0.0.0)\n"
             "  --log-level {DEBUG,INFO,WARNING,ERROR,CRITICAL}\n"
             "                        log level (default: INFO)\n"
+            "  --max-value-size SIZE largest value one PUT may store (default: 16MB)\n"
+            "  --quota SIZE          bytes of keys and values the store holds (default: 256MB)\n"
+            "  --log-rate-limit N    lines a second per log site about what peers send\n"
+            "                        (default: 10; 0: no limit)\n"
             "  --version             print the version and exit\n");
 }
 
@@ -82,6 +89,36 @@ static int parse_level(const char *s, int *level_p)
     return mc_log_parse_level(s, level_p);
 }
 
+enum { OPT_PORT, OPT_HOST, OPT_LEVEL, OPT_MAX_VALUE, OPT_QUOTA, OPT_RATE };
+
+/* Which option "--name" (of @p nlen bytes, before any '=') is; '-' and '_'
+ * are the same inside a name, as argparse's dests.  -1 if none. */
+static int option_index(const char *arg, size_t nlen)
+{
+    static const struct {
+        const char *name;
+        int opt;
+    } opts[] = {
+        {"--port", OPT_PORT},        {"--host", OPT_HOST},   {"--log-level", OPT_LEVEL},
+        {"--max-value-size", OPT_MAX_VALUE}, {"--quota", OPT_QUOTA},
+        {"--log-rate-limit", OPT_RATE},
+    };
+    for (size_t i = 0; i < MC_ARRAY_SIZE(opts); i++) {
+        const char *n = opts[i].name;
+        size_t k;
+        if (strlen(n) != nlen)
+            continue;
+        for (k = 2; k < nlen; k++) {
+            char a = (arg[k] == '_') ? '-' : arg[k];
+            if (a != n[k])
+                break;
+        }
+        if ((k == nlen) && (strncmp(arg, "--", 2) == 0))
+            return opts[i].opt;
+    }
+    return -1;
+}
+
 /* Parse argv into @p o; -1 with a message in @p err on a bad command line. */
 static int parse_args(meta_opts_t *o, int argc, char **argv, char *err, size_t errlen)
 {
@@ -99,10 +136,8 @@ static int parse_args(meta_opts_t *o, int argc, char **argv, char *err, size_t e
             o->version = 1;
             continue;
         }
-        if (!((nlen == 6) && (strncmp(arg, "--port", 6) == 0)) &&
-            !((nlen == 6) && (strncmp(arg, "--host", 6) == 0)) &&
-            !((nlen == 11) && (strncmp(arg, "--log-level", 11) == 0)) &&
-            !((nlen == 11) && (strncmp(arg, "--log_level", 11) == 0))) {
+        int which = option_index(arg, nlen);
+        if (which < 0) {
             snprintf(err, errlen, "unrecognized arguments: %s", arg);
             return -1;
         }
@@ -114,12 +149,26 @@ static int parse_args(meta_opts_t *o, int argc, char **argv, char *err, size_t e
             snprintf(err, errlen, "argument %.*s: expected one argument", (int)nlen, arg);
             return -1;
         }
-        if (arg[2] == 'p') {
+        if ((which == OPT_MAX_VALUE) || (which == OPT_QUOTA)) {
+            uint64_t *dst = (which == OPT_QUOTA) ? &o->quota : &o->max_value;
+            if ((mc_parse_size(value, dst) != 0) || (*dst == 0)) {
+                snprintf(err, errlen, "argument %.*s: invalid size: '%s'", (int)nlen, arg, value);
+                return -1;
+            }
+        } else if (which == OPT_RATE) {
+            int64_t r;
+            if ((mc_parse_i64(value, &r) != 0) || (r < 0) || (r > 1000000)) {
+                snprintf(err, errlen, "argument %.*s: invalid count: '%s'", (int)nlen, arg,
+                         value);
+                return -1;
+            }
+            mc_log_rate_per_s = (unsigned)r;
+        } else if (which == OPT_PORT) {
             if ((mc_parse_i64(value, &o->port) != 0) || (o->port < 0) || (o->port > 65535)) {
                 snprintf(err, errlen, "argument --port: invalid port: '%s'", value);
                 return -1;
             }
-        } else if (arg[2] == 'h') {
+        } else if (which == OPT_HOST) {
             if (*value == '\0') {
                 snprintf(err, errlen, "argument --host: must not be empty");
                 return -1;
@@ -151,7 +200,11 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
     static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
-    meta_opts_t o = {.host = "0.0.0.0", .port = 8080, .level = MC_LOG_INFO};
+    meta_opts_t o = {.host      = "0.0.0.0",
+                     .port      = 8080,
+                     .level     = MC_LOG_INFO,
+                     .max_value = MC_META_DEFAULT_MAX_VALUE,
+                     .quota     = MC_META_DEFAULT_QUOTA};
     struct event *sig_ev[MC_ARRAY_SIZE(sigs)] = {NULL};
     struct event_base *base   = NULL;
     mc_meta_server_t *srv     = NULL;
@@ -189,6 +242,7 @@ int main(int argc, char **argv)
     if (mc_meta_server_create(base, MC_META_DIALECT_STANDALONE, o.host, (uint16_t)o.port,
                               &srv) != MC_OK)
         goto out;
+    mc_meta_server_set_limits(srv, o.max_value, o.quota);
     mc_info(PROG " %s listening on %s", mc_version_string(), mc_meta_server_bound(srv));
     if (event_base_dispatch(base) < 0) {
         mc_error("event loop failed");

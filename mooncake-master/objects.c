@@ -54,8 +54,10 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/regex_limit.h"
 #include "evict.h"
 #include "master.h"
+#include "snapshot.h"
 
 typedef struct obj_lookup {
     mc_str_t tenant;
@@ -403,6 +405,8 @@ static void upsert_drop(mc_master_t *m, mc_object_t *o)
 /* Free every replica of @p o, unlink and free it. */
 static void obj_erase(mc_master_t *m, mc_object_t *o)
 {
+    if (o->complete)
+        mc_durable_erase(m, o);
     if (mc_object_replicating(o))
         mc_master_tasks_object_gone(m, o);
     free_replicas(m, &o->replicas);
@@ -481,6 +485,8 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
         mc_debug("object %.*s lost its last replica", (int)MC_MIN(o->key_len, 200u),
                  mc_object_key(o).ptr);
         obj_erase(m, o);
+    } else if (o != NULL) {
+        mc_durable_object(m, o);
     }
 }
 
@@ -648,10 +654,26 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
         return MC_INTERNAL_ERROR;
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
         const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        if (r->status == MC_REPLICA_COMPLETE)
+        /* a restored segment's bytes are not vouched for until its owner
+         * remounts it */
+        if ((r->status == MC_REPLICA_COMPLETE) && (r->seg->state != MC_SEG_AWAITING))
             fill_wire_replica(&out->v[out->n++], r, o->size);
     }
     return MC_OK;
+}
+
+/* Complete with a replica that may be read (not only on segments restored
+ * from the operation log and not remounted yet). */
+static int obj_readable(const mc_object_t *o)
+{
+    const mc_mlist_t *pos;
+    if (!o->complete)
+        return 0;
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+        if (mc_container_of(pos, mc_replica_t, link)->seg->state != MC_SEG_AWAITING)
+            return 1;
+    }
+    return 0;
 }
 
 /* §5.5: what a ReplicateConfig may ask for.  Malformed requests first
@@ -917,6 +939,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         }
         upsert_swap(x->m, o, x->now_ms);
         group_sync(x->m, o);
+        mc_durable_object(m, o);
         return MC_OK;
     }
     if (!mc_uuid_eq(mc_object_owner(o), client_id))
@@ -932,6 +955,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         apply_upsert_config(o, x->now_ms);
         upsert_clear(m, o);
         group_sync(x->m, o);
+        mc_durable_object(m, o);
         return MC_OK;
     }
     /* The soft pin starts when the object becomes readable; a fresh object
@@ -939,6 +963,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     if ((o->ext != NULL) && (o->ext->soft_pin_ttl_ms > 0))
         o->ext->soft_pin_deadline_ms = x->now_ms + o->ext->soft_pin_ttl_ms;
     group_sync(x->m, o);
+    mc_durable_object(m, o);
     return MC_OK;
 }
 
@@ -980,6 +1005,8 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
     st = list_complete(x, o, out);
     if (st != MC_OK)
         return st;
+    if (out->n == 0)
+        return MC_OBJECT_NOT_FOUND; /* only on segments not remounted since a restart */
     obj_grant_lease(x->m, o, x->now_ms);
     *size_p = o->size;
     return MC_OK;
@@ -989,7 +1016,7 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
 static int32_t exist_one(mc_req_ctx_t *x, mc_str_t key)
 {
     mc_object_t *o = obj_find(x->m, x->tenant, key);
-    if ((o == NULL) || !o->complete)
+    if ((o == NULL) || !obj_readable(o))
         return 0;
     obj_grant_lease(x->m, o, x->now_ms);
     return 1;
@@ -1357,6 +1384,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
             r->status       = MC_REPLICA_PROCESSING;
             fill_wire_replica(&out->v[out->n++], r, length);
         }
+        mc_durable_erase(m, o); /* its bytes are overwritten from now on */
         o->upsert       = MC_UPSERT_INPLACE;
         o->complete     = 0;
         writer_put(m, o->writer);
@@ -1437,22 +1465,22 @@ int32_t mc_master_batch_upsert_revoke(mc_req_ctx_t *x,
 
 /* ---- §5.8 REMOVE_BY_REGEX ----------------------------------------------------------- */
 
-/* Back-references (\1-\9) are a glibc extension to ERE and the one thing
- * that makes matching exponential; the loop is single-threaded, so they are
- * refused.  An escaped pair is skipped as a whole ("\\1" is fine). */
-static int has_backref(const char *pat)
-{
-    for (const char *p = pat; *p != '\0'; p++) {
-        if (*p != '\\')
-            continue;
-        if ((p[1] >= '1') && (p[1] <= '9'))
-            return 1;
-        if (p[1] == '\0')
-            break;
-        p++;
-    }
-    return 0;
-}
+/*
+ * A REMOVE_BY_REGEX walk.  The pattern is measured before regcomp()
+ * (common/regex_limit.h: what it may unroll to, no back-references), so
+ * compiling is cheap and one regexec() is bounded; the walk over the index
+ * runs in slices that rpc.c schedules between other events, and the answer
+ * goes when the last slice is done.  It resumes at a bucket index: the
+ * table only grows, and growing splits bucket b into b and b + old size,
+ * so every key present at the start is still visited (some twice, which
+ * is harmless: a matching one is gone after its first visit).
+ */
+struct mc_regex_walk {
+    regex_t re;
+    int force;
+    size_t bucket; /* next bucket of m->objects to visit */
+    int64_t count;
+};
 
 /* remove_where() match: @p arg is the compiled regex_t. */
 static int regex_match(mc_str_t key, void *arg)
@@ -1468,45 +1496,90 @@ static int regex_match(mc_str_t key, void *arg)
 /*
  * POSIX extended regular expression, searched (not anchored) in each key of
  * the tenant; same skipping rules as REMOVE_ALL.  The pattern is bounded by
- * the STR field (64 KiB) and may not contain NUL or back-references.
+ * the STR field (64 KiB), may not contain NUL or back-references, and must
+ * stay within the limits of common/regex_limit.h (INVALID_PARAMS).
  */
-int32_t mc_master_remove_by_regex(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
-                                  mc_wire_remove_by_regex_resp_t *resp)
+int32_t mc_master_regex_walk_start(mc_req_ctx_t *x, const mc_wire_remove_by_regex_req_t *req,
+                                   mc_regex_walk_t **walk_p)
 {
-    regex_t re;
+    mc_regex_walk_t *w;
+    char why[160];
     char *pat;
     int rc;
-    int64_t count;
 
+    (void)x;
     if ((req->regex.len > 0) && (memchr(req->regex.ptr, '\0', req->regex.len) != NULL))
         return MC_INVALID_PARAMS;
+    if (mc_regex_check(req->regex.ptr, req->regex.len, why, sizeof(why)) != 0) {
+        mc_log_ratelimited(MC_LOG_INFO, "remove_by_regex: refused: %s", why);
+        return MC_INVALID_PARAMS;
+    }
     pat = malloc((size_t)req->regex.len + 1);
-    if (pat == NULL)
+    w   = calloc(1, sizeof(*w));
+    if ((pat == NULL) || (w == NULL)) {
+        free(pat);
+        free(w);
         return MC_INTERNAL_ERROR;
+    }
     if (req->regex.len > 0)
         memcpy(pat, req->regex.ptr, req->regex.len);
     pat[req->regex.len] = '\0';
-    if (has_backref(pat)) {
-        mc_debug("remove_by_regex: back-references are not accepted");
-        free(pat);
-        return MC_INVALID_PARAMS;
-    }
-    rc = regcomp(&re, pat, REG_EXTENDED | REG_NOSUB);
+    rc = regcomp(&w->re, pat, REG_EXTENDED | REG_NOSUB);
     free(pat);
     if (rc != 0) {
         char err[256];
-        regerror(rc, &re, err, sizeof(err));
+        regerror(rc, &w->re, err, sizeof(err));
         mc_debug("remove_by_regex: bad pattern: %s", err);
+        free(w);
         return rc == REG_ESPACE ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
     }
-
-    count = remove_where(x, req->force, regex_match, &re);
-    regfree(&re);
-    resp->count = count;
-    if (count > 0)
-        mc_info("remove_by_regex%s: %" PRId64 " objects removed", req->force ? " (force)" : "",
-                count);
+    w->force = req->force != 0;
+    *walk_p  = w;
     return MC_OK;
+}
+
+int mc_master_regex_walk_step(mc_req_ctx_t *x, mc_regex_walk_t *w, uint64_t budget_us)
+{
+    mc_hmap_t *h      = &x->m->objects;
+    uint64_t deadline = mc_now_us() + budget_us;
+
+    while (w->bucket < h->nbuckets) {
+        mc_hnode_t *n = h->buckets[w->bucket++];
+        while (n != NULL) {
+            mc_object_t *o = mc_container_of(n, mc_object_t, node);
+            n              = n->next; /* erasing o leaves the rest of the chain */
+            if (!mc_str_eq(mc_object_tenant(o), x->tenant))
+                continue;
+            if (!w->force && !removable(o, x->now_ms))
+                continue;
+            if (!regex_match(mc_object_key(o), &w->re))
+                continue;
+            obj_erase(x->m, o);
+            w->count++;
+        }
+        if (mc_now_us() >= deadline)
+            return w->bucket >= h->nbuckets;
+    }
+    return 1;
+}
+
+int64_t mc_master_regex_walk_finish(mc_regex_walk_t *w)
+{
+    int64_t count = w->count;
+
+    if (count > 0)
+        mc_info("remove_by_regex%s: %" PRId64 " objects removed", w->force ? " (force)" : "",
+                count);
+    mc_master_regex_walk_free(w);
+    return count;
+}
+
+void mc_master_regex_walk_free(mc_regex_walk_t *w)
+{
+    if (w == NULL)
+        return;
+    regfree(&w->re);
+    free(w);
 }
 
 /* ---- §5.14 BATCH_REPLICA_CLEAR ------------------------------------------------------ */
@@ -1554,6 +1627,8 @@ static int32_t clear_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, mc_
         return MC_REPLICA_NOT_FOUND;
     if (mc_mlist_empty(&o->replicas))
         obj_erase(x->m, o);
+    else
+        mc_durable_object(x->m, o);
     return MC_OK;
 }
 
@@ -1622,6 +1697,7 @@ void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, u
     } else {
         replica_free(m, r);
     }
+    mc_durable_object(m, o);
 }
 
 mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
@@ -1632,4 +1708,52 @@ mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key
 void mc_master_object_erase(mc_master_t *m, mc_object_t *o)
 {
     obj_erase(m, o);
+}
+
+/* ---- restore (snapshot.c) ------------------------------------------------------- */
+
+mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r,
+                                      mc_replica_t **reps, uint32_t n, uint64_t now_ms)
+{
+    mc_object_t *o;
+
+    if ((n == 0) || (r->size == 0) || (r->tenant.len > UINT16_MAX) ||
+        (obj_find(m, r->tenant, r->key) != NULL))
+        return NULL;
+    o = malloc(offsetof(mc_object_t, strs) + (size_t)r->key.len);
+    if (o == NULL)
+        return NULL;
+    memset(o, 0, offsetof(mc_object_t, strs));
+    o->writer = writer_get(m, r->tenant, r->owner);
+    if (o->writer == NULL) {
+        free(o);
+        return NULL;
+    }
+    if ((r->soft_pin_ttl_ms > 0) || r->has_group) {
+        if ((obj_ext(o) == NULL) ||
+            (r->has_group && ((o->ext->group_id = mc_str_dup(r->group_id)) == NULL))) {
+            obj_free(m, o);
+            return NULL;
+        }
+        /* the pin runs again from the restart */
+        o->ext->soft_pin_ttl_ms      = r->soft_pin_ttl_ms;
+        o->ext->soft_pin_deadline_ms = r->soft_pin_ttl_ms ? now_ms + r->soft_pin_ttl_ms : 0;
+    }
+    mc_mlist_init(&o->replicas);
+    o->size         = r->size;
+    o->put_start_ms = now_ms;
+    o->hard_pin     = r->hard_pin;
+    o->complete     = 1;
+    o->key_len      = r->key.len;
+    memcpy(o->strs, r->key.ptr, r->key.len);
+    mc_hmap_insert(&m->objects, &o->node, obj_hash(r->tenant, r->key));
+    mc_mlist_init(&o->lru_link);
+    reps[0] = replica_embed(o, reps[0]);
+    for (uint32_t i = 0; i < n; i++) {
+        reps[i]->obj = o;
+        mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
+    }
+    mc_master_lru_touch(m, o);
+    group_sync(m, o);
+    return o;
 }

@@ -29,7 +29,10 @@
  * for a peer that does not read them, the connection stops reading (and so
  * stops producing responses) until the backlog drains below
  * MC_CONN_OUT_LOW.  A peer that reads nothing for MC_CONN_WRITE_TIMEOUT_S
- * is closed.  Input is bounded by one maximal frame.
+ * is closed.  Input: each message type has a largest body
+ * (conn_admit_body()); a connection buffers at most MC_CONN_IN_BASE
+ * beyond a large frame, whose body is reserved against
+ * --rpc_max_buffered_input for all connections together.
  */
 #include "config.h"
 
@@ -51,12 +54,18 @@
 
 #include "common/log.h"
 #include "master.h"
+#include "snapshot.h"
 
 #define MC_CONN_OUT_HIGH        (8u << 20) /* stop reading above this backlog */
 #define MC_CONN_OUT_LOW         (1u << 20) /* resume below it */
 #define MC_CONN_WRITE_TIMEOUT_S 60
 #define MC_CONN_OUT_KEEP        (1u << 20) /* shrink the scratch buffer above this */
 #define MC_TENANT_MAX           256
+/* Input a connection may buffer beyond its current frame: room for
+ * pipelined frames, and more than any request without a list can be
+ * (mc_wire_req_max_body()).  A larger frame reserves its body against
+ * --rpc_max_buffered_input while it is read. */
+#define MC_CONN_IN_BASE         (256u << 10)
 
 typedef enum mc_conn_state {
     MC_CONN_READ_HEADER,
@@ -91,44 +100,182 @@ typedef struct mc_conn {
     mc_arena_t arena;          /* decoded request + response, one frame */
     mc_buf_t out;              /* encoded response scratch */
     mc_buf_t tx;               /* responses of this conn_drive() pass */
+    /* --enable_snapshot: answers that wait until the records of the
+     * changes they acknowledge are durable, in order; held[0, marks[i].end)
+     * may go once the log is durable up to marks[i].seq */
+    mc_buf_t held;
+    struct held_mark {
+        size_t end;
+        uint64_t seq;
+    } *marks;
+    uint32_t nmarks;
+    uint32_t cap_marks;
+    mc_mlist_t held_link;      /* in m->held_conns while held is not empty */
     uint64_t frames;
     char peer[INET6_ADDRSTRLEN + 8];
+    uint32_t in_reserved;      /* body bytes of the frame being read, counted in
+                                * m->in_reserved (frames over MC_CONN_IN_BASE) */
+    mc_regex_walk_t *walk;     /* a REMOVE_BY_REGEX in slices: frames after it wait */
+    struct event *walk_ev;     /* runs the next slice */
 } mc_conn_t;
+
+/* Give back the reservation of a large frame (read, or never finished)
+ * and the ordinary read window. */
+static void conn_unreserve(mc_conn_t *c)
+{
+    if (c->in_reserved == 0)
+        return;
+    c->m->in_reserved -= c->in_reserved;
+    c->in_reserved = 0;
+    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
+}
 
 static void conn_free(mc_conn_t *c)
 {
+    conn_unreserve(c);
+    if (c->walk_ev != NULL)
+        event_free(c->walk_ev);
+    mc_master_regex_walk_free(c->walk);
     mc_mlist_remove(&c->link);
+    mc_mlist_remove(&c->held_link);
     c->m->nconns--;
     bufferevent_free(c->bev);
     mc_arena_cleanup(&c->arena);
     mc_buf_cleanup(&c->out);
     mc_buf_cleanup(&c->tx);
+    mc_buf_cleanup(&c->held);
+    free(c->marks);
     free(c);
 }
 
-/* Write the responses gathered in c->tx: straight to the socket when the
+/* Write @p len bytes of responses: straight to the socket when the
  * bufferevent has nothing older queued, the rest (or all) through it. */
-static void conn_flush(mc_conn_t *c)
+static void conn_write_bytes(mc_conn_t *c, const uint8_t *data, size_t len)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     size_t sent          = 0;
 
-    if (c->tx.len == 0)
+    if (len == 0)
         return;
     if (evbuffer_get_length(out) == 0) {
-        ssize_t n = send(bufferevent_getfd(c->bev), c->tx.data, c->tx.len,
-                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = send(bufferevent_getfd(c->bev), data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
         /* an error shows again on the bufferevent's own write */
         if (n > 0)
             sent = (size_t)n;
     }
-    if ((sent < c->tx.len) && (bufferevent_write(c->bev, c->tx.data + sent, c->tx.len - sent) != 0))
-        mc_warn("rpc %s: cannot queue %zu bytes of responses", c->peer, c->tx.len - sent);
-    if (c->tx.cap > MC_CONN_OUT_KEEP) {
-        mc_buf_cleanup(&c->tx);
-        mc_buf_init(&c->tx);
+    if ((sent < len) && (bufferevent_write(c->bev, data + sent, len - sent) != 0))
+        mc_warn("rpc %s: cannot queue %zu bytes of responses", c->peer, len - sent);
+}
+
+/* Write the responses gathered in @p b (c->tx or c->held) and empty it. */
+static void conn_write(mc_conn_t *c, mc_buf_t *b)
+{
+    conn_write_bytes(c, b->data, b->len);
+    if (b->cap > MC_CONN_OUT_KEEP) {
+        mc_buf_cleanup(b);
+        mc_buf_init(b);
     } else {
-        mc_buf_reset(&c->tx);
+        mc_buf_reset(b);
+    }
+}
+
+/* Send c->tx, or hold it while a change it acknowledges (or an answer
+ * before it) waits for the operation log (docs/ha.md). */
+static void conn_flush(mc_conn_t *c)
+{
+    uint64_t need;
+
+    if (c->tx.len == 0)
+        return;
+    need = mc_durable_pending(c->m);
+    if ((need == 0) && (c->held.len == 0)) {
+        conn_write(c, &c->tx);
+        return;
+    }
+    if (c->nmarks > 0)
+        need = MC_MAX(need, c->marks[c->nmarks - 1].seq);
+    if ((c->nmarks == 0) || (c->marks[c->nmarks - 1].seq != need)) {
+        if (c->nmarks == c->cap_marks) {
+            uint32_t nc = c->cap_marks ? c->cap_marks * 2 : 8;
+            struct held_mark *nm = realloc(c->marks, nc * sizeof(*nm));
+            if (nm == NULL)
+                c->held.oom = 1;
+            else {
+                c->marks     = nm;
+                c->cap_marks = nc;
+            }
+        }
+        if (!c->held.oom)
+            c->marks[c->nmarks++].seq = need;
+    }
+    if (!c->held.oom)
+        mc_buf_put_bytes(&c->held, c->tx.data, c->tx.len);
+    if (c->held.oom) {
+        /* never send an answer early: without memory to hold it, drop
+         * the connection (the client retries) */
+        mc_error("rpc %s: out of memory holding answers for the operation log", c->peer);
+        c->tx.len = 0;
+        mc_buf_reset(&c->held);
+        c->held.oom = 0;
+        c->nmarks   = 0;
+        mc_mlist_remove(&c->held_link);
+        bufferevent_disable(c->bev, EV_READ);
+        c->state = MC_CONN_CLOSING;
+        return;
+    }
+    c->marks[c->nmarks - 1].end = c->held.len;
+    mc_buf_reset(&c->tx);
+    if (mc_mlist_empty(&c->held_link))
+        mc_mlist_insert_tail(&c->m->held_conns, &c->held_link);
+}
+
+static void conn_drive(mc_conn_t *c);
+
+void mc_master_rpc_release(mc_master_t *m, uint64_t durable_seq)
+{
+    mc_mlist_t *pos, *tmp;
+    mc_mlist_for_each_safe(pos, tmp, &m->held_conns)
+    {
+        mc_conn_t *c = mc_container_of(pos, mc_conn_t, held_link);
+        uint32_t k   = 0;
+        size_t n;
+
+        while ((k < c->nmarks) && (c->marks[k].seq <= durable_seq))
+            k++;
+        if (k == 0)
+            continue;
+        /* the answers whose records are durable go; later ones wait on */
+        n = c->marks[k - 1].end;
+        conn_write_bytes(c, c->held.data, n);
+        memmove(c->held.data, c->held.data + n, c->held.len - n);
+        c->held.len -= n;
+        for (uint32_t i = k; i < c->nmarks; i++) {
+            c->marks[i - k].seq = c->marks[i].seq;
+            c->marks[i - k].end = c->marks[i].end - n;
+        }
+        c->nmarks -= k;
+        if (c->nmarks > 0)
+            continue;
+        mc_mlist_remove(&c->held_link);
+        if (c->held.cap > MC_CONN_OUT_KEEP) {
+            mc_buf_cleanup(&c->held);
+            mc_buf_init(&c->held);
+        }
+        if (c->state != MC_CONN_CLOSING) {
+            /* paused on the held backlog, which the socket took at once
+             * (no write callback will come to resume it) */
+            if (c->read_paused &&
+                (evbuffer_get_length(bufferevent_get_output(c->bev)) <= MC_CONN_OUT_LOW)) {
+                c->read_paused = 0;
+                bufferevent_enable(c->bev, EV_READ);
+                conn_drive(c);
+            }
+            continue;
+        }
+        if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            conn_free(c);
+        else
+            bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     }
 }
 
@@ -142,6 +289,13 @@ static void conn_close(mc_conn_t *c, const char *why)
              conn_state_str(c->state), c->frames, why);
     c->state = MC_CONN_CLOSING;
     bufferevent_disable(c->bev, EV_READ);
+    if (c->walk != NULL) { /* nobody will read its answer */
+        event_del(c->walk_ev);
+        mc_master_regex_walk_free(c->walk);
+        c->walk = NULL;
+    }
+    if (c->held.len > 0)
+        return; /* mc_master_rpc_release() sends them, then frees */
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
         conn_free(c);
         return;
@@ -174,6 +328,7 @@ static int32_t handle_hello(mc_conn_t *c, mc_req_ctx_t *x, const mc_wire_hello_r
     c->hello      = 1;
     resp->server_version = mc_str_from_cstr(mc_version_string());
     resp->view_version   = c->m->view_version;
+    resp->metadata_token = mc_master_metadata_token(c->m, req->client_id);
     return MC_OK;
 }
 
@@ -219,7 +374,6 @@ MC_RPC_PLAIN_HANDLER_(upsert_revoke)
 MC_RPC_RESP_HANDLER_(batch_upsert_start)
 MC_RPC_RESP_HANDLER_(batch_upsert_end)
 MC_RPC_RESP_HANDLER_(batch_upsert_revoke)
-MC_RPC_RESP_HANDLER_(remove_by_regex)
 MC_RPC_PLAIN_HANDLER_(set_segment_draining)
 MC_RPC_RESP_HANDLER_(create_copy_task)
 MC_RPC_RESP_HANDLER_(create_move_task)
@@ -230,6 +384,34 @@ MC_RPC_RESP_HANDLER_(task_replica_start)
 MC_RPC_PLAIN_HANDLER_(task_replica_end)
 MC_RPC_PLAIN_HANDLER_(task_replica_revoke)
 MC_RPC_RESP_HANDLER_(batch_replica_clear)
+
+/* A handler's answer that comes later (not a status: those are <= 0). */
+#define MC_RPC_DEFERRED 1
+
+static void walk_slice_cb(evutil_socket_t fd, short what, void *arg);
+
+/* §5.8 REMOVE_BY_REGEX: a checked, compiled pattern starts a walk over the
+ * index that runs in slices between other events (walk_slice_cb); the
+ * connection handles no later frame until it has answered. */
+static int32_t handle_remove_by_regex(mc_conn_t *c, mc_req_ctx_t *x,
+                                      const mc_wire_remove_by_regex_req_t *req,
+                                      mc_wire_remove_by_regex_resp_t *resp)
+{
+    static const struct timeval now = {0, 0};
+    int32_t st;
+
+    (void)resp;
+    if (c->walk_ev == NULL) {
+        c->walk_ev = evtimer_new(c->m->base, walk_slice_cb, c);
+        if (c->walk_ev == NULL)
+            return MC_INTERNAL_ERROR;
+    }
+    st = mc_master_regex_walk_start(x, req, &c->walk);
+    if (st != MC_OK)
+        return st;
+    evtimer_add(c->walk_ev, &now);
+    return MC_RPC_DEFERRED;
+}
 
 /* Queue the encoded response in c->out on the socket. */
 static void conn_send(mc_conn_t *c, uint16_t opcode)
@@ -313,7 +495,8 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
 
     /* §5.1: nothing but HELLO before HELLO. */
     if (!c->hello && (op != MC_WIRE_OP_HELLO)) {
-        mc_warn("rpc %s: %s before HELLO", c->peer, mc_wire_op_name(op));
+        mc_log_ratelimited(MC_LOG_WARN, "rpc %s: %s before HELLO", c->peer,
+                           mc_wire_op_name(op));
         mc_wire_encode_error(&c->out, op, rid, MC_ILLEGAL_CLIENT);
         conn_send(c, op);
         return 0;
@@ -341,12 +524,15 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
         int32_t st;                                                                       \
         memset(&resp, 0, sizeof(resp));                                                   \
         if (mc_wire_decode_##low##_req(body, len, &c->arena, &req) != MC_OK) {            \
-            mc_warn("rpc %s: undecodable %s body (%zu bytes)", c->peer, #UP, len);         \
+            mc_log_ratelimited(MC_LOG_WARN, "rpc %s: undecodable %s body (%zu bytes)",     \
+                               c->peer, #UP, len);                                        \
             return -1;                                                                    \
         }                                                                                 \
         st = handle_##low(c, &x, &req, &resp);                                            \
         _Static_assert((code) < MC_MASTER_NOPS, "opcode outside the counter arrays");   \
         c->m->op_requests[(code)]++;                                                      \
+        if (st == MC_RPC_DEFERRED)                                                        \
+            return 0; /* the handler answers later */                                     \
         if (st != MC_OK)                                                                  \
             c->m->op_failures[(code)]++;                                                  \
         if (strncmp(#low, "batch_", 6) == 0) {                                            \
@@ -374,6 +560,48 @@ static int conn_dispatch(mc_conn_t *c, const uint8_t *body)
     return 0;
 }
 
+/*
+ * Bounds on the frame whose header is in c->hdr, before any of its body is
+ * buffered: its message type's largest body (mc_wire_req_max_body(), or
+ * --rpc_max_batch_frame_size for a message with a list), and for a body
+ * over MC_CONN_IN_BASE a reservation against --rpc_max_buffered_input,
+ * the input of all connections together.  Returns 0, or 1 after closing
+ * the connection.
+ */
+static int conn_admit_body(mc_conn_t *c)
+{
+    mc_master_t *m = c->m;
+    uint32_t len   = c->hdr.body_len;
+    uint64_t max   = mc_wire_req_max_body(c->hdr.opcode);
+
+    if (max >= MC_WIRE_MAX_BODY)
+        max = m->cfg->rpc_max_batch_frame_size;
+    if (len > max) {
+        mc_log_ratelimited(MC_LOG_WARN,
+                           "rpc %s: a %s frame of %" PRIu32 " bytes is over its limit of %"
+                           PRIu64 " bytes",
+                           c->peer, mc_wire_op_name(c->hdr.opcode), len, max);
+        conn_close(c, "frame over the limit of its type");
+        return 1;
+    }
+    if (len <= MC_CONN_IN_BASE)
+        return 0;
+    if (m->in_reserved + len > m->cfg->rpc_max_buffered_input) {
+        mc_log_ratelimited(MC_LOG_WARN,
+                           "rpc %s: a %" PRIu32 "-byte %s frame would take the unfinished input "
+                           "of all connections past --rpc_max_buffered_input=%" PRIu64
+                           " (%" PRIu64 " bytes held)",
+                           c->peer, len, mc_wire_op_name(c->hdr.opcode),
+                           (uint64_t)m->cfg->rpc_max_buffered_input, m->in_reserved);
+        conn_close(c, "buffered input over --rpc_max_buffered_input");
+        return 1;
+    }
+    m->in_reserved += len;
+    c->in_reserved = len;
+    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_WIRE_HEADER_SIZE + (size_t)len);
+    return 0;
+}
+
 /* Handle every complete frame in the input buffer (pipelining).  Returns
  * 1 when the connection was closed (and may be freed), 0 otherwise. */
 static int conn_drive_frames(mc_conn_t *c)
@@ -388,7 +616,9 @@ static int conn_drive_frames(mc_conn_t *c)
             return 1;
 
         case MC_CONN_READ_HEADER:
-            if (evbuffer_get_length(out) + c->tx.len > MC_CONN_OUT_HIGH) {
+            if (c->walk != NULL)
+                return 0; /* answers keep request order: wait for the walk's */
+            if (evbuffer_get_length(out) + c->tx.len + c->held.len > MC_CONN_OUT_HIGH) {
                 /* the peer is not reading its responses */
                 bufferevent_disable(c->bev, EV_READ);
                 c->read_paused = 1;
@@ -398,22 +628,28 @@ static int conn_drive_frames(mc_conn_t *c)
                 return 0;
             evbuffer_copyout(in, hbuf, MC_WIRE_HEADER_SIZE);
             if (mc_wire_header_unpack(hbuf, &c->hdr) != MC_OK) {
-                mc_warn("rpc %s: bad frame header (magic 0x%08" PRIx32 " version %u flags 0x%02x "
-                        "body %" PRIu32 ")",
-                        c->peer, c->hdr.magic, c->hdr.version, c->hdr.flags, c->hdr.body_len);
+                mc_log_ratelimited(MC_LOG_WARN,
+                                   "rpc %s: bad frame header (magic 0x%08" PRIx32
+                                   " version %u flags 0x%02x body %" PRIu32 ")",
+                                   c->peer, c->hdr.magic, c->hdr.version, c->hdr.flags,
+                                   c->hdr.body_len);
                 conn_close(c, "bad frame header");
                 return 1;
             }
             if (c->hdr.flags & MC_WIRE_FLAG_RESPONSE) {
-                mc_warn("rpc %s: a response frame sent to the master", c->peer);
+                mc_log_ratelimited(MC_LOG_WARN, "rpc %s: a response frame sent to the master",
+                                   c->peer);
                 conn_close(c, "response flag on a request");
                 return 1;
             }
             if (mc_wire_op_name(c->hdr.opcode) == NULL) {
-                mc_warn("rpc %s: unknown opcode %u", c->peer, c->hdr.opcode);
+                mc_log_ratelimited(MC_LOG_WARN, "rpc %s: unknown opcode %u", c->peer,
+                                   c->hdr.opcode);
                 conn_close(c, "unknown opcode");
                 return 1;
             }
+            if (conn_admit_body(c) != 0)
+                return 1;
             evbuffer_drain(in, MC_WIRE_HEADER_SIZE);
             c->state = MC_CONN_READ_BODY;
             break;
@@ -436,6 +672,7 @@ static int conn_drive_frames(mc_conn_t *c)
             rc = conn_dispatch(c, body);
             evbuffer_drain(in, c->hdr.body_len);
             mc_arena_reset(&c->arena);
+            conn_unreserve(c);
             if (rc != 0) {
                 conn_close(c, "undecodable body");
                 return 1;
@@ -451,6 +688,39 @@ static void conn_drive(mc_conn_t *c)
 {
     if (conn_drive_frames(c) == 0)
         conn_flush(c);
+}
+
+/* Slice of REMOVE_BY_REGEX walk time, short enough that the other
+ * connections' requests see no stall. */
+#define MC_WALK_SLICE_US 2000
+
+/* One slice of the connection's regex walk; the answer and the frames
+ * that waited behind it once the walk is done.  The next slice is a
+ * zero timer, so the loop polls the sockets in between. */
+static void walk_slice_cb(evutil_socket_t fd, short what, void *arg)
+{
+    static const struct timeval now = {0, 0};
+    mc_conn_t *c = arg;
+    mc_wire_remove_by_regex_resp_t resp;
+    mc_req_ctx_t x;
+
+    (void)fd;
+    (void)what;
+    x.m      = c->m;
+    x.tenant = (mc_str_t){c->tenant, c->tenant_len};
+    x.arena  = &c->arena;
+    x.now_ms = mc_now_ms();
+    if (!mc_master_regex_walk_step(&x, c->walk, MC_WALK_SLICE_US)) {
+        evtimer_add(c->walk_ev, &now);
+        return;
+    }
+    memset(&resp, 0, sizeof(resp));
+    resp.count = mc_master_regex_walk_finish(c->walk);
+    c->walk    = NULL;
+    /* c->hdr is still the REMOVE_BY_REGEX frame: no header was read since */
+    mc_wire_encode_remove_by_regex_resp(&c->out, c->hdr.request_id, MC_OK, &resp);
+    conn_send(c, MC_WIRE_OP_REMOVE_BY_REGEX);
+    conn_drive(c);
 }
 
 static void conn_read_cb(struct bufferevent *bev, void *arg)
@@ -494,7 +764,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_EOF) {
         /* A peer may half-close after its last request: still answer it. */
         if ((c->state != MC_CONN_CLOSING) &&
-            (evbuffer_get_length(bufferevent_get_output(bev)) > 0)) {
+            ((evbuffer_get_length(bufferevent_get_output(bev)) > 0) || (c->held.len > 0))) {
             conn_close(c, "peer closed its side");
             return;
         }
@@ -541,6 +811,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     mc_arena_init(&c->arena);
     mc_buf_init(&c->out);
     mc_buf_init(&c->tx);
+    mc_buf_init(&c->held);
+    mc_mlist_init(&c->held_link);
     format_peer(sa, c->peer, sizeof(c->peer));
     if (m->cfg->rpc_enable_tcp_no_delay) {
         int one = 1;
@@ -558,8 +830,9 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     m->nconns++;
 
     bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-    /* Reading pauses once one maximal frame is buffered. */
-    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_WIRE_HEADER_SIZE + MC_WIRE_MAX_BODY);
+    /* Reading pauses at MC_CONN_IN_BASE buffered, or once a large frame
+     * admitted by conn_admit_body() is all in. */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
     bufferevent_setwatermark(c->bev, EV_WRITE, MC_CONN_OUT_LOW, 0);
     {
         struct timeval rt = {m->cfg->rpc_conn_timeout_seconds, 0};
@@ -587,6 +860,7 @@ mc_status_t mc_master_rpc_start(mc_master_t *m)
     uint16_t want = mc_master_config_rpc_port(m->cfg);
 
     mc_mlist_init(&m->conns);
+    mc_mlist_init(&m->held_conns);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family   = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;

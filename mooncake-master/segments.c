@@ -28,6 +28,7 @@
 
 #include "common/log.h"
 #include "master.h"
+#include "snapshot.h"
 
 #define MC_SEGMENT_ALIGNMENT 8
 #define MC_SEGMENT_MAX_NAME  1024
@@ -150,44 +151,42 @@ static void drop_stale_namesakes(mc_master_t *m, const mc_client_t *c, mc_str_t 
     }
 }
 
-mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s)
+/* Create segment @p id in @p state; NULL with *st_p set on failure. */
+static mc_segment_t *segment_add(mc_master_t *m, mc_client_t *c, mc_uuid_t id, mc_str_t name,
+                                 mc_str_t protocol, uint64_t base, uint64_t size,
+                                 mc_segment_state_t state, mc_status_t *st_p)
 {
-    mc_status_t st = mc_master_segment_check(m, c, s);
+    mc_status_t st;
     mc_segment_t *seg;
     char idbuf[37];
 
-    if (st != MC_OK)
-        return st;
-    if (mc_master_segment_find(m, s->id) != NULL)
-        return MC_OK;
-    drop_stale_namesakes(m, c, s->name);
-
+    *st_p = MC_INTERNAL_ERROR;
     if (m->nseg == m->segv_cap) {
         uint32_t ncap = m->segv_cap ? m->segv_cap * 2 : 16;
         mc_segment_t **nv = realloc(m->segv, (size_t)ncap * sizeof(*nv));
         if (nv == NULL)
-            return MC_INTERNAL_ERROR;
+            return NULL;
         m->segv     = nv;
         m->segv_cap = ncap;
     }
     seg = calloc(1, sizeof(*seg));
     if (seg == NULL)
-        return MC_INTERNAL_ERROR;
-    seg->id       = s->id;
+        return NULL;
+    seg->id       = id;
     seg->owner    = c;
-    seg->base     = s->base;
-    seg->size     = s->size;
-    seg->state    = MC_SEG_OK;
-    seg->name     = mc_str_dup(s->name);
-    seg->protocol = mc_str_dup(s->protocol.len ? s->protocol : mc_str_from_cstr("tcp"));
+    seg->base     = base;
+    seg->size     = size;
+    seg->state    = state;
+    seg->name     = mc_str_dup(name);
+    seg->protocol = mc_str_dup(protocol.len ? protocol : mc_str_from_cstr("tcp"));
     mc_mlist_init(&seg->client_link);
     if ((seg->name == NULL) || (seg->protocol == NULL)) {
         st = MC_INTERNAL_ERROR;
         goto fail;
     }
-    st = mc_alloc_create(s->size, MC_SEGMENT_ALIGNMENT, &seg->alloc);
+    st = mc_alloc_create(size, MC_SEGMENT_ALIGNMENT, &seg->alloc);
     if (st != MC_OK) {
-        mc_warn("mount: cannot manage a segment of %" PRIu64 " bytes", s->size);
+        mc_warn("mount: cannot manage a segment of %" PRIu64 " bytes", size);
         goto fail;
     }
 
@@ -199,13 +198,50 @@ mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wir
     c->nsegments++;
 
     mc_uuid_format(seg->id, idbuf);
-    mc_info("mounted segment %s name=%s base=0x%" PRIx64 " size=%" PRIu64 " protocol=%s",
-            idbuf, seg->name, seg->base, seg->size, seg->protocol);
-    return MC_OK;
+    mc_info("%s segment %s name=%s base=0x%" PRIx64 " size=%" PRIu64 " protocol=%s",
+            state == MC_SEG_AWAITING ? "restored (awaiting its owner)" : "mounted", idbuf,
+            seg->name, seg->base, seg->size, seg->protocol);
+    *st_p = MC_OK;
+    return seg;
 
 fail:
     segment_free(seg);
+    *st_p = st;
+    return NULL;
+}
+
+mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s)
+{
+    mc_status_t st = mc_master_segment_check(m, c, s);
+    mc_segment_t *seg;
+
+    if (st != MC_OK)
+        return st;
+    seg = mc_master_segment_find(m, s->id);
+    if (seg != NULL) {
+        if (seg->state == MC_SEG_AWAITING) {
+            /* a restored segment, remounted by its owner: it serves again */
+            seg->state = MC_SEG_OK;
+            mc_info("segment %s is back: remounted by its owner", seg->name);
+        }
+        return MC_OK;
+    }
+    drop_stale_namesakes(m, c, s->name);
+    seg = segment_add(m, c, s->id, s->name, s->protocol, s->base, s->size, MC_SEG_OK, &st);
+    if (seg != NULL)
+        mc_durable_segment(m, seg, 1);
     return st;
+}
+
+mc_segment_t *mc_master_segment_restore(mc_master_t *m, mc_client_t *c,
+                                        const mc_oplog_record_t *r)
+{
+    mc_status_t st;
+    if ((r->size < MC_SEGMENT_ALIGNMENT) || (r->name.len == 0) ||
+        (r->name.len > MC_SEGMENT_MAX_NAME) || (mc_master_segment_find(m, r->id) != NULL))
+        return NULL;
+    return segment_add(m, c, r->id, r->name, r->protocol, r->base, r->size, MC_SEG_AWAITING,
+                       &st);
 }
 
 void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg)
@@ -228,6 +264,7 @@ void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg)
 
     mc_uuid_format(seg->id, idbuf);
     mc_info("unmounted segment %s name=%s (%zu replicas dropped)", idbuf, seg->name, dropped);
+    mc_durable_segment(m, seg, 0);
     segment_free(seg);
 }
 
@@ -285,6 +322,8 @@ static mc_replica_t *try_segment(mc_master_t *m, mc_segment_t *seg, uint64_t siz
 
     if (seg->state != MC_SEG_OK)
         return NULL;
+    if ((seg->owner != NULL) && mc_master_client_suspect(m, seg->owner, mc_now_ms()))
+        return NULL; /* its owner stopped pinging: likely dead, do not write there */
     if (mc_alloc_get(seg->alloc, size, &block) != MC_OK)
         return NULL;
     r = calloc(1, sizeof(*r));

@@ -44,6 +44,7 @@
 
 #include "common/log.h"
 #include "master.h"
+#include "snapshot.h"
 
 /* MC_TASK_MESSAGE_MAX (mooncake/store.h) bounds a kept message, NUL included. */
 #define MC_TASK_FETCH_MAX   1024 /* tasks handed out by one FETCH_TASKS */
@@ -132,6 +133,7 @@ static void task_set_state(mc_master_t *m, mc_task_t *t, uint8_t status, uint64_
     t->state_since_ms = now_ms;
     mc_mlist_insert_tail(&q->list, &t->state_link);
     q->n++;
+    mc_durable_task(m, t, 1);
 }
 
 /* Forget finished tasks beyond --max_total_finished_tasks, oldest first. */
@@ -145,6 +147,7 @@ static void prune_finished(mc_master_t *m)
         mc_mlist_remove(&t->state_link);
         m->taskq[MC_TASKQ_FINISHED].n--;
         mc_hmap_remove(&m->tasks, &t->node);
+        mc_durable_task(m, t, 0);
         task_free(t);
     }
 }
@@ -326,6 +329,7 @@ static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, mc_rep
         goto oom;
     mc_mlist_insert_tail(&m->taskq[MC_TASKQ_PENDING].list, &t->state_link);
     m->taskq[MC_TASKQ_PENDING].n++;
+    mc_durable_task(m, t, 1);
     *id_p = t->id;
     return MC_OK;
 
@@ -609,6 +613,7 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
      * longer when a replica skipped at START went with its segment */
     if ((t->type == MC_TASK_REPLICA_MOVE) && (replica_on(o, t->targets[0]) != NULL))
         mc_master_replica_retire(m, o, src, x->now_ms);
+    mc_durable_object(m, o); /* the new replicas */
     t->committed = 1;
     return MC_OK;
 }
@@ -648,4 +653,68 @@ int32_t mc_master_mark_task_complete(mc_req_ctx_t *x,
     task_finish(x->m, t, req->status, 0, x->now_ms, "%.*s", (int)len,
                 len ? req->message.ptr : "");
     return MC_OK;
+}
+
+/* ---- restore (snapshot.c) ------------------------------------------------------- */
+
+int mc_master_task_restore(mc_master_t *m, const mc_oplog_record_t *r, uint64_t now_ms)
+{
+    mc_task_t *t;
+    mc_str_t msg = r->message;
+    uint8_t status = r->status;
+
+    if ((r->ntargets == 0) || (task_find(m, r->id) != NULL) ||
+        ((status != MC_TASK_PENDING) && (status != MC_TASK_PROCESSING) &&
+         (status != MC_TASK_SUCCESS) && (status != MC_TASK_FAILED)))
+        return -1;
+    if (status == MC_TASK_PROCESSING) {
+        /* its executor's new buffers were not kept: it cannot commit */
+        status = MC_TASK_FAILED;
+        msg    = mc_str_from_cstr("the master restarted while the task was processing");
+    }
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return -1;
+    mc_mlist_init(&t->obj_link);
+    mc_mlist_init(&t->staged);
+    mc_mlist_init(&t->state_link);
+    t->id         = r->id;
+    t->assigned   = r->owner;
+    t->type       = r->task_type;
+    t->status     = status;
+    t->created_ms = r->created_ms;
+    t->updated_ms = r->updated_ms;
+    t->state_since_ms = now_ms;
+    t->tenant     = mc_str_dup(r->tenant);
+    t->key        = mc_str_dup(r->key);
+    t->tenant_len = r->tenant.len;
+    t->key_len    = r->key.len;
+    t->source     = mc_str_dup(r->name);
+    t->targets    = calloc(r->ntargets, sizeof(*t->targets));
+    if ((status != MC_TASK_PENDING) && ((r->has_message) || (status != r->status)))
+        t->message = mc_str_dup(msg);
+    if ((t->tenant == NULL) || (t->key == NULL) || (t->source == NULL) || (t->targets == NULL))
+        goto oom;
+    {
+        mc_str_t *tg = calloc(r->ntargets, sizeof(*tg));
+        if (tg == NULL)
+            goto oom;
+        mc_oplog_record_targets(r, tg);
+        for (t->ntargets = 0; t->ntargets < r->ntargets; t->ntargets++) {
+            t->targets[t->ntargets] = mc_str_dup(tg[t->ntargets]);
+            if (t->targets[t->ntargets] == NULL) {
+                free(tg);
+                goto oom;
+            }
+        }
+        free(tg);
+    }
+    if (mc_hmap_insert(&m->tasks, &t->node, mc_master_uuid_hash(t->id)) != 0)
+        goto oom;
+    mc_mlist_insert_tail(&queue_of(m, status)->list, &t->state_link);
+    queue_of(m, status)->n++;
+    return 0;
+oom:
+    task_free(t);
+    return -1;
 }

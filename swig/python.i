@@ -44,6 +44,59 @@
 PyMODINIT_FUNC PyInit__capi(void);
 %}
 
+/* ---- const char *: a str in (None is NULL) -------------------------------- *
+ * SWIG's own conversion reports a str it cannot encode (a lone surrogate
+ * from a non-UTF-8 file name, say) as "argument 2 of type 'char const *'";
+ * this one names the argument: TypeError for a non-str, ValueError for
+ * a str that is not valid UTF-8 or holds a NUL. */
+
+%typemap(in) const char *
+{
+    if ($input == Py_None) {
+        $1 = NULL;
+    } else if (mooncake_py_cstr((const char **)&$1, $input, "$1_name") != 0) {
+        SWIG_fail;
+    }
+}
+
+%typemap(freearg) const char * ""
+
+%typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const char *
+{
+    $1 = ($input == Py_None) || PyUnicode_Check($input);
+}
+
+%{
+/* A str argument as UTF-8 (valid while the str lives: the caller holds
+ * it for the call); 0, or -1 with a Python exception naming @p name. */
+static int mooncake_py_cstr(const char **out, PyObject *o, const char *name)
+{
+    Py_ssize_t len = 0;
+    const char *s;
+
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, not '%s'", name, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    s = PyUnicode_AsUTF8AndSize(o, &len);
+    if (s == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s is not valid UTF-8 (it holds a lone surrogate such as a "
+                         "non-UTF-8 byte decoded with surrogateescape): %R", name, o);
+        }
+        return -1;
+    }
+    if (strlen(s) != (size_t)len) {
+        PyErr_Format(PyExc_ValueError, "%s contains a NUL character", name);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+%}
+
 /* ---- (const void *data, size_t len): a bytes-like object in ---------------- */
 
 %typemap(in) (const void *data, size_t len) (Py_buffer view, int have_view = 0)
@@ -249,8 +302,14 @@ static int mooncake_py_strv_init(mooncake_py_strv_t *sv, PyObject *seq)
             goto fail;
         }
         s = PyUnicode_AsUTF8AndSize(item, &len);
-        if (s == NULL)
+        if (s == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "list item %zd is not valid UTF-8 (it holds a "
+                             "lone surrogate): %R", i, item);
+            }
             goto fail;
+        }
         if (strlen(s) != (size_t)len) {
             PyErr_Format(PyExc_ValueError, "list item %zd: embedded null character", i);
             goto fail;

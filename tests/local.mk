@@ -23,13 +23,23 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_transfer.c tests/unit/te_util.c tests/unit/te_util.h \
 	tests/unit/test_shm.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
+	tests/unit/test_oplog.c mooncake-master/oplog.c \
 	$(NULL)
 tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS)
 endif
-# libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang), not by make.
+# libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang).  ./test.sh
+# runs each for MC_FUZZ_SECONDS (10); `make fuzz` soaks each for FUZZ_SECONDS (300)
+# with the corpora kept in FUZZ_DIR between runs.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
-	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_rdma_hs.c
+	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_oplog.c tests/fuzz/fuzz_regex.c \
+	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c
 # RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.
 EXTRA_DIST += tests/python/test_rdma.py tests/python/test_cuda.py tests/python/fake_cudart.c \
 	tests/rdma/README.md tests/rdma/run.sh tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md
+EXTRA_DIST += tests/cluster/conftest.py tests/cluster/netns.py tests/cluster/test_cluster.py
+FUZZ_SECONDS = 300
+FUZZ_DIR = $(abs_builddir)/fuzz
+fuzz:
+	$(top_srcdir)/tests/fuzz/build.sh $(FUZZ_SECONDS) $(FUZZ_DIR)
+.PHONY: fuzz

@@ -28,6 +28,18 @@ mooncake_py_sources = \
 	bindings/python/mooncake/_fast_copy.py \
 	$(NULL)
 
+# Subpackages: one install directory each (automake flattens a _PYTHON list).
+mooncake_reshard_py_sources = \
+	bindings/python/mooncake/reshard/__init__.py \
+	$(NULL)
+mooncake_reshard_weight_py_sources = \
+	bindings/python/mooncake/reshard/weight/__init__.py \
+	bindings/python/mooncake/reshard/weight/manifest.py \
+	bindings/python/mooncake/reshard/weight/planner.py \
+	bindings/python/mooncake/reshard/weight/snapshot.py \
+	bindings/python/mooncake/reshard/weight/store.py \
+	$(NULL)
+
 python_swig_sources = \
 	swig/mooncake.i \
 	swig/python.i \
@@ -79,11 +91,25 @@ EXTRA_DIST += \
 	tests/python/test_dummy.py \
 	tests/python/test_cli.py \
 	tests/python/test_bench_plot.py \
+	tests/python/test_weights.py \
+	tests/python/weights_proc.py \
+	tests/python/rawwire.py \
+	tests/python/test_regex_bounds.py \
+	tests/python/test_clear_errors.py \
+	tests/python/test_bounded_input.py \
+	tests/python/test_metadata_limits.py \
+	tests/python/test_metadata_owner.py \
+	tests/python/test_te_limits.py \
+	tests/python/test_dead_holder.py \
 	$(NULL)
 
 if ENABLE_PYTHON
 mooncakepythondir = $(pythondir)/mooncake
 mooncakepython_PYTHON = $(mooncake_py_sources)
+mooncakereshardpythondir = $(pythondir)/mooncake/reshard
+mooncakereshardpython_PYTHON = $(mooncake_reshard_py_sources)
+mooncakereshardweightpythondir = $(pythondir)/mooncake/reshard/weight
+mooncakereshardweightpython_PYTHON = $(mooncake_reshard_weight_py_sources)
 nodist_mooncakepython_PYTHON = bindings/python/capi.py
 
 mooncakepyexecdir = $(pyexecdir)/mooncake
@@ -120,7 +146,8 @@ bindings/python/capi.py: bindings/python/capi_wrap.c
 all_local_targets += python-build-tree
 python-build-tree: _capi.la bindings/python/capi.py
 	$(AM_V_GEN)set -e; \
-	for f in $(mooncake_py_sources); do \
+	for f in $(mooncake_py_sources) $(mooncake_reshard_py_sources) \
+		$(mooncake_reshard_weight_py_sources); do \
 		rel=$${f#bindings/python/}; \
 		$(MKDIR_P) python/$$(dirname $$rel); \
 		ln -sf $(abs_srcdir)/$$f python/$$rel; \
@@ -140,10 +167,18 @@ check-python: all
 	MC_CLIENT_BIN=$(abs_builddir)/mooncake_client \
 	PYTHONDONTWRITEBYTECODE=1 \
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(srcdir)/tests/python
+# The cluster suite (tests/cluster): hosts in network namespaces; needs root
+# (skipped otherwise), about 20 s.  ./test.sh runs it after check-python.
+check-cluster: all
+	PYTHONPATH=$(abs_builddir)/python \
+	LD_LIBRARY_PATH=$(abs_builddir)/.libs$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	MC_MASTER_BIN=$(abs_builddir)/mooncake_master \
+	PYTHONDONTWRITEBYTECODE=1 \
+	$(PYTHON) -m pytest -q -rs -p no:cacheprovider $(srcdir)/tests/cluster
 # `make check` (and distcheck) runs the Python suite too.
 check_local_targets += check-python
 else
-check-python:
-	@echo "check-python: the Python bindings are not configured (--enable-python)"; exit 1
+check-python check-cluster:
+	@echo "$@: the Python bindings are not configured (--enable-python)"; exit 1
 endif
-.PHONY: python-build-tree clean-python-build-tree check-python
+.PHONY: python-build-tree clean-python-build-tree check-python check-cluster

@@ -20,6 +20,7 @@
 #include "common/log.h"
 
 int mc_log_threshold = MC_LOG_WARN;
+unsigned mc_log_rate_per_s = 10;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
 
@@ -47,8 +48,15 @@ int mc_log_parse_level(const char *s, int *level_p)
 void mc_log_init_from_env(void)
 {
     int level;
+    const char *rate = getenv("MC_LOG_RATE_LIMIT");
     if (mc_log_parse_level(getenv("MC_LOG_LEVEL"), &level) == 0)
         mc_log_threshold = level;
+    if ((rate != NULL) && (*rate != '\0')) {
+        char *end;
+        unsigned long v = strtoul(rate, &end, 10);
+        if ((*end == '\0') && (v <= 1000000))
+            mc_log_rate_per_s = (unsigned)v;
+    }
 }
 
 __attribute__((constructor)) static void mc_log_ctor(void)
@@ -88,6 +96,36 @@ void mc_log_write(int level, const char *file, int line, const char *fmt, ...)
             level_names[level < 0 ? 0 : (level > 4 ? 4 : level)], (int)getpid(),
             base ? base + 1 : file, line, msg);
     errno = saved_errno;
+}
+
+static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int mc_log_rl_allow(mc_log_rl_t *rl, uint32_t *dropped_p)
+{
+    struct timespec ts;
+    uint64_t now_ms;
+    int ok;
+
+    *dropped_p = 0;
+    if (mc_log_rate_per_s == 0)
+        return 1;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    pthread_mutex_lock(&rl_lock);
+    if (now_ms - rl->window_ms >= 1000) {
+        rl->window_ms = now_ms;
+        rl->printed   = 0;
+    }
+    ok = rl->printed < mc_log_rate_per_s;
+    if (ok) {
+        rl->printed++;
+        *dropped_p  = rl->dropped;
+        rl->dropped = 0;
+    } else {
+        rl->dropped++;
+    }
+    pthread_mutex_unlock(&rl_lock);
+    return ok;
 }
 
 static __thread char error_detail[512];

@@ -40,6 +40,54 @@ uint64_t mc_wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
 }
 
+#define SIP_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIP_ROUND(v0, v1, v2, v3)                                                          \
+    do {                                                                                   \
+        v0 += v1;                                                                          \
+        v1 = SIP_ROTL(v1, 13);                                                             \
+        v1 ^= v0;                                                                          \
+        v0 = SIP_ROTL(v0, 32);                                                             \
+        v2 += v3;                                                                          \
+        v3 = SIP_ROTL(v3, 16);                                                             \
+        v3 ^= v2;                                                                          \
+        v0 += v3;                                                                          \
+        v3 = SIP_ROTL(v3, 21);                                                             \
+        v3 ^= v0;                                                                          \
+        v2 += v1;                                                                          \
+        v1 = SIP_ROTL(v1, 17);                                                             \
+        v1 ^= v2;                                                                          \
+        v2 = SIP_ROTL(v2, 32);                                                             \
+    } while (0)
+
+uint64_t mc_siphash24(const uint64_t k[2], const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    uint64_t v0 = 0x736f6d6570736575ull ^ k[0], v1 = 0x646f72616e646f6dull ^ k[1];
+    uint64_t v2 = 0x6c7967656e657261ull ^ k[0], v3 = 0x7465646279746573ull ^ k[1];
+    uint64_t b = (uint64_t)len << 56, m;
+    size_t i;
+
+    for (i = 0; i + 8 <= len; i += 8) {
+        m = 0;
+        for (int j = 7; j >= 0; j--)
+            m = (m << 8) | p[i + (size_t)j];
+        v3 ^= m;
+        SIP_ROUND(v0, v1, v2, v3);
+        SIP_ROUND(v0, v1, v2, v3);
+        v0 ^= m;
+    }
+    for (size_t j = 0; i + j < len; j++)
+        b |= (uint64_t)p[i + j] << (8 * j);
+    v3 ^= b;
+    SIP_ROUND(v0, v1, v2, v3);
+    SIP_ROUND(v0, v1, v2, v3);
+    v0 ^= b;
+    v2 ^= 0xff;
+    for (int r = 0; r < 4; r++)
+        SIP_ROUND(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
 void mc_uuid_generate(mc_uuid_t *u)
 {
     uint8_t b[16];

@@ -22,6 +22,10 @@ static inline uint64_t mc_now_ms(void) { return mc_now_ns() / 1000000; }
 /* Wall clock, ms since the epoch. */
 uint64_t mc_wall_ms(void);
 
+/* SipHash-2-4 of @p len bytes under the 128-bit key @p k: a keyed hash
+ * (a pseudo-random function) for tokens only the key holder can make. */
+uint64_t mc_siphash24(const uint64_t k[2], const void *data, size_t len);
+
 /* 128-bit identifiers (clients, segments, tasks). */
 typedef struct mc_uuid {
     uint64_t hi;

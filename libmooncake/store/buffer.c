@@ -254,6 +254,13 @@ MC_API mc_status_t mc_store_mem_pool_alloc(mc_store_h s, size_t size, void **ptr
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
+    if (size > s->lbuf_size) {
+        mc_set_error_detail("mem_pool_alloc of %zu bytes: larger than the whole local buffer "
+                            "(local_buffer_size %llu bytes)",
+                            size, (unsigned long long)s->lbuf_size);
+        st = MC_INVALID_PARAMS;
+        goto out;
+    }
     e = malloc(sizeof(*e));
     if (e == NULL) {
         mc_set_error_detail("out of memory for a pool entry");

@@ -21,7 +21,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +34,16 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "store/dummy_internal.h"
 #include "store/dummy_wire.h"
 #include "store/store_internal.h"
 
 #define DUMMY_SETUP_TIMEOUT_MS 5000
 #define DUMMY_CALL_TIMEOUT_MS 60000
+/* How long either end polls for the other's next frame before it sleeps
+ * (mc_dummy_spin_readable); MC_DUMMY_SPIN_US overrides, 0 turns it off. */
+#define DUMMY_SPIN_US 200
 
 typedef struct pool_block {
     uint64_t off;
@@ -108,6 +114,28 @@ int mc_dummy_send_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+int mc_dummy_send2(int fd, const void *a, size_t alen, const void *b, size_t blen)
+{
+    struct iovec iov[2] = {{(void *)a, alen}, {(void *)b, blen}};
+    struct msghdr msg;
+    ssize_t r;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (blen > 0) ? 2 : 1;
+    do {
+        r = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } while ((r < 0) && (errno == EINTR));
+    if (r < 0)
+        return -1;
+    /* the rest, if the socket took only part */
+    if ((size_t)r < alen)
+        return ((mc_dummy_send_all(fd, (const uint8_t *)a + r, alen - (size_t)r) == 0) &&
+                (mc_dummy_send_all(fd, b, blen) == 0)) ? 0 : -1;
+    r -= (ssize_t)alen;
+    return mc_dummy_send_all(fd, (const uint8_t *)b + r, blen - (size_t)r);
+}
+
 int mc_dummy_recv_all(int fd, void *buf, size_t len)
 {
     uint8_t *p = buf;
@@ -126,6 +154,41 @@ int mc_dummy_recv_all(int fd, void *buf, size_t len)
         len -= (size_t)r;
     }
     return 0;
+}
+
+/*
+ * Poll @p fd without sleeping for up to @p spin_us: both ends of a dummy
+ * connection answer within tens of microseconds, and a thread that sleeps
+ * in recv() pays a scheduler wake-up (measured 15-40 us each way on a
+ * loaded 2-vCPU host) that a short busy poll avoids.  Returns when a byte
+ * (or the end of the stream, or an error) is there to read, or when the
+ * spin is over; the caller then does its ordinary blocking recv.
+ */
+void mc_dummy_spin_readable(int fd, unsigned spin_us)
+{
+    uint64_t deadline;
+    char c;
+
+    if (spin_us == 0)
+        return;
+    deadline = mc_now_ns() + (uint64_t)spin_us * 1000u;
+    do {
+        ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if ((r >= 0) || ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)))
+            return;
+        sched_yield();
+    } while (mc_now_ns() < deadline);
+}
+
+unsigned mc_dummy_spin_us(void)
+{
+    static unsigned cached = UINT32_MAX;
+    unsigned v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v == UINT32_MAX) {
+        v = mc_store_env_interval_ms("MC_DUMMY_SPIN_US", DUMMY_SPIN_US, 0, 100000);
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }
 
 static void set_timeout(int fd, unsigned ms)
@@ -154,15 +217,89 @@ static int scratch_reserve(mc_dummy_t *d, size_t n)
     return 0;
 }
 
+/* A PUT's config on the wire, with its strings: the preferred segment
+ * (w.plen bytes) and, per item of the frame, the group id its key carries
+ * (igroups NULL, or NULL entries: none). */
+typedef struct put_cfg {
+    mc_dummy_cfg_t w;
+    const char *pref;
+    const char **igroups;
+} put_cfg_t;
+
+static uint32_t item_glen(const put_cfg_t *cfg, const mc_dummy_item_t *items, size_t i)
+{
+    if ((cfg == NULL) || (cfg->igroups == NULL) || (cfg->igroups[i] == NULL) ||
+        (items[i].klen == 0))
+        return 0;
+    return (uint32_t)strlen(cfg->igroups[i]);
+}
+
 /*
  * One round trip: @p n items with keys (keys[i] NULL or "" for none) and,
- * when @p cfg_present, a config; results[0..n) filled from the response.
+ * when @p cfg is not NULL, a config; results[0..n) filled from the response.
  * Called with d->lock held.  MC_RPC_FAIL (and the dummy is dead) when the
  * connection fails.
  */
+/* One sendmsg of @p iov with fds[0..nfds) (nfds <= MC_DUMMY_NREGIONS)
+ * attached by SCM_RIGHTS: the bytes sent, or -1. */
+static ssize_t sendmsg_fds(int fd, struct iovec *iov, size_t niov, const int *fds, size_t nfds)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * MC_DUMMY_NREGIONS)];
+    } cbuf;
+    struct msghdr msg;
+    struct cmsghdr *cm;
+    ssize_t r;
+
+    memset(&msg, 0, sizeof(msg));
+    memset(&cbuf, 0, sizeof(cbuf));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = niov;
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+    do {
+        r = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } while ((r < 0) && (errno == EINTR));
+    return r;
+}
+
+/* The frame in @p buf, with @p sendfd attached (SCM_RIGHTS) when >= 0. */
+static int send_frame(int fd, const uint8_t *buf, size_t len, int sendfd)
+{
+    struct iovec iov = {(void *)buf, len};
+    ssize_t r;
+
+    if (sendfd < 0)
+        return mc_dummy_send_all(fd, buf, len);
+    r = sendmsg_fds(fd, &iov, 1, &sendfd, 1);
+    if (r < 0)
+        return -1;
+    return mc_dummy_send_all(fd, buf + r, len - (size_t)r); /* the rest, if any */
+}
+
+static mc_status_t do_call_fd(mc_dummy_t *d, unsigned op, unsigned hflags,
+                              const mc_dummy_item_t *items, const char *const *keys, size_t n,
+                              const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres,
+                              int sendfd);
+
 static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
                            const mc_dummy_item_t *items, const char *const *keys, size_t n,
-                           const mc_dummy_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
+                           const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
+{
+    return do_call_fd(d, op, hflags, items, keys, n, cfg, results, nres, -1);
+}
+
+/* do_call, with @p sendfd passed along (MOUNT). */
+static mc_status_t do_call_fd(mc_dummy_t *d, unsigned op, unsigned hflags,
+                              const mc_dummy_item_t *items, const char *const *keys, size_t n,
+                              const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres,
+                              int sendfd)
 {
     size_t body = 0, off = sizeof(mc_dummy_hdr_t);
     mc_dummy_hdr_t h;
@@ -172,15 +309,15 @@ static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
         return MC_RPC_FAIL;
     }
     for (size_t i = 0; i < n; i++)
-        body += sizeof(mc_dummy_item_t) + items[i].klen;
+        body += sizeof(mc_dummy_item_t) + items[i].klen + item_glen(cfg, items, i);
     if (cfg != NULL)
-        body += sizeof(*cfg);
+        body += sizeof(cfg->w) + cfg->w.plen;
     if ((body > MC_DUMMY_MAX_FRAME) || (n > MC_DUMMY_MAX_ITEMS)) {
         mc_set_error_detail("request too large for the dummy protocol (%zu items, %zu bytes)",
                             n, body);
         return MC_INVALID_PARAMS;
     }
-    if (scratch_reserve(d, off + body) != 0) {
+    if (scratch_reserve(d, MC_MAX(off + body, sizeof(h) + nres * sizeof(*results))) != 0) {
         mc_set_error_detail("out of memory");
         return MC_INTERNAL_ERROR;
     }
@@ -192,30 +329,44 @@ static mc_status_t do_call(mc_dummy_t *d, unsigned op, unsigned hflags,
     h.count = (uint32_t)n;
     memcpy(d->scratch, &h, sizeof(h));
     for (size_t i = 0; i < n; i++) {
-        memcpy(d->scratch + off, &items[i], sizeof(items[i]));
-        off += sizeof(items[i]);
-        if (items[i].klen > 0) {
-            memcpy(d->scratch + off, keys[i], items[i].klen);
-            off += items[i].klen;
+        mc_dummy_item_t it = items[i];
+        it.glen = item_glen(cfg, items, i);
+        memcpy(d->scratch + off, &it, sizeof(it));
+        off += sizeof(it);
+        if (it.klen > 0) {
+            memcpy(d->scratch + off, keys[i], it.klen);
+            off += it.klen;
+        }
+        if (it.glen > 0) {
+            memcpy(d->scratch + off, cfg->igroups[i], it.glen);
+            off += it.glen;
         }
     }
     if (cfg != NULL) {
-        memcpy(d->scratch + off, cfg, sizeof(*cfg));
-        off += sizeof(*cfg);
+        memcpy(d->scratch + off, &cfg->w, sizeof(cfg->w));
+        off += sizeof(cfg->w);
+        if (cfg->w.plen > 0) {
+            memcpy(d->scratch + off, cfg->pref, cfg->w.plen);
+            off += cfg->w.plen;
+        }
     }
-    if (mc_dummy_send_all(d->fd, d->scratch, off) != 0)
+    if (send_frame(d->fd, d->scratch, off, sendfd) != 0)
         goto dead;
     if (hflags & MC_DUMMY_F_NOREPLY)
         return MC_OK;
-    if (mc_dummy_recv_all(d->fd, &h, sizeof(h)) != 0)
+    /* the answer to a well-formed request is always the header and nres
+     * results: read both at once */
+    mc_dummy_spin_readable(d->fd, mc_dummy_spin_us());
+    if (mc_dummy_recv_all(d->fd, d->scratch, sizeof(h) + nres * sizeof(*results)) != 0)
         goto dead;
+    memcpy(&h, d->scratch, sizeof(h));
     if ((h.magic != MC_DUMMY_MAGIC) || (h.op != op) || (h.count != nres) ||
         (h.len != (uint64_t)nres * sizeof(mc_dummy_result_t))) {
         errno = EPROTO;
         goto dead;
     }
-    if ((nres > 0) && (mc_dummy_recv_all(d->fd, results, h.len) != 0))
-        goto dead;
+    if (nres > 0)
+        memcpy(results, d->scratch + sizeof(h), h.len);
     if (h.status != MC_OK)
         mc_set_error_detail("the real client answered %s with %d", mc_dummy_op_name(op),
                             h.status);
@@ -232,7 +383,7 @@ dead:
 
 static mc_status_t call(mc_dummy_t *d, unsigned op, unsigned hflags,
                         const mc_dummy_item_t *items, const char *const *keys, size_t n,
-                        const mc_dummy_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
+                        const put_cfg_t *cfg, mc_dummy_result_t *results, size_t nres)
 {
     mc_status_t st;
     pthread_mutex_lock(&d->lock);
@@ -259,11 +410,16 @@ static int locate(const mc_dummy_t *d, const void *p, size_t len, uint16_t *regi
     return 0;
 }
 
-static void cfg_to_wire(const mc_replicate_config_t *cfg, mc_dummy_cfg_t *w)
+static void cfg_to_wire(const mc_replicate_config_t *cfg, put_cfg_t *pc)
 {
-    memset(w, 0, sizeof(*w));
+    mc_dummy_cfg_t *w = &pc->w;
+    memset(pc, 0, sizeof(*pc));
     if (cfg == NULL)
         return;
+    if ((cfg->preferred_segment != NULL) && (cfg->preferred_segment[0] != '\0')) {
+        pc->pref = cfg->preferred_segment;
+        w->plen = (uint32_t)strlen(cfg->preferred_segment);
+    }
     w->present = 1;
     w->field_mask = cfg->field_mask;
     w->soft_pin_ttl_ms = cfg->soft_pin_ttl_ms;
@@ -275,14 +431,34 @@ static void cfg_to_wire(const mc_replicate_config_t *cfg, mc_dummy_cfg_t *w)
     w->prefer_alloc_in_same_node = cfg->prefer_alloc_in_same_node;
 }
 
-static mc_status_t cfg_check(const mc_replicate_config_t *cfg)
+/* What the real client checks of @p cfg for @p nkeys keys, before any
+ * frame; and its strings must fit the frame's limit. */
+static mc_status_t cfg_check(const mc_replicate_config_t *cfg, size_t nkeys)
 {
-    if ((cfg != NULL) && (((cfg->preferred_segment != NULL) && (cfg->preferred_segment[0] != 0)) ||
-                          (cfg->group_ids_count > 0))) {
-        mc_set_error_detail("preferred_segment and group_ids are not forwarded by a dummy client");
-        return MC_NOT_SUPPORTED;
+    mc_status_t st = mc_store_config_check(cfg, nkeys, MC_WF_SAME_NODE);
+    if ((st != MC_OK) || (cfg == NULL))
+        return st;
+    if ((cfg->preferred_segment != NULL) &&
+        (strlen(cfg->preferred_segment) > MC_DUMMY_MAX_KEY)) {
+        mc_set_error_detail("preferred_segment through a dummy client is at most %u bytes",
+                            MC_DUMMY_MAX_KEY);
+        return MC_INVALID_PARAMS;
     }
+    for (size_t i = 0; (cfg->field_mask & MC_RC_FIELD_GROUP_IDS) && (i < nkeys); i++)
+        if (strlen(cfg->group_ids[i]) > MC_DUMMY_MAX_KEY) {
+            mc_set_error_detail("group_ids[%zu] through a dummy client is at most %u bytes", i,
+                                MC_DUMMY_MAX_KEY);
+            return MC_INVALID_PARAMS;
+        }
     return MC_OK;
+}
+
+/* The group id of key @p k of the call, or NULL. */
+static const char *cfg_group(const mc_replicate_config_t *cfg, size_t k)
+{
+    if ((cfg == NULL) || !(cfg->field_mask & MC_RC_FIELD_GROUP_IDS))
+        return NULL;
+    return cfg->group_ids[k];
 }
 
 /* ---- entering ---------------------------------------------------------------- */
@@ -318,18 +494,21 @@ static mc_status_t map_region(mc_dummy_t *d, unsigned r, uint64_t size)
 {
     static const char *const names[] = {"mooncake_dummy_pool", "mooncake_dummy_lbuf"};
     d->size[r] = size;
-    d->mfd[r] = memfd_create(names[r], MFD_CLOEXEC);
+    d->mfd[r] = memfd_create(names[r], MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (d->mfd[r] < 0) {
         mc_set_error_detail("memfd_create: %s", strerror(errno));
         return MC_INTERNAL_ERROR;
     }
-    if (size == 0)
-        return MC_OK;
-    if (ftruncate(d->mfd[r], (off_t)size) != 0) {
-        mc_set_error_detail("ftruncate of %llu bytes of shared memory: %s",
-                            (unsigned long long)size, strerror(errno));
+    /* sealed at its size: the real client maps it and must be able to rely
+     * on the pages never vanishing under it (it refuses an unsealed one) */
+    if ((ftruncate(d->mfd[r], (off_t)size) != 0) ||
+        (fcntl(d->mfd[r], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)) {
+        mc_set_error_detail("sizing %llu bytes of shared memory: %s", (unsigned long long)size,
+                            strerror(errno));
         return MC_INTERNAL_ERROR;
     }
+    if (size == 0)
+        return MC_OK;
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, d->mfd[r], 0);
     if (p == MAP_FAILED) {
         mc_set_error_detail("mmap of %llu bytes of shared memory: %s",
@@ -398,13 +577,7 @@ static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lb
     mc_status_t st;
     mc_dummy_hdr_t h;
     mc_dummy_hello_t hello;
-    struct msghdr msg;
     struct iovec iov[2];
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int) * MC_DUMMY_NREGIONS)];
-    } cbuf;
-    struct cmsghdr *cm;
     mc_dummy_result_t res;
 
     st = ipc_path_of(addr, d->path, sizeof(d->path));
@@ -439,18 +612,8 @@ static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lb
     hello.size[1] = lbuf_size;
     iov[0] = (struct iovec){&h, sizeof(h)};
     iov[1] = (struct iovec){&hello, sizeof(hello)};
-    memset(&msg, 0, sizeof(msg));
-    memset(&cbuf, 0, sizeof(cbuf));
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    msg.msg_control = cbuf.buf;
-    msg.msg_controllen = sizeof(cbuf.buf);
-    cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * MC_DUMMY_NREGIONS);
-    memcpy(CMSG_DATA(cm), d->mfd, sizeof(int) * MC_DUMMY_NREGIONS);
-    if (sendmsg(d->fd, &msg, MSG_NOSIGNAL) != (ssize_t)(sizeof(h) + sizeof(hello))) {
+    if (sendmsg_fds(d->fd, iov, 2, d->mfd, MC_DUMMY_NREGIONS) !=
+        (ssize_t)(sizeof(h) + sizeof(hello))) {
         mc_set_error_detail("sending the shared memory to %s: %s", d->path, strerror(errno));
         return MC_RPC_FAIL;
     }
@@ -594,7 +757,9 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
     mc_dummy_item_t *items = NULL, one;
     const char **keys = NULL;
     mc_dummy_result_t *res = NULL, r1;
-    mc_dummy_cfg_t wcfg;
+    put_cfg_t wcfg;
+    const char *group, *groups1[1];
+    const char **igroups = NULL;
     uint32_t klen = key_len(key);
     uint64_t total = 0;
     int in_shm = 1;
@@ -602,8 +767,9 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
 
     if (klen == UINT32_MAX)
         return MC_INVALID_PARAMS;
-    if ((st = cfg_check(cfg)) != MC_OK)
+    if ((st = cfg_check(cfg, 1)) != MC_OK)
         return st;
+    group = groups1[0] = cfg_group(cfg, 0);
     if ((parts == NULL) && (n > 0)) {
         mc_set_error_detail("parts is NULL");
         return MC_INVALID_PARAMS;
@@ -626,7 +792,8 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
         items = calloc(n, sizeof(*items));
         keys = calloc(n, sizeof(*keys));
         res = calloc(n, sizeof(*res));
-        if ((items == NULL) || (keys == NULL) || (res == NULL)) {
+        igroups = calloc(n, sizeof(*igroups));
+        if ((items == NULL) || (keys == NULL) || (res == NULL) || (igroups == NULL)) {
             st = MC_INTERNAL_ERROR;
             goto out;
         }
@@ -640,10 +807,12 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
             if (m == 0) {
                 items[m].klen = klen;
                 keys[m] = key;
+                igroups[m] = group;
             }
             m++;
         }
         items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
+        wcfg.igroups = igroups;
         st = call(d, MC_DUMMY_OP_PUT, 0, items, keys, m, &wcfg, res, m);
         if (st == MC_OK)
             st = (mc_status_t)res[0].result;
@@ -680,10 +849,12 @@ static mc_status_t dummy_write(mc_dummy_t *d, const char *key, const mc_iov_t *p
     one.handle = r1.handle;
     one.klen = klen;
     one.flags = (uint8_t)((upsert ? MC_DUMMY_IF_UPSERT : 0) | MC_DUMMY_IF_RELEASE);
+    wcfg.igroups = groups1;
     st = call(d, MC_DUMMY_OP_PUT, 0, &one, &key, 1, &wcfg, &r1, 1);
     if (st == MC_OK)
         st = (mc_status_t)r1.result;
 out:
+    free(igroups);
     free(items);
     free(keys);
     free(res);
@@ -715,7 +886,8 @@ enum { BW_DONE = 0, BW_DIRECT, BW_STAGED, BW_SENDING };
  * writes nothing fails the rest with MC_NO_AVAILABLE_HANDLE.
  */
 static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_iov_t *const *bufs,
-                             const size_t *counts, size_t n, const mc_dummy_cfg_t *wcfg,
+                             const size_t *counts, size_t n, const put_cfg_t *wcfg,
+                             const char *const *gids,
                              int upsert, int zero_copy, mc_status_t *statuses)
 {
     size_t nitems = 0;
@@ -725,6 +897,8 @@ static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_io
     size_t *first = calloc(n + 1, sizeof(*first));
     mc_dummy_item_t *items = NULL;
     const char **ikeys = NULL;
+    const char **igroups = NULL;
+    put_cfg_t pc = *wcfg;
     mc_dummy_result_t *res = NULL;
     const uint8_t base_flags = (uint8_t)(upsert ? MC_DUMMY_IF_UPSERT : 0);
 
@@ -733,8 +907,9 @@ static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_io
     items = calloc(nitems + 1, sizeof(*items));
     ikeys = calloc(nitems + 1, sizeof(*ikeys));
     res = calloc(nitems + 1, sizeof(*res));
+    igroups = calloc(nitems + 1, sizeof(*igroups));
     if ((how == NULL) || (total == NULL) || (blk == NULL) || (first == NULL) ||
-        (items == NULL) || (ikeys == NULL) || (res == NULL)) {
+        (items == NULL) || (ikeys == NULL) || (res == NULL) || (igroups == NULL)) {
         mc_set_error_detail("out of memory for a batch of %zu keys", n);
         for (size_t i = 0; i < n; i++)
             statuses[i] = MC_INTERNAL_ERROR;
@@ -860,6 +1035,7 @@ static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_io
             }
             items[start].klen = key_len(keys[i]);
             ikeys[start] = keys[i];
+            igroups[start] = (gids != NULL) ? gids[i] : NULL;
             items[m - 1].flags &= (uint8_t)~MC_DUMMY_IF_MORE;
             first[nput++] = start;
             how[i] = BW_SENDING;
@@ -875,7 +1051,8 @@ static void batch_write_some(mc_dummy_t *d, const char *const *keys, const mc_io
                 }
             break;
         }
-        st = call(d, MC_DUMMY_OP_PUT, 0, items, ikeys, m, wcfg, res, m);
+        pc.igroups = igroups;
+        st = call(d, MC_DUMMY_OP_PUT, 0, items, ikeys, m, &pc, res, m);
         nput = 0;
         for (size_t i = 0; i < n; i++) {
             if (how[i] != BW_SENDING)
@@ -901,6 +1078,7 @@ out:
     free(items);
     free(ikeys);
     free(res);
+    free(igroups);
 }
 
 int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *const *bufs,
@@ -908,7 +1086,7 @@ int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *
                          int upsert, int zero_copy, mc_status_t *statuses, mc_status_t *st_p)
 {
     mc_dummy_t *d = enter(s);
-    mc_dummy_cfg_t wcfg;
+    put_cfg_t wcfg;
     mc_status_t st;
 
     if (d == NULL)
@@ -918,7 +1096,7 @@ int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *
         st = MC_INVALID_PARAMS;
         goto out;
     }
-    if ((st = cfg_check(cfg)) != MC_OK) {
+    if ((st = cfg_check(cfg, n)) != MC_OK) {
         for (size_t i = 0; i < n; i++)
             statuses[i] = st;
         goto out;
@@ -926,7 +1104,8 @@ int mc_dummy_batch_write(mc_store_h s, const char *const *keys, const mc_iov_t *
     cfg_to_wire(cfg, &wcfg);
     for (size_t at = 0; at < n; at += WRITE_BATCH) {
         size_t m = (n - at < WRITE_BATCH) ? n - at : WRITE_BATCH;
-        batch_write_some(d, keys + at, bufs + at, counts + at, m, &wcfg, upsert, zero_copy,
+        const char *const *gids = (cfg_group(cfg, 0) != NULL) ? cfg->group_ids + at : NULL;
+        batch_write_some(d, keys + at, bufs + at, counts + at, m, &wcfg, gids, upsert, zero_copy,
                          statuses + at);
     }
     st = mc_store_first_error(statuses, n);
@@ -1529,5 +1708,607 @@ done:
     free(ks);
     leave(s);
     *st_p = st;
+    return 1;
+}
+
+/* ---- calls on keys and names: removal, replicas, tasks ------------------------ */
+
+/*
+ * One frame of @p op: the object keys keys[0..nk) (@p flags0 on item 0),
+ * then the names args[0..na) as IF_ARG items; res[0..nk+na) from the
+ * answer (an op with neither sends one empty item).  Keys and names were
+ * checked by the caller.
+ */
+static mc_status_t named_call_fd(mc_dummy_t *d, unsigned op, const char *const *keys, size_t nk,
+                                 unsigned flags0, const char *const *args, size_t na,
+                                 mc_dummy_result_t *res, uint64_t off0, uint64_t len0, int sendfd);
+
+static mc_status_t named_call(mc_dummy_t *d, unsigned op, const char *const *keys, size_t nk,
+                              unsigned flags0, const char *const *args, size_t na,
+                              mc_dummy_result_t *res)
+{
+    return named_call_fd(d, op, keys, nk, flags0, args, na, res, 0, 0, -1);
+}
+
+/* named_call with item 0's off and len, and @p sendfd passed along. */
+static mc_status_t named_call_fd(mc_dummy_t *d, unsigned op, const char *const *keys, size_t nk,
+                                 unsigned flags0, const char *const *args, size_t na,
+                                 mc_dummy_result_t *res, uint64_t off0, uint64_t len0, int sendfd)
+{
+    size_t n = (nk + na > 0) ? nk + na : 1;
+    mc_dummy_item_t *items = calloc(n, sizeof(*items));
+    const char **ikeys = calloc(n, sizeof(*ikeys));
+    mc_status_t st;
+
+    if ((items == NULL) || (ikeys == NULL)) {
+        free(items);
+        free(ikeys);
+        mc_set_error_detail("out of memory for %zu keys", n);
+        return MC_INTERNAL_ERROR;
+    }
+    for (size_t i = 0; i < nk + na; i++) {
+        const char *k = (i < nk) ? keys[i] : args[i - nk];
+        ikeys[i] = k;
+        items[i].klen = (uint32_t)strlen(k);
+        if (i >= nk)
+            items[i].flags = MC_DUMMY_IF_ARG;
+    }
+    items[0].flags |= (uint8_t)flags0;
+    items[0].off = off0;
+    items[0].len = len0;
+    pthread_mutex_lock(&d->lock);
+    st = do_call_fd(d, op, 0, items, ikeys, n, NULL, res, n, sendfd);
+    pthread_mutex_unlock(&d->lock);
+    free(items);
+    free(ikeys);
+    return st;
+}
+
+/* A name the daemon's call takes: non-NULL, non-empty, within the frame's
+ * limit for a string. */
+static mc_status_t name_check(const char *what, const char *name)
+{
+    if ((name == NULL) || (name[0] == '\0') || (strlen(name) > MC_DUMMY_MAX_KEY)) {
+        mc_set_error_detail("%s is NULL, empty or longer than %u bytes (a dummy client's limit)",
+                            what, MC_DUMMY_MAX_KEY);
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
+}
+
+/* Copy the staged record the real client answered with, then FREE it. */
+static mc_status_t take_staged(mc_dummy_t *d, const mc_dummy_result_t *r, void *dst, size_t len)
+{
+    mc_status_t st = MC_OK;
+    uint64_t lsize = d->size[MC_DUMMY_REGION_LBUF];
+    if ((len > lsize) || (r->off > lsize - len)) {
+        mc_set_error_detail("the real client named a block outside the staging buffer");
+        st = MC_INTERNAL_ERROR;
+    } else if (len > 0) {
+        memcpy(dst, d->base[MC_DUMMY_REGION_LBUF] + r->off, len);
+    }
+    staged_free(d, r->handle);
+    return st;
+}
+
+/*
+ * The per-key ops (BATCH_REMOVE, EXIST, REPLICA_CLEAR): invalid keys get
+ * MC_INVALID_PARAMS here, the others go in one frame, @p arg (if any) as
+ * a trailing name.  out[i] = each key's answer; the call's own status.
+ */
+static mc_status_t per_key_call(mc_dummy_t *d, unsigned op, const char *const *keys, size_t n,
+                                unsigned flags0, const char *arg, int64_t *out)
+{
+    const char **sel = calloc(n + 1, sizeof(*sel));
+    size_t *idx = calloc(n + 1, sizeof(*idx));
+    mc_dummy_result_t *res = calloc(n + 2, sizeof(*res));
+    size_t m = 0;
+    mc_status_t st = MC_OK;
+
+    if ((sel == NULL) || (idx == NULL) || (res == NULL)) {
+        mc_set_error_detail("out of memory for %zu keys", n);
+        st = MC_INTERNAL_ERROR;
+        for (size_t i = 0; i < n; i++)
+            out[i] = st;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (key_len(keys[i]) == UINT32_MAX) {
+            out[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        sel[m] = keys[i];
+        idx[m++] = i;
+    }
+    if ((m > 0) || (arg != NULL)) {
+        st = named_call(d, op, sel, m, flags0, &arg, (arg != NULL) ? 1 : 0, res);
+        for (size_t j = 0; j < m; j++)
+            out[idx[j]] = (st == MC_OK) ? res[j].result : st;
+        if ((st == MC_OK) && (arg != NULL))
+            st = (mc_status_t)res[m].result;
+    }
+out:
+    free(sel);
+    free(idx);
+    free(res);
+    return st;
+}
+
+int mc_dummy_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
+                          mc_status_t *statuses, mc_status_t *st_p)
+{
+    return mc_dummy_keys_call(s, MC_DUMMY_OP_BATCH_REMOVE, force ? MC_DUMMY_IF_FORCE : 0, keys, n,
+                              statuses, st_p);
+}
+
+int mc_dummy_batch_exist(mc_store_h s, const char *const *keys, size_t n, int *results,
+                         mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    int64_t *out;
+
+    if (d == NULL)
+        return 0;
+    out = calloc(n + 1, sizeof(*out));
+    if (out == NULL) {
+        mc_set_error_detail("out of memory");
+        *st_p = MC_INTERNAL_ERROR;
+        for (size_t i = 0; i < n; i++)
+            results[i] = MC_INTERNAL_ERROR;
+    } else {
+        *st_p = per_key_call(d, MC_DUMMY_OP_EXIST, keys, n, 0, NULL, out);
+        for (size_t i = 0; i < n; i++)
+            results[i] = (int)out[i];
+    }
+    free(out);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
+                                 const char *segment, mc_status_t *statuses, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    int64_t *out;
+
+    if (d == NULL)
+        return 0;
+    out = calloc(n + 1, sizeof(*out));
+    if ((segment != NULL) && (segment[0] == '\0'))
+        segment = NULL; /* "" and NULL both mean every segment */
+    if (((keys == NULL) && (n > 0)) || (out == NULL)) {
+        mc_set_error_detail((out == NULL) ? "out of memory" : "keys is NULL");
+        *st_p = (out == NULL) ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
+    } else if ((segment != NULL) && (name_check("segment_name", segment) != MC_OK)) {
+        *st_p = MC_INVALID_PARAMS;
+    } else {
+        *st_p = per_key_call(d, MC_DUMMY_OP_REPLICA_CLEAR, keys, n, 0, segment, out);
+        for (size_t i = 0; (*st_p == MC_OK) && (statuses != NULL) && (i < n); i++)
+            statuses[i] = (mc_status_t)out[i];
+    }
+    /* the call's own error: every status gets it too */
+    for (size_t i = 0; (*st_p != MC_OK) && (statuses != NULL) && (i < n); i++)
+        statuses[i] = *st_p;
+    free(out);
+    leave(s);
+    return 1;
+}
+
+/* REMOVE_REGEX (@p regex) or REMOVE_ALL (NULL). */
+int mc_dummy_remove_many(mc_store_h s, const char *regex, int force, int64_t *count_p,
+                         mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t r;
+
+    if (d == NULL)
+        return 0;
+    if ((regex != NULL) && (strlen(regex) > MC_DUMMY_MAX_KEY)) {
+        mc_set_error_detail("a pattern through a dummy client is at most %u bytes",
+                            MC_DUMMY_MAX_KEY);
+        *st_p = MC_INVALID_PARAMS;
+    } else if (regex == NULL) {
+        *st_p = named_call(d, MC_DUMMY_OP_REMOVE_ALL, NULL, 0, force ? MC_DUMMY_IF_FORCE : 0,
+                           NULL, 0, &r);
+    } else {
+        *st_p = named_call(d, MC_DUMMY_OP_REMOVE_REGEX, NULL, 0, force ? MC_DUMMY_IF_FORCE : 0,
+                           &regex, 1, &r);
+    }
+    if (*st_p == MC_OK) {
+        if (r.result < 0)
+            *st_p = (mc_status_t)r.result;
+        else if (count_p != NULL)
+            *count_p = r.result;
+    }
+    leave(s);
+    return 1;
+}
+
+/* COPY_TASK (targets[0..n)) or MOVE_TASK (targets = {source, target}). */
+int mc_dummy_create_task(mc_store_h s, unsigned op, const char *key, const char *const *targets,
+                         size_t n, mc_task_id_t *id_out, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t *res;
+    mc_status_t st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    res = calloc(n + 2, sizeof(*res));
+    if (res == NULL) {
+        st = MC_INTERNAL_ERROR;
+    } else if ((key_len(key) == UINT32_MAX) || (id_out == NULL) || (n == 0) ||
+               (targets == NULL)) {
+        if (key_len(key) != UINT32_MAX)
+            mc_set_error_detail("targets and id_out are required");
+        st = MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; (st == MC_OK) && (i < n); i++)
+        st = name_check("a segment name", targets[i]);
+    if (st == MC_OK)
+        st = named_call(d, op, &key, 1, 0, targets, n, res);
+    if (st == MC_OK)
+        st = (mc_status_t)res[0].result;
+    if (st == MC_OK) {
+        st = take_staged(d, &res[0], id_out, sizeof(*id_out));
+        id_out->id[sizeof(id_out->id) - 1] = '\0';
+    }
+    free(res);
+    *st_p = st;
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_query_task(mc_store_h s, const char *task_id, mc_store_task_info_t *out,
+                        mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t r;
+    mc_status_t st;
+
+    if (d == NULL)
+        return 0;
+    st = name_check("task_id", task_id);
+    if ((st == MC_OK) && (out == NULL)) {
+        mc_set_error_detail("out is NULL");
+        st = MC_INVALID_PARAMS;
+    }
+    if (st == MC_OK)
+        st = named_call(d, MC_DUMMY_OP_QUERY_TASK, NULL, 0, 0, &task_id, 1, &r);
+    if (st == MC_OK)
+        st = (mc_status_t)r.result;
+    if (st == MC_OK) {
+        st = take_staged(d, &r, out, sizeof(*out));
+        out->id.id[sizeof(out->id.id) - 1] = '\0';
+        out->assigned_client[sizeof(out->assigned_client) - 1] = '\0';
+        out->message[sizeof(out->message) - 1] = '\0';
+    }
+    *st_p = st;
+    leave(s);
+    return 1;
+}
+
+mc_status_t mc_dummy_replicas(mc_store_h s, const char *key, mc_replica_desc_t **descs_p,
+                              size_t *n_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t r;
+    mc_replica_desc_t *v = NULL;
+    mc_status_t st;
+
+    *descs_p = NULL;
+    *n_p = 0;
+    if (d == NULL)
+        return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+    st = MC_INVALID_PARAMS;
+    if (key_len(key) != UINT32_MAX)
+        st = named_call(d, MC_DUMMY_OP_REPLICAS, &key, 1, 0, NULL, 0, &r);
+    if ((st == MC_OK) && (r.result < 0))
+        st = (mc_status_t)r.result;
+    if ((st == MC_OK) && ((uint64_t)r.result > d->size[MC_DUMMY_REGION_LBUF] / sizeof(*v))) {
+        mc_set_error_detail("the real client answered %lld replicas", (long long)r.result);
+        st = MC_INTERNAL_ERROR;
+        staged_free(d, r.handle);
+    }
+    if (st == MC_OK) {
+        v = calloc((size_t)r.result + 1, sizeof(*v));
+        if (v == NULL) {
+            staged_free(d, r.handle);
+            st = MC_INTERNAL_ERROR;
+        } else {
+            st = take_staged(d, &r, v, (size_t)r.result * sizeof(*v));
+        }
+    }
+    if (st == MC_OK) {
+        for (int64_t i = 0; i < r.result; i++) {
+            v[i].segment[sizeof(v[i].segment) - 1] = '\0';
+            v[i].protocol[sizeof(v[i].protocol) - 1] = '\0';
+        }
+        *descs_p = v;
+        *n_p = (size_t)r.result;
+    } else {
+        free(v);
+    }
+    leave(s);
+    return st;
+}
+
+/* ---- segments: mounted by the real client for this dummy ---------------------- */
+
+/* @p path NULL: allocate_and_mount_segment; else mount_segment of that
+ * file, which this process opens (so a dummy can mount only a file it may
+ * open for writing itself) and passes along. */
+int mc_dummy_mount(mc_store_h s, const char *path, uint64_t size, uint64_t offset,
+                   const char *protocol, const char *location, mc_segment_id_t *id_out,
+                   uint64_t *allocated_p, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    const char *args[2] = {(protocol != NULL) ? protocol : "", (location != NULL) ? location : ""};
+    mc_dummy_mounted_t m;
+    mc_dummy_result_t res[2];
+    mc_status_t st = MC_OK;
+    int fd = -1;
+
+    if (d == NULL)
+        return 0;
+    if (id_out == NULL) {
+        mc_set_error_detail("id_out is NULL");
+        st = MC_INVALID_PARAMS;
+    } else if ((strlen(args[0]) > MC_DUMMY_MAX_KEY) || (strlen(args[1]) > MC_DUMMY_MAX_KEY)) {
+        mc_set_error_detail("protocol or location is longer than %u bytes", MC_DUMMY_MAX_KEY);
+        st = MC_INVALID_PARAMS;
+    } else if ((path != NULL) && (path[0] == '\0')) {
+        mc_set_error_detail("mount_segment needs a path");
+        st = MC_INVALID_PARAMS;
+    } else if (path != NULL) {
+        fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) {
+            mc_set_error_detail("cannot open %s: %s", path, strerror(errno));
+            st = MC_INVALID_PARAMS;
+        }
+    }
+    if (id_out != NULL)
+        memset(id_out, 0, sizeof(*id_out));
+    if (allocated_p != NULL)
+        *allocated_p = 0;
+    if (st == MC_OK)
+        st = named_call_fd(d, (path != NULL) ? MC_DUMMY_OP_MOUNT : MC_DUMMY_OP_ALLOC_MOUNT, NULL,
+                           0, 0, args, 2, res, offset, size, fd);
+    if (fd >= 0)
+        close(fd);
+    if (st == MC_OK)
+        st = (mc_status_t)res[0].result;
+    if (st == MC_OK)
+        st = take_staged(d, &res[0], &m, sizeof(m));
+    if (st == MC_OK) {
+        memcpy(id_out->id, m.id, sizeof(id_out->id) - 1);
+        id_out->id[sizeof(id_out->id) - 1] = '\0';
+        if (allocated_p != NULL)
+            *allocated_p = m.allocated;
+    }
+    *st_p = st;
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_unmount(mc_store_h s, const char *const *ids, size_t n, uint64_t grace_s,
+                     int and_free, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_result_t *res;
+    mc_status_t st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    res = calloc(n + 1, sizeof(*res));
+    if ((ids == NULL) && (n > 0)) {
+        mc_set_error_detail("ids is NULL");
+        st = MC_INVALID_PARAMS;
+    } else if (res == NULL) {
+        st = MC_INTERNAL_ERROR;
+    }
+    for (size_t i = 0; (st == MC_OK) && (i < n); i++)
+        if ((ids[i] == NULL) || (strlen(ids[i]) > MC_DUMMY_MAX_KEY)) {
+            mc_set_error_detail("\"%s\" is not a segment id", ids[i] ? "(too long)" : "(null)");
+            st = MC_INVALID_PARAMS;
+        }
+    if ((st == MC_OK) && (n > 0)) {
+        st = named_call_fd(d, MC_DUMMY_OP_UNMOUNT, NULL, 0, and_free ? MC_DUMMY_IF_RELEASE : 0,
+                           ids, n, res, grace_s, 0, -1);
+        if (st == MC_OK)
+            st = (mc_status_t)res[0].result;
+    }
+    free(res);
+    *st_p = st;
+    leave(s);
+    return 1;
+}
+
+/* ---- ranged sessions: held in the real client, per dummy ---------------------- */
+
+int mc_dummy_session_keys(mc_store_h s, unsigned op, const char *const *keys, size_t n,
+                          mc_status_t *statuses, mc_status_t *st_p)
+{
+    return mc_dummy_keys_call(s, op, 0, keys, n, statuses, st_p);
+}
+
+int mc_dummy_keys_call(mc_store_h s, unsigned op, unsigned flags0, const char *const *keys,
+                       size_t n, mc_status_t *statuses, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    int64_t *out;
+
+    if (d == NULL)
+        return 0;
+    out = calloc(n + 1, sizeof(*out));
+    if (((keys == NULL) && (n > 0)) || (out == NULL)) {
+        mc_set_error_detail((out == NULL) ? "out of memory" : "keys is NULL");
+        *st_p = (out == NULL) ? MC_INTERNAL_ERROR : MC_INVALID_PARAMS;
+        for (size_t i = 0; (statuses != NULL) && (i < n); i++)
+            statuses[i] = *st_p;
+    } else {
+        mc_status_t st = per_key_call(d, op, keys, n, flags0, NULL, out);
+        *st_p = st;
+        /* get_session_end has no per-key answer: a key without a session
+         * is simply not there to end */
+        for (size_t i = 0; (op != MC_DUMMY_OP_GET_SESSION_END) && (i < n); i++) {
+            if (statuses != NULL)
+                statuses[i] = (mc_status_t)out[i];
+            if ((*st_p == MC_OK) && (out[i] != MC_OK))
+                *st_p = (mc_status_t)out[i];
+        }
+    }
+    free(out);
+    leave(s);
+    return 1;
+}
+
+int mc_dummy_put_session_start(mc_store_h s, const char *const *keys, const uint64_t *sizes,
+                               size_t n, const mc_replicate_config_t *cfg, mc_status_t *statuses,
+                               mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    mc_dummy_item_t *items = NULL;
+    mc_dummy_result_t *res = NULL;
+    const char **ikeys = NULL, **igroups = NULL;
+    size_t *idx = NULL, m = 0;
+    put_cfg_t wcfg;
+    mc_status_t st;
+
+    if (d == NULL)
+        return 0;
+    st = cfg_check(cfg, n);
+    if ((st == MC_OK) && (n > 0) && ((keys == NULL) || (sizes == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys, sizes and statuses are required");
+        st = MC_INVALID_PARAMS;
+    }
+    if ((st == MC_OK) && (n > 0)) {
+        items = calloc(n, sizeof(*items));
+        res = calloc(n, sizeof(*res));
+        ikeys = calloc(n, sizeof(*ikeys));
+        igroups = calloc(n, sizeof(*igroups));
+        idx = calloc(n, sizeof(*idx));
+        if (!items || !res || !ikeys || !igroups || !idx)
+            st = MC_INTERNAL_ERROR;
+    }
+    for (size_t i = 0; (st == MC_OK) && (i < n); i++) {
+        statuses[i] = MC_OK;
+        if (key_len(keys[i]) == UINT32_MAX) {
+            statuses[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        items[m].klen = key_len(keys[i]);
+        items[m].len = sizes[i];
+        ikeys[m] = keys[i];
+        igroups[m] = cfg_group(cfg, i);
+        idx[m++] = i;
+    }
+    if ((st == MC_OK) && (m > 0)) {
+        cfg_to_wire(cfg, &wcfg); /* always sent: present 0 for NULL */
+        wcfg.igroups = igroups;
+        st = call(d, MC_DUMMY_OP_PUT_SESSION_START, 0, items, ikeys, m, &wcfg, res, m);
+        for (size_t j = 0; j < m; j++)
+            statuses[idx[j]] = (st == MC_OK) ? (mc_status_t)res[j].result : st;
+    }
+    if ((st != MC_OK) && (statuses != NULL))
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+    *st_p = (st == MC_OK) ? mc_store_first_error(statuses, n) : st;
+    free(items);
+    free(res);
+    free(ikeys);
+    free(igroups);
+    free(idx);
+    leave(s);
+    return 1;
+}
+
+/* GET_SESSION_READ / PUT_SESSION_WRITE: every buffer must lie in the
+ * shared memory (a key with one outside gets MC_INVALID_PARAMS). */
+int mc_dummy_session_io(mc_store_h s, unsigned op, const char *const *keys,
+                        const mc_iov_t *const *bufs, const uint64_t *const *offsets,
+                        const size_t *counts, size_t n, int64_t *results, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    size_t nitems = 0, m = 0, nk = 0;
+    mc_dummy_item_t *items = NULL;
+    mc_dummy_result_t *res = NULL;
+    const char **ikeys = NULL;
+    size_t *first = NULL, *idx = NULL;
+    mc_status_t st = MC_OK;
+
+    if (d == NULL)
+        return 0;
+    if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (offsets == NULL) || (counts == NULL) ||
+                    (results == NULL))) {
+        mc_set_error_detail("keys, buffers, offsets, counts and results are required");
+        st = MC_INVALID_PARAMS;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (counts[i] > (MC_DUMMY_MAX_ITEMS - nitems) / 2) {
+            mc_set_error_detail("too many ranges for one dummy request");
+            st = MC_INVALID_PARAMS;
+            goto out;
+        }
+        nitems += 1 + 2 * counts[i];
+    }
+    items = calloc(nitems + 1, sizeof(*items));
+    res = calloc(nitems + 1, sizeof(*res));
+    ikeys = calloc(nitems + 1, sizeof(*ikeys));
+    first = calloc(n + 1, sizeof(*first));
+    idx = calloc(n + 1, sizeof(*idx));
+    if (!items || !res || !ikeys || !first || !idx) {
+        st = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t start = m;
+        int ok = (key_len(keys[i]) != UINT32_MAX) &&
+                 ((counts[i] == 0) || ((bufs[i] != NULL) && (offsets[i] != NULL)));
+        results[i] = MC_INVALID_PARAMS;
+        if (!ok)
+            continue;
+        items[m].klen = key_len(keys[i]);
+        ikeys[m++] = keys[i];
+        for (size_t j = 0; ok && (j < counts[i]); j++) {
+            if (!locate(d, bufs[i][j].base, bufs[i][j].len, &items[m].region, &items[m].off)) {
+                mc_set_error_detail("a dummy client's session buffers must lie in its shared "
+                                    "memory (alloc_from_mem_pool)");
+                ok = 0;
+                break;
+            }
+            items[m].len = bufs[i][j].len;
+            items[m - 1].flags = MC_DUMMY_IF_MORE;
+            items[m++].flags = MC_DUMMY_IF_MORE;
+            items[m++].off = offsets[i][j];
+        }
+        if (!ok) {
+            memset(&items[start], 0, (m - start) * sizeof(*items));
+            m = start;
+            continue;
+        }
+        first[nk] = start;
+        idx[nk++] = i;
+    }
+    if (nk > 0) {
+        st = call(d, op, 0, items, ikeys, m, NULL, res, m);
+        for (size_t k = 0; k < nk; k++)
+            results[idx[k]] = (st == MC_OK) ? res[first[k]].result : st;
+    }
+out:
+    if ((st != MC_OK) && (results != NULL))
+        for (size_t i = 0; i < n; i++)
+            results[i] = st;
+    for (size_t i = 0; (st == MC_OK) && (results != NULL) && (i < n); i++)
+        if (results[i] < 0)
+            st = (mc_status_t)results[i];
+    *st_p = st;
+    free(items);
+    free(res);
+    free(ikeys);
+    free(first);
+    free(idx);
+    leave(s);
     return 1;
 }

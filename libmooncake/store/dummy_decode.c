@@ -31,26 +31,46 @@ void mc_dummy_req_cleanup(mc_dummy_req_t *rq)
 {
     if (rq == NULL)
         return;
-    if (rq->keys != NULL)
-        for (size_t i = 0; i < rq->n; i++)
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rq->keys != NULL)
             free(rq->keys[i]);
+        if (rq->groups != NULL)
+            free(rq->groups[i]);
+    }
     free(rq->keys);
+    free(rq->groups);
+    free(rq->preferred);
     free(rq->items);
     memset(rq, 0, sizeof(*rq));
+}
+
+/* The string of @p n bytes at @p off: bounds, no NUL, copied to *out. */
+static int take_str(const uint8_t *b, size_t len, size_t *off, uint32_t n, char **out)
+{
+    if (n == 0)
+        return 0;
+    if ((n > MC_DUMMY_MAX_KEY) || (len - *off < n) || (memchr(b + *off, 0, n) != NULL))
+        return -1;
+    *out = strndup((const char *)b + *off, n);
+    if (*out == NULL)
+        return -1;
+    *off += n;
+    return 0;
 }
 
 int mc_dummy_req_parse(const mc_dummy_hdr_t *h, const void *body, size_t len, mc_dummy_req_t *rq)
 {
     const uint8_t *b = body;
     size_t count = h->count, off = 0;
-    int with_cfg = (h->op == MC_DUMMY_OP_PUT);
+    int with_cfg = mc_dummy_op_has_cfg(h->op);
 
     memset(rq, 0, sizeof(*rq));
     if (count > MC_DUMMY_MAX_ITEMS)
         return -1;
     rq->items = calloc(count + 1, sizeof(*rq->items));
     rq->keys = calloc(count + 1, sizeof(*rq->keys));
-    if ((rq->items == NULL) || (rq->keys == NULL))
+    rq->groups = calloc(count + 1, sizeof(*rq->groups));
+    if ((rq->items == NULL) || (rq->keys == NULL) || (rq->groups == NULL))
         goto bad;
     rq->n = count;
     for (size_t i = 0; i < count; i++) {
@@ -59,15 +79,10 @@ int mc_dummy_req_parse(const mc_dummy_hdr_t *h, const void *body, size_t len, mc
             goto bad;
         memcpy(it, b + off, sizeof(*it));
         off += sizeof(*it);
-        if (it->klen > 0) {
-            if ((it->klen > MC_DUMMY_MAX_KEY) || (len - off < it->klen) ||
-                (memchr(b + off, 0, it->klen) != NULL))
-                goto bad;
-            rq->keys[i] = strndup((const char *)b + off, it->klen);
-            if (rq->keys[i] == NULL)
-                goto bad;
-            off += it->klen;
-        }
+        if ((take_str(b, len, &off, it->klen, &rq->keys[i]) != 0) ||
+            ((it->glen > 0) && (!with_cfg || (it->klen == 0))) ||
+            (take_str(b, len, &off, it->glen, &rq->groups[i]) != 0))
+            goto bad;
     }
     if (with_cfg) {
         if (len - off < sizeof(rq->cfg))
@@ -75,6 +90,8 @@ int mc_dummy_req_parse(const mc_dummy_hdr_t *h, const void *body, size_t len, mc
         memcpy(&rq->cfg, b + off, sizeof(rq->cfg));
         off += sizeof(rq->cfg);
         rq->has_cfg = 1;
+        if (take_str(b, len, &off, rq->cfg.plen, &rq->preferred) != 0)
+            goto bad;
     }
     if (off == len)
         return 0;

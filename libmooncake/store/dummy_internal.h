@@ -62,10 +62,61 @@ int mc_dummy_batch_fetch(mc_store_h s, const char *const *keys, size_t n, size_t
  * destinations that must lie in the shared memory. */
 int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_status_t *st_p);
 
+int mc_dummy_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
+                          mc_status_t *statuses, mc_status_t *st_p);
+int mc_dummy_batch_exist(mc_store_h s, const char *const *keys, size_t n, int *results,
+                         mc_status_t *st_p);
+int mc_dummy_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
+                                 const char *segment, mc_status_t *statuses, mc_status_t *st_p);
+/* remove_by_regex (@p regex), or remove_all (@p regex NULL). */
+int mc_dummy_remove_many(mc_store_h s, const char *regex, int force, int64_t *count_p,
+                         mc_status_t *st_p);
+/* @p op MC_DUMMY_OP_COPY_TASK (targets[0..n)) or MC_DUMMY_OP_MOVE_TASK
+ * (n == 2: source, target). */
+int mc_dummy_create_task(mc_store_h s, unsigned op, const char *key, const char *const *targets,
+                         size_t n, mc_task_id_t *id_out, mc_status_t *st_p);
+int mc_dummy_query_task(mc_store_h s, const char *task_id, mc_store_task_info_t *out,
+                        mc_status_t *st_p);
+/* The replica descriptors of @p key from the real client (the caller frees
+ * *descs_p); a status.  Only for a dummy handle. */
+mc_status_t mc_dummy_replicas(mc_store_h s, const char *key, mc_replica_desc_t **descs_p,
+                              size_t *n_p);
+
+/* @p path NULL: allocate_and_mount_segment (*allocated_p); else
+ * mount_segment of that file, opened here and passed to the real client. */
+int mc_dummy_mount(mc_store_h s, const char *path, uint64_t size, uint64_t offset,
+                   const char *protocol, const char *location, mc_segment_id_t *id_out,
+                   uint64_t *allocated_p, mc_status_t *st_p);
+int mc_dummy_unmount(mc_store_h s, const char *const *ids, size_t n, uint64_t grace_s,
+                     int and_free, mc_status_t *st_p);
+
+/* The ranged sessions.  mc_dummy_session_keys: @p op GET_SESSION_START,
+ * GET_SESSION_END, PUT_SESSION_END or PUT_SESSION_REVOKE (statuses may be
+ * NULL); mc_dummy_session_io: GET_SESSION_READ or PUT_SESSION_WRITE. */
+int mc_dummy_session_keys(mc_store_h s, unsigned op, const char *const *keys, size_t n,
+                          mc_status_t *statuses, mc_status_t *st_p);
+/* One frame of per-key @p op (flags0 on item 0): statuses[i] (may be NULL)
+ * the keys' answers, *st_p the call's failure or the first key's error
+ * (get_session_end: the call's status only). */
+int mc_dummy_keys_call(mc_store_h s, unsigned op, unsigned flags0, const char *const *keys,
+                       size_t n, mc_status_t *statuses, mc_status_t *st_p);
+int mc_dummy_put_session_start(mc_store_h s, const char *const *keys, const uint64_t *sizes,
+                               size_t n, const mc_replicate_config_t *cfg, mc_status_t *statuses,
+                               mc_status_t *st_p);
+int mc_dummy_session_io(mc_store_h s, unsigned op, const char *const *keys,
+                        const mc_iov_t *const *bufs, const uint64_t *const *offsets,
+                        const size_t *counts, size_t n, int64_t *results, mc_status_t *st_p);
+
 /* "@name" is in the abstract namespace; 0, or -1 when the path does not fit. */
 int mc_dummy_ipc_addr(const char *path, struct sockaddr_un *sa, socklen_t *len_p);
 int mc_dummy_send_all(int fd, const void *buf, size_t len);
 int mc_dummy_recv_all(int fd, void *buf, size_t len);
+/* Both buffers, in one system call when the socket takes them at once. */
+int mc_dummy_send2(int fd, const void *a, size_t alen, const void *b, size_t blen);
+/* Busy-poll @p fd for up to @p spin_us before a blocking read (see
+ * dummy_client.c); mc_dummy_spin_us() is MC_DUMMY_SPIN_US or the default. */
+void mc_dummy_spin_readable(int fd, unsigned spin_us);
+unsigned mc_dummy_spin_us(void);
 
 /* ---- request decoding (dummy_decode.c; fuzzed by tests/fuzz/fuzz_dummy.c) ---- */
 
@@ -76,17 +127,26 @@ int mc_dummy_recv_all(int fd, void *buf, size_t len);
 typedef struct mc_dummy_req {
     mc_dummy_item_t *items; /* n items (+1 zeroed spare) */
     char **keys;            /* NUL-terminated copies of the keys, NULL for klen 0 */
+    char **groups;          /* PUT: copies of the group ids, NULL for glen 0 */
     size_t n;               /* = hdr.count */
     mc_dummy_cfg_t cfg;     /* PUT only */
+    char *preferred;        /* PUT: cfg's preferred segment, NULL for plen 0 */
     int has_cfg;
 } mc_dummy_req_t;
+
+/* 1 for the ops whose request carries a config (PUT, PUT_SESSION_START). */
+static inline int mc_dummy_op_has_cfg(unsigned op)
+{
+    return (op == MC_DUMMY_OP_PUT) || (op == MC_DUMMY_OP_PUT_SESSION_START);
+}
 
 /* 0 if a request header may be followed by its body: magic, op (not
  * HELLO), len and count within the limits, NOREPLY only on FREE; else -1. */
 int mc_dummy_hdr_check(const mc_dummy_hdr_t *h);
 /*
  * Split @p body (exactly @p len bytes, the header's len) into h->count
- * items with their keys and, for PUT, the config.  0 with @p rq filled
+ * items with their keys and, for PUT, their group ids, the config and its
+ * preferred segment (each string at most MC_DUMMY_MAX_KEY bytes, no NUL).  0 with @p rq filled
  * (release it with mc_dummy_req_cleanup); -1 for a malformed body (an item
  * or key that overruns it, a key over MC_DUMMY_MAX_KEY or with a NUL,
  * trailing bytes) or no memory, with @p rq zeroed and nothing allocated.

@@ -24,15 +24,16 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "alloc/offset_alloc.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "store/dummy_internal.h"
 #include "store/dummy_wire.h"
 #include "store/store_internal.h"
+#include "transfer/shm/shm.h"
 
 #define STAGE_ALIGN 64
 /* A dummy silent this long (no request, not even a PING) is dropped:
@@ -55,6 +56,15 @@ typedef struct session {
     pthread_mutex_t mu;
     uint8_t *buf;  /* request body */
     size_t cap;
+    int rx_fd;     /* a descriptor that came with the current frame, or -1 */
+    /* segments mounted for this dummy (MOUNT, ALLOC_MOUNT): only it may
+     * unmount them, and they are unmounted when its session ends; the
+     * session's thread alone touches them */
+    struct dummy_seg {
+        char id[40];
+        int allocated;
+    } *segs;
+    size_t nsegs;
 } session_t;
 
 struct mc_store_dummy_server {
@@ -65,12 +75,31 @@ struct mc_store_dummy_server {
     session_t *sessions;
     int stop;
     char path[108];
+    /* The ranged sessions the dummies opened (the store keeps one table for
+     * them all, keyed by object key): which dummy holds which key, so that
+     * a dummy reads, writes and ends only its own, one dummy's end does not
+     * drop a get session another still holds, and a dummy that goes away
+     * leaves none behind.  sess_mu guards them and is held across the
+     * store's get start and end, so a start and an end never interleave. */
+    pthread_mutex_t sess_mu;
+    struct sess_hold {
+        char *key;
+        session_t *owner;
+        int put;
+    } *holds;
+    size_t nholds;
 };
 
 /* ---- sessions ---------------------------------------------------------------- */
 
+static void segs_release(session_t *ss);
+static void holds_release(session_t *ss);
+
 static void session_release(session_t *ss)
 {
+    if (ss->rx_fd >= 0)
+        close(ss->rx_fd);
+    ss->rx_fd = -1;
     for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
         if (ss->registered[r])
             (void)mc_store_unregister_buffer(ss->srv->store, ss->base[r]);
@@ -97,9 +126,47 @@ static int send_resp(session_t *ss, unsigned op, mc_status_t st, const mc_dummy_
     h.count = (uint32_t)n;
     h.len = (uint32_t)(n * sizeof(*res));
     h.status = st;
-    if (mc_dummy_send_all(ss->fd, &h, sizeof(h)) != 0)
-        return -1;
-    return (n > 0) ? mc_dummy_send_all(ss->fd, res, n * sizeof(*res)) : 0;
+    return mc_dummy_send2(ss->fd, &h, sizeof(h), res, n * sizeof(*res));
+}
+
+/*
+ * recvmsg of @p iov (@p flags besides MSG_CMSG_CLOEXEC): the descriptors
+ * that came with the bytes go to fds[0..*nfds_p) (at most @p maxfds; any
+ * more are closed), *ctrunc_p says whether some were cut off.  Returns
+ * recvmsg's result.
+ */
+static ssize_t recvmsg_fds(int fd, struct iovec *iov, size_t niov, int flags, int *fds,
+                           int maxfds, int *nfds_p, int *ctrunc_p)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * 4)];
+    } cbuf;
+    struct msghdr msg;
+    ssize_t r;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = niov;
+    msg.msg_control = cbuf.buf;
+    msg.msg_controllen = sizeof(cbuf.buf);
+    r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | flags);
+    *nfds_p = 0;
+    *ctrunc_p = (r >= 0) && (msg.msg_flags & MSG_CTRUNC);
+    for (struct cmsghdr *cm = (r >= 0) ? CMSG_FIRSTHDR(&msg) : NULL; cm != NULL;
+         cm = CMSG_NXTHDR(&msg, cm)) {
+        if ((cm->cmsg_level != SOL_SOCKET) || (cm->cmsg_type != SCM_RIGHTS))
+            continue;
+        for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+            int one;
+            memcpy(&one, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (*nfds_p < maxfds)
+                fds[(*nfds_p)++] = one;
+            else
+                close(one);
+        }
+    }
+    return r;
 }
 
 /* HELLO: receive the two fds with the header, check and map them. */
@@ -108,38 +175,12 @@ static mc_status_t do_hello(session_t *ss)
     mc_dummy_hdr_t h;
     mc_dummy_hello_t hello;
     struct iovec iov[2] = {{&h, sizeof(h)}, {&hello, sizeof(hello)}};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int) * 4)];
-    } cbuf;
-    struct msghdr msg;
-    struct cmsghdr *cm;
-    int fds[MC_DUMMY_NREGIONS] = {-1, -1}, nfds = 0;
+    int fds[MC_DUMMY_NREGIONS] = {-1, -1}, nfds = 0, ctrunc = 0;
     ssize_t got;
     mc_status_t st = MC_INVALID_PARAMS;
 
-    memset(&msg, 0, sizeof(msg));
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    msg.msg_control = cbuf.buf;
-    msg.msg_controllen = sizeof(cbuf.buf);
-    got = recvmsg(ss->fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-    for (cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
-        if ((cm->cmsg_level != SOL_SOCKET) || (cm->cmsg_type != SCM_RIGHTS))
-            continue;
-        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        int tmp[4];
-        if (k > 4)
-            k = 4;
-        memcpy(tmp, CMSG_DATA(cm), k * sizeof(int));
-        for (size_t i = 0; i < k; i++) {
-            if (nfds < (int)MC_DUMMY_NREGIONS)
-                fds[nfds++] = tmp[i];
-            else
-                close(tmp[i]);
-        }
-    }
-    if ((got != (ssize_t)(sizeof(h) + sizeof(hello))) || (msg.msg_flags & MSG_CTRUNC) ||
+    got = recvmsg_fds(ss->fd, iov, 2, MSG_WAITALL, fds, MC_DUMMY_NREGIONS, &nfds, &ctrunc);
+    if ((got != (ssize_t)(sizeof(h) + sizeof(hello))) || ctrunc ||
         (h.magic != MC_DUMMY_MAGIC) || (h.op != MC_DUMMY_OP_HELLO) ||
         (h.len != sizeof(hello)) || (hello.version != MC_DUMMY_VERSION) ||
         (nfds != (int)MC_DUMMY_NREGIONS)) {
@@ -147,13 +188,13 @@ static mc_status_t do_hello(session_t *ss)
         goto out;
     }
     for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
-        struct stat sb;
         uint64_t size = hello.size[r];
-        /* a memfd shorter than claimed would fault (SIGBUS) on access */
-        if ((fstat(fds[r], &sb) != 0) || (sb.st_size < 0) || ((uint64_t)sb.st_size < size) ||
-            !S_ISREG(sb.st_mode) || (size > ((uint64_t)1 << 46))) {
-            mc_warn("dummy server: region %u of a HELLO is not %llu bytes of shared memory", r,
-                    (unsigned long long)size);
+        /* a memfd shorter than claimed, or one the dummy could shrink
+         * later, would fault (SIGBUS) on access: only one sealed against
+         * shrinking, of at least that size */
+        if (!mc_te_shm_fd_shareable(fds[r], size) || (size > ((uint64_t)1 << 46))) {
+            mc_warn("dummy server: region %u of a HELLO is not %llu bytes of sealed shared "
+                    "memory", r, (unsigned long long)size);
             goto out;
         }
         ss->size[r] = size;
@@ -256,26 +297,65 @@ static void cfg_from_wire(const mc_dummy_cfg_t *w, mc_replicate_config_t *c)
     c->prefer_alloc_in_same_node = w->prefer_alloc_in_same_node;
 }
 
+/* The arrays a batch call on keys with several buffers each is built in,
+ * for a request of n items: keys[k] (item first[k]) with counts[k] buffers
+ * from bufs[k] (into iovs) and, for sessions, offsets from offs[k] (into
+ * ofs); sts, rs its answers. */
+typedef struct io_arrays {
+    const char **keys;
+    const mc_iov_t **bufs;
+    const uint64_t **offs;
+    size_t *counts, *first;
+    mc_iov_t *iovs;
+    uint64_t *ofs;
+    mc_status_t *sts;
+    int64_t *rs;
+} io_arrays_t;
+
+static void io_arrays_free(io_arrays_t *a)
+{
+    free(a->keys); free(a->bufs); free(a->offs); free(a->counts); free(a->first);
+    free(a->iovs); free(a->ofs); free(a->sts); free(a->rs);
+}
+
+/* 0, or -1 (nothing left allocated) with every result MC_INTERNAL_ERROR. */
+static int io_arrays_alloc(io_arrays_t *a, size_t n, mc_dummy_result_t *res)
+{
+    a->keys = calloc(n + 1, sizeof(*a->keys));
+    a->bufs = calloc(n + 1, sizeof(*a->bufs));
+    a->offs = calloc(n + 1, sizeof(*a->offs));
+    a->counts = calloc(n + 1, sizeof(*a->counts));
+    a->first = calloc(n + 1, sizeof(*a->first));
+    a->iovs = calloc(n + 1, sizeof(*a->iovs));
+    a->ofs = calloc(n + 1, sizeof(*a->ofs));
+    a->sts = calloc(n + 1, sizeof(*a->sts));
+    a->rs = calloc(n + 1, sizeof(*a->rs));
+    if (a->keys && a->bufs && a->offs && a->counts && a->first && a->iovs && a->ofs && a->sts &&
+        a->rs)
+        return 0;
+    io_arrays_free(a);
+    for (size_t i = 0; i < n; i++)
+        res[i].result = MC_INTERNAL_ERROR;
+    return -1;
+}
+
 /* PUT and GET: items grouped by key (IF_MORE chains), one batch call. */
 static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
 {
     mc_store_h store = ss->srv->store;
     size_t n = rq->n, nk = 0;
-    const char **keys = calloc(n + 1, sizeof(*keys));
-    const mc_iov_t **bufs = calloc(n + 1, sizeof(*bufs));
-    size_t *counts = calloc(n + 1, sizeof(*counts));
-    size_t *first = calloc(n + 1, sizeof(*first));
-    mc_iov_t *iovs = calloc(n + 1, sizeof(*iovs));
-    mc_status_t *sts = calloc(n + 1, sizeof(*sts));
-    int64_t *rs = calloc(n + 1, sizeof(*rs));
+    io_arrays_t a;
     int upsert = 0, bad = 0;
     mc_replicate_config_t cfg;
 
-    if (!keys || !bufs || !counts || !first || !iovs || !sts || !rs) {
-        for (size_t i = 0; i < n; i++)
-            res[i].result = MC_INTERNAL_ERROR;
-        goto out;
-    }
+    if (io_arrays_alloc(&a, n, res) != 0)
+        return 0;
+    const char **keys = a.keys;
+    const mc_iov_t **bufs = a.bufs;
+    size_t *counts = a.counts, *first = a.first;
+    mc_iov_t *iovs = a.iovs;
+    mc_status_t *sts = a.sts;
+    int64_t *rs = a.rs;
     for (size_t i = 0; i < n; i++) {
         const mc_dummy_item_t *it = &rq->items[i];
         void *p = range_of(ss, it);
@@ -297,17 +377,34 @@ static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
             upsert = 1;
     }
     if (bad || ((n > 0) && (rq->items[n - 1].flags & MC_DUMMY_IF_MORE))) {
-        free(keys); free(bufs); free(counts); free(first); free(iovs); free(sts); free(rs);
+        io_arrays_free(&a);
         return -1; /* a range outside the dummy's memory: hostile, hang up */
     }
     if (op == MC_DUMMY_OP_PUT) {
-        if (rq->has_cfg && rq->cfg.present)
+        const char **gids = NULL;
+        if (rq->has_cfg && rq->cfg.present) {
             cfg_from_wire(&rq->cfg, &cfg);
+            cfg.preferred_segment = rq->preferred;
+            if (cfg.field_mask & MC_RC_FIELD_GROUP_IDS) {
+                /* one per key, carried by the key's first item */
+                gids = calloc(nk + 1, sizeof(*gids));
+                if (gids == NULL) {
+                    for (size_t i = 0; i < n; i++)
+                        res[i].result = MC_INTERNAL_ERROR;
+                    goto out;
+                }
+                for (size_t k = 0; k < nk; k++)
+                    gids[k] = (rq->groups[first[k]] != NULL) ? rq->groups[first[k]] : "";
+                cfg.group_ids = gids;
+                cfg.group_ids_count = nk;
+            }
+        }
         const mc_replicate_config_t *c = (rq->has_cfg && rq->cfg.present) ? &cfg : NULL;
         if (upsert)
             (void)mc_store_batch_upsert_from_multi(store, keys, bufs, counts, nk, c, sts);
         else
             (void)mc_store_batch_put_from_multi(store, keys, bufs, counts, nk, c, sts);
+        free(gids);
         for (size_t k = 0; k < nk; k++)
             res[first[k]].result = sts[k];
         for (size_t i = 0; i < n; i++)
@@ -319,8 +416,37 @@ static int do_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
             res[first[k]].result = rs[k];
     }
 out:
-    free(keys); free(bufs); free(counts); free(first); free(iovs); free(sts); free(rs);
+    io_arrays_free(&a);
     return 0;
+}
+
+/* EXIST: one key, or a batch in one master round trip (batch_is_exist). */
+static void do_exist(session_t *ss, req_t *rq, mc_dummy_result_t *res)
+{
+    const char **keys = calloc(rq->n + 1, sizeof(*keys));
+    int *rs = calloc(rq->n + 1, sizeof(*rs));
+    size_t m = 0;
+
+    if ((keys == NULL) || (rs == NULL)) {
+        for (size_t i = 0; i < rq->n; i++)
+            res[i].result = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    if (rq->n == 1) {
+        res[0].result = (rq->keys[0] == NULL) ? MC_INVALID_PARAMS
+                                              : mc_store_exist(ss->srv->store, rq->keys[0]);
+        goto out;
+    }
+    for (size_t i = 0; i < rq->n; i++)
+        if (rq->keys[i] != NULL)
+            keys[m++] = rq->keys[i];
+    (void)mc_store_batch_exist(ss->srv->store, keys, m, rs);
+    m = 0;
+    for (size_t i = 0; i < rq->n; i++)
+        res[i].result = (rq->keys[i] == NULL) ? MC_INVALID_PARAMS : rs[m++];
+out:
+    free(keys);
+    free(rs);
 }
 
 static void do_get_staged(session_t *ss, req_t *rq, mc_dummy_result_t *res)
@@ -365,6 +491,596 @@ static void do_get_staged(session_t *ss, req_t *rq, mc_dummy_result_t *res)
     }
 }
 
+/* @p len bytes of @p data into a fresh staging block of the session, which
+ * the dummy copies out and FREEs: res->off, res->handle.  MC_OK or why not
+ * (MC_NO_AVAILABLE_HANDLE: no room in the dummy's local buffer). */
+static mc_status_t stage_out(session_t *ss, const void *data, size_t len, mc_dummy_result_t *res)
+{
+    mc_alloc_block_t b;
+    mc_status_t st = block_get(ss, MC_DUMMY_REGION_LBUF, (len > 0) ? len : 1, &b);
+    if (st != MC_OK)
+        return st;
+    memcpy(ss->base[MC_DUMMY_REGION_LBUF] + b.offset, data, len);
+    res->off = b.offset;
+    res->handle = b.node;
+    return MC_OK;
+}
+
+/* The object keys of a request (items without IF_ARG) and its names (with
+ * it; klen 0 is ""), in order.  -1 on a keyless key item. */
+static int split_args(const req_t *rq, const char **keys, size_t *nkeys, const char **args,
+                      size_t *nargs)
+{
+    *nkeys = *nargs = 0;
+    for (size_t i = 0; i < rq->n; i++) {
+        if (rq->items[i].flags & MC_DUMMY_IF_ARG)
+            args[(*nargs)++] = (rq->keys[i] != NULL) ? rq->keys[i] : "";
+        else if (rq->keys[i] == NULL)
+            return -1;
+        else
+            keys[(*nkeys)++] = rq->keys[i];
+    }
+    return 0;
+}
+
+/* REPLICAS: per key, its replica descriptors (mc_replica_desc_t) staged. */
+static void do_replicas(session_t *ss, req_t *rq, mc_dummy_result_t *res)
+{
+    for (size_t i = 0; i < rq->n; i++) {
+        mc_store_query_h q = NULL;
+        mc_replica_desc_t *v = NULL;
+        size_t m = 0;
+        mc_status_t st = (rq->keys[i] == NULL) ? MC_INVALID_PARAMS
+                                              : mc_store_query(ss->srv->store, rq->keys[i], &q);
+        if (st == MC_OK) {
+            m = mc_store_query_replica_count(q);
+            v = calloc(m + 1, sizeof(*v));
+            if (v == NULL)
+                st = MC_INTERNAL_ERROR;
+            for (size_t j = 0; (st == MC_OK) && (j < m); j++)
+                st = mc_store_query_replica(q, j, &v[j]);
+            mc_store_query_release(q);
+        }
+        if (st == MC_OK)
+            st = stage_out(ss, v, m * sizeof(*v), &res[i]);
+        free(v);
+        res[i].result = (st == MC_OK) ? (int64_t)m : st;
+    }
+}
+
+/* A request's object keys and names (split_args), and room for one
+ * status per item: what the ops on keys and names work from. */
+typedef struct named {
+    const char **keys, **args;
+    mc_status_t *sts;
+    size_t nk, na;
+} named_t;
+
+/*
+ * The calls that take object keys and names (IF_ARG items) and answer one
+ * number per item (the call's status or count at item 0), or a staged
+ * record.  -1 for a request of the wrong shape (the connection closes).
+ */
+static int do_named(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res,
+                    named_t *nm)
+{
+    mc_store_h store = ss->srv->store;
+    const char **keys = nm->keys, **args = nm->args;
+    mc_status_t *sts = nm->sts;
+    size_t nk = nm->nk, na = nm->na;
+    int force = (rq->n > 0) && (rq->items[0].flags & MC_DUMMY_IF_FORCE);
+    int64_t count = 0;
+    mc_status_t st;
+    int rc = 0;
+
+    switch (op) {
+    case MC_DUMMY_OP_BATCH_REMOVE:
+        if (na != 0) {
+            rc = -1;
+            break;
+        }
+        (void)mc_store_batch_remove(store, keys, nk, force, sts);
+        for (size_t i = 0; i < nk; i++)
+            res[i].result = sts[i];
+        break;
+    case MC_DUMMY_OP_REMOVE_REGEX:
+    case MC_DUMMY_OP_REMOVE_ALL:
+        if ((rq->n != 1) || ((op == MC_DUMMY_OP_REMOVE_REGEX) && (na != 1))) {
+            rc = -1;
+            break;
+        }
+        if (op == MC_DUMMY_OP_REMOVE_ALL)
+            st = mc_store_remove_all(store, force, &count);
+        else
+            st = mc_store_remove_by_regex(store, args[0], force, &count);
+        res[0].result = (st == MC_OK) ? count : st;
+        break;
+    case MC_DUMMY_OP_REPLICA_CLEAR:
+        /* the keys, then at most one name: the segment, last */
+        if ((na > 1) || ((na == 1) && !(rq->items[rq->n - 1].flags & MC_DUMMY_IF_ARG))) {
+            rc = -1;
+            break;
+        }
+        st = mc_store_batch_replica_clear(store, keys, nk, (na == 1) ? args[0] : NULL, sts);
+        for (size_t i = 0; i < nk; i++)
+            res[i].result = sts[i];
+        if (na == 1)
+            res[nk].result = st;
+        break;
+    case MC_DUMMY_OP_COPY_TASK:
+    case MC_DUMMY_OP_MOVE_TASK: {
+        mc_task_id_t id;
+        if ((nk != 1) || (rq->items[0].flags & MC_DUMMY_IF_ARG) ||
+            ((op == MC_DUMMY_OP_MOVE_TASK) && (na != 2))) {
+            rc = -1;
+            break;
+        }
+        memset(&id, 0, sizeof(id));
+        st = (op == MC_DUMMY_OP_COPY_TASK)
+                 ? mc_store_create_copy_task(store, keys[0], args, na, &id)
+                 : mc_store_create_move_task(store, keys[0], args[0], args[1], &id);
+        if (st == MC_OK)
+            st = stage_out(ss, &id, sizeof(id), &res[0]);
+        res[0].result = st;
+        break;
+    }
+    case MC_DUMMY_OP_QUERY_TASK: {
+        mc_store_task_info_t *info = calloc(1, sizeof(*info));
+        if ((nk != 0) || (na != 1)) {
+            free(info);
+            rc = -1;
+            break;
+        }
+        st = (info == NULL) ? MC_INTERNAL_ERROR : mc_store_query_task(store, args[0], info);
+        if (st == MC_OK)
+            st = stage_out(ss, info, sizeof(*info), &res[0]);
+        res[0].result = st;
+        free(info);
+        break;
+    }
+    default:
+        rc = -1;
+        break;
+    }
+    return rc;
+}
+
+/* Index of segment @p id among the session's, or -1. */
+static ssize_t seg_find(const session_t *ss, const char *id)
+{
+    for (size_t i = 0; i < ss->nsegs; i++)
+        if (strcmp(ss->segs[i].id, id) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+/* Unmount segment i of the session now and forget it. */
+static mc_status_t seg_unmount(session_t *ss, size_t i, uint64_t grace_s)
+{
+    const char *id = ss->segs[i].id;
+    mc_status_t st = ss->segs[i].allocated
+                         ? mc_store_unmount_and_free_segments(ss->srv->store, &id, 1, grace_s)
+                         : mc_store_unmount_segments(ss->srv->store, &id, 1, grace_s);
+    /* a graceful one stays the session's until the heartbeat took it */
+    if ((st == MC_OK) && (grace_s == 0))
+        ss->segs[i] = ss->segs[--ss->nsegs];
+    return st;
+}
+
+/* The session ended: what it mounted goes (errors of segments already
+ * gone, such as a drained one, do not matter here). */
+static void segs_release(session_t *ss)
+{
+    while (ss->nsegs > 0) {
+        size_t before = ss->nsegs;
+        if ((seg_unmount(ss, ss->nsegs - 1, 0) != MC_OK) && (ss->nsegs == before))
+            ss->nsegs--;
+    }
+    free(ss->segs);
+    ss->segs = NULL;
+}
+
+/*
+ * MOUNT (the file is the descriptor the dummy sent: it opened it read-write
+ * itself), ALLOC_MOUNT, UNMOUNT (only the session's own segments, in order;
+ * with RELEASE, unmount_and_free, which checks every id first).  -1 for a
+ * request of the wrong shape.
+ */
+static int do_segments(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res,
+                       named_t *nm)
+{
+    mc_store_h store = ss->srv->store;
+    const char **args = nm->args;
+    size_t na = nm->na;
+    mc_status_t st = MC_OK;
+
+    if ((nm->nk != 0) || (na == 0))
+        return -1;
+    if (op == MC_DUMMY_OP_UNMOUNT) {
+        int and_free = (rq->items[0].flags & MC_DUMMY_IF_RELEASE) != 0;
+        uint64_t grace = rq->items[0].off;
+        for (size_t i = 0; (st == MC_OK) && (i < na); i++) {
+            mc_uuid_t u;
+            ssize_t k = seg_find(ss, args[i]);
+            if (k < 0)
+                st = (mc_uuid_parse(args[i], &u) != 0) ? MC_INVALID_PARAMS : MC_SEGMENT_NOT_FOUND;
+            else if (and_free && !ss->segs[k].allocated)
+                st = MC_INVALID_PARAMS;
+        }
+        for (size_t i = 0; (st == MC_OK) && (i < na); i++) {
+            ssize_t k = seg_find(ss, args[i]);
+            if (k < 0) /* named twice, and gone since */
+                st = MC_SEGMENT_NOT_FOUND;
+            else
+                st = seg_unmount(ss, (size_t)k, grace);
+        }
+        res[0].result = st;
+        return 0;
+    }
+    if (na != 2)
+        return -1;
+    {
+        struct dummy_seg *grown = realloc(ss->segs, (ss->nsegs + 1) * sizeof(*ss->segs));
+        mc_dummy_mounted_t m;
+        mc_segment_id_t id;
+        char path[64];
+
+        memset(&m, 0, sizeof(m));
+        if (grown == NULL) {
+            st = MC_INTERNAL_ERROR;
+        } else if (op == MC_DUMMY_OP_ALLOC_MOUNT) {
+            ss->segs = grown;
+            st = mc_store_allocate_and_mount_segment(store, rq->items[0].len, args[0], args[1],
+                                                     &id, &m.allocated);
+        } else if (ss->rx_fd < 0) {
+            ss->segs = grown;
+            mc_set_error_detail("MOUNT without the file's descriptor");
+            st = MC_INVALID_PARAMS;
+        } else {
+            ss->segs = grown;
+            /* the store opens the file again through the descriptor */
+            snprintf(path, sizeof(path), "/proc/self/fd/%d", ss->rx_fd);
+            st = mc_store_mount_segment(store, path, rq->items[0].len, rq->items[0].off,
+                                        args[0], args[1], &id);
+        }
+        if (st == MC_OK) {
+            memcpy(m.id, id.id, sizeof(id.id));
+            memcpy(ss->segs[ss->nsegs].id, id.id, sizeof(id.id));
+            ss->segs[ss->nsegs].id[sizeof(id.id)] = '\0';
+            ss->segs[ss->nsegs].allocated = (op == MC_DUMMY_OP_ALLOC_MOUNT);
+            ss->nsegs++;
+            st = stage_out(ss, &m, sizeof(m), &res[0]);
+            if (st != MC_OK) /* the dummy cannot learn its id: take it back */
+                (void)seg_unmount(ss, ss->nsegs - 1, 0);
+        }
+        res[0].result = st;
+    }
+    return 0;
+}
+
+/* ---- ranged sessions ----------------------------------------------------------- */
+
+/* The hold of (@p key, @p owner or any owner when NULL, @p put), or -1.
+ * sess_mu held. */
+static ssize_t hold_find(struct mc_store_dummy_server *srv, const char *key,
+                         const session_t *owner, int put)
+{
+    for (size_t i = 0; i < srv->nholds; i++) {
+        const struct sess_hold *h = &srv->holds[i];
+        if ((h->put == put) && ((owner == NULL) || (h->owner == owner)) &&
+            (strcmp(h->key, key) == 0))
+            return (ssize_t)i;
+    }
+    return -1;
+}
+
+/* sess_mu held. */
+static mc_status_t hold_add(session_t *ss, const char *key, int put)
+{
+    struct mc_store_dummy_server *srv = ss->srv;
+    struct sess_hold *v;
+    if (hold_find(srv, key, ss, put) >= 0)
+        return MC_OK;
+    v = realloc(srv->holds, (srv->nholds + 1) * sizeof(*v));
+    if (v == NULL)
+        return MC_INTERNAL_ERROR;
+    srv->holds = v;
+    v[srv->nholds].key = strdup(key);
+    if (v[srv->nholds].key == NULL)
+        return MC_INTERNAL_ERROR;
+    v[srv->nholds].owner = ss;
+    v[srv->nholds].put = put;
+    srv->nholds++;
+    return MC_OK;
+}
+
+/* sess_mu held. */
+static void hold_del(struct mc_store_dummy_server *srv, size_t i)
+{
+    free(srv->holds[i].key);
+    srv->holds[i] = srv->holds[--srv->nholds];
+}
+
+/*
+ * Drop the session's holds of @p keys (every one when @p keys is NULL) of
+ * kind @p put.  Get keys no other dummy holds are ended in the store now
+ * (sess_mu held); put keys go to *out (the caller revokes or ends them,
+ * without the lock: an RPC).  res[i] (when not NULL) gets MC_INVALID_PARAMS
+ * for a key this dummy does not hold, as the store answers for a key with
+ * no open session.
+ */
+static void holds_drop(session_t *ss, const char *const *keys, size_t n, int put,
+                       mc_dummy_result_t *res, const char **out, size_t *nout)
+{
+    struct mc_store_dummy_server *srv = ss->srv;
+    size_t nend = 0;
+    const char **end = NULL;
+    char **owned = NULL;
+    size_t nowned = 0;
+
+    pthread_mutex_lock(&srv->sess_mu);
+    if (keys == NULL)
+        n = srv->nholds;
+    end = calloc(n + 1, sizeof(*end));
+    owned = calloc(n + 1, sizeof(*owned));
+    for (size_t i = 0, j = 0; (end != NULL) && (owned != NULL) && (i < n); i++) {
+        ssize_t k;
+        if (keys == NULL) { /* every hold of the session, whatever its key */
+            while ((j < srv->nholds) && ((srv->holds[j].owner != ss) || (srv->holds[j].put != put)))
+                j++;
+            if (j == srv->nholds)
+                break;
+            k = (ssize_t)j;
+        } else {
+            k = hold_find(srv, keys[i], ss, put);
+        }
+        if (k < 0) {
+            if (res != NULL)
+                res[i].result = MC_INVALID_PARAMS;
+            continue;
+        }
+        owned[nowned] = srv->holds[k].key;
+        srv->holds[k].key = NULL;
+        hold_del(srv, (size_t)k);
+        if (put || (hold_find(srv, owned[nowned], NULL, 0) < 0))
+            end[nend++] = owned[nowned];
+        nowned++;
+    }
+    if (!put && (nend > 0))
+        (void)mc_store_get_session_end(srv->store, end, nend);
+    pthread_mutex_unlock(&srv->sess_mu);
+    for (size_t i = 0; put && (i < nend); i++)
+        out[(*nout)++] = end[i]; /* owned by the caller now */
+    for (size_t i = 0; i < nowned; i++)
+        if (!put)
+            free(owned[i]);
+    free(end);
+    free(owned);
+}
+
+/* The session ended: its get sessions end, its put sessions are revoked. */
+static void holds_release(session_t *ss)
+{
+    const char **puts;
+    size_t nput = 0;
+
+    pthread_mutex_lock(&ss->srv->sess_mu);
+    puts = calloc(ss->srv->nholds + 1, sizeof(*puts));
+    pthread_mutex_unlock(&ss->srv->sess_mu);
+    if (puts == NULL)
+        return;
+    holds_drop(ss, NULL, 0, 0, NULL, NULL, NULL);
+    holds_drop(ss, NULL, 0, 1, NULL, puts, &nput);
+    if (nput > 0) {
+        mc_status_t *sts = calloc(nput, sizeof(*sts));
+        if (sts != NULL)
+            (void)mc_store_put_session_revoke(ss->srv->store, puts, nput, sts);
+        free(sts);
+    }
+    for (size_t i = 0; i < nput; i++)
+        free((char *)puts[i]);
+    free(puts);
+}
+
+/* Ranged I/O: per key, the key's item (MORE when ranges follow), then per
+ * range a buffer item (region, off, len; MORE) and an offset item (off;
+ * MORE unless the key's last).  -1 for a malformed frame or a buffer
+ * outside the dummy's memory. */
+static int do_session_io(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+{
+    size_t n = rq->n, nk = 0, nr = 0;
+    io_arrays_t a;
+    int rc = -1;
+
+    if (io_arrays_alloc(&a, n, res) != 0)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        const mc_dummy_item_t *it = &rq->items[i];
+        size_t k = i++;
+        if ((rq->keys[k] == NULL) || (it->flags & MC_DUMMY_IF_ARG))
+            goto out;
+        a.keys[nk] = rq->keys[k];
+        a.bufs[nk] = &a.iovs[nr];
+        a.offs[nk] = &a.ofs[nr];
+        a.first[nk] = k;
+        while (rq->items[i - 1].flags & MC_DUMMY_IF_MORE) { /* a (buffer, offset) pair */
+            void *p;
+            if ((i + 1 >= n) || (rq->keys[i] != NULL) || (rq->keys[i + 1] != NULL) ||
+                !(rq->items[i].flags & MC_DUMMY_IF_MORE))
+                goto out;
+            p = range_of(ss, &rq->items[i]);
+            if (p == NULL)
+                goto out;
+            a.iovs[nr] = (mc_iov_t){p, (size_t)rq->items[i].len};
+            a.ofs[nr++] = rq->items[i + 1].off;
+            a.counts[nk]++;
+            i += 2;
+        }
+        nk++;
+    }
+    rc = 0;
+    /* only the session's own keys reach the store */
+    {
+        size_t m = 0;
+        pthread_mutex_lock(&ss->srv->sess_mu);
+        for (size_t k = 0; k < nk; k++) {
+            if (hold_find(ss->srv, a.keys[k], ss, op == MC_DUMMY_OP_PUT_SESSION_WRITE) < 0) {
+                res[a.first[k]].result = MC_INVALID_PARAMS;
+                continue;
+            }
+            a.keys[m] = a.keys[k];
+            a.bufs[m] = a.bufs[k];
+            a.offs[m] = a.offs[k];
+            a.counts[m] = a.counts[k];
+            a.first[m++] = a.first[k];
+        }
+        pthread_mutex_unlock(&ss->srv->sess_mu);
+        if (op == MC_DUMMY_OP_PUT_SESSION_WRITE)
+            (void)mc_store_put_session_write(ss->srv->store, a.keys, a.bufs, a.offs, a.counts, m,
+                                             a.rs);
+        else
+            (void)mc_store_get_session_read(ss->srv->store, a.keys, a.bufs, a.offs, a.counts, m,
+                                            a.rs);
+        for (size_t k = 0; k < m; k++)
+            res[a.first[k]].result = a.rs[k];
+    }
+out:
+    io_arrays_free(&a);
+    return rc;
+}
+
+/* The ranged-session ops on keys (starts, ends); -1 for a frame of the
+ * wrong shape. */
+static int do_sessions(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res,
+                       named_t *nm)
+{
+    struct mc_store_dummy_server *srv = ss->srv;
+    const char **keys = nm->keys;
+    mc_status_t *sts = nm->sts;
+    size_t nk = nm->nk;
+
+    if (nm->na != 0)
+        return -1;
+    switch (op) {
+    case MC_DUMMY_OP_GET_SESSION_START:
+    case MC_DUMMY_OP_PUT_SESSION_START: {
+        int put = (op == MC_DUMMY_OP_PUT_SESSION_START);
+        uint64_t *sizes = calloc(nk + 1, sizeof(*sizes));
+        size_t *at = calloc(nk + 1, sizeof(*at));
+        const char **gids = NULL;
+        mc_replicate_config_t cfg, *c = NULL;
+        if ((sizes == NULL) || (at == NULL)) {
+            free(sizes);
+            free(at);
+            for (size_t i = 0; i < nk; i++)
+                res[i].result = MC_INTERNAL_ERROR;
+            break;
+        }
+        if (put && rq->has_cfg && rq->cfg.present) {
+            cfg_from_wire(&rq->cfg, &cfg);
+            cfg.preferred_segment = rq->preferred;
+            if (cfg.field_mask & MC_RC_FIELD_GROUP_IDS) {
+                gids = calloc(nk + 1, sizeof(*gids));
+                for (size_t i = 0; (gids != NULL) && (i < nk); i++)
+                    gids[i] = (rq->groups[i] != NULL) ? rq->groups[i] : "";
+                cfg.group_ids = gids;
+                cfg.group_ids_count = (gids != NULL) ? nk : 0;
+            }
+            c = &cfg;
+        }
+        for (size_t i = 0; i < nk; i++)
+            sizes[i] = rq->items[i].len;
+        pthread_mutex_lock(&srv->sess_mu);
+        /* a key another dummy reserved is, for this one, another client's
+         * object being written: what the master answers an ordinary client.
+         * The others go to the store, packed in front (at[]: their items) */
+        size_t m = 0;
+        for (size_t i = 0; i < nk; i++) {
+            ssize_t h = put ? hold_find(srv, keys[i], NULL, 1) : -1;
+            if ((h >= 0) && (srv->holds[h].owner != ss)) {
+                res[i].result = MC_OBJECT_ALREADY_EXISTS;
+                continue;
+            }
+            keys[m] = keys[i];
+            sizes[m] = sizes[i];
+            if (gids != NULL)
+                gids[m] = gids[i];
+            at[m++] = i;
+        }
+        if ((c != NULL) && (gids != NULL))
+            cfg.group_ids_count = m;
+        if (put)
+            (void)mc_store_put_session_start(srv->store, keys, sizes, m, c, sts);
+        else
+            (void)mc_store_get_session_start(srv->store, keys, m, sts);
+        for (size_t j = 0; j < m; j++) {
+            if (sts[j] == MC_OK)
+                sts[j] = hold_add(ss, keys[j], put);
+            res[at[j]].result = sts[j];
+        }
+        pthread_mutex_unlock(&srv->sess_mu);
+        free(sizes);
+        free(at);
+        free(gids);
+        break;
+    }
+    case MC_DUMMY_OP_GET_SESSION_END:
+        holds_drop(ss, keys, nk, 0, res, NULL, NULL);
+        break;
+    default: { /* PUT_SESSION_END, PUT_SESSION_REVOKE: the session's own keys */
+        const char **mine = calloc(nk + 1, sizeof(*mine));
+        size_t nmine = 0, j = 0;
+        if (mine == NULL) {
+            for (size_t i = 0; i < nk; i++)
+                res[i].result = MC_INTERNAL_ERROR;
+            break;
+        }
+        holds_drop(ss, keys, nk, 1, res, mine, &nmine);
+        if (op == MC_DUMMY_OP_PUT_SESSION_END)
+            (void)mc_store_put_session_end(srv->store, mine, nmine, sts);
+        else
+            (void)mc_store_put_session_revoke(srv->store, mine, nmine, sts);
+        /* holds_drop kept the order of the keys it took */
+        for (size_t i = 0; i < nk; i++)
+            if ((res[i].result == 0) && (j < nmine))
+                res[i].result = sts[j++];
+        for (size_t i = 0; i < nmine; i++)
+            free((char *)mine[i]);
+        free(mine);
+        break;
+    }
+    }
+    return 0;
+}
+
+/* The ops on object keys and names: split the request, then run it. */
+static int do_named_ops(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t *res)
+{
+    named_t nm = {calloc(rq->n + 1, sizeof(char *)), calloc(rq->n + 1, sizeof(char *)),
+                  calloc(rq->n + 1, sizeof(mc_status_t)), 0, 0};
+    int rc = 0;
+
+    if ((op == MC_DUMMY_OP_GET_SESSION_READ) || (op == MC_DUMMY_OP_PUT_SESSION_WRITE)) {
+        rc = do_session_io(ss, op, rq, res); /* keys and ranges, no names */
+    } else if ((nm.keys == NULL) || (nm.args == NULL) || (nm.sts == NULL)) {
+        for (size_t i = 0; i < rq->n; i++)
+            res[i].result = MC_INTERNAL_ERROR;
+    } else if ((op != MC_DUMMY_OP_REMOVE_ALL) &&
+               (split_args(rq, nm.keys, &nm.nk, nm.args, &nm.na) != 0)) {
+        rc = -1;
+    } else if (op >= MC_DUMMY_OP_GET_SESSION_START) {
+        rc = do_sessions(ss, op, rq, res, &nm);
+    } else if (op >= MC_DUMMY_OP_MOUNT) {
+        rc = do_segments(ss, op, rq, res, &nm);
+    } else {
+        rc = do_named(ss, op, rq, res, &nm);
+    }
+    free(nm.keys);
+    free(nm.args);
+    free(nm.sts);
+    return rc;
+}
+
 static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
 {
     uint64_t sessions = 0, mapped = 0, allocated = 0;
@@ -391,6 +1107,32 @@ static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
     res[2].result = (int64_t)allocated;
 }
 
+/* The next frame's header, and a descriptor sent with it (ss->rx_fd; only
+ * MOUNT uses one, any other is closed).  0, or -1 when the connection
+ * failed or closed. */
+static int recv_hdr(session_t *ss, mc_dummy_hdr_t *h)
+{
+    size_t got = 0;
+    while (got < sizeof(*h)) {
+        struct iovec iov = {(uint8_t *)h + got, sizeof(*h) - got};
+        int fd, nfds, ctrunc;
+        ssize_t r = recvmsg_fds(ss->fd, &iov, 1, 0, &fd, 1, &nfds, &ctrunc);
+        if ((r < 0) && (errno == EINTR))
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = ECONNRESET;
+            return -1;
+        }
+        if ((nfds == 1) && (ss->rx_fd < 0))
+            ss->rx_fd = fd;
+        else if (nfds == 1)
+            close(fd);
+        got += (size_t)r;
+    }
+    return 0;
+}
+
 /* One request; -1 closes the connection. */
 static int serve_one(session_t *ss)
 {
@@ -400,7 +1142,8 @@ static int serve_one(session_t *ss)
     size_t nres;
     int rc = -1;
 
-    if (mc_dummy_recv_all(ss->fd, &h, sizeof(h)) != 0)
+    mc_dummy_spin_readable(ss->fd, mc_dummy_spin_us());
+    if (recv_hdr(ss, &h) != 0)
         return -1;
     if (mc_dummy_hdr_check(&h) != 0) {
         mc_warn("dummy server: a malformed frame (op %u, %u bytes); closing", h.op, h.len);
@@ -461,13 +1204,39 @@ static int serve_one(session_t *ss)
     case MC_DUMMY_OP_GET_STAGED:
         do_get_staged(ss, &rq, res);
         break;
-    default: /* EXIST, SIZE, REMOVE: one key each */
+    case MC_DUMMY_OP_REPLICAS:
+        do_replicas(ss, &rq, res);
+        break;
+    case MC_DUMMY_OP_BATCH_REMOVE:
+    case MC_DUMMY_OP_REMOVE_REGEX:
+    case MC_DUMMY_OP_REMOVE_ALL:
+    case MC_DUMMY_OP_REPLICA_CLEAR:
+    case MC_DUMMY_OP_COPY_TASK:
+    case MC_DUMMY_OP_MOVE_TASK:
+    case MC_DUMMY_OP_QUERY_TASK:
+    case MC_DUMMY_OP_MOUNT:
+    case MC_DUMMY_OP_ALLOC_MOUNT:
+    case MC_DUMMY_OP_UNMOUNT:
+    case MC_DUMMY_OP_GET_SESSION_START:
+    case MC_DUMMY_OP_GET_SESSION_READ:
+    case MC_DUMMY_OP_GET_SESSION_END:
+    case MC_DUMMY_OP_PUT_SESSION_START:
+    case MC_DUMMY_OP_PUT_SESSION_WRITE:
+    case MC_DUMMY_OP_PUT_SESSION_END:
+    case MC_DUMMY_OP_PUT_SESSION_REVOKE:
+        if (do_named_ops(ss, h.op, &rq, res) != 0) {
+            mc_warn("dummy server: a malformed %s request; closing", mc_dummy_op_name(h.op));
+            goto out;
+        }
+        break;
+    case MC_DUMMY_OP_EXIST:
+        do_exist(ss, &rq, res);
+        break;
+    default: /* SIZE, REMOVE: one key each */
         for (size_t i = 0; i < rq.n; i++) {
             const char *key = rq.keys[i];
             if (key == NULL) {
                 res[i].result = MC_INVALID_PARAMS;
-            } else if (h.op == MC_DUMMY_OP_EXIST) {
-                res[i].result = mc_store_exist(ss->srv->store, key);
             } else if (h.op == MC_DUMMY_OP_SIZE) {
                 uint64_t size = 0;
                 mc_status_t st = mc_store_get_size(ss->srv->store, key, &size);
@@ -483,6 +1252,9 @@ static int serve_one(session_t *ss)
     if (!(h.flags & MC_DUMMY_F_NOREPLY))
         rc = send_resp(ss, h.op, MC_OK, res, nres);
 out:
+    if (ss->rx_fd >= 0) /* a descriptor no op took */
+        close(ss->rx_fd);
+    ss->rx_fd = -1;
     free(res);
     mc_dummy_req_cleanup(&rq);
     return rc;
@@ -508,6 +1280,10 @@ static void *session_main(void *arg)
     /* the descriptor is closed by reap(); the dummy must see the end now
      * (a dropped one's next call fails at once instead of waiting) */
     shutdown(ss->fd, SHUT_RDWR);
+    /* what the dummy opened and mounted goes first (master round trips:
+     * not under srv->lock) */
+    holds_release(ss);
+    segs_release(ss);
     pthread_mutex_lock(&ss->srv->lock);
     session_release(ss);
     ss->done = 1;
@@ -562,6 +1338,7 @@ static void *accept_main(void *arg)
         }
         ss->srv = srv;
         ss->fd = fd;
+        ss->rx_fd = -1;
         pthread_mutex_init(&ss->mu, NULL);
         if (pthread_create(&ss->thread, NULL, session_main, ss) != 0) {
             close(fd);
@@ -596,6 +1373,7 @@ MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc
     srv->store = store;
     snprintf(srv->path, sizeof(srv->path), "%s", ipc_path);
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_mutex_init(&srv->sess_mu, NULL);
     srv->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if ((srv->lfd < 0) || (bind(srv->lfd, (struct sockaddr *)&sa, salen) != 0) ||
         (listen(srv->lfd, 128) != 0)) {
@@ -603,6 +1381,7 @@ MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc
         if (srv->lfd >= 0)
             close(srv->lfd);
         pthread_mutex_destroy(&srv->lock);
+        pthread_mutex_destroy(&srv->sess_mu);
         free(srv);
         return (errno == EADDRINUSE) ? MC_INVALID_PARAMS : MC_INTERNAL_ERROR;
     }
@@ -610,6 +1389,7 @@ MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc
         mc_set_error_detail("cannot start the dummy server thread");
         close(srv->lfd);
         pthread_mutex_destroy(&srv->lock);
+        pthread_mutex_destroy(&srv->sess_mu);
         free(srv);
         return MC_INTERNAL_ERROR;
     }
@@ -635,5 +1415,7 @@ MC_API void mc_store_dummy_server_stop(mc_store_dummy_server_h srv)
     reap(srv, 1);
     pthread_mutex_unlock(&srv->lock);
     pthread_mutex_destroy(&srv->lock);
+    pthread_mutex_destroy(&srv->sess_mu);
+    free(srv->holds);
     free(srv);
 }

@@ -9,9 +9,11 @@
  * host (they share memory), so integers are in host byte order.  Frames:
  *
  *   request  = mc_dummy_hdr_t, then `count` items, each an mc_dummy_item_t
- *              followed by its key (klen bytes, no NUL), then for the write
- *              ops one mc_dummy_cfg_t.  hdr.len counts the bytes after the
- *              header.
+ *              followed by its key (klen bytes, no NUL) and, for the ops
+ *              with a config (PUT, PUT_SESSION_START), its group id (glen
+ *              bytes), then for those one mc_dummy_cfg_t followed by its
+ *              preferred segment (plen bytes).  hdr.len counts the bytes
+ *              after the header.
  *   response = mc_dummy_hdr_t (status = the call's status), then `count`
  *              mc_dummy_result_t, one per request item.
  *
@@ -42,7 +44,25 @@
     X(EXIST,        8, "key",                              "1, 0 or status")  \
     X(SIZE,         9, "key",                              "size or status")  \
     X(REMOVE,      10, "key, flags FORCE",                 "status")          \
-    X(STATS,       11, "nothing",                          "3 counters")
+    X(STATS,       11, "nothing",                          "3 counters")      \
+    X(BATCH_REMOVE, 12, "key, flags FORCE (item 0)",       "status")          \
+    X(REMOVE_REGEX, 13, "ARG pattern, flags FORCE",        "count or status") \
+    X(REMOVE_ALL,  14, "one item, flags FORCE",            "count or status") \
+    X(REPLICA_CLEAR, 15, "key ... (+ARG segment name)",    "status")          \
+    X(REPLICAS,    16, "key",                              "count, off, handle") \
+    X(COPY_TASK,   17, "key, ARG target ...",              "status, off, handle") \
+    X(MOVE_TASK,   18, "key, ARG source, ARG target",      "status, off, handle") \
+    X(QUERY_TASK,  19, "ARG task id",                      "status, off, handle") \
+    X(MOUNT,       20, "ARG protocol, ARG location; a file fd", "status, off, handle") \
+    X(ALLOC_MOUNT, 21, "ARG protocol, ARG location",       "status, off, handle") \
+    X(UNMOUNT,     22, "ARG segment id ... (+RELEASE: and free)", "status") \
+    X(GET_SESSION_START, 23, "key",                        "status")          \
+    X(GET_SESSION_READ, 24, "key (+MORE), ranges",         "bytes or status") \
+    X(GET_SESSION_END, 25, "key",                          "status")          \
+    X(PUT_SESSION_START, 26, "key, len = size; config",    "status")          \
+    X(PUT_SESSION_WRITE, 27, "key (+MORE), ranges",        "bytes or status") \
+    X(PUT_SESSION_END, 28, "key",                          "status")          \
+    X(PUT_SESSION_REVOKE, 29, "key",                       "status")
 
 enum mc_dummy_op {
 #define MC_DUMMY_X_(name, num, req, resp) MC_DUMMY_OP_##name = num,
@@ -64,6 +84,8 @@ enum mc_dummy_op {
 #define MC_DUMMY_IF_UPSERT  0x2u /* PUT: overwrite */
 #define MC_DUMMY_IF_FORCE   0x4u /* REMOVE: ignore leases */
 #define MC_DUMMY_IF_RELEASE 0x8u /* PUT: free the staging block `handle` once written */
+#define MC_DUMMY_IF_ARG     0x10u /* the item's key bytes are a name the call takes
+                                   * (pattern, segment, task id), not an object key */
 
 typedef struct mc_dummy_hdr {
     uint32_t magic;
@@ -84,7 +106,8 @@ typedef struct mc_dummy_item {
     uint8_t flags;    /* MC_DUMMY_IF_* */
     uint8_t pad;
     uint32_t klen;    /* key bytes that follow */
-    uint32_t pad2;
+    uint32_t glen;    /* PUT, keyed item: bytes of its group id that follow the
+                       * key (used when the config asks for group ids) */
 } mc_dummy_item_t;
 _Static_assert(sizeof(mc_dummy_item_t) == 32, "dummy item is 32 bytes");
 
@@ -99,7 +122,7 @@ typedef struct mc_dummy_cfg {
     int32_t with_hard_pin;
     int32_t prefer_alloc_in_same_node;
     uint32_t present;  /* 0: NULL config (the defaults) */
-    uint32_t pad;
+    uint32_t plen;     /* bytes of preferred_segment that follow (0: none) */
 } mc_dummy_cfg_t;
 _Static_assert(sizeof(mc_dummy_cfg_t) == 48, "dummy config is 48 bytes");
 
@@ -110,6 +133,13 @@ typedef struct mc_dummy_result {
     uint32_t pad;
 } mc_dummy_result_t;
 _Static_assert(sizeof(mc_dummy_result_t) == 24, "dummy result is 24 bytes");
+
+/* MOUNT, ALLOC_MOUNT: the staged answer. */
+typedef struct mc_dummy_mounted {
+    char id[40];         /* segment id, UUID text, NUL-terminated */
+    uint64_t allocated;  /* ALLOC_MOUNT: bytes allocated */
+} mc_dummy_mounted_t;
+_Static_assert(sizeof(mc_dummy_mounted_t) == 48, "dummy mount answer is 48 bytes");
 
 /* HELLO body (no items): the sizes of the two memfds attached. */
 typedef struct mc_dummy_hello {

@@ -57,6 +57,10 @@ typedef struct mc_master_target {
     char tenant_id[256];
     int connect_timeout_ms;
     int io_timeout_ms; /* per send/receive; 0 = wait forever */
+    /* called (from the dialling thread) with each accepted HELLO's
+     * metadata token; NULL: not wanted */
+    void (*on_token)(void *arg, mc_uuid_t token);
+    void *on_token_arg;
 } mc_master_target_t;
 
 typedef struct mc_mconn {

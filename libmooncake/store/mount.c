@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
 static uint64_t page_size(void)
@@ -135,6 +136,8 @@ static mc_status_t map_fresh(uint64_t size, mc_store_segment_t *seg)
         mc_set_error_detail("a segment of %llu bytes is not mappable", (unsigned long long)size);
         return MC_INVALID_PARAMS;
     }
+    if (mc_store_segment_size_check(size, "segment size") != MC_OK)
+        return MC_INVALID_PARAMS;
     return mc_store_segment_map(seg, MC_NO_AVAILABLE_HANDLE);
 }
 
@@ -159,6 +162,8 @@ MC_API mc_status_t mc_store_mount_segment(mc_store_h s, const char *path, uint64
     mc_status_t st;
     mc_store_segment_t seg;
 
+    if (mc_dummy_mount(s, path, size, offset, protocol, location, id_out, NULL, &st))
+        return st;
     if (id_out == NULL) {
         mc_set_error_detail("id_out is NULL");
         return MC_INVALID_PARAMS;
@@ -193,6 +198,8 @@ MC_API mc_status_t mc_store_allocate_and_mount_segment(mc_store_h s, uint64_t si
     mc_status_t st;
     mc_store_segment_t seg;
 
+    if (mc_dummy_mount(s, NULL, size, 0, protocol, location, id_out, allocated_size_p, &st))
+        return st;
     if (id_out == NULL) {
         mc_set_error_detail("id_out is NULL");
         return MC_INVALID_PARAMS;
@@ -336,6 +343,8 @@ static mc_status_t unmount_many(mc_store_h s, const char *const *ids, size_t n,
 {
     mc_status_t st;
 
+    if (mc_dummy_unmount(s, ids, n, grace_s, want_allocated, &st))
+        return st;
     if ((ids == NULL) && (n > 0)) {
         mc_set_error_detail("ids is NULL");
         return MC_INVALID_PARAMS;

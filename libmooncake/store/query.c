@@ -257,6 +257,15 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
         q->deadline_ns = UINT64_MAX;
         q->n           = 0;
         q->copy        = (const uint8_t *)q + DUMMY_QUERY_HDR;
+        q->owner       = s;
+        q->key         = strdup(keys[i]);
+        q->descs       = NULL;
+        if (q->key == NULL) {
+            free(q);
+            mc_set_error_detail("out of memory");
+            statuses[i] = MC_INTERNAL_ERROR;
+            continue;
+        }
         queries[i]     = q;
     }
     free(mems);
@@ -295,6 +304,10 @@ MC_API uint64_t mc_store_query_size(mc_store_query_h q)
 
 MC_API void mc_store_query_release(mc_store_query_h q)
 {
+    if ((q != NULL) && (q->copy != NULL)) {
+        free(q->key);
+        free(q->descs);
+    }
     free(q);
 }
 
@@ -635,6 +648,8 @@ MC_API mc_status_t mc_store_batch_exist(mc_store_h s, const char *const *keys, s
         mc_set_error_detail("keys and results are required");
         return MC_INVALID_PARAMS;
     }
+    if (mc_dummy_batch_exist(s, keys, n, results, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK) {
         for (size_t i = 0; i < n; i++)

@@ -38,6 +38,12 @@ struct mc_store_query {
     uint32_t n;           /* >= 1; 0 for a dummy handle's query (copy) */
     const uint8_t *copy;  /* a dummy handle's query: the object's bytes, read at
                            * lookup time and freed with the query; else NULL */
+    /* a dummy handle's query (copy != NULL): its key and handle, and the
+     * replica descriptors its real client reports, asked for on first use
+     * (replica.c); freed with the query */
+    mc_store_h owner;
+    char *key;
+    struct mc_dummy_descs *descs;
     mc_query_replica_t r[];
 };
 

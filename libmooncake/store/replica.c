@@ -12,9 +12,11 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "store/dummy_internal.h"
 #include "store/read_internal.h"
 
 /*
@@ -24,9 +26,49 @@
  */
 #define MC_REPLICA_PROTOCOL "tcp"
 
+/* A dummy handle's replica descriptors, fetched once. */
+struct mc_dummy_descs {
+    size_t n;
+    mc_replica_desc_t v[];
+};
+
+/* The descriptors of a dummy's query (NULL if its real client cannot say:
+ * the call's detail is set).  Two threads asking at once both fetch; one
+ * result is kept. */
+static struct mc_dummy_descs *dummy_descs(mc_store_query_h q)
+{
+    struct mc_dummy_descs *dd = __atomic_load_n(&q->descs, __ATOMIC_ACQUIRE), *expect = NULL;
+    mc_replica_desc_t *v = NULL;
+    size_t n = 0;
+
+    if (dd != NULL)
+        return dd;
+    if (mc_dummy_replicas(q->owner, q->key, &v, &n) != MC_OK)
+        return NULL;
+    dd = malloc(sizeof(*dd) + (n + 1) * sizeof(dd->v[0]));
+    if (dd != NULL) {
+        dd->n = n;
+        if (n > 0)
+            memcpy(dd->v, v, n * sizeof(*v));
+        if (!__atomic_compare_exchange_n(&q->descs, &expect, dd, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+            free(dd);
+            dd = expect;
+        }
+    }
+    free(v);
+    return dd;
+}
+
 MC_API size_t mc_store_query_replica_count(mc_store_query_h q)
 {
-    return (q != NULL) ? q->n : 0;
+    struct mc_dummy_descs *dd;
+    if (q == NULL)
+        return 0;
+    if (q->copy == NULL)
+        return q->n;
+    dd = dummy_descs(q);
+    return (dd != NULL) ? dd->n : 0;
 }
 
 MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_replica_desc_t *desc)
@@ -36,6 +78,17 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_repli
     if ((q == NULL) || (desc == NULL)) {
         mc_set_error_detail("query and desc are required");
         return MC_INVALID_PARAMS;
+    }
+    if (q->copy != NULL) {
+        struct mc_dummy_descs *dd = dummy_descs(q);
+        if (dd == NULL)
+            return MC_RPC_FAIL;
+        if (i >= dd->n) {
+            mc_set_error_detail("replica %zu requested of a query with %zu", i, dd->n);
+            return MC_INVALID_PARAMS;
+        }
+        *desc = dd->v[i];
+        return MC_OK;
     }
     if (i >= q->n) {
         mc_set_error_detail("replica %zu requested of a query with %u", i, (unsigned)q->n);

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "common/cuda.h"
@@ -50,6 +51,30 @@ static int round_to_pages(uint64_t size, size_t *len_p)
         return -1;
     *len_p = (size_t)((size + p - 1) & ~(p - 1));
     return 0;
+}
+
+/*
+ * A segment larger than the host's RAM and swap together can never be
+ * backed: refuse it as a bad parameter, with the sizes, before trying
+ * (the map would fail with a bare ENOMEM, or succeed lazily and have the
+ * OOM killer settle it later).
+ */
+mc_status_t mc_store_segment_size_check(uint64_t size, const char *what)
+{
+    struct sysinfo si;
+    uint64_t total;
+
+    if (sysinfo(&si) != 0)
+        return MC_OK; /* cannot tell: let the map decide */
+    total = ((uint64_t)si.totalram + (uint64_t)si.totalswap) * (uint64_t)si.mem_unit;
+    if (size > total) {
+        mc_set_error_detail("%s %llu bytes is larger than this host's memory "
+                            "(%llu bytes of RAM and swap)",
+                            what, (unsigned long long)size, (unsigned long long)total);
+        mc_error("%s", mc_last_error_detail());
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
 }
 
 mc_status_t mc_store_segment_map(mc_store_segment_t *seg, mc_status_t fail_status)
@@ -135,6 +160,9 @@ mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size)
                             (unsigned long long)size);
         return MC_INVALID_PARAMS;
     }
+    st = mc_store_segment_size_check(size, "global_segment_size");
+    if (st != MC_OK)
+        return st;
 
     st = mc_store_segment_map(&seg, MC_INTERNAL_ERROR);
     if (st != MC_OK)

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "store/dummy_internal.h"
 #include "store/read_internal.h"
 #include "store/store_internal.h"
 
@@ -174,6 +175,8 @@ MC_API mc_status_t mc_store_get_session_start(mc_store_h s, const char *const *k
         mc_set_error_detail("keys and statuses are required");
         return MC_INVALID_PARAMS;
     }
+    if (mc_dummy_session_keys(s, MC_DUMMY_OP_GET_SESSION_START, keys, n, statuses, &st))
+        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;
@@ -247,6 +250,9 @@ MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *ke
         mc_set_error_detail("keys, bufs, src_offsets, counts and results are required");
         return MC_INVALID_PARAMS;
     }
+    if (mc_dummy_session_io(s, MC_DUMMY_OP_GET_SESSION_READ, keys, bufs, src_offsets, counts, n,
+                            results, &st))
+        return st;
     st = mc_store_enter_results(s, results, n);
     if (st != MC_OK)
         return st;
@@ -357,6 +363,8 @@ MC_API mc_status_t mc_store_get_session_end(mc_store_h s, const char *const *key
         mc_set_error_detail("keys is NULL");
         return MC_INVALID_PARAMS;
     }
+    if (mc_dummy_session_keys(s, MC_DUMMY_OP_GET_SESSION_END, keys, n, NULL, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -504,6 +512,8 @@ MC_API mc_status_t mc_store_put_session_start(mc_store_h s, const char *const *k
         mc_set_error_detail("keys, sizes and statuses are required");
         return MC_INVALID_PARAMS;
     }
+    if (mc_dummy_put_session_start(s, keys, sizes, n, cfg, statuses, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         goto fail_unlocked;
@@ -640,6 +650,9 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
         mc_set_error_detail("keys, bufs, dst_offsets, counts and results are required");
         return MC_INVALID_PARAMS;
     }
+    if (mc_dummy_session_io(s, MC_DUMMY_OP_PUT_SESSION_WRITE, keys, bufs, dst_offsets, counts, n,
+                            results, &st))
+        return st;
     st = mc_store_enter_results(s, results, n);
     if (st != MC_OK)
         return st;
@@ -793,6 +806,9 @@ static mc_status_t put_session_finish(mc_store_h s, int end, const char *const *
         mc_set_error_detail("keys and statuses are required");
         return MC_INVALID_PARAMS;
     }
+    if (mc_dummy_session_keys(s, end ? MC_DUMMY_OP_PUT_SESSION_END : MC_DUMMY_OP_PUT_SESSION_REVOKE,
+                              keys, n, statuses, &st))
+        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;

@@ -46,6 +46,8 @@
 
 #include "common/cuda.h"
 #include "common/log.h"
+#include "common/regex_limit.h"
+#include "transfer/engine.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
@@ -185,8 +187,27 @@ MC_API mc_status_t mc_store_create(mc_store_h *store_p)
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&s->seg_lock, NULL);
     pthread_mutex_init(&s->http_lock, NULL);
+    pthread_mutex_init(&s->token_mu, NULL);
     *store_p = s;
     return MC_OK;
+}
+
+/* The master's metadata token, from every HELLO (a restarted master has a
+ * new one): kept, and handed to the engine once setup has one. */
+static void store_on_token(void *arg, mc_uuid_t token)
+{
+    mc_store_h s = arg;
+    char hex[33];
+
+    snprintf(hex, sizeof(hex), "%016llx%016llx", (unsigned long long)token.hi,
+             (unsigned long long)token.lo);
+    pthread_mutex_lock(&s->token_mu);
+    if (strcmp(hex, s->meta_token) != 0) {
+        memcpy(s->meta_token, hex, sizeof(hex));
+        if (s->token_te != NULL)
+            mc_te_meta_token_set(s->token_te, hex);
+    }
+    pthread_mutex_unlock(&s->token_mu);
 }
 
 /* Tell the master this client is gone; its segments and objects vanish. */
@@ -220,6 +241,12 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
     }
     mc_store_segments_release(s);
     mc_store_lbuf_cleanup(s);
+    pthread_mutex_lock(&s->token_mu);
+    if (s->token_te != NULL)
+        mc_te_meta_token_set(s->token_te, ""); /* a borrowed engine outlives us */
+    s->token_te      = NULL;
+    s->meta_token[0] = '\0';
+    pthread_mutex_unlock(&s->token_mu);
     if (s->te != NULL) {
         /* a borrowed engine stays with its owner: the segment and buffer
          * regions were unregistered above, which is all we put on it */
@@ -298,6 +325,8 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     st = mc_master_target_init(&s->target, master, s->client_id, tenant);
     if (st != MC_OK)
         goto fail;
+    s->target.on_token     = store_on_token;
+    s->target.on_token_arg = s;
     if (p->field_mask & MC_STORE_PARAM_RPC_TIMEOUT_MS)
         s->target.io_timeout_ms = (int)p->rpc_timeout_ms;
     st = mc_master_pool_init(&s->pool, &s->target, MC_STORE_POOL_CAP);
@@ -352,6 +381,10 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
         goto fail;
     }
 engine_ready:
+    pthread_mutex_lock(&s->token_mu);
+    s->token_te = s->te;
+    mc_te_meta_token_set(s->te, s->meta_token);
+    pthread_mutex_unlock(&s->token_mu);
     name = mc_te_local_name(s->te);
     if ((name == NULL) || (*name == '\0') || (strlen(name) >= sizeof(s->hostname))) {
         mc_set_error_detail("transfer engine has no usable segment name");
@@ -460,6 +493,7 @@ MC_API void mc_store_destroy(mc_store_h s)
     mc_store_close(s);
     pthread_mutex_destroy(&s->seg_lock);
     pthread_mutex_destroy(&s->http_lock);
+    pthread_mutex_destroy(&s->token_mu);
     pthread_rwlock_destroy(&s->life);
     free(s);
 }
@@ -895,6 +929,23 @@ static uint64_t iov_total(const mc_iov_t *parts, size_t n)
     return total;
 }
 
+/*
+ * A write whose bytes could not reach a holder (dead, or its link cut:
+ * the engine gives up within its connect and I/O timeouts) has been
+ * revoked; it is tried once more, with a fresh PutStart, unless the
+ * configuration pins it to a preferred segment (it would land on the same
+ * holder).  The master no longer places on a holder that missed its
+ * heartbeats (--client_suspect_heartbeats), so the second placement
+ * usually avoids it.
+ */
+static int write_retryable(mc_status_t st, const mc_replicate_config_t *cfg)
+{
+    if (st != MC_TRANSFER_FAIL)
+        return 0;
+    return (cfg == NULL) || (cfg->preferred_segment == NULL) ||
+           (cfg->preferred_segment[0] == '\0');
+}
+
 /* Public entry of every single-key write. */
 static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                              size_t n, const mc_replicate_config_t *cfg, unsigned flags)
@@ -908,6 +959,11 @@ static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const
     if (st != MC_OK)
         return st;
     st = do_write(s, op, key, parts, n, cfg, flags);
+    if (write_retryable(st, cfg)) {
+        mc_info("%s of %s: the transfer failed (%s); once more on a fresh placement",
+                write_op_name(op), key, mc_last_error_detail());
+        st = do_write(s, op, key, parts, n, cfg, flags);
+    }
     mc_store_metrics_record(&s->metrics, MC_MOP_PUT, t0, 1, st != MC_OK,
                             (st == MC_OK) ? iov_total(parts, n) : 0);
     mc_store_leave(s);
@@ -1379,6 +1435,44 @@ out:
     return mc_store_first_error(statuses, n);
 }
 
+/*
+ * The keys of a batch whose transfer failed get the single-key second
+ * chance of write_one() (write_retryable()), each with its own group id.
+ * Returns the batch's status afresh when any was retried, else @p st.
+ */
+static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *keys,
+                               const write_src_t *src, size_t n,
+                               const mc_replicate_config_t *cfg, unsigned flags,
+                               mc_status_t *statuses, mc_status_t st)
+{
+    size_t retried = 0, recovered = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        mc_replicate_config_t kcfg;
+        const mc_replicate_config_t *kc = cfg;
+        const mc_iov_t *parts;
+        size_t np;
+
+        if (!write_retryable(statuses[i], cfg))
+            continue;
+        if ((cfg != NULL) && (cfg->group_ids != NULL) && (cfg->group_ids_count == n)) {
+            kcfg                 = *cfg;
+            kcfg.group_ids       = &cfg->group_ids[i];
+            kcfg.group_ids_count = 1;
+            kc                   = &kcfg;
+        }
+        parts       = src_parts(src, i, &np);
+        statuses[i] = do_write(s, op, keys[i], parts, np, kc, flags);
+        retried++;
+        recovered += statuses[i] == MC_OK;
+    }
+    if (retried == 0)
+        return st;
+    mc_info("batch %s: %zu keys whose transfer failed tried once more, %zu stored",
+            write_op_name(op), retried, recovered);
+    return mc_store_first_error(statuses, n);
+}
+
 /* Public entry of every batch write; @p statuses may be NULL. */
 static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *keys,
                               const write_src_t *src, size_t n,
@@ -1412,6 +1506,7 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
         statuses = own;
     }
     st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses);
+    st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st);
     for (size_t i = 0; i < n; i++) {
         size_t np;
         const mc_iov_t *parts = src_parts(src, i, &np);
@@ -1603,6 +1698,8 @@ MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, 
     mc_status_t st;
     mc_status_t *own = NULL;
 
+    if (mc_dummy_batch_remove(s, keys, n, force, statuses, &st))
+        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;
@@ -1633,8 +1730,9 @@ out:
 /*
  * The master matches POSIX extended regular expressions (docs/protocol.md,
  * REMOVE_BY_REGEX) and answers MC_INVALID_PARAMS for one that does not
- * compile; compiling it here first gives the caller regerror()'s reason
- * instead of a bare code, and saves the round trip.
+ * compile or passes the bounds of common/regex_limit.h; checking here
+ * first gives the caller the reason instead of a bare code, saves the
+ * round trip, and keeps regcomp() from unrolling a huge pattern here too.
  */
 static mc_status_t check_regex(const char *regex)
 {
@@ -1648,6 +1746,10 @@ static mc_status_t check_regex(const char *regex)
     }
     if (strnlen(regex, MC_WIRE_MAX_STR + 1) > MC_WIRE_MAX_STR) {
         mc_set_error_detail("regex is longer than %u bytes", (unsigned)MC_WIRE_MAX_STR);
+        return MC_INVALID_PARAMS;
+    }
+    if (mc_regex_check(regex, strlen(regex), why, sizeof(why)) != 0) {
+        mc_set_error_detail("%s", why);
         return MC_INVALID_PARAMS;
     }
     rc = regcomp(&re, regex, REG_EXTENDED | REG_NOSUB);
@@ -1669,6 +1771,11 @@ MC_API mc_status_t mc_store_remove_by_regex(mc_store_h s, const char *regex, int
     mc_wire_remove_by_regex_req_t req;
     mc_wire_remove_by_regex_resp_t resp;
 
+    /* a dummy's real client runs it, after the same check of the pattern */
+    if (mc_store_is_dummy(s) && ((st = check_regex(regex)) != MC_OK))
+        return st;
+    if ((regex != NULL) && mc_dummy_remove_many(s, regex, force, count_p, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -1695,6 +1802,8 @@ MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p
     mc_wire_remove_all_req_t req;
     mc_wire_remove_all_resp_t resp;
 
+    if (mc_dummy_remove_many(s, NULL, force, count_p, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -1727,6 +1836,8 @@ MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h s, const char *const 
     mc_wire_batch_replica_clear_req_t req;
     mc_wire_batch_replica_clear_resp_t resp;
 
+    if (mc_dummy_batch_replica_clear(s, keys, n, segment_name, statuses, &st))
+        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;

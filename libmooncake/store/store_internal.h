@@ -77,6 +77,13 @@ struct mc_store {
     mc_master_pool_t pool;
     int pool_ready;
 
+    /* the master's metadata token (HELLO), hex; token_te is the engine that
+     * sends it with its descriptor writes, set and cleared by setup and
+     * close; both under token_mu (docs/protocol.md §6.1) */
+    pthread_mutex_t token_mu;
+    char meta_token[33];
+    mc_te_h token_te;
+
     /* global segments: setup's and mounted ones (mount.c); remount sends
      * those not draining */
     pthread_mutex_t seg_lock;
@@ -142,6 +149,9 @@ void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel
 /* segment.c: global segment and local buffer.  Called with `life` held
  * for writing (setup/close). */
 mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size);
+/* INVALID_PARAMS (with the detail set) when @p size is more than the
+ * host's RAM and swap together; @p what names the setting. */
+mc_status_t mc_store_segment_size_check(uint64_t size, const char *what);
 /* Map seg->map_len bytes of fresh shared memory (a sealed memfd when the
  * kernel allows, seg->fd; anonymous memory otherwise, seg->fd -1) at
  * seg->base.  @p fail_status with a detail on failure. */

@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "store/dummy_internal.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 
@@ -93,6 +94,8 @@ MC_API mc_status_t mc_store_create_copy_task(mc_store_h s, const char *key,
     mc_wire_create_copy_task_req_t req;
     mc_wire_create_copy_task_resp_t resp;
 
+    if (mc_dummy_create_task(s, MC_DUMMY_OP_COPY_TASK, key, targets, n, id_out, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -144,6 +147,11 @@ MC_API mc_status_t mc_store_create_move_task(mc_store_h s, const char *key,
     mc_wire_create_move_task_req_t req;
     mc_wire_create_move_task_resp_t resp;
 
+    {
+        const char *pair[2] = {source, target};
+        if (mc_dummy_create_task(s, MC_DUMMY_OP_MOVE_TASK, key, pair, 2, id_out, &st))
+            return st;
+    }
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -203,6 +211,8 @@ MC_API mc_status_t mc_store_query_task(mc_store_h s, const char *task_id,
     mc_wire_query_task_req_t req;
     mc_wire_query_task_resp_t resp;
 
+    if (mc_dummy_query_task(s, task_id, out, &st))
+        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;

@@ -76,7 +76,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     uint64_t pmin = MC_TE_DEFAULT_PORT_MIN, pmax = MC_TE_DEFAULT_PORT_MAX;
     uint64_t lanes = MC_TE_DEFAULT_LANES, tmo = MC_TE_DEFAULT_IO_TIMEOUT_S;
     uint64_t workers = UINT64_MAX, slice = MC_TE_DEFAULT_SLICE_SIZE;
-    uint64_t conns = MC_TE_DEFAULT_MAX_CONNS;
+    uint64_t conns = MC_TE_DEFAULT_MAX_CONNS, conns_peer = MC_TE_DEFAULT_MAX_CONNS_PEER;
+    uint64_t idle = MC_TE_DEFAULT_IDLE_TIMEOUT_S;
     const char *s;
 
     env_uint("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &pmin);
@@ -85,6 +86,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     env_uint("MC_TCP_STATUS_TIMEOUT_SEC", 1, 3600, &tmo);
     env_uint("MC_TE_WORKERS", 0, MC_TE_MAX_WORKERS, &workers);
     env_uint("MC_TE_MAX_CONNECTIONS", 1, 65536, &conns);
+    env_uint("MC_TE_MAX_CONNECTIONS_PER_PEER", 1, 65536, &conns_peer);
+    env_uint("MC_TE_IDLE_TIMEOUT_SEC", 0, 86400, &idle);
     s = getenv("MC_TE_SLICE_SIZE");
     if ((s != NULL) && (*s != '\0')) {
         uint64_t v;
@@ -117,6 +120,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     cfg->lanes              = (unsigned)lanes;
     cfg->workers            = (unsigned)workers;
     cfg->max_conns          = (unsigned)conns;
+    cfg->max_conns_peer     = (unsigned)conns_peer;
+    cfg->idle_timeout_s     = (int)idle;
     cfg->io_timeout_s       = (int)tmo;
     cfg->connect_timeout_ms = MC_TE_DEFAULT_CONNECT_MS;
     cfg->slice_size         = slice;
@@ -812,7 +817,7 @@ static size_t run_length(const mc_te_item_t *items, size_t i, size_t nitems)
     const mc_te_item_t *a = &items[i];
     uint64_t bytes        = a->len;
     size_t k              = 1;
-    if (a->seg->is_self || (a->len == 0) || (a->len > MC_TE_RUN_MAX_ITEM_LEN))
+    if ((a->len == 0) || (a->len > MC_TE_RUN_MAX_ITEM_LEN))
         return 1;
     while ((i + k < nitems) && (k < MC_TE_RUN_MAX_ITEMS)) {
         const mc_te_item_t *b = &items[i + k];
@@ -837,8 +842,10 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
     int refreshed           = 0;
     size_t m                = 0;
 
-    if (k == 1) {
-        st[0] = exec_item(te, &items[0]);
+    if ((k == 1) || s->is_self) {
+        /* this engine's own memory: a memcpy each, on the calling thread */
+        for (size_t j = 0; j < k; j++)
+            st[j] = exec_item(te, &items[j]);
         return;
     }
     shm = segment_shm(s);
@@ -1198,9 +1205,9 @@ static mc_status_t request_check(mc_te_t *te, const mc_te_request_t *r, mc_te_se
 }
 
 /*
- * Number of items request r becomes: slices of slice_size when it is long
- * and its range is known to be valid (own regions, or the cached
- * descriptor of the peer); otherwise one item, which the range check then
+ * Number of items request r becomes: slices of slice_size when it is long,
+ * goes to a peer over the network, and its range is known to be valid (the
+ * cached descriptor of the peer); otherwise one item, which the range check then
  * refuses or (after a descriptor refresh) runs whole.  This keeps a bogus
  * multi-terabyte request from being cut into billions of slices.
  */
@@ -1208,19 +1215,14 @@ static size_t request_slices(mc_te_t *te, const mc_te_request_t *r, mc_te_segmen
 {
     uint64_t slice = te->cfg.slice_size;
     mc_te_shm_peer_t *shm = __atomic_load_n(&s->shm, __ATOMIC_ACQUIRE);
-    int known;
     if ((r->length <= slice) || (te->cfg.workers == 0))
         return 1;
-    if (s->is_self) {
-        pthread_rwlock_rdlock(&te->regions_lock);
-        known = region_find(te, r->remote, r->length) != NULL;
-        pthread_rwlock_unlock(&te->regions_lock);
-    } else if ((shm != NULL) && mc_te_shm_mapped(shm, r->remote, r->length)) {
-        return 1; /* one memcpy: slicing would only add hand-offs */
-    } else {
-        known = segment_has_range(s, r->remote, r->length);
-    }
-    return known ? (size_t)((r->length + slice - 1) / slice) : 1;
+    /* this engine's own memory, or a peer's already mapped: one memcpy on
+     * the calling thread; slicing would only add hand-offs to workers */
+    if (s->is_self || ((shm != NULL) && mc_te_shm_mapped(shm, r->remote, r->length)))
+        return 1;
+    return segment_has_range(s, r->remote, r->length) ? (size_t)((r->length + slice - 1) / slice)
+                                                      : 1;
 }
 
 /* Append the items of request i to items[*k_p...]. */

@@ -34,9 +34,11 @@
 #define MC_TE_DEFAULT_PORT_MAX        14300
 #define MC_TE_DEFAULT_LANES           4
 #define MC_TE_MAX_LANES               64
-#define MC_TE_DEFAULT_IO_TIMEOUT_S    30
+#define MC_TE_DEFAULT_IO_TIMEOUT_S    5   /* no progress this long: the peer is gone */
 #define MC_TE_DEFAULT_CONNECT_MS      3000
 #define MC_TE_DEFAULT_MAX_CONNS       1024
+#define MC_TE_DEFAULT_MAX_CONNS_PEER  256   /* served connections from one address */
+#define MC_TE_DEFAULT_IDLE_TIMEOUT_S  120   /* a served connection idle this long is closed */
 #define MC_TE_DEFAULT_SLICE_SIZE      (512u * 1024u)
 #define MC_TE_MAX_WORKERS             64
 #define MC_TE_PORT_RANDOM_TRIES       50
@@ -55,6 +57,8 @@ typedef struct mc_te_config {
     unsigned lanes;          /* pooled connections per peer */
     unsigned workers;        /* batch worker threads (started lazily) */
     unsigned max_conns;      /* served connections at once */
+    unsigned max_conns_peer; /* ... from one peer address */
+    int idle_timeout_s;      /* close a served connection idle this long (0: never) */
     int io_timeout_s;        /* SO_RCVTIMEO / SO_SNDTIMEO on data sockets */
     int connect_timeout_ms;
     uint64_t slice_size;     /* batch requests above this are split */
@@ -152,6 +156,7 @@ struct mc_te {
     char *key_prefix;      /* "mooncake/" or "mooncake/<cluster>/" */
     int published;         /* HTTP keys were written (delete at destroy) */
     pthread_mutex_t publish_mu;
+    char owner_token[33];  /* sent with HTTP PUT/DELETE (under publish_mu); "" none */
 
     pthread_rwlock_t regions_lock;
     mc_te_region_t **regions; /* sorted by addr */
@@ -312,8 +317,14 @@ void mc_te_meta_unpublish(mc_te_t *te);
 mc_status_t mc_te_meta_fetch(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *desc_p);
 
 /* HTTP helpers (libcurl): key is URL-encoded by the callee. */
-mc_status_t mc_te_http_put(const char *url, const char *key, const char *body);
+/* PUT/DELETE send @p token (32 hex digits, or NULL/"" for none) as
+ * X-Mooncake-Owner-Token (docs/protocol.md §6.1). */
+mc_status_t mc_te_http_put(const char *url, const char *key, const char *body,
+                           const char *token);
 mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size_t *len_p);
-mc_status_t mc_te_http_delete(const char *url, const char *key);
+mc_status_t mc_te_http_delete(const char *url, const char *key, const char *token);
+/* The metadata token the master gave the store that uses this engine
+ * (HELLO); sent with every later descriptor PUT and DELETE. */
+void mc_te_meta_token_set(mc_te_t *te, const char *token);
 
 #endif /* MC_TRANSFER_ENGINE_H */

@@ -162,7 +162,7 @@ static size_t http_discard_cb(char *ptr, size_t size, size_t nmemb, void *ud)
  * the response, NUL-terminated.
  */
 static mc_status_t http_request(const char *method, const char *url, const char *key,
-                                const char *payload, http_body_t *body)
+                                const char *payload, const char *token, http_body_t *body)
 {
     mc_status_t st = MC_RPC_FAIL;
     CURL *c        = NULL;
@@ -203,12 +203,18 @@ static mc_status_t http_request(const char *method, const char *url, const char 
     } else {
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, http_discard_cb);
     }
+    if ((token != NULL) && (token[0] != '\0')) {
+        char line[80];
+        snprintf(line, sizeof(line), "X-Mooncake-Owner-Token: %.32s", token);
+        hdrs = curl_slist_append(hdrs, line);
+    }
     if (payload != NULL) {
-        hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(payload));
     }
+    if (hdrs != NULL)
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
     rc = curl_easy_perform(c);
     if (rc != CURLE_OK) {
         if ((body != NULL) && body->too_big)
@@ -240,15 +246,16 @@ out:
     return st;
 }
 
-mc_status_t mc_te_http_put(const char *url, const char *key, const char *body)
+mc_status_t mc_te_http_put(const char *url, const char *key, const char *body,
+                           const char *token)
 {
-    return http_request("PUT", url, key, body, NULL);
+    return http_request("PUT", url, key, body, token, NULL);
 }
 
 mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size_t *len_p)
 {
     http_body_t b = {NULL, 0, 0, 0};
-    mc_status_t st = http_request("GET", url, key, NULL, &b);
+    mc_status_t st = http_request("GET", url, key, NULL, NULL, &b);
     if (st != MC_OK) {
         free(b.data);
         return st;
@@ -266,9 +273,9 @@ mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size
     return MC_OK;
 }
 
-mc_status_t mc_te_http_delete(const char *url, const char *key)
+mc_status_t mc_te_http_delete(const char *url, const char *key, const char *token)
 {
-    mc_status_t st = http_request("DELETE", url, key, NULL, NULL);
+    mc_status_t st = http_request("DELETE", url, key, NULL, token, NULL);
     return (st == MC_SEGMENT_NOT_FOUND) ? MC_OK : st;
 }
 
@@ -276,12 +283,15 @@ mc_status_t mc_te_http_delete(const char *url, const char *key)
 
 /* Put, get and delete one metadata key in whichever service the engine
  * uses; the statuses are those of the HTTP helpers (a missing key is
- * MC_SEGMENT_NOT_FOUND; delete of a missing key is MC_OK). */
-static mc_status_t meta_put(mc_te_t *te, const char *key, const char *value)
+ * MC_SEGMENT_NOT_FOUND; delete of a missing key is MC_OK).  @p token is
+ * the owner token HTTP writes carry (docs/protocol.md §6.1); etcd has no
+ * use for it. */
+static mc_status_t meta_put(mc_te_t *te, const char *key, const char *value,
+                            const char *token)
 {
     mc_status_t st;
     if (te->meta_kind == MC_TE_META_HTTP)
-        return mc_te_http_put(te->meta_url, key, value);
+        return mc_te_http_put(te->meta_url, key, value, token);
     st = mc_etcd_put(te->meta_etcd, key, value, strlen(value), 0);
     return (st == MC_OK) ? MC_OK : MC_RPC_FAIL;
 }
@@ -302,10 +312,10 @@ static mc_status_t meta_get(mc_te_t *te, const char *key, char **text_p, size_t 
     return MC_OK;
 }
 
-static mc_status_t meta_delete(mc_te_t *te, const char *key)
+static mc_status_t meta_delete(mc_te_t *te, const char *key, const char *token)
 {
     if (te->meta_kind == MC_TE_META_HTTP)
-        return mc_te_http_delete(te->meta_url, key);
+        return mc_te_http_delete(te->meta_url, key, token);
     return (mc_etcd_delete(te->meta_etcd, key) == MC_OK) ? MC_OK : MC_RPC_FAIL;
 }
 
@@ -339,7 +349,7 @@ mc_status_t mc_te_meta_publish(mc_te_t *te, int with_rpc_meta)
         mc_set_error_detail("out of memory");
         goto out;
     }
-    st = meta_put(te, key, json);
+    st = meta_put(te, key, json, te->owner_token);
     if (st != MC_OK)
         goto out;
     te->published = 1;
@@ -355,7 +365,7 @@ mc_status_t mc_te_meta_publish(mc_te_t *te, int with_rpc_meta)
             mc_set_error_detail("out of memory");
             goto out;
         }
-        st = meta_put(te, key, rpc);
+        st = meta_put(te, key, rpc, te->owner_token);
     }
 out:
     pthread_mutex_unlock(&te->publish_mu);
@@ -368,16 +378,27 @@ out:
     return (st == MC_SEGMENT_NOT_FOUND) ? MC_RPC_FAIL : st;
 }
 
+void mc_te_meta_token_set(mc_te_t *te, const char *token)
+{
+    pthread_mutex_lock(&te->publish_mu);
+    snprintf(te->owner_token, sizeof(te->owner_token), "%s", token ? token : "");
+    pthread_mutex_unlock(&te->publish_mu);
+}
+
 void mc_te_meta_unpublish(mc_te_t *te)
 {
     static const char *const kinds[] = {"ram", "rpc_meta"};
+    char token[sizeof(te->owner_token)];
     if ((te->meta_kind == MC_TE_META_P2P) || !te->published)
         return;
+    pthread_mutex_lock(&te->publish_mu);
+    memcpy(token, te->owner_token, sizeof(token));
+    pthread_mutex_unlock(&te->publish_mu);
     for (size_t i = 0; i < MC_ARRAY_SIZE(kinds); i++) {
         char *key = meta_key(te, kinds[i], te->local_name);
         if (key == NULL)
             continue;
-        if (meta_delete(te, key) != MC_OK)
+        if (meta_delete(te, key, token) != MC_OK)
             mc_warn("deleting metadata key %s failed: %s", key, mc_last_error_detail());
         free(key);
     }

@@ -392,6 +392,48 @@ const char *mc_wire_op_name(uint16_t opcode)
     }
 }
 
+/* Largest encoding of one field of each kind; lists are unbounded here
+ * (a value past MC_WIRE_MAX_BODY, so any sum with one stays past it). */
+#define MC_WIRE_MAXOF_U8       1u
+#define MC_WIRE_MAXOF_U32      4u
+#define MC_WIRE_MAXOF_U64      8u
+#define MC_WIRE_MAXOF_I32      4u
+#define MC_WIRE_MAXOF_I64      8u
+#define MC_WIRE_MAXOF_UUID     16u
+#define MC_WIRE_MAXOF_KEY      (4u + MC_WIRE_MAX_KEY)
+#define MC_WIRE_MAXOF_STR      (4u + MC_WIRE_MAX_STR)
+#define MC_WIRE_MAXOF_SEGMENT  (16u + MC_WIRE_MAXOF_STR + 8u + 8u + MC_WIRE_MAXOF_STR)
+#define MC_WIRE_MAXOF_CONFIG   (4u + 4u + 4u + 1u + 1u + 8u + 1u + MC_WIRE_MAXOF_STR + 1u + \
+                                1u + 4u + (4u + MC_WIRE_MAX_KEY))
+#define MC_WIRE_MAXOF_LIST     ((uint64_t)MC_WIRE_MAX_BODY + 1u)
+#define MC_WIRE_MAXOF_KEYS     MC_WIRE_MAXOF_LIST
+#define MC_WIRE_MAXOF_U64S     MC_WIRE_MAXOF_LIST
+#define MC_WIRE_MAXOF_I32S     MC_WIRE_MAXOF_LIST
+#define MC_WIRE_MAXOF_SEGMENTS MC_WIRE_MAXOF_LIST
+#define MC_WIRE_MAXOF_REPLICAS MC_WIRE_MAXOF_LIST
+#define MC_WIRE_MAXOF_RESULTS  MC_WIRE_MAXOF_LIST
+#define MC_WIRE_MAXOF_TASKS    MC_WIRE_MAXOF_LIST
+
+uint32_t mc_wire_req_max_body(uint16_t opcode)
+{
+    uint64_t max;
+
+    switch (opcode) {
+#define MC_WIRE_MAXOF_FIELD_(KIND, fname) +(uint64_t)MC_WIRE_MAXOF_##KIND
+#define MC_WIRE_REQ_MAX_(UP, low, code)                                                   \
+    case code:                                                                            \
+        max = 0 MC_WIRE_REQ_##low(MC_WIRE_MAXOF_FIELD_);                                  \
+        break;
+        MC_WIRE_MESSAGES(MC_WIRE_REQ_MAX_)
+#undef MC_WIRE_REQ_MAX_
+#undef MC_WIRE_MAXOF_FIELD_
+    default:
+        max = MC_WIRE_MAX_BODY;
+        break;
+    }
+    return (uint32_t)MC_MIN(max, (uint64_t)MC_WIRE_MAX_BODY);
+}
+
 void mc_wire_encode_error(mc_buf_t *b, uint16_t opcode, uint32_t request_id, int32_t status)
 {
     size_t start = b->len;

@@ -206,7 +206,9 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
-#define MC_WIRE_RESP_hello(F) F(STR, server_version) F(U64, view_version)
+/* metadata_token: what the client's transfer engine sends with its
+ * metadata writes to the master's HTTP store (§6.1). */
+#define MC_WIRE_RESP_hello(F) F(STR, server_version) F(U64, view_version) F(UUID, metadata_token)
 
 /* Liveness; client_status 1 OK, 2 NEED_REMOUNT (master does not know it). */
 #define MC_WIRE_REQ_ping(F) F(UUID, client_id)
@@ -391,6 +393,15 @@ MC_WIRE_MESSAGES(MC_WIRE_STRUCTS_)
 
 /* Name of an opcode ("PUT_START"), NULL if unknown. */
 const char *mc_wire_op_name(uint16_t opcode);
+
+/*
+ * Largest request body of @p opcode that can decode, from its field list
+ * (docs/protocol.md §3): every KEY and STR at its bound, a CONFIG with one
+ * group id.  A request with a list field (KEYS, U64S, SEGMENTS, ...) has
+ * no bound of its own and gets MC_WIRE_MAX_BODY; so does an unknown
+ * opcode.  A server refuses a header announcing more before buffering it.
+ */
+uint32_t mc_wire_req_max_body(uint16_t opcode);
 
 /*
  * Encode an error response (status != MC_OK) for any opcode: header plus

@@ -57,6 +57,20 @@ $cc $cflags $san -o "$work/fuzz_tensor" "$src/tests/fuzz/fuzz_tensor.c" \
 $cc $cflags $san -o "$work/fuzz_dummy" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_oplog" "$src/tests/fuzz/fuzz_oplog.c" \
+    "$src/mooncake-master/oplog.c" $common -lm -lpthread
+# shellcheck disable=SC2086
+$cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_oplog_seeds" "$src/tests/fuzz/fuzz_oplog.c" \
+    "$src/mooncake-master/oplog.c" $common -lm -lpthread
+$cc $cflags $san -o "$work/fuzz_regex" "$src/tests/fuzz/fuzz_regex.c" \
+    "$src/libmooncake/common/regex_limit.c" $common -lm -lpthread
+# shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_te_frame" "$src/tests/fuzz/fuzz_te_frame.c" \
+    $common -lm -lpthread
+# shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_http_meta" "$src/tests/fuzz/fuzz_http_meta.c" \
+    "$src/mooncake-master/http.c" $common -levent -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_rdma_hs" "$src/tests/fuzz/fuzz_rdma_hs.c" \
     "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -72,22 +86,34 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
-mkdir -p "$work/corpus-fuzz_wire" "$work/corpus-fuzz_alloc" "$work/corpus-fuzz_desc" \
-    "$work/corpus-fuzz_tensor" "$work/corpus-fuzz_dummy" "$work/corpus-fuzz_rdma_hs"
+targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_http_meta fuzz_rdma_hs"
+for t in $targets; do mkdir -p "$work/corpus-$t"; done
+"$work/write_oplog_seeds" "$work/corpus-fuzz_oplog"
 "$work/write_rdma_seeds" "$work/corpus-fuzz_rdma_hs"
 "$work/write_seeds" "$work/corpus-fuzz_wire"
 "$work/write_tensor_seeds" "$work/corpus-fuzz_tensor"
 "$work/write_dummy_seeds" "$work/corpus-fuzz_dummy"
 printf '%s' '{"name":"localhost:12345","protocol":"tcp","tcp_data_port":12345,"shm_name":"@mooncake-te-0123456789abcdef","buffers":[{"name":"cpu:0","addr":4096,"length":8192},{"name":"cpu:1","addr":12288,"length":1}]}' \
     > "$work/corpus-fuzz_desc/seed-1"
+for p in '^key_[0-9]+$' 'a{255}{4}' '(a|aa){170}z' '[[:alpha:]]{2,}' 'x{1,}y+z*'; do
+    printf '%s' "$p" > "$work/corpus-fuzz_regex/seed-$(printf '%s' "$p" | cksum | cut -d' ' -f1)"
+done
+printf 'MCTE\001\000\000\000\000\020\000\000\000\000\000\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000\000\000' \
+    > "$work/corpus-fuzz_te_frame/seed-read"
+printf 'MCTR\000\000\000\000\000\001\000\000\000\000\000\000' > "$work/corpus-fuzz_te_frame/seed-resp"
+printf '\001PUT /metadata?key=mooncake%%2Fram%%2Fh%%3A1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}' \
+    > "$work/corpus-fuzz_http_meta/seed-put"
+printf '\000GET /metadata?key=a HTTP/1.1\r\nHost: x\r\n\r\nDELETE /metadata?key=ab HTTP/1.1\r\nX-Mooncake-Owner-Token: owner\r\n\r\n' \
+    > "$work/corpus-fuzz_http_meta/seed-pipelined"
 
 [ "$secs" -gt 0 ] || exit 0
 status=0
-for t in fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_rdma_hs; do
+for t in $targets; do
     echo "build.sh: running $t for ${secs}s"
-    # MC_LOG_LEVEL=error: mc_alloc_check logs what it finds, nothing else should print
+    # MC_LOG_LEVEL=error: mc_alloc_check logs what it finds, nothing else should print;
+    # -timeout: one input may take 5 s at most (a regex that slips past its bounds)
     if ! (cd "$work" && MC_LOG_LEVEL=error ASAN_OPTIONS=detect_leaks=1 \
-            "./$t" -max_total_time="$secs" -max_len=4096 -rss_limit_mb=2048 \
+            "./$t" -max_total_time="$secs" -max_len=4096 -rss_limit_mb=2048 -timeout=5 \
             -print_final_stats=1 "corpus-$t" 2>"$t.log"); then
         echo "build.sh: $t FAILED; see $work/$t.log and the crash-* file in $work" >&2
         tail -40 "$work/$t.log" >&2

@@ -15,8 +15,9 @@
  * Checked, besides "no crash, no leak": the header and body verdicts equal
  * an independent walk of the frame; an accepted body has count items within
  * MC_DUMMY_MAX_ITEMS, each copied byte for byte, every key NUL-free, of its
- * klen (at most MC_DUMMY_MAX_KEY) and equal to its bytes in the frame, the
- * config only for PUT, and nothing left over; a refused one leaves the
+ * klen (at most MC_DUMMY_MAX_KEY) and equal to its bytes in the frame, a
+ * group id (glen bytes) only on a keyed item of PUT, the config and its
+ * preferred segment (plen bytes) only for PUT, and nothing left over; a refused one leaves the
  * request zeroed.  A range is accepted exactly when off + len <= size
  * (computed without wrap), and then the whole range of a real buffer of that
  * size can be written.  Any violation aborts.
@@ -46,37 +47,79 @@ static void fail(const char *what)
     abort();
 }
 
+/* The ops whose body ends in a config (§8), written out again. */
+static int with_config(unsigned op)
+{
+    return op == MC_DUMMY_OP_PUT || op == MC_DUMMY_OP_PUT_SESSION_START;
+}
+
 /* The header rules of §8, written out again. */
 static int expect_hdr_ok(const mc_dummy_hdr_t *h)
 {
     if (h->magic != MC_DUMMY_MAGIC || h->len > MC_DUMMY_MAX_FRAME ||
         h->count > MC_DUMMY_MAX_ITEMS)
         return 0;
-    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_STATS)
+    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_PUT_SESSION_REVOKE)
         return 0;
     return !(h->flags & MC_DUMMY_F_NOREPLY) || h->op == MC_DUMMY_OP_FREE;
+}
+
+/* A string of n bytes at off: within the key limit and the frame, no NUL. */
+static int expect_str_ok(const uint8_t *b, size_t len, size_t *off, uint32_t n)
+{
+    if (n > MC_DUMMY_MAX_KEY || *off + n > len)
+        return 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (b[*off + k] == 0)
+            return 0;
+    *off += n;
+    return 1;
+}
+
+/* n bytes at *off into dst, if the frame holds them. */
+static int take(const uint8_t *b, size_t len, size_t *off, void *dst, size_t n)
+{
+    if (*off + n > len)
+        return 0;
+    memcpy(dst, b + *off, n);
+    *off += n;
+    return 1;
 }
 
 /* The body rules of §8, written out again. */
 static int expect_body_ok(const mc_dummy_hdr_t *h, const uint8_t *b, size_t len)
 {
     size_t off = 0;
+    int put = with_config(h->op);
     for (uint32_t i = 0; i < h->count; i++) {
         mc_dummy_item_t it;
-        if (off + sizeof(it) > len)
+        if (!take(b, len, &off, &it, sizeof(it)) || !expect_str_ok(b, len, &off, it.klen))
             return 0;
-        memcpy(&it, b + off, sizeof(it));
-        off += sizeof(it);
-        if (it.klen > MC_DUMMY_MAX_KEY || off + it.klen > len)
+        /* a group id only on a keyed item of PUT */
+        if (it.glen > 0 && (!put || it.klen == 0))
             return 0;
-        for (uint32_t k = 0; k < it.klen; k++)
-            if (b[off + k] == 0)
-                return 0;
-        off += it.klen;
+        if (!expect_str_ok(b, len, &off, it.glen))
+            return 0;
     }
-    if (h->op == MC_DUMMY_OP_PUT)
-        off += sizeof(mc_dummy_cfg_t);
+    if (put) {
+        mc_dummy_cfg_t cfg;
+        if (!take(b, len, &off, &cfg, sizeof(cfg)) || !expect_str_ok(b, len, &off, cfg.plen))
+            return 0;
+    }
     return off == len;
+}
+
+/* rq's copy @p s of the frame's n bytes at *off (NULL when n is 0). */
+static void check_str(const char *s, const uint8_t *b, size_t *off, uint32_t n, const char *what)
+{
+    if (n == 0) {
+        if (s != NULL)
+            fail(what);
+        return;
+    }
+    if (s == NULL || strlen(s) != n || memcmp(s, b + *off, n) != 0)
+        fail(what);
+    *off += n;
 }
 
 static void check_accepted(const mc_dummy_hdr_t *h, const uint8_t *b, size_t len,
@@ -85,33 +128,39 @@ static void check_accepted(const mc_dummy_hdr_t *h, const uint8_t *b, size_t len
     static const mc_dummy_item_t zero;
     size_t off = 0;
 
-    if (rq->n != h->count || rq->n > MC_DUMMY_MAX_ITEMS || rq->items == NULL || rq->keys == NULL)
+    if (rq->n != h->count || rq->n > MC_DUMMY_MAX_ITEMS || rq->items == NULL || rq->keys == NULL ||
+        rq->groups == NULL)
         fail("an accepted request has the wrong item count or no arrays");
     for (size_t i = 0; i < rq->n; i++) {
         const mc_dummy_item_t *it = &rq->items[i];
         if (off + sizeof(*it) > len || memcmp(it, b + off, sizeof(*it)) != 0)
             fail("an item is not the frame's bytes");
         off += sizeof(*it);
-        if (it->klen > MC_DUMMY_MAX_KEY || off + it->klen > len)
-            fail("a key runs past the frame or the key limit");
-        if (it->klen == 0) {
-            if (rq->keys[i] != NULL)
-                fail("an item without key bytes has a key");
-            continue;
-        }
-        if (rq->keys[i] == NULL || strlen(rq->keys[i]) != it->klen ||
-            memcmp(rq->keys[i], b + off, it->klen) != 0)
-            fail("a key is not its klen bytes of the frame (or holds a NUL)");
-        off += it->klen;
+        if (it->klen > MC_DUMMY_MAX_KEY || off + it->klen > len ||
+            it->glen > MC_DUMMY_MAX_KEY || off + it->klen + it->glen > len)
+            fail("a key or group id runs past the frame or the key limit");
+        check_str(rq->keys[i], b, &off, it->klen,
+                  "a key is not its klen bytes of the frame (or holds a NUL)");
+        check_str(rq->groups[i], b, &off, it->glen,
+                  "a group id is not its glen bytes of the frame (or holds a NUL)");
+        if (it->glen > 0 && (!with_config(h->op) || it->klen == 0))
+            fail("a group id outside a keyed item of a config op was accepted");
     }
-    if (memcmp(&rq->items[rq->n], &zero, sizeof(zero)) != 0 || rq->keys[rq->n] != NULL)
+    if (memcmp(&rq->items[rq->n], &zero, sizeof(zero)) != 0 || rq->keys[rq->n] != NULL ||
+        rq->groups[rq->n] != NULL)
         fail("the spare item after the last is not zero");
-    if (rq->has_cfg != (h->op == MC_DUMMY_OP_PUT))
-        fail("a config is present exactly for PUT");
+    if (rq->has_cfg != with_config(h->op))
+        fail("a config is present exactly for PUT and PUT_SESSION_START");
     if (rq->has_cfg) {
         if (off + sizeof(rq->cfg) > len || memcmp(&rq->cfg, b + off, sizeof(rq->cfg)) != 0)
             fail("the config is not the frame's bytes");
         off += sizeof(rq->cfg);
+        if (rq->cfg.plen > MC_DUMMY_MAX_KEY || off + rq->cfg.plen > len)
+            fail("the preferred segment runs past the frame or the key limit");
+        check_str(rq->preferred, b, &off, rq->cfg.plen,
+                  "the preferred segment is not its plen bytes of the frame");
+    } else if (rq->preferred != NULL) {
+        fail("a preferred segment without a config");
     }
     if (off != len)
         fail("an accepted body has bytes left over");
@@ -210,14 +259,23 @@ static void begin(seed_t *s, unsigned op, unsigned flags, uint32_t count)
     put(s, &h, sizeof(h));
 }
 
-static void item(seed_t *s, const char *key, unsigned region, uint64_t off, uint64_t len,
-                 uint32_t handle, unsigned flags)
+static void item_g(seed_t *s, const char *key, const char *group, unsigned region, uint64_t off,
+                   uint64_t len, uint32_t handle, unsigned flags)
 {
     mc_dummy_item_t it = {.off = off, .len = len, .handle = handle, .region = (uint16_t)region,
-                          .flags = (uint8_t)flags, .klen = key ? (uint32_t)strlen(key) : 0};
+                          .flags = (uint8_t)flags, .klen = key ? (uint32_t)strlen(key) : 0,
+                          .glen = group ? (uint32_t)strlen(group) : 0};
     put(s, &it, sizeof(it));
     if (key != NULL)
         put(s, key, strlen(key));
+    if (group != NULL)
+        put(s, group, strlen(group));
+}
+
+static void item(seed_t *s, const char *key, unsigned region, uint64_t off, uint64_t len,
+                 uint32_t handle, unsigned flags)
+{
+    item_g(s, key, NULL, region, off, len, handle, flags);
 }
 
 static void finish(seed_t *s, const char *dir, const char *name)
@@ -277,10 +335,84 @@ int main(int argc, char **argv)
     begin(&s, MC_DUMMY_OP_SIZE, 0, 1);
     item(&s, "key-2", 0, 0, 0, 0, 0);
     finish(&s, argv[1], "size");
-    begin(&s, MC_DUMMY_OP_REMOVE, 0, 2);
-    item(&s, "key-1", 0, 0, 0, 0, MC_DUMMY_IF_FORCE);
-    item(&s, "key-2", 0, 0, 0, 0, 0);
-    finish(&s, argv[1], "remove");
+    for (int k = 0; k < 2; k++) { /* REMOVE, BATCH_REMOVE: the same items */
+        begin(&s, k ? MC_DUMMY_OP_BATCH_REMOVE : MC_DUMMY_OP_REMOVE, 0, 2);
+        item(&s, "key-1", 0, 0, 0, 0, MC_DUMMY_IF_FORCE);
+        item(&s, "key-2", 0, 0, 0, 0, 0);
+        finish(&s, argv[1], k ? "batch_remove" : "remove");
+    }
+    {   /* a PUT with group ids and a preferred segment */
+        mc_dummy_cfg_t gcfg = {.field_mask = 2, .replica_num = 1, .present = 1,
+                               .plen = (uint32_t)strlen("10.0.0.1:12345")};
+        begin(&s, MC_DUMMY_OP_PUT, 0, 2);
+        item_g(&s, "key-1", "group-a", MC_DUMMY_REGION_POOL, 0, 100, 0, 0);
+        item_g(&s, "key-2", "group-b", MC_DUMMY_REGION_POOL, 128, 100, 0, 0);
+        put(&s, &gcfg, sizeof(gcfg));
+        put(&s, "10.0.0.1:12345", gcfg.plen);
+        finish(&s, argv[1], "put_groups");
+    }
+    begin(&s, MC_DUMMY_OP_REMOVE_REGEX, 0, 1);
+    item(&s, "^key-", 0, 0, 0, 0, MC_DUMMY_IF_ARG | MC_DUMMY_IF_FORCE);
+    finish(&s, argv[1], "remove_regex");
+    begin(&s, MC_DUMMY_OP_REMOVE_ALL, 0, 1);
+    item(&s, NULL, 0, 0, 0, 0, MC_DUMMY_IF_FORCE);
+    finish(&s, argv[1], "remove_all");
+    begin(&s, MC_DUMMY_OP_REPLICA_CLEAR, 0, 2);
+    item(&s, "key-1", 0, 0, 0, 0, 0);
+    item(&s, "10.0.0.1:12345", 0, 0, 0, 0, MC_DUMMY_IF_ARG);
+    finish(&s, argv[1], "replica_clear");
+    begin(&s, MC_DUMMY_OP_REPLICAS, 0, 1);
+    item(&s, "key-1", 0, 0, 0, 0, 0);
+    finish(&s, argv[1], "replicas");
+    for (int k = 0; k < 2; k++) { /* COPY_TASK (two targets), MOVE_TASK (source, target) */
+        begin(&s, k ? MC_DUMMY_OP_MOVE_TASK : MC_DUMMY_OP_COPY_TASK, 0, 3);
+        item(&s, "key-1", 0, 0, 0, 0, 0);
+        item(&s, "10.0.0.1:12345", 0, 0, 0, 0, MC_DUMMY_IF_ARG);
+        item(&s, "10.0.0.2:12345", 0, 0, 0, 0, MC_DUMMY_IF_ARG);
+        finish(&s, argv[1], k ? "move_task" : "copy_task");
+    }
+    begin(&s, MC_DUMMY_OP_QUERY_TASK, 0, 1);
+    item(&s, "0b9d6f7e-0d6f-4c1e-9d8a-2f1b3c4d5e6f", 0, 0, 0, 0, MC_DUMMY_IF_ARG);
+    finish(&s, argv[1], "query_task");
+    for (int k = 0; k < 2; k++) { /* MOUNT (with a fd on the socket), ALLOC_MOUNT */
+        begin(&s, k ? MC_DUMMY_OP_ALLOC_MOUNT : MC_DUMMY_OP_MOUNT, 0, 2);
+        item(&s, "tcp", 0, 0, 16u << 20, 0, MC_DUMMY_IF_ARG);
+        item(&s, NULL, 0, 0, 0, 0, MC_DUMMY_IF_ARG);
+        finish(&s, argv[1], k ? "alloc_mount" : "mount");
+    }
+    {   /* sessions: starts (the put one with a config), ranged I/O, ends */
+        mc_dummy_cfg_t scfg = {.replica_num = 1, .present = 1};
+        begin(&s, MC_DUMMY_OP_PUT_SESSION_START, 0, 1);
+        item(&s, "key-1", 0, 0, 8192, 0, 0);
+        put(&s, &scfg, sizeof(scfg));
+        finish(&s, argv[1], "put_session_start");
+    }
+    for (int k = 0; k < 2; k++) { /* a key, then (buffer, offset) pairs */
+        begin(&s, k ? MC_DUMMY_OP_PUT_SESSION_WRITE : MC_DUMMY_OP_GET_SESSION_READ, 0, 5);
+        item(&s, "key-1", 0, 0, 0, 0, MC_DUMMY_IF_MORE);
+        item(&s, NULL, MC_DUMMY_REGION_POOL, 0, 4096, 0, MC_DUMMY_IF_MORE);
+        item(&s, NULL, 0, 4096, 0, 0, MC_DUMMY_IF_MORE);
+        item(&s, NULL, MC_DUMMY_REGION_POOL, 8192, 4096, 0, MC_DUMMY_IF_MORE);
+        item(&s, NULL, 0, 0, 0, 0, 0);
+        finish(&s, argv[1], k ? "put_session_write" : "get_session_read");
+    }
+    {
+        static const unsigned ops[] = {MC_DUMMY_OP_GET_SESSION_START, MC_DUMMY_OP_GET_SESSION_END,
+                                       MC_DUMMY_OP_PUT_SESSION_END,
+                                       MC_DUMMY_OP_PUT_SESSION_REVOKE};
+        static const char *const names[] = {"get_session_start", "get_session_end",
+                                            "put_session_end", "put_session_revoke"};
+        for (int k = 0; k < 4; k++) {
+            begin(&s, ops[k], 0, 2);
+            item(&s, "key-1", 0, 0, 0, 0, 0);
+            item(&s, "key-2", 0, 0, 0, 0, 0);
+            finish(&s, argv[1], names[k]);
+        }
+    }
+    begin(&s, MC_DUMMY_OP_UNMOUNT, 0, 1);
+    item(&s, "0b9d6f7e-0d6f-4c1e-9d8a-2f1b3c4d5e6f", 0, 30, 0, 0,
+         MC_DUMMY_IF_ARG | MC_DUMMY_IF_RELEASE);
+    finish(&s, argv[1], "unmount");
     return 0;
 }
 

@@ -25,6 +25,8 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
                key, dtype, shape, hex (the tensor's bytes), kwargs?      -> rc
   tensor_get   method (get_tensor, get_tensor_with_tp, ...), key, kwargs?
                                           -> none, or dtype, shape, hex
+  invoke       method, args? ({"hex": h} for bytes), kwargs?, config? ({field: value}
+               of a ReplicateConfig passed last)           -> ret (JSON form of the result)
   hostname                                                 -> hostname
   close                                                    -> rc
   exit                                                     (no answer)
@@ -55,8 +57,42 @@ def config_for(req):
     return cfg
 
 
+def jsonable(v):
+    """The JSON form of a store call's result: enums and UUIDs as their
+    value and text, objects as a dict of their public attributes."""
+    import enum
+    import uuid
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return int(v) if isinstance(v, enum.Enum) else v
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    return {k: jsonable(getattr(v, k)) for k in dir(v)
+            if not k.startswith("_") and not callable(getattr(v, k))}
+
+
 def handle(store, req):
     op = req["op"]
+    if op == "invoke":
+        def arg(a):  # {"hex": ...}: bytes
+            if isinstance(a, dict) and list(a) == ["hex"]:
+                return bytes.fromhex(a["hex"])
+            return [arg(x) for x in a] if isinstance(a, list) else a
+        args = [arg(a) for a in req.get("args", [])]
+        if "config" in req:
+            cfg = ReplicateConfig()
+            for k, v in req["config"].items():
+                setattr(cfg, k, v)
+            args.append(cfg)
+        return {"ret": jsonable(getattr(store, req["method"])(*args, **req.get("kwargs", {}))),
+                "detail": last_error_detail()}
     if op == "setup":
         if "config" in req:
             rc = store.setup(req["config"])
@@ -156,6 +192,52 @@ def handle(store, req):
         for b in blocks:
             store._mem_pool_free(b)
         return {"rcs": rcs, "ns": ns, "ok": ok}
+    if op == "sessions":
+        # the ranged sessions on one key, from buffers of the shared pool (a
+        # dummy) or registered memory (an ordinary client): what each call
+        # answers, and whether the bytes came back
+        import ctypes
+        key, size = req["key"], req["size"]
+        half = size // 2
+        if getattr(store, "_dummy", False):
+            src, dst = store.alloc_from_mem_pool(size), store.alloc_from_mem_pool(size)
+        else:
+            mem = (ctypes.c_ubyte * (2 * size))()
+            src = ctypes.addressof(mem)
+            dst = src + size
+            assert store.register_buffer(src, 2 * size) == 0
+        data = os.urandom(size)
+        ctypes.memmove(src, data, size)
+        out = {"put_start": store.batch_put_session_start([key], [size])}
+        out["put_write"] = store.batch_put_from_multi_buffer_ranges(
+            [key], [[src, src + half]], [[half, size - half]], [[0, half]])
+        out["write_unopened"] = store.batch_put_from_multi_buffer_ranges(
+            [key + "-none"], [[src]], [[16]], [[0]])
+        out["put_end"] = store.batch_put_session_end([key])
+        out["got"] = store.get(key) == data
+        out["get_start"] = store.batch_get_session_start([key, key + "-missing"])
+        out["get_read"] = store.batch_get_into_multi_buffer_ranges(
+            [key], [[dst, dst + (size - half)]], [[size - half, half]], [[half, 0]])
+        out["read_ok"] = ctypes.string_at(dst, size) == data[half:] + data[:half]
+        out["get_end"] = store.batch_get_session_end([key])
+        out["read_ended"] = store.batch_get_into_multi_buffer_ranges(
+            [key], [[dst]], [[16]], [[0]])
+        out["revoke_start"] = store.batch_put_session_start([key + "-r"], [size])
+        out["revoke"] = store.batch_put_session_revoke([key + "-r"])
+        out["revoked_exists"] = store.is_exist(key + "-r")
+        if getattr(store, "_dummy", False):
+            store._mem_pool_free(src)
+            store._mem_pool_free(dst)
+        else:
+            store.unregister_buffer(src)
+        return out
+    if op == "session_buf":
+        # a buffer of the shared pool holding `size` bytes of `hex` repeated
+        import ctypes
+        p = store.alloc_from_mem_pool(req["size"])
+        pat = bytes.fromhex(req["hex"])
+        ctypes.memmove(p, (pat * (req["size"] // len(pat) + 1))[:req["size"]], req["size"])
+        return {"addr": p}
     if op == "register_outside":
         buf = bytearray(4096)
         import ctypes
@@ -272,6 +354,8 @@ def handle(store, req):
             sums[key] = hashlib.sha256(data).hexdigest()
         store._mem_pool_free(block)
         return {"bad": bad, "sums": sums, "started": t0, "seconds": time.monotonic() - t0}
+    if op == "allocate_and_mount":
+        return store.allocate_and_mount_segment(req["size"])
     if op == "hostname":
         return {"hostname": store.get_hostname()}
     if op == "close":

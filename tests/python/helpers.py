@@ -56,6 +56,15 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str,
         time.sleep(interval)
 
 
+def rss_kib(pid: int) -> int:
+    """Resident set size of process ``pid`` in KiB (/proc/<pid>/status VmRSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
 def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -176,11 +185,14 @@ class ClientProc:
     answer; an answer carrying "error" raises :class:`ClientError`.
     """
 
-    def __init__(self, name: str = "client", env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, name: str = "client", env: Optional[Dict[str, str]] = None,
+                 prefix: Optional[List[str]] = None) -> None:
+        """``prefix``: argv run in front of the interpreter (the cluster
+        suite's ``ip netns exec <ns>``; it must exec the command)."""
         self.name = name
         self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [sys.executable, str(CLIENT_PROC)],
+            list(prefix or []) + [sys.executable, str(CLIENT_PROC)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             env=dict(os.environ, **(env or {})), bufsize=0)
         self._lines: "queue.Queue[Optional[bytes]]" = queue.Queue()

@@ -2,14 +2,17 @@
 """Dummy clients (setup_dummy) served by a real mooncake_client daemon:
 real processes throughout (docs/protocol.md §8)."""
 
+import hashlib
 import os
+import re
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 
-from helpers import ClientProc, RealClient, client_bin, free_port, wait_until
+from helpers import ClientProc, Master, RealClient, client_bin, free_port, wait_until
 
 MiB = 1024 * 1024
 
@@ -220,6 +223,12 @@ def test_daemon_flags_and_signals(master):
     out = subprocess.run([client_bin(), "--enable_offload=true"], capture_output=True,
                          text=True, timeout=10)
     assert out.returncode == 2 and "enable_offload" in out.stderr
+    # upstream defaults it to true; here the default is false and true is refused
+    out = subprocess.run([client_bin(), "--start_offload_rpc_server=true"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 2 and "start_offload_rpc_server" in out.stderr
+    out = subprocess.run([client_bin(), "--help"], capture_output=True, text=True, timeout=10)
+    assert "--start_offload_rpc_server=false" in out.stdout + out.stderr
     out = subprocess.run([client_bin(), "--threads=4"], capture_output=True, text=True,
                          timeout=10)
     assert out.returncode == 2 and "threads" in out.stderr
@@ -265,3 +274,380 @@ def test_daemon_client_http_server(master):
             assert r.status == 200
     finally:
         assert rc.stop() == 0
+
+
+# ---- the calls a dummy forwards besides reads and writes ------------------------
+# Each runs the same sequence through a dummy and through an ordinary client
+# (setup() of its own, with a segment) and compares what they answer.
+
+OBJECT_NOT_FOUND, OBJECT_HAS_LEASE, INVALID_PARAMS = -704, -706, -600
+
+
+def _inv(c, method, *args, config=None, **kwargs):
+    def arg(a):  # bytes travel as {"hex": ...}
+        if isinstance(a, bytes):
+            return {"hex": a.hex()}
+        return [arg(x) for x in a] if isinstance(a, list) else a
+    req = {"method": method, "args": [arg(a) for a in args], "kwargs": kwargs}
+    if config is not None:
+        req["config"] = config
+    return c.call("invoke", **req)["ret"]
+
+
+def _daemon_segment(real):
+    """The segment name of the mooncake_client (from its ready line)."""
+    m = re.search(r"mooncake_client: (\S+) ready", real.log_text())
+    assert m, real.log_text()
+    return m.group(1)
+
+
+def _endpoints(c, key):
+    return sorted(r["endpoint"] for r in c.call("replica_desc", key=key)["replicas"])
+
+
+def _removal_sequence(c, p):
+    """What a client answers to the removal family on keys prefixed @p p."""
+    for k in ("a", "b", "c", "rx-1", "rx-2", "keep"):
+        assert c.call("put", key=p + k, hex=b"v".hex())["rc"] == 0
+    out = {"exist": _inv(c, "batch_is_exist", [p + "a", p + "b", p + "nope"])}
+    out["batch_remove"] = _inv(c, "batch_remove", [p + "a", p + "nope"], True)
+    out["exist_after"] = _inv(c, "batch_is_exist", [p + "a", p + "b"])
+    out["bad_regex"] = _inv(c, "remove_by_regex", "(", True)
+    out["regex"] = _inv(c, "remove_by_regex", "^" + re.escape(p) + "rx-", True)
+    out["keep"] = c.call("exist", key=p + "keep")["rc"]
+    out["remove_all"] = _inv(c, "remove_all", True)
+    out["after_all"] = _inv(c, "batch_is_exist", [p + "b", p + "c", p + "keep"])
+    return out
+
+
+def test_removal_family_through_a_dummy(fresh_master, spawn_client):
+    rc = RealClient(fresh_master)
+    try:
+        o = spawn_client("ordinary")
+        o.setup(fresh_master)
+        d = spawn_client("dummy")
+        assert d.call("setup_dummy", pool=4 * MiB, lbuf=4 * MiB, addr=rc.addr)["rc"] == 0
+        want = _removal_sequence(o, "o-")
+        got = _removal_sequence(d, "d-")
+        assert want == got
+        # the values themselves, so that equal answers cannot hide a dead call
+        assert got["exist"] == [1, 1, 0] and got["batch_remove"] == [0, OBJECT_NOT_FOUND]
+        assert got["exist_after"] == [0, 1] and got["bad_regex"] == INVALID_PARAMS
+        assert got["regex"] == 2 and got["keep"] == 1 and got["remove_all"] == 3
+        assert got["after_all"] == [0, 0, 0]
+        # an empty batch and invalid keys answer as the ordinary client's do
+        for c in (o, d):
+            assert _inv(c, "batch_remove", []) == []
+        assert _inv(d, "batch_is_exist", ["", "x" * 5000]) == \
+            _inv(o, "batch_is_exist", ["", "x" * 5000])
+    finally:
+        rc.stop()
+
+
+def test_replicas_preferred_segment_and_replica_clear_through_a_dummy(real, dummies,
+                                                                      spawn_client, master):
+    d = dummies()
+    o = spawn_client("ordinary")
+    mine = o.setup(master)
+    theirs = _daemon_segment(real)
+    for c, p in ((o, "po-"), (d, "pd-")):
+        for seg in (mine, theirs):
+            key = p + seg
+            assert c.call("put", key=key, hex=(b"x" * 3000).hex(), preferred=seg)["rc"] == 0
+            # the replica is where the config asked, and both sides see it so
+            assert _endpoints(c, key) == [seg]
+            assert _endpoints(o if c is d else d, key) == [seg]
+    r = d.call("replica_desc", key="pd-" + mine)["replicas"]
+    assert r == o.call("replica_desc", key="pd-" + mine)["replicas"]
+    assert r[0]["size"] == 3000 and r[0]["memory"]
+    assert _inv(d, "get_replica_desc", "pd-missing") == _inv(o, "get_replica_desc", "pd-missing")
+    assert _inv(d, "batch_get_replica_desc", ["pd-" + mine, "pd-missing"]) == \
+        _inv(o, "batch_get_replica_desc", ["pd-" + mine, "pd-missing"])
+    # replica clear: a client clears what it wrote (through a dummy, its real
+    # client wrote it), not the other's
+    sides = ((o, "po-", "pd-"), (d, "pd-", "po-"))
+    for c, own, other in sides:
+        assert c.call("batch_replica_clear", keys=[other + mine])["keys"] == []
+        assert c.call("exist", key=other + mine)["rc"] == 1
+    for c, own, other in sides:
+        # the reads above hold leases for LEASE_TTL_MS: cleared once they lapse
+        wait_until(lambda: c.call("batch_replica_clear", keys=[own + mine, own + "missing"],
+                                  segment_name=mine)["keys"] == [own + mine], 10.0,
+                   "the key's read lease to lapse and the clear to succeed")
+        assert c.call("exist", key=own + mine)["rc"] == 0
+
+
+def test_group_ids_through_a_dummy(spawn_client):
+    # leases long enough that a loaded host cannot let one lapse between the
+    # read and the remove that it must refuse
+    m = Master(lease_ttl_ms=10000)
+    rc = None
+    try:
+        rc = RealClient(m)
+        d = spawn_client("dummy")
+        assert d.call("setup_dummy", pool=4 * MiB, lbuf=4 * MiB, addr=rc.addr)["rc"] == 0
+        o = spawn_client("ordinary")
+        o.setup(m, segment=0)
+        _group_sequences(d, o)
+    finally:
+        if rc is not None:
+            rc.stop()
+        m.stop()
+
+
+def _group_sequences(d, o):
+    got = {}
+    for c, p in ((o, "go-"), (d, "gd-")):
+        g = uuid.uuid4().hex
+        rcs = [_inv(c, "put", p + k, b"v", config={"group_ids": [g]}) for k in ("a", "b")]
+        rcs.append(_inv(c, "put_batch", [p + "c", p + "d"], [b"1", b"2"],
+                        config={"group_ids": [g + "x", g + "x"]}))
+        rcs += [_inv(c, "put", p + k, b"v") for k in ("u1", "u2")]
+        assert rcs == [0] * 5
+        # a read of one member leases its group: the other member is held
+        assert c.call("exist", key=p + "a")["rc"] == 1
+        assert c.call("exist", key=p + "c")["rc"] == 1
+        assert c.call("exist", key=p + "u1")["rc"] == 1
+        got[c] = [c.call("remove", key=p + k)["rc"] for k in ("b", "d", "u2")]
+        # a count that does not match the keys is refused before anything is sent
+        got[c].append(_inv(c, "put_batch", [p + "e", p + "f"], [b"1", b"2"],
+                           config={"group_ids": [g]}))
+    assert got[d] == got[o], got
+    assert got[d][:3] == [OBJECT_HAS_LEASE, OBJECT_HAS_LEASE, 0], got
+    assert got[d][3] == INVALID_PARAMS, got
+
+
+def test_tasks_through_a_dummy(real, dummies, spawn_client, master):
+    d = dummies()
+    o = spawn_client("ordinary")
+    mine = o.setup(master)
+    theirs = _daemon_segment(real)
+    for c, p in ((o, "to-"), (d, "td-")):
+        key = p + "k"
+        assert c.call("put", key=key, hex=(b"t" * 5000).hex(), preferred=theirs)["rc"] == 0
+        tid, rc = _inv(c, "create_copy_task", key, [mine])
+        assert rc == 0 and uuid.UUID(tid)
+
+        def done(tid=tid):
+            info, qrc = _inv(c, "query_task", tid)
+            assert qrc == 0, qrc
+            assert info["status"] not in (2, "FAILED"), info
+            return info["status"] in (3, "SUCCESS")
+        wait_until(done, 20.0, "the copy task to succeed")
+        assert _endpoints(c, key) == sorted([mine, theirs])
+        assert c.call("get", key=key)["sha256"] == hashlib.sha256(b"t" * 5000).hexdigest()
+        # a move: the replica leaves the daemon's segment for the other
+        moved = p + "moved"
+        assert c.call("put", key=moved, hex=b"m".hex() * 100, preferred=theirs)["rc"] == 0
+        mtid, rc = _inv(c, "create_move_task", moved, theirs, mine)
+        assert rc == 0, rc
+        wait_until(lambda: done(mtid), 20.0, "the move task to succeed")
+        assert _endpoints(c, moved) == [mine]
+        assert c.call("get", key=moved)["hex"] == b"m".hex() * 100
+        # refusals answer the same on both sides
+        assert _inv(c, "create_move_task", key, mine, mine)[1] == INVALID_PARAMS
+        assert _inv(c, "create_copy_task", p + "missing", [mine])[1] == OBJECT_NOT_FOUND
+        assert _inv(c, "query_task", str(uuid.uuid4()))[1] == \
+            _inv(o, "query_task", str(uuid.uuid4()))[1]
+
+
+def test_hostile_frames_of_the_named_ops(real, dummies):
+    """Frames of ops 12-29 of the wrong shape close that connection only."""
+    import fcntl
+    import socket
+    import struct
+
+    port = real.addr.rsplit(":", 1)[1]
+    hdr = struct.Struct("=IIHHIiI")      # mc_dummy_hdr_t
+    item = struct.Struct("=QQIHBBII")    # mc_dummy_item_t
+    magic = 0x4d434455
+
+    def connect(seal=True):
+        """A connection that sent HELLO: (socket, the answer's status)."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(f"\0mooncake_client_{port}.sock")
+        fds = [os.memfd_create("pool", os.MFD_ALLOW_SEALING),
+               os.memfd_create("lbuf", os.MFD_ALLOW_SEALING)]
+        for fd in fds:
+            os.ftruncate(fd, 1 << 20)
+            if seal:
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        hello = struct.pack("=IIQQ", 1, 2, 1 << 20, 1 << 20)
+        socket.send_fds(s, [hdr.pack(magic, len(hello), 1, 0, 0, 0, 0) + hello], fds)
+        for fd in fds:
+            os.close(fd)
+        h = hdr.unpack(s.recv(hdr.size, socket.MSG_WAITALL))
+        s.recv(24, socket.MSG_WAITALL)
+        if seal:
+            assert h[5] == 0, h
+            return s
+        return s, h[5]
+
+    def frame(op, items):  # items: (key, flags[, region, off, len])
+        def one(k, flags, region=0, off=0, ln=0):
+            return item.pack(off, ln, 0, region, flags, 0, len(k), 0) + k
+        body = b"".join(one(*it) for it in items)
+        return hdr.pack(magic, len(body), op, 0, len(items), 0, 0) + body
+
+    # memory the dummy could still shrink (SIGBUS in the daemon) is refused
+    s, st = connect(seal=False)
+    assert st == INVALID_PARAMS
+    s.close()
+    ARG = 0x10
+    bad = [
+        frame(15, [(b"seg", ARG), (b"key", 0)]),        # REPLICA_CLEAR: name before a key
+        frame(17, [(b"target", ARG)]),                  # COPY_TASK without a key
+        frame(18, [(b"key", 0), (b"only-one", ARG)]),   # MOVE_TASK with one name
+        frame(12, [(b"key", 0), (b"name", ARG)]),       # BATCH_REMOVE with a name
+        frame(13, [(b"", 0)]),                          # REMOVE_REGEX: no pattern
+        frame(19, [(b"", 0), (b"", 0)]),                # QUERY_TASK: two items, no name
+        frame(20, [(b"tcp", ARG)]),                     # MOUNT: protocol without location
+        frame(22, [(b"key", 0)]),                       # UNMOUNT: a key, not an id
+        frame(24, [(b"key", 1)]),                       # SESSION_READ: MORE, no range
+        frame(27, [(b"key", 1), (b"", 1, 0, 1 << 20, 1), (b"", 0)]),  # a byte past the pool
+    ]
+    for f in bad:
+        s = connect()
+        s.sendall(f)
+        assert s.recv(64) == b"", f          # hung up, no answer
+        s.close()
+    # a well-formed one on a fresh connection is answered (REPLICAS of a
+    # missing key), and the daemon still serves dummies
+    s = connect()
+    s.sendall(frame(16, [(b"no-such-key", 0)]))
+    h = hdr.unpack(s.recv(hdr.size, socket.MSG_WAITALL))
+    res = struct.unpack("=qQII", s.recv(24, socket.MSG_WAITALL))
+    assert h[2] == 16 and h[4] == 1 and res[0] == OBJECT_NOT_FOUND
+    # MOUNT without the file's descriptor is refused, not served
+    s.sendall(frame(20, [(b"", ARG), (b"", ARG)]))
+    h = hdr.unpack(s.recv(hdr.size, socket.MSG_WAITALL))
+    res = struct.unpack("=qQII", s.recv(2 * 24, socket.MSG_WAITALL)[:24])  # 2 results
+    assert h[2] == 20 and res[0] == INVALID_PARAMS
+    s.close()
+    d = dummies()
+    assert d.call("put", key="after-hostile", hex=b"ok".hex())["rc"] == 0
+    assert real.alive()
+
+
+def _shm_file(tmp_name, size):
+    path = f"/dev/shm/mc-test-{tmp_name}-{uuid.uuid4().hex[:8]}"
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_mount_calls_through_a_dummy(spawn_client):
+    """mount_segment / allocate_and_mount_segment / unmount_* through a dummy
+    mount on its mooncake_client, answer as an ordinary client's do, and a
+    killed dummy's segments are unmounted."""
+    big = 8 * MiB
+    m = Master()
+    rc = None
+    files = []
+    try:
+        rc = RealClient(m, segment="4MB")   # too small for a big object
+        o = spawn_client("ordinary")
+        mine = o.setup(m, segment=0)
+        theirs = _daemon_segment(rc)
+
+        def dummy():
+            d = spawn_client("dummy")
+            assert d.call("setup_dummy", pool=4 * MiB, lbuf=16 * MiB, addr=rc.addr)["rc"] == 0
+            return d
+        d = dummy()
+        got = {}
+        for c, seg in ((o, mine), (d, theirs)):
+            key = f"big-{seg}"
+            path = _shm_file("mount", 16 * MiB)
+            files.append(path)
+            out = [c.call("put_random", key=key, size=big, preferred=seg)["rc"] != 0]
+            r = _inv(c, "mount_segment", path, 16 * MiB)
+            assert r["ret"] == 0 and len(r["segment_ids"]) == 1, r
+            sid = r["segment_ids"][0]
+            w = c.call("put_random", key=key, size=big, preferred=seg)
+            out.append(w["rc"])
+            assert _endpoints(c, key) == [seg]
+            assert c.call("get", key=key)["sha256"] == w["sha256"]
+            out.append(_inv(c, "unmount_and_free_segment", [sid]))   # not allocated
+            out.append(_inv(c, "unmount_segment", [sid]))
+            out.append(c.call("exist", key=key)["rc"])                # went with it
+            out.append(_inv(c, "unmount_segment", [sid]))             # not any more
+            out.append(_inv(c, "unmount_segment", [str(uuid.uuid4())]))
+            out.append(_inv(c, "unmount_segment", ["not-a-uuid"]))
+            out.append(_inv(c, "mount_segment", "/nonexistent/mc-file", MiB)["ret"])
+            out.append(_inv(c, "mount_segment", path, MiB, 1)["ret"])  # unaligned offset
+            a = _inv(c, "allocate_and_mount_segment", 3 * MiB + 1)
+            out += [a["ret"], a["allocated_size"] >= 3 * MiB + 1]
+            out.append(_inv(c, "unmount_and_free_segment", a["segment_ids"]))
+            got[c] = out
+        assert got[d] == got[o], got
+        assert got[d][:4] == [True, 0, INVALID_PARAMS, 0] and got[d][4] == 0, got
+        # kill -9 of a dummy unmounts what it mounted; no other dummy of the
+        # same mooncake_client may unmount it meanwhile
+        d2 = dummy()
+        r = _inv(d2, "mount_segment", files[1], 16 * MiB)
+        assert r["ret"] == 0
+        assert d2.call("put_random", key="big-killed", size=big, preferred=theirs)["rc"] == 0
+        assert _inv(d, "unmount_segment", r["segment_ids"]) == got[d][6]   # not found
+        assert _inv(d, "unmount_and_free_segment", r["segment_ids"]) == got[d][6]
+        assert d.call("exist", key="big-killed")["rc"] == 1
+        d2.kill()
+        wait_until(lambda: d.call("exist", key="big-killed")["rc"] == 0, 10.0,
+                   "the killed dummy's segment to be unmounted")
+        assert d.call("put_random", key="big-after", size=big, preferred=theirs)["rc"] != 0
+    finally:
+        if rc is not None:
+            rc.stop()
+        m.stop()
+        for p in files:
+            os.unlink(p)
+
+
+def test_ranged_sessions_through_a_dummy(real, dummies, spawn_client, master):
+    d = dummies()
+    o = spawn_client("ordinary")
+    o.setup(master)
+    got = {c: c.call("sessions", key=f"sess-{c.name}", size=64 * 1024) for c in (o, d)}
+    assert got[d] == got[o], got
+    g = got[d]
+    assert g["put_start"] == [0] and g["put_write"] == [64 * 1024] and g["put_end"] == [0]
+    assert g["got"] and g["read_ok"] and g["get_read"] == [64 * 1024]
+    assert g["get_start"] == [0, OBJECT_NOT_FOUND] and g["get_end"] == 0
+    assert g["write_unopened"] == [INVALID_PARAMS] and g["read_ended"] == [INVALID_PARAMS]
+    assert g["revoke"] == [0] and g["revoked_exists"] == 0
+
+
+def test_ranged_sessions_belong_to_their_dummy(real, dummies):
+    """Two dummies of one mooncake_client: neither reads, writes or ends the
+    other's sessions, one's end leaves the other's get session open, and a
+    killed dummy's open put session is revoked."""
+    a, b = dummies("a"), dummies("b")
+    size = 4096
+    buf_a = a.call("session_buf", size=size, hex="a5")["addr"]
+    buf_b = b.call("session_buf", size=size, hex="5a")["addr"]
+    assert _inv(a, "batch_put_session_start", ["own-p"], [size]) == [0]
+    # b may neither write into, end nor revoke a's put session
+    assert _inv(b, "batch_put_from_multi_buffer_ranges", ["own-p"], [[buf_b]], [[size]],
+                [[0]]) == [INVALID_PARAMS]
+    assert _inv(b, "batch_put_session_end", ["own-p"]) == [INVALID_PARAMS]
+    assert _inv(b, "batch_put_session_revoke", ["own-p"]) == [INVALID_PARAMS]
+    assert _inv(a, "batch_put_from_multi_buffer_ranges", ["own-p"], [[buf_a]], [[size]],
+                [[0]]) == [size]
+    assert _inv(a, "batch_put_session_end", ["own-p"]) == [0]
+    assert bytes.fromhex(b.call("get", key="own-p")["hex"]) == b"\xa5" * size
+    # a get session both opened: a's end leaves b's open
+    for c in (a, b):
+        assert _inv(c, "batch_get_session_start", ["own-p"]) == [0]
+    assert _inv(a, "batch_get_session_end", ["own-p"]) == 0
+    assert _inv(a, "batch_get_into_multi_buffer_ranges", ["own-p"], [[buf_a]], [[16]],
+                [[0]]) == [INVALID_PARAMS]
+    assert _inv(b, "batch_get_into_multi_buffer_ranges", ["own-p"], [[buf_b]], [[16]],
+                [[0]]) == [16]
+    # a dies holding a put session: it is revoked, so the key can be written again
+    assert _inv(a, "batch_put_session_start", ["own-dead"], [size]) == [0]
+    assert _inv(b, "batch_put_session_start", ["own-dead"], [size]) != [0]
+    a.kill()
+    wait_until(lambda: _inv(b, "batch_put_session_start", ["own-dead"], [size]) == [0], 10.0,
+               "the killed dummy's put session to be revoked")
+    assert _inv(b, "batch_put_session_revoke", ["own-dead"]) == [0]

@@ -64,7 +64,7 @@ def test_log_dir_and_reopen_on_sighup():
     assert r.returncode == 1 and "--log_dir" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("flag", ["--enable_snapshot",
+@pytest.mark.parametrize("flag", [
                                   "--enable_offload=true", "--enable_oplog",
                                   "--dynamic_replication_mode=observe", "--enable_cxl",
                                   "--root_fs_dir=/tmp", "--rpc_interface=lo",
@@ -93,7 +93,7 @@ def test_defaults_and_compat_flags_are_accepted():
     head, _, compat = out.partition("Accepted for compatibility only")
     assert compat, "--help should have the compatibility heading"
     for f in ("--nof_heartbeat_probe_timeout_ms", "--nof_heartbeat_failures_threshold",
-              "--max_threads", "--snapshot_interval_seconds"):
+              "--max_threads", "--oplog_poll_interval_ms"):
         assert f"\n  {f} (" in compat and f"\n  {f} (" not in head, f
     assert "\n  --enable_ha (" in head
 
@@ -145,7 +145,8 @@ def test_man_page_lists_refused_and_compat_flags():
     for n in names:
         assert f"--{n}" in man or (n.startswith("kv_events_") and "--kv_events_*" in man), n
     refused = re.findall(r"\n  --(\w+) \([^\n]*\n[^\n]*refuses to start", head)
-    assert "enable_snapshot" in refused and len(refused) == 12, refused
+    assert "enable_ha" not in refused and "enable_snapshot" not in refused, refused
+    assert len(refused) == 10, refused
     section = man.split("Features this build does not implement", 1)[1].split(".SS", 1)[0]
     for n in refused:
         assert f"--{n}" in section, n

@@ -29,6 +29,7 @@
     X(alloc)              \
     X(wire)               \
     X(flags)              \
+    X(oplog)              \
     X(transfer)           \
     X(shm)                \
     X(store)              \

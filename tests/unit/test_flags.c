@@ -312,8 +312,8 @@ START_TEST(test_help_version_and_aliases)
     ck_assert_int_eq(cfg.help, 1);
     ck_assert_status_ok(parse("--version", NULL));
     ck_assert_int_eq(cfg.version, 1);
-    ck_assert_status_ok(parse("--snapshot_payload_backend_type=s3", NULL));
-    ck_assert_str_eq(cfg.snapshot_object_store_type, "s3");
+    ck_assert_status_ok(parse("--snapshot_payload_backend_type=local", NULL));
+    ck_assert_str_eq(cfg.snapshot_object_store_type, "local");
     ck_assert_int_eq(mc_master_flag_find("snapshot_catalog_backend_type"),
                      MC_MASTER_FLAG_snapshot_catalog_store_type);
     ck_assert_int_eq(mc_master_flag_find("no_such_flag"), -1);
@@ -328,7 +328,6 @@ END_TEST
 START_TEST(test_unimplemented_features_refused)
 {
     static const char *const refused[] = {
-        "--enable_snapshot",         "--enable_snapshot_restore=1",
         "--enable_oplog",            "--enable_offload",
         "--offload_on_evict",        "--promotion_on_hit",
         "--enable_kv_events",        "--enable_multi_tenants",
@@ -370,12 +369,52 @@ START_TEST(test_enable_ha_checks)
     ck_assert_status_ok(mc_master_config_init(&cfg));
     ck_assert_status_ok(parse("--enable_ha", "--ha_backend_connstring=h:1;h:2", NULL));
     ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    ck_assert_status_ok(parse("--enable_snapshot", "--snapshot_backup_dir=/tmp/x",
+                              "--enable_snapshot_restore", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("--enable_snapshot_restore with --enable_ha");
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_ok(parse("--enable_ha", "--ha_backend_connstring=h:1;h:2", NULL));
     ck_assert_status_ok(parse("--ha_backend_type=redis", NULL));
     ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
     assert_err_mentions("--ha_backend_type=redis");
     ck_assert_status_ok(parse("--ha_backend_type=etcd", "--ha_lease_ttl_sec=1", NULL));
     ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
     assert_err_mentions("--ha_lease_ttl_sec");
+}
+END_TEST
+
+/* The durable master's flags: each needs the others it depends on, and
+ * the snapshot store is local only. */
+static void snapshot_reset(void)
+{
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+}
+
+START_TEST(test_snapshot_flags)
+{
+    ck_assert_status_ok(parse("--enable_snapshot", "--snapshot_backup_dir=/tmp/x",
+                              "--enable_snapshot_restore", "--snapshot_interval_seconds=5",
+                              "--snapshot_restore_grace_seconds=7", NULL));
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    ck_assert_int_eq(cfg.snapshot_restore_grace_seconds, 7);
+    snapshot_reset();
+    ck_assert_status_ok(parse("--enable_snapshot", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("snapshot_backup_dir");
+    snapshot_reset();
+    ck_assert_status_ok(parse("--enable_snapshot_restore", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("--enable_snapshot");
+    snapshot_reset();
+    ck_assert_status_ok(parse("--snapshot_backup_dir=/tmp/x", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("enable_snapshot");
+    ck_assert_status_eq(parse("--snapshot_object_store_type=s3", NULL), MC_INVALID_PARAMS);
+    assert_err_mentions("s3");
+    ck_assert_status_eq(parse("--snapshot_restore_grace_seconds=0", NULL), MC_INVALID_PARAMS);
 }
 END_TEST
 
@@ -407,7 +446,7 @@ START_TEST(test_help_compat_heading)
     static const char *const compat[] = {
         "max_threads", "rpc_thread_num", "nof_heartbeat_probe_timeout_ms",
         "nof_heartbeat_failures_threshold", "nof_heartbeat_interval_sec",
-        "snapshot_interval_seconds", "offloading_queue_limit", "cxl_size",
+        "offloading_queue_limit", "cxl_size",
     };
     static const char *const main_list[] = {
         "enable_ha", "enable_snapshot", "enable_offload", "log_dir", "client_ttl", "port",
@@ -590,9 +629,9 @@ START_TEST(test_config_command_line_overrides_file)
     ck_assert_str_eq(cfg.rpc_address, "10.0.0.1");
 
     /* a deprecated alias on the command line overrides the file's name */
-    write_conf("{\"snapshot_object_store_type\": \"local\"}");
-    ck_assert_status_ok(parse(conf_arg, "--snapshot_payload_store_type=s3", NULL));
-    ck_assert_str_eq(cfg.snapshot_object_store_type, "s3");
+    write_conf("{\"snapshot_object_store_type\": \"\"}");
+    ck_assert_status_ok(parse(conf_arg, "--snapshot_payload_store_type=local", NULL));
+    ck_assert_str_eq(cfg.snapshot_object_store_type, "local");
 }
 END_TEST
 
@@ -781,14 +820,14 @@ END_TEST
  * command line; the command line can switch it back to the default. */
 START_TEST(test_config_unimplemented_feature_refused)
 {
-    write_conf("{\"enable_snapshot\": true, \"nof_heartbeat_failures_threshold\": 4}");
+    write_conf("{\"enable_offload\": true, \"nof_heartbeat_failures_threshold\": 4}");
     ck_assert_status_ok(parse(conf_arg, NULL));
     ck_assert_int_eq(cfg.nof_heartbeat_failures_threshold, 4);
     ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
-    assert_err_mentions("--enable_snapshot");
+    assert_err_mentions("--enable_offload");
     mc_master_config_cleanup(&cfg);
     ck_assert_status_ok(mc_master_config_init(&cfg));
-    ck_assert_status_ok(parse(conf_arg, "--noenable_snapshot", NULL));
+    ck_assert_status_ok(parse(conf_arg, "--noenable_offload", NULL));
     ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
 }
 END_TEST
@@ -833,6 +872,7 @@ Suite *mc_test_flags_suite(void)
     tcase_add_test(tc, test_unimplemented_features_refused);
     tcase_add_test(tc, test_enable_ha_checks);
     tcase_add_test(tc, test_compat_flags_accepted);
+    tcase_add_test(tc, test_snapshot_flags);
     tcase_add_test(tc, test_help_compat_heading);
     tcase_add_test(tc, test_cross_flag_checks);
     suite_add_tcase(s, tc);

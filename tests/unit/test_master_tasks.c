@@ -15,6 +15,11 @@
  */
 #include "config.h"
 
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -568,6 +573,82 @@ START_TEST(test_timeouts)
 }
 END_TEST
 
+/* --enable_snapshot: tasks survive a restart (docs/ha.md).  A finished
+ * task keeps its status and message, a pending one stays pending, and one
+ * that was processing comes back FAILED: its executor's new buffers were
+ * not kept, so it cannot commit. */
+static char durable_dir[] = "/tmp/mc-tasks-durable-XXXXXX";
+static char durable_flag[128];
+
+static void setup_durable(void)
+{
+    static const char *flags[] = {"--default_kv_lease_ttl=1", "--enable_snapshot",
+                                  "--enable_snapshot_restore", durable_flag, NULL};
+    strcpy(durable_dir, "/tmp/mc-tasks-durable-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(durable_dir));
+    snprintf(durable_flag, sizeof(durable_flag), "--snapshot_backup_dir=%s", durable_dir);
+    start_with(flags);
+}
+
+static void teardown_durable(void)
+{
+    DIR *dp;
+    struct dirent *de;
+    char path[512];
+
+    teardown();
+    dp = opendir(durable_dir);
+    while ((dp != NULL) && ((de = readdir(dp)) != NULL)) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", durable_dir, de->d_name);
+        unlink(path);
+    }
+    if (dp != NULL)
+        closedir(dp);
+    rmdir(durable_dir);
+}
+
+START_TEST(test_tasks_survive_restart)
+{
+    static const char *flags[] = {"--default_kv_lease_ttl=1", "--enable_snapshot",
+                                  "--enable_snapshot_restore", durable_flag, NULL};
+    const char *tb[1] = {b.name};
+    mc_wire_query_task_resp_t q;
+    mc_wire_fetch_tasks_resp_t f;
+    mc_wire_task_replica_start_resp_t st;
+    mc_uuid_t done, proc, pend;
+
+    put_on(&a, "k", 4000);
+    ck_assert_status_ok(copy_task(&c, "k", tb, 1, &done));
+    ck_assert_uint_eq(fetch(&a, 1, &f), 1);
+    ck_assert_status_ok(mark(&a, done, MC_TASK_FAILED, "boom"));
+    ck_assert_status_ok(copy_task(&c, "k", tb, 1, &proc));
+    ck_assert_uint_eq(fetch(&a, 1, &f), 1);
+    ck_assert_status_ok(rstart(&a, proc, &st));
+    ck_assert_status_ok(copy_task(&c, "k", tb, 1, &pend));
+
+    /* a crash: the answers above were only sent once logged */
+    kill(master.pid, SIGKILL);
+    mc_test_master_stop(&master);
+    raw_close(&a);
+    raw_close(&b);
+    raw_close(&c);
+    start_with(flags);
+
+    ck_assert_status_ok(query(&c, done, &q));
+    ck_assert_uint_eq(q.status, MC_TASK_FAILED);
+    ck_assert_msg(mc_str_eq(q.message, mc_str_from_cstr("boom")), "the message is kept");
+    ck_assert_uint_eq(q.type, MC_TASK_REPLICA_COPY);
+    ck_assert_status_ok(query(&c, proc, &q));
+    ck_assert_uint_eq(q.status, MC_TASK_FAILED);
+    ck_assert_msg(q.message.len > 0, "a task cut short by the restart says so");
+    ck_assert_status_ok(query(&c, pend, &q));
+    ck_assert_uint_eq(q.status, MC_TASK_PENDING);
+    ck_assert_msg(q.created_at_ms > 1600000000000ull, "its creation time is kept");
+}
+END_TEST
+
 Suite *mc_test_master_tasks_suite(void)
 {
     Suite *s  = suite_create("master_tasks");
@@ -593,6 +674,12 @@ Suite *mc_test_master_tasks_suite(void)
     tcase_add_checked_fixture(tl, setup_timeouts, teardown);
     tcase_set_timeout(tl, 60);
     tcase_add_test(tl, test_timeouts);
+    suite_add_tcase(s, tl);
+
+    tl = tcase_create("durable");
+    tcase_add_checked_fixture(tl, setup_durable, teardown_durable);
+    tcase_set_timeout(tl, 60);
+    tcase_add_test(tl, test_tasks_survive_restart);
     suite_add_tcase(s, tl);
     return s;
 }

@@ -250,6 +250,20 @@ START_TEST(test_clocks_and_strdup)
 }
 END_TEST
 
+/* SipHash-2-4 against the reference vectors of its paper. */
+START_TEST(test_siphash)
+{
+    const uint64_t k[2] = {0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+    uint8_t msg[64];
+    for (unsigned i = 0; i < sizeof(msg); i++)
+        msg[i] = (uint8_t)i;
+    ck_assert_uint_eq(mc_siphash24(k, msg, 0), 0x726fdb47dd0e0e31ull);
+    ck_assert_uint_eq(mc_siphash24(k, msg, 8), 0x93f5f5799a932462ull);
+    ck_assert_uint_eq(mc_siphash24(k, msg, 15), 0xa129ca6149be45e5ull);
+    ck_assert_uint_eq(mc_siphash24(k, msg, 63), 0x958a324ceb064572ull);
+}
+END_TEST
+
 Suite *mc_test_util_suite(void)
 {
     Suite *s  = suite_create("util");
@@ -260,6 +274,7 @@ Suite *mc_test_util_suite(void)
     tcase_add_test(tc, test_parse_bool);
     tcase_add_test(tc, test_parse_numbers);
     tcase_add_test(tc, test_uuid);
+    tcase_add_test(tc, test_siphash);
     tcase_add_test(tc, test_clocks_and_strdup);
     suite_add_tcase(s, tc);
     return s;

@@ -962,6 +962,40 @@ START_TEST(test_mutated_frames)
 }
 END_TEST
 
+/* mc_wire_req_max_body(): a request with every field at its bound encodes
+ * to exactly the bound; fixed ones are their size; lists have none. */
+START_TEST(test_req_max_body)
+{
+    static char key[MC_WIRE_MAX_KEY], str[MC_WIRE_MAX_STR];
+    mc_wire_put_start_req_t req;
+    mc_str_t group;
+    mc_buf_t b;
+    mc_wire_header_t h;
+
+    memset(key, 'k', sizeof(key));
+    memset(str, 's', sizeof(str));
+    memset(&req, 0, sizeof(req));
+    req.key                      = (mc_str_t){key, sizeof(key)};
+    req.config.preferred_segment = (mc_str_t){str, sizeof(str)};
+    group                        = (mc_str_t){key, sizeof(key)};
+    req.config.has_group_ids     = 1;
+    req.config.group_ids.n       = 1;
+    req.config.group_ids.v       = &group;
+    mc_buf_init(&b);
+    mc_wire_encode_put_start_req(&b, 1, &req);
+    ck_assert(!b.oom);
+    ck_assert_status_ok(mc_wire_header_unpack(b.data, &h));
+    ck_assert_uint_eq(h.body_len, mc_wire_req_max_body(MC_WIRE_OP_PUT_START));
+    mc_buf_cleanup(&b);
+
+    ck_assert_uint_eq(mc_wire_req_max_body(MC_WIRE_OP_PING), 16);
+    ck_assert_uint_eq(mc_wire_req_max_body(MC_WIRE_OP_REMOVE_BY_REGEX), 4 + MC_WIRE_MAX_STR + 1);
+    ck_assert_uint_eq(mc_wire_req_max_body(MC_WIRE_OP_BATCH_PUT_START), MC_WIRE_MAX_BODY);
+    ck_assert_uint_eq(mc_wire_req_max_body(MC_WIRE_OP_REMOUNT_SEGMENTS), MC_WIRE_MAX_BODY);
+    ck_assert_uint_eq(mc_wire_req_max_body(0xfff0), MC_WIRE_MAX_BODY);
+}
+END_TEST
+
 Suite *mc_test_wire_suite(void)
 {
     Suite *s  = suite_create("wire");
@@ -977,6 +1011,7 @@ Suite *mc_test_wire_suite(void)
     tcase_add_test(th, test_list_counts_that_lie);
     tcase_add_test(th, test_list_limit);
     tcase_add_test(th, test_key_and_string_limits);
+    tcase_add_test(th, test_req_max_body);
     tcase_add_test(th, test_error_response_with_fields);
     tcase_add_test(th, test_random_bytes);
     tcase_add_test(th, test_mutated_frames);

@@ -20,6 +20,11 @@ daemon thread), with the same routes, status codes and texts:
 * ``GET /health``: 200 ``OK`` (as the C daemon; upstream's Python server
   has no such route).
 
+Bounded as the C daemon: a key of more than 4096 bytes is 414, a body
+over ``max_value_size`` (16 MiB) is 413 and never read, and a PUT that
+would take keys and values past ``quota`` (256 MiB) is 507 ``metadata
+store is full`` (``--max-value-size``, ``--quota`` on the command line).
+
 The installed command ``mooncake_http_metadata_server`` is the C daemon
 built from the master's own metadata store (same routes and texts, see its
 man page).  :func:`main` (``python3 -m mooncake.http_metadata_server``)
@@ -29,6 +34,8 @@ it never executes the C daemon.
 
 import argparse
 import http.server
+
+from mooncake import _util
 import logging
 import signal
 import threading
@@ -39,6 +46,11 @@ from typing import Dict, List, Optional
 __all__ = ["KVPoll", "KVBootstrapServer", "parse_args", "main"]
 
 logger = logging.getLogger(__name__)
+
+#: Defaults of the store's limits (those of the C daemon).
+MAX_KEY = 4096
+DEFAULT_MAX_VALUE_SIZE = 16 << 20
+DEFAULT_QUOTA = 256 << 20
 
 
 class KVPoll(Enum):
@@ -76,6 +88,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _handle(self) -> None:
         kv: "KVBootstrapServer" = self.server.kv  # type: ignore[attr-defined]
         url = urllib.parse.urlsplit(self.path)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > kv.max_value_size:
+            # not read: the connection cannot be reused
+            self.close_connection = True
+            self._reply(413, b"metadata value is too large")
+            return
         # read the body whatever the answer, so the connection stays usable
         body = self._body() if self.command in ("PUT", "POST", "PATCH") else b""
         if url.path == "/health" and self.command in ("GET", "HEAD"):
@@ -88,6 +109,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not key:
             self._reply(400, b"metadata key is required")
             return
+        if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY:
+            self._reply(414, b"metadata key is too long")
+            return
         if self.command in ("GET", "HEAD"):
             with kv._lock:
                 value = kv._store.get(key)
@@ -97,18 +121,32 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._reply(200, value)
         elif self.command == "PUT":
             with kv._lock:
-                if "rpc_meta" in key and key in kv._store:
-                    refused = True
+                old = kv._store.get(key)
+                size = len(key) + len(body)
+                if "rpc_meta" in key and old is not None:
+                    refused = 400
+                elif kv._bytes - (len(key) + len(old) if old is not None else 0) + size \
+                        > kv.quota:
+                    refused = 507
                 else:
+                    if old is not None:
+                        kv._bytes -= len(key) + len(old)
                     kv._store[key] = body
-                    refused = False
-            if refused:
+                    kv._bytes += size
+                    refused = 0
+            if refused == 400:
                 self._reply(400, b"Duplicate rpc_meta key not allowed")
+            elif refused == 507:
+                logger.warning("refused %d bytes for %s: the store is full", len(body), key)
+                self._reply(507, b"metadata store is full")
             else:
                 self._reply(200, b"metadata updated")
         elif self.command == "DELETE":
             with kv._lock:
-                found = kv._store.pop(key, None) is not None
+                old = kv._store.pop(key, None)
+                if old is not None:
+                    kv._bytes -= len(key) + len(old)
+                found = old is not None
             if found:
                 self._reply(200, b"metadata deleted")
             else:
@@ -121,11 +159,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class KVBootstrapServer:
     """An in-memory metadata store served over HTTP on ``host:port``
-    (``port`` 0 picks a free port; :attr:`port` names it once running)."""
+    (``port`` 0 picks a free port; :attr:`port` names it once running),
+    holding values of at most ``max_value_size`` bytes and at most
+    ``quota`` bytes of keys and values."""
 
-    def __init__(self, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, port: int, host: str = "0.0.0.0",
+                 max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
+                 quota: int = DEFAULT_QUOTA) -> None:
         self.port = port
         self.host = host
+        self.max_value_size = _util.check_size("max_value_size", max_value_size)
+        self.quota = _util.check_size("quota", quota)
+        self._bytes = 0
         self._store: Dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._httpd: Optional[http.server.ThreadingHTTPServer] = None
@@ -172,7 +217,21 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--log-level", type=str, default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                         help="log level")
+    parser.add_argument("--max-value-size", type=_size, default=DEFAULT_MAX_VALUE_SIZE,
+                        help="largest value one PUT may store (default: 16MB)")
+    parser.add_argument("--quota", type=_size, default=DEFAULT_QUOTA,
+                        help="bytes of keys and values the store holds (default: 256MB)")
     return parser.parse_args(argv)
+
+
+def _size(text: str) -> int:
+    try:
+        n = _util.parse_size(text)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(f"invalid size: {text!r} ({e})") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size: {text!r}")
+    return n
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -180,7 +239,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = KVBootstrapServer(args.port, args.host)
+    server = KVBootstrapServer(args.port, args.host, args.max_value_size, args.quota)
     stop = threading.Event()
 
     def on_signal(signum, frame):  # noqa: ARG001

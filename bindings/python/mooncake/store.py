@@ -638,9 +638,19 @@ class MooncakeDistributedStore(TensorMethods):
         batch_put_from/batch_upsert_from/batch_get_into (and the multi-buffer
         forms), the tensor calls (put/get/batch/upsert/pub/TP, ``*_into``,
         ``*_from``), register_buffer (only inside the shared pool),
-        alloc_from_mem_pool.  A value written from ordinary memory is staged
-        through the local buffer and must fit in it.  Other calls return
-        ``NOT_SUPPORTED``.
+        alloc_from_mem_pool, batch_is_exist, batch_remove, remove_by_regex,
+        remove_all, batch_replica_clear (of what the real client wrote: it
+        owns a dummy's objects), get_replica_desc/batch_get_replica_desc,
+        create_copy_task/create_move_task/query_task, and ReplicateConfig
+        with preferred_segment and group_ids, and the segment calls
+        (mount_segment, allocate_and_mount_segment, unmount_segment,
+        unmount_and_free_segment: mounted on the real client, unmounted when
+        this dummy closes or dies; mount_segment needs a file this process
+        can open read-write).  A value written from ordinary memory is
+        staged through the local buffer and must fit in it.  The ranged
+        sessions (batch_get_session_*, batch_put_session_*) work on buffers
+        of the shared pool; a dummy sees only the sessions it opened, and
+        its open put sessions are revoked when it closes or dies.
 
         Returns:
             0; ``RPC_FAIL`` when no real client answers there (within about
@@ -773,6 +783,13 @@ class MooncakeDistributedStore(TensorMethods):
     def get_hostname(self) -> str:
         """This client's segment name, ``"host:port"`` ("" before setup)."""
         return self._store.hostname()
+
+    def begin_weight_snapshot(self, descriptor: Any, adapter: Any) -> Any:
+        """Open a model-weight snapshot writer on this store: the same as
+        ``WeightStore(store).begin_weight_snapshot(descriptor, adapter)``
+        (``mooncake.reshard.weight``, docs/weights.md)."""
+        from .reshard.weight import store as weight_store
+        return weight_store.begin_weight_snapshot(self, descriptor, adapter)
 
     def __enter__(self) -> "MooncakeDistributedStore":
         return self
@@ -982,11 +999,18 @@ class MooncakeDistributedStore(TensorMethods):
 
         Returns:
             the address, or 0 when the local buffer is exhausted or ``size``
-            is 0 or out of range.  Return it with :meth:`_mem_pool_free`
-            (what :class:`mooncake.buffer_pool.BufferPool` does).
+            is 0 or out of range (larger than the whole local buffer, say);
+            a 0 is logged on the ``mooncake.store`` logger with the reason,
+            which :func:`mooncake.store.last_error_detail` also gives.
+            Return it with :meth:`_mem_pool_free` (what
+            :class:`mooncake.buffer_pool.BufferPool` does).
         """
         n = _alloc_size(size)
-        return self._store.mem_pool_alloc(n) if n else 0
+        addr = self._store.mem_pool_alloc(n) if n else 0
+        if addr == 0:
+            why = last_error_detail() if n else "size must be in [1, 2**64-1]"
+            _log.warning("alloc_from_mem_pool(%r) returns 0: %s", size, why)
+        return addr
 
     def _mem_pool_free(self, ptr: int) -> int:
         """Return an allocation of :meth:`alloc_from_mem_pool` (private:

@@ -4,7 +4,7 @@
  *
  * Target side.  An acceptor thread takes connections on the data port and
  * gives each its own thread doing blocking I/O, up to cfg.max_conns at
- * once (more are closed on arrival).  An idle connection thread waits in
+ * once.  An idle connection thread waits in
  * a blocking MSG_PEEK, so it wakes once per burst of requests and answers
  * a run of READs with one writev (serve_read_run).  The data path is
  * zero-copy: a READ is sent straight out of the registered region (header
@@ -15,8 +15,12 @@
  * refused READ is answered and the connection goes on; a refused WRITE is
  * answered and the connection is closed, because the payload that follows
  * must not be read anywhere.  A malformed header closes the connection.
- * Idle persistent connections wait for their next header indefinitely
- * (the receive timeout only bounds a frame once it has started).
+ * An idle connection waits for its next header in poll() for at most
+ * MC_TE_IDLE_TIMEOUT_SEC, then is closed (the receive timeout bounds a
+ * frame once it has started).  At most MC_TE_MAX_CONNECTIONS_PER_PEER come
+ * from one address, and when MC_TE_MAX_CONNECTIONS are served a new one
+ * takes the place of the longest idle (accept_admit()), so idle peers
+ * cannot lock readers out.
  *
  * Initiator side.  Each peer has cfg.lanes connections, opened lazily and
  * kept; a request takes a free lane (most recently used first, so a
@@ -72,6 +76,8 @@ typedef struct mc_tcp_conn {
     mc_tcp_t *tp;
     int fd;
     pthread_t thread;
+    struct sockaddr_storage peer; /* port zeroed: connections per address */
+    uint64_t idle_since_ms;       /* atomic: waiting for a request since; 0 while serving */
 } mc_tcp_conn_t;
 
 struct mc_tcp {
@@ -89,6 +95,8 @@ struct mc_tcp {
     int connect_timeout_ms;
     unsigned lanes;
     unsigned max_conns;
+    unsigned max_conns_peer;
+    int idle_timeout_s;
 };
 
 /* Initiator-side state of one peer: a small pool of connections. */
@@ -396,6 +404,44 @@ static int serve_read_run(mc_tcp_t *tp, int fd)
     return (rc == 0) ? k : -1;
 }
 
+/*
+ * Wait for the next request on a served connection, marked idle meanwhile
+ * (the acceptor may then close it to make room, accept_admit()).  Returns
+ * 0 when something arrived (or the peer hung up: the receive that follows
+ * sees it), -1 when the connection has been idle for tp->idle_timeout_s
+ * or the transport is stopping.
+ */
+static int serve_wait(mc_tcp_t *tp, mc_tcp_conn_t *c)
+{
+    uint64_t start = mc_now_ms();
+    uint64_t limit = (uint64_t)tp->idle_timeout_s * 1000u;
+    int rc         = -1;
+
+    __atomic_store_n(&c->idle_since_ms, start, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE)) {
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        uint64_t waited   = mc_now_ms() - start;
+        int tmo           = -1;
+        int n;
+        if (limit > 0) {
+            if (waited >= limit) {
+                mc_debug("closing a data connection idle for %d s", tp->idle_timeout_s);
+                break;
+            }
+            tmo = (int)MC_MIN(limit - waited, (uint64_t)INT_MAX);
+        }
+        n = poll(&pfd, 1, tmo);
+        if (n > 0) {
+            rc = 0;
+            break;
+        }
+        if ((n < 0) && (errno != EINTR))
+            break;
+    }
+    __atomic_store_n(&c->idle_since_ms, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
 static void *conn_main(void *arg)
 {
     mc_tcp_conn_t *c = arg;
@@ -404,7 +450,10 @@ static void *conn_main(void *arg)
     mc_te_req_hdr_t h;
 
     for (;;) {
-        int rc = serve_read_run(tp, c->fd);
+        int rc;
+        if (serve_wait(tp, c) != 0)
+            break;
+        rc = serve_read_run(tp, c->fd);
         if (rc < 0)
             break;
         if (rc > 0)
@@ -464,6 +513,85 @@ static void reap_dead(mc_tcp_t *tp)
     }
 }
 
+/* The address of @p ss with its port zeroed, for comparing peers. */
+static void peer_key(struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        ((struct sockaddr_in *)(void *)ss)->sin_port = 0;
+    else if (ss->ss_family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)(void *)ss;
+        s6->sin6_port     = 0;
+        s6->sin6_flowinfo = 0;
+    }
+}
+
+static int peer_eq(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return 1;
+}
+
+/* An idle connection is closed to make room only after this much idling,
+ * so a request that just arrived on it is rarely cut off (and a pooled
+ * connection cut off before its answer is retried by the initiator). */
+#define TCP_EVICT_IDLE_MS 1000u
+
+/*
+ * May a connection from @p peer be served?  Called with tp->mu held.  At
+ * most tp->max_conns_peer from one address; when tp->max_conns are served,
+ * the connection idle longest (for TCP_EVICT_IDLE_MS at least) is shut
+ * down to make room, so idle peers cannot lock readers out.  Returns 0, or
+ * -1 (logged, rate limited) when the new connection must be closed.
+ */
+static int accept_admit(mc_tcp_t *tp, struct sockaddr_storage *peer)
+{
+    mc_tcp_conn_t *oldest = NULL;
+    uint64_t oldest_ms    = UINT64_MAX;
+    uint64_t now          = mc_now_ms();
+    unsigned same         = 0;
+
+    peer_key(peer);
+    for (mc_tcp_conn_t *c = tp->active; c != NULL; c = c->next) {
+        uint64_t idle = __atomic_load_n(&c->idle_since_ms, __ATOMIC_ACQUIRE);
+        same += peer_eq(&c->peer, peer);
+        if ((idle != 0) && (idle < oldest_ms) && (c->fd >= 0)) {
+            oldest    = c;
+            oldest_ms = idle;
+        }
+    }
+    if (same >= tp->max_conns_peer) {
+        mc_log_ratelimited(MC_LOG_WARN,
+                           "refusing a data connection: its address already has %u "
+                           "(MC_TE_MAX_CONNECTIONS_PER_PEER)",
+                           tp->max_conns_peer);
+        return -1;
+    }
+    if (tp->nactive < tp->max_conns)
+        return 0;
+    if ((oldest == NULL) || (now - oldest_ms < TCP_EVICT_IDLE_MS)) {
+        mc_log_ratelimited(MC_LOG_WARN,
+                           "refusing a data connection: %u already served, none idle "
+                           "(MC_TE_MAX_CONNECTIONS)",
+                           tp->max_conns);
+        return -1;
+    }
+    /* its thread wakes, sees the hang-up and leaves; it is joined later */
+    shutdown(oldest->fd, SHUT_RDWR);
+    __atomic_store_n(&oldest->idle_since_ms, 0, __ATOMIC_RELEASE);
+    mc_log_ratelimited(MC_LOG_INFO,
+                       "closing a data connection idle for %llu ms to make room (%u served)",
+                       (unsigned long long)(now - oldest_ms), tp->max_conns);
+    return 0;
+}
+
 static void *acceptor_main(void *arg)
 {
     mc_tcp_t *tp = arg;
@@ -473,8 +601,13 @@ static void *acceptor_main(void *arg)
     pthread_attr_setstacksize(&attr, TCP_CONN_STACK);
     for (;;) {
         mc_tcp_conn_t *c;
-        int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        int fd;
         int rc;
+
+        memset(&peer, 0, sizeof(peer));
+        fd = accept4(tp->listen_fd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
         if (__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE)) {
             if (fd >= 0)
                 close(fd);
@@ -495,9 +628,8 @@ static void *acceptor_main(void *arg)
         }
         reap_dead(tp);
         pthread_mutex_lock(&tp->mu);
-        if (tp->nactive >= tp->max_conns) {
+        if (accept_admit(tp, &peer) != 0) {
             pthread_mutex_unlock(&tp->mu);
-            mc_warn("refusing a data connection: %u already served", tp->max_conns);
             close(fd);
             continue;
         }
@@ -508,9 +640,10 @@ static void *acceptor_main(void *arg)
             continue;
         }
         mc_tcp_tune(fd, tp->io_timeout_s);
-        c->tp = tp;
-        c->fd = fd;
-        rc    = pthread_create(&c->thread, &attr, conn_main, c);
+        c->tp   = tp;
+        c->fd   = fd;
+        c->peer = peer;
+        rc      = pthread_create(&c->thread, &attr, conn_main, c);
         if (rc != 0) {
             pthread_mutex_unlock(&tp->mu);
             errno = rc;
@@ -665,6 +798,8 @@ static mc_status_t tcp_install(mc_te_t *te, const char *bind_addr, uint16_t port
     tp->connect_timeout_ms = te->cfg.connect_timeout_ms;
     tp->lanes              = te->cfg.lanes;
     tp->max_conns          = te->cfg.max_conns;
+    tp->max_conns_peer     = te->cfg.max_conns_peer;
+    tp->idle_timeout_s     = te->cfg.idle_timeout_s;
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cond, NULL);
     st = listen_open(tp, bind_addr, port, port_p);
