@@ -14,6 +14,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store_write.c \
 	tests/unit/test_tensor.c \
 	tests/unit/test_fastcopy.c \
+	tests/unit/test_rdma.c \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_clear.c \
@@ -32,7 +33,10 @@ endif
 # with the corpora kept in FUZZ_DIR between runs.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
 	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_oplog.c tests/fuzz/fuzz_regex.c \
-	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c
+	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c
+# RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.
+EXTRA_DIST += tests/python/test_rdma.py tests/python/test_cuda.py tests/python/fake_cudart.c \
+	tests/rdma/README.md tests/rdma/run.sh tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md
 EXTRA_DIST += tests/cluster/conftest.py tests/cluster/netns.py tests/cluster/test_cluster.py
 FUZZ_SECONDS = 300
 FUZZ_DIR = $(abs_builddir)/fuzz

@@ -105,6 +105,7 @@ void mc_store_lbuf_map_unref(mc_store_lbuf_map_t *m);
 typedef struct mc_store_region {
     uintptr_t base;
     size_t len;
+    int device; /* CUDA device memory: staged, never given to the engine */
 } mc_store_region_t;
 
 struct mc_store_rd {

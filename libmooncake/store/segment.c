@@ -35,6 +35,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include "common/cuda.h"
 #include "common/log.h"
 #include "store/read_internal.h"
 #include "store/store_internal.h"
@@ -110,6 +111,8 @@ mc_status_t mc_store_segment_map(mc_store_segment_t *seg, mc_status_t fail_statu
         return fail_status;
     }
     seg->base = base;
+    /* setup and allocate_and_mount_segment segments only: both map here */
+    seg->pinned = mc_cuda_pin_segment(base, seg->map_len);
     return MC_OK;
 }
 
@@ -121,6 +124,9 @@ void mc_store_segment_unmap(mc_store_h s, mc_store_segment_t *seg)
             mc_warn("cannot unregister segment at %p: %s", seg->base, mc_status_name(st));
         seg->registered = 0;
     }
+    if (seg->pinned)
+        mc_cuda_unpin_segment(seg->base, seg->map_len);
+    seg->pinned = 0;
     if (seg->base != NULL)
         munmap(seg->base, seg->map_len);
     if (seg->fd >= 0)

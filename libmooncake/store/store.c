@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cuda.h"
 #include "common/log.h"
 #include "common/regex_limit.h"
 #include "transfer/engine.h"
@@ -995,10 +996,33 @@ MC_API mc_status_t mc_store_upsert_parts(mc_store_h s, const char *key, const mc
     return write_one(s, WRITE_UPSERT, key, parts, n, cfg, 0);
 }
 
+/* put_from / upsert_from of CUDA device memory: copied to host memory
+ * first, then written as put / upsert do (docs/cuda.md). */
+static mc_status_t staged_write(mc_store_h s, write_op_t kind, const char *key, const void *dev,
+                                size_t len, const mc_replicate_config_t *cfg)
+{
+    mc_iov_t part;
+    mc_status_t st;
+    void *host = malloc((len > 0) ? len : 1);
+    if (host == NULL) {
+        mc_set_error_detail("cannot allocate %zu bytes to stage a device write", len);
+        return MC_INTERNAL_ERROR;
+    }
+    st = mc_cuda_copy(host, dev, len);
+    if (st == MC_OK) {
+        part = (mc_iov_t){host, len};
+        st   = write_one(s, kind, key, &part, 1, cfg, 0);
+    }
+    free(host);
+    return st;
+}
+
 MC_API mc_status_t mc_store_put_from(mc_store_h s, const char *key, const void *buf, size_t len,
                                      const mc_replicate_config_t *cfg)
 {
     mc_iov_t part = {buf, len};
+    if (mc_cuda_is_device_ptr(buf))
+        return staged_write(s, WRITE_PUT, key, buf, len, cfg);
     return write_one(s, WRITE_PUT, key, &part, 1, cfg, MC_WF_ZERO_COPY);
 }
 
@@ -1006,6 +1030,8 @@ MC_API mc_status_t mc_store_upsert_from(mc_store_h s, const char *key, const voi
                                         size_t len, const mc_replicate_config_t *cfg)
 {
     mc_iov_t part = {buf, len};
+    if (mc_cuda_is_device_ptr(buf))
+        return staged_write(s, WRITE_UPSERT, key, buf, len, cfg);
     return write_one(s, WRITE_UPSERT, key, &part, 1, cfg, MC_WF_ZERO_COPY);
 }
 

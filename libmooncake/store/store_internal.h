@@ -38,6 +38,7 @@ typedef struct mc_store_segment {
     int fd;            /* memfd backing the mapping, -1 for anonymous memory */
     int registered;    /* with the transfer engine */
     int kind;          /* MC_STORE_SEG_* */
+    int pinned;        /* cudaHostRegister'ed (MC_STORE_PIN_MEMORY_MAX_BYTES) */
     uint64_t drain_deadline_ms; /* draining: unmount at this monotonic ms; 0 none */
 } mc_store_segment_t;
 

@@ -18,9 +18,12 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "common/cuda.h"
 #include "common/log.h"
 #include "store/read_internal.h"
 #include "store/dummy_internal.h"
@@ -49,7 +52,8 @@ static size_t region_upper(const struct mc_store_rd *rd, uintptr_t p)
  * The usable region holding address @p p: a user region or the local
  * buffer.  Returns 0 when there is none.
  */
-static int region_of(mc_store_h s, const void *p, uintptr_t *base_p, size_t *len_p)
+static int region_of(mc_store_h s, const void *p, uintptr_t *base_p, size_t *len_p,
+                     int device)
 {
     struct mc_store_rd *rd = s->rd;
     uintptr_t a            = (uintptr_t)p;
@@ -57,7 +61,7 @@ static int region_of(mc_store_h s, const void *p, uintptr_t *base_p, size_t *len
 
     if ((rd == NULL) || (p == NULL))
         return 0;
-    if ((rd->lbuf != NULL) && (a >= (uintptr_t)rd->lbuf->base) &&
+    if (!device && (rd->lbuf != NULL) && (a >= (uintptr_t)rd->lbuf->base) &&
         (a - (uintptr_t)rd->lbuf->base < rd->lbuf->size)) {
         *base_p = (uintptr_t)rd->lbuf->base;
         *len_p  = (size_t)rd->lbuf->size;
@@ -68,7 +72,7 @@ static int region_of(mc_store_h s, const void *p, uintptr_t *base_p, size_t *len
         size_t k = region_upper(rd, a);
         if (k > 0) {
             const mc_store_region_t *r = &rd->regions[k - 1];
-            if (a - r->base < r->len) {
+            if ((a - r->base < r->len) && (r->device == device)) {
                 *base_p = r->base;
                 *len_p  = r->len;
                 found   = 1;
@@ -84,7 +88,18 @@ int mc_store_mem_is_usable(mc_store_h s, const void *p, size_t len)
     uintptr_t base;
     size_t rlen;
 
-    if (!region_of(s, p, &base, &rlen))
+    if (!region_of(s, p, &base, &rlen, 0))
+        return 0;
+    return len <= rlen - ((uintptr_t)p - base);
+}
+
+/* [p, p+len) lies in one registered CUDA device region. */
+static int mem_is_device_registered(mc_store_h s, const void *p, size_t len)
+{
+    uintptr_t base;
+    size_t rlen;
+
+    if (!region_of(s, p, &base, &rlen, 1))
         return 0;
     return len <= rlen - ((uintptr_t)p - base);
 }
@@ -112,6 +127,7 @@ MC_API mc_status_t mc_store_register_buffer(mc_store_h s, void *addr, size_t len
     struct mc_store_rd *rd;
     uintptr_t a = (uintptr_t)addr;
     size_t k;
+    int device;
 
     if ((addr == NULL) || (len == 0) || (a > UINTPTR_MAX - len)) {
         mc_set_error_detail("register_buffer needs a non-NULL address and a length > 0");
@@ -146,12 +162,17 @@ MC_API mc_status_t mc_store_register_buffer(mc_store_h s, void *addr, size_t len
         rd->regions     = grown;
         rd->cap_regions = cap;
     }
-    /* local use only: peers must never reach user memory */
-    st = mc_te_mem_reg(s->te, addr, len, "", 0);
-    if (st != MC_OK)
-        goto unlock;
+    /* local use only: peers must never reach user memory.  CUDA device
+     * memory is not given to the engine at all: reads and writes of it are
+     * staged through host memory (docs/cuda.md). */
+    device = mc_cuda_is_device_ptr(addr);
+    if (!device) {
+        st = mc_te_mem_reg(s->te, addr, len, "", 0);
+        if (st != MC_OK)
+            goto unlock;
+    }
     memmove(&rd->regions[k + 1], &rd->regions[k], (rd->nregions - k) * sizeof(rd->regions[0]));
-    rd->regions[k] = (mc_store_region_t){a, len};
+    rd->regions[k] = (mc_store_region_t){a, len, device};
     rd->nregions++;
 unlock:
     pthread_mutex_unlock(&rd->reg_lock);
@@ -180,7 +201,7 @@ MC_API mc_status_t mc_store_unregister_buffer(mc_store_h s, void *addr)
         st = MC_INVALID_PARAMS;
         goto unlock;
     }
-    st = mc_te_mem_dereg(s->te, addr);
+    st = rd->regions[k - 1].device ? MC_OK : mc_te_mem_dereg(s->te, addr);
     if (st != MC_OK)
         goto unlock;
     k--;
@@ -198,7 +219,10 @@ void mc_store_regions_release(mc_store_h s)
     struct mc_store_rd *rd = s->rd;
 
     for (size_t k = 0; k < rd->nregions; k++) {
-        mc_status_t st = mc_te_mem_dereg(s->te, (void *)rd->regions[k].base);
+        mc_status_t st;
+        if (rd->regions[k].device)
+            continue;
+        st = mc_te_mem_dereg(s->te, (void *)rd->regions[k].base);
         if (st != MC_OK)
             mc_warn("cannot unregister buffer %p: %s", (void *)rd->regions[k].base,
                     mc_status_name(st));
@@ -339,6 +363,48 @@ out:
 
 /* ---- get_into ------------------------------------------------------------------ */
 
+/* get_into of CUDA device memory: the object is read into host memory
+ * (mapped lazily, so a large cap costs only what the object fills) and
+ * copied to the device.  The device buffer must be registered. */
+static int64_t staged_get_into(mc_store_h s, const char *key, void *dev, size_t cap)
+{
+    mc_status_t st;
+    uint64_t size = 0;
+    void *host;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    if (!mem_is_device_registered(s, dev, cap)) {
+        mc_set_error_detail("[%p, +%zu) is CUDA device memory that is not registered "
+                            "(register_buffer it)", dev, cap);
+        mc_store_leave(s);
+        return MC_INVALID_PARAMS;
+    }
+    mc_store_leave(s);
+    if (cap == 0)
+        return MC_INVALID_PARAMS;
+    host = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                -1, 0);
+    if (host == MAP_FAILED) {
+        mc_set_error_detail("cannot map %zu bytes to stage a device read: %s", cap,
+                            strerror(errno));
+        return MC_INTERNAL_ERROR;
+    }
+    st = mc_store_get(s, key, host, cap, &size);
+    if (st == MC_BUFFER_OVERFLOW) {
+        mc_set_error_detail("object is %llu bytes, the buffer holds %zu",
+                            (unsigned long long)size, cap);
+        st = MC_INVALID_PARAMS;
+    }
+    if ((st == MC_OK) && (size > (uint64_t)INT64_MAX))
+        st = MC_INVALID_PARAMS;
+    if (st == MC_OK)
+        st = mc_cuda_copy(dev, host, (size_t)size);
+    munmap(host, cap);
+    return (st == MC_OK) ? (int64_t)size : st;
+}
+
 MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_t cap)
 {
     int64_t dres;
@@ -350,6 +416,8 @@ MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_
     int64_t ret;
     uint64_t t0 = mc_store_metrics_now_us();
 
+    if (mc_cuda_is_device_ptr(buf))
+        return staged_get_into(s, key, buf, cap);
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -542,7 +610,7 @@ static mc_status_t range_dst_check(mc_store_h s, const mc_store_range_t *r)
     size_t rlen;
     uint64_t room;
 
-    if ((r->buffer == NULL) || !region_of(s, r->buffer, &base, &rlen)) {
+    if ((r->buffer == NULL) || !region_of(s, r->buffer, &base, &rlen, 0)) {
         mc_set_error_detail("buffer %p is not registered memory", r->buffer);
         return MC_INVALID_PARAMS;
     }

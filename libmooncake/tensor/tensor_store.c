@@ -22,6 +22,7 @@
 
 #include <mooncake/tensor.h>
 
+#include "common/cuda.h"
 #include "common/log.h"
 
 /*
@@ -475,6 +476,12 @@ MC_API int64_t mc_tensor_get_into(mc_store_h store, const char *key, void *buf, 
 
     if (meta == NULL) {
         mc_set_error_detail("meta is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    if (mc_cuda_is_device_ptr(buf)) {
+        /* the header would be decoded from device memory (docs/cuda.md) */
+        mc_set_error_detail("tensor get_into of CUDA device memory is not supported in this "
+                            "release");
         return MC_INVALID_PARAMS;
     }
     got = decode_read(buf, mc_store_get_into(store, key, buf, cap), &m);

@@ -47,6 +47,8 @@
 #include "common/util.h"
 #include "coord/etcd.h"
 #include "transfer/engine.h"
+#include "transfer/rdma/nic.h"
+#include "transfer/rdma/verbs.h"
 #include "transfer/tcp/tcp.h"
 
 /* High bit of mc_te_region_t.refs: the region was unlinked by dereg. */
@@ -126,9 +128,36 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     return MC_OK;
 }
 
+/* protocol "rdma": the NICs are selected (rdma/nic.h) and checked with
+ * libibverbs, so a missing or misnamed NIC is named in the refusal; the
+ * verbs data path itself is not part of this release. */
+static mc_status_t rdma_select(const char *devices)
+{
+    mc_rdma_nic_t nics[MC_RDMA_MAX_NICS];
+    size_t n = 0;
+    mc_status_t st;
+
+    st = mc_rdma_nic_select(getenv("MC_RDMA_SYSFS_ROOT"), devices, getenv("MC_MS_AUTO_DISC"),
+                            getenv("MC_MS_FILTERS"), nics, &n);
+    if (st != MC_OK)
+        return st;
+#ifdef MC_HAVE_RDMA
+    st = mc_rdma_verbs_check(nics, n, NULL);
+    if (st != MC_OK)
+        return st;
+    mc_set_error_detail("rdma: %zu NIC(s) found (first %s), but the RDMA data path is not "
+                        "implemented in this release; use tcp", n, nics[0].name);
+#else
+    mc_set_error_detail("rdma transport not built (libibverbs was not found at configure "
+                        "time; %zu NIC(s) found, first %s); use tcp", n, nics[0].name);
+#endif
+    return MC_NOT_SUPPORTED;
+}
+
 /* Which transport serves @p proto.  Recognised-but-absent transports get
  * NOT_SUPPORTED, unknown names INVALID_PARAMS. */
-static mc_status_t protocol_select(const char *proto, const mc_te_transport_ops_t **ops_p)
+static mc_status_t protocol_select(const char *proto, const char *devices,
+                                   const mc_te_transport_ops_t **ops_p)
 {
     static const char *const absent[] = {"efa", "cxl", "ascend", "nvlink", "hip",
                                          "nvmeof", "barex", "ubshmem", "cxi"};
@@ -136,18 +165,12 @@ static mc_status_t protocol_select(const char *proto, const mc_te_transport_ops_
         *ops_p = &mc_tcp_transport_ops;
         return MC_OK;
     }
-    if (strcasecmp(proto, "rdma") == 0) {
-#ifdef MC_HAVE_RDMA
-        mc_set_error_detail("rdma transport is not implemented in this release; use tcp");
-#else
-        mc_set_error_detail("rdma transport not built (libibverbs/librdmacm were not found "
-                            "at configure time); use tcp");
-#endif
-        return MC_NOT_SUPPORTED;
-    }
+    if (strcasecmp(proto, "rdma") == 0)
+        return rdma_select(devices);
     for (size_t i = 0; i < MC_ARRAY_SIZE(absent); i++) {
         if (strcasecmp(proto, absent[i]) == 0) {
-            mc_set_error_detail("%s transport not built; use tcp", absent[i]);
+            mc_set_error_detail("%s transport is not built in this version; use tcp",
+                                absent[i]);
             return MC_NOT_SUPPORTED;
         }
     }
@@ -1612,7 +1635,11 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
         meta = p->metadata_server;
     if (p->field_mask & MC_TE_PARAM_PROTOCOL)
         proto = p->protocol;
-    st = protocol_select(proto, &ops);
+    st = protocol_select(proto,
+                         ((p->field_mask & MC_TE_PARAM_DEVICES) && (p->devices != NULL))
+                             ? p->devices
+                             : "",
+                         &ops);
     if (st != MC_OK)
         return st;
 

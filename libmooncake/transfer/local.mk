@@ -6,5 +6,12 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/transfer/metadata.c \
 	libmooncake/transfer/tcp/tcp.c libmooncake/transfer/tcp/tcp.h \
 	libmooncake/transfer/shm/shm.c libmooncake/transfer/shm/shm.h \
+	libmooncake/transfer/rdma/nic.c libmooncake/transfer/rdma/nic.h \
+	libmooncake/transfer/rdma/codec.c libmooncake/transfer/rdma/codec.h \
+	libmooncake/transfer/rdma/verbs.h \
 	$(NULL)
+if HAVE_RDMA
+libmooncake_internal_la_SOURCES += libmooncake/transfer/rdma/verbs.c
+libmooncake_internal_la_LIBADD += $(RDMA_LIBS)
+endif
 EXTRA_DIST += docs/transfer.md

@@ -71,6 +71,12 @@ $cc $cflags $san -o "$work/fuzz_te_frame" "$src/tests/fuzz/fuzz_te_frame.c" \
 $cc $cflags $san -o "$work/fuzz_http_meta" "$src/tests/fuzz/fuzz_http_meta.c" \
     "$src/mooncake-master/http.c" $common -levent -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_rdma_hs" "$src/tests/fuzz/fuzz_rdma_hs.c" \
+    "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
+# shellcheck disable=SC2086
+$cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_rdma_seeds" "$src/tests/fuzz/fuzz_rdma_hs.c" \
+    "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_seeds" "$src/tests/fuzz/fuzz_wire.c" \
     "$src/libmooncake/wire/wire.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -80,9 +86,10 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
-targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_http_meta"
+targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_http_meta fuzz_rdma_hs"
 for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_oplog_seeds" "$work/corpus-fuzz_oplog"
+"$work/write_rdma_seeds" "$work/corpus-fuzz_rdma_hs"
 "$work/write_seeds" "$work/corpus-fuzz_wire"
 "$work/write_tensor_seeds" "$work/corpus-fuzz_tensor"
 "$work/write_dummy_seeds" "$work/corpus-fuzz_dummy"

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* libibverbs checks of the selected NICs (built with --with-rdma only). */
+#ifndef MC_TRANSFER_RDMA_VERBS_H
+#define MC_TRANSFER_RDMA_VERBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mooncake/status.h>
+
+#include "transfer/rdma/nic.h"
+
+/* Open every NIC of @p nics with libibverbs and query it: its port must be
+ * ACTIVE and max_mr_size is written to max_mr[i] when max_mr is not NULL.
+ * MC_NOT_SUPPORTED with a detail naming the NIC when libibverbs does not
+ * list it or it cannot be opened or queried. */
+mc_status_t mc_rdma_verbs_check(const mc_rdma_nic_t *nics, size_t n, uint64_t *max_mr);
+
+#endif /* MC_TRANSFER_RDMA_VERBS_H */
