@@ -12,8 +12,11 @@ the matching keys.
 On a loaded machine a ping can wait longer than that even with the master
 idle (the process is not scheduled), so the bound is 50 ms or three times
 the slowest ping of an idle second measured just before, whichever is
-larger; a walk that held the loop would stall pings for its whole length
-(seconds).
+larger.  During a walk of several seconds a lone ping can still lose the
+CPU to other processes for longer than that, so there the bound holds for
+nine pings in ten, and the slowest may take at most a quarter of the walk:
+a walk that held the loop would stall pings for its whole length (seconds)
+and fail both.
 """
 
 import struct
@@ -54,6 +57,7 @@ class Pinger(threading.Thread):
         self.stop_ev = threading.Event()
         self.worst = 0.0
         self.count = 0
+        self.waits = []
         self.error = None
 
     def run(self) -> None:
@@ -61,7 +65,9 @@ class Pinger(threading.Thread):
             while not self.stop_ev.is_set():
                 t0 = time.monotonic()
                 assert self.conn.ping() == 0
-                self.worst = max(self.worst, time.monotonic() - t0)
+                wait = time.monotonic() - t0
+                self.worst = max(self.worst, wait)
+                self.waits.append(wait)
                 self.count += 1
                 time.sleep(0.002)
         except Exception as e:  # reported by finish()
@@ -132,8 +138,12 @@ def test_costly_pattern_runs_in_slices_between_other_requests(master, make_store
         pinger.finish()
     assert walk > 4 * MAX_PING_S, f"the walk took only {walk:.3f}s: the test proves nothing"
     assert pinger.count > 10, f"only {pinger.count} pings during a {walk:.2f}s walk"
-    assert pinger.worst < bound, \
-        f"a ping waited {pinger.worst * 1000:.1f} ms during a {walk:.2f}s walk " \
+    waits = sorted(pinger.waits)
+    p90 = waits[int(len(waits) * 0.9)]
+    assert p90 < bound, \
+        f"one ping in ten waited {p90 * 1000:.1f} ms or more during a {walk:.2f}s walk " \
         f"(bound {bound * 1000:.0f} ms)"
+    assert pinger.worst < max(bound, walk / 4), \
+        f"a ping waited {pinger.worst * 1000:.1f} ms during a {walk:.2f}s walk"
     assert s.is_exist(keep) == 1
     assert s.batch_is_exist(keys[:50]) == [0] * 50
