@@ -35,7 +35,8 @@ void mc_master_lru_touch(mc_master_t *m, mc_object_t *o)
 /* 1: evictable now; 0: skip for now; -1: unevictable until touched. */
 static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok)
 {
-    if (!o->complete || o->hard_pin)
+    /* a disk-only object holds no memory (docs/tiers.md) */
+    if (!o->complete || o->hard_pin || mc_mlist_empty(&o->replicas))
         return -1;
     if ((o->upsert != MC_UPSERT_NONE) || mc_object_replicating(o))
         return 0;
@@ -52,15 +53,19 @@ static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok)
     return 1;
 }
 
-/* Erase @p o and account for it; returns the bytes given back. */
-static uint64_t evict_one(mc_master_t *m, mc_object_t *o)
+/* Erase @p o (only its memory replicas when @p keep_disk and it has a disk
+ * replica) and account for it; returns the bytes given back. */
+static uint64_t evict_one(mc_master_t *m, mc_object_t *o, int keep_disk)
 {
     uint64_t before = m->allocated_bytes;
     uint64_t freed;
 
     mc_debug("evicting key '%.*s' (%" PRIu64 " bytes)", (int)MC_MIN(o->key_len, 200u),
              mc_object_key(o).ptr, o->size);
-    mc_master_object_erase(m, o);
+    /* with a copy on a holder's disk, only the memory goes: the object
+     * stays readable from disk (--enable_offload, docs/tiers.md) */
+    if (!keep_disk || !mc_master_object_drop_memory(m, o))
+        mc_master_object_erase(m, o);
     freed = before >= m->allocated_bytes ? before - m->allocated_bytes : 0;
     m->evicted_keys++;
     m->evicted_bytes += freed;
@@ -91,7 +96,8 @@ static uint64_t evict_group(mc_master_t *m, mc_group_t *g)
              g->strs + g->tenant_len, g->count);
     do {
         last = g->count == 1;
-        freed += evict_one(m, mc_container_of(g->members.next, mc_object_ext_t, group_link)->obj);
+        /* a group goes whole, disk copies too: its members stay together */
+        freed += evict_one(m, mc_container_of(g->members.next, mc_object_ext_t, group_link)->obj, 0);
     } while (!last);
     return freed;
 }
@@ -133,7 +139,7 @@ static uint64_t evict_walk(mc_master_t *m, uint64_t now_ms, int soft_ok, const m
             freed += evict_group(m, g);
         } else {
             /* erasing @p o never touches another object: tmp stays valid */
-            freed += evict_one(m, o);
+            freed += evict_one(m, o, 1);
         }
         if (done(freed, arg)) {
             *stop_p = 1;

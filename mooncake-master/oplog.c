@@ -149,6 +149,9 @@ void mc_oplog_record_encode(mc_buf_t *out, const mc_oplog_record_t *r)
             mc_buf_put_u64(out, r->replicas[i].offset);
             mc_buf_put_u64(out, r->replicas[i].size);
         }
+        if (r->has_disk)
+            mc_oplog_put_disk_tail(out, r->disk_holder, r->disk_segment, r->disk_path,
+                                   r->disk_offset, r->disk_length, r->disk_crc);
         break;
     case MC_OPLOG_OBJ_DEL:
         mc_buf_put_str(out, r->tenant);
@@ -249,6 +252,18 @@ mc_oplog_decode_t mc_oplog_record_decode(const uint8_t *p, size_t n, mc_oplog_re
             (r->has_group > 1))
             return MC_OPLOG_CORRUPT;
         r->raw_replicas = mc_rbuf_get_bytes(&rb, (size_t)r->nreplicas * MC_OPLOG_REPLICA_BYTES);
+        if (!rb.err && (rb.left > 0)) {
+            /* a tail: only versions this build knows */
+            if (mc_rbuf_get_u8(&rb) != MC_OPLOG_OBJ_TAIL_DISK)
+                return MC_OPLOG_CORRUPT;
+            r->has_disk     = 1;
+            r->disk_holder  = get_uuid(&rb);
+            r->disk_segment = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+            r->disk_path    = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+            r->disk_offset  = mc_rbuf_get_u64(&rb);
+            r->disk_length  = mc_rbuf_get_u64(&rb);
+            r->disk_crc     = mc_rbuf_get_u32(&rb);
+        }
         break;
     case MC_OPLOG_OBJ_DEL:
         r->tenant = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
@@ -286,6 +301,18 @@ mc_oplog_decode_t mc_oplog_record_decode(const uint8_t *p, size_t n, mc_oplog_re
         return MC_OPLOG_CORRUPT;
     *used = r->frame_len;
     return MC_OPLOG_DECODED;
+}
+
+void mc_oplog_put_disk_tail(mc_buf_t *out, mc_uuid_t holder, mc_str_t segment, mc_str_t path,
+                            uint64_t offset, uint64_t length, uint32_t crc)
+{
+    mc_buf_put_u8(out, MC_OPLOG_OBJ_TAIL_DISK);
+    put_uuid(out, holder);
+    mc_buf_put_str(out, segment);
+    mc_buf_put_str(out, path);
+    mc_buf_put_u64(out, offset);
+    mc_buf_put_u64(out, length);
+    mc_buf_put_u32(out, crc);
 }
 
 void mc_oplog_record_replica(const mc_oplog_record_t *r, uint32_t i, mc_oplog_replica_t *out)

@@ -352,6 +352,8 @@ MC_RPC_RESP_HANDLER_(task_replica_start)
 MC_RPC_PLAIN_HANDLER_(task_replica_end)
 MC_RPC_PLAIN_HANDLER_(task_replica_revoke)
 MC_RPC_RESP_HANDLER_(batch_replica_clear)
+MC_RPC_PLAIN_HANDLER_(offload_report)
+MC_RPC_RESP_HANDLER_(disk_replica_drop)
 
 /* Queue the encoded response in c->out on the socket. */
 static void conn_send(mc_conn_t *c, uint16_t opcode)
