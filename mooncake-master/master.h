@@ -515,6 +515,10 @@ size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id);
 /* Eviction of an object with a disk replica: free its memory replicas
  * and keep it, disk-only and off the LRU; returns 1 when it did. */
 int mc_master_object_drop_memory(mc_master_t *m, mc_object_t *o);
+static inline int mc_master_object_has_disk(const mc_object_t *o)
+{
+    return (o->ext != NULL) && (o->ext->disk != NULL);
+}
 int32_t mc_master_upsert_revoke(mc_req_ctx_t *x, const mc_wire_upsert_revoke_req_t *req);
 int32_t mc_master_batch_upsert_start(mc_req_ctx_t *x, const mc_wire_batch_upsert_start_req_t *req,
                                      mc_wire_batch_upsert_start_resp_t *resp);

@@ -1450,6 +1450,8 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
             mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
             r->status       = MC_REPLICA_PROCESSING;
+            /* a new value: a copy read from the old id is stale (§5.15) */
+            r->id           = ++m->next_replica_id;
             fill_wire_replica(&out->v[out->n++], r, length);
         }
         mc_durable_erase(m, o); /* its bytes are overwritten from now on */
@@ -1780,14 +1782,30 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
 
 /* ---- §5.15 disk tier ------------------------------------------------------------ */
 
-/* The COMPLETE memory replica of @p o on a segment of @p client_id. */
-static const mc_replica_t *held_by(const mc_object_t *o, mc_uuid_t client_id)
+/* 1 when @p o has the COMPLETE memory replica @p id.  Replica ids are
+ * never reused and an in-place upsert renews them, so a copy read from
+ * @p id holds the current value. */
+static int has_replica(const mc_object_t *o, uint64_t id)
 {
     for (const mc_mlist_t *pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
         const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        if ((r->status == MC_REPLICA_COMPLETE) && (r->seg->owner != NULL) &&
-            mc_uuid_eq(r->seg->owner->id, client_id))
-            return r;
+        if ((r->id == id) && (r->status == MC_REPLICA_COMPLETE))
+            return 1;
+    }
+    return 0;
+}
+
+/* A mounted segment of @p client_id that takes reads, or NULL. */
+static const mc_segment_t *segment_of(mc_master_t *m, mc_uuid_t client_id)
+{
+    mc_client_t *c = mc_master_client_find(m, client_id);
+
+    if (c == NULL)
+        return NULL;
+    for (const mc_mlist_t *pos = c->segments.next; pos != &c->segments; pos = pos->next) {
+        const mc_segment_t *seg = mc_container_of(pos, mc_segment_t, client_link);
+        if (seg->state != MC_SEG_AWAITING)
+            return seg;
     }
     return NULL;
 }
@@ -1795,7 +1813,7 @@ static const mc_replica_t *held_by(const mc_object_t *o, mc_uuid_t client_id)
 int32_t mc_master_offload_report(mc_req_ctx_t *x, const mc_wire_offload_report_req_t *req)
 {
     mc_master_t *m = x->m;
-    const mc_replica_t *held;
+    const mc_segment_t *seg;
     mc_disk_replica_t *d;
     mc_object_t *o;
 
@@ -1812,13 +1830,15 @@ int32_t mc_master_offload_report(mc_req_ctx_t *x, const mc_wire_offload_report_r
         return MC_REPLICA_IS_NOT_READY;
     if (req->length != o->size)
         return MC_INVALID_PARAMS;
-    held = held_by(o, req->client_id);
-    if (held == NULL)
+    if (!has_replica(o, req->source_replica))
+        return MC_REPLICA_NOT_FOUND;
+    seg = segment_of(m, req->client_id);
+    if (seg == NULL)
         return MC_ILLEGAL_CLIENT;
     if (obj_ext(o) == NULL)
         return MC_INTERNAL_ERROR;
     d = calloc(1, sizeof(*d));
-    if ((d == NULL) || ((d->segment = strdup(held->seg->name)) == NULL) ||
+    if ((d == NULL) || ((d->segment = strdup(seg->name)) == NULL) ||
         ((d->path = mc_str_dup(req->file_path)) == NULL)) {
         if (d != NULL)
             free(d->segment);

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/crc32c.h" /* mc_crc32c: the frame checksum */
 #include "common/hashmap.h"
 #include "common/util.h"
 
@@ -120,8 +121,6 @@ typedef struct mc_oplog_record {
     size_t frame_len;
 } mc_oplog_record_t;
 
-/* CRC32C (Castagnoli), hardware-assisted where the CPU has it. */
-uint32_t mc_crc32c(uint32_t crc, const void *p, size_t n);
 
 /* Append the frame of @p r to @p out (out->oom on allocation failure). */
 void mc_oplog_record_encode(mc_buf_t *out, const mc_oplog_record_t *r);

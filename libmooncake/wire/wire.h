@@ -372,16 +372,19 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
 
 /* ---- disk tier (docs/protocol.md §5.15, docs/tiers.md) -----------------
  * OFFLOAD_REPORT: the caller wrote the value of key (tenant of the
- * connection) into its disk tier: file_path, the value at offset, length
- * bytes, CRC32C crc.  The master records it as the object's disk replica
- * (replacing an older one).  NOT_SUPPORTED without --enable_offload;
- * OBJECT_NOT_FOUND for a missing key; REPLICA_IS_NOT_READY while it is
- * being written or upserted; INVALID_PARAMS when length is not the
- * object's size or the path is not absolute; ILLEGAL_CLIENT when none of
- * the caller's segments holds a complete replica of it (a holder offloads
- * only what it holds). */
+ * connection), read from the memory replica source_replica, into its disk
+ * tier: the record at offset of file_path, length value bytes, CRC32C crc.
+ * The master records it as the object's disk replica (replacing an older
+ * one).  NOT_SUPPORTED without --enable_offload; OBJECT_NOT_FOUND for a
+ * missing key; REPLICA_IS_NOT_READY while it is being written or
+ * upserted; REPLICA_NOT_FOUND when source_replica is no longer a complete
+ * replica of it (the value changed meanwhile: the copy is stale);
+ * INVALID_PARAMS when length is not the object's size or the path is not
+ * absolute; ILLEGAL_CLIENT when the caller has no mounted segment (readers
+ * reach a disk replica through its holder's segment name). */
 #define MC_WIRE_REQ_offload_report(F) \
-    F(UUID, client_id) F(KEY, key) F(STR, file_path) F(U64, offset) F(U64, length) F(U32, crc)
+    F(UUID, client_id) F(KEY, key) F(U64, source_replica) F(STR, file_path) F(U64, offset) \
+    F(U64, length) F(U32, crc)
 #define MC_WIRE_RESP_offload_report(F)
 
 /* DISK_REPLICA_DROP: the caller's disk copies of keys are gone (its tier

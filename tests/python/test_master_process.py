@@ -65,7 +65,7 @@ def test_log_dir_and_reopen_on_sighup():
 
 
 @pytest.mark.parametrize("flag", [
-                                  "--offload_on_evict=true", "--enable_oplog",
+                                  "--promotion_on_hit=true", "--enable_oplog",
                                   "--dynamic_replication_mode=observe", "--enable_cxl",
                                   "--root_fs_dir=/tmp", "--rpc_interface=lo",
                                   "--enable_kv_events", "--enable_multi_tenants"])

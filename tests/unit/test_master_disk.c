@@ -47,7 +47,8 @@ static void raw_open(raw_client_t *rc)
 
 static void start(const char *offload)
 {
-    const char *const flags[] = {"--default_kv_lease_ttl=100", offload, NULL};
+    const char *const flags[] = {"--default_kv_lease_ttl=100", "--enable_offload=true", offload,
+                                 NULL};
     mc_wire_mount_segment_req_t req;
     mc_wire_mount_segment_resp_t resp;
 
@@ -64,7 +65,7 @@ static void start(const char *offload)
     ck_assert_status_ok(mc_master_call_mount_segment(a.conn, &req, &resp));
 }
 
-static void setup(void) { start("--enable_offload"); }
+static void setup(void) { start("--offload_on_evict=false"); }
 
 static void teardown(void)
 {
@@ -74,7 +75,11 @@ static void teardown(void)
     ck_assert_int_eq(mc_test_master_stop(&master), 0);
 }
 
-static void put(const char *key, uint64_t size)
+/* Ids of the memory replicas put() wrote, by key (the last put wins). */
+static uint64_t last_rep;
+
+/* PUT_START/PUT_END of @p key by A; returns its replica's id. */
+static uint64_t put(const char *key, uint64_t size)
 {
     mc_wire_put_start_req_t req;
     mc_wire_put_start_resp_t resp;
@@ -87,24 +92,35 @@ static void put(const char *key, uint64_t size)
     req.length             = size;
     req.config.replica_num = 1;
     ck_assert_status_ok(mc_master_call_put_start(a.conn, &req, &resp));
+    ck_assert_uint_eq(resp.replicas.n, 1);
+    last_rep       = resp.replicas.v[0].id;
     ereq.client_id = a.id;
     ereq.key       = req.key;
     ck_assert_status_ok(mc_master_call_put_end(a.conn, &ereq, &eresp));
+    return last_rep;
 }
 
-static int32_t report(raw_client_t *rc, const char *key, const char *path, uint64_t off,
-                      uint64_t len, uint32_t crc)
+static int32_t report_from(raw_client_t *rc, const char *key, uint64_t src, const char *path,
+                           uint64_t off, uint64_t len, uint32_t crc)
 {
     mc_wire_offload_report_req_t req;
     mc_wire_offload_report_resp_t resp;
 
     req.client_id = rc->id;
     req.key       = mc_str_from_cstr(key);
+    req.source_replica = src;
     req.file_path = mc_str_from_cstr(path);
     req.offset    = off;
     req.length    = len;
     req.crc       = crc;
     return mc_master_call_offload_report(rc->conn, &req, &resp);
+}
+
+/* Report a copy read from the replica of the last put(). */
+static int32_t report(raw_client_t *rc, const char *key, const char *path, uint64_t off,
+                      uint64_t len, uint32_t crc)
+{
+    return report_from(rc, key, last_rep, path, off, len, crc);
 }
 
 static int32_t drop(raw_client_t *rc, const char *key)
@@ -152,7 +168,11 @@ START_TEST(test_report_rules)
     ck_assert_int_eq(report(&a, "k", PATH, 0, 4095, 1), MC_INVALID_PARAMS);
     ck_assert_int_eq(report(&a, "k", "relative/7.bucket", 0, 4096, 1), MC_INVALID_PARAMS);
     ck_assert_int_eq(report(&a, "k", PATH, UINT64_MAX, 4096, 1), MC_INVALID_PARAMS);
-    /* only a client holding a complete replica offloads it */
+    /* a copy of a replica the object does not have is refused */
+    ck_assert_int_eq(report_from(&a, "k", last_rep + 1000, PATH, 0, 4096, 1),
+                     MC_REPLICA_NOT_FOUND);
+    /* readers reach a disk replica through its holder's segment: a client
+     * without one cannot hold one */
     ck_assert_int_eq(report(&b, "k", PATH, 0, 4096, 1), MC_ILLEGAL_CLIENT);
     ck_assert_int_eq(report(&a, "k", PATH, 64, 4096, 0xabcdef01u), MC_OK);
 }
@@ -286,6 +306,12 @@ START_TEST(test_upsert_forgets_disk_copy)
     ck_assert_status_ok(mc_master_call_upsert_end(a.conn, &ereq, &eresp));
     ck_assert_int_eq(get("k", types, NULL), MC_OK);
     ck_assert_msg(strcmp(types, "0") == 0, "the upserted value has no disk copy, got %s", types);
+    /* a copy of the old value that arrives late is refused: the in-place
+     * upsert renewed the replica id */
+    ck_assert_uint_eq(resp.replicas.n, 1);
+    ck_assert_uint_ne(resp.replicas.v[0].id, last_rep);
+    ck_assert_int_eq(report(&a, "k", PATH, 0, 4096, 1), MC_REPLICA_NOT_FOUND);
+    ck_assert_int_eq(report_from(&a, "k", resp.replicas.v[0].id, PATH, 0, 4096, 1), MC_OK);
 }
 END_TEST
 
@@ -296,6 +322,40 @@ START_TEST(test_report_needs_enable_offload)
     start("--enable_offload=false");
     put("k", 4096);
     ck_assert_int_eq(report(&a, "k", PATH, 0, 4096, 1), MC_NOT_SUPPORTED);
+}
+END_TEST
+
+/* --offload_on_evict: nothing leaves memory before its disk copy exists;
+ * a put waits (NO_AVAILABLE_HANDLE) until one does. */
+START_TEST(test_offload_on_evict_waits_for_copy)
+{
+    char types[8];
+    mc_wire_put_start_req_t req;
+    mc_wire_put_start_resp_t resp;
+
+    teardown();
+    start("--offload_on_evict");
+    put("x1", BIG);
+    memset(&req, 0, sizeof(req));
+    req.client_id          = a.id;
+    req.key                = mc_str_from_cstr("x2");
+    req.length             = BIG;
+    req.config.replica_num = 1;
+    ck_assert_int_eq(mc_master_call_put_start(a.conn, &req, &resp), MC_NO_AVAILABLE_HANDLE);
+    ck_assert_int_eq(get("x1", types, NULL), MC_OK);
+    ck_assert_str_eq(types, "0");
+    ck_assert_int_eq(report(&a, "x1", PATH, 0, BIG, 7), MC_OK);
+    {
+        /* x1 is leased by the get above for 100 ms */
+        uint64_t deadline = mc_test_now_ms() + 5000;
+        mc_status_t st;
+        while (((st = mc_master_call_put_start(a.conn, &req, &resp)) != MC_OK) &&
+               (mc_test_now_ms() < deadline))
+            (void)poll(NULL, 0, 10);
+        ck_assert_status_ok(st);
+    }
+    ck_assert_int_eq(get("x1", types, NULL), MC_OK);
+    ck_assert_str_eq(types, "2");
 }
 END_TEST
 
@@ -313,6 +373,7 @@ Suite *mc_test_master_disk_suite(void)
     tcase_add_test(tc, test_drop_of_disk_only_erases);
     tcase_add_test(tc, test_upsert_forgets_disk_copy);
     tcase_add_test(tc, test_report_needs_enable_offload);
+    tcase_add_test(tc, test_offload_on_evict_waits_for_copy);
     suite_add_tcase(s, tc);
     return s;
 }
