@@ -1877,7 +1877,8 @@ int32_t mc_master_disk_replica_drop(mc_req_ctx_t *x, const mc_wire_disk_replica_
 
         if (o == NULL) {
             st = MC_OBJECT_NOT_FOUND;
-        } else if ((d == NULL) || !mc_uuid_eq(d->holder, req->client_id)) {
+        } else if ((d == NULL) || !mc_uuid_eq(d->holder, req->client_id) ||
+                   !mc_str_eq(mc_str_from_cstr(d->path), req->file_path)) {
             st = MC_REPLICA_NOT_FOUND;
         } else {
             disk_free(x->m, o);

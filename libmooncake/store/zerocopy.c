@@ -271,7 +271,14 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         size_t g = group_len(pieces, npieces, i);
         size_t o = pieces[i].owner;
         phase[i] = PIECE_SKIP;
-        if (ostatus[o] == MC_OK) {
+        if ((ostatus[o] == MC_OK) && (queries[o]->n == 0)) {
+            /* disk-only (docs/tiers.md): the record, checked, then copies */
+            mc_store_query_h q = queries[o];
+            ostatus[o]         = mc_store_query_load_disk(q);
+            for (size_t j = 0; (j < g) && (ostatus[o] == MC_OK); j++)
+                memcpy(pieces[i + j].local, q->copy + pieces[i + j].src_offset,
+                       (size_t)pieces[i + j].length);
+        } else if (ostatus[o] == MC_OK) {
             st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq]);
             if (st == MC_OK) {
                 phase[i] = PIECE_SENT;

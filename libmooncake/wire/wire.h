@@ -387,11 +387,12 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
     F(U64, length) F(U32, crc)
 #define MC_WIRE_RESP_offload_report(F)
 
-/* DISK_REPLICA_DROP: the caller's disk copies of keys are gone (its tier
- * deleted their bucket).  statuses[i]: OK, OBJECT_NOT_FOUND, or
- * REPLICA_NOT_FOUND when the key has no disk replica of the caller's.  An
- * object left with no replica at all is erased. */
-#define MC_WIRE_REQ_disk_replica_drop(F) F(UUID, client_id) F(KEYS, keys)
+/* DISK_REPLICA_DROP: the caller's records of keys in file_path are gone
+ * (its tier deleted that bucket).  statuses[i]: OK, OBJECT_NOT_FOUND, or
+ * REPLICA_NOT_FOUND when the key has no disk replica of the caller's in
+ * that file (a newer copy elsewhere stays).  An object left with no
+ * replica at all is erased. */
+#define MC_WIRE_REQ_disk_replica_drop(F) F(UUID, client_id) F(STR, file_path) F(KEYS, keys)
 #define MC_WIRE_RESP_disk_replica_drop(F) F(I32S, statuses)
 
 /* ---- generated declarations ------------------------------------------- */

@@ -123,7 +123,7 @@ static int32_t report(raw_client_t *rc, const char *key, const char *path, uint6
     return report_from(rc, key, last_rep, path, off, len, crc);
 }
 
-static int32_t drop(raw_client_t *rc, const char *key)
+static int32_t drop_in(raw_client_t *rc, const char *key, const char *path)
 {
     mc_wire_disk_replica_drop_req_t req;
     mc_wire_disk_replica_drop_resp_t resp;
@@ -131,6 +131,7 @@ static int32_t drop(raw_client_t *rc, const char *key)
     int32_t st;
 
     req.client_id = rc->id;
+    req.file_path = mc_str_from_cstr(path);
     req.keys.n    = 1;
     req.keys.v    = &k;
     st            = mc_master_call_disk_replica_drop(rc->conn, &req, &resp);
@@ -138,6 +139,11 @@ static int32_t drop(raw_client_t *rc, const char *key)
         return st;
     ck_assert_msg(resp.statuses.n == 1, "one status per key");
     return resp.statuses.v[0];
+}
+
+static int32_t drop(raw_client_t *rc, const char *key)
+{
+    return drop_in(rc, key, PATH);
 }
 
 /* GET_REPLICA_LIST of @p key; replica types into @p types ("0", "02", "2"). */
@@ -256,6 +262,8 @@ START_TEST(test_drop_and_holder_departure)
     put("x2", BIG); /* x1 disk-only */
     ck_assert_int_eq(report(&a, "x2", PATH, BIG, BIG, 8), MC_OK);
     ck_assert_int_eq(drop(&b, "x2"), MC_REPLICA_NOT_FOUND);
+    /* a drop of an older bucket leaves a newer copy alone */
+    ck_assert_int_eq(drop_in(&a, "x2", "/var/tmp/ssd/6.bucket"), MC_REPLICA_NOT_FOUND);
     ck_assert_int_eq(drop(&a, "nope"), MC_OBJECT_NOT_FOUND);
     /* a dropped disk copy of an object still in memory: memory stays */
     ck_assert_int_eq(drop(&a, "x2"), MC_OK);
