@@ -8,6 +8,7 @@ bench_meta_bench_LDADD = libmooncake-internal.la $(PTHREAD_LIBS)
 EXTRA_DIST += bench/store_bench.py bench/plot.py bench/tensor_bench.py bench/te_bench.py bench/dummy_bench.py \
 	bench/failover_bench.py \
 	bench/structured_bench.py \
+	bench/tier_bench.py \
 	bench/README.md
 
 bench: all

@@ -48,6 +48,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -468,6 +470,10 @@ static void *disk_main(void *arg)
 
     /* one look for the leader per round (etcd://): stopping stays prompt */
     target.failover_wait_ms = 0;
+    /* background work: on a busy host the puts and gets go first (Linux
+     * nice is per thread) */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
+        mc_debug("disk tier: cannot lower the offloader's priority: %m");
     while ((n = queue_take(w, d, batch, MC_DISK_BATCH)) > 0) {
         mc_mconn_t *conn = mc_store_worker_conn(w, &target);
         for (size_t i = 0; i < n; i++) {

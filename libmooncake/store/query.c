@@ -282,7 +282,13 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
         return MC_INVALID_PARAMS;
     }
     if ((q->copy == NULL) && (q->n == 0)) {
-        st = mc_store_query_load_disk(q); /* a disk-only object */
+        /* a disk-only object: read whole, straight into the caller's buffer
+         * (one copy, as a read of the file would); a part needs the whole
+         * record once, for its checksum */
+        if ((offset == 0) && (len == q->size))
+            return mc_store_disk_read(q->disk_path, q->disk_offset,
+                                      mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, buf);
+        st = mc_store_query_load_disk(q);
         if (st != MC_OK)
             return st;
     }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "store/disk.h"
 #include "store/read_internal.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
@@ -274,10 +275,18 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         if ((ostatus[o] == MC_OK) && (queries[o]->n == 0)) {
             /* disk-only (docs/tiers.md): the record, checked, then copies */
             mc_store_query_h q = queries[o];
-            ostatus[o]         = mc_store_query_load_disk(q);
-            for (size_t j = 0; (j < g) && (ostatus[o] == MC_OK); j++)
-                memcpy(pieces[i + j].local, q->copy + pieces[i + j].src_offset,
-                       (size_t)pieces[i + j].length);
+            if ((g == 1) && (q->copy == NULL) && (pieces[i].src_offset == 0) &&
+                (pieces[i].length == q->size)) {
+                /* the whole object into one buffer: no staging copy */
+                ostatus[o] = mc_store_disk_read(q->disk_path, q->disk_offset,
+                                                mc_str_from_cstr(q->disk_key), q->size,
+                                                q->disk_crc, pieces[i].local);
+            } else {
+                ostatus[o] = mc_store_query_load_disk(q);
+                for (size_t j = 0; (j < g) && (ostatus[o] == MC_OK); j++)
+                    memcpy(pieces[i + j].local, q->copy + pieces[i + j].src_offset,
+                           (size_t)pieces[i + j].length);
+            }
         } else if (ostatus[o] == MC_OK) {
             st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq]);
             if (st == MC_OK) {
