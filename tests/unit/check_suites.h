@@ -38,6 +38,7 @@
     X(master_tasks)       \
     X(master_clear)       \
     X(master_disk)        \
+    X(store_disk)         \
     X(master_mem)         \
     X(etcd)               \
     X(tensor)             \

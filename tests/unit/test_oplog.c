@@ -174,6 +174,29 @@ START_TEST(test_obj_set_disk_tail)
 }
 END_TEST
 
+/* CRC32C: the standard check value, and long inputs (three joined lanes)
+ * equal to the same bytes fed in short pieces (one chain). */
+START_TEST(test_crc32c)
+{
+    static uint8_t big[300000];
+    uint32_t x = 12345, whole, pieces = 0;
+
+    ck_assert_uint_eq(mc_crc32c(0, "123456789", 9), 0xE3069283u);
+    for (size_t i = 0; i < sizeof(big); i++) {
+        x      = x * 1103515245u + 12345u;
+        big[i] = (uint8_t)(x >> 16);
+    }
+    for (size_t len = 0; len <= sizeof(big); len += (len < 13000) ? 997 : 49999) {
+        whole  = mc_crc32c(0, big, len);
+        pieces = 0;
+        for (size_t at = 0; at < len; at += 1000)
+            pieces = mc_crc32c(pieces, big + at, MC_MIN((size_t)1000, len - at));
+        ck_assert_msg(whole == pieces, "CRC32C of %zu bytes: %08x whole, %08x in pieces", len,
+                      whole, pieces);
+    }
+}
+END_TEST
+
 START_TEST(test_task_roundtrip)
 {
     mc_str_t targets[2] = {mc_str_from_cstr("h1:1"), mc_str_from_cstr("h2:2")}, got[2];
@@ -414,6 +437,7 @@ Suite *mc_test_oplog_suite(void)
     tcase_add_test(tc, test_roundtrip_every_type);
     tcase_add_test(tc, test_task_roundtrip);
     tcase_add_test(tc, test_obj_set_disk_tail);
+    tcase_add_test(tc, test_crc32c);
     tcase_add_test(tc, test_corruption_and_truncation);
     tcase_add_test(tc, test_scan_stops_at_torn_tail);
     tcase_add_test(tc, test_state_apply);
