@@ -573,7 +573,7 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h query, size_t i,
  * @return MC_OK; MC_REPLICA_NOT_FOUND when the object has no disk replica;
  *         MC_BUFFER_OVERFLOW when the path needs more than @p cap bytes;
  *         MC_INVALID_PARAMS for NULL arguments.
- * @since 0.4
+ * @since 0.2
  */
 MC_API mc_status_t mc_store_query_disk_replica(mc_store_query_h query, char *path, size_t cap,
                                                uint64_t *offset_p);
@@ -602,11 +602,11 @@ MC_API mc_status_t mc_store_query_disk_replica(mc_store_query_h query, char *pat
  *              previous client left there are deleted.
  * @return MC_OK; MC_INVALID_PARAMS (bad or busy directory, no segment,
  *         already on); MC_UNAVAILABLE_IN_CURRENT_STATUS before setup.
- * @since 0.4
+ * @since 0.2
  */
 MC_API mc_status_t mc_store_offload_start(mc_store_h store, const char *dir);
 
-/** Counters of a client's SSD tier. @since 0.4 */
+/** Counters of a client's SSD tier. @since 0.2 */
 typedef struct mc_store_disk_stats {
     uint64_t offloaded_keys;   /**< records written and accepted by the master */
     uint64_t offloaded_bytes;  /**< their value bytes */
@@ -622,7 +622,7 @@ typedef struct mc_store_disk_stats {
 /**
  * @brief The counters of the SSD tier.
  * @return MC_OK; MC_INVALID_PARAMS when the tier is off or @p stats NULL.
- * @since 0.4
+ * @since 0.2
  */
 MC_API mc_status_t mc_store_offload_stats(mc_store_h store, mc_store_disk_stats_t *stats);
 
