@@ -375,14 +375,14 @@ def bench_env(build, transport):
     return env
 
 
-def start_master(build):
-    """A mooncake_master on free loopback ports, accepting: (process, rpc
-    port, http metadata port)."""
+def start_master(build, extra=()):
+    """A mooncake_master on free loopback ports (with the flags @extra),
+    accepting: (process, rpc port, http metadata port)."""
     rpc, http = free_port(), free_port()
     master = subprocess.Popen(
         [os.path.join(build, "mooncake_master"), "--port=%d" % rpc, "--rpc_address=127.0.0.1",
          "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
-         "--http_metadata_server_port=%d" % http],
+         "--http_metadata_server_port=%d" % http] + list(extra),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 10
     while True:

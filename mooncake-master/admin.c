@@ -280,6 +280,17 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
     metric(b, "master_evicted_size_bytes", "untyped",
            "Bytes evicted since start (upstream name of master_evicted_size_bytes_total).",
            m->evicted_bytes);
+    metric(b, "master_disk_replicas", "gauge", "Disk replicas on client SSD tiers.",
+           m->disk_replicas);
+    metric(b, "master_disk_replica_bytes", "gauge", "Bytes of the disk replicas.",
+           m->disk_bytes);
+    metric(b, "master_offloaded_keys_total", "counter", "Disk replicas reported since start.",
+           m->offloaded_keys);
+    metric(b, "master_offloaded_bytes_total", "counter", "Bytes of the disk replicas reported.",
+           m->offloaded_bytes);
+    metric(b, "master_disk_replicas_dropped_total", "counter",
+           "Disk replicas forgotten (bucket gone, holder gone, upsert, object end).",
+           m->disk_dropped_keys);
     metric(b, "master_attempted_evictions_total", "counter",
            "Eviction passes started (background above the high watermark, or inline for "
            "a put that did not fit).",

@@ -107,6 +107,9 @@ void mc_master_client_forget(mc_master_t *m, mc_client_t *c, const char *why)
     uint32_t nseg = c->nsegments;
 
     mc_master_tasks_client_gone(m, c->id);
+    /* its disk tier died with it: a record there is not vouched for once
+     * the holder is gone (docs/tiers.md) */
+    (void)mc_master_objects_drop_holder(m, c->id);
     mc_mlist_for_each_safe(pos, tmp, &c->segments)
         mc_master_segment_unmount(m, mc_container_of(pos, mc_segment_t, client_link));
     mc_hmap_remove(&m->clients, &c->node);

@@ -33,13 +33,18 @@ void mc_master_lru_touch(mc_master_t *m, mc_object_t *o)
 }
 
 /* 1: evictable now; 0: skip for now; -1: unevictable until touched. */
-static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok)
+static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok, int offload_wait)
 {
-    if (!o->complete || o->hard_pin)
+    /* a disk-only object holds no memory (docs/tiers.md) */
+    if (!o->complete || o->hard_pin || mc_mlist_empty(&o->replicas))
         return -1;
     if ((o->upsert != MC_UPSERT_NONE) || mc_object_replicating(o))
         return 0;
     if (o->lease_deadline_ms > now_ms)
+        return 0;
+    /* --offload_on_evict: nothing leaves memory before its disk copy is
+     * reported; a put may wait (NO_AVAILABLE_HANDLE) for the offloader */
+    if (offload_wait && !mc_master_object_has_disk(o))
         return 0;
     if ((mc_object_soft_pin_deadline(o) > now_ms) && !soft_ok)
         return 0;
@@ -52,15 +57,19 @@ static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok)
     return 1;
 }
 
-/* Erase @p o and account for it; returns the bytes given back. */
-static uint64_t evict_one(mc_master_t *m, mc_object_t *o)
+/* Erase @p o (only its memory replicas when @p keep_disk and it has a disk
+ * replica) and account for it; returns the bytes given back. */
+static uint64_t evict_one(mc_master_t *m, mc_object_t *o, int keep_disk)
 {
     uint64_t before = m->allocated_bytes;
     uint64_t freed;
 
     mc_debug("evicting key '%.*s' (%" PRIu64 " bytes)", (int)MC_MIN(o->key_len, 200u),
              mc_object_key(o).ptr, o->size);
-    mc_master_object_erase(m, o);
+    /* with a copy on a holder's disk, only the memory goes: the object
+     * stays readable from disk (--enable_offload, docs/tiers.md) */
+    if (!keep_disk || !mc_master_object_drop_memory(m, o))
+        mc_master_object_erase(m, o);
     freed = before >= m->allocated_bytes ? before - m->allocated_bytes : 0;
     m->evicted_keys++;
     m->evicted_bytes += freed;
@@ -69,13 +78,13 @@ static uint64_t evict_one(mc_master_t *m, mc_object_t *o)
 
 /* 1 when every member of @p g is evictable and none is @p keep. */
 static int group_evictable(const mc_group_t *g, uint64_t now_ms, int soft_ok,
-                           const mc_object_t *keep)
+                           const mc_object_t *keep, int offload_wait)
 {
     const mc_mlist_t *pos;
 
     for (pos = g->members.next; pos != &g->members; pos = pos->next) {
         const mc_object_t *o = mc_container_of(pos, mc_object_ext_t, group_link)->obj;
-        if ((o == keep) || (evictable(o, now_ms, soft_ok) != 1))
+        if ((o == keep) || (evictable(o, now_ms, soft_ok, offload_wait) != 1))
             return 0;
     }
     return 1;
@@ -91,7 +100,8 @@ static uint64_t evict_group(mc_master_t *m, mc_group_t *g)
              g->strs + g->tenant_len, g->count);
     do {
         last = g->count == 1;
-        freed += evict_one(m, mc_container_of(g->members.next, mc_object_ext_t, group_link)->obj);
+        /* a group goes whole, disk copies too: its members stay together */
+        freed += evict_one(m, mc_container_of(g->members.next, mc_object_ext_t, group_link)->obj, 0);
     } while (!last);
     return freed;
 }
@@ -115,7 +125,7 @@ static uint64_t evict_walk(mc_master_t *m, uint64_t now_ms, int soft_ok, const m
 
         if (o == keep)
             continue;
-        e = evictable(o, now_ms, soft_ok);
+        e = evictable(o, now_ms, soft_ok, m->cfg->offload_on_evict);
         if (e < 0) {
             mc_mlist_remove(&o->lru_link);
             continue;
@@ -124,7 +134,7 @@ static uint64_t evict_walk(mc_master_t *m, uint64_t now_ms, int soft_ok, const m
             continue;
         if ((mc_object_group(o) != NULL) && (mc_object_group(o)->count > 1)) {
             mc_group_t *g = mc_object_group(o);
-            if (!group_evictable(g, now_ms, soft_ok, keep))
+            if (!group_evictable(g, now_ms, soft_ok, keep, m->cfg->offload_on_evict))
                 continue;
             /* the next entry may be a member: step past the group's
              * members before erasing them, so tmp stays valid */
@@ -133,7 +143,7 @@ static uint64_t evict_walk(mc_master_t *m, uint64_t now_ms, int soft_ok, const m
             freed += evict_group(m, g);
         } else {
             /* erasing @p o never touches another object: tmp stays valid */
-            freed += evict_one(m, o);
+            freed += evict_one(m, o, 1);
         }
         if (done(freed, arg)) {
             *stop_p = 1;

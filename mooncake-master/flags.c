@@ -784,6 +784,10 @@ mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, siz
         (uint64_t)cfg->snapshot_child_timeout_seconds > UINT64_MAX / 1000 / 2 ||
         (uint64_t)cfg->snapshot_restore_grace_seconds > UINT64_MAX / 1000 / 2)
         return parse_fail(err, errlen, "--snapshot_*_seconds is too large");
+    if (cfg->offload_on_evict && !cfg->enable_offload)
+        return parse_fail(err, errlen,
+                          "--offload_on_evict needs --enable_offload (eviction would wait for "
+                          "disk copies that no client may report)");
     return MC_OK;
 }
 

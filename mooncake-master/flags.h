@@ -230,8 +230,8 @@ typedef enum mc_flag_kind {
     X(INT, max_retry_attempts, "10", v_nonneg, 0,                                           \
       "NO_AVAILABLE_HANDLE retries per task.")                                              \
     /* ---- SSD offload and promotion ---- */                                               \
-    X(BOOL, enable_offload, "false", v_none, MC_FLAG_REFUSE, "Offload objects to client SSDs.") \
-    X(BOOL, offload_on_evict, "false", v_none, MC_FLAG_REFUSE, "Offload objects chosen by eviction.") \
+    X(BOOL, enable_offload, "false", v_none, 0, "Take disk replicas from client SSD tiers (docs/tiers.md).") \
+    X(BOOL, offload_on_evict, "false", v_none, 0, "Evict only objects already copied to a disk tier.") \
     X(BOOL, offload_force_evict, "false", v_none, MC_FLAG_COMPAT,                           \
       "Evict even when the offload queue is full.")                                         \
     X(INT, offloading_queue_limit, "50000", v_nonneg, MC_FLAG_COMPAT, "Objects queued for offload.") \

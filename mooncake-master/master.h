@@ -185,7 +185,27 @@ typedef struct mc_object_ext {
      * (mc_task_t.obj_link, tasks.c): while any is here the object is not
      * removed without force, not evicted and not upserted. */
     mc_mlist_t tasks;
+    /* The copy on a holder's disk tier (--enable_offload): set by
+     * OFFLOAD_REPORT, dropped by DISK_REPLICA_DROP, an upsert, the
+     * holder's departure or the object's end.  NULL = none. */
+    struct mc_disk_replica *disk;
 } mc_object_ext_t;
+
+/*
+ * A disk replica (docs/tiers.md): one record in a bucket file of the
+ * holder's SSD tier.  The master never reads it; it hands out where it is
+ * (holder segment, path, offset, length, CRC32C of the value) and forgets
+ * it when the holder says the bucket went or the holder goes.
+ */
+typedef struct mc_disk_replica {
+    uint64_t id;               /* from the replica id counter */
+    mc_uuid_t holder;          /* the client whose disk holds it */
+    uint64_t offset;           /* of the record's value bytes in the file */
+    uint64_t length;           /* value bytes (the object's size) */
+    uint32_t crc;              /* CRC32C of the value bytes */
+    char *segment;             /* holder's transfer-engine segment name */
+    char *path;                /* bucket file, absolute */
+} mc_disk_replica_t;
 
 /* One key.  There are millions, so the record holds only what every
  * object needs; the rest hangs off @c ext and @c up. */
@@ -389,6 +409,13 @@ struct mc_master {
     uint64_t evictions;
     uint64_t eviction_attempts;        /* passes started (background or inline) */
 
+    /* disk tier (objects.c, docs/tiers.md), exported by admin.c */
+    uint64_t disk_replicas;            /* disk replicas now */
+    uint64_t disk_bytes;               /* their value bytes */
+    uint64_t offloaded_keys;           /* OFFLOAD_REPORTs taken */
+    uint64_t offloaded_bytes;
+    uint64_t disk_dropped_keys;        /* disk replicas gone (holder, drop, object end) */
+
     /* tasks.c */
     mc_hmap_t tasks;
     mc_task_queue_t taskq[MC_TASKQ_COUNT];
@@ -483,6 +510,21 @@ int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t
 int32_t mc_master_upsert_start(mc_req_ctx_t *x, const mc_wire_upsert_start_req_t *req,
                                mc_wire_upsert_start_resp_t *resp);
 int32_t mc_master_upsert_end(mc_req_ctx_t *x, const mc_wire_upsert_end_req_t *req);
+
+/* Disk tier (docs/protocol.md §5.15, docs/tiers.md): a holder reports the
+ * disk copy it wrote, or that copies went with a bucket.  A client's
+ * disk replicas go with it (mc_master_objects_drop_holder). */
+int32_t mc_master_offload_report(mc_req_ctx_t *x, const mc_wire_offload_report_req_t *req);
+int32_t mc_master_disk_replica_drop(mc_req_ctx_t *x, const mc_wire_disk_replica_drop_req_t *req,
+                                    mc_wire_disk_replica_drop_resp_t *resp);
+size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id);
+/* Eviction of an object with a disk replica: free its memory replicas
+ * and keep it, disk-only and off the LRU; returns 1 when it did. */
+int mc_master_object_drop_memory(mc_master_t *m, mc_object_t *o);
+static inline int mc_master_object_has_disk(const mc_object_t *o)
+{
+    return (o->ext != NULL) && (o->ext->disk != NULL);
+}
 int32_t mc_master_upsert_revoke(mc_req_ctx_t *x, const mc_wire_upsert_revoke_req_t *req);
 int32_t mc_master_batch_upsert_start(mc_req_ctx_t *x, const mc_wire_batch_upsert_start_req_t *req,
                                      mc_wire_batch_upsert_start_resp_t *resp);

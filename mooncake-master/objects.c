@@ -327,6 +327,30 @@ static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms
     }
 }
 
+/* ---- disk replicas (docs/tiers.md) ---- */
+
+static mc_disk_replica_t *obj_disk(const mc_object_t *o)
+{
+    return (o->ext != NULL) ? o->ext->disk : NULL;
+}
+
+/* Forget the disk replica of @p o, if any.  The holder's bytes stay in
+ * its bucket until its tier reclaims them; nobody is pointed there again. */
+static void disk_free(mc_master_t *m, mc_object_t *o)
+{
+    mc_disk_replica_t *d = obj_disk(o);
+
+    if (d == NULL)
+        return;
+    o->ext->disk = NULL;
+    m->disk_replicas--;
+    m->disk_bytes -= d->length;
+    m->disk_dropped_keys++;
+    free(d->segment);
+    free(d->path);
+    free(d);
+}
+
 /* The ext of @p o, allocated on first use; NULL on OOM. */
 static mc_object_ext_t *obj_ext(mc_object_t *o)
 {
@@ -356,6 +380,7 @@ static void obj_free(mc_master_t *m, mc_object_t *o)
 {
     writer_put(m, o->writer);
     o->writer = NULL;
+    disk_free(m, o);
     if (o->ext != NULL) {
         free(o->ext->group_id);
         free(o->ext);
@@ -420,6 +445,28 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
     obj_free(m, o);
 }
 
+/*
+ * @p o lost memory replicas: erase it when nothing readable is left, else
+ * log its new state.  A disk-only object leaves the LRU, since evicting it
+ * would free no memory.  Returns 1 when @p o was erased.
+ */
+static int obj_settle(mc_master_t *m, mc_object_t *o)
+{
+    if (!mc_mlist_empty(&o->replicas)) {
+        mc_durable_object(m, o);
+        return 0;
+    }
+    if (!o->complete || (obj_disk(o) == NULL)) {
+        mc_debug("object %.*s lost its last replica", (int)MC_MIN(o->key_len, 200u),
+                 mc_object_key(o).ptr);
+        obj_erase(m, o);
+        return 1;
+    }
+    mc_mlist_remove(&o->lru_link);
+    mc_durable_object(m, o);
+    return 0;
+}
+
 /* Teardown: segments are destroyed right after, so ranges are not given
  * back one by one. */
 void mc_master_objects_cleanup(mc_master_t *m)
@@ -481,13 +528,8 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
                      mc_object_key(o).ptr);
         return;
     }
-    if ((o != NULL) && mc_mlist_empty(&o->replicas)) {
-        mc_debug("object %.*s lost its last replica", (int)MC_MIN(o->key_len, 200u),
-                 mc_object_key(o).ptr);
-        obj_erase(m, o);
-    } else if (o != NULL) {
-        mc_durable_object(m, o);
-    }
+    if (o != NULL)
+        (void)obj_settle(m, o);
 }
 
 /*
@@ -646,7 +688,8 @@ static uint32_t count_replicas(const mc_mlist_t *list)
 static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_replica_list_t *out)
 {
     const mc_mlist_t *pos;
-    uint32_t n = count_replicas(&o->replicas);
+    const mc_disk_replica_t *d = obj_disk(o);
+    uint32_t n = count_replicas(&o->replicas) + (d != NULL);
 
     out->n = 0;
     out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
@@ -659,6 +702,19 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
         if ((r->status == MC_REPLICA_COMPLETE) && (r->seg->state != MC_SEG_AWAITING))
             fill_wire_replica(&out->v[out->n++], r, o->size);
     }
+    if (d != NULL) {
+        /* last: readers prefer memory (docs/tiers.md) */
+        mc_wire_replica_t *w = &out->v[out->n++];
+        w->id         = d->id;
+        w->status     = MC_REPLICA_COMPLETE;
+        w->type       = MC_WIRE_REPLICA_DISK;
+        w->addr       = d->offset;
+        w->size       = d->length;
+        w->segment    = mc_str_from_cstr(d->segment);
+        w->segment_id = d->holder;
+        w->file_path  = mc_str_from_cstr(d->path);
+        w->crc        = d->crc;
+    }
     return MC_OK;
 }
 
@@ -669,6 +725,8 @@ static int obj_readable(const mc_object_t *o)
     const mc_mlist_t *pos;
     if (!o->complete)
         return 0;
+    if (obj_disk(o) != NULL)
+        return 1;
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
         if (mc_container_of(pos, mc_replica_t, link)->seg->state != MC_SEG_AWAITING)
             return 1;
@@ -1365,6 +1423,17 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
             upsert_discard(m, o);
         }
     }
+    if ((o != NULL) && (obj_disk(o) != NULL)) {
+        /* the disk copy would be stale: a disk-only object is replaced
+         * as a new key, another loses its disk copy (docs/tiers.md) */
+        if (mc_mlist_empty(&o->replicas)) {
+            obj_erase(m, o);
+            o = NULL;
+        } else {
+            disk_free(m, o);
+            mc_durable_object(m, o);
+        }
+    }
     if (o == NULL)
         return put_start_one(x, client_id, key, length, cfg, group, out);
 
@@ -1382,6 +1451,8 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
             mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
             r->status       = MC_REPLICA_PROCESSING;
+            /* a new value: a copy read from the old id is stale (§5.15) */
+            r->id           = ++m->next_replica_id;
             fill_wire_replica(&out->v[out->n++], r, length);
         }
         mc_durable_erase(m, o); /* its bytes are overwritten from now on */
@@ -1625,10 +1696,7 @@ static int32_t clear_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, mc_
     }
     if (!hit)
         return MC_REPLICA_NOT_FOUND;
-    if (mc_mlist_empty(&o->replicas))
-        obj_erase(x->m, o);
-    else
-        mc_durable_object(x->m, o);
+    (void)obj_settle(x->m, o);
     return MC_OK;
 }
 
@@ -1756,4 +1824,144 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
     mc_master_lru_touch(m, o);
     group_sync(m, o);
     return o;
+}
+
+/* ---- §5.15 disk tier ------------------------------------------------------------ */
+
+/* 1 when @p o has the COMPLETE memory replica @p id.  Replica ids are
+ * never reused and an in-place upsert renews them, so a copy read from
+ * @p id holds the current value. */
+static int has_replica(const mc_object_t *o, uint64_t id)
+{
+    for (const mc_mlist_t *pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if ((r->id == id) && (r->status == MC_REPLICA_COMPLETE))
+            return 1;
+    }
+    return 0;
+}
+
+/* A mounted segment of @p client_id that takes reads, or NULL. */
+static const mc_segment_t *segment_of(mc_master_t *m, mc_uuid_t client_id)
+{
+    mc_client_t *c = mc_master_client_find(m, client_id);
+
+    if (c == NULL)
+        return NULL;
+    for (const mc_mlist_t *pos = c->segments.next; pos != &c->segments; pos = pos->next) {
+        const mc_segment_t *seg = mc_container_of(pos, mc_segment_t, client_link);
+        if (seg->state != MC_SEG_AWAITING)
+            return seg;
+    }
+    return NULL;
+}
+
+int32_t mc_master_offload_report(mc_req_ctx_t *x, const mc_wire_offload_report_req_t *req)
+{
+    mc_master_t *m = x->m;
+    const mc_segment_t *seg;
+    mc_disk_replica_t *d;
+    mc_object_t *o;
+
+    if (!m->cfg->enable_offload)
+        return MC_NOT_SUPPORTED;
+    if ((req->file_path.len == 0) || (req->file_path.ptr[0] != '/') ||
+        (memchr(req->file_path.ptr, '\0', req->file_path.len) != NULL) ||
+        (req->offset > UINT64_MAX - req->length))
+        return MC_INVALID_PARAMS;
+    o = obj_find(m, x->tenant, req->key);
+    if (o == NULL)
+        return MC_OBJECT_NOT_FOUND;
+    if (!o->complete || (o->upsert != MC_UPSERT_NONE))
+        return MC_REPLICA_IS_NOT_READY;
+    if (req->length != o->size)
+        return MC_INVALID_PARAMS;
+    if (!has_replica(o, req->source_replica))
+        return MC_REPLICA_NOT_FOUND;
+    seg = segment_of(m, req->client_id);
+    if (seg == NULL)
+        return MC_ILLEGAL_CLIENT;
+    if (obj_ext(o) == NULL)
+        return MC_INTERNAL_ERROR;
+    d = calloc(1, sizeof(*d));
+    if ((d == NULL) || ((d->segment = strdup(seg->name)) == NULL) ||
+        ((d->path = mc_str_dup(req->file_path)) == NULL)) {
+        if (d != NULL)
+            free(d->segment);
+        free(d);
+        return MC_INTERNAL_ERROR;
+    }
+    d->id     = ++m->next_replica_id;
+    d->holder = req->client_id;
+    d->offset = req->offset;
+    d->length = req->length;
+    d->crc    = req->crc;
+    if (obj_disk(o) != NULL) {
+        disk_free(m, o); /* rewritten into a newer bucket */
+        m->disk_dropped_keys--;
+    }
+    o->ext->disk = d;
+    m->disk_replicas++;
+    m->disk_bytes += d->length;
+    m->offloaded_keys++;
+    m->offloaded_bytes += d->length;
+    mc_durable_object(m, o);
+    return MC_OK;
+}
+
+int32_t mc_master_disk_replica_drop(mc_req_ctx_t *x, const mc_wire_disk_replica_drop_req_t *req,
+                                    mc_wire_disk_replica_drop_resp_t *resp)
+{
+    uint32_t n = req->keys.n;
+
+    if (i32_list(x, n, &resp->statuses) != 0)
+        return MC_INTERNAL_ERROR;
+    for (uint32_t i = 0; i < n; i++) {
+        mc_object_t *o = obj_find(x->m, x->tenant, req->keys.v[i]);
+        const mc_disk_replica_t *d = (o != NULL) ? obj_disk(o) : NULL;
+        int32_t st = MC_OK;
+
+        if (o == NULL) {
+            st = MC_OBJECT_NOT_FOUND;
+        } else if ((d == NULL) || !mc_uuid_eq(d->holder, req->client_id) ||
+                   !mc_str_eq(mc_str_from_cstr(d->path), req->file_path)) {
+            st = MC_REPLICA_NOT_FOUND;
+        } else {
+            disk_free(x->m, o);
+            (void)obj_settle(x->m, o);
+        }
+        resp->statuses.v[i] = st;
+    }
+    return MC_OK;
+}
+
+size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id)
+{
+    mc_hmap_iter_t it;
+    mc_hnode_t *n;
+    size_t dropped = 0;
+
+    if (m->disk_replicas == 0)
+        return 0; /* no walk of the index when the tier is unused */
+    n = mc_hmap_first(&m->objects, &it);
+    while (n != NULL) {
+        mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        const mc_disk_replica_t *d = obj_disk(o);
+        /* step first: settling may erase o, never another object */
+        n = mc_hmap_next(&m->objects, &it);
+        if ((d == NULL) || !mc_uuid_eq(d->holder, client_id))
+            continue;
+        disk_free(m, o);
+        (void)obj_settle(m, o);
+        dropped++;
+    }
+    return dropped;
+}
+
+int mc_master_object_drop_memory(mc_master_t *m, mc_object_t *o)
+{
+    if ((obj_disk(o) == NULL) || mc_mlist_empty(&o->replicas))
+        return 0;
+    free_replicas(m, &o->replicas);
+    return !obj_settle(m, o);
 }

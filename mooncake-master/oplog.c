@@ -25,57 +25,6 @@
 #include "common/log.h"
 #include "oplog.h"
 
-/* ---- CRC32C ---------------------------------------------------------------- */
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : (c >> 1);
-        crc_table[i] = c;
-    }
-}
-
-static uint32_t crc_soft(uint32_t crc, const uint8_t *p, size_t n)
-{
-    pthread_once(&crc_once, crc_init);
-    while (n--)
-        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return crc;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n)
-{
-    uint64_t c = crc;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-        p += 8;
-        n -= 8;
-    }
-    crc = (uint32_t)c;
-    while (n--)
-        crc = __builtin_ia32_crc32qi(crc, *p++);
-    return crc;
-}
-#endif
-
-uint32_t mc_crc32c(uint32_t crc, const void *p, size_t n)
-{
-    crc = ~crc;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("sse4.2"))
-        return ~crc_hw(crc, p, n);
-#endif
-    return ~crc_soft(crc, p, n);
-}
-
 /* ---- codec ------------------------------------------------------------------ */
 
 size_t mc_oplog_frame_begin(mc_buf_t *out, uint8_t type)
@@ -149,6 +98,9 @@ void mc_oplog_record_encode(mc_buf_t *out, const mc_oplog_record_t *r)
             mc_buf_put_u64(out, r->replicas[i].offset);
             mc_buf_put_u64(out, r->replicas[i].size);
         }
+        if (r->has_disk)
+            mc_oplog_put_disk_tail(out, r->disk_holder, r->disk_segment, r->disk_path,
+                                   r->disk_offset, r->disk_length, r->disk_crc);
         break;
     case MC_OPLOG_OBJ_DEL:
         mc_buf_put_str(out, r->tenant);
@@ -249,6 +201,18 @@ mc_oplog_decode_t mc_oplog_record_decode(const uint8_t *p, size_t n, mc_oplog_re
             (r->has_group > 1))
             return MC_OPLOG_CORRUPT;
         r->raw_replicas = mc_rbuf_get_bytes(&rb, (size_t)r->nreplicas * MC_OPLOG_REPLICA_BYTES);
+        if (!rb.err && (rb.left > 0)) {
+            /* a tail: only versions this build knows */
+            if (mc_rbuf_get_u8(&rb) != MC_OPLOG_OBJ_TAIL_DISK)
+                return MC_OPLOG_CORRUPT;
+            r->has_disk     = 1;
+            r->disk_holder  = get_uuid(&rb);
+            r->disk_segment = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+            r->disk_path    = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+            r->disk_offset  = mc_rbuf_get_u64(&rb);
+            r->disk_length  = mc_rbuf_get_u64(&rb);
+            r->disk_crc     = mc_rbuf_get_u32(&rb);
+        }
         break;
     case MC_OPLOG_OBJ_DEL:
         r->tenant = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
@@ -286,6 +250,18 @@ mc_oplog_decode_t mc_oplog_record_decode(const uint8_t *p, size_t n, mc_oplog_re
         return MC_OPLOG_CORRUPT;
     *used = r->frame_len;
     return MC_OPLOG_DECODED;
+}
+
+void mc_oplog_put_disk_tail(mc_buf_t *out, mc_uuid_t holder, mc_str_t segment, mc_str_t path,
+                            uint64_t offset, uint64_t length, uint32_t crc)
+{
+    mc_buf_put_u8(out, MC_OPLOG_OBJ_TAIL_DISK);
+    put_uuid(out, holder);
+    mc_buf_put_str(out, segment);
+    mc_buf_put_str(out, path);
+    mc_buf_put_u64(out, offset);
+    mc_buf_put_u64(out, length);
+    mc_buf_put_u32(out, crc);
 }
 
 void mc_oplog_record_replica(const mc_oplog_record_t *r, uint32_t i, mc_oplog_replica_t *out)

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "common/crc32c.h" /* mc_crc32c: the frame checksum */
 #include "common/hashmap.h"
 #include "common/util.h"
 
@@ -65,7 +66,8 @@ typedef struct mc_oplog_replica {
  *   LOG_BEGIN: gen;  SNAP_BEGIN: gen, wall_ms;  SNAP_END: nsegs, nobjs;
  *   SEG_MOUNT: id, owner, name, protocol, base, size;  SEG_UNMOUNT: id;
  *   OBJ_SET: tenant, key, size, owner, hard_pin, soft_pin_ttl_ms,
- *            has_group/group_id, nreplicas/replicas;
+ *            has_group/group_id, nreplicas/replicas, then optionally a
+ *            versioned tail: u8 version (1), the disk_* fields;
  *   OBJ_DEL: tenant, key;
  *   TASK_SET: id, owner (the assigned client), task_type, status,
  *            created_ms, updated_ms (wall clock), tenant, key, name (the
@@ -95,6 +97,16 @@ typedef struct mc_oplog_record {
     uint32_t nreplicas;
     const mc_oplog_replica_t *replicas; /* encode only */
     const uint8_t *raw_replicas;        /* decode only */
+    /* OBJ_SET, optional tail (version 1, docs/tiers.md): the object's
+     * disk replica.  Records without it decode with has_disk 0, so logs
+     * written before the disk tier read unchanged. */
+    uint8_t has_disk;
+    mc_uuid_t disk_holder;
+    mc_str_t disk_segment;
+    mc_str_t disk_path;
+    uint64_t disk_offset;
+    uint64_t disk_length;
+    uint32_t disk_crc;
     uint8_t task_type;
     uint8_t status;
     uint8_t has_message;
@@ -109,11 +121,15 @@ typedef struct mc_oplog_record {
     size_t frame_len;
 } mc_oplog_record_t;
 
-/* CRC32C (Castagnoli), hardware-assisted where the CPU has it. */
-uint32_t mc_crc32c(uint32_t crc, const void *p, size_t n);
 
 /* Append the frame of @p r to @p out (out->oom on allocation failure). */
 void mc_oplog_record_encode(mc_buf_t *out, const mc_oplog_record_t *r);
+
+/* The version-1 tail of OBJ_SET (a disk replica) into @p out; encoders
+ * that build OBJ_SET field by field call it last. */
+#define MC_OPLOG_OBJ_TAIL_DISK 1
+void mc_oplog_put_disk_tail(mc_buf_t *out, mc_uuid_t holder, mc_str_t segment, mc_str_t path,
+                            uint64_t offset, uint64_t length, uint32_t crc);
 
 /* Frame building for encoders that write fields straight from their own
  * structures: begin returns the frame's offset in @p out, end fills in

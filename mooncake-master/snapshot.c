@@ -167,6 +167,11 @@ static void encode_object(mc_buf_t *b, const mc_object_t *o)
         mc_buf_put_u64(b, blk.offset);
         mc_buf_put_u64(b, blk.size);
     }
+    if ((o->ext != NULL) && (o->ext->disk != NULL)) {
+        const mc_disk_replica_t *dr = o->ext->disk;
+        mc_oplog_put_disk_tail(b, dr->holder, mc_str_from_cstr(dr->segment),
+                               mc_str_from_cstr(dr->path), dr->offset, dr->length, dr->crc);
+    }
     mc_oplog_frame_end(b, at);
 }
 

@@ -1095,6 +1095,33 @@ static int mooncake_host_mem_free(uint64_t addr)
         return mc_store_is_dummy($self->h);
     }
 
+    /* The SSD tier (docs/tiers.md): start it in @p dir. */
+    int offload_start(const char *dir)
+    {
+        return mc_store_offload_start($self->h, dir);
+    }
+
+    /* Counter @p which of mc_store_disk_stats_t (in its field order), or
+     * a negative status. */
+    int64_t offload_stat(int which)
+    {
+        mc_store_disk_stats_t st;
+        uint64_t v[9];
+        mc_status_t rc = mc_store_offload_stats($self->h, &st);
+        if (rc != MC_OK)
+            return rc;
+        v[0] = st.offloaded_keys;
+        v[1] = st.offloaded_bytes;
+        v[2] = st.failed_keys;
+        v[3] = st.dropped_keys;
+        v[4] = st.evicted_buckets;
+        v[5] = st.evicted_keys;
+        v[6] = st.evicted_bytes;
+        v[7] = st.used_bytes;
+        v[8] = st.queued;
+        return ((which >= 0) && (which < 9)) ? (int64_t)v[which] : MC_INVALID_PARAMS;
+    }
+
     int upsert(const char *key, const void *data, size_t len,
                const mc_replicate_config_t *config = NULL)
     {
@@ -1756,7 +1783,8 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
 
     /*
      * Replicas of each key: per key either a negative status (int) or a
-     * list of (status, is_memory, addr, size, segment, protocol) tuples.
+     * list of (status, is_memory, addr, size, segment, protocol, file_path) tuples
+     * (file_path "" for a memory replica).
      */
     PyObject *replica_descs(PyObject *keys)
     {
@@ -1794,15 +1822,21 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
                 item = PyList_New(0);
                 for (j = 0; (item != NULL) && (j < m); j++) {
                     mc_replica_desc_t d;
+                    char path[4096];
                     PyObject *tup;
                     memset(&d, 0, sizeof(d));
                     if (mc_store_query_replica(qs[i], j, &d) != MC_OK)
                         continue;
+                    path[0] = '\0';
+                    if (!d.is_memory &&
+                        (mc_store_query_disk_replica(qs[i], path, sizeof(path), NULL) != MC_OK))
+                        continue;
                     d.segment[sizeof(d.segment) - 1] = '\0';
                     d.protocol[sizeof(d.protocol) - 1] = '\0';
-                    tup = Py_BuildValue("(iiKKss)", (int)d.status, d.is_memory,
+                    tup = Py_BuildValue("(iiKKsss)", (int)d.status, d.is_memory,
                                         (unsigned long long)d.addr,
-                                        (unsigned long long)d.size, d.segment, d.protocol);
+                                        (unsigned long long)d.size, d.segment, d.protocol,
+                                        path);
                     if ((tup == NULL) || (PyList_Append(item, tup) != 0)) {
                         Py_XDECREF(tup);
                         Py_CLEAR(item);

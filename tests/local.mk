@@ -18,6 +18,8 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_clear.c \
+	tests/unit/test_master_disk.c \
+	tests/unit/test_store_disk.c \
 	tests/unit/test_master_mem.c \
 	tests/unit/test_etcd.c \
 	tests/unit/test_transfer.c tests/unit/te_util.c tests/unit/te_util.h \

@@ -71,6 +71,7 @@ EXTRA_DIST += \
 	tests/python/test_upsert.py \
 	tests/python/test_remove.py \
 	tests/python/test_replica_clear.py \
+	tests/python/test_tiers.py \
 	tests/python/test_buffers.py \
 	tests/python/test_buffer_pool.py \
 	tests/python/test_config.py \

@@ -15,6 +15,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/session.c \
 	libmooncake/store/mount.c \
 	libmooncake/store/tasks.c \
+	libmooncake/store/disk.c libmooncake/store/disk.h \
 	libmooncake/store/dummy_wire.h libmooncake/store/dummy_internal.h \
 	libmooncake/store/dummy_client.c \
 	libmooncake/store/dummy_decode.c \

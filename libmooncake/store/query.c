@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "store/disk.h"
 #include "store/read_internal.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
@@ -61,6 +62,18 @@ static int replica_rank(mc_store_h s, mc_str_t seg)
     return 2;
 }
 
+/* A disk replica worth trying: complete, the object's size, a file path
+ * and a segment name we can carry. */
+static int disk_usable(const mc_wire_replica_t *r, uint64_t size)
+{
+    return (r->status == MC_REPLICA_COMPLETE) && (r->type == MC_WIRE_REPLICA_DISK) &&
+           (r->size == size) && (r->file_path.len > 1) && (r->file_path.ptr[0] == '/') &&
+           (r->file_path.len < 4096) &&
+           (memchr(r->file_path.ptr, '\0', r->file_path.len) == NULL) &&
+           (r->segment.len < MC_STORE_NAME_MAX) &&
+           (memchr(r->segment.ptr, '\0', r->segment.len) == NULL);
+}
+
 static int replica_usable(const mc_wire_replica_t *r, uint64_t size)
 {
     return (r->status == MC_REPLICA_COMPLETE) && (r->type == 0) && (r->size >= size) &&
@@ -75,16 +88,20 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
                                mc_store_query_h *query_p)
 {
     struct mc_store_query *q;
-    size_t n = 0, names = 0, k = 0;
+    const mc_wire_replica_t *disk = NULL;
+    size_t n = 0, names = 0, k = 0, klen = strlen(key);
     char *np;
 
     for (uint32_t i = 0; i < reps->n; i++) {
         if (replica_usable(&reps->v[i], size)) {
             n++;
             names += reps->v[i].segment.len + 1;
+        } else if ((disk == NULL) && disk_usable(&reps->v[i], size)) {
+            disk = &reps->v[i];
+            names += disk->file_path.len + 1 + disk->segment.len + 1 + klen + 1;
         }
     }
-    if (n == 0) {
+    if ((n == 0) && (disk == NULL)) {
         mc_set_error_detail("%s has no complete replica to read", key);
         return MC_REPLICA_IS_NOT_READY;
     }
@@ -97,6 +114,11 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     q->deadline_ns = deadline_ns;
     q->n           = (uint32_t)n;
     q->copy        = NULL;
+    q->disk_path   = NULL;
+    q->disk_bytes  = NULL;
+    q->owner       = NULL;
+    q->key         = NULL;
+    q->descs       = NULL;
     np             = (char *)&q->r[n];
     for (int rank = 0; rank <= 2; rank++) {
         for (uint32_t i = 0; i < reps->n; i++) {
@@ -111,7 +133,49 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
             k++;
         }
     }
+    if (disk != NULL) {
+        q->disk_offset = disk->addr;
+        q->disk_crc    = disk->crc;
+        q->disk_path   = np;
+        memcpy(np, disk->file_path.ptr, disk->file_path.len);
+        np[disk->file_path.len] = '\0';
+        np += disk->file_path.len + 1;
+        q->disk_segment = np;
+        memcpy(np, disk->segment.ptr, disk->segment.len);
+        np[disk->segment.len] = '\0';
+        np += disk->segment.len + 1;
+        q->disk_key = np;
+        memcpy(np, key, klen + 1);
+    }
     *query_p = q;
+    return MC_OK;
+}
+
+mc_status_t mc_store_query_load_disk(mc_store_query_h q)
+{
+    uint8_t *b;
+    mc_status_t st;
+
+    if (q->copy != NULL)
+        return MC_OK;
+    if ((q->n > 0) || (q->disk_path == NULL)) {
+        mc_set_error_detail("query has no disk replica to read");
+        return MC_INVALID_PARAMS;
+    }
+    b = malloc(q->size ? (size_t)q->size : 1);
+    if (b == NULL) {
+        mc_set_error_detail("out of memory reading a %llu-byte disk replica",
+                            (unsigned long long)q->size);
+        return MC_INTERNAL_ERROR;
+    }
+    st = mc_store_disk_read(q->disk_path, q->disk_offset, mc_str_from_cstr(q->disk_key),
+                            q->size, q->disk_crc, b);
+    if (st != MC_OK) {
+        free(b);
+        return st;
+    }
+    q->disk_bytes = b;
+    q->copy       = b;
     return MC_OK;
 }
 
@@ -220,6 +284,17 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
         mc_set_error_detail("buf is NULL");
         return MC_INVALID_PARAMS;
     }
+    if ((q->copy == NULL) && (q->n == 0)) {
+        /* a disk-only object: read whole, straight into the caller's buffer
+         * (one copy, as a read of the file would); a part needs the whole
+         * record once, for its checksum */
+        if ((offset == 0) && (len == q->size))
+            return mc_store_disk_read(q->disk_path, q->disk_offset,
+                                      mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, buf);
+        st = mc_store_query_load_disk(q);
+        if (st != MC_OK)
+            return st;
+    }
     if (q->copy != NULL) {
         memcpy(buf, q->copy + offset, len);
         return MC_OK;
@@ -257,6 +332,8 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
         q->deadline_ns = UINT64_MAX;
         q->n           = 0;
         q->copy        = (const uint8_t *)q + DUMMY_QUERY_HDR;
+        q->disk_path   = NULL;
+        q->disk_bytes  = NULL;
         q->owner       = s;
         q->key         = strdup(keys[i]);
         q->descs       = NULL;
@@ -304,10 +381,12 @@ MC_API uint64_t mc_store_query_size(mc_store_query_h q)
 
 MC_API void mc_store_query_release(mc_store_query_h q)
 {
-    if ((q != NULL) && (q->copy != NULL)) {
+    if ((q != NULL) && (q->owner != NULL)) { /* a dummy's query */
         free(q->key);
         free(q->descs);
     }
+    if (q != NULL)
+        free(q->disk_bytes);
     free(q);
 }
 
@@ -502,7 +581,7 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
         mc_set_error_detail("queries, bufs and statuses are required");
         return MC_INVALID_PARAMS;
     }
-    if ((n > 0) && (queries[0] != NULL) && (queries[0]->copy != NULL)) {
+    if ((n > 0) && (queries[0] != NULL) && (queries[0]->owner != NULL)) {
         /* a dummy handle's queries hold their bytes */
         for (size_t i = 0; i < n; i++)
             statuses[i] = (queries[i] == NULL)
@@ -548,6 +627,11 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
         if (bufs[i] == NULL) {
             mc_set_error_detail("buffer %zu is NULL", i);
             statuses[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        if (q->n == 0) {
+            /* disk-only: straight from its bucket file */
+            statuses[i] = do_query_read(s, q, 0, bufs[i], (size_t)q->size);
             continue;
         }
         st = mc_te_segment_open(s->te, q->r[0].segment, &seg);

@@ -37,8 +37,19 @@ struct mc_store_query {
     uint64_t deadline_ns; /* monotonic; UINT64_MAX for "no lease" */
     uint32_t n;           /* >= 1; 0 for a dummy handle's query (copy) */
     const uint8_t *copy;  /* a dummy handle's query: the object's bytes, read at
-                           * lookup time and freed with the query; else NULL */
-    /* a dummy handle's query (copy != NULL): its key and handle, and the
+                           * lookup time and freed with the query; a disk-only
+                           * object's: disk_bytes once read; else NULL */
+    /* The disk replica (docs/tiers.md), strings stored after the array;
+     * disk_path NULL when there is none.  A query with no memory replica
+     * (n == 0) reads it, once, into disk_bytes (mc_store_query_load_disk). */
+    const char *disk_path;
+    const char *disk_segment;
+    const char *disk_key;
+    uint64_t disk_offset;
+    uint32_t disk_crc;
+    uint8_t *disk_bytes;
+    /* a dummy handle's query (owner != NULL; copy holds its bytes): its key
+     * and handle, and the
      * replica descriptors its real client reports, asked for on first use
      * (replica.c); freed with the query */
     mc_store_h owner;
@@ -46,6 +57,11 @@ struct mc_store_query {
     struct mc_dummy_descs *descs;
     mc_query_replica_t r[];
 };
+
+/* A disk-only query (n == 0, disk_path set): read its record into
+ * disk_bytes and point copy at them; MC_OK at once when copy is set.  The
+ * caller owns the query (queries are not shared between threads). */
+mc_status_t mc_store_query_load_disk(mc_store_query_h q);
 
 /*
  * BATCH_GET_REPLICA_LIST for keys[0..n) (n <= MC_WIRE_MAX_LIST); the

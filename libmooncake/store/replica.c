@@ -4,8 +4,8 @@
  * one replica at a time.
  *
  * A query (query.c) keeps only the replicas it could read from, i.e. the
- * COMPLETE memory replicas, ordered best first; these functions describe
- * exactly those, so a descriptor never names a replica the client would
+ * COMPLETE memory replicas, ordered best first, then the disk replica if
+ * there is one (docs/tiers.md); these functions describe exactly those, so a descriptor never names a replica the client would
  * refuse to read.  The query owns every string: a descriptor copies what
  * it reports, so it outlives mc_store_query_release().
  */
@@ -65,21 +65,40 @@ MC_API size_t mc_store_query_replica_count(mc_store_query_h q)
     struct mc_dummy_descs *dd;
     if (q == NULL)
         return 0;
-    if (q->copy == NULL)
-        return q->n;
+    if (q->owner == NULL) /* not a dummy's query */
+        return q->n + (q->disk_path != NULL);
     dd = dummy_descs(q);
     return (dd != NULL) ? dd->n : 0;
 }
 
+/* Fill @p desc for replica @p i (a COMPLETE one of @p size bytes). */
+static mc_status_t describe(size_t i, int is_memory, uint64_t addr, uint64_t size,
+                            const char *segment, const char *protocol, mc_replica_desc_t *desc)
+{
+    size_t len = strlen(segment);
+
+    if (len >= sizeof(desc->segment)) {
+        /* query.c bounds names by MC_STORE_NAME_MAX; refuse rather than truncate */
+        mc_set_error_detail("segment name of replica %zu is too long to describe", i);
+        return MC_INVALID_PARAMS;
+    }
+    memset(desc, 0, sizeof(*desc));
+    desc->status    = MC_REPLICA_COMPLETE;
+    desc->is_memory = is_memory;
+    desc->addr      = addr;
+    desc->size      = size;
+    memcpy(desc->segment, segment, len + 1);
+    snprintf(desc->protocol, sizeof(desc->protocol), "%s", protocol);
+    return MC_OK;
+}
+
 MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_replica_desc_t *desc)
 {
-    size_t len;
-
     if ((q == NULL) || (desc == NULL)) {
         mc_set_error_detail("query and desc are required");
         return MC_INVALID_PARAMS;
     }
-    if (q->copy != NULL) {
+    if (q->owner != NULL) { /* a dummy's query: what its real client reports */
         struct mc_dummy_descs *dd = dummy_descs(q);
         if (dd == NULL)
             return MC_RPC_FAIL;
@@ -90,22 +109,36 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_repli
         *desc = dd->v[i];
         return MC_OK;
     }
+    if ((i == q->n) && (q->disk_path != NULL)) /* the disk replica, last (docs/tiers.md) */
+        return describe(i, 0, q->disk_offset, q->size, q->disk_segment, "file", desc);
     if (i >= q->n) {
-        mc_set_error_detail("replica %zu requested of a query with %u", i, (unsigned)q->n);
+        mc_set_error_detail("replica %zu requested of a query with %u", i,
+                            (unsigned)mc_store_query_replica_count(q));
         return MC_INVALID_PARAMS;
     }
-    len = strlen(q->r[i].segment);
-    if (len >= sizeof(desc->segment)) {
-        /* query.c bounds names by MC_STORE_NAME_MAX; refuse rather than truncate */
-        mc_set_error_detail("segment name of replica %zu is too long to describe", i);
+    return describe(i, 1, q->r[i].addr, q->size, q->r[i].segment, MC_REPLICA_PROTOCOL, desc);
+}
+
+MC_API mc_status_t mc_store_query_disk_replica(mc_store_query_h q, char *path, size_t cap,
+                                               uint64_t *offset_p)
+{
+    size_t len;
+
+    if ((q == NULL) || (path == NULL)) {
+        mc_set_error_detail("query and path are required");
         return MC_INVALID_PARAMS;
     }
-    memset(desc, 0, sizeof(*desc));
-    desc->status    = MC_REPLICA_COMPLETE;
-    desc->is_memory = 1;
-    desc->addr      = q->r[i].addr;
-    desc->size      = q->size;
-    memcpy(desc->segment, q->r[i].segment, len + 1);
-    snprintf(desc->protocol, sizeof(desc->protocol), "%s", MC_REPLICA_PROTOCOL);
+    if (q->disk_path == NULL) {
+        mc_set_error_detail("the object has no disk replica");
+        return MC_REPLICA_NOT_FOUND;
+    }
+    len = strlen(q->disk_path);
+    if (len >= cap) {
+        mc_set_error_detail("the disk replica's path needs %zu bytes", len + 1);
+        return MC_BUFFER_OVERFLOW;
+    }
+    memcpy(path, q->disk_path, len + 1);
+    if (offset_p != NULL)
+        *offset_p = q->disk_offset;
     return MC_OK;
 }

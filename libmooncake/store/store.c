@@ -48,6 +48,7 @@
 #include "common/log.h"
 #include "common/regex_limit.h"
 #include "transfer/engine.h"
+#include "store/disk.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
 
@@ -231,6 +232,7 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
 {
     mc_status_t st = MC_OK;
 
+    mc_store_disk_stop(s);  /* reads segments and the engine too */
     mc_store_tasks_stop(s); /* before the segments it copies from go */
     mc_store_heartbeat_stop(s);
     if (tell_master && s->pool_ready) {
@@ -787,6 +789,8 @@ static mc_status_t write_seal(mc_store_h s, write_op_t op, int revoke, mc_str_t 
 #undef WRITE_SEAL_
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
+    if ((st == MC_OK) && !revoke)
+        mc_store_disk_enqueue(s, key); /* docs/tiers.md */
     return st;
 }
 
@@ -1218,6 +1222,8 @@ static void write_batch_finish(mc_store_h s, write_op_t op, batch_put_t *b,
             if (ks > 0)
                 ks = MC_RPC_FAIL;
             statuses[b->sel[end_idx[k]]] = ks;
+            if (ks == MC_OK)
+                mc_store_disk_enqueue(s, end_keys[k]);
         }
         if (conn->broken)
             goto out;

@@ -98,6 +98,11 @@ struct mc_store {
 
     mc_store_worker_t hb;
     mc_store_worker_t tasks;
+    /* the disk tier (disk.c): set by mc_store_offload_start() and cleared
+     * by teardown, both with `life` held for writing; its queue is guarded
+     * by offload.lock */
+    mc_store_worker_t offload;
+    struct mc_store_disk *disk;
 
     /* read side: regions, mem pool, sessions (read_internal.h); set up
      * and torn down with the local buffer */

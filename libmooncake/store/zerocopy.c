@@ -25,6 +25,7 @@
 
 #include "common/cuda.h"
 #include "common/log.h"
+#include "store/disk.h"
 #include "store/read_internal.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
@@ -295,7 +296,22 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         size_t g = group_len(pieces, npieces, i);
         size_t o = pieces[i].owner;
         phase[i] = PIECE_SKIP;
-        if (ostatus[o] == MC_OK) {
+        if ((ostatus[o] == MC_OK) && (queries[o]->n == 0)) {
+            /* disk-only (docs/tiers.md): the record, checked, then copies */
+            mc_store_query_h q = queries[o];
+            if ((g == 1) && (q->copy == NULL) && (pieces[i].src_offset == 0) &&
+                (pieces[i].length == q->size)) {
+                /* the whole object into one buffer: no staging copy */
+                ostatus[o] = mc_store_disk_read(q->disk_path, q->disk_offset,
+                                                mc_str_from_cstr(q->disk_key), q->size,
+                                                q->disk_crc, pieces[i].local);
+            } else {
+                ostatus[o] = mc_store_query_load_disk(q);
+                for (size_t j = 0; (j < g) && (ostatus[o] == MC_OK); j++)
+                    memcpy(pieces[i + j].local, q->copy + pieces[i + j].src_offset,
+                           (size_t)pieces[i + j].length);
+            }
+        } else if (ostatus[o] == MC_OK) {
             st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq]);
             if (st == MC_OK) {
                 phase[i] = PIECE_SENT;

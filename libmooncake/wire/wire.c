@@ -103,6 +103,10 @@ static void put_replica(mc_buf_t *b, const mc_wire_replica_t *v)
     mc_buf_put_u64(b, v->size);
     mc_buf_put_str(b, v->segment);
     mc_wire_put_UUID(b, &v->segment_id);
+    if (v->type == MC_WIRE_REPLICA_DISK) {
+        mc_buf_put_str(b, v->file_path);
+        mc_buf_put_u32(b, v->crc);
+    }
 }
 static void get_replica(mc_rbuf_t *r, mc_arena_t *a, mc_wire_replica_t *v)
 {
@@ -113,6 +117,10 @@ static void get_replica(mc_rbuf_t *r, mc_arena_t *a, mc_wire_replica_t *v)
     v->size    = mc_rbuf_get_u64(r);
     v->segment = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
     mc_wire_get_UUID(r, a, &v->segment_id);
+    if (v->type == MC_WIRE_REPLICA_DISK) {
+        v->file_path = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
+        v->crc       = mc_rbuf_get_u32(r);
+    }
 }
 
 /*

@@ -69,7 +69,16 @@ typedef struct mc_wire_replica {
     uint64_t size;
     mc_str_t segment;   /* transfer engine segment name */
     mc_uuid_t segment_id;
+    /* type 2 (disk) only, on the wire after segment_id: the holder's bucket
+     * file, addr is the value's offset in it, size its length, crc its
+     * CRC32C (docs/protocol.md §3, docs/tiers.md) */
+    mc_str_t file_path;
+    uint32_t crc;
 } mc_wire_replica_t;
+
+/* mc_wire_replica_t.type */
+#define MC_WIRE_REPLICA_MEMORY 0
+#define MC_WIRE_REPLICA_DISK   2
 
 typedef struct mc_wire_replica_list {
     uint32_t n;
@@ -202,7 +211,9 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
     X(TASK_REPLICA_START, task_replica_start, 55)            \
     X(TASK_REPLICA_END, task_replica_end, 56)                \
     X(TASK_REPLICA_REVOKE, task_replica_revoke, 57)          \
-    X(BATCH_REPLICA_CLEAR, batch_replica_clear, 58)
+    X(BATCH_REPLICA_CLEAR, batch_replica_clear, 58)         \
+    X(OFFLOAD_REPORT, offload_report, 60)                    \
+    X(DISK_REPLICA_DROP, disk_replica_drop, 61)
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
@@ -360,6 +371,31 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
  * -710 no complete replica on segment_name). */
 #define MC_WIRE_REQ_batch_replica_clear(F) F(UUID, client_id) F(KEYS, keys) F(STR, segment_name)
 #define MC_WIRE_RESP_batch_replica_clear(F) F(I32S, statuses)
+
+/* ---- disk tier (docs/protocol.md §5.15, docs/tiers.md) -----------------
+ * OFFLOAD_REPORT: the caller wrote the value of key (tenant of the
+ * connection), read from the memory replica source_replica, into its disk
+ * tier: the record at offset of file_path, length value bytes, CRC32C crc.
+ * The master records it as the object's disk replica (replacing an older
+ * one).  NOT_SUPPORTED without --enable_offload; OBJECT_NOT_FOUND for a
+ * missing key; REPLICA_IS_NOT_READY while it is being written or
+ * upserted; REPLICA_NOT_FOUND when source_replica is no longer a complete
+ * replica of it (the value changed meanwhile: the copy is stale);
+ * INVALID_PARAMS when length is not the object's size or the path is not
+ * absolute; ILLEGAL_CLIENT when the caller has no mounted segment (readers
+ * reach a disk replica through its holder's segment name). */
+#define MC_WIRE_REQ_offload_report(F) \
+    F(UUID, client_id) F(KEY, key) F(U64, source_replica) F(STR, file_path) F(U64, offset) \
+    F(U64, length) F(U32, crc)
+#define MC_WIRE_RESP_offload_report(F)
+
+/* DISK_REPLICA_DROP: the caller's records of keys in file_path are gone
+ * (its tier deleted that bucket).  statuses[i]: OK, OBJECT_NOT_FOUND, or
+ * REPLICA_NOT_FOUND when the key has no disk replica of the caller's in
+ * that file (a newer copy elsewhere stays).  An object left with no
+ * replica at all is erased. */
+#define MC_WIRE_REQ_disk_replica_drop(F) F(UUID, client_id) F(STR, file_path) F(KEYS, keys)
+#define MC_WIRE_RESP_disk_replica_drop(F) F(I32S, statuses)
 
 /* ---- generated declarations ------------------------------------------- */
 

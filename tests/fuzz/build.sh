@@ -38,7 +38,8 @@ H
 cflags="-std=gnu11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter
         -I$work/include -I$src/libmooncake/include -I$src/libmooncake"
 common="$src/libmooncake/common/log.c $src/libmooncake/common/buf.c
-        $src/libmooncake/common/util.c $src/libmooncake/common/hashmap.c"
+        $src/libmooncake/common/util.c $src/libmooncake/common/hashmap.c
+        $src/libmooncake/common/crc32c.c"
 
 echo "build.sh: building in $work"
 # shellcheck disable=SC2086

@@ -131,6 +131,14 @@ int main(int argc, char **argv)
     r[2].group_id  = mc_str_from_cstr("g");
     r[2].nreplicas = 2;
     r[2].replicas  = reps;
+    /* the versioned tail: a disk replica (docs/tiers.md) */
+    r[2].has_disk     = 1;
+    r[2].disk_holder  = r[1].id;
+    r[2].disk_segment = mc_str_from_cstr("host:1");
+    r[2].disk_path    = mc_str_from_cstr("/ssd/1.bucket");
+    r[2].disk_offset  = 24;
+    r[2].disk_length  = 4000;
+    r[2].disk_crc     = 0x12345678u;
     r[3].type   = MC_OPLOG_OBJ_DEL;
     r[3].tenant = mc_str_from_cstr("default");
     r[3].key    = mc_str_from_cstr("key");

@@ -301,10 +301,12 @@ def test_setup_wrong_types(master):
     assert s.get_hostname() == ""                 # nothing was set up
 
 
-def test_setup_unsupported_options(master):
+def test_setup_unsupported_options(master, monkeypatch):
     s = MooncakeDistributedStore()
     args = ["localhost", "P2PHANDSHAKE", 16 * MiB, 16 * MiB, "tcp", "", master.addr]
-    assert s.setup(*args, None, enable_ssd_offload=True) == ErrorCode.NOT_SUPPORTED
+    # the SSD tier needs a directory (test_tiers.py has the rest)
+    monkeypatch.delenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", raising=False)
+    assert s.setup(*args, None, enable_ssd_offload=True) == ErrorCode.INVALID_PARAMS
     # the client HTTP server is supported now (test_client_http.py): only
     # a port outside 0..65535 is refused before anything starts
     assert s.setup(*args, enable_client_http_server=True,

@@ -328,11 +328,11 @@ END_TEST
 START_TEST(test_unimplemented_features_refused)
 {
     static const char *const refused[] = {
-        "--enable_oplog",            "--enable_offload",
-        "--offload_on_evict",        "--promotion_on_hit",
+        "--enable_oplog",            "--promotion_on_hit",
+        "--root_fs_dir=/mnt/dfs",
         "--enable_kv_events",        "--enable_multi_tenants",
         "--enable_cxl",              "--dynamic_replication_mode=enforce",
-        "--root_fs_dir=/mnt/dfs",    "--rpc_interface=eth0",
+        "--rpc_interface=eth0",
     };
     for (size_t i = 0; i < MC_ARRAY_SIZE(refused); i++) {
         char name[64];
@@ -352,6 +352,16 @@ START_TEST(test_unimplemented_features_refused)
                               "--enable_offload=false", "--dynamic_replication_mode=off",
                               "--root_fs_dir=", "--enable_cxl=false", NULL));
     ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    /* the disk tier is built (docs/tiers.md) */
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_ok(parse("--enable_offload", "--offload_on_evict", NULL));
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_ok(parse("--offload_on_evict", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("--offload_on_evict needs --enable_offload");
 }
 END_TEST
 
@@ -820,14 +830,14 @@ END_TEST
  * command line; the command line can switch it back to the default. */
 START_TEST(test_config_unimplemented_feature_refused)
 {
-    write_conf("{\"enable_offload\": true, \"nof_heartbeat_failures_threshold\": 4}");
+    write_conf("{\"promotion_on_hit\": true, \"nof_heartbeat_failures_threshold\": 4}");
     ck_assert_status_ok(parse(conf_arg, NULL));
     ck_assert_int_eq(cfg.nof_heartbeat_failures_threshold, 4);
     ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
-    assert_err_mentions("--enable_offload");
+    assert_err_mentions("--promotion_on_hit");
     mc_master_config_cleanup(&cfg);
     ck_assert_status_ok(mc_master_config_init(&cfg));
-    ck_assert_status_ok(parse(conf_arg, "--noenable_offload", NULL));
+    ck_assert_status_ok(parse(conf_arg, "--nopromotion_on_hit", NULL));
     ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
 }
 END_TEST

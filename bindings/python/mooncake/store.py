@@ -50,6 +50,7 @@ threads keep running, and one store may be used by many threads at once.
 
 import enum
 import logging
+import os
 import uuid
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, overload
@@ -72,6 +73,7 @@ __all__ = [
     "QueryTaskResponse",
     "ReplicaDescriptor",
     "MemoryDescriptor",
+    "DiskDescriptor",
     "BufferDescriptor",
     "BufferHandle",
     "MooncakeHostMemAllocator",
@@ -431,9 +433,16 @@ class MooncakeDistributedStore(TensorMethods):
                 segment name) and registers its segment and local buffer
                 there; :meth:`close` unregisters them and leaves the engine
                 running.  Anything else is a :class:`TypeError`.
-            enable_ssd_offload: True returns ``NOT_SUPPORTED`` in this release.
-            ssd_offload_path: SSD offload directory (unused while offload
-                is not supported).
+            enable_ssd_offload: True turns on this client's SSD tier
+                (docs/tiers.md): what it puts is copied in the background
+                into bucket files and reported to the master as disk
+                replicas (the master needs ``--enable_offload``).
+            ssd_offload_path: the tier's directory: an existing absolute
+                path no other client uses; "" takes
+                ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``.  Bucket limits come
+                from ``MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES``,
+                ``MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT`` and
+                ``MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES``.
             tenant_id: key namespace ("default").
             enable_client_http_server: True runs the client HTTP server on a
                 library thread (no GIL): GET ``/health``, ``/metrics``
@@ -611,12 +620,19 @@ class MooncakeDistributedStore(TensorMethods):
         if rpc_timeout_ms is not None and not 0 <= rpc_timeout_ms <= _MAX_RPC_TIMEOUT_MS:
             return int(ErrorCode.INVALID_PARAMS)
         if enable_ssd_offload:
-            return int(ErrorCode.NOT_SUPPORTED)
+            ssd_offload_path = ssd_offload_path or \
+                os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "")
+            if not ssd_offload_path or "\0" in ssd_offload_path:
+                return int(ErrorCode.INVALID_PARAMS)
         rc = self._store.setup(local_hostname, metadata_server, global_segment_size,
                                local_buffer_size, protocol, rdma_devices,
                                master_server_addr, tenant_id, engine,
                                -1 if rpc_timeout_ms is None else rpc_timeout_ms,
                                client_http_port if enable_client_http_server else -1)
+        if rc == 0 and enable_ssd_offload:
+            rc = self._store.offload_start(ssd_offload_path)
+            if rc != 0:
+                self._store.close()  # setup succeeds whole or not at all
         if rc == 0:
             # BufferPool sizes its overflow budget from this.
             self._local_buffer_size = local_buffer_size
@@ -689,6 +705,22 @@ class MooncakeDistributedStore(TensorMethods):
             client's resources were released anyway.
         """
         return self._store.close()
+
+    _OFFLOAD_STATS = ("offloaded_keys", "offloaded_bytes", "failed_keys", "dropped_keys",
+                      "evicted_buckets", "evicted_keys", "evicted_bytes", "used_bytes", "queued")
+
+    def offload_stats(self) -> Dict[str, int]:
+        """Counters of this client's SSD tier (docs/tiers.md): keys and bytes
+        offloaded, failed and dropped keys, buckets/keys/bytes evicted to
+        stay in bounds, bytes in use and keys queued.  ``{}`` when the tier
+        is off (an extension: upstream has no such call)."""
+        out = {}
+        for i, name in enumerate(self._OFFLOAD_STATS):
+            v = self._store.offload_stat(i)
+            if v < 0:
+                return {}
+            out[name] = v
+        return out
 
     # ---- segments ------------------------------------------------------------------
 
@@ -1679,26 +1711,53 @@ class MemoryDescriptor:
         return f"MemoryDescriptor(buffer_descriptor={self.buffer_descriptor!r})"
 
 
-class ReplicaDescriptor:
-    """One replica of an object (upstream ``Replica::Descriptor``)."""
+class DiskDescriptor:
+    """The disk part of a replica descriptor: a record in a client's SSD
+    tier (docs/tiers.md).  ``file_path`` is the bucket file, ``offset`` the
+    record's place in it, ``object_size`` the value's bytes and
+    ``transport_endpoint`` the holder's segment name."""
 
-    __slots__ = ("status", "_memory")
+    __slots__ = ("file_path", "object_size", "offset", "transport_endpoint")
+
+    def __init__(self, file_path: str, object_size: int, offset: int,
+                 transport_endpoint: str) -> None:
+        self.file_path = file_path
+        self.object_size = object_size
+        self.offset = offset
+        self.transport_endpoint = transport_endpoint
+
+    def __repr__(self) -> str:
+        return (f"DiskDescriptor(file_path={self.file_path!r}, object_size={self.object_size}, "
+                f"offset={self.offset}, transport_endpoint={self.transport_endpoint!r})")
+
+
+class ReplicaDescriptor:
+    """One replica of an object (upstream ``Replica::Descriptor``): memory
+    replicas first, then at most one disk replica."""
+
+    __slots__ = ("status", "_memory", "_disk")
 
     def __init__(self, status: int, is_memory: int, addr: int, size: int,
-                 segment: str, protocol: str) -> None:
+                 segment: str, protocol: str, file_path: str = "") -> None:
         try:
             self.status = ReplicaStatus(status)
         except ValueError:
             self.status = ReplicaStatus.UNDEFINED
         self._memory = MemoryDescriptor(BufferDescriptor(size, addr, protocol, segment)) \
             if is_memory else None
+        self._disk = None if is_memory else DiskDescriptor(file_path, size, addr, segment)
 
     def is_memory_replica(self) -> bool:
-        """True: this release keeps replicas in memory only."""
+        """True for a replica in a client's memory segment."""
         return self._memory is not None
 
     def is_disk_replica(self) -> bool:
-        """False: there are no disk replicas in this release."""
+        """True for a record in a client's SSD tier (docs/tiers.md)."""
+        return self._disk is not None
+
+    def is_local_disk_replica(self) -> bool:
+        """False: SSD-tier replicas are reported as disk replicas, with a
+        file path (:meth:`get_disk_descriptor`)."""
         return False
 
     def get_memory_descriptor(self) -> MemoryDescriptor:
@@ -1707,11 +1766,15 @@ class ReplicaDescriptor:
             raise RuntimeError("not a memory replica")
         return self._memory
 
-    def get_disk_descriptor(self) -> Any:
-        """Always :class:`RuntimeError`: there are no disk replicas."""
-        raise RuntimeError("not a disk replica")
+    def get_disk_descriptor(self) -> DiskDescriptor:
+        """The disk descriptor; :class:`RuntimeError` for a memory replica."""
+        if self._disk is None:
+            raise RuntimeError("not a disk replica")
+        return self._disk
 
     def __repr__(self) -> str:
+        if self._disk is not None:
+            return f"ReplicaDescriptor(status={self.status.name}, disk={self._disk!r})"
         return f"ReplicaDescriptor(status={self.status.name}, memory={self._memory!r})"
 
 

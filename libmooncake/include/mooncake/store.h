@@ -542,8 +542,10 @@ MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h store, const char *co
 /** One replica as reported by the master. @since 0.1 */
 typedef struct mc_replica_desc {
     mc_replica_status_t status; /**< COMPLETE for readable replicas */
-    int is_memory;              /**< 1: memory replica (the only kind so far) */
-    uint64_t addr;              /**< buffer address in the owner's segment */
+    int is_memory;              /**< 1: memory replica; 0: disk replica
+                                 *   (mc_store_query_disk_replica()) */
+    uint64_t addr;              /**< buffer address in the owner's segment;
+                                 *   a disk replica's record offset */
     uint64_t size;              /**< bytes */
     char segment[256];          /**< transport endpoint "host:port" */
     char protocol[16];          /**< "tcp" */
@@ -555,6 +557,74 @@ MC_API size_t mc_store_query_replica_count(mc_store_query_h query);
 /** @brief Describe replica @p i of a query. @since 0.1 */
 MC_API mc_status_t mc_store_query_replica(mc_store_query_h query, size_t i,
                                           mc_replica_desc_t *desc);
+
+/**
+ * @brief Where the disk replica of a query is (docs/tiers.md).
+ *
+ * A query lists memory replicas first (mc_store_query_replica() with
+ * is_memory 1) and then at most one disk replica: is_memory 0, addr the
+ * record's offset in its bucket file, size the object's size, segment the
+ * holder's segment name, protocol "file".  This call gives its file.
+ *
+ * @param query   a query of mc_store_query()/mc_store_batch_query().
+ * @param path    receives the bucket file's absolute path, NUL-terminated.
+ * @param cap     bytes at @p path.
+ * @param offset_p receives the record's offset in the file (may be NULL).
+ * @return MC_OK; MC_REPLICA_NOT_FOUND when the object has no disk replica;
+ *         MC_BUFFER_OVERFLOW when the path needs more than @p cap bytes;
+ *         MC_INVALID_PARAMS for NULL arguments.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_query_disk_replica(mc_store_query_h query, char *path, size_t cap,
+                                               uint64_t *offset_p);
+
+/* ---- SSD tier ---------------------------------------------------------- */
+
+/**
+ * @brief Turn on this client's SSD tier (upstream enable_ssd_offload).
+ *
+ * From now on every put or upsert this client seals is copied, in the
+ * background, into bucket files under @p dir and reported to the master
+ * as a disk replica (the master needs --enable_offload).  Eviction then
+ * frees the memory of copied objects and keeps them readable from disk;
+ * a get of a disk-only object reads the record straight from the file
+ * when the reader can open it (same host or shared file system) and
+ * checks its CRC32C.  The tier is bounded by the environment:
+ * MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES (256 MiB per bucket),
+ * MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT (500 records per bucket),
+ * MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES (2 TiB in all; the oldest
+ * buckets go first, and their disk replicas with them).  Stopped by
+ * mc_store_close().
+ *
+ * @param store a set-up store with a global segment.
+ * @param dir   an existing directory, absolute, without "..", used by no
+ *              other client (a lock file there says so); bucket files a
+ *              previous client left there are deleted.
+ * @return MC_OK; MC_INVALID_PARAMS (bad or busy directory, no segment,
+ *         already on); MC_UNAVAILABLE_IN_CURRENT_STATUS before setup.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_offload_start(mc_store_h store, const char *dir);
+
+/** Counters of a client's SSD tier. @since 0.2 */
+typedef struct mc_store_disk_stats {
+    uint64_t offloaded_keys;   /**< records written and accepted by the master */
+    uint64_t offloaded_bytes;  /**< their value bytes */
+    uint64_t failed_keys;      /**< queued keys not offloaded (gone, changed, I/O error) */
+    uint64_t dropped_keys;     /**< keys not queued: the queue was full */
+    uint64_t evicted_buckets;  /**< bucket files deleted to stay in bounds */
+    uint64_t evicted_keys;     /**< records in them */
+    uint64_t evicted_bytes;    /**< bytes of them */
+    uint64_t used_bytes;       /**< bytes in bucket files now */
+    uint64_t queued;           /**< keys waiting for the offloader */
+} mc_store_disk_stats_t;
+
+/**
+ * @brief The counters of the SSD tier.
+ * @return MC_OK; MC_INVALID_PARAMS when the tier is off or @p stats NULL.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_offload_stats(mc_store_h store, mc_store_disk_stats_t *stats);
 
 /* ---- host memory helpers ---------------------------------------------- */
 

@@ -1,0 +1,700 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The client's SSD tier (docs/tiers.md): bucket files of checksummed
+ * records, written by one offloader thread, read by anyone who has the
+ * path.
+ *
+ * Writing.  A put or upsert that this client sealed queues its key
+ * (mc_store_disk_enqueue: a copy of the key under the worker's lock, never
+ * a wait).  The offloader thread takes keys in order and, for each, asks
+ * the master where the value is (GET_REPLICA_LIST, which also leases it),
+ * reads it from a memory replica with the transfer engine (memcpy when it
+ * is in this process's segment), appends one record to the current bucket
+ * with a single pwritev, and reports it (OFFLOAD_REPORT, naming the
+ * replica it read, so the master refuses a copy the value has outgrown).
+ * The put path pays one malloc and one signal.
+ *
+ * Files.  DIR/<id>.bucket, ids rising from 1, append only: a bucket is
+ * never rewritten, only deleted whole.  DIR/LOCK is held (flock) for the
+ * tier's life, so two clients never share a directory; at start the
+ * bucket files of an earlier run are deleted, since the master dropped
+ * their disk replicas when that client went (docs/tiers.md, "holder
+ * departure").
+ *
+ * A record: a 24-byte header, the key, the value.
+ *
+ *   u32 magic "MCDR" | u16 version 1 | u16 key length | u64 value length |
+ *   u32 CRC32C of the value | u32 CRC32C of header bytes 0..19 and the key
+ *
+ * all little-endian.  A reader checks both CRCs, the key, the length and
+ * that the value's CRC is the one the master handed out; any mismatch
+ * (a torn write after a crash, a truncated or corrupted file, a record
+ * that is not the one asked for) is a miss, never bytes.
+ *
+ * Bounds.  A bucket closes at MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES or
+ * MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT records; when the next record would
+ * take the tier past MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES, the oldest
+ * buckets go (unlinked, then DISK_REPLICA_DROP of their keys).  The queue
+ * holds at most MC_DISK_QUEUE_MAX keys; more are dropped and counted.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "store/disk.h"
+#include "store/store_internal.h"
+
+#define MC_DISK_MAGIC      0x5244434Du /* "MCDR" little-endian */
+#define MC_DISK_VERSION    1
+#define MC_DISK_HDR        24u
+#define MC_DISK_QUEUE_MAX  65536u
+#define MC_DISK_BATCH      64u
+#define MC_DISK_IDLE_MS    1000u
+
+/* One bucket file: its id, bytes written and the keys of its records. */
+typedef struct disk_bucket {
+    uint64_t id;
+    uint64_t bytes;
+    char **keys;
+    uint32_t nkeys;
+    uint32_t cap;
+} disk_bucket_t;
+
+struct mc_store_disk {
+    char dir[PATH_MAX];
+    int lock_fd;
+    /* limits */
+    uint64_t bucket_bytes_max;
+    uint64_t bucket_keys_max;
+    uint64_t total_max;
+    /* queue of keys to offload: a ring guarded by the worker's lock */
+    char **queue;
+    uint32_t qhead, qlen;
+    /* buckets, oldest first; the last one is open (fd) */
+    disk_bucket_t *buckets;
+    size_t nbuckets, bcap;
+    int fd;
+    uint64_t next_id;
+    uint64_t used;     /* bytes in every bucket file */
+    /* scratch for values read from memory */
+    uint8_t *buf;
+    size_t buf_cap;
+    mc_store_disk_stats_t st; /* guarded by the worker's lock */
+};
+
+/* ---- records ------------------------------------------------------------- */
+
+static uint32_t header_crc(const uint8_t *hdr, const char *key, size_t klen)
+{
+    return mc_crc32c(mc_crc32c(0, hdr, 20), key, klen);
+}
+
+mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
+                               uint32_t crc, void *buf)
+{
+    uint8_t hdr[MC_DISK_HDR];
+    char kbuf[MC_WIRE_MAX_KEY];
+    struct iovec iov[3];
+    ssize_t n;
+    int fd;
+
+    if ((key.len == 0) || (key.len > MC_WIRE_MAX_KEY) || (offset > (uint64_t)INT64_MAX) ||
+        (size > (uint64_t)SSIZE_MAX - MC_DISK_HDR - key.len)) {
+        mc_set_error_detail("disk record of %.*s: bad request", (int)MC_MIN(key.len, 128u),
+                            key.ptr);
+        return MC_INVALID_PARAMS;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        /* another host's disk, or a bucket deleted meanwhile */
+        mc_set_error_detail("disk replica of %.*s: cannot open %s: %s",
+                            (int)MC_MIN(key.len, 128u), key.ptr, path, strerror(errno));
+        return MC_OBJECT_NOT_FOUND;
+    }
+    iov[0].iov_base = hdr;
+    iov[0].iov_len  = sizeof(hdr);
+    iov[1].iov_base = kbuf;
+    iov[1].iov_len  = key.len;
+    iov[2].iov_base = buf;
+    iov[2].iov_len  = (size_t)size;
+    do {
+        n = preadv(fd, iov, 3, (off_t)offset);
+    } while ((n < 0) && (errno == EINTR));
+    close(fd);
+    if ((n != (ssize_t)(MC_DISK_HDR + key.len + size)) ||
+        (mc_load_le32(hdr) != MC_DISK_MAGIC) || (mc_load_le16(hdr + 4) != MC_DISK_VERSION) ||
+        (mc_load_le16(hdr + 6) != key.len) || (mc_load_le64(hdr + 8) != size) ||
+        (mc_load_le32(hdr + 16) != crc) || (memcmp(kbuf, key.ptr, key.len) != 0) ||
+        (mc_load_le32(hdr + 20) != header_crc(hdr, kbuf, key.len)) ||
+        (mc_crc32c(0, buf, (size_t)size) != crc)) {
+        mc_set_error_detail("disk record of %.*s at %s+%" PRIu64 " is missing or damaged",
+                            (int)MC_MIN(key.len, 128u), key.ptr, path, offset);
+        return MC_OBJECT_NOT_FOUND;
+    }
+    return MC_OK;
+}
+
+/* ---- buckets ------------------------------------------------------------- */
+
+static void bucket_path(const mc_store_disk_t *d, uint64_t id, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%" PRIu64 ".bucket", d->dir, id);
+}
+
+static void bucket_free_keys(disk_bucket_t *b)
+{
+    for (uint32_t i = 0; i < b->nkeys; i++)
+        free(b->keys[i]);
+    free(b->keys);
+    b->keys  = NULL;
+    b->nkeys = b->cap = 0;
+}
+
+/* Open a new bucket as the current one. */
+static mc_status_t bucket_open(mc_store_disk_t *d)
+{
+    char path[PATH_MAX + 32];
+    disk_bucket_t *b;
+
+    if (d->nbuckets == d->bcap) {
+        size_t cap = d->bcap ? d->bcap * 2 : 16;
+        disk_bucket_t *nb = realloc(d->buckets, cap * sizeof(*nb));
+        if (nb == NULL)
+            return MC_INTERNAL_ERROR;
+        d->buckets = nb;
+        d->bcap    = cap;
+    }
+    bucket_path(d, d->next_id, path, sizeof(path));
+    d->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (d->fd < 0) {
+        mc_warn("disk tier: cannot create %s: %m", path);
+        return MC_UNABLE_OFFLOAD;
+    }
+    b = &d->buckets[d->nbuckets++];
+    memset(b, 0, sizeof(*b));
+    b->id = d->next_id++;
+    return MC_OK;
+}
+
+/* Tell the master the records of @p b are gone (best effort: a holder
+ * that cannot reach the master is dropped with all its disk replicas). */
+static void bucket_report_drop(mc_store_h s, mc_mconn_t *conn, const mc_store_disk_t *d,
+                               const disk_bucket_t *b)
+{
+    char path[PATH_MAX + 32];
+    mc_str_t *keys;
+    mc_wire_disk_replica_drop_req_t req;
+    mc_wire_disk_replica_drop_resp_t resp;
+    mc_status_t st;
+
+    if ((conn == NULL) || (b->nkeys == 0))
+        return;
+    keys = malloc(b->nkeys * sizeof(*keys));
+    if (keys == NULL)
+        return;
+    for (uint32_t i = 0; i < b->nkeys; i++)
+        keys[i] = mc_str_from_cstr(b->keys[i]);
+    bucket_path(d, b->id, path, sizeof(path));
+    memset(&req, 0, sizeof(req));
+    req.client_id = s->client_id;
+    req.file_path = mc_str_from_cstr(path);
+    req.keys.n    = b->nkeys;
+    req.keys.v    = keys;
+    st            = mc_master_call_disk_replica_drop(conn, &req, &resp);
+    if (st != MC_OK)
+        mc_warn("disk tier: DISK_REPLICA_DROP of %u keys failed: %s", b->nkeys,
+                mc_status_name(st));
+    free(keys);
+}
+
+/* Delete the oldest bucket (the open one too when it is the only one). */
+static void bucket_evict_oldest(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t *d,
+                                mc_store_worker_t *w)
+{
+    char path[PATH_MAX + 32];
+    disk_bucket_t b = d->buckets[0];
+
+    if (d->nbuckets == 1) {
+        close(d->fd);
+        d->fd = -1;
+    }
+    bucket_path(d, b.id, path, sizeof(path));
+    /* unlinked first: a reader with the file open keeps reading the old
+     * bytes, a later open fails, and nothing is ever rewritten */
+    if (unlink(path) != 0)
+        mc_warn("disk tier: cannot delete %s: %m", path);
+    bucket_report_drop(s, conn, d, &b);
+    d->used -= b.bytes;
+    pthread_mutex_lock(&w->lock);
+    d->st.evicted_buckets++;
+    d->st.evicted_keys += b.nkeys;
+    d->st.evicted_bytes += b.bytes;
+    d->st.used_bytes = d->used;
+    pthread_mutex_unlock(&w->lock);
+    bucket_free_keys(&b);
+    memmove(&d->buckets[0], &d->buckets[1], (d->nbuckets - 1) * sizeof(d->buckets[0]));
+    d->nbuckets--;
+}
+
+/*
+ * Append the record (key, value) to the current bucket, making room first;
+ * its offset and path go to @p off_p and @p path.  MC_UNABLE_OFFLOAD when
+ * the record is larger than the whole tier or the write failed.
+ */
+static mc_status_t bucket_append(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t *d,
+                                 mc_store_worker_t *w, mc_str_t key, const uint8_t *val,
+                                 uint64_t size, uint32_t crc, uint64_t *off_p, char *path,
+                                 size_t cap)
+{
+    uint64_t rec = MC_DISK_HDR + key.len + size;
+    uint8_t hdr[MC_DISK_HDR];
+    struct iovec iov[3];
+    disk_bucket_t *b;
+    char *kcopy;
+    ssize_t n;
+
+    if (rec > d->total_max)
+        return MC_UNABLE_OFFLOAD;
+    while ((d->used + rec > d->total_max) && (d->nbuckets > 0))
+        bucket_evict_oldest(s, conn, d, w);
+    b = (d->nbuckets > 0) ? &d->buckets[d->nbuckets - 1] : NULL;
+    if ((b != NULL) && (d->fd >= 0) && (b->nkeys > 0) &&
+        ((b->bytes + rec > d->bucket_bytes_max) || (b->nkeys >= d->bucket_keys_max))) {
+        close(d->fd);
+        d->fd = -1;
+    }
+    if (d->fd < 0) {
+        mc_status_t st = bucket_open(d);
+        if (st != MC_OK)
+            return st;
+    }
+    b = &d->buckets[d->nbuckets - 1];
+    if ((b->nkeys == b->cap)) {
+        uint32_t ncap = b->cap ? b->cap * 2 : 64;
+        char **nk     = realloc(b->keys, ncap * sizeof(*nk));
+        if (nk == NULL)
+            return MC_INTERNAL_ERROR;
+        b->keys = nk;
+        b->cap  = ncap;
+    }
+    kcopy = mc_str_dup(key);
+    if (kcopy == NULL)
+        return MC_INTERNAL_ERROR;
+    mc_store_le32(hdr, MC_DISK_MAGIC);
+    mc_store_le16(hdr + 4, MC_DISK_VERSION);
+    mc_store_le16(hdr + 6, (uint16_t)key.len);
+    mc_store_le64(hdr + 8, size);
+    mc_store_le32(hdr + 16, crc);
+    mc_store_le32(hdr + 20, header_crc(hdr, key.ptr, key.len));
+    iov[0].iov_base = hdr;
+    iov[0].iov_len  = sizeof(hdr);
+    iov[1].iov_base = (void *)key.ptr;
+    iov[1].iov_len  = key.len;
+    iov[2].iov_base = (void *)val;
+    iov[2].iov_len  = (size_t)size;
+    do {
+        n = pwritev(d->fd, iov, 3, (off_t)b->bytes);
+    } while ((n < 0) && (errno == EINTR));
+    bucket_path(d, b->id, path, cap);
+    if (n != (ssize_t)rec) {
+        /* a full disk or an I/O error: the bytes written (if any) stay as
+         * a torn record nobody is pointed at; the bucket is closed so the
+         * next record starts a fresh file */
+        mc_warn("disk tier: write of %" PRIu64 " bytes to %s failed: %s", rec, path,
+                (n < 0) ? strerror(errno) : "short write");
+        free(kcopy);
+        if (n > 0) {
+            b->bytes += (uint64_t)n;
+            d->used += (uint64_t)n;
+        }
+        close(d->fd);
+        d->fd = -1;
+        return MC_UNABLE_OFFLOAD;
+    }
+    *off_p               = b->bytes;
+    b->keys[b->nkeys++]  = kcopy;
+    b->bytes            += rec;
+    d->used             += rec;
+    return MC_OK;
+}
+
+/* ---- the offloader ------------------------------------------------------- */
+
+/* The memory replica to copy from: this process's segment first. */
+static const mc_wire_replica_t *pick_source(mc_store_h s, const mc_wire_replica_list_t *l,
+                                            uint64_t size, int *has_disk_p)
+{
+    const mc_wire_replica_t *best = NULL;
+
+    *has_disk_p = 0;
+    for (uint32_t i = 0; i < l->n; i++) {
+        const mc_wire_replica_t *r = &l->v[i];
+        if (r->type == MC_WIRE_REPLICA_DISK) {
+            *has_disk_p = 1;
+            continue;
+        }
+        if ((r->type != MC_WIRE_REPLICA_MEMORY) || (r->status != MC_REPLICA_COMPLETE) ||
+            (r->size < size) || (r->segment.len == 0) || (r->segment.len >= MC_STORE_NAME_MAX))
+            continue;
+        if ((best == NULL) || mc_str_eq(r->segment, mc_str_from_cstr(s->hostname)))
+            best = r;
+    }
+    return best;
+}
+
+/* Copy one object to the tier and report it; the status of the attempt. */
+static mc_status_t offload_one(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t *d,
+                               mc_store_worker_t *w, const char *key_c)
+{
+    mc_str_t key = mc_str_from_cstr(key_c);
+    mc_wire_get_replica_list_req_t greq;
+    mc_wire_get_replica_list_resp_t gresp;
+    mc_wire_offload_report_req_t rreq;
+    mc_wire_offload_report_resp_t rresp;
+    const mc_wire_replica_t *src;
+    char seg_name[MC_STORE_NAME_MAX];
+    char path[PATH_MAX + 32];
+    mc_te_segment_id_t seg;
+    mc_te_request_t tr;
+    uint64_t size, src_id, src_addr, off = 0, t0, deadline;
+    uint32_t crc;
+    int has_disk;
+    mc_status_t st;
+
+    memset(&greq, 0, sizeof(greq));
+    greq.key = key;
+    t0       = mc_now_ns();
+    st       = mc_master_call_get_replica_list(conn, &greq, &gresp);
+    if (st != MC_OK)
+        return st; /* gone or not complete: nothing to copy */
+    size = gresp.size;
+    src  = pick_source(s, &gresp.replicas, size, &has_disk);
+    if (has_disk || (src == NULL) || (size == 0))
+        return MC_OK; /* already on a disk, or disk-only */
+    deadline = t0 + gresp.lease_ttl_ms * 1000000u;
+    /* the response lives in conn's memory until the next call */
+    memcpy(seg_name, src->segment.ptr, src->segment.len);
+    seg_name[src->segment.len] = '\0';
+    src_id   = src->id;
+    src_addr = src->addr;
+    if (size > d->buf_cap) {
+        uint8_t *nb = realloc(d->buf, (size_t)size);
+        if (nb == NULL)
+            return MC_INTERNAL_ERROR;
+        d->buf     = nb;
+        d->buf_cap = (size_t)size;
+    }
+    st = mc_te_segment_open(s->te, seg_name, &seg);
+    if (st != MC_OK)
+        return st;
+    tr.op      = MC_TE_READ;
+    tr.local   = d->buf;
+    tr.remote  = src_addr;
+    tr.length  = size;
+    tr.segment = seg;
+    st         = mc_te_transfer(s->te, &tr, 1, NULL);
+    if (st != MC_OK)
+        return st;
+    if (mc_now_ns() > deadline)
+        return MC_LEASE_EXPIRED; /* the memory may have been reused meanwhile */
+    crc = mc_crc32c(0, d->buf, (size_t)size);
+    st  = bucket_append(s, conn, d, w, key, d->buf, size, crc, &off, path, sizeof(path));
+    if (st != MC_OK)
+        return st;
+    memset(&rreq, 0, sizeof(rreq));
+    rreq.client_id      = s->client_id;
+    rreq.key            = key;
+    rreq.source_replica = src_id;
+    rreq.file_path      = mc_str_from_cstr(path);
+    rreq.offset         = off;
+    rreq.length         = size;
+    rreq.crc            = crc;
+    st                  = mc_master_call_offload_report(conn, &rreq, &rresp);
+    if (st == MC_OK) {
+        pthread_mutex_lock(&w->lock);
+        d->st.offloaded_keys++;
+        d->st.offloaded_bytes += size;
+        d->st.used_bytes = d->used;
+        pthread_mutex_unlock(&w->lock);
+    }
+    /* refused (the value changed, the key went): the record stays unused
+     * until its bucket goes */
+    return st;
+}
+
+/* Wait for keys; takes up to @p max of them.  0 when stopping. */
+static size_t queue_take(mc_store_worker_t *w, mc_store_disk_t *d, char **out, size_t max)
+{
+    size_t n = 0;
+    struct timespec dl;
+
+    pthread_mutex_lock(&w->lock);
+    while (!w->stop && (d->qlen == 0)) {
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        mc_store_worker_deadline(&dl, MC_DISK_IDLE_MS);
+        (void)pthread_cond_timedwait(&w->cond, &w->lock, &dl);
+    }
+    while (!w->stop && (d->qlen > 0) && (n < max)) {
+        out[n++] = d->queue[d->qhead];
+        d->qhead = (d->qhead + 1) % MC_DISK_QUEUE_MAX;
+        d->qlen--;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+static void *disk_main(void *arg)
+{
+    mc_store_h s              = arg;
+    mc_store_worker_t *w      = &s->offload;
+    mc_store_disk_t *d        = s->disk;
+    mc_master_target_t target = s->target;
+    char *batch[MC_DISK_BATCH];
+    size_t n;
+
+    /* one look for the leader per round (etcd://): stopping stays prompt */
+    target.failover_wait_ms = 0;
+    /* background work: on a busy host the puts and gets go first (Linux
+     * nice is per thread) */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
+        mc_debug("disk tier: cannot lower the offloader's priority: %m");
+    while ((n = queue_take(w, d, batch, MC_DISK_BATCH)) > 0) {
+        mc_mconn_t *conn = mc_store_worker_conn(w, &target);
+        for (size_t i = 0; i < n; i++) {
+            mc_status_t st = (conn != NULL) ? offload_one(s, conn, d, w, batch[i])
+                                            : MC_RPC_FAIL;
+            if (st != MC_OK) {
+                mc_debug("disk tier: offload of %s: %s (%s)", batch[i], mc_status_name(st),
+                         mc_last_error_detail());
+                pthread_mutex_lock(&w->lock);
+                d->st.failed_keys++;
+                pthread_mutex_unlock(&w->lock);
+                if ((conn != NULL) && conn->broken) {
+                    mc_store_worker_drop_conn(w);
+                    conn = NULL;
+                }
+            }
+            free(batch[i]);
+        }
+    }
+    mc_store_worker_drop_conn(w);
+    return NULL;
+}
+
+/* ---- life ------------------------------------------------------------------ */
+
+static uint64_t env_u64(const char *name, uint64_t def)
+{
+    const char *v = getenv(name);
+    uint64_t x;
+
+    if ((v == NULL) || (*v == '\0'))
+        return def;
+    if ((mc_parse_size(v, &x) == 0) && (x > 0))
+        return x;
+    mc_warn("ignoring %s=\"%s\": expected a positive size", name, v);
+    return def;
+}
+
+/* Delete the bucket files an earlier client left in @p d->dir. */
+static void remove_stale(mc_store_disk_t *d)
+{
+    DIR *dir = opendir(d->dir);
+    struct dirent *e;
+
+    if (dir == NULL)
+        return;
+    while ((e = readdir(dir)) != NULL) {
+        const char *dot = strrchr(e->d_name, '.');
+        size_t i;
+        if ((dot == NULL) || (strcmp(dot, ".bucket") != 0) || (dot == e->d_name))
+            continue;
+        for (i = 0; e->d_name + i < dot; i++)
+            if ((e->d_name[i] < '0') || (e->d_name[i] > '9'))
+                break;
+        if (e->d_name + i != dot)
+            continue;
+        if (unlinkat(dirfd(dir), e->d_name, 0) != 0)
+            mc_warn("disk tier: cannot delete stale %s/%s: %m", d->dir, e->d_name);
+    }
+    closedir(dir);
+}
+
+static void disk_free(mc_store_disk_t *d)
+{
+    if (d == NULL)
+        return;
+    while (d->qlen > 0) {
+        free(d->queue[d->qhead]);
+        d->qhead = (d->qhead + 1) % MC_DISK_QUEUE_MAX;
+        d->qlen--;
+    }
+    free(d->queue);
+    for (size_t i = 0; i < d->nbuckets; i++)
+        bucket_free_keys(&d->buckets[i]);
+    free(d->buckets);
+    if (d->fd >= 0)
+        close(d->fd);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd); /* releases the flock */
+    free(d->buf);
+    free(d);
+}
+
+static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
+{
+    char lock[PATH_MAX + 8];
+    struct stat sb;
+    mc_store_disk_t *d;
+    size_t len = (dir != NULL) ? strlen(dir) : 0;
+
+    if ((len == 0) || (dir[0] != '/') || (len >= PATH_MAX) || (strstr(dir, "/../") != NULL) ||
+        ((len >= 3) && (strcmp(dir + len - 3, "/..") == 0))) {
+        mc_set_error_detail("ssd_offload_path \"%s\" must be an absolute path without \"..\"",
+                            (dir != NULL) ? dir : "");
+        return MC_INVALID_PARAMS;
+    }
+    if ((stat(dir, &sb) != 0) || !S_ISDIR(sb.st_mode)) {
+        mc_set_error_detail("ssd_offload_path %s is not an existing directory", dir);
+        return MC_INVALID_PARAMS;
+    }
+    d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        mc_set_error_detail("out of memory for the disk tier");
+        return MC_INTERNAL_ERROR;
+    }
+    d->fd      = -1;
+    d->lock_fd = -1;
+    d->next_id = 1;
+    memcpy(d->dir, dir, len + 1);
+    while ((len > 1) && (d->dir[len - 1] == '/'))
+        d->dir[--len] = '\0';
+    d->bucket_bytes_max = env_u64("MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES", 256ull << 20);
+    d->bucket_keys_max  = env_u64("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", 500);
+    d->total_max        = env_u64("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", 2ull << 40);
+    d->queue            = calloc(MC_DISK_QUEUE_MAX, sizeof(*d->queue));
+    snprintf(lock, sizeof(lock), "%s/LOCK", d->dir);
+    d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if ((d->queue == NULL) || (d->lock_fd < 0)) {
+        mc_set_error_detail("disk tier: cannot create %s: %s", lock, strerror(errno));
+        disk_free(d);
+        return MC_INVALID_PARAMS;
+    }
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        mc_set_error_detail("ssd_offload_path %s is in use by another client", d->dir);
+        disk_free(d);
+        return MC_INVALID_PARAMS;
+    }
+    remove_stale(d);
+    *d_p = d;
+    return MC_OK;
+}
+
+MC_API mc_status_t mc_store_offload_start(mc_store_h s, const char *dir)
+{
+    mc_store_disk_t *d = NULL;
+    mc_status_t st;
+
+    if (s == NULL) {
+        mc_set_error_detail("store handle is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    pthread_rwlock_wrlock(&s->life);
+    if (!s->ready) {
+        st = MC_UNAVAILABLE_IN_CURRENT_STATUS;
+        mc_set_error_detail("set the store up before its disk tier");
+    } else if (s->disk != NULL) {
+        st = MC_INVALID_PARAMS;
+        mc_set_error_detail("the disk tier is already on (%s)", s->disk->dir);
+    } else if (s->nsegs == 0) {
+        st = MC_INVALID_PARAMS;
+        mc_set_error_detail("a disk tier needs a global segment: readers reach it through "
+                            "this client's segment name");
+    } else {
+        st = disk_open(dir, &d);
+    }
+    if (st == MC_OK) {
+        s->disk = d;
+        st      = mc_store_worker_start(&s->offload, "offloader", MC_DISK_IDLE_MS, disk_main, s);
+        if (st != MC_OK) {
+            s->disk = NULL;
+            disk_free(d);
+        } else {
+            mc_info("disk tier on in %s (buckets of %" PRIu64 " bytes / %" PRIu64
+                    " keys, %" PRIu64 " bytes in all)",
+                    d->dir, d->bucket_bytes_max, d->bucket_keys_max, d->total_max);
+        }
+    }
+    pthread_rwlock_unlock(&s->life);
+    return st;
+}
+
+void mc_store_disk_stop(mc_store_h s)
+{
+    if (s->disk == NULL)
+        return;
+    mc_store_worker_stop(&s->offload);
+    disk_free(s->disk);
+    s->disk = NULL;
+}
+
+void mc_store_disk_enqueue(mc_store_h s, mc_str_t key)
+{
+    mc_store_disk_t *d   = s->disk;
+    mc_store_worker_t *w = &s->offload;
+    char *k;
+
+    if (d == NULL)
+        return;
+    k = mc_str_dup(key);
+    pthread_mutex_lock(&w->lock);
+    if ((k == NULL) || (d->qlen >= MC_DISK_QUEUE_MAX)) {
+        d->st.dropped_keys++;
+        free(k);
+    } else {
+        d->queue[(d->qhead + d->qlen) % MC_DISK_QUEUE_MAX] = k;
+        d->qlen++;
+        pthread_cond_signal(&w->cond);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+MC_API mc_status_t mc_store_offload_stats(mc_store_h s, mc_store_disk_stats_t *stats)
+{
+    mc_status_t st;
+
+    if (stats == NULL) {
+        mc_set_error_detail("stats is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    if (s->disk == NULL) {
+        mc_set_error_detail("the disk tier is off");
+        st = MC_INVALID_PARAMS;
+    } else {
+        pthread_mutex_lock(&s->offload.lock);
+        *stats         = s->disk->st;
+        stats->queued  = s->disk->qlen;
+        pthread_mutex_unlock(&s->offload.lock);
+    }
+    mc_store_leave(s);
+    return st;
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The client's SSD tier (disk.c, docs/tiers.md), as the rest of the store
+ * sees it.
+ */
+#ifndef MC_STORE_DISK_H
+#define MC_STORE_DISK_H
+
+#include <stdint.h>
+
+#include <mooncake/store.h>
+
+#include "common/buf.h"
+#include "common/util.h"
+
+typedef struct mc_store_disk mc_store_disk_t;
+
+/*
+ * Read the value of the record at @p offset of bucket file @p path into
+ * @p buf (@p size bytes), checking the record header, that it holds
+ * @p key, its length, that the value's CRC32C is @p crc and that the bytes
+ * match it.  MC_OBJECT_NOT_FOUND (detail set) when the file cannot be
+ * opened here or any check fails: a damaged record is a miss, never bytes.
+ * Any thread; no handle needed.
+ */
+mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
+                               uint32_t crc, void *buf);
+
+/* Queue @p key for the offloader after this client sealed a write of it;
+ * nothing when the tier is off.  Never blocks on I/O.  Callers hold `life`. */
+void mc_store_disk_enqueue(mc_store_h s, mc_str_t key);
+
+/* Stop the offloader and free the tier (teardown, `life` held for writing). */
+void mc_store_disk_stop(mc_store_h s);
+
+#endif /* MC_STORE_DISK_H */

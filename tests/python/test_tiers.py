@@ -1,0 +1,261 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The SSD tier (docs/tiers.md) with a real master, real client processes
+and real bucket files in temporary directories.
+
+* memory filled three times over with --offload_on_evict: every put
+  succeeds (retried while the offloader catches up), every object reads
+  back byte-exact, and the evicted ones are disk-only;
+* a disk-only object is read straight from its bucket file by another
+  process on the host, and get_replica_desc describes it;
+* a corrupted or truncated record is a miss (b""), never other bytes;
+* a full tier deletes its oldest buckets and the master forgets their disk
+  replicas;
+* an upsert never lets the old disk copy be read;
+* a holder killed with SIGKILL takes its disk replicas with it;
+* without --enable_offload the master takes no disk replica; the flags
+  are refused when inconsistent; a tier directory serves one client.
+"""
+
+import hashlib
+import os
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from helpers import MiB, ClientProc, Master, master_bin, wait_until
+from mooncake.store import MooncakeDistributedStore
+from mooncake._errors import ErrorCode
+
+KiB = 1024
+NO_AVAILABLE_HANDLE = -200
+
+
+def key(prefix="t"):
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def offload_master():
+    m = Master(extra_args=["--enable_offload", "--offload_on_evict"])
+    try:
+        yield m
+        assert m.alive(), "mooncake_master died:\n" + m.log_text()
+    finally:
+        m.stop()
+
+
+@pytest.fixture
+def stores():
+    made = []
+
+    def make(m, ssd_dir, segment=4 * MiB):
+        s = MooncakeDistributedStore()
+        rc = s.setup("localhost", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", m.addr, None,
+                     enable_ssd_offload=ssd_dir is not None,
+                     ssd_offload_path=str(ssd_dir) if ssd_dir else "")
+        assert rc == 0, f"setup returned {rc}"
+        made.append(s)
+        return s
+
+    try:
+        yield make
+    finally:
+        for s in made:
+            s.close()
+
+
+def disk_desc(store, k):
+    """The DiskDescriptor of k's disk replica, or None."""
+    for d in store.get_replica_desc(k):
+        if d.is_disk_replica():
+            return d.get_disk_descriptor()
+    return None
+
+
+def kinds(store, k):
+    return ["disk" if d.is_disk_replica() else "memory" for d in store.get_replica_desc(k)]
+
+
+def wait_offloaded(store, k, timeout=20.0):
+    return wait_until(lambda: disk_desc(store, k), timeout, f"{k} to reach the disk tier")
+
+
+def make_disk_only(store, k, timeout=10.0):
+    """Drop k's memory replica (its owner clears it; a lease may delay it)."""
+    seg = store.get_hostname()
+    wait_until(lambda: store.batch_replica_clear([k], seg) == [k], timeout,
+               f"the memory replica of {k} to be cleared")
+    assert kinds(store, k) == ["disk"]
+
+
+def put_retrying(store, k, data, timeout=30.0):
+    """put, retried while --offload_on_evict waits for disk copies."""
+    rcs = []
+
+    def attempt():
+        rc = store.put(k, data)
+        rcs.append(rc)
+        return rc == 0 or rc != NO_AVAILABLE_HANDLE
+
+    wait_until(attempt, timeout, f"put of {k} to find room")
+    assert rcs[-1] == 0, f"put of {k} returned {rcs[-1]}"
+
+
+def test_fill_memory_three_times_reads_everything_back(offload_master, stores, tmp_path):
+    s = stores(offload_master, tmp_path)
+    size = 256 * KiB
+    items = [(key("fill"), os.urandom(size)) for _ in range(48)]  # 12 MiB into 4 MiB
+    for k, v in items:
+        put_retrying(s, k, v)
+    disk_only = 0
+    for k, v in items:
+        got = s.get(k)
+        assert got == v, f"{k}: {len(got)} bytes, not the {len(v)} put"
+        disk_only += kinds(s, k) == ["disk"]
+    assert disk_only >= 24, f"only {disk_only} of 48 objects left memory"
+    st = s.offload_stats()
+    assert st["offloaded_keys"] >= disk_only and st["used_bytes"] >= disk_only * size
+    assert list(tmp_path.glob("*.bucket")), "no bucket file was written"
+
+
+def test_disk_only_object_read_by_another_process(offload_master, stores, tmp_path,
+                                                  spawn_client):
+    s = stores(offload_master, tmp_path)
+    k, v = key("far"), os.urandom(300 * KiB)
+    assert s.put(k, v) == 0
+    wait_offloaded(s, k)
+    make_disk_only(s, k)
+    d = disk_desc(s, k)
+    assert d.object_size == len(v)
+    assert Path(d.file_path).parent == tmp_path and d.file_path.endswith(".bucket")
+    assert d.transport_endpoint == s.get_hostname()
+    reader = spawn_client("reader")
+    reader.setup(offload_master, segment=4 * MiB)
+    r = reader.call("get", key=k)
+    assert r["len"] == len(v) and r["sha256"] == hashlib.sha256(v).hexdigest()
+    assert s.get(k) == v
+    # ranged and zero-copy reads take the same path
+    assert s.get_buffer(k) is not None and bytes(s.get_buffer(k)) == v
+
+
+def test_corrupted_and_truncated_records_are_misses(offload_master, stores, tmp_path):
+    s = stores(offload_master, tmp_path)
+    k1, v1 = key("bad"), os.urandom(64 * KiB)
+    k2, v2 = key("cut"), os.urandom(64 * KiB)
+    for k, v in ((k1, v1), (k2, v2)):
+        assert s.put(k, v) == 0
+        wait_offloaded(s, k)
+        make_disk_only(s, k)
+    d1, d2 = disk_desc(s, k1), disk_desc(s, k2)
+    # one flipped byte inside k1's value
+    with open(d1.file_path, "r+b") as f:
+        at = d1.offset + 24 + len(k1) + 1000
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xFF]))
+    assert s.get(k1) == b"", "a corrupted record must read as a miss"
+    assert s.get_buffer(k1) is None
+    # k2's bucket cut in the middle of its value (a torn write)
+    os.truncate(d2.file_path, d2.offset + 24 + len(k2) + 100)
+    assert s.get(k2) == b"", "a truncated record must read as a miss"
+
+
+def test_full_tier_drops_oldest_buckets(offload_master, stores, tmp_path, monkeypatch):
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES", str(200 * KiB))
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", str(600 * KiB))
+    s = stores(offload_master, tmp_path, segment=16 * MiB)
+    keys = [key("full") for _ in range(12)]
+    for k in keys:
+        assert s.put(k, os.urandom(100 * KiB)) == 0
+    wait_offloaded(s, keys[-1])
+    st = s.offload_stats()
+    assert st["evicted_buckets"] >= 2 and st["evicted_keys"] >= 4, st
+    assert st["used_bytes"] <= 600 * KiB
+    on_disk = sum(p.stat().st_size for p in tmp_path.glob("*.bucket"))
+    assert on_disk <= 600 * KiB, f"{on_disk} bytes of buckets for a 600 KiB tier"
+    # the oldest copies are gone at the master too; memory still has them
+    assert kinds(s, keys[0]) == ["memory"]
+    assert kinds(s, keys[-1]) == ["memory", "disk"]
+
+
+def test_upsert_never_reads_the_old_disk_copy(offload_master, stores, tmp_path):
+    s = stores(offload_master, tmp_path)
+    k, old, new = key("up"), os.urandom(50 * KiB), os.urandom(50 * KiB)
+    assert s.put(k, old) == 0
+    wait_offloaded(s, k)
+    make_disk_only(s, k)
+    assert s.upsert(k, new) == 0
+    assert s.get(k) == new
+    # the new value gets its own disk copy, never the old one
+    wait_offloaded(s, k)
+    make_disk_only(s, k)
+    assert s.get(k) == new
+
+
+def test_killed_holder_takes_its_disk_replicas(offload_master, stores, tmp_path,
+                                               spawn_client):
+    reader = stores(offload_master, None)
+    holder = spawn_client("holder")
+    r = holder.call("setup", args=["localhost", "P2PHANDSHAKE", 4 * MiB, 16 * MiB, "tcp", "",
+                                   offload_master.addr],
+                    kwargs={"enable_ssd_offload": True, "ssd_offload_path": str(tmp_path)})
+    assert r["rc"] == 0
+    k = key("dead")
+    assert holder.call("put", key=k, hex=(b"d" * 5000).hex())["rc"] == 0
+    wait_offloaded(reader, k)
+    # its memory replica may sit in either client's segment
+    seg = [d.get_memory_descriptor().buffer_descriptor.transport_endpoint_
+           for d in reader.get_replica_desc(k) if d.is_memory_replica()][0]
+    wait_until(lambda: holder.call("batch_replica_clear", keys=[k],
+                                   segment_name=seg)["keys"] == [k],
+               10.0, "the holder to clear its memory replica")
+    assert kinds(reader, k) == ["disk"] and reader.get(k) == b"d" * 5000
+    holder.proc.send_signal(signal.SIGKILL)
+    holder.proc.wait(timeout=10)
+    # the master expires it (--client_ttl) and forgets its disk replicas
+    wait_until(lambda: reader.is_exist(k) == 0, 15.0, "the dead holder's object to go")
+    assert reader.get(k) == b""
+
+
+def test_master_without_enable_offload_takes_no_disk_replica(stores, tmp_path):
+    m = Master()
+    try:
+        s = stores(m, tmp_path)
+        k = key("off")
+        assert s.put(k, b"x" * 4096) == 0
+        wait_until(lambda: s.offload_stats().get("failed_keys", 0) >= 1, 10.0,
+                   "the offload to be refused")
+        assert kinds(s, k) == ["memory"]
+    finally:
+        m.stop()
+
+
+def test_flags_refused_and_accepted():
+    r = subprocess.run([master_bin(), "--offload_on_evict", "--port=0", "--metrics_port=0"],
+                       capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    assert r.returncode != 0 and "--offload_on_evict needs --enable_offload" in r.stderr
+    r = subprocess.run([master_bin(), "--promotion_on_hit", "--port=0", "--metrics_port=0"],
+                       capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "promotion_on_hit" in r.stderr
+
+
+def test_tier_directory_serves_one_client(offload_master, stores, tmp_path):
+    (tmp_path / "7.bucket").write_bytes(b"left by an earlier run")
+    (tmp_path / "notes.txt").write_bytes(b"not ours")
+    stores(offload_master, tmp_path)
+    assert not (tmp_path / "7.bucket").exists(), "stale buckets are deleted at start"
+    assert (tmp_path / "notes.txt").exists(), "other files are left alone"
+    s2 = MooncakeDistributedStore()
+    rc = s2.setup("localhost", "P2PHANDSHAKE", 4 * MiB, 16 * MiB, "tcp", "",
+                  offload_master.addr, None, enable_ssd_offload=True,
+                  ssd_offload_path=str(tmp_path))
+    assert rc == ErrorCode.INVALID_PARAMS
+    assert s2.get_hostname() == ""
+    rc = s2.setup("localhost", "P2PHANDSHAKE", 4 * MiB, 16 * MiB, "tcp", "",
+                  offload_master.addr, None, enable_ssd_offload=True,
+                  ssd_offload_path="relative/dir")
+    assert rc == ErrorCode.INVALID_PARAMS

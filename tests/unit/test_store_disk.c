@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The client's SSD tier (libmooncake/store/disk.c, docs/tiers.md) through
+ * the public API, against a real mooncake_master --enable_offload and real
+ * bucket files in a temporary directory.  The Python suite
+ * (tests/python/test_tiers.py) covers the same ground across processes;
+ * this one also runs in the sanitizer build.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mooncake/store.h>
+
+#include "check_suites.h"
+#include "master_proc.h"
+
+static mc_test_master_t master;
+static mc_store_h store;
+static char dir[64];
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while ((nanosleep(&ts, &ts) != 0) && (errno == EINTR)) {
+    }
+}
+
+/* Setup parameters against the test's master: a segment of @p seg bytes. */
+static void fill_params(mc_store_params_t *p, uint64_t seg)
+{
+    memset(p, 0, sizeof(*p));
+    p->field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
+                    MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
+                    MC_STORE_PARAM_MASTER_SERVER_ADDR;
+    p->local_hostname      = "127.0.0.1";
+    p->metadata_server     = "P2PHANDSHAKE";
+    p->global_segment_size = seg;
+    p->local_buffer_size   = 4u << 20;
+    p->master_server_addr  = master.addr;
+}
+
+static void setup(void)
+{
+    static const char *const flags[] = {"--enable_offload", "--default_kv_lease_ttl=100", NULL};
+    mc_store_params_t p;
+
+    snprintf(dir, sizeof(dir), "/tmp/mc-disk-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    mc_test_master_start(&master, flags);
+    fill_params(&p, 8u << 20);
+    ck_assert_status_ok(mc_store_create(&store));
+    ck_assert_status_ok(mc_store_setup(store, &p));
+    ck_assert_status_ok(mc_store_offload_start(store, dir));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    mc_store_destroy(store);
+    store = NULL;
+    ck_assert_int_eq(mc_test_master_stop(&master), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* The disk replica's file and offset of @p key once it has one (bounded wait). */
+static void wait_disk(const char *key, char *path, size_t cap, uint64_t *off)
+{
+    uint64_t deadline = mc_test_now_ms() + 10000;
+    for (;;) {
+        mc_store_query_h q = NULL;
+        mc_status_t st     = mc_store_query(store, key, &q);
+        if (st == MC_OK)
+            st = mc_store_query_disk_replica(q, path, cap, off);
+        mc_store_query_release(q);
+        if (st == MC_OK)
+            return;
+        ck_assert_msg(mc_test_now_ms() < deadline, "%s never reached the disk tier", key);
+        sleep_ms(10);
+    }
+}
+
+/* Clear the memory replica of @p key (a read lease may delay it). */
+static void make_disk_only(const char *key)
+{
+    uint64_t deadline = mc_test_now_ms() + 10000;
+    for (;;) {
+        mc_status_t st = MC_INTERNAL_ERROR;
+        ck_assert_status_ok(
+            mc_store_batch_replica_clear(store, &key, 1, mc_store_hostname(store), &st));
+        if (st == MC_OK)
+            break;
+        ck_assert_msg(mc_test_now_ms() < deadline, "could not clear %s: %d", key, st);
+        sleep_ms(20);
+    }
+}
+
+START_TEST(test_disk_only_get_and_damage)
+{
+    enum { N = 100000 };
+    static uint8_t v[N], got[N];
+    char path[4096];
+    uint64_t off = 0, size = 0;
+    mc_store_query_h q = NULL;
+    mc_replica_desc_t d;
+    mc_store_disk_stats_t st;
+    int fd;
+
+    for (size_t i = 0; i < N; i++)
+        v[i] = (uint8_t)(i * 7u + 3u);
+    ck_assert_status_ok(mc_store_put(store, "dk", v, N, NULL));
+    wait_disk("dk", path, sizeof(path), &off);
+    make_disk_only("dk");
+    /* described as one disk replica */
+    ck_assert_status_ok(mc_store_query(store, "dk", &q));
+    ck_assert_uint_eq(mc_store_query_replica_count(q), 1);
+    ck_assert_status_ok(mc_store_query_replica(q, 0, &d));
+    ck_assert_int_eq(d.is_memory, 0);
+    ck_assert_uint_eq(d.addr, off);
+    ck_assert_uint_eq(d.size, N);
+    ck_assert_str_eq(d.protocol, "file");
+    /* a part, then the whole, byte-exact */
+    ck_assert_status_ok(mc_store_query_read(store, q, 5000, got, 1000));
+    ck_assert_int_eq(memcmp(got, v + 5000, 1000), 0);
+    mc_store_query_release(q);
+    memset(got, 0, sizeof(got));
+    ck_assert_status_ok(mc_store_get(store, "dk", got, sizeof(got), &size));
+    ck_assert_uint_eq(size, N);
+    ck_assert_int_eq(memcmp(got, v, N), 0);
+    ck_assert_status_ok(mc_store_offload_stats(store, &st));
+    ck_assert_uint_ge(st.offloaded_keys, 1);
+    ck_assert_uint_ge(st.used_bytes, N);
+    /* one byte of the value flipped: a miss, the buffer not passed off as data */
+    fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    {
+        uint8_t b;
+        off_t at = (off_t)(off + 24 + 2 + 777);
+        ck_assert_int_eq(pread(fd, &b, 1, at), 1);
+        b ^= 0x40;
+        ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
+    }
+    ck_assert_int_eq(mc_store_get(store, "dk", got, sizeof(got), &size), MC_OBJECT_NOT_FOUND);
+    /* truncated inside the record: a miss too */
+    ck_assert_int_eq(ftruncate(fd, (off_t)(off + 100)), 0);
+    close(fd);
+    ck_assert_int_eq(mc_store_get(store, "dk", got, sizeof(got), &size), MC_OBJECT_NOT_FOUND);
+}
+END_TEST
+
+START_TEST(test_bad_directories)
+{
+    mc_store_h other = NULL;
+    mc_store_params_t p;
+
+    /* on already; a second client cannot share the directory */
+    ck_assert_int_eq(mc_store_offload_start(store, dir), MC_INVALID_PARAMS);
+    fill_params(&p, 1u << 20);
+    ck_assert_status_ok(mc_store_create(&other));
+    ck_assert_int_eq(mc_store_offload_start(other, dir), MC_UNAVAILABLE_IN_CURRENT_STATUS);
+    ck_assert_status_ok(mc_store_setup(other, &p));
+    ck_assert_int_eq(mc_store_offload_start(other, dir), MC_INVALID_PARAMS);
+    ck_assert_int_eq(mc_store_offload_start(other, "relative"), MC_INVALID_PARAMS);
+    ck_assert_int_eq(mc_store_offload_start(other, "/tmp/../etc"), MC_INVALID_PARAMS);
+    ck_assert_int_eq(mc_store_offload_start(other, "/nonexistent/dir"), MC_INVALID_PARAMS);
+    mc_store_destroy(other);
+}
+END_TEST
+
+Suite *mc_test_store_disk_suite(void)
+{
+    Suite *s  = suite_create("store_disk");
+    TCase *tc = tcase_create("disk");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_disk_only_get_and_damage);
+    tcase_add_test(tc, test_bad_directories);
+    suite_add_tcase(s, tc);
+    return s;
+}
