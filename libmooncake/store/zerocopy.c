@@ -659,8 +659,8 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
     qs       = calloc(n, sizeof(*qs));
     ks       = malloc(n * sizeof(*ks));
     ps       = calloc(n, sizeof(*ps)); /* calloc: gcc -O2 + ASan flags the const read otherwise */
-    if ((order == NULL) || (runs == NULL) || (owner_of == NULL) || (dkeys == NULL) || (qs == NULL) ||
-        (ks == NULL) || (ps == NULL)) {
+    if ((order == NULL) || (runs == NULL) || (owner_of == NULL) || (dkeys == NULL) ||
+        (qs == NULL) || (ks == NULL) || (ps == NULL)) {
         mc_set_error_detail("out of memory for %zu ranges", n);
         st = MC_INTERNAL_ERROR;
         goto fail;
