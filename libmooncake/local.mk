@@ -20,7 +20,7 @@ libmooncake_internal_la_LIBADD = $(JANSSON_LIBS) $(LIBCURL_LIBS) $(LIBEVENT_LIBS
 libmooncake_internal_la_SOURCES = \
 	libmooncake/common/log.c libmooncake/common/log.h \
 	libmooncake/common/buf.c libmooncake/common/buf.h \
-	libmooncake/common/util.c libmooncake/common/util.h \
+	libmooncake/common/util.c libmooncake/common/util.h libmooncake/common/copy.h \
 	libmooncake/common/crc32c.c libmooncake/common/crc32c.h \
 	libmooncake/common/hashmap.c libmooncake/common/hashmap.h \
 	libmooncake/common/regex_limit.c libmooncake/common/regex_limit.h \

@@ -692,13 +692,64 @@ static int mooncake_py_u64(PyObject *item, uint64_t *out)
     return 0;
 }
 
-/* A sequence of ints as a PyMem array of @p n uint64 (n must match).
- * NULL with an exception set on any error. */
+/* A one-dimensional buffer of 64-bit integers (a numpy int64/uint64
+ * array) as a PyMem array of @p n uint64, without an object per value:
+ * 1 done, 0 not such a buffer (nothing set), -1 exception set. */
+static int mooncake_py_u64buf(PyObject *seq, size_t n, uint64_t **v_p)
+{
+    Py_buffer view;
+    const char *f;
+    int is_signed;
+    if (!PyObject_CheckBuffer(seq) || PyBytes_Check(seq) || PyByteArray_Check(seq))
+        return 0;
+    if (PyObject_GetBuffer(seq, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    f = (view.format != NULL) ? view.format : "B";
+    if ((*f == '<') || (*f == '=') || (*f == '@'))
+        f++;
+    is_signed = (strcmp(f, "q") == 0) || (strcmp(f, "l") == 0);
+    if ((view.ndim != 1) || (view.itemsize != 8) ||
+        (!is_signed && (strcmp(f, "Q") != 0) && (strcmp(f, "L") != 0))) {
+        PyBuffer_Release(&view);
+        return 0;
+    }
+    if ((size_t)view.shape[0] != n) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "list lengths differ");
+        return -1;
+    }
+    *v_p = PyMem_Calloc(n + 1, sizeof(**v_p));
+    if (*v_p == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(*v_p, view.buf, n * sizeof(**v_p));
+    PyBuffer_Release(&view);
+    for (size_t i = 0; is_signed && (i < n); i++) {
+        if ((int64_t)(*v_p)[i] < 0) { /* as PyLong_AsUnsignedLongLong refuses it */
+            PyErr_SetString(PyExc_OverflowError, "can't convert negative value to unsigned int");
+            PyMem_Free(*v_p);
+            *v_p = NULL;
+            return -1;
+        }
+    }
+    return 1;
+}
+
+/* A sequence of ints (or a 1-d int64/uint64 buffer) as a PyMem array of
+ * @p n uint64 (n must match).  NULL with an exception set on any error. */
 static uint64_t *mooncake_py_u64v(PyObject *seq, size_t n)
 {
-    PyObject *t = PySequence_Tuple(seq);
+    PyObject *t;
     uint64_t *v = NULL;
     size_t i;
+    int rc = mooncake_py_u64buf(seq, n, &v);
+    if (rc != 0)
+        return v;
+    t = PySequence_Tuple(seq);
     if (t == NULL)
         return NULL;
     if ((size_t)PyTuple_GET_SIZE(t) != n) {

@@ -29,6 +29,7 @@
 #include "store/read_internal.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
+#include "transfer/engine.h"
 
 /* Pieces, requests and statuses kept on the stack for small batches. */
 #define MC_ZC_STACK 64
@@ -263,27 +264,48 @@ static size_t group_len(const mc_read_piece_t *pieces, size_t n, size_t i)
     return j - i;
 }
 
-enum { PIECE_SKIP = 0, PIECE_SENT = 1, PIECE_RETRY = 2 };
+enum { PIECE_SKIP = 0, PIECE_SENT = 1, PIECE_RETRY = 2, PIECE_DIRECT = 3 };
+
+/*
+ * A group of many small pieces of one object (rows of a ranged read) is
+ * copied at once when its replica is in reach of a memcpy (own segment,
+ * or a same-host mapping): one lookup and one lock for the group instead
+ * of a request, an item and a lock each.  Large pieces stay with the
+ * transfer, which spreads them over its workers.
+ */
+static int pieces_direct(const mc_read_piece_t *pieces, size_t g)
+{
+    if (g < 2)
+        return 0;
+    for (size_t j = 0; j < g; j++)
+        if (pieces[j].length > MC_TE_RUN_MAX_ITEM_LEN)
+            return 0;
+    return 1;
+}
 
 void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                           const mc_read_piece_t *pieces, size_t npieces, mc_status_t *ostatus)
 {
     mc_te_request_t reqs_stack[MC_ZC_STACK];
+    mc_te_request_t dreqs_stack[MC_ZC_STACK];
     mc_status_t rst_stack[MC_ZC_STACK];
     unsigned char phase_stack[MC_ZC_STACK];
-    mc_te_request_t *reqs = reqs_stack;
-    mc_status_t *rst      = rst_stack;
-    unsigned char *phase  = phase_stack; /* per group, at its first piece */
-    size_t nreq           = 0;
+    mc_te_request_t *reqs  = reqs_stack;
+    mc_te_request_t *dreqs = dreqs_stack; /* groups read by memcpy (pieces_direct) */
+    mc_status_t *rst       = rst_stack;
+    unsigned char *phase   = phase_stack; /* per group, at its first piece */
+    mc_te_job_h job        = NULL;
+    size_t nreq = 0, ndreq = 0;
     mc_status_t st;
 
     if (npieces == 0)
         return;
     if (npieces > MC_ZC_STACK) {
         reqs  = malloc(npieces * sizeof(*reqs));
+        dreqs = malloc(npieces * sizeof(*dreqs));
         rst   = malloc(npieces * sizeof(*rst));
         phase = malloc(npieces);
-        if ((reqs == NULL) || (rst == NULL) || (phase == NULL)) {
+        if ((reqs == NULL) || (dreqs == NULL) || (rst == NULL) || (phase == NULL)) {
             mc_set_error_detail("out of memory for %zu reads", npieces);
             for (size_t i = 0; i < npieces; i++)
                 ostatus[pieces[i].owner] = MC_INTERNAL_ERROR;
@@ -291,7 +313,8 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         }
     }
 
-    /* Pass 1: every owner's pieces against its first replica, one transfer. */
+    /* Pass 1: every owner's pieces against its first replica, one transfer
+     * (the groups read by memcpy aside). */
     for (size_t i = 0; i < npieces;) {
         size_t g = group_len(pieces, npieces, i);
         size_t o = pieces[i].owner;
@@ -313,7 +336,12 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
             }
         } else if (ostatus[o] == MC_OK) {
             st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq]);
-            if (st == MC_OK) {
+            if ((st == MC_OK) && pieces_direct(&pieces[i], g) &&
+                mc_te_read_direct(s->te, &reqs[nreq], g, NULL)) {
+                memcpy(&dreqs[ndreq], &reqs[nreq], g * sizeof(*reqs));
+                phase[i] = PIECE_DIRECT;
+                ndreq += g;
+            } else if (st == MC_OK) {
                 phase[i] = PIECE_SENT;
                 nreq += g;
             } else {
@@ -323,11 +351,34 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         }
         i += g;
     }
+    /* the transfer runs on the engine's workers while this thread copies */
+    if ((nreq > 0) && (ndreq > 0) && (mc_te_transfer_submit(s->te, reqs, nreq, &job) != MC_OK))
+        job = NULL;
+    for (size_t i = 0, d = 0; (i < npieces) && (d < ndreq);) {
+        size_t g = group_len(pieces, npieces, i);
+        size_t o = pieces[i].owner;
+        if (phase[i] == PIECE_DIRECT) {
+            /* the mapping may have gone since the probe: transfer them then */
+            if (!mc_te_read_direct(s->te, &dreqs[d], g, &st))
+                st = mc_te_transfer(s->te, &dreqs[d], g, NULL);
+            if (st != MC_OK) {
+                ostatus[o] = st;
+                phase[i]   = PIECE_RETRY;
+            }
+            d += g;
+        }
+        i += g;
+    }
     if (nreq > 0) {
         size_t r = 0;
         for (size_t j = 0; j < nreq; j++)
             rst[j] = MC_TRANSFER_FAIL;
-        st = mc_te_transfer(s->te, reqs, nreq, rst);
+        if (job != NULL) {
+            st = mc_te_job_wait(job, -1, NULL, rst);
+            mc_te_job_release(job);
+        } else {
+            st = mc_te_transfer(s->te, reqs, nreq, rst);
+        }
         /* sent requests are in group order: map their statuses back */
         for (size_t i = 0; i < npieces;) {
             size_t g = group_len(pieces, npieces, i);
@@ -371,6 +422,8 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
 out:
     if (reqs != reqs_stack)
         free(reqs);
+    if (dreqs != dreqs_stack)
+        free(dreqs);
     if (rst != rst_stack)
         free(rst);
     if (phase != phase_stack)
@@ -604,33 +657,49 @@ out:
 
 /* ---- read_ranges -------------------------------------------------------------- */
 
-typedef struct range_ref {
+/* A run of consecutive ranges of one key: ranges[start..start+len) in
+ * call order (a caller reading many rows of an object lists them
+ * together, so grouping by key sorts the runs, not every range). */
+typedef struct range_run {
     const char *key;
-    size_t idx;
-} range_ref_t;
+    size_t start, len;
+} range_run_t;
 
-static int range_cmp(const void *a, const void *b)
+static int run_cmp(const void *a, const void *b)
 {
-    const range_ref_t *x = a, *y = b;
-    int c                = strcmp(x->key, y->key);
+    const range_run_t *x = a, *y = b;
+    int c                = (x->key == y->key) ? 0 : strcmp(x->key, y->key);
     if (c != 0)
         return c;
-    return (x->idx < y->idx) ? -1 : (x->idx > y->idx);
+    return (x->start < y->start) ? -1 : (x->start > y->start);
 }
+
+static int same_key(const char *a, const char *b)
+{
+    return (a == b) || (strcmp(a, b) == 0);
+}
+
+/* The usable region of the previous range, reused while the buffer stays
+ * inside it (the lookup takes a lock). */
+typedef struct dst_region {
+    uintptr_t base;
+    size_t len;
+} dst_region_t;
 
 /* Destination check: [buffer+dst_offset, +length) inside the one usable
  * region that contains buffer, without overflowing. */
-static mc_status_t range_dst_check(mc_store_h s, const mc_store_range_t *r)
+static mc_status_t range_dst_check(mc_store_h s, const mc_store_range_t *r, dst_region_t *last)
 {
-    uintptr_t base;
-    size_t rlen;
+    uintptr_t b = (uintptr_t)r->buffer;
     uint64_t room;
 
-    if ((r->buffer == NULL) || !region_of(s, r->buffer, &base, &rlen, 0)) {
+    if ((r->buffer == NULL) ||
+        (((last->len == 0) || (b < last->base) || (b - last->base >= last->len)) &&
+         !region_of(s, r->buffer, &last->base, &last->len, 0))) {
         mc_set_error_detail("buffer %p is not registered memory", r->buffer);
         return MC_INVALID_PARAMS;
     }
-    room = (uint64_t)(rlen - ((uintptr_t)r->buffer - base));
+    room = (uint64_t)(last->len - (b - last->base));
     if ((r->dst_offset > room) || (r->length > room - r->dst_offset)) {
         mc_set_error_detail("destination [+%llu, +%llu) leaves the registered buffer",
                             (unsigned long long)r->dst_offset, (unsigned long long)r->length);
@@ -642,7 +711,9 @@ static mc_status_t range_dst_check(mc_store_h s, const mc_store_range_t *r)
 MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
 {
     mc_status_t st;
-    range_ref_t *order     = NULL; /* range indices grouped by key */
+    size_t *order          = NULL; /* range indices grouped by key */
+    range_run_t *runs      = NULL;
+    dst_region_t last      = {0, 0};
     size_t *owner_of       = NULL; /* range -> distinct key */
     const char **dkeys     = NULL;
     mc_store_query_h *qs   = NULL;
@@ -666,13 +737,14 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
     if (n == 0)
         goto out;
     order    = malloc(n * sizeof(*order));
+    runs     = malloc(n * sizeof(*runs));
     owner_of = malloc(n * sizeof(*owner_of));
     dkeys    = malloc(n * sizeof(*dkeys));
     qs       = calloc(n, sizeof(*qs));
     ks       = malloc(n * sizeof(*ks));
     ps       = calloc(n, sizeof(*ps)); /* calloc: gcc -O2 + ASan flags the const read otherwise */
-    if ((order == NULL) || (owner_of == NULL) || (dkeys == NULL) || (qs == NULL) ||
-        (ks == NULL) || (ps == NULL)) {
+    if ((order == NULL) || (runs == NULL) || (owner_of == NULL) || (dkeys == NULL) ||
+        (qs == NULL) || (ks == NULL) || (ps == NULL)) {
         mc_set_error_detail("out of memory for %zu ranges", n);
         st = MC_INTERNAL_ERROR;
         goto fail;
@@ -680,18 +752,29 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
 
     /* group by key: invalid keys first get their own result */
     {
-        size_t m = 0;
+        size_t m = 0, nr = 0;
         for (size_t i = 0; i < n; i++) {
-            ranges[i].result = mc_store_check_key(ranges[i].key, NULL);
-            if (ranges[i].result == MC_OK)
-                order[m++] = (range_ref_t){ranges[i].key, i};
+            const char *key = ranges[i].key;
+            if ((nr > 0) && (key != NULL) && same_key(runs[nr - 1].key, key)) {
+                ranges[i].result = MC_OK; /* checked with the run's first */
+            } else {
+                ranges[i].result = mc_store_check_key(key, NULL);
+                if (ranges[i].result != MC_OK)
+                    continue;
+                runs[nr++] = (range_run_t){key, i, 0};
+            }
+            if (runs[nr - 1].start + runs[nr - 1].len != i) /* a bad key came between */
+                runs[nr++] = (range_run_t){key, i, 0};
+            runs[nr - 1].len++;
         }
-        qsort(order, m, sizeof(*order), range_cmp);
-        for (size_t k = 0; k < m; k++) {
-            size_t i = order[k].idx;
-            if ((nd == 0) || (strcmp(dkeys[nd - 1], ranges[i].key) != 0))
-                dkeys[nd++] = ranges[i].key;
-            owner_of[i] = nd - 1;
+        qsort(runs, nr, sizeof(*runs), run_cmp);
+        for (size_t k = 0; k < nr; k++) {
+            if ((nd == 0) || !same_key(dkeys[nd - 1], runs[k].key))
+                dkeys[nd++] = runs[k].key;
+            for (size_t i = runs[k].start; i < runs[k].start + runs[k].len; i++) {
+                order[m++]  = i;
+                owner_of[i] = nd - 1;
+            }
         }
         if (nd > MC_WIRE_MAX_LIST) {
             mc_set_error_detail("at most %u distinct keys per call", (unsigned)MC_WIRE_MAX_LIST);
@@ -702,14 +785,14 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
 
         /* validate each fragment; pieces stay grouped by key */
         for (size_t k = 0; k < m; k++) {
-            size_t i              = order[k].idx;
+            size_t i              = order[k];
             mc_store_range_t *r   = &ranges[i];
             size_t o              = owner_of[i];
             if (ks[o] != MC_OK) {
                 r->result = ks[o];
                 continue;
             }
-            r->result = range_dst_check(s, r);
+            r->result = range_dst_check(s, r, &last);
             if (r->result != MC_OK)
                 continue;
             if ((r->src_offset > qs[o]->size) || (r->length > qs[o]->size - r->src_offset) ||
@@ -727,7 +810,7 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
         }
         mc_store_read_pieces(s, qs, ps, np, ks);
         for (size_t k = 0; k < m; k++) {
-            size_t i            = order[k].idx;
+            size_t i            = order[k];
             mc_store_range_t *r = &ranges[i];
             if (r->result == MC_OK)
                 r->result = (ks[owner_of[i]] == MC_OK) ? (int64_t)r->length : ks[owner_of[i]];
@@ -759,6 +842,7 @@ out:
         for (size_t d = 0; d < nd; d++)
             mc_store_query_release(qs[d]);
     free(order);
+    free(runs);
     free(owner_of);
     free(dkeys);
     free(qs);

@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/copy.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "coord/etcd.h"
@@ -1241,6 +1242,61 @@ static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s
         it->req          = i;
         off += it->len;
     } while (off < r->length);
+}
+
+int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_status_t *st_p)
+{
+    mc_te_segment_t *s;
+    uint64_t lo = UINT64_MAX, hi = 0, bytes = 0;
+
+    if ((te == NULL) || (n == 0) || (request_check(te, &reqs[0], &s) != MC_OK))
+        return 0;
+    for (size_t j = 0; j < n; j++) {
+        const mc_te_request_t *r = &reqs[j];
+        if ((r->op != MC_TE_READ) || (r->segment != reqs[0].segment) || (r->length == 0) ||
+            (r->local == NULL) || (r->length > UINT64_MAX - r->remote) ||
+            (r->length > UINTPTR_MAX - (uintptr_t)r->local))
+            return 0; /* mc_te_transfer says what is wrong */
+        lo = MC_MIN(lo, r->remote);
+        hi = MC_MAX(hi, r->remote + r->length);
+        bytes += r->length;
+    }
+    if ((st_p == NULL) && !s->is_self) { /* only asking */
+        mc_te_shm_peer_t *shm = segment_shm(s);
+        return (shm != NULL) && mc_te_shm_mapped(shm, lo, hi - lo);
+    }
+    if (s->is_self) {
+        mc_te_region_t *reg = mc_te_region_acquire(te, lo, hi - lo, MC_TE_MEM_REMOTE_ACCESS);
+        if ((reg == NULL) || (st_p == NULL)) {
+            if (reg != NULL)
+                mc_te_region_release(te, reg);
+            return reg != NULL;
+        }
+        /* (a destination overlapping its source gets memmove, as exec_self) */
+        for (size_t j = 0; j < n; j++) {
+            const void *from = (const void *)(uintptr_t)reqs[j].remote;
+            uintptr_t d = (uintptr_t)reqs[j].local, f = (uintptr_t)from;
+            size_t len  = (size_t)reqs[j].length;
+            if ((d < f + len) && (f < d + len))
+                memmove(reqs[j].local, from, len);
+            else
+                mc_copy_stream(reqs[j].local, from, len);
+        }
+        mc_copy_stream_fence();
+        mc_te_region_release(te, reg);
+        *st_p = MC_OK;
+        return 1;
+    }
+    {
+        mc_te_shm_peer_t *shm = segment_shm(s);
+        if ((shm == NULL) || !mc_te_shm_read_many(shm, reqs, n, lo, hi, st_p))
+            return 0;
+    }
+    if (*st_p == MC_OK) {
+        __atomic_add_fetch(&te->shm_ops, n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&te->shm_bytes, bytes, __ATOMIC_RELAXED);
+    }
+    return 1;
 }
 
 MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs, size_t n,

@@ -279,6 +279,19 @@ static inline int mc_te_tp_xfer_spread(mc_te_t *te, void *peer, mc_te_op_t op,
 
 /* Pin the region that wholly contains [addr, addr+len) and carries all of
  * @p need_flags.  Returns NULL when there is none.  len 0 is refused. */
+/*
+ * Many small READs of one segment by memcpy, without the request
+ * machinery: reqs[0..n) all READ on one segment, each checked as
+ * mc_te_transfer checks it.  Applies when the segment is this process's
+ * own (the span of the pieces inside one region open to remote access) or
+ * a same-host peer's whose region holding the span is already mapped.
+ * Returns 1 when it handled every request (*st_p: MC_OK or the failure),
+ * 0 when it moved nothing and the caller should use mc_te_transfer.
+ * With @p st_p NULL it moves nothing and only says whether it would apply
+ * now (the answer can change before the call that moves them).
+ */
+int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_status_t *st_p);
+
 mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
                                      unsigned need_flags);
 void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);

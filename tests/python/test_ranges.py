@@ -322,3 +322,48 @@ def test_ranges_from_another_process(store, master, spawn_client, regbuf):
     assert buf[200:210].tobytes() == b[2990:]
     assert buf[5000:8000].tobytes() == a[1:3001]
     assert (buf[210:5000] == 0xAA).all() and (buf[8000:] == 0xAA).all()
+
+
+def test_many_rows_from_another_process_flat_arrays(store, master, spawn_client, regbuf):
+    """The loader's form: thousands of rows of one object held by another
+    process, through the flat read_ranges with int64 arrays (no Python int
+    per range), twice (the first read maps the holder's region, the second
+    copies the rows as one group); edges, zero-length rows and a refused
+    row among them; then the array checks."""
+    owner = spawn_client("owner")
+    owner_name = owner.setup(master)
+    size, row = 256 * 1024, 1000
+    data = os.urandom(size)
+    k = key("rows")
+    assert owner.call("put", key=k, hex=data.hex(), preferred=owner_name)["rc"] == 0
+    n = size // row
+    src = np.arange(n, dtype=np.int64) * row
+    lens = np.full(n, row, np.int64)
+    lens[5] = 0
+    src[-1], lens[-1] = size - 24, 24            # ends at the object's end
+    src[7], lens[7] = size - 10, 11              # one byte past it: refused
+    dst = np.arange(n, dtype=np.int64) * (2 * row) + 3
+    buf = regbuf(store, int(dst[-1]) + 2 * row, fill=0xAA)
+    bufs = np.full(n, buf.ctypes.data, np.int64)
+    for _ in range(2):
+        buf[:] = 0xAA
+        got = store._store.read_ranges([k] * n, bufs, dst, src, lens)
+        want = lens.copy()
+        want[7] = INVALID_PARAMS
+        assert got == want.tolist()
+        for i in range(n):
+            d, s, ln = int(dst[i]), int(src[i]), int(lens[i])
+            if i in (5, 7):
+                assert (buf[d:d + row] == 0xAA).all()
+                continue
+            assert buf[d:d + ln].tobytes() == data[s:s + ln]
+            assert (buf[d + ln:d + 2 * row] == 0xAA).all()
+    with pytest.raises(OverflowError):            # a negative offset
+        store._store.read_ranges([k], bufs[:1], np.array([-1], np.int64), src[:1], lens[:1])
+    with pytest.raises(ValueError):               # lengths differ
+        store._store.read_ranges([k, k], bufs[:2], dst[:2], src[:2], lens[:1])
+    with pytest.raises(TypeError):                # only 64-bit arrays, or ints
+        store._store.read_ranges([k], bufs[:1], dst[:1].astype(np.int32), src[:1], lens[:1])
+    assert store._store.read_ranges([k], bufs[:1].tolist(), dst[:1].tolist(),
+                                    src[:1].tolist(), lens[:1].tolist()) == [row]
+    assert store._store.read_ranges([], [], [], [], []) == []

@@ -115,6 +115,14 @@ static void shm_buf_free(shm_buf_t *b, int unmap)
         b->p = NULL;
 }
 
+static int all_ee(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0xee)
+            return 0;
+    return 1;
+}
+
 static void stats(mc_te_h te, uint64_t *ops, uint64_t *bytes)
 {
     mc_te_shm_stats(te, ops, bytes);
@@ -393,6 +401,88 @@ static void roundtrip_tcp(mc_te_h te, mc_te_segment_id_t seg, uint8_t *tgt, uint
     free(src);
     free(back);
 }
+
+/*
+ * mc_te_read_direct: many small reads of one mapped region by memcpy, one
+ * lookup for the batch.  It applies only once the region is mapped, to
+ * READs of one segment, every piece inside the region; otherwise it moves
+ * nothing and says so (the caller transfers them).
+ */
+START_TEST(test_shm_read_direct)
+{
+    enum { ROWS = 200 };
+    static const size_t lens[] = {1, 300, 1024, 4 * KiB + 5};
+    size_t cap       = MiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *dst     = malloc(2 * cap);
+    mc_te_request_t reqs[ROWS];
+    mc_status_t st   = MC_INTERNAL_ERROR;
+    uint64_t ops, bytes, want = 0;
+    size_t at = 0;
+
+    te_fill(h.p, cap, 17);
+    ck_assert_status_ok(
+        mc_te_mem_reg_shared(B, h.p, cap, "cpu:0", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    mc_te_segment_id_t seg = te_open(A, B);
+    /* rows of several lengths, the first at the region's start, the last
+     * ending at its end; destinations at odd offsets, a gap between rows */
+    for (size_t i = 0; i < ROWS; i++) {
+        size_t len = lens[i % MC_ARRAY_SIZE(lens)];
+        if (i == ROWS - 1) {
+            len = 333;
+            at  = cap - len;
+        }
+        reqs[i] = (mc_te_request_t){MC_TE_READ, dst + 2 * at + (i % 7),
+                                    (uint64_t)(uintptr_t)(h.p + at), len, seg};
+        want += len;
+        at += len + 3;
+    }
+    memset(dst, 0xee, 2 * cap);
+    /* not mapped yet: nothing moves */
+    ck_assert_int_eq(mc_te_read_direct(A, reqs, ROWS, NULL), 0);
+    ck_assert_int_eq(mc_te_read_direct(A, reqs, ROWS, &st), 0);
+    ck_assert_int_eq(st, MC_INTERNAL_ERROR);
+    ck_assert(dst[2 * 0] == 0xee);
+    /* one ordinary read maps the region */
+    ck_assert_status_ok(xfer1(A, MC_TE_READ, dst, h.p, 16, seg));
+    memset(dst, 0xee, 2 * cap);
+    ck_assert_int_eq(mc_te_read_direct(A, reqs, ROWS, NULL), 1);
+    stats(A, &ops, &bytes);
+    ck_assert_int_eq(mc_te_read_direct(A, reqs, ROWS, &st), 1);
+    ck_assert_status_ok(st);
+    ck_assert_stats(A, ops, bytes, ROWS, want);
+    for (size_t i = 0; i < ROWS; i++) {
+        const uint8_t *d = reqs[i].local, *from = (const uint8_t *)(uintptr_t)reqs[i].remote;
+        ck_assert_msg(memcmp(d, from, reqs[i].length) == 0, "row %zu differs", i);
+        ck_assert_msg(d[reqs[i].length] == 0xee, "row %zu wrote past its end", i);
+        ck_assert_msg((d == dst) || (d[-1] == 0xee), "row %zu wrote before its start", i);
+    }
+
+    /* refused, nothing copied: a piece past the region, a WRITE, another
+     * segment, a zero-length piece */
+    memset(dst, 0xee, 2 * cap);
+    {
+        mc_te_request_t bad[2] = {reqs[0], reqs[1]};
+        bad[1].remote          = (uint64_t)(uintptr_t)(h.p + cap - 10);
+        bad[1].length          = 11;
+        ck_assert_int_eq(mc_te_read_direct(A, bad, 2, &st), 0);
+        bad[1] = reqs[1];
+        bad[1].op = MC_TE_WRITE;
+        ck_assert_int_eq(mc_te_read_direct(A, bad, 2, &st), 0);
+        bad[1] = reqs[1];
+        bad[1].segment = seg + 1000;
+        ck_assert_int_eq(mc_te_read_direct(A, bad, 2, &st), 0);
+        bad[1] = reqs[1];
+        bad[1].length = 0;
+        ck_assert_int_eq(mc_te_read_direct(A, bad, 2, &st), 0);
+        ck_assert_int_eq(mc_te_read_direct(A, bad, 0, &st), 0);
+        ck_assert(all_ee(dst, 2 * cap));
+    }
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(dst);
+}
+END_TEST
 
 START_TEST(test_shm_not_shared_uses_tcp)
 {
@@ -1427,6 +1517,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_checked_fixture(two, setup_two, teardown_two);
     tcase_set_timeout(two, 60);
     tcase_add_test(two, test_shm_roundtrip);
+    tcase_add_test(two, test_shm_read_direct);
     tcase_add_test(two, test_shm_not_shared_uses_tcp);
     tcase_add_test(two, test_shm_revocation);
     tcase_add_test(two, test_shm_unshared_answer_expires);

@@ -307,6 +307,73 @@ START_TEST(test_read_ranges)
 }
 END_TEST
 
+/*
+ * Many ranges: rows of two objects interleaved (runs of one key split by
+ * the other's), rows of 1 byte to 4 KiB + 5 at odd destination offsets,
+ * ranges at both edges of each object, zero-length ranges, and ranges
+ * refused among them (past the object's end, past the registered buffer):
+ * each refused one writes nothing, the others all arrive.
+ */
+START_TEST(test_read_ranges_many)
+{
+    enum { N = 3000, OBJ = 64 * 1024 };
+    static const uint64_t lens[] = {1, 300, 1024, 4096 + 5, 0, 64};
+    static uint8_t reg[4 * 1024 * 1024];
+    uint8_t *a = malloc(OBJ), *b = malloc(OBJ);
+    mc_store_range_t *r = calloc(N, sizeof(*r));
+    uint64_t at = 0;
+    size_t nbad = 0;
+
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(r);
+    put_pattern("ma", OBJ, 5);
+    put_pattern("mb", OBJ, 6);
+    pattern(a, OBJ, 5);
+    pattern(b, OBJ, 6);
+    ck_assert_status_ok(mc_store_register_buffer(store, reg, sizeof(reg)));
+    memset(reg, 0xee, sizeof(reg));
+    for (size_t i = 0; i < N; i++) {
+        uint64_t len = lens[i % MC_ARRAY_SIZE(lens)];
+        uint64_t src = (i * 977u) % (OBJ - len + 1);
+        if (i % 500 == 1)
+            src = 0; /* the object's first byte */
+        if (i % 500 == 2)
+            src = OBJ - len; /* its last */
+        r[i] = (mc_store_range_t){((i / 40) % 3 == 1) ? "mb" : "ma", reg, at + (i % 5), src, len,
+                                  0};
+        at += len + 8;
+    }
+    ck_assert_uint_lt(at + 8, sizeof(reg) - 8192);
+    /* refused: one byte past the object's end, a range leaving the buffer */
+    r[777].src_offset = OBJ - r[777].length + 1;
+    r[1234]           = (mc_store_range_t){"ma", reg, sizeof(reg) - 100, 0, 101, 0};
+    nbad              = 2;
+    ck_assert_int_eq(mc_store_read_ranges(store, r, N), MC_INVALID_PARAMS);
+    for (size_t i = 0; i < N; i++) {
+        const uint8_t *want = (strcmp(r[i].key, "mb") == 0) ? b : a;
+        const uint8_t *got  = reg + r[i].dst_offset;
+        if ((i == 777) || (i == 1234)) {
+            ck_assert_int_eq(r[i].result, MC_INVALID_PARAMS);
+            ck_assert_msg(all_bytes(got, r[i].dst_offset + r[i].length <= sizeof(reg)
+                                             ? r[i].length : sizeof(reg) - r[i].dst_offset,
+                                    0xee),
+                          "refused range %zu wrote", i);
+            nbad--;
+            continue;
+        }
+        ck_assert_int_eq(r[i].result, (int64_t)r[i].length);
+        ck_assert_msg(memcmp(got, want + r[i].src_offset, r[i].length) == 0, "range %zu", i);
+        ck_assert_msg(got[r[i].length] == 0xee, "range %zu wrote past its end", i);
+    }
+    ck_assert_uint_eq(nbad, 0);
+    ck_assert_status_ok(mc_store_unregister_buffer(store, reg));
+    free(r);
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* ---- sessions ---------------------------------------------------------------------- */
 
 START_TEST(test_sessions_roundtrip)
@@ -771,6 +838,7 @@ Suite *mc_test_store_read_suite(void)
     tcase_add_test(tc, test_get_into);
     tcase_add_test(tc, test_batch_get_into_multi);
     tcase_add_test(tc, test_read_ranges);
+    tcase_add_test(tc, test_read_ranges_many);
     tcase_add_test(tc, test_sessions_roundtrip);
     tcase_add_test(tc, test_put_session_revoke);
     tcase_add_test(tc, test_put_session_end_races_writes);

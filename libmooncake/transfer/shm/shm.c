@@ -33,6 +33,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/copy.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "transfer/engine.h"
@@ -714,6 +715,38 @@ int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len)
     ok = (m != NULL) && (m->base != NULL) && map_live(p, m);
     pthread_rwlock_unlock(&p->map_lock);
     return ok;
+}
+
+int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n, uint64_t lo,
+                        uint64_t hi, mc_status_t *st_p)
+{
+    peer_map_t *m;
+
+    if ((n == 0) || (hi <= lo) || __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_rwlock_rdlock(&p->map_lock);
+    m = map_find(p, lo, hi - lo);
+    if ((m == NULL) || (m->base == NULL) || !map_live(p, m)) {
+        pthread_rwlock_unlock(&p->map_lock);
+        return 0;
+    }
+    for (size_t j = 0; j < n; j++)
+        mc_copy_stream(reqs[j].local, m->base + (reqs[j].remote - m->addr),
+                       (size_t)reqs[j].length);
+    mc_copy_stream_fence();
+    /* as in mc_te_shm_xfer: the copies are done before the word is read */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!map_live(p, m)) {
+        pthread_rwlock_unlock(&p->map_lock);
+        mc_set_error_detail("read of %zu pieces in [0x%llx, 0x%llx) on same-host peer %s failed: "
+                            "the region was unregistered during the copy",
+                            n, (unsigned long long)lo, (unsigned long long)hi, p->name);
+        *st_p = MC_INVALID_READ;
+        return 1;
+    }
+    pthread_rwlock_unlock(&p->map_lock);
+    *st_p = MC_OK;
+    return 1;
 }
 
 int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,

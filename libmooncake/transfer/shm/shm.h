@@ -129,5 +129,16 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
 /* 1 when [remote, remote+len) lies in a region already mapped and live
  * (no exchange with the holder). */
 int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len);
+/*
+ * Read many pieces at once: local[j] <- [remote[j], +length[j]) of the
+ * holder for j < n, every piece inside [lo, hi) (the caller's span of
+ * them), which must lie in one region already mapped and live.  One lock
+ * and one lookup for the batch, then one memcpy per piece.  Returns 1 when
+ * it handled them and wrote *st_p (as mc_te_shm_xfer), 0 when it copied
+ * nothing: the caller then moves them one by one (which maps the region).
+ * The op and segment of the requests are not looked at.  Thread-safe.
+ */
+int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n, uint64_t lo,
+                        uint64_t hi, mc_status_t *st_p);
 
 #endif /* MC_TRANSFER_SHM_H */
