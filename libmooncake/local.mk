@@ -23,6 +23,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/util.c libmooncake/common/util.h \
 	libmooncake/common/hashmap.c libmooncake/common/hashmap.h \
 	libmooncake/common/regex_limit.c libmooncake/common/regex_limit.h \
+	libmooncake/common/auth.c libmooncake/common/auth.h \
 	libmooncake/common/fastcopy.c \
 	libmooncake/wire/wire.c libmooncake/wire/wire.h \
 	libmooncake/alloc/offset_alloc.c libmooncake/alloc/offset_alloc.h \

@@ -8,6 +8,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/check_all.c tests/unit/check_suites.h \
 	tests/unit/test_status.c tests/unit/test_util.c \
 	tests/unit/test_buf.c tests/unit/test_hashmap.c \
+	tests/unit/test_auth.c \
 	tests/unit/test_alloc.c tests/unit/test_wire.c \
 	tests/unit/test_store.c \
 	tests/unit/test_store_read.c \

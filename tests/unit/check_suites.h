@@ -40,7 +40,8 @@
     X(master_mem)         \
     X(etcd)               \
     X(tensor)             \
-    X(fastcopy)
+    X(fastcopy)           \
+    X(auth)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);
 MC_TEST_SUITES(MC_TEST_SUITE_DECL_)
