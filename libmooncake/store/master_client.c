@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/log.h"
 #include "coord/etcd.h"
 #include "store/master_client.h"
@@ -309,6 +310,15 @@ static mc_status_t mconn_open_at(const mc_master_target_t *t, const char *host, 
         goto fail;
     }
     set_io_timeout(conn->fd, t->io_timeout_ms);
+    if ((t->auth != NULL) &&
+        (mc_auth_client_fd(t->auth, conn->fd, MC_AUTH_SVC_RPC, t->tenant_id,
+                           t->io_timeout_ms > 0 ? t->io_timeout_ms : MC_MASTER_IO_TIMEOUT_MS) != 0)) {
+        char why[300];
+        snprintf(why, sizeof(why), "%s", mc_last_error_detail());
+        mc_set_error_detail("master at %s:%u: %s", host, (unsigned)port, why);
+        st = MC_RPC_FAIL;
+        goto fail;
+    }
 
     memset(&req, 0, sizeof(req));
     req.proto_version = MC_WIRE_VERSION;
