@@ -31,7 +31,7 @@ endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang).  ./test.sh
 # runs each for MC_FUZZ_SECONDS (10); `make fuzz` soaks each for FUZZ_SECONDS (300)
 # with the corpora kept in FUZZ_DIR between runs.
-EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
+EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_auth.c tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
 	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_oplog.c tests/fuzz/fuzz_regex.c \
 	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c
 EXTRA_DIST += tests/cluster/conftest.py tests/cluster/netns.py tests/cluster/test_cluster.py
