@@ -371,3 +371,45 @@ def test_auth_off_master_refuses_an_authenticating_client(fresh_master, secrets,
     assert rc == RPC_FAIL, "a client with a secret should not talk to a master without one"
     rc, _ = open_store(fresh_master, None)
     assert rc == 0, "with authentication off everything works as before"
+
+
+# ---- dummy clients ----------------------------------------------------------------------
+
+_PEEK_AS_NOBODY = r"""
+import os, socket, sys
+os.setgid(65534); os.setuid(65534)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("\0" + sys.argv[1])
+s.settimeout(3)
+try:
+    print("closed" if s.recv(1) == b"" else "data")
+except socket.timeout:
+    print("open")
+except ConnectionResetError:
+    print("closed")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_dummy_server_refuses_another_user(auth_master, secrets):
+    import subprocess
+    import sys
+    from helpers import RealClient
+    rc = RealClient(auth_master, extra_args=[f"--auth_token_file={secrets['cluster']}"])
+    try:
+        name = f"mooncake_client_{rc.port}.sock"
+        path = "\0" + name
+        other = subprocess.run([sys.executable, "-c", _PEEK_AS_NOBODY, name],
+                               capture_output=True, text=True, timeout=20)
+        assert other.stdout.strip() == "closed", \
+            f"a dummy of another user should be refused: {other.stdout}{other.stderr}"
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            s.settimeout(1)
+            with pytest.raises(socket.timeout):
+                s.recv(1)  # our own user's connection stays open, waiting for HELLO
+        finally:
+            s.close()
+    finally:
+        rc.stop()
