@@ -382,10 +382,10 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     tp.metadata_server = metadata;
     tp.protocol        = protocol;
     tp.devices         = devices;
-    if (s->auth != NULL) {
-        tp.field_mask |= MC_TE_PARAM_AUTH_TOKEN_FILE;
-        tp.auth_token_file = auth_file;
-    }
+    /* the engine follows the store's choice, even an explicit "" (off)
+     * while MC_AUTH_TOKEN_FILE is set */
+    tp.field_mask |= MC_TE_PARAM_AUTH_TOKEN_FILE;
+    tp.auth_token_file = (s->auth != NULL) ? auth_file : "";
     st                 = mc_te_create(&tp, &s->te);
     if (st != MC_OK) {
         mc_error("cannot start the transfer engine on %s (%s, %s): %s (%s)", hostname,
