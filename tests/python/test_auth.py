@@ -413,3 +413,24 @@ def test_dummy_server_refuses_another_user(auth_master, secrets):
             s.close()
     finally:
         rc.stop()
+
+
+# ---- mooncake-cli ---------------------------------------------------------------------------
+
+def test_cli_signs_admin_requests(auth_master, secrets, open_store):
+    import subprocess
+    import sys
+    rc, s = open_store(auth_master, secrets["cluster"])
+    assert rc == 0 and s.put("cli-key", b"c" * 10) == 0
+    env = {k: v for k, v in os.environ.items() if k != "MC_AUTH_TOKEN_FILE"}
+    base = [sys.executable, "-m", "mooncake.cli", f"--admin=127.0.0.1:{auth_master.metrics_port}",
+            f"--master={auth_master.addr}"]
+    r = subprocess.run(base + ["keys"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 1 and "--auth-token-file" in r.stderr, (r.stdout, r.stderr)
+    r = subprocess.run(base + [f"--auth-token-file={secrets['cluster']}", "keys"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and "cli-key" in r.stdout.split(), (r.stdout, r.stderr)
+    r = subprocess.run(base + [f"--auth-token-file={secrets['cluster']}", "remove", "cli-key",
+                               "--force"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert s.is_exist("cli-key") == 0
