@@ -266,13 +266,9 @@ mc_status_t mc_auth_parse(const char *text, size_t len, const char *origin, mc_a
         line++;
         {
             const char *q = p;
-            while ((n < 4) && next_word(&q, eol, &w[n], &wl[n])) {
-                if ((n == 0) && (w[0][0] == '#'))
-                    break;
+            /* a word starting with '#' starts a comment */
+            while ((n < 4) && next_word(&q, eol, &w[n], &wl[n]) && (w[n][0] != '#'))
                 n++;
-            }
-            if ((n > 0) && (w[0][0] == '#'))
-                n = 0;
         }
         p = (eol < end) ? eol + 1 : end;
         if (n == 0)
@@ -314,7 +310,8 @@ bad:
 
 mc_status_t mc_auth_load(const char *path, mc_auth_t **a_p)
 {
-    char buf[MC_AUTH_KEYS_MAX * (MC_AUTH_SECRET_MAX + MC_AUTH_TENANT_MAX + 16)];
+    const size_t cap = MC_AUTH_KEYS_MAX * (MC_AUTH_SECRET_MAX + MC_AUTH_TENANT_MAX + 16);
+    char *buf;
     size_t len = 0;
     FILE *f    = fopen(path, "r");
     mc_status_t st;
@@ -323,16 +320,25 @@ mc_status_t mc_auth_load(const char *path, mc_auth_t **a_p)
         mc_set_error_detail("auth token file %s: %s", path, strerror(errno));
         return MC_INVALID_PARAMS;
     }
-    len = fread(buf, 1, sizeof(buf), f);
-    if (ferror(f) || !feof(f)) {
+    buf = malloc(cap + 1);
+    if (buf == NULL) {
+        fclose(f);
+        mc_set_error_detail("out of memory reading %s", path);
+        return MC_INTERNAL_ERROR;
+    }
+    /* one byte more than the largest valid file tells "too large" */
+    len = fread(buf, 1, cap + 1, f);
+    if (ferror(f) || (len > cap)) {
         mc_set_error_detail("auth token file %s: %s", path,
                             ferror(f) ? strerror(errno) : "too large");
         fclose(f);
+        free(buf);
         return MC_INVALID_PARAMS;
     }
     fclose(f);
     st = mc_auth_parse(buf, len, path, a_p);
-    memset(buf, 0, sizeof(buf));
+    memset(buf, 0, len);
+    free(buf);
     return st;
 }
 

@@ -109,7 +109,7 @@ static mc_auth_t *parse(const char *text)
 
 START_TEST(test_secrets_file)
 {
-    mc_auth_t *a = parse("# comment\n\n  cluster-secret-0123456789  \n"
+    mc_auth_t *a = parse("# comment\n\n  cluster-secret-0123456789  # trailing comment\n"
                          "tenant B b-secret-0123456789abcdef\nnext-cluster-secret-0123\n");
     mc_auth_t *b = NULL;
     ck_assert_uint_eq(a->nkeys, 3);
