@@ -405,6 +405,13 @@ mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
     if ((mc_wire_header_unpack(raw, &h) != MC_OK) || !(h.flags & MC_WIRE_FLAG_RESPONSE) ||
         (h.opcode != opcode) || (h.request_id != id)) {
         conn->broken = 1;
+        if (memcmp(raw, "MCAC", 4) == 0) {
+            /* §9.1: a challenge where an answer belongs */
+            mc_set_error_detail("the master requires cluster authentication: set "
+                                "auth_token_file or MC_AUTH_TOKEN_FILE (docs/security.md)");
+            mc_warn("%s", mc_last_error_detail());
+            return MC_RPC_FAIL;
+        }
         mc_set_error_detail("malformed response from master (opcode %u id %u, expected "
                             "%s id %u)", (unsigned)h.opcode, (unsigned)h.request_id,
                             mc_wire_op_name(opcode) ? mc_wire_op_name(opcode) : "?",

@@ -12,8 +12,13 @@
 #include <string.h>
 #include <time.h>
 
+#include <unistd.h>
+
 #include "check_suites.h"
 #include "common/auth.h"
+#include "common/util.h"
+#include "master_proc.h"
+#include "store/master_client.h"
 
 static void hexof(const uint8_t *p, size_t n, char *out)
 {
@@ -234,6 +239,67 @@ START_TEST(test_http_sign)
 }
 END_TEST
 
+/* A real master with --auth_token_file: the library's client side passes
+ * with the secret (then PINGs), fails with a wrong one or none, and as a
+ * tenant whose own secret it lacks; the master exits cleanly (a sanitizer
+ * build fails the exit status on a leak). */
+START_TEST(test_master_handshake)
+{
+    char dir[] = "/tmp/mc-auth-XXXXXX", path[64], flag[96];
+    const char *flags[] = {flag, NULL};
+    mc_test_master_t m;
+    mc_master_target_t t;
+    mc_mconn_t *conn = NULL;
+    mc_uuid_t id;
+    FILE *f;
+    mc_auth_t *good  = parse("cluster-secret-0123456789\n");
+    mc_auth_t *wrong = parse("wrong-secret-0123456789\n");
+    mc_wire_ping_req_t preq;
+    mc_wire_ping_resp_t presp;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/secrets", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("cluster-secret-0123456789\ntenant B b-secret-0123456789abcdef\n", f);
+    fclose(f);
+    snprintf(flag, sizeof(flag), "--auth_token_file=%s", path);
+    mc_test_master_start(&m, flags);
+    mc_uuid_generate(&id);
+
+    ck_assert_status_ok(mc_master_target_init(&t, m.addr, id, "default"));
+    t.io_timeout_ms = 3000;
+    ck_assert_status_eq(mc_mconn_open(&t, &conn), MC_RPC_FAIL);
+    ck_assert_msg(strstr(mc_last_error_detail(), "requires cluster authentication") != NULL,
+                  "a client without a secret should be told the master requires one, not: %s",
+                  mc_last_error_detail());
+    t.auth = wrong;
+    ck_assert_status_eq(mc_mconn_open(&t, &conn), MC_RPC_FAIL);
+    ck_assert_msg(strstr(mc_last_error_detail(), "refused") != NULL,
+                  "a wrong secret should be reported as refused, not: %s", mc_last_error_detail());
+    t.auth = good;
+    ck_assert_status_ok(mc_mconn_open(&t, &conn));
+    memset(&preq, 0, sizeof(preq));
+    preq.client_id = id;
+    ck_assert_status_ok(mc_master_call_ping(conn, &preq, &presp));
+    mc_mconn_close(conn);
+    conn = NULL;
+    mc_master_target_cleanup(&t);
+
+    ck_assert_status_ok(mc_master_target_init(&t, m.addr, id, "B"));
+    t.io_timeout_ms = 3000;
+    t.auth          = good;
+    ck_assert_status_eq(mc_mconn_open(&t, &conn), MC_RPC_FAIL);
+    mc_master_target_cleanup(&t);
+
+    ck_assert_int_eq(mc_test_master_stop(&m), 0);
+    mc_auth_destroy(good);
+    mc_auth_destroy(wrong);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 Suite *mc_test_auth_suite(void)
 {
     Suite *s  = suite_create("auth");
@@ -244,6 +310,10 @@ Suite *mc_test_auth_suite(void)
     tcase_add_test(tc, test_handshake);
     tcase_add_test(tc, test_handshake_replay);
     tcase_add_test(tc, test_http_sign);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("master");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_master_handshake);
     suite_add_tcase(s, tc);
     return s;
 }
