@@ -153,6 +153,27 @@ def test_env_names_the_secret_file(auth_master, secrets, open_store, monkeypatch
     assert rc == 0, f"MC_AUTH_TOKEN_FILE should authenticate setup, got {rc}"
 
 
+def test_dict_setup_takes_auth_token_file(auth_master, secrets, monkeypatch):
+    from mooncake.store import MooncakeDistributedStore
+    monkeypatch.delenv("MC_AUTH_TOKEN_FILE", raising=False)
+    s = MooncakeDistributedStore()
+    try:
+        rc = s.setup({"local_hostname": "localhost", "metadata_server": "P2PHANDSHAKE",
+                      "global_segment_size": "16MB", "local_buffer_size": "16MB",
+                      "master_server_addr": auth_master.addr,
+                      "auth_token_file": secrets["cluster"]})
+        assert rc == 0, f"the dict key auth_token_file should authenticate setup, got {rc}"
+    finally:
+        s.close()
+
+
+def test_empty_auth_token_file_turns_it_off(fresh_master, secrets, open_store, monkeypatch):
+    monkeypatch.setenv("MC_AUTH_TOKEN_FILE", secrets["cluster"])
+    rc, s = open_store(fresh_master, "")
+    assert rc == 0, f'auth_token_file="" should override MC_AUTH_TOKEN_FILE, got {rc}'
+    assert s.put("off", b"o") == 0
+
+
 def test_unreadable_secret_file_is_invalid_params(auth_master, open_store, tmp_path):
     rc, _ = open_store(auth_master, str(tmp_path / "missing"))
     assert rc == INVALID_PARAMS
