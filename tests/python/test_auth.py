@@ -455,3 +455,29 @@ def test_cli_signs_admin_requests(auth_master, secrets, open_store):
                                "--force"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert s.is_exist("cli-key") == 0
+
+
+def test_standalone_metadata_server_needs_a_signature(secrets, tmp_path):
+    from test_metadata_server import Daemon, daemon_bin
+    d = Daemon([daemon_bin(), "--auth-token-file", secrets["cluster"]])
+    try:
+        target, body = "/metadata?key=mooncake%2Fram%2Fvictim", b'{"a": 1}'
+        st, _ = _http(d.port, "PUT", target, body)
+        assert st == 401, f"an unsigned PUT should be 401, not {st}"
+        st, _ = _http(d.port, "PUT", target, body,
+                      {"X-Mooncake-Auth": _signature(CLUSTER, "PUT", target, body)})
+        assert st == 200, f"a signed PUT should pass, got {st}"
+        st, _ = _http(d.port, "DELETE", target)
+        assert st == 401
+        st, got = _http(d.port, "GET", target)
+        assert (st, got) == (200, body)
+    finally:
+        d.stop()
+    bad = subprocess_run_daemon([daemon_bin(), "--auth-token-file", str(tmp_path / "none")])
+    assert bad.returncode != 0 and "auth-token-file" in bad.stderr, bad.stderr
+
+
+def subprocess_run_daemon(argv):
+    import subprocess
+    return subprocess.run(argv + ["--host", "127.0.0.1", "--port", "0"], capture_output=True,
+                          text=True, timeout=20)
