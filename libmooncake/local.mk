@@ -24,6 +24,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/crc32c.c libmooncake/common/crc32c.h \
 	libmooncake/common/hashmap.c libmooncake/common/hashmap.h \
 	libmooncake/common/regex_limit.c libmooncake/common/regex_limit.h \
+	libmooncake/common/auth.c libmooncake/common/auth.h \
 	libmooncake/common/fastcopy.c \
 	libmooncake/common/cuda.c libmooncake/common/cuda.h \
 	libmooncake/wire/wire.c libmooncake/wire/wire.h \

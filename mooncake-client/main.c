@@ -38,6 +38,7 @@ typedef struct flags {
     const char *ipc_socket_path;
     const char *global_segment_size;
     const char *local_buffer_size;
+    const char *auth_token_file; /* NULL: MC_AUTH_TOKEN_FILE */
     long port;
     long threads;
     long http_port;
@@ -124,7 +125,9 @@ static void usage(FILE *f)
             "  --local_buffer_size=0\n"
             "  --threads=1  --tenant_id=default  --log_dir=\n"
             "  --enable_offload=false  --start_offload_rpc_server=false\n"
-            "  --enable_http_server=false  --http_port=9300\n");
+            "  --enable_http_server=false  --http_port=9300\n"
+            "  --auth_token_file=PATH           cluster secrets (docs/security.md); default\n"
+            "                                   $MC_AUTH_TOKEN_FILE, else off\n");
 }
 
 static int parse_flags(int argc, char **argv, flags_t *f)
@@ -199,6 +202,7 @@ static int parse_flags(int argc, char **argv, flags_t *f)
         STR("ipc_socket_path", ipc_socket_path)
         STR("global_segment_size", global_segment_size)
         STR("local_buffer_size", local_buffer_size)
+        STR("auth_token_file", auth_token_file)
         NUM("port", port, 1, 65535)
         NUM("threads", threads, 1, 1024)
         NUM("http_port", http_port, 0, 65535)
@@ -323,6 +327,10 @@ int main(int argc, char **argv)
     p.rdma_devices = f.device_names;
     p.master_server_addr = f.master_server_address;
     p.tenant_id = f.tenant_id;
+    if (f.auth_token_file != NULL) {
+        p.field_mask |= MC_STORE_PARAM_AUTH_TOKEN_FILE;
+        p.auth_token_file = f.auth_token_file;
+    }
     if (f.enable_http_server) {
         /* the client HTTP server of the store (GET /health, /metrics, ...) */
         p.field_mask |= MC_STORE_PARAM_CLIENT_HTTP_PORT;

@@ -68,6 +68,7 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "common/auth.h"
 #include "common/log.h"
 #include "master.h"
 #include "snapshot.h"
@@ -830,6 +831,14 @@ static void admin_cb(struct evhttp_request *req, void *arg)
         reply_text(req, HTTP_BADMETHOD, "Method Not Allowed", "method not allowed");
         return;
     }
+    /* the routes that list keys, segments and their addresses need a
+     * signed request when cluster authentication is on (docs/security.md) */
+    if ((m->auth != NULL) && (strcmp(path, "/metrics") != 0) &&
+        (strcmp(path, "/metrics/summary") != 0) && (strcmp(path, "/health") != 0) &&
+        (strcmp(path, "/role") != 0) && (strcmp(path, "/leader") != 0) &&
+        (strcmp(path, "/ha_status") != 0) &&
+        (mc_http_auth_check(m->auth, m->auth_replay, req) != 0))
+        return;
     /* evhttp_parse_query_str initialises params and clears them itself on
      * failure; values come back URL-decoded */
     if (query != NULL)

@@ -104,6 +104,15 @@ typedef enum mc_flag_kind {
     X(SIZE, rpc_max_buffered_input, "256MB", v_positive_size, 0,                            \
       "Bytes of unfinished request frames over 256 KiB the master buffers for all "         \
       "connections together; a header that would pass it closes its connection.")          \
+    X(STRING, auth_token_file, "", v_none, 0,                                              \
+      "Cluster authentication (docs/security.md): a file of shared secrets (\"SECRET\" "     \
+      "lines, and \"tenant NAME SECRET\" lines for tenants with their own).  Set, every RPC " \
+      "connection must pass an HMAC challenge-response first, the HTTP metadata server "    \
+      "refuses unsigned PUT/DELETE, and the admin key listings need a signed request.  "    \
+      "Empty: off.")                                                                        \
+    X(DURATION, auth_handshake_timeout, "5000", v_positive_duration, 0,                     \
+      "With --auth_token_file: close a connection that has not authenticated within this " \
+      "long (ms; ms/s/m/h).")                                                               \
     X(INT, log_rate_limit, "10", v_nonneg, 0,                                               \
       "Lines a second each log site may write about what peers send (bad frames, refused " \
       "requests); the next line says how many were suppressed.  0: no limit.")              \

@@ -28,12 +28,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "common/auth.h"
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -49,6 +51,8 @@ struct mc_meta_server {
     uint64_t meta_bytes;
     uint64_t quota;            /* all keys and values */
     mc_meta_write_check_func_t check; /* who may PUT/DELETE (NULL: anyone) */
+    const mc_auth_t *auth;            /* writes must be signed (NULL: off) */
+    mc_auth_replay_t replay;
     void *check_arg;
     char bound[300];
 };
@@ -284,6 +288,11 @@ static void http_cb(struct evhttp_request *req, void *arg)
         reply(req, 414, "URI Too Long", "metadata key is too long");
         return;
     }
+    if (((cmd == EVHTTP_REQ_PUT) || (cmd == EVHTTP_REQ_DELETE)) && (m->auth != NULL) &&
+        (mc_http_auth_check(m->auth, &m->replay, req) != 0)) {
+        free(key);
+        return;
+    }
     if (((cmd == EVHTTP_REQ_PUT) || (cmd == EVHTTP_REQ_DELETE)) && (m->check != NULL) &&
         !m->check(m->check_arg, key,
                   evhttp_find_header(evhttp_request_get_input_headers(req),
@@ -335,6 +344,58 @@ int mc_master_evhttp_bind(struct evhttp *h, const char *what, const char *host, 
         snprintf(bound, bound_len, "%.250s:%.32s", hb, pb);
     else
         snprintf(bound, bound_len, "%s:%u", host, (unsigned)port);
+    return 0;
+}
+
+static const char *cmd_name(enum evhttp_cmd_type cmd)
+{
+    switch (cmd) {
+    case EVHTTP_REQ_GET:
+        return "GET";
+    case EVHTTP_REQ_PUT:
+        return "PUT";
+    case EVHTTP_REQ_DELETE:
+        return "DELETE";
+    case EVHTTP_REQ_HEAD:
+        return "HEAD";
+    case EVHTTP_REQ_POST:
+        return "POST";
+    default:
+        return "OTHER";
+    }
+}
+
+int mc_http_auth_check(const mc_auth_t *auth, mc_auth_replay_t *replay,
+                       struct evhttp_request *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t blen         = evbuffer_get_length(in);
+    const void *body    = blen ? (const void *)evbuffer_pullup(in, -1) : (const void *)"";
+    char why[128], msg[200];
+    const char *uri = evhttp_request_get_uri(req);
+
+    if (body == NULL) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return -1;
+    }
+    if (mc_auth_http_verify(auth, replay, cmd_name(evhttp_request_get_command(req)),
+                            uri ? uri : "", body, blen,
+                            evhttp_find_header(evhttp_request_get_input_headers(req),
+                                               MC_AUTH_HTTP_HEADER),
+                            (int64_t)time(NULL), why, sizeof(why)) == 0)
+        return 0;
+    mc_log_ratelimited(MC_LOG_WARN, "http: refused an unauthenticated %s %.200s: %s",
+                       cmd_name(evhttp_request_get_command(req)), uri ? uri : "", why);
+    snprintf(msg, sizeof(msg), "authentication required: %s", why);
+    reply(req, 401, "Unauthorized", msg);
+    return -1;
+}
+
+int mc_meta_server_set_auth(mc_meta_server_t *m, const mc_auth_t *auth)
+{
+    if ((m->auth == NULL) && (mc_auth_replay_init(&m->replay) != 0))
+        return -1;
+    m->auth = auth;
     return 0;
 }
 
@@ -406,5 +467,7 @@ void mc_meta_server_destroy(mc_meta_server_t *m)
         meta_erase(m, e);
     }
     mc_hmap_cleanup(&m->meta);
+    if (m->auth != NULL)
+        mc_auth_replay_cleanup(&m->replay);
     free(m);
 }

@@ -72,6 +72,25 @@ typedef int (*mc_meta_write_check_func_t)(void *arg, const char *key, const char
 void mc_meta_server_set_write_check(mc_meta_server_t *srv, mc_meta_write_check_func_t check,
                                     void *arg);
 
+struct mc_auth;
+struct mc_auth_replay;
+struct evhttp_request;
+/*
+ * Cluster authentication (docs/security.md): with a keyring set, PUT and
+ * DELETE must carry a valid, fresh X-Mooncake-Auth signature (401
+ * otherwise, before the owner check); GET and HEAD stay open.  @p auth
+ * must outlive the server.  -1 when out of memory.
+ */
+int mc_meta_server_set_auth(mc_meta_server_t *srv, const struct mc_auth *auth);
+
+/*
+ * Check a request's X-Mooncake-Auth signature (method, URI as sent, body)
+ * against @p auth: 0 when valid; otherwise a 401 has been sent and -1 is
+ * returned.  Shared by the metadata server and the admin routes.
+ */
+int mc_http_auth_check(const struct mc_auth *auth, struct mc_auth_replay *replay,
+                       struct evhttp_request *req);
+
 /* The request header that carries a metadata token. */
 #define MC_META_OWNER_HEADER "X-Mooncake-Owner-Token"
 

@@ -28,6 +28,7 @@
 
 #include <event2/event.h>
 
+#include "common/auth.h"
 #include "common/log.h"
 #include "evict.h"
 #include "master.h"
@@ -133,6 +134,22 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
     if (st != MC_OK)
         goto fail;
 
+    if (cfg->auth_token_file[0] != '\0') {
+        st = mc_auth_load(cfg->auth_token_file, &m->auth);
+        if (st != MC_OK) {
+            mc_error("--auth_token_file: %s", mc_last_error_detail());
+            goto fail;
+        }
+        m->auth_replay = calloc(1, sizeof(*m->auth_replay));
+        if ((m->auth_replay == NULL) || (mc_auth_replay_init(m->auth_replay) != 0)) {
+            free(m->auth_replay);
+            m->auth_replay = NULL;
+            st             = MC_INTERNAL_ERROR;
+            goto fail;
+        }
+        mc_info("cluster authentication on (%u secrets from %s)", m->auth->nkeys,
+                cfg->auth_token_file);
+    }
     st = mc_master_rpc_start(m);
     if (st != MC_OK)
         goto fail;
@@ -145,6 +162,10 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         mc_meta_server_set_limits(m->http, cfg->http_metadata_max_value_size,
                                   cfg->http_metadata_quota);
         mc_meta_server_set_write_check(m->http, mc_master_meta_write_allowed, m);
+        if ((m->auth != NULL) && (mc_meta_server_set_auth(m->http, m->auth) != 0)) {
+            st = MC_INTERNAL_ERROR;
+            goto fail;
+        }
     }
 
     if (cfg->metrics_port != 0) {
@@ -256,6 +277,9 @@ void mc_master_destroy(mc_master_t *m)
     mc_master_ha_stop(m);
     mc_master_admin_stop(m);
     mc_meta_server_destroy(m->http);
+    mc_auth_replay_cleanup(m->auth_replay);
+    free(m->auth_replay);
+    mc_auth_destroy(m->auth);
     /* answers held for the operation log go out before the connections
      * close: their changes are durable */
     mc_durable_drain(m);

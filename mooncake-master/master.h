@@ -351,6 +351,8 @@ struct mc_client {
 
 struct mc_master {
     mc_master_config_t *cfg;
+    struct mc_auth *auth;          /* --auth_token_file, or NULL (off) */
+    struct mc_auth_replay *auth_replay; /* nonces of signed admin requests */
     struct event_base *base;
     uint64_t view_version;     /* wall-clock ms at start */
     uint64_t meta_token_key[2]; /* meta_owner.c: SipHash key of metadata tokens */

@@ -30,6 +30,7 @@
 #include <event2/event.h>
 #include <mooncake/mooncake.h> /* mc_version_string */
 
+#include "common/auth.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "http.h"
@@ -43,6 +44,7 @@ typedef struct meta_opts {
     int level;
     uint64_t max_value;
     uint64_t quota;
+    const char *auth_file;
     int help;
     int version;
 } meta_opts_t;
@@ -53,6 +55,7 @@ static void usage(FILE *out)
             "usage: " PROG " [-h] [--port PORT] [--host HOST]\n"
             "       [--log-level {DEBUG,INFO,WARNING,ERROR,CRITICAL}] [--version]\n"
             "       [--max-value-size SIZE] [--quota SIZE] [--log-rate-limit N]\n"
+            "       [--auth-token-file PATH]\n"
             "\n"
             "HTTP metadata server of the Mooncake transfer engines: GET/PUT/DELETE\n"
             "/metadata?key=K and GET /health, in memory.\n"
@@ -67,6 +70,10 @@ static void usage(FILE *out)
             "  --quota SIZE          bytes of keys and values the store holds (default: 256MB)\n"
             "  --log-rate-limit N    lines a second per log site about what peers send\n"
             "                        (default: 10; 0: no limit)\n"
+            "  --auth-token-file PATH\n"
+            "                        cluster secrets file (docs/security.md): PUT and DELETE\n"
+            "                        must carry a valid X-Mooncake-Auth signature (default:\n"
+            "                        none, writes unauthenticated)\n"
             "  --version             print the version and exit\n");
 }
 
@@ -89,7 +96,7 @@ static int parse_level(const char *s, int *level_p)
     return mc_log_parse_level(s, level_p);
 }
 
-enum { OPT_PORT, OPT_HOST, OPT_LEVEL, OPT_MAX_VALUE, OPT_QUOTA, OPT_RATE };
+enum { OPT_PORT, OPT_HOST, OPT_LEVEL, OPT_MAX_VALUE, OPT_QUOTA, OPT_RATE, OPT_AUTH };
 
 /* Which option "--name" (of @p nlen bytes, before any '=') is; '-' and '_'
  * are the same inside a name, as argparse's dests.  -1 if none. */
@@ -101,7 +108,7 @@ static int option_index(const char *arg, size_t nlen)
     } opts[] = {
         {"--port", OPT_PORT},        {"--host", OPT_HOST},   {"--log-level", OPT_LEVEL},
         {"--max-value-size", OPT_MAX_VALUE}, {"--quota", OPT_QUOTA},
-        {"--log-rate-limit", OPT_RATE},
+        {"--log-rate-limit", OPT_RATE}, {"--auth-token-file", OPT_AUTH},
     };
     for (size_t i = 0; i < MC_ARRAY_SIZE(opts); i++) {
         const char *n = opts[i].name;
@@ -168,6 +175,12 @@ static int parse_args(meta_opts_t *o, int argc, char **argv, char *err, size_t e
                 snprintf(err, errlen, "argument --port: invalid port: '%s'", value);
                 return -1;
             }
+        } else if (which == OPT_AUTH) {
+            if (*value == '\0') {
+                snprintf(err, errlen, "argument --auth-token-file: must not be empty");
+                return -1;
+            }
+            o->auth_file = value;
         } else if (which == OPT_HOST) {
             if (*value == '\0') {
                 snprintf(err, errlen, "argument --host: must not be empty");
@@ -208,6 +221,7 @@ int main(int argc, char **argv)
     struct event *sig_ev[MC_ARRAY_SIZE(sigs)] = {NULL};
     struct event_base *base   = NULL;
     mc_meta_server_t *srv     = NULL;
+    mc_auth_t *auth           = NULL;
     char err[512];
     int rc = 1;
 
@@ -243,6 +257,20 @@ int main(int argc, char **argv)
                               &srv) != MC_OK)
         goto out;
     mc_meta_server_set_limits(srv, o.max_value, o.quota);
+    if (o.auth_file != NULL) {
+        if (mc_auth_load(o.auth_file, &auth) != MC_OK) {
+            mc_error("--auth-token-file: %s", mc_last_error_detail());
+            goto out;
+        }
+        if (mc_auth_signing_key(auth, NULL) == NULL) {
+            mc_error("--auth-token-file: %s has no cluster secret", o.auth_file);
+            goto out;
+        }
+        if (mc_meta_server_set_auth(srv, auth) != 0)
+            goto out;
+        mc_info("metadata writes need a signature (%u secrets from %s)", auth->nkeys,
+                o.auth_file);
+    }
     mc_info(PROG " %s listening on %s", mc_version_string(), mc_meta_server_bound(srv));
     if (event_base_dispatch(base) < 0) {
         mc_error("event loop failed");
@@ -253,6 +281,7 @@ int main(int argc, char **argv)
 
 out:
     mc_meta_server_destroy(srv);
+    mc_auth_destroy(auth);
     for (size_t i = 0; i < MC_ARRAY_SIZE(sigs); i++) {
         if (sig_ev[i] != NULL)
             event_free(sig_ev[i]);

@@ -52,6 +52,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "common/auth.h"
 #include "common/log.h"
 #include "master.h"
 #include "snapshot.h"
@@ -68,6 +69,7 @@
 #define MC_CONN_IN_BASE         (256u << 10)
 
 typedef enum mc_conn_state {
+    MC_CONN_AUTH,        /* --auth_token_file: challenge sent, waiting for the proof */
     MC_CONN_READ_HEADER,
     MC_CONN_READ_BODY,
     MC_CONN_CLOSING
@@ -76,6 +78,8 @@ typedef enum mc_conn_state {
 static const char *conn_state_str(mc_conn_state_t s)
 {
     switch (s) {
+    case MC_CONN_AUTH:
+        return "AUTH";
     case MC_CONN_READ_HEADER:
         return "READ_HEADER";
     case MC_CONN_READ_BODY:
@@ -95,6 +99,8 @@ typedef struct mc_conn {
     int hello;                 /* HELLO accepted */
     int read_paused;           /* backpressure: EV_READ disabled */
     mc_uuid_t client_id;
+    uint8_t auth_nonce[MC_AUTH_NONCE_SIZE]; /* the challenge's server nonce */
+    char auth_tenant[MC_AUTH_TENANT_MAX + 1]; /* the tenant the proof was for */
     char tenant[MC_TENANT_MAX];
     uint32_t tenant_len;
     mc_arena_t arena;          /* decoded request + response, one frame */
@@ -318,6 +324,14 @@ static int32_t handle_hello(mc_conn_t *c, mc_req_ctx_t *x, const mc_wire_hello_r
         t = mc_str_from_cstr("default");
     if (t.len >= MC_TENANT_MAX)
         return MC_INVALID_PARAMS;
+    /* with authentication on, a client acts only as the tenant it proved
+     * a secret for (§9.1) */
+    if ((c->m->auth != NULL) &&
+        ((strlen(c->auth_tenant) != t.len) || (memcmp(c->auth_tenant, t.ptr, t.len) != 0))) {
+        mc_log_ratelimited(MC_LOG_WARN, "rpc %s: HELLO as tenant \"%.*s\" after proving "
+                           "tenant \"%s\"", c->peer, (int)t.len, t.ptr, c->auth_tenant);
+        return MC_INVALID_PARAMS;
+    }
     for (uint32_t i = 0; i < t.len; i++) {
         if ((unsigned char)t.ptr[i] < 0x20 || t.ptr[i] == 0x7f)
             return MC_INVALID_PARAMS;
@@ -604,6 +618,54 @@ static int conn_admit_body(mc_conn_t *c)
     return 0;
 }
 
+static void conn_set_read_timeout(mc_conn_t *c, uint64_t ms)
+{
+    struct timeval rt = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval wt = {MC_CONN_WRITE_TIMEOUT_S, 0};
+    bufferevent_set_timeouts(c->bev, ms > 0 ? &rt : NULL, &wt);
+}
+
+/* §9.1: the client's PROOF, once it is all in.  Returns 1 when the
+ * connection was closed, 0 otherwise (state READ_HEADER once it passed). */
+static int conn_auth(mc_conn_t *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t have         = evbuffer_get_length(in), used = 0;
+    uint8_t buf[MC_AUTH_PROOF_FIXED + MC_AUTH_TENANT_MAX], acc[MC_AUTH_ACCEPT_SIZE];
+    mc_auth_proof_t p;
+    const mc_auth_key_t *k;
+    int rc;
+
+    if (have > sizeof(buf))
+        have = sizeof(buf);
+    evbuffer_copyout(in, buf, have);
+    rc = mc_auth_proof_unpack(buf, have, &p, &used);
+    if (rc == 0)
+        return 0;
+    if (rc < 0) {
+        mc_log_ratelimited(MC_LOG_WARN, "rpc %s: no authentication proof (is the client "
+                           "configured with the cluster secret?)", c->peer);
+        conn_close(c, "malformed authentication proof");
+        return 1;
+    }
+    k = mc_auth_proof_verify(c->m->auth, MC_AUTH_SVC_RPC, c->auth_nonce, &p);
+    if (k == NULL) {
+        mc_log_ratelimited(MC_LOG_WARN, "rpc %s: authentication failed for tenant \"%s\" "
+                           "(wrong secret)", c->peer, p.tenant);
+        conn_close(c, "authentication failed");
+        return 1;
+    }
+    evbuffer_drain(in, used);
+    memcpy(c->auth_tenant, p.tenant, (size_t)p.tenant_len + 1);
+    mc_auth_accept_pack(k, MC_AUTH_SVC_RPC, c->auth_nonce, p.nonce, p.tenant, acc);
+    conn_write_bytes(c, acc, sizeof(acc));
+    conn_set_read_timeout(c, (uint64_t)c->m->cfg->rpc_conn_timeout_seconds * 1000u);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
+    c->state = MC_CONN_READ_HEADER;
+    mc_debug("rpc %s: authenticated as tenant \"%s\"", c->peer, c->auth_tenant);
+    return 0;
+}
+
 /* Handle every complete frame in the input buffer (pipelining).  Returns
  * 1 when the connection was closed (and may be freed), 0 otherwise. */
 static int conn_drive_frames(mc_conn_t *c)
@@ -616,6 +678,13 @@ static int conn_drive_frames(mc_conn_t *c)
         switch (c->state) {
         case MC_CONN_CLOSING:
             return 1;
+
+        case MC_CONN_AUTH:
+            if (conn_auth(c) != 0)
+                return 1;
+            if (c->state == MC_CONN_AUTH)
+                return 0;
+            break;
 
         case MC_CONN_READ_HEADER:
             if (c->walk != NULL)
@@ -836,10 +905,23 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
      * admitted by conn_admit_body() is all in. */
     bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
     bufferevent_setwatermark(c->bev, EV_WRITE, MC_CONN_OUT_LOW, 0);
-    {
-        struct timeval rt = {m->cfg->rpc_conn_timeout_seconds, 0};
-        struct timeval wt = {MC_CONN_WRITE_TIMEOUT_S, 0};
-        bufferevent_set_timeouts(c->bev, m->cfg->rpc_conn_timeout_seconds > 0 ? &rt : NULL, &wt);
+    if (m->auth != NULL) {
+        /* §9.1: nothing but the proof is read until it has passed; a
+         * connection that does not send it in time is closed */
+        uint8_t ch[MC_AUTH_CHALLENGE_SIZE];
+        if (mc_auth_random(c->auth_nonce, sizeof(c->auth_nonce)) != 0) {
+            mc_error("rpc %s: cannot draw a nonce: %m", c->peer);
+            conn_close(c, "no nonce");
+            return;
+        }
+        c->state = MC_CONN_AUTH;
+        mc_auth_challenge_pack(ch, c->auth_nonce);
+        conn_write_bytes(c, ch, sizeof(ch));
+        conn_set_read_timeout(c, m->cfg->auth_handshake_timeout);
+        /* an unauthenticated peer buffers no more than a proof */
+        bufferevent_setwatermark(c->bev, EV_READ, 0, MC_AUTH_PROOF_FIXED + MC_AUTH_TENANT_MAX);
+    } else {
+        conn_set_read_timeout(c, (uint64_t)m->cfg->rpc_conn_timeout_seconds * 1000u);
     }
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     mc_debug("rpc %s: connected (%" PRIu32 " connections)", c->peer, m->nconns);

@@ -489,7 +489,7 @@ struct mooncake_store {
               const char *protocol, const char *rdma_devices,
               const char *master_server_addr, const char *tenant_id = NULL,
               struct mooncake_engine *engine = NULL, int rpc_timeout_ms = -1,
-              int client_http_port = -1)
+              int client_http_port = -1, const char *auth_token_file = NULL)
     {
         mc_store_params_t p;
         memset(&p, 0, sizeof(p));
@@ -522,6 +522,11 @@ struct mooncake_store {
             /* < 0: no client HTTP server */
             p.field_mask |= MC_STORE_PARAM_CLIENT_HTTP_PORT;
             p.client_http_port = (uint16_t)client_http_port;
+        }
+        if (auth_token_file != NULL) {
+            /* NULL: MC_AUTH_TOKEN_FILE; "": authentication off */
+            p.field_mask |= MC_STORE_PARAM_AUTH_TOKEN_FILE;
+            p.auth_token_file = auth_token_file;
         }
         return mc_store_setup($self->h, &p);
     }

@@ -8,6 +8,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/check_all.c tests/unit/check_suites.h \
 	tests/unit/test_status.c tests/unit/test_util.c \
 	tests/unit/test_buf.c tests/unit/test_hashmap.c \
+	tests/unit/test_auth.c \
 	tests/unit/test_alloc.c tests/unit/test_wire.c \
 	tests/unit/test_store.c \
 	tests/unit/test_store_read.c \
@@ -33,7 +34,7 @@ endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang).  ./test.sh
 # runs each for MC_FUZZ_SECONDS (10); `make fuzz` soaks each for FUZZ_SECONDS (300)
 # with the corpora kept in FUZZ_DIR between runs.
-EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
+EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_auth.c tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
 	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_oplog.c tests/fuzz/fuzz_regex.c \
 	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c
 # RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.

@@ -1311,6 +1311,16 @@ static void reap(struct mc_store_dummy_server *srv, int all)
     }
 }
 
+/* The peer of a unix socket runs as our effective uid (SO_PEERCRED). */
+static int dummy_peer_is_us(int fd)
+{
+    struct ucred cr;
+    socklen_t l = sizeof(cr);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) != 0)
+        return 0;
+    return cr.uid == geteuid();
+}
+
 static void *accept_main(void *arg)
 {
     struct mc_store_dummy_server *srv = arg;
@@ -1328,6 +1338,17 @@ static void *accept_main(void *arg)
             pthread_mutex_unlock(&srv->lock);
             if ((errno != EINTR) && (errno != ECONNABORTED))
                 usleep(10000);
+            continue;
+        }
+        /* With cluster authentication on, a dummy does not prove the secret
+         * (it never talks to the cluster itself): it must be a process of
+         * this user, as the kernel vouches (docs/security.md, "Dummy
+         * clients").  An abstract socket is open to every local user. */
+        if ((srv->store->auth != NULL) && !dummy_peer_is_us(fd)) {
+            pthread_mutex_unlock(&srv->lock);
+            mc_log_ratelimited(MC_LOG_WARN, "dummy server %s: refused a dummy of another "
+                               "user (cluster authentication is on)", srv->path);
+            close(fd);
             continue;
         }
         session_t *ss = calloc(1, sizeof(*ss));

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/log.h"
 #include "coord/etcd.h"
 #include "store/master_client.h"
@@ -309,6 +310,15 @@ static mc_status_t mconn_open_at(const mc_master_target_t *t, const char *host, 
         goto fail;
     }
     set_io_timeout(conn->fd, t->io_timeout_ms);
+    if ((t->auth != NULL) &&
+        (mc_auth_client_fd(t->auth, conn->fd, MC_AUTH_SVC_RPC, t->tenant_id,
+                           t->io_timeout_ms > 0 ? t->io_timeout_ms : MC_MASTER_IO_TIMEOUT_MS) != 0)) {
+        char why[300];
+        snprintf(why, sizeof(why), "%s", mc_last_error_detail());
+        mc_set_error_detail("master at %s:%u: %s", host, (unsigned)port, why);
+        st = MC_RPC_FAIL;
+        goto fail;
+    }
 
     memset(&req, 0, sizeof(req));
     req.proto_version = MC_WIRE_VERSION;
@@ -395,6 +405,13 @@ mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
     if ((mc_wire_header_unpack(raw, &h) != MC_OK) || !(h.flags & MC_WIRE_FLAG_RESPONSE) ||
         (h.opcode != opcode) || (h.request_id != id)) {
         conn->broken = 1;
+        if (memcmp(raw, "MCAC", 4) == 0) {
+            /* §9.1: a challenge where an answer belongs */
+            mc_set_error_detail("the master requires cluster authentication: set "
+                                "auth_token_file or MC_AUTH_TOKEN_FILE (docs/security.md)");
+            mc_warn("%s", mc_last_error_detail());
+            return MC_RPC_FAIL;
+        }
         mc_set_error_detail("malformed response from master (opcode %u id %u, expected "
                             "%s id %u)", (unsigned)h.opcode, (unsigned)h.request_id,
                             mc_wire_op_name(opcode) ? mc_wire_op_name(opcode) : "?",

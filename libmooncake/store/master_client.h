@@ -61,6 +61,9 @@ typedef struct mc_master_target {
      * metadata token; NULL: not wanted */
     void (*on_token)(void *arg, mc_uuid_t token);
     void *on_token_arg;
+    /* cluster authentication: every connection proves tenant_id's secret
+     * before HELLO (docs/protocol.md §9.1); NULL: off.  Not owned. */
+    const struct mc_auth *auth;
 } mc_master_target_t;
 
 typedef struct mc_mconn {

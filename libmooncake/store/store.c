@@ -263,6 +263,8 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
     }
     /* the etcd:// resolver, shared with the threads stopped above */
     mc_master_target_cleanup(&s->target);
+    mc_auth_destroy(s->auth);
+    s->auth = NULL;
     s->hostname[0] = '\0';
     s->protocol[0] = '\0';
     if (st_p != NULL)
@@ -280,7 +282,7 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     mc_status_t st;
     mc_mconn_t *conn = NULL;
     mc_te_params_t tp;
-    const char *hostname, *metadata, *protocol, *devices, *master, *tenant;
+    const char *hostname, *metadata, *protocol, *devices, *master, *tenant, *auth_file;
     uint64_t seg_size, lbuf_size;
     const char *name;
     int master_ok = 0; /* HELLO went through: the master knows this client */
@@ -322,6 +324,13 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
 
     mc_uuid_generate(&s->client_id);
     strcpy(s->protocol, protocol);
+    auth_file = param_str(p, MC_STORE_PARAM_AUTH_TOKEN_FILE, p->auth_token_file,
+                          getenv("MC_AUTH_TOKEN_FILE"));
+    if ((auth_file != NULL) && (*auth_file != '\0')) {
+        st = mc_auth_load(auth_file, &s->auth);
+        if (st != MC_OK)
+            goto fail;
+    }
 
     /* 1. the master: fail fast when it is not there */
     st = mc_master_target_init(&s->target, master, s->client_id, tenant);
@@ -329,6 +338,7 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
         goto fail;
     s->target.on_token     = store_on_token;
     s->target.on_token_arg = s;
+    s->target.auth         = s->auth;
     if (p->field_mask & MC_STORE_PARAM_RPC_TIMEOUT_MS)
         s->target.io_timeout_ms = (int)p->rpc_timeout_ms;
     st = mc_master_pool_init(&s->pool, &s->target, MC_STORE_POOL_CAP);
@@ -375,6 +385,10 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     tp.metadata_server = metadata;
     tp.protocol        = protocol;
     tp.devices         = devices;
+    /* the engine follows the store's choice, even an explicit "" (off)
+     * while MC_AUTH_TOKEN_FILE is set */
+    tp.field_mask |= MC_TE_PARAM_AUTH_TOKEN_FILE;
+    tp.auth_token_file = (s->auth != NULL) ? auth_file : "";
     st                 = mc_te_create(&tp, &s->te);
     if (st != MC_OK) {
         mc_error("cannot start the transfer engine on %s (%s, %s): %s (%s)", hostname,

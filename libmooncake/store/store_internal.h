@@ -82,6 +82,7 @@ struct mc_store {
      * close; both under token_mu (docs/protocol.md §6.1) */
     pthread_mutex_t token_mu;
     char meta_token[33];
+    struct mc_auth *auth; /* cluster authentication, or NULL (off) */
     mc_te_h token_te;
 
     /* global segments: setup's and mounted ones (mount.c); remount sends

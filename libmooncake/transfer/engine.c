@@ -1628,6 +1628,9 @@ static void engine_free(mc_te_t *te)
     mc_hmap_iter_t it;
     mc_hnode_t *n;
 
+    if (te == NULL)
+        return;
+
     pool_stop(te);
     /* No same-host request may look at regions past this point. */
     mc_te_shm_server_stop(te->shm);
@@ -1657,6 +1660,7 @@ static void engine_free(mc_te_t *te)
     free(te->meta_url);
     mc_etcd_destroy(te->meta_etcd);
     free(te->key_prefix);
+    mc_auth_destroy(te->auth);
     free(te);
 }
 
@@ -1726,6 +1730,25 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
         uint64_t on = 1;
         env_uint("MC_TE_SHM", 0, 1, &on);
         te->shm_enabled = (int)on;
+    }
+    {
+        /* cluster authentication (docs/security.md): the data port and the
+         * metadata writes need the secret */
+        const char *path = (p->field_mask & MC_TE_PARAM_AUTH_TOKEN_FILE) ? p->auth_token_file
+                                                                         : NULL;
+        if (path == NULL)
+            path = getenv("MC_AUTH_TOKEN_FILE");
+        if ((path != NULL) && (*path != '\0')) {
+            st = mc_auth_load(path, &te->auth);
+            if (st != MC_OK)
+                goto fail;
+            if (mc_auth_signing_key(te->auth, NULL) == NULL) {
+                mc_set_error_detail("auth token file %s has no cluster secret (only tenant "
+                                    "secrets): the transfer engine needs one", path);
+                st = MC_INVALID_PARAMS;
+                goto fail;
+            }
+        }
     }
     st = mc_te_meta_configure(te, meta);
     if (st != MC_OK)

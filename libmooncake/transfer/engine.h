@@ -25,6 +25,7 @@
 
 #include <mooncake/transfer.h>
 
+#include "common/auth.h"
 #include "common/hashmap.h"
 #include "transfer/descriptor.h"
 #include "transfer/shm/shm.h"
@@ -157,6 +158,7 @@ struct mc_te {
     int published;         /* HTTP keys were written (delete at destroy) */
     pthread_mutex_t publish_mu;
     char owner_token[33];  /* sent with HTTP PUT/DELETE (under publish_mu); "" none */
+    struct mc_auth *auth;  /* cluster authentication (MC_AUTH_TOKEN_FILE), or NULL */
 
     pthread_rwlock_t regions_lock;
     mc_te_region_t **regions; /* sorted by addr */
@@ -331,11 +333,13 @@ mc_status_t mc_te_meta_fetch(mc_te_t *te, mc_te_segment_t *seg, mc_te_desc_t *de
 
 /* HTTP helpers (libcurl): key is URL-encoded by the callee. */
 /* PUT/DELETE send @p token (32 hex digits, or NULL/"" for none) as
- * X-Mooncake-Owner-Token (docs/protocol.md §6.1). */
+ * X-Mooncake-Owner-Token (docs/protocol.md §6.1), and with @p auth an
+ * X-Mooncake-Auth signature (§9.2; a 401 answer is MC_RPC_FAIL). */
 mc_status_t mc_te_http_put(const char *url, const char *key, const char *body,
-                           const char *token);
+                           const char *token, const struct mc_auth *auth);
 mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size_t *len_p);
-mc_status_t mc_te_http_delete(const char *url, const char *key, const char *token);
+mc_status_t mc_te_http_delete(const char *url, const char *key, const char *token,
+                              const struct mc_auth *auth);
 /* The metadata token the master gave the store that uses this engine
  * (HELLO); sent with every later descriptor PUT and DELETE. */
 void mc_te_meta_token_set(mc_te_t *te, const char *token);

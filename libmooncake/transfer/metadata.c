@@ -161,8 +161,19 @@ static size_t http_discard_cb(char *ptr, size_t size, size_t nmemb, void *ud)
  * MC_RPC_FAIL for everything else (detail set).  @p body (GET) receives
  * the response, NUL-terminated.
  */
+/* The request-target curl sends for @p full ("/path?query"): what an
+ * X-Mooncake-Auth signature covers (docs/protocol.md §9.2). */
+static const char *request_target(const char *full)
+{
+    const char *p = strstr(full, "://");
+    p             = p ? p + 3 : full;
+    p             = strchr(p, '/');
+    return p ? p : "/";
+}
+
 static mc_status_t http_request(const char *method, const char *url, const char *key,
-                                const char *payload, const char *token, http_body_t *body)
+                                const char *payload, const char *token,
+                                const mc_auth_t *auth, http_body_t *body)
 {
     mc_status_t st = MC_RPC_FAIL;
     CURL *c        = NULL;
@@ -208,6 +219,19 @@ static mc_status_t http_request(const char *method, const char *url, const char 
         snprintf(line, sizeof(line), "X-Mooncake-Owner-Token: %.32s", token);
         hdrs = curl_slist_append(hdrs, line);
     }
+    if (auth != NULL) {
+        char line[sizeof(MC_AUTH_HTTP_HEADER) + MC_AUTH_HTTP_VALUE_MAX + 4];
+        int n = snprintf(line, sizeof(line), "%s: ", MC_AUTH_HTTP_HEADER);
+        if (mc_auth_http_sign(auth, method, request_target(full), payload ? payload : "",
+                              payload ? strlen(payload) : 0, line + n,
+                              sizeof(line) - (size_t)n) != 0) {
+            mc_set_error_detail("metadata %s %s: cannot sign the request (no cluster secret "
+                                "in %s)", method, key, auth->path);
+            st = MC_INVALID_PARAMS;
+            goto out;
+        }
+        hdrs = curl_slist_append(hdrs, line);
+    }
     if (payload != NULL) {
         hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload);
@@ -229,6 +253,10 @@ static mc_status_t http_request(const char *method, const char *url, const char 
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     if ((code >= 200) && (code < 300)) {
         st = MC_OK;
+    } else if (code == 401) {
+        mc_set_error_detail("metadata %s %s at %s: authentication refused (HTTP 401; is "
+                            "MC_AUTH_TOKEN_FILE the cluster's secret?)", method, key, url);
+        mc_warn("%s", mc_last_error_detail());
     } else if (code == 404) {
         st = MC_SEGMENT_NOT_FOUND;
         mc_set_error_detail("metadata key %s not found at %s", key, url);
@@ -247,15 +275,15 @@ out:
 }
 
 mc_status_t mc_te_http_put(const char *url, const char *key, const char *body,
-                           const char *token)
+                           const char *token, const mc_auth_t *auth)
 {
-    return http_request("PUT", url, key, body, token, NULL);
+    return http_request("PUT", url, key, body, token, auth, NULL);
 }
 
 mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size_t *len_p)
 {
     http_body_t b = {NULL, 0, 0, 0};
-    mc_status_t st = http_request("GET", url, key, NULL, NULL, &b);
+    mc_status_t st = http_request("GET", url, key, NULL, NULL, NULL, &b);
     if (st != MC_OK) {
         free(b.data);
         return st;
@@ -273,9 +301,10 @@ mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size
     return MC_OK;
 }
 
-mc_status_t mc_te_http_delete(const char *url, const char *key, const char *token)
+mc_status_t mc_te_http_delete(const char *url, const char *key, const char *token,
+                              const mc_auth_t *auth)
 {
-    mc_status_t st = http_request("DELETE", url, key, NULL, token, NULL);
+    mc_status_t st = http_request("DELETE", url, key, NULL, token, auth, NULL);
     return (st == MC_SEGMENT_NOT_FOUND) ? MC_OK : st;
 }
 
@@ -291,7 +320,7 @@ static mc_status_t meta_put(mc_te_t *te, const char *key, const char *value,
 {
     mc_status_t st;
     if (te->meta_kind == MC_TE_META_HTTP)
-        return mc_te_http_put(te->meta_url, key, value, token);
+        return mc_te_http_put(te->meta_url, key, value, token, te->auth);
     st = mc_etcd_put(te->meta_etcd, key, value, strlen(value), 0);
     return (st == MC_OK) ? MC_OK : MC_RPC_FAIL;
 }
@@ -315,7 +344,7 @@ static mc_status_t meta_get(mc_te_t *te, const char *key, char **text_p, size_t 
 static mc_status_t meta_delete(mc_te_t *te, const char *key, const char *token)
 {
     if (te->meta_kind == MC_TE_META_HTTP)
-        return mc_te_http_delete(te->meta_url, key, token);
+        return mc_te_http_delete(te->meta_url, key, token, te->auth);
     return (mc_etcd_delete(te->meta_etcd, key) == MC_OK) ? MC_OK : MC_RPC_FAIL;
 }
 

@@ -78,6 +78,9 @@ $cc $cflags $san -o "$work/fuzz_rdma_hs" "$src/tests/fuzz/fuzz_rdma_hs.c" \
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_rdma_seeds" "$src/tests/fuzz/fuzz_rdma_hs.c" \
     "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_auth" "$src/tests/fuzz/fuzz_auth.c" \
+    "$src/libmooncake/common/auth.c" $common -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_seeds" "$src/tests/fuzz/fuzz_wire.c" \
     "$src/libmooncake/wire/wire.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -87,7 +90,7 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
-targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_http_meta fuzz_rdma_hs"
+targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_http_meta fuzz_rdma_hs fuzz_auth"
 for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_oplog_seeds" "$work/corpus-fuzz_oplog"
 "$work/write_rdma_seeds" "$work/corpus-fuzz_rdma_hs"
@@ -106,6 +109,10 @@ printf '\001PUT /metadata?key=mooncake%%2Fram%%2Fh%%3A1 HTTP/1.1\r\nHost: x\r\nC
     > "$work/corpus-fuzz_http_meta/seed-put"
 printf '\000GET /metadata?key=a HTTP/1.1\r\nHost: x\r\n\r\nDELETE /metadata?key=ab HTTP/1.1\r\nX-Mooncake-Owner-Token: owner\r\n\r\n' \
     > "$work/corpus-fuzz_http_meta/seed-pipelined"
+printf '\000MCAP\001\000\000\001%064d%064dB' 0 0 > "$work/corpus-fuzz_auth/seed-proof"
+printf '\002v1 1700000000 00112233445566778899aabbccddeeff %064d' 0 > "$work/corpus-fuzz_auth/seed-http"
+printf '\003# c\nfuzz-cluster-secret-0123456789\ntenant B fuzz-b-secret-0123456789\n' \
+    > "$work/corpus-fuzz_auth/seed-file"
 
 [ "$secs" -gt 0 ] || exit 0
 status=0

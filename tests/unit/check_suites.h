@@ -43,7 +43,8 @@
     X(etcd)               \
     X(tensor)             \
     X(fastcopy)           \
-    X(rdma)
+    X(rdma)               \
+    X(auth)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);
 MC_TEST_SUITES(MC_TEST_SUITE_DECL_)

@@ -22,8 +22,11 @@ success, 1 when the thing asked for does not exist or the server refused,
 """
 
 import argparse
+import hashlib
+import hmac
 import json
 import os
+import time
 import re
 import sys
 import urllib.error
@@ -50,15 +53,42 @@ def _base_url(addr: str) -> str:
     return addr.rstrip("/") if "://" in addr else f"http://{addr}"
 
 
-def http_get(addr: str, path: str, params: Optional[Dict[str, str]] = None,
-             timeout: float = 5.0, what: str = "server") -> Tuple[int, str]:
-    """GET ``path`` from ``addr``; returns (status, body).  Connection
-    failures raise CliError(EXIT_UNREACHABLE) naming the address."""
-    url = _base_url(addr) + path
-    if params:
-        url += "?" + urllib.parse.urlencode(params)
+def cluster_secret(path: str) -> bytes:
+    """The first cluster secret of a secrets file (docs/security.md)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with open(path, "rb") as f:
+            for line in f:
+                words = line.split()
+                if len(words) == 1 and not words[0].startswith(b"#"):
+                    return words[0]
+    except OSError as e:
+        raise CliError(f"--auth-token-file {path}: {e.strerror}") from None
+    raise CliError(f"--auth-token-file {path}: no cluster secret in it")
+
+
+def auth_header(secret: bytes, method: str, target: str, body: bytes = b"") -> str:
+    """The X-Mooncake-Auth value of a request (docs/protocol.md §9.2)."""
+    ts, nonce = int(time.time()), os.urandom(16)
+    msg = (b"mooncake-auth-v1\0H" + method.encode() + b"\0" + target.encode() + b"\0" +
+           str(ts).encode() + b"\0" + nonce + hashlib.sha256(body).digest())
+    return f"v1 {ts} {nonce.hex()} {hmac.new(secret, msg, hashlib.sha256).hexdigest()}"
+
+
+def http_get(addr: str, path: str, params: Optional[Dict[str, str]] = None,
+             timeout: float = 5.0, what: str = "server",
+             secret: Optional[bytes] = None) -> Tuple[int, str]:
+    """GET ``path`` from ``addr``, signed with ``secret`` when given;
+    returns (status, body).  Connection failures raise
+    CliError(EXIT_UNREACHABLE) naming the address."""
+    target = path
+    if params:
+        target += "?" + urllib.parse.urlencode(params)
+    url = _base_url(addr) + target
+    req = urllib.request.Request(url)
+    if secret is not None:
+        req.add_header("X-Mooncake-Auth", auth_header(secret, "GET", target))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode("utf-8", "replace")
@@ -105,10 +135,17 @@ class Cli:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.out: List[str] = []
+        path = getattr(args, "auth_token_file", None)
+        self.secret = cluster_secret(path) if path else None
 
     def admin(self, path: str, params: Optional[Dict[str, str]] = None) -> Tuple[int, str]:
-        return http_get(self.args.admin, path, params, self.args.timeout,
-                        "master's admin server (--admin)")
+        status, body = http_get(self.args.admin, path, params, self.args.timeout,
+                                "master's admin server (--admin)", self.secret)
+        if status == 401:
+            raise CliError(f"{path}: the master needs a signed request (cluster "
+                           "authentication is on): pass --auth-token-file or set "
+                           "MC_AUTH_TOKEN_FILE")
+        return status, body
 
     def admin_json(self, path: str, params: Optional[Dict[str, str]] = None,
                    missing: str = "") -> Any:
@@ -220,7 +257,8 @@ class Cli:
 
         store = MooncakeDistributedStore()
         # no segment, no staging buffer: this client only talks to the master
-        rc = store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", self.args.master)
+        rc = store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", self.args.master,
+                         auth_token_file=self.args.auth_token_file or "")
         if rc != 0:
             raise CliError(f"cannot connect to the master at {self.args.master} (--master): "
                            f"error {rc}", EXIT_UNREACHABLE)
@@ -277,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="HOST:PORT",
                    help="the master's RPC address, for remove (env MOONCAKE_MASTER; "
                         f"default {DEFAULT_MASTER})")
+    p.add_argument("--auth-token-file", default=os.environ.get("MC_AUTH_TOKEN_FILE", ""),
+                   metavar="PATH",
+                   help="cluster secrets file: sign admin requests and authenticate remove "
+                        "(docs/security.md; env MC_AUTH_TOKEN_FILE; default: none)")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
                    help="HTTP timeout (default 5)")
@@ -304,8 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    cli = Cli(args)
     try:
+        cli = Cli(args)
         return getattr(cli, "cmd_" + args.command)()
     except CliError as e:
         if args.json:

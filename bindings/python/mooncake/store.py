@@ -326,7 +326,7 @@ _DICT_KEYS = frozenset({
     "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
     "protocol", "rdma_devices", "master_server_addr", "ipc_socket_path", "tenant_id",
     "enable_ssd_offload", "ssd_offload_path", "enable_client_http_server",
-    "client_http_port", "rpc_timeout_ms",
+    "client_http_port", "rpc_timeout_ms", "auth_token_file",
 })
 
 
@@ -368,6 +368,7 @@ class MooncakeDistributedStore(TensorMethods):
         enable_client_http_server: bool = False,
         client_http_port: int = 9300,
         rpc_timeout_ms: Optional[int] = None,
+        auth_token_file: Optional[str] = None,
     ) -> int: ...
 
     def setup(  # type: ignore[misc]
@@ -386,6 +387,7 @@ class MooncakeDistributedStore(TensorMethods):
         enable_client_http_server: Any = False,
         client_http_port: Any = _DEFAULT_CLIENT_HTTP_PORT,
         rpc_timeout_ms: Any = None,
+        auth_token_file: Any = None,
     ) -> int:
         """Connect to the master, start the transfer engine and mount this
         client's ``global_segment_size`` bytes into the pool.
@@ -459,6 +461,13 @@ class MooncakeDistributedStore(TensorMethods):
                 (``last_error_detail()`` and the log name the master).
                 None: the environment variable ``MC_STORE_RPC_TIMEOUT_MS``,
                 else 5000.  0 waits forever.  Not part of upstream's API.
+            auth_token_file: cluster authentication (docs/security.md): a
+                file of shared secrets; the master connections, this
+                client's data port and its metadata writes then prove the
+                secret.  None: the environment variable
+                ``MC_AUTH_TOKEN_FILE``; "": off.  A file that cannot be read
+                fails setup with ``INVALID_PARAMS``; a master that refuses
+                the secret with ``RPC_FAIL``.  Not part of upstream's API.
 
         Returns:
             0 on success, else a negative :class:`ErrorCode`
@@ -476,7 +485,8 @@ class MooncakeDistributedStore(TensorMethods):
             if any(v is not _UNSET for v in given) or engine is not None or \
                     enable_ssd_offload is not False or ssd_offload_path != "" or \
                     tenant_id != _DEFAULT_TENANT or enable_client_http_server is not False or \
-                    client_http_port != _DEFAULT_CLIENT_HTTP_PORT or rpc_timeout_ms is not None:
+                    client_http_port != _DEFAULT_CLIENT_HTTP_PORT or rpc_timeout_ms is not None or \
+                    auth_token_file is not None:
                 raise TypeError("setup(config) takes the configuration dict alone")
             return self._setup_from_dict(local_hostname)
 
@@ -508,6 +518,8 @@ class MooncakeDistributedStore(TensorMethods):
             self._port("client_http_port", client_http_port),
             engine=borrowed,
             rpc_timeout_ms=self._timeout_arg(rpc_timeout_ms),
+            auth_token_file=None if auth_token_file is None
+            else _util.check_str("auth_token_file", auth_token_file),
         )
         if rc == 0 and engine is not None:
             self._engine = engine  # keeps the borrowed engine alive while we use it
@@ -603,6 +615,8 @@ class MooncakeDistributedStore(TensorMethods):
             flags["enable_client_http_server"],
             numbers["client_http_port"],
             rpc_timeout_ms=numbers["rpc_timeout_ms"],
+            auth_token_file=str(config["auth_token_file"]) if "auth_token_file" in config
+            else None,
         )
 
     def _setup_checked(self, local_hostname: str, metadata_server: str,
@@ -610,10 +624,11 @@ class MooncakeDistributedStore(TensorMethods):
                        rdma_devices: str, master_server_addr: str, enable_ssd_offload: bool,
                        ssd_offload_path: str, tenant_id: str, enable_client_http_server: bool,
                        client_http_port: int, engine: Any = None,
-                       rpc_timeout_ms: Optional[int] = None) -> int:
+                       rpc_timeout_ms: Optional[int] = None,
+                       auth_token_file: Optional[str] = None) -> int:
         strings = (local_hostname, metadata_server, protocol, rdma_devices,
                    master_server_addr, ssd_offload_path, tenant_id)
-        if any("\0" in s for s in strings):
+        if any("\0" in s for s in strings + ((auth_token_file,) if auth_token_file else ())):
             return int(ErrorCode.INVALID_PARAMS)
         if not 0 <= client_http_port <= 65535:
             return int(ErrorCode.INVALID_PARAMS)
@@ -628,7 +643,8 @@ class MooncakeDistributedStore(TensorMethods):
                                local_buffer_size, protocol, rdma_devices,
                                master_server_addr, tenant_id, engine,
                                -1 if rpc_timeout_ms is None else rpc_timeout_ms,
-                               client_http_port if enable_client_http_server else -1)
+                               client_http_port if enable_client_http_server else -1,
+                               auth_token_file)
         if rc == 0 and enable_ssd_offload:
             rc = self._store.offload_start(ssd_offload_path)
             if rc != 0:

@@ -45,7 +45,9 @@ enum mc_store_params_field {
     /** rpc_timeout_ms is set. @since 0.2 */
     MC_STORE_PARAM_RPC_TIMEOUT_MS      = 1u << 9,
     /** client_http_port is set: run the client HTTP server. @since 0.2 */
-    MC_STORE_PARAM_CLIENT_HTTP_PORT    = 1u << 10
+    MC_STORE_PARAM_CLIENT_HTTP_PORT    = 1u << 10,
+    /** auth_token_file is set. @since 0.2 */
+    MC_STORE_PARAM_AUTH_TOKEN_FILE     = 1u << 11
 };
 
 /** Setup parameters; unset fields take the upstream defaults. @since 0.1 */
@@ -97,6 +99,20 @@ typedef struct mc_store_params {
      * Unset: no server.
      */
     uint16_t client_http_port;
+    /**
+     * Cluster authentication (with MC_STORE_PARAM_AUTH_TOKEN_FILE; @since
+     * 0.2; docs/security.md): a secrets file ("SECRET" lines for the
+     * cluster, "tenant NAME SECRET" for a tenant with its own).  Set, every
+     * master connection proves the secret of tenant_id (its own when the
+     * file has one, else the cluster's) in an HMAC challenge-response, and
+     * the store's own transfer engine authenticates its data connections
+     * and signs its metadata writes with the cluster secret.  Unset: the
+     * environment variable MC_AUTH_TOKEN_FILE; empty or absent: off.  A file
+     * that cannot be read or is malformed fails setup with
+     * MC_INVALID_PARAMS; a master without authentication, or one with
+     * another secret, fails it with MC_RPC_FAIL and a detail saying so.
+     */
+    const char *auth_token_file;
 } mc_store_params_t;
 
 /** One piece of a value written from several buffers. @since 0.1 */

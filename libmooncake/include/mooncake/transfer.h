@@ -35,7 +35,9 @@ enum mc_te_params_field {
     MC_TE_PARAM_PROTOCOL        = 1u << 2,
     MC_TE_PARAM_DEVICES         = 1u << 3,
     MC_TE_PARAM_PORT_RANGE      = 1u << 4,
-    MC_TE_PARAM_LANES           = 1u << 5
+    MC_TE_PARAM_LANES           = 1u << 5,
+    /** auth_token_file is set. @since 0.2 */
+    MC_TE_PARAM_AUTH_TOKEN_FILE = 1u << 6
 };
 
 /** Engine creation parameters. @since 0.1 */
@@ -48,6 +50,17 @@ typedef struct mc_te_params {
     uint16_t port_min;           /**< first port tried (default 12300, env MC_STORE_CLIENT_MIN_PORT) */
     uint16_t port_max;           /**< last port tried (default 14300, env MC_STORE_CLIENT_MAX_PORT) */
     unsigned lanes_per_peer;     /**< pooled connections per peer (default 4, env MC_TCP_LANES_PER_PEER) */
+    /**
+     * Cluster authentication (with MC_TE_PARAM_AUTH_TOKEN_FILE; @since 0.2;
+     * docs/security.md): a secrets file ("SECRET" lines, optionally
+     * "tenant NAME SECRET" lines).  Set, every data connection this engine
+     * accepts or dials must pass an HMAC challenge-response first, and its
+     * metadata PUT/DELETE carry a signature.  Unset: the environment
+     * variable MC_AUTH_TOKEN_FILE; empty or absent: off.  A file that cannot
+     * be read, is malformed or has no cluster secret fails creation with
+     * MC_INVALID_PARAMS.
+     */
+    const char *auth_token_file;
 } mc_te_params_t;
 
 /** Registration flags. @since 0.1 */

@@ -36,6 +36,13 @@
  * (tcp_xfer_spread), and a READ's answer header and payload are taken in
  * one receive where they arrive together.
  *
+ * Authentication (docs/security.md, docs/protocol.md §9.1).  With a
+ * cluster secret (te->auth), a served connection first runs the
+ * challenge-response, each step bounded by TCP_AUTH_TIMEOUT_MS, marked
+ * idle meanwhile so accept_admit() may close it to make room; a dialled
+ * lane runs the client side before its first request.  Nothing of the
+ * data protocol is read from or sent to a peer that has not passed.
+ *
  * Destruction: shutdown() on the listening socket and on every served
  * connection wakes the threads blocked in accept/recv/send; all are
  * joined.  Finished connection threads are joined by the acceptor as it
@@ -66,6 +73,7 @@
 #define TCP_CONN_STACK       (256u * 1024u)
 #define TCP_PEER_DOWN_MS     1000u
 #define TCP_LISTEN_BACKLOG   1024
+#define TCP_AUTH_TIMEOUT_MS  5000
 
 typedef struct mc_tcp mc_tcp_t;
 
@@ -449,6 +457,17 @@ static void *conn_main(void *arg)
     uint8_t hdr[MC_TE_REQ_HDR_SIZE];
     mc_te_req_hdr_t h;
 
+    if (tp->te->auth != NULL) {
+        int rc;
+        __atomic_store_n(&c->idle_since_ms, mc_now_ms(), __ATOMIC_RELEASE);
+        rc = mc_auth_server_fd(tp->te->auth, c->fd, MC_AUTH_SVC_TE, TCP_AUTH_TIMEOUT_MS);
+        __atomic_store_n(&c->idle_since_ms, 0, __ATOMIC_RELEASE);
+        if (rc != 0) {
+            mc_log_ratelimited(MC_LOG_WARN, "closing an unauthenticated data connection: %s",
+                               mc_last_error_detail());
+            goto done;
+        }
+    }
     for (;;) {
         int rc;
         if (serve_wait(tp, c) != 0)
@@ -479,6 +498,7 @@ static void *conn_main(void *arg)
             break;
     }
 
+done:
     pthread_mutex_lock(&tp->mu);
     close(c->fd);
     c->fd = -1;
@@ -981,6 +1001,15 @@ static mc_status_t lane_connect(mc_tcp_peer_t *pe, unsigned lane)
         return MC_TRANSFER_FAIL;
     }
     mc_tcp_tune(fd, tp->io_timeout_s);
+    if ((tp->te->auth != NULL) &&
+        (mc_auth_client_fd(tp->te->auth, fd, MC_AUTH_SVC_TE, NULL, TCP_AUTH_TIMEOUT_MS) != 0)) {
+        char why[300];
+        snprintf(why, sizeof(why), "%s", mc_last_error_detail());
+        close(fd);
+        mc_set_error_detail("data connection to %s:%u: %s", pe->host, (unsigned)pe->port, why);
+        mc_log_ratelimited(MC_LOG_WARN, "%s", mc_last_error_detail());
+        return MC_TRANSFER_FAIL;
+    }
     pe->fds[lane] = fd;
     return MC_OK;
 }
