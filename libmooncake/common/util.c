@@ -476,3 +476,24 @@ char *mc_strdup(const char *s)
 {
     return strdup(s ? s : "");
 }
+
+int mc_textbuf_append(mc_textbuf_t *b, const void *p, size_t n, size_t max)
+{
+    if ((n > max) || (b->len > max - n))
+        return -1;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        char *d;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        d = realloc(b->data, cap);
+        if (d == NULL)
+            return -1;
+        b->data = d;
+        b->cap  = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}

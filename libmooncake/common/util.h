@@ -79,4 +79,15 @@ void mc_tcp_tune(int fd, int io_timeout_secs);
 
 char *mc_strdup(const char *s);
 
+/* A growing NUL-terminated text buffer (HTTP response bodies). */
+typedef struct mc_textbuf {
+    char *data;
+    size_t len;
+    size_t cap;
+} mc_textbuf_t;
+
+/* Append @p n bytes, keeping data NUL-terminated; refuses (returns -1,
+ * nothing appended) past @p max bytes in all or without memory. */
+int mc_textbuf_append(mc_textbuf_t *b, const void *p, size_t n, size_t max);
+
 #endif /* MC_COMMON_UTIL_H */

@@ -249,33 +249,13 @@ void mc_etcd_kv_cleanup(mc_etcd_kv_t *kv)
 
 /* ---- one request -------------------------------------------------------------- */
 
-typedef struct etcd_body {
-    char *data;
-    size_t len;
-    size_t cap;
-} etcd_body_t;
+typedef mc_textbuf_t etcd_body_t;
 
 static size_t etcd_write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
 {
-    etcd_body_t *b = ud;
     size_t n = size * nmemb;
-    if (b->len + n + 1 > MC_ETCD_MAX_RESPONSE)
-        return 0;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        char *p;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        p = realloc(b->data, cap);
-        if (p == NULL)
-            return 0;
-        b->data = p;
-        b->cap  = cap;
-    }
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
+    /* one byte stays for the NUL */
+    return (mc_textbuf_append(ud, ptr, n, MC_ETCD_MAX_RESPONSE - 1) == 0) ? n : 0;
 }
 
 /*

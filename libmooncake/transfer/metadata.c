@@ -117,9 +117,7 @@ static void curl_init_once(void)
 }
 
 typedef struct http_body {
-    char *data;
-    size_t len;
-    size_t cap;
+    mc_textbuf_t t;
     int too_big;
 } http_body_t;
 
@@ -127,25 +125,11 @@ static size_t http_write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     http_body_t *b = ud;
     size_t n = size * nmemb; /* curl guarantees size == 1 */
-    if ((n > MC_TE_DESCRIBE_MAX) || (b->len + n > MC_TE_DESCRIBE_MAX)) {
+    if ((n > MC_TE_DESCRIBE_MAX) || (b->t.len + n > MC_TE_DESCRIBE_MAX)) {
         b->too_big = 1;
         return 0; /* aborts the transfer */
     }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        char *p;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        p = realloc(b->data, cap);
-        if (p == NULL)
-            return 0;
-        b->data = p;
-        b->cap  = cap;
-    }
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
+    return (mc_textbuf_append(&b->t, ptr, n, MC_TE_DESCRIBE_MAX) == 0) ? n : 0;
 }
 
 /* Swallow the body of PUT/DELETE answers. */
@@ -282,22 +266,22 @@ mc_status_t mc_te_http_put(const char *url, const char *key, const char *body,
 
 mc_status_t mc_te_http_get(const char *url, const char *key, char **body_p, size_t *len_p)
 {
-    http_body_t b = {NULL, 0, 0, 0};
+    http_body_t b = {{NULL, 0, 0}, 0};
     mc_status_t st = http_request("GET", url, key, NULL, NULL, NULL, &b);
     if (st != MC_OK) {
-        free(b.data);
+        free(b.t.data);
         return st;
     }
-    if (b.data == NULL) {
-        b.data = calloc(1, 1);
-        if (b.data == NULL) {
+    if (b.t.data == NULL) {
+        b.t.data = calloc(1, 1);
+        if (b.t.data == NULL) {
             mc_set_error_detail("out of memory");
             return MC_INTERNAL_ERROR;
         }
     }
-    *body_p = b.data;
+    *body_p = b.t.data;
     if (len_p != NULL)
-        *len_p = b.len;
+        *len_p = b.t.len;
     return MC_OK;
 }
 
