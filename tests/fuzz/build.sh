@@ -70,7 +70,7 @@ $cc $cflags $san -o "$work/fuzz_te_frame" "$src/tests/fuzz/fuzz_te_frame.c" \
     $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_http_meta" "$src/tests/fuzz/fuzz_http_meta.c" \
-    "$src/mooncake-master/http.c" $common -levent -lm -lpthread
+    "$src/mooncake-master/http.c" "$src/libmooncake/common/auth.c" $common -levent -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_rdma_hs" "$src/tests/fuzz/fuzz_rdma_hs.c" \
     "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
