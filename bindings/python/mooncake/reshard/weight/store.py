@@ -513,6 +513,10 @@ class WeightStoreWriter:
                                  d.weight_generation, placement.tensors, tuple(frs), sha)
         return m, _canonical(body)
 
+    # How long a commit waits for a manifest that another rank is writing
+    # at the same moment to become readable.
+    PUBLISH_WAIT_S = 10.0
+
     def _publish_manifest(self, manifest: StoredWeightManifest, raw: bytes) -> None:
         existing = self._store.get(self.manifest_key)
         if not existing:
@@ -522,6 +526,14 @@ class WeightStoreWriter:
                                        f"failed ({rc}); the writer keeps its payloads, retry "
                                        f"commit()", rc)
             existing = self._store.get(self.manifest_key)
+            # Ranks publish the same manifest together: a put that found
+            # another rank's put of the key still in progress returns 0
+            # (the key exists) before that put completes, so the manifest
+            # becomes readable a moment later.
+            deadline = time.monotonic() + self.PUBLISH_WAIT_S
+            while not existing and time.monotonic() < deadline:
+                time.sleep(0.005)
+                existing = self._store.get(self.manifest_key)
         if existing != raw:
             if not existing:
                 raise WeightStoreError(f"commit: the manifest {self.manifest_key!r} cannot be "
