@@ -292,6 +292,11 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
     metric(b, "master_disk_replicas_dropped_total", "counter",
            "Disk replicas forgotten (bucket gone, holder gone, upsert, object end).",
            m->disk_dropped_keys);
+    metric(b, "master_promotions_queued_total", "counter",
+           "Disk-only objects whose copy back to memory was queued (--promotion_on_hit).",
+           m->promotions_queued);
+    metric(b, "master_promotions_total", "counter",
+           "Disk-only objects copied back to memory (--promotion_on_hit).", m->promotions_done);
     metric(b, "master_attempted_evictions_total", "counter",
            "Eviction passes started (background above the high watermark, or inline for "
            "a put that did not fit).",

@@ -788,6 +788,10 @@ mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, siz
         return parse_fail(err, errlen,
                           "--offload_on_evict needs --enable_offload (eviction would wait for "
                           "disk copies that no client may report)");
+    if (cfg->promotion_on_hit && !cfg->enable_offload)
+        return parse_fail(err, errlen,
+                          "--promotion_on_hit needs --enable_offload (without disk replicas "
+                          "there is nothing to promote)");
     return MC_OK;
 }
 

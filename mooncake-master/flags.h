@@ -245,8 +245,8 @@ typedef enum mc_flag_kind {
       "Evict even when the offload queue is full.")                                         \
     X(INT, offloading_queue_limit, "50000", v_nonneg, MC_FLAG_COMPAT, "Objects queued for offload.") \
     X(DOUBLE, offload_cap_ratio, "0.5", v_ratio, MC_FLAG_COMPAT, "Share of SSD capacity for offload.") \
-    X(BOOL, promotion_on_hit, "false", v_none, MC_FLAG_REFUSE, "Promote SSD objects back to memory on a hit.") \
-    X(INT, promotion_admission_threshold, "2", v_nonneg, MC_FLAG_COMPAT, "Hits before promotion.") \
+    X(BOOL, promotion_on_hit, "false", v_none, 0, "Copy a disk-only object back to memory after enough reads (docs/tiers.md).") \
+    X(INT, promotion_admission_threshold, "2", v_positive, 0, "Reads of a disk-only object that promote it.") \
     X(INT, promotion_queue_limit, "50000", v_nonneg, MC_FLAG_COMPAT, "Objects queued for promotion.") \
     X(INT, promotion_max_per_heartbeat, "1", v_nonneg, MC_FLAG_COMPAT, "Promotions per heartbeat.") \
     X(BOOL, enable_disk_eviction, "true", v_none, MC_FLAG_COMPAT, "Evict from the disk tier.") \

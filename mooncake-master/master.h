@@ -189,6 +189,10 @@ typedef struct mc_object_ext {
      * OFFLOAD_REPORT, dropped by DISK_REPLICA_DROP, an upsert, the
      * holder's departure or the object's end.  NULL = none. */
     struct mc_disk_replica *disk;
+    /* Reads since the object became disk-only (--promotion_on_hit):
+     * at --promotion_admission_threshold the master asks the holder to
+     * copy it back to memory (tasks.c). */
+    uint32_t disk_hits;
 } mc_object_ext_t;
 
 /*
@@ -295,6 +299,7 @@ typedef struct mc_task {
     uint8_t type;              /* mc_task_type_t */
     uint8_t status;            /* mc_task_status_t */
     uint8_t committed;         /* TASK_REPLICA_END done */
+    uint8_t promote;           /* a promotion: the source may be the disk replica */
     uint32_t ntargets;
     uint32_t nstaged;          /* buffers START allocated (staged may lose some) */
     uint64_t created_ms;       /* wall clock */
@@ -417,6 +422,8 @@ struct mc_master {
     uint64_t offloaded_keys;           /* OFFLOAD_REPORTs taken */
     uint64_t offloaded_bytes;
     uint64_t disk_dropped_keys;        /* disk replicas gone (holder, drop, object end) */
+    uint64_t promotions_queued;        /* --promotion_on_hit copies queued */
+    uint64_t promotions_done;          /* ... and committed */
 
     /* tasks.c */
     mc_hmap_t tasks;
@@ -677,6 +684,12 @@ int32_t mc_master_task_replica_revoke(mc_req_ctx_t *x,
 
 /* The ext of @p o, allocated on first use; NULL on OOM. */
 mc_object_ext_t *mc_master_object_ext(mc_object_t *o);
+/* The wire form (type DISK) of disk replica @p d. */
+void mc_master_disk_to_wire(mc_wire_replica_t *w, const struct mc_disk_replica *d);
+/* A read of the disk-only object @p o (--promotion_on_hit, tasks.c): at
+ * --promotion_admission_threshold reads, queue a copy of it back to memory
+ * on its holder's segment, executed by the holder. */
+void mc_master_promote_hit(mc_req_ctx_t *x, mc_object_t *o);
 /* Grant the read lease of a GET on @p o (and its group). */
 void mc_master_object_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms);
 /* Free every replica on @p list without giving its range back (teardown:

@@ -463,6 +463,7 @@ static int obj_settle(mc_master_t *m, mc_object_t *o)
         return 1;
     }
     mc_mlist_remove(&o->lru_link);
+    o->ext->disk_hits = 0; /* disk-only again: count afresh */
     mc_durable_object(m, o);
     return 0;
 }
@@ -704,18 +705,22 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
     }
     if (d != NULL) {
         /* last: readers prefer memory (docs/tiers.md) */
-        mc_wire_replica_t *w = &out->v[out->n++];
-        w->id         = d->id;
-        w->status     = MC_REPLICA_COMPLETE;
-        w->type       = MC_WIRE_REPLICA_DISK;
-        w->addr       = d->offset;
-        w->size       = d->length;
-        w->segment    = mc_str_from_cstr(d->segment);
-        w->segment_id = d->holder;
-        w->file_path  = mc_str_from_cstr(d->path);
-        w->crc        = d->crc;
+        mc_master_disk_to_wire(&out->v[out->n++], d);
     }
     return MC_OK;
+}
+
+void mc_master_disk_to_wire(mc_wire_replica_t *w, const mc_disk_replica_t *d)
+{
+    w->id         = d->id;
+    w->status     = MC_REPLICA_COMPLETE;
+    w->type       = MC_WIRE_REPLICA_DISK;
+    w->addr       = d->offset;
+    w->size       = d->length;
+    w->segment    = mc_str_from_cstr(d->segment);
+    w->segment_id = d->holder;
+    w->file_path  = mc_str_from_cstr(d->path);
+    w->crc        = d->crc;
 }
 
 /* Complete with a replica that may be read (not only on segments restored
@@ -1066,6 +1071,8 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
     if (out->n == 0)
         return MC_OBJECT_NOT_FOUND; /* only on segments not remounted since a restart */
     obj_grant_lease(x->m, o, x->now_ms);
+    if (x->m->cfg->promotion_on_hit && mc_mlist_empty(&o->replicas) && (obj_disk(o) != NULL))
+        mc_master_promote_hit(x, o);
     *size_p = o->size;
     return MC_OK;
 }

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "evict.h"
 #include "master.h"
 #include "snapshot.h"
 
@@ -168,6 +169,15 @@ static void task_unstage(mc_master_t *m, mc_task_t *t, int defer, uint64_t now_m
     t->source_replica = 0; /* END now has nothing to commit */
 }
 
+/* A promotion failed: the object's next reads may queue another. */
+static void promotion_failed(mc_master_t *m, const mc_task_t *t)
+{
+    mc_object_t *o = mc_master_object_find(m, (mc_str_t){t->tenant, t->tenant_len},
+                                           (mc_str_t){t->key, t->key_len});
+    if ((o != NULL) && (o->ext != NULL))
+        o->ext->disk_hits = 0;
+}
+
 /* End @p t with @p status and a message (printf style). */
 static void task_finish(mc_master_t *m, mc_task_t *t, uint8_t status, int defer, uint64_t now_ms,
                         const char *fmt, ...) __attribute__((format(printf, 6, 7)));
@@ -179,6 +189,8 @@ static void task_finish(mc_master_t *m, mc_task_t *t, uint8_t status, int defer,
     char idbuf[37];
 
     task_unstage(m, t, defer, now_ms);
+    if (t->promote && (status != MC_TASK_SUCCESS))
+        promotion_failed(m, t);
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
@@ -288,9 +300,11 @@ static int name_in(const char *name, const mc_str_t *names, uint32_t n)
     return 0;
 }
 
-/* Create a PENDING task of @p type for @p o read from @p src. */
-static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, mc_replica_t *src,
-                           const mc_str_t *targets, uint32_t ntargets, mc_uuid_t *id_p)
+/* Create a PENDING task of @p type for @p o read from segment @p source
+ * by client @p assigned. */
+static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, const char *source,
+                           mc_uuid_t assigned, const mc_str_t *targets, uint32_t ntargets,
+                           mc_uuid_t *id_p)
 {
     mc_master_t *m = x->m;
     mc_task_t *t;
@@ -307,7 +321,7 @@ static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, mc_rep
     t->key        = mc_str_dup(mc_object_key(o));
     t->tenant_len = (uint32_t)mc_object_tenant(o).len;
     t->key_len    = o->key_len;
-    t->source     = mc_strdup(src->seg->name);
+    t->source     = mc_strdup(source);
     t->targets    = calloc(ntargets, sizeof(*t->targets));
     if ((t->tenant == NULL) || (t->key == NULL) || (t->source == NULL) || (t->targets == NULL))
         goto oom;
@@ -321,7 +335,7 @@ static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, mc_rep
     while (mc_uuid_is_nil(t->id) || (task_find(m, t->id) != NULL));
     t->type           = type;
     t->status         = MC_TASK_PENDING;
-    t->assigned       = src->seg->owner->id;
+    t->assigned       = assigned;
     t->created_ms     = mc_wall_ms();
     t->updated_ms     = t->created_ms;
     t->state_since_ms = x->now_ms;
@@ -371,8 +385,8 @@ int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_ta
     }
     if (src == NULL)
         return MC_OBJECT_NOT_FOUND;
-    return task_create(x, MC_TASK_REPLICA_COPY, o, src, req->targets.v, req->targets.n,
-                       &resp->task_id);
+    return task_create(x, MC_TASK_REPLICA_COPY, o, src->seg->name, src->seg->owner->id,
+                       req->targets.v, req->targets.n, &resp->task_id);
 }
 
 int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_task_req_t *req,
@@ -391,7 +405,38 @@ int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_ta
     src = replica_named(&o->replicas, req->source);
     if (src == NULL)
         return MC_INVALID_PARAMS; /* the source holds no replica of the key */
-    return task_create(x, MC_TASK_REPLICA_MOVE, o, src, &req->target, 1, &resp->task_id);
+    return task_create(x, MC_TASK_REPLICA_MOVE, o, src->seg->name, src->seg->owner->id,
+                       &req->target, 1, &resp->task_id);
+}
+
+void mc_master_promote_hit(mc_req_ctx_t *x, mc_object_t *o)
+{
+    mc_object_ext_t *ext = mc_master_object_ext(o);
+    const mc_disk_replica_t *d;
+    mc_str_t target;
+    mc_uuid_t id;
+    int32_t st;
+
+    if ((ext == NULL) || ((d = ext->disk) == NULL) || (ext->disk_hits == UINT32_MAX))
+        return;
+    if (++ext->disk_hits != (uint64_t)x->m->cfg->promotion_admission_threshold)
+        return; /* below it, or a promotion is already on its way */
+    target = mc_str_from_cstr(d->segment);
+    if (!mc_master_segment_name_exists(x->m, target)) {
+        ext->disk_hits = 0;
+        return;
+    }
+    /* a copy from the holder's disk to the holder's memory: the holder's
+     * task executor reads the record (its CRCs checked) and writes it */
+    st = task_create(x, MC_TASK_REPLICA_COPY, o, d->segment, d->holder, &target, 1, &id);
+    if (st != MC_OK) {
+        mc_debug("promotion of %.*s not queued: %s", (int)MC_MIN(o->key_len, 200u),
+                 mc_object_key(o).ptr, mc_status_name(st));
+        ext->disk_hits = 0; /* the next reads try again */
+        return;
+    }
+    task_find(x->m, id)->promote = 1;
+    x->m->promotions_queued++;
 }
 
 /* ---- queries and execution --------------------------------------------------- */
@@ -480,6 +525,7 @@ int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica
     mc_task_t *t;
     mc_object_t *o;
     mc_replica_t *src;
+    const mc_disk_replica_t *disk = NULL;
     mc_object_ext_t *ext;
     mc_mlist_t *pos;
     uint32_t n = 0;
@@ -496,8 +542,10 @@ int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica
                               (mc_str_t){t->key, t->key_len});
     if ((o == NULL) || !o->complete)
         return MC_OBJECT_NOT_FOUND;
-    src = replica_on(o, t->source);
-    if ((src == NULL) && (t->type == MC_TASK_REPLICA_COPY)) {
+    /* a promotion reads the disk replica of a disk-only object, nothing
+     * else: once the object is back in memory it has nothing to do */
+    src = t->promote ? NULL : replica_on(o, t->source);
+    if ((src == NULL) && (t->type == MC_TASK_REPLICA_COPY) && !t->promote) {
         /* the copy source went away: any other complete replica of ours */
         for (pos = o->replicas.next; (pos != &o->replicas) && (src == NULL); pos = pos->next) {
             mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
@@ -505,10 +553,13 @@ int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica
                 src = r;
         }
     }
-    if (src == NULL)
-        return MC_REPLICA_NOT_FOUND;
     if ((ext = mc_master_object_ext(o)) == NULL)
         return MC_INTERNAL_ERROR;
+    if (t->promote && mc_mlist_empty(&o->replicas) && (ext->disk != NULL) &&
+        mc_uuid_eq(ext->disk->holder, t->assigned))
+        disk = ext->disk; /* disk-only: the holder reads its record */
+    if ((src == NULL) && (disk == NULL))
+        return MC_REPLICA_NOT_FOUND;
 
     for (uint32_t i = 0; i < t->ntargets; i++) {
         mc_replica_t *r;
@@ -535,13 +586,16 @@ int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica
         memset(resp, 0, sizeof(*resp));
         return MC_INTERNAL_ERROR;
     }
-    mc_master_replica_to_wire(&resp->source.v[0], src, o->size);
+    if (src != NULL)
+        mc_master_replica_to_wire(&resp->source.v[0], src, o->size);
+    else
+        mc_master_disk_to_wire(&resp->source.v[0], disk);
     for (pos = t->staged.next; pos != &t->staged; pos = pos->next)
         mc_master_replica_to_wire(&resp->targets.v[resp->targets.n++],
                                   mc_container_of(pos, mc_replica_t, link), o->size);
     t->obj            = o;
     t->nstaged        = n;
-    t->source_replica = src->id;
+    t->source_replica = (src != NULL) ? src->id : disk->id;
     mc_mlist_insert_tail(&ext->tasks, &t->obj_link);
     return MC_OK;
 }
@@ -573,6 +627,7 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
     mc_object_t *o;
     mc_replica_t *src;
     mc_mlist_t *pos, *tmp;
+    int from_disk;
     int32_t st;
 
     if ((st = own_task(x, req->client_id, req->task_id, &t)) != MC_OK)
@@ -587,7 +642,11 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
         return st;
     }
     src = replica_by_id(o, t->source_replica);
-    if ((src == NULL) || (list_len(&t->staged) != t->nstaged)) {
+    /* a promotion read the disk replica: it must still be the one
+     * handed out (an upsert drops it, a re-offload renews its id) */
+    from_disk = (src == NULL) && t->promote && (o->ext != NULL) && (o->ext->disk != NULL) &&
+                (o->ext->disk->id == t->source_replica);
+    if (((src == NULL) && !from_disk) || (list_len(&t->staged) != t->nstaged)) {
         /* the bytes read or a buffer written went away under the copy */
         task_unstage(m, t, 0, x->now_ms);
         return MC_REPLICA_IS_GONE;
@@ -613,6 +672,12 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
      * longer when a replica skipped at START went with its segment */
     if ((t->type == MC_TASK_REPLICA_MOVE) && (replica_on(o, t->targets[0]) != NULL))
         mc_master_replica_retire(m, o, src, x->now_ms);
+    if (from_disk && !mc_mlist_empty(&o->replicas)) {
+        /* promoted: in memory again, so on the LRU again */
+        o->ext->disk_hits = 0;
+        mc_master_lru_touch(m, o);
+        m->promotions_done++;
+    }
     mc_durable_object(m, o); /* the new replicas */
     t->committed = 1;
     return MC_OK;

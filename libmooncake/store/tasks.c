@@ -43,11 +43,14 @@
  */
 #include "config.h"
 
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "store/disk.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
@@ -253,7 +256,8 @@ typedef struct task {
     uint8_t type;
     uint32_t max_retry;
     char idtext[37];
-    char key[128]; /* for messages only; cut */
+    char key[MC_WIRE_MAX_KEY + 1]; /* a promotion checks it against the disk record */
+    size_t key_len;
 } task_t;
 
 /* After a call: a connection whose transport failed is dropped. */
@@ -322,13 +326,13 @@ static void task_complete(mc_store_h s, const mc_master_target_t *target, const 
             break;
     }
     if (st != MC_OK)
-        mc_warn("task %s (%s): reporting %s failed: %s (%s)", k->idtext, k->key,
+        mc_warn("task %s (%.128s): reporting %s failed: %s (%s)", k->idtext, k->key,
                 (status == MC_TASK_SUCCESS) ? "SUCCESS" : "FAILED", mc_status_name(st),
                 mc_last_error_detail());
     else if (status == MC_TASK_SUCCESS)
-        mc_debug("task %s (%s) done", k->idtext, k->key);
+        mc_debug("task %s (%.128s) done", k->idtext, k->key);
     else
-        mc_info("task %s (%s) failed: %s", k->idtext, k->key, msg);
+        mc_info("task %s (%.128s) failed: %s", k->idtext, k->key, msg);
 }
 
 /* A replica descriptor good for @p size bytes: a memory replica whose range
@@ -470,6 +474,51 @@ out:
     return st;
 }
 
+/* 1 when @p r is a disk replica on our own tier: the source of a
+ * promotion (docs/tiers.md), which only the holder can read. */
+static int own_disk_replica(mc_store_h s, const mc_wire_replica_t *r, uint64_t size)
+{
+    return (r->type == MC_WIRE_REPLICA_DISK) && (r->size == size) && (size <= SIZE_MAX) &&
+           (r->segment.len == strlen(s->hostname)) &&
+           (memcmp(r->segment.ptr, s->hostname, r->segment.len) == 0) &&
+           (r->file_path.len > 0) && (r->file_path.len < PATH_MAX) &&
+           (memchr(r->file_path.ptr, '\0', r->file_path.len) == NULL);
+}
+
+/* A promotion: read the record of @p src from our tier (key, length and
+ * both CRCs checked, so a damaged or reused record is never copied), then
+ * write the bytes to every target. */
+static mc_status_t task_copy_disk(mc_store_h s, const task_t *k, const mc_wire_replica_t *src,
+                                  const mc_wire_replica_list_t *tg, uint64_t size)
+{
+    char path[PATH_MAX];
+    mc_te_request_t *reqs = calloc(tg->n ? tg->n : 1, sizeof(*reqs));
+    uint8_t *buf          = malloc(size ? (size_t)size : 1);
+    mc_status_t st        = MC_OK;
+
+    if ((reqs == NULL) || (buf == NULL)) {
+        mc_set_error_detail("out of memory");
+        st = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    memcpy(path, src->file_path.ptr, src->file_path.len);
+    path[src->file_path.len] = '\0';
+    st = mc_store_disk_read(path, src->addr, (mc_str_t){k->key, k->key_len}, size, src->crc, buf);
+    for (uint32_t i = 0; (st == MC_OK) && (i < tg->n); i++) {
+        st               = open_segment(s, tg->v[i].segment, &reqs[i].segment);
+        reqs[i].op       = MC_TE_WRITE;
+        reqs[i].local    = buf;
+        reqs[i].remote   = tg->v[i].addr;
+        reqs[i].length   = size;
+    }
+    if ((st == MC_OK) && (size > 0) && (tg->n > 0))
+        st = mc_te_transfer(s->te, reqs, tg->n, NULL);
+out:
+    free(buf);
+    free(reqs);
+    return st;
+}
+
 static void task_run(mc_store_h s, const mc_master_target_t *target, const task_t *k)
 {
     mc_store_worker_t *t = &s->tasks;
@@ -480,6 +529,7 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
     mc_wire_task_replica_start_resp_t resp;
     const mc_wire_replica_t *src = NULL;
     uint32_t retries = 0, budget = k->max_retry;
+    int from_disk = 0;
 
     if (budget > MC_TASK_RETRY_CAP)
         budget = MC_TASK_RETRY_CAP;
@@ -521,6 +571,11 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
         if ((resp.source.v[i].status == MC_REPLICA_COMPLETE) &&
             (check_replica(&resp.source.v[i], resp.size, "source") == MC_OK))
             src = &resp.source.v[i];
+    for (uint32_t i = 0; (i < resp.source.n) && (src == NULL); i++)
+        if (own_disk_replica(s, &resp.source.v[i], resp.size)) {
+            src      = &resp.source.v[i];
+            from_disk = 1;
+        }
     if (src == NULL) {
         if (resp.source.n == 0)
             mc_set_error_detail("master returned no source replica");
@@ -528,7 +583,9 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
     }
     for (uint32_t i = 0; (st == MC_OK) && (i < resp.targets.n); i++)
         st = check_replica(&resp.targets.v[i], resp.size, "target");
-    if (st == MC_OK)
+    if ((st == MC_OK) && from_disk)
+        st = task_copy_disk(s, k, src, &resp.targets, resp.size);
+    else if (st == MC_OK)
         st = task_copy(s, src, &resp.targets, resp.size);
     if (st != MC_OK) {
         char what[64];
@@ -599,13 +656,14 @@ static void tasks_poll(mc_store_h s, const mc_master_target_t *target)
         task_t *k               = &batch[n++];
         size_t klen             = (w->key.len < sizeof(k->key)) ? w->key.len
                                                                 : sizeof(k->key) - 1;
-        memset(k, 0, sizeof(*k));
+        memset(k, 0, offsetof(task_t, key));
         k->id        = w->id;
         k->type      = w->type;
         k->max_retry = w->max_retry_attempts;
         mc_uuid_format(w->id, k->idtext);
         memcpy(k->key, w->key.ptr, klen);
         k->key[klen] = '\0';
+        k->key_len   = klen;
     }
     if (resp.tasks.n > MC_TASK_BATCH)
         mc_warn("master sent %u tasks for a batch of %u; the rest stay PROCESSING",
@@ -613,7 +671,7 @@ static void tasks_poll(mc_store_h s, const mc_master_target_t *target)
     for (uint32_t i = 0; i < n; i++) {
         if (mc_store_worker_stopping(t))
             break;
-        mc_debug("task %s: %s of %s", batch[i].idtext,
+        mc_debug("task %s: %s of %.128s", batch[i].idtext,
                  (batch[i].type == MC_TASK_REPLICA_MOVE) ? "move" : "copy", batch[i].key);
         task_run(s, target, &batch[i]);
     }

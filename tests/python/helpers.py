@@ -173,6 +173,16 @@ class Master(DaemonProc):
     def metadata_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}/metadata"
 
+    def metric(self, name: str) -> float:
+        """The value of an unlabelled metric of /metrics."""
+        import urllib.request
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        raise AssertionError(f"no metric {name}")
+
 
 class ClientError(AssertionError):
     pass

@@ -13,7 +13,10 @@ and real bucket files in temporary directories.
 * an upsert never lets the old disk copy be read;
 * a holder killed with SIGKILL takes its disk replicas with it;
 * without --enable_offload the master takes no disk replica; the flags
-  are refused when inconsistent; a tier directory serves one client.
+  are refused when inconsistent; a tier directory serves one client;
+* --promotion_on_hit: the threshold-th read of a disk-only object queues
+  its copy back to memory, done by the holder; an upsert or remove racing
+  a promotion never brings old bytes back.
 """
 
 import hashlib
@@ -240,7 +243,89 @@ def test_flags_refused_and_accepted():
     assert r.returncode != 0 and "--offload_on_evict needs --enable_offload" in r.stderr
     r = subprocess.run([master_bin(), "--promotion_on_hit", "--port=0", "--metrics_port=0"],
                        capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
-    assert r.returncode == 2 and "promotion_on_hit" in r.stderr
+    assert r.returncode != 0 and "--promotion_on_hit needs --enable_offload" in r.stderr
+    r = subprocess.run([master_bin(), "--enable_offload", "--promotion_on_hit",
+                        "--promotion_admission_threshold=0", "--port=0", "--metrics_port=0"],
+                       capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    assert r.returncode != 0 and "promotion_admission_threshold" in r.stderr
+
+
+@pytest.fixture
+def promo_master(monkeypatch):
+    # the holder's task executor polls the master this often
+    monkeypatch.setenv("MC_TASK_POLL_INTERVAL_MS", "50")
+    m = Master(extra_args=["--enable_offload", "--promotion_on_hit",
+                           "--promotion_admission_threshold=3"])
+    try:
+        yield m
+        assert m.alive(), "mooncake_master died:\n" + m.log_text()
+    finally:
+        m.stop()
+
+
+def promoted(store, k):
+    return "memory" in kinds(store, k)
+
+
+def queue_promotion(store, master, k):
+    """Read disk-only k up to the threshold (3; make_disk_only's look at its
+    replicas was the first read, since every lookup counts): its promotion
+    is queued by the last read and not before."""
+    queued = master.metric("master_promotions_queued_total")
+    assert store.get(k) != b""
+    assert master.metric("master_promotions_queued_total") == queued, "queued below threshold"
+    assert store.get(k) != b""
+    assert master.metric("master_promotions_queued_total") == queued + 1
+
+
+def test_disk_only_object_promoted_after_threshold_reads(promo_master, stores, tmp_path):
+    s = stores(promo_master, tmp_path)
+    k, v = key("promo"), os.urandom(300 * KiB)
+    assert s.put(k, v) == 0
+    wait_offloaded(s, k)
+    make_disk_only(s, k)
+    queue_promotion(s, promo_master, k)
+    wait_until(lambda: promoted(s, k), 15.0, f"{k} to come back to memory")
+    descs = s.get_replica_desc(k)
+    assert [d.is_memory_replica() for d in descs] == [True, False], "memory is listed first"
+    mem = descs[0].get_memory_descriptor().buffer_descriptor
+    assert mem.transport_endpoint_ == s.get_hostname()
+    assert s.get(k) == v
+    assert promo_master.metric("master_promotions_total") == 1
+    # in memory again, it can lose its memory copy again and be promoted again
+    make_disk_only(s, k)
+    queue_promotion(s, promo_master, k)
+    wait_until(lambda: promoted(s, k), 15.0, f"{k} to come back to memory twice")
+    assert s.get(k) == v
+    assert promo_master.metric("master_promotions_total") == 2
+
+
+def test_upsert_or_remove_racing_a_promotion_never_reads_stale_bytes(promo_master, stores,
+                                                                      tmp_path):
+    s = stores(promo_master, tmp_path)
+    ka, kb, kc = key("race-up"), key("race-rm"), key("race-mark")
+    old, new = os.urandom(64 * KiB), os.urandom(64 * KiB)
+    for k in (ka, kb, kc):
+        assert s.put(k, old) == 0
+        wait_offloaded(s, k)
+        make_disk_only(s, k)
+    # the promotions of ka and kb are queued, then their objects change,
+    # most often before the holder's executor (polling every 50 ms) runs them
+    queue_promotion(s, promo_master, ka)
+    queue_promotion(s, promo_master, kb)
+    rcs = []
+    # an upsert waits while a copy is reading the object (as for any copy task)
+    wait_until(lambda: rcs.append(s.upsert(ka, new)) or
+               rcs[-1] != ErrorCode.OBJECT_HAS_REPLICATION_TASK, 10.0, f"upsert of {ka}")
+    assert rcs[-1] == 0, f"upsert returned {rcs[-1]}"
+    assert s.remove(kb, force=True) == 0  # the reads leased it
+    # the holder runs its tasks in order: once kc is back, ka's and kb's
+    # promotions have been tried
+    queue_promotion(s, promo_master, kc)
+    wait_until(lambda: promoted(s, kc), 15.0, f"{kc} to come back to memory")
+    assert s.get(ka) == new, "a promotion copied the old disk bytes over the upsert"
+    assert s.is_exist(kb) == 0 and s.get(kb) == b"", "a promotion brought back a removed key"
+    assert s.get(kc) == old
 
 
 def test_tier_directory_serves_one_client(offload_master, stores, tmp_path):

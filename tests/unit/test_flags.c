@@ -328,8 +328,7 @@ END_TEST
 START_TEST(test_unimplemented_features_refused)
 {
     static const char *const refused[] = {
-        "--enable_oplog",            "--promotion_on_hit",
-        "--root_fs_dir=/mnt/dfs",
+        "--enable_oplog",            "--root_fs_dir=/mnt/dfs",
         "--enable_kv_events",        "--enable_multi_tenants",
         "--enable_cxl",              "--dynamic_replication_mode=enforce",
         "--rpc_interface=eth0",
@@ -830,15 +829,35 @@ END_TEST
  * command line; the command line can switch it back to the default. */
 START_TEST(test_config_unimplemented_feature_refused)
 {
-    write_conf("{\"promotion_on_hit\": true, \"nof_heartbeat_failures_threshold\": 4}");
+    write_conf("{\"enable_kv_events\": true, \"nof_heartbeat_failures_threshold\": 4}");
     ck_assert_status_ok(parse(conf_arg, NULL));
     ck_assert_int_eq(cfg.nof_heartbeat_failures_threshold, 4);
     ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
-    assert_err_mentions("--promotion_on_hit");
+    assert_err_mentions("--enable_kv_events");
     mc_master_config_cleanup(&cfg);
     ck_assert_status_ok(mc_master_config_init(&cfg));
-    ck_assert_status_ok(parse(conf_arg, "--nopromotion_on_hit", NULL));
+    ck_assert_status_ok(parse(conf_arg, "--noenable_kv_events", NULL));
     ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+}
+END_TEST
+
+/* --promotion_on_hit copies disk replicas back: it needs --enable_offload,
+ * and its threshold counts at least one read. */
+START_TEST(test_promotion_needs_offload)
+{
+    ck_assert_status_ok(parse("--promotion_on_hit", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("--promotion_on_hit needs --enable_offload");
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_ok(
+        parse("--enable_offload", "--promotion_on_hit", "--promotion_admission_threshold=5", NULL));
+    ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    ck_assert_int_eq(cfg.promotion_on_hit, 1);
+    ck_assert_int_eq(cfg.promotion_admission_threshold, 5);
+    mc_master_config_cleanup(&cfg);
+    ck_assert_status_ok(mc_master_config_init(&cfg));
+    ck_assert_status_eq(parse("--promotion_admission_threshold=0", NULL), MC_INVALID_PARAMS);
 }
 END_TEST
 
@@ -898,6 +917,7 @@ Suite *mc_test_flags_suite(void)
     tcase_add_test(tf, test_config_sample_conf_lists_every_flag);
     tcase_add_test(tf, test_config_path_is_implemented);
     tcase_add_test(tf, test_config_unimplemented_feature_refused);
+    tcase_add_test(tf, test_promotion_needs_offload);
     suite_add_tcase(s, tf);
     return s;
 }

@@ -45,10 +45,11 @@ static void raw_open(raw_client_t *rc)
     ck_assert_status_ok(mc_mconn_open(&rc->target, &rc->conn));
 }
 
-static void start(const char *offload)
+/* A master with --enable_offload and @p offload (and @p more unless NULL). */
+static void start_with(const char *offload, const char *more)
 {
     const char *const flags[] = {"--default_kv_lease_ttl=100", "--enable_offload=true", offload,
-                                 NULL};
+                                 more, NULL};
     mc_wire_mount_segment_req_t req;
     mc_wire_mount_segment_resp_t resp;
 
@@ -64,6 +65,8 @@ static void start(const char *offload)
     req.segment.protocol = mc_str_from_cstr("tcp");
     ck_assert_status_ok(mc_master_call_mount_segment(a.conn, &req, &resp));
 }
+
+static void start(const char *offload) { start_with(offload, NULL); }
 
 static void setup(void) { start("--offload_on_evict=false"); }
 
@@ -323,6 +326,71 @@ START_TEST(test_upsert_forgets_disk_copy)
 }
 END_TEST
 
+/* --promotion_on_hit: the threshold-th read of a disk-only object queues
+ * a copy task for its holder whose source is the disk replica; its END
+ * puts the object back in memory, listed before its kept disk copy. */
+START_TEST(test_promotion_queues_a_task_for_the_holder)
+{
+    char types[8];
+    mc_wire_fetch_tasks_req_t freq;
+    mc_wire_fetch_tasks_resp_t fresp;
+    mc_wire_task_replica_start_req_t sreq;
+    mc_wire_task_replica_start_resp_t sresp;
+    mc_wire_task_replica_end_req_t ereq;
+    mc_wire_task_replica_end_resp_t eresp;
+    mc_wire_remove_req_t rreq;
+    mc_wire_remove_resp_t rresp;
+
+    teardown();
+    start_with("--promotion_on_hit", "--promotion_admission_threshold=2");
+    put("x1", BIG);
+    ck_assert_int_eq(report(&a, "x1", PATH, 64, BIG, 7), MC_OK);
+    put("x2", BIG); /* evicts x1's memory */
+    memset(&rreq, 0, sizeof(rreq));
+    rreq.key = mc_str_from_cstr("x2");
+    ck_assert_status_ok(mc_master_call_remove(a.conn, &rreq, &rresp)); /* room for x1 */
+    memset(&freq, 0, sizeof(freq));
+    freq.client_id  = a.id;
+    freq.batch_size = 8;
+
+    ck_assert_int_eq(get("x1", types, NULL), MC_OK);
+    ck_assert_str_eq(types, "2");
+    ck_assert_status_ok(mc_master_call_fetch_tasks(a.conn, &freq, &fresp));
+    ck_assert_uint_eq(fresp.tasks.n, 0); /* one read: below the threshold */
+    ck_assert_int_eq(get("x1", types, NULL), MC_OK);
+    ck_assert_status_ok(mc_master_call_fetch_tasks(a.conn, &freq, &fresp));
+    ck_assert_uint_eq(fresp.tasks.n, 1);
+    ck_assert_int_eq(fresp.tasks.v[0].type, MC_TASK_REPLICA_COPY);
+    ck_assert(mc_str_eq(fresp.tasks.v[0].key, mc_str_from_cstr("x1")));
+
+    memset(&sreq, 0, sizeof(sreq));
+    sreq.client_id = a.id;
+    sreq.task_id   = fresp.tasks.v[0].id;
+    ck_assert_status_ok(mc_master_call_task_replica_start(a.conn, &sreq, &sresp));
+    ck_assert_uint_eq(sresp.size, BIG);
+    ck_assert_uint_eq(sresp.source.n, 1);
+    ck_assert_int_eq(sresp.source.v[0].type, 2); /* the disk replica */
+    ck_assert_uint_eq(sresp.source.v[0].addr, 64);
+    ck_assert_uint_eq(sresp.source.v[0].crc, 7);
+    ck_assert(mc_str_eq(sresp.source.v[0].file_path, mc_str_from_cstr(PATH)));
+    ck_assert_uint_eq(sresp.targets.n, 1);
+    ck_assert_int_eq(sresp.targets.v[0].type, 0);
+    ck_assert(mc_str_eq(sresp.targets.v[0].segment, mc_str_from_cstr("10.0.0.1:1")));
+    /* more reads while it is on its way queue nothing more */
+    ck_assert_int_eq(get("x1", types, NULL), MC_OK);
+    ck_assert_str_eq(types, "2");
+
+    memset(&ereq, 0, sizeof(ereq));
+    ereq.client_id = a.id;
+    ereq.task_id   = sreq.task_id;
+    ck_assert_status_ok(mc_master_call_task_replica_end(a.conn, &ereq, &eresp));
+    ck_assert_int_eq(get("x1", types, NULL), MC_OK);
+    ck_assert_str_eq(types, "02");
+    ck_assert_status_ok(mc_master_call_fetch_tasks(a.conn, &freq, &fresp));
+    ck_assert_uint_eq(fresp.tasks.n, 0);
+}
+END_TEST
+
 /* Without --enable_offload the master takes no disk replica. */
 START_TEST(test_report_needs_enable_offload)
 {
@@ -382,6 +450,7 @@ Suite *mc_test_master_disk_suite(void)
     tcase_add_test(tc, test_upsert_forgets_disk_copy);
     tcase_add_test(tc, test_report_needs_enable_offload);
     tcase_add_test(tc, test_offload_on_evict_waits_for_copy);
+    tcase_add_test(tc, test_promotion_queues_a_task_for_the_holder);
     suite_add_tcase(s, tc);
     return s;
 }
