@@ -100,11 +100,21 @@ int mc_regex_check(const char *pat, size_t len, char *why, size_t whylen)
     unsigned depth = 0;
     size_t i       = 0;
 
+    /* Repetition operators in a row: 0 none, 1 after one, 2 after one and
+     * a '?' (the lazy form other dialects write, "x*?", which matches the
+     * same keys).  Any other stacking ("x+?+", "x**", "x{2}*") is refused:
+     * POSIX leaves it undefined and glibc's regcomp takes time exponential
+     * in the length of such a run. */
+    int run = 0;
+
     memset(&st[0], 0, sizeof(st[0]));
     while (i < len) {
         char ch       = pat[i];
         rx_group_t *g = &st[depth];
         uint64_t atom = 1;
+        int prev_run  = run;
+
+        run = 0;
 
         switch (ch) {
         case '(':
@@ -133,6 +143,10 @@ int mc_regex_check(const char *pat, size_t len, char *why, size_t whylen)
         case '?':
         case '+': {
             uint64_t grown = (ch == '+') ? g->last : 0;
+            if ((prev_run == 2) || ((prev_run == 1) && (ch != '?')))
+                return refuse(why, whylen, "regex stacks repetition operators (at offset %zu)",
+                              i);
+            run = prev_run + 1;
             g->size += grown + 1;
             g->last += grown + 1;
             i++;
@@ -147,6 +161,10 @@ int mc_regex_check(const char *pat, size_t len, char *why, size_t whylen)
                 i++; /* not an interval: one literal brace */
                 break;
             }
+            if (prev_run != 0)
+                return refuse(why, whylen, "regex stacks repetition operators (at offset %zu)",
+                              i);
+            run = 1;
             if ((m > MC_REGEX_MAX_REPEAT) || (n > MC_REGEX_MAX_REPEAT))
                 return refuse(why, whylen, "regex repetition count %llu is over %d",
                               (unsigned long long)MC_MAX_U64(m, n), MC_REGEX_MAX_REPEAT);
