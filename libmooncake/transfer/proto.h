@@ -33,13 +33,17 @@
 /* Largest descriptor a DESCRIBE answer may carry; a peer announcing more is
  * treated as hostile and the connection is dropped. */
 #define MC_TE_DESCRIBE_MAX (16u * 1024u * 1024u)
+/* Largest RDMA handshake record either way (a larger one closes the
+ * connection); the record itself is at most MC_RDMA_HS_MAX_SIZE. */
+#define MC_TE_HS_MAX (64u * 1024u)
 
 /* Request opcodes (docs/transfer.md, "Opcodes"). */
 typedef enum mc_te_opcode {
     MC_TE_OPC_READ     = 0, /**< server -> client: send [addr, addr+length) */
     MC_TE_OPC_WRITE    = 1, /**< client -> server: length payload bytes follow */
     MC_TE_OPC_DESCRIBE = 2, /**< server -> client: segment descriptor JSON */
-    MC_TE_OPC_MAX_     = 2
+    MC_TE_OPC_RDMA_CONNECT = 3, /**< both ways: RDMA queue-pair handshake records */
+    MC_TE_OPC_MAX_     = 3
 } mc_te_opcode_t;
 
 /* Decoded request header. */
