@@ -44,6 +44,7 @@
     X(tensor)             \
     X(fastcopy)           \
     X(rdma)               \
+    X(rdma_path)          \
     X(auth)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);
