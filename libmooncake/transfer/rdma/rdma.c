@@ -142,6 +142,7 @@ typedef struct rdma_peer {
     int have_desc;
     uint32_t rr;             /* atomic: round-robin start */
     int no_rdma;             /* atomic: the target answered NOT_SUPPORTED (tcp engine) */
+    int warned_tcp;          /* atomic: the fallback to tcp was logged */
     unsigned abandoned;      /* atomic: requests whose WRs never completed */
 } rdma_peer_t;
 
@@ -847,6 +848,9 @@ static mc_status_t peer_connect(rdma_peer_t *p)
     }
     p->connected = 1;
     __atomic_store_n(&p->broken, 0, __ATOMIC_RELEASE);
+    mc_info("rdma: connected to %s:%u with %zu queue pair(s), first %s -> %s",
+            mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer), p->nqps,
+            rd->nics[0].info.name, p->qps[0].remote_nic);
     return MC_OK;
 }
 
@@ -1230,6 +1234,12 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
         return st; /* the handshake failed: the target has RDMA but it broke */
     }
     /* no lkey here or no rkey there (a tcp peer): the tcp path */
+    if (__atomic_exchange_n(&p->warned_tcp, 1, __ATOMIC_ACQ_REL) == 0)
+        mc_info("rdma: requests to %s:%u go over tcp (%s); logged once per peer",
+                mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer),
+                __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE)
+                    ? "the target has no RDMA"
+                    : "local memory not registered, or no rkey published for the range");
     return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len);
 }
 

@@ -1887,6 +1887,16 @@ static mc_status_t tcp_xfer(void *priv, void *peer, mc_te_op_t op, void *local, 
                         remote, len, NULL, NULL);
 }
 
+const char *mc_tcp_peer_host(const void *peer)
+{
+    return ((const mc_tcp_peer_t *)peer)->host;
+}
+
+uint16_t mc_tcp_peer_port(const void *peer)
+{
+    return ((const mc_tcp_peer_t *)peer)->port;
+}
+
 mc_status_t mc_tcp_hs_call(void *peer, uint64_t conn_id, const uint8_t *req, size_t len,
                            uint8_t **resp_p, size_t *resp_len_p)
 {

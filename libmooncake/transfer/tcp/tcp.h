@@ -37,4 +37,8 @@ void mc_tcp_hs_handler_set(void *tcp, mc_tcp_hs_func_t fn, void *arg);
 mc_status_t mc_tcp_hs_call(void *peer, uint64_t conn_id, const uint8_t *req, size_t len,
                            uint8_t **resp_p, size_t *resp_len_p);
 
+/* The host and port a tcp peer connects to (for messages). */
+const char *mc_tcp_peer_host(const void *peer);
+uint16_t mc_tcp_peer_port(const void *peer);
+
 #endif /* MC_TRANSFER_TCP_H */
