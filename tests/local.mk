@@ -40,7 +40,7 @@ EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_auth.c tests/fuzz/fuzz_wire.c 
 	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c
 # RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.
 EXTRA_DIST += tests/python/test_rdma.py tests/python/test_cuda.py tests/python/fake_cudart.c \
-	tests/rdma/README.md tests/rdma/run.sh tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md
+	tests/rdma/README.md tests/rdma/run.sh tests/rdma/rdma_pair.py tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md
 EXTRA_DIST += tests/cluster/conftest.py tests/cluster/netns.py tests/cluster/test_cluster.py
 FUZZ_SECONDS = 300
 FUZZ_DIR = $(abs_builddir)/fuzz
