@@ -311,6 +311,18 @@ START_TEST(test_qp_attrs_from_handshake)
         ck_assert_int_eq(mask & IBV_QP_SQ_PSN, IBV_QP_SQ_PSN);
         ck_assert_int_eq(mc_rdma_verbs_attr(&a, IBV_QPS_SQD, &attr, &mask), -1);
     }
+    /* completions: what a request reports, as the tcp path would */
+    ck_assert_status_ok(mc_rdma_verbs_wc_status(IBV_WC_SUCCESS, MC_TE_READ));
+    ck_assert_status_eq(mc_rdma_verbs_wc_status(IBV_WC_REM_ACCESS_ERR, MC_TE_READ),
+                        MC_INVALID_READ);
+    ck_assert_status_eq(mc_rdma_verbs_wc_status(IBV_WC_REM_ACCESS_ERR, MC_TE_WRITE),
+                        MC_INVALID_WRITE);
+    ck_assert_status_eq(mc_rdma_verbs_wc_status(IBV_WC_LOC_PROT_ERR, MC_TE_WRITE),
+                        MC_INVALID_WRITE);
+    ck_assert_status_eq(mc_rdma_verbs_wc_status(IBV_WC_RETRY_EXC_ERR, MC_TE_READ),
+                        MC_TRANSFER_FAIL);
+    ck_assert_status_eq(mc_rdma_verbs_wc_status(IBV_WC_WR_FLUSH_ERR, MC_TE_WRITE),
+                        MC_TRANSFER_FAIL);
 #endif
 }
 END_TEST

@@ -154,9 +154,7 @@ static void wait_done(rdma_wait_t *w, const struct ibv_wc *wc)
     pthread_mutex_lock(&w->mu);
     if ((wc->status != IBV_WC_SUCCESS) && (w->st == MC_OK)) {
         w->wc_status = (int)wc->status;
-        w->st = ((wc->status == IBV_WC_REM_ACCESS_ERR) || (wc->status == IBV_WC_LOC_PROT_ERR))
-                    ? ((w->op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE)
-                    : MC_TRANSFER_FAIL;
+        w->st        = mc_rdma_verbs_wc_status((int)wc->status, (int)w->op);
     }
     w->pending--;
     if (w->pending == 0)

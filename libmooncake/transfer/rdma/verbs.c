@@ -67,6 +67,19 @@ mc_status_t mc_rdma_verbs_check(const mc_rdma_nic_t *nics, size_t n, uint64_t *m
     return st;
 }
 
+mc_status_t mc_rdma_verbs_wc_status(int wc_status, int op)
+{
+    switch (wc_status) {
+    case IBV_WC_SUCCESS:
+        return MC_OK;
+    case IBV_WC_REM_ACCESS_ERR:
+    case IBV_WC_LOC_PROT_ERR:
+        return (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
+    default:
+        return MC_TRANSFER_FAIL;
+    }
+}
+
 int mc_rdma_verbs_attr(const mc_rdma_qp_attrs_t *a, int state, struct ibv_qp_attr *attr,
                        int *mask_p)
 {
