@@ -97,6 +97,32 @@ START_TEST(test_plan_across_nics)
 }
 END_TEST
 
+START_TEST(test_tunables)
+{
+    mc_rdma_tunables_t t;
+    ck_assert_status_ok(mc_rdma_tunables(NULL, "", NULL, &t));
+    ck_assert_uint_eq(t.max_wr, 256);
+    ck_assert_uint_eq(t.slice, 65536);
+    ck_assert_uint_eq(t.mtu, 0);
+    ck_assert_status_ok(mc_rdma_tunables("16", "1MiB", "1024", &t));
+    ck_assert_uint_eq(t.max_wr, 16);
+    ck_assert_uint_eq(t.slice, 1024 * 1024);
+    ck_assert_uint_eq(t.mtu, 3); /* IBV_MTU_1024 */
+    ck_assert_status_ok(mc_rdma_tunables(NULL, NULL, "4096", &t));
+    ck_assert_uint_eq(t.mtu, 5);
+    ck_assert_status_eq(mc_rdma_tunables("4097", NULL, NULL, &t), MC_INVALID_PARAMS);
+    ck_assert_ptr_nonnull(strstr(mc_last_error_detail(), "MC_MAX_WR"));
+    ck_assert_status_eq(mc_rdma_tunables("-1", NULL, NULL, &t), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_rdma_tunables(NULL, "1024", NULL, &t), MC_INVALID_PARAMS);
+    ck_assert_ptr_nonnull(strstr(mc_last_error_detail(), "MC_SLICE_SIZE"));
+    ck_assert_status_eq(mc_rdma_tunables(NULL, "2GiB", NULL, &t), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_rdma_tunables(NULL, "fast", NULL, &t), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_rdma_tunables(NULL, NULL, "9000", &t), MC_INVALID_PARAMS);
+    ck_assert_ptr_nonnull(strstr(mc_last_error_detail(), "MC_MTU"));
+    ck_assert_status_eq(mc_rdma_tunables(NULL, NULL, "128", &t), MC_INVALID_PARAMS);
+}
+END_TEST
+
 START_TEST(test_wr_batching)
 {
     /* as many as fit, at most one chain */
@@ -475,15 +501,17 @@ START_TEST(test_transport_refusals_without_device)
                       strstr(mc_last_error_detail(), "no RDMA device") != NULL,
                   "the refusal should name the NIC: %s", mc_last_error_detail());
     ck_assert_ptr_null(priv);
-    /* a bad MC_RDMA_MAX_WR is refused by name before any device is opened */
-    ck_assert_int_eq(setenv("MC_RDMA_MAX_WR", "0", 1), 0);
+    /* a bad tunable is refused by name before any device is opened */
+    ck_assert_int_eq(setenv("MC_MAX_WR", "0", 1), 0);
     ck_assert_status_eq(mc_rdma_transport_ops.install(te, "127.0.0.1", 0, &priv, &port),
                         MC_INVALID_PARAMS);
-    ck_assert_ptr_nonnull(strstr(mc_last_error_detail(), "MC_RDMA_MAX_WR"));
-    ck_assert_int_eq(setenv("MC_RDMA_MAX_WR", "lots", 1), 0);
+    ck_assert_ptr_nonnull(strstr(mc_last_error_detail(), "MC_MAX_WR"));
+    unsetenv("MC_MAX_WR");
+    ck_assert_int_eq(setenv("MC_MTU", "1500", 1), 0);
     ck_assert_status_eq(mc_rdma_transport_ops.install(te, "127.0.0.1", 0, &priv, &port),
                         MC_INVALID_PARAMS);
-    unsetenv("MC_RDMA_MAX_WR");
+    ck_assert_ptr_nonnull(strstr(mc_last_error_detail(), "MC_MTU"));
+    unsetenv("MC_MTU");
     free(te);
 }
 END_TEST
@@ -494,6 +522,7 @@ Suite *mc_test_rdma_path_suite(void)
     Suite *s  = suite_create("rdma_path");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_plan_across_nics);
+    tcase_add_test(tc, test_tunables);
     tcase_add_test(tc, test_wr_batching);
     tcase_add_test(tc, test_remote_key_checks);
     tcase_add_test(tc, test_descriptor_rdma_members);

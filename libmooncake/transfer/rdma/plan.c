@@ -193,3 +193,41 @@ found:
     *index_p = (uint8_t)i;
     return MC_OK;
 }
+
+mc_status_t mc_rdma_tunables(const char *max_wr, const char *slice, const char *mtu,
+                             mc_rdma_tunables_t *t_p)
+{
+    mc_rdma_tunables_t t = {MC_RDMA_DEFAULT_MAX_WR, MC_RDMA_DEFAULT_SLICE, 0};
+    uint64_t v;
+
+    if ((max_wr != NULL) && (*max_wr != '\0')) {
+        if ((mc_parse_u64(max_wr, &v) != 0) || (v < 1) || (v > MC_RDMA_MAX_WR_LIMIT)) {
+            mc_set_error_detail("MC_MAX_WR=\"%s\": expected an integer in [1, %d]", max_wr,
+                                MC_RDMA_MAX_WR_LIMIT);
+            return MC_INVALID_PARAMS;
+        }
+        t.max_wr = (unsigned)v;
+    }
+    if ((slice != NULL) && (*slice != '\0')) {
+        if ((mc_parse_size(slice, &v) != 0) || (v < MC_RDMA_MIN_SLICE) ||
+            (v > MC_RDMA_MAX_SLICE)) {
+            mc_set_error_detail("MC_SLICE_SIZE=\"%s\": expected a size in [4KiB, 1GiB]", slice);
+            return MC_INVALID_PARAMS;
+        }
+        t.slice = v;
+    }
+    if ((mtu != NULL) && (*mtu != '\0')) {
+        uint8_t e = 0;
+        if (mc_parse_u64(mtu, &v) == 0)
+            for (uint8_t i = 1; i <= 5; i++)
+                if (v == (128ull << i))
+                    e = i;
+        if (e == 0) {
+            mc_set_error_detail("MC_MTU=\"%s\": expected 256, 512, 1024, 2048 or 4096", mtu);
+            return MC_INVALID_PARAMS;
+        }
+        t.mtu = e;
+    }
+    *t_p = t;
+    return MC_OK;
+}

@@ -23,10 +23,31 @@
 #include "transfer/descriptor.h"
 #include "transfer/rdma/codec.h"
 
-/* Most WRs outstanding on one QP, and most posted in one ibv_post_send. */
-#define MC_RDMA_DEFAULT_MAX_WR  64
-#define MC_RDMA_MAX_WR_LIMIT    4096
+/* Most WRs posted in one ibv_post_send (a chain). */
 #define MC_RDMA_POST_BATCH      16
+
+/* ---- tunables (upstream's environment names) ------------------------------ */
+
+#define MC_RDMA_DEFAULT_MAX_WR     256         /* MC_MAX_WR: outstanding per QP */
+#define MC_RDMA_MAX_WR_LIMIT       4096
+#define MC_RDMA_DEFAULT_SLICE      (64u * 1024u) /* MC_SLICE_SIZE: bytes per WR */
+#define MC_RDMA_MIN_SLICE          4096u
+#define MC_RDMA_MAX_SLICE          (1u << 30)
+
+typedef struct mc_rdma_tunables {
+    unsigned max_wr;     /* WRs outstanding per QP */
+    uint64_t slice;      /* largest WR */
+    uint8_t mtu;         /* enum ibv_mtu cap (1..5), 0: the port's active MTU */
+} mc_rdma_tunables_t;
+
+/*
+ * Resolve the values of MC_MAX_WR (1..4096, default 256), MC_SLICE_SIZE
+ * (a size in 4 KiB..1 GiB, default 64 KiB) and MC_MTU (256, 512, 1024,
+ * 2048 or 4096; default the port's); NULL or "" is the default.  Anything
+ * else is MC_INVALID_PARAMS naming the variable (setup is refused).
+ */
+mc_status_t mc_rdma_tunables(const char *max_wr, const char *slice, const char *mtu,
+                             mc_rdma_tunables_t *t_p);
 
 /* ---- slice planner ------------------------------------------------------- */
 

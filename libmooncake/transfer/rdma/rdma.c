@@ -24,7 +24,7 @@
  * keeps at most cfg.max_conns sets (the oldest goes).
  *
  * Requests.  A request is planned into slices (plan.h) cut at both sides'
- * MR boundaries and every cfg.slice_size bytes, dealt round-robin over the
+ * MR boundaries and every MC_SLICE_SIZE bytes, dealt round-robin over the
  * QPs in the order of the NICs nearest the local buffer's NUMA node, and
  * posted in chains of at most MC_RDMA_POST_BATCH WRs while a QP has fewer
  * than max_wr outstanding.  Every WR is signalled; its completion, seen by
@@ -97,7 +97,7 @@ typedef struct mc_rdma {
     size_t nnics;
     rdma_nic_t nics[MC_RDMA_MAX_NICS];
     uint64_t mr_cut;         /* MR size regions are cut at, 0: one MR */
-    unsigned max_wr;         /* outstanding WRs per QP */
+    mc_rdma_tunables_t tun;  /* MC_MAX_WR, MC_SLICE_SIZE, MC_MTU */
     int stopping;            /* atomic */
     pthread_mutex_t srv_mu;
     rdma_served_t *served;   /* newest first */
@@ -325,6 +325,8 @@ static mc_status_t nic_open(mc_rdma_t *rd, rdma_nic_t *nic, struct ibv_device **
                                                         attr.max_qp_init_rd_atom), 1), 16);
     nic->local.port     = (uint8_t)nic->info.port;
     nic->local.mtu      = (uint8_t)pattr.active_mtu;
+    if ((rd->tun.mtu != 0) && (rd->tun.mtu < nic->local.mtu))
+        nic->local.mtu = rd->tun.mtu; /* MC_MTU caps the port's */
     nic->local.ethernet = pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
     nic->lid            = pattr.lid;
     st                  = nic_gid(nic, pattr.gid_tbl_len);
@@ -353,7 +355,6 @@ static mc_status_t nic_open(mc_rdma_t *rd, rdma_nic_t *nic, struct ibv_device **
                             nic->info.name, strerror(rc));
         return MC_INTERNAL_ERROR;
     }
-    (void)rd;
     mc_info("rdma: %s port %u %s, mtu %d, lid %u, gid index %u, max_mr_size %llu",
             nic->info.name, (unsigned)nic->local.port,
             nic->local.ethernet ? "RoCE" : "InfiniBand", 128 << nic->local.mtu,
@@ -386,7 +387,7 @@ static struct ibv_qp *qp_create(mc_rdma_t *rd, rdma_nic_t *nic)
     ia.recv_cq          = nic->cq;
     ia.qp_type          = IBV_QPT_RC;
     ia.sq_sig_all       = 0;
-    ia.cap.max_send_wr  = MC_MIN(rd->max_wr, nic->max_qp_wr);
+    ia.cap.max_send_wr  = MC_MIN(rd->tun.max_wr, nic->max_qp_wr);
     ia.cap.max_recv_wr  = 1;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
@@ -568,7 +569,7 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
 {
     mc_rdma_t *rd = calloc(1, sizeof(*rd));
     struct ibv_device **list;
-    uint64_t cut = UINT64_MAX, v;
+    uint64_t cut = UINT64_MAX;
     int nlist = 0;
     mc_status_t st = MC_OK;
 
@@ -578,18 +579,12 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
     }
     rd->te = te;
     pthread_mutex_init(&rd->srv_mu, NULL);
-    v = MC_RDMA_DEFAULT_MAX_WR;
-    {
-        const char *s = getenv("MC_RDMA_MAX_WR");
-        if ((s != NULL) && (*s != '\0') &&
-            ((mc_parse_u64(s, &v) != 0) || (v < 1) || (v > MC_RDMA_MAX_WR_LIMIT))) {
-            mc_set_error_detail("MC_RDMA_MAX_WR=\"%s\": expected an integer in [1, %d]", s,
-                                MC_RDMA_MAX_WR_LIMIT);
-            rdma_uninstall(rd);
-            return MC_INVALID_PARAMS;
-        }
+    st = mc_rdma_tunables(getenv("MC_MAX_WR"), getenv("MC_SLICE_SIZE"), getenv("MC_MTU"),
+                          &rd->tun);
+    if (st != MC_OK) {
+        rdma_uninstall(rd);
+        return st;
     }
-    rd->max_wr = (unsigned)v;
     if (te->rdma_nnics == 0) {
         mc_set_error_detail("no RDMA device found");
         rdma_uninstall(rd);
@@ -1041,7 +1036,7 @@ static mc_status_t post_all(rdma_peer_t *p, rdma_wait_t *w, mc_te_op_t op,
             mc_rdma_slice_t bs[MC_RDMA_POST_BATCH];
             uint32_t bl[MC_RDMA_POST_BATCH], br[MC_RDMA_POST_BATCH];
             size_t b = qp_reserve(q, cnt[k] - pos[k],
-                                  MC_MIN(rd->max_wr, rd->nics[q->nic].max_qp_wr));
+                                  MC_MIN(rd->tun.max_wr, rd->nics[q->nic].max_qp_wr));
             for (size_t j = 0; j < b; j++) {
                 size_t si = idx[start[k] + pos[k] + j];
                 bs[j]     = sl[si];
@@ -1174,7 +1169,7 @@ static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_
     }
     ls    = (mc_rdma_side_t){lr->addr, rd->mr_cut, (uint64_t)(uintptr_t)local};
     first = __atomic_fetch_add(&p->rr, 1, __ATOMIC_RELAXED);
-    ns    = mc_rdma_plan(&ls, &rs, len, te->cfg.slice_size, (uint32_t)p->nqps, first, NULL, 0);
+    ns    = mc_rdma_plan(&ls, &rs, len, rd->tun.slice, (uint32_t)p->nqps, first, NULL, 0);
     sl    = calloc(ns ? ns : 1, sizeof(*sl));
     lkeys = calloc(ns ? ns : 1, sizeof(*lkeys));
     rkeys = calloc(ns ? ns : 1, sizeof(*rkeys));
@@ -1187,7 +1182,7 @@ static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_
         free(w);
         goto out;
     }
-    (void)mc_rdma_plan(&ls, &rs, len, te->cfg.slice_size, (uint32_t)p->nqps, first, sl, ns);
+    (void)mc_rdma_plan(&ls, &rs, len, rd->tun.slice, (uint32_t)p->nqps, first, sl, ns);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cond, NULL);
     w->op = op;
