@@ -15,7 +15,8 @@ peer SEGMENT [DEVICES]
     in the same run, writes DONE, and prints PASS or FAIL.  Both engines must
     have logged an RDMA connection and no fallback to tcp.
 
-MC_RDMA_PAIR_PROTOCOL=tcp runs the same steps over tcp, so the script can
+MC_RDMA_PAIR_MB sets the buffer size (MiB, default 64; both sides must
+agree).  MC_RDMA_PAIR_PROTOCOL=tcp runs the same steps over tcp, so the script can
 be checked on a host without NICs (run.sh selftest); MC_RDMA_PAIR_MIN_RATIO
 (default 1.5) is the bandwidth ratio RDMA must reach over tcp.
 """
@@ -28,7 +29,7 @@ import time
 from mooncake.engine import TransferEngine
 from mooncake.store import last_error_detail
 
-BUF = 64 << 20
+BUF = int(os.environ.get("MC_RDMA_PAIR_MB", "64")) << 20
 SLICE = 1 << 20
 DONE_OFF = BUF - 4096
 PROTOCOL = os.environ.get("MC_RDMA_PAIR_PROTOCOL", "rdma")

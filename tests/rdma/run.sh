@@ -52,6 +52,7 @@ serve) pair serve "$@"; exit $? ;;
 peer)  pair peer "$@"; exit $? ;;
 selftest)
     out=${TMPDIR:-/tmp}/mc-rdma-selftest-$$.out
+    export MC_RDMA_PAIR_MB=${MC_RDMA_PAIR_MB:-8}
     MC_RDMA_PAIR_PROTOCOL=tcp MC_RDMA_PAIR_WAIT=120 pair serve 127.0.0.1 >"$out" &
     spid=$!
     seg=
