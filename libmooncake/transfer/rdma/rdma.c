@@ -282,9 +282,12 @@ static mc_status_t nic_gid(rdma_nic_t *nic, int tbl_len)
         st                   = MC_OK;
     }
     free(gids);
-    if (st != MC_OK)
+    if (st != MC_OK) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", mc_last_error_detail());
         mc_set_error_detail("rdma: %s port %u: %s", nic->info.name, (unsigned)nic->local.port,
-                            mc_last_error_detail());
+                            why);
+    }
     return st;
 }
 
