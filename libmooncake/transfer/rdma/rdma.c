@@ -144,6 +144,7 @@ typedef struct rdma_peer {
     int no_rdma;             /* atomic: the target answered NOT_SUPPORTED (tcp engine) */
     int warned_tcp;          /* atomic: the fallback to tcp was logged */
     unsigned abandoned;      /* atomic: requests whose WRs never completed */
+    int key_refused;         /* atomic: the last failure was the target's NIC refusing a key */
 } rdma_peer_t;
 
 /* ---- completions -------------------------------------------------------- */
@@ -1122,6 +1123,14 @@ static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_t
         }
     }
     if (w->st != MC_OK) {
+        if ((w->st == MC_INVALID_READ) || (w->st == MC_INVALID_WRITE)) {
+            /* the target's NIC refused a key we took from its descriptor:
+             * the region may have been registered anew; fetch it again */
+            pthread_mutex_lock(&p->desc_mu);
+            p->have_desc = 0;
+            pthread_mutex_unlock(&p->desc_mu);
+            __atomic_store_n(&p->key_refused, 1, __ATOMIC_RELEASE);
+        }
         if (st == MC_OK) {
             st = w->st;
             mc_set_error_detail("rdma: %s of [0x%llx, +%llu) failed: %s",
@@ -1224,6 +1233,16 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
     if (st == MC_OK) {
         st = xfer_rdma(p, op, local, remote, len);
         pthread_rwlock_unlock(&p->use);
+        if (((st == MC_INVALID_READ) || (st == MC_INVALID_WRITE)) &&
+            __atomic_exchange_n(&p->key_refused, 0, __ATOMIC_ACQ_REL)) {
+            /* once more with fresh keys on reset QPs (READ and WRITE are
+             * idempotent); the range check then decides */
+            st = peer_enter(p);
+            if (st == MC_OK) {
+                st = xfer_rdma(p, op, local, remote, len);
+                pthread_rwlock_unlock(&p->use);
+            }
+        }
         if (st != MC_NOT_SUPPORTED)
             return st;
     } else if (st != MC_NOT_SUPPORTED) {
