@@ -62,7 +62,7 @@
 
 #define MC_DISK_MAGIC      0x5244434Du /* "MCDR" little-endian */
 #define MC_DISK_VERSION    1
-#define MC_DISK_HDR        24u
+#define MC_DISK_HDR        MC_STORE_DISK_HDR
 #define MC_DISK_QUEUE_MAX  65536u
 #define MC_DISK_BATCH      64u
 #define MC_DISK_IDLE_MS    1000u
@@ -105,8 +105,25 @@ static uint32_t header_crc(const uint8_t *hdr, const char *key, size_t klen)
     return mc_crc32c(mc_crc32c(0, hdr, 20), key, klen);
 }
 
+void mc_store_disk_record_header(uint8_t hdr[MC_STORE_DISK_HDR], mc_str_t key, uint64_t size,
+                                 uint32_t crc)
+{
+    mc_store_le32(hdr, MC_DISK_MAGIC);
+    mc_store_le16(hdr + 4, MC_DISK_VERSION);
+    mc_store_le16(hdr + 6, (uint16_t)key.len);
+    mc_store_le64(hdr + 8, size);
+    mc_store_le32(hdr + 16, crc);
+    mc_store_le32(hdr + 20, header_crc(hdr, key.ptr, key.len));
+}
+
 mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
                                uint32_t crc, void *buf)
+{
+    return mc_store_disk_read_record(path, offset, key, size, &crc, buf);
+}
+
+mc_status_t mc_store_disk_read_record(const char *path, uint64_t offset, mc_str_t key,
+                                      uint64_t size, const uint32_t *crc, void *buf)
 {
     uint8_t hdr[MC_DISK_HDR];
     char kbuf[MC_WIRE_MAX_KEY];
@@ -140,9 +157,10 @@ mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, 
     if ((n != (ssize_t)(MC_DISK_HDR + key.len + size)) ||
         (mc_load_le32(hdr) != MC_DISK_MAGIC) || (mc_load_le16(hdr + 4) != MC_DISK_VERSION) ||
         (mc_load_le16(hdr + 6) != key.len) || (mc_load_le64(hdr + 8) != size) ||
-        (mc_load_le32(hdr + 16) != crc) || (memcmp(kbuf, key.ptr, key.len) != 0) ||
+        ((crc != NULL) && (mc_load_le32(hdr + 16) != *crc)) ||
+        (memcmp(kbuf, key.ptr, key.len) != 0) ||
         (mc_load_le32(hdr + 20) != header_crc(hdr, kbuf, key.len)) ||
-        (mc_crc32c(0, buf, (size_t)size) != crc)) {
+        (mc_crc32c(0, buf, (size_t)size) != mc_load_le32(hdr + 16))) {
         mc_set_error_detail("disk record of %.*s at %s+%" PRIu64 " is missing or damaged",
                             (int)MC_MIN(key.len, 128u), key.ptr, path, offset);
         return MC_OBJECT_NOT_FOUND;
@@ -296,12 +314,7 @@ static mc_status_t bucket_append(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t
     kcopy = mc_str_dup(key);
     if (kcopy == NULL)
         return MC_INTERNAL_ERROR;
-    mc_store_le32(hdr, MC_DISK_MAGIC);
-    mc_store_le16(hdr + 4, MC_DISK_VERSION);
-    mc_store_le16(hdr + 6, (uint16_t)key.len);
-    mc_store_le64(hdr + 8, size);
-    mc_store_le32(hdr + 16, crc);
-    mc_store_le32(hdr + 20, header_crc(hdr, key.ptr, key.len));
+    mc_store_disk_record_header(hdr, key, size, crc);
     iov[0].iov_base = hdr;
     iov[0].iov_len  = sizeof(hdr);
     iov[1].iov_base = (void *)key.ptr;

@@ -1733,18 +1733,30 @@ class DiskDescriptor:
     record's place in it, ``object_size`` the value's bytes and
     ``transport_endpoint`` the holder's segment name."""
 
-    __slots__ = ("file_path", "object_size", "offset", "transport_endpoint")
+    __slots__ = ("file_path", "object_size", "offset", "transport_endpoint", "is_dfs",
+                 "shard_idx", "aligned_size")
 
     def __init__(self, file_path: str, object_size: int, offset: int,
-                 transport_endpoint: str) -> None:
+                 transport_endpoint: str, is_dfs: bool = False, shard_idx: int = 0,
+                 aligned_size: int = 0) -> None:
         self.file_path = file_path
         self.object_size = object_size
         self.offset = offset
         self.transport_endpoint = transport_endpoint
+        #: a record in the shared DFS tier (upstream DistributedFSDescriptor:
+        #: ``file_path`` the shard file, ``offset``, ``object_size``,
+        #: ``aligned_size`` the bytes reserved, ``shard_idx``); False for
+        #: an SSD-tier bucket record
+        self.is_dfs = is_dfs
+        self.shard_idx = shard_idx
+        self.aligned_size = aligned_size
 
     def __repr__(self) -> str:
+        extra = (f", shard_idx={self.shard_idx}, aligned_size={self.aligned_size}"
+                 if self.is_dfs else "")
         return (f"DiskDescriptor(file_path={self.file_path!r}, object_size={self.object_size}, "
-                f"offset={self.offset}, transport_endpoint={self.transport_endpoint!r})")
+                f"offset={self.offset}, transport_endpoint={self.transport_endpoint!r}"
+                f"{extra})")
 
 
 class ReplicaDescriptor:
@@ -1754,14 +1766,16 @@ class ReplicaDescriptor:
     __slots__ = ("status", "_memory", "_disk")
 
     def __init__(self, status: int, is_memory: int, addr: int, size: int,
-                 segment: str, protocol: str, file_path: str = "") -> None:
+                 segment: str, protocol: str, file_path: str = "", shard_idx: int = 0,
+                 aligned_size: int = 0) -> None:
         try:
             self.status = ReplicaStatus(status)
         except ValueError:
             self.status = ReplicaStatus.UNDEFINED
         self._memory = MemoryDescriptor(BufferDescriptor(size, addr, protocol, segment)) \
             if is_memory else None
-        self._disk = None if is_memory else DiskDescriptor(file_path, size, addr, segment)
+        self._disk = None if is_memory else DiskDescriptor(
+            file_path, size, addr, segment, protocol == "dfs", shard_idx, aligned_size)
 
     def is_memory_replica(self) -> bool:
         """True for a replica in a client's memory segment."""
