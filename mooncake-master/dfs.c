@@ -47,6 +47,11 @@ void mc_master_dfs_cleanup(mc_master_t *m)
 {
     if (m->dfs == NULL)
         return;
+    while (m->dfs->deferred != NULL) {
+        mc_dfs_replica_t *d = m->dfs->deferred;
+        m->dfs->deferred    = d->next;
+        free(d);
+    }
     mc_dfs_alloc_cleanup(&m->dfs->alloc);
     free(m->dfs);
     m->dfs = NULL;
@@ -140,6 +145,37 @@ void mc_master_dfs_free(mc_master_t *m, mc_dfs_replica_t *d, uint64_t size)
         t->bytes -= (size <= t->bytes) ? size : t->bytes;
     }
     free(d);
+}
+
+void mc_master_dfs_defer(mc_master_t *m, mc_dfs_replica_t *d, uint64_t size,
+                         uint64_t release_ms)
+{
+    if ((d == NULL) || (m->dfs == NULL)) {
+        mc_master_dfs_free(m, d, size);
+        return;
+    }
+    d->release_ms    = release_ms;
+    d->size          = size;
+    d->next          = m->dfs->deferred;
+    m->dfs->deferred = d;
+}
+
+void mc_master_dfs_tick(mc_master_t *m, uint64_t now_ms)
+{
+    mc_dfs_replica_t **pp;
+
+    if (m->dfs == NULL)
+        return;
+    pp = &m->dfs->deferred;
+    while (*pp != NULL) {
+        mc_dfs_replica_t *d = *pp;
+        if (d->release_ms > now_ms) {
+            pp = &d->next;
+            continue;
+        }
+        *pp = d->next;
+        mc_master_dfs_free(m, d, d->size);
+    }
 }
 
 void mc_master_dfs_to_wire(mc_req_ctx_t *x, mc_wire_replica_t *w, const mc_dfs_replica_t *d,

@@ -33,6 +33,10 @@ typedef struct mc_dfs_replica {
     uint32_t shard;
     uint32_t replica_num;    /* memory replicas the write asked for (topology) */
     uint8_t status;          /* MC_REPLICA_PROCESSING or MC_REPLICA_COMPLETE */
+    /* deferred (mc_master_dfs_defer): on the tier's list until then */
+    uint64_t release_ms;
+    uint64_t size;
+    struct mc_dfs_replica *next;
 } mc_dfs_replica_t;
 
 /* The DFS tier of a master (m->dfs), NULL without --root_fs_dir. */
@@ -43,6 +47,7 @@ typedef struct mc_master_dfs {
     uint64_t bytes;          /* their value bytes */
     uint64_t writes;         /* DFS replicas placed, ever */
     uint64_t alloc_failures; /* writes refused for want of room */
+    mc_dfs_replica_t *deferred; /* extents a stale writer may still write */
 } mc_master_dfs_t;
 
 /* Set up m->dfs from --root_fs_dir and the MOONCAKE_DFS_* variables;
@@ -68,6 +73,13 @@ mc_dfs_replica_t *mc_master_dfs_restore(struct mc_master *m, uint32_t shard, uin
 /* Give back the extent of @p d (a @p size-byte value) and free it; NULL
  * is fine. */
 void mc_master_dfs_free(struct mc_master *m, mc_dfs_replica_t *d, uint64_t size);
+/* Give back the extent of @p d at @p release_ms, not before: the writer
+ * of a preempted put may still be writing there (objects.c obj_discard). */
+void mc_master_dfs_defer(struct mc_master *m, mc_dfs_replica_t *d, uint64_t size,
+                         uint64_t release_ms);
+/* Give back the deferred extents whose time came (the objects' tick). */
+void mc_master_dfs_tick(struct mc_master *m, uint64_t now_ms);
+
 /* Wire form (type DFS) of @p d, a @p size-byte value; the shard name is
  * arena storage of @p x. */
 void mc_master_dfs_to_wire(struct mc_req_ctx *x, mc_wire_replica_t *w, const mc_dfs_replica_t *d,

@@ -340,6 +340,15 @@ static mc_dfs_replica_t *obj_dfs(const mc_object_t *o)
     return (o->ext != NULL) ? o->ext->dfs : NULL;
 }
 
+/* 1 when the disk replica @p d may be read: its holder is known and not
+ * a client restored from the operation log that has yet to remount (its
+ * files are vouched for again once it is back, docs/tiers.md). */
+static int disk_readable(mc_master_t *m, const mc_disk_replica_t *d)
+{
+    const mc_client_t *c = mc_master_client_find(m, d->holder);
+    return (c != NULL) && !c->restored;
+}
+
 /* 1 when @p o keeps a copy outside memory that is readable once complete
  * (a disk or a DFS replica): losing its memory does not end it. */
 static int obj_has_copy(const mc_object_t *o)
@@ -604,16 +613,22 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
  * writer can no longer be writing, then erase the object. */
 static void obj_discard(mc_master_t *m, mc_object_t *o)
 {
-    defer_replicas(m, &o->replicas,
-                   o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
+    uint64_t release = o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
+    defer_replicas(m, &o->replicas, release);
+    if (obj_dfs(o) != NULL) {
+        mc_master_dfs_defer(m, obj_dfs(o), o->size, release);
+        o->ext->dfs = NULL;
+    }
     obj_erase(m, o);
 }
 
 /* Preempt a stale fresh-buffer upsert the same way; the old value stays. */
 static void upsert_discard(mc_master_t *m, mc_object_t *o)
 {
-    defer_replicas(m, &o->up->replicas,
-                   o->up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
+    uint64_t release = o->up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
+    defer_replicas(m, &o->up->replicas, release);
+    mc_master_dfs_defer(m, o->up->dfs, o->up->size, release);
+    o->up->dfs = NULL;
     upsert_clear(m, o);
 }
 
@@ -628,6 +643,7 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
         if (r->release_ms <= now_ms)
             replica_free(m, r);
     }
+    mc_master_dfs_tick(m, now_ms);
     while (!mc_mlist_empty(&m->pending)) {
         mc_object_t *o = mc_container_of(m->pending.next, mc_object_t, pending_link);
         if (o->put_start_ms + release > now_ms)
@@ -722,7 +738,7 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
         if ((r->status == MC_REPLICA_COMPLETE) && (r->seg->state != MC_SEG_AWAITING))
             fill_wire_replica(&out->v[out->n++], r, o->size);
     }
-    if (d != NULL) {
+    if ((d != NULL) && disk_readable(x->m, d)) {
         /* last: readers prefer memory (docs/tiers.md) */
         mc_master_disk_to_wire(&out->v[out->n++], d);
     }
@@ -746,12 +762,12 @@ void mc_master_disk_to_wire(mc_wire_replica_t *w, const mc_disk_replica_t *d)
 
 /* Complete with a replica that may be read (not only on segments restored
  * from the operation log and not remounted yet). */
-static int obj_readable(const mc_object_t *o)
+static int obj_readable(mc_master_t *m, const mc_object_t *o)
 {
     const mc_mlist_t *pos;
     if (!o->complete)
         return 0;
-    if (obj_has_copy(o))
+    if ((obj_dfs(o) != NULL) || ((obj_disk(o) != NULL) && disk_readable(m, obj_disk(o))))
         return 1;
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
         if (mc_container_of(pos, mc_replica_t, link)->seg->state != MC_SEG_AWAITING)
@@ -1122,7 +1138,8 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
     if (out->n == 0)
         return MC_OBJECT_NOT_FOUND; /* only on segments not remounted since a restart */
     obj_grant_lease(x->m, o, x->now_ms);
-    if (x->m->cfg->promotion_on_hit && mc_mlist_empty(&o->replicas) && (obj_disk(o) != NULL))
+    if (x->m->cfg->promotion_on_hit && mc_mlist_empty(&o->replicas) && (obj_disk(o) != NULL) &&
+        disk_readable(x->m, obj_disk(o)))
         mc_master_promote_hit(x, o);
     *size_p = o->size;
     return MC_OK;
@@ -1132,7 +1149,7 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
 static int32_t exist_one(mc_req_ctx_t *x, mc_str_t key)
 {
     mc_object_t *o = obj_find(x->m, x->tenant, key);
-    if ((o == NULL) || !obj_readable(o))
+    if ((o == NULL) || !obj_readable(x->m, o))
         return 0;
     obj_grant_lease(x->m, o, x->now_ms);
     return 1;
@@ -1872,36 +1889,72 @@ void mc_master_object_erase(mc_master_t *m, mc_object_t *o)
 
 /* ---- restore (snapshot.c) ------------------------------------------------------- */
 
+/* The disk replica of OBJ_SET record @p r, when its holder was restored
+ * with its segments (and waits to remount); NULL otherwise or on OOM. */
+static mc_disk_replica_t *disk_restore(mc_master_t *m, const mc_oplog_record_t *r)
+{
+    const mc_client_t *c = mc_master_client_find(m, r->disk_holder);
+    mc_disk_replica_t *d;
+
+    if ((c == NULL) || !c->restored || (r->disk_path.len == 0) || (r->disk_path.ptr[0] != '/'))
+        return NULL;
+    d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return NULL;
+    d->segment = mc_str_dup(r->disk_segment);
+    d->path    = mc_str_dup(r->disk_path);
+    if ((d->segment == NULL) || (d->path == NULL)) {
+        free(d->segment);
+        free(d->path);
+        free(d);
+        return NULL;
+    }
+    d->id     = ++m->next_replica_id;
+    d->holder = r->disk_holder;
+    d->offset = r->disk_offset;
+    d->length = r->disk_length;
+    d->crc    = r->disk_crc;
+    return d;
+}
+
 mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r,
                                       mc_replica_t **reps, uint32_t n, uint64_t now_ms)
 {
     mc_object_t *o;
-    mc_dfs_replica_t *dfs = NULL;
+    mc_dfs_replica_t *dfs  = NULL;
+    mc_disk_replica_t *dsk = NULL;
 
-    if (((n == 0) && !r->has_dfs) || (r->size == 0) || (r->tenant.len > UINT16_MAX) ||
-        (obj_find(m, r->tenant, r->key) != NULL))
+    if (((n == 0) && !r->has_dfs && !r->has_disk) || (r->size == 0) ||
+        (r->tenant.len > UINT16_MAX) || (obj_find(m, r->tenant, r->key) != NULL))
         return NULL;
     /* a DFS record outlives the master: its extent is taken back (the
      * files are on shared storage, docs/tiers.md §6) */
     if (r->has_dfs)
         dfs = mc_master_dfs_restore(m, r->dfs_shard, r->dfs_offset, r->dfs_span,
                                     r->dfs_replica_num, r->size);
-    if ((n == 0) && (dfs == NULL))
+    /* a disk replica waits, unread, for its holder to remount (it was
+     * restored with its segments); if it does not within the grace
+     * period, the holder's departure takes the replica (docs/tiers.md) */
+    if (r->has_disk && (r->disk_length == r->size))
+        dsk = disk_restore(m, r);
+    if ((n == 0) && (dfs == NULL) && (dsk == NULL))
         return NULL;
     o = malloc(offsetof(mc_object_t, strs) + (size_t)r->key.len);
-    if (o == NULL) {
-        mc_master_dfs_free(m, dfs, r->size);
-        return NULL;
-    }
+    if (o == NULL)
+        goto fail;
     memset(o, 0, offsetof(mc_object_t, strs));
     o->writer = writer_get(m, r->tenant, r->owner);
-    if ((o->writer == NULL) || ((dfs != NULL) && (obj_ext(o) == NULL))) {
-        mc_master_dfs_free(m, dfs, r->size);
+    if ((o->writer == NULL) || (((dfs != NULL) || (dsk != NULL)) && (obj_ext(o) == NULL))) {
         obj_free(m, o);
-        return NULL;
+        goto fail;
     }
     if (dfs != NULL)
         o->ext->dfs = dfs;
+    if (dsk != NULL) {
+        o->ext->disk = dsk;
+        m->disk_replicas++;
+        m->disk_bytes += dsk->length;
+    }
     if ((r->soft_pin_ttl_ms > 0) || r->has_group) {
         if ((obj_ext(o) == NULL) ||
             (r->has_group && ((o->ext->group_id = mc_str_dup(r->group_id)) == NULL))) {
@@ -1928,9 +1981,18 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
         mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
     }
     if (n > 0)
-        mc_master_lru_touch(m, o); /* a DFS-only object stays off the LRU */
+        mc_master_lru_touch(m, o); /* a disk- or DFS-only object stays off the LRU */
     group_sync(m, o);
     return o;
+
+fail:
+    mc_master_dfs_free(m, dfs, r->size);
+    if (dsk != NULL) {
+        free(dsk->segment);
+        free(dsk->path);
+        free(dsk);
+    }
+    return NULL;
 }
 
 /* ---- §5.15 disk tier ------------------------------------------------------------ */

@@ -829,8 +829,9 @@ static mc_status_t install(mc_master_t *m, mc_oplog_state_t *s)
             reps[nr++] = rep;
             p[i].ok    = 0; /* owned by reps[] now */
         }
-        /* an object whose memory is gone lives on from its DFS record */
-        if (((nr == 0) && !r.has_dfs) ||
+        /* an object whose memory is gone lives on from its DFS record or
+         * its holder's disk */
+        if (((nr == 0) && !r.has_dfs && !r.has_disk) ||
             (mc_master_object_restore(m, &r, reps, nr, now) == NULL)) {
             for (uint32_t q = 0; q < nr; q++) {
                 mc_master_segment_release(m, reps[q]);
