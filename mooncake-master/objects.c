@@ -356,6 +356,39 @@ static int obj_has_copy(const mc_object_t *o)
     return (obj_disk(o) != NULL) || (obj_dfs(o) != NULL);
 }
 
+/* A new disk replica (not attached to an object); NULL on OOM. */
+static mc_disk_replica_t *disk_new(mc_master_t *m, mc_uuid_t holder, mc_str_t segment,
+                                   mc_str_t path, uint64_t offset, uint64_t length, uint32_t crc)
+{
+    mc_disk_replica_t *d = calloc(1, sizeof(*d));
+
+    if (d == NULL)
+        return NULL;
+    d->segment = mc_str_dup(segment);
+    d->path    = mc_str_dup(path);
+    if ((d->segment == NULL) || (d->path == NULL)) {
+        free(d->segment);
+        free(d->path);
+        free(d);
+        return NULL;
+    }
+    d->id     = ++m->next_replica_id;
+    d->holder = holder;
+    d->offset = offset;
+    d->length = length;
+    d->crc    = crc;
+    return d;
+}
+
+static void disk_destroy(mc_disk_replica_t *d)
+{
+    if (d == NULL)
+        return;
+    free(d->segment);
+    free(d->path);
+    free(d);
+}
+
 /* Forget the disk replica of @p o, if any.  The holder's bytes stay in
  * its bucket until its tier reclaims them; nobody is pointed there again. */
 static void disk_free(mc_master_t *m, mc_object_t *o)
@@ -368,9 +401,7 @@ static void disk_free(mc_master_t *m, mc_object_t *o)
     m->disk_replicas--;
     m->disk_bytes -= d->length;
     m->disk_dropped_keys++;
-    free(d->segment);
-    free(d->path);
-    free(d);
+    disk_destroy(d);
 }
 
 /* The ext of @p o, allocated on first use; NULL on OOM. */
@@ -1894,27 +1925,11 @@ void mc_master_object_erase(mc_master_t *m, mc_object_t *o)
 static mc_disk_replica_t *disk_restore(mc_master_t *m, const mc_oplog_record_t *r)
 {
     const mc_client_t *c = mc_master_client_find(m, r->disk_holder);
-    mc_disk_replica_t *d;
 
     if ((c == NULL) || !c->restored || (r->disk_path.len == 0) || (r->disk_path.ptr[0] != '/'))
         return NULL;
-    d = calloc(1, sizeof(*d));
-    if (d == NULL)
-        return NULL;
-    d->segment = mc_str_dup(r->disk_segment);
-    d->path    = mc_str_dup(r->disk_path);
-    if ((d->segment == NULL) || (d->path == NULL)) {
-        free(d->segment);
-        free(d->path);
-        free(d);
-        return NULL;
-    }
-    d->id     = ++m->next_replica_id;
-    d->holder = r->disk_holder;
-    d->offset = r->disk_offset;
-    d->length = r->disk_length;
-    d->crc    = r->disk_crc;
-    return d;
+    return disk_new(m, r->disk_holder, r->disk_segment, r->disk_path, r->disk_offset,
+                    r->disk_length, r->disk_crc);
 }
 
 mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r,
@@ -1987,11 +2002,7 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
 
 fail:
     mc_master_dfs_free(m, dfs, r->size);
-    if (dsk != NULL) {
-        free(dsk->segment);
-        free(dsk->path);
-        free(dsk);
-    }
+    disk_destroy(dsk);
     return NULL;
 }
 
@@ -2052,19 +2063,10 @@ int32_t mc_master_offload_report(mc_req_ctx_t *x, const mc_wire_offload_report_r
         return MC_ILLEGAL_CLIENT;
     if (obj_ext(o) == NULL)
         return MC_INTERNAL_ERROR;
-    d = calloc(1, sizeof(*d));
-    if ((d == NULL) || ((d->segment = strdup(seg->name)) == NULL) ||
-        ((d->path = mc_str_dup(req->file_path)) == NULL)) {
-        if (d != NULL)
-            free(d->segment);
-        free(d);
+    d = disk_new(m, req->client_id, mc_str_from_cstr(seg->name), req->file_path, req->offset,
+                 req->length, req->crc);
+    if (d == NULL)
         return MC_INTERNAL_ERROR;
-    }
-    d->id     = ++m->next_replica_id;
-    d->holder = req->client_id;
-    d->offset = req->offset;
-    d->length = req->length;
-    d->crc    = req->crc;
     if (obj_disk(o) != NULL) {
         disk_free(m, o); /* rewritten into a newer bucket */
         m->disk_dropped_keys--;
