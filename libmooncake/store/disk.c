@@ -56,6 +56,7 @@
 
 #include "common/buf.h"
 #include "common/crc32c.h"
+#include "common/dfs_layout.h"
 #include "common/log.h"
 #include "store/disk.h"
 #include "store/store_internal.h"
@@ -619,15 +620,55 @@ static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
     return MC_OK;
 }
 
+/*
+ * MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR, as upstream reads it: unset
+ * or "bucket_storage_backend" is this file's SSD tier; with
+ * "distributed_storage_backend", enable_ssd_offload only initialises the
+ * DFS backend (dfs.c, docs/tiers.md §6): it needs MOONCAKE_DFS_ROOT_DIR,
+ * still checks @p dir, and starts no SSD tier.  1 for the SSD tier, 0 for
+ * DFS, -1 (detail set) for a backend this build does not have or a
+ * DFS backend that is not configured.
+ */
+static int offload_backend(mc_store_h s, const char *dir)
+{
+    const char *b = getenv("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR");
+    struct stat sb;
+
+    if ((b == NULL) || (*b == '\0') || (strcmp(b, "bucket_storage_backend") == 0))
+        return 1;
+    if (strcmp(b, "distributed_storage_backend") != 0) {
+        mc_set_error_detail("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=%s is not built "
+                            "(bucket_storage_backend or distributed_storage_backend)", b);
+        return -1;
+    }
+    if (s->dfs == NULL) {
+        mc_set_error_detail("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=distributed_storage_"
+                            "backend needs MOONCAKE_DFS_ROOT_DIR (the master's --root_fs_dir)");
+        return -1;
+    }
+    if ((dir == NULL) || (dir[0] != '/') || (stat(dir, &sb) != 0) || !S_ISDIR(sb.st_mode)) {
+        mc_set_error_detail("ssd_offload_path \"%s\" must be an existing absolute directory",
+                            dir ? dir : "");
+        return -1;
+    }
+    mc_info("offload backend: distributed_storage_backend (DFS root %s); no SSD tier",
+            s->dfs->root);
+    return 0;
+}
+
 MC_API mc_status_t mc_store_offload_start(mc_store_h s, const char *dir)
 {
     mc_store_disk_t *d = NULL;
     mc_status_t st;
+    int backend;
 
     if (s == NULL) {
         mc_set_error_detail("store handle is NULL");
         return MC_INVALID_PARAMS;
     }
+    backend = offload_backend(s, dir);
+    if (backend <= 0)
+        return (backend == 0) ? MC_OK : MC_INVALID_PARAMS;
     pthread_rwlock_wrlock(&s->life);
     if (!s->ready) {
         st = MC_UNAVAILABLE_IN_CURRENT_STATUS;

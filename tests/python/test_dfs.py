@@ -277,3 +277,30 @@ def test_master_restart_restores_dfs_replicas(root, procs, tmp_path):
         assert b.call("get", key=k)["sha256"] == sha
     finally:
         m.stop()
+
+
+def test_upstream_style_setup_with_the_distributed_backend(dfs_master, procs, root, tmp_path):
+    """Upstream turns the DFS backend on with enable_ssd_offload and
+    MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=distributed_storage_backend:
+    that works unchanged (no SSD tier starts in ssd_offload_path), and
+    refuses with a clear message without MOONCAKE_DFS_ROOT_DIR."""
+    ssd = tmp_path / "ssd"
+    ssd.mkdir()
+    env = {"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": "distributed_storage_backend"}
+    kwargs = {"enable_ssd_offload": True, "ssd_offload_path": str(ssd)}
+    a = procs("a", dfs_master, root, env=env, setup=False)
+    r = a.call("invoke", method="setup", args=setup_args(dfs_master), kwargs=kwargs)
+    assert r["ret"] == 0, r
+    a.hostname = a.call("hostname")["hostname"]
+    k = key()
+    sha = put_on(a, k, 16 * KiB)
+    assert len(dfs_desc(a, k)) == 1 and a.call("get", key=k)["sha256"] == sha
+    assert list(ssd.iterdir()) == [], "no SSD tier runs with the distributed backend"
+    bare = procs("bare", dfs_master, env=env, setup=False)
+    r = bare.call("invoke", method="setup", args=setup_args(dfs_master), kwargs=kwargs)
+    assert r["ret"] == INVALID_PARAMS and "MOONCAKE_DFS_ROOT_DIR" in r["detail"], r
+    other = procs("other", dfs_master, root,
+                  env={"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": "nvme_kv_storage_backend"},
+                  setup=False)
+    r = other.call("invoke", method="setup", args=setup_args(dfs_master), kwargs=kwargs)
+    assert r["ret"] == INVALID_PARAMS and "nvme_kv_storage_backend" in r["detail"], r
