@@ -20,6 +20,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_clear.c \
 	tests/unit/test_master_disk.c \
+	tests/unit/test_master_dfs.c \
 	tests/unit/test_store_disk.c \
 	tests/unit/test_master_mem.c \
 	tests/unit/test_etcd.c \

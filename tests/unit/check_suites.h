@@ -39,6 +39,7 @@
     X(master_tasks)       \
     X(master_clear)       \
     X(master_disk)        \
+    X(master_dfs)         \
     X(store_disk)         \
     X(master_mem)         \
     X(etcd)               \
