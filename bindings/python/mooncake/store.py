@@ -444,7 +444,12 @@ class MooncakeDistributedStore(TensorMethods):
                 ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``.  Bucket limits come
                 from ``MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES``,
                 ``MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT`` and
-                ``MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES``.
+                ``MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES``.  With
+                ``MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=distributed_storage_backend``
+                no SSD tier starts (the path is only checked): the DFS
+                backend, set up from ``MOONCAKE_DFS_ROOT_DIR`` and the
+                ``MOONCAKE_DFS_*`` layout variables at every setup, serves
+                ``dfs_replica_num=1`` (docs/tiers.md §6).
             tenant_id: key namespace ("default").
             enable_client_http_server: True runs the client HTTP server on a
                 library thread (no GIL): GET ``/health``, ``/metrics``
