@@ -135,7 +135,10 @@ class ReplicateConfig:
     Attributes:
         replica_num: memory replicas on distinct segments (default 1).
         nof_replica_num: NVMe-oF SSD replicas (default 0).
-        dfs_replica_num: shared-filesystem replicas, 0 or 1 (default 0).
+        dfs_replica_num: shared-filesystem replicas, 0 or 1 (default 0):
+            1 also writes the value into the DFS tier (docs/tiers.md §6;
+            needs ``MOONCAKE_DFS_ROOT_DIR`` here and ``--root_fs_dir`` on
+            the master, ``replica_num`` >= 1 and the default tenant).
         soft_pin_action: a :class:`SoftPinAction` (default PRESERVE).
         soft_pin_ttl_ms: soft-pin lifetime in ms, or None for the master's
             default; valid only with ``SoftPinAction.ENABLE`` (the call

@@ -581,6 +581,10 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h query, size_t i,
  * is_memory 1) and then at most one disk replica: is_memory 0, addr the
  * record's offset in its bucket file, size the object's size, segment the
  * holder's segment name, protocol "file".  This call gives its file.
+ * When the object has no such replica but a DFS one this client can read
+ * (docs/tiers.md §6), that is the disk replica: protocol "dfs", segment
+ * "", the path of its shard file under MOONCAKE_DFS_ROOT_DIR
+ * (mc_store_query_dfs_replica() gives the rest).
  *
  * @param query   a query of mc_store_query()/mc_store_batch_query().
  * @param path    receives the bucket file's absolute path, NUL-terminated.
