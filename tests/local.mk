@@ -21,6 +21,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_clear.c \
 	tests/unit/test_master_disk.c \
+	tests/unit/test_master_dfs.c \
 	tests/unit/test_store_disk.c \
 	tests/unit/test_master_mem.c \
 	tests/unit/test_etcd.c \
@@ -28,6 +29,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_shm.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	tests/unit/test_oplog.c mooncake-master/oplog.c \
+	tests/unit/test_dfs.c mooncake-master/dfs_alloc.c \
 	$(NULL)
 tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS)

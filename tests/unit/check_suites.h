@@ -30,6 +30,7 @@
     X(wire)               \
     X(flags)              \
     X(oplog)              \
+    X(dfs)                \
     X(transfer)           \
     X(shm)                \
     X(store)              \
@@ -38,6 +39,7 @@
     X(master_tasks)       \
     X(master_clear)       \
     X(master_disk)        \
+    X(master_dfs)         \
     X(store_disk)         \
     X(master_mem)         \
     X(etcd)               \
