@@ -108,6 +108,109 @@ mc_hnode_t *mc_hmap_first(const mc_hmap_t *m, mc_hmap_iter_t *it)
     return mc_hmap_next(m, it);
 }
 
+/* ---- compact variant (mc_chmap_t) ----------------------------------------- */
+
+int mc_chmap_init(mc_chmap_t *m, size_t initial_buckets, mc_chmap_hash_func_t hash_of)
+{
+    size_t n = 16;
+    while (n < initial_buckets)
+        n <<= 1;
+    m->buckets  = calloc(n, sizeof(*m->buckets));
+    m->nbuckets = m->buckets ? n : 0;
+    m->count    = 0;
+    m->hash_of  = hash_of;
+    return m->buckets ? 0 : -1;
+}
+
+void mc_chmap_cleanup(mc_chmap_t *m)
+{
+    free(m->buckets);
+    m->buckets  = NULL;
+    m->nbuckets = 0;
+    m->count    = 0;
+}
+
+mc_cnode_t *mc_chmap_find(const mc_chmap_t *m, uint32_t hash, const void *key,
+                          mc_chmap_eq_func_t eq)
+{
+    if (m->nbuckets == 0)
+        return NULL;
+    for (mc_cnode_t *n = m->buckets[hash & (m->nbuckets - 1)]; n != NULL; n = n->next) {
+        if ((m->hash_of(n) == hash) && eq(n, key))
+            return n;
+    }
+    return NULL;
+}
+
+static int cgrow(mc_chmap_t *m)
+{
+    size_t nn = m->nbuckets ? m->nbuckets * 2 : 16;
+    mc_cnode_t **nb;
+
+    if (nn > (size_t)UINT32_MAX + 1u) /* the entries keep 32 bits of hash */
+        return -1;
+    nb = calloc(nn, sizeof(*nb));
+    if (nb == NULL)
+        return -1;
+    for (size_t i = 0; i < m->nbuckets; i++) {
+        mc_cnode_t *n = m->buckets[i];
+        while (n != NULL) {
+            mc_cnode_t *next = n->next;
+            size_t b         = m->hash_of(n) & (nn - 1);
+            n->next          = nb[b];
+            nb[b]            = n;
+            n                = next;
+        }
+    }
+    free(m->buckets);
+    m->buckets  = nb;
+    m->nbuckets = nn;
+    return 0;
+}
+
+int mc_chmap_insert(mc_chmap_t *m, mc_cnode_t *node, uint32_t hash)
+{
+    int rc = 0;
+    if ((m->count + 1 > 2 * m->nbuckets) && (cgrow(m) != 0))
+        rc = -1;
+    if (m->nbuckets == 0)
+        return -1;
+    size_t b      = hash & (m->nbuckets - 1);
+    node->next    = m->buckets[b];
+    m->buckets[b] = node;
+    m->count++;
+    return rc;
+}
+
+void mc_chmap_remove(mc_chmap_t *m, mc_cnode_t *node)
+{
+    mc_cnode_t **pp = &m->buckets[m->hash_of(node) & (m->nbuckets - 1)];
+    while (*pp != NULL) {
+        if (*pp == node) {
+            *pp = node->next;
+            m->count--;
+            return;
+        }
+        pp = &(*pp)->next;
+    }
+}
+
+mc_cnode_t *mc_chmap_next(const mc_chmap_t *m, mc_chmap_iter_t *it)
+{
+    mc_cnode_t *n = it->next;
+    while ((n == NULL) && (it->bucket < m->nbuckets))
+        n = m->buckets[it->bucket++];
+    it->next = n ? n->next : NULL;
+    return n;
+}
+
+mc_cnode_t *mc_chmap_first(const mc_chmap_t *m, mc_chmap_iter_t *it)
+{
+    it->bucket = 0;
+    it->next   = NULL;
+    return mc_chmap_next(m, it);
+}
+
 uint64_t mc_hash_bytes(const void *p, size_t n, uint64_t seed)
 {
     const uint8_t *b = p;

@@ -45,6 +45,44 @@ typedef struct mc_hmap_iter {
 mc_hnode_t *mc_hmap_first(const mc_hmap_t *m, mc_hmap_iter_t *it);
 mc_hnode_t *mc_hmap_next(const mc_hmap_t *m, mc_hmap_iter_t *it);
 
+/*
+ * Compact variant for tables of millions of entries (the master's object
+ * index): the node is one pointer, and the table keeps no hash.  The entry
+ * keeps the low 32 bits of its hash wherever it has room and hands them
+ * out through @c hash_of, which lookups use to skip entries before the
+ * equality test and growth uses to place them (so up to 2^32 buckets).
+ * Same load (at most 2 per bucket) and iteration rules as mc_hmap_t.
+ */
+typedef struct mc_cnode {
+    struct mc_cnode *next;
+} mc_cnode_t;
+
+typedef uint32_t (*mc_chmap_hash_func_t)(const mc_cnode_t *node);
+typedef int (*mc_chmap_eq_func_t)(const mc_cnode_t *node, const void *key);
+
+typedef struct mc_chmap {
+    mc_cnode_t **buckets;
+    size_t nbuckets; /* power of two */
+    size_t count;
+    mc_chmap_hash_func_t hash_of;
+} mc_chmap_t;
+
+int mc_chmap_init(mc_chmap_t *m, size_t initial_buckets, mc_chmap_hash_func_t hash_of);
+void mc_chmap_cleanup(mc_chmap_t *m); /* frees buckets, not entries */
+mc_cnode_t *mc_chmap_find(const mc_chmap_t *m, uint32_t hash, const void *key,
+                          mc_chmap_eq_func_t eq);
+/* Caller guarantees the key is absent and that hash_of(node) already
+ * answers @p hash; -1 only if growing failed (the node is still in). */
+int mc_chmap_insert(mc_chmap_t *m, mc_cnode_t *node, uint32_t hash);
+void mc_chmap_remove(mc_chmap_t *m, mc_cnode_t *node);
+
+typedef struct mc_chmap_iter {
+    size_t bucket;
+    mc_cnode_t *next;
+} mc_chmap_iter_t;
+mc_cnode_t *mc_chmap_first(const mc_chmap_t *m, mc_chmap_iter_t *it);
+mc_cnode_t *mc_chmap_next(const mc_chmap_t *m, mc_chmap_iter_t *it);
+
 /* 64-bit hash of bytes (FNV-1a mixed with a finaliser); seed lets callers
  * hash (tenant, key) pairs by chaining. */
 uint64_t mc_hash_bytes(const void *p, size_t n, uint64_t seed);
