@@ -21,7 +21,7 @@
  * Upsert (§5.11) rewrites an existing complete object either in place
  * (same size, no lease: the object goes back to the incomplete state,
  * owned by the upserter, and rides m->pending like a put) or into fresh
- * buffers kept on o->up->replicas while the old value stays readable; the
+ * buffers kept on o->ext->up->replicas while the old value stays readable; the
  * object then sits on m->upserting, also ordered by start time, so the
  * tick can drop abandoned ones.  Old buffers replaced while a reader holds
  * a lease wait on m->discarded until the lease deadline.
@@ -69,7 +69,13 @@ static uint64_t obj_hash(mc_str_t tenant, mc_str_t key)
     return mc_hash_bytes(key.ptr, key.len, mc_hash_bytes(tenant.ptr, tenant.len, 0));
 }
 
-static int obj_eq(const mc_hnode_t *node, const void *k)
+/* The index keeps the low 32 bits of it in the object (mc_chmap_t). */
+static uint32_t obj_node_hash(const mc_cnode_t *node)
+{
+    return mc_container_of(node, mc_object_t, node)->hash;
+}
+
+static int obj_eq(const mc_cnode_t *node, const void *k)
 {
     const mc_object_t *o = mc_container_of(node, mc_object_t, node);
     const obj_lookup_t *l = k;
@@ -138,19 +144,20 @@ static void writer_put(mc_master_t *m, mc_writer_t *w)
 
 mc_status_t mc_master_objects_init(mc_master_t *m)
 {
-    if (mc_hmap_init(&m->objects, 1024) != 0)
+    mc_slab_init(&m->objslab);
+    if (mc_chmap_init(&m->objects, 1024, obj_node_hash) != 0)
         return MC_INTERNAL_ERROR;
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->upserting);
     mc_mlist_init(&m->lru);
     if (mc_hmap_init(&m->groups, 64) != 0) {
-        mc_hmap_cleanup(&m->objects);
+        mc_chmap_cleanup(&m->objects);
         return MC_INTERNAL_ERROR;
     }
     if (mc_hmap_init(&m->writers, 64) != 0) {
         mc_hmap_cleanup(&m->groups);
-        mc_hmap_cleanup(&m->objects);
+        mc_chmap_cleanup(&m->objects);
         return MC_INTERNAL_ERROR;
     }
     m->next_replica_id = 0;
@@ -165,7 +172,7 @@ size_t mc_master_objects_count(const mc_master_t *m)
 static mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
 {
     obj_lookup_t l = {tenant, key};
-    mc_hnode_t *n  = mc_hmap_find(&m->objects, obj_hash(tenant, key), &l, obj_eq);
+    mc_cnode_t *n  = mc_chmap_find(&m->objects, (uint32_t)obj_hash(tenant, key), &l, obj_eq);
     return n ? mc_container_of(n, mc_object_t, node) : NULL;
 }
 
@@ -268,9 +275,34 @@ static void group_sync(mc_master_t *m, mc_object_t *o)
 
 /* ---- replicas and objects --------------------------------------------------- */
 
+/* A zeroed record for an object of @p key (copied in, with its index hash
+ * for @p tenant), from m->objslab; NULL on OOM. */
+static mc_object_t *obj_alloc(mc_master_t *m, mc_str_t tenant, mc_str_t key)
+{
+    mc_object_t *o;
+
+    if (key.len > MC_WIRE_MAX_KEY) /* the wire refuses longer keys */
+        return NULL;
+    o = mc_slab_alloc(&m->objslab, mc_object_alloc_size(key.len));
+    if (o == NULL)
+        return NULL;
+    /* strs starts inside the struct's tail padding: zero up to it only */
+    memset(o, 0, offsetof(mc_object_t, strs));
+    o->hash    = (uint32_t)obj_hash(tenant, key);
+    o->key_len = (uint16_t)key.len;
+    memcpy(o->strs, key.ptr, key.len);
+    return o;
+}
+
+/* Give the record of @p o back to m->objslab. */
+static void obj_release(mc_master_t *m, mc_object_t *o)
+{
+    mc_slab_free(&m->objslab, o, mc_object_alloc_size(o->key_len));
+}
+
 /* Free the struct of @p r, already unlinked: an embedded rep0 only marks
  * its slot unused, and takes its object along when that was erased. */
-static void replica_dispose(mc_replica_t *r)
+static void replica_dispose(mc_master_t *m, mc_replica_t *r)
 {
     mc_object_t *o;
 
@@ -281,7 +313,7 @@ static void replica_dispose(mc_replica_t *r)
     o           = mc_container_of(r, mc_object_t, rep0);
     o->rep0.seg = NULL;
     if (o->zombie)
-        free(o);
+        obj_release(m, o);
 }
 
 /* Give back the range of @p r, unlink and free it. */
@@ -289,7 +321,7 @@ static void replica_free(mc_master_t *m, mc_replica_t *r)
 {
     mc_master_segment_release(m, r);
     mc_mlist_remove(&r->link);
-    replica_dispose(r);
+    replica_dispose(m, r);
 }
 
 /* Give back and free every replica on @p list. */
@@ -300,15 +332,45 @@ static void free_replicas(mc_master_t *m, mc_mlist_t *list)
         replica_free(m, mc_container_of(pos, mc_replica_t, link));
 }
 
-/* Free every replica on @p list without giving its range back (teardown). */
-static void forget_replicas(mc_mlist_t *list)
+/* Free every replica on @p list without giving its range back (teardown).
+ * @p m may be NULL for a list that holds no object's rep0. */
+static void forget_replicas(mc_master_t *m, mc_mlist_t *list)
 {
     mc_mlist_t *pos, *tmp;
     mc_mlist_for_each_safe(pos, tmp, list)
     {
         mc_mlist_remove(pos);
-        replica_dispose(mc_container_of(pos, mc_replica_t, link));
+        replica_dispose(m, mc_container_of(pos, mc_replica_t, link));
     }
+}
+
+/*
+ * Put @p r, just unlinked, on m->discarded until @p release_ms.  An
+ * object's rep0 has no room for the release time, so it moves to a record
+ * of its own and the object's slot becomes free; without memory for that
+ * its range is never given back (logged), since a writer or reader may
+ * still be using it.
+ */
+static void replica_park(mc_master_t *m, mc_replica_t *r, uint64_t release_ms)
+{
+    if (r->embedded) {
+        mc_replica_t *h = malloc(sizeof(*h));
+        if (h == NULL) {
+            mc_error("out of memory: %" PRIu64 " bytes of segment %s are not given back",
+                     mc_master_replica_block(r).size, r->seg->name);
+            r->seg = NULL; /* the slot is free; the range stays allocated */
+            return;
+        }
+        memcpy(h, r, MC_REPLICA_EMBEDDED_SIZE);
+        h->embedded = 0;
+        mc_mlist_init(&h->link);
+        r->seg = NULL;
+        r      = h;
+    }
+    r->discarded  = 1; /* its object is gone from here on */
+    r->fresh      = 0;
+    r->release_ms = release_ms;
+    mc_mlist_insert_tail(&m->discarded, &r->link);
 }
 
 /* Move every replica on @p list to m->discarded, released at @p release_ms:
@@ -320,10 +382,7 @@ static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         mc_mlist_remove(&r->link);
-        r->discarded  = 1; /* r->obj is gone from here on */
-        r->fresh      = 0;
-        r->release_ms = release_ms;
-        mc_mlist_insert_tail(&m->discarded, &r->link);
+        replica_park(m, r, release_ms);
     }
 }
 
@@ -332,6 +391,13 @@ static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms
 static mc_disk_replica_t *obj_disk(const mc_object_t *o)
 {
     return (o->ext != NULL) ? o->ext->disk : NULL;
+}
+
+/* The upsert in progress on @p o (non-NULL exactly while o->upsert is
+ * not NONE); it hangs off the ext, since few objects are being upserted. */
+static mc_upsert_t *obj_up(const mc_object_t *o)
+{
+    return (o->ext != NULL) ? o->ext->up : NULL;
 }
 
 /* Forget the disk replica of @p o, if any.  The holder's bytes stay in
@@ -389,7 +455,7 @@ static void obj_free(mc_master_t *m, mc_object_t *o)
     if (o->rep0.seg != NULL)
         o->zombie = 1;
     else
-        free(o);
+        obj_release(m, o);
 }
 
 /* Move the freshly placed replica @p r (on no list yet) into the unused
@@ -398,7 +464,7 @@ static mc_replica_t *replica_embed(mc_object_t *o, mc_replica_t *r)
 {
     mc_replica_t *e = &o->rep0;
 
-    *e          = *r;
+    memcpy(e, r, MC_REPLICA_EMBEDDED_SIZE); /* the rest is the key's */
     e->embedded = 1;
     mc_mlist_init(&e->link);
     free(r);
@@ -408,12 +474,12 @@ static mc_replica_t *replica_embed(mc_object_t *o, mc_replica_t *r)
 /* Forget the upsert state of @p o (its fresh buffers are already gone). */
 static void upsert_clear(mc_master_t *m, mc_object_t *o)
 {
-    mc_upsert_t *up = o->up;
+    mc_upsert_t *up = obj_up(o);
 
     o->upsert = MC_UPSERT_NONE;
-    o->up     = NULL;
     if (up == NULL)
         return;
+    o->ext->up = NULL;
     writer_put(m, up->writer);
     mc_mlist_remove(&up->link);
     free(up->group_id);
@@ -423,7 +489,7 @@ static void upsert_clear(mc_master_t *m, mc_object_t *o)
 /* Drop the fresh buffers of an upsert and forget it; the old value stays. */
 static void upsert_drop(mc_master_t *m, mc_object_t *o)
 {
-    free_replicas(m, &o->up->replicas);
+    free_replicas(m, &obj_up(o)->replicas);
     upsert_clear(m, o);
 }
 
@@ -435,10 +501,10 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
     if (mc_object_replicating(o))
         mc_master_tasks_object_gone(m, o);
     free_replicas(m, &o->replicas);
-    if (o->up != NULL)
-        free_replicas(m, &o->up->replicas);
+    if (obj_up(o) != NULL)
+        free_replicas(m, &obj_up(o)->replicas);
     upsert_clear(m, o);
-    mc_hmap_remove(&m->objects, &o->node);
+    mc_chmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
     mc_mlist_remove(&o->lru_link);
     group_leave(m, o);
@@ -472,31 +538,34 @@ static int obj_settle(mc_master_t *m, mc_object_t *o)
  * back one by one. */
 void mc_master_objects_cleanup(mc_master_t *m)
 {
+    mc_chmap_iter_t oit;
+    mc_cnode_t *on;
     mc_hmap_iter_t it;
     mc_hnode_t *n;
 
     /* first, so that a live object's rep0 waiting there is unused (and a
      * zombie's record freed) before the objects go */
-    forget_replicas(&m->discarded);
-    n = mc_hmap_first(&m->objects, &it);
-    while (n != NULL) {
-        mc_object_t *o = mc_container_of(n, mc_object_t, node);
-        n              = mc_hmap_next(&m->objects, &it);
-        forget_replicas(&o->replicas);
-        if (o->up != NULL) {
-            forget_replicas(&o->up->replicas);
-            writer_put(m, o->up->writer);
-            free(o->up->group_id);
-            free(o->up);
+    forget_replicas(m, &m->discarded);
+    on = mc_chmap_first(&m->objects, &oit);
+    while (on != NULL) {
+        mc_object_t *o = mc_container_of(on, mc_object_t, node);
+        on             = mc_chmap_next(&m->objects, &oit);
+        forget_replicas(m, &o->replicas);
+        if (obj_up(o) != NULL) {
+            forget_replicas(m, &obj_up(o)->replicas);
+            writer_put(m, obj_up(o)->writer);
+            free(obj_up(o)->group_id);
+            free(obj_up(o));
         }
-        mc_hmap_remove(&m->objects, &o->node);
+        mc_chmap_remove(&m->objects, &o->node);
         obj_free(m, o);
     }
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->upserting);
     mc_mlist_init(&m->lru);
-    mc_hmap_cleanup(&m->objects);
+    mc_chmap_cleanup(&m->objects);
+    mc_slab_cleanup(&m->objslab);
     n = mc_hmap_first(&m->groups, &it);
     while (n != NULL) {
         mc_group_t *g = mc_container_of(n, mc_group_t, node);
@@ -518,13 +587,13 @@ void mc_master_objects_cleanup(mc_master_t *m)
 
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
 {
-    mc_object_t *o = r->discarded ? NULL : r->obj;
+    mc_object_t *o = mc_replica_obj(r);
     int fresh      = r->fresh;
     replica_free(m, r);
     if ((o != NULL) && fresh) {
         /* An upsert lost its last new buffer: the old value stays, and the
          * writer's UPSERT_END will answer OBJECT_NOT_FOUND (§5.11). */
-        if ((o->up != NULL) && mc_mlist_empty(&o->up->replicas))
+        if ((obj_up(o) != NULL) && mc_mlist_empty(&obj_up(o)->replicas))
             mc_debug("upsert of %.*s lost its last new replica", (int)MC_MIN(o->key_len, 200u),
                      mc_object_key(o).ptr);
         return;
@@ -559,8 +628,8 @@ static size_t drop_listed(mc_master_t *m, mc_mlist_t *list, const mc_segment_t *
 
 size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
 {
-    mc_hmap_iter_t it;
-    mc_hnode_t *n = mc_hmap_first(&m->objects, &it);
+    mc_chmap_iter_t it;
+    mc_cnode_t *n = mc_chmap_first(&m->objects, &it);
     size_t dropped = drop_listed(m, &m->discarded, seg);
     const mc_mlist_t *q = &m->taskq[MC_TASKQ_PROCESSING].list;
     const mc_mlist_t *pos;
@@ -572,11 +641,11 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         /* step first: dropping may erase o, never another object */
-        n = mc_hmap_next(&m->objects, &it);
+        n = mc_chmap_next(&m->objects, &it);
         /* the upsert's new buffers first, since losing the last old one
          * erases o together with its upsert */
-        if (o->up != NULL)
-            dropped += drop_listed(m, &o->up->replicas, seg);
+        if (obj_up(o) != NULL)
+            dropped += drop_listed(m, &obj_up(o)->replicas, seg);
         dropped += drop_listed(m, &o->replicas, seg);
     }
     return dropped;
@@ -594,8 +663,8 @@ static void obj_discard(mc_master_t *m, mc_object_t *o)
 /* Preempt a stale fresh-buffer upsert the same way; the old value stays. */
 static void upsert_discard(mc_master_t *m, mc_object_t *o)
 {
-    defer_replicas(m, &o->up->replicas,
-                   o->up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
+    defer_replicas(m, &obj_up(o)->replicas,
+                   obj_up(o)->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
     upsert_clear(m, o);
 }
 
@@ -621,7 +690,7 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
     }
     while (!mc_mlist_empty(&m->upserting)) {
         mc_object_t *o = mc_container_of(m->upserting.next, mc_upsert_t, link)->obj;
-        if (o->up->start_ms + release > now_ms)
+        if (obj_up(o)->start_ms + release > now_ms)
             break;
         mc_info("releasing abandoned upsert of key '%.*s' (no UpsertEnd within %" PRId64 " s)",
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
@@ -639,6 +708,10 @@ static int obj_leased(const mc_object_t *o, uint64_t now_ms)
 
 static void obj_lease_one(mc_master_t *m, mc_object_t *o, uint64_t d)
 {
+    /* a group member being rewritten in place has no reader to protect,
+     * and its word holds the rewrite's start (master.h) */
+    if (!o->complete)
+        return;
     if (d > o->lease_deadline_ms)
         o->lease_deadline_ms = d;
     mc_master_lru_touch(m, o);
@@ -878,11 +951,9 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     if (out->v == NULL)
         goto oom;
 
-    /* strs starts inside the struct's tail padding: allocate up to it only */
-    o = malloc(offsetof(mc_object_t, strs) + (size_t)key.len);
+    o = obj_alloc(m, x->tenant, key);
     if (o == NULL)
         goto oom;
-    memset(o, 0, offsetof(mc_object_t, strs));
     o->writer = writer_get(m, x->tenant, client_id);
     if (o->writer == NULL) {
         obj_free(m, o);
@@ -901,15 +972,13 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     o->size         = length;
     o->put_start_ms = x->now_ms;
     o->hard_pin     = cfg->with_hard_pin ? 1 : 0;
-    o->key_len      = key.len;
-    memcpy(o->strs, key.ptr, key.len);
-    mc_hmap_insert(&m->objects, &o->node, obj_hash(x->tenant, key));
+    mc_chmap_insert(&m->objects, &o->node, o->hash);
     mc_mlist_init(&o->pending_link);
     mc_mlist_insert_tail(&m->pending, &o->pending_link); /* m->lru at PUT_END */
 
     reps[0] = replica_embed(o, reps[0]);
     for (uint32_t i = 0; i < n; i++) {
-        reps[i]->obj = o;
+        mc_replica_set_obj(reps[i], o);
         mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
         fill_wire_replica(&out->v[i], reps[i], length);
     }
@@ -927,7 +996,7 @@ oom:
 /* UPSERT_END: the config given at UPSERT_START takes effect (§5.11). */
 static void apply_upsert_config(mc_object_t *o, uint64_t now_ms)
 {
-    mc_upsert_t *up    = o->up;
+    mc_upsert_t *up    = obj_up(o);
     mc_object_ext_t *e = o->ext; /* upsert_stage made it if anything is set */
 
     o->hard_pin = up->hard_pin;
@@ -965,7 +1034,7 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
         defer_replicas(m, &o->replicas, o->lease_deadline_ms);
     else
         free_replicas(m, &o->replicas);
-    mc_mlist_for_each_safe(pos, tmp, &o->up->replicas)
+    mc_mlist_for_each_safe(pos, tmp, &obj_up(o)->replicas)
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         mc_mlist_remove(&r->link);
@@ -973,10 +1042,10 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
         r->status = MC_REPLICA_COMPLETE;
         mc_mlist_insert_tail(&o->replicas, &r->link);
     }
-    o->size              = o->up->size;
+    o->size              = obj_up(o)->size;
     writer_put(m, o->writer); /* the upserter's reference moves to the object */
-    o->writer            = o->up->writer;
-    o->up->writer        = NULL;
+    o->writer            = obj_up(o)->writer;
+    obj_up(o)->writer        = NULL;
     o->lease_deadline_ms = 0; /* as after PUT_END: the new value has no reader */
     apply_upsert_config(o, now_ms);
     upsert_clear(m, o);
@@ -993,9 +1062,9 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     if (o == NULL)
         return MC_OBJECT_NOT_FOUND;
     if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
-        if (!mc_uuid_eq(o->up->writer->owner, client_id))
+        if (!mc_uuid_eq(obj_up(o)->writer->owner, client_id))
             return MC_ILLEGAL_CLIENT;
-        if (mc_mlist_empty(&o->up->replicas)) {
+        if (mc_mlist_empty(&obj_up(o)->replicas)) {
             /* every new buffer went away with its segment */
             upsert_clear(m, o);
             return MC_OBJECT_NOT_FOUND;
@@ -1011,7 +1080,8 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         return MC_OK; /* a retried PutEnd */
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
         mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
-    o->complete = 1;
+    o->complete          = 1;
+    o->lease_deadline_ms = 0; /* was its PutStart time: no reader yet */
     mc_mlist_remove(&o->pending_link);
     mc_master_lru_touch(x->m, o);
     if (o->upsert == MC_UPSERT_INPLACE) {
@@ -1038,7 +1108,7 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
         return MC_OBJECT_NOT_FOUND;
     if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
         /* the revoking client is the writer: nothing writes there now */
-        if (!mc_uuid_eq(o->up->writer->owner, client_id))
+        if (!mc_uuid_eq(obj_up(o)->writer->owner, client_id))
             return MC_ILLEGAL_CLIENT;
         upsert_drop(x->m, o);
         return MC_OK;
@@ -1103,13 +1173,13 @@ static int removable(const mc_object_t *o, uint64_t now_ms)
 static int64_t remove_where(mc_req_ctx_t *x, int force, int (*match)(mc_str_t key, void *arg),
                             void *arg)
 {
-    mc_hmap_iter_t it;
-    mc_hnode_t *n = mc_hmap_first(&x->m->objects, &it);
+    mc_chmap_iter_t it;
+    mc_cnode_t *n = mc_chmap_first(&x->m->objects, &it);
     int64_t count = 0;
 
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
-        n              = mc_hmap_next(&x->m->objects, &it);
+        n              = mc_chmap_next(&x->m->objects, &it);
         if (!mc_str_eq(mc_object_tenant(o), x->tenant))
             continue;
         if (!force && !removable(o, x->now_ms))
@@ -1350,7 +1420,7 @@ int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t
 static int upsert_stage(mc_master_t *m, mc_object_t *o, const mc_wire_config_t *cfg,
                         const mc_str_t *group)
 {
-    mc_upsert_t *up = o->up;
+    mc_upsert_t *up = obj_up(o);
     char *g         = NULL;
 
     if ((group != NULL) && (dup_group(group, &g) != 0))
@@ -1360,15 +1430,17 @@ static int upsert_stage(mc_master_t *m, mc_object_t *o, const mc_wire_config_t *
     if (((cfg->soft_pin_action == MC_SOFT_PIN_ENABLE) || (g != NULL)) && (obj_ext(o) == NULL))
         goto oom;
     if (up == NULL) {
-        /* the caller sets o->upsert right after, so o->up is never
+        /* the caller sets o->upsert right after, so obj_up(o) is never
          * allocated without an upsert in progress */
+        if (obj_ext(o) == NULL) /* the upsert hangs off the ext */
+            goto oom;
         up = calloc(1, sizeof(*up));
         if (up == NULL)
             goto oom;
         up->obj = o;
         mc_mlist_init(&up->replicas);
         mc_mlist_init(&up->link);
-        o->up = up;
+        o->ext->up = up;
     }
     free(up->group_id);
     up->group_id   = g;
@@ -1420,10 +1492,10 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         obj_discard(m, o);
         o = NULL;
     } else if ((o != NULL) && (o->upsert == MC_UPSERT_FRESH)) {
-        if (mc_mlist_empty(&o->up->replicas)) {
+        if (mc_mlist_empty(&obj_up(o)->replicas)) {
             upsert_clear(m, o); /* its new buffers went away with their segment */
         } else {
-            if (x->now_ms < o->up->start_ms + discard)
+            if (x->now_ms < obj_up(o)->start_ms + discard)
                 return MC_OBJECT_REPLICA_BUSY;
             mc_info("preempting stale upsert of key '%.*s'", (int)MC_MIN(key.len, 200u),
                     key.ptr);
@@ -1489,18 +1561,18 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         return MC_INTERNAL_ERROR;
     }
     for (uint32_t i = 0; i < n; i++) {
-        reps[i]->obj   = o;
+        mc_replica_set_obj(reps[i], o);
         reps[i]->fresh = 1;
-        mc_mlist_insert_tail(&o->up->replicas, &reps[i]->link);
+        mc_mlist_insert_tail(&obj_up(o)->replicas, &reps[i]->link);
         fill_wire_replica(&out->v[i], reps[i], length);
     }
     out->n         = n;
     o->upsert      = MC_UPSERT_FRESH;
-    o->up->size     = length;
-    o->up->start_ms = x->now_ms;
-    writer_put(m, o->up->writer); /* none: upsert_stage made o->up just now */
-    o->up->writer   = w;
-    mc_mlist_insert_tail(&m->upserting, &o->up->link);
+    obj_up(o)->size     = length;
+    obj_up(o)->start_ms = x->now_ms;
+    writer_put(m, obj_up(o)->writer); /* none: upsert_stage made obj_up(o) just now */
+    obj_up(o)->writer   = w;
+    mc_mlist_insert_tail(&m->upserting, &obj_up(o)->link);
     return MC_OK;
 }
 
@@ -1618,11 +1690,11 @@ int32_t mc_master_regex_walk_start(mc_req_ctx_t *x, const mc_wire_remove_by_rege
 
 int mc_master_regex_walk_step(mc_req_ctx_t *x, mc_regex_walk_t *w, uint64_t budget_us)
 {
-    mc_hmap_t *h      = &x->m->objects;
+    mc_chmap_t *h     = &x->m->objects;
     uint64_t deadline = mc_now_us() + budget_us;
 
     while (w->bucket < h->nbuckets) {
-        mc_hnode_t *n = h->buckets[w->bucket++];
+        mc_cnode_t *n = h->buckets[w->bucket++];
         while (n != NULL) {
             mc_object_t *o = mc_container_of(n, mc_object_t, node);
             n              = n->next; /* erasing o leaves the rest of the chain */
@@ -1737,7 +1809,7 @@ void mc_master_object_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 
 void mc_master_replicas_forget(mc_mlist_t *list)
 {
-    forget_replicas(list);
+    forget_replicas(NULL, list); /* tasks' staged buffers: never a rep0 */
 }
 
 void mc_master_replica_free(mc_master_t *m, mc_replica_t *r)
@@ -1765,10 +1837,7 @@ void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, u
     if (obj_leased(o, now_ms)) {
         /* as defer_replicas() for one replica: a reader may hold it */
         mc_mlist_remove(&r->link);
-        r->discarded  = 1;
-        r->fresh      = 0;
-        r->release_ms = o->lease_deadline_ms;
-        mc_mlist_insert_tail(&m->discarded, &r->link);
+        replica_park(m, r, o->lease_deadline_ms);
     } else {
         replica_free(m, r);
     }
@@ -1795,13 +1864,12 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
     if ((n == 0) || (r->size == 0) || (r->tenant.len > UINT16_MAX) ||
         (obj_find(m, r->tenant, r->key) != NULL))
         return NULL;
-    o = malloc(offsetof(mc_object_t, strs) + (size_t)r->key.len);
+    o = obj_alloc(m, r->tenant, r->key);
     if (o == NULL)
         return NULL;
-    memset(o, 0, offsetof(mc_object_t, strs));
     o->writer = writer_get(m, r->tenant, r->owner);
     if (o->writer == NULL) {
-        free(o);
+        obj_release(m, o);
         return NULL;
     }
     if ((r->soft_pin_ttl_ms > 0) || r->has_group) {
@@ -1815,17 +1883,15 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
         o->ext->soft_pin_deadline_ms = r->soft_pin_ttl_ms ? now_ms + r->soft_pin_ttl_ms : 0;
     }
     mc_mlist_init(&o->replicas);
-    o->size         = r->size;
-    o->put_start_ms = now_ms;
-    o->hard_pin     = r->hard_pin;
-    o->complete     = 1;
-    o->key_len      = r->key.len;
-    memcpy(o->strs, r->key.ptr, r->key.len);
-    mc_hmap_insert(&m->objects, &o->node, obj_hash(r->tenant, r->key));
+    o->size              = r->size;
+    o->lease_deadline_ms = 0; /* complete: the word holds the lease (none) */
+    o->hard_pin          = r->hard_pin;
+    o->complete          = 1;
+    mc_chmap_insert(&m->objects, &o->node, o->hash);
     mc_mlist_init(&o->lru_link);
     reps[0] = replica_embed(o, reps[0]);
     for (uint32_t i = 0; i < n; i++) {
-        reps[i]->obj = o;
+        mc_replica_set_obj(reps[i], o);
         mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
     }
     mc_master_lru_touch(m, o);
@@ -1944,18 +2010,18 @@ int32_t mc_master_disk_replica_drop(mc_req_ctx_t *x, const mc_wire_disk_replica_
 
 size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id)
 {
-    mc_hmap_iter_t it;
-    mc_hnode_t *n;
+    mc_chmap_iter_t it;
+    mc_cnode_t *n;
     size_t dropped = 0;
 
     if (m->disk_replicas == 0)
         return 0; /* no walk of the index when the tier is unused */
-    n = mc_hmap_first(&m->objects, &it);
+    n = mc_chmap_first(&m->objects, &it);
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         const mc_disk_replica_t *d = obj_disk(o);
         /* step first: settling may erase o, never another object */
-        n = mc_hmap_next(&m->objects, &it);
+        n = mc_chmap_next(&m->objects, &it);
         if ((d == NULL) || !mc_uuid_eq(d->holder, client_id))
             continue;
         disk_free(m, o);
