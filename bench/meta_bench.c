@@ -109,6 +109,15 @@ typedef struct worker {
     uint64_t failures;
 } worker_t;
 
+/* Count a failed key (or request, @p st its status); the first of a
+ * phase is shown, so a failed run says why. */
+static void count_failure(worker_t *w, int ph, int st)
+{
+    if (w->failures++ == 0)
+        fprintf(stderr, "meta_bench: worker %u, %s: first failure: %s\n", w->idx,
+                phase_name[ph], mc_status_name(st));
+}
+
 static void make_key(char *out, char kind, unsigned worker, uint64_t i)
 {
     char tmp[KEY_LEN + 1];
@@ -206,7 +215,7 @@ static mc_status_t recv_one(worker_t *w, int ph, uint32_t id)
         mc_wire_exist_key_resp_t r;
         st = mc_master_recv_exist_key(c, id, &r);
         if ((st == MC_OK) && (r.exists != 1))
-            w->failures++;
+            count_failure(w, ph, MC_OBJECT_NOT_FOUND);
         break;
     }
     case PH_GET: {
@@ -218,34 +227,38 @@ static mc_status_t recv_one(worker_t *w, int ph, uint32_t id)
         mc_wire_batch_put_start_resp_t r;
         st = mc_master_recv_batch_put_start(c, id, &r);
         for (k = 0; (st == MC_OK) && (k < r.results.n); k++)
-            w->failures += (r.results.v[k].status != MC_OK);
+            if (r.results.v[k].status != MC_OK)
+                count_failure(w, ph, r.results.v[k].status);
         break;
     }
     case PH_BPUT_END: {
         mc_wire_batch_put_end_resp_t r;
         st = mc_master_recv_batch_put_end(c, id, &r);
         for (k = 0; (st == MC_OK) && (k < r.statuses.n); k++)
-            w->failures += (r.statuses.v[k] != MC_OK);
+            if (r.statuses.v[k] != MC_OK)
+                count_failure(w, ph, r.statuses.v[k]);
         break;
     }
     case PH_BEXIST: {
         mc_wire_batch_exist_key_resp_t r;
         st = mc_master_recv_batch_exist_key(c, id, &r);
         for (k = 0; (st == MC_OK) && (k < r.results.n); k++)
-            w->failures += (r.results.v[k] != 1);
+            if (r.results.v[k] != 1)
+                count_failure(w, ph, MC_OBJECT_NOT_FOUND);
         break;
     }
     default: {
         mc_wire_batch_get_replica_list_resp_t r;
         st = mc_master_recv_batch_get_replica_list(c, id, &r);
         for (k = 0; (st == MC_OK) && (k < r.results.n); k++)
-            w->failures += (r.results.v[k].status != MC_OK);
+            if (r.results.v[k].status != MC_OK)
+                count_failure(w, ph, r.results.v[k].status);
         break;
     }
     }
     if ((st != MC_OK) && !c->broken) {
         /* a whole-request error from the master: every key in it failed */
-        w->failures++;
+        count_failure(w, ph, st);
         st = MC_OK;
     }
     return st;
@@ -395,13 +408,17 @@ static pid_t start_master(const char *bin, int port, char *const *extra)
     snprintf(a_mport, sizeof(a_mport), "--metrics_port=%d", mport);
     pid = fork();
     if (pid == 0) {
-        /* the extra flags come last: a later value of a flag wins */
-        char *argv[16] = {(char *)bin, a_port, (char *)"--rpc_address=127.0.0.1",
+        /* the extra flags come last: a later value of a flag wins.  The
+         * fake holder pings once a second, and a pause of the master's
+         * loop (its index doubling at millions of keys, on a loaded
+         * machine) can make a ping late: never suspect it, or placement
+         * would refuse keys for a moment and the run would be void. */
+        char *argv[24] = {(char *)bin, a_port, (char *)"--rpc_address=127.0.0.1",
                           (char *)"--enable_metric_reporting=false", a_mport,
                           (char *)"--metrics_host=127.0.0.1", a_ttl,
-                          (char *)"--log_level=error"};
-        int n = 8;
-        for (; (extra != NULL) && (*extra != NULL) && (n < 15); extra++)
+                          (char *)"--log_level=error", (char *)"--client_suspect_heartbeats=0"};
+        int n = 9;
+        for (; (extra != NULL) && (*extra != NULL) && (n < 23); extra++)
             argv[n++] = *extra;
         argv[n] = NULL;
         execv(bin, argv);
