@@ -17,7 +17,7 @@
  * Ownership graph, all plain pointers:
  *   client 1--* segment      (mc_segment_t.owner, client->segments list)
  *   segment 1--* replica     (replica->seg)
- *   object 1--* replica      (replica->obj, obj->replicas list)
+ *   object 1--* replica      (mc_replica_obj(), obj->replicas list)
  * A replica is freed exactly once, through mc_master_replica_drop() or
  * when its object is erased.  A segment keeps no list of its replicas:
  * that would cost 16 bytes in each of millions of replicas, so "drop
@@ -251,7 +251,6 @@ struct mc_object {
     uint8_t hard_pin : 1;
     uint8_t complete : 1;      /* PutEnd done: every replica is COMPLETE */
     uint8_t upsert : 2;        /* mc_upsert_mode_t; upsert in progress */
-    uint8_t zombie : 1;        /* erased; kept only for rep0 on m->discarded */
     /* The put's first replica, unused while rep0.seg is NULL; only its
      * first MC_REPLICA_EMBEDDED_SIZE bytes are the object's: the key
      * bytes start over its last field (see mc_replica_t). */

@@ -38,13 +38,17 @@
  * without scanning the index.  An object joins at PUT_END/UPSERT_END (the
  * group id of the config in force from then on) and leaves when erased.
  *
- * Memory: an object costs about 200 bytes plus its key (bench/meta_bench),
- * so the record is packed (master.h).  Its first replica is embedded
- * (rep0), its tenant and owner are a shared mc_writer_t (m->writers), and
- * one link serves m->pending and m->lru.  An object erased while rep0
- * still waits on m->discarded stays allocated as a "zombie" (unlinked from
- * everything, its writer and ext already released) until that replica is
- * freed; replica_dispose() is the one place a replica struct goes.
+ * Memory: an object costs about 140 bytes with a 16-byte key, plus a
+ * 16-byte allocator node for its buffer and its share of the index's
+ * buckets (bench/meta_bench), so the record is packed (master.h) and comes
+ * from a slab (m->objslab) without a malloc header.  Its first replica is
+ * embedded (rep0) and finds its object by position; its tenant and owner
+ * are a shared mc_writer_t (m->writers); one link serves m->pending and
+ * m->lru; the index keeps no hash of its own (the object holds 32 bits of
+ * it).  A rep0 that must outlive its place in the object (a discarded
+ * buffer) moves to a record of its own (replica_park()), so an object's
+ * record goes as soon as it is erased; replica_dispose() is the one place
+ * a replica struct goes.
  */
 #include "config.h"
 
@@ -301,19 +305,14 @@ static void obj_release(mc_master_t *m, mc_object_t *o)
 }
 
 /* Free the struct of @p r, already unlinked: an embedded rep0 only marks
- * its slot unused, and takes its object along when that was erased. */
-static void replica_dispose(mc_master_t *m, mc_replica_t *r)
+ * its slot unused. */
+static void replica_dispose(mc_replica_t *r)
 {
-    mc_object_t *o;
-
     if (!r->embedded) {
         free(r);
         return;
     }
-    o           = mc_container_of(r, mc_object_t, rep0);
-    o->rep0.seg = NULL;
-    if (o->zombie)
-        obj_release(m, o);
+    mc_container_of(r, mc_object_t, rep0)->rep0.seg = NULL;
 }
 
 /* Give back the range of @p r, unlink and free it. */
@@ -321,7 +320,7 @@ static void replica_free(mc_master_t *m, mc_replica_t *r)
 {
     mc_master_segment_release(m, r);
     mc_mlist_remove(&r->link);
-    replica_dispose(m, r);
+    replica_dispose(r);
 }
 
 /* Give back and free every replica on @p list. */
@@ -332,15 +331,14 @@ static void free_replicas(mc_master_t *m, mc_mlist_t *list)
         replica_free(m, mc_container_of(pos, mc_replica_t, link));
 }
 
-/* Free every replica on @p list without giving its range back (teardown).
- * @p m may be NULL for a list that holds no object's rep0. */
-static void forget_replicas(mc_master_t *m, mc_mlist_t *list)
+/* Free every replica on @p list without giving its range back (teardown). */
+static void forget_replicas(mc_mlist_t *list)
 {
     mc_mlist_t *pos, *tmp;
     mc_mlist_for_each_safe(pos, tmp, list)
     {
         mc_mlist_remove(pos);
-        replica_dispose(m, mc_container_of(pos, mc_replica_t, link));
+        replica_dispose(mc_container_of(pos, mc_replica_t, link));
     }
 }
 
@@ -439,9 +437,8 @@ mc_object_ext_t *mc_master_object_ext(mc_object_t *o)
     return obj_ext(o);
 }
 
-/* Free @p o and what hangs off it, once unlinked from everything.  When
- * its rep0 still waits on m->discarded, the record stays (a zombie) until
- * replica_dispose() frees it with that replica. */
+/* Free @p o and what hangs off it, once unlinked from everything (its
+ * replicas, rep0 included, already gone). */
 static void obj_free(mc_master_t *m, mc_object_t *o)
 {
     writer_put(m, o->writer);
@@ -452,10 +449,7 @@ static void obj_free(mc_master_t *m, mc_object_t *o)
         free(o->ext);
         o->ext = NULL;
     }
-    if (o->rep0.seg != NULL)
-        o->zombie = 1;
-    else
-        obj_release(m, o);
+    obj_release(m, o);
 }
 
 /* Move the freshly placed replica @p r (on no list yet) into the unused
@@ -543,16 +537,15 @@ void mc_master_objects_cleanup(mc_master_t *m)
     mc_hmap_iter_t it;
     mc_hnode_t *n;
 
-    /* first, so that a live object's rep0 waiting there is unused (and a
-     * zombie's record freed) before the objects go */
-    forget_replicas(m, &m->discarded);
+    /* the buffers parked there are records of their own */
+    forget_replicas(&m->discarded);
     on = mc_chmap_first(&m->objects, &oit);
     while (on != NULL) {
         mc_object_t *o = mc_container_of(on, mc_object_t, node);
         on             = mc_chmap_next(&m->objects, &oit);
-        forget_replicas(m, &o->replicas);
+        forget_replicas(&o->replicas);
         if (obj_up(o) != NULL) {
-            forget_replicas(m, &obj_up(o)->replicas);
+            forget_replicas(&obj_up(o)->replicas);
             writer_put(m, obj_up(o)->writer);
             free(obj_up(o)->group_id);
             free(obj_up(o));
@@ -1809,7 +1802,7 @@ void mc_master_object_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 
 void mc_master_replicas_forget(mc_mlist_t *list)
 {
-    forget_replicas(NULL, list); /* tasks' staged buffers: never a rep0 */
+    forget_replicas(list);
 }
 
 void mc_master_replica_free(mc_master_t *m, mc_replica_t *r)
