@@ -95,6 +95,8 @@ typedef struct node {
     uint32_t phys_next;  /* free: its companion; companion: the block's successor */
 } node_t;
 
+_Static_assert(sizeof(node_t) == 16, "the master keeps one node per stored object");
+
 static enum node_state node_state(const node_t *n)
 {
     return (enum node_state)(n->prev_state >> PREV_BITS);

@@ -39,10 +39,12 @@ void mc_slab_cleanup(mc_slab_t *s)
     memset(s, 0, sizeof(*s));
 }
 
+#ifndef SLAB_PLAIN_MALLOC
 static size_t slab_class(size_t size)
 {
     return (size == 0) ? 0 : (size - 1) / 8u;
 }
+#endif
 
 void *mc_slab_alloc(mc_slab_t *s, size_t size)
 {
