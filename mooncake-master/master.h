@@ -225,7 +225,14 @@ typedef struct mc_disk_replica {
 /* One key.  There are millions, so the record holds only what every
  * object needs; the rest hangs off @c ext. */
 struct mc_object {
-    mc_cnode_t node;           /* in m->objects (hash: the field below) */
+    mc_cnode_t node;           /* in m->objects */
+    /* next to the index link, so a lookup's chain walk reads one line
+     * per object until the hash matches */
+    uint32_t hash;             /* low 32 bits of the index hash of (tenant, key) */
+    uint16_t key_len;          /* <= MC_WIRE_MAX_KEY */
+    uint8_t hard_pin : 1;
+    uint8_t complete : 1;      /* PutEnd done: every replica is COMPLETE */
+    uint8_t upsert : 2;        /* mc_upsert_mode_t; upsert in progress */
     mc_mlist_t replicas;       /* mc_replica_t.link */
     /* An incomplete object is on m->pending, a complete one on m->lru
      * (evict.h), so one link serves both; self-linked when off both
@@ -246,11 +253,6 @@ struct mc_object {
         uint64_t lease_deadline_ms;  /* complete */
     };
     mc_object_ext_t *ext;      /* soft pin, group, upsert, tasks, disk; NULL = none */
-    uint32_t hash;             /* low 32 bits of the index hash of (tenant, key) */
-    uint16_t key_len;          /* <= MC_WIRE_MAX_KEY */
-    uint8_t hard_pin : 1;
-    uint8_t complete : 1;      /* PutEnd done: every replica is COMPLETE */
-    uint8_t upsert : 2;        /* mc_upsert_mode_t; upsert in progress */
     /* The put's first replica, unused while rep0.seg is NULL; only its
      * first MC_REPLICA_EMBEDDED_SIZE bytes are the object's: the key
      * bytes start over its last field (see mc_replica_t). */
