@@ -445,6 +445,29 @@ static uint64_t rss_bytes(pid_t pid)
     return kb * 1024;
 }
 
+/* CPU time (user + system) of @p pid in nanoseconds, or 0 when it cannot
+ * be read. */
+static uint64_t cpu_ns(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long ut = 0, st = 0;
+    const char *p;
+    size_t n;
+    long hz = sysconf(_SC_CLK_TCK);
+    FILE *f;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((hz <= 0) || ((f = fopen(path, "r")) == NULL))
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* fields 14 and 15, counted after the ")" that ends the name */
+    if (((p = strrchr(buf, ')')) == NULL) ||
+        (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2))
+        return 0;
+    return (uint64_t)((ut + st) * (1000000000.0 / (double)hz));
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -555,6 +578,7 @@ typedef struct run_result {
     double rate[PH_COUNT];
     double reqs[PH_COUNT];
     double secs[PH_COUNT];
+    double cpu_ns_per_key[PH_COUNT]; /* the master's CPU time; 0 = unknown */
     uint64_t rss0, rss1, fails;
     /* the stall probe (after the phases, when asked) */
     uint64_t probe_max_us, probe_pings;
@@ -664,9 +688,11 @@ static int run_once(bench_opts_t o, char *const *extra, uint64_t probe_ms, run_r
     done[1] = -1;
 
     for (ph = 0; ph < PH_COUNT; ph++) {
-        uint64_t t0, t1, keys, fails, nreq;
+        uint64_t t0, t1, keys, fails, nreq, c0 = 0;
         if ((ph == PH_BPUT_START) && (master > 0))
             res->rss0 = rss_bytes(master);
+        if (master > 0)
+            c0 = cpu_ns(master);
         t0 = mc_now_ns();
         for (i = 0; i < nkids; i++) {
             if (write(go[i][1], "g", 1) != 1)
@@ -684,6 +710,8 @@ static int run_once(bench_opts_t o, char *const *extra, uint64_t probe_ms, run_r
         res->rate[ph] = (double)keys * 1e9 / (double)(t1 - t0 ? t1 - t0 : 1);
         res->reqs[ph] = (double)nreq * 1e9 / (double)(t1 - t0 ? t1 - t0 : 1);
         res->secs[ph] = (double)(t1 - t0) / 1e9;
+        if ((master > 0) && (keys > 0))
+            res->cpu_ns_per_key[ph] = (double)(cpu_ns(master) - c0) / (double)keys;
         if ((ph == PH_BPUT_END) && (master > 0))
             res->rss1 = rss_bytes(master);
     }
@@ -732,9 +760,12 @@ static void print_table(const bench_opts_t *o, unsigned nkids, const run_result_
     printf("mooncake master metadata benchmark: %u client processes, %u requests in flight "
            "per connection, %d-byte keys, batches of %u\n",
            nkids, o->depth, KEY_LEN, o->batch);
-    printf("%-24s %14s %14s\n", "operation", "keys/s", "requests/s");
+    /* the master's CPU time per key does not move with other load on the
+     * machine, unlike the rates: compare builds with it */
+    printf("%-24s %14s %14s %14s\n", "operation", "keys/s", "requests/s", "master ns/key");
     for (ph = 0; ph < PH_COUNT; ph++)
-        printf("%-24s %14.0f %14.0f\n", phase_name[ph], r->rate[ph], r->reqs[ph]);
+        printf("%-24s %14.0f %14.0f %14.0f\n", phase_name[ph], r->rate[ph], r->reqs[ph],
+               r->cpu_ns_per_key[ph]);
     for (ph = PH_BPUT_START; ph < PH_COUNT; ph++)
         sum += 1.0 / r->rate[ph];
     printf("batched mean (harmonic)  %14.0f keys/s   (target >= 300000)\n",
