@@ -290,7 +290,7 @@ static mc_object_t *obj_alloc(mc_master_t *m, mc_str_t tenant, mc_str_t key)
     o = mc_slab_alloc(&m->objslab, mc_object_alloc_size(key.len));
     if (o == NULL)
         return NULL;
-    /* strs starts inside the struct's tail padding: zero up to it only */
+    /* the key starts over rep0's last field (master.h): zero up to it */
     memset(o, 0, offsetof(mc_object_t, strs));
     o->hash    = (uint32_t)obj_hash(tenant, key);
     o->key_len = (uint16_t)key.len;
