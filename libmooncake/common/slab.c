@@ -7,14 +7,6 @@
 
 #include "common/slab.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SLAB_PLAIN_MALLOC 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SLAB_PLAIN_MALLOC 1
-#endif
-#endif
-
 #define CHUNK_BYTES (64u * 1024u)
 
 struct mc_slab_chunk {
@@ -39,7 +31,7 @@ void mc_slab_cleanup(mc_slab_t *s)
     memset(s, 0, sizeof(*s));
 }
 
-#ifndef SLAB_PLAIN_MALLOC
+#if !MC_SLAB_PLAIN_MALLOC
 static size_t slab_class(size_t size)
 {
     return (size == 0) ? 0 : (size - 1) / 8u;
@@ -48,7 +40,7 @@ static size_t slab_class(size_t size)
 
 void *mc_slab_alloc(mc_slab_t *s, size_t size)
 {
-#ifdef SLAB_PLAIN_MALLOC
+#if MC_SLAB_PLAIN_MALLOC
     (void)s;
     return malloc(size ? size : 1);
 #else
@@ -82,7 +74,7 @@ void *mc_slab_alloc(mc_slab_t *s, size_t size)
 
 void mc_slab_free(mc_slab_t *s, void *p, size_t size)
 {
-#ifdef SLAB_PLAIN_MALLOC
+#if MC_SLAB_PLAIN_MALLOC
     (void)s;
     (void)size;
     free(p);

@@ -14,6 +14,18 @@
 
 #include <stddef.h>
 
+/* 1 when every call is plain malloc()/free() (AddressSanitizer builds). */
+#if defined(__SANITIZE_ADDRESS__)
+#define MC_SLAB_PLAIN_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MC_SLAB_PLAIN_MALLOC 1
+#endif
+#endif
+#ifndef MC_SLAB_PLAIN_MALLOC
+#define MC_SLAB_PLAIN_MALLOC 0
+#endif
+
 #define MC_SLAB_MAX 512u
 #define MC_SLAB_CLASSES (MC_SLAB_MAX / 8u)
 
