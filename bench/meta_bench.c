@@ -109,6 +109,15 @@ typedef struct worker {
     uint64_t failures;
 } worker_t;
 
+/* Count a failed key (or request, @p st its status); the first of a
+ * phase is shown, so a failed run says why. */
+static void count_failure(worker_t *w, int ph, int st)
+{
+    if (w->failures++ == 0)
+        fprintf(stderr, "meta_bench: worker %u, %s: first failure: %s\n", w->idx,
+                phase_name[ph], mc_status_name(st));
+}
+
 static void make_key(char *out, char kind, unsigned worker, uint64_t i)
 {
     char tmp[KEY_LEN + 1];
@@ -206,7 +215,7 @@ static mc_status_t recv_one(worker_t *w, int ph, uint32_t id)
         mc_wire_exist_key_resp_t r;
         st = mc_master_recv_exist_key(c, id, &r);
         if ((st == MC_OK) && (r.exists != 1))
-            w->failures++;
+            count_failure(w, ph, MC_OBJECT_NOT_FOUND);
         break;
     }
     case PH_GET: {
@@ -218,34 +227,38 @@ static mc_status_t recv_one(worker_t *w, int ph, uint32_t id)
         mc_wire_batch_put_start_resp_t r;
         st = mc_master_recv_batch_put_start(c, id, &r);
         for (k = 0; (st == MC_OK) && (k < r.results.n); k++)
-            w->failures += (r.results.v[k].status != MC_OK);
+            if (r.results.v[k].status != MC_OK)
+                count_failure(w, ph, r.results.v[k].status);
         break;
     }
     case PH_BPUT_END: {
         mc_wire_batch_put_end_resp_t r;
         st = mc_master_recv_batch_put_end(c, id, &r);
         for (k = 0; (st == MC_OK) && (k < r.statuses.n); k++)
-            w->failures += (r.statuses.v[k] != MC_OK);
+            if (r.statuses.v[k] != MC_OK)
+                count_failure(w, ph, r.statuses.v[k]);
         break;
     }
     case PH_BEXIST: {
         mc_wire_batch_exist_key_resp_t r;
         st = mc_master_recv_batch_exist_key(c, id, &r);
         for (k = 0; (st == MC_OK) && (k < r.results.n); k++)
-            w->failures += (r.results.v[k] != 1);
+            if (r.results.v[k] != 1)
+                count_failure(w, ph, MC_OBJECT_NOT_FOUND);
         break;
     }
     default: {
         mc_wire_batch_get_replica_list_resp_t r;
         st = mc_master_recv_batch_get_replica_list(c, id, &r);
         for (k = 0; (st == MC_OK) && (k < r.results.n); k++)
-            w->failures += (r.results.v[k].status != MC_OK);
+            if (r.results.v[k].status != MC_OK)
+                count_failure(w, ph, r.results.v[k].status);
         break;
     }
     }
     if ((st != MC_OK) && !c->broken) {
         /* a whole-request error from the master: every key in it failed */
-        w->failures++;
+        count_failure(w, ph, st);
         st = MC_OK;
     }
     return st;
@@ -395,13 +408,17 @@ static pid_t start_master(const char *bin, int port, char *const *extra)
     snprintf(a_mport, sizeof(a_mport), "--metrics_port=%d", mport);
     pid = fork();
     if (pid == 0) {
-        /* the extra flags come last: a later value of a flag wins */
-        char *argv[16] = {(char *)bin, a_port, (char *)"--rpc_address=127.0.0.1",
+        /* the extra flags come last: a later value of a flag wins.  The
+         * fake holder pings once a second, and a pause of the master's
+         * loop (its index doubling at millions of keys, on a loaded
+         * machine) can make a ping late: never suspect it, or placement
+         * would refuse keys for a moment and the run would be void. */
+        char *argv[24] = {(char *)bin, a_port, (char *)"--rpc_address=127.0.0.1",
                           (char *)"--enable_metric_reporting=false", a_mport,
                           (char *)"--metrics_host=127.0.0.1", a_ttl,
-                          (char *)"--log_level=error"};
-        int n = 8;
-        for (; (extra != NULL) && (*extra != NULL) && (n < 15); extra++)
+                          (char *)"--log_level=error", (char *)"--client_suspect_heartbeats=0"};
+        int n = 9;
+        for (; (extra != NULL) && (*extra != NULL) && (n < 23); extra++)
             argv[n++] = *extra;
         argv[n] = NULL;
         execv(bin, argv);
@@ -426,6 +443,29 @@ static uint64_t rss_bytes(pid_t pid)
     }
     fclose(f);
     return kb * 1024;
+}
+
+/* CPU time (user + system) of @p pid in nanoseconds, or 0 when it cannot
+ * be read. */
+static uint64_t cpu_ns(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long ut = 0, st = 0;
+    const char *p;
+    size_t n;
+    long hz = sysconf(_SC_CLK_TCK);
+    FILE *f;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((hz <= 0) || ((f = fopen(path, "r")) == NULL))
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* fields 14 and 15, counted after the ")" that ends the name */
+    if (((p = strrchr(buf, ')')) == NULL) ||
+        (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2))
+        return 0;
+    return (uint64_t)((ut + st) * (1000000000.0 / (double)hz));
 }
 
 static void usage(void)
@@ -538,6 +578,7 @@ typedef struct run_result {
     double rate[PH_COUNT];
     double reqs[PH_COUNT];
     double secs[PH_COUNT];
+    double cpu_ns_per_key[PH_COUNT]; /* the master's CPU time; 0 = unknown */
     uint64_t rss0, rss1, fails;
     /* the stall probe (after the phases, when asked) */
     uint64_t probe_max_us, probe_pings;
@@ -647,9 +688,11 @@ static int run_once(bench_opts_t o, char *const *extra, uint64_t probe_ms, run_r
     done[1] = -1;
 
     for (ph = 0; ph < PH_COUNT; ph++) {
-        uint64_t t0, t1, keys, fails, nreq;
+        uint64_t t0, t1, keys, fails, nreq, c0 = 0;
         if ((ph == PH_BPUT_START) && (master > 0))
             res->rss0 = rss_bytes(master);
+        if (master > 0)
+            c0 = cpu_ns(master);
         t0 = mc_now_ns();
         for (i = 0; i < nkids; i++) {
             if (write(go[i][1], "g", 1) != 1)
@@ -667,6 +710,8 @@ static int run_once(bench_opts_t o, char *const *extra, uint64_t probe_ms, run_r
         res->rate[ph] = (double)keys * 1e9 / (double)(t1 - t0 ? t1 - t0 : 1);
         res->reqs[ph] = (double)nreq * 1e9 / (double)(t1 - t0 ? t1 - t0 : 1);
         res->secs[ph] = (double)(t1 - t0) / 1e9;
+        if ((master > 0) && (keys > 0))
+            res->cpu_ns_per_key[ph] = (double)(cpu_ns(master) - c0) / (double)keys;
         if ((ph == PH_BPUT_END) && (master > 0))
             res->rss1 = rss_bytes(master);
     }
@@ -715,9 +760,12 @@ static void print_table(const bench_opts_t *o, unsigned nkids, const run_result_
     printf("mooncake master metadata benchmark: %u client processes, %u requests in flight "
            "per connection, %d-byte keys, batches of %u\n",
            nkids, o->depth, KEY_LEN, o->batch);
-    printf("%-24s %14s %14s\n", "operation", "keys/s", "requests/s");
+    /* the master's CPU time per key does not move with other load on the
+     * machine, unlike the rates: compare builds with it */
+    printf("%-24s %14s %14s %14s\n", "operation", "keys/s", "requests/s", "master ns/key");
     for (ph = 0; ph < PH_COUNT; ph++)
-        printf("%-24s %14.0f %14.0f\n", phase_name[ph], r->rate[ph], r->reqs[ph]);
+        printf("%-24s %14.0f %14.0f %14.0f\n", phase_name[ph], r->rate[ph], r->reqs[ph],
+               r->cpu_ns_per_key[ph]);
     for (ph = PH_BPUT_START; ph < PH_COUNT; ph++)
         sum += 1.0 / r->rate[ph];
     printf("batched mean (harmonic)  %14.0f keys/s   (target >= 300000)\n",

@@ -23,6 +23,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/util.c libmooncake/common/util.h libmooncake/common/copy.h \
 	libmooncake/common/crc32c.c libmooncake/common/crc32c.h \
 	libmooncake/common/hashmap.c libmooncake/common/hashmap.h \
+	libmooncake/common/slab.c libmooncake/common/slab.h \
 	libmooncake/common/regex_limit.c libmooncake/common/regex_limit.h \
 	libmooncake/common/auth.c libmooncake/common/auth.h \
 	libmooncake/common/fastcopy.c \

@@ -183,13 +183,13 @@ typedef struct admin_figures {
 static void gather(mc_master_t *m, admin_figures_t *f)
 {
     uint64_t now = mc_now_ms();
-    mc_hmap_iter_t it;
+    mc_chmap_iter_t it;
 
     memset(f, 0, sizeof(*f));
     f->keys    = mc_master_objects_count(m);
     f->clients = mc_master_clients_count(m);
-    for (mc_hnode_t *n = mc_hmap_first(&m->objects, &it); n != NULL;
-         n = mc_hmap_next(&m->objects, &it)) {
+    for (mc_cnode_t *n = mc_chmap_first(&m->objects, &it); n != NULL;
+         n = mc_chmap_next(&m->objects, &it)) {
         const mc_object_t *o = mc_container_of(n, mc_object_t, node);
         if (mc_object_soft_pin_deadline(o) > now)
             f->soft_pinned++;
@@ -523,12 +523,12 @@ static void do_all_keys(mc_master_t *m, struct evhttp_request *req, const char *
     json_t *keys = json_array();
     uint64_t count = 0;
     int truncated  = 0;
-    mc_hmap_iter_t it;
+    mc_chmap_iter_t it;
 
     if ((j == NULL) || (keys == NULL))
         goto oom;
-    for (mc_hnode_t *n = mc_hmap_first(&m->objects, &it); n != NULL;
-         n = mc_hmap_next(&m->objects, &it)) {
+    for (mc_cnode_t *n = mc_chmap_first(&m->objects, &it); n != NULL;
+         n = mc_chmap_next(&m->objects, &it)) {
         const mc_object_t *o = mc_container_of(n, mc_object_t, node);
         mc_str_t k;
         if (!mc_str_eq(mc_object_tenant(o), t))

@@ -17,7 +17,7 @@
  * Ownership graph, all plain pointers:
  *   client 1--* segment      (mc_segment_t.owner, client->segments list)
  *   segment 1--* replica     (replica->seg)
- *   object 1--* replica      (replica->obj, obj->replicas list)
+ *   object 1--* replica      (mc_replica_obj(), obj->replicas list)
  * A replica is freed exactly once, through mc_master_replica_drop() or
  * when its object is erased.  A segment keeps no list of its replicas:
  * that would cost 16 bytes in each of millions of replicas, so "drop
@@ -38,6 +38,7 @@
 #include "alloc/offset_alloc.h"
 #include "common/buf.h"
 #include "common/hashmap.h"
+#include "common/slab.h"
 #include "common/util.h"
 #include "dfs.h"  /* mc_dfs_replica_t, mc_master_dfs_t (--root_fs_dir) */
 #include "flags.h"
@@ -122,23 +123,31 @@ typedef enum mc_segment_state {
  * rebuilds offset and size from it).
  *
  * The first replica of a put lives inside its object (mc_object_t.rep0,
- * @c embedded set): it is freed only through objects.c (replica_free),
- * never with free(), and an object erased while its rep0 still waits on
- * m->discarded stays allocated, unlinked from everything, until then. */
+ * @c embedded set), which knows its object without a pointer: the last
+ * field (@c heap_obj, @c release_ms) is not part of it, since the object's
+ * key starts there.  So get and set the object with mc_replica_obj() and
+ * mc_replica_set_obj(), and copy an embedded replica only up to
+ * MC_REPLICA_EMBEDDED_SIZE.  An embedded replica is freed only through
+ * objects.c (replica_free), never with free(), and never waits on
+ * m->discarded: objects.c moves it to a record of its own first. */
 typedef struct mc_replica {
     uint64_t id;               /* unique for the life of the master */
     mc_segment_t *seg;         /* never NULL while the replica exists */
-    union {
-        mc_object_t *obj;      /* !discarded: its object */
-        uint64_t release_ms;   /* discarded: when the space is freed */
-    };
-    mc_mlist_t link;           /* in obj->replicas, obj->up->replicas or m->discarded */
+    mc_mlist_t link;           /* in obj->replicas, obj->ext->up->replicas or m->discarded */
     uint32_t node;             /* its block in seg->alloc (mc_alloc_lookup) */
     uint8_t status;            /* MC_REPLICA_PROCESSING or MC_REPLICA_COMPLETE */
-    uint8_t fresh : 1;         /* in obj->up->replicas (an upsert's new buffers) */
+    uint8_t fresh : 1;         /* in obj->ext->up->replicas (an upsert's new buffers) */
     uint8_t discarded : 1;     /* on m->discarded (preempted put, replaced buffer) */
     uint8_t embedded : 1;      /* an object's rep0 */
+    /* not embedded only (see above) */
+    union {
+        mc_object_t *heap_obj; /* !discarded: its object (mc_replica_obj()) */
+        uint64_t release_ms;   /* discarded: when the space is freed */
+    };
 } mc_replica_t;
+
+/* The bytes of an embedded replica: all but the last field. */
+#define MC_REPLICA_EMBEDDED_SIZE offsetof(mc_replica_t, heap_obj)
 
 /* An upsert in progress on an existing object (docs/protocol.md §5.11). */
 typedef enum mc_upsert_mode {
@@ -199,6 +208,8 @@ typedef struct mc_object_ext {
      * at --promotion_admission_threshold the master asks the holder to
      * copy it back to memory (tasks.c). */
     uint32_t disk_hits;
+    /* The upsert in progress: non-NULL exactly while obj->upsert != NONE. */
+    mc_upsert_t *up;
 } mc_object_ext_t;
 
 /*
@@ -218,9 +229,16 @@ typedef struct mc_disk_replica {
 } mc_disk_replica_t;
 
 /* One key.  There are millions, so the record holds only what every
- * object needs; the rest hangs off @c ext and @c up. */
+ * object needs; the rest hangs off @c ext. */
 struct mc_object {
-    mc_hnode_t node;           /* in m->objects, hash of (tenant, key) */
+    mc_cnode_t node;           /* in m->objects */
+    /* next to the index link, so a lookup's chain walk reads one line
+     * per object until the hash matches */
+    uint32_t hash;             /* low 32 bits of the index hash of (tenant, key) */
+    uint16_t key_len;          /* <= MC_WIRE_MAX_KEY */
+    uint8_t hard_pin : 1;
+    uint8_t complete : 1;      /* PutEnd done: every replica is COMPLETE */
+    uint8_t upsert : 2;        /* mc_upsert_mode_t; upsert in progress */
     mc_mlist_t replicas;       /* mc_replica_t.link */
     /* An incomplete object is on m->pending, a complete one on m->lru
      * (evict.h), so one link serves both; self-linked when off both
@@ -231,20 +249,48 @@ struct mc_object {
     };
     uint64_t size;
     mc_writer_t *writer;       /* tenant, and client that did PutStart */
-    uint64_t put_start_ms;     /* monotonic */
-    uint64_t lease_deadline_ms;
-    mc_object_ext_t *ext;      /* soft pin and group; NULL = neither */
-    mc_upsert_t *up;           /* non-NULL exactly while upsert != NONE */
-    uint32_t key_len;
-    uint8_t hard_pin : 1;
-    uint8_t complete : 1;      /* PutEnd done: every replica is COMPLETE */
-    uint8_t upsert : 2;        /* mc_upsert_mode_t; upsert in progress */
-    uint8_t zombie : 1;        /* erased; kept only for rep0 on m->discarded */
-    mc_replica_t rep0;         /* the put's first replica; unused while
-                                * rep0.seg is NULL (see mc_replica_t) */
-    char strs[];               /* key bytes, no NUL; the object is
-                                * allocated up to offsetof(strs) */
+    /* An incomplete object (a put, or an in-place upsert, which needs an
+     * unleased object) has no lease, and a complete one needs its
+     * PutStart time no more, so the two share a word: PUT_END and
+     * UPSERT_END set the lease to 0, and the lease read of an incomplete
+     * object (its PutStart, which is never in the future) means none. */
+    union {
+        uint64_t put_start_ms;       /* !complete; monotonic */
+        uint64_t lease_deadline_ms;  /* complete */
+    };
+    mc_object_ext_t *ext;      /* soft pin, group, upsert, tasks, disk; NULL = none */
+    /* The put's first replica, unused while rep0.seg is NULL; only its
+     * first MC_REPLICA_EMBEDDED_SIZE bytes are the object's: the key
+     * bytes start over its last field (see mc_replica_t). */
+    union {
+        mc_replica_t rep0;
+        struct {
+            char rep0_bytes_[MC_REPLICA_EMBEDDED_SIZE];
+            char strs[];       /* key bytes, no NUL; the object is
+                                * mc_object_alloc_size() bytes of m->objslab */
+        };
+    };
 };
+
+/* The object of replica @p r (NULL for a discarded one). */
+static inline mc_object_t *mc_replica_obj(const mc_replica_t *r)
+{
+    if (r->discarded)
+        return NULL;
+    return r->embedded ? (mc_object_t *)((char *)r - offsetof(mc_object_t, rep0)) : r->heap_obj;
+}
+/* Make @p o the object of replica @p r (an embedded one already is). */
+static inline void mc_replica_set_obj(mc_replica_t *r, mc_object_t *o)
+{
+    if (!r->embedded)
+        r->heap_obj = o;
+}
+
+/* Bytes of the record of an object with a key of @p key_len bytes. */
+static inline size_t mc_object_alloc_size(size_t key_len)
+{
+    return offsetof(mc_object_t, strs) + key_len;
+}
 
 /* Soft-pin deadline (0 = none), group and group id of @p o. */
 static inline uint64_t mc_object_soft_pin_deadline(const mc_object_t *o)
@@ -378,7 +424,8 @@ struct mc_master {
     char rpc_bound[300];       /* "addr:port" actually bound */
 
     /* objects.c */
-    mc_hmap_t objects;
+    mc_chmap_t objects;        /* mc_object_t by (tenant, key) */
+    mc_slab_t objslab;         /* the mc_object_t records */
     mc_mlist_t pending;        /* incomplete objects, oldest PutStart first */
     mc_mlist_t discarded;      /* replicas awaiting release: preempted puts,
                                 * buffers replaced under a reader's lease */

@@ -21,7 +21,7 @@
  * Upsert (§5.11) rewrites an existing complete object either in place
  * (same size, no lease: the object goes back to the incomplete state,
  * owned by the upserter, and rides m->pending like a put) or into fresh
- * buffers kept on o->up->replicas while the old value stays readable; the
+ * buffers kept on o->ext->up->replicas while the old value stays readable; the
  * object then sits on m->upserting, also ordered by start time, so the
  * tick can drop abandoned ones.  Old buffers replaced while a reader holds
  * a lease wait on m->discarded until the lease deadline.
@@ -38,13 +38,17 @@
  * without scanning the index.  An object joins at PUT_END/UPSERT_END (the
  * group id of the config in force from then on) and leaves when erased.
  *
- * Memory: an object costs about 200 bytes plus its key (bench/meta_bench),
- * so the record is packed (master.h).  Its first replica is embedded
- * (rep0), its tenant and owner are a shared mc_writer_t (m->writers), and
- * one link serves m->pending and m->lru.  An object erased while rep0
- * still waits on m->discarded stays allocated as a "zombie" (unlinked from
- * everything, its writer and ext already released) until that replica is
- * freed; replica_dispose() is the one place a replica struct goes.
+ * Memory: an object costs about 140 bytes with a 16-byte key, plus a
+ * 16-byte allocator node for its buffer and its share of the index's
+ * buckets (bench/meta_bench), so the record is packed (master.h) and comes
+ * from a slab (m->objslab) without a malloc header.  Its first replica is
+ * embedded (rep0) and finds its object by position; its tenant and owner
+ * are a shared mc_writer_t (m->writers); one link serves m->pending and
+ * m->lru; the index keeps no hash of its own (the object holds 32 bits of
+ * it).  A rep0 that must outlive its place in the object (a discarded
+ * buffer) moves to a record of its own (replica_park()), so an object's
+ * record goes as soon as it is erased; replica_dispose() is the one place
+ * a replica struct goes.
  */
 #include "config.h"
 
@@ -69,7 +73,13 @@ static uint64_t obj_hash(mc_str_t tenant, mc_str_t key)
     return mc_hash_bytes(key.ptr, key.len, mc_hash_bytes(tenant.ptr, tenant.len, 0));
 }
 
-static int obj_eq(const mc_hnode_t *node, const void *k)
+/* The index keeps the low 32 bits of it in the object (mc_chmap_t). */
+static uint32_t obj_node_hash(const mc_cnode_t *node)
+{
+    return mc_container_of(node, mc_object_t, node)->hash;
+}
+
+static int obj_eq(const mc_cnode_t *node, const void *k)
 {
     const mc_object_t *o = mc_container_of(node, mc_object_t, node);
     const obj_lookup_t *l = k;
@@ -138,19 +148,20 @@ static void writer_put(mc_master_t *m, mc_writer_t *w)
 
 mc_status_t mc_master_objects_init(mc_master_t *m)
 {
-    if (mc_hmap_init(&m->objects, 1024) != 0)
+    mc_slab_init(&m->objslab);
+    if (mc_chmap_init(&m->objects, 1024, obj_node_hash) != 0)
         return MC_INTERNAL_ERROR;
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->upserting);
     mc_mlist_init(&m->lru);
     if (mc_hmap_init(&m->groups, 64) != 0) {
-        mc_hmap_cleanup(&m->objects);
+        mc_chmap_cleanup(&m->objects);
         return MC_INTERNAL_ERROR;
     }
     if (mc_hmap_init(&m->writers, 64) != 0) {
         mc_hmap_cleanup(&m->groups);
-        mc_hmap_cleanup(&m->objects);
+        mc_chmap_cleanup(&m->objects);
         return MC_INTERNAL_ERROR;
     }
     m->next_replica_id = 0;
@@ -165,7 +176,7 @@ size_t mc_master_objects_count(const mc_master_t *m)
 static mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
 {
     obj_lookup_t l = {tenant, key};
-    mc_hnode_t *n  = mc_hmap_find(&m->objects, obj_hash(tenant, key), &l, obj_eq);
+    mc_cnode_t *n  = mc_chmap_find(&m->objects, (uint32_t)obj_hash(tenant, key), &l, obj_eq);
     return n ? mc_container_of(n, mc_object_t, node) : NULL;
 }
 
@@ -268,20 +279,40 @@ static void group_sync(mc_master_t *m, mc_object_t *o)
 
 /* ---- replicas and objects --------------------------------------------------- */
 
-/* Free the struct of @p r, already unlinked: an embedded rep0 only marks
- * its slot unused, and takes its object along when that was erased. */
-static void replica_dispose(mc_replica_t *r)
+/* A zeroed record for an object of @p key (copied in, with its index hash
+ * for @p tenant), from m->objslab; NULL on OOM. */
+static mc_object_t *obj_alloc(mc_master_t *m, mc_str_t tenant, mc_str_t key)
 {
     mc_object_t *o;
 
+    if (key.len > MC_WIRE_MAX_KEY) /* the wire refuses longer keys */
+        return NULL;
+    o = mc_slab_alloc(&m->objslab, mc_object_alloc_size(key.len));
+    if (o == NULL)
+        return NULL;
+    /* the key starts over rep0's last field (master.h): zero up to it */
+    memset(o, 0, offsetof(mc_object_t, strs));
+    o->hash    = (uint32_t)obj_hash(tenant, key);
+    o->key_len = (uint16_t)key.len;
+    memcpy(o->strs, key.ptr, key.len);
+    return o;
+}
+
+/* Give the record of @p o back to m->objslab. */
+static void obj_release(mc_master_t *m, mc_object_t *o)
+{
+    mc_slab_free(&m->objslab, o, mc_object_alloc_size(o->key_len));
+}
+
+/* Free the struct of @p r, already unlinked: an embedded rep0 only marks
+ * its slot unused. */
+static void replica_dispose(mc_replica_t *r)
+{
     if (!r->embedded) {
         free(r);
         return;
     }
-    o           = mc_container_of(r, mc_object_t, rep0);
-    o->rep0.seg = NULL;
-    if (o->zombie)
-        free(o);
+    mc_container_of(r, mc_object_t, rep0)->rep0.seg = NULL;
 }
 
 /* Give back the range of @p r, unlink and free it. */
@@ -311,6 +342,35 @@ static void forget_replicas(mc_mlist_t *list)
     }
 }
 
+/*
+ * Put @p r, just unlinked, on m->discarded until @p release_ms.  An
+ * object's rep0 has no room for the release time, so it moves to a record
+ * of its own and the object's slot becomes free; without memory for that
+ * its range is never given back (logged), since a writer or reader may
+ * still be using it.
+ */
+static void replica_park(mc_master_t *m, mc_replica_t *r, uint64_t release_ms)
+{
+    if (r->embedded) {
+        mc_replica_t *h = malloc(sizeof(*h));
+        if (h == NULL) {
+            mc_error("out of memory: %" PRIu64 " bytes of segment %s are not given back",
+                     mc_master_replica_block(r).size, r->seg->name);
+            r->seg = NULL; /* the slot is free; the range stays allocated */
+            return;
+        }
+        memcpy(h, r, MC_REPLICA_EMBEDDED_SIZE);
+        h->embedded = 0;
+        mc_mlist_init(&h->link);
+        r->seg = NULL;
+        r      = h;
+    }
+    r->discarded  = 1; /* its object is gone from here on */
+    r->fresh      = 0;
+    r->release_ms = release_ms;
+    mc_mlist_insert_tail(&m->discarded, &r->link);
+}
+
 /* Move every replica on @p list to m->discarded, released at @p release_ms:
  * someone (a writer, or a reader holding a lease) may still be using it. */
 static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms)
@@ -320,10 +380,7 @@ static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         mc_mlist_remove(&r->link);
-        r->discarded  = 1; /* r->obj is gone from here on */
-        r->fresh      = 0;
-        r->release_ms = release_ms;
-        mc_mlist_insert_tail(&m->discarded, &r->link);
+        replica_park(m, r, release_ms);
     }
 }
 
@@ -389,6 +446,13 @@ static void disk_destroy(mc_disk_replica_t *d)
     free(d);
 }
 
+/* The upsert in progress on @p o (non-NULL exactly while o->upsert is
+ * not NONE); it hangs off the ext, since few objects are being upserted. */
+static mc_upsert_t *obj_up(const mc_object_t *o)
+{
+    return (o->ext != NULL) ? o->ext->up : NULL;
+}
+
 /* Forget the disk replica of @p o, if any.  The holder's bytes stay in
  * its bucket until its tier reclaims them; nobody is pointed there again. */
 static void disk_free(mc_master_t *m, mc_object_t *o)
@@ -426,9 +490,8 @@ mc_object_ext_t *mc_master_object_ext(mc_object_t *o)
     return obj_ext(o);
 }
 
-/* Free @p o and what hangs off it, once unlinked from everything.  When
- * its rep0 still waits on m->discarded, the record stays (a zombie) until
- * replica_dispose() frees it with that replica. */
+/* Free @p o and what hangs off it, once unlinked from everything (its
+ * replicas, rep0 included, already gone). */
 static void obj_free(mc_master_t *m, mc_object_t *o)
 {
     writer_put(m, o->writer);
@@ -441,10 +504,7 @@ static void obj_free(mc_master_t *m, mc_object_t *o)
         free(o->ext);
         o->ext = NULL;
     }
-    if (o->rep0.seg != NULL)
-        o->zombie = 1;
-    else
-        free(o);
+    obj_release(m, o);
 }
 
 /* Move the freshly placed replica @p r (on no list yet) into the unused
@@ -453,7 +513,7 @@ static mc_replica_t *replica_embed(mc_object_t *o, mc_replica_t *r)
 {
     mc_replica_t *e = &o->rep0;
 
-    *e          = *r;
+    memcpy(e, r, MC_REPLICA_EMBEDDED_SIZE); /* the rest is the key's */
     e->embedded = 1;
     mc_mlist_init(&e->link);
     free(r);
@@ -463,13 +523,13 @@ static mc_replica_t *replica_embed(mc_object_t *o, mc_replica_t *r)
 /* Forget the upsert state of @p o (its fresh buffers are already gone). */
 static void upsert_clear(mc_master_t *m, mc_object_t *o)
 {
-    mc_upsert_t *up = o->up;
+    mc_upsert_t *up = obj_up(o);
 
     o->upsert = MC_UPSERT_NONE;
-    o->up     = NULL;
     if (up == NULL)
         return;
     mc_master_dfs_free(m, up->dfs, up->size); /* NULL once UPSERT_END took it */
+    o->ext->up = NULL;
     writer_put(m, up->writer);
     mc_mlist_remove(&up->link);
     free(up->group_id);
@@ -479,7 +539,7 @@ static void upsert_clear(mc_master_t *m, mc_object_t *o)
 /* Drop the fresh buffers of an upsert and forget it; the old value stays. */
 static void upsert_drop(mc_master_t *m, mc_object_t *o)
 {
-    free_replicas(m, &o->up->replicas);
+    free_replicas(m, &obj_up(o)->replicas);
     upsert_clear(m, o);
 }
 
@@ -491,10 +551,10 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
     if (mc_object_replicating(o))
         mc_master_tasks_object_gone(m, o);
     free_replicas(m, &o->replicas);
-    if (o->up != NULL)
-        free_replicas(m, &o->up->replicas);
+    if (obj_up(o) != NULL)
+        free_replicas(m, &obj_up(o)->replicas);
     upsert_clear(m, o);
-    mc_hmap_remove(&m->objects, &o->node);
+    mc_chmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
     mc_mlist_remove(&o->lru_link);
     group_leave(m, o);
@@ -528,32 +588,34 @@ static int obj_settle(mc_master_t *m, mc_object_t *o)
  * back one by one. */
 void mc_master_objects_cleanup(mc_master_t *m)
 {
+    mc_chmap_iter_t oit;
+    mc_cnode_t *on;
     mc_hmap_iter_t it;
     mc_hnode_t *n;
 
-    /* first, so that a live object's rep0 waiting there is unused (and a
-     * zombie's record freed) before the objects go */
+    /* the buffers parked there are records of their own */
     forget_replicas(&m->discarded);
-    n = mc_hmap_first(&m->objects, &it);
-    while (n != NULL) {
-        mc_object_t *o = mc_container_of(n, mc_object_t, node);
-        n              = mc_hmap_next(&m->objects, &it);
+    on = mc_chmap_first(&m->objects, &oit);
+    while (on != NULL) {
+        mc_object_t *o = mc_container_of(on, mc_object_t, node);
+        on             = mc_chmap_next(&m->objects, &oit);
         forget_replicas(&o->replicas);
-        if (o->up != NULL) {
-            forget_replicas(&o->up->replicas);
-            mc_master_dfs_free(m, o->up->dfs, o->up->size);
-            writer_put(m, o->up->writer);
-            free(o->up->group_id);
-            free(o->up);
+        if (obj_up(o) != NULL) {
+            forget_replicas(&obj_up(o)->replicas);
+            mc_master_dfs_free(m, obj_up(o)->dfs, obj_up(o)->size);
+            writer_put(m, obj_up(o)->writer);
+            free(obj_up(o)->group_id);
+            free(obj_up(o));
         }
-        mc_hmap_remove(&m->objects, &o->node);
+        mc_chmap_remove(&m->objects, &o->node);
         obj_free(m, o);
     }
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->pending);
     mc_mlist_init(&m->upserting);
     mc_mlist_init(&m->lru);
-    mc_hmap_cleanup(&m->objects);
+    mc_chmap_cleanup(&m->objects);
+    mc_slab_cleanup(&m->objslab);
     n = mc_hmap_first(&m->groups, &it);
     while (n != NULL) {
         mc_group_t *g = mc_container_of(n, mc_group_t, node);
@@ -576,13 +638,13 @@ void mc_master_objects_cleanup(mc_master_t *m)
 
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
 {
-    mc_object_t *o = r->discarded ? NULL : r->obj;
+    mc_object_t *o = mc_replica_obj(r);
     int fresh      = r->fresh;
     replica_free(m, r);
     if ((o != NULL) && fresh) {
         /* An upsert lost its last new buffer: the old value stays, and the
          * writer's UPSERT_END will answer OBJECT_NOT_FOUND (§5.11). */
-        if ((o->up != NULL) && mc_mlist_empty(&o->up->replicas))
+        if ((obj_up(o) != NULL) && mc_mlist_empty(&obj_up(o)->replicas))
             mc_debug("upsert of %.*s lost its last new replica", (int)MC_MIN(o->key_len, 200u),
                      mc_object_key(o).ptr);
         return;
@@ -617,8 +679,8 @@ static size_t drop_listed(mc_master_t *m, mc_mlist_t *list, const mc_segment_t *
 
 size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
 {
-    mc_hmap_iter_t it;
-    mc_hnode_t *n = mc_hmap_first(&m->objects, &it);
+    mc_chmap_iter_t it;
+    mc_cnode_t *n = mc_chmap_first(&m->objects, &it);
     size_t dropped = drop_listed(m, &m->discarded, seg);
     const mc_mlist_t *q = &m->taskq[MC_TASKQ_PROCESSING].list;
     const mc_mlist_t *pos;
@@ -630,11 +692,11 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         /* step first: dropping may erase o, never another object */
-        n = mc_hmap_next(&m->objects, &it);
+        n = mc_chmap_next(&m->objects, &it);
         /* the upsert's new buffers first, since losing the last old one
          * erases o together with its upsert */
-        if (o->up != NULL)
-            dropped += drop_listed(m, &o->up->replicas, seg);
+        if (obj_up(o) != NULL)
+            dropped += drop_listed(m, &obj_up(o)->replicas, seg);
         dropped += drop_listed(m, &o->replicas, seg);
     }
     return dropped;
@@ -656,10 +718,11 @@ static void obj_discard(mc_master_t *m, mc_object_t *o)
 /* Preempt a stale fresh-buffer upsert the same way; the old value stays. */
 static void upsert_discard(mc_master_t *m, mc_object_t *o)
 {
-    uint64_t release = o->up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
-    defer_replicas(m, &o->up->replicas, release);
-    mc_master_dfs_defer(m, o->up->dfs, o->up->size, release);
-    o->up->dfs = NULL;
+    mc_upsert_t *up  = obj_up(o);
+    uint64_t release = up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
+    defer_replicas(m, &up->replicas, release);
+    mc_master_dfs_defer(m, up->dfs, up->size, release);
+    up->dfs = NULL;
     upsert_clear(m, o);
 }
 
@@ -686,7 +749,7 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
     }
     while (!mc_mlist_empty(&m->upserting)) {
         mc_object_t *o = mc_container_of(m->upserting.next, mc_upsert_t, link)->obj;
-        if (o->up->start_ms + release > now_ms)
+        if (obj_up(o)->start_ms + release > now_ms)
             break;
         mc_info("releasing abandoned upsert of key '%.*s' (no UpsertEnd within %" PRId64 " s)",
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
@@ -704,6 +767,10 @@ static int obj_leased(const mc_object_t *o, uint64_t now_ms)
 
 static void obj_lease_one(mc_master_t *m, mc_object_t *o, uint64_t d)
 {
+    /* a group member being rewritten in place has no reader to protect,
+     * and its word holds the rewrite's start (master.h) */
+    if (!o->complete)
+        return;
     if (d > o->lease_deadline_ms)
         o->lease_deadline_ms = d;
     mc_master_lru_touch(m, o);
@@ -956,11 +1023,9 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     if (out->v == NULL)
         goto oom;
 
-    /* strs starts inside the struct's tail padding: allocate up to it only */
-    o = malloc(offsetof(mc_object_t, strs) + (size_t)key.len);
+    o = obj_alloc(m, x->tenant, key);
     if (o == NULL)
         goto oom;
-    memset(o, 0, offsetof(mc_object_t, strs));
     o->writer = writer_get(m, x->tenant, client_id);
     if (o->writer == NULL) {
         obj_free(m, o);
@@ -983,15 +1048,13 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     o->size         = length;
     o->put_start_ms = x->now_ms;
     o->hard_pin     = cfg->with_hard_pin ? 1 : 0;
-    o->key_len      = key.len;
-    memcpy(o->strs, key.ptr, key.len);
-    mc_hmap_insert(&m->objects, &o->node, obj_hash(x->tenant, key));
+    mc_chmap_insert(&m->objects, &o->node, o->hash);
     mc_mlist_init(&o->pending_link);
     mc_mlist_insert_tail(&m->pending, &o->pending_link); /* m->lru at PUT_END */
 
     reps[0] = replica_embed(o, reps[0]);
     for (uint32_t i = 0; i < n; i++) {
-        reps[i]->obj = o;
+        mc_replica_set_obj(reps[i], o);
         mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
         fill_wire_replica(&out->v[i], reps[i], length);
     }
@@ -1014,7 +1077,7 @@ oom:
 /* UPSERT_END: the config given at UPSERT_START takes effect (§5.11). */
 static void apply_upsert_config(mc_object_t *o, uint64_t now_ms)
 {
-    mc_upsert_t *up    = o->up;
+    mc_upsert_t *up    = obj_up(o);
     mc_object_ext_t *e = o->ext; /* upsert_stage made it if anything is set */
 
     o->hard_pin = up->hard_pin;
@@ -1052,7 +1115,7 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
         defer_replicas(m, &o->replicas, o->lease_deadline_ms);
     else
         free_replicas(m, &o->replicas);
-    mc_mlist_for_each_safe(pos, tmp, &o->up->replicas)
+    mc_mlist_for_each_safe(pos, tmp, &obj_up(o)->replicas)
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         mc_mlist_remove(&r->link);
@@ -1062,17 +1125,15 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
     }
     /* the old DFS record goes with the old value; a reader still on it
      * finds its checks fail once the extent is rewritten (a miss) */
-    if (o->ext != NULL) {
-        mc_master_dfs_free(m, o->ext->dfs, o->size);
-        o->ext->dfs = o->up->dfs;
-        o->up->dfs  = NULL;
-        if (o->ext->dfs != NULL)
-            o->ext->dfs->status = MC_REPLICA_COMPLETE;
-    }
-    o->size              = o->up->size;
+    mc_master_dfs_free(m, o->ext->dfs, o->size);
+    o->ext->dfs       = obj_up(o)->dfs;
+    obj_up(o)->dfs    = NULL;
+    if (o->ext->dfs != NULL)
+        o->ext->dfs->status = MC_REPLICA_COMPLETE;
+    o->size              = obj_up(o)->size;
     writer_put(m, o->writer); /* the upserter's reference moves to the object */
-    o->writer            = o->up->writer;
-    o->up->writer        = NULL;
+    o->writer            = obj_up(o)->writer;
+    obj_up(o)->writer        = NULL;
     o->lease_deadline_ms = 0; /* as after PUT_END: the new value has no reader */
     apply_upsert_config(o, now_ms);
     upsert_clear(m, o);
@@ -1089,9 +1150,9 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     if (o == NULL)
         return MC_OBJECT_NOT_FOUND;
     if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
-        if (!mc_uuid_eq(o->up->writer->owner, client_id))
+        if (!mc_uuid_eq(obj_up(o)->writer->owner, client_id))
             return MC_ILLEGAL_CLIENT;
-        if (mc_mlist_empty(&o->up->replicas)) {
+        if (mc_mlist_empty(&obj_up(o)->replicas)) {
             /* every new buffer went away with its segment */
             upsert_clear(m, o);
             return MC_OBJECT_NOT_FOUND;
@@ -1109,7 +1170,8 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
     if (obj_dfs(o) != NULL)
         obj_dfs(o)->status = MC_REPLICA_COMPLETE;
-    o->complete = 1;
+    o->complete          = 1;
+    o->lease_deadline_ms = 0; /* was its PutStart time: no reader yet */
     mc_mlist_remove(&o->pending_link);
     mc_master_lru_touch(x->m, o);
     if (o->upsert == MC_UPSERT_INPLACE) {
@@ -1136,7 +1198,7 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
         return MC_OBJECT_NOT_FOUND;
     if (upsert && (o->upsert == MC_UPSERT_FRESH)) {
         /* the revoking client is the writer: nothing writes there now */
-        if (!mc_uuid_eq(o->up->writer->owner, client_id))
+        if (!mc_uuid_eq(obj_up(o)->writer->owner, client_id))
             return MC_ILLEGAL_CLIENT;
         upsert_drop(x->m, o);
         return MC_OK;
@@ -1202,13 +1264,13 @@ static int removable(const mc_object_t *o, uint64_t now_ms)
 static int64_t remove_where(mc_req_ctx_t *x, int force, int (*match)(mc_str_t key, void *arg),
                             void *arg)
 {
-    mc_hmap_iter_t it;
-    mc_hnode_t *n = mc_hmap_first(&x->m->objects, &it);
+    mc_chmap_iter_t it;
+    mc_cnode_t *n = mc_chmap_first(&x->m->objects, &it);
     int64_t count = 0;
 
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
-        n              = mc_hmap_next(&x->m->objects, &it);
+        n              = mc_chmap_next(&x->m->objects, &it);
         if (!mc_str_eq(mc_object_tenant(o), x->tenant))
             continue;
         if (!force && !removable(o, x->now_ms))
@@ -1449,7 +1511,7 @@ int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t
 static int upsert_stage(mc_master_t *m, mc_object_t *o, const mc_wire_config_t *cfg,
                         const mc_str_t *group)
 {
-    mc_upsert_t *up = o->up;
+    mc_upsert_t *up = obj_up(o);
     char *g         = NULL;
 
     if ((group != NULL) && (dup_group(group, &g) != 0))
@@ -1459,15 +1521,17 @@ static int upsert_stage(mc_master_t *m, mc_object_t *o, const mc_wire_config_t *
     if (((cfg->soft_pin_action == MC_SOFT_PIN_ENABLE) || (g != NULL)) && (obj_ext(o) == NULL))
         goto oom;
     if (up == NULL) {
-        /* the caller sets o->upsert right after, so o->up is never
+        /* the caller sets o->upsert right after, so obj_up(o) is never
          * allocated without an upsert in progress */
+        if (obj_ext(o) == NULL) /* the upsert hangs off the ext */
+            goto oom;
         up = calloc(1, sizeof(*up));
         if (up == NULL)
             goto oom;
         up->obj = o;
         mc_mlist_init(&up->replicas);
         mc_mlist_init(&up->link);
-        o->up = up;
+        o->ext->up = up;
     }
     free(up->group_id);
     up->group_id   = g;
@@ -1519,10 +1583,10 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         obj_discard(m, o);
         o = NULL;
     } else if ((o != NULL) && (o->upsert == MC_UPSERT_FRESH)) {
-        if (mc_mlist_empty(&o->up->replicas)) {
+        if (mc_mlist_empty(&obj_up(o)->replicas)) {
             upsert_clear(m, o); /* its new buffers went away with their segment */
         } else {
-            if (x->now_ms < o->up->start_ms + discard)
+            if (x->now_ms < obj_up(o)->start_ms + discard)
                 return MC_OBJECT_REPLICA_BUSY;
             mc_info("preempting stale upsert of key '%.*s'", (int)MC_MIN(key.len, 200u),
                     key.ptr);
@@ -1619,21 +1683,21 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         return MC_INTERNAL_ERROR;
     }
     for (uint32_t i = 0; i < n; i++) {
-        reps[i]->obj   = o;
+        mc_replica_set_obj(reps[i], o);
         reps[i]->fresh = 1;
-        mc_mlist_insert_tail(&o->up->replicas, &reps[i]->link);
+        mc_mlist_insert_tail(&obj_up(o)->replicas, &reps[i]->link);
         fill_wire_replica(&out->v[i], reps[i], length);
     }
     out->n         = n;
     o->upsert      = MC_UPSERT_FRESH;
-    o->up->size     = length;
-    o->up->dfs      = dfs; /* freed with up unless UPSERT_END takes it */
+    obj_up(o)->size     = length;
+    obj_up(o)->dfs      = dfs; /* freed with up unless UPSERT_END takes it */
     if (dfs != NULL)
         mc_master_dfs_to_wire(x, &out->v[out->n++], dfs, length);
-    o->up->start_ms = x->now_ms;
-    writer_put(m, o->up->writer); /* none: upsert_stage made o->up just now */
-    o->up->writer   = w;
-    mc_mlist_insert_tail(&m->upserting, &o->up->link);
+    obj_up(o)->start_ms = x->now_ms;
+    writer_put(m, obj_up(o)->writer); /* none: upsert_stage made obj_up(o) just now */
+    obj_up(o)->writer   = w;
+    mc_mlist_insert_tail(&m->upserting, &obj_up(o)->link);
     return MC_OK;
 }
 
@@ -1751,11 +1815,11 @@ int32_t mc_master_regex_walk_start(mc_req_ctx_t *x, const mc_wire_remove_by_rege
 
 int mc_master_regex_walk_step(mc_req_ctx_t *x, mc_regex_walk_t *w, uint64_t budget_us)
 {
-    mc_hmap_t *h      = &x->m->objects;
+    mc_chmap_t *h     = &x->m->objects;
     uint64_t deadline = mc_now_us() + budget_us;
 
     while (w->bucket < h->nbuckets) {
-        mc_hnode_t *n = h->buckets[w->bucket++];
+        mc_cnode_t *n = h->buckets[w->bucket++];
         while (n != NULL) {
             mc_object_t *o = mc_container_of(n, mc_object_t, node);
             n              = n->next; /* erasing o leaves the rest of the chain */
@@ -1898,10 +1962,7 @@ void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, u
     if (obj_leased(o, now_ms)) {
         /* as defer_replicas() for one replica: a reader may hold it */
         mc_mlist_remove(&r->link);
-        r->discarded  = 1;
-        r->fresh      = 0;
-        r->release_ms = o->lease_deadline_ms;
-        mc_mlist_insert_tail(&m->discarded, &r->link);
+        replica_park(m, r, o->lease_deadline_ms);
     } else {
         replica_free(m, r);
     }
@@ -1954,10 +2015,10 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
         dsk = disk_restore(m, r);
     if ((n == 0) && (dfs == NULL) && (dsk == NULL))
         return NULL;
-    o = malloc(offsetof(mc_object_t, strs) + (size_t)r->key.len);
+    o = obj_alloc(m, r->tenant, r->key);
     if (o == NULL)
         goto fail;
-    memset(o, 0, offsetof(mc_object_t, strs));
+    o->size   = r->size; /* obj_free gives a DFS extent back by it */
     o->writer = writer_get(m, r->tenant, r->owner);
     if ((o->writer == NULL) || (((dfs != NULL) || (dsk != NULL)) && (obj_ext(o) == NULL))) {
         obj_free(m, o);
@@ -1981,18 +2042,16 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
         o->ext->soft_pin_deadline_ms = r->soft_pin_ttl_ms ? now_ms + r->soft_pin_ttl_ms : 0;
     }
     mc_mlist_init(&o->replicas);
-    o->size         = r->size;
-    o->put_start_ms = now_ms;
-    o->hard_pin     = r->hard_pin;
-    o->complete     = 1;
-    o->key_len      = r->key.len;
-    memcpy(o->strs, r->key.ptr, r->key.len);
-    mc_hmap_insert(&m->objects, &o->node, obj_hash(r->tenant, r->key));
+    o->size              = r->size;
+    o->lease_deadline_ms = 0; /* complete: the word holds the lease (none) */
+    o->hard_pin          = r->hard_pin;
+    o->complete          = 1;
+    mc_chmap_insert(&m->objects, &o->node, o->hash);
     mc_mlist_init(&o->lru_link);
     if (n > 0)
         reps[0] = replica_embed(o, reps[0]);
     for (uint32_t i = 0; i < n; i++) {
-        reps[i]->obj = o;
+        mc_replica_set_obj(reps[i], o);
         mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
     }
     if (n > 0)
@@ -2108,18 +2167,18 @@ int32_t mc_master_disk_replica_drop(mc_req_ctx_t *x, const mc_wire_disk_replica_
 
 size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id)
 {
-    mc_hmap_iter_t it;
-    mc_hnode_t *n;
+    mc_chmap_iter_t it;
+    mc_cnode_t *n;
     size_t dropped = 0;
 
     if (m->disk_replicas == 0)
         return 0; /* no walk of the index when the tier is unused */
-    n = mc_hmap_first(&m->objects, &it);
+    n = mc_chmap_first(&m->objects, &it);
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         const mc_disk_replica_t *d = obj_disk(o);
         /* step first: settling may erase o, never another object */
-        n = mc_hmap_next(&m->objects, &it);
+        n = mc_chmap_next(&m->objects, &it);
         if ((d == NULL) || !mc_uuid_eq(d->holder, client_id))
             continue;
         disk_free(m, o);

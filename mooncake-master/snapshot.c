@@ -337,6 +337,7 @@ static int write_snapshot(mc_master_t *m, const char *path, uint64_t gen)
     snap_out_t o;
     mc_oplog_record_t r;
     mc_hmap_iter_t it;
+    mc_chmap_iter_t oit;
     mc_hnode_t *n;
     uint64_t nobjs = 0;
 
@@ -354,9 +355,9 @@ static int write_snapshot(mc_master_t *m, const char *path, uint64_t gen)
         encode_segment(&o.b, m->segv[i]);
     for (n = mc_hmap_first(&m->tasks, &it); n != NULL; n = mc_hmap_next(&m->tasks, &it))
         encode_task(&o.b, mc_container_of(n, mc_task_t, node));
-    for (n = mc_hmap_first(&m->objects, &it); (n != NULL) && !o.err;
-         n = mc_hmap_next(&m->objects, &it)) {
-        const mc_object_t *obj = mc_container_of(n, mc_object_t, node);
+    for (mc_cnode_t *on = mc_chmap_first(&m->objects, &oit); (on != NULL) && !o.err;
+         on = mc_chmap_next(&m->objects, &oit)) {
+        const mc_object_t *obj = mc_container_of(on, mc_object_t, node);
         if (!obj->complete)
             continue;
         encode_object(&o.b, obj);
@@ -1152,7 +1153,7 @@ static void walk_cb(evutil_socket_t fd, short what, void *arg)
     }
     mc_buf_init(&b);
     while (d->walk_pos < m->objects.nbuckets) {
-        for (mc_hnode_t *n = m->objects.buckets[d->walk_pos]; n != NULL; n = n->next) {
+        for (mc_cnode_t *n = m->objects.buckets[d->walk_pos]; n != NULL; n = n->next) {
             const mc_object_t *o = mc_container_of(n, mc_object_t, node);
             if (!o->complete)
                 continue;

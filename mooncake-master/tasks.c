@@ -572,7 +572,7 @@ int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica
             mc_master_replicas_free(m, &t->staged);
             return found ? MC_NO_AVAILABLE_HANDLE : MC_SEGMENT_NOT_FOUND;
         }
-        r->obj = NULL; /* the task's until END */
+        mc_replica_set_obj(r, NULL); /* the task's until END */
         mc_mlist_insert_tail(&t->staged, &r->link);
         n++;
     }
@@ -661,7 +661,7 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
         }
         mc_mlist_remove(&r->link);
         r->status = MC_REPLICA_COMPLETE;
-        r->obj    = o;
+        mc_replica_set_obj(r, o);
         mc_mlist_insert_tail(&o->replicas, &r->link);
     }
     t->nstaged = 0;

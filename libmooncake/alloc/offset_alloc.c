@@ -9,13 +9,18 @@
  * is free, its place in the free list of one size bin.  mc_alloc_block_t
  * hands the node index to the caller so a free finds its block in O(1).
  *
- * A node is 24 bytes because the master keeps one per stored object: the
+ * A node is 16 bytes because the master keeps one per stored object: the
  * size is not stored but is the distance to the next block's offset (or
- * to the capacity for the last block), and the state is encoded in
- * free_prev, which only a free block needs as a link (MARK_USED,
- * MARK_UNUSED; anything else is a free block).  The size of a block in a
- * bin never changes while it is there: its neighbours are used blocks,
- * and a neighbour is only merged into it after it has left its bin.
+ * to the capacity for the last block), and the node's state takes the top
+ * two bits of its predecessor link (so a pool holds at most 2^30 - 2
+ * nodes).  Only a free block in a bin needs bin links, so it borrows a
+ * second node from the pool for them (its "companion"): the block's
+ * phys_next field then names the companion, which keeps the block's real
+ * successor link and packs the two bin links into its offset field.  So a
+ * granted block costs one node, a free one two, and free blocks are never
+ * more than the granted ones plus one.  The size of a block in a bin
+ * never changes while it is there: its neighbours are used blocks, and a
+ * neighbour is only merged into it after it has left its bin.
  *
  * Size bins ("small floats", as in TLSF and Sebastian Aaltonen's
  * OffsetAllocator that upstream Mooncake uses).  Sizes are counted in
@@ -66,9 +71,10 @@
 #include "common/log.h"
 
 #define NIL UINT32_MAX
-#define MARK_USED (UINT32_MAX - 1u)   /* free_prev of a granted block */
-#define MARK_UNUSED (UINT32_MAX - 2u) /* free_prev of a node in the pool */
-#define MAX_NODES (UINT32_MAX - 2u)   /* indices stay below every marker */
+#define PREV_BITS 30u
+#define PREV_MASK ((1u << PREV_BITS) - 1u)
+#define PREV_NIL PREV_MASK            /* "no predecessor" in a prev_state field */
+#define MAX_NODES (PREV_MASK - 1u)    /* indices stay below PREV_NIL */
 #define INITIAL_NODES 64u
 
 #define SUB_BINS 8u
@@ -76,27 +82,33 @@
 #define NUM_BINS (LEVELS * SUB_BINS) /* 496: bin_floor(UINT64_MAX) == 495 */
 
 enum node_state {
-    NODE_UNUSED = 0, /* in the node pool's free list */
-    NODE_FREE   = 1, /* a free block, in a bin */
-    NODE_USED   = 2  /* a granted block */
+    /* a granted block, or (only inside one call) a free block in no bin */
+    NODE_USED   = 0,
+    NODE_FREE   = 1, /* a free block in a bin: phys_next names its companion */
+    NODE_UNUSED = 2, /* in the node pool (chained through phys_next) */
+    NODE_COMP   = 3  /* a free block's companion */
 };
 
 typedef struct node {
-    uint64_t offset;
-    uint32_t phys_prev;
-    uint32_t phys_next;
-    uint32_t free_prev; /* free: bin list; otherwise MARK_USED or MARK_UNUSED */
-    uint32_t free_next; /* free: bin list; unused: the pool's chain */
+    uint64_t offset;     /* companion: bin links, prev << 32 | next */
+    uint32_t prev_state; /* state << PREV_BITS | physical predecessor */
+    uint32_t phys_next;  /* free: its companion; companion: the block's successor */
 } node_t;
+
+_Static_assert(sizeof(node_t) == 16, "the master keeps one node per stored object");
 
 static enum node_state node_state(const node_t *n)
 {
-    if (n->free_prev == MARK_USED)
-        return NODE_USED;
-    if (n->free_prev == MARK_UNUSED)
-        return NODE_UNUSED;
-    return NODE_FREE;
+    return (enum node_state)(n->prev_state >> PREV_BITS);
 }
+
+static void set_state(node_t *n, enum node_state st)
+{
+    n->prev_state = (n->prev_state & PREV_MASK) | ((uint32_t)st << PREV_BITS);
+}
+
+static uint32_t phys_prev(const mc_alloc_t *a, uint32_t idx);
+static uint32_t phys_next(const mc_alloc_t *a, uint32_t idx);
 
 typedef struct bin_cache {
     uint64_t max;    /* largest block size in the bin, bytes */
@@ -126,6 +138,43 @@ struct mc_alloc {
     uint32_t free_blocks;
     uint32_t used_blocks;
 };
+
+/* ---- node links ---------------------------------------------------------- */
+
+static uint32_t phys_prev(const mc_alloc_t *a, uint32_t idx)
+{
+    uint32_t p = a->nodes[idx].prev_state & PREV_MASK;
+    return (p == PREV_NIL) ? NIL : p;
+}
+
+static void set_phys_prev(mc_alloc_t *a, uint32_t idx, uint32_t prev)
+{
+    node_t *n     = &a->nodes[idx];
+    n->prev_state = (n->prev_state & ~PREV_MASK) | ((prev == NIL) ? PREV_NIL : prev);
+}
+
+/* The successor of block @p idx, through its companion when it is free. */
+static uint32_t phys_next(const mc_alloc_t *a, uint32_t idx)
+{
+    const node_t *n = &a->nodes[idx];
+    return (node_state(n) == NODE_FREE) ? a->nodes[n->phys_next].phys_next : n->phys_next;
+}
+
+/* Bin links of the free block @p idx, kept by its companion. */
+static uint32_t free_prev(const mc_alloc_t *a, uint32_t idx)
+{
+    return (uint32_t)(a->nodes[a->nodes[idx].phys_next].offset >> 32);
+}
+
+static uint32_t free_next(const mc_alloc_t *a, uint32_t idx)
+{
+    return (uint32_t)a->nodes[a->nodes[idx].phys_next].offset;
+}
+
+static void set_free_links(mc_alloc_t *a, uint32_t idx, uint32_t prev, uint32_t next)
+{
+    a->nodes[a->nodes[idx].phys_next].offset = ((uint64_t)prev << 32) | next;
+}
 
 /* ---- size bins ----------------------------------------------------------- */
 
@@ -171,9 +220,9 @@ static uint32_t bin_find(const mc_alloc_t *a, unsigned b)
 /* Bytes of block @p idx: up to the next block, or to the end. */
 static uint64_t node_size(const mc_alloc_t *a, uint32_t idx)
 {
-    const node_t *n = &a->nodes[idx];
-    uint64_t end    = (n->phys_next != NIL) ? a->nodes[n->phys_next].offset : a->capacity;
-    return end - n->offset;
+    uint32_t next = phys_next(a, idx);
+    uint64_t end  = (next != NIL) ? a->nodes[next].offset : a->capacity;
+    return end - a->nodes[idx].offset;
 }
 
 static unsigned node_bin(const mc_alloc_t *a, uint32_t idx)
@@ -181,18 +230,26 @@ static unsigned node_bin(const mc_alloc_t *a, uint32_t idx)
     return bin_floor(node_size(a, idx) >> a->shift);
 }
 
+static uint32_t node_take(mc_alloc_t *a);
+static void node_release(mc_alloc_t *a, uint32_t idx);
+
+/* File the free block @p idx (in no bin) in the bin of its size; takes its
+ * companion node, which the caller has reserved. */
 static void bin_insert(mc_alloc_t *a, uint32_t idx)
 {
-    node_t *n      = &a->nodes[idx];
     uint64_t size  = node_size(a, idx);
     unsigned b     = bin_floor(size >> a->shift);
     bin_cache_t *c = &a->bin_cache[b];
     uint32_t head  = a->bin_head[b];
+    uint32_t comp  = node_take(a);
 
-    n->free_prev = NIL;
-    n->free_next = head;
+    a->nodes[comp].phys_next = a->nodes[idx].phys_next;
+    set_state(&a->nodes[comp], NODE_COMP);
+    a->nodes[idx].phys_next = comp;
+    set_state(&a->nodes[idx], NODE_FREE);
+    set_free_links(a, idx, NIL, head);
     if (head != NIL) {
-        a->nodes[head].free_prev = idx;
+        set_free_links(a, head, idx, free_next(a, head));
         if (c->valid) {
             if (size > c->max) {
                 c->max   = size;
@@ -212,21 +269,26 @@ static void bin_insert(mc_alloc_t *a, uint32_t idx)
     a->bin_head[b] = idx;
 }
 
+/* Take the free block @p idx out of its bin; it gives its companion back
+ * and stays free, in no bin (state NODE_USED until the caller decides). */
 static void bin_remove(mc_alloc_t *a, uint32_t idx)
 {
     node_t *n      = &a->nodes[idx];
     uint64_t size  = node_size(a, idx);
     unsigned b     = bin_floor(size >> a->shift);
     bin_cache_t *c = &a->bin_cache[b];
+    uint32_t fp    = free_prev(a, idx), fn = free_next(a, idx);
+    uint32_t comp  = n->phys_next;
 
-    if (n->free_prev != NIL)
-        a->nodes[n->free_prev].free_next = n->free_next;
+    if (fp != NIL)
+        set_free_links(a, fp, free_prev(a, fp), fn);
     else
-        a->bin_head[b] = n->free_next;
-    if (n->free_next != NIL)
-        a->nodes[n->free_next].free_prev = n->free_prev;
-    n->free_prev = NIL;
-    n->free_next = NIL;
+        a->bin_head[b] = fn;
+    if (fn != NIL)
+        set_free_links(a, fn, fp, free_next(a, fn));
+    n->phys_next = a->nodes[comp].phys_next;
+    set_state(n, NODE_USED);
+    node_release(a, comp);
 
     if (a->bin_head[b] == NIL) {
         c->valid = 0;
@@ -257,6 +319,7 @@ static int pool_reserve(mc_alloc_t *a, uint32_t k)
     if (ncap > SIZE_MAX / sizeof(node_t))
         return -1;
     node_t *nn = realloc(a->nodes, (size_t)ncap * sizeof(node_t));
+    /* growth only moves the array: nothing in it points into it */
     if (nn == NULL)
         return -1;
     a->nodes     = nn;
@@ -270,29 +333,25 @@ static uint32_t node_take(mc_alloc_t *a)
     uint32_t idx;
     if (a->pool_head != NIL) {
         idx          = a->pool_head;
-        a->pool_head = a->nodes[idx].free_next;
+        a->pool_head = a->nodes[idx].phys_next;
         a->pool_count--;
     } else {
         idx = a->nodes_init++;
     }
-    node_t *n    = &a->nodes[idx];
-    n->offset    = 0;
-    n->phys_prev = NIL;
-    n->phys_next = NIL;
-    n->free_prev = NIL; /* free, outside any bin */
-    n->free_next = NIL;
+    node_t *n     = &a->nodes[idx];
+    n->offset     = 0;
+    n->prev_state = ((uint32_t)NODE_USED << PREV_BITS) | PREV_NIL; /* free, in no bin */
+    n->phys_next  = NIL;
     return idx;
 }
 
 static void node_release(mc_alloc_t *a, uint32_t idx)
 {
-    node_t *n    = &a->nodes[idx];
-    n->offset    = 0;
-    n->phys_prev = NIL;
-    n->phys_next = NIL;
-    n->free_prev = MARK_UNUSED;
-    n->free_next = a->pool_head;
-    a->pool_head = idx;
+    node_t *n     = &a->nodes[idx];
+    n->offset     = 0;
+    n->prev_state = ((uint32_t)NODE_UNUSED << PREV_BITS) | PREV_NIL;
+    n->phys_next  = a->pool_head;
+    a->pool_head  = idx;
     a->pool_count++;
 }
 
@@ -303,16 +362,15 @@ static void node_release(mc_alloc_t *a, uint32_t idx)
  */
 static uint32_t split_after(mc_alloc_t *a, uint32_t idx, uint64_t keep)
 {
-    uint32_t t = node_take(a);
-    node_t *n  = &a->nodes[idx];
-    node_t *tn = &a->nodes[t];
+    uint32_t t    = node_take(a);
+    uint32_t next = a->nodes[idx].phys_next;
 
-    tn->offset    = n->offset + keep;
-    tn->phys_prev = idx;
-    tn->phys_next = n->phys_next;
-    if (n->phys_next != NIL)
-        a->nodes[n->phys_next].phys_prev = t;
-    n->phys_next = t;
+    a->nodes[t].offset    = a->nodes[idx].offset + keep;
+    set_phys_prev(a, t, idx);
+    a->nodes[t].phys_next = next;
+    if (next != NIL)
+        set_phys_prev(a, next, t);
+    a->nodes[idx].phys_next = t;
     return t;
 }
 
@@ -322,13 +380,12 @@ static uint32_t split_after(mc_alloc_t *a, uint32_t idx, uint64_t keep)
  */
 static void absorb_next(mc_alloc_t *a, uint32_t idx)
 {
-    node_t *n     = &a->nodes[idx];
-    uint32_t next = n->phys_next;
-    node_t *x     = &a->nodes[next];
+    uint32_t next  = a->nodes[idx].phys_next;
+    uint32_t after = a->nodes[next].phys_next;
 
-    n->phys_next = x->phys_next;
-    if (x->phys_next != NIL)
-        a->nodes[x->phys_next].phys_prev = idx;
+    a->nodes[idx].phys_next = after;
+    if (after != NIL)
+        set_phys_prev(a, after, idx);
     node_release(a, next);
     a->free_blocks--;
 }
@@ -362,7 +419,7 @@ mc_status_t mc_alloc_create(uint64_t capacity, uint64_t alignment, mc_alloc_t **
     a->pool_head = NIL;
     for (unsigned b = 0; b < NUM_BINS; b++)
         a->bin_head[b] = NIL;
-    if (pool_reserve(a, 1) != 0) {
+    if (pool_reserve(a, 2) != 0) { /* the block and its companion */
         st = MC_INTERNAL_ERROR;
         goto cleanup;
     }
@@ -417,7 +474,7 @@ static uint32_t find_in_own_bin(mc_alloc_t *a, uint64_t size)
         return NIL;
     if (c->valid && (c->max < size))
         return NIL;
-    for (uint32_t i = a->bin_head[b]; i != NIL; i = a->nodes[i].free_next) {
+    for (uint32_t i = a->bin_head[b]; i != NIL; i = free_next(a, i)) {
         uint64_t s = node_size(a, i);
         if (s >= size)
             return i;
@@ -436,8 +493,9 @@ static uint32_t find_in_own_bin(mc_alloc_t *a, uint64_t size)
 }
 
 /*
- * Grant the first @p size bytes of free block @p idx (not in a bin yet
- * removed by the caller); the tail goes back to a bin.  One node reserved.
+ * Grant the first @p size bytes of free block @p idx (already removed from
+ * its bin by the caller); the tail goes back to a bin.  Two nodes
+ * reserved (the tail and its companion).
  */
 static void grant(mc_alloc_t *a, uint32_t idx, uint64_t size, mc_alloc_block_t *block_p)
 {
@@ -447,9 +505,7 @@ static void grant(mc_alloc_t *a, uint32_t idx, uint64_t size, mc_alloc_block_t *
         bin_insert(a, t);
         a->free_blocks++;
     }
-    n            = &a->nodes[idx];
-    n->free_prev = MARK_USED;
-    n->free_next = NIL;
+    n = &a->nodes[idx];
     a->free_blocks--;
     a->used_blocks++;
     a->allocated += size;
@@ -477,8 +533,9 @@ mc_status_t mc_alloc_get(mc_alloc_t *alloc, uint64_t size, mc_alloc_block_t *blo
     if (idx == NIL)
         return MC_NO_AVAILABLE_HANDLE;
 
-    /* reserve the split's node before anything changes */
-    if ((node_size(alloc, idx) > want) && (pool_reserve(alloc, 1) != 0)) {
+    /* reserve the split's node and its companion before anything changes
+     * (the companion that bin_remove gives back may be one of them) */
+    if ((node_size(alloc, idx) > want) && (pool_reserve(alloc, 2) != 0)) {
         mc_set_error_detail("out of memory growing the allocator node pool");
         return MC_INTERNAL_ERROR;
     }
@@ -502,22 +559,30 @@ mc_status_t mc_alloc_put(mc_alloc_t *alloc, const mc_alloc_block_t *block)
         return MC_INVALID_PARAMS;
     }
 
+    uint32_t prev = phys_prev(alloc, idx);
+    int prev_free = (prev != NIL) && (node_state(&alloc->nodes[prev]) == NODE_FREE);
+    uint32_t next0 = n->phys_next;
+    int next_free = (next0 != NIL) && (node_state(&alloc->nodes[next0]) == NODE_FREE);
+    /* a block that merges with no neighbour needs a companion of its own;
+     * a merge gives one back first */
+    if (!prev_free && !next_free && (pool_reserve(alloc, 1) != 0)) {
+        mc_set_error_detail("out of memory growing the allocator node pool");
+        return MC_INTERNAL_ERROR;
+    }
+
     alloc->allocated -= size;
     alloc->used_blocks--;
     alloc->free_blocks++;
-    n->free_prev = NIL; /* free, in no bin yet */
+    /* free from here on, in no bin yet */
 
-    uint32_t prev = n->phys_prev;
-    if ((prev != NIL) && (node_state(&alloc->nodes[prev]) == NODE_FREE)) {
+    if (prev_free) {
         /* absorb ourselves into the predecessor */
         bin_remove(alloc, prev);
         absorb_next(alloc, prev);
         idx = prev;
-        n   = &alloc->nodes[idx];
     }
-    uint32_t next = n->phys_next;
-    if ((next != NIL) && (node_state(&alloc->nodes[next]) == NODE_FREE)) {
-        bin_remove(alloc, next);
+    if (next_free) {
+        bin_remove(alloc, next0);
         absorb_next(alloc, idx);
     }
     bin_insert(alloc, idx);
@@ -564,7 +629,7 @@ void mc_alloc_get_stats(const mc_alloc_t *alloc, mc_alloc_stats_t *stats)
         stats->largest_free = c->max;
         return;
     }
-    for (uint32_t i = alloc->bin_head[b]; i != NIL; i = alloc->nodes[i].free_next) {
+    for (uint32_t i = alloc->bin_head[b]; i != NIL; i = free_next(alloc, i)) {
         if (node_size(alloc, i) > stats->largest_free)
             stats->largest_free = node_size(alloc, i);
     }
@@ -591,16 +656,21 @@ int mc_alloc_check(const mc_alloc_t *a)
     CHECK(a->nodes_init <= a->nodes_cap, "node pool overrun");
 
     /* the physical chain tiles [0, capacity) in order */
-    for (uint32_t i = a->phys_head; i != NIL; i = a->nodes[i].phys_next) {
+    for (uint32_t i = a->phys_head; i != NIL; i = phys_next(a, i)) {
         CHECK(i < a->nodes_init, "physical link %u out of range", i);
         CHECK(++steps <= a->nodes_init, "physical chain has a cycle");
         const node_t *n = &a->nodes[i];
-        CHECK(n->phys_prev == prev, "node %u has a wrong predecessor", i);
+        if (node_state(n) == NODE_FREE) {
+            CHECK(n->phys_next < a->nodes_init, "companion link %u out of range", n->phys_next);
+            CHECK(node_state(&a->nodes[n->phys_next]) == NODE_COMP,
+                  "free node %u has no companion", i);
+        }
+        uint32_t next = phys_next(a, i);
+        CHECK(phys_prev(a, i) == prev, "node %u has a wrong predecessor", i);
         CHECK(n->offset == end, "node %u starts at %llu, not %llu", i,
               (unsigned long long)n->offset, (unsigned long long)end);
-        CHECK((n->phys_next == NIL) || (n->phys_next < a->nodes_init),
-              "physical link %u out of range", n->phys_next);
-        CHECK((n->phys_next == NIL) || (a->nodes[n->phys_next].offset > n->offset),
+        CHECK((next == NIL) || (next < a->nodes_init), "physical link %u out of range", next);
+        CHECK((next == NIL) || (a->nodes[next].offset > n->offset),
               "node %u is followed by a block that does not start after it", i);
         uint64_t size = node_size(a, i);
         CHECK((size != 0) && ((size & (a->alignment - 1)) == 0),
@@ -612,7 +682,6 @@ int mc_alloc_check(const mc_alloc_t *a)
             nfree++;
         } else {
             CHECK(node_state(n) == NODE_USED, "node %u in the chain is unused", i);
-            CHECK(n->free_next == NIL, "granted node %u has a bin link", i);
             nused++;
             allocated += size;
         }
@@ -632,14 +701,12 @@ int mc_alloc_check(const mc_alloc_t *a)
         CHECK(bit == (a->bin_head[b] != NIL), "bitmap disagrees with bin %u", b);
         uint32_t bprev = NIL, count_max = 0;
         uint64_t max = 0;
-        for (uint32_t i = a->bin_head[b]; i != NIL; i = a->nodes[i].free_next) {
+        for (uint32_t i = a->bin_head[b]; i != NIL; i = free_next(a, i)) {
             CHECK(i < a->nodes_init, "bin link %u out of range", i);
             CHECK(++binned <= nfree, "bins hold more nodes than are free");
             const node_t *n = &a->nodes[i];
             CHECK(node_state(n) == NODE_FREE, "node %u in bin %u is not free", i, b);
-            CHECK((n->phys_next == NIL) || (n->phys_next < a->nodes_init),
-                  "physical link %u out of range", n->phys_next);
-            CHECK(n->free_prev == bprev, "node %u has a wrong bin predecessor", i);
+            CHECK(free_prev(a, i) == bprev, "node %u has a wrong bin predecessor", i);
             uint64_t size = node_size(a, i);
             CHECK(node_bin(a, i) == b, "node %u of size %llu is in bin %u", i,
                   (unsigned long long)size, b);
@@ -663,13 +730,14 @@ int mc_alloc_check(const mc_alloc_t *a)
 
     /* every other initialised node is in the pool */
     uint32_t pooled = 0;
-    for (uint32_t i = a->pool_head; i != NIL; i = a->nodes[i].free_next) {
+    for (uint32_t i = a->pool_head; i != NIL; i = a->nodes[i].phys_next) {
         CHECK(i < a->nodes_init, "pool link %u out of range", i);
         CHECK(++pooled <= a->nodes_init, "node pool has a cycle");
         CHECK(node_state(&a->nodes[i]) == NODE_UNUSED, "pooled node %u is in use", i);
     }
     CHECK(pooled == a->pool_count, "pool count is off");
-    CHECK(pooled + nfree + nused == a->nodes_init, "%u nodes are lost",
-          a->nodes_init - pooled - nfree - nused);
+    /* each free block has one companion */
+    CHECK(pooled + 2 * nfree + nused == a->nodes_init, "%u nodes are lost",
+          a->nodes_init - pooled - 2 * nfree - nused);
     return 0;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Intrusive chained hash table (see hashmap.h).  Buckets are indexed by the
- * low bits of the stored hash, so growing never re-hashes keys.
+ * Intrusive chained hash tables (see hashmap.h).  Buckets are indexed by the
+ * low bits of the hash the entries keep, so growing never re-hashes keys.
  */
 #include "config.h"
 
@@ -9,23 +9,26 @@
 
 #include "common/hashmap.h"
 
+/* ---- mc_hmap_t: a chain whose nodes keep their 64-bit hash ------------------ */
+
+static mc_hnode_t *hnode(mc_cnode_t *n)
+{
+    return n ? mc_container_of(n, mc_hnode_t, link) : NULL;
+}
+
+static uint32_t hnode_hash(const mc_cnode_t *n)
+{
+    return (uint32_t)mc_container_of(n, mc_hnode_t, link)->hash;
+}
+
 int mc_hmap_init(mc_hmap_t *m, size_t initial_buckets)
 {
-    size_t n = 16;
-    while (n < initial_buckets)
-        n <<= 1;
-    m->buckets  = calloc(n, sizeof(*m->buckets));
-    m->nbuckets = m->buckets ? n : 0;
-    m->count    = 0;
-    return m->buckets ? 0 : -1;
+    return mc_chmap_init(m, initial_buckets, hnode_hash);
 }
 
 void mc_hmap_cleanup(mc_hmap_t *m)
 {
-    free(m->buckets);
-    m->buckets  = NULL;
-    m->nbuckets = 0;
-    m->count    = 0;
+    mc_chmap_cleanup(m);
 }
 
 mc_hnode_t *mc_hmap_find(const mc_hmap_t *m, uint64_t hash, const void *key,
@@ -33,27 +36,87 @@ mc_hnode_t *mc_hmap_find(const mc_hmap_t *m, uint64_t hash, const void *key,
 {
     if (m->nbuckets == 0)
         return NULL;
-    for (mc_hnode_t *n = m->buckets[hash & (m->nbuckets - 1)]; n != NULL; n = n->next) {
-        if ((n->hash == hash) && eq(n, key))
+    for (mc_cnode_t *n = m->buckets[hash & (m->nbuckets - 1)]; n != NULL; n = n->next) {
+        mc_hnode_t *h = hnode(n);
+        if ((h->hash == hash) && eq(h, key))
+            return h;
+    }
+    return NULL;
+}
+
+int mc_hmap_insert(mc_hmap_t *m, mc_hnode_t *node, uint64_t hash)
+{
+    node->hash = hash;
+    return mc_chmap_insert(m, &node->link, (uint32_t)hash);
+}
+
+void mc_hmap_remove(mc_hmap_t *m, mc_hnode_t *node)
+{
+    mc_chmap_remove(m, &node->link);
+}
+
+mc_hnode_t *mc_hmap_next(const mc_hmap_t *m, mc_hmap_iter_t *it)
+{
+    return hnode(mc_chmap_next(m, it));
+}
+
+mc_hnode_t *mc_hmap_first(const mc_hmap_t *m, mc_hmap_iter_t *it)
+{
+    return hnode(mc_chmap_first(m, it));
+}
+
+/* ---- mc_chmap_t ------------------------------------------------------------ */
+
+int mc_chmap_init(mc_chmap_t *m, size_t initial_buckets, mc_chmap_hash_func_t hash_of)
+{
+    size_t n = 16;
+    while (n < initial_buckets)
+        n <<= 1;
+    m->buckets  = calloc(n, sizeof(*m->buckets));
+    m->nbuckets = m->buckets ? n : 0;
+    m->count    = 0;
+    m->hash_of  = hash_of;
+    return m->buckets ? 0 : -1;
+}
+
+void mc_chmap_cleanup(mc_chmap_t *m)
+{
+    free(m->buckets);
+    m->buckets  = NULL;
+    m->nbuckets = 0;
+    m->count    = 0;
+}
+
+mc_cnode_t *mc_chmap_find(const mc_chmap_t *m, uint32_t hash, const void *key,
+                          mc_chmap_eq_func_t eq)
+{
+    if (m->nbuckets == 0)
+        return NULL;
+    for (mc_cnode_t *n = m->buckets[hash & (m->nbuckets - 1)]; n != NULL; n = n->next) {
+        if ((m->hash_of(n) == hash) && eq(n, key))
             return n;
     }
     return NULL;
 }
 
-static int grow(mc_hmap_t *m)
+static int grow(mc_chmap_t *m)
 {
     size_t nn = m->nbuckets ? m->nbuckets * 2 : 16;
-    mc_hnode_t **nb = calloc(nn, sizeof(*nb));
+    mc_cnode_t **nb;
+
+    if (nn > (size_t)UINT32_MAX + 1u) /* the entries keep 32 bits of hash */
+        return -1;
+    nb = calloc(nn, sizeof(*nb));
     if (nb == NULL)
         return -1;
     for (size_t i = 0; i < m->nbuckets; i++) {
-        mc_hnode_t *n = m->buckets[i];
+        mc_cnode_t *n = m->buckets[i];
         while (n != NULL) {
-            mc_hnode_t *next = n->next;
-            size_t b = n->hash & (nn - 1);
-            n->next  = nb[b];
-            nb[b]    = n;
-            n        = next;
+            mc_cnode_t *next = n->next;
+            size_t b         = m->hash_of(n) & (nn - 1);
+            n->next          = nb[b];
+            nb[b]            = n;
+            n                = next;
         }
     }
     free(m->buckets);
@@ -62,7 +125,7 @@ static int grow(mc_hmap_t *m)
     return 0;
 }
 
-int mc_hmap_insert(mc_hmap_t *m, mc_hnode_t *node, uint64_t hash)
+int mc_chmap_insert(mc_chmap_t *m, mc_cnode_t *node, uint32_t hash)
 {
     int rc = 0;
     /* a load of up to 2 keeps chains short while the bucket array costs
@@ -71,17 +134,16 @@ int mc_hmap_insert(mc_hmap_t *m, mc_hnode_t *node, uint64_t hash)
         rc = -1;
     if (m->nbuckets == 0)
         return -1;
-    node->hash = hash;
-    size_t b   = hash & (m->nbuckets - 1);
-    node->next = m->buckets[b];
+    size_t b      = hash & (m->nbuckets - 1);
+    node->next    = m->buckets[b];
     m->buckets[b] = node;
     m->count++;
     return rc;
 }
 
-void mc_hmap_remove(mc_hmap_t *m, mc_hnode_t *node)
+void mc_chmap_remove(mc_chmap_t *m, mc_cnode_t *node)
 {
-    mc_hnode_t **pp = &m->buckets[node->hash & (m->nbuckets - 1)];
+    mc_cnode_t **pp = &m->buckets[m->hash_of(node) & (m->nbuckets - 1)];
     while (*pp != NULL) {
         if (*pp == node) {
             *pp = node->next;
@@ -92,20 +154,20 @@ void mc_hmap_remove(mc_hmap_t *m, mc_hnode_t *node)
     }
 }
 
-mc_hnode_t *mc_hmap_next(const mc_hmap_t *m, mc_hmap_iter_t *it)
+mc_cnode_t *mc_chmap_next(const mc_chmap_t *m, mc_chmap_iter_t *it)
 {
-    mc_hnode_t *n = it->next;
+    mc_cnode_t *n = it->next;
     while ((n == NULL) && (it->bucket < m->nbuckets))
         n = m->buckets[it->bucket++];
     it->next = n ? n->next : NULL;
     return n;
 }
 
-mc_hnode_t *mc_hmap_first(const mc_hmap_t *m, mc_hmap_iter_t *it)
+mc_cnode_t *mc_chmap_first(const mc_chmap_t *m, mc_chmap_iter_t *it)
 {
     it->bucket = 0;
     it->next   = NULL;
-    return mc_hmap_next(m, it);
+    return mc_chmap_next(m, it);
 }
 
 uint64_t mc_hash_bytes(const void *p, size_t n, uint64_t seed)

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Intrusive chained hash table.  Entries embed an mc_hnode_t and are found
- * by a 64-bit hash plus a caller-supplied equality test against a lookup
- * key; the table never allocates entries, only its bucket array, which
- * doubles when the load passes 2 (amortised O(1) insert, O(1) lookup).
- * Not thread-safe.
+ * Intrusive chained hash tables.  Entries embed an mc_hnode_t (mc_hmap_t)
+ * or an mc_cnode_t (mc_chmap_t, whose entries keep 32 bits of their hash
+ * themselves) and are found by the hash plus a caller-supplied equality
+ * test against a lookup key; a table never allocates entries, only its
+ * bucket array, which doubles when the load passes 2 (amortised O(1)
+ * insert, O(1) lookup).  Not thread-safe.
  */
 #ifndef MC_COMMON_HASHMAP_H
 #define MC_COMMON_HASHMAP_H
@@ -12,19 +13,44 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The chain underneath both tables below: the node is one pointer, and
+ * the table asks the entry for the low 32 bits of its hash (@c hash_of),
+ * which growth uses to place it (so up to 2^32 buckets).
+ */
+typedef struct mc_cnode {
+    struct mc_cnode *next;
+} mc_cnode_t;
+
+typedef uint32_t (*mc_chmap_hash_func_t)(const mc_cnode_t *node);
+typedef int (*mc_chmap_eq_func_t)(const mc_cnode_t *node, const void *key);
+
+typedef struct mc_chmap {
+    mc_cnode_t **buckets;
+    size_t nbuckets; /* power of two */
+    size_t count;
+    mc_chmap_hash_func_t hash_of;
+} mc_chmap_t;
+
+typedef struct mc_chmap_iter {
+    size_t bucket;
+    mc_cnode_t *next;
+} mc_chmap_iter_t;
+
+/*
+ * mc_hmap_t: entries embed an mc_hnode_t, which keeps the whole 64-bit
+ * hash (16 bytes a node), so callers need not store it.
+ */
 typedef struct mc_hnode {
-    struct mc_hnode *next;
+    mc_cnode_t link;
     uint64_t hash;
 } mc_hnode_t;
 
 /* Return non-zero when @p node matches @p key. */
 typedef int (*mc_hmap_eq_func_t)(const mc_hnode_t *node, const void *key);
 
-typedef struct mc_hmap {
-    mc_hnode_t **buckets;
-    size_t nbuckets; /* power of two */
-    size_t count;
-} mc_hmap_t;
+typedef mc_chmap_t mc_hmap_t;
+typedef mc_chmap_iter_t mc_hmap_iter_t;
 
 int mc_hmap_init(mc_hmap_t *m, size_t initial_buckets);
 void mc_hmap_cleanup(mc_hmap_t *m); /* frees buckets, not entries */
@@ -38,12 +64,25 @@ void mc_hmap_remove(mc_hmap_t *m, mc_hnode_t *node);
 
 /* Iterate: for (n = mc_hmap_first(m, &it); n; n = mc_hmap_next(m, &it)).
  * Removing the current node during iteration is allowed. */
-typedef struct mc_hmap_iter {
-    size_t bucket;
-    mc_hnode_t *next;
-} mc_hmap_iter_t;
 mc_hnode_t *mc_hmap_first(const mc_hmap_t *m, mc_hmap_iter_t *it);
 mc_hnode_t *mc_hmap_next(const mc_hmap_t *m, mc_hmap_iter_t *it);
+
+/*
+ * mc_chmap_t itself, for tables of millions of entries (the master's
+ * object index): the entry keeps the 32 bits of hash wherever it has room
+ * and hands them out through @c hash_of; lookups use them to skip entries
+ * before the equality test.  Same load and iteration rules.
+ */
+int mc_chmap_init(mc_chmap_t *m, size_t initial_buckets, mc_chmap_hash_func_t hash_of);
+void mc_chmap_cleanup(mc_chmap_t *m); /* frees buckets, not entries */
+mc_cnode_t *mc_chmap_find(const mc_chmap_t *m, uint32_t hash, const void *key,
+                          mc_chmap_eq_func_t eq);
+/* Caller guarantees the key is absent and that hash_of(node) already
+ * answers @p hash; -1 only if growing failed (the node is still in). */
+int mc_chmap_insert(mc_chmap_t *m, mc_cnode_t *node, uint32_t hash);
+void mc_chmap_remove(mc_chmap_t *m, mc_cnode_t *node);
+mc_cnode_t *mc_chmap_first(const mc_chmap_t *m, mc_chmap_iter_t *it);
+mc_cnode_t *mc_chmap_next(const mc_chmap_t *m, mc_chmap_iter_t *it);
 
 /* 64-bit hash of bytes (FNV-1a mixed with a finaliser); seed lets callers
  * hash (tenant, key) pairs by chaining. */

@@ -14,6 +14,7 @@
 
 #include "check_suites.h"
 #include "common/buf.h"
+#include "common/slab.h"
 
 START_TEST(test_writer_is_little_endian)
 {
@@ -219,6 +220,68 @@ START_TEST(test_arena)
 }
 END_TEST
 
+/* The slab: records of every class are distinct, aligned and writable,
+ * freed ones are reused by their own class, and sizes past MC_SLAB_MAX
+ * go to malloc.  (With AddressSanitizer every call is malloc/free, so only
+ * the contents are checked there.) */
+START_TEST(test_slab)
+{
+    enum { PER = 3000 };
+    static const size_t sizes[] = {1, 8, 9, 40, 136, 152, MC_SLAB_MAX, MC_SLAB_MAX + 1, 4000};
+    enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
+    mc_slab_t s;
+    void **p = calloc((size_t)NS * PER, sizeof(*p));
+    ck_assert_ptr_nonnull(p);
+    mc_slab_init(&s);
+    for (int k = 0; k < NS; k++)
+        for (int i = 0; i < PER; i++) {
+            void *r = mc_slab_alloc(&s, sizes[k]);
+            ck_assert_ptr_nonnull(r);
+            ck_assert_msg(((uintptr_t)r & 7u) == 0, "record of %zu bytes is not 8-aligned",
+                          sizes[k]);
+            memset(r, (k * 31 + i) & 0xff, sizes[k]);
+            p[k * PER + i] = r;
+        }
+    /* nothing overwrote anything: the records do not overlap */
+    for (int k = 0; k < NS; k++)
+        for (int i = 0; i < PER; i++) {
+            const unsigned char *r = p[k * PER + i];
+            for (size_t b = 0; b < sizes[k]; b++)
+                if (r[b] != (unsigned char)((k * 31 + i) & 0xff))
+                    ck_abort_msg("record %d of %zu bytes was overwritten", i, sizes[k]);
+        }
+    /* free every other record of 136 bytes, then take as many again */
+    void **freed = calloc(PER, sizeof(*freed));
+    ck_assert_ptr_nonnull(freed);
+    for (int i = 0; i < PER; i += 2) {
+        freed[i] = p[4 * PER + i];
+        mc_slab_free(&s, freed[i], 136);
+    }
+    for (int i = 0; i < PER; i += 2) {
+        void *r = mc_slab_alloc(&s, 130); /* the same class: 136 rounded */
+        ck_assert_ptr_nonnull(r);
+#if !MC_SLAB_PLAIN_MALLOC
+        int reused = 0;
+        for (int j = 0; (j < PER) && !reused; j += 2)
+            reused = (freed[j] == r);
+        ck_assert_msg(reused, "a freed record of the class should be reused");
+#endif
+        p[4 * PER + i] = r;
+    }
+    free(freed);
+    for (int k = 0; k < NS; k++)
+        for (int i = 0; i < PER; i++)
+            mc_slab_free(&s, p[k * PER + i], (k == 4) ? 136 : sizes[k]);
+    mc_slab_free(&s, NULL, 8); /* ignored */
+#if !MC_SLAB_PLAIN_MALLOC
+    ck_assert_msg(s.chunk_bytes > 0, "records up to MC_SLAB_MAX come from chunks");
+#endif
+    mc_slab_cleanup(&s);
+    ck_assert_msg(s.chunks == NULL && s.chunk_bytes == 0, "cleanup should free every chunk");
+    free(p);
+}
+END_TEST
+
 START_TEST(test_load_store_helpers)
 {
     uint8_t p[8];
@@ -242,6 +305,7 @@ Suite *mc_test_buf_suite(void)
     tcase_add_test(tc, test_writer_overflow_is_sticky);
     tcase_add_test(tc, test_arena);
     tcase_add_test(tc, test_load_store_helpers);
+    tcase_add_test(tc, test_slab);
     suite_add_tcase(s, tc);
     return s;
 }

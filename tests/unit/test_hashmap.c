@@ -151,6 +151,82 @@ START_TEST(test_colliding_hashes)
 }
 END_TEST
 
+/* ---- the compact map (mc_chmap_t): the entry keeps 32 bits of hash ---- */
+
+typedef struct centry {
+    mc_cnode_t node;
+    uint32_t hash;
+    uint64_t key;
+    int present;
+} centry_t;
+
+static uint32_t centry_hash(const mc_cnode_t *n)
+{
+    return mc_container_of(n, centry_t, node)->hash;
+}
+
+static int centry_eq(const mc_cnode_t *n, const void *key)
+{
+    return mc_container_of(n, centry_t, node)->key == *(const uint64_t *)key;
+}
+
+static centry_t *cfind(const mc_chmap_t *m, uint64_t k, uint32_t h)
+{
+    mc_cnode_t *n = mc_chmap_find(m, h, &k, centry_eq);
+    return n ? mc_container_of(n, centry_t, node) : NULL;
+}
+
+/* Inserts, growth (which places entries by the hash they keep), lookups of
+ * present and absent keys, removals during iteration, and keys whose
+ * hashes all collide; checked against the array. */
+START_TEST(test_compact_map)
+{
+    mc_chmap_t m;
+    mc_chmap_iter_t it;
+    centry_t *e = calloc(N, sizeof(*e));
+    size_t seen = 0;
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(mc_chmap_init(&m, 0, centry_hash), 0);
+    for (int i = 0; i < N; i++) {
+        e[i].key     = (uint64_t)i * 7919u + 3;
+        /* a quarter of the keys share one hash: equality must decide */
+        e[i].hash    = (i % 4 == 0) ? 0xabcdu : (uint32_t)key_hash(e[i].key);
+        e[i].present = 1;
+        if (mc_chmap_insert(&m, &e[i].node, e[i].hash) != 0)
+            ck_abort_msg("insert %d should succeed", i);
+    }
+    ck_assert_msg(m.count == N && 2 * m.nbuckets >= N && m.nbuckets < N,
+                  "%zu entries in %zu buckets: the load should be at most 2", m.count,
+                  m.nbuckets);
+    for (int i = 0; i < N; i++)
+        if (cfind(&m, e[i].key, e[i].hash) != &e[i])
+            ck_abort_msg("key %d should be found after growth", i);
+    for (int i = 0; i < 1000; i++) {
+        uint64_t k = (uint64_t)i * 7919u + 4; /* never inserted */
+        if ((cfind(&m, k, (uint32_t)key_hash(k)) != NULL) || (cfind(&m, k, 0xabcdu) != NULL))
+            ck_abort_msg("absent key %llu should not be found", (unsigned long long)k);
+    }
+    /* iterate, removing every odd key as we go: each entry seen once */
+    for (mc_cnode_t *n = mc_chmap_first(&m, &it); n != NULL; n = mc_chmap_next(&m, &it)) {
+        centry_t *c = mc_container_of(n, centry_t, node);
+        seen++;
+        if (c->key % 2 == 1) {
+            mc_chmap_remove(&m, n);
+            c->present = 0;
+        }
+    }
+    ck_assert_msg(seen == N, "iteration saw %zu of %d entries", seen, N);
+    for (int i = 0; i < N; i++)
+        if (cfind(&m, e[i].key, e[i].hash) != (e[i].present ? &e[i] : NULL))
+            ck_abort_msg("key %d should be %s after removals", i,
+                         e[i].present ? "present" : "gone");
+    ck_assert_msg(m.count == (size_t)N / 2, "half the keys should be left, not %zu", m.count);
+    mc_chmap_cleanup(&m);
+    ck_assert_msg(m.buckets == NULL && m.count == 0, "cleanup should reset the map");
+    free(e);
+}
+END_TEST
+
 START_TEST(test_hash_bytes)
 {
     const char *s = "tenant/key-1";
@@ -182,6 +258,7 @@ Suite *mc_test_hashmap_suite(void)
     tcase_add_test(tc, test_iterate_and_remove);
     tcase_add_test(tc, test_colliding_hashes);
     tcase_add_test(tc, test_hash_bytes);
+    tcase_add_test(tc, test_compact_map);
     suite_add_tcase(s, tc);
     return s;
 }
