@@ -4,11 +4,14 @@ one (same size: in place; another size: fresh buffers).  Unlike put, which
 keeps the first value (upstream-semantics §5.1), upsert always leaves the
 new bytes.  The replacement is checked byte-exact from another client
 process, including while that process holds a read lease and when the
-replica lives in the other process's segment.
+replica lives in the other process's segment.  A reader that holds a lease
+may keep reading the old value from its location cache until that lease
+ends (docs/architecture.md, "Location cache"), never a torn one.
 """
 
 import hashlib
 import os
+import time
 import uuid
 
 import numpy as np
@@ -104,6 +107,20 @@ def test_upsert_batch(store):
     assert store.get_batch(keys) == values
 
 
+def read_until(reader, k, want_sha, old_shas):
+    """The reader's get until it returns the value hashing to want_sha:
+    until then only an older complete value, and at the latest when the
+    reader's lease (and so its cached location) has run out."""
+    deadline = time.monotonic() + LEASE_TTL_MS / 1000 + 3.0
+    while True:
+        got = reader.call("get", key=k)
+        if got["sha256"] == want_sha:
+            return got
+        assert got["sha256"] in old_shas, "the reader saw bytes that were never written"
+        assert time.monotonic() < deadline, "the new value was not seen after the lease ended"
+        time.sleep(0.02)
+
+
 def test_replacement_seen_from_another_process(store, master, spawn_client):
     reader = spawn_client("reader")
     reader.setup(master)
@@ -116,13 +133,14 @@ def test_replacement_seen_from_another_process(store, master, spawn_client):
     # same size, while the reader's lease is live
     v2 = os.urandom(MiB)
     assert store.upsert(k, v2) == 0
-    got = reader.call("get", key=k)
-    assert (got["len"], got["sha256"]) == (MiB, hashlib.sha256(v2).hexdigest())
+    got = read_until(reader, k, hashlib.sha256(v2).hexdigest(), {hashlib.sha256(v1).hexdigest()})
+    assert got["len"] == MiB
 
     # another size
     v3 = os.urandom(3000)
     assert store.upsert(k, v3) == 0
-    got = reader.call("get", key=k)
+    got = read_until(reader, k, hashlib.sha256(v3).hexdigest(),
+                     {hashlib.sha256(v).hexdigest() for v in (v1, v2)})
     assert got["hex"] == v3.hex()
     assert reader.call("get_size", key=k)["rc"] == 3000
 
