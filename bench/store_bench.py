@@ -132,7 +132,28 @@ def worker_main():
                 "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3,
                 "cdf_us": [pct(lat, q) / 1e3 for q in range(101)]}
 
-    serve_worker({"run": run,
+    def hot(store, cmd):
+        """Repeat gets of one key written once: after the first, the
+        location cache answers the lookup (docs/architecture.md)."""
+        size, n, target = cmd["size"], cmd["count"], cmd["target"]
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = target
+        k = "bench_hot_%d" % size
+        if store.put(k, os.urandom(size), cfg) != 0:
+            raise RuntimeError("put %s failed" % k)
+        lat = []
+        for _ in range(n + 1):
+            s = time.perf_counter_ns()
+            data = store.get(k)
+            lat.append(time.perf_counter_ns() - s)
+            if len(data) != size:
+                raise RuntimeError("get %s returned %d bytes" % (k, len(data)))
+        store.remove(k, force=True)
+        lat = sorted(lat[1:])
+        return {"get_s": sum(lat) / 1e9, "p50_us": pct(lat, 50) / 1e3,
+                "p99_us": pct(lat, 99) / 1e3}
+
+    serve_worker({"run": run, "hot": hot,
                   "run_zc": lambda store, cmd: run_zero_copy(store, ReplicateConfig, cmd),
                   "memcpy": lambda store, cmd: memcpy_baseline(cmd["size"], cmd["count"])})
 
@@ -290,6 +311,12 @@ def main():
             r = median_run(op="run", size=size, count=n, target=h["hostname"])
             rows.append((size, n, r, raw_tcp(size, n)))
 
+        hot_rows = []
+        for size in (4 << 10, 64 << 10):
+            if size in sizes:
+                r = median_run(op="hot", size=size, count=2000, target=h["hostname"])
+                hot_rows.append((size, r, raw_tcp(size, 2000)))
+
         zc_rows = []
         if args.zero_copy:
             for size, batch, rounds in ((4 << 10, 32, 300), (1 << 20, 16, 12)):
@@ -312,6 +339,15 @@ def main():
                 human(size), n, size * n / r["put_s"] / 1e9, n / r["put_s"], get_gbps,
                 n / r["get_s"], r["p50_us"], r["p99_us"], raw["gbps"], raw["p50_us"],
                 get_gbps / raw["gbps"]))
+        if hot_rows:
+            print()
+            print("repeat gets of one hot key (2000 after the first): p50 against raw TCP p50")
+            print("%-8s | %8s %8s | %8s | %6s" % ("value", "p50 us", "p99 us", "raw p50",
+                                                  "p50/raw"))
+            for size, r, raw in hot_rows:
+                print("%-8s | %8.1f %8.1f | %8.1f | %6.2f" % (
+                    human(size), r["p50_us"], r["p99_us"], raw["p50_us"],
+                    r["p50_us"] / raw["p50_us"]))
         if args.plot:
             write_plots(args, rows, driver)
         if zc_rows:

@@ -90,6 +90,10 @@ static int disk_usable(const mc_wire_replica_t *r, uint64_t size)
 
 uint64_t mc_store_segment_gen(mc_uuid_t id)
 {
+    /* a nil id (no master hands one out: mount refuses it) names no
+     * generation, so such a replica is read without the check */
+    if (mc_uuid_is_nil(id))
+        return 0;
     return (id.hi ^ id.lo) | (UINT64_C(1) << 63);
 }
 
@@ -507,7 +511,8 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
     return 1;
 }
 
-MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_h *query_p)
+static mc_status_t store_query(mc_store_h s, const char *key, mc_store_query_h *query_p,
+                               int use_cache)
 {
     mc_status_t st;
 
@@ -522,13 +527,24 @@ MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
-    st = do_query_ex(s, key, query_p, NULL, 1);
+    st = do_query_ex(s, key, query_p, NULL, use_cache);
     /* a lookup that fails is the whole get (metrics); one that succeeds
      * is counted by the read that follows */
     if (st != MC_OK)
         mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, 1, 0);
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_h *query_p)
+{
+    return store_query(s, key, query_p, 0);
+}
+
+MC_API mc_status_t mc_store_query_cached(mc_store_h s, const char *key,
+                                         mc_store_query_h *query_p)
+{
+    return store_query(s, key, query_p, 1);
 }
 
 MC_API uint64_t mc_store_query_size(mc_store_query_h q)
@@ -761,8 +777,9 @@ mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys
     return st;
 }
 
-MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
-                                        mc_store_query_h *queries, mc_status_t *statuses)
+static mc_status_t store_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                     mc_store_query_h *queries, mc_status_t *statuses,
+                                     int use_cache)
 {
     mc_status_t st;
 
@@ -780,9 +797,25 @@ MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, s
         }
         return st;
     }
-    mc_store_do_batch_query_cached(s, keys, n, queries, statuses);
+    if (use_cache)
+        mc_store_do_batch_query_cached(s, keys, n, queries, statuses);
+    else
+        mc_store_do_batch_query(s, keys, n, queries, statuses);
     mc_store_leave(s);
     return mc_store_first_error(statuses, n);
+}
+
+MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                        mc_store_query_h *queries, mc_status_t *statuses)
+{
+    return store_batch_query(s, keys, n, queries, statuses, 0);
+}
+
+MC_API mc_status_t mc_store_batch_query_cached(mc_store_h s, const char *const *keys, size_t n,
+                                               mc_store_query_h *queries,
+                                               mc_status_t *statuses)
+{
+    return store_batch_query(s, keys, n, queries, statuses, 1);
 }
 
 MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h const *queries,

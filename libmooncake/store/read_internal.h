@@ -98,8 +98,8 @@ mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys
 void mc_store_cache_drop(mc_store_h s, const char *key);
 void mc_store_cache_clear(mc_store_h s);
 /* The generation a segment with id @p id is registered with (top bit set,
- * so never 0): the holder registers its segments with it and readers name
- * it with every read of a replica there. */
+ * so never 0; 0 for the nil id): the holder registers its segments with it
+ * and readers name it with every read of a replica there. */
 uint64_t mc_store_segment_gen(mc_uuid_t id);
 
 /* MC_LEASE_EXPIRED (detail set) when the lease of @p q has run out. */

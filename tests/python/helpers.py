@@ -339,3 +339,20 @@ def check_value(key: str, data: bytes) -> Optional[int]:
     if size != len(data) or hashlib.sha256(data[:-32]).digest() != data[-32:]:
         return None
     return version
+
+
+def read_until(reader: "ClientProc", key: str, want_sha: str, old_shas: set,
+               lease_ms: int) -> Dict[str, Any]:
+    """``reader``'s get of ``key`` until it returns the value hashing to
+    ``want_sha`` (the SHA-256 of b"" for a miss).  Until then it may only
+    return an older complete value (``old_shas``): a reader that holds a
+    lease reads from its location cache until the lease ends
+    (docs/architecture.md, "Location cache"), which bounds the wait."""
+    deadline = time.monotonic() + lease_ms / 1000 + 3.0
+    while True:
+        got = reader.call("get", key=key)
+        if got["sha256"] == want_sha:
+            return got
+        assert got["sha256"] in old_shas, "the reader saw bytes that were never written"
+        assert time.monotonic() < deadline, "the new value was not seen after the lease ended"
+        time.sleep(0.02)

@@ -216,6 +216,36 @@ MC_API mc_status_t mc_store_batch_query(mc_store_h store, const char *const *key
                                         size_t n, mc_store_query_h *queries,
                                         mc_status_t *statuses);
 
+/**
+ * @brief mc_store_query for a read: answered without the master while this
+ *        client holds a read lease on @p key from an earlier lookup.
+ *
+ * The location cache (docs/architecture.md, "Location cache") keeps each
+ * lookup's answer until shortly before the lease it granted runs out; the
+ * master keeps the object's buffers allocated that long whatever happens
+ * to it.  So the query may describe the value as it was when the lease was
+ * granted: another client's upsert or remove of @p key is seen at the
+ * latest when that lease ends (this client's own writes and removals are
+ * seen at once).  A read of such a query (mc_store_query_read,
+ * mc_store_batch_query_read) that fails asks the master again, once; it
+ * fails with MC_LEASE_EXPIRED if the object changed size meanwhile.  Use
+ * mc_store_query for the current replica list.  With the cache off
+ * (MC_STORE_LOCATION_CACHE=0) this is mc_store_query.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_query_cached(mc_store_h store, const char *key,
+                                         mc_store_query_h *query_p);
+
+/**
+ * @brief mc_store_batch_query for reads, from the location cache where it
+ *        can (see mc_store_query_cached); the other keys are looked up in
+ *        one master round trip.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_batch_query_cached(mc_store_h store, const char *const *keys,
+                                               size_t n, mc_store_query_h *queries,
+                                               mc_status_t *statuses);
+
 /** @brief Size in bytes of the object found by @p query. @since 0.1 */
 MC_API uint64_t mc_store_query_size(mc_store_query_h query);
 
