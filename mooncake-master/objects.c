@@ -384,6 +384,8 @@ static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms
     }
 }
 
+static int obj_leased(const mc_object_t *o, uint64_t now_ms);
+
 /* ---- disk replicas (docs/tiers.md) ---- */
 
 static mc_disk_replica_t *obj_disk(const mc_object_t *o)
@@ -543,14 +545,25 @@ static void upsert_drop(mc_master_t *m, mc_object_t *o)
     upsert_clear(m, o);
 }
 
-/* Free every replica of @p o, unlink and free it. */
+/* Free every replica of @p o, unlink and free it.  The readable
+ * replicas of an object that a reader still holds a lease on are kept
+ * allocated until the lease ends (deferred free, §5.8): a reader may copy
+ * from them until then, and a client's location cache reads them without
+ * asking again (docs/architecture.md, "Location cache").  So no path that
+ * erases an object -- a forced remove, REMOVE_ALL / REMOVE_BY_REGEX with
+ * force, an abandoned put's cleanup -- lets a leased range be reused. */
 static void obj_erase(mc_master_t *m, mc_object_t *o)
 {
+    uint64_t now_ms = mc_now_ms();
+
     if (o->complete)
         mc_durable_erase(m, o);
     if (mc_object_replicating(o))
         mc_master_tasks_object_gone(m, o);
-    free_replicas(m, &o->replicas);
+    if (o->complete && obj_leased(o, now_ms))
+        defer_replicas(m, &o->replicas, o->lease_deadline_ms);
+    else
+        free_replicas(m, &o->replicas);
     if (obj_up(o) != NULL)
         free_replicas(m, &obj_up(o)->replicas);
     upsert_clear(m, o);

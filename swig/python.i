@@ -471,7 +471,7 @@ cleanup:
         PyObject *out;
 
         Py_BEGIN_ALLOW_THREADS
-        st = mc_store_query($self->h, key, &q);
+        st = mc_store_query_cached($self->h, key, &q);
         Py_END_ALLOW_THREADS
         if ((st != MC_OK) || (q == NULL))
             return mooncake_py_empty_bytes();
@@ -533,7 +533,7 @@ cleanup:
 
         if (n > 0) {
             Py_BEGIN_ALLOW_THREADS
-            (void)mc_store_batch_query($self->h, sv.v, n, qs, sts);
+            (void)mc_store_batch_query_cached($self->h, sv.v, n, qs, sts);
             Py_END_ALLOW_THREADS
         }
 

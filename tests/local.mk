@@ -12,6 +12,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_alloc.c tests/unit/test_wire.c \
 	tests/unit/test_store.c \
 	tests/unit/test_store_read.c \
+	tests/unit/test_loc_cache.c \
 	tests/unit/test_store_write.c \
 	tests/unit/test_tensor.c \
 	tests/unit/test_fastcopy.c \

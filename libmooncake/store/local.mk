@@ -6,6 +6,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/worker.c \
 	libmooncake/store/heartbeat.c \
 	libmooncake/store/query.c \
+	libmooncake/store/loc_cache.c libmooncake/store/loc_cache.h \
 	libmooncake/store/store.c \
 	libmooncake/store/replica.c \
 	libmooncake/store/hostmem.c \

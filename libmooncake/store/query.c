@@ -17,7 +17,19 @@
  * a lost client costs a retry instead of a failed get.
  *
  * Bytes move straight from the owner's memory into the caller's buffer:
- * the engine writes into it directly, no staging, no copy here.
+ * the engine writes into it directly, no staging, no copy here.  Every
+ * read names the generation of the holder's segment registration (the
+ * segment id the master hands out with the replica), so a holder that
+ * restarted or remounted refuses it instead of serving other bytes.
+ *
+ * The location cache (loc_cache.h, docs/architecture.md): get, get_into,
+ * batch_get_into, the query calls and get_batch answer a lookup from the
+ * cache while this client still holds the lease the master granted for
+ * it, minus a margin.  The master keeps a leased object's buffers
+ * allocated until the lease ends whatever happens to the object (§5.8 of
+ * docs/protocol.md), so such a read finds the bytes it was told of; a
+ * read from the cache that fails for any reason drops the entry and asks
+ * the master again, once.
  */
 #include "config.h"
 
@@ -29,9 +41,11 @@
 #include "common/log.h"
 #include "store/dfs.h"
 #include "store/disk.h"
+#include "store/loc_cache.h"
 #include "store/read_internal.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
+#include "transfer/engine.h"
 
 static uint64_t lease_deadline(uint64_t t0_ns, uint64_t ttl_ms)
 {
@@ -76,6 +90,15 @@ static int disk_usable(const mc_wire_replica_t *r, uint64_t size)
            (memchr(r->segment.ptr, '\0', r->segment.len) == NULL);
 }
 
+uint64_t mc_store_segment_gen(mc_uuid_t id)
+{
+    /* a nil id (no master hands one out: mount refuses it) names no
+     * generation, so such a replica is read without the check */
+    if (mc_uuid_is_nil(id))
+        return 0;
+    return (id.hi ^ id.lo) | (UINT64_C(1) << 63);
+}
+
 static int replica_usable(const mc_wire_replica_t *r, uint64_t size)
 {
     return (r->status == MC_REPLICA_COMPLETE) && (r->type == 0) && (r->size >= size) &&
@@ -117,6 +140,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
         mc_set_error_detail("%s has no complete replica to read", key);
         return MC_REPLICA_IS_NOT_READY;
     }
+    names += klen + 1; /* the key, for the location cache */
     q = malloc(sizeof(*q) + n * sizeof(q->r[0]) + names);
     if (q == NULL) {
         mc_set_error_detail("out of memory for a query");
@@ -132,7 +156,13 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     q->owner       = NULL;
     q->key         = NULL;
     q->descs       = NULL;
+    q->cached      = 0;
+    q->blob_base   = (uintptr_t)q;
+    q->blob_len    = (disk == NULL) ? sizeof(*q) + n * sizeof(q->r[0]) + names : 0;
     np             = (char *)&q->r[n];
+    memcpy(np, key, klen + 1);
+    q->ckey = np;
+    np += klen + 1;
     for (int rank = 0; rank <= 2; rank++) {
         for (uint32_t i = 0; i < reps->n; i++) {
             const mc_wire_replica_t *r = &reps->v[i];
@@ -141,6 +171,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
             memcpy(np, r->segment.ptr, r->segment.len);
             np[r->segment.len] = '\0';
             q->r[k].addr       = r->addr;
+            q->r[k].gen        = mc_store_segment_gen(r->segment_id);
             q->r[k].segment    = np;
             np += r->segment.len + 1;
             k++;
@@ -227,9 +258,82 @@ static mc_status_t read_whole_disk(mc_store_query_h q)
     return MC_OK;
 }
 
-/* GET_REPLICA_LIST; @p query_p may be NULL (get_size). */
-static mc_status_t do_query(mc_store_h s, const char *key, mc_store_query_h *query_p,
-                            uint64_t *size_p)
+/* ---- the location cache ---------------------------------------------------------- */
+
+static mc_loc_cache_t *store_cache(mc_store_h s)
+{
+    return (s->rd != NULL) ? s->rd->loc : NULL;
+}
+
+void mc_store_cache_drop(mc_store_h s, const char *key)
+{
+    mc_loc_cache_t *c = store_cache(s);
+    if ((c != NULL) && (key != NULL))
+        mc_loc_cache_drop(c, key, strlen(key));
+}
+
+void mc_store_cache_clear(mc_store_h s)
+{
+    mc_loc_cache_t *c = store_cache(s);
+    if (c != NULL)
+        mc_loc_cache_clear(c);
+}
+
+/*
+ * How long before the lease deadline a cached location stops being used:
+ * a twentieth of the lease plus 1 ms (0.5 s of the default 10 s).  Our
+ * deadline already starts before the request was sent, so it is earlier
+ * than the master's; the margin adds room for a read that starts just
+ * before it (the read's own lease check then refuses late data) and for
+ * clocks that run at slightly different rates.
+ */
+static uint64_t cache_deadline(uint64_t lease_deadline_ns, uint64_t t0_ns)
+{
+    uint64_t ttl = (lease_deadline_ns > t0_ns) ? lease_deadline_ns - t0_ns : 0;
+    uint64_t margin = ttl / 20u + 1000000u;
+    return (ttl > margin) ? lease_deadline_ns - margin : 0;
+}
+
+/* Cache a query the master just answered (it was asked for after @p epoch
+ * was read, at @p t0_ns). */
+static void cache_insert(mc_loc_cache_t *c, const struct mc_store_query *q, uint64_t t0_ns,
+                         uint64_t epoch)
+{
+    uint64_t d;
+    if ((c == NULL) || (q->blob_len == 0) || (q->n == 0))
+        return;
+    d = cache_deadline(q->deadline_ns, t0_ns);
+    if (d <= mc_now_ns())
+        return;
+    mc_loc_cache_put(c, q->ckey, strlen(q->ckey), q, q->blob_len, d, epoch);
+}
+
+/* A query for @p key from the cache, or NULL.  The blob was built at
+ * blob_base: its string pointers move with it. */
+static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, size_t klen)
+{
+    size_t len;
+    uint64_t deadline;
+    struct mc_store_query *q = mc_loc_cache_get(c, key, klen, mc_now_ns(), &len, &deadline);
+    uintptr_t delta;
+
+    if (q == NULL)
+        return NULL;
+    delta = (uintptr_t)q - q->blob_base;
+    for (uint32_t k = 0; k < q->n; k++)
+        q->r[k].segment = (const char *)((uintptr_t)q->r[k].segment + delta);
+    q->ckey        = (const char *)((uintptr_t)q->ckey + delta);
+    q->blob_base   = (uintptr_t)q;
+    q->deadline_ns = deadline;
+    q->cached      = 1;
+    return q;
+}
+
+/* GET_REPLICA_LIST; @p query_p may be NULL (get_size).  With @p use_cache,
+ * answered from the location cache when it can be, and a new answer is
+ * cached. */
+static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *query_p,
+                               uint64_t *size_p, int use_cache)
 {
     mc_status_t st;
     size_t klen;
@@ -238,9 +342,20 @@ static mc_status_t do_query(mc_store_h s, const char *key, mc_store_query_h *que
     mc_wire_get_replica_list_req_t req;
     mc_wire_get_replica_list_resp_t resp;
 
+    mc_loc_cache_t *c = ((query_p != NULL) && use_cache) ? store_cache(s) : NULL;
+    uint64_t epoch    = 0;
+
     st = mc_store_check_key(key, &klen);
     if (st != MC_OK)
         return st;
+    if (c != NULL) {
+        struct mc_store_query *q = cache_lookup(c, key, klen);
+        if (q != NULL) {
+            *query_p = q;
+            return MC_OK;
+        }
+        epoch = mc_loc_cache_epoch(c);
+    }
     memset(&req, 0, sizeof(req));
     req.key.ptr = key;
     req.key.len = (uint32_t)klen;
@@ -254,9 +369,17 @@ static mc_status_t do_query(mc_store_h s, const char *key, mc_store_query_h *que
         if (query_p != NULL)
             st = query_build(s, key, resp.size, &resp.replicas,
                              lease_deadline(t0, resp.lease_ttl_ms), query_p);
+        if ((st == MC_OK) && (c != NULL))
+            cache_insert(c, *query_p, t0, epoch);
     }
     mc_master_pool_put(&s->pool, conn);
     return st;
+}
+
+static mc_status_t do_query(mc_store_h s, const char *key, mc_store_query_h *query_p,
+                            uint64_t *size_p)
+{
+    return do_query_ex(s, key, query_p, size_p, 0);
 }
 
 /*
@@ -281,7 +404,7 @@ static mc_status_t read_from(mc_store_h s, mc_store_query_h q, uint32_t first, u
             req.remote  = q->r[k].addr + offset;
             req.length  = len;
             req.segment = seg;
-            rs          = mc_te_transfer(s->te, &req, 1, NULL);
+            rs          = mc_te_transfer_gen(s->te, &req, &q->r[k].gen, 1, NULL);
             if (rs == MC_OK)
                 return MC_OK;
         }
@@ -310,6 +433,41 @@ mc_status_t mc_store_query_lease_check(mc_store_query_h q)
         return MC_LEASE_EXPIRED;
     }
     return MC_OK;
+}
+
+static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset, void *buf,
+                                 size_t len);
+
+/*
+ * A read of a query from the location cache failed with @p st (the holder
+ * answered "not here", a transfer failed, the lease ran out): drop the
+ * entry and read once more from where the master says the object is now.
+ * The caller sized its buffer for q->size, so an object that changed size
+ * meanwhile fails the read.  Other queries just return @p st.
+ */
+static mc_status_t cached_read_again(mc_store_h s, mc_store_query_h q, uint64_t offset,
+                                     void *buf, size_t len, mc_status_t st)
+{
+    mc_store_query_h fq = NULL;
+
+    if (!q->cached || (q->ckey == NULL))
+        return st;
+    mc_debug("cached location of %s failed (%s); asking the master", q->ckey,
+             mc_status_name(st));
+    mc_store_cache_drop(s, q->ckey);
+    st = do_query_ex(s, q->ckey, &fq, NULL, 0);
+    if (st != MC_OK)
+        return st;
+    if (fq->size != q->size) {
+        mc_set_error_detail("%s changed from %llu to %llu bytes while it was read; read it "
+                            "again", q->ckey, (unsigned long long)q->size,
+                            (unsigned long long)fq->size);
+        st = MC_LEASE_EXPIRED;
+    } else {
+        st = do_query_read(s, fq, offset, buf, len);
+    }
+    mc_store_query_release(fq);
+    return st;
 }
 
 static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset, void *buf,
@@ -361,9 +519,9 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
         }
         mc_set_error_detail("%s", detail);
     }
-    if (st != MC_OK)
-        return st;
-    return mc_store_query_lease_check(q);
+    if (st == MC_OK)
+        st = mc_store_query_lease_check(q);
+    return (st == MC_OK) ? MC_OK : cached_read_again(s, q, offset, buf, len, st);
 }
 
 /* ---- public --------------------------------------------------------------------- */
@@ -398,6 +556,9 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
         q->owner       = s;
         q->key         = strdup(keys[i]);
         q->descs       = NULL;
+        q->blob_len    = 0;
+        q->ckey        = NULL;
+        q->cached      = 0;
         if (q->key == NULL) {
             free(q);
             mc_set_error_detail("out of memory");
@@ -411,7 +572,8 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
     return 1;
 }
 
-MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_h *query_p)
+static mc_status_t store_query(mc_store_h s, const char *key, mc_store_query_h *query_p,
+                               int use_cache)
 {
     mc_status_t st;
 
@@ -426,13 +588,24 @@ MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
-    st = do_query(s, key, query_p, NULL);
+    st = do_query_ex(s, key, query_p, NULL, use_cache);
     /* a lookup that fails is the whole get (metrics); one that succeeds
      * is counted by the read that follows */
     if (st != MC_OK)
         mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, 1, 0);
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_h *query_p)
+{
+    return store_query(s, key, query_p, 0);
+}
+
+MC_API mc_status_t mc_store_query_cached(mc_store_h s, const char *key,
+                                         mc_store_query_h *query_p)
+{
+    return store_query(s, key, query_p, 1);
 }
 
 MC_API uint64_t mc_store_query_size(mc_store_query_h q)
@@ -480,7 +653,7 @@ MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
-    st = do_query(s, key, &q, NULL);
+    st = do_query_ex(s, key, &q, NULL, 1);
     if (st != MC_OK)
         goto out;
     if (q->size > cap) {
@@ -602,8 +775,72 @@ out:
     return st;
 }
 
-MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
-                                        mc_store_query_h *queries, mc_status_t *statuses)
+mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys, size_t n,
+                                           mc_store_query_h *queries, mc_status_t *statuses)
+{
+    mc_loc_cache_t *c = store_cache(s);
+    const char *mk_stack[64];
+    size_t mi_stack[64];
+    mc_store_query_h mq_stack[64];
+    mc_status_t ms_stack[64];
+    const char **mk     = mk_stack;
+    size_t *mi          = mi_stack;
+    mc_store_query_h *mq = mq_stack;
+    mc_status_t *ms     = ms_stack;
+    mc_status_t st      = MC_OK;
+    size_t m            = 0;
+    uint64_t epoch, t0;
+
+    if ((c == NULL) || (n == 0) || (n > MC_WIRE_MAX_LIST))
+        return mc_store_do_batch_query(s, keys, n, queries, statuses);
+    if (n > 64) {
+        mk = malloc(n * sizeof(*mk));
+        mi = malloc(n * sizeof(*mi));
+        mq = malloc(n * sizeof(*mq));
+        ms = malloc(n * sizeof(*ms));
+        if ((mk == NULL) || (mi == NULL) || (mq == NULL) || (ms == NULL)) {
+            free(mk);
+            free(mi);
+            free(mq);
+            free(ms);
+            return mc_store_do_batch_query(s, keys, n, queries, statuses);
+        }
+    }
+    epoch = mc_loc_cache_epoch(c);
+    t0    = mc_now_ns();
+    for (size_t i = 0; i < n; i++) {
+        size_t klen;
+        queries[i]  = NULL;
+        statuses[i] = MC_OK;
+        if ((keys[i] != NULL) && (strlen(keys[i]) > 0) &&
+            (mc_store_check_key(keys[i], &klen) == MC_OK))
+            queries[i] = cache_lookup(c, keys[i], klen);
+        if (queries[i] == NULL) {
+            mk[m]   = keys[i];
+            mi[m++] = i;
+        }
+    }
+    if (m > 0) {
+        st = mc_store_do_batch_query(s, mk, m, mq, ms);
+        for (size_t j = 0; j < m; j++) {
+            queries[mi[j]]  = mq[j];
+            statuses[mi[j]] = ms[j];
+            if (ms[j] == MC_OK)
+                cache_insert(c, mq[j], t0, epoch);
+        }
+    }
+    if (mk != mk_stack) {
+        free(mk);
+        free(mi);
+        free(mq);
+        free(ms);
+    }
+    return st;
+}
+
+static mc_status_t store_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                     mc_store_query_h *queries, mc_status_t *statuses,
+                                     int use_cache)
 {
     mc_status_t st;
 
@@ -621,9 +858,25 @@ MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, s
         }
         return st;
     }
-    mc_store_do_batch_query(s, keys, n, queries, statuses);
+    if (use_cache)
+        mc_store_do_batch_query_cached(s, keys, n, queries, statuses);
+    else
+        mc_store_do_batch_query(s, keys, n, queries, statuses);
     mc_store_leave(s);
     return mc_store_first_error(statuses, n);
+}
+
+MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                        mc_store_query_h *queries, mc_status_t *statuses)
+{
+    return store_batch_query(s, keys, n, queries, statuses, 0);
+}
+
+MC_API mc_status_t mc_store_batch_query_cached(mc_store_h s, const char *const *keys, size_t n,
+                                               mc_store_query_h *queries,
+                                               mc_status_t *statuses)
+{
+    return store_batch_query(s, keys, n, queries, statuses, 1);
 }
 
 MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h const *queries,
@@ -632,6 +885,7 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
 {
     mc_status_t st;
     mc_te_request_t *reqs = NULL;
+    uint64_t *gens        = NULL;
     mc_status_t *tst      = NULL;
     size_t *owner         = NULL;
     size_t nreq           = 0;
@@ -663,9 +917,10 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
     }
 
     reqs  = malloc(n * sizeof(*reqs));
+    gens  = malloc(n * sizeof(*gens));
     tst   = malloc(n * sizeof(*tst));
     owner = malloc(n * sizeof(*owner));
-    if ((reqs == NULL) || (tst == NULL) || (owner == NULL)) {
+    if ((reqs == NULL) || (gens == NULL) || (tst == NULL) || (owner == NULL)) {
         mc_set_error_detail("out of memory for %zu reads", n);
         for (size_t i = 0; i < n; i++)
             statuses[i] = MC_INTERNAL_ERROR;
@@ -701,6 +956,9 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
             statuses[i] = read_from(s, q, 1, 0, bufs[i], (size_t)q->size, st);
             if (statuses[i] == MC_OK)
                 statuses[i] = mc_store_query_lease_check(q);
+            if (statuses[i] != MC_OK)
+                statuses[i] = cached_read_again(s, q, 0, bufs[i], (size_t)q->size,
+                                                statuses[i]);
             continue;
         }
         reqs[nreq].op      = MC_TE_READ;
@@ -708,11 +966,12 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
         reqs[nreq].remote  = q->r[0].addr;
         reqs[nreq].length  = q->size;
         reqs[nreq].segment = seg;
+        gens[nreq]         = q->r[0].gen;
         tst[nreq]          = MC_TRANSFER_FAIL;
         owner[nreq++]      = i;
     }
     if (nreq > 0) {
-        st = mc_te_transfer(s->te, reqs, nreq, tst);
+        st = mc_te_transfer_gen(s->te, reqs, gens, nreq, tst);
         for (size_t k = 0; k < nreq; k++) {
             size_t i           = owner[k];
             mc_store_query_h q = queries[i];
@@ -721,11 +980,15 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
                                         (tst[k] < 0) ? tst[k] : st);
             if (statuses[i] == MC_OK)
                 statuses[i] = mc_store_query_lease_check(q);
+            if (statuses[i] != MC_OK)
+                statuses[i] = cached_read_again(s, q, 0, bufs[i], (size_t)q->size,
+                                                statuses[i]);
         }
     }
 
 out:
     free(reqs);
+    free(gens);
     free(tst);
     free(owner);
     for (size_t i = 0; i < n; i++)

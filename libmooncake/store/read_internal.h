@@ -28,6 +28,9 @@
 
 typedef struct mc_query_replica {
     uint64_t addr;
+    uint64_t gen;        /* the holder's registration generation of its
+                          * segment (mc_store_segment_gen), checked by the
+                          * holder on every read */
     const char *segment; /* NUL-terminated, stored after the array */
 } mc_query_replica_t;
 
@@ -60,6 +63,14 @@ struct mc_store_query {
     mc_store_h owner;
     char *key;
     struct mc_dummy_descs *descs;
+    /* the location cache (loc_cache.h): a query with no disk replica is
+     * one relocatable block of blob_len bytes (0: not cacheable), built at
+     * blob_base, holding its key at ckey; cached is set on a query that
+     * came from the cache rather than from the master */
+    size_t blob_len;
+    uintptr_t blob_base;
+    const char *ckey;
+    int cached;
     mc_query_replica_t r[];
 };
 
@@ -81,6 +92,24 @@ mc_status_t mc_store_query_disk_read(mc_store_query_h q, void *buf);
  */
 mc_status_t mc_store_do_batch_query(mc_store_h s, const char *const *keys, size_t n,
                                     mc_store_query_h *queries, mc_status_t *statuses);
+/* mc_store_do_batch_query answering from the location cache where it can
+ * (only the misses go to the master, in one request) and caching what the
+ * master answers.  A read of a query with `cached` set that fails must
+ * call mc_store_cache_drop and look the key up again with
+ * mc_store_do_batch_query (once). */
+mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys, size_t n,
+                                           mc_store_query_h *queries, mc_status_t *statuses);
+
+/* ---- the location cache (query.c over loc_cache.c) -------------------------- */
+
+/* Forget what the cache knows of @p key / of every key: after a local
+ * write or removal (the master answered).  No-op without a cache. */
+void mc_store_cache_drop(mc_store_h s, const char *key);
+void mc_store_cache_clear(mc_store_h s);
+/* The generation a segment with id @p id is registered with (top bit set,
+ * so never 0; 0 for the nil id): the holder registers its segments with it
+ * and readers name it with every read of a replica there. */
+uint64_t mc_store_segment_gen(mc_uuid_t id);
 
 /* MC_LEASE_EXPIRED (detail set) when the lease of @p q has run out. */
 mc_status_t mc_store_query_lease_check(mc_store_query_h q);
@@ -142,6 +171,8 @@ struct mc_store_rd {
 
     pthread_mutex_t pool_lock; /* mem_pool_alloc: pointer -> block */
     mc_hmap_t pool;
+
+    struct mc_loc_cache *loc; /* location cache, or NULL (off) */
 
     pthread_mutex_t sess_lock; /* sessions */
     pthread_cond_t sess_cond;  /* signalled when a put write finishes */

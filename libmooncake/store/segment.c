@@ -37,6 +37,7 @@
 
 #include "common/cuda.h"
 #include "common/log.h"
+#include "store/loc_cache.h"
 #include "store/read_internal.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
@@ -193,9 +194,13 @@ mc_status_t mc_store_segment_attach(mc_store_h s, mc_store_segment_t *segp,
         goto fail;
     }
 
-    /* seg.fd is our own memfd, or -1 (anonymous memory, a user's file) */
-    st = mc_te_mem_reg_shared(s->te, seg.base, (size_t)size, location ? location : "",
-                              MC_TE_MEM_REMOTE_ACCESS, seg.fd);
+    /* seg.fd is our own memfd, or -1 (anonymous memory, a user's file).
+     * The registration's generation comes from the segment id, which the
+     * master hands out with every replica here: a reader's request names
+     * it, so after a restart or a remount (a new id) old locations are
+     * refused rather than served from whatever now lives there. */
+    st = mc_te_mem_reg_gen(s->te, seg.base, (size_t)size, location ? location : "",
+                           MC_TE_MEM_REMOTE_ACCESS, seg.fd, mc_store_segment_gen(seg.id));
     if (st != MC_OK) {
         mc_error("cannot register the global segment with the transfer engine: %s (%s)",
                  mc_status_name(st), mc_last_error_detail());
@@ -494,6 +499,20 @@ mc_status_t mc_store_rd_create(mc_store_h s)
         mc_set_error_detail("out of memory for the store state");
         return MC_INTERNAL_ERROR;
     }
+    {
+        size_t entries;
+        mc_status_t st = mc_loc_cache_config(&entries);
+        if ((st == MC_OK) && (entries > 0))
+            st = mc_loc_cache_create(entries, &rd->loc);
+        if (st != MC_OK) {
+            mc_error("%s", mc_last_error_detail());
+            mc_hmap_cleanup(&rd->pool);
+            mc_hmap_cleanup(&rd->gsess);
+            mc_hmap_cleanup(&rd->psess);
+            free(rd);
+            return st;
+        }
+    }
     pthread_mutex_init(&rd->reg_lock, NULL);
     pthread_mutex_init(&rd->pool_lock, NULL);
     pthread_mutex_init(&rd->sess_lock, NULL);
@@ -514,6 +533,7 @@ void mc_store_rd_destroy(mc_store_h s)
     mc_hmap_cleanup(&rd->pool);
     mc_hmap_cleanup(&rd->gsess);
     mc_hmap_cleanup(&rd->psess);
+    mc_loc_cache_destroy(rd->loc);
     pthread_mutex_destroy(&rd->reg_lock);
     pthread_mutex_destroy(&rd->pool_lock);
     pthread_mutex_destroy(&rd->sess_lock);

@@ -859,8 +859,10 @@ static mc_status_t put_session_finish(mc_store_h s, int end, const char *const *
 
     if (nsel > 0) {
         put_finish_rpc(s, end, wkeys, nsel, wst);
-        for (size_t j = 0; j < nsel; j++)
+        for (size_t j = 0; j < nsel; j++) {
             statuses[sel[j]] = wst[j];
+            mc_store_cache_drop(s, keys[sel[j]]); /* a put session may upsert */
+        }
     }
     for (size_t i = 0; i < n; i++)
         psess_free(es[i]);

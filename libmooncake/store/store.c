@@ -51,6 +51,7 @@
 #include "store/dfs.h"
 #include "store/disk.h"
 #include "store/dummy_internal.h"
+#include "store/read_internal.h"
 #include "store/store_internal.h"
 
 #define MC_DEFAULT_SEGMENT_SIZE (16ull << 20)
@@ -205,6 +206,10 @@ static void store_on_token(void *arg, mc_uuid_t token)
              (unsigned long long)token.lo);
     pthread_mutex_lock(&s->token_mu);
     if (strcmp(hex, s->meta_token) != 0) {
+        /* another master process (a restart, a new leader): the leases it
+         * knows of are not ours, so cached locations are forgotten */
+        if (s->meta_token[0] != '\0')
+            mc_store_cache_clear(s);
         memcpy(s->meta_token, hex, sizeof(hex));
         if (s->token_te != NULL)
             mc_te_meta_token_set(s->token_te, hex);
@@ -1019,6 +1024,7 @@ static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const
                 write_op_name(op), key, mc_last_error_detail());
         st = do_write(s, op, key, parts, n, cfg, flags);
     }
+    mc_store_cache_drop(s, key); /* what this client had cached may be the old value */
     mc_store_metrics_record(&s->metrics, MC_MOP_PUT, t0, 1, st != MC_OK,
                             (st == MC_OK) ? iov_total(parts, n) : 0);
     mc_store_leave(s);
@@ -1595,6 +1601,8 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
         st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses);
         st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st);
     }
+    for (size_t i = 0; i < n; i++)
+        mc_store_cache_drop(s, keys[i]);
     for (size_t i = 0; i < n; i++) {
         size_t np;
         const mc_iov_t *parts = src_parts(src, i, &np);
@@ -1732,6 +1740,7 @@ MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
     st          = mc_master_pool_call_remove(&s->pool, &conn, &req, &resp);
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
+    mc_store_cache_drop(s, key);
 out:
     mc_store_leave(s);
     return st;
@@ -1809,6 +1818,8 @@ MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, 
         statuses = own;
     }
     st = do_batch_remove(s, keys, n, force, statuses);
+    for (size_t i = 0; i < n; i++)
+        mc_store_cache_drop(s, keys[i]);
 out:
     free(own);
     mc_store_leave(s);
@@ -1878,6 +1889,7 @@ MC_API mc_status_t mc_store_remove_by_regex(mc_store_h s, const char *regex, int
         *count_p = resp.count;
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
+    mc_store_cache_clear(s);
 out:
     mc_store_leave(s);
     return st;
@@ -1902,6 +1914,7 @@ MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p
         *count_p = resp.count;
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
+    mc_store_cache_clear(s);
     mc_store_leave(s);
     return st;
 }

@@ -239,7 +239,8 @@ void mc_store_regions_release(mc_store_h s)
 
 /* Requests for pieces[0..n) against replica @p k of @p q. */
 static mc_status_t pieces_to_reqs(mc_store_h s, mc_store_query_h q, uint32_t k,
-                                  const mc_read_piece_t *pieces, size_t n, mc_te_request_t *reqs)
+                                  const mc_read_piece_t *pieces, size_t n, mc_te_request_t *reqs,
+                                  uint64_t *gens)
 {
     mc_te_segment_id_t seg;
     mc_status_t st = mc_te_segment_open(s->te, q->r[k].segment, &seg);
@@ -251,6 +252,7 @@ static mc_status_t pieces_to_reqs(mc_store_h s, mc_store_query_h q, uint32_t k,
         reqs[j].remote  = q->r[k].addr + pieces[j].src_offset;
         reqs[j].length  = pieces[j].length;
         reqs[j].segment = seg;
+        gens[j]         = q->r[k].gen;
     }
     return MC_OK;
 }
@@ -288,10 +290,14 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
 {
     mc_te_request_t reqs_stack[MC_ZC_STACK];
     mc_te_request_t dreqs_stack[MC_ZC_STACK];
+    uint64_t gens_stack[MC_ZC_STACK];
+    uint64_t dgens_stack[MC_ZC_STACK];
     mc_status_t rst_stack[MC_ZC_STACK];
     unsigned char phase_stack[MC_ZC_STACK];
     mc_te_request_t *reqs  = reqs_stack;
     mc_te_request_t *dreqs = dreqs_stack; /* groups read by memcpy (pieces_direct) */
+    uint64_t *gens         = gens_stack;  /* generation each request names */
+    uint64_t *dgens        = dgens_stack;
     mc_status_t *rst       = rst_stack;
     unsigned char *phase   = phase_stack; /* per group, at its first piece */
     mc_te_job_h job        = NULL;
@@ -303,9 +309,12 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
     if (npieces > MC_ZC_STACK) {
         reqs  = malloc(npieces * sizeof(*reqs));
         dreqs = malloc(npieces * sizeof(*dreqs));
+        gens  = malloc(npieces * sizeof(*gens));
+        dgens = malloc(npieces * sizeof(*dgens));
         rst   = malloc(npieces * sizeof(*rst));
         phase = malloc(npieces);
-        if ((reqs == NULL) || (dreqs == NULL) || (rst == NULL) || (phase == NULL)) {
+        if ((reqs == NULL) || (dreqs == NULL) || (gens == NULL) || (dgens == NULL) ||
+            (rst == NULL) || (phase == NULL)) {
             mc_set_error_detail("out of memory for %zu reads", npieces);
             for (size_t i = 0; i < npieces; i++)
                 ostatus[pieces[i].owner] = MC_INTERNAL_ERROR;
@@ -333,10 +342,11 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                            (size_t)pieces[i + j].length);
             }
         } else if (ostatus[o] == MC_OK) {
-            st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq]);
+            st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq], &gens[nreq]);
             if ((st == MC_OK) && pieces_direct(&pieces[i], g) &&
-                mc_te_read_direct(s->te, &reqs[nreq], g, NULL)) {
+                mc_te_read_direct_gen(s->te, &reqs[nreq], &gens[nreq], g, NULL)) {
                 memcpy(&dreqs[ndreq], &reqs[nreq], g * sizeof(*reqs));
+                memcpy(&dgens[ndreq], &gens[nreq], g * sizeof(*gens));
                 phase[i] = PIECE_DIRECT;
                 ndreq += g;
             } else if (st == MC_OK) {
@@ -350,15 +360,16 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         i += g;
     }
     /* the transfer runs on the engine's workers while this thread copies */
-    if ((nreq > 0) && (ndreq > 0) && (mc_te_transfer_submit(s->te, reqs, nreq, &job) != MC_OK))
+    if ((nreq > 0) && (ndreq > 0) &&
+        (mc_te_transfer_submit_gen(s->te, reqs, gens, nreq, &job) != MC_OK))
         job = NULL;
     for (size_t i = 0, d = 0; (i < npieces) && (d < ndreq);) {
         size_t g = group_len(pieces, npieces, i);
         size_t o = pieces[i].owner;
         if (phase[i] == PIECE_DIRECT) {
             /* the mapping may have gone since the probe: transfer them then */
-            if (!mc_te_read_direct(s->te, &dreqs[d], g, &st))
-                st = mc_te_transfer(s->te, &dreqs[d], g, NULL);
+            if (!mc_te_read_direct_gen(s->te, &dreqs[d], &dgens[d], g, &st))
+                st = mc_te_transfer_gen(s->te, &dreqs[d], &dgens[d], g, NULL);
             if (st != MC_OK) {
                 ostatus[o] = st;
                 phase[i]   = PIECE_RETRY;
@@ -375,7 +386,7 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
             st = mc_te_job_wait(job, -1, NULL, rst);
             mc_te_job_release(job);
         } else {
-            st = mc_te_transfer(s->te, reqs, nreq, rst);
+            st = mc_te_transfer_gen(s->te, reqs, gens, nreq, rst);
         }
         /* sent requests are in group order: map their statuses back */
         for (size_t i = 0; i < npieces;) {
@@ -400,9 +411,9 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         mc_store_query_h q = queries[o];
         if (phase[i] == PIECE_RETRY) {
             for (uint32_t k = 1; k < q->n; k++) {
-                st = pieces_to_reqs(s, q, k, &pieces[i], g, reqs);
+                st = pieces_to_reqs(s, q, k, &pieces[i], g, reqs, gens);
                 if (st == MC_OK)
-                    st = mc_te_transfer(s->te, reqs, g, NULL);
+                    st = mc_te_transfer_gen(s->te, reqs, gens, g, NULL);
                 mc_debug("read retried on replica %u (%s): %s", (unsigned)k, q->r[k].segment,
                          mc_status_name(st));
                 if (st == MC_OK) {
@@ -422,6 +433,10 @@ out:
         free(reqs);
     if (dreqs != dreqs_stack)
         free(dreqs);
+    if (gens != gens_stack)
+        free(gens);
+    if (dgens != dgens_stack)
+        free(dgens);
     if (rst != rst_stack)
         free(rst);
     if (phase != phase_stack)
@@ -481,6 +496,7 @@ MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_
     mc_store_query_h q = NULL;
     mc_read_piece_t piece;
     int64_t ret;
+    int attempt = 0;
     uint64_t t0 = mc_store_metrics_now_us();
 
     if (mc_cuda_is_device_ptr(buf))
@@ -494,7 +510,13 @@ MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_
         ret = MC_INVALID_PARAMS;
         goto out;
     }
-    mc_store_do_batch_query(s, &key, 1, &q, &kst);
+again:
+    /* the first lookup may come from the location cache; if reading from
+     * where it said fails, the master is asked, once */
+    if (attempt == 0)
+        mc_store_do_batch_query_cached(s, &key, 1, &q, &kst);
+    else
+        mc_store_do_batch_query(s, &key, 1, &q, &kst);
     if (kst != MC_OK) {
         ret = kst;
         goto out;
@@ -512,6 +534,12 @@ MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_
     if (q->size > 0) {
         piece = (mc_read_piece_t){buf, 0, q->size, 0};
         mc_store_read_pieces(s, &q, &piece, 1, &kst);
+    }
+    if ((kst != MC_OK) && q->cached && (attempt++ == 0)) {
+        mc_store_cache_drop(s, key);
+        mc_store_query_release(q);
+        q = NULL;
+        goto again;
     }
     ret = (kst == MC_OK) ? (int64_t)q->size : kst;
 out:
@@ -540,7 +568,7 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
     mc_status_t *kst      = kst_stack;
     mc_read_piece_t *ps   = p_stack;
     size_t npieces = 0, maxpieces = 0;
-    int queried    = 0;
+    int queried    = 0, attempt = 0;
     uint64_t t0    = mc_store_metrics_now_us();
 
     if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (counts == NULL) || (results == NULL))) {
@@ -577,8 +605,17 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
         goto fail;
     }
 
-    mc_store_do_batch_query(s, keys, n, qs, kst);
+again:
+    /* from the location cache first; when a read from a cached location
+     * fails, the whole batch is looked up at the master and read again
+     * (reads are idempotent, and such a failure is rare: a holder that
+     * restarted, or a lease that ran out) */
+    if (attempt == 0)
+        mc_store_do_batch_query_cached(s, keys, n, qs, kst);
+    else
+        mc_store_do_batch_query(s, keys, n, qs, kst);
     queried = 1;
+    npieces = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t cap = 0, left;
         if (kst[i] != MC_OK)
@@ -617,6 +654,22 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
         }
     }
     mc_store_read_pieces(s, qs, ps, npieces, kst);
+    if (attempt++ == 0) {
+        int redo = 0;
+        for (size_t i = 0; i < n; i++) {
+            if ((kst[i] != MC_OK) && (qs[i] != NULL) && qs[i]->cached) {
+                mc_store_cache_drop(s, keys[i]);
+                redo = 1;
+            }
+        }
+        if (redo) {
+            for (size_t i = 0; i < n; i++) {
+                mc_store_query_release(qs[i]);
+                qs[i] = NULL;
+            }
+            goto again;
+        }
+    }
     st = MC_OK;
     for (size_t i = 0; i < n; i++) {
         results[i] = (kst[i] == MC_OK) ? (int64_t)qs[i]->size : kst[i];

@@ -278,6 +278,17 @@ mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
     return r;
 }
 
+mc_te_region_t *mc_te_region_acquire_gen(mc_te_t *te, uint64_t addr, uint64_t len,
+                                         unsigned need_flags, uint64_t gen)
+{
+    mc_te_region_t *r = mc_te_region_acquire(te, addr, len, need_flags);
+    if ((r != NULL) && (gen != 0) && (r->gen != gen)) {
+        mc_te_region_release(te, r);
+        return NULL;
+    }
+    return r;
+}
+
 void mc_te_region_release(mc_te_t *te, mc_te_region_t *r)
 {
     /* After this decrement r may be freed by a waiting dereg: only the
@@ -328,6 +339,12 @@ static void region_drain_free(mc_te_t *te, mc_te_region_t *r)
 mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char *location,
                                  unsigned flags, int fd)
 {
+    return mc_te_mem_reg_gen(te, addr, len, location, flags, fd, 0);
+}
+
+mc_status_t mc_te_mem_reg_gen(mc_te_t *te, void *addr, size_t len, const char *location,
+                              unsigned flags, int fd, uint64_t gen)
+{
     mc_te_region_t *r;
     uintptr_t a = (uintptr_t)addr;
     size_t i;
@@ -356,10 +373,14 @@ mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char
     r->flags    = flags;
     r->fd       = -1;
     r->shm_slot = UINT32_MAX;
+    r->gen      = gen;
     if ((fd >= 0) && (flags & MC_TE_MEM_REMOTE_ACCESS) && (te->shm != NULL) &&
         mc_te_shm_fd_shareable(fd, len)) {
         r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-        if ((r->fd >= 0) && (mc_te_shm_slot_open(te->shm, &r->shm_slot, &r->shm_gen) != 0)) {
+        /* a region with a generation uses it as its control word's value,
+         * so same-host readers learn it with the mapping (shm.h) */
+        if ((r->fd >= 0) &&
+            (mc_te_shm_slot_open(te->shm, gen, &r->shm_slot, &r->shm_gen) != 0)) {
             mc_debug("mem_reg: every shared-memory slot is taken; [%p, +%zu) is served over "
                      "the network only", addr, len);
             close(r->fd);
@@ -727,9 +748,10 @@ static mc_te_shm_peer_t *segment_shm(mc_te_segment_t *s)
 
 /* Move one request through shared memory; 1 when done (*st_p written). */
 static int shm_try(mc_te_t *te, mc_te_shm_peer_t *p, mc_te_op_t op, void *local,
-                   uint64_t remote, uint64_t len, mc_status_t *st_p)
+                   uint64_t remote, uint64_t len, uint64_t gen, mc_status_t *st_p)
 {
-    if ((p == NULL) || !mc_te_shm_xfer(p, op, local, remote, len, st_p))
+    if ((p == NULL) ||
+        !mc_te_shm_xfer(p, op, local, remote, len, (op == MC_TE_READ) ? gen : 0, st_p))
         return 0;
     if (*st_p == MC_OK) {
         __atomic_add_fetch(&te->shm_ops, 1, __ATOMIC_RELAXED);
@@ -778,6 +800,7 @@ typedef struct mc_te_item {
     uint8_t *local;
     uint64_t remote;
     uint64_t len;
+    uint64_t gen; /* READ: expected region generation, or 0 */
     size_t req; /* index of the request it belongs to */
 } mc_te_item_t;
 
@@ -791,11 +814,25 @@ static mc_status_t range_refused(mc_te_op_t op, const char *seg, uint64_t addr, 
 }
 
 /* The same-process path: the range check a peer would get, then memcpy. */
+static mc_status_t gen_refused(const char *seg, uint64_t addr, uint64_t len, uint64_t gen)
+{
+    mc_set_error_detail("read of [0x%llx, +%llu) refused: segment %s holds no region of "
+                        "generation %016llx there (unregistered or registered again)",
+                        (unsigned long long)addr, (unsigned long long)len, seg,
+                        (unsigned long long)gen);
+    return MC_INVALID_READ;
+}
+
 static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
 {
+    uint64_t gen      = (it->op == MC_TE_READ) ? it->gen : 0;
     mc_te_region_t *r = mc_te_region_acquire(te, it->remote, it->len, MC_TE_MEM_REMOTE_ACCESS);
     if (r == NULL)
         return range_refused(it->op, te->local_name, it->remote, it->len);
+    if ((gen != 0) && (r->gen != gen)) {
+        mc_te_region_release(te, r);
+        return gen_refused(te->local_name, it->remote, it->len, gen);
+    }
     /* memmove: a caller may legitimately copy within its own segment */
     if (it->op == MC_TE_READ)
         memmove(it->local, (void *)(uintptr_t)it->remote, it->len);
@@ -814,7 +851,7 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
         return MC_OK;
     if (s->is_self)
         return exec_self(te, it);
-    if (shm_try(te, segment_shm(s), it->op, it->local, it->remote, it->len, &st))
+    if (shm_try(te, segment_shm(s), it->op, it->local, it->remote, it->len, it->gen, &st))
         return st;
     if (!segment_has_range(s, it->remote, it->len)) {
         /* The peer may have registered more since we looked: ask once. */
@@ -824,7 +861,7 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
         if (!segment_has_range(s, it->remote, it->len))
             return range_refused(it->op, s->name, it->remote, it->len);
     }
-    st = mc_te_tp_xfer(te, s->peer, it->op, it->local, it->remote, it->len);
+    st = mc_te_tp_xfer(te, s->peer, it->op, it->local, it->remote, it->len, it->gen);
     if (st != MC_OK)
         mc_debug("%s of %llu bytes at 0x%llx on %s failed: %s",
                  (it->op == MC_TE_READ) ? "read" : "write", (unsigned long long)it->len,
@@ -877,7 +914,7 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
     shm = segment_shm(s);
     for (size_t j = 0; j < k; j++) {
         const mc_te_item_t *it = &items[j];
-        if (shm_try(te, shm, it->op, it->local, it->remote, it->len, &st[j]))
+        if (shm_try(te, shm, it->op, it->local, it->remote, it->len, it->gen, &st[j]))
             continue;
         if (!segment_has_range(s, it->remote, it->len)) {
             if (!refreshed) {
@@ -896,6 +933,7 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
         v[m].local  = it->local;
         v[m].remote = it->remote;
         v[m].len    = it->len;
+        v[m].gen    = it->gen;
         map[m++]    = j;
     }
     if (m == 0)
@@ -1176,13 +1214,15 @@ static int exec_spread(mc_te_t *te, const mc_te_item_t *items, size_t n, mc_stat
     shm   = segment_shm(s);
     for (size_t j = 0; j < n; j++) {
         mc_status_t sst;
-        if (shm_try(te, shm, MC_TE_READ, items[j].local, items[j].remote, items[j].len, &sst)) {
+        if (shm_try(te, shm, MC_TE_READ, items[j].local, items[j].remote, items[j].len,
+                    items[j].gen, &sst)) {
             if ((sst != MC_OK) && (*st_p == MC_OK))
                 *st_p = sst;
             continue;
         }
         v[m].local    = items[j].local;
         v[m].remote   = items[j].remote;
+        v[m].gen      = items[j].gen;
         v[m++].len    = items[j].len;
     }
     if (m == 0)
@@ -1251,9 +1291,12 @@ static size_t request_slices(mc_te_t *te, const mc_te_request_t *r, mc_te_segmen
                                                       : 1;
 }
 
+/* The generation request i names (mc_te_transfer_gen). */
+#define GEN_OF(gens, i) (((gens) != NULL) ? (gens)[i] : 0)
+
 /* Append the items of request i to items[*k_p...]. */
 static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s, size_t nslices,
-                          mc_te_item_t *items, size_t *k_p)
+                          uint64_t gen, mc_te_item_t *items, size_t *k_p)
 {
     uint64_t step = (nslices > 1) ? (r->length + nslices - 1) / nslices : r->length;
     uint64_t off  = 0;
@@ -1264,6 +1307,7 @@ static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s
         it->local        = (uint8_t *)r->local + off;
         it->remote       = r->remote + off;
         it->len          = MC_MIN(step, r->length - off);
+        it->gen          = (r->op == MC_TE_READ) ? gen : 0;
         it->req          = i;
         off += it->len;
     } while (off < r->length);
@@ -1271,10 +1315,33 @@ static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s
 
 int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_status_t *st_p)
 {
+    return mc_te_read_direct_gen(te, reqs, NULL, n, st_p);
+}
+
+/* The generation all of gens[0..n) name (they must agree, 0 counting as
+ * any), or UINT64_MAX when two differ. */
+static uint64_t gens_common(const uint64_t *gens, size_t n)
+{
+    uint64_t g = 0;
+    for (size_t j = 0; (gens != NULL) && (j < n); j++) {
+        if (gens[j] == 0)
+            continue;
+        if ((g != 0) && (gens[j] != g))
+            return UINT64_MAX;
+        g = gens[j];
+    }
+    return g;
+}
+
+int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
+                          size_t n, mc_status_t *st_p)
+{
     mc_te_segment_t *s;
     uint64_t lo = UINT64_MAX, hi = 0, bytes = 0;
+    uint64_t gen = gens_common(gens, n);
 
-    if ((te == NULL) || (n == 0) || (request_check(te, &reqs[0], &s) != MC_OK))
+    if ((te == NULL) || (n == 0) || (gen == UINT64_MAX) ||
+        (request_check(te, &reqs[0], &s) != MC_OK))
         return 0;
     for (size_t j = 0; j < n; j++) {
         const mc_te_request_t *r = &reqs[j];
@@ -1292,6 +1359,13 @@ int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_sta
     }
     if (s->is_self) {
         mc_te_region_t *reg = mc_te_region_acquire(te, lo, hi - lo, MC_TE_MEM_REMOTE_ACCESS);
+        if ((reg != NULL) && (gen != 0) && (reg->gen != gen)) {
+            mc_te_region_release(te, reg);
+            if (st_p == NULL)
+                return 1;
+            *st_p = gen_refused(te->local_name, lo, hi - lo, gen);
+            return 1;
+        }
         if ((reg == NULL) || (st_p == NULL)) {
             if (reg != NULL)
                 mc_te_region_release(te, reg);
@@ -1314,7 +1388,7 @@ int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_sta
     }
     {
         mc_te_shm_peer_t *shm = segment_shm(s);
-        if ((shm == NULL) || !mc_te_shm_read_many(shm, reqs, n, lo, hi, st_p))
+        if ((shm == NULL) || !mc_te_shm_read_many(shm, reqs, n, lo, hi, gen, st_p))
             return 0;
     }
     if (*st_p == MC_OK) {
@@ -1326,6 +1400,12 @@ int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_sta
 
 MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs, size_t n,
                                   mc_status_t *statuses)
+{
+    return mc_te_transfer_gen(te, reqs, NULL, n, statuses);
+}
+
+mc_status_t mc_te_transfer_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
+                               size_t n, mc_status_t *statuses)
 {
     mc_status_t *st_arr = statuses, first = MC_OK;
     mc_te_segment_t **segs = NULL;
@@ -1350,10 +1430,10 @@ MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs, size_
             mc_te_item_t one_it, *parts = (np > 1) ? calloc(np, sizeof(*parts)) : NULL;
             size_t k            = 0;
             if (parts == NULL) {
-                request_items(&reqs[0], 0, s, 1, &one_it, &k);
+                request_items(&reqs[0], 0, s, 1, GEN_OF(gens, 0), &one_it, &k);
                 st = exec_item(te, &one_it);
             } else {
-                request_items(&reqs[0], 0, s, np, parts, &k);
+                request_items(&reqs[0], 0, s, np, GEN_OF(gens, 0), parts, &k);
                 if (!exec_spread(te, parts, np, &st))
                     run_batch(te, parts, np, &st);
                 free(parts);
@@ -1389,7 +1469,7 @@ MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs, size_
             goto oom;
         for (size_t i = 0; i < n; i++)
             if (st_arr[i] == MC_OK)
-                request_items(&reqs[i], i, segs[i], nslices[i], items, &k);
+                request_items(&reqs[i], i, segs[i], nslices[i], GEN_OF(gens, i), items, &k);
         run_batch(te, items, nitems, st_arr);
     }
     for (size_t i = 0; i < n; i++) {
@@ -1434,6 +1514,12 @@ oom:
 MC_API mc_status_t mc_te_transfer_submit(mc_te_h te, const mc_te_request_t *reqs, size_t n,
                                          mc_te_job_h *job_p)
 {
+    return mc_te_transfer_submit_gen(te, reqs, NULL, n, job_p);
+}
+
+mc_status_t mc_te_transfer_submit_gen(mc_te_t *te, const mc_te_request_t *reqs,
+                                      const uint64_t *gens, size_t n, mc_te_job_h *job_p)
+{
     struct mc_te_job *job  = NULL;
     mc_te_segment_t **segs = NULL;
     size_t *nslices        = NULL;
@@ -1474,7 +1560,8 @@ MC_API mc_status_t mc_te_transfer_submit(mc_te_h te, const mc_te_request_t *reqs
             goto oom;
         for (size_t i = 0; i < n; i++)
             if (job->b.req_status[i] == MC_OK)
-                request_items(&reqs[i], i, segs[i], nslices[i], job->b.items, &k);
+                request_items(&reqs[i], i, segs[i], nslices[i], GEN_OF(gens, i), job->b.items,
+                              &k);
     }
     job->b.nitems = nitems;
     free(segs);

@@ -78,6 +78,8 @@ typedef struct mc_te_region {
     uint32_t shm_slot;                   /* control word, or UINT32_MAX */
     uint64_t shm_gen;                    /* its value while registered */
     void *tp_mr;                         /* the transport's registration, or NULL */
+    uint64_t gen;                        /* registration generation (0: none),
+                                          * checked by generation READs */
 } mc_te_region_t;
 
 /* One element of a pipelined run (mc_te_tp_xfer_run). */
@@ -85,6 +87,7 @@ typedef struct mc_te_xfer {
     void *local;
     uint64_t remote;
     uint64_t len;
+    uint64_t gen; /* READ only: the region's expected generation, or 0 */
 } mc_te_xfer_t;
 
 /* Most requests handed to mc_te_tp_xfer_spread at once. */
@@ -112,7 +115,7 @@ typedef struct mc_te_transport_ops {
     void (*peer_close)(void *priv, void *peer);
     mc_status_t (*describe)(void *priv, void *peer, char **json_p, size_t *len_p);
     mc_status_t (*xfer)(void *priv, void *peer, mc_te_op_t op, void *local,
-                        uint64_t remote, uint64_t len);
+                        uint64_t remote, uint64_t len, uint64_t gen);
     void (*xfer_run)(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v, size_t n,
                      mc_status_t *statuses); /* optional */
     void (*xfer_spread)(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v,
@@ -245,13 +248,15 @@ static inline mc_status_t mc_te_tp_describe(mc_te_t *te, void *peer, char **json
 }
 
 /* Move len bytes between local memory and [remote, remote+len) of the
- * peer, on one pooled connection, blocking the calling thread.  Returns
- * MC_OK, the status the target answered (MC_INVALID_READ/WRITE for a
- * refused range) or MC_TRANSFER_FAIL.  Thread-safe. */
+ * peer, on one pooled connection, blocking the calling thread.  A READ
+ * with @p gen non-zero is served only from a region registered with that
+ * generation (docs/transfer.md, "Generations").  Returns MC_OK, the status
+ * the target answered (MC_INVALID_READ/WRITE for a refused range or
+ * generation) or MC_TRANSFER_FAIL.  Thread-safe. */
 static inline mc_status_t mc_te_tp_xfer(mc_te_t *te, void *peer, mc_te_op_t op, void *local,
-                                        uint64_t remote, uint64_t len)
+                                        uint64_t remote, uint64_t len, uint64_t gen)
 {
-    return te->tp_ops->xfer(te->tp, peer, op, local, remote, len);
+    return te->tp_ops->xfer(te->tp, peer, op, local, remote, len, gen);
 }
 
 /* Run n (<= MC_TE_RUN_MAX_ITEMS) requests of one direction to one peer,
@@ -266,7 +271,8 @@ static inline void mc_te_tp_xfer_run(mc_te_t *te, void *peer, mc_te_op_t op,
         return;
     }
     for (size_t i = 0; i < n; i++)
-        statuses[i] = te->tp_ops->xfer(te->tp, peer, op, v[i].local, v[i].remote, v[i].len);
+        statuses[i] = te->tp_ops->xfer(te->tp, peer, op, v[i].local, v[i].remote, v[i].len,
+                                       v[i].gen);
 }
 
 /* Run n (<= MC_TE_SPREAD_MAX) requests of one direction to one peer at
@@ -331,9 +337,35 @@ static inline mc_status_t mc_te_tp_desc_fill(mc_te_t *te, mc_te_desc_t *d,
  * now (the answer can change before the call that moves them).
  */
 int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_status_t *st_p);
+/* mc_te_read_direct where every READ names the generation of the region it
+ * expects (@p gens[i], 0 for none): a mismatch fails the call with
+ * MC_INVALID_READ.  @p gens NULL is mc_te_read_direct. */
+int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
+                          size_t n, mc_status_t *st_p);
+
+/*
+ * mc_te_transfer where READ i names the registration generation of the
+ * region it expects to find (@p gens[i]; 0 or @p gens NULL: any).  The
+ * target -- this engine for its own memory, a same-host holder's mapping,
+ * or the peer over the network -- refuses a READ whose range lies in a
+ * region of another generation with MC_INVALID_READ ("not here"): the
+ * memory was unregistered and registered again since the reader learned
+ * where its bytes live.  Used by the store, whose segments are registered
+ * with the generation the master hands out with each replica.
+ */
+mc_status_t mc_te_transfer_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
+                               size_t n, mc_status_t *statuses);
+
+/* mc_te_transfer_submit with generations, as mc_te_transfer_gen. */
+mc_status_t mc_te_transfer_submit_gen(mc_te_t *te, const mc_te_request_t *reqs,
+                                      const uint64_t *gens, size_t n, mc_te_job_h *job_p);
 
 mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
                                      unsigned need_flags);
+/* mc_te_region_acquire, and NULL also when @p gen is non-zero and the
+ * region's generation differs. */
+mc_te_region_t *mc_te_region_acquire_gen(mc_te_t *te, uint64_t addr, uint64_t len,
+                                         unsigned need_flags, uint64_t gen);
 void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);
 
 /* mc_te_mem_reg for memory mapped from @p fd (offset 0): with
@@ -343,6 +375,12 @@ void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);
  * of fd until dereg; any other fd registers the region unshared. */
 mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char *location,
                                  unsigned flags, int fd);
+/* mc_te_mem_reg_shared with the region's registration generation @p gen
+ * (non-zero; 0 registers it without one, as mc_te_mem_reg_shared does):
+ * READs that name a generation (mc_te_transfer_gen) are served from it
+ * only when they name this one. */
+mc_status_t mc_te_mem_reg_gen(mc_te_t *te, void *addr, size_t len, const char *location,
+                              unsigned flags, int fd, uint64_t gen);
 /* Look for same-host holders that hung up and unmap their memory, also
  * of segments nobody reads any more (one poll per segment; the store's
  * heartbeat calls it every tick).  Requests do the same check themselves. */

@@ -50,10 +50,20 @@ typedef enum mc_te_opcode {
 typedef struct mc_te_req_hdr {
     uint8_t version;
     uint8_t opcode;
-    uint16_t flags;  /* no flag is defined in version 1: must be 0 */
+    uint16_t flags;  /* 0, or MC_TE_REQ_FLAG_GEN on a READ */
     uint64_t addr;   /* absolute address inside the target segment */
     uint64_t length; /* bytes to move */
+    uint64_t gen;    /* with MC_TE_REQ_FLAG_GEN: the registration the reader
+                      * expects to find at addr (non-zero); else 0 */
 } mc_te_req_hdr_t;
+
+/* A READ that names the registration generation of the region it expects
+ * (docs/transfer.md, "Generations"): the u64 at offset 24 (the two reserved
+ * words) carries it, and the target refuses the read (INVALID_READ) unless
+ * the region holding the range was registered with exactly that
+ * generation.  No other flag exists; a flag on another opcode is a
+ * protocol violation. */
+#define MC_TE_REQ_FLAG_GEN 0x0001u
 
 /* Decoded response header. */
 typedef struct mc_te_resp_hdr {
@@ -87,8 +97,9 @@ enum {
 _Static_assert(MC_TE_REQ_OFF_END_ == MC_TE_REQ_HDR_SIZE, "request header is 32 bytes");
 _Static_assert(MC_TE_RESP_OFF_END_ == MC_TE_RESP_HDR_SIZE, "response header is 16 bytes");
 
-static inline void mc_te_req_encode(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t opcode,
-                                    uint64_t addr, uint64_t length)
+/* A request header; @p gen non-zero on a READ sets MC_TE_REQ_FLAG_GEN. */
+static inline void mc_te_req_encode_gen(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t opcode,
+                                        uint64_t addr, uint64_t length, uint64_t gen)
 {
     memset(out, 0, MC_TE_REQ_HDR_SIZE);
     mc_store_le32(out + MC_TE_REQ_OFF_MAGIC, MC_TE_REQ_MAGIC);
@@ -96,6 +107,16 @@ static inline void mc_te_req_encode(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t opc
     out[MC_TE_REQ_OFF_OPCODE]  = opcode;
     mc_store_le64(out + MC_TE_REQ_OFF_ADDR, addr);
     mc_store_le64(out + MC_TE_REQ_OFF_LENGTH, length);
+    if ((gen != 0) && (opcode == MC_TE_OPC_READ)) {
+        mc_store_le16(out + MC_TE_REQ_OFF_FLAGS, (uint16_t)MC_TE_REQ_FLAG_GEN);
+        mc_store_le64(out + MC_TE_REQ_OFF_RSVD0, gen);
+    }
+}
+
+static inline void mc_te_req_encode(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t opcode,
+                                    uint64_t addr, uint64_t length)
+{
+    mc_te_req_encode_gen(out, opcode, addr, length, 0);
 }
 
 /* Returns 0 for a well-formed header, -1 for anything else (the caller
@@ -109,9 +130,12 @@ static inline int mc_te_req_decode(const uint8_t in[MC_TE_REQ_HDR_SIZE], mc_te_r
     h->flags   = mc_load_le16(in + MC_TE_REQ_OFF_FLAGS);
     h->addr    = mc_load_le64(in + MC_TE_REQ_OFF_ADDR);
     h->length  = mc_load_le64(in + MC_TE_REQ_OFF_LENGTH);
-    if ((h->version != MC_TE_PROTO_VERSION) || (h->opcode > MC_TE_OPC_MAX_) ||
-        (h->flags != 0) || (mc_load_le32(in + MC_TE_REQ_OFF_RSVD0) != 0) ||
-        (mc_load_le32(in + MC_TE_REQ_OFF_RSVD1) != 0))
+    h->gen     = mc_load_le64(in + MC_TE_REQ_OFF_RSVD0);
+    if ((h->version != MC_TE_PROTO_VERSION) || (h->opcode > MC_TE_OPC_MAX_))
+        return -1;
+    if (h->flags == 0)
+        return (h->gen == 0) ? 0 : -1;
+    if ((h->flags != MC_TE_REQ_FLAG_GEN) || (h->opcode != MC_TE_OPC_READ) || (h->gen == 0))
         return -1;
     return 0;
 }

@@ -4,7 +4,7 @@
  * (transfer/proto.h): a client's data port takes 32-byte request headers
  * from anyone, and an initiator takes 16-byte response headers from its
  * peer.  Any bytes are refused, or decode to a header that keeps the
- * decoder's promises (known opcode, version 1, no flags; status <= 0) and
+ * decoder's promises (known opcode, version 1, no flag but a READ's generation; status <= 0) and
  * re-encodes to the same bytes.  Any violation aborts.
  */
 #include "config.h"
@@ -31,9 +31,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mc_te_resp_hdr_t r;
 
     if ((size >= MC_TE_REQ_HDR_SIZE) && (mc_te_req_decode(data, &h) == 0)) {
-        if ((h.version != MC_TE_PROTO_VERSION) || (h.opcode > MC_TE_OPC_MAX_) || (h.flags != 0))
+        if ((h.version != MC_TE_PROTO_VERSION) || (h.opcode > MC_TE_OPC_MAX_) ||
+            ((h.flags != 0) && ((h.flags != MC_TE_REQ_FLAG_GEN) ||
+                                (h.opcode != MC_TE_OPC_READ) || (h.gen == 0))) ||
+            ((h.flags == 0) && (h.gen != 0)))
             fail("a request header out of range decoded");
-        mc_te_req_encode(again, h.opcode, h.addr, h.length);
+        mc_te_req_encode_gen(again, h.opcode, h.addr, h.length, h.gen);
         if (memcmp(again, data, MC_TE_REQ_HDR_SIZE) != 0)
             fail("a decoded request header does not re-encode to its bytes");
     }

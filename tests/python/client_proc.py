@@ -27,6 +27,11 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
                                           -> none, or dtype, shape, hex
   invoke       method, args? ({"hex": h} for bytes), kwargs?, config? ({field: value}
                of a ReplicateConfig passed last)           -> ret (JSON form of the result)
+  put_checked  key, version, size, preferred?, upsert?      -> rc  (helpers.checked_value)
+  hammer_start keys, mode (get | get_into | batch_get_into | get_batch), cap
+               reads the keys round and round on a thread, checking every value
+  hammer_peek / hammer_stop        -> reads, ok, miss, bad, versions (per key: highest seen)
+  hammer_run   keys, mode, cap, rounds: the same, on this thread, for that many rounds
   hostname                                                 -> hostname
   close                                                    -> rc
   exit                                                     (no answer)
@@ -252,6 +257,29 @@ def handle(store, req):
         inside = store.alloc_from_mem_pool(4096)
         return {"outside": store.register_buffer(addr, 4096),
                 "inside": store.register_buffer(inside, 4096)}
+    if op == "put_checked":
+        from helpers import checked_value
+        v = checked_value(req["key"], req["version"], req["size"])
+        fn = store.upsert if req.get("upsert") else store.put
+        return {"rc": fn(req["key"], v, config_for(req))}
+    if op == "hammer_start":
+        HAMMER["st"] = start_hammer(store, req["keys"], req.get("mode", "get"),
+                                    req.get("cap", 1 << 20))
+        return {"rc": 0}
+    if op == "hammer_run":
+        st = start_hammer(store, req["keys"], req.get("mode", "get"), req.get("cap", 1 << 20),
+                          req["rounds"])
+        return {k: st[k] for k in ("reads", "ok", "miss", "bad", "bad_detail", "versions")}
+    if op == "hammer_peek":
+        st = HAMMER["st"]
+        return {k: st[k] for k in ("reads", "ok", "miss", "bad", "bad_detail", "versions")}
+    if op == "hammer_stop":
+        st = HAMMER.pop("st")
+        st["stop"] = True
+        st["thread"].join(timeout=60)
+        if st["thread"].is_alive():
+            raise RuntimeError("the hammer thread did not stop")
+        return {k: st[k] for k in ("reads", "ok", "miss", "bad", "bad_detail", "versions")}
     if op == "put_loop":
         # puts until killed (the kill -9 test); answers once started
         import threading
@@ -368,6 +396,69 @@ def handle(store, req):
     if op == "close":
         return {"rc": store.close()}
     raise ValueError(f"unknown op {op!r}")
+
+
+HAMMER = {}
+
+
+def start_hammer(store, keys, mode, cap, rounds=None):
+    """Read ``keys`` over and over on a thread until HAMMER["stop"]; count
+    reads that return a complete checked value (ok), a miss, or anything
+    else (bad: torn, foreign or garbage bytes)."""
+    import threading
+    import numpy as np
+    from helpers import check_value
+    st = {"reads": 0, "ok": 0, "miss": 0, "bad": 0, "bad_detail": [],
+          "versions": {k: -1 for k in keys}, "stop": False}
+    bufs = []
+    if mode in ("get_into", "batch_get_into"):
+        for _ in keys:
+            arr = np.zeros(cap, dtype=np.uint8)
+            assert store.register_buffer(arr.ctypes.data, cap) == 0
+            bufs.append(arr)
+
+    def judge(k, data):
+        st["reads"] += 1
+        if not data:
+            st["miss"] += 1
+            return
+        v = check_value(k, data)
+        if v is None:
+            st["bad"] += 1
+            if len(st["bad_detail"]) < 5:
+                st["bad_detail"].append(f"{k}: {len(data)} bytes {data[:32].hex()}")
+            return
+        st["ok"] += 1
+        st["versions"][k] = max(st["versions"][k], v)
+
+    def loop():
+        done = 0
+        while not st["stop"] and (rounds is None or done < rounds):
+            done += 1
+            if mode == "get":
+                for k in keys:
+                    judge(k, store.get(k))
+            elif mode == "get_batch":
+                for k, d in zip(keys, store.get_batch(keys)):
+                    judge(k, d)
+            elif mode == "get_into":
+                for k, arr in zip(keys, bufs):
+                    n = store.get_into(k, arr.ctypes.data, cap)
+                    judge(k, arr[:n].tobytes() if n > 0 else b"")
+            else:
+                ns = store.batch_get_into(keys, [a.ctypes.data for a in bufs], [cap] * len(keys))
+                for k, arr, n in zip(keys, bufs, ns):
+                    judge(k, arr[:n].tobytes() if n > 0 else b"")
+        for arr in bufs:
+            store.unregister_buffer(arr.ctypes.data)
+
+    if rounds is not None:
+        loop()
+        return st
+    t = threading.Thread(target=loop, daemon=True)
+    st["thread"] = t
+    t.start()
+    return st
 
 
 def main():

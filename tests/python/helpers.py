@@ -310,3 +310,49 @@ class RealClient(DaemonProc):
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+
+def checked_value(key: str, version: int, size: int) -> bytes:
+    """A value that proves itself: a header naming ``key`` (its hash),
+    ``version`` and ``size``, bytes derived from them, and a SHA-256 of
+    all that at the end.  ``check_value`` tells a complete value that was
+    written from torn or foreign bytes.  ``size`` >= 64."""
+    import hashlib
+    import struct
+    assert size >= 64
+    kh = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+    head = struct.pack("<QQQ", kh, version, size)
+    body = hashlib.shake_128(f"{key}/{version}".encode()).digest(size - len(head) - 32)
+    return head + body + hashlib.sha256(head + body).digest()
+
+
+def check_value(key: str, data: bytes) -> Optional[int]:
+    """The version of ``data`` when it is a complete ``checked_value`` of
+    ``key``; None otherwise."""
+    import hashlib
+    import struct
+    if len(data) < 64:
+        return None
+    kh, version, size = struct.unpack_from("<QQQ", data)
+    if kh != int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"):
+        return None
+    if size != len(data) or hashlib.sha256(data[:-32]).digest() != data[-32:]:
+        return None
+    return version
+
+
+def read_until(reader: "ClientProc", key: str, want_sha: str, old_shas: set,
+               lease_ms: int) -> Dict[str, Any]:
+    """``reader``'s get of ``key`` until it returns the value hashing to
+    ``want_sha`` (the SHA-256 of b"" for a miss).  Until then it may only
+    return an older complete value (``old_shas``): a reader that holds a
+    lease reads from its location cache until the lease ends
+    (docs/architecture.md, "Location cache"), which bounds the wait."""
+    deadline = time.monotonic() + lease_ms / 1000 + 3.0
+    while True:
+        got = reader.call("get", key=key)
+        if got["sha256"] == want_sha:
+            return got
+        assert got["sha256"] in old_shas, "the reader saw bytes that were never written"
+        assert time.monotonic() < deadline, "the new value was not seen after the lease ended"
+        time.sleep(0.02)

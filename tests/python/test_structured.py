@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import MiB
+from helpers import MiB, wait_until
 from test_client_http import http_store, metrics
 
 from mooncake.store import ErrorCode
@@ -528,15 +528,21 @@ def test_zero_copy_tensor_objects(transfer, store, regbuf):
         len(tensor_object_buffer(1, 10))
 
 
-def test_staged_payload_larger_than_the_pool(transfer):
+def test_staged_payload_larger_than_the_pool(transfer, master):
     """36 MiB byte and row members, one chunk each, with a 16 MiB local
     buffer (a pool of at most 32 MiB): written by put instead of waiting
     forever.  One at a time: the test segment holds 64 MiB."""
     big = np.random.default_rng(2).integers(0, 255, size=36 * MiB, dtype=np.uint8)
+    before = master.metric("master_allocated_bytes")
     ref, r = roundtrip(transfer, {"b": memoryview(big)})
     assert r.objects["b"] == big.tobytes()
     del r
     transfer.remove_bundle(ref)
+    # the read leased the chunk: its space comes back when the lease ends
+    # (a removed object a reader may still copy from is freed then,
+    # docs/protocol.md §5.8)
+    wait_until(lambda: master.metric("master_allocated_bytes") <= before + MiB,
+               LEASE_TTL_MS / 1000 + 10, "the removed bundle's space to be freed")
     rows = [big[:18 * MiB], big[18 * MiB:]]
     ref, r = roundtrip(transfer, {"rows": rows})
     assert_same(r.objects["rows"], rows)

@@ -36,6 +36,7 @@
     X(store)              \
     X(store_write)        \
     X(store_read)         \
+    X(loc_cache)          \
     X(master_tasks)       \
     X(master_clear)       \
     X(master_disk)        \

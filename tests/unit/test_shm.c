@@ -484,6 +484,46 @@ START_TEST(test_shm_read_direct)
 }
 END_TEST
 
+/* A READ naming a registration generation through the same-host path:
+ * served by memcpy when the mapped region has it, refused otherwise, also
+ * for a batch read in place (mc_te_read_direct_gen). */
+START_TEST(test_shm_generation_reads)
+{
+    const uint64_t G = UINT64_C(0x8000000000000077), H = UINT64_C(0x8000000000000078);
+    size_t cap       = MiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *dst     = malloc(cap);
+    uint64_t ops, bytes;
+    mc_te_request_t rq[2];
+    uint64_t gg[2] = {G, G}, gh[2] = {G, H};
+    mc_status_t st;
+
+    te_fill(h.p, cap, 23);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rq[0] = (mc_te_request_t){MC_TE_READ, dst, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
+    rq[1] = (mc_te_request_t){MC_TE_READ, dst + 8 * KiB, (uint64_t)(uintptr_t)h.p + 8 * KiB,
+                              4 * KiB, seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, rq, gg, 1, NULL)); /* maps the region */
+    stats(A, &ops, &bytes);
+    ck_assert_status_ok(mc_te_transfer_gen(A, rq, gg, 1, NULL));
+    ck_assert_stats(A, ops, bytes, 1, 4 * KiB);
+    ck_assert(memcmp(dst, h.p, 4 * KiB) == 0);
+    ck_assert_status_eq(mc_te_transfer_gen(A, rq, &gh[1], 1, NULL), MC_INVALID_READ);
+    ck_assert_int_eq(mc_te_read_direct_gen(A, rq, gg, 2, &st), 1);
+    ck_assert_status_ok(st);
+    ck_assert(memcmp(dst + 8 * KiB, h.p + 8 * KiB, 4 * KiB) == 0);
+    /* requests that disagree are left to the transfer, which refuses one */
+    ck_assert_int_eq(mc_te_read_direct_gen(A, rq, gh, 2, &st), 0);
+    ck_assert_status_eq(mc_te_transfer_gen(A, rq, gh, 2, NULL), MC_INVALID_READ);
+    ck_assert_int_eq(mc_te_read_direct_gen(A, rq, (uint64_t[]){H, H}, 2, &st), 1);
+    ck_assert_status_eq(st, MC_INVALID_READ);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(dst);
+}
+END_TEST
+
 START_TEST(test_shm_not_shared_uses_tcp)
 {
     uint8_t *plain   = calloc(1, 64 * KiB);
@@ -878,7 +918,7 @@ START_TEST(test_shm_holder_gone)
     p = mc_te_shm_peer_open(name, 1000);
     ck_assert_ptr_nonnull(p);
     ck_assert_str_eq(mc_te_shm_peer_name(p), name);
-    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, (uint64_t)(uintptr_t)h.p, 16, &st), 1);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, (uint64_t)(uintptr_t)h.p, 16, 0, &st), 1);
     ck_assert_status_ok(st);
     ck_assert(mc_te_shm_mapped(p, (uint64_t)(uintptr_t)h.p, 16));
     ck_assert_int_eq(mc_te_shm_peer_alive(p), 1);
@@ -889,7 +929,7 @@ START_TEST(test_shm_holder_gone)
         poll(NULL, 0, 5);
     ck_assert_msg(!mc_te_shm_peer_alive(p), "a hung-up holder should read as dead");
     ck_assert(!mc_te_shm_mapped(p, (uint64_t)(uintptr_t)h.p, 16));
-    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, (uint64_t)(uintptr_t)h.p, 16, &st), 0);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, (uint64_t)(uintptr_t)h.p, 16, 0, &st), 0);
     mc_te_shm_peer_close(p);
 
     /* The engine still maps the dead holder's region (nothing read it
@@ -1365,20 +1405,20 @@ START_TEST(test_shm_hostile_holder)
     p      = mc_te_shm_peer_open(f.name, 200);
     ck_assert_ptr_nonnull(p);
     st = MC_INTERNAL_ERROR;
-    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st), 1);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), 0, &st), 1);
     ck_assert_status_ok(st);
     ck_assert_msg(memcmp(buf, f.reg + 100, sizeof(buf)) == 0, "the fake's bytes should be read");
     memset(buf, 0x6b, sizeof(buf));
-    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at + 1000, sizeof(buf), &st), 1);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at + 1000, sizeof(buf), 0, &st), 1);
     ck_assert_msg(memcmp(f.reg + 1100, buf, sizeof(buf)) == 0, "and written");
     /* outside the granted region: asks again, gets a grant that does not hold it */
-    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, FAKE_ADDR + FAKE_LEN - 10, 20, &st), 0);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, FAKE_ADDR + FAKE_LEN - 10, 20, 0, &st), 0);
     /* the holder zeroes the control word: the mapping is no longer used */
     __atomic_store_n(&f.ctl[0], 0, __ATOMIC_RELEASE);
     ck_assert(!mc_te_shm_mapped(p, at, 16));
-    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, 16, &st), 0);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, 16, 0, &st), 0);
     __atomic_store_n(&f.ctl[0], 5, __ATOMIC_RELEASE);
-    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, 16, &st), 1);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, 16, 0, &st), 1);
     ck_assert_int_eq(mc_te_shm_peer_alive(p), 1);
     mc_te_shm_peer_close(p);
     ended++;
@@ -1394,9 +1434,9 @@ START_TEST(test_shm_hostile_holder)
         p      = mc_te_shm_peer_open(f.name, 200);
         ck_assert_ptr_nonnull(p);
         memset(buf, 0, sizeof(buf));
-        ck_assert_msg(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st) == 0,
+        ck_assert_msg(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), 0, &st) == 0,
                       "grant %zu should be refused", i);
-        ck_assert_msg(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), &st) == 0,
+        ck_assert_msg(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), 0, &st) == 0,
                       "grant %zu should be refused for writes too", i);
         ck_assert(!mc_te_shm_mapped(p, at, 16));
         for (size_t k = 0; k < sizeof(buf); k++)
@@ -1408,7 +1448,7 @@ START_TEST(test_shm_hostile_holder)
     __atomic_store_n(&f.mode, F_MAP_TWO_FDS, __ATOMIC_RELEASE);
     p      = mc_te_shm_peer_open(f.name, 200);
     ck_assert_ptr_nonnull(p);
-    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st), 1);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), 0, &st), 1);
     ck_assert_msg(memcmp(buf, f.reg + 100, sizeof(buf)) == 0, "the grant should be used");
     mc_te_shm_peer_close(p);
     ended++;
@@ -1422,11 +1462,11 @@ START_TEST(test_shm_hostile_holder)
         ck_assert_ptr_nonnull(p);
         reqs = fake_wait_ended(&f, ended);
         t0   = now_ms();
-        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st), 0);
+        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), 0, &st), 0);
         ck_assert_msg(now_ms() - t0 < 2500, "the exchange should be bounded by the timeout");
         ck_assert_int_eq(mc_te_shm_peer_alive(p), 0);
-        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), &st), 0);
-        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), &st), 0);
+        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), 0, &st), 0);
+        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), 0, &st), 0);
         ck_assert(!mc_te_shm_mapped(p, at, 16));
         mc_te_shm_peer_close(p);
         ended++;
@@ -1518,6 +1558,7 @@ Suite *mc_test_shm_suite(void)
     tcase_set_timeout(two, 60);
     tcase_add_test(two, test_shm_roundtrip);
     tcase_add_test(two, test_shm_read_direct);
+    tcase_add_test(two, test_shm_generation_reads);
     tcase_add_test(two, test_shm_not_shared_uses_tcp);
     tcase_add_test(two, test_shm_revocation);
     tcase_add_test(two, test_shm_unshared_answer_expires);

@@ -62,6 +62,7 @@ typedef struct fake_master {
     pthread_mutex_t mu;
     /* mounted by the client */
     uint64_t seg_base, seg_size, seg_used;
+    mc_uuid_t seg_id;
     char seg_name[320];
     fm_obj_t objs[FM_MAX_OBJS];
     /* knobs */
@@ -143,10 +144,11 @@ static int32_t fm_lookup(mc_str_t key, uint64_t *size, mc_wire_replica_list_t *l
         v++;
         l->n = 2;
     }
-    v[0].status  = MC_REPLICA_COMPLETE;
-    v[0].addr    = o->addr;
-    v[0].size    = o->size;
-    v[0].segment = mc_str_from_cstr(fm.seg_name);
+    v[0].status     = MC_REPLICA_COMPLETE;
+    v[0].addr       = o->addr;
+    v[0].size       = o->size;
+    v[0].segment    = mc_str_from_cstr(fm.seg_name);
+    v[0].segment_id = fm.seg_id; /* readers name its generation */
     return MC_OK;
 }
 
@@ -187,6 +189,7 @@ static int fm_handle(uint16_t op, uint32_t id, const uint8_t *body, size_t len,
         FM_DECODE(mount_segment);
         fm.seg_base = req.segment.base;
         fm.seg_size = req.segment.size;
+        fm.seg_id   = req.segment.id;
         fm.seg_used = 0;
         snprintf(fm.seg_name, sizeof(fm.seg_name), "%.*s", (int)req.segment.name.len,
                  req.segment.name.ptr);
@@ -990,10 +993,14 @@ START_TEST(test_lease_and_fallback)
     ck_assert_msg(memcmp(out, v, sizeof(v)) == 0, "the second replica serves the read");
     fm_set(&fm.get_mode, FM_NORMAL);
 
+    /* a lookup whose lease is over before the read ends: the data is
+     * refused (a fresh key: "l" is in the location cache under the lease
+     * its first lookup granted) */
+    ck_assert_status_ok(mc_store_put(store, "l0", v, sizeof(v), NULL));
     pthread_mutex_lock(&fm.mu);
     fm.lease_ttl_ms = 0;
     pthread_mutex_unlock(&fm.mu);
-    ck_assert_status_eq(mc_store_get(store, "l", out, sizeof(out), &size), MC_LEASE_EXPIRED);
+    ck_assert_status_eq(mc_store_get(store, "l0", out, sizeof(out), &size), MC_LEASE_EXPIRED);
 }
 END_TEST
 

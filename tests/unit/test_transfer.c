@@ -28,6 +28,7 @@
 #include "check_suites.h"
 #include "common/util.h"
 #include "transfer/descriptor.h"
+#include "transfer/engine.h"
 #include "transfer/proto.h"
 #include "te_util.h"
 
@@ -681,6 +682,77 @@ START_TEST(test_self_target_memcpy)
 }
 END_TEST
 
+/*
+ * Generation reads (docs/transfer.md, "Generations"): a READ that names a
+ * registration generation is served only from a region registered with
+ * it -- by a peer over TCP, one request, a pipelined run or the slices of
+ * a large read, and by this engine for its own memory.  A WRITE, or a
+ * READ naming none, is not affected.
+ */
+START_TEST(test_generation_reads)
+{
+    const uint64_t G = UINT64_C(0x8000000000001234), H = UINT64_C(0x8000000000009999);
+    size_t cap          = 2 * MiB;
+    uint8_t *tgt        = malloc(cap);
+    uint8_t *mine       = malloc(4096);
+    uint8_t *back       = malloc(cap);
+    uint64_t base       = (uint64_t)(uintptr_t)tgt;
+    mc_te_request_t r[4];
+    uint64_t gens[4]    = {G, H, 0, G};
+    mc_status_t st[4];
+    mc_te_segment_id_t self;
+
+    te_fill(tgt, cap, 41);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    for (int i = 0; i < 4; i++)
+        r[i] = (mc_te_request_t){MC_TE_READ, back + 100 * i, base + 100 * i, 64, seg};
+    /* one at a time */
+    ck_assert_status_ok(mc_te_transfer_gen(A, &r[0], &gens[0], 1, NULL));
+    ck_assert(memcmp(back, tgt, 64) == 0);
+    ck_assert_status_eq(mc_te_transfer_gen(A, &r[1], &gens[1], 1, NULL), MC_INVALID_READ);
+    ck_assert_status_ok(mc_te_transfer_gen(A, &r[2], &gens[2], 1, NULL));
+    /* a pipelined run: only the request naming another generation fails */
+    memset(back, 0, cap);
+    ck_assert_status_eq(mc_te_transfer_gen(A, r, gens, 4, st), MC_INVALID_READ);
+    ck_assert_status_ok(st[0]);
+    ck_assert_status_eq(st[1], MC_INVALID_READ);
+    ck_assert_status_ok(st[2]);
+    ck_assert_status_ok(st[3]);
+    ck_assert_msg(memcmp(back + 300, tgt + 300, 64) == 0, "the run goes on after a refusal");
+    /* a read cut into slices over several lanes */
+    r[0].length = cap;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &r[0], &gens[1], 1, NULL), MC_INVALID_READ);
+    memset(back, 0, cap);
+    ck_assert_status_ok(mc_te_transfer_gen(A, &r[0], &gens[0], 1, NULL));
+    ck_assert(memcmp(back, tgt, cap) == 0);
+    /* writes carry no generation */
+    r[1].op = MC_TE_WRITE;
+    ck_assert_status_ok(mc_te_transfer_gen(A, &r[1], &gens[1], 1, NULL));
+    /* registered again: the old generation is refused, the new one served */
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, H));
+    r[0].length = 64;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &r[0], &gens[0], 1, NULL), MC_INVALID_READ);
+    ck_assert_status_ok(mc_te_transfer_gen(A, &r[0], &gens[1], 1, NULL));
+    /* this engine's own memory */
+    ck_assert_status_ok(mc_te_segment_open(A, mc_te_local_name(A), &self));
+    ck_assert_status_ok(mc_te_mem_reg_gen(A, mine, 4096, "", MC_TE_MEM_REMOTE_ACCESS, -1, G));
+    r[0] = (mc_te_request_t){MC_TE_READ, back, (uint64_t)(uintptr_t)mine, 64, self};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &r[0], &gens[0], 1, NULL));
+    ck_assert_status_eq(mc_te_transfer_gen(A, &r[0], &gens[1], 1, NULL), MC_INVALID_READ);
+    ck_assert_int_eq(mc_te_read_direct_gen(A, &r[0], &gens[1], 1, &st[0]), 1);
+    ck_assert_status_eq(st[0], MC_INVALID_READ);
+    ck_assert_int_eq(mc_te_read_direct_gen(A, &r[0], &gens[0], 1, &st[0]), 1);
+    ck_assert_status_ok(st[0]);
+    ck_assert_status_ok(mc_te_mem_dereg(A, mine));
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+    free(mine);
+    free(back);
+}
+END_TEST
+
 START_TEST(test_segment_open_errors)
 {
     mc_te_segment_id_t id = 7;
@@ -988,6 +1060,24 @@ START_TEST(test_frame_codec)
     ck_assert_int_eq(s.status, MC_INVALID_WRITE);
     mc_te_resp_encode(r, 5, 0); /* positive statuses do not exist */
     ck_assert_int_eq(mc_te_resp_decode(r, &s), -1);
+    /* a READ naming a generation: flag 1, the generation at offset 24 */
+    mc_te_req_encode_gen(h, MC_TE_OPC_READ, 4096, 64, 0x8877665544332211ull);
+    ck_assert_uint_eq(h[6], 1);
+    ck_assert_uint_eq(h[24], 0x11);
+    ck_assert_int_eq(mc_te_req_decode(h, &q), 0);
+    ck_assert_uint_eq(q.flags, MC_TE_REQ_FLAG_GEN);
+    ck_assert_uint_eq(q.gen, 0x8877665544332211ull);
+    /* the flag without a generation, or on another opcode, is a violation */
+    mc_te_req_encode_gen(h, MC_TE_OPC_READ, 4096, 64, 0);
+    ck_assert_uint_eq(h[6], 0);
+    h[6] = 1;
+    ck_assert_int_eq(mc_te_req_decode(h, &q), -1);
+    mc_te_req_encode_gen(h, MC_TE_OPC_WRITE, 4096, 64, 5);
+    ck_assert_int_eq(mc_te_req_decode(h, &q), 0); /* a WRITE never carries one */
+    ck_assert_uint_eq(q.gen, 0);
+    h[6]  = 1;
+    h[24] = 5;
+    ck_assert_int_eq(mc_te_req_decode(h, &q), -1);
 }
 END_TEST
 
@@ -1350,6 +1440,7 @@ Suite *mc_test_transfer_suite(void)
     tcase_add_test(two, test_stale_descriptor_refused_in_pipeline);
     tcase_add_test(two, test_dereg_waits_for_inflight);
     tcase_add_test(two, test_self_target_memcpy);
+    tcase_add_test(two, test_generation_reads);
     tcase_add_test(two, test_segment_open_errors);
     tcase_add_test(two, test_concurrent_callers);
     tcase_add_test(two, test_peer_restart_behind_pooled_connection);

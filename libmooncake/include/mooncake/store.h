@@ -216,6 +216,36 @@ MC_API mc_status_t mc_store_batch_query(mc_store_h store, const char *const *key
                                         size_t n, mc_store_query_h *queries,
                                         mc_status_t *statuses);
 
+/**
+ * @brief mc_store_query for a read: answered without the master while this
+ *        client holds a read lease on @p key from an earlier lookup.
+ *
+ * The location cache (docs/architecture.md, "Location cache") keeps each
+ * lookup's answer until shortly before the lease it granted runs out; the
+ * master keeps the object's buffers allocated that long whatever happens
+ * to it.  So the query may describe the value as it was when the lease was
+ * granted: another client's upsert or remove of @p key is seen at the
+ * latest when that lease ends (this client's own writes and removals are
+ * seen at once).  A read of such a query (mc_store_query_read,
+ * mc_store_batch_query_read) that fails asks the master again, once; it
+ * fails with MC_LEASE_EXPIRED if the object changed size meanwhile.  Use
+ * mc_store_query for the current replica list.  With the cache off
+ * (MC_STORE_LOCATION_CACHE=0) this is mc_store_query.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_query_cached(mc_store_h store, const char *key,
+                                         mc_store_query_h *query_p);
+
+/**
+ * @brief mc_store_batch_query for reads, from the location cache where it
+ *        can (see mc_store_query_cached); the other keys are looked up in
+ *        one master round trip.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_batch_query_cached(mc_store_h store, const char *const *keys,
+                                               size_t n, mc_store_query_h *queries,
+                                               mc_status_t *statuses);
+
 /** @brief Size in bytes of the object found by @p query. @since 0.1 */
 MC_API uint64_t mc_store_query_size(mc_store_query_h query);
 
@@ -246,6 +276,10 @@ MC_API void mc_store_query_release(mc_store_query_h query);
 
 /**
  * @brief Copy the object into @p buf.
+ *
+ * The lookup comes from the location cache while this client holds a
+ * lease on @p key (see mc_store_query_cached): another client's write of
+ * @p key is seen at the latest when that lease ends.
  * @param [out] size_p  Object size (also written with MC_BUFFER_OVERFLOW
  *                      when @p cap is too small, in which case @p buf is
  *                      untouched).
@@ -395,7 +429,8 @@ MC_API int mc_store_mem_is_registered(mc_store_h store, const void *p, size_t le
  * @brief Read object @p key into registered memory.
  * @return Bytes read (> 0 or 0 for an empty object) or a negative status:
  *         MC_OBJECT_NOT_FOUND, MC_INVALID_PARAMS (buffer too small or not
- *         registered), ...
+ *         registered), ...  The lookup may come from the location cache,
+ *         as for mc_store_get.
  * @since 0.1
  */
 MC_API int64_t mc_store_get_into(mc_store_h store, const char *key, void *buf, size_t cap);
@@ -405,6 +440,8 @@ MC_API int64_t mc_store_get_into(mc_store_h store, const char *key, void *buf, s
  *        bufs[i][0..counts[i]) in order (one buffer per key is the plain
  *        batch_get_into).  results[i] = object size, or a negative status
  *        (MC_INVALID_PARAMS when the buffers hold less than the object).
+ *        Keys this client holds a lease on are looked up in the location
+ *        cache, the others in one master round trip (mc_store_get).
  * @since 0.1
  */
 MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h store, const char *const *keys,

@@ -1223,12 +1223,19 @@ out:
 }
 
 static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
-                             uint64_t remote, uint64_t len)
+                             uint64_t remote, uint64_t len, uint64_t gen)
 {
     mc_rdma_t *rd  = priv;
     rdma_peer_t *p = peer;
-    mc_status_t st = __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE) ? MC_NOT_SUPPORTED
-                                                                    : peer_enter(p);
+    mc_status_t st;
+
+    /* A READ naming a registration generation (a cached location,
+     * docs/transfer.md §3.6) needs the target to check it: a one-sided
+     * READ cannot, and a region re-registered in the same process may keep
+     * its rkey.  Such reads take the tcp path, which checks it. */
+    if (gen != 0)
+        return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len, gen);
+    st = __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE) ? MC_NOT_SUPPORTED : peer_enter(p);
 
     if (st == MC_OK) {
         st = xfer_rdma(p, op, local, remote, len);
@@ -1255,7 +1262,7 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
                 __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE)
                     ? "the target has no RDMA"
                     : "local memory not registered, or no rkey published for the range");
-    return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len);
+    return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len, 0);
 }
 
 const mc_te_transport_ops_t mc_rdma_transport_ops = {

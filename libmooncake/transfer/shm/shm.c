@@ -115,7 +115,8 @@ const char *mc_te_shm_server_name(const mc_te_shm_server_t *srv)
     return srv->name;
 }
 
-int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint32_t *slot_p, uint64_t *gen_p)
+int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint64_t want, uint32_t *slot_p,
+                        uint64_t *gen_p)
 {
     uint32_t slot;
     uint64_t gen;
@@ -125,7 +126,7 @@ int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint32_t *slot_p, uint64_t *gen
         return -1;
     }
     slot = srv->free_slots[--srv->nfree];
-    gen  = srv->next_gen++;
+    gen  = (want != 0) ? want : srv->next_gen++;
     pthread_mutex_unlock(&srv->slot_mu);
     __atomic_store_n(&srv->ctl[slot], gen, __ATOMIC_RELEASE);
     *slot_p = slot;
@@ -717,8 +718,23 @@ int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len)
     return ok;
 }
 
+/* A READ naming generation @p gen (non-zero) from mapping @p m of another
+ * one: refused as the holder's engine would refuse it. */
+static int gen_mismatch(const mc_te_shm_peer_t *p, const peer_map_t *m, uint64_t gen,
+                        uint64_t remote, uint64_t len, mc_status_t *st_p)
+{
+    if ((gen == 0) || (m->gen == gen))
+        return 0;
+    mc_set_error_detail("read of [0x%llx, +%llu) refused: same-host peer %s holds no region of "
+                        "generation %016llx there (unregistered or registered again)",
+                        (unsigned long long)remote, (unsigned long long)len, p->name,
+                        (unsigned long long)gen);
+    *st_p = MC_INVALID_READ;
+    return 1;
+}
+
 int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n, uint64_t lo,
-                        uint64_t hi, mc_status_t *st_p)
+                        uint64_t hi, uint64_t gen, mc_status_t *st_p)
 {
     peer_map_t *m;
 
@@ -729,6 +745,10 @@ int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t
     if ((m == NULL) || (m->base == NULL) || !map_live(p, m)) {
         pthread_rwlock_unlock(&p->map_lock);
         return 0;
+    }
+    if (gen_mismatch(p, m, gen, lo, hi - lo, st_p)) {
+        pthread_rwlock_unlock(&p->map_lock);
+        return 1;
     }
     for (size_t j = 0; j < n; j++)
         mc_copy_stream(reqs[j].local, m->base + (reqs[j].remote - m->addr),
@@ -750,13 +770,13 @@ int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t
 }
 
 int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,
-                   uint64_t len, mc_status_t *st_p)
+                   uint64_t len, uint64_t gen, mc_status_t *st_p)
 {
     if ((len == 0) || (len > UINT64_MAX - remote))
         return 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         peer_map_t *m;
-        uint64_t gen, at;
+        uint64_t mgen, at;
 
         if (__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
             return 0;
@@ -773,6 +793,10 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
         }
         if ((m != NULL) && map_live(p, m)) {
             uint8_t *at_p = m->base + (remote - m->addr);
+            if (gen_mismatch(p, m, gen, remote, len, st_p)) {
+                pthread_rwlock_unlock(&p->map_lock);
+                return 1;
+            }
             if (op == MC_TE_READ)
                 memcpy(local, at_p, (size_t)len);
             else
@@ -796,12 +820,12 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
             return 1;
         }
         at  = (m != NULL) ? m->addr : 0;
-        gen = (m != NULL) ? m->gen : 0;
+        mgen = (m != NULL) ? m->gen : 0;
         pthread_rwlock_unlock(&p->map_lock);
         if (m != NULL) {
             /* unregistered since we mapped it: drop it, then ask again */
             pthread_rwlock_wrlock(&p->map_lock);
-            map_drop_stale(p, at, gen);
+            map_drop_stale(p, at, mgen);
             pthread_rwlock_unlock(&p->map_lock);
         }
         if ((attempt > 0) || (map_ask(p, remote, len) != 0))

@@ -93,9 +93,12 @@ mc_status_t mc_te_shm_server_start(mc_te_t *te, mc_te_shm_server_t **srv_p);
 void mc_te_shm_server_stop(mc_te_shm_server_t *srv);
 /* The name to publish ("@..."). */
 const char *mc_te_shm_server_name(const mc_te_shm_server_t *srv);
-/* Give a region a control word holding a fresh generation.  0 on success,
- * -1 when every slot is taken (the region is then not shared). */
-int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint32_t *slot_p, uint64_t *gen_p);
+/* Give a region a control word holding a fresh generation, or @p want when
+ * it is non-zero (the region's own registration generation, which has its
+ * top bit set and so never equals a counted one).  0 on success, -1 when
+ * every slot is taken (the region is then not shared). */
+int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint64_t want, uint32_t *slot_p,
+                        uint64_t *gen_p);
 /* Zero the word (readers stop using the region) and free the slot. */
 void mc_te_shm_slot_close(mc_te_shm_server_t *srv, uint32_t slot);
 /* 1 when @p fd is a memfd sealed against shrinking of at least @p len
@@ -122,10 +125,12 @@ int mc_te_shm_peer_alive(mc_te_shm_peer_t *p);
  * wrote *st_p (MC_OK, or MC_INVALID_READ/WRITE when the region was
  * unregistered during the copy), 0 when the range is not shared (or the
  * holder is gone): the caller then uses the network transport, whose range
- * check stays the authority.  Thread-safe.
+ * check stays the authority.  A READ with @p gen non-zero is refused
+ * (handled, MC_INVALID_READ) when the live mapping holding it was granted
+ * under another generation (engine.h, mc_te_transfer_gen).  Thread-safe.
  */
 int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,
-                   uint64_t len, mc_status_t *st_p);
+                   uint64_t len, uint64_t gen, mc_status_t *st_p);
 /* 1 when [remote, remote+len) lies in a region already mapped and live
  * (no exchange with the holder). */
 int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len);
@@ -139,6 +144,6 @@ int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len);
  * The op and segment of the requests are not looked at.  Thread-safe.
  */
 int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n, uint64_t lo,
-                        uint64_t hi, mc_status_t *st_p);
+                        uint64_t hi, uint64_t gen, mc_status_t *st_p);
 
 #endif /* MC_TRANSFER_SHM_H */

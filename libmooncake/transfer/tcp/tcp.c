@@ -273,10 +273,11 @@ static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
     mc_te_region_t *r;
     int rc;
 
-    r = mc_te_region_acquire(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS);
+    r = mc_te_region_acquire_gen(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS, h->gen);
     if (r == NULL) {
-        mc_debug("refusing read of [0x%llx, +%llu): not in a remote-access region",
-                 (unsigned long long)h->addr, (unsigned long long)h->length);
+        mc_debug("refusing read of [0x%llx, +%llu): not in a remote-access region%s",
+                 (unsigned long long)h->addr, (unsigned long long)h->length,
+                 h->gen ? " of the generation asked for" : "");
         return serve_send_resp(fd, MC_INVALID_READ, 0);
     }
     mc_te_resp_encode(resp, MC_OK, h->length);
@@ -434,10 +435,12 @@ static int serve_read_run(mc_tcp_t *tp, int fd)
     while ((k < MC_TCP_SERVE_RUN) && ((size_t)(k + 1) * MC_TE_REQ_HDR_SIZE <= (size_t)n) &&
            (mc_te_req_decode(hdrs + (size_t)k * MC_TE_REQ_HDR_SIZE, &h) == 0) &&
            (h.opcode == MC_TE_OPC_READ)) {
-        regs[k] = mc_te_region_acquire(tp->te, h.addr, h.length, MC_TE_MEM_REMOTE_ACCESS);
+        regs[k] = mc_te_region_acquire_gen(tp->te, h.addr, h.length, MC_TE_MEM_REMOTE_ACCESS,
+                                           h.gen);
         if (regs[k] == NULL) {
-            mc_debug("refusing read of [0x%llx, +%llu): not in a remote-access region",
-                     (unsigned long long)h.addr, (unsigned long long)h.length);
+            mc_debug("refusing read of [0x%llx, +%llu): not in a remote-access region%s",
+                     (unsigned long long)h.addr, (unsigned long long)h.length,
+                     h.gen ? " of the generation asked for" : "");
             mc_te_resp_encode(resps[k], MC_INVALID_READ, 0);
         } else {
             mc_te_resp_encode(resps[k], MC_OK, h.length);
@@ -1100,12 +1103,12 @@ static mc_status_t remote_status(int32_t s)
  * target may have refused a write and closed, its answer still waiting in
  * our receive queue); or -1 when the send timed out (detail set). */
 static int lane_send(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local, uint64_t remote,
-                     uint64_t len, int *send_errno_p)
+                     uint64_t len, uint64_t gen, int *send_errno_p)
 {
     uint8_t req[MC_TE_REQ_HDR_SIZE];
     struct iovec iov[2];
 
-    mc_te_req_encode(req, opcode, remote, len);
+    mc_te_req_encode_gen(req, opcode, remote, len, gen);
     iov[0].iov_base = req;
     iov[0].iov_len  = sizeof(req);
     iov[1].iov_base = local;
@@ -1252,10 +1255,10 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
  * is returned in *payload_p (malloc'd, NUL-terminated).
  */
 static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local,
-                                uint64_t remote, uint64_t len, char **payload_p,
+                                uint64_t remote, uint64_t len, uint64_t gen, char **payload_p,
                                 size_t *payload_len_p, int *stale_p, int *keep_p)
 {
-    int send_errno = 0, sent = lane_send(pe, fd, opcode, local, remote, len, &send_errno);
+    int send_errno = 0, sent = lane_send(pe, fd, opcode, local, remote, len, gen, &send_errno);
 
     if (sent < 0) {
         *stale_p = 0;
@@ -1269,7 +1272,8 @@ static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void 
 /* Run one request on a pooled lane, retrying once on a fresh connection
  * when a reused one turns out to be dead. */
 static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, uint64_t remote,
-                                uint64_t len, char **payload_p, size_t *payload_len_p)
+                                uint64_t len, uint64_t gen, char **payload_p,
+                                size_t *payload_len_p)
 {
     unsigned lane = lane_get(pe);
     mc_status_t st = MC_TRANSFER_FAIL;
@@ -1281,7 +1285,7 @@ static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, 
             if (st != MC_OK)
                 break;
         }
-        st = lane_request(pe, pe->fds[lane], opcode, local, remote, len, payload_p,
+        st = lane_request(pe, pe->fds[lane], opcode, local, remote, len, gen, payload_p,
                           payload_len_p, &stale, &keep);
         if (!keep)
             lane_drop(pe, lane);
@@ -1473,7 +1477,7 @@ static void tcp_xfer_spread(void *priv, void *peer, mc_te_op_t op, const mc_te_x
             }
         }
         sent[j] = lane_send(pe, pe->fds[lanes[j]], opcode, v[j].local, v[j].remote, v[j].len,
-                            &serr[j]);
+                            v[j].gen, &serr[j]);
         if (sent[j] < 0) {
             st[j] = MC_TRANSFER_FAIL;
             lane_drop(pe, lanes[j]);
@@ -1500,7 +1504,8 @@ static void tcp_xfer_spread(void *priv, void *peer, mc_te_op_t op, const mc_te_x
             if (j < m)
                 mc_debug("pooled connection to %s:%u was closed by the peer; reconnecting",
                          pe->host, (unsigned)pe->port);
-            st[j] = peer_request(pe, opcode, v[j].local, v[j].remote, v[j].len, NULL, NULL);
+            st[j] = peer_request(pe, opcode, v[j].local, v[j].remote, v[j].len, v[j].gen, NULL,
+                                 NULL);
         }
     }
 }
@@ -1765,7 +1770,7 @@ static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer
     *stale_p    = 0;
     *keep_p     = 0;
     for (j = 0; j < n; j++) {
-        mc_te_req_encode(hdrs[j], opcode, v[j].remote, v[j].len);
+        mc_te_req_encode_gen(hdrs[j], opcode, v[j].remote, v[j].len, v[j].gen);
         iov[niov].iov_base = hdrs[j];
         iov[niov].iov_len  = MC_TE_REQ_HDR_SIZE;
         niov++;
@@ -1866,7 +1871,7 @@ static mc_status_t tcp_describe(void *priv, void *peer, char **json_p, size_t *l
     char *json = NULL;
     mc_status_t st;
     (void)priv;
-    st = peer_request(peer, MC_TE_OPC_DESCRIBE, NULL, 0, 0, &json, &len);
+    st = peer_request(peer, MC_TE_OPC_DESCRIBE, NULL, 0, 0, 0, &json, &len);
     if (st != MC_OK)
         return st;
     *json_p = json;
@@ -1876,7 +1881,7 @@ static mc_status_t tcp_describe(void *priv, void *peer, char **json_p, size_t *l
 }
 
 static mc_status_t tcp_xfer(void *priv, void *peer, mc_te_op_t op, void *local, uint64_t remote,
-                            uint64_t len)
+                            uint64_t len, uint64_t gen)
 {
     (void)priv;
     if (len > (uint64_t)SIZE_MAX) {
@@ -1884,7 +1889,7 @@ static mc_status_t tcp_xfer(void *priv, void *peer, mc_te_op_t op, void *local, 
         return MC_INVALID_PARAMS;
     }
     return peer_request(peer, (op == MC_TE_READ) ? MC_TE_OPC_READ : MC_TE_OPC_WRITE, local,
-                        remote, len, NULL, NULL);
+                        remote, len, (op == MC_TE_READ) ? gen : 0, NULL, NULL);
 }
 
 const char *mc_tcp_peer_host(const void *peer)
@@ -1908,7 +1913,7 @@ mc_status_t mc_tcp_hs_call(void *peer, uint64_t conn_id, const uint8_t *req, siz
         mc_set_error_detail("rdma handshake record of %zu bytes (1..%u)", len, MC_TE_HS_MAX);
         return MC_INVALID_PARAMS;
     }
-    st = peer_request(peer, MC_TE_OPC_RDMA_CONNECT, (void *)(uintptr_t)req, conn_id, len,
+    st = peer_request(peer, MC_TE_OPC_RDMA_CONNECT, (void *)(uintptr_t)req, conn_id, len, 0,
                       &resp, &rlen);
     if (st != MC_OK)
         return st;
