@@ -76,6 +76,10 @@ typedef struct mc_te_region {
     int fd;                              /* sealed memfd to share, or -1 */
     uint32_t shm_slot;                   /* control word, or UINT32_MAX */
     uint64_t shm_gen;                    /* its value while registered */
+    /* a file segment (transfer/file/file.h): its bytes are moved by the
+     * backend at offset addr - this->addr, never by memcpy; NULL for memory */
+    const struct mc_te_file_ops *fops;
+    void *fpriv;
 } mc_te_region_t;
 
 /* One element of a pipelined run (mc_te_tp_xfer_run). */
@@ -297,6 +301,12 @@ int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_sta
 mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
                                      unsigned need_flags);
 void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);
+
+/* A file segment's bytes: @p len bytes at address @p addr of @p r (held,
+ * acquired for that range) from @p buf into the store when @p to_region,
+ * else from the store into @p buf.  MC_OK or the backend's I/O status. */
+mc_status_t mc_te_region_file_io(mc_te_region_t *r, int to_region, void *buf, uint64_t addr,
+                                 size_t len);
 
 /* mc_te_mem_reg for memory mapped from @p fd (offset 0): with
  * MC_TE_MEM_REMOTE_ACCESS, and when fd is a memfd sealed against shrinking
