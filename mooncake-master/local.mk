@@ -8,6 +8,7 @@ mooncake_master_SOURCES = \
 	mooncake-master/objects.c \
 	mooncake-master/evict.c mooncake-master/evict.h \
 	mooncake-master/segments.c \
+	mooncake-master/nof.c \
 	mooncake-master/clients.c \
 	mooncake-master/meta_owner.c \
 	mooncake-master/http.c mooncake-master/http.h \
