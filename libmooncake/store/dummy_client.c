@@ -438,6 +438,12 @@ static mc_status_t cfg_check(const mc_replicate_config_t *cfg, size_t nkeys)
     mc_status_t st = mc_store_config_check(cfg, nkeys, MC_WF_SAME_NODE);
     if ((st != MC_OK) || (cfg == NULL))
         return st;
+    if ((cfg->field_mask & MC_RC_FIELD_PREFERRED_NOF) &&
+        (cfg->preferred_nof_segments_count > 0)) {
+        mc_set_error_detail("preferred_nof_segments is not carried by the dummy-client "
+                            "protocol; ask the real client directly");
+        return MC_NOT_SUPPORTED;
+    }
     if ((cfg->preferred_segment != NULL) &&
         (strlen(cfg->preferred_segment) > MC_DUMMY_MAX_KEY)) {
         mc_set_error_detail("preferred_segment through a dummy client is at most %u bytes",
