@@ -40,6 +40,7 @@
     X(master_disk)        \
     X(store_disk)         \
     X(master_mem)         \
+    X(nof)                \
     X(etcd)               \
     X(tensor)             \
     X(fastcopy)           \
