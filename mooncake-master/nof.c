@@ -104,6 +104,18 @@ static mc_status_t nof_add(mc_master_t *m, mc_client_t *c, const mc_wire_segment
 
     if (nof_find(m, s->id) != NULL)
         return MC_OK; /* a retried mount */
+    /* Another client's NoF segment of this name: its process is gone and
+     * the port serves a new one (as drop_stale_namesakes in segments.c). */
+    for (uint32_t i = 0; i < m->nnof;) {
+        mc_segment_t *old = m->nofv[i];
+        if ((old->owner == c) || !str_is(s->name, old->name)) {
+            i++;
+            continue;
+        }
+        mc_warn("NoF segment name %s is now mounted by another client: dropping the stale "
+                "segment", old->name);
+        mc_master_nof_unmount(m, old); /* moves the last segment into slot i */
+    }
     if (m->nnof == m->nofv_cap) {
         uint32_t ncap      = m->nofv_cap ? m->nofv_cap * 2 : 8;
         mc_segment_t **nv = realloc(m->nofv, (size_t)ncap * sizeof(*nv));

@@ -421,7 +421,7 @@ static void cfg_to_wire(const mc_replicate_config_t *cfg, put_cfg_t *pc)
         w->plen = (uint32_t)strlen(cfg->preferred_segment);
     }
     w->present = 1;
-    w->field_mask = cfg->field_mask;
+    w->field_mask = cfg->field_mask & ~(uint64_t)MC_RC_FIELD_PREFERRED_NOF;
     w->soft_pin_ttl_ms = cfg->soft_pin_ttl_ms;
     w->replica_num = cfg->replica_num;
     w->nof_replica_num = cfg->nof_replica_num;

@@ -12,7 +12,7 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
   put_random   key, size, preferred?, replica_num?, hard_pin? -> rc, sha256
   upsert       key, hex, preferred?, replica_num?          -> rc
   upsert_random key, size, preferred?, replica_num?        -> rc, sha256
-  replica_desc key                 -> replicas: [{status, memory, endpoint, size}]
+  replica_desc key                 -> replicas: [{status, memory, nof, endpoint, size}]
   get          key                                -> len, sha256, seconds, hex (<= 4 KiB),
                                                      detail (why, when b"")
   exist        key                                         -> rc

@@ -373,3 +373,22 @@ def test_refusals(tmp_path):
         for p in procs:
             p.stop()
         m.stop()
+
+
+def test_master_restart_remounts_the_nof_segment(cluster):
+    """A restarted master starts empty; the storage node's heartbeat mounts
+    its NoF segment again and NoF placement works at once."""
+    c = cluster
+    ports = (c.master.port, c.master.http_port, c.master.metrics_port)
+    c.master.kill()
+    c.master.stop()
+    c.master = Master([], ports=ports)
+    wait_until(lambda: c.master.metric("master_mounted_nof_segments") == 1, 20,
+               "the storage node to remount its NoF segment")
+    assert c.master.metric("master_total_nof_capacity_bytes") == NOF_SIZE
+    data = os.urandom(48 * KiB)
+    k = key()
+    wait_until(lambda: c.put(k, data) == 0, 20, "a put with a NoF replica to succeed")
+    reps = c.reader.call("replica_desc", key=k)["replicas"]
+    assert [r["nof"] for r in reps] == [False, True], reps
+    assert data in file_bytes(c.path)
