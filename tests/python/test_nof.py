@@ -181,8 +181,8 @@ def test_confinement(cluster):
     segs = [b for b in desc["buffers"] if b["length"] == NOF_SIZE]
     assert len(segs) == 1, desc["buffers"]
     base, length = segs[0]["addr"], segs[0]["length"]
-    nof = [r for r in c.reader.call("replica_desc", key=k)["replicas"] if r["nof"]][0]
-    del nof
+    nof = [r for r in c.reader.call("replica_desc", key=k)["replicas"] if r["nof"]]
+    assert [r["endpoint"] for r in nof] == [c.node_name], nof
 
     with connect(data_port) as s:
         # the whole segment in one read (several bounce-buffer pieces)
