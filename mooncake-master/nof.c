@@ -434,6 +434,8 @@ static void per_segment(mc_master_t *m, struct evbuffer *b, const char *name, co
     }
 }
 
+/* The eviction counters carry upstream's names, which do not end in
+ * _total: they are "untyped", as master_evicted_key_count is (admin.c). */
 void mc_master_nof_metrics(mc_master_t *m, struct evbuffer *b)
 {
     mc_master_metric(b, "master_nof_allocated_bytes", "gauge", "Bytes allocated in NoF segments.",
@@ -443,20 +445,28 @@ void mc_master_nof_metrics(mc_master_t *m, struct evbuffer *b)
     mc_master_metric(b, "master_mounted_nof_segments", "gauge", "Mounted NoF segments.", m->nnof);
     per_segment(m, b, "nof_segment_allocated_bytes", "Bytes allocated in one NoF segment.", 1);
     per_segment(m, b, "nof_segment_total_capacity_bytes", "Capacity of one NoF segment.", 0);
-    mc_master_metric(b, "master_evicted_key_count_nof", "counter",
+    mc_master_metric(b, "master_evicted_key_count_nof", "untyped",
           "Objects whose NoF replicas were evicted since start.", m->nof_evicted_keys);
-    mc_master_metric(b, "master_evicted_size_bytes_nof", "counter",
+    mc_master_metric(b, "master_evicted_size_bytes_nof", "untyped",
           "Bytes of NoF replicas evicted since start.", m->nof_evicted_bytes);
-    mc_master_metric(b, "master_attempted_evictions_nof", "counter", "NoF eviction passes started.",
+    mc_master_metric(b, "master_attempted_evictions_nof", "untyped", "NoF eviction passes started.",
           m->nof_eviction_attempts);
-    mc_master_metric(b, "master_successful_evictions_nof", "counter",
+    mc_master_metric(b, "master_successful_evictions_nof", "untyped",
           "NoF eviction passes that freed something.", m->nof_evictions);
-    mc_master_metric(b, "master_evicted_key_count_mem", "counter", "Objects evicted from memory since start.",
+    /* upstream counts REMOUNT_NOF_SEGMENTS under the singular name */
+    mc_master_metric(b, "master_remount_nof_segment_requests_total", "counter",
+                     "REMOUNT_NOF_SEGMENTS requests handled (upstream's name).",
+                     m->op_requests[MC_WIRE_OP_REMOUNT_NOF_SEGMENTS]);
+    mc_master_metric(b, "master_remount_nof_segment_failures_total", "counter",
+                     "REMOUNT_NOF_SEGMENTS requests answered with an error status (upstream's "
+                     "name).",
+                     m->op_failures[MC_WIRE_OP_REMOUNT_NOF_SEGMENTS]);
+    mc_master_metric(b, "master_evicted_key_count_mem", "untyped", "Objects evicted from memory since start.",
           m->evicted_keys);
-    mc_master_metric(b, "master_evicted_size_bytes_mem", "counter", "Bytes evicted from memory since start.",
+    mc_master_metric(b, "master_evicted_size_bytes_mem", "untyped", "Bytes evicted from memory since start.",
           m->evicted_bytes);
-    mc_master_metric(b, "master_attempted_evictions_mem", "counter", "Memory eviction passes started.",
+    mc_master_metric(b, "master_attempted_evictions_mem", "untyped", "Memory eviction passes started.",
           m->eviction_attempts);
-    mc_master_metric(b, "master_successful_evictions_mem", "counter",
+    mc_master_metric(b, "master_successful_evictions_mem", "untyped",
           "Memory eviction passes that freed something.", m->evictions);
 }

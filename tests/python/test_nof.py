@@ -105,6 +105,8 @@ def test_put_survives_the_memory_holder(cluster):
     c = cluster
     assert c.master.metric("master_total_nof_capacity_bytes") == NOF_SIZE
     assert c.master.metric("master_mounted_nof_segments") == 1
+    assert c.master.metric("master_mount_nof_segment_requests_total") == 1
+    assert metric_line(c.master, "nof_segment_total_capacity_bytes{segment=") == NOF_SIZE
     data = os.urandom(300 * KiB)
     k = key()
     assert c.put(k, data) == 0
@@ -385,6 +387,7 @@ def test_master_restart_remounts_the_nof_segment(cluster):
     c.master = Master([], ports=ports)
     wait_until(lambda: c.master.metric("master_mounted_nof_segments") == 1, 20,
                "the storage node to remount its NoF segment")
+    assert c.master.metric("master_remount_nof_segment_requests_total") >= 1
     assert c.master.metric("master_total_nof_capacity_bytes") == NOF_SIZE
     data = os.urandom(48 * KiB)
     k = key()
