@@ -668,7 +668,7 @@ mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key
 /* Free every replica of @p o at once and erase it (eviction). */
 void mc_master_object_erase(mc_master_t *m, mc_object_t *o);
 
-/* ---- nof.c: the NoF pool (docs/tiers.md §7, docs/protocol.md §5.16) ----- */
+/* ---- nof.c: the NoF pool (docs/tiers.md §8, docs/protocol.md §5.17) ----- */
 
 /* One allocation of @p size bytes on @p seg (memory or NoF, accounted to
  * its pool), or NULL when it does not fit or its owner is suspect

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The NoF pool (docs/tiers.md §7, docs/protocol.md §5.16): segments that a
+ * The NoF pool (docs/tiers.md §8, docs/protocol.md §5.17): segments that a
  * storage node's transfer engine serves from a file or a device, and the
  * replicas placed in them (ReplicateConfig.nof_replica_num).
  *

@@ -696,7 +696,7 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
     out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
     if ((n > 0) && (out->v == NULL))
         return MC_INTERNAL_ERROR;
-    /* memory first, then NoF (docs/tiers.md §7): readers take the first */
+    /* memory first, then NoF (docs/tiers.md §8): readers take the first */
     for (int nof = 0; nof <= 1; nof++) {
         for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
             const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);

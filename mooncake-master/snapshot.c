@@ -157,7 +157,7 @@ static void encode_object(mc_buf_t *b, const mc_object_t *o)
     mc_buf_put_u8(b, gid != NULL);
     if (gid != NULL)
         mc_buf_put_str(b, mc_str_from_cstr(gid));
-    /* NoF segments are not logged (docs/tiers.md §7): nor their replicas */
+    /* NoF segments are not logged (docs/tiers.md §8): nor their replicas */
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
         n += !mc_container_of(pos, mc_replica_t, link)->seg->nof;
     mc_buf_put_u32(b, n);

@@ -1152,7 +1152,7 @@ static int mooncake_host_mem_free(uint64_t addr)
         return mc_store_offload_start($self->h, dir);
     }
 
-    /* NoF segments (docs/tiers.md §7): serve @p size bytes of @p path. */
+    /* NoF segments (docs/tiers.md §8): serve @p size bytes of @p path. */
     int nof_mount(const char *path, uint64_t size)
     {
         return mc_store_nof_mount($self->h, path, size);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * NoF segments served by this client (docs/tiers.md §7): a storage node's
+ * NoF segments served by this client (docs/tiers.md §8): a storage node's
  * side of the NoF pool.
  *
  * Mounting registers the file with the transfer engine as a file segment

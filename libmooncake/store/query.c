@@ -75,7 +75,7 @@ static int disk_usable(const mc_wire_replica_t *r, uint64_t size)
 }
 
 /* A memory or NoF replica (NoF is read like memory, through the storage
- * node's engine, docs/tiers.md §7). */
+ * node's engine, docs/tiers.md §8). */
 static int replica_usable(const mc_wire_replica_t *r, uint64_t size)
 {
     return (r->status == MC_REPLICA_COMPLETE) &&

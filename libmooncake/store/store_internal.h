@@ -224,7 +224,7 @@ typedef struct mc_store_http mc_store_http_t;
 mc_status_t mc_store_http_start(mc_store_h s, uint16_t port, mc_store_http_t **h_p);
 void mc_store_http_stop(mc_store_http_t *h);
 
-/* ---- NoF segments (nof.c, docs/tiers.md §7) ---- */
+/* ---- NoF segments (nof.c, docs/tiers.md §8) ---- */
 /* REMOUNT_NOF_SEGMENTS of every NoF segment we serve (heartbeat remount). */
 void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn);
 /* Unregister every NoF segment and free the record (teardown, after

@@ -79,7 +79,7 @@ typedef struct mc_wire_replica {
 /* mc_wire_replica_t.type */
 #define MC_WIRE_REPLICA_MEMORY 0
 #define MC_WIRE_REPLICA_DISK   2
-/* a buffer in a NoF segment (docs/tiers.md §7): read and written through
+/* a buffer in a NoF segment (docs/tiers.md §8): read and written through
  * the transfer engine exactly like memory, listed after memory */
 #define MC_WIRE_REPLICA_NOF    3
 
@@ -413,7 +413,7 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
 #define MC_WIRE_REQ_disk_replica_drop(F) F(UUID, client_id) F(STR, file_path) F(KEYS, keys)
 #define MC_WIRE_RESP_disk_replica_drop(F) F(I32S, statuses)
 
-/* ---- NoF segments (docs/protocol.md §5.16, docs/tiers.md §7) -----------
+/* ---- NoF segments (docs/protocol.md §5.17, docs/tiers.md §8) -----------
  * A NoF segment is storage a client's transfer engine serves from a file
  * or device (a file segment): the master places nof replicas there
  * (ReplicateConfig.nof_replica_num), apart from memory, with its own

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""NoF segments and nof_replica_num (docs/tiers.md §7) with a real master,
+"""NoF segments and nof_replica_num (docs/tiers.md §8) with a real master,
 a real storage-node process serving a file-backed NoF segment from a
 temporary directory, and real client processes.
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * File segments and the NoF parts of the wire (docs/transfer.md §13,
- * docs/tiers.md §7): the "file" backend on its own, a file segment served
+ * docs/tiers.md §8): the "file" backend on its own, a file segment served
  * by a real engine to a peer engine on loopback (bytes land in the file at
  * their offset, nothing outside the range is reached, the file never
  * grows), the engine's own process reaching it, and CONFIG's preferred NoF

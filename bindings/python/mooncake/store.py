@@ -1806,7 +1806,7 @@ class ReplicaDescriptor:
         return self._disk is not None
 
     def is_nof_replica(self) -> bool:
-        """True for a buffer in a storage node's NoF segment (docs/tiers.md §7)."""
+        """True for a buffer in a storage node's NoF segment (docs/tiers.md §8)."""
         return self._nof is not None
 
     def get_nof_descriptor(self) -> NoFDescriptor:
@@ -1842,7 +1842,7 @@ class ReplicaDescriptor:
 
 class MooncakeDistributedNoFRegister:
     """Serve files or block devices as NoF segments of the store
-    (upstream ``MooncakeDistributedNoFRegister``, docs/tiers.md §7).
+    (upstream ``MooncakeDistributedNoFRegister``, docs/tiers.md §8).
 
     This process becomes a storage node: :meth:`setup` connects it to the
     master as a client without memory of its own, and :meth:`register_file`

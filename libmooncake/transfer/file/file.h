@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * File segments: storage the transfer engine serves with positioned I/O
- * instead of memory (docs/tiers.md §7, docs/transfer.md §13).
+ * instead of memory (docs/tiers.md §8, docs/transfer.md §13).
  *
  * A file segment is registered like a memory region: it takes a range of
  * the engine's address space ([addr, addr+len), reserved PROT_NONE so no
