@@ -219,6 +219,12 @@ static void metric(struct evbuffer *b, const char *name, const char *type, const
                         type, name, v);
 }
 
+void mc_master_metric(struct evbuffer *b, const char *name, const char *type, const char *help,
+                      uint64_t v)
+{
+    metric(b, name, type, help, v);
+}
+
 /* master_batch_<op>_{partial_successes,items,failed_items}_total, counted
  * by rpc.c's dispatcher for every batch opcode. */
 static void batch_metrics(mc_master_t *m, struct evbuffer *b, const admin_op_t *op)
@@ -289,6 +295,7 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
            m->offloaded_keys);
     metric(b, "master_offloaded_bytes_total", "counter", "Bytes of the disk replicas reported.",
            m->offloaded_bytes);
+    mc_master_nof_metrics(m, b);
     metric(b, "master_disk_replicas_dropped_total", "counter",
            "Disk replicas forgotten (bucket gone, holder gone, upsert, object end).",
            m->disk_dropped_keys);

@@ -175,50 +175,53 @@ int32_t mc_master_ping(mc_req_ctx_t *x, const mc_wire_ping_req_t *req, mc_wire_p
     return MC_OK;
 }
 
-/* §5.3 MOUNT_SEGMENT */
-int32_t mc_master_mount_segment(mc_req_ctx_t *x, const mc_wire_mount_segment_req_t *req)
+int32_t mc_master_mount_each(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_segment_t *v,
+                             uint32_t n, mc_master_seg_fn check, mc_master_seg_fn mount,
+                             mc_client_t **c_p)
 {
     mc_client_t *c;
-    mc_status_t st;
 
-    if (mc_uuid_is_nil(req->client_id))
+    if (mc_uuid_is_nil(client_id))
         return MC_INVALID_PARAMS;
     /* Validate before registering the client, so a rejected mount does not
      * make an unknown client "known". */
-    st = mc_master_segment_check(x->m, mc_master_client_find(x->m, req->client_id), &req->segment);
-    if (st != MC_OK)
-        return st;
-    c = mc_master_client_touch(x->m, req->client_id, x->now_ms);
+    c = mc_master_client_find(x->m, client_id);
+    for (uint32_t i = 0; i < n; i++) {
+        mc_status_t st = check(x->m, c, &v[i]);
+        if (st != MC_OK)
+            return st;
+    }
+    c = mc_master_client_touch(x->m, client_id, x->now_ms);
     if (c == NULL)
         return MC_INTERNAL_ERROR;
-    return mc_master_segment_mount(x->m, c, &req->segment);
+    for (uint32_t i = 0; i < n; i++) {
+        /* A duplicate id inside the list with other bounds fails here,
+         * after the earlier entries were mounted (documented in §5.3). */
+        mc_status_t st = mount(x->m, c, &v[i]);
+        if (st != MC_OK)
+            return st;
+    }
+    if (c_p != NULL)
+        *c_p = c;
+    return MC_OK;
+}
+
+/* §5.3 MOUNT_SEGMENT */
+int32_t mc_master_mount_segment(mc_req_ctx_t *x, const mc_wire_mount_segment_req_t *req)
+{
+    return mc_master_mount_each(x, req->client_id, &req->segment, 1, mc_master_segment_check,
+                                mc_master_segment_mount, NULL);
 }
 
 /* §5.3 REMOUNT_SEGMENTS: after a master restart or an expiry. */
 int32_t mc_master_remount_segments(mc_req_ctx_t *x, const mc_wire_remount_segments_req_t *req)
 {
-    mc_client_t *c;
-
-    if (mc_uuid_is_nil(req->client_id))
-        return MC_INVALID_PARAMS;
-    c = mc_master_client_find(x->m, req->client_id);
-    for (uint32_t i = 0; i < req->segments.n; i++) {
-        mc_status_t st = mc_master_segment_check(x->m, c, &req->segments.v[i]);
-        if (st != MC_OK)
-            return st;
-    }
-    c = mc_master_client_touch(x->m, req->client_id, x->now_ms);
-    if (c == NULL)
-        return MC_INTERNAL_ERROR;
-    for (uint32_t i = 0; i < req->segments.n; i++) {
-        /* A duplicate id inside the list with other bounds fails here,
-         * after the earlier entries were mounted (documented in §5.3). */
-        mc_status_t st = mc_master_segment_mount(x->m, c, &req->segments.v[i]);
-        if (st != MC_OK)
-            return st;
-    }
-    c->restored = 0;
-    return MC_OK;
+    mc_client_t *c = NULL;
+    int32_t st = mc_master_mount_each(x, req->client_id, req->segments.v, req->segments.n,
+                                      mc_master_segment_check, mc_master_segment_mount, &c);
+    if (st == MC_OK)
+        c->restored = 0;
+    return st;
 }
 
 /* §5.3 UNMOUNT_SEGMENT: only the owner may unmount. */

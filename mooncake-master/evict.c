@@ -36,7 +36,8 @@ void mc_master_lru_touch(mc_master_t *m, mc_object_t *o)
 static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok, int offload_wait)
 {
     /* a disk-only object holds no memory (docs/tiers.md) */
-    if (!o->complete || o->hard_pin || mc_mlist_empty(&o->replicas))
+    /* ... nor does one left only with NoF replicas (nof.c) */
+    if (!o->complete || o->hard_pin || !mc_master_object_has_memory(o))
         return -1;
     if ((o->upsert != MC_UPSERT_NONE) || mc_object_replicating(o))
         return 0;
@@ -68,7 +69,10 @@ static uint64_t evict_one(mc_master_t *m, mc_object_t *o, int keep_disk)
              mc_object_key(o).ptr, o->size);
     /* with a copy on a holder's disk, only the memory goes: the object
      * stays readable from disk (--enable_offload, docs/tiers.md) */
-    if (!keep_disk || !mc_master_object_drop_memory(m, o))
+    /* likewise with a NoF replica: only the memory goes (nof.c) */
+    if (keep_disk && mc_master_nof_drop_memory(m, o))
+        ;
+    else if (!keep_disk || !mc_master_object_drop_memory(m, o))
         mc_master_object_erase(m, o);
     freed = before >= m->allocated_bytes ? before - m->allocated_bytes : 0;
     m->evicted_keys++;

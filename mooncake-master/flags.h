@@ -140,10 +140,10 @@ typedef enum mc_flag_kind {
       "Share of the store freed by one eviction pass (0..1).")                              \
     X(DOUBLE, eviction_high_watermark_ratio, "0.90", v_ratio, 0,                            \
       "Used/capacity ratio that triggers eviction (0..1).")                                 \
-    X(DOUBLE, nof_eviction_ratio, "0.05", v_ratio, MC_FLAG_COMPAT,                          \
-      "Eviction ratio of the NVMe-oF pool (0..1).")                                         \
-    X(DOUBLE, nof_eviction_high_watermark_ratio, "0.90", v_ratio, MC_FLAG_COMPAT,           \
-      "Eviction high watermark of the NVMe-oF pool (0..1).")                                \
+    X(DOUBLE, nof_eviction_ratio, "0.05", v_ratio, 0,                                       \
+      "Share of the NoF pool freed by one NoF eviction pass (0..1).")                       \
+    X(DOUBLE, nof_eviction_high_watermark_ratio, "0.90", v_ratio, 0,                        \
+      "Used/capacity ratio of the NoF pool that triggers NoF eviction (0..1).")             \
     /* ---- clients ---- */                                                                 \
     X(INT, client_ttl, "10", v_positive, 0,                                                 \
       "Seconds a client stays alive after its last ping; then its segments are unmounted "  \

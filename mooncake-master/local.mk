@@ -10,6 +10,7 @@ mooncake_master_SOURCES = \
 	mooncake-master/dfs_alloc.c mooncake-master/dfs_alloc.h \
 	mooncake-master/evict.c mooncake-master/evict.h \
 	mooncake-master/segments.c \
+	mooncake-master/nof.c \
 	mooncake-master/clients.c \
 	mooncake-master/meta_owner.c \
 	mooncake-master/http.c mooncake-master/http.h \

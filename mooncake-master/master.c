@@ -47,6 +47,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     mc_master_objects_tick(m, now);
     mc_master_tasks_tick(m, now);
     mc_master_evict_tick(m, now);
+    mc_master_nof_evict_tick(m, now);
     mc_master_ha_tick(m);
     mc_durable_tick(m, now);
 }
@@ -240,6 +241,7 @@ static void index_cleanup(mc_master_t *m)
         mc_master_objects_cleanup(m);
     if (m->segments.buckets != NULL)
         mc_master_segments_cleanup(m);
+    mc_master_nof_cleanup(m);
     if (m->clients.buckets != NULL)
         mc_master_clients_cleanup(m);
 }
@@ -249,6 +251,8 @@ void mc_master_index_reset(mc_master_t *m)
     index_cleanup(m);
     m->capacity_bytes  = 0;
     m->allocated_bytes = 0;
+    m->nof_capacity_bytes  = 0;
+    m->nof_allocated_bytes = 0;
     if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
         (mc_master_clients_init(m) != MC_OK) || (mc_master_tasks_init(m) != MC_OK)) {
         /* a master with a broken index must not serve */

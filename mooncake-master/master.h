@@ -389,8 +389,9 @@ struct mc_segment {
     uint64_t size;
     mc_alloc_t *alloc;
     mc_segment_state_t state;
-    uint32_t index;            /* position in m->segv */
+    uint32_t index;            /* position in m->segv (m->nofv when nof) */
     mc_mlist_t client_link;    /* in owner->segments */
+    uint8_t nof;               /* a NoF segment (nof.c): in m->nofv, not m->segments */
 };
 
 struct mc_client {
@@ -466,6 +467,17 @@ struct mc_master {
     /* eviction counters (evict.c), exported by admin.c */
     uint64_t evicted_keys;
     uint64_t evicted_bytes;
+    /* the NoF pool (nof.c) */
+    mc_segment_t **nofv;
+    uint32_t nnof;
+    uint32_t nofv_cap;
+    uint64_t nof_rr;               /* rotating start of NoF placement */
+    uint64_t nof_capacity_bytes;
+    uint64_t nof_allocated_bytes;
+    uint64_t nof_evicted_keys;
+    uint64_t nof_evicted_bytes;
+    uint64_t nof_eviction_attempts;
+    uint64_t nof_evictions;
     uint64_t evictions;
     uint64_t eviction_attempts;        /* passes started (background or inline) */
 
@@ -668,6 +680,14 @@ void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms);
 size_t mc_master_clients_count(const mc_master_t *m);
 
 int32_t mc_master_ping(mc_req_ctx_t *x, const mc_wire_ping_req_t *req, mc_wire_ping_resp_t *resp);
+/* Check, then mount, each of v[0..n) for client_id (MOUNT_SEGMENT,
+ * REMOUNT_SEGMENTS and their NoF forms): nothing is registered when a
+ * check fails.  *c_p (may be NULL) is the client on success. */
+typedef mc_status_t (*mc_master_seg_fn)(mc_master_t *m, mc_client_t *c,
+                                        const mc_wire_segment_t *s);
+int32_t mc_master_mount_each(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_segment_t *v,
+                             uint32_t n, mc_master_seg_fn check, mc_master_seg_fn mount,
+                             mc_client_t **c_p);
 int32_t mc_master_mount_segment(mc_req_ctx_t *x, const mc_wire_mount_segment_req_t *req);
 int32_t mc_master_remount_segments(mc_req_ctx_t *x, const mc_wire_remount_segments_req_t *req);
 int32_t mc_master_unmount_segment(mc_req_ctx_t *x, const mc_wire_unmount_segment_req_t *req);
@@ -703,6 +723,57 @@ mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key
 
 /* Free every replica of @p o at once and erase it (eviction). */
 void mc_master_object_erase(mc_master_t *m, mc_object_t *o);
+
+/* ---- nof.c: the NoF pool (docs/tiers.md §8, docs/protocol.md §5.17) ----- */
+
+/* One allocation of @p size bytes on @p seg (memory or NoF, accounted to
+ * its pool), or NULL when it does not fit or its owner is suspect
+ * (segments.c). */
+mc_replica_t *mc_master_segment_try(mc_master_t *m, mc_segment_t *seg, uint64_t size,
+                                    uint64_t now_ms);
+struct evbuffer;
+/* One unlabelled Prometheus metric (admin.c). */
+void mc_master_metric(struct evbuffer *b, const char *name, const char *type, const char *help,
+                      uint64_t v);
+
+int32_t mc_master_mount_nof_segment(mc_req_ctx_t *x, const mc_wire_mount_nof_segment_req_t *req);
+int32_t mc_master_remount_nof_segments(mc_req_ctx_t *x,
+                                       const mc_wire_remount_nof_segments_req_t *req);
+int32_t mc_master_unmount_nof_segment(mc_req_ctx_t *x,
+                                      const mc_wire_unmount_nof_segment_req_t *req);
+int32_t mc_master_get_all_nof_segments(mc_req_ctx_t *x,
+                                       const mc_wire_get_all_nof_segments_req_t *req,
+                                       mc_wire_get_all_nof_segments_resp_t *resp);
+int32_t mc_master_get_nof_segments_by_name(mc_req_ctx_t *x,
+                                           const mc_wire_get_nof_segments_by_name_req_t *req,
+                                           mc_wire_get_nof_segments_by_name_resp_t *resp);
+/* Unmount NoF segment @p seg (its replicas dropped) and free it. */
+void mc_master_nof_unmount(mc_master_t *m, mc_segment_t *seg);
+/* Free every NoF segment (teardown, objects already gone). */
+void mc_master_nof_cleanup(mc_master_t *m);
+/* Allocate up to cfg->nof_replica_num replicas of @p size bytes on
+ * distinct NoF segments (cfg->preferred_nof_segments first) into @p out,
+ * evicting from the pool (never @p keep) when nothing fits; returns how
+ * many were placed. */
+uint32_t mc_master_nof_place(mc_master_t *m, uint64_t now_ms, uint64_t size,
+                             const mc_wire_config_t *cfg, const mc_object_t *keep,
+                             mc_replica_t **out);
+/* A NoF replica's block @p b was given back to its allocator. */
+void mc_master_nof_release(mc_master_t *m, mc_alloc_block_t b);
+/* 1 when @p o has a replica in a memory segment. */
+int mc_master_object_has_memory(const mc_object_t *o);
+/* Memory eviction of @p o when it has a NoF replica: its memory replicas
+ * go, it stays (off the LRU); returns 1 then, 0 when @p o has no NoF or
+ * no memory replica (nothing done). */
+int mc_master_nof_drop_memory(mc_master_t *m, mc_object_t *o);
+/* Drop NoF replicas of evictable objects other than @p keep until
+ * @p target bytes are freed; returns the bytes freed. */
+uint64_t mc_master_nof_evict(mc_master_t *m, uint64_t now_ms, uint64_t target,
+                             const mc_object_t *keep);
+/* Background pass above --nof_eviction_high_watermark_ratio. */
+void mc_master_nof_evict_tick(mc_master_t *m, uint64_t now_ms);
+/* master_nof_* and per-NoF-segment Prometheus metrics. */
+void mc_master_nof_metrics(mc_master_t *m, struct evbuffer *b);
 
 /* ---- tasks.c: copy and move tasks (docs/protocol.md §5.13) -------------- */
 

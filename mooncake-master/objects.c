@@ -815,7 +815,7 @@ static void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint6
 {
     w->id         = r->id;
     w->status     = r->status;
-    w->type       = 0; /* memory */
+    w->type       = r->seg->nof ? MC_WIRE_REPLICA_NOF : MC_WIRE_REPLICA_MEMORY;
     w->addr       = r->seg->base + mc_alloc_offset(r->seg->alloc, r->node);
     w->size       = size;
     w->segment    = mc_str_from_cstr(r->seg->name);
@@ -842,12 +842,16 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
     out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
     if ((n > 0) && (out->v == NULL))
         return MC_INTERNAL_ERROR;
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        /* a restored segment's bytes are not vouched for until its owner
-         * remounts it */
-        if ((r->status == MC_REPLICA_COMPLETE) && (r->seg->state != MC_SEG_AWAITING))
-            fill_wire_replica(&out->v[out->n++], r, o->size);
+    /* memory first, then NoF (docs/tiers.md §8): readers take the first */
+    for (int nof = 0; nof <= 1; nof++) {
+        for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
+            const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+            /* a restored segment's bytes are not vouched for until its
+             * owner remounts it */
+            if ((r->status == MC_REPLICA_COMPLETE) && (r->seg->state != MC_SEG_AWAITING) &&
+                ((int)r->seg->nof == nof))
+                fill_wire_replica(&out->v[out->n++], r, o->size);
+        }
     }
     if ((d != NULL) && disk_readable(x->m, d)) {
         /* last: readers prefer memory (docs/tiers.md) */
@@ -906,8 +910,10 @@ static int32_t config_check(mc_req_ctx_t *x, const mc_wire_config_t *c)
     }
     if (c->prefer_alloc_in_same_node && (c->replica_num != 1))
         return MC_INVALID_PARAMS;
-    if (c->nof_replica_num > 0)
-        return MC_NOT_SUPPORTED; /* the NVMe-oF tier does not exist yet */
+    /* NoF segments to prefer name where nof replicas go: none asked, a
+     * preference would be ignored */
+    if ((c->preferred_nof_segments.n > 0) && (c->nof_replica_num == 0))
+        return MC_INVALID_PARAMS;
     return mc_master_dfs_config_check(m, x->tenant, c);
 }
 
@@ -934,6 +940,8 @@ static uint32_t place_try(void *arg)
     return mc_master_segments_allocate(p->m, p->length, p->want, p->preferred, p->local, p->reps);
 }
 
+static void release_placed(mc_master_t *m, mc_replica_t **reps, uint32_t n);
+
 /* Allocate the replicas of one write (arena array in *reps_p); returns
  * how many were placed, 0 when none fitted even after evicting every
  * evictable object but @p keep (evict.h). */
@@ -951,7 +959,9 @@ static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
         return 0;
     }
     want    = MC_MIN(cfg->replica_num, m->nseg);
-    *reps_p = mc_arena_calloc(x->arena, want, sizeof(**reps_p));
+    /* room for the NoF replicas after the memory ones (nof.c) */
+    *reps_p = mc_arena_calloc(x->arena, (size_t)want + MC_MIN(cfg->nof_replica_num, m->nnof),
+                              sizeof(**reps_p));
     if (*reps_p == NULL) {
         *st_p = MC_INTERNAL_ERROR;
         return 0;
@@ -965,6 +975,17 @@ static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
     n           = place_try(&p);
     if (n == 0)
         n = mc_master_evict_until(m, x->now_ms, length, keep, place_try, &p);
+    if ((n > 0) && (cfg->nof_replica_num > 0)) {
+        /* best effort like memory, but none at all of the NoF replicas
+         * asked for fails the write: the caller wanted a copy off memory */
+        uint32_t k = mc_master_nof_place(m, x->now_ms, length, cfg, keep, *reps_p + n);
+        if (k == 0) {
+            mc_debug("no NoF segment has room for %" PRIu64 " bytes", length);
+            release_placed(m, *reps_p, n);
+            n = 0;
+        }
+        n += k;
+    }
     *st_p = n ? MC_OK : MC_NO_AVAILABLE_HANDLE;
     return n;
 }

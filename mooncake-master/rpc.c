@@ -408,6 +408,11 @@ MC_RPC_PLAIN_HANDLER_(task_replica_revoke)
 MC_RPC_RESP_HANDLER_(batch_replica_clear)
 MC_RPC_PLAIN_HANDLER_(offload_report)
 MC_RPC_RESP_HANDLER_(disk_replica_drop)
+MC_RPC_PLAIN_HANDLER_(mount_nof_segment)
+MC_RPC_PLAIN_HANDLER_(remount_nof_segments)
+MC_RPC_PLAIN_HANDLER_(unmount_nof_segment)
+MC_RPC_RESP_HANDLER_(get_all_nof_segments)
+MC_RPC_RESP_HANDLER_(get_nof_segments_by_name)
 
 /* A handler's answer that comes later (not a status: those are <= 0). */
 #define MC_RPC_DEFERRED 1

@@ -249,6 +249,11 @@ void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg)
     char idbuf[37];
     size_t dropped;
 
+    if (seg->nof) { /* on its client's list like memory, kept apart (nof.c) */
+        mc_master_nof_unmount(m, seg);
+        return;
+    }
+
     /* No allocation may land here while its replicas go. */
     seg->state = MC_SEG_UNMOUNTING;
     dropped    = mc_master_objects_drop_segment(m, seg);
@@ -310,6 +315,8 @@ void mc_master_segment_release(mc_master_t *m, mc_replica_t *r)
     if ((b.size == 0) || (mc_alloc_put(seg->alloc, &b) != MC_OK))
         mc_error("segment %s: allocator refused block offset=%" PRIu64 " size=%" PRIu64,
                  seg->name, b.offset, b.size);
+    else if (seg->nof)
+        mc_master_nof_release(m, b);
     else
         m->allocated_bytes -= b.size;
 }
@@ -317,12 +324,18 @@ void mc_master_segment_release(mc_master_t *m, mc_replica_t *r)
 /* One allocation on @p seg, or NULL when it does not fit. */
 static mc_replica_t *try_segment(mc_master_t *m, mc_segment_t *seg, uint64_t size)
 {
+    return mc_master_segment_try(m, seg, size, mc_now_ms());
+}
+
+mc_replica_t *mc_master_segment_try(mc_master_t *m, mc_segment_t *seg, uint64_t size,
+                                    uint64_t now_ms)
+{
     mc_alloc_block_t block;
     mc_replica_t *r;
 
     if (seg->state != MC_SEG_OK)
         return NULL;
-    if ((seg->owner != NULL) && mc_master_client_suspect(m, seg->owner, mc_now_ms()))
+    if ((seg->owner != NULL) && mc_master_client_suspect(m, seg->owner, now_ms))
         return NULL; /* its owner stopped pinging: likely dead, do not write there */
     if (mc_alloc_get(seg->alloc, size, &block) != MC_OK)
         return NULL;
@@ -336,7 +349,10 @@ static mc_replica_t *try_segment(mc_master_t *m, mc_segment_t *seg, uint64_t siz
     r->seg    = seg;
     r->node   = block.node;
     mc_mlist_init(&r->link);
-    m->allocated_bytes += block.size;
+    if (seg->nof)
+        m->nof_allocated_bytes += block.size;
+    else
+        m->allocated_bytes += block.size;
     return r;
 }
 
@@ -397,6 +413,8 @@ uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t wan
         for (pos = local->segments.next; (pos != &local->segments) && (n < want);
              pos = pos->next) {
             mc_segment_t *seg = mc_container_of(pos, mc_segment_t, client_link);
+            if (seg->nof)
+                continue; /* the NoF pool is placed apart (nof.c) */
             if (!name_taken(out, n, seg->name) && ((r = try_segment(m, seg, size)) != NULL))
                 out[n++] = r;
         }

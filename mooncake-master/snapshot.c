@@ -157,12 +157,16 @@ static void encode_object(mc_buf_t *b, const mc_object_t *o)
     mc_buf_put_u8(b, gid != NULL);
     if (gid != NULL)
         mc_buf_put_str(b, mc_str_from_cstr(gid));
+    /* NoF segments are not logged (docs/tiers.md §8): nor their replicas */
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
-        n++;
+        n += !mc_container_of(pos, mc_replica_t, link)->seg->nof;
     mc_buf_put_u32(b, n);
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
         const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        mc_alloc_block_t blk  = mc_master_replica_block(r);
+        mc_alloc_block_t blk;
+        if (r->seg->nof)
+            continue;
+        blk = mc_master_replica_block(r);
         put_uuid(b, r->seg->id);
         mc_buf_put_u64(b, blk.offset);
         mc_buf_put_u64(b, blk.size);

@@ -317,11 +317,13 @@ static int mooncake_lua_replicas(lua_State *L)
         memset(&d, 0, sizeof(d));
         if (mc_store_query_replica(q, i, &d) != MC_OK)
             continue;
-        lua_createtable(L, 0, 6);
+        lua_createtable(L, 0, 7);
         lua_pushinteger(L, (lua_Integer)d.status);
         lua_setfield(L, -2, "status");
-        lua_pushboolean(L, d.is_memory);
+        lua_pushboolean(L, d.is_memory == 1);
         lua_setfield(L, -2, "is_memory");
+        lua_pushboolean(L, d.is_memory == 2); /* a NoF replica */
+        lua_setfield(L, -2, "is_nof");
         lua_pushinteger(L, (lua_Integer)d.addr);
         lua_setfield(L, -2, "addr");
         lua_pushinteger(L, (lua_Integer)d.size);

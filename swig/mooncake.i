@@ -101,6 +101,8 @@ static int mooncake_status_value(int i)
 %ignore mc_replicate_config::preferred_segment;
 %ignore mc_replicate_config::group_ids;
 %immutable mc_replicate_config::group_ids_count;
+%ignore mc_replicate_config::preferred_nof_segments;
+%immutable mc_replicate_config::preferred_nof_segments_count;
 %ignore mc_replicate_config_init;
 
 
@@ -117,11 +119,27 @@ static void mooncake_rc_free_group_ids_(mc_replicate_config_t *cfg)
     cfg->group_ids_count = 0;
 }
 
+static void mooncake_rc_free_pref_nof_(mc_replicate_config_t *cfg)
+{
+    size_t i;
+    if (!(cfg->field_mask & MC_RC_FIELD_PREFERRED_NOF))
+        return; /* the fields are not initialised without the bit */
+    if (cfg->preferred_nof_segments != NULL) {
+        for (i = 0; i < cfg->preferred_nof_segments_count; i++)
+            free((char *)cfg->preferred_nof_segments[i]);
+        free((void *)cfg->preferred_nof_segments);
+    }
+    cfg->preferred_nof_segments = NULL;
+    cfg->preferred_nof_segments_count = 0;
+    cfg->field_mask &= ~(uint64_t)MC_RC_FIELD_PREFERRED_NOF;
+}
+
 static void mooncake_rc_clear_strings_(mc_replicate_config_t *cfg)
 {
     free((char *)cfg->preferred_segment);
     cfg->preferred_segment = NULL;
     mooncake_rc_free_group_ids_(cfg);
+    mooncake_rc_free_pref_nof_(cfg);
 }
 %}
 
@@ -192,6 +210,31 @@ static void mooncake_rc_clear_strings_(mc_replicate_config_t *cfg)
         $self->group_ids = (const char *const *)copy;
         $self->group_ids_count = n;
         $self->field_mask |= MC_RC_FIELD_GROUP_IDS;
+        return MC_OK;
+    }
+
+    /* NoF segments to place the nof replicas on first, in order; sets
+     * MC_RC_FIELD_PREFERRED_NOF.  Copies every string.  Returns MC_OK or
+     * MC_INTERNAL_ERROR when memory runs out (the old list is kept then). */
+    int set_preferred_nof_segments(const char *const *strs, size_t n)
+    {
+        char **copy = calloc((n > 0) ? n : 1, sizeof(*copy));
+        size_t i;
+        if (copy == NULL)
+            return MC_INTERNAL_ERROR;
+        for (i = 0; i < n; i++) {
+            copy[i] = strdup((strs[i] != NULL) ? strs[i] : "");
+            if (copy[i] == NULL) {
+                while (i > 0)
+                    free(copy[--i]);
+                free(copy);
+                return MC_INTERNAL_ERROR;
+            }
+        }
+        mooncake_rc_free_pref_nof_($self);
+        $self->preferred_nof_segments = (const char *const *)copy;
+        $self->preferred_nof_segments_count = n;
+        $self->field_mask |= MC_RC_FIELD_PREFERRED_NOF;
         return MC_OK;
     }
 

@@ -1152,6 +1152,17 @@ static int mooncake_host_mem_free(uint64_t addr)
         return mc_store_offload_start($self->h, dir);
     }
 
+    /* NoF segments (docs/tiers.md §8): serve @p size bytes of @p path. */
+    int nof_mount(const char *path, uint64_t size)
+    {
+        return mc_store_nof_mount($self->h, path, size);
+    }
+
+    int nof_unmount(const char *path)
+    {
+        return mc_store_nof_unmount($self->h, path);
+    }
+
     /* Counter @p which of mc_store_disk_stats_t (in its field order), or
      * a negative status. */
     int64_t offload_stat(int which)

@@ -250,7 +250,7 @@ function Store:batch_remove(keys, force)
     return sts
 end
 
---- The replicas of @p key: a sequence of {status, is_memory, addr, size,
+--- The replicas of @p key: a sequence of {status, is_memory, is_nof, addr, size,
 --- segment, protocol} as the master reports them.
 function Store:get_replica_desc(key)
     local r = core.store_replicas(self._s, key)

@@ -421,7 +421,7 @@ static void cfg_to_wire(const mc_replicate_config_t *cfg, put_cfg_t *pc)
         w->plen = (uint32_t)strlen(cfg->preferred_segment);
     }
     w->present = 1;
-    w->field_mask = cfg->field_mask;
+    w->field_mask = cfg->field_mask & ~(uint64_t)MC_RC_FIELD_PREFERRED_NOF;
     w->soft_pin_ttl_ms = cfg->soft_pin_ttl_ms;
     w->replica_num = cfg->replica_num;
     w->nof_replica_num = cfg->nof_replica_num;
@@ -438,6 +438,12 @@ static mc_status_t cfg_check(const mc_replicate_config_t *cfg, size_t nkeys)
     mc_status_t st = mc_store_config_check(cfg, nkeys, MC_WF_SAME_NODE);
     if ((st != MC_OK) || (cfg == NULL))
         return st;
+    if ((cfg->field_mask & MC_RC_FIELD_PREFERRED_NOF) &&
+        (cfg->preferred_nof_segments_count > 0)) {
+        mc_set_error_detail("preferred_nof_segments is not carried by the dummy-client "
+                            "protocol; ask the real client directly");
+        return MC_NOT_SUPPORTED;
+    }
     if ((cfg->preferred_segment != NULL) &&
         (strlen(cfg->preferred_segment) > MC_DUMMY_MAX_KEY)) {
         mc_set_error_detail("preferred_segment through a dummy client is at most %u bytes",

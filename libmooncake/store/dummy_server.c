@@ -287,7 +287,9 @@ static mc_status_t block_free(session_t *ss, unsigned region, uint32_t handle)
 static void cfg_from_wire(const mc_dummy_cfg_t *w, mc_replicate_config_t *c)
 {
     mc_replicate_config_init(c);
-    c->field_mask = w->field_mask;
+    /* the protocol carries no preferred NoF segments (the dummy client
+     * refuses them): never let a peer's bit point at fields not set here */
+    c->field_mask = w->field_mask & ~(uint64_t)MC_RC_FIELD_PREFERRED_NOF;
     c->replica_num = w->replica_num;
     c->nof_replica_num = w->nof_replica_num;
     c->dfs_replica_num = w->dfs_replica_num;

@@ -76,6 +76,8 @@ static void hb_remount(mc_store_h s, mc_mconn_t *conn)
                 mc_status_name(st), mc_last_error_detail());
     }
     mc_arena_cleanup(&arena);
+    if (st == MC_OK)
+        mc_store_nof_remount(s, conn);
 }
 
 /* One heartbeat.  Returns 0 when the master answered the ping.

@@ -15,6 +15,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/buffer.c \
 	libmooncake/store/session.c \
 	libmooncake/store/mount.c \
+	libmooncake/store/nof.c \
 	libmooncake/store/tasks.c \
 	libmooncake/store/disk.c libmooncake/store/disk.h \
 	libmooncake/store/dfs.c libmooncake/store/dfs.h \

@@ -99,9 +99,13 @@ uint64_t mc_store_segment_gen(mc_uuid_t id)
     return (id.hi ^ id.lo) | (UINT64_C(1) << 63);
 }
 
+/* A memory or NoF replica (NoF is read like memory, through the storage
+ * node's engine, docs/tiers.md §8). */
 static int replica_usable(const mc_wire_replica_t *r, uint64_t size)
 {
-    return (r->status == MC_REPLICA_COMPLETE) && (r->type == 0) && (r->size >= size) &&
+    return (r->status == MC_REPLICA_COMPLETE) &&
+           ((r->type == MC_WIRE_REPLICA_MEMORY) || (r->type == MC_WIRE_REPLICA_NOF)) &&
+           (r->size >= size) &&
            (r->addr <= UINT64_MAX - size) && (r->segment.len > 0) &&
            (r->segment.len < MC_STORE_NAME_MAX) &&
            (memchr(r->segment.ptr, '\0', r->segment.len) == NULL);
@@ -163,16 +167,20 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     memcpy(np, key, klen + 1);
     q->ckey = np;
     np += klen + 1;
-    for (int rank = 0; rank <= 2; rank++) {
+    /* memory before NoF, each nearest first */
+    for (int rank = 0; rank <= 5; rank++) {
         for (uint32_t i = 0; i < reps->n; i++) {
             const mc_wire_replica_t *r = &reps->v[i];
-            if (!replica_usable(r, size) || (replica_rank(s, r->segment) != rank))
+            if (!replica_usable(r, size) ||
+                ((r->type == MC_WIRE_REPLICA_NOF) != (rank >= 3)) ||
+                (replica_rank(s, r->segment) != rank % 3))
                 continue;
             memcpy(np, r->segment.ptr, r->segment.len);
             np[r->segment.len] = '\0';
             q->r[k].addr       = r->addr;
             q->r[k].gen        = mc_store_segment_gen(r->segment_id);
             q->r[k].segment    = np;
+            q->r[k].nof        = r->type == MC_WIRE_REPLICA_NOF;
             np += r->segment.len + 1;
             k++;
         }

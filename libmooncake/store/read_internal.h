@@ -32,6 +32,7 @@ typedef struct mc_query_replica {
                           * segment (mc_store_segment_gen), checked by the
                           * holder on every read */
     const char *segment; /* NUL-terminated, stored after the array */
+    uint8_t nof;         /* in a NoF segment (read alike, listed after memory) */
 } mc_query_replica_t;
 
 /* Readable replicas of one object, best first (see query.c). */

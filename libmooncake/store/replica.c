@@ -117,7 +117,8 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_repli
                             (unsigned)mc_store_query_replica_count(q));
         return MC_INVALID_PARAMS;
     }
-    return describe(i, 1, q->r[i].addr, q->size, q->r[i].segment, MC_REPLICA_PROTOCOL, desc);
+    return describe(i, q->r[i].nof ? 2 : 1, q->r[i].addr, q->size, q->r[i].segment,
+                    MC_REPLICA_PROTOCOL, desc);
 }
 
 MC_API mc_status_t mc_store_query_dfs_replica(mc_store_query_h q, uint32_t *shard_idx_p,

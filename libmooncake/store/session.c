@@ -567,7 +567,8 @@ MC_API mc_status_t mc_store_put_session_start(mc_store_h s, const char *const *k
     mc_store_config_to_wire(cfg, sel, nsel, gids, &req.config);
     /* memory replicas only: the flexible dual config keeps its memory half
      * (psess_config_check refuses dfs replicas and same-node placement) */
-    req.config.nof_replica_num = 0;
+    req.config.nof_replica_num          = 0;
+    req.config.preferred_nof_segments.n = 0; /* (nothing of NoF is reserved) */
     st = mc_master_pool_call_batch_put_start(&s->pool, &conn, &req, &resp);
     if ((st == MC_OK) && (resp.results.n != nsel)) {
         mc_set_error_detail("BATCH_PUT_START answered %u results for %zu keys",

@@ -66,7 +66,9 @@ MC_API void mc_replicate_config_init(mc_replicate_config_t *cfg)
 {
     if (cfg == NULL)
         return;
-    memset(cfg, 0, sizeof(*cfg));
+    /* only the fields of the first release: a caller built against that
+     * header has no room for the later ones (they come with a mask bit) */
+    memset(cfg, 0, offsetof(mc_replicate_config_t, preferred_nof_segments));
     cfg->replica_num     = 1;
     cfg->soft_pin_action = MC_SOFT_PIN_PRESERVE;
 }
@@ -247,6 +249,7 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
             mc_warn("could not tell the master that client %s closed: %s (%s)", s->hostname,
                     mc_status_name(st), mc_last_error_detail());
     }
+    mc_store_nof_release(s);
     mc_store_segments_release(s);
     mc_store_lbuf_cleanup(s);
     pthread_mutex_lock(&s->token_mu);
@@ -594,6 +597,26 @@ mc_status_t mc_store_config_check(const mc_replicate_config_t *cfg, size_t nkeys
         mc_set_error_detail("preferred_segment is too long");
         return MC_INVALID_PARAMS;
     }
+    if (cfg->field_mask & MC_RC_FIELD_PREFERRED_NOF) {
+        if (cfg->preferred_nof_segments_count > MC_WIRE_MAX_PREF_NOF) {
+            mc_set_error_detail("preferred_nof_segments has %zu entries (at most %u)",
+                                cfg->preferred_nof_segments_count, MC_WIRE_MAX_PREF_NOF);
+            return MC_INVALID_PARAMS;
+        }
+        if ((cfg->preferred_nof_segments_count > 0) && (cfg->nof_replica_num == 0)) {
+            mc_set_error_detail("preferred_nof_segments needs nof_replica_num > 0");
+            return MC_INVALID_PARAMS;
+        }
+        for (size_t i = 0; i < cfg->preferred_nof_segments_count; i++) {
+            if ((cfg->preferred_nof_segments == NULL) ||
+                (cfg->preferred_nof_segments[i] == NULL) ||
+                (strnlen(cfg->preferred_nof_segments[i], MC_WIRE_MAX_KEY + 1) >
+                 MC_WIRE_MAX_KEY)) {
+                mc_set_error_detail("preferred_nof_segments[%zu] is NULL or too long", i);
+                return MC_INVALID_PARAMS;
+            }
+        }
+    }
     if (cfg->field_mask & MC_RC_FIELD_GROUP_IDS) {
         if (cfg->group_ids_count != nkeys) {
             mc_set_error_detail("group_ids has %zu entries for %zu key(s)",
@@ -638,6 +661,13 @@ void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel
     w->with_hard_pin             = cfg->with_hard_pin ? 1 : 0;
     w->preferred_segment         = mc_str_from_cstr(cfg->preferred_segment);
     w->prefer_alloc_in_same_node = cfg->prefer_alloc_in_same_node ? 1 : 0;
+    if (cfg->field_mask & MC_RC_FIELD_PREFERRED_NOF) {
+        size_t n = MC_MIN(cfg->preferred_nof_segments_count, (size_t)MC_WIRE_MAX_PREF_NOF);
+        for (size_t i = 0; i < n; i++)
+            w->pref_nof_buf[i] = mc_str_from_cstr(cfg->preferred_nof_segments[i]);
+        w->preferred_nof_segments.n = (uint32_t)n;
+        w->preferred_nof_segments.v = w->pref_nof_buf;
+    }
     if (cfg->field_mask & MC_RC_FIELD_GROUP_IDS) {
         w->has_group_ids = 1;
         for (size_t i = 0; i < nsel; i++)
@@ -681,7 +711,10 @@ static mc_status_t replica_writes(mc_store_h s, const mc_wire_replica_t *r,
     mc_te_segment_id_t seg;
     uint64_t off = 0;
 
-    if ((r->type != 0) || (r->size < total) || (r->addr > UINT64_MAX - total)) {
+    /* a NoF replica (type 3) is written like memory: its storage node's
+     * engine serves the range from its file segment */
+    if (((r->type != MC_WIRE_REPLICA_MEMORY) && (r->type != MC_WIRE_REPLICA_NOF)) ||
+        (r->size < total) || (r->addr > UINT64_MAX - total)) {
         mc_set_error_detail("master returned an unusable replica (type %u, %llu bytes for "
                             "a %llu-byte object)", (unsigned)r->type,
                             (unsigned long long)r->size, (unsigned long long)total);

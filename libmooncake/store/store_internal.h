@@ -72,6 +72,7 @@ struct mc_store {
     mc_uuid_t client_id;
     mc_te_h te;
     int te_borrowed;  /* te came with MC_STORE_PARAM_ENGINE: never destroyed here */
+    struct mc_store_nof *nof; /* NoF segments this client serves (nof.c), or NULL */
 
     mc_master_target_t target;
     mc_master_pool_t pool;
@@ -225,5 +226,12 @@ void mc_store_tasks_stop(mc_store_h s);
 typedef struct mc_store_http mc_store_http_t;
 mc_status_t mc_store_http_start(mc_store_h s, uint16_t port, mc_store_http_t **h_p);
 void mc_store_http_stop(mc_store_http_t *h);
+
+/* ---- NoF segments (nof.c, docs/tiers.md §8) ---- */
+/* REMOUNT_NOF_SEGMENTS of every NoF segment we serve (heartbeat remount). */
+void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn);
+/* Unregister every NoF segment and free the record (teardown, after
+ * CLIENT_CLOSE told the master they are gone). */
+void mc_store_nof_release(mc_store_h s);
 
 #endif /* MC_STORE_STORE_INTERNAL_H */

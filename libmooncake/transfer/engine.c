@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +50,7 @@
 #include "common/util.h"
 #include "coord/etcd.h"
 #include "transfer/engine.h"
+#include "transfer/file/file.h"
 #include "transfer/rdma/nic.h"
 #include "transfer/rdma/rdma.h"
 #include "transfer/rdma/verbs.h"
@@ -319,6 +321,10 @@ static void region_free(mc_te_region_t *r)
 {
     if (r->fd >= 0)
         close(r->fd);
+    if (r->fops != NULL) {
+        r->fops->close(r->fpriv);
+        munmap((void *)r->addr, r->len); /* the address range it reserved */
+    }
     free(r);
 }
 
@@ -336,6 +342,8 @@ static void region_drain_free(mc_te_t *te, mc_te_region_t *r)
     region_free(r);
 }
 
+static mc_status_t region_add(mc_te_t *te, mc_te_region_t *r);
+
 mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char *location,
                                  unsigned flags, int fd)
 {
@@ -347,7 +355,6 @@ mc_status_t mc_te_mem_reg_gen(mc_te_t *te, void *addr, size_t len, const char *l
 {
     mc_te_region_t *r;
     uintptr_t a = (uintptr_t)addr;
-    size_t i;
     mc_status_t st;
 
     if ((te == NULL) || (addr == NULL) || (len == 0)) {
@@ -397,6 +404,19 @@ mc_status_t mc_te_mem_reg_gen(mc_te_t *te, void *addr, size_t len, const char *l
         region_drain_free(te, r);
         return st;
     }
+    return region_add(te, r);
+}
+
+/* Insert @p r (its addr, len and flags set) and publish it; on failure r
+ * is freed and the detail says why. */
+static mc_status_t region_add(mc_te_t *te, mc_te_region_t *r)
+{
+    uintptr_t a     = r->addr;
+    size_t len      = r->len;
+    void *addr      = (void *)a;
+    unsigned flags  = r->flags;
+    mc_status_t st;
+    size_t i;
 
     pthread_rwlock_wrlock(&te->regions_lock);
     if (te->nregions >= MC_TE_DESC_MAX_BUFFERS) {
@@ -454,6 +474,102 @@ MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len, const char 
                                  unsigned flags)
 {
     return mc_te_mem_reg_shared(te, addr, len, location, flags, -1);
+}
+
+/*
+ * File segments (transfer/file/file.h).  The region's addresses are a
+ * PROT_NONE reservation of the process's address space: nothing is ever
+ * mapped there, so no memory region can overlap it, and a path that would
+ * touch it as memory instead of going through the backend faults at once
+ * rather than reading someone else's bytes.
+ */
+MC_API mc_status_t mc_te_file_reg(mc_te_h te, const char *path, uint64_t size,
+                                  const char *backend, uint64_t *addr_p)
+{
+    return mc_te_file_reg_gen(te, path, size, backend, 0, addr_p);
+}
+
+mc_status_t mc_te_file_reg_gen(mc_te_t *te, const char *path, uint64_t size, const char *backend,
+                               uint64_t gen, uint64_t *addr_p)
+{
+    const mc_te_file_ops_t *ops = mc_te_file_ops_find(backend);
+    mc_te_region_t *r;
+    void *priv = NULL, *base;
+    mc_status_t st;
+
+    if ((te == NULL) || (path == NULL) || (addr_p == NULL)) {
+        mc_set_error_detail("file_reg needs an engine, a path and an address out-parameter");
+        return MC_INVALID_PARAMS;
+    }
+    if (ops == NULL) {
+        mc_set_error_detail("file_reg: unknown backend \"%s\" (built: \"file\"; an NVMe-oF "
+                            "initiator is not built)", backend);
+        return MC_NOT_SUPPORTED;
+    }
+    if ((size == 0) || (size > SIZE_MAX / 2)) {
+        mc_set_error_detail("file_reg: size must be between 1 and %zu bytes", SIZE_MAX / 2);
+        return MC_INVALID_PARAMS;
+    }
+    st = ops->open(path, size, &priv);
+    if (st != MC_OK)
+        return st;
+    base = mmap(NULL, (size_t)size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                0);
+    if (base == MAP_FAILED) {
+        mc_set_error_detail("file_reg: cannot reserve %llu bytes of address space: %s",
+                            (unsigned long long)size, strerror(errno));
+        ops->close(priv);
+        return MC_INVALID_PARAMS;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        munmap(base, (size_t)size);
+        ops->close(priv);
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    r->addr     = (uintptr_t)base;
+    r->len      = (size_t)size;
+    r->flags    = MC_TE_MEM_REMOTE_ACCESS;
+    r->fd       = -1;
+    r->shm_slot = UINT32_MAX;
+    r->fops     = ops;
+    r->fpriv    = priv;
+    r->gen      = gen;
+    snprintf(r->location, sizeof(r->location), "%s", "file");
+    st = region_add(te, r); /* frees r (closing the backend) on failure */
+    if (st == MC_OK)
+        *addr_p = (uint64_t)(uintptr_t)base;
+    return st;
+}
+
+MC_API mc_status_t mc_te_file_dereg(mc_te_h te, uint64_t addr)
+{
+    mc_te_region_t *r;
+    int is_file;
+
+    if (te == NULL) {
+        mc_set_error_detail("file_dereg needs an engine");
+        return MC_INVALID_PARAMS;
+    }
+    pthread_rwlock_rdlock(&te->regions_lock);
+    r       = (addr <= UINTPTR_MAX) ? region_find(te, addr, 1) : NULL;
+    is_file = (r != NULL) && (r->addr == addr) && (r->fops != NULL);
+    pthread_rwlock_unlock(&te->regions_lock);
+    if (!is_file) {
+        mc_set_error_detail("file_dereg: no file segment starts at 0x%llx",
+                            (unsigned long long)addr);
+        return MC_INVALID_PARAMS;
+    }
+    return mc_te_mem_dereg(te, (void *)(uintptr_t)addr);
+}
+
+mc_status_t mc_te_region_file_io(mc_te_region_t *r, int to_region, void *buf, uint64_t addr,
+                                 size_t len)
+{
+    uint64_t off = addr - r->addr; /* the caller holds r, acquired for [addr, +len) */
+    return to_region ? r->fops->write(r->fpriv, buf, len, off)
+                     : r->fops->read(r->fpriv, buf, len, off);
 }
 
 MC_API mc_status_t mc_te_mem_dereg(mc_te_h te, void *addr)
@@ -832,6 +948,12 @@ static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
     if ((gen != 0) && (r->gen != gen)) {
         mc_te_region_release(te, r);
         return gen_refused(te->local_name, it->remote, it->len, gen);
+    }
+    if (r->fops != NULL) { /* our own file segment: the backend moves it */
+        mc_status_t st = mc_te_region_file_io(r, it->op == MC_TE_WRITE, it->local, it->remote,
+                                              it->len);
+        mc_te_region_release(te, r);
+        return st;
     }
     /* memmove: a caller may legitimately copy within its own segment */
     if (it->op == MC_TE_READ)
@@ -1365,6 +1487,10 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
                 return 1;
             *st_p = gen_refused(te->local_name, lo, hi - lo, gen);
             return 1;
+        }
+        if ((reg != NULL) && (reg->fops != NULL)) { /* a file segment: not by memcpy */
+            mc_te_region_release(te, reg);
+            reg = NULL;
         }
         if ((reg == NULL) || (st_p == NULL)) {
             if (reg != NULL)

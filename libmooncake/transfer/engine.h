@@ -80,6 +80,10 @@ typedef struct mc_te_region {
     void *tp_mr;                         /* the transport's registration, or NULL */
     uint64_t gen;                        /* registration generation (0: none),
                                           * checked by generation READs */
+    /* a file segment (transfer/file/file.h): its bytes are moved by the
+     * backend at offset addr - this->addr, never by memcpy; NULL for memory */
+    const struct mc_te_file_ops *fops;
+    void *fpriv;
 } mc_te_region_t;
 
 /* One element of a pipelined run (mc_te_tp_xfer_run). */
@@ -368,6 +372,12 @@ mc_te_region_t *mc_te_region_acquire_gen(mc_te_t *te, uint64_t addr, uint64_t le
                                          unsigned need_flags, uint64_t gen);
 void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);
 
+/* A file segment's bytes: @p len bytes at address @p addr of @p r (held,
+ * acquired for that range) from @p buf into the store when @p to_region,
+ * else from the store into @p buf.  MC_OK or the backend's I/O status. */
+mc_status_t mc_te_region_file_io(mc_te_region_t *r, int to_region, void *buf, uint64_t addr,
+                                 size_t len);
+
 /* mc_te_mem_reg for memory mapped from @p fd (offset 0): with
  * MC_TE_MEM_REMOTE_ACCESS, and when fd is a memfd sealed against shrinking
  * (mc_te_shm_fd_shareable), same-host peers may map the region instead of
@@ -381,6 +391,10 @@ mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char
  * only when they name this one. */
 mc_status_t mc_te_mem_reg_gen(mc_te_t *te, void *addr, size_t len, const char *location,
                               unsigned flags, int fd, uint64_t gen);
+/* mc_te_file_reg with the region's registration generation @p gen (as
+ * mc_te_mem_reg_gen: generation READs are served only when they name it). */
+mc_status_t mc_te_file_reg_gen(mc_te_t *te, const char *path, uint64_t size, const char *backend,
+                               uint64_t gen, uint64_t *addr_p);
 /* Look for same-host holders that hung up and unmap their memory, also
  * of segments nobody reads any more (one poll per segment; the store's
  * heartbeat calls it every tick).  Requests do the same check themselves. */

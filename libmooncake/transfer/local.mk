@@ -6,6 +6,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/transfer/metadata.c \
 	libmooncake/transfer/tcp/tcp.c libmooncake/transfer/tcp/tcp.h \
 	libmooncake/transfer/shm/shm.c libmooncake/transfer/shm/shm.h \
+	libmooncake/transfer/file/file.c libmooncake/transfer/file/file.h \
 	libmooncake/transfer/rdma/nic.c libmooncake/transfer/rdma/nic.h \
 	libmooncake/transfer/rdma/codec.c libmooncake/transfer/rdma/codec.h \
 	libmooncake/transfer/rdma/plan.c libmooncake/transfer/rdma/plan.h \

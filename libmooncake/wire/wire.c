@@ -271,6 +271,7 @@ void mc_wire_put_CONFIG(mc_buf_t *b, const mc_wire_config_t *v)
     mc_buf_put_u8(b, v->prefer_alloc_in_same_node);
     mc_buf_put_u8(b, v->has_group_ids);
     put_strs(b, &v->group_ids);
+    put_strs(b, &v->preferred_nof_segments);
 }
 void mc_wire_get_CONFIG(mc_rbuf_t *r, mc_arena_t *a, mc_wire_config_t *v)
 {
@@ -285,6 +286,9 @@ void mc_wire_get_CONFIG(mc_rbuf_t *r, mc_arena_t *a, mc_wire_config_t *v)
     v->prefer_alloc_in_same_node = mc_rbuf_get_u8(r);
     v->has_group_ids             = mc_rbuf_get_u8(r);
     get_strs(r, a, &v->group_ids);
+    get_strs(r, a, &v->preferred_nof_segments);
+    if (v->preferred_nof_segments.n > MC_WIRE_MAX_PREF_NOF)
+        r->err = 1;
 }
 
 /* Encoded size of the smallest task: id, type, four empty strings/lists,
@@ -420,7 +424,8 @@ const char *mc_wire_op_name(uint16_t opcode)
 #define MC_WIRE_MAXOF_STR      (4u + MC_WIRE_MAX_STR)
 #define MC_WIRE_MAXOF_SEGMENT  (16u + MC_WIRE_MAXOF_STR + 8u + 8u + MC_WIRE_MAXOF_STR)
 #define MC_WIRE_MAXOF_CONFIG   (4u + 4u + 4u + 1u + 1u + 8u + 1u + MC_WIRE_MAXOF_STR + 1u + \
-                                1u + 4u + (4u + MC_WIRE_MAX_KEY))
+                                1u + 4u + (4u + MC_WIRE_MAX_KEY) + 4u + \
+                                MC_WIRE_MAX_PREF_NOF * (4u + MC_WIRE_MAX_KEY))
 #define MC_WIRE_MAXOF_LIST     ((uint64_t)MC_WIRE_MAX_BODY + 1u)
 #define MC_WIRE_MAXOF_KEYS     MC_WIRE_MAXOF_LIST
 #define MC_WIRE_MAXOF_U64S     MC_WIRE_MAXOF_LIST

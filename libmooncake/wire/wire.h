@@ -86,6 +86,9 @@ typedef struct mc_wire_replica {
 #define MC_WIRE_REPLICA_MEMORY 0
 #define MC_WIRE_REPLICA_DISK   2
 #define MC_WIRE_REPLICA_DFS    100 /* upstream's ReplicaType::DFS */
+/* a buffer in a NoF segment (docs/tiers.md §8): read and written through
+ * the transfer engine exactly like memory, listed after memory */
+#define MC_WIRE_REPLICA_NOF    3
 
 typedef struct mc_wire_replica_list {
     uint32_t n;
@@ -124,6 +127,9 @@ typedef struct mc_wire_segment_list {
     mc_wire_segment_t *v;
 } mc_wire_segment_list_t;
 
+/* Entries of CONFIG.preferred_nof_segments. */
+#define MC_WIRE_MAX_PREF_NOF 16
+
 /* ReplicateConfig on the wire. */
 typedef struct mc_wire_config {
     uint32_t replica_num;
@@ -137,6 +143,11 @@ typedef struct mc_wire_config {
     uint8_t prefer_alloc_in_same_node;
     uint8_t has_group_ids;
     mc_wire_str_list_t group_ids;
+    /* NoF segments to place nof replicas on first, in order (at most
+     * MC_WIRE_MAX_PREF_NOF names; empty: none) */
+    mc_wire_str_list_t preferred_nof_segments;
+    /* storage the encoding side may point preferred_nof_segments.v at */
+    mc_str_t pref_nof_buf[MC_WIRE_MAX_PREF_NOF];
 } mc_wire_config_t;
 
 /* A copy or move task handed to the client that executes it (FETCH_TASKS).
@@ -220,7 +231,12 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
     X(TASK_REPLICA_REVOKE, task_replica_revoke, 57)          \
     X(BATCH_REPLICA_CLEAR, batch_replica_clear, 58)         \
     X(OFFLOAD_REPORT, offload_report, 60)                    \
-    X(DISK_REPLICA_DROP, disk_replica_drop, 61)
+    X(DISK_REPLICA_DROP, disk_replica_drop, 61)              \
+    X(MOUNT_NOF_SEGMENT, mount_nof_segment, 70)              \
+    X(REMOUNT_NOF_SEGMENTS, remount_nof_segments, 71)        \
+    X(UNMOUNT_NOF_SEGMENT, unmount_nof_segment, 72)          \
+    X(GET_ALL_NOF_SEGMENTS, get_all_nof_segments, 73)        \
+    X(GET_NOF_SEGMENTS_BY_NAME, get_nof_segments_by_name, 74)
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
@@ -409,6 +425,33 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
  * replica at all is erased. */
 #define MC_WIRE_REQ_disk_replica_drop(F) F(UUID, client_id) F(STR, file_path) F(KEYS, keys)
 #define MC_WIRE_RESP_disk_replica_drop(F) F(I32S, statuses)
+
+/* ---- NoF segments (docs/protocol.md §5.17, docs/tiers.md §8) -----------
+ * A NoF segment is storage a client's transfer engine serves from a file
+ * or device (a file segment): the master places nof replicas there
+ * (ReplicateConfig.nof_replica_num), apart from memory, with its own
+ * capacity and eviction.  It belongs to the client that mounts it and
+ * goes with that client, its replicas with it.  MOUNT: INVALID_PARAMS for
+ * a malformed description, SEGMENT_ALREADY_EXISTS for an id mounted with
+ * other bounds or by another client (a repeat is a no-op).  REMOUNT
+ * mounts each of a list (after a master restart).  UNMOUNT:
+ * SEGMENT_NOT_FOUND, ILLEGAL_CLIENT for another's.  GET_ALL lists the
+ * mounted NoF segments; GET_..._BY_NAME those of one name
+ * (SEGMENT_NOT_FOUND when none). */
+#define MC_WIRE_REQ_mount_nof_segment(F) F(UUID, client_id) F(SEGMENT, segment)
+#define MC_WIRE_RESP_mount_nof_segment(F)
+
+#define MC_WIRE_REQ_remount_nof_segments(F) F(UUID, client_id) F(SEGMENTS, segments)
+#define MC_WIRE_RESP_remount_nof_segments(F)
+
+#define MC_WIRE_REQ_unmount_nof_segment(F) F(UUID, client_id) F(UUID, segment_id)
+#define MC_WIRE_RESP_unmount_nof_segment(F)
+
+#define MC_WIRE_REQ_get_all_nof_segments(F) F(U8, reserved)
+#define MC_WIRE_RESP_get_all_nof_segments(F) F(SEGMENTS, segments)
+
+#define MC_WIRE_REQ_get_nof_segments_by_name(F) F(STR, name)
+#define MC_WIRE_RESP_get_nof_segments_by_name(F) F(SEGMENTS, segments)
 
 /* ---- generated declarations ------------------------------------------- */
 

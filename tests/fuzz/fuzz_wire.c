@@ -190,6 +190,8 @@ static void seed_CONFIG(mc_wire_config_t *v)
     v->has_group_ids = 1;
     seed_KEYS(&v->group_ids);
     seed_STR(&v->preferred_segment);
+    v->nof_replica_num = 1;
+    seed_KEYS(&v->preferred_nof_segments);
 }
 
 static mc_wire_task_t seed_task;

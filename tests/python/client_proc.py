@@ -12,7 +12,7 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
   put_random   key, size, preferred?, replica_num?, hard_pin? -> rc, sha256
   upsert       key, hex, preferred?, replica_num?          -> rc
   upsert_random key, size, preferred?, replica_num?        -> rc, sha256
-  replica_desc key                 -> replicas: [{status, memory, endpoint, size}]
+  replica_desc key                 -> replicas: [{status, memory, nof, endpoint, size}]
   get          key                                -> len, sha256, seconds, hex (<= 4 KiB),
                                                      detail (why, when b"")
   exist        key                                         -> rc
@@ -33,6 +33,7 @@ stdout, in order.  Every request has "op"; a failure inside an op answers
   hammer_peek / hammer_stop        -> reads, ok, miss, bad, versions (per key: highest seen)
   hammer_run   keys, mode, cap, rounds: the same, on this thread, for that many rounds
   hostname                                                 -> hostname
+  nof          method, args?   (a MooncakeDistributedNoFRegister's) -> ret, detail
   close                                                    -> rc
   exit                                                     (no answer)
 """
@@ -86,6 +87,9 @@ def jsonable(v):
             if not k.startswith("_") and not callable(getattr(v, k))}
 
 
+_nof = None  # MooncakeDistributedNoFRegister of the "nof" op
+
+
 def handle(store, req):
     op = req["op"]
     if op == "invoke":
@@ -122,9 +126,11 @@ def handle(store, req):
     if op == "replica_desc":
         out = []
         for d in store.get_replica_desc(req["key"]):
-            r = {"status": int(d.status), "memory": bool(d.is_memory_replica())}
-            if r["memory"]:
-                bd = d.get_memory_descriptor().buffer_descriptor
+            r = {"status": int(d.status), "memory": bool(d.is_memory_replica()),
+                 "nof": bool(d.is_nof_replica())}
+            if r["memory"] or r["nof"]:
+                bd = (d.get_memory_descriptor() if r["memory"]
+                      else d.get_nof_descriptor()).buffer_descriptor
                 r["endpoint"] = bd.transport_endpoint_
                 r["size"] = bd.size_
             elif d.is_disk_replica():
@@ -393,6 +399,14 @@ def handle(store, req):
         return store.allocate_and_mount_segment(req["size"])
     if op == "hostname":
         return {"hostname": store.get_hostname()}
+    if op == "nof":
+        # a storage node: a method of this process's NoF register
+        global _nof
+        if _nof is None:
+            from mooncake.store import MooncakeDistributedNoFRegister
+            _nof = MooncakeDistributedNoFRegister()
+        return {"ret": jsonable(getattr(_nof, req["method"])(*req.get("args", []))),
+                "detail": last_error_detail()}
     if op == "close":
         return {"rc": store.close()}
     raise ValueError(f"unknown op {op!r}")

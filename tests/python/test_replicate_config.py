@@ -26,6 +26,7 @@ from mooncake.store import ReplicateConfig, ReplicaStatus, SoftPinAction
 
 INVALID_PARAMS = -600
 NOT_SUPPORTED = -1012
+NO_AVAILABLE_HANDLE = -200
 
 MAX_SOFT_PIN_TTL_MS = 86_400_000  # the master's default --max_kv_soft_pin_ttl
 
@@ -165,10 +166,11 @@ def test_hard_pin(store):
 
 
 def test_nof_and_dfs_replicas_are_not_supported_yet(store):
+    # NoF replicas exist (test_nof.py), but no NoF segment is mounted here
     c = ReplicateConfig()
     c.nof_replica_num = 1
     k = key()
-    assert store.put(k, b"v", c) == NOT_SUPPORTED
+    assert store.put(k, b"v", c) == NO_AVAILABLE_HANDLE
     assert store.is_exist(k) == 0
     c = ReplicateConfig()
     c.dfs_replica_num = 1

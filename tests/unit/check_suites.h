@@ -43,6 +43,7 @@
     X(master_dfs)         \
     X(store_disk)         \
     X(master_mem)         \
+    X(nof)                \
     X(etcd)               \
     X(tensor)             \
     X(fastcopy)           \

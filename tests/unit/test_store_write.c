@@ -431,11 +431,27 @@ START_TEST(test_config_rules)
     cfg.replica_num = 0;
     ck_assert_status_eq(mc_store_put(store, "cf-zero", v, sizeof(v), &cfg), MC_INVALID_PARAMS);
 
-    /* disk tiers pass the client and are refused by the master for now */
+    /* NoF replicas with no NoF segment mounted: the write fails whole */
     mc_replicate_config_init(&cfg);
     cfg.nof_replica_num = 1;
-    ck_assert_status_eq(mc_store_put(store, "cf-nof", v, sizeof(v), &cfg), MC_NOT_SUPPORTED);
+    ck_assert_status_eq(mc_store_put(store, "cf-nof", v, sizeof(v), &cfg),
+                        MC_NO_AVAILABLE_HANDLE);
     assert_missing(store, "cf-nof");
+    /* a NoF preference without NoF replicas would be ignored: refused */
+    {
+        const char *pref[] = {"node:1"};
+        mc_replicate_config_init(&cfg);
+        cfg.field_mask |= MC_RC_FIELD_PREFERRED_NOF;
+        cfg.preferred_nof_segments       = pref;
+        cfg.preferred_nof_segments_count = 1;
+        ck_assert_status_eq(mc_store_put(store, "cf-pref", v, sizeof(v), &cfg),
+                            MC_INVALID_PARAMS);
+        cfg.preferred_nof_segments_count = 17; /* one above the bound */
+        cfg.nof_replica_num              = 1;
+        ck_assert_status_eq(mc_store_put(store, "cf-pref", v, sizeof(v), &cfg),
+                            MC_INVALID_PARAMS);
+        assert_missing(store, "cf-pref");
+    }
 }
 END_TEST
 

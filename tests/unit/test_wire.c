@@ -149,6 +149,7 @@ static void fill_CONFIG(fill_t *f, mc_wire_config_t *v)
     fill_U8(f, &v->has_group_ids);
     FILL_LIST_(&v->group_ids, 3, fill_KEY);
     v->group_ids.v[2] = mc_str_from_cstr(""); /* "" = ungrouped, allowed here */
+    FILL_LIST_(&v->preferred_nof_segments, 2, fill_KEY);
 }
 
 static void fill_task(fill_t *f, mc_wire_task_t *v)
@@ -242,7 +243,8 @@ static int eq_CONFIG(const mc_wire_config_t *x, const mc_wire_config_t *y)
            x->soft_pin_ttl_ms == y->soft_pin_ttl_ms && x->with_hard_pin == y->with_hard_pin &&
            eq_STR(&x->preferred_segment, &y->preferred_segment) &&
            x->prefer_alloc_in_same_node == y->prefer_alloc_in_same_node &&
-           x->has_group_ids == y->has_group_ids && eq_KEYS(&x->group_ids, &y->group_ids);
+           x->has_group_ids == y->has_group_ids && eq_KEYS(&x->group_ids, &y->group_ids) &&
+           eq_KEYS(&x->preferred_nof_segments, &y->preferred_nof_segments);
 }
 
 static int eq_task(const mc_wire_task_t *x, const mc_wire_task_t *y)
@@ -981,6 +983,13 @@ START_TEST(test_req_max_body)
     req.config.has_group_ids     = 1;
     req.config.group_ids.n       = 1;
     req.config.group_ids.v       = &group;
+    {
+        static mc_str_t pref[MC_WIRE_MAX_PREF_NOF];
+        for (size_t i = 0; i < MC_WIRE_MAX_PREF_NOF; i++)
+            pref[i] = (mc_str_t){key, sizeof(key)};
+        req.config.preferred_nof_segments.n = MC_WIRE_MAX_PREF_NOF;
+        req.config.preferred_nof_segments.v = pref;
+    }
     mc_buf_init(&b);
     mc_wire_encode_put_start_req(&b, 1, &req);
     ck_assert(!b.oom);

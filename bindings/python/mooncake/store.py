@@ -72,6 +72,8 @@ __all__ = [
     "TaskStatus",
     "QueryTaskResponse",
     "ReplicaDescriptor",
+    "NoFDescriptor",
+    "MooncakeDistributedNoFRegister",
     "MemoryDescriptor",
     "DiskDescriptor",
     "BufferDescriptor",
@@ -150,6 +152,9 @@ class ReplicateConfig:
             replica on when it has room; "" for none.
         preferred_segments: preferred segments in order.  This release
             honours the first one when ``preferred_segment`` is empty.
+        preferred_nof_segments: NoF segments (their storage nodes'
+            ``host:port``) to place the ``nof_replica_num`` replicas on
+            first, in order (at most 16; needs ``nof_replica_num`` > 0).
         prefer_alloc_in_same_node: local-first placement (default False).
         group_ids: None, or one routing-group id per key written ("" =
             ungrouped).
@@ -164,6 +169,7 @@ class ReplicateConfig:
         "_with_hard_pin",
         "_preferred_segment",
         "_preferred_segments",
+        "_preferred_nof_segments",
         "_prefer_alloc_in_same_node",
         "_group_ids",
     )
@@ -177,6 +183,7 @@ class ReplicateConfig:
         self._with_hard_pin = False
         self._preferred_segment = ""
         self._preferred_segments: List[str] = []
+        self._preferred_nof_segments: List[str] = []
         self._prefer_alloc_in_same_node = False
         self._group_ids: Optional[List[str]] = None
 
@@ -262,6 +269,14 @@ class ReplicateConfig:
         self._preferred_segments = _str_list("preferred_segments", value)
 
     @property
+    def preferred_nof_segments(self) -> List[str]:
+        return list(self._preferred_nof_segments)
+
+    @preferred_nof_segments.setter
+    def preferred_nof_segments(self, value: Sequence[str]) -> None:
+        self._preferred_nof_segments = _str_list("preferred_nof_segments", value)
+
+    @property
     def prefer_alloc_in_same_node(self) -> bool:
         return self._prefer_alloc_in_same_node
 
@@ -299,6 +314,9 @@ class ReplicateConfig:
             raise MemoryError("cannot copy preferred_segment")
         if self._group_ids is not None and c.set_group_ids(self._group_ids) != 0:
             raise MemoryError("cannot copy group_ids")
+        if self._preferred_nof_segments and \
+                c.set_preferred_nof_segments(self._preferred_nof_segments) != 0:
+            raise MemoryError("cannot copy preferred_nof_segments")
         return c
 
     def __repr__(self) -> str:
@@ -311,6 +329,7 @@ class ReplicateConfig:
             f"with_hard_pin={self._with_hard_pin}, "
             f"preferred_segment={self._preferred_segment!r}, "
             f"preferred_segments={self._preferred_segments!r}, "
+            f"preferred_nof_segments={self._preferred_nof_segments!r}, "
             f"prefer_alloc_in_same_node={self._prefer_alloc_in_same_node}, "
             f"group_ids={self._group_ids!r})"
         )
@@ -1767,11 +1786,24 @@ class DiskDescriptor:
                 f"{extra})")
 
 
+class NoFDescriptor:
+    """A replica in a NoF segment (upstream ``NoFDescriptor``): a buffer of
+    a storage node's file segment, described like memory."""
+
+    __slots__ = ("buffer_descriptor",)
+
+    def __init__(self, buffer_descriptor: "BufferDescriptor") -> None:
+        self.buffer_descriptor = buffer_descriptor
+
+    def __repr__(self) -> str:
+        return f"NoFDescriptor({self.buffer_descriptor!r})"
+
+
 class ReplicaDescriptor:
     """One replica of an object (upstream ``Replica::Descriptor``): memory
-    replicas first, then at most one disk replica."""
+    replicas first, then NoF replicas, then at most one disk replica."""
 
-    __slots__ = ("status", "_memory", "_disk")
+    __slots__ = ("status", "_memory", "_disk", "_nof")
 
     def __init__(self, status: int, is_memory: int, addr: int, size: int,
                  segment: str, protocol: str, file_path: str = "", shard_idx: int = 0,
@@ -1780,8 +1812,10 @@ class ReplicaDescriptor:
             self.status = ReplicaStatus(status)
         except ValueError:
             self.status = ReplicaStatus.UNDEFINED
-        self._memory = MemoryDescriptor(BufferDescriptor(size, addr, protocol, segment)) \
-            if is_memory else None
+        # is_memory: 1 memory, 2 NoF (a buffer too), 0 disk
+        buf = BufferDescriptor(size, addr, protocol, segment) if is_memory else None
+        self._memory = MemoryDescriptor(buf) if is_memory == 1 else None
+        self._nof = NoFDescriptor(buf) if is_memory == 2 else None
         self._disk = None if is_memory else DiskDescriptor(
             file_path, size, addr, segment, protocol == "dfs", shard_idx, aligned_size)
 
@@ -1792,6 +1826,16 @@ class ReplicaDescriptor:
     def is_disk_replica(self) -> bool:
         """True for a record in a client's SSD tier (docs/tiers.md)."""
         return self._disk is not None
+
+    def is_nof_replica(self) -> bool:
+        """True for a buffer in a storage node's NoF segment (docs/tiers.md §8)."""
+        return self._nof is not None
+
+    def get_nof_descriptor(self) -> NoFDescriptor:
+        """The NoF descriptor; :class:`RuntimeError` for another replica."""
+        if self._nof is None:
+            raise RuntimeError("not a NoF replica")
+        return self._nof
 
     def is_local_disk_replica(self) -> bool:
         """False: SSD-tier replicas are reported as disk replicas, with a
@@ -1813,7 +1857,91 @@ class ReplicaDescriptor:
     def __repr__(self) -> str:
         if self._disk is not None:
             return f"ReplicaDescriptor(status={self.status.name}, disk={self._disk!r})"
+        if self._nof is not None:
+            return f"ReplicaDescriptor(status={self.status.name}, nof={self._nof!r})"
         return f"ReplicaDescriptor(status={self.status.name}, memory={self._memory!r})"
+
+
+class MooncakeDistributedNoFRegister:
+    """Serve files or block devices as NoF segments of the store
+    (upstream ``MooncakeDistributedNoFRegister``, docs/tiers.md §8).
+
+    This process becomes a storage node: :meth:`setup` connects it to the
+    master as a client without memory of its own, and :meth:`register_file`
+    hands the master ``size`` bytes of a file that this process's transfer
+    engine serves with pread/pwrite.  Writes with ``nof_replica_num`` > 0
+    place replicas there; they are read when no memory replica is left.
+    The segments go, with their replicas, when this process closes or
+    dies.  Keep the process running while the segments should serve.
+
+    Upstream registers an NVMe-oF target that the master reaches directly
+    (:meth:`real_register`); this build has no NVMe-oF initiator, so that
+    call answers ``NOT_SUPPORTED`` and nothing is registered.
+    """
+
+    def __init__(self) -> None:
+        self._store = MooncakeDistributedStore()
+        self._paths: List[str] = []
+
+    def setup(self, local_hostname: str, metadata_server: str, master_server_addr: str,
+              protocol: str = "tcp", local_buffer_size: int = 16 * 1024 * 1024) -> int:
+        """Connect to the master (arguments as
+        :meth:`MooncakeDistributedStore.setup`, with no global segment).
+        Returns 0 or a negative :class:`ErrorCode`."""
+        return self._store.setup(local_hostname, metadata_server, 0, local_buffer_size,
+                                 protocol, "", master_server_addr)
+
+    def register_file(self, path: str, size: int) -> int:
+        """Serve ``size`` bytes of the file or block device at ``path``
+        (absolute; a shorter regular file is extended, a missing one
+        created) as a NoF segment named :meth:`get_hostname`.  Returns 0 or
+        a negative :class:`ErrorCode` (``INVALID_PARAMS`` for a bad path or
+        size or a path already registered)."""
+        _util.check_str("path", path)
+        n = _alloc_size(size)
+        if not n or "\0" in path:
+            return int(ErrorCode.INVALID_PARAMS)
+        rc = self._store._store.nof_mount(path, n)
+        if rc == 0:
+            self._paths.append(path)
+        return rc
+
+    def unregister_file(self, path: str) -> int:
+        """Stop serving ``path``: the master drops its replicas first.
+        Returns 0 or a negative :class:`ErrorCode` (``INVALID_PARAMS`` when
+        it is not registered here)."""
+        _util.check_str("path", path)
+        if "\0" in path:
+            return int(ErrorCode.INVALID_PARAMS)
+        rc = self._store._store.nof_unmount(path)
+        if path in self._paths:
+            self._paths.remove(path)
+        return rc
+
+    def real_register(self, nqn: str, nsid: int, target_addr: str, trsvcid: int,
+                      offset: int, size: int, master_server_addr: str) -> int:
+        """Upstream's registration of an NVMe-oF namespace: not built here
+        (no NVMe-oF initiator); returns ``NOT_SUPPORTED`` and registers
+        nothing.  Use :meth:`register_file` on the storage node instead."""
+        _log.error(
+            "MooncakeDistributedNoFRegister.real_register(%r): NVMe-oF is not built; serve "
+            "the storage with register_file() on the storage node", nqn)
+        return int(ErrorCode.NOT_SUPPORTED)
+
+    def real_unregister_by_endpoint(self, nqn: str, nsid: int, target_addr: str,
+                                    trsvcid: int, master_server_addr: str) -> int:
+        """Upstream's unregistration of an NVMe-oF namespace: not built
+        here; returns ``NOT_SUPPORTED``.  Use :meth:`unregister_file`."""
+        return int(ErrorCode.NOT_SUPPORTED)
+
+    def get_hostname(self) -> str:
+        """The segment name of this storage node ("host:port")."""
+        return self._store.get_hostname()
+
+    def close(self) -> int:
+        """Stop serving every registered file and disconnect."""
+        self._paths = []
+        return self._store.close()
 
 
 class MooncakeHostMemAllocator:

@@ -34,7 +34,11 @@ typedef enum mc_replica_status {
 /** Which optional fields of mc_replicate_config_t are set. @since 0.1 */
 enum mc_replicate_config_field {
     MC_RC_FIELD_SOFT_PIN_TTL = 1u << 0, /**< soft_pin_ttl_ms is meaningful */
-    MC_RC_FIELD_GROUP_IDS    = 1u << 1  /**< group_ids/group_ids_count are meaningful */
+    MC_RC_FIELD_GROUP_IDS    = 1u << 1, /**< group_ids/group_ids_count are meaningful */
+    /** preferred_nof_segments/preferred_nof_segments_count are meaningful
+     *  (and exist: a caller built against an older header never sets it)
+     *  @since 0.2 */
+    MC_RC_FIELD_PREFERRED_NOF = 1u << 2
 };
 
 /**
@@ -57,6 +61,14 @@ typedef struct mc_replicate_config {
     int prefer_alloc_in_same_node;  /**< local-first placement (default 0) */
     const char *const *group_ids;   /**< one per key written; "" = ungrouped */
     size_t group_ids_count;         /**< number of entries in group_ids */
+    /** With MC_RC_FIELD_PREFERRED_NOF: names of NoF segments ("host:port",
+     *  see mc_store_nof_mount()) to place the nof_replica_num replicas on
+     *  first, in order (at most 16; needs nof_replica_num > 0).  Left
+     *  uninitialised by mc_replicate_config_init(), which only clears the
+     *  fields above, so that callers built against an older, shorter
+     *  struct keep working.  @since 0.2 */
+    const char *const *preferred_nof_segments;
+    size_t preferred_nof_segments_count; /**< entries in preferred_nof_segments */
 } mc_replicate_config_t;
 
 /**

@@ -596,7 +596,10 @@ MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h store, const char *co
 typedef struct mc_replica_desc {
     mc_replica_status_t status; /**< COMPLETE for readable replicas */
     int is_memory;              /**< 1: memory replica; 0: disk replica
-                                 *   (mc_store_query_disk_replica()) */
+                                 *   (mc_store_query_disk_replica()); 2: a
+                                 *   NoF replica (a buffer in a NoF segment,
+                                 *   described like memory, listed after
+                                 *   memory; mc_store_nof_mount()) */
     uint64_t addr;              /**< buffer address in the owner's segment;
                                  *   a disk replica's record offset */
     uint64_t size;              /**< bytes */
@@ -655,6 +658,45 @@ MC_API mc_status_t mc_store_query_disk_replica(mc_store_query_h query, char *pat
  */
 MC_API mc_status_t mc_store_query_dfs_replica(mc_store_query_h query, uint32_t *shard_idx_p,
                                               uint64_t *aligned_size_p);
+
+/* ---- NoF segments (storage nodes) -------------------------------------- */
+
+/**
+ * @brief Serve @p size bytes of a file or block device as a NoF segment
+ *        (upstream MountNoFSegment).
+ *
+ * The store's transfer engine registers the file as a file segment
+ * (mc_te_file_reg(): peers reach bytes [0, size) of it and nothing else,
+ * moved with pread/pwrite) and the master adds it to its NoF pool, apart
+ * from memory: writes with nof_replica_num > 0 place that many replicas
+ * in NoF segments, the writer writes them through its engine, readers
+ * read them when no memory replica is left.  The segment's name is this
+ * store's (mc_store_hostname()); it goes, with its replicas, when this
+ * client closes or stops pinging, and is remounted after a master
+ * restart.  A regular file shorter than @p size is extended (created
+ * when missing).
+ *
+ * @param store a set-up store (a global segment is not needed).
+ * @param path  absolute path of the file or block device, not mounted yet
+ *              by this store.
+ * @param size  bytes to serve (> 0).
+ * @return MC_OK; MC_INVALID_PARAMS (relative path, zero size, a path that
+ *         cannot be opened, a device too small, a path already mounted);
+ *         the master's refusal; MC_UNAVAILABLE_IN_CURRENT_STATUS before
+ *         setup; MC_NOT_SUPPORTED through a dummy client.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_nof_mount(mc_store_h store, const char *path, uint64_t size);
+
+/**
+ * @brief Stop serving the NoF segment mounted from @p path (upstream
+ *        UnmountNoFSegment): the master drops its replicas (objects left
+ *        without one are gone), then the file is closed.
+ * @return MC_OK; MC_INVALID_PARAMS when @p path is not mounted by this
+ *         store.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_nof_unmount(mc_store_h store, const char *path);
 
 /* ---- SSD tier ---------------------------------------------------------- */
 

@@ -138,6 +138,41 @@ MC_API mc_status_t mc_te_mem_reg(mc_te_h te, void *addr, size_t len,
 MC_API mc_status_t mc_te_mem_dereg(mc_te_h te, void *addr);
 
 /**
+ * @brief Register a file segment: @p size bytes of a file or block device,
+ *        served to peers like memory.
+ *
+ * The engine reserves an address range of @p size bytes for it (nothing is
+ * mapped there) and writes its start to @p addr_p.  Peers read and write
+ * addresses in [*addr_p, *addr_p + size) exactly as they do memory; the
+ * engine moves the bytes with the backend at offset (address - *addr_p),
+ * and refuses any request not wholly inside the range.  A regular file
+ * shorter than @p size is extended (created when missing); a block device
+ * must hold at least @p size bytes.
+ * @param [in]  te       Engine.
+ * @param [in]  path     Absolute path of the file or block device.
+ * @param [in]  size     Bytes served (> 0).
+ * @param [in]  backend  "file" (pread/pwrite) or NULL for it; any other
+ *                       name (an NVMe-oF initiator) is NOT_SUPPORTED.
+ * @param [out] addr_p   Start of the segment's address range.
+ * @return Error code as defined by @ref mc_status_t (INVALID_PARAMS for a
+ *         relative path, a zero size, a path that cannot be opened or a
+ *         device too small).
+ * @see mc_te_file_dereg
+ * @since 0.2
+ */
+MC_API mc_status_t mc_te_file_reg(mc_te_h te, const char *path, uint64_t size,
+                                  const char *backend, uint64_t *addr_p);
+
+/**
+ * @brief Unregister the file segment that starts at @p addr and close its
+ *        file (waits until no served request uses it).
+ * @return Error code as defined by @ref mc_status_t (INVALID_PARAMS when no
+ *         file segment starts at @p addr).
+ * @since 0.2
+ */
+MC_API mc_status_t mc_te_file_dereg(mc_te_h te, uint64_t addr);
+
+/**
  * @brief True (1) when [addr, addr+len) lies inside one registered region.
  * @since 0.1
  */

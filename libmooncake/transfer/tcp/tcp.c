@@ -265,6 +265,82 @@ static int serve_send_resp(int fd, int32_t status, uint64_t length)
     return mc_write_full(fd, resp, sizeof(resp));
 }
 
+/*
+ * A file segment (transfer/file/file.h) is moved through a bounce buffer
+ * in pieces of MC_TCP_FILE_CHUNK: the backend reads a piece, the socket
+ * sends it (READ), or the socket fills a piece and the backend writes it
+ * (WRITE).  The first piece of a READ is read before the answer header
+ * goes out, so a failing store is answered with a status; a failure after
+ * the header has promised the bytes can only close the connection (the
+ * initiator sees a short answer and fails the request).
+ */
+#define MC_TCP_FILE_CHUNK (1u << 20)
+
+static int serve_file_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_te_region_t *r)
+{
+    uint8_t resp[MC_TE_RESP_HDR_SIZE];
+    size_t cap   = (size_t)MC_MIN(h->length, (uint64_t)MC_TCP_FILE_CHUNK);
+    uint8_t *buf = malloc(cap);
+    uint64_t done = 0;
+    int rc = 0;
+
+    if (buf == NULL) {
+        mc_te_region_release(tp->te, r);
+        return serve_send_resp(fd, MC_INTERNAL_ERROR, 0);
+    }
+    while ((rc == 0) && (done < h->length)) {
+        size_t k       = (size_t)MC_MIN(h->length - done, (uint64_t)cap);
+        mc_status_t st = mc_te_region_file_io(r, 0, buf, h->addr + done, k);
+        if (st != MC_OK) {
+            rc = (done == 0) ? serve_send_resp(fd, st, 0) : -1;
+            break;
+        }
+        if (done == 0) {
+            struct iovec iov[2];
+            mc_te_resp_encode(resp, MC_OK, h->length);
+            iov[0].iov_base = resp;
+            iov[0].iov_len  = sizeof(resp);
+            iov[1].iov_base = buf;
+            iov[1].iov_len  = k;
+            rc              = mc_writev_full(fd, iov, 2);
+        } else {
+            rc = mc_write_full(fd, buf, k);
+        }
+        done += k;
+    }
+    free(buf);
+    mc_te_region_release(tp->te, r);
+    return rc;
+}
+
+static int serve_file_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_te_region_t *r)
+{
+    size_t cap   = (size_t)MC_MIN(h->length, (uint64_t)MC_TCP_FILE_CHUNK);
+    uint8_t *buf = malloc(cap);
+    mc_status_t st = MC_OK;
+    uint64_t done  = 0;
+
+    if (buf == NULL) {
+        mc_te_region_release(tp->te, r);
+        return -1; /* the payload cannot be consumed anywhere: close */
+    }
+    while (done < h->length) {
+        size_t k = (size_t)MC_MIN(h->length - done, (uint64_t)cap);
+        if (recv_exact(fd, buf, k, NULL) != 0) {
+            free(buf);
+            mc_te_region_release(tp->te, r);
+            return -1;
+        }
+        /* after a failed write keep draining the payload, then answer */
+        if (st == MC_OK)
+            st = mc_te_region_file_io(r, 1, buf, h->addr + done, k);
+        done += k;
+    }
+    free(buf);
+    mc_te_region_release(tp->te, r);
+    return serve_send_resp(fd, st, 0);
+}
+
 /* Serve one READ; returns 0 to keep the connection, -1 to close it. */
 static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
 {
@@ -280,6 +356,8 @@ static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
                  h->gen ? " of the generation asked for" : "");
         return serve_send_resp(fd, MC_INVALID_READ, 0);
     }
+    if (r->fops != NULL)
+        return serve_file_read(tp, fd, h, r);
     mc_te_resp_encode(resp, MC_OK, h->length);
     iov[0].iov_base = resp;
     iov[0].iov_len  = sizeof(resp);
@@ -305,6 +383,8 @@ static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
         shutdown(fd, SHUT_WR);
         return -1;
     }
+    if (r->fops != NULL)
+        return serve_file_write(tp, fd, h, r);
     rc = recv_exact(fd, (void *)(uintptr_t)h->addr, (size_t)h->length, NULL);
     mc_te_region_release(tp->te, r);
     if (rc != 0)
@@ -437,6 +517,12 @@ static int serve_read_run(mc_tcp_t *tp, int fd)
            (h.opcode == MC_TE_OPC_READ)) {
         regs[k] = mc_te_region_acquire_gen(tp->te, h.addr, h.length, MC_TE_MEM_REMOTE_ACCESS,
                                            h.gen);
+        if ((regs[k] != NULL) && (regs[k]->fops != NULL)) {
+            /* a file segment is read through a buffer: the one-request
+             * path serves it, after the run before it */
+            mc_te_region_release(tp->te, regs[k]);
+            break;
+        }
         if (regs[k] == NULL) {
             mc_debug("refusing read of [0x%llx, +%llu): not in a remote-access region%s",
                      (unsigned long long)h.addr, (unsigned long long)h.length,
