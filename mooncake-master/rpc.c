@@ -400,6 +400,8 @@ MC_RPC_PLAIN_HANDLER_(task_replica_revoke)
 MC_RPC_RESP_HANDLER_(batch_replica_clear)
 MC_RPC_PLAIN_HANDLER_(offload_report)
 MC_RPC_RESP_HANDLER_(disk_replica_drop)
+MC_RPC_RESP_HANDLER_(put_reserve)
+MC_RPC_RESP_HANDLER_(put_commit)
 
 /* A handler's answer that comes later (not a status: those are <= 0). */
 #define MC_RPC_DEFERRED 1
