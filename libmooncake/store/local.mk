@@ -7,6 +7,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/heartbeat.c \
 	libmooncake/store/query.c \
 	libmooncake/store/store.c \
+	libmooncake/store/reserve.c \
 	libmooncake/store/replica.c \
 	libmooncake/store/hostmem.c \
 	libmooncake/store/read_internal.h \
