@@ -8,9 +8,10 @@
  * the master hears of the put (PUT_COMMIT), so the one rule here is that
  * a reservation is used only while the master surely still holds it:
  *
- *  - before half its TTL has passed, counted from when PUT_RESERVE or
- *    PUT_COMMIT was *sent* (the master's clock starts later), so a
- *    transfer that starts in time has the other half to finish;
+ *  - before half its TTL has passed (and at most MC_RESV_FRESH_US),
+ *    counted from when PUT_RESERVE or PUT_COMMIT was *sent* (the master's
+ *    clock starts later), so a transfer that starts in time has the other
+ *    half to finish;
  *  - on the master it was granted by: every slot records the view_version
  *    of the connection that carried the grant, and a heartbeat that sees
  *    another view, or none (mc_store_resv_view), empties the cache.
@@ -30,6 +31,16 @@
 /* Longest value a reservation is asked for: the space held unused per
  * writer stays at most MC_RESV_SLOTS times this. */
 #define MC_RESV_MAX_LEN (1u << 20)
+
+/* A reservation is used for at most this long after its grant was asked
+ * for (and never past half its TTL).  Its segment may go away meanwhile
+ * (unmounted, its holder declared dead), and the writer hears of that only
+ * from the commit, after its bytes went out; a segment mounted in its place
+ * at the same addresses is the one hazard, and this bounds its window, as
+ * the length of a transfer bounds it for PUT_START.  A writer that puts
+ * more often than this keeps one round trip per put: every commit brings a
+ * fresh reservation. */
+#define MC_RESV_FRESH_US 1000000u
 
 void mc_store_resv_init(mc_store_h s)
 {
@@ -199,7 +210,7 @@ mc_status_t mc_store_resv_make(mc_resv_t *r, uint64_t id, uint64_t ttl_ms, uint6
     r->preferred                  = p;
     r->id                         = id;
     r->length                     = length;
-    r->use_by_us                  = sent_us + ttl_ms * 1000u / 2;
+    r->use_by_us                  = sent_us + MC_MIN(ttl_ms * 1000u / 2, MC_RESV_FRESH_US);
     r->view                       = view;
     r->replica_num                = cfg->replica_num;
     r->same_node                  = cfg->prefer_alloc_in_same_node;

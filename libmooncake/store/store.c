@@ -939,10 +939,12 @@ static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *pa
         return MC_OK;
     st = write_bytes(s, &r.reps, parts, nparts, total, NULL);
     if (st != MC_OK) {
-        /* the holder may be gone: the master frees the buffers itself */
+        /* the holder or the segment may be gone (the master frees the
+         * buffers itself): PUT_START places the put afresh */
+        mc_debug("a reserved write of %.*s failed (%s); putting it anew", (int)key.len, key.ptr,
+                 mc_status_name(st));
         mc_store_resv_free(&r);
-        *done_p = 1;
-        return st;
+        return MC_OK;
     }
     memset(&rq, 0, sizeof(rq));
     rq.client_id      = s->client_id;
