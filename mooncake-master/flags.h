@@ -177,7 +177,7 @@ typedef enum mc_flag_kind {
     X(INT, put_start_release_timeout_sec, "600", v_nonneg, 0,                               \
       "Seconds after its PutStart when the space of an unfinished or preempted put is "     \
       "released.")                                                                          \
-    X(INT, put_reservation_ttl_sec, "30", v_nonneg, 0,                                     \
+    X(INT, put_reservation_ttl_sec, "10", v_nonneg, 0,                                     \
       "Seconds a put reservation (one-round-trip puts, PUT_RESERVE/PUT_COMMIT) stays "      \
       "unclaimed before its space is released; 0 grants none (every put takes two round "   \
       "trips).")                                                                            \

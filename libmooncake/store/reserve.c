@@ -18,12 +18,19 @@
  *
  * A reservation is owned by exactly one caller at a time: take moves it
  * out of its slot, give puts it back (or frees it when no longer usable).
+ *
+ * Reservations are asked for only for put shapes (length and placement)
+ * that came within the last MC_RESV_FRESH_US (mc_store_resv_seen): the
+ * first put of a shape takes PUT_START + PUT_END, so a writer of values of
+ * ever-changing sizes leaves no unused reservation behind, while a writer
+ * of a steady shape puts in one round trip from its third put on.
  */
 #include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hashmap.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "store/store_internal.h"
@@ -107,6 +114,40 @@ int mc_store_resv_wanted(mc_store_h s, uint64_t length)
     on = !s->resv.disabled;
     pthread_mutex_unlock(&s->resv.mu);
     return on;
+}
+
+static uint64_t placement_hash(const mc_wire_config_t *c)
+{
+    uint64_t h = mc_hash_bytes(c->preferred_segment.ptr, c->preferred_segment.len, 0);
+    uint32_t f[2] = {c->replica_num, c->prefer_alloc_in_same_node};
+    return mc_hash_bytes(f, sizeof(f), h);
+}
+
+int mc_store_resv_seen(mc_store_h s, uint64_t length, const mc_wire_config_t *cfg)
+{
+    uint64_t now = mc_now_us(), h = placement_hash(cfg);
+    mc_resv_seen_t *old = NULL;
+    int seen = 0;
+
+    pthread_mutex_lock(&s->resv.mu);
+    for (size_t i = 0; i < MC_RESV_SEEN; i++) {
+        mc_resv_seen_t *e = &s->resv.seen[i];
+        if ((e->at_us != 0) && (e->length == length) && (e->placement == h)) {
+            seen     = now < e->at_us + MC_RESV_FRESH_US;
+            e->at_us = now;
+            old      = NULL;
+            break;
+        }
+        if ((old == NULL) || (e->at_us < old->at_us))
+            old = e;
+    }
+    if (old != NULL) {
+        old->length    = length;
+        old->placement = h;
+        old->at_us     = now;
+    }
+    pthread_mutex_unlock(&s->resv.mu);
+    return seen;
 }
 
 /* Same placement: what the master placed the buffers for. */

@@ -887,8 +887,8 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
 }
 
 /* A reservation for a put of @p total bytes placed for @p wcfg: a kept
- * one, else a fresh PUT_RESERVE.  0 when there is none to be had (the
- * caller takes the two-trip path). */
+ * one, else a fresh PUT_RESERVE when this shape came lately.  0 when there
+ * is none to be had (the caller takes the two-trip path). */
 static int resv_get(mc_store_h s, uint64_t total, const mc_wire_config_t *wcfg, mc_resv_t *r)
 {
     mc_wire_put_reserve_req_t rq;
@@ -899,6 +899,8 @@ static int resv_get(mc_store_h s, uint64_t total, const mc_wire_config_t *wcfg, 
 
     if (mc_store_resv_take(s, total, wcfg, r))
         return 1;
+    if (!mc_store_resv_seen(s, total, wcfg))
+        return 0; /* a shape not seen lately: PUT_START wastes no space */
     memset(&rq, 0, sizeof(rq));
     rq.client_id = s->client_id;
     rq.length    = total;

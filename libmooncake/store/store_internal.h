@@ -74,12 +74,21 @@ typedef struct mc_resv {
 } mc_resv_t;
 
 #define MC_RESV_SLOTS 4
+#define MC_RESV_SEEN  8
+
+/* A put shape (length and placement) seen lately without a reservation. */
+typedef struct mc_resv_seen {
+    uint64_t length;
+    uint64_t placement;         /* hash of the placement fields */
+    uint64_t at_us;             /* 0: unused */
+} mc_resv_seen_t;
 
 typedef struct mc_store_resvs {
     pthread_mutex_t mu;
     int disabled;               /* MC_PUT_ONE_TRIP=0, or the master grants none */
     uint64_t view;              /* master view the slots belong to */
     mc_resv_t slot[MC_RESV_SLOTS];
+    mc_resv_seen_t seen[MC_RESV_SEEN];
 } mc_store_resvs_t;
 
 struct mc_store {
@@ -153,8 +162,11 @@ void mc_store_resv_clear(mc_store_h s);
 void mc_store_resv_view(mc_store_h s, uint64_t view);
 /* The master grants none (NOT_SUPPORTED): two round trips from now on. */
 void mc_store_resv_disable(mc_store_h s);
-/* Whether a put of @p length bytes should go through a reservation. */
+/* Whether a put of @p length bytes may go through a reservation. */
 int mc_store_resv_wanted(mc_store_h s, uint64_t length);
+/* Whether a put of this shape came lately (then a reservation is worth
+ * asking for); records it either way. */
+int mc_store_resv_seen(mc_store_h s, uint64_t length, const mc_wire_config_t *cfg);
 /* Move a usable reservation for (@p length, placement of @p cfg) into
  * @p out; 0 when there is none. */
 int mc_store_resv_take(mc_store_h s, uint64_t length, const mc_wire_config_t *cfg,

@@ -374,8 +374,10 @@ def handle(store, req):
             elif action == "upsert":
                 rc = store.upsert(key, data, cfg)
             elif action == "remove":
-                rc = store.remove(key, True)
-                rc = 0 if rc in (0, -704) else rc
+                # not forced: a read lease keeps the value (a forced remove
+                # frees bytes a reader may still be copying)
+                rc = store.remove(key, False)
+                rc = 0 if rc in (0, -704, -706) else rc
             else:
                 got = store.get(key)
                 h = hashlib.sha256(got).hexdigest() if got else ""

@@ -74,11 +74,12 @@ def test_steady_state_put_is_one_commit(procs):
     n = 50
     for i in range(n):
         put(writer, f"k{i}", value(f"k{i}"), hname)
-    # the first put reserves, every later one fills the reservation that
-    # the commit before brought back: no PUT_START / PUT_END at all
-    assert ops(m, "put_start") == 0 and ops(m, "put_end") == 0
+    # the first put of a shape takes PUT_START + PUT_END, the second
+    # reserves, every later one fills the reservation that the commit
+    # before brought back
+    assert ops(m, "put_start") == 1 and ops(m, "put_end") == 1
     assert ops(m, "put_reserve") == 1
-    assert ops(m, "put_commit") == n
+    assert ops(m, "put_commit") == n - 1
     assert m.metric("master_put_reservations") == 1
     for i in range(n):
         assert reads(holder, f"k{i}") == sha(value(f"k{i}"))
@@ -92,7 +93,7 @@ def test_two_replicas_are_committed_on_two_holders(procs):
     _, h2name = client(procs, "holder2", m, 32 * MiB)
     for i in range(5):
         put(writer, f"r{i}", value(f"r{i}"), replica_num=2)
-    assert ops(m, "put_commit") == 5 and ops(m, "put_start") == 0
+    assert ops(m, "put_commit") == 4 and ops(m, "put_start") == 1
     for i in range(5):
         reps = holder.call("replica_desc", key=f"r{i}")["replicas"]
         assert len(reps) == 2, reps
@@ -108,11 +109,19 @@ def test_writer_env_turns_it_off(procs):
     assert ops(m, "put_start") == 5 and ops(m, "put_end") == 5
 
 
+def test_changing_lengths_take_two_trips_and_reserve_nothing(procs):
+    m, holder, hname, writer = start(procs)
+    for i in range(10):
+        put(writer, f"v{i}", value(f"v{i}", SIZE + i), hname)
+    assert ops(m, "put_reserve") == 0 and ops(m, "put_start") == 10
+    assert m.metric("master_put_reservations") == 0
+
+
 def test_master_that_grants_none_gets_two_trip_puts(procs):
     m, holder, hname, writer = start(procs, extra=["--put_reservation_ttl_sec=0"])
     for i in range(5):
         put(writer, f"n{i}", value(f"n{i}"), hname)
-    # refused once (NOT_SUPPORTED), never asked again
+    # refused once (NOT_SUPPORTED, at the second put), never asked again
     assert ops(m, "put_reserve") == 1 and failures(m, "put_reserve") == 1
     assert ops(m, "put_start") == 5 and ops(m, "put_end") == 5
     assert reads(holder, "n4") == sha(value("n4"))
@@ -120,15 +129,15 @@ def test_master_that_grants_none_gets_two_trip_puts(procs):
 
 def test_commit_on_an_existing_key_keeps_the_value_and_the_reservation(procs):
     m, holder, hname, writer = start(procs)
-    put(writer, "warm", value("warm"), hname)   # reserve + commit: one kept
+    put(writer, "warm", value("warm"), hname)   # PUT_START
+    put(writer, "warm2", value("warm2"), hname)  # reserve + commit: one kept
     put(holder, "K", value("first"), hname)     # another writer got there first
     put(writer, "K", value("second"), hname)    # put never overwrites
     assert reads(writer, "K") == sha(value("first"))
-    # three commits (the holder's put is one too), the writer's on K refused
-    assert ops(m, "put_commit") == 3 and failures(m, "put_commit") == 1
+    assert ops(m, "put_commit") == 2 and failures(m, "put_commit") == 1
     # the reservation the refused commit filled is used again
     put(writer, "K2", value("K2"), hname)
-    assert ops(m, "put_reserve") == 2  # one each
+    assert ops(m, "put_reserve") == 1 and ops(m, "put_commit") == 3
     assert reads(holder, "K2") == sha(value("K2"))
     assert holder.call("remove", key="K", force=True)["rc"] == 0
     put(writer, "K", value("third"), hname)
@@ -142,6 +151,12 @@ def test_commits_racing_upserts_and_removes_show_only_whole_values(procs):
     reader, _ = client(procs, "reader", m, 0)
     va, vb = value("A-value"), value("B-value")
     out = {}
+    # the writer holds a reservation before the race starts, so every put
+    # in it commits (a two-trip put racing a forced remove and a re-create
+    # by another client may answer -704/-601 at PUT_END: not this test's)
+    put(writer, "warm0", va, hname)
+    put(writer, "warm1", va, hname)
+    assert ops(m, "put_reserve") == 1
 
     def run(name, c, **kw):
         out[name] = c.call("hammer", key="hot", seconds=3, timeout=60, **kw)
@@ -160,7 +175,10 @@ def test_commits_racing_upserts_and_removes_show_only_whole_values(procs):
     assert out["put"]["n"] > 10 and out["remove"]["n"] > 10, out
     seen = out["get"]["seen"]
     assert set(seen) <= {sha(va), sha(vb), ""}, seen
-    assert ops(m, "put_commit") > 0
+    assert ops(m, "put_commit") >= out["put"]["n"]
+    assert ops(m, "put_start") == 1  # the first warm-up put only
+    for k in ("warm0", "warm1"):
+        holder.call("remove", key=k, force=True)
     # nothing leaks: once every key is gone and the writer has closed, no
     # byte stays allocated
     writer.call("close")
@@ -192,17 +210,18 @@ def test_writer_killed_mid_put_leaves_whole_values_and_no_space(procs):
 
 def test_expired_grant_goes_back_and_the_writer_reserves_anew(procs):
     m, holder, hname, writer = start(procs, extra=["--put_reservation_ttl_sec=1"])
+    put(writer, "x0", value("x0"), hname)
     put(writer, "x1", value("x1"), hname)
     assert m.metric("master_put_reservations") == 1
-    one = m.metric("master_allocated_bytes")
+    three = m.metric("master_allocated_bytes")  # two objects, one reservation
     wait_until(lambda: m.metric("master_put_reservations") == 0, DEADLINE_S,
                "the unclaimed reservation to expire")
-    assert m.metric("master_allocated_bytes") == one / 2
-    # the writer stopped using it at half its TTL: a fresh one, no failure
+    assert m.metric("master_allocated_bytes") == three * 2 / 3
+    # the writer stopped using it at half its TTL: no commit of it fails
     put(writer, "x2", value("x2"), hname)
-    assert ops(m, "put_reserve") == 2 and failures(m, "put_commit") == 0
-    assert reads(holder, "x2") == sha(value("x2"))
-    assert reads(holder, "x1") == sha(value("x1"))
+    assert failures(m, "put_commit") == 0
+    for k in ("x0", "x1", "x2"):
+        assert reads(holder, k) == sha(value(k))
 
 
 def segments(m):
@@ -232,4 +251,4 @@ def test_master_restart_with_the_log_forgets_reservations(procs, tmp_path):
         put(writer, f"d{i}", value(f"d{i}"), hname)
     for i in range(30):
         assert reads(holder, f"d{i}") == sha(value(f"d{i}")), f"d{i}"
-    assert ops(m2, "put_commit") >= 9
+    assert ops(m2, "put_commit") >= 8
