@@ -37,6 +37,7 @@
     X(store_read)         \
     X(master_tasks)       \
     X(master_clear)       \
+    X(master_resv)        \
     X(master_disk)        \
     X(store_disk)         \
     X(master_mem)         \
