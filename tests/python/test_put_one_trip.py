@@ -252,3 +252,25 @@ def test_master_restart_with_the_log_forgets_reservations(procs, tmp_path):
     for i in range(30):
         assert reads(holder, f"d{i}") == sha(value(f"d{i}")), f"d{i}"
     assert ops(m2, "put_commit") >= 8
+
+
+def query_key(m, key):
+    url = f"http://127.0.0.1:{m.metrics_port}/query_key?key={key}"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_committed_objects_keep_pins_and_group(procs):
+    m, holder, hname, writer = start(procs)
+    cfg = {"preferred_segment": hname, "with_hard_pin": True, "soft_pin_action": 1,
+           "soft_pin_ttl_ms": 60000, "group_ids": ["g1"]}
+    for i in range(3):
+        r = writer.call("invoke", method="put", args=[f"p{i}", {"hex": value(f"p{i}").hex()}],
+                        config=cfg)
+        assert r["ret"] == 0, r
+    assert ops(m, "put_commit") == 2  # the last two
+    for i in range(3):
+        q = query_key(m, f"p{i}")
+        assert q["complete"] and q["hard_pin"] and q["soft_pin"], q
+        assert q["group_id"] == "g1", q
+        assert reads(holder, f"p{i}") == sha(value(f"p{i}"))
