@@ -143,7 +143,27 @@ def worker_main():
                 "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3,
                 "cdf_us": [pct(lat, q) / 1e3 for q in range(101)]}
 
-    serve_worker({"run": run,
+    def puts(store, cmd):
+        """Put-only timing: count values of size into target, each put timed
+        alone; the keys are removed afterwards."""
+        size, n, target = cmd["size"], cmd["count"], cmd["target"]
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = target
+        value = os.urandom(size)
+        keys = ["%s_%d_%d" % (cmd["prefix"], size, i) for i in range(n)]
+        lat = []
+        for k in keys:
+            s = time.perf_counter_ns()
+            rc = store.put(k, value, cfg)
+            lat.append(time.perf_counter_ns() - s)
+            if rc != 0:
+                raise RuntimeError("put %s -> %d" % (k, rc))
+        for k in keys:
+            store.remove(k, force=True)
+        lat.sort()
+        return {"p50_us": pct(lat, 50) / 1e3}
+
+    serve_worker({"run": run, "puts": puts,
                   "run_zc": lambda store, cmd: run_zero_copy(store, ReplicateConfig, cmd),
                   "memcpy": lambda store, cmd: memcpy_baseline(cmd["size"], cmd["count"])})
 
@@ -306,6 +326,9 @@ def main():
                          "veth pair (root; TCP only); both: the loopback table, then veth")
     ap.add_argument("--no-zero-copy", dest="zero_copy", action="store_false",
                     help="skip the zero-copy rows")
+    ap.add_argument("--put-ab", type=int, default=0, metavar="ROUNDS",
+                    help="also time puts alone against two-trip puts (a second driver with "
+                         "MC_PUT_ONE_TRIP=0), alternating for ROUNDS rounds per size")
     ap.add_argument("--plot", metavar="DIR",
                     help="write store_bench.json and PNG plots into DIR (python3-matplotlib)")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
@@ -358,6 +381,12 @@ def measure(args, veth):
                         segment=holder_seg, local_buffer=16 << 20)
         driver.call(op="setup", metadata=metadata, master=master_addr, host=host_a,
                     segment=0, local_buffer=64 << 20)
+        two_trip = None
+        if args.put_ab > 0:
+            two_trip = Worker(dict(env, MC_PUT_ONE_TRIP="0"), prefix=pre_a)
+            workers.append(two_trip)
+            two_trip.call(op="setup", metadata=metadata, master=master_addr, host=host_a,
+                          segment=0, local_buffer=64 << 20)
         raw_bin = os.path.join(build, "bench", "raw_tcp")
 
         def raw_once(size, n):
@@ -407,6 +436,19 @@ def measure(args, veth):
             r = median_run(op="run", size=size, count=n, target=h["hostname"])
             rows.append((size, n, r, raw_tcp(size, n)))
 
+        ab_rows = []
+        for size in sizes if two_trip is not None else []:
+            n = max(MIN_OPS, min(2000, TOTAL_BYTES // 4 // size))
+            one, two = [], []
+            for r in range(args.put_ab):
+                # alternate which goes first: a drifting load hits both alike
+                pair = [(one, driver, "ab1"), (two, two_trip, "ab2")]
+                for out, w, prefix in (pair if r % 2 == 0 else pair[::-1]):
+                    out.append(w.call(op="puts", size=size, count=n, target=h["hostname"],
+                                      prefix=prefix)["p50_us"])
+            ab_rows.append((size, n, sorted(one)[len(one) // 2], sorted(two)[len(two) // 2],
+                            raw_tcp(size, n)))
+
         zc_rows = []
         if args.zero_copy:
             for size, batch, rounds in ((4 << 10, 32, 300), (1 << 20, 16, 12)):
@@ -434,6 +476,17 @@ def measure(args, veth):
                       n / r["get_s"], r["p50_us"], r["p99_us"], raw["gbps"], raw["p50_us"],
                       get_gbps / raw["gbps"], put_gbps / raw["gbps"],
                       r["put_p50_us"] / raw["p50_us"]))
+        if ab_rows:
+            print()
+            print("puts alone, one round trip (PUT_COMMIT) against two (MC_PUT_ONE_TRIP=0): "
+                  "medians of %d alternating rounds of put p50" % args.put_ab)
+            print("%-8s %6s | %9s %9s %7s | %8s | %9s %9s" % (
+                "value", "ops", "1-trip us", "2-trip us", "1/2", "raw p50", "1-trip/raw",
+                "2-trip/raw"))
+            for size, n, one, two, raw in ab_rows:
+                print("%-8s %6d | %9.1f %9.1f %7.2f | %8.1f | %9.2f %9.2f" % (
+                    human(size), n, one, two, one / two, raw["p50_us"], one / raw["p50_us"],
+                    two / raw["p50_us"]))
         if args.plot:
             write_plots(args, rows, driver)
         if zc_rows:
