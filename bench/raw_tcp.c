@@ -8,6 +8,12 @@
  *
  *   raw_tcp VALUE_SIZE COUNT   ->  one JSON line with throughput and
  *                                  per-op latency percentiles
+ *
+ * Across two network namespaces (store_bench.py --net veth) the two ends
+ * run apart: `raw_tcp --serve ADDR MAX_SIZE` listens on ADDR (an IPv4
+ * address, port chosen by the kernel), prints the port on one line and
+ * serves one connection; `raw_tcp VALUE_SIZE COUNT ADDR:PORT` is the
+ * client alone.
  */
 #include "config.h"
 
@@ -71,16 +77,47 @@ static void serve(int lfd, size_t max)
     _exit(0);
 }
 
+/* A listening socket on @p addr (network order), port in *sa. */
+static int listen_on(uint32_t addr, struct sockaddr_in *sa)
+{
+    socklen_t slen = sizeof(*sa);
+    int lfd        = socket(AF_INET, SOCK_STREAM, 0);
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family      = AF_INET;
+    sa->sin_addr.s_addr = addr;
+    if ((lfd < 0) || (bind(lfd, (struct sockaddr *)sa, sizeof(*sa)) != 0) ||
+        (listen(lfd, 1) != 0) || (getsockname(lfd, (struct sockaddr *)sa, &slen) != 0)) {
+        perror("raw_tcp: listen");
+        return -1;
+    }
+    return lfd;
+}
+
 int main(int argc, char **argv)
 {
     struct sockaddr_in sa;
-    socklen_t slen = sizeof(sa);
     size_t size;
     long count;
-    int one = 1;
+    int one     = 1;
+    pid_t child = -1;
 
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s VALUE_SIZE COUNT\n", argv[0]);
+    if ((argc == 4) && (strcmp(argv[1], "--serve") == 0)) {
+        struct in_addr ia;
+        size = strtoull(argv[3], NULL, 10);
+        if ((inet_pton(AF_INET, argv[2], &ia) != 1) || (size == 0)) {
+            fprintf(stderr, "raw_tcp: --serve wants an IPv4 address and a size\n");
+            return 2;
+        }
+        int lfd = listen_on(ia.s_addr, &sa);
+        if (lfd < 0)
+            return 1;
+        printf("%u\n", (unsigned)ntohs(sa.sin_port));
+        fflush(stdout);
+        serve(lfd, size);
+    }
+    if ((argc != 3) && (argc != 4)) {
+        fprintf(stderr, "usage: %s VALUE_SIZE COUNT [ADDR:PORT]\n"
+                        "       %s --serve ADDR MAX_SIZE\n", argv[0], argv[0]);
         return 2;
     }
     size  = strtoull(argv[1], NULL, 10);
@@ -88,24 +125,37 @@ int main(int argc, char **argv)
     if ((size == 0) || (count <= 0))
         return 2;
 
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family      = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if ((bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0) || (listen(lfd, 1) != 0) ||
-        (getsockname(lfd, (struct sockaddr *)&sa, &slen) != 0)) {
-        perror("raw_tcp: listen");
-        return 1;
+    if (argc == 4) { /* the server runs elsewhere (--serve) */
+        char host[64];
+        const char *colon = strrchr(argv[3], ':');
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        if ((colon == NULL) || ((size_t)(colon - argv[3]) >= sizeof(host))) {
+            fprintf(stderr, "raw_tcp: bad server address %s\n", argv[3]);
+            return 2;
+        }
+        memcpy(host, argv[3], (size_t)(colon - argv[3]));
+        host[colon - argv[3]] = '\0';
+        sa.sin_port           = htons((uint16_t)strtoul(colon + 1, NULL, 10));
+        if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+            fprintf(stderr, "raw_tcp: bad server address %s\n", argv[3]);
+            return 2;
+        }
+    } else {
+        int lfd = listen_on(htonl(INADDR_LOOPBACK), &sa);
+        if (lfd < 0)
+            return 1;
+        child = fork();
+        if (child == 0)
+            serve(lfd, size);
+        close(lfd);
     }
-    pid_t child = fork();
-    if (child == 0)
-        serve(lfd, size);
-    close(lfd);
 
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         perror("raw_tcp: connect");
-        kill(child, SIGKILL);
+        if (child > 0)
+            kill(child, SIGKILL);
         return 1;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -128,7 +178,8 @@ int main(int argc, char **argv)
     }
     double secs = (double)(now_ns() - t0) / 1e9;
     close(fd);
-    waitpid(child, NULL, 0);
+    if (child > 0)
+        waitpid(child, NULL, 0);
     qsort(lat, (size_t)count, sizeof(*lat), cmp_u64);
     printf("{\"value_size\": %zu, \"count\": %ld, \"seconds\": %.6f, \"gbps\": %.4f, "
            "\"ops\": %.1f, \"p50_us\": %.2f, \"p99_us\": %.2f}\n",

@@ -9,11 +9,17 @@ get crosses processes: by default through the same-host shared-memory path
 (the holder's segment mapped by the driver), with --transport tcp through
 the TCP transport (MC_TE_SHM=0 in both clients).  In the same run it
 measures raw single-connection loopback TCP moving the same bytes
-(bench/raw_tcp: one request/response per value) and prints get/raw-TCP as
-a ratio.
+(bench/raw_tcp: one request/response per value) and prints get/raw-TCP and
+put p50/raw p50 as ratios.
+
+--net veth (or both) runs the same measurement as two hosts: the driver in
+one network namespace, the master and the holder in another, joined by a
+veth pair that the benchmark creates and removes (root, iproute2); TCP
+only (MC_TE_SHM=0), and the raw-TCP baseline runs across the same veth.
 
     bench/store_bench.py [--build-dir build] [--sizes 4096,65536,...]
-                         [--transport auto|tcp] [--plot DIR]
+                         [--transport auto|tcp] [--net loopback|veth|both]
+                         [--plot DIR]
 
 --plot DIR also measures memcpy at every size, prints it, and writes the
 numbers (DIR/store_bench.json) and their figures (bench/plot.py:
@@ -82,7 +88,7 @@ def serve_worker(handlers):
         op = cmd["op"]
         try:
             if op == "setup":
-                rc = store.setup("localhost", cmd.get("metadata", "P2PHANDSHAKE"),
+                rc = store.setup(cmd.get("host", "localhost"), cmd.get("metadata", "P2PHANDSHAKE"),
                                  cmd["segment"], cmd["local_buffer"], "tcp", "",
                                  cmd["master"])
                 reply({"rc": rc, "hostname": store.get_hostname() if rc == 0 else ""})
@@ -113,12 +119,16 @@ def worker_main():
         cfg.preferred_segment = target
         value = os.urandom(size)
         keys = ["bench_%d_%d" % (size, i) for i in range(n)]
+        put_lat = []
         t0 = time.perf_counter()
         for k in keys:
+            s = time.perf_counter_ns()
             rc = store.put(k, value, cfg)
+            put_lat.append(time.perf_counter_ns() - s)
             if rc != 0:
                 raise RuntimeError("put %s -> %d" % (k, rc))
         put_s = time.perf_counter() - t0
+        put_lat.sort()
         lat = []
         t0 = time.perf_counter()
         for k in keys:
@@ -137,6 +147,7 @@ def worker_main():
         time.sleep(cmd["lease_ms"] / 1000 + 0.1)  # the removed space comes back
         lat.sort()
         return {"put_s": put_s, "get_s": get_s,
+                "put_p50_us": pct(put_lat, 50) / 1e3, "put_p99_us": pct(put_lat, 99) / 1e3,
                 "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3,
                 "cdf_us": [pct(lat, q) / 1e3 for q in range(101)]}
 
@@ -161,7 +172,27 @@ def worker_main():
         return {"get_s": sum(lat) / 1e9, "p50_us": pct(lat, 50) / 1e3,
                 "p99_us": pct(lat, 99) / 1e3}
 
-    serve_worker({"run": run, "hot": hot,
+    def puts(store, cmd):
+        """Put-only timing: count values of size into target, each put timed
+        alone; the keys are removed afterwards."""
+        size, n, target = cmd["size"], cmd["count"], cmd["target"]
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = target
+        value = os.urandom(size)
+        keys = ["%s_%d_%d" % (cmd["prefix"], size, i) for i in range(n)]
+        lat = []
+        for k in keys:
+            s = time.perf_counter_ns()
+            rc = store.put(k, value, cfg)
+            lat.append(time.perf_counter_ns() - s)
+            if rc != 0:
+                raise RuntimeError("put %s -> %d" % (k, rc))
+        for k in keys:
+            store.remove(k, force=True)
+        lat.sort()
+        return {"p50_us": pct(lat, 50) / 1e3}
+
+    serve_worker({"run": run, "hot": hot, "puts": puts,
                   "run_zc": lambda store, cmd: run_zero_copy(store, ReplicateConfig, cmd),
                   "memcpy": lambda store, cmd: memcpy_baseline(cmd["size"], cmd["count"])})
 
@@ -239,8 +270,8 @@ class Worker:
     """A client process running ``script --role worker`` (this file's
     worker_main, or another benchmark's)."""
 
-    def __init__(self, env, script=__file__):
-        self.p = subprocess.Popen([sys.executable, script, "--role", "worker"],
+    def __init__(self, env, script=__file__, prefix=()):
+        self.p = subprocess.Popen(list(prefix) + [sys.executable, script, "--role", "worker"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   env=env, text=True)
 
@@ -264,6 +295,57 @@ class Worker:
             self.p.wait()
 
 
+class Veth:
+    """Two network namespaces joined by one veth pair: ``a`` (the driver)
+    and ``b`` (the master and the holder), addresses in a private /30
+    chosen per run.  Created by the constructor, removed by close(), also
+    after a failure; nothing is routed anywhere else."""
+
+    def __init__(self):
+        tag = "mcb%d" % (os.getpid() % 100000)
+        net = "10.215.%d" % (os.getpid() % 250 + 1)
+        self.ns = {"a": tag + "a", "b": tag + "b"}
+        self.ip = {"a": net + ".1", "b": net + ".2"}
+        self._link = tag + "v"
+        self._made = []
+        try:
+            for h in ("a", "b"):
+                self._sh("ip", "netns", "add", self.ns[h])
+                self._made.append(self.ns[h])
+            self._sh("ip", "link", "add", self._link, "type", "veth", "peer", "name",
+                     self._link + "p")
+            for h, dev in (("a", self._link), ("b", self._link + "p")):
+                self._sh("ip", "link", "set", dev, "netns", self.ns[h])
+                self._sh("ip", "-n", self.ns[h], "addr", "add", self.ip[h] + "/30", "dev", dev)
+                self._sh("ip", "-n", self.ns[h], "link", "set", dev, "up")
+                self._sh("ip", "-n", self.ns[h], "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _sh(*argv):
+        subprocess.run(argv, check=True, capture_output=True, timeout=20)
+
+    def prefix(self, h):
+        return ["ip", "netns", "exec", self.ns[h]]
+
+    def close(self):
+        # deleting a namespace deletes the veth end inside it, and its peer
+        for ns in self._made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+        self._made = []
+
+
+def veth_usable():
+    """'' when the veth run can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "--net veth needs root (ip netns, veth)"
+    if subprocess.run(["sh", "-c", "command -v ip"], capture_output=True).returncode != 0:
+        return "--net veth needs iproute2 (ip)"
+    return ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(__file__), "..", "build"))
@@ -271,49 +353,114 @@ def main():
     ap.add_argument("--metadata", choices=["p2p", "http"], default="p2p")
     ap.add_argument("--transport", choices=["auto", "tcp"], default="auto",
                     help="auto: same-host shared memory where possible; tcp: MC_TE_SHM=0")
+    ap.add_argument("--net", choices=["loopback", "veth", "both"], default="loopback",
+                    help="veth: driver and holder in two network namespaces joined by a "
+                         "veth pair (root; TCP only); both: the loopback table, then veth")
     ap.add_argument("--no-zero-copy", dest="zero_copy", action="store_false",
                     help="skip the zero-copy rows")
+    ap.add_argument("--put-ab", type=int, default=0, metavar="ROUNDS",
+                    help="also time puts alone against two-trip puts (a second driver with "
+                         "MC_PUT_ONE_TRIP=0), alternating for ROUNDS rounds per size")
     ap.add_argument("--plot", metavar="DIR",
                     help="write store_bench.json and PNG plots into DIR (python3-matplotlib)")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.role == "worker":
         return worker_main()
+    if args.net != "loopback":
+        why = veth_usable()
+        if why:
+            print("store_bench: " + why, file=sys.stderr)
+            return 2
+        if args.plot:
+            print("store_bench: --plot draws the loopback run only; use --net loopback",
+                  file=sys.stderr)
+            return 2
+    if args.net in ("loopback", "both"):
+        measure(args, None)
+    if args.net in ("veth", "both"):
+        if args.net == "both":
+            print()
+        veth = Veth()
+        try:
+            measure(args, veth)
+        finally:
+            veth.close()
 
+
+def measure(args, veth):
+    """One run of every row, on loopback (@p veth None) or across @p veth;
+    prints its tables."""
     build = os.path.abspath(args.build_dir)
     sizes = [int(s) for s in args.sizes.split(",")]
-    env = bench_env(build, args.transport)
-    master, rpc, http = start_master(build, ["--default_kv_lease_ttl=%d" % LEASE_MS])
+    transport = "tcp" if veth is not None else args.transport
+    env = bench_env(build, transport)
+    pre_a = veth.prefix("a") if veth else []
+    pre_b = veth.prefix("b") if veth else []
+    host_a = veth.ip["a"] if veth else "localhost"
+    host_b = veth.ip["b"] if veth else "127.0.0.1"
+    master, rpc, http = start_master(build, ["--default_kv_lease_ttl=%d" % LEASE_MS],
+                                     prefix=pre_b, host=host_b)
     workers = []
     try:
         metadata = "P2PHANDSHAKE" if args.metadata == "p2p" else \
-            "http://127.0.0.1:%d/metadata" % http
-        master_addr = "127.0.0.1:%d" % rpc
+            "http://%s:%d/metadata" % (host_b, http)
+        master_addr = "%s:%d" % (host_b, rpc)
         # the largest run, or every round of the zero-copy rows, plus room
         holder_seg = max([ops_for(s) * s for s in sizes] + [232 << 20]) + (64 << 20)
-        holder, driver = Worker(env), Worker(env)
+        holder, driver = Worker(env, prefix=pre_b), Worker(env, prefix=pre_a)
         workers = [holder, driver]
         h = holder.call(op="setup", metadata=metadata, master=master_addr,
+                        host=veth.ip["b"] if veth else "localhost",
                         segment=holder_seg, local_buffer=16 << 20)
-        driver.call(op="setup", metadata=metadata, master=master_addr,
+        driver.call(op="setup", metadata=metadata, master=master_addr, host=host_a,
                     segment=0, local_buffer=64 << 20)
+        two_trip = None
+        if args.put_ab > 0:
+            two_trip = Worker(dict(env, MC_PUT_ONE_TRIP="0"), prefix=pre_a)
+            workers.append(two_trip)
+            two_trip.call(op="setup", metadata=metadata, master=master_addr, host=host_a,
+                          segment=0, local_buffer=64 << 20)
+        raw_bin = os.path.join(build, "bench", "raw_tcp")
+
+        def raw_once(size, n):
+            if veth is None:
+                return json.loads(subprocess.check_output([raw_bin, str(size), str(n)],
+                                                          text=True))
+            srv = subprocess.Popen(pre_b + [raw_bin, "--serve", host_b, str(size)],
+                                   stdout=subprocess.PIPE, text=True)
+            try:
+                port = srv.stdout.readline().strip()
+                if not port:
+                    raise RuntimeError("raw_tcp --serve did not start")
+                return json.loads(subprocess.check_output(
+                    pre_a + [raw_bin, str(size), str(n), "%s:%s" % (host_b, port)],
+                    text=True, timeout=300))
+            finally:
+                try:
+                    srv.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    srv.kill()
+                    srv.wait()
 
         def raw_tcp(size, n):
             """Median (by throughput) of RAW_RUNS baseline runs."""
-            runs = [json.loads(subprocess.check_output(
-                [os.path.join(build, "bench", "raw_tcp"), str(size), str(n)], text=True))
-                for _ in range(RAW_RUNS)]
+            runs = [raw_once(size, n) for _ in range(RAW_RUNS)]
             return sorted(runs, key=lambda r: r["gbps"])[len(runs) // 2]
 
         def median_run(**cmd):
             """Median (by get time) of STORE_RUNS store runs.  The zero-copy
             rows time three operations per run; each figure is the median of
-            its own, so that one slow phase does not pick the others."""
+            its own, so that one slow phase does not pick the others.  The
+            put figures are the medians of their own too."""
             runs = [driver.call(**cmd) for _ in range(STORE_RUNS)]
             if "get_s" in runs[0]:
-                return sorted(runs, key=lambda r: r["get_s"])[len(runs) // 2]
-            out = dict(runs[0])
-            for key in ("batch_put_s", "batch_get_s", "single_get_s"):
+                out = dict(sorted(runs, key=lambda r: r["get_s"])[len(runs) // 2])
+                keys = ("put_s", "put_p50_us", "put_p99_us")
+            else:
+                out = dict(runs[0])
+                keys = ("batch_put_s", "batch_get_s", "single_get_s")
+            for key in keys:
                 out[key] = sorted(r[key] for r in runs)[len(runs) // 2]
             return out
 
@@ -330,6 +477,19 @@ def main():
                 r = median_run(op="hot", size=size, count=2000, target=h["hostname"])
                 hot_rows.append((size, r, raw_tcp(size, 2000)))
 
+        ab_rows = []
+        for size in sizes if two_trip is not None else []:
+            n = max(MIN_OPS, min(2000, TOTAL_BYTES // 4 // size))
+            one, two = [], []
+            for r in range(args.put_ab):
+                # alternate which goes first: a drifting load hits both alike
+                pair = [(one, driver, "ab1"), (two, two_trip, "ab2")]
+                for out, w, prefix in (pair if r % 2 == 0 else pair[::-1]):
+                    out.append(w.call(op="puts", size=size, count=n, target=h["hostname"],
+                                      prefix=prefix)["p50_us"])
+            ab_rows.append((size, n, sorted(one)[len(one) // 2], sorted(two)[len(two) // 2],
+                            raw_tcp(size, n)))
+
         zc_rows = []
         if args.zero_copy:
             for size, batch, rounds in ((4 << 10, 32, 300), (1 << 20, 16, 12)):
@@ -338,20 +498,36 @@ def main():
                 zc_rows.append((size, batch, z, raw_tcp(size, z["n"]),
                                 driver.call(op="memcpy", size=size, count=z["n"])))
 
-        print("mooncake store benchmark: 1 master + 2 client processes on loopback, "
-              "metadata=%s, transport=%s; medians of %d store runs and %d raw-TCP runs"
-              % (args.metadata,
-                 "tcp" if args.transport == "tcp" else "same-host shared memory",
+        where = ("1 master + 2 client processes on loopback" if veth is None else
+                 "driver | master + holder in two network namespaces joined by a veth pair")
+        print("mooncake store benchmark: %s, metadata=%s, transport=%s; medians of %d store "
+              "runs and %d raw-TCP runs"
+              % (where, args.metadata,
+                 "tcp" if transport == "tcp" else "same-host shared memory",
                  STORE_RUNS, RAW_RUNS))
-        print("%-8s %6s | %9s %9s | %9s %9s %8s %8s | %9s %8s | %6s" % (
-            "value", "ops", "put GB/s", "put op/s", "get GB/s", "get op/s", "p50 us",
-            "p99 us", "raw GB/s", "raw p50", "get/raw"))
+        print("%-8s %6s | %9s %9s %8s | %9s %9s %8s %8s | %9s %8s | %6s %6s %6s" % (
+            "value", "ops", "put GB/s", "put op/s", "put p50", "get GB/s", "get op/s",
+            "p50 us", "p99 us", "raw GB/s", "raw p50", "get/raw", "put/raw", "p50put/raw"))
         for size, n, r, raw in rows:
             get_gbps = size * n / r["get_s"] / 1e9
-            print("%-8s %6d | %9.3f %9.0f | %9.3f %9.0f %8.1f %8.1f | %9.3f %8.1f | %6.2f" % (
-                human(size), n, size * n / r["put_s"] / 1e9, n / r["put_s"], get_gbps,
-                n / r["get_s"], r["p50_us"], r["p99_us"], raw["gbps"], raw["p50_us"],
-                get_gbps / raw["gbps"]))
+            put_gbps = size * n / r["put_s"] / 1e9
+            print("%-8s %6d | %9.3f %9.0f %8.1f | %9.3f %9.0f %8.1f %8.1f | %9.3f %8.1f | "
+                  "%6.2f %6.2f %6.2f" % (
+                      human(size), n, put_gbps, n / r["put_s"], r["put_p50_us"], get_gbps,
+                      n / r["get_s"], r["p50_us"], r["p99_us"], raw["gbps"], raw["p50_us"],
+                      get_gbps / raw["gbps"], put_gbps / raw["gbps"],
+                      r["put_p50_us"] / raw["p50_us"]))
+        if ab_rows:
+            print()
+            print("puts alone, one round trip (PUT_COMMIT) against two (MC_PUT_ONE_TRIP=0): "
+                  "medians of %d alternating rounds of put p50" % args.put_ab)
+            print("%-8s %6s | %9s %9s %7s | %8s | %9s %9s" % (
+                "value", "ops", "1-trip us", "2-trip us", "1/2", "raw p50", "1-trip/raw",
+                "2-trip/raw"))
+            for size, n, one, two, raw in ab_rows:
+                print("%-8s %6d | %9.1f %9.1f %7.2f | %8.1f | %9.2f %9.2f" % (
+                    human(size), n, one, two, one / two, raw["p50_us"], one / raw["p50_us"],
+                    two / raw["p50_us"]))
         if hot_rows:
             print()
             print("repeat gets of one hot key (2000 after the first): p50 against raw TCP p50")
@@ -424,21 +600,29 @@ def bench_env(build, transport):
     return env
 
 
-def start_master(build, extra=()):
-    """A mooncake_master on free loopback ports (with the flags @extra),
-    accepting: (process, rpc port, http metadata port)."""
+def start_master(build, extra=(), prefix=(), host="127.0.0.1"):
+    """A mooncake_master on free ports of @p host (with the flags @extra,
+    run under the argv @p prefix: a network namespace), accepting:
+    (process, rpc port, http metadata port)."""
     rpc, http = free_port(), free_port()
     master = subprocess.Popen(
-        [os.path.join(build, "mooncake_master"), "--port=%d" % rpc, "--rpc_address=127.0.0.1",
-         "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+        list(prefix) +
+        [os.path.join(build, "mooncake_master"), "--port=%d" % rpc, "--rpc_address=" + host,
+         "--enable_http_metadata_server=true", "--http_metadata_server_host=" + host,
          "--http_metadata_server_port=%d" % http] + list(extra),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 10
+    probe = (list(prefix) + [sys.executable, "-c",
+             "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), "
+             "timeout=1).close()", host, str(rpc)]) if prefix else None
     while True:
         try:
-            socket.create_connection(("127.0.0.1", rpc), timeout=1).close()
+            if probe:
+                subprocess.run(probe, check=True, capture_output=True, timeout=5)
+            else:
+                socket.create_connection((host, rpc), timeout=1).close()
             return master, rpc, http
-        except OSError:
+        except (OSError, subprocess.SubprocessError):
             if time.time() > deadline or master.poll() is not None:
                 stop_master(master)
                 raise RuntimeError("master did not start")

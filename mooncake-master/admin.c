@@ -264,6 +264,9 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
     gather(m, &f);
     metric(b, "master_allocated_bytes", "gauge", "Bytes allocated in mounted segments.",
            m->allocated_bytes);
+    metric(b, "master_put_reservations", "gauge",
+           "Put reservations granted and not yet committed or released (PUT_RESERVE).",
+           (uint64_t)m->reservations.count);
     metric(b, "master_total_capacity_bytes", "gauge", "Capacity of all mounted segments.",
            m->capacity_bytes);
     metric(b, "master_value_size_bytes", "gauge", "Sum of the sizes of complete objects.",

@@ -241,6 +241,8 @@ int32_t mc_master_unmount_segment(mc_req_ctx_t *x, const mc_wire_unmount_segment
 int32_t mc_master_client_close(mc_req_ctx_t *x, const mc_wire_client_close_req_t *req)
 {
     mc_client_t *c = mc_master_client_find(x->m, req->client_id);
+    /* a closing writer fills no reservation any more (§5.16) */
+    mc_master_reservations_drop_owner(x->m, req->client_id);
     if (c != NULL)
         mc_master_client_forget(x->m, c, "closed");
     return MC_OK;

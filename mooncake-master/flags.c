@@ -768,6 +768,8 @@ mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, siz
                           "--put_start_release_timeout_sec (%" PRId64 ") must be greater than "
                           "--put_start_discard_timeout_sec (%" PRId64 ")",
                           cfg->put_start_release_timeout_sec, cfg->put_start_discard_timeout_sec);
+    if ((uint64_t)cfg->put_reservation_ttl_sec > 86400)
+        return parse_fail(err, errlen, "--put_reservation_ttl_sec is too large (at most 86400)");
     if (cfg->rpc_conn_timeout_seconds > 86400 * 365)
         return parse_fail(err, errlen, "--rpc_conn_timeout_seconds is too large");
     if (cfg->enable_snapshot && (cfg->snapshot_backup_dir[0] == '\0'))

@@ -177,6 +177,10 @@ typedef enum mc_flag_kind {
     X(INT, put_start_release_timeout_sec, "600", v_nonneg, 0,                               \
       "Seconds after its PutStart when the space of an unfinished or preempted put is "     \
       "released.")                                                                          \
+    X(INT, put_reservation_ttl_sec, "10", v_nonneg, 0,                                     \
+      "Seconds a put reservation (one-round-trip puts, PUT_RESERVE/PUT_COMMIT) stays "      \
+      "unclaimed before its space is released; 0 grants none (every put takes two round "   \
+      "trips).")                                                                            \
     /* ---- high availability ---- */                                                       \
     X(BOOL, enable_ha, "false", v_none, 0,                                                  \
       "High availability: masters elect a leader through an etcd lease; clients find it "   \

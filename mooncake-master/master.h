@@ -149,6 +149,23 @@ typedef struct mc_replica {
 /* The bytes of an embedded replica: all but the last field. */
 #define MC_REPLICA_EMBEDDED_SIZE offsetof(mc_replica_t, heap_obj)
 
+/*
+ * A put reservation (docs/protocol.md §5.18): buffers placed for one future
+ * put of exactly @c length bytes, owned by a writer and by no key.  The
+ * writer fills them and names them in PUT_COMMIT; unclaimed, they go back
+ * at @c deadline_ms, when the writer closes, or with any of their segments.
+ */
+typedef struct mc_reservation {
+    mc_hnode_t node;           /* in m->reservations, hash of id */
+    mc_mlist_t link;           /* in m->resv_order, earliest deadline first */
+    uint64_t id;               /* never 0 */
+    uint64_t deadline_ms;      /* monotonic */
+    uint64_t length;
+    mc_writer_t *writer;       /* tenant and owner (a writer_get reference) */
+    uint32_t n;
+    mc_replica_t *reps[];      /* placed, on no list, obj NULL */
+} mc_reservation_t;
+
 /* An upsert in progress on an existing object (docs/protocol.md §5.11). */
 typedef enum mc_upsert_mode {
     MC_UPSERT_NONE    = 0,
@@ -435,6 +452,9 @@ struct mc_master {
     mc_mlist_t lru;            /* evict.h: least recently used first */
     mc_hmap_t groups;          /* mc_group_t by (tenant, group id) */
     mc_hmap_t writers;         /* mc_writer_t by (tenant, owner) */
+    mc_hmap_t reservations;    /* mc_reservation_t by id (§5.18) */
+    mc_mlist_t resv_order;     /* the same, earliest deadline first */
+    uint64_t next_resv_id;     /* random start: ids do not repeat across restarts */
 
     /* segments.c */
     mc_hmap_t segments;
@@ -557,10 +577,16 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r);
  * with mc_master_replica_drop(): a walk of the whole index.  Returns how
  * many went. */
 size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg);
+/* Free every put reservation of @p owner (any tenant): CLIENT_CLOSE. */
+void mc_master_reservations_drop_owner(mc_master_t *m, mc_uuid_t owner);
 
 int32_t mc_master_put_start(mc_req_ctx_t *x, const mc_wire_put_start_req_t *req,
                             mc_wire_put_start_resp_t *resp);
 int32_t mc_master_put_end(mc_req_ctx_t *x, const mc_wire_put_end_req_t *req);
+int32_t mc_master_put_reserve(mc_req_ctx_t *x, const mc_wire_put_reserve_req_t *req,
+                              mc_wire_put_reserve_resp_t *resp);
+int32_t mc_master_put_commit(mc_req_ctx_t *x, const mc_wire_put_commit_req_t *req,
+                             mc_wire_put_commit_resp_t *resp);
 int32_t mc_master_put_revoke(mc_req_ctx_t *x, const mc_wire_put_revoke_req_t *req);
 int32_t mc_master_get_replica_list(mc_req_ctx_t *x, const mc_wire_get_replica_list_req_t *req,
                                    mc_wire_get_replica_list_resp_t *resp);

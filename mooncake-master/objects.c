@@ -146,6 +146,9 @@ static void writer_put(mc_master_t *m, mc_writer_t *w)
     free(w);
 }
 
+static void resv_unlink(mc_master_t *m, mc_reservation_t *r);
+static void resv_free(mc_master_t *m, mc_reservation_t *r);
+
 mc_status_t mc_master_objects_init(mc_master_t *m)
 {
     mc_slab_init(&m->objslab);
@@ -163,6 +166,18 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
         mc_hmap_cleanup(&m->groups);
         mc_chmap_cleanup(&m->objects);
         return MC_INTERNAL_ERROR;
+    }
+    if (mc_hmap_init(&m->reservations, 64) != 0) {
+        mc_hmap_cleanup(&m->writers);
+        mc_hmap_cleanup(&m->groups);
+        mc_hmap_cleanup(&m->objects);
+        return MC_INTERNAL_ERROR;
+    }
+    mc_mlist_init(&m->resv_order);
+    {
+        mc_uuid_t u;
+        mc_uuid_generate(&u); /* ids of an earlier run are not reissued */
+        m->next_resv_id = u.hi ^ u.lo;
     }
     m->next_replica_id = 0;
     return mc_master_dfs_init(m);
@@ -637,7 +652,14 @@ void mc_master_objects_cleanup(mc_master_t *m)
         free(g);
     }
     mc_hmap_cleanup(&m->groups);
-    /* every reference went with the objects and upserts above */
+    while (!mc_mlist_empty(&m->resv_order)) {
+        mc_reservation_t *r = mc_container_of(m->resv_order.next, mc_reservation_t, link);
+        for (uint32_t i = 0; i < r->n; i++)
+            free(r->reps[i]);
+        resv_unlink(m, r);
+    }
+    mc_hmap_cleanup(&m->reservations);
+    /* every reference went with the objects, upserts and reservations above */
     n = mc_hmap_first(&m->writers, &it);
     while (n != NULL) {
         mc_writer_t *w = mc_container_of(n, mc_writer_t, node);
@@ -697,6 +719,20 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
     size_t dropped = drop_listed(m, &m->discarded, seg);
     const mc_mlist_t *q = &m->taskq[MC_TASKQ_PROCESSING].list;
     const mc_mlist_t *pos;
+    mc_mlist_t *rpos, *rtmp;
+
+    /* a reservation with a buffer there goes whole: its writer puts anew */
+    mc_mlist_for_each_safe(rpos, rtmp, &m->resv_order)
+    {
+        mc_reservation_t *r = mc_container_of(rpos, mc_reservation_t, link);
+        for (uint32_t i = 0; i < r->n; i++) {
+            if (r->reps[i]->seg == seg) {
+                dropped++;
+                resv_free(m, r);
+                break;
+            }
+        }
+    }
 
     /* buffers staged by copy/move tasks (tasks.c): only processing tasks
      * have any; END notices the loss */
@@ -743,6 +779,14 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
 {
     mc_mlist_t *pos, *tmp;
     uint64_t release = (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
+
+    /* one TTL for all: granted order is deadline order */
+    while (!mc_mlist_empty(&m->resv_order)) {
+        mc_reservation_t *r = mc_container_of(m->resv_order.next, mc_reservation_t, link);
+        if (r->deadline_ms > now_ms)
+            break;
+        resv_free(m, r);
+    }
 
     mc_mlist_for_each_safe(pos, tmp, &m->discarded)
     {
@@ -944,10 +988,11 @@ static void release_placed(mc_master_t *m, mc_replica_t **reps, uint32_t n);
 
 /* Allocate the replicas of one write (arena array in *reps_p); returns
  * how many were placed, 0 when none fitted even after evicting every
- * evictable object but @p keep (evict.h). */
-static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
-                      const mc_wire_config_t *cfg, const mc_object_t *keep,
-                      mc_replica_t ***reps_p, int32_t *st_p)
+ * evictable object but @p keep (evict.h) -- or at once, without evicting,
+ * when @p evict is 0. */
+static uint32_t place_ex(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
+                         const mc_wire_config_t *cfg, const mc_object_t *keep, int evict,
+                         mc_replica_t ***reps_p, int32_t *st_p)
 {
     mc_master_t *m = x->m;
     place_try_t p;
@@ -973,7 +1018,7 @@ static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
     p.local     = writer_of(m, client_id, cfg);
     p.reps      = *reps_p;
     n           = place_try(&p);
-    if (n == 0)
+    if ((n == 0) && evict)
         n = mc_master_evict_until(m, x->now_ms, length, keep, place_try, &p);
     if ((n > 0) && (cfg->nof_replica_num > 0)) {
         /* best effort like memory, but none at all of the NoF replicas
@@ -988,6 +1033,13 @@ static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
     }
     *st_p = n ? MC_OK : MC_NO_AVAILABLE_HANDLE;
     return n;
+}
+
+static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
+                      const mc_wire_config_t *cfg, const mc_object_t *keep,
+                      mc_replica_t ***reps_p, int32_t *st_p)
+{
+    return place_ex(x, client_id, length, cfg, keep, 1, reps_p, st_p);
 }
 
 /* Undo place(): give back the @p n replicas it allocated. */
@@ -1013,15 +1065,36 @@ static int dup_group(const mc_str_t *group, char **out)
     return 0;
 }
 
+static mc_object_t *obj_create(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
+                               uint64_t length, const mc_wire_config_t *cfg,
+                               const mc_str_t *group, mc_replica_t **reps, uint32_t n,
+                               mc_dfs_replica_t *dfs, mc_wire_replica_list_t *out);
+
 /*
  * One PUT_START after config_check: @p group is the key's group id ("" or
  * NULL = none), @p out receives the replica descriptors.
  */
+/* May a new put take @p key?  OBJECT_ALREADY_EXISTS while it exists or
+ * its put is younger than the discard timeout; a stale put is preempted. */
+static int32_t key_claim(mc_req_ctx_t *x, mc_str_t key)
+{
+    mc_master_t *m = x->m;
+    mc_object_t *o = obj_find(m, x->tenant, key);
+
+    if (o != NULL) {
+        uint64_t discard = (uint64_t)m->cfg->put_start_discard_timeout_sec * 1000u;
+        if (o->complete || (x->now_ms < o->put_start_ms + discard))
+            return MC_OBJECT_ALREADY_EXISTS;
+        mc_info("preempting stale put of key '%.*s'", (int)MC_MIN(key.len, 200u), key.ptr);
+        obj_discard(m, o);
+    }
+    return MC_OK;
+}
+
 static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, uint64_t length,
                              const mc_wire_config_t *cfg, const mc_str_t *group,
                              mc_wire_replica_list_t *out)
 {
-    mc_master_t *m = x->m;
     mc_object_t *o;
     mc_replica_t **reps;
     mc_dfs_replica_t *dfs = NULL;
@@ -1033,29 +1106,44 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     if ((length == 0) || (x->tenant.len > UINT16_MAX)) /* rpc.c caps tenants far lower */
         return MC_INVALID_PARAMS;
 
-    o = obj_find(m, x->tenant, key);
-    if (o != NULL) {
-        uint64_t discard = (uint64_t)m->cfg->put_start_discard_timeout_sec * 1000u;
-        if (o->complete || (x->now_ms < o->put_start_ms + discard))
-            return MC_OBJECT_ALREADY_EXISTS;
-        mc_info("preempting stale put of key '%.*s'", (int)MC_MIN(key.len, 200u), key.ptr);
-        obj_discard(m, o);
-    }
+    st = key_claim(x, key);
+    if (st != MC_OK)
+        return st;
 
     n = place(x, client_id, length, cfg, NULL, &reps, &st);
     if (n == 0)
         return st;
     if (cfg->dfs_replica_num > 0) {
         /* the DFS copy is placed with the memory ones (docs/tiers.md §6) */
-        dfs = mc_master_dfs_new(m, key.len, length, cfg->replica_num, &st);
+        dfs = mc_master_dfs_new(x->m, key.len, length, cfg->replica_num, &st);
         if (dfs == NULL) {
-            release_placed(m, reps, n);
+            release_placed(x->m, reps, n);
             return st;
         }
     }
-    out->v = mc_arena_calloc(x->arena, n + (dfs != NULL), sizeof(*out->v));
-    if (out->v == NULL)
-        goto oom;
+    o = obj_create(x, client_id, key, length, cfg, group, reps, n, dfs, out);
+    return (o != NULL) ? MC_OK : MC_INTERNAL_ERROR;
+}
+
+/*
+ * The object of a new put of @p key (known absent) on the @p n placed
+ * replicas @p reps and the DFS extent @p dfs (or NULL), incomplete (on
+ * m->pending); their descriptors go to @p out when it is not NULL.  On
+ * OOM the replicas and the extent are given back and NULL returned.
+ */
+static mc_object_t *obj_create(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
+                               uint64_t length, const mc_wire_config_t *cfg,
+                               const mc_str_t *group, mc_replica_t **reps, uint32_t n,
+                               mc_dfs_replica_t *dfs, mc_wire_replica_list_t *out)
+{
+    mc_master_t *m = x->m;
+    mc_object_t *o;
+
+    if (out != NULL) {
+        out->v = mc_arena_calloc(x->arena, n + (dfs != NULL), sizeof(*out->v));
+        if (out->v == NULL)
+            goto oom;
+    }
 
     o = obj_alloc(m, x->tenant, key);
     if (o == NULL)
@@ -1090,22 +1178,25 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     for (uint32_t i = 0; i < n; i++) {
         mc_replica_set_obj(reps[i], o);
         mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
-        fill_wire_replica(&out->v[i], reps[i], length);
+        if (out != NULL)
+            fill_wire_replica(&out->v[i], reps[i], length);
     }
-    out->n = n;
+    if (out != NULL)
+        out->n = n;
     if (dfs != NULL) {
         o->ext->dfs = dfs;
-        mc_master_dfs_to_wire(x, &out->v[out->n++], dfs, length);
+        if (out != NULL)
+            mc_master_dfs_to_wire(x, &out->v[out->n++], dfs, length);
     }
     if (n < cfg->replica_num)
         mc_debug("put of key '%.*s': %" PRIu32 " of %" PRIu32 " replicas placed",
                  (int)MC_MIN(key.len, 200u), key.ptr, n, cfg->replica_num);
-    return MC_OK;
+    return o;
 
 oom:
     release_placed(m, reps, n);
     mc_master_dfs_free(m, dfs, length);
-    return MC_INTERNAL_ERROR;
+    return NULL;
 }
 
 /* UPSERT_END: the config given at UPSERT_START takes effect (§5.11). */
@@ -1174,12 +1265,39 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
     mc_master_lru_touch(m, o);
 }
 
+/* Every replica of the incomplete @p o COMPLETE: readable from now on. */
+static void obj_complete(mc_req_ctx_t *x, mc_object_t *o)
+{
+    mc_mlist_t *pos;
+
+    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
+        mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
+    if (obj_dfs(o) != NULL)
+        obj_dfs(o)->status = MC_REPLICA_COMPLETE;
+    o->complete          = 1;
+    o->lease_deadline_ms = 0; /* was its PutStart time: no reader yet */
+    mc_mlist_remove(&o->pending_link);
+    mc_master_lru_touch(x->m, o);
+}
+
+/* The end of a new put (PUT_END, PUT_COMMIT): @p o readable, its soft pin
+ * running, in its group, in the operation log. */
+static void obj_publish(mc_req_ctx_t *x, mc_object_t *o)
+{
+    obj_complete(x, o);
+    /* The soft pin starts when the object becomes readable; a fresh object
+     * carries no lease (upstream grants a lease of 0 at PutEnd). */
+    if ((o->ext != NULL) && (o->ext->soft_pin_ttl_ms > 0))
+        o->ext->soft_pin_deadline_ms = x->now_ms + o->ext->soft_pin_ttl_ms;
+    group_sync(x->m, o);
+    mc_durable_object(x->m, o);
+}
+
 /* PUT_END, and UPSERT_END when @p upsert. */
 static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int upsert)
 {
     mc_master_t *m = x->m;
     mc_object_t *o = obj_find(m, x->tenant, key);
-    mc_mlist_t *pos;
 
     if (o == NULL)
         return MC_OBJECT_NOT_FOUND;
@@ -1200,25 +1318,13 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         return MC_ILLEGAL_CLIENT;
     if (o->complete)
         return MC_OK; /* a retried PutEnd */
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
-        mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
-    if (obj_dfs(o) != NULL)
-        obj_dfs(o)->status = MC_REPLICA_COMPLETE;
-    o->complete          = 1;
-    o->lease_deadline_ms = 0; /* was its PutStart time: no reader yet */
-    mc_mlist_remove(&o->pending_link);
-    mc_master_lru_touch(x->m, o);
-    if (o->upsert == MC_UPSERT_INPLACE) {
-        apply_upsert_config(o, x->now_ms);
-        upsert_clear(m, o);
-        group_sync(x->m, o);
-        mc_durable_object(m, o);
+    if (o->upsert != MC_UPSERT_INPLACE) {
+        obj_publish(x, o);
         return MC_OK;
     }
-    /* The soft pin starts when the object becomes readable; a fresh object
-     * carries no lease (upstream grants a lease of 0 at PutEnd). */
-    if ((o->ext != NULL) && (o->ext->soft_pin_ttl_ms > 0))
-        o->ext->soft_pin_deadline_ms = x->now_ms + o->ext->soft_pin_ttl_ms;
+    obj_complete(x, o);
+    apply_upsert_config(o, x->now_ms);
+    upsert_clear(m, o);
     group_sync(x->m, o);
     mc_durable_object(m, o);
     return MC_OK;
@@ -1378,6 +1484,203 @@ int32_t mc_master_put_end(mc_req_ctx_t *x, const mc_wire_put_end_req_t *req)
 int32_t mc_master_put_revoke(mc_req_ctx_t *x, const mc_wire_put_revoke_req_t *req)
 {
     return revoke_one(x, req->client_id, req->key, 0);
+}
+
+/* ---- put reservations (§5.18) ---------------------------------------------------
+ *
+ * A reservation is a PUT_START whose key comes later: place() ran, the
+ * buffers belong to the writer, and PUT_COMMIT turns them into a complete
+ * object in one step (obj_create + obj_publish, as PUT_START + PUT_END
+ * would).  The writer fills them before it commits, so a reservation's
+ * space must never be reused while the writer may still be writing there:
+ * it goes back only at its deadline (the writer stops using it at half its
+ * TTL), on CLIENT_CLOSE, or with its segment (whose owner is gone).
+ */
+
+static int resv_eq(const mc_hnode_t *node, const void *k)
+{
+    return mc_container_of(node, mc_reservation_t, node)->id == *(const uint64_t *)k;
+}
+
+static uint64_t resv_hash(uint64_t id)
+{
+    return mc_hash_bytes(&id, sizeof(id), 0);
+}
+
+/* Unlink @p r; its replicas stay with the caller. */
+static void resv_unlink(mc_master_t *m, mc_reservation_t *r)
+{
+    mc_hmap_remove(&m->reservations, &r->node);
+    mc_mlist_remove(&r->link);
+    writer_put(m, r->writer);
+    free(r);
+}
+
+/* Unlink @p r and give its space back. */
+static void resv_free(mc_master_t *m, mc_reservation_t *r)
+{
+    release_placed(m, r->reps, r->n);
+    resv_unlink(m, r);
+}
+
+/* The caller's reservation @p id, or NULL. */
+static mc_reservation_t *resv_find(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t id)
+{
+    mc_hnode_t *n = mc_hmap_find(&x->m->reservations, resv_hash(id), &id, resv_eq);
+    mc_reservation_t *r;
+    mc_str_t t;
+
+    if (n == NULL)
+        return NULL;
+    r = mc_container_of(n, mc_reservation_t, node);
+    t = (mc_str_t){r->writer->tenant, r->writer->tenant_len};
+    if (!mc_uuid_eq(r->writer->owner, client_id) || !mc_str_eq(t, x->tenant))
+        return NULL;
+    return r;
+}
+
+/*
+ * A new reservation of @p length bytes placed for @p cfg (inline eviction
+ * only when @p evict), its descriptors in @p out.  MC_OK, or why not.
+ */
+static int32_t resv_grant(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
+                          const mc_wire_config_t *cfg, int evict, uint64_t *id_p,
+                          mc_wire_replica_list_t *out)
+{
+    mc_master_t *m = x->m;
+    mc_reservation_t *r;
+    mc_replica_t **reps;
+    uint32_t n;
+    int32_t st;
+
+    out->n = 0;
+    out->v = NULL;
+    n      = place_ex(x, client_id, length, cfg, NULL, evict, &reps, &st);
+    if (n == 0)
+        return st;
+    out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
+    r      = malloc(sizeof(*r) + (size_t)n * sizeof(r->reps[0]));
+    if ((out->v == NULL) || (r == NULL))
+        goto oom;
+    memset(r, 0, sizeof(*r));
+    r->writer = writer_get(m, x->tenant, client_id);
+    if (r->writer == NULL)
+        goto oom;
+    do
+        r->id = m->next_resv_id++;
+    while ((r->id == 0) || (mc_hmap_find(&m->reservations, resv_hash(r->id), &r->id,
+                                         resv_eq) != NULL));
+    r->length      = length;
+    r->deadline_ms = x->now_ms + (uint64_t)m->cfg->put_reservation_ttl_sec * 1000u;
+    r->n           = n;
+    for (uint32_t i = 0; i < n; i++) {
+        r->reps[i] = reps[i];
+        fill_wire_replica(&out->v[i], reps[i], length);
+    }
+    out->n = n;
+    if (mc_hmap_insert(&m->reservations, &r->node, resv_hash(r->id)) != 0) {
+        mc_hmap_remove(&m->reservations, &r->node);
+        writer_put(m, r->writer);
+        goto oom;
+    }
+    mc_mlist_insert_tail(&m->resv_order, &r->link);
+    *id_p = r->id;
+    return MC_OK;
+
+oom:
+    free(r);
+    out->n = 0;
+    release_placed(m, reps, n);
+    return MC_INTERNAL_ERROR;
+}
+
+/* §5.18 PUT_RESERVE */
+int32_t mc_master_put_reserve(mc_req_ctx_t *x, const mc_wire_put_reserve_req_t *req,
+                              mc_wire_put_reserve_resp_t *resp)
+{
+    int32_t st;
+
+    if (x->m->cfg->put_reservation_ttl_sec == 0)
+        return MC_NOT_SUPPORTED;
+    st = config_check(x, &req->config);
+    if (st != MC_OK)
+        return st;
+    /* reservations hold memory replicas only: a DFS extent belongs to a
+     * key from the start (docs/tiers.md §6) and NoF replicas have their
+     * own pool; such puts take PUT_START */
+    if ((req->length == 0) || (x->tenant.len > UINT16_MAX) ||
+        (req->config.dfs_replica_num > 0) || (req->config.nof_replica_num > 0))
+        return MC_INVALID_PARAMS;
+    st = resv_grant(x, req->client_id, req->length, &req->config, 1, &resp->reservation_id,
+                    &resp->replicas);
+    if (st == MC_OK)
+        resp->ttl_ms = (uint64_t)x->m->cfg->put_reservation_ttl_sec * 1000u;
+    return st;
+}
+
+/* §5.18 PUT_COMMIT */
+int32_t mc_master_put_commit(mc_req_ctx_t *x, const mc_wire_put_commit_req_t *req,
+                             mc_wire_put_commit_resp_t *resp)
+{
+    mc_master_t *m = x->m;
+    const mc_str_t *group = NULL;
+    mc_reservation_t *r;
+    mc_replica_t **reps;
+    mc_object_t *o;
+    uint64_t length;
+    uint32_t n;
+    int32_t st = config_check(x, &req->config);
+
+    if (st != MC_OK)
+        return st;
+    if ((req->config.dfs_replica_num > 0) || (req->config.nof_replica_num > 0))
+        return MC_INVALID_PARAMS; /* reservations hold memory only (PUT_RESERVE) */
+    if (req->config.has_group_ids) {
+        if (req->config.group_ids.n != 1)
+            return MC_INVALID_PARAMS;
+        group = &req->config.group_ids.v[0];
+    }
+    r = resv_find(x, req->client_id, req->reservation_id);
+    if (r == NULL)
+        return MC_OBJECT_NOT_FOUND;
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (r->reps[i]->seg->state != MC_SEG_OK) {
+            /* draining: it takes no new object; the writer puts anew */
+            resv_free(m, r);
+            return MC_OBJECT_NOT_FOUND;
+        }
+    }
+    st = key_claim(x, req->key);
+    if (st != MC_OK)
+        return st; /* the reservation stays the writer's */
+
+    length = r->length;
+    n      = r->n;
+    reps   = mc_arena_calloc(x->arena, n, sizeof(*reps));
+    if (reps == NULL)
+        return MC_INTERNAL_ERROR;
+    memcpy(reps, r->reps, (size_t)n * sizeof(*reps));
+    resv_unlink(m, r); /* the buffers move to the object (or go back on OOM) */
+    o = obj_create(x, req->client_id, req->key, length, &req->config, group, reps, n, NULL, NULL);
+    if (o == NULL)
+        return MC_INTERNAL_ERROR;
+    obj_publish(x, o);
+    if (req->renew &&
+        (resv_grant(x, req->client_id, length, &req->config, 0, &resp->next_id, &resp->next) ==
+         MC_OK))
+        resp->ttl_ms = (uint64_t)m->cfg->put_reservation_ttl_sec * 1000u;
+    return MC_OK;
+}
+
+void mc_master_reservations_drop_owner(mc_master_t *m, mc_uuid_t owner)
+{
+    mc_mlist_t *pos, *tmp;
+    mc_mlist_for_each_safe(pos, tmp, &m->resv_order)
+    {
+        mc_reservation_t *r = mc_container_of(pos, mc_reservation_t, link);
+        if (mc_uuid_eq(r->writer->owner, owner))
+            resv_free(m, r);
+    }
 }
 
 /* §5.7 GET_REPLICA_LIST */

@@ -413,6 +413,8 @@ MC_RPC_PLAIN_HANDLER_(remount_nof_segments)
 MC_RPC_PLAIN_HANDLER_(unmount_nof_segment)
 MC_RPC_RESP_HANDLER_(get_all_nof_segments)
 MC_RPC_RESP_HANDLER_(get_nof_segments_by_name)
+MC_RPC_RESP_HANDLER_(put_reserve)
+MC_RPC_RESP_HANDLER_(put_commit)
 
 /* A handler's answer that comes later (not a status: those are <= 0). */
 #define MC_RPC_DEFERRED 1

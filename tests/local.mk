@@ -21,6 +21,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_clear.c \
+	tests/unit/test_master_resv.c \
 	tests/unit/test_master_disk.c \
 	tests/unit/test_master_dfs.c \
 	tests/unit/test_store_disk.c \

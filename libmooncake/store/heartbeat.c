@@ -122,6 +122,8 @@ static int hb_beat(mc_store_h s, mc_master_target_t *target)
         mc_debug("heartbeat connection went stale; pinging on a fresh one");
         conn = NULL;
     }
+    /* reservations of another master are not ours to fill (reserve.c) */
+    mc_store_resv_view(s, resp.view_version);
     if (resp.client_status == MC_PING_NEED_REMOUNT)
         hb_remount(s, conn);
     /* graceful unmounts whose grace period is over (mount.c) */
@@ -148,7 +150,10 @@ static void *hb_main(void *arg)
 
     clock_gettime(CLOCK_MONOTONIC, &next);
     while (!mc_store_worker_stopping(hb)) {
-        if (hb_beat(s, &target) == 0) {
+        int beat = hb_beat(s, &target);
+        if (beat != 0)
+            mc_store_resv_clear(s); /* the master may be restarting */
+        if (beat == 0) {
             if (fails >= MC_STORE_HEARTBEAT_MAX_FAILS)
                 mc_info("master reachable again after %u failed heartbeats", fails);
             fails = 0;

@@ -193,6 +193,7 @@ MC_API mc_status_t mc_store_create(mc_store_h *store_p)
     pthread_mutex_init(&s->seg_lock, NULL);
     pthread_mutex_init(&s->http_lock, NULL);
     pthread_mutex_init(&s->token_mu, NULL);
+    mc_store_resv_init(s);
     *store_p = s;
     return MC_OK;
 }
@@ -243,6 +244,7 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
     mc_store_disk_stop(s);  /* reads segments and the engine too */
     mc_store_tasks_stop(s); /* before the segments it copies from go */
     mc_store_heartbeat_stop(s);
+    mc_store_resv_clear(s); /* CLIENT_CLOSE frees them on the master */
     if (tell_master && s->pool_ready) {
         st = master_client_close(s);
         if (st != MC_OK)
@@ -526,6 +528,7 @@ MC_API void mc_store_destroy(mc_store_h s)
     pthread_mutex_destroy(&s->seg_lock);
     pthread_mutex_destroy(&s->http_lock);
     pthread_mutex_destroy(&s->token_mu);
+    mc_store_resv_cleanup(s);
     pthread_rwlock_destroy(&s->life);
     free(s);
 }
@@ -889,19 +892,176 @@ static mc_status_t check_sources(mc_store_h s, const mc_iov_t *parts, size_t n, 
     return MC_OK;
 }
 
+/*
+ * The bytes of one write into the replicas @p reps (one transfer; the
+ * requests on the stack when they fit).  When @p reps live in the answer
+ * on *@p conn_p, that master connection is given back (and cleared) once
+ * the requests are built: the bytes move without holding it.
+ */
+static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps, mc_str_t key,
+                               const mc_iov_t *parts, size_t nparts, uint64_t total,
+                               mc_mconn_t **conn_p)
+{
+    mc_te_request_t stack_reqs[MC_PUT_STACK_REQS];
+    mc_te_request_t *reqs = stack_reqs;
+    size_t nreq = 0, cap;
+    mc_status_t st                = MC_OK;
+    const mc_wire_replica_t *dfs  = NULL;
+    mc_wire_replica_t d;
+    char dname[64];
+
+    if (nparts > SIZE_MAX / sizeof(*reqs) / reps->n) {
+        mc_set_error_detail("too many parts");
+        return MC_INVALID_PARAMS;
+    }
+    cap = (size_t)reps->n * nparts;
+    if (cap > MC_PUT_STACK_REQS) {
+        reqs = malloc(cap * sizeof(*reqs));
+        if (reqs == NULL) {
+            mc_set_error_detail("out of memory for %zu transfer requests", cap);
+            return MC_INTERNAL_ERROR;
+        }
+    }
+    for (uint32_t i = 0; (i < reps->n) && (st == MC_OK); i++) {
+        if ((reps->v[i].type == MC_WIRE_REPLICA_DFS) && (dfs == NULL)) {
+            dfs = &reps->v[i]; /* written below, from the file side */
+            continue;
+        }
+        st = replica_writes(s, &reps->v[i], parts, nparts, total, reqs, &nreq);
+    }
+    /* the replica list stays in the connection's arena until it is
+     * reused: the DFS write takes what it needs first */
+    if (dfs != NULL) {
+        d               = *dfs;
+        d.file_path.len = (d.file_path.len < sizeof(dname)) ? d.file_path.len : 0;
+        memcpy(dname, dfs->file_path.ptr, d.file_path.len);
+        d.file_path.ptr = dname;
+    }
+    if ((conn_p != NULL) && (*conn_p != NULL)) {
+        mc_master_pool_put(&s->pool, *conn_p);
+        *conn_p = NULL;
+    }
+    if ((st == MC_OK) && (dfs != NULL))
+        st = mc_store_dfs_write(s, &d, key, parts, nparts, total);
+    if (st == MC_OK)
+        st = mc_te_transfer(s->te, reqs, nreq, NULL);
+    if (reqs != stack_reqs)
+        free(reqs);
+    return st;
+}
+
+/* A reservation for a put of @p total bytes placed for @p wcfg: a kept
+ * one, else a fresh PUT_RESERVE when this shape came lately.  0 when there
+ * is none to be had (the caller takes the two-trip path). */
+static int resv_get(mc_store_h s, uint64_t total, const mc_wire_config_t *wcfg, mc_resv_t *r)
+{
+    mc_wire_put_reserve_req_t rq;
+    mc_wire_put_reserve_resp_t rs;
+    mc_mconn_t *conn = NULL;
+    uint64_t sent;
+    mc_status_t st;
+
+    if (mc_store_resv_take(s, total, wcfg, r))
+        return 1;
+    if (!mc_store_resv_seen(s, total, wcfg))
+        return 0; /* a shape not seen lately: PUT_START wastes no space */
+    memset(&rq, 0, sizeof(rq));
+    rq.client_id = s->client_id;
+    rq.length    = total;
+    rq.config    = *wcfg;
+    sent         = mc_now_us();
+    st           = mc_master_pool_call_put_reserve(&s->pool, &conn, &rq, &rs);
+    if (st == MC_OK)
+        st = mc_store_resv_make(r, rs.reservation_id, rs.ttl_ms, sent, conn->view_version,
+                                total, wcfg, &rs.replicas);
+    else if (st == MC_NOT_SUPPORTED)
+        mc_store_resv_disable(s);
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+    return st == MC_OK;
+}
+
+/*
+ * A put in one master round trip (docs/protocol.md §5.18): the bytes go
+ * into a reservation, then PUT_COMMIT publishes them under @p key and
+ * brings the reservation for the next put.  Sets *done_p to 0 when the
+ * put must take the two-trip path instead (no reservation, or the master
+ * no longer knows it); the caller then writes the bytes again from
+ * scratch, which is harmless: nothing was published.
+ */
+static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *parts,
+                                  size_t nparts, uint64_t total, const mc_wire_config_t *wcfg,
+                                  int *done_p)
+{
+    mc_wire_put_commit_req_t rq;
+    mc_wire_put_commit_resp_t rs;
+    mc_mconn_t *conn = NULL;
+    mc_resv_t r, next;
+    uint64_t sent;
+    mc_status_t st;
+
+    *done_p = 0;
+    if (!resv_get(s, total, wcfg, &r))
+        return MC_OK;
+    st = write_bytes(s, &r.reps, key, parts, nparts, total, NULL);
+    if (st != MC_OK) {
+        /* the holder or the segment may be gone (the master frees the
+         * buffers itself): PUT_START places the put afresh */
+        mc_debug("a reserved write of %.*s failed (%s); putting it anew", (int)key.len, key.ptr,
+                 mc_status_name(st));
+        mc_store_resv_free(&r);
+        return MC_OK;
+    }
+    memset(&rq, 0, sizeof(rq));
+    rq.client_id      = s->client_id;
+    rq.key            = key;
+    rq.reservation_id = r.id;
+    rq.config         = *wcfg;
+    rq.renew          = 1;
+    sent              = mc_now_us();
+    st                = mc_master_pool_call_put_commit(&s->pool, &conn, &rq, &rs);
+    if ((conn != NULL) && (conn->view_version != r.view))
+        st = MC_OBJECT_NOT_FOUND; /* another master: it knows no reservation of ours */
+    switch (st) {
+    case MC_OK:
+        *done_p = 1;
+        mc_store_resv_free(&r);
+        if ((rs.next_id != 0) &&
+            (mc_store_resv_make(&next, rs.next_id, rs.ttl_ms, sent, conn->view_version, total,
+                                wcfg, &rs.next) == MC_OK))
+            mc_store_resv_give(s, &next);
+        mc_store_disk_enqueue(s, key); /* docs/tiers.md */
+        break;
+    case MC_OBJECT_ALREADY_EXISTS:
+        *done_p = 1; /* first writer wins; the reservation is still ours */
+        st      = MC_OK;
+        mc_store_resv_give(s, &r);
+        break;
+    case MC_OBJECT_NOT_FOUND: /* expired, segment gone, master restarted */
+    case MC_RPC_FAIL:         /* maybe committed: PUT_START then says -705 */
+    case MC_RPC_TIMEOUT:
+        mc_store_resv_free(&r);
+        break;
+    default:
+        *done_p = 1;
+        mc_store_resv_give(s, &r);
+        break;
+    }
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+    return *done_p ? st : MC_OK;
+}
+
 static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                             size_t nparts, const mc_replicate_config_t *cfg, unsigned flags)
 {
     mc_status_t st;
-    size_t klen, nreq = 0, cap = 0;
+    size_t klen;
     uint64_t total;
     mc_mconn_t *conn = NULL;
     mc_str_t gid, wkey;
-    mc_te_request_t stack_reqs[MC_PUT_STACK_REQS];
-    mc_te_request_t *reqs = stack_reqs;
     mc_wire_config_t wcfg;
     mc_wire_replica_list_t reps;
-    const mc_wire_replica_t *dfs = NULL;
 
     st = mc_store_check_key(key, &klen);
     if (st != MC_OK)
@@ -922,6 +1082,15 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
 
     wkey = (mc_str_t){key, (uint32_t)klen};
     mc_store_config_to_wire(cfg, NULL, 1, &gid, &wcfg);
+    /* reservations hold memory replicas only: puts that also ask for NoF
+     * or DFS replicas take PUT_START (docs/protocol.md §5.18) */
+    if ((op == WRITE_PUT) && (wcfg.dfs_replica_num == 0) && (wcfg.nof_replica_num == 0) &&
+        mc_store_resv_wanted(s, total)) {
+        int done;
+        st = write_one_trip(s, wkey, parts, nparts, total, &wcfg, &done);
+        if (done)
+            return st;
+    }
     st = write_start(s, op, &conn, wkey, total, &wcfg, &reps);
     if ((op == WRITE_PUT) && (st == MC_OBJECT_ALREADY_EXISTS)) {
         st = MC_OK; /* first writer wins; the old value stays */
@@ -940,53 +1109,12 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
         st = MC_INVALID_REPLICA;
         goto revoke;
     }
-    /* every replica gets every non-empty part */
-    if (nparts > SIZE_MAX / sizeof(*reqs) / reps.n) {
-        mc_set_error_detail("too many parts");
-        st = MC_INVALID_PARAMS;
-        goto revoke;
-    }
-    cap = (size_t)reps.n * nparts;
-    if (cap > MC_PUT_STACK_REQS) {
-        reqs = malloc(cap * sizeof(*reqs));
-        if (reqs == NULL) {
-            reqs = stack_reqs;
-            mc_set_error_detail("out of memory for %zu transfer requests", cap);
-            st = MC_INTERNAL_ERROR;
-            goto revoke;
-        }
-    }
-    for (uint32_t i = 0; i < reps.n; i++) {
-        if ((reps.v[i].type == MC_WIRE_REPLICA_DFS) && (dfs == NULL)) {
-            dfs = &reps.v[i]; /* written below, from the file side */
-            continue;
-        }
-        st = replica_writes(s, &reps.v[i], parts, nparts, total, reqs, &nreq);
-        if (st != MC_OK)
-            goto revoke;
-    }
 
-    /* the bytes move without holding a master connection (the replica
-     * list stays in the connection's arena until it is reused: the DFS
-     * write below takes what it needs first) */
-    if (dfs != NULL) {
-        mc_wire_replica_t d = *dfs;
-        char dname[64];
-        d.file_path.len = (d.file_path.len < sizeof(dname)) ? d.file_path.len : 0;
-        memcpy(dname, dfs->file_path.ptr, d.file_path.len);
-        d.file_path.ptr = dname;
-        mc_master_pool_put(&s->pool, conn);
-        conn = NULL;
-        st   = mc_store_dfs_write(s, &d, wkey, parts, nparts, total);
-        if (st != MC_OK) {
-            mc_warn("%s of %s: %s; revoking", write_op_name(op), key, mc_last_error_detail());
-            goto revoke;
-        }
-    } else {
-        mc_master_pool_put(&s->pool, conn);
-        conn = NULL;
-    }
-    st = mc_te_transfer(s->te, reqs, nreq, NULL);
+    /* every replica gets every non-empty part; the bytes move without
+     * holding the master connection */
+    st = write_bytes(s, &reps, wkey, parts, nparts, total, &conn);
+    if (st == MC_INVALID_REPLICA)
+        goto revoke;
     if (st != MC_OK) {
         char detail[512];
         snprintf(detail, sizeof(detail), "transfer of %s failed: %s", key,
@@ -1008,8 +1136,6 @@ revoke:
 done:
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
-    if (reqs != stack_reqs)
-        free(reqs);
     return st;
 }
 

@@ -60,6 +60,37 @@ typedef struct mc_store_worker {
     const char *name;      /* for messages: "heartbeat", "task executor" */
 } mc_store_worker_t;
 
+/* One put reservation held by the writer (reserve.c). */
+typedef struct mc_resv {
+    uint64_t id;                /* 0: none */
+    uint64_t length;            /* exactly this many bytes */
+    uint64_t use_by_us;         /* mc_now_us(): unusable from then on */
+    uint64_t view;              /* view_version of the master that granted it */
+    uint32_t replica_num;       /* placement it was asked for */
+    uint8_t same_node;
+    const char *preferred;      /* "" none; in mem */
+    mc_wire_replica_list_t reps; /* in mem */
+    void *mem;
+} mc_resv_t;
+
+#define MC_RESV_SLOTS 4
+#define MC_RESV_SEEN  8
+
+/* A put shape (length and placement) seen lately without a reservation. */
+typedef struct mc_resv_seen {
+    uint64_t length;
+    uint64_t placement;         /* hash of the placement fields */
+    uint64_t at_us;             /* 0: unused */
+} mc_resv_seen_t;
+
+typedef struct mc_store_resvs {
+    pthread_mutex_t mu;
+    int disabled;               /* MC_PUT_ONE_TRIP=0, or the master grants none */
+    uint64_t view;              /* master view the slots belong to */
+    mc_resv_t slot[MC_RESV_SLOTS];
+    mc_resv_seen_t seen[MC_RESV_SEEN];
+} mc_store_resvs_t;
+
 struct mc_store {
     pthread_rwlock_t life;
     int ready;
@@ -113,6 +144,9 @@ struct mc_store {
      * and torn down with the local buffer */
     struct mc_store_rd *rd;
 
+    /* one-round-trip puts (reserve.c): reservations kept for the next put */
+    mc_store_resvs_t resv;
+
     /* the client's counters (metrics.h); atomics, no lock */
     mc_store_metrics_t metrics;
     /* client HTTP server (http.c): started last by setup, stopped by close
@@ -123,6 +157,33 @@ struct mc_store {
 
 /* Public entry: read-lock the handle and check it is set up.  On failure
  * nothing is held and the detail is set. */
+/* reserve.c: the writer's reservations (docs/protocol.md §5.16) */
+void mc_store_resv_init(mc_store_h s);
+void mc_store_resv_cleanup(mc_store_h s);
+/* Drop every kept reservation (teardown, a master that may have restarted). */
+void mc_store_resv_clear(mc_store_h s);
+/* The heartbeat saw master view @p view: a new one empties the cache. */
+void mc_store_resv_view(mc_store_h s, uint64_t view);
+/* The master grants none (NOT_SUPPORTED): two round trips from now on. */
+void mc_store_resv_disable(mc_store_h s);
+/* Whether a put of @p length bytes may go through a reservation. */
+int mc_store_resv_wanted(mc_store_h s, uint64_t length);
+/* Whether a put of this shape came lately (then a reservation is worth
+ * asking for); records it either way. */
+int mc_store_resv_seen(mc_store_h s, uint64_t length, const mc_wire_config_t *cfg);
+/* Move a usable reservation for (@p length, placement of @p cfg) into
+ * @p out; 0 when there is none. */
+int mc_store_resv_take(mc_store_h s, uint64_t length, const mc_wire_config_t *cfg,
+                       mc_resv_t *out);
+/* Keep @p r (cleared) for a later put, or free it when unusable. */
+void mc_store_resv_give(mc_store_h s, mc_resv_t *r);
+/* A reservation from a grant: @p sent_us when the request was sent
+ * (mc_now_us), @p view the connection's master view. */
+mc_status_t mc_store_resv_make(mc_resv_t *r, uint64_t id, uint64_t ttl_ms, uint64_t sent_us,
+                               uint64_t view, uint64_t length, const mc_wire_config_t *cfg,
+                               const mc_wire_replica_list_t *reps);
+void mc_store_resv_free(mc_resv_t *r);
+
 mc_status_t mc_store_enter(mc_store_h s);
 void mc_store_leave(mc_store_h s);
 /* mc_store_enter() for a batch call: on failure every one of the @p n

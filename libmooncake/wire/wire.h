@@ -236,7 +236,9 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
     X(REMOUNT_NOF_SEGMENTS, remount_nof_segments, 71)        \
     X(UNMOUNT_NOF_SEGMENT, unmount_nof_segment, 72)          \
     X(GET_ALL_NOF_SEGMENTS, get_all_nof_segments, 73)        \
-    X(GET_NOF_SEGMENTS_BY_NAME, get_nof_segments_by_name, 74)
+    X(GET_NOF_SEGMENTS_BY_NAME, get_nof_segments_by_name, 74)\
+    X(PUT_RESERVE, put_reserve, 75)                          \
+    X(PUT_COMMIT, put_commit, 76)
 
 /* Opens a connection: who the client is and which tenant its keys live in. */
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
@@ -452,6 +454,27 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
 
 #define MC_WIRE_REQ_get_nof_segments_by_name(F) F(STR, name)
 #define MC_WIRE_RESP_get_nof_segments_by_name(F) F(SEGMENTS, segments)
+
+/* ---- one-round-trip puts (docs/protocol.md §5.18) ----------------------
+ * PUT_RESERVE: buffers for one future put of exactly length bytes, placed
+ * as PUT_START places them for config (inline eviction included), owned
+ * by the caller and by nobody's key.  reservation_id names them (never 0);
+ * ttl_ms is how long the master keeps them unclaimed.  NOT_SUPPORTED when
+ * the master grants no reservations (--put_reservation_ttl_sec 0). */
+#define MC_WIRE_REQ_put_reserve(F) F(UUID, client_id) F(U64, length) F(CONFIG, config)
+#define MC_WIRE_RESP_put_reserve(F) F(U64, reservation_id) F(U64, ttl_ms) F(REPLICAS, replicas)
+
+/* PUT_COMMIT: PUT_START + PUT_END of key in one step, on the buffers of
+ * the caller's reservation_id (which the caller has filled).  On OK the
+ * reservation is used up and, when renew is 1, a new one of the same
+ * length and placement comes back in next_id/ttl_ms/next (next_id 0: none
+ * granted; no eviction is done for it).  Any other status leaves the
+ * reservation as it was: OBJECT_ALREADY_EXISTS (key exists or is being
+ * written; the put's value stays), OBJECT_NOT_FOUND (no such reservation
+ * of this client and tenant: expired, its segment gone, master restarted). */
+#define MC_WIRE_REQ_put_commit(F) \
+    F(UUID, client_id) F(KEY, key) F(U64, reservation_id) F(CONFIG, config) F(U8, renew)
+#define MC_WIRE_RESP_put_commit(F) F(U64, next_id) F(U64, ttl_ms) F(REPLICAS, next)
 
 /* ---- generated declarations ------------------------------------------- */
 

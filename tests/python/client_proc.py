@@ -409,6 +409,32 @@ def handle(store, req):
                 "detail": last_error_detail()}
     if op == "close":
         return {"rc": store.close()}
+    if op == "hammer":
+        # one action on one key, over and over for `seconds`: put/upsert of
+        # a fixed value, remove, or get (the distinct values read, by sha)
+        key, action, end = req["key"], req["action"], time.monotonic() + req["seconds"]
+        data = bytes.fromhex(req.get("hex", ""))
+        cfg = config_for(req)
+        n, bad, seen = 0, [], {}
+        while time.monotonic() < end:
+            n += 1
+            if action == "put":
+                rc = store.put(key, data, cfg)
+            elif action == "upsert":
+                rc = store.upsert(key, data, cfg)
+            elif action == "remove":
+                # not forced: a read lease keeps the value (a forced remove
+                # frees bytes a reader may still be copying)
+                rc = store.remove(key, False)
+                rc = 0 if rc in (0, -704, -706) else rc
+            else:
+                got = store.get(key)
+                h = hashlib.sha256(got).hexdigest() if got else ""
+                seen[h] = seen.get(h, 0) + 1
+                rc = 0
+            if rc != 0 and len(bad) < 5:
+                bad.append(rc)
+        return {"n": n, "bad": bad, "seen": seen}
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -39,6 +39,7 @@
     X(loc_cache)          \
     X(master_tasks)       \
     X(master_clear)       \
+    X(master_resv)        \
     X(master_disk)        \
     X(master_dfs)         \
     X(store_disk)         \

@@ -643,18 +643,21 @@ START_TEST(test_mount_segments)
     ck_assert_status_ok(mc_store_unmount_and_free_segments(b, ids, 1, 0));
     ck_assert_status_eq(mc_store_unmount_and_free_segments(b, ids, 1, 0), MC_SEGMENT_NOT_FOUND);
 
-    /* graceful: readable meanwhile, no new object lands there, then gone */
+    /* graceful: readable meanwhile, no new object lands there, then gone.
+     * The put may fill a reservation placed there before the drain
+     * (docs/protocol.md §5.16): its commit is refused and the value is
+     * stored elsewhere, which the read after the unmount shows. */
     ck_assert_status_ok(mc_store_unmount_segments(b, &ids[1], 1, 1));
     assert_value(store, "ms-k", v, sizeof(v));
     pattern(v, sizeof(v), 29);
     ck_assert_status_ok(mc_store_put(store, "ms-new", v, sizeof(v), &cfg));
-    ck_assert_ptr_null(memmem(view, 4u << 20, v, sizeof(v)));
     for (int i = 0; (i < 1000) && !gone; i++) {
         gone = (mc_store_get_size(store, "ms-k", &size) == MC_OBJECT_NOT_FOUND);
         if (!gone)
             usleep(10000);
     }
     ck_assert_msg(gone, "the drained segment should be unmounted after its grace period");
+    assert_value(store, "ms-new", v, sizeof(v));
     ck_assert_status_eq(mc_store_unmount_segments(b, &ids[1], 1, 0), MC_SEGMENT_NOT_FOUND);
     ids[0] = "not-a-uuid";
     ck_assert_status_eq(mc_store_unmount_segments(b, ids, 1, 0), MC_INVALID_PARAMS);
