@@ -59,6 +59,7 @@
 #include "common/log.h"
 #include "store/disk.h"
 #include "store/store_internal.h"
+#include "transfer/engine.h"
 
 #define MC_DISK_MAGIC      0x5244434Du /* "MCDR" little-endian */
 #define MC_DISK_VERSION    1
@@ -67,11 +68,19 @@
 #define MC_DISK_BATCH      64u
 #define MC_DISK_IDLE_MS    1000u
 
-/* One bucket file: its id, bytes written and the keys of its records. */
+/* One record the tier wrote: what a DISK_READ must name exactly. */
+typedef struct disk_rec {
+    char *key;
+    uint64_t off;  /* where the record starts */
+    uint64_t len;  /* value bytes */
+    uint32_t crc;  /* CRC32C of the value */
+} disk_rec_t;
+
+/* One bucket file: its id, bytes written and its records, by offset. */
 typedef struct disk_bucket {
     uint64_t id;
     uint64_t bytes;
-    char **keys;
+    disk_rec_t *recs;
     uint32_t nkeys;
     uint32_t cap;
 } disk_bucket_t;
@@ -86,7 +95,10 @@ struct mc_store_disk {
     /* queue of keys to offload: a ring guarded by the worker's lock */
     char **queue;
     uint32_t qhead, qlen;
-    /* buckets, oldest first; the last one is open (fd) */
+    /* buckets, oldest first; the last one is open (fd).  The offloader
+     * alone changes them, under idx_lock (write); DISK_READs served for
+     * other hosts look records up under it (read). */
+    pthread_rwlock_t idx_lock;
     disk_bucket_t *buckets;
     size_t nbuckets, bcap;
     int fd;
@@ -150,6 +162,49 @@ mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, 
     return MC_OK;
 }
 
+/*
+ * Read a disk replica for this process: straight from the file when it can
+ * be opened here and its record checks out (the same host, or a shared
+ * file system), else through its holder's transfer engine (DISK_READ),
+ * which serves it only from a record of its own.  MC_TEST_DISK_REMOTE_ONLY=1
+ * (tests only, docs/tiers.md §4) skips the file, so one host can play the
+ * reader on another.
+ */
+mc_status_t mc_store_disk_fetch(mc_store_h s, const char *path, const char *segment,
+                                uint64_t offset, mc_str_t key, uint64_t size, uint32_t crc,
+                                void *buf)
+{
+    const char *only_remote = getenv("MC_TEST_DISK_REMOTE_ONLY");
+    mc_te_disk_req_t req;
+    mc_status_t st = MC_OBJECT_NOT_FOUND;
+    size_t plen    = strlen(path);
+
+    if ((only_remote == NULL) || (strcmp(only_remote, "1") != 0)) {
+        st = mc_store_disk_read(path, offset, key, size, crc, buf);
+        if (st != MC_OBJECT_NOT_FOUND)
+            return st;
+    }
+    if ((segment == NULL) || (*segment == '\0') || (size == 0) || (plen > MC_TE_DISK_PATH_MAX) ||
+        (key.len > MC_TE_DISK_KEY_MAX))
+        return st;
+    memset(&req, 0, sizeof(req));
+    req.offset   = offset;
+    req.length   = size;
+    req.crc      = crc;
+    req.key      = key.ptr;
+    req.key_len  = key.len;
+    req.path     = path;
+    req.path_len = plen;
+    st           = mc_te_disk_read(s->te, segment, &req, buf);
+    if (st == MC_OK)
+        return MC_OK;
+    mc_set_error_detail("disk replica of %.*s at %s+%" PRIu64 ": not readable here, and its "
+                        "holder %s answered %s",
+                        (int)MC_MIN(key.len, 128u), key.ptr, path, offset, segment,
+                        mc_status_name(st));
+    return MC_OBJECT_NOT_FOUND;
+}
+
 /* ---- buckets ------------------------------------------------------------- */
 
 static void bucket_path(const mc_store_disk_t *d, uint64_t id, char *out, size_t cap)
@@ -160,9 +215,9 @@ static void bucket_path(const mc_store_disk_t *d, uint64_t id, char *out, size_t
 static void bucket_free_keys(disk_bucket_t *b)
 {
     for (uint32_t i = 0; i < b->nkeys; i++)
-        free(b->keys[i]);
-    free(b->keys);
-    b->keys  = NULL;
+        free(b->recs[i].key);
+    free(b->recs);
+    b->recs  = NULL;
     b->nkeys = b->cap = 0;
 }
 
@@ -174,11 +229,16 @@ static mc_status_t bucket_open(mc_store_disk_t *d)
 
     if (d->nbuckets == d->bcap) {
         size_t cap = d->bcap ? d->bcap * 2 : 16;
-        disk_bucket_t *nb = realloc(d->buckets, cap * sizeof(*nb));
+        disk_bucket_t *nb;
+        pthread_rwlock_wrlock(&d->idx_lock);
+        nb = realloc(d->buckets, cap * sizeof(*nb));
+        if (nb != NULL) {
+            d->buckets = nb;
+            d->bcap    = cap;
+        }
+        pthread_rwlock_unlock(&d->idx_lock);
         if (nb == NULL)
             return MC_INTERNAL_ERROR;
-        d->buckets = nb;
-        d->bcap    = cap;
     }
     bucket_path(d, d->next_id, path, sizeof(path));
     d->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -186,9 +246,12 @@ static mc_status_t bucket_open(mc_store_disk_t *d)
         mc_warn("disk tier: cannot create %s: %m", path);
         return MC_UNABLE_OFFLOAD;
     }
-    b = &d->buckets[d->nbuckets++];
+    pthread_rwlock_wrlock(&d->idx_lock);
+    b = &d->buckets[d->nbuckets];
     memset(b, 0, sizeof(*b));
     b->id = d->next_id++;
+    d->nbuckets++;
+    pthread_rwlock_unlock(&d->idx_lock);
     return MC_OK;
 }
 
@@ -209,7 +272,7 @@ static void bucket_report_drop(mc_store_h s, mc_mconn_t *conn, const mc_store_di
     if (keys == NULL)
         return;
     for (uint32_t i = 0; i < b->nkeys; i++)
-        keys[i] = mc_str_from_cstr(b->keys[i]);
+        keys[i] = mc_str_from_cstr(b->recs[i].key);
     bucket_path(d, b->id, path, sizeof(path));
     memset(&req, 0, sizeof(req));
     req.client_id = s->client_id;
@@ -247,9 +310,11 @@ static void bucket_evict_oldest(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t 
     d->st.evicted_bytes += b.bytes;
     d->st.used_bytes = d->used;
     pthread_mutex_unlock(&w->lock);
-    bucket_free_keys(&b);
+    pthread_rwlock_wrlock(&d->idx_lock);
     memmove(&d->buckets[0], &d->buckets[1], (d->nbuckets - 1) * sizeof(d->buckets[0]));
     d->nbuckets--;
+    pthread_rwlock_unlock(&d->idx_lock);
+    bucket_free_keys(&b);
 }
 
 /*
@@ -287,11 +352,16 @@ static mc_status_t bucket_append(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t
     b = &d->buckets[d->nbuckets - 1];
     if ((b->nkeys == b->cap)) {
         uint32_t ncap = b->cap ? b->cap * 2 : 64;
-        char **nk     = realloc(b->keys, ncap * sizeof(*nk));
-        if (nk == NULL)
+        disk_rec_t *nr;
+        pthread_rwlock_wrlock(&d->idx_lock);
+        nr = realloc(b->recs, ncap * sizeof(*nr));
+        if (nr != NULL) {
+            b->recs = nr;
+            b->cap  = ncap;
+        }
+        pthread_rwlock_unlock(&d->idx_lock);
+        if (nr == NULL)
             return MC_INTERNAL_ERROR;
-        b->keys = nk;
-        b->cap  = ncap;
     }
     kcopy = mc_str_dup(key);
     if (kcopy == NULL)
@@ -327,10 +397,106 @@ static mc_status_t bucket_append(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t
         d->fd = -1;
         return MC_UNABLE_OFFLOAD;
     }
-    *off_p               = b->bytes;
-    b->keys[b->nkeys++]  = kcopy;
-    b->bytes            += rec;
-    d->used             += rec;
+    *off_p = b->bytes;
+    pthread_rwlock_wrlock(&d->idx_lock);
+    b->recs[b->nkeys].key = kcopy;
+    b->recs[b->nkeys].off = b->bytes;
+    b->recs[b->nkeys].len = size;
+    b->recs[b->nkeys].crc = crc;
+    b->nkeys++;
+    b->bytes += rec;
+    pthread_rwlock_unlock(&d->idx_lock);
+    d->used += rec;
+    return MC_OK;
+}
+
+/* ---- serving other hosts ------------------------------------------------- */
+
+/* The bucket id of @p path when it names a bucket file of this tier
+ * (exactly DIR/<digits>.bucket), else 0 (ids start at 1). */
+static uint64_t bucket_id_of(const mc_store_disk_t *d, const char *path, size_t len)
+{
+    size_t dl = strlen(d->dir), i;
+    uint64_t id = 0;
+
+    if ((len <= dl + 1 + 7) || (memcmp(path, d->dir, dl) != 0) || (path[dl] != '/') ||
+        (memcmp(path + len - 7, ".bucket", 7) != 0))
+        return 0;
+    for (i = dl + 1; i < len - 7; i++) {
+        if ((path[i] < '0') || (path[i] > '9') || (id > (UINT64_MAX - 9) / 10))
+            return 0;
+        id = id * 10 + (uint64_t)(path[i] - '0');
+    }
+    return ((i == dl + 1) || ((path[dl + 1] == '0') && (i > dl + 2))) ? 0 : id;
+}
+
+/* 1 when @p req names one of the live records of @p d exactly. */
+static int record_known(mc_store_disk_t *d, const mc_te_disk_req_t *req)
+{
+    uint64_t id = bucket_id_of(d, req->path, req->path_len);
+    size_t lo = 0, hi;
+    int ok = 0;
+
+    if (id == 0)
+        return 0;
+    pthread_rwlock_rdlock(&d->idx_lock);
+    hi = d->nbuckets;
+    while (lo < hi) { /* buckets by rising id */
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->buckets[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if ((lo < d->nbuckets) && (d->buckets[lo].id == id)) {
+        const disk_bucket_t *b = &d->buckets[lo];
+        uint32_t l = 0, h = b->nkeys;
+        while (l < h) { /* records by rising offset */
+            uint32_t mid = l + (h - l) / 2;
+            if (b->recs[mid].off < req->offset)
+                l = mid + 1;
+            else
+                h = mid;
+        }
+        if ((l < b->nkeys) && (b->recs[l].off == req->offset)) {
+            const disk_rec_t *r = &b->recs[l];
+            ok = (r->len == req->length) && (r->crc == req->crc) &&
+                 (strlen(r->key) == req->key_len) &&
+                 (memcmp(r->key, req->key, req->key_len) == 0);
+        }
+    }
+    pthread_rwlock_unlock(&d->idx_lock);
+    return ok;
+}
+
+/* The engine's DISK_READ server (mc_te_disk_serve_func_t): only a record
+ * this tier wrote and still holds, named exactly, is read, with every
+ * check of mc_store_disk_read; never another offset or file. */
+static mc_status_t disk_serve(void *arg, const mc_te_disk_req_t *req, void **buf_p)
+{
+    mc_store_disk_t *d = arg;
+    char path[MC_TE_DISK_PATH_MAX + 1];
+    void *buf;
+    mc_status_t st;
+
+    if ((req->path_len > MC_TE_DISK_PATH_MAX) || !record_known(d, req)) {
+        mc_set_error_detail("no such record in this disk tier");
+        return MC_OBJECT_NOT_FOUND;
+    }
+    memcpy(path, req->path, req->path_len);
+    path[req->path_len] = '\0';
+    buf                 = malloc((size_t)req->length);
+    if (buf == NULL) {
+        mc_set_error_detail("out of memory for a %" PRIu64 "-byte disk read", req->length);
+        return MC_INTERNAL_ERROR;
+    }
+    st = mc_store_disk_read(path, req->offset, (mc_str_t){req->key, req->key_len}, req->length,
+                            req->crc, buf);
+    if (st != MC_OK) {
+        free(buf);
+        return st;
+    }
+    *buf_p = buf;
     return MC_OK;
 }
 
@@ -554,6 +720,7 @@ static void disk_free(mc_store_disk_t *d)
     if (d->lock_fd >= 0)
         close(d->lock_fd); /* releases the flock */
     free(d->buf);
+    pthread_rwlock_destroy(&d->idx_lock);
     free(d);
 }
 
@@ -582,6 +749,7 @@ static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
     d->fd      = -1;
     d->lock_fd = -1;
     d->next_id = 1;
+    pthread_rwlock_init(&d->idx_lock, NULL);
     memcpy(d->dir, dir, len + 1);
     while ((len > 1) && (d->dir[len - 1] == '/'))
         d->dir[--len] = '\0';
@@ -636,6 +804,7 @@ MC_API mc_status_t mc_store_offload_start(mc_store_h s, const char *dir)
             s->disk = NULL;
             disk_free(d);
         } else {
+            mc_te_disk_serve_set(s->te, disk_serve, d);
             mc_info("disk tier on in %s (buckets of %" PRIu64 " bytes / %" PRIu64
                     " keys, %" PRIu64 " bytes in all)",
                     d->dir, d->bucket_bytes_max, d->bucket_keys_max, d->total_max);
@@ -649,6 +818,7 @@ void mc_store_disk_stop(mc_store_h s)
 {
     if (s->disk == NULL)
         return;
+    mc_te_disk_serve_set(s->te, NULL, NULL); /* waits for reads being served */
     mc_store_worker_stop(&s->offload);
     disk_free(s->disk);
     s->disk = NULL;

@@ -151,7 +151,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     return MC_OK;
 }
 
-mc_status_t mc_store_query_load_disk(mc_store_query_h q)
+mc_status_t mc_store_query_load_disk(mc_store_h s, mc_store_query_h q)
 {
     uint8_t *b;
     mc_status_t st;
@@ -168,8 +168,8 @@ mc_status_t mc_store_query_load_disk(mc_store_query_h q)
                             (unsigned long long)q->size);
         return MC_INTERNAL_ERROR;
     }
-    st = mc_store_disk_read(q->disk_path, q->disk_offset, mc_str_from_cstr(q->disk_key),
-                            q->size, q->disk_crc, b);
+    st = mc_store_disk_fetch(s, q->disk_path, q->disk_segment, q->disk_offset,
+                             mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, b);
     if (st != MC_OK) {
         free(b);
         return st;
@@ -289,9 +289,10 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
          * (one copy, as a read of the file would); a part needs the whole
          * record once, for its checksum */
         if ((offset == 0) && (len == q->size))
-            return mc_store_disk_read(q->disk_path, q->disk_offset,
-                                      mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, buf);
-        st = mc_store_query_load_disk(q);
+            return mc_store_disk_fetch(s, q->disk_path, q->disk_segment, q->disk_offset,
+                                       mc_str_from_cstr(q->disk_key), q->size, q->disk_crc,
+                                       buf);
+        st = mc_store_query_load_disk(s, q);
         if (st != MC_OK)
             return st;
     }
