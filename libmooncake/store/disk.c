@@ -41,6 +41,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -117,28 +118,155 @@ static uint32_t header_crc(const uint8_t *hdr, const char *key, size_t klen)
     return mc_crc32c(mc_crc32c(0, hdr, 20), key, klen);
 }
 
-mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
-                               uint32_t crc, void *buf)
+/*
+ * Open bucket files, shared by every read of this process (docs/tiers.md
+ * §4): an open and a close cost as much as a tenth of a 1 MiB read.  A few
+ * entries, keyed by path, each with the st_dev/st_ino it was opened as.  A
+ * bucket is never rewritten, so an fd gives the right bytes for as long as
+ * it is open, even after an unlink; but a path can come back as a new file
+ * (a new client on the same directory), so an entry older than
+ * MC_FDC_CHECK_MS is checked against stat() before use, a record that fails
+ * its checks through a cached fd is read again through a fresh open, and the
+ * holder forgets a bucket when it unlinks it.  Entries unused for
+ * MC_FDC_IDLE_MS are closed, so a deleted bucket's space is not pinned for
+ * long.
+ */
+#define MC_FDC_N        8
+#define MC_FDC_CHECK_MS 1000u
+#define MC_FDC_IDLE_MS  5000u
+
+typedef struct fdc_entry {
+    char path[PATH_MAX];
+    int fd;            /* -1: free */
+    unsigned refs;     /* reads using fd */
+    int dead;          /* close when refs drop to 0 */
+    dev_t dev;
+    ino_t ino;
+    uint64_t checked_ms;
+    uint64_t used_ms;
+} fdc_entry_t;
+
+static pthread_mutex_t fdc_mu = PTHREAD_MUTEX_INITIALIZER;
+static fdc_entry_t fdc[MC_FDC_N] = {[0 ... MC_FDC_N - 1] = {.fd = -1}};
+
+/* Close @p e if nobody reads through it, else when the last read ends.
+ * fdc_mu held. */
+static void fdc_drop(fdc_entry_t *e)
+{
+    if (e->fd < 0)
+        return;
+    if (e->refs > 0) {
+        e->dead = 1;
+        return;
+    }
+    close(e->fd);
+    e->fd   = -1;
+    e->dead = 0;
+}
+
+/* An fd for @p path, from the cache or freshly opened (then cached when
+ * there is room); *e_p is the entry to give back with fdc_put, or NULL
+ * when the fd is the caller's to close.  -1 (errno) when it cannot be
+ * opened. */
+static int fdc_get(const char *path, fdc_entry_t **e_p)
+{
+    uint64_t now = mc_now_ms();
+    fdc_entry_t *e = NULL, *slot = NULL;
+    struct stat sb;
+    size_t len = strlen(path);
+    int fd;
+
+    *e_p = NULL;
+    if (len >= PATH_MAX)
+        return open(path, O_RDONLY | O_CLOEXEC);
+    pthread_mutex_lock(&fdc_mu);
+    for (int i = 0; i < MC_FDC_N; i++) {
+        fdc_entry_t *c = &fdc[i];
+        if ((c->fd >= 0) && !c->dead && (c->refs == 0) && (now - c->used_ms > MC_FDC_IDLE_MS))
+            fdc_drop(c);
+        if ((c->fd >= 0) && !c->dead && (strcmp(c->path, path) == 0))
+            e = c;
+    }
+    if ((e != NULL) && (now - e->checked_ms > MC_FDC_CHECK_MS)) {
+        if ((stat(path, &sb) != 0) || (sb.st_dev != e->dev) || (sb.st_ino != e->ino)) {
+            fdc_drop(e);
+            e = NULL;
+        } else {
+            e->checked_ms = now;
+        }
+    }
+    if (e != NULL) {
+        e->refs++;
+        e->used_ms = now;
+        pthread_mutex_unlock(&fdc_mu);
+        *e_p = e;
+        return e->fd;
+    }
+    pthread_mutex_unlock(&fdc_mu);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if ((fd < 0) || (fstat(fd, &sb) != 0))
+        return fd;
+    pthread_mutex_lock(&fdc_mu);
+    for (int i = 0; i < MC_FDC_N; i++) { /* a free slot, else the least recently used idle one */
+        fdc_entry_t *c = &fdc[i];
+        if (c->fd < 0) {
+            slot = c;
+            break;
+        }
+        if ((c->refs == 0) && ((slot == NULL) || (c->used_ms < slot->used_ms)))
+            slot = c;
+    }
+    if (slot != NULL) {
+        fdc_drop(slot);
+        memcpy(slot->path, path, len + 1);
+        slot->fd         = fd;
+        slot->refs       = 1;
+        slot->dead       = 0;
+        slot->dev        = sb.st_dev;
+        slot->ino        = sb.st_ino;
+        slot->checked_ms = now;
+        slot->used_ms    = now;
+        *e_p             = slot;
+    }
+    pthread_mutex_unlock(&fdc_mu);
+    return fd;
+}
+
+/* Give back an fd from fdc_get; @p bad drops the entry (its record failed
+ * a check: the next read opens the path afresh). */
+static void fdc_put(fdc_entry_t *e, int fd, int bad)
+{
+    if (e == NULL) {
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&fdc_mu);
+    e->refs--;
+    if (bad || e->dead)
+        fdc_drop(e);
+    pthread_mutex_unlock(&fdc_mu);
+}
+
+/* The holder deleted @p path: close a cached fd of it. */
+static void fdc_forget(const char *path)
+{
+    pthread_mutex_lock(&fdc_mu);
+    for (int i = 0; i < MC_FDC_N; i++)
+        if ((fdc[i].fd >= 0) && (strcmp(fdc[i].path, path) == 0))
+            fdc_drop(&fdc[i]);
+    pthread_mutex_unlock(&fdc_mu);
+}
+
+/* One preadv of header, key and value at @p offset of @p fd, and every
+ * check; MC_OBJECT_NOT_FOUND when anything is off. */
+static mc_status_t record_read(int fd, uint64_t offset, mc_str_t key, uint64_t size, uint32_t crc,
+                               void *buf)
 {
     uint8_t hdr[MC_DISK_HDR];
     char kbuf[MC_WIRE_MAX_KEY];
     struct iovec iov[3];
     ssize_t n;
-    int fd;
 
-    if ((key.len == 0) || (key.len > MC_WIRE_MAX_KEY) || (offset > (uint64_t)INT64_MAX) ||
-        (size > (uint64_t)SSIZE_MAX - MC_DISK_HDR - key.len)) {
-        mc_set_error_detail("disk record of %.*s: bad request", (int)MC_MIN(key.len, 128u),
-                            key.ptr);
-        return MC_INVALID_PARAMS;
-    }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        /* another host's disk, or a bucket deleted meanwhile */
-        mc_set_error_detail("disk replica of %.*s: cannot open %s: %s",
-                            (int)MC_MIN(key.len, 128u), key.ptr, path, strerror(errno));
-        return MC_OBJECT_NOT_FOUND;
-    }
     iov[0].iov_base = hdr;
     iov[0].iov_len  = sizeof(hdr);
     iov[1].iov_base = kbuf;
@@ -148,18 +276,46 @@ mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, 
     do {
         n = preadv(fd, iov, 3, (off_t)offset);
     } while ((n < 0) && (errno == EINTR));
-    close(fd);
     if ((n != (ssize_t)(MC_DISK_HDR + key.len + size)) ||
         (mc_load_le32(hdr) != MC_DISK_MAGIC) || (mc_load_le16(hdr + 4) != MC_DISK_VERSION) ||
         (mc_load_le16(hdr + 6) != key.len) || (mc_load_le64(hdr + 8) != size) ||
         (mc_load_le32(hdr + 16) != crc) || (memcmp(kbuf, key.ptr, key.len) != 0) ||
         (mc_load_le32(hdr + 20) != header_crc(hdr, kbuf, key.len)) ||
-        (mc_crc32c(0, buf, (size_t)size) != crc)) {
+        (mc_crc32c(0, buf, (size_t)size) != crc))
+        return MC_OBJECT_NOT_FOUND;
+    return MC_OK;
+}
+
+mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
+                               uint32_t crc, void *buf)
+{
+    fdc_entry_t *e;
+    mc_status_t st;
+    int fd;
+
+    if ((key.len == 0) || (key.len > MC_WIRE_MAX_KEY) || (offset > (uint64_t)INT64_MAX) ||
+        (size > (uint64_t)SSIZE_MAX - MC_DISK_HDR - key.len)) {
+        mc_set_error_detail("disk record of %.*s: bad request", (int)MC_MIN(key.len, 128u),
+                            key.ptr);
+        return MC_INVALID_PARAMS;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        fd = fdc_get(path, &e);
+        if (fd < 0) {
+            /* another host's disk, or a bucket deleted meanwhile */
+            mc_set_error_detail("disk replica of %.*s: cannot open %s: %s",
+                                (int)MC_MIN(key.len, 128u), key.ptr, path, strerror(errno));
+            return MC_OBJECT_NOT_FOUND;
+        }
+        st = record_read(fd, offset, key, size, crc, buf);
+        fdc_put(e, fd, st != MC_OK);
+        if ((st == MC_OK) || (e == NULL))
+            break; /* a fresh open failed the checks: the file is what it is */
+    }
+    if (st != MC_OK)
         mc_set_error_detail("disk record of %.*s at %s+%" PRIu64 " is missing or damaged",
                             (int)MC_MIN(key.len, 128u), key.ptr, path, offset);
-        return MC_OBJECT_NOT_FOUND;
-    }
-    return MC_OK;
+    return st;
 }
 
 /*
@@ -302,6 +458,7 @@ static void bucket_evict_oldest(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t 
      * bytes, a later open fails, and nothing is ever rewritten */
     if (unlink(path) != 0)
         mc_warn("disk tier: cannot delete %s: %m", path);
+    fdc_forget(path);
     bucket_report_drop(s, conn, d, &b);
     d->used -= b.bytes;
     pthread_mutex_lock(&w->lock);

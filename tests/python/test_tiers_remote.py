@@ -174,3 +174,32 @@ def test_holder_serves_only_its_own_records_exactly(offload_master, stores, tmp_
         except ConnectionResetError:  # closed with the body unread
             got = b""
         assert got == b"", "a malformed DISK_READ must close the connection"
+
+
+def test_bucket_path_reused_by_a_new_tier_reads_the_new_file(offload_master, tmp_path):
+    """Bucket files stay open in a per-process cache; a new client on the
+    same directory deletes the old buckets and writes 1.bucket afresh, and
+    a read through the stale cached fd must not turn into a miss."""
+    from mooncake.store import MooncakeDistributedStore
+
+    def tier_store():
+        st = MooncakeDistributedStore()
+        assert st.setup("localhost", "P2PHANDSHAKE", 4 * MiB, 16 * MiB, "tcp", "",
+                        offload_master.addr, None, enable_ssd_offload=True,
+                        ssd_offload_path=str(tmp_path)) == 0
+        return st
+
+    s1 = tier_store()
+    try:
+        ((k1, v1),) = disk_only_objects(s1, [128 * KiB])
+        assert s1.get(k1) == v1  # 1.bucket now open in this process's cache
+        path1 = disk_desc(s1, k1).file_path
+    finally:
+        s1.close()
+    s2 = tier_store()
+    try:
+        ((k2, v2),) = disk_only_objects(s2, [96 * KiB])
+        assert disk_desc(s2, k2).file_path == path1, "the new tier reuses the path"
+        assert s2.get(k2) == v2
+    finally:
+        s2.close()
