@@ -25,7 +25,7 @@ import subprocess
 
 import pytest
 
-from helpers import ClientProc, MiB
+from helpers import ClientProc, MiB, RealClient, client_bin, wait_until
 from test_tiers import (KiB, disk_desc, key, make_disk_only, offload_master,  # noqa: F401
                         stores, wait_offloaded)
 
@@ -203,3 +203,92 @@ def test_bucket_path_reused_by_a_new_tier_reads_the_new_file(offload_master, tmp
         assert s2.get(k2) == v2
     finally:
         s2.close()
+
+
+# ---- mooncake_client --enable_offload ---------------------------------------
+
+def daemon_disk_only(d, reader, segment, n=2, size=200 * KiB):
+    """Objects put through dummy client ``d`` of a mooncake_client with a
+    tier: each reaches the daemon's disk, then loses its memory replica."""
+    items = []
+    for i in range(n):
+        k = key("daemon")
+        r = d.call("put_random", key=k, size=size)
+        assert r["rc"] == 0, r
+        items.append((k, r["sha256"]))
+    for k, _ in items:
+        wait_offloaded(reader, k)
+        wait_until(lambda: d.call("batch_replica_clear", keys=[k], segment_name=segment)["keys"]
+                   == [k], 10, f"the memory replica of {k} to be cleared")
+        assert [x.is_disk_replica() for x in reader.get_replica_desc(k)] == [True]
+    return items
+
+
+def test_mooncake_client_runs_the_tier(offload_master, stores, tmp_path, spawn_client,
+                                       monkeypatch):
+    tier = tmp_path / "tier"
+    tier.mkdir()
+    rc = RealClient(offload_master, segment="16MB",
+                    extra_args=["--enable_offload=true", f"--ssd_offload_path={tier}"])
+    try:
+        assert f"SSD tier on in {tier}" in rc.log_text()
+        d = spawn_client("dummy")
+        assert d.call("setup_dummy", pool=16 * MiB, lbuf=16 * MiB, addr=rc.addr)["rc"] == 0
+        reader = stores(offload_master, None)
+        assert d.call("put_random", key="probe", size=1)["rc"] == 0
+        segment = next(x.get_memory_descriptor().buffer_descriptor.transport_endpoint_
+                       for x in reader.get_replica_desc("probe") if x.is_memory_replica())
+        items = daemon_disk_only(d, reader, segment)
+        for k, digest in items:
+            desc = disk_desc(reader, k)
+            assert os.path.dirname(desc.file_path) == str(tier)
+            assert desc.transport_endpoint == segment
+            assert sha(reader.get(k)) == digest  # this host: the file
+        remote = spawn_client("remote", env={"MC_TEST_DISK_REMOTE_ONLY": "1"})
+        remote.setup(offload_master, segment=4 * MiB)
+        for k, digest in items:  # another host: the daemon's DISK_READ
+            assert remote.call("get", key=k)["sha256"] == digest
+        # and the dummy itself reads them back through its daemon
+        for k, digest in items:
+            assert d.call("get", key=k)["sha256"] == digest
+    finally:
+        rc.stop()
+
+
+def test_mooncake_client_tier_directory_from_the_environment(offload_master, stores, tmp_path,
+                                                             spawn_client, monkeypatch):
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", str(tmp_path))
+    rc = RealClient(offload_master, segment="16MB", extra_args=["--enable_offload=true"])
+    try:
+        assert f"SSD tier on in {tmp_path}" in rc.log_text()
+        d = spawn_client("dummy")
+        assert d.call("setup_dummy", pool=16 * MiB, lbuf=16 * MiB, addr=rc.addr)["rc"] == 0
+        k = key("env")
+        assert d.call("put_random", key=k, size=64 * KiB)["rc"] == 0
+        reader = stores(offload_master, None)
+        wait_offloaded(reader, k)
+        assert os.path.dirname(disk_desc(reader, k).file_path) == str(tmp_path)
+    finally:
+        rc.stop()
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--enable_offload=true", "--ssd_offload_path=/nonexistent/tier"], {},
+     "flag '--enable_offload': cannot start the SSD tier in /nonexistent/tier"),
+    (["--enable_offload=true", "--ssd_offload_path=relative"], {},
+     "flag '--enable_offload': cannot start the SSD tier in relative"),
+    (["--ssd_offload_path=/tmp"], {}, "flag '--ssd_offload_path': needs --enable_offload"),
+    (["--start_offload_rpc_server=true"], {}, "flag '--start_offload_rpc_server'"),
+    (["--enable_offload=true", "--start_offload_rpc_server=false"], {},
+     "flag '--start_offload_rpc_server'"),
+    (["--enable_offload=true"], {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": "/nonexistent/env"},
+     "cannot start the SSD tier in /nonexistent/env"),
+])
+def test_mooncake_client_offload_refusals(offload_master, args, env, message):
+    out = subprocess.run(
+        [client_bin(), "--host=127.0.0.1", "--metadata_server=P2PHANDSHAKE",
+         f"--master_server_address={offload_master.addr}", "--port=1",
+         "--global_segment_size=4MB"] + args,
+        capture_output=True, text=True, timeout=30, env=dict(os.environ, **env))
+    assert out.returncode in (1, 2), out
+    assert message in out.stderr, out.stderr
