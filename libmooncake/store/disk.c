@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -881,6 +882,29 @@ static void disk_free(mc_store_disk_t *d)
     free(d);
 }
 
+/*
+ * MOONCAKE_OFFLOAD_USE_URING (upstream's fallback: MOONCAKE_USE_URING):
+ * unset, empty, 0 or false keep pwritev/preadv.  io_uring is not built into
+ * this library, so asking for it is refused rather than ignored.
+ */
+static mc_status_t check_uring_env(void)
+{
+    static const char *const names[] = {"MOONCAKE_OFFLOAD_USE_URING", "MOONCAKE_USE_URING"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = getenv(names[i]);
+        if (v == NULL)
+            continue;
+        if ((*v == '\0') || (strcmp(v, "0") == 0) || (strcasecmp(v, "false") == 0))
+            return MC_OK;
+        mc_set_error_detail("%s=\"%s\": io_uring is not built into this library; the disk "
+                            "tier uses pwritev/preadv (unset it or set it to 0)",
+                            names[i], v);
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
+}
+
 static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
 {
     char lock[PATH_MAX + 8];
@@ -894,6 +918,8 @@ static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
                             (dir != NULL) ? dir : "");
         return MC_INVALID_PARAMS;
     }
+    if (check_uring_env() != MC_OK)
+        return MC_INVALID_PARAMS;
     if ((stat(dir, &sb) != 0) || !S_ISDIR(sb.st_mode)) {
         mc_set_error_detail("ssd_offload_path %s is not an existing directory", dir);
         return MC_INVALID_PARAMS;

@@ -283,6 +283,8 @@ def test_mooncake_client_tier_directory_from_the_environment(offload_master, sto
      "flag '--start_offload_rpc_server'"),
     (["--enable_offload=true"], {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": "/nonexistent/env"},
      "cannot start the SSD tier in /nonexistent/env"),
+    (["--enable_offload=true", "--ssd_offload_path=/tmp"], {"MOONCAKE_OFFLOAD_USE_URING": "1"},
+     "MOONCAKE_OFFLOAD_USE_URING=\"1\": io_uring is not built"),
 ])
 def test_mooncake_client_offload_refusals(offload_master, args, env, message):
     out = subprocess.run(
@@ -292,3 +294,30 @@ def test_mooncake_client_offload_refusals(offload_master, args, env, message):
         capture_output=True, text=True, timeout=30, env=dict(os.environ, **env))
     assert out.returncode in (1, 2), out
     assert message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("name, value, ok", [
+    ("MOONCAKE_OFFLOAD_USE_URING", "1", False),
+    ("MOONCAKE_USE_URING", "true", False),
+    ("MOONCAKE_OFFLOAD_USE_URING", "0", True),
+    ("MOONCAKE_OFFLOAD_USE_URING", "", True),
+])
+def test_use_uring_refused_not_ignored(offload_master, tmp_path, monkeypatch, name, value, ok):
+    from mooncake.store import MooncakeDistributedStore, last_error_detail
+
+    monkeypatch.delenv("MOONCAKE_OFFLOAD_USE_URING", raising=False)
+    monkeypatch.delenv("MOONCAKE_USE_URING", raising=False)
+    monkeypatch.setenv(name, value)
+    s = MooncakeDistributedStore()
+    try:
+        rc = s.setup("localhost", "P2PHANDSHAKE", 4 * MiB, 16 * MiB, "tcp", "",
+                     offload_master.addr, None, enable_ssd_offload=True,
+                     ssd_offload_path=str(tmp_path))
+        detail = last_error_detail()
+        if ok:
+            assert rc == 0, detail
+        else:
+            assert rc != 0, f"{name}={value} was accepted"
+            assert name in detail, detail
+    finally:
+        s.close()
