@@ -177,6 +177,46 @@ START_TEST(test_bad_directories)
 }
 END_TEST
 
+/*
+ * A reader that cannot read the file (MC_TEST_DISK_REMOTE_ONLY=1 plays
+ * another host) gets the bytes from the holder's engine with a DISK_READ:
+ * a second store in this process, with its own engine, so the request goes
+ * over TCP to the holder's data port.  Once the record is damaged, the
+ * holder's checks make it a miss for that reader too.
+ */
+START_TEST(test_disk_only_read_through_the_holder)
+{
+    enum { N = 70000 };
+    static uint8_t v[N], got[N];
+    char path[4096];
+    uint64_t off = 0, size = 0;
+    mc_store_params_t p;
+    mc_store_h reader = NULL;
+    int fd;
+
+    for (size_t i = 0; i < N; i++)
+        v[i] = (uint8_t)(i * 13u + 1u);
+    ck_assert_status_ok(mc_store_put(store, "rk", v, N, NULL));
+    wait_disk("rk", path, sizeof(path), &off);
+    make_disk_only("rk");
+    fill_params(&p, 0);
+    ck_assert_status_ok(mc_store_create(&reader));
+    ck_assert_status_ok(mc_store_setup(reader, &p));
+    ck_assert_int_eq(setenv("MC_TEST_DISK_REMOTE_ONLY", "1", 1), 0);
+    ck_assert_msg(mc_store_get(reader, "rk", got, sizeof(got), &size) == MC_OK,
+                  "the holder serves its record: %s", mc_last_error_detail());
+    ck_assert_uint_eq(size, N);
+    ck_assert_int_eq(memcmp(got, v, N), 0);
+    fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, "X", 1, (off_t)(off + 24 + 2 + 4000)), 1);
+    close(fd);
+    ck_assert_int_eq(mc_store_get(reader, "rk", got, sizeof(got), &size), MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(unsetenv("MC_TEST_DISK_REMOTE_ONLY"), 0);
+    mc_store_destroy(reader);
+}
+END_TEST
+
 /* Write one record (docs/tiers.md §3) of @p key and @p val as the whole of
  * a new file @p path; the value's CRC32C. */
 static uint32_t write_record(const char *path, const char *key, const uint8_t *val, size_t len)
@@ -249,6 +289,7 @@ Suite *mc_test_store_disk_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_disk_only_get_and_damage);
     tcase_add_test(tc, test_bad_directories);
+    tcase_add_test(tc, test_disk_only_read_through_the_holder);
     suite_add_tcase(s, tc);
     return s;
 }
