@@ -19,6 +19,7 @@ empty tmpfs over the tier directory, so the bucket files do not exist for it.
 
 import hashlib
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -207,9 +208,10 @@ def test_bucket_path_reused_by_a_new_tier_reads_the_new_file(offload_master, tmp
 
 # ---- mooncake_client --enable_offload ---------------------------------------
 
-def daemon_disk_only(d, reader, segment, n=2, size=200 * KiB):
+def daemon_disk_only(d, reader, n=2, size=200 * KiB):
     """Objects put through dummy client ``d`` of a mooncake_client with a
-    tier: each reaches the daemon's disk, then loses its memory replica."""
+    tier: each reaches the daemon's disk, then loses its memory replica
+    (which the master may have placed on any client's segment)."""
     items = []
     for i in range(n):
         k = key("daemon")
@@ -218,8 +220,11 @@ def daemon_disk_only(d, reader, segment, n=2, size=200 * KiB):
         items.append((k, r["sha256"]))
     for k, _ in items:
         wait_offloaded(reader, k)
-        wait_until(lambda: d.call("batch_replica_clear", keys=[k], segment_name=segment)["keys"]
-                   == [k], 10, f"the memory replica of {k} to be cleared")
+        seg = next(x.get_memory_descriptor().buffer_descriptor.transport_endpoint_
+                   for x in reader.get_replica_desc(k) if x.is_memory_replica())
+        # the reader's lookups lease the object; a clear waits them out
+        wait_until(lambda: d.call("batch_replica_clear", keys=[k], segment_name=seg)["keys"]
+                   == [k], 30, f"the memory replica of {k} to be cleared", interval=0.2)
         assert [x.is_disk_replica() for x in reader.get_replica_desc(k)] == [True]
     return items
 
@@ -235,10 +240,8 @@ def test_mooncake_client_runs_the_tier(offload_master, stores, tmp_path, spawn_c
         d = spawn_client("dummy")
         assert d.call("setup_dummy", pool=16 * MiB, lbuf=16 * MiB, addr=rc.addr)["rc"] == 0
         reader = stores(offload_master, None)
-        assert d.call("put_random", key="probe", size=1)["rc"] == 0
-        segment = next(x.get_memory_descriptor().buffer_descriptor.transport_endpoint_
-                       for x in reader.get_replica_desc("probe") if x.is_memory_replica())
-        items = daemon_disk_only(d, reader, segment)
+        segment = re.search(r"mooncake_client: (\S+) ready", rc.log_text()).group(1)
+        items = daemon_disk_only(d, reader)
         for k, digest in items:
             desc = disk_desc(reader, k)
             assert os.path.dirname(desc.file_path) == str(tier)
