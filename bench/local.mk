@@ -10,6 +10,7 @@ EXTRA_DIST += bench/store_bench.py bench/plot.py bench/tensor_bench.py bench/te_
 	bench/structured_bench.py \
 	bench/weights_bench.py \
 	bench/tier_bench.py \
+	bench/dfs_bench.py \
 	bench/README.md
 
 bench: all

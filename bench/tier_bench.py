@@ -84,15 +84,23 @@ def on_disk(s, k):
     return False
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(doc, dir_help):
+    """The tier benchmarks' command line (--build-dir, --dir, --count,
+    --rounds); the build's Python package goes on sys.path."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--build-dir", default=os.path.join(os.path.dirname(__file__), "..", "build"))
-    ap.add_argument("--dir", default=None, help="parent of the tier directory (default: TMPDIR)")
+    ap.add_argument("--dir", default=None, help=dir_help)
     ap.add_argument("--count", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    build = os.path.abspath(a.build_dir)
-    sys.path.insert(0, os.path.join(build, "python"))
+    a.build_dir = os.path.abspath(a.build_dir)
+    sys.path.insert(0, os.path.join(a.build_dir, "python"))
+    return a
+
+
+def main():
+    a = parse_args(__doc__, "parent of the tier directory (default: TMPDIR)")
+    build = a.build_dir
     from mooncake.store import MooncakeDistributedStore
 
     tier = tempfile.mkdtemp(prefix="mc-tier-bench-", dir=a.dir)

@@ -27,6 +27,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/auth.c libmooncake/common/auth.h \
 	libmooncake/common/fastcopy.c \
 	libmooncake/common/cuda.c libmooncake/common/cuda.h \
+	libmooncake/common/dfs_layout.c libmooncake/common/dfs_layout.h \
 	libmooncake/wire/wire.c libmooncake/wire/wire.h \
 	libmooncake/alloc/offset_alloc.c libmooncake/alloc/offset_alloc.h \
 	$(NULL)

@@ -297,6 +297,21 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
            m->promotions_queued);
     metric(b, "master_promotions_total", "counter",
            "Disk-only objects copied back to memory (--promotion_on_hit).", m->promotions_done);
+    if (m->dfs != NULL) {
+        /* the DFS tier (--root_fs_dir, docs/tiers.md §6) */
+        metric(b, "master_dfs_replicas", "gauge", "DFS replicas (records in the shard files).",
+               m->dfs->replicas);
+        metric(b, "master_dfs_replica_bytes", "gauge", "Value bytes of the DFS replicas.",
+               m->dfs->bytes);
+        metric(b, "master_dfs_allocated_bytes", "gauge",
+               "Bytes of the DFS shards taken by records (aligned).", m->dfs->alloc.used);
+        metric(b, "master_dfs_capacity_bytes", "gauge", "Bytes of all DFS shards.",
+               mc_dfs_alloc_capacity(&m->dfs->alloc));
+        metric(b, "master_dfs_writes_total", "counter", "DFS replicas placed since start.",
+               m->dfs->writes);
+        metric(b, "master_dfs_alloc_failures_total", "counter",
+               "Writes refused because no DFS shard had room.", m->dfs->alloc_failures);
+    }
     metric(b, "master_attempted_evictions_total", "counter",
            "Eviction passes started (background above the high watermark, or inline for "
            "a put that did not fit).",

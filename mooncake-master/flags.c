@@ -30,6 +30,7 @@
 
 #include <jansson.h>
 
+#include "common/dfs_layout.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "flags.h"
@@ -792,6 +793,11 @@ mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, siz
         return parse_fail(err, errlen,
                           "--promotion_on_hit needs --enable_offload (without disk replicas "
                           "there is nothing to promote)");
+    if (cfg->root_fs_dir[0] != '\0') {
+        mc_dfs_layout_t layout;
+        if (mc_dfs_layout_init(&layout, cfg->root_fs_dir, "--root_fs_dir") != MC_OK)
+            return parse_fail(err, errlen, "%s", mc_last_error_detail());
+    }
     return MC_OK;
 }
 

@@ -192,7 +192,10 @@ typedef enum mc_flag_kind {
       "long, and a leader that cannot renew it stops serving before it lapses (>= 2).")     \
     X(STRING, cluster_id, "mooncake_cluster", v_cluster_id, 0,                              \
       "Cluster identifier, [0-9A-Za-z_.-]{1,128}.")                                         \
-    X(STRING, root_fs_dir, "", v_none, MC_FLAG_REFUSE, "Root directory of DFS replicas.")   \
+    X(STRING, root_fs_dir, "", v_none, 0,                                                   \
+      "Root directory of the DFS tier (dfs_replica_num): an absolute path every client "     \
+      "mounts at the same place; shard layout from MOONCAKE_DFS_SHARD_COUNT, "               \
+      "MOONCAKE_DFS_SHARD_CAPACITY and MOONCAKE_DFS_ALIGNMENT.")                             \
     X(INT, global_file_segment_size, "9223372036854775807", v_nonneg, MC_FLAG_COMPAT,       \
       "Size of the global file segment in bytes.")                                          \
     /* ---- operation log and snapshots ---- */                                             \

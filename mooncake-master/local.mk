@@ -6,6 +6,8 @@ mooncake_master_SOURCES = \
 	mooncake-master/flags.c mooncake-master/flags.h \
 	mooncake-master/rpc.c \
 	mooncake-master/objects.c \
+	mooncake-master/dfs.c mooncake-master/dfs.h \
+	mooncake-master/dfs_alloc.c mooncake-master/dfs_alloc.h \
 	mooncake-master/evict.c mooncake-master/evict.h \
 	mooncake-master/segments.c \
 	mooncake-master/clients.c \

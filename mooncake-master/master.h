@@ -39,6 +39,7 @@
 #include "common/buf.h"
 #include "common/hashmap.h"
 #include "common/util.h"
+#include "dfs.h"  /* mc_dfs_replica_t, mc_master_dfs_t (--root_fs_dir) */
 #include "flags.h"
 #include "ha.h"   /* mc_master_ha_t (--enable_ha) */
 #include "http.h" /* mc_meta_server_t, mc_master_evhttp_bind (docs/protocol.md §6) */
@@ -164,6 +165,7 @@ typedef struct mc_upsert {
     mc_writer_t *writer;       /* fresh: the upserter (a reference); NULL otherwise */
     mc_mlist_t replicas;       /* fresh: mc_replica_t.link */
     mc_mlist_t link;           /* fresh: in m->upserting, oldest first */
+    struct mc_dfs_replica *dfs; /* fresh: the new value's DFS replica, or NULL */
 } mc_upsert_t;
 
 /*
@@ -189,6 +191,10 @@ typedef struct mc_object_ext {
      * OFFLOAD_REPORT, dropped by DISK_REPLICA_DROP, an upsert, the
      * holder's departure or the object's end.  NULL = none. */
     struct mc_disk_replica *disk;
+    /* The object's record in the DFS tier (dfs.h, docs/tiers.md §6):
+     * placed at PUT_START, readable from PUT_END, kept when memory goes,
+     * freed with the value.  NULL = none. */
+    struct mc_dfs_replica *dfs;
     /* Reads since the object became disk-only (--promotion_on_hit):
      * at --promotion_admission_threshold the master asks the holder to
      * copy it back to memory (tasks.c). */
@@ -424,6 +430,9 @@ struct mc_master {
     uint64_t disk_dropped_keys;        /* disk replicas gone (holder, drop, object end) */
     uint64_t promotions_queued;        /* --promotion_on_hit copies queued */
     uint64_t promotions_done;          /* ... and committed */
+
+    /* DFS tier (dfs.c, docs/tiers.md §6): NULL without --root_fs_dir */
+    mc_master_dfs_t *dfs;
 
     /* tasks.c */
     mc_hmap_t tasks;

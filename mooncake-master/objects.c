@@ -154,7 +154,7 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
         return MC_INTERNAL_ERROR;
     }
     m->next_replica_id = 0;
-    return MC_OK;
+    return mc_master_dfs_init(m);
 }
 
 size_t mc_master_objects_count(const mc_master_t *m)
@@ -334,6 +334,61 @@ static mc_disk_replica_t *obj_disk(const mc_object_t *o)
     return (o->ext != NULL) ? o->ext->disk : NULL;
 }
 
+/* The DFS replica of @p o (docs/tiers.md §6), or NULL. */
+static mc_dfs_replica_t *obj_dfs(const mc_object_t *o)
+{
+    return (o->ext != NULL) ? o->ext->dfs : NULL;
+}
+
+/* 1 when the disk replica @p d may be read: its holder is known and not
+ * a client restored from the operation log that has yet to remount (its
+ * files are vouched for again once it is back, docs/tiers.md). */
+static int disk_readable(mc_master_t *m, const mc_disk_replica_t *d)
+{
+    const mc_client_t *c = mc_master_client_find(m, d->holder);
+    return (c != NULL) && !c->restored;
+}
+
+/* 1 when @p o keeps a copy outside memory that is readable once complete
+ * (a disk or a DFS replica): losing its memory does not end it. */
+static int obj_has_copy(const mc_object_t *o)
+{
+    return (obj_disk(o) != NULL) || (obj_dfs(o) != NULL);
+}
+
+/* A new disk replica (not attached to an object); NULL on OOM. */
+static mc_disk_replica_t *disk_new(mc_master_t *m, mc_uuid_t holder, mc_str_t segment,
+                                   mc_str_t path, uint64_t offset, uint64_t length, uint32_t crc)
+{
+    mc_disk_replica_t *d = calloc(1, sizeof(*d));
+
+    if (d == NULL)
+        return NULL;
+    d->segment = mc_str_dup(segment);
+    d->path    = mc_str_dup(path);
+    if ((d->segment == NULL) || (d->path == NULL)) {
+        free(d->segment);
+        free(d->path);
+        free(d);
+        return NULL;
+    }
+    d->id     = ++m->next_replica_id;
+    d->holder = holder;
+    d->offset = offset;
+    d->length = length;
+    d->crc    = crc;
+    return d;
+}
+
+static void disk_destroy(mc_disk_replica_t *d)
+{
+    if (d == NULL)
+        return;
+    free(d->segment);
+    free(d->path);
+    free(d);
+}
+
 /* Forget the disk replica of @p o, if any.  The holder's bytes stay in
  * its bucket until its tier reclaims them; nobody is pointed there again. */
 static void disk_free(mc_master_t *m, mc_object_t *o)
@@ -346,9 +401,7 @@ static void disk_free(mc_master_t *m, mc_object_t *o)
     m->disk_replicas--;
     m->disk_bytes -= d->length;
     m->disk_dropped_keys++;
-    free(d->segment);
-    free(d->path);
-    free(d);
+    disk_destroy(d);
 }
 
 /* The ext of @p o, allocated on first use; NULL on OOM. */
@@ -382,6 +435,8 @@ static void obj_free(mc_master_t *m, mc_object_t *o)
     o->writer = NULL;
     disk_free(m, o);
     if (o->ext != NULL) {
+        mc_master_dfs_free(m, o->ext->dfs, o->size);
+        o->ext->dfs = NULL;
         free(o->ext->group_id);
         free(o->ext);
         o->ext = NULL;
@@ -414,6 +469,7 @@ static void upsert_clear(mc_master_t *m, mc_object_t *o)
     o->up     = NULL;
     if (up == NULL)
         return;
+    mc_master_dfs_free(m, up->dfs, up->size); /* NULL once UPSERT_END took it */
     writer_put(m, up->writer);
     mc_mlist_remove(&up->link);
     free(up->group_id);
@@ -456,7 +512,7 @@ static int obj_settle(mc_master_t *m, mc_object_t *o)
         mc_durable_object(m, o);
         return 0;
     }
-    if (!o->complete || (obj_disk(o) == NULL)) {
+    if (!o->complete || !obj_has_copy(o)) {
         mc_debug("object %.*s lost its last replica", (int)MC_MIN(o->key_len, 200u),
                  mc_object_key(o).ptr);
         obj_erase(m, o);
@@ -485,6 +541,7 @@ void mc_master_objects_cleanup(mc_master_t *m)
         forget_replicas(&o->replicas);
         if (o->up != NULL) {
             forget_replicas(&o->up->replicas);
+            mc_master_dfs_free(m, o->up->dfs, o->up->size);
             writer_put(m, o->up->writer);
             free(o->up->group_id);
             free(o->up);
@@ -514,6 +571,7 @@ void mc_master_objects_cleanup(mc_master_t *m)
         free(w);
     }
     mc_hmap_cleanup(&m->writers);
+    mc_master_dfs_cleanup(m); /* after the objects gave their extents back */
 }
 
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
@@ -586,16 +644,22 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
  * writer can no longer be writing, then erase the object. */
 static void obj_discard(mc_master_t *m, mc_object_t *o)
 {
-    defer_replicas(m, &o->replicas,
-                   o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
+    uint64_t release = o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
+    defer_replicas(m, &o->replicas, release);
+    if (obj_dfs(o) != NULL) {
+        mc_master_dfs_defer(m, obj_dfs(o), o->size, release);
+        o->ext->dfs = NULL;
+    }
     obj_erase(m, o);
 }
 
 /* Preempt a stale fresh-buffer upsert the same way; the old value stays. */
 static void upsert_discard(mc_master_t *m, mc_object_t *o)
 {
-    defer_replicas(m, &o->up->replicas,
-                   o->up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u);
+    uint64_t release = o->up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
+    defer_replicas(m, &o->up->replicas, release);
+    mc_master_dfs_defer(m, o->up->dfs, o->up->size, release);
+    o->up->dfs = NULL;
     upsert_clear(m, o);
 }
 
@@ -610,6 +674,7 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
         if (r->release_ms <= now_ms)
             replica_free(m, r);
     }
+    mc_master_dfs_tick(m, now_ms);
     while (!mc_mlist_empty(&m->pending)) {
         mc_object_t *o = mc_container_of(m->pending.next, mc_object_t, pending_link);
         if (o->put_start_ms + release > now_ms)
@@ -690,7 +755,8 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
 {
     const mc_mlist_t *pos;
     const mc_disk_replica_t *d = obj_disk(o);
-    uint32_t n = count_replicas(&o->replicas) + (d != NULL);
+    const mc_dfs_replica_t *f  = obj_dfs(o);
+    uint32_t n = count_replicas(&o->replicas) + (d != NULL) + (f != NULL);
 
     out->n = 0;
     out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
@@ -703,10 +769,12 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
         if ((r->status == MC_REPLICA_COMPLETE) && (r->seg->state != MC_SEG_AWAITING))
             fill_wire_replica(&out->v[out->n++], r, o->size);
     }
-    if (d != NULL) {
+    if ((d != NULL) && disk_readable(x->m, d)) {
         /* last: readers prefer memory (docs/tiers.md) */
         mc_master_disk_to_wire(&out->v[out->n++], d);
     }
+    if ((f != NULL) && (f->status == MC_REPLICA_COMPLETE))
+        mc_master_dfs_to_wire(x, &out->v[out->n++], f, o->size);
     return MC_OK;
 }
 
@@ -725,12 +793,12 @@ void mc_master_disk_to_wire(mc_wire_replica_t *w, const mc_disk_replica_t *d)
 
 /* Complete with a replica that may be read (not only on segments restored
  * from the operation log and not remounted yet). */
-static int obj_readable(const mc_object_t *o)
+static int obj_readable(mc_master_t *m, const mc_object_t *o)
 {
     const mc_mlist_t *pos;
     if (!o->complete)
         return 0;
-    if (obj_disk(o) != NULL)
+    if ((obj_dfs(o) != NULL) || ((obj_disk(o) != NULL) && disk_readable(m, obj_disk(o))))
         return 1;
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
         if (mc_container_of(pos, mc_replica_t, link)->seg->state != MC_SEG_AWAITING)
@@ -741,8 +809,9 @@ static int obj_readable(const mc_object_t *o)
 
 /* §5.5: what a ReplicateConfig may ask for.  Malformed requests first
  * (-600), then what is well formed but not built yet (-1012). */
-static int32_t config_check(mc_master_t *m, const mc_wire_config_t *c)
+static int32_t config_check(mc_req_ctx_t *x, const mc_wire_config_t *c)
 {
+    mc_master_t *m = x->m;
     if (c->replica_num == 0)
         return MC_INVALID_PARAMS;
     if (c->dfs_replica_num > 1)
@@ -757,9 +826,9 @@ static int32_t config_check(mc_master_t *m, const mc_wire_config_t *c)
     }
     if (c->prefer_alloc_in_same_node && (c->replica_num != 1))
         return MC_INVALID_PARAMS;
-    if ((c->nof_replica_num > 0) || (c->dfs_replica_num > 0))
-        return MC_NOT_SUPPORTED; /* NVMe-oF and DFS tiers do not exist yet */
-    return MC_OK;
+    if (c->nof_replica_num > 0)
+        return MC_NOT_SUPPORTED; /* the NVMe-oF tier does not exist yet */
+    return mc_master_dfs_config_check(m, x->tenant, c);
 }
 
 /* prefer_alloc_in_same_node: the writer, when it mounted segments. */
@@ -854,6 +923,7 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     mc_master_t *m = x->m;
     mc_object_t *o;
     mc_replica_t **reps;
+    mc_dfs_replica_t *dfs = NULL;
     uint32_t n;
     int32_t st;
 
@@ -874,7 +944,15 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     n = place(x, client_id, length, cfg, NULL, &reps, &st);
     if (n == 0)
         return st;
-    out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
+    if (cfg->dfs_replica_num > 0) {
+        /* the DFS copy is placed with the memory ones (docs/tiers.md §6) */
+        dfs = mc_master_dfs_new(m, key.len, length, cfg->replica_num, &st);
+        if (dfs == NULL) {
+            release_placed(m, reps, n);
+            return st;
+        }
+    }
+    out->v = mc_arena_calloc(x->arena, n + (dfs != NULL), sizeof(*out->v));
     if (out->v == NULL)
         goto oom;
 
@@ -885,6 +963,10 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
     memset(o, 0, offsetof(mc_object_t, strs));
     o->writer = writer_get(m, x->tenant, client_id);
     if (o->writer == NULL) {
+        obj_free(m, o);
+        goto oom;
+    }
+    if ((dfs != NULL) && (obj_ext(o) == NULL)) {
         obj_free(m, o);
         goto oom;
     }
@@ -914,6 +996,10 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
         fill_wire_replica(&out->v[i], reps[i], length);
     }
     out->n = n;
+    if (dfs != NULL) {
+        o->ext->dfs = dfs;
+        mc_master_dfs_to_wire(x, &out->v[out->n++], dfs, length);
+    }
     if (n < cfg->replica_num)
         mc_debug("put of key '%.*s': %" PRIu32 " of %" PRIu32 " replicas placed",
                  (int)MC_MIN(key.len, 200u), key.ptr, n, cfg->replica_num);
@@ -921,6 +1007,7 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
 
 oom:
     release_placed(m, reps, n);
+    mc_master_dfs_free(m, dfs, length);
     return MC_INTERNAL_ERROR;
 }
 
@@ -973,6 +1060,15 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
         r->status = MC_REPLICA_COMPLETE;
         mc_mlist_insert_tail(&o->replicas, &r->link);
     }
+    /* the old DFS record goes with the old value; a reader still on it
+     * finds its checks fail once the extent is rewritten (a miss) */
+    if (o->ext != NULL) {
+        mc_master_dfs_free(m, o->ext->dfs, o->size);
+        o->ext->dfs = o->up->dfs;
+        o->up->dfs  = NULL;
+        if (o->ext->dfs != NULL)
+            o->ext->dfs->status = MC_REPLICA_COMPLETE;
+    }
     o->size              = o->up->size;
     writer_put(m, o->writer); /* the upserter's reference moves to the object */
     o->writer            = o->up->writer;
@@ -1011,6 +1107,8 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         return MC_OK; /* a retried PutEnd */
     for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
         mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
+    if (obj_dfs(o) != NULL)
+        obj_dfs(o)->status = MC_REPLICA_COMPLETE;
     o->complete = 1;
     mc_mlist_remove(&o->pending_link);
     mc_master_lru_touch(x->m, o);
@@ -1071,7 +1169,8 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
     if (out->n == 0)
         return MC_OBJECT_NOT_FOUND; /* only on segments not remounted since a restart */
     obj_grant_lease(x->m, o, x->now_ms);
-    if (x->m->cfg->promotion_on_hit && mc_mlist_empty(&o->replicas) && (obj_disk(o) != NULL))
+    if (x->m->cfg->promotion_on_hit && mc_mlist_empty(&o->replicas) && (obj_disk(o) != NULL) &&
+        disk_readable(x->m, obj_disk(o)))
         mc_master_promote_hit(x, o);
     *size_p = o->size;
     return MC_OK;
@@ -1081,7 +1180,7 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
 static int32_t exist_one(mc_req_ctx_t *x, mc_str_t key)
 {
     mc_object_t *o = obj_find(x->m, x->tenant, key);
-    if ((o == NULL) || !obj_readable(o))
+    if ((o == NULL) || !obj_readable(x->m, o))
         return 0;
     obj_grant_lease(x->m, o, x->now_ms);
     return 1;
@@ -1152,7 +1251,7 @@ static int32_t start_single(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, 
                             const mc_wire_config_t *cfg, start_one_fn start,
                             mc_wire_replica_list_t *out)
 {
-    int32_t st = config_check(x->m, cfg);
+    int32_t st = config_check(x, cfg);
     const mc_str_t *group = NULL;
 
     if (st != MC_OK)
@@ -1262,7 +1361,7 @@ static int32_t start_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_s
     if (result_list(x, n, results) != 0)
         return MC_INTERNAL_ERROR;
 
-    cst = config_check(x->m, cfg);
+    cst = config_check(x, cfg);
     for (uint32_t i = 0; i < n; i++) {
         mc_wire_result_t *r = &results->v[i];
         r->size             = lengths->v[i];
@@ -1430,6 +1529,19 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
             upsert_discard(m, o);
         }
     }
+    if ((o != NULL) && (length == o->size) && ((obj_dfs(o) != NULL) || (cfg->dfs_replica_num > 0))) {
+        /* upstream's rule for a same-size upsert where DFS is involved:
+         * the request keeps the object's topology (docs/tiers.md §6) */
+        const mc_dfs_replica_t *f = obj_dfs(o);
+        if ((f == NULL) || (cfg->dfs_replica_num != 1) || (cfg->nof_replica_num != 0) ||
+            (cfg->replica_num != f->replica_num))
+            return MC_INVALID_PARAMS;
+        if (mc_mlist_empty(&o->replicas)) {
+            /* DFS-only: written again as a new key, its extent freed */
+            obj_erase(m, o);
+            o = NULL;
+        }
+    }
     if ((o != NULL) && (obj_disk(o) != NULL)) {
         /* the disk copy would be stale: a disk-only object is replaced
          * as a new key, another loses its disk copy (docs/tiers.md) */
@@ -1449,7 +1561,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         mc_writer_t *w = writer_get(m, x->tenant, client_id);
         if (w == NULL)
             return MC_INTERNAL_ERROR;
-        n      = count_replicas(&o->replicas);
+        n      = count_replicas(&o->replicas) + (obj_dfs(o) != NULL);
         out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
         if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0)) {
             writer_put(m, w);
@@ -1461,6 +1573,13 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
             /* a new value: a copy read from the old id is stale (§5.15) */
             r->id           = ++m->next_replica_id;
             fill_wire_replica(&out->v[out->n++], r, length);
+        }
+        if (obj_dfs(o) != NULL) {
+            /* its record is rewritten in place too: unreadable meanwhile */
+            mc_dfs_replica_t *f = obj_dfs(o);
+            f->status           = MC_REPLICA_PROCESSING;
+            f->id               = ++m->next_replica_id;
+            mc_master_dfs_to_wire(x, &out->v[out->n++], f, length);
         }
         mc_durable_erase(m, o); /* its bytes are overwritten from now on */
         o->upsert       = MC_UPSERT_INPLACE;
@@ -1482,10 +1601,21 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         writer_put(m, w);
         return st;
     }
-    out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
-    if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0)) {
+    mc_dfs_replica_t *dfs = NULL;
+    if (cfg->dfs_replica_num > 0) {
+        dfs = mc_master_dfs_new(m, key.len, length, cfg->replica_num, &st);
+        if (dfs == NULL) {
+            writer_put(m, w);
+            release_placed(m, reps, n);
+            return st;
+        }
+    }
+    out->v = mc_arena_calloc(x->arena, n + (dfs != NULL), sizeof(*out->v));
+    if ((out->v == NULL) || ((dfs != NULL) && (obj_ext(o) == NULL)) ||
+        (upsert_stage(m, o, cfg, group) != 0)) {
         writer_put(m, w);
         release_placed(m, reps, n);
+        mc_master_dfs_free(m, dfs, length);
         return MC_INTERNAL_ERROR;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -1497,6 +1627,9 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     out->n         = n;
     o->upsert      = MC_UPSERT_FRESH;
     o->up->size     = length;
+    o->up->dfs      = dfs; /* freed with up unless UPSERT_END takes it */
+    if (dfs != NULL)
+        mc_master_dfs_to_wire(x, &out->v[out->n++], dfs, length);
     o->up->start_ms = x->now_ms;
     writer_put(m, o->up->writer); /* none: upsert_stage made o->up just now */
     o->up->writer   = w;
@@ -1787,22 +1920,55 @@ void mc_master_object_erase(mc_master_t *m, mc_object_t *o)
 
 /* ---- restore (snapshot.c) ------------------------------------------------------- */
 
+/* The disk replica of OBJ_SET record @p r, when its holder was restored
+ * with its segments (and waits to remount); NULL otherwise or on OOM. */
+static mc_disk_replica_t *disk_restore(mc_master_t *m, const mc_oplog_record_t *r)
+{
+    const mc_client_t *c = mc_master_client_find(m, r->disk_holder);
+
+    if ((c == NULL) || !c->restored || (r->disk_path.len == 0) || (r->disk_path.ptr[0] != '/'))
+        return NULL;
+    return disk_new(m, r->disk_holder, r->disk_segment, r->disk_path, r->disk_offset,
+                    r->disk_length, r->disk_crc);
+}
+
 mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r,
                                       mc_replica_t **reps, uint32_t n, uint64_t now_ms)
 {
     mc_object_t *o;
+    mc_dfs_replica_t *dfs  = NULL;
+    mc_disk_replica_t *dsk = NULL;
 
-    if ((n == 0) || (r->size == 0) || (r->tenant.len > UINT16_MAX) ||
-        (obj_find(m, r->tenant, r->key) != NULL))
+    if (((n == 0) && !r->has_dfs && !r->has_disk) || (r->size == 0) ||
+        (r->tenant.len > UINT16_MAX) || (obj_find(m, r->tenant, r->key) != NULL))
+        return NULL;
+    /* a DFS record outlives the master: its extent is taken back (the
+     * files are on shared storage, docs/tiers.md §6) */
+    if (r->has_dfs)
+        dfs = mc_master_dfs_restore(m, r->dfs_shard, r->dfs_offset, r->dfs_span,
+                                    r->dfs_replica_num, r->size);
+    /* a disk replica waits, unread, for its holder to remount (it was
+     * restored with its segments); if it does not within the grace
+     * period, the holder's departure takes the replica (docs/tiers.md) */
+    if (r->has_disk && (r->disk_length == r->size))
+        dsk = disk_restore(m, r);
+    if ((n == 0) && (dfs == NULL) && (dsk == NULL))
         return NULL;
     o = malloc(offsetof(mc_object_t, strs) + (size_t)r->key.len);
     if (o == NULL)
-        return NULL;
+        goto fail;
     memset(o, 0, offsetof(mc_object_t, strs));
     o->writer = writer_get(m, r->tenant, r->owner);
-    if (o->writer == NULL) {
-        free(o);
-        return NULL;
+    if ((o->writer == NULL) || (((dfs != NULL) || (dsk != NULL)) && (obj_ext(o) == NULL))) {
+        obj_free(m, o);
+        goto fail;
+    }
+    if (dfs != NULL)
+        o->ext->dfs = dfs;
+    if (dsk != NULL) {
+        o->ext->disk = dsk;
+        m->disk_replicas++;
+        m->disk_bytes += dsk->length;
     }
     if ((r->soft_pin_ttl_ms > 0) || r->has_group) {
         if ((obj_ext(o) == NULL) ||
@@ -1823,14 +1989,21 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
     memcpy(o->strs, r->key.ptr, r->key.len);
     mc_hmap_insert(&m->objects, &o->node, obj_hash(r->tenant, r->key));
     mc_mlist_init(&o->lru_link);
-    reps[0] = replica_embed(o, reps[0]);
+    if (n > 0)
+        reps[0] = replica_embed(o, reps[0]);
     for (uint32_t i = 0; i < n; i++) {
         reps[i]->obj = o;
         mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
     }
-    mc_master_lru_touch(m, o);
+    if (n > 0)
+        mc_master_lru_touch(m, o); /* a disk- or DFS-only object stays off the LRU */
     group_sync(m, o);
     return o;
+
+fail:
+    mc_master_dfs_free(m, dfs, r->size);
+    disk_destroy(dsk);
+    return NULL;
 }
 
 /* ---- §5.15 disk tier ------------------------------------------------------------ */
@@ -1890,19 +2063,10 @@ int32_t mc_master_offload_report(mc_req_ctx_t *x, const mc_wire_offload_report_r
         return MC_ILLEGAL_CLIENT;
     if (obj_ext(o) == NULL)
         return MC_INTERNAL_ERROR;
-    d = calloc(1, sizeof(*d));
-    if ((d == NULL) || ((d->segment = strdup(seg->name)) == NULL) ||
-        ((d->path = mc_str_dup(req->file_path)) == NULL)) {
-        if (d != NULL)
-            free(d->segment);
-        free(d);
+    d = disk_new(m, req->client_id, mc_str_from_cstr(seg->name), req->file_path, req->offset,
+                 req->length, req->crc);
+    if (d == NULL)
         return MC_INTERNAL_ERROR;
-    }
-    d->id     = ++m->next_replica_id;
-    d->holder = req->client_id;
-    d->offset = req->offset;
-    d->length = req->length;
-    d->crc    = req->crc;
     if (obj_disk(o) != NULL) {
         disk_free(m, o); /* rewritten into a newer bucket */
         m->disk_dropped_keys--;
@@ -1967,7 +2131,7 @@ size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id)
 
 int mc_master_object_drop_memory(mc_master_t *m, mc_object_t *o)
 {
-    if ((obj_disk(o) == NULL) || mc_mlist_empty(&o->replicas))
+    if (!obj_has_copy(o) || mc_mlist_empty(&o->replicas))
         return 0;
     free_replicas(m, &o->replicas);
     return !obj_settle(m, o);

@@ -101,6 +101,9 @@ void mc_oplog_record_encode(mc_buf_t *out, const mc_oplog_record_t *r)
         if (r->has_disk)
             mc_oplog_put_disk_tail(out, r->disk_holder, r->disk_segment, r->disk_path,
                                    r->disk_offset, r->disk_length, r->disk_crc);
+        if (r->has_dfs)
+            mc_oplog_put_dfs_tail(out, r->dfs_shard, r->dfs_offset, r->dfs_span,
+                                  r->dfs_replica_num);
         break;
     case MC_OPLOG_OBJ_DEL:
         mc_buf_put_str(out, r->tenant);
@@ -201,17 +204,27 @@ mc_oplog_decode_t mc_oplog_record_decode(const uint8_t *p, size_t n, mc_oplog_re
             (r->has_group > 1))
             return MC_OPLOG_CORRUPT;
         r->raw_replicas = mc_rbuf_get_bytes(&rb, (size_t)r->nreplicas * MC_OPLOG_REPLICA_BYTES);
-        if (!rb.err && (rb.left > 0)) {
-            /* a tail: only versions this build knows */
-            if (mc_rbuf_get_u8(&rb) != MC_OPLOG_OBJ_TAIL_DISK)
+        while (!rb.err && (rb.left > 0)) {
+            /* the tail: tagged sections, only tags this build knows, each
+             * at most once */
+            uint8_t tag = mc_rbuf_get_u8(&rb);
+            if ((tag == MC_OPLOG_OBJ_TAIL_DISK) && !r->has_disk) {
+                r->has_disk     = 1;
+                r->disk_holder  = get_uuid(&rb);
+                r->disk_segment = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+                r->disk_path    = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
+                r->disk_offset  = mc_rbuf_get_u64(&rb);
+                r->disk_length  = mc_rbuf_get_u64(&rb);
+                r->disk_crc     = mc_rbuf_get_u32(&rb);
+            } else if ((tag == MC_OPLOG_OBJ_TAIL_DFS) && !r->has_dfs) {
+                r->has_dfs         = 1;
+                r->dfs_shard       = mc_rbuf_get_u32(&rb);
+                r->dfs_offset      = mc_rbuf_get_u64(&rb);
+                r->dfs_span        = mc_rbuf_get_u64(&rb);
+                r->dfs_replica_num = mc_rbuf_get_u32(&rb);
+            } else {
                 return MC_OPLOG_CORRUPT;
-            r->has_disk     = 1;
-            r->disk_holder  = get_uuid(&rb);
-            r->disk_segment = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
-            r->disk_path    = mc_rbuf_get_str(&rb, MC_OPLOG_MAX_STR);
-            r->disk_offset  = mc_rbuf_get_u64(&rb);
-            r->disk_length  = mc_rbuf_get_u64(&rb);
-            r->disk_crc     = mc_rbuf_get_u32(&rb);
+            }
         }
         break;
     case MC_OPLOG_OBJ_DEL:
@@ -262,6 +275,16 @@ void mc_oplog_put_disk_tail(mc_buf_t *out, mc_uuid_t holder, mc_str_t segment, m
     mc_buf_put_u64(out, offset);
     mc_buf_put_u64(out, length);
     mc_buf_put_u32(out, crc);
+}
+
+void mc_oplog_put_dfs_tail(mc_buf_t *out, uint32_t shard, uint64_t offset, uint64_t span,
+                           uint32_t replica_num)
+{
+    mc_buf_put_u8(out, MC_OPLOG_OBJ_TAIL_DFS);
+    mc_buf_put_u32(out, shard);
+    mc_buf_put_u64(out, offset);
+    mc_buf_put_u64(out, span);
+    mc_buf_put_u32(out, replica_num);
 }
 
 void mc_oplog_record_replica(const mc_oplog_record_t *r, uint32_t i, mc_oplog_replica_t *out)

@@ -67,7 +67,10 @@ typedef struct mc_oplog_replica {
  *   SEG_MOUNT: id, owner, name, protocol, base, size;  SEG_UNMOUNT: id;
  *   OBJ_SET: tenant, key, size, owner, hard_pin, soft_pin_ttl_ms,
  *            has_group/group_id, nreplicas/replicas, then optionally a
- *            versioned tail: u8 version (1), the disk_* fields;
+ *            tail: tagged sections, each a u8 tag then its fields, at
+ *            most one of each, in any order: tag 1 the disk_* fields,
+ *            tag 2 the dfs_* fields (u32 shard, u64 offset, u64 span,
+ *            u32 replica_num); an unknown tag is a corrupt record;
  *   OBJ_DEL: tenant, key;
  *   TASK_SET: id, owner (the assigned client), task_type, status,
  *            created_ms, updated_ms (wall clock), tenant, key, name (the
@@ -107,6 +110,13 @@ typedef struct mc_oplog_record {
     uint64_t disk_offset;
     uint64_t disk_length;
     uint32_t disk_crc;
+    /* OBJ_SET: the object's DFS replica (tail tag 2, docs/tiers.md §6);
+     * has_dfs 0 in records without it. */
+    uint8_t has_dfs;
+    uint32_t dfs_shard;
+    uint64_t dfs_offset;
+    uint64_t dfs_span;
+    uint32_t dfs_replica_num;
     uint8_t task_type;
     uint8_t status;
     uint8_t has_message;
@@ -130,6 +140,10 @@ void mc_oplog_record_encode(mc_buf_t *out, const mc_oplog_record_t *r);
 #define MC_OPLOG_OBJ_TAIL_DISK 1
 void mc_oplog_put_disk_tail(mc_buf_t *out, mc_uuid_t holder, mc_str_t segment, mc_str_t path,
                             uint64_t offset, uint64_t length, uint32_t crc);
+/* The DFS section of the OBJ_SET tail (a DFS replica), likewise. */
+#define MC_OPLOG_OBJ_TAIL_DFS 2
+void mc_oplog_put_dfs_tail(mc_buf_t *out, uint32_t shard, uint64_t offset, uint64_t span,
+                           uint32_t replica_num);
 
 /* Frame building for encoders that write fields straight from their own
  * structures: begin returns the frame's offset in @p out, end fills in

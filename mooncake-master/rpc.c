@@ -343,6 +343,14 @@ static int32_t handle_hello(mc_conn_t *c, mc_req_ctx_t *x, const mc_wire_hello_r
     resp->server_version = mc_str_from_cstr(mc_version_string());
     resp->view_version   = c->m->view_version;
     resp->metadata_token = mc_master_metadata_token(c->m, req->client_id);
+    if (c->m->dfs != NULL) {
+        /* clients with a DFS tier check theirs against this (docs/tiers.md §6) */
+        const mc_dfs_layout_t *l = &c->m->dfs->layout;
+        resp->dfs_root           = mc_str_from_cstr(l->root);
+        resp->dfs_shard_count    = l->shard_count;
+        resp->dfs_shard_capacity = l->shard_capacity;
+        resp->dfs_alignment      = l->alignment;
+    }
     return MC_OK;
 }
 

@@ -172,6 +172,10 @@ static void encode_object(mc_buf_t *b, const mc_object_t *o)
         mc_oplog_put_disk_tail(b, dr->holder, mc_str_from_cstr(dr->segment),
                                mc_str_from_cstr(dr->path), dr->offset, dr->length, dr->crc);
     }
+    if ((o->ext != NULL) && (o->ext->dfs != NULL)) {
+        const mc_dfs_replica_t *f = o->ext->dfs;
+        mc_oplog_put_dfs_tail(b, f->shard, f->offset, f->span, f->replica_num);
+    }
     mc_oplog_frame_end(b, at);
 }
 
@@ -825,7 +829,10 @@ static mc_status_t install(mc_master_t *m, mc_oplog_state_t *s)
             reps[nr++] = rep;
             p[i].ok    = 0; /* owned by reps[] now */
         }
-        if ((nr == 0) || (mc_master_object_restore(m, &r, reps, nr, now) == NULL)) {
+        /* an object whose memory is gone lives on from its DFS record or
+         * its holder's disk */
+        if (((nr == 0) && !r.has_dfs && !r.has_disk) ||
+            (mc_master_object_restore(m, &r, reps, nr, now) == NULL)) {
             for (uint32_t q = 0; q < nr; q++) {
                 mc_master_segment_release(m, reps[q]);
                 free(reps[q]);

@@ -1834,8 +1834,9 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
 
     /*
      * Replicas of each key: per key either a negative status (int) or a
-     * list of (status, is_memory, addr, size, segment, protocol, file_path) tuples
-     * (file_path "" for a memory replica).
+     * list of (status, is_memory, addr, size, segment, protocol, file_path,
+     * shard_idx, aligned_size) tuples (file_path "" for a memory replica;
+     * the last two set for a DFS replica, protocol "dfs").
      */
     PyObject *replica_descs(PyObject *keys)
     {
@@ -1874,6 +1875,8 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
                 for (j = 0; (item != NULL) && (j < m); j++) {
                     mc_replica_desc_t d;
                     char path[4096];
+                    uint32_t shard = 0;
+                    uint64_t span = 0;
                     PyObject *tup;
                     memset(&d, 0, sizeof(d));
                     if (mc_store_query_replica(qs[i], j, &d) != MC_OK)
@@ -1882,12 +1885,14 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
                     if (!d.is_memory &&
                         (mc_store_query_disk_replica(qs[i], path, sizeof(path), NULL) != MC_OK))
                         continue;
+                    if (!d.is_memory)
+                        (void)mc_store_query_dfs_replica(qs[i], &shard, &span);
                     d.segment[sizeof(d.segment) - 1] = '\0';
                     d.protocol[sizeof(d.protocol) - 1] = '\0';
-                    tup = Py_BuildValue("(iiKKsss)", (int)d.status, d.is_memory,
+                    tup = Py_BuildValue("(iiKKsssIK)", (int)d.status, d.is_memory,
                                         (unsigned long long)d.addr,
                                         (unsigned long long)d.size, d.segment, d.protocol,
-                                        path);
+                                        path, (unsigned int)shard, (unsigned long long)span);
                     if ((tup == NULL) || (PyList_Append(item, tup) != 0)) {
                         Py_XDECREF(tup);
                         Py_CLEAR(item);

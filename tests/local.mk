@@ -16,10 +16,12 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_tensor.c \
 	tests/unit/test_fastcopy.c \
 	tests/unit/test_rdma.c \
+	tests/unit/test_rdma_path.c \
 	tests/unit/master_proc.c tests/unit/master_proc.h \
 	tests/unit/test_master_tasks.c \
 	tests/unit/test_master_clear.c \
 	tests/unit/test_master_disk.c \
+	tests/unit/test_master_dfs.c \
 	tests/unit/test_store_disk.c \
 	tests/unit/test_master_mem.c \
 	tests/unit/test_etcd.c \
@@ -27,6 +29,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_shm.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	tests/unit/test_oplog.c mooncake-master/oplog.c \
+	tests/unit/test_dfs.c mooncake-master/dfs_alloc.c \
 	$(NULL)
 tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS)
@@ -39,7 +42,7 @@ EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_auth.c tests/fuzz/fuzz_wire.c 
 	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c
 # RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.
 EXTRA_DIST += tests/python/test_rdma.py tests/python/test_cuda.py tests/python/fake_cudart.c \
-	tests/rdma/README.md tests/rdma/run.sh tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md
+	tests/rdma/README.md tests/rdma/run.sh tests/rdma/rdma_pair.py tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md
 EXTRA_DIST += tests/cluster/conftest.py tests/cluster/netns.py tests/cluster/test_cluster.py
 FUZZ_SECONDS = 300
 FUZZ_DIR = $(abs_builddir)/fuzz

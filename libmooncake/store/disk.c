@@ -58,6 +58,7 @@
 
 #include "common/buf.h"
 #include "common/crc32c.h"
+#include "common/dfs_layout.h"
 #include "common/log.h"
 #include "store/disk.h"
 #include "store/store_internal.h"
@@ -65,7 +66,7 @@
 
 #define MC_DISK_MAGIC      0x5244434Du /* "MCDR" little-endian */
 #define MC_DISK_VERSION    1
-#define MC_DISK_HDR        24u
+#define MC_DISK_HDR        MC_STORE_DISK_HDR
 #define MC_DISK_QUEUE_MAX  65536u
 #define MC_DISK_BATCH      64u
 #define MC_DISK_IDLE_MS    1000u
@@ -258,10 +259,22 @@ static void fdc_forget(const char *path)
     pthread_mutex_unlock(&fdc_mu);
 }
 
+void mc_store_disk_record_header(uint8_t hdr[MC_STORE_DISK_HDR], mc_str_t key, uint64_t size,
+                                 uint32_t crc)
+{
+    mc_store_le32(hdr, MC_DISK_MAGIC);
+    mc_store_le16(hdr + 4, MC_DISK_VERSION);
+    mc_store_le16(hdr + 6, (uint16_t)key.len);
+    mc_store_le64(hdr + 8, size);
+    mc_store_le32(hdr + 16, crc);
+    mc_store_le32(hdr + 20, header_crc(hdr, key.ptr, key.len));
+}
+
 /* One preadv of header, key and value at @p offset of @p fd, and every
- * check; MC_OBJECT_NOT_FOUND when anything is off. */
-static mc_status_t record_read(int fd, uint64_t offset, mc_str_t key, uint64_t size, uint32_t crc,
-                               void *buf)
+ * check (the value's CRC against *crc unless NULL); MC_OBJECT_NOT_FOUND
+ * when anything is off. */
+static mc_status_t record_read(int fd, uint64_t offset, mc_str_t key, uint64_t size,
+                               const uint32_t *crc, void *buf)
 {
     uint8_t hdr[MC_DISK_HDR];
     char kbuf[MC_WIRE_MAX_KEY];
@@ -280,9 +293,10 @@ static mc_status_t record_read(int fd, uint64_t offset, mc_str_t key, uint64_t s
     if ((n != (ssize_t)(MC_DISK_HDR + key.len + size)) ||
         (mc_load_le32(hdr) != MC_DISK_MAGIC) || (mc_load_le16(hdr + 4) != MC_DISK_VERSION) ||
         (mc_load_le16(hdr + 6) != key.len) || (mc_load_le64(hdr + 8) != size) ||
-        (mc_load_le32(hdr + 16) != crc) || (memcmp(kbuf, key.ptr, key.len) != 0) ||
+        ((crc != NULL) && (mc_load_le32(hdr + 16) != *crc)) ||
+        (memcmp(kbuf, key.ptr, key.len) != 0) ||
         (mc_load_le32(hdr + 20) != header_crc(hdr, kbuf, key.len)) ||
-        (mc_crc32c(0, buf, (size_t)size) != crc))
+        (mc_crc32c(0, buf, (size_t)size) != mc_load_le32(hdr + 16)))
         return MC_OBJECT_NOT_FOUND;
     return MC_OK;
 }
@@ -290,8 +304,14 @@ static mc_status_t record_read(int fd, uint64_t offset, mc_str_t key, uint64_t s
 mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
                                uint32_t crc, void *buf)
 {
+    return mc_store_disk_read_record(path, offset, key, size, &crc, buf);
+}
+
+mc_status_t mc_store_disk_read_record(const char *path, uint64_t offset, mc_str_t key,
+                                      uint64_t size, const uint32_t *crc, void *buf)
+{
     fdc_entry_t *e;
-    mc_status_t st;
+    mc_status_t st = MC_OBJECT_NOT_FOUND;
     int fd;
 
     if ((key.len == 0) || (key.len > MC_WIRE_MAX_KEY) || (offset > (uint64_t)INT64_MAX) ||
@@ -524,12 +544,7 @@ static mc_status_t bucket_append(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t
     kcopy = mc_str_dup(key);
     if (kcopy == NULL)
         return MC_INTERNAL_ERROR;
-    mc_store_le32(hdr, MC_DISK_MAGIC);
-    mc_store_le16(hdr + 4, MC_DISK_VERSION);
-    mc_store_le16(hdr + 6, (uint16_t)key.len);
-    mc_store_le64(hdr + 8, size);
-    mc_store_le32(hdr + 16, crc);
-    mc_store_le32(hdr + 20, header_crc(hdr, key.ptr, key.len));
+    mc_store_disk_record_header(hdr, key, size, crc);
     iov[0].iov_base = hdr;
     iov[0].iov_len  = sizeof(hdr);
     iov[1].iov_base = (void *)key.ptr;
@@ -957,15 +972,55 @@ static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
     return MC_OK;
 }
 
+/*
+ * MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR, as upstream reads it: unset
+ * or "bucket_storage_backend" is this file's SSD tier; with
+ * "distributed_storage_backend", enable_ssd_offload only initialises the
+ * DFS backend (dfs.c, docs/tiers.md §6): it needs MOONCAKE_DFS_ROOT_DIR,
+ * still checks @p dir, and starts no SSD tier.  1 for the SSD tier, 0 for
+ * DFS, -1 (detail set) for a backend this build does not have or a
+ * DFS backend that is not configured.
+ */
+static int offload_backend(mc_store_h s, const char *dir)
+{
+    const char *b = getenv("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR");
+    struct stat sb;
+
+    if ((b == NULL) || (*b == '\0') || (strcmp(b, "bucket_storage_backend") == 0))
+        return 1;
+    if (strcmp(b, "distributed_storage_backend") != 0) {
+        mc_set_error_detail("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=%s is not built "
+                            "(bucket_storage_backend or distributed_storage_backend)", b);
+        return -1;
+    }
+    if (s->dfs == NULL) {
+        mc_set_error_detail("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=distributed_storage_"
+                            "backend needs MOONCAKE_DFS_ROOT_DIR (the master's --root_fs_dir)");
+        return -1;
+    }
+    if ((dir == NULL) || (dir[0] != '/') || (stat(dir, &sb) != 0) || !S_ISDIR(sb.st_mode)) {
+        mc_set_error_detail("ssd_offload_path \"%s\" must be an existing absolute directory",
+                            dir ? dir : "");
+        return -1;
+    }
+    mc_info("offload backend: distributed_storage_backend (DFS root %s); no SSD tier",
+            s->dfs->root);
+    return 0;
+}
+
 MC_API mc_status_t mc_store_offload_start(mc_store_h s, const char *dir)
 {
     mc_store_disk_t *d = NULL;
     mc_status_t st;
+    int backend;
 
     if (s == NULL) {
         mc_set_error_detail("store handle is NULL");
         return MC_INVALID_PARAMS;
     }
+    backend = offload_backend(s, dir);
+    if (backend <= 0)
+        return (backend == 0) ? MC_OK : MC_INVALID_PARAMS;
     pthread_rwlock_wrlock(&s->life);
     if (!s->ready) {
         st = MC_UNAVAILABLE_IN_CURRENT_STATUS;

@@ -25,6 +25,17 @@ typedef struct mc_store_disk mc_store_disk_t;
  */
 mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
                                uint32_t crc, void *buf);
+/* The same with @p crc NULL: the value's CRC32C is the one the record's
+ * header carries (itself covered by the header CRC) -- the DFS tier's
+ * reads, where the master does not know the checksum (dfs.c). */
+mc_status_t mc_store_disk_read_record(const char *path, uint64_t offset, mc_str_t key,
+                                      uint64_t size, const uint32_t *crc, void *buf);
+
+/* Bytes of a record header, and the header of a record of @p key and a
+ * @p size-byte value whose CRC32C is @p crc (docs/tiers.md §3). */
+#define MC_STORE_DISK_HDR 24u
+void mc_store_disk_record_header(uint8_t hdr[MC_STORE_DISK_HDR], mc_str_t key, uint64_t size,
+                                 uint32_t crc);
 
 /*
  * Read a disk replica (its @p path, holder @p segment, record @p offset,

@@ -16,6 +16,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/mount.c \
 	libmooncake/store/tasks.c \
 	libmooncake/store/disk.c libmooncake/store/disk.h \
+	libmooncake/store/dfs.c libmooncake/store/dfs.h \
 	libmooncake/store/dummy_wire.h libmooncake/store/dummy_internal.h \
 	libmooncake/store/dummy_client.c \
 	libmooncake/store/dummy_decode.c \

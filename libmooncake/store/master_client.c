@@ -332,6 +332,8 @@ static mc_status_t mconn_open_at(const mc_master_target_t *t, const char *host, 
         goto fail;
     }
     conn->view_version = resp.view_version;
+    if ((t->on_hello != NULL) && ((st = t->on_hello(t->on_token_arg, &resp)) != MC_OK))
+        goto fail;
     if (t->on_token != NULL)
         t->on_token(t->on_token_arg, resp.metadata_token);
     *conn_p            = conn;

@@ -61,6 +61,10 @@ typedef struct mc_master_target {
      * metadata token; NULL: not wanted */
     void (*on_token)(void *arg, mc_uuid_t token);
     void *on_token_arg;
+    /* called (from the dialling thread, arg on_token_arg) with each
+     * accepted HELLO answer: a status other than MC_OK (detail set)
+     * refuses that master; NULL: nothing to check */
+    mc_status_t (*on_hello)(void *arg, const mc_wire_hello_resp_t *resp);
     /* cluster authentication: every connection proves tenant_id's secret
      * before HELLO (docs/protocol.md §9.1); NULL: off.  Not owned. */
     const struct mc_auth *auth;

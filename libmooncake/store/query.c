@@ -21,11 +21,13 @@
  */
 #include "config.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "store/dfs.h"
 #include "store/disk.h"
 #include "store/read_internal.h"
 #include "store/dummy_internal.h"
@@ -91,6 +93,8 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     const mc_wire_replica_t *disk = NULL;
     size_t n = 0, names = 0, k = 0, klen = strlen(key);
     char *np;
+    char dfs_path[PATH_MAX];
+    int dfs = 0;
 
     for (uint32_t i = 0; i < reps->n; i++) {
         if (replica_usable(&reps->v[i], size)) {
@@ -99,6 +103,14 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
         } else if ((disk == NULL) && disk_usable(&reps->v[i], size)) {
             disk = &reps->v[i];
             names += disk->file_path.len + 1 + disk->segment.len + 1 + klen + 1;
+        }
+    }
+    /* without a disk replica, the DFS record (docs/tiers.md §6) */
+    for (uint32_t i = 0; (disk == NULL) && (i < reps->n); i++) {
+        if (mc_store_dfs_replica_path(s, &reps->v[i], size, dfs_path, sizeof(dfs_path))) {
+            disk = &reps->v[i];
+            dfs  = 1;
+            names += strlen(dfs_path) + 1 + 1 + klen + 1;
         }
     }
     if ((n == 0) && (disk == NULL)) {
@@ -116,6 +128,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     q->copy        = NULL;
     q->disk_path   = NULL;
     q->disk_bytes  = NULL;
+    q->disk_dfs    = 0;
     q->owner       = NULL;
     q->key         = NULL;
     q->descs       = NULL;
@@ -133,7 +146,21 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
             k++;
         }
     }
-    if (disk != NULL) {
+    if (dfs) {
+        size_t plen    = strlen(dfs_path);
+        q->disk_offset = disk->addr;
+        q->disk_crc    = 0;
+        q->disk_dfs    = 1;
+        q->disk_shard  = disk->shard_idx;
+        q->disk_span   = disk->aligned_size;
+        q->disk_path   = np;
+        memcpy(np, dfs_path, plen + 1);
+        np += plen + 1;
+        q->disk_segment = np;
+        *np++           = '\0';
+        q->disk_key     = np;
+        memcpy(np, key, klen + 1);
+    } else if (disk != NULL) {
         q->disk_offset = disk->addr;
         q->disk_crc    = disk->crc;
         q->disk_path   = np;
@@ -151,9 +178,21 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     return MC_OK;
 }
 
+/* An SSD record through mc_store_disk_fetch (the file, else its holder);
+ * a DFS record from the shared file, whose CRC the master does not hold. */
+mc_status_t mc_store_query_disk_read(mc_store_h s, mc_store_query_h q, void *buf)
+{
+    if (q->disk_dfs)
+        return mc_store_disk_read_record(q->disk_path, q->disk_offset,
+                                         mc_str_from_cstr(q->disk_key), q->size, NULL, buf);
+    return mc_store_disk_fetch(s, q->disk_path, q->disk_segment, q->disk_offset,
+                               mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, buf);
+}
+
+static mc_status_t read_whole_disk(mc_store_h s, mc_store_query_h q);
+
 mc_status_t mc_store_query_load_disk(mc_store_h s, mc_store_query_h q)
 {
-    uint8_t *b;
     mc_status_t st;
 
     if (q->copy != NULL)
@@ -162,20 +201,33 @@ mc_status_t mc_store_query_load_disk(mc_store_h s, mc_store_query_h q)
         mc_set_error_detail("query has no disk replica to read");
         return MC_INVALID_PARAMS;
     }
+    st = read_whole_disk(s, q);
+    if (st == MC_OK)
+        q->copy = q->disk_bytes;
+    return st;
+}
+
+/* The disk (or DFS) record of @p q into q->disk_bytes, once: a part of
+ * it needs the whole record for its checksum. */
+static mc_status_t read_whole_disk(mc_store_h s, mc_store_query_h q)
+{
+    uint8_t *b;
+    mc_status_t st;
+
+    if (q->disk_bytes != NULL)
+        return MC_OK;
     b = malloc(q->size ? (size_t)q->size : 1);
     if (b == NULL) {
         mc_set_error_detail("out of memory reading a %llu-byte disk replica",
                             (unsigned long long)q->size);
         return MC_INTERNAL_ERROR;
     }
-    st = mc_store_disk_fetch(s, q->disk_path, q->disk_segment, q->disk_offset,
-                             mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, b);
+    st = mc_store_query_disk_read(s, q, b);
     if (st != MC_OK) {
         free(b);
         return st;
     }
     q->disk_bytes = b;
-    q->copy       = b;
     return MC_OK;
 }
 
@@ -289,9 +341,7 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
          * (one copy, as a read of the file would); a part needs the whole
          * record once, for its checksum */
         if ((offset == 0) && (len == q->size))
-            return mc_store_disk_fetch(s, q->disk_path, q->disk_segment, q->disk_offset,
-                                       mc_str_from_cstr(q->disk_key), q->size, q->disk_crc,
-                                       buf);
+            return mc_store_query_disk_read(s, q, buf);
         st = mc_store_query_load_disk(s, q);
         if (st != MC_OK)
             return st;
@@ -301,6 +351,20 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
         return MC_OK;
     }
     st = read_from(s, q, 0, offset, buf, len, MC_OK);
+    if ((st != MC_OK) && q->disk_dfs) {
+        /* every memory holder failed (dead, not yet expired by the
+         * master): the DFS record outlives them (docs/tiers.md §6) */
+        char detail[512];
+        snprintf(detail, sizeof(detail), "%s", mc_last_error_detail());
+        if ((offset == 0) && (len == q->size)) {
+            if (mc_store_query_disk_read(s, q, buf) == MC_OK)
+                return MC_OK;
+        } else if (read_whole_disk(s, q) == MC_OK) {
+            memcpy(buf, q->disk_bytes + offset, len);
+            return MC_OK;
+        }
+        mc_set_error_detail("%s", detail);
+    }
     if (st != MC_OK)
         return st;
     return mc_store_query_lease_check(q);

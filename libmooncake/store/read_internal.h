@@ -48,6 +48,11 @@ struct mc_store_query {
     uint64_t disk_offset;
     uint32_t disk_crc;
     uint8_t *disk_bytes;
+    /* the disk replica is the object's DFS record (docs/tiers.md §6):
+     * its CRC is the record's own; shard and reserved bytes describe it */
+    uint8_t disk_dfs;
+    uint32_t disk_shard;
+    uint64_t disk_span;
     /* a dummy handle's query (owner != NULL; copy holds its bytes): its key
      * and handle, and the
      * replica descriptors its real client reports, asked for on first use
@@ -63,6 +68,10 @@ struct mc_store_query {
  * and point copy at them; MC_OK at once when copy is set.  The
  * caller owns the query (queries are not shared between threads). */
 mc_status_t mc_store_query_load_disk(mc_store_h s, mc_store_query_h q);
+
+/* Read the whole value of the disk (or DFS) replica of @p q into @p buf,
+ * checked (disk.c); MC_OBJECT_NOT_FOUND on any mismatch. */
+mc_status_t mc_store_query_disk_read(mc_store_h s, mc_store_query_h q, void *buf);
 
 /*
  * BATCH_GET_REPLICA_LIST for keys[0..n) (n <= MC_WIRE_MAX_LIST); the

@@ -110,13 +110,32 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_repli
         return MC_OK;
     }
     if ((i == q->n) && (q->disk_path != NULL)) /* the disk replica, last (docs/tiers.md) */
-        return describe(i, 0, q->disk_offset, q->size, q->disk_segment, "file", desc);
+        return describe(i, 0, q->disk_offset, q->size, q->disk_segment,
+                        q->disk_dfs ? "dfs" : "file", desc);
     if (i >= q->n) {
         mc_set_error_detail("replica %zu requested of a query with %u", i,
                             (unsigned)mc_store_query_replica_count(q));
         return MC_INVALID_PARAMS;
     }
     return describe(i, 1, q->r[i].addr, q->size, q->r[i].segment, MC_REPLICA_PROTOCOL, desc);
+}
+
+MC_API mc_status_t mc_store_query_dfs_replica(mc_store_query_h q, uint32_t *shard_idx_p,
+                                              uint64_t *aligned_size_p)
+{
+    if (q == NULL) {
+        mc_set_error_detail("query is required");
+        return MC_INVALID_PARAMS;
+    }
+    if ((q->disk_path == NULL) || !q->disk_dfs) {
+        mc_set_error_detail("the object has no DFS replica");
+        return MC_REPLICA_NOT_FOUND;
+    }
+    if (shard_idx_p != NULL)
+        *shard_idx_p = q->disk_shard;
+    if (aligned_size_p != NULL)
+        *aligned_size_p = q->disk_span;
+    return MC_OK;
 }
 
 MC_API mc_status_t mc_store_query_disk_replica(mc_store_query_h q, char *path, size_t cap,

@@ -48,6 +48,7 @@
 #include "common/log.h"
 #include "common/regex_limit.h"
 #include "transfer/engine.h"
+#include "store/dfs.h"
 #include "store/disk.h"
 #include "store/dummy_internal.h"
 #include "store/store_internal.h"
@@ -257,6 +258,7 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
         s->te          = NULL;
         s->te_borrowed = 0;
     }
+    mc_store_dfs_cleanup(s);
     if (s->pool_ready) {
         mc_master_pool_cleanup(&s->pool);
         s->pool_ready = 0;
@@ -332,11 +334,17 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
             goto fail;
     }
 
+    /* the DFS tier's layout, checked against the master's at HELLO */
+    st = mc_store_dfs_init(s);
+    if (st != MC_OK)
+        goto fail;
+
     /* 1. the master: fail fast when it is not there */
     st = mc_master_target_init(&s->target, master, s->client_id, tenant);
     if (st != MC_OK)
         goto fail;
     s->target.on_token     = store_on_token;
+    s->target.on_hello     = mc_store_dfs_on_hello;
     s->target.on_token_arg = s;
     s->target.auth         = s->auth;
     if (p->field_mask & MC_STORE_PARAM_RPC_TIMEOUT_MS)
@@ -855,6 +863,7 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
     mc_te_request_t *reqs = stack_reqs;
     mc_wire_config_t wcfg;
     mc_wire_replica_list_t reps;
+    const mc_wire_replica_t *dfs = NULL;
 
     st = mc_store_check_key(key, &klen);
     if (st != MC_OK)
@@ -863,6 +872,8 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
     if (st != MC_OK)
         return st;
     st = mc_store_config_check(cfg, 1, flags);
+    if (st == MC_OK)
+        st = mc_store_dfs_config_check(s, cfg);
     if (st != MC_OK)
         return st;
     st = check_sources(s, parts, nparts, flags);
@@ -878,6 +889,11 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
         st = MC_OK; /* first writer wins; the old value stays */
         goto done;
     }
+    if ((op == WRITE_UPSERT) && (st == MC_INVALID_PARAMS) && (s->dfs != NULL))
+        mc_set_error_detail("upsert of %s refused by the master: a same-size upsert of an "
+                            "object with a DFS replica, or asking for one, must keep the "
+                            "object's replica_num, nof_replica_num and dfs_replica_num "
+                            "(docs/tiers.md)", key);
     if (st != MC_OK)
         goto done;
 
@@ -903,15 +919,36 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
         }
     }
     for (uint32_t i = 0; i < reps.n; i++) {
+        if ((reps.v[i].type == MC_WIRE_REPLICA_DFS) && (dfs == NULL)) {
+            dfs = &reps.v[i]; /* written below, from the file side */
+            continue;
+        }
         st = replica_writes(s, &reps.v[i], parts, nparts, total, reqs, &nreq);
         if (st != MC_OK)
             goto revoke;
     }
 
-    /* the bytes move without holding a master connection */
-    mc_master_pool_put(&s->pool, conn);
-    conn = NULL;
-    st   = mc_te_transfer(s->te, reqs, nreq, NULL);
+    /* the bytes move without holding a master connection (the replica
+     * list stays in the connection's arena until it is reused: the DFS
+     * write below takes what it needs first) */
+    if (dfs != NULL) {
+        mc_wire_replica_t d = *dfs;
+        char dname[64];
+        d.file_path.len = (d.file_path.len < sizeof(dname)) ? d.file_path.len : 0;
+        memcpy(dname, dfs->file_path.ptr, d.file_path.len);
+        d.file_path.ptr = dname;
+        mc_master_pool_put(&s->pool, conn);
+        conn = NULL;
+        st   = mc_store_dfs_write(s, &d, wkey, parts, nparts, total);
+        if (st != MC_OK) {
+            mc_warn("%s of %s: %s; revoking", write_op_name(op), key, mc_last_error_detail());
+            goto revoke;
+        }
+    } else {
+        mc_master_pool_put(&s->pool, conn);
+        conn = NULL;
+    }
+    st = mc_te_transfer(s->te, reqs, nreq, NULL);
     if (st != MC_OK) {
         char detail[512];
         snprintf(detail, sizeof(detail), "transfer of %s failed: %s", key,
@@ -1460,6 +1497,40 @@ out:
  * chance of write_one() (write_retryable()), each with its own group id.
  * Returns the batch's status afresh when any was retried, else @p st.
  */
+/* The config of key @p i of a batch of @p n: @p cfg with only that key's
+ * group id, in @p kcfg when it has group ids. */
+static const mc_replicate_config_t *key_config(const mc_replicate_config_t *cfg, size_t n,
+                                               size_t i, mc_replicate_config_t *kcfg)
+{
+    if ((cfg != NULL) && (cfg->group_ids != NULL) && (cfg->group_ids_count == n)) {
+        *kcfg                 = *cfg;
+        kcfg->group_ids       = &cfg->group_ids[i];
+        kcfg->group_ids_count = 1;
+        return kcfg;
+    }
+    return cfg;
+}
+
+/* A batch write with DFS replicas, key by key: each record is written by
+ * the single-key path (docs/tiers.md §6). */
+static mc_status_t write_each(mc_store_h s, write_op_t op, const char *const *keys,
+                              const write_src_t *src, size_t n,
+                              const mc_replicate_config_t *cfg, unsigned flags,
+                              mc_status_t *statuses)
+{
+    mc_status_t st = mc_store_config_check(cfg, n, flags);
+
+    for (size_t i = 0; i < n; i++) {
+        mc_replicate_config_t kcfg;
+        size_t np;
+        const mc_iov_t *parts = src_parts(src, i, &np);
+        statuses[i] = (st != MC_OK) ? st
+                                    : do_write(s, op, keys[i], parts, np,
+                                               key_config(cfg, n, i, &kcfg), flags);
+    }
+    return mc_store_first_error(statuses, n);
+}
+
 static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *keys,
                                const write_src_t *src, size_t n,
                                const mc_replicate_config_t *cfg, unsigned flags,
@@ -1469,20 +1540,13 @@ static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *k
 
     for (size_t i = 0; i < n; i++) {
         mc_replicate_config_t kcfg;
-        const mc_replicate_config_t *kc = cfg;
         const mc_iov_t *parts;
         size_t np;
 
         if (!write_retryable(statuses[i], cfg))
             continue;
-        if ((cfg != NULL) && (cfg->group_ids != NULL) && (cfg->group_ids_count == n)) {
-            kcfg                 = *cfg;
-            kcfg.group_ids       = &cfg->group_ids[i];
-            kcfg.group_ids_count = 1;
-            kc                   = &kcfg;
-        }
         parts       = src_parts(src, i, &np);
-        statuses[i] = do_write(s, op, keys[i], parts, np, kc, flags);
+        statuses[i] = do_write(s, op, keys[i], parts, np, key_config(cfg, n, i, &kcfg), flags);
         retried++;
         recovered += statuses[i] == MC_OK;
     }
@@ -1525,8 +1589,12 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
         }
         statuses = own;
     }
-    st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses);
-    st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st);
+    if ((cfg != NULL) && (cfg->dfs_replica_num > 0)) {
+        st = write_each(s, op, keys, src, n, cfg, flags, statuses);
+    } else {
+        st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses);
+        st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st);
+    }
     for (size_t i = 0; i < n; i++) {
         size_t np;
         const mc_iov_t *parts = src_parts(src, i, &np);

@@ -104,6 +104,9 @@ struct mc_store {
      * by offload.lock */
     mc_store_worker_t offload;
     struct mc_store_disk *disk;
+    /* the DFS tier's layout (dfs.c): MOONCAKE_DFS_ROOT_DIR at setup, NULL
+     * without it; read-only after setup */
+    struct mc_dfs_layout *dfs;
 
     /* read side: regions, mem pool, sessions (read_internal.h); set up
      * and torn down with the local buffer */

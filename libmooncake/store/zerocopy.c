@@ -325,9 +325,7 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
             if ((g == 1) && (q->copy == NULL) && (pieces[i].src_offset == 0) &&
                 (pieces[i].length == q->size)) {
                 /* the whole object into one buffer: no staging copy */
-                ostatus[o] = mc_store_disk_fetch(s, q->disk_path, q->disk_segment,
-                                                 q->disk_offset, mc_str_from_cstr(q->disk_key),
-                                                 q->size, q->disk_crc, pieces[i].local);
+                ostatus[o] = mc_store_query_disk_read(s, q, pieces[i].local);
             } else {
                 ostatus[o] = mc_store_query_load_disk(s, q);
                 for (size_t j = 0; (j < g) && (ostatus[o] == MC_OK); j++)

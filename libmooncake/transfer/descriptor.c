@@ -6,6 +6,9 @@
  *   {"name": "host:port", "protocol": "tcp", "tcp_data_port": N,
  *    "timestamp": "YYYY-MM-DD HH:MM:SS.mmm",
  *    "buffers": [{"name": "cpu:0", "addr": N, "length": N}, ...]}
+ * and, for an rdma engine, the upstream RDMA members: "devices"
+ * ([{"name", "lid", "gid"}]) and per buffer "rkey" (one per NIC, and per
+ * MR when the buffer is cut at "rdma_mr_size", our addition).
  * The decoder accepts that shape and ignores members it does not know
  * (upstream adds "tcp_proto_version", RDMA keys, ...), but it is strict
  * about the members it uses: a descriptor comes from the network or from a
@@ -40,7 +43,10 @@ void mc_te_desc_cleanup(mc_te_desc_t *d)
     if (d == NULL)
         return;
     free(d->name);
+    for (size_t i = 0; i < d->nbuffers; i++)
+        free(d->buffers[i].rkeys);
     free(d->buffers);
+    free(d->devices);
     memset(d, 0, sizeof(*d));
 }
 
@@ -62,10 +68,41 @@ static void desc_timestamp(char *out, size_t cap)
     snprintf(out + n, cap - n, ".%03u", (unsigned)(ts.tv_nsec / 1000000L) % 1000u);
 }
 
+void mc_te_gid_format(const uint8_t gid[16], char out[48])
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 3 * i, 4, (i < 15) ? "%02x:" : "%02x", gid[i]);
+}
+
+int mc_te_gid_parse(const char *s, uint8_t gid[16])
+{
+    if (strlen(s) != 47)
+        return -1;
+    for (int i = 0; i < 16; i++) {
+        unsigned v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = s[3 * i + k];
+            v <<= 4;
+            if ((c >= '0') && (c <= '9'))
+                v |= (unsigned)(c - '0');
+            else if ((c >= 'a') && (c <= 'f'))
+                v |= (unsigned)(c - 'a' + 10);
+            else if ((c >= 'A') && (c <= 'F'))
+                v |= (unsigned)(c - 'A' + 10);
+            else
+                return -1;
+        }
+        if ((i < 15) && (s[3 * i + 2] != ':'))
+            return -1;
+        gid[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
 mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_p)
 {
     mc_status_t st = MC_INTERNAL_ERROR;
-    json_t *root = NULL, *bufs = NULL;
+    json_t *root = NULL, *bufs = NULL, *devs = NULL;
     char stamp[64];
     char *text;
 
@@ -95,9 +132,35 @@ mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_
                       "length", (json_int_t)b->length);
         if ((o == NULL) || (json_array_append_new(bufs, o) != 0))
             goto out;
+        if (b->nrkeys > 0) {
+            json_t *keys = json_array();
+            if ((keys == NULL) || (json_object_set_new(o, "rkey", keys) != 0))
+                goto out;
+            for (size_t k = 0; k < b->nrkeys; k++)
+                if (json_array_append_new(keys, json_integer(b->rkeys[k])) != 0)
+                    goto out;
+        }
     }
     if (json_object_set(root, "buffers", bufs) != 0)
         goto out;
+    if (d->ndevices > 0) {
+        devs = json_array();
+        if ((devs == NULL) || (json_object_set(root, "devices", devs) != 0))
+            goto out;
+        for (size_t i = 0; i < d->ndevices; i++) {
+            char gid[48];
+            json_t *o;
+            mc_te_gid_format(d->devices[i].gid, gid);
+            o = json_pack("{s:s, s:i, s:s}", "name", d->devices[i].name, "lid",
+                          (int)d->devices[i].lid, "gid", gid);
+            if ((o == NULL) || (json_array_append_new(devs, o) != 0))
+                goto out;
+        }
+        if ((d->rdma_mr_size != 0) &&
+            (json_object_set_new(root, "rdma_mr_size",
+                                 json_integer((json_int_t)d->rdma_mr_size)) != 0))
+            goto out;
+    }
     text = json_dumps(root, JSON_COMPACT);
     if (text == NULL)
         goto out;
@@ -106,6 +169,7 @@ mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_
         *len_p = strlen(text);
     st = MC_OK;
 out:
+    json_decref(devs);
     if (st == MC_INTERNAL_ERROR)
         mc_set_error_detail("out of memory while encoding a segment descriptor");
     json_decref(bufs);
@@ -131,6 +195,94 @@ static int get_uint(const json_t *o, const char *key, uint64_t max, uint64_t *v_
     if ((i < 0) || ((uint64_t)i > max))
         return -1;
     *v_p = (uint64_t)i;
+    return 0;
+}
+
+/* "devices" (optional): at most MC_TE_DESC_MAX_DEVICES objects with a
+ * NIC name, a lid in 0..65535 and a gid "xx:xx:...:xx" (16 bytes); and
+ * "rdma_mr_size" (optional, only with devices): at least
+ * MC_TE_DESC_MIN_MR_SIZE.  Returns 0, or -1 with the detail set. */
+static int desc_decode_devices(const json_t *root, mc_te_desc_t *d)
+{
+    const json_t *devs = json_object_get(root, "devices");
+    uint64_t v;
+    size_t n;
+    if (devs == NULL)
+        return 0;
+    n = json_is_array(devs) ? json_array_size(devs) : SIZE_MAX;
+    if ((n == SIZE_MAX) || (n > MC_TE_DESC_MAX_DEVICES)) {
+        mc_set_error_detail("segment descriptor has an invalid \"devices\" array");
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    d->devices = calloc(n, sizeof(*d->devices));
+    if (d->devices == NULL) {
+        mc_set_error_detail("out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *o = json_array_get(devs, i), *name, *gid;
+        mc_te_dev_desc_t *dd = &d->devices[i];
+        name = json_is_object(o) ? json_object_get(o, "name") : NULL;
+        gid  = json_is_object(o) ? json_object_get(o, "gid") : NULL;
+        if ((name == NULL) || !json_is_string(name) || (json_string_length(name) == 0) ||
+            (json_string_length(name) >= sizeof(dd->name)) || (gid == NULL) ||
+            !json_is_string(gid) || (mc_te_gid_parse(json_string_value(gid), dd->gid) != 0) ||
+            (get_uint(o, "lid", 65535, &v) != 0)) {
+            mc_set_error_detail("segment descriptor device %zu is malformed", i);
+            return -1;
+        }
+        snprintf(dd->name, sizeof(dd->name), "%s", json_string_value(name));
+        dd->lid = (uint16_t)v;
+        d->ndevices++;
+    }
+    if (json_object_get(root, "rdma_mr_size") != NULL) {
+        if ((get_uint(root, "rdma_mr_size", INT64_MAX, &v) != 0) ||
+            (v < MC_TE_DESC_MIN_MR_SIZE)) {
+            mc_set_error_detail("segment descriptor has an invalid \"rdma_mr_size\"");
+            return -1;
+        }
+        d->rdma_mr_size = v;
+    }
+    return 0;
+}
+
+/* A buffer's "rkey" (optional): exactly ndevices x (MRs of the buffer)
+ * integers in 0..2^32-1, at most MC_TE_DESC_MAX_RKEYS. */
+static int desc_decode_rkeys(const json_t *b, const mc_te_desc_t *d, mc_te_buf_desc_t *bd,
+                             size_t i)
+{
+    const json_t *keys = json_object_get(b, "rkey");
+    uint64_t nmr, want;
+    errno = 0;
+    if (keys == NULL)
+        return 0;
+    nmr  = (d->rdma_mr_size == 0) ? 1 : (bd->length + d->rdma_mr_size - 1) / d->rdma_mr_size;
+    want = nmr * d->ndevices;
+    if (!json_is_array(keys) || (d->ndevices == 0) || (want > MC_TE_DESC_MAX_RKEYS) ||
+        (json_array_size(keys) != want)) {
+        mc_set_error_detail("segment descriptor buffer %zu: \"rkey\" must list one key per "
+                            "NIC and memory region (%llu)", i, (unsigned long long)want);
+        return -1;
+    }
+    bd->rkeys = calloc((size_t)want, sizeof(*bd->rkeys));
+    if (bd->rkeys == NULL) {
+        errno = ENOMEM;
+        mc_set_error_detail("out of memory");
+        return -1;
+    }
+    for (size_t k = 0; k < want; k++) {
+        const json_t *kv = json_array_get(keys, k);
+        if (!json_is_integer(kv) || (json_integer_value(kv) < 0) ||
+            (json_integer_value(kv) > (json_int_t)UINT32_MAX)) {
+            mc_set_error_detail("segment descriptor buffer %zu: rkey %zu is not a 32-bit "
+                                "integer", i, k);
+            return -1;
+        }
+        bd->rkeys[k] = (uint32_t)json_integer_value(kv);
+    }
+    bd->nrkeys = (size_t)want;
     return 0;
 }
 
@@ -193,6 +345,8 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
         }
         memcpy(d.shm_name, sn, sl + 1);
     }
+    if (desc_decode_devices(root, &d) != 0)
+        goto out;
     bufs = json_object_get(root, "buffers");
     if ((bufs == NULL) || !json_is_array(bufs)) {
         mc_set_error_detail("segment descriptor has no \"buffers\" array");
@@ -226,6 +380,11 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
         if ((name != NULL) && json_is_string(name))
             snprintf(bd->name, sizeof(bd->name), "%s", json_string_value(name));
         d.nbuffers++;
+        if (desc_decode_rkeys(b, &d, bd, i) != 0) {
+            if (errno == ENOMEM)
+                st = MC_INTERNAL_ERROR;
+            goto out;
+        }
     }
     if (d.nbuffers > 1) /* qsort(NULL, 0, ...) is undefined */
         qsort(d.buffers, d.nbuffers, sizeof(*d.buffers), buf_cmp);
@@ -245,7 +404,7 @@ out:
     return st;
 }
 
-int mc_te_desc_contains(const mc_te_desc_t *d, uint64_t addr, uint64_t len)
+const mc_te_buf_desc_t *mc_te_desc_find(const mc_te_desc_t *d, uint64_t addr, uint64_t len)
 {
     size_t lo = 0, hi = d->nbuffers;
     const mc_te_buf_desc_t *b;
@@ -258,10 +417,15 @@ int mc_te_desc_contains(const mc_te_desc_t *d, uint64_t addr, uint64_t len)
             hi = mid;
     }
     if (lo == 0)
-        return 0;
+        return NULL;
     b = &d->buffers[lo - 1];
     /* addr - b->addr cannot underflow; compare lengths, never end addresses */
-    if (addr - b->addr >= b->length)
-        return 0;
-    return len <= b->length - (addr - b->addr);
+    if ((addr - b->addr >= b->length) || (len > b->length - (addr - b->addr)))
+        return NULL;
+    return b;
+}
+
+int mc_te_desc_contains(const mc_te_desc_t *d, uint64_t addr, uint64_t len)
+{
+    return mc_te_desc_find(d, addr, len) != NULL;
 }

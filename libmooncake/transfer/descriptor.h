@@ -20,12 +20,29 @@
  * what an engine may register: registering more is refused up front). */
 #define MC_TE_DESC_MAX_BUFFERS 65536u
 #define MC_TE_LOCATION_MAX     64u
+/* RDMA members (docs/transfer.md, "Segment descriptor"): at most this many
+ * NICs, this many rkeys per buffer, and MRs of at least this size. */
+#define MC_TE_DESC_MAX_DEVICES 32u
+#define MC_TE_DESC_MAX_RKEYS   4096u
+#define MC_TE_DESC_MIN_MR_SIZE (1u << 20)
 
 typedef struct mc_te_buf_desc {
     uint64_t addr;
     uint64_t length;
     char name[MC_TE_LOCATION_MAX]; /* locality, e.g. "cpu:0" */
+    /* RDMA: the rkey of MR m through NIC k is rkeys[m * ndevices + k],
+     * where the buffer is cut into MRs of rdma_mr_size bytes (one MR when
+     * 0); NULL/0 when the holder published none (owned). */
+    uint32_t *rkeys;
+    size_t nrkeys;
 } mc_te_buf_desc_t;
+
+/* One RDMA NIC of the holder, as peers address it. */
+typedef struct mc_te_dev_desc {
+    char name[64];
+    uint16_t lid;
+    uint8_t gid[16];
+} mc_te_dev_desc_t;
 
 typedef struct mc_te_desc {
     char *name;              /* segment name "host:port" (owned) */
@@ -34,6 +51,9 @@ typedef struct mc_te_desc {
     char shm_name[64];       /* same-host server ("@..."), "" when none */
     size_t nbuffers;
     mc_te_buf_desc_t *buffers; /* sorted by addr, non-overlapping (owned) */
+    size_t ndevices;           /* RDMA NICs, 0 for a tcp engine */
+    mc_te_dev_desc_t *devices; /* (owned) */
+    uint64_t rdma_mr_size;     /* MR size the buffers are cut at, 0: one MR each */
 } mc_te_desc_t;
 
 void mc_te_desc_init(mc_te_desc_t *d);
@@ -50,8 +70,15 @@ mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_
  * malformed. */
 mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *d);
 
+/* A GID as the descriptor writes it: 16 bytes "xx:xx:...:xx" (47 chars
+ * and the NUL); parse accepts exactly that shape (0, else -1). */
+void mc_te_gid_format(const uint8_t gid[16], char out[48]);
+int mc_te_gid_parse(const char *s, uint8_t gid[16]);
+
 /* 1 when [addr, addr+len) lies inside one listed buffer (len 0: addr inside
  * a buffer), else 0.  Overflow-safe. */
 int mc_te_desc_contains(const mc_te_desc_t *d, uint64_t addr, uint64_t len);
+/* The buffer that mc_te_desc_contains finds, or NULL. */
+const mc_te_buf_desc_t *mc_te_desc_find(const mc_te_desc_t *d, uint64_t addr, uint64_t len);
 
 #endif /* MC_TRANSFER_DESCRIPTOR_H */

@@ -3,8 +3,9 @@
  * The transfer engine: registered regions, the segment cache, and the
  * execution of transfer requests (docs/transfer.md).
  *
- * An engine serves its REMOTE_ACCESS regions through one transport (tcp
- * today; the ops table in engine.h is where rdma plugs in) and reaches
+ * An engine serves its REMOTE_ACCESS regions through one transport (tcp,
+ * or rdma, which keeps tcp's port for descriptors and handshakes; the ops
+ * table is in engine.h) and reaches
  * other engines' segments through the same transport.  Beside it, regions
  * backed by a sealed memfd are offered to engines on the same host, which
  * map them and copy with memcpy (shm/shm.h); every request tries that path
@@ -49,6 +50,7 @@
 #include "coord/etcd.h"
 #include "transfer/engine.h"
 #include "transfer/rdma/nic.h"
+#include "transfer/rdma/rdma.h"
 #include "transfer/rdma/verbs.h"
 #include "transfer/tcp/tcp.h"
 
@@ -130,11 +132,11 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
 }
 
 /* protocol "rdma": the NICs are selected (rdma/nic.h) and checked with
- * libibverbs, so a missing or misnamed NIC is named in the refusal; the
- * verbs data path itself is not part of this release. */
-static mc_status_t rdma_select(const char *devices)
+ * libibverbs, so a missing or misnamed NIC is named in the refusal before
+ * anything starts; the transport (rdma/rdma.h) opens them at install. */
+static mc_status_t rdma_select(const char *devices, const mc_te_transport_ops_t **ops_p,
+                               mc_rdma_nic_t *nics, size_t *n_p)
 {
-    mc_rdma_nic_t nics[MC_RDMA_MAX_NICS];
     size_t n = 0;
     mc_status_t st;
 
@@ -146,19 +148,23 @@ static mc_status_t rdma_select(const char *devices)
     st = mc_rdma_verbs_check(nics, n, NULL);
     if (st != MC_OK)
         return st;
-    mc_set_error_detail("rdma: %zu NIC(s) found (first %s), but the RDMA data path is not "
-                        "implemented in this release; use tcp", n, nics[0].name);
+    *ops_p = &mc_rdma_transport_ops;
+    *n_p   = n;
+    return MC_OK;
 #else
+    (void)ops_p;
+    (void)n_p;
     mc_set_error_detail("rdma transport not built (libibverbs was not found at configure "
                         "time; %zu NIC(s) found, first %s); use tcp", n, nics[0].name);
-#endif
     return MC_NOT_SUPPORTED;
+#endif
 }
 
 /* Which transport serves @p proto.  Recognised-but-absent transports get
  * NOT_SUPPORTED, unknown names INVALID_PARAMS. */
 static mc_status_t protocol_select(const char *proto, const char *devices,
-                                   const mc_te_transport_ops_t **ops_p)
+                                   const mc_te_transport_ops_t **ops_p, mc_rdma_nic_t *nics,
+                                   size_t *nnics_p)
 {
     static const char *const absent[] = {"efa", "cxl", "ascend", "nvlink", "hip",
                                          "nvmeof", "barex", "ubshmem", "cxi"};
@@ -167,7 +173,7 @@ static mc_status_t protocol_select(const char *proto, const char *devices,
         return MC_OK;
     }
     if (strcasecmp(proto, "rdma") == 0)
-        return rdma_select(devices);
+        return rdma_select(devices, ops_p, nics, nnics_p);
     for (size_t i = 0; i < MC_ARRAY_SIZE(absent); i++) {
         if (strcasecmp(proto, absent[i]) == 0) {
             mc_set_error_detail("%s transport is not built in this version; use tcp",
@@ -315,6 +321,7 @@ static void region_drain_free(mc_te_t *te, mc_te_region_t *r)
     while ((__atomic_load_n(&r->refs, __ATOMIC_SEQ_CST) & ~REGION_DYING) != 0)
         pthread_cond_wait(&te->region_cond, &te->region_mu);
     pthread_mutex_unlock(&te->region_mu);
+    mc_te_tp_mem_dereg(te, r);
     region_free(r);
 }
 
@@ -363,6 +370,12 @@ mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char
              ((location != NULL) && (*location != '\0') && (strcmp(location, "*") != 0))
                  ? location
                  : "cpu:0");
+    /* with the transport's devices before anyone can see the region */
+    st = mc_te_tp_mem_reg(te, r);
+    if (st != MC_OK) {
+        region_drain_free(te, r);
+        return st;
+    }
 
     pthread_rwlock_wrlock(&te->regions_lock);
     if (te->nregions >= MC_TE_DESC_MAX_BUFFERS) {
@@ -456,6 +469,7 @@ MC_API int mc_te_mem_is_registered(mc_te_h te, const void *addr, size_t len)
 mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p)
 {
     mc_te_desc_t d;
+    mc_te_region_t **regs = NULL;
     mc_status_t st;
     size_t n = 0;
 
@@ -467,8 +481,11 @@ mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p)
     pthread_rwlock_rdlock(&te->regions_lock);
     if (te->nregions > 0) {
         d.buffers = calloc(te->nregions, sizeof(*d.buffers));
-        if (d.buffers == NULL) {
+        regs      = calloc(te->nregions, sizeof(*regs));
+        if ((d.buffers == NULL) || (regs == NULL)) {
             pthread_rwlock_unlock(&te->regions_lock);
+            free(regs);
+            mc_te_desc_cleanup(&d);
             mc_set_error_detail("out of memory");
             return MC_INTERNAL_ERROR;
         }
@@ -480,10 +497,18 @@ mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p)
         d.buffers[n].addr   = r->addr;
         d.buffers[n].length = r->len;
         memcpy(d.buffers[n].name, r->location, sizeof(d.buffers[n].name));
+        regs[n] = te->regions[i];
         n++;
     }
-    pthread_rwlock_unlock(&te->regions_lock);
     d.nbuffers = n;
+    /* under the read lock: no region of the list can be deregistered */
+    st = mc_te_tp_desc_fill(te, &d, regs);
+    pthread_rwlock_unlock(&te->regions_lock);
+    free(regs);
+    if (st != MC_OK) {
+        mc_te_desc_cleanup(&d);
+        return st;
+    }
     d.name     = te->local_name; /* borrowed */
     st         = mc_te_desc_encode(&d, json_p, len_p);
     d.name     = NULL;
@@ -1714,6 +1739,9 @@ static void engine_free(mc_te_t *te)
     mc_hmap_cleanup(&te->seg_by_name);
     free(te->segs);
     mc_te_meta_unpublish(te);
+    /* memory registrations belong to the transport's devices */
+    for (size_t i = 0; i < te->nregions; i++)
+        mc_te_tp_mem_dereg(te, te->regions[i]);
     mc_te_tp_uninstall(te);
     for (size_t i = 0; i < te->nregions; i++)
         region_free(te->regions[i]);
@@ -1751,6 +1779,8 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
     const char *meta           = NULL;
     const char *proto          = NULL;
     const mc_te_transport_ops_t *ops;
+    mc_rdma_nic_t nics[MC_RDMA_MAX_NICS];
+    size_t nnics       = 0;
     uint16_t want_port = 0;
     mc_te_segment_t *self;
     mc_te_t *te;
@@ -1772,7 +1802,7 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
                          ((p->field_mask & MC_TE_PARAM_DEVICES) && (p->devices != NULL))
                              ? p->devices
                              : "",
-                         &ops);
+                         &ops, nics, &nnics);
     if (st != MC_OK)
         return st;
 
@@ -1782,6 +1812,8 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
         return MC_INTERNAL_ERROR;
     }
     te->tp_ops = ops;
+    memcpy(te->rdma_nics, nics, nnics * sizeof(*nics));
+    te->rdma_nnics = nnics;
     pthread_rwlock_init(&te->regions_lock, NULL);
     pthread_rwlock_init(&te->disk_lock, NULL);
     pthread_mutex_init(&te->disk_mu, NULL);

@@ -29,6 +29,7 @@
 #include "common/hashmap.h"
 #include "transfer/descriptor.h"
 #include "transfer/proto.h"
+#include "transfer/rdma/nic.h"
 #include "transfer/shm/shm.h"
 
 /* Defaults (docs/transfer.md, "Tuning"). */
@@ -77,6 +78,7 @@ typedef struct mc_te_region {
     int fd;                              /* sealed memfd to share, or -1 */
     uint32_t shm_slot;                   /* control word, or UINT32_MAX */
     uint64_t shm_gen;                    /* its value while registered */
+    void *tp_mr;                         /* the transport's registration, or NULL */
 } mc_te_region_t;
 
 /* One element of a pipelined run (mc_te_tp_xfer_run). */
@@ -118,6 +120,10 @@ typedef struct mc_te_transport_ops {
                         size_t n, mc_status_t *statuses); /* optional */
     mc_status_t (*disk_read)(void *priv, void *peer, const mc_te_disk_req_t *req,
                              void *buf); /* optional */
+    mc_status_t (*mem_reg)(void *priv, mc_te_region_t *r);     /* optional */
+    void (*mem_dereg)(void *priv, mc_te_region_t *r);          /* optional */
+    mc_status_t (*desc_fill)(void *priv, mc_te_desc_t *d,
+                             mc_te_region_t *const *regions);  /* optional */
 } mc_te_transport_ops_t;
 
 /*
@@ -193,6 +199,8 @@ struct mc_te {
 
     const mc_te_transport_ops_t *tp_ops;
     void *tp;
+    mc_rdma_nic_t rdma_nics[MC_RDMA_MAX_NICS]; /* protocol rdma: the selected NICs */
+    size_t rdma_nnics;
 
     int shm_enabled;           /* MC_TE_SHM (default 1) */
     mc_te_shm_server_t *shm;   /* our same-host server, or NULL */
@@ -310,6 +318,36 @@ static inline mc_status_t mc_te_tp_disk_read(mc_te_t *te, void *peer, const mc_t
         (te->tp_ops->disk_read == NULL))
         return MC_NOT_SUPPORTED;
     return te->tp_ops->disk_read(te->tp, peer, req, buf);
+}
+
+/* Register region @p r (not yet linked) with the transport's devices, so
+ * that it can be the local or the remote end of a one-sided operation;
+ * r->tp_mr holds the result.  MC_OK for a transport without devices. */
+static inline mc_status_t mc_te_tp_mem_reg(mc_te_t *te, mc_te_region_t *r)
+{
+    if ((te->tp == NULL) || (te->tp_ops->mem_reg == NULL))
+        return MC_OK;
+    return te->tp_ops->mem_reg(te->tp, r);
+}
+
+/* Undo mc_te_tp_mem_reg once no request uses @p r any more. */
+static inline void mc_te_tp_mem_dereg(mc_te_t *te, mc_te_region_t *r)
+{
+    if ((te->tp != NULL) && (r->tp_mr != NULL) && (te->tp_ops->mem_dereg != NULL))
+        te->tp_ops->mem_dereg(te->tp, r);
+    r->tp_mr = NULL;
+}
+
+/* Add what peers need to reach the regions through the transport (RDMA:
+ * the NICs and each buffer's rkeys) to the engine's descriptor @p d;
+ * regions[i] is the region described by d->buffers[i], pinned by the
+ * caller. */
+static inline mc_status_t mc_te_tp_desc_fill(mc_te_t *te, mc_te_desc_t *d,
+                                             mc_te_region_t *const *regions)
+{
+    if ((te->tp == NULL) || (te->tp_ops->desc_fill == NULL))
+        return MC_OK;
+    return te->tp_ops->desc_fill(te->tp, d, regions);
 }
 
 /* ---- engine services for transports and metadata ------------------------ */

@@ -8,10 +8,12 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/transfer/shm/shm.c libmooncake/transfer/shm/shm.h \
 	libmooncake/transfer/rdma/nic.c libmooncake/transfer/rdma/nic.h \
 	libmooncake/transfer/rdma/codec.c libmooncake/transfer/rdma/codec.h \
-	libmooncake/transfer/rdma/verbs.h \
+	libmooncake/transfer/rdma/plan.c libmooncake/transfer/rdma/plan.h \
+	libmooncake/transfer/rdma/verbs.h libmooncake/transfer/rdma/rdma.h \
 	$(NULL)
 if HAVE_RDMA
-libmooncake_internal_la_SOURCES += libmooncake/transfer/rdma/verbs.c
+libmooncake_internal_la_SOURCES += libmooncake/transfer/rdma/verbs.c \
+	libmooncake/transfer/rdma/rdma.c
 libmooncake_internal_la_LIBADD += $(RDMA_LIBS)
 endif
 EXTRA_DIST += docs/transfer.md

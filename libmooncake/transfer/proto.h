@@ -33,14 +33,18 @@
 /* Largest descriptor a DESCRIBE answer may carry; a peer announcing more is
  * treated as hostile and the connection is dropped. */
 #define MC_TE_DESCRIBE_MAX (16u * 1024u * 1024u)
+/* Largest RDMA handshake record either way (a larger one closes the
+ * connection); the record itself is at most MC_RDMA_HS_MAX_SIZE. */
+#define MC_TE_HS_MAX (64u * 1024u)
 
 /* Request opcodes (docs/transfer.md, "Opcodes"). */
 typedef enum mc_te_opcode {
     MC_TE_OPC_READ     = 0, /**< server -> client: send [addr, addr+length) */
     MC_TE_OPC_WRITE    = 1, /**< client -> server: length payload bytes follow */
     MC_TE_OPC_DESCRIBE = 2, /**< server -> client: segment descriptor JSON */
-    MC_TE_OPC_DISK_READ = 3, /**< server -> client: one record of its disk tier */
-    MC_TE_OPC_MAX_     = 3
+    MC_TE_OPC_RDMA_CONNECT = 3, /**< both ways: RDMA queue-pair handshake records */
+    MC_TE_OPC_DISK_READ = 4, /**< server -> client: one record of its disk tier */
+    MC_TE_OPC_MAX_     = 4
 } mc_te_opcode_t;
 
 /* Decoded request header. */
@@ -133,7 +137,7 @@ static inline int mc_te_resp_decode(const uint8_t in[MC_TE_RESP_HDR_SIZE], mc_te
 }
 
 /*
- * DISK_READ (docs/protocol.md §5.16, docs/tiers.md §4): a reader on another
+ * DISK_READ (docs/protocol.md §5.17, docs/tiers.md §4): a reader on another
  * host asks the holder of a disk replica for its value.  The request header
  * carries the record's offset in addr and the value's length in length;
  * an 8-byte prefix and then the key and the bucket file's path follow:

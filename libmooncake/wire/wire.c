@@ -106,6 +106,10 @@ static void put_replica(mc_buf_t *b, const mc_wire_replica_t *v)
     if (v->type == MC_WIRE_REPLICA_DISK) {
         mc_buf_put_str(b, v->file_path);
         mc_buf_put_u32(b, v->crc);
+    } else if (v->type == MC_WIRE_REPLICA_DFS) {
+        mc_buf_put_str(b, v->file_path);
+        mc_buf_put_u32(b, v->shard_idx);
+        mc_buf_put_u64(b, v->aligned_size);
     }
 }
 static void get_replica(mc_rbuf_t *r, mc_arena_t *a, mc_wire_replica_t *v)
@@ -120,6 +124,10 @@ static void get_replica(mc_rbuf_t *r, mc_arena_t *a, mc_wire_replica_t *v)
     if (v->type == MC_WIRE_REPLICA_DISK) {
         v->file_path = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
         v->crc       = mc_rbuf_get_u32(r);
+    } else if (v->type == MC_WIRE_REPLICA_DFS) {
+        v->file_path    = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
+        v->shard_idx    = mc_rbuf_get_u32(r);
+        v->aligned_size = mc_rbuf_get_u64(r);
     }
 }
 

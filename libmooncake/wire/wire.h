@@ -74,11 +74,18 @@ typedef struct mc_wire_replica {
      * CRC32C (docs/protocol.md §3, docs/tiers.md) */
     mc_str_t file_path;
     uint32_t crc;
+    /* type 100 (DFS) only, on the wire after segment_id: file_path is the
+     * shard file relative to the DFS root, addr the record's offset in it,
+     * size the value's length, then u32 shard_idx and u64 aligned_size
+     * (the bytes reserved at addr; docs/tiers.md §6).  segment is empty. */
+    uint32_t shard_idx;
+    uint64_t aligned_size;
 } mc_wire_replica_t;
 
 /* mc_wire_replica_t.type */
 #define MC_WIRE_REPLICA_MEMORY 0
 #define MC_WIRE_REPLICA_DISK   2
+#define MC_WIRE_REPLICA_DFS    100 /* upstream's ReplicaType::DFS */
 
 typedef struct mc_wire_replica_list {
     uint32_t n;
@@ -219,7 +226,13 @@ typedef mc_wire_task_list_t mc_wire_TASKS_t;
 #define MC_WIRE_REQ_hello(F) F(U32, proto_version) F(UUID, client_id) F(STR, tenant_id)
 /* metadata_token: what the client's transfer engine sends with its
  * metadata writes to the master's HTTP store (§6.1). */
-#define MC_WIRE_RESP_hello(F) F(STR, server_version) F(U64, view_version) F(UUID, metadata_token)
+/* dfs_*: the master's DFS tier (--root_fs_dir and its shard layout;
+ * dfs_root "" when it has none).  A client with MOONCAKE_DFS_ROOT_DIR
+ * refuses to start unless they match its own (docs/tiers.md §6). */
+#define MC_WIRE_RESP_hello(F)                                                    \
+    F(STR, server_version) F(U64, view_version) F(UUID, metadata_token)          \
+    F(STR, dfs_root) F(U32, dfs_shard_count) F(U64, dfs_shard_capacity)          \
+    F(U32, dfs_alignment)
 
 /* Liveness; client_status 1 OK, 2 NEED_REMOUNT (master does not know it). */
 #define MC_WIRE_REQ_ping(F) F(UUID, client_id)

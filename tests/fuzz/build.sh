@@ -102,6 +102,8 @@ for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_dummy_seeds" "$work/corpus-fuzz_dummy"
 printf '%s' '{"name":"localhost:12345","protocol":"tcp","tcp_data_port":12345,"shm_name":"@mooncake-te-0123456789abcdef","buffers":[{"name":"cpu:0","addr":4096,"length":8192},{"name":"cpu:1","addr":12288,"length":1}]}' \
     > "$work/corpus-fuzz_desc/seed-1"
+printf '%s' '{"name":"h:1","protocol":"rdma","tcp_data_port":1,"rdma_mr_size":1048576,"devices":[{"name":"mlx5_0","lid":3,"gid":"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:01"},{"name":"mlx5_1","lid":0,"gid":"fe:80:00:00:00:00:00:00:00:00:00:00:00:00:00:02"}],"buffers":[{"name":"cpu:0","addr":4096,"length":2097153,"rkey":[1,2,3,4,5,6]}]}' \
+    > "$work/corpus-fuzz_desc/seed-rdma"
 for p in '^key_[0-9]+$' 'a{255}{4}' '(a|aa){170}z' '[[:alpha:]]{2,}' 'x{1,}y+z*'; do
     printf '%s' "$p" > "$work/corpus-fuzz_regex/seed-$(printf '%s' "$p" | cksum | cut -d' ' -f1)"
 done
@@ -110,9 +112,9 @@ printf 'MCTE\001\000\000\000\000\020\000\000\000\000\000\000\000\001\000\000\000
 printf 'MCTR\000\000\000\000\000\001\000\000\000\000\000\000' > "$work/corpus-fuzz_te_frame/seed-resp"
 # DISK_READ of key "k" in /t/1.bucket at 0, 16 bytes (docs/protocol.md §5.16), and one with a
 # relative path
-printf 'MCTE\001\003\000\000\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000D3"\021\001\000\013\000k/t/1.bucket' \
+printf 'MCTE\001\004\000\000\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000D3"\021\001\000\013\000k/t/1.bucket' \
     > "$work/corpus-fuzz_te_disk/seed-read"
-printf 'MCTE\001\003\000\000\000\020\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\002\000\004\000abt/..' \
+printf 'MCTE\001\004\000\000\000\020\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\002\000\004\000abt/..' \
     > "$work/corpus-fuzz_te_disk/seed-relative"
 printf '\001PUT /metadata?key=mooncake%%2Fram%%2Fh%%3A1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}' \
     > "$work/corpus-fuzz_http_meta/seed-put"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target for the DISK_READ frame (transfer/proto.h,
- * docs/protocol.md §5.16): a holder's data port takes a 32-byte header, an
+ * docs/protocol.md §5.17): a holder's data port takes a 32-byte header, an
  * 8-byte prefix and a key and path from anyone.  Any bytes are refused, or
  * decode to a request that keeps the decoder's promises (lengths in range,
  * the body exactly as long as the prefix says, a non-zero length whose end

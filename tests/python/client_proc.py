@@ -46,10 +46,13 @@ def config_for(req):
     seg = req.get("preferred")
     replicas = req.get("replica_num")
     hard_pin = req.get("hard_pin", False)
-    if not seg and replicas is None and not hard_pin:
+    dfs = req.get("dfs_replica_num")
+    if not seg and replicas is None and not hard_pin and dfs is None:
         return None
     cfg = ReplicateConfig()
     cfg.with_hard_pin = hard_pin
+    if dfs is not None:
+        cfg.dfs_replica_num = dfs
     if seg:
         cfg.preferred_segment = seg
     if replicas is not None:
@@ -119,6 +122,10 @@ def handle(store, req):
                 bd = d.get_memory_descriptor().buffer_descriptor
                 r["endpoint"] = bd.transport_endpoint_
                 r["size"] = bd.size_
+            elif d.is_disk_replica():
+                dd = d.get_disk_descriptor()
+                r.update(file_path=dd.file_path, size=dd.object_size, offset=dd.offset,
+                         dfs=dd.is_dfs, shard_idx=dd.shard_idx, aligned_size=dd.aligned_size)
             out.append(r)
         return {"replicas": out}
     if op == "get":

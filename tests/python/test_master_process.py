@@ -67,7 +67,7 @@ def test_log_dir_and_reopen_on_sighup():
 @pytest.mark.parametrize("flag", [
                                   "--enable_oplog",
                                   "--dynamic_replication_mode=observe", "--enable_cxl",
-                                  "--root_fs_dir=/tmp", "--rpc_interface=lo",
+                                  "--rpc_interface=lo",
                                   "--enable_kv_events", "--enable_multi_tenants"])
 def test_unimplemented_feature_refuses_to_start(flag):
     r = run_master([flag, "--port=0", "--metrics_port=0"])
@@ -146,7 +146,7 @@ def test_man_page_lists_refused_and_compat_flags():
         assert f"--{n}" in man or (n.startswith("kv_events_") and "--kv_events_*" in man), n
     refused = re.findall(r"\n  --(\w+) \([^\n]*\n[^\n]*refuses to start", head)
     assert "enable_ha" not in refused and "enable_snapshot" not in refused, refused
-    assert len(refused) == 7, refused
+    assert len(refused) == 6, refused
     section = man.split("Features this build does not implement", 1)[1].split(".SS", 1)[0]
     for n in refused:
         assert f"--{n}" in section, n

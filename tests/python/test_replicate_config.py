@@ -6,8 +6,10 @@ get_replica_desc:
 
 * soft_pin_ttl_ms without ENABLE -> -600; negative -> TypeError; above
   the master's --max_kv_soft_pin_ttl -> -600;
-* nof_replica_num / dfs_replica_num: their tiers are not available in
-  this release -> NOT_SUPPORTED (-1012); dfs_replica_num 2 -> -600;
+* nof_replica_num: its tier is not available in this release, nor
+  dfs_replica_num on a client without MOONCAKE_DFS_ROOT_DIR ->
+  NOT_SUPPORTED (-1012); dfs_replica_num 2 -> -600 (the DFS tier itself:
+  test_dfs.py);
 * group_ids: one id for a single write, one per key for a batch;
 * prefer_alloc_in_same_node: put/put_from/batch_put_from -> -600, the
   multi-buffer write accepts it and places the object on the writer;

@@ -344,3 +344,56 @@ def test_tier_directory_serves_one_client(offload_master, stores, tmp_path):
                   offload_master.addr, None, enable_ssd_offload=True,
                   ssd_offload_path="relative/dir")
     assert rc == ErrorCode.INVALID_PARAMS
+
+
+def test_master_restart_restores_disk_replicas_of_holders_that_remount(stores, tmp_path,
+                                                                        spawn_client):
+    """--enable_snapshot_restore: the disk replicas of a holder that remounts
+    within the grace period are restored (a disk-only object reads again
+    once it is back); those of a holder that does not come back stay
+    unread and go with it when the grace period ends."""
+    from helpers import free_port
+    ports = (free_port(), free_port(), free_port())
+    args = ["--enable_offload", "--enable_snapshot=true",
+            f"--snapshot_backup_dir={tmp_path / 'state'}", "--enable_snapshot_restore=true",
+            "--snapshot_restore_grace_seconds=4"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    m = Master(args, ports=ports)
+    try:
+        s = stores(m, tmp_path / "a")
+        ka, kb, kboth = key("back"), key("gone"), key("both")
+        va, vboth = os.urandom(200 * KiB), os.urandom(100 * KiB)
+        assert s.put(ka, va) == 0 and s.put(kboth, vboth) == 0
+        wait_offloaded(s, ka)
+        wait_offloaded(s, kboth)
+        make_disk_only(s, ka)
+        # a second holder, in its own process, that will not come back
+        holder = spawn_client("holder")
+        r = holder.call("setup", args=["localhost", "P2PHANDSHAKE", 4 * MiB, 16 * MiB, "tcp",
+                                       "", m.addr],
+                        kwargs={"enable_ssd_offload": True,
+                                "ssd_offload_path": str(tmp_path / "b")})
+        assert r["rc"] == 0
+        assert holder.call("put", key=kb, hex=(b"g" * 6000).hex(), preferred=r["hostname"])["rc"] == 0
+        wait_offloaded(s, kb)
+        wait_until(lambda: holder.call("batch_replica_clear", keys=[kb],
+                                       segment_name=r["hostname"])["keys"] == [kb],
+                   10.0, "the holder to clear its memory replica")
+        assert kinds(s, kb) == ["disk"]
+        assert m.metric("master_disk_replicas") == 3
+        m.stop()
+        holder.kill()  # while the master is down: it never remounts
+        m = Master(args, ports=ports)
+        # the holder that comes back remounts: its disk replicas read again
+        wait_until(lambda: s.get(ka) == va, 20.0, "the restored disk-only object to read")
+        assert kinds(s, ka) == ["disk"]
+        assert kinds(s, kboth) == ["memory", "disk"] and s.get(kboth) == vboth
+        # the other one's record is not read while it is away, and goes
+        # with it at the end of the grace period
+        assert s.get(kb) == b""
+        wait_until(lambda: m.metric("master_disk_replicas") == 2, 20.0,
+                   "the absent holder's disk replica to go after the grace period")
+        assert s.is_exist(kb) == 0
+    finally:
+        m.stop()

@@ -118,7 +118,7 @@ def te_port(store):
 
 def disk_read(sock, path, offset, length, k, crc):
     kb, pb = k.encode(), path.encode()
-    hdr = struct.pack("<IBBHQQII", 0x4554434D, 1, 3, 0, offset, length, 0, 0)
+    hdr = struct.pack("<IBBHQQII", 0x4554434D, 1, 4, 0, offset, length, 0, 0)
     sock.sendall(hdr + struct.pack("<IHH", crc, len(kb), len(pb)) + kb + pb)
     resp = recv_exact(sock, 16)
     magic, status, n = struct.unpack("<IiQ", resp)
@@ -168,7 +168,7 @@ def test_holder_serves_only_its_own_records_exactly(offload_master, stores, tmp_
         assert status == 0 and payload == v
     # a malformed prefix (key length 0) closes the connection
     with socket.create_connection(("127.0.0.1", te_port(s)), timeout=10) as sock:
-        hdr = struct.pack("<IBBHQQII", 0x4554434D, 1, 3, 0, 0, 16, 0, 0)
+        hdr = struct.pack("<IBBHQQII", 0x4554434D, 1, 4, 0, 0, 16, 0, 0)
         sock.sendall(hdr + struct.pack("<IHH", 0, 0, 5) + b"/a/bc")
         try:
             got = sock.recv(16)

@@ -30,6 +30,7 @@
     X(wire)               \
     X(flags)              \
     X(oplog)              \
+    X(dfs)                \
     X(transfer)           \
     X(shm)                \
     X(store)              \
@@ -38,12 +39,14 @@
     X(master_tasks)       \
     X(master_clear)       \
     X(master_disk)        \
+    X(master_dfs)         \
     X(store_disk)         \
     X(master_mem)         \
     X(etcd)               \
     X(tensor)             \
     X(fastcopy)           \
     X(rdma)               \
+    X(rdma_path)          \
     X(auth)
 
 #define MC_TEST_SUITE_DECL_(name) Suite *mc_test_##name##_suite(void);

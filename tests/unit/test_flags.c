@@ -328,7 +328,7 @@ END_TEST
 START_TEST(test_unimplemented_features_refused)
 {
     static const char *const refused[] = {
-        "--enable_oplog",            "--root_fs_dir=/mnt/dfs",
+        "--enable_oplog",
         "--enable_kv_events",        "--enable_multi_tenants",
         "--enable_cxl",              "--dynamic_replication_mode=enforce",
         "--rpc_interface=eth0",

@@ -129,6 +129,54 @@ END_TEST
  * it (as every log written before the disk tier) decodes with has_disk 0,
  * one with it round-trips, and a tail version this build does not know is
  * corruption, never guessed at. */
+/* The DFS replica is the tail's second section (tag 2): it round-trips
+ * alone and beside a disk replica, and a section given twice is
+ * corruption. */
+START_TEST(test_obj_set_dfs_tail)
+{
+    mc_buf_t b;
+    mc_oplog_record_t in = obj_set("key-f", 1), out;
+    size_t used;
+
+    mc_buf_init(&b);
+    in.has_dfs         = 1;
+    in.dfs_shard       = 5;
+    in.dfs_offset      = 3u << 20;
+    in.dfs_span        = 12288;
+    in.dfs_replica_num = 1;
+    mc_oplog_record_encode(&b, &in);
+    ck_assert_int_eq(mc_oplog_record_decode(b.data, b.len, &out, &used), MC_OPLOG_DECODED);
+    ck_assert_uint_eq(used, b.len);
+    ck_assert_int_eq(out.has_disk, 0);
+    ck_assert_int_eq(out.has_dfs, 1);
+    ck_assert_uint_eq(out.dfs_shard, 5);
+    ck_assert_uint_eq(out.dfs_offset, 3u << 20);
+    ck_assert_uint_eq(out.dfs_span, 12288);
+    ck_assert_uint_eq(out.dfs_replica_num, 1);
+    ck_assert_uint_eq(out.nreplicas, 1);
+    /* beside a disk replica */
+    mc_buf_reset(&b);
+    in.has_disk     = 1;
+    in.disk_segment = mc_str_from_cstr("host:7");
+    in.disk_path    = mc_str_from_cstr("/ssd/3.bucket");
+    in.disk_length  = 8000;
+    mc_oplog_record_encode(&b, &in);
+    ck_assert_int_eq(mc_oplog_record_decode(b.data, b.len, &out, &used), MC_OPLOG_DECODED);
+    ck_assert_int_eq(out.has_disk, 1);
+    ck_assert_int_eq(out.has_dfs, 1);
+    ck_assert_uint_eq(out.dfs_span, 12288);
+    ck_assert(mc_str_eq(out.disk_path, in.disk_path));
+    /* the DFS section twice, with a valid CRC: refused */
+    mc_buf_reset(&b);
+    in.has_disk = 0;
+    mc_oplog_record_encode(&b, &in);
+    mc_oplog_put_dfs_tail(&b, 6, 0, 4096, 1);
+    mc_oplog_frame_end(&b, 0);
+    ck_assert_int_eq(mc_oplog_record_decode(b.data, b.len, &out, &used), MC_OPLOG_CORRUPT);
+    mc_buf_cleanup(&b);
+}
+END_TEST
+
 START_TEST(test_obj_set_disk_tail)
 {
     mc_buf_t b;
@@ -158,10 +206,10 @@ START_TEST(test_obj_set_disk_tail)
     ck_assert_uint_eq(out.disk_length, 8000);
     ck_assert_uint_eq(out.disk_crc, 0xdeadbeefu);
     ck_assert_uint_eq(out.size, 8000);
-    /* version 2 of the tail, with a valid CRC: refused */
+    /* a tail tag this build does not know, with a valid CRC: refused */
     tail = b.len - (1 + 16 + 4 + 6 + 4 + 13 + 8 + 8 + 4);
     ck_assert_uint_eq(b.data[tail], MC_OPLOG_OBJ_TAIL_DISK);
-    b.data[tail] = 2;
+    b.data[tail] = 9;
     mc_store_le32(b.data + 4, mc_crc32c(0, b.data + 8, b.len - MC_OPLOG_FRAME_HEADER + 1));
     ck_assert_int_eq(mc_oplog_record_decode(b.data, b.len, &out, &used), MC_OPLOG_CORRUPT);
     /* a tail cut short, with a valid CRC: refused */
@@ -437,6 +485,7 @@ Suite *mc_test_oplog_suite(void)
     tcase_add_test(tc, test_roundtrip_every_type);
     tcase_add_test(tc, test_task_roundtrip);
     tcase_add_test(tc, test_obj_set_disk_tail);
+    tcase_add_test(tc, test_obj_set_dfs_tail);
     tcase_add_test(tc, test_crc32c);
     tcase_add_test(tc, test_corruption_and_truncation);
     tcase_add_test(tc, test_scan_stops_at_torn_tail);

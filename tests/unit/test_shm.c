@@ -1443,7 +1443,7 @@ END_TEST
 START_TEST(test_shm_descriptor_codec)
 {
     mc_te_desc_t d, back;
-    mc_te_buf_desc_t bufs[1] = {{0x7f0000001000ull, 4096, "cpu:0"}};
+    mc_te_buf_desc_t bufs[1] = {{.addr = 0x7f0000001000ull, .length = 4096, .name = "cpu:0"}};
     char *json = NULL;
     size_t len = 0;
     char longest[MC_TE_SHM_NAME_MAX];

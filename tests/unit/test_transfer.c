@@ -911,7 +911,8 @@ END_TEST
 START_TEST(test_descriptor_codec)
 {
     mc_te_desc_t d, back;
-    mc_te_buf_desc_t bufs[2] = {{0x7f0000001000ull, 4096, "cpu:0"}, {0x1000, 16, "cpu:1"}};
+    mc_te_buf_desc_t bufs[2] = {{.addr = 0x7f0000001000ull, .length = 4096, .name = "cpu:0"},
+                                {.addr = 0x1000, .length = 16, .name = "cpu:1"}};
     char *json = NULL;
     size_t len = 0;
 

@@ -135,7 +135,10 @@ class ReplicateConfig:
     Attributes:
         replica_num: memory replicas on distinct segments (default 1).
         nof_replica_num: NVMe-oF SSD replicas (default 0).
-        dfs_replica_num: shared-filesystem replicas, 0 or 1 (default 0).
+        dfs_replica_num: shared-filesystem replicas, 0 or 1 (default 0):
+            1 also writes the value into the DFS tier (docs/tiers.md §6;
+            needs ``MOONCAKE_DFS_ROOT_DIR`` here and ``--root_fs_dir`` on
+            the master, ``replica_num`` >= 1 and the default tenant).
         soft_pin_action: a :class:`SoftPinAction` (default PRESERVE).
         soft_pin_ttl_ms: soft-pin lifetime in ms, or None for the master's
             default; valid only with ``SoftPinAction.ENABLE`` (the call
@@ -444,7 +447,12 @@ class MooncakeDistributedStore(TensorMethods):
                 ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``.  Bucket limits come
                 from ``MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES``,
                 ``MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT`` and
-                ``MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES``.
+                ``MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES``.  With
+                ``MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=distributed_storage_backend``
+                no SSD tier starts (the path is only checked): the DFS
+                backend, set up from ``MOONCAKE_DFS_ROOT_DIR`` and the
+                ``MOONCAKE_DFS_*`` layout variables at every setup, serves
+                ``dfs_replica_num=1`` (docs/tiers.md §6).
             tenant_id: key namespace ("default").
             enable_client_http_server: True runs the client HTTP server on a
                 library thread (no GIL): GET ``/health``, ``/metrics``
@@ -1733,18 +1741,30 @@ class DiskDescriptor:
     record's place in it, ``object_size`` the value's bytes and
     ``transport_endpoint`` the holder's segment name."""
 
-    __slots__ = ("file_path", "object_size", "offset", "transport_endpoint")
+    __slots__ = ("file_path", "object_size", "offset", "transport_endpoint", "is_dfs",
+                 "shard_idx", "aligned_size")
 
     def __init__(self, file_path: str, object_size: int, offset: int,
-                 transport_endpoint: str) -> None:
+                 transport_endpoint: str, is_dfs: bool = False, shard_idx: int = 0,
+                 aligned_size: int = 0) -> None:
         self.file_path = file_path
         self.object_size = object_size
         self.offset = offset
         self.transport_endpoint = transport_endpoint
+        #: a record in the shared DFS tier (upstream DistributedFSDescriptor:
+        #: ``file_path`` the shard file, ``offset``, ``object_size``,
+        #: ``aligned_size`` the bytes reserved, ``shard_idx``); False for
+        #: an SSD-tier bucket record
+        self.is_dfs = is_dfs
+        self.shard_idx = shard_idx
+        self.aligned_size = aligned_size
 
     def __repr__(self) -> str:
+        extra = (f", shard_idx={self.shard_idx}, aligned_size={self.aligned_size}"
+                 if self.is_dfs else "")
         return (f"DiskDescriptor(file_path={self.file_path!r}, object_size={self.object_size}, "
-                f"offset={self.offset}, transport_endpoint={self.transport_endpoint!r})")
+                f"offset={self.offset}, transport_endpoint={self.transport_endpoint!r}"
+                f"{extra})")
 
 
 class ReplicaDescriptor:
@@ -1754,14 +1774,16 @@ class ReplicaDescriptor:
     __slots__ = ("status", "_memory", "_disk")
 
     def __init__(self, status: int, is_memory: int, addr: int, size: int,
-                 segment: str, protocol: str, file_path: str = "") -> None:
+                 segment: str, protocol: str, file_path: str = "", shard_idx: int = 0,
+                 aligned_size: int = 0) -> None:
         try:
             self.status = ReplicaStatus(status)
         except ValueError:
             self.status = ReplicaStatus.UNDEFINED
         self._memory = MemoryDescriptor(BufferDescriptor(size, addr, protocol, segment)) \
             if is_memory else None
-        self._disk = None if is_memory else DiskDescriptor(file_path, size, addr, segment)
+        self._disk = None if is_memory else DiskDescriptor(
+            file_path, size, addr, segment, protocol == "dfs", shard_idx, aligned_size)
 
     def is_memory_replica(self) -> bool:
         """True for a replica in a client's memory segment."""

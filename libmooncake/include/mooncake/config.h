@@ -45,7 +45,11 @@ typedef struct mc_replicate_config {
     uint64_t field_mask;            /**< bits of enum mc_replicate_config_field */
     uint32_t replica_num;           /**< memory replicas on distinct segments (default 1) */
     uint32_t nof_replica_num;       /**< NVMe-oF SSD replicas (default 0) */
-    uint32_t dfs_replica_num;       /**< shared-filesystem replicas (0 or 1; default 0) */
+    uint32_t dfs_replica_num;       /**< shared-filesystem replicas (0 or 1; default 0):
+                                     *   1 also writes a checksummed record into the
+                                     *   DFS tier (docs/tiers.md §6); needs
+                                     *   MOONCAKE_DFS_ROOT_DIR, replica_num >= 1 and
+                                     *   the default tenant */
     mc_soft_pin_action_t soft_pin_action; /**< default PRESERVE */
     uint64_t soft_pin_ttl_ms;       /**< valid with MC_RC_FIELD_SOFT_PIN_TTL */
     int with_hard_pin;              /**< never evicted while set (default 0) */

@@ -581,6 +581,10 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h query, size_t i,
  * is_memory 1) and then at most one disk replica: is_memory 0, addr the
  * record's offset in its bucket file, size the object's size, segment the
  * holder's segment name, protocol "file".  This call gives its file.
+ * When the object has no such replica but a DFS one this client can read
+ * (docs/tiers.md §6), that is the disk replica: protocol "dfs", segment
+ * "", the path of its shard file under MOONCAKE_DFS_ROOT_DIR
+ * (mc_store_query_dfs_replica() gives the rest).
  *
  * @param query   a query of mc_store_query()/mc_store_batch_query().
  * @param path    receives the bucket file's absolute path, NUL-terminated.
@@ -593,6 +597,27 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h query, size_t i,
  */
 MC_API mc_status_t mc_store_query_disk_replica(mc_store_query_h query, char *path, size_t cap,
                                                uint64_t *offset_p);
+
+/**
+ * @brief The DFS part of a query's disk replica (docs/tiers.md §6).
+ *
+ * When the object's disk replica is its record in the DFS tier
+ * (protocol "dfs" in mc_store_query_replica(), segment ""), this gives
+ * the shard it is in and the bytes reserved for it there (upstream's
+ * DistributedFSDescriptor shard_idx and aligned_size);
+ * mc_store_query_disk_replica() gives the shard file's path and the
+ * record's offset.
+ *
+ * @param query          a query of mc_store_query()/mc_store_batch_query().
+ * @param shard_idx_p    receives the shard index (may be NULL).
+ * @param aligned_size_p receives the reserved bytes (may be NULL).
+ * @return MC_OK; MC_REPLICA_NOT_FOUND when the query has no DFS replica
+ *         (none, or an SSD-tier disk replica); MC_INVALID_PARAMS for a
+ *         NULL query.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_query_dfs_replica(mc_store_query_h query, uint32_t *shard_idx_p,
+                                              uint64_t *aligned_size_p);
 
 /* ---- SSD tier ---------------------------------------------------------- */
 

@@ -16,4 +16,20 @@
  * list it or it cannot be opened or queried. */
 mc_status_t mc_rdma_verbs_check(const mc_rdma_nic_t *nics, size_t n, uint64_t *max_mr);
 
+/* The status a request reports for a work completion of status
+ * @p wc_status (enum ibv_wc_status): MC_OK for success; INVALID_READ /
+ * INVALID_WRITE (by @p op) when the target's NIC refused the range or key
+ * (remote access or local protection error); TRANSFER_FAIL otherwise
+ * (retries exceeded, flushed after an earlier failure, ...). */
+mc_status_t mc_rdma_verbs_wc_status(int wc_status, int op);
+
+struct ibv_qp_attr;
+struct mc_rdma_qp_attrs;
+
+/* Fill the libibverbs attributes and mask of the transition to @p state
+ * (IBV_QPS_INIT, IBV_QPS_RTR or IBV_QPS_RTS) from @p a (plan.h).  Returns
+ * -1 for another state. */
+int mc_rdma_verbs_attr(const struct mc_rdma_qp_attrs *a, int state, struct ibv_qp_attr *attr,
+                       int *mask_p);
+
 #endif /* MC_TRANSFER_RDMA_VERBS_H */

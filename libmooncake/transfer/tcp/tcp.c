@@ -105,6 +105,9 @@ struct mc_tcp {
     unsigned max_conns;
     unsigned max_conns_peer;
     int idle_timeout_s;
+    pthread_rwlock_t hs_lock;  /* the RDMA handshake handler */
+    mc_tcp_hs_func_t hs_fn;
+    void *hs_arg;
 };
 
 /* Initiator-side state of one peer: a small pool of connections. */
@@ -308,6 +311,19 @@ static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
     return serve_send_resp(fd, MC_OK, 0);
 }
 
+/* An OK answer with @p len payload bytes, in one writev. */
+static int serve_send_payload(int fd, const void *payload, size_t len)
+{
+    uint8_t resp[MC_TE_RESP_HDR_SIZE];
+    struct iovec iov[2];
+    mc_te_resp_encode(resp, MC_OK, len);
+    iov[0].iov_base = resp;
+    iov[0].iov_len  = sizeof(resp);
+    iov[1].iov_base = (void *)(uintptr_t)payload;
+    iov[1].iov_len  = len;
+    return mc_writev_full(fd, iov, 2);
+}
+
 static int serve_describe(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
 {
     char *json = NULL;
@@ -320,18 +336,54 @@ static int serve_describe(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
     st = mc_te_describe_local(tp->te, &json, &len);
     if (st != MC_OK)
         return serve_send_resp(fd, st, 0);
-    {
-        uint8_t resp[MC_TE_RESP_HDR_SIZE];
-        struct iovec iov[2];
-        mc_te_resp_encode(resp, MC_OK, len);
-        iov[0].iov_base = resp;
-        iov[0].iov_len  = sizeof(resp);
-        iov[1].iov_base = json;
-        iov[1].iov_len  = len;
-        rc              = mc_writev_full(fd, iov, 2);
-    }
+    rc = serve_send_payload(fd, json, len);
     free(json);
     return rc;
+}
+
+/* One RDMA_CONNECT: read the record, let the handler answer.  Returns 0
+ * to keep the connection, -1 to close it. */
+static int serve_rdma_connect(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
+{
+    uint8_t *req, *resp;
+    size_t rlen = 0;
+    mc_status_t st;
+    int rc;
+
+    if ((h->length == 0) || (h->length > MC_TE_HS_MAX))
+        return -1; /* malformed: the payload cannot be skipped safely */
+    req  = malloc((size_t)h->length);
+    resp = malloc(MC_TE_HS_MAX);
+    if ((req == NULL) || (resp == NULL) || (recv_exact(fd, req, (size_t)h->length, NULL) != 0)) {
+        free(req);
+        free(resp);
+        return -1;
+    }
+    pthread_rwlock_rdlock(&tp->hs_lock);
+    if (tp->hs_fn == NULL) {
+        st = MC_NOT_SUPPORTED;
+    } else {
+        st = tp->hs_fn(tp->hs_arg, h->addr, req, (size_t)h->length, resp, MC_TE_HS_MAX, &rlen);
+        if (st != MC_OK)
+            mc_debug("refusing an RDMA handshake: %s", mc_last_error_detail());
+    }
+    pthread_rwlock_unlock(&tp->hs_lock);
+    if ((st == MC_OK) && (rlen > 0) && (rlen <= MC_TE_HS_MAX))
+        rc = serve_send_payload(fd, resp, rlen);
+    else
+        rc = serve_send_resp(fd, (st == MC_OK) ? MC_INTERNAL_ERROR : st, 0);
+    free(req);
+    free(resp);
+    return rc;
+}
+
+void mc_tcp_hs_handler_set(void *tcp, mc_tcp_hs_func_t fn, void *arg)
+{
+    mc_tcp_t *tp = tcp;
+    pthread_rwlock_wrlock(&tp->hs_lock);
+    tp->hs_fn  = fn;
+    tp->hs_arg = arg;
+    pthread_rwlock_unlock(&tp->hs_lock);
 }
 
 /*
@@ -534,6 +586,9 @@ static void *conn_main(void *arg)
             break;
         case MC_TE_OPC_DISK_READ:
             rc = serve_disk_read(tp, c->fd, &h);
+            break;
+        case MC_TE_OPC_RDMA_CONNECT:
+            rc = serve_rdma_connect(tp, c->fd, &h);
             break;
         default: /* MC_TE_OPC_DESCRIBE; decode refused anything else */
             rc = serve_describe(tp, c->fd, &h);
@@ -843,6 +898,7 @@ static void tcp_uninstall(void *priv)
         close(tp->listen_fd);
     pthread_cond_destroy(&tp->cond);
     pthread_mutex_destroy(&tp->mu);
+    pthread_rwlock_destroy(&tp->hs_lock);
     free(tp);
 }
 
@@ -867,6 +923,7 @@ static mc_status_t tcp_install(mc_te_t *te, const char *bind_addr, uint16_t port
     tp->idle_timeout_s     = te->cfg.idle_timeout_s;
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cond, NULL);
+    pthread_rwlock_init(&tp->hs_lock, NULL);
     st = listen_open(tp, bind_addr, port, port_p);
     if (st != MC_OK) {
         tcp_uninstall(tp);
@@ -1078,6 +1135,7 @@ static mc_status_t remote_status(int32_t s)
     case MC_INTERNAL_ERROR:
     case MC_OBJECT_NOT_FOUND:    /* DISK_READ */
     case MC_NO_AVAILABLE_HANDLE: /* DISK_READ: the holder is busy */
+    case MC_DESERIALIZE_FAIL:
         return (mc_status_t)s;
     default:
         return MC_TRANSFER_FAIL;
@@ -1111,10 +1169,10 @@ static int lane_send(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local, uin
     mc_te_req_encode(req, opcode, remote, len);
     iov[0].iov_base = req;
     iov[0].iov_len  = sizeof(req);
-    if (opcode == MC_TE_OPC_WRITE) {
+    if ((opcode == MC_TE_OPC_WRITE) || (opcode == MC_TE_OPC_RDMA_CONNECT)) {
         iov[1].iov_base = local;
         iov[1].iov_len  = (size_t)len;
-        n               = 2;
+        n               = (len > 0) ? 2 : 1;
     } else if (tail != NULL) {
         memcpy(&iov[1], tail->v, sizeof(tail->v));
         n = 4;
@@ -1153,10 +1211,11 @@ static mc_status_t answer_check(mc_tcp_peer_t *pe, const uint8_t *rb, size_t got
         }
         mc_set_error_detail("%s:%u refused the %s of [0x%llx, +%llu): %s", pe->host,
                             (unsigned)pe->port,
-                            (opcode == MC_TE_OPC_DISK_READ) ? "disk read"
-                            : (opcode == MC_TE_OPC_READ)    ? "read"
-                            : (opcode == MC_TE_OPC_WRITE)   ? "write"
-                                                            : "describe",
+                            (opcode == MC_TE_OPC_DISK_READ)      ? "disk read"
+                            : (opcode == MC_TE_OPC_READ)         ? "read"
+                            : (opcode == MC_TE_OPC_WRITE)        ? "write"
+                            : (opcode == MC_TE_OPC_RDMA_CONNECT) ? "rdma handshake"
+                                                                 : "describe",
                             (unsigned long long)remote, (unsigned long long)len,
                             mc_status_name(resp->status));
         /* a refused write is followed by a close on the target's side; an
@@ -1222,12 +1281,13 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
             return MC_TRANSFER_FAIL;
         }
         break;
-    default: { /* DESCRIBE */
+    default: { /* DESCRIBE, RDMA_CONNECT */
         char *buf;
-        if (resp.length > MC_TE_DESCRIBE_MAX) {
-            mc_set_error_detail("%s:%u sent a %llu-byte descriptor (limit %u)", pe->host,
+        uint64_t max = (opcode == MC_TE_OPC_RDMA_CONNECT) ? MC_TE_HS_MAX : MC_TE_DESCRIBE_MAX;
+        if (resp.length > max) {
+            mc_set_error_detail("%s:%u sent a %llu-byte answer (limit %llu)", pe->host,
                                 (unsigned)pe->port, (unsigned long long)resp.length,
-                                MC_TE_DESCRIBE_MAX);
+                                (unsigned long long)max);
             return MC_TRANSFER_FAIL;
         }
         buf = malloc((size_t)resp.length + 1);
@@ -1920,6 +1980,36 @@ static mc_status_t tcp_xfer(void *priv, void *peer, mc_te_op_t op, void *local, 
     }
     return peer_request(peer, (op == MC_TE_READ) ? MC_TE_OPC_READ : MC_TE_OPC_WRITE, local,
                         remote, len, NULL, NULL, NULL);
+}
+
+const char *mc_tcp_peer_host(const void *peer)
+{
+    return ((const mc_tcp_peer_t *)peer)->host;
+}
+
+uint16_t mc_tcp_peer_port(const void *peer)
+{
+    return ((const mc_tcp_peer_t *)peer)->port;
+}
+
+mc_status_t mc_tcp_hs_call(void *peer, uint64_t conn_id, const uint8_t *req, size_t len,
+                           uint8_t **resp_p, size_t *resp_len_p)
+{
+    char *resp = NULL;
+    size_t rlen = 0;
+    mc_status_t st;
+
+    if ((len == 0) || (len > MC_TE_HS_MAX)) {
+        mc_set_error_detail("rdma handshake record of %zu bytes (1..%u)", len, MC_TE_HS_MAX);
+        return MC_INVALID_PARAMS;
+    }
+    st = peer_request(peer, MC_TE_OPC_RDMA_CONNECT, (void *)(uintptr_t)req, conn_id, len, NULL,
+                      &resp, &rlen);
+    if (st != MC_OK)
+        return st;
+    *resp_p     = (uint8_t *)resp;
+    *resp_len_p = rlen;
+    return MC_OK;
 }
 
 const mc_te_transport_ops_t mc_tcp_transport_ops = {

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The rdma transport (docs/transfer.md, "RDMA"): one-sided RDMA READ and
+ * WRITE over RC queue pairs on libibverbs, built with --with-rdma only.
+ * It keeps a tcp transport underneath for the data port, which serves
+ * descriptors (with the rkeys) and carries the queue-pair handshake; a
+ * request whose local memory is not registered, or whose target published
+ * no rkey, goes over that tcp transport instead.  Not installed.
+ */
+#ifndef MC_TRANSFER_RDMA_H
+#define MC_TRANSFER_RDMA_H
+
+#include "transfer/engine.h"
+
+#ifdef MC_HAVE_RDMA
+extern const mc_te_transport_ops_t mc_rdma_transport_ops;
+#endif
+
+#endif /* MC_TRANSFER_RDMA_H */
