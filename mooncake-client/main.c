@@ -39,11 +39,12 @@ typedef struct flags {
     const char *global_segment_size;
     const char *local_buffer_size;
     const char *auth_token_file; /* NULL: MC_AUTH_TOKEN_FILE */
+    const char *ssd_offload_path; /* NULL: MOONCAKE_OFFLOAD_FILE_STORAGE_PATH */
     long port;
     long threads;
     long http_port;
     int enable_offload;
-    int start_offload_rpc_server;
+    int start_offload_rpc_server; /* -1: not given */
     int enable_http_server;
 } flags_t;
 
@@ -124,7 +125,12 @@ static void usage(FILE *f)
             "  --global_segment_size=\"4 GB\"     memory contributed to the pool\n"
             "  --local_buffer_size=0\n"
             "  --threads=1  --tenant_id=default  --log_dir=\n"
-            "  --enable_offload=false  --start_offload_rpc_server=false\n"
+            "  --enable_offload=false           start the SSD tier (docs/tiers.md)\n"
+            "  --ssd_offload_path=PATH          its directory; default\n"
+            "                                   $MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, else\n"
+            "                                   /data/file_storage\n"
+            "  --start_offload_rpc_server=      true with --enable_offload (the default\n"
+            "                                   there), false without\n"
             "  --enable_http_server=false  --http_port=9300\n"
             "  --auth_token_file=PATH           cluster secrets (docs/security.md); default\n"
             "                                   $MC_AUTH_TOKEN_FILE, else off\n");
@@ -203,6 +209,7 @@ static int parse_flags(int argc, char **argv, flags_t *f)
         STR("global_segment_size", global_segment_size)
         STR("local_buffer_size", local_buffer_size)
         STR("auth_token_file", auth_token_file)
+        STR("ssd_offload_path", ssd_offload_path)
         NUM("port", port, 1, 65535)
         NUM("threads", threads, 1, 1024)
         NUM("http_port", http_port, 0, 65535)
@@ -235,7 +242,7 @@ int main(int argc, char **argv)
         .threads = 1,
         .http_port = 9300,
         .enable_offload = 0,
-        .start_offload_rpc_server = 0,
+        .start_offload_rpc_server = -1,
         .enable_http_server = 0,
     };
     mc_store_params_t p;
@@ -261,17 +268,30 @@ int main(int argc, char **argv)
                 f.local_buffer_size);
         return 2;
     }
-    if (f.enable_offload) {
-        fprintf(stderr, "mooncake_client: flag '--enable_offload': the SSD offload tier is "
-                        "not built into this mooncake_client\n");
+    if (f.ssd_offload_path == NULL) {
+        const char *env = getenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH");
+        f.ssd_offload_path = ((env != NULL) && (*env != '\0')) ? env : "/data/file_storage";
+    } else if (!f.enable_offload) {
+        fprintf(stderr, "mooncake_client: flag '--ssd_offload_path': needs "
+                        "--enable_offload=true\n");
         return 2;
     }
-    if (f.start_offload_rpc_server) {
-        /* upstream defaults it to true; the server it starts belongs to the
-         * SSD offload tier, which this build lacks */
-        fprintf(stderr, "mooncake_client: flag '--start_offload_rpc_server': the offload RPC "
-                        "server belongs to the SSD offload tier, which is not built into this "
-                        "mooncake_client; only false is accepted\n");
+    /* Upstream's offload RPC server answers other hosts' reads of this
+     * client's disk tier.  Here those reads are DISK_READ requests on the
+     * transfer engine's data port (docs/tiers.md §4), served whenever the
+     * tier runs: so true goes with --enable_offload (its default there) and
+     * false without it, and the other combinations are refused. */
+    if (f.start_offload_rpc_server < 0)
+        f.start_offload_rpc_server = f.enable_offload;
+    if (f.start_offload_rpc_server && !f.enable_offload) {
+        fprintf(stderr, "mooncake_client: flag '--start_offload_rpc_server': serves reads of "
+                        "the SSD tier, so it needs --enable_offload=true\n");
+        return 2;
+    }
+    if (!f.start_offload_rpc_server && f.enable_offload) {
+        fprintf(stderr, "mooncake_client: flag '--start_offload_rpc_server': with "
+                        "--enable_offload other hosts' reads of the tier are always served "
+                        "(on the transfer-engine data port); only true is accepted\n");
         return 2;
     }
     if (f.threads != 1) {
@@ -342,6 +362,14 @@ int main(int argc, char **argv)
         mc_store_destroy(store);
         return 1;
     }
+    if (f.enable_offload && ((st = mc_store_offload_start(store, f.ssd_offload_path)) != MC_OK)) {
+        fprintf(stderr, "mooncake_client: flag '--enable_offload': cannot start the SSD tier "
+                        "in %s: %s (%d): %s\n",
+                f.ssd_offload_path, mc_status_string(st), st, mc_last_error_detail());
+        mc_store_close(store);
+        mc_store_destroy(store);
+        return 1;
+    }
     st = mc_store_dummy_server_start(store, ipc, &srv);
     if (st != MC_OK) {
         fprintf(stderr, "mooncake_client: cannot serve dummy clients: %s\n",
@@ -349,6 +377,8 @@ int main(int argc, char **argv)
         mc_store_destroy(store);
         return 1;
     }
+    if (f.enable_offload)
+        fprintf(stderr, "mooncake_client: SSD tier on in %s\n", f.ssd_offload_path);
     fprintf(stderr, "mooncake_client: %s ready; serving dummy clients on %s\n",
             mc_store_hostname(store), ipc);
     for (;;) {

@@ -41,12 +41,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -60,6 +62,7 @@
 #include "common/log.h"
 #include "store/disk.h"
 #include "store/store_internal.h"
+#include "transfer/engine.h"
 
 #define MC_DISK_MAGIC      0x5244434Du /* "MCDR" little-endian */
 #define MC_DISK_VERSION    1
@@ -68,11 +71,19 @@
 #define MC_DISK_BATCH      64u
 #define MC_DISK_IDLE_MS    1000u
 
-/* One bucket file: its id, bytes written and the keys of its records. */
+/* One record the tier wrote: what a DISK_READ must name exactly. */
+typedef struct disk_rec {
+    char *key;
+    uint64_t off;  /* where the record starts */
+    uint64_t len;  /* value bytes */
+    uint32_t crc;  /* CRC32C of the value */
+} disk_rec_t;
+
+/* One bucket file: its id, bytes written and its records, by offset. */
 typedef struct disk_bucket {
     uint64_t id;
     uint64_t bytes;
-    char **keys;
+    disk_rec_t *recs;
     uint32_t nkeys;
     uint32_t cap;
 } disk_bucket_t;
@@ -87,7 +98,10 @@ struct mc_store_disk {
     /* queue of keys to offload: a ring guarded by the worker's lock */
     char **queue;
     uint32_t qhead, qlen;
-    /* buckets, oldest first; the last one is open (fd) */
+    /* buckets, oldest first; the last one is open (fd).  The offloader
+     * alone changes them, under idx_lock (write); DISK_READs served for
+     * other hosts look records up under it (read). */
+    pthread_rwlock_t idx_lock;
     disk_bucket_t *buckets;
     size_t nbuckets, bcap;
     int fd;
@@ -106,6 +120,145 @@ static uint32_t header_crc(const uint8_t *hdr, const char *key, size_t klen)
     return mc_crc32c(mc_crc32c(0, hdr, 20), key, klen);
 }
 
+/*
+ * Open bucket files, shared by every read of this process (docs/tiers.md
+ * §4): an open and a close cost as much as a tenth of a 1 MiB read.  A few
+ * entries, keyed by path, each with the st_dev/st_ino it was opened as.  A
+ * bucket is never rewritten, so an fd gives the right bytes for as long as
+ * it is open, even after an unlink; but a path can come back as a new file
+ * (a new client on the same directory), so an entry older than
+ * MC_FDC_CHECK_MS is checked against stat() before use, a record that fails
+ * its checks through a cached fd is read again through a fresh open, and the
+ * holder forgets a bucket when it unlinks it.  Entries unused for
+ * MC_FDC_IDLE_MS are closed, so a deleted bucket's space is not pinned for
+ * long.
+ */
+#define MC_FDC_N        8
+#define MC_FDC_CHECK_MS 1000u
+#define MC_FDC_IDLE_MS  5000u
+
+typedef struct fdc_entry {
+    char path[PATH_MAX];
+    int fd;            /* -1: free */
+    unsigned refs;     /* reads using fd */
+    int dead;          /* close when refs drop to 0 */
+    dev_t dev;
+    ino_t ino;
+    uint64_t checked_ms;
+    uint64_t used_ms;
+} fdc_entry_t;
+
+static pthread_mutex_t fdc_mu = PTHREAD_MUTEX_INITIALIZER;
+static fdc_entry_t fdc[MC_FDC_N] = {[0 ... MC_FDC_N - 1] = {.fd = -1}};
+
+/* Close @p e if nobody reads through it, else when the last read ends.
+ * fdc_mu held. */
+static void fdc_drop(fdc_entry_t *e)
+{
+    if (e->fd < 0)
+        return;
+    if (e->refs > 0) {
+        e->dead = 1;
+        return;
+    }
+    close(e->fd);
+    e->fd   = -1;
+    e->dead = 0;
+}
+
+/* An fd for @p path, from the cache or freshly opened (then cached when
+ * there is room); *e_p is the entry to give back with fdc_put, or NULL
+ * when the fd is the caller's to close.  -1 (errno) when it cannot be
+ * opened. */
+static int fdc_get(const char *path, fdc_entry_t **e_p)
+{
+    uint64_t now = mc_now_ms();
+    fdc_entry_t *e = NULL, *slot = NULL;
+    struct stat sb;
+    size_t len = strlen(path);
+    int fd;
+
+    *e_p = NULL;
+    if (len >= PATH_MAX)
+        return open(path, O_RDONLY | O_CLOEXEC);
+    pthread_mutex_lock(&fdc_mu);
+    for (int i = 0; i < MC_FDC_N; i++) {
+        fdc_entry_t *c = &fdc[i];
+        if ((c->fd >= 0) && !c->dead && (c->refs == 0) && (now - c->used_ms > MC_FDC_IDLE_MS))
+            fdc_drop(c);
+        if ((c->fd >= 0) && !c->dead && (strcmp(c->path, path) == 0))
+            e = c;
+    }
+    if ((e != NULL) && (now - e->checked_ms > MC_FDC_CHECK_MS)) {
+        if ((stat(path, &sb) != 0) || (sb.st_dev != e->dev) || (sb.st_ino != e->ino)) {
+            fdc_drop(e);
+            e = NULL;
+        } else {
+            e->checked_ms = now;
+        }
+    }
+    if (e != NULL) {
+        e->refs++;
+        e->used_ms = now;
+        pthread_mutex_unlock(&fdc_mu);
+        *e_p = e;
+        return e->fd;
+    }
+    pthread_mutex_unlock(&fdc_mu);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if ((fd < 0) || (fstat(fd, &sb) != 0))
+        return fd;
+    pthread_mutex_lock(&fdc_mu);
+    for (int i = 0; i < MC_FDC_N; i++) { /* a free slot, else the least recently used idle one */
+        fdc_entry_t *c = &fdc[i];
+        if (c->fd < 0) {
+            slot = c;
+            break;
+        }
+        if ((c->refs == 0) && ((slot == NULL) || (c->used_ms < slot->used_ms)))
+            slot = c;
+    }
+    if (slot != NULL) {
+        fdc_drop(slot);
+        memcpy(slot->path, path, len + 1);
+        slot->fd         = fd;
+        slot->refs       = 1;
+        slot->dead       = 0;
+        slot->dev        = sb.st_dev;
+        slot->ino        = sb.st_ino;
+        slot->checked_ms = now;
+        slot->used_ms    = now;
+        *e_p             = slot;
+    }
+    pthread_mutex_unlock(&fdc_mu);
+    return fd;
+}
+
+/* Give back an fd from fdc_get; @p bad drops the entry (its record failed
+ * a check: the next read opens the path afresh). */
+static void fdc_put(fdc_entry_t *e, int fd, int bad)
+{
+    if (e == NULL) {
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&fdc_mu);
+    e->refs--;
+    if (bad || e->dead)
+        fdc_drop(e);
+    pthread_mutex_unlock(&fdc_mu);
+}
+
+/* The holder deleted @p path: close a cached fd of it. */
+static void fdc_forget(const char *path)
+{
+    pthread_mutex_lock(&fdc_mu);
+    for (int i = 0; i < MC_FDC_N; i++)
+        if ((fdc[i].fd >= 0) && (strcmp(fdc[i].path, path) == 0))
+            fdc_drop(&fdc[i]);
+    pthread_mutex_unlock(&fdc_mu);
+}
+
 void mc_store_disk_record_header(uint8_t hdr[MC_STORE_DISK_HDR], mc_str_t key, uint64_t size,
                                  uint32_t crc)
 {
@@ -117,34 +270,17 @@ void mc_store_disk_record_header(uint8_t hdr[MC_STORE_DISK_HDR], mc_str_t key, u
     mc_store_le32(hdr + 20, header_crc(hdr, key.ptr, key.len));
 }
 
-mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
-                               uint32_t crc, void *buf)
-{
-    return mc_store_disk_read_record(path, offset, key, size, &crc, buf);
-}
-
-mc_status_t mc_store_disk_read_record(const char *path, uint64_t offset, mc_str_t key,
-                                      uint64_t size, const uint32_t *crc, void *buf)
+/* One preadv of header, key and value at @p offset of @p fd, and every
+ * check (the value's CRC against *crc unless NULL); MC_OBJECT_NOT_FOUND
+ * when anything is off. */
+static mc_status_t record_read(int fd, uint64_t offset, mc_str_t key, uint64_t size,
+                               const uint32_t *crc, void *buf)
 {
     uint8_t hdr[MC_DISK_HDR];
     char kbuf[MC_WIRE_MAX_KEY];
     struct iovec iov[3];
     ssize_t n;
-    int fd;
 
-    if ((key.len == 0) || (key.len > MC_WIRE_MAX_KEY) || (offset > (uint64_t)INT64_MAX) ||
-        (size > (uint64_t)SSIZE_MAX - MC_DISK_HDR - key.len)) {
-        mc_set_error_detail("disk record of %.*s: bad request", (int)MC_MIN(key.len, 128u),
-                            key.ptr);
-        return MC_INVALID_PARAMS;
-    }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        /* another host's disk, or a bucket deleted meanwhile */
-        mc_set_error_detail("disk replica of %.*s: cannot open %s: %s",
-                            (int)MC_MIN(key.len, 128u), key.ptr, path, strerror(errno));
-        return MC_OBJECT_NOT_FOUND;
-    }
     iov[0].iov_base = hdr;
     iov[0].iov_len  = sizeof(hdr);
     iov[1].iov_base = kbuf;
@@ -154,19 +290,96 @@ mc_status_t mc_store_disk_read_record(const char *path, uint64_t offset, mc_str_
     do {
         n = preadv(fd, iov, 3, (off_t)offset);
     } while ((n < 0) && (errno == EINTR));
-    close(fd);
     if ((n != (ssize_t)(MC_DISK_HDR + key.len + size)) ||
         (mc_load_le32(hdr) != MC_DISK_MAGIC) || (mc_load_le16(hdr + 4) != MC_DISK_VERSION) ||
         (mc_load_le16(hdr + 6) != key.len) || (mc_load_le64(hdr + 8) != size) ||
         ((crc != NULL) && (mc_load_le32(hdr + 16) != *crc)) ||
         (memcmp(kbuf, key.ptr, key.len) != 0) ||
         (mc_load_le32(hdr + 20) != header_crc(hdr, kbuf, key.len)) ||
-        (mc_crc32c(0, buf, (size_t)size) != mc_load_le32(hdr + 16))) {
+        (mc_crc32c(0, buf, (size_t)size) != mc_load_le32(hdr + 16)))
+        return MC_OBJECT_NOT_FOUND;
+    return MC_OK;
+}
+
+mc_status_t mc_store_disk_read(const char *path, uint64_t offset, mc_str_t key, uint64_t size,
+                               uint32_t crc, void *buf)
+{
+    return mc_store_disk_read_record(path, offset, key, size, &crc, buf);
+}
+
+mc_status_t mc_store_disk_read_record(const char *path, uint64_t offset, mc_str_t key,
+                                      uint64_t size, const uint32_t *crc, void *buf)
+{
+    fdc_entry_t *e;
+    mc_status_t st = MC_OBJECT_NOT_FOUND;
+    int fd;
+
+    if ((key.len == 0) || (key.len > MC_WIRE_MAX_KEY) || (offset > (uint64_t)INT64_MAX) ||
+        (size > (uint64_t)SSIZE_MAX - MC_DISK_HDR - key.len)) {
+        mc_set_error_detail("disk record of %.*s: bad request", (int)MC_MIN(key.len, 128u),
+                            key.ptr);
+        return MC_INVALID_PARAMS;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        fd = fdc_get(path, &e);
+        if (fd < 0) {
+            /* another host's disk, or a bucket deleted meanwhile */
+            mc_set_error_detail("disk replica of %.*s: cannot open %s: %s",
+                                (int)MC_MIN(key.len, 128u), key.ptr, path, strerror(errno));
+            return MC_OBJECT_NOT_FOUND;
+        }
+        st = record_read(fd, offset, key, size, crc, buf);
+        fdc_put(e, fd, st != MC_OK);
+        if ((st == MC_OK) || (e == NULL))
+            break; /* a fresh open failed the checks: the file is what it is */
+    }
+    if (st != MC_OK)
         mc_set_error_detail("disk record of %.*s at %s+%" PRIu64 " is missing or damaged",
                             (int)MC_MIN(key.len, 128u), key.ptr, path, offset);
-        return MC_OBJECT_NOT_FOUND;
+    return st;
+}
+
+/*
+ * Read a disk replica for this process: straight from the file when it can
+ * be opened here and its record checks out (the same host, or a shared
+ * file system), else through its holder's transfer engine (DISK_READ),
+ * which serves it only from a record of its own.  MC_TEST_DISK_REMOTE_ONLY=1
+ * (tests only, docs/tiers.md §4) skips the file, so one host can play the
+ * reader on another.
+ */
+mc_status_t mc_store_disk_fetch(mc_store_h s, const char *path, const char *segment,
+                                uint64_t offset, mc_str_t key, uint64_t size, uint32_t crc,
+                                void *buf)
+{
+    const char *only_remote = getenv("MC_TEST_DISK_REMOTE_ONLY");
+    mc_te_disk_req_t req;
+    mc_status_t st = MC_OBJECT_NOT_FOUND;
+    size_t plen    = strlen(path);
+
+    if ((only_remote == NULL) || (strcmp(only_remote, "1") != 0)) {
+        st = mc_store_disk_read(path, offset, key, size, crc, buf);
+        if (st != MC_OBJECT_NOT_FOUND)
+            return st;
     }
-    return MC_OK;
+    if ((segment == NULL) || (*segment == '\0') || (size == 0) || (plen > MC_TE_DISK_PATH_MAX) ||
+        (key.len > MC_TE_DISK_KEY_MAX))
+        return st;
+    memset(&req, 0, sizeof(req));
+    req.offset   = offset;
+    req.length   = size;
+    req.crc      = crc;
+    req.key      = key.ptr;
+    req.key_len  = key.len;
+    req.path     = path;
+    req.path_len = plen;
+    st           = mc_te_disk_read(s->te, segment, &req, buf);
+    if (st == MC_OK)
+        return MC_OK;
+    mc_set_error_detail("disk replica of %.*s at %s+%" PRIu64 ": not readable here, and its "
+                        "holder %s answered %s",
+                        (int)MC_MIN(key.len, 128u), key.ptr, path, offset, segment,
+                        mc_status_name(st));
+    return MC_OBJECT_NOT_FOUND;
 }
 
 /* ---- buckets ------------------------------------------------------------- */
@@ -179,9 +392,9 @@ static void bucket_path(const mc_store_disk_t *d, uint64_t id, char *out, size_t
 static void bucket_free_keys(disk_bucket_t *b)
 {
     for (uint32_t i = 0; i < b->nkeys; i++)
-        free(b->keys[i]);
-    free(b->keys);
-    b->keys  = NULL;
+        free(b->recs[i].key);
+    free(b->recs);
+    b->recs  = NULL;
     b->nkeys = b->cap = 0;
 }
 
@@ -193,11 +406,16 @@ static mc_status_t bucket_open(mc_store_disk_t *d)
 
     if (d->nbuckets == d->bcap) {
         size_t cap = d->bcap ? d->bcap * 2 : 16;
-        disk_bucket_t *nb = realloc(d->buckets, cap * sizeof(*nb));
+        disk_bucket_t *nb;
+        pthread_rwlock_wrlock(&d->idx_lock);
+        nb = realloc(d->buckets, cap * sizeof(*nb));
+        if (nb != NULL) {
+            d->buckets = nb;
+            d->bcap    = cap;
+        }
+        pthread_rwlock_unlock(&d->idx_lock);
         if (nb == NULL)
             return MC_INTERNAL_ERROR;
-        d->buckets = nb;
-        d->bcap    = cap;
     }
     bucket_path(d, d->next_id, path, sizeof(path));
     d->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -205,9 +423,12 @@ static mc_status_t bucket_open(mc_store_disk_t *d)
         mc_warn("disk tier: cannot create %s: %m", path);
         return MC_UNABLE_OFFLOAD;
     }
-    b = &d->buckets[d->nbuckets++];
+    pthread_rwlock_wrlock(&d->idx_lock);
+    b = &d->buckets[d->nbuckets];
     memset(b, 0, sizeof(*b));
     b->id = d->next_id++;
+    d->nbuckets++;
+    pthread_rwlock_unlock(&d->idx_lock);
     return MC_OK;
 }
 
@@ -228,7 +449,7 @@ static void bucket_report_drop(mc_store_h s, mc_mconn_t *conn, const mc_store_di
     if (keys == NULL)
         return;
     for (uint32_t i = 0; i < b->nkeys; i++)
-        keys[i] = mc_str_from_cstr(b->keys[i]);
+        keys[i] = mc_str_from_cstr(b->recs[i].key);
     bucket_path(d, b->id, path, sizeof(path));
     memset(&req, 0, sizeof(req));
     req.client_id = s->client_id;
@@ -258,6 +479,7 @@ static void bucket_evict_oldest(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t 
      * bytes, a later open fails, and nothing is ever rewritten */
     if (unlink(path) != 0)
         mc_warn("disk tier: cannot delete %s: %m", path);
+    fdc_forget(path);
     bucket_report_drop(s, conn, d, &b);
     d->used -= b.bytes;
     pthread_mutex_lock(&w->lock);
@@ -266,9 +488,11 @@ static void bucket_evict_oldest(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t 
     d->st.evicted_bytes += b.bytes;
     d->st.used_bytes = d->used;
     pthread_mutex_unlock(&w->lock);
-    bucket_free_keys(&b);
+    pthread_rwlock_wrlock(&d->idx_lock);
     memmove(&d->buckets[0], &d->buckets[1], (d->nbuckets - 1) * sizeof(d->buckets[0]));
     d->nbuckets--;
+    pthread_rwlock_unlock(&d->idx_lock);
+    bucket_free_keys(&b);
 }
 
 /*
@@ -306,11 +530,16 @@ static mc_status_t bucket_append(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t
     b = &d->buckets[d->nbuckets - 1];
     if ((b->nkeys == b->cap)) {
         uint32_t ncap = b->cap ? b->cap * 2 : 64;
-        char **nk     = realloc(b->keys, ncap * sizeof(*nk));
-        if (nk == NULL)
+        disk_rec_t *nr;
+        pthread_rwlock_wrlock(&d->idx_lock);
+        nr = realloc(b->recs, ncap * sizeof(*nr));
+        if (nr != NULL) {
+            b->recs = nr;
+            b->cap  = ncap;
+        }
+        pthread_rwlock_unlock(&d->idx_lock);
+        if (nr == NULL)
             return MC_INTERNAL_ERROR;
-        b->keys = nk;
-        b->cap  = ncap;
     }
     kcopy = mc_str_dup(key);
     if (kcopy == NULL)
@@ -341,10 +570,106 @@ static mc_status_t bucket_append(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t
         d->fd = -1;
         return MC_UNABLE_OFFLOAD;
     }
-    *off_p               = b->bytes;
-    b->keys[b->nkeys++]  = kcopy;
-    b->bytes            += rec;
-    d->used             += rec;
+    *off_p = b->bytes;
+    pthread_rwlock_wrlock(&d->idx_lock);
+    b->recs[b->nkeys].key = kcopy;
+    b->recs[b->nkeys].off = b->bytes;
+    b->recs[b->nkeys].len = size;
+    b->recs[b->nkeys].crc = crc;
+    b->nkeys++;
+    b->bytes += rec;
+    pthread_rwlock_unlock(&d->idx_lock);
+    d->used += rec;
+    return MC_OK;
+}
+
+/* ---- serving other hosts ------------------------------------------------- */
+
+/* The bucket id of @p path when it names a bucket file of this tier
+ * (exactly DIR/<digits>.bucket), else 0 (ids start at 1). */
+static uint64_t bucket_id_of(const mc_store_disk_t *d, const char *path, size_t len)
+{
+    size_t dl = strlen(d->dir), i;
+    uint64_t id = 0;
+
+    if ((len <= dl + 1 + 7) || (memcmp(path, d->dir, dl) != 0) || (path[dl] != '/') ||
+        (memcmp(path + len - 7, ".bucket", 7) != 0))
+        return 0;
+    for (i = dl + 1; i < len - 7; i++) {
+        if ((path[i] < '0') || (path[i] > '9') || (id > (UINT64_MAX - 9) / 10))
+            return 0;
+        id = id * 10 + (uint64_t)(path[i] - '0');
+    }
+    return ((i == dl + 1) || ((path[dl + 1] == '0') && (i > dl + 2))) ? 0 : id;
+}
+
+/* 1 when @p req names one of the live records of @p d exactly. */
+static int record_known(mc_store_disk_t *d, const mc_te_disk_req_t *req)
+{
+    uint64_t id = bucket_id_of(d, req->path, req->path_len);
+    size_t lo = 0, hi;
+    int ok = 0;
+
+    if (id == 0)
+        return 0;
+    pthread_rwlock_rdlock(&d->idx_lock);
+    hi = d->nbuckets;
+    while (lo < hi) { /* buckets by rising id */
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->buckets[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if ((lo < d->nbuckets) && (d->buckets[lo].id == id)) {
+        const disk_bucket_t *b = &d->buckets[lo];
+        uint32_t l = 0, h = b->nkeys;
+        while (l < h) { /* records by rising offset */
+            uint32_t mid = l + (h - l) / 2;
+            if (b->recs[mid].off < req->offset)
+                l = mid + 1;
+            else
+                h = mid;
+        }
+        if ((l < b->nkeys) && (b->recs[l].off == req->offset)) {
+            const disk_rec_t *r = &b->recs[l];
+            ok = (r->len == req->length) && (r->crc == req->crc) &&
+                 (strlen(r->key) == req->key_len) &&
+                 (memcmp(r->key, req->key, req->key_len) == 0);
+        }
+    }
+    pthread_rwlock_unlock(&d->idx_lock);
+    return ok;
+}
+
+/* The engine's DISK_READ server (mc_te_disk_serve_func_t): only a record
+ * this tier wrote and still holds, named exactly, is read, with every
+ * check of mc_store_disk_read; never another offset or file. */
+static mc_status_t disk_serve(void *arg, const mc_te_disk_req_t *req, void **buf_p)
+{
+    mc_store_disk_t *d = arg;
+    char path[MC_TE_DISK_PATH_MAX + 1];
+    void *buf;
+    mc_status_t st;
+
+    if ((req->path_len > MC_TE_DISK_PATH_MAX) || !record_known(d, req)) {
+        mc_set_error_detail("no such record in this disk tier");
+        return MC_OBJECT_NOT_FOUND;
+    }
+    memcpy(path, req->path, req->path_len);
+    path[req->path_len] = '\0';
+    buf                 = malloc((size_t)req->length);
+    if (buf == NULL) {
+        mc_set_error_detail("out of memory for a %" PRIu64 "-byte disk read", req->length);
+        return MC_INTERNAL_ERROR;
+    }
+    st = mc_store_disk_read(path, req->offset, (mc_str_t){req->key, req->key_len}, req->length,
+                            req->crc, buf);
+    if (st != MC_OK) {
+        free(buf);
+        return st;
+    }
+    *buf_p = buf;
     return MC_OK;
 }
 
@@ -568,7 +893,31 @@ static void disk_free(mc_store_disk_t *d)
     if (d->lock_fd >= 0)
         close(d->lock_fd); /* releases the flock */
     free(d->buf);
+    pthread_rwlock_destroy(&d->idx_lock);
     free(d);
+}
+
+/*
+ * MOONCAKE_OFFLOAD_USE_URING (upstream's fallback: MOONCAKE_USE_URING):
+ * unset, empty, 0 or false keep pwritev/preadv.  io_uring is not built into
+ * this library, so asking for it is refused rather than ignored.
+ */
+static mc_status_t check_uring_env(void)
+{
+    static const char *const names[] = {"MOONCAKE_OFFLOAD_USE_URING", "MOONCAKE_USE_URING"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = getenv(names[i]);
+        if (v == NULL)
+            continue;
+        if ((*v == '\0') || (strcmp(v, "0") == 0) || (strcasecmp(v, "false") == 0))
+            return MC_OK;
+        mc_set_error_detail("%s=\"%s\": io_uring is not built into this library; the disk "
+                            "tier uses pwritev/preadv (unset it or set it to 0)",
+                            names[i], v);
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
 }
 
 static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
@@ -584,6 +933,8 @@ static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
                             (dir != NULL) ? dir : "");
         return MC_INVALID_PARAMS;
     }
+    if (check_uring_env() != MC_OK)
+        return MC_INVALID_PARAMS;
     if ((stat(dir, &sb) != 0) || !S_ISDIR(sb.st_mode)) {
         mc_set_error_detail("ssd_offload_path %s is not an existing directory", dir);
         return MC_INVALID_PARAMS;
@@ -596,6 +947,7 @@ static mc_status_t disk_open(const char *dir, mc_store_disk_t **d_p)
     d->fd      = -1;
     d->lock_fd = -1;
     d->next_id = 1;
+    pthread_rwlock_init(&d->idx_lock, NULL);
     memcpy(d->dir, dir, len + 1);
     while ((len > 1) && (d->dir[len - 1] == '/'))
         d->dir[--len] = '\0';
@@ -690,6 +1042,7 @@ MC_API mc_status_t mc_store_offload_start(mc_store_h s, const char *dir)
             s->disk = NULL;
             disk_free(d);
         } else {
+            mc_te_disk_serve_set(s->te, disk_serve, d);
             mc_info("disk tier on in %s (buckets of %" PRIu64 " bytes / %" PRIu64
                     " keys, %" PRIu64 " bytes in all)",
                     d->dir, d->bucket_bytes_max, d->bucket_keys_max, d->total_max);
@@ -703,6 +1056,7 @@ void mc_store_disk_stop(mc_store_h s)
 {
     if (s->disk == NULL)
         return;
+    mc_te_disk_serve_set(s->te, NULL, NULL); /* waits for reads being served */
     mc_store_worker_stop(&s->offload);
     disk_free(s->disk);
     s->disk = NULL;

@@ -37,6 +37,17 @@ mc_status_t mc_store_disk_read_record(const char *path, uint64_t offset, mc_str_
 void mc_store_disk_record_header(uint8_t hdr[MC_STORE_DISK_HDR], mc_str_t key, uint64_t size,
                                  uint32_t crc);
 
+/*
+ * Read a disk replica (its @p path, holder @p segment, record @p offset,
+ * @p key, @p size value bytes, value @p crc as the master handed them out)
+ * into @p buf: from the file when this host can open it and the record
+ * checks out, else through the holder's engine (DISK_READ, docs/tiers.md
+ * §4).  MC_OBJECT_NOT_FOUND (detail set) when neither gives the bytes.
+ */
+mc_status_t mc_store_disk_fetch(mc_store_h s, const char *path, const char *segment,
+                                uint64_t offset, mc_str_t key, uint64_t size, uint32_t crc,
+                                void *buf);
+
 /* Queue @p key for the offloader after this client sealed a write of it;
  * nothing when the tier is off.  Never blocks on I/O.  Callers hold `life`. */
 void mc_store_disk_enqueue(mc_store_h s, mc_str_t key);

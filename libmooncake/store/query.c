@@ -217,16 +217,20 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     return MC_OK;
 }
 
-mc_status_t mc_store_query_disk_read(mc_store_query_h q, void *buf)
+/* An SSD record through mc_store_disk_fetch (the file, else its holder);
+ * a DFS record from the shared file, whose CRC the master does not hold. */
+mc_status_t mc_store_query_disk_read(mc_store_h s, mc_store_query_h q, void *buf)
 {
-    return mc_store_disk_read_record(q->disk_path, q->disk_offset,
-                                     mc_str_from_cstr(q->disk_key), q->size,
-                                     q->disk_dfs ? NULL : &q->disk_crc, buf);
+    if (q->disk_dfs)
+        return mc_store_disk_read_record(q->disk_path, q->disk_offset,
+                                         mc_str_from_cstr(q->disk_key), q->size, NULL, buf);
+    return mc_store_disk_fetch(s, q->disk_path, q->disk_segment, q->disk_offset,
+                               mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, buf);
 }
 
-static mc_status_t read_whole_disk(mc_store_query_h q);
+static mc_status_t read_whole_disk(mc_store_h s, mc_store_query_h q);
 
-mc_status_t mc_store_query_load_disk(mc_store_query_h q)
+mc_status_t mc_store_query_load_disk(mc_store_h s, mc_store_query_h q)
 {
     mc_status_t st;
 
@@ -236,7 +240,7 @@ mc_status_t mc_store_query_load_disk(mc_store_query_h q)
         mc_set_error_detail("query has no disk replica to read");
         return MC_INVALID_PARAMS;
     }
-    st = read_whole_disk(q);
+    st = read_whole_disk(s, q);
     if (st == MC_OK)
         q->copy = q->disk_bytes;
     return st;
@@ -244,7 +248,7 @@ mc_status_t mc_store_query_load_disk(mc_store_query_h q)
 
 /* The disk (or DFS) record of @p q into q->disk_bytes, once: a part of
  * it needs the whole record for its checksum. */
-static mc_status_t read_whole_disk(mc_store_query_h q)
+static mc_status_t read_whole_disk(mc_store_h s, mc_store_query_h q)
 {
     uint8_t *b;
     mc_status_t st;
@@ -257,7 +261,7 @@ static mc_status_t read_whole_disk(mc_store_query_h q)
                             (unsigned long long)q->size);
         return MC_INTERNAL_ERROR;
     }
-    st = mc_store_query_disk_read(q, b);
+    st = mc_store_query_disk_read(s, q, b);
     if (st != MC_OK) {
         free(b);
         return st;
@@ -503,8 +507,8 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
          * (one copy, as a read of the file would); a part needs the whole
          * record once, for its checksum */
         if ((offset == 0) && (len == q->size))
-            return mc_store_query_disk_read(q, buf);
-        st = mc_store_query_load_disk(q);
+            return mc_store_query_disk_read(s, q, buf);
+        st = mc_store_query_load_disk(s, q);
         if (st != MC_OK)
             return st;
     }
@@ -519,9 +523,9 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
         char detail[512];
         snprintf(detail, sizeof(detail), "%s", mc_last_error_detail());
         if ((offset == 0) && (len == q->size)) {
-            if (mc_store_query_disk_read(q, buf) == MC_OK)
+            if (mc_store_query_disk_read(s, q, buf) == MC_OK)
                 return MC_OK;
-        } else if (read_whole_disk(q) == MC_OK) {
+        } else if (read_whole_disk(s, q) == MC_OK) {
             memcpy(buf, q->disk_bytes + offset, len);
             return MC_OK;
         }

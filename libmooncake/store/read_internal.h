@@ -76,13 +76,14 @@ struct mc_store_query {
 };
 
 /* A disk-only query (n == 0, disk_path set): read its record into
- * disk_bytes and point copy at them; MC_OK at once when copy is set.  The
+ * disk_bytes (from the file, else through its holder: mc_store_disk_fetch)
+ * and point copy at them; MC_OK at once when copy is set.  The
  * caller owns the query (queries are not shared between threads). */
-mc_status_t mc_store_query_load_disk(mc_store_query_h q);
+mc_status_t mc_store_query_load_disk(mc_store_h s, mc_store_query_h q);
 
 /* Read the whole value of the disk (or DFS) replica of @p q into @p buf,
  * checked (disk.c); MC_OBJECT_NOT_FOUND on any mismatch. */
-mc_status_t mc_store_query_disk_read(mc_store_query_h q, void *buf);
+mc_status_t mc_store_query_disk_read(mc_store_h s, mc_store_query_h q, void *buf);
 
 /*
  * BATCH_GET_REPLICA_LIST for keys[0..n) (n <= MC_WIRE_MAX_LIST); the

@@ -334,9 +334,9 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
             if ((g == 1) && (q->copy == NULL) && (pieces[i].src_offset == 0) &&
                 (pieces[i].length == q->size)) {
                 /* the whole object into one buffer: no staging copy */
-                ostatus[o] = mc_store_query_disk_read(q, pieces[i].local);
+                ostatus[o] = mc_store_query_disk_read(s, q, pieces[i].local);
             } else {
-                ostatus[o] = mc_store_query_load_disk(q);
+                ostatus[o] = mc_store_query_load_disk(s, q);
                 for (size_t j = 0; (j < g) && (ostatus[o] == MC_OK); j++)
                     memcpy(pieces[i + j].local, q->copy + pieces[i + j].src_offset,
                            (size_t)pieces[i + j].length);

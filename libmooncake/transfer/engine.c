@@ -733,6 +733,76 @@ static mc_te_segment_t *segment_by_id(mc_te_t *te, mc_te_segment_id_t id)
     return s;
 }
 
+/* ---- disk reads (docs/tiers.md §4) ------------------------------------------- */
+
+void mc_te_disk_serve_set(mc_te_t *te, mc_te_disk_serve_func_t fn, void *arg)
+{
+    pthread_rwlock_wrlock(&te->disk_lock);
+    te->disk_fn  = fn;
+    te->disk_arg = arg;
+    pthread_rwlock_unlock(&te->disk_lock);
+}
+
+mc_status_t mc_te_disk_serve(mc_te_t *te, const mc_te_disk_req_t *req, void **buf_p)
+{
+    struct timespec dl;
+    mc_status_t st = MC_OBJECT_NOT_FOUND;
+    int admitted   = 1;
+
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += (te->cfg.io_timeout_s > 0) ? te->cfg.io_timeout_s : MC_TE_DEFAULT_IO_TIMEOUT_S;
+    pthread_mutex_lock(&te->disk_mu);
+    while (admitted && (te->disk_busy >= MC_TE_DISK_SERVE_MAX))
+        if (pthread_cond_timedwait(&te->disk_cond, &te->disk_mu, &dl) == ETIMEDOUT)
+            admitted = te->disk_busy < MC_TE_DISK_SERVE_MAX;
+    if (admitted)
+        te->disk_busy++;
+    pthread_mutex_unlock(&te->disk_mu);
+    if (!admitted) {
+        mc_set_error_detail("%u disk reads are being served already", MC_TE_DISK_SERVE_MAX);
+        return MC_NO_AVAILABLE_HANDLE;
+    }
+    pthread_rwlock_rdlock(&te->disk_lock);
+    if (te->disk_fn != NULL)
+        st = te->disk_fn(te->disk_arg, req, buf_p);
+    else
+        mc_set_error_detail("this client has no disk tier");
+    pthread_rwlock_unlock(&te->disk_lock);
+    pthread_mutex_lock(&te->disk_mu);
+    te->disk_busy--;
+    pthread_cond_signal(&te->disk_cond);
+    pthread_mutex_unlock(&te->disk_mu);
+    return st;
+}
+
+mc_status_t mc_te_disk_read(mc_te_t *te, const char *segment, const mc_te_disk_req_t *req,
+                            void *buf)
+{
+    mc_te_segment_id_t id;
+    mc_te_segment_t *seg;
+    void *vbuf = NULL;
+    mc_status_t st;
+
+    st = mc_te_segment_open(te, segment, &id);
+    if (st != MC_OK)
+        return st;
+    seg = segment_by_id(te, id);
+    if (seg == NULL)
+        return MC_INVALID_PARAMS;
+    if (!seg->is_self) {
+        if (seg->peer == NULL) {
+            mc_set_error_detail("segment %s has no transport peer", segment);
+            return MC_TRANSFER_FAIL;
+        }
+        return mc_te_tp_disk_read(te, seg->peer, req, buf);
+    }
+    st = mc_te_disk_serve(te, req, &vbuf);
+    if (st == MC_OK)
+        memcpy(buf, vbuf, (size_t)req->length);
+    free(vbuf);
+    return st;
+}
+
 MC_API mc_status_t mc_te_segment_open(mc_te_h te, const char *name, mc_te_segment_id_t *seg_p)
 {
     mc_te_segment_t *s;
@@ -1890,6 +1960,9 @@ static void engine_free(mc_te_t *te)
         region_free(te->regions[i]);
     free(te->regions);
     pthread_rwlock_destroy(&te->regions_lock);
+    pthread_rwlock_destroy(&te->disk_lock);
+    pthread_mutex_destroy(&te->disk_mu);
+    pthread_cond_destroy(&te->disk_cond);
     pthread_mutex_destroy(&te->region_mu);
     pthread_cond_destroy(&te->region_cond);
     pthread_mutex_destroy(&te->seg_lock);
@@ -1955,6 +2028,9 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
     memcpy(te->rdma_nics, nics, nnics * sizeof(*nics));
     te->rdma_nnics = nnics;
     pthread_rwlock_init(&te->regions_lock, NULL);
+    pthread_rwlock_init(&te->disk_lock, NULL);
+    pthread_mutex_init(&te->disk_mu, NULL);
+    pthread_cond_init(&te->disk_cond, NULL);
     pthread_mutex_init(&te->region_mu, NULL);
     pthread_cond_init(&te->region_cond, NULL);
     pthread_mutex_init(&te->seg_lock, NULL);

@@ -28,6 +28,7 @@
 #include "common/auth.h"
 #include "common/hashmap.h"
 #include "transfer/descriptor.h"
+#include "transfer/proto.h"
 #include "transfer/rdma/nic.h"
 #include "transfer/shm/shm.h"
 
@@ -124,11 +125,27 @@ typedef struct mc_te_transport_ops {
                      mc_status_t *statuses); /* optional */
     void (*xfer_spread)(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer_t *v,
                         size_t n, mc_status_t *statuses); /* optional */
+    mc_status_t (*disk_read)(void *priv, void *peer, const mc_te_disk_req_t *req,
+                             void *buf); /* optional */
     mc_status_t (*mem_reg)(void *priv, mc_te_region_t *r);     /* optional */
     void (*mem_dereg)(void *priv, mc_te_region_t *r);          /* optional */
     mc_status_t (*desc_fill)(void *priv, mc_te_desc_t *d,
                              mc_te_region_t *const *regions);  /* optional */
 } mc_te_transport_ops_t;
+
+/*
+ * The holder's side of DISK_READ: the store's disk tier installs it
+ * (mc_te_disk_serve_set).  It checks @p req against the records the tier
+ * wrote and still holds and, only for one of them, reads the value into
+ * a malloc'd buffer of req->length bytes (*buf_p, freed by the caller).
+ * MC_OBJECT_NOT_FOUND for anything it cannot vouch for.
+ */
+typedef mc_status_t (*mc_te_disk_serve_func_t)(void *arg, const mc_te_disk_req_t *req,
+                                               void **buf_p);
+
+/* Disk reads served at once by one engine (each holds a value buffer);
+ * more wait, up to the I/O timeout, then are answered as busy. */
+#define MC_TE_DISK_SERVE_MAX 16
 
 /* Segment states while it is being opened (see mc_te_segment_open). */
 typedef enum mc_te_seg_state {
@@ -196,6 +213,13 @@ struct mc_te {
     mc_te_shm_server_t *shm;   /* our same-host server, or NULL */
     uint64_t shm_ops;          /* atomic: requests moved by memcpy ... */
     uint64_t shm_bytes;        /* ... and their bytes (tests, debugging) */
+
+    pthread_rwlock_t disk_lock; /* held (read) while disk_fn runs */
+    mc_te_disk_serve_func_t disk_fn; /* the disk tier's server, or NULL */
+    void *disk_arg;
+    pthread_mutex_t disk_mu;    /* with disk_cond: the cap on served disk reads */
+    pthread_cond_t disk_cond;
+    unsigned disk_busy;
 
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_cond;  /* work queued or stopping */
@@ -295,6 +319,17 @@ static inline int mc_te_tp_xfer_spread(mc_te_t *te, void *peer, mc_te_op_t op,
     return 1;
 }
 
+/* Ask the peer for the value of one disk record (DISK_READ) into @p buf
+ * (req->length bytes).  MC_NOT_SUPPORTED when the transport has none. */
+static inline mc_status_t mc_te_tp_disk_read(mc_te_t *te, void *peer, const mc_te_disk_req_t *req,
+                                             void *buf)
+{
+    if ((te->tp_ops->size < offsetof(mc_te_transport_ops_t, disk_read) + sizeof(void *)) ||
+        (te->tp_ops->disk_read == NULL))
+        return MC_NOT_SUPPORTED;
+    return te->tp_ops->disk_read(te->tp, peer, req, buf);
+}
+
 /* Register region @p r (not yet linked) with the transport's devices, so
  * that it can be the local or the remote end of a one-sided operation;
  * r->tp_mr holds the result.  MC_OK for a transport without devices. */
@@ -326,6 +361,22 @@ static inline mc_status_t mc_te_tp_desc_fill(mc_te_t *te, mc_te_desc_t *d,
 }
 
 /* ---- engine services for transports and metadata ------------------------ */
+
+/*
+ * The disk tier of this process (docs/tiers.md §4): install (@p fn set) or
+ * remove (NULL) the function that serves DISK_READ.  Removing waits for
+ * the reads it is serving, so the tier may be freed when it returns.
+ */
+void mc_te_disk_serve_set(mc_te_t *te, mc_te_disk_serve_func_t fn, void *arg);
+/* Serve one DISK_READ (transports call it): at most MC_TE_DISK_SERVE_MAX
+ * at once.  *buf_p as for mc_te_disk_serve_func_t. */
+mc_status_t mc_te_disk_serve(mc_te_t *te, const mc_te_disk_req_t *req, void **buf_p);
+/* Read the value of a disk record held by the process behind segment
+ * @p segment into @p buf (req->length bytes): through the local tier when
+ * the segment is this engine's own, else with a DISK_READ to its engine.
+ * MC_OBJECT_NOT_FOUND when the holder does not vouch for it. */
+mc_status_t mc_te_disk_read(mc_te_t *te, const char *segment, const mc_te_disk_req_t *req,
+                            void *buf);
 
 /* Pin the region that wholly contains [addr, addr+len) and carries all of
  * @p need_flags.  Returns NULL when there is none.  len 0 is refused. */

@@ -43,7 +43,8 @@ typedef enum mc_te_opcode {
     MC_TE_OPC_WRITE    = 1, /**< client -> server: length payload bytes follow */
     MC_TE_OPC_DESCRIBE = 2, /**< server -> client: segment descriptor JSON */
     MC_TE_OPC_RDMA_CONNECT = 3, /**< both ways: RDMA queue-pair handshake records */
-    MC_TE_OPC_MAX_     = 3
+    MC_TE_OPC_DISK_READ = 4, /**< server -> client: one record of its disk tier */
+    MC_TE_OPC_MAX_     = 4
 } mc_te_opcode_t;
 
 /* Decoded request header. */
@@ -157,6 +158,84 @@ static inline int mc_te_resp_decode(const uint8_t in[MC_TE_RESP_HDR_SIZE], mc_te
     h->status = (int32_t)mc_load_le32(in + MC_TE_RESP_OFF_STATUS);
     h->length = mc_load_le64(in + MC_TE_RESP_OFF_LENGTH);
     return (h->status <= 0) ? 0 : -1;
+}
+
+/*
+ * DISK_READ (docs/protocol.md §5.19, docs/tiers.md §4): a reader on another
+ * host asks the holder of a disk replica for its value.  The request header
+ * carries the record's offset in addr and the value's length in length;
+ * an 8-byte prefix and then the key and the bucket file's path follow:
+ *
+ *   0  u32 value CRC32C (as the master handed it out)
+ *   4  u16 key length K (1..MC_TE_DISK_KEY_MAX)
+ *   6  u16 path length P (2..MC_TE_DISK_PATH_MAX, absolute, no NUL)
+ *   8  K key bytes, then P path bytes
+ *
+ * The answer is the usual response header: status 0 and exactly length
+ * value bytes, or a negative status (MC_OBJECT_NOT_FOUND for anything the
+ * holder cannot vouch for) and no payload.  A prefix or body that fails
+ * to decode closes the connection, like a malformed header.
+ */
+#define MC_TE_DISK_PREFIX_SIZE 8u
+#define MC_TE_DISK_KEY_MAX     4096u
+#define MC_TE_DISK_PATH_MAX    4095u
+
+typedef struct mc_te_disk_req {
+    uint64_t offset;  /* where the record starts in the bucket file */
+    uint64_t length;  /* value bytes */
+    uint32_t crc;     /* CRC32C of the value */
+    const char *key;  /* key_len bytes, not NUL-terminated */
+    size_t key_len;
+    const char *path; /* path_len bytes, not NUL-terminated */
+    size_t path_len;
+} mc_te_disk_req_t;
+
+static inline void mc_te_disk_prefix_encode(uint8_t out[MC_TE_DISK_PREFIX_SIZE], uint32_t crc,
+                                            uint16_t key_len, uint16_t path_len)
+{
+    mc_store_le32(out, crc);
+    mc_store_le16(out + 4, key_len);
+    mc_store_le16(out + 6, path_len);
+}
+
+/* Decode the prefix of a DISK_READ: 0 and the body length (key + path)
+ * in *body_len_p when the lengths are in range, -1 otherwise. */
+static inline int mc_te_disk_prefix_decode(const uint8_t in[MC_TE_DISK_PREFIX_SIZE],
+                                           size_t *body_len_p)
+{
+    uint16_t klen = mc_load_le16(in + 4), plen = mc_load_le16(in + 6);
+
+    if ((klen == 0) || (klen > MC_TE_DISK_KEY_MAX) || (plen < 2) || (plen > MC_TE_DISK_PATH_MAX))
+        return -1;
+    *body_len_p = (size_t)klen + plen;
+    return 0;
+}
+
+/* Decode a whole DISK_READ: its header @p h (already decoded, opcode
+ * DISK_READ), its prefix and its body of @p body_len bytes.  0 and *req
+ * (pointing into @p body) when well-formed: lengths as the prefix says, a
+ * non-zero value length, an absolute path without NUL bytes; -1 otherwise. */
+static inline int mc_te_disk_req_decode(const mc_te_req_hdr_t *h,
+                                        const uint8_t in[MC_TE_DISK_PREFIX_SIZE],
+                                        const uint8_t *body, size_t body_len,
+                                        mc_te_disk_req_t *req)
+{
+    size_t want;
+
+    if ((h->opcode != MC_TE_OPC_DISK_READ) || (h->length == 0) ||
+        (h->addr > (uint64_t)INT64_MAX) || (h->length > (uint64_t)INT64_MAX - h->addr) ||
+        (mc_te_disk_prefix_decode(in, &want) != 0) || (want != body_len))
+        return -1;
+    req->offset   = h->addr;
+    req->length   = h->length;
+    req->crc      = mc_load_le32(in);
+    req->key_len  = mc_load_le16(in + 4);
+    req->path_len = mc_load_le16(in + 6);
+    req->key      = (const char *)body;
+    req->path     = (const char *)body + req->key_len;
+    if ((req->path[0] != '/') || (memchr(req->path, '\0', req->path_len) != NULL))
+        return -1;
+    return 0;
 }
 
 #endif /* MC_TRANSFER_PROTO_H */

@@ -69,6 +69,9 @@ $cc $cflags $san -o "$work/fuzz_regex" "$src/tests/fuzz/fuzz_regex.c" \
 $cc $cflags $san -o "$work/fuzz_te_frame" "$src/tests/fuzz/fuzz_te_frame.c" \
     $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_te_disk" "$src/tests/fuzz/fuzz_te_disk.c" \
+    $common -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_http_meta" "$src/tests/fuzz/fuzz_http_meta.c" \
     "$src/mooncake-master/http.c" "$src/libmooncake/common/auth.c" $common -levent -lm -lpthread
 # shellcheck disable=SC2086
@@ -90,7 +93,7 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
-targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_http_meta fuzz_rdma_hs fuzz_auth"
+targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_te_disk fuzz_http_meta fuzz_rdma_hs fuzz_auth"
 for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_oplog_seeds" "$work/corpus-fuzz_oplog"
 "$work/write_rdma_seeds" "$work/corpus-fuzz_rdma_hs"
@@ -107,6 +110,12 @@ done
 printf 'MCTE\001\000\000\000\000\020\000\000\000\000\000\000\000\001\000\000\000\000\000\000\000\000\000\000\000\000\000\000' \
     > "$work/corpus-fuzz_te_frame/seed-read"
 printf 'MCTR\000\000\000\000\000\001\000\000\000\000\000\000' > "$work/corpus-fuzz_te_frame/seed-resp"
+# DISK_READ of key "k" in /t/1.bucket at 0, 16 bytes (docs/protocol.md §5.16), and one with a
+# relative path
+printf 'MCTE\001\004\000\000\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000D3"\021\001\000\013\000k/t/1.bucket' \
+    > "$work/corpus-fuzz_te_disk/seed-read"
+printf 'MCTE\001\004\000\000\000\020\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\002\000\004\000abt/..' \
+    > "$work/corpus-fuzz_te_disk/seed-relative"
 printf '\001PUT /metadata?key=mooncake%%2Fram%%2Fh%%3A1 HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}' \
     > "$work/corpus-fuzz_http_meta/seed-put"
 printf '\000GET /metadata?key=a HTTP/1.1\r\nHost: x\r\n\r\nDELETE /metadata?key=ab HTTP/1.1\r\nX-Mooncake-Owner-Token: owner\r\n\r\n' \

@@ -159,6 +159,18 @@ def handle(store, req):
         return {"rc": store.put_batch(req["keys"], [bytes.fromhex(h) for h in req["hexes"]])}
     if op == "get_batch":
         return {"hexes": [v.hex() for v in store.get_batch(req["keys"])]}
+    if op == "get_into_batch":
+        # batch_get_into of existing keys into pool blocks: each answer and
+        # the digest of what landed
+        import ctypes
+        keys, sizes = req["keys"], req["sizes"]
+        blocks = [store.alloc_from_mem_pool(n) for n in sizes]
+        ns = store.batch_get_into(keys, blocks, sizes)
+        digests = [hashlib.sha256(ctypes.string_at(b, n)).hexdigest()
+                   for b, n in zip(blocks, sizes)]
+        for b in blocks:
+            store._mem_pool_free(b)
+        return {"ns": ns, "sha256s": digests}
     if op == "batch_exist":
         return {"rcs": store.batch_is_exist(req["keys"])}
     if op == "tensor_put":

@@ -19,7 +19,10 @@
 #include <mooncake/store.h>
 
 #include "check_suites.h"
+#include "common/buf.h"
+#include "common/crc32c.h"
 #include "master_proc.h"
+#include "store/disk.h"
 
 static mc_test_master_t master;
 static mc_store_h store;
@@ -174,15 +177,119 @@ START_TEST(test_bad_directories)
 }
 END_TEST
 
+/*
+ * A reader that cannot read the file (MC_TEST_DISK_REMOTE_ONLY=1 plays
+ * another host) gets the bytes from the holder's engine with a DISK_READ:
+ * a second store in this process, with its own engine, so the request goes
+ * over TCP to the holder's data port.  Once the record is damaged, the
+ * holder's checks make it a miss for that reader too.
+ */
+START_TEST(test_disk_only_read_through_the_holder)
+{
+    enum { N = 70000 };
+    static uint8_t v[N], got[N];
+    char path[4096];
+    uint64_t off = 0, size = 0;
+    mc_store_params_t p;
+    mc_store_h reader = NULL;
+    int fd;
+
+    for (size_t i = 0; i < N; i++)
+        v[i] = (uint8_t)(i * 13u + 1u);
+    ck_assert_status_ok(mc_store_put(store, "rk", v, N, NULL));
+    wait_disk("rk", path, sizeof(path), &off);
+    make_disk_only("rk");
+    fill_params(&p, 0);
+    ck_assert_status_ok(mc_store_create(&reader));
+    ck_assert_status_ok(mc_store_setup(reader, &p));
+    ck_assert_int_eq(setenv("MC_TEST_DISK_REMOTE_ONLY", "1", 1), 0);
+    ck_assert_msg(mc_store_get(reader, "rk", got, sizeof(got), &size) == MC_OK,
+                  "the holder serves its record: %s", mc_last_error_detail());
+    ck_assert_uint_eq(size, N);
+    ck_assert_int_eq(memcmp(got, v, N), 0);
+    fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, "X", 1, (off_t)(off + 24 + 2 + 4000)), 1);
+    close(fd);
+    ck_assert_int_eq(mc_store_get(reader, "rk", got, sizeof(got), &size), MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(unsetenv("MC_TEST_DISK_REMOTE_ONLY"), 0);
+    mc_store_destroy(reader);
+}
+END_TEST
+
+/* Write one record (docs/tiers.md §3) of @p key and @p val as the whole of
+ * a new file @p path; the value's CRC32C. */
+static uint32_t write_record(const char *path, const char *key, const uint8_t *val, size_t len)
+{
+    uint8_t hdr[24];
+    size_t klen   = strlen(key);
+    uint32_t vcrc = mc_crc32c(0, val, len);
+    FILE *f;
+
+    mc_store_le32(hdr, 0x5244434Du);
+    mc_store_le16(hdr + 4, 1);
+    mc_store_le16(hdr + 6, (uint16_t)klen);
+    mc_store_le64(hdr + 8, len);
+    mc_store_le32(hdr + 16, vcrc);
+    mc_store_le32(hdr + 20, mc_crc32c(mc_crc32c(0, hdr, 20), key, klen));
+    f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(hdr, 1, sizeof(hdr), f), sizeof(hdr));
+    ck_assert_uint_eq(fwrite(key, 1, klen, f), klen);
+    ck_assert_uint_eq(fwrite(val, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+    return vcrc;
+}
+
+/*
+ * Bucket files stay open in a per-process cache.  A path deleted and
+ * written afresh (a new client on the same directory) must read the new
+ * file at once, within the cache's stat() interval: a record that fails
+ * its checks through a cached fd is read again through a fresh open.
+ */
+START_TEST(test_reused_path_reads_the_new_file)
+{
+    char tdir[64], path[96];
+    uint8_t a[1000], b[1000], out[1000];
+    uint32_t crc_a, crc_b;
+
+    snprintf(tdir, sizeof(tdir), "/tmp/mc-fdc-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tdir));
+    snprintf(path, sizeof(path), "%s/1.bucket", tdir);
+    memset(a, 'a', sizeof(a));
+    memset(b, 'b', sizeof(b));
+    crc_a = write_record(path, "old", a, sizeof(a));
+    ck_assert_status_ok(mc_store_disk_read(path, 0, mc_str_from_cstr("old"), sizeof(a), crc_a,
+                                           out));
+    ck_assert_mem_eq(out, a, sizeof(a));
+    ck_assert_int_eq(unlink(path), 0);
+    crc_b = write_record(path, "new", b, sizeof(b));
+    ck_assert_msg(mc_store_disk_read(path, 0, mc_str_from_cstr("new"), sizeof(b), crc_b, out) ==
+                      MC_OK,
+                  "the record of the new file reads although the old one was cached");
+    ck_assert_mem_eq(out, b, sizeof(b));
+    /* and the old record is gone with its file */
+    ck_assert_int_eq(mc_store_disk_read(path, 0, mc_str_from_cstr("old"), sizeof(a), crc_a, out),
+                     MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(rmdir(tdir), 0);
+}
+END_TEST
+
 Suite *mc_test_store_disk_suite(void)
 {
     Suite *s  = suite_create("store_disk");
     TCase *tc = tcase_create("disk");
+    TCase *rc = tcase_create("records");
+
+    tcase_add_test(rc, test_reused_path_reads_the_new_file);
+    suite_add_tcase(s, rc);
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_disk_only_get_and_damage);
     tcase_add_test(tc, test_bad_directories);
+    tcase_add_test(tc, test_disk_only_read_through_the_holder);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -468,6 +468,48 @@ void mc_tcp_hs_handler_set(void *tcp, mc_tcp_hs_func_t fn, void *arg)
 }
 
 /*
+ * Serve one DISK_READ (docs/tiers.md §4): the prefix and body follow the
+ * header; the engine's disk server checks the record against the tier's
+ * own and reads it.  A connection serves one request at a time, so it has
+ * at most one disk read in flight; the engine caps them all
+ * (MC_TE_DISK_SERVE_MAX).  Returns 0 to keep the connection, -1 to close.
+ */
+static int serve_disk_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
+{
+    uint8_t prefix[MC_TE_DISK_PREFIX_SIZE];
+    uint8_t body[MC_TE_DISK_KEY_MAX + MC_TE_DISK_PATH_MAX];
+    uint8_t resp[MC_TE_RESP_HDR_SIZE];
+    struct iovec iov[2];
+    mc_te_disk_req_t req;
+    size_t blen;
+    void *val = NULL;
+    mc_status_t st;
+    int rc;
+
+    if ((recv_exact(fd, prefix, sizeof(prefix), NULL) != 0) ||
+        (mc_te_disk_prefix_decode(prefix, &blen) != 0) ||
+        (recv_exact(fd, body, blen, NULL) != 0) ||
+        (mc_te_disk_req_decode(h, prefix, body, blen, &req) != 0)) {
+        mc_debug("closing data connection: malformed disk read");
+        return -1;
+    }
+    st = mc_te_disk_serve(tp->te, &req, &val);
+    if (st != MC_OK) {
+        mc_debug("refusing disk read of %.*s+%llu: %s", (int)req.path_len, req.path,
+                 (unsigned long long)req.offset, mc_last_error_detail());
+        return serve_send_resp(fd, st, 0);
+    }
+    mc_te_resp_encode(resp, MC_OK, req.length);
+    iov[0].iov_base = resp;
+    iov[0].iov_len  = sizeof(resp);
+    iov[1].iov_base = val;
+    iov[1].iov_len  = (size_t)req.length;
+    rc              = mc_writev_full(fd, iov, 2);
+    free(val);
+    return rc;
+}
+
+/*
  * A pipelining initiator (docs/transfer.md, "Pipelining") queues many READ
  * headers back to back.  Serving them one recv + one writev at a time
  * costs two system calls and a wake-up of the initiator per request, which
@@ -630,6 +672,9 @@ static void *conn_main(void *arg)
             break;
         case MC_TE_OPC_WRITE:
             rc = serve_write(tp, c->fd, &h);
+            break;
+        case MC_TE_OPC_DISK_READ:
+            rc = serve_disk_read(tp, c->fd, &h);
             break;
         case MC_TE_OPC_RDMA_CONNECT:
             rc = serve_rdma_connect(tp, c->fd, &h);
@@ -1177,6 +1222,8 @@ static mc_status_t remote_status(int32_t s)
     case MC_INVALID_PARAMS:
     case MC_NOT_SUPPORTED:
     case MC_INTERNAL_ERROR:
+    case MC_OBJECT_NOT_FOUND:    /* DISK_READ */
+    case MC_NO_AVAILABLE_HANDLE: /* DISK_READ: the holder is busy */
     case MC_DESERIALIZE_FAIL:
         return (mc_status_t)s;
     default:
@@ -1184,24 +1231,42 @@ static mc_status_t remote_status(int32_t s)
     }
 }
 
-/* Send one request (a WRITE with its payload).  Returns 0; or 1 when the
+/* What follows a request header besides a WRITE's payload: DISK_READ's
+ * prefix, key and path (docs/protocol.md §5.16); NULL for other requests. */
+typedef struct req_tail {
+    struct iovec v[3];
+} req_tail_t;
+
+/* 1 for the requests answered with exactly their length of bytes. */
+static int opcode_reads(uint8_t opcode)
+{
+    return (opcode == MC_TE_OPC_READ) || (opcode == MC_TE_OPC_DISK_READ);
+}
+
+/* Send one request (a WRITE with its payload, a DISK_READ with @p tail).
+ * Returns 0; or 1 when the
  * send failed but the answer may still be read (*send_errno_p set: the
  * target may have refused a write and closed, its answer still waiting in
  * our receive queue); or -1 when the send timed out (detail set). */
 static int lane_send(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local, uint64_t remote,
-                     uint64_t len, uint64_t gen, int *send_errno_p)
+                     uint64_t len, uint64_t gen, const req_tail_t *tail, int *send_errno_p)
 {
     uint8_t req[MC_TE_REQ_HDR_SIZE];
-    struct iovec iov[2];
+    struct iovec iov[5];
+    int n = 1;
 
     mc_te_req_encode_gen(req, opcode, remote, len, gen);
     iov[0].iov_base = req;
     iov[0].iov_len  = sizeof(req);
-    iov[1].iov_base = local;
-    iov[1].iov_len  = ((opcode == MC_TE_OPC_WRITE) || (opcode == MC_TE_OPC_RDMA_CONNECT))
-                          ? (size_t)len
-                          : 0;
-    if (mc_writev_full(fd, iov, (iov[1].iov_len > 0) ? 2 : 1) == 0)
+    if ((opcode == MC_TE_OPC_WRITE) || (opcode == MC_TE_OPC_RDMA_CONNECT)) {
+        iov[1].iov_base = local;
+        iov[1].iov_len  = (size_t)len;
+        n               = (len > 0) ? 2 : 1;
+    } else if (tail != NULL) {
+        memcpy(&iov[1], tail->v, sizeof(tail->v));
+        n = 4;
+    }
+    if (mc_writev_full(fd, iov, n) == 0)
         return 0;
     *send_errno_p = errno;
     if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
@@ -1235,7 +1300,8 @@ static mc_status_t answer_check(mc_tcp_peer_t *pe, const uint8_t *rb, size_t got
         }
         mc_set_error_detail("%s:%u refused the %s of [0x%llx, +%llu): %s", pe->host,
                             (unsigned)pe->port,
-                            (opcode == MC_TE_OPC_READ)           ? "read"
+                            (opcode == MC_TE_OPC_DISK_READ)      ? "disk read"
+                            : (opcode == MC_TE_OPC_READ)         ? "read"
                             : (opcode == MC_TE_OPC_WRITE)        ? "write"
                             : (opcode == MC_TE_OPC_RDMA_CONNECT) ? "rdma handshake"
                                                                  : "describe",
@@ -1251,7 +1317,7 @@ static mc_status_t answer_check(mc_tcp_peer_t *pe, const uint8_t *rb, size_t got
                             strerror(send_errno));
         return MC_TRANSFER_FAIL;
     }
-    if ((opcode == MC_TE_OPC_READ) && (resp->length != len)) {
+    if (opcode_reads(opcode) && (resp->length != len)) {
         mc_set_error_detail("%s:%u answered %llu bytes for a read of %llu", pe->host,
                             (unsigned)pe->port, (unsigned long long)resp->length,
                             (unsigned long long)len);
@@ -1275,8 +1341,8 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
     *stale_p = 0;
     *keep_p  = 0;
     /* A READ's payload may arrive with its header: take both in one receive. */
-    if (recv_head(fd, rb, (opcode == MC_TE_OPC_READ) ? local : NULL,
-                  (opcode == MC_TE_OPC_READ) ? (size_t)len : 0, &got) != 0) {
+    if (recv_head(fd, rb, opcode_reads(opcode) ? local : NULL,
+                  opcode_reads(opcode) ? (size_t)len : 0, &got) != 0) {
         *stale_p = (got == 0) && (errno != EAGAIN) && (errno != EWOULDBLOCK);
         mc_set_error_detail("%s %s:%u failed: %s",
                             send_failed ? "sending to" : "receiving the answer from", pe->host,
@@ -1288,6 +1354,7 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
         return st;
     switch (opcode) {
     case MC_TE_OPC_READ:
+    case MC_TE_OPC_DISK_READ:
         if (recv_exact(fd, (uint8_t *)local + (got - sizeof(rb)), (size_t)len - (got - sizeof(rb)),
                        NULL) != 0) {
             mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
@@ -1341,10 +1408,12 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
  * is returned in *payload_p (malloc'd, NUL-terminated).
  */
 static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local,
-                                uint64_t remote, uint64_t len, uint64_t gen, char **payload_p,
-                                size_t *payload_len_p, int *stale_p, int *keep_p)
+                                uint64_t remote, uint64_t len, uint64_t gen,
+                                const req_tail_t *tail, char **payload_p, size_t *payload_len_p,
+                                int *stale_p, int *keep_p)
 {
-    int send_errno = 0, sent = lane_send(pe, fd, opcode, local, remote, len, gen, &send_errno);
+    int send_errno = 0,
+        sent       = lane_send(pe, fd, opcode, local, remote, len, gen, tail, &send_errno);
 
     if (sent < 0) {
         *stale_p = 0;
@@ -1358,8 +1427,8 @@ static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void 
 /* Run one request on a pooled lane, retrying once on a fresh connection
  * when a reused one turns out to be dead. */
 static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, uint64_t remote,
-                                uint64_t len, uint64_t gen, char **payload_p,
-                                size_t *payload_len_p)
+                                uint64_t len, uint64_t gen, const req_tail_t *tail,
+                                char **payload_p, size_t *payload_len_p)
 {
     unsigned lane = lane_get(pe);
     mc_status_t st = MC_TRANSFER_FAIL;
@@ -1371,7 +1440,7 @@ static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, 
             if (st != MC_OK)
                 break;
         }
-        st = lane_request(pe, pe->fds[lane], opcode, local, remote, len, gen, payload_p,
+        st = lane_request(pe, pe->fds[lane], opcode, local, remote, len, gen, tail, payload_p,
                           payload_len_p, &stale, &keep);
         if (!keep)
             lane_drop(pe, lane);
@@ -1563,7 +1632,7 @@ static void tcp_xfer_spread(void *priv, void *peer, mc_te_op_t op, const mc_te_x
             }
         }
         sent[j] = lane_send(pe, pe->fds[lanes[j]], opcode, v[j].local, v[j].remote, v[j].len,
-                            v[j].gen, &serr[j]);
+                            v[j].gen, NULL, &serr[j]);
         if (sent[j] < 0) {
             st[j] = MC_TRANSFER_FAIL;
             lane_drop(pe, lanes[j]);
@@ -1591,7 +1660,7 @@ static void tcp_xfer_spread(void *priv, void *peer, mc_te_op_t op, const mc_te_x
                 mc_debug("pooled connection to %s:%u was closed by the peer; reconnecting",
                          pe->host, (unsigned)pe->port);
             st[j] = peer_request(pe, opcode, v[j].local, v[j].remote, v[j].len, v[j].gen, NULL,
-                                 NULL);
+                                 NULL, NULL);
         }
     }
 }
@@ -1951,13 +2020,39 @@ static void tcp_xfer_run(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer
     lane_put(pe, lane);
 }
 
+/* DISK_READ on a pooled lane (peer_request: retried once on a fresh
+ * connection when a reused one turns out dead; the request only reads),
+ * answered like a READ: exactly req->length bytes, or an error status. */
+static mc_status_t tcp_disk_read(void *priv, void *peer, const mc_te_disk_req_t *req, void *buf)
+{
+    uint8_t prefix[MC_TE_DISK_PREFIX_SIZE];
+    req_tail_t tail;
+
+    (void)priv;
+    if ((req->key_len == 0) || (req->key_len > MC_TE_DISK_KEY_MAX) || (req->path_len < 2) ||
+        (req->path_len > MC_TE_DISK_PATH_MAX) || (req->length == 0) ||
+        (req->length > (uint64_t)SIZE_MAX)) {
+        mc_set_error_detail("disk read request out of range");
+        return MC_INVALID_PARAMS;
+    }
+    mc_te_disk_prefix_encode(prefix, req->crc, (uint16_t)req->key_len, (uint16_t)req->path_len);
+    tail.v[0].iov_base = prefix;
+    tail.v[0].iov_len  = sizeof(prefix);
+    tail.v[1].iov_base = (void *)req->key;
+    tail.v[1].iov_len  = req->key_len;
+    tail.v[2].iov_base = (void *)req->path;
+    tail.v[2].iov_len  = req->path_len;
+    return peer_request(peer, MC_TE_OPC_DISK_READ, buf, req->offset, req->length, 0, &tail, NULL,
+                        NULL);
+}
+
 static mc_status_t tcp_describe(void *priv, void *peer, char **json_p, size_t *len_p)
 {
     size_t len = 0;
     char *json = NULL;
     mc_status_t st;
     (void)priv;
-    st = peer_request(peer, MC_TE_OPC_DESCRIBE, NULL, 0, 0, 0, &json, &len);
+    st = peer_request(peer, MC_TE_OPC_DESCRIBE, NULL, 0, 0, 0, NULL, &json, &len);
     if (st != MC_OK)
         return st;
     *json_p = json;
@@ -1975,7 +2070,7 @@ static mc_status_t tcp_xfer(void *priv, void *peer, mc_te_op_t op, void *local, 
         return MC_INVALID_PARAMS;
     }
     return peer_request(peer, (op == MC_TE_READ) ? MC_TE_OPC_READ : MC_TE_OPC_WRITE, local,
-                        remote, len, (op == MC_TE_READ) ? gen : 0, NULL, NULL);
+                        remote, len, (op == MC_TE_READ) ? gen : 0, NULL, NULL, NULL);
 }
 
 const char *mc_tcp_peer_host(const void *peer)
@@ -1999,7 +2094,7 @@ mc_status_t mc_tcp_hs_call(void *peer, uint64_t conn_id, const uint8_t *req, siz
         mc_set_error_detail("rdma handshake record of %zu bytes (1..%u)", len, MC_TE_HS_MAX);
         return MC_INVALID_PARAMS;
     }
-    st = peer_request(peer, MC_TE_OPC_RDMA_CONNECT, (void *)(uintptr_t)req, conn_id, len, 0,
+    st = peer_request(peer, MC_TE_OPC_RDMA_CONNECT, (void *)(uintptr_t)req, conn_id, len, 0, NULL,
                       &resp, &rlen);
     if (st != MC_OK)
         return st;
@@ -2019,4 +2114,5 @@ const mc_te_transport_ops_t mc_tcp_transport_ops = {
     .xfer       = tcp_xfer,
     .xfer_run   = tcp_xfer_run,
     .xfer_spread = tcp_xfer_spread,
+    .disk_read  = tcp_disk_read,
 };
