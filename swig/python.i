@@ -2124,6 +2124,13 @@ static PyObject *mooncake_py_tensor_capsule(PyObject *owner, void *base,
     }
     b->m.t.data = (char *)base + m->data_offset;
     b->m.t.device_type = 1;
+    if (owner == NULL) { /* the caller's memory: a CUDA buffer stays on its device */
+        int managed = 0, dev = mc_cuda_pointer_device(base, &managed);
+        if (dev >= 0) {
+            b->m.t.device_type = managed ? 13 : 2; /* kDLCUDAManaged, kDLCUDA */
+            b->m.t.device_id = dev;
+        }
+    }
     b->m.t.ndim = m->ndim;
     b->m.t.code = dl[m->dtype].code;
     b->m.t.bits = dl[m->dtype].bits;
@@ -2148,6 +2155,9 @@ static PyObject *mooncake_py_tensor_result(PyObject *owner, void *base, int64_t 
         PyObject *cap = mooncake_py_tensor_capsule(owner, base, m);
         if ((cap != NULL) || PyErr_Occurred())
             return cap;
+        /* the record is read from memory by the CPU: never device memory */
+        if ((owner == NULL) && (mc_cuda_pointer_device(base, NULL) >= 0))
+            result = MC_NOT_SUPPORTED;
     }
     return mooncake_py_tensor_rec(result, m);
 }

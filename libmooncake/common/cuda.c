@@ -96,7 +96,7 @@ const char *mc_cuda_unavailable_reason(void)
     return (mc_cuda_get() == NULL) ? cuda_reason : "";
 }
 
-int mc_cuda_is_device_ptr(const void *ptr)
+int mc_cuda_ptr_type(const void *ptr, int *device_p)
 {
     const mc_cuda_t *c = mc_cuda_get();
     mc_cuda_ptr_attr_t a;
@@ -107,7 +107,16 @@ int mc_cuda_is_device_ptr(const void *ptr)
         c->get_last_error(); /* clear: plain host memory can report an error */
         return 0;
     }
-    return (a.type == MC_CUDA_MEMORY_DEVICE) || (a.type == 3);
+    if ((a.type != MC_CUDA_MEMORY_DEVICE) && (a.type != 3))
+        return 0;
+    if (device_p != NULL)
+        *device_p = a.device;
+    return a.type;
+}
+
+int mc_cuda_is_device_ptr(const void *ptr)
+{
+    return mc_cuda_ptr_type(ptr, NULL) != 0;
 }
 
 mc_status_t mc_cuda_copy(void *dst, const void *src, size_t len)

@@ -48,6 +48,10 @@ const char *mc_cuda_unavailable_reason(void);
 /* 1 when @p ptr is CUDA device (or managed) memory; 0 without a runtime. */
 int mc_cuda_is_device_ptr(const void *ptr);
 
+/* The device of CUDA device (type 2) or managed (type 3) memory @p ptr in
+ * *device_p; returns that type, or 0 for anything else (no runtime). */
+int mc_cuda_ptr_type(const void *ptr, int *device_p);
+
 /* Copy len bytes between host and device memory (cudaMemcpyDefault) and
  * wait for it.  MC_INTERNAL_ERROR with a detail on failure. */
 mc_status_t mc_cuda_copy(void *dst, const void *src, size_t len);

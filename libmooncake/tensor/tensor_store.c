@@ -468,6 +468,16 @@ static int64_t decode_read(const void *buf, int64_t got, mc_tensor_meta_t *meta)
     return got;
 }
 
+MC_API int mc_cuda_pointer_device(const void *ptr, int *managed_p)
+{
+    int device = -1;
+    int type   = mc_cuda_ptr_type(ptr, &device);
+
+    if (managed_p != NULL)
+        *managed_p = (type == 3);
+    return (type != 0) ? device : -1;
+}
+
 MC_API int64_t mc_tensor_get_into(mc_store_h store, const char *key, void *buf, size_t cap,
                                   mc_tensor_meta_t *meta)
 {
@@ -479,10 +489,25 @@ MC_API int64_t mc_tensor_get_into(mc_store_h store, const char *key, void *buf, 
         return MC_INVALID_PARAMS;
     }
     if (mc_cuda_is_device_ptr(buf)) {
-        /* the header would be decoded from device memory (docs/cuda.md) */
-        mc_set_error_detail("tensor get_into of CUDA device memory is not supported in this "
-                            "release");
-        return MC_INVALID_PARAMS;
+        /* staged through host memory by mc_store_get_into (docs/cuda.md);
+         * the header is decoded from a host copy of it */
+        unsigned char hdr[MC_TENSOR_HEADER_SIZE];
+        mc_status_t st;
+        got = mc_store_get_into(store, key, buf, cap);
+        if (got < 0)
+            return got;
+        if ((uint64_t)got < sizeof(hdr)) {
+            mc_set_error_detail("object %s (%lld bytes) is not a tensor object", key,
+                                (long long)got);
+            return MC_INVALID_PARAMS;
+        }
+        st = mc_cuda_copy(hdr, buf, sizeof(hdr));
+        if (st != MC_OK)
+            return st;
+        if (mc_tensor_header_decode(hdr, (uint64_t)got, &m) != MC_OK)
+            return MC_INVALID_PARAMS;
+        *meta = m;
+        return got;
     }
     got = decode_read(buf, mc_store_get_into(store, key, buf, cap), &m);
     if (got >= 0)

@@ -51,6 +51,17 @@ def main():
     check("get_into(device) too small", s.get_into("gpu-k1", dst.data_ptr(), 1000) < 0)
     check("batch_get_into(device) refused",
           s.batch_get_into(["gpu-k1"], [dst.data_ptr()], [16 * MiB])[0] < 0)
+
+    # get_tensor_into on a CUDA buffer: filled in place, the tensor stays on the GPU
+    t = torch.randn(256, 1024, device="cuda")
+    check("put_tensor(cuda)", s.put_tensor("gpu-t", t) == 0)
+    out = s.get_tensor_into("gpu-t", dst.data_ptr(), 16 * MiB)
+    torch.cuda.synchronize()
+    check("get_tensor_into(cuda) on the device", out is not None and out.is_cuda,
+          f"({None if out is None else out.device})")
+    check("get_tensor_into(cuda) views the buffer",
+          dst.data_ptr() < out.data_ptr() < dst.data_ptr() + 16 * MiB)
+    check("get_tensor_into(cuda) values", torch.equal(out, t))
     check("unregister", s.unregister_buffer(src.data_ptr()) == 0 and
           s.unregister_buffer(dst.data_ptr()) == 0)
     check("close", s.close() == 0)

@@ -178,3 +178,46 @@ def test_default_runtime_lookup(master):
     else:
         assert len(warns) <= 1, r.stderr
         assert not warns or "sees no GPU" in warns[0], r.stderr
+
+
+FAKE_TENSOR_INTO = PRELUDE + """
+    import torch
+    lib = ctypes.CDLL(os.environ["MC_CUDART_PATH"])
+    lib.fake_cuda_malloc.restype = ctypes.c_void_p
+    lib.fake_cuda_malloc.argtypes = [ctypes.c_size_t]
+    lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype = ctypes.c_void_p
+    get_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+    t = torch.arange(3000, dtype=torch.float32).reshape(30, 100)
+    assert s.put_tensor("ct", t) == 0
+    raw = s.get("ct")                                  # header + data, as stored
+    dev = lib.fake_cuda_malloc(MiB)
+    # not registered: refused before a byte of the device is touched
+    assert s._store.tensor_get_into(["ct"], [dev], [MiB])[0][0] < 0
+    assert s.register_buffer(dev, MiB) == 0
+    (cap,) = s._store.tensor_get_into(["ct"], [dev], [MiB])
+    # a DLPack capsule of the tensor on CUDA device 0, viewing the buffer
+    m = get_ptr(cap, b"dltensor")
+    assert ctypes.c_void_p.from_address(m).value == dev + len(raw) - t.numel() * 4
+    assert tuple((ctypes.c_int32 * 3).from_address(m + 8)) == (2, 0, 2), \\
+        tuple((ctypes.c_int32 * 3).from_address(m + 8))   # kDLCUDA, device 0, 2 dims
+    back = ctypes.create_string_buffer(len(raw))
+    assert lib.cudaMemcpy(back, dev, len(raw), 4) == 0
+    assert back.raw == raw                            # staged through host memory
+    assert s._store.tensor_get_into(["missing"], [dev], [MiB])[0][0] < 0
+    assert s._store.tensor_get_into(["ct"], [dev], [100])[0][0] < 0   # too small
+    # a bool tensor has no DLPack form: its record must not be read from the device
+    assert s.put_tensor("cb", torch.ones(7, dtype=torch.bool)) == 0
+    assert s._store.tensor_get_into(["cb"], [dev], [MiB])[0][0] == -1012
+    del cap
+    assert s.unregister_buffer(dev) == 0
+    assert s.close() == 0
+    print("OK")
+"""
+
+
+def test_fake_gpu_tensor_get_into_device_buffer(master, fake_cudart):
+    r = run_child(FAKE_TENSOR_INTO, {"T_MASTER": master.addr, "MC_CUDART_PATH": fake_cudart})
+    assert r.returncode == 0 and "OK" in r.stdout, (r.returncode, r.stdout, r.stderr)

@@ -305,6 +305,9 @@ MC_API mc_status_t mc_tensor_put_from_batch(mc_store_h store, const char *const 
  *        header.
  *
  * The tensor's data is then at (char *)@p buf + meta->data_offset.
+ * @p buf may be CUDA device memory registered with mc_store_register_buffer()
+ * (docs/cuda.md): the object is staged through host memory as
+ * mc_store_get_into() does and its header is copied back to decode it.
  * @param [out] meta  Written on success only.
  * @return The object's size, or a negative status: MC_OBJECT_NOT_FOUND,
  *         MC_INVALID_PARAMS (buffer not registered or smaller than the
@@ -312,6 +315,18 @@ MC_API mc_status_t mc_tensor_put_from_batch(mc_store_h store, const char *const 
  *         then holds its bytes), ...
  * @since 0.2
  */
+/**
+ * @brief The CUDA device that holds @p ptr.
+ *
+ * Asks cudaPointerGetAttributes() of the CUDA runtime the library loads at
+ * run time (docs/cuda.md); builds without CUDA, processes without a
+ * runtime or a GPU, and host memory all answer -1.
+ * @param [out] managed_p  (may be NULL) set to 1 for managed memory, else 0.
+ * @return The device ordinal (>= 0) for device or managed memory, else -1.
+ * @since 0.2
+ */
+MC_API int mc_cuda_pointer_device(const void *ptr, int *managed_p);
+
 MC_API int64_t mc_tensor_get_into(mc_store_h store, const char *key, void *buf, size_t cap,
                                   mc_tensor_meta_t *meta);
 
