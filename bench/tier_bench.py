@@ -150,6 +150,15 @@ def main():
 
         def clear():
             left.difference_update(s.batch_replica_clear(sorted(left), seg))
+            if left:
+                # eviction may have freed the memory of some already (their
+                # disk copy kept): nothing left to clear there.  Every read,
+                # this check included, grants a 50 ms lease that refuses the
+                # clear, so each step waits it out.
+                time.sleep(0.06)
+                left.difference_update([k for k in list(left) if not any(
+                    r.is_memory_replica() for r in s.get_replica_desc(k))])
+                time.sleep(0.06)
             return not left
 
         wait(clear, 30, "the memory replicas to be cleared")
