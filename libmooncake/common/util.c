@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/util.h"
 
 uint64_t mc_now_ns(void)
@@ -352,14 +354,14 @@ int mc_parse_host_port(const char *s, char *host, size_t host_cap, uint16_t *por
     return 0;
 }
 
-int mc_read_full(int fd, void *buf, size_t len)
+ssize_t mc_read_atleast(int fd, void *buf, size_t want, size_t cap)
 {
     uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = recv(fd, p, len, 0);
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n = recv(fd, p + got, cap - got, 0);
         if (n > 0) {
-            p += n;
-            len -= (size_t)n;
+            got += (size_t)n;
         } else if (n == 0) {
             errno = ECONNRESET;
             return -1;
@@ -367,7 +369,79 @@ int mc_read_full(int fd, void *buf, size_t len)
             return -1;
         }
     }
+    return (ssize_t)got;
+}
+
+int mc_read_full(int fd, void *buf, size_t len)
+{
+    return (mc_read_atleast(fd, buf, len, len) < 0) ? -1 : 0;
+}
+
+static __thread unsigned spin_misses, spin_skip;
+
+int mc_spin_readable(int fd, unsigned spin_us)
+{
+    uint64_t deadline;
+    char c;
+
+    if (spin_us == 0)
+        return 0;
+    if (spin_skip > 0) {
+        spin_skip--;
+        return 0;
+    }
+    deadline = mc_now_ns() + (uint64_t)spin_us * 1000u;
+    do {
+        ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if ((r >= 0) || ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR))) {
+            spin_misses = 0;
+            return 1;
+        }
+        sched_yield();
+    } while (mc_now_ns() < deadline);
+    if (++spin_misses >= MC_SPIN_MISSES) {
+        spin_misses = 0;
+        spin_skip   = MC_SPIN_SKIP;
+    }
     return 0;
+}
+
+/* UINT32_MAX: not read yet; UINT32_MAX - 1: MC_TE_BUSY_POLL_US is bad. */
+static unsigned busy_poll_cached = UINT32_MAX;
+
+static unsigned busy_poll_resolve(void)
+{
+    unsigned v = __atomic_load_n(&busy_poll_cached, __ATOMIC_RELAXED);
+    if (v == UINT32_MAX) {
+        const char *e = getenv("MC_TE_BUSY_POLL_US");
+        uint64_t x;
+        if ((e != NULL) && (*e != '\0')) {
+            v = ((mc_parse_u64(e, &x) == 0) && (x <= MC_BUSY_POLL_MAX_US)) ? (unsigned)x
+                                                                           : UINT32_MAX - 1;
+        } else {
+            cpu_set_t cpus;
+            v = ((sched_getaffinity(0, sizeof(cpus), &cpus) == 0) && (CPU_COUNT(&cpus) >= 2))
+                    ? MC_BUSY_POLL_DEFAULT_US
+                    : 0;
+        }
+        __atomic_store_n(&busy_poll_cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+unsigned mc_busy_poll_us(void)
+{
+    unsigned v = busy_poll_resolve();
+    return (v == UINT32_MAX - 1) ? 0 : v;
+}
+
+int mc_busy_poll_check(void)
+{
+    if (busy_poll_resolve() != UINT32_MAX - 1)
+        return 0;
+    mc_set_error_detail("MC_TE_BUSY_POLL_US=\"%s\": expected microseconds in [0, %u]",
+                        getenv("MC_TE_BUSY_POLL_US"), MC_BUSY_POLL_MAX_US);
+    return -1;
 }
 
 int mc_write_full(int fd, const void *buf, size_t len)

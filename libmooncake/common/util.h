@@ -68,8 +68,38 @@ int mc_parse_host_port(const char *s, char *host, size_t host_cap, uint16_t *por
 /* Blocking I/O on sockets that loops over short transfers and EINTR.
  * Return 0, or -1 with errno set (ECONNRESET for a peer that closed). */
 int mc_read_full(int fd, void *buf, size_t len);
+/* Receive into buf[0, cap) until at least @p want (<= cap) bytes came,
+ * taking whatever else has arrived too: the count, or -1 with errno. */
+ssize_t mc_read_atleast(int fd, void *buf, size_t want, size_t cap);
 int mc_write_full(int fd, const void *buf, size_t len);
 int mc_writev_full(int fd, struct iovec *iov, int iovcnt);
+
+/*
+ * Busy polling: wait up to @p spin_us for @p fd to become readable by
+ * polling it (a non-blocking peek, yielding the CPU between polls) instead
+ * of sleeping in the kernel, so an answer that comes back within the
+ * window costs no wake-up.  Returns 1 when something (or an error, or the
+ * peer's close) is waiting, 0 when the window passed or was skipped; the
+ * caller's blocking receive follows either way.  Per thread, a window that
+ * expires MC_SPIN_MISSES times in a row is skipped for the next
+ * MC_SPIN_SKIP waits: on a machine too busy for the answer to come back
+ * while we spin, spinning only takes the CPU from whoever would send it.
+ */
+#define MC_SPIN_MISSES 8u
+#define MC_SPIN_SKIP   256u
+int mc_spin_readable(int fd, unsigned spin_us);
+/*
+ * The busy-poll window of the data path and the master RPC client:
+ * MC_TE_BUSY_POLL_US when set (0..10000; 0 turns polling off), otherwise
+ * 50 µs when this process may run on two CPUs or more and 0 on one (a
+ * poller there only delays the thread it waits for).  Read once; a bad
+ * value is refused by mc_busy_poll_check().
+ */
+#define MC_BUSY_POLL_DEFAULT_US 50u
+#define MC_BUSY_POLL_MAX_US     10000u
+unsigned mc_busy_poll_us(void);
+/* 0, or -1 with the error detail naming MC_TE_BUSY_POLL_US and its value. */
+int mc_busy_poll_check(void);
 
 /* TCP connect with a timeout (ms); returns fd, or -1 with errno saying why
  * (ECONNREFUSED, ETIMEDOUT, EHOSTUNREACH for an unresolvable host...). */

@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +41,7 @@
 #define DUMMY_SETUP_TIMEOUT_MS 5000
 #define DUMMY_CALL_TIMEOUT_MS 60000
 /* How long either end polls for the other's next frame before it sleeps
- * (mc_dummy_spin_readable); MC_DUMMY_SPIN_US overrides, 0 turns it off. */
+ * (mc_spin_readable); MC_DUMMY_SPIN_US overrides, 0 turns it off. */
 #define DUMMY_SPIN_US 200
 
 typedef struct pool_block {
@@ -157,29 +156,11 @@ int mc_dummy_recv_all(int fd, void *buf, size_t len)
 }
 
 /*
- * Poll @p fd without sleeping for up to @p spin_us: both ends of a dummy
- * connection answer within tens of microseconds, and a thread that sleeps
- * in recv() pays a scheduler wake-up (measured 15-40 us each way on a
- * loaded 2-vCPU host) that a short busy poll avoids.  Returns when a byte
- * (or the end of the stream, or an error) is there to read, or when the
- * spin is over; the caller then does its ordinary blocking recv.
+ * The busy-poll window of both ends of a dummy connection: they answer
+ * within tens of microseconds, and a thread that sleeps in recv() pays a
+ * scheduler wake-up (measured 15-40 us each way on a loaded 2-vCPU host)
+ * that a short busy poll (mc_spin_readable) avoids.
  */
-void mc_dummy_spin_readable(int fd, unsigned spin_us)
-{
-    uint64_t deadline;
-    char c;
-
-    if (spin_us == 0)
-        return;
-    deadline = mc_now_ns() + (uint64_t)spin_us * 1000u;
-    do {
-        ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if ((r >= 0) || ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)))
-            return;
-        sched_yield();
-    } while (mc_now_ns() < deadline);
-}
-
 unsigned mc_dummy_spin_us(void)
 {
     static unsigned cached = UINT32_MAX;
@@ -356,7 +337,7 @@ static mc_status_t do_call_fd(mc_dummy_t *d, unsigned op, unsigned hflags,
         return MC_OK;
     /* the answer to a well-formed request is always the header and nres
      * results: read both at once */
-    mc_dummy_spin_readable(d->fd, mc_dummy_spin_us());
+    (void)mc_spin_readable(d->fd, mc_dummy_spin_us());
     if (mc_dummy_recv_all(d->fd, d->scratch, sizeof(h) + nres * sizeof(*results)) != 0)
         goto dead;
     memcpy(&h, d->scratch, sizeof(h));

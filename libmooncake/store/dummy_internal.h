@@ -113,9 +113,8 @@ int mc_dummy_send_all(int fd, const void *buf, size_t len);
 int mc_dummy_recv_all(int fd, void *buf, size_t len);
 /* Both buffers, in one system call when the socket takes them at once. */
 int mc_dummy_send2(int fd, const void *a, size_t alen, const void *b, size_t blen);
-/* Busy-poll @p fd for up to @p spin_us before a blocking read (see
- * dummy_client.c); mc_dummy_spin_us() is MC_DUMMY_SPIN_US or the default. */
-void mc_dummy_spin_readable(int fd, unsigned spin_us);
+/* The busy-poll window (mc_spin_readable) before a blocking read of a
+ * dummy answer or request: MC_DUMMY_SPIN_US or the default. */
 unsigned mc_dummy_spin_us(void);
 
 /* ---- request decoding (dummy_decode.c; fuzzed by tests/fuzz/fuzz_dummy.c) ---- */

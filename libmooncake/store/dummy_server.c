@@ -1144,7 +1144,7 @@ static int serve_one(session_t *ss)
     size_t nres;
     int rc = -1;
 
-    mc_dummy_spin_readable(ss->fd, mc_dummy_spin_us());
+    (void)mc_spin_readable(ss->fd, mc_dummy_spin_us());
     if (recv_hdr(ss, &h) != 0)
         return -1;
     if (mc_dummy_hdr_check(&h) != 0) {

@@ -353,6 +353,7 @@ void mc_mconn_close(mc_mconn_t *conn)
     mc_buf_cleanup(&conn->wbuf);
     mc_arena_cleanup(&conn->arena);
     free(conn->rbuf);
+    free(conn->ibuf);
     free(conn);
 }
 
@@ -392,22 +393,53 @@ mc_status_t mc_mconn_send(mc_mconn_t *conn)
     return MC_OK;
 }
 
+/* Receive into conn->ibuf until it holds @p want bytes (<= MC_MCONN_IBUF),
+ * taking whatever else has arrived too.  0, or -1 with errno. */
+static int ibuf_fill(mc_mconn_t *conn, size_t want)
+{
+    ssize_t n;
+    if (conn->ilen >= want)
+        return 0;
+    n = mc_read_atleast(conn->fd, conn->ibuf + conn->ilen, want - conn->ilen,
+                        MC_MCONN_IBUF - conn->ilen);
+    if (n < 0)
+        return -1;
+    conn->ilen += (size_t)n;
+    return 0;
+}
+
 mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
                           const uint8_t **body_p, size_t *len_p)
 {
-    uint8_t raw[MC_WIRE_HEADER_SIZE];
     mc_wire_header_t h;
+    size_t total;
 
     if (conn->broken) {
         mc_set_error_detail("master connection is broken");
         return MC_RPC_FAIL;
     }
-    if (mc_read_full(conn->fd, raw, sizeof(raw)) != 0)
+    if (conn->ibuf == NULL) {
+        conn->ibuf = malloc(MC_MCONN_IBUF);
+        if (conn->ibuf == NULL) {
+            conn->broken = 1;
+            mc_set_error_detail("out of memory for a master connection's receive buffer");
+            return MC_INTERNAL_ERROR;
+        }
+    }
+    /* the previous answer (and its body) is done with */
+    if (conn->ioff > 0) {
+        memmove(conn->ibuf, conn->ibuf + conn->ioff, conn->ilen - conn->ioff);
+        conn->ilen -= conn->ioff;
+        conn->ioff = 0;
+    }
+    if (conn->ilen < MC_WIRE_HEADER_SIZE)
+        (void)mc_spin_readable(conn->fd, mc_busy_poll_us());
+    if (ibuf_fill(conn, MC_WIRE_HEADER_SIZE) != 0)
         return io_failed(conn, "waiting for a response");
-    if ((mc_wire_header_unpack(raw, &h) != MC_OK) || !(h.flags & MC_WIRE_FLAG_RESPONSE) ||
+    if ((mc_wire_header_unpack(conn->ibuf, &h) != MC_OK) || !(h.flags & MC_WIRE_FLAG_RESPONSE) ||
         (h.opcode != opcode) || (h.request_id != id)) {
         conn->broken = 1;
-        if (memcmp(raw, "MCAC", 4) == 0) {
+        if (memcmp(conn->ibuf, "MCAC", 4) == 0) {
             /* §9.1: a challenge where an answer belongs */
             mc_set_error_detail("the master requires cluster authentication: set "
                                 "auth_token_file or MC_AUTH_TOKEN_FILE (docs/security.md)");
@@ -423,10 +455,21 @@ mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
                 (unsigned)h.body_len);
         return MC_RPC_FAIL;
     }
+    /* body_len <= MC_WIRE_MAX_BODY was checked by the unpack */
+    total = MC_WIRE_HEADER_SIZE + (size_t)h.body_len;
+    if (total <= MC_MCONN_IBUF) {
+        if (ibuf_fill(conn, total) != 0)
+            return io_failed(conn, "reading a response");
+        conn->ioff = total;
+        *body_p    = conn->ibuf + MC_WIRE_HEADER_SIZE;
+        *len_p     = h.body_len;
+        return MC_OK;
+    }
+    /* A large body: what came with the header is its start (ibuf holds
+     * less than the whole answer), the rest is read in place. */
+    size_t have = conn->ilen - MC_WIRE_HEADER_SIZE;
     if (h.body_len > conn->rcap) {
-        /* body_len <= MC_WIRE_MAX_BODY was checked by the unpack */
-        size_t cap = MC_MAX((size_t)h.body_len, (size_t)256);
-        uint8_t *p = realloc(conn->rbuf, cap);
+        uint8_t *p = realloc(conn->rbuf, h.body_len);
         if (p == NULL) {
             conn->broken = 1; /* the unread body is still in the stream */
             mc_set_error_detail("out of memory for a %u-byte master response",
@@ -434,9 +477,11 @@ mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
             return MC_INTERNAL_ERROR;
         }
         conn->rbuf = p;
-        conn->rcap = cap;
+        conn->rcap = h.body_len;
     }
-    if ((h.body_len > 0) && (mc_read_full(conn->fd, conn->rbuf, h.body_len) != 0))
+    memcpy(conn->rbuf, conn->ibuf + MC_WIRE_HEADER_SIZE, have);
+    conn->ilen = 0;
+    if (mc_read_full(conn->fd, conn->rbuf + have, h.body_len - have) != 0)
         return io_failed(conn, "reading a response");
     *body_p = conn->rbuf;
     *len_p  = h.body_len;
@@ -479,6 +524,15 @@ static mc_status_t check_frame(mc_mconn_t *conn, size_t start)
     return MC_OK;
 }
 
+static void run_during(mc_mconn_during_t *during)
+{
+    if ((during != NULL) && (during->fn != NULL)) {
+        void (*fn)(void *) = during->fn;
+        during->fn         = NULL;
+        fn(during->arg);
+    }
+}
+
 #define MC_MASTER_CALL_DEF_(UP, low, code)                                              \
     mc_status_t mc_master_recv_##low(mc_mconn_t *conn, uint32_t id,                     \
                                      mc_wire_##low##_resp_t *resp)                      \
@@ -492,9 +546,10 @@ static mc_status_t check_frame(mc_mconn_t *conn, size_t start)
         st = mc_wire_decode_##low##_resp(body, len, &conn->arena, &status, resp);       \
         return decoded(conn, st, status, (code));                                       \
     }                                                                                   \
-    mc_status_t mc_master_call_##low(mc_mconn_t *conn,                                  \
-                                     const mc_wire_##low##_req_t *req,                  \
-                                     mc_wire_##low##_resp_t *resp)                      \
+    mc_status_t mc_master_call_during_##low(mc_mconn_t *conn,                           \
+                                            const mc_wire_##low##_req_t *req,           \
+                                            mc_wire_##low##_resp_t *resp,               \
+                                            mc_mconn_during_t *during)                  \
     {                                                                                   \
         uint32_t id;                                                                    \
         mc_status_t st;                                                                 \
@@ -506,7 +561,14 @@ static mc_status_t check_frame(mc_mconn_t *conn, size_t start)
             st = mc_mconn_send(conn);                                                   \
         if (st != MC_OK)                                                                \
             return st;                                                                  \
+        run_during(during);                                                             \
         return mc_master_recv_##low(conn, id, resp);                                    \
+    }                                                                                   \
+    mc_status_t mc_master_call_##low(mc_mconn_t *conn,                                  \
+                                     const mc_wire_##low##_req_t *req,                  \
+                                     mc_wire_##low##_resp_t *resp)                      \
+    {                                                                                   \
+        return mc_master_call_during_##low(conn, req, resp, NULL);                      \
     }
 MC_WIRE_MESSAGES(MC_MASTER_CALL_DEF_)
 #undef MC_MASTER_CALL_DEF_
@@ -664,6 +726,14 @@ static int pool_call_again(const mc_master_pool_t *pool, const mc_mconn_t *conn,
                                           const mc_wire_##low##_req_t *req,             \
                                           mc_wire_##low##_resp_t *resp)                 \
     {                                                                                   \
+        return mc_master_pool_call_during_##low(pool, conn_p, req, resp, NULL);         \
+    }                                                                                   \
+    mc_status_t mc_master_pool_call_during_##low(mc_master_pool_t *pool,                \
+                                                 mc_mconn_t **conn_p,                   \
+                                                 const mc_wire_##low##_req_t *req,      \
+                                                 mc_wire_##low##_resp_t *resp,          \
+                                                 mc_mconn_during_t *during)             \
+    {                                                                                   \
         mc_status_t st;                                                                 \
         uint64_t deadline = mc_now_ms() + (uint64_t)pool->target.failover_wait_ms;      \
         *conn_p = NULL;                                                                 \
@@ -673,7 +743,7 @@ static int pool_call_again(const mc_master_pool_t *pool, const mc_mconn_t *conn,
                 *conn_p = NULL;                                                         \
                 return st;                                                              \
             }                                                                           \
-            st = mc_master_call_##low(*conn_p, req, resp);                              \
+            st = mc_master_call_during_##low(*conn_p, req, resp, during);               \
             if ((st == MC_OK) ||                                                        \
                 !pool_call_again(pool, *conn_p, st, (code), attempt, deadline))         \
                 return st;                                                              \

@@ -70,6 +70,9 @@ typedef struct mc_master_target {
     const struct mc_auth *auth;
 } mc_master_target_t;
 
+/* Receive buffer of a master connection (mc_mconn_t.ibuf). */
+#define MC_MCONN_IBUF 16384u
+
 typedef struct mc_mconn {
     int fd;
     int broken;          /* transport failed: close instead of reusing */
@@ -79,8 +82,14 @@ typedef struct mc_mconn {
                           * (or no longer) the leader; the request was not executed */
     uint32_t next_id;    /* request ids, per connection */
     mc_buf_t wbuf;       /* encoded requests */
-    uint8_t *rbuf;       /* body of the last response */
+    uint8_t *rbuf;       /* body of the last response, when it did not fit ibuf */
     size_t rcap;
+    /* Received bytes (MC_MCONN_IBUF, allocated at the first answer): a
+     * small answer's header and body come in with one receive, and bytes
+     * of a pipelined next answer wait here.  [ioff, ilen) is unread. */
+    uint8_t *ibuf;
+    size_t ilen;
+    size_t ioff;
     mc_arena_t arena;    /* decoded lists of the last response */
     uint64_t view_version;
     struct mc_mconn *next; /* idle list link */
@@ -124,11 +133,27 @@ mc_status_t mc_mconn_send(mc_mconn_t *conn);
 mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
                           const uint8_t **body_p, size_t *len_p);
 
-/* Typed synchronous calls, one per message of the wire table. */
+/*
+ * Work to do while the master answers: a call given one runs @p fn(@p arg)
+ * once its request is sent and before it waits for the answer, then
+ * clears @p fn (so a repeated call does not run it again).  Still set when
+ * the call returns: no request was ever sent.
+ */
+typedef struct mc_mconn_during {
+    void (*fn)(void *arg);
+    void *arg;
+} mc_mconn_during_t;
+
+/* Typed synchronous calls, one per message of the wire table; the
+ * _during forms take work to overlap with the round trip (NULL: none). */
 #define MC_MASTER_CALL_DECL_(UP, low, code)                                         \
     mc_status_t mc_master_call_##low(mc_mconn_t *conn,                              \
                                      const mc_wire_##low##_req_t *req,              \
                                      mc_wire_##low##_resp_t *resp);                 \
+    mc_status_t mc_master_call_during_##low(mc_mconn_t *conn,                       \
+                                            const mc_wire_##low##_req_t *req,       \
+                                            mc_wire_##low##_resp_t *resp,           \
+                                            mc_mconn_during_t *during);             \
     mc_status_t mc_master_recv_##low(mc_mconn_t *conn, uint32_t id,                 \
                                      mc_wire_##low##_resp_t *resp);
 MC_WIRE_MESSAGES(MC_MASTER_CALL_DECL_)
@@ -153,7 +178,12 @@ MC_WIRE_MESSAGES(MC_MASTER_CALL_DECL_)
     mc_status_t mc_master_pool_call_##low(struct mc_master_pool *pool,              \
                                           mc_mconn_t **conn_p,                      \
                                           const mc_wire_##low##_req_t *req,         \
-                                          mc_wire_##low##_resp_t *resp);
+                                          mc_wire_##low##_resp_t *resp);            \
+    mc_status_t mc_master_pool_call_during_##low(struct mc_master_pool *pool,       \
+                                                 mc_mconn_t **conn_p,               \
+                                                 const mc_wire_##low##_req_t *req,  \
+                                                 mc_wire_##low##_resp_t *resp,      \
+                                                 mc_mconn_during_t *during);
 MC_WIRE_MESSAGES(MC_MASTER_POOL_CALL_DECL_)
 #undef MC_MASTER_POOL_CALL_DECL_
 

@@ -107,6 +107,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     }
     if ((p != NULL) && (p->field_mask & MC_TE_PARAM_LANES))
         lanes = p->lanes_per_peer;
+    if (mc_busy_poll_check() != 0)
+        return MC_INVALID_PARAMS;
     if ((pmin == 0) || (pmin > pmax)) {
         mc_set_error_detail("invalid port range [%llu, %llu]", (unsigned long long)pmin,
                             (unsigned long long)pmax);
@@ -130,6 +132,7 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     cfg->io_timeout_s       = (int)tmo;
     cfg->connect_timeout_ms = MC_TE_DEFAULT_CONNECT_MS;
     cfg->slice_size         = slice;
+    cfg->busy_poll_us       = mc_busy_poll_us();
     return MC_OK;
 }
 

@@ -65,6 +65,7 @@ typedef struct mc_te_config {
     int io_timeout_s;        /* SO_RCVTIMEO / SO_SNDTIMEO on data sockets */
     int connect_timeout_ms;
     uint64_t slice_size;     /* batch requests above this are split */
+    unsigned busy_poll_us;   /* poll a socket this long before sleeping on it (tcp) */
 } mc_te_config_t;
 
 /* One registered region. */

@@ -9,6 +9,8 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "check_suites.h"
 #include "common/util.h"
@@ -251,6 +253,36 @@ START_TEST(test_clocks_and_strdup)
 END_TEST
 
 /* SipHash-2-4 against the reference vectors of its paper. */
+/* mc_spin_readable: 1 at once when something waits, 0 after at least the
+ * window when nothing does; eight empty windows in a row switch polling
+ * off for the next 256 waits; the peer's close counts as readable. */
+START_TEST(test_spin_readable)
+{
+    int sv[2];
+    char c;
+    uint64_t t0;
+
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ck_assert_int_eq(mc_spin_readable(sv[0], 0), 0);
+    t0 = mc_now_ns();
+    ck_assert_int_eq(mc_spin_readable(sv[0], 300), 0);
+    ck_assert_uint_ge(mc_now_ns() - t0, 300000u);
+    ck_assert_int_eq(write(sv[1], "x", 1), 1);
+    ck_assert_int_eq(mc_spin_readable(sv[0], 300), 1); /* a hit: the misses start over */
+    ck_assert_int_eq(read(sv[0], &c, 1), 1);
+    for (unsigned i = 0; i < MC_SPIN_MISSES; i++)
+        ck_assert_int_eq(mc_spin_readable(sv[0], 50), 0);
+    ck_assert_int_eq(write(sv[1], "y", 1), 1);
+    for (unsigned i = 0; i < MC_SPIN_SKIP; i++)
+        ck_assert_int_eq(mc_spin_readable(sv[0], 50), 0); /* skipped, data or not */
+    ck_assert_int_eq(mc_spin_readable(sv[0], 50), 1);
+    ck_assert_int_eq(read(sv[0], &c, 1), 1);
+    close(sv[1]);
+    ck_assert_int_eq(mc_spin_readable(sv[0], 50), 1);
+    close(sv[0]);
+}
+END_TEST
+
 START_TEST(test_siphash)
 {
     const uint64_t k[2] = {0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
@@ -275,6 +307,7 @@ Suite *mc_test_util_suite(void)
     tcase_add_test(tc, test_parse_numbers);
     tcase_add_test(tc, test_uuid);
     tcase_add_test(tc, test_siphash);
+    tcase_add_test(tc, test_spin_readable);
     tcase_add_test(tc, test_clocks_and_strdup);
     suite_add_tcase(s, tc);
     return s;

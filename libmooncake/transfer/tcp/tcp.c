@@ -105,6 +105,7 @@ struct mc_tcp {
     unsigned max_conns;
     unsigned max_conns_peer;
     int idle_timeout_s;
+    unsigned busy_poll_us;     /* mc_spin_readable window before blocking waits */
     pthread_rwlock_t hs_lock;  /* the RDMA handshake handler */
     mc_tcp_hs_func_t hs_fn;
     void *hs_arg;
@@ -198,13 +199,15 @@ static int recv_exact2(int fd, void *a, size_t alen, void *b, size_t blen)
  * Stops as soon as the header is complete; *got_p counts every byte
  * received (header and payload), also on failure.  Returns 0, or -1 with
  * errno as recv_exact. */
-static int recv_head(int fd, uint8_t *hdr, void *payload, size_t plen, size_t *got_p)
+static int recv_head(int fd, uint8_t *hdr, void *payload, size_t plen, size_t *got_p,
+                     unsigned spin_us)
 {
     struct iovec iov[2];
     struct msghdr mh;
     size_t got = 0;
     int rc     = 0;
 
+    (void)mc_spin_readable(fd, spin_us);
     while (got < MC_TE_RESP_HDR_SIZE) {
         ssize_t n;
         iov[0].iov_base = hdr + got;
@@ -608,6 +611,10 @@ static int serve_wait(mc_tcp_t *tp, mc_tcp_conn_t *c)
     uint64_t limit = (uint64_t)tp->idle_timeout_s * 1000u;
     int rc         = -1;
 
+    /* A peer that sends its next request right after our answer (a
+     * caller reading one key after another) finds us polling, not asleep. */
+    if (mc_spin_readable(c->fd, tp->busy_poll_us))
+        return 0;
     __atomic_store_n(&c->idle_since_ms, start, __ATOMIC_RELEASE);
     while (!__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE)) {
         struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
@@ -1007,6 +1014,7 @@ static mc_status_t tcp_install(mc_te_t *te, const char *bind_addr, uint16_t port
     tp->io_timeout_s       = te->cfg.io_timeout_s;
     tp->connect_timeout_ms = te->cfg.connect_timeout_ms;
     tp->lanes              = te->cfg.lanes;
+    tp->busy_poll_us       = te->cfg.busy_poll_us;
     tp->max_conns          = te->cfg.max_conns;
     tp->max_conns_peer     = te->cfg.max_conns_peer;
     tp->idle_timeout_s     = te->cfg.idle_timeout_s;
@@ -1342,7 +1350,7 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
     *keep_p  = 0;
     /* A READ's payload may arrive with its header: take both in one receive. */
     if (recv_head(fd, rb, opcode_reads(opcode) ? local : NULL,
-                  opcode_reads(opcode) ? (size_t)len : 0, &got) != 0) {
+                  opcode_reads(opcode) ? (size_t)len : 0, &got, pe->tp->busy_poll_us) != 0) {
         *stale_p = (got == 0) && (errno != EAGAIN) && (errno != EWOULDBLOCK);
         mc_set_error_detail("%s %s:%u failed: %s",
                             send_failed ? "sending to" : "receiving the answer from", pe->host,
@@ -1727,7 +1735,8 @@ static int rx_take(int fd, rx_pending_t *pd, void *a, size_t alen, void *b, size
  */
 static ssize_t rx_read_run_bulk(int fd, const mc_te_xfer_t *v, size_t n, mc_status_t *st,
                                 uint8_t hdr_out[MC_TE_RESP_HDR_SIZE], int *next_p,
-                                rx_pending_t *pd, size_t *done_p, size_t *recvd_p)
+                                rx_pending_t *pd, size_t *done_p, size_t *recvd_p,
+                                unsigned spin_us)
 {
     uint8_t hdrs[MC_TE_RUN_MAX_ITEMS][MC_TE_RESP_HDR_SIZE];
     struct iovec iov[2 * MC_TE_RUN_MAX_ITEMS];
@@ -1741,6 +1750,7 @@ static ssize_t rx_read_run_bulk(int fd, const mc_te_xfer_t *v, size_t n, mc_stat
         iov[2 * j + 1].iov_base = v[j].local;
         iov[2 * j + 1].iov_len  = (size_t)v[j].len;
     }
+    (void)mc_spin_readable(fd, spin_us);
     while (done < n) {
         struct msghdr mh;
         ssize_t got;
@@ -1835,6 +1845,8 @@ static int lane_parse_seq(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te
     if (pre != NULL) {
         memcpy(next_rb, pre, sizeof(next_rb));
         have_next = 1;
+    } else if (pd->off >= pd->len) {
+        (void)mc_spin_readable(fd, pe->tp->busy_poll_us);
     }
     for (j = j0; j < n; j++) {
         size_t got = 0;
@@ -1948,7 +1960,8 @@ static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer
     }
     if ((opcode == MC_TE_OPC_READ) && (n >= 2) && !send_failed) {
         size_t done = 0, recvd = 0;
-        ssize_t r = rx_read_run_bulk(fd, v, n, st, pre, &diverged, &pd, &done, &recvd);
+        ssize_t r = rx_read_run_bulk(fd, v, n, st, pre, &diverged, &pd, &done, &recvd,
+                                     pe->tp->busy_poll_us);
         if (r < 0) {
             int e = errno;
             mc_set_error_detail("receiving answers from %s:%u failed: %s", pe->host,
