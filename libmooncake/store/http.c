@@ -32,6 +32,8 @@
 #include <mooncake/mooncake.h>
 
 #include "common/log.h"
+#include "store/loc_cache.h"
+#include "store/read_internal.h"
 #include "store/store_internal.h"
 
 struct mc_store_http {
@@ -184,6 +186,30 @@ static void render_metrics(mc_store_h s, struct evbuffer *b)
                                 "mooncake_client_%s_items_total %" PRIu64 "\n",
                                 n, n, n, n, LOAD(m->items[op]));
     }
+    if ((s->rd != NULL) && (s->rd->loc != NULL)) {
+        mc_loc_cache_stats_t cs;
+        mc_loc_cache_stats(s->rd->loc, &cs);
+        evbuffer_add_printf(b,
+                            "# HELP mooncake_client_location_cache_hits_total Lookups answered "
+                            "from the location cache.\n"
+                            "# TYPE mooncake_client_location_cache_hits_total counter\n"
+                            "mooncake_client_location_cache_hits_total %" PRIu64 "\n"
+                            "# HELP mooncake_client_location_cache_misses_total Lookups the "
+                            "location cache could not answer.\n"
+                            "# TYPE mooncake_client_location_cache_misses_total counter\n"
+                            "mooncake_client_location_cache_misses_total %" PRIu64 "\n",
+                            cs.hits, cs.misses);
+    }
+    evbuffer_add_printf(b,
+                        "# HELP mooncake_client_speculative_reads_total Reads of this client's "
+                        "own puts made while the master was asked (result: confirmed, the "
+                        "bytes kept; refuted, read again).\n"
+                        "# TYPE mooncake_client_speculative_reads_total counter\n"
+                        "mooncake_client_speculative_reads_total{result=\"confirmed\"} %" PRIu64
+                        "\n"
+                        "mooncake_client_speculative_reads_total{result=\"refuted\"} %" PRIu64
+                        "\n",
+                        LOAD(m->spec_confirmed), LOAD(m->spec_refuted));
     segments_in_use(s, &nseg, &segbytes);
     evbuffer_add_printf(b,
                         "# HELP mooncake_client_mounted_segments Segments this client has "

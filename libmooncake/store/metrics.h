@@ -46,6 +46,10 @@ typedef struct mc_store_metrics {
     mc_store_histo_t latency[MC_MOP_COUNT];
     _Atomic uint64_t read_bytes;
     _Atomic uint64_t write_bytes;
+    /* speculative reads of this client's own puts (query.c): the bytes
+     * kept (the master's answer confirmed the replica) or thrown away */
+    _Atomic uint64_t spec_confirmed;
+    _Atomic uint64_t spec_refuted;
     _Atomic unsigned master_fails; /* consecutive failed heartbeats (heartbeat.c) */
 } mc_store_metrics_t;
 

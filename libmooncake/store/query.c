@@ -161,6 +161,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     q->key         = NULL;
     q->descs       = NULL;
     q->cached      = 0;
+    q->spec        = 0;
     q->blob_base   = (uintptr_t)q;
     q->blob_len    = (disk == NULL) ? sizeof(*q) + n * sizeof(q->r[0]) + names : 0;
     np             = (char *)&q->r[n];
@@ -177,6 +178,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
                 continue;
             memcpy(np, r->segment.ptr, r->segment.len);
             np[r->segment.len] = '\0';
+            q->r[k].id         = r->id;
             q->r[k].addr       = r->addr;
             q->r[k].gen        = mc_store_segment_gen(r->segment_id);
             q->r[k].segment    = np;
@@ -321,8 +323,11 @@ static void cache_insert(mc_loc_cache_t *c, const struct mc_store_query *q, uint
 }
 
 /* A query for @p key from the cache, or NULL.  The blob was built at
- * blob_base: its string pointers move with it. */
-static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, size_t klen)
+ * blob_base: its string pointers move with it.  A speculative entry
+ * (spec set: no lease behind it) is returned only with @p spec_ok; else
+ * it counts as a miss and stays. */
+static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, size_t klen,
+                                           int spec_ok)
 {
     size_t len;
     uint64_t deadline;
@@ -331,14 +336,216 @@ static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, s
 
     if (q == NULL)
         return NULL;
+    if (q->spec && !spec_ok) {
+        free(q);
+        return NULL;
+    }
     delta = (uintptr_t)q - q->blob_base;
     for (uint32_t k = 0; k < q->n; k++)
         q->r[k].segment = (const char *)((uintptr_t)q->r[k].segment + delta);
     q->ckey        = (const char *)((uintptr_t)q->ckey + delta);
     q->blob_base   = (uintptr_t)q;
+    q->copy        = NULL; /* bytes read with the query that was cached stay with it */
+    q->disk_bytes  = NULL;
     q->deadline_ns = deadline;
     q->cached      = 1;
     return q;
+}
+
+/*
+ * Speculative reads.  A put leaves this client knowing where the value
+ * went, but with no lease: another client may remove or upsert the key,
+ * or eviction take it, and its buffers go to another object.  So that
+ * location is cached marked `spec` (mc_store_spec_note), and a lookup that
+ * finds it reads the bytes from there into a buffer of its own while the
+ * master's answer to the same lookup is on its way, the two round trips
+ * overlapping.  The bytes are kept only when the answer lists the replica
+ * read, by its id, at the same place: the master gives every value new
+ * replica ids (an in-place upsert renumbers them, §5.15 of
+ * docs/protocol.md) and never reuses one, so a replica still listed
+ * after our read held this value since the put and through the read (or,
+ * if the answer came first, is held by the lease it grants until the read
+ * is done).  Otherwise the answer is used as any lookup's, and the bytes
+ * read are thrown away.  Either way the answer's lease replaces the entry
+ * with an ordinary one.  Values above MC_SPEC_MAX_BYTES are not worth the
+ * copy and take the ordinary path.
+ */
+#define MC_SPEC_MAX_BYTES (256u * 1024u)
+/* speculative entries read with one batch lookup at most (the rest wait
+ * for the answer, as misses) */
+#define MC_SPEC_BATCH     64u
+#define MC_SPEC_TTL_NS    (60ull * 1000000000ull)
+
+struct mc_store_query *mc_store_spec_build(mc_store_h s, const char *key, uint64_t size,
+                                           const mc_wire_replica_list_t *reps)
+{
+    mc_wire_replica_t stack[8];
+    mc_wire_replica_list_t l;
+    struct mc_store_query *q = NULL;
+
+    if ((store_cache(s) == NULL) || (size == 0) || (size > MC_SPEC_MAX_BYTES) ||
+        (reps->n == 0) || (reps->n > MC_ARRAY_SIZE(stack)))
+        return NULL;
+    /* written and sealed: complete, as the master now says too */
+    l.n = reps->n;
+    l.v = stack;
+    for (uint32_t i = 0; i < reps->n; i++) {
+        stack[i]        = reps->v[i];
+        stack[i].status = MC_REPLICA_COMPLETE;
+    }
+    if ((query_build(s, key, size, &l, 0, &q) != MC_OK) || (q->n == 0) || (q->blob_len == 0)) {
+        mc_store_query_release(q);
+        return NULL;
+    }
+    q->spec = 1;
+    return q;
+}
+
+void mc_store_spec_note(mc_store_h s, struct mc_store_query *q)
+{
+    mc_loc_cache_t *c = store_cache(s);
+    if ((c != NULL) && (q != NULL))
+        mc_loc_cache_put(c, q->ckey, strlen(q->ckey), q, q->blob_len,
+                         mc_now_ns() + MC_SPEC_TTL_NS, mc_loc_cache_epoch(c));
+    mc_store_query_release(q);
+}
+
+/* Reads of speculative entries made while the master answers the lookup
+ * of the same keys. */
+typedef struct spec_reads {
+    mc_store_h s;
+    size_t n;
+    size_t *pos;                /* batch lookups: the index of each entry's key */
+    struct mc_store_query **sq; /* the entries (owned) */
+    uint8_t **bufs;             /* their bytes (owned until adopted) */
+    mc_status_t *st;            /* per read */
+} spec_reads_t;
+
+/* Read every entry of spec_reads_t @p arg into a buffer of its own, in one
+ * transfer (run while the master answers: mc_mconn_during_t). */
+static void spec_read_all(void *arg)
+{
+    spec_reads_t *sr = arg;
+    mc_store_h s     = sr->s;
+    mc_te_request_t stack_r[32];
+    uint64_t stack_g[32];
+    size_t stack_i[32];
+    mc_te_request_t *reqs = stack_r;
+    uint64_t *gens        = stack_g;
+    size_t *idx           = stack_i;
+    mc_status_t stack_t[32];
+    mc_status_t *tst = stack_t;
+    size_t k         = 0;
+
+    if (sr->n > MC_ARRAY_SIZE(stack_r)) {
+        reqs = malloc(sr->n * sizeof(*reqs));
+        gens = malloc(sr->n * sizeof(*gens));
+        idx  = malloc(sr->n * sizeof(*idx));
+        tst  = malloc(sr->n * sizeof(*tst));
+        if ((reqs == NULL) || (gens == NULL) || (idx == NULL) || (tst == NULL))
+            goto out; /* nothing read: every lookup takes its answer */
+    }
+    for (size_t i = 0; i < sr->n; i++) {
+        struct mc_store_query *q = sr->sq[i];
+        mc_te_segment_id_t seg;
+        sr->bufs[i] = malloc((size_t)q->size);
+        if ((sr->bufs[i] == NULL) || (mc_te_segment_open(s->te, q->r[0].segment, &seg) != MC_OK))
+            continue;
+        reqs[k].op      = MC_TE_READ;
+        reqs[k].local   = sr->bufs[i];
+        reqs[k].remote  = q->r[0].addr;
+        reqs[k].length  = q->size;
+        reqs[k].segment = seg;
+        gens[k]         = q->r[0].gen;
+        idx[k++]        = i;
+    }
+    if (k > 0) {
+        (void)mc_te_transfer_gen(s->te, reqs, gens, k, tst);
+        for (size_t j = 0; j < k; j++)
+            sr->st[idx[j]] = tst[j];
+    }
+out:
+    if (reqs != stack_r) {
+        free(reqs);
+        free(gens);
+        free(idx);
+        free(tst);
+    }
+}
+
+/*
+ * Keep the bytes read for entry @p i of @p sr behind @p q, the query the
+ * master's answer built, when that answer lists the replica read: the same
+ * id at the same place, in a registration of the same generation.
+ */
+static void spec_adopt(mc_store_h s, spec_reads_t *sr, size_t i, struct mc_store_query *q)
+{
+    const struct mc_store_query *sq = sr->sq[i];
+    const mc_query_replica_t *r     = &sq->r[0];
+
+    if ((q != NULL) && (sr->st[i] == MC_OK) && (sr->bufs[i] != NULL) && (q->copy == NULL) &&
+        (q->size == sq->size)) {
+        for (uint32_t k = 0; k < q->n; k++) {
+            const mc_query_replica_t *a = &q->r[k];
+            if ((a->id == r->id) && (a->addr == r->addr) && (a->gen == r->gen) && !a->nof &&
+                (strcmp(a->segment, r->segment) == 0)) {
+                q->disk_bytes = sr->bufs[i]; /* freed with the query */
+                q->copy       = sr->bufs[i];
+                sr->bufs[i]   = NULL;
+                atomic_fetch_add_explicit(&s->metrics.spec_confirmed, 1, memory_order_relaxed);
+                return;
+            }
+        }
+    }
+    atomic_fetch_add_explicit(&s->metrics.spec_refuted, 1, memory_order_relaxed);
+}
+
+static void spec_reads_free(spec_reads_t *sr)
+{
+    for (size_t i = 0; i < sr->n; i++) {
+        free(sr->bufs[i]);
+        free(sr->sq[i]);
+    }
+}
+
+/*
+ * The lookup of @p key when the cache holds a speculative entry @p sq
+ * (consumed): GET_REPLICA_LIST with the read of @p sq made meanwhile,
+ * answered as do_query_ex answers (*query_p on MC_OK), its bytes already
+ * read when the answer confirmed them.
+ */
+static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, size_t klen,
+                              struct mc_store_query *sq, uint64_t epoch,
+                              mc_store_query_h *query_p)
+{
+    mc_wire_get_replica_list_req_t req;
+    mc_wire_get_replica_list_resp_t resp;
+    mc_mconn_t *conn    = NULL;
+    uint8_t *buf        = NULL;
+    mc_status_t rst     = MC_TRANSFER_FAIL, st;
+    spec_reads_t sr     = {s, 1, NULL, &sq, &buf, &rst};
+    mc_mconn_during_t d = {spec_read_all, &sr};
+    uint64_t t0;
+
+    memset(&req, 0, sizeof(req));
+    req.key.ptr = key;
+    req.key.len = (uint32_t)klen;
+    t0          = mc_now_ns();
+    st = mc_master_pool_call_during_get_replica_list(&s->pool, &conn, &req, &resp, &d);
+    if ((st == MC_OK) && (conn != NULL))
+        st = query_build(s, key, resp.size, &resp.replicas,
+                         lease_deadline(t0, resp.lease_ttl_ms), query_p);
+    if ((st == MC_OK) && (conn != NULL)) {
+        cache_insert(c, *query_p, t0, epoch); /* the lease's entry replaces ours */
+        spec_adopt(s, &sr, 0, *query_p);
+    } else {
+        mc_loc_cache_drop(c, key, klen);
+        spec_adopt(s, &sr, 0, NULL);
+    }
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+    spec_reads_free(&sr);
+    return st;
 }
 
 /* GET_REPLICA_LIST; @p query_p may be NULL (get_size).  With @p use_cache,
@@ -361,12 +568,18 @@ static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *
     if (st != MC_OK)
         return st;
     if (c != NULL) {
-        struct mc_store_query *q = cache_lookup(c, key, klen);
-        if (q != NULL) {
+        epoch                    = mc_loc_cache_epoch(c);
+        struct mc_store_query *q = cache_lookup(c, key, klen, 1);
+        if ((q != NULL) && !q->spec) {
             *query_p = q;
             return MC_OK;
         }
-        epoch = mc_loc_cache_epoch(c);
+        if (q != NULL) {
+            st = spec_query(s, c, key, klen, q, epoch, query_p);
+            if ((st == MC_OK) && (size_p != NULL))
+                *size_p = (*query_p)->size;
+            return st;
+        }
     }
     memset(&req, 0, sizeof(req));
     req.key.ptr = key;
@@ -571,6 +784,7 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
         q->blob_len    = 0;
         q->ckey        = NULL;
         q->cached      = 0;
+        q->spec        = 0;
         if (q->key == NULL) {
             free(q);
             mc_set_error_detail("out of memory");
@@ -639,7 +853,7 @@ MC_API void mc_store_query_release(mc_store_query_h q)
 MC_API mc_status_t mc_store_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset,
                                        void *buf, size_t len)
 {
-    if ((q != NULL) && (q->copy != NULL))
+    if ((q != NULL) && (q->owner != NULL)) /* a dummy's: its bytes are here */
         return do_query_read(s, q, offset, buf, len);
     uint64_t t0    = mc_store_metrics_now_us();
     mc_status_t st = mc_store_enter(s);
@@ -709,8 +923,21 @@ MC_API mc_status_t mc_store_get_size(mc_store_h s, const char *key, uint64_t *si
     return st;
 }
 
+static mc_status_t batch_query(mc_store_h s, const char *const *keys, size_t n,
+                               mc_store_query_h *queries, mc_status_t *statuses,
+                               spec_reads_t *sr);
+
 mc_status_t mc_store_do_batch_query(mc_store_h s, const char *const *keys, size_t n,
                                     mc_store_query_h *queries, mc_status_t *statuses)
+{
+    return batch_query(s, keys, n, queries, statuses, NULL);
+}
+
+/* mc_store_do_batch_query, overlapping the reads of @p sr (NULL: none)
+ * with the lookup, and keeping what the answers confirm (spec_adopt). */
+static mc_status_t batch_query(mc_store_h s, const char *const *keys, size_t n,
+                               mc_store_query_h *queries, mc_status_t *statuses,
+                               spec_reads_t *sr)
 {
     mc_status_t st   = MC_OK;
     mc_mconn_t *conn = NULL;
@@ -752,7 +979,9 @@ mc_status_t mc_store_do_batch_query(mc_store_h s, const char *const *keys, size_
     req.keys.n = (uint32_t)nsel;
     req.keys.v = wkeys;
     t0 = mc_now_ns();
-    st = mc_master_pool_call_batch_get_replica_list(&s->pool, &conn, &req, &resp);
+    mc_mconn_during_t d = {spec_read_all, sr};
+    st = mc_master_pool_call_during_batch_get_replica_list(
+        &s->pool, &conn, &req, &resp, ((sr != NULL) && (sr->n > 0)) ? &d : NULL);
     if ((st == MC_OK) && (resp.results.n != nsel)) {
         mc_set_error_detail("BATCH_GET_REPLICA_LIST answered %u results for %zu keys",
                             (unsigned)resp.results.n, nsel);
@@ -771,6 +1000,8 @@ mc_status_t mc_store_do_batch_query(mc_store_h s, const char *const *keys, size_
         }
         statuses[i] = query_build(s, keys[i], r->size, &r->replicas, deadline, &queries[i]);
     }
+    for (size_t j = 0; (sr != NULL) && (j < sr->n); j++)
+        spec_adopt(s, sr, j, (statuses[sr->pos[j]] == MC_OK) ? queries[sr->pos[j]] : NULL);
     goto out;
 
 fail:
@@ -802,6 +1033,12 @@ mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys
     mc_status_t st      = MC_OK;
     size_t m            = 0;
     uint64_t epoch, t0;
+    /* speculative entries (spec_query): read while the misses are looked up */
+    size_t sp_pos[MC_SPEC_BATCH];
+    struct mc_store_query *sp_q[MC_SPEC_BATCH];
+    uint8_t *sp_buf[MC_SPEC_BATCH];
+    mc_status_t sp_st[MC_SPEC_BATCH];
+    spec_reads_t sr = {s, 0, sp_pos, sp_q, sp_buf, sp_st};
 
     if ((c == NULL) || (n == 0) || (n > MC_WIRE_MAX_LIST))
         return mc_store_do_batch_query(s, keys, n, queries, statuses);
@@ -826,14 +1063,22 @@ mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys
         statuses[i] = MC_OK;
         if ((keys[i] != NULL) && (strlen(keys[i]) > 0) &&
             (mc_store_check_key(keys[i], &klen) == MC_OK))
-            queries[i] = cache_lookup(c, keys[i], klen);
+            queries[i] = cache_lookup(c, keys[i], klen, sr.n < MC_SPEC_BATCH);
+        if ((queries[i] != NULL) && queries[i]->spec) {
+            sp_q[sr.n]     = queries[i];
+            sp_buf[sr.n]   = NULL;
+            sp_st[sr.n]    = MC_TRANSFER_FAIL;
+            sp_pos[sr.n++] = m;
+            queries[i]     = NULL;
+        }
         if (queries[i] == NULL) {
             mk[m]   = keys[i];
             mi[m++] = i;
         }
     }
     if (m > 0) {
-        st = mc_store_do_batch_query(s, mk, m, mq, ms);
+        st = batch_query(s, mk, m, mq, ms, &sr);
+        spec_reads_free(&sr);
         for (size_t j = 0; j < m; j++) {
             queries[mi[j]]  = mq[j];
             statuses[mi[j]] = ms[j];

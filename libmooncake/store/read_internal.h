@@ -27,6 +27,7 @@
 /* ---- queries (query.c) ---------------------------------------------------- */
 
 typedef struct mc_query_replica {
+    uint64_t id;         /* the master's replica id: a new one for every value */
     uint64_t addr;
     uint64_t gen;        /* the holder's registration generation of its
                           * segment (mc_store_segment_gen), checked by the
@@ -72,6 +73,10 @@ struct mc_store_query {
     uintptr_t blob_base;
     const char *ckey;
     int cached;
+    /* A location this client wrote itself (mc_store_spec_note), cached
+     * without a lease: it is read only together with a lookup that
+     * confirms it (query.c, "Speculative reads"). */
+    int spec;
     mc_query_replica_t r[];
 };
 
@@ -108,6 +113,13 @@ mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys
  * write or removal (the master answered).  No-op without a cache. */
 void mc_store_cache_drop(mc_store_h s, const char *key);
 void mc_store_cache_clear(mc_store_h s);
+/* Where this client's put of @p key (@p size bytes) went (@p reps), as a
+ * speculative cache entry (query.c, "Speculative reads"), or NULL when it
+ * is not worth one; mc_store_spec_note caches it once the put is sealed
+ * (and takes it either way). */
+struct mc_store_query *mc_store_spec_build(mc_store_h s, const char *key, uint64_t size,
+                                           const mc_wire_replica_list_t *reps);
+void mc_store_spec_note(mc_store_h s, struct mc_store_query *q);
 /* The generation a segment with id @p id is registered with (top bit set,
  * so never 0; 0 for the nil id): the holder registers its segments with it
  * and readers name it with every read of a replica there. */

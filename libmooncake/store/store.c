@@ -991,7 +991,7 @@ static int resv_get(mc_store_h s, uint64_t total, const mc_wire_config_t *wcfg, 
  */
 static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *parts,
                                   size_t nparts, uint64_t total, const mc_wire_config_t *wcfg,
-                                  int *done_p)
+                                  int *done_p, struct mc_store_query **spec_p)
 {
     mc_wire_put_commit_req_t rq;
     mc_wire_put_commit_resp_t rs;
@@ -1025,6 +1025,8 @@ static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *pa
     switch (st) {
     case MC_OK:
         *done_p = 1;
+        if (spec_p != NULL)
+            *spec_p = mc_store_spec_build(s, key.ptr, total, &r.reps);
         mc_store_resv_free(&r);
         if ((rs.next_id != 0) &&
             (mc_store_resv_make(&next, rs.next_id, rs.ttl_ms, sent, conn->view_version, total,
@@ -1052,9 +1054,13 @@ static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *pa
     return *done_p ? st : MC_OK;
 }
 
+/* @p spec_p (optional, puts only): where the value went, for the location
+ * cache (mc_store_spec_build), when the put stored it. */
 static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
-                            size_t nparts, const mc_replicate_config_t *cfg, unsigned flags)
+                            size_t nparts, const mc_replicate_config_t *cfg, unsigned flags,
+                            struct mc_store_query **spec_p)
 {
+    struct mc_store_query *spec = NULL;
     mc_status_t st;
     size_t klen;
     uint64_t total;
@@ -1087,7 +1093,7 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
     if ((op == WRITE_PUT) && (wcfg.dfs_replica_num == 0) && (wcfg.nof_replica_num == 0) &&
         mc_store_resv_wanted(s, total)) {
         int done;
-        st = write_one_trip(s, wkey, parts, nparts, total, &wcfg, &done);
+        st = write_one_trip(s, wkey, parts, nparts, total, &wcfg, &done, spec_p);
         if (done)
             return st;
     }
@@ -1124,7 +1130,14 @@ static mc_status_t do_write(mc_store_h s, write_op_t op, const char *key, const 
         mc_set_error_detail("%s", detail);
         goto revoke;
     }
+    if ((op == WRITE_PUT) && (spec_p != NULL))
+        spec = mc_store_spec_build(s, key, total, &reps);
     st = write_seal(s, op, 0, wkey);
+    if ((st == MC_OK) && (spec_p != NULL)) {
+        *spec_p = spec;
+        spec    = NULL;
+    }
+    mc_store_query_release(spec);
     goto done;
 
 revoke:
@@ -1177,13 +1190,15 @@ static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
-    st = do_write(s, op, key, parts, n, cfg, flags);
+    struct mc_store_query *spec = NULL;
+    st = do_write(s, op, key, parts, n, cfg, flags, (op == WRITE_PUT) ? &spec : NULL);
     if (write_retryable(st, cfg)) {
         mc_info("%s of %s: the transfer failed (%s); once more on a fresh placement",
                 write_op_name(op), key, mc_last_error_detail());
-        st = do_write(s, op, key, parts, n, cfg, flags);
+        st = do_write(s, op, key, parts, n, cfg, flags, (op == WRITE_PUT) ? &spec : NULL);
     }
     mc_store_cache_drop(s, key); /* what this client had cached may be the old value */
+    mc_store_spec_note(s, spec); /* where this put went: a speculative entry */
     mc_store_metrics_record(&s->metrics, MC_MOP_PUT, t0, 1, st != MC_OK,
                             (st == MC_OK) ? iov_total(parts, n) : 0);
     mc_store_leave(s);
@@ -1517,10 +1532,12 @@ static mc_status_t write_batch_reserve(const write_src_t *src, const mc_wire_res
     return MC_OK;
 }
 
+/* @p specs (optional, n entries, NULL-filled; puts only): where each value
+ * stored went, for the location cache (mc_store_spec_build). */
 static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const *keys,
                                   const write_src_t *src, size_t n,
                                   const mc_replicate_config_t *cfg, unsigned flags,
-                                  mc_status_t *statuses)
+                                  mc_status_t *statuses, struct mc_store_query **specs)
 {
     mc_status_t st;
     batch_put_t b;
@@ -1610,6 +1627,8 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
             b.owner[q] = j;
             b.tst[q]   = MC_TRANSFER_FAIL; /* until the engine says otherwise */
         }
+        if ((op == WRITE_PUT) && (specs != NULL) && (b.state[j] == 1))
+            specs[i] = mc_store_spec_build(s, keys[i], b.lengths[j], &r->replicas);
     }
 
     /* one transfer for every replica of every key, no connection held */
@@ -1630,6 +1649,13 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
         }
     }
     write_batch_finish(s, op, &b, statuses);
+    for (size_t j = 0; (specs != NULL) && (j < b.nsel); j++) {
+        size_t i = b.sel[j];
+        if ((statuses[i] != MC_OK) || (b.state[j] != 1)) {
+            mc_store_query_release(specs[i]);
+            specs[i] = NULL;
+        }
+    }
     goto out;
 
 fail_sel:
@@ -1691,7 +1717,7 @@ static mc_status_t write_each(mc_store_h s, write_op_t op, const char *const *ke
         const mc_iov_t *parts = src_parts(src, i, &np);
         statuses[i] = (st != MC_OK) ? st
                                     : do_write(s, op, keys[i], parts, np,
-                                               key_config(cfg, n, i, &kcfg), flags);
+                                               key_config(cfg, n, i, &kcfg), flags, NULL);
     }
     return mc_store_first_error(statuses, n);
 }
@@ -1711,7 +1737,8 @@ static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *k
         if (!write_retryable(statuses[i], cfg))
             continue;
         parts       = src_parts(src, i, &np);
-        statuses[i] = do_write(s, op, keys[i], parts, np, key_config(cfg, n, i, &kcfg), flags);
+        statuses[i] = do_write(s, op, keys[i], parts, np, key_config(cfg, n, i, &kcfg), flags,
+                               NULL);
         retried++;
         recovered += statuses[i] == MC_OK;
     }
@@ -1730,6 +1757,7 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
 {
     mc_status_t st;
     mc_status_t *own = NULL;
+    struct mc_store_query **specs = NULL;
     uint64_t t0      = mc_store_metrics_now_us();
     uint64_t bytes   = 0;
 
@@ -1757,11 +1785,20 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
     if ((cfg != NULL) && (cfg->dfs_replica_num > 0)) {
         st = write_each(s, op, keys, src, n, cfg, flags, statuses);
     } else {
-        st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses);
+        if (op == WRITE_PUT)
+            specs = calloc(n, sizeof(*specs)); /* none when out of memory */
+        st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses, specs);
         st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st);
     }
     for (size_t i = 0; i < n; i++)
         mc_store_cache_drop(s, keys[i]);
+    for (size_t i = 0; (specs != NULL) && (i < n); i++)
+        mc_store_spec_note(s, (statuses[i] == MC_OK) ? specs[i] : NULL);
+    if (specs != NULL)
+        for (size_t i = 0; i < n; i++)
+            if (statuses[i] != MC_OK)
+                mc_store_query_release(specs[i]);
+    free(specs);
     for (size_t i = 0; i < n; i++) {
         size_t np;
         const mc_iov_t *parts = src_parts(src, i, &np);

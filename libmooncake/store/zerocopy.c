@@ -328,8 +328,9 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         size_t g = group_len(pieces, npieces, i);
         size_t o = pieces[i].owner;
         phase[i] = PIECE_SKIP;
-        if ((ostatus[o] == MC_OK) && (queries[o]->n == 0)) {
-            /* disk-only (docs/tiers.md): the record, checked, then copies */
+        if ((ostatus[o] == MC_OK) && ((queries[o]->n == 0) || (queries[o]->copy != NULL))) {
+            /* disk-only (docs/tiers.md): the record, checked, then copies;
+             * bytes read with the lookup (query.c, speculative reads): copies */
             mc_store_query_h q = queries[o];
             if ((g == 1) && (q->copy == NULL) && (pieces[i].src_offset == 0) &&
                 (pieces[i].length == q->size)) {

@@ -1,0 +1,227 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Speculative reads (docs/architecture.md, "Location cache"): a client
+remembers where its own puts went, and its first get of such a key reads
+the bytes from there while the master's answer to the same lookup is on
+its way.  The bytes are kept only when that answer lists the very replica
+read (same id, same place); otherwise they are thrown away and the key is
+read from where the answer says.
+
+The writer here is this process (no segment of its own), the holder a
+client process whose segment keeps the values, and a third process does
+what the writer cannot see: removes, puts into the freed space, upserts
+in place.  Every value carries its key and version (helpers.checked_value),
+so a read of foreign or stale bytes shows.  The writer's client metrics
+(mooncake_client_speculative_reads_total) tell which way each read went.
+"""
+
+import urllib.request
+
+import pytest
+
+from helpers import MiB, checked_value, free_port
+from mooncake.store import MooncakeDistributedStore
+from test_loc_cache import keys_, lookups, on
+
+
+@pytest.fixture
+def holder(master, spawn_client):
+    h = spawn_client("holder")
+    return h, h.setup(master, segment=64 * MiB)
+
+
+@pytest.fixture
+def other(master, spawn_client):
+    o = spawn_client("other")
+    o.setup(master, segment=0)
+    return o
+
+
+@pytest.fixture
+def writer(master):
+    port = free_port()
+    s = MooncakeDistributedStore()
+    rc = s.setup("localhost", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "", master.addr,
+                 enable_client_http_server=True, client_http_port=port)
+    assert rc == 0
+    try:
+        yield s, port
+    finally:
+        s.close()
+
+
+def spec(port):
+    """(confirmed, refuted) speculative reads of the writer so far."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("mooncake_client_speculative_reads_total{"):
+            name, value = line.rsplit(" ", 1)
+            out[name.split('"')[1]] = int(value)
+    return out["confirmed"], out["refuted"]
+
+
+def test_own_puts_are_read_while_the_master_answers(master, holder, writer):
+    _, hname = holder
+    s, port = writer
+    keys = keys_(20)
+    for k in keys:
+        assert s.put(k, checked_value(k, 1, 4096), on(hname)) == 0
+    c0, r0 = spec(port)
+    before = lookups(master)
+    for k in keys:
+        assert s.get(k) == checked_value(k, 1, 4096)
+    assert spec(port) == (c0 + 20, r0)
+    # every first get still asked the master (its answer confirmed the bytes) ...
+    assert lookups(master) - before == 20
+    # ... and brought a lease: the reads after it ask no one and speculate no more
+    for k in keys:
+        assert s.get(k) == checked_value(k, 1, 4096)
+    assert lookups(master) - before == 20
+    assert spec(port) == (c0 + 20, r0)
+
+
+def test_remove_and_reput_elsewhere_is_never_read_stale(master, holder, other, writer):
+    """Another client removes the key, fills the freed space with other
+    keys' values and puts the key again: the writer reads the new value;
+    once the key is gone for good, nothing."""
+    _, hname = holder
+    s, port = writer
+    k = keys_(1)[0]
+    assert s.put(k, checked_value(k, 1, 4096), on(hname)) == 0
+    assert other.call("remove", key=k, force=True)["rc"] == 0
+    fillers = keys_(8, "fill")
+    for f in fillers:
+        assert other.call("put", key=f, hex=checked_value(f, 7, 4096).hex(),
+                          preferred=hname)["rc"] == 0
+    assert other.call("put", key=k, hex=checked_value(k, 2, 4096).hex(),
+                      preferred=hname)["rc"] == 0
+    c0, r0 = spec(port)
+    assert s.get(k) == checked_value(k, 2, 4096)
+    assert spec(port) == (c0, r0 + 1)
+
+    k2 = keys_(1)[0]
+    assert s.put(k2, checked_value(k2, 1, 4096), on(hname)) == 0
+    assert other.call("remove", key=k2, force=True)["rc"] == 0
+    for f in keys_(8, "fill2"):
+        assert other.call("put", key=f, hex=checked_value(f, 7, 4096).hex(),
+                          preferred=hname)["rc"] == 0
+    assert s.get(k2) == b""
+    assert spec(port) == (c0, r0 + 2)
+
+
+def test_upsert_in_place_by_another_client_is_seen(master, holder, other, writer):
+    """A same-size upsert rewrites the same buffers under new replica ids:
+    the writer's remembered location no longer matches and it reads the
+    new value, not its own old one."""
+    _, hname = holder
+    s, port = writer
+    k = keys_(1)[0]
+    assert s.put(k, checked_value(k, 1, 4096), on(hname)) == 0
+    assert other.call("upsert", key=k, hex=checked_value(k, 2, 4096).hex(),
+                      preferred=hname)["rc"] == 0
+    c0, r0 = spec(port)
+    assert s.get(k) == checked_value(k, 2, 4096)
+    assert spec(port) == (c0, r0 + 1)
+    # another size: the remembered entry (made by the writer's own put) is
+    # refuted the same way
+    k3 = keys_(1)[0]
+    assert s.put(k3, checked_value(k3, 1, 4096), on(hname)) == 0
+    assert other.call("upsert", key=k3, hex=checked_value(k3, 2, 9000).hex(),
+                      preferred=hname)["rc"] == 0
+    assert s.get(k3) == checked_value(k3, 2, 9000)
+    assert spec(port) == (c0, r0 + 2)
+
+
+def test_own_writes_replace_the_remembered_location(master, holder, writer):
+    """The writer's own remove and upsert leave nothing of the old entry."""
+    _, hname = holder
+    s, port = writer
+    k = keys_(1)[0]
+    assert s.put(k, checked_value(k, 1, 4096), on(hname)) == 0
+    assert s.remove(k, True) == 0
+    c0, r0 = spec(port)
+    assert s.get(k) == b""
+    assert s.put(k, checked_value(k, 2, 4096), on(hname)) == 0
+    assert s.upsert(k, checked_value(k, 3, 4096), on(hname)) == 0
+    assert s.get(k) == checked_value(k, 3, 4096)
+    # neither read used a remembered location: the remove dropped it, and
+    # an upsert remembers none
+    assert spec(port) == (c0, r0)
+
+
+def test_large_values_take_the_ordinary_path(master, holder, writer):
+    _, hname = holder
+    s, port = writer
+    k = keys_(1)[0]
+    assert s.put(k, checked_value(k, 1, 1 * MiB), on(hname)) == 0
+    c0, r0 = spec(port)
+    assert s.get(k) == checked_value(k, 1, 1 * MiB)
+    assert spec(port) == (c0, r0)
+
+
+def test_cache_off_remembers_nothing(master, holder, spawn_client):
+    _, hname = holder
+    w = spawn_client("nocache", env={"MC_STORE_LOCATION_CACHE": "0"})
+    w.setup(master, segment=0)
+    k = keys_(1)[0]
+    assert w.call("put", key=k, hex=checked_value(k, 1, 4096).hex(),
+                  preferred=hname)["rc"] == 0
+    before = lookups(master)
+    for _ in range(3):
+        assert bytes.fromhex(w.call("get", key=k)["hex"]) == checked_value(k, 1, 4096)
+    assert lookups(master) - before == 3
+
+
+def test_batch_reads_of_own_batch_puts(master, holder, other, writer, regbuf):
+    """put_batch remembers every key it stored; batch_get_into and get_into
+    read them while the one batch lookup is answered, and keep exactly the
+    ones the answer confirms (two were replaced by another client)."""
+    _, hname = holder
+    s, port = writer
+    keys = keys_(16)
+    vals = [checked_value(k, 1, 4096) for k in keys]
+    assert s.put_batch(keys, vals, on(hname)) == 0
+    for k in keys[:2]:
+        assert other.call("remove", key=k, force=True)["rc"] == 0
+        assert other.call("put", key=k, hex=checked_value(k, 2, 4096).hex(),
+                          preferred=hname)["rc"] == 0
+    want = [checked_value(k, 2, 4096) for k in keys[:2]] + vals[2:]
+    buf = regbuf(s, 16 * 4096)
+    base = buf.ctypes.data
+    c0, r0 = spec(port)
+    rcs = s.batch_get_into(keys, [base + i * 4096 for i in range(16)], [4096] * 16)
+    assert rcs == [4096] * 16
+    for i in range(16):
+        assert bytes(buf[i * 4096:(i + 1) * 4096]) == want[i], f"key {i}"
+    assert spec(port) == (c0 + 14, r0 + 2)
+
+    k = keys_(1)[0]
+    assert s.put_batch([k], [checked_value(k, 1, 4096)], on(hname)) == 0
+    assert s.get_into(k, base, 4096) == 4096
+    assert bytes(buf[:4096]) == checked_value(k, 1, 4096)
+    assert spec(port) == (c0 + 15, r0 + 2)
+
+
+def test_busy_poll_setting_refused(master, spawn_client):
+    """MC_TE_BUSY_POLL_US (docs/transfer.md §8.1) is microseconds in
+    [0, 10000]; anything else fails setup, naming the variable."""
+    for bad in ("lots", "10001", "-1"):
+        c = spawn_client("badpoll", env={"MC_TE_BUSY_POLL_US": bad})
+        res = c.call("setup", args=["localhost", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "",
+                                    master.addr])
+        assert res["rc"] != 0
+        assert "MC_TE_BUSY_POLL_US" in c.log_text()
+
+
+def test_busy_poll_off_and_wide_both_read_right(master, holder, spawn_client):
+    """0 turns polling off, 10000 polls long: reads come back right either way."""
+    _, hname = holder
+    for window in ("0", "10000"):
+        c = spawn_client("poll", env={"MC_TE_BUSY_POLL_US": window})
+        c.setup(master, segment=0)
+        k = keys_(1)[0]
+        assert c.call("put", key=k, hex=checked_value(k, 1, 4096).hex(),
+                      preferred=hname)["rc"] == 0
+        for _ in range(3):
+            assert bytes.fromhex(c.call("get", key=k)["hex"]) == checked_value(k, 1, 4096)
