@@ -896,7 +896,7 @@ MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t
 out:
     mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, st != MC_OK,
                             (st == MC_OK) ? q->size : 0);
-    free(q);
+    mc_store_query_release(q);
     mc_store_leave(s);
     return st;
 }
