@@ -481,7 +481,7 @@ static void do_query_key(mc_master_t *m, struct evhttp_request *req, const char 
     uint64_t now = mc_now_ms();
     mc_object_t *o;
     json_t *j, *reps;
-    mc_mlist_t *pos, *tmp;
+    const mc_replica_t *r;
 
     o = mc_master_object_find(m, mc_str_from_cstr(tenant), mc_str_from_cstr(key));
     if (o == NULL) {
@@ -492,9 +492,8 @@ static void do_query_key(mc_master_t *m, struct evhttp_request *req, const char 
     reps = json_array();
     if ((j == NULL) || (reps == NULL))
         goto oom;
-    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    mc_object_for_each_replica(r, o)
     {
-        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         if (json_array_append_new(reps, replica_json(r, o->size)) != 0)
             goto oom;
     }
@@ -671,7 +670,7 @@ static json_t *batch_query_one(mc_master_t *m, const char *key, const char *tena
 {
     mc_object_t *o = mc_master_object_find(m, mc_str_from_cstr(tenant), mc_str_from_cstr(key));
     json_t *j = json_object(), *vals;
-    mc_mlist_t *pos, *tmp;
+    const mc_replica_t *r;
 
     if (j == NULL)
         return NULL;
@@ -694,9 +693,8 @@ static json_t *batch_query_one(mc_master_t *m, const char *key, const char *tena
         json_decref(j);
         return NULL;
     }
-    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    mc_object_for_each_replica(r, o)
     {
-        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         json_t *d;
         if (r->status != MC_REPLICA_COMPLETE)
             continue;

@@ -35,6 +35,8 @@ void mc_master_lru_touch(mc_master_t *m, mc_object_t *o)
 /* 1: evictable now; 0: skip for now; -1: unevictable until touched. */
 static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok, int offload_wait)
 {
+    const mc_replica_t *r;
+
     /* a disk-only object holds no memory (docs/tiers.md) */
     /* ... nor does one left only with NoF replicas (nof.c) */
     if (!o->complete || o->hard_pin || !mc_master_object_has_memory(o))
@@ -51,8 +53,9 @@ static int evictable(const mc_object_t *o, uint64_t now_ms, int soft_ok, int off
         return 0;
     /* restored from the operation log, its segment not remounted yet:
      * freeing it would not make room anywhere a put can go */
-    for (const mc_mlist_t *pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        if (mc_container_of(pos, mc_replica_t, link)->seg->state == MC_SEG_AWAITING)
+    mc_object_for_each_replica(r, o)
+    {
+        if (r->seg->state == MC_SEG_AWAITING)
             return 0;
     }
     return 1;

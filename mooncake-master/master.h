@@ -17,7 +17,7 @@
  * Ownership graph, all plain pointers:
  *   client 1--* segment      (mc_segment_t.owner, client->segments list)
  *   segment 1--* replica     (replica->seg)
- *   object 1--* replica      (mc_replica_obj(), obj->replicas list)
+ *   object 1--* replica      (mc_replica_obj(); its rep0, then obj->replicas)
  * A replica is freed exactly once, through mc_master_replica_drop() or
  * when its object is erased.  A segment keeps no list of its replicas:
  * that would cost 16 bytes in each of millions of replicas, so "drop
@@ -123,31 +123,37 @@ typedef enum mc_segment_state {
  * rebuilds offset and size from it).
  *
  * The first replica of a put lives inside its object (mc_object_t.rep0,
- * @c embedded set), which knows its object without a pointer: the last
- * field (@c heap_obj, @c release_ms) is not part of it, since the object's
- * key starts there.  So get and set the object with mc_replica_obj() and
- * mc_replica_set_obj(), and copy an embedded replica only up to
- * MC_REPLICA_EMBEDDED_SIZE.  An embedded replica is freed only through
- * objects.c (replica_free), never with free(), and never waits on
- * m->discarded: objects.c moves it to a record of its own first. */
+ * @c embedded set), which knows its object without a pointer and is on no
+ * list: it is its object's first replica by position (see
+ * mc_object_replica_first()), so the last two fields (@c link, and
+ * @c heap_obj or @c release_ms) are not part of it, and the object's key
+ * starts there.  Most objects have one replica, so this saves them a list
+ * link and an object pointer.  So get and set the object with
+ * mc_replica_obj() and mc_replica_set_obj(), walk an object's replicas
+ * with mc_object_for_each_replica(), unlink one with mc_replica_unlink(),
+ * and copy an embedded replica only up to MC_REPLICA_EMBEDDED_SIZE.  An
+ * embedded replica is freed only through objects.c (replica_free), never
+ * with free(), and never waits on m->discarded: objects.c moves it to a
+ * record of its own first. */
 typedef struct mc_replica {
     uint64_t id;               /* unique for the life of the master */
     mc_segment_t *seg;         /* never NULL while the replica exists */
-    mc_mlist_t link;           /* in obj->replicas, obj->ext->up->replicas or m->discarded */
     uint32_t node;             /* its block in seg->alloc (mc_alloc_lookup) */
     uint8_t status;            /* MC_REPLICA_PROCESSING or MC_REPLICA_COMPLETE */
     uint8_t fresh : 1;         /* in obj->ext->up->replicas (an upsert's new buffers) */
     uint8_t discarded : 1;     /* on m->discarded (preempted put, replaced buffer) */
     uint8_t embedded : 1;      /* an object's rep0 */
     /* not embedded only (see above) */
+    mc_mlist_t link;           /* in obj->replicas, obj->ext->up->replicas, a task's
+                                * staged list or m->discarded */
     union {
         mc_object_t *heap_obj; /* !discarded: its object (mc_replica_obj()) */
         uint64_t release_ms;   /* discarded: when the space is freed */
     };
 } mc_replica_t;
 
-/* The bytes of an embedded replica: all but the last field. */
-#define MC_REPLICA_EMBEDDED_SIZE offsetof(mc_replica_t, heap_obj)
+/* The bytes of an embedded replica: all but the last two fields. */
+#define MC_REPLICA_EMBEDDED_SIZE offsetof(mc_replica_t, link)
 
 /*
  * A put reservation (docs/protocol.md §5.18): buffers placed for one future
@@ -256,7 +262,9 @@ struct mc_object {
     uint8_t hard_pin : 1;
     uint8_t complete : 1;      /* PutEnd done: every replica is COMPLETE */
     uint8_t upsert : 2;        /* mc_upsert_mode_t; upsert in progress */
-    mc_mlist_t replicas;       /* mc_replica_t.link */
+    /* The replicas after rep0 (mc_replica_t.link): the object's memory
+     * replicas are rep0, when in use, then these, in that order. */
+    mc_mlist_t replicas;
     /* An incomplete object is on m->pending, a complete one on m->lru
      * (evict.h), so one link serves both; self-linked when off both
      * (mc_master_lru_touch() leaves incomplete objects alone). */
@@ -302,6 +310,61 @@ static inline void mc_replica_set_obj(mc_replica_t *r, mc_object_t *o)
     if (!r->embedded)
         r->heap_obj = o;
 }
+
+/* Take @p r, not embedded, off the list it is on; an embedded rep0 is on
+ * none. */
+static inline void mc_replica_unlink(mc_replica_t *r)
+{
+    if (!r->embedded)
+        mc_mlist_remove(&r->link);
+}
+
+/* The memory replicas of @p o after @p r (NULL: from the start), rep0
+ * first when in use; NULL past the last.  The object is not const in
+ * the result, as with mc_replica_obj(). */
+static inline mc_replica_t *mc_object_replica_next(const mc_object_t *o, const mc_replica_t *r)
+{
+    const mc_mlist_t *n;
+
+    if ((r == NULL) && (o->rep0.seg != NULL))
+        return (mc_replica_t *)&o->rep0;
+    n = ((r == NULL) || r->embedded) ? o->replicas.next : r->link.next;
+    return (n == &o->replicas) ? NULL : mc_container_of(n, mc_replica_t, link);
+}
+static inline mc_replica_t *mc_object_replica_first(const mc_object_t *o)
+{
+    return mc_object_replica_next(o, NULL);
+}
+/* Every memory replica @p r of object @p o; @p tmp lets the body free
+ * @p r (but not erase @p o, whose list the step reads). */
+#define mc_object_for_each_replica(r, o) \
+    for ((r) = mc_object_replica_first(o); (r) != NULL; (r) = mc_object_replica_next((o), (r)))
+#define mc_object_replica_after_(r, o) (((r) != NULL) ? mc_object_replica_next((o), (r)) : NULL)
+#define mc_object_for_each_replica_safe(r, tmp, o)                                     \
+    for ((r) = mc_object_replica_first(o), (tmp) = mc_object_replica_after_((r), (o)); \
+         (r) != NULL; (r) = (tmp), (tmp) = mc_object_replica_after_((r), (o)))
+/* 1 when @p o has a memory replica. */
+static inline int mc_object_has_replicas(const mc_object_t *o)
+{
+    return (o->rep0.seg != NULL) || !mc_mlist_empty(&o->replicas);
+}
+/* Its memory replicas. */
+static inline uint32_t mc_object_replica_count(const mc_object_t *o)
+{
+    uint32_t n = (o->rep0.seg != NULL);
+    for (const mc_mlist_t *pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
+        n++;
+    return n;
+}
+
+/* What an object costs before its key (x86-64): 80 bytes of header and
+ * 24 of rep0.  With the key (in the slab's 8-byte classes), its index
+ * bucket and its block in the segment allocator, a 16-byte key comes to
+ * about 143 bytes an object (bench/meta_bench), against a target of 150:
+ * a field added here must pay for itself. */
+#if UINTPTR_MAX == 0xffffffffffffffffu
+_Static_assert(offsetof(mc_object_t, strs) == 104, "the object record changed size");
+#endif
 
 /* Bytes of the record of an object with a key of @p key_len bytes. */
 static inline size_t mc_object_alloc_size(size_t key_len)
@@ -573,6 +636,12 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms);
 /* Drop one replica whose segment goes away; an object left with none is
  * erased. */
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r);
+/* Chooses a replica (1) for mc_master_object_drop_where(). */
+typedef int (*mc_master_replica_pick_func_t)(const mc_replica_t *r, const void *arg);
+/* mc_master_replica_drop() on the memory replicas of @p o that @p pick
+ * chooses; returns how many.  Dropping the last one may erase @p o. */
+size_t mc_master_object_drop_where(mc_master_t *m, mc_object_t *o,
+                                   mc_master_replica_pick_func_t pick, const void *arg);
 /* Drop every replica on @p seg (objects', fresh upserts', discarded ones)
  * with mc_master_replica_drop(): a walk of the whole index.  Returns how
  * many went. */

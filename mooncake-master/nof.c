@@ -311,47 +311,43 @@ void mc_master_nof_release(mc_master_t *m, mc_alloc_block_t b)
 
 /* ---- eviction ------------------------------------------------------------- */
 
-int mc_master_object_has_memory(const mc_object_t *o)
+/* 1 when @p o has a replica that is (@p nof) or is not (!@p nof) in a
+ * NoF segment. */
+static int object_has_kind(const mc_object_t *o, int nof)
 {
-    for (const mc_mlist_t *pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        if (!mc_container_of(pos, mc_replica_t, link)->seg->nof)
+    const mc_replica_t *r;
+    mc_object_for_each_replica(r, o)
+    {
+        if ((int)r->seg->nof == nof)
             return 1;
     }
     return 0;
+}
+
+int mc_master_object_has_memory(const mc_object_t *o)
+{
+    return object_has_kind(o, 0);
 }
 
 static int object_has_nof(const mc_object_t *o)
 {
-    for (const mc_mlist_t *pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        if (mc_container_of(pos, mc_replica_t, link)->seg->nof)
-            return 1;
-    }
-    return 0;
+    return object_has_kind(o, 1);
 }
 
-/* Drop the replicas of @p o that are (@p nof) or are not (!@p nof) in NoF
- * segments.  Dropping the last replica erases @p o. */
-static void drop_kind(mc_master_t *m, mc_object_t *o, int nof)
+/* Picks for mc_master_object_drop_where(): @p kind points at 1 for the
+ * replicas in NoF segments, 0 for the others. */
+static int of_kind(const mc_replica_t *r, const void *kind)
 {
-    mc_mlist_t *pos = o->replicas.next;
-
-    while (pos != &o->replicas) {
-        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-        int only        = (pos->prev == &o->replicas) && (pos->next == &o->replicas);
-        pos             = pos->next;
-        if ((int)r->seg->nof != nof)
-            continue;
-        mc_master_replica_drop(m, r);
-        if (only)
-            return; /* o is gone */
-    }
+    return (int)r->seg->nof == *(const int *)kind;
 }
+static const int kind_memory = 0, kind_nof = 1;
 
 int mc_master_nof_drop_memory(mc_master_t *m, mc_object_t *o)
 {
     if (!object_has_nof(o) || !mc_master_object_has_memory(o))
         return 0;
-    drop_kind(m, o, 0); /* a NoF replica stays, so o does too */
+    /* a NoF replica stays, so o does too */
+    (void)mc_master_object_drop_where(m, o, of_kind, &kind_memory);
     mc_mlist_remove(&o->lru_link); /* no memory left to free */
     return 1;
 }
@@ -383,7 +379,7 @@ uint64_t mc_master_nof_evict(mc_master_t *m, uint64_t now_ms, uint64_t target,
             continue;
         mc_debug("evicting the NoF replicas of key '%.*s'", (int)MC_MIN(o->key_len, 200u),
                  mc_object_key(o).ptr);
-        drop_kind(m, o, 1);
+        (void)mc_master_object_drop_where(m, o, of_kind, &kind_nof);
         freed = before >= m->nof_allocated_bytes ? before - m->nof_allocated_bytes : 0;
         m->nof_evicted_keys++;
     }

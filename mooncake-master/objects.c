@@ -334,7 +334,7 @@ static void replica_dispose(mc_replica_t *r)
 static void replica_free(mc_master_t *m, mc_replica_t *r)
 {
     mc_master_segment_release(m, r);
-    mc_mlist_remove(&r->link);
+    mc_replica_unlink(r);
     replica_dispose(r);
 }
 
@@ -344,6 +344,16 @@ static void free_replicas(mc_master_t *m, mc_mlist_t *list)
     mc_mlist_t *pos, *tmp;
     mc_mlist_for_each_safe(pos, tmp, list)
         replica_free(m, mc_container_of(pos, mc_replica_t, link));
+}
+
+/* free_replicas() for the memory replicas of @p o, rep0 included. */
+static void obj_free_replicas(mc_master_t *m, mc_object_t *o)
+{
+    if (o->rep0.seg != NULL) {
+        mc_master_segment_release(m, &o->rep0);
+        o->rep0.seg = NULL; /* replica_free() of rep0, which is on no list */
+    }
+    free_replicas(m, &o->replicas);
 }
 
 /* Free every replica on @p list without giving its range back (teardown). */
@@ -376,9 +386,8 @@ static void replica_park(mc_master_t *m, mc_replica_t *r, uint64_t release_ms)
         }
         memcpy(h, r, MC_REPLICA_EMBEDDED_SIZE);
         h->embedded = 0;
-        mc_mlist_init(&h->link);
-        r->seg = NULL;
-        r      = h;
+        r->seg      = NULL;
+        r           = h;
     }
     r->discarded  = 1; /* its object is gone from here on */
     r->fresh      = 0;
@@ -397,6 +406,14 @@ static void defer_replicas(mc_master_t *m, mc_mlist_t *list, uint64_t release_ms
         mc_mlist_remove(&r->link);
         replica_park(m, r, release_ms);
     }
+}
+
+/* defer_replicas() for the memory replicas of @p o, rep0 included. */
+static void obj_defer_replicas(mc_master_t *m, mc_object_t *o, uint64_t release_ms)
+{
+    if (o->rep0.seg != NULL)
+        replica_park(m, &o->rep0, release_ms);
+    defer_replicas(m, &o->replicas, release_ms);
 }
 
 static int obj_leased(const mc_object_t *o, uint64_t now_ms);
@@ -524,17 +541,24 @@ static void obj_free(mc_master_t *m, mc_object_t *o)
     obj_release(m, o);
 }
 
-/* Move the freshly placed replica @p r (on no list yet) into the unused
- * rep0 of @p o; returns the embedded replica. */
-static mc_replica_t *replica_embed(mc_object_t *o, mc_replica_t *r)
+/*
+ * Make the freshly placed replicas @p reps[0..n) (on no list yet) the
+ * memory replicas of @p o, whose rep0 is unused and whose list is empty:
+ * the first moves into rep0 (reps[0] then points there), the rest go on
+ * o->replicas in order.
+ */
+static void obj_attach(mc_object_t *o, mc_replica_t **reps, uint32_t n)
 {
-    mc_replica_t *e = &o->rep0;
-
-    memcpy(e, r, MC_REPLICA_EMBEDDED_SIZE); /* the rest is the key's */
-    e->embedded = 1;
-    mc_mlist_init(&e->link);
-    free(r);
-    return e;
+    if (n == 0)
+        return;
+    memcpy(&o->rep0, reps[0], MC_REPLICA_EMBEDDED_SIZE); /* the rest is the key's */
+    o->rep0.embedded = 1;
+    free(reps[0]);
+    reps[0] = &o->rep0;
+    for (uint32_t i = 1; i < n; i++) {
+        mc_replica_set_obj(reps[i], o);
+        mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
+    }
 }
 
 /* Forget the upsert state of @p o (its fresh buffers are already gone). */
@@ -576,9 +600,9 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
     if (mc_object_replicating(o))
         mc_master_tasks_object_gone(m, o);
     if (o->complete && obj_leased(o, now_ms))
-        defer_replicas(m, &o->replicas, o->lease_deadline_ms);
+        obj_defer_replicas(m, o, o->lease_deadline_ms);
     else
-        free_replicas(m, &o->replicas);
+        obj_free_replicas(m, o);
     if (obj_up(o) != NULL)
         free_replicas(m, &obj_up(o)->replicas);
     upsert_clear(m, o);
@@ -596,7 +620,7 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
  */
 static int obj_settle(mc_master_t *m, mc_object_t *o)
 {
-    if (!mc_mlist_empty(&o->replicas)) {
+    if (mc_object_has_replicas(o)) {
         mc_durable_object(m, o);
         return 0;
     }
@@ -627,6 +651,7 @@ void mc_master_objects_cleanup(mc_master_t *m)
     while (on != NULL) {
         mc_object_t *o = mc_container_of(on, mc_object_t, node);
         on             = mc_chmap_next(&m->objects, &oit);
+        o->rep0.seg    = NULL;
         forget_replicas(&o->replicas);
         if (obj_up(o) != NULL) {
             forget_replicas(&obj_up(o)->replicas);
@@ -689,11 +714,12 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
 }
 
 /*
- * mc_master_replica_drop() on the replicas of @p list that live on @p seg.
- * Dropping the only replica of a list may erase the list's object, so
- * the walk stops there (the list is empty by then anyway).
+ * mc_master_replica_drop() on the replicas of @p list that @p pick
+ * chooses.  Dropping the only replica of a list may erase the list's
+ * object, so the walk stops there (the list is empty by then anyway).
  */
-static size_t drop_listed(mc_master_t *m, mc_mlist_t *list, const mc_segment_t *seg)
+static size_t drop_listed(mc_master_t *m, mc_mlist_t *list, mc_master_replica_pick_func_t pick,
+                          const void *arg)
 {
     mc_mlist_t *pos = list->next;
     size_t n        = 0;
@@ -702,7 +728,7 @@ static size_t drop_listed(mc_master_t *m, mc_mlist_t *list, const mc_segment_t *
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         int only        = (pos->prev == list) && (pos->next == list);
         pos             = pos->next;
-        if (r->seg != seg)
+        if (!pick(r, arg))
             continue;
         mc_master_replica_drop(m, r);
         n++;
@@ -712,11 +738,30 @@ static size_t drop_listed(mc_master_t *m, mc_mlist_t *list, const mc_segment_t *
     return n;
 }
 
+size_t mc_master_object_drop_where(mc_master_t *m, mc_object_t *o,
+                                   mc_master_replica_pick_func_t pick, const void *arg)
+{
+    if ((o->rep0.seg != NULL) && pick(&o->rep0, arg)) {
+        int only = mc_mlist_empty(&o->replicas);
+        mc_master_replica_drop(m, &o->rep0);
+        if (only)
+            return 1; /* o may be gone */
+        return 1 + drop_listed(m, &o->replicas, pick, arg);
+    }
+    /* with rep0 in use the list's last replica is not the object's */
+    return drop_listed(m, &o->replicas, pick, arg);
+}
+
+static int on_segment(const mc_replica_t *r, const void *seg)
+{
+    return r->seg == seg;
+}
+
 size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
 {
     mc_chmap_iter_t it;
     mc_cnode_t *n = mc_chmap_first(&m->objects, &it);
-    size_t dropped = drop_listed(m, &m->discarded, seg);
+    size_t dropped = drop_listed(m, &m->discarded, on_segment, seg);
     const mc_mlist_t *q = &m->taskq[MC_TASKQ_PROCESSING].list;
     const mc_mlist_t *pos;
     mc_mlist_t *rpos, *rtmp;
@@ -737,7 +782,8 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
     /* buffers staged by copy/move tasks (tasks.c): only processing tasks
      * have any; END notices the loss */
     for (pos = q->next; pos != q; pos = pos->next)
-        dropped += drop_listed(m, &mc_container_of(pos, mc_task_t, state_link)->staged, seg);
+        dropped += drop_listed(m, &mc_container_of(pos, mc_task_t, state_link)->staged,
+                               on_segment, seg);
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         /* step first: dropping may erase o, never another object */
@@ -745,8 +791,8 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
         /* the upsert's new buffers first, since losing the last old one
          * erases o together with its upsert */
         if (obj_up(o) != NULL)
-            dropped += drop_listed(m, &obj_up(o)->replicas, seg);
-        dropped += drop_listed(m, &o->replicas, seg);
+            dropped += drop_listed(m, &obj_up(o)->replicas, on_segment, seg);
+        dropped += mc_master_object_drop_where(m, o, on_segment, seg);
     }
     return dropped;
 }
@@ -756,7 +802,7 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
 static void obj_discard(mc_master_t *m, mc_object_t *o)
 {
     uint64_t release = o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
-    defer_replicas(m, &o->replicas, release);
+    obj_defer_replicas(m, o, release);
     if (obj_dfs(o) != NULL) {
         mc_master_dfs_defer(m, obj_dfs(o), o->size, release);
         o->ext->dfs = NULL;
@@ -866,21 +912,13 @@ static void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint6
     w->segment_id = r->seg->id;
 }
 
-static uint32_t count_replicas(const mc_mlist_t *list)
-{
-    uint32_t n = 0;
-    for (const mc_mlist_t *pos = list->next; pos != list; pos = pos->next)
-        n++;
-    return n;
-}
-
 /* The COMPLETE replicas of @p o into @p out (arena storage). */
 static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_replica_list_t *out)
 {
-    const mc_mlist_t *pos;
+    const mc_replica_t *r;
     const mc_disk_replica_t *d = obj_disk(o);
     const mc_dfs_replica_t *f  = obj_dfs(o);
-    uint32_t n = count_replicas(&o->replicas) + (d != NULL) + (f != NULL);
+    uint32_t n = mc_object_replica_count(o) + (d != NULL) + (f != NULL);
 
     out->n = 0;
     out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
@@ -888,8 +926,8 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
         return MC_INTERNAL_ERROR;
     /* memory first, then NoF (docs/tiers.md §8): readers take the first */
     for (int nof = 0; nof <= 1; nof++) {
-        for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-            const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        mc_object_for_each_replica(r, o)
+        {
             /* a restored segment's bytes are not vouched for until its
              * owner remounts it */
             if ((r->status == MC_REPLICA_COMPLETE) && (r->seg->state != MC_SEG_AWAITING) &&
@@ -923,13 +961,14 @@ void mc_master_disk_to_wire(mc_wire_replica_t *w, const mc_disk_replica_t *d)
  * from the operation log and not remounted yet). */
 static int obj_readable(mc_master_t *m, const mc_object_t *o)
 {
-    const mc_mlist_t *pos;
+    const mc_replica_t *r;
     if (!o->complete)
         return 0;
     if ((obj_dfs(o) != NULL) || ((obj_disk(o) != NULL) && disk_readable(m, obj_disk(o))))
         return 1;
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        if (mc_container_of(pos, mc_replica_t, link)->seg->state != MC_SEG_AWAITING)
+    mc_object_for_each_replica(r, o)
+    {
+        if (r->seg->state != MC_SEG_AWAITING)
             return 1;
     }
     return 0;
@@ -1174,13 +1213,9 @@ static mc_object_t *obj_create(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t ke
     mc_mlist_init(&o->pending_link);
     mc_mlist_insert_tail(&m->pending, &o->pending_link); /* m->lru at PUT_END */
 
-    reps[0] = replica_embed(o, reps[0]);
-    for (uint32_t i = 0; i < n; i++) {
-        mc_replica_set_obj(reps[i], o);
-        mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
-        if (out != NULL)
-            fill_wire_replica(&out->v[i], reps[i], length);
-    }
+    obj_attach(o, reps, n);
+    for (uint32_t i = 0; (i < n) && (out != NULL); i++)
+        fill_wire_replica(&out->v[i], reps[i], length);
     if (out != NULL)
         out->n = n;
     if (dfs != NULL) {
@@ -1237,9 +1272,9 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
     mc_mlist_t *pos, *tmp;
 
     if (obj_leased(o, now_ms))
-        defer_replicas(m, &o->replicas, o->lease_deadline_ms);
+        obj_defer_replicas(m, o, o->lease_deadline_ms);
     else
-        free_replicas(m, &o->replicas);
+        obj_free_replicas(m, o);
     mc_mlist_for_each_safe(pos, tmp, &obj_up(o)->replicas)
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
@@ -1268,10 +1303,10 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 /* Every replica of the incomplete @p o COMPLETE: readable from now on. */
 static void obj_complete(mc_req_ctx_t *x, mc_object_t *o)
 {
-    mc_mlist_t *pos;
+    mc_replica_t *r;
 
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
-        mc_container_of(pos, mc_replica_t, link)->status = MC_REPLICA_COMPLETE;
+    mc_object_for_each_replica(r, o)
+        r->status = MC_REPLICA_COMPLETE;
     if (obj_dfs(o) != NULL)
         obj_dfs(o)->status = MC_REPLICA_COMPLETE;
     o->complete          = 1;
@@ -1371,7 +1406,7 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
     if (out->n == 0)
         return MC_OBJECT_NOT_FOUND; /* only on segments not remounted since a restart */
     obj_grant_lease(x->m, o, x->now_ms);
-    if (x->m->cfg->promotion_on_hit && mc_mlist_empty(&o->replicas) && (obj_disk(o) != NULL) &&
+    if (x->m->cfg->promotion_on_hit && !mc_object_has_replicas(o) && (obj_disk(o) != NULL) &&
         disk_readable(x->m, obj_disk(o)))
         mc_master_promote_hit(x, o);
     *size_p = o->size;
@@ -1899,8 +1934,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     mc_master_t *m   = x->m;
     uint64_t discard = (uint64_t)m->cfg->put_start_discard_timeout_sec * 1000u;
     mc_object_t *o;
-    mc_replica_t **reps;
-    mc_mlist_t *pos;
+    mc_replica_t **reps, *r;
     uint32_t n;
     int32_t st;
 
@@ -1937,7 +1971,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         if ((f == NULL) || (cfg->dfs_replica_num != 1) || (cfg->nof_replica_num != 0) ||
             (cfg->replica_num != f->replica_num))
             return MC_INVALID_PARAMS;
-        if (mc_mlist_empty(&o->replicas)) {
+        if (!mc_object_has_replicas(o)) {
             /* DFS-only: written again as a new key, its extent freed */
             obj_erase(m, o);
             o = NULL;
@@ -1946,7 +1980,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     if ((o != NULL) && (obj_disk(o) != NULL)) {
         /* the disk copy would be stale: a disk-only object is replaced
          * as a new key, another loses its disk copy (docs/tiers.md) */
-        if (mc_mlist_empty(&o->replicas)) {
+        if (!mc_object_has_replicas(o)) {
             obj_erase(m, o);
             o = NULL;
         } else {
@@ -1962,14 +1996,14 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         mc_writer_t *w = writer_get(m, x->tenant, client_id);
         if (w == NULL)
             return MC_INTERNAL_ERROR;
-        n      = count_replicas(&o->replicas) + (obj_dfs(o) != NULL);
+        n      = mc_object_replica_count(o) + (obj_dfs(o) != NULL);
         out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
         if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0)) {
             writer_put(m, w);
             return MC_INTERNAL_ERROR;
         }
-        for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-            mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        mc_object_for_each_replica(r, o)
+        {
             r->status       = MC_REPLICA_PROCESSING;
             /* a new value: a copy read from the old id is stale (§5.15) */
             r->id           = ++m->next_replica_id;
@@ -2209,7 +2243,7 @@ void mc_master_regex_walk_free(mc_regex_walk_t *w)
 static int32_t clear_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, mc_str_t seg)
 {
     mc_object_t *o = obj_find(x->m, x->tenant, key);
-    mc_mlist_t *pos, *tmp;
+    mc_replica_t *r, *tmp;
     int hit = 0;
 
     if (o == NULL)
@@ -2226,9 +2260,8 @@ static int32_t clear_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, mc_
         obj_erase(x->m, o);
         return MC_OK;
     }
-    mc_mlist_for_each_safe(pos, tmp, &o->replicas)
+    mc_object_for_each_replica_safe(r, tmp, o)
     {
-        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         if ((r->status != MC_REPLICA_COMPLETE) ||
             !mc_str_eq(mc_str_from_cstr(r->seg->name), seg))
             continue;
@@ -2298,7 +2331,7 @@ void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, u
 {
     if (obj_leased(o, now_ms)) {
         /* as defer_replicas() for one replica: a reader may hold it */
-        mc_mlist_remove(&r->link);
+        mc_replica_unlink(r);
         replica_park(m, r, o->lease_deadline_ms);
     } else {
         replica_free(m, r);
@@ -2385,12 +2418,7 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
     o->complete          = 1;
     mc_chmap_insert(&m->objects, &o->node, o->hash);
     mc_mlist_init(&o->lru_link);
-    if (n > 0)
-        reps[0] = replica_embed(o, reps[0]);
-    for (uint32_t i = 0; i < n; i++) {
-        mc_replica_set_obj(reps[i], o);
-        mc_mlist_insert_tail(&o->replicas, &reps[i]->link);
-    }
+    obj_attach(o, reps, n);
     if (n > 0)
         mc_master_lru_touch(m, o); /* a disk- or DFS-only object stays off the LRU */
     group_sync(m, o);
@@ -2409,8 +2437,9 @@ fail:
  * @p id holds the current value. */
 static int has_replica(const mc_object_t *o, uint64_t id)
 {
-    for (const mc_mlist_t *pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+    const mc_replica_t *r;
+    mc_object_for_each_replica(r, o)
+    {
         if ((r->id == id) && (r->status == MC_REPLICA_COMPLETE))
             return 1;
     }
@@ -2527,8 +2556,8 @@ size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id)
 
 int mc_master_object_drop_memory(mc_master_t *m, mc_object_t *o)
 {
-    if (!obj_has_copy(o) || mc_mlist_empty(&o->replicas))
+    if (!obj_has_copy(o) || !mc_object_has_replicas(o))
         return 0;
-    free_replicas(m, &o->replicas);
+    obj_free_replicas(m, o);
     return !obj_settle(m, o);
 }

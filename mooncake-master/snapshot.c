@@ -146,7 +146,7 @@ static void encode_object(mc_buf_t *b, const mc_object_t *o)
     size_t at          = mc_oplog_frame_begin(b, MC_OPLOG_OBJ_SET);
     const char *gid    = mc_object_group_id(o);
     uint32_t n         = 0;
-    const mc_mlist_t *pos;
+    const mc_replica_t *r;
 
     mc_buf_put_str(b, mc_object_tenant(o));
     mc_buf_put_str(b, mc_object_key(o));
@@ -158,11 +158,11 @@ static void encode_object(mc_buf_t *b, const mc_object_t *o)
     if (gid != NULL)
         mc_buf_put_str(b, mc_str_from_cstr(gid));
     /* NoF segments are not logged (docs/tiers.md §8): nor their replicas */
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next)
-        n += !mc_container_of(pos, mc_replica_t, link)->seg->nof;
+    mc_object_for_each_replica(r, o)
+        n += !r->seg->nof;
     mc_buf_put_u32(b, n);
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        const mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+    mc_object_for_each_replica(r, o)
+    {
         mc_alloc_block_t blk;
         if (r->seg->nof)
             continue;

@@ -285,9 +285,21 @@ static mc_replica_t *replica_named(mc_mlist_t *list, mc_str_t name)
     return NULL;
 }
 
-static mc_replica_t *replica_on(mc_object_t *o, const char *name)
+/* The memory replica of @p o on a segment named @p name, or NULL. */
+static mc_replica_t *replica_of(const mc_object_t *o, mc_str_t name)
 {
-    return replica_named(&o->replicas, mc_str_from_cstr(name));
+    mc_replica_t *r;
+    mc_object_for_each_replica(r, o)
+    {
+        if (mc_str_eq(mc_str_from_cstr(r->seg->name), name))
+            return r;
+    }
+    return NULL;
+}
+
+static mc_replica_t *replica_on(const mc_object_t *o, const char *name)
+{
+    return replica_of(o, mc_str_from_cstr(name));
 }
 
 /* 1 when @p name is one of @p names[0..n). */
@@ -366,7 +378,7 @@ int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_ta
 {
     mc_object_t *o;
     mc_replica_t *src = NULL;
-    mc_mlist_t *pos;
+    mc_replica_t *r;
     int32_t st;
 
     if (req->targets.n == 0)
@@ -378,8 +390,9 @@ int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_ta
     if ((st = find_complete(x, req->key, &o)) != MC_OK)
         return st;
     /* read from a replica that is not itself a target when there is one */
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        src = mc_container_of(pos, mc_replica_t, link);
+    mc_object_for_each_replica(r, o)
+    {
+        src = r;
         if (!name_in(src->seg->name, req->targets.v, req->targets.n))
             break;
     }
@@ -402,7 +415,7 @@ int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_ta
         return st;
     if ((st = find_complete(x, req->key, &o)) != MC_OK)
         return st;
-    src = replica_named(&o->replicas, req->source);
+    src = replica_of(o, req->source);
     if (src == NULL)
         return MC_INVALID_PARAMS; /* the source holds no replica of the key */
     return task_create(x, MC_TASK_REPLICA_MOVE, o, src->seg->name, src->seg->owner->id,
@@ -547,15 +560,18 @@ int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica
     src = t->promote ? NULL : replica_on(o, t->source);
     if ((src == NULL) && (t->type == MC_TASK_REPLICA_COPY) && !t->promote) {
         /* the copy source went away: any other complete replica of ours */
-        for (pos = o->replicas.next; (pos != &o->replicas) && (src == NULL); pos = pos->next) {
-            mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
-            if ((r->status == MC_REPLICA_COMPLETE) && mc_uuid_eq(r->seg->owner->id, t->assigned))
+        mc_replica_t *r;
+        mc_object_for_each_replica(r, o)
+        {
+            if ((r->status == MC_REPLICA_COMPLETE) && mc_uuid_eq(r->seg->owner->id, t->assigned)) {
                 src = r;
+                break;
+            }
         }
     }
     if ((ext = mc_master_object_ext(o)) == NULL)
         return MC_INTERNAL_ERROR;
-    if (t->promote && mc_mlist_empty(&o->replicas) && (ext->disk != NULL) &&
+    if (t->promote && !mc_object_has_replicas(o) && (ext->disk != NULL) &&
         mc_uuid_eq(ext->disk->holder, t->assigned))
         disk = ext->disk; /* disk-only: the holder reads its record */
     if ((src == NULL) && (disk == NULL))
@@ -603,9 +619,9 @@ int32_t mc_master_task_replica_start(mc_req_ctx_t *x, const mc_wire_task_replica
 /* The replica of @p o with id @p id, or NULL. */
 static mc_replica_t *replica_by_id(mc_object_t *o, uint64_t id)
 {
-    mc_mlist_t *pos;
-    for (pos = o->replicas.next; pos != &o->replicas; pos = pos->next) {
-        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+    mc_replica_t *r;
+    mc_object_for_each_replica(r, o)
+    {
         if (r->id == id)
             return r;
     }
@@ -672,7 +688,7 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
      * longer when a replica skipped at START went with its segment */
     if ((t->type == MC_TASK_REPLICA_MOVE) && (replica_on(o, t->targets[0]) != NULL))
         mc_master_replica_retire(m, o, src, x->now_ms);
-    if (from_disk && !mc_mlist_empty(&o->replicas)) {
+    if (from_disk && mc_object_has_replicas(o)) {
         /* promoted: in memory again, so on the LRU again */
         o->ext->disk_hits = 0;
         mc_master_lru_touch(m, o);

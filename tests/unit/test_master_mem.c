@@ -8,6 +8,9 @@
  *    list (a preempted put, or an upsert's old buffer under a reader's
  *    lease), the range must stay reserved until its release time and then
  *    come back; the record goes with it.
+ *  - rep0 is on no list: the object's other replicas are.  Losing either
+ *    kind leaves the object readable from the rest, rep0 still listed
+ *    first while it lasts.
  *  - A segment keeps no replica list: unmounting walks the index, and must
  *    drop object replicas, an upsert's new buffers and discarded ones.
  *  - The owner and tenant of an object are a shared "writer" record: PUT_END
@@ -37,6 +40,7 @@
 
 #define SEG_SIZE (64u * 1024u)
 #define SEG_BASE (1ull << 40)
+#define SEG_BASE2 (2ull << 40)
 
 static mc_test_master_t master;
 static mc_mconn_t *conn;
@@ -78,7 +82,7 @@ static mc_str_t S(const char *s)
     return mc_str_from_cstr(s);
 }
 
-static mc_uuid_t mount(uint64_t base)
+static mc_uuid_t mount_named(uint64_t base, const char *name)
 {
     mc_wire_mount_segment_req_t req;
     mc_wire_mount_segment_resp_t resp;
@@ -86,7 +90,7 @@ static mc_uuid_t mount(uint64_t base)
     memset(&req, 0, sizeof(req));
     req.client_id = client_a;
     mc_uuid_generate(&req.segment.id);
-    req.segment.name     = S("127.0.0.1:1");
+    req.segment.name     = S(name);
     req.segment.base     = base;
     req.segment.size     = SEG_SIZE;
     req.segment.protocol = S("tcp");
@@ -94,34 +98,53 @@ static mc_uuid_t mount(uint64_t base)
     return req.segment.id;
 }
 
-/* PUT_START (or UPSERT_START when @p upsert); the replica's address in *addr_p. */
-static int put_start(mc_uuid_t who, const char *key, uint64_t len, int upsert, uint64_t *addr_p)
+static mc_uuid_t mount(uint64_t base)
+{
+    return mount_named(base, "127.0.0.1:1");
+}
+
+static void unmount(mc_uuid_t seg)
+{
+    mc_wire_unmount_segment_req_t req = {.client_id = client_a, .segment_id = seg};
+    mc_wire_unmount_segment_resp_t resp;
+    ck_assert_status_ok(mc_master_call_unmount_segment(conn, &req, &resp));
+}
+
+/* PUT_START (or UPSERT_START when @p upsert) asking for @p nrep replicas,
+ * which it must get when it succeeds; the first one's address in *addr_p. */
+static int put_start_n(mc_uuid_t who, const char *key, uint64_t len, int upsert, uint32_t nrep,
+                       uint64_t *addr_p)
 {
     mc_wire_config_t cfg;
+    mc_wire_replica_list_t got = {0};
     mc_status_t st;
 
     memset(&cfg, 0, sizeof(cfg));
-    cfg.replica_num = 1;
+    cfg.replica_num = nrep;
     if (upsert) {
         mc_wire_upsert_start_req_t req = {.client_id = who, .key = S(key), .length = len,
                                           .config = cfg};
         mc_wire_upsert_start_resp_t resp;
-        st = mc_master_call_upsert_start(conn, &req, &resp);
-        if ((st == MC_OK) && (addr_p != NULL)) {
-            ck_assert_uint_eq(resp.replicas.n, 1);
-            *addr_p = resp.replicas.v[0].addr;
-        }
+        st  = mc_master_call_upsert_start(conn, &req, &resp);
+        got = resp.replicas;
     } else {
         mc_wire_put_start_req_t req = {.client_id = who, .key = S(key), .length = len,
                                        .config = cfg};
         mc_wire_put_start_resp_t resp;
-        st = mc_master_call_put_start(conn, &req, &resp);
-        if ((st == MC_OK) && (addr_p != NULL)) {
-            ck_assert_uint_eq(resp.replicas.n, 1);
-            *addr_p = resp.replicas.v[0].addr;
-        }
+        st  = mc_master_call_put_start(conn, &req, &resp);
+        got = resp.replicas;
+    }
+    if (st == MC_OK) {
+        ck_assert_uint_eq(got.n, nrep);
+        if (addr_p != NULL)
+            *addr_p = got.v[0].addr;
     }
     return st;
+}
+
+static int put_start(mc_uuid_t who, const char *key, uint64_t len, int upsert, uint64_t *addr_p)
+{
+    return put_start_n(who, key, len, upsert, 1, addr_p);
 }
 
 static int put_end(mc_uuid_t who, const char *key, int upsert)
@@ -149,6 +172,30 @@ static int get(const char *key, uint64_t *addr_p)
         *addr_p = resp.replicas.v[0].addr;
     }
     return st;
+}
+
+/* GET_REPLICA_LIST of @p key, which must have @p n replicas: their
+ * addresses and segments into @p addr and @p seg (in the answer's order). */
+static void get_n(const char *key, uint32_t n, uint64_t *addr, mc_uuid_t *seg)
+{
+    mc_wire_get_replica_list_req_t req = {.key = S(key)};
+    mc_wire_get_replica_list_resp_t resp;
+
+    ck_assert_status_ok(mc_master_call_get_replica_list(conn, &req, &resp));
+    ck_assert_msg(resp.replicas.n == n, "key %s should have %u replicas, not %u", key, n,
+                  resp.replicas.n);
+    for (uint32_t i = 0; i < n; i++) {
+        addr[i] = resp.replicas.v[i].addr;
+        seg[i]  = resp.replicas.v[i].segment_id;
+    }
+}
+
+/* PUT_START of @p key with two replicas (UPSERT_START when @p upsert),
+ * then the matching END. */
+static void put_two(const char *key, uint64_t len, int upsert)
+{
+    ck_assert_status_ok(put_start_n(client_a, key, len, upsert, 2, NULL));
+    ck_assert_status_ok(put_end(client_a, key, upsert));
 }
 
 static int exists(const char *key)
@@ -271,6 +318,80 @@ START_TEST(test_unmount_drops_every_kind_of_replica)
 }
 END_TEST
 
+/* Two replicas: rep0 (first) in the record, the second on its list.
+ * Losing either leaves the other readable; losing both ends the object. */
+START_TEST(test_embedded_and_listed_replicas)
+{
+    uint64_t a[2], b[2], c[2];
+    mc_uuid_t sa[2], sb[2], sc[2];
+
+    master_start();
+    mount_named(SEG_BASE, "127.0.0.1:1");
+    mount_named(SEG_BASE2, "127.0.0.1:2");
+    put_two("a", 4096, 0);
+    put_two("b", 4096, 0);
+    get_n("a", 2, a, sa);
+    get_n("b", 2, b, sb);
+    ck_assert_msg(!mc_uuid_eq(sa[0], sa[1]), "the two replicas should be on two segments");
+    /* a fresh-buffer upsert: its new replicas all come from the list */
+    put_two("c", 4096, 0);
+    get_n("c", 2, c, sc);
+    put_two("c", 8192, 1);
+    get_n("c", 2, c, sc);
+
+    /* the segment of a's first replica goes: a keeps its second, b (whose
+     * first replica may be on either segment) keeps the other one */
+    unmount(sa[0]);
+    {
+        uint64_t x;
+        mc_uuid_t sx;
+        get_n("a", 1, &x, &sx);
+        ck_assert_msg(x == a[1] && mc_uuid_eq(sx, sa[1]), "a should be left with its second replica");
+        get_n("b", 1, &x, &sx);
+        ck_assert_msg(mc_uuid_eq(sx, sa[1]), "b should be left with the replica on the other segment");
+        ck_assert_uint_eq(x, mc_uuid_eq(sb[0], sa[1]) ? b[0] : b[1]);
+        get_n("c", 1, &x, &sx);
+        ck_assert_msg(mc_uuid_eq(sx, sa[1]), "c should be left with the replica on the other segment");
+    }
+    /* a remount at the same place is entirely free again */
+    mount_named(SEG_BASE, "127.0.0.1:1");
+    ck_assert_status_ok(put_start(client_b, "fill", SEG_SIZE, 0, &a[0]));
+    ck_assert_uint_eq(a[0], SEG_BASE);
+    unmount(sa[1]);
+    ck_assert_status_eq(get("a", NULL), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(get("b", NULL), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(get("c", NULL), MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
+/* A leased two-replica object removed by force: both ranges, rep0's and
+ * the listed one's, stay reserved until the lease ends, then both return. */
+START_TEST(test_removed_two_replica_object_holds_both_ranges)
+{
+    uint64_t a[2];
+    mc_uuid_t sa[2];
+
+    master_start();
+    mount_named(SEG_BASE, "127.0.0.1:1");
+    mount_named(SEG_BASE2, "127.0.0.1:2");
+    put_two("k", 40 * 1024, 0);
+    get_n("k", 2, a, sa); /* a 1 s lease */
+    {
+        mc_wire_remove_req_t req = {.key = S("k"), .force = 1};
+        mc_wire_remove_resp_t resp;
+        ck_assert_status_ok(mc_master_call_remove(conn, &req, &resp));
+    }
+    ck_assert_int_eq(exists("k"), 0);
+    ck_assert_status_eq(put_start(client_a, "all", SEG_SIZE, 0, NULL), MC_NO_AVAILABLE_HANDLE);
+    put_start_when_released("all", SEG_SIZE, &a[0]);
+    /* released in the same tick: the other segment is whole again too */
+    ck_assert_status_ok(put_start(client_a, "all2", SEG_SIZE, 0, &a[1]));
+    ck_assert_msg(a[0] != a[1], "the two segments should each take a whole object");
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
 /* PUT_END/REVOKE answer by owner; an upsert makes the upserter the owner. */
 START_TEST(test_owner_follows_the_writer)
 {
@@ -323,6 +444,8 @@ Suite *mc_test_master_mem_suite(void)
     tcase_add_test(tc, test_preempted_put_holds_its_range_until_release);
     tcase_add_test(tc, test_removed_object_keeps_leased_old_buffer);
     tcase_add_test(tc, test_unmount_drops_every_kind_of_replica);
+    tcase_add_test(tc, test_embedded_and_listed_replicas);
+    tcase_add_test(tc, test_removed_two_replica_object_holds_both_ranges);
     tcase_add_test(tc, test_owner_follows_the_writer);
     tcase_add_test(tc, test_shutdown_with_held_ranges);
     suite_add_tcase(s, tc);
