@@ -476,28 +476,52 @@ out:
 /*
  * Keep the bytes read for entry @p i of @p sr behind @p q, the query the
  * master's answer built, when that answer lists the replica read: the same
- * id at the same place, in a registration of the same generation.
+ * id at the same place, in a registration of the same generation.  When
+ * the read of that listed replica failed (a dead or cut holder: it took
+ * the engine's timeout already), the query tries it last, and a query
+ * with no other replica fails now with the read's status instead of
+ * waiting for the same timeout again: the returned status (MC_OK else).
  */
-static void spec_adopt(mc_store_h s, spec_reads_t *sr, size_t i, struct mc_store_query *q)
+static mc_status_t spec_adopt(mc_store_h s, spec_reads_t *sr, size_t i,
+                              struct mc_store_query *q)
 {
     const struct mc_store_query *sq = sr->sq[i];
     const mc_query_replica_t *r     = &sq->r[0];
+    uint32_t k                      = 0;
 
-    if ((q != NULL) && (sr->st[i] == MC_OK) && (sr->bufs[i] != NULL) && (q->copy == NULL) &&
+    while ((q != NULL) && (k < q->n)) {
+        const mc_query_replica_t *a = &q->r[k];
+        if ((a->id == r->id) && (a->addr == r->addr) && (a->gen == r->gen) && !a->nof &&
+            (strcmp(a->segment, r->segment) == 0))
+            break;
+        k++;
+    }
+    if ((q == NULL) || (k == q->n)) {
+        atomic_fetch_add_explicit(&s->metrics.spec_refuted, 1, memory_order_relaxed);
+        return MC_OK;
+    }
+    if ((sr->st[i] == MC_OK) && (sr->bufs[i] != NULL) && (q->copy == NULL) &&
         (q->size == sq->size)) {
-        for (uint32_t k = 0; k < q->n; k++) {
-            const mc_query_replica_t *a = &q->r[k];
-            if ((a->id == r->id) && (a->addr == r->addr) && (a->gen == r->gen) && !a->nof &&
-                (strcmp(a->segment, r->segment) == 0)) {
-                q->disk_bytes = sr->bufs[i]; /* freed with the query */
-                q->copy       = sr->bufs[i];
-                sr->bufs[i]   = NULL;
-                atomic_fetch_add_explicit(&s->metrics.spec_confirmed, 1, memory_order_relaxed);
-                return;
-            }
-        }
+        q->disk_bytes = sr->bufs[i]; /* freed with the query */
+        q->copy       = sr->bufs[i];
+        sr->bufs[i]   = NULL;
+        atomic_fetch_add_explicit(&s->metrics.spec_confirmed, 1, memory_order_relaxed);
+        return MC_OK;
     }
     atomic_fetch_add_explicit(&s->metrics.spec_refuted, 1, memory_order_relaxed);
+    if ((sr->st[i] == MC_OK) || (sr->bufs[i] == NULL))
+        return MC_OK; /* not read (out of memory): read as the answer says */
+    if ((q->n == 1) && (q->disk_path == NULL)) {
+        mc_set_error_detail("reading %s from %s failed: %s", q->ckey, r->segment,
+                            mc_status_name(sr->st[i]));
+        return sr->st[i];
+    }
+    if (k + 1 < q->n) { /* the failed one last */
+        mc_query_replica_t failed = q->r[k];
+        memmove(&q->r[k], &q->r[k + 1], (q->n - k - 1) * sizeof(q->r[0]));
+        q->r[q->n - 1] = failed;
+    }
+    return MC_OK;
 }
 
 static void spec_reads_free(spec_reads_t *sr)
@@ -537,7 +561,11 @@ static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, 
                          lease_deadline(t0, resp.lease_ttl_ms), query_p);
     if ((st == MC_OK) && (conn != NULL)) {
         cache_insert(c, *query_p, t0, epoch); /* the lease's entry replaces ours */
-        spec_adopt(s, &sr, 0, *query_p);
+        st = spec_adopt(s, &sr, 0, *query_p);
+        if (st != MC_OK) {
+            mc_store_query_release(*query_p);
+            *query_p = NULL;
+        }
     } else {
         mc_loc_cache_drop(c, key, klen);
         spec_adopt(s, &sr, 0, NULL);
@@ -1000,8 +1028,15 @@ static mc_status_t batch_query(mc_store_h s, const char *const *keys, size_t n,
         }
         statuses[i] = query_build(s, keys[i], r->size, &r->replicas, deadline, &queries[i]);
     }
-    for (size_t j = 0; (sr != NULL) && (j < sr->n); j++)
-        spec_adopt(s, sr, j, (statuses[sr->pos[j]] == MC_OK) ? queries[sr->pos[j]] : NULL);
+    for (size_t j = 0; (sr != NULL) && (j < sr->n); j++) {
+        size_t i = sr->pos[j];
+        mc_status_t as = spec_adopt(s, sr, j, (statuses[i] == MC_OK) ? queries[i] : NULL);
+        if (as != MC_OK) {
+            mc_store_query_release(queries[i]);
+            queries[i]  = NULL;
+            statuses[i] = as;
+        }
+    }
     goto out;
 
 fail:

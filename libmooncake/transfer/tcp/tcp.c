@@ -1213,6 +1213,20 @@ static mc_status_t lane_connect(mc_tcp_peer_t *pe, unsigned lane)
     return MC_OK;
 }
 
+/* A peer that let a request time out (no answer within the I/O timeout:
+ * dead, or its link cut) is treated as one that refused a connect: new
+ * connections to it fail fast for TCP_PEER_DOWN_MS, so the requests that
+ * follow do not each wait for the same timeout. */
+static void peer_mark_down(mc_tcp_peer_t *pe)
+{
+    pthread_mutex_lock(&pe->mu);
+    snprintf(pe->down_detail, sizeof(pe->down_detail),
+             "%s:%u did not answer within %d s", pe->host, (unsigned)pe->port,
+             pe->tp->io_timeout_s);
+    pe->down_until_ms = mc_now_ms() + TCP_PEER_DOWN_MS;
+    pthread_mutex_unlock(&pe->mu);
+}
+
 static void lane_drop(mc_tcp_peer_t *pe, unsigned lane)
 {
     if (pe->fds[lane] >= 0)
@@ -1279,6 +1293,7 @@ static int lane_send(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local, uin
     *send_errno_p = errno;
     if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
         mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
+        peer_mark_down(pe);
         return -1;
     }
     return 1;
@@ -1351,10 +1366,13 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
     /* A READ's payload may arrive with its header: take both in one receive. */
     if (recv_head(fd, rb, opcode_reads(opcode) ? local : NULL,
                   opcode_reads(opcode) ? (size_t)len : 0, &got, pe->tp->busy_poll_us) != 0) {
-        *stale_p = (got == 0) && (errno != EAGAIN) && (errno != EWOULDBLOCK);
+        int e    = errno;
+        *stale_p = (got == 0) && (e != EAGAIN) && (e != EWOULDBLOCK);
         mc_set_error_detail("%s %s:%u failed: %s",
                             send_failed ? "sending to" : "receiving the answer from", pe->host,
-                            (unsigned)pe->port, strerror(send_failed ? send_errno : errno));
+                            (unsigned)pe->port, strerror(send_failed ? send_errno : e));
+        if ((e == EAGAIN) || (e == EWOULDBLOCK))
+            peer_mark_down(pe);
         return MC_TRANSFER_FAIL;
     }
     st = answer_check(pe, rb, got, opcode, remote, len, send_failed, send_errno, &resp, keep_p);
@@ -1952,6 +1970,7 @@ static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer
         send_errno  = errno;
         if ((send_errno == EAGAIN) || (send_errno == EWOULDBLOCK)) {
             mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
+            peer_mark_down(pe);
             for (j = 0; j < n; j++)
                 st[j] = MC_TRANSFER_FAIL;
             *answered_p = n;
@@ -1966,6 +1985,8 @@ static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer
             int e = errno;
             mc_set_error_detail("receiving answers from %s:%u failed: %s", pe->host,
                                 (unsigned)pe->port, strerror(e));
+            if ((e == EAGAIN) || (e == EWOULDBLOCK))
+                peer_mark_down(pe);
             if ((e == EAGAIN) || (e == EWOULDBLOCK) || (e == ENOMEM)) {
                 for (j = done; j < n; j++)
                     st[j] = MC_TRANSFER_FAIL;
