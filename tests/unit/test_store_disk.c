@@ -158,6 +158,61 @@ START_TEST(test_disk_only_get_and_damage)
 }
 END_TEST
 
+/*
+ * A disk-only object's record is read while the master answers the lookup
+ * (mc_store_get_size_hint, docs/tiers.md §4).  The bytes read early count
+ * only when the answer names that record: after an upsert, a new disk
+ * copy, or a remove, the old record (still in its bucket) is never
+ * returned.
+ */
+START_TEST(test_disk_hints_never_return_an_outdated_record)
+{
+    enum { N = 90000 };
+    static uint8_t v1[N], v2[N], got[N];
+    char path[4096];
+    uint64_t off = 0, size = 0, hint = 0;
+
+    for (size_t i = 0; i < N; i++) {
+        v1[i] = (uint8_t)(i * 5u + 1u);
+        v2[i] = (uint8_t)(i * 11u + 7u);
+    }
+    ck_assert_status_ok(mc_store_put(store, "hk", v1, N, NULL));
+    wait_disk("hk", path, sizeof(path), &off);
+    ck_assert_int_eq(mc_store_get_size_hint(store, "hk", &hint), MC_OBJECT_NOT_FOUND);
+    make_disk_only("hk");
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_int_eq(memcmp(got, v1, N), 0);
+    ck_assert_msg(mc_store_get_size_hint(store, "hk", &hint) == MC_OK,
+                  "a disk-only read leaves a size hint");
+    ck_assert_uint_eq(hint, N);
+    /* the overlapped read, byte-exact */
+    memset(got, 0, sizeof(got));
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_uint_eq(size, N);
+    ck_assert_int_eq(memcmp(got, v1, N), 0);
+
+    /* upserted: the new value from memory, though the hinted record reads fine */
+    ck_assert_status_ok(mc_store_upsert(store, "hk", v2, N, NULL));
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_msg(memcmp(got, v2, N) == 0, "a get after an upsert returned the old record");
+    ck_assert_int_eq(mc_store_get_size_hint(store, "hk", &hint), MC_OBJECT_NOT_FOUND);
+
+    /* the new value on disk only: its own record, not the hinted one */
+    wait_disk("hk", path, sizeof(path), &off);
+    make_disk_only("hk");
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_int_eq(memcmp(got, v2, N), 0);
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_int_eq(memcmp(got, v2, N), 0);
+
+    /* removed: a miss, though both records are still in their buckets */
+    ck_assert_status_ok(mc_store_remove(store, "hk", 1));
+    ck_assert_int_eq(mc_store_get(store, "hk", got, sizeof(got), &size), MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(mc_store_get_size_hint(store, "hk", &hint), MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(mc_store_get_size_hint(store, "hk", NULL), MC_INVALID_PARAMS);
+}
+END_TEST
+
 START_TEST(test_bad_directories)
 {
     mc_store_h other = NULL;
@@ -333,6 +388,7 @@ Suite *mc_test_store_disk_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_disk_only_get_and_damage);
+    tcase_add_test(tc, test_disk_hints_never_return_an_outdated_record);
     tcase_add_test(tc, test_bad_directories);
     tcase_add_test(tc, test_disk_only_read_through_the_holder);
     suite_add_tcase(s, tc);
