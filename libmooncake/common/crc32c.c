@@ -228,3 +228,44 @@ uint32_t mc_crc32c(uint32_t crc, const void *p, size_t n)
 #endif
     return ~crc_soft(crc, p, n);
 }
+
+/*
+ * Combining: the CRC of A||B from crc(A), crc(B) and |B| is
+ * crc(A)·x^(8|B|) mod P, XOR crc(B) (the initial and final inversions
+ * cancel).  Polynomials are reflected as the CRC holds them: bit 31 is
+ * x^0, bit 0 is x^31.  x^(8n) comes from a table of x^(2^k), one product
+ * per set bit of n.
+ */
+static uint32_t pow2_tab[67]; /* x^(2^k) mod P */
+static pthread_once_t pow2_once = PTHREAD_ONCE_INIT;
+
+/* a·b mod P */
+static uint32_t gf_mul(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+
+    for (int i = 0; i < 32; i++) {
+        if (a & (UINT32_C(0x80000000) >> i))
+            p ^= b;
+        b = (b & 1) ? (b >> 1) ^ 0x82F63B78u : (b >> 1);
+    }
+    return p;
+}
+
+static void pow2_init(void)
+{
+    pow2_tab[0] = UINT32_C(0x40000000); /* x^1 */
+    for (size_t k = 1; k < sizeof(pow2_tab) / sizeof(pow2_tab[0]); k++)
+        pow2_tab[k] = gf_mul(pow2_tab[k - 1], pow2_tab[k - 1]);
+}
+
+uint32_t mc_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    uint32_t x = UINT32_C(0x80000000); /* x^(8 len2), from x^0 */
+
+    pthread_once(&pow2_once, pow2_init);
+    for (unsigned k = 3; len2 != 0; len2 >>= 1, k++)
+        if (len2 & 1)
+            x = gf_mul(pow2_tab[k], x);
+    return gf_mul(x, crc1) ^ crc2;
+}

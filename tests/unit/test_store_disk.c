@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,6 +332,88 @@ START_TEST(test_reused_path_reads_the_new_file)
 }
 END_TEST
 
+/*
+ * Values of 512 KiB and more are read in chunks, each checksummed by a
+ * helper thread while the next is read (disk.c, pipe_read).  Odd sizes
+ * read back byte-exact; a byte flipped in the last chunk, or a file cut in
+ * a middle chunk, is a miss; readers on several threads at once (one has
+ * the helper, the others read alone) all get their own bytes.
+ */
+#define BIG_N      (1536u * 1024u + 777u)
+#define BIG_READERS 4
+
+typedef struct big_reader {
+    const char *path;
+    const uint8_t *want;
+    uint32_t crc;
+    int bad;
+} big_reader_t;
+
+static void *big_read_loop(void *arg)
+{
+    big_reader_t *r = arg;
+    uint8_t *out    = malloc(BIG_N);
+
+    for (int i = 0; (out != NULL) && (i < 20); i++) {
+        memset(out, 0, BIG_N);
+        if ((mc_store_disk_read(r->path, 0, mc_str_from_cstr("big"), BIG_N, r->crc, out) !=
+             MC_OK) ||
+            (memcmp(out, r->want, BIG_N) != 0))
+            r->bad++;
+    }
+    if (out == NULL)
+        r->bad++;
+    free(out);
+    return NULL;
+}
+
+START_TEST(test_large_records_read_in_checked_chunks)
+{
+    char tdir[64], path[96];
+    uint8_t *v   = malloc(BIG_N), *out = malloc(BIG_N);
+    uint32_t crc, seed = 99;
+    big_reader_t r[BIG_READERS];
+    pthread_t t[BIG_READERS];
+    int fd;
+
+    ck_assert_ptr_nonnull(v);
+    ck_assert_ptr_nonnull(out);
+    for (size_t i = 0; i < BIG_N; i++) {
+        seed = seed * 1103515245u + 12345u;
+        v[i] = (uint8_t)(seed >> 16);
+    }
+    snprintf(tdir, sizeof(tdir), "/tmp/mc-big-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tdir));
+    snprintf(path, sizeof(path), "%s/1.bucket", tdir);
+    crc = write_record(path, "big", v, BIG_N);
+    ck_assert_status_ok(mc_store_disk_read(path, 0, mc_str_from_cstr("big"), BIG_N, crc, out));
+    ck_assert_int_eq(memcmp(out, v, BIG_N), 0);
+    for (int i = 0; i < BIG_READERS; i++) {
+        r[i] = (big_reader_t){path, v, crc, 0};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, big_read_loop, &r[i]), 0);
+    }
+    for (int i = 0; i < BIG_READERS; i++) {
+        ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+        ck_assert_msg(r[i].bad == 0, "reader %d got %d bad reads", i, r[i].bad);
+    }
+    /* the last byte of the value flipped */
+    fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, "\x5a", 1, (off_t)(24 + 3 + BIG_N - 1)), 1);
+    ck_assert_int_eq(mc_store_disk_read(path, 0, mc_str_from_cstr("big"), BIG_N, crc, out),
+                     MC_OBJECT_NOT_FOUND);
+    /* cut in the middle of the value */
+    ck_assert_int_eq(ftruncate(fd, (off_t)(24 + 3 + BIG_N / 2 + 1000)), 0);
+    close(fd);
+    ck_assert_int_eq(mc_store_disk_read(path, 0, mc_str_from_cstr("big"), BIG_N, crc, out),
+                     MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(rmdir(tdir), 0);
+    free(v);
+    free(out);
+}
+END_TEST
+
 /* CRC32C one bit at a time: the definition, to check the fast forms by. */
 static uint32_t crc_bitwise(uint32_t crc, const uint8_t *p, size_t n)
 {
@@ -368,6 +451,13 @@ START_TEST(test_crc32c_matches_the_definition)
     for (size_t n = 3 * 4096 - 300; n < sizeof(buf) - 8; n += 997)
         ck_assert_msg(mc_crc32c(7, buf + 3, n) == crc_bitwise(7, buf + 3, n),
                       "CRC32C of %zu bytes differs from the definition", n);
+    /* pieces checksummed apart, joined */
+    for (size_t a = 0; a < sizeof(buf); a += 1111) {
+        size_t b = sizeof(buf) - a;
+        ck_assert_msg(mc_crc32c_combine(mc_crc32c(0, buf, a), mc_crc32c(0, buf + a, b), b) ==
+                          mc_crc32c(0, buf, sizeof(buf)),
+                      "joining the CRCs of %zu and %zu bytes differs from the whole", a, b);
+    }
     /* chained pieces give the CRC of the whole */
     ck_assert_uint_eq(mc_crc32c(mc_crc32c(0, buf, 300), buf + 300, 5000),
                       crc_bitwise(0, buf, 5300));
@@ -383,6 +473,7 @@ Suite *mc_test_store_disk_suite(void)
 
     tcase_add_test(rc, test_reused_path_reads_the_new_file);
     tcase_add_test(rc, test_crc32c_matches_the_definition);
+    tcase_add_test(rc, test_large_records_read_in_checked_chunks);
     suite_add_tcase(s, rc);
 
     tcase_add_checked_fixture(tc, setup, teardown);
