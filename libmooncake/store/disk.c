@@ -282,9 +282,11 @@ void mc_store_disk_record_header(uint8_t hdr[MC_STORE_DISK_HDR], mc_str_t key, u
  * checksums every chunk the helper has not taken, then waits only for the
  * one the helper may be on (a few µs).  A busy helper (another reader's
  * job), or one that is not scheduled in time, just leaves the reader to
- * do it all, as without it.  One helper per process, started at the first
- * large read, never stopped.  The per-chunk CRCs are joined in order
- * (mc_crc32c_combine).
+ * do it all, as without it; so does a helper that finds no new chunk for
+ * MC_PIPE_WAIT_NS (a read from the device, not the page cache, where the
+ * checksum is not what takes the time).  One helper per process, started
+ * at the first large read, never stopped.  The per-chunk CRCs are joined
+ * in order (mc_crc32c_combine).
  */
 #define MC_PIPE_MIN        (512u * 1024u)
 #define MC_PIPE_CHUNK      (128u * 1024u)
@@ -314,20 +316,32 @@ static uint64_t pipe_chunk_len(const pipe_job_t *j, unsigned c)
 }
 
 /* Checksum chunks that are in the buffer and nobody took.  The helper
- * (@p helper) waits for the reader's next chunk; the reader calls this
- * once everything is read. */
+ * (@p helper) waits for the reader's next chunk, but no longer than
+ * MC_PIPE_WAIT_NS (a read from the device rather than the page cache:
+ * the reader then checksums the rest itself); the reader calls this once
+ * everything is read. */
+#define MC_PIPE_WAIT_NS 50000u
 static void pipe_work(pipe_job_t *j, int helper)
 {
+    uint64_t since = 0;
+
     for (;;) {
         unsigned c = __atomic_load_n(&j->claimed, __ATOMIC_ACQUIRE);
         if (c >= j->nch)
             return;
         if (c >= __atomic_load_n(&j->ready, __ATOMIC_ACQUIRE)) {
+            uint64_t now;
             if (!helper)
+                return;
+            now = mc_now_ns();
+            if (since == 0)
+                since = now;
+            else if (now - since > MC_PIPE_WAIT_NS)
                 return;
             sched_yield(); /* the reader's next chunk is on its way */
             continue;
         }
+        since = 0;
         if (__atomic_compare_exchange_n(&j->claimed, &c, c + 1, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE))
             j->crc[c] = mc_crc32c(0, j->buf + (uint64_t)c * j->chunk, pipe_chunk_len(j, c));
