@@ -34,6 +34,7 @@
 #include "config.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,6 +366,10 @@ typedef struct disk_hint {
     char path[]; /* NUL-terminated */
 } disk_hint_t;
 
+/* Bytes of a hint whose path has @p plen bytes (the path may start
+ * inside the struct's tail padding). */
+#define HINT_SIZE(plen) (offsetof(disk_hint_t, path) + (plen) + 1)
+
 static mc_loc_cache_t *hint_cache(mc_store_h s)
 {
     return (s->rd != NULL) ? s->rd->hints : NULL;
@@ -388,14 +393,14 @@ static void hint_note(mc_store_h s, const struct mc_store_query *q, const char *
         return;
     }
     plen = strlen(q->disk_path);
-    h    = malloc(sizeof(*h) + plen + 1);
+    h    = malloc(HINT_SIZE(plen));
     if (h == NULL)
         return;
     h->size   = q->size;
     h->offset = q->disk_offset;
     h->crc    = q->disk_crc;
     memcpy(h->path, q->disk_path, plen + 1);
-    mc_loc_cache_put(c, key, klen, h, sizeof(*h) + plen + 1,
+    mc_loc_cache_put(c, key, klen, h, HINT_SIZE(plen),
                      mc_now_ns() + MC_DISK_HINT_TTL_MS * UINT64_C(1000000),
                      mc_loc_cache_epoch(c));
     free(h);
@@ -417,7 +422,7 @@ static disk_hint_t *hint_get(mc_store_h s, const char *key, size_t klen)
     if ((only_remote != NULL) && (strcmp(only_remote, "1") == 0))
         return NULL;
     h = mc_loc_cache_get(c, key, klen, mc_now_ns(), &len, &deadline);
-    if ((h != NULL) && ((len <= sizeof(*h)) || (((char *)h)[len - 1] != '\0'))) {
+    if ((h != NULL) && ((len <= HINT_SIZE(0)) || (((char *)h)[len - 1] != '\0'))) {
         free(h);
         h = NULL;
     }
