@@ -272,32 +272,31 @@ void mc_store_disk_record_header(uint8_t hdr[MC_STORE_DISK_HDR], mc_str_t key, u
 }
 
 /*
- * The checksum of a large value runs beside its read (docs/tiers.md §4):
- * the value is read in chunks, and a helper thread checksums each chunk as
- * soon as it is in the buffer, while the reader reads the next one.  On
- * the development VM the kernel's copy of a 1 MiB value and its CRC32C
- * pass took about 125 and 50 µs one after the other; side by side, the
- * CRC costs the reader only the last chunk's.  Nothing waits for the
- * helper: the reader offers the job, and once it has read everything it
- * checksums every chunk the helper has not taken, then waits only for the
- * one the helper may be on (a few µs).  A busy helper (another reader's
- * job), or one that is not scheduled in time, just leaves the reader to
- * do it all, as without it; so does a helper that finds no new chunk for
- * MC_PIPE_WAIT_NS (a read from the device, not the page cache, where the
- * checksum is not what takes the time).  One helper per process, started
- * at the first large read, never stopped.  The per-chunk CRCs are joined
- * in order (mc_crc32c_combine).
+ * A large value is read by two threads (docs/tiers.md §4).  After the
+ * header, key and first chunk, the value's chunks go to whichever of the
+ * reader and a helper thread claims them next; each reads its chunk
+ * straight into the caller's buffer and checksums it while it is still in
+ * that core's cache.  On the development VM the kernel's copy of a 1 MiB
+ * value and its CRC32C pass took about 125 and 50 µs one after the other
+ * on one core.  Nothing waits for the helper: the reader offers the job
+ * and works through the chunks itself; when none is left it waits only
+ * for the one the helper may be on.  A busy helper (another reader's job)
+ * or one not scheduled in time leaves the reader to do it all, as without
+ * it.  One helper per process, started at the first large read, never
+ * stopped.  The per-chunk CRCs are joined in order (mc_crc32c_combine).
  */
 #define MC_PIPE_MIN        (512u * 1024u)
 #define MC_PIPE_CHUNK      (128u * 1024u)
 #define MC_PIPE_MAX_CHUNKS 64u
 
 typedef struct pipe_job {
+    int fd;
+    uint64_t at;        /* file offset of the value */
     uint8_t *buf;
     uint64_t len, chunk;
     unsigned nch;
-    unsigned ready;     /* atomic: chunks in buf */
-    unsigned claimed;   /* atomic: chunks someone checksums (or nch: stop) */
+    unsigned claimed;   /* atomic: chunks someone took (nch: none left) */
+    int failed;         /* atomic: a chunk read short */
     int helper_in;      /* atomic: the helper holds this job */
     uint32_t crc[MC_PIPE_MAX_CHUNKS];
 } pipe_job_t;
@@ -315,36 +314,33 @@ static uint64_t pipe_chunk_len(const pipe_job_t *j, unsigned c)
     return MC_MIN(j->chunk, j->len - off);
 }
 
-/* Checksum chunks that are in the buffer and nobody took.  The helper
- * (@p helper) waits for the reader's next chunk, but no longer than
- * MC_PIPE_WAIT_NS (a read from the device rather than the page cache:
- * the reader then checksums the rest itself); the reader calls this once
- * everything is read. */
-#define MC_PIPE_WAIT_NS 50000u
-static void pipe_work(pipe_job_t *j, int helper)
+static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
 {
-    uint64_t since = 0;
+    ssize_t n;
+    do {
+        n = pread(fd, buf, len, (off_t)off);
+    } while ((n < 0) && (errno == EINTR));
+    return n;
+}
 
+/* Read and checksum chunks nobody took, until none is left or one read
+ * short (then nobody takes more). */
+static void pipe_work(pipe_job_t *j)
+{
     for (;;) {
-        unsigned c = __atomic_load_n(&j->claimed, __ATOMIC_ACQUIRE);
+        unsigned c = __atomic_fetch_add(&j->claimed, 1, __ATOMIC_ACQ_REL);
+        uint64_t off;
+        size_t len;
         if (c >= j->nch)
             return;
-        if (c >= __atomic_load_n(&j->ready, __ATOMIC_ACQUIRE)) {
-            uint64_t now;
-            if (!helper)
-                return;
-            now = mc_now_ns();
-            if (since == 0)
-                since = now;
-            else if (now - since > MC_PIPE_WAIT_NS)
-                return;
-            sched_yield(); /* the reader's next chunk is on its way */
-            continue;
+        off = (uint64_t)c * j->chunk;
+        len = (size_t)pipe_chunk_len(j, c);
+        if (pread_full(j->fd, j->buf + off, len, j->at + off) != (ssize_t)len) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&j->claimed, j->nch, __ATOMIC_RELEASE);
+            return;
         }
-        since = 0;
-        if (__atomic_compare_exchange_n(&j->claimed, &c, c + 1, 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
-            j->crc[c] = mc_crc32c(0, j->buf + (uint64_t)c * j->chunk, pipe_chunk_len(j, c));
+        j->crc[c] = mc_crc32c(0, j->buf + off, len);
     }
 }
 
@@ -361,7 +357,7 @@ static void *pipe_main(void *arg)
         pipe_busy  = 1;
         __atomic_store_n(&j->helper_in, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&pipe_mu);
-        pipe_work(j, 1);
+        pipe_work(j);
         __atomic_store_n(&j->helper_in, 0, __ATOMIC_RELEASE); /* j is the reader's again */
         pthread_mutex_lock(&pipe_mu);
         pipe_busy = 0;
@@ -379,7 +375,7 @@ static void pipe_start(void)
     pipe_ok = pthread_create(&tid, &attr, pipe_main, NULL) == 0;
     pthread_attr_destroy(&attr);
     if (!pipe_ok)
-        mc_debug("disk tier: no checksum helper thread; large reads checksum alone");
+        mc_debug("disk tier: no helper thread; large values are read by one thread");
 }
 
 /* Offer @p j to the helper; 1 when it was free to take it. */
@@ -399,7 +395,7 @@ static int pipe_offer_job(pipe_job_t *j)
 }
 
 /* Take @p j back: withdrawn if the helper never took it, else wait for it
- * to let go.  Then no other thread touches j. */
+ * to let go.  Then no other thread touches j or the buffer. */
 static void pipe_reclaim(pipe_job_t *j)
 {
     pthread_mutex_lock(&pipe_mu);
@@ -410,38 +406,31 @@ static void pipe_reclaim(pipe_job_t *j)
         sched_yield(); /* at most the chunk it is on */
 }
 
-static ssize_t pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-    ssize_t n;
-    do {
-        n = pread(fd, buf, len, (off_t)off);
-    } while ((n < 0) && (errno == EINTR));
-    return n;
-}
-
 /*
  * Read the record at @p offset into @p hdr, @p kbuf and @p buf (@p size
- * value bytes) with the value's CRC32C computed beside the read (above);
- * *crc_p is written when every byte was read.  0, or -1 on a short read.
+ * value bytes), the value by two threads with its CRC32C computed as it
+ * comes in (above); *crc_p is written when every byte was read.  0, or -1
+ * on a short read.
  */
 static int pipe_read(int fd, uint64_t offset, uint8_t *hdr, char *kbuf, size_t klen, void *buf,
                      uint64_t size, uint32_t *crc_p)
 {
     pipe_job_t j;
     struct iovec iov[3];
-    uint64_t at = offset + MC_DISK_HDR + klen;
-    int offered, ok = 1;
+    int offered;
     ssize_t n;
     uint32_t crc;
 
+    j.fd        = fd;
+    j.at        = offset + MC_DISK_HDR + klen;
     j.buf       = buf;
     j.len       = size;
     j.chunk     = MC_MAX((uint64_t)MC_PIPE_CHUNK,
                          ((size + MC_PIPE_MAX_CHUNKS - 1) / MC_PIPE_MAX_CHUNKS + 4095) &
                              ~(uint64_t)4095);
     j.nch       = (unsigned)((size + j.chunk - 1) / j.chunk);
-    j.ready     = 0;
-    j.claimed   = 0;
+    j.claimed   = 1; /* chunk 0 comes with the header */
+    j.failed    = 0;
     j.helper_in = 0;
     offered     = pipe_offer_job(&j);
     iov[0].iov_base = hdr;
@@ -453,23 +442,16 @@ static int pipe_read(int fd, uint64_t offset, uint8_t *hdr, char *kbuf, size_t k
     do {
         n = preadv(fd, iov, 3, (off_t)offset);
     } while ((n < 0) && (errno == EINTR));
-    ok = n == (ssize_t)(MC_DISK_HDR + klen + iov[2].iov_len);
-    for (unsigned c = 0; ok && (c < j.nch); c++) {
-        if (c > 0) {
-            size_t len = (size_t)pipe_chunk_len(&j, c);
-            ok = pread_full(fd, j.buf + (uint64_t)c * j.chunk, len, at + (uint64_t)c * j.chunk) ==
-                 (ssize_t)len;
-        }
-        if (ok)
-            __atomic_store_n(&j.ready, c + 1, __ATOMIC_RELEASE);
-    }
-    if (!ok)
+    if (n == (ssize_t)(MC_DISK_HDR + klen + iov[2].iov_len)) {
+        j.crc[0] = mc_crc32c(0, buf, iov[2].iov_len);
+        pipe_work(&j);
+    } else {
+        __atomic_store_n(&j.failed, 1, __ATOMIC_RELEASE);
         __atomic_store_n(&j.claimed, j.nch, __ATOMIC_RELEASE); /* stop the helper */
-    else
-        pipe_work(&j, 0);
+    }
     if (offered)
         pipe_reclaim(&j);
-    if (!ok)
+    if (__atomic_load_n(&j.failed, __ATOMIC_ACQUIRE))
         return -1;
     crc = j.crc[0];
     for (unsigned c = 1; c < j.nch; c++)
