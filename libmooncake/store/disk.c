@@ -365,11 +365,24 @@ static void *pipe_main(void *arg)
     return NULL;
 }
 
+/* A child of fork() has no helper (and maybe a lock the helper held):
+ * its reads go alone. */
+static void pipe_forked(void)
+{
+    pthread_mutex_init(&pipe_mu, NULL);
+    pthread_cond_init(&pipe_cond, NULL);
+    pipe_offer = NULL;
+    pipe_busy  = 0;
+    pipe_ok    = 0;
+}
+
 static void pipe_start(void)
 {
     pthread_attr_t attr;
     pthread_t tid;
 
+    if (pthread_atfork(NULL, NULL, pipe_forked) != 0)
+        return; /* no helper: a child could not tell */
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pipe_ok = pthread_create(&tid, &attr, pipe_main, NULL) == 0;

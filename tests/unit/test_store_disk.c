@@ -11,10 +11,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <mooncake/store.h>
@@ -333,11 +335,12 @@ START_TEST(test_reused_path_reads_the_new_file)
 END_TEST
 
 /*
- * Values of 512 KiB and more are read in chunks, each checksummed by a
- * helper thread while the next is read (disk.c, pipe_read).  Odd sizes
- * read back byte-exact; a byte flipped in the last chunk, or a file cut in
- * a middle chunk, is a miss; readers on several threads at once (one has
- * the helper, the others read alone) all get their own bytes.
+ * Values of 512 KiB and more are read in chunks by the reader and a
+ * helper thread, each checksumming the chunks it read (disk.c, pipe_read).
+ * Odd sizes read back byte-exact; a byte flipped in the last chunk, or a
+ * file cut in a middle chunk, is a miss; readers on several threads at once (one has
+ * the helper, the others read alone) all get their own bytes, and so does
+ * a child of fork(), which has no helper.
  */
 #define BIG_N      (1536u * 1024u + 777u)
 #define BIG_READERS 4
@@ -395,6 +398,26 @@ START_TEST(test_large_records_read_in_checked_chunks)
     for (int i = 0; i < BIG_READERS; i++) {
         ck_assert_int_eq(pthread_join(t[i], NULL), 0);
         ck_assert_msg(r[i].bad == 0, "reader %d got %d bad reads", i, r[i].bad);
+    }
+    /* a child of fork() has no helper thread: it reads alone, never waits for one */
+    {
+        pid_t pid = fork();
+        int status = -1;
+        uint64_t deadline = mc_test_now_ms() + 10000;
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+            _exit((mc_store_disk_read(path, 0, mc_str_from_cstr("big"), BIG_N, crc, out) ==
+                   MC_OK) && (memcmp(out, v, BIG_N) == 0) ? 0 : 1);
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+            if (mc_test_now_ms() > deadline) {
+                kill(pid, SIGKILL);
+                (void)waitpid(pid, &status, 0);
+                ck_abort_msg("a large read in a forked child did not finish in 10 s");
+            }
+            sleep_ms(5);
+        }
+        ck_assert_msg(WIFEXITED(status) && (WEXITSTATUS(status) == 0),
+                      "a large read in a forked child failed");
     }
     /* the last byte of the value flipped */
     fd = open(path, O_RDWR);
