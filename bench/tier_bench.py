@@ -11,6 +11,10 @@ in the same run, on the same file system.
   * the same objects read with get_into (one at a time) and with one
     batch_get_into of all of them, into registered memory, against the same
     dd-style read (per-call overhead: master round trip, Python bytes);
+    a get or get_into of a key this client last saw disk-only reads its
+    record while the master answers the lookup (docs/tiers.md §4): the
+    first round leaves those hints, so the medians time overlapped reads
+    (each still asks the master and checks the CRC);
   * for context, the same gets while the objects were still in memory
     against the same dd-style read;
   * put while offloading: puts of 1 MiB objects into memory by a client

@@ -467,8 +467,39 @@ cleanup:
     {
         mc_store_query_h q = NULL;
         mc_status_t st;
-        uint64_t size;
+        uint64_t size, hint = 0;
         PyObject *out;
+
+        /* an object last seen on disk only: a buffer of its size first, so
+         * that its record is read while the master answers (get_size_hint;
+         * a lookup in memory, quick enough to keep the GIL) */
+        st = mc_store_get_size_hint($self->h, key, &hint);
+        if ((st == MC_OK) && (hint > 0) && (hint <= (uint64_t)PY_SSIZE_T_MAX)) {
+            out = mooncake_py_bytes_for(hint, mutable_);
+            if (out == NULL)
+                return mooncake_py_empty_bytes();
+            Py_BEGIN_ALLOW_THREADS
+            st = mc_store_get($self->h, key, mooncake_py_bytes_data(out), (size_t)hint, &size);
+            Py_END_ALLOW_THREADS
+            if ((st == MC_OK) && (size == hint))
+                return out;
+            if ((st == MC_OK) && (size > 0) && (size < hint)) {
+                /* smaller since: the same bytes, shortened in place */
+                if (PyByteArray_Check(out)) {
+                    if (PyByteArray_Resize(out, (Py_ssize_t)size) == 0)
+                        return out;
+                    Py_DECREF(out);
+                } else if (_PyBytes_Resize(&out, (Py_ssize_t)size) == 0) {
+                    return out; /* on failure it released out */
+                }
+                PyErr_Clear();
+                return mooncake_py_empty_bytes();
+            }
+            Py_DECREF(out);
+            if (st != MC_BUFFER_OVERFLOW)
+                return mooncake_py_empty_bytes(); /* a miss or a failure, as below */
+            /* larger since: the two-phase read below */
+        }
 
         Py_BEGIN_ALLOW_THREADS
         st = mc_store_query_cached($self->h, key, &q);

@@ -12,4 +12,9 @@
 
 uint32_t mc_crc32c(uint32_t crc, const void *p, size_t n);
 
+/* The CRC32C of A followed by B, from @p crc1 = mc_crc32c(0, A),
+ * @p crc2 = mc_crc32c(0, B) and @p len2 = |B| bytes: checksums of pieces
+ * computed apart, joined in order. */
+uint32_t mc_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+
 #endif

@@ -34,6 +34,7 @@
 #include "config.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,158 @@ static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, s
     return q;
 }
 
+/* ---- disk hints ------------------------------------------------------------------ */
+
+/*
+ * Where this handle last found each disk-only object (docs/tiers.md §4,
+ * "Overlapped disk reads"): its record's file, offset, value size and
+ * CRC, in a second loc_cache (rd->hints), each for MC_DISK_HINT_TTL_MS, in
+ * LRU order.  A hint is never trusted.  mc_store_query_spec reads the
+ * hinted record into the caller's buffer while the master answers the
+ * lookup, and keeps those bytes only when the answer names that very disk
+ * replica (file, offset, size and CRC): a record is never rewritten and
+ * every read of it checks key, length and CRC, so they are then the bytes
+ * a read after the answer would have found.  Every get still asks the
+ * master, so leases, promotion counts, removals and upserts work as
+ * without hints.
+ */
+#define MC_DISK_HINT_TTL_MS 600000u
+
+typedef struct disk_hint {
+    uint64_t size;
+    uint64_t offset;
+    uint32_t crc;
+    char path[]; /* NUL-terminated */
+} disk_hint_t;
+
+/* Bytes of a hint whose path has @p plen bytes (the path may start
+ * inside the struct's tail padding). */
+#define HINT_SIZE(plen) (offsetof(disk_hint_t, path) + (plen) + 1)
+
+static mc_loc_cache_t *hint_cache(mc_store_h s)
+{
+    return (s->rd != NULL) ? s->rd->hints : NULL;
+}
+
+/* Remember where the disk-only object of @p q (just answered by the
+ * master) has its record; with @p had_hint, forget the hint of an object
+ * that is no longer disk-only. */
+static void hint_note(mc_store_h s, const struct mc_store_query *q, const char *key,
+                      size_t klen, int had_hint)
+{
+    mc_loc_cache_t *c = hint_cache(s);
+    disk_hint_t *h;
+    size_t plen;
+
+    if (c == NULL)
+        return;
+    if ((q->n > 0) || (q->disk_path == NULL) || q->disk_dfs || (q->size == 0)) {
+        if (had_hint)
+            mc_loc_cache_drop(c, key, klen);
+        return;
+    }
+    plen = strlen(q->disk_path);
+    h    = malloc(HINT_SIZE(plen));
+    if (h == NULL)
+        return;
+    h->size   = q->size;
+    h->offset = q->disk_offset;
+    h->crc    = q->disk_crc;
+    memcpy(h->path, q->disk_path, plen + 1);
+    mc_loc_cache_put(c, key, klen, h, HINT_SIZE(plen),
+                     mc_now_ns() + MC_DISK_HINT_TTL_MS * UINT64_C(1000000),
+                     mc_loc_cache_epoch(c));
+    free(h);
+}
+
+/* The hint for @p key (malloc'd), or NULL. */
+static disk_hint_t *hint_get(mc_store_h s, const char *key, size_t klen)
+{
+    mc_loc_cache_t *c = hint_cache(s);
+    const char *only_remote;
+    disk_hint_t *h;
+    size_t len;
+    uint64_t deadline;
+
+    if (c == NULL)
+        return NULL;
+    /* tests make this reader ask the holder: no reads of the file here */
+    only_remote = getenv("MC_TEST_DISK_REMOTE_ONLY");
+    if ((only_remote != NULL) && (strcmp(only_remote, "1") == 0))
+        return NULL;
+    h = mc_loc_cache_get(c, key, klen, mc_now_ns(), &len, &deadline);
+    if ((h != NULL) && ((len <= HINT_SIZE(0)) || (((char *)h)[len - 1] != '\0'))) {
+        free(h);
+        h = NULL;
+    }
+    return h;
+}
+
+MC_API mc_status_t mc_store_get_size_hint(mc_store_h s, const char *key, uint64_t *size_p)
+{
+    disk_hint_t *h = NULL;
+    size_t klen;
+    mc_status_t st;
+
+    if (size_p == NULL) {
+        mc_set_error_detail("size_p is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    st = mc_store_check_key(key, &klen);
+    if (st == MC_OK)
+        h = hint_get(s, key, klen);
+    if (h != NULL) {
+        *size_p = h->size;
+        free(h);
+    } else if (st == MC_OK) {
+        mc_set_error_detail("no size remembered for %s", key);
+        st = MC_OBJECT_NOT_FOUND;
+    }
+    mc_store_leave(s);
+    return st;
+}
+
+/* ---- lookups --------------------------------------------------------------------- */
+
+/* GET_REPLICA_LIST of @p key (checked, @p klen bytes) from the master; an
+ * answer goes to the location cache @p c (NULL: not cached), which was at
+ * @p epoch before the call.  @p query_p may be NULL (get_size). */
+static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
+                                mc_store_query_h *query_p, uint64_t *size_p, mc_loc_cache_t *c,
+                                uint64_t epoch)
+{
+    mc_status_t st;
+    mc_mconn_t *conn;
+    uint64_t t0;
+    mc_wire_get_replica_list_req_t req;
+    mc_wire_get_replica_list_resp_t resp;
+
+    memset(&req, 0, sizeof(req));
+    req.key.ptr = key;
+    req.key.len = (uint32_t)klen;
+    t0 = mc_now_ns();
+    st = mc_master_pool_call_get_replica_list(&s->pool, &conn, &req, &resp);
+    if (conn == NULL)
+        return st;
+    if (st == MC_OK) {
+        if (size_p != NULL)
+            *size_p = resp.size;
+        if (query_p != NULL)
+            st = query_build(s, key, resp.size, &resp.replicas,
+                             lease_deadline(t0, resp.lease_ttl_ms), query_p);
+        if ((st == MC_OK) && (query_p != NULL)) {
+            if (c != NULL)
+                cache_insert(c, *query_p, t0, epoch);
+            hint_note(s, *query_p, key, klen, 0);
+        }
+    }
+    mc_master_pool_put(&s->pool, conn);
+    return st;
+}
+
 /*
  * Speculative reads.  A put leaves this client knowing where the value
  * went, but with no lease: another client may remove or upsert the key,
@@ -561,6 +714,7 @@ static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, 
                          lease_deadline(t0, resp.lease_ttl_ms), query_p);
     if ((st == MC_OK) && (conn != NULL)) {
         cache_insert(c, *query_p, t0, epoch); /* the lease's entry replaces ours */
+        hint_note(s, *query_p, key, klen, 0);
         st = spec_adopt(s, &sr, 0, *query_p);
         if (st != MC_OK) {
             mc_store_query_release(*query_p);
@@ -584,11 +738,6 @@ static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *
 {
     mc_status_t st;
     size_t klen;
-    mc_mconn_t *conn;
-    uint64_t t0;
-    mc_wire_get_replica_list_req_t req;
-    mc_wire_get_replica_list_resp_t resp;
-
     mc_loc_cache_t *c = ((query_p != NULL) && use_cache) ? store_cache(s) : NULL;
     uint64_t epoch    = 0;
 
@@ -609,24 +758,82 @@ static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *
             return st;
         }
     }
+    return query_master(s, key, klen, query_p, size_p, c, epoch);
+}
+
+/* The hinted record's read, run while the master answers (mc_mconn_during_t). */
+typedef struct hint_read {
+    const disk_hint_t *h;
+    mc_str_t key;
+    void *buf;
+    mc_status_t st;
+} hint_read_t;
+
+static void hint_read_run(void *arg)
+{
+    hint_read_t *hr = arg;
+    hr->st = mc_store_disk_read(hr->h->path, hr->h->offset, hr->key, hr->h->size, hr->h->crc,
+                                hr->buf);
+}
+
+int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
+                        mc_store_query_h *query_p, int *have_p, mc_status_t *st_p)
+{
+    mc_loc_cache_t *c = store_cache(s);
+    struct mc_store_query *q;
+    disk_hint_t *h;
+    mc_mconn_t *conn = NULL;
+    mc_wire_get_replica_list_req_t req;
+    mc_wire_get_replica_list_resp_t resp;
+    mc_status_t st;
+    uint64_t epoch = 0, t0;
+    size_t klen;
+
+    *have_p = 0;
+    if ((buf == NULL) || (mc_store_check_key(key, &klen) != MC_OK))
+        return 0;
+    h = hint_get(s, key, klen);
+    if ((h == NULL) || (h->size > cap)) {
+        free(h);
+        return 0;
+    }
+    if (c != NULL) {
+        q = cache_lookup(c, key, klen, 0);
+        if (q != NULL) {
+            free(h);
+            *query_p = q;
+            *st_p    = MC_OK;
+            return 1;
+        }
+        epoch = mc_loc_cache_epoch(c);
+    }
+    hint_read_t hr      = {h, {key, (uint32_t)klen}, buf, MC_TRANSFER_FAIL};
+    mc_mconn_during_t d = {hint_read_run, &hr};
     memset(&req, 0, sizeof(req));
     req.key.ptr = key;
     req.key.len = (uint32_t)klen;
-    t0 = mc_now_ns();
-    st = mc_master_pool_call_get_replica_list(&s->pool, &conn, &req, &resp);
-    if (conn == NULL)
-        return st;
-    if (st == MC_OK) {
-        if (size_p != NULL)
-            *size_p = resp.size;
-        if (query_p != NULL)
-            st = query_build(s, key, resp.size, &resp.replicas,
-                             lease_deadline(t0, resp.lease_ttl_ms), query_p);
-        if ((st == MC_OK) && (c != NULL))
-            cache_insert(c, *query_p, t0, epoch);
+    t0          = mc_now_ns();
+    /* the master looks the key up while the record is read */
+    st = mc_master_pool_call_during_get_replica_list(&s->pool, &conn, &req, &resp, &d);
+    if ((st == MC_OK) && (conn != NULL))
+        st = query_build(s, key, resp.size, &resp.replicas,
+                         lease_deadline(t0, resp.lease_ttl_ms), query_p);
+    if ((st == MC_OK) && (conn != NULL)) {
+        q = *query_p;
+        if (c != NULL)
+            cache_insert(c, q, t0, epoch);
+        *have_p = (hr.st == MC_OK) && (d.fn == NULL) && (q->disk_path != NULL) &&
+                  !q->disk_dfs && (q->size == h->size) && (q->disk_offset == h->offset) &&
+                  (q->disk_crc == h->crc) && (strcmp(q->disk_path, h->path) == 0);
+        hint_note(s, q, key, klen, 1);
+    } else {
+        mc_loc_cache_drop(hint_cache(s), key, klen);
     }
-    mc_master_pool_put(&s->pool, conn);
-    return st;
+    if (conn != NULL)
+        mc_master_pool_put(&s->pool, conn);
+    free(h);
+    *st_p = st;
+    return 1;
 }
 
 static mc_status_t do_query(mc_store_h s, const char *key, mc_store_query_h *query_p,
@@ -903,11 +1110,13 @@ MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t
     uint64_t t0 = mc_store_metrics_now_us();
     mc_status_t st;
     mc_store_query_h q = NULL;
+    int have           = 0;
 
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
-    st = do_query_ex(s, key, &q, NULL, 1);
+    if (!mc_store_query_spec(s, key, buf, cap, &q, &have, &st))
+        st = do_query_ex(s, key, &q, NULL, 1);
     if (st != MC_OK)
         goto out;
     if (q->size > cap) {
@@ -918,7 +1127,8 @@ MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t
         st = MC_BUFFER_OVERFLOW;
         goto out;
     }
-    st = do_query_read(s, q, 0, buf, (size_t)q->size);
+    if (!have)
+        st = do_query_read(s, q, 0, buf, (size_t)q->size);
     if ((st == MC_OK) && (size_p != NULL))
         *size_p = q->size;
 out:
@@ -1027,6 +1237,8 @@ static mc_status_t batch_query(mc_store_h s, const char *const *keys, size_t n,
             continue;
         }
         statuses[i] = query_build(s, keys[i], r->size, &r->replicas, deadline, &queries[i]);
+        if (statuses[i] == MC_OK)
+            hint_note(s, queries[i], keys[i], strlen(keys[i]), 0);
     }
     for (size_t j = 0; (sr != NULL) && (j < sr->n); j++) {
         size_t i = sr->pos[j];

@@ -187,12 +187,27 @@ struct mc_store_rd {
     mc_hmap_t pool;
 
     struct mc_loc_cache *loc; /* location cache, or NULL (off) */
+    struct mc_loc_cache *hints; /* disk-only objects' records (query.c), or NULL (off) */
 
     pthread_mutex_t sess_lock; /* sessions */
     pthread_cond_t sess_cond;  /* signalled when a put write finishes */
     mc_hmap_t gsess;           /* key -> get session entry */
     mc_hmap_t psess;           /* key -> put session entry */
 };
+
+/*
+ * A lookup of @p key whose disk read may overlap the master's answer
+ * (query.c, "disk hints"): when this handle remembers @p key as disk-only
+ * with a record of at most @p cap bytes, the lookup is sent, the record is
+ * read into @p buf meanwhile, and *have_p is set when the answer names
+ * that record (then @p buf holds the object and needs no read).  Returns 0
+ * (nothing done, nothing written) without such a hint; else 1 with the
+ * lookup's status in *st_p and, on MC_OK, its query in *query_p (from the
+ * location cache when it has one).  @p buf may be written even when the
+ * lookup fails or *have_p stays 0.  `life` held for reading.
+ */
+int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
+                        mc_store_query_h *query_p, int *have_p, mc_status_t *st_p);
 
 mc_status_t mc_store_rd_create(mc_store_h s);
 /* Revoke open put sessions, drop get sessions, unregister user regions. */

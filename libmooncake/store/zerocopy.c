@@ -497,7 +497,7 @@ MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_
     mc_store_query_h q = NULL;
     mc_read_piece_t piece;
     int64_t ret;
-    int attempt = 0;
+    int attempt = 0, have = 0;
     uint64_t t0 = mc_store_metrics_now_us();
 
     if (mc_cuda_is_device_ptr(buf))
@@ -512,12 +512,14 @@ MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_
         goto out;
     }
 again:
-    /* the first lookup may come from the location cache; if reading from
-     * where it said fails, the master is asked, once */
-    if (attempt == 0)
-        mc_store_do_batch_query_cached(s, &key, 1, &q, &kst);
-    else
+    /* the first lookup may come from the location cache (or overlap the
+     * read of a disk-only object's record, mc_store_query_spec); if
+     * reading from where it said fails, the master is asked, once */
+    have = 0;
+    if (attempt > 0)
         mc_store_do_batch_query(s, &key, 1, &q, &kst);
+    else if (!mc_store_query_spec(s, key, buf, cap, &q, &have, &kst))
+        mc_store_do_batch_query_cached(s, &key, 1, &q, &kst);
     if (kst != MC_OK) {
         ret = kst;
         goto out;
@@ -532,7 +534,7 @@ again:
         ret = MC_INVALID_PARAMS;
         goto out;
     }
-    if (q->size > 0) {
+    if ((q->size > 0) && !have) {
         piece = (mc_read_piece_t){buf, 0, q->size, 0};
         mc_store_read_pieces(s, &q, &piece, 1, &kst);
     }

@@ -10,7 +10,8 @@ and real bucket files in temporary directories.
 * a corrupted or truncated record is a miss (b""), never other bytes;
 * a full tier deletes its oldest buckets and the master forgets their disk
   replicas;
-* an upsert never lets the old disk copy be read;
+* an upsert never lets the old disk copy be read, nor does a read that
+  overlaps the lookup with the record it remembers;
 * a holder killed with SIGKILL takes its disk replicas with it;
 * without --enable_offload the master takes no disk replica; the flags
   are refused when inconsistent; a tier directory serves one client;
@@ -19,6 +20,7 @@ and real bucket files in temporary directories.
   a promotion never brings old bytes back.
 """
 
+import ctypes
 import hashlib
 import os
 import signal
@@ -183,6 +185,51 @@ def test_full_tier_drops_oldest_buckets(offload_master, stores, tmp_path, monkey
     # the oldest copies are gone at the master too; memory still has them
     assert kinds(s, keys[0]) == ["memory"]
     assert kinds(s, keys[-1]) == ["memory", "disk"]
+
+
+def test_overlapped_disk_reads_follow_the_masters_answer(offload_master, stores, tmp_path):
+    """A disk-only object's record is read while the master answers the
+    lookup (docs/tiers.md §4, overlapped disk reads), sized by what this
+    client last saw; only the answer decides.  A value upserted smaller or
+    larger since, or a remove, never returns the hinted record's bytes."""
+    s = stores(offload_master, tmp_path)
+    k = key("ov")
+    v1, v2, v3 = os.urandom(64 * KiB), os.urandom(32 * KiB), os.urandom(128 * KiB)
+    buf = ctypes.create_string_buffer(256 * KiB)
+    ptr = ctypes.addressof(buf)
+
+    def write_disk_only(v):
+        assert s.upsert(k, v) == 0
+        wait_offloaded(s, k)
+        make_disk_only(s, k)
+
+    assert s.register_buffer(ptr, len(buf)) == 0
+    try:
+        write_disk_only(v1)
+        assert s.get(k) == v1 and s.get(k) == v1
+        assert s.get_into(k, ptr, len(buf)) == len(v1) and buf.raw[:len(v1)] == v1
+        # smaller in memory: the read lands in a buffer sized for v1, then shortened
+        assert s.upsert(k, v2) == 0
+        assert s.get(k) == v2
+        write_disk_only(v2)
+        assert s.get(k) == v2
+        # the same through a bytearray, larger then smaller than the hint
+        assert s.upsert(k, v1) == 0 and s._store.get(k, 1) == bytearray(v1)
+        write_disk_only(v1)
+        assert s.upsert(k, v2) == 0 and s._store.get(k, 1) == bytearray(v2)
+        write_disk_only(v2)
+        # larger: too big for the hinted size, read again at its own
+        assert s.upsert(k, v3) == 0
+        assert s.get(k) == v3
+        write_disk_only(v3)
+        assert s.get(k) == v3
+        assert s.get_into(k, ptr, len(buf)) == len(v3) and buf.raw[:len(v3)] == v3
+        # removed: a miss, though every record is still in the buckets
+        assert s.remove(k, True) == 0
+        assert s.get(k) == b""
+        assert s.get_into(k, ptr, len(buf)) == ErrorCode.OBJECT_NOT_FOUND
+    finally:
+        assert s.unregister_buffer(ptr) == 0
 
 
 def test_upsert_never_reads_the_old_disk_copy(offload_master, stores, tmp_path):

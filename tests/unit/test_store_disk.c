@@ -10,10 +10,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <mooncake/store.h>
@@ -158,6 +161,61 @@ START_TEST(test_disk_only_get_and_damage)
 }
 END_TEST
 
+/*
+ * A disk-only object's record is read while the master answers the lookup
+ * (mc_store_get_size_hint, docs/tiers.md §4).  The bytes read early count
+ * only when the answer names that record: after an upsert, a new disk
+ * copy, or a remove, the old record (still in its bucket) is never
+ * returned.
+ */
+START_TEST(test_disk_hints_never_return_an_outdated_record)
+{
+    enum { N = 90000 };
+    static uint8_t v1[N], v2[N], got[N];
+    char path[4096];
+    uint64_t off = 0, size = 0, hint = 0;
+
+    for (size_t i = 0; i < N; i++) {
+        v1[i] = (uint8_t)(i * 5u + 1u);
+        v2[i] = (uint8_t)(i * 11u + 7u);
+    }
+    ck_assert_status_ok(mc_store_put(store, "hk", v1, N, NULL));
+    wait_disk("hk", path, sizeof(path), &off);
+    ck_assert_int_eq(mc_store_get_size_hint(store, "hk", &hint), MC_OBJECT_NOT_FOUND);
+    make_disk_only("hk");
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_int_eq(memcmp(got, v1, N), 0);
+    ck_assert_msg(mc_store_get_size_hint(store, "hk", &hint) == MC_OK,
+                  "a disk-only read leaves a size hint");
+    ck_assert_uint_eq(hint, N);
+    /* the overlapped read, byte-exact */
+    memset(got, 0, sizeof(got));
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_uint_eq(size, N);
+    ck_assert_int_eq(memcmp(got, v1, N), 0);
+
+    /* upserted: the new value from memory, though the hinted record reads fine */
+    ck_assert_status_ok(mc_store_upsert(store, "hk", v2, N, NULL));
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_msg(memcmp(got, v2, N) == 0, "a get after an upsert returned the old record");
+    ck_assert_int_eq(mc_store_get_size_hint(store, "hk", &hint), MC_OBJECT_NOT_FOUND);
+
+    /* the new value on disk only: its own record, not the hinted one */
+    wait_disk("hk", path, sizeof(path), &off);
+    make_disk_only("hk");
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_int_eq(memcmp(got, v2, N), 0);
+    ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
+    ck_assert_int_eq(memcmp(got, v2, N), 0);
+
+    /* removed: a miss, though both records are still in their buckets */
+    ck_assert_status_ok(mc_store_remove(store, "hk", 1));
+    ck_assert_int_eq(mc_store_get(store, "hk", got, sizeof(got), &size), MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(mc_store_get_size_hint(store, "hk", &hint), MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(mc_store_get_size_hint(store, "hk", NULL), MC_INVALID_PARAMS);
+}
+END_TEST
+
 START_TEST(test_bad_directories)
 {
     mc_store_h other = NULL;
@@ -276,6 +334,160 @@ START_TEST(test_reused_path_reads_the_new_file)
 }
 END_TEST
 
+/*
+ * Values of 512 KiB and more are read in chunks by the reader and a
+ * helper thread, each checksumming the chunks it read (disk.c, pipe_read).
+ * Odd sizes read back byte-exact; a byte flipped in the last chunk, or a
+ * file cut in a middle chunk, is a miss; readers on several threads at once (one has
+ * the helper, the others read alone) all get their own bytes, and so does
+ * a child of fork(), which has no helper.
+ */
+#define BIG_N      (1536u * 1024u + 777u)
+#define BIG_READERS 4
+
+typedef struct big_reader {
+    const char *path;
+    const uint8_t *want;
+    uint32_t crc;
+    int bad;
+} big_reader_t;
+
+static void *big_read_loop(void *arg)
+{
+    big_reader_t *r = arg;
+    uint8_t *out    = malloc(BIG_N);
+
+    for (int i = 0; (out != NULL) && (i < 20); i++) {
+        memset(out, 0, BIG_N);
+        if ((mc_store_disk_read(r->path, 0, mc_str_from_cstr("big"), BIG_N, r->crc, out) !=
+             MC_OK) ||
+            (memcmp(out, r->want, BIG_N) != 0))
+            r->bad++;
+    }
+    if (out == NULL)
+        r->bad++;
+    free(out);
+    return NULL;
+}
+
+START_TEST(test_large_records_read_in_checked_chunks)
+{
+    char tdir[64], path[96];
+    uint8_t *v   = malloc(BIG_N), *out = malloc(BIG_N);
+    uint32_t crc, seed = 99;
+    big_reader_t r[BIG_READERS];
+    pthread_t t[BIG_READERS];
+    int fd;
+
+    ck_assert_ptr_nonnull(v);
+    ck_assert_ptr_nonnull(out);
+    for (size_t i = 0; i < BIG_N; i++) {
+        seed = seed * 1103515245u + 12345u;
+        v[i] = (uint8_t)(seed >> 16);
+    }
+    snprintf(tdir, sizeof(tdir), "/tmp/mc-big-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tdir));
+    snprintf(path, sizeof(path), "%s/1.bucket", tdir);
+    crc = write_record(path, "big", v, BIG_N);
+    ck_assert_status_ok(mc_store_disk_read(path, 0, mc_str_from_cstr("big"), BIG_N, crc, out));
+    ck_assert_int_eq(memcmp(out, v, BIG_N), 0);
+    for (int i = 0; i < BIG_READERS; i++) {
+        r[i] = (big_reader_t){path, v, crc, 0};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, big_read_loop, &r[i]), 0);
+    }
+    for (int i = 0; i < BIG_READERS; i++) {
+        ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+        ck_assert_msg(r[i].bad == 0, "reader %d got %d bad reads", i, r[i].bad);
+    }
+    /* a child of fork() has no helper thread: it reads alone, never waits for one */
+    {
+        pid_t pid = fork();
+        int status = -1;
+        uint64_t deadline = mc_test_now_ms() + 10000;
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+            _exit((mc_store_disk_read(path, 0, mc_str_from_cstr("big"), BIG_N, crc, out) ==
+                   MC_OK) && (memcmp(out, v, BIG_N) == 0) ? 0 : 1);
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+            if (mc_test_now_ms() > deadline) {
+                kill(pid, SIGKILL);
+                (void)waitpid(pid, &status, 0);
+                ck_abort_msg("a large read in a forked child did not finish in 10 s");
+            }
+            sleep_ms(5);
+        }
+        ck_assert_msg(WIFEXITED(status) && (WEXITSTATUS(status) == 0),
+                      "a large read in a forked child failed");
+    }
+    /* the last byte of the value flipped */
+    fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, "\x5a", 1, (off_t)(24 + 3 + BIG_N - 1)), 1);
+    ck_assert_int_eq(mc_store_disk_read(path, 0, mc_str_from_cstr("big"), BIG_N, crc, out),
+                     MC_OBJECT_NOT_FOUND);
+    /* cut in the middle of the value */
+    ck_assert_int_eq(ftruncate(fd, (off_t)(24 + 3 + BIG_N / 2 + 1000)), 0);
+    close(fd);
+    ck_assert_int_eq(mc_store_disk_read(path, 0, mc_str_from_cstr("big"), BIG_N, crc, out),
+                     MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(rmdir(tdir), 0);
+    free(v);
+    free(out);
+}
+END_TEST
+
+/* CRC32C one bit at a time: the definition, to check the fast forms by. */
+static uint32_t crc_bitwise(uint32_t crc, const uint8_t *p, size_t n)
+{
+    crc = ~crc;
+    while (n--) {
+        crc ^= *p++;
+        for (int k = 0; k < 8; k++)
+            crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : (crc >> 1);
+    }
+    return ~crc;
+}
+
+/*
+ * Every record's value is checked with mc_crc32c, which takes the
+ * carry-less-multiply folding path for 256 bytes and more where the CPU
+ * has it, the crc32 chains otherwise.  Every length around the folding
+ * steps (128-byte rounds, 16-byte tail blocks, byte tails), at every
+ * alignment, from a chained state, gives the definition's value.
+ */
+START_TEST(test_crc32c_matches_the_definition)
+{
+    static uint8_t buf[3 * 4096 * 2 + 64];
+    uint32_t seed = 12345;
+
+    for (size_t i = 0; i < sizeof(buf); i++) {
+        seed   = seed * 1103515245u + 12345u;
+        buf[i] = (uint8_t)(seed >> 16);
+    }
+    for (size_t n = 0; n < 1100; n++) {
+        size_t off = n % 8;
+        uint32_t init = (uint32_t)n * 0x9E3779B9u;
+        ck_assert_msg(mc_crc32c(init, buf + off, n) == crc_bitwise(init, buf + off, n),
+                      "CRC32C of %zu bytes at offset %zu differs from the definition", n, off);
+    }
+    for (size_t n = 3 * 4096 - 300; n < sizeof(buf) - 8; n += 997)
+        ck_assert_msg(mc_crc32c(7, buf + 3, n) == crc_bitwise(7, buf + 3, n),
+                      "CRC32C of %zu bytes differs from the definition", n);
+    /* pieces checksummed apart, joined */
+    for (size_t a = 0; a < sizeof(buf); a += 1111) {
+        size_t b = sizeof(buf) - a;
+        ck_assert_msg(mc_crc32c_combine(mc_crc32c(0, buf, a), mc_crc32c(0, buf + a, b), b) ==
+                          mc_crc32c(0, buf, sizeof(buf)),
+                      "joining the CRCs of %zu and %zu bytes differs from the whole", a, b);
+    }
+    /* chained pieces give the CRC of the whole */
+    ck_assert_uint_eq(mc_crc32c(mc_crc32c(0, buf, 300), buf + 300, 5000),
+                      crc_bitwise(0, buf, 5300));
+    ck_assert_uint_eq(mc_crc32c(0, "123456789", 9), 0xE3069283u);
+}
+END_TEST
+
 Suite *mc_test_store_disk_suite(void)
 {
     Suite *s  = suite_create("store_disk");
@@ -283,11 +495,14 @@ Suite *mc_test_store_disk_suite(void)
     TCase *rc = tcase_create("records");
 
     tcase_add_test(rc, test_reused_path_reads_the_new_file);
+    tcase_add_test(rc, test_crc32c_matches_the_definition);
+    tcase_add_test(rc, test_large_records_read_in_checked_chunks);
     suite_add_tcase(s, rc);
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_disk_only_get_and_damage);
+    tcase_add_test(tc, test_disk_hints_never_return_an_outdated_record);
     tcase_add_test(tc, test_bad_directories);
     tcase_add_test(tc, test_disk_only_read_through_the_holder);
     suite_add_tcase(s, tc);
