@@ -776,6 +776,16 @@ static mc_status_t rdma_describe(void *priv, void *peer, char **json_p, size_t *
     return mc_tcp_transport_ops.describe(rd->tcp, p->tcp_peer, json_p, len_p);
 }
 
+/* A disk record (DISK_READ, docs/protocol.md §5.19) is read by the holder
+ * from its file and sent back: no registered memory to reach one-sided,
+ * so it goes over the peer's tcp connection, as the handshake does. */
+static mc_status_t rdma_disk_read(void *priv, void *peer, const mc_te_disk_req_t *req, void *buf)
+{
+    mc_rdma_t *rd  = priv;
+    rdma_peer_t *p = peer;
+    return mc_tcp_transport_ops.disk_read(rd->tcp, p->tcp_peer, req, buf);
+}
+
 /* Fetch the target's descriptor (rkeys) into p->desc. */
 static mc_status_t peer_desc_refresh(rdma_peer_t *p)
 {
@@ -1277,4 +1287,5 @@ const mc_te_transport_ops_t mc_rdma_transport_ops = {
     .mem_reg    = rdma_mem_reg,
     .mem_dereg  = rdma_mem_dereg,
     .desc_fill  = rdma_desc_fill,
+    .disk_read  = rdma_disk_read,
 };
