@@ -390,6 +390,10 @@ int mc_spin_readable(int fd, unsigned spin_us)
         spin_skip--;
         return 0;
     }
+    /* No sched_yield() between polls: on a busy machine it hands the CPU
+     * to whoever else is runnable for a whole time slice (milliseconds,
+     * measured), far beyond the window; each poll is a system call, where
+     * the scheduler may preempt us anyway. */
     deadline = mc_now_ns() + (uint64_t)spin_us * 1000u;
     do {
         ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -397,7 +401,6 @@ int mc_spin_readable(int fd, unsigned spin_us)
             spin_misses = 0;
             return 1;
         }
-        sched_yield();
     } while (mc_now_ns() < deadline);
     if (++spin_misses >= MC_SPIN_MISSES) {
         spin_misses = 0;

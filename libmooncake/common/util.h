@@ -76,7 +76,7 @@ int mc_writev_full(int fd, struct iovec *iov, int iovcnt);
 
 /*
  * Busy polling: wait up to @p spin_us for @p fd to become readable by
- * polling it (a non-blocking peek, yielding the CPU between polls) instead
+ * polling it (a non-blocking peek, again and again) instead
  * of sleeping in the kernel, so an answer that comes back within the
  * window costs no wake-up.  Returns 1 when something (or an error, or the
  * peer's close) is waiting, 0 when the window passed or was skipped; the
