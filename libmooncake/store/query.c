@@ -469,12 +469,14 @@ MC_API mc_status_t mc_store_get_size_hint(mc_store_h s, const char *key, uint64_
 
 /* ---- lookups --------------------------------------------------------------------- */
 
-/* GET_REPLICA_LIST of @p key (checked, @p klen bytes) from the master; an
- * answer goes to the location cache @p c (NULL: not cached), which was at
- * @p epoch before the call.  @p query_p may be NULL (get_size). */
+/* GET_REPLICA_LIST of @p key (checked, @p klen bytes) from the master,
+ * with @p during run while it answers (NULL: nothing); an answer goes to
+ * the location cache @p c (NULL: not cached), which was at @p epoch before
+ * the call, and to the disk hints (hint_note, @p had_hint).  @p query_p
+ * may be NULL (get_size). */
 static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
                                 mc_store_query_h *query_p, uint64_t *size_p, mc_loc_cache_t *c,
-                                uint64_t epoch)
+                                uint64_t epoch, mc_mconn_during_t *during, int had_hint)
 {
     mc_status_t st;
     mc_mconn_t *conn;
@@ -486,7 +488,7 @@ static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
     req.key.ptr = key;
     req.key.len = (uint32_t)klen;
     t0 = mc_now_ns();
-    st = mc_master_pool_call_get_replica_list(&s->pool, &conn, &req, &resp);
+    st = mc_master_pool_call_during_get_replica_list(&s->pool, &conn, &req, &resp, during);
     if (conn == NULL)
         return st;
     if (st == MC_OK) {
@@ -498,7 +500,7 @@ static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
         if ((st == MC_OK) && (query_p != NULL)) {
             if (c != NULL)
                 cache_insert(c, *query_p, t0, epoch);
-            hint_note(s, *query_p, key, klen, 0);
+            hint_note(s, *query_p, key, klen, had_hint);
         }
     }
     mc_master_pool_put(&s->pool, conn);
@@ -695,26 +697,14 @@ static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, 
                               struct mc_store_query *sq, uint64_t epoch,
                               mc_store_query_h *query_p)
 {
-    mc_wire_get_replica_list_req_t req;
-    mc_wire_get_replica_list_resp_t resp;
-    mc_mconn_t *conn    = NULL;
     uint8_t *buf        = NULL;
     mc_status_t rst     = MC_TRANSFER_FAIL, st;
     spec_reads_t sr     = {s, 1, NULL, &sq, &buf, &rst};
     mc_mconn_during_t d = {spec_read_all, &sr};
-    uint64_t t0;
 
-    memset(&req, 0, sizeof(req));
-    req.key.ptr = key;
-    req.key.len = (uint32_t)klen;
-    t0          = mc_now_ns();
-    st = mc_master_pool_call_during_get_replica_list(&s->pool, &conn, &req, &resp, &d);
-    if ((st == MC_OK) && (conn != NULL))
-        st = query_build(s, key, resp.size, &resp.replicas,
-                         lease_deadline(t0, resp.lease_ttl_ms), query_p);
-    if ((st == MC_OK) && (conn != NULL)) {
-        cache_insert(c, *query_p, t0, epoch); /* the lease's entry replaces ours */
-        hint_note(s, *query_p, key, klen, 0);
+    st = query_master(s, key, klen, query_p, NULL, c, epoch, &d, 0);
+    if (st == MC_OK) {
+        /* the lease's entry has replaced ours */
         st = spec_adopt(s, &sr, 0, *query_p);
         if (st != MC_OK) {
             mc_store_query_release(*query_p);
@@ -724,8 +714,6 @@ static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, 
         mc_loc_cache_drop(c, key, klen);
         spec_adopt(s, &sr, 0, NULL);
     }
-    if (conn != NULL)
-        mc_master_pool_put(&s->pool, conn);
     spec_reads_free(&sr);
     return st;
 }
@@ -758,7 +746,7 @@ static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *
             return st;
         }
     }
-    return query_master(s, key, klen, query_p, size_p, c, epoch);
+    return query_master(s, key, klen, query_p, size_p, c, epoch, NULL, 0);
 }
 
 /* The hinted record's read, run while the master answers (mc_mconn_during_t). */
@@ -782,11 +770,7 @@ int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
     mc_loc_cache_t *c = store_cache(s);
     struct mc_store_query *q;
     disk_hint_t *h;
-    mc_mconn_t *conn = NULL;
-    mc_wire_get_replica_list_req_t req;
-    mc_wire_get_replica_list_resp_t resp;
-    mc_status_t st;
-    uint64_t epoch = 0, t0;
+    uint64_t epoch = 0;
     size_t klen;
 
     *have_p = 0;
@@ -807,32 +791,19 @@ int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
         }
         epoch = mc_loc_cache_epoch(c);
     }
+    /* the master looks the key up while the record is read */
     hint_read_t hr      = {h, {key, (uint32_t)klen}, buf, MC_TRANSFER_FAIL};
     mc_mconn_during_t d = {hint_read_run, &hr};
-    memset(&req, 0, sizeof(req));
-    req.key.ptr = key;
-    req.key.len = (uint32_t)klen;
-    t0          = mc_now_ns();
-    /* the master looks the key up while the record is read */
-    st = mc_master_pool_call_during_get_replica_list(&s->pool, &conn, &req, &resp, &d);
-    if ((st == MC_OK) && (conn != NULL))
-        st = query_build(s, key, resp.size, &resp.replicas,
-                         lease_deadline(t0, resp.lease_ttl_ms), query_p);
-    if ((st == MC_OK) && (conn != NULL)) {
-        q = *query_p;
-        if (c != NULL)
-            cache_insert(c, q, t0, epoch);
+    *st_p               = query_master(s, key, klen, query_p, NULL, c, epoch, &d, 1);
+    if (*st_p == MC_OK) {
+        q       = *query_p;
         *have_p = (hr.st == MC_OK) && (d.fn == NULL) && (q->disk_path != NULL) &&
                   !q->disk_dfs && (q->size == h->size) && (q->disk_offset == h->offset) &&
                   (q->disk_crc == h->crc) && (strcmp(q->disk_path, h->path) == 0);
-        hint_note(s, q, key, klen, 1);
     } else {
         mc_loc_cache_drop(hint_cache(s), key, klen);
     }
-    if (conn != NULL)
-        mc_master_pool_put(&s->pool, conn);
     free(h);
-    *st_p = st;
     return 1;
 }
 
