@@ -1792,12 +1792,9 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
     }
     for (size_t i = 0; i < n; i++)
         mc_store_cache_drop(s, keys[i]);
+    /* do_write_batch left an entry only for keys it stored */
     for (size_t i = 0; (specs != NULL) && (i < n); i++)
-        mc_store_spec_note(s, (statuses[i] == MC_OK) ? specs[i] : NULL);
-    if (specs != NULL)
-        for (size_t i = 0; i < n; i++)
-            if (statuses[i] != MC_OK)
-                mc_store_query_release(specs[i]);
+        mc_store_spec_note(s, specs[i]);
     free(specs);
     for (size_t i = 0; i < n; i++) {
         size_t np;

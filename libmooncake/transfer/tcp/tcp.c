@@ -1172,6 +1172,27 @@ static int tcp_connect(const char *host, uint16_t port, int timeout_ms)
     return fd;
 }
 
+/* Fail new connections to @p pe fast for TCP_PEER_DOWN_MS, saying @p why:
+ * after a refused or timed-out connect, and after a request that got no
+ * answer within the I/O timeout (dead, or its link cut), so the requests
+ * that follow do not each wait for the same timeout. */
+static void peer_mark_down(mc_tcp_peer_t *pe, const char *why)
+{
+    pthread_mutex_lock(&pe->mu);
+    snprintf(pe->down_detail, sizeof(pe->down_detail), "%s", why);
+    pe->down_until_ms = mc_now_ms() + TCP_PEER_DOWN_MS;
+    pthread_mutex_unlock(&pe->mu);
+}
+
+/* peer_mark_down after a request timed out. */
+static void peer_timed_out(mc_tcp_peer_t *pe)
+{
+    char why[300];
+    snprintf(why, sizeof(why), "%s:%u did not answer within %d s", pe->host,
+             (unsigned)pe->port, pe->tp->io_timeout_s);
+    peer_mark_down(pe, why);
+}
+
 /* Connect the lane; the caller owns the lane. */
 static mc_status_t lane_connect(mc_tcp_peer_t *pe, unsigned lane)
 {
@@ -1189,14 +1210,12 @@ static mc_status_t lane_connect(mc_tcp_peer_t *pe, unsigned lane)
     pthread_mutex_unlock(&pe->mu);
     fd = tcp_connect(pe->host, pe->port, tp->connect_timeout_ms);
     if (fd < 0) {
-        int e = errno;
-        pthread_mutex_lock(&pe->mu);
-        snprintf(pe->down_detail, sizeof(pe->down_detail), "cannot connect to %s:%u: %s",
-                 pe->host, (unsigned)pe->port, strerror(e));
-        pe->down_until_ms = mc_now_ms() + TCP_PEER_DOWN_MS;
-        mc_set_error_detail("%s", pe->down_detail);
-        pthread_mutex_unlock(&pe->mu);
-        mc_debug("%s", mc_last_error_detail());
+        char why[300];
+        snprintf(why, sizeof(why), "cannot connect to %s:%u: %s", pe->host,
+                 (unsigned)pe->port, strerror(errno));
+        peer_mark_down(pe, why);
+        mc_set_error_detail("%s", why);
+        mc_debug("%s", why);
         return MC_TRANSFER_FAIL;
     }
     mc_tcp_tune(fd, tp->io_timeout_s);
@@ -1211,20 +1230,6 @@ static mc_status_t lane_connect(mc_tcp_peer_t *pe, unsigned lane)
     }
     pe->fds[lane] = fd;
     return MC_OK;
-}
-
-/* A peer that let a request time out (no answer within the I/O timeout:
- * dead, or its link cut) is treated as one that refused a connect: new
- * connections to it fail fast for TCP_PEER_DOWN_MS, so the requests that
- * follow do not each wait for the same timeout. */
-static void peer_mark_down(mc_tcp_peer_t *pe)
-{
-    pthread_mutex_lock(&pe->mu);
-    snprintf(pe->down_detail, sizeof(pe->down_detail),
-             "%s:%u did not answer within %d s", pe->host, (unsigned)pe->port,
-             pe->tp->io_timeout_s);
-    pe->down_until_ms = mc_now_ms() + TCP_PEER_DOWN_MS;
-    pthread_mutex_unlock(&pe->mu);
 }
 
 static void lane_drop(mc_tcp_peer_t *pe, unsigned lane)
@@ -1293,7 +1298,7 @@ static int lane_send(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *local, uin
     *send_errno_p = errno;
     if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
         mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
-        peer_mark_down(pe);
+        peer_timed_out(pe);
         return -1;
     }
     return 1;
@@ -1372,7 +1377,7 @@ static mc_status_t lane_answer(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void *
                             send_failed ? "sending to" : "receiving the answer from", pe->host,
                             (unsigned)pe->port, strerror(send_failed ? send_errno : e));
         if ((e == EAGAIN) || (e == EWOULDBLOCK))
-            peer_mark_down(pe);
+            peer_timed_out(pe);
         return MC_TRANSFER_FAIL;
     }
     st = answer_check(pe, rb, got, opcode, remote, len, send_failed, send_errno, &resp, keep_p);
@@ -1970,7 +1975,7 @@ static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer
         send_errno  = errno;
         if ((send_errno == EAGAIN) || (send_errno == EWOULDBLOCK)) {
             mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
-            peer_mark_down(pe);
+            peer_timed_out(pe);
             for (j = 0; j < n; j++)
                 st[j] = MC_TRANSFER_FAIL;
             *answered_p = n;
@@ -1986,7 +1991,7 @@ static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer
             mc_set_error_detail("receiving answers from %s:%u failed: %s", pe->host,
                                 (unsigned)pe->port, strerror(e));
             if ((e == EAGAIN) || (e == EWOULDBLOCK))
-                peer_mark_down(pe);
+                peer_timed_out(pe);
             if ((e == EAGAIN) || (e == EWOULDBLOCK) || (e == ENOMEM)) {
                 for (j = done; j < n; j++)
                     st[j] = MC_TRANSFER_FAIL;
