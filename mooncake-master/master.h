@@ -506,6 +506,12 @@ struct mc_master {
 
     /* objects.c */
     mc_chmap_t objects;        /* mc_object_t by (tenant, key) */
+    /* the key a batch works on and its index hash (objects.c: key_pipe_t);
+     * key.ptr NULL when none */
+    struct {
+        mc_str_t tenant, key;
+        uint32_t hash;
+    } key_memo;
     mc_slab_t objslab;         /* the mc_object_t records */
     mc_mlist_t pending;        /* incomplete objects, oldest PutStart first */
     mc_mlist_t discarded;      /* replicas awaiting release: preempted puts,

@@ -188,11 +188,88 @@ size_t mc_master_objects_count(const mc_master_t *m)
     return m->objects.count;
 }
 
+/* The index hash of (@p tenant, @p key): m->key_memo's when it is that
+ * very key (the same bytes in the same request), else computed. */
+static uint32_t obj_hash_of(const mc_master_t *m, mc_str_t tenant, mc_str_t key)
+{
+    if ((key.ptr != NULL) && (key.ptr == m->key_memo.key.ptr) &&
+        (key.len == m->key_memo.key.len) && (tenant.ptr == m->key_memo.tenant.ptr) &&
+        (tenant.len == m->key_memo.tenant.len))
+        return m->key_memo.hash;
+    return (uint32_t)obj_hash(tenant, key);
+}
+
 static mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
 {
     obj_lookup_t l = {tenant, key};
-    mc_cnode_t *n  = mc_chmap_find(&m->objects, (uint32_t)obj_hash(tenant, key), &l, obj_eq);
+    mc_cnode_t *n  = mc_chmap_find(&m->objects, obj_hash_of(m, tenant, key), &l, obj_eq);
     return n ? mc_container_of(n, mc_object_t, node) : NULL;
+}
+
+/*
+ * A batch's keys in request order, with the index's cache misses
+ * overlapped: the index of millions of objects is far larger than the
+ * caches, so a lookup stalls on its bucket slot and then on the first
+ * object of its chain.  pipe_init hashes every key once and starts the
+ * first slots; pipe_at(i), before key i is worked on, starts the slot of
+ * key i + 2 * PIPE_AHEAD and the first object of key i + PIPE_AHEAD, and
+ * leaves key i's hash in m->key_memo for obj_find and obj_alloc;
+ * pipe_done clears it.  Hints only: without memory for the hashes the
+ * batch runs as it would without them.
+ */
+#define PIPE_AHEAD 4u
+
+typedef struct key_pipe {
+    mc_master_t *m;
+    mc_str_t tenant;
+    const mc_str_t *keys;
+    uint32_t n;
+    uint32_t *hash; /* NULL: no hints */
+} key_pipe_t;
+
+/* Start loading the first object of the chain of @p hash: the line that
+ * holds its link and hash, and its key. */
+static void obj_prefetch(const mc_master_t *m, uint32_t hash)
+{
+    const mc_cnode_t *n = mc_chmap_head(&m->objects, hash);
+    if (n != NULL) {
+        const mc_object_t *o = mc_container_of(n, mc_object_t, node);
+        __builtin_prefetch(o);
+        __builtin_prefetch(o->strs);
+    }
+}
+
+static void pipe_init(key_pipe_t *p, mc_req_ctx_t *x, const mc_wire_str_list_t *keys)
+{
+    p->m      = x->m;
+    p->tenant = x->tenant;
+    p->keys   = keys->v;
+    p->n      = keys->n;
+    p->hash   = (keys->n > 1) ? mc_arena_alloc(x->arena, keys->n * sizeof(*p->hash)) : NULL;
+    if (p->hash == NULL)
+        return;
+    for (uint32_t i = 0; i < p->n; i++)
+        p->hash[i] = (uint32_t)obj_hash(p->tenant, p->keys[i]);
+    for (uint32_t i = 0; (i < p->n) && (i < 2 * PIPE_AHEAD); i++)
+        mc_chmap_prefetch(&p->m->objects, p->hash[i]);
+}
+
+static void pipe_at(key_pipe_t *p, uint32_t i)
+{
+    if (p->hash == NULL)
+        return;
+    if (i + 2 * PIPE_AHEAD < p->n)
+        mc_chmap_prefetch(&p->m->objects, p->hash[i + 2 * PIPE_AHEAD]);
+    if (i + PIPE_AHEAD < p->n)
+        obj_prefetch(p->m, p->hash[i + PIPE_AHEAD]);
+    p->m->key_memo.tenant = p->tenant;
+    p->m->key_memo.key    = p->keys[i];
+    p->m->key_memo.hash   = p->hash[i];
+}
+
+static void pipe_done(key_pipe_t *p)
+{
+    memset(&p->m->key_memo, 0, sizeof(p->m->key_memo));
 }
 
 /* ---- groups ------------------------------------------------------------------ */
@@ -307,7 +384,7 @@ static mc_object_t *obj_alloc(mc_master_t *m, mc_str_t tenant, mc_str_t key)
         return NULL;
     /* the key starts over rep0's last field (master.h): zero up to it */
     memset(o, 0, offsetof(mc_object_t, strs));
-    o->hash    = (uint32_t)obj_hash(tenant, key);
+    o->hash    = obj_hash_of(m, tenant, key);
     o->key_len = (uint16_t)key.len;
     memcpy(o->strs, key.ptr, key.len);
     return o;
@@ -1796,15 +1873,23 @@ static int32_t start_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_s
         return MC_INTERNAL_ERROR;
 
     cst = config_check(x, cfg);
+    if (cst != MC_OK) {
+        for (uint32_t i = 0; i < n; i++) {
+            results->v[i].size   = lengths->v[i];
+            results->v[i].status = cst;
+        }
+        return MC_OK;
+    }
+    key_pipe_t p;
+    pipe_init(&p, x, keys);
     for (uint32_t i = 0; i < n; i++) {
         mc_wire_result_t *r = &results->v[i];
-        r->size             = lengths->v[i];
-        r->status           = cst != MC_OK ? cst
-                                           : start(x, client_id, keys->v[i], lengths->v[i], cfg,
-                                                   cfg->has_group_ids ? &cfg->group_ids.v[i]
-                                                                      : NULL,
-                                                   &r->replicas);
+        pipe_at(&p, i);
+        r->size   = lengths->v[i];
+        r->status = start(x, client_id, keys->v[i], lengths->v[i], cfg,
+                          cfg->has_group_ids ? &cfg->group_ids.v[i] : NULL, &r->replicas);
     }
+    pipe_done(&p);
     return MC_OK;
 }
 
@@ -1815,10 +1900,16 @@ typedef int32_t (*finish_one_fn)(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t 
 static int32_t finish_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_str_list_t *keys,
                             finish_one_fn finish, int upsert, mc_wire_i32_list_t *statuses)
 {
+    key_pipe_t p;
+
     if (i32_list(x, keys->n, statuses) != 0)
         return MC_INTERNAL_ERROR;
-    for (uint32_t i = 0; i < keys->n; i++)
+    pipe_init(&p, x, keys);
+    for (uint32_t i = 0; i < keys->n; i++) {
+        pipe_at(&p, i);
         statuses->v[i] = finish(x, client_id, keys->v[i], upsert);
+    }
+    pipe_done(&p);
     return MC_OK;
 }
 
@@ -1846,33 +1937,50 @@ int32_t mc_master_batch_get_replica_list(mc_req_ctx_t *x,
                                          mc_wire_batch_get_replica_list_resp_t *resp)
 {
     uint32_t n = req->keys.n;
+    key_pipe_t p;
+
     resp->lease_ttl_ms = x->m->cfg->default_kv_lease_ttl;
     if (result_list(x, n, &resp->results) != 0)
         return MC_INTERNAL_ERROR;
+    pipe_init(&p, x, &req->keys);
     for (uint32_t i = 0; i < n; i++) {
         mc_wire_result_t *r = &resp->results.v[i];
-        r->status           = get_one(x, req->keys.v[i], &r->size, &r->replicas);
+        pipe_at(&p, i);
+        r->status = get_one(x, req->keys.v[i], &r->size, &r->replicas);
     }
+    pipe_done(&p);
     return MC_OK;
 }
 
 int32_t mc_master_batch_exist_key(mc_req_ctx_t *x, const mc_wire_batch_exist_key_req_t *req,
                                   mc_wire_batch_exist_key_resp_t *resp)
 {
+    key_pipe_t p;
+
     if (i32_list(x, req->keys.n, &resp->results) != 0)
         return MC_INTERNAL_ERROR;
-    for (uint32_t i = 0; i < req->keys.n; i++)
+    pipe_init(&p, x, &req->keys);
+    for (uint32_t i = 0; i < req->keys.n; i++) {
+        pipe_at(&p, i);
         resp->results.v[i] = exist_one(x, req->keys.v[i]);
+    }
+    pipe_done(&p);
     return MC_OK;
 }
 
 int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t *req,
                                mc_wire_batch_remove_resp_t *resp)
 {
+    key_pipe_t p;
+
     if (i32_list(x, req->keys.n, &resp->statuses) != 0)
         return MC_INTERNAL_ERROR;
-    for (uint32_t i = 0; i < req->keys.n; i++)
+    pipe_init(&p, x, &req->keys);
+    for (uint32_t i = 0; i < req->keys.n; i++) {
+        pipe_at(&p, i);
         resp->statuses.v[i] = remove_one(x, req->keys.v[i], req->force != 0);
+    }
+    pipe_done(&p);
     return MC_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "common/hashmap.h"
+#include "common/util.h"
 
 /* ---- mc_hmap_t: a chain whose nodes keep their 64-bit hash ------------------ */
 
@@ -67,12 +68,32 @@ mc_hnode_t *mc_hmap_first(const mc_hmap_t *m, mc_hmap_iter_t *it)
 
 /* ---- mc_chmap_t ------------------------------------------------------------ */
 
+/* Bucket arrays of a block or more (about 262k buckets) are huge-page
+ * blocks (mc_huge_zalloc): a lookup in a table that large is a random
+ * read, and its TLB miss would cost as much as its cache miss. */
+static mc_cnode_t **buckets_alloc(size_t n)
+{
+    if (n > SIZE_MAX / sizeof(mc_cnode_t *))
+        return NULL;
+    if (n * sizeof(mc_cnode_t *) >= MC_HUGE_BLOCK)
+        return mc_huge_zalloc(n * sizeof(mc_cnode_t *));
+    return calloc(n, sizeof(mc_cnode_t *));
+}
+
+static void buckets_free(mc_cnode_t **b, size_t n)
+{
+    if (n * sizeof(mc_cnode_t *) >= MC_HUGE_BLOCK)
+        mc_huge_free(b, n * sizeof(mc_cnode_t *));
+    else
+        free(b);
+}
+
 int mc_chmap_init(mc_chmap_t *m, size_t initial_buckets, mc_chmap_hash_func_t hash_of)
 {
     size_t n = 16;
     while (n < initial_buckets)
         n <<= 1;
-    m->buckets  = calloc(n, sizeof(*m->buckets));
+    m->buckets  = buckets_alloc(n);
     m->nbuckets = m->buckets ? n : 0;
     m->count    = 0;
     m->hash_of  = hash_of;
@@ -81,7 +102,7 @@ int mc_chmap_init(mc_chmap_t *m, size_t initial_buckets, mc_chmap_hash_func_t ha
 
 void mc_chmap_cleanup(mc_chmap_t *m)
 {
-    free(m->buckets);
+    buckets_free(m->buckets, m->nbuckets);
     m->buckets  = NULL;
     m->nbuckets = 0;
     m->count    = 0;
@@ -99,6 +120,9 @@ mc_cnode_t *mc_chmap_find(const mc_chmap_t *m, uint32_t hash, const void *key,
     return NULL;
 }
 
+/* How many buckets ahead growth prefetches the chains it will move. */
+#define GROW_AHEAD 8
+
 static int grow(mc_chmap_t *m)
 {
     size_t nn = m->nbuckets ? m->nbuckets * 2 : 16;
@@ -106,11 +130,22 @@ static int grow(mc_chmap_t *m)
 
     if (nn > (size_t)UINT32_MAX + 1u) /* the entries keep 32 bits of hash */
         return -1;
-    nb = calloc(nn, sizeof(*nb));
+    nb = buckets_alloc(nn);
     if (nb == NULL)
         return -1;
     for (size_t i = 0; i < m->nbuckets; i++) {
         mc_cnode_t *n = m->buckets[i];
+        /* each entry is a miss of its own in a large table: start the
+         * chain heads 2 * GROW_AHEAD buckets on, and the second entries
+         * of the chains GROW_AHEAD on, whose heads have arrived by now */
+        if (i + 2 * GROW_AHEAD < m->nbuckets) {
+            const mc_cnode_t *far = m->buckets[i + 2 * GROW_AHEAD];
+            const mc_cnode_t *near = m->buckets[i + GROW_AHEAD];
+            if (far != NULL)
+                __builtin_prefetch(far);
+            if ((near != NULL) && (near->next != NULL))
+                __builtin_prefetch(near->next);
+        }
         while (n != NULL) {
             mc_cnode_t *next = n->next;
             size_t b         = m->hash_of(n) & (nn - 1);
@@ -119,7 +154,7 @@ static int grow(mc_chmap_t *m)
             n                = next;
         }
     }
-    free(m->buckets);
+    buckets_free(m->buckets, m->nbuckets);
     m->buckets  = nb;
     m->nbuckets = nn;
     return 0;

@@ -84,6 +84,25 @@ void mc_chmap_remove(mc_chmap_t *m, mc_cnode_t *node);
 mc_cnode_t *mc_chmap_first(const mc_chmap_t *m, mc_chmap_iter_t *it);
 mc_cnode_t *mc_chmap_next(const mc_chmap_t *m, mc_chmap_iter_t *it);
 
+/*
+ * Hints for a caller with many lookups in hand (a batch): a table far
+ * larger than the caches stalls each find on its bucket slot and then on
+ * the chain's first entry.  Start loading the slot of @p hash with
+ * mc_chmap_prefetch; once it had time to arrive, mc_chmap_head returns the
+ * chain's first entry (NULL when empty) for the caller to prefetch what
+ * its equality test reads.  Neither changes the table.
+ */
+static inline void mc_chmap_prefetch(const mc_chmap_t *m, uint32_t hash)
+{
+    if (m->nbuckets > 0)
+        __builtin_prefetch(&m->buckets[hash & (m->nbuckets - 1)]);
+}
+
+static inline const mc_cnode_t *mc_chmap_head(const mc_chmap_t *m, uint32_t hash)
+{
+    return (m->nbuckets > 0) ? m->buckets[hash & (m->nbuckets - 1)] : NULL;
+}
+
 /* 64-bit hash of bytes (FNV-1a mixed with a finaliser); seed lets callers
  * hash (tenant, key) pairs by chaining. */
 uint64_t mc_hash_bytes(const void *p, size_t n, uint64_t seed);

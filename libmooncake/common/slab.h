@@ -5,8 +5,10 @@
  * sizes are rounded up to 8 bytes, each class carves its records from
  * 64 KiB chunks and reuses freed ones through a free list linked through
  * their first word, so the caller passes the size again to mc_slab_free().
- * Chunks go back only at mc_slab_cleanup(); sizes above MC_SLAB_MAX go
- * to malloc().  Built with AddressSanitizer, every call is plain
+ * Chunks are cut from 2 MiB huge-page blocks (mc_huge_zalloc: the records
+ * are read at random, and so miss the TLB far less), or malloc()ed when
+ * no block can be had, and go back only at mc_slab_cleanup(); sizes above
+ * MC_SLAB_MAX go to malloc().  Built with AddressSanitizer, every call is plain
  * malloc()/free(), so a use after free stays visible.  Not thread-safe.
  */
 #ifndef MC_COMMON_SLAB_H
@@ -35,8 +37,10 @@ typedef struct mc_slab {
     void *free[MC_SLAB_CLASSES];     /* freed records of each class */
     char *bump[MC_SLAB_CLASSES];     /* the class's next fresh record */
     char *bump_end[MC_SLAB_CLASSES];
-    mc_slab_chunk_t *chunks;         /* every chunk, for cleanup */
+    mc_slab_chunk_t *chunks;         /* every chunk, newest first, for cleanup */
     size_t chunk_bytes;              /* held in chunks */
+    char *block_next;                /* the current block's next chunk */
+    size_t block_left;               /* bytes after it in that block */
 } mc_slab_t;
 
 void mc_slab_init(mc_slab_t *s);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -547,6 +548,43 @@ connected:
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     mc_tcp_tune(fd, 0);
     return fd;
+}
+
+static size_t huge_round(size_t size)
+{
+    return (size + MC_HUGE_BLOCK - 1) & ~(MC_HUGE_BLOCK - 1);
+}
+
+void *mc_huge_zalloc(size_t size)
+{
+    size_t len = huge_round(size), head, tail;
+    char *raw, *p;
+
+    if ((len == 0) || (len < size))
+        return NULL;
+    /* one block more, to cut an aligned run out of it */
+    raw = mmap(NULL, len + MC_HUGE_BLOCK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+               -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    p    = (char *)(((uintptr_t)raw + MC_HUGE_BLOCK - 1) & ~(uintptr_t)(MC_HUGE_BLOCK - 1));
+    head = (size_t)(p - raw);
+    tail = MC_HUGE_BLOCK - head;
+    if (head > 0)
+        (void)munmap(raw, head);
+    if (tail > 0)
+        (void)munmap(p + len, tail);
+#ifdef MADV_HUGEPAGE
+    /* a hint: where refused (THP off), the pages are ordinary ones */
+    (void)madvise(p, len, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+void mc_huge_free(void *p, size_t size)
+{
+    if (p != NULL)
+        (void)munmap(p, huge_round(size));
 }
 
 char *mc_strdup(const char *s)

@@ -109,6 +109,17 @@ void mc_tcp_tune(int fd, int io_timeout_secs);
 
 char *mc_strdup(const char *s);
 
+/*
+ * Zeroed memory for a large table read at random (the master's object
+ * index and records): whole 2 MiB-aligned blocks, marked for transparent
+ * huge pages (madvise(MADV_HUGEPAGE)) where the kernel offers them, so a
+ * lookup misses the TLB far less often.  @p size is rounded up to
+ * MC_HUGE_BLOCK; give mc_huge_free() the same @p size.  NULL on failure.
+ */
+#define MC_HUGE_BLOCK ((size_t)2 << 20)
+void *mc_huge_zalloc(size_t size);
+void mc_huge_free(void *p, size_t size);
+
 /* A growing NUL-terminated text buffer (HTTP response bodies). */
 typedef struct mc_textbuf {
     char *data;

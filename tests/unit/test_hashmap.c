@@ -12,6 +12,7 @@
 
 #include "check_suites.h"
 #include "common/hashmap.h"
+#include "common/util.h"
 
 typedef struct entry {
     mc_hnode_t node;
@@ -227,6 +228,51 @@ START_TEST(test_compact_map)
 }
 END_TEST
 
+/* A table whose bucket array is a huge-page block (MC_HUGE_BLOCK or more),
+ * grown from one that is not into one that is, and the batch hints:
+ * mc_chmap_head is the first entry of the key's chain. */
+START_TEST(test_large_table)
+{
+    const size_t small = MC_HUGE_BLOCK / sizeof(mc_cnode_t *) / 2; /* half a block */
+    const size_t n     = 2 * small + 1;                           /* grows once */
+    mc_chmap_t m;
+    centry_t *e = calloc(n, sizeof(*e));
+
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(mc_chmap_init(&m, small, centry_hash), 0);
+    ck_assert_uint_eq(m.nbuckets, small);
+    for (size_t i = 0; i < n; i++) {
+        e[i].key  = (uint64_t)i * 2654435761u + 1;
+        e[i].hash = (uint32_t)key_hash(e[i].key);
+        mc_chmap_prefetch(&m, e[i].hash); /* a hint: changes nothing */
+        if (mc_chmap_insert(&m, &e[i].node, e[i].hash) != 0)
+            ck_abort_msg("insert %zu should succeed", i);
+    }
+    ck_assert_msg(m.nbuckets == 2 * small, "%zu entries should have doubled %zu buckets, not %zu",
+                  n, small, m.nbuckets);
+    ck_assert_msg(((uintptr_t)m.buckets % MC_HUGE_BLOCK) == 0,
+                  "a bucket array of a block or more should be block-aligned");
+    for (size_t i = 0; i < n; i++) {
+        const mc_cnode_t *c = mc_chmap_head(&m, e[i].hash);
+        while ((c != NULL) && (c != &e[i].node))
+            c = c->next;
+        if (c == NULL)
+            ck_abort_msg("entry %zu should be on the chain mc_chmap_head starts", i);
+        if (cfind(&m, e[i].key, e[i].hash) != &e[i])
+            ck_abort_msg("entry %zu should be found after growth", i);
+    }
+    for (size_t i = 0; i < n; i += 2)
+        mc_chmap_remove(&m, &e[i].node);
+    for (size_t i = 0; i < n; i++)
+        if (cfind(&m, e[i].key, e[i].hash) != ((i % 2) ? &e[i] : NULL))
+            ck_abort_msg("entry %zu should be %s", i, (i % 2) ? "present" : "gone");
+    ck_assert_uint_eq(m.count, n / 2);
+    mc_chmap_cleanup(&m);
+    ck_assert_msg(m.buckets == NULL && m.count == 0, "cleanup should reset the map");
+    free(e);
+}
+END_TEST
+
 START_TEST(test_hash_bytes)
 {
     const char *s = "tenant/key-1";
@@ -259,6 +305,7 @@ Suite *mc_test_hashmap_suite(void)
     tcase_add_test(tc, test_colliding_hashes);
     tcase_add_test(tc, test_hash_bytes);
     tcase_add_test(tc, test_compact_map);
+    tcase_add_test(tc, test_large_table);
     suite_add_tcase(s, tc);
     return s;
 }

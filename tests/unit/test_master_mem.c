@@ -222,6 +222,100 @@ static void put_start_when_released(const char *key, uint64_t len, uint64_t *add
 
 /* ---- cases ------------------------------------------------------------------- */
 
+/* The batch forms work on their keys in order with the index lookups of
+ * later keys started ahead (objects.c: key_pipe_t), each key's hash worked
+ * out once and kept for it: every key must still get its own answer, with
+ * keys repeated and absent ones in between, and batches longer than the
+ * lookahead. */
+START_TEST(test_batches_answer_every_key_for_itself)
+{
+    enum { N = 40 };
+    char names[2 * N + 4][8];
+    mc_str_t put[N], ask[2 * N + 4];
+    uint64_t lens[N];
+    uint32_t nask = 0;
+
+    master_start();
+    mount(SEG_BASE);
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "b%02d", i);
+        put[i]  = S(names[i]);
+        lens[i] = 64u * (uint64_t)(i % 7 + 1);
+    }
+    {
+        mc_wire_batch_put_start_req_t req = {.client_id = client_a,
+                                             .keys      = {N, put},
+                                             .lengths   = {N, lens}};
+        mc_wire_batch_put_start_resp_t resp;
+        req.config.replica_num = 1;
+        ck_assert_status_ok(mc_master_call_batch_put_start(conn, &req, &resp));
+        ck_assert_uint_eq(resp.results.n, N);
+        for (int i = 0; i < N; i++) {
+            ck_assert_msg(resp.results.v[i].status == MC_OK, "key %d: status %d", i,
+                          resp.results.v[i].status);
+            ck_assert_uint_eq(resp.results.v[i].replicas.n, 1);
+        }
+    }
+    {
+        mc_wire_batch_put_end_req_t req = {.client_id = client_a, .keys = {N, put}};
+        mc_wire_batch_put_end_resp_t resp;
+        ck_assert_status_ok(mc_master_call_batch_put_end(conn, &req, &resp));
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(resp.statuses.v[i] == MC_OK, "end of key %d: %d", i,
+                          resp.statuses.v[i]);
+    }
+    /* backwards, each present key followed by an absent one, and b05 and
+     * b07 again at the end (the same bytes, elsewhere in the request) */
+    for (int i = N - 1; i >= 0; i--) {
+        snprintf(names[N + i], sizeof(names[N + i]), "x%02d", i);
+        ask[nask++] = put[i];
+        ask[nask++] = S(names[N + i]);
+    }
+    ask[nask++] = S("b05");
+    ask[nask++] = S("b07");
+    {
+        mc_wire_batch_get_replica_list_req_t req = {.keys = {nask, ask}};
+        mc_wire_batch_get_replica_list_resp_t resp;
+        ck_assert_status_ok(mc_master_call_batch_get_replica_list(conn, &req, &resp));
+        ck_assert_uint_eq(resp.results.n, nask);
+        for (uint32_t j = 0; j < nask; j++) {
+            const mc_wire_result_t *r = &resp.results.v[j];
+            if (ask[j].ptr[0] == 'x') {
+                ck_assert_msg(r->status == MC_OBJECT_NOT_FOUND, "%.*s: status %d",
+                              (int)ask[j].len, ask[j].ptr, r->status);
+                continue;
+            }
+            int i = atoi(ask[j].ptr + 1);
+            ck_assert_msg((r->status == MC_OK) && (r->size == lens[i]),
+                          "%.*s: status %d, size %llu, not %llu", (int)ask[j].len, ask[j].ptr,
+                          r->status, (unsigned long long)r->size, (unsigned long long)lens[i]);
+        }
+    }
+    {
+        mc_wire_batch_remove_req_t req = {.keys = {nask, ask}, .force = 1};
+        mc_wire_batch_remove_resp_t resp;
+        /* every other present key goes: ask[4k] is b39, b37, ... */
+        for (uint32_t j = 0; j < 2 * N; j += 4)
+            ask[j / 4] = ask[j];
+        req.keys.n = N / 2;
+        ck_assert_status_ok(mc_master_call_batch_remove(conn, &req, &resp));
+        for (uint32_t j = 0; j < N / 2; j++)
+            ck_assert_msg(resp.statuses.v[j] == MC_OK, "remove %u: %d", j, resp.statuses.v[j]);
+    }
+    {
+        mc_wire_batch_exist_key_req_t req = {.keys = {N, put}};
+        mc_wire_batch_exist_key_resp_t resp;
+        ck_assert_status_ok(mc_master_call_batch_exist_key(conn, &req, &resp));
+        ck_assert_uint_eq(resp.results.n, N);
+        /* removed: b39, b37, ... (the odd ones) */
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(resp.results.v[i] == (i % 2 == 0), "b%02d should %s", i,
+                          (i % 2 == 0) ? "exist" : "be gone");
+    }
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
 /* A preempted put's buffer stays reserved (the old writer may still be
  * writing) although its object is gone, then comes back. */
 START_TEST(test_preempted_put_holds_its_range_until_release)
@@ -448,6 +542,7 @@ Suite *mc_test_master_mem_suite(void)
     tcase_add_test(tc, test_removed_two_replica_object_holds_both_ranges);
     tcase_add_test(tc, test_owner_follows_the_writer);
     tcase_add_test(tc, test_shutdown_with_held_ranges);
+    tcase_add_test(tc, test_batches_answer_every_key_for_itself);
     suite_add_tcase(s, tc);
     return s;
 }

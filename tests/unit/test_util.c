@@ -252,6 +252,30 @@ START_TEST(test_clocks_and_strdup)
 }
 END_TEST
 
+/* mc_huge_zalloc: whole, aligned, zeroed blocks; sizes rounded up; no
+ * block for 0 or for a size that cannot be rounded. */
+START_TEST(test_huge_zalloc)
+{
+    const size_t sizes[] = {1, MC_HUGE_BLOCK, MC_HUGE_BLOCK + 1};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t whole = (sizes[k] + MC_HUGE_BLOCK - 1) / MC_HUGE_BLOCK * MC_HUGE_BLOCK;
+        unsigned char *p = mc_huge_zalloc(sizes[k]);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_msg(((uintptr_t)p % MC_HUGE_BLOCK) == 0, "%zu bytes: not block-aligned",
+                      sizes[k]);
+        for (size_t i = 0; i < whole; i += 4096)
+            if (p[i] != 0)
+                ck_abort_msg("%zu bytes: byte %zu is not zero", sizes[k], i);
+        memset(p, 0xa5, whole); /* every rounded byte is ours to write */
+        ck_assert_uint_eq(p[whole - 1], 0xa5);
+        mc_huge_free(p, sizes[k]);
+    }
+    ck_assert_ptr_null(mc_huge_zalloc(0));
+    ck_assert_ptr_null(mc_huge_zalloc(SIZE_MAX - 10));
+    mc_huge_free(NULL, 1); /* ignored */
+}
+END_TEST
+
 /* SipHash-2-4 against the reference vectors of its paper. */
 /* mc_spin_readable: 1 at once when something waits, 0 after at least the
  * window when nothing does; eight empty windows in a row switch polling
@@ -309,6 +333,7 @@ Suite *mc_test_util_suite(void)
     tcase_add_test(tc, test_siphash);
     tcase_add_test(tc, test_spin_readable);
     tcase_add_test(tc, test_clocks_and_strdup);
+    tcase_add_test(tc, test_huge_zalloc);
     suite_add_tcase(s, tc);
     return s;
 }
