@@ -22,9 +22,11 @@
  * the walk are in oplog.<G>, and records are whole states (idempotent), so
  * snapshot.<G> followed by oplog.<G> from its start gives the exact state
  * whichever version of an object the walk caught.  The index only grows
- * by doubling, keeping each node in bucket b or b + old size, so a walk
- * that goes on at the same bucket number after a growth misses nothing
- * (it may see an object twice, which replays the same).  The tick gives
+ * by doubling, keeping each node in bucket b or b + old size (bucket
+ * numbers follow the new size from the growth's start, while nodes still
+ * move: mc_chmap_t), so a walk that goes on at the same bucket number
+ * after a growth misses nothing (it may see an object twice, which
+ * replays the same).  The tick gives
  * up on a snapshot older than --snapshot_child_timeout_seconds and
  * deletes what the newest --snapshot_retention_count snapshots no longer
  * need.
@@ -1157,7 +1159,9 @@ static void walk_cb(evutil_socket_t fd, short what, void *arg)
     }
     mc_buf_init(&b);
     while (d->walk_pos < m->objects.nbuckets) {
-        for (mc_cnode_t *n = m->objects.buckets[d->walk_pos]; n != NULL; n = n->next) {
+        mc_chmap_iter_t it;
+        for (mc_cnode_t *n = mc_chmap_bucket_first(&m->objects, d->walk_pos, &it); n != NULL;
+             n = mc_chmap_next(&m->objects, &it)) {
             const mc_object_t *o = mc_container_of(n, mc_object_t, node);
             if (!o->complete)
                 continue;

@@ -4,8 +4,9 @@
  * or an mc_cnode_t (mc_chmap_t, whose entries keep 32 bits of their hash
  * themselves) and are found by the hash plus a caller-supplied equality
  * test against a lookup key; a table never allocates entries, only its
- * bucket array, which doubles when the load passes 2 (amortised O(1)
- * insert, O(1) lookup).  Not thread-safe.
+ * bucket array, which doubles when the load passes 2, its entries moving
+ * over during the inserts that follow (O(1) insert, O(1) lookup).  Not
+ * thread-safe.
  */
 #ifndef MC_COMMON_HASHMAP_H
 #define MC_COMMON_HASHMAP_H
@@ -25,16 +26,36 @@ typedef struct mc_cnode {
 typedef uint32_t (*mc_chmap_hash_func_t)(const mc_cnode_t *node);
 typedef int (*mc_chmap_eq_func_t)(const mc_cnode_t *node, const void *key);
 
+/*
+ * Growth is incremental: when the load passes 2 the table gets an array
+ * twice the size at once, and the old array's chains move over a few
+ * buckets per later insert (MC_CHMAP_MOVE_STEP), so no insert pauses the
+ * caller for a walk of every entry (at 10M entries that walk took most of
+ * a second).  Meanwhile an entry not yet moved is still found: lookups
+ * read the new chain and, while its old bucket is still to move, the old
+ * one.  Buckets are numbered as in the new array from the start of a
+ * growth, so bucket b (walks by bucket number, mc_chmap_bucket_first)
+ * holds exactly the entries whose hash has b in its low bits, wherever
+ * they sit.
+ */
+/* Old buckets moved per insert while a growth is under way. */
+#define MC_CHMAP_MOVE_STEP 8
+
 typedef struct mc_chmap {
     mc_cnode_t **buckets;
     size_t nbuckets; /* power of two */
     size_t count;
     mc_chmap_hash_func_t hash_of;
+    mc_cnode_t **old; /* the array being moved out of; NULL when none */
+    size_t nold;      /* its size: nbuckets / 2 */
+    size_t moved;     /* its buckets below this are empty (moved) */
 } mc_chmap_t;
 
 typedef struct mc_chmap_iter {
-    size_t bucket;
-    mc_cnode_t *next;
+    size_t bucket;    /* the next bucket to start */
+    size_t end;       /* the bucket to stop before */
+    mc_cnode_t *next; /* the next entry of the current bucket */
+    int in_old;       /* @c next is on an old chain (filtered) */
 } mc_chmap_iter_t;
 
 /*
@@ -83,6 +104,9 @@ int mc_chmap_insert(mc_chmap_t *m, mc_cnode_t *node, uint32_t hash);
 void mc_chmap_remove(mc_chmap_t *m, mc_cnode_t *node);
 mc_cnode_t *mc_chmap_first(const mc_chmap_t *m, mc_chmap_iter_t *it);
 mc_cnode_t *mc_chmap_next(const mc_chmap_t *m, mc_chmap_iter_t *it);
+/* The entries of bucket @p b alone (b < nbuckets), then NULL from
+ * mc_chmap_next; for walks that stop between buckets. */
+mc_cnode_t *mc_chmap_bucket_first(const mc_chmap_t *m, size_t b, mc_chmap_iter_t *it);
 
 /*
  * Hints for a caller with many lookups in hand (a batch): a table far
@@ -100,7 +124,10 @@ static inline void mc_chmap_prefetch(const mc_chmap_t *m, uint32_t hash)
 
 static inline const mc_cnode_t *mc_chmap_head(const mc_chmap_t *m, uint32_t hash)
 {
-    return (m->nbuckets > 0) ? m->buckets[hash & (m->nbuckets - 1)] : NULL;
+    const mc_cnode_t *n = (m->nbuckets > 0) ? m->buckets[hash & (m->nbuckets - 1)] : NULL;
+    if ((n == NULL) && (m->old != NULL) && ((hash & (m->nold - 1)) >= m->moved))
+        n = m->old[hash & (m->nold - 1)]; /* not moved yet */
+    return n;
 }
 
 /* 64-bit hash of bytes (FNV-1a mixed with a finaliser); seed lets callers

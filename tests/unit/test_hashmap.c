@@ -159,6 +159,7 @@ typedef struct centry {
     uint32_t hash;
     uint64_t key;
     int present;
+    int seen;
 } centry_t;
 
 static uint32_t centry_hash(const mc_cnode_t *n)
@@ -229,22 +230,57 @@ START_TEST(test_compact_map)
 END_TEST
 
 /* A table whose bucket array is a huge-page block (MC_HUGE_BLOCK or more),
- * grown from one that is not into one that is, and the batch hints:
- * mc_chmap_head is the first entry of the key's chain. */
+ * grown from one that is not into one that is.  The growth moves the
+ * entries a few buckets per later insert: right after it starts nearly
+ * all are still on the old chains, and every lookup, removal, whole walk
+ * and walk by bucket number must find each entry exactly where its hash
+ * says, until the old array is gone.  mc_chmap_head then starts the
+ * key's chain. */
+static void check_walks(const mc_chmap_t *m, centry_t *e, size_t n)
+{
+    mc_chmap_iter_t it;
+    size_t seen = 0;
+
+    for (size_t i = 0; i < n; i++)
+        e[i].seen = 0;
+    for (mc_cnode_t *c = mc_chmap_first(m, &it); c != NULL; c = mc_chmap_next(m, &it)) {
+        mc_container_of(c, centry_t, node)->seen++;
+        seen++;
+    }
+    ck_assert_msg(seen == m->count, "a walk saw %zu of %zu entries", seen, m->count);
+    for (size_t b = 0; b < m->nbuckets; b++)
+        for (mc_cnode_t *c = mc_chmap_bucket_first(m, b, &it); c != NULL;
+             c = mc_chmap_next(m, &it)) {
+            centry_t *x = mc_container_of(c, centry_t, node);
+            if ((x->hash & (m->nbuckets - 1)) != b)
+                ck_abort_msg("bucket %zu's walk gave an entry of bucket %zu", b,
+                             (size_t)(x->hash & (m->nbuckets - 1)));
+            x->seen++;
+        }
+    for (size_t i = 0; i < n; i++)
+        if (e[i].seen != 2 * e[i].present)
+            ck_abort_msg("entry %zu (%s) was seen %d times by the two walks", i,
+                         e[i].present ? "present" : "gone", e[i].seen);
+}
+
 START_TEST(test_large_table)
 {
     const size_t small = MC_HUGE_BLOCK / sizeof(mc_cnode_t *) / 2; /* half a block */
-    const size_t n     = 2 * small + 1;                           /* grows once */
+    const size_t n     = 2 * small + 1;                           /* starts a growth */
+    const size_t more  = small / MC_CHMAP_MOVE_STEP;              /* end it */
     mc_chmap_t m;
-    centry_t *e = calloc(n, sizeof(*e));
+    centry_t *e = calloc(n + more, sizeof(*e));
 
     ck_assert_ptr_nonnull(e);
     ck_assert_int_eq(mc_chmap_init(&m, small, centry_hash), 0);
     ck_assert_uint_eq(m.nbuckets, small);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n + more; i++) {
         e[i].key  = (uint64_t)i * 2654435761u + 1;
         e[i].hash = (uint32_t)key_hash(e[i].key);
+    }
+    for (size_t i = 0; i < n; i++) {
         mc_chmap_prefetch(&m, e[i].hash); /* a hint: changes nothing */
+        e[i].present = 1;
         if (mc_chmap_insert(&m, &e[i].node, e[i].hash) != 0)
             ck_abort_msg("insert %zu should succeed", i);
     }
@@ -252,23 +288,85 @@ START_TEST(test_large_table)
                   n, small, m.nbuckets);
     ck_assert_msg(((uintptr_t)m.buckets % MC_HUGE_BLOCK) == 0,
                   "a bucket array of a block or more should be block-aligned");
-    for (size_t i = 0; i < n; i++) {
+    ck_assert_msg((m.old != NULL) && (m.moved <= MC_CHMAP_MOVE_STEP),
+                  "the insert that doubled the table should have moved at most %u old buckets, "
+                  "not %zu", MC_CHMAP_MOVE_STEP, m.old ? m.moved : small);
+    /* mid-growth: found, walked, removed wherever they sit */
+    for (size_t i = 0; i < n; i++)
+        if (cfind(&m, e[i].key, e[i].hash) != &e[i])
+            ck_abort_msg("entry %zu should be found while the growth moves entries", i);
+    check_walks(&m, e, n);
+    for (size_t i = 0; i < n; i += 2) {
+        mc_chmap_remove(&m, &e[i].node);
+        e[i].present = 0;
+    }
+    ck_assert_uint_eq(m.count, n / 2);
+    for (size_t i = n; i < n + more / 2; i++) {
+        e[i].present = 1;
+        ck_assert_int_eq(mc_chmap_insert(&m, &e[i].node, e[i].hash), 0);
+    }
+    ck_assert_msg(m.old != NULL, "half way, the growth should still be moving entries");
+    check_walks(&m, e, n + more);
+    for (size_t i = n + more / 2; i < n + more; i++) {
+        e[i].present = 1;
+        ck_assert_int_eq(mc_chmap_insert(&m, &e[i].node, e[i].hash), 0);
+    }
+    ck_assert_msg(m.old == NULL, "%zu inserts should have moved every old bucket", more);
+    check_walks(&m, e, n + more);
+    for (size_t i = 0; i < n + more; i++) {
         const mc_cnode_t *c = mc_chmap_head(&m, e[i].hash);
         while ((c != NULL) && (c != &e[i].node))
             c = c->next;
-        if (c == NULL)
-            ck_abort_msg("entry %zu should be on the chain mc_chmap_head starts", i);
-        if (cfind(&m, e[i].key, e[i].hash) != &e[i])
-            ck_abort_msg("entry %zu should be found after growth", i);
+        if ((c == NULL) != !e[i].present)
+            ck_abort_msg("entry %zu: mc_chmap_head's chain disagrees", i);
+        if (cfind(&m, e[i].key, e[i].hash) != (e[i].present ? &e[i] : NULL))
+            ck_abort_msg("entry %zu should be %s", i, e[i].present ? "present" : "gone");
     }
-    for (size_t i = 0; i < n; i += 2)
-        mc_chmap_remove(&m, &e[i].node);
-    for (size_t i = 0; i < n; i++)
-        if (cfind(&m, e[i].key, e[i].hash) != ((i % 2) ? &e[i] : NULL))
-            ck_abort_msg("entry %zu should be %s", i, (i % 2) ? "present" : "gone");
-    ck_assert_uint_eq(m.count, n / 2);
     mc_chmap_cleanup(&m);
-    ck_assert_msg(m.buckets == NULL && m.count == 0, "cleanup should reset the map");
+    ck_assert_msg(m.buckets == NULL && m.count == 0 && m.old == NULL,
+                  "cleanup should reset the map");
+    free(e);
+}
+END_TEST
+
+/* The snapshot's walk (mooncake-master/snapshot.c): bucket by bucket,
+ * with inserts between buckets that start a growth and move entries.
+ * Going on at the same bucket number over the doubled table, the walk
+ * sees every entry that was there before it began. */
+START_TEST(test_walk_across_growth)
+{
+    enum { FIRST = 2048, LATER = 4096 };
+    mc_chmap_t m;
+    mc_chmap_iter_t it;
+    centry_t *e = calloc(FIRST + LATER, sizeof(*e));
+    size_t next = FIRST, grown = 0;
+
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(mc_chmap_init(&m, FIRST / 2, centry_hash), 0);
+    for (size_t i = 0; i < FIRST + LATER; i++) {
+        e[i].key  = (uint64_t)i * 40503u + 7;
+        e[i].hash = (uint32_t)key_hash(e[i].key);
+    }
+    for (size_t i = 0; i < FIRST; i++)
+        ck_assert_int_eq(mc_chmap_insert(&m, &e[i].node, e[i].hash), 0);
+    ck_assert_msg(m.old == NULL, "a load of exactly 2 should not grow yet");
+    for (size_t b = 0; b < m.nbuckets; b++) {
+        for (mc_cnode_t *c = mc_chmap_bucket_first(&m, b, &it); c != NULL;
+             c = mc_chmap_next(&m, &it))
+            mc_container_of(c, centry_t, node)->seen++;
+        /* two inserts per bucket walked: a growth starts at once and
+         * moves entries while the walk goes on */
+        for (int k = 0; (k < 2) && (next < FIRST + LATER); k++, next++) {
+            size_t before = m.nbuckets;
+            ck_assert_int_eq(mc_chmap_insert(&m, &e[next].node, e[next].hash), 0);
+            grown += (m.nbuckets != before);
+        }
+    }
+    ck_assert_msg(grown >= 1, "the inserts should have doubled the table during the walk");
+    for (size_t i = 0; i < FIRST; i++)
+        if (e[i].seen == 0)
+            ck_abort_msg("entry %zu, there before the walk, was missed", i);
+    mc_chmap_cleanup(&m);
     free(e);
 }
 END_TEST
@@ -306,6 +404,7 @@ Suite *mc_test_hashmap_suite(void)
     tcase_add_test(tc, test_hash_bytes);
     tcase_add_test(tc, test_compact_map);
     tcase_add_test(tc, test_large_table);
+    tcase_add_test(tc, test_walk_across_growth);
     suite_add_tcase(s, tc);
     return s;
 }
