@@ -470,9 +470,11 @@ cleanup:
         uint64_t size, hint = 0;
         PyObject *out;
 
-        /* an object last seen on disk only: a buffer of its size first, so
-         * that its record is read while the master answers (get_size_hint;
-         * a lookup in memory, quick enough to keep the GIL) */
+        /* an object this handle knows the size of (last seen on disk only,
+         * put by it, or leased): a buffer of that size first, so that its
+         * disk record or its bytes are read into it while the master
+         * answers (get_size_hint; a lookup in memory, quick enough to keep
+         * the GIL) */
         st = mc_store_get_size_hint($self->h, key, &hint);
         if ((st == MC_OK) && (hint > 0) && (hint <= (uint64_t)PY_SSIZE_T_MAX)) {
             out = mooncake_py_bytes_for(hint, mutable_);

@@ -187,6 +187,22 @@ void *mc_loc_cache_get(mc_loc_cache_t *c, const char *key, size_t klen, uint64_t
     return out;
 }
 
+size_t mc_loc_cache_peek(mc_loc_cache_t *c, const char *key, size_t klen, uint64_t now_ns,
+                         void *out, size_t n)
+{
+    loc_entry_t *e;
+    size_t got = 0;
+
+    pthread_mutex_lock(&c->mu);
+    e = entry_find(c, key, klen, NULL);
+    if ((e != NULL) && (now_ns < e->deadline_ns)) {
+        got = (e->blen < n) ? e->blen : n;
+        memcpy(out, e->data + e->boff, got);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return got;
+}
+
 void mc_loc_cache_put(mc_loc_cache_t *c, const char *key, size_t klen, const void *blob,
                       size_t len, uint64_t deadline_ns, uint64_t epoch)
 {

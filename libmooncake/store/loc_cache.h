@@ -58,6 +58,12 @@ uint64_t mc_loc_cache_epoch(mc_loc_cache_t *c);
 void *mc_loc_cache_get(mc_loc_cache_t *c, const char *key, size_t klen, uint64_t now_ns,
                        size_t *len_p, uint64_t *deadline_p);
 
+/* The first @p n bytes (at most) of the live blob cached for @p key into
+ * @p out, for a look that is not a lookup: no hit or miss is counted and
+ * the entry keeps its place.  Bytes copied, 0 when none is live. */
+size_t mc_loc_cache_peek(mc_loc_cache_t *c, const char *key, size_t klen, uint64_t now_ns,
+                         void *out, size_t n);
+
 /* Cache @p blob for @p key until @p deadline_ns, replacing any entry,
  * unless the epoch moved past @p epoch since the caller read it.  Best
  * effort: out of memory caches nothing. */

@@ -163,6 +163,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     q->descs       = NULL;
     q->cached      = 0;
     q->spec        = 0;
+    q->landed      = NULL;
     q->blob_base   = (uintptr_t)q;
     q->blob_len    = (disk == NULL) ? sizeof(*q) + n * sizeof(q->r[0]) + names : 0;
     np             = (char *)&q->r[n];
@@ -348,6 +349,7 @@ static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, s
     q->blob_base   = (uintptr_t)q;
     q->copy        = NULL; /* bytes read with the query that was cached stay with it */
     q->disk_bytes  = NULL;
+    q->landed      = NULL;
     q->deadline_ns = deadline;
     q->cached      = 1;
     return q;
@@ -460,8 +462,19 @@ MC_API mc_status_t mc_store_get_size_hint(mc_store_h s, const char *key, uint64_
         *size_p = h->size;
         free(h);
     } else if (st == MC_OK) {
-        mc_set_error_detail("no size remembered for %s", key);
-        st = MC_OBJECT_NOT_FOUND;
+        /* where this handle put it (a speculative entry) or holds a lease:
+         * the query's first field is the size */
+        mc_loc_cache_t *c = store_cache(s);
+        uint64_t size     = 0;
+        _Static_assert(offsetof(struct mc_store_query, size) == 0, "size leads the query");
+        if ((c != NULL) &&
+            (mc_loc_cache_peek(c, key, klen, mc_now_ns(), &size, sizeof(size)) == sizeof(size)) &&
+            (size > 0)) {
+            *size_p = size;
+        } else {
+            mc_set_error_detail("no size remembered for %s", key);
+            st = MC_OBJECT_NOT_FOUND;
+        }
     }
     mc_store_leave(s);
     return st;
@@ -524,6 +537,13 @@ static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
  * read are thrown away.  Either way the answer's lease replaces the entry
  * with an ordinary one.  Values above MC_SPEC_MAX_BYTES are not worth the
  * copy and take the ordinary path.
+ *
+ * Where the caller's buffer for the whole value is known before the
+ * lookup (get, get_into, batch_get_into with one buffer per key), the
+ * read goes straight into it instead, and a confirmed read leaves the
+ * query marked `landed` there: no copy.  A refuted one leaves no byte of
+ * another value behind: the range read is zeroed before the ordinary
+ * read (or the error) that follows.
  */
 #define MC_SPEC_MAX_BYTES (256u * 1024u)
 /* speculative entries read with one batch lookup at most (the rest wait
@@ -572,9 +592,26 @@ typedef struct spec_reads {
     size_t n;
     size_t *pos;                /* batch lookups: the index of each entry's key */
     struct mc_store_query **sq; /* the entries (owned) */
-    uint8_t **bufs;             /* their bytes (owned until adopted) */
+    uint8_t **bufs;             /* their bytes (owned until adopted, unless into) */
     mc_status_t *st;            /* per read */
+    void **dst;                 /* per entry, the caller's buffer for the value, or NULL;
+                                 * NULL: none for any */
+    size_t *cap;                /* its size */
+    uint8_t *into;              /* per entry: read into dst (bufs[i] is dst[i]) */
 } spec_reads_t;
+
+/* Give up entry @p i's bytes unadopted: a buffer of ours is freed, the
+ * caller's loses what was read into it. */
+static void spec_drop_bytes(spec_reads_t *sr, size_t i)
+{
+    if (sr->bufs[i] == NULL)
+        return;
+    if (sr->into[i])
+        memset(sr->bufs[i], 0, (size_t)sr->sq[i]->size);
+    else
+        free(sr->bufs[i]);
+    sr->bufs[i] = NULL;
+}
 
 /* Read every entry of spec_reads_t @p arg into a buffer of its own, in one
  * transfer (run while the master answers: mc_mconn_during_t). */
@@ -603,9 +640,15 @@ static void spec_read_all(void *arg)
     for (size_t i = 0; i < sr->n; i++) {
         struct mc_store_query *q = sr->sq[i];
         mc_te_segment_id_t seg;
-        sr->bufs[i] = malloc((size_t)q->size);
-        if ((sr->bufs[i] == NULL) || (mc_te_segment_open(s->te, q->r[0].segment, &seg) != MC_OK))
+        sr->into[i] = (sr->dst != NULL) && (sr->dst[i] != NULL) && (q->size <= sr->cap[i]);
+        sr->bufs[i] = sr->into[i] ? sr->dst[i] : malloc((size_t)q->size);
+        if ((sr->bufs[i] == NULL) || (mc_te_segment_open(s->te, q->r[0].segment, &seg) != MC_OK)) {
+            /* nothing read: not "into" either, so nothing to zero */
+            if (sr->into[i])
+                sr->bufs[i] = NULL;
+            sr->into[i] = 0;
             continue;
+        }
         reqs[k].op      = MC_TE_READ;
         reqs[k].local   = sr->bufs[i];
         reqs[k].remote  = q->r[0].addr;
@@ -653,18 +696,25 @@ static mc_status_t spec_adopt(mc_store_h s, spec_reads_t *sr, size_t i,
     }
     if ((q == NULL) || (k == q->n)) {
         atomic_fetch_add_explicit(&s->metrics.spec_refuted, 1, memory_order_relaxed);
+        spec_drop_bytes(sr, i);
         return MC_OK;
     }
     if ((sr->st[i] == MC_OK) && (sr->bufs[i] != NULL) && (q->copy == NULL) &&
-        (q->size == sq->size)) {
-        q->disk_bytes = sr->bufs[i]; /* freed with the query */
-        q->copy       = sr->bufs[i];
-        sr->bufs[i]   = NULL;
+        (q->landed == NULL) && (q->size == sq->size)) {
+        if (sr->into[i]) {
+            q->landed = sr->bufs[i];
+        } else {
+            q->disk_bytes = sr->bufs[i]; /* freed with the query */
+            q->copy       = sr->bufs[i];
+        }
+        sr->bufs[i] = NULL;
         atomic_fetch_add_explicit(&s->metrics.spec_confirmed, 1, memory_order_relaxed);
         return MC_OK;
     }
     atomic_fetch_add_explicit(&s->metrics.spec_refuted, 1, memory_order_relaxed);
-    if ((sr->st[i] == MC_OK) || (sr->bufs[i] == NULL))
+    int read = sr->bufs[i] != NULL;
+    spec_drop_bytes(sr, i);
+    if ((sr->st[i] == MC_OK) || !read)
         return MC_OK; /* not read (out of memory): read as the answer says */
     if ((q->n == 1) && (q->disk_path == NULL)) {
         mc_set_error_detail("reading %s from %s failed: %s", q->ckey, r->segment,
@@ -682,7 +732,7 @@ static mc_status_t spec_adopt(mc_store_h s, spec_reads_t *sr, size_t i,
 static void spec_reads_free(spec_reads_t *sr)
 {
     for (size_t i = 0; i < sr->n; i++) {
-        free(sr->bufs[i]);
+        spec_drop_bytes(sr, i); /* not adopted (the lookup failed) */
         free(sr->sq[i]);
     }
 }
@@ -694,12 +744,13 @@ static void spec_reads_free(spec_reads_t *sr)
  * read when the answer confirmed them.
  */
 static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, size_t klen,
-                              struct mc_store_query *sq, uint64_t epoch,
+                              struct mc_store_query *sq, uint64_t epoch, void *dst, size_t cap,
                               mc_store_query_h *query_p)
 {
     uint8_t *buf        = NULL;
+    uint8_t into        = 0;
     mc_status_t rst     = MC_TRANSFER_FAIL, st;
-    spec_reads_t sr     = {s, 1, NULL, &sq, &buf, &rst};
+    spec_reads_t sr     = {s, 1, NULL, &sq, &buf, &rst, &dst, &cap, &into};
     mc_mconn_during_t d = {spec_read_all, &sr};
 
     st = query_master(s, key, klen, query_p, NULL, c, epoch, &d, 0);
@@ -720,9 +771,10 @@ static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, 
 
 /* GET_REPLICA_LIST; @p query_p may be NULL (get_size).  With @p use_cache,
  * answered from the location cache when it can be, and a new answer is
- * cached. */
-static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *query_p,
-                               uint64_t *size_p, int use_cache)
+ * cached; a speculative read then goes straight into @p dst (@p cap
+ * bytes; NULL: none), the buffer the caller reads the whole value into. */
+static mc_status_t do_query_to(mc_store_h s, const char *key, mc_store_query_h *query_p,
+                               uint64_t *size_p, int use_cache, void *dst, size_t cap)
 {
     mc_status_t st;
     size_t klen;
@@ -740,13 +792,19 @@ static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *
             return MC_OK;
         }
         if (q != NULL) {
-            st = spec_query(s, c, key, klen, q, epoch, query_p);
+            st = spec_query(s, c, key, klen, q, epoch, dst, cap, query_p);
             if ((st == MC_OK) && (size_p != NULL))
                 *size_p = (*query_p)->size;
             return st;
         }
     }
     return query_master(s, key, klen, query_p, size_p, c, epoch, NULL, 0);
+}
+
+static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *query_p,
+                               uint64_t *size_p, int use_cache)
+{
+    return do_query_to(s, key, query_p, size_p, use_cache, NULL, 0);
 }
 
 /* The hinted record's read, run while the master answers (mc_mconn_during_t). */
@@ -857,6 +915,13 @@ static mc_status_t read_from(mc_store_h s, mc_store_query_h q, uint32_t first, u
     return st;
 }
 
+int mc_store_query_landed(mc_store_query_h q, const void *buf, uint64_t offset, uint64_t len)
+{
+    int done = (q->landed != NULL) && (q->landed == buf) && (offset == 0) && (len == q->size);
+    q->landed = NULL; /* once: the caller may change the buffer afterwards */
+    return done;
+}
+
 mc_status_t mc_store_query_lease_check(mc_store_query_h q)
 {
     if (mc_now_ns() > q->deadline_ns) {
@@ -921,6 +986,8 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
         mc_set_error_detail("buf is NULL");
         return MC_INVALID_PARAMS;
     }
+    if (mc_store_query_landed(q, buf, offset, len))
+        return MC_OK;
     if ((q->copy == NULL) && (q->n == 0)) {
         /* a disk-only object: read whole, straight into the caller's buffer
          * (one copy, as a read of the file would); a part needs the whole
@@ -991,6 +1058,7 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
         q->ckey        = NULL;
         q->cached      = 0;
         q->spec        = 0;
+        q->landed      = NULL;
         if (q->key == NULL) {
             free(q);
             mc_set_error_detail("out of memory");
@@ -1087,7 +1155,7 @@ MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t
     if (st != MC_OK)
         return st;
     if (!mc_store_query_spec(s, key, buf, cap, &q, &have, &st))
-        st = do_query_ex(s, key, &q, NULL, 1);
+        st = do_query_to(s, key, &q, NULL, 1, buf, cap);
     if (st != MC_OK)
         goto out;
     if (q->size > cap) {
@@ -1239,6 +1307,13 @@ out:
 mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys, size_t n,
                                            mc_store_query_h *queries, mc_status_t *statuses)
 {
+    return mc_store_do_batch_query_cached_to(s, keys, n, queries, statuses, NULL, NULL);
+}
+
+mc_status_t mc_store_do_batch_query_cached_to(mc_store_h s, const char *const *keys, size_t n,
+                                              mc_store_query_h *queries, mc_status_t *statuses,
+                                              void *const *dsts, const size_t *caps)
+{
     mc_loc_cache_t *c = store_cache(s);
     const char *mk_stack[64];
     size_t mi_stack[64];
@@ -1256,7 +1331,10 @@ mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys
     struct mc_store_query *sp_q[MC_SPEC_BATCH];
     uint8_t *sp_buf[MC_SPEC_BATCH];
     mc_status_t sp_st[MC_SPEC_BATCH];
-    spec_reads_t sr = {s, 0, sp_pos, sp_q, sp_buf, sp_st};
+    void *sp_dst[MC_SPEC_BATCH];
+    size_t sp_cap[MC_SPEC_BATCH];
+    uint8_t sp_into[MC_SPEC_BATCH];
+    spec_reads_t sr = {s, 0, sp_pos, sp_q, sp_buf, sp_st, sp_dst, sp_cap, sp_into};
 
     if ((c == NULL) || (n == 0) || (n > MC_WIRE_MAX_LIST))
         return mc_store_do_batch_query(s, keys, n, queries, statuses);
@@ -1286,6 +1364,9 @@ mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys
             sp_q[sr.n]     = queries[i];
             sp_buf[sr.n]   = NULL;
             sp_st[sr.n]    = MC_TRANSFER_FAIL;
+            sp_dst[sr.n]   = (dsts != NULL) ? dsts[i] : NULL;
+            sp_cap[sr.n]   = (dsts != NULL) ? caps[i] : 0;
+            sp_into[sr.n]  = 0;
             sp_pos[sr.n++] = m;
             queries[i]     = NULL;
         }

@@ -77,6 +77,11 @@ struct mc_store_query {
      * without a lease: it is read only together with a lookup that
      * confirms it (query.c, "Speculative reads"). */
     int spec;
+    /* A confirmed speculative read that went straight into the caller's
+     * buffer (query.c, "Speculative reads"): the whole value is already
+     * there, so the first read of all of it into that very buffer is
+     * done.  That read clears it; NULL otherwise. */
+    void *landed;
     mc_query_replica_t r[];
 };
 
@@ -106,6 +111,13 @@ mc_status_t mc_store_do_batch_query(mc_store_h s, const char *const *keys, size_
  * mc_store_do_batch_query (once). */
 mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys, size_t n,
                                            mc_store_query_h *queries, mc_status_t *statuses);
+/* The same, for a caller that reads each whole value i into @p dsts[i]
+ * (@p caps[i] bytes; NULL: no such buffer; @p dsts NULL: none at all):
+ * a speculative read goes straight there (q->landed), and a read
+ * refuted leaves zeros there. */
+mc_status_t mc_store_do_batch_query_cached_to(mc_store_h s, const char *const *keys, size_t n,
+                                              mc_store_query_h *queries, mc_status_t *statuses,
+                                              void *const *dsts, const size_t *caps);
 
 /* ---- the location cache (query.c over loc_cache.c) -------------------------- */
 
@@ -127,6 +139,10 @@ uint64_t mc_store_segment_gen(mc_uuid_t id);
 
 /* MC_LEASE_EXPIRED (detail set) when the lease of @p q has run out. */
 mc_status_t mc_store_query_lease_check(mc_store_query_h q);
+/* 1 when a read of [@p offset, +@p len) of @p q into @p buf is already
+ * done (the whole value landed there with the lookup: q->landed); clears
+ * the mark either way. */
+int mc_store_query_landed(mc_store_query_h q, const void *buf, uint64_t offset, uint64_t len);
 
 /* ---- reads of many pieces in one transfer (zerocopy.c) --------------------- */
 

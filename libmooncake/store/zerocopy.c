@@ -328,7 +328,12 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         size_t g = group_len(pieces, npieces, i);
         size_t o = pieces[i].owner;
         phase[i] = PIECE_SKIP;
-        if ((ostatus[o] == MC_OK) && ((queries[o]->n == 0) || (queries[o]->copy != NULL))) {
+        if ((ostatus[o] == MC_OK) && (queries[o]->landed != NULL) &&
+            mc_store_query_landed(queries[o], pieces[i].local, pieces[i].src_offset,
+                                  (g == 1) ? pieces[i].length : 0)) {
+            /* the whole value came with the lookup, into this buffer */
+        } else if ((ostatus[o] == MC_OK) &&
+                   ((queries[o]->n == 0) || (queries[o]->copy != NULL))) {
             /* disk-only (docs/tiers.md): the record, checked, then copies;
              * bytes read with the lookup (query.c, speculative reads): copies */
             mc_store_query_h q = queries[o];
@@ -519,7 +524,7 @@ again:
     if (attempt > 0)
         mc_store_do_batch_query(s, &key, 1, &q, &kst);
     else if (!mc_store_query_spec(s, key, buf, cap, &q, &have, &kst))
-        mc_store_do_batch_query_cached(s, &key, 1, &q, &kst);
+        mc_store_do_batch_query_cached_to(s, &key, 1, &q, &kst, &buf, &cap);
     if (kst != MC_OK) {
         ret = kst;
         goto out;
@@ -570,6 +575,10 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
     mc_store_query_h *qs  = q_stack;
     mc_status_t *kst      = kst_stack;
     mc_read_piece_t *ps   = p_stack;
+    void *d_stack[MC_ZC_STACK];
+    size_t c_stack[MC_ZC_STACK];
+    void **dsts    = d_stack; /* each key's single buffer, for speculative reads */
+    size_t *caps   = c_stack;
     size_t npieces = 0, maxpieces = 0;
     int queried    = 0, attempt = 0;
     uint64_t t0    = mc_store_metrics_now_us();
@@ -597,12 +606,14 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
         maxpieces += counts[i];
     }
     if (n > MC_ZC_STACK) {
-        qs  = calloc(n, sizeof(*qs));
-        kst = malloc(n * sizeof(*kst));
+        qs   = calloc(n, sizeof(*qs));
+        kst  = malloc(n * sizeof(*kst));
+        dsts = malloc(n * sizeof(*dsts));
+        caps = malloc(n * sizeof(*caps));
     }
     if (maxpieces > MC_ZC_STACK)
         ps = malloc(maxpieces * sizeof(*ps));
-    if ((qs == NULL) || (kst == NULL) || (ps == NULL)) {
+    if ((qs == NULL) || (kst == NULL) || (ps == NULL) || (dsts == NULL) || (caps == NULL)) {
         mc_set_error_detail("out of memory for a batch of %zu keys", n);
         st = MC_INTERNAL_ERROR;
         goto fail;
@@ -613,9 +624,17 @@ again:
      * fails, the whole batch is looked up at the master and read again
      * (reads are idempotent, and such a failure is rare: a holder that
      * restarted, or a lease that ran out) */
-    if (attempt == 0)
-        mc_store_do_batch_query_cached(s, keys, n, qs, kst);
-    else
+    if (attempt == 0) {
+        /* a value read into one registered buffer can land there with
+         * the lookup (query.c, speculative reads) */
+        for (size_t i = 0; i < n; i++) {
+            int one = (counts[i] == 1) && (bufs[i] != NULL) && (bufs[i][0].base != NULL) &&
+                      mc_store_mem_is_usable(s, bufs[i][0].base, bufs[i][0].len);
+            dsts[i] = one ? (void *)(uintptr_t)bufs[i][0].base : NULL;
+            caps[i] = one ? bufs[i][0].len : 0;
+        }
+        mc_store_do_batch_query_cached_to(s, keys, n, qs, kst, dsts, caps);
+    } else
         mc_store_do_batch_query(s, keys, n, qs, kst);
     queried = 1;
     npieces = 0;
@@ -694,6 +713,10 @@ out:
         free(kst);
     if (ps != p_stack)
         free(ps);
+    if (dsts != d_stack)
+        free(dsts);
+    if (caps != c_stack)
+        free(caps);
     if (n > 0) {
         uint64_t bytes = 0;
         int failed     = 0;

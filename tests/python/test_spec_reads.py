@@ -61,6 +61,16 @@ def spec(port):
     return out["confirmed"], out["refuted"]
 
 
+def remove_and_fill(other, hname, keys, tag):
+    """Another client removes @keys and puts eight values of its own on
+    the holder, into the space they freed."""
+    for k in keys:
+        assert other.call("remove", key=k, force=True)["rc"] == 0
+    for f in keys_(8, tag):
+        assert other.call("put", key=f, hex=checked_value(f, 7, 4096).hex(),
+                          preferred=hname)["rc"] == 0
+
+
 def test_own_puts_are_read_while_the_master_answers(master, holder, writer):
     _, hname = holder
     s, port = writer
@@ -89,11 +99,7 @@ def test_remove_and_reput_elsewhere_is_never_read_stale(master, holder, other, w
     s, port = writer
     k = keys_(1)[0]
     assert s.put(k, checked_value(k, 1, 4096), on(hname)) == 0
-    assert other.call("remove", key=k, force=True)["rc"] == 0
-    fillers = keys_(8, "fill")
-    for f in fillers:
-        assert other.call("put", key=f, hex=checked_value(f, 7, 4096).hex(),
-                          preferred=hname)["rc"] == 0
+    remove_and_fill(other, hname, [k], "fill")
     assert other.call("put", key=k, hex=checked_value(k, 2, 4096).hex(),
                       preferred=hname)["rc"] == 0
     c0, r0 = spec(port)
@@ -102,10 +108,7 @@ def test_remove_and_reput_elsewhere_is_never_read_stale(master, holder, other, w
 
     k2 = keys_(1)[0]
     assert s.put(k2, checked_value(k2, 1, 4096), on(hname)) == 0
-    assert other.call("remove", key=k2, force=True)["rc"] == 0
-    for f in keys_(8, "fill2"):
-        assert other.call("put", key=f, hex=checked_value(f, 7, 4096).hex(),
-                          preferred=hname)["rc"] == 0
+    remove_and_fill(other, hname, [k2], "fill2")
     assert s.get(k2) == b""
     assert spec(port) == (c0, r0 + 2)
 
@@ -201,6 +204,51 @@ def test_batch_reads_of_own_batch_puts(master, holder, other, writer, regbuf):
     assert s.get_into(k, base, 4096) == 4096
     assert bytes(buf[:4096]) == checked_value(k, 1, 4096)
     assert spec(port) == (c0 + 15, r0 + 2)
+
+
+def test_refuted_reads_leave_no_foreign_bytes(master, holder, other, writer, regbuf):
+    """A speculative read goes straight into the caller's buffer.  When the
+    answer refutes it (the key was removed and its space given to other
+    keys' values), nothing of what it read stays there: the range is
+    zeros, and the key's result is the error.  A confirmed read is the
+    value, and a later read into the same buffer reads again."""
+    _, hname = holder
+    s, port = writer
+    keys = keys_(4)
+    assert s.put_batch(keys, [checked_value(k, 1, 4096) for k in keys], on(hname)) == 0
+    remove_and_fill(other, hname, keys[1:3], "fill")
+    buf = regbuf(s, 4 * 4096)
+    base = buf.ctypes.data
+    buf[:] = 0xEE
+    c0, r0 = spec(port)
+    rcs = s.batch_get_into(keys, [base + i * 4096 for i in range(4)], [4096] * 4)
+    assert rcs[0] == 4096 and rcs[3] == 4096
+    assert rcs[1] < 0 and rcs[2] < 0
+    assert bytes(buf[:4096]) == checked_value(keys[0], 1, 4096)
+    assert bytes(buf[3 * 4096:]) == checked_value(keys[3], 1, 4096)
+    for i in (1, 2):
+        assert bytes(buf[i * 4096:(i + 1) * 4096]) == bytes(4096), f"key {i}"
+    assert spec(port) == (c0 + 2, r0 + 2)
+
+    # one key, get_into: the same
+    k = keys_(1)[0]
+    assert s.put(k, checked_value(k, 1, 4096), on(hname)) == 0
+    remove_and_fill(other, hname, [k], "fill2")
+    buf[:] = 0xEE
+    assert s.get_into(k, base, 4096) < 0
+    assert bytes(buf[:4096]) == bytes(4096)
+    assert spec(port) == (c0 + 2, r0 + 3)
+
+    # confirmed straight into the buffer; the buffer changed afterwards is
+    # read again, not taken for the value
+    k = keys_(1)[0]
+    assert s.put(k, checked_value(k, 1, 4096), on(hname)) == 0
+    assert s.get_into(k, base, 4096) == 4096
+    assert bytes(buf[:4096]) == checked_value(k, 1, 4096)
+    assert spec(port) == (c0 + 3, r0 + 3)
+    buf[:4096] = 0
+    assert s.get_into(k, base, 4096) == 4096
+    assert bytes(buf[:4096]) == checked_value(k, 1, 4096)
 
 
 def test_busy_poll_setting_refused(master, spawn_client):

@@ -282,26 +282,31 @@ MC_API void mc_store_query_release(mc_store_query_h query);
  * @p key is seen at the latest when that lease ends.
  * @param [out] size_p  Object size (also written with MC_BUFFER_OVERFLOW
  *                      when @p cap is too small, in which case @p buf is
- *                      untouched -- unless the object was disk-only at
- *                      this handle's last read and fitted then: its
- *                      record was read into @p buf while the master
- *                      answered, see mc_store_get_size_hint).  On any
- *                      failure the contents of @p buf are unspecified.
+ *                      untouched -- unless this handle knew a size of
+ *                      the object that fitted (mc_store_get_size_hint):
+ *                      what it knew of was read into @p buf while the
+ *                      master answered, and zeroed when the answer
+ *                      refuted it).  On any failure the contents of
+ *                      @p buf are unspecified.
  * @since 0.1
  */
 MC_API mc_status_t mc_store_get(mc_store_h store, const char *key, void *buf,
                                 size_t cap, uint64_t *size_p);
 
 /**
- * @brief The size of @p key's object as this handle last saw it on disk
- *        only (docs/tiers.md §4), without asking the master.
+ * @brief The size of @p key's object as this handle last saw it, without
+ *        asking the master: on disk only (docs/tiers.md §4), put by this
+ *        handle, or read under a lease it still holds.
  *
  * A hint, not an answer: the object may have changed or gone since, and
  * no lease is granted.  A caller that sizes the buffer of mc_store_get (or
- * mc_store_get_into) with it lets the read of the object's disk record
- * overlap the master's answer to the lookup; the bytes are kept only when
- * that answer names the record read.  Hints are kept while the location
- * cache is on (MC_STORE_LOCATION_CACHE), at most ten minutes each.
+ * mc_store_get_into) with it lets the read of the object's disk record,
+ * or of the value this handle put (a speculative read,
+ * docs/architecture.md), overlap the master's answer to the lookup and
+ * land in that buffer; the bytes are kept only when that answer names the
+ * record or replica read.  Hints are kept while the location cache is on
+ * (MC_STORE_LOCATION_CACHE): disk hints at most ten minutes each, the
+ * others as long as their cache entries.
  * @return MC_OK with *size_p written, MC_OBJECT_NOT_FOUND when no size is
  *         remembered, MC_INVALID_PARAMS for a bad key or a NULL @p size_p.
  * @since 0.2
