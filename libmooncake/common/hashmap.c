@@ -130,23 +130,27 @@ static mc_cnode_t **old_slot(const mc_chmap_t *m, uint32_t hash)
     return (ob >= m->moved) ? &m->old[ob] : NULL;
 }
 
+/* The entry of the chain from @p n that matches @p hash and @p key. */
+static mc_cnode_t *chain_find(const mc_chmap_t *m, mc_cnode_t *n, uint32_t hash,
+                              const void *key, mc_chmap_eq_func_t eq)
+{
+    while ((n != NULL) && !((m->hash_of(n) == hash) && eq(n, key)))
+        n = n->next;
+    return n;
+}
+
 mc_cnode_t *mc_chmap_find(const mc_chmap_t *m, uint32_t hash, const void *key,
                           mc_chmap_eq_func_t eq)
 {
     mc_cnode_t **os;
+    mc_cnode_t *n;
 
     if (m->nbuckets == 0)
         return NULL;
-    for (mc_cnode_t *n = m->buckets[hash & (m->nbuckets - 1)]; n != NULL; n = n->next) {
-        if ((m->hash_of(n) == hash) && eq(n, key))
-            return n;
-    }
-    os = old_slot(m, hash);
-    for (mc_cnode_t *n = os ? *os : NULL; n != NULL; n = n->next) {
-        if ((m->hash_of(n) == hash) && eq(n, key))
-            return n;
-    }
-    return NULL;
+    n = chain_find(m, m->buckets[hash & (m->nbuckets - 1)], hash, key, eq);
+    if ((n == NULL) && ((os = old_slot(m, hash)) != NULL))
+        n = chain_find(m, *os, hash, key, eq);
+    return n;
 }
 
 /* How many buckets ahead a move prefetches the chains it will move. */

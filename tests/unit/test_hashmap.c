@@ -398,6 +398,9 @@ Suite *mc_test_hashmap_suite(void)
 {
     Suite *s  = suite_create("hashmap");
     TCase *tc = tcase_create("core");
+    /* the large table walks half a million entries several times: room
+     * for the sanitizer build on a loaded machine */
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_insert_find_remove);
     tcase_add_test(tc, test_iterate_and_remove);
     tcase_add_test(tc, test_colliding_hashes);
