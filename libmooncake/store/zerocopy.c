@@ -649,7 +649,9 @@ again:
         }
         for (size_t j = 0; j < counts[i]; j++) {
             const mc_iov_t *b = &bufs[i][j];
-            if ((b->base == NULL) || !mc_store_mem_is_usable(s, b->base, b->len)) {
+            /* a key's single buffer was checked before the lookup (dsts) */
+            int checked = (j == 0) && (dsts[i] != NULL);
+            if ((b->base == NULL) || (!checked && !mc_store_mem_is_usable(s, b->base, b->len))) {
                 mc_set_error_detail("buffer %zu of key %zu is not registered memory", j, i);
                 kst[i] = MC_INVALID_PARAMS;
                 break;
