@@ -312,6 +312,16 @@ class RealClient(DaemonProc):
         return f"127.0.0.1:{self.port}"
 
 
+def assert_setup_refused(spawn_client, master, var: str, value: str) -> None:
+    """A client whose environment sets @var to @value fails setup, and its
+    log names @var (no setting is accepted and ignored)."""
+    c = spawn_client("refused", env={var: value})
+    res = c.call("setup", args=["localhost", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "",
+                                master.addr])
+    assert res["rc"] != 0, f"{var}={value!r} was accepted"
+    assert var in c.log_text()
+
+
 def checked_value(key: str, version: int, size: int) -> bytes:
     """A value that proves itself: a header naming ``key`` (its hash),
     ``version`` and ``size``, bytes derived from them, and a SHA-256 of

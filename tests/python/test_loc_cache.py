@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from helpers import MiB, checked_value, free_port, wait_until
+from helpers import MiB, assert_setup_refused, checked_value, free_port, wait_until
 from mooncake.store import ReplicateConfig
 
 LEASE_TTL_MS = 1500
@@ -96,11 +96,7 @@ def test_cache_off_asks_every_time(master, holder, store, spawn_client):
 
 
 def test_cache_setting_refused(master, spawn_client):
-    r = spawn_client("badcache", env={"MC_STORE_LOCATION_CACHE": "lots"})
-    res = r.call("setup", args=["localhost", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "",
-                                master.addr])
-    assert res["rc"] != 0
-    assert "MC_STORE_LOCATION_CACHE" in r.log_text()
+    assert_setup_refused(spawn_client, master, "MC_STORE_LOCATION_CACHE", "lots")
 
 
 def test_local_write_and_remove_seen_at_once(master, holder, make_store):

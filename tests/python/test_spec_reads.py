@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from helpers import MiB, checked_value, free_port
+from helpers import MiB, assert_setup_refused, checked_value, free_port
 from mooncake.store import MooncakeDistributedStore
 from test_loc_cache import keys_, lookups, on
 
@@ -255,11 +255,7 @@ def test_busy_poll_setting_refused(master, spawn_client):
     """MC_TE_BUSY_POLL_US (docs/transfer.md §8.1) is microseconds in
     [0, 10000]; anything else fails setup, naming the variable."""
     for bad in ("lots", "10001", "-1"):
-        c = spawn_client("badpoll", env={"MC_TE_BUSY_POLL_US": bad})
-        res = c.call("setup", args=["localhost", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "",
-                                    master.addr])
-        assert res["rc"] != 0
-        assert "MC_TE_BUSY_POLL_US" in c.log_text()
+        assert_setup_refused(spawn_client, master, "MC_TE_BUSY_POLL_US", bad)
 
 
 def test_busy_poll_off_and_wide_both_read_right(master, holder, spawn_client):
