@@ -11,11 +11,10 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LD_LIBRARY_PATH="$build/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-rpc=$(free_port)
-http=$(free_port)
+# Two distinct free ports from the pytest helper (drawn below the ephemeral
+# range, so the suites running beside this one cannot take them).
+read -r rpc http < <(PYTHONPATH="$(dirname "$0")/../python" /usr/bin/python3 -c \
+    'from helpers import free_port; print(free_port(), free_port())')
 work=$(mktemp -d /tmp/mooncake-e2e.XXXXXX)
 master_pid=
 owner_pid=

@@ -8,6 +8,7 @@ with a deadline and fails loudly when the deadline passes.
 import json
 import os
 import queue
+import random
 import signal
 import socket
 import subprocess
@@ -34,8 +35,41 @@ CLIENT_TTL_S = 2
 MiB = 1024 * 1024
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to connect() and bind(0)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PORTS_GIVEN: set = set()
+_PORT_RNG = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
 def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago (bind 0, close)."""
+    """A port that was free on 127.0.0.1 a moment ago, for a daemon under
+    test to listen on.
+
+    It is drawn at random from below the kernel's ephemeral range, so no
+    outgoing connection of a suite running beside this one (the sanitizer
+    suite opens thousands) can take it between this check and the daemon's
+    bind, as a port from bind(0) could be.  A port is handed out once per
+    process.  Where the ephemeral range leaves no room below it, bind(0)."""
+    high = _ephemeral_low()
+    low = max(1024, high // 2)
+    for _ in range(200 if high - low >= 1024 else 0):
+        port = _PORT_RNG.randrange(low, high)
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -27,17 +27,63 @@ uint64_t mc_test_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-uint16_t mc_test_free_port(void)
+/* The lowest port the kernel hands out to connect() and bind(0). */
+static unsigned ephemeral_low(void)
+{
+    unsigned lo = 32768, hi;
+    FILE *f     = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+    if (f) {
+        if (fscanf(f, "%u %u", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    return lo > 65535 ? 32768 : lo;
+}
+
+static int bind_loopback(int fd, uint16_t port)
 {
     struct sockaddr_in a;
-    socklen_t alen = sizeof(a);
-    int fd         = socket(AF_INET, SOCK_STREAM, 0);
 
-    ck_assert_msg(fd >= 0, "a socket can be created");
     memset(&a, 0, sizeof(a));
     a.sin_family      = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_msg(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "port 0 can be bound");
+    a.sin_port        = htons(port);
+    return bind(fd, (struct sockaddr *)&a, sizeof(a));
+}
+
+/* Drawn at random from below the ephemeral range, so that no outgoing
+ * connection of a suite running beside this one can take the port before
+ * the daemon binds it (as one from bind(0) could); never the same port twice
+ * in one process.  bind(0) where the range leaves no room below it. */
+uint16_t mc_test_free_port(void)
+{
+    static uint8_t given[65536 / 8];
+    static unsigned seed;
+    unsigned high = ephemeral_low(), low = high / 2 < 1024 ? 1024 : high / 2;
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    int fd;
+
+    if (!seed)
+        seed = (unsigned)getpid() ^ (unsigned)mc_test_now_ms();
+    for (int i = 0; high >= low + 1024 && i < 200; i++) {
+        uint16_t port = (uint16_t)(low + (unsigned)rand_r(&seed) % (high - low));
+
+        if (given[port / 8] & (1u << (port % 8)))
+            continue;
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_msg(fd >= 0, "a socket can be created");
+        if (bind_loopback(fd, port) == 0) {
+            close(fd);
+            given[port / 8] |= (uint8_t)(1u << (port % 8));
+            return port;
+        }
+        close(fd);
+    }
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_msg(fd >= 0, "a socket can be created");
+    ck_assert_msg(bind_loopback(fd, 0) == 0, "port 0 can be bound");
     ck_assert_msg(getsockname(fd, (struct sockaddr *)&a, &alen) == 0, "getsockname works");
     close(fd);
     return ntohs(a.sin_port);
