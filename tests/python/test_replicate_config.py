@@ -228,6 +228,27 @@ def test_group_ids_batch_write(store, regbuf):
     assert store.batch_put_from(more, [p, p, p], [8, 8, 8], c) == [0, 0, 0]
 
 
+def test_config_reused_after_a_batch_that_refused_keys(store, regbuf):
+    """A batch that refuses some keys sends the group ids of the rest only;
+    that must not change the config's own (cached) native form, which the
+    next call uses whole."""
+    c = ReplicateConfig()
+    c.group_ids = ["ga", "gb", "gc"]
+    p = regbuf(store, 64).ctypes.data
+    first = [key("ra"), key("rb"), key("rc")]
+    assert store.batch_put_from_multi_buffers(first, [[p], [p, p], [p]], [[8], [8], [8]],
+                                              c) == [0, INVALID_PARAMS, 0]
+    more = [key("rd"), key("re"), key("rf")]
+    assert store.batch_put_from_multi_buffers(more, [[p]] * 3, [[8]] * 3, c) == [0, 0, 0]
+    assert store.batch_is_exist(first + more) == [1, 0, 1, 1, 1, 1]
+    # the same for put sessions, whose refused keys are those of bad sizes
+    opened = [key("sa"), key("sb"), key("sc")]
+    assert store.batch_put_session_start(opened, [8, -1, 8], c) == [0, INVALID_PARAMS, 0]
+    later = [key("sd"), key("se"), key("sf")]
+    assert store.batch_put_session_start(later, [8, 8, 8], c) == [0, 0, 0]
+    assert store.batch_put_session_revoke([opened[0], opened[2]] + later) == [0] * 5
+
+
 # ---- placement ------------------------------------------------------------------------
 
 

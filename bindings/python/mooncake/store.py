@@ -172,9 +172,11 @@ class ReplicateConfig:
         "_preferred_nof_segments",
         "_prefer_alloc_in_same_node",
         "_group_ids",
+        "_c_cache",
     )
 
     def __init__(self) -> None:
+        self._c_cache: Any = None
         self._replica_num = 1
         self._nof_replica_num = 0
         self._dfs_replica_num = 0
@@ -186,6 +188,13 @@ class ReplicateConfig:
         self._preferred_nof_segments: List[str] = []
         self._prefer_alloc_in_same_node = False
         self._group_ids: Optional[List[str]] = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Every change (through a property setter, which lands here again for
+        # its slot) forgets the native form built from the old settings.
+        object.__setattr__(self, name, value)
+        if name != "_c_cache":
+            object.__setattr__(self, "_c_cache", None)
 
     @staticmethod
     def _u32(name: str, value: Any) -> int:
@@ -296,7 +305,16 @@ class ReplicateConfig:
         self._group_ids = _str_list("group_ids", value)
 
     def _to_c(self) -> Any:
-        """The native configuration for one call (owns copies of the strings)."""
+        """The native configuration (owns copies of the strings).  It is built
+        once and kept until a setting changes: the native calls only read it
+        (``const``), so one object serves every call, from any thread."""
+        c = self._c_cache
+        if c is None:
+            c = self._build_c()
+            object.__setattr__(self, "_c_cache", c)
+        return c
+
+    def _build_c(self) -> Any:
         c = _capi.mc_replicate_config_t()
         c.replica_num = self._replica_num
         c.nof_replica_num = self._nof_replica_num
@@ -1388,7 +1406,7 @@ class MooncakeDistributedStore(TensorMethods):
             # Group ids follow the keys; drop those of the refused keys.
             gids = config.group_ids or []
             if len(gids) == len(keys):
-                cfg = _c_config(config)
+                cfg = config._build_c()  # a private copy: the cached one is shared
                 cfg.set_group_ids([gids[i] for i in sel])
         res = self._store.batch_zc(op, sk, sp, ss, so, cfg)
         for i, r in zip(sel, res):
@@ -1436,7 +1454,7 @@ class MooncakeDistributedStore(TensorMethods):
                 return out
             if config is not None and config.group_ids is not None and \
                     len(config.group_ids) == len(keys):
-                cfg = _c_config(config)
+                cfg = config._build_c()  # a private copy: the cached one is shared
                 cfg.set_group_ids([config.group_ids[i] for i in sel])
             res = self._store.put_session_start([keys[i] for i in sel],
                                                 [sizes[i] for i in sel], cfg)
