@@ -380,16 +380,15 @@ int mc_read_full(int fd, void *buf, size_t len)
 
 static __thread unsigned spin_misses, spin_skip;
 
-int mc_spin_readable(int fd, unsigned spin_us)
+ssize_t mc_spin_recvmsg(int fd, struct msghdr *mh, int flags, unsigned spin_us)
 {
     uint64_t deadline;
-    char c;
 
     if (spin_us == 0)
-        return 0;
+        return MC_SPIN_NONE;
     if (spin_skip > 0) {
         spin_skip--;
-        return 0;
+        return MC_SPIN_NONE;
     }
     /* No sched_yield() between polls: on a busy machine it hands the CPU
      * to whoever else is runnable for a whole time slice (milliseconds,
@@ -397,17 +396,30 @@ int mc_spin_readable(int fd, unsigned spin_us)
      * the scheduler may preempt us anyway. */
     deadline = mc_now_ns() + (uint64_t)spin_us * 1000u;
     do {
-        ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        ssize_t r = recvmsg(fd, mh, flags | MSG_DONTWAIT);
         if ((r >= 0) || ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR))) {
             spin_misses = 0;
-            return 1;
+            return r;
         }
     } while (mc_now_ns() < deadline);
     if (++spin_misses >= MC_SPIN_MISSES) {
         spin_misses = 0;
         spin_skip   = MC_SPIN_SKIP;
     }
-    return 0;
+    return MC_SPIN_NONE;
+}
+
+ssize_t mc_spin_recv(int fd, void *buf, size_t cap, int flags, unsigned spin_us)
+{
+    struct iovec v   = {.iov_base = buf, .iov_len = cap};
+    struct msghdr mh = {.msg_iov = &v, .msg_iovlen = 1};
+    return mc_spin_recvmsg(fd, &mh, flags, spin_us);
+}
+
+int mc_spin_readable(int fd, unsigned spin_us)
+{
+    char c;
+    return mc_spin_recv(fd, &c, 1, MSG_PEEK, spin_us) != MC_SPIN_NONE;
 }
 
 /* UINT32_MAX: not read yet; UINT32_MAX - 1: MC_TE_BUSY_POLL_US is bad. */

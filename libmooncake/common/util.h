@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #define MC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -88,6 +89,15 @@ int mc_writev_full(int fd, struct iovec *iov, int iovcnt);
 #define MC_SPIN_MISSES 8u
 #define MC_SPIN_SKIP   256u
 int mc_spin_readable(int fd, unsigned spin_us);
+/* The same wait, where each poll is the receive the caller makes next
+ * (recvmsg with @p flags plus MSG_DONTWAIT: MSG_PEEK to look, 0 to take),
+ * so what arrives within the window costs no further call.  Returns that
+ * receive's result once it is not EAGAIN (the byte count, 0 at the peer's
+ * close, -1 with errno), or MC_SPIN_NONE when the window passed or was
+ * skipped (then nothing was received). */
+#define MC_SPIN_NONE ((ssize_t)-2)
+ssize_t mc_spin_recvmsg(int fd, struct msghdr *mh, int flags, unsigned spin_us);
+ssize_t mc_spin_recv(int fd, void *buf, size_t cap, int flags, unsigned spin_us);
 /*
  * The busy-poll window of the data path and the master RPC client:
  * MC_TE_BUSY_POLL_US when set (0..10000; 0 turns polling off), otherwise

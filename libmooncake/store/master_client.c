@@ -432,8 +432,18 @@ mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
         conn->ilen -= conn->ioff;
         conn->ioff = 0;
     }
-    if (conn->ilen < MC_WIRE_HEADER_SIZE)
-        (void)mc_spin_readable(conn->fd, mc_busy_poll_us());
+    if (conn->ilen < MC_WIRE_HEADER_SIZE) {
+        /* the busy-poll window's receive is the first one */
+        ssize_t n = mc_spin_recv(conn->fd, conn->ibuf + conn->ilen, MC_MCONN_IBUF - conn->ilen,
+                                 0, mc_busy_poll_us());
+        if (n > 0) {
+            conn->ilen += (size_t)n;
+        } else if (n != MC_SPIN_NONE) {
+            if (n == 0)
+                errno = ECONNRESET;
+            return io_failed(conn, "waiting for a response");
+        }
+    }
     if (ibuf_fill(conn, MC_WIRE_HEADER_SIZE) != 0)
         return io_failed(conn, "waiting for a response");
     if ((mc_wire_header_unpack(conn->ibuf, &h) != MC_OK) || !(h.flags & MC_WIRE_FLAG_RESPONSE) ||

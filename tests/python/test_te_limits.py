@@ -15,6 +15,8 @@ import os
 import socket
 import time
 
+import pytest
+
 from helpers import wait_until
 
 
@@ -67,13 +69,39 @@ def test_idle_connections_cannot_lock_readers_out(master, spawn_client):
             s.close()
 
 
-def test_an_idle_connection_is_closed_after_the_idle_timeout(master, spawn_client):
-    holder = spawn_client("holder", env={"MC_TE_SHM": "0", "MC_TE_IDLE_TIMEOUT_SEC": "1"})
+@pytest.mark.parametrize("idle_s,status_s", [(1, None), (2, 1)],
+                         ids=["waits-in-poll", "waits-in-peek"])
+def test_an_idle_connection_is_closed_after_the_idle_timeout(master, spawn_client, idle_s,
+                                                             status_s):
+    """Both ways of waiting: poll() with the idle limit as its timeout (the
+    default receive timeout of 5 s is longer than the limit), and the peek
+    itself, woken by a receive timeout shorter than the limit."""
+    env = {"MC_TE_SHM": "0", "MC_TE_IDLE_TIMEOUT_SEC": str(idle_s)}
+    if status_s is not None:
+        env["MC_TCP_STATUS_TIMEOUT_SEC"] = str(status_s)
+    holder = spawn_client("holder", env=env)
     port = te_port(holder.setup(master))
     s = idle_from("127.0.0.1", port)
     try:
         t0 = time.monotonic()
-        assert closed_now(s, 5.0), "an idle connection outlived MC_TE_IDLE_TIMEOUT_SEC=1"
-        assert 0.5 < time.monotonic() - t0 < 4.0
+        assert closed_now(s, idle_s + (status_s or 0) + 4.0), \
+            f"an idle connection outlived MC_TE_IDLE_TIMEOUT_SEC={idle_s}"
+        assert idle_s - 0.5 < time.monotonic() - t0 < idle_s + (status_s or 0) + 3.0
+    finally:
+        s.close()
+
+
+def test_a_waiting_connection_outlives_its_receive_timeouts(master, spawn_client):
+    """A served connection waits for its next request in a peek that wakes
+    at every receive timeout (1 s here); with the idle limit off it stays
+    open through them and then serves as usual."""
+    env = {"MC_TE_SHM": "0", "MC_TE_IDLE_TIMEOUT_SEC": "0", "MC_TCP_STATUS_TIMEOUT_SEC": "1"}
+    holder = spawn_client("holder", env=env)
+    port = te_port(holder.setup(master))
+    s = idle_from("127.0.0.1", port)
+    try:
+        assert not closed_now(s, 2.5), "the connection was closed at a receive timeout"
+        s.sendall(b"\0" * 32)  # then a malformed header closes it, as any would
+        assert closed_now(s, 5.0)
     finally:
         s.close()

@@ -15,9 +15,10 @@
  * refused READ is answered and the connection goes on; a refused WRITE is
  * answered and the connection is closed, because the payload that follows
  * must not be read anywhere.  A malformed header closes the connection.
- * An idle connection waits for its next header in poll() for at most
- * MC_TE_IDLE_TIMEOUT_SEC, then is closed (the receive timeout bounds a
- * frame once it has started).  At most MC_TE_MAX_CONNECTIONS_PER_PEER come
+ * A WRITE's header and payload come in one receive.  An idle connection
+ * is closed after MC_TE_IDLE_TIMEOUT_SEC (serve_next: its peek wakes at
+ * each receive timeout to check; the receive timeout also bounds a frame
+ * once it has started).  At most MC_TE_MAX_CONNECTIONS_PER_PEER come
  * from one address, and when MC_TE_MAX_CONNECTIONS are served a new one
  * takes the place of the longest idle (accept_admit()), so idle peers
  * cannot lock readers out.
@@ -205,9 +206,8 @@ static int recv_head(int fd, uint8_t *hdr, void *payload, size_t plen, size_t *g
     struct iovec iov[2];
     struct msghdr mh;
     size_t got = 0;
-    int rc     = 0;
+    int rc = 0, spun = 0;
 
-    (void)mc_spin_readable(fd, spin_us);
     while (got < MC_TE_RESP_HDR_SIZE) {
         ssize_t n;
         iov[0].iov_base = hdr + got;
@@ -217,7 +217,10 @@ static int recv_head(int fd, uint8_t *hdr, void *payload, size_t plen, size_t *g
         memset(&mh, 0, sizeof(mh));
         mh.msg_iov    = iov;
         mh.msg_iovlen = (plen > 0) ? 2 : 1;
-        n             = recvmsg(fd, &mh, 0);
+        /* the busy-poll window's receive is the first one */
+        n = spun++ ? MC_SPIN_NONE : mc_spin_recvmsg(fd, &mh, 0, spin_us);
+        if (n == MC_SPIN_NONE)
+            n = recvmsg(fd, &mh, 0);
         if (n > 0) {
             got += (size_t)n;
         } else if (n == 0) {
@@ -372,13 +375,23 @@ static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
 }
 
 /* Serve one WRITE; returns 0 to keep the connection, -1 to close it. */
-static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
+/* One WRITE.  @p queued: its header is still in the socket (only peeked
+ * at); a write into memory then takes header and payload in one receive. */
+static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, int queued)
 {
+    uint8_t hdr[MC_TE_REQ_HDR_SIZE];
     mc_te_region_t *r;
     int rc;
 
     r = mc_te_region_acquire(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS);
-    if (r == NULL) {
+    if ((r == NULL) || (r->fops != NULL)) {
+        if (queued && (recv_exact(fd, hdr, sizeof(hdr), NULL) != 0)) {
+            if (r != NULL)
+                mc_te_region_release(tp->te, r);
+            return -1;
+        }
+        if (r != NULL)
+            return serve_file_write(tp, fd, h, r);
         mc_debug("refusing write of [0x%llx, +%llu): not in a remote-access region",
                  (unsigned long long)h->addr, (unsigned long long)h->length);
         /* Answer, then close: the payload behind this header is never read. */
@@ -386,9 +399,9 @@ static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
         shutdown(fd, SHUT_WR);
         return -1;
     }
-    if (r->fops != NULL)
-        return serve_file_write(tp, fd, h, r);
-    rc = recv_exact(fd, (void *)(uintptr_t)h->addr, (size_t)h->length, NULL);
+    rc = queued ? recv_exact2(fd, hdr, sizeof(hdr), (void *)(uintptr_t)h->addr,
+                              (size_t)h->length)
+                : recv_exact(fd, (void *)(uintptr_t)h->addr, (size_t)h->length, NULL);
     mc_te_region_release(tp->te, r);
     if (rc != 0)
         return -1; /* the initiator sees the failure and reports it */
@@ -516,48 +529,36 @@ static int serve_disk_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
  * A pipelining initiator (docs/transfer.md, "Pipelining") queues many READ
  * headers back to back.  Serving them one recv + one writev at a time
  * costs two system calls and a wake-up of the initiator per request, which
- * dominates small reads.  Instead, the idle connection waits in a blocking
- * MSG_PEEK: it wakes once when requests arrive and sees every header queued
- * by then.  The leading run of complete READ headers (never a WRITE: its
- * payload must go straight to its target, so nothing behind a WRITE header
- * is consumed here) is checked and answered with one writev straight from
- * the registered regions, so a batch of small reads costs the target one
- * wake-up and three system calls, and the initiator one wake-up.
+ * dominates small reads.  Instead, the idle connection waits by peeking
+ * (serve_next): it wakes once when requests arrive and sees every header
+ * queued by then.  The leading run of complete READ headers (never a
+ * WRITE: its payload must go straight to its target, so nothing behind a
+ * WRITE header is consumed here) is checked and answered with one writev
+ * straight from the registered regions, so a batch of small reads costs
+ * the target one wake-up and three system calls, and the initiator one
+ * wake-up.
  *
  * Waiting in the peek rather than in a plain recv of one header matters:
  * a recv would take the first header of a batch alone (the rest arrive in
  * the same segment but the recv is already satisfied), answer it alone,
  * and wake the initiator twice per batch.
  *
- * Returns the number of requests served, 0 when the caller must take the
- * one-request path (the queue starts with a partial header, a WRITE, a
- * DESCRIBE or garbage), or -1 to close.  An idle connection waits here
- * forever; the receive timeout only makes the wait re-check for shutdown.
+ * @p hdrs holds the @p n bytes serve_next peeked at.  Returns the number
+ * of requests served, 0 when the caller must take the one-request path
+ * (the queue starts with a partial header, a WRITE, a DESCRIBE or
+ * garbage), or -1 to close.
  */
 #define MC_TCP_SERVE_RUN 64
 
-static int serve_read_run(mc_tcp_t *tp, int fd)
+static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n)
 {
-    uint8_t hdrs[MC_TCP_SERVE_RUN * MC_TE_REQ_HDR_SIZE];
     uint8_t resps[MC_TCP_SERVE_RUN][MC_TE_RESP_HDR_SIZE];
     struct iovec iov[2 * MC_TCP_SERVE_RUN];
     mc_te_region_t *regs[MC_TCP_SERVE_RUN];
     mc_te_req_hdr_t h;
-    ssize_t n;
     int k = 0, niov = 0, rc;
 
-    for (;;) {
-        n = recv(fd, hdrs, sizeof(hdrs), MSG_PEEK);
-        if (n > 0)
-            break;
-        if (n == 0)
-            return -1; /* orderly close (or shutdown at uninstall) */
-        if ((errno == EINTR) || (((errno == EAGAIN) || (errno == EWOULDBLOCK)) &&
-                                 !__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE)))
-            continue; /* idle: keep waiting */
-        return -1;
-    }
-    while ((k < MC_TCP_SERVE_RUN) && ((size_t)(k + 1) * MC_TE_REQ_HDR_SIZE <= (size_t)n) &&
+    while ((k < MC_TCP_SERVE_RUN) && ((size_t)(k + 1) * MC_TE_REQ_HDR_SIZE <= n) &&
            (mc_te_req_decode(hdrs + (size_t)k * MC_TE_REQ_HDR_SIZE, &h) == 0) &&
            (h.opcode == MC_TE_OPC_READ)) {
         regs[k] = mc_te_region_acquire_gen(tp->te, h.addr, h.length, MC_TE_MEM_REMOTE_ACCESS,
@@ -599,52 +600,66 @@ static int serve_read_run(mc_tcp_t *tp, int fd)
 }
 
 /*
- * Wait for the next request on a served connection, marked idle meanwhile
- * (the acceptor may then close it to make room, accept_admit()).  Returns
- * 0 when something arrived (or the peer hung up: the receive that follows
- * sees it), -1 when the connection has been idle for tp->idle_timeout_s
- * or the transport is stopping.
+ * Wait for the next request on a served connection and peek at what is
+ * queued, up to @p cap bytes, into @p buf: first in the busy-poll window,
+ * then asleep, marked idle meanwhile (the acceptor may then close it to
+ * make room, accept_admit()).  The sleep is the peek itself where the
+ * socket's receive timeout (MC_TCP_STATUS_TIMEOUT_SEC) lets it re-check
+ * the idle limit and shutdown often enough: at most that timeout late,
+ * and never past twice the idle limit.  Otherwise (no receive timeout, or
+ * one longer than the idle limit) it sleeps in poll() with the limit as
+ * its timeout and peeks after.  Returns the bytes peeked at (> 0), or -1
+ * when the peer hung up, the connection has been idle for
+ * tp->idle_timeout_s, the transport is stopping or the socket failed.
  */
-static int serve_wait(mc_tcp_t *tp, mc_tcp_conn_t *c)
+static ssize_t serve_next(mc_tcp_t *tp, mc_tcp_conn_t *c, uint8_t *buf, size_t cap)
 {
-    uint64_t start = mc_now_ms();
     uint64_t limit = (uint64_t)tp->idle_timeout_s * 1000u;
-    int rc         = -1;
+    int in_peek    = (tp->io_timeout_s > 0) &&
+                  ((limit == 0) || ((uint64_t)tp->io_timeout_s * 1000u <= limit));
+    uint64_t start;
+    ssize_t n;
 
     /* A peer that sends its next request right after our answer (a
      * caller reading one key after another) finds us polling, not asleep. */
-    if (mc_spin_readable(c->fd, tp->busy_poll_us))
-        return 0;
+    n = mc_spin_recv(c->fd, buf, cap, MSG_PEEK, tp->busy_poll_us);
+    if (n != MC_SPIN_NONE)
+        return (n > 0) ? n : -1;
+    start = mc_now_ms();
     __atomic_store_n(&c->idle_since_ms, start, __ATOMIC_RELEASE);
+    n = -1;
     while (!__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE)) {
-        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-        uint64_t waited   = mc_now_ms() - start;
-        int tmo           = -1;
-        int n;
-        if (limit > 0) {
-            if (waited >= limit) {
-                mc_debug("closing a data connection idle for %d s", tp->idle_timeout_s);
+        uint64_t waited = mc_now_ms() - start;
+        if ((limit > 0) && (waited >= limit)) {
+            mc_debug("closing a data connection idle for %d s", tp->idle_timeout_s);
+            n = -1;
+            break;
+        }
+        if (!in_peek) {
+            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+            int tmo = (limit > 0) ? (int)MC_MIN(limit - waited, (uint64_t)INT_MAX) : -1;
+            int r   = poll(&pfd, 1, tmo);
+            if (r == 0)
+                continue;
+            if ((r < 0) && (errno == EINTR))
+                continue;
+            if (r < 0)
                 break;
-            }
-            tmo = (int)MC_MIN(limit - waited, (uint64_t)INT_MAX);
         }
-        n = poll(&pfd, 1, tmo);
-        if (n > 0) {
-            rc = 0;
-            break;
-        }
-        if ((n < 0) && (errno != EINTR))
-            break;
+        n = recv(c->fd, buf, cap, MSG_PEEK | (in_peek ? 0 : MSG_DONTWAIT));
+        if ((n >= 0) || ((errno != EINTR) && (errno != EAGAIN) && (errno != EWOULDBLOCK)))
+            break; /* data, the peer's close, or a failure */
+        n = -1;    /* the receive timeout, or a spurious poll wake-up: check and wait on */
     }
     __atomic_store_n(&c->idle_since_ms, 0, __ATOMIC_RELEASE);
-    return rc;
+    return (n > 0) ? n : -1;
 }
 
 static void *conn_main(void *arg)
 {
     mc_tcp_conn_t *c = arg;
     mc_tcp_t *tp     = c->tp;
-    uint8_t hdr[MC_TE_REQ_HDR_SIZE];
+    uint8_t hdrs[MC_TCP_SERVE_RUN * MC_TE_REQ_HDR_SIZE];
     mc_te_req_hdr_t h;
 
     if (tp->te->auth != NULL) {
@@ -659,17 +674,25 @@ static void *conn_main(void *arg)
         }
     }
     for (;;) {
+        ssize_t n = serve_next(tp, c, hdrs, sizeof(hdrs));
         int rc;
-        if (serve_wait(tp, c) != 0)
+        if (n < 0)
             break;
-        rc = serve_read_run(tp, c->fd);
+        rc = serve_read_run(tp, c->fd, hdrs, (size_t)n);
         if (rc < 0)
             break;
         if (rc > 0)
             continue;
-        if (serve_read_header(tp, c->fd, hdr) != 0)
+        if (((size_t)n >= MC_TE_REQ_HDR_SIZE) && (mc_te_req_decode(hdrs, &h) == 0) &&
+            (h.opcode == MC_TE_OPC_WRITE)) {
+            /* its header is still queued: taken with the payload */
+            if (serve_write(tp, c->fd, &h, 1) != 0)
+                break;
+            continue;
+        }
+        if (serve_read_header(tp, c->fd, hdrs) != 0)
             break;
-        if (mc_te_req_decode(hdr, &h) != 0) {
+        if (mc_te_req_decode(hdrs, &h) != 0) {
             mc_debug("closing data connection: malformed request header");
             break;
         }
@@ -678,7 +701,7 @@ static void *conn_main(void *arg)
             rc = serve_read(tp, c->fd, &h);
             break;
         case MC_TE_OPC_WRITE:
-            rc = serve_write(tp, c->fd, &h);
+            rc = serve_write(tp, c->fd, &h, 0);
             break;
         case MC_TE_OPC_DISK_READ:
             rc = serve_disk_read(tp, c->fd, &h);
