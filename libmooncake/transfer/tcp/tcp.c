@@ -239,7 +239,7 @@ static int recv_head(int fd, uint8_t *hdr, void *payload, size_t plen, size_t *g
 /* ---- target side -------------------------------------------------------------- */
 
 /* Read the next request header.  Idle connections wait in
- * serve_read_run's peek, so something has normally arrived already; a
+ * serve_next's peek, so something has normally arrived already; a
  * receive timeout with nothing read still just loops (checking for
  * shutdown), and once the first byte arrived the header must complete
  * within the timeout.  Returns 0, or -1 when the connection is over. */
@@ -374,9 +374,9 @@ static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
     return rc;
 }
 
-/* Serve one WRITE; returns 0 to keep the connection, -1 to close it. */
-/* One WRITE.  @p queued: its header is still in the socket (only peeked
- * at); a write into memory then takes header and payload in one receive. */
+/* Serve one WRITE; returns 0 to keep the connection, -1 to close it.
+ * @p queued: its header is still in the socket (only peeked at); a write
+ * into memory then takes header and payload in one receive. */
 static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, int queued)
 {
     uint8_t hdr[MC_TE_REQ_HDR_SIZE];
