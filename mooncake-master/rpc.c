@@ -2,9 +2,12 @@
 /*
  * The master RPC server (docs/protocol.md §1-§4).
  *
- * One libevent listener; one bufferevent per connection; everything runs
- * on the master's single event loop.  Each connection is a small state
- * machine driven by conn_drive():
+ * One libevent listener; one bufferevent per connection for its output,
+ * and an event of our own for its input (conn_readable_cb: one recv into
+ * the input buffer per wake-up, with no FIONREAD ioctl before it as
+ * libevent's reader makes, and up to MC_CONN_READ_CHUNK at once, not
+ * libevent's 4 KiB); everything runs on the master's single event loop.
+ * Each connection is a small state machine driven by conn_drive():
  *
  *   READ_HEADER --16 bytes, valid--> READ_BODY --body_len bytes--> dispatch
  *        ^                                                          |
@@ -67,6 +70,9 @@
  * (mc_wire_req_max_body()).  A larger frame reserves its body against
  * --rpc_max_buffered_input while it is read. */
 #define MC_CONN_IN_BASE         (256u << 10)
+/* Most one receive takes into the input buffer (below malloc's mmap
+ * threshold, so the buffer's chunk comes from the heap). */
+#define MC_CONN_READ_CHUNK      (64u << 10)
 
 typedef enum mc_conn_state {
     MC_CONN_AUTH,        /* --auth_token_file: challenge sent, waiting for the proof */
@@ -93,7 +99,11 @@ static const char *conn_state_str(mc_conn_state_t s)
 typedef struct mc_conn {
     mc_mlist_t link;           /* in m->conns */
     mc_master_t *m;
-    struct bufferevent *bev;
+    struct bufferevent *bev;   /* output, and the write timeout */
+    struct event *rev;         /* input: conn_readable_cb */
+    size_t read_high;          /* reading pauses with this much buffered */
+    struct timeval read_tmo;   /* no byte for this long closes (0: never) */
+    int read_on;               /* reading enabled (conn_read_enable) */
     mc_conn_state_t state;
     mc_wire_header_t hdr;      /* the frame being read (READ_BODY) */
     int hello;                 /* HELLO accepted */
@@ -125,6 +135,38 @@ typedef struct mc_conn {
     struct event *walk_ev;     /* runs the next slice */
 } mc_conn_t;
 
+/* Wait for input when reading is enabled and the input buffer is under
+ * its mark, with the read timeout counted afresh (libevent's bufferevent
+ * semantics: the timeout is for silence, and paused reading has none). */
+static void conn_read_arm(mc_conn_t *c)
+{
+    size_t have = evbuffer_get_length(bufferevent_get_input(c->bev));
+
+    if (c->read_on && (have < c->read_high))
+        event_add(c->rev, evutil_timerisset(&c->read_tmo) ? &c->read_tmo : NULL);
+    else
+        event_del(c->rev);
+}
+
+static void conn_read_enable(mc_conn_t *c)
+{
+    c->read_on = 1;
+    conn_read_arm(c);
+}
+
+static void conn_read_disable(mc_conn_t *c)
+{
+    c->read_on = 0;
+    event_del(c->rev);
+}
+
+/* Reading pauses once @p high bytes are buffered. */
+static void conn_read_mark(mc_conn_t *c, size_t high)
+{
+    c->read_high = high;
+    conn_read_arm(c);
+}
+
 /* Give back the reservation of a large frame (read, or never finished)
  * and the ordinary read window. */
 static void conn_unreserve(mc_conn_t *c)
@@ -133,7 +175,7 @@ static void conn_unreserve(mc_conn_t *c)
         return;
     c->m->in_reserved -= c->in_reserved;
     c->in_reserved = 0;
-    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
+    conn_read_mark(c, MC_CONN_IN_BASE);
 }
 
 static void conn_free(mc_conn_t *c)
@@ -145,6 +187,7 @@ static void conn_free(mc_conn_t *c)
     mc_mlist_remove(&c->link);
     mc_mlist_remove(&c->held_link);
     c->m->nconns--;
+    event_free(c->rev);
     bufferevent_free(c->bev);
     mc_arena_cleanup(&c->arena);
     mc_buf_cleanup(&c->out);
@@ -225,7 +268,7 @@ static void conn_flush(mc_conn_t *c)
         c->held.oom = 0;
         c->nmarks   = 0;
         mc_mlist_remove(&c->held_link);
-        bufferevent_disable(c->bev, EV_READ);
+        conn_read_disable(c);
         c->state = MC_CONN_CLOSING;
         return;
     }
@@ -273,7 +316,7 @@ void mc_master_rpc_release(mc_master_t *m, uint64_t durable_seq)
             if (c->read_paused &&
                 (evbuffer_get_length(bufferevent_get_output(c->bev)) <= MC_CONN_OUT_LOW)) {
                 c->read_paused = 0;
-                bufferevent_enable(c->bev, EV_READ);
+                conn_read_enable(c);
                 conn_drive(c);
             }
             continue;
@@ -294,7 +337,7 @@ static void conn_close(mc_conn_t *c, const char *why)
     mc_debug("rpc %s: closing in state %s after %" PRIu64 " frames: %s", c->peer,
              conn_state_str(c->state), c->frames, why);
     c->state = MC_CONN_CLOSING;
-    bufferevent_disable(c->bev, EV_READ);
+    conn_read_disable(c);
     if (c->walk != NULL) { /* nobody will read its answer */
         event_del(c->walk_ev);
         mc_master_regex_walk_free(c->walk);
@@ -629,15 +672,15 @@ static int conn_admit_body(mc_conn_t *c)
     }
     m->in_reserved += len;
     c->in_reserved = len;
-    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_WIRE_HEADER_SIZE + (size_t)len);
+    conn_read_mark(c, MC_WIRE_HEADER_SIZE + (size_t)len);
     return 0;
 }
 
 static void conn_set_read_timeout(mc_conn_t *c, uint64_t ms)
 {
-    struct timeval rt = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    struct timeval wt = {MC_CONN_WRITE_TIMEOUT_S, 0};
-    bufferevent_set_timeouts(c->bev, ms > 0 ? &rt : NULL, &wt);
+    c->read_tmo.tv_sec  = (time_t)(ms / 1000);
+    c->read_tmo.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    conn_read_arm(c);
 }
 
 /* §9.1: the client's PROOF, once it is all in.  Returns 1 when the
@@ -675,7 +718,7 @@ static int conn_auth(mc_conn_t *c)
     mc_auth_accept_pack(k, MC_AUTH_SVC_RPC, c->auth_nonce, p.nonce, p.tenant, acc);
     conn_write_bytes(c, acc, sizeof(acc));
     conn_set_read_timeout(c, (uint64_t)c->m->cfg->rpc_conn_timeout_seconds * 1000u);
-    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
+    conn_read_mark(c, MC_CONN_IN_BASE);
     c->state = MC_CONN_READ_HEADER;
     mc_debug("rpc %s: authenticated as tenant \"%s\"", c->peer, c->auth_tenant);
     return 0;
@@ -706,7 +749,7 @@ static int conn_drive_frames(mc_conn_t *c)
                 return 0; /* answers keep request order: wait for the walk's */
             if (evbuffer_get_length(out) + c->tx.len + c->held.len > MC_CONN_OUT_HIGH) {
                 /* the peer is not reading its responses */
-                bufferevent_disable(c->bev, EV_READ);
+                conn_read_disable(c);
                 c->read_paused = 1;
                 return 0;
             }
@@ -772,8 +815,11 @@ static int conn_drive_frames(mc_conn_t *c)
 
 static void conn_drive(mc_conn_t *c)
 {
-    if (conn_drive_frames(c) == 0)
-        conn_flush(c);
+    if (conn_drive_frames(c) != 0)
+        return; /* closing, perhaps freed */
+    conn_flush(c);
+    if (c->state != MC_CONN_CLOSING)
+        conn_read_arm(c); /* the frames taken may have made room to read */
 }
 
 /* Slice of REMOVE_BY_REGEX walk time, short enough that the other
@@ -809,10 +855,61 @@ static void walk_slice_cb(evutil_socket_t fd, short what, void *arg)
     conn_drive(c);
 }
 
-static void conn_read_cb(struct bufferevent *bev, void *arg)
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* Input: one receive into the input buffer, up to its mark, then every
+ * complete frame; the peer's close, a socket error or the read timeout
+ * go where libevent's would (conn_event_cb). */
+static void conn_readable_cb(evutil_socket_t fd, short what, void *arg)
 {
-    (void)bev;
-    conn_drive(arg);
+    mc_conn_t *c        = arg;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t have         = evbuffer_get_length(in);
+    size_t want;
+    struct evbuffer_iovec vec[2];
+    struct msghdr mh;
+    ssize_t n;
+    int nvec;
+
+    if (what & EV_TIMEOUT) {
+        conn_event_cb(c->bev, BEV_EVENT_READING | BEV_EVENT_TIMEOUT, c);
+        return;
+    }
+    if (have >= c->read_high) { /* a stale wake-up: the mark was lowered */
+        conn_read_arm(c);
+        return;
+    }
+    want = MC_MIN(c->read_high - have, (size_t)MC_CONN_READ_CHUNK);
+    nvec = evbuffer_reserve_space(in, (ev_ssize_t)want, vec, 2);
+    if (nvec <= 0) {
+        mc_error("rpc %s: out of memory for input", c->peer);
+        conn_close(c, "out of memory");
+        return;
+    }
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov    = (struct iovec *)vec; /* evbuffer_iovec mirrors struct iovec */
+    mh.msg_iovlen = (size_t)nvec;
+    if (nvec == 2)
+        vec[1].iov_len = MC_MIN(vec[1].iov_len, want - MC_MIN(want, vec[0].iov_len));
+    vec[0].iov_len = MC_MIN(vec[0].iov_len, want);
+    n              = recvmsg(fd, &mh, 0);
+    if (n <= 0) {
+        evbuffer_commit_space(in, vec, 0);
+        if (n == 0) {
+            conn_event_cb(c->bev, BEV_EVENT_READING | BEV_EVENT_EOF, c);
+        } else if ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)) {
+            conn_event_cb(c->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, c);
+        }
+        return;
+    }
+    if ((size_t)n <= vec[0].iov_len) {
+        vec[0].iov_len = (size_t)n;
+        nvec           = 1;
+    } else {
+        vec[1].iov_len = (size_t)n - vec[0].iov_len;
+    }
+    evbuffer_commit_space(in, vec, nvec);
+    conn_drive(c);
 }
 
 static void conn_write_cb(struct bufferevent *bev, void *arg)
@@ -827,7 +924,7 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
     }
     if (c->read_paused && (left <= MC_CONN_OUT_LOW)) {
         c->read_paused = 0;
-        bufferevent_enable(bev, EV_READ);
+        conn_read_enable(c);
         conn_drive(c); /* frames that waited in the input buffer */
     }
 }
@@ -905,9 +1002,15 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
     c->bev = bufferevent_socket_new(m->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (c->bev == NULL) {
-        mc_error("rpc: cannot create a bufferevent for %s", c->peer);
-        evutil_closesocket(fd);
+    c->rev = event_new(m->base, fd, EV_READ | EV_PERSIST, conn_readable_cb, c);
+    if ((c->bev == NULL) || (c->rev == NULL)) {
+        mc_error("rpc: cannot create the events of %s", c->peer);
+        if (c->rev != NULL)
+            event_free(c->rev);
+        if (c->bev != NULL)
+            bufferevent_free(c->bev); /* closes fd */
+        else
+            evutil_closesocket(fd);
         mc_arena_cleanup(&c->arena);
         free(c);
         return;
@@ -915,11 +1018,18 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     mc_mlist_insert_tail(&m->conns, &c->link);
     m->nconns++;
 
-    bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
+    bufferevent_setcb(c->bev, NULL, conn_write_cb, conn_event_cb, c);
     /* Reading pauses at MC_CONN_IN_BASE buffered, or once a large frame
      * admitted by conn_admit_body() is all in. */
-    bufferevent_setwatermark(c->bev, EV_READ, 0, MC_CONN_IN_BASE);
+    c->read_high = MC_CONN_IN_BASE;
+    /* the bufferevent never reads: its input buffer, which it keeps frozen
+     * at the end between its own reads, is ours to fill */
+    evbuffer_unfreeze(bufferevent_get_input(c->bev), 0);
     bufferevent_setwatermark(c->bev, EV_WRITE, MC_CONN_OUT_LOW, 0);
+    {
+        struct timeval wt = {MC_CONN_WRITE_TIMEOUT_S, 0};
+        bufferevent_set_timeouts(c->bev, NULL, &wt);
+    }
     if (m->auth != NULL) {
         /* §9.1: nothing but the proof is read until it has passed; a
          * connection that does not send it in time is closed */
@@ -934,11 +1044,12 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         conn_write_bytes(c, ch, sizeof(ch));
         conn_set_read_timeout(c, m->cfg->auth_handshake_timeout);
         /* an unauthenticated peer buffers no more than a proof */
-        bufferevent_setwatermark(c->bev, EV_READ, 0, MC_AUTH_PROOF_FIXED + MC_AUTH_TENANT_MAX);
+        c->read_high = MC_AUTH_PROOF_FIXED + MC_AUTH_TENANT_MAX;
     } else {
         conn_set_read_timeout(c, (uint64_t)m->cfg->rpc_conn_timeout_seconds * 1000u);
     }
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    bufferevent_enable(c->bev, EV_WRITE);
+    conn_read_enable(c);
     mc_debug("rpc %s: connected (%" PRIu32 " connections)", c->peer, m->nconns);
 }
 
