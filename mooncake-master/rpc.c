@@ -680,6 +680,9 @@ static void conn_set_read_timeout(mc_conn_t *c, uint64_t ms)
 {
     c->read_tmo.tv_sec  = (time_t)(ms / 1000);
     c->read_tmo.tv_usec = (suseconds_t)((ms % 1000) * 1000);
+    /* re-adding a pending event without a timeout would keep its old one
+     * (the handshake deadline after the handshake): take it off first */
+    event_del(c->rev);
     conn_read_arm(c);
 }
 

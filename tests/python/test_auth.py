@@ -193,6 +193,29 @@ def test_unauthenticated_connection_is_dropped(auth_master):
         s.close()
 
 
+def test_authenticated_connection_outlives_the_handshake_timeout(auth_master):
+    """The handshake deadline (1 s here) ends with the handshake: an
+    authenticated connection silent for longer is still served (the
+    master runs without --rpc_conn_timeout_seconds)."""
+    s, sn = _challenge(auth_master.port)
+    try:
+        s.sendall(_proof(CLUSTER, b"rpc", sn, b"default")[0])
+        assert _recv_exact(s, 40)[:4] == b"MCAA"
+        s.settimeout(2.5)
+        try:
+            assert s.recv(1) != b"", "an authenticated connection was closed"
+        except socket.timeout:
+            pass  # silence both ways: still open
+        client_id = uuid.uuid4().bytes
+        body = struct.pack("<I", 1) + client_id + struct.pack("<I", 0)  # HELLO, default tenant
+        s.sendall(struct.pack("<IBBHII", 0x5052434D, 1, 0, 1, 9, len(body)) + body)
+        _magic, _ver, flags, _op, rid, blen = struct.unpack("<IBBHII", _recv_exact(s, 16))
+        assert (flags & 1, rid) == (1, 9)
+        assert struct.unpack("<i", _recv_exact(s, blen)[:4])[0] == 0
+    finally:
+        s.close()
+
+
 def test_frames_before_the_proof_are_refused(auth_master):
     s, _ = _challenge(auth_master.port)
     try:
