@@ -869,10 +869,8 @@ static void conn_readable_cb(evutil_socket_t fd, short what, void *arg)
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t have         = evbuffer_get_length(in);
     size_t want;
-    struct evbuffer_iovec vec[2];
-    struct msghdr mh;
+    struct evbuffer_iovec vec;
     ssize_t n;
-    int nvec;
 
     if (what & EV_TIMEOUT) {
         conn_event_cb(c->bev, BEV_EVENT_READING | BEV_EVENT_TIMEOUT, c);
@@ -883,35 +881,22 @@ static void conn_readable_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     want = MC_MIN(c->read_high - have, (size_t)MC_CONN_READ_CHUNK);
-    nvec = evbuffer_reserve_space(in, (ev_ssize_t)want, vec, 2);
-    if (nvec <= 0) {
+    if (evbuffer_reserve_space(in, (ev_ssize_t)want, &vec, 1) != 1) {
         mc_error("rpc %s: out of memory for input", c->peer);
         conn_close(c, "out of memory");
         return;
     }
-    memset(&mh, 0, sizeof(mh));
-    mh.msg_iov    = (struct iovec *)vec; /* evbuffer_iovec mirrors struct iovec */
-    mh.msg_iovlen = (size_t)nvec;
-    if (nvec == 2)
-        vec[1].iov_len = MC_MIN(vec[1].iov_len, want - MC_MIN(want, vec[0].iov_len));
-    vec[0].iov_len = MC_MIN(vec[0].iov_len, want);
-    n              = recvmsg(fd, &mh, 0);
+    n = recv(fd, vec.iov_base, want, 0);
     if (n <= 0) {
-        evbuffer_commit_space(in, vec, 0);
         if (n == 0) {
             conn_event_cb(c->bev, BEV_EVENT_READING | BEV_EVENT_EOF, c);
         } else if ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)) {
             conn_event_cb(c->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, c);
         }
-        return;
+        return; /* the reservation lapses unused */
     }
-    if ((size_t)n <= vec[0].iov_len) {
-        vec[0].iov_len = (size_t)n;
-        nvec           = 1;
-    } else {
-        vec[1].iov_len = (size_t)n - vec[0].iov_len;
-    }
-    evbuffer_commit_space(in, vec, nvec);
+    vec.iov_len = (size_t)n;
+    evbuffer_commit_space(in, &vec, 1);
     conn_drive(c);
 }
 

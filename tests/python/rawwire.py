@@ -64,5 +64,19 @@ class RawConn:
         self.sock.close()
 
 
+def closed_by_peer(sock: socket.socket, timeout: float = 5.0) -> bool:
+    """True when the master closes ``sock`` within ``timeout`` seconds
+    (whatever it sends first is read and dropped)."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
 def regex_body(pattern: bytes, force: bool = False) -> bytes:
     return wire_str(pattern) + struct.pack("<B", 1 if force else 0)

@@ -22,6 +22,7 @@ import uuid
 import pytest
 
 from helpers import MiB, Master
+from rawwire import FLAG_RESPONSE, OP_HELLO, header, wire_str
 
 CLUSTER = b"cluster-secret-for-tests-0123456789"
 NEXT = b"next-cluster-secret-0123456789"
@@ -206,11 +207,10 @@ def test_authenticated_connection_outlives_the_handshake_timeout(auth_master):
             assert s.recv(1) != b"", "an authenticated connection was closed"
         except socket.timeout:
             pass  # silence both ways: still open
-        client_id = uuid.uuid4().bytes
-        body = struct.pack("<I", 1) + client_id + struct.pack("<I", 0)  # HELLO, default tenant
-        s.sendall(struct.pack("<IBBHII", 0x5052434D, 1, 0, 1, 9, len(body)) + body)
+        body = struct.pack("<I", 1) + uuid.uuid4().bytes + wire_str(b"")  # default tenant
+        s.sendall(header(OP_HELLO, len(body), 9) + body)
         _magic, _ver, flags, _op, rid, blen = struct.unpack("<IBBHII", _recv_exact(s, 16))
-        assert (flags & 1, rid) == (1, 9)
+        assert (flags & FLAG_RESPONSE, rid) == (FLAG_RESPONSE, 9)
         assert struct.unpack("<i", _recv_exact(s, blen)[:4])[0] == 0
     finally:
         s.close()

@@ -17,22 +17,9 @@ import struct
 import time
 
 from helpers import Master, rss_kib, wait_until
-from rawwire import RawConn, header
+from rawwire import RawConn, closed_by_peer, header
 
 OP_PING, OP_BATCH_PUT_START = 2, 20
-
-
-def closed_by_peer(sock: socket.socket, timeout: float = 5.0) -> bool:
-    sock.settimeout(timeout)
-    try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                return True
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
 
 
 def test_a_header_over_its_types_limit_closes_the_connection():

@@ -17,21 +17,9 @@ import struct
 import time
 
 from helpers import Master
-from rawwire import OP_PING, RawConn, header, wire_str
+from rawwire import OP_PING, RawConn, closed_by_peer, header, wire_str
 
 OP_BATCH_EXIST_KEY = 24
-
-
-def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
-    sock.settimeout(timeout)
-    try:
-        while True:
-            if not sock.recv(65536):
-                return True
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
 
 
 def exist_body(keys) -> bytes:
