@@ -34,6 +34,7 @@
 #include "store/dummy_internal.h"
 #include "store/read_internal.h"
 #include "store/store_internal.h"
+#include "transfer/engine.h"
 
 #define MC_SESS_STACK 64
 
@@ -54,6 +55,8 @@ typedef struct gsess {
 
 typedef struct psess_replica {
     uint64_t addr;
+    uint64_t gen; /* its segment's registration (mc_store_segment_gen): the
+                   * holder refuses writes into memory registered again */
     char segment[MC_STORE_NAME_MAX];
 } psess_replica_t;
 
@@ -446,6 +449,7 @@ static mc_status_t psess_build(const key_ref_t *k, uint64_t size,
     memcpy(e->key, k->key, k->len + 1);
     for (uint32_t r = 0; r < reps->n; r++) {
         e->reps[r].addr = reps->v[r].addr;
+        e->reps[r].gen  = mc_store_segment_gen(reps->v[r].segment_id);
         memcpy(e->reps[r].segment, reps->v[r].segment.ptr, reps->v[r].segment.len);
         e->reps[r].segment[reps->v[r].segment.len] = '\0';
     }
@@ -643,6 +647,7 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
     mc_te_request_t *reqs = NULL;
     mc_status_t *rst   = NULL;
     size_t *rowner     = NULL;
+    uint64_t *rgen     = NULL;
     size_t nreq = 0, maxreq = 0;
     struct mc_store_rd *rd;
 
@@ -706,7 +711,8 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
         reqs   = malloc(maxreq * sizeof(*reqs));
         rst    = malloc(maxreq * sizeof(*rst));
         rowner = malloc(maxreq * sizeof(*rowner));
-        if ((reqs == NULL) || (rst == NULL) || (rowner == NULL)) {
+        rgen   = malloc(maxreq * sizeof(*rgen));
+        if ((reqs == NULL) || (rst == NULL) || (rowner == NULL) || (rgen == NULL)) {
             mc_set_error_detail("out of memory for %zu writes", maxreq);
             for (size_t i = 0; i < n; i++)
                 if (es[i] != NULL)
@@ -733,6 +739,7 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
                 reqs[nreq].length  = bufs[i][j].len;
                 reqs[nreq].segment = seg;
                 rst[nreq]          = MC_TRANSFER_FAIL;
+                rgen[nreq]         = e->reps[r].gen;
                 rowner[nreq++]     = i;
             }
         }
@@ -744,6 +751,7 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
             if (ks[rowner[r]] != MC_OK)
                 continue;
             reqs[w]   = reqs[r];
+            rgen[w]   = rgen[r];
             rowner[w] = rowner[r];
             w++;
         }
@@ -752,7 +760,7 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
     if (nreq > 0) {
         for (size_t r = 0; r < nreq; r++)
             rst[r] = MC_TRANSFER_FAIL;
-        st = mc_te_transfer(s->te, reqs, nreq, rst);
+        st = mc_te_transfer_gen(s->te, reqs, rgen, nreq, rst);
         if (st != MC_OK)
             for (size_t r = 0; r < nreq; r++)
                 if ((rst[r] != MC_OK) && (ks[rowner[r]] == MC_OK))
@@ -783,6 +791,7 @@ out:
     free(reqs);
     free(rst);
     free(rowner);
+    free(rgen);
     mc_store_leave(s);
     return st;
 }

@@ -703,13 +703,18 @@ static mc_status_t open_replica_segment(mc_store_h s, mc_str_t name, mc_te_segme
 
 /*
  * Append the WRITE requests that copy parts[0..n) (total bytes) into one
- * replica.  The replica is validated first: a memory replica in PROCESSING
- * state, big enough, not wrapping the address space.
+ * replica, and beside each in @p gens the registration generation of the
+ * replica's segment: the holder refuses the write if that memory was
+ * registered again since the master placed the replica (a segment
+ * unmounted and another mounted at the same addresses).  The replica is
+ * validated first: a memory replica in PROCESSING state, big enough, not
+ * wrapping the address space.
  */
 static mc_status_t replica_writes(mc_store_h s, const mc_wire_replica_t *r,
                                   const mc_iov_t *parts, size_t nparts, uint64_t total,
-                                  mc_te_request_t *reqs, size_t *nreq_p)
+                                  mc_te_request_t *reqs, uint64_t *gens, size_t *nreq_p)
 {
+    uint64_t gen = mc_store_segment_gen(r->segment_id);
     mc_status_t st;
     mc_te_segment_id_t seg;
     uint64_t off = 0;
@@ -730,6 +735,7 @@ static mc_status_t replica_writes(mc_store_h s, const mc_wire_replica_t *r,
     for (size_t i = 0; i < nparts; i++) {
         if (parts[i].len == 0)
             continue;
+        gens[*nreq_p]      = gen;
         mc_te_request_t *q = &reqs[(*nreq_p)++];
         q->op              = MC_TE_WRITE;
         q->local           = (void *)(uintptr_t)parts[i].base;
@@ -903,7 +909,9 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
                                mc_mconn_t **conn_p)
 {
     mc_te_request_t stack_reqs[MC_PUT_STACK_REQS];
+    uint64_t stack_gens[MC_PUT_STACK_REQS];
     mc_te_request_t *reqs = stack_reqs;
+    uint64_t *gens        = stack_gens;
     size_t nreq = 0, cap;
     mc_status_t st                = MC_OK;
     const mc_wire_replica_t *dfs  = NULL;
@@ -917,7 +925,10 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
     cap = (size_t)reps->n * nparts;
     if (cap > MC_PUT_STACK_REQS) {
         reqs = malloc(cap * sizeof(*reqs));
-        if (reqs == NULL) {
+        gens = malloc(cap * sizeof(*gens));
+        if ((reqs == NULL) || (gens == NULL)) {
+            free(reqs);
+            free(gens);
             mc_set_error_detail("out of memory for %zu transfer requests", cap);
             return MC_INTERNAL_ERROR;
         }
@@ -927,7 +938,7 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
             dfs = &reps->v[i]; /* written below, from the file side */
             continue;
         }
-        st = replica_writes(s, &reps->v[i], parts, nparts, total, reqs, &nreq);
+        st = replica_writes(s, &reps->v[i], parts, nparts, total, reqs, gens, &nreq);
     }
     /* the replica list stays in the connection's arena until it is
      * reused: the DFS write takes what it needs first */
@@ -944,9 +955,11 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
     if ((st == MC_OK) && (dfs != NULL))
         st = mc_store_dfs_write(s, &d, key, parts, nparts, total);
     if (st == MC_OK)
-        st = mc_te_transfer(s->te, reqs, nreq, NULL);
-    if (reqs != stack_reqs)
+        st = mc_te_transfer_gen(s->te, reqs, gens, nreq, NULL);
+    if (reqs != stack_reqs) {
         free(reqs);
+        free(gens);
+    }
     return st;
 }
 
@@ -1296,6 +1309,7 @@ typedef struct batch_put {
     mc_str_t *gids;     /* nsel */
     int *state;         /* nsel: 0 skipped, 1 allocated, 2 transfer failed */
     mc_te_request_t *reqs;
+    uint64_t *gens;     /* per request: its segment's generation */
     size_t *owner;      /* per request: index into sel */
     mc_status_t *tst;   /* per request status */
     size_t nsel, nreq;
@@ -1309,6 +1323,7 @@ static void batch_put_free(batch_put_t *b)
     free(b->gids);
     free(b->state);
     free(b->reqs);
+    free(b->gens);
     free(b->owner);
     free(b->tst);
 }
@@ -1523,9 +1538,10 @@ static mc_status_t write_batch_reserve(const write_src_t *src, const mc_wire_res
     }
     cap      = MC_MAX(cap, (size_t)1);
     b->reqs  = malloc(cap * sizeof(*b->reqs));
+    b->gens  = malloc(cap * sizeof(*b->gens));
     b->owner = malloc(cap * sizeof(*b->owner));
     b->tst   = malloc(cap * sizeof(*b->tst));
-    if (!b->reqs || !b->owner || !b->tst) {
+    if (!b->reqs || !b->gens || !b->owner || !b->tst) {
         mc_set_error_detail("out of memory for %zu transfer requests", cap);
         return MC_INTERNAL_ERROR;
     }
@@ -1615,7 +1631,7 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
         }
         for (uint32_t k = 0; k < r->replicas.n; k++) {
             mc_status_t rs = replica_writes(s, &r->replicas.v[k], parts, np, b.lengths[j],
-                                            b.reqs, &b.nreq);
+                                            b.reqs, b.gens, &b.nreq);
             if (rs != MC_OK) {
                 statuses[i] = rs;
                 b.state[j]  = 2;
@@ -1635,7 +1651,7 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
     mc_master_pool_put(&s->pool, conn);
     conn = NULL;
     if (b.nreq > 0) {
-        st = mc_te_transfer(s->te, b.reqs, b.nreq, b.tst);
+        st = mc_te_transfer_gen(s->te, b.reqs, b.gens, b.nreq, b.tst);
         if (st != MC_OK) {
             mc_warn("batch %s: some of %zu transfers failed: %s (%s)", write_op_name(op),
                     b.nreq, mc_status_name(st), mc_last_error_detail());

@@ -52,6 +52,7 @@
 #include "common/log.h"
 #include "store/disk.h"
 #include "store/dummy_internal.h"
+#include "store/read_internal.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 
@@ -359,6 +360,28 @@ static mc_status_t open_segment(mc_store_h s, mc_str_t name, mc_te_segment_id_t 
     return mc_te_segment_open(s->te, buf, seg_p);
 }
 
+/* The writes reqs[0..tg->n) into the target replicas @p tg, each naming
+ * its segment's registration generation: a holder that registered that
+ * memory again since the master placed the target refuses the write. */
+static mc_status_t write_targets(mc_store_h s, const mc_te_request_t *reqs,
+                                 const mc_wire_replica_list_t *tg)
+{
+    uint64_t stack[8] = {0};
+    uint64_t *gens = (tg->n <= MC_ARRAY_SIZE(stack)) ? stack : malloc(tg->n * sizeof(*gens));
+    mc_status_t st;
+
+    if (gens == NULL) {
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    for (uint32_t i = 0; i < tg->n; i++)
+        gens[i] = mc_store_segment_gen(tg->v[i].segment_id);
+    st = mc_te_transfer_gen(s->te, reqs, gens, tg->n, NULL);
+    if (gens != stack)
+        free(gens);
+    return st;
+}
+
 /* Pin the engine region of [addr, addr+size) when the range lies inside
  * one of our mounted segments (checked under seg_lock, so an unmount cannot
  * slip between the check and the pin); NULL otherwise. */
@@ -420,7 +443,7 @@ static mc_status_t task_copy(mc_store_h s, const mc_wire_replica_t *src,
             reqs[i].length  = size;
             reqs[i].segment = segs[i];
         }
-        st = mc_te_transfer(s->te, reqs, tg->n, NULL);
+        st = write_targets(s, reqs, tg);
         goto out;
     }
 
@@ -459,7 +482,7 @@ static mc_status_t task_copy(mc_store_h s, const mc_wire_replica_t *src,
             reqs[i].length  = len;
             reqs[i].segment = segs[i];
         }
-        st = mc_te_transfer(s->te, reqs, tg->n, NULL);
+        st = write_targets(s, reqs, tg);
         if (st != MC_OK)
             goto out;
         off += len;
@@ -512,7 +535,7 @@ static mc_status_t task_copy_disk(mc_store_h s, const task_t *k, const mc_wire_r
         reqs[i].length   = size;
     }
     if ((st == MC_OK) && (size > 0) && (tg->n > 0))
-        st = mc_te_transfer(s->te, reqs, tg->n, NULL);
+        st = write_targets(s, reqs, tg);
 out:
     free(buf);
     free(reqs);

@@ -940,7 +940,7 @@ static int shm_try(mc_te_t *te, mc_te_shm_peer_t *p, mc_te_op_t op, void *local,
                    uint64_t remote, uint64_t len, uint64_t gen, mc_status_t *st_p)
 {
     if ((p == NULL) ||
-        !mc_te_shm_xfer(p, op, local, remote, len, (op == MC_TE_READ) ? gen : 0, st_p))
+        !mc_te_shm_xfer(p, op, local, remote, len, gen, st_p))
         return 0;
     if (*st_p == MC_OK) {
         __atomic_add_fetch(&te->shm_ops, 1, __ATOMIC_RELAXED);
@@ -989,7 +989,7 @@ typedef struct mc_te_item {
     uint8_t *local;
     uint64_t remote;
     uint64_t len;
-    uint64_t gen; /* READ: expected region generation, or 0 */
+    uint64_t gen; /* expected region generation, or 0 */
     size_t req; /* index of the request it belongs to */
 } mc_te_item_t;
 
@@ -1003,24 +1003,24 @@ static mc_status_t range_refused(mc_te_op_t op, const char *seg, uint64_t addr, 
 }
 
 /* The same-process path: the range check a peer would get, then memcpy. */
-static mc_status_t gen_refused(const char *seg, uint64_t addr, uint64_t len, uint64_t gen)
+static mc_status_t gen_refused(mc_te_op_t op, const char *seg, uint64_t addr, uint64_t len,
+                               uint64_t gen)
 {
-    mc_set_error_detail("read of [0x%llx, +%llu) refused: segment %s holds no region of "
+    mc_set_error_detail("%s of [0x%llx, +%llu) refused: segment %s holds no region of "
                         "generation %016llx there (unregistered or registered again)",
-                        (unsigned long long)addr, (unsigned long long)len, seg,
-                        (unsigned long long)gen);
-    return MC_INVALID_READ;
+                        (op == MC_TE_READ) ? "read" : "write", (unsigned long long)addr,
+                        (unsigned long long)len, seg, (unsigned long long)gen);
+    return (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
 }
 
 static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
 {
-    uint64_t gen      = (it->op == MC_TE_READ) ? it->gen : 0;
     mc_te_region_t *r = mc_te_region_acquire(te, it->remote, it->len, MC_TE_MEM_REMOTE_ACCESS);
     if (r == NULL)
         return range_refused(it->op, te->local_name, it->remote, it->len);
-    if ((gen != 0) && (r->gen != gen)) {
+    if ((it->gen != 0) && (r->gen != it->gen)) {
         mc_te_region_release(te, r);
-        return gen_refused(te->local_name, it->remote, it->len, gen);
+        return gen_refused(it->op, te->local_name, it->remote, it->len, it->gen);
     }
     if (r->fops != NULL) { /* our own file segment: the backend moves it */
         mc_status_t st = mc_te_region_file_io(r, it->op == MC_TE_WRITE, it->local, it->remote,
@@ -1502,7 +1502,7 @@ static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s
         it->local        = (uint8_t *)r->local + off;
         it->remote       = r->remote + off;
         it->len          = MC_MIN(step, r->length - off);
-        it->gen          = (r->op == MC_TE_READ) ? gen : 0;
+        it->gen          = gen;
         it->req          = i;
         off += it->len;
     } while (off < r->length);
@@ -1558,7 +1558,7 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
             mc_te_region_release(te, reg);
             if (st_p == NULL)
                 return 1;
-            *st_p = gen_refused(te->local_name, lo, hi - lo, gen);
+            *st_p = gen_refused(MC_TE_READ, te->local_name, lo, hi - lo, gen);
             return 1;
         }
         if ((reg != NULL) && (reg->fops != NULL)) { /* a file segment: not by memcpy */

@@ -81,7 +81,7 @@ typedef struct mc_te_region {
     uint64_t shm_gen;                    /* its value while registered */
     void *tp_mr;                         /* the transport's registration, or NULL */
     uint64_t gen;                        /* registration generation (0: none),
-                                          * checked by generation READs */
+                                          * checked by generation READs and WRITEs */
     /* a file segment (transfer/file/file.h): its bytes are moved by the
      * backend at offset addr - this->addr, never by memcpy; NULL for memory */
     const struct mc_te_file_ops *fops;
@@ -93,7 +93,7 @@ typedef struct mc_te_xfer {
     void *local;
     uint64_t remote;
     uint64_t len;
-    uint64_t gen; /* READ only: the region's expected generation, or 0 */
+    uint64_t gen; /* the region's expected generation, or 0 */
 } mc_te_xfer_t;
 
 /* Most requests handed to mc_te_tp_xfer_spread at once. */
@@ -400,14 +400,17 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
                           size_t n, mc_status_t *st_p);
 
 /*
- * mc_te_transfer where READ i names the registration generation of the
+ * mc_te_transfer where request i names the registration generation of the
  * region it expects to find (@p gens[i]; 0 or @p gens NULL: any).  The
  * target -- this engine for its own memory, a same-host holder's mapping,
- * or the peer over the network -- refuses a READ whose range lies in a
- * region of another generation with MC_INVALID_READ ("not here"): the
- * memory was unregistered and registered again since the reader learned
- * where its bytes live.  Used by the store, whose segments are registered
- * with the generation the master hands out with each replica.
+ * or the peer over the network -- refuses a request whose range lies in a
+ * region of another generation with MC_INVALID_READ ("not here") or
+ * MC_INVALID_WRITE: the memory was unregistered and registered again
+ * since the initiator learned where the bytes live.  The rdma transport
+ * checks a READ's generation (it takes the tcp path), not a WRITE's: a
+ * one-sided WRITE cannot be checked.  Used by the store, whose segments
+ * are registered with the generation the master hands out with each
+ * replica.
  */
 mc_status_t mc_te_transfer_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
                                size_t n, mc_status_t *statuses);
@@ -439,12 +442,13 @@ mc_status_t mc_te_mem_reg_shared(mc_te_t *te, void *addr, size_t len, const char
                                  unsigned flags, int fd);
 /* mc_te_mem_reg_shared with the region's registration generation @p gen
  * (non-zero; 0 registers it without one, as mc_te_mem_reg_shared does):
- * READs that name a generation (mc_te_transfer_gen) are served from it
- * only when they name this one. */
+ * READs and WRITEs that name a generation (mc_te_transfer_gen) are served
+ * by it only when they name this one. */
 mc_status_t mc_te_mem_reg_gen(mc_te_t *te, void *addr, size_t len, const char *location,
                               unsigned flags, int fd, uint64_t gen);
 /* mc_te_file_reg with the region's registration generation @p gen (as
- * mc_te_mem_reg_gen: generation READs are served only when they name it). */
+ * mc_te_mem_reg_gen: requests that name a generation are served only when
+ * they name this one). */
 mc_status_t mc_te_file_reg_gen(mc_te_t *te, const char *path, uint64_t size, const char *backend,
                                uint64_t gen, uint64_t *addr_p);
 /* Look for same-host holders that hung up and unmap their memory, also

@@ -51,19 +51,19 @@ typedef enum mc_te_opcode {
 typedef struct mc_te_req_hdr {
     uint8_t version;
     uint8_t opcode;
-    uint16_t flags;  /* 0, or MC_TE_REQ_FLAG_GEN on a READ */
+    uint16_t flags;  /* 0, or MC_TE_REQ_FLAG_GEN on a READ or a WRITE */
     uint64_t addr;   /* absolute address inside the target segment */
     uint64_t length; /* bytes to move */
-    uint64_t gen;    /* with MC_TE_REQ_FLAG_GEN: the registration the reader
+    uint64_t gen;    /* with MC_TE_REQ_FLAG_GEN: the registration the initiator
                       * expects to find at addr (non-zero); else 0 */
 } mc_te_req_hdr_t;
 
-/* A READ that names the registration generation of the region it expects
- * (docs/transfer.md, "Generations"): the u64 at offset 24 (the two reserved
- * words) carries it, and the target refuses the read (INVALID_READ) unless
- * the region holding the range was registered with exactly that
- * generation.  No other flag exists; a flag on another opcode is a
- * protocol violation. */
+/* A READ or a WRITE that names the registration generation of the region
+ * it expects (docs/transfer.md, "Generations"): the u64 at offset 24 (the
+ * two reserved words) carries it, and the target refuses the request
+ * (INVALID_READ / INVALID_WRITE) unless the region holding the range was
+ * registered with exactly that generation.  No other flag exists; a flag
+ * on another opcode is a protocol violation. */
 #define MC_TE_REQ_FLAG_GEN 0x0001u
 
 /* Decoded response header. */
@@ -98,7 +98,8 @@ enum {
 _Static_assert(MC_TE_REQ_OFF_END_ == MC_TE_REQ_HDR_SIZE, "request header is 32 bytes");
 _Static_assert(MC_TE_RESP_OFF_END_ == MC_TE_RESP_HDR_SIZE, "response header is 16 bytes");
 
-/* A request header; @p gen non-zero on a READ sets MC_TE_REQ_FLAG_GEN. */
+/* A request header; @p gen non-zero on a READ or a WRITE sets
+ * MC_TE_REQ_FLAG_GEN. */
 static inline void mc_te_req_encode_gen(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t opcode,
                                         uint64_t addr, uint64_t length, uint64_t gen)
 {
@@ -108,7 +109,7 @@ static inline void mc_te_req_encode_gen(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t
     out[MC_TE_REQ_OFF_OPCODE]  = opcode;
     mc_store_le64(out + MC_TE_REQ_OFF_ADDR, addr);
     mc_store_le64(out + MC_TE_REQ_OFF_LENGTH, length);
-    if ((gen != 0) && (opcode == MC_TE_OPC_READ)) {
+    if ((gen != 0) && ((opcode == MC_TE_OPC_READ) || (opcode == MC_TE_OPC_WRITE))) {
         mc_store_le16(out + MC_TE_REQ_OFF_FLAGS, (uint16_t)MC_TE_REQ_FLAG_GEN);
         mc_store_le64(out + MC_TE_REQ_OFF_RSVD0, gen);
     }
@@ -136,7 +137,8 @@ static inline int mc_te_req_decode(const uint8_t in[MC_TE_REQ_HDR_SIZE], mc_te_r
         return -1;
     if (h->flags == 0)
         return (h->gen == 0) ? 0 : -1;
-    if ((h->flags != MC_TE_REQ_FLAG_GEN) || (h->opcode != MC_TE_OPC_READ) || (h->gen == 0))
+    if ((h->flags != MC_TE_REQ_FLAG_GEN) ||
+        ((h->opcode != MC_TE_OPC_READ) && (h->opcode != MC_TE_OPC_WRITE)) || (h->gen == 0))
         return -1;
     return 0;
 }

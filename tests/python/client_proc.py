@@ -133,6 +133,7 @@ def handle(store, req):
                       else d.get_nof_descriptor()).buffer_descriptor
                 r["endpoint"] = bd.transport_endpoint_
                 r["size"] = bd.size_
+                r["addr"] = bd.buffer_address_
             elif d.is_disk_replica():
                 dd = d.get_disk_descriptor()
                 r.update(file_path=dd.file_path, size=dd.object_size, offset=dd.offset,

@@ -274,3 +274,40 @@ def test_committed_objects_keep_pins_and_group(procs):
         assert q["complete"] and q["hard_pin"] and q["soft_pin"], q
         assert q["group_id"] == "g1", q
         assert reads(holder, f"p{i}") == sha(value(f"p{i}"))
+
+
+def test_reserved_write_into_memory_mounted_again_is_refused(procs):
+    """A holder unmounts the segment a writer holds a reservation on and
+    mounts a new one at the same addresses, where another object then
+    lands.  The writer's next put fills its reservation within its 1 s:
+    the write names the old segment's registration generation, so the
+    holder refuses it, the object there keeps its bytes, and the put
+    goes through PUT_START into the new segment."""
+    m = Master([])
+    procs.append(m)
+    holder, hname = client(procs, "holder", m, 0)
+    writer, _ = client(procs, "writer", m, 0)
+
+    def mount():
+        r = holder.call("invoke", method="allocate_and_mount_segment", args=[8 * MiB])["ret"]
+        assert r["ret"] == 0, r
+        return r["segment_ids"]
+
+    old = mount()
+    put(writer, "k0", value("k0"), hname)
+    put(writer, "k1", value("k1"), hname)  # PUT_RESERVE: the reservation for k2
+    assert ops(m, "put_reserve") == 1
+    was = [holder.call("replica_desc", key=k)["replicas"][0]["addr"] for k in ("k0", "k1")]
+    assert holder.call("invoke", method="unmount_segment", args=[old])["ret"] == 0
+    mount()
+    filler = value("filler", 1 * MiB)
+    put(holder, "filler", filler, hname)
+    f = holder.call("replica_desc", key="filler")["replicas"][0]
+    if not all(f["addr"] <= a < f["addr"] + f["size"] for a in was):
+        pytest.skip("the new segment was mapped elsewhere: %#x, not over %s"
+                    % (f["addr"], [hex(a) for a in was]))
+    starts = ops(m, "put_start")
+    put(writer, "k2", value("k2"), hname)
+    assert reads(holder, "filler") == sha(filler), "the stale write landed"
+    assert reads(writer, "k2") == sha(value("k2"))
+    assert ops(m, "put_start") == starts + 1, "k2 was not put anew"

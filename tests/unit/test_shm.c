@@ -524,6 +524,50 @@ START_TEST(test_shm_generation_reads)
 }
 END_TEST
 
+/* A WRITE naming a registration generation through the same-host path:
+ * copied in when the mapped region has it; refused with no byte changed
+ * otherwise, also after the holder registered the memory again. */
+START_TEST(test_shm_generation_writes)
+{
+    const uint64_t G = UINT64_C(0x8000000000000077), H = UINT64_C(0x8000000000000078);
+    size_t cap       = MiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *src     = malloc(cap);
+    uint8_t *keep    = malloc(cap);
+    uint64_t ops, bytes;
+    mc_te_request_t rq;
+    uint64_t g = G, gh = H;
+
+    te_fill(h.p, cap, 23);
+    te_fill(src, cap, 61);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rq = (mc_te_request_t){MC_TE_WRITE, src, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
+    ck_assert(memcmp(h.p, src, 4 * KiB) == 0);
+    stats(A, &ops, &bytes);
+    rq.local = src + 4 * KiB;
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL));
+    ck_assert_stats(A, ops, bytes, 1, 4 * KiB);
+    ck_assert(memcmp(h.p, src + 4 * KiB, 4 * KiB) == 0);
+    memcpy(keep, h.p, cap);
+    rq.local = src;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rq, &gh, 1, NULL), MC_INVALID_WRITE);
+    ck_assert_msg(memcmp(h.p, keep, cap) == 0, "a refused write changed the region");
+    /* registered again under H: G is refused, H lands */
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, H));
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rq, &g, 1, NULL), MC_INVALID_WRITE);
+    ck_assert(memcmp(h.p, keep, cap) == 0);
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &gh, 1, NULL));
+    ck_assert(memcmp(h.p, src, 4 * KiB) == 0);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(src);
+    free(keep);
+}
+END_TEST
+
 START_TEST(test_shm_not_shared_uses_tcp)
 {
     uint8_t *plain   = calloc(1, 64 * KiB);
@@ -1559,6 +1603,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_roundtrip);
     tcase_add_test(two, test_shm_read_direct);
     tcase_add_test(two, test_shm_generation_reads);
+    tcase_add_test(two, test_shm_generation_writes);
     tcase_add_test(two, test_shm_not_shared_uses_tcp);
     tcase_add_test(two, test_shm_revocation);
     tcase_add_test(two, test_shm_unshared_answer_expires);

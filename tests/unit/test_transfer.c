@@ -686,8 +686,8 @@ END_TEST
  * Generation reads (docs/transfer.md, "Generations"): a READ that names a
  * registration generation is served only from a region registered with
  * it -- by a peer over TCP, one request, a pipelined run or the slices of
- * a large read, and by this engine for its own memory.  A WRITE, or a
- * READ naming none, is not affected.
+ * a large read, and by this engine for its own memory.  A READ naming
+ * none is not affected.  (Writes: test_generation_writes.)
  */
 START_TEST(test_generation_reads)
 {
@@ -726,9 +726,6 @@ START_TEST(test_generation_reads)
     memset(back, 0, cap);
     ck_assert_status_ok(mc_te_transfer_gen(A, &r[0], &gens[0], 1, NULL));
     ck_assert(memcmp(back, tgt, cap) == 0);
-    /* writes carry no generation */
-    r[1].op = MC_TE_WRITE;
-    ck_assert_status_ok(mc_te_transfer_gen(A, &r[1], &gens[1], 1, NULL));
     /* registered again: the old generation is refused, the new one served */
     ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
     ck_assert_status_ok(mc_te_mem_reg_gen(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, H));
@@ -750,6 +747,87 @@ START_TEST(test_generation_reads)
     free(tgt);
     free(mine);
     free(back);
+}
+END_TEST
+
+/*
+ * Generation writes: a WRITE that names a registration generation lands
+ * only in a region registered with it, and one naming another changes no
+ * byte -- over TCP (one request, a pipelined run whose target closes after
+ * the refusal, the slices of a large write) and in this engine's own
+ * memory.  A WRITE naming none is served as before.
+ */
+START_TEST(test_generation_writes)
+{
+    const uint64_t G = UINT64_C(0x8000000000001234), H = UINT64_C(0x8000000000009999);
+    size_t cap       = 2 * MiB;
+    uint8_t *tgt     = malloc(cap);
+    uint8_t *keep    = malloc(cap);
+    uint8_t *src     = malloc(cap);
+    uint8_t *mine    = malloc(4096);
+    uint64_t base    = (uint64_t)(uintptr_t)tgt;
+    mc_te_request_t w[4];
+    uint64_t gens[4] = {G, H, 0, G};
+    mc_status_t st[4];
+    mc_te_segment_id_t self;
+
+    te_fill(tgt, cap, 41);
+    te_fill(src, cap, 97);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    for (int i = 0; i < 4; i++)
+        w[i] = (mc_te_request_t){MC_TE_WRITE, src + 100 * i, base + 100 * i, 64, seg};
+    /* one at a time */
+    memcpy(keep, tgt, cap);
+    ck_assert_status_eq(mc_te_transfer_gen(A, &w[1], &gens[1], 1, NULL), MC_INVALID_WRITE);
+    ck_assert_msg(memcmp(tgt, keep, cap) == 0, "a refused write changed the target");
+    ck_assert_status_ok(mc_te_transfer_gen(A, &w[0], &gens[0], 1, NULL));
+    ck_assert(memcmp(tgt, src, 64) == 0);
+    ck_assert_status_ok(mc_te_transfer_gen(A, &w[2], &gens[2], 1, NULL));
+    ck_assert(memcmp(tgt + 200, src + 200, 64) == 0);
+    /* a pipelined run: the refused write is the only one lost */
+    te_fill(tgt, cap, 41);
+    memcpy(keep, tgt, cap);
+    ck_assert_status_eq(mc_te_transfer_gen(A, w, gens, 4, st), MC_INVALID_WRITE);
+    ck_assert_status_ok(st[0]);
+    ck_assert_status_eq(st[1], MC_INVALID_WRITE);
+    ck_assert_status_ok(st[2]);
+    ck_assert_status_ok(st[3]);
+    ck_assert(memcmp(tgt, src, 64) == 0);
+    ck_assert_msg(memcmp(tgt + 100, keep + 100, 64) == 0, "the refused write landed");
+    ck_assert(memcmp(tgt + 200, src + 200, 64) == 0);
+    ck_assert(memcmp(tgt + 300, src + 300, 64) == 0);
+    /* a write cut into slices over several lanes */
+    te_fill(tgt, cap, 41);
+    w[0].length = cap;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &w[0], &gens[1], 1, NULL), MC_INVALID_WRITE);
+    ck_assert_msg(memcmp(tgt, keep, cap) == 0, "a refused slice landed");
+    ck_assert_status_ok(mc_te_transfer_gen(A, &w[0], &gens[0], 1, NULL));
+    ck_assert(memcmp(tgt, src, cap) == 0);
+    /* registered again: the old generation is refused, the new one served */
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, H));
+    te_fill(tgt, cap, 41);
+    w[0].length = 64;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &w[0], &gens[0], 1, NULL), MC_INVALID_WRITE);
+    ck_assert(memcmp(tgt, keep, 64) == 0);
+    ck_assert_status_ok(mc_te_transfer_gen(A, &w[0], &gens[1], 1, NULL));
+    ck_assert(memcmp(tgt, src, 64) == 0);
+    /* this engine's own memory */
+    ck_assert_status_ok(mc_te_segment_open(A, mc_te_local_name(A), &self));
+    memset(mine, 0x5a, 4096);
+    ck_assert_status_ok(mc_te_mem_reg_gen(A, mine, 4096, "", MC_TE_MEM_REMOTE_ACCESS, -1, G));
+    w[0] = (mc_te_request_t){MC_TE_WRITE, src, (uint64_t)(uintptr_t)mine, 64, self};
+    ck_assert_status_eq(mc_te_transfer_gen(A, &w[0], &gens[1], 1, NULL), MC_INVALID_WRITE);
+    ck_assert_uint_eq(mine[0], 0x5a);
+    ck_assert_status_ok(mc_te_transfer_gen(A, &w[0], &gens[0], 1, NULL));
+    ck_assert(memcmp(mine, src, 64) == 0);
+    ck_assert_status_ok(mc_te_mem_dereg(A, mine));
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+    free(keep);
+    free(src);
+    free(mine);
 }
 END_TEST
 
@@ -1067,14 +1145,24 @@ START_TEST(test_frame_codec)
     ck_assert_int_eq(mc_te_req_decode(h, &q), 0);
     ck_assert_uint_eq(q.flags, MC_TE_REQ_FLAG_GEN);
     ck_assert_uint_eq(q.gen, 0x8877665544332211ull);
+    /* a WRITE names one the same way */
+    mc_te_req_encode_gen(h, MC_TE_OPC_WRITE, 4096, 64, 5);
+    ck_assert_uint_eq(h[6], 1);
+    ck_assert_int_eq(mc_te_req_decode(h, &q), 0);
+    ck_assert_uint_eq(q.flags, MC_TE_REQ_FLAG_GEN);
+    ck_assert_uint_eq(q.gen, 5);
     /* the flag without a generation, or on another opcode, is a violation */
     mc_te_req_encode_gen(h, MC_TE_OPC_READ, 4096, 64, 0);
     ck_assert_uint_eq(h[6], 0);
     h[6] = 1;
     ck_assert_int_eq(mc_te_req_decode(h, &q), -1);
-    mc_te_req_encode_gen(h, MC_TE_OPC_WRITE, 4096, 64, 5);
-    ck_assert_int_eq(mc_te_req_decode(h, &q), 0); /* a WRITE never carries one */
-    ck_assert_uint_eq(q.gen, 0);
+    mc_te_req_encode_gen(h, MC_TE_OPC_DESCRIBE, 0, 0, 5);
+    ck_assert_uint_eq(h[6], 0); /* never encoded there */
+    ck_assert_int_eq(mc_te_req_decode(h, &q), 0);
+    h[6]  = 1;
+    h[24] = 5;
+    ck_assert_int_eq(mc_te_req_decode(h, &q), -1);
+    mc_te_req_encode_gen(h, MC_TE_OPC_DISK_READ, 4096, 64, 0);
     h[6]  = 1;
     h[24] = 5;
     ck_assert_int_eq(mc_te_req_decode(h, &q), -1);
@@ -1441,6 +1529,7 @@ Suite *mc_test_transfer_suite(void)
     tcase_add_test(two, test_dereg_waits_for_inflight);
     tcase_add_test(two, test_self_target_memcpy);
     tcase_add_test(two, test_generation_reads);
+    tcase_add_test(two, test_generation_writes);
     tcase_add_test(two, test_segment_open_errors);
     tcase_add_test(two, test_concurrent_callers);
     tcase_add_test(two, test_peer_restart_behind_pooled_connection);

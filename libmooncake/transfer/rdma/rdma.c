@@ -1242,8 +1242,11 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
     /* A READ naming a registration generation (a cached location,
      * docs/transfer.md §3.6) needs the target to check it: a one-sided
      * READ cannot, and a region re-registered in the same process may keep
-     * its rkey.  Such reads take the tcp path, which checks it. */
-    if (gen != 0)
+     * its rkey.  Such reads take the tcp path, which checks it.  A WRITE's
+     * generation is not checked here: puts keep the one-sided path, and
+     * the writer's 1 s rule on reservations (docs/protocol.md) bounds
+     * that hazard on rdma. */
+    if ((gen != 0) && (op == MC_TE_READ))
         return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len, gen);
     st = __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE) ? MC_NOT_SUPPORTED : peer_enter(p);
 
@@ -1272,7 +1275,8 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
                 __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE)
                     ? "the target has no RDMA"
                     : "local memory not registered, or no rkey published for the range");
-    return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len, 0);
+    /* there, a WRITE's generation is checked */
+    return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len, gen);
 }
 
 const mc_te_transport_ops_t mc_rdma_transport_ops = {

@@ -718,18 +718,18 @@ int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len)
     return ok;
 }
 
-/* A READ naming generation @p gen (non-zero) from mapping @p m of another
+/* A request naming generation @p gen (non-zero) on mapping @p m of another
  * one: refused as the holder's engine would refuse it. */
-static int gen_mismatch(const mc_te_shm_peer_t *p, const peer_map_t *m, uint64_t gen,
-                        uint64_t remote, uint64_t len, mc_status_t *st_p)
+static int gen_mismatch(const mc_te_shm_peer_t *p, const peer_map_t *m, mc_te_op_t op,
+                        uint64_t gen, uint64_t remote, uint64_t len, mc_status_t *st_p)
 {
     if ((gen == 0) || (m->gen == gen))
         return 0;
-    mc_set_error_detail("read of [0x%llx, +%llu) refused: same-host peer %s holds no region of "
+    mc_set_error_detail("%s of [0x%llx, +%llu) refused: same-host peer %s holds no region of "
                         "generation %016llx there (unregistered or registered again)",
-                        (unsigned long long)remote, (unsigned long long)len, p->name,
-                        (unsigned long long)gen);
-    *st_p = MC_INVALID_READ;
+                        (op == MC_TE_READ) ? "read" : "write", (unsigned long long)remote,
+                        (unsigned long long)len, p->name, (unsigned long long)gen);
+    *st_p = (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
     return 1;
 }
 
@@ -746,7 +746,7 @@ int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t
         pthread_rwlock_unlock(&p->map_lock);
         return 0;
     }
-    if (gen_mismatch(p, m, gen, lo, hi - lo, st_p)) {
+    if (gen_mismatch(p, m, MC_TE_READ, gen, lo, hi - lo, st_p)) {
         pthread_rwlock_unlock(&p->map_lock);
         return 1;
     }
@@ -793,7 +793,7 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
         }
         if ((m != NULL) && map_live(p, m)) {
             uint8_t *at_p = m->base + (remote - m->addr);
-            if (gen_mismatch(p, m, gen, remote, len, st_p)) {
+            if (gen_mismatch(p, m, op, gen, remote, len, st_p)) {
                 pthread_rwlock_unlock(&p->map_lock);
                 return 1;
             }

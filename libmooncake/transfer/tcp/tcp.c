@@ -383,7 +383,7 @@ static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, int queue
     mc_te_region_t *r;
     int rc;
 
-    r = mc_te_region_acquire(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS);
+    r = mc_te_region_acquire_gen(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS, h->gen);
     if ((r == NULL) || (r->fops != NULL)) {
         if (queued && (recv_exact(fd, hdr, sizeof(hdr), NULL) != 0)) {
             if (r != NULL)
@@ -392,8 +392,9 @@ static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, int queue
         }
         if (r != NULL)
             return serve_file_write(tp, fd, h, r);
-        mc_debug("refusing write of [0x%llx, +%llu): not in a remote-access region",
-                 (unsigned long long)h->addr, (unsigned long long)h->length);
+        mc_debug("refusing write of [0x%llx, +%llu): not in a remote-access region%s",
+                 (unsigned long long)h->addr, (unsigned long long)h->length,
+                 h->gen ? " of the generation asked for" : "");
         /* Answer, then close: the payload behind this header is never read. */
         (void)serve_send_resp(fd, MC_INVALID_WRITE, 0);
         shutdown(fd, SHUT_WR);
@@ -2132,7 +2133,7 @@ static mc_status_t tcp_xfer(void *priv, void *peer, mc_te_op_t op, void *local, 
         return MC_INVALID_PARAMS;
     }
     return peer_request(peer, (op == MC_TE_READ) ? MC_TE_OPC_READ : MC_TE_OPC_WRITE, local,
-                        remote, len, (op == MC_TE_READ) ? gen : 0, NULL, NULL, NULL);
+                        remote, len, gen, NULL, NULL, NULL);
 }
 
 const char *mc_tcp_peer_host(const void *peer)
