@@ -4,7 +4,8 @@
  * (transfer/proto.h): a client's data port takes 32-byte request headers
  * from anyone, and an initiator takes 16-byte response headers from its
  * peer.  Any bytes are refused, or decode to a header that keeps the
- * decoder's promises (known opcode, version 1, no flag but a READ's generation; status <= 0) and
+ * decoder's promises (known opcode, version 1, no flag but the generation of a READ or a
+ * WRITE; status <= 0) and
  * re-encodes to the same bytes.  Any violation aborts.
  */
 #include "config.h"
@@ -32,8 +33,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if ((size >= MC_TE_REQ_HDR_SIZE) && (mc_te_req_decode(data, &h) == 0)) {
         if ((h.version != MC_TE_PROTO_VERSION) || (h.opcode > MC_TE_OPC_MAX_) ||
-            ((h.flags != 0) && ((h.flags != MC_TE_REQ_FLAG_GEN) ||
-                                (h.opcode != MC_TE_OPC_READ) || (h.gen == 0))) ||
+            ((h.flags != 0) &&
+             ((h.flags != MC_TE_REQ_FLAG_GEN) || (h.gen == 0) ||
+              ((h.opcode != MC_TE_OPC_READ) && (h.opcode != MC_TE_OPC_WRITE)))) ||
             ((h.flags == 0) && (h.gen != 0)))
             fail("a request header out of range decoded");
         mc_te_req_encode_gen(again, h.opcode, h.addr, h.length, h.gen);
