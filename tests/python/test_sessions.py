@@ -17,10 +17,12 @@ import threading
 import uuid
 
 import numpy as np
+import pytest
 
 from helpers import Master, wait_until
 
 INVALID_PARAMS = -600
+INVALID_WRITE = -700
 LEASE_EXPIRED = -707
 
 LEASE_TTL_MS = 5000
@@ -326,3 +328,43 @@ def test_put_session_start_config_rules(store, regbuf):
     assert store.get(k) == b"\x04" * 1024
     [d] = store.get_replica_desc(k)
     assert d.is_memory_replica()
+
+
+def test_session_write_into_memory_mounted_again_is_refused(store, master, spawn_client,
+                                                            regbuf):
+    """A put session's replica lives in a segment its holder unmounts; the
+    holder mounts a new one at the same addresses, where another object
+    lands.  A range written into the session afterwards names the old
+    segment's registration generation: the holder refuses it, and the
+    object there keeps its bytes."""
+    import hashlib
+
+    from mooncake.store import ReplicateConfig
+
+    owner = spawn_client("owner")
+    oname = owner.setup(master, segment=0)
+
+    def mount():
+        r = owner.call("invoke", method="allocate_and_mount_segment", args=[8 << 20])["ret"]
+        assert r["ret"] == 0, r
+        return r["segment_ids"]
+
+    old = mount()
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = oname
+    probe, k = key("probe"), key("sess")
+    assert store.put(probe, b"p" * 4096, cfg) == 0
+    was = store.get_replica_desc(probe)[0].get_memory_descriptor().buffer_descriptor
+    assert store.batch_put_session_start([k], [4096], cfg) == [0]
+    assert owner.call("invoke", method="unmount_segment", args=[old])["ret"] == 0
+    mount()
+    filler = os.urandom(1 << 20)
+    assert owner.call("put", key="filler", hex=filler.hex(), preferred=oname)["rc"] == 0
+    f = owner.call("replica_desc", key="filler")["replicas"][0]
+    if not f["addr"] <= was.buffer_address_ < f["addr"] + f["size"]:
+        pytest.skip("the new segment was mapped elsewhere")
+    src = regbuf(store, 4096, fill=0xAB)
+    [rc] = store.batch_put_from_multi_buffer_ranges([k], [[src.ctypes.data]], [[4096]], [[0]])
+    assert rc == INVALID_WRITE, rc
+    got = owner.call("get", key="filler")
+    assert got["sha256"] == hashlib.sha256(filler).hexdigest(), "the stale range landed"
