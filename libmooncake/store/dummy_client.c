@@ -179,11 +179,24 @@ static void set_timeout(int fd, unsigned ms)
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-static unsigned call_timeout_ms(void)
+/* How long a call waits for the real client: MC_DUMMY_TIMEOUT_MS (1 ms
+ * to 1 h), else DUMMY_CALL_TIMEOUT_MS; MC_INVALID_PARAMS, naming it, for
+ * any other value. */
+static mc_status_t call_timeout_ms(unsigned *ms_p)
 {
     const char *e = getenv("MC_DUMMY_TIMEOUT_MS");
-    long v = (e != NULL) ? strtol(e, NULL, 10) : 0;
-    return (v > 0 && v <= 3600000) ? (unsigned)v : DUMMY_CALL_TIMEOUT_MS;
+    uint64_t v;
+
+    *ms_p = DUMMY_CALL_TIMEOUT_MS;
+    if ((e == NULL) || (*e == '\0'))
+        return MC_OK;
+    if ((mc_parse_u64(e, &v) != 0) || (v == 0) || (v > 3600000)) {
+        mc_set_error_detail("MC_DUMMY_TIMEOUT_MS=\"%s\": expected milliseconds in [1, 3600000]",
+                            e);
+        return MC_INVALID_PARAMS;
+    }
+    *ms_p = (unsigned)v;
+    return MC_OK;
 }
 
 static int scratch_reserve(mc_dummy_t *d, size_t n)
@@ -566,7 +579,11 @@ static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lb
     mc_dummy_hello_t hello;
     struct iovec iov[2];
     mc_dummy_result_t res;
+    unsigned call_ms;
 
+    st = call_timeout_ms(&call_ms);
+    if (st != MC_OK)
+        return st;
     st = ipc_path_of(addr, d->path, sizeof(d->path));
     if (st != MC_OK)
         return st;
@@ -616,7 +633,7 @@ static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lb
                             h.status);
         return (mc_status_t)h.status;
     }
-    set_timeout(d->fd, call_timeout_ms());
+    set_timeout(d->fd, call_ms);
     /* the real client holds its own references now */
     for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
         close(d->mfd[r]);

@@ -154,17 +154,23 @@ void mc_master_target_cleanup(mc_master_target_t *t)
     t->resolver = NULL;
 }
 
-static int failover_wait_ms(void)
+/* Milliseconds in [0, MC_MASTER_IO_TIMEOUT_MAX_MS] from the environment
+ * variable @p name into *ms_p (kept when unset or empty); MC_INVALID_PARAMS,
+ * the detail naming it, for any other value. */
+static mc_status_t env_ms(const char *name, int *ms_p)
 {
-    const char *env = getenv("MC_STORE_FAILOVER_WAIT_MS");
+    const char *env = getenv(name);
     uint64_t v;
-    if ((env != NULL) && (*env != '\0')) {
-        if ((mc_parse_u64(env, &v) == 0) && (v <= MC_MASTER_IO_TIMEOUT_MAX_MS))
-            return (int)v;
-        mc_warn("ignoring MC_STORE_FAILOVER_WAIT_MS=\"%s\": not a number of milliseconds "
-                "in [0, %d]", env, MC_MASTER_IO_TIMEOUT_MAX_MS);
+    if ((env == NULL) || (*env == '\0'))
+        return MC_OK;
+    if ((mc_parse_u64(env, &v) != 0) || (v > MC_MASTER_IO_TIMEOUT_MAX_MS)) {
+        mc_set_error_detail("%s=\"%s\": not a number of milliseconds in [0, %d]", name, env,
+                            MC_MASTER_IO_TIMEOUT_MAX_MS);
+        mc_error("setup: %s", mc_last_error_detail());
+        return MC_INVALID_PARAMS;
     }
-    return MC_MASTER_FAILOVER_WAIT_MS;
+    *ms_p = (int)v;
+    return MC_OK;
 }
 
 /* ---- the target ---------------------------------------------------------- */
@@ -173,8 +179,6 @@ mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
                                   mc_uuid_t client_id, const char *tenant_id)
 {
     uint16_t port = 0;
-    const char *env;
-    uint64_t v;
     mc_status_t st;
 
     memset(t, 0, sizeof(*t));
@@ -185,7 +189,9 @@ mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
     }
     if ((addr != NULL) && (strncmp(addr, "etcd://", 7) == 0)) {
         snprintf(t->host, sizeof(t->host), "%s", addr);
-        t->failover_wait_ms = failover_wait_ms();
+        t->failover_wait_ms = MC_MASTER_FAILOVER_WAIT_MS;
+        if (env_ms("MC_STORE_FAILOVER_WAIT_MS", &t->failover_wait_ms) != MC_OK)
+            return MC_INVALID_PARAMS;
     } else if ((addr == NULL) ||
                (mc_parse_host_port(addr, t->host, sizeof(t->host), &port) != 0)) {
         mc_set_error_detail("master_server_addr \"%s\" is not \"host:port\"",
@@ -198,25 +204,19 @@ mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
         mc_set_error_detail("tenant_id must be 1 to %zu bytes", sizeof(t->tenant_id) - 1);
         return MC_INVALID_PARAMS;
     }
+    t->connect_timeout_ms = MC_MASTER_CONNECT_TIMEOUT_MS;
+    t->io_timeout_ms      = MC_MASTER_IO_TIMEOUT_MS;
+    /* The documented knob (store.h rpc_timeout_ms); setup's parameter, when
+     * given, overrides it after this. */
+    if (env_ms("MC_STORE_RPC_TIMEOUT_MS", &t->io_timeout_ms) != MC_OK)
+        return MC_INVALID_PARAMS;
     if (strncmp(addr, "etcd://", 7) == 0) {
         st = resolver_create(addr + 7, &t->resolver);
         if (st != MC_OK)
             return st;
     }
     strcpy(t->tenant_id, tenant_id);
-    t->client_id          = client_id;
-    t->connect_timeout_ms = MC_MASTER_CONNECT_TIMEOUT_MS;
-    t->io_timeout_ms      = MC_MASTER_IO_TIMEOUT_MS;
-    /* The documented knob (store.h rpc_timeout_ms); setup's parameter, when
-     * given, overrides it after this. */
-    env = getenv("MC_STORE_RPC_TIMEOUT_MS");
-    if ((env != NULL) && (*env != '\0')) {
-        if ((mc_parse_u64(env, &v) == 0) && (v <= MC_MASTER_IO_TIMEOUT_MAX_MS))
-            t->io_timeout_ms = (int)v;
-        else
-            mc_warn("ignoring MC_STORE_RPC_TIMEOUT_MS=\"%s\": not a number of "
-                    "milliseconds in [0, %d]", env, MC_MASTER_IO_TIMEOUT_MAX_MS);
-    }
+    t->client_id = client_id;
     return MC_OK;
 }
 

@@ -51,12 +51,25 @@
 
 void mc_store_resv_init(mc_store_h s)
 {
-    const char *env = getenv("MC_PUT_ONE_TRIP");
-
     memset(&s->resv, 0, sizeof(s->resv));
     pthread_mutex_init(&s->resv.mu, NULL);
+}
+
+mc_status_t mc_store_resv_config(mc_store_h s)
+{
+    const char *env = getenv("MC_PUT_ONE_TRIP");
+
     /* MC_PUT_ONE_TRIP=0: every put takes PUT_START + PUT_END */
-    s->resv.disabled = (env != NULL) && (strcmp(env, "0") == 0);
+    if ((env == NULL) || (*env == '\0') || (strcmp(env, "1") == 0)) {
+        s->resv.disabled = 0;
+    } else if (strcmp(env, "0") == 0) {
+        s->resv.disabled = 1;
+    } else {
+        mc_set_error_detail("MC_PUT_ONE_TRIP=\"%s\": expected 0 (off) or 1 (on)", env);
+        mc_error("setup: %s", mc_last_error_detail());
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
 }
 
 void mc_store_resv_free(mc_resv_t *r)

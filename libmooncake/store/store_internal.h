@@ -159,6 +159,9 @@ struct mc_store {
  * nothing is held and the detail is set. */
 /* reserve.c: the writer's reservations (docs/protocol.md §5.16) */
 void mc_store_resv_init(mc_store_h s);
+/* MC_PUT_ONE_TRIP (0 off, 1 or unset on), read at setup: MC_INVALID_PARAMS
+ * for any other value. */
+mc_status_t mc_store_resv_config(mc_store_h s);
 void mc_store_resv_cleanup(mc_store_h s);
 /* Drop every kept reservation (teardown, a master that may have restarted). */
 void mc_store_resv_clear(mc_store_h s);
