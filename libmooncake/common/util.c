@@ -169,6 +169,21 @@ int mc_parse_u64(const char *s, uint64_t *v_p)
     return 0;
 }
 
+int mc_env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *v_p)
+{
+    const char *s = getenv(name);
+    uint64_t v;
+    if ((s == NULL) || (*s == '\0'))
+        return 0;
+    if ((mc_parse_u64(s, &v) != 0) || (v < lo) || (v > hi)) {
+        mc_set_error_detail("%s=\"%s\": expected an integer in [%llu, %llu]", name, s,
+                            (unsigned long long)lo, (unsigned long long)hi);
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
 int mc_parse_i64(const char *s, int64_t *v_p)
 {
     char *end;

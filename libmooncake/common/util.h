@@ -55,6 +55,11 @@ int mc_parse_duration_ms(const char *s, uint64_t *ms_p);
 
 /* Strict base-10 integers; -1 on garbage, trailing bytes or overflow. */
 int mc_parse_u64(const char *s, uint64_t *v_p);
+/* The integer in [lo, hi] that environment variable @p name holds, into
+ * *v_p; *v_p is kept when it is unset or empty.  -1, with the error detail
+ * naming the variable and the range, for any other value (a setting is
+ * never accepted and ignored). */
+int mc_env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *v_p);
 int mc_parse_i64(const char *s, int64_t *v_p);
 int mc_parse_double(const char *s, double *v_p);
 /* true/false/1/0/yes/no/on/off */

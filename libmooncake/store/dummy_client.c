@@ -184,17 +184,9 @@ static void set_timeout(int fd, unsigned ms)
  * any other value. */
 static mc_status_t call_timeout_ms(unsigned *ms_p)
 {
-    const char *e = getenv("MC_DUMMY_TIMEOUT_MS");
-    uint64_t v;
-
-    *ms_p = DUMMY_CALL_TIMEOUT_MS;
-    if ((e == NULL) || (*e == '\0'))
-        return MC_OK;
-    if ((mc_parse_u64(e, &v) != 0) || (v == 0) || (v > 3600000)) {
-        mc_set_error_detail("MC_DUMMY_TIMEOUT_MS=\"%s\": expected milliseconds in [1, 3600000]",
-                            e);
+    uint64_t v = DUMMY_CALL_TIMEOUT_MS;
+    if (mc_env_u64("MC_DUMMY_TIMEOUT_MS", 1, 3600000, &v) != 0)
         return MC_INVALID_PARAMS;
-    }
     *ms_p = (unsigned)v;
     return MC_OK;
 }

@@ -9,13 +9,13 @@
  */
 #include "config.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/hashmap.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "store/loc_cache.h"
 
 typedef struct loc_entry {
@@ -57,22 +57,11 @@ static size_t entry_size(const loc_entry_t *e)
 
 mc_status_t mc_loc_cache_config(size_t *entries_p)
 {
-    const char *v = getenv("MC_STORE_LOCATION_CACHE");
-    unsigned long long n;
-    char *end;
+    uint64_t n = MC_LOC_CACHE_DEFAULT_ENTRIES;
 
-    if ((v == NULL) || (v[0] == '\0')) {
-        *entries_p = MC_LOC_CACHE_DEFAULT_ENTRIES;
-        return MC_OK;
-    }
-    errno = 0;
-    n     = strtoull(v, &end, 10);
-    if ((v[0] < '0') || (v[0] > '9') || (*end != '\0') || (errno != 0) ||
-        (n > MC_LOC_CACHE_MAX_ENTRIES)) {
-        mc_set_error_detail("MC_STORE_LOCATION_CACHE=%s: expected a number of entries from 0 "
-                            "(off) to %u", v, (unsigned)MC_LOC_CACHE_MAX_ENTRIES);
+    /* entries, 0 turning the cache off */
+    if (mc_env_u64("MC_STORE_LOCATION_CACHE", 0, MC_LOC_CACHE_MAX_ENTRIES, &n) != 0)
         return MC_INVALID_PARAMS;
-    }
     *entries_p = (size_t)n;
     return MC_OK;
 }

@@ -159,13 +159,8 @@ void mc_master_target_cleanup(mc_master_target_t *t)
  * the detail naming it, for any other value. */
 static mc_status_t env_ms(const char *name, int *ms_p)
 {
-    const char *env = getenv(name);
-    uint64_t v;
-    if ((env == NULL) || (*env == '\0'))
-        return MC_OK;
-    if ((mc_parse_u64(env, &v) != 0) || (v > MC_MASTER_IO_TIMEOUT_MAX_MS)) {
-        mc_set_error_detail("%s=\"%s\": not a number of milliseconds in [0, %d]", name, env,
-                            MC_MASTER_IO_TIMEOUT_MAX_MS);
+    uint64_t v = (uint64_t)*ms_p;
+    if (mc_env_u64(name, 0, MC_MASTER_IO_TIMEOUT_MAX_MS, &v) != 0) {
         mc_error("setup: %s", mc_last_error_detail());
         return MC_INVALID_PARAMS;
     }

@@ -61,24 +61,6 @@
 
 /* ---- configuration --------------------------------------------------------- */
 
-/* Integer environment variable in [lo, hi] into *v (kept when unset or
- * empty).  -1, with the detail naming it, for any other value: a setting
- * is never accepted and ignored. */
-static int env_uint(const char *name, uint64_t lo, uint64_t hi, uint64_t *v)
-{
-    const char *s = getenv(name);
-    uint64_t x;
-    if ((s == NULL) || (*s == '\0'))
-        return 0;
-    if ((mc_parse_u64(s, &x) != 0) || (x < lo) || (x > hi)) {
-        mc_set_error_detail("%s=\"%s\": expected an integer in [%llu, %llu]", name, s,
-                            (unsigned long long)lo, (unsigned long long)hi);
-        return -1;
-    }
-    *v = x;
-    return 0;
-}
-
 static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
 {
     uint64_t pmin = MC_TE_DEFAULT_PORT_MIN, pmax = MC_TE_DEFAULT_PORT_MAX;
@@ -88,14 +70,14 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     uint64_t idle = MC_TE_DEFAULT_IDLE_TIMEOUT_S;
     const char *s;
 
-    if ((env_uint("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &pmin) != 0) ||
-        (env_uint("MC_STORE_CLIENT_MAX_PORT", 1, 65535, &pmax) != 0) ||
-        (env_uint("MC_TCP_LANES_PER_PEER", 1, MC_TE_MAX_LANES, &lanes) != 0) ||
-        (env_uint("MC_TCP_STATUS_TIMEOUT_SEC", 1, 3600, &tmo) != 0) ||
-        (env_uint("MC_TE_WORKERS", 0, MC_TE_MAX_WORKERS, &workers) != 0) ||
-        (env_uint("MC_TE_MAX_CONNECTIONS", 1, 65536, &conns) != 0) ||
-        (env_uint("MC_TE_MAX_CONNECTIONS_PER_PEER", 1, 65536, &conns_peer) != 0) ||
-        (env_uint("MC_TE_IDLE_TIMEOUT_SEC", 0, 86400, &idle) != 0))
+    if ((mc_env_u64("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &pmin) != 0) ||
+        (mc_env_u64("MC_STORE_CLIENT_MAX_PORT", 1, 65535, &pmax) != 0) ||
+        (mc_env_u64("MC_TCP_LANES_PER_PEER", 1, MC_TE_MAX_LANES, &lanes) != 0) ||
+        (mc_env_u64("MC_TCP_STATUS_TIMEOUT_SEC", 1, 3600, &tmo) != 0) ||
+        (mc_env_u64("MC_TE_WORKERS", 0, MC_TE_MAX_WORKERS, &workers) != 0) ||
+        (mc_env_u64("MC_TE_MAX_CONNECTIONS", 1, 65536, &conns) != 0) ||
+        (mc_env_u64("MC_TE_MAX_CONNECTIONS_PER_PEER", 1, 65536, &conns_peer) != 0) ||
+        (mc_env_u64("MC_TE_IDLE_TIMEOUT_SEC", 0, 86400, &idle) != 0))
         return MC_INVALID_PARAMS;
     s = getenv("MC_TE_SLICE_SIZE");
     if ((s != NULL) && (*s != '\0')) {
@@ -2058,7 +2040,7 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
         goto fail;
     {
         uint64_t on = 1;
-        if (env_uint("MC_TE_SHM", 0, 1, &on) != 0) {
+        if (mc_env_u64("MC_TE_SHM", 0, 1, &on) != 0) {
             st = MC_INVALID_PARAMS;
             goto fail;
         }
