@@ -15,24 +15,12 @@
 #include "common/log.h"
 #include "common/util.h"
 
-/* A positive size from @p name (default @p def); -1 with the detail set
- * when it does not parse or lies outside [lo, hi]. */
+/* A size from @p name (default @p def) in [lo, hi]; -1 with the detail
+ * set for any other value (mc_env_size). */
 static int env_size(const char *name, uint64_t def, uint64_t lo, uint64_t hi, uint64_t *out)
 {
-    const char *v = getenv(name);
-    uint64_t x;
-
-    if ((v == NULL) || (*v == '\0')) {
-        *out = def;
-        return 0;
-    }
-    if ((mc_parse_size(v, &x) != 0) || (x < lo) || (x > hi)) {
-        mc_set_error_detail("%s=\"%s\": expected a size from %llu to %llu", name, v,
-                            (unsigned long long)lo, (unsigned long long)hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    *out = def;
+    return mc_env_size(name, lo, hi, out);
 }
 
 mc_status_t mc_dfs_layout_init(mc_dfs_layout_t *out, const char *root, const char *what)

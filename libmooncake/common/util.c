@@ -169,19 +169,31 @@ int mc_parse_u64(const char *s, uint64_t *v_p)
     return 0;
 }
 
-int mc_env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *v_p)
+/* mc_env_u64 and mc_env_size: @p parse reads the value, @p what names it */
+static int env_number(const char *name, uint64_t lo, uint64_t hi, uint64_t *v_p,
+                      int (*parse)(const char *, uint64_t *), const char *what)
 {
     const char *s = getenv(name);
     uint64_t v;
     if ((s == NULL) || (*s == '\0'))
         return 0;
-    if ((mc_parse_u64(s, &v) != 0) || (v < lo) || (v > hi)) {
-        mc_set_error_detail("%s=\"%s\": expected an integer in [%llu, %llu]", name, s,
+    if ((parse(s, &v) != 0) || (v < lo) || (v > hi)) {
+        mc_set_error_detail("%s=\"%s\": expected %s in [%llu, %llu]", name, s, what,
                             (unsigned long long)lo, (unsigned long long)hi);
         return -1;
     }
     *v_p = v;
     return 0;
+}
+
+int mc_env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *v_p)
+{
+    return env_number(name, lo, hi, v_p, mc_parse_u64, "an integer");
+}
+
+int mc_env_size(const char *name, uint64_t lo, uint64_t hi, uint64_t *v_p)
+{
+    return env_number(name, lo, hi, v_p, mc_parse_size, "a size in bytes");
 }
 
 int mc_parse_i64(const char *s, int64_t *v_p)

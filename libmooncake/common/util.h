@@ -60,6 +60,8 @@ int mc_parse_u64(const char *s, uint64_t *v_p);
  * naming the variable and the range, for any other value (a setting is
  * never accepted and ignored). */
 int mc_env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *v_p);
+/* mc_env_u64 for a size ("4KiB", "1MB", bare bytes: mc_parse_size). */
+int mc_env_size(const char *name, uint64_t lo, uint64_t hi, uint64_t *v_p);
 int mc_parse_i64(const char *s, int64_t *v_p);
 int mc_parse_double(const char *s, double *v_p);
 /* true/false/1/0/yes/no/on/off */

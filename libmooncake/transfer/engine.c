@@ -68,7 +68,6 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     uint64_t workers = UINT64_MAX, slice = MC_TE_DEFAULT_SLICE_SIZE;
     uint64_t conns = MC_TE_DEFAULT_MAX_CONNS, conns_peer = MC_TE_DEFAULT_MAX_CONNS_PEER;
     uint64_t idle = MC_TE_DEFAULT_IDLE_TIMEOUT_S;
-    const char *s;
 
     if ((mc_env_u64("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &pmin) != 0) ||
         (mc_env_u64("MC_STORE_CLIENT_MAX_PORT", 1, 65535, &pmax) != 0) ||
@@ -79,16 +78,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
         (mc_env_u64("MC_TE_MAX_CONNECTIONS_PER_PEER", 1, 65536, &conns_peer) != 0) ||
         (mc_env_u64("MC_TE_IDLE_TIMEOUT_SEC", 0, 86400, &idle) != 0))
         return MC_INVALID_PARAMS;
-    s = getenv("MC_TE_SLICE_SIZE");
-    if ((s != NULL) && (*s != '\0')) {
-        uint64_t v;
-        if ((mc_parse_size(s, &v) != 0) || (v < 65536)) {
-            mc_set_error_detail("MC_TE_SLICE_SIZE=\"%s\": expected a size of at least 64KiB",
-                                s);
-            return MC_INVALID_PARAMS;
-        }
-        slice = v;
-    }
+    if (mc_env_size("MC_TE_SLICE_SIZE", 65536, UINT64_MAX, &slice) != 0)
+        return MC_INVALID_PARAMS;
     if ((p != NULL) && (p->field_mask & MC_TE_PARAM_PORT_RANGE)) {
         pmin = p->port_min;
         pmax = p->port_max;
