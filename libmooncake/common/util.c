@@ -449,27 +449,57 @@ int mc_spin_readable(int fd, unsigned spin_us)
     return mc_spin_recv(fd, &c, 1, MSG_PEEK, spin_us) != MC_SPIN_NONE;
 }
 
-/* UINT32_MAX: not read yet; UINT32_MAX - 1: MC_TE_BUSY_POLL_US is bad. */
-static unsigned busy_poll_cached = UINT32_MAX;
+/* Read once per process; UINT32_MAX: not read yet; UINT32_MAX - 1: bad. */
+static unsigned busy_poll_cached  = UINT32_MAX;
+static unsigned serve_poll_cached = UINT32_MAX;
+
+static int several_cpus(void)
+{
+    cpu_set_t cpus;
+    return (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) && (CPU_COUNT(&cpus) >= 2);
+}
+
+/* The window @p var sets (UINT32_MAX - 1 when its value is bad), or
+ * @p dflt when it is unset or empty, cached in @p cache. */
+static unsigned poll_window_resolve(unsigned *cache, const char *var, unsigned (*dflt)(void))
+{
+    unsigned v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (v == UINT32_MAX) {
+        const char *e = getenv(var);
+        uint64_t x;
+        if ((e != NULL) && (*e != '\0'))
+            v = ((mc_parse_u64(e, &x) == 0) && (x <= MC_BUSY_POLL_MAX_US)) ? (unsigned)x
+                                                                           : UINT32_MAX - 1;
+        else
+            v = dflt();
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+static unsigned busy_poll_default(void)
+{
+    return several_cpus() ? MC_BUSY_POLL_DEFAULT_US : 0;
+}
 
 static unsigned busy_poll_resolve(void)
 {
-    unsigned v = __atomic_load_n(&busy_poll_cached, __ATOMIC_RELAXED);
-    if (v == UINT32_MAX) {
-        const char *e = getenv("MC_TE_BUSY_POLL_US");
-        uint64_t x;
-        if ((e != NULL) && (*e != '\0')) {
-            v = ((mc_parse_u64(e, &x) == 0) && (x <= MC_BUSY_POLL_MAX_US)) ? (unsigned)x
-                                                                           : UINT32_MAX - 1;
-        } else {
-            cpu_set_t cpus;
-            v = ((sched_getaffinity(0, sizeof(cpus), &cpus) == 0) && (CPU_COUNT(&cpus) >= 2))
-                    ? MC_BUSY_POLL_DEFAULT_US
-                    : 0;
-        }
-        __atomic_store_n(&busy_poll_cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    return poll_window_resolve(&busy_poll_cached, "MC_TE_BUSY_POLL_US", busy_poll_default);
+}
+
+/* Unset MC_TE_SERVE_POLL_US follows a set MC_TE_BUSY_POLL_US (so that 0
+ * there still turns every window off), else its own default. */
+static unsigned serve_poll_default(void)
+{
+    const char *e = getenv("MC_TE_BUSY_POLL_US");
+    if ((e != NULL) && (*e != '\0'))
+        return busy_poll_resolve();
+    return several_cpus() ? MC_SERVE_POLL_DEFAULT_US : 0;
+}
+
+static unsigned serve_poll_resolve(void)
+{
+    return poll_window_resolve(&serve_poll_cached, "MC_TE_SERVE_POLL_US", serve_poll_default);
 }
 
 unsigned mc_busy_poll_us(void)
@@ -478,12 +508,23 @@ unsigned mc_busy_poll_us(void)
     return (v == UINT32_MAX - 1) ? 0 : v;
 }
 
+unsigned mc_serve_poll_us(void)
+{
+    unsigned v = serve_poll_resolve();
+    return (v == UINT32_MAX - 1) ? 0 : v;
+}
+
 int mc_busy_poll_check(void)
 {
-    if (busy_poll_resolve() != UINT32_MAX - 1)
+    const char *var = NULL;
+    if (busy_poll_resolve() == UINT32_MAX - 1)
+        var = "MC_TE_BUSY_POLL_US";
+    else if (serve_poll_resolve() == UINT32_MAX - 1)
+        var = "MC_TE_SERVE_POLL_US";
+    if (var == NULL)
         return 0;
-    mc_set_error_detail("MC_TE_BUSY_POLL_US=\"%s\": expected microseconds in [0, %u]",
-                        getenv("MC_TE_BUSY_POLL_US"), MC_BUSY_POLL_MAX_US);
+    mc_set_error_detail("%s=\"%s\": expected microseconds in [0, %u]", var, getenv(var),
+                        MC_BUSY_POLL_MAX_US);
     return -1;
 }
 

@@ -106,16 +106,28 @@ int mc_spin_readable(int fd, unsigned spin_us);
 ssize_t mc_spin_recvmsg(int fd, struct msghdr *mh, int flags, unsigned spin_us);
 ssize_t mc_spin_recv(int fd, void *buf, size_t cap, int flags, unsigned spin_us);
 /*
- * The busy-poll window of the data path and the master RPC client:
- * MC_TE_BUSY_POLL_US when set (0..10000; 0 turns polling off), otherwise
- * 50 µs when this process may run on two CPUs or more and 0 on one (a
- * poller there only delays the thread it waits for).  Read once; a bad
- * value is refused by mc_busy_poll_check().
+ * The busy-poll windows of the data path and the master RPC client, read
+ * once per process (0..10000 µs; 0 turns polling off):
+ * - mc_busy_poll_us: a wait for an answer (a lane's, the master client's):
+ *   MC_TE_BUSY_POLL_US, else 50 µs when this process may run on two CPUs
+ *   or more and 0 on one (a poller there only delays the thread it waits
+ *   for);
+ * - mc_serve_poll_us: a served connection's wait for its next request:
+ *   MC_TE_SERVE_POLL_US, else MC_TE_BUSY_POLL_US when that is set, else
+ *   200 µs on two CPUs or more and 0 on one.  Longer than an answer's
+ *   window: a caller's next request comes after its master round trip
+ *   and its own work, and a holder asleep by then pays a wake-up per
+ *   request, which on a busy host makes the caller slower still, so its
+ *   next request comes later again.
+ * A bad value is refused by mc_busy_poll_check().
  */
-#define MC_BUSY_POLL_DEFAULT_US 50u
-#define MC_BUSY_POLL_MAX_US     10000u
+#define MC_BUSY_POLL_DEFAULT_US  50u
+#define MC_SERVE_POLL_DEFAULT_US 200u
+#define MC_BUSY_POLL_MAX_US      10000u
 unsigned mc_busy_poll_us(void);
-/* 0, or -1 with the error detail naming MC_TE_BUSY_POLL_US and its value. */
+unsigned mc_serve_poll_us(void);
+/* 0, or -1 with the error detail naming the variable (MC_TE_BUSY_POLL_US
+ * or MC_TE_SERVE_POLL_US) and its value. */
 int mc_busy_poll_check(void);
 
 /* TCP connect with a timeout (ms); returns fd, or -1 with errno saying why

@@ -112,6 +112,7 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     cfg->connect_timeout_ms = MC_TE_DEFAULT_CONNECT_MS;
     cfg->slice_size         = slice;
     cfg->busy_poll_us       = mc_busy_poll_us();
+    cfg->serve_poll_us      = mc_serve_poll_us();
     return MC_OK;
 }
 

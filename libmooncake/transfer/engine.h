@@ -66,6 +66,7 @@ typedef struct mc_te_config {
     int connect_timeout_ms;
     uint64_t slice_size;     /* batch requests above this are split */
     unsigned busy_poll_us;   /* poll a socket this long before sleeping on it (tcp) */
+    unsigned serve_poll_us;  /* ... a served connection, for its next request (tcp) */
 } mc_te_config_t;
 
 /* One registered region. */

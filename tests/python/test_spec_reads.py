@@ -269,3 +269,61 @@ def test_busy_poll_off_and_wide_both_read_right(master, holder, spawn_client):
                       preferred=hname)["rc"] == 0
         for _ in range(3):
             assert bytes.fromhex(c.call("get", key=k)["hex"]) == checked_value(k, 1, 4096)
+
+
+def test_serve_poll_setting_refused(master, spawn_client):
+    """MC_TE_SERVE_POLL_US (docs/transfer.md §8.1) is microseconds in
+    [0, 10000]; anything else fails setup, naming the variable."""
+    for bad in ("soon", "10001", "-5"):
+        assert_setup_refused(spawn_client, master, "MC_TE_SERVE_POLL_US", bad)
+
+
+def _cpu_ns(pid):
+    """CPU time of every thread of process @pid so far (schedstat)."""
+    import os
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def test_serve_poll_window_is_what_a_holder_spends_between_requests(master, spawn_client):
+    """A holder's connection polls for the next request for
+    MC_TE_SERVE_POLL_US after each answer; without the setting it follows
+    MC_TE_BUSY_POLL_US, so 0 there turns it off too.  Gets 40 ms apart (over
+    TCP: same-host shared memory would not ask the holder) find a 10 ms
+    window spinning after every answer (seven windows, fewer than the eight
+    misses that pause polling), and none at 0."""
+    import time
+    reader = spawn_client("reader", env={"MC_TE_SHM": "0"})
+    reader.setup(master, segment=0)
+    spent = {}
+    for name, env in (("wide", {"MC_TE_SERVE_POLL_US": "10000"}),
+                      ("off", {"MC_TE_SERVE_POLL_US": "0"}),
+                      ("follows", {"MC_TE_BUSY_POLL_US": "0"}),
+                      ("wide_over_busy", {"MC_TE_BUSY_POLL_US": "0",
+                                          "MC_TE_SERVE_POLL_US": "10000"})):
+        h = spawn_client(name, env=dict(env, MC_TE_SHM="0"))
+        hname = h.setup(master, segment=16 * MiB)
+        k = keys_(1, name)[0]
+        value = checked_value(k, 1, 4096).hex()
+        assert reader.call("put", key=k, hex=value, preferred=hname)["rc"] == 0
+        assert reader.call("get", key=k)["hex"] == value  # the lookup cached
+        time.sleep(0.05)  # the put's and first get's windows are over
+        before = _cpu_ns(h.pid)
+        for _ in range(7):
+            assert reader.call("get", key=k)["hex"] == value
+            time.sleep(0.04)
+        spent[name] = (_cpu_ns(h.pid) - before) / 1e6
+        h.stop()
+    # 70 ms of polling at most; a loaded machine may run the poller half
+    # of that, while a holder that sleeps spends well under a millisecond
+    # per get
+    assert spent["wide"] > 25, spent
+    assert spent["wide_over_busy"] > 25, spent
+    assert spent["off"] < 12, spent
+    assert spent["follows"] < 12, spent

@@ -106,7 +106,8 @@ struct mc_tcp {
     unsigned max_conns;
     unsigned max_conns_peer;
     int idle_timeout_s;
-    unsigned busy_poll_us;     /* mc_spin_readable window before blocking waits */
+    unsigned busy_poll_us;     /* mc_spin_readable window before waiting for an answer */
+    unsigned serve_poll_us;    /* ... before a served connection waits for a request */
     pthread_rwlock_t hs_lock;  /* the RDMA handshake handler */
     mc_tcp_hs_func_t hs_fn;
     void *hs_arg;
@@ -623,7 +624,7 @@ static ssize_t serve_next(mc_tcp_t *tp, mc_tcp_conn_t *c, uint8_t *buf, size_t c
 
     /* A peer that sends its next request right after our answer (a
      * caller reading one key after another) finds us polling, not asleep. */
-    n = mc_spin_recv(c->fd, buf, cap, MSG_PEEK, tp->busy_poll_us);
+    n = mc_spin_recv(c->fd, buf, cap, MSG_PEEK, tp->serve_poll_us);
     if (n != MC_SPIN_NONE)
         return (n > 0) ? n : -1;
     start = mc_now_ms();
@@ -1039,6 +1040,7 @@ static mc_status_t tcp_install(mc_te_t *te, const char *bind_addr, uint16_t port
     tp->connect_timeout_ms = te->cfg.connect_timeout_ms;
     tp->lanes              = te->cfg.lanes;
     tp->busy_poll_us       = te->cfg.busy_poll_us;
+    tp->serve_poll_us      = te->cfg.serve_poll_us;
     tp->max_conns          = te->cfg.max_conns;
     tp->max_conns_peer     = te->cfg.max_conns_peer;
     tp->idle_timeout_s     = te->cfg.idle_timeout_s;
