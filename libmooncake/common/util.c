@@ -661,6 +661,19 @@ void *mc_huge_zalloc(size_t size)
     return p;
 }
 
+void mc_huge_advise(void *p, size_t len)
+{
+#ifdef MADV_HUGEPAGE
+    uintptr_t a = ((uintptr_t)p + MC_HUGE_BLOCK - 1) & ~(uintptr_t)(MC_HUGE_BLOCK - 1);
+    uintptr_t e = ((uintptr_t)p + len) & ~(uintptr_t)(MC_HUGE_BLOCK - 1);
+    if ((p != NULL) && (len <= UINTPTR_MAX - (uintptr_t)p) && (e > a))
+        (void)madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
 void mc_huge_free(void *p, size_t size)
 {
     if (p != NULL)

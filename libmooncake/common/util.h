@@ -148,6 +148,9 @@ char *mc_strdup(const char *s);
 #define MC_HUGE_BLOCK ((size_t)2 << 20)
 void *mc_huge_zalloc(size_t size);
 void mc_huge_free(void *p, size_t size);
+/* Mark the whole MC_HUGE_BLOCKs inside [@p p, @p p + @p len) for
+ * transparent huge pages (a hint; nothing else changes). */
+void mc_huge_advise(void *p, size_t len);
 
 /* A growing NUL-terminated text buffer (HTTP response bodies). */
 typedef struct mc_textbuf {

@@ -25,6 +25,11 @@
 
 #define MC_BUF_STACK 64
 
+MC_API void mc_store_prepare_buffer(void *buf, size_t len)
+{
+    mc_huge_advise(buf, len);
+}
+
 struct mc_store_buffer {
     mc_store_lbuf_map_t *map; /* NULL for an empty object */
     mc_alloc_block_t block;

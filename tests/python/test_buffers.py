@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from helpers import MiB
 
@@ -306,3 +307,54 @@ def test_get_buffer_from_another_process(store, master, spawn_client):
     hs = store.batch_get_buffer([k2, key("missing"), k1])
     assert hs[1] is None
     assert bytes(memoryview(hs[0])) == v2 and bytes(memoryview(hs[2])) == v1
+
+
+# ---- huge pages for fresh get buffers -------------------------------------------
+
+
+def _thp_mode() -> str:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return ""
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else ""
+
+
+def _thp_eligible(addr: int) -> bool:
+    """Whether the mapping holding @addr is marked for transparent huge
+    pages (smaps' THPeligible)."""
+    vma = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            vma = lo <= addr < hi
+        elif vma and line.startswith("THPeligible:"):
+            return line.split()[1] == "1"
+    raise AssertionError(f"no mapping holds {addr:#x}")
+
+
+def _payload_mid(b: bytes) -> int:
+    """A 2 MiB-aligned address inside the payload of bytes @b (CPython
+    keeps it inline, after the object's header)."""
+    addr = id(b) + sys.getsizeof(b"") - 1
+    return (addr + len(b) // 2) & ~((2 * MiB) - 1)
+
+
+@pytest.mark.skipif(_thp_mode() != "madvise",
+                    reason="only where huge pages are given on request (THP 'madvise') "
+                           "does the request show")
+def test_get_marks_a_large_fresh_buffer_for_huge_pages(store):
+    """get() of 2 MiB and more asks for huge pages for the bytes it fills
+    (mc_store_prepare_buffer): a fresh buffer faulted in 4 KiB pages cost
+    more than its read.  The value comes back whole, and the middle of its
+    buffer lies in a mapping marked for huge pages, which the same-sized
+    bytes that Python made for the value is not."""
+    size = 12 * MiB
+    k = key("thp")
+    value = os.urandom(size)
+    assert store.put(k, value) == 0
+    got = store.get(k)
+    assert got == value
+    assert not _thp_eligible(_payload_mid(value))
+    assert _thp_eligible(_payload_mid(got))

@@ -14,6 +14,7 @@
 
 #include "check_suites.h"
 #include "common/util.h"
+#include <mooncake/store.h>
 
 static const struct {
     const char *s;
@@ -276,6 +277,29 @@ START_TEST(test_huge_zalloc)
 }
 END_TEST
 
+/* mc_huge_advise: a hint only; the bytes stay, unaligned edges and odd
+ * arguments (NULL, nothing, a length past the address space) are taken. */
+START_TEST(test_huge_advise)
+{
+    size_t len       = 4 * MC_HUGE_BLOCK;
+    unsigned char *p = mc_huge_zalloc(len);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < len; i++)
+        p[i] = (unsigned char)(i * 7u + 3u);
+    mc_huge_advise(p + 1, len - 2);
+    mc_huge_advise(p, MC_HUGE_BLOCK - 1); /* no whole block inside */
+    mc_huge_advise(p, 0);
+    mc_huge_advise(p + 5, SIZE_MAX);
+    mc_huge_advise(NULL, len);
+    mc_store_prepare_buffer(p, len);
+    mc_store_prepare_buffer(NULL, 0);
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != (unsigned char)(i * 7u + 3u))
+            ck_abort_msg("byte %zu changed", i);
+    mc_huge_free(p, len);
+}
+END_TEST
+
 /* SipHash-2-4 against the reference vectors of its paper. */
 /* mc_spin_readable: 1 at once when something waits, 0 after at least the
  * window when nothing does; eight empty windows in a row switch polling
@@ -334,6 +358,7 @@ Suite *mc_test_util_suite(void)
     tcase_add_test(tc, test_spin_readable);
     tcase_add_test(tc, test_clocks_and_strdup);
     tcase_add_test(tc, test_huge_zalloc);
+    tcase_add_test(tc, test_huge_advise);
     suite_add_tcase(s, tc);
     return s;
 }
