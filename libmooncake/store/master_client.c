@@ -529,6 +529,15 @@ static mc_status_t check_frame(mc_mconn_t *conn, size_t start)
     return MC_OK;
 }
 
+void mc_mconn_during_send(void *arg)
+{
+    mc_mconn_during_t *d = arg;
+    if ((d != NULL) && (d->conn != NULL)) {
+        d->send_st = mc_mconn_send(d->conn);
+        d->conn    = NULL;
+    }
+}
+
 static void run_during(mc_mconn_during_t *during)
 {
     if ((during != NULL) && (during->fn != NULL)) {
@@ -562,11 +571,19 @@ static void run_during(mc_mconn_during_t *during)
         id = mc_mconn_take_id(conn);                                                    \
         mc_wire_encode_##low##_req(&conn->wbuf, id, req);                               \
         st = check_frame(conn, 0);                                                      \
-        if (st == MC_OK)                                                                \
+        if ((st == MC_OK) && (during != NULL) && (during->fn != NULL) && during->fn_sends) { \
+            during->conn    = conn;                                                     \
+            during->send_st = MC_OK;                                                    \
+            run_during(during); /* sends our request once its own are out */            \
+            mc_mconn_during_send(during); /* unless it sent none */                     \
+            st = during->send_st;                                                       \
+        } else if (st == MC_OK) {                                                       \
             st = mc_mconn_send(conn);                                                   \
+            if (st == MC_OK)                                                            \
+                run_during(during);                                                     \
+        }                                                                               \
         if (st != MC_OK)                                                                \
             return st;                                                                  \
-        run_during(during);                                                             \
         return mc_master_recv_##low(conn, id, resp);                                    \
     }                                                                                   \
     mc_status_t mc_master_call_##low(mc_mconn_t *conn,                                  \

@@ -138,11 +138,25 @@ mc_status_t mc_mconn_recv(mc_mconn_t *conn, uint16_t opcode, uint32_t id,
  * once its request is sent and before it waits for the answer, then
  * clears @p fn (so a repeated call does not run it again).  Still set when
  * the call returns: no request was ever sent.
+ *
+ * With @p fn_sends, the call runs @p fn before it sends its request, and
+ * @p fn sends it by calling mc_mconn_during_send() as soon as its own
+ * requests are out (a read of the same value: the holder starts on it
+ * while the master wakes up); the call sends it after @p fn when @p fn
+ * did not.  The remaining fields are the call's.
  */
 typedef struct mc_mconn_during {
     void (*fn)(void *arg);
     void *arg;
+    int fn_sends;
+    mc_mconn_t *conn; /* the call's connection while its request waits for fn */
+    mc_status_t send_st;
 } mc_mconn_during_t;
+
+/* For @p fn of an mc_mconn_during_t with fn_sends: send the call's request
+ * now, once (later calls, or a call outside fn, do nothing).  Takes the
+ * mc_mconn_during_t as void * (a transfer's "sent" hook). */
+void mc_mconn_during_send(void *during);
 
 /* Typed synchronous calls, one per message of the wire table; the
  * _during forms take work to overlap with the round trip (NULL: none). */

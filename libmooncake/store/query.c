@@ -598,6 +598,8 @@ typedef struct spec_reads {
                                  * NULL: none for any */
     size_t *cap;                /* its size */
     uint8_t *into;              /* per entry: read into dst (bufs[i] is dst[i]) */
+    mc_mconn_during_t *during;  /* the lookup these reads run within (its request
+                                 * goes out once theirs are: mc_mconn_during_send) */
 } spec_reads_t;
 
 /* Give up entry @p i's bytes unadopted: a buffer of ours is freed, the
@@ -658,7 +660,8 @@ static void spec_read_all(void *arg)
         idx[k++]        = i;
     }
     if (k > 0) {
-        (void)mc_te_transfer_gen(s->te, reqs, gens, k, tst);
+        (void)mc_te_transfer_gen_sent(s->te, reqs, gens, k, tst, mc_mconn_during_send,
+                                      sr->during);
         for (size_t j = 0; j < k; j++)
             sr->st[idx[j]] = tst[j];
     }
@@ -750,8 +753,10 @@ static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, 
     uint8_t *buf        = NULL;
     uint8_t into        = 0;
     mc_status_t rst     = MC_TRANSFER_FAIL, st;
-    spec_reads_t sr     = {s, 1, NULL, &sq, &buf, &rst, &dst, &cap, &into};
-    mc_mconn_during_t d = {spec_read_all, &sr};
+    spec_reads_t sr     = {s, 1, NULL, &sq, &buf, &rst, &dst, &cap, &into, NULL};
+    mc_mconn_during_t d = {spec_read_all, &sr, 1, NULL, MC_OK};
+
+    sr.during = &d;
 
     st = query_master(s, key, klen, query_p, NULL, c, epoch, &d, 0);
     if (st == MC_OK) {
@@ -851,7 +856,7 @@ int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
     }
     /* the master looks the key up while the record is read */
     hint_read_t hr      = {h, {key, (uint32_t)klen}, buf, MC_TRANSFER_FAIL};
-    mc_mconn_during_t d = {hint_read_run, &hr};
+    mc_mconn_during_t d = {hint_read_run, &hr, 0, NULL, MC_OK};
     *st_p               = query_master(s, key, klen, query_p, NULL, c, epoch, &d, 1);
     if (*st_p == MC_OK) {
         q       = *query_p;
@@ -1256,7 +1261,9 @@ static mc_status_t batch_query(mc_store_h s, const char *const *keys, size_t n,
     req.keys.n = (uint32_t)nsel;
     req.keys.v = wkeys;
     t0 = mc_now_ns();
-    mc_mconn_during_t d = {spec_read_all, sr};
+    mc_mconn_during_t d = {spec_read_all, sr, 1, NULL, MC_OK};
+    if (sr != NULL)
+        sr->during = &d;
     st = mc_master_pool_call_during_batch_get_replica_list(
         &s->pool, &conn, &req, &resp, ((sr != NULL) && (sr->n > 0)) ? &d : NULL);
     if ((st == MC_OK) && (resp.results.n != nsel)) {
@@ -1334,7 +1341,7 @@ mc_status_t mc_store_do_batch_query_cached_to(mc_store_h s, const char *const *k
     void *sp_dst[MC_SPEC_BATCH];
     size_t sp_cap[MC_SPEC_BATCH];
     uint8_t sp_into[MC_SPEC_BATCH];
-    spec_reads_t sr = {s, 0, sp_pos, sp_q, sp_buf, sp_st, sp_dst, sp_cap, sp_into};
+    spec_reads_t sr = {s, 0, sp_pos, sp_q, sp_buf, sp_st, sp_dst, sp_cap, sp_into, NULL};
 
     if ((c == NULL) || (n == 0) || (n > MC_WIRE_MAX_LIST))
         return mc_store_do_batch_query(s, keys, n, queries, statuses);

@@ -916,6 +916,19 @@ static mc_te_shm_peer_t *segment_shm(mc_te_segment_t *s)
 }
 
 /* Move one request through shared memory; 1 when done (*st_p written). */
+/* The hook of mc_te_transfer_gen_sent, armed on the calling thread. */
+static __thread void (*sent_hook_fn)(void *);
+static __thread void *sent_hook_arg;
+
+void mc_te_sent_hook_run(void)
+{
+    void (*fn)(void *) = sent_hook_fn;
+    if (fn != NULL) {
+        sent_hook_fn = NULL;
+        fn(sent_hook_arg);
+    }
+}
+
 static int shm_try(mc_te_t *te, mc_te_shm_peer_t *p, mc_te_op_t op, void *local,
                    uint64_t remote, uint64_t len, uint64_t gen, mc_status_t *st_p)
 {
@@ -995,6 +1008,7 @@ static mc_status_t gen_refused(mc_te_op_t op, const char *seg, uint64_t addr, ui
 
 static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
 {
+    mc_te_sent_hook_run(); /* a copy, no request to send first */
     mc_te_region_t *r = mc_te_region_acquire(te, it->remote, it->len, MC_TE_MEM_REMOTE_ACCESS);
     if (r == NULL)
         return range_refused(it->op, te->local_name, it->remote, it->len);
@@ -1350,6 +1364,8 @@ static void run_batch(mc_te_t *te, mc_te_item_t *items, size_t nitems, mc_status
         for (size_t w = 1; w < runs; w++)
             pthread_cond_signal(&te->pool_cond);
     }
+    /* the workers send on their own threads */
+    mc_te_sent_hook_run();
     /* The caller works too, and only on its own batch. */
     while (b.next < b.nitems)
         batch_step(te, &b);
@@ -1680,6 +1696,23 @@ oom:
             statuses[i] = MC_INTERNAL_ERROR;
     mc_set_error_detail("out of memory");
     return MC_INTERNAL_ERROR;
+}
+
+mc_status_t mc_te_transfer_gen_sent(mc_te_t *te, const mc_te_request_t *reqs,
+                                    const uint64_t *gens, size_t n, mc_status_t *statuses,
+                                    void (*sent)(void *), void *arg)
+{
+    mc_status_t st;
+
+    if ((sent != NULL) && ((te == NULL) || !te->tp_ops->runs_sent_hook)) {
+        sent(arg);
+        sent = NULL;
+    }
+    sent_hook_fn  = sent;
+    sent_hook_arg = arg;
+    st            = mc_te_transfer_gen(te, reqs, gens, n, statuses);
+    mc_te_sent_hook_run(); /* nothing was sent (or all refused first) */
+    return st;
 }
 
 /* ---- background jobs ---------------------------------------------------------- */

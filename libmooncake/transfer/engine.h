@@ -133,6 +133,10 @@ typedef struct mc_te_transport_ops {
     void (*mem_dereg)(void *priv, mc_te_region_t *r);          /* optional */
     mc_status_t (*desc_fill)(void *priv, mc_te_desc_t *d,
                              mc_te_region_t *const *regions);  /* optional */
+    /* Nonzero: xfer, xfer_run and xfer_spread call mc_te_sent_hook_run()
+     * once their requests are sent, before they wait for the answers
+     * (mc_te_transfer_gen_sent). */
+    int runs_sent_hook;
 } mc_te_transport_ops_t;
 
 /*
@@ -415,6 +419,26 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
  */
 mc_status_t mc_te_transfer_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
                                size_t n, mc_status_t *statuses);
+
+/*
+ * mc_te_transfer_gen that also runs @p sent(@p arg) exactly once: as soon
+ * as the requests are on their way.  Where this thread sends them over a
+ * transport that reports it (tcp), that is between the send and the wait
+ * for the answers; where the bytes move without such a send (this
+ * engine's own memory, a same-host holder's mapping, another transport,
+ * a batch that workers take part in), before they move.  The store sends
+ * its lookup to the master there: the holder, often polling for its next
+ * request, starts on the read while the master wakes up, where a lookup
+ * sent first got the CPU first on a small host and the two ran one after
+ * the other.  @p sent must not transfer through this engine.
+ */
+mc_status_t mc_te_transfer_gen_sent(mc_te_t *te, const mc_te_request_t *reqs,
+                                    const uint64_t *gens, size_t n, mc_status_t *statuses,
+                                    void (*sent)(void *), void *arg);
+
+/* For transports: run the hook mc_te_transfer_gen_sent armed on this
+ * thread, if it is still armed (it runs once). */
+void mc_te_sent_hook_run(void);
 
 /* mc_te_transfer_submit with generations, as mc_te_transfer_gen. */
 mc_status_t mc_te_transfer_submit_gen(mc_te_t *te, const mc_te_request_t *reqs,

@@ -683,6 +683,121 @@ START_TEST(test_self_target_memcpy)
 END_TEST
 
 /*
+ * mc_te_transfer_gen_sent runs its hook exactly once: over TCP after the
+ * requests went out (the hook waits, bounded, for a WRITE's bytes to land
+ * at the target, which they can only if they were sent before it) and
+ * before the answers are taken (a READ's bytes are not in the caller's
+ * buffer yet when it runs), and for this engine's own memory before the
+ * bytes move (the target still holds its old bytes).  Also once for a
+ * request refused before anything moved.
+ */
+typedef struct {
+    int calls;
+    const uint8_t *at;   /* the target bytes the hook looks at */
+    const uint8_t *want; /* what they hold once the transfer's bytes landed */
+    size_t len;
+    int landed;          /* when the hook ran: 1 landed, 0 not yet */
+    int wait;            /* wait (bounded) for them to land */
+} sent_probe_t;
+
+static void sent_probe(void *arg)
+{
+    sent_probe_t *p = arg;
+    uint64_t end    = mc_now_ms() + 5000;
+    p->calls++;
+    if (p->at == NULL)
+        return;
+    do {
+        p->landed = memcmp(p->at, p->want, p->len) == 0;
+        if (p->landed || !p->wait)
+            break;
+        usleep(200);
+    } while (mc_now_ms() < end);
+}
+
+/* @p n requests of @p each bytes between @p local and @p remote (on
+ * @p seg, as @p op) through mc_te_transfer_gen_sent with sent_probe
+ * looking at @p at (wanting @p want there, @p wait: until it is): the
+ * hook ran once, and found the bytes landed as @p landed says. */
+static void sent_check(mc_te_op_t op, mc_te_segment_id_t seg, uint8_t *local, uint8_t *remote,
+                       size_t n, size_t each, const uint8_t *at, const uint8_t *want, int wait,
+                       int landed, const char *what)
+{
+    mc_te_request_t r[4];
+    mc_status_t st[4];
+    sent_probe_t p = {0, at, want, n * each, !landed, wait};
+    ck_assert_uint_le(n, 4);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (mc_te_request_t){op, local + i * each, (uint64_t)(uintptr_t)(remote + i * each),
+                                 each, seg};
+    ck_assert_status_ok(mc_te_transfer_gen_sent(A, r, NULL, n, st, sent_probe, &p));
+    ck_assert_int_eq(p.calls, 1);
+    ck_assert_msg(p.landed == landed, "the hook ran %s", what);
+}
+
+START_TEST(test_transfer_sent_hook)
+{
+    size_t cap    = 4 * MiB;
+    uint8_t *tgt  = calloc(1, cap);
+    uint8_t *src  = malloc(cap);
+    uint8_t *back = calloc(1, cap);
+    uint8_t *mine = calloc(1, 8192);
+    mc_te_request_t r;
+    mc_status_t st;
+    mc_te_segment_id_t seg, self = 99;
+    sent_probe_t p = {0, NULL, NULL, 0, 0, 0};
+
+    ck_assert_status_ok(mc_te_mem_reg(B, tgt, cap, "cpu:0", MC_TE_MEM_REMOTE_ACCESS));
+    seg = te_open(A, B);
+    te_fill(src, cap, 21);
+
+    /* WRITEs over TCP, one and a pipelined run: their bytes reach the
+     * target while the hook waits */
+    sent_check(MC_TE_WRITE, seg, src, tgt, 1, 4096, tgt, src, 1, 1, "before the WRITE was sent");
+    memset(tgt, 0, cap);
+    sent_check(MC_TE_WRITE, seg, src, tgt, 4, 8192, tgt, src, 1, 1, "before the run was sent");
+
+    /* READs -- one, a pipelined run, slices over lanes: the hook runs
+     * before their answers are taken */
+    memcpy(tgt, src, cap);
+    sent_check(MC_TE_READ, seg, back, tgt, 1, 4096, back, src, 0, 0,
+               "after the READ's answer was taken");
+    ck_assert(memcmp(back, src, 4096) == 0);
+    memset(back, 0, cap);
+    sent_check(MC_TE_READ, seg, back, tgt, 4, 8192, back, src, 0, 0,
+               "after the run's answers were taken");
+    ck_assert(memcmp(back, src, 4 * 8192) == 0);
+    memset(back, 0, cap);
+    sent_check(MC_TE_READ, seg, back, tgt, 1, 2 * MiB + 5, back, src, 0, 0,
+               "after the slices' answers were taken");
+    ck_assert(memcmp(back, src, 2 * MiB + 5) == 0);
+
+    /* refused before anything moved: still once */
+    r = (mc_te_request_t){MC_TE_READ, back, (uint64_t)(uintptr_t)tgt + cap - 8, 64, seg};
+    ck_assert_status_eq(mc_te_transfer_gen_sent(A, &r, NULL, 1, &st, sent_probe, &p),
+                        MC_INVALID_READ);
+    ck_assert_int_eq(p.calls, 1);
+
+    /* this engine's own memory: the hook runs before the copy */
+    ck_assert_status_ok(mc_te_segment_open(A, mc_te_local_name(A), &self));
+    ck_assert_status_ok(mc_te_mem_reg(A, mine, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
+    sent_check(MC_TE_WRITE, self, src, mine, 1, 8192, mine, src, 0, 0, "after the copy");
+    ck_assert(memcmp(mine, src, 8192) == 0);
+
+    /* no hook: a plain transfer */
+    r = (mc_te_request_t){MC_TE_READ, back, (uint64_t)(uintptr_t)mine, 8192, self};
+    ck_assert_status_ok(mc_te_transfer_gen_sent(A, &r, NULL, 1, &st, NULL, NULL));
+
+    ck_assert_status_ok(mc_te_mem_dereg(A, mine));
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(mine);
+    free(back);
+    free(src);
+    free(tgt);
+}
+END_TEST
+
+/*
  * Generation reads (docs/transfer.md, "Generations"): a READ that names a
  * registration generation is served only from a region registered with
  * it -- by a peer over TCP, one request, a pipelined run or the slices of
@@ -1528,6 +1643,7 @@ Suite *mc_test_transfer_suite(void)
     tcase_add_test(two, test_stale_descriptor_refused_in_pipeline);
     tcase_add_test(two, test_dereg_waits_for_inflight);
     tcase_add_test(two, test_self_target_memcpy);
+    tcase_add_test(two, test_transfer_sent_hook);
     tcase_add_test(two, test_generation_reads);
     tcase_add_test(two, test_generation_writes);
     tcase_add_test(two, test_segment_open_errors);

@@ -797,6 +797,7 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
                 pthread_rwlock_unlock(&p->map_lock);
                 return 1;
             }
+            mc_te_sent_hook_run(); /* a copy: nothing to send first */
             if (op == MC_TE_READ)
                 memcpy(local, at_p, (size_t)len);
             else

@@ -1472,6 +1472,7 @@ static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void 
     int send_errno = 0,
         sent       = lane_send(pe, fd, opcode, local, remote, len, gen, tail, &send_errno);
 
+    mc_te_sent_hook_run();
     if (sent < 0) {
         *stale_p = 0;
         *keep_p  = 0;
@@ -1695,6 +1696,7 @@ static void tcp_xfer_spread(void *priv, void *peer, mc_te_op_t op, const mc_te_x
             lane_drop(pe, lanes[j]);
         }
     }
+    mc_te_sent_hook_run();
     if (opcode == MC_TE_OPC_READ) {
         spread_drain_reads(pe, lanes, v, m, sent, serr, reused, st, again);
     } else {
@@ -1999,6 +2001,9 @@ static void lane_run(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te_xfer
     if (mc_writev_full(fd, iov, niov) != 0) {
         send_failed = 1;
         send_errno  = errno;
+    }
+    mc_te_sent_hook_run();
+    if (send_failed) {
         if ((send_errno == EAGAIN) || (send_errno == EWOULDBLOCK)) {
             mc_set_error_detail("sending to %s:%u timed out", pe->host, (unsigned)pe->port);
             peer_timed_out(pe);
@@ -2180,4 +2185,5 @@ const mc_te_transport_ops_t mc_tcp_transport_ops = {
     .xfer_run   = tcp_xfer_run,
     .xfer_spread = tcp_xfer_spread,
     .disk_read  = tcp_disk_read,
+    .runs_sent_hook = 1,
 };
