@@ -320,10 +320,12 @@ def test_serve_poll_window_is_what_a_holder_spends_between_requests(master, spaw
             time.sleep(0.04)
         spent[name] = (_cpu_ns(h.pid) - before) / 1e6
         h.stop()
-    # 70 ms of polling at most; a loaded machine may run the poller half
-    # of that, while a holder that sleeps spends well under a millisecond
-    # per get
-    assert spent["wide"] > 25, spent
-    assert spent["wide_over_busy"] > 25, spent
-    assert spent["off"] < 12, spent
-    assert spent["follows"] < 12, spent
+    # 70 ms of polling (measured idle: 69-71 ms); the test suite's
+    # machine may be busy with other builds and give the poller a part of
+    # that only, while a holder that sleeps spends about 0.1 ms per get
+    # (measured: 0.5-1.3 ms in all)
+    for polled in ("wide", "wide_over_busy"):
+        assert spent[polled] > 15, spent
+        assert spent[polled] > 3 * max(spent["off"], spent["follows"]), spent
+    assert spent["off"] < 8, spent
+    assert spent["follows"] < 8, spent
