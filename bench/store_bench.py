@@ -406,8 +406,11 @@ def measure(args, veth):
         metadata = "P2PHANDSHAKE" if args.metadata == "p2p" else \
             "http://%s:%d/metadata" % (host_b, http)
         master_addr = "%s:%d" % (host_b, rpc)
-        # the largest run, or every round of the zero-copy rows, plus room
-        holder_seg = max([ops_for(s) * s for s in sizes] + [232 << 20]) + (64 << 20)
+        # twice the largest run (or every round of the zero-copy rows), plus
+        # room: a run's removed values come back once the master has freed
+        # them, which may be after the next run started, and a segment
+        # past its high watermark evicts the values being timed
+        holder_seg = 2 * max([ops_for(s) * s for s in sizes] + [232 << 20]) + (64 << 20)
         holder, driver = Worker(env, prefix=pre_b), Worker(env, prefix=pre_a)
         workers = [holder, driver]
         h = holder.call(op="setup", metadata=metadata, master=master_addr,
