@@ -915,7 +915,6 @@ static mc_te_shm_peer_t *segment_shm(mc_te_segment_t *s)
     return ((p != NULL) && mc_te_shm_peer_alive(p)) ? p : NULL;
 }
 
-/* Move one request through shared memory; 1 when done (*st_p written). */
 /* The hook of mc_te_transfer_gen_sent, armed on the calling thread. */
 static __thread void (*sent_hook_fn)(void *);
 static __thread void *sent_hook_arg;
@@ -929,6 +928,7 @@ void mc_te_sent_hook_run(void)
     }
 }
 
+/* Move one request through shared memory; 1 when done (*st_p written). */
 static int shm_try(mc_te_t *te, mc_te_shm_peer_t *p, mc_te_op_t op, void *local,
                    uint64_t remote, uint64_t len, uint64_t gen, mc_status_t *st_p)
 {
@@ -1008,8 +1008,10 @@ static mc_status_t gen_refused(mc_te_op_t op, const char *seg, uint64_t addr, ui
 
 static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
 {
+    mc_te_region_t *r;
+
     mc_te_sent_hook_run(); /* a copy, no request to send first */
-    mc_te_region_t *r = mc_te_region_acquire(te, it->remote, it->len, MC_TE_MEM_REMOTE_ACCESS);
+    r = mc_te_region_acquire(te, it->remote, it->len, MC_TE_MEM_REMOTE_ACCESS);
     if (r == NULL)
         return range_refused(it->op, te->local_name, it->remote, it->len);
     if ((it->gen != 0) && (r->gen != it->gen)) {
