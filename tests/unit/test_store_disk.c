@@ -93,6 +93,19 @@ static void wait_disk(const char *key, char *path, size_t cap, uint64_t *off)
     }
 }
 
+/* Whether the master lists a disk replica of @p key now. */
+static int has_disk_replica(const char *key)
+{
+    char path[4096];
+    uint64_t off;
+    mc_store_query_h q = NULL;
+    mc_status_t st     = mc_store_query(store, key, &q);
+    if (st == MC_OK)
+        st = mc_store_query_disk_replica(q, path, sizeof(path), &off);
+    mc_store_query_release(q);
+    return st == MC_OK;
+}
+
 /* Clear the memory replica of @p key (a read lease may delay it). */
 static void make_disk_only(const char *key)
 {
@@ -167,10 +180,13 @@ END_TEST
  * lease the get took, and a lease lives about 95 ms here
  * (--default_kv_lease_ttl=100): a missing hint is a failure only when the
  * two calls took less than that, and otherwise (a loaded machine) the pair
- * runs again.
+ * runs again.  With @p cached_only the hint is the lease's alone, and a
+ * value that reached the disk tier before the get (the offloader writes
+ * every new value there) has none: the location cache keeps no object
+ * with a disk replica (docs/architecture.md); a miss is then no failure.
  */
 static void assert_hint_after_get(const char *key, uint8_t *buf, const uint8_t *want, size_t n,
-                                  const char *what)
+                                  int cached_only, const char *what)
 {
     for (int i = 0; i < 20; i++) {
         uint64_t size = 0, hint = 0, t0 = mc_test_now_ms();
@@ -184,6 +200,8 @@ static void assert_hint_after_get(const char *key, uint8_t *buf, const uint8_t *
             ck_assert_uint_eq(hint, n);
             return;
         }
+        if (cached_only && has_disk_replica(key))
+            return;
         ck_assert_msg(mc_test_now_ms() - t0 >= 90, "%s: no size hint right after the get (%s)",
                       what, mc_status_name(st));
     }
@@ -214,7 +232,7 @@ START_TEST(test_disk_hints_never_return_an_outdated_record)
     ck_assert_status_ok(mc_store_get_size_hint(store, "hk", &hint));
     ck_assert_uint_eq(hint, N);
     make_disk_only("hk");
-    assert_hint_after_get("hk", got, v1, N, "a disk-only read leaves a size hint");
+    assert_hint_after_get("hk", got, v1, N, 0, "a disk-only read leaves a size hint");
     /* the overlapped read, byte-exact */
     memset(got, 0, sizeof(got));
     ck_assert_status_ok(mc_store_get(store, "hk", got, sizeof(got), &size));
@@ -224,7 +242,7 @@ START_TEST(test_disk_hints_never_return_an_outdated_record)
     /* upserted: the new value from memory, though the hinted record reads
      * fine; no disk hint now, but the lease that get took knows the size */
     ck_assert_status_ok(mc_store_upsert(store, "hk", v2, N, NULL));
-    assert_hint_after_get("hk", got, v2, N, "a get after an upsert");
+    assert_hint_after_get("hk", got, v2, N, 1, "a get after an upsert");
 
     /* the new value on disk only: its own record, not the hinted one */
     wait_disk("hk", path, sizeof(path), &off);
