@@ -459,15 +459,22 @@ static int several_cpus(void)
     return (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) && (CPU_COUNT(&cpus) >= 2);
 }
 
+/* @p var's value, or NULL when it is unset or empty. */
+static const char *env_set(const char *var)
+{
+    const char *e = getenv(var);
+    return ((e != NULL) && (*e != '\0')) ? e : NULL;
+}
+
 /* The window @p var sets (UINT32_MAX - 1 when its value is bad), or
  * @p dflt when it is unset or empty, cached in @p cache. */
 static unsigned poll_window_resolve(unsigned *cache, const char *var, unsigned (*dflt)(void))
 {
     unsigned v = __atomic_load_n(cache, __ATOMIC_RELAXED);
     if (v == UINT32_MAX) {
-        const char *e = getenv(var);
+        const char *e = env_set(var);
         uint64_t x;
-        if ((e != NULL) && (*e != '\0'))
+        if (e != NULL)
             v = ((mc_parse_u64(e, &x) == 0) && (x <= MC_BUSY_POLL_MAX_US)) ? (unsigned)x
                                                                            : UINT32_MAX - 1;
         else
@@ -491,8 +498,7 @@ static unsigned busy_poll_resolve(void)
  * there still turns every window off), else its own default. */
 static unsigned serve_poll_default(void)
 {
-    const char *e = getenv("MC_TE_BUSY_POLL_US");
-    if ((e != NULL) && (*e != '\0'))
+    if (env_set("MC_TE_BUSY_POLL_US") != NULL)
         return busy_poll_resolve();
     return several_cpus() ? MC_SERVE_POLL_DEFAULT_US : 0;
 }
@@ -654,10 +660,8 @@ void *mc_huge_zalloc(size_t size)
         (void)munmap(raw, head);
     if (tail > 0)
         (void)munmap(p + len, tail);
-#ifdef MADV_HUGEPAGE
     /* a hint: where refused (THP off), the pages are ordinary ones */
-    (void)madvise(p, len, MADV_HUGEPAGE);
-#endif
+    mc_huge_advise(p, len);
     return p;
 }
 
