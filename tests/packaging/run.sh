@@ -35,7 +35,7 @@ die() { printf 'packaging: FAILED: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "needs root (dpkg -i); run it in CI or as root"
 for p in $pkgs; do
-    if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    if grep -q "ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)"; then
         die "$p is installed already; this test installs and purges the packages itself"
     fi
 done
@@ -46,7 +46,7 @@ work=$(mktemp -d /tmp/mooncake-pkg.XXXXXX)
 master_pid=""
 installed=0
 cleanup() {
-    local rc=$?
+    local rc=$? st
     if [ -n "$master_pid" ] && kill -0 "$master_pid" 2>/dev/null; then
         kill -TERM "$master_pid" 2>/dev/null || true
         for _ in $(seq 100); do kill -0 "$master_pid" 2>/dev/null || break; sleep 0.1; done
@@ -60,7 +60,8 @@ cleanup() {
             getent group mooncake >/dev/null && { groupdel mooncake || rc=1; }
         fi
         for p in $pkgs; do
-            if dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -qv "not-installed"; then
+            st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+            if [ -n "$st" ] && [[ $st != *not-installed* ]]; then
                 echo "packaging: $p is still installed after the purge" >&2
                 rc=1
             fi
@@ -151,7 +152,7 @@ expect() { # expect WHAT WANTED COMMAND...: COMMAND prints WANTED on stdout
     shift 2
     out=$(cd "$work" && env -u PYTHONPATH -u LUA_PATH -u LUA_CPATH -u LD_LIBRARY_PATH \
         "$@" 2>"$work/err.log") || { cat "$work/err.log"; die "$what exited with an error"; }
-    printf '%s\n' "$out" | grep -qxF "$want" ||
+    grep -qxF "$want" <<<"$out" ||
         { printf '%s\n' "$out"; cat "$work/err.log"; die "$what did not print '$want'"; }
     log "$what: ok"
 }
@@ -159,7 +160,10 @@ expect() { # expect WHAT WANTED COMMAND...: COMMAND prints WANTED on stdout
 # C, through pkg-config, against /usr/include and the installed library
 cc -o "$work/hello" "$top/examples/hello.c" $(pkg-config --cflags --libs mooncake) ||
     die "cc examples/hello.c \$(pkg-config --cflags --libs mooncake)"
-ldd "$work/hello" | grep -q "/libmooncake.so.1 " || die "hello does not link libmooncake.so.1"
+# grep reads ldd's whole output from a string: "ldd | grep -q" under pipefail
+# fails whenever grep exits before ldd has written its last line (SIGPIPE)
+links=$(ldd "$work/hello") || die "ldd $work/hello"
+grep -q "/libmooncake.so.1 " <<<"$links" || { printf '%s\n' "$links"; die "hello does not link libmooncake.so.1"; }
 expect "C hello (pkg-config)" "hello_key = Hello, Mooncake Store!" \
     "$work/hello" --master "127.0.0.1:$rpc"
 
