@@ -535,8 +535,7 @@ static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
  * if the answer came first, is held by the lease it grants until the read
  * is done).  Otherwise the answer is used as any lookup's, and the bytes
  * read are thrown away.  Either way the answer's lease replaces the entry
- * with an ordinary one.  Values above MC_SPEC_MAX_BYTES are not worth the
- * copy and take the ordinary path.
+ * with an ordinary one.
  *
  * Where the caller's buffer for the whole value is known before the
  * lookup (get, get_into, batch_get_into with one buffer per key), the
@@ -544,8 +543,17 @@ static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
  * query marked `landed` there: no copy.  A refuted one leaves no byte of
  * another value behind: the range read is zeroed before the ordinary
  * read (or the error) that follows.
+ *
+ * Sizes (spec_usable): a value of at most MC_SPEC_MAX_BYTES is read
+ * speculatively either way; a larger one, up to MC_SPEC_MAX_INTO_BYTES,
+ * only straight into the caller's buffer (into our own it would cost a
+ * copy of its whole size); above that, or a larger one with no caller's
+ * buffer, the lookup goes first, as a miss.  A refuted read of a large
+ * value wastes that many bytes of the holder's bandwidth, which is why
+ * the entries stop at MC_SPEC_MAX_INTO_BYTES.
  */
-#define MC_SPEC_MAX_BYTES (256u * 1024u)
+#define MC_SPEC_MAX_BYTES      (256u * 1024u)
+#define MC_SPEC_MAX_INTO_BYTES (16u * 1024u * 1024u)
 /* speculative entries read with one batch lookup at most (the rest wait
  * for the answer, as misses) */
 #define MC_SPEC_BATCH     64u
@@ -558,7 +566,7 @@ struct mc_store_query *mc_store_spec_build(mc_store_h s, const char *key, uint64
     mc_wire_replica_list_t l;
     struct mc_store_query *q = NULL;
 
-    if ((store_cache(s) == NULL) || (size == 0) || (size > MC_SPEC_MAX_BYTES) ||
+    if ((store_cache(s) == NULL) || (size == 0) || (size > MC_SPEC_MAX_INTO_BYTES) ||
         (reps->n == 0) || (reps->n > MC_ARRAY_SIZE(stack)))
         return NULL;
     /* written and sealed: complete, as the master now says too */
@@ -574,6 +582,13 @@ struct mc_store_query *mc_store_spec_build(mc_store_h s, const char *key, uint64
     }
     q->spec = 1;
     return q;
+}
+
+/* May speculative entry @p q be read before its lookup is answered, with
+ * @p dst (@p cap bytes; NULL: none) the caller's buffer for the value? */
+static int spec_usable(const struct mc_store_query *q, const void *dst, size_t cap)
+{
+    return (q->size <= MC_SPEC_MAX_BYTES) || ((dst != NULL) && (q->size <= cap));
 }
 
 void mc_store_spec_note(mc_store_h s, struct mc_store_query *q)
@@ -795,6 +810,10 @@ static mc_status_t do_query_to(mc_store_h s, const char *key, mc_store_query_h *
         if ((q != NULL) && !q->spec) {
             *query_p = q;
             return MC_OK;
+        }
+        if ((q != NULL) && !spec_usable(q, dst, cap)) {
+            free(q); /* a miss: the master's answer replaces the entry */
+            q = NULL;
         }
         if (q != NULL) {
             st = spec_query(s, c, key, klen, q, epoch, dst, cap, query_p);
@@ -1367,6 +1386,12 @@ mc_status_t mc_store_do_batch_query_cached_to(mc_store_h s, const char *const *k
         if ((keys[i] != NULL) && (strlen(keys[i]) > 0) &&
             (mc_store_check_key(keys[i], &klen) == MC_OK))
             queries[i] = cache_lookup(c, keys[i], klen, sr.n < MC_SPEC_BATCH);
+        if ((queries[i] != NULL) && queries[i]->spec &&
+            !spec_usable(queries[i], (dsts != NULL) ? dsts[i] : NULL,
+                         (dsts != NULL) ? caps[i] : 0)) {
+            free(queries[i]); /* a miss: the master's answer replaces the entry */
+            queries[i] = NULL;
+        }
         if ((queries[i] != NULL) && queries[i]->spec) {
             sp_q[sr.n]     = queries[i];
             sp_buf[sr.n]   = NULL;

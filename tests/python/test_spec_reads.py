@@ -153,14 +153,31 @@ def test_own_writes_replace_the_remembered_location(master, holder, writer):
     assert spec(port) == (c0, r0)
 
 
-def test_large_values_take_the_ordinary_path(master, holder, writer):
+def test_large_values_are_read_ahead_only_into_the_callers_buffer(master, holder, other,
+                                                                    writer, regbuf):
+    """Above 256 KiB a remembered location is read before the answer only
+    where the bytes go straight into the caller's buffer (get sizes its
+    bytes first; get_into); get_batch, which reads into buffers made after
+    the lookup, and values above 16 MiB take the ordinary path.  A refuted
+    large read leaves the caller's buffer zeroed, as a small one does."""
     _, hname = holder
     s, port = writer
-    k = keys_(1)[0]
-    assert s.put(k, checked_value(k, 1, 1 * MiB), on(hname)) == 0
+    k1, k2, k3, k4 = keys_(4)
+    for k, size in ((k1, MiB), (k2, MiB), (k3, 17 * MiB), (k4, MiB)):
+        assert s.put(k, checked_value(k, 1, size), on(hname)) == 0
     c0, r0 = spec(port)
-    assert s.get(k) == checked_value(k, 1, 1 * MiB)
-    assert spec(port) == (c0, r0)
+    assert s.get(k1) == checked_value(k1, 1, MiB)
+    assert spec(port) == (c0 + 1, r0)
+    assert s.get_batch([k2]) == [checked_value(k2, 1, MiB)]
+    assert s.get(k3) == checked_value(k3, 1, 17 * MiB)
+    assert spec(port) == (c0 + 1, r0)
+
+    remove_and_fill(other, hname, [k4], "fill")
+    buf = regbuf(s, MiB)
+    buf[:] = 0xEE
+    assert s.get_into(k4, buf.ctypes.data, MiB) < 0
+    assert bytes(buf) == bytes(MiB)
+    assert spec(port) == (c0 + 1, r0 + 1)
 
 
 def test_cache_off_remembers_nothing(master, holder, spawn_client):
