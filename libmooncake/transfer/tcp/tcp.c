@@ -546,18 +546,19 @@ static int serve_disk_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
  * and wake the initiator twice per batch.
  *
  * @p hdrs holds the @p n bytes serve_next peeked at.  Returns the number
- * of requests served, 0 when the caller must take the one-request path
- * (the queue starts with a partial header, a WRITE, a DESCRIBE or
- * garbage), or -1 to close.
+ * of requests served (*moved_p: the bytes they asked for), 0 when the
+ * caller must take the one-request path (the queue starts with a partial
+ * header, a WRITE, a DESCRIBE or garbage), or -1 to close.
  */
 #define MC_TCP_SERVE_RUN 64
 
-static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n)
+static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n, uint64_t *moved_p)
 {
     uint8_t resps[MC_TCP_SERVE_RUN][MC_TE_RESP_HDR_SIZE];
     struct iovec iov[2 * MC_TCP_SERVE_RUN];
     mc_te_region_t *regs[MC_TCP_SERVE_RUN];
     mc_te_req_hdr_t h;
+    uint64_t moved = 0;
     int k = 0, niov = 0, rc;
 
     while ((k < MC_TCP_SERVE_RUN) && ((size_t)(k + 1) * MC_TE_REQ_HDR_SIZE <= n) &&
@@ -578,6 +579,7 @@ static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n)
             mc_te_resp_encode(resps[k], MC_INVALID_READ, 0);
         } else {
             mc_te_resp_encode(resps[k], MC_OK, h.length);
+            moved += h.length;
         }
         iov[niov].iov_base = resps[k];
         iov[niov].iov_len  = MC_TE_RESP_HDR_SIZE;
@@ -591,6 +593,7 @@ static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n)
     }
     if (k == 0)
         return 0;
+    *moved_p = moved;
     /* The k headers are already queued: consume exactly them. */
     rc = (recv_exact(fd, hdrs, (size_t)k * MC_TE_REQ_HDR_SIZE, NULL) == 0)
              ? mc_writev_full(fd, iov, niov)
@@ -603,9 +606,9 @@ static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n)
 
 /*
  * Wait for the next request on a served connection and peek at what is
- * queued, up to @p cap bytes, into @p buf: first in the busy-poll window,
- * then asleep, marked idle meanwhile (the acceptor may then close it to
- * make room, accept_admit()).  The sleep is the peek itself where the
+ * queued, up to @p cap bytes, into @p buf: first in a busy-poll window of
+ * @p spin_us (serve_window), then asleep, marked idle meanwhile (the
+ * acceptor may then close it to make room, accept_admit()).  The sleep is the peek itself where the
  * socket's receive timeout (MC_TCP_STATUS_TIMEOUT_SEC) lets it re-check
  * the idle limit and shutdown often enough: at most that timeout late,
  * and never past twice the idle limit.  Otherwise (no receive timeout, or
@@ -614,7 +617,8 @@ static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n)
  * when the peer hung up, the connection has been idle for
  * tp->idle_timeout_s, the transport is stopping or the socket failed.
  */
-static ssize_t serve_next(mc_tcp_t *tp, mc_tcp_conn_t *c, uint8_t *buf, size_t cap)
+static ssize_t serve_next(mc_tcp_t *tp, mc_tcp_conn_t *c, uint8_t *buf, size_t cap,
+                          unsigned spin_us)
 {
     uint64_t limit = (uint64_t)tp->idle_timeout_s * 1000u;
     int in_peek    = (tp->io_timeout_s > 0) &&
@@ -624,7 +628,7 @@ static ssize_t serve_next(mc_tcp_t *tp, mc_tcp_conn_t *c, uint8_t *buf, size_t c
 
     /* A peer that sends its next request right after our answer (a
      * caller reading one key after another) finds us polling, not asleep. */
-    n = mc_spin_recv(c->fd, buf, cap, MSG_PEEK, tp->serve_poll_us);
+    n = mc_spin_recv(c->fd, buf, cap, MSG_PEEK, spin_us);
     if (n != MC_SPIN_NONE)
         return (n > 0) ? n : -1;
     start = mc_now_ms();
@@ -657,12 +661,28 @@ static ssize_t serve_next(mc_tcp_t *tp, mc_tcp_conn_t *c, uint8_t *buf, size_t c
     return (n > 0) ? n : -1;
 }
 
+/*
+ * The busy-poll window before waiting for the next request, after serving
+ * requests that asked for @p moved bytes.  After a large transfer it is
+ * none: the initiator is still receiving (or has just sent) that many
+ * bytes, and on a small host a thread polling here takes the CPU the
+ * copies on both sides need, while one wake-up for the next request costs
+ * little next to the transfer (docs/transfer.md §8.1).
+ */
+#define TCP_SERVE_POLL_MAX_MOVED (256u * 1024u)
+
+static unsigned serve_window(const mc_tcp_t *tp, uint64_t moved)
+{
+    return (moved >= TCP_SERVE_POLL_MAX_MOVED) ? 0 : tp->serve_poll_us;
+}
+
 static void *conn_main(void *arg)
 {
     mc_tcp_conn_t *c = arg;
     mc_tcp_t *tp     = c->tp;
     uint8_t hdrs[MC_TCP_SERVE_RUN * MC_TE_REQ_HDR_SIZE];
     mc_te_req_hdr_t h;
+    uint64_t moved = 0; /* the bytes the last request (or run) asked for */
 
     if (tp->te->auth != NULL) {
         int rc;
@@ -676,11 +696,11 @@ static void *conn_main(void *arg)
         }
     }
     for (;;) {
-        ssize_t n = serve_next(tp, c, hdrs, sizeof(hdrs));
+        ssize_t n = serve_next(tp, c, hdrs, sizeof(hdrs), serve_window(tp, moved));
         int rc;
         if (n < 0)
             break;
-        rc = serve_read_run(tp, c->fd, hdrs, (size_t)n);
+        rc = serve_read_run(tp, c->fd, hdrs, (size_t)n, &moved);
         if (rc < 0)
             break;
         if (rc > 0)
@@ -688,6 +708,7 @@ static void *conn_main(void *arg)
         if (((size_t)n >= MC_TE_REQ_HDR_SIZE) && (mc_te_req_decode(hdrs, &h) == 0) &&
             (h.opcode == MC_TE_OPC_WRITE)) {
             /* its header is still queued: taken with the payload */
+            moved = h.length;
             if (serve_write(tp, c->fd, &h, 1) != 0)
                 break;
             continue;
@@ -698,6 +719,10 @@ static void *conn_main(void *arg)
             mc_debug("closing data connection: malformed request header");
             break;
         }
+        moved = ((h.opcode == MC_TE_OPC_READ) || (h.opcode == MC_TE_OPC_WRITE) ||
+                 (h.opcode == MC_TE_OPC_DISK_READ))
+                    ? h.length
+                    : 0;
         switch (h.opcode) {
         case MC_TE_OPC_READ:
             rc = serve_read(tp, c->fd, &h);
