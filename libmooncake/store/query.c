@@ -324,12 +324,16 @@ static void cache_insert(mc_loc_cache_t *c, const struct mc_store_query *q, uint
     mc_loc_cache_put(c, q->ckey, strlen(q->ckey), q, q->blob_len, d, epoch);
 }
 
+static int spec_usable(const struct mc_store_query *q, const void *dst, size_t cap);
+
 /* A query for @p key from the cache, or NULL.  The blob was built at
  * blob_base: its string pointers move with it.  A speculative entry
- * (spec set: no lease behind it) is returned only with @p spec_ok; else
- * it counts as a miss and stays. */
+ * (spec set: no lease behind it) is returned only with @p spec_ok, and
+ * when its size allows a read into @p dst (@p cap bytes; NULL: none,
+ * spec_usable); else it counts as a miss and stays until the master's
+ * answer replaces it. */
 static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, size_t klen,
-                                           int spec_ok)
+                                           int spec_ok, const void *dst, size_t cap)
 {
     size_t len;
     uint64_t deadline;
@@ -338,7 +342,7 @@ static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, s
 
     if (q == NULL)
         return NULL;
-    if (q->spec && !spec_ok) {
+    if (q->spec && (!spec_ok || !spec_usable(q, dst, cap))) {
         free(q);
         return NULL;
     }
@@ -806,14 +810,10 @@ static mc_status_t do_query_to(mc_store_h s, const char *key, mc_store_query_h *
         return st;
     if (c != NULL) {
         epoch                    = mc_loc_cache_epoch(c);
-        struct mc_store_query *q = cache_lookup(c, key, klen, 1);
+        struct mc_store_query *q = cache_lookup(c, key, klen, 1, dst, cap);
         if ((q != NULL) && !q->spec) {
             *query_p = q;
             return MC_OK;
-        }
-        if ((q != NULL) && !spec_usable(q, dst, cap)) {
-            free(q); /* a miss: the master's answer replaces the entry */
-            q = NULL;
         }
         if (q != NULL) {
             st = spec_query(s, c, key, klen, q, epoch, dst, cap, query_p);
@@ -864,7 +864,7 @@ int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
         return 0;
     }
     if (c != NULL) {
-        q = cache_lookup(c, key, klen, 0);
+        q = cache_lookup(c, key, klen, 0, NULL, 0);
         if (q != NULL) {
             free(h);
             *query_p = q;
@@ -1385,13 +1385,9 @@ mc_status_t mc_store_do_batch_query_cached_to(mc_store_h s, const char *const *k
         statuses[i] = MC_OK;
         if ((keys[i] != NULL) && (strlen(keys[i]) > 0) &&
             (mc_store_check_key(keys[i], &klen) == MC_OK))
-            queries[i] = cache_lookup(c, keys[i], klen, sr.n < MC_SPEC_BATCH);
-        if ((queries[i] != NULL) && queries[i]->spec &&
-            !spec_usable(queries[i], (dsts != NULL) ? dsts[i] : NULL,
-                         (dsts != NULL) ? caps[i] : 0)) {
-            free(queries[i]); /* a miss: the master's answer replaces the entry */
-            queries[i] = NULL;
-        }
+            queries[i] = cache_lookup(c, keys[i], klen, sr.n < MC_SPEC_BATCH,
+                                      (dsts != NULL) ? dsts[i] : NULL,
+                                      (dsts != NULL) ? caps[i] : 0);
         if ((queries[i] != NULL) && queries[i]->spec) {
             sp_q[sr.n]     = queries[i];
             sp_buf[sr.n]   = NULL;
