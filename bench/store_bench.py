@@ -19,7 +19,11 @@ only (MC_TE_SHM=0), and the raw-TCP baseline runs across the same veth.
 
     bench/store_bench.py [--build-dir build] [--sizes 4096,65536,...]
                          [--transport auto|tcp] [--net loopback|veth|both]
-                         [--plot DIR]
+                         [--repeat N] [--plot DIR]
+
+The store runs and the baseline runs of each row alternate, so that a load
+drifting over the run weighs on both sides of a ratio alike.  --repeat N
+runs the whole measurement N times and ends with each ratio's median.
 
 --plot DIR also measures memcpy at every size, prints it, and writes the
 numbers (DIR/store_bench.json) and their figures (bench/plot.py:
@@ -384,12 +388,21 @@ def main():
     ap.add_argument("--put-ab", type=int, default=0, metavar="ROUNDS",
                     help="also time puts alone against two-trip puts (a second driver with "
                          "MC_PUT_ONE_TRIP=0), alternating for ROUNDS rounds per size")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="run the whole measurement N times (a fresh master and clients "
+                         "each time) and end with every ratio's median over the N runs")
     ap.add_argument("--plot", metavar="DIR",
                     help="write store_bench.json and PNG plots into DIR (python3-matplotlib)")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.role == "worker":
         return worker_main()
+    if args.repeat < 1:
+        print("store_bench: --repeat must be at least 1", file=sys.stderr)
+        return 2
+    if args.plot and args.repeat > 1:
+        print("store_bench: --plot draws one run; use --repeat 1", file=sys.stderr)
+        return 2
     if args.net != "loopback":
         why = veth_usable()
         if why:
@@ -400,20 +413,33 @@ def main():
                   file=sys.stderr)
             return 2
     if args.net in ("loopback", "both"):
-        measure(args, None)
+        runs = []
+        for i in range(args.repeat):
+            if i > 0:
+                print()
+            runs.append(measure(args, None))
+        if args.repeat > 1:
+            print_summary("loopback", runs)
     if args.net in ("veth", "both"):
         if args.net == "both":
             print()
+        runs = []
         veth = Veth()
         try:
-            measure(args, veth)
+            for i in range(args.repeat):
+                if i > 0:
+                    print()
+                runs.append(measure(args, veth))
         finally:
             veth.close()
+        if args.repeat > 1:
+            print_summary("veth", runs)
 
 
 def measure(args, veth):
     """One run of every row, on loopback (@p veth None) or across @p veth;
-    prints its tables."""
+    prints its tables and returns its ratios (and batch rates) as a list
+    of (label, value), for --repeat's summary."""
     build = os.path.abspath(args.build_dir)
     sizes = [int(s) for s in args.sizes.split(",")]
     transport = "tcp" if veth is not None else args.transport
@@ -425,6 +451,7 @@ def measure(args, veth):
     master, rpc, http = start_master(build, ["--default_kv_lease_ttl=%d" % LEASE_MS],
                                      prefix=pre_b, host=host_b)
     workers = []
+    summary = []
     try:
         metadata = "P2PHANDSHAKE" if args.metadata == "p2p" else \
             "http://%s:%d/metadata" % (host_b, http)
@@ -469,17 +496,36 @@ def measure(args, veth):
                     srv.kill()
                     srv.wait()
 
-        def raw_tcp(size, n):
-            """Median (by throughput) of RAW_RUNS baseline runs."""
-            runs = [raw_once(size, n) for _ in range(RAW_RUNS)]
+        def raw_median(runs):
+            """The median (by throughput) of baseline runs."""
             return sorted(runs, key=lambda r: r["gbps"])[len(runs) // 2]
 
-        def median_run(**cmd):
-            """Median (by get time) of STORE_RUNS store runs.  The zero-copy
-            rows time three operations per run; each figure is the median of
-            its own, so that one slow phase does not pick the others.  The
-            put figures are the medians of their own too."""
-            runs = [driver.call(**cmd) for _ in range(STORE_RUNS)]
+        def raw_tcp(size, n):
+            """Median of RAW_RUNS baseline runs."""
+            return raw_median([raw_once(size, n) for _ in range(RAW_RUNS)])
+
+        def paired(raw_n=None, **cmd):
+            """STORE_RUNS store runs of @p cmd and RAW_RUNS baseline runs of
+            its size, interleaved (raw, store, raw, store, ...), so that a
+            load drifting over the minute this takes weighs on both sides of
+            the ratio alike: (median store run, median raw run).  @p raw_n:
+            the baseline's value count, when not the command's."""
+            store, raw = [], []
+            for i in range(max(STORE_RUNS, RAW_RUNS)):
+                if i < RAW_RUNS:
+                    raw.append(raw_once(cmd["size"], raw_n or cmd["count"]))
+                if i < STORE_RUNS:
+                    store.append(driver.call(**cmd))
+            return median_of(store), raw_median(raw)
+
+        def median_of(runs):
+            """Median (by get time) of store runs.  The zero-copy rows time
+            three operations per run; each figure is the median of its own,
+            so that one slow phase does not pick the others.  The put
+            figures are the medians of their own too."""
+            for r in runs:
+                if "error" in r:
+                    raise RuntimeError("store run failed: %s" % r["error"])
             if "get_s" in runs[0]:
                 out = dict(sorted(runs, key=lambda r: r["get_s"])[len(runs) // 2])
                 keys = ("put_s", "put_p50_us", "put_p99_us")
@@ -494,15 +540,15 @@ def measure(args, veth):
         rows = []
         for size in sizes:
             n = ops_for(size)
-            r = median_run(op="run", size=size, count=n, target=h["hostname"],
-                           lease_ms=LEASE_MS)
-            rows.append((size, n, r, raw_tcp(size, n)))
+            r, raw = paired(op="run", size=size, count=n, target=h["hostname"],
+                            lease_ms=LEASE_MS)
+            rows.append((size, n, r, raw))
 
         hot_rows = []
         for size in (4 << 10, 64 << 10):
             if size in sizes:
-                r = median_run(op="hot", size=size, count=2000, target=h["hostname"])
-                hot_rows.append((size, r, raw_tcp(size, 2000)))
+                r, raw = paired(op="hot", size=size, count=2000, target=h["hostname"])
+                hot_rows.append((size, r, raw))
 
         ab_rows = []
         for size in sizes if two_trip is not None else []:
@@ -520,9 +566,9 @@ def measure(args, veth):
         zc_rows = []
         if args.zero_copy:
             for size, batch, rounds in ((4 << 10, 32, 300), (1 << 20, 16, 12)):
-                z = median_run(op="run_zc", size=size, batch=batch, rounds=rounds,
-                               target=h["hostname"], lease_ms=LEASE_MS)
-                zc_rows.append((size, batch, z, raw_tcp(size, z["n"]),
+                z, raw = paired(raw_n=batch * rounds, op="run_zc", size=size, batch=batch,
+                                rounds=rounds, target=h["hostname"], lease_ms=LEASE_MS)
+                zc_rows.append((size, batch, z, raw,
                                 driver.call(op="memcpy", size=size, count=z["n"])))
 
         where = ("1 master + 2 client processes on loopback" if veth is None else
@@ -544,6 +590,11 @@ def measure(args, veth):
                       n / r["get_s"], r["p50_us"], r["p99_us"], raw["gbps"], raw["p50_us"],
                       get_gbps / raw["gbps"], put_gbps / raw["gbps"],
                       r["put_p50_us"] / raw["p50_us"]))
+            summary += [("%s get p50 / raw p50" % human(size), r["p50_us"] / raw["p50_us"]),
+                        ("%s get / raw (GB/s)" % human(size), get_gbps / raw["gbps"]),
+                        ("%s put p50 / raw p50" % human(size),
+                         r["put_p50_us"] / raw["p50_us"]),
+                        ("%s put / raw (GB/s)" % human(size), put_gbps / raw["gbps"])]
         if ab_rows:
             print()
             print("puts alone, one round trip (PUT_COMMIT) against two (MC_PUT_ONE_TRIP=0): "
@@ -564,6 +615,8 @@ def measure(args, veth):
                 print("%-8s | %8.1f %8.1f | %8.1f | %6.2f" % (
                     human(size), r["p50_us"], r["p99_us"], raw["p50_us"],
                     r["p50_us"] / raw["p50_us"]))
+                summary.append(("%s hot get p50 / raw p50" % human(size),
+                                r["p50_us"] / raw["p50_us"]))
         if args.plot:
             write_plots(args, rows, driver)
         if zc_rows:
@@ -579,12 +632,31 @@ def measure(args, veth):
                     human(size), batch, n / z["batch_put_s"], n / z["batch_get_s"],
                     size * n / z["batch_get_s"] / 1e9, n / z["single_get_s"], gi_gbps,
                     raw["gbps"], gi_gbps / raw["gbps"], mc["gbps"]))
+                summary += [("%s x %d batch_get_into (keys/s)" % (human(size), batch),
+                             n / z["batch_get_s"]),
+                            ("%s get_into / raw (GB/s)" % human(size), gi_gbps / raw["gbps"])]
             print("memcpy: GB/s of numpy.copyto in the driver, the same sizes and count "
                   "(the ceiling of a same-host get)")
     finally:
         for w in workers:
             w.stop()
         stop_master(master)
+    return summary
+
+
+def print_summary(title, runs):
+    """--repeat: every figure of @p runs (one measure() list per run) with
+    its median over the runs."""
+    print()
+    print("%s: %d runs, each figure with its median over them" % (title, len(runs)))
+    width = max(len(label) for label, _ in runs[0])
+    for k, (label, _) in enumerate(runs[0]):
+        vals = [run[k][1] for run in runs]
+        fmt = "%.0f" if max(vals) >= 100 else "%.2f"
+        med = sorted(vals)[len(vals) // 2] if len(vals) % 2 else \
+            sum(sorted(vals)[len(vals) // 2 - 1:len(vals) // 2 + 1]) / 2
+        print("%-*s  median %8s  | %s" % (width, label, fmt % med,
+                                          " ".join(fmt % v for v in vals)))
 
 
 def write_plots(args, rows, driver):
