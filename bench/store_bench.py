@@ -35,6 +35,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -413,27 +414,27 @@ def main():
                   file=sys.stderr)
             return 2
     if args.net in ("loopback", "both"):
-        runs = []
-        for i in range(args.repeat):
-            if i > 0:
-                print()
-            runs.append(measure(args, None))
-        if args.repeat > 1:
-            print_summary("loopback", runs)
+        measure_repeated(args, None, "loopback")
     if args.net in ("veth", "both"):
         if args.net == "both":
             print()
-        runs = []
         veth = Veth()
         try:
-            for i in range(args.repeat):
-                if i > 0:
-                    print()
-                runs.append(measure(args, veth))
+            measure_repeated(args, veth, "veth")
         finally:
             veth.close()
-        if args.repeat > 1:
-            print_summary("veth", runs)
+
+
+def measure_repeated(args, veth, title):
+    """measure() --repeat times; with more than one run, every ratio's
+    median over them after the last run's tables."""
+    runs = []
+    for i in range(args.repeat):
+        if i > 0:
+            print()
+        runs.append(measure(args, veth))
+    if args.repeat > 1:
+        print_summary(title, runs)
 
 
 def measure(args, veth):
@@ -653,9 +654,7 @@ def print_summary(title, runs):
     for k, (label, _) in enumerate(runs[0]):
         vals = [run[k][1] for run in runs]
         fmt = "%.0f" if max(vals) >= 100 else "%.2f"
-        med = sorted(vals)[len(vals) // 2] if len(vals) % 2 else \
-            sum(sorted(vals)[len(vals) // 2 - 1:len(vals) // 2 + 1]) / 2
-        print("%-*s  median %8s  | %s" % (width, label, fmt % med,
+        print("%-*s  median %8s  | %s" % (width, label, fmt % statistics.median(vals),
                                           " ".join(fmt % v for v in vals)))
 
 
