@@ -16,6 +16,7 @@
 mooncake_py_sources = \
 	bindings/python/mooncake/__init__.py \
 	bindings/python/mooncake/_errors.py \
+	bindings/python/mooncake/_malloc.py \
 	bindings/python/mooncake/_tensor.py \
 	bindings/python/mooncake/_util.py \
 	bindings/python/mooncake/buffer_pool.py \

@@ -56,7 +56,7 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, overload
 
 from mooncake import capi as _capi
-from mooncake import _util
+from mooncake import _malloc, _util
 from mooncake._errors import ErrorCode, describe, last_error_detail
 from mooncake._tensor import TensorMethods
 # Upstream's mooncake.store exports the pool too (and the Registered* names).
@@ -684,6 +684,8 @@ class MooncakeDistributedStore(TensorMethods):
                 os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "")
             if not ssd_offload_path or "\0" in ssd_offload_path:
                 return int(ErrorCode.INVALID_PARAMS)
+        if self._malloc_refused():
+            return int(ErrorCode.INVALID_PARAMS)
         rc = self._store.setup(local_hostname, metadata_server, global_segment_size,
                                local_buffer_size, protocol, rdma_devices,
                                master_server_addr, tenant_id, engine,
@@ -697,7 +699,17 @@ class MooncakeDistributedStore(TensorMethods):
         if rc == 0:
             # BufferPool sizes its overflow budget from this.
             self._local_buffer_size = local_buffer_size
+            _malloc.tune_once()
         return rc
+
+    @staticmethod
+    def _malloc_refused() -> bool:
+        """True (logged) when ``MC_PY_MALLOC_TUNE`` has a value setup refuses
+        (mooncake._malloc: the thresholds set at the first setup)."""
+        why = _malloc.setting_error()
+        if why is not None:
+            _log.error("setup: %s", why)
+        return why is not None
 
     def setup_dummy(self, mem_pool_size: int, local_buffer_size: int,
                     server_address: str) -> int:
@@ -739,10 +751,11 @@ class MooncakeDistributedStore(TensorMethods):
                 raise TypeError(f"{name} must be a non-negative int")
         if not isinstance(server_address, str):
             raise TypeError("server_address must be a str")
-        if "\0" in server_address:
+        if "\0" in server_address or self._malloc_refused():
             return int(ErrorCode.INVALID_PARAMS)
         rc = self._store.setup_dummy(mem_pool_size, local_buffer_size, server_address)
         if rc == 0:
+            _malloc.tune_once()
             self._local_buffer_size = local_buffer_size
             self._dummy = True
         return rc
