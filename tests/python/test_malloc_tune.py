@@ -77,8 +77,9 @@ def test_zero_leaves_the_allocator_alone(master):
     assert out["after"] == {"in_heap": False, "kept": False}
 
 
-def test_one_is_the_default(master):
-    out, _ = run_probe(master, MC_PY_MALLOC_TUNE="1")
+@pytest.mark.parametrize("value", ["1", ""])
+def test_one_or_empty_is_the_default(master, value):
+    out, _ = run_probe(master, MC_PY_MALLOC_TUNE=value)
     assert (out["rc"], out["after"]) == (0, {"in_heap": True, "kept": True})
 
 

@@ -20,16 +20,16 @@ of free heap stays mapped for the next value instead of being faulted in
 again.
 
 ``MC_PY_MALLOC_TUNE=0`` leaves the allocator alone (``1``, the default,
-tunes it; anything else fails setup with ``INVALID_PARAMS``).  A process
-that chose its own thresholds (``MALLOC_MMAP_THRESHOLD_``,
-``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_`` or a
-``glibc.malloc`` tunable in ``GLIBC_TUNABLES``) keeps them, and so does one
-whose C library is not glibc.
+tunes it, as does an empty value; anything else fails setup with
+``INVALID_PARAMS``). A process that chose its own thresholds
+(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``,
+``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_`` or a ``glibc.malloc`` tunable in
+``GLIBC_TUNABLES``) keeps them, and so does one whose C library is not
+glibc.
 """
 
 import ctypes
 import os
-import platform
 import threading
 from typing import Optional
 
@@ -53,7 +53,7 @@ _done = False
 def setting_error() -> Optional[str]:
     """Why ``MC_PY_MALLOC_TUNE`` is refused, or None when it is valid."""
     value = os.environ.get(ENV)
-    if value is None or value in ("0", "1"):
+    if not value or value in ("0", "1"):  # unset or empty: the default
         return None
     return f"{ENV}={value!r}: expected 0 (leave the allocator alone) or 1 (tune it)"
 
@@ -65,6 +65,13 @@ def _user_chose() -> bool:
     return any(t in tunables for t in _USER_TUNABLES)
 
 
+def _glibc() -> bool:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc ")
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
 def tune_once() -> bool:
     """Set the thresholds unless turned off, chosen by the process, already
     set, or not glibc's.  Call only after setting_error() returned None.
@@ -74,7 +81,7 @@ def tune_once() -> bool:
         if _done:
             return False
         _done = True
-        if os.environ.get(ENV) == "0" or _user_chose() or platform.libc_ver()[0] != "glibc":
+        if os.environ.get(ENV) == "0" or _user_chose() or not _glibc():
             return False
         mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
         if mallopt is None:
