@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -453,10 +454,17 @@ int mc_spin_readable(int fd, unsigned spin_us)
 static unsigned busy_poll_cached  = UINT32_MAX;
 static unsigned serve_poll_cached = UINT32_MAX;
 
-static int several_cpus(void)
+unsigned mc_cpus_available(void)
 {
     cpu_set_t cpus;
-    return (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) && (CPU_COUNT(&cpus) >= 2);
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0)
+        return 1;
+    return (CPU_COUNT(&cpus) > 0) ? (unsigned)CPU_COUNT(&cpus) : 1u;
+}
+
+static int several_cpus(void)
+{
+    return mc_cpus_available() >= 2;
 }
 
 /* @p var's value, or NULL when it is unset or empty. */
@@ -676,6 +684,60 @@ void mc_huge_advise(void *p, size_t len)
     (void)p;
     (void)len;
 #endif
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+typedef struct populate_chunk {
+    void *base;
+    size_t len;
+    int err;
+} populate_chunk_t;
+
+static void *populate_run(void *arg)
+{
+    populate_chunk_t *c = arg;
+    c->err = (madvise(c->base, c->len, MADV_POPULATE_WRITE) == 0) ? 0 : errno;
+    return NULL;
+}
+
+int mc_populate(void *base, size_t len, unsigned threads)
+{
+    enum { MAX_THREADS = 64 };
+    populate_chunk_t c[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    int started[MAX_THREADS];
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = (pg > 0) ? (size_t)pg : 4096u, n, chunk;
+    int err = 0;
+
+    if ((base == NULL) || (len == 0))
+        return 0;
+    n = (threads < 1) ? 1 : ((threads > MAX_THREADS) ? MAX_THREADS : threads);
+    if (len / MC_POPULATE_CHUNK_MIN < n)
+        n = (len / MC_POPULATE_CHUNK_MIN > 0) ? len / MC_POPULATE_CHUNK_MIN : 1;
+    chunk = ((len / n + page - 1) / page) * page;
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * chunk;
+        c[i].base  = (char *)base + off;
+        c[i].len   = (off >= len) ? 0 : ((len - off < chunk) ? len - off : chunk);
+        c[i].err   = 0;
+        /* chunk 0 runs here; a thread that cannot start leaves its chunk
+         * to this thread too */
+        started[i] = (i > 0) && (c[i].len > 0) &&
+                     (pthread_create(&tid[i], NULL, populate_run, &c[i]) == 0);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (started[i])
+            (void)pthread_join(tid[i], NULL);
+        else if (c[i].len > 0)
+            (void)populate_run(&c[i]);
+        if ((c[i].err != 0) && (err == 0))
+            err = c[i].err;
+    }
+    return err;
 }
 
 void mc_huge_free(void *p, size_t size)

@@ -152,6 +152,20 @@ void mc_huge_free(void *p, size_t size);
  * transparent huge pages (a hint; nothing else changes). */
 void mc_huge_advise(void *p, size_t len);
 
+/*
+ * Fault the pages of the page-aligned mapping [@p base, @p base + @p len)
+ * in now (MADV_POPULATE_WRITE), so that the first byte written to each
+ * does not pay a page fault later.  With @p threads > 1 the range is cut
+ * into that many chunks (at most; each of at least MC_POPULATE_CHUNK_MIN)
+ * populated at once.  Best effort, as MAP_POPULATE: 0, or the errno of a
+ * chunk the kernel declined (EINVAL before Linux 5.14, ENOMEM), whose pages
+ * then fault in on first touch.
+ */
+#define MC_POPULATE_CHUNK_MIN ((size_t)64 << 20)
+int mc_populate(void *base, size_t len, unsigned threads);
+/* CPUs this process may run on (sched_getaffinity); 1 when unknown. */
+unsigned mc_cpus_available(void);
+
 /* A growing NUL-terminated text buffer (HTTP response bodies). */
 typedef struct mc_textbuf {
     char *data;

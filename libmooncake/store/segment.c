@@ -78,6 +78,40 @@ mc_status_t mc_store_segment_size_check(uint64_t size, const char *what)
     return MC_OK;
 }
 
+mc_status_t mc_store_populate_config(unsigned *threads_p)
+{
+    const char *on = getenv("MC_STORE_POPULATE");
+    uint64_t threads = mc_cpus_available();
+
+    if (threads > 8)
+        threads = 8;
+    if ((on != NULL) && (*on != '\0') && (strcmp(on, "0") != 0) && (strcmp(on, "1") != 0)) {
+        mc_set_error_detail("MC_STORE_POPULATE=\"%s\": expected 0 (fault pages in on first "
+                            "touch) or 1 (all at once when mapped)", on);
+        mc_error("setup: %s", mc_last_error_detail());
+        return MC_INVALID_PARAMS;
+    }
+    if (mc_env_u64("MC_STORE_POPULATE_THREADS", 1, 64, &threads) != 0) {
+        mc_error("setup: %s", mc_last_error_detail());
+        return MC_INVALID_PARAMS;
+    }
+    *threads_p = ((on != NULL) && (strcmp(on, "0") == 0)) ? 0 : (unsigned)threads;
+    return MC_OK;
+}
+
+void mc_store_populate(void *base, size_t len)
+{
+    unsigned threads = 0;
+    int err;
+
+    if ((mc_store_populate_config(&threads) != MC_OK) || (threads == 0))
+        return;
+    err = mc_populate(base, len, threads);
+    if (err != 0)
+        mc_warn("populating %zu bytes of shared memory: %s; those pages fault in on first "
+                "touch", len, strerror(err));
+}
+
 mc_status_t mc_store_segment_map(mc_store_segment_t *seg, mc_status_t fail_status)
 {
     void *base;
@@ -112,6 +146,7 @@ mc_status_t mc_store_segment_map(mc_store_segment_t *seg, mc_status_t fail_statu
         return fail_status;
     }
     seg->base = base;
+    mc_store_populate(base, seg->map_len);
     /* setup and allocate_and_mount_segment segments only: both map here */
     seg->pinned = mc_cuda_pin_segment(base, seg->map_len);
     return MC_OK;

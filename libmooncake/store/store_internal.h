@@ -226,9 +226,18 @@ mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size);
 /* INVALID_PARAMS (with the detail set) when @p size is more than the
  * host's RAM and swap together; @p what names the setting. */
 mc_status_t mc_store_segment_size_check(uint64_t size, const char *what);
+/* How shared memory this client maps is faulted in: MC_STORE_POPULATE (1,
+ * the default: all at once when mapped; 0: each page on first touch) and
+ * MC_STORE_POPULATE_THREADS (1..64; default the CPUs available, at most
+ * 8).  *threads_p is 0 when off.  INVALID_PARAMS, logged and naming the
+ * variable, for any other value.  mc_store_populate: mc_populate() of a
+ * fresh mapping as those say (best effort: a declined range is logged). */
+mc_status_t mc_store_populate_config(unsigned *threads_p);
+void mc_store_populate(void *base, size_t len);
 /* Map seg->map_len bytes of fresh shared memory (a sealed memfd when the
  * kernel allows, seg->fd; anonymous memory otherwise, seg->fd -1) at
- * seg->base.  @p fail_status with a detail on failure. */
+ * seg->base, populated (mc_store_populate).  @p fail_status with a detail
+ * on failure. */
 mc_status_t mc_store_segment_map(mc_store_segment_t *seg, mc_status_t fail_status);
 void mc_store_segments_release(mc_store_h s);
 /* Register @p seg (mapped by the caller: base, map_len, fd, size, id,

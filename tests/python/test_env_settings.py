@@ -26,6 +26,9 @@ BAD = [
     ("MC_TE_SLICE_SIZE", "big"),
     ("MC_STORE_RPC_TIMEOUT_MS", "soon"),
     ("MC_PUT_ONE_TRIP", "off"),
+    ("MC_STORE_POPULATE", "yes"),
+    ("MC_STORE_POPULATE_THREADS", "0"),
+    ("MC_STORE_POPULATE_THREADS", "65"),
 ]
 
 

@@ -7,8 +7,10 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -300,6 +302,57 @@ START_TEST(test_huge_advise)
 }
 END_TEST
 
+/* Pages of [p, p + len) (page-aligned p) that are in memory (mincore). */
+static size_t resident_pages(void *p, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (len + page - 1) / page, in = 0;
+    unsigned char *v = malloc(n);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(mincore(p, len, v), 0);
+    for (size_t i = 0; i < n; i++)
+        in += v[i] & 1u;
+    free(v);
+    return in;
+}
+
+/* mc_populate: every page of a fresh shared mapping is in memory after
+ * it, on one thread and on several (the range cut into chunks of at least
+ * MC_POPULATE_CHUNK_MIN, the last one shorter), and the bytes are zero;
+ * a mapping it may not write is left to fault (EFAULT, nothing crashes);
+ * NULL and empty ranges are no-ops. */
+START_TEST(test_populate)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t lens[] = {16 * page + 0, 2 * MC_POPULATE_CHUNK_MIN + 5 * page};
+    unsigned threads[] = {1, 3};
+
+    for (size_t k = 0; k < 2; k++) {
+        size_t len = lens[k];
+        unsigned char *p =
+            mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ck_assert_ptr_ne(p, MAP_FAILED);
+        ck_assert_uint_eq(resident_pages(p, len), 0);
+        int err = mc_populate(p, len, threads[k]);
+        if (err == EINVAL) { /* a kernel before 5.14: best effort, nothing done */
+            munmap(p, len);
+            return;
+        }
+        ck_assert_int_eq(err, 0);
+        ck_assert_uint_eq(resident_pages(p, len), len / page);
+        for (size_t i = 0; i < len; i += page)
+            ck_assert_uint_eq(p[i], 0);
+        ck_assert_int_eq(munmap(p, len), 0);
+    }
+    void *ro = mmap(NULL, 4 * page, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(ro, MAP_FAILED);
+    ck_assert_int_ne(mc_populate(ro, 4 * page, 1), 0);
+    munmap(ro, 4 * page);
+    ck_assert_int_eq(mc_populate(NULL, page, 2), 0);
+    ck_assert_int_eq(mc_populate(ro, 0, 2), 0);
+    ck_assert_uint_ge(mc_cpus_available(), 1);
+}
+END_TEST
+
 /* SipHash-2-4 against the reference vectors of its paper. */
 /* mc_spin_readable: 1 at once when something waits, 0 after at least the
  * window when nothing does; eight empty windows in a row switch polling
@@ -359,6 +412,7 @@ Suite *mc_test_util_suite(void)
     tcase_add_test(tc, test_clocks_and_strdup);
     tcase_add_test(tc, test_huge_zalloc);
     tcase_add_test(tc, test_huge_advise);
+    tcase_add_test(tc, test_populate);
     suite_add_tcase(s, tc);
     return s;
 }
