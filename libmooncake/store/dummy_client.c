@@ -572,11 +572,11 @@ static mc_status_t do_setup_dummy(mc_dummy_t *d, uint64_t pool_size, uint64_t lb
     mc_dummy_hello_t hello;
     struct iovec iov[2];
     mc_dummy_result_t res;
-    unsigned call_ms, populate_threads;
+    unsigned call_ms;
 
     st = call_timeout_ms(&call_ms);
     if (st == MC_OK)
-        st = mc_store_populate_config(&populate_threads); /* refused before anything maps */
+        st = mc_store_populate_config(NULL); /* refused before anything maps */
     if (st != MC_OK)
         return st;
     st = ipc_path_of(addr, d->path, sizeof(d->path));

@@ -95,7 +95,8 @@ mc_status_t mc_store_populate_config(unsigned *threads_p)
         mc_error("setup: %s", mc_last_error_detail());
         return MC_INVALID_PARAMS;
     }
-    *threads_p = ((on != NULL) && (strcmp(on, "0") == 0)) ? 0 : (unsigned)threads;
+    if (threads_p != NULL)
+        *threads_p = ((on != NULL) && (strcmp(on, "0") == 0)) ? 0 : (unsigned)threads;
     return MC_OK;
 }
 
@@ -107,7 +108,9 @@ void mc_store_populate(void *base, size_t len)
     if ((mc_store_populate_config(&threads) != MC_OK) || (threads == 0))
         return;
     err = mc_populate(base, len, threads);
-    if (err != 0)
+    if (err == EINVAL) /* a kernel before 5.14 */
+        mc_debug("this kernel cannot populate shared memory; its pages fault in on first touch");
+    else if (err != 0)
         mc_warn("populating %zu bytes of shared memory: %s; those pages fault in on first "
                 "touch", len, strerror(err));
 }

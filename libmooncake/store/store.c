@@ -351,12 +351,9 @@ static mc_status_t do_setup(mc_store_h s, const mc_store_params_t *p)
     st = mc_store_resv_config(s);
     if (st != MC_OK)
         goto fail;
-    {
-        unsigned threads;
-        st = mc_store_populate_config(&threads);
-        if (st != MC_OK)
-            goto fail;
-    }
+    st = mc_store_populate_config(NULL);
+    if (st != MC_OK)
+        goto fail;
 
     /* 1. the master: fail fast when it is not there */
     st = mc_master_target_init(&s->target, master, s->client_id, tenant);

@@ -229,7 +229,7 @@ mc_status_t mc_store_segment_size_check(uint64_t size, const char *what);
 /* How shared memory this client maps is faulted in: MC_STORE_POPULATE (1,
  * the default: all at once when mapped; 0: each page on first touch) and
  * MC_STORE_POPULATE_THREADS (1..64; default the CPUs available, at most
- * 8).  *threads_p is 0 when off.  INVALID_PARAMS, logged and naming the
+ * 8).  *threads_p (unless NULL: a check) is 0 when off.  INVALID_PARAMS, logged and naming the
  * variable, for any other value.  mc_store_populate: mc_populate() of a
  * fresh mapping as those say (best effort: a declined range is logged). */
 mc_status_t mc_store_populate_config(unsigned *threads_p);

@@ -3,14 +3,13 @@
 
 ``get``, ``get_batch`` and the tensor reads return a new ``bytes`` (or
 ``bytearray``) per value, and CPython takes its storage from the C
-``malloc``.  glibc serves a
-request above its mmap threshold (128 KiB until it raises it) with fresh
-pages, and gives the top of its heap back to the kernel once more than its
-trim threshold (twice the mmap threshold) is free there.  A loop of 1 MiB
-gets then keeps handing the kernel back the very pages the next get needs,
-and every fresh page is a page fault inside the read: 256 of them for
-1 MiB, 2.7-3.5 ms on the development VM against about 0.3 ms for the read
-itself (docs/transfer.md §9).
+``malloc``. glibc serves a request above its mmap threshold (128 KiB until
+it raises it) with fresh pages, and gives the top of its heap back to the
+kernel once more than its trim threshold (twice the mmap threshold) is free
+there. A loop of 1 MiB gets then keeps handing the kernel back the very
+pages the next get needs, and every fresh page is a page fault inside the
+read: 256 of them for 1 MiB, 2.7-3.5 ms on the development VM against about
+0.3 ms for the read itself (docs/transfer.md §9).
 
 So the first setup of a store in a process sets what glibc itself settles
 on once the process has freed a block of 32 MiB: an mmap threshold of
