@@ -356,6 +356,16 @@ def assert_setup_refused(spawn_client, master, var: str, value: str) -> None:
     assert var in c.log_text()
 
 
+def assert_roundtrip(c: "ClientProc", key: str, size: int = 256 * 1024) -> None:
+    """Client process @c puts @size patterned bytes under @key and gets
+    them back whole (its length and SHA-256 as the client reports them)."""
+    import hashlib
+    data = (bytes(range(256)) * (size // 256 + 1))[:size]
+    assert c.call("put", key=key, hex=data.hex())["rc"] == 0
+    got = c.call("get", key=key)
+    assert (got["len"], got["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
+
+
 def checked_value(key: str, version: int, size: int) -> bytes:
     """A value that proves itself: a header naming ``key`` (its hash),
     ``version`` and ``size``, bytes derived from them, and a SHA-256 of

@@ -5,11 +5,9 @@ the variable: no setting is accepted and ignored (docs/transfer.md §7,
 docs/protocol.md §5.18, README).  Each case is a client process of its
 own, since some settings are read once per process."""
 
-import hashlib
-
 import pytest
 
-from helpers import MiB, assert_setup_refused
+from helpers import MiB, assert_roundtrip, assert_setup_refused
 
 BAD = [
     ("MC_STORE_CLIENT_MIN_PORT", "0"),
@@ -61,7 +59,4 @@ def test_good_settings_are_taken(master, spawn_client):
            "MC_PUT_ONE_TRIP": "1", "MC_TCP_STATUS_TIMEOUT_SEC": "3600"}
     c = spawn_client("edges", env=env)
     c.setup(master, segment=16 * MiB)
-    data = bytes(range(256)) * 1024
-    assert c.call("put", key="edge", hex=data.hex())["rc"] == 0
-    got = c.call("get", key="edge")
-    assert (got["len"], got["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
+    assert_roundtrip(c, "edge")

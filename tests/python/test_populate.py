@@ -7,11 +7,9 @@ leaves every page to its first touch (docs/architecture.md, "Segments").
 Each case is a client process of its own, whose resident shared memory
 (RssShmem in /proc/PID/status) tells which happened."""
 
-import hashlib
-
 import pytest
 
-from helpers import MiB, RealClient
+from helpers import MiB, RealClient, assert_roundtrip
 
 KiB = 1024
 
@@ -24,27 +22,20 @@ def rss_shmem(pid: int) -> int:
     raise AssertionError("no RssShmem in /proc/%d/status" % pid)
 
 
-def roundtrip(c, key: str) -> None:
-    data = bytes(range(256)) * 4096
-    assert c.call("put", key=key, hex=data.hex())["rc"] == 0
-    got = c.call("get", key=key)
-    assert (got["len"], got["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
-
-
 @pytest.mark.parametrize("threads", [None, "1", "3"])
 def test_setup_segment_is_resident_after_setup(master, spawn_client, threads):
     env = {} if threads is None else {"MC_STORE_POPULATE_THREADS": threads}
     c = spawn_client("populated", env=env)
     c.setup(master, segment=96 * MiB)
     assert rss_shmem(c.pid) >= 96 * MiB
-    roundtrip(c, f"pop-{threads}")
+    assert_roundtrip(c, f"pop-{threads}", MiB)
 
 
 def test_zero_leaves_pages_to_their_first_touch(master, spawn_client):
     c = spawn_client("lazy", env={"MC_STORE_POPULATE": "0"})
     c.setup(master, segment=96 * MiB)
     assert rss_shmem(c.pid) < 32 * MiB
-    roundtrip(c, "lazy")
+    assert_roundtrip(c, "lazy", MiB)
 
 
 def test_allocated_and_mounted_segment_is_resident(master, spawn_client):
@@ -66,7 +57,7 @@ def test_dummy_regions(master, spawn_client, populate, resident):
             assert rss_shmem(d.pid) >= 96 * MiB
         else:
             assert rss_shmem(d.pid) < 32 * MiB
-        roundtrip(d, f"dummy-{populate}")
+        assert_roundtrip(d, f"dummy-{populate}", MiB)
     finally:
         real.stop()
 
