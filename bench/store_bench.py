@@ -566,7 +566,12 @@ def measure(args, veth):
 
         zc_rows = []
         if args.zero_copy:
-            for size, batch, rounds in ((4 << 10, 32, 300), (1 << 20, 16, 12)):
+            zc = [(4 << 10, 32, 300), (1 << 20, 16, 12)]
+            if (16 << 20) in sizes:
+                # as many values as the 16 MiB get row, which the holder's
+                # segment is sized for
+                zc.append((16 << 20, 4, 6))
+            for size, batch, rounds in zc:
                 z, raw = paired(raw_n=batch * rounds, op="run_zc", size=size, batch=batch,
                                 rounds=rounds, target=h["hostname"], lease_ms=LEASE_MS)
                 zc_rows.append((size, batch, z, raw,
