@@ -570,7 +570,7 @@ def measure(args, veth):
             if (16 << 20) in sizes:
                 # as many values as the 16 MiB get row, which the holder's
                 # segment is sized for
-                zc.append((16 << 20, 4, 6))
+                zc.append((16 << 20, 4, ops_for(16 << 20) // 4))
             for size, batch, rounds in zc:
                 z, raw = paired(raw_n=batch * rounds, op="run_zc", size=size, batch=batch,
                                 rounds=rounds, target=h["hostname"], lease_ms=LEASE_MS)
