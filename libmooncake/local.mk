@@ -21,6 +21,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/log.c libmooncake/common/log.h \
 	libmooncake/common/buf.c libmooncake/common/buf.h \
 	libmooncake/common/util.c libmooncake/common/util.h libmooncake/common/copy.h \
+	libmooncake/common/gen.h \
 	libmooncake/common/crc32c.c libmooncake/common/crc32c.h \
 	libmooncake/common/hashmap.c libmooncake/common/hashmap.h \
 	libmooncake/common/slab.c libmooncake/common/slab.h \

@@ -459,6 +459,9 @@ typedef struct mc_task_queue {
     uint32_t n;
 } mc_task_queue_t;
 
+#define MC_SEG_GEN_READER 1
+#define MC_SEG_GEN_WRITER 2
+
 struct mc_segment {
     mc_hnode_t node;           /* in m->segments, hash of id */
     mc_uuid_t id;
@@ -472,6 +475,13 @@ struct mc_segment {
     uint32_t index;            /* position in m->segv (m->nofv when nof) */
     mc_mlist_t client_link;    /* in owner->segments */
     uint8_t nof;               /* a NoF segment (nof.c): in m->nofv, not m->segments */
+    /* The generation reads and writes of its memory name (common/gen.h):
+     * its owner's at mount, moved on before memory is handed out again
+     * that a reader may still be reading (gen_dirty MC_SEG_GEN_READER: the
+     * next counter) or a writer still writing (MC_SEG_GEN_WRITER: the
+     * next fence). */
+    uint8_t gen_dirty;
+    uint64_t gen;
 };
 
 struct mc_client {
@@ -736,6 +746,8 @@ mc_status_t mc_master_segments_init(mc_master_t *m);
 void mc_master_segments_cleanup(mc_master_t *m);
 mc_segment_t *mc_master_segment_find(mc_master_t *m, mc_uuid_t id);
 /* Validate and mount one segment for @p c (idempotent for the same id). */
+/* The generation of @p seg from its owner's mount @p s (segments.c). */
+void mc_master_segment_take_gen(mc_segment_t *seg, const mc_wire_segment_t *s);
 mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s);
 /* Check a segment description without mounting it. */
 mc_status_t mc_master_segment_check(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s);

@@ -133,6 +133,7 @@ static mc_status_t nof_add(mc_master_t *m, mc_client_t *c, const mc_wire_segment
     seg->size     = s->size;
     seg->state    = MC_SEG_OK;
     seg->nof      = 1;
+    mc_master_segment_take_gen(seg, s);
     seg->name     = mc_str_dup(s->name);
     seg->protocol = mc_str_dup(s->protocol.len ? s->protocol : mc_str_from_cstr("tcp"));
     mc_mlist_init(&seg->client_link);

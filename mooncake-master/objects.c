@@ -24,7 +24,8 @@
  * buffers kept on o->ext->up->replicas while the old value stays readable; the
  * object then sits on m->upserting, also ordered by start time, so the
  * tick can drop abandoned ones.  Old buffers replaced while a reader holds
- * a lease wait on m->discarded until the lease deadline.
+ * a lease are freed at once under a later generation of their segments
+ * (obj_free_fenced).
  *
  * Leases are monotonic-clock deadlines: a read (GET_REPLICA_LIST,
  * EXIST_KEY and their batch forms) moves the deadline to at least
@@ -179,7 +180,17 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
         mc_uuid_generate(&u); /* ids of an earlier run are not reissued */
         m->next_resv_id = u.hi ^ u.lo;
     }
-    m->next_replica_id = 0;
+    {
+        /* A reader confirms that the bytes it read are a value's by its
+         * replica id (docs/architecture.md, "Proof of identity"), so ids
+         * are never reissued, not even by a master that restarted without
+         * its state: each run starts at a random point of a 2^62 range
+         * (two runs' ids collide only if their starts lie within the
+         * number of replicas one run creates). */
+        mc_uuid_t u;
+        mc_uuid_generate(&u);
+        m->next_replica_id = (u.hi ^ u.lo) & ((UINT64_C(1) << 62) - 1u);
+    }
     return mc_master_dfs_init(m);
 }
 
@@ -495,6 +506,25 @@ static void obj_defer_replicas(mc_master_t *m, mc_object_t *o, uint64_t release_
 
 static int obj_leased(const mc_object_t *o, uint64_t now_ms);
 
+/*
+ * The memory replicas of @p o go now although a reader may still hold a
+ * lease on them (@p who MC_SEG_GEN_READER) or, for a put in progress, its
+ * writer may still be writing (MC_SEG_GEN_WRITER): each of their segments
+ * moves to a later generation before any memory of it is handed out again
+ * (segments.c, mc_master_segment_try), so the holder refuses a reader (or
+ * writer) still on the old one instead of mixing it with the next owner's
+ * bytes (docs/architecture.md, "Proof of identity").  The space is free at
+ * once.
+ */
+static void obj_free_fenced(mc_master_t *m, mc_object_t *o, uint8_t who)
+{
+    mc_replica_t *r;
+    mc_object_for_each_replica(r, o)
+        if (r->seg->gen_dirty < who)
+            r->seg->gen_dirty = who;
+    obj_free_replicas(m, o);
+}
+
 /* ---- disk replicas (docs/tiers.md) ---- */
 
 static mc_disk_replica_t *obj_disk(const mc_object_t *o)
@@ -662,12 +692,12 @@ static void upsert_drop(mc_master_t *m, mc_object_t *o)
 }
 
 /* Free every replica of @p o, unlink and free it.  The readable
- * replicas of an object that a reader still holds a lease on are kept
- * allocated until the lease ends (deferred free, §5.8): a reader may copy
- * from them until then, and a client's location cache reads them without
- * asking again (docs/architecture.md, "Location cache").  So no path that
- * erases an object -- a forced remove, REMOVE_ALL / REMOVE_BY_REGEX with
- * force, an abandoned put's cleanup -- lets a leased range be reused. */
+ * replicas of an object that a reader still holds a lease on (a forced
+ * remove, REMOVE_ALL / REMOVE_BY_REGEX with force) are free at once too,
+ * under a later generation of their segments (obj_free_fenced, §5.8), and
+ * so are those of a put still in progress, whose writer may still be
+ * moving bytes: the holder lets the memory's next owner write only once
+ * its writes are done. */
 static void obj_erase(mc_master_t *m, mc_object_t *o)
 {
     uint64_t now_ms = mc_now_ms();
@@ -676,8 +706,10 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
         mc_durable_erase(m, o);
     if (mc_object_replicating(o))
         mc_master_tasks_object_gone(m, o);
-    if (o->complete && obj_leased(o, now_ms))
-        obj_defer_replicas(m, o, o->lease_deadline_ms);
+    if (!o->complete)
+        obj_free_fenced(m, o, MC_SEG_GEN_WRITER); /* its writer may still be at it */
+    else if (obj_leased(o, now_ms))
+        obj_free_fenced(m, o, MC_SEG_GEN_READER);
     else
         obj_free_replicas(m, o);
     if (obj_up(o) != NULL)
@@ -980,6 +1012,7 @@ static void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 
 static void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint64_t size)
 {
+    w->gen        = r->seg->gen;
     w->id         = r->id;
     w->status     = r->status;
     w->type       = r->seg->nof ? MC_WIRE_REPLICA_NOF : MC_WIRE_REPLICA_MEMORY;
@@ -1343,13 +1376,13 @@ static void apply_upsert_config(mc_object_t *o, uint64_t now_ms)
 
 /* Fresh-buffer UPSERT_END: the new buffers replace the old ones.  Old
  * buffers a reader may still be copying from (lease active) are freed
- * when the lease runs out, not now. */
+ * now under a later generation of their segments (obj_free_fenced). */
 static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 {
     mc_mlist_t *pos, *tmp;
 
     if (obj_leased(o, now_ms))
-        obj_defer_replicas(m, o, o->lease_deadline_ms);
+        obj_free_fenced(m, o, MC_SEG_GEN_READER);
     else
         obj_free_replicas(m, o);
     mc_mlist_for_each_safe(pos, tmp, &obj_up(o)->replicas)
@@ -2437,13 +2470,10 @@ void mc_master_replica_to_wire(mc_wire_replica_t *w, const mc_replica_t *r, uint
 
 void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, uint64_t now_ms)
 {
-    if (obj_leased(o, now_ms)) {
-        /* as defer_replicas() for one replica: a reader may hold it */
-        mc_replica_unlink(r);
-        replica_park(m, r, o->lease_deadline_ms);
-    } else {
-        replica_free(m, r);
-    }
+    if (obj_leased(o, now_ms))
+        if (r->seg->gen_dirty < MC_SEG_GEN_READER) /* as obj_free_fenced() */
+            r->seg->gen_dirty = MC_SEG_GEN_READER;
+    replica_free(m, r);
     mc_durable_object(m, o);
 }
 

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/gen.h"
 #include "common/log.h"
 #include "master.h"
 #include "snapshot.h"
@@ -210,6 +211,21 @@ fail:
     return NULL;
 }
 
+/*
+ * The generation of @p seg from its owner's mount @p s: the owner's, or
+ * ours when we moved it on since.  An owner that mounts again after losing
+ * its master has already moved its memory to a fence of its own (common/
+ * gen.h), past every read and write an earlier master placed; a segment
+ * restored from the log knows no generation until then (0).
+ */
+void mc_master_segment_take_gen(mc_segment_t *seg, const mc_wire_segment_t *s)
+{
+    uint64_t g = (s->gen != 0) ? s->gen : mc_gen_of_segment(s->id.hi, s->id.lo);
+    if ((seg->gen == 0) || (mc_gen_base(g) != mc_gen_base(seg->gen)) ||
+        mc_gen_newer(g, seg->gen))
+        seg->gen = g;
+}
+
 mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wire_segment_t *s)
 {
     mc_status_t st = mc_master_segment_check(m, c, s);
@@ -224,12 +240,15 @@ mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wir
             seg->state = MC_SEG_OK;
             mc_info("segment %s is back: remounted by its owner", seg->name);
         }
+        mc_master_segment_take_gen(seg, s);
         return MC_OK;
     }
     drop_stale_namesakes(m, c, s->name);
     seg = segment_add(m, c, s->id, s->name, s->protocol, s->base, s->size, MC_SEG_OK, &st);
-    if (seg != NULL)
+    if (seg != NULL) {
+        mc_master_segment_take_gen(seg, s);
         mc_durable_segment(m, seg, 1);
+    }
     return st;
 }
 
@@ -240,8 +259,11 @@ mc_segment_t *mc_master_segment_restore(mc_master_t *m, mc_client_t *c,
     if ((r->size < MC_SEGMENT_ALIGNMENT) || (r->name.len == 0) ||
         (r->name.len > MC_SEGMENT_MAX_NAME) || (mc_master_segment_find(m, r->id) != NULL))
         return NULL;
-    return segment_add(m, c, r->id, r->name, r->protocol, r->base, r->size, MC_SEG_AWAITING,
-                       &st);
+    mc_segment_t *seg = segment_add(m, c, r->id, r->name, r->protocol, r->base, r->size,
+                                    MC_SEG_AWAITING, &st);
+    if (seg != NULL)
+        seg->gen = 0; /* its owner's remount says where it stands */
+    return seg;
 }
 
 void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg)
@@ -343,6 +365,15 @@ mc_replica_t *mc_master_segment_try(mc_master_t *m, mc_segment_t *seg, uint64_t 
     if (r == NULL) {
         mc_alloc_put(seg->alloc, &block);
         return NULL;
+    }
+    if (seg->gen_dirty) {
+        /* memory of this segment was freed under a reader's lease, or while
+         * its writer may still be writing: a later generation first
+         * (master.h) */
+        seg->gen       = (seg->gen_dirty == MC_SEG_GEN_WRITER)
+                             ? mc_gen_fence_after(seg->gen, MC_GEN_FENCE_STEP)
+                             : mc_gen_next(seg->gen);
+        seg->gen_dirty = 0;
     }
     r->id     = ++m->next_replica_id;
     r->status = MC_REPLICA_PROCESSING;

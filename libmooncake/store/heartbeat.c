@@ -65,7 +65,10 @@ static void hb_remount(mc_store_h s, mc_mconn_t *conn)
     mc_arena_init(&arena);
     memset(&req, 0, sizeof(req));
     req.client_id = s->client_id;
-    st            = mc_store_segments_to_wire(s, &arena, &req.segments);
+    /* each segment moves to a fence of its own first (common/gen.h): the
+     * master that asks may not be the one that placed or answered what is
+     * still in flight, and it must not hand out our memory under those */
+    st            = mc_store_segments_to_wire(s, &arena, &req.segments, 1);
     if (st == MC_OK)
         st = mc_master_call_remount_segments(conn, &req, &resp);
     if (st == MC_OK) {

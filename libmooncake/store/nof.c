@@ -45,6 +45,7 @@ static void seg_to_wire(mc_store_h s, const nof_seg_t *g, mc_wire_segment_t *w)
     w->base     = g->addr;
     w->size     = g->size;
     w->protocol = mc_str_from_cstr(s->protocol);
+    w->gen      = mc_te_gen_at(s->te, g->addr);
 }
 
 /* The record, made on first use (public calls hold `life` for reading;
@@ -222,8 +223,11 @@ void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn)
         mc_warn("out of memory remounting NoF segments");
         return;
     }
-    for (size_t i = 0; i < nf->n; i++)
+    for (size_t i = 0; i < nf->n; i++) {
+        uint64_t g;
+        (void)mc_te_gen_fence(s->te, nf->v[i].addr, &g); /* as for memory segments */
         seg_to_wire(s, &nf->v[i], &w[i]);
+    }
     memset(&req, 0, sizeof(req));
     req.client_id  = s->client_id;
     req.segments.n = (uint32_t)nf->n;

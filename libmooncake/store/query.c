@@ -18,18 +18,17 @@
  *
  * Bytes move straight from the owner's memory into the caller's buffer:
  * the engine writes into it directly, no staging, no copy here.  Every
- * read names the generation of the holder's segment registration (the
- * segment id the master hands out with the replica), so a holder that
- * restarted or remounted refuses it instead of serving other bytes.
+ * read names the generation the master handed out with the replica (its
+ * segment's registration and reuse counter, common/gen.h), so a holder
+ * that restarted, remounted or handed the memory to another value since
+ * refuses it instead of serving other bytes.
  *
  * The location cache (loc_cache.h, docs/architecture.md): get, get_into,
- * batch_get_into, the query calls and get_batch answer a lookup from the
- * cache while this client still holds the lease the master granted for
- * it, minus a margin.  The master keeps a leased object's buffers
- * allocated until the lease ends whatever happens to the object (§5.8 of
- * docs/protocol.md), so such a read finds the bytes it was told of; a
- * read from the cache that fails for any reason drops the entry and asks
- * the master again, once.
+ * batch_get_into, the query calls and get_batch read a cached key from
+ * where it was while the master answers the lookup of the same call, and
+ * keep the bytes only when the answer lists that very replica
+ * (speculative reads, below): a cached location is never trusted alone,
+ * so a get sees every write acknowledged before it began.
  */
 #include "config.h"
 
@@ -95,9 +94,14 @@ uint64_t mc_store_segment_gen(mc_uuid_t id)
 {
     /* a nil id (no master hands one out: mount refuses it) names no
      * generation, so such a replica is read without the check */
-    if (mc_uuid_is_nil(id))
-        return 0;
-    return (id.hi ^ id.lo) | (UINT64_C(1) << 63);
+    return mc_gen_of_segment(id.hi, id.lo);
+}
+
+uint64_t mc_store_replica_gen(const mc_wire_replica_t *r)
+{
+    if ((r->gen != 0) && (mc_gen_base(r->gen) == mc_store_segment_gen(r->segment_id)))
+        return r->gen;
+    return mc_store_segment_gen(r->segment_id);
 }
 
 /* A memory or NoF replica (NoF is read like memory, through the storage
@@ -182,7 +186,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
             np[r->segment.len] = '\0';
             q->r[k].id         = r->id;
             q->r[k].addr       = r->addr;
-            q->r[k].gen        = mc_store_segment_gen(r->segment_id);
+            q->r[k].gen        = mc_store_replica_gen(r);
             q->r[k].segment    = np;
             q->r[k].nof        = r->type == MC_WIRE_REPLICA_NOF;
             np += r->segment.len + 1;
@@ -342,7 +346,13 @@ static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, s
 
     if (q == NULL)
         return NULL;
-    if (q->spec && (!spec_ok || !spec_usable(q, dst, cap))) {
+    /* never trusted alone: a lease says the buffers stay allocated, not
+     * that they still hold the newest value (docs/architecture.md,
+     * "Location cache", "Freshness"), so every entry is read as a
+     * speculative one, confirmed by the master's answer to a lookup sent
+     * after the read began */
+    q->spec = 1;
+    if (!spec_ok || !spec_usable(q, dst, cap)) {
         free(q);
         return NULL;
     }
@@ -958,40 +968,54 @@ mc_status_t mc_store_query_lease_check(mc_store_query_h q)
 static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset, void *buf,
                                  size_t len);
 
+/* Lookups and reads after the first, for a read refused as "not here":
+ * the holder's generation moved on (memory reused under another reader,
+ * a remount) or the object went elsewhere.  Each asks the master again. */
+#define MC_READ_AGAIN_TRIES 4
+
+static mc_status_t do_query_read_once(mc_store_h s, mc_store_query_h q, uint64_t offset,
+                                      void *buf, size_t len);
+
 /*
- * A read of a query from the location cache failed with @p st (the holder
- * answered "not here", a transfer failed, the lease ran out): drop the
- * entry and read once more from where the master says the object is now.
- * The caller sized its buffer for q->size, so an object that changed size
- * meanwhile fails the read.  Other queries just return @p st.
+ * A read failed with @p st.  One from the location cache (the holder
+ * answered "not here", a transfer failed, the lease ran out), or any
+ * refused as "not here" (INVALID_READ: the holder's generation moved on
+ * since the master answered, docs/architecture.md "Proof of identity"):
+ * drop the entry and read again from where the master says the object is
+ * now, up to MC_READ_AGAIN_TRIES times while the answer is "not here".  The
+ * caller sized its buffer for q->size, so an object that changed size
+ * meanwhile fails the read.  Other failures just return @p st.
  */
 static mc_status_t cached_read_again(mc_store_h s, mc_store_query_h q, uint64_t offset,
                                      void *buf, size_t len, mc_status_t st)
 {
-    mc_store_query_h fq = NULL;
-
-    if (!q->cached || (q->ckey == NULL))
+    if ((q->ckey == NULL) || (!q->cached && (st != MC_INVALID_READ)))
         return st;
-    mc_debug("cached location of %s failed (%s); asking the master", q->ckey,
-             mc_status_name(st));
-    mc_store_cache_drop(s, q->ckey);
-    st = do_query_ex(s, q->ckey, &fq, NULL, 0);
-    if (st != MC_OK)
-        return st;
-    if (fq->size != q->size) {
-        mc_set_error_detail("%s changed from %llu to %llu bytes while it was read; read it "
-                            "again", q->ckey, (unsigned long long)q->size,
-                            (unsigned long long)fq->size);
-        st = MC_LEASE_EXPIRED;
-    } else {
-        st = do_query_read(s, fq, offset, buf, len);
+    for (int tries = 0; tries < MC_READ_AGAIN_TRIES; tries++) {
+        mc_store_query_h fq = NULL;
+        mc_debug("read of %s failed (%s); asking the master again", q->ckey,
+                 mc_status_name(st));
+        mc_store_cache_drop(s, q->ckey);
+        st = do_query_ex(s, q->ckey, &fq, NULL, 0);
+        if (st != MC_OK)
+            return st;
+        if (fq->size != q->size) {
+            mc_set_error_detail("%s changed from %llu to %llu bytes while it was read; read it "
+                                "again", q->ckey, (unsigned long long)q->size,
+                                (unsigned long long)fq->size);
+            st = MC_LEASE_EXPIRED;
+        } else {
+            st = do_query_read_once(s, fq, offset, buf, len);
+        }
+        mc_store_query_release(fq);
+        if (st != MC_INVALID_READ)
+            return st;
     }
-    mc_store_query_release(fq);
     return st;
 }
 
-static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset, void *buf,
-                                 size_t len)
+static mc_status_t do_query_read_once(mc_store_h s, mc_store_query_h q, uint64_t offset,
+                                      void *buf, size_t len)
 {
     mc_status_t st;
 
@@ -1043,7 +1067,16 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
     }
     if (st == MC_OK)
         st = mc_store_query_lease_check(q);
-    return (st == MC_OK) ? MC_OK : cached_read_again(s, q, offset, buf, len, st);
+    return st;
+}
+
+static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset, void *buf,
+                                 size_t len)
+{
+    mc_status_t st = do_query_read_once(s, q, offset, buf, len);
+    if ((st == MC_OK) || (q == NULL) || (st == MC_INVALID_PARAMS))
+        return st;
+    return cached_read_again(s, q, offset, buf, len, st);
 }
 
 /* ---- public --------------------------------------------------------------------- */

@@ -136,6 +136,10 @@ void mc_store_spec_note(mc_store_h s, struct mc_store_query *q);
  * so never 0; 0 for the nil id): the holder registers its segments with it
  * and readers name it with every read of a replica there. */
 uint64_t mc_store_segment_gen(mc_uuid_t id);
+/* The generation a read or write of replica @p r names: the one the master
+ * handed out with it (its segment's now, common/gen.h), or counter 0 of
+ * its segment when the master named none of that segment's base. */
+uint64_t mc_store_replica_gen(const mc_wire_replica_t *r);
 
 /* MC_LEASE_EXPIRED (detail set) when the lease of @p q has run out. */
 mc_status_t mc_store_query_lease_check(mc_store_query_h q);

@@ -182,6 +182,8 @@ static void segment_to_wire(const mc_store_h s, const mc_store_segment_t *seg,
     w->base     = (uint64_t)(uintptr_t)seg->base;
     w->size     = seg->size;
     w->protocol = mc_str_from_cstr(s->protocol);
+    /* where its counter stands now (common/gen.h) */
+    w->gen      = mc_te_gen_at(s->te, (uint64_t)(uintptr_t)seg->base);
 }
 
 mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size)
@@ -313,7 +315,7 @@ void mc_store_segments_release(mc_store_h s)
 }
 
 mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
-                                      mc_wire_segment_list_t *list)
+                                      mc_wire_segment_list_t *list, int fence)
 {
     mc_status_t st = MC_OK;
 
@@ -330,8 +332,14 @@ mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
              * must not hand out allocations in them again. */
             uint32_t k = 0;
             for (size_t i = 0; i < s->nsegs; i++) {
-                if (s->segs[i].drain_deadline_ms == 0)
-                    segment_to_wire(s, &s->segs[i], &list->v[k++]);
+                uint64_t g;
+                if (s->segs[i].drain_deadline_ms != 0)
+                    continue;
+                if (fence &&
+                    (mc_te_gen_fence(s->te, (uint64_t)(uintptr_t)s->segs[i].base, &g) != 0))
+                    mc_warn("segment %s: requests under its old generation still run; "
+                            "mounting it anyway", s->hostname);
+                segment_to_wire(s, &s->segs[i], &list->v[k++]);
             }
             list->n = k;
         }

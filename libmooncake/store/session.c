@@ -449,7 +449,7 @@ static mc_status_t psess_build(const key_ref_t *k, uint64_t size,
     memcpy(e->key, k->key, k->len + 1);
     for (uint32_t r = 0; r < reps->n; r++) {
         e->reps[r].addr = reps->v[r].addr;
-        e->reps[r].gen  = mc_store_segment_gen(reps->v[r].segment_id);
+        e->reps[r].gen  = mc_store_replica_gen(&reps->v[r]);
         memcpy(e->reps[r].segment, reps->v[r].segment.ptr, reps->v[r].segment.len);
         e->reps[r].segment[reps->v[r].segment.len] = '\0';
     }

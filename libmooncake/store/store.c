@@ -720,7 +720,7 @@ static mc_status_t replica_writes(mc_store_h s, const mc_wire_replica_t *r,
                                   const mc_iov_t *parts, size_t nparts, uint64_t total,
                                   mc_te_request_t *reqs, uint64_t *gens, size_t *nreq_p)
 {
-    uint64_t gen = mc_store_segment_gen(r->segment_id);
+    uint64_t gen = mc_store_replica_gen(r);
     mc_status_t st;
     mc_te_segment_id_t seg;
     uint64_t off = 0;

@@ -250,9 +250,10 @@ void mc_store_segment_unmap(mc_store_h s, mc_store_segment_t *seg);
 /* mount.c: UNMOUNT_SEGMENT and unmap every draining segment whose grace
  * period is over (heartbeat thread, on its own connection). */
 void mc_store_segments_reap(mc_store_h s, mc_mconn_t *conn);
-/* Copy the segment list for REMOUNT_SEGMENTS into @p arena. */
+/* Copy the segment list for REMOUNT_SEGMENTS into @p arena; with @p fence,
+ * each segment first moves to a fence of its own (mc_te_gen_fence). */
 mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
-                                      mc_wire_segment_list_t *list);
+                                      mc_wire_segment_list_t *list, int fence);
 mc_status_t mc_store_lbuf_init(mc_store_h s, uint64_t size);
 void mc_store_lbuf_cleanup(mc_store_h s);
 /* Lease @p size bytes of the staging buffer (thread-safe). */

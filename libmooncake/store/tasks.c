@@ -375,7 +375,7 @@ static mc_status_t write_targets(mc_store_h s, const mc_te_request_t *reqs,
         return MC_INTERNAL_ERROR;
     }
     for (uint32_t i = 0; i < tg->n; i++)
-        gens[i] = mc_store_segment_gen(tg->v[i].segment_id);
+        gens[i] = mc_store_replica_gen(&tg->v[i]);
     st = mc_te_transfer_gen(s->te, reqs, gens, tg->n, NULL);
     if (gens != stack)
         free(gens);

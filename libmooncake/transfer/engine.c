@@ -36,6 +36,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,15 +265,185 @@ mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
     return r;
 }
 
+int mc_te_gen_wait_ms(const mc_te_t *te)
+{
+    int io = (te->cfg.io_timeout_s > 0) ? te->cfg.io_timeout_s : MC_TE_DEFAULT_IO_TIMEOUT_S;
+    return io * 1000 + 1000;
+}
+
+/* Wait, at most until @p deadline_ms, for the requests that named the
+ * generation before the one @p seq counts; then mark @p seq drained.  With
+ * te->gen_mu held.  0 once they are done, -1 on timeout. */
+static int gen_drain(mc_te_region_t *r, uint32_t seq, uint64_t deadline_ms)
+{
+    unsigned *users = &r->gen_users[(seq - 1u) & 1u];
+    unsigned spins  = 0;
+
+    while (__atomic_load_n(users, __ATOMIC_SEQ_CST) != 0) {
+        if (mc_now_ms() > deadline_ms)
+            return -1;
+        if (++spins < 64)
+            sched_yield();
+        else
+            (void)poll(NULL, 0, 1);
+    }
+    __atomic_store_n(&r->gen_drained, seq, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/*
+ * Adopt @p want, a later counter of @p r's generation (a fence also
+ * becomes its floor), or (@p want 0) drain what an earlier adoption left
+ * running: one at a time (te->gen_mu), so the
+ * requests of two generations back are always done and the two counters
+ * of gen_users never mix three generations.  Without @p drain (a READ,
+ * which changes no byte and may itself hold tickets of the older one in a
+ * pipelined run) it only adopts.  The same-host control word (shm.h)
+ * takes the new value only once the older requests are done: a same-host
+ * writer that sees it may write at once.  Returns 0 when @p want is the
+ * generation (and, with @p drain, drained), -1 otherwise.
+ */
+static int gen_adopt(mc_te_t *te, mc_te_region_t *r, uint64_t want, int drain, int wait_ms)
+{
+    uint64_t deadline = mc_now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
+    uint64_t cur;
+    uint32_t seq;
+    int rc = 0;
+
+    pthread_mutex_lock(&te->gen_mu);
+    cur = __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST);
+    if (want == 0) /* only wait out what an earlier adoption left */
+        want = cur;
+    if ((cur != want) && !mc_gen_newer(want, cur)) {
+        /* another adopted a later one meanwhile: the caller looks again */
+        pthread_mutex_unlock(&te->gen_mu);
+        return mc_gen_newer(cur, want) ? 0 : -1;
+    }
+    seq = __atomic_load_n(&r->gen_seq, __ATOMIC_SEQ_CST);
+    if (cur != want) {
+        __atomic_store_n(&r->gen, want, __ATOMIC_SEQ_CST);
+        if (mc_gen_is_fence(want))
+            __atomic_store_n(&r->gen_floor, want, __ATOMIC_SEQ_CST);
+        seq++;
+        __atomic_store_n(&r->gen_seq, seq, __ATOMIC_SEQ_CST);
+        mc_debug("region [0x%llx, +%zu): generation %016llx adopted (was %016llx)",
+                 (unsigned long long)r->addr, r->len, (unsigned long long)want,
+                 (unsigned long long)cur);
+    }
+    if (!drain) { /* a READ: it writes nothing, and may hold older tickets itself */
+        pthread_mutex_unlock(&te->gen_mu);
+        return 0;
+    }
+    if (__atomic_load_n(&r->gen_drained, __ATOMIC_SEQ_CST) != seq)
+        rc = gen_drain(r, seq, deadline);
+    if ((rc == 0) && (r->shm_slot != UINT32_MAX) && (te->shm != NULL) &&
+        (__atomic_load_n(&r->shm_gen, __ATOMIC_ACQUIRE) != want)) {
+        __atomic_store_n(&r->shm_gen, want, __ATOMIC_RELEASE);
+        mc_te_shm_slot_set(te->shm, r->shm_slot, want);
+    }
+    pthread_mutex_unlock(&te->gen_mu);
+    if (rc != 0)
+        mc_warn("region [0x%llx, +%zu): requests of an older generation still running after "
+                "%d ms; refusing one of generation %016llx",
+                (unsigned long long)r->addr, r->len, wait_ms, (unsigned long long)want);
+    return rc;
+}
+
+int mc_te_gen_enter(mc_te_t *te, mc_te_region_t *r, uint64_t want, int write, int wait_ms)
+{
+    if (want == 0)
+        return MC_TE_GEN_NONE;
+    for (;;) {
+        /* the sequence first: an adoption stores gen and floor, then moves
+         * it (gen_adopt), so a request that finds it unchanged after being
+         * counted below was either judged on the new state or is counted
+         * where that adoption waits */
+        uint32_t s = __atomic_load_n(&r->gen_seq, __ATOMIC_SEQ_CST);
+        uint64_t g = __atomic_load_n(&r->gen, __ATOMIC_SEQ_CST);
+        uint64_t f = __atomic_load_n(&r->gen_floor, __ATOMIC_SEQ_CST);
+        int t;
+
+        if (mc_gen_newer(want, g)) {
+            /* a later counter: adopt it (a WRITE waits the older ones out) */
+            if (gen_adopt(te, r, want, write, wait_ms) != 0)
+                return -1;
+            continue;
+        }
+        /* a READ must name the counter now; a WRITE may name an earlier
+         * one down to the last fence (its own placement, common/gen.h) */
+        if (write ? !mc_gen_write_ok(want, g, f) : (want != g))
+            return -1;
+        if (write && (__atomic_load_n(&r->gen_drained, __ATOMIC_SEQ_CST) != s)) {
+            /* adopted by a READ, which did not wait the older ones out */
+            if (gen_adopt(te, r, 0, 1, wait_ms) != 0)
+                return -1;
+            continue;
+        }
+        t = (int)(s & 1u);
+        __atomic_add_fetch(&r->gen_users[t], 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&r->gen_seq, __ATOMIC_SEQ_CST) == s)
+            return t;
+        __atomic_sub_fetch(&r->gen_users[t], 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+int mc_te_gen_fence(mc_te_t *te, uint64_t addr, uint64_t *gen_p)
+{
+    mc_te_region_t *r = mc_te_region_acquire(te, addr, 1, 0);
+    uint64_t g;
+    int rc;
+
+    if (r == NULL)
+        return -1;
+    g = mc_te_region_gen(r);
+    if ((g >> 63) == 0) { /* no counter: nothing to move */
+        mc_te_region_release(te, r);
+        *gen_p = g;
+        return 0;
+    }
+    g  = mc_gen_fence_after(g, MC_GEN_REMOUNT_STEP);
+    rc = gen_adopt(te, r, g, 1, mc_te_gen_wait_ms(te));
+    mc_te_region_release(te, r);
+    *gen_p = mc_te_gen_at(te, addr);
+    return rc;
+}
+
+void mc_te_gen_exit(mc_te_region_t *r, int ticket)
+{
+    if ((ticket == 0) || (ticket == 1))
+        __atomic_sub_fetch(&r->gen_users[ticket], 1, __ATOMIC_SEQ_CST);
+}
+
+uint64_t mc_te_gen_at(mc_te_t *te, uint64_t addr)
+{
+    mc_te_region_t *r = mc_te_region_acquire(te, addr, 1, 0);
+    uint64_t g;
+    if (r == NULL)
+        return 0;
+    g = mc_te_region_gen(r);
+    mc_te_region_release(te, r);
+    return g;
+}
+
 mc_te_region_t *mc_te_region_acquire_gen(mc_te_t *te, uint64_t addr, uint64_t len,
-                                         unsigned need_flags, uint64_t gen)
+                                         unsigned need_flags, uint64_t gen, int write,
+                                         int *ticket_p)
 {
     mc_te_region_t *r = mc_te_region_acquire(te, addr, len, need_flags);
-    if ((r != NULL) && (gen != 0) && (r->gen != gen)) {
+    if (r == NULL)
+        return NULL;
+    *ticket_p = mc_te_gen_enter(te, r, gen, write, mc_te_gen_wait_ms(te));
+    if (*ticket_p < 0) {
         mc_te_region_release(te, r);
         return NULL;
     }
     return r;
+}
+
+void mc_te_region_release_gen(mc_te_t *te, mc_te_region_t *r, int ticket)
+{
+    mc_te_gen_exit(r, ticket);
+    mc_te_region_release(te, r);
 }
 
 void mc_te_region_release(mc_te_t *te, mc_te_region_t *r)
@@ -362,8 +534,9 @@ mc_status_t mc_te_mem_reg_gen(mc_te_t *te, void *addr, size_t len, const char *l
     r->len      = len;
     r->flags    = flags;
     r->fd       = -1;
-    r->shm_slot = UINT32_MAX;
-    r->gen      = gen;
+    r->shm_slot  = UINT32_MAX;
+    r->gen       = gen;
+    r->gen_floor = gen;
     if ((fd >= 0) && (flags & MC_TE_MEM_REMOTE_ACCESS) && (te->shm != NULL) &&
         mc_te_shm_fd_shareable(fd, len)) {
         r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -518,7 +691,8 @@ mc_status_t mc_te_file_reg_gen(mc_te_t *te, const char *path, uint64_t size, con
     r->shm_slot = UINT32_MAX;
     r->fops     = ops;
     r->fpriv    = priv;
-    r->gen      = gen;
+    r->gen       = gen;
+    r->gen_floor = gen;
     snprintf(r->location, sizeof(r->location), "%s", "file");
     st = region_add(te, r); /* frees r (closing the backend) on failure */
     if (st == MC_OK)
@@ -1009,19 +1183,25 @@ static mc_status_t gen_refused(mc_te_op_t op, const char *seg, uint64_t addr, ui
 static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
 {
     mc_te_region_t *r;
+    int ticket;
 
     mc_te_sent_hook_run(); /* a copy, no request to send first */
     r = mc_te_region_acquire(te, it->remote, it->len, MC_TE_MEM_REMOTE_ACCESS);
     if (r == NULL)
         return range_refused(it->op, te->local_name, it->remote, it->len);
-    if ((it->gen != 0) && (r->gen != it->gen)) {
+    ticket = mc_te_gen_enter(te, r, it->gen, it->op == MC_TE_WRITE, mc_te_gen_wait_ms(te));
+    if (ticket < 0) {
+        mc_status_t st = gen_refused(it->op, te->local_name, it->remote, it->len, it->gen);
+        mc_debug("%s (it holds %016llx, last fence %016llx)", mc_last_error_detail(),
+                 (unsigned long long)mc_te_region_gen(r),
+                 (unsigned long long)__atomic_load_n(&r->gen_floor, __ATOMIC_RELAXED));
         mc_te_region_release(te, r);
-        return gen_refused(it->op, te->local_name, it->remote, it->len, it->gen);
+        return st;
     }
     if (r->fops != NULL) { /* our own file segment: the backend moves it */
         mc_status_t st = mc_te_region_file_io(r, it->op == MC_TE_WRITE, it->local, it->remote,
                                               it->len);
-        mc_te_region_release(te, r);
+        mc_te_region_release_gen(te, r, ticket);
         return st;
     }
     /* memmove: a caller may legitimately copy within its own segment */
@@ -1029,7 +1209,7 @@ static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
         memmove(it->local, (void *)(uintptr_t)it->remote, it->len);
     else
         memmove((void *)(uintptr_t)it->remote, it->local, it->len);
-    mc_te_region_release(te, r);
+    mc_te_region_release_gen(te, r, ticket);
     return MC_OK;
 }
 
@@ -1552,13 +1732,7 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
     }
     if (s->is_self) {
         mc_te_region_t *reg = mc_te_region_acquire(te, lo, hi - lo, MC_TE_MEM_REMOTE_ACCESS);
-        if ((reg != NULL) && (gen != 0) && (reg->gen != gen)) {
-            mc_te_region_release(te, reg);
-            if (st_p == NULL)
-                return 1;
-            *st_p = gen_refused(MC_TE_READ, te->local_name, lo, hi - lo, gen);
-            return 1;
-        }
+        int ticket          = MC_TE_GEN_NONE;
         if ((reg != NULL) && (reg->fops != NULL)) { /* a file segment: not by memcpy */
             mc_te_region_release(te, reg);
             reg = NULL;
@@ -1567,6 +1741,12 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
             if (reg != NULL)
                 mc_te_region_release(te, reg);
             return reg != NULL;
+        }
+        ticket = mc_te_gen_enter(te, reg, gen, 0, mc_te_gen_wait_ms(te));
+        if (ticket < 0) {
+            mc_te_region_release(te, reg);
+            *st_p = gen_refused(MC_TE_READ, te->local_name, lo, hi - lo, gen);
+            return 1;
         }
         /* (a destination overlapping its source gets memmove, as exec_self) */
         for (size_t j = 0; j < n; j++) {
@@ -1579,7 +1759,7 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
                 mc_copy_stream(reqs[j].local, from, len);
         }
         mc_copy_stream_fence();
-        mc_te_region_release(te, reg);
+        mc_te_region_release_gen(te, reg, ticket);
         *st_p = MC_OK;
         return 1;
     }
@@ -1982,6 +2162,7 @@ static void engine_free(mc_te_t *te)
     pthread_mutex_destroy(&te->disk_mu);
     pthread_cond_destroy(&te->disk_cond);
     pthread_mutex_destroy(&te->region_mu);
+    pthread_mutex_destroy(&te->gen_mu);
     pthread_cond_destroy(&te->region_cond);
     pthread_mutex_destroy(&te->seg_lock);
     pthread_cond_destroy(&te->seg_cond);
@@ -2050,6 +2231,7 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
     pthread_mutex_init(&te->disk_mu, NULL);
     pthread_cond_init(&te->disk_cond, NULL);
     pthread_mutex_init(&te->region_mu, NULL);
+    pthread_mutex_init(&te->gen_mu, NULL);
     pthread_cond_init(&te->region_cond, NULL);
     pthread_mutex_init(&te->seg_lock, NULL);
     pthread_cond_init(&te->seg_cond, NULL);

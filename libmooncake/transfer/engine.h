@@ -26,6 +26,7 @@
 #include <mooncake/transfer.h>
 
 #include "common/auth.h"
+#include "common/gen.h"
 #include "common/hashmap.h"
 #include "transfer/descriptor.h"
 #include "transfer/proto.h"
@@ -82,7 +83,16 @@ typedef struct mc_te_region {
     uint64_t shm_gen;                    /* its value while registered */
     void *tp_mr;                         /* the transport's registration, or NULL */
     uint64_t gen;                        /* registration generation (0: none),
-                                          * checked by generation READs and WRITEs */
+                                          * checked by generation READs and WRITEs;
+                                          * atomic: its reuse counter moves
+                                          * (mc_te_gen_enter) */
+    uint64_t gen_floor;                  /* atomic: its last fence (common/gen.h):
+                                          * writes naming an earlier one are refused */
+    uint32_t gen_seq;                    /* atomic: generations adopted so far */
+    uint32_t gen_drained;                /* atomic: gen_seq once the requests of the
+                                          * generation before it were done */
+    unsigned gen_users[2];               /* atomic: requests in progress that named
+                                          * the generation, by gen_seq parity */
     /* a file segment (transfer/file/file.h): its bytes are moved by the
      * backend at offset addr - this->addr, never by memcpy; NULL for memory */
     const struct mc_te_file_ops *fops;
@@ -201,6 +211,7 @@ struct mc_te {
     size_t nregions;
     size_t regions_cap;
     pthread_mutex_t region_mu; /* with region_cond: dereg waits for refs */
+    pthread_mutex_t gen_mu;    /* one generation adoption at a time */
     pthread_cond_t region_cond;
 
     pthread_mutex_t seg_lock;
@@ -446,11 +457,56 @@ mc_status_t mc_te_transfer_submit_gen(mc_te_t *te, const mc_te_request_t *reqs,
 
 mc_te_region_t *mc_te_region_acquire(mc_te_t *te, uint64_t addr, uint64_t len,
                                      unsigned need_flags);
-/* mc_te_region_acquire, and NULL also when @p gen is non-zero and the
- * region's generation differs. */
-mc_te_region_t *mc_te_region_acquire_gen(mc_te_t *te, uint64_t addr, uint64_t len,
-                                         unsigned need_flags, uint64_t gen);
 void mc_te_region_release(mc_te_t *te, mc_te_region_t *r);
+
+/*
+ * Generations and their reuse counter (common/gen.h, docs/transfer.md
+ * §3.6): the first request that names a later counter of a region's
+ * generation makes the engine adopt it, once the requests of the earlier
+ * one are done, so no byte of the memory's new owner lands while an old
+ * reader copies, and no old reader is served afterwards.
+ */
+/* No generation named: mc_te_gen_enter's answer for @p want 0. */
+#define MC_TE_GEN_NONE 2
+
+/*
+ * A request naming generation @p want (0: none) begins on @p r (held):
+ * the region's generation is adopted first when @p want is a later counter
+ * of it.  A WRITE (@p write) then waits, at most @p wait_ms, until the
+ * requests that named an earlier one are done; a READ does not wait.  A
+ * READ must name the region's counter; a WRITE may name an earlier one
+ * down to the region's last fence (common/gen.h).  Returns the ticket to hand to
+ * mc_te_gen_exit (0 or 1, or MC_TE_GEN_NONE for @p want 0), or -1 when
+ * the request must be refused: another registration, an earlier counter,
+ * or older requests still running after @p wait_ms.
+ */
+int mc_te_gen_enter(mc_te_t *te, mc_te_region_t *r, uint64_t want, int write, int wait_ms);
+void mc_te_gen_exit(mc_te_region_t *r, int ticket);
+/* The region's generation now. */
+static inline uint64_t mc_te_region_gen(const mc_te_region_t *r)
+{
+    return __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE);
+}
+/* The generation of the region holding @p addr (0: none, or no region). */
+uint64_t mc_te_gen_at(mc_te_t *te, uint64_t addr);
+/* Move the region holding @p addr to the fence MC_GEN_REMOUNT_STEP ahead
+ * (common/gen.h), once the requests under its generation now are done:
+ * before its segment is mounted again after the master was lost, so that
+ * nothing an earlier master placed or answered is served or lands.
+ * *gen_p: its generation after.  0, or -1 (no region; older requests
+ * still running after the wait). */
+int mc_te_gen_fence(mc_te_t *te, uint64_t addr, uint64_t *gen_p);
+/* The longest a request waits for older ones in mc_te_gen_enter: the I/O
+ * timeout that bounds each of them, and a second more. */
+int mc_te_gen_wait_ms(const mc_te_t *te);
+
+/* mc_te_region_acquire and mc_te_gen_enter in one: NULL when no region
+ * holds the range or the generation is refused; *ticket_p for
+ * mc_te_region_release_gen. */
+mc_te_region_t *mc_te_region_acquire_gen(mc_te_t *te, uint64_t addr, uint64_t len,
+                                         unsigned need_flags, uint64_t gen, int write,
+                                         int *ticket_p);
+void mc_te_region_release_gen(mc_te_t *te, mc_te_region_t *r, int ticket);
 
 /* A file segment's bytes: @p len bytes at address @p addr of @p r (held,
  * acquired for that range) from @p buf into the store when @p to_region,

@@ -84,6 +84,7 @@ void mc_wire_put_SEGMENT(mc_buf_t *b, const mc_wire_segment_t *v)
     mc_buf_put_u64(b, v->base);
     mc_buf_put_u64(b, v->size);
     mc_buf_put_str(b, v->protocol);
+    mc_buf_put_u64(b, v->gen);
 }
 void mc_wire_get_SEGMENT(mc_rbuf_t *r, mc_arena_t *a, mc_wire_segment_t *v)
 {
@@ -92,6 +93,7 @@ void mc_wire_get_SEGMENT(mc_rbuf_t *r, mc_arena_t *a, mc_wire_segment_t *v)
     v->base     = mc_rbuf_get_u64(r);
     v->size     = mc_rbuf_get_u64(r);
     v->protocol = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
+    v->gen      = mc_rbuf_get_u64(r);
 }
 
 static void put_replica(mc_buf_t *b, const mc_wire_replica_t *v)
@@ -103,7 +105,9 @@ static void put_replica(mc_buf_t *b, const mc_wire_replica_t *v)
     mc_buf_put_u64(b, v->size);
     mc_buf_put_str(b, v->segment);
     mc_wire_put_UUID(b, &v->segment_id);
-    if (v->type == MC_WIRE_REPLICA_DISK) {
+    if ((v->type == MC_WIRE_REPLICA_MEMORY) || (v->type == MC_WIRE_REPLICA_NOF)) {
+        mc_buf_put_u64(b, v->gen);
+    } else if (v->type == MC_WIRE_REPLICA_DISK) {
         mc_buf_put_str(b, v->file_path);
         mc_buf_put_u32(b, v->crc);
     } else if (v->type == MC_WIRE_REPLICA_DFS) {
@@ -114,6 +118,7 @@ static void put_replica(mc_buf_t *b, const mc_wire_replica_t *v)
 }
 static void get_replica(mc_rbuf_t *r, mc_arena_t *a, mc_wire_replica_t *v)
 {
+    v->gen     = 0;
     v->id      = mc_rbuf_get_u64(r);
     v->status  = mc_rbuf_get_u8(r);
     v->type    = mc_rbuf_get_u8(r);
@@ -121,7 +126,9 @@ static void get_replica(mc_rbuf_t *r, mc_arena_t *a, mc_wire_replica_t *v)
     v->size    = mc_rbuf_get_u64(r);
     v->segment = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
     mc_wire_get_UUID(r, a, &v->segment_id);
-    if (v->type == MC_WIRE_REPLICA_DISK) {
+    if ((v->type == MC_WIRE_REPLICA_MEMORY) || (v->type == MC_WIRE_REPLICA_NOF)) {
+        v->gen = mc_rbuf_get_u64(r);
+    } else if (v->type == MC_WIRE_REPLICA_DISK) {
         v->file_path = mc_rbuf_get_str(r, MC_WIRE_MAX_STR);
         v->crc       = mc_rbuf_get_u32(r);
     } else if (v->type == MC_WIRE_REPLICA_DFS) {
@@ -158,7 +165,7 @@ static void *get_list(mc_rbuf_t *r, mc_arena_t *a, uint32_t *n_p, size_t min_ent
 }
 
 #define REPLICA_MIN_ENC (8 + 1 + 1 + 8 + 8 + 4 + 16)
-#define SEGMENT_MIN_ENC (16 + 4 + 8 + 8 + 4)
+#define SEGMENT_MIN_ENC (16 + 4 + 8 + 8 + 4 + 8)
 
 void mc_wire_put_REPLICAS(mc_buf_t *b, const mc_wire_replica_list_t *v)
 {

@@ -51,6 +51,7 @@ mc_status_t mc_wire_header_unpack(const uint8_t in[MC_WIRE_HEADER_SIZE],
 
 /* ---- §3 field kinds ---------------------------------------------------- */
 
+
 /* Segment as mounted on the master. */
 typedef struct mc_wire_segment {
     mc_uuid_t id;
@@ -58,6 +59,10 @@ typedef struct mc_wire_segment {
     uint64_t base;      /* address of the region in the owner's process */
     uint64_t size;
     mc_str_t protocol;  /* "tcp" */
+    /* the generation its owner's engine holds the memory under now
+     * (docs/transfer.md §3.6: base and reuse counter); 0 from a mount
+     * means counter 0 (mc_gen_of_segment) */
+    uint64_t gen;
 } mc_wire_segment_t;
 
 /* One replica of an object. */
@@ -69,6 +74,9 @@ typedef struct mc_wire_replica {
     uint64_t size;
     mc_str_t segment;   /* transfer engine segment name */
     mc_uuid_t segment_id;
+    /* types 0 and 3 (memory, NoF), on the wire after segment_id: the
+     * generation a read or write of it names (the segment's now) */
+    uint64_t gen;
     /* type 2 (disk) only, on the wire after segment_id: the holder's bucket
      * file, addr is the value's offset in it, size its length, crc its
      * CRC32C (docs/protocol.md §3, docs/tiers.md) */

@@ -230,13 +230,18 @@ class ClientProc:
     """
 
     def __init__(self, name: str = "client", env: Optional[Dict[str, str]] = None,
-                 prefix: Optional[List[str]] = None) -> None:
+                 prefix: Optional[List[str]] = None, launcher: Optional[str] = None) -> None:
         """``prefix``: argv run in front of the interpreter (the cluster
-        suite's ``ip netns exec <ns>``; it must exec the command)."""
+        suite's ``ip netns exec <ns>``; it must exec the command).
+        ``launcher``: Python source run instead of client_proc.py, with the
+        folder of client_proc.py as its argument (a test's own ops wrapped
+        around client_proc.handle)."""
         self.name = name
         self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log", delete=False)
+        main = ([sys.executable, "-c", launcher, str(CLIENT_PROC.parent)] if launcher is not None
+                else [sys.executable, str(CLIENT_PROC)])
         self.proc = subprocess.Popen(
-            list(prefix or []) + [sys.executable, str(CLIENT_PROC)],
+            list(prefix or []) + main,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             env=dict(os.environ, **(env or {})), bufsize=0)
         self._lines: "queue.Queue[Optional[bytes]]" = queue.Queue()

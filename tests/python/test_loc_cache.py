@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The location cache (docs/architecture.md, "Location cache"): a client
-that holds a read lease on a key reads it again straight from the holder,
-without asking the master.
+that holds a read lease on a key reads it again from the same place while
+the master's answer to the same lookup confirms it.
 
 Every test runs a real master, a holder process whose segment keeps the
 objects, and a reader process (no segment of its own, so every read
@@ -11,8 +11,8 @@ checksum (helpers.checked_value): the reader counts a read that returns
 anything but a complete value of that key as bad.  The races: removes
 (forced and not) with puts of new versions into the freed space, upserts
 of the same and of another size, eviction, and a holder killed with
-SIGKILL and set up again under the same segment name.  The hit tests
-count the master's lookups.
+SIGKILL and set up again under the same segment name.  The repeat-read
+tests count the master's lookups.
 """
 
 import time
@@ -71,7 +71,10 @@ def assert_clean(stats, what):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_repeat_reads_skip_the_master(master, holder, reader, store, mode):
+def test_repeat_reads_are_confirmed_by_the_master(master, holder, reader, store, mode):
+    """A cached location is never trusted alone: every read asks the
+    master (one lookup per read, or per batch), whose answer confirms the
+    bytes read from the cached place meanwhile."""
     h, hname = holder
     keys = keys_(4)
     seed(store, keys, hname, 1, 4096)
@@ -79,8 +82,9 @@ def test_repeat_reads_skip_the_master(master, holder, reader, store, mode):
     r = reader.call("hammer_run", keys=keys, mode=mode, cap=8192, rounds=100)
     spent = lookups(master) - before
     assert r["ok"] == r["reads"] == 400, r
-    # one lookup per key (or per batch) and lease, not one per read
-    assert spent <= 40, f"{spent} master lookups for {r['reads']} {mode} reads"
+    batches = mode in ("batch_get_into", "get_batch")
+    want = 100 if batches else 400
+    assert spent >= want, f"{spent} master lookups for {r['reads']} {mode} reads"
 
 
 def test_cache_off_asks_every_time(master, holder, store, spawn_client):

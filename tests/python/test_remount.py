@@ -33,13 +33,9 @@ How long the remount takes is printed ("remount after ...", run with -s).
 import hashlib
 import json
 import os
-import queue
 import re
 import signal
 import subprocess
-import sys
-import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -48,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (CLIENT_TTL_S, HERE, LEASE_TTL_MS, MiB, ClientProc, Master,
+from helpers import (CLIENT_TTL_S, LEASE_TTL_MS, MiB, ClientProc, Master,
                      free_port, wait_until)
 
 #: The heartbeat ticks every second and a remount comes on the first tick
@@ -89,16 +85,8 @@ client_proc.main()
 class MountingClient(ClientProc):
     """A :class:`ClientProc` that can also mount segments."""
 
-    def __init__(self, name: str, env=None) -> None:
-        self.name = name
-        self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, str(HERE)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            env=dict(os.environ, **(env or {})), bufsize=0)
-        self._lines = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+    def __init__(self, name, env=None):
+        super().__init__(name, env, launcher=_LAUNCHER)
 
     def stop(self) -> None:
         # a stopped process reads no "exit"; let it run to hear it

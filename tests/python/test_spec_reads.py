@@ -84,11 +84,12 @@ def test_own_puts_are_read_while_the_master_answers(master, holder, writer):
     assert spec(port) == (c0 + 20, r0)
     # every first get still asked the master (its answer confirmed the bytes) ...
     assert lookups(master) - before == 20
-    # ... and brought a lease: the reads after it ask no one and speculate no more
+    # ... and the reads after it read from the same place again, each
+    # confirmed by its own lookup (a lease alone proves nothing)
     for k in keys:
         assert s.get(k) == checked_value(k, 1, 4096)
-    assert lookups(master) - before == 20
-    assert spec(port) == (c0 + 20, r0)
+    assert lookups(master) - before == 40
+    assert spec(port) == (c0 + 40, r0)
 
 
 def test_remove_and_reput_elsewhere_is_never_read_stale(master, holder, other, writer):
@@ -133,7 +134,10 @@ def test_upsert_in_place_by_another_client_is_seen(master, holder, other, writer
     assert other.call("upsert", key=k3, hex=checked_value(k3, 2, 9000).hex(),
                       preferred=hname)["rc"] == 0
     assert s.get(k3) == checked_value(k3, 2, 9000)
-    assert spec(port) == (c0, r0 + 2)
+    # (get's buffer was sized for the old 4096 bytes: its second try reads
+    # from the place the answer named, confirmed by a lookup of its own)
+    confirmed, refuted = spec(port)
+    assert refuted == r0 + 2 and confirmed <= c0 + 1, (confirmed, refuted)
 
 
 def test_own_writes_replace_the_remembered_location(master, holder, writer):

@@ -5,9 +5,10 @@
  *
  *  - The first replica of a put lives inside its object (rep0).  When the
  *    object is erased while that replica still waits on the discarded
- *    list (a preempted put, or an upsert's old buffer under a reader's
- *    lease), the range must stay reserved until its release time and then
- *    come back; the record goes with it.
+ *    list (a preempted put), the range must stay reserved until its
+ *    release time and then come back; the record goes with it.  Buffers
+ *    freed under a reader's lease are free at once, under a later
+ *    generation of their segment.
  *  - rep0 is on no list: the object's other replicas are.  Losing either
  *    kind leaves the object readable from the rest, rep0 still listed
  *    first while it lasts.
@@ -34,6 +35,7 @@
 
 #include "check_suites.h"
 #include "master_proc.h"
+#include "common/gen.h"
 #include "common/util.h"
 #include "store/master_client.h"
 #include "wire/wire.h"
@@ -110,6 +112,9 @@ static void unmount(mc_uuid_t seg)
     ck_assert_status_ok(mc_master_call_unmount_segment(conn, &req, &resp));
 }
 
+/* The generation the last successful put_start_n's first replica named. */
+static uint64_t last_gen;
+
 /* PUT_START (or UPSERT_START when @p upsert) asking for @p nrep replicas,
  * which it must get when it succeeds; the first one's address in *addr_p. */
 static int put_start_n(mc_uuid_t who, const char *key, uint64_t len, int upsert, uint32_t nrep,
@@ -136,6 +141,7 @@ static int put_start_n(mc_uuid_t who, const char *key, uint64_t len, int upsert,
     }
     if (st == MC_OK) {
         ck_assert_uint_eq(got.n, nrep);
+        last_gen = got.v[0].gen;
         if (addr_p != NULL)
             *addr_p = got.v[0].addr;
     }
@@ -196,6 +202,13 @@ static void put_two(const char *key, uint64_t len, int upsert)
 {
     ck_assert_status_ok(put_start_n(client_a, key, len, upsert, 2, NULL));
     ck_assert_status_ok(put_end(client_a, key, upsert));
+}
+
+static int remove_key(const char *key, int force)
+{
+    mc_wire_remove_req_t req = {.key = S(key), .force = (uint8_t)force};
+    mc_wire_remove_resp_t resp;
+    return mc_master_call_remove(conn, &req, &resp);
 }
 
 static int exists(const char *key)
@@ -343,31 +356,67 @@ START_TEST(test_preempted_put_holds_its_range_until_release)
 }
 END_TEST
 
-/* An upsert's old buffer under a reader's lease outlives its object when
- * the object is removed meanwhile. */
-START_TEST(test_removed_object_keeps_leased_old_buffer)
+/* An upsert's old buffer under a reader's lease, and then the object
+ * itself, removed by force: their space is free at once, and the segment's
+ * generation moves on before any of it is handed out again
+ * (docs/architecture.md, "Proof of identity"), so a reader still on the
+ * old one is refused by the holder. */
+START_TEST(test_removed_leased_object_frees_at_once_under_a_later_generation)
 {
-    uint64_t a1, a2;
+    uint64_t a1, a2, g1, g2;
 
     master_start();
     mount(SEG_BASE);
     ck_assert_status_ok(put_start(client_a, "k", 30 * 1024, 0, &a1));
+    g1 = last_gen;
+    ck_assert_msg(g1 >> 63, "a memory replica names its segment's generation");
     ck_assert_status_ok(put_end(client_a, "k", 0));
     ck_assert_status_ok(get("k", &a1)); /* a 1 s lease */
     ck_assert_status_ok(put_start(client_b, "k", 20 * 1024, 1, &a2)); /* fresh buffers */
     ck_assert_msg(a2 != a1, "a resized upsert should get a new buffer");
+    ck_assert_uint_eq(last_gen, g1); /* nothing freed under a lease yet */
     ck_assert_status_ok(put_end(client_b, "k", 1));
     ck_assert_status_ok(get("k", &a2));
-    /* the old 30 KiB waits for the reader; the object goes now */
     {
         mc_wire_remove_req_t req = {.key = S("k"), .force = 1};
         mc_wire_remove_resp_t resp;
         ck_assert_status_ok(mc_master_call_remove(conn, &req, &resp));
     }
     ck_assert_int_eq(exists("k"), 0);
-    ck_assert_status_eq(put_start(client_a, "all", SEG_SIZE, 0, NULL), MC_NO_AVAILABLE_HANDLE);
-    put_start_when_released("all", SEG_SIZE, &a1);
+    ck_assert_status_ok(put_start(client_a, "all", SEG_SIZE, 0, &a1));
     ck_assert_uint_eq(a1, SEG_BASE);
+    g2 = last_gen;
+    ck_assert_msg(g2 == mc_gen_next(g1), "generation %016llx after the forced frees, %016llx "
+                  "before", (unsigned long long)g2, (unsigned long long)g1);
+    ck_assert_status_ok(put_end(client_a, "all", 0));
+    /* moved on once: the next allocation keeps it */
+    ck_assert_status_ok(remove_key("all", 0));
+    ck_assert_status_ok(put_start(client_a, "again", 4096, 0, NULL));
+    ck_assert_uint_eq(last_gen, g2);
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
+/* A put in progress removed by force: its writer may still be writing,
+ * so the segment moves to its next fence before that memory is handed out
+ * again (the holder then refuses writes of anything earlier); a remount
+ * takes the owner's generation as it stands. */
+START_TEST(test_forced_remove_of_a_put_in_progress_fences_its_segment)
+{
+    uint64_t a1, a2, g1;
+    mc_uuid_t seg;
+
+    master_start();
+    seg = mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "p", 40 * 1024, 0, &a1));
+    g1 = last_gen;
+    ck_assert_uint_eq(g1, mc_gen_of_segment(seg.hi, seg.lo));
+    ck_assert_status_ok(remove_key("p", 1));
+    ck_assert_status_eq(put_end(client_a, "p", 0), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_ok(put_start(client_b, "q", 40 * 1024, 0, &a2));
+    ck_assert_uint_eq(a2, a1);
+    ck_assert_uint_eq(last_gen, mc_gen_fence_after(g1, MC_GEN_FENCE_STEP));
+    ck_assert_status_ok(put_end(client_b, "q", 0));
     ck_assert_int_eq(master_stop(), 0);
 }
 END_TEST
@@ -460,10 +509,11 @@ START_TEST(test_embedded_and_listed_replicas)
 END_TEST
 
 /* A leased two-replica object removed by force: both ranges, rep0's and
- * the listed one's, stay reserved until the lease ends, then both return. */
-START_TEST(test_removed_two_replica_object_holds_both_ranges)
+ * the listed one's, are free at once, each segment under a later
+ * generation. */
+START_TEST(test_removed_two_replica_object_frees_both_ranges)
 {
-    uint64_t a[2];
+    uint64_t a[2], g[2];
     mc_uuid_t sa[2];
 
     master_start();
@@ -477,11 +527,15 @@ START_TEST(test_removed_two_replica_object_holds_both_ranges)
         ck_assert_status_ok(mc_master_call_remove(conn, &req, &resp));
     }
     ck_assert_int_eq(exists("k"), 0);
-    ck_assert_status_eq(put_start(client_a, "all", SEG_SIZE, 0, NULL), MC_NO_AVAILABLE_HANDLE);
-    put_start_when_released("all", SEG_SIZE, &a[0]);
-    /* released in the same tick: the other segment is whole again too */
+    ck_assert_status_ok(put_start(client_a, "all", SEG_SIZE, 0, &a[0]));
+    g[0] = last_gen;
     ck_assert_status_ok(put_start(client_a, "all2", SEG_SIZE, 0, &a[1]));
+    g[1] = last_gen;
     ck_assert_msg(a[0] != a[1], "the two segments should each take a whole object");
+    ck_assert_msg(mc_gen_base(g[0]) != mc_gen_base(g[1]), "two segments, two registrations");
+    /* each moved on once from the counter its owner mounted it with (0) */
+    for (int i = 0; i < 2; i++)
+        ck_assert_uint_eq(g[i] & MC_GEN_COUNTER_MASK, 1);
     ck_assert_int_eq(master_stop(), 0);
 }
 END_TEST
@@ -536,10 +590,11 @@ Suite *mc_test_master_mem_suite(void)
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_preempted_put_holds_its_range_until_release);
-    tcase_add_test(tc, test_removed_object_keeps_leased_old_buffer);
+    tcase_add_test(tc, test_removed_leased_object_frees_at_once_under_a_later_generation);
+    tcase_add_test(tc, test_forced_remove_of_a_put_in_progress_fences_its_segment);
     tcase_add_test(tc, test_unmount_drops_every_kind_of_replica);
     tcase_add_test(tc, test_embedded_and_listed_replicas);
-    tcase_add_test(tc, test_removed_two_replica_object_holds_both_ranges);
+    tcase_add_test(tc, test_removed_two_replica_object_frees_both_ranges);
     tcase_add_test(tc, test_owner_follows_the_writer);
     tcase_add_test(tc, test_shutdown_with_held_ranges);
     tcase_add_test(tc, test_batches_answer_every_key_for_itself);

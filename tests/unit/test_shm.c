@@ -489,7 +489,7 @@ END_TEST
  * for a batch read in place (mc_te_read_direct_gen). */
 START_TEST(test_shm_generation_reads)
 {
-    const uint64_t G = UINT64_C(0x8000000000000077), H = UINT64_C(0x8000000000000078);
+    const uint64_t G = UINT64_C(0x8000000077000000), H = UINT64_C(0x8000000078000000);
     size_t cap       = MiB;
     shm_buf_t h      = shm_buf_new(cap, 1, NULL);
     uint8_t *dst     = malloc(cap);
@@ -524,12 +524,53 @@ START_TEST(test_shm_generation_reads)
 }
 END_TEST
 
+/* A later counter of the generation (common/gen.h) through the same-host
+ * path: a write naming it goes by the network path, where the holder
+ * adopts it and then gives the control word the new value; same-host
+ * reads naming the earlier one are refused from then on, and those naming
+ * the new one are copied again. */
+START_TEST(test_shm_generation_counter)
+{
+    const uint64_t G = UINT64_C(0x8000000079000000), G1 = mc_gen_next(G);
+    size_t cap       = MiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *src     = malloc(cap);
+    uint8_t *dst     = malloc(cap);
+    uint64_t ops, bytes, g = G;
+    mc_te_request_t rd, wr;
+
+    te_fill(h.p, cap, 23);
+    te_fill(src, cap, 61);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rd = (mc_te_request_t){MC_TE_READ, dst, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
+    wr = (mc_te_request_t){MC_TE_WRITE, src, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL)); /* maps the region */
+    stats(A, &ops, &bytes);
+    g = G1; /* not the word yet: by the network, where B adopts it */
+    ck_assert_status_ok(mc_te_transfer_gen(A, &wr, &g, 1, NULL));
+    ck_assert_stats(A, ops, bytes, 0, 0);
+    ck_assert(memcmp(h.p, src, 4 * KiB) == 0);
+    g = G;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rd, &g, 1, NULL), MC_INVALID_READ);
+    ck_assert_stats(A, ops, bytes, 0, 0);
+    g = G1; /* the word now: copied, from the same mapping */
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL));
+    ck_assert_stats(A, ops, bytes, 1, 4 * KiB);
+    ck_assert(memcmp(dst, src, 4 * KiB) == 0);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(src);
+    free(dst);
+}
+END_TEST
+
 /* A WRITE naming a registration generation through the same-host path:
  * copied in when the mapped region has it; refused with no byte changed
  * otherwise, also after the holder registered the memory again. */
 START_TEST(test_shm_generation_writes)
 {
-    const uint64_t G = UINT64_C(0x8000000000000077), H = UINT64_C(0x8000000000000078);
+    const uint64_t G = UINT64_C(0x8000000077000000), H = UINT64_C(0x8000000078000000);
     size_t cap       = MiB;
     shm_buf_t h      = shm_buf_new(cap, 1, NULL);
     uint8_t *src     = malloc(cap);
@@ -1604,6 +1645,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_read_direct);
     tcase_add_test(two, test_shm_generation_reads);
     tcase_add_test(two, test_shm_generation_writes);
+    tcase_add_test(two, test_shm_generation_counter);
     tcase_add_test(two, test_shm_not_shared_uses_tcp);
     tcase_add_test(two, test_shm_revocation);
     tcase_add_test(two, test_shm_unshared_answer_expires);

@@ -806,7 +806,7 @@ END_TEST
  */
 START_TEST(test_generation_reads)
 {
-    const uint64_t G = UINT64_C(0x8000000000001234), H = UINT64_C(0x8000000000009999);
+    const uint64_t G = UINT64_C(0x8000001234000000), H = UINT64_C(0x8000009999000000);
     size_t cap          = 2 * MiB;
     uint8_t *tgt        = malloc(cap);
     uint8_t *mine       = malloc(4096);
@@ -866,6 +866,147 @@ START_TEST(test_generation_reads)
 END_TEST
 
 /*
+ * The reuse counter of a generation (common/gen.h): a request naming a
+ * later counter of a region's registration makes the holder adopt it, and
+ * from then on reads naming the earlier one are refused, as are requests
+ * of another registration.  Writes naming an earlier counter still land
+ * (their own placements) down to the last fence, a counter that is a
+ * multiple of MC_GEN_FENCE_STEP.  A WRITE naming a later counter waits
+ * until the requests of the earlier one are done: its bytes never land
+ * under a reader still copying the old ones.
+ */
+typedef struct gen_writer {
+    mc_te_h te;
+    mc_te_request_t rq;
+    uint64_t gen;
+    mc_status_t st;
+    int done;
+} gen_writer_t;
+
+static void *gen_writer_main(void *arg)
+{
+    gen_writer_t *w = arg;
+    w->st           = mc_te_transfer_gen(w->te, &w->rq, &w->gen, 1, NULL);
+    __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+START_TEST(test_generation_counter)
+{
+    const uint64_t G = UINT64_C(0x8000004321000000), OTHER = UINT64_C(0x8000005555000001);
+    const uint64_t G1 = mc_gen_next(G), G2 = mc_gen_next(G1);
+    size_t cap        = 64 * 1024;
+    uint8_t *tgt      = malloc(cap);
+    uint8_t *src      = malloc(cap);
+    uint8_t *back     = malloc(cap);
+    uint8_t *mine     = malloc(4096);
+    uint64_t base     = (uint64_t)(uintptr_t)tgt;
+    uint64_t g;
+    mc_te_region_t *reg;
+    mc_te_segment_id_t self;
+    pthread_t th;
+    int t;
+
+    ck_assert(mc_gen_newer(G1, G) && mc_gen_newer(G2, G) && !mc_gen_newer(G, G1));
+    ck_assert(!mc_gen_newer(OTHER, G) && !mc_gen_newer(G, G));
+    te_fill(tgt, cap, 5);
+    te_fill(src, cap, 9);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, tgt, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    mc_te_request_t rd     = {MC_TE_READ, back, base, 4096, seg};
+    mc_te_request_t wr     = {MC_TE_WRITE, src, base, 4096, seg};
+    g = G;
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL));
+    g = G1; /* a later counter: adopted */
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL));
+    ck_assert(memcmp(back, tgt, 4096) == 0);
+    g = G; /* the earlier one: reads refused from now on */
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rd, &g, 1, NULL), MC_INVALID_READ);
+    /* a write of it still lands: G is the registration's fence, not older */
+    ck_assert_status_ok(mc_te_transfer_gen(A, &wr, &g, 1, NULL));
+    ck_assert(memcmp(tgt, src, 4096) == 0);
+    g = OTHER;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rd, &g, 1, NULL), MC_INVALID_READ);
+    ck_assert_status_eq(mc_te_transfer_gen(A, &wr, &g, 1, NULL), MC_INVALID_WRITE);
+    g = G1;
+    ck_assert_status_ok(mc_te_transfer_gen(A, &wr, &g, 1, NULL));
+    ck_assert(memcmp(tgt, src, 4096) == 0);
+
+    /* a request of G1 in progress on the holder: a write of G2 waits for it */
+    reg = mc_te_region_acquire(B, base, 4096, MC_TE_MEM_REMOTE_ACCESS);
+    ck_assert_ptr_nonnull(reg);
+    t = mc_te_gen_enter(B, reg, G1, 0, 1000);
+    ck_assert_int_ge(t, 0);
+    gen_writer_t w = {A, {MC_TE_WRITE, src + 4096, base, 4096, seg}, G2, MC_TRANSFER_FAIL, 0};
+    ck_assert_int_eq(pthread_create(&th, NULL, gen_writer_main, &w), 0);
+    (void)poll(NULL, 0, 300);
+    ck_assert_msg(!__atomic_load_n(&w.done, __ATOMIC_SEQ_CST),
+                  "a write of a later generation went ahead while a request of the earlier one "
+                  "was in progress");
+    ck_assert_msg(memcmp(tgt, src, 4096) == 0, "bytes landed under a request in progress");
+    mc_te_gen_exit(reg, t);
+    mc_te_region_release(B, reg);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_status_ok(w.st);
+    ck_assert(memcmp(tgt, src + 4096, 4096) == 0);
+    g = G1;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rd, &g, 1, NULL), MC_INVALID_READ);
+    g = G2;
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL));
+    /* a fence: from then on writes of anything earlier are refused too,
+     * with no byte changed */
+    {
+        const uint64_t F = mc_gen_fence_after(G2, MC_GEN_FENCE_STEP);
+        ck_assert(mc_gen_is_fence(F) && mc_gen_newer(F, G2) && !mc_gen_is_fence(G2));
+        g = F;
+        ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL));
+        memcpy(back, tgt, 4096);
+        wr.local = src + 8192;
+        g        = G2;
+        ck_assert_status_eq(mc_te_transfer_gen(A, &wr, &g, 1, NULL), MC_INVALID_WRITE);
+        ck_assert_msg(memcmp(tgt, back, 4096) == 0, "a write from before the fence landed");
+        g = F;
+        ck_assert_status_ok(mc_te_transfer_gen(A, &wr, &g, 1, NULL));
+        ck_assert(memcmp(tgt, src + 8192, 4096) == 0);
+        /* past the fence, a write of a counter between it and the one now
+         * (its own placement) lands */
+        g = mc_gen_next(mc_gen_next(F));
+        ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL));
+        g = mc_gen_next(F);
+        ck_assert_status_ok(mc_te_transfer_gen(A, &wr, &g, 1, NULL));
+        ck_assert_status_eq(mc_te_transfer_gen(A, &rd, &g, 1, NULL), MC_INVALID_READ);
+        /* the remount fence: the step ahead, and the generation reported */
+        ck_assert_int_eq(mc_te_gen_fence(B, base, &g), 0);
+        ck_assert_uint_eq(g, mc_gen_fence_after(F, MC_GEN_REMOUNT_STEP));
+        ck_assert_status_eq(mc_te_transfer_gen(A, &wr, &(uint64_t){F}, 1, NULL),
+                            MC_INVALID_WRITE);
+        ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL));
+    }
+
+    /* this engine's own memory: the same rules */
+    ck_assert_status_ok(mc_te_segment_open(A, mc_te_local_name(A), &self));
+    ck_assert_status_ok(mc_te_mem_reg_gen(A, mine, 4096, "", MC_TE_MEM_REMOTE_ACCESS, -1, G));
+    rd = (mc_te_request_t){MC_TE_READ, back, (uint64_t)(uintptr_t)mine, 64, self};
+    g  = G1;
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL));
+    g = G;
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rd, &g, 1, NULL), MC_INVALID_READ);
+    {
+        mc_status_t st;
+        ck_assert_int_eq(mc_te_read_direct_gen(A, &rd, &g, 1, &st), 1);
+        ck_assert_status_eq(st, MC_INVALID_READ);
+    }
+    ck_assert_uint_eq(mc_te_gen_at(A, (uint64_t)(uintptr_t)mine), G1);
+    ck_assert_status_ok(mc_te_mem_dereg(A, mine));
+    ck_assert_status_ok(mc_te_mem_dereg(B, tgt));
+    free(tgt);
+    free(src);
+    free(back);
+    free(mine);
+}
+END_TEST
+
+/*
  * Generation writes: a WRITE that names a registration generation lands
  * only in a region registered with it, and one naming another changes no
  * byte -- over TCP (one request, a pipelined run whose target closes after
@@ -874,7 +1015,7 @@ END_TEST
  */
 START_TEST(test_generation_writes)
 {
-    const uint64_t G = UINT64_C(0x8000000000001234), H = UINT64_C(0x8000000000009999);
+    const uint64_t G = UINT64_C(0x8000001234000000), H = UINT64_C(0x8000009999000000);
     size_t cap       = 2 * MiB;
     uint8_t *tgt     = malloc(cap);
     uint8_t *keep    = malloc(cap);
@@ -1646,6 +1787,7 @@ Suite *mc_test_transfer_suite(void)
     tcase_add_test(two, test_transfer_sent_hook);
     tcase_add_test(two, test_generation_reads);
     tcase_add_test(two, test_generation_writes);
+    tcase_add_test(two, test_generation_counter);
     tcase_add_test(two, test_segment_open_errors);
     tcase_add_test(two, test_concurrent_callers);
     tcase_add_test(two, test_peer_restart_behind_pooled_connection);

@@ -134,6 +134,12 @@ int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint64_t want, uint32_t *slot_p
     return 0;
 }
 
+void mc_te_shm_slot_set(mc_te_shm_server_t *srv, uint32_t slot, uint64_t gen)
+{
+    if (slot < MC_TE_SHM_SLOTS)
+        __atomic_store_n(&srv->ctl[slot], gen, __ATOMIC_SEQ_CST);
+}
+
 void mc_te_shm_slot_close(mc_te_shm_server_t *srv, uint32_t slot)
 {
     if (slot >= MC_TE_SHM_SLOTS)
@@ -214,7 +220,7 @@ static int serve_one(mc_te_shm_server_t *srv, int fd)
         rc       = send_answer(fd, &a, -1);
     } else {
         a.answer = MC_TE_SHM_OK;
-        a.gen    = r->shm_gen;
+        a.gen    = __atomic_load_n(&r->shm_gen, __ATOMIC_ACQUIRE);
         a.slot   = r->shm_slot;
         rc       = send_answer(fd, &a, r->fd);
     }
@@ -599,9 +605,32 @@ static peer_map_t *map_find(mc_te_shm_peer_t *p, uint64_t addr, uint64_t len)
     return NULL;
 }
 
-static int map_live(const mc_te_shm_peer_t *p, const peer_map_t *m)
+/* The control word of @p m while the region is the one mapped: its
+ * generation, or a later counter of it (engine.h, mc_te_gen_enter), which
+ * then becomes the map's.  0 once it was unregistered (or registered
+ * again: another base). */
+static uint64_t map_word(const mc_te_shm_peer_t *p, peer_map_t *m)
 {
-    return __atomic_load_n(&p->ctl[m->slot], __ATOMIC_ACQUIRE) == m->gen;
+    uint64_t w = __atomic_load_n(&p->ctl[m->slot], __ATOMIC_ACQUIRE);
+    uint64_t g = __atomic_load_n(&m->gen, __ATOMIC_RELAXED);
+    if (w == g)
+        return w;
+    if (mc_gen_newer(w, g)) {
+        __atomic_store_n(&m->gen, w, __ATOMIC_RELAXED);
+        return w;
+    }
+    return 0;
+}
+
+static int map_live(const mc_te_shm_peer_t *p, peer_map_t *m)
+{
+    return map_word(p, m) != 0;
+}
+
+/* Did the word stay @p w through a copy (a seqlock's second read)? */
+static int map_same(const mc_te_shm_peer_t *p, const peer_map_t *m, uint64_t w)
+{
+    return __atomic_load_n(&p->ctl[m->slot], __ATOMIC_ACQUIRE) == w;
 }
 
 /* Insert @p m, dropping every map it overlaps (holder regions never
@@ -635,7 +664,8 @@ static int map_insert(mc_te_shm_peer_t *p, const peer_map_t *m)
 static void map_drop_stale(mc_te_shm_peer_t *p, uint64_t addr, uint64_t gen)
 {
     size_t i = map_lower(p, addr);
-    if ((i < p->nmaps) && (p->maps[i].addr == addr) && (p->maps[i].gen == gen) &&
+    if ((i < p->nmaps) && (p->maps[i].addr == addr) &&
+        (__atomic_load_n(&p->maps[i].gen, __ATOMIC_RELAXED) == gen) &&
         (p->maps[i].base != NULL) && !map_live(p, &p->maps[i])) {
         munmap(p->maps[i].base, p->maps[i].len);
         memmove(&p->maps[i], &p->maps[i + 1], (p->nmaps - i - 1) * sizeof(*p->maps));
@@ -718,15 +748,24 @@ int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len)
     return ok;
 }
 
-/* A request naming generation @p gen (non-zero) on mapping @p m of another
- * one: refused as the holder's engine would refuse it. */
-static int gen_mismatch(const mc_te_shm_peer_t *p, const peer_map_t *m, mc_te_op_t op,
-                        uint64_t gen, uint64_t remote, uint64_t len, mc_status_t *st_p)
+/*
+ * A request naming generation @p gen on the mapping whose word is @p w:
+ * 0 to go ahead (@p gen is 0 or w), 1 when it is refused as the holder's
+ * engine would refuse it (*st_p written), -1 when the network path must
+ * take it: @p gen is a later counter that the holder has not adopted yet,
+ * or a write names an earlier one, which the holder may still take.
+ */
+static int gen_mismatch(const mc_te_shm_peer_t *p, uint64_t w, mc_te_op_t op, uint64_t gen,
+                        uint64_t remote, uint64_t len, mc_status_t *st_p)
 {
-    if ((gen == 0) || (m->gen == gen))
+    if ((gen == 0) || (w == gen))
         return 0;
+    /* a later counter, or a write naming an earlier one that the holder
+     * may still take (down to its last fence, which only it knows) */
+    if (mc_gen_newer(gen, w) || ((op == MC_TE_WRITE) && (mc_gen_base(gen) == mc_gen_base(w))))
+        return -1;
     mc_set_error_detail("%s of [0x%llx, +%llu) refused: same-host peer %s holds no region of "
-                        "generation %016llx there (unregistered or registered again)",
+                        "generation %016llx there (unregistered, registered again or reused)",
                         (op == MC_TE_READ) ? "read" : "write", (unsigned long long)remote,
                         (unsigned long long)len, p->name, (unsigned long long)gen);
     *st_p = (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
@@ -737,18 +776,21 @@ int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t
                         uint64_t hi, uint64_t gen, mc_status_t *st_p)
 {
     peer_map_t *m;
+    uint64_t w;
+    int mis;
 
     if ((n == 0) || (hi <= lo) || __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
         return 0;
     pthread_rwlock_rdlock(&p->map_lock);
     m = map_find(p, lo, hi - lo);
-    if ((m == NULL) || (m->base == NULL) || !map_live(p, m)) {
+    if ((m == NULL) || (m->base == NULL) || ((w = map_word(p, m)) == 0)) {
         pthread_rwlock_unlock(&p->map_lock);
         return 0;
     }
-    if (gen_mismatch(p, m, MC_TE_READ, gen, lo, hi - lo, st_p)) {
+    mis = gen_mismatch(p, w, MC_TE_READ, gen, lo, hi - lo, st_p);
+    if (mis != 0) {
         pthread_rwlock_unlock(&p->map_lock);
-        return 1;
+        return mis > 0;
     }
     for (size_t j = 0; j < n; j++)
         mc_copy_stream(reqs[j].local, m->base + (reqs[j].remote - m->addr),
@@ -756,10 +798,10 @@ int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t
     mc_copy_stream_fence();
     /* as in mc_te_shm_xfer: the copies are done before the word is read */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (!map_live(p, m)) {
+    if (!map_same(p, m, w)) {
         pthread_rwlock_unlock(&p->map_lock);
         mc_set_error_detail("read of %zu pieces in [0x%llx, 0x%llx) on same-host peer %s failed: "
-                            "the region was unregistered during the copy",
+                            "the region was unregistered or reused during the copy",
                             n, (unsigned long long)lo, (unsigned long long)hi, p->name);
         *st_p = MC_INVALID_READ;
         return 1;
@@ -776,7 +818,7 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
         return 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         peer_map_t *m;
-        uint64_t mgen, at;
+        uint64_t mgen, at, w;
 
         if (__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
             return 0;
@@ -791,11 +833,12 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
                 return 0;
             continue;
         }
-        if ((m != NULL) && map_live(p, m)) {
+        if ((m != NULL) && ((w = map_word(p, m)) != 0)) {
             uint8_t *at_p = m->base + (remote - m->addr);
-            if (gen_mismatch(p, m, op, gen, remote, len, st_p)) {
+            int mis       = gen_mismatch(p, w, op, gen, remote, len, st_p);
+            if (mis != 0) {
                 pthread_rwlock_unlock(&p->map_lock);
-                return 1;
+                return mis > 0;
             }
             mc_te_sent_hook_run(); /* a copy: nothing to send first */
             if (op == MC_TE_READ)
@@ -806,10 +849,10 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
              * read again (a seqlock's reader): an acquire load alone lets
              * earlier loads (weak CPUs) and stores (x86 too) pass it. */
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
-            if (!map_live(p, m)) {
+            if (!map_same(p, m, w)) {
                 pthread_rwlock_unlock(&p->map_lock);
                 mc_set_error_detail("%s of [0x%llx, +%llu) on same-host peer %s failed: the "
-                                    "region was unregistered during the copy",
+                                    "region was unregistered or reused during the copy",
                                     (op == MC_TE_READ) ? "read" : "write",
                                     (unsigned long long)remote, (unsigned long long)len,
                                     p->name);
@@ -821,7 +864,7 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
             return 1;
         }
         at  = (m != NULL) ? m->addr : 0;
-        mgen = (m != NULL) ? m->gen : 0;
+        mgen = (m != NULL) ? __atomic_load_n(&m->gen, __ATOMIC_RELAXED) : 0;
         pthread_rwlock_unlock(&p->map_lock);
         if (m != NULL) {
             /* unregistered since we mapped it: drop it, then ask again */

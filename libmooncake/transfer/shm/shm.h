@@ -99,6 +99,10 @@ const char *mc_te_shm_server_name(const mc_te_shm_server_t *srv);
  * every slot is taken (the region is then not shared). */
 int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint64_t want, uint32_t *slot_p,
                         uint64_t *gen_p);
+/* Give the word of a live slot @p gen, the region's later generation
+ * (engine.h, mc_te_gen_enter): readers that mapped it under the earlier
+ * one see a stale word and refuse what they copied meanwhile. */
+void mc_te_shm_slot_set(mc_te_shm_server_t *srv, uint32_t slot, uint64_t gen);
 /* Zero the word (readers stop using the region) and free the slot. */
 void mc_te_shm_slot_close(mc_te_shm_server_t *srv, uint32_t slot);
 /* 1 when @p fd is a memfd sealed against shrinking of at least @p len

@@ -283,7 +283,8 @@ static int serve_send_resp(int fd, int32_t status, uint64_t length)
  */
 #define MC_TCP_FILE_CHUNK (1u << 20)
 
-static int serve_file_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_te_region_t *r)
+static int serve_file_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_te_region_t *r,
+                           int ticket)
 {
     uint8_t resp[MC_TE_RESP_HDR_SIZE];
     size_t cap   = (size_t)MC_MIN(h->length, (uint64_t)MC_TCP_FILE_CHUNK);
@@ -292,7 +293,7 @@ static int serve_file_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_te
     int rc = 0;
 
     if (buf == NULL) {
-        mc_te_region_release(tp->te, r);
+        mc_te_region_release_gen(tp->te, r, ticket);
         return serve_send_resp(fd, MC_INTERNAL_ERROR, 0);
     }
     while ((rc == 0) && (done < h->length)) {
@@ -316,11 +317,12 @@ static int serve_file_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_te
         done += k;
     }
     free(buf);
-    mc_te_region_release(tp->te, r);
+    mc_te_region_release_gen(tp->te, r, ticket);
     return rc;
 }
 
-static int serve_file_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_te_region_t *r)
+static int serve_file_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_te_region_t *r,
+                            int ticket)
 {
     size_t cap   = (size_t)MC_MIN(h->length, (uint64_t)MC_TCP_FILE_CHUNK);
     uint8_t *buf = malloc(cap);
@@ -328,14 +330,14 @@ static int serve_file_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_t
     uint64_t done  = 0;
 
     if (buf == NULL) {
-        mc_te_region_release(tp->te, r);
+        mc_te_region_release_gen(tp->te, r, ticket);
         return -1; /* the payload cannot be consumed anywhere: close */
     }
     while (done < h->length) {
         size_t k = (size_t)MC_MIN(h->length - done, (uint64_t)cap);
         if (recv_exact(fd, buf, k, NULL) != 0) {
             free(buf);
-            mc_te_region_release(tp->te, r);
+            mc_te_region_release_gen(tp->te, r, ticket);
             return -1;
         }
         /* after a failed write keep draining the payload, then answer */
@@ -344,7 +346,7 @@ static int serve_file_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, mc_t
         done += k;
     }
     free(buf);
-    mc_te_region_release(tp->te, r);
+    mc_te_region_release_gen(tp->te, r, ticket);
     return serve_send_resp(fd, st, 0);
 }
 
@@ -354,9 +356,10 @@ static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
     uint8_t resp[MC_TE_RESP_HDR_SIZE];
     struct iovec iov[2];
     mc_te_region_t *r;
-    int rc;
+    int rc, ticket;
 
-    r = mc_te_region_acquire_gen(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS, h->gen);
+    r = mc_te_region_acquire_gen(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS, h->gen, 0,
+                                 &ticket);
     if (r == NULL) {
         mc_debug("refusing read of [0x%llx, +%llu): not in a remote-access region%s",
                  (unsigned long long)h->addr, (unsigned long long)h->length,
@@ -364,14 +367,14 @@ static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
         return serve_send_resp(fd, MC_INVALID_READ, 0);
     }
     if (r->fops != NULL)
-        return serve_file_read(tp, fd, h, r);
+        return serve_file_read(tp, fd, h, r, ticket);
     mc_te_resp_encode(resp, MC_OK, h->length);
     iov[0].iov_base = resp;
     iov[0].iov_len  = sizeof(resp);
     iov[1].iov_base = (void *)(uintptr_t)h->addr;
     iov[1].iov_len  = (size_t)h->length;
     rc              = mc_writev_full(fd, iov, 2);
-    mc_te_region_release(tp->te, r);
+    mc_te_region_release_gen(tp->te, r, ticket);
     return rc;
 }
 
@@ -382,17 +385,18 @@ static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, int queue
 {
     uint8_t hdr[MC_TE_REQ_HDR_SIZE];
     mc_te_region_t *r;
-    int rc;
+    int rc, ticket;
 
-    r = mc_te_region_acquire_gen(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS, h->gen);
+    r = mc_te_region_acquire_gen(tp->te, h->addr, h->length, MC_TE_MEM_REMOTE_ACCESS, h->gen, 1,
+                                 &ticket);
     if ((r == NULL) || (r->fops != NULL)) {
         if (queued && (recv_exact(fd, hdr, sizeof(hdr), NULL) != 0)) {
             if (r != NULL)
-                mc_te_region_release(tp->te, r);
+                mc_te_region_release_gen(tp->te, r, ticket);
             return -1;
         }
         if (r != NULL)
-            return serve_file_write(tp, fd, h, r);
+            return serve_file_write(tp, fd, h, r, ticket);
         mc_debug("refusing write of [0x%llx, +%llu): not in a remote-access region%s",
                  (unsigned long long)h->addr, (unsigned long long)h->length,
                  h->gen ? " of the generation asked for" : "");
@@ -404,7 +408,7 @@ static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, int queue
     rc = queued ? recv_exact2(fd, hdr, sizeof(hdr), (void *)(uintptr_t)h->addr,
                               (size_t)h->length)
                 : recv_exact(fd, (void *)(uintptr_t)h->addr, (size_t)h->length, NULL);
-    mc_te_region_release(tp->te, r);
+    mc_te_region_release_gen(tp->te, r, ticket);
     if (rc != 0)
         return -1; /* the initiator sees the failure and reports it */
     return serve_send_resp(fd, MC_OK, 0);
@@ -557,6 +561,7 @@ static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n, uint64_
     uint8_t resps[MC_TCP_SERVE_RUN][MC_TE_RESP_HDR_SIZE];
     struct iovec iov[2 * MC_TCP_SERVE_RUN];
     mc_te_region_t *regs[MC_TCP_SERVE_RUN];
+    int tickets[MC_TCP_SERVE_RUN];
     mc_te_req_hdr_t h;
     uint64_t moved = 0;
     int k = 0, niov = 0, rc;
@@ -565,11 +570,11 @@ static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n, uint64_
            (mc_te_req_decode(hdrs + (size_t)k * MC_TE_REQ_HDR_SIZE, &h) == 0) &&
            (h.opcode == MC_TE_OPC_READ)) {
         regs[k] = mc_te_region_acquire_gen(tp->te, h.addr, h.length, MC_TE_MEM_REMOTE_ACCESS,
-                                           h.gen);
+                                           h.gen, 0, &tickets[k]);
         if ((regs[k] != NULL) && (regs[k]->fops != NULL)) {
             /* a file segment is read through a buffer: the one-request
              * path serves it, after the run before it */
-            mc_te_region_release(tp->te, regs[k]);
+            mc_te_region_release_gen(tp->te, regs[k], tickets[k]);
             break;
         }
         if (regs[k] == NULL) {
@@ -600,7 +605,7 @@ static int serve_read_run(mc_tcp_t *tp, int fd, uint8_t *hdrs, size_t n, uint64_
              : -1;
     for (int i = 0; i < k; i++)
         if (regs[i] != NULL)
-            mc_te_region_release(tp->te, regs[i]);
+            mc_te_region_release_gen(tp->te, regs[i], tickets[i]);
     return (rc == 0) ? k : -1;
 }
 
