@@ -69,7 +69,7 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     uint64_t lanes = MC_TE_DEFAULT_LANES, tmo = MC_TE_DEFAULT_IO_TIMEOUT_S;
     uint64_t workers = UINT64_MAX, slice = MC_TE_DEFAULT_SLICE_SIZE;
     uint64_t conns = MC_TE_DEFAULT_MAX_CONNS, conns_peer = MC_TE_DEFAULT_MAX_CONNS_PEER;
-    uint64_t idle = MC_TE_DEFAULT_IDLE_TIMEOUT_S;
+    uint64_t idle = MC_TE_DEFAULT_IDLE_TIMEOUT_S, handshake = MC_TE_DEFAULT_HANDSHAKE_MS;
 
     if ((mc_env_u64("MC_STORE_CLIENT_MIN_PORT", 1, 65535, &pmin) != 0) ||
         (mc_env_u64("MC_STORE_CLIENT_MAX_PORT", 1, 65535, &pmax) != 0) ||
@@ -78,7 +78,8 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
         (mc_env_u64("MC_TE_WORKERS", 0, MC_TE_MAX_WORKERS, &workers) != 0) ||
         (mc_env_u64("MC_TE_MAX_CONNECTIONS", 1, 65536, &conns) != 0) ||
         (mc_env_u64("MC_TE_MAX_CONNECTIONS_PER_PEER", 1, 65536, &conns_peer) != 0) ||
-        (mc_env_u64("MC_TE_IDLE_TIMEOUT_SEC", 0, 86400, &idle) != 0))
+        (mc_env_u64("MC_TE_IDLE_TIMEOUT_SEC", 0, 86400, &idle) != 0) ||
+        (mc_env_u64("MC_TE_HANDSHAKE_TIMEOUT_MS", 100, 600000, &handshake) != 0))
         return MC_INVALID_PARAMS;
     if (mc_env_size("MC_TE_SLICE_SIZE", 65536, UINT64_MAX, &slice) != 0)
         return MC_INVALID_PARAMS;
@@ -110,6 +111,7 @@ static mc_status_t config_resolve(const mc_te_params_t *p, mc_te_config_t *cfg)
     cfg->max_conns          = (unsigned)conns;
     cfg->max_conns_peer     = (unsigned)conns_peer;
     cfg->idle_timeout_s     = (int)idle;
+    cfg->handshake_ms       = (unsigned)handshake;
     cfg->io_timeout_s       = (int)tmo;
     cfg->connect_timeout_ms = MC_TE_DEFAULT_CONNECT_MS;
     cfg->slice_size         = slice;

@@ -43,6 +43,7 @@
 #define MC_TE_DEFAULT_MAX_CONNS       1024
 #define MC_TE_DEFAULT_MAX_CONNS_PEER  256   /* served connections from one address */
 #define MC_TE_DEFAULT_IDLE_TIMEOUT_S  120   /* a served connection idle this long is closed */
+#define MC_TE_DEFAULT_HANDSHAKE_MS    3000  /* ... and one without a first request this long */
 #define MC_TE_DEFAULT_SLICE_SIZE      (512u * 1024u)
 #define MC_TE_MAX_WORKERS             64
 #define MC_TE_PORT_RANDOM_TRIES       50
@@ -63,6 +64,7 @@ typedef struct mc_te_config {
     unsigned max_conns;      /* served connections at once */
     unsigned max_conns_peer; /* ... from one peer address */
     int idle_timeout_s;      /* close a served connection idle this long (0: never) */
+    unsigned handshake_ms;   /* ... one whose first request header is not complete by then */
     int io_timeout_s;        /* SO_RCVTIMEO / SO_SNDTIMEO on data sockets */
     int connect_timeout_ms;
     uint64_t slice_size;     /* batch requests above this are split */

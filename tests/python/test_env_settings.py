@@ -19,6 +19,7 @@ BAD = [
     ("MC_TE_MAX_CONNECTIONS", "0"),
     ("MC_TE_MAX_CONNECTIONS_PER_PEER", "65537"),
     ("MC_TE_IDLE_TIMEOUT_SEC", "1d"),
+    ("MC_TE_HANDSHAKE_TIMEOUT_MS", "99"),
     ("MC_TE_SHM", "2"),
     ("MC_TE_SLICE_SIZE", "4KiB"),
     ("MC_TE_SLICE_SIZE", "big"),

@@ -15,13 +15,17 @@
  * refused READ is answered and the connection goes on; a refused WRITE is
  * answered and the connection is closed, because the payload that follows
  * must not be read anywhere.  A malformed header closes the connection.
- * A WRITE's header and payload come in one receive.  An idle connection
- * is closed after MC_TE_IDLE_TIMEOUT_SEC (serve_next: its peek wakes at
- * each receive timeout to check; the receive timeout also bounds a frame
- * once it has started).  At most MC_TE_MAX_CONNECTIONS_PER_PEER come
- * from one address, and when MC_TE_MAX_CONNECTIONS are served a new one
- * takes the place of the longest idle (accept_admit()), so idle peers
- * cannot lock readers out.
+ * A WRITE's header and payload come in one receive.  A new connection
+ * whose first request header is not complete within
+ * MC_TE_HANDSHAKE_TIMEOUT_MS is closed (serve_first_header), and so is an
+ * idle connection after MC_TE_IDLE_TIMEOUT_SEC (serve_next: its peek
+ * wakes at each receive timeout to check; the receive timeout also bounds
+ * a frame once it has started).  At most MC_TE_MAX_CONNECTIONS_PER_PEER
+ * are served from one address and MC_TE_MAX_CONNECTIONS in all; a new
+ * connection over either bound takes the place of one that is not serving
+ * a request, never-used ones first (accept_admit()), and is refused only
+ * when all are busy, so idle or silent peers (all processes of a host
+ * share its address) cannot lock readers out.
  *
  * Initiator side.  Each peer has cfg.lanes connections, opened lazily and
  * kept; a request takes a free lane (most recently used first, so a
@@ -39,8 +43,9 @@
  *
  * Authentication (docs/security.md, docs/protocol.md §9.1).  With a
  * cluster secret (te->auth), a served connection first runs the
- * challenge-response, each step bounded by TCP_AUTH_TIMEOUT_MS, marked
- * idle meanwhile so accept_admit() may close it to make room; a dialled
+ * challenge-response, each step bounded by TCP_AUTH_TIMEOUT_MS, counted
+ * as never used meanwhile so accept_admit() may close it to make room
+ * (the handshake deadline starts when it has passed); a dialled
  * lane runs the client side before its first request.  Nothing of the
  * data protocol is read from or sent to a peer that has not passed.
  *
@@ -86,7 +91,10 @@ typedef struct mc_tcp_conn {
     int fd;
     pthread_t thread;
     struct sockaddr_storage peer; /* port zeroed: connections per address */
+    uint64_t accepted_ms;         /* set before its thread starts */
     uint64_t idle_since_ms;       /* atomic: waiting for a request since; 0 while serving */
+    int used;                     /* atomic: a complete, valid request header arrived */
+    int evicted;                  /* under tp->mu: shut down to make room, not counted */
 } mc_tcp_conn_t;
 
 struct mc_tcp {
@@ -106,6 +114,7 @@ struct mc_tcp {
     unsigned max_conns;
     unsigned max_conns_peer;
     int idle_timeout_s;
+    unsigned handshake_ms;     /* the first request header must be complete by then */
     unsigned busy_poll_us;     /* mc_spin_readable window before waiting for an answer */
     unsigned serve_poll_us;    /* ... before a served connection waits for a request */
     pthread_rwlock_t hs_lock;  /* the RDMA handshake handler */
@@ -681,6 +690,85 @@ static unsigned serve_window(const mc_tcp_t *tp, uint64_t moved)
     return (moved >= TCP_SERVE_POLL_MAX_MOVED) ? 0 : tp->serve_poll_us;
 }
 
+/* Serve one request whose header @p h has been taken from the socket;
+ * *moved_p: the bytes it asked for.  Returns 0 to keep the connection, -1
+ * to close it. */
+static int serve_one(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, uint64_t *moved_p)
+{
+    *moved_p = ((h->opcode == MC_TE_OPC_READ) || (h->opcode == MC_TE_OPC_WRITE) ||
+                (h->opcode == MC_TE_OPC_DISK_READ))
+                   ? h->length
+                   : 0;
+    switch (h->opcode) {
+    case MC_TE_OPC_READ:
+        return serve_read(tp, fd, h);
+    case MC_TE_OPC_WRITE:
+        return serve_write(tp, fd, h, 0);
+    case MC_TE_OPC_DISK_READ:
+        return serve_disk_read(tp, fd, h);
+    case MC_TE_OPC_RDMA_CONNECT:
+        return serve_rdma_connect(tp, fd, h);
+    default: /* MC_TE_OPC_DESCRIBE; decode refused anything else */
+        return serve_describe(tp, fd, h);
+    }
+}
+
+/*
+ * Take the first request header of a served connection, which must be
+ * complete within tp->handshake_ms of @p since (its accept, or the end of
+ * its authentication), or within the idle limit where that is shorter.
+ * The connection stays marked idle and never used meanwhile, so the
+ * acceptor may close it to make room (accept_admit()).
+ * The header is received rather than peeked at, so bytes that trickle in
+ * do not wake a poll that has nothing new to say, and a peer that sent
+ * half a header and stalls is closed at the deadline instead of holding a
+ * thread and a place in the table until the idle limit.  An initiator
+ * sends its first request right after connecting (and authenticating),
+ * so the deadline only ever cuts off a peer that does not speak the
+ * protocol.  Returns 0, or -1 when the connection is over.
+ */
+static int serve_first_header(mc_tcp_t *tp, int fd, uint64_t since, uint8_t *hdr)
+{
+    uint64_t limit   = tp->handshake_ms;
+    const char *what = "MC_TE_HANDSHAKE_TIMEOUT_MS";
+    uint64_t deadline;
+    size_t got = 0;
+
+    if ((tp->idle_timeout_s > 0) && ((uint64_t)tp->idle_timeout_s * 1000u < limit)) {
+        limit = (uint64_t)tp->idle_timeout_s * 1000u;
+        what  = "MC_TE_IDLE_TIMEOUT_SEC";
+    }
+    deadline = since + limit;
+
+    while (got < MC_TE_REQ_HDR_SIZE) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        uint64_t now;
+        ssize_t n = recv(fd, hdr + got, MC_TE_REQ_HDR_SIZE - got, MSG_DONTWAIT);
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return -1;
+        if ((errno != EINTR) && (errno != EAGAIN) && (errno != EWOULDBLOCK))
+            return -1;
+        if (__atomic_load_n(&tp->stopping, __ATOMIC_ACQUIRE))
+            return -1;
+        now = mc_now_ms();
+        if (now >= deadline) {
+            mc_log_ratelimited(MC_LOG_INFO,
+                               "closing a data connection that sent %zu of a %u-byte request "
+                               "header within %llu ms (%s)",
+                               got, MC_TE_REQ_HDR_SIZE, (unsigned long long)limit, what);
+            return -1;
+        }
+        if ((poll(&pfd, 1, (int)MC_MIN(deadline - now, (uint64_t)INT_MAX)) < 0) &&
+            (errno != EINTR))
+            return -1;
+    }
+    return 0;
+}
+
 static void *conn_main(void *arg)
 {
     mc_tcp_conn_t *c = arg;
@@ -688,18 +776,28 @@ static void *conn_main(void *arg)
     uint8_t hdrs[MC_TCP_SERVE_RUN * MC_TE_REQ_HDR_SIZE];
     mc_te_req_hdr_t h;
     uint64_t moved = 0; /* the bytes the last request (or run) asked for */
+    uint64_t since = c->accepted_ms;
 
+    /* idle_since_ms was set at accept: idle, never used, until the first
+     * request header is complete */
     if (tp->te->auth != NULL) {
-        int rc;
-        __atomic_store_n(&c->idle_since_ms, mc_now_ms(), __ATOMIC_RELEASE);
-        rc = mc_auth_server_fd(tp->te->auth, c->fd, MC_AUTH_SVC_TE, TCP_AUTH_TIMEOUT_MS);
-        __atomic_store_n(&c->idle_since_ms, 0, __ATOMIC_RELEASE);
-        if (rc != 0) {
+        if (mc_auth_server_fd(tp->te->auth, c->fd, MC_AUTH_SVC_TE, TCP_AUTH_TIMEOUT_MS) != 0) {
             mc_log_ratelimited(MC_LOG_WARN, "closing an unauthenticated data connection: %s",
                                mc_last_error_detail());
             goto done;
         }
+        since = mc_now_ms();
     }
+    if (serve_first_header(tp, c->fd, since, hdrs) != 0)
+        goto done;
+    if (mc_te_req_decode(hdrs, &h) != 0) {
+        mc_debug("closing data connection: malformed request header");
+        goto done;
+    }
+    __atomic_store_n(&c->used, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->idle_since_ms, 0, __ATOMIC_RELEASE);
+    if (serve_one(tp, c->fd, &h, &moved) != 0)
+        goto done;
     for (;;) {
         ssize_t n = serve_next(tp, c, hdrs, sizeof(hdrs), serve_window(tp, moved));
         int rc;
@@ -724,28 +822,7 @@ static void *conn_main(void *arg)
             mc_debug("closing data connection: malformed request header");
             break;
         }
-        moved = ((h.opcode == MC_TE_OPC_READ) || (h.opcode == MC_TE_OPC_WRITE) ||
-                 (h.opcode == MC_TE_OPC_DISK_READ))
-                    ? h.length
-                    : 0;
-        switch (h.opcode) {
-        case MC_TE_OPC_READ:
-            rc = serve_read(tp, c->fd, &h);
-            break;
-        case MC_TE_OPC_WRITE:
-            rc = serve_write(tp, c->fd, &h, 0);
-            break;
-        case MC_TE_OPC_DISK_READ:
-            rc = serve_disk_read(tp, c->fd, &h);
-            break;
-        case MC_TE_OPC_RDMA_CONNECT:
-            rc = serve_rdma_connect(tp, c->fd, &h);
-            break;
-        default: /* MC_TE_OPC_DESCRIBE; decode refused anything else */
-            rc = serve_describe(tp, c->fd, &h);
-            break;
-        }
-        if (rc != 0)
+        if (serve_one(tp, c->fd, &h, &moved) != 0)
             break;
     }
 
@@ -810,56 +887,141 @@ static int peer_eq(const struct sockaddr_storage *a, const struct sockaddr_stora
     return 1;
 }
 
-/* An idle connection is closed to make room only after this much idling,
- * so a request that just arrived on it is rarely cut off (and a pooled
- * connection cut off before its answer is retried by the initiator). */
+/*
+ * Making room.  When a new connection would exceed a bound (its address's
+ * tp->max_conns_peer, or tp->max_conns in all), a served connection that
+ * is not serving a request is shut down to make room for it: from the same
+ * address for the per-address bound, from any address for the global one.
+ * The new connection is refused only when every candidate is serving a
+ * request, so connections that do nothing (or never say anything) cannot
+ * lock readers out, while the bounds still hold for connections that work.
+ * Candidates, the first class that has one wins, and within a class the
+ * one never used or idle longest:
+ *
+ *   1. never used (no complete request header yet), accepted at least
+ *      TCP_EVICT_NEW_MS ago: an initiator sends its first request right
+ *      after connecting, so such a connection is almost certainly not one
+ *      of ours;
+ *   2. idle for TCP_EVICT_IDLE_MS at least: a request that has just
+ *      arrived on it is rarely cut off, and a pooled connection cut off
+ *      before its answer is retried by the initiator on a fresh one;
+ *   3. never used, accepted less than TCP_EVICT_NEW_MS ago (a burst of
+ *      connections that say nothing, the oldest first);
+ *   4. idle for less than TCP_EVICT_IDLE_MS.
+ *
+ * A never-used connection is closed anyway when its first request header
+ * is not complete within tp->handshake_ms (serve_first_header), and an
+ * idle one after tp->idle_timeout_s (serve_next).
+ */
+#define TCP_EVICT_NEW_MS  150u
 #define TCP_EVICT_IDLE_MS 1000u
 
+enum { EVICT_NONE, EVICT_STALE_NEW, EVICT_LONG_IDLE, EVICT_NEW, EVICT_IDLE };
+
+/* The candidate class of @p c at @p now (EVICT_NONE: serving a request, or
+ * already shut down), and in *age_p how long it has been never used or
+ * idle.  Called with tp->mu held; its thread updates the atomics without
+ * it, so the answer may be a moment old (see TCP_EVICT_IDLE_MS). */
+static int evict_class(const mc_tcp_conn_t *c, uint64_t now, uint64_t *age_p)
+{
+    uint64_t idle = __atomic_load_n(&c->idle_since_ms, __ATOMIC_ACQUIRE);
+    uint64_t from;
+
+    if (c->evicted || (c->fd < 0) || (idle == 0))
+        return EVICT_NONE;
+    if (!__atomic_load_n(&c->used, __ATOMIC_ACQUIRE)) {
+        from   = c->accepted_ms;
+        *age_p = (now > from) ? now - from : 0;
+        return (*age_p >= TCP_EVICT_NEW_MS) ? EVICT_STALE_NEW : EVICT_NEW;
+    }
+    *age_p = (now > idle) ? now - idle : 0;
+    return (*age_p >= TCP_EVICT_IDLE_MS) ? EVICT_LONG_IDLE : EVICT_IDLE;
+}
+
+/* The best candidate so far (*best_p, of class *cls_p and age *age_p)
+ * becomes @p c when @p c comes first.  Called in list order, newest
+ * accepted first, so of equal ages (a burst within one millisecond) the
+ * one accepted earliest wins. */
+static void evict_pick(mc_tcp_conn_t *c, int cls, uint64_t age, mc_tcp_conn_t **best_p,
+                       int *cls_p, uint64_t *age_p)
+{
+    if ((cls == EVICT_NONE) ||
+        ((*best_p != NULL) && ((cls > *cls_p) || ((cls == *cls_p) && (age < *age_p)))))
+        return;
+    *best_p = c;
+    *cls_p  = cls;
+    *age_p  = age;
+}
+
 /*
- * May a connection from @p peer be served?  Called with tp->mu held.  At
- * most tp->max_conns_peer from one address; when tp->max_conns are served,
- * the connection idle longest (for TCP_EVICT_IDLE_MS at least) is shut
- * down to make room, so idle peers cannot lock readers out.  Returns 0, or
- * -1 (logged, rate limited) when the new connection must be closed.
+ * May a connection from @p peer be served?  Called with tp->mu held.
+ * Makes room as described above when a bound is reached: the connection
+ * chosen is shut down (its thread wakes, sees the hang-up and leaves; it
+ * is joined later) and no longer counted.  Returns 0, or -1 (logged, rate
+ * limited) when the new connection must be closed.
  */
 static int accept_admit(mc_tcp_t *tp, struct sockaddr_storage *peer)
 {
-    mc_tcp_conn_t *oldest = NULL;
-    uint64_t oldest_ms    = UINT64_MAX;
-    uint64_t now          = mc_now_ms();
-    unsigned same         = 0;
+    mc_tcp_conn_t *mine = NULL, *any = NULL, *victim;
+    int mine_cls = EVICT_NONE, any_cls = EVICT_NONE, cls;
+    uint64_t mine_age = 0, any_age = 0, age;
+    uint64_t now  = mc_now_ms();
+    unsigned same = 0, live = 0, limit;
+    const char *bound;
+    int per_addr;
 
     peer_key(peer);
     for (mc_tcp_conn_t *c = tp->active; c != NULL; c = c->next) {
-        uint64_t idle = __atomic_load_n(&c->idle_since_ms, __ATOMIC_ACQUIRE);
-        same += peer_eq(&c->peer, peer);
-        if ((idle != 0) && (idle < oldest_ms) && (c->fd >= 0)) {
-            oldest    = c;
-            oldest_ms = idle;
-        }
+        int eq;
+        if (c->evicted)
+            continue;
+        live++;
+        eq = peer_eq(&c->peer, peer);
+        same += (unsigned)eq;
+        age = 0;
+        cls = evict_class(c, now, &age);
+        evict_pick(c, cls, age, &any, &any_cls, &any_age);
+        if (eq)
+            evict_pick(c, cls, age, &mine, &mine_cls, &mine_age);
     }
-    if (same >= tp->max_conns_peer) {
+    if (tp->nactive - live >= tp->max_conns) {
+        /* shut down ones whose threads have not left yet: do not pile up more */
         mc_log_ratelimited(MC_LOG_WARN,
-                           "refusing a data connection: its address already has %u "
-                           "(MC_TE_MAX_CONNECTIONS_PER_PEER)",
-                           tp->max_conns_peer);
+                           "refusing a data connection: %u closed to make room have not "
+                           "finished yet",
+                           tp->nactive - live);
         return -1;
     }
-    if (tp->nactive < tp->max_conns)
+    per_addr = same >= tp->max_conns_peer;
+    if (per_addr) {
+        victim = mine;
+        cls    = mine_cls;
+        age    = mine_age;
+        bound  = "MC_TE_MAX_CONNECTIONS_PER_PEER";
+        limit  = tp->max_conns_peer;
+    } else if (live >= tp->max_conns) {
+        victim = any;
+        cls    = any_cls;
+        age    = any_age;
+        bound  = "MC_TE_MAX_CONNECTIONS";
+        limit  = tp->max_conns;
+    } else {
         return 0;
-    if ((oldest == NULL) || (now - oldest_ms < TCP_EVICT_IDLE_MS)) {
+    }
+    if (victim == NULL) {
         mc_log_ratelimited(MC_LOG_WARN,
-                           "refusing a data connection: %u already served, none idle "
-                           "(MC_TE_MAX_CONNECTIONS)",
-                           tp->max_conns);
+                           "refusing a data connection: %u already served%s, every one "
+                           "serving a request (%s)",
+                           limit, per_addr ? " from its address" : "", bound);
         return -1;
     }
-    /* its thread wakes, sees the hang-up and leaves; it is joined later */
-    shutdown(oldest->fd, SHUT_RDWR);
-    __atomic_store_n(&oldest->idle_since_ms, 0, __ATOMIC_RELEASE);
+    shutdown(victim->fd, SHUT_RDWR);
+    victim->evicted = 1;
     mc_log_ratelimited(MC_LOG_INFO,
-                       "closing a data connection idle for %llu ms to make room (%u served)",
-                       (unsigned long long)(now - oldest_ms), tp->max_conns);
+                       "closing a data connection %s for %llu ms to make room (%s=%u)",
+                       ((cls == EVICT_STALE_NEW) || (cls == EVICT_NEW)) ? "never used"
+                                                                          : "idle",
+                       (unsigned long long)age, bound, limit);
     return 0;
 }
 
@@ -911,10 +1073,14 @@ static void *acceptor_main(void *arg)
             continue;
         }
         mc_tcp_tune(fd, tp->io_timeout_s);
-        c->tp   = tp;
-        c->fd   = fd;
-        c->peer = peer;
-        rc      = pthread_create(&c->thread, &attr, conn_main, c);
+        c->tp          = tp;
+        c->fd          = fd;
+        c->peer        = peer;
+        c->accepted_ms = mc_now_ms();
+        /* idle and never used until its first request header is complete:
+         * a candidate to make room from now on, before its thread runs */
+        c->idle_since_ms = c->accepted_ms;
+        rc               = pthread_create(&c->thread, &attr, conn_main, c);
         if (rc != 0) {
             pthread_mutex_unlock(&tp->mu);
             errno = rc;
@@ -1074,6 +1240,7 @@ static mc_status_t tcp_install(mc_te_t *te, const char *bind_addr, uint16_t port
     tp->max_conns          = te->cfg.max_conns;
     tp->max_conns_peer     = te->cfg.max_conns_peer;
     tp->idle_timeout_s     = te->cfg.idle_timeout_s;
+    tp->handshake_ms       = te->cfg.handshake_ms;
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cond, NULL);
     pthread_rwlock_init(&tp->hs_lock, NULL);
