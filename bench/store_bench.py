@@ -28,6 +28,14 @@ runs the whole measurement N times and ends with each ratio's median.
 --plot DIR also measures memcpy at every size, prints it, and writes the
 numbers (DIR/store_bench.json) and their figures (bench/plot.py:
 throughput against value size, get latency CDF) as PNG files.
+
+Nothing waits between runs: each run removes its values with force and the
+next writes as much again at once, as a user's program does.  The churn
+rows do only that (put, get, remove_all(force=True), put again; the bytes
+API and zero copy; the master's default lease, then a 500 ms one) and count
+failed operations.  A failed operation in any row (a put that does not
+return 0, a get that does not return the bytes put) is printed as FAIL and
+the exit status is 1.
 """
 import argparse
 import contextlib
@@ -43,16 +51,12 @@ import time
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
 # bytes moved per size, bounded so the run fits a 2-core CI box
 TOTAL_BYTES = 256 << 20
-#: The master's lease here (ms).  A value removed while a reader holds a
-#: lease on it keeps its space until the lease ends (docs/protocol.md
-#: §5.8), so a run that removes its keys waits this long, untimed, before
-#: the next run writes as much again.
-LEASE_MS = 1000
-#: The master frees the space of a removed, leased value on its periodic
-#: tick after the lease ends (MC_MASTER_TICK_MS in mooncake-master/master.c),
-#: so the space is back at most this long after the lease.
-MASTER_TICK_MS = 250
 MIN_OPS, MAX_OPS = 24, 20000
+#: Rounds of the churn rows (put, get, remove_all with force, put again).
+CHURN_ROUNDS = 5
+#: The lease of the churn rows' short-lease variant (ms); the other rows
+#: run with the master's default (--default_kv_lease_ttl, 10 s).
+SHORT_LEASE_MS = 500
 # every figure is the median of several runs: loopback on a shared VM is noisy
 RAW_RUNS, STORE_RUNS = 5, 3
 
@@ -130,14 +134,6 @@ def congestion_control():
         return "unknown"
 
 
-def space_back(cmd):
-    """Wait, untimed, until the space of the values a run removed is free
-    again: the lease, the master's tick, and a margin.  A run that starts
-    before then finds part of it still held, and the holder's allocator
-    places its values in pages not touched before (page faults timed)."""
-    time.sleep((cmd["lease_ms"] + MASTER_TICK_MS) / 1000 + 0.1)
-
-
 def worker_main():
     from mooncake.store import ReplicateConfig
 
@@ -147,6 +143,7 @@ def worker_main():
         cfg.preferred_segment = target
         value = os.urandom(size)
         keys = ["bench_%d_%d" % (size, i) for i in range(n)]
+        failed = Failures()
         put_lat = []
         t0 = time.perf_counter()
         for k in keys:
@@ -154,7 +151,7 @@ def worker_main():
             rc = store.put(k, value, cfg)
             put_lat.append(time.perf_counter_ns() - s)
             if rc != 0:
-                raise RuntimeError("put %s -> %d" % (k, rc))
+                failed.add("put %s -> %d" % (k, rc))
         put_s = time.perf_counter() - t0
         put_lat.sort()
         lat = []
@@ -164,17 +161,16 @@ def worker_main():
             data = store.get(k)
             lat.append(time.perf_counter_ns() - s)
             if len(data) != size:
-                from mooncake.store import last_error_detail
-                raise RuntimeError("get %s returned %d bytes: %s" % (k, len(data),
-                                                                     last_error_detail()))
+                failed.add("get %s returned %d bytes" % (k, len(data)))
         get_s = time.perf_counter() - t0
         if store.get(keys[0]) != value:
-            raise RuntimeError("value mismatch")
+            failed.add("get %s: not the bytes put" % keys[0])
+        # the next run writes as much again at once: a user's program does
+        # not wait for the space of what it removed either
         for k in keys:
             store.remove(k, force=True)
-        space_back(cmd)
         lat.sort()
-        return {"put_s": put_s, "get_s": get_s,
+        return {"put_s": put_s, "get_s": get_s, "failed": failed.n, "first_failure": failed.first,
                 "put_p50_us": pct(put_lat, 50) / 1e3, "put_p99_us": pct(put_lat, 99) / 1e3,
                 "p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3,
                 "cdf_us": [pct(lat, q) / 1e3 for q in range(101)]}
@@ -186,19 +182,21 @@ def worker_main():
         cfg = ReplicateConfig()
         cfg.preferred_segment = target
         k = "bench_hot_%d" % size
-        if store.put(k, os.urandom(size), cfg) != 0:
-            raise RuntimeError("put %s failed" % k)
         lat = []
+        failed = Failures()
+        rc = store.put(k, os.urandom(size), cfg)
+        if rc != 0:
+            failed.add("put %s -> %d" % (k, rc))
         for _ in range(n + 1):
             s = time.perf_counter_ns()
             data = store.get(k)
             lat.append(time.perf_counter_ns() - s)
             if len(data) != size:
-                raise RuntimeError("get %s returned %d bytes" % (k, len(data)))
+                failed.add("get %s returned %d bytes" % (k, len(data)))
         store.remove(k, force=True)
         lat = sorted(lat[1:])
         return {"get_s": sum(lat) / 1e9, "p50_us": pct(lat, 50) / 1e3,
-                "p99_us": pct(lat, 99) / 1e3}
+                "p99_us": pct(lat, 99) / 1e3, "failed": failed.n, "first_failure": failed.first}
 
     def puts(store, cmd):
         """Put-only timing: count values of size into target, each put timed
@@ -209,18 +207,21 @@ def worker_main():
         value = os.urandom(size)
         keys = ["%s_%d_%d" % (cmd["prefix"], size, i) for i in range(n)]
         lat = []
+        failed = Failures()
         for k in keys:
             s = time.perf_counter_ns()
             rc = store.put(k, value, cfg)
             lat.append(time.perf_counter_ns() - s)
             if rc != 0:
-                raise RuntimeError("put %s -> %d" % (k, rc))
+                failed.add("put %s -> %d" % (k, rc))
         for k in keys:
             store.remove(k, force=True)
         lat.sort()
-        return {"p50_us": pct(lat, 50) / 1e3}
+        return {"p50_us": pct(lat, 50) / 1e3, "failed": failed.n, "first_failure": failed.first}
 
     serve_worker({"run": run, "hot": hot, "puts": puts,
+                  "churn": lambda store, cmd: churn(store, ReplicateConfig, cmd),
+                  "churn_zc": lambda store, cmd: churn_zero_copy(store, ReplicateConfig, cmd),
                   "run_zc": lambda store, cmd: run_zero_copy(store, ReplicateConfig, cmd),
                   "memcpy": lambda store, cmd: memcpy_baseline(cmd["size"], cmd["count"])})
 
@@ -240,25 +241,56 @@ def memcpy_baseline(size, n):
     return {"gbps": size * n / (time.perf_counter() - t0) / 1e9}
 
 
+class Failures:
+    """Failed operations of a run: how many, and what the first one was."""
+
+    def __init__(self):
+        self.n, self.first = 0, ""
+
+    def add(self, what, n=1):
+        if n > 0 and not self.n:
+            self.first = what
+        self.n += n
+
+    def batch(self, call, keys, rcs, want):
+        """Count the keys of a batch call whose status is not @p want."""
+        bad = [(k, rc) for k, rc in zip(keys, rcs) if rc != want]
+        if bad:
+            self.add("%s %s -> %d" % (call, bad[0][0], bad[0][1]), len(bad))
+
+
+def registered_pair(store, total):
+    """Two buffers of ``total`` bytes registered with ``store``: random
+    bytes to put from and zeros to get into.  (src, dst, None), or
+    (None, None, {"error": ...}) when registering fails."""
+    import ctypes
+
+    src = (ctypes.c_ubyte * total).from_buffer_copy(os.urandom(total))
+    dst = (ctypes.c_ubyte * total)()
+    for b in (src, dst):
+        rc = store.register_buffer(ctypes.addressof(b), total)
+        if rc != 0:
+            return None, None, {"error": "register_buffer -> %d" % rc}
+    return src, dst, None
+
+
 def run_zero_copy(store, ReplicateConfig, cmd):
     """Zero-copy rows: single get_into, and batch_put_from/batch_get_into."""
     import ctypes
 
     size, batch, rounds, target = cmd["size"], cmd["batch"], cmd["rounds"], cmd["target"]
     total = size * batch
-    src = (ctypes.c_ubyte * total).from_buffer_copy(os.urandom(total))
-    dst = (ctypes.c_ubyte * total)()
+    src, dst, err = registered_pair(store, total)
+    if err:
+        return err
     src_p, dst_p = ctypes.addressof(src), ctypes.addressof(dst)
-    for p in (src_p, dst_p):
-        rc = store.register_buffer(p, total)
-        if rc != 0:
-            return {"error": "register_buffer -> %d" % rc}
     cfg = ReplicateConfig()
     cfg.preferred_segment = target
     ptrs_src = [src_p + i * size for i in range(batch)]
     ptrs_dst = [dst_p + i * size for i in range(batch)]
     sizes = [size] * batch
     put_s = get_s = single_s = 0.0
+    failed = Failures()
     written = []
     try:
         for r in range(rounds):
@@ -266,28 +298,162 @@ def run_zero_copy(store, ReplicateConfig, cmd):
             t0 = time.perf_counter()
             rcs = store.batch_put_from(keys, ptrs_src, sizes, cfg)
             put_s += time.perf_counter() - t0
-            if any(rc != 0 for rc in rcs):
-                return {"error": "batch_put_from -> %r" % rcs[:4]}
+            failed.batch("batch_put_from", keys, rcs, 0)
             t0 = time.perf_counter()
             rcs = store.batch_get_into(keys, ptrs_dst, sizes)
             get_s += time.perf_counter() - t0
-            if any(rc != size for rc in rcs):
-                return {"error": "batch_get_into -> %r" % rcs[:4]}
+            failed.batch("batch_get_into", keys, rcs, size)
             t0 = time.perf_counter()
             for k, p in zip(keys, ptrs_dst):
-                if store.get_into(k, p, size) != size:
-                    return {"error": "get_into %s failed" % k}
+                n = store.get_into(k, p, size)
+                if n != size:
+                    failed.add("get_into %s -> %d" % (k, n))
             single_s += time.perf_counter() - t0
             written += keys
+        # the next run writes as much again at once, as a user's would
         store.batch_remove(written, force=True)
-        space_back(cmd)
         if bytes(src) != bytes(dst):
-            return {"error": "zero-copy data mismatch"}
+            failed.add("zero-copy data mismatch")
     finally:
         store.unregister_buffer(src_p)
         store.unregister_buffer(dst_p)
     n = batch * rounds
-    return {"batch_put_s": put_s, "batch_get_s": get_s, "single_get_s": single_s, "n": n}
+    return {"batch_put_s": put_s, "batch_get_s": get_s, "single_get_s": single_s, "n": n,
+            "failed": failed.n, "first_failure": failed.first}
+
+
+def stamp(round_, index):
+    """The first 16 bytes of churn value ``index`` of round ``round_``: a
+    read of another round's or another key's value shows."""
+    return round_.to_bytes(8, "little") + index.to_bytes(8, "little")
+
+
+def churn(store, ReplicateConfig, cmd):
+    """The churn row, bytes API: ``rounds`` times, put ``count`` values of
+    ``size`` into the holder, get each back (checking every byte), and
+    remove_all(force=True); the next round puts the same keys at once.
+    Every put and get is timed alone; a put that does not return 0 and a
+    get that does not return the round's bytes are failed operations (the
+    run goes on)."""
+    size, n, rounds, target = cmd["size"], cmd["count"], cmd["rounds"], cmd["target"]
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = target
+    keys = ["churn_%d_%d" % (size, i) for i in range(n)]
+    base = bytearray(os.urandom(size))
+    tail = memoryview(base)[16:]
+    put_lat, get_lat, rm_lat = [], [], []
+    failed = Failures()
+    for r in range(rounds):
+        for i, k in enumerate(keys):
+            base[:16] = stamp(r, i)
+            value = bytes(base)
+            s = time.perf_counter_ns()
+            rc = store.put(k, value, cfg)
+            put_lat.append(time.perf_counter_ns() - s)
+            if rc != 0:
+                failed.add("round %d: put %s -> %d" % (r, k, rc))
+        for i, k in enumerate(keys):
+            s = time.perf_counter_ns()
+            data = store.get(k)
+            get_lat.append(time.perf_counter_ns() - s)
+            if len(data) != size or data[:16] != stamp(r, i) or memoryview(data)[16:] != tail:
+                failed.add("round %d: get %s returned %s" % (r, k, churn_what(data, size, r, i)))
+        s = time.perf_counter_ns()
+        got = store.remove_all(True)
+        rm_lat.append(time.perf_counter_ns() - s)
+        if got < 0:
+            failed.add("round %d: remove_all -> %d" % (r, got))
+    return churn_result(put_lat, get_lat, rm_lat, failed)
+
+
+def churn_what(data, size, r, i):
+    """What a churn get returned instead of value ``i`` of round ``r``."""
+    if not data:
+        return "nothing"
+    if len(data) != size:
+        return "%d bytes" % len(data)
+    rr, ii = int.from_bytes(data[:8], "little"), int.from_bytes(data[8:16], "little")
+    if ii == i and rr < r:
+        return "round %d's value" % rr
+    if rr <= r and ii != i:
+        return "value %d of round %d" % (ii, rr)
+    return "other bytes"
+
+
+def churn_result(put_lat, get_lat, rm_lat, failed, put_ns=None, get_ns=None, ops=None):
+    """A churn run's figures: seconds spent in puts and gets (``put_ns``,
+    ``get_ns`` when the latencies are per value of a batch), their p50,
+    remove_all's p50 and the failed operations."""
+    put_ns = sum(put_lat) if put_ns is None else put_ns
+    get_ns = sum(get_lat) if get_ns is None else get_ns
+    for v in (put_lat, get_lat, rm_lat):
+        v.sort()
+    return {"put_s": put_ns / 1e9, "get_s": get_ns / 1e9,
+            "puts": ops or len(put_lat), "gets": ops or len(get_lat),
+            "put_p50_us": pct(put_lat, 50) / 1e3, "p50_us": pct(get_lat, 50) / 1e3,
+            "rm_ms": pct(rm_lat, 50) / 1e6, "failed": failed.n, "first_failure": failed.first}
+
+
+def churn_zero_copy(store, ReplicateConfig, cmd):
+    """The churn row with registered buffers: ``batch_put_from`` and
+    ``batch_get_into`` of ``batch`` values at a time (each batch timed),
+    ``count`` values a round, then remove_all(force=True), ``rounds`` times;
+    failed operations as in :func:`churn`."""
+    import ctypes
+
+    size, n, batch = cmd["size"], cmd["count"], cmd["batch"]
+    rounds, target = cmd["rounds"], cmd["target"]
+    total = size * batch
+    src, dst, err = registered_pair(store, total)
+    if err:
+        return err
+    src_p, dst_p = ctypes.addressof(src), ctypes.addressof(dst)
+    srcv, dstv = memoryview(src).cast("B"), memoryview(dst).cast("B")
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = target
+    keys = ["churn_zc_%d_%d" % (size, i) for i in range(n)]
+    put_lat, get_lat, rm_lat = [], [], []
+    put_ns = get_ns = 0
+    failed = Failures()
+    try:
+        for r in range(rounds):
+            for b0 in range(0, n, batch):
+                ks = keys[b0:b0 + batch]
+                for j in range(len(ks)):
+                    srcv[j * size:j * size + 16] = stamp(r, b0 + j)
+                s = time.perf_counter_ns()
+                rcs = store.batch_put_from(ks, [src_p + j * size for j in range(len(ks))],
+                                           [size] * len(ks), cfg)
+                e = time.perf_counter_ns() - s
+                put_ns += e
+                put_lat.append(e / len(ks))
+                failed.batch("round %d: batch_put_from" % r, ks, rcs, 0)
+            for b0 in range(0, n, batch):
+                ks = keys[b0:b0 + batch]
+                ctypes.memset(dst_p, 0, size * len(ks))
+                s = time.perf_counter_ns()
+                rcs = store.batch_get_into(ks, [dst_p + j * size for j in range(len(ks))],
+                                           [size] * len(ks))
+                e = time.perf_counter_ns() - s
+                get_ns += e
+                get_lat.append(e / len(ks))
+                for j, rc in enumerate(rcs):
+                    got = dstv[j * size:(j + 1) * size]
+                    if rc != size or got[:16] != stamp(r, b0 + j) or got[16:] != \
+                            srcv[j * size + 16:(j + 1) * size]:
+                        failed.add("round %d: batch_get_into %s -> %d, %s" % (
+                            r, ks[j], rc, churn_what(bytes(got) if rc > 0 else b"", size, r,
+                                                     b0 + j)))
+            s = time.perf_counter_ns()
+            got = store.remove_all(True)
+            rm_lat.append(time.perf_counter_ns() - s)
+            if got < 0:
+                failed.add("round %d: remove_all -> %d" % (r, got))
+    finally:
+        store.unregister_buffer(src_p)
+        store.unregister_buffer(dst_p)
+    # the latencies are each batch's time per value
+    return churn_result(put_lat, get_lat, rm_lat, failed, put_ns, get_ns, n * rounds)
 
 
 # --------------------------------------------------------------------------
@@ -389,6 +555,11 @@ def main():
     ap.add_argument("--put-ab", type=int, default=0, metavar="ROUNDS",
                     help="also time puts alone against two-trip puts (a second driver with "
                          "MC_PUT_ONE_TRIP=0), alternating for ROUNDS rounds per size")
+    ap.add_argument("--churn-rounds", type=int, default=CHURN_ROUNDS, metavar="N",
+                    help="rounds of the churn rows (put, get, remove_all with force, put "
+                         "again at once); 0 skips them")
+    ap.add_argument("--no-churn-short-lease", dest="churn_short_lease", action="store_false",
+                    help="skip the churn rows on a master with a %d ms lease" % SHORT_LEASE_MS)
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="run the whole measurement N times (a fresh master and clients "
                          "each time) and end with every ratio's median over the N runs")
@@ -413,34 +584,46 @@ def main():
             print("store_bench: --plot draws the loopback run only; use --net loopback",
                   file=sys.stderr)
             return 2
+    failed = 0
     if args.net in ("loopback", "both"):
-        measure_repeated(args, None, "loopback")
+        failed += measure_repeated(args, None, "loopback")
     if args.net in ("veth", "both"):
         if args.net == "both":
             print()
         veth = Veth()
         try:
-            measure_repeated(args, veth, "veth")
+            failed += measure_repeated(args, veth, "veth")
         finally:
             veth.close()
+    if failed:
+        print("store_bench: FAIL: %d operations failed (a put that did not return 0, a get "
+              "that did not return the bytes put)" % failed, file=sys.stderr)
+        return 1
+    return 0
 
 
 def measure_repeated(args, veth, title):
     """measure() --repeat times; with more than one run, every ratio's
-    median over them after the last run's tables."""
+    median over them after the last run's tables.  Returns the number of
+    failed operations over all runs."""
     runs = []
+    failed = 0
     for i in range(args.repeat):
         if i > 0:
             print()
-        runs.append(measure(args, veth))
+        summary, failures = measure(args, veth)
+        runs.append(summary)
+        failed += sum(n for _, n, _ in failures)
     if args.repeat > 1:
         print_summary(title, runs)
+    return failed
 
 
 def measure(args, veth):
     """One run of every row, on loopback (@p veth None) or across @p veth;
     prints its tables and returns its ratios (and batch rates) as a list
-    of (label, value), for --repeat's summary."""
+    of (label, value), for --repeat's summary, and its failed operations as
+    a list of (row, count, the first one), each also printed as FAIL."""
     build = os.path.abspath(args.build_dir)
     sizes = [int(s) for s in args.sizes.split(",")]
     transport = "tcp" if veth is not None else args.transport
@@ -449,26 +632,49 @@ def measure(args, veth):
     pre_b = veth.prefix("b") if veth else []
     host_a = veth.ip["a"] if veth else "localhost"
     host_b = veth.ip["b"] if veth else "127.0.0.1"
-    master, rpc, http = start_master(build, ["--default_kv_lease_ttl=%d" % LEASE_MS],
-                                     prefix=pre_b, host=host_b)
+    masters = []
     workers = []
     summary = []
-    try:
+    failures = []   # (row, failed operations, the first one)
+
+    def cluster(extra=()):
+        """A master (the flags @p extra; otherwise the defaults a user
+        gets, its 10 s lease among them) and the holder and driver
+        processes: (driver, setup answer of the holder, master address,
+        metadata).  stop_cluster() ends the last one started."""
+        master, rpc, http = start_master(build, extra, prefix=pre_b, host=host_b)
+        masters.append(master)
+        del cluster_workers[:]
         metadata = "P2PHANDSHAKE" if args.metadata == "p2p" else \
             "http://%s:%d/metadata" % (host_b, http)
         master_addr = "%s:%d" % (host_b, rpc)
         # twice the largest run (or every round of the zero-copy rows), plus
-        # room: a run's removed values come back once the master has freed
-        # them, which may be after the next run started, and a segment
-        # past its high watermark evicts the values being timed
+        # room.  Every run removes its values with force and the next run
+        # (the next churn round) writes as much again at once, as a user's
+        # program would: a store that held removed values' space until some
+        # lease ended would run past its high watermark here, evict or
+        # refuse, and the rows count that as failed operations.
         holder_seg = 2 * max([ops_for(s) * s for s in sizes] + [232 << 20]) + (64 << 20)
         holder, driver = Worker(env, prefix=pre_b), Worker(env, prefix=pre_a)
-        workers = [holder, driver]
+        workers.extend([holder, driver])
+        cluster_workers.extend([holder, driver])
         h = holder.call(op="setup", metadata=metadata, master=master_addr,
                         host=veth.ip["b"] if veth else "localhost",
                         segment=holder_seg, local_buffer=16 << 20)
         driver.call(op="setup", metadata=metadata, master=master_addr, host=host_a,
                     segment=0, local_buffer=64 << 20)
+        return driver, h, master_addr, metadata
+
+    cluster_workers = []
+
+    def stop_cluster():
+        for w in cluster_workers:
+            w.stop()
+            workers.remove(w)
+        stop_master(masters.pop())
+
+    try:
+        driver, h, master_addr, metadata = cluster()
         two_trip = None
         if args.put_ab > 0:
             two_trip = Worker(dict(env, MC_PUT_ONE_TRIP="0"), prefix=pre_a)
@@ -527,6 +733,8 @@ def measure(args, veth):
             for r in runs:
                 if "error" in r:
                     raise RuntimeError("store run failed: %s" % r["error"])
+            failed = sum(r.get("failed", 0) for r in runs)
+            first = next((r["first_failure"] for r in runs if r.get("failed")), "")
             if "get_s" in runs[0]:
                 out = dict(sorted(runs, key=lambda r: r["get_s"])[len(runs) // 2])
                 keys = ("put_s", "put_p50_us", "put_p99_us")
@@ -536,19 +744,26 @@ def measure(args, veth):
             for key in keys:
                 if key in runs[0]:  # the hot-key rows time gets only
                     out[key] = sorted(r[key] for r in runs)[len(runs) // 2]
+            out["failed"], out["first_failure"] = failed, first
             return out
+
+        def note(row, r):
+            """Record the failed operations of store run(s) @p r."""
+            if r.get("failed"):
+                failures.append((row, r["failed"], r["first_failure"]))
 
         rows = []
         for size in sizes:
             n = ops_for(size)
-            r, raw = paired(op="run", size=size, count=n, target=h["hostname"],
-                            lease_ms=LEASE_MS)
+            r, raw = paired(op="run", size=size, count=n, target=h["hostname"])
+            note("%s put/get" % human(size), r)
             rows.append((size, n, r, raw))
 
         hot_rows = []
         for size in (4 << 10, 64 << 10):
             if size in sizes:
                 r, raw = paired(op="hot", size=size, count=2000, target=h["hostname"])
+                note("%s hot get" % human(size), r)
                 hot_rows.append((size, r, raw))
 
         ab_rows = []
@@ -559,8 +774,10 @@ def measure(args, veth):
                 # alternate which goes first: a drifting load hits both alike
                 pair = [(one, driver, "ab1"), (two, two_trip, "ab2")]
                 for out, w, prefix in (pair if r % 2 == 0 else pair[::-1]):
-                    out.append(w.call(op="puts", size=size, count=n, target=h["hostname"],
-                                      prefix=prefix)["p50_us"])
+                    res = w.call(op="puts", size=size, count=n, target=h["hostname"],
+                                 prefix=prefix)
+                    note("%s puts (%s)" % (human(size), prefix), res)
+                    out.append(res["p50_us"])
             ab_rows.append((size, n, sorted(one)[len(one) // 2], sorted(two)[len(two) // 2],
                             raw_tcp(size, n)))
 
@@ -573,9 +790,31 @@ def measure(args, veth):
                 zc.append((16 << 20, 4, ops_for(16 << 20) // 4))
             for size, batch, rounds in zc:
                 z, raw = paired(raw_n=batch * rounds, op="run_zc", size=size, batch=batch,
-                                rounds=rounds, target=h["hostname"], lease_ms=LEASE_MS)
+                                rounds=rounds, target=h["hostname"])
+                note("%s x %d zero copy" % (human(size), batch), z)
                 zc_rows.append((size, batch, z, raw,
                                 driver.call(op="memcpy", size=size, count=z["n"])))
+
+        churn_rows = []
+        raw_of = {size: raw for size, _, _, raw in rows}
+
+        # every churn row on a master and holder of its own, so that what
+        # one row leaves behind does not weigh on the next
+        leases = [("10 s", [])]
+        if args.churn_short_lease:
+            leases.append(("%d ms" % SHORT_LEASE_MS,
+                           ["--default_kv_lease_ttl=%d" % SHORT_LEASE_MS]))
+        apis = [("bytes", "churn")] + ([("zero copy", "churn_zc")] if args.zero_copy else [])
+        for lease, flags in leases if args.churn_rounds > 0 else []:
+            for size in sizes:
+                for api, op in apis:
+                    drv, hs, _, _ = cluster(flags)
+                    batch = 32 if size <= (64 << 10) else 16 if size <= (1 << 20) else 4
+                    c = drv.call(op=op, size=size, count=ops_for(size), batch=batch,
+                                 rounds=args.churn_rounds, target=hs["hostname"])
+                    stop_cluster()
+                    note("%s churn %s, lease %s" % (human(size), api, lease), c)
+                    churn_rows.append((size, api, lease, c, raw_of[size]))
 
         where = ("1 master + 2 client processes on loopback" if veth is None else
                  "driver | master + holder in two network namespaces joined by a veth pair")
@@ -643,11 +882,36 @@ def measure(args, veth):
                             ("%s get_into / raw (GB/s)" % human(size), gi_gbps / raw["gbps"])]
             print("memcpy: GB/s of numpy.copyto in the driver, the same sizes and count "
                   "(the ceiling of a same-host get)")
+        if churn_rows:
+            print()
+            print("churn: put, get back (every byte checked), remove_all(force=True), put the "
+                  "same keys again at once; %d rounds; ratios against the raw TCP of the main "
+                  "table" % args.churn_rounds)
+            print("%-8s %-9s %5s | %9s %8s | %9s %8s %9s | %6s %6s | %8s | %6s" % (
+                "value", "api", "lease", "put op/s", "put p50", "get op/s", "get p50",
+                "get GB/s", "get/raw", "put/raw", "rm_all ms", "failed"))
+            for size, api, lease, c, raw in churn_rows:
+                get_gbps = size * c["gets"] / c["get_s"] / 1e9
+                put_gbps = size * c["puts"] / c["put_s"] / 1e9
+                print("%-8s %-9s %5s | %9.0f %8.1f | %9.0f %8.1f %9.3f | %6.2f %6.2f | %8.2f | "
+                      "%6d%s" % (human(size), api, lease.replace(" ", ""), c["puts"] / c["put_s"],
+                                c["put_p50_us"], c["gets"] / c["get_s"], c["p50_us"], get_gbps,
+                                get_gbps / raw["gbps"], put_gbps / raw["gbps"], c["rm_ms"],
+                                c["failed"], "  FAIL" if c["failed"] else ""))
+                summary += [("%s churn %s lease %s get / raw (GB/s)" % (human(size), api, lease),
+                             get_gbps / raw["gbps"]),
+                            ("%s churn %s lease %s failed ops" % (human(size), api, lease),
+                             c["failed"])]
+        if failures:
+            print()
+            for row, n, first in failures:
+                print("FAIL %s: %d failed operations; the first: %s" % (row, n, first))
     finally:
         for w in workers:
             w.stop()
-        stop_master(master)
-    return summary
+        for m in masters:
+            stop_master(m)
+    return summary, failures
 
 
 def print_summary(title, runs):
