@@ -1661,9 +1661,14 @@ static void resv_unlink(mc_master_t *m, mc_reservation_t *r)
     free(r);
 }
 
-/* Unlink @p r and give its space back. */
+/* Unlink @p r and give its space back.  Its writer may still be filling
+ * it (a write held up past the deadline by a slow link, a writer whose
+ * client expired but lives on): each segment moves to its next fence
+ * before any of that space is handed out again (obj_free_fenced). */
 static void resv_free(mc_master_t *m, mc_reservation_t *r)
 {
+    for (uint32_t i = 0; i < r->n; i++)
+        r->reps[i]->seg->gen_dirty = MC_SEG_GEN_WRITER;
     release_placed(m, r->reps, r->n);
     resv_unlink(m, r);
 }

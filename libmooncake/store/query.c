@@ -731,8 +731,14 @@ static mc_status_t spec_adopt(mc_store_h s, spec_reads_t *sr, size_t i,
         spec_drop_bytes(sr, i);
         return MC_OK;
     }
+    /* The answer proves the replica held this value until the master
+     * answered, and its lease keeps it from being rewritten in place or
+     * evicted until the lease ends; a read that only finished after that
+     * (a holder stopped, packets lost) may have met the memory's next
+     * value, so it counts as refuted, as a late read does anywhere
+     * (mc_store_query_lease_check). */
     if ((sr->st[i] == MC_OK) && (sr->bufs[i] != NULL) && (q->copy == NULL) &&
-        (q->landed == NULL) && (q->size == sq->size)) {
+        (q->landed == NULL) && (q->size == sq->size) && (mc_now_ns() <= q->deadline_ns)) {
         if (sr->into[i]) {
             q->landed = sr->bufs[i];
         } else {

@@ -176,8 +176,12 @@ def test_commits_racing_upserts_and_removes_show_only_whole_values(procs):
     assert out["put"]["n"] > 10 and out["remove"]["n"] > 10, out
     seen = out["get"]["seen"]
     assert set(seen) <= {sha(va), sha(vb), ""}, seen
-    assert ops(m, "put_commit") >= out["put"]["n"]
-    assert ops(m, "put_start") == 1  # the first warm-up put only
+    # every put filled a reservation, except those whose write the holder
+    # refused because a forced remove of the upserter's value in progress
+    # moved the segment to a fence (common/gen.h): those put anew
+    fenced = ops(m, "put_start") - 1  # the first warm-up put aside
+    assert ops(m, "put_commit") + fenced >= out["put"]["n"]
+    assert fenced <= out["put"]["n"] // 10, (fenced, out["put"]["n"])
     for k in ("warm0", "warm1"):
         holder.call("remove", key=k, force=True)
     # nothing leaks: once every key is gone and the writer has closed, no
