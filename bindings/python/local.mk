@@ -174,17 +174,33 @@ check-python: all
 	PYTHONDONTWRITEBYTECODE=1 \
 	$(PYTHON) -m pytest -q -p no:cacheprovider $(srcdir)/tests/python
 # The cluster suite (tests/cluster): hosts in network namespaces; needs root
-# (skipped otherwise), about 20 s.  ./test.sh runs it after check-python.
+# (skipped otherwise), about 2 minutes on 2 cores, of which the fault suite
+# (test_faults.py: 20 s of faults per master mode) takes about 100 s.
+# ./test.sh runs it after check-python.
 check-cluster: all
 	PYTHONPATH=$(abs_builddir)/python \
 	LD_LIBRARY_PATH=$(abs_builddir)/.libs$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
 	MC_MASTER_BIN=$(abs_builddir)/mooncake_master \
 	PYTHONDONTWRITEBYTECODE=1 \
 	$(PYTHON) -m pytest -q -rs -p no:cacheprovider $(srcdir)/tests/cluster
+# The fault suite alone, long: $MC_FAULTS_SECONDS (default 300) of faults per
+# master mode (plain, durable, ha), $MC_FAULTS_SEED to repeat a schedule,
+# $MC_FAULTS_DIR to keep each run's logs and history there.
+check-faults-long: all
+	PYTHONPATH=$(abs_builddir)/python \
+	LD_LIBRARY_PATH=$(abs_builddir)/.libs$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	MC_MASTER_BIN=$(abs_builddir)/mooncake_master \
+	MC_FAULTS_SECONDS=$${MC_FAULTS_SECONDS:-300} \
+	PYTHONDONTWRITEBYTECODE=1 \
+	$(PYTHON) -m pytest -q -rs -p no:cacheprovider $(srcdir)/tests/cluster/test_checker.py \
+		$(srcdir)/tests/cluster/test_faults.py
 # `make check` (and distcheck) runs the Python suite too.
 check_local_targets += check-python
 else
-check-python check-cluster:
+check-python check-cluster check-faults-long:
 	@echo "$@: the Python bindings are not configured (--enable-python)"; exit 1
 endif
-.PHONY: python-build-tree clean-python-build-tree check-python check-cluster
+.PHONY: python-build-tree clean-python-build-tree check-python check-cluster check-faults-long
+# The fault suite's files (the rest of tests/cluster is in tests/local.mk).
+EXTRA_DIST += tests/cluster/faults.py tests/cluster/fault_worker.py tests/cluster/faultvalue.py \
+	tests/cluster/checker.py tests/cluster/test_checker.py tests/cluster/test_faults.py

@@ -2,16 +2,23 @@
 """Fixtures of the cluster suite: ``cluster`` is a bridge with a master
 host "m" and client hosts "a", "b", "c", each in its own network
 namespace (netns.py), torn down with every process in it even when a test
-fails.  The suite needs root; elsewhere it is skipped with the reason."""
+fails; ``fault_run`` makes the fault suite's runs (faults.py), torn down
+the same way.  The suite needs root; elsewhere it is skipped with the
+reason.  The fault runs' summary lines are printed at the end of the
+session, passed or failed."""
 
 import os
+import shutil
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 
 from helpers import ClientProc, DaemonProc, master_bin, port_accepts  # noqa: E402
+from faults import FaultRun  # noqa: E402
 from netns import Net, netns_usable  # noqa: E402
 
 MASTER_PORT = 50051
@@ -73,3 +80,42 @@ def cluster():
         yield c
     finally:
         c.close()
+
+
+#: Summary lines of the fault runs of this session (test_faults.py).
+FAULT_SUMMARIES = []
+
+
+@pytest.fixture
+def fault_run(tmp_path):
+    """``fault_run(mode, seed)``: a FaultRun opened in ``tmp_path`` (its
+    logs, hist/*.jsonl and run.json stay there), or in a new directory
+    under $MC_FAULTS_DIR when that is set (kept: pytest rotates its own);
+    closed at teardown."""
+    why = netns_usable()
+    if why:
+        pytest.skip(why)
+    if shutil.which("nft") is None:
+        pytest.skip("the fault suite needs nftables (nft; scripts/deps.sh installs it)")
+    runs = []
+
+    def make(mode: str, seed: int) -> FaultRun:
+        keep = os.environ.get("MC_FAULTS_DIR")
+        where = (Path(keep) / f"{mode}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+                 if keep else tmp_path / mode)
+        r = FaultRun(mode, where, seed)
+        runs.append(r)
+        r.open()
+        return r
+    try:
+        yield make
+    finally:
+        for r in runs:
+            r.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if FAULT_SUMMARIES:
+        terminalreporter.section("fault runs")
+        for line in FAULT_SUMMARIES:
+            terminalreporter.write_line(line)
