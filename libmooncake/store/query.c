@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "store/dfs.h"
@@ -752,8 +753,11 @@ static mc_status_t spec_adopt(mc_store_h s, spec_reads_t *sr, size_t i,
     atomic_fetch_add_explicit(&s->metrics.spec_refuted, 1, memory_order_relaxed);
     int read = sr->bufs[i] != NULL;
     spec_drop_bytes(sr, i);
-    if ((sr->st[i] == MC_OK) || !read)
-        return MC_OK; /* not read (out of memory): read as the answer says */
+    /* not read (out of memory), or "not here" (the holder's generation
+     * moved on since: the ordinary read asks again, cached_read_again):
+     * read as the answer says */
+    if ((sr->st[i] == MC_OK) || !read || (sr->st[i] == MC_INVALID_READ))
+        return MC_OK;
     if ((q->n == 1) && (q->disk_path == NULL)) {
         mc_set_error_detail("reading %s from %s failed: %s", q->ckey, r->segment,
                             mc_status_name(sr->st[i]));
@@ -976,8 +980,21 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
 
 /* Lookups and reads after the first, for a read refused as "not here":
  * the holder's generation moved on (memory reused under another reader,
- * a remount) or the object went elsewhere.  Each asks the master again. */
-#define MC_READ_AGAIN_TRIES 4
+ * a remount) or the object went elsewhere.  Each asks the master again;
+ * a segment whose memory is freed under leases and reused all the time
+ * moves its generation on between an answer and the read now and then, so
+ * after a few tries each waits a little longer (read_again_pause), at most
+ * about a second in all. */
+#define MC_READ_AGAIN_TRIES 32
+
+static void read_again_pause(int tries)
+{
+    if (tries >= 4) {
+        unsigned shift = (unsigned)MC_MIN(tries - 4, 5);
+        struct timespec ts = {0, (long)(50000u << shift)}; /* 50 us .. 1.6 ms */
+        nanosleep(&ts, NULL);
+    }
+}
 
 static mc_status_t do_query_read_once(mc_store_h s, mc_store_query_h q, uint64_t offset,
                                       void *buf, size_t len);
@@ -999,6 +1016,7 @@ static mc_status_t cached_read_again(mc_store_h s, mc_store_query_h q, uint64_t 
         return st;
     for (int tries = 0; tries < MC_READ_AGAIN_TRIES; tries++) {
         mc_store_query_h fq = NULL;
+        read_again_pause(tries);
         mc_debug("read of %s failed (%s); asking the master again", q->ckey,
                  mc_status_name(st));
         mc_store_cache_drop(s, q->ckey);
