@@ -48,7 +48,7 @@
  * segments it places objects in them, and the writers need the metadata
  * to reach us.  When publishing fails nothing is remounted; the master
  * still does not know us, so the next tick asks and tries again. */
-static void hb_remount(mc_store_h s, mc_mconn_t *conn)
+static void hb_remount(mc_store_h s, mc_mconn_t *conn, int fence)
 {
     mc_status_t st;
     mc_arena_t arena;
@@ -65,10 +65,14 @@ static void hb_remount(mc_store_h s, mc_mconn_t *conn)
     mc_arena_init(&arena);
     memset(&req, 0, sizeof(req));
     req.client_id = s->client_id;
-    /* each segment moves to a fence of its own first (common/gen.h): the
-     * master that asks may not be the one that placed or answered what is
-     * still in flight, and it must not hand out our memory under those */
-    st            = mc_store_segments_to_wire(s, &arena, &req.segments, 1);
+    /* with @p fence each segment moves to a fence of its own first
+     * (common/gen.h): the master that asks is not the one that placed or
+     * answered what may still be in flight (a restart, a takeover), or it
+     * forgot us and our segments (our TTL ran out), and must not hand out
+     * our memory under those.  The first contact after setup needs none:
+     * the master that asks is the one we mounted on, and knows our
+     * segments. */
+    st            = mc_store_segments_to_wire(s, &arena, &req.segments, fence);
     if (st == MC_OK)
         st = mc_master_call_remount_segments(conn, &req, &resp);
     if (st == MC_OK) {
@@ -80,7 +84,7 @@ static void hb_remount(mc_store_h s, mc_mconn_t *conn)
     }
     mc_arena_cleanup(&arena);
     if (st == MC_OK)
-        mc_store_nof_remount(s, conn);
+        mc_store_nof_remount(s, conn, fence);
 }
 
 /* One heartbeat.  Returns 0 when the master answered the ping.
@@ -128,7 +132,11 @@ static int hb_beat(mc_store_h s, mc_master_target_t *target)
     /* reservations of another master are not ours to fill (reserve.c) */
     mc_store_resv_view(s, resp.view_version);
     if (resp.client_status == MC_PING_NEED_REMOUNT)
-        hb_remount(s, conn);
+        hb_remount(s, conn,
+                   s->hb_ok_once || ((s->hb_view != 0) && (s->hb_view != resp.view_version)));
+    else
+        s->hb_ok_once = 1;
+    s->hb_view = resp.view_version;
     /* graceful unmounts whose grace period is over (mount.c) */
     if (!conn->broken)
         mc_store_segments_reap(s, conn);

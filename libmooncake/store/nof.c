@@ -202,7 +202,7 @@ MC_API mc_status_t mc_store_nof_unmount(mc_store_h s, const char *path)
     return st;
 }
 
-void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn)
+void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn, int fence)
 {
     struct mc_store_nof *nf = __atomic_load_n(&s->nof, __ATOMIC_ACQUIRE);
     mc_wire_remount_nof_segments_req_t req;
@@ -225,7 +225,8 @@ void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn)
     }
     for (size_t i = 0; i < nf->n; i++) {
         uint64_t g;
-        (void)mc_te_gen_fence(s->te, nf->v[i].addr, &g); /* as for memory segments */
+        if (fence) /* as for memory segments (heartbeat.c) */
+            (void)mc_te_gen_fence(s->te, nf->v[i].addr, &g);
         seg_to_wire(s, &nf->v[i], &w[i]);
     }
     memset(&req, 0, sizeof(req));

@@ -130,6 +130,11 @@ struct mc_store {
     int lbuf_registered;
 
     mc_store_worker_t hb;
+    /* heartbeat thread only: a ping was answered OK since setup, and the
+     * master process (view_version) that answered the last one; a remount
+     * after either fences the segments first (heartbeat.c) */
+    int hb_ok_once;
+    uint64_t hb_view;
     mc_store_worker_t tasks;
     /* the disk tier (disk.c): set by mc_store_offload_start() and cleared
      * by teardown, both with `life` held for writing; its queue is guarded
@@ -302,8 +307,9 @@ mc_status_t mc_store_http_start(mc_store_h s, uint16_t port, mc_store_http_t **h
 void mc_store_http_stop(mc_store_http_t *h);
 
 /* ---- NoF segments (nof.c, docs/tiers.md §8) ---- */
-/* REMOUNT_NOF_SEGMENTS of every NoF segment we serve (heartbeat remount). */
-void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn);
+/* REMOUNT_NOF_SEGMENTS of every NoF segment we serve (heartbeat remount), each
+ * first moved to a fence of its own with @p fence (heartbeat.c). */
+void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn, int fence);
 /* Unregister every NoF segment and free the record (teardown, after
  * CLIENT_CLOSE told the master they are gone). */
 void mc_store_nof_release(mc_store_h s);
