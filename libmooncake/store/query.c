@@ -975,9 +975,6 @@ mc_status_t mc_store_query_lease_check(mc_store_query_h q)
     return MC_OK;
 }
 
-static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset, void *buf,
-                                 size_t len);
-
 /* Lookups and reads after the first, for a read refused as "not here":
  * the holder's generation moved on (memory reused under another reader,
  * a remount) or the object went elsewhere.  Each asks the master again;

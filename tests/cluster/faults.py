@@ -52,13 +52,10 @@ own addresses.
 
 import json
 import os
-import queue
 import random
 import re
 import signal
 import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -229,38 +226,25 @@ class Worker(ClientProc):
     in the run directory."""
 
     def __init__(self, run: "FaultRun", host: str, name: str, wid: int) -> None:
-        self.name = name
         self.host = host
         self.wid = wid
         self.hostname = ""                 # its segment's name, once set up
-        self.log = open(run.dir / f"worker-{name.replace('#', '-')}.log", "wb")
-        self.proc = subprocess.Popen(
-            run.net.prefix(host) + [sys.executable, str(WORKER)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            env=dict(os.environ, MC_TE_SHM="0", MC_LOG_LEVEL="warn"), bufsize=0)
-        self._lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        super().__init__(name, env={"MC_TE_SHM": "0", "MC_LOG_LEVEL": "warn"},
+                         prefix=run.net.prefix(host), script=WORKER,
+                         log_path=run.dir / f"worker-{name.replace('#', '-')}.log")
 
     def signal(self, sig: int) -> None:
         if self.alive():
             os.kill(self.proc.pid, sig)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        """As ClientProc.stop, for a process that may be stopped (SIGSTOP)."""
+        if self.alive():
             try:
                 os.kill(self.proc.pid, signal.SIGCONT)
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(b'{"op": "exit"}\n')
-                self.proc.stdin.flush()
-                self.proc.stdin.close()
             except OSError:
                 pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
+        super().stop()
 
 
 class Nft:

@@ -230,16 +230,24 @@ class ClientProc:
     """
 
     def __init__(self, name: str = "client", env: Optional[Dict[str, str]] = None,
-                 prefix: Optional[List[str]] = None, launcher: Optional[str] = None) -> None:
+                 prefix: Optional[List[str]] = None, launcher: Optional[str] = None,
+                 script: Optional[Path] = None, log_path: Optional[Path] = None) -> None:
         """``prefix``: argv run in front of the interpreter (the cluster
         suite's ``ip netns exec <ns>``; it must exec the command).
         ``launcher``: Python source run instead of client_proc.py, with the
         folder of client_proc.py as its argument (a test's own ops wrapped
-        around client_proc.handle)."""
+        around client_proc.handle); ``script``: a file run instead.
+        ``log_path``: where its stderr goes, kept after stop (default: a
+        temporary file, removed at stop)."""
         self.name = name
-        self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log", delete=False)
-        main = ([sys.executable, "-c", launcher, str(CLIENT_PROC.parent)] if launcher is not None
-                else [sys.executable, str(CLIENT_PROC)])
+        self._keep_log = log_path is not None
+        self.log = (open(log_path, "wb") if log_path is not None else
+                    tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log",
+                                                delete=False))
+        if launcher is not None:
+            main = [sys.executable, "-c", launcher, str(CLIENT_PROC.parent)]
+        else:
+            main = [sys.executable, str(script if script is not None else CLIENT_PROC)]
         self.proc = subprocess.Popen(
             list(prefix or []) + main,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
@@ -318,6 +326,8 @@ class ClientProc:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.log.close()
+        if self._keep_log:
+            return
         try:
             os.unlink(self.log.name)
         except OSError:
