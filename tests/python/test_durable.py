@@ -31,16 +31,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import tempfile
-import threading
-import queue
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from helpers import HERE, MiB, ClientProc, Master, free_port, wait_until
+from helpers import MiB, ClientProc, Master, free_port, wait_until
 
 OBJ = 4096
 DEADLINE_S = 30.0
@@ -107,14 +103,7 @@ class LoopClient(ClientProc):
     acknowledged key in a file."""
 
     def __init__(self, name):
-        self.name = name
-        self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, str(HERE)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, bufsize=0)
-        self._lines = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        super().__init__(name, launcher=_LAUNCHER)
 
 
 def payload(key, size=OBJ):

@@ -12,12 +12,7 @@ closing it leaves the engine working.
 
 import hashlib
 import os
-import queue
 import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 
 import pytest
@@ -35,15 +30,7 @@ class EngineProc(ClientProc):
     """A TransferEngine in its own process (engine_proc.py)."""
 
     def __init__(self, name: str = "engine", env=None) -> None:
-        self.name = name
-        self.log = tempfile.NamedTemporaryFile(prefix=f"mc-{name}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ENGINE_PROC)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            env=dict(os.environ, **(env or {})), bufsize=0)
-        self._lines = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        super().__init__(name, env=env, script=ENGINE_PROC)
 
     def te(self, method, *args, timeout=60.0):
         return self.call("te", timeout=timeout, method=method, args=list(args))["result"]
