@@ -833,6 +833,112 @@ static const char *param(struct evkeyvalq *params, int parsed, const char *name)
     return (v != NULL && *v != '\0') ? v : NULL;
 }
 
+/* What a route's handler gets: the request's query, parsed once. */
+typedef struct route_args {
+    mc_master_t *m;
+    struct evhttp_request *req;
+    struct evkeyvalq *params;
+    int parsed;
+    const char *tenant; /* ?tenant=, "default" when absent */
+} route_args_t;
+
+static void route_metrics(const route_args_t *a)
+{
+    do_metrics(a->m, a->req);
+}
+
+static void route_summary(const route_args_t *a)
+{
+    do_summary(a->m, a->req);
+}
+
+static void route_health(const route_args_t *a)
+{
+    reply_text(a->req, HTTP_OK, "OK", "OK");
+}
+
+static void route_role(const route_args_t *a)
+{
+    /* one master without HA is always the leader */
+    reply_text(a->req, HTTP_OK, "OK", mc_master_ha_role_name(a->m));
+}
+
+static void route_ha_status(const route_args_t *a)
+{
+    reply_text(a->req, HTTP_OK, "OK", mc_master_ha_state_name(a->m));
+}
+
+static void route_leader(const route_args_t *a)
+{
+    do_leader(a->m, a->req);
+}
+
+static void route_query_key(const route_args_t *a)
+{
+    const char *v = param(a->params, a->parsed, "key");
+
+    if (v == NULL)
+        reply_text(a->req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
+    else
+        do_query_key(a->m, a->req, v, a->tenant);
+}
+
+static void route_batch_query_keys(const route_args_t *a)
+{
+    do_batch_query_keys(a->m, a->req, param(a->params, a->parsed, "keys"), a->tenant);
+}
+
+static void route_all_keys(const route_args_t *a)
+{
+    do_all_keys(a->m, a->req, a->tenant);
+}
+
+static void route_all_segments(const route_args_t *a)
+{
+    do_all_segments(a->m, a->req);
+}
+
+static void route_segments_detail(const route_args_t *a)
+{
+    do_segments_detail(a->m, a->req);
+}
+
+static void route_query_segment(const route_args_t *a)
+{
+    const char *v = param(a->params, a->parsed, "segment");
+
+    if (v == NULL)
+        reply_text(a->req, HTTP_BADREQUEST, "Bad Request", "Missing segment parameter");
+    else
+        do_query_segment(a->m, a->req, v);
+}
+
+/*
+ * Every route of the admin server (--help of --metrics_port names them
+ * all).  A public route answers without a signed request and on a standby;
+ * the others list keys, segments and their addresses, so they need a
+ * signed request when cluster authentication is on (docs/security.md) and
+ * the index of a serving master.
+ */
+static const struct admin_route {
+    const char *path;
+    int public;
+    void (*handle)(const route_args_t *a);
+} admin_routes[] = {
+    {"/metrics", 1, route_metrics},
+    {"/metrics/summary", 1, route_summary},
+    {"/health", 1, route_health},
+    {"/role", 1, route_role},
+    {"/ha_status", 1, route_ha_status},
+    {"/leader", 1, route_leader},
+    {"/query_key", 0, route_query_key},
+    {"/batch_query_keys", 0, route_batch_query_keys},
+    {"/get_all_keys", 0, route_all_keys},
+    {"/get_all_segments", 0, route_all_segments},
+    {"/get_segments_detail", 0, route_segments_detail},
+    {"/query_segment", 0, route_query_segment},
+};
+
 static void admin_cb(struct evhttp_request *req, void *arg)
 {
     mc_master_t *m               = arg;
@@ -840,17 +946,18 @@ static void admin_cb(struct evhttp_request *req, void *arg)
     const char *path             = uri ? evhttp_uri_get_path(uri) : NULL;
     const char *query            = uri ? evhttp_uri_get_query(uri) : NULL;
     enum evhttp_cmd_type cmd     = evhttp_request_get_command(req);
+    const struct admin_route *r  = NULL;
     struct evkeyvalq params;
-    const char *tenant, *v;
-    int parsed = 0;
+    route_args_t a;
+    size_t i;
 
-    if ((path == NULL) ||
-        ((strcmp(path, "/metrics") != 0) && (strcmp(path, "/metrics/summary") != 0) &&
-         (strcmp(path, "/health") != 0) && (strcmp(path, "/query_key") != 0) &&
-         (strcmp(path, "/get_all_keys") != 0) && (strcmp(path, "/get_all_segments") != 0) &&
-         (strcmp(path, "/query_segment") != 0) && (strcmp(path, "/batch_query_keys") != 0) &&
-         (strcmp(path, "/get_segments_detail") != 0) && (strcmp(path, "/role") != 0) &&
-         (strcmp(path, "/leader") != 0) && (strcmp(path, "/ha_status") != 0))) {
+    for (i = 0; (path != NULL) && (i < MC_ARRAY_SIZE(admin_routes)); i++) {
+        if (strcmp(path, admin_routes[i].path) == 0) {
+            r = &admin_routes[i];
+            break;
+        }
+    }
+    if (r == NULL) {
         reply_text(req, HTTP_NOTFOUND, "Not Found", "not found");
         return;
     }
@@ -859,26 +966,9 @@ static void admin_cb(struct evhttp_request *req, void *arg)
         reply_text(req, HTTP_BADMETHOD, "Method Not Allowed", "method not allowed");
         return;
     }
-    /* the routes that list keys, segments and their addresses need a
-     * signed request when cluster authentication is on (docs/security.md) */
-    if ((m->auth != NULL) && (strcmp(path, "/metrics") != 0) &&
-        (strcmp(path, "/metrics/summary") != 0) && (strcmp(path, "/health") != 0) &&
-        (strcmp(path, "/role") != 0) && (strcmp(path, "/leader") != 0) &&
-        (strcmp(path, "/ha_status") != 0) &&
-        (mc_http_auth_check(m->auth, m->auth_replay, req) != 0))
+    if (!r->public && (m->auth != NULL) && (mc_http_auth_check(m->auth, m->auth_replay, req) != 0))
         return;
-    /* evhttp_parse_query_str initialises params and clears them itself on
-     * failure; values come back URL-decoded */
-    if (query != NULL)
-        parsed = evhttp_parse_query_str(query, &params) == 0;
-    tenant = param(&params, parsed, "tenant");
-    if (tenant == NULL)
-        tenant = "default";
-
-    if (!mc_master_ha_serving(m) && (strcmp(path, "/metrics") != 0) &&
-        (strcmp(path, "/metrics/summary") != 0) && (strcmp(path, "/health") != 0) &&
-        (strcmp(path, "/role") != 0) && (strcmp(path, "/leader") != 0) &&
-        (strcmp(path, "/ha_status") != 0)) {
+    if (!r->public && !mc_master_ha_serving(m)) {
         /* the index of a standby is empty: say so instead of answering "none" */
         json_t *j = json_pack("{s:b, s:i, s:s}", "success", 0, "error_code",
                               (int)MC_UNAVAILABLE_IN_CURRENT_MODE, "error_message",
@@ -887,41 +977,19 @@ static void admin_cb(struct evhttp_request *req, void *arg)
             evhttp_send_error(req, HTTP_INTERNAL, NULL);
         else
             reply_json_status(req, HTTP_SERVUNAVAIL, "Service Unavailable", j);
-    } else if (strcmp(path, "/metrics") == 0) {
-        do_metrics(m, req);
-    } else if (strcmp(path, "/metrics/summary") == 0) {
-        do_summary(m, req);
-    } else if (strcmp(path, "/health") == 0) {
-        reply_text(req, HTTP_OK, "OK", "OK");
-    } else if (strcmp(path, "/query_key") == 0) {
-        v = param(&params, parsed, "key");
-        if (v == NULL)
-            reply_text(req, HTTP_BADREQUEST, "Bad Request", "Missing key parameter");
-        else
-            do_query_key(m, req, v, tenant);
-    } else if (strcmp(path, "/get_all_keys") == 0) {
-        do_all_keys(m, req, tenant);
-    } else if (strcmp(path, "/get_all_segments") == 0) {
-        do_all_segments(m, req);
-    } else if (strcmp(path, "/batch_query_keys") == 0) {
-        do_batch_query_keys(m, req, param(&params, parsed, "keys"), tenant);
-    } else if (strcmp(path, "/get_segments_detail") == 0) {
-        do_segments_detail(m, req);
-    } else if (strcmp(path, "/role") == 0) {
-        /* one master without HA is always the leader */
-        reply_text(req, HTTP_OK, "OK", mc_master_ha_role_name(m));
-    } else if (strcmp(path, "/ha_status") == 0) {
-        reply_text(req, HTTP_OK, "OK", mc_master_ha_state_name(m));
-    } else if (strcmp(path, "/leader") == 0) {
-        do_leader(m, req);
-    } else {
-        v = param(&params, parsed, "segment");
-        if (v == NULL)
-            reply_text(req, HTTP_BADREQUEST, "Bad Request", "Missing segment parameter");
-        else
-            do_query_segment(m, req, v);
+        return;
     }
-    if (parsed)
+    a.m      = m;
+    a.req    = req;
+    a.params = &params;
+    /* evhttp_parse_query_str initialises params and clears them itself on
+     * failure; values come back URL-decoded */
+    a.parsed = (query != NULL) && (evhttp_parse_query_str(query, &params) == 0);
+    a.tenant = param(&params, a.parsed, "tenant");
+    if (a.tenant == NULL)
+        a.tenant = "default";
+    r->handle(&a);
+    if (a.parsed)
         evhttp_clear_headers(&params);
 }
 

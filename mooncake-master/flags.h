@@ -121,9 +121,10 @@ typedef enum mc_flag_kind {
       "Log a \"master metrics\" line (keys, segments, bytes) every 10 seconds at info.")    \
     X(INT, metrics_port, "9003", v_port, 0,                                                 \
       "Port of the HTTP admin/metrics server (/metrics in Prometheus text, "                \
-      "/metrics/summary, /health, /query_key, /get_all_keys, /get_all_segments, "           \
-      "/query_segment); 0 disables it.  When the default port cannot be bound the master "  \
-      "runs without it; an explicit port that cannot be bound is fatal.")                   \
+      "/metrics/summary, /health, /role, /ha_status, /leader, /query_key?key=, "            \
+      "/batch_query_keys?keys=, /get_all_keys, /get_all_segments, /get_segments_detail, "   \
+      "/query_segment?segment=); 0 disables it.  When the default port cannot be bound "    \
+      "the master runs without it; an explicit port that cannot be bound is fatal.")        \
     X(STRING, metrics_host, "0.0.0.0", v_nonempty, 0,                                       \
       "Address the HTTP admin/metrics server binds to.")                                    \
     /* ---- leases and pins ---- */                                                         \

@@ -11,13 +11,14 @@ and 405 for anything but GET.
 
 import json
 import re
+import subprocess
 import urllib.error
 import urllib.request
 import uuid
 
 import pytest
 
-from helpers import MiB
+from helpers import MiB, master_bin
 
 # "name value" or "name{label="v",...} value"; value a float, +Inf, -Inf or NaN
 _SAMPLE = re.compile(
@@ -292,3 +293,19 @@ def test_get_segments_detail_and_role(master, store):
     assert mine["allocator_usage_percent"] == pytest.approx(100.0 * plain["used"] / (64 * MiB))
     assert http(master, "/role") == (200, b"leader")
     assert http(master, "/role", method="POST")[0] == 405
+
+
+def test_help_names_every_route_the_server_answers(master):
+    """--help of --metrics_port lists the routes; each one it names answers
+    (not 404), and each route the server answers is in the list."""
+    out = subprocess.run([master_bin(), "--help"], capture_output=True, text=True,
+                         timeout=30).stdout
+    block = out[out.index("--metrics_port"):out.index("--metrics_host")]
+    named = re.findall(r"(/[a-z_/]+)(?:\?[a-z]+=)?", block)
+    answered = ["/metrics", "/metrics/summary", "/health", "/role", "/ha_status", "/leader",
+                "/query_key", "/batch_query_keys", "/get_all_keys", "/get_all_segments",
+                "/get_segments_detail", "/query_segment"]
+    for path in answered:
+        assert path in named, f"--help of --metrics_port does not name {path}"
+    for path in named:
+        assert http(master, path)[0] != 404, f"--help names {path}, which answers 404"
