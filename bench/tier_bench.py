@@ -82,7 +82,7 @@ def on_disk(s, k):
     # wait out the short window between the queue draining and the report
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline:
-        if any(d.is_disk_replica() for d in s.get_replica_desc(k)):
+        if any(d.is_local_disk_replica() for d in s.get_replica_desc(k)):
             return True
         time.sleep(0.01)
     return False

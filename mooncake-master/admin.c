@@ -24,9 +24,12 @@
  *   /health           "OK".
  *   /query_key?key=K[&tenant=T]
  *                     JSON: size, completeness, replicas (segment, addr,
- *                     size, status), lease and soft-pin time remaining,
- *                     pins, group; 404 when absent.  Looking a key up here
- *                     grants no lease.
+ *                     size, status, type MEMORY or NOF), disk_replicas
+ *                     (type LOCAL_DISK: the holder's SSD-tier record,
+ *                     segment, file_path, offset; type DISK: the DFS
+ *                     record, shard_idx, offset), lease and soft-pin time
+ *                     remaining, pins, group; 404 when absent.  Looking a
+ *                     key up here grants no lease.
  *   /get_all_keys[?tenant=T]
  *                     JSON {"keys": [...], "count": n, "truncated": b},
  *                     at most MC_ADMIN_MAX_KEYS keys (hash order).
@@ -468,11 +471,56 @@ static json_t *replica_json(const mc_replica_t *r, uint64_t size)
                                                    mc_master_replica_block(r).offset))) != 0) ||
         (jset(j, "size", json_integer((json_int_t)size)) != 0) ||
         (jset(j, "status", json_string(r->status == MC_REPLICA_COMPLETE ? "COMPLETE"
-                                                                         : "PROCESSING")) != 0)) {
+                                                                         : "PROCESSING")) != 0) ||
+        (jset(j, "type", json_string(r->seg->nof ? "NOF" : "MEMORY")) != 0)) {
         json_decref(j);
         return NULL;
     }
     return j;
+}
+
+/*
+ * The disk replicas of @p o for /query_key, typed as upstream's
+ * ReplicaType (what mc_replica_kind_t tells clients): the record in the
+ * holder's SSD-offload tier is LOCAL_DISK, the record in the shared DFS
+ * tier is DISK.  NULL on OOM.
+ */
+static json_t *disk_replicas_json(const mc_object_t *o)
+{
+    json_t *arr = json_array(), *d;
+    const mc_disk_replica_t *ld = (o->ext != NULL) ? o->ext->disk : NULL;
+    const mc_dfs_replica_t *fs  = (o->ext != NULL) ? o->ext->dfs : NULL;
+
+    if (arr == NULL)
+        return NULL;
+    if (ld != NULL) {
+        d = json_object();
+        if ((d == NULL) || (json_array_append_new(arr, d) != 0) ||
+            (jset(d, "type", json_string("LOCAL_DISK")) != 0) ||
+            (jset(d, "segment", jstr(ld->segment, strlen(ld->segment))) != 0) ||
+            (jset(d, "file_path", jstr(ld->path, strlen(ld->path))) != 0) ||
+            (jset(d, "offset", json_integer((json_int_t)ld->offset)) != 0) ||
+            (jset(d, "size", json_integer((json_int_t)ld->length)) != 0) ||
+            (jset(d, "status", json_string("COMPLETE")) != 0))
+            goto oom;
+    }
+    if (fs != NULL) {
+        d = json_object();
+        if ((d == NULL) || (json_array_append_new(arr, d) != 0) ||
+            (jset(d, "type", json_string("DISK")) != 0) ||
+            (jset(d, "shard_idx", json_integer((json_int_t)fs->shard)) != 0) ||
+            (jset(d, "offset", json_integer((json_int_t)fs->offset)) != 0) ||
+            (jset(d, "size", json_integer((json_int_t)o->size)) != 0) ||
+            (jset(d, "status", json_string(fs->status == MC_REPLICA_COMPLETE ? "COMPLETE"
+                                                                              : "PROCESSING")) !=
+             0))
+            goto oom;
+    }
+    return arr;
+
+oom:
+    json_decref(arr);
+    return NULL;
 }
 
 static void do_query_key(mc_master_t *m, struct evhttp_request *req, const char *key,
@@ -498,6 +546,8 @@ static void do_query_key(mc_master_t *m, struct evhttp_request *req, const char 
             goto oom;
     }
     if (jset(j, "replicas", reps) != 0) /* consumes reps either way */
+        goto oom_j;
+    if (jset(j, "disk_replicas", disk_replicas_json(o)) != 0)
         goto oom_j;
     if ((jset(j, "key", jstr(key, strlen(key))) != 0) ||
         (jset(j, "tenant", jstr(tenant, strlen(tenant))) != 0) ||

@@ -264,12 +264,29 @@ void mc_master_tasks_object_gone(mc_master_t *m, mc_object_t *o)
 
 /* ---- creation ------------------------------------------------------------- */
 
-/* A name as a segment name: non-empty, no NUL, mounted. */
-static int32_t check_segment_name(mc_master_t *m, mc_str_t name)
+/*
+ * A task's target, as upstream answers it: INVALID_PARAMS when no segment
+ * of that name is mounted (an empty name or one with a NUL is never
+ * mounted), UNAVAILABLE_IN_CURRENT_STATUS when some are but none takes
+ * allocations (draining, unmounting, restored and awaiting its owner).
+ * Callers check the key first: a missing key is OBJECT_NOT_FOUND whatever
+ * the targets are.
+ */
+static int32_t check_target(mc_master_t *m, mc_str_t name)
 {
+    int mounted = 0;
+
     if ((name.len == 0) || (memchr(name.ptr, '\0', name.len) != NULL))
         return MC_INVALID_PARAMS;
-    return mc_master_segment_name_exists(m, name) ? MC_OK : MC_SEGMENT_NOT_FOUND;
+    for (uint32_t i = 0; i < m->nseg; i++) {
+        const mc_segment_t *seg = m->segv[i];
+        if (!mc_str_eq(mc_str_from_cstr(seg->name), name))
+            continue;
+        if (seg->state == MC_SEG_OK)
+            return MC_OK;
+        mounted = 1;
+    }
+    return mounted ? MC_UNAVAILABLE_IN_CURRENT_STATUS : MC_INVALID_PARAMS;
 }
 
 /* The replica on @p list (mc_replica_t.link) on a segment named @p name,
@@ -373,6 +390,15 @@ static int32_t find_complete(mc_req_ctx_t *x, mc_str_t key, mc_object_t **o_p)
     return MC_OK;
 }
 
+/*
+ * The checks run in upstream's order, so callers that match on the code
+ * see upstream's: no targets (INVALID_PARAMS), the key (OBJECT_NOT_FOUND),
+ * each target in turn (check_target()), a memory replica to read
+ * (INTERNAL_ERROR for a disk-only object, as upstream's "no valid source
+ * replicas"), the pending queue (TASK_PENDING_LIMIT_EXCEEDED).  Duplicate
+ * targets and targets that already hold a replica are accepted; the
+ * executor skips the latter.
+ */
 int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_task_req_t *req,
                                    mc_wire_create_copy_task_resp_t *resp)
 {
@@ -383,12 +409,12 @@ int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_ta
 
     if (req->targets.n == 0)
         return MC_INVALID_PARAMS;
-    for (uint32_t i = 0; i < req->targets.n; i++) {
-        if ((st = check_segment_name(x->m, req->targets.v[i])) != MC_OK)
-            return st;
-    }
     if ((st = find_complete(x, req->key, &o)) != MC_OK)
         return st;
+    for (uint32_t i = 0; i < req->targets.n; i++) {
+        if ((st = check_target(x->m, req->targets.v[i])) != MC_OK)
+            return st;
+    }
     /* read from a replica that is not itself a target when there is one */
     mc_object_for_each_replica(r, o)
     {
@@ -397,11 +423,17 @@ int32_t mc_master_create_copy_task(mc_req_ctx_t *x, const mc_wire_create_copy_ta
             break;
     }
     if (src == NULL)
-        return MC_OBJECT_NOT_FOUND;
+        return MC_INTERNAL_ERROR; /* disk-only: no memory replica to read */
     return task_create(x, MC_TASK_REPLICA_COPY, o, src->seg->name, src->seg->owner->id,
                        req->targets.v, req->targets.n, &resp->task_id);
 }
 
+/*
+ * Upstream's order: the key (OBJECT_NOT_FOUND, also while incomplete),
+ * source == target (INVALID_PARAMS), the target (check_target()), a
+ * replica on the source (INVALID_PARAMS, an unknown or empty source
+ * included), the pending queue.
+ */
 int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_task_req_t *req,
                                    mc_wire_create_move_task_resp_t *resp)
 {
@@ -409,13 +441,13 @@ int32_t mc_master_create_move_task(mc_req_ctx_t *x, const mc_wire_create_move_ta
     mc_replica_t *src;
     int32_t st;
 
-    if ((req->source.len == 0) || mc_str_eq(req->source, req->target))
-        return MC_INVALID_PARAMS;
-    if ((st = check_segment_name(x->m, req->target)) != MC_OK)
-        return st;
     if ((st = find_complete(x, req->key, &o)) != MC_OK)
         return st;
-    src = replica_of(o, req->source);
+    if (mc_str_eq(req->source, req->target))
+        return MC_INVALID_PARAMS;
+    if ((st = check_target(x->m, req->target)) != MC_OK)
+        return st;
+    src = (req->source.len == 0) ? NULL : replica_of(o, req->source);
     if (src == NULL)
         return MC_INVALID_PARAMS; /* the source holds no replica of the key */
     return task_create(x, MC_TASK_REPLICA_MOVE, o, src->seg->name, src->seg->owner->id,

@@ -317,13 +317,19 @@ static int mooncake_lua_replicas(lua_State *L)
         memset(&d, 0, sizeof(d));
         if (mc_store_query_replica(q, i, &d) != MC_OK)
             continue;
-        lua_createtable(L, 0, 7);
+        lua_createtable(L, 0, 10);
         lua_pushinteger(L, (lua_Integer)d.status);
         lua_setfield(L, -2, "status");
-        lua_pushboolean(L, d.is_memory == 1);
+        lua_pushinteger(L, (lua_Integer)d.is_memory); /* mc_replica_kind_t */
+        lua_setfield(L, -2, "kind");
+        lua_pushboolean(L, d.is_memory == MC_REPLICA_KIND_MEMORY);
         lua_setfield(L, -2, "is_memory");
-        lua_pushboolean(L, d.is_memory == 2); /* a NoF replica */
+        lua_pushboolean(L, d.is_memory == MC_REPLICA_KIND_NOF);
         lua_setfield(L, -2, "is_nof");
+        lua_pushboolean(L, d.is_memory == MC_REPLICA_KIND_DISK); /* DFS tier */
+        lua_setfield(L, -2, "is_disk");
+        lua_pushboolean(L, d.is_memory == MC_REPLICA_KIND_LOCAL_DISK); /* SSD-offload tier */
+        lua_setfield(L, -2, "is_local_disk");
         lua_pushinteger(L, (lua_Integer)d.addr);
         lua_setfield(L, -2, "addr");
         lua_pushinteger(L, (lua_Integer)d.size);

@@ -1086,7 +1086,8 @@ static PyTypeObject mooncake_py_bufobj_type = {
     .tp_repr = mooncake_py_bufobj_repr,
     .tp_as_sequence = &mooncake_py_bufobj_as_sequence,
     .tp_as_buffer = &mooncake_py_bufobj_as_buffer,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    /* a base type: BufferPool's BufferLeaseView is a Python subclass */
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "Memory exported through the buffer protocol (1-D, format 'b', writable).",
     .tp_methods = mooncake_py_bufobj_methods,
 };
@@ -1128,6 +1129,7 @@ BufferHandle = _capi.BufferHandle
 %}
 
 %nothread mooncake_region_view;
+%nothread mooncake_region_view_as;
 %inline %{
 /* A BufferHandle over memory the caller owns (BufferPool leases).  The
  * caller must keep the memory valid while exports() > 0. */
@@ -1141,12 +1143,39 @@ static PyObject *mooncake_region_view(uint64_t addr, uint64_t size)
     return mooncake_py_bufobj_new(NULL, (void *)(uintptr_t)addr, size, "B");
 }
 
+/* mooncake_region_view() as an instance of @p cls, a Python subclass of
+ * BufferHandle (BufferPool's BufferLeaseView), whose own attributes keep
+ * the owner of the memory alive. */
+static PyObject *mooncake_region_view_as(PyObject *cls, uint64_t addr, uint64_t size)
+{
+    mooncake_py_bufobj_t *b;
+    if (!PyType_Check(cls) ||
+        !PyType_IsSubtype((PyTypeObject *)cls, &mooncake_py_bufobj_type)) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a subclass of BufferHandle");
+        return NULL;
+    }
+    if (((addr == 0) && (size > 0)) || (size > (uint64_t)PY_SSIZE_T_MAX)) {
+        PyErr_SetString(PyExc_ValueError, "NULL address or size too large");
+        return NULL;
+    }
+    b = (mooncake_py_bufobj_t *)((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0);
+    if (b == NULL)
+        return NULL;
+    b->handle = NULL;
+    b->data = (char *)(uintptr_t)addr;
+    b->size = (Py_ssize_t)size;
+    b->exports = 0;
+    b->format = "B";
+    return (PyObject *)b;
+}
+
 /* mc_host_mem_alloc() as an address, 0 on failure. */
 static uint64_t mooncake_host_mem_alloc(uint64_t size)
 {
     void *p = NULL;
-    if ((size == 0) || (size > (uint64_t)SIZE_MAX))
+    if (size > (uint64_t)SIZE_MAX)
         return 0;
+    /* 0 too: the library refuses it, with upstream's text as the detail */
     if (mc_host_mem_alloc((size_t)size, &p) != MC_OK)
         return 0;
     return (uint64_t)(uintptr_t)p;
@@ -1883,8 +1912,9 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
 
     /*
      * Replicas of each key: per key either a negative status (int) or a
-     * list of (status, is_memory, addr, size, segment, protocol, file_path,
-     * shard_idx, aligned_size) tuples (file_path "" for a memory replica;
+     * list of (status, kind (mc_replica_kind_t), addr, size, segment,
+     * protocol, file_path, shard_idx, aligned_size) tuples (file_path ""
+     * for a memory replica;
      * the last two set for a DFS replica, protocol "dfs").
      */
     PyObject *replica_descs(PyObject *keys)
@@ -1931,11 +1961,14 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
                     if (mc_store_query_replica(qs[i], j, &d) != MC_OK)
                         continue;
                     path[0] = '\0';
-                    if (!d.is_memory &&
-                        (mc_store_query_disk_replica(qs[i], path, sizeof(path), NULL) != MC_OK))
-                        continue;
-                    if (!d.is_memory)
+                    /* both disk kinds: the file, when this process knows it
+                     * (a dummy's real client does not pass it on: "") */
+                    if ((d.is_memory == MC_REPLICA_KIND_DISK) ||
+                        (d.is_memory == MC_REPLICA_KIND_LOCAL_DISK)) {
+                        if (mc_store_query_disk_replica(qs[i], path, sizeof(path), NULL) != MC_OK)
+                            path[0] = '\0';
                         (void)mc_store_query_dfs_replica(qs[i], &shard, &span);
+                    }
                     d.segment[sizeof(d.segment) - 1] = '\0';
                     d.protocol[sizeof(d.protocol) - 1] = '\0';
                     tup = Py_BuildValue("(iiKKsssIK)", (int)d.status, d.is_memory,

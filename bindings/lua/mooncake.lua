@@ -250,8 +250,11 @@ function Store:batch_remove(keys, force)
     return sts
 end
 
---- The replicas of @p key: a sequence of {status, is_memory, is_nof, addr, size,
---- segment, protocol} as the master reports them.
+--- The replicas of @p key: a sequence of {status, kind, is_memory, is_nof, is_disk,
+--- is_local_disk, addr, size, segment, protocol} as the master reports them.
+--- kind is the C library's mc_replica_kind_t (upstream's ReplicaType):
+--- is_local_disk for a record in a client's SSD-offload tier (LOCAL_DISK),
+--- is_disk for one in the shared DFS tier (DISK).
 function Store:get_replica_desc(key)
     local r = core.store_replicas(self._s, key)
     if type(r) ~= "table" then

@@ -68,6 +68,8 @@ EXTRA_DIST += \
 	tests/python/test_hostile.py \
 	tests/python/test_zero_copy.py \
 	tests/python/test_ranges.py \
+	tests/python/test_replica_kinds.py \
+	tests/python/test_safetensors.py \
 	tests/python/test_sessions.py \
 	tests/python/test_upsert.py \
 	tests/python/test_remove.py \

@@ -5,8 +5,11 @@
  *
  * A query (query.c) keeps only the replicas it could read from, i.e. the
  * COMPLETE memory replicas, ordered best first, then the disk replica if
- * there is one (docs/tiers.md); these functions describe exactly those, so a descriptor never names a replica the client would
- * refuse to read.  The query owns every string: a descriptor copies what
+ * there is one (docs/tiers.md); these functions describe exactly those,
+ * so a descriptor never names a replica the client would refuse to read.
+ * The disk replica's kind tells the tiers apart as upstream's ReplicaType
+ * does: a record of a client's SSD-offload tier is LOCAL_DISK, one of the
+ * shared DFS tier DISK.  The query owns every string: a descriptor copies what
  * it reports, so it outlives mc_store_query_release().
  */
 #include "config.h"
@@ -110,15 +113,16 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_repli
         return MC_OK;
     }
     if ((i == q->n) && (q->disk_path != NULL)) /* the disk replica, last (docs/tiers.md) */
-        return describe(i, 0, q->disk_offset, q->size, q->disk_segment,
-                        q->disk_dfs ? "dfs" : "file", desc);
+        return describe(i, q->disk_dfs ? MC_REPLICA_KIND_DISK : MC_REPLICA_KIND_LOCAL_DISK,
+                        q->disk_offset, q->size, q->disk_segment, q->disk_dfs ? "dfs" : "file",
+                        desc);
     if (i >= q->n) {
         mc_set_error_detail("replica %zu requested of a query with %u", i,
                             (unsigned)mc_store_query_replica_count(q));
         return MC_INVALID_PARAMS;
     }
-    return describe(i, q->r[i].nof ? 2 : 1, q->r[i].addr, q->size, q->r[i].segment,
-                    MC_REPLICA_PROTOCOL, desc);
+    return describe(i, q->r[i].nof ? MC_REPLICA_KIND_NOF : MC_REPLICA_KIND_MEMORY, q->r[i].addr,
+                    q->size, q->r[i].segment, MC_REPLICA_PROTOCOL, desc);
 }
 
 MC_API mc_status_t mc_store_query_dfs_replica(mc_store_query_h q, uint32_t *shard_idx_p,

@@ -6,8 +6,12 @@
  *
  * Submitting (CREATE_COPY_TASK, CREATE_MOVE_TASK) and querying
  * (QUERY_TASK) are plain calls on the store's connection pool.  Arguments
- * the master would refuse anyway (a bad key or segment name, no targets, a
- * task id that is not a UUID) are refused here, before any round trip.
+ * no master could take (a bad key, a NULL or over-long segment name, no
+ * targets, a task id that is not a UUID) are refused here, before any
+ * round trip; everything else -- an empty or unknown segment name
+ * included -- is the master's to answer, in upstream's order of checks
+ * (mooncake-master/tasks.c), so C, Lua and Python callers get the same
+ * codes.
  *
  * The executor: the master assigns a task to the client owning the
  * replica to read, so every client that can own replicas polls
@@ -23,10 +27,12 @@
  * target without a replica and pins the object), the bytes move from the
  * source replica to every new buffer in one mc_te_transfer(), then
  * TASK_REPLICA_END (the buffers become COMPLETE replicas; a move drops the
- * source) and MARK_TASK_COMPLETE SUCCESS.  NO_AVAILABLE_HANDLE from START
- * is retried up to the task's max_retry_attempts with a short backoff;
- * any other failure ends the task FAILED with a message naming the status
- * and its detail, after TASK_REPLICA_REVOKE when buffers were allocated.
+ * source) and MARK_TASK_COMPLETE SUCCESS ("Task completed successfully").
+ * NO_AVAILABLE_HANDLE from START is retried up to the task's
+ * max_retry_attempts with a short backoff; any other failure ends the task
+ * FAILED with upstream's message "STATUS_NAME (max retries reached: N)",
+ * after TASK_REPLICA_REVOKE when buffers were allocated; the log line
+ * ("Copy failed for key: K ...") has the step and the detail.
  * The tasks of one fetch run one after another.
  *
  * The source replica is normally in one of our own segments.  Its bytes
@@ -71,17 +77,20 @@
 
 /* ---- submission and queries ------------------------------------------------ */
 
-/* A segment name the master could know: 1..MC_WIRE_MAX_KEY bytes. */
+/*
+ * A segment name the wire can carry: at most MC_WIRE_MAX_KEY bytes.  An
+ * empty name goes to the master, which answers INVALID_PARAMS for it (no
+ * segment has that name) only after it checked the key, so the caller
+ * sees upstream's order of checks (OBJECT_NOT_FOUND first).
+ */
 static mc_status_t check_segment_name(const char *what, const char *name)
 {
-    size_t len;
     if (name == NULL) {
         mc_set_error_detail("%s segment name is NULL", what);
         return MC_INVALID_PARAMS;
     }
-    len = strnlen(name, MC_WIRE_MAX_KEY + 1);
-    if ((len == 0) || (len > MC_WIRE_MAX_KEY)) {
-        mc_set_error_detail("%s segment name must be 1 to %u bytes", what,
+    if (strnlen(name, MC_WIRE_MAX_KEY + 1) > MC_WIRE_MAX_KEY) {
+        mc_set_error_detail("%s segment name is longer than %u bytes", what,
                             (unsigned)MC_WIRE_MAX_KEY);
         return MC_INVALID_PARAMS;
     }
@@ -123,8 +132,14 @@ MC_API mc_status_t mc_store_create_copy_task(mc_store_h s, const char *key,
         st = MC_INTERNAL_ERROR;
         goto out;
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         wt[i] = mc_str_from_cstr(targets[i]);
+        /* A target is a KEY on the wire, never empty: "" travels as the
+         * name "\0", which no segment can have, so the master still
+         * answers INVALID_PARAMS for it after its key check. */
+        if (wt[i].len == 0)
+            wt[i] = (mc_str_t){"", 1};
+    }
 
     memset(&req, 0, sizeof(req));
     req.key       = mc_str_from_cstr(key);
@@ -270,17 +285,6 @@ static void tasks_after_call(mc_store_worker_t *t, mc_mconn_t *conn)
 
 /* ---- the executor: one task -------------------------------------------------- */
 
-/* "<what>: STATUS_NAME (detail)" into @p out; the detail is left out when
- * there is none. */
-static void failure_message(char *out, size_t cap, const char *what, mc_status_t st)
-{
-    const char *detail = mc_last_error_detail();
-    if ((detail != NULL) && (*detail != '\0'))
-        snprintf(out, cap, "%s: %s (%s)", what, mc_status_name(st), detail);
-    else
-        snprintf(out, cap, "%s: %s", what, mc_status_name(st));
-}
-
 static void task_revoke(mc_store_h s, const mc_master_target_t *target, const task_t *k)
 {
     mc_store_worker_t *t = &s->tasks;
@@ -332,8 +336,33 @@ static void task_complete(mc_store_h s, const mc_master_target_t *target, const 
                 mc_last_error_detail());
     else if (status == MC_TASK_SUCCESS)
         mc_debug("task %s (%.128s) done", k->idtext, k->key);
-    else
-        mc_info("task %s (%.128s) failed: %s", k->idtext, k->key, msg);
+}
+
+/*
+ * A task that failed with @p st at step @p what.  The log line names the
+ * key first, as upstream's ("Copy failed for key: K" / "Move failed for
+ * key: K"), then the step, the status and its detail; the task's message
+ * on the master is upstream's "STATUS_NAME (max retries reached: N)", N
+ * the task's retry budget (only NO_AVAILABLE_HANDLE is retried), which is
+ * what callers of query_task match on.  @p revoke frees the buffers a
+ * START allocated first (the detail is read before that call replaces it).
+ */
+static void task_failed(mc_store_h s, const mc_master_target_t *target, const task_t *k,
+                        const char *what, mc_status_t st, int revoke)
+{
+    char msg[MC_TASK_MSG];
+    const char *detail = mc_last_error_detail();
+    int has_detail     = (detail != NULL) && (*detail != '\0');
+
+    mc_warn("%s failed for key: %.128s (task %s): %s: %s%s%s%s",
+            (k->type == MC_TASK_REPLICA_MOVE) ? "Move" : "Copy", k->key, k->idtext, what,
+            mc_status_name(st), has_detail ? " (" : "", has_detail ? detail : "",
+            has_detail ? ")" : "");
+    if (revoke)
+        task_revoke(s, target, k);
+    snprintf(msg, sizeof(msg), "%s (max retries reached: %u)", mc_status_name(st),
+             (unsigned)k->max_retry);
+    task_complete(s, target, k, MC_TASK_FAILED, msg);
 }
 
 /* A replica descriptor good for @p size bytes: a memory replica whose range
@@ -545,7 +574,6 @@ out:
 static void task_run(mc_store_h s, const mc_master_target_t *target, const task_t *k)
 {
     mc_store_worker_t *t = &s->tasks;
-    char msg[MC_TASK_MSG];
     mc_status_t st = MC_OK;
     mc_mconn_t *conn;
     mc_wire_task_replica_start_req_t req;
@@ -579,13 +607,11 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
     }
     if (st != MC_OK) {
         char what[64];
-        snprintf(what, sizeof(what), "TASK_REPLICA_START failed%s",
-                 (retries > 0) ? " after retries" : "");
-        failure_message(msg, sizeof(msg), what, st);
+        snprintf(what, sizeof(what), "TASK_REPLICA_START after %u retries", retries);
         /* Even when the answer was lost the report is right: FAILED frees
          * whatever a START that did reach the master allocated. */
         tasks_after_call(t, conn);
-        task_complete(s, target, k, MC_TASK_FAILED, msg);
+        task_failed(s, target, k, what, st, 0);
         return;
     }
 
@@ -612,10 +638,8 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
         st = task_copy(s, src, &resp.targets, resp.size);
     if (st != MC_OK) {
         char what[64];
-        snprintf(what, sizeof(what), "copying %llu bytes failed", (unsigned long long)resp.size);
-        failure_message(msg, sizeof(msg), what, st);
-        task_revoke(s, target, k);
-        task_complete(s, target, k, MC_TASK_FAILED, msg);
+        snprintf(what, sizeof(what), "copying %llu bytes", (unsigned long long)resp.size);
+        task_failed(s, target, k, what, st, 1);
         return;
     }
 
@@ -632,11 +656,10 @@ static void task_run(mc_store_h s, const mc_master_target_t *target, const task_
         tasks_after_call(t, conn);
     }
     if (st != MC_OK) {
-        failure_message(msg, sizeof(msg), "TASK_REPLICA_END failed", st);
-        task_complete(s, target, k, MC_TASK_FAILED, msg);
+        task_failed(s, target, k, "TASK_REPLICA_END", st, 0);
         return;
     }
-    task_complete(s, target, k, MC_TASK_SUCCESS, "");
+    task_complete(s, target, k, MC_TASK_SUCCESS, "Task completed successfully");
 }
 
 /* ---- the executor: polling ------------------------------------------------- */

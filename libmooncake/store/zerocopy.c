@@ -765,12 +765,13 @@ typedef struct dst_region {
     size_t len;
 } dst_region_t;
 
-/* Destination check: [buffer+dst_offset, +length) inside the one usable
- * region that contains buffer, without overflowing. */
-static mc_status_t range_dst_check(mc_store_h s, const mc_store_range_t *r, dst_region_t *last)
+/* The buffer of a range is usable memory: NULL or unregistered is
+ * INVALID_PARAMS.  Checked before the key's lookup result, as upstream: a
+ * missing key read into a bad buffer is INVALID_PARAMS, not
+ * OBJECT_NOT_FOUND.  Leaves the region holding the buffer in @p last. */
+static mc_status_t range_buf_check(mc_store_h s, const mc_store_range_t *r, dst_region_t *last)
 {
     uintptr_t b = (uintptr_t)r->buffer;
-    uint64_t room;
 
     if ((r->buffer == NULL) ||
         (((last->len == 0) || (b < last->base) || (b - last->base >= last->len)) &&
@@ -778,7 +779,16 @@ static mc_status_t range_dst_check(mc_store_h s, const mc_store_range_t *r, dst_
         mc_set_error_detail("buffer %p is not registered memory", r->buffer);
         return MC_INVALID_PARAMS;
     }
-    room = (uint64_t)(last->len - (b - last->base));
+    return MC_OK;
+}
+
+/* Destination check: [buffer+dst_offset, +length) inside the room left in
+ * the one usable region that contains buffer (@p last, from
+ * range_buf_check()), without overflowing. */
+static mc_status_t range_dst_check(const mc_store_range_t *r, const dst_region_t *last)
+{
+    uint64_t room = (uint64_t)(last->len - ((uintptr_t)r->buffer - last->base));
+
     if ((r->dst_offset > room) || (r->length > room - r->dst_offset)) {
         mc_set_error_detail("destination [+%llu, +%llu) leaves the registered buffer",
                             (unsigned long long)r->dst_offset, (unsigned long long)r->length);
@@ -867,11 +877,14 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
             size_t i              = order[k];
             mc_store_range_t *r   = &ranges[i];
             size_t o              = owner_of[i];
+            r->result = range_buf_check(s, r, &last);
+            if (r->result != MC_OK)
+                continue;
             if (ks[o] != MC_OK) {
                 r->result = ks[o];
                 continue;
             }
-            r->result = range_dst_check(s, r, &last);
+            r->result = range_dst_check(r, &last);
             if (r->result != MC_OK)
                 continue;
             if ((r->src_offset > qs[o]->size) || (r->length > qs[o]->size - r->src_offset) ||

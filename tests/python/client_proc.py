@@ -127,14 +127,19 @@ def handle(store, req):
         out = []
         for d in store.get_replica_desc(req["key"]):
             r = {"status": int(d.status), "memory": bool(d.is_memory_replica()),
-                 "nof": bool(d.is_nof_replica())}
+                 "nof": bool(d.is_nof_replica()),
+                 "local_disk": bool(d.is_local_disk_replica())}
             if r["memory"] or r["nof"]:
                 bd = (d.get_memory_descriptor() if r["memory"]
                       else d.get_nof_descriptor()).buffer_descriptor
-                r["endpoint"] = bd.transport_endpoint_
-                r["size"] = bd.size_
-                r["addr"] = bd.buffer_address_
-            elif d.is_disk_replica():
+                r["endpoint"] = bd.transport_endpoint
+                r["size"] = bd.size
+                r["addr"] = bd.buffer_address
+            elif r["local_disk"]:  # a record of an SSD-offload tier
+                ld = d.get_local_disk_descriptor()
+                r.update(file_path=ld.file_path, size=ld.object_size, offset=ld.offset,
+                         dfs=False, holder=ld.transport_endpoint)
+            elif d.is_disk_replica():  # a record of the DFS tier
                 dd = d.get_disk_descriptor()
                 r.update(file_path=dd.file_path, size=dd.object_size, offset=dd.offset,
                          dfs=dd.is_dfs, shard_idx=dd.shard_idx, aligned_size=dd.aligned_size)

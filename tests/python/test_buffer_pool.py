@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""mooncake.buffer_pool.BufferPool, rule by rule (spec "BufferPool Helper").
+"""mooncake.buffer_pool.BufferPool, rule by rule (spec "BufferPool Helper";
+upstream's exact messages and types: upstream-parity-2.md §2).
 
 * leases come from the store's setup-time local buffer: their ptr works
   with the zero-copy calls without register_buffer;
@@ -7,19 +8,26 @@
   is registered for the lease (usable with get_into) and unregistered at
   release;
 * max_regions bounds concurrent leases, max_bytes bounds their total
-  bytes, and the default max_bytes allows one local-buffer-sized overflow
-  burst;
-* acquire(block=False) raises when nothing fits; acquire(timeout=...)
-  waits for another thread's release without holding the GIL, and gives
-  up (raises) when the timeout passes;
-* release() refuses while exported views are alive and succeeds after
-  they are gone; close() refuses while leases are active;
-* pool.buffer(size) is a context manager that releases on exit;
-* RegisteredBufferPool is the legacy alias;
-* upstream's other constructor arguments: min_size_class/alignment checked
-  as upstream, alignment applied to overflow leases, max_size_class counts
-  oversize leases, block_on_exhaustion/default_timeout are the acquire
-  defaults, prewarm is an accepted no-op, max_bytes 0 means the default.
+  bytes (0: twice the local buffer; any other value is raised to at least
+  the local buffer size);
+* acquire(block=False) raises "buffer pool is exhausted" when nothing
+  fits; acquire(timeout=...) waits for another thread's release without
+  holding the GIL, and raises "timed out waiting for buffer" when the
+  timeout passes;
+* every read of lease.buffer is a new memoryview over a new
+  BufferLeaseView that keeps the lease alive; release() refuses ("cannot
+  release buffer while exported views exist") while one is alive and
+  leaves it valid; a lease nobody references is released; close()
+  refuses ("cannot close buffer pool with active leases") while leases
+  are active;
+* acquire(0) is allowed; pool.buffer(size) is acquire (it returns the
+  lease, which is the context manager);
+* every RuntimeError message of upstream's table, and TypeError for
+  sizes that are no size_t;
+* RegisteredBufferPool / RegisteredBufferLease / RegisteredBufferLeaseView
+  are the same classes; mooncake.store exports BufferLeaseView;
+* a wrapper whose _get_pyclient_capsule() returns the store's capsule is
+  accepted in place of the store.
 """
 
 import gc
@@ -47,13 +55,14 @@ def pool_cls():
     return BufferPool
 
 
-def refused(fn, *args, **kwargs):
-    """fn must raise, and not with an error that means a bug in the call."""
+def refused(fn, *args, message=None, **kwargs):
+    """fn must raise a RuntimeError (upstream's type for every refusal),
+    whose text contains ``message`` when given."""
     try:
         fn(*args, **kwargs)
-    except (TypeError, AttributeError, NameError) as e:
-        raise AssertionError(f"{fn!r} failed with a bug, not a refusal: {e!r}")
-    except Exception as e:  # the documented failure
+    except RuntimeError as e:  # the documented failure
+        if message is not None:
+            assert message in str(e), f"{str(e)!r} does not say {message!r}"
         return e
     raise AssertionError(f"{fn!r} did not raise")
 
@@ -136,26 +145,35 @@ def test_max_regions(store):
     pool.close()
 
 
-def test_max_bytes(store):
-    pool = pool_cls()(store, max_bytes=MiB)
-    a = pool.acquire(600 * 1024)
-    refused(pool.acquire, 600 * 1024, block=False)
-    b = pool.acquire(MiB - 600 * 1024, block=False)      # exactly max_bytes
-    refused(pool.acquire, 1, block=False)
+def test_max_bytes(make_store):
+    """max_bytes above the local buffer is a real bound; below it, it is
+    raised to the local buffer size (upstream: max(max_bytes, local))."""
+    store = make_store(buffer=MiB)
+    pool = pool_cls()(store, max_bytes=2 * MiB)
+    assert pool.max_bytes == 2 * MiB
+    a = pool.acquire(1200 * 1024)
+    refused(pool.acquire, 1200 * 1024, block=False, message="buffer pool is exhausted")
+    b = pool.acquire(2 * MiB - 1200 * 1024, block=False)  # exactly max_bytes
+    refused(pool.acquire, 1, block=False, message="buffer pool is exhausted")
     a.release()
-    c = pool.acquire(600 * 1024, block=False)
+    c = pool.acquire(1200 * 1024, block=False)
     b.release()
     c.release()
     # a single request above max_bytes can never be served
-    refused(pool.acquire, 2 * MiB, block=False)
+    refused(pool.acquire, 2 * MiB + 1, block=False,
+            message="requested buffer size exceeds pool capacity")
     pool.close()
+    small = pool_cls()(store, max_bytes=4096)
+    assert small.max_bytes == MiB                         # raised to the local buffer
+    small.acquire(MiB - 4096).release()
+    small.close()
 
 
 def test_acquire_timeout_expires(store):
     pool = pool_cls()(store, max_regions=1)
     held = pool.acquire(1024)
     t0 = time.monotonic()
-    refused(pool.acquire, 1024, timeout=0.3)
+    refused(pool.acquire, 1024, timeout=0.3, message="timed out waiting for buffer")
     waited = time.monotonic() - t0
     assert 0.25 <= waited < 10, waited
     held.release()
@@ -209,21 +227,167 @@ def test_release_refuses_while_views_are_alive(store):
     pool = pool_cls()(store)
     lease = pool.acquire(4096)
     view = lease.buffer[:100]
-    refused(lease.release)
+    refused(lease.release, message="cannot release buffer while exported views exist")
     del view
     arr = np.frombuffer(lease.buffer, dtype=np.uint8)
-    refused(lease.release)
+    refused(lease.release, message="cannot release buffer while exported views exist")
     del arr
     gc.collect()
     lease.release()
     pool.close()
 
 
+def test_a_held_view_stays_valid_after_a_refused_release(store):
+    """Only ``view = lease.buffer`` is held: release refuses and the view
+    still reads and writes the lease's memory."""
+    pool = pool_cls()(store)
+    lease = pool.acquire(64)
+    view = lease.buffer
+    view[:5] = b"hello"
+    refused(lease.release, message="cannot release buffer while exported views exist")
+    assert not lease.released
+    assert bytes(view[:5]) == b"hello"
+    view[5:7] = b"!!"
+    assert bytes(lease.buffer[:7]) == b"hello!!"
+    k = key()
+    assert store.put_from(k, lease.ptr, 7) == 0
+    assert store.get(k) == b"hello!!"
+    del view
+    lease.release()
+    pool.close()
+
+
+def test_each_buffer_read_is_a_new_view_over_a_buffer_lease_view(store):
+    from mooncake.buffer_pool import BufferLeaseView
+    from mooncake.store import RegisteredBufferLeaseView
+    assert RegisteredBufferLeaseView is BufferLeaseView
+    pool = pool_cls()(store)
+    lease = pool.acquire(100)
+    a, b = lease.buffer, lease.buffer
+    assert a is not b and a.obj is not b.obj
+    for v in (a, b):
+        assert isinstance(v.obj, BufferLeaseView)
+        assert (v.format, v.ndim, v.readonly, len(v), v.nbytes) == ("B", 1, False, 100, 100)
+    # the view object has the buffer protocol and a .buffer property too
+    inner = a.obj.buffer
+    assert isinstance(inner, memoryview) and len(inner) == 100
+    a[0] = 7
+    assert b[0] == 7 and inner[0] == 7
+    del a, b, v, inner
+    lease.release()
+    pool.close()
+
+
+def test_views_keep_the_lease_alive(store):
+    """A view outlives the name of its lease: the lease is not released
+    under it, and goes back once the view is gone."""
+    pool = pool_cls()(store, max_regions=1)
+    lease = pool.acquire(32)
+    view = lease.buffer
+    del lease
+    gc.collect()
+    assert pool.active_leases == 1
+    view[:3] = b"abc"
+    assert bytes(view[:3]) == b"abc"
+    refused(pool.close, message="cannot close buffer pool with active leases")
+    del view
+    gc.collect()
+    assert pool.active_leases == 0
+    pool.acquire(32, block=False).release()
+    pool.close()
+
+
+def test_a_garbage_collected_lease_is_released(store):
+    pool = pool_cls()(store, max_regions=1)
+    lease = pool.acquire(4096)
+    del lease
+    gc.collect()
+    pool.close()                                   # no active lease is left
+    # and the memory went back: a new pool gets the whole local buffer
+    again = pool_cls()(store)
+    big = again.acquire(16 * MiB, block=False)
+    assert not big.overflow
+    big.release()
+    again.close()
+
+
 def test_close_refuses_with_active_leases(store):
     pool = pool_cls()(store)
     lease = pool.acquire(4096)
-    refused(pool.close)
+    refused(pool.close, message="cannot close buffer pool with active leases")
     lease.release()
+    pool.close()
+    refused(pool.acquire, 1, message="buffer pool is closed")
+    pool.close()                                    # idempotent
+
+
+def test_acquire_zero_bytes(store):
+    pool = pool_cls()(store)
+    lease = pool.acquire(0)
+    assert lease.size == 0 and lease.ptr != 0
+    assert len(lease.buffer) == 0
+    assert pool.active_bytes == 1                   # one byte is allocated
+    lease.release()
+    pool.close()
+
+
+def test_buffer_is_acquire_and_returns_the_lease(store):
+    from mooncake.buffer_pool import BufferLease
+    pool = pool_cls()(store)
+    lease = pool.buffer(128)
+    assert isinstance(lease, BufferLease)
+    assert lease.ptr != 0 and lease.size == 128     # no generator in between
+    with lease as entered:
+        assert entered is lease
+    assert lease.released
+    with pool.buffer(64, block=False, timeout=None) as lz:
+        lz.buffer[:2] = b"ok"
+    pool.close()
+
+
+def test_a_released_lease_is_closed(store):
+    pool = pool_cls()(store)
+    lease = pool.acquire(64)
+    lease.release()
+    lease.release()                                 # double release: a no-op
+    refused(lambda: lease.ptr, message="buffer lease is closed")
+    with pytest.raises(BufferError, match="Error getting buffer") as info:
+        lease.buffer
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert "buffer lease is closed" in str(info.value.__cause__)
+    assert lease.size == 64
+    pool.close()
+
+
+@pytest.mark.parametrize("size", [-1, 1.0, "1", None, 2 ** 64])
+def test_acquire_sizes_are_size_t(store, size):
+    pool = pool_cls()(store)
+    with pytest.raises(TypeError):
+        pool.acquire(size)
+    pool.close()
+
+
+def test_acquire_timeout_must_be_non_negative(store):
+    pool = pool_cls()(store)
+    refused(pool.acquire, 1, timeout=-1, message="timeout must be non-negative")
+    stored = pool_cls()(store, default_timeout=-0.5)      # stored unchecked
+    assert stored.default_timeout == -0.5
+    refused(stored.acquire, 1, message="timeout must be non-negative")
+    stored.acquire(1, timeout=0).release()
+    stored.close()
+    pool.close()
+
+
+def test_upstream_maximum_size_is_above_capacity(store):
+    pool = pool_cls()(store)
+    refused(pool.acquire, 2 ** 64 - 1, message="requested buffer size exceeds pool capacity")
+    pool.close()
+
+
+def test_max_regions_zero_is_accepted(store):
+    pool = pool_cls()(store, max_regions=0)
+    assert pool.max_regions == 0
+    refused(pool.acquire, 1, block=False, message="buffer pool is exhausted")
     pool.close()
 
 
@@ -253,8 +417,10 @@ def test_many_leases_do_not_leak(store):
 
 
 def test_registered_buffer_pool_alias():
+    from mooncake import buffer_pool
     from mooncake.buffer_pool import BufferPool, RegisteredBufferPool
     assert RegisteredBufferPool is BufferPool
+    assert buffer_pool.__all__ == ["BufferPool", "RegisteredBufferPool"]
 
 
 # ---- upstream's constructor arguments ---------------------------------------------------
@@ -272,46 +438,96 @@ def test_upstream_keyword_names_and_order(store):
         ("max_size_class", None), ("alignment", 8388608), ("block_on_exhaustion", True),
         ("default_timeout", None), ("max_regions", None), ("prewarm_size", None),
         ("prewarm_count", 0)]
-    pool = BufferPool(store, MiB)                      # positional max_bytes
-    assert pool.max_bytes == MiB
-    assert pool.max_size_class == MiB                   # None -> max_bytes
+    pool = BufferPool(store, 24 * MiB)                 # positional max_bytes
+    assert pool.max_bytes == 24 * MiB
+    assert pool.max_size_class == 24 * MiB              # None -> max_bytes
     assert pool.min_size_class == 65536 and pool.alignment == 8 * MiB
     pool.close()
-    # 0 and None: the default, twice the local buffer (16 MiB in the fixture)
-    for default in (0, None):
-        pool = BufferPool(store, max_bytes=default)
-        assert pool.max_bytes == 32 * MiB
-        pool.close()
+    # 0: the default, twice the local buffer (16 MiB in the fixture)
+    pool = BufferPool(store, max_bytes=0)
+    assert pool.max_bytes == 32 * MiB
+    pool.close()
+    with pytest.raises(TypeError):                      # a size_t, as upstream's
+        BufferPool(store, max_bytes=None)
 
 
-@pytest.mark.parametrize("kwargs,exc", [
-    ({"min_size_class": 0}, ValueError),
-    ({"alignment": 0}, ValueError),
-    ({"alignment": 3 * 4096}, ValueError),             # not a power of two
-    ({"alignment": 4}, ValueError),                    # below sizeof(void*)
-    ({"default_timeout": -1}, ValueError),
-    ({"max_regions": 0}, ValueError),
-    ({"min_size_class": -1}, TypeError),               # upstream: size_t conversion
-    ({"alignment": -8}, TypeError),
-    ({"max_size_class": -1}, TypeError),
-    ({"max_bytes": -1}, TypeError),
-    ({"prewarm_count": -1}, TypeError),
-    ({"alignment": 8.0}, TypeError),
-    ({"block_on_exhaustion": "yes"}, TypeError),
-    ({"default_timeout": "1"}, TypeError),
+POSITIVE = "min_size_class and alignment must be positive"
+ALIGNMENT = "alignment must be a power of two and at least sizeof(void*)"
+
+
+@pytest.mark.parametrize("kwargs,exc,message", [
+    ({"min_size_class": 0}, RuntimeError, POSITIVE),
+    ({"alignment": 0}, RuntimeError, POSITIVE),
+    ({"alignment": 3 * 4096}, RuntimeError, ALIGNMENT),   # not a power of two
+    ({"alignment": 4}, RuntimeError, ALIGNMENT),          # below sizeof(void*)
+    ({"min_size_class": -1}, TypeError, None),            # upstream: size_t conversion
+    ({"alignment": -8}, TypeError, None),
+    ({"max_size_class": -1}, TypeError, None),
+    ({"max_bytes": -1}, TypeError, None),
+    ({"max_regions": -1}, TypeError, None),
+    ({"prewarm_count": -1}, TypeError, None),
+    ({"alignment": 8.0}, TypeError, None),
+    ({"block_on_exhaustion": "yes"}, TypeError, None),
+    ({"default_timeout": "1"}, TypeError, None),
 ])
-def test_constructor_validation_as_upstream(store, kwargs, exc):
-    with pytest.raises(exc):
+def test_constructor_validation_as_upstream(store, kwargs, exc, message):
+    with pytest.raises(exc) as info:
         pool_cls()(store, **kwargs)
+    if message is not None:
+        assert type(info.value) is RuntimeError and str(info.value) == message
 
 
 def test_constructor_needs_a_set_up_store_with_a_local_buffer(master, make_store):
     from mooncake.store import MooncakeDistributedStore
-    with pytest.raises(RuntimeError, match="not initialized"):
-        pool_cls()(MooncakeDistributedStore())
+    for nothing in (None, MooncakeDistributedStore()):
+        with pytest.raises(RuntimeError, match="^MooncakeDistributedStore is not initialized$"):
+            pool_cls()(nothing)
     no_buffer = make_store(buffer=0)
-    with pytest.raises(RuntimeError, match="local buffer"):
+    with pytest.raises(RuntimeError,
+                       match="^BufferPool requires a store configured with a local buffer$"):
         pool_cls()(no_buffer)
+    with pytest.raises(RuntimeError) as info:
+        pool_cls()(object())
+    assert str(info.value) == ("BufferPool store parameter must be a PyClient or store "
+                               "wrapper that implements _get_pyclient_capsule()")
+
+
+def test_a_store_wrapper_with_the_capsule_is_accepted(store):
+    """Upstream's wrappers hand BufferPool the store's capsule
+    (``mooncake.PyClient.shared_ptr``) instead of the store."""
+    import ctypes
+
+    class Wrapper:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def _get_pyclient_capsule(self):
+            return self.inner._get_pyclient_capsule()
+
+    capsule = store._get_pyclient_capsule()
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.restype, name.argtypes = ctypes.c_char_p, (ctypes.py_object,)
+    assert type(capsule).__name__ == "PyCapsule"
+    assert name(capsule) == b"mooncake.PyClient.shared_ptr"
+    pool = pool_cls()(Wrapper(store))
+    k = key()
+    assert store.put(k, b"through a wrapper") == 0
+    with pool.acquire(64) as lease:
+        assert store.get_into(k, lease.ptr, lease.size) == 17
+        assert bytes(lease.buffer[:17]) == b"through a wrapper"
+    pool.close()
+
+    class NotACapsule:
+        def _get_pyclient_capsule(self):
+            return 42
+    with pytest.raises(RuntimeError, match="non-capsule"):
+        pool_cls()(NotACapsule())
+
+    class NoStore:
+        def _get_pyclient_capsule(self):
+            return None
+    with pytest.raises(RuntimeError, match="^MooncakeDistributedStore is not initialized$"):
+        pool_cls()(NoStore())
 
 
 @pytest.mark.parametrize("alignment", [8 * MiB, MiB, 4096, 8])
@@ -362,8 +578,9 @@ def test_block_on_exhaustion_false_fails_at_once(store):
     pool = BufferPool(store, max_regions=1, block_on_exhaustion=False, default_timeout=5)
     held = pool.acquire(1024)
     t0 = time.monotonic()
-    with pytest.raises(BufferPoolExhausted) as info:
+    with pytest.raises(BufferPoolExhausted, match="buffer pool is exhausted") as info:
         pool.acquire(1024)                             # block=None: the pool's setting
+    assert isinstance(info.value, RuntimeError)
     assert not isinstance(info.value, BufferPoolTimeout)
     assert time.monotonic() - t0 < 2.0
     # an explicit block=True overrides it, bounded by the pool's default_timeout
@@ -402,7 +619,29 @@ def test_prewarm_is_an_accepted_no_op(store):
 def test_upstream_aliases_in_store_and_package():
     import mooncake
     from mooncake import store as store_mod
-    from mooncake.buffer_pool import BufferLease, BufferPool
+    from mooncake.buffer_pool import BufferLease, BufferLeaseView, BufferPool
     assert mooncake.BufferPool is mooncake.RegisteredBufferPool is BufferPool
-    assert store_mod.RegisteredBufferPool is BufferPool
-    assert store_mod.RegisteredBufferLease is BufferLease
+    assert store_mod.BufferPool is store_mod.RegisteredBufferPool is BufferPool
+    assert store_mod.BufferLease is store_mod.RegisteredBufferLease is BufferLease
+    assert store_mod.BufferLeaseView is store_mod.RegisteredBufferLeaseView is BufferLeaseView
+
+
+def test_without_the_native_extension_the_pool_names_are_none(tmp_path):
+    """As upstream: the package imports without its extension, and
+    mooncake.BufferPool / mooncake.buffer_pool.BufferPool are None."""
+    import subprocess
+    import sys
+    import mooncake
+    src = os.path.dirname(os.path.realpath(mooncake.__file__))
+    pkg = tmp_path / "mooncake"
+    pkg.mkdir()
+    for name in ("__init__.py", "buffer_pool.py", "_util.py"):
+        os.symlink(os.path.join(src, name), pkg / name)
+    code = ("import mooncake, mooncake.buffer_pool as bp; "
+            "assert mooncake.BufferPool is None and mooncake.RegisteredBufferPool is None; "
+            "assert bp.BufferPool is None and bp.RegisteredBufferPool is None; "
+            "print('ok')")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

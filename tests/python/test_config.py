@@ -4,8 +4,10 @@ upstream (mooncake-wheel/mooncake/mooncake_config.py, mooncake/__init__.py).
 
 * MooncakeConfig has upstream's fields in upstream's order, with its
   defaults, and the two DEFAULT_* constants;
-* __post_init__ lower-cases the protocol (an unknown one only warns) and
-  refuses an empty protocol, negative sizes and empty required fields;
+* __post_init__ lower-cases the protocol (an unknown one only warns, with
+  upstream's text, on every constructor path) and refuses an empty
+  protocol, negative sizes and empty required fields, with upstream's
+  messages word for word;
 * from_file reads JSON, requires the three address fields, defaults the
   rest and parses sizes and booleans;
 * load_from_env prefers MOONCAKE_CONFIG_PATH, otherwise needs
@@ -84,26 +86,79 @@ def test_fields_order_defaults_and_constants():
             c.client_http_port, c.enable_ssd_offload) == (1, 2, None, "t", 1234, True)
 
 
+KNOWN = ("tcp rdma efa nvmeof nvlink musa nvlink_intra hip barex cxl ascend ub ubshmem "
+         "maca sunrise_link rpc_only").split()
+
+
+def unrecognised(p: str) -> str:
+    """Upstream's warning, word for word."""
+    return (f"Unrecognised protocol '{p}'; passing it through to the Mooncake engine "
+            f"unchanged. Known protocols are: {', '.join(sorted(KNOWN))}.")
+
+
+def warnings_of(caplog):
+    return [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+
+
 def test_post_init_normalises_the_protocol_and_warns_on_unknown(caplog):
+    assert cfgmod().logger is logging.getLogger("mooncake.mooncake_config")
     assert make(protocol="  RDMA ").protocol == "rdma"
     with caplog.at_level(logging.WARNING, logger="mooncake.mooncake_config"):
         caplog.clear()
-        assert make(protocol="TCP").protocol == "tcp"
-        assert not caplog.records                    # known: no warning
-        c = make(protocol="Carrier-Pigeon")
-    assert c.protocol == "carrier-pigeon"            # passed on, not refused
-    assert any("carrier-pigeon" in r.getMessage() for r in caplog.records)
+        for p in KNOWN:                               # known: no warning
+            assert make(protocol=p.upper()).protocol == p
+        assert not caplog.records
+        c = make(protocol=" Carrier-Pigeon ")
+    assert c.protocol == "carrier-pigeon"            # kept, lower-cased: not refused
+    assert warnings_of(caplog) == [("mooncake.mooncake_config", logging.WARNING,
+                                    unrecognised("carrier-pigeon"))]
 
 
-@pytest.mark.parametrize("over", [
-    {"protocol": ""}, {"protocol": "   "}, {"protocol": None}, {"protocol": 5},
-    {"global_segment_size": -1}, {"local_buffer_size": -1},
-    {"local_hostname": ""}, {"local_hostname": "  "}, {"local_hostname": None},
-    {"metadata_server": ""}, {"master_server_address": ""}, {"master_server_address": 50051},
+def test_every_constructor_path_warns(caplog, tmp_path, clean_env):
+    """The warning comes from __post_init__, so from_file and load_from_env
+    log it too."""
+    m = cfgmod()
+    path = write_json(tmp_path, {"local_hostname": "h", "metadata_server": "P2PHANDSHAKE",
+                                 "master_server_address": "m:1", "protocol": "Foo"})
+    with caplog.at_level(logging.WARNING, logger="mooncake.mooncake_config"):
+        caplog.clear()
+        assert m.MooncakeConfig.from_file(path).protocol == "foo"
+        clean_env.setenv("MOONCAKE_MASTER", "m:1")
+        clean_env.setenv("MOONCAKE_PROTOCOL", "BAR")
+        assert m.MooncakeConfig.load_from_env().protocol == "bar"
+        clean_env.setenv("MOONCAKE_CONFIG_PATH", path)
+        assert m.MooncakeConfig.load_from_env().protocol == "foo"
+    assert [msg for _, _, msg in warnings_of(caplog)] == \
+        [unrecognised("foo"), unrecognised("bar"), unrecognised("foo")]
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"protocol": ""}, "Invalid protocol: ''. Protocol must be a non-empty string, "
+                       "e.g. 'tcp' or 'rdma'."),
+    ({"protocol": "   "}, "Invalid protocol: '   '. Protocol must be a non-empty string, "
+                          "e.g. 'tcp' or 'rdma'."),
+    ({"protocol": None}, "Invalid protocol: None. Protocol must be a non-empty string, "
+                         "e.g. 'tcp' or 'rdma'."),
+    ({"protocol": 5}, "Invalid protocol: 5. Protocol must be a non-empty string, "
+                      "e.g. 'tcp' or 'rdma'."),
+    ({"global_segment_size": -1}, "Invalid global_segment_size: -1. Size must be non-negative."),
+    ({"local_buffer_size": -5}, "Invalid local_buffer_size: -5. Size must be non-negative."),
+    ({"local_hostname": ""}, "Config field 'local_hostname' must be a non-empty string, got ''."),
+    ({"local_hostname": "  "},
+     "Config field 'local_hostname' must be a non-empty string, got '  '."),
+    ({"local_hostname": None},
+     "Config field 'local_hostname' must be a non-empty string, got None."),
+    ({"metadata_server": ""},
+     "Config field 'metadata_server' must be a non-empty string, got ''."),
+    ({"master_server_address": ""},
+     "Config field 'master_server_address' must be a non-empty string, got ''."),
+    ({"master_server_address": 50051},
+     "Config field 'master_server_address' must be a non-empty string, got 50051."),
 ])
-def test_post_init_refusals(over):
-    with pytest.raises(ValueError):
+def test_post_init_refusals(over, message):
+    with pytest.raises(ValueError) as info:
         make(**over)
+    assert str(info.value) == message
 
 
 def test_post_init_accepts_zero_sizes():
@@ -129,6 +184,19 @@ def test_config_size_grammar(text, value):
 def test_config_size_grammar_refusals(text):
     with pytest.raises(ValueError):
         cfgmod()._parse_segment_size(text)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "Invalid segment size: empty string"),
+    ("   ", "Invalid segment size: empty string"),
+    ("gb", "Invalid segment size: missing number before 'gb'"),
+    (" MB ", "Invalid segment size: missing number before 'mb'"),
+    ("k", "Invalid segment size: missing number before 'k'"),
+])
+def test_config_size_messages(text, message):
+    with pytest.raises(ValueError) as info:
+        cfgmod()._parse_segment_size(text)
+    assert str(info.value) == message
 
 
 def test_the_two_size_grammars_differ_as_upstream():
@@ -158,8 +226,9 @@ def test_config_bool_grammar(value, expect):
 
 @pytest.mark.parametrize("value", ["maybe", "t", "y", "2", "enabled"])
 def test_config_bool_grammar_refusals(value):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as info:
         cfgmod()._parse_bool(value)
+    assert str(info.value) == f"Invalid boolean value: {value!r}"
 
 
 # ---- from_file ---------------------------------------------------------------------------
@@ -196,8 +265,9 @@ def test_from_file_requires_the_address_fields(tmp_path, missing):
     cfg = {"local_hostname": "h", "metadata_server": "P2PHANDSHAKE",
            "master_server_address": "m:1"}
     del cfg[missing]
-    with pytest.raises(ValueError, match=f"Missing required config field: {missing}"):
+    with pytest.raises(ValueError) as info:
         cfgmod().MooncakeConfig.from_file(write_json(tmp_path, cfg))
+    assert str(info.value) == f"Missing required config field: {missing}"
 
 
 @pytest.mark.parametrize("over", [{"global_segment_size": "50%"},
@@ -215,8 +285,10 @@ def test_from_file_bad_values(tmp_path, over):
 
 
 def test_load_from_env_needs_a_master_or_a_file(clean_env):
-    with pytest.raises(ValueError, match="MOONCAKE_CONFIG_PATH.*MOONCAKE_MASTER"):
+    with pytest.raises(ValueError) as info:
         cfgmod().MooncakeConfig.load_from_env()
+    assert str(info.value) == ("Neither the environment variable 'MOONCAKE_CONFIG_PATH' "
+                               "nor 'MOONCAKE_MASTER' is set.")
     clean_env.setenv("MOONCAKE_MASTER", "")
     with pytest.raises(ValueError):
         cfgmod().MooncakeConfig.load_from_env()

@@ -8,7 +8,12 @@ that land), single slices, several fragments of one key stitched into one
 buffer, several keys into one buffer, a missing key among valid ones,
 destination overflow against the registered buffer, source overflow
 against the object size, unregistered destinations, the store's own
-local buffer as a destination, and every shape error of the nested lists.
+local buffer as a destination, and every shape error of the nested lists;
+then upstream's exact result shapes row by row (prefill INVALID_PARAMS,
+one row per buffer pointer, one code per destination offset of a key
+whose lists differ, INVALID_PARAMS rather than OBJECT_NOT_FOUND into a bad
+buffer, room left after the buffer's start, TypeError for offsets and
+sizes that are no size_t).
 """
 
 import ctypes
@@ -367,3 +372,116 @@ def test_many_rows_from_another_process_flat_arrays(store, master, spawn_client,
     assert store._store.read_ranges([k], bufs[:1].tolist(), dst[:1].tolist(),
                                     src[:1].tolist(), lens[:1].tolist()) == [row]
     assert store._store.read_ranges([], [], [], [], []) == []
+
+
+# ---- upstream's result shapes, row by row (upstream-parity-2.md §11) --------------------
+#
+# The result is prefilled with INVALID_PARAMS: len(buffer_ptrs) rows, row i
+# len(all_keys[i]) entries (1 when absent), entry j len(all_dst_offsets[i][j])
+# fragments (1 when absent).  What is never read keeps the prefill.
+
+P = INVALID_PARAMS
+
+
+def test_top_level_mismatch_has_one_row_per_buffer_pointer(shaped, store):
+    k, _, buf = shaped
+    p = buf.ctypes.data
+    # three pointers, two of everything else: rows follow buffer_ptrs, entries
+    # and fragments follow all_keys / all_dst_offsets where they exist
+    r = store.get_into_ranges([p, p, p], [[k, k], [k]], [[[0, 8, 16], []], [[0]]],
+                              [[[0, 0, 0], []], [[0]]], [[[1, 1, 1], []], [[1]]])
+    assert r == [[[P, P, P], []], [[P]], [[P]]]
+    # one pointer, two of everything else: one row
+    r = store.get_into_ranges([p], [[k], [k]], [[[0, 1]], [[0]]], [[[0, 1]], [[0]]],
+                              [[[1, 1]], [[1]]])
+    assert r == [[[P, P]]]
+    # no keys at all for a pointer: one entry of one fragment
+    r = store.get_into_ranges([p, p], [], [], [], [])
+    assert r == [[[P]], [[P]]]
+    assert _untouched(buf)
+
+
+def test_a_buffer_whose_lists_differ_keeps_the_prefill(shaped, store):
+    k, data, buf = shaped
+    p = buf.ctypes.data
+    r = store.get_into_ranges([p, p], [[k, k], [k]],
+                              [[[0, 4], [9]], [[500]]],           # buffer 0: 2 keys
+                              [[[0, 0]], [[100]]],                # ... but 1 src list
+                              [[[1, 1], [1]], [[20]]])
+    assert r == [[[P, P], [P]], [[20]]]
+    assert buf[500:520].tobytes() == data[100:120]
+    assert (buf[:500] == 0x77).all()
+
+
+def test_a_key_whose_lists_differ_has_one_code_per_destination_offset(shaped, store):
+    k, data, buf = shaped
+    p = buf.ctypes.data
+    r = store.get_into_ranges([p], [[k, k, k]],
+                              [[[0], [], [300]]],
+                              [[[0, 1], [0], [10]]],
+                              [[[1, 1], [5], [30]]])
+    # dst [0] with src [0, 1]: one code; dst [] with src [0]: none; the third reads
+    assert r == [[[P], [], [30]]]
+    assert buf[300:330].tobytes() == data[10:40]
+    assert (buf[:300] == 0x77).all()
+
+
+def test_a_missing_key_is_not_found_per_fragment(shaped, store):
+    k, data, buf = shaped
+    p = buf.ctypes.data
+    r = store.get_into_ranges([p], [[key("missing"), k]], [[[0, 9], [100]]],
+                              [[[0, 0], [0]]], [[[4, 4], [4]]])
+    assert r == [[[OBJECT_NOT_FOUND, OBJECT_NOT_FOUND], [4]]]
+    assert buf[100:104].tobytes() == data[:4]
+
+
+def test_a_missing_key_into_an_invalid_buffer_is_invalid_params(shaped, store):
+    k, _, buf = shaped
+    foreign = np.full(64, 0x42, dtype=np.uint8)               # never registered
+    missing = key("missing")
+    r = store.get_into_ranges([foreign.ctypes.data, 0, buf.ctypes.data],
+                              [[missing, k], [missing], [missing]],
+                              [[[0], [8]], [[0]], [[0]]], [[[0], [0]], [[0]], [[0]]],
+                              [[[4], [4]], [[4]], [[4]]])
+    assert r == [[[P], [P]], [[P]], [[OBJECT_NOT_FOUND]]]
+    assert (foreign == 0x42).all() and _untouched(buf)
+
+
+def test_destination_room_is_what_is_left_after_the_buffer_start(shaped, store):
+    """Room is measured from the buffer pointer to the end of the registered
+    region holding it, not from the region's start."""
+    k, data, buf = shaped                                      # a 1024-byte region
+    p = buf.ctypes.data
+    r = store.get_into_ranges([p + 1000, p + 1000], [[k], [k]], [[[20, 21]], [[0, 24]]],
+                              [[[0, 0]], [[0, 0]]], [[[4, 4]], [[24, 1]]])
+    assert r == [[[4, P]], [[24, P]]]
+    assert buf[1000:1024].tobytes() == data[:24]
+
+
+def test_source_overflow_per_fragment(shaped, store):
+    k, data, buf = shaped                                      # a 256-byte object
+    p = buf.ctypes.data
+    r = store.get_into_ranges([p], [[k]], [[[0, 10, 20]]], [[[250, 256, 0]]],
+                              [[[7, 1, 256]]])
+    assert r == [[[P, P, 256]]]
+    assert buf[20:276].tobytes() == data
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "1", None, 2 ** 64])
+@pytest.mark.parametrize("where", ["dst", "src", "size"])
+def test_offsets_and_sizes_are_size_t(shaped, store, bad, where):
+    """Offsets and sizes are upstream's size_t: a negative or non-int value
+    raises TypeError (anywhere in the lists), and nothing is read."""
+    k, _, buf = shaped
+    p = buf.ctypes.data
+    args = {"dst": [[[0, 4]]], "src": [[[0, 0]]], "size": [[[4, 4]]]}
+    args[where] = [[[args[where][0][0][0], bad]]]
+    with pytest.raises(TypeError):
+        store.get_into_ranges([p], [[k]], args["dst"], args["src"], args["size"])
+    # even in an entry whose shape is wrong (its lists differ in length), with
+    # a valid entry beside it: the call raises before anything is read
+    wrong = {"dst": [[[0]], [[0]]], "src": [[[0]], [[0]]], "size": [[[4]], [[4]]]}
+    wrong[where] = [wrong[where][0], [[0, bad]]]
+    with pytest.raises(TypeError):
+        store.get_into_ranges([p, p], [[k], [k]], wrong["dst"], wrong["src"], wrong["size"])
+    assert _untouched(buf)

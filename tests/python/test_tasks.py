@@ -6,7 +6,11 @@ in-process controller without a segment that submits, queries and reads.
 What is checked: a copy adds a replica on another client's segment that
 survives the original holder being killed; a move leaves exactly the
 target replica, byte-exact, and is reported SUCCESS by the source's owner
-with ordered timestamps; every submission error code; a task whose source
+with ordered timestamps; ids in upstream's form (2-tuples of ints, the
+failure id (0, 0)), query_task taking any pair of ints (and a UUID or its
+text); upstream's messages ("Task completed successfully", "STATUS (max
+retries reached: N)", the "Move failed for key:" log line); every
+submission error code, in upstream's order of checks; a task whose source
 vanished before it ran, a task nobody fetches and the pruning of finished
 tasks, each with the master flag that governs it.  Every wait polls a
 condition with a deadline.
@@ -24,7 +28,10 @@ import pytest
 
 from helpers import MiB, ClientProc, Master, wait_until
 from mooncake.store import (ErrorCode, MooncakeDistributedStore, QueryTaskResponse,
-                            ReplicaStatus, ReplicateConfig, TaskStatus, TaskType)
+                            ReplicaStatus, ReplicateConfig, TaskStatus, TaskType, UUIDPair)
+
+#: The id of a failed submission, as upstream's.
+NIL = (0, 0)
 
 #: A holder that fetches tasks only when told to (its first poll, at setup,
 #: finds nothing): keeps submitted tasks PENDING for as long as a test needs.
@@ -41,7 +48,7 @@ def holder():
     procs = []
 
     def make(m: Master, name: str, env=None) -> ClientProc:
-        c = ClientProc(f"{name}{len(procs)}", env=env)
+        c = ClientProc(f"{name}{len(procs)}", env=dict(env or {}, MC_LOG_LEVEL="warn"))
         procs.append(c)
         c.host = c.setup(m, segment=32 * MiB)
         return c
@@ -77,11 +84,11 @@ def put_on(c: ClientProc, key: str, size: int) -> str:
 
 
 def endpoints(store: MooncakeDistributedStore, key: str) -> list:
-    return sorted(d.get_memory_descriptor().buffer_descriptor.transport_endpoint_
+    return sorted(d.get_memory_descriptor().buffer_descriptor.transport_endpoint
                   for d in store.get_replica_desc(key) if d.is_memory_replica())
 
 
-def wait_done(store: MooncakeDistributedStore, tid: uuid.UUID,
+def wait_done(store: MooncakeDistributedStore, tid,
               timeout: float = 30.0) -> QueryTaskResponse:
     def done():
         resp, rc = store.query_task(tid)
@@ -90,11 +97,19 @@ def wait_done(store: MooncakeDistributedStore, tid: uuid.UUID,
     return wait_until(done, timeout, f"task {tid} to finish")
 
 
-def client_id_of(m: Master, segment: str) -> uuid.UUID:
-    """The client id owning ``segment``, from the admin server."""
+def client_id_of(m: Master, segment: str) -> tuple:
+    """The client id owning ``segment``, from the admin server, in
+    upstream's form (a pair of ints)."""
     url = f"http://127.0.0.1:{m.metrics_port}/query_segment?segment={segment}"
     with urllib.request.urlopen(url, timeout=5) as r:
-        return uuid.UUID(json.loads(r.read())["client_id"])
+        u = uuid.UUID(json.loads(r.read())["client_id"])
+    return (u.int >> 64, u.int & ((1 << 64) - 1))
+
+
+def is_id(tid) -> bool:
+    """Upstream's task id: a 2-tuple of ints in [0, 2**64)."""
+    return isinstance(tid, tuple) and len(tid) == 2 and \
+        all(type(v) is int and 0 <= v < 1 << 64 for v in tid)
 
 
 def check_times(resp: QueryTaskResponse, before_ms: int) -> None:
@@ -129,16 +144,27 @@ def test_copy_then_original_holder_killed(master, holder, ctl):
 
     t0 = now_ms()
     tid, rc = ctl.create_copy_task("copy-key", [b.host])
-    assert rc == 0 and isinstance(tid, uuid.UUID) and tid.int != 0
+    assert rc == 0 and is_id(tid) and tid != NIL
+    # printing an id still shows the UUID text
+    assert str(tid) == str(uuid.UUID(int=(tid[0] << 64) | tid[1]))
     resp = wait_done(ctl, tid)
     assert resp.status == TaskStatus.SUCCESS, resp
+    assert resp.message == "Task completed successfully"
     assert resp.type == TaskType.REPLICA_COPY and isinstance(resp.type, TaskType)
-    assert resp.id == tid
+    assert resp.id == tid and is_id(resp.id)
+    assert is_id(resp.assigned_client)
     assert resp.assigned_client == client_id_of(master, a.host)
+    with pytest.raises(AttributeError):
+        resp.status = TaskStatus.FAILED                # read-only, as upstream's
     check_times(resp, t0)
+    # query_task takes any pair of ints, and a UUID or its text
+    for form in ((tid[0], tid[1]), [tid[0], tid[1]], tid.uuid, str(tid)):
+        again, rc = ctl.query_task(form)
+        assert rc == 0 and again.id == tid and again.status == TaskStatus.SUCCESS, form
     assert endpoints(ctl, "copy-key") == sorted([a.host, b.host])
     batch = ctl.batch_get_replica_desc(["copy-key", "no-such-key"])
-    assert sorted(d.get_memory_descriptor().buffer_descriptor.transport_endpoint_
+    assert isinstance(batch, dict)
+    assert sorted(d.get_memory_descriptor().buffer_descriptor.transport_endpoint
                   for d in batch["copy-key"]) == sorted([a.host, b.host])
     assert all(d.status == ReplicaStatus.COMPLETE for d in batch["copy-key"])
     assert batch["no-such-key"] == []
@@ -208,24 +234,37 @@ def test_copy_to_two_targets_from_a_copy(master, holder, ctl):
 
 
 def test_submission_errors(master, holder, ctl):
+    """Upstream's codes, checked in upstream's order: copy -- targets
+    empty, key, each target (unknown -600, taking no allocations -1010);
+    move -- key, source == target, target, source replica."""
     a = holder(master, "a")
     b = holder(master, "b")
     put_on(a, "err-key", 4096)
-    nil = uuid.UUID(int=0)
+    P, NF = ErrorCode.INVALID_PARAMS, ErrorCode.OBJECT_NOT_FOUND
 
-    assert ctl.create_copy_task("no-such-key", [b.host]) == (nil, ErrorCode.OBJECT_NOT_FOUND)
-    assert ctl.create_move_task("no-such-key", a.host, b.host) == \
-        (nil, ErrorCode.OBJECT_NOT_FOUND)
-    # b holds no replica of the key
-    assert ctl.create_move_task("err-key", b.host, a.host) == (nil, ErrorCode.INVALID_PARAMS)
-    assert ctl.create_move_task("err-key", a.host, a.host) == (nil, ErrorCode.INVALID_PARAMS)
-    assert ctl.create_copy_task("err-key", ["nosuch:1"]) == (nil, ErrorCode.SEGMENT_NOT_FOUND)
-    assert ctl.create_move_task("err-key", a.host, "nosuch:1") == \
-        (nil, ErrorCode.SEGMENT_NOT_FOUND)
-    assert ctl.create_copy_task("err-key", []) == (nil, ErrorCode.INVALID_PARAMS)
-    assert ctl.create_copy_task("err-key", [""]) == (nil, ErrorCode.INVALID_PARAMS)
-    assert ctl.create_move_task("err-key", "", b.host) == (nil, ErrorCode.INVALID_PARAMS)
+    # copy
+    assert ctl.create_copy_task("err-key", []) == (NIL, P)
+    assert ctl.create_copy_task("no-such-key", []) == (NIL, P)           # targets first
+    assert ctl.create_copy_task("no-such-key", [b.host]) == (NIL, NF)
+    assert ctl.create_copy_task("no-such-key", ["nosuch:1"]) == (NIL, NF)  # key before targets
+    assert ctl.create_copy_task("no-such-key", [""]) == (NIL, NF)
+    assert ctl.create_copy_task("err-key", ["nosuch:1"]) == (NIL, P)     # unknown: -600
+    assert ctl.create_copy_task("err-key", [b.host, "nosuch:1"]) == (NIL, P)
+    assert ctl.create_copy_task("err-key", [""]) == (NIL, P)
+    # move
+    assert ctl.create_move_task("no-such-key", a.host, b.host) == (NIL, NF)
+    assert ctl.create_move_task("no-such-key", a.host, a.host) == (NIL, NF)  # key first
+    assert ctl.create_move_task("no-such-key", a.host, "nosuch:1") == (NIL, NF)
+    assert ctl.create_move_task("err-key", a.host, a.host) == (NIL, P)
+    assert ctl.create_move_task("err-key", a.host, "nosuch:1") == (NIL, P)
+    assert ctl.create_move_task("err-key", b.host, a.host) == (NIL, P)   # b holds no replica
+    assert ctl.create_move_task("err-key", "nosuch:1", b.host) == (NIL, P)
+    assert ctl.create_move_task("err-key", "", b.host) == (NIL, P)
+    # failures are (0, 0) in upstream's form
+    tid, rc = ctl.create_copy_task("no-such-key", [b.host])
+    assert type(tid[0]) is int and tid == (0, 0) and rc == NF
     assert ctl.query_task(uuid.uuid4()) == (None, ErrorCode.TASK_NOT_FOUND)
+    assert ctl.query_task((1, 2)) == (None, ErrorCode.TASK_NOT_FOUND)
     assert ctl.query_task("not a uuid") == (None, ErrorCode.INVALID_PARAMS)
 
     with pytest.raises(TypeError):
@@ -236,16 +275,44 @@ def test_submission_errors(master, holder, ctl):
         ctl.create_copy_task(5, [b.host])
     with pytest.raises(TypeError):
         ctl.create_move_task("err-key", None, b.host)
-    with pytest.raises(TypeError):
-        ctl.query_task(1234)
+    for bad in (1234, (1,), (1, 2, 3), (1, "2"), (-1, 0), (1 << 64, 0), (1.0, 2)):
+        with pytest.raises(TypeError):
+            ctl.query_task(bad)
 
     # nothing was created by any of these, and the object is untouched
     assert endpoints(ctl, "err-key") == [a.host]
 
     closed = MooncakeDistributedStore()
     assert closed.create_copy_task("err-key", [b.host]) == \
-        (nil, ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
+        (NIL, ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
     assert closed.query_task(uuid.uuid4()) == (None, ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
+
+
+def test_a_target_taking_no_allocations(master, holder, ctl):
+    """A target mounted but draining (unmount with a grace period) is
+    upstream's "not allocatable": UNAVAILABLE_IN_CURRENT_STATUS, after the
+    key check; duplicate targets and targets that already hold a replica
+    are accepted."""
+    a = holder(master, "a")
+    put_on(a, "drain-key", 4096)
+    drained = controller(master)
+    try:
+        r = drained.allocate_and_mount_segment(16 * MiB)
+        assert r["ret"] == 0, r
+        name = drained.get_hostname()
+        assert drained.unmount_segment(r["segment_ids"], grace_period_seconds=60) == 0
+        busy = ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS
+        assert ctl.create_copy_task("drain-key", [name]) == (NIL, busy)
+        assert ctl.create_move_task("drain-key", a.host, name) == (NIL, busy)
+        assert ctl.create_copy_task("no-such-key", [name]) == (NIL, ErrorCode.OBJECT_NOT_FOUND)
+        # an unknown target before a draining one: -600 (each target in turn)
+        assert ctl.create_copy_task("drain-key", ["nosuch:1", name]) == \
+            (NIL, ErrorCode.INVALID_PARAMS)
+    finally:
+        drained.close()
+    b = holder(master, "b")
+    tid, rc = ctl.create_copy_task("drain-key", [b.host, b.host, a.host])
+    assert rc == 0 and is_id(tid)
 
 
 def test_pending_limit(holder):
@@ -259,7 +326,7 @@ def test_pending_limit(holder):
         tid, rc = ctl.create_copy_task("p1", [b.host])
         assert rc == 0
         assert ctl.create_copy_task("p2", [b.host]) == \
-            (uuid.UUID(int=0), ErrorCode.TASK_PENDING_LIMIT_EXCEEDED)
+            (NIL, ErrorCode.TASK_PENDING_LIMIT_EXCEEDED)
         resp, rc = ctl.query_task(tid)
         assert rc == 0 and resp.status == TaskStatus.PENDING, resp
         assert resp.assigned_client == client_id_of(m, a.host)
@@ -317,19 +384,32 @@ def test_source_vanishes_before_the_task_runs(master, holder, ctl):
     a = holder(master, "a", FAST_POLL)
     b = holder(master, "b", FAST_POLL)
     put_on(a, "gone-key", 64 * 1024)
-    # a is frozen (well within its liveness TTL) so it cannot fetch the task
-    # before the object is gone
+    put_on(a, "gone-copy", 1000)
+    # a is frozen (well within its liveness TTL) so it cannot fetch the tasks
+    # before the objects are gone
     os.kill(a.pid, signal.SIGSTOP)
     try:
         wait_until(lambda: all_stopped(a.pid), 10.0, "every thread of the holder to stop")
         tid, rc = ctl.create_move_task("gone-key", a.host, b.host)
         assert rc == 0
+        ctid, rc = ctl.create_copy_task("gone-copy", [b.host])
+        assert rc == 0
         assert ctl.remove("gone-key", force=True) == 0
+        assert ctl.remove("gone-copy", force=True) == 0
     finally:
         os.kill(a.pid, signal.SIGCONT)
+    cresp = wait_done(ctl, ctid)
+    assert cresp.status == TaskStatus.FAILED, cresp
+    assert cresp.message == "OBJECT_NOT_FOUND (max retries reached: 10)", cresp
+    wait_until(lambda: "Copy failed for key: gone-copy" in a.log_text(), 10.0,
+               "the holder to log the failed copy")
     resp = wait_done(ctl, tid)
     assert resp.status == TaskStatus.FAILED, resp
-    assert isinstance(resp.message, str) and resp.message, resp
+    # upstream's message; the master's retry budget is 10 by default
+    assert resp.message == "OBJECT_NOT_FOUND (max retries reached: 10)", resp
+    # and the executor's log line names the key, as upstream's
+    wait_until(lambda: "Move failed for key: gone-key" in a.log_text(), 10.0,
+               "the holder to log the failed move")
     assert ctl.get_replica_desc("gone-key") == []
     # the executor is still healthy: the next task succeeds
     put_on(a, "after-key", 4096)

@@ -73,15 +73,21 @@ def stores():
 
 
 def disk_desc(store, k):
-    """The DiskDescriptor of k's disk replica, or None."""
+    """The descriptor of k's SSD-tier record, or None.  The record is
+    upstream's LOCAL_DISK replica: is_local_disk_replica() and not
+    is_disk_replica() (that is the DFS tier's, upstream DISK)."""
     for d in store.get_replica_desc(k):
-        if d.is_disk_replica():
-            return d.get_disk_descriptor()
+        if d.is_local_disk_replica():
+            assert not d.is_disk_replica() and not d.is_memory_replica()
+            with pytest.raises(RuntimeError, match="^Expected DiskDescriptor$"):
+                d.get_disk_descriptor()
+            return d.get_local_disk_descriptor()
     return None
 
 
 def kinds(store, k):
-    return ["disk" if d.is_disk_replica() else "memory" for d in store.get_replica_desc(k)]
+    return ["disk" if d.is_local_disk_replica() else "memory"
+            for d in store.get_replica_desc(k)]
 
 
 def wait_offloaded(store, k, timeout=20.0):

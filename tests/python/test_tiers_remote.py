@@ -225,7 +225,7 @@ def daemon_disk_only(d, reader, n=2, size=200 * KiB):
         # the reader's lookups lease the object; a clear waits them out
         wait_until(lambda: d.call("batch_replica_clear", keys=[k], segment_name=seg)["keys"]
                    == [k], 30, f"the memory replica of {k} to be cleared", interval=0.2)
-        assert [x.is_disk_replica() for x in reader.get_replica_desc(k)] == [True]
+        assert [x.is_local_disk_replica() for x in reader.get_replica_desc(k)] == [True]
     return items
 
 

@@ -400,13 +400,21 @@ START_TEST(test_submission_errors)
     raw_client_t other;
 
     put_on(&a, "e", 100);
+    /* upstream's codes in upstream's order: copy checks the targets' count,
+     * the key, then each target (unknown: INVALID_PARAMS); move checks the
+     * key, source == target, the target, the source's replica */
     ck_assert_status_eq(copy_task(&b, "nope", one, 1, &id), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(copy_task(&b, "nope", unknown, 2, &id), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(copy_task(&b, "nope", one, 0, &id), MC_INVALID_PARAMS);
     ck_assert_status_eq(copy_task(&b, "e", one, 0, &id), MC_INVALID_PARAMS);
-    ck_assert_status_eq(copy_task(&b, "e", unknown, 2, &id), MC_SEGMENT_NOT_FOUND);
+    ck_assert_status_eq(copy_task(&b, "e", unknown, 2, &id), MC_INVALID_PARAMS);
     ck_assert_status_eq(move_task(&b, "nope", a.name, b.name, &id), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(move_task(&b, "nope", a.name, a.name, &id), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(move_task(&b, "nope", a.name, "10.9.9.9:1", &id), MC_OBJECT_NOT_FOUND);
     ck_assert_status_eq(move_task(&b, "e", b.name, c.name, &id), MC_INVALID_PARAMS);
     ck_assert_status_eq(move_task(&b, "e", a.name, a.name, &id), MC_INVALID_PARAMS);
-    ck_assert_status_eq(move_task(&b, "e", a.name, "10.9.9.9:1", &id), MC_SEGMENT_NOT_FOUND);
+    ck_assert_status_eq(move_task(&b, "e", a.name, "10.9.9.9:1", &id), MC_INVALID_PARAMS);
+    ck_assert_status_eq(move_task(&b, "e", a.name, "", &id), MC_INVALID_PARAMS);
     ck_assert_status_eq(move_task(&b, "e", "", b.name, &id), MC_INVALID_PARAMS);
     mc_uuid_generate(&rnd);
     ck_assert_status_eq(query(&b, rnd, &q), MC_TASK_NOT_FOUND);

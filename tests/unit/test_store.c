@@ -1121,7 +1121,6 @@ START_TEST(test_task_calls_validate)
     ck_assert_status_eq(mc_store_create_copy_task(store, "k", tg, 0, &id), MC_INVALID_PARAMS);
     ck_assert_status_eq(mc_store_create_copy_task(store, "k", NULL, 1, &id), MC_INVALID_PARAMS);
     ck_assert_status_eq(mc_store_create_copy_task(store, "k", tg, 2, &id), MC_INVALID_PARAMS);
-    ck_assert_status_eq(mc_store_create_copy_task(store, "k", empty, 1, &id), MC_INVALID_PARAMS);
     ck_assert_status_eq(mc_store_create_copy_task(store, "k", tg, 1, NULL), MC_INVALID_PARAMS);
 
     ck_assert_status_eq(mc_store_create_move_task(store, NULL, "a:1", "b:1", &id),
@@ -1129,8 +1128,6 @@ START_TEST(test_task_calls_validate)
     ck_assert_status_eq(mc_store_create_move_task(store, "", "a:1", "b:1", &id),
                         MC_INVALID_PARAMS);
     ck_assert_status_eq(mc_store_create_move_task(store, "k", NULL, "b:1", &id),
-                        MC_INVALID_PARAMS);
-    ck_assert_status_eq(mc_store_create_move_task(store, "k", "a:1", "", &id),
                         MC_INVALID_PARAMS);
     ck_assert_status_eq(mc_store_create_move_task(store, "k", big, "b:1", &id),
                         MC_INVALID_PARAMS);
@@ -1153,14 +1150,18 @@ START_TEST(test_task_calls_validate)
     ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_MOVE_TASK), m0);
     ck_assert_int_eq(fm_seen(MC_WIRE_OP_QUERY_TASK), q0);
 
-    /* well-formed calls do reach the master */
+    /* well-formed calls do reach the master; so do empty segment names,
+     * which the master refuses after its key check (upstream's order) */
     ck_assert_status_eq(mc_store_create_copy_task(store, "k", tg, 1, &id), MC_NOT_SUPPORTED);
+    ck_assert_status_eq(mc_store_create_copy_task(store, "k", empty, 1, &id), MC_NOT_SUPPORTED);
     ck_assert_status_eq(mc_store_create_move_task(store, "k", "a:1", "b:1", &id),
+                        MC_NOT_SUPPORTED);
+    ck_assert_status_eq(mc_store_create_move_task(store, "k", "a:1", "", &id),
                         MC_NOT_SUPPORTED);
     ck_assert_status_eq(mc_store_query_task(store, "0e2d1f6c-3a56-4f0e-9d5c-6f1c2b7a8e90", &info),
                         MC_NOT_SUPPORTED);
-    ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_COPY_TASK), c0 + 1);
-    ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_MOVE_TASK), m0 + 1);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_COPY_TASK), c0 + 2);
+    ck_assert_int_eq(fm_seen(MC_WIRE_OP_CREATE_MOVE_TASK), m0 + 2);
     ck_assert_int_eq(fm_seen(MC_WIRE_OP_QUERY_TASK), q0 + 1);
 
     /* before setup */

@@ -141,7 +141,7 @@ START_TEST(test_disk_only_get_and_damage)
     ck_assert_status_ok(mc_store_query(store, "dk", &q));
     ck_assert_uint_eq(mc_store_query_replica_count(q), 1);
     ck_assert_status_ok(mc_store_query_replica(q, 0, &d));
-    ck_assert_int_eq(d.is_memory, 0);
+    ck_assert_int_eq(d.is_memory, MC_REPLICA_KIND_LOCAL_DISK); /* upstream LOCAL_DISK */
     ck_assert_uint_eq(d.addr, off);
     ck_assert_uint_eq(d.size, N);
     ck_assert_str_eq(d.protocol, "file");

@@ -8,7 +8,8 @@ The public entry point is :mod:`mooncake.store`::
 :mod:`mooncake.buffer_pool` leases registered scratch memory for the
 zero-copy calls; as upstream, the package re-exports it
 (``from mooncake import BufferPool``; ``RegisteredBufferPool`` is the same
-class).  :mod:`mooncake.mooncake_config` reads a client configuration from
+class; both are None when the native extension is missing).
+:mod:`mooncake.mooncake_config` reads a client configuration from
 a JSON file or the environment.
 
 The package path is extendable (:func:`pkgutil.extend_path`), as upstream's,
@@ -23,10 +24,12 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
-from mooncake import capi as _capi  # noqa: E402
-from mooncake.buffer_pool import BufferPool, RegisteredBufferPool  # noqa: E402
+# As upstream, the package imports without its native extension; the pool
+# names are then None.
+from mooncake.buffer_pool import BufferPool, RegisteredBufferPool, _capi  # noqa: E402
 
 __all__ = ["BufferPool", "RegisteredBufferPool"]
 
-#: Version of the libmooncake this package runs on ("MAJOR.MINOR.PATCH").
-__version__: str = _capi.mc_version_string()
+#: Version of the libmooncake this package runs on ("MAJOR.MINOR.PATCH";
+#: None when the native extension is missing).
+__version__ = _capi.mc_version_string() if _capi is not None else None

@@ -29,7 +29,12 @@ Conventions, as upstream:
 """
 
 import ctypes
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+import json
+import logging
+import os
+import struct
+import sys
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # annotations only: torch is imported on first use
     import torch
@@ -65,6 +70,20 @@ _CODE_OF_NAME = {
     "float8_e4m3fn": _capi.MC_TENSOR_FLOAT8_E4M3,
     "float8_e5m2": _capi.MC_TENSOR_FLOAT8_E5M2,
 }
+
+# The store's logger: the safetensors helpers log there, as upstream's.
+_log = logging.getLogger("mooncake.store")
+
+# torch's dtype names and their safetensors names (the format's "dtype").
+_SAFETENSORS_NAME = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+    "bool": "BOOL", "uint16": "U16", "uint32": "U32", "uint64": "U64",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+}
+# A header longer than this is not a safetensors file we would write or
+# read (the format's own readers cap it at 100 MB).
+_SAFETENSORS_HEADER_MAX = 100 << 20
 
 _torch: Any = None
 _from_dlpack: Any = None  # torch's DLPack import (capsule -> tensor, no copy)
@@ -200,6 +219,130 @@ def _addr_lists(buffer_ptrs: Any, sizes: Any) -> Tuple[list, list]:
         ps.append(p if ok else 0)
         ss.append(s if ok else 0)
     return ps, ss
+
+
+# ---- safetensors files ------------------------------------------------------------------
+#
+# The format (https://github.com/huggingface/safetensors, "Format"): an
+# unsigned 64-bit little-endian header length N, N bytes of UTF-8 JSON
+# {name: {"dtype", "shape", "data_offsets": [begin, end]}} (optionally
+# "__metadata__", which these helpers never write), padded with spaces to
+# a multiple of 8, then the tensors' bytes, row-major and little-endian,
+# at [begin, end) of the data that follows the header.
+#
+# This lives here, in Python, rather than in libmooncake's tensor codec:
+# the helpers move torch tensors between files and the store, the C
+# library has no file or JSON side to its tensor code, and the store
+# object of upstream's 304-byte header is what C and Lua share -- that
+# stays the C codec's job.  When Debian's python3-safetensors is present
+# its safetensors.torch does the work, so the files and the errors are
+# the format's reference implementation's.
+
+
+def _safetensors_torch() -> Any:
+    """safetensors.torch, or None when it is not installed."""
+    try:
+        import safetensors.torch as st  # noqa: F401
+    except ImportError:
+        return None
+    return st
+
+
+def _tensor_bytes(torch: Any, t: Any) -> bytes:
+    """The row-major little-endian bytes of CPU tensor ``t``."""
+    n = t.numel() * t.element_size()
+    return ctypes.string_at(t.data_ptr(), n) if n else b""
+
+
+def safetensors_write(path: str, tensors: Dict[str, Any]) -> None:
+    """Write ``{name: tensor}`` to ``path`` as a safetensors file (no
+    ``__metadata__``).  Raises ValueError for a dtype the format has no
+    name for, OSError when the file cannot be written."""
+    torch = torch_module()
+    if sys.byteorder != "little":
+        raise ValueError("safetensors files are little-endian; this host is not")
+    header: Dict[str, Any] = {}
+    blobs: List[bytes] = []
+    offset = 0
+    for name, t in tensors.items():
+        dt = _SAFETENSORS_NAME.get(str(t.dtype).replace("torch.", ""))
+        if dt is None:
+            raise ValueError(f"safetensors has no dtype for {t.dtype}")
+        t = t.detach().cpu().resolve_neg().resolve_conj().contiguous()
+        data = _tensor_bytes(torch, t)
+        header[name] = {"dtype": dt, "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for b in blobs:
+                f.write(b)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def safetensors_read(path: str) -> Dict[str, Any]:
+    """The tensors of safetensors file ``path`` as ``{name: CPU tensor}``,
+    names in sorted order (as safetensors' own ``load_file``).  Raises
+    OSError when it cannot be read, ValueError when it is not a valid
+    safetensors file (or holds a dtype this torch lacks)."""
+    torch = torch_module()
+    dtypes = {v: getattr(torch, k) for k, v in _SAFETENSORS_NAME.items() if hasattr(torch, k)}
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError(f"{path}: shorter than a safetensors header")
+    (n,) = struct.unpack_from("<Q", raw, 0)
+    if n > min(_SAFETENSORS_HEADER_MAX, len(raw) - 8):
+        raise ValueError(f"{path}: header length {n} does not fit the file")
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: the header is not a JSON object")
+    data = memoryview(raw)[8 + n:]
+    out: Dict[str, Any] = {}
+    for name in sorted(k for k in header if k != "__metadata__"):
+        e = header[name]
+        dt = dtypes.get(e.get("dtype")) if isinstance(e, dict) else None
+        shape, offs = (e.get("shape"), e.get("data_offsets")) if dt is not None else (0, 0)
+        if dt is None or not isinstance(shape, list) or not isinstance(offs, list) or \
+                len(offs) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                          and v >= 0 for v in shape + offs):
+            raise ValueError(f"{path}: tensor {name!r} is not described right")
+        begin, end = offs
+        numel = 1
+        for d in shape:
+            numel *= d
+        size = numel * torch.empty((), dtype=dt).element_size()
+        if not begin <= end <= len(data) or end - begin != size:
+            raise ValueError(f"{path}: tensor {name!r} has {end - begin} bytes, "
+                             f"its shape needs {size}")
+        if size == 0:
+            out[name] = torch.empty(shape, dtype=dt)
+        else:
+            out[name] = torch.frombuffer(bytearray(data[begin:end]), dtype=dt).reshape(shape)
+    return out
+
+
+class _Required:
+    """The default of a parameter that must be given (after one that has a
+    default, as upstream's signature)."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
 
 
 class TensorMethods:
@@ -470,3 +613,82 @@ class TensorMethods:
         return self.batch_get_tensor_into(
             [_shard_key(_util.check_key(k), tp_rank, tp_size) for k in base_keys],
             buffer_ptrs, sizes)
+
+    # ---- safetensors files --------------------------------------------------------
+
+    def save_tensor_to_safetensor(self, key: str, file_name: Optional[str] = None) -> int:
+        """Write the tensor stored under ``key`` to a safetensors file, the
+        tensor named ``key`` (upstream's helper).
+
+        Args:
+            key: the tensor object's key.
+            file_name: the file to write; None names it after the key, in
+                the current directory.
+
+        Returns:
+            0; ``INVALID_PARAMS`` when the store is not set up, or when
+            writing fails (logged: an unwritable path, a dtype the format
+            has no name for, a failed safetensors import);
+            ``FILE_NOT_FOUND`` when ``get_tensor(key)`` finds no tensor.
+        """
+        if self.get_hostname() == "":
+            return _INVALID
+        tensor = self.get_tensor(key)
+        if tensor is None:
+            return int(ErrorCode.FILE_NOT_FOUND)
+        path = key if file_name is None else file_name
+        try:
+            st = _safetensors_torch()
+            if st is not None:
+                st.save_file({key: tensor.contiguous()}, path)
+            else:
+                safetensors_write(path, {key: tensor})
+        except Exception as e:  # upstream: caught and logged
+            _log.error("save_tensor_to_safetensor(%r, %r) failed: %s", key, path, e)
+            return _INVALID
+        return 0
+
+    def load_tensor_from_safetensor(self, key: Optional[str] = None,
+                                    file_name: Any = _REQUIRED) -> Optional["torch.Tensor"]:
+        """Store a tensor of a safetensors file and return it (upstream's
+        helper; ``key`` is first although it has a default).
+
+        The store key is ``key``, or ``file_name`` when ``key`` is None.
+        The tensor is the file's entry of that name when there is one,
+        else its first entry (names sorted, as safetensors lists them),
+        with a WARNING "Key K not found in safetensor file; using first
+        entry".  It is stored with :meth:`put_tensor` (an existing key keeps
+        its value, as every put).
+
+        Returns:
+            the loaded CPU tensor; None -- never an exception -- when the
+            store is not set up, the file is missing, unreadable or no
+            safetensors file, it holds no tensor, or the put fails.
+        """
+        if file_name is _REQUIRED:
+            raise TypeError("load_tensor_from_safetensor() missing required argument: "
+                            "'file_name'")
+        if self.get_hostname() == "":
+            return None
+        store_key = file_name if key is None else key
+        try:
+            st = _safetensors_torch()
+            tensors = dict(st.load_file(file_name)) if st is not None \
+                else safetensors_read(file_name)
+        except Exception as e:
+            _log.error("load_tensor_from_safetensor(%r, %r): cannot read the file: %s",
+                       key, file_name, e)
+            return None
+        if not tensors:
+            return None
+        if store_key in tensors:
+            tensor = tensors[store_key]
+        else:
+            _log.warning("Key %s not found in safetensor file; using first entry", store_key)
+            tensor = tensors[sorted(tensors)[0]]
+        try:
+            rc = self.put_tensor(store_key, tensor)
+        except Exception as e:  # a key the store refuses, torch trouble: None, as upstream
+            _log.error("load_tensor_from_safetensor: put_tensor(%r) failed: %s", store_key, e)
+            return None
+        return tensor if rc == 0 else None

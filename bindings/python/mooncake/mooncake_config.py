@@ -141,11 +141,25 @@ class MooncakeConfig:
             this release's store).
         client_http_port: their port (9300).
 
-    Construction checks (``__post_init__``, whatever the constructor):
-    ``protocol`` must be a non-empty str (an unknown one only logs a
-    warning); sizes must not be negative; ``local_hostname``,
-    ``metadata_server`` and ``master_server_address`` must be non-empty
-    strings.  Each failure is a :class:`ValueError`.
+    Construction checks (``__post_init__``, so every constructor path --
+    the dataclass constructor, :meth:`from_file`, :meth:`load_from_env` --
+    runs them), with upstream's messages:
+
+    * ``protocol`` must be a non-empty str ("Invalid protocol: <repr>.
+      Protocol must be a non-empty string, e.g. 'tcp' or 'rdma'."); it is
+      stripped and lower-cased and kept.  One this module does not know
+      (see ``_KNOWN_PROTOCOLS``) is passed on with the only WARNING this
+      module logs, on the ``mooncake.mooncake_config`` logger
+      (:data:`logger`): "Unrecognised protocol '<p>'; passing it through
+      to the Mooncake engine unchanged. Known protocols are: <sorted,
+      comma-separated>.";
+    * sizes must not be negative ("Invalid <field>: <v>. Size must be
+      non-negative."; 0 is allowed);
+    * ``local_hostname``, ``metadata_server`` and ``master_server_address``
+      must be non-empty strings ("Config field '<f>' must be a non-empty
+      string, got <repr>.").
+
+    Each failure is a :class:`ValueError`.
 
     A JSON file for :meth:`from_file`::
 
@@ -169,22 +183,24 @@ class MooncakeConfig:
     client_http_port: int = 9300
 
     def __post_init__(self) -> None:
+        # The messages are upstream's word for word: callers match on them.
         if not isinstance(self.protocol, str) or not self.protocol.strip():
-            raise ValueError(f"Invalid protocol: {self.protocol!r}; the protocol must be a "
-                             "non-empty string such as 'tcp' or 'rdma'")
+            raise ValueError(f"Invalid protocol: {self.protocol!r}. Protocol must be a "
+                             "non-empty string, e.g. 'tcp' or 'rdma'.")
         self.protocol = self.protocol.strip().lower()
         if self.protocol not in _KNOWN_PROTOCOLS:
-            logger.warning("unknown protocol %r is passed on unchanged (known: %s)",
-                           self.protocol, ", ".join(sorted(_KNOWN_PROTOCOLS)))
+            logger.warning("Unrecognised protocol '%s'; passing it through to the Mooncake "
+                           "engine unchanged. Known protocols are: %s.", self.protocol,
+                           ", ".join(sorted(_KNOWN_PROTOCOLS)))
         for name in ("global_segment_size", "local_buffer_size"):
             size = getattr(self, name)
             if size < 0:
-                raise ValueError(f"Invalid {name}: {size}; a size must not be negative")
+                raise ValueError(f"Invalid {name}: {size}. Size must be non-negative.")
         for name in _REQUIRED:
             text = getattr(self, name)
             if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"Config field {name!r} must be a non-empty string, "
-                                 f"got {text!r}")
+                raise ValueError(f"Config field '{name}' must be a non-empty string, "
+                                 f"got {text!r}.")
 
     @staticmethod
     def from_file(file_path: str) -> "MooncakeConfig":

@@ -60,8 +60,9 @@ from mooncake import _malloc, _util
 from mooncake._errors import ErrorCode, describe, last_error_detail
 from mooncake._tensor import TensorMethods
 # Upstream's mooncake.store exports the pool too (and the Registered* names).
-from mooncake.buffer_pool import (BufferLease, BufferPool, RegisteredBufferLease,
-                                  RegisteredBufferPool)
+from mooncake.buffer_pool import (BufferLease, BufferLeaseView, BufferPool,
+                                  RegisteredBufferLease, RegisteredBufferLeaseView,
+                                  RegisteredBufferPool, store_capsule)
 
 __all__ = [
     "MooncakeDistributedStore",
@@ -71,11 +72,14 @@ __all__ = [
     "TaskType",
     "TaskStatus",
     "QueryTaskResponse",
+    "UUIDPair",
     "ReplicaDescriptor",
     "NoFDescriptor",
     "MooncakeDistributedNoFRegister",
     "MemoryDescriptor",
     "DiskDescriptor",
+    "LocalDiskDescriptor",
+    "Descriptor",
     "BufferDescriptor",
     "BufferHandle",
     "MooncakeHostMemAllocator",
@@ -84,6 +88,8 @@ __all__ = [
     "RegisteredBufferPool",
     "BufferLease",
     "RegisteredBufferLease",
+    "BufferLeaseView",
+    "RegisteredBufferLeaseView",
     "ErrorCode",
     "describe",
     "last_error_detail",
@@ -1130,6 +1136,12 @@ class MooncakeDistributedStore(TensorMethods):
         """local_buffer_size of the last successful setup (0 before)."""
         return self._local_buffer_size
 
+    def _get_pyclient_capsule(self) -> Any:
+        """A capsule named ``mooncake.PyClient.shared_ptr`` that names this
+        store, as upstream's: a wrapper that forwards it can be given to
+        :class:`~mooncake.buffer_pool.BufferPool` in place of the store."""
+        return store_capsule(self)
+
     # ---- zero copy -----------------------------------------------------------------------
 
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
@@ -1262,24 +1274,31 @@ class MooncakeDistributedStore(TensorMethods):
 
         Returns:
             ``results[i][j][k]``: bytes read, or a negative
-            :class:`ErrorCode`.  Shape mismatches do not raise: when the
-            top-level lists differ in length every entry (one per buffer in
-            ``buffer_ptrs``, one per key) is ``INVALID_PARAMS``; when a
-            buffer's lists differ, all of that buffer's entries are; when a
-            key's fragment lists differ, all of that key's entries are.
-            Offsets or sizes outside ``[0, 2**64-1]`` give ``INVALID_PARAMS``
-            for their fragment.
+            :class:`ErrorCode`, in upstream's shape: one row per buffer
+            pointer, ``len(all_keys[i])`` entries in row i (1 when absent),
+            ``len(all_dst_offsets[i][j])`` fragments in entry j (1 when
+            absent), every one ``INVALID_PARAMS`` until read.  So shape
+            problems never raise: lists of the wrong top-level length leave
+            every entry ``INVALID_PARAMS``; a buffer whose lists differ in
+            length leaves its row so; a key whose dst/src/size lists differ
+            leaves its entry so, one code per destination offset; a NULL or
+            unregistered buffer leaves its row so (a missing key there is
+            ``INVALID_PARAMS`` too, not ``OBJECT_NOT_FOUND``).  Otherwise:
+            ``OBJECT_NOT_FOUND`` per fragment of a missing key;
+            ``INVALID_PARAMS`` for a fragment past the room left in the
+            registered region that holds the buffer, or past the object's
+            end; ``TRANSFER_FAIL`` / ``LEASE_EXPIRED`` from the read.
 
         Raises:
-            TypeError: an argument is not a list, a key is not a str or a
-                number is not an int.
+            TypeError: an argument is not a list, a key is not a str, or a
+                pointer, offset or size is not an int in [0, 2**64-1] (they
+                are upstream's ``size_t``).
         """
-        bad = int(ErrorCode.INVALID_PARAMS)
         for name, v in (("buffer_ptrs", buffer_ptrs), ("all_keys", all_keys),
                         ("all_dst_offsets", all_dst_offsets),
                         ("all_src_offsets", all_src_offsets), ("all_sizes", all_sizes)):
             _seq(name, v)
-        _int_list("buffer_ptrs", buffer_ptrs)
+        _size_t_list("buffer_ptrs", buffer_ptrs)
         for keys_i in all_keys:
             _util.check_key_list("all_keys item", keys_i)
             for k in keys_i:
@@ -1289,62 +1308,46 @@ class MooncakeDistributedStore(TensorMethods):
             for per_buf in v:
                 _seq(name + " item", per_buf)
                 for per_key in per_buf:
-                    _int_list(name + " item", per_key)
+                    _size_t_list(name + " item", per_key)
 
-        def frag_count(i: int, j: int) -> int:
-            n = 1
-            for v in (all_dst_offsets, all_src_offsets, all_sizes):
-                if i < len(v) and j < len(v[i]):
-                    n = max(n, len(v[i][j]))
-            return n
-
-        n = len(buffer_ptrs)
-        lists = (all_keys, all_dst_offsets, all_src_offsets, all_sizes)
-        if any(len(v) != n for v in lists):
-            # Every entry fails, in the widest shape the arguments describe.
-            def key_count(i: int) -> int:
-                return max([1] + [len(v[i]) for v in lists if i < len(v)])
-            n_out = max(n, *(len(v) for v in lists))
-            return [[[bad] * frag_count(i, j) for j in range(key_count(i))]
-                    for i in range(n_out)]
-
+        # upstream's prefilled result: its shape follows buffer_ptrs, all_keys
+        # and all_dst_offsets; what is never read stays INVALID_PARAMS
+        bad = int(ErrorCode.INVALID_PARAMS)
         results: List[List[List[int]]] = []
+        for i in range(len(buffer_ptrs)):
+            dst_i = all_dst_offsets[i] if i < len(all_dst_offsets) else ()
+            nk = len(all_keys[i]) if i < len(all_keys) else 1
+            results.append([[bad] * (len(dst_i[j]) if j < len(dst_i) else 1)
+                            for j in range(nk)])
+        n = len(buffer_ptrs)
+        if any(len(v) != n for v in (all_keys, all_dst_offsets, all_src_offsets, all_sizes)):
+            return results
+
         flat_keys: List[str] = []
         flat: List[List[int]] = [[], [], [], []]  # buffer, dst, src, size
         where: List[tuple] = []
         for i in range(n):
             keys_i = all_keys[i]
-            nk = len(keys_i)
-            per_buf: List[List[int]] = []
-            results.append(per_buf)
-            shape_ok = len(all_dst_offsets[i]) == len(all_src_offsets[i]) == \
-                len(all_sizes[i]) == nk
-            buf = _ptr("buffer_ptrs item", buffer_ptrs[i])
-            for j in range(nk):
-                if not shape_ok or buf is None:
-                    per_buf.append([bad] * frag_count(i, j))
+            if not len(all_dst_offsets[i]) == len(all_src_offsets[i]) == \
+                    len(all_sizes[i]) == len(keys_i):
+                continue
+            for j, k in enumerate(keys_i):
+                d, src, z = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
+                if not len(d) == len(src) == len(z):
                     continue
-                d, s, z = all_dst_offsets[i][j], all_src_offsets[i][j], all_sizes[i][j]
-                if not len(d) == len(s) == len(z):
-                    per_buf.append([bad] * frag_count(i, j))
-                    continue
-                per_key = [bad] * len(z)
-                per_buf.append(per_key)
-                for k in range(len(z)):
-                    dk, sk, zk = (_ptr("offset", d[k]), _ptr("offset", s[k]),
-                                  _ptr("size", z[k]))
-                    if dk is None or sk is None or zk is None:
-                        continue
-                    flat_keys.append(keys_i[j])
-                    flat[0].append(buf)
-                    flat[1].append(dk)
-                    flat[2].append(sk)
-                    flat[3].append(zk)
-                    where.append((i, j, k))
+                for f in range(len(d)):
+                    flat_keys.append(k)
+                    flat[0].append(int(buffer_ptrs[i]))
+                    flat[1].append(int(d[f]))
+                    flat[2].append(int(src[f]))
+                    flat[3].append(int(z[f]))
+                    where.append((i, j, f))
         if flat_keys:
+            # libmooncake checks each range (buffer, key, room, source) and
+            # reads them all in one call
             res = self._store.read_ranges(flat_keys, flat[0], flat[1], flat[2], flat[3])
-            for (i, j, k), r in zip(where, res):
-                results[i][j][k] = r
+            for (i, j, f), r in zip(where, res):
+                results[i][j][f] = r
         return results
 
     def _batch_flat(self, op: int, keys: Sequence[str], buffer_ptrs: Sequence[int],
@@ -1519,52 +1522,65 @@ class MooncakeDistributedStore(TensorMethods):
 
     # ---- copy and move tasks -------------------------------------------------------------
 
-    def create_copy_task(self, key: str, targets: Sequence[str]) -> Tuple[uuid.UUID, int]:
+    def create_copy_task(self, key: str, targets: Sequence[str]) -> Tuple["UUIDPair", int]:
         """Copy ``key`` to the segments ``targets`` (segment names,
         ``"host:port"`` as :meth:`get_hostname` and the replica descriptors
         report them) in the background.
 
         The client owning a complete replica executes the task; targets that
-        already hold a replica are skipped.  Follow it with
-        :meth:`query_task`.
+        already hold a replica are skipped (duplicates are accepted).
+        Follow it with :meth:`query_task`.
 
         Returns:
-            ``(task id, 0)``, or ``(UUID(int=0), code)``: ``INVALID_PARAMS``
-            for no targets or an empty name, ``OBJECT_NOT_FOUND``,
-            ``SEGMENT_NOT_FOUND`` (a target nobody mounted),
-            ``TASK_PENDING_LIMIT_EXCEEDED``...
+            ``(task_id, 0)`` -- the id is upstream's pair of ints (a
+            :class:`UUIDPair`, whose ``str()`` is the UUID text) -- or
+            ``((0, 0), code)``, checked in upstream's order:
+            ``INVALID_PARAMS`` (no targets), ``OBJECT_NOT_FOUND`` (whatever
+            the targets), ``INVALID_PARAMS`` (a target nobody mounted, ""
+            included), ``UNAVAILABLE_IN_CURRENT_STATUS`` (a target taking
+            no allocations), ``INTERNAL_ERROR`` (no memory replica to copy
+            from), ``TASK_PENDING_LIMIT_EXCEEDED``.
         """
         _util.check_key(key)
         names = _str_list("targets", targets)
-        if len(names) == 0 or any(("\0" in t) or (t == "") for t in names):
-            return _NIL_UUID, int(ErrorCode.INVALID_PARAMS)
+        if len(names) == 0:
+            return UUIDPair.NIL, int(ErrorCode.INVALID_PARAMS)
+        # a name with a NUL is never mounted: "" says the same to the master,
+        # which checks the key first
+        names = ["" if "\0" in t else t for t in names]
         ret, tid = self._store.create_copy_task(key, names)
-        return (uuid.UUID(tid), 0) if ret == 0 else (_NIL_UUID, ret)
+        return (UUIDPair.from_text(tid), 0) if ret == 0 else (UUIDPair.NIL, ret)
 
-    def create_move_task(self, key: str, source: str, target: str) -> Tuple[uuid.UUID, int]:
+    def create_move_task(self, key: str, source: str, target: str) -> Tuple["UUIDPair", int]:
         """Move the replica of ``key`` on segment ``source`` to segment
         ``target`` in the background (a copy, then the source replica is
         dropped).
 
         Returns:
-            ``(task id, 0)``, or ``(UUID(int=0), code)``: as
-            :meth:`create_copy_task`, and ``INVALID_PARAMS`` when ``source``
-            holds no replica of the key or ``target == source``.
+            ``(task_id, 0)`` or ``((0, 0), code)``, in upstream's order:
+            ``OBJECT_NOT_FOUND``, ``INVALID_PARAMS`` (``target == source``),
+            ``INVALID_PARAMS`` / ``UNAVAILABLE_IN_CURRENT_STATUS`` for the
+            target as :meth:`create_copy_task`, ``INVALID_PARAMS`` (the
+            source holds no replica of the key), ...
         """
         _util.check_key(key)
         _util.check_str("source", source)
         _util.check_str("target", target)
-        if "\0" in source + target or source == "" or target == "":
-            return _NIL_UUID, int(ErrorCode.INVALID_PARAMS)
+        if "\0" in source + target:  # never mounted, as "" (the master checks the key first)
+            source, target = ("" if "\0" in source else source,
+                              "" if "\0" in target else target)
+            if source == target:
+                target = "\x01"  # still not the same segment: the target check answers
         ret, tid = self._store.create_move_task(key, source, target)
-        return (uuid.UUID(tid), 0) if ret == 0 else (_NIL_UUID, ret)
+        return (UUIDPair.from_text(tid), 0) if ret == 0 else (UUIDPair.NIL, ret)
 
-    def query_task(self, task_id: Union[uuid.UUID, str]
-                   ) -> Tuple[Optional["QueryTaskResponse"], int]:
+    def query_task(self, task_id: Any) -> Tuple[Optional["QueryTaskResponse"], int]:
         """Where a task of :meth:`create_copy_task` / :meth:`create_move_task`
         stands.
 
-        ``task_id`` is a :class:`uuid.UUID` (its text form is accepted too).
+        ``task_id`` is upstream's form, any sequence of two ints in
+        [0, 2**64-1] (what the create calls return, or a plain tuple or
+        list), or, as the API guide says, a :class:`uuid.UUID` or its text.
 
         Returns:
             ``(QueryTaskResponse, 0)``, or ``(None, code)``:
@@ -1572,23 +1588,24 @@ class MooncakeDistributedStore(TensorMethods):
             a finished task the master no longer keeps
             (``--max_total_finished_tasks``); ``INVALID_PARAMS`` for text
             that is not a UUID.
+
+        Raises:
+            TypeError: ``task_id`` is none of these.
         """
-        if isinstance(task_id, uuid.UUID):
-            tid = task_id
-        elif isinstance(task_id, str):
+        if isinstance(task_id, str):
             try:
-                tid = uuid.UUID(task_id)
+                tid = UUIDPair.from_uuid(uuid.UUID(task_id))
             except ValueError:
                 return None, int(ErrorCode.INVALID_PARAMS)
         else:
-            raise TypeError(f"task_id must be a uuid.UUID, not {type(task_id).__name__}")
+            tid = UUIDPair.of(task_id)
         ret, info = self._store.query_task(str(tid))
         if ret != 0:
             return None, ret
         ttype, status, created, updated, client, message = info
         return QueryTaskResponse(tid, _enum_or_int(TaskType, ttype),
                                  _enum_or_int(TaskStatus, status), created, updated,
-                                 uuid.UUID(client), message), 0
+                                 UUIDPair.from_text(client), message), 0
 
 
 # ---- module helpers ----------------------------------------------------------------------
@@ -1608,6 +1625,15 @@ def _ptr(name: str, value: Any) -> Optional[int]:
     if value < 0 or value > _util.U64_MAX:
         return None
     return int(value)
+
+
+def _size_t_list(name: str, value: Any) -> None:
+    """A list of size_t values, as upstream's binding converts them:
+    TypeError for anything but ints in [0, 2**64-1]."""
+    _seq(name, value)
+    for v in value:
+        if not _util.is_int(v) or v < 0 or v > _util.U64_MAX:
+            raise TypeError(f"{name}: expected ints in [0, 2**64-1], not {v!r}")
 
 
 def _seq(name: str, value: Any) -> None:
@@ -1705,7 +1731,66 @@ class TaskStatus(enum.IntEnum):
     SUCCESS = _capi.MC_TASK_SUCCESS
 
 
-_NIL_UUID = uuid.UUID(int=0)
+# Upstream's pybind enums export their values at module level.
+REPLICA_COPY = TaskType.REPLICA_COPY
+REPLICA_MOVE = TaskType.REPLICA_MOVE
+PENDING = TaskStatus.PENDING
+PROCESSING = TaskStatus.PROCESSING
+FAILED = TaskStatus.FAILED
+SUCCESS = TaskStatus.SUCCESS
+
+
+class UUIDPair(tuple):
+    """A task or client id in upstream's form: a ``(high, low)`` pair of
+    64-bit ints (a C++ ``pair<uint64_t, uint64_t>``; this is a 2-tuple and
+    compares equal to the plain one).  ``str()`` is the UUID text, so
+    printing an id reads as before; :attr:`uuid` is the :class:`uuid.UUID`.
+    A failed create call returns ``(0, 0)``."""
+
+    __slots__ = ()
+    NIL: "UUIDPair"
+
+    def __new__(cls, high: int = 0, low: int = 0) -> "UUIDPair":
+        return tuple.__new__(cls, (high, low))
+
+    @classmethod
+    def of(cls, value: Any) -> "UUIDPair":
+        """``value`` as an id: a sequence of two ints in [0, 2**64-1], or a
+        :class:`uuid.UUID`; TypeError for anything else."""
+        if isinstance(value, uuid.UUID):
+            return cls.from_uuid(value)
+        if isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__len__") \
+                or len(value) != 2:
+            raise TypeError(f"task_id must be a pair of ints (or a uuid.UUID), "
+                            f"not {value!r}")
+        high, low = value[0], value[1]
+        for v in (high, low):
+            if not _util.is_int(v) or v < 0 or v > _util.U64_MAX:
+                raise TypeError(f"task_id must be a pair of ints in [0, 2**64-1], "
+                                f"not {value!r}")
+        return cls(int(high), int(low))
+
+    @classmethod
+    def from_uuid(cls, u: uuid.UUID) -> "UUIDPair":
+        return cls(u.int >> 64, u.int & _util.U64_MAX)
+
+    @classmethod
+    def from_text(cls, text: str) -> "UUIDPair":
+        return cls.from_uuid(uuid.UUID(text))
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        """The same id as a :class:`uuid.UUID`."""
+        return uuid.UUID(int=(self[0] << 64) | self[1])
+
+    def __str__(self) -> str:
+        return str(self.uuid)
+
+    def __repr__(self) -> str:
+        return tuple.__repr__(self)
+
+
+UUIDPair.NIL = UUIDPair(0, 0)
 
 
 def _enum_or_int(cls: Any, value: int) -> Any:
@@ -1719,28 +1804,35 @@ def _enum_or_int(cls: Any, value: int) -> Any:
 
 class QueryTaskResponse:
     """What :meth:`MooncakeDistributedStore.query_task` reports (upstream
-    ``QueryTaskResponse``)."""
+    ``QueryTaskResponse``; the fields are read-only, as upstream's).
+
+    Attributes:
+        id: the task, a (high, low) pair of ints (:class:`UUIDPair`).
+        type: TaskType.REPLICA_COPY or TaskType.REPLICA_MOVE.
+        status: a :class:`TaskStatus`.
+        created_at_ms_epoch: creation time, ms since the epoch.
+        last_updated_at_ms_epoch: last state change, ms since the epoch.
+        assigned_client: the client that executes (or executed) the task,
+            a pair of ints.
+        message: "Task completed successfully", or on failure upstream's
+            "STATUS_NAME (max retries reached: N)" (a task the master
+            failed on its own, e.g. a timeout, says what happened).
+    """
 
     __slots__ = ("id", "type", "status", "created_at_ms_epoch", "last_updated_at_ms_epoch",
                  "assigned_client", "message")
 
-    def __init__(self, id: uuid.UUID, type: TaskType, status: TaskStatus,
+    def __init__(self, id: UUIDPair, type: TaskType, status: TaskStatus,
                  created_at_ms_epoch: int, last_updated_at_ms_epoch: int,
-                 assigned_client: uuid.UUID, message: str) -> None:
-        #: the task
-        self.id = id
-        #: TaskType.REPLICA_COPY or TaskType.REPLICA_MOVE
-        self.type = type
-        #: TaskStatus
-        self.status = status
-        #: creation time, ms since the epoch
-        self.created_at_ms_epoch = created_at_ms_epoch
-        #: last state change, ms since the epoch
-        self.last_updated_at_ms_epoch = last_updated_at_ms_epoch
-        #: the client that executes (or executed) the task
-        self.assigned_client = assigned_client
-        #: completion or failure message ("" when none)
-        self.message = message
+                 assigned_client: UUIDPair, message: str) -> None:
+        for name, value in (("id", id), ("type", type), ("status", status),
+                            ("created_at_ms_epoch", created_at_ms_epoch),
+                            ("last_updated_at_ms_epoch", last_updated_at_ms_epoch),
+                            ("assigned_client", assigned_client), ("message", message)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"QueryTaskResponse.{name} is read-only")
 
     def __repr__(self) -> str:
         return (f"QueryTaskResponse(id={self.id}, type={getattr(self.type, 'name', self.type)}, "
@@ -1750,35 +1842,53 @@ class QueryTaskResponse:
                 f"assigned_client={self.assigned_client}, message={self.message!r})")
 
 
-class BufferDescriptor:
-    """Where a memory replica lives (upstream ``AllocatedBuffer::Descriptor``)."""
+class Descriptor:
+    """Where a memory replica lives (upstream ``AllocatedBuffer::Descriptor``,
+    ``mooncake.store.Descriptor``): ``size`` bytes at ``buffer_address`` in
+    the segment ``transport_endpoint`` ("host:port").  Constructible and
+    read-write, as upstream's.
 
-    __slots__ = ("size_", "buffer_address_", "protocol_", "transport_endpoint_")
+    ``size_``, ``buffer_address_``, ``transport_endpoint_`` and ``protocol_``
+    are this package's earlier names (upstream uses them only in the HTTP
+    JSON), kept as aliases.
+    """
 
-    def __init__(self, size: int, address: int, protocol: str, endpoint: str) -> None:
+    __slots__ = ("size", "buffer_address", "transport_endpoint", "protocol_")
+
+    def __init__(self, size: int = 0, buffer_address: int = 0,
+                 transport_endpoint: str = "", protocol: str = "tcp") -> None:
         #: bytes
-        self.size_ = size
+        self.size = size
         #: address in the owner's segment
-        self.buffer_address_ = address
-        #: transport ("tcp")
+        self.buffer_address = buffer_address
+        #: the owner's segment name, "host:port"
+        self.transport_endpoint = transport_endpoint
+        #: transport ("tcp"); not upstream's (its Descriptor has none)
         self.protocol_ = protocol
-        #: segment "host:port"
-        self.transport_endpoint_ = endpoint
+
+    size_ = property(lambda self: self.size,
+                     lambda self, v: setattr(self, "size", v))
+    buffer_address_ = property(lambda self: self.buffer_address,
+                               lambda self, v: setattr(self, "buffer_address", v))
+    transport_endpoint_ = property(lambda self: self.transport_endpoint,
+                                   lambda self, v: setattr(self, "transport_endpoint", v))
 
     def __repr__(self) -> str:
-        return (f"BufferDescriptor(size_={self.size_}, "
-                f"buffer_address_={self.buffer_address_:#x}, protocol_={self.protocol_!r}, "
-                f"transport_endpoint_={self.transport_endpoint_!r})")
+        return (f"<Descriptor size={self.size} buffer_address={self.buffer_address} "
+                f"transport_endpoint={self.transport_endpoint}>")
 
-    __str__ = __repr__
+
+#: This package's earlier name of :class:`Descriptor`.
+BufferDescriptor = Descriptor
 
 
 class MemoryDescriptor:
-    """The memory part of a replica descriptor."""
+    """The memory part of a replica descriptor: ``buffer_descriptor`` is a
+    :class:`Descriptor`."""
 
     __slots__ = ("buffer_descriptor",)
 
-    def __init__(self, buffer_descriptor: BufferDescriptor) -> None:
+    def __init__(self, buffer_descriptor: Descriptor) -> None:
         self.buffer_descriptor = buffer_descriptor
 
     def __repr__(self) -> str:
@@ -1786,35 +1896,54 @@ class MemoryDescriptor:
 
 
 class DiskDescriptor:
-    """The disk part of a replica descriptor: a record in a client's SSD
-    tier (docs/tiers.md).  ``file_path`` is the bucket file, ``offset`` the
-    record's place in it, ``object_size`` the value's bytes and
-    ``transport_endpoint`` the holder's segment name."""
+    """The disk part of a replica descriptor (upstream ``DiskDescriptor``):
+    a record in the shared DFS tier (docs/tiers.md §6).  ``file_path`` is
+    the shard file, ``object_size`` the value's bytes; ours also has
+    upstream's ``DistributedFSDescriptor`` fields ``offset`` (the record's
+    place in the file), ``shard_idx`` and ``aligned_size`` (the bytes
+    reserved), and ``is_dfs`` (always True since 0.2: records of the SSD
+    tier are :class:`LocalDiskDescriptor`)."""
 
     __slots__ = ("file_path", "object_size", "offset", "transport_endpoint", "is_dfs",
                  "shard_idx", "aligned_size")
 
     def __init__(self, file_path: str, object_size: int, offset: int,
-                 transport_endpoint: str, is_dfs: bool = False, shard_idx: int = 0,
+                 transport_endpoint: str, is_dfs: bool = True, shard_idx: int = 0,
                  aligned_size: int = 0) -> None:
         self.file_path = file_path
         self.object_size = object_size
         self.offset = offset
         self.transport_endpoint = transport_endpoint
-        #: a record in the shared DFS tier (upstream DistributedFSDescriptor:
-        #: ``file_path`` the shard file, ``offset``, ``object_size``,
-        #: ``aligned_size`` the bytes reserved, ``shard_idx``); False for
-        #: an SSD-tier bucket record
         self.is_dfs = is_dfs
         self.shard_idx = shard_idx
         self.aligned_size = aligned_size
 
     def __repr__(self) -> str:
-        extra = (f", shard_idx={self.shard_idx}, aligned_size={self.aligned_size}"
-                 if self.is_dfs else "")
         return (f"DiskDescriptor(file_path={self.file_path!r}, object_size={self.object_size}, "
-                f"offset={self.offset}, transport_endpoint={self.transport_endpoint!r}"
-                f"{extra})")
+                f"offset={self.offset}, shard_idx={self.shard_idx}, "
+                f"aligned_size={self.aligned_size})")
+
+
+class LocalDiskDescriptor:
+    """A record in a client's SSD-offload tier (upstream ``LocalDiskDescriptor``,
+    docs/tiers.md): ``object_size`` the value's bytes, ``transport_endpoint``
+    the holder's segment name; ours also gives the bucket file
+    (``file_path``, "" when this process cannot know it, e.g. a dummy) and
+    the record's ``offset`` in it."""
+
+    __slots__ = ("object_size", "transport_endpoint", "file_path", "offset")
+
+    def __init__(self, object_size: int, transport_endpoint: str, file_path: str = "",
+                 offset: int = 0) -> None:
+        self.object_size = object_size
+        self.transport_endpoint = transport_endpoint
+        self.file_path = file_path
+        self.offset = offset
+
+    def __repr__(self) -> str:
+        return (f"LocalDiskDescriptor(object_size={self.object_size}, "
+                f"transport_endpoint={self.transport_endpoint!r}, "
+                f"file_path={self.file_path!r}, offset={self.offset})")
 
 
 class NoFDescriptor:
@@ -1823,74 +1952,96 @@ class NoFDescriptor:
 
     __slots__ = ("buffer_descriptor",)
 
-    def __init__(self, buffer_descriptor: "BufferDescriptor") -> None:
+    def __init__(self, buffer_descriptor: Descriptor) -> None:
         self.buffer_descriptor = buffer_descriptor
 
     def __repr__(self) -> str:
         return f"NoFDescriptor({self.buffer_descriptor!r})"
 
 
+# mc_replica_kind_t: what the native layer's replica tuples carry
+_KIND_DISK = _capi.MC_REPLICA_KIND_DISK
+_KIND_MEMORY = _capi.MC_REPLICA_KIND_MEMORY
+_KIND_NOF = _capi.MC_REPLICA_KIND_NOF
+_KIND_LOCAL_DISK = _capi.MC_REPLICA_KIND_LOCAL_DISK
+
+
 class ReplicaDescriptor:
     """One replica of an object (upstream ``Replica::Descriptor``): memory
-    replicas first, then NoF replicas, then at most one disk replica."""
+    replicas first, then NoF replicas, then at most one disk replica --
+    a record in a client's SSD-offload tier (:meth:`is_local_disk_replica`,
+    upstream's LOCAL_DISK) or in the shared DFS tier (:meth:`is_disk_replica`,
+    upstream's DISK).
 
-    __slots__ = ("status", "_memory", "_disk", "_nof")
+    Asking for the wrong kind of descriptor raises :class:`RuntimeError`
+    with upstream's message ("Expected MemoryDescriptor", "Expected
+    DiskDescriptor", ...)."""
 
-    def __init__(self, status: int, is_memory: int, addr: int, size: int,
+    __slots__ = ("status", "_kind", "_desc")
+
+    def __init__(self, status: int, kind: int, addr: int, size: int,
                  segment: str, protocol: str, file_path: str = "", shard_idx: int = 0,
                  aligned_size: int = 0) -> None:
         try:
             self.status = ReplicaStatus(status)
         except ValueError:
             self.status = ReplicaStatus.UNDEFINED
-        # is_memory: 1 memory, 2 NoF (a buffer too), 0 disk
-        buf = BufferDescriptor(size, addr, protocol, segment) if is_memory else None
-        self._memory = MemoryDescriptor(buf) if is_memory == 1 else None
-        self._nof = NoFDescriptor(buf) if is_memory == 2 else None
-        self._disk = None if is_memory else DiskDescriptor(
-            file_path, size, addr, segment, protocol == "dfs", shard_idx, aligned_size)
+        self._kind = kind
+        if kind in (_KIND_MEMORY, _KIND_NOF):
+            buf = Descriptor(size, addr, segment, protocol)
+            self._desc: Any = MemoryDescriptor(buf) if kind == _KIND_MEMORY else NoFDescriptor(buf)
+        elif kind == _KIND_LOCAL_DISK:
+            self._desc = LocalDiskDescriptor(size, segment, file_path, addr)
+        else:
+            self._desc = DiskDescriptor(file_path, size, addr, segment, True, shard_idx,
+                                        aligned_size)
+
+    def _get(self, kind: int, name: str) -> Any:
+        if self._kind != kind:
+            raise RuntimeError(f"Expected {name}")
+        return self._desc
 
     def is_memory_replica(self) -> bool:
         """True for a replica in a client's memory segment."""
-        return self._memory is not None
+        return self._kind == _KIND_MEMORY
 
     def is_disk_replica(self) -> bool:
-        """True for a record in a client's SSD tier (docs/tiers.md)."""
-        return self._disk is not None
+        """True for a record in the shared DFS tier (upstream DISK)."""
+        return self._kind == _KIND_DISK
+
+    def is_local_disk_replica(self) -> bool:
+        """True for a record in a client's SSD-offload tier (upstream
+        LOCAL_DISK, ``enable_ssd_offload``)."""
+        return self._kind == _KIND_LOCAL_DISK
 
     def is_nof_replica(self) -> bool:
         """True for a buffer in a storage node's NoF segment (docs/tiers.md §8)."""
-        return self._nof is not None
-
-    def get_nof_descriptor(self) -> NoFDescriptor:
-        """The NoF descriptor; :class:`RuntimeError` for another replica."""
-        if self._nof is None:
-            raise RuntimeError("not a NoF replica")
-        return self._nof
-
-    def is_local_disk_replica(self) -> bool:
-        """False: SSD-tier replicas are reported as disk replicas, with a
-        file path (:meth:`get_disk_descriptor`)."""
-        return False
+        return self._kind == _KIND_NOF
 
     def get_memory_descriptor(self) -> MemoryDescriptor:
-        """The memory descriptor; :class:`RuntimeError` for a non-memory replica."""
-        if self._memory is None:
-            raise RuntimeError("not a memory replica")
-        return self._memory
+        """The memory descriptor; RuntimeError "Expected MemoryDescriptor"
+        for another kind."""
+        return self._get(_KIND_MEMORY, "MemoryDescriptor")
 
     def get_disk_descriptor(self) -> DiskDescriptor:
-        """The disk descriptor; :class:`RuntimeError` for a memory replica."""
-        if self._disk is None:
-            raise RuntimeError("not a disk replica")
-        return self._disk
+        """The DFS record's descriptor; RuntimeError "Expected
+        DiskDescriptor" for another kind."""
+        return self._get(_KIND_DISK, "DiskDescriptor")
+
+    def get_local_disk_descriptor(self) -> LocalDiskDescriptor:
+        """The SSD-tier record's descriptor; RuntimeError "Expected
+        LocalDiskDescriptor" for another kind."""
+        return self._get(_KIND_LOCAL_DISK, "LocalDiskDescriptor")
+
+    def get_nof_descriptor(self) -> NoFDescriptor:
+        """The NoF descriptor; RuntimeError "Expected NoFDescriptor" for
+        another kind."""
+        return self._get(_KIND_NOF, "NoFDescriptor")
 
     def __repr__(self) -> str:
-        if self._disk is not None:
-            return f"ReplicaDescriptor(status={self.status.name}, disk={self._disk!r})"
-        if self._nof is not None:
-            return f"ReplicaDescriptor(status={self.status.name}, nof={self._nof!r})"
-        return f"ReplicaDescriptor(status={self.status.name}, memory={self._memory!r})"
+        what = {_KIND_MEMORY: "memory", _KIND_NOF: "nof", _KIND_LOCAL_DISK: "local_disk"}
+        return (f"ReplicaDescriptor(status={self.status.name}, "
+                f"{what.get(self._kind, 'disk')}={self._desc!r})")
 
 
 class MooncakeDistributedNoFRegister:

@@ -508,6 +508,13 @@ typedef struct mc_store_range {
  *        round trip for all distinct keys.  Counted in the client metrics
  *        as one batch get of @p n items (read bytes: the sum of the
  *        fragments read).
+ *
+ * A fragment's checks run in upstream's order, each failure its result:
+ * the key's text (MC_INVALID_PARAMS), a NULL or unregistered @p buffer
+ * (MC_INVALID_PARAMS, even when the key is missing; since 0.2), the
+ * key's lookup (MC_OBJECT_NOT_FOUND, ...), the destination's room and
+ * the source's end (MC_INVALID_PARAMS), then the read (MC_TRANSFER_FAIL,
+ * MC_LEASE_EXPIRED, ...).
  * @since 0.1
  */
 MC_API mc_status_t mc_store_read_ranges(mc_store_h store, mc_store_range_t *ranges, size_t n);
@@ -634,14 +641,35 @@ MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h store, const char *co
 
 /* ---- replica descriptors ---------------------------------------------- */
 
+/**
+ * What kind of replica an mc_replica_desc_t describes (its @c is_memory
+ * field), upstream's ReplicaType.  Values are only ever added.
+ * @since 0.2
+ */
+typedef enum mc_replica_kind {
+    /** A record in the shared-file-system (DFS) tier (docs/tiers.md §6;
+     *  protocol "dfs"): upstream's DISK.  Before 0.2 SSD-tier records were
+     *  reported with this value too. */
+    MC_REPLICA_KIND_DISK       = 0,
+    /** A buffer in a client's memory segment. */
+    MC_REPLICA_KIND_MEMORY     = 1,
+    /** A buffer in a NoF segment (mc_store_nof_mount()), described like
+     *  memory and listed after memory. */
+    MC_REPLICA_KIND_NOF        = 2,
+    /** A record in a client's SSD-offload tier (mc_store_offload_start();
+     *  protocol "file"): upstream's LOCAL_DISK. */
+    MC_REPLICA_KIND_LOCAL_DISK = 3
+} mc_replica_kind_t;
+
 /** One replica as reported by the master. @since 0.1 */
 typedef struct mc_replica_desc {
     mc_replica_status_t status; /**< COMPLETE for readable replicas */
-    int is_memory;              /**< 1: memory replica; 0: disk replica
-                                 *   (mc_store_query_disk_replica()); 2: a
-                                 *   NoF replica (a buffer in a NoF segment,
-                                 *   described like memory, listed after
-                                 *   memory; mc_store_nof_mount()) */
+    int is_memory;              /**< the kind, an mc_replica_kind_t (the
+                                 *   name is historical): 1 memory, 2 NoF,
+                                 *   3 SSD-offload record, 0 DFS record;
+                                 *   for both disk kinds
+                                 *   mc_store_query_disk_replica() gives
+                                 *   the file */
     uint64_t addr;              /**< buffer address in the owner's segment;
                                  *   a disk replica's record offset */
     uint64_t size;              /**< bytes */
@@ -660,13 +688,15 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h query, size_t i,
  * @brief Where the disk replica of a query is (docs/tiers.md).
  *
  * A query lists memory replicas first (mc_store_query_replica() with
- * is_memory 1) and then at most one disk replica: is_memory 0, addr the
- * record's offset in its bucket file, size the object's size, segment the
- * holder's segment name, protocol "file".  This call gives its file.
- * When the object has no such replica but a DFS one this client can read
- * (docs/tiers.md §6), that is the disk replica: protocol "dfs", segment
- * "", the path of its shard file under MOONCAKE_DFS_ROOT_DIR
- * (mc_store_query_dfs_replica() gives the rest).
+ * is_memory MC_REPLICA_KIND_MEMORY) and then at most one disk replica:
+ * is_memory MC_REPLICA_KIND_LOCAL_DISK (0 before 0.2), addr the record's
+ * offset in its bucket file, size the object's size, segment the holder's
+ * segment name, protocol "file".  This call gives its file.  When the
+ * object has no such replica but a DFS one this client can read
+ * (docs/tiers.md §6), that is the disk replica: is_memory
+ * MC_REPLICA_KIND_DISK, protocol "dfs", segment "", the path of its shard
+ * file under MOONCAKE_DFS_ROOT_DIR (mc_store_query_dfs_replica() gives
+ * the rest).
  *
  * @param query   a query of mc_store_query()/mc_store_batch_query().
  * @param path    receives the bucket file's absolute path, NUL-terminated.
@@ -914,9 +944,16 @@ typedef struct mc_store_task_info {
  * Follow it with mc_store_query_task().
  * @param [out] id_out  The task id, written on success.
  * @return MC_INVALID_PARAMS (nothing sent) for a NULL, empty or too long
- *         key or target, n == 0 or a NULL @p id_out; then the master's
- *         verdict: MC_OBJECT_NOT_FOUND, MC_SEGMENT_NOT_FOUND (a target no
- *         client has mounted), MC_TASK_PENDING_LIMIT_EXCEEDED, ...
+ *         key, a NULL or too long target, n == 0 or a NULL @p id_out;
+ *         then the master's verdict, checked in upstream's order (since
+ *         0.2): MC_OBJECT_NOT_FOUND (missing or incomplete key, whatever
+ *         the targets), MC_INVALID_PARAMS (a target no client has
+ *         mounted, an empty one included; before 0.2 this was
+ *         MC_SEGMENT_NOT_FOUND), MC_UNAVAILABLE_IN_CURRENT_STATUS (a
+ *         target mounted but taking no allocations: draining,
+ *         unmounting), MC_INTERNAL_ERROR (no memory replica to copy
+ *         from), MC_TASK_PENDING_LIMIT_EXCEEDED.  Duplicate targets and
+ *         targets that already hold a replica are accepted.
  * @since 0.1
  */
 MC_API mc_status_t mc_store_create_copy_task(mc_store_h store, const char *key,
@@ -926,8 +963,14 @@ MC_API mc_status_t mc_store_create_copy_task(mc_store_h store, const char *key,
 /**
  * @brief Ask the master to move the replica of @p key on segment @p source
  *        to segment @p target (a copy, then the source replica is dropped).
- * @return As mc_store_create_copy_task(); MC_INVALID_PARAMS also when the
- *         source holds no replica or target == source (master).
+ * @return MC_INVALID_PARAMS (nothing sent) for a bad key, a NULL or too
+ *         long source or target, a NULL @p id_out; then the master's
+ *         verdict in upstream's order (since 0.2): MC_OBJECT_NOT_FOUND
+ *         (missing or incomplete key), MC_INVALID_PARAMS (target ==
+ *         source), MC_INVALID_PARAMS / MC_UNAVAILABLE_IN_CURRENT_STATUS
+ *         for the target as mc_store_create_copy_task(), MC_INVALID_PARAMS
+ *         (the source holds no replica of the key, an unknown or empty
+ *         source included), MC_TASK_PENDING_LIMIT_EXCEEDED.
  * @since 0.1
  */
 MC_API mc_status_t mc_store_create_move_task(mc_store_h store, const char *key,
