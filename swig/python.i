@@ -1219,6 +1219,13 @@ static int mooncake_host_mem_free(uint64_t addr)
         return mc_store_offload_start($self->h, dir);
     }
 
+    /* Turn the SSD tier off for good and hold @p grace_seconds
+     * (unmount_local_disk_segment). */
+    int offload_stop(uint64_t grace_seconds)
+    {
+        return mc_store_offload_stop($self->h, grace_seconds);
+    }
+
     /* NoF segments (docs/tiers.md §8): serve @p size bytes of @p path. */
     int nof_mount(const char *path, uint64_t size)
     {

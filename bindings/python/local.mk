@@ -24,6 +24,7 @@ mooncake_py_sources = \
 	bindings/python/mooncake/http_metadata_server.py \
 	bindings/python/mooncake/engine.py \
 	bindings/python/mooncake/mooncake_config.py \
+	bindings/python/mooncake/mooncake_store_service.py \
 	bindings/python/mooncake/store.py \
 	bindings/python/mooncake/structured_object_store.py \
 	bindings/python/mooncake/_fast_copy.py \
@@ -60,6 +61,11 @@ EXTRA_DIST += \
 	tests/python/test_master_process.py \
 	tests/python/test_client_process.py \
 	tests/python/test_metadata_server.py \
+	tests/python/test_store_service.py \
+	tests/python/test_hicache_check.py \
+	tests/python/test_meta_server_script.py \
+	scripts/check_hicache_hugepage_requirements.py \
+	scripts/test_meta_server.py \
 	tests/python/test_client_http.py \
 	tests/python/test_examples.py \
 	tests/python/test_two_clients.py \
@@ -137,6 +143,16 @@ dist_man_MANS += docs/man/mooncake-cli.1
 CLEANFILES += mooncake-cli
 mooncake-cli: Makefile
 	$(AM_V_GEN)printf '#!%s\n# mooncake-cli: see mooncake-cli(1).\nimport sys\n\nfrom mooncake.cli import main\n\nsys.exit(main())\n' \
+		"$(PYTHON)" >$@-t && chmod +x $@-t && mv -f $@-t $@
+
+# mc_store_rest_server: upstream's console script of the REST store service
+# (mooncake/mooncake_store_service.py, needs aiohttp).  The tests run the
+# build-tree copy, next to mooncake_master.
+bin_SCRIPTS += mc_store_rest_server
+dist_man_MANS += docs/man/mc_store_rest_server.1
+CLEANFILES += mc_store_rest_server
+mc_store_rest_server: Makefile
+	$(AM_V_GEN)printf '#!%s\n# mc_store_rest_server: see mc_store_rest_server(1).\nimport sys\n\nfrom mooncake.mooncake_store_service import sync_main\n\nsys.exit(sync_main())\n' \
 		"$(PYTHON)" >$@-t && chmod +x $@-t && mv -f $@-t $@
 
 bindings/python/capi_wrap.c: $(python_swig_sources) $(mooncakeinclude_HEADERS)

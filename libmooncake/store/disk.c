@@ -36,6 +36,15 @@
  * take the tier past MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES, the oldest
  * buckets go (unlinked, then DISK_REPLICA_DROP of their keys).  The queue
  * holds at most MC_DISK_QUEUE_MAX keys; more are dropped and counted.
+ *
+ * Retiring (mc_store_offload_stop, upstream unmount_local_disk_segment,
+ * for a shutdown hook).  The queue takes no more keys and the offloader
+ * parks once the record in hand is reported, so nothing is reported after
+ * the next step: DISK_REPLICA_DROP of every record, bucket by bucket, so
+ * the master stops naming this client as a holder and a reader gets a
+ * clean miss rather than a peer about to go.  The index and the DISK_READ
+ * server stay until close, so the reads handed out before that finish
+ * while the caller holds for its grace period.
  */
 #include "config.h"
 
@@ -112,6 +121,12 @@ struct mc_store_disk {
     uint8_t *buf;
     size_t buf_cap;
     mc_store_disk_stats_t st; /* guarded by the worker's lock */
+    /* mc_store_offload_stop(), each set once under the worker's lock:
+     * retired, no more keys are taken; parked, the offloader has stopped
+     * for good; dropped, the master was told every record is gone */
+    int retired;
+    int parked;
+    int dropped;
 };
 
 /* ---- records ------------------------------------------------------------- */
@@ -989,19 +1004,30 @@ static mc_status_t offload_one(mc_store_h s, mc_mconn_t *conn, mc_store_disk_t *
     return st;
 }
 
-/* Wait for keys; takes up to @p max of them.  0 when stopping. */
+/* Whether mc_store_offload_stop() retired the tier. */
+static int disk_retired(mc_store_worker_t *w, const mc_store_disk_t *d)
+{
+    int retired;
+
+    pthread_mutex_lock(&w->lock);
+    retired = d->retired;
+    pthread_mutex_unlock(&w->lock);
+    return retired;
+}
+
+/* Wait for keys; takes up to @p max of them.  0 when stopping or retired. */
 static size_t queue_take(mc_store_worker_t *w, mc_store_disk_t *d, char **out, size_t max)
 {
     size_t n = 0;
     struct timespec dl;
 
     pthread_mutex_lock(&w->lock);
-    while (!w->stop && (d->qlen == 0)) {
+    while (!w->stop && !d->retired && (d->qlen == 0)) {
         clock_gettime(CLOCK_MONOTONIC, &dl);
         mc_store_worker_deadline(&dl, MC_DISK_IDLE_MS);
         (void)pthread_cond_timedwait(&w->cond, &w->lock, &dl);
     }
-    while (!w->stop && (d->qlen > 0) && (n < max)) {
+    while (!w->stop && !d->retired && (d->qlen > 0) && (n < max)) {
         out[n++] = d->queue[d->qhead];
         d->qhead = (d->qhead + 1) % MC_DISK_QUEUE_MAX;
         d->qlen--;
@@ -1028,8 +1054,12 @@ static void *disk_main(void *arg)
     while ((n = queue_take(w, d, batch, MC_DISK_BATCH)) > 0) {
         mc_mconn_t *conn = mc_store_worker_conn(w, &target);
         for (size_t i = 0; i < n; i++) {
-            mc_status_t st = (conn != NULL) ? offload_one(s, conn, d, w, batch[i])
-                                            : MC_RPC_FAIL;
+            mc_status_t st;
+            if (disk_retired(w, d)) { /* the rest of the batch is not copied */
+                free(batch[i]);
+                continue;
+            }
+            st = (conn != NULL) ? offload_one(s, conn, d, w, batch[i]) : MC_RPC_FAIL;
             if (st != MC_OK) {
                 mc_debug("disk tier: offload of %s: %s (%s)", batch[i], mc_status_name(st),
                          mc_last_error_detail());
@@ -1044,6 +1074,11 @@ static void *disk_main(void *arg)
             free(batch[i]);
         }
     }
+    /* nothing more is reported: mc_store_offload_stop() may go on */
+    pthread_mutex_lock(&w->lock);
+    d->parked = 1;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
     mc_store_worker_drop_conn(w);
     return NULL;
 }
@@ -1264,6 +1299,142 @@ MC_API mc_status_t mc_store_offload_start(mc_store_h s, const char *dir)
     return st;
 }
 
+/* Take no more keys, fail the queued ones and wait until the offloader
+ * has reported the record in hand and parked: from then on no
+ * OFFLOAD_REPORT of this tier reaches the master.  Once per tier; a later
+ * caller only waits for the park.  `life` held for reading, so teardown
+ * cannot stop the offloader meanwhile. */
+static void disk_retire(mc_store_worker_t *w, mc_store_disk_t *d)
+{
+    pthread_mutex_lock(&w->lock);
+    if (!d->retired) {
+        d->retired = 1;
+        d->st.failed_keys += d->qlen;
+        while (d->qlen > 0) {
+            free(d->queue[d->qhead]);
+            d->qhead = (d->qhead + 1) % MC_DISK_QUEUE_MAX;
+            d->qlen--;
+        }
+        pthread_cond_broadcast(&w->cond);
+    }
+    while (!d->parked)
+        pthread_cond_wait(&w->cond, &w->lock);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* DISK_REPLICA_DROP every record of the retired tier @p d, one call per
+ * bucket: the master forgets this client's disk replicas and erases the
+ * objects left with none.  A key already gone, or whose newer copy is in
+ * another bucket, is no error.  The first failure (the detail names the
+ * bucket), or MC_OK; after MC_OK a later call sends nothing. */
+static mc_status_t disk_deregister(mc_store_h s, mc_store_disk_t *d)
+{
+    mc_status_t st = MC_OK;
+    size_t keys = 0;
+
+    pthread_mutex_lock(&s->offload.lock);
+    if (d->dropped) {
+        pthread_mutex_unlock(&s->offload.lock);
+        return MC_OK;
+    }
+    pthread_mutex_unlock(&s->offload.lock);
+    /* the offloader is parked, so nothing changes the buckets; DISK_READs
+     * served meanwhile only read them */
+    pthread_rwlock_rdlock(&d->idx_lock);
+    for (size_t i = 0; i < d->nbuckets; i++) {
+        const disk_bucket_t *b = &d->buckets[i];
+        char path[PATH_MAX + 32];
+        mc_wire_disk_replica_drop_req_t req;
+        mc_wire_disk_replica_drop_resp_t resp;
+        mc_mconn_t *conn = NULL;
+        mc_str_t *kv;
+        mc_status_t one;
+
+        if (b->nkeys == 0)
+            continue;
+        bucket_path(d, b->id, path, sizeof(path));
+        kv = malloc(b->nkeys * sizeof(*kv));
+        if (kv == NULL) {
+            mc_set_error_detail("out of memory for the %u keys of %s", b->nkeys, path);
+            st = MC_INTERNAL_ERROR;
+            break;
+        }
+        for (uint32_t k = 0; k < b->nkeys; k++)
+            kv[k] = mc_str_from_cstr(b->recs[k].key);
+        memset(&req, 0, sizeof(req));
+        req.client_id = s->client_id;
+        req.file_path = mc_str_from_cstr(path);
+        req.keys.n    = b->nkeys;
+        req.keys.v    = kv;
+        one = mc_master_pool_call_disk_replica_drop(&s->pool, &conn, &req, &resp);
+        if (conn != NULL)
+            mc_master_pool_put(&s->pool, conn);
+        free(kv);
+        if (one != MC_OK) {
+            mc_set_error_detail("DISK_REPLICA_DROP of the %u records of %s failed: %s",
+                                b->nkeys, path, mc_status_name(one));
+            mc_warn("disk tier: %s", mc_last_error_detail());
+            if (st == MC_OK)
+                st = one;
+            continue;
+        }
+        keys += b->nkeys;
+    }
+    pthread_rwlock_unlock(&d->idx_lock);
+    if (st == MC_OK) {
+        pthread_mutex_lock(&s->offload.lock);
+        d->dropped = 1;
+        pthread_mutex_unlock(&s->offload.lock);
+        mc_info("disk tier in %s: off, %zu records deregistered from the master", d->dir, keys);
+    }
+    return st;
+}
+
+/* Hold the caller @p grace_s seconds while the tier serves the reads the
+ * master handed out before the deregistration.  Over early when the store
+ * is closed or its tier replaced (teardown ends the serving): @p d is only
+ * compared, never used, since it may be freed by then. */
+static void disk_hold(mc_store_h s, const mc_store_disk_t *d, uint64_t grace_s)
+{
+    uint64_t now = mc_now_ms();
+    uint64_t end = (grace_s > (UINT64_MAX - now) / 1000) ? UINT64_MAX : now + grace_s * 1000;
+
+    while ((now = mc_now_ms()) < end) {
+        uint64_t ms = (end - now < 100) ? end - now : 100;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
+        int gone;
+
+        (void)nanosleep(&ts, NULL); /* a signal only makes the slice shorter */
+        if (mc_store_enter(s) != MC_OK)
+            return;
+        gone = (s->disk != d);
+        mc_store_leave(s);
+        if (gone)
+            return;
+    }
+}
+
+MC_API mc_status_t mc_store_offload_stop(mc_store_h s, uint64_t grace_seconds)
+{
+    mc_store_disk_t *d;
+    mc_status_t st;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK)
+        return st;
+    d = s->disk;
+    if (d == NULL) { /* no SSD tier (off, or the DFS backend): nothing to hold */
+        mc_store_leave(s);
+        return MC_OK;
+    }
+    disk_retire(&s->offload, d);
+    st = disk_deregister(s, d);
+    mc_store_leave(s);
+    if (st == MC_OK)
+        disk_hold(s, d, grace_seconds);
+    return st;
+}
+
 void mc_store_disk_stop(mc_store_h s)
 {
     if (s->disk == NULL)
@@ -1284,7 +1455,9 @@ void mc_store_disk_enqueue(mc_store_h s, mc_str_t key)
         return;
     k = mc_str_dup(key);
     pthread_mutex_lock(&w->lock);
-    if ((k == NULL) || (d->qlen >= MC_DISK_QUEUE_MAX)) {
+    if (d->retired) {
+        free(k); /* mc_store_offload_stop(): the tier takes nothing more */
+    } else if ((k == NULL) || (d->qlen >= MC_DISK_QUEUE_MAX)) {
         d->st.dropped_keys++;
         free(k);
     } else {

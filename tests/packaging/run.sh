@@ -12,7 +12,7 @@
 #      mooncake user with the installed /etc/mooncake/mooncake-master.json,
 #      run the hello worlds on the installed files only: C built through
 #      pkg-config, /usr/bin/python3 without PYTHONPATH, lua5.4 without
-#      LUA_PATH/LUA_CPATH, and mooncake-cli;
+#      LUA_PATH/LUA_CPATH, mooncake-cli and mc_store_rest_server --help;
 #   5. purge the packages (and the mooncake user when this script created
 #      it), so the machine is left as it was, also on failure.
 # The Check unit suite and the debug-symbol packages are left out of this
@@ -184,8 +184,17 @@ expect "Lua hello" "Hello, Mooncake Store!" lua5.4 "$top/examples/hello.lua" "12
 expect "mooncake-cli health" "OK" mooncake-cli --admin "127.0.0.1:$admin" health
 expect "mooncake-cli role" "role: leader" mooncake-cli --admin "127.0.0.1:$admin" role
 
+# the REST store service: installed; it runs where aiohttp (recommended) is
+[ -x /usr/bin/mc_store_rest_server ] || die "no /usr/bin/mc_store_rest_server"
+if /usr/bin/python3 -c 'import aiohttp' 2>/dev/null; then
+    expect "mc_store_rest_server --help" "Mooncake Store Service with REST API" \
+        sh -c 'mc_store_rest_server --help | grep -x "Mooncake Store Service with REST API"'
+else
+    log "python3-aiohttp is not installed: mc_store_rest_server --help skipped"
+fi
+
 # the man pages
-for page in mooncake_master.1 mooncake_client.1 mooncake-cli.1 mooncake.3; do
+for page in mooncake_master.1 mooncake_client.1 mooncake-cli.1 mc_store_rest_server.1 mooncake.3; do
     [ -n "$(find /usr/share/man -name "$page.gz")" ] || die "no man page $page"
 done
 

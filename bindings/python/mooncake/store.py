@@ -879,6 +879,32 @@ class MooncakeDistributedStore(TensorMethods):
         kind of segment."""
         return self._unmount(segment_ids, grace_period_seconds, 1)
 
+    def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
+        """Turn this client's SSD tier off for good before the process goes
+        away (a shutdown hook; docs/tiers.md).
+
+        The tier stops offloading, and the master is told that every record
+        it holds is gone: it stops naming this client as the holder of the
+        keys it offloaded, so a reader gets a clean miss instead of a peer
+        that is about to disappear (an object whose last replica was here is
+        erased).  The call then holds ``grace_period_seconds`` while the
+        tier keeps serving the reads handed out before; the hold ends early
+        when the store is closed.  Without an SSD tier it returns 0 at once;
+        calling it again is harmless.
+
+        Returns:
+            0, or a negative :class:`ErrorCode`: ``RPC_FAIL`` when the master
+            could not be told (nothing is held then, and a later call tries
+            again); ``INVALID_PARAMS`` for a negative grace period;
+            ``UNAVAILABLE_IN_CURRENT_STATUS`` before setup.
+        """
+        if not _util.is_int(grace_period_seconds):
+            raise TypeError("grace_period_seconds must be an int, not "
+                            f"{type(grace_period_seconds).__name__}")
+        if not 0 <= grace_period_seconds <= _util.U64_MAX:
+            return int(ErrorCode.INVALID_PARAMS)
+        return self._store.offload_stop(int(grace_period_seconds))
+
     def init_all(self, protocol: str, device_name: str,
                  mount_segment_size: int = 16777216) -> int:
         """Mount one more segment of ``mount_segment_size`` bytes

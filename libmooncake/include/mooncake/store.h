@@ -798,6 +798,33 @@ MC_API mc_status_t mc_store_nof_unmount(mc_store_h store, const char *path);
  */
 MC_API mc_status_t mc_store_offload_start(mc_store_h store, const char *dir);
 
+/**
+ * @brief Turn the SSD tier off for good before the process goes away
+ *        (upstream unmount_local_disk_segment; meant for a shutdown hook).
+ *
+ * The tier takes no more keys (those queued are counted as failed), the
+ * offloader finishes the record in hand, and the master is told that every
+ * record of the tier is gone (DISK_REPLICA_DROP, bucket by bucket): it
+ * stops naming this client as a holder, so a reader gets a clean miss
+ * instead of a peer that is about to disappear, and an object whose last
+ * replica was here is erased.  Then the call holds @p grace_seconds while
+ * the tier keeps serving the reads handed out before (a disk replica is
+ * read by its holder's process, unlike a memory one); the hold ends early
+ * when the store is closed.  The bucket files and the counters stay until
+ * mc_store_close().  Calling it again holds again and sends nothing more;
+ * a store without an SSD tier returns MC_OK at once.
+ *
+ * @param store         a set-up store.
+ * @param grace_seconds how long to hold after the master dropped the
+ *                      records (0: return at once).
+ * @return MC_OK; the status of a DISK_REPLICA_DROP that failed (the master
+ *         unreachable: MC_RPC_FAIL; a later call tries the drops again,
+ *         and nothing is held); MC_UNAVAILABLE_IN_CURRENT_STATUS before
+ *         setup; MC_NOT_SUPPORTED for a dummy client.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_offload_stop(mc_store_h store, uint64_t grace_seconds);
+
 /** Counters of a client's SSD tier. @since 0.2 */
 typedef struct mc_store_disk_stats {
     uint64_t offloaded_keys;   /**< records written and accepted by the master */
