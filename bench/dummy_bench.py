@@ -22,6 +22,14 @@ which goes first in each round:
   * batch_get_into of 32 x 4 KiB (target: dummy >= 0.8 x ordinary);
   * get_into of one 1 MiB object (target: dummy >= 0.7 x ordinary).
 
+Then SGLang HiCache's page pattern, standalone mode against embedded: each
+side allocates a host KV pool with MooncakeHostMemAllocator and registers
+it (the dummy's register_buffer hands the memfd to the daemon, which then
+reads and writes the pool in place), and per call moves a batch of 32 x 64
+KiB fresh pages out (batch_put_from) and back in (batch_get_into), checked
+byte for byte; the keys are removed after each call, untimed (target: dummy
+>= 0.8 x ordinary, put + get).
+
 Each figure is the median over rounds of the round's mean time per call.
 
     bench/dummy_bench.py [--build-dir build] [--transport auto|tcp] [--rounds N]
@@ -47,7 +55,9 @@ ROWS = (  # name, keys, size per key, calls per round
     ("get_into", 1, BIG, 200),
 )
 ROUNDS = 15
-TARGETS = {"batch_get_into": 0.8, "get_into": 0.7}
+# SGLang's page pattern: name, pages per batch, page size, calls per round
+PAGES = ("sglang_pages", 32, 64 << 10, 20)
+TARGETS = {"batch_get_into": 0.8, "get_into": 0.7, "sglang_pages": 0.8}
 MiB = 1 << 20
 
 
@@ -62,7 +72,7 @@ def worker_main():
     store = MooncakeDistributedStore()
     bufs = {}  # row name -> list of addresses
     regions = []  # (address, release) for quit
-    state = {"dummy": False}
+    state = {"dummy": False, "pool": 0}
 
     def reply(obj):
         sys.stdout.write(json.dumps(obj) + "\n")
@@ -112,6 +122,22 @@ def worker_main():
                 for name, n, size, _ in ROWS:
                     bufs[name] = buffer(n * size)
                 reply({"rc": 0})
+            elif op == "hostpool":
+                # SGLang's host KV pool: out pages, then in pages
+                from mooncake.store import MooncakeHostMemAllocator
+                _, n, size, _ = PAGES
+                alloc = MooncakeHostMemAllocator()
+                p = alloc.alloc(2 * n * size)
+                regions.append((p, alloc.free))
+                _check(store.register_buffer(p, 2 * n * size) == 0,
+                       "register_buffer of the host pool failed")
+                regions.append((p, store.unregister_buffer))
+                for i in range(n):
+                    ctypes.memmove(p + i * size, os.urandom(size), size)
+                state["pool"] = p
+                reply({"rc": 0})
+            elif op == "pages":
+                reply(pages_row(store, state["pool"], cmd["tag"], cmd["calls"]))
             elif op == "read":
                 reply(read_row(store, bufs, cmd["row"], cmd["calls"]))
             elif op == "exist":
@@ -145,6 +171,33 @@ def worker_main():
 def _check(cond, what):
     if not cond:
         raise RuntimeError(what)
+
+
+def pages_row(store, pool, tag, calls):
+    """`calls` rounds of SGLang's page traffic on the host pool at `pool`:
+    batch_put_from of fresh keys from its first half, batch_get_into of them
+    into its second half (checked), then (untimed) their removal.  Mean
+    seconds per call of each half."""
+    _, n, size, _ = PAGES
+    src = [pool + i * size for i in range(n)]
+    dst = [pool + (n + i) * size for i in range(n)]
+    sizes = [size] * n
+    put_s = get_s = 0.0
+    for c in range(calls):
+        keys = ["%s_%d_%d" % (tag, c, i) for i in range(n)]
+        t0 = time.perf_counter()
+        rcs = store.batch_put_from(keys, src, sizes)
+        t1 = time.perf_counter()
+        got = store.batch_get_into(keys, dst, sizes)
+        t2 = time.perf_counter()
+        _check(rcs == [0] * n, "batch_put_from -> %r" % rcs[:4])
+        _check(got == sizes, "batch_get_into -> %r" % got[:4])
+        put_s += t1 - t0
+        get_s += t2 - t1
+        _check(store.batch_remove(keys, force=True) == [0] * n, "batch_remove failed")
+    _check(ctypes.string_at(src[0], n * size) == ctypes.string_at(dst[0], n * size),
+           "the pages read back differ from those written")
+    return {"put_s": put_s / calls, "get_s": get_s / calls}
 
 
 def read_row(store, bufs, name, calls):
@@ -277,6 +330,31 @@ def main():
             print("%-26s %6s | %10s round means: dummy min %.1f max %.1f, ordinary min "
                   "%.1f max %.1f us" % ("", "", "", dv[0] * 1e6, dv[-1] * 1e6,
                                         ov[0] * 1e6, ov[-1] * 1e6))
+        # SGLang's page pattern on a registered host pool, both ways
+        name, n, size, calls = PAGES
+        for w in workers:
+            w.call(op="hostpool")
+        per = {"dummy": [], "ordinary": []}
+        halves = {"dummy": ([], []), "ordinary": ([], [])}
+        for r in range(args.rounds):
+            order = (("dummy", dummy), ("ordinary", ordinary))
+            for side, w in (order if r % 2 == 0 else order[::-1]):
+                out = w.call(op="pages", tag="%s%d" % (side, r), calls=calls)
+                per[side].append(out["put_s"] + out["get_s"])
+                halves[side][0].append(out["put_s"])
+                halves[side][1].append(out["get_s"])
+        d, o = median(per["dummy"]), median(per["ordinary"])
+        moved = 2 * n * size / 1e9  # out and back in
+        ratio = o / d
+        results[name] = ratio
+        print("%-26s %6d | %10.1f %9.3f | %10.1f %9.3f | %6.2f %7s" % (
+            "sglang pages %d x %s" % (n, human(size)), calls, d * 1e6, moved / d, o * 1e6,
+            moved / o, ratio, ">= %.1f" % TARGETS[name]))
+        print("%-26s %6s | %10s put %.1f + get %.1f us (dummy), put %.1f + get %.1f us "
+              "(ordinary)" % ("", "", "", median(halves["dummy"][0]) * 1e6,
+                              median(halves["dummy"][1]) * 1e6,
+                              median(halves["ordinary"][0]) * 1e6,
+                              median(halves["ordinary"][1]) * 1e6))
         # where the time goes: is_exist moves no bytes, so the dummy's extra
         # time is its hop to the daemon (unix socket, two wakeups)
         per = {"dummy": [], "ordinary": []}

@@ -464,6 +464,8 @@ struct mooncake_engine {
 /* Bound through the address-based helpers of the language files. */
 %ignore mc_host_mem_alloc;
 %ignore mc_host_mem_free;
+%ignore mc_host_mem_pluggable_alloc;
+%ignore mc_host_mem_pluggable_free;
 %ignore mc_replica_desc;
 /* Bound through the task helpers of the language files. */
 %ignore mc_store_task_info;

@@ -1185,6 +1185,18 @@ static int mooncake_host_mem_free(uint64_t addr)
 {
     return mc_host_mem_free((void *)(uintptr_t)addr);
 }
+
+/* The addresses of the pluggable allocator pair, for torch
+ * (mooncake.store.get_alloc_func_addr / get_free_func_addr). */
+static uint64_t mooncake_host_mem_alloc_func_addr(void)
+{
+    return (uint64_t)(uintptr_t)&mc_host_mem_pluggable_alloc;
+}
+
+static uint64_t mooncake_host_mem_free_func_addr(void)
+{
+    return (uint64_t)(uintptr_t)&mc_host_mem_pluggable_free;
+}
 %}
 
 /* ---- plain calls: -threads releases the lock around each ---------------- */

@@ -115,6 +115,20 @@ EXTRA_DIST += \
 	tests/python/test_durable.py \
 	tests/python/test_ha.py \
 	tests/python/test_ha_ship.py \
+	tests/python/test_auth.py \
+	tests/python/test_dfs.py \
+	tests/python/test_env_settings.py \
+	tests/python/test_hostpool.py \
+	tests/python/test_idle_conns.py \
+	tests/python/test_loc_cache.py \
+	tests/python/test_malloc_tune.py \
+	tests/python/test_nof.py \
+	tests/python/test_populate.py \
+	tests/python/test_put_one_trip.py \
+	tests/python/test_read_identity.py \
+	tests/python/test_rpc_input.py \
+	tests/python/test_spec_reads.py \
+	tests/python/test_tiers_remote.py \
 	$(NULL)
 
 if ENABLE_PYTHON

@@ -5,7 +5,11 @@
  * buffer), hands them to the real client over a unix socket (SCM_RIGHTS)
  * and forwards each store call there as one frame of the dummy protocol
  * (dummy_wire.h, docs/protocol.md §8).  Bytes move through the shared
- * memory only.
+ * memory only.  Besides its two memfds a dummy shares the host-memory
+ * blocks it registers (mc_host_mem_alloc: a worker's KV pool), each sent
+ * once as REGISTER with its memfd and named by the region id the real
+ * client answers; the real client then reads and writes those pages in
+ * place, so a page moves with no staging copy.
  *
  * Every forwarded public call starts with `if (mc_dummy_xxx(s, ..., &st))
  * return st;`: the mc_dummy_ functions return 0 (and touch nothing) for a
@@ -23,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +51,18 @@
 
 typedef struct pool_block {
     uint64_t off;
+    uint64_t len;  /* as asked for: register_buffer wants exactly it */
     uint32_t handle;
 } pool_block_t;
+
+/* A host-memory block (mc_host_mem_alloc) registered with the real client:
+ * region @p id of the dummy's memory from then on. */
+typedef struct dummy_buf {
+    uint8_t *base;
+    uint64_t size;
+    uint64_t serial; /* mc_host_mem_info_t.serial: which allocation it was */
+    uint16_t id;
+} dummy_buf_t;
 
 struct mc_dummy {
     pthread_mutex_t lock;  /* one request at a time on fd */
@@ -60,6 +75,14 @@ struct mc_dummy {
     pthread_mutex_t pool_lock;  /* pool_blocks */
     pool_block_t *pool_blocks;
     size_t npool, cappool;
+    /* registered host memory: bufs[0..nbufs) under buf_lock (read by every
+     * call that places a buffer, written by (un)register); reg_mu makes a
+     * whole register or unregister, round trip included, one at a time */
+    pthread_rwlock_t buf_lock;
+    pthread_mutex_t reg_mu;
+    dummy_buf_t bufs[MC_DUMMY_MAX_BUFS];
+    unsigned nbufs;
+    struct mc_dummy *live_next;  /* live_dummies (mc_dummy_host_mem_freed) */
     uint8_t *scratch;  /* request/response buffer, under lock */
     size_t scratch_cap;
     /* liveness: PING when no call is in flight (the real client drops a
@@ -378,22 +401,39 @@ static mc_status_t call(mc_dummy_t *d, unsigned op, unsigned hflags,
     return st;
 }
 
-/* Region and offset of [p, p+len) when it lies in the shared memory. */
-static int locate(const mc_dummy_t *d, const void *p, size_t len, uint16_t *region_p,
-                  uint64_t *off_p)
+/* 1 when [p, p+len) lies in [base, base+size). */
+static int inside(uintptr_t base, uint64_t size, const void *p, size_t len)
 {
     uintptr_t a = (uintptr_t)p;
+    return (base != 0) && (a >= base) && (a - base <= size) && (len <= size - (a - base));
+}
+
+/* Region and offset of [p, p+len) when it lies in the shared memory: the
+ * pool, the staging buffer, or one registered host-memory block. */
+static int locate(mc_dummy_t *d, const void *p, size_t len, uint16_t *region_p,
+                  uint64_t *off_p)
+{
+    int found = 0;
     for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
-        uintptr_t b = (uintptr_t)d->base[r];
-        if ((d->base[r] == NULL) || (a < b))
-            continue;
-        if ((a - b <= d->size[r]) && (len <= d->size[r] - (a - b))) {
+        if (inside((uintptr_t)d->base[r], d->size[r], p, len)) {
             *region_p = (uint16_t)r;
-            *off_p = a - b;
+            *off_p = (uintptr_t)p - (uintptr_t)d->base[r];
             return 1;
         }
     }
-    return 0;
+    if (__atomic_load_n(&d->nbufs, __ATOMIC_ACQUIRE) == 0)
+        return 0; /* the common case of a pool-only dummy takes no lock */
+    pthread_rwlock_rdlock(&d->buf_lock);
+    for (unsigned i = 0; !found && (i < d->nbufs); i++) {
+        const dummy_buf_t *b = &d->bufs[i];
+        if (inside((uintptr_t)b->base, b->size, p, len)) {
+            *region_p = b->id;
+            *off_p = (uintptr_t)p - (uintptr_t)b->base;
+            found = 1;
+        }
+    }
+    pthread_rwlock_unlock(&d->buf_lock);
+    return found;
 }
 
 static void cfg_to_wire(const mc_replicate_config_t *cfg, put_cfg_t *pc)
@@ -512,10 +552,36 @@ static mc_status_t map_region(mc_dummy_t *d, unsigned r, uint64_t size)
     return MC_OK;
 }
 
+/* The set-up dummies of this process, for mc_dummy_host_mem_freed().
+ * Lock order: live_mu, then a dummy's reg_mu, then its lock. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static mc_dummy_t *live_dummies;
+
+static void live_add(mc_dummy_t *d)
+{
+    pthread_mutex_lock(&live_mu);
+    d->live_next = live_dummies;
+    live_dummies = d;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(mc_dummy_t *d)
+{
+    pthread_mutex_lock(&live_mu);
+    for (mc_dummy_t **pp = &live_dummies; *pp != NULL; pp = &(*pp)->live_next)
+        if (*pp == d) {
+            *pp = d->live_next;
+            break;
+        }
+    pthread_mutex_unlock(&live_mu);
+}
+
 static void dummy_free(mc_dummy_t *d)
 {
     if (d == NULL)
         return;
+    /* the real client drops every registered block with the connection */
+    live_remove(d);
     if (d->fd >= 0)
         shutdown(d->fd, SHUT_RDWR); /* a PING in flight returns now */
     mc_store_worker_stop(&d->ping);
@@ -529,6 +595,8 @@ static void dummy_free(mc_dummy_t *d)
     }
     pthread_mutex_destroy(&d->lock);
     pthread_mutex_destroy(&d->pool_lock);
+    pthread_rwlock_destroy(&d->buf_lock);
+    pthread_mutex_destroy(&d->reg_mu);
     free(d->pool_blocks);
     free(d->scratch);
     free(d);
@@ -669,6 +737,8 @@ MC_API mc_status_t mc_store_setup_dummy(mc_store_h s, uint64_t mem_pool_size,
     d->mfd[0] = d->mfd[1] = -1;
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->pool_lock, NULL);
+    pthread_rwlock_init(&d->buf_lock, NULL);
+    pthread_mutex_init(&d->reg_mu, NULL);
     pthread_rwlock_wrlock(&s->life);
     if (s->ready || (s->dummy != NULL)) {
         pthread_rwlock_unlock(&s->life);
@@ -682,6 +752,7 @@ MC_API mc_status_t mc_store_setup_dummy(mc_store_h s, uint64_t mem_pool_size,
                                    mc_store_env_interval_ms("MC_DUMMY_PING_MS", 1000, 10, 600000),
                                    ping_main, d);
     if (st == MC_OK) {
+        live_add(d);
         s->dummy = d;
         /* a dummy has no segment of its own: its name is its real client's */
         snprintf(s->hostname, sizeof(s->hostname), "%s", server_address);
@@ -1375,22 +1446,222 @@ int mc_dummy_remove(mc_store_h s, const char *key, int force, mc_status_t *st_p)
 
 /* ---- memory ----------------------------------------------------------------- */
 
+/*
+ * A register_buffer a dummy refuses: MC_INVALID_PARAMS (-1 in Python, as
+ * upstream) and a WARN line saying why, every time, as upstream logs each
+ * refusal: the caller is this process, not a peer that could flood the log.
+ */
+static mc_status_t refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static mc_status_t refuse(const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    mc_set_error_detail("%s", why);
+    mc_warn("dummy: register_buffer: %s", why);
+    return MC_INVALID_PARAMS;
+}
+
+/* The alloc_from_mem_pool block holding @p p: 1 with its start and length. */
+static int pool_block_of(mc_dummy_t *d, const void *p, uintptr_t *start_p, uint64_t *len_p)
+{
+    uintptr_t a = (uintptr_t)p, pool = (uintptr_t)d->base[MC_DUMMY_REGION_POOL];
+    int found = 0;
+    if ((pool == 0) || !inside(pool, d->size[MC_DUMMY_REGION_POOL], p, 0))
+        return 0;
+    pthread_mutex_lock(&d->pool_lock);
+    for (size_t i = 0; !found && (i < d->npool); i++) {
+        uintptr_t b = pool + d->pool_blocks[i].off;
+        if ((a >= b) && (a - b < d->pool_blocks[i].len)) {
+            *start_p = b;
+            *len_p = d->pool_blocks[i].len;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&d->pool_lock);
+    return found;
+}
+
+/* Index in d->bufs of the registered block starting at @p base, or -1.
+ * buf_lock held (or reg_mu: only it writes). */
+static int buf_find(const mc_dummy_t *d, const void *base)
+{
+    for (unsigned i = 0; i < d->nbufs; i++)
+        if (d->bufs[i].base == base)
+            return (int)i;
+    return -1;
+}
+
+/* Forget bufs[i] here (no call places a buffer in it any more), then tell
+ * the real client.  reg_mu held. */
+static mc_status_t buf_drop(mc_dummy_t *d, unsigned i)
+{
+    mc_dummy_item_t it;
+    mc_dummy_result_t r;
+    mc_status_t st;
+
+    memset(&it, 0, sizeof(it));
+    it.region = d->bufs[i].id;
+    pthread_rwlock_wrlock(&d->buf_lock);
+    d->bufs[i] = d->bufs[d->nbufs - 1];
+    __atomic_store_n(&d->nbufs, d->nbufs - 1, __ATOMIC_RELEASE);
+    pthread_rwlock_unlock(&d->buf_lock);
+    st = call(d, MC_DUMMY_OP_UNREGISTER, 0, &it, NULL, 1, NULL, &r, 1);
+    return (st == MC_OK) ? (mc_status_t)r.result : st;
+}
+
+/* REGISTER of host-memory block @p info (its fd attached); reg_mu held. */
+static mc_status_t buf_register(mc_dummy_t *d, const mc_host_mem_info_t *info)
+{
+    mc_dummy_item_t it;
+    mc_dummy_result_t r;
+    mc_status_t st;
+
+    if (d->nbufs == MC_DUMMY_MAX_BUFS)
+        return refuse("this dummy has %u host-memory blocks registered already (the most "
+                      "a real client maps for one dummy); unregister one first",
+                      MC_DUMMY_MAX_BUFS);
+    memset(&it, 0, sizeof(it));
+    it.len = info->size;
+    pthread_mutex_lock(&d->lock);
+    st = do_call_fd(d, MC_DUMMY_OP_REGISTER, 0, &it, NULL, 1, NULL, &r, 1, info->fd);
+    pthread_mutex_unlock(&d->lock);
+    if ((st == MC_OK) && (r.result < 0)) {
+        st = (mc_status_t)r.result;
+        mc_set_error_detail("the real client at %s refused to map %zu bytes of host memory "
+                            "(%s); its log says why", d->path, info->size, mc_status_string(st));
+    }
+    if ((st == MC_OK) && ((r.result < MC_DUMMY_NREGIONS) || (r.result >= MC_DUMMY_MAX_REGIONS))) {
+        mc_set_error_detail("the real client answered REGISTER with region %lld",
+                            (long long)r.result);
+        st = MC_INTERNAL_ERROR;
+    }
+    if (st != MC_OK) {
+        mc_warn("dummy: register_buffer: %s", mc_last_error_detail());
+        return st;
+    }
+    pthread_rwlock_wrlock(&d->buf_lock);
+    d->bufs[d->nbufs] = (dummy_buf_t){info->base, info->size, info->serial, (uint16_t)r.result};
+    __atomic_store_n(&d->nbufs, d->nbufs + 1, __ATOMIC_RELEASE);
+    pthread_rwlock_unlock(&d->buf_lock);
+    return MC_OK;
+}
+
+/*
+ * Upstream's rule (a ShmHelper segment, exactly): the range must be one
+ * whole block of this dummy's pool (already shared: nothing to send) or
+ * one whole mc_host_mem_alloc() block, whose size is rounded up to its huge
+ * page first, as upstream rounds in huge-page mode.  Registering a block
+ * twice is harmless.
+ */
+static mc_status_t dummy_register(mc_dummy_t *d, const void *addr, size_t len)
+{
+    mc_host_mem_info_t info;
+    uintptr_t start;
+    uint64_t blen;
+    mc_status_t st;
+    int i, found;
+
+    if (addr == NULL)
+        return refuse("the buffer is NULL");
+    if (__atomic_load_n(&d->dead, __ATOMIC_RELAXED))
+        return refuse("the real client at %s is gone (an earlier call failed); set the "
+                      "dummy up again", d->path);
+    if (pool_block_of(d, addr, &start, &blen)) {
+        if ((start != (uintptr_t)addr) || (blen != len))
+            return refuse("Invalid buffer address or size for registration: buffer %p size %zu, "
+                          "its alloc_from_mem_pool block is %p size %llu", addr, len,
+                          (void *)start, (unsigned long long)blen);
+        return MC_OK;
+    }
+    found = mc_host_mem_find(addr, len, 1, &info);
+    if (found < 0)
+        return MC_INTERNAL_ERROR;
+    if (found == 0)
+        return refuse("Buffer is not in any registered shared memory: %p is neither in a "
+                      "MooncakeHostMemAllocator block nor in an alloc_from_mem_pool block", addr);
+    len = mc_host_mem_round(len, info.hugepage);
+    if ((info.base != addr) || (info.size != len)) {
+        close(info.fd);
+        return refuse("Invalid buffer address or size for registration: buffer %p size %zu, "
+                      "its host memory block is %p size %zu", addr, len, info.base, info.size);
+    }
+    pthread_mutex_lock(&d->reg_mu);
+    i = buf_find(d, addr);
+    if ((i >= 0) && (d->bufs[i].serial == info.serial)) {
+        st = MC_OK; /* registered already */
+    } else {
+        /* a block freed without the hook having run yet cannot be here
+         * (the registry hands its address out only after the hook): a
+         * stale entry is dropped all the same rather than trusted */
+        if (i >= 0)
+            (void)buf_drop(d, (unsigned)i);
+        st = buf_register(d, &info);
+    }
+    pthread_mutex_unlock(&d->reg_mu);
+    close(info.fd);
+    return st;
+}
+
+static mc_status_t dummy_unregister(mc_dummy_t *d, const void *addr)
+{
+    uintptr_t start;
+    uint64_t blen;
+    mc_status_t st;
+    int i;
+
+    if (addr == NULL)
+        return refuse("unregister_buffer of a NULL buffer");
+    pthread_mutex_lock(&d->reg_mu);
+    i = buf_find(d, addr);
+    st = (i >= 0) ? buf_drop(d, (unsigned)i) : MC_INVALID_PARAMS;
+    pthread_mutex_unlock(&d->reg_mu);
+    if (i >= 0)
+        return st;
+    if (pool_block_of(d, addr, &start, &blen) && (start == (uintptr_t)addr))
+        return MC_OK; /* a pool block stays shared until it is freed */
+    mc_set_error_detail("unregister_buffer: %p is not the start of a buffer this dummy "
+                        "registered", addr);
+    mc_warn("dummy: %s", mc_last_error_detail());
+    return MC_INVALID_PARAMS;
+}
+
 int mc_dummy_register_buffer(mc_store_h s, const void *addr, size_t len, mc_status_t *st_p)
 {
     mc_dummy_t *d = enter(s);
-    uint16_t reg;
-    uint64_t off;
     if (d == NULL)
         return 0;
-    if ((addr != NULL) && locate(d, addr, len, &reg, &off)) {
-        *st_p = MC_OK; /* already shared with (and registered by) the real client */
-    } else {
-        mc_set_error_detail("a dummy client can only use its own shared memory "
-                            "(alloc_from_mem_pool); this range is outside it");
-        *st_p = MC_INVALID_PARAMS;
-    }
+    *st_p = dummy_register(d, addr, len);
     leave(s);
     return 1;
+}
+
+int mc_dummy_unregister_buffer(mc_store_h s, const void *addr, mc_status_t *st_p)
+{
+    mc_dummy_t *d = enter(s);
+    if (d == NULL)
+        return 0;
+    *st_p = dummy_unregister(d, addr);
+    leave(s);
+    return 1;
+}
+
+void mc_dummy_host_mem_freed(const void *base, uint64_t serial)
+{
+    pthread_mutex_lock(&live_mu);
+    for (mc_dummy_t *d = live_dummies; d != NULL; d = d->live_next) {
+        int i;
+        pthread_mutex_lock(&d->reg_mu);
+        i = buf_find(d, base);
+        if ((i >= 0) && (d->bufs[i].serial == serial) &&
+            (buf_drop(d, (unsigned)i) != MC_OK))
+            mc_debug("dummy: the real client did not unregister freed host memory %p: %s",
+                     base, mc_last_error_detail());
+        pthread_mutex_unlock(&d->reg_mu);
+    }
+    pthread_mutex_unlock(&live_mu);
 }
 
 int mc_dummy_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p, mc_status_t *st_p)
@@ -1420,7 +1691,7 @@ int mc_dummy_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p, mc_status_t
             }
         }
         if (st == MC_OK) {
-            d->pool_blocks[d->npool++] = (pool_block_t){r.off, r.handle};
+            d->pool_blocks[d->npool++] = (pool_block_t){r.off, size, r.handle};
             *ptr_p = d->base[MC_DUMMY_REGION_POOL] + r.off;
         }
         pthread_mutex_unlock(&d->pool_lock);
@@ -1616,6 +1887,37 @@ int mc_dummy_mem_is_registered(mc_store_h s, const void *p, size_t len, int *res
     return 1;
 }
 
+/*
+ * The bytes from @p p to the end of the one shared allocation holding it -
+ * an alloc_from_mem_pool block or a registered host-memory block, as
+ * upstream measures in the single shm segment holding a buffer: 1 with
+ * *room_p, or 0 when @p p is in no mapped allocation.
+ */
+static int shm_room(mc_dummy_t *d, const void *p, uint64_t *room_p)
+{
+    uintptr_t start;
+    uint64_t len;
+    int found = 0;
+
+    if (p == NULL)
+        return 0;
+    if (pool_block_of(d, p, &start, &len)) {
+        *room_p = len - ((uintptr_t)p - start);
+        return 1;
+    }
+    pthread_rwlock_rdlock(&d->buf_lock);
+    for (unsigned i = 0; !found && (i < d->nbufs); i++) {
+        const dummy_buf_t *b = &d->bufs[i];
+        if (((uintptr_t)p >= (uintptr_t)b->base) &&
+            ((uintptr_t)p - (uintptr_t)b->base < b->size)) {
+            *room_p = b->size - ((uintptr_t)p - (uintptr_t)b->base);
+            found = 1;
+        }
+    }
+    pthread_rwlock_unlock(&d->buf_lock);
+    return found;
+}
+
 int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_status_t *st_p)
 {
     mc_dummy_t *d = enter(s);
@@ -1631,6 +1933,20 @@ int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_st
         mc_set_error_detail("ranges is NULL");
         st = MC_INVALID_PARAMS;
         goto done;
+    }
+    /* upstream's dummy places every buffer before it asks for anything: one
+     * outside its mapped memory fails every range of the call */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t room;
+        if (!shm_room(d, ranges[i].buffer, &room)) {
+            mc_set_error_detail("buffer %p is in none of the dummy's shared memory (an "
+                                "alloc_from_mem_pool block or a registered host-memory block)",
+                                ranges[i].buffer);
+            st = MC_INVALID_PARAMS;
+            for (size_t j = 0; j < n; j++)
+                ranges[j].result = st;
+            goto done;
+        }
     }
     dkeys = calloc(n + 1, sizeof(*dkeys));
     owner = calloc(n + 1, sizeof(*owner));
@@ -1661,20 +1977,22 @@ int mc_dummy_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n, mc_st
     for (size_t i = 0; i < n; i++) {
         mc_store_range_t *r = &ranges[i];
         size_t o = owner[i];
-        uint16_t reg;
-        uint64_t off;
+        uint64_t room = 0;
         if (r->result != MC_OK)
             continue;
         if (ks[o] != MC_OK) {
             r->result = ks[o];
             continue;
         }
-        if ((r->buffer == NULL) || (r->dst_offset > UINT64_MAX - r->length) ||
-            (r->dst_offset + r->length > SIZE_MAX) ||
-            !locate(d, r->buffer, (size_t)(r->dst_offset + r->length), &reg, &off)) {
-            mc_set_error_detail("destination [+%llu, +%llu) of buffer %p leaves the dummy's "
-                                "shared memory", (unsigned long long)r->dst_offset,
-                                (unsigned long long)r->length, r->buffer);
+        /* the room is that of the allocation holding the buffer, not the
+         * whole pool: a neighbour's block is not this buffer's to fill */
+        if (!shm_room(d, r->buffer, &room) || (r->dst_offset > room) ||
+            (r->length > room - r->dst_offset)) {
+            mc_set_error_detail("destination [+%llu, +%llu) of buffer %p overruns the %llu "
+                                "bytes left in its shared allocation",
+                                (unsigned long long)r->dst_offset,
+                                (unsigned long long)r->length, r->buffer,
+                                (unsigned long long)room);
             r->result = MC_INVALID_PARAMS;
             continue;
         }

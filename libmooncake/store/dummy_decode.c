@@ -3,7 +3,7 @@
  * The pure half of the dummy server's request handling (docs/protocol.md
  * §8): checks of a request header, the split of a request body into items,
  * keys and config, and the check of an item's range against a session's
- * region sizes.  No socket, no store, no session here, so that
+ * region sizes (the two of HELLO and the host-memory blocks it registered).  No socket, no store, no session here, so that
  * tests/fuzz/fuzz_dummy.c can drive exactly the code dummy_server.c runs
  * on every frame a dummy sends.
  *
@@ -100,9 +100,9 @@ bad:
     return -1;
 }
 
-int mc_dummy_range_check(const uint64_t size[MC_DUMMY_NREGIONS], const mc_dummy_item_t *it)
+int mc_dummy_range_check(const uint64_t *size, unsigned nregions, const mc_dummy_item_t *it)
 {
-    if (it->region >= MC_DUMMY_NREGIONS)
+    if (it->region >= nregions)
         return -1;
     uint64_t sz = size[it->region];
     if ((it->off > sz) || (it->len > sz - it->off))

@@ -44,7 +44,17 @@ int mc_dummy_batch_get_into(mc_store_h s, const char *const *keys, const mc_iov_
 int mc_dummy_exist(mc_store_h s, const char *key, int *result_p);
 int mc_dummy_get_size(mc_store_h s, const char *key, uint64_t *size_p, mc_status_t *st_p);
 int mc_dummy_remove(mc_store_h s, const char *key, int force, mc_status_t *st_p);
+/*
+ * register_buffer of a dummy (docs/protocol.md §8, "Host memory"): the
+ * exact range of one alloc_from_mem_pool block (nothing to send), or of one
+ * mc_host_mem_alloc() block (REGISTER: its memfd goes to the real client);
+ * anything else is MC_INVALID_PARAMS with a WARN line saying why.  @p len 0
+ * is unregister_buffer (mc_store_unregister_buffer calls it so).
+ */
 int mc_dummy_register_buffer(mc_store_h s, const void *addr, size_t len, mc_status_t *st_p);
+/* unregister_buffer of a dummy: @p addr must be the base of a registered
+ * host-memory block (UNREGISTER) or of a pool block (nothing to send). */
+int mc_dummy_unregister_buffer(mc_store_h s, const void *addr, mc_status_t *st_p);
 int mc_dummy_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p, mc_status_t *st_p);
 int mc_dummy_mem_pool_free(mc_store_h s, void *ptr, mc_status_t *st_p);
 int mc_dummy_mem_is_registered(mc_store_h s, const void *p, size_t len, int *result_p);
@@ -153,8 +163,46 @@ int mc_dummy_hdr_check(const mc_dummy_hdr_t *h);
 int mc_dummy_req_parse(const mc_dummy_hdr_t *h, const void *body, size_t len, mc_dummy_req_t *rq);
 /* Frees what parse allocated and zeroes @p rq; accepts NULL and a zeroed one. */
 void mc_dummy_req_cleanup(mc_dummy_req_t *rq);
-/* 0 if the item's (region, off, len) lies inside a region of @p size bytes
- * (region < MC_DUMMY_NREGIONS, off + len <= size[region], no wrap); else -1. */
-int mc_dummy_range_check(const uint64_t size[MC_DUMMY_NREGIONS], const mc_dummy_item_t *it);
+/* 0 if the item's (region, off, len) lies inside one of a session's
+ * @p nregions regions, region r being size[r] bytes (region < nregions,
+ * off + len <= size[region], no wrap); else -1.  A slot with no region has
+ * size 0 (only an empty range at 0 passes: the server also needs a base). */
+int mc_dummy_range_check(const uint64_t *size, unsigned nregions, const mc_dummy_item_t *it);
+
+/* ---- host memory (hostmem.c): what a dummy registers with its real client ---- */
+
+/* One live mc_host_mem_alloc() block: one sealed memfd mapped MAP_SHARED. */
+typedef struct mc_host_mem_info {
+    void *base;      /* what mc_host_mem_alloc() returned */
+    size_t size;     /* the size it registers as: the size asked for, rounded
+                      * up to the huge page size for huge-page memory */
+    size_t map_len;  /* bytes of the memfd and of the mapping (>= size) */
+    size_t hugepage; /* 0, or the huge page size it was allocated with */
+    uint64_t serial; /* unique per allocation in this process, never 0 */
+    int fd;          /* with want_fd: a CLOEXEC duplicate of its memfd, the
+                      * caller's to close; else -1 */
+} mc_host_mem_info_t;
+
+/*
+ * The allocation holding byte @p addr, the first of [addr, addr + len): the
+ * caller compares the rest, so that it can tell memory that is not host
+ * memory at all from a range that is not exactly one allocation.  1 with
+ * *info filled; 0 when no live allocation holds @p addr; -1 (detail set)
+ * when @p want_fd and the descriptor could not be duplicated.  Any thread.
+ */
+int mc_host_mem_find(const void *addr, size_t len, int want_fd, mc_host_mem_info_t *info);
+
+/* @p size rounded up to @p hugepage (0: no rounding; a power of two), as
+ * register_buffer rounds a size of huge-page memory; @p size when the
+ * rounding would wrap. */
+size_t mc_host_mem_round(size_t size, size_t hugepage);
+
+/*
+ * dummy_client.c: called by mc_host_mem_free() once the block left the
+ * registry and before it is unmapped.  Every live dummy that registered it
+ * unregisters it with its real client, so that a later allocation at the
+ * same address is never taken for it.
+ */
+void mc_dummy_host_mem_freed(const void *base, uint64_t serial);
 
 #endif /* MC_STORE_DUMMY_INTERNAL_H */

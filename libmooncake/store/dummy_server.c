@@ -2,9 +2,10 @@
 /*
  * The real client's side of the dummy protocol (docs/protocol.md §8):
  * a listening unix socket, one thread per dummy connection, and per dummy
- * a session: its two shared regions (mapped from the memfds it sent,
- * registered with the real store's engine) and the allocators of those
- * regions, which only this side owns.
+ * a session: its shared regions (mapped from the memfds it sent, registered
+ * with the real store's engine) - the two of HELLO, whose allocators only
+ * this side owns, and the host-memory blocks it REGISTERed since (a worker's
+ * KV pool, read and written in place).
  *
  * Everything arrives from another process and is treated as hostile: the
  * header, every count and length is checked against the frame, every
@@ -46,10 +47,13 @@ typedef struct session {
     pthread_t thread;
     int fd;
     int done;  /* the thread has finished (joined by the next accept or stop) */
-    uint8_t *base[MC_DUMMY_NREGIONS];
-    uint64_t size[MC_DUMMY_NREGIONS];
-    int registered[MC_DUMMY_NREGIONS];
+    /* regions: 0 and 1 from HELLO, then REGISTERed host memory; a free
+     * slot has base NULL and size 0 */
+    uint8_t *base[MC_DUMMY_MAX_REGIONS];
+    uint64_t size[MC_DUMMY_MAX_REGIONS];
+    int registered[MC_DUMMY_MAX_REGIONS];
     mc_alloc_t *alloc[MC_DUMMY_NREGIONS];
+    unsigned next_region; /* where the search for a free slot starts */
     /* guards alloc[] and base[]: the session's thread allocates, frees and
      * maps, and a STATS request of any other session reads them (taken
      * after srv->lock) */
@@ -95,23 +99,33 @@ struct mc_store_dummy_server {
 static void segs_release(session_t *ss);
 static void holds_release(session_t *ss);
 
+/* Unregister region @p r from the engine and unmap it; the slot is free
+ * afterwards.  The session's thread (no request of the dummy in flight). */
+static void region_drop(session_t *ss, unsigned r)
+{
+    uint8_t *base = ss->base[r];
+    if (ss->registered[r])
+        (void)mc_store_unregister_buffer(ss->srv->store, base);
+    ss->registered[r] = 0;
+    pthread_mutex_lock(&ss->mu);
+    if (r < MC_DUMMY_NREGIONS) {
+        mc_alloc_destroy(ss->alloc[r]);
+        ss->alloc[r] = NULL;
+    }
+    ss->base[r] = NULL;
+    pthread_mutex_unlock(&ss->mu);
+    if (base != NULL)
+        munmap(base, ss->size[r]);
+    ss->size[r] = 0;
+}
+
 static void session_release(session_t *ss)
 {
     if (ss->rx_fd >= 0)
         close(ss->rx_fd);
     ss->rx_fd = -1;
-    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
-        if (ss->registered[r])
-            (void)mc_store_unregister_buffer(ss->srv->store, ss->base[r]);
-        if (ss->base[r] != NULL)
-            munmap(ss->base[r], ss->size[r]);
-        pthread_mutex_lock(&ss->mu);
-        mc_alloc_destroy(ss->alloc[r]);
-        ss->alloc[r] = NULL;
-        ss->base[r] = NULL;
-        pthread_mutex_unlock(&ss->mu);
-        ss->registered[r] = 0;
-    }
+    for (unsigned r = 0; r < MC_DUMMY_MAX_REGIONS; r++)
+        region_drop(ss, r);
     free(ss->buf);
     ss->buf = NULL;
 }
@@ -192,7 +206,7 @@ static mc_status_t do_hello(session_t *ss)
         /* a memfd shorter than claimed, or one the dummy could shrink
          * later, would fault (SIGBUS) on access: only one sealed against
          * shrinking, of at least that size */
-        if (!mc_te_shm_fd_shareable(fds[r], size) || (size > ((uint64_t)1 << 46))) {
+        if (!mc_te_shm_fd_shareable(fds[r], size) || (size > MC_DUMMY_MAX_REGION_SIZE)) {
             mc_warn("dummy server: region %u of a HELLO is not %llu bytes of sealed shared "
                     "memory", r, (unsigned long long)size);
             goto out;
@@ -246,7 +260,8 @@ typedef mc_dummy_req_t req_t; /* decoded by dummy_decode.c */
 /* The session's own memory for an item's range, NULL if it is not. */
 static void *range_of(session_t *ss, const mc_dummy_item_t *it)
 {
-    if ((mc_dummy_range_check(ss->size, it) != 0) || (ss->base[it->region] == NULL))
+    if ((mc_dummy_range_check(ss->size, MC_DUMMY_MAX_REGIONS, it) != 0) ||
+        (ss->base[it->region] == NULL))
         return NULL;
     return ss->base[it->region] + it->off;
 }
@@ -1083,6 +1098,99 @@ static int do_named_ops(session_t *ss, unsigned op, req_t *rq, mc_dummy_result_t
     return rc;
 }
 
+/* ---- host memory a dummy registers ------------------------------------------ */
+
+/*
+ * REGISTER: one item, no key, len = the block's size; its memfd came with
+ * the frame (ss->rx_fd, closed by serve_one: the mapping holds the pages).
+ * The block is mapped, registered with the engine as HELLO's regions are,
+ * and answered with its region id.  A refusal is a status (the dummy's
+ * register_buffer says why); only a frame of the wrong shape is -1.
+ */
+static int do_register(session_t *ss, const req_t *rq, mc_dummy_result_t *res)
+{
+    uint64_t len;
+    unsigned r = MC_DUMMY_MAX_REGIONS;
+    mc_status_t st;
+    void *p;
+
+    if ((rq->n != 1) || (rq->keys[0] != NULL))
+        return -1;
+    len = rq->items[0].len;
+    /* like HELLO's memfds: at least that long and sealed against shrinking,
+     * or the mapping could fault (SIGBUS) here later */
+    if ((ss->rx_fd < 0) || (len == 0) || (len > MC_DUMMY_MAX_REGION_SIZE) ||
+        !mc_te_shm_fd_shareable(ss->rx_fd, len)) {
+        mc_log_ratelimited(MC_LOG_WARN, "dummy server: a REGISTER of %llu bytes without %s; "
+                           "refused", (unsigned long long)len,
+                           (ss->rx_fd < 0) ? "a descriptor" : "sealed shared memory that long");
+        res[0].result = MC_INVALID_PARAMS;
+        return 0;
+    }
+    for (unsigned i = 0; i < MC_DUMMY_MAX_BUFS; i++) {
+        unsigned k = MC_DUMMY_NREGIONS + (ss->next_region + i) % MC_DUMMY_MAX_BUFS;
+        if (ss->base[k] == NULL) {
+            r = k;
+            break;
+        }
+    }
+    if (r == MC_DUMMY_MAX_REGIONS) {
+        mc_log_ratelimited(MC_LOG_WARN, "dummy server: a dummy has %u host-memory regions "
+                           "registered already; refused another", MC_DUMMY_MAX_BUFS);
+        res[0].result = MC_NO_AVAILABLE_HANDLE;
+        return 0;
+    }
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ss->rx_fd, 0);
+    if (p == MAP_FAILED) {
+        mc_warn("dummy server: mmap of a dummy's %llu bytes of host memory: %m",
+                (unsigned long long)len);
+        res[0].result = MC_INTERNAL_ERROR;
+        return 0;
+    }
+    /* the worker populated its pages; this maps them here too, so the first
+     * transfer does not pay a fault per page */
+    mc_store_populate(p, len);
+    st = mc_store_register_buffer(ss->srv->store, p, len);
+    if (st != MC_OK) {
+        mc_warn("dummy server: registering a dummy's host memory: %s", mc_last_error_detail());
+        munmap(p, len);
+        res[0].result = st;
+        return 0;
+    }
+    pthread_mutex_lock(&ss->mu);
+    ss->base[r] = p;
+    ss->size[r] = len;
+    pthread_mutex_unlock(&ss->mu);
+    ss->registered[r] = 1;
+    ss->next_region = (r - MC_DUMMY_NREGIONS + 1) % MC_DUMMY_MAX_BUFS;
+    mc_info("dummy server: a dummy registered %llu bytes of host memory (region %u)",
+            (unsigned long long)len, r);
+    res[0].result = r;
+    return 0;
+}
+
+/*
+ * UNREGISTER: one item naming a REGISTERed region.  Requests of one dummy
+ * run one at a time on this thread, so none of its transfers on the region
+ * is in flight any more: it leaves the engine and is unmapped now.
+ */
+static int do_unregister(session_t *ss, const req_t *rq, mc_dummy_result_t *res)
+{
+    unsigned r;
+
+    if ((rq->n != 1) || (rq->keys[0] != NULL))
+        return -1;
+    r = rq->items[0].region;
+    if ((r < MC_DUMMY_NREGIONS) || (r >= MC_DUMMY_MAX_REGIONS) || (ss->base[r] == NULL)) {
+        res[0].result = MC_INVALID_PARAMS;
+        return 0;
+    }
+    region_drop(ss, r);
+    mc_info("dummy server: a dummy unregistered host memory (region %u)", r);
+    res[0].result = MC_OK;
+    return 0;
+}
+
 static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
 {
     uint64_t sessions = 0, mapped = 0, allocated = 0;
@@ -1091,11 +1199,11 @@ static void do_stats(struct mc_store_dummy_server *srv, mc_dummy_result_t *res)
         if (ss->done)
             continue;
         sessions++;
-        for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
+        for (unsigned r = 0; r < MC_DUMMY_MAX_REGIONS; r++) {
             pthread_mutex_lock(&ss->mu);
             if (ss->base[r] != NULL)
                 mapped += ss->size[r];
-            if (ss->alloc[r] != NULL) {
+            if ((r < MC_DUMMY_NREGIONS) && (ss->alloc[r] != NULL)) {
                 mc_alloc_stats_t st;
                 mc_alloc_get_stats(ss->alloc[r], &st);
                 allocated += st.allocated;
@@ -1233,6 +1341,14 @@ static int serve_one(session_t *ss)
         break;
     case MC_DUMMY_OP_EXIST:
         do_exist(ss, &rq, res);
+        break;
+    case MC_DUMMY_OP_REGISTER:
+    case MC_DUMMY_OP_UNREGISTER:
+        if (((h.op == MC_DUMMY_OP_REGISTER) ? do_register(ss, &rq, res)
+                                            : do_unregister(ss, &rq, res)) != 0) {
+            mc_warn("dummy server: a malformed %s request; closing", mc_dummy_op_name(h.op));
+            goto out;
+        }
         break;
     default: /* SIZE, REMOVE: one key each */
         for (size_t i = 0; i < rq.n; i++) {

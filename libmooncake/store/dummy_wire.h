@@ -18,9 +18,10 @@
  *              mc_dummy_result_t, one per request item.
  *
  * Object bytes never travel on the socket: an item names a range of one of
- * the dummy's two shared regions (MC_DUMMY_REGION_POOL / _LBUF) by offset.
- * The server checks every length, count and range against the frame and
- * against that dummy's own regions before it touches anything.
+ * the dummy's shared regions by offset - the two of HELLO (MC_DUMMY_REGION_
+ * POOL / _LBUF) and the host-memory blocks it REGISTERed.  The server checks
+ * every length, count and range against the frame and against that dummy's
+ * own regions before it touches anything.
  */
 #ifndef MC_STORE_DUMMY_WIRE_H
 #define MC_STORE_DUMMY_WIRE_H
@@ -62,7 +63,9 @@
     X(PUT_SESSION_START, 26, "key, len = size; config",    "status")          \
     X(PUT_SESSION_WRITE, 27, "key (+MORE), ranges",        "bytes or status") \
     X(PUT_SESSION_END, 28, "key",                          "status")          \
-    X(PUT_SESSION_REVOKE, 29, "key",                       "status")
+    X(PUT_SESSION_REVOKE, 29, "key",                       "status")          \
+    X(REGISTER,    30, "len; a host-memory memfd",          "region or status") \
+    X(UNREGISTER,  31, "region",                            "status")
 
 enum mc_dummy_op {
 #define MC_DUMMY_X_(name, num, req, resp) MC_DUMMY_OP_##name = num,
@@ -71,10 +74,16 @@ enum mc_dummy_op {
     MC_DUMMY_OP_MAX_
 };
 
-/* Regions of a dummy's shared memory. */
+/* Regions of a dummy's shared memory: the two it brings with HELLO, then
+ * up to MC_DUMMY_MAX_BUFS host-memory blocks it REGISTERs (region ids
+ * MC_DUMMY_NREGIONS .. MC_DUMMY_MAX_REGIONS - 1, chosen by the server). */
 #define MC_DUMMY_REGION_POOL 0u /* mem_pool_size: zero-copy data */
 #define MC_DUMMY_REGION_LBUF 1u /* local_buffer_size: staging */
 #define MC_DUMMY_NREGIONS 2u
+#define MC_DUMMY_MAX_BUFS 64u
+#define MC_DUMMY_MAX_REGIONS (MC_DUMMY_NREGIONS + MC_DUMMY_MAX_BUFS)
+/* The largest region either end accepts (64 TiB). */
+#define MC_DUMMY_MAX_REGION_SIZE ((uint64_t)1 << 46)
 
 /* hdr.flags */
 #define MC_DUMMY_F_NOREPLY 0x1u /* FREE only: the server sends no response */
@@ -102,7 +111,7 @@ typedef struct mc_dummy_item {
     uint64_t off;     /* offset in the region */
     uint64_t len;     /* bytes (PUT, ALLOC) or capacity (GET) */
     uint32_t handle;  /* staging block (FREE, PUT with IF_RELEASE) */
-    uint16_t region;  /* MC_DUMMY_REGION_* */
+    uint16_t region;  /* MC_DUMMY_REGION_*, or a REGISTERed region */
     uint8_t flags;    /* MC_DUMMY_IF_* */
     uint8_t pad;
     uint32_t klen;    /* key bytes that follow */

@@ -186,7 +186,7 @@ out:
 MC_API mc_status_t mc_store_unregister_buffer(mc_store_h s, void *addr)
 {
     mc_status_t dst;
-    if (mc_dummy_register_buffer(s, addr, 0, &dst))
+    if (mc_dummy_unregister_buffer(s, addr, &dst))
         return dst;
     mc_status_t st;
     struct mc_store_rd *rd;

@@ -4,13 +4,15 @@
  * (libmooncake/store/dummy_decode.c, run by dummy_server.c on every frame a
  * dummy sends; docs/protocol.md §8).  tests/fuzz/build.sh builds and runs it.
  *
- * Input: u64 size[2] (a session's region sizes), then a frame: a 24-byte
- * mc_dummy_hdr_t and the body.  The header goes to mc_dummy_hdr_check() as
+ * Input: u64 size[4] (a session's region sizes: the two of HELLO and two
+ * REGISTERed host-memory blocks), then a frame: a 24-byte mc_dummy_hdr_t
+ * and the body.  The header goes to mc_dummy_hdr_check() as
  * it is; then, as on the socket where the server reads exactly hdr.len
  * bytes, hdr.len is set to the body's length, and an accepted header's body
  * (copied to a buffer of exactly its size, so ASan sees any overrun) goes to
  * mc_dummy_req_parse().  Each item of an accepted body goes to
- * mc_dummy_range_check() against the sizes.
+ * mc_dummy_range_check() against a region table of the server's size
+ * (MC_DUMMY_MAX_REGIONS slots, slot r sized like input region r % 4).
  *
  * Checked, besides "no crash, no leak": the header and body verdicts equal
  * an independent walk of the frame; an accepted body has count items within
@@ -34,7 +36,8 @@
 #include "store/dummy_internal.h"
 #include "store/dummy_wire.h"
 
-#define SIZES_LEN (sizeof(uint64_t) * MC_DUMMY_NREGIONS)
+#define FUZZ_NREGIONS 4u /* sizes in the input */
+#define SIZES_LEN (sizeof(uint64_t) * FUZZ_NREGIONS)
 #define REAL_REGION_MAX 16384u /* regions up to this size are also allocated and written */
 
 #ifndef MC_FUZZ_WRITE_SEEDS
@@ -59,7 +62,7 @@ static int expect_hdr_ok(const mc_dummy_hdr_t *h)
     if (h->magic != MC_DUMMY_MAGIC || h->len > MC_DUMMY_MAX_FRAME ||
         h->count > MC_DUMMY_MAX_ITEMS)
         return 0;
-    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_PUT_SESSION_REVOKE)
+    if (h->op < MC_DUMMY_OP_PING || h->op > MC_DUMMY_OP_UNREGISTER)
         return 0;
     return !(h->flags & MC_DUMMY_F_NOREPLY) || h->op == MC_DUMMY_OP_FREE;
 }
@@ -166,23 +169,26 @@ static void check_accepted(const mc_dummy_hdr_t *h, const uint8_t *b, size_t len
         fail("an accepted body has bytes left over");
 }
 
-static void check_range(const uint64_t size[MC_DUMMY_NREGIONS], const mc_dummy_item_t *it,
-                        uint8_t *const real[MC_DUMMY_NREGIONS], const uint64_t real_size[])
+static void check_range(const uint64_t size[MC_DUMMY_MAX_REGIONS], const mc_dummy_item_t *it,
+                        uint8_t *const real[FUZZ_NREGIONS], const uint64_t real_size[])
 {
-    int ok = mc_dummy_range_check(size, it);
-    int expect = it->region < MC_DUMMY_NREGIONS &&
+    int ok = mc_dummy_range_check(size, MC_DUMMY_MAX_REGIONS, it);
+    int expect = it->region < MC_DUMMY_MAX_REGIONS &&
                  (unsigned __int128)it->off + it->len <= size[it->region];
     if ((ok == 0) != expect || (ok != 0 && ok != -1))
         fail("the range check disagrees with off + len <= size");
+    /* fewer regions: one past the table is refused whatever its size */
+    if (it->region >= FUZZ_NREGIONS && mc_dummy_range_check(size, FUZZ_NREGIONS, it) != -1)
+        fail("a region past the table was accepted");
     /* the same item against small real regions: an accepted range is writable */
-    if (mc_dummy_range_check(real_size, it) == 0 && it->len > 0)
+    if (mc_dummy_range_check(real_size, FUZZ_NREGIONS, it) == 0 && it->len > 0)
         memset(real[it->region] + it->off, 0xa5, (size_t)it->len);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint64_t sizes[MC_DUMMY_NREGIONS], real_size[MC_DUMMY_NREGIONS];
-    uint8_t *real[MC_DUMMY_NREGIONS] = {NULL, NULL};
+    uint64_t in[FUZZ_NREGIONS], sizes[MC_DUMMY_MAX_REGIONS], real_size[FUZZ_NREGIONS];
+    uint8_t *real[FUZZ_NREGIONS] = {NULL, NULL, NULL, NULL};
     mc_dummy_hdr_t h;
     mc_dummy_req_t rq;
     uint8_t *body;
@@ -191,7 +197,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size < SIZES_LEN + sizeof(h))
         return 0;
-    memcpy(sizes, data, SIZES_LEN);
+    memcpy(in, data, SIZES_LEN);
+    for (unsigned r = 0; r < MC_DUMMY_MAX_REGIONS; r++)
+        sizes[r] = in[r % FUZZ_NREGIONS];
     memcpy(&h, data + SIZES_LEN, sizeof(h));
     len = size - SIZES_LEN - sizeof(h);
 
@@ -219,15 +227,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     check_accepted(&h, body, len, &rq);
 
-    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++) {
-        real_size[r] = sizes[r] % (REAL_REGION_MAX + 1);
+    for (unsigned r = 0; r < FUZZ_NREGIONS; r++) {
+        real_size[r] = in[r] % (REAL_REGION_MAX + 1);
         real[r] = malloc(real_size[r] ? real_size[r] : 1);
         if (real[r] == NULL)
             real_size[r] = 0;
     }
     for (size_t i = 0; i < rq.n; i++)
         check_range(sizes, &rq.items[i], real, real_size);
-    for (unsigned r = 0; r < MC_DUMMY_NREGIONS; r++)
+    for (unsigned r = 0; r < FUZZ_NREGIONS; r++)
         free(real[r]);
 
     mc_dummy_req_cleanup(&rq);
@@ -251,7 +259,7 @@ static void put(seed_t *s, const void *p, size_t n)
 
 static void begin(seed_t *s, unsigned op, unsigned flags, uint32_t count)
 {
-    uint64_t sizes[MC_DUMMY_NREGIONS] = {1u << 20, 8192};
+    uint64_t sizes[FUZZ_NREGIONS] = {1u << 20, 8192, 4u << 20, 65536};
     mc_dummy_hdr_t h = {.magic = MC_DUMMY_MAGIC, .op = (uint16_t)op, .flags = (uint16_t)flags,
                         .count = count};
     s->n = 0;
@@ -409,6 +417,22 @@ int main(int argc, char **argv)
             finish(&s, argv[1], names[k]);
         }
     }
+    /* host memory: REGISTER (the memfd rides on the socket), a PUT and a
+     * GET on the registered region, UNREGISTER */
+    begin(&s, MC_DUMMY_OP_REGISTER, 0, 1);
+    item(&s, NULL, 0, 0, 4u << 20, 0, 0);
+    finish(&s, argv[1], "register");
+    begin(&s, MC_DUMMY_OP_PUT, 0, 2);
+    item(&s, "page-1", MC_DUMMY_NREGIONS, 0, 65536, 0, 0);
+    item(&s, "page-2", MC_DUMMY_NREGIONS + 1, 0, 65536, 0, 0);
+    put(&s, &cfg, sizeof(cfg));
+    finish(&s, argv[1], "put_registered");
+    begin(&s, MC_DUMMY_OP_GET, 0, 1);
+    item(&s, "page-1", MC_DUMMY_NREGIONS, 65536, 65536, 0, 0);
+    finish(&s, argv[1], "get_registered");
+    begin(&s, MC_DUMMY_OP_UNREGISTER, 0, 1);
+    item(&s, NULL, MC_DUMMY_NREGIONS, 0, 0, 0, 0);
+    finish(&s, argv[1], "unregister");
     begin(&s, MC_DUMMY_OP_UNMOUNT, 0, 1);
     item(&s, "0b9d6f7e-0d6f-4c1e-9d8a-2f1b3c4d5e6f", 0, 30, 0, 0,
          MC_DUMMY_IF_ARG | MC_DUMMY_IF_RELEASE);

@@ -35,6 +35,7 @@
     X(shm)                \
     X(store)              \
     X(store_write)        \
+    X(hostmem)            \
     X(store_read)         \
     X(loc_cache)          \
     X(master_tasks)       \

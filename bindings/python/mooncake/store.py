@@ -83,6 +83,8 @@ __all__ = [
     "BufferDescriptor",
     "BufferHandle",
     "MooncakeHostMemAllocator",
+    "get_alloc_func_addr",
+    "get_free_func_addr",
     "bind_to_numa_node",
     "BufferPool",
     "RegisteredBufferPool",
@@ -732,7 +734,9 @@ class MooncakeDistributedStore(TensorMethods):
         put_from_with_metadata, get_into, get_into_ranges,
         batch_put_from/batch_upsert_from/batch_get_into (and the multi-buffer
         forms), the tensor calls (put/get/batch/upsert/pub/TP, ``*_into``,
-        ``*_from``), register_buffer (only inside the shared pool),
+        ``*_from``), register_buffer (exactly one pool block or one
+        MooncakeHostMemAllocator allocation: the latter is mapped by the
+        real client, zero-copy),
         alloc_from_mem_pool, batch_is_exist, batch_remove, remove_by_regex,
         remove_all, batch_replica_clear (of what the real client wrote: it
         owns a dummy's objects), get_replica_desc/batch_get_replica_desc,
@@ -1173,21 +1177,42 @@ class MooncakeDistributedStore(TensorMethods):
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         """Register ``[buffer_ptr, buffer_ptr + size)`` for the zero-copy calls.
 
+        A dummy client (:meth:`setup_dummy`) registers, as upstream, exactly
+        one whole block: ``(ptr, n)`` of a :class:`MooncakeHostMemAllocator`
+        ``alloc(n)`` (``n`` rounded up to the huge page in huge-page mode),
+        whose memory its ``mooncake_client`` then maps and moves pages in
+        and out of with no copy, or of an :meth:`alloc_from_mem_pool` block;
+        it refuses any other range with -1 and a warning in the log that says
+        why.
+
         Returns:
             0, or a negative :class:`ErrorCode` (``INVALID_PARAMS`` for a
-            NULL or overlapping region, ...).
+            NULL or overlapping region, ...); -1 for whatever a dummy client
+            refuses.
         """
         p, s = _ptr("buffer_ptr", buffer_ptr), _ptr("size", size)
         if p is None or s is None:
-            return int(ErrorCode.INVALID_PARAMS)
-        return self._store.register_buffer(p, s)
+            return -1 if self._store.is_dummy() else int(ErrorCode.INVALID_PARAMS)
+        if s == 0 and self._store.is_dummy():
+            return -1  # upstream: no block is 0 bytes long
+        rc = self._store.register_buffer(p, s)
+        if rc != 0 and self._store.is_dummy():
+            return -1
+        return rc
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
-        """Unregister the region starting at ``buffer_ptr``."""
+        """Unregister the region starting at ``buffer_ptr``.
+
+        A dummy client needs the start of a block it registered (or of an
+        :meth:`alloc_from_mem_pool` block): -1 for any other address, as
+        upstream; ``RPC_FAIL`` when its ``mooncake_client`` is gone."""
         p = _ptr("buffer_ptr", buffer_ptr)
         if p is None:
-            return int(ErrorCode.INVALID_PARAMS)
-        return self._store.unregister_buffer(p)
+            return -1 if self._store.is_dummy() else int(ErrorCode.INVALID_PARAMS)
+        rc = self._store.unregister_buffer(p)
+        if rc == int(ErrorCode.INVALID_PARAMS) and self._store.is_dummy():
+            return -1
+        return rc
 
     def put_from(self, key: str, buffer_ptr: int, size: int,
                  config: Optional[ReplicateConfig] = None) -> int:
@@ -2153,21 +2178,62 @@ class MooncakeDistributedNoFRegister:
 
 
 class MooncakeHostMemAllocator:
-    """Page-aligned host memory for zero-copy buffers (register it with
-    :meth:`MooncakeDistributedStore.register_buffer` before use)."""
+    """Host memory that a ``mooncake_client`` can map: the host KV pool of
+    SGLang's standalone mode.  Register a block with
+    :meth:`MooncakeDistributedStore.register_buffer` before use; a dummy
+    client then hands it to its ``mooncake_client``, which reads and writes
+    the pages in place.
+
+    Each :meth:`alloc` is one sealed memfd (``mooncake_shm``) mapped shared
+    and populated.  ``MC_STORE_USE_HUGEPAGE`` (set to anything) asks for
+    huge pages of ``MC_STORE_HUGEPAGE_SIZE`` (``2MB``, the default, or
+    ``1GB``; another value logs a warning and means 2MB), and rounds each
+    size up to that page.
+    """
 
     def alloc(self, size: int) -> int:
-        """Allocate ``size`` bytes; the address, or 0 on failure."""
-        n = _alloc_size(size)
-        return _capi.mooncake_host_mem_alloc(n) if n else 0
+        """Allocate ``size`` bytes; the address (page aligned).
+
+        Raises:
+            TypeError: ``size`` is not a non-negative int.
+            RuntimeError: the allocation failed, ``alloc(0)`` included, with
+                upstream's message ("Failed to create anonymous shared
+                memory: ...", "Failed to map shared memory: ...", in
+                huge-page mode followed by "(Check
+                /proc/sys/vm/nr_hugepages?)").
+        """
+        if not _util.is_int(size) or size < 0:
+            raise TypeError(f"size must be a non-negative int, not {size!r}")
+        p = _capi.mooncake_host_mem_alloc(int(size)) if size <= _util.U64_MAX else 0
+        if p == 0:
+            raise RuntimeError(last_error_detail() or
+                               f"Failed to map shared memory: cannot allocate {size} bytes")
+        return p
 
     def free(self, ptr: int) -> int:
-        """Free memory of :meth:`alloc`: 0, or ``INVALID_PARAMS`` for any
-        other address."""
+        """Free memory of :meth:`alloc` (dummy clients that registered it
+        unregister it first): 0, or -1 for any address that is not the start
+        of a live block."""
         p = _ptr("ptr", ptr)
-        if p is None:
-            return int(ErrorCode.INVALID_PARAMS)
-        return _capi.mooncake_host_mem_free(p)
+        if p is None or _capi.mooncake_host_mem_free(p) != 0:
+            return -1
+        return 0
+
+
+def get_alloc_func_addr() -> int:
+    """The address of ``void *mc_host_mem_pluggable_alloc(size_t size, int
+    device, void *stream)``, the :class:`MooncakeHostMemAllocator` allocator
+    in the shape a torch pluggable allocator calls (``device`` and
+    ``stream`` are ignored): memory from it is registrable by a dummy
+    client."""
+    return int(_capi.mooncake_host_mem_alloc_func_addr())
+
+
+def get_free_func_addr() -> int:
+    """The address of ``void mc_host_mem_pluggable_free(void *ptr, size_t
+    size, int device, void *stream)``, which frees memory of
+    :func:`get_alloc_func_addr` (only ``ptr`` is used)."""
+    return int(_capi.mooncake_host_mem_free_func_addr())
 
 
 def bind_to_numa_node(node: int) -> None:

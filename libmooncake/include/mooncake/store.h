@@ -847,11 +847,63 @@ MC_API mc_status_t mc_store_offload_stats(mc_store_h store, mc_store_disk_stats_
 
 /* ---- host memory helpers ---------------------------------------------- */
 
-/** @brief Page-aligned host memory (mmap). @since 0.1 */
+/**
+ * @brief Page-aligned host memory that a dummy client can share.
+ *
+ * Each call creates one memfd named "mooncake_shm" (close-on-exec), sizes it
+ * to @p size rounded up to the page, seals it against shrinking and growing
+ * and maps it MAP_SHARED | MAP_POPULATE.  A dummy client's
+ * mc_store_register_buffer() of exactly (*ptr_p, @p size) hands the memfd
+ * to its real client, which then reads and writes the pages in place.
+ *
+ * With MC_STORE_USE_HUGEPAGE set (any value) the pages are hugetlbfs pages
+ * of MC_STORE_HUGEPAGE_SIZE ("2MB", the default, or "1GB"; another value is
+ * warned about and taken as 2MB) and the block's size is @p size rounded up
+ * to that page size.
+ *
+ * @return MC_OK with *ptr_p set; MC_INVALID_PARAMS for @p size 0 (detail
+ *         "Failed to map shared memory: Invalid argument"), a size beyond the
+ *         address space or @p ptr_p NULL; MC_NO_AVAILABLE_HANDLE when the
+ *         kernel refuses, the detail starting "Failed to create anonymous
+ *         shared memory", "Failed to set shared memory size" or "Failed to
+ *         map shared memory" and, for huge pages, ending " (Check
+ *         /proc/sys/vm/nr_hugepages?)".
+ * @since 0.1 (a shareable memfd since 0.2)
+ */
 MC_API mc_status_t mc_host_mem_alloc(size_t size, void **ptr_p);
 
-/** @brief Free memory of mc_host_mem_alloc(); INVALID_PARAMS for others. @since 0.1 */
+/**
+ * @brief Free memory of mc_host_mem_alloc().
+ *
+ * Dummy clients that registered the block unregister it first.
+ * @return MC_OK; MC_INVALID_PARAMS for any address that is not the start of
+ *         a live block.
+ * @since 0.1
+ */
 MC_API mc_status_t mc_host_mem_free(void *ptr);
+
+/**
+ * @brief mc_host_mem_alloc() in the shape of torch's pluggable allocator.
+ *
+ * `torch.cuda.memory.CUDAPluggableAllocator`-style callers pass (size,
+ * device, stream); @p device and @p stream are ignored, so a caller may
+ * pass @p size alone.  Memory from here is registrable by a dummy client
+ * like any mc_host_mem_alloc() block (mooncake.store.get_alloc_func_addr()
+ * is this function's address).
+ * @return The block, or NULL (the failure is logged).
+ * @since 0.2
+ */
+MC_API void *mc_host_mem_pluggable_alloc(size_t size, int device, void *stream);
+
+/**
+ * @brief mc_host_mem_free() in the shape of torch's pluggable allocator:
+ *        (ptr, size, device, stream); only @p ptr is used.
+ *
+ * NULL is ignored; an address that is not a live block is logged and left
+ * alone (mooncake.store.get_free_func_addr() is this function's address).
+ * @since 0.2
+ */
+MC_API void mc_host_mem_pluggable_free(void *ptr, size_t size, int device, void *stream);
 
 /**
  * @brief Bind the calling thread's CPUs and memory policy to NUMA @p node.
@@ -1037,10 +1089,15 @@ MC_API mc_status_t mc_store_query_task(mc_store_h store, const char *task_id,
  *
  * Forwarded: put, put_parts, upsert, upsert_parts, put_from, upsert_from,
  * batch_put_from_multi, batch_upsert_from_multi, get, get_into,
- * batch_get_into_multi, exist, get_size, remove, register_buffer (MC_OK
- * for a range inside the dummy's shared memory, MC_INVALID_PARAMS with a
- * detail outside it), unregister_buffer, mem_pool_alloc, mem_pool_free.
- * Zero-copy buffers must lie in the shared memory; get_into also accepts
+ * batch_get_into_multi, exist, get_size, remove, register_buffer,
+ * unregister_buffer, mem_pool_alloc, mem_pool_free.  register_buffer takes
+ * exactly one whole block, as upstream: a mc_store_mem_pool_alloc() block
+ * (MC_OK, nothing to send) or a mc_host_mem_alloc() block (its memfd goes to
+ * the real client, which maps it and reads and writes it in place: a
+ * worker's host KV pool, zero-copy); anything else is MC_INVALID_PARAMS
+ * with a detail and a WARN line.  unregister_buffer needs the block's start.
+ * Zero-copy buffers must lie in the shared memory (the pool, or a
+ * registered block); get_into also accepts
  * other memory (through a staging block, one more copy).  Every other
  * store call on a dummy returns MC_NOT_SUPPORTED.
  *
