@@ -11,6 +11,7 @@ EXTRA_DIST += bench/store_bench.py bench/plot.py bench/tensor_bench.py bench/te_
 	bench/weights_bench.py \
 	bench/tier_bench.py \
 	bench/dfs_bench.py \
+	bench/async_bench.py \
 	bench/README.md
 
 bench: all
@@ -20,6 +21,7 @@ bench: all
 	$(PYTHON) $(srcdir)/bench/weights_bench.py --build-dir $(abs_builddir)
 	$(PYTHON) $(srcdir)/bench/te_bench.py --build-dir $(abs_builddir)
 	$(PYTHON) $(srcdir)/bench/dummy_bench.py --build-dir $(abs_builddir)
+	$(PYTHON) $(srcdir)/bench/async_bench.py --build-dir $(abs_builddir)
 	$(abs_builddir)/bench/meta_bench --master-bin $(abs_builddir)/mooncake_master
 
 # The master's metadata path at 10M objects (bench/README.md): about 2 GB of

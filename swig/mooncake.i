@@ -622,3 +622,188 @@ struct mooncake_store {
         return mc_store_remove($self->h, key, force);
     }
 }
+
+/* ---- completion queue (Python: mooncake.async_store) ------------------------ */
+
+#if defined(SWIGPYTHON)
+%{
+/* The binding's completion queue: mc_store_aq_open() on a Store.  The
+ * language package keeps the Store alive while the queue lives. */
+typedef struct mooncake_aq {
+    mc_store_aq_h q;
+} mooncake_aq_t;
+
+/* @p len bytes of packed native uint64 pairs (address, length) as @p n
+ * mc_iov_t, malloc'd; NULL when the buffer does not hold n pairs. */
+static mc_iov_t *mooncake_aq_iovs_(const void *data, size_t len, size_t n)
+{
+    const uint64_t *v = data;
+    mc_iov_t *iov;
+    if ((n > 0) && ((data == NULL) || (len != n * 2 * sizeof(uint64_t))))
+        return NULL;
+    iov = malloc((n > 0) ? n * sizeof(*iov) : 1);
+    for (size_t i = 0; (iov != NULL) && (i < n); i++) {
+        iov[i].base = (const void *)(uintptr_t)v[2 * i];
+        iov[i].len  = (size_t)v[2 * i + 1];
+    }
+    return iov;
+}
+%}
+
+%rename(AsyncQueue) mooncake_aq;
+%ignore mc_store_aq_done;
+/* The ops of batch_zc() (MC_STORE_AQ_* is hidden with the mc_store_ enum). */
+%constant int AQ_BATCH_GET_INTO = MC_STORE_AQ_BATCH_GET_INTO;
+%constant int AQ_BATCH_PUT_FROM = MC_STORE_AQ_BATCH_PUT_FROM;
+%constant int AQ_BATCH_UPSERT_FROM = MC_STORE_AQ_BATCH_UPSERT_FROM;
+
+struct mooncake_aq {
+};
+
+%exception mooncake_aq::mooncake_aq {
+    $action
+    if (result == NULL)
+        SWIG_exception(SWIG_RuntimeError, mc_last_error_detail());
+}
+
+/* Queuing and reaping never block: they keep the interpreter lock. */
+%feature("nothread") mooncake_aq::get;
+%feature("nothread") mooncake_aq::get_into;
+%feature("nothread") mooncake_aq::write;
+%feature("nothread") mooncake_aq::write_from;
+%feature("nothread") mooncake_aq::exist;
+%feature("nothread") mooncake_aq::remove;
+%feature("nothread") mooncake_aq::get_size;
+%feature("nothread") mooncake_aq::get_batch;
+%feature("nothread") mooncake_aq::batch_exist;
+%feature("nothread") mooncake_aq::batch_zc;
+%feature("nothread") mooncake_aq::reap;
+%feature("nothread") mooncake_aq::fd;
+%feature("nothread") mooncake_aq::plug;
+%feature("nothread") mooncake_aq::unplug;
+
+/*
+ * A completion queue of a Store (mc_store_aq_*).  Submissions return a
+ * status (0: queued); addresses are ints; batch buffers are packed native
+ * uint64 (address, length) pairs.  reap() is typemapped in python.i.
+ */
+%extend mooncake_aq {
+    mooncake_aq(struct mooncake_store *store, unsigned workers = 0)
+    {
+        mooncake_aq_t *a = calloc(1, sizeof(*a));
+        if (a == NULL)
+            return NULL;
+        if (mc_store_aq_open(store->h, workers, &a->q) != MC_OK) {
+            free(a);
+            return NULL;
+        }
+        return a;
+    }
+
+    /* Waits for the batch calls in flight (without the interpreter lock). */
+    ~mooncake_aq()
+    {
+        mc_store_aq_close($self->q);
+        free($self);
+    }
+
+    int fd()
+    {
+        return mc_store_aq_fd($self->q);
+    }
+
+    void plug()
+    {
+        mc_store_aq_plug($self->q);
+    }
+
+    void unplug()
+    {
+        mc_store_aq_unplug($self->q);
+    }
+
+    int get(const char *key, uint64_t tag)
+    {
+        return mc_store_aq_get($self->q, key, tag);
+    }
+
+    int get_into(const char *key, uint64_t addr, uint64_t cap, uint64_t tag)
+    {
+        return mc_store_aq_get_into($self->q, key, (void *)(uintptr_t)addr, (size_t)cap, tag);
+    }
+
+    /* put (@p upsert 0) or upsert (1) of the bytes at @p data. */
+    int write(int upsert, const char *key, const void *data, size_t len,
+              const mc_replicate_config_t *config, uint64_t tag)
+    {
+        return upsert ? mc_store_aq_upsert($self->q, key, data, len, config, tag)
+                      : mc_store_aq_put($self->q, key, data, len, config, tag);
+    }
+
+    /* put_from (@p upsert 0) or upsert_from (1) of registered memory. */
+    int write_from(int upsert, const char *key, uint64_t addr, uint64_t len,
+                   const mc_replicate_config_t *config, uint64_t tag)
+    {
+        const void *buf = (const void *)(uintptr_t)addr;
+        return upsert ? mc_store_aq_upsert_from($self->q, key, buf, (size_t)len, config, tag)
+                      : mc_store_aq_put_from($self->q, key, buf, (size_t)len, config, tag);
+    }
+
+    int exist(const char *key, uint64_t tag)
+    {
+        return mc_store_aq_exist($self->q, key, tag);
+    }
+
+    int remove(const char *key, int force, uint64_t tag)
+    {
+        return mc_store_aq_remove($self->q, key, force, tag);
+    }
+
+    int get_size(const char *key, uint64_t tag)
+    {
+        return mc_store_aq_get_size($self->q, key, tag);
+    }
+
+    int get_batch(const char *const *strs, size_t n, uint64_t tag)
+    {
+        return mc_store_aq_get_batch($self->q, strs, n, tag);
+    }
+
+    int batch_exist(const char *const *strs, size_t n, uint64_t tag)
+    {
+        return mc_store_aq_batch_exist($self->q, strs, n, tag);
+    }
+
+    /* MC_STORE_AQ_BATCH_GET_INTO, _PUT_FROM or _UPSERT_FROM of @p strs,
+     * one (address, length) pair a key packed in @p data. */
+    int batch_zc(int op, const char *const *strs, size_t n, const void *data, size_t len,
+                 const mc_replicate_config_t *config, uint64_t tag)
+    {
+        mc_iov_t *iov = mooncake_aq_iovs_(data, len, n);
+        int st;
+        if (iov == NULL)
+            return (len != n * 2 * sizeof(uint64_t)) ? MC_INVALID_PARAMS : MC_INTERNAL_ERROR;
+        switch (op) {
+        case MC_STORE_AQ_BATCH_GET_INTO:
+            st = mc_store_aq_batch_get_into($self->q, strs, iov, n, tag);
+            break;
+        case MC_STORE_AQ_BATCH_PUT_FROM:
+            st = mc_store_aq_batch_put_from($self->q, strs, iov, n, config, tag);
+            break;
+        case MC_STORE_AQ_BATCH_UPSERT_FROM:
+            st = mc_store_aq_batch_upsert_from($self->q, strs, iov, n, config, tag);
+            break;
+        default:
+            st = MC_INVALID_PARAMS;
+            break;
+        }
+        free(iov);
+        return st;
+    }
+
+    size_t reap(mc_store_aq_done_t *done, size_t max)
+    {
+        return mc_store_aq_reap($self->q, done, max);
+    }
+}
+#endif

@@ -2423,3 +2423,92 @@ static PyObject *tensor_wrap(PyObject *buf)
         return list;
     }
 }
+
+/* ---- completion queue (mooncake.async_store) ------------------------------- *
+ * AsyncQueue.reap(max) -> [(tag, result, payload), ...]: the typemaps turn
+ * the reaped mc_store_aq_done_t records into tuples and release them.
+ * payload is the object's bytes for a get (b"" when none), a list of
+ * bytes for a get_batch (b"" where results[i] is not a size > 0), the
+ * per-key results for the other batches, None otherwise. */
+
+%{
+static PyObject *mooncake_py_aq_payload(const mc_store_aq_done_t *d)
+{
+    PyObject *list;
+    uint64_t off = 0;
+
+    if (d->op == MC_STORE_AQ_GET)
+        return PyBytes_FromStringAndSize((d->data != NULL) ? (const char *)d->data : "",
+                                         (Py_ssize_t)((d->data != NULL) ? d->size : 0));
+    if (d->results == NULL)
+        Py_RETURN_NONE;
+    list = PyList_New((Py_ssize_t)d->n);
+    for (size_t i = 0; (list != NULL) && (i < d->n); i++) {
+        int64_t r = d->results[i];
+        PyObject *item;
+        if (d->op != MC_STORE_AQ_GET_BATCH) {
+            item = PyLong_FromLongLong((long long)r);
+        } else if ((r > 0) && (d->data != NULL) && ((uint64_t)r <= d->size - off)) {
+            item = PyBytes_FromStringAndSize((const char *)d->data + off, (Py_ssize_t)r);
+            off += (uint64_t)r;
+        } else {
+            item = PyBytes_FromStringAndSize("", 0);
+        }
+        if (item == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+/* The list of @p n reaped records; every record is released, also when
+ * building the list fails (NULL with the exception set). */
+static PyObject *mooncake_py_aq_done_list(mc_store_aq_done_t *done, size_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; (list != NULL) && (i < n); i++) {
+        PyObject *payload = mooncake_py_aq_payload(&done[i]);
+        PyObject *t = (payload != NULL)
+                          ? Py_BuildValue("(KLN)", (unsigned long long)done[i].tag,
+                                          (long long)done[i].result, payload)
+                          : NULL;
+        if (t == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    mc_store_aq_done_release(done, n);
+    return list;
+}
+%}
+
+%typemap(in) (mc_store_aq_done_t *done, size_t max) (mc_store_aq_done_t *recs = NULL)
+{
+    unsigned long long m = PyLong_Check($input) ? PyLong_AsUnsignedLongLong($input) : 0;
+    if (PyErr_Occurred())
+        SWIG_fail;
+    if ((m == 0) || (m > 65536)) {
+        PyErr_SetString(PyExc_ValueError, "max must be an int in [1, 65536]");
+        SWIG_fail;
+    }
+    recs = PyMem_Calloc((size_t)m, sizeof(*recs));
+    if (recs == NULL) {
+        PyErr_NoMemory();
+        SWIG_fail;
+    }
+    $1 = recs;
+    $2 = (size_t)m;
+}
+%typemap(argout) (mc_store_aq_done_t *done, size_t max)
+{
+    PyObject *list = mooncake_py_aq_done_list($1, (size_t)result);
+    Py_XDECREF($result);
+    $result = list;
+    if (list == NULL)
+        SWIG_fail;
+}
+%typemap(freearg) (mc_store_aq_done_t *done, size_t max)
+{
+    PyMem_Free(recs$argnum);
+}

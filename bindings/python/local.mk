@@ -19,6 +19,7 @@ mooncake_py_sources = \
 	bindings/python/mooncake/_malloc.py \
 	bindings/python/mooncake/_tensor.py \
 	bindings/python/mooncake/_util.py \
+	bindings/python/mooncake/async_store.py \
 	bindings/python/mooncake/buffer_pool.py \
 	bindings/python/mooncake/cli.py \
 	bindings/python/mooncake/http_metadata_server.py \
@@ -99,6 +100,7 @@ EXTRA_DIST += \
 	tests/python/engine_proc.py \
 	tests/python/test_engine.py \
 	tests/python/test_dummy.py \
+	tests/python/test_async_store.py \
 	tests/python/test_cli.py \
 	tests/python/test_bench_plot.py \
 	tests/python/test_weights.py \

@@ -26,6 +26,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/dummy_server.c \
 	libmooncake/store/metrics.c libmooncake/store/metrics.h \
 	libmooncake/store/http.c \
+	libmooncake/store/async.c \
 	$(NULL)
 
 # examples/hello.c: the smallest complete client, built (not installed)

@@ -38,6 +38,7 @@
     X(hostmem)            \
     X(store_read)         \
     X(loc_cache)          \
+    X(async)              \
     X(master_tasks)       \
     X(master_clear)       \
     X(master_resv)        \

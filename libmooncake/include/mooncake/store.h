@@ -1150,6 +1150,233 @@ MC_API mc_status_t mc_store_dummy_server_start(mc_store_h store, const char *ipc
  */
 MC_API void mc_store_dummy_server_stop(mc_store_dummy_server_h server);
 
+/* ======================================================================
+ * Asynchronous completion queue: submit now, reap the completions when an
+ * eventfd says they are there.  docs: the comment at the top of
+ * libmooncake/store/async.c.
+ * ====================================================================== */
+
+/** Opaque completion queue of a store handle. @since 0.2 */
+typedef struct mc_store_aq *mc_store_aq_h;
+
+/**
+ * What a request does; each is the public call named in its comment, and
+ * its completion carries that call's result.  @since 0.2
+ */
+typedef enum mc_store_aq_op {
+    MC_STORE_AQ_GET = 0,            /**< the object's bytes, looked up through the
+                                     *   location cache as mc_store_get(): result
+                                     *   MC_OK with data/size, or the error */
+    MC_STORE_AQ_GET_INTO = 1,       /**< mc_store_get_into(): bytes read or the error */
+    MC_STORE_AQ_PUT = 2,            /**< mc_store_put(): the status */
+    MC_STORE_AQ_UPSERT = 3,         /**< mc_store_upsert(): the status */
+    MC_STORE_AQ_PUT_FROM = 4,       /**< mc_store_put_from(): the status */
+    MC_STORE_AQ_UPSERT_FROM = 5,    /**< mc_store_upsert_from(): the status */
+    MC_STORE_AQ_EXIST = 6,          /**< mc_store_exist(): 1, 0 or the error */
+    MC_STORE_AQ_REMOVE = 7,         /**< mc_store_remove(): the status */
+    MC_STORE_AQ_GET_SIZE = 8,       /**< mc_store_get_size(): the size or the error */
+    MC_STORE_AQ_GET_BATCH = 9,      /**< several gets in one call: result the call's
+                                     *   status, results[i] object i's size or its
+                                     *   error, data the objects read, back to back */
+    MC_STORE_AQ_BATCH_EXIST = 10,   /**< mc_store_batch_exist(): results[i] 1, 0 or the
+                                     *   error; result the call's status */
+    MC_STORE_AQ_BATCH_GET_INTO = 11, /**< mc_store_batch_get_into_multi(), one buffer
+                                      *   a key: results[i] bytes read or the error */
+    MC_STORE_AQ_BATCH_PUT_FROM = 12, /**< mc_store_batch_put_from_multi(), one buffer
+                                      *   a key: results[i] the key's status */
+    MC_STORE_AQ_BATCH_UPSERT_FROM = 13 /**< mc_store_batch_upsert_from_multi(), the
+                                        *   same */
+} mc_store_aq_op_t;
+
+/**
+ * One completion, filled by mc_store_aq_reap().  The memory it points to
+ * is the caller's from then on: mc_store_aq_done_release() frees it.
+ * @since 0.2
+ */
+typedef struct mc_store_aq_done {
+    uint64_t tag;           /**< the submitter's tag */
+    mc_store_aq_op_t op;    /**< what was asked */
+    int64_t result;         /**< single requests: the call's result (see
+                             *   mc_store_aq_op_t); batches: the call's status */
+    size_t n;               /**< batches: entries in @p results; else 0 */
+    int64_t *results;       /**< batches: one result per key; else NULL */
+    void *data;             /**< MC_STORE_AQ_GET(_BATCH): the bytes read (NULL when
+                             *   none); else NULL */
+    uint64_t size;          /**< bytes at @p data */
+} mc_store_aq_done_t;
+
+/**
+ * @brief Open a completion queue on @p store, served by @p workers
+ *        library threads.
+ *
+ * A request submitted here is run by one of the workers with the store's
+ * public calls; its completion then waits in the queue until
+ * mc_store_aq_reap() takes it.  The queue's eventfd (mc_store_aq_fd()) is
+ * readable exactly while completions wait, so an event loop can watch it
+ * instead of keeping a thread per request.  A worker takes everything
+ * queued at once (up to 512 requests, waking another worker for the
+ * rest) and runs the single-key requests of one kind as one batch call
+ * (many gets: one lookup, one transfer), so a burst of small requests
+ * costs a few round trips, not one each.  Each request still gets its own
+ * result, the one its single-key call would give: a missing key fails
+ * that request only.  Requests in flight together are not ordered with
+ * each other: wait for one before submitting one that depends on it.
+ *
+ * The store handle must outlive the queue: close every queue before
+ * mc_store_destroy().  mc_store_close() with queues open is safe: the
+ * calls in flight finish first, requests run afterwards fail as the
+ * store's calls do on a closed handle (MC_UNAVAILABLE_IN_CURRENT_STATUS),
+ * and after a new setup the queue serves the store again.
+ *
+ * @param store    a store handle (set up or not: the calls report it).
+ * @param workers  threads, 1 to 64; 0 for the default (2).
+ * @param [out] q_p  the queue, written on success.
+ * @return MC_OK; MC_INVALID_PARAMS for a NULL argument or too many
+ *         workers; MC_INTERNAL_ERROR when an eventfd or a thread cannot be
+ *         made (the detail says which).
+ * @see mc_store_aq_close
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_aq_open(mc_store_h store, unsigned workers, mc_store_aq_h *q_p);
+
+/**
+ * @brief Stop the workers and free the queue.  Accepts NULL.
+ *
+ * Requests no worker has started are dropped without running; the ones
+ * running finish first (so this waits for the requests each worker has
+ * in hand); completions not reaped are freed.  A caller that needs every
+ * completion stops submitting and reaps until it has them all before
+ * closing.  The eventfd is closed: take it out of any poll set first.
+ * Never touches the store after it returns.
+ * @since 0.2
+ */
+MC_API void mc_store_aq_close(mc_store_aq_h q);
+
+/**
+ * @brief Hold back the requests no worker has taken yet, and those
+ *        submitted from now on, until the matching mc_store_aq_unplug():
+ *        a burst submitted in between reaches the workers in one go (and
+ *        so in as few batch calls as it can).
+ *
+ * Plugs nest: the workers take from the queue again when every plug is
+ * unplugged.  Requests already taken keep running.  Accepts NULL.
+ * @since 0.2
+ */
+MC_API void mc_store_aq_plug(mc_store_aq_h q);
+
+/** @brief Undo one mc_store_aq_plug(); the last one wakes a worker for
+ *         what was held.  Accepts NULL and an unplugged queue. @since 0.2 */
+MC_API void mc_store_aq_unplug(mc_store_aq_h q);
+
+/**
+ * @brief The queue's eventfd (EFD_NONBLOCK | EFD_CLOEXEC): readable while
+ *        completions wait to be reaped, not readable once they are all
+ *        reaped.  Owned by the queue: poll it, never read or close it.
+ * @return the descriptor, or -1 for a NULL queue.
+ * @since 0.2
+ */
+MC_API int mc_store_aq_fd(mc_store_aq_h q);
+
+/**
+ * @brief Take up to @p max completions, oldest first.
+ *
+ * Never blocks.  The eventfd stops being readable when the last waiting
+ * completion is taken.
+ * @param [out] done  @p max entries; the first (return value) are filled.
+ *                    Release each with mc_store_aq_done_release().
+ * @return the number of completions taken (0 when none wait, or for a
+ *         NULL queue or @p done).
+ * @since 0.2
+ */
+MC_API size_t mc_store_aq_reap(mc_store_aq_h q, mc_store_aq_done_t *done, size_t max);
+
+/**
+ * @brief Free what @p n reaped completions point to (data, results) and
+ *        clear those fields.  Accepts NULL.
+ * @since 0.2
+ */
+MC_API void mc_store_aq_done_release(mc_store_aq_done_t *done, size_t n);
+
+/*
+ * Submission.  Every function below copies the keys (and the arrays of
+ * the batch forms), so they may be freed when it returns.  The memory
+ * the request moves bytes from or into (@p data, @p buf, the buffers of
+ * @p bufs) and @p cfg are the caller's and must stay valid and unchanged
+ * until the request's completion is reaped or the queue is closed.  Each
+ * returns MC_OK once the request is queued -- its outcome comes with its
+ * completion -- or, with nothing queued, MC_INVALID_PARAMS for a NULL
+ * queue, key or array, MC_INTERNAL_ERROR when memory runs out.  @p tag is
+ * the caller's: it comes back in the completion.
+ */
+
+/** @brief Queue an MC_STORE_AQ_GET of @p key. @since 0.2 */
+MC_API mc_status_t mc_store_aq_get(mc_store_aq_h q, const char *key, uint64_t tag);
+
+/** @brief Queue mc_store_get_into(@p key, @p buf, @p cap). @since 0.2 */
+MC_API mc_status_t mc_store_aq_get_into(mc_store_aq_h q, const char *key, void *buf,
+                                        size_t cap, uint64_t tag);
+
+/** @brief Queue mc_store_put(@p key, @p data, @p len, @p cfg). @since 0.2 */
+MC_API mc_status_t mc_store_aq_put(mc_store_aq_h q, const char *key, const void *data,
+                                   size_t len, const mc_replicate_config_t *cfg, uint64_t tag);
+
+/** @brief Queue mc_store_upsert(). @since 0.2 */
+MC_API mc_status_t mc_store_aq_upsert(mc_store_aq_h q, const char *key, const void *data,
+                                      size_t len, const mc_replicate_config_t *cfg,
+                                      uint64_t tag);
+
+/** @brief Queue mc_store_put_from() (registered memory). @since 0.2 */
+MC_API mc_status_t mc_store_aq_put_from(mc_store_aq_h q, const char *key, const void *buf,
+                                        size_t len, const mc_replicate_config_t *cfg,
+                                        uint64_t tag);
+
+/** @brief Queue mc_store_upsert_from() (registered memory). @since 0.2 */
+MC_API mc_status_t mc_store_aq_upsert_from(mc_store_aq_h q, const char *key, const void *buf,
+                                           size_t len, const mc_replicate_config_t *cfg,
+                                           uint64_t tag);
+
+/** @brief Queue mc_store_exist(@p key). @since 0.2 */
+MC_API mc_status_t mc_store_aq_exist(mc_store_aq_h q, const char *key, uint64_t tag);
+
+/** @brief Queue mc_store_remove(@p key, @p force). @since 0.2 */
+MC_API mc_status_t mc_store_aq_remove(mc_store_aq_h q, const char *key, int force,
+                                      uint64_t tag);
+
+/** @brief Queue mc_store_get_size(@p key). @since 0.2 */
+MC_API mc_status_t mc_store_aq_get_size(mc_store_aq_h q, const char *key, uint64_t tag);
+
+/**
+ * @brief Queue a get of @p n keys as one request (MC_STORE_AQ_GET_BATCH:
+ *        one lookup, the reads in one transfer).
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_aq_get_batch(mc_store_aq_h q, const char *const *keys, size_t n,
+                                         uint64_t tag);
+
+/** @brief Queue mc_store_batch_exist() of @p n keys. @since 0.2 */
+MC_API mc_status_t mc_store_aq_batch_exist(mc_store_aq_h q, const char *const *keys,
+                                           size_t n, uint64_t tag);
+
+/**
+ * @brief Queue a read of key i into the registered memory bufs[i]
+ *        (base, capacity), one request (mc_store_batch_get_into_multi()).
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_aq_batch_get_into(mc_store_aq_h q, const char *const *keys,
+                                              const mc_iov_t *bufs, size_t n, uint64_t tag);
+
+/** @brief Queue a put of key i from the registered memory bufs[i], one
+ *         request (mc_store_batch_put_from_multi()). @since 0.2 */
+MC_API mc_status_t mc_store_aq_batch_put_from(mc_store_aq_h q, const char *const *keys,
+                                              const mc_iov_t *bufs, size_t n,
+                                              const mc_replicate_config_t *cfg, uint64_t tag);
+
+/** @brief Queue mc_store_batch_upsert_from_multi(), one buffer a key. @since 0.2 */
+MC_API mc_status_t mc_store_aq_batch_upsert_from(mc_store_aq_h q, const char *const *keys,
+                                                 const mc_iov_t *bufs, size_t n,
+                                                 const mc_replicate_config_t *cfg,
+                                                 uint64_t tag);
+
 #ifdef __cplusplus
 }
 #endif
