@@ -15,7 +15,14 @@ shared-memory path (--transport tcp: the TCP transport).  Rows:
     outside the timed call; materialize_into registers them itself);
   * fast copy: 4096 ragged int64 rows (about 32 MiB) into one buffer with
     concat_arrays_into (mc_fastcopy_gather, 1 and 2 threads) against
-    numpy's concatenate-then-copy.
+    numpy's concatenate-then-copy;
+  * DataProto (an RL batch): put + get of 1024 rows -- ragged int32 token
+    ids (mean 2 K tokens), ragged int32 attention masks, float32 rewards
+    and advantages (torch), a per-row string -- against batch_put_from +
+    batch_get_into of the same payloads (one key each, registered
+    buffers), same client; and the bytes a read of 10 % of the rows moves
+    (a gather of 102 random rows, and a slice), counted by the client's
+    transfer statistics (its /metrics mooncake_transfer_read_bytes).
 
 The two paths alternate within every round; each figure is the median of
 the rounds, and the whole measurement is repeated --runs times (the ratio
@@ -36,7 +43,9 @@ from store_bench import (Worker, add_common_args, bench_env, serve_worker,  # no
 
 MEMBER = 16 << 20
 MEMBERS = 3
-TARGETS = {"put_materialize": 0.85, "materialize_into": 0.95}
+TARGETS = {"put_materialize": 0.85, "materialize_into": 0.95, "dataproto": 0.8}
+DP_ROWS = 1024
+DP_PARTIAL_MAX = 0.12  # a read of 10 % of the rows moves at most this share of the bytes
 
 
 def _check(cond, what):
@@ -61,7 +70,8 @@ def worker_main():
         cfg.preferred_segment = cmd["target"]
         return objects(store, cfg, cmd["rounds"])
 
-    serve_worker({"objects": run_objects, "fastcopy": lambda store, cmd: fastcopy(cmd["rounds"])})
+    serve_worker({"objects": run_objects, "fastcopy": lambda store, cmd: fastcopy(cmd["rounds"]),
+                  "dataproto": lambda store, cmd: dataproto(cmd)})
 
 
 def objects(store, cfg, rounds):
@@ -183,6 +193,135 @@ def fastcopy(rounds):
     return {"times": t, "bytes": total}
 
 
+def _metrics_read_bytes(port):
+    import urllib.request
+
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("mooncake_transfer_read_bytes "):
+                return int(line.split()[1])
+    raise RuntimeError("no mooncake_transfer_read_bytes in the client's metrics")
+
+
+def rl_batch(seed=0):
+    """A rollout batch as an RL trainer ships it (a DataProto envelope)."""
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1024, 3073, size=DP_ROWS)
+
+    def column(rows):
+        a = np.empty(len(rows), dtype=object)
+        for i, r in enumerate(rows):
+            a[i] = r
+        return a
+
+    tokens = column([rng.integers(0, 32000, size=int(n), dtype=np.int32) for n in lens])
+    masks = column([np.ones(int(n), np.int32) for n in lens])
+    uids = column(["prompt-%d-%s" % (i, "é" * int(rng.integers(8, 64))) for i in range(DP_ROWS)])
+    batch = {"rewards": torch.from_numpy(rng.standard_normal(DP_ROWS).astype(np.float32)),
+             "advantages": torch.from_numpy(rng.standard_normal(DP_ROWS).astype(np.float32))}
+    return {"batch": batch, "non_tensor_batch": {"token_ids": tokens, "attention_mask": masks,
+                                                 "uid": uids},
+            "meta_info": {"step": 1}}
+
+
+def dataproto(cmd):
+    """put + get of an RL batch against the bytes API on the same payloads,
+    and the bytes partial reads move.  Its own client (the worker's store
+    has no HTTP server): the transfer statistics are that client's."""
+    import socket
+
+    import numpy as np
+    from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+    from mooncake.structured_object_store import MooncakeBundleTransfer
+
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    store = MooncakeDistributedStore()
+    _check(store.setup("localhost", "P2PHANDSHAKE", 0, 128 << 20, "tcp", "", cmd["master"],
+                       enable_client_http_server=True, client_http_port=port) == 0,
+           "setup of the measuring client")
+    try:
+        return _dataproto_rounds(store, port, cmd, np, ReplicateConfig, MooncakeBundleTransfer)
+    finally:
+        store.close()
+
+
+def _dataproto_rounds(store, port, cmd, np, ReplicateConfig, MooncakeBundleTransfer):
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = cmd["target"]
+    transfer = MooncakeBundleTransfer(store, key_prefix="bench/dataproto")
+    data = rl_batch()
+    tokens = data["non_tensor_batch"]["token_ids"]
+    # the same payloads through the bytes API: one key per payload the put wrote
+    probe = transfer.put(data, config=cfg)
+    m = probe.stage_refs["default"].manifest
+    sizes = [m["meta"]["bytes"]] + [b["bytes"] for b in m["buffers"].values() if b["bytes"]]
+    total = sum(sizes)
+    src = np.random.default_rng(1).integers(0, 255, size=total, dtype=np.uint8)
+    dst = np.zeros(total, np.uint8)
+    for a in (src, dst):
+        _check(store.register_buffer(a.ctypes.data, a.nbytes) == 0, "register_buffer")
+    offs = np.concatenate(([0], np.cumsum(sizes)[:-1])).tolist()
+    sps = [src.ctypes.data + o for o in offs]
+    dps = [dst.ctypes.data + o for o in offs]
+    t = {"bytes_put": [], "bytes_get": [], "dp_put": [], "dp_get": []}
+    try:
+        for r in range(cmd["rounds"]):
+            bkeys = ["bench/dpb_%d_%d" % (r, i) for i in range(len(sizes))]
+            refs = []
+
+            def bytes_round():
+                t0 = time.perf_counter()
+                rcs = store.batch_put_from(bkeys, sps, sizes, cfg)
+                t1 = time.perf_counter()
+                _check(rcs == [0] * len(sizes), "batch_put_from -> %r" % rcs)
+                rcs = store.batch_get_into(bkeys, dps, sizes)
+                t2 = time.perf_counter()
+                _check(rcs == sizes, "batch_get_into -> %r" % rcs)
+                t["bytes_put"].append(t1 - t0)
+                t["bytes_get"].append(t2 - t1)
+
+            def dp_round():
+                t0 = time.perf_counter()
+                ref = transfer.put(data, config=cfg)
+                t1 = time.perf_counter()
+                got = transfer.get(ref)
+                t2 = time.perf_counter()
+                _check(np.array_equal(got["non_tensor_batch"]["token_ids"][-1], tokens[-1]),
+                       "get mismatch")
+                t["dp_put"].append(t1 - t0)
+                t["dp_get"].append(t2 - t1)
+                refs.append(ref)
+                del got
+
+            for fn in ((bytes_round, dp_round) if r % 2 == 0 else (dp_round, bytes_round)):
+                fn()
+            store.batch_remove(bkeys, force=True)
+            transfer.cleanup_dataproto(refs[0])
+        # the bytes reads move, on a transfer that has cached nothing
+        fresh = MooncakeBundleTransfer(store, key_prefix="bench/dataproto")
+        rows = np.sort(np.random.default_rng(3).choice(DP_ROWS, DP_ROWS // 10, replace=False))
+        moved = {}
+        for name, sel in (("all", None), ("gather10", rows.tolist()),
+                          ("slice10", slice(300, 300 + DP_ROWS // 10))):
+            fresh = MooncakeBundleTransfer(store, key_prefix="bench/dataproto")
+            before = _metrics_read_bytes(port)
+            got = fresh.get(probe, rows=sel)
+            moved[name] = _metrics_read_bytes(port) - before
+            want = tokens if sel is None else tokens[sel]
+            _check(all(np.array_equal(a, b) for a, b in
+                       zip(got["non_tensor_batch"]["token_ids"], want)), "partial read mismatch")
+        transfer.cleanup_dataproto(probe)
+    finally:
+        store.unregister_buffer(src.ctypes.data)
+        store.unregister_buffer(dst.ctypes.data)
+    return {"times": t, "bytes": total, "payloads": len(sizes), "moved": moved}
+
+
 # --------------------------------------------------------------------------
 # driver side
 
@@ -230,11 +369,35 @@ def main():
                      obj * 1e3, gbps(total, m["obj_put"]), gbps(total, m["obj_get"]),
                      base / obj, m["into_bytes"] * 1e3, m["into"] * 1e3,
                      m["into_bytes"] / m["into"]))
-        for k, target_ratio in TARGETS.items():
+        for k in ratios:
+            target_ratio = TARGETS[k]
             r = median(ratios[k])
             ok = r >= target_ratio
             print("%-17s median ratio %.3f (target >= %.2f) %s"
                   % (k, r, target_ratio, "ok" if ok else "BELOW TARGET"))
+        dp_ratios, dp = [], None
+        for run in range(args.runs):
+            dp = driver.call(op="dataproto", master=addr, target=target, rounds=args.rounds)
+            m = {k: median(v) for k, v in dp["times"].items()}
+            base = m["bytes_put"] + m["bytes_get"]
+            obj = m["dp_put"] + m["dp_get"]
+            dp_ratios.append(base / obj)
+            print("run %d: DataProto %d rows, %.1f MiB in %d payloads: batch_put_from+"
+                  "batch_get_into %.1f ms (%.1f+%.1f) | put+get %.1f ms (%.1f+%.1f) -> %.3f"
+                  % (run, DP_ROWS, dp["bytes"] / 2 ** 20, dp["payloads"], base * 1e3,
+                     m["bytes_put"] * 1e3, m["bytes_get"] * 1e3, obj * 1e3,
+                     m["dp_put"] * 1e3, m["dp_get"] * 1e3, base / obj))
+        r = median(dp_ratios)
+        print("%-17s median ratio %.3f (target >= %.2f) %s"
+              % ("dataproto", r, TARGETS["dataproto"],
+                 "ok" if r >= TARGETS["dataproto"] else "BELOW TARGET"))
+        mv = dp["moved"]
+        for name in ("gather10", "slice10"):
+            share = mv[name] / mv["all"]
+            print("DataProto read of 10%% of the rows (%s): %.2f of %.2f MiB moved = %.3f "
+                  "(target <= %.2f) %s" % (name, mv[name] / 2 ** 20, mv["all"] / 2 ** 20,
+                                           share, DP_PARTIAL_MAX,
+                                           "ok" if share <= DP_PARTIAL_MAX else "ABOVE TARGET"))
         fc = driver.call(op="fastcopy", rounds=max(5, args.rounds))
         ft = {k: median(v) for k, v in fc["times"].items()}
         print("fast copy, 4096 ragged int64 rows (%.1f MiB): numpy concatenate+copy %.2f ms | "

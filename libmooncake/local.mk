@@ -10,6 +10,7 @@ mooncakeinclude_HEADERS += \
 	libmooncake/include/mooncake/store.h \
 	libmooncake/include/mooncake/tensor.h \
 	libmooncake/include/mooncake/fastcopy.h \
+	libmooncake/include/mooncake/codec.h \
 	$(NULL)
 
 noinst_LTLIBRARIES += libmooncake-internal.la
@@ -28,6 +29,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/regex_limit.c libmooncake/common/regex_limit.h \
 	libmooncake/common/auth.c libmooncake/common/auth.h \
 	libmooncake/common/fastcopy.c \
+	libmooncake/codec/ragged.c \
 	libmooncake/common/cuda.c libmooncake/common/cuda.h \
 	libmooncake/common/dfs_layout.c libmooncake/common/dfs_layout.h \
 	libmooncake/wire/wire.c libmooncake/wire/wire.h \

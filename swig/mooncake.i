@@ -488,6 +488,23 @@ struct mooncake_engine {
  * the language files map the address, the source list and the count out. */
 %include <mooncake/fastcopy.h>
 
+/* ---- typed-ragged codec ------------------------------------------------------ */
+
+/* The language files map the rows (a sequence of arrays or None), the
+ * output arrays (addresses) and the counts out; the row struct itself is
+ * never built by a caller. */
+%ignore mc_codec_row;
+/* SWIG's int64_t (long long) differs from LP64 C's for const pointers;
+ * the readers' checks are done in numpy, so these two stay C-only. */
+%ignore mc_codec_ragged_check;
+%ignore mc_codec_ragged_select;
+#if !defined(SWIGPYTHON)
+/* only python.i maps a sequence of arrays to rows */
+%ignore mc_codec_ragged_measure;
+%ignore mc_codec_ragged_pack;
+#endif
+%include <mooncake/codec.h>
+
 /*
  * The binding's store object.  It wraps the handle in a struct of its own so
  * the methods SWIG generates (named <struct>_<method>) cannot collide with

@@ -229,6 +229,137 @@ fail:
 }
 %}
 
+/* ---- mc_codec_ragged_*(): rows in, arrays by address, counts out ------------ */
+
+/* The arrays a codec call reads or fills: addresses (int), as the
+ * destination of mc_fastcopy_gather(); numpy arrays give theirs with
+ * a.ctypes.data. */
+%define MOONCAKE_PY_ADDR(TYPE, NAME)
+%typemap(in) TYPE NAME
+{
+    if (!PyLong_Check($input)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int address, not '%s'", "NAME",
+                     Py_TYPE($input)->tp_name);
+        SWIG_fail;
+    }
+    $1 = ($1_ltype)(uintptr_t)PyLong_AsUnsignedLongLong($input);
+    if (PyErr_Occurred())
+        SWIG_fail;
+}
+%enddef
+MOONCAKE_PY_ADDR(void *, data_out)
+MOONCAKE_PY_ADDR(int64_t *, offsets_out)
+MOONCAKE_PY_ADDR(int64_t *, shapes_out)
+MOONCAKE_PY_ADDR(int16_t *, ndims_out)
+MOONCAKE_PY_ADDR(uint8_t *, nulls_out)
+
+%typemap(in, numinputs=0) size_t *elems_p (size_t elems = 0)
+{
+    $1 = &elems;
+}
+%typemap(argout) size_t *elems_p
+{
+    $result = SWIG_Python_AppendOutput($result, PyLong_FromSize_t(*$1));
+}
+%typemap(in, numinputs=0) uint32_t *max_ndim_p (uint32_t max_ndim = 0)
+{
+    $1 = &max_ndim;
+}
+%typemap(argout) uint32_t *max_ndim_p
+{
+    $result = SWIG_Python_AppendOutput($result, PyLong_FromUnsignedLong(*$1));
+}
+
+/* The rows: a sequence of C-contiguous arrays (their shape and bytes) or
+ * None (a null row), each buffer held for the whole call. */
+%typemap(in) (const mc_codec_row_t *rows, size_t n) (mooncake_py_rows_t rv = {0})
+{
+    if (mooncake_py_rows_init(&rv, $input) != 0)
+        SWIG_fail;
+    $1 = rv.rows;
+    $2 = rv.n;
+}
+
+%typemap(freearg) (const mc_codec_row_t *rows, size_t n)
+{
+    mooncake_py_rows_cleanup(&rv$argnum);
+}
+
+%{
+typedef struct mooncake_py_rows {
+    Py_buffer *views;
+    char *held;  /* held[i]: views[i] must be released */
+    mc_codec_row_t *rows;
+    size_t n;
+} mooncake_py_rows_t;
+
+static void mooncake_py_rows_cleanup(mooncake_py_rows_t *rv)
+{
+    for (size_t i = 0; i < rv->n; i++)
+        if (rv->held[i])
+            PyBuffer_Release(&rv->views[i]);
+    PyMem_Free(rv->views);
+    PyMem_Free(rv->held);
+    PyMem_Free(rv->rows);
+    rv->views = NULL;
+    rv->held  = NULL;
+    rv->rows  = NULL;
+    rv->n     = 0;
+}
+
+/* 0, or -1 with TypeError (not a sequence, an item that is neither None
+ * nor a buffer) or ValueError (not C-contiguous) set. */
+static int mooncake_py_rows_init(mooncake_py_rows_t *rv, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "rows must be a sequence of arrays or None");
+    Py_ssize_t n;
+
+    if (fast == NULL)
+        return -1;
+    n         = PySequence_Fast_GET_SIZE(fast);
+    rv->views = PyMem_Calloc((size_t)n + 1, sizeof(*rv->views));
+    rv->held  = PyMem_Calloc((size_t)n + 1, 1);
+    rv->rows  = PyMem_Calloc((size_t)n + 1, sizeof(*rv->rows));
+    if ((rv->views == NULL) || (rv->held == NULL) || (rv->rows == NULL)) {
+        Py_DECREF(fast);
+        mooncake_py_rows_cleanup(rv);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        Py_buffer *v = &rv->views[i];
+        rv->n++;
+        if (o == Py_None) {
+            rv->rows[i].is_null = 1;
+            continue;
+        }
+        if (!PyObject_CheckBuffer(o)) {
+            PyErr_Format(PyExc_TypeError, "row %zd is not an array but '%s'", i,
+                         Py_TYPE(o)->tp_name);
+            goto fail;
+        }
+        if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS) != 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "row %zd is not C-contiguous", i);
+            goto fail;
+        }
+        rv->held[i] = 1;
+        rv->rows[i].base = v->buf;
+        rv->rows[i].nbytes = (size_t)v->len;
+        rv->rows[i].ndim = (uint32_t)v->ndim;
+        /* Py_ssize_t and int64_t are the same size on every supported ABI */
+        rv->rows[i].shape = (const int64_t *)v->shape;
+    }
+    Py_DECREF(fast);
+    return 0;
+fail:
+    Py_DECREF(fast);
+    mooncake_py_rows_cleanup(rv);
+    return -1;
+}
+%}
+
 /* ---- (const char *const *strs, size_t n): a sequence of str in ------------- */
 
 %typemap(in) (const char *const *strs, size_t n) (mooncake_py_strv_t sv = {0})

@@ -28,6 +28,7 @@ mooncake_py_sources = \
 	bindings/python/mooncake/mooncake_store_service.py \
 	bindings/python/mooncake/store.py \
 	bindings/python/mooncake/structured_object_store.py \
+	bindings/python/mooncake/dataproto_catalog.py \
 	bindings/python/mooncake/_fast_copy.py \
 	$(NULL)
 
@@ -97,6 +98,9 @@ EXTRA_DIST += \
 	tests/python/test_shm.py \
 	tests/python/test_tensor.py \
 	tests/python/test_structured.py \
+	tests/python/test_structured_codecs.py \
+	tests/python/test_dataproto.py \
+	tests/python/test_dataproto_catalog.py \
 	tests/python/engine_proc.py \
 	tests/python/test_engine.py \
 	tests/python/test_dummy.py \

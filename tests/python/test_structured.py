@@ -100,6 +100,14 @@ class FlakyStore:
         self.attempted.append(key)
         return _FAIL if self._fail_put(key) else self._real.put(key, value, config)
 
+    def put_tensor(self, key, tensor):
+        self.attempted.append(key)
+        return _FAIL if self._fail_put(key) else self._real.put_tensor(key, tensor)
+
+    def pub_tensor(self, key, tensor, config=None):
+        self.attempted.append(key)
+        return _FAIL if self._fail_put(key) else self._real.pub_tensor(key, tensor, config)
+
     def batch_put_from(self, keys, ptrs, sizes, config=None):
         self.attempted.extend(keys)
         real = self._real.batch_put_from(
@@ -119,14 +127,19 @@ class FlakyStore:
 # ---- surface --------------------------------------------------------------------------------
 
 def test_public_surface_and_argument_checks(store):
-    for name in sos.__all__:
-        assert hasattr(sos, name), name
     assert sos.DEFAULT_BUNDLE_CHUNK_BYTES == 64 * MiB
     assert sos.STRUCTURED_FIELD_SPECS_KEY == "__mooncake_structured_fields__"
     assert BundleTransferPolicy() == BundleTransferPolicy(1, "auto", "auto")
-    for bad in ({"copy_mode": "fast"}, {"put_mode": "x"}, {"max_inflight_put": 0}):
-        with pytest.raises(ValueError):
-            BundleTransferPolicy(**bad)
+    # as upstream, a policy is checked when a put uses it
+    bad_policies = [({"copy_mode": "fast"}, "unsupported copy_mode: fast"),
+                    ({"put_mode": "x"}, "unsupported put_mode: x"),
+                    ({"max_inflight_put": 0}, "max_inflight_put must be positive")]
+    t0 = MooncakeBundleTransfer(store, key_prefix="t/policy")
+    for bad, msg in bad_policies:
+        policy = BundleTransferPolicy(**bad)
+        with pytest.raises(ValueError, match=msg):
+            t0.put_structured_object(StructuredObjectPayload(buffers={"x": b"1"}),
+                                     policy=policy)
     with pytest.raises(TypeError, match="requires buffers"):
         StructuredObjectPayload({"a": 1})
     assert StructuredObjectPayload(buffers={}).metadata == {}
@@ -158,7 +171,7 @@ def test_public_surface_and_argument_checks(store):
     with pytest.raises(ValueError, match="reserved"):
         t.put_structured_object(StructuredObjectPayload(
             {sos.STRUCTURED_FIELD_SPECS_KEY: 1}, {"x": b"1"}))
-    with pytest.raises(TypeError, match="unsupported"):
+    with pytest.raises(TypeError, match="x must be bytes-like, got int"):
         t.put_structured_object(StructuredObjectPayload(buffers={"x": 3}))
     with pytest.raises(TypeError, match="not a plain numeric"):
         t.put_structured_object(StructuredObjectPayload(buffers={"x": np.array(["a"])}))
@@ -182,13 +195,18 @@ def test_spec_example_round_trip(transfer):
     ref = transfer.put_structured_object(payload)
     result = transfer.materialize(transfer.read_spec(ref))
     assert isinstance(result, StructuredObjectResult)
+    # as upstream, the metadata comes back whole: layout and field specs too
+    fields = result.metadata.pop(sos.STRUCTURED_FIELD_SPECS_KEY)
     assert result.metadata == {"step": 7, "layout": "rollout"}
+    assert fields["tokens"] == {"encoding": "ndarray", "dtype": "<i4", "shape": [6, 4]}
+    assert fields["prompt_ids"] == {"encoding": "bytes"}
     assert_same(result.objects["tokens"], payload.buffers["tokens"])
     assert_same(result.objects["mask"], payload.buffers["mask"])
     assert result.objects["prompt_ids"] == b"sample-ids"
-    # the default layout name, and the metadata does not leak the field table
+    # the default layout name
     _, r = roundtrip(transfer, {"a": b"x"}, {"k": [1, 2]})
-    assert r.metadata == {"k": [1, 2], "layout": "structured"}
+    assert r.metadata == {"k": [1, 2], "layout": "structured",
+                          sos.STRUCTURED_FIELD_SPECS_KEY: {"a": {"encoding": "bytes"}}}
 
 
 def test_put_object_and_get_object(transfer):
@@ -228,14 +246,13 @@ def test_every_dtype_and_shape(transfer, mode):
 
 def test_zero_length_members(transfer, store):
     bufs = {"empty_bytes": b"", "empty_arr": np.empty((0,), np.float32),
-            "empty_2d": np.zeros((4, 0), np.int64), "rows": [np.empty(0, np.int16)]}
+            "empty_2d": np.zeros((4, 0), np.int64)}
     ref, r = roundtrip(transfer, bufs)
     for name, spec in ref.manifest["buffers"].items():
         assert spec["bytes"] == 0 and spec["chunks"] == [], name
         assert store.is_exist(spec["key"]) == 0  # nothing stored for 0 bytes
     assert r.objects["empty_bytes"] == b""
     assert r.objects["empty_2d"].shape == (4, 0)
-    assert r.objects["rows"][0].shape == (0,)
     out = transfer.materialize_into(transfer.read_spec(ref).select_members(["empty_arr"]),
                                     {"empty_arr": np.empty(0, np.float32)})
     assert out.objects["empty_arr"].shape == (0,)
@@ -246,13 +263,12 @@ def test_non_contiguous_members(transfer, mode):
     base = np.arange(4 * 6 * 1024, dtype=np.float64).reshape(4, 6, 1024)
     bufs = {"strided": base[:, ::2, :], "fortran": np.asfortranarray(base[0]),
             "transposed": base[1].T, "reversed": base[::-1, :, ::-3],
-            "view_bytes": memoryview(b"abcdefgh")[::2],
-            "rows": [base[0, :, ::2], base[1, 0]]}
+            "view_bytes": memoryview(b"abcdefgh")[::2]}
     for v in list(bufs.values())[:4]:
         assert not v.flags.c_contiguous
     _, r = roundtrip(transfer, bufs, policy=BundleTransferPolicy(copy_mode=mode))
-    for name in ("strided", "fortran", "transposed", "reversed", "rows"):
-        assert_same(r.objects[name], bufs[name] if name != "rows" else list(bufs["rows"]))
+    for name in ("strided", "fortran", "transposed", "reversed"):
+        assert_same(r.objects[name], bufs[name])
     assert r.objects["view_bytes"] == b"aceg"
 
 
@@ -268,21 +284,15 @@ def test_bytes_members(transfer):
     assert all(type(v) is bytes for v in r.objects.values())
 
 
-def test_ragged_rows(transfer):
-    rng = np.random.default_rng(3)
-    rows = [rng.integers(0, 1000, size=n, dtype=np.int64) for n in (3, 0, 7, 1, 5)]
-    rows.append(rng.integers(0, 1000, size=(2, 3), dtype=np.int64))
-    for mode in ("auto", "copy"):
-        ref, r = roundtrip(transfer, {"rows": rows},
-                           policy=BundleTransferPolicy(copy_mode=mode))
-        assert_same(r.objects["rows"], rows)
-    spec = transfer.read_spec(ref).slice_member("rows", 0, 2, 6, step=2)
-    assert_same(transfer.materialize(spec).objects["rows"], rows[2:6:2])
-    with pytest.raises(TypeError, match="different dtypes"):
-        transfer.put_structured_object(StructuredObjectPayload(
-            buffers={"r": [np.zeros(2, np.int32), np.zeros(2, np.int64)]}))
-    with pytest.raises(ValueError, match="ndarray members only"):
-        transfer.materialize_into(transfer.read_spec(ref), {"rows": np.zeros(16, np.int64)})
+def test_list_members_are_refused_as_upstream(transfer):
+    """A list of arrays is not a member (upstream: "<name> must be
+    bytes-like, got list"); ragged rows are a DataProto non-tensor field
+    (test_dataproto.py)."""
+    rows = [np.arange(3), np.arange(4)]
+    with pytest.raises(TypeError, match="rows must be bytes-like, got list"):
+        transfer.put_structured_object(StructuredObjectPayload(buffers={"rows": rows}))
+    with pytest.raises(TypeError, match="must be bytes-like, got tuple"):
+        transfer.put_object({"r": tuple(rows)})
 
 
 # ---- partial reads --------------------------------------------------------------------------
@@ -308,12 +318,14 @@ def test_select_and_slice_edges(transfer):
             transfer.materialize(spec.slice_member("tokens", 0, start, end))
     with pytest.raises(ValueError, match="axis"):
         transfer.materialize(spec.slice_member("tokens", 2, 0, 1))
-    with pytest.raises(ValueError, match="read whole"):
+    with pytest.raises(ValueError, match="bytes member ids does not support slicing"):
         transfer.materialize(spec.slice_member("ids", 0, 0, 1))
     with pytest.raises(ValueError, match="not selected"):
         transfer.materialize(spec.select_members(["mask"]).slice_member("tokens", 0, 0, 1))
-    with pytest.raises(ValueError, match="no member"):
+    with pytest.raises(KeyError, match=r"unknown bundle buffers: \['nope'\]"):
         transfer.materialize(spec.select_members(["nope"]))
+    with pytest.raises(ValueError, match="selected no members"):
+        transfer.materialize(spec.select_members([]))
 
 
 def test_slice_moves_only_its_bytes(served):
@@ -371,8 +383,8 @@ def test_materialize_into(transfer):
         ({"tokens": np.empty((4, 4), np.int32)}, spec, r"\[4, 4\]"),
         ({"tokens": np.empty((6, 4), np.int32)[:, ::2]}, full, "is int32"),
         ({"tokens": np.empty((4, 6), np.int32).T}, full, "C-contiguous"),
-        ({"ids": bytearray(1)}, full, "holds bytes"),
-        ({"ids": np.empty(1, np.uint8)}, full, "holds bytes"),
+        ({"ids": bytearray(1)}, full, "does not support materialize_into"),
+        ({"ids": np.empty(1, np.uint8)}, full, "does not support materialize_into"),
         ({"f": sentinel}, spec, "not selected"),
         ({"tokens": [1, 2]}, spec, "must be an ndarray"),
     ]
@@ -463,7 +475,7 @@ def test_copy_modes_take_their_paths(served):
     assert_same(r.objects["small"], payload.buffers["small"])
     # zero_copy refuses plain members before writing anything
     before = metrics(port)
-    with pytest.raises(ValueError, match="zero_copy.*small"):
+    with pytest.raises(RuntimeError, match="zero-copy put requires tensor-object buffers"):
         t.put_structured_object(payload, policy=BundleTransferPolicy(copy_mode="zero_copy"))
     d = _delta(port, before)
     assert d["mooncake_client_put_requests_total"] == 0
@@ -487,13 +499,13 @@ def test_auto_falls_back_to_put_without_batch_put_from(served):
     t = MooncakeBundleTransfer(NoBatchStore(s), key_prefix="t/nobatch")
     before = metrics(port)
     ref, r = roundtrip(t, {"a": np.arange(3 * MiB, dtype=np.uint8), "b": b"x",
-                           "rows": [np.arange(3), np.arange(4)]})
+                           "c": np.arange(4)})
     d = _delta(port, before)
     assert d["mooncake_client_put_requests_total"] == 5
     assert d["mooncake_client_batch_put_requests_total"] == 0
     assert t._buffer_pool() is None
     assert r.objects["a"][-1] == (3 * MiB - 1) % 256 and r.objects["b"] == b"x"
-    assert_same(r.objects["rows"], [np.arange(3), np.arange(4)])
+    assert_same(r.objects["c"], np.arange(4))
 
 
 def test_zero_copy_tensor_objects(transfer, store, regbuf):
@@ -520,8 +532,20 @@ def test_zero_copy_tensor_objects(transfer, store, regbuf):
     ref = transfer.put_structured_object(StructuredObjectPayload(buffers={"t": member}),
                                          policy=BundleTransferPolicy(copy_mode="copy"))
     assert torch.equal(transfer.materialize(transfer.read_spec(ref)).objects["t"], tensor)
-    with pytest.raises(TypeError, match="tensor_object_buffer"):
-        transfer.put_structured_object(StructuredObjectPayload(buffers={"t": tensor}))
+    # a plain torch tensor is a member too (upstream's torch_tensor encoding)
+    ref = transfer.put_structured_object(StructuredObjectPayload(buffers={"t": tensor}))
+    spec = ref.manifest["buffers"]["t"]
+    assert spec["kind"] == "tensor" and spec["metadata_bytes"] == 304
+    assert spec["bytes"] == 304 + tensor.numel() * 4 and spec["dtype"] == "torch.float32"
+    got = transfer.materialize(transfer.read_spec(ref))
+    assert got.metadata[sos.STRUCTURED_FIELD_SPECS_KEY]["t"] == {
+        "encoding": "torch_tensor", "dtype": "torch.float32", "shape": [10, 100],
+        "element_size": 4}
+    assert torch.equal(got.objects["t"], tensor)
+    rows = transfer.materialize(transfer.read_spec(ref).slice_member("t", 0, 2, 5))
+    assert torch.equal(rows.objects["t"], tensor[2:5])
+    with pytest.raises(ValueError, match="requires step=1"):
+        transfer.materialize(transfer.read_spec(ref).slice_member("t", 0, 2, 5, step=2))
     with pytest.raises(ValueError):
         tensor_object_buffer(0, 10)
     with pytest.raises(TypeError):
@@ -543,9 +567,9 @@ def test_staged_payload_larger_than_the_pool(transfer, master):
     # docs/protocol.md §5.8)
     wait_until(lambda: master.metric("master_allocated_bytes") <= before + MiB,
                LEASE_TTL_MS / 1000 + 10, "the removed bundle's space to be freed")
-    rows = [big[:18 * MiB], big[18 * MiB:]]
-    ref, r = roundtrip(transfer, {"rows": rows})
-    assert_same(r.objects["rows"], rows)
+    ref, r = roundtrip(transfer, {"a": big[:30 * MiB]})
+    assert_same(r.objects["a"], big[:30 * MiB])
+    del r
     transfer.remove_bundle(ref)
 
 
@@ -575,24 +599,20 @@ def test_held_results_do_not_block_writes(transfer):
 
 def test_chunked_and_parallel_writes(transfer):
     data = np.random.default_rng(9).integers(0, 255, size=(1000, 37), dtype=np.uint8)
-    rows = [np.full(n, n, np.int32) for n in range(1, 200)]
     for policy in (BundleTransferPolicy(), BundleTransferPolicy(max_inflight_put=4),
                    BundleTransferPolicy(put_mode="batch", max_inflight_put=4),
                    BundleTransferPolicy(copy_mode="copy")):
-        ref, r = roundtrip(transfer, {"d": data, "rows": rows, "b": bytes(5000)},
+        ref, r = roundtrip(transfer, {"d": data, "b": bytes(5000)},
                            chunk_bytes=1000, policy=policy)
         chunks = ref.manifest["buffers"]["d"]["chunks"]
         assert len(chunks) == 37 and sum(c["bytes"] for c in chunks) == data.nbytes
         assert chunks[5]["key"] == ref.manifest["buffers"]["d"]["key"] + "/chunk/5"
         assert_same(r.objects["d"], data)
-        assert_same(r.objects["rows"], rows)
         assert r.objects["b"] == bytes(5000)
     spec = transfer.read_spec(ref)
     for start, end in ((0, 1000), (26, 27), (27, 55), (999, 1000)):
         got = transfer.materialize(spec.slice_member("d", 0, start, end)).objects["d"]
         assert_same(got, data[start:end])
-    got = transfer.materialize(spec.slice_member("rows", 0, 100, 150)).objects["rows"]
-    assert_same(got, rows[100:150])
 
 
 # ---- another process ------------------------------------------------------------------------
@@ -606,11 +626,12 @@ master, key = sys.argv[1], sys.argv[2]
 s = MooncakeDistributedStore()
 assert s.setup("localhost", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", master) == 0
 t = MooncakeBundleTransfer(s, key_prefix="other")  # the reference alone is enough
-r = t.materialize(t.read_spec(key))
-part = t.materialize(t.read_spec(key).slice_member("tokens", 0, 1, 3)).objects["tokens"]
+ref = {"manifest_key": key}
+r = t.materialize(t.read_spec(ref))
+part = t.materialize(t.read_spec(ref).slice_member("tokens", 0, 1, 3)).objects["tokens"]
 print(json.dumps({"metadata": r.metadata, "tokens": r.objects["tokens"].tolist(),
                   "dtype": r.objects["tokens"].dtype.str, "ids": r.objects["ids"].decode(),
-                  "rows": [x.tolist() for x in r.objects["rows"]], "part": part.tolist()}))
+                  "part": part.tolist()}))
 s.close()
 """
 
@@ -618,14 +639,14 @@ s.close()
 def test_reader_in_another_process_needs_only_the_reference(transfer, master):
     tokens = np.arange(12, dtype=np.int64).reshape(4, 3)
     ref = transfer.put_structured_object(StructuredObjectPayload(
-        {"step": 3}, {"tokens": tokens, "ids": b"abc", "rows": [np.arange(2), np.arange(3)]}))
+        {"step": 3}, {"tokens": tokens, "ids": b"abc"}))
     out = subprocess.run([sys.executable, "-c", READER, master.addr, ref.manifest_key],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout)
-    assert got["metadata"] == {"step": 3, "layout": "structured"}
+    assert got["metadata"]["step"] == 3 and got["metadata"]["layout"] == "structured"
     assert got["tokens"] == tokens.tolist() and got["dtype"] == "<i8"
-    assert got["ids"] == "abc" and got["rows"] == [[0, 1], [0, 1, 2]]
+    assert got["ids"] == "abc"
     assert got["part"] == tokens[1:3].tolist()
 
 
@@ -654,6 +675,8 @@ def test_failed_write_leaves_nothing_visible(store, mode, victim):
 
 
 def test_bad_manifests_are_rejected(transfer, store):
+    """Foreign or corrupt manifests are refused with upstream's messages
+    (ValueError) when the read happens: read_spec itself does no I/O."""
     ref = transfer.put_structured_object(StructuredObjectPayload(
         buffers={"x": np.arange(10, dtype=np.int32), "y": b"abc"}), chunk_bytes=16)
     key, good = ref.manifest_key, ref.manifest
@@ -661,50 +684,73 @@ def test_bad_manifests_are_rejected(transfer, store):
     def bad(mutate, match):
         m = copy.deepcopy(good)
         mutate(m)
-        with pytest.raises(StructuredManifestError, match=match):
-            transfer.read_spec(RemoteBundleRef(key, m))
+        spec = transfer.read_spec(RemoteBundleRef(key, m))  # lazy: nothing checked yet
+        with pytest.raises(ValueError, match=match):
+            transfer.materialize(spec)
 
-    bad(lambda m: m.update(version=2), "version 2 is not supported")
-    bad(lambda m: m.pop("version"), "no integer 'version'")
-    bad(lambda m: m.update(layout="other"), "layout")
-    bad(lambda m: m.update(object_id="default/0"), "object_id")
-    bad(lambda m: m["buffers"]["x"].update(bytes=41), "hold 40 bytes, not 41")
-    bad(lambda m: m["buffers"]["x"]["chunks"][1].update(key="elsewhere/1"), "not under")
+    bad(lambda m: m.update(version=2), "invalid bundle manifest")
+    bad(lambda m: m.pop("version"), "invalid bundle manifest")
+    bad(lambda m: m.update(layout="other"), "invalid bundle manifest")
+    bad(lambda m: m.update(object_id=5), "object_id must be a string")
+    bad(lambda m: m.update(object_id="default/0"), "manifest_key does not match manifest "
+                                                   "object_id")
+    bad(lambda m: m["buffers"]["x"].update(bytes=41), "chunks total 40 bytes, expected 41")
+    bad(lambda m: m["buffers"]["x"].update(bytes=-1), "payload bytes must be non-negative")
+    bad(lambda m: m["buffers"]["x"].update(chunks={}), "payload chunks are invalid")
+    bad(lambda m: m["buffers"]["x"]["chunks"].append(7), "bundle chunk must be a dict")
+    bad(lambda m: m["buffers"]["x"]["chunks"][1].update(key="elsewhere/1"),
+        "chunk key is outside the payload namespace")
     bad(lambda m: m["buffers"]["x"]["chunks"].append(m["buffers"]["x"]["chunks"][0]),
-        "repeated")
-    bad(lambda m: m["buffers"]["x"].update(key="foreign/x"), "not under")
-    bad(lambda m: m["buffers"]["x"].update(kind="blob"), "unknown kind")
-    bad(lambda m: m["buffers"]["x"]["field"].update(dtype="<i8"), "make 80 bytes")
-    bad(lambda m: m["buffers"]["x"]["field"].update(encoding="pickle"), "unknown encoding")
-    bad(lambda m: m.update(buffers=[]), "'buffers' is not an object")
+        "chunk keys must be unique")
+    bad(lambda m: m["buffers"]["x"].update(key="foreign/x"),
+        "payload key is outside the bundle namespace")
+    bad(lambda m: m["buffers"].update({"a/b": m["buffers"]["x"]}),
+        "invalid bundle buffer name: 'a/b'")
+    bad(lambda m: m["buffers"].update(x=[]), "payload spec must be a dict")
+    bad(lambda m: m.update(buffers=[]), "manifest buffers must be a dict")
+    bad(lambda m: m.update(buffer_object_ids=[1]), "buffer_object_ids must be a list of strings")
+    bad(lambda m: m.update(cleanup_keys=["elsewhere/manifest"]),
+        "cleanup_keys are outside the bundle namespace")
     # what sits at a manifest key is checked the same way
-    for raw, match in ((b"\x89PNG....", "not UTF-8 JSON"), (b"[1, 2]", "not a JSON object"),
-                       (json.dumps({"version": 7, "layout": "bundle"}).encode(), "version 7")):
+    for raw, match in ((b"[1, 2]", "must decode to a dict"),
+                       (json.dumps({"version": 7, "layout": "bundle"}).encode(),
+                        "invalid bundle manifest")):
         k = f"t/foreign/{len(raw)}/manifest"
         assert store.put(k, raw) == 0
-        with pytest.raises(StructuredManifestError, match=match):
-            transfer.read_spec(k)
-    with pytest.raises(StructuredObjectReadError, match="no manifest"):
-        transfer.read_spec("t/never/written/manifest")
+        with pytest.raises(ValueError, match=match):
+            transfer.materialize(transfer.read_spec({"manifest_key": k}))
+    # a missing manifest reads as b"": json's "Expecting value", as upstream
+    with pytest.raises(json.JSONDecodeError, match="Expecting value"):
+        transfer.materialize(transfer.read_spec({"manifest_key": "t/never/written/manifest"}))
+    with pytest.raises(ValueError, match="bundle ref must include manifest_key"):
+        transfer.materialize(transfer.read_spec({"other": 1}))
+    with pytest.raises(TypeError):
+        transfer.read_spec(key)  # upstream takes no bare key strings
     assert issubclass(StructuredManifestError, ValueError)
     assert issubclass(StructuredManifestError, StructuredObjectError)
-    # metadata that disagrees with the manifest is corruption as well
-    m = copy.deepcopy(good)
-    meta_key = m["meta"]["key"]
-    store.remove(meta_key, True)
-    bogus = json.dumps({"layout": "structured", sos.STRUCTURED_FIELD_SPECS_KEY: {
-        "x": {"encoding": "bytes"}, "y": {"encoding": "bytes"}}}).encode()
-    m["meta"] = {"key": meta_key, "bytes": len(bogus),
-                 "chunks": [{"key": meta_key + "/chunk/0", "bytes": len(bogus)}]}
-    m["meta"]["chunks"] = [{"key": meta_key, "bytes": len(bogus)}]
-    assert store.put(meta_key, bogus) == 0
-    with pytest.raises(StructuredManifestError, match="differ"):
-        MooncakeBundleTransfer(store, key_prefix="t/structured").materialize(
-            StructuredObjectReadSpec(RemoteBundleRef(key, m)))
-    # a member payload that went missing is a read error naming it
-    store.remove(good["buffers"]["y"]["key"], True)
-    with pytest.raises(StructuredObjectReadError, match="'y'"):
-        MooncakeBundleTransfer(store, key_prefix="t/x").materialize(transfer.read_spec(key))
+    # metadata whose field specs do not fit the members is corruption as well
+    meta_key = good["meta"]["key"]
+    for fields, match in (({"x": {"encoding": "pickle"}, "y": {"encoding": "bytes"}},
+                           "unsupported structured field encoding: pickle"),
+                          ({"x": {"encoding": "ndarray", "dtype": "<i8", "shape": [10]},
+                            "y": {"encoding": "bytes"}}, "make 80 bytes"),
+                          ([], "structured field specs must be a dict")):
+        bogus = json.dumps({"layout": "structured",
+                            sos.STRUCTURED_FIELD_SPECS_KEY: fields}).encode()
+        m = copy.deepcopy(good)
+        m["meta"] = {"key": meta_key, "bytes": len(bogus),
+                     "chunks": [{"key": meta_key, "bytes": len(bogus)}]}
+        store.remove(meta_key, True)
+        assert store.put(meta_key, bogus) == 0
+        fresh = MooncakeBundleTransfer(store, key_prefix="t/structured")  # no cached meta
+        with pytest.raises(ValueError, match=match):
+            fresh.materialize(fresh.read_spec(RemoteBundleRef(key, m)))
+    # a member payload that went missing is a read error naming its key
+    ref = transfer.put_structured_object(StructuredObjectPayload(
+        buffers={"x": np.arange(10, dtype=np.int32), "y": b"abc"}))
+    store.remove(ref.manifest["buffers"]["y"]["key"], True)
+    with pytest.raises(StructuredObjectReadError, match="buffer/y"):
+        transfer.materialize(transfer.read_spec({"manifest_key": ref.manifest_key}))
 
 
 # ---- bundles --------------------------------------------------------------------------------
@@ -715,13 +761,13 @@ def test_bundles_put_read_remove(transfer, store):
                                                     "c": bytearray(3 * MiB)},
                               partition="p1", chunk_bytes=MiB)
     assert "/p1/" in ref.manifest_key
-    meta, bufs = transfer.get_bundle(ref.manifest_key)
+    meta, bufs = transfer.get_bundle({"manifest_key": ref.manifest_key})
     assert meta == b"\x00raw meta\xff"
     assert bufs == {"a": b"alpha", "b": arr.tobytes(), "c": bytes(3 * MiB)}
     # the structured read path reads bundles as byte members
     r = transfer.materialize(transfer.read_spec({"manifest_key": ref.manifest_key}))
     assert r.metadata == {} and r.objects["a"] == b"alpha"
-    with pytest.raises(ValueError, match="holds bytes"):
+    with pytest.raises(ValueError, match="does not support materialize_into"):
         transfer.materialize_into(transfer.read_spec(ref), {"b": np.empty(1000, np.float32)})
     keys = [ref.manifest_key] + [c["key"] for s in [ref.manifest["meta"], *ref.manifest[
         "buffers"].values()] for c in s["chunks"]]
@@ -729,8 +775,8 @@ def test_bundles_put_read_remove(transfer, store):
     assert all(store.is_exist(k) == 1 for k in keys)
     transfer.remove_bundle(ref)
     assert all(store.is_exist(k) == 0 for k in keys)
-    with pytest.raises(StructuredObjectReadError):
-        transfer.read_spec(ref.manifest_key)
+    with pytest.raises(json.JSONDecodeError):  # b"" at the manifest key
+        transfer.materialize(transfer.read_spec({"manifest_key": ref.manifest_key}))
     transfer.remove_bundle(ref)  # again: everything is already gone, which is fine
     with pytest.raises(TypeError):
         transfer.put_bundle(b"", {"a": object()})
@@ -809,8 +855,8 @@ def test_remove_partition_cleans_crash_leftovers(store):
     assert t.remove_partition("run+1") == 2 * 3 + 2
     assert store.is_exist(base + "/meta") == 0
     for ref in refs:
-        with pytest.raises(StructuredObjectReadError):
-            t.read_spec(ref.manifest_key)
+        with pytest.raises(ValueError, match="Expecting value"):
+            t.materialize(t.read_spec({"manifest_key": ref.manifest_key}))
     assert store.is_exist(decoy) == 1
     assert t.materialize(t.read_spec(other)).objects["a"] == b"y"
     with pytest.raises(ValueError):

@@ -50,6 +50,7 @@
     X(etcd)               \
     X(tensor)             \
     X(fastcopy)           \
+    X(codec)              \
     X(rdma)               \
     X(rdma_path)          \
     X(auth)

@@ -16,7 +16,7 @@ from mooncake import capi as _capi
 from mooncake import _util
 from mooncake._errors import last_error_detail
 
-__all__ = ["concat_arrays_into"]
+__all__ = ["concat_arrays_into", "ragged_pack"]
 
 
 def concat_arrays_into(arrays: Sequence[Any], dest_ptr: int, dest_size: int,
@@ -65,3 +65,42 @@ def concat_arrays_into(arrays: Sequence[Any], dest_ptr: int, dest_size: int,
     if st != 0:
         raise ValueError(last_error_detail() or f"mc_fastcopy_gather failed ({st})")
     return int(copied)
+
+
+def ragged_pack(rows: Sequence[Any], dtype: Any, nthreads: int = 1,
+                alloc: Any = None) -> dict:
+    """Rows (C-contiguous arrays of ``dtype``, or None for a null row) in
+    the typed-ragged layout of ``mooncake/codec.h``: ``{"data", "offsets",
+    "shapes", "ndims", "nulls"}`` as new arrays.  The shapes, offsets and
+    the gather copy of the data are done by libmooncake
+    (``mc_codec_ragged_measure`` + ``mc_codec_ragged_pack``) without the
+    interpreter lock, in one pass over the rows.
+
+    ``alloc(nbytes, dtype)``, when given, makes the 1-D data array (e.g.
+    in registered memory); default ``np.empty``.
+
+    Raises:
+        TypeError: a row is neither None nor an array.
+        ValueError: a row is not C-contiguous or not of ``dtype``.
+    """
+    dt = np.dtype(dtype)
+    for i, r in enumerate(rows):
+        if r is not None and (not isinstance(r, np.ndarray) or r.dtype != dt):
+            raise ValueError(f"row {i} is not an ndarray of {dt}")
+    st, elems, max_ndim = _capi.mc_codec_ragged_measure(rows, dt.itemsize)
+    if st != 0:
+        raise ValueError(last_error_detail() or f"mc_codec_ragged_measure failed ({st})")
+    n = len(rows)
+    width = max(int(max_ndim), 1)
+    data = np.empty(int(elems), dt) if alloc is None else alloc(int(elems) * dt.itemsize, dt)
+    offsets = np.empty(n + 1, np.int64)
+    shapes = np.empty((n, width), np.int64)
+    ndims = np.empty(n, np.int16)
+    nulls = np.empty(n, np.bool_)
+    st = _capi.mc_codec_ragged_pack(rows, dt.itemsize, int(data.ctypes.data), int(data.nbytes),
+                                    int(offsets.ctypes.data), int(shapes.ctypes.data), width,
+                                    int(ndims.ctypes.data), int(nulls.ctypes.data),
+                                    max(1, min(int(nthreads), 64)))
+    if st != 0:
+        raise ValueError(last_error_detail() or f"mc_codec_ragged_pack failed ({st})")
+    return {"data": data, "offsets": offsets, "shapes": shapes, "ndims": ndims, "nulls": nulls}

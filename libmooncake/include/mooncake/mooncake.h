@@ -13,6 +13,7 @@
 #include <mooncake/store.h>
 #include <mooncake/tensor.h>
 #include <mooncake/fastcopy.h>
+#include <mooncake/codec.h>
 
 #ifdef __cplusplus
 extern "C" {

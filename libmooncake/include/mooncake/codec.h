@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file codec.h
+ * @brief The typed-ragged layout of structured non-tensor fields.
+ *
+ * A DataProto's non-tensor field of numeric rows of different lengths
+ * (token ids, per-row arrays) is stored by mooncake.structured_object_store
+ * in upstream Mooncake's "typed_ragged" layout: five arrays, each its own
+ * store payload (docs/structured.md, "Codecs"):
+ *
+ * | payload | type              | length          | meaning                         |
+ * |---------|-------------------|-----------------|---------------------------------|
+ * | data    | the element type  | total elements  | every row's elements, in order  |
+ * | offsets | int64             | rows + 1        | element offset of row i; [0]=0  |
+ * | shapes  | int64             | rows x width    | row i's shape, zero padded      |
+ * | ndims   | int16             | rows            | dimensions of row i             |
+ * | nulls   | bool (one byte)   | rows            | 1 for a null row                |
+ *
+ * width = max(1, the largest ndim).  A null row has no elements, ndim 0
+ * and a zero shape; a 0-d row has one element and ndim 0.
+ *
+ * Building this from thousands of rows, or checking and slicing it on the
+ * way back, is per-row work that an interpreter does slowly; these
+ * functions do it in one pass over plain C descriptors.  Pure memory
+ * work: no store, no allocation besides mc_fastcopy_gather()'s helper
+ * threads, thread-safe.  Errors set mc_last_error_detail().
+ */
+#ifndef MOONCAKE_CODEC_H
+#define MOONCAKE_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <mooncake/visibility.h>
+#include <mooncake/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Most dimensions a row may have (numpy's limit). @since 0.2 */
+#define MC_CODEC_MAX_NDIM 64
+
+/**
+ * One row of a typed-ragged column, as the caller holds it.
+ * @since 0.2
+ */
+typedef struct mc_codec_row {
+    /** The row's elements in C order; may be NULL for a null row or a row
+     *  of 0 bytes. */
+    const void *base;
+    /** Bytes at @p base: the product of @p shape times the element size
+     *  (0 for a null row). */
+    size_t nbytes;
+    /** Its dimensions, 0..MC_CODEC_MAX_NDIM (0 for a scalar or a null row). */
+    uint32_t ndim;
+    /** Nonzero: a null row (None); base, nbytes and ndim must then be 0. */
+    uint8_t is_null;
+    /** The first @p ndim entries are the row's shape (each >= 0). */
+    const int64_t *shape;
+} mc_codec_row_t;
+
+/**
+ * @brief The sizes mc_codec_ragged_pack() needs.
+ *
+ * Checks every row (its bytes must equal the product of its shape times
+ * @p itemsize; a null row has no bytes and no dimensions).
+ *
+ * @param rows        the rows; may be NULL when @p n is 0
+ * @param n           number of rows
+ * @param itemsize    bytes per element (> 0)
+ * @param elems_p     total elements of all rows
+ * @param max_ndim_p  the largest ndim (0 when every row is null or 0-d)
+ * @return MC_OK; MC_INVALID_PARAMS (a detail names the row) for a bad row,
+ *         a zero itemsize, or sizes that overflow.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_codec_ragged_measure(const mc_codec_row_t *rows, size_t n,
+                                           size_t itemsize, size_t *elems_p,
+                                           uint32_t *max_ndim_p);
+
+/**
+ * @brief Lay rows out in the typed-ragged layout.
+ *
+ * Writes data (the rows back to back, by mc_fastcopy_gather() with up to
+ * @p nthreads threads), offsets (n + 1), shapes (n x @p width, zero
+ * padded), ndims and nulls (n each).  The caller sizes the outputs with
+ * mc_codec_ragged_measure(); nothing is written unless every check passes.
+ *
+ * @param rows       the rows (as for mc_codec_ragged_measure())
+ * @param n          number of rows
+ * @param itemsize   bytes per element
+ * @param data_out   total elements x @p itemsize bytes, or more
+ * @param data_size  bytes available at @p data_out
+ * @param offsets_out n + 1 int64 entries
+ * @param shapes_out  n x @p width int64 entries
+ * @param width      entries per row of @p shapes_out: at least the largest
+ *                   ndim and at least 1
+ * @param ndims_out  n int16 entries
+ * @param nulls_out  n bytes (0 or 1)
+ * @param nthreads   threads for the data copy (0 is taken as 1)
+ * @return MC_OK; MC_INVALID_PARAMS for a bad row, a NULL output, a width
+ *         below the largest ndim or @p data_size too small.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_codec_ragged_pack(const mc_codec_row_t *rows, size_t n, size_t itemsize,
+                                        void *data_out, size_t data_size,
+                                        int64_t *offsets_out, int64_t *shapes_out,
+                                        size_t width, int16_t *ndims_out, uint8_t *nulls_out,
+                                        unsigned nthreads);
+
+/**
+ * @brief Check a stored typed-ragged layout before it is decoded.
+ *
+ * The layout may come from another process, or be corrupt: offsets must
+ * start at 0, never decrease and end at @p data_elems; each ndim must lie
+ * in [0, @p width]; a null row must have no elements; every other row's
+ * shape must have exactly offsets[i+1] - offsets[i] elements.
+ *
+ * @return MC_OK; MC_INVALID_PARAMS naming the first bad row otherwise.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_codec_ragged_check(const int64_t *offsets, const int64_t *shapes,
+                                         size_t width, const int16_t *ndims,
+                                         const uint8_t *nulls, size_t n, size_t data_elems);
+
+/**
+ * @brief The data ranges of selected rows, and their offsets once packed.
+ *
+ * For rows @p idx (in output order, repeats allowed) of a layout with
+ * @p n rows, writes the element runs to fetch -- (first element, count)
+ * pairs, consecutive rows that are contiguous in the data merged into one
+ * run -- and the offsets of the selected rows laid back to back
+ * (@p nidx + 1 entries, starting at 0).  A reader fetches each run and
+ * concatenates them in order: that is the selected rows' data.
+ *
+ * @param offsets      the stored offsets (n + 1, checked)
+ * @param n            rows stored
+ * @param idx          the selected rows (each < @p n)
+ * @param nidx         how many
+ * @param runs_out     2 x @p nidx int64 entries: (first element, count) pairs
+ * @param nruns_p      runs written
+ * @param offsets_out  @p nidx + 1 int64 entries
+ * @return MC_OK; MC_INVALID_PARAMS for an index out of range or offsets
+ *         that decrease.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_codec_ragged_select(const int64_t *offsets, size_t n, const int64_t *idx,
+                                          size_t nidx, int64_t *runs_out, size_t *nruns_p,
+                                          int64_t *offsets_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOONCAKE_CODEC_H */
