@@ -129,7 +129,9 @@ def test_killed_dummy_frees_its_memory(dummies):
     victim = dummies("victim", pool=4 * MiB, lbuf=8 * MiB)
     assert watcher.call("dummy_stats")["dummies"] == 2
     victim.call("put_loop", prefix="kv", size=16 * 1024)
-    time.sleep(0.5)
+    # killed in the middle of its puts, once a few have landed
+    wait_until(lambda: watcher.call("exist", key="kv-3")["rc"] == 1, 10.0,
+               "the victim's puts to land")
     victim.kill()
     wait_until(lambda: watcher.call("dummy_stats") == base, 10.0,
                "the real client to free the killed dummy's memory")
