@@ -980,11 +980,9 @@ mc_status_t mc_store_query_lease_check(mc_store_query_h q)
  * a remount) or the object went elsewhere.  Each asks the master again;
  * a segment whose memory is freed under leases and reused all the time
  * moves its generation on between an answer and the read now and then, so
- * after a few tries each waits a little longer (read_again_pause), at most
- * about a second in all. */
-#define MC_READ_AGAIN_TRIES 32
-
-static void read_again_pause(int tries)
+ * after a few tries each waits a little longer (mc_store_read_again_pause),
+ * at most about a second in all. */
+void mc_store_read_again_pause(int tries)
 {
     if (tries >= 4) {
         unsigned shift = (unsigned)MC_MIN(tries - 4, 5);
@@ -1013,7 +1011,7 @@ static mc_status_t cached_read_again(mc_store_h s, mc_store_query_h q, uint64_t 
         return st;
     for (int tries = 0; tries < MC_READ_AGAIN_TRIES; tries++) {
         mc_store_query_h fq = NULL;
-        read_again_pause(tries);
+        mc_store_read_again_pause(tries);
         mc_debug("read of %s failed (%s); asking the master again", q->ckey,
                  mc_status_name(st));
         mc_store_cache_drop(s, q->ckey);

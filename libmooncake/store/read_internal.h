@@ -124,6 +124,12 @@ mc_status_t mc_store_do_batch_query_cached_to(mc_store_h s, const char *const *k
 /* Forget what the cache knows of @p key / of every key: after a local
  * write or removal (the master answered).  No-op without a cache. */
 void mc_store_cache_drop(mc_store_h s, const char *key);
+/* Reads refused as "not here" (MC_INVALID_READ: the holder's generation
+ * moved on since the master answered) ask the master again up to this
+ * many times, pausing before each with mc_store_read_again_pause(). */
+#define MC_READ_AGAIN_TRIES 32
+/* Nothing for the first tries, then 50 us doubling to 1.6 ms. */
+void mc_store_read_again_pause(int tries);
 void mc_store_cache_clear(mc_store_h s);
 /* Where this client's put of @p key (@p size bytes) went (@p reps), as a
  * speculative cache entry (query.c, "Speculative reads"), or NULL when it

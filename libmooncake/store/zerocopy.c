@@ -285,6 +285,74 @@ static int pieces_direct(const mc_read_piece_t *pieces, size_t g)
     return 1;
 }
 
+/* The pieces of a disk-only object (docs/tiers.md: the record, checked,
+ * then copies) or of one whose bytes came with the lookup (query.c,
+ * speculative reads: copies). */
+static mc_status_t pieces_from_copy(mc_store_h s, mc_store_query_h q,
+                                    const mc_read_piece_t *pieces, size_t g)
+{
+    mc_status_t st;
+
+    if ((g == 1) && (q->copy == NULL) && (pieces[0].src_offset == 0) &&
+        (pieces[0].length == q->size))
+        return mc_store_query_disk_read(s, q, pieces[0].local); /* no staging copy */
+    st = mc_store_query_load_disk(s, q);
+    for (size_t j = 0; (j < g) && (st == MC_OK); j++)
+        memcpy(pieces[j].local, q->copy + pieces[j].src_offset, (size_t)pieces[j].length);
+    return st;
+}
+
+/*
+ * The pieces of @p q's object, after its replicas refused them as "not
+ * here" (MC_INVALID_READ: the holder's generation moved on since the
+ * lookup, docs/architecture.md "Proof of identity"): ask the master again
+ * and read from where it says the object is now, as a whole-object read
+ * does (query.c, cached_read_again).  An object that changed size
+ * meanwhile fails with MC_LEASE_EXPIRED.  @p reqs and @p gens hold @p g.
+ */
+static mc_status_t pieces_read_again(mc_store_h s, mc_store_query_h q,
+                                     const mc_read_piece_t *pieces, size_t g,
+                                     mc_te_request_t *reqs, uint64_t *gens)
+{
+    mc_status_t st = MC_INVALID_READ;
+    const char *key = q->ckey;
+
+    for (int tries = 0; (tries < MC_READ_AGAIN_TRIES) && (st == MC_INVALID_READ); tries++) {
+        mc_store_query_h fq = NULL;
+        mc_status_t qst     = MC_OK;
+
+        mc_store_read_again_pause(tries);
+        mc_debug("ranged read of %s refused (%s); asking the master again", key,
+                 mc_status_name(st));
+        mc_store_cache_drop(s, key);
+        st = mc_store_do_batch_query(s, &key, 1, &fq, &qst);
+        if (st == MC_OK)
+            st = qst;
+        if (st != MC_OK)
+            return st;
+        if (fq->size != q->size) {
+            mc_set_error_detail("%s changed from %llu to %llu bytes while it was read; read it "
+                                "again", key, (unsigned long long)q->size,
+                                (unsigned long long)fq->size);
+            st = MC_LEASE_EXPIRED;
+        } else if ((fq->n == 0) || (fq->copy != NULL)) {
+            st = pieces_from_copy(s, fq, pieces, g);
+        } else {
+            for (uint32_t k = 0; k < fq->n; k++) {
+                st = pieces_to_reqs(s, fq, k, pieces, g, reqs, gens);
+                if (st == MC_OK)
+                    st = mc_te_transfer_gen(s->te, reqs, gens, g, NULL);
+                if (st == MC_OK)
+                    break;
+            }
+        }
+        if (st == MC_OK)
+            st = mc_store_query_lease_check(fq);
+        mc_store_query_release(fq);
+    }
+    return st;
+}
+
 void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                           const mc_read_piece_t *pieces, size_t npieces, mc_status_t *ostatus)
 {
@@ -334,19 +402,7 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
             /* the whole value came with the lookup, into this buffer */
         } else if ((ostatus[o] == MC_OK) &&
                    ((queries[o]->n == 0) || (queries[o]->copy != NULL))) {
-            /* disk-only (docs/tiers.md): the record, checked, then copies;
-             * bytes read with the lookup (query.c, speculative reads): copies */
-            mc_store_query_h q = queries[o];
-            if ((g == 1) && (q->copy == NULL) && (pieces[i].src_offset == 0) &&
-                (pieces[i].length == q->size)) {
-                /* the whole object into one buffer: no staging copy */
-                ostatus[o] = mc_store_query_disk_read(s, q, pieces[i].local);
-            } else {
-                ostatus[o] = mc_store_query_load_disk(s, q);
-                for (size_t j = 0; (j < g) && (ostatus[o] == MC_OK); j++)
-                    memcpy(pieces[i + j].local, q->copy + pieces[i + j].src_offset,
-                           (size_t)pieces[i + j].length);
-            }
+            ostatus[o] = pieces_from_copy(s, queries[o], &pieces[i], g);
         } else if (ostatus[o] == MC_OK) {
             st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq], &gens[nreq]);
             if ((st == MC_OK) && pieces_direct(&pieces[i], g) &&
@@ -431,6 +487,9 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         /* data read after the lease ran out may be stale: refuse it */
         if ((phase[i] != PIECE_SKIP) && (ostatus[o] == MC_OK))
             ostatus[o] = mc_store_query_lease_check(q);
+        /* every replica answered "not here": where is it now? */
+        if ((phase[i] != PIECE_SKIP) && (ostatus[o] == MC_INVALID_READ) && (q->ckey != NULL))
+            ostatus[o] = pieces_read_again(s, q, &pieces[i], g, reqs, gens);
         i += g;
     }
 

@@ -440,6 +440,15 @@ def handle(store, req):
                 rc = store.put(key, data, cfg)
             elif action == "upsert":
                 rc = store.upsert(key, data, cfg)
+            elif action == "churn":
+                # put, read (a lease), forced remove: the holder frees
+                # leased memory at once, so its generation moves on
+                k = f"{key}-{n % 8}"
+                rc = store.put(k, data, cfg)
+                if rc == 0:
+                    store.get(k)
+                    rc = store.remove(k, True)
+                    rc = 0 if rc in (0, -704) else rc
             elif action == "remove":
                 # not forced: a read lease keeps the value (a forced remove
                 # frees bytes a reader may still be copying)

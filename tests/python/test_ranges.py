@@ -485,3 +485,47 @@ def test_offsets_and_sizes_are_size_t(shaped, store, bad, where):
     with pytest.raises(TypeError):
         store.get_into_ranges([p, p], [[k], [k]], wrong["dst"], wrong["src"], wrong["size"])
     assert _untouched(buf)
+
+
+def test_ranged_reads_ride_out_a_holder_whose_generation_moves(store, master, spawn_client,
+                                                               regbuf):
+    """A holder whose leased memory is freed and reused all the time (put,
+    get, forced remove by another client) moves its segment's generation on
+    between a lookup's answer and the read now and then; a ranged read so
+    refused asks the master again, as a whole-object read does, instead of
+    failing."""
+    import threading
+
+    owner = spawn_client("owner")
+    owner_name = owner.setup(master)
+    churner = spawn_client("churn")
+    churner.setup(master)
+    value = os.urandom(64 * 1024)
+    k = key("stable")
+    assert owner.call("put", key=k, hex=value.hex(), preferred=owner_name)["rc"] == 0
+    buf = regbuf(store, len(value))
+    half = len(value) // 2
+    done = {}
+
+    def churn():
+        done["r"] = churner.call("hammer", key=key("churn"), action="churn",
+                                 hex=os.urandom(4096).hex(), preferred=owner_name,
+                                 seconds=4.0, timeout=60)
+
+    t = threading.Thread(target=churn)
+    t.start()
+    reads, failed = 0, []
+    while t.is_alive():
+        buf[:] = 0
+        res = store.get_into_ranges([buf.ctypes.data], [[k]], [[[half, 0]]], [[[0, half]]],
+                                    [[[half, len(value) - half]]])
+        reads += 1
+        if res != [[[half, len(value) - half]]]:
+            failed.append(res)
+        elif buf.tobytes() != value[half:] + value[:half]:
+            failed.append("wrong bytes")
+    t.join()
+    assert done["r"]["bad"] == [] and done["r"]["n"] > 50, done["r"]
+    assert reads > 50 and not failed, (
+        f"{len(failed)} of {reads} ranged reads failed while the holder's memory was "
+        f"reused: {failed[:5]}")
