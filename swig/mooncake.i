@@ -502,6 +502,7 @@ struct mooncake_engine {
 /* only python.i maps a sequence of arrays to rows */
 %ignore mc_codec_ragged_measure;
 %ignore mc_codec_ragged_pack;
+%ignore mc_codec_ragged_describe;
 #endif
 %include <mooncake/codec.h>
 

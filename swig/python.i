@@ -1587,6 +1587,7 @@ static uint64_t mooncake_host_mem_free_func_addr(void)
 /* ---- hand-written calls ------------------------------------------------------ */
 
 %feature("nothread") mooncake_store::write_parts;
+%feature("nothread") mooncake_store::batch_write_parts;
 %feature("nothread") mooncake_store::upsert_batch;
 %feature("nothread") mooncake_store::batch_remove;
 %feature("nothread") mooncake_store::batch_replica_clear;
@@ -1671,6 +1672,111 @@ static mc_status_t mooncake_py_zc_call(mc_store_h h, int op, const char *const *
         PyMem_Free(views);
         Py_DECREF(t);
         return ret;
+    }
+
+    /*
+     * batch_put_parts (upsert = 0) / batch_upsert_parts (1): object i is
+     * the concatenation of the bytes-like items of parts[i], read from any
+     * memory (mc_store_batch_put_parts(): one master round trip, no staging
+     * copy).  One status per key.  TypeError for keys that are not str, a
+     * parts[i] that is not a sequence of bytes-like objects; ValueError when
+     * the lists differ in length.
+     */
+    PyObject *batch_write_parts(int upsert, PyObject *keys, PyObject *parts,
+                                const mc_replicate_config_t *config = NULL)
+    {
+        mooncake_py_strv_t sv;
+        PyObject *pt = NULL, **fast = NULL, *list = NULL;
+        Py_buffer *views = NULL;
+        mc_iov_t *iovs = NULL;
+        const mc_iov_t **bufs = NULL;
+        size_t *counts = NULL;
+        mc_status_t *sts = NULL;
+        mc_status_t st = MC_OK;
+        size_t i, n, total = 0, nviews = 0;
+
+        if (mooncake_py_strv_init(&sv, keys) != 0)
+            return NULL;
+        n = sv.n;
+        pt = PySequence_Tuple(parts);
+        if (pt == NULL)
+            goto cleanup;
+        if ((size_t)PyTuple_GET_SIZE(pt) != n) {
+            PyErr_Format(PyExc_ValueError, "%zu keys but %zd part lists", n,
+                         PyTuple_GET_SIZE(pt));
+            goto cleanup;
+        }
+        fast   = PyMem_Calloc(n + 1, sizeof(*fast));
+        bufs   = PyMem_Calloc(n + 1, sizeof(*bufs));
+        counts = PyMem_Calloc(n + 1, sizeof(*counts));
+        sts    = mooncake_py_status_array(n);
+        if ((fast == NULL) || (bufs == NULL) || (counts == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        if (sts == NULL)
+            goto cleanup;
+        for (i = 0; i < n; i++) {
+            PyObject *item = PyTuple_GET_ITEM(pt, (Py_ssize_t)i);
+            /* a bytes object is a sequence too: of ints, not of parts */
+            if (PyUnicode_Check(item) || PyObject_CheckBuffer(item)) {
+                PyErr_Format(PyExc_TypeError, "parts %zu must be a sequence of bytes-like "
+                             "objects, not '%s'", i, Py_TYPE(item)->tp_name);
+                goto cleanup;
+            }
+            fast[i] = PySequence_Fast(item, "parts items must be sequences of bytes-like "
+                                            "objects");
+            if (fast[i] == NULL)
+                goto cleanup;
+            counts[i] = (size_t)PySequence_Fast_GET_SIZE(fast[i]);
+            total += counts[i];
+        }
+        views = PyMem_Calloc(total + 1, sizeof(*views));
+        iovs  = PyMem_Calloc(total + 1, sizeof(*iovs));
+        if ((views == NULL) || (iovs == NULL)) {
+            PyErr_NoMemory();
+            goto cleanup;
+        }
+        for (i = 0; i < n; i++) {
+            size_t first = nviews;
+            for (size_t j = 0; j < counts[i]; j++) {
+                PyObject *o = PySequence_Fast_GET_ITEM(fast[i], (Py_ssize_t)j);
+                if (!PyObject_CheckBuffer(o)) {
+                    PyErr_Format(PyExc_TypeError, "parts %zu item %zu: a bytes-like object "
+                                 "is required, not '%s'", i, j, Py_TYPE(o)->tp_name);
+                    goto cleanup;
+                }
+                if (PyObject_GetBuffer(o, &views[nviews], PyBUF_SIMPLE) != 0)
+                    goto cleanup;
+                iovs[nviews].base = views[nviews].buf;
+                iovs[nviews].len  = (size_t)views[nviews].len;
+                nviews++;
+            }
+            bufs[i] = &iovs[first];
+        }
+        if (n > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            if (upsert)
+                st = mc_store_batch_upsert_parts($self->h, sv.v, bufs, counts, n, config, sts);
+            else
+                st = mc_store_batch_put_parts($self->h, sv.v, bufs, counts, n, config, sts);
+            Py_END_ALLOW_THREADS
+        }
+        list = mooncake_py_batch_statuses(sts, n, st);
+
+    cleanup:
+        mooncake_py_views_release(views, nviews);
+        for (i = 0; (fast != NULL) && (i < n); i++)
+            Py_XDECREF(fast[i]);
+        PyMem_Free(iovs);
+        PyMem_Free(views);
+        PyMem_Free(sts);
+        PyMem_Free(counts);
+        PyMem_Free(bufs);
+        PyMem_Free(fast);
+        Py_XDECREF(pt);
+        mooncake_py_strv_cleanup(&sv);
+        return list;
     }
 
     /* upsert_batch: as put_batch, with upsert semantics. */

@@ -7,7 +7,9 @@
  * checks every row and sizes the outputs, mc_codec_ragged_pack() checks
  * again (the caller may have changed nothing, but the outputs must never be
  * half written) and then fills the small arrays and hands the data copy to
- * mc_fastcopy_gather(), which splits large copies across threads.  The
+ * mc_fastcopy_gather(), which splits large copies across threads.
+ * mc_codec_ragged_describe() is pack without the data copy, for a writer
+ * that sends the rows from their own memory.  The
  * reading side never trusts what it was given: mc_codec_ragged_check()
  * bounds every field before the Python decoder slices the data with it.
  */
@@ -103,16 +105,15 @@ MC_API mc_status_t mc_codec_ragged_measure(const mc_codec_row_t *rows, size_t n,
     return MC_OK;
 }
 
-MC_API mc_status_t mc_codec_ragged_pack(const mc_codec_row_t *rows, size_t n, size_t itemsize,
-                                        void *data_out, size_t data_size,
-                                        int64_t *offsets_out, int64_t *shapes_out,
-                                        size_t width, int16_t *ndims_out, uint8_t *nulls_out,
-                                        unsigned nthreads)
+/* The checks of describe and pack: the rows, the outputs and the width
+ * (sets *elems_p); a detail is set on failure. */
+static mc_status_t check_outputs(const mc_codec_row_t *rows, size_t n, size_t itemsize,
+                                 const int64_t *offsets_out, const int64_t *shapes_out,
+                                 size_t width, const int16_t *ndims_out,
+                                 const uint8_t *nulls_out, size_t *elems_p)
 {
-    size_t elems = 0, copied = 0;
     uint32_t max_ndim = 0;
-    mc_iov_t *iov = NULL;
-    mc_status_t st = mc_codec_ragged_measure(rows, n, itemsize, &elems, &max_ndim);
+    mc_status_t st    = mc_codec_ragged_measure(rows, n, itemsize, elems_p, &max_ndim);
 
     if (st != MC_OK)
         return st;
@@ -126,6 +127,58 @@ MC_API mc_status_t mc_codec_ragged_pack(const mc_codec_row_t *rows, size_t n, si
                             max_ndim);
         return MC_INVALID_PARAMS;
     }
+    return MC_OK;
+}
+
+/* Fill the small arrays of checked rows. */
+static void fill_layout(const mc_codec_row_t *rows, size_t n, size_t itemsize,
+                        int64_t *offsets_out, int64_t *shapes_out, size_t width,
+                        int16_t *ndims_out, uint8_t *nulls_out)
+{
+    if (n > 0)
+        memset(shapes_out, 0, n * width * sizeof(*shapes_out));
+    offsets_out[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mc_codec_row_t *r = &rows[i];
+        offsets_out[i + 1] = offsets_out[i] + (int64_t)(r->nbytes / itemsize);
+        ndims_out[i] = (int16_t)r->ndim;
+        nulls_out[i] = r->is_null ? 1 : 0;
+        for (uint32_t d = 0; d < r->ndim; d++)
+            shapes_out[i * width + d] = r->shape[d];
+    }
+}
+
+MC_API mc_status_t mc_codec_ragged_describe(const mc_codec_row_t *rows, size_t n,
+                                            size_t itemsize, int64_t *offsets_out,
+                                            int64_t *shapes_out, size_t width,
+                                            int16_t *ndims_out, uint8_t *nulls_out,
+                                            size_t *elems_p)
+{
+    size_t elems = 0;
+    mc_status_t st = check_outputs(rows, n, itemsize, offsets_out, shapes_out, width,
+                                   ndims_out, nulls_out, &elems);
+
+    if (st != MC_OK)
+        return st;
+    fill_layout(rows, n, itemsize, offsets_out, shapes_out, width, ndims_out, nulls_out);
+    if (elems_p != NULL)
+        *elems_p = elems;
+    return MC_OK;
+}
+
+MC_API mc_status_t mc_codec_ragged_pack(const mc_codec_row_t *rows, size_t n, size_t itemsize,
+                                        void *data_out, size_t data_size,
+                                        int64_t *offsets_out, int64_t *shapes_out,
+                                        size_t width, int16_t *ndims_out, uint8_t *nulls_out,
+                                        unsigned nthreads)
+{
+    size_t elems = 0, copied = 0;
+    mc_iov_t *iov = NULL;
+    mc_status_t st = check_outputs(rows, n, itemsize, offsets_out, shapes_out, width,
+                                   ndims_out, nulls_out, &elems);
+
+    if (st != MC_OK)
+        return st;
     if (elems * itemsize > data_size) {
         mc_set_error_detail("data buffer too small: %zu bytes for %zu", data_size,
                             elems * itemsize);
@@ -138,18 +191,9 @@ MC_API mc_status_t mc_codec_ragged_pack(const mc_codec_row_t *rows, size_t n, si
             return MC_NO_AVAILABLE_HANDLE;
         }
     }
-    if (n > 0)
-        memset(shapes_out, 0, n * width * sizeof(*shapes_out));
-    offsets_out[0] = 0;
-    for (size_t i = 0; i < n; i++) {
-        const mc_codec_row_t *r = &rows[i];
-        iov[i] = (mc_iov_t){r->base, r->nbytes};
-        offsets_out[i + 1] = offsets_out[i] + (int64_t)(r->nbytes / itemsize);
-        ndims_out[i] = (int16_t)r->ndim;
-        nulls_out[i] = r->is_null ? 1 : 0;
-        for (uint32_t d = 0; d < r->ndim; d++)
-            shapes_out[i * width + d] = r->shape[d];
-    }
+    for (size_t i = 0; i < n; i++)
+        iov[i] = (mc_iov_t){rows[i].base, rows[i].nbytes};
+    fill_layout(rows, n, itemsize, offsets_out, shapes_out, width, ndims_out, nulls_out);
     st = mc_fastcopy_gather(data_out, data_size, iov, n, nthreads, &copied);
     free(iov);
     return st;

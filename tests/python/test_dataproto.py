@@ -431,7 +431,7 @@ def test_append_new_stage_merge_and_overwrite(transfer, store):
 
 
 @pytest.mark.parametrize("victim", ["/buffer/batch.t", "/buffer/non_tensor_batch.r.offsets",
-                                    "/manifest", "/meta"])
+                                    "/buffer/non_tensor_batch.r.data", "/manifest", "/meta"])
 def test_failed_writes_leave_nothing_visible(store, victim):
     flaky = FlakyStore(store, lambda k: k.endswith(victim))
     t = MooncakeBundleTransfer(flaky, key_prefix="t/dpfail")
@@ -666,3 +666,245 @@ def test_a_tenth_of_the_rows_moves_a_tenth_of_the_bytes(master):
             assert moved[name] >= 0.09 * moved["all"], (name, moved)
     finally:
         s.close()
+
+
+# ---- the direct write: every payload from its own memory -----------------------------------
+
+class NoPartsStore:
+    """A real store without batch_put_parts: stages are written the packed
+    way (typed-ragged rows gathered into one buffer, staged payloads and
+    batch_put_from, tensors by put_tensor, meta and manifest by put)."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        if name == "batch_put_parts":
+            raise AttributeError(name)
+        return getattr(self._real, name)
+
+
+class WriteSpy:
+    """A real store that counts its write calls."""
+
+    WRITES = ("put", "batch_put_from", "batch_put_parts", "put_tensor", "pub_tensor",
+              "put_from", "put_tensor_from")
+
+    def __init__(self, real):
+        self._real = real
+        self.calls = {}
+        self.parts = {}  # key -> number of parts batch_put_parts sent it in
+
+    def __getattr__(self, name):
+        f = getattr(self._real, name)
+        if name not in self.WRITES:
+            return f
+
+        def counted(*args, **kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            if name == "batch_put_parts":
+                self.parts.update((k, len(p)) for k, p in zip(args[0], args[1]))
+            return f(*args, **kwargs)
+        return counted
+
+
+def mixed_row(i):
+    if i % 7 == 0:
+        return None
+    if i % 5 == 0:
+        return np.array(float(i))
+    return np.full((i % 3 + 1, 2), i, np.float64)
+
+
+def direct_batch(rng):
+    tok = [rng.integers(0, 32000, size=int(k), dtype=np.int32)
+           for k in rng.integers(0, 2000, size=200)]
+    tok[3] = tok[3][:0]  # an empty row
+    return {
+        "batch": {"big": torch.arange(300_000, dtype=torch.float32).reshape(200, 1500),  # 1.2 MB
+                  "t": torch.arange(200, dtype=torch.int64),
+                  "a": rng.integers(0, 255, size=(200, 6000), dtype=np.uint8),  # in place
+                  "s": np.arange(200, dtype=np.float64)},
+        "non_tensor_batch": {
+            "tok": objs(tok),
+            "mixed": objs([mixed_row(i) for i in range(200)]),  # nulls, 0-d and 2-D rows
+            "scalar_rows": objs([np.array(i, np.int16) for i in range(200)]),  # 0-d rows
+            "regular": objs([np.full((2, 3), i, np.int64) for i in range(200)]),
+            "tensors": objs([torch.full((int(i % 4),), float(i)) for i in range(200)]),
+            "uid": objs([f"row-{i}-" + "é" * (i % 9) for i in range(200)]),
+            "nested": objs([{"ids": np.arange(i % 11, dtype=np.int32), "name": f"n{i}"}
+                            for i in range(200)])}}
+
+
+def stored_bytes(store, spec):
+    return b"".join(bytes(store.get(c["key"])) for c in spec["chunks"])
+
+
+@pytest.mark.parametrize("chunk", [None, 256 * 1024 + 3])
+@pytest.mark.parametrize("here", [True, False])
+def test_direct_write_stores_the_bytes_of_the_packed_write(store, chunk, here):
+    """A stage written in one batch_put_parts, every payload from its own
+    memory -- the ragged rows as they are when the write goes to this
+    host's segment, else packed first -- then the manifest, holds byte for
+    byte what the staged write stores: the same members in the same
+    order, the same specs, chunks and metadata, and every payload's bytes
+    -- so a reader of the old layout reads it."""
+    data = direct_batch(np.random.default_rng(11))
+    spy = WriteSpy(store)
+    direct = MooncakeBundleTransfer(spy, key_prefix="t/dpdirect")
+    packed = MooncakeBundleTransfer(NoPartsStore(store), key_prefix="t/dpdirect")
+    cfg = None
+    if here:  # the segment is this very client's
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = store.get_hostname()
+    a = direct.put(data, chunk_bytes=chunk, config=cfg)
+    b = packed.put(data, chunk_bytes=chunk, config=cfg)
+    # every payload and the metadata in one batch, the manifest last by put
+    assert spy.calls == {"batch_put_parts": 1, "put": 1}
+    ma = a.stage_refs["default"].manifest
+    mb = b.stage_refs["default"].manifest
+    tok_keys = [c["key"] for c in ma["buffers"]["non_tensor_batch.tok.data"]["chunks"]]
+    if here:  # the rows went as parts of their own (an empty row is one too)
+        assert sum(spy.parts[k] for k in tok_keys) >= 200
+    else:  # 5 KiB rows are packed first: a network path moves a part per request
+        assert all(spy.parts[k] == 1 for k in tok_keys)
+    assert list(ma["buffers"]) == list(mb["buffers"])
+    assert a.encoded_non_tensor == b.encoded_non_tensor
+    assert a.encoded_non_tensor["tok"]["codec"] == "typed_ragged"
+    rel = len(ma["object_id"]) + len("t/dpdirect/")
+    for name in ma["buffers"]:
+        sa, sb = ma["buffers"][name], mb["buffers"][name]
+        assert {k: v for k, v in sa.items() if k not in ("key", "chunks")} == \
+            {k: v for k, v in sb.items() if k not in ("key", "chunks")}, name
+        assert [(c["key"][rel:], c["bytes"]) for c in sa["chunks"]] == \
+            [(c["key"][rel:], c["bytes"]) for c in sb["chunks"]], name
+        assert stored_bytes(store, sa) == stored_bytes(store, sb), name
+    if chunk is not None:  # the rows' payload split mid-row across keys
+        assert len(ma["buffers"]["non_tensor_batch.tok.data"]["chunks"]) > 1
+    assert stored_bytes(store, ma["meta"]) == stored_bytes(store, mb["meta"])
+    # read back by a transfer with nothing cached, as another process would
+    fresh = MooncakeBundleTransfer(store, key_prefix="t/dpdirect")
+    got = fresh.get(export_dataproto_ref(a))
+    for name, v in data["batch"].items():
+        g = got["batch"][name]
+        assert (torch.equal(g, v) if isinstance(v, torch.Tensor) else np.array_equal(g, v)), name
+    for name, col in data["non_tensor_batch"].items():
+        for g, w in zip(got["non_tensor_batch"][name], col):
+            if isinstance(w, dict):
+                assert g.keys() == w.keys() and np.array_equal(g["ids"], w["ids"])
+            elif isinstance(w, torch.Tensor):
+                assert torch.equal(g, w)
+            elif isinstance(w, np.ndarray):
+                assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w)
+            else:
+                assert g == w
+    packed.cleanup_dataproto(b)
+    direct.cleanup_dataproto(a)
+    for ref in (a, b):
+        for spec in ref.stage_refs["default"].manifest["buffers"].values():
+            assert all(store.is_exist(c["key"]) == 0 for c in spec["chunks"])
+
+
+def test_large_rows_go_as_parts_wherever_the_write_goes(store):
+    """Rows of 64 KiB and more on average are parts of their own on any
+    path (what a part costs there is lost in what it carries)."""
+    rows = [np.full(20_000 + i, i, np.int32) for i in range(12)]
+    spy = WriteSpy(store)
+    t = MooncakeBundleTransfer(spy, key_prefix="t/dpdirect")
+    ref = t.put({"non_tensor_batch": {"r": objs(rows)}})
+    key = ref.stage_refs["default"].manifest["buffers"]["non_tensor_batch.r.data"]["key"]
+    assert spy.parts[key] == 12
+    got = MooncakeBundleTransfer(store, key_prefix="t/dpdirect").get(export_dataproto_ref(ref))
+    assert all(np.array_equal(g, w) for g, w in zip(got["non_tensor_batch"]["r"], rows))
+    t.cleanup_dataproto(ref)
+
+
+def test_direct_write_is_used_only_where_it_applies(store):
+    """Policies that ask for another path keep it, and a store without a
+    local buffer (writes from registered memory only) is not sent rows."""
+    data = {"non_tensor_batch": {"r": objs([np.arange(i, dtype=np.int32) for i in range(9)])}}
+    for policy in (sos.BundleTransferPolicy(copy_mode="copy"),
+                   sos.BundleTransferPolicy(put_mode="parallel", max_inflight_put=2)):
+        spy = WriteSpy(store)
+        t = MooncakeBundleTransfer(spy, key_prefix="t/dpdirect")
+        ref = t.put(data, policy=policy)
+        assert "batch_put_parts" not in spy.calls, policy
+        assert [a.tolist() for a in t.get(ref)["non_tensor_batch"]["r"]] == \
+            [list(range(i)) for i in range(9)]
+        t.cleanup_dataproto(ref)
+
+
+def test_large_rows_are_read_while_the_rest_is_decoded(store):
+    """A whole read fetches large ndarray-row payloads on the store's
+    completion queue while it decodes the other fields; a failure of
+    either side surfaces, and the next read is whole and right."""
+    rng = np.random.default_rng(5)
+    tok = [rng.integers(0, 32000, size=int(k), dtype=np.int32)
+           for k in rng.integers(1000, 3000, size=400)]
+    data = {"batch": {"r": torch.arange(400, dtype=torch.float32)},
+            "non_tensor_batch": {"tok": objs(tok), "uid": objs([f"u{i}é" for i in range(400)])}}
+    writer = MooncakeBundleTransfer(store, key_prefix="t/dplate")
+    ref = writer.put(data)
+    handle = export_dataproto_ref(ref)
+
+    def read():
+        return MooncakeBundleTransfer(store, key_prefix="t/dplate").get(handle)
+
+    t = MooncakeBundleTransfer(store, key_prefix="t/dplate")
+    got = t.get(handle)
+    assert t._readers.reader is not None  # the queue read the large payload
+    assert all(np.array_equal(g, w) for g, w in zip(got["non_tensor_batch"]["tok"], tok))
+    assert list(got["non_tensor_batch"]["uid"]) == [f"u{i}é" for i in range(400)]
+    assert torch.equal(got["batch"]["r"], data["batch"]["r"])
+    del got
+    buffers = ref.stage_refs["default"].manifest["buffers"]
+    # the decoding side fails (corrupt offsets of another field): the error
+    # comes out once the large read is done
+    uid_off = buffers["non_tensor_batch.uid.offsets"]["chunks"][0]["key"]
+    good = bytes(store.get(uid_off))
+    assert store.remove(uid_off, True) == 0
+    assert store.put(uid_off, np.full(401, 7, np.int64).tobytes()) == 0
+    with pytest.raises(ValueError, match="ragged offsets do not match the data"):
+        read()
+    assert store.remove(uid_off, True) == 0 and store.put(uid_off, good) == 0
+    got = read()
+    assert all(np.array_equal(g, w) for g, w in zip(got["non_tensor_batch"]["tok"], tok))
+    del got
+    # the queued read fails: nothing is returned
+    data_key = buffers["non_tensor_batch.tok.data"]["chunks"][0]["key"]
+    assert store.remove(data_key, True) == 0
+    with pytest.raises(sos.StructuredObjectReadError, match="get failed for .*tok.data"):
+        read()
+    writer.cleanup_dataproto(ref)
+
+
+def test_threads_share_a_transfer_for_large_reads(store):
+    """Each reading thread gets its own completion queue: concurrent gets
+    of large rows through one transfer all come back whole and right."""
+    import threading
+
+    t = MooncakeBundleTransfer(store, key_prefix="t/dpthreads")
+    refs, want = [], []
+    for k in range(3):
+        rows = [np.full(100_000 + i, k * 100 + i, np.int32) for i in range(6)]
+        refs.append(t.put({"non_tensor_batch": {"r": objs(rows)}}))
+        want.append(rows)
+    errors = []
+
+    def reader(k):
+        try:
+            for _ in range(3):
+                got = t.get(refs[k])["non_tensor_batch"]["r"]
+                assert all(np.array_equal(g, w) for g, w in zip(got, want[k]))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads), "a reader did not finish"
+    assert not errors, errors
+    for ref in refs:
+        t.cleanup_dataproto(ref)

@@ -117,6 +117,14 @@ class FlakyStore:
         it = iter(real)
         return [_FAIL if self._fail_put(k) else next(it) for k in keys]
 
+    def batch_put_parts(self, keys, all_parts, config=None):
+        self.attempted.extend(keys)
+        real = self._real.batch_put_parts(
+            [k for k in keys if not self._fail_put(k)],
+            [p for k, p in zip(keys, all_parts) if not self._fail_put(k)], config)
+        it = iter(real)
+        return [_FAIL if self._fail_put(k) else next(it) for k in keys]
+
     def remove(self, key, force=False):
         return _FAIL if self._fail_remove(key) else self._real.remove(key, force)
 
@@ -506,6 +514,39 @@ def test_auto_falls_back_to_put_without_batch_put_from(served):
     assert t._buffer_pool() is None
     assert r.objects["a"][-1] == (3 * MiB - 1) % 256 and r.objects["b"] == b"x"
     assert_same(r.objects["c"], np.arange(4))
+
+
+def test_batch_put_parts_writes_each_object_from_its_parts(served):
+    """The store's batch form of put_parts (what DataProto stages are
+    written with): object i is the concatenation of parts[i], from any
+    memory, all keys in one batch put."""
+    s, port = served
+    rows = [np.arange(n, dtype=np.int32) for n in (3, 0, 5)]
+    big = np.arange(3 * MiB, dtype=np.uint8)
+    before = metrics(port)
+    rcs = s.batch_put_parts(["t/bpp/a", "t/bpp/b", "t/bpp/c"],
+                            [[b"ab", rows[0], memoryview(b"cd"), rows[1], rows[2]],
+                             (bytearray(b"x"),), [big[:MiB], big[MiB:]]])
+    d = _delta(port, before)
+    assert rcs == [0, 0, 0]
+    assert d["mooncake_client_batch_put_requests_total"] == 1
+    assert d["mooncake_client_put_requests_total"] == 0
+    assert s.get("t/bpp/a") == b"ab" + rows[0].tobytes() + b"cd" + rows[2].tobytes()
+    assert s.get("t/bpp/b") == b"x"
+    assert s.get("t/bpp/c") == big.tobytes()
+    # first writer wins, as put_parts
+    assert s.batch_put_parts(["t/bpp/b"], [[b"other"]]) == [0] and s.get("t/bpp/b") == b"x"
+    assert s.batch_put_parts([], []) == []
+    with pytest.raises(TypeError, match="parts 0 must be a sequence of bytes-like objects"):
+        s.batch_put_parts(["t/bpp/d"], [b"abc"])
+    with pytest.raises(TypeError, match="parts 0 item 1: a bytes-like object is required"):
+        s.batch_put_parts(["t/bpp/d"], [[b"a", 7]])
+    with pytest.raises(ValueError, match="1 keys but 2 part lists"):
+        s.batch_put_parts(["t/bpp/d"], [[b"a"], [b"b"]])
+    with pytest.raises(TypeError, match="all_parts must be a list"):
+        s.batch_put_parts(["t/bpp/d"], b"a")
+    assert s.is_exist("t/bpp/d") == 0
+    assert s.batch_remove(["t/bpp/a", "t/bpp/b", "t/bpp/c"], True) == [0, 0, 0]
 
 
 def test_zero_copy_tensor_objects(transfer, store, regbuf):

@@ -4,8 +4,10 @@
  * null rows, 0-d and empty rows pack into exactly upstream's layout (data
  * back to back, offsets from 0, zero-padded shapes, ndims, nulls), large
  * inputs pack the same with threads, bad rows are refused before anything
- * is written, the checker refuses corrupt layouts row by row, and row
- * selections give merged runs and repacked offsets.
+ * is written, describe gives pack's arrays without touching the data (and
+ * refuses what pack refuses, writing nothing), the checker refuses corrupt
+ * layouts row by row, and row selections give merged runs and repacked
+ * offsets.
  */
 #include "config.h"
 
@@ -140,6 +142,46 @@ START_TEST(test_pack_refusals)
 }
 END_TEST
 
+START_TEST(test_describe_is_pack_without_the_data)
+{
+    mc_codec_row_t rows[5];
+    int32_t data[8];
+    int64_t off_p[6], off_d[6], sh_p[10], sh_d[10];
+    int16_t nd_p[5], nd_d[5];
+    uint8_t nu_p[5], nu_d[5];
+    size_t elems = 0;
+
+    five_rows(rows);
+    memset(sh_d, 0x5A, sizeof(sh_d));
+    ck_assert_status_ok(mc_codec_ragged_pack(rows, 5, 4, data, sizeof(data), off_p, sh_p, 2,
+                                             nd_p, nu_p, 1));
+    ck_assert_status_ok(mc_codec_ragged_describe(rows, 5, 4, off_d, sh_d, 2, nd_d, nu_d,
+                                                 &elems));
+    ck_assert_msg(elems == 8, "describe should count 8 elements, got %zu", elems);
+    ck_assert_msg(memcmp(off_p, off_d, sizeof(off_p)) == 0 &&
+                  memcmp(sh_p, sh_d, sizeof(sh_p)) == 0 &&
+                  memcmp(nd_p, nd_d, sizeof(nd_p)) == 0 &&
+                  memcmp(nu_p, nu_d, sizeof(nu_p)) == 0,
+                  "describe should give exactly the offsets, shapes, ndims and nulls of pack");
+    ck_assert_status_ok(mc_codec_ragged_describe(NULL, 0, 4, off_d, NULL, 1, NULL, NULL,
+                                                 &elems));
+    ck_assert_msg((off_d[0] == 0) && (elems == 0), "no rows: offsets [0] and no elements");
+
+    /* refusals write nothing */
+    memset(off_d, 0x5A, sizeof(off_d));
+    ck_assert_status_eq(mc_codec_ragged_describe(rows, 5, 4, off_d, sh_d, 1, nd_d, nu_d, NULL),
+                        MC_INVALID_PARAMS);  /* width 1 < ndim 2 */
+    ck_assert_status_eq(mc_codec_ragged_describe(rows, 5, 4, off_d, NULL, 2, nd_d, nu_d, NULL),
+                        MC_INVALID_PARAMS);  /* no shapes */
+    ck_assert_status_eq(mc_codec_ragged_describe(rows, 5, 0, off_d, sh_d, 2, nd_d, nu_d, NULL),
+                        MC_INVALID_PARAMS);  /* itemsize 0 */
+    rows[2].nbytes = 12;  /* shape says 4 int32 */
+    ck_assert_status_eq(mc_codec_ragged_describe(rows, 5, 4, off_d, sh_d, 2, nd_d, nu_d, NULL),
+                        MC_INVALID_PARAMS);
+    ck_assert_msg(off_d[0] == 0x5A5A5A5A5A5A5A5A, "a refused describe should write nothing");
+}
+END_TEST
+
 START_TEST(test_check_refuses_corrupt_layouts)
 {
     int64_t offsets[4] = {0, 3, 3, 7};
@@ -202,6 +244,7 @@ Suite *mc_test_codec_suite(void)
     tcase_add_test(tc, test_pack_layout);
     tcase_add_test(tc, test_pack_threaded_matches);
     tcase_add_test(tc, test_pack_refusals);
+    tcase_add_test(tc, test_describe_is_pack_without_the_data);
     tcase_add_test(tc, test_check_refuses_corrupt_layouts);
     tcase_add_test(tc, test_select_runs_and_offsets);
     suite_add_tcase(s, tc);

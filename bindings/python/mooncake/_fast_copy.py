@@ -6,9 +6,15 @@ memory at an address (a BufferPool lease, registered memory) in one pass,
 without building ``np.concatenate(arrays)`` first.  The copy runs in
 libmooncake (``mc_fastcopy_gather``, ``mooncake/fastcopy.h``) without the
 interpreter lock, split across up to ``nthreads`` threads for large inputs.
+
+:func:`ragged_pack` lays rows out in the typed-ragged layout
+(``mooncake/codec.h``); :func:`ragged_describe` gives the same layout
+without the data copy, for a writer that sends the rows from their own
+memory.
 """
 
-from typing import Any, Sequence
+import operator
+from typing import Any, Sequence, Tuple
 
 import numpy as np
 
@@ -16,7 +22,7 @@ from mooncake import capi as _capi
 from mooncake import _util
 from mooncake._errors import last_error_detail
 
-__all__ = ["concat_arrays_into", "ragged_pack"]
+__all__ = ["concat_arrays_into", "ragged_pack", "ragged_describe"]
 
 
 def concat_arrays_into(arrays: Sequence[Any], dest_ptr: int, dest_size: int,
@@ -84,9 +90,7 @@ def ragged_pack(rows: Sequence[Any], dtype: Any, nthreads: int = 1,
         ValueError: a row is not C-contiguous or not of ``dtype``.
     """
     dt = np.dtype(dtype)
-    for i, r in enumerate(rows):
-        if r is not None and (not isinstance(r, np.ndarray) or r.dtype != dt):
-            raise ValueError(f"row {i} is not an ndarray of {dt}")
+    _check_rows(rows, dt)
     st, elems, max_ndim = _capi.mc_codec_ragged_measure(rows, dt.itemsize)
     if st != 0:
         raise ValueError(last_error_detail() or f"mc_codec_ragged_measure failed ({st})")
@@ -104,3 +108,55 @@ def ragged_pack(rows: Sequence[Any], dtype: Any, nthreads: int = 1,
     if st != 0:
         raise ValueError(last_error_detail() or f"mc_codec_ragged_pack failed ({st})")
     return {"data": data, "offsets": offsets, "shapes": shapes, "ndims": ndims, "nulls": nulls}
+
+
+def _check_rows(rows: Sequence[Any], dt: np.dtype) -> None:
+    """Every row is None or an ndarray of ``dt`` (one check per distinct
+    type and dtype; the row loop only finds the culprit)."""
+    types = set(map(type, rows)) - {type(None)}
+    if all(issubclass(t, np.ndarray) for t in types):
+        arrays = rows if len(types) == len(set(map(type, rows))) else \
+            [r for r in rows if r is not None]
+        if set(map(operator.attrgetter("dtype"), arrays)) <= {dt}:
+            return
+    for i, r in enumerate(rows):
+        if r is not None and (not isinstance(r, np.ndarray) or r.dtype != dt):
+            raise ValueError(f"row {i} is not an ndarray of {dt}")
+
+
+def ragged_describe(rows: Sequence[Any], dtype: Any, checked: bool = False
+                    ) -> Tuple[dict, int]:
+    """The typed-ragged layout of ``rows`` (C-contiguous arrays of
+    ``dtype``, or None) without their data: ``({"offsets", "shapes",
+    "ndims", "nulls"}, elements)``, the arrays :func:`ragged_pack` makes,
+    from ``mc_codec_ragged_measure`` + ``mc_codec_ragged_describe``.  The
+    data payload is then the rows that are not None back to back, written
+    from their own memory (``batch_put_parts``) -- the very bytes
+    :func:`ragged_pack` would have copied.
+
+    ``checked``: the caller knows every row is None or an ndarray of
+    ``dtype`` (the type pass is skipped; the native side still checks
+    each row's contiguity, shape and bytes).
+
+    Raises:
+        TypeError: a row is neither None nor an array.
+        ValueError: a row is not C-contiguous or not of ``dtype``.
+    """
+    dt = np.dtype(dtype)
+    if not checked:
+        _check_rows(rows, dt)
+    st, _, max_ndim = _capi.mc_codec_ragged_measure(rows, dt.itemsize)
+    if st != 0:
+        raise ValueError(last_error_detail() or f"mc_codec_ragged_measure failed ({st})")
+    n = len(rows)
+    width = max(int(max_ndim), 1)
+    offsets = np.empty(n + 1, np.int64)
+    shapes = np.empty((n, width), np.int64)
+    ndims = np.empty(n, np.int16)
+    nulls = np.empty(n, np.bool_)
+    st, elems = _capi.mc_codec_ragged_describe(rows, dt.itemsize, int(offsets.ctypes.data),
+                                               int(shapes.ctypes.data), width,
+                                               int(ndims.ctypes.data), int(nulls.ctypes.data))
+    if st != 0:
+        raise ValueError(last_error_detail() or f"mc_codec_ragged_describe failed ({st})")
+    return {"offsets": offsets, "shapes": shapes, "ndims": ndims, "nulls": nulls}, int(elems)

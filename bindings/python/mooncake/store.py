@@ -1027,6 +1027,27 @@ class MooncakeDistributedStore(TensorMethods):
         bufs = [_util.as_buffer(p) for p in parts]
         return self._store.write_parts(0, key, bufs, _c_config(config))
 
+    def batch_put_parts(self, keys: Sequence[str], all_parts: Sequence[Sequence[BytesLike]],
+                        config: Optional[ReplicateConfig] = None) -> List[int]:
+        """:meth:`put_parts` for several keys in one batch (one master
+        round trip): object ``keys[i]`` is the concatenation of the
+        bytes-like objects ``all_parts[i]``, read from any memory (numpy
+        arrays, bytes, memoryviews; nothing to register, no staging copy).
+        One status per key (0: stored, or already there).  A mooncake
+        extension (upstream has the single-key form only).
+
+        Raises:
+            TypeError: ``keys`` is not a list of str, or an ``all_parts``
+                item is not a sequence of bytes-like objects.
+            ValueError: ``keys`` and ``all_parts`` differ in length.
+        """
+        _util.check_key_list("keys", keys)
+        if isinstance(all_parts, (str, bytes, bytearray, memoryview)) or \
+                not isinstance(all_parts, (list, tuple)):
+            raise TypeError(f"all_parts must be a list of part lists, "
+                            f"not {type(all_parts).__name__}")
+        return self._store.batch_write_parts(0, keys, all_parts, _c_config(config))
+
     def upsert(self, key: str, value: BytesLike, config: Optional[ReplicateConfig] = None) -> int:
         """Insert ``value`` under ``key``, or replace the value of an existing
         key (in place when the size is unchanged).

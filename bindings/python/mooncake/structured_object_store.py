@@ -54,6 +54,8 @@ import ctypes
 import json
 import math
 import operator
+import os
+import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -75,6 +77,11 @@ try:  # the native typed-ragged packer (mc_codec_ragged_pack); numpy without it
     from mooncake._fast_copy import ragged_pack as _native_ragged_pack
 except Exception:  # pragma: no cover - depends on the built extension
     _native_ragged_pack = None
+
+try:  # the layout without the data copy (mc_codec_ragged_describe)
+    from mooncake._fast_copy import ragged_describe as _native_ragged_describe
+except Exception:  # pragma: no cover - depends on the built extension
+    _native_ragged_describe = None
 
 DEFAULT_BUNDLE_CHUNK_BYTES = 64 * 1024 ** 2
 #: Staged writes of at least this many bytes and AUTO_PARALLEL_MIN_CHUNKS
@@ -100,6 +107,14 @@ _META_CACHE_SIZE = 256
 _ENCODINGS = ("bytes", "ndarray", "torch_tensor")
 # Bytes of a tensor object's header (docs/tensor.md), before its data.
 _TENSOR_HEADER_BYTES = 304
+# A DataProto read fetches payloads of at least this many bytes that are
+# only viewed (ragged ndarray rows, whole members) while it decodes the rest.
+_LATE_MIN_BYTES = 1 << 20
+# A DataProto write sends typed-ragged rows as parts of their own (no packed
+# copy) when they average at least this many bytes, or when it writes to a
+# segment of this host: the same-host path copies a part for about what a
+# memcpy costs, a network transport moves every part as a request of its own.
+_ROW_PART_MIN_BYTES = 64 << 10
 
 
 # ---- errors ---------------------------------------------------------------------------------
@@ -333,9 +348,12 @@ def raw_destination(ptr: int, size: int, owner: Any = None, *,
 
 # ---- names and keys -----------------------------------------------------------------------
 
+# what a name (member, partition) must not hold: '/' and control characters
+_BAD_NAME_CHARS = re.compile("[\x00-\x1f\x7f/]")
+
+
 def _valid_name(name: Any) -> bool:
-    return isinstance(name, str) and bool(name) and "/" not in name and \
-        not any(ord(c) < 32 or ord(c) == 127 for c in name)
+    return isinstance(name, str) and bool(name) and _BAD_NAME_CHARS.search(name) is None
 
 
 def _check_name(what: str, name: Any) -> str:
@@ -478,6 +496,10 @@ def _tensor_header(t: Any) -> Optional[bytes]:
 
 def _out_of_value(name: str, value: Any) -> Tuple[_Out, Dict[str, Any]]:
     """The payload and the field description of a structured member."""
+    if isinstance(value, _RowData):  # written from the rows' memory, described as packed
+        o = _Out(name, "rows", value.nbytes)
+        o.rows = value.rows
+        return o, {"encoding": "ndarray", "dtype": value.dtype.str, "shape": [value.size]}
     if isinstance(value, _TensorObjectBuffer):
         o = _Out(name, "tensor_object", value.size)
         o.tob = value
@@ -753,6 +775,10 @@ def _sequence_dtype(rows: List[Any]) -> Optional[np.dtype]:
 
 
 def _non_null(values: Sequence[Any]) -> List[Any]:
+    """The rows that are neither None nor MISSING (a column without any is
+    returned as is when it is a list: one pass over the types, no copy)."""
+    if isinstance(values, list) and not (set(map(type, values)) & {type(None), _Missing}):
+        return values
     return [v for v in values if v is not None and v is not MISSING]
 
 
@@ -800,7 +826,8 @@ def _choose_leaf_codec(values: Sequence[Any]) -> _CodecDecision:
                                   "numeric scalar", {"dtype": str(dt)})
     if _all_types(types, bytes, bytearray, memoryview):
         return _CodecDecision(True, "bytes_ragged", "all rows are bytes-like", "bytes-like")
-    if all(_is_pil_image(v) for v in rows):
+    if all(t.__module__.split(".")[0] == "PIL" for t in types) and \
+            all(_is_pil_image(v) for v in rows):
         return _CodecDecision(True, "media_bytes", "all rows are media", "media")
     if _all_types(types, str):
         return _CodecDecision(True, "utf8_ragged", "all rows are str", "str")
@@ -1023,6 +1050,62 @@ def _payload_array(nbytes: int, dtype: np.dtype) -> np.ndarray:
     return np.empty(nbytes // dtype.itemsize, dtype)
 
 
+class _RowData:
+    """The data payload of typed-ragged rows, not packed: a write that
+    sends every part from its own memory (batch_put_parts) stores the rows
+    back to back -- byte for byte the packed 1-D array of ``size``
+    elements of ``dtype`` it stands for -- without the packing copy.  Made
+    only while _ENCODE_SCRATCH.direct is set (a DataProto stage write on
+    such a store); the rows must stay unchanged until the write returns."""
+
+    __slots__ = ("rows", "dtype", "size", "nbytes")
+
+    def __init__(self, rows: Sequence[Any], dtype: np.dtype, size: int,
+                 has_null: bool = True) -> None:
+        # the parts of the payload: every row that is not null, in order
+        self.rows = [r for r in rows if r is not None] if has_null else list(rows)
+        self.dtype = dtype
+        self.size = size
+        self.nbytes = size * dtype.itemsize
+
+    @property
+    def shape(self) -> Tuple[int]:
+        return (self.size,)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """The packed array (for a reader of the payload before the write)."""
+        flat = [r.reshape(-1) for r in self.rows]
+        data = np.concatenate(flat) if flat else np.empty(0, self.dtype)
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+
+def _direct() -> bool:
+    """Whether the encoders may leave typed-ragged data unpacked (_RowData)."""
+    return getattr(_ENCODE_SCRATCH, "direct", False) and _native_ragged_describe is not None
+
+
+def _rows_as_parts(nbytes: int, nrows: int) -> bool:
+    """Whether ``nrows`` rows of ``nbytes`` in all go out as parts of their
+    own (see _ROW_PART_MIN_BYTES): large rows, or a write to this host."""
+    return getattr(_ENCODE_SCRATCH, "local", False) or \
+        nbytes >= _ROW_PART_MIN_BYTES * max(nrows, 1)
+
+
+def _native_layout(rows: List[Any], dtype: np.dtype, checked: bool = False
+                   ) -> Dict[str, Any]:
+    """The native typed-ragged payload of rows that are None or arrays of
+    ``dtype``: packed (mc_codec_ragged_pack), or under _direct() described
+    (mc_codec_ragged_describe) with the rows themselves as the data when
+    they go out as parts (_rows_as_parts)."""
+    if _direct():
+        layout, elems = _native_ragged_describe(rows, dtype, checked)
+        nulls = layout["nulls"]
+        if _rows_as_parts(elems * dtype.itemsize, len(rows) - int(nulls.sum())):
+            return {"data": _RowData(rows, dtype, elems, bool(nulls.any())), **layout}
+    # mc_fastcopy_gather copies inputs under 4 MiB on the calling thread
+    return _native_ragged_pack(rows, dtype, 2, _payload_array)
+
+
 def _ragged_pack(arrays: List[Optional[np.ndarray]], dtype: np.dtype
                  ) -> Dict[str, np.ndarray]:
     """Rows (C-contiguous arrays of ``dtype``, or None) in upstream's
@@ -1030,8 +1113,7 @@ def _ragged_pack(arrays: List[Optional[np.ndarray]], dtype: np.dtype
     copy of the data -- is one native call (mc_codec_ragged_pack) when the
     extension is built; numpy otherwise."""
     if _native_ragged_pack is not None:
-        # mc_fastcopy_gather copies inputs under 4 MiB on the calling thread
-        return _native_ragged_pack(arrays, dtype, 2, _payload_array)
+        return _native_layout(arrays, dtype)
     n = len(arrays)
     max_ndim = max((a.ndim for a in arrays if a is not None), default=0)
     shapes = np.zeros((n, max(max_ndim, 1)), np.int64)
@@ -1069,7 +1151,7 @@ def _ragged_unpack(payload: Mapping[str, Any], rows: int) -> List[Optional[np.nd
         return []
     if not nulls.any() and np.all(ndims == 1):  # the common case: 1-D rows
         bounds = offsets.tolist()
-        return [data[bounds[i]:bounds[i + 1]] for i in range(rows)]
+        return [data[a:b] for a, b in zip(bounds, bounds[1:])]
     out: List[Optional[np.ndarray]] = []
     bounds = offsets.tolist()
     for i in range(rows):
@@ -1086,15 +1168,20 @@ def _ragged_unpack(payload: Mapping[str, Any], rows: int) -> List[Optional[np.nd
     return out
 
 
-def _typed_dtype(values: List[Any], dtype_hint: Any) -> np.dtype:
+def _typed_dtype(values: List[Any], dtype_hint: Any, dts: Optional[set] = None) -> np.dtype:
+    """The element type of typed-ragged rows: the hint, else the result
+    type of the rows (``dts``: their dtypes when every row is an ndarray,
+    if the caller has them already)."""
     if dtype_hint is not None:
         dt = np.dtype(dtype_hint)
     else:
-        rows = _non_null(values)
-        if _all_types(set(map(type, rows)), np.ndarray):
-            dts = set(map(operator.attrgetter("dtype"), rows))
-        else:
-            dts = {v.dtype if isinstance(v, np.ndarray) else np.asarray(v).dtype for v in rows}
+        if dts is None:
+            rows = _non_null(values)
+            if _all_types(set(map(type, rows)), np.ndarray):
+                dts = set(map(operator.attrgetter("dtype"), rows))
+            else:
+                dts = {v.dtype if isinstance(v, np.ndarray) else np.asarray(v).dtype
+                       for v in rows}
         dt = np.result_type(*dts) if dts else np.dtype(np.int64)
     if dt.hasobject or dt.kind not in "biufc":
         raise ValueError("typed_ragged codec requires non-object dtype")
@@ -1108,6 +1195,10 @@ def _encode_typed_ragged_regular_ndarray_rows(values: Sequence[Any], dtype: Any
     values = list(values)
     if len(values) < 2 or not _all_types(set(map(type, values)), np.ndarray):
         return None
+    # cheap refusals first: a shape attribute is a new tuple per row
+    ndims = set(map(operator.attrgetter("ndim"), values))
+    if len(ndims) != 1 or (ndims != {0} and len(set(map(len, values))) != 1):
+        return None
     dt = np.dtype(dtype)
     first = values[0]
     if set(map(operator.attrgetter("shape"), values)) != {first.shape} or \
@@ -1115,11 +1206,14 @@ def _encode_typed_ragged_regular_ndarray_rows(values: Sequence[Any], dtype: Any
             not all(v.flags.c_contiguous for v in values):
         return None
     n, per = len(values), first.size
-    data = _payload_array(n * per * dt.itemsize, dt)
-    if _concat_arrays_into is not None and data.nbytes:
-        _concat_arrays_into(values, int(data.ctypes.data), data.nbytes)
-    elif data.nbytes:
-        np.concatenate([v.reshape(-1) for v in values], out=data)
+    if _direct() and _rows_as_parts(n * per * dt.itemsize, n):
+        data: Any = _RowData(values, dt, n * per, False)  # written from the rows' memory
+    else:
+        data = _payload_array(n * per * dt.itemsize, dt)
+        if _concat_arrays_into is not None and data.nbytes:
+            _concat_arrays_into(values, int(data.ctypes.data), data.nbytes)
+        elif data.nbytes:
+            np.concatenate([v.reshape(-1) for v in values], out=data)
     shapes = np.zeros((n, max(first.ndim, 1)), np.int64)
     if first.ndim:
         shapes[:, :first.ndim] = first.shape
@@ -1132,25 +1226,34 @@ def _encode_typed_ragged_values(values: Sequence[Any], dtype_hint: Any = None
     """Numeric rows (ndarrays, lists or tuples; None for null) as
     data/offsets/shapes/ndims/nulls; list rows decode as lists again."""
     values = list(values)
-    dt = _typed_dtype(values, dtype_hint)
-    types = set(map(type, values)) - {type(None)}
+    all_types = set(map(type, values))
+    types = all_types - {type(None)}
+    dts = None  # the rows' dtypes when every row is an ndarray or None
     if _all_types(types, np.ndarray):  # the common case: no per-row checks
         is_nd, has_list, has_nd = None, False, bool(types)
+        dts = set(map(operator.attrgetter("dtype"),
+                      _non_null(values) if type(None) in all_types else values))
     else:
         is_nd = [isinstance(v, np.ndarray) for v in values]
         has_list = any(v is not None and not nd for v, nd in zip(values, is_nd))
         has_nd = any(is_nd)
+    dt = _typed_dtype(values, dtype_hint, dts=dts)
     meta: Dict[str, Any] = {"dtype": str(dt), "max_ndim": 0, "shape_policy": "ragged",
                             "row_format": "mixed" if has_list and has_nd else
                             ("list" if has_list else "ndarray"),
                             "ndarray_rows": is_nd if has_list and has_nd else None}
-    payload = _encode_typed_ragged_regular_ndarray_rows(values, dt)
-    if payload is None and not has_list and _native_ragged_pack is not None and \
-            set(map(operator.attrgetter("dtype"), _non_null(values))) <= {dt}:
-        try:  # rows as they are; the native side refuses a non-contiguous one
-            payload = _native_ragged_pack(values, dt, 2, _payload_array)
+    payload = None
+    if not has_list and _native_ragged_pack is not None and \
+            (set(map(operator.attrgetter("dtype"), _non_null(values))) if dts is None
+             else dts) <= {dt}:
+        # rows as they are (the native side refuses a non-contiguous one);
+        # rows of one shape give the regular layout this way as well
+        try:
+            payload = _native_layout(values, dt, checked=True)
         except ValueError:
             payload = None
+    if payload is None:
+        payload = _encode_typed_ragged_regular_ndarray_rows(values, dt)
     if payload is None:
         arrays = [None if v is None else
                   (v if isinstance(v, np.ndarray) and v.dtype == dt and v.flags.c_contiguous
@@ -1380,7 +1483,9 @@ def _decode_media(data: Any, encoding: Optional[Mapping[str, Any]]) -> Any:
     return img
 
 
-def _blob_views(payload: Mapping[str, Any], rows: int) -> List[Optional[memoryview]]:
+def _blob_bounds(payload: Mapping[str, Any], rows: int
+                 ) -> Tuple[memoryview, np.ndarray, np.ndarray]:
+    """(the data as bytes, the checked int64 offsets, the nulls) of a blob payload."""
     data = payload["data"]
     mv = memoryview(data if not isinstance(data, np.ndarray) else data.reshape(-1))
     mv = mv.cast("B") if mv.format != "B" else mv
@@ -1390,20 +1495,44 @@ def _blob_views(payload: Mapping[str, Any], rows: int) -> List[Optional[memoryvi
         raise ValueError(f"ragged offsets length {len(offsets)} does not match rows {rows}")
     if len(nulls) != rows:
         raise ValueError(f"ragged nulls length {len(nulls)} does not match rows {rows}")
-    b = offsets.tolist()
-    if rows and (b[0] != 0 or b[-1] != len(mv) or np.any(np.diff(offsets) < 0)):
+    if rows and (offsets[0] != 0 or offsets[-1] != len(mv) or np.any(np.diff(offsets) < 0)):
         raise ValueError("ragged offsets do not match the data")
+    return mv, offsets, nulls
+
+
+def _blob_views(payload: Mapping[str, Any], rows: int) -> List[Optional[memoryview]]:
+    mv, offsets, nulls = _blob_bounds(payload, rows)
+    b = offsets.tolist()
     null = nulls.tolist()
     return [None if null[i] else mv[b[i]:b[i + 1]] for i in range(rows)]
+
+
+def _blob_rows(payload: Mapping[str, Any], rows: int, text: bool) -> List[Any]:
+    """The rows of a blob payload as bytes, or str (``text``: UTF-8),
+    None for nulls, sliced from one bytes copy of the data.  Never a
+    memoryview per row: those are tracked by the garbage collector
+    (thousands of them set off collections of the whole heap), bytes and
+    str are not."""
+    mv, offsets, nulls = _blob_bounds(payload, rows)
+    b = offsets.tolist()
+    raw = mv.tobytes()
+    if nulls.any():
+        null = nulls.tolist()
+        if text:
+            return [None if n else raw[x:y].decode("utf-8") for x, y, n in zip(b, b[1:], null)]
+        return [None if n else raw[x:y] for x, y, n in zip(b, b[1:], null)]
+    if text:
+        return [raw[x:y].decode("utf-8") for x, y in zip(b, b[1:])]
+    return [raw[x:y] for x, y in zip(b, b[1:])]
 
 
 def _decode_bytes_like_values(payload: Mapping[str, Any], rows: int,
                               metadata: Optional[Mapping[str, Any]] = None,
                               row_ids: Optional[Sequence[int]] = None) -> List[Any]:
-    views = _blob_views(payload, rows)
     encodings = (metadata or {}).get("media_encodings") or []
     if not encodings:
-        return [None if v is None else bytes(v) for v in views]
+        return _blob_rows(payload, rows, False)
+    views = _blob_views(payload, rows)
     ids = range(rows) if row_ids is None else row_ids
     return [None if v is None else _decode_media(v, encodings[j] if j < len(encodings) else None)
             for v, j in zip(views, ids)]
@@ -1435,9 +1564,19 @@ def _decode_msgpack_ragged_values(payload: Mapping[str, Any], rows: int) -> List
 def _encode_text_values(values: Sequence[Any], to_bytes: Callable[[Any], bytes]
                         ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     values = list(values)
+    types = set(map(type, values))
+    if type(None) not in types:  # no nulls: no per-row test
+        if to_bytes is _utf8_bytes and types <= {str}:
+            to_bytes = str.encode  # UTF-8, strict: the same bytes, without a call per row
+        data, offsets = _pack_blobs(list(map(to_bytes, values)))
+        return {"data": data, "offsets": offsets, "nulls": np.zeros(len(values), np.bool_)}, {}
     data, offsets = _pack_blobs([b"" if v is None else to_bytes(v) for v in values])
     return ({"data": data, "offsets": offsets,
              "nulls": np.fromiter((v is None for v in values), np.bool_, len(values))}, {})
+
+
+# a str row as UTF-8 (called in C by map(); AttributeError for a non-str, as v.encode)
+_utf8_bytes = operator.methodcaller("encode", "utf-8")
 
 
 def _json_bytes(v: Any) -> bytes:
@@ -1503,7 +1642,7 @@ def _encode_codec(codec: str, path: str, values: List[Any], dtype: Any = None,
     if codec in ("bytes_ragged", "media_bytes"):
         return _encode_bytes_like_values(values)
     if codec == "utf8_ragged":
-        return _encode_text_values(values, lambda v: v.encode("utf-8"))
+        return _encode_text_values(values, _utf8_bytes)
     if codec == "json_ragged":
         return _encode_text_values(values, _json_bytes)
     if codec == "msgpack_ragged":
@@ -1528,10 +1667,9 @@ def _decode_codec(codec: str, payload: Mapping[str, Any], rows: int,
     if codec in ("bytes_ragged", "media_bytes"):
         return _decode_bytes_like_values(payload, rows, metadata, row_ids)
     if codec == "utf8_ragged":
-        return [None if v is None else str(v, "utf-8") for v in _blob_views(payload, rows)]
+        return _blob_rows(payload, rows, True)
     if codec == "json_ragged":
-        return [None if v is None else json.loads(str(v, "utf-8"))
-                for v in _blob_views(payload, rows)]
+        return [None if v is None else json.loads(v) for v in _blob_rows(payload, rows, True)]
     if codec == "msgpack_ragged":
         return _decode_msgpack_ragged_values(payload, rows)
     if codec == "media_list_ragged":
@@ -1687,7 +1825,10 @@ def _encode_inferred(path: str, values: List[Any]) -> _EncodedLeaf:
     infer_structure(path, values, leaves, nodes)
     if nodes and any(_recursive_worthy(leaf) for leaf in leaves):
         return _encode_recursive(path, values, leaves, nodes)
-    return _encode_leaf(path, values, _choose_leaf_codec(values))
+    # without nodes the one leaf is the column itself, its decision made already
+    decision = leaves[0].decision if not nodes and len(leaves) == 1 else \
+        _choose_leaf_codec(values)
+    return _encode_leaf(path, values, decision)
 
 
 def _encode_fallback(path: str, values: List[Any]) -> _EncodedLeaf:
@@ -2202,7 +2343,7 @@ class _Fetch:
     """Bytes of one payload to fetch: all of it, or byte ranges of it laid
     back to back in the result."""
 
-    __slots__ = ("pspec", "ranges", "nbytes", "buf", "registered")
+    __slots__ = ("pspec", "ranges", "nbytes", "buf", "registered", "late")
 
     def __init__(self, pspec: Mapping[str, Any], ranges: Optional[List[Tuple[int, int]]]
                  ) -> None:
@@ -2211,6 +2352,9 @@ class _Fetch:
         self.nbytes = pspec["bytes"] if ranges is None else sum(n for _, n in ranges)
         self.buf: Any = None
         self.registered = False
+        # its result is made without reading the bytes (views over the
+        # buffer): they may still be arriving while it is made
+        self.late = False
 
 
 def _typed(buf: np.ndarray, fspec: Mapping[str, Any], rows: Optional[int] = None) -> Any:
@@ -2284,6 +2428,10 @@ class _DataProtoMixin:
         buffers: Dict[str, Any] = {}
         index: Dict[str, StructuredFieldLocation] = {}
         encoded: Dict[str, Any] = {}
+        # every payload is written from its own memory: ragged rows need no
+        # packing where each row may go as a part of its own
+        direct = self._writes_direct(policy)
+        local = direct and self._writes_to_this_host(config)
         for name, value in batch.items():
             member = _check_name("member", f"batch.{name}")
             if isinstance(value, _TensorObjectBuffer):
@@ -2296,10 +2444,14 @@ class _DataProtoMixin:
             if schema is not None and _schema_section(schema) not in (None, "non_tensor_batch"):
                 schema = None
             _ENCODE_SCRATCH.pool = self._buffer_pool()
+            _ENCODE_SCRATCH.direct = direct
+            _ENCODE_SCRATCH.local = local
             try:
                 leaf = self._encode_non_tensor(name, value, schema)
             finally:
                 _ENCODE_SCRATCH.pool = None
+                _ENCODE_SCRATCH.direct = False
+                _ENCODE_SCRATCH.local = False
             if leaf is None:
                 buffers[member] = value
             else:
@@ -2315,7 +2467,8 @@ class _DataProtoMixin:
                 "dataproto": {"version": 1, "namespace": namespace, "partition": partition,
                               "stage": stage, "batch_size": size}}
         meta_out, outs = _structured_outs(meta, buffers)
-        ref = self._write(meta_out, outs, partition, chunk_bytes, policy, None, config)
+        ref = self._write(meta_out, outs, partition, chunk_bytes, policy, None, config,
+                          direct=direct)
         return ref, index, encoded
 
     @staticmethod
@@ -2496,7 +2649,7 @@ class _DataProtoMixin:
     def _stage(self, r: MooncakeDataProtoRef, stage: str
                ) -> Tuple[str, Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
         key, manifest = self._resolve(r.stage_refs[stage])
-        meta, fields, _ = self._fields(key, manifest)
+        meta, fields, _ = self._fields(key, manifest, shared=True)
         return key, manifest, meta, fields
 
     def _read_fields(self, r: MooncakeDataProtoRef, names: List[str], sel: Optional[_RowSel],
@@ -2534,16 +2687,24 @@ class _DataProtoMixin:
             st = _CodedRead(n, r.encoded_non_tensor[n], manifest, fields, sel)
             jobs += st.phase1()
             coded_state[n] = st
-        self._fetch(jobs)
-        jobs2: List[_Fetch] = []
-        for st in coded_state.values():
-            jobs2 += st.phase2()
-        if jobs2:
-            self._fetch(jobs2)
-        for n, (job, post) in finish:
-            out[n] = post(job.buf if job is not None else None)
-        for n, st in coded_state.items():
-            out[n] = st.decode()
+        # whole reads: the large payloads whose results are views come in
+        # while the rest is decoded (nothing is returned before they are in)
+        late = [j for j in jobs if j.late and j.nbytes >= _LATE_MIN_BYTES] if sel is None \
+            else []
+        wait = self._fetch(jobs, late)
+        try:
+            jobs2: List[_Fetch] = []
+            for st in coded_state.values():
+                jobs2 += st.phase2()
+            if jobs2:
+                self._fetch(jobs2)
+            for n, (job, post) in finish:
+                out[n] = post(job.buf if job is not None else None)
+            for n, st in coded_state.items():
+                out[n] = st.decode()
+        finally:
+            if wait is not None:  # also on an error: the memory is being written
+                wait()
         return out
 
     def _plan_plain(self, name: str, fspec: Mapping[str, Any], pspec: Mapping[str, Any],
@@ -2583,6 +2744,7 @@ class _DataProtoMixin:
         skip = 0
         if sel is None:  # whole: the object as is (one batched read), header skipped
             job = _Fetch(pspec, None)
+            job.late = dest is None  # post() makes a view; a destination is filled from it
             skip = hdr
             out_rows = shape[0] if shape else None
             take = None
@@ -2615,11 +2777,24 @@ class _DataProtoMixin:
             return arr if take is None else np.ascontiguousarray(arr)
         return job, post
 
-    def _fetch(self, jobs: List[_Fetch]) -> None:
+    def _fetch(self, jobs: List[_Fetch], late: Sequence[_Fetch] = ()
+               ) -> Optional[Callable[[], None]]:
         """Fill every job's buffer: whole payloads with one batch_get_into,
-        byte ranges with one get_into_ranges (per-chunk get without them)."""
+        byte ranges with one get_into_ranges (per-chunk get without them).
+
+        The whole payloads in ``late`` are read by the store's completion
+        queue while this thread goes on (when the store has one): the
+        returned ``wait()`` -- which the caller must call, also when it
+        fails meanwhile -- returns once they are in, or raises the read's
+        error.  None when everything is in already."""
         pool = self._buffer_pool()
         regs: List[int] = []
+
+        def unregister() -> None:
+            for addr in regs:
+                self.store.unregister_buffer(addr)
+
+        wait = None
         try:
             whole, ranged = [], []
             arena = self._fetch_arena(jobs, pool)
@@ -2631,13 +2806,69 @@ class _DataProtoMixin:
                         and self.store.register_buffer(int(j.buf.ctypes.data), j.nbytes) == 0:
                     regs.append(int(j.buf.ctypes.data))
                 (whole if j.ranges is None else ranged).append(j)
+            ids = {id(j) for j in late}
+            later = [j for j in whole if id(j) in ids]
+            reader = self._reader() if later else None
+            if reader is not None:
+                whole = [j for j in whole if id(j) not in ids]
+            # the small payloads first: the late ones then have the transfer
+            # engine to themselves while the caller decodes
             if whole:
                 self._fetch_whole(whole)
             if ranged:
                 self._fetch_ranged(ranged)
-        finally:
-            for addr in regs:
-                self.store.unregister_buffer(addr)
+            if reader is not None:
+                try:
+                    wait = reader.start(*self._whole_lists(later))
+                except StructuredObjectReadError:  # not queued: read them here
+                    self._fetch_whole(later)
+        except BaseException:
+            unregister()
+            raise
+        if wait is None:
+            unregister()
+            return None
+
+        def done() -> None:
+            try:
+                wait()
+            finally:
+                unregister()
+        return done
+
+    def _reader(self) -> Optional["_Reader"]:
+        """This thread's completion queue on the store, None when the store
+        is not a MooncakeDistributedStore reading by its own batch_get_into
+        (a wrapper or subclass decides how it reads)."""
+        r = getattr(self._readers, "reader", False)
+        if r is False:
+            r = None
+            try:
+                from mooncake.store import MooncakeDistributedStore
+                from mooncake import capi
+
+                st = self.store
+                if type(st).batch_get_into is MooncakeDistributedStore.batch_get_into and \
+                        isinstance(st, MooncakeDistributedStore):
+                    r = _Reader(st._store, capi)
+            except Exception:  # no queue (no eventfd, thread) or not built: read in place
+                r = None
+            self._readers.reader = r
+        return r
+
+    @staticmethod
+    def _whole_lists(jobs: List[_Fetch]) -> Tuple[List[str], List[int], List[int]]:
+        """(chunk keys, destination addresses, sizes) of whole-payload jobs."""
+        keys, ptrs, sizes = [], [], []
+        for j in jobs:
+            off = 0
+            base = int(j.buf.ctypes.data)
+            for c in j.pspec["chunks"]:
+                keys.append(c["key"])
+                ptrs.append(base + off)
+                sizes.append(c["bytes"])
+                off += c["bytes"]
+        return keys, ptrs, sizes
 
     @staticmethod
     def _fetch_arena(jobs: List[_Fetch], pool: Any) -> Any:
@@ -2765,7 +2996,8 @@ class _DataProtoMixin:
             view[section][name] = {"section": loc.section, "stage": loc.stage,
                                    "member": loc.member, "spec": spec}
         for s, (key, _, meta, _) in stages.items():
-            view["stages"][s] = {"manifest_key": key, "dataproto": meta.get("dataproto", {})}
+            view["stages"][s] = {"manifest_key": key,
+                                 "dataproto": copy.deepcopy(meta.get("dataproto", {}))}
         return view
 
     def cleanup_dataproto(self, ref: DataProtoRefLike) -> None:
@@ -2996,7 +3228,11 @@ class _CodedRead:
             elif role[0] == "ragged":
                 if sel is None:
                     jobs.append(self._job(role[1], None))
-                    jobs.append(self._job(role[2], None))
+                    data = self._job(role[2], None)
+                    # ndarray rows are views of the data: made before it is in
+                    data.late = self.codec == "typed_ragged" and \
+                        self.metadata.get("row_format") == "ndarray"
+                    jobs.append(data)
                 elif sel.idx is None:
                     jobs.append(self._job(role[1], [(sel.start * 8, (sel.count + 1) * 8)]))
                 else:
@@ -3107,6 +3343,113 @@ class _CodedRead:
         return _object_array(values)
 
 
+class _Reader:
+    """A completion queue of a store (mc_store_aq_*, one worker thread):
+    batch_get_into that runs while the calling thread goes on, without the
+    interpreter lock.  One per thread, so a completion reaped is always
+    the caller's own."""
+
+    __slots__ = ("aq", "handle", "capi", "tag")
+
+    def __init__(self, handle: Any, capi: Any) -> None:
+        self.aq = capi.AsyncQueue(handle, 1)  # RuntimeError when it cannot be made
+        self.handle = handle  # the store handle must outlive the queue
+        self.capi = capi
+        self.tag = 0
+
+    def __del__(self) -> None:
+        # closing the queue waits for a read in flight; only then may the
+        # store handle go (slots are cleared after this)
+        self.aq = None
+
+    def start(self, keys: List[str], ptrs: List[int], sizes: List[int]) -> Callable[[], None]:
+        """Queue the batch_get_into of ``keys``; the returned ``wait()``
+        blocks (without the interpreter lock) until it is done and raises
+        StructuredObjectReadError for a key that did not read whole."""
+        from array import array
+
+        pairs = array("Q", bytes(16 * len(keys)))
+        pairs[0::2] = array("Q", ptrs)
+        pairs[1::2] = array("Q", sizes)
+        self.tag += 1
+        tag = self.tag
+        rc = self.aq.batch_zc(self.capi.AQ_BATCH_GET_INTO, keys, pairs, None, tag)
+        if rc != 0:  # nothing queued: this thread reads them itself
+            raise StructuredObjectReadError(f"batch_get_into could not be queued: {rc}", rc)
+
+        def wait() -> None:
+            import select
+
+            got = None
+            interrupted: Optional[BaseException] = None
+            while got is None:
+                for t, result, payload in self.aq.reap(8):
+                    if t == tag:
+                        got = payload if payload is not None else [result] * len(keys)
+                if got is None:
+                    try:
+                        select.select([self.aq.fd()], [], [])
+                    except BaseException as e:  # e.g. KeyboardInterrupt: the
+                        interrupted = e          # memory is written until it is done
+            if interrupted is not None:
+                raise interrupted
+            for k, z, rc in zip(keys, sizes, got):
+                if rc != z:
+                    raise StructuredObjectReadError(f"get failed for {k}: expected {z} bytes, "
+                                                    f"got {rc}", rc)
+        return wait
+
+
+def _manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
+    return json.dumps(manifest, separators=(",", ":")).encode()
+
+
+# ---- payload chunks as parts (batch_put_parts) ----------------------------------------------
+
+def _row_pieces(rows: List[Any], off: int, size: int) -> List[Any]:
+    """Bytes [off, off + size) of the rows laid back to back, as uint8
+    views of the rows (whole rows as they are)."""
+    if off == 0 and size == sum(r.nbytes for r in rows):
+        return [r.reshape(-1).view(np.uint8) for r in rows]
+    pieces, pos = [], 0
+    for r in rows:
+        n = r.nbytes
+        a, b = max(off, pos), min(off + size, pos + n)
+        if b > a:
+            flat = r.reshape(-1).view(np.uint8)
+            pieces.append(flat if (a == pos and b == pos + n) else flat[a - pos:b - pos])
+        pos += n
+        if pos >= off + size:
+            break
+    return pieces
+
+
+def _direct_parts(o: _Out) -> Optional[Callable[[int, int], Sequence[Any]]]:
+    """``(offset, size) -> parts`` of a payload's chunk, read in place by
+    batch_put_parts; None for what needs a call of its own (a tensor
+    object, a tensor whose dtype has no header code)."""
+    if o.kind == "rows":
+        rows = o.rows
+
+        def rows_parts(off: int, size: int) -> Sequence[Any]:
+            # the whole payload (one chunk): the rows themselves, no view per row
+            return rows if off == 0 and size == o.nbytes else _row_pieces(rows, off, size)
+        return rows_parts
+    if o.kind == "torch":
+        header = _tensor_header(o.tensor)
+        if header is None:
+            return None
+        import torch
+
+        data = o.tensor.reshape(-1).view(torch.uint8).numpy()
+        # a tensor is one key (docs/tensor.md): header then data, never chunked
+        return lambda off, size: [header, data]
+    if o.kind in ("array", "bytes"):
+        view = o.source_view()
+        return lambda off, size: [view[off:off + size]]
+    return None
+
+
 # ---- the facade ---------------------------------------------------------------------------
 
 class MooncakeBundleTransfer(_DataProtoMixin):
@@ -3144,6 +3487,9 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             OrderedDict()
         # manifest key -> the manifest object last validated for it
         self._validated: "OrderedDict[str, Dict[str, Any]]" = OrderedDict()
+        # per thread: the store's completion queue for reads that go on
+        # while a DataProto is decoded (_Reader; None: read in place)
+        self._readers = threading.local()
 
     # ---- writes ---------------------------------------------------------------------
 
@@ -3215,7 +3561,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
 
     def _write(self, meta: _Out, outs: List[_Out], partition: str, chunk_bytes: Optional[int],
                policy: Optional[BundleTransferPolicy], max_inflight_put: Optional[int],
-               config: Any) -> RemoteBundleRef:
+               config: Any, direct: bool = False) -> RemoteBundleRef:
         _check_partition(partition)
         chunk = self.default_chunk_bytes if chunk_bytes is None else _chunk_bytes_arg(chunk_bytes)
         if policy is None:
@@ -3241,26 +3587,39 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         manifest = {"version": MANIFEST_VERSION, "layout": "bundle", "object_id": object_id,
                     "meta": meta.spec(), "buffers": {o.name: o.spec() for o in outs}}
         manifest_key = f"{base}/manifest"
-        written: List[str] = []
-        try:
-            self._put_copy(meta, config, written)
-            self._put_payloads(outs, policy, inflight, config, written)
-            self._put_manifest(manifest_key, manifest, config)
-        except BaseException:
-            self._remove_quietly(written + [manifest_key])
-            raise
+        # Everything but the writes is worked out first: moving the payloads
+        # leaves the CPU caches cold for whatever Python runs after it.
+        manifest_bytes = _manifest_bytes(manifest)
+        decoded = None
         if meta.view is not None and meta.nbytes <= (1 << 20):
             # this process reads back what it wrote without fetching the
             # metadata again (an object never changes once written)
-            raw = bytes(meta.view)
             try:
-                self._cache_meta(manifest_key, self._decode_meta(manifest_key, manifest, raw))
+                decoded = self._decode_meta(manifest_key, manifest, bytes(meta.view))
             except ValueError:  # a raw bundle's bytes: read them when asked
-                pass
+                decoded = None
+        written: List[str] = []
+        try:
+            if direct and self._writes_direct(policy):
+                self._put_direct([meta] + outs, config, written)
+            else:
+                self._put_copy(meta, config, written)
+                self._put_payloads(outs, policy, inflight, config, written)
+            self._put_manifest(manifest_key, manifest_bytes, config)
+        except BaseException:
+            self._remove_quietly(written + [manifest_key])
+            raise
+        with self._lock:  # built here: a read through this ref needs no validation
+            self._validated[manifest_key] = manifest
+            while len(self._validated) > _META_CACHE_SIZE:
+                self._validated.popitem(last=False)
+        if decoded is not None:
+            self._cache_meta(manifest_key, decoded)
         return RemoteBundleRef(manifest_key, manifest)
 
-    def _put_manifest(self, key: str, manifest: Dict[str, Any], config: Any) -> None:
-        data = json.dumps(manifest, separators=(",", ":")).encode()
+    def _put_manifest(self, key: str, manifest: Union[Dict[str, Any], bytes],
+                      config: Any) -> None:
+        data = manifest if isinstance(manifest, bytes) else _manifest_bytes(manifest)
         rc = self.store.put(key, data, _config_for_grouped_keys(config, 1))
         if rc != 0:
             raise StructuredObjectWriteError(f"put failed for {key}: {rc}", "manifest", rc)
@@ -3288,6 +3647,71 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                     except (RuntimeError, TypeError):
                         self._pool = None  # no local buffer: store.put it is
             return self._pool
+
+    def _writes_direct(self, policy: Optional[BundleTransferPolicy]) -> bool:
+        """Whether a DataProto stage goes by _put_direct: copy_mode auto,
+        no explicit parallel put, and a store with batch_put_parts and a
+        local buffer (without one it writes from registered memory only)."""
+        if policy is not None and (policy.copy_mode != "auto" or policy.put_mode == "parallel"):
+            return False
+        return callable(getattr(self.store, "batch_put_parts", None)) and \
+            self._buffer_pool() is not None
+
+    def _writes_to_this_host(self, config: Any) -> bool:
+        """Whether a write with ``config`` lands in a segment of this host,
+        by the same-host path: the preferred segment (every preferred
+        segment) names this client's host, and MC_TE_SHM does not turn the
+        path off.  A guess from names -- the transfer engine decides per
+        peer -- that only chooses how ragged rows are handed over: as they
+        are, or packed into one part."""
+        if os.environ.get("MC_TE_SHM", "1").strip() == "0" or config is None:
+            return False
+        segs = [getattr(config, "preferred_segment", "") or ""]
+        if not segs[0]:
+            segs = list(getattr(config, "preferred_segments", None) or [])
+        hostname = getattr(self.store, "get_hostname", None)
+        me = hostname() if callable(hostname) else ""
+        if not segs or not isinstance(me, str) or ":" not in me:
+            return False
+        host = me.rsplit(":", 1)[0]
+        return all(isinstance(sg, str) and sg.rsplit(":", 1)[0] == host for sg in segs)
+
+    def _put_direct(self, outs: List[_Out], config: Any, written: List[str]) -> None:
+        """The metadata and every payload chunk in one batch_put_parts, each
+        chunk from the memory its bytes are in (arrays, bytes, typed-ragged
+        rows, a tensor's header and data): one master round trip and one
+        copy, into the segment, as batch_put_from of a packed buffer but
+        without packing it.  Tensor objects (and tensors without a header
+        code) keep their own calls."""
+        keys: List[str] = []
+        parts: List[Sequence[Any]] = []
+        owner: List[_Out] = []
+        for o in outs:
+            if not o.chunks:
+                continue
+            source = _direct_parts(o)
+            if source is None:
+                if o.kind == "torch":
+                    self._put_torch(o, config, written)
+                else:
+                    self._put_tensor_object(o, config, written)
+                continue
+            for key, off, size in o.chunks:
+                keys.append(key)
+                parts.append(source(off, size))
+                owner.append(o)
+        if not keys:
+            return
+        rcs = self.store.batch_put_parts(keys, parts, _config_for_grouped_keys(config, len(keys)))
+        if len(rcs) != len(keys):
+            raise StructuredObjectWriteError(f"batch_put_parts returned {len(rcs)} results for "
+                                             f"{len(keys)} chunks", owner[0].name)
+        for k, rc in zip(keys, rcs):
+            if rc == 0:
+                written.append(k)
+        for k, o, rc in zip(keys, owner, rcs):
+            if rc != 0:
+                self._fail(o, "batch_put_parts", k, rc)
 
     def _fail(self, o: _Out, op: str, key: str, rc: int) -> None:
         raise StructuredObjectWriteError(f"{op} failed for {key}: {rc}", o.name, rc)
@@ -3483,16 +3907,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
     @staticmethod
     def _gather_rows(rows: List[Any], off: int, size: int, dst: int) -> None:
         """Bytes [off, off + size) of the rows laid back to back, to ``dst``."""
-        pieces, pos = [], 0
-        for r in rows:
-            n = r.nbytes
-            a, b = max(off, pos), min(off + size, pos + n)
-            if b > a:
-                flat = r.reshape(-1).view(np.uint8)
-                pieces.append(flat if (a == pos and b == pos + n) else flat[a - pos:b - pos])
-            pos += n
-            if pos >= off + size:
-                break
+        pieces = _row_pieces(rows, off, size)
         if _concat_arrays_into is not None:
             _concat_arrays_into(pieces, dst, size)
             return
@@ -3623,18 +4038,21 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             parts.append(data)
         return b"".join(parts)
 
-    def _fields(self, key: str, manifest: Dict[str, Any]) -> Tuple[Dict[str, Any],
-                                                                   Dict[str, Any], bytes]:
+    def _fields(self, key: str, manifest: Dict[str, Any], shared: bool = False
+                ) -> Tuple[Dict[str, Any], Dict[str, Any], bytes]:
         """(whole metadata, field specs, raw meta) of a manifest; a raw
-        bundle's members all read as bytes and its metadata is {}."""
+        bundle's members all read as bytes and its metadata is {}.  The
+        metadata is a copy the caller may keep, or with ``shared`` the
+        cached object itself (for readers that never modify or return it:
+        a DataProto's has every member spec, too large to copy per read)."""
         with self._lock:
             hit = self._meta_cache.get(key)
             if hit is not None:
                 self._meta_cache.move_to_end(key)
-                return copy.deepcopy(hit[0]), hit[1], hit[2]
+                return hit[0] if shared else copy.deepcopy(hit[0]), hit[1], hit[2]
         got = self._decode_meta(key, manifest, self._meta(manifest))
         self._cache_meta(key, got)
-        return copy.deepcopy(got[0]), got[1], got[2]
+        return got[0] if shared else copy.deepcopy(got[0]), got[1], got[2]
 
     def _cache_meta(self, key: str, got: Tuple[Dict[str, Any], Dict[str, Any], bytes]) -> None:
         with self._lock:

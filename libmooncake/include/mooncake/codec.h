@@ -109,6 +109,36 @@ MC_API mc_status_t mc_codec_ragged_pack(const mc_codec_row_t *rows, size_t n, si
                                         unsigned nthreads);
 
 /**
+ * @brief The typed-ragged layout of rows without copying their data.
+ *
+ * Writes what mc_codec_ragged_pack() writes except the data: offsets
+ * (n + 1), shapes (n x @p width, zero padded), ndims and nulls (n each).
+ * For a writer that sends the rows from their own memory instead of one
+ * packed copy (mc_store_batch_put_parts() with the rows as the parts of
+ * the data object): the stored bytes are the same as packing would give.
+ * Nothing is written unless every check passes.
+ *
+ * @param rows        the rows (as for mc_codec_ragged_measure())
+ * @param n           number of rows
+ * @param itemsize    bytes per element
+ * @param offsets_out n + 1 int64 entries
+ * @param shapes_out  n x @p width int64 entries
+ * @param width       entries per row of @p shapes_out: at least the
+ *                    largest ndim and at least 1
+ * @param ndims_out   n int16 entries
+ * @param nulls_out   n bytes (0 or 1)
+ * @param elems_p     total elements of all rows (may be NULL)
+ * @return MC_OK; MC_INVALID_PARAMS for a bad row, a NULL output or a
+ *         width below the largest ndim.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_codec_ragged_describe(const mc_codec_row_t *rows, size_t n,
+                                            size_t itemsize, int64_t *offsets_out,
+                                            int64_t *shapes_out, size_t width,
+                                            int16_t *ndims_out, uint8_t *nulls_out,
+                                            size_t *elems_p);
+
+/**
  * @brief Check a stored typed-ragged layout before it is decoded.
  *
  * The layout may come from another process, or be corrupt: offsets must
