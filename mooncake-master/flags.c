@@ -33,6 +33,7 @@
 #include "common/dfs_layout.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "coord/redis.h"
 #include "flags.h"
 #include "wire/wire.h"
 
@@ -726,6 +727,66 @@ mc_status_t mc_master_flags_parse(mc_master_config_t *cfg, int argc, char **argv
 
 static int flag_is_default(const mc_master_config_t *cfg, int i);
 
+/*
+ * Upstream's start-up rules for the HA backend (docs/ha.md), read only
+ * with --enable_ha, in upstream's order: the connection string is
+ * --ha_backend_connstring, else --etcd_endpoints for etcd only, and must be
+ * set (upstream's FATAL text, then our hint; checked before the type, as
+ * upstream's main does before its supervisor parses it); then the type
+ * must be one upstream knows (else INVALID_PARAMS) and built here (else
+ * UNAVAILABLE_IN_CURRENT_MODE).
+ */
+static mc_status_t check_ha_backend(const mc_master_config_t *cfg, char *err, size_t errlen)
+{
+    const char *type = cfg->ha_backend_type;
+    const char *conn = cfg->ha_backend_connstring;
+    char host[256];
+    uint16_t port;
+
+    if ((conn[0] == '\0') && (strcmp(type, "etcd") == 0))
+        conn = cfg->etcd_endpoints;
+    if (conn[0] == '\0')
+        return parse_fail(err, errlen,
+                          "HA backend connection string must be set when enable_ha is true, "
+                          "backend_type=%s (--ha_backend_connstring%s)",
+                          type,
+                          (strcmp(type, "etcd") == 0)    ? ", or --etcd_endpoints=host:port"
+                                                           "[;host:port]"
+                          : (strcmp(type, "redis") == 0) ? "=[redis://]host[:port]"
+                                                         : "");
+    if ((strcmp(type, "etcd") != 0) && (strcmp(type, "redis") != 0) &&
+        (strcmp(type, "k8s") != 0))
+        return parse_fail(err, errlen,
+                          "--ha_backend_type=%s: INVALID_PARAMS (-600): unknown HA backend "
+                          "type (etcd, redis or k8s)",
+                          type);
+    if (strcmp(type, "k8s") == 0) {
+        (void)parse_fail(err, errlen,
+                         "--ha_backend_type=k8s: UNAVAILABLE_IN_CURRENT_MODE (-1011): the k8s "
+                         "backend elects the leader with a Lease in a Kubernetes API server, "
+                         "which this build has no backend for (and these machines cannot "
+                         "run); use --ha_backend_type=etcd or redis (docs/ha.md)");
+        return MC_UNAVAILABLE_IN_CURRENT_MODE;
+    }
+    if ((strcmp(type, "redis") == 0) && !mc_redis_available()) {
+        (void)parse_fail(err, errlen,
+                         "--ha_backend_type=redis: UNAVAILABLE_IN_CURRENT_MODE (-1011): this "
+                         "build has no redis client (configure --with-redis with "
+                         "libhiredis-dev)");
+        return MC_UNAVAILABLE_IN_CURRENT_MODE;
+    }
+    if ((strcmp(type, "redis") == 0) &&
+        (mc_redis_parse_connstring(conn, host, sizeof(host), &port) != MC_OK))
+        return parse_fail(err, errlen, "--ha_backend_type=redis: INVALID_PARAMS (-600): %s",
+                          mc_last_error_detail());
+    if ((strcmp(type, "etcd") != 0) && cfg->enable_snapshot_restore)
+        return parse_fail(err, errlen,
+                          "--enable_snapshot_restore with --enable_ha ships the operation log "
+                          "through etcd, which needs --ha_backend_type=etcd (not %s)",
+                          type);
+    return MC_OK;
+}
+
 mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, size_t errlen)
 {
     for (int i = 0; i < MC_MASTER_FLAG_COUNT; i++) {
@@ -738,21 +799,21 @@ mc_status_t mc_master_config_check(const mc_master_config_t *cfg, char *err, siz
                               d->def, (d->kind == MC_FLAG_KIND_STRING) ? "\"" : "");
     }
     if (cfg->enable_ha) {
-        if (strcmp(cfg->ha_backend_type, "etcd") != 0)
-            return parse_fail(err, errlen,
-                              "--ha_backend_type=%s is not implemented in this build; "
-                              "--enable_ha works with etcd",
-                              cfg->ha_backend_type);
-        if ((cfg->ha_backend_connstring[0] == '\0') && (cfg->etcd_endpoints[0] == '\0'))
-            return parse_fail(err, errlen,
-                              "--enable_ha needs --etcd_endpoints=host:port[;host:port] "
-                              "(or --ha_backend_connstring)");
+        mc_status_t st = check_ha_backend(cfg, err, errlen);
+        if (st != MC_OK)
+            return st;
         if ((cfg->ha_lease_ttl_sec < 2) || (cfg->ha_lease_ttl_sec > 3600))
             return parse_fail(err, errlen, "--ha_lease_ttl_sec must be 2 to 3600 seconds");
         /* --enable_snapshot_restore with --enable_ha ships the operation
          * log through etcd (ship.c): a new leader takes over with the full
          * index, never with a standby's own stale log (docs/ha.md). */
     }
+#ifndef MC_HAVE_ZMQ
+    if (cfg->enable_kv_events)
+        return parse_fail(err, errlen,
+                          "--enable_kv_events needs libzmq, which this build was configured "
+                          "without (install libzmq3-dev and configure --with-zmq)");
+#endif
     if (cfg->max_kv_soft_pin_ttl < cfg->default_kv_soft_pin_ttl)
         return parse_fail(err, errlen,
                           "--default_kv_soft_pin_ttl (%" PRIu64 " ms) exceeds "
@@ -908,8 +969,27 @@ void mc_master_flags_warn_unimplemented(const mc_master_config_t *cfg)
         ((cfg->etcd_endpoints[0] != '\0') || (cfg->ha_backend_connstring[0] != '\0')))
         mc_warn("--etcd_endpoints/--ha_backend_connstring are used only with --enable_ha=true; "
                 "this master runs alone");
+    if (cfg->enable_ha && (cfg->ha_backend_connstring[0] != '\0') &&
+        (cfg->etcd_endpoints[0] != '\0') &&
+        (strcmp(cfg->ha_backend_connstring, cfg->etcd_endpoints) != 0))
+        mc_warn("--ha_backend_connstring=%s differs from --etcd_endpoints=%s; using "
+                "--ha_backend_connstring",
+                cfg->ha_backend_connstring, cfg->etcd_endpoints);
+    /* upstream: an unknown or case-mismatched strategy is a warning and
+     * random, not a refusal; cxl and ssd_free_ratio_first have no CXL or
+     * SSD pool to rank here and place as random */
     if ((strcmp(cfg->allocation_strategy, "random") != 0) &&
-        (strcmp(cfg->allocation_strategy, "free_ratio_first") != 0))
-        mc_warn("--allocation_strategy=%s is not implemented yet; using random",
-                cfg->allocation_strategy);
+        (strcmp(cfg->allocation_strategy, "free_ratio_first") != 0) &&
+        (strcmp(cfg->allocation_strategy, "local_first") != 0))
+        mc_warn("--allocation_strategy=%s: %s; using random", cfg->allocation_strategy,
+                ((strcmp(cfg->allocation_strategy, "cxl") == 0) ||
+                 (strcmp(cfg->allocation_strategy, "ssd_free_ratio_first") == 0))
+                    ? "no CXL or SSD pool to place on in this build"
+                    : "unknown strategy");
+    /* upstream: an unknown dynamic replication mode is off */
+    if ((strcmp(cfg->dynamic_replication_mode, "off") != 0) &&
+        (strcmp(cfg->dynamic_replication_mode, "observe") != 0) &&
+        (strcmp(cfg->dynamic_replication_mode, "enforce") != 0))
+        mc_warn("--dynamic_replication_mode=%s is unknown (off, observe, enforce); off",
+                cfg->dynamic_replication_mode);
 }

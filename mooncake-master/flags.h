@@ -184,16 +184,24 @@ typedef enum mc_flag_kind {
       "trips).")                                                                            \
     /* ---- high availability ---- */                                                       \
     X(BOOL, enable_ha, "false", v_none, 0,                                                  \
-      "High availability: masters elect a leader through an etcd lease; clients find it "   \
-      "with master_server_address=etcd://host:port[;host:port] (docs/ha.md).")               \
-    X(STRING, ha_backend_type, "etcd", v_ha_backend, 0,                                     \
-      "HA backend: etcd (redis and k8s are refused with --enable_ha).")                      \
+      "High availability: masters elect a leader in --ha_backend_type (an etcd lease or a "  \
+      "redis record with a TTL); clients find it with master_server_address="               \
+      "etcd://host:port[;host:port] or redis://host:port (docs/ha.md).")                     \
+    X(STRING, ha_backend_type, "etcd", v_none, 0,                                           \
+      "HA backend, read only with --enable_ha: etcd, redis (needs a build with hiredis) "    \
+      "or k8s (refused: needs a Kubernetes API server, and this build has no k8s backend); " \
+      "any other value refuses to start.")                                                  \
     X(STRING, ha_backend_connstring, "", v_none, 0,                                         \
-      "Connection string of the HA backend (etcd endpoints); empty uses --etcd_endpoints.") \
+      "Connection string of the HA backend: etcd \"h1:2379;h2:2379\", redis "                \
+      "\"[redis://]host[:port]\" or \"[v6addr]:port\" (port 6379 by default; "                \
+      "MC_REDIS_PASSWORD, MC_REDIS_USERNAME, MC_REDIS_DB_INDEX from the environment). "     \
+      "Empty: --etcd_endpoints, for etcd only.")                                             \
     X(STRING, etcd_endpoints, "", v_none, 0,                                                \
-      "etcd endpoints host:port separated by ';' (HA mode).")                               \
+      "etcd endpoints host:port separated by ';' (HA mode with --ha_backend_type=etcd, "    \
+      "when --ha_backend_connstring is empty).")                                            \
     X(INT, ha_lease_ttl_sec, "5", v_positive, 0,                                            \
-      "Seconds of the leader's etcd lease: a dead leader is replaced within about this "    \
+      "Seconds of the leader's lease (etcd lease TTL, redis PEXPIRE): a dead leader is "     \
+      "replaced within about this "                                                         \
       "long, and a leader that cannot renew it stops serving before it lapses (>= 2).")     \
     X(STRING, cluster_id, "mooncake_cluster", v_cluster_id, 0,                              \
       "Cluster identifier, [0-9A-Za-z_.-]{1,128}.")                                         \
@@ -204,11 +212,19 @@ typedef enum mc_flag_kind {
     X(INT, global_file_segment_size, "9223372036854775807", v_nonneg, MC_FLAG_COMPAT,       \
       "Size of the global file segment in bytes.")                                          \
     /* ---- operation log and snapshots ---- */                                             \
-    X(BOOL, enable_oplog, "false", v_none, MC_FLAG_REFUSE, "Replicate operations through etcd (HA).") \
-    X(INT, oplog_poll_interval_ms, "1000", v_positive, MC_FLAG_COMPAT, "Standby oplog poll period (ms).") \
-    X(INT, oplog_batch_max_entries, "1024", v_positive, MC_FLAG_COMPAT, "Entries per oplog batch.") \
-    X(INT, batch_oplog_retry_timeout_sec, "180", v_nonneg, MC_FLAG_COMPAT,                  \
-      "Seconds to retry persisting an oplog batch.")                                        \
+    X(BOOL, enable_oplog, "false", v_none, 0,                                               \
+      "Replicate the operation log through etcd (needs --enable_ha=true and "               \
+      "--ha_backend_type=etcd): every acknowledged change is in etcd before its answer, "   \
+      "and a standby takes over with the full index; no local directory is needed "         \
+      "(docs/ha.md).")                                                                      \
+    X(INT, oplog_poll_interval_ms, "1000", v_positive, 0,                                   \
+      "Standby: read the replicated log at most this often (ms; the log is always read "    \
+      "to its end before a takeover), and the base of its back-off after failed reads.")    \
+    X(INT, oplog_batch_max_entries, "1024", v_nonneg, 0,                                    \
+      "Leader: at most this many records per log entry (etcd key) shipped; 0 means 1.")     \
+    X(INT, batch_oplog_retry_timeout_sec, "180", v_nonneg, 0,                               \
+      "Standby: after this many seconds of failed log reads in a row, exit (status 1). "    \
+      "The leader retries a log write for its lease TTL at most (--ha_lease_ttl_sec).")     \
     X(BOOL, enable_snapshot, "false", v_none, 0,                                            \
       "Durable master: log every acknowledged change to --snapshot_backup_dir before "      \
       "answering, and compact the log with periodic snapshots (docs/ha.md).")               \

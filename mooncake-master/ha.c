@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Leader election and fencing through etcd (ha.h, docs/ha.md).
+ * Leader election and fencing (ha.h, docs/ha.md), written once against
+ * the backend ops table; the etcd backend is at the end of this file, the
+ * redis one in ha_redis.c.
  *
  * The election thread is a two-state loop:
  *
@@ -9,7 +11,7 @@
  *      +-- renewal refused / deadline passed / key not ours-+
  *          (index emptied by the event loop before the next campaign)
  *
- * Every etcd request is bounded (the handle's timeout), so stopping the
+ * Every backend request is bounded (the handle's timeout), so stopping the
  * master waits at most one request.  Times are monotonic: a process that
  * was stopped and resumed finds its deadline in the past and refuses
  * requests before the thread has even run again.
@@ -148,7 +150,8 @@ void mc_master_ha_metrics(mc_master_t *m, struct evbuffer *b)
                         "this master was not a leader within its lease.\n"
                         "# TYPE master_ha_fenced_requests_total counter\n"
                         "master_ha_fenced_requests_total %" PRIu64 "\n"
-                        "# HELP master_ha_etcd_up 1 when the last etcd request succeeded.\n"
+                        "# HELP master_ha_etcd_up 1 when the last request to the HA "
+                        "backend (etcd or redis) succeeded.\n"
                         "# TYPE master_ha_etcd_up gauge\nmaster_ha_etcd_up %d\n",
                         !leader, atomic_load(&h->transitions), atomic_load(&h->elections_won),
                         atomic_load(&h->fenced), atomic_load(&h->etcd_ok));
@@ -211,20 +214,20 @@ static void set_leader_view(mc_master_ha_t *h, const char *addr, size_t len, int
     pthread_mutex_unlock(&h->lock);
 }
 
-static void note_etcd(mc_master_ha_t *h, mc_status_t st)
+static void note_backend(mc_master_ha_t *h, mc_status_t st)
 {
     int ok = (st == MC_OK) || (st == MC_ETCD_KEY_NOT_EXIST) || (st == MC_ETCD_TRANSACTION_FAIL);
     if (atomic_exchange(&h->etcd_ok, ok) != ok) {
         if (ok)
-            mc_info("ha: etcd at %s answers again", mc_etcd_endpoints(h->etcd));
+            mc_info("ha: %s at %s answers again", h->ops->name, h->ops->endpoint(h));
         else
-            mc_warn("ha: etcd at %s does not answer: %s", mc_etcd_endpoints(h->etcd),
+            mc_warn("ha: %s at %s does not answer: %s", h->ops->name, h->ops->endpoint(h),
                     mc_last_error_detail());
     }
 }
 
-/* Give up leadership: refuse at once, then clean up in etcd (best effort:
- * etcd may be what failed). */
+/* Give up leadership: refuse at once, then clean up in the backend (best
+ * effort: the backend may be what failed). */
 static void step_down(mc_master_ha_t *h, const char *why)
 {
     int64_t term = atomic_load(&h->term);
@@ -234,26 +237,27 @@ static void step_down(mc_master_ha_t *h, const char *why)
     atomic_store(&h->term, 0);
     atomic_fetch_add(&h->transitions, 1);
     mc_warn("ha: stepping down as leader (term %" PRId64 "): %s", term, why);
-    if (term != 0)
-        (void)mc_etcd_delete_if_created(h->etcd, h->key, term);
-    if (h->lease_id != 0)
-        (void)mc_etcd_lease_revoke(h->etcd, h->lease_id);
-    h->lease_id = 0;
+    h->ops->release(h, term);
     set_leader_view(h, "", 0, 0);
 }
 
-static uint64_t lease_deadline(const mc_master_ha_t *h, uint64_t t0, int64_t ttl_s)
+static uint64_t lease_deadline(const mc_master_ha_t *h, uint64_t t0, uint64_t ttl_ms)
 {
-    uint64_t ttl_ms = (uint64_t)ttl_s * 1000;
     return (ttl_ms > h->margin_ms) ? t0 + ttl_ms - h->margin_ms : t0;
+}
+
+/* Renew every third of the lease, and never more often than the poll. */
+static uint64_t renew_period_ms(uint64_t ttl_ms)
+{
+    return MC_MAX((uint64_t)MC_HA_POLL_MS, ttl_ms / 3);
 }
 
 static void standby_step(mc_master_ha_t *h)
 {
-    mc_etcd_kv_t kv = {0};
-    int64_t lease = 0, ttl = 0;
-    uint64_t t0;
-    int created = 0;
+    char addr[300];
+    int64_t version = 0;
+    uint64_t t0, ttl_ms = 0;
+    int won = 0;
     mc_status_t st;
 
     if (atomic_load(&h->reset_pending)) { /* the loop has not emptied the index yet */
@@ -265,11 +269,10 @@ static void standby_step(mc_master_ha_t *h)
         ha_wait(h, MC_HA_POLL_MS);
         return;
     }
-    st = mc_etcd_get(h->etcd, h->key, &kv, NULL);
-    note_etcd(h, st);
+    st = h->ops->read_view(h, addr, sizeof(addr), &version);
+    note_backend(h, st);
     if (st == MC_OK) {
-        set_leader_view(h, kv.value, kv.len, kv.create_revision);
-        mc_etcd_kv_cleanup(&kv);
+        set_leader_view(h, addr, strlen(addr), version);
         ha_wait(h, MC_HA_POLL_MS);
         return;
     }
@@ -279,54 +282,43 @@ static void standby_step(mc_master_ha_t *h)
     }
 
     /* campaign: the lease's clock starts no earlier than t0 */
-    t0 = mc_now_ms();
-    st = mc_etcd_lease_grant(h->etcd, h->ttl_s, &lease, &ttl);
-    note_etcd(h, st);
-    if (st != MC_OK) {
-        ha_wait(h, MC_HA_POLL_MS);
-        return;
-    }
-    st = mc_etcd_create_if_absent(h->etcd, h->key, h->self, strlen(h->self), lease, &created,
-                                  &kv);
-    note_etcd(h, st);
-    if ((st == MC_OK) && created && (h->ship != NULL) &&
-        (mc_ship_follow(h->ship, h->etcd) != 0)) {
+    t0      = mc_now_ms();
+    addr[0] = '\0';
+    version = 0;
+    st      = h->ops->acquire(h, &won, &version, &ttl_ms, addr, sizeof(addr));
+    note_backend(h, st);
+    if ((st == MC_OK) && won && (h->ship != NULL) && (mc_ship_follow(h->ship, h->etcd) != 0)) {
         /* the old leader can no longer append; what it did append must be
          * read before serving */
         mc_warn("ha: elected, but the operation log cannot be read to its end: giving the "
                 "term up");
-        (void)mc_etcd_delete_if_created(h->etcd, h->key, kv.create_revision);
-        created = 0;
-        st      = MC_ETCD_TRANSACTION_FAIL;
+        h->ops->release(h, version);
+        ha_wait(h, MC_HA_POLL_MS);
+        return;
     }
-    if ((st == MC_OK) && created) {
-        h->lease_id = lease;
+    if ((st == MC_OK) && won) {
         if (h->ship != NULL)
-            mc_ship_elected(h->ship, kv.create_revision);
-        atomic_store(&h->term, kv.create_revision);
-        atomic_store(&h->deadline_ms, lease_deadline(h, t0, ttl));
+            mc_ship_elected(h->ship, version);
+        atomic_store(&h->term, version);
+        atomic_store(&h->deadline_ms, lease_deadline(h, t0, ttl_ms));
         atomic_store(&h->role, MC_HA_LEADER);
         atomic_fetch_add(&h->transitions, 1);
         atomic_fetch_add(&h->elections_won, 1);
-        set_leader_view(h, h->self, strlen(h->self), kv.create_revision);
-        mc_info("ha: elected leader of %s (term %" PRId64 ", lease %" PRId64 " s), serving at %s",
-                h->key, kv.create_revision, ttl, h->self);
-        mc_etcd_kv_cleanup(&kv);
+        set_leader_view(h, h->self, strlen(h->self), version);
+        mc_info("ha: elected leader of %s in %s (term %" PRId64 ", lease %" PRIu64 " ms), "
+                "serving at %s",
+                h->key, h->ops->name, version, ttl_ms, h->self);
         return;
     }
-    /* lost (or could not tell): the lease must not outlive the attempt */
-    (void)mc_etcd_lease_revoke(h->etcd, lease);
-    if (st == MC_OK)
-        set_leader_view(h, kv.value, kv.len, kv.create_revision);
-    mc_etcd_kv_cleanup(&kv);
+    if ((st == MC_OK) && (version != 0))
+        set_leader_view(h, addr, strlen(addr), version);
     ha_wait(h, MC_HA_POLL_MS);
 }
 
 static void leader_step(mc_master_ha_t *h, uint64_t *next_renew_ms)
 {
-    mc_etcd_kv_t kv = {0};
-    uint64_t now = mc_now_ms(), t0;
-    int64_t ttl = 0;
+    uint64_t now = mc_now_ms(), t0, ttl_ms = 0;
+    const char *why = "leadership lost";
     mc_status_t st;
 
     if (now < *next_renew_ms) {
@@ -338,24 +330,18 @@ static void leader_step(mc_master_ha_t *h, uint64_t *next_renew_ms)
         return;
     }
     t0 = now;
-    st = mc_etcd_lease_keepalive(h->etcd, h->lease_id, &ttl);
-    note_etcd(h, st);
+    st = h->ops->renew(h, &ttl_ms, &why);
+    note_backend(h, st);
     if (st == MC_ETCD_KEY_NOT_EXIST) {
-        step_down(h, "etcd says the lease has expired");
+        step_down(h, why);
         return;
     }
     if (st != MC_OK) {
         *next_renew_ms = mc_now_ms() + MC_HA_RETRY_MS;
         return;
     }
-    atomic_store(&h->deadline_ms, lease_deadline(h, t0, ttl));
-    *next_renew_ms = t0 + (uint64_t)ttl * 1000 / 3;
-    /* the key is bound to the lease, but someone may have deleted it */
-    st = mc_etcd_get(h->etcd, h->key, &kv, NULL);
-    if ((st == MC_ETCD_KEY_NOT_EXIST) ||
-        ((st == MC_OK) && (kv.create_revision != atomic_load(&h->term))))
-        step_down(h, "the leader key is gone or belongs to another term");
-    mc_etcd_kv_cleanup(&kv);
+    atomic_store(&h->deadline_ms, lease_deadline(h, t0, ttl_ms));
+    *next_renew_ms = t0 + renew_period_ms(ttl_ms);
 }
 
 static void *ha_main(void *arg)
@@ -374,13 +360,123 @@ static void *ha_main(void *arg)
         } else {
             standby_step(h);
             if (atomic_load(&h->role) == MC_HA_LEADER)
-                next_renew_ms = mc_now_ms() + (uint64_t)h->ttl_s * 1000 / 3;
+                next_renew_ms = mc_now_ms() + renew_period_ms((uint64_t)h->ttl_s * 1000);
         }
     }
     if (atomic_load(&h->role) == MC_HA_LEADER)
         step_down(h, "shutting down; handing over to a standby");
     return NULL;
 }
+
+/* ---- the etcd backend ------------------------------------------------------------- */
+
+static mc_status_t etcd_open(mc_master_ha_t *h, const char *eps, const char *cluster_id)
+{
+    uint64_t ttl_ms = (uint64_t)h->ttl_s * 1000;
+    snprintf(h->key, sizeof(h->key), "mooncake-store/%s/master_view", cluster_id);
+    /* a request may take a third of the TTL, so a renewal fits twice */
+    return mc_etcd_create(eps, (int)MC_MAX(300, ttl_ms / 3), &h->etcd);
+}
+
+static void etcd_close(mc_master_ha_t *h)
+{
+    mc_etcd_destroy(h->etcd);
+    h->etcd = NULL;
+}
+
+static const char *etcd_endpoint(mc_master_ha_t *h)
+{
+    return mc_etcd_endpoints(h->etcd);
+}
+
+static mc_status_t etcd_read_view(mc_master_ha_t *h, char *addr, size_t cap, int64_t *version_p)
+{
+    mc_etcd_kv_t kv = {0};
+    mc_status_t st  = mc_etcd_get(h->etcd, h->key, &kv, NULL);
+    if (st == MC_OK) {
+        snprintf(addr, cap, "%.*s", (int)kv.len, kv.value);
+        *version_p = kv.create_revision;
+    }
+    mc_etcd_kv_cleanup(&kv);
+    return st;
+}
+
+static mc_status_t etcd_acquire(mc_master_ha_t *h, int *won_p, int64_t *version_p,
+                                uint64_t *ttl_ms_p, char *addr, size_t cap)
+{
+    mc_etcd_kv_t kv = {0};
+    int64_t lease = 0, ttl = 0;
+    int created   = 0;
+    mc_status_t st;
+
+    *won_p = 0;
+    st     = mc_etcd_lease_grant(h->etcd, h->ttl_s, &lease, &ttl);
+    if (st != MC_OK)
+        return st;
+    st = mc_etcd_create_if_absent(h->etcd, h->key, h->self, strlen(h->self), lease, &created,
+                                  &kv);
+    if ((st == MC_OK) && created) {
+        h->lease_id = lease;
+        *won_p      = 1;
+        *version_p  = kv.create_revision;
+        *ttl_ms_p   = (uint64_t)ttl * 1000;
+        mc_etcd_kv_cleanup(&kv);
+        return MC_OK;
+    }
+    /* lost (or could not tell): the lease must not outlive the attempt */
+    (void)mc_etcd_lease_revoke(h->etcd, lease);
+    if (st == MC_OK) {
+        snprintf(addr, cap, "%.*s", (int)kv.len, kv.value);
+        *version_p = kv.create_revision;
+    }
+    mc_etcd_kv_cleanup(&kv);
+    return st;
+}
+
+static mc_status_t etcd_renew(mc_master_ha_t *h, uint64_t *ttl_ms_p, const char **why_p)
+{
+    mc_etcd_kv_t kv = {0};
+    int64_t ttl     = 0;
+    mc_status_t st  = mc_etcd_lease_keepalive(h->etcd, h->lease_id, &ttl);
+
+    if (st == MC_ETCD_KEY_NOT_EXIST) {
+        *why_p = "etcd says the lease has expired";
+        return st;
+    }
+    if (st != MC_OK)
+        return st;
+    *ttl_ms_p = (uint64_t)ttl * 1000;
+    /* the key is bound to the lease, but someone may have deleted it */
+    st = mc_etcd_get(h->etcd, h->key, &kv, NULL);
+    if ((st == MC_ETCD_KEY_NOT_EXIST) ||
+        ((st == MC_OK) && (kv.create_revision != atomic_load(&h->term)))) {
+        mc_etcd_kv_cleanup(&kv);
+        *why_p = "the leader key is gone or belongs to another term";
+        return MC_ETCD_KEY_NOT_EXIST;
+    }
+    mc_etcd_kv_cleanup(&kv);
+    return MC_OK;
+}
+
+static void etcd_release(mc_master_ha_t *h, int64_t version)
+{
+    if (version != 0)
+        (void)mc_etcd_delete_if_created(h->etcd, h->key, version);
+    if (h->lease_id != 0)
+        (void)mc_etcd_lease_revoke(h->etcd, h->lease_id);
+    h->lease_id = 0;
+}
+
+const mc_ha_backend_ops_t mc_ha_etcd_ops = {
+    .name      = "etcd",
+    .open      = etcd_open,
+    .close     = etcd_close,
+    .endpoint  = etcd_endpoint,
+    .read_view = etcd_read_view,
+    .acquire   = etcd_acquire,
+    .renew     = etcd_renew,
+    .release   = etcd_release,
+};
 
 /* ---- start and stop ------------------------------------------------------------------ */
 
@@ -408,8 +504,9 @@ static int advertised(mc_master_t *m, char *out, size_t cap)
 
 const char *mc_master_ha_endpoints(const mc_master_config_t *cfg)
 {
-    return (cfg->ha_backend_connstring[0] != '\0') ? cfg->ha_backend_connstring
-                                                   : cfg->etcd_endpoints;
+    if (cfg->ha_backend_connstring[0] != '\0')
+        return cfg->ha_backend_connstring;
+    return (strcmp(cfg->ha_backend_type, "etcd") == 0) ? cfg->etcd_endpoints : "";
 }
 
 mc_status_t mc_master_ha_start(mc_master_t *m)
@@ -437,15 +534,16 @@ mc_status_t mc_master_ha_start(mc_master_t *m)
     h->ttl_s = cfg->ha_lease_ttl_sec;
     ttl_ms   = (uint64_t)h->ttl_s * 1000;
     h->margin_ms = MC_MAX((uint64_t)MC_HA_MIN_MARGIN_MS, ttl_ms / 5);
-    snprintf(h->key, sizeof(h->key), "mooncake-store/%s/master_view", cfg->cluster_id);
     if (advertised(m, h->self, sizeof(h->self)) != 0) {
         mc_error("ha: cannot tell which address to advertise for %s", m->rpc_bound);
         return MC_INVALID_PARAMS;
     }
-    /* a request may take a third of the TTL, so a renewal fits twice */
-    st = mc_etcd_create(eps, (int)MC_MAX(300, ttl_ms / 3), &h->etcd);
+    /* the flags were checked (flags.c): only a compiled-in backend gets here */
+    h->ops = (strcmp(cfg->ha_backend_type, "redis") == 0) ? &mc_ha_redis_ops : &mc_ha_etcd_ops;
+    st     = h->ops->open(h, eps, cfg->cluster_id);
     if (st != MC_OK) {
-        mc_error("ha: %s", mc_last_error_detail());
+        mc_error("ha: %s backend %s: %s", h->ops->name, eps, mc_last_error_detail());
+        h->ops = NULL;
         return st;
     }
     if (pthread_create(&h->thread, NULL, ha_main, h) != 0) {
@@ -453,8 +551,8 @@ mc_status_t mc_master_ha_start(mc_master_t *m)
         return MC_INTERNAL_ERROR;
     }
     h->started = 1;
-    mc_info("ha: campaigning for %s in etcd %s as %s (lease %" PRId64 " s)", h->key, eps,
-            h->self, h->ttl_s);
+    mc_info("ha: campaigning for %s in %s %s as %s (lease %" PRId64 " s)", h->key,
+            h->ops->name, eps, h->self, h->ttl_s);
     return MC_OK;
 }
 
@@ -470,7 +568,8 @@ void mc_master_ha_stop(mc_master_t *m)
         pthread_mutex_unlock(&h->lock);
         pthread_join(h->thread, NULL);
     }
-    mc_etcd_destroy(h->etcd);
+    if (h->ops != NULL)
+        h->ops->close(h);
     pthread_cond_destroy(&h->cond);
     pthread_mutex_destroy(&h->lock);
     free(h);

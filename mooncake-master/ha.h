@@ -23,6 +23,14 @@
  * Threads: the election runs on its own thread (etcd requests block); it
  * shares only the atomics and the mutex-protected view below with the
  * event loop.
+ *
+ * Backends: the loop above is written once against mc_ha_backend_ops_t
+ * (read the view, acquire, renew, release).  etcd (ha.c) is the lease
+ * and create-if-absent transaction described above; redis (ha_redis.c,
+ * --ha_backend_type=redis) keeps upstream's HASH
+ * "mooncake-store/{<cluster_id>}/master_view" with a PEXPIRE of the
+ * lease TTL, changed only by atomic Lua scripts.  The operation log
+ * shipped through etcd (ship.c) needs the etcd backend.
  */
 #ifndef MC_MASTER_HA_H
 #define MC_MASTER_HA_H
@@ -42,15 +50,50 @@ typedef enum mc_ha_role {
     MC_HA_LEADER  = 1
 } mc_ha_role_t;
 
+struct mc_master_ha;
+
+/*
+ * One leadership backend.  Every call may block (bounded by the backend's
+ * request timeout) and runs on the election thread only.  Statuses:
+ * MC_OK; MC_ETCD_KEY_NOT_EXIST for "no leader" (read_view) or "leadership
+ * lost" (renew, *why_p saying why); anything else is a backend that did
+ * not answer, retried by the loop.
+ */
+typedef struct mc_ha_backend_ops {
+    const char *name; /* --ha_backend_type */
+    /* Connect (lazily) to @p connstring; the election key is built here. */
+    mc_status_t (*open)(struct mc_master_ha *h, const char *connstring, const char *cluster_id);
+    void (*close)(struct mc_master_ha *h);
+    /* "host:port" of the backend, for messages. */
+    const char *(*endpoint)(struct mc_master_ha *h);
+    /* The leader recorded now: its address and view version. */
+    mc_status_t (*read_view)(struct mc_master_ha *h, char *addr, size_t cap, int64_t *version_p);
+    /* One campaign.  Won: *won_p = 1, *version_p = our view version (the
+     * term), *ttl_ms_p = the lease the backend granted.  Lost: *won_p = 0
+     * and, when known, the leader seen in @p addr / *version_p (else 0). */
+    mc_status_t (*acquire)(struct mc_master_ha *h, int *won_p, int64_t *version_p,
+                           uint64_t *ttl_ms_p, char *addr, size_t cap);
+    /* Extend our lease once: *ttl_ms_p = its new length. */
+    mc_status_t (*renew)(struct mc_master_ha *h, uint64_t *ttl_ms_p, const char **why_p);
+    /* Give the term @p version up (best effort: the backend may be what
+     * failed); never touches a successor's record. */
+    void (*release)(struct mc_master_ha *h, int64_t version);
+} mc_ha_backend_ops_t;
+
+extern const mc_ha_backend_ops_t mc_ha_etcd_ops;
+extern const mc_ha_backend_ops_t mc_ha_redis_ops;
+
 typedef struct mc_master_ha {
-    struct mc_etcd *etcd;
+    const mc_ha_backend_ops_t *ops;
+    void *backend;             /* the backend's own state (redis) */
+    struct mc_etcd *etcd;      /* etcd backend (and the shipped log) */
     pthread_t thread;
     int started;
     pthread_mutex_t lock;      /* stop, cond, leader_addr, leader_term */
     pthread_cond_t cond;
     int stop;
 
-    char key[300];             /* mooncake-store/<cluster_id>/master_view */
+    char key[300];             /* the leader record: etcd key or redis HASH */
     char self[300];            /* our advertised RPC address */
     int64_t ttl_s;
     uint64_t margin_ms;
@@ -62,20 +105,21 @@ typedef struct mc_master_ha {
     _Atomic uint64_t transitions;      /* role changes */
     _Atomic uint64_t elections_won;
     _Atomic uint64_t fenced;           /* requests refused while not serving */
-    _Atomic int etcd_ok;               /* the last etcd request succeeded */
+    _Atomic int etcd_ok;               /* the last backend request succeeded */
 
     /* the leader as last seen (protected by lock) */
     char leader_addr[300];
     int64_t leader_term;               /* 0 = no leader known */
-    int64_t lease_id;                  /* HA thread only */
+    int64_t lease_id;                  /* HA thread only (etcd) */
     struct mc_ship *ship;              /* the log shipped through etcd, or NULL */
 } mc_master_ha_t;
 
 struct mc_master_config;
-/* The etcd endpoints of the configuration (--ha_backend_connstring wins). */
+/* The backend's connection string (upstream's rule): --ha_backend_connstring,
+ * else --etcd_endpoints for the etcd backend only; "" when none. */
 const char *mc_master_ha_endpoints(const struct mc_master_config *cfg);
 
-/* Connect to etcd and start campaigning (after the RPC listener is bound:
+/* Connect to the backend and start campaigning (after the RPC listener is bound:
  * its address is what the leader key advertises). */
 mc_status_t mc_master_ha_start(struct mc_master *m);
 /* Stop the thread; a leader deletes its key and revokes its lease so a

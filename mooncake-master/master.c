@@ -108,6 +108,26 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(m->base);
 }
 
+/*
+ * Upstream's start-up rules for --enable_oplog (its FATAL texts): the log
+ * is replicated through the HA backend's etcd, so it needs HA, and etcd.
+ * Here it selects the log shipped through etcd (ship.c, docs/ha.md).
+ */
+static mc_status_t check_oplog(const mc_master_config_t *cfg)
+{
+    if (!cfg->enable_oplog)
+        return MC_OK;
+    if (!cfg->enable_ha) {
+        mc_error("enable_oplog requires enable_ha=true");
+        return MC_INVALID_PARAMS;
+    }
+    if (strcmp(cfg->ha_backend_type, "etcd") != 0) {
+        mc_error("enable_oplog currently requires ha_backend_type=etcd");
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
+}
+
 mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
 {
     static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
@@ -117,6 +137,12 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
 
     if (m == NULL)
         return MC_INTERNAL_ERROR;
+    st = check_oplog(cfg);
+    if (st != MC_OK) {
+        free(m);
+        return st;
+    }
+    st              = MC_INTERNAL_ERROR;
     m->cfg          = cfg;
     m->view_version = mc_wall_ms();
     mc_master_meta_owner_init(m);

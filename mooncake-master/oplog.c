@@ -649,6 +649,24 @@ static void *writer_main(void *arg)
         w->rotate_gen = 0;
         pthread_mutex_unlock(&w->mu);
 
+        if (!w->failed && (w->sink->submit != NULL) && (rot == 0)) {
+            /* pipelined: the sink reports the round durable (writer_done)
+             * while the next ones are already on their way */
+            uint64_t t0 = mc_now_ns();
+            rc = w->sink->submit(w->sink, batch.data, batch.len, seq);
+            w->write_ns += mc_now_ns() - t0;
+            if (rc != 0)
+                mc_error("operation log: cannot hand a round over: %s; nothing after this is "
+                         "durable", strerror(errno));
+            pthread_mutex_lock(&w->mu);
+            if (rc != 0)
+                w->failed = 1;
+            w->bytes += batch.len;
+            mc_buf_reset(&batch);
+            if (rc != 0)
+                wake_loop(w);
+            continue;
+        }
         if (!w->failed) {
             uint64_t t0 = mc_now_ns(), t1;
             /* what was appended before the rotation goes to the old log,
@@ -688,8 +706,27 @@ static void *writer_main(void *arg)
         wake_loop(w);
     }
     pthread_mutex_unlock(&w->mu);
+    /* a pipelined sink: what was handed over goes out before the stop */
+    if ((w->sink->submit != NULL) && (w->sink->sync(w->sink) != 0))
+        mc_error("operation log: rounds still in flight at the stop could not be made "
+                 "durable: %s", strerror(errno));
     mc_buf_cleanup(&batch);
     return NULL;
+}
+
+/* A pipelined sink's report (any thread): rounds end in order. */
+static void writer_done(void *arg, uint64_t seq, int failed)
+{
+    mc_oplog_writer_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    if (failed) {
+        w->failed = 1;
+    } else if (!w->failed && (seq > w->durable_seq)) {
+        w->durable_seq = seq;
+        w->rounds++;
+    }
+    wake_loop(w);
+    pthread_mutex_unlock(&w->mu);
 }
 
 mc_oplog_writer_t *mc_oplog_writer_start(mc_oplog_sink_t *sink, int wake_fd)
@@ -701,6 +738,10 @@ mc_oplog_writer_t *mc_oplog_writer_start(mc_oplog_sink_t *sink, int wake_fd)
     }
     w->sink    = sink;
     w->wake_fd = wake_fd;
+    if (sink->submit != NULL) {
+        sink->done     = writer_done;
+        sink->done_arg = w;
+    }
     mc_buf_init(&w->pending);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);

@@ -222,6 +222,20 @@ typedef struct mc_oplog_sink {
     int (*sync)(struct mc_oplog_sink *sk);
     int (*rotate)(struct mc_oplog_sink *sk, uint64_t gen);
     void (*close)(struct mc_oplog_sink *sk);
+    /*
+     * Optional (NULL for the file sink): a sink that keeps several rounds
+     * in flight (ship.c).  submit takes a copy of a whole round whose last
+     * record has sequence number @p seq and returns without waiting for
+     * it (it may block while too many rounds are in flight); the sink
+     * then calls done(done_arg, seq, 0) for every round in submission
+     * order once it and every round before it are durable, or
+     * done(done_arg, seq, -1) once one cannot be (nothing after it is
+     * durable).  sync waits until every submitted round has been
+     * reported.  The writer sets done/done_arg before its first submit.
+     */
+    int (*submit)(struct mc_oplog_sink *sk, const void *data, size_t len, uint64_t seq);
+    void (*done)(void *done_arg, uint64_t seq, int failed);
+    void *done_arg;
 } mc_oplog_sink_t;
 
 /* The file sink: DIR/oplog.<gen>, fdatasync per round, the directory

@@ -2,14 +2,25 @@
 /*
  * The operation log shipped through etcd (ship.h, docs/ha.md).
  *
- * Leader: the log writer's sink.  append collects a group-commit round;
- * sync writes it as log/<seq> keys, each in a transaction whose compare is
- * "the leader key's create revision is my term", so a deposed leader can
- * never append; only then are the round's answers released.  The round is
- * also folded into the replay state, which a snapshot writes to etcd from
- * time to time (a copy of its records, written by a thread of its own;
- * the log keys it covers are deleted in the same fenced transaction that
- * publishes it).
+ * Leader: the log writer's pipelined sink.  submit cuts a group-commit
+ * round into log/<seq> keys (at most --oplog_batch_max_entries records and
+ * MC_SHIP_PIECE bytes each) and queues them; MC_SHIP_WORKERS threads, each
+ * with its own etcd connection, write them concurrently, each in a
+ * transaction whose compare is "the leader key's create revision is my
+ * term", so a deposed leader can never append.  Keys may land in etcd out
+ * of order, so order is fenced on both sides:
+ *   - a round is reported durable (its answers released) only once it and
+ *     every key before it are in etcd: acknowledgements go out in order;
+ *   - a reader applies only the gap-free prefix of the keys, so a key
+ *     written before the one before it is never applied ahead of it;
+ *   - a new term's first key goes alone, and its transaction deletes every
+ *     key after it: what a dead leader left beyond a gap (never
+ *     acknowledged, since its acknowledgements were in order) is gone
+ *     before anything of the new term can follow it.
+ * Each round, once durable, is also folded into the replay state, which a
+ * snapshot writes to etcd from time to time (a copy of its records,
+ * written by a thread of its own; the log keys it covers are deleted in
+ * the same fenced transaction that publishes it).
  *
  * Standby: the follower reads log keys from its last applied one, checks
  * every record's CRC and folds it into the same kind of state; when the
@@ -26,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -36,6 +48,27 @@
  * the etcd client's 16 MiB answer limit */
 #define MC_SHIP_RANGE_LIMIT 8
 #define MC_SHIP_RETRY_MS    100
+#define MC_SHIP_QUEUE       256 /* keys queued or in flight; submit waits beyond */
+#define MC_SHIP_POLL_READS  1000 /* range requests of one standby poll at most */
+
+/* A log value's term with this bit set: the records that follow are
+ * delta-coded (ship_encode), not raw frames. */
+#define MC_SHIP_CODED (1ull << 63)
+
+/* One log key on its way to etcd. */
+typedef struct piece {
+    uint64_t seq;       /* log/<seq> */
+    const uint8_t *raw; /* its records: a slice of the round's bytes */
+    size_t len;
+    uint8_t *round;     /* last key of a round: the round's bytes (folded once durable) */
+    size_t round_len;
+    uint64_t round_seq; /* the writer's sequence number of the round's last record */
+    uint64_t queued_ns; /* when submitted (for the round latency in the stop log) */
+    int partial;        /* a share of one record larger than a key: goes raw */
+    int state;          /* PIECE_QUEUED, PIECE_SENDING, PIECE_DONE */
+} piece_t;
+
+enum { PIECE_QUEUED, PIECE_SENDING, PIECE_DONE };
 
 struct mc_ship {
     mc_oplog_sink_t sink;     /* first: the writer's handle */
@@ -49,9 +82,28 @@ struct mc_ship {
     _Atomic int64_t term;     /* set by the loop once the state is installed */
     _Atomic int install_pending;
 
-    /* writer thread, as leader */
-    mc_buf_t pending;         /* the round being collected */
-    uint64_t next_seq;
+    uint32_t batch_entries;   /* records per log key (--oplog_batch_max_entries) */
+    uint64_t poll_ms;         /* standby read period (--oplog_poll_interval_ms) */
+    uint64_t retry_ms;        /* standby gives up after (--batch_oplog_retry_timeout_sec) */
+
+    /* as leader: the pipeline, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* room in the queue, the queue empty, a failure */
+    pthread_cond_t cv_work;   /* a key to send, a stop */
+    pthread_t workers[MC_SHIP_WORKERS];
+    mc_etcd_t *w_etcd[MC_SHIP_WORKERS];
+    int nworkers;
+    int w_taken;              /* handles taken by started threads */
+    int stopping;
+    piece_t q[MC_SHIP_QUEUE]; /* ring: q[q_head] is the oldest key not yet reported */
+    size_t q_head, q_len;
+    int sending;              /* keys in flight */
+    int term_clean;           /* this term's first key (which clears leftovers) is in */
+    int p_failed;             /* a key could not be written: nothing more is durable */
+    int p_errno;
+    uint8_t *orphan;          /* a round cut short by a failure (its keys reference it) */
+    mc_buf_t pending;         /* append/sync (the unpipelined calls) collect here */
+    uint64_t next_seq;        /* of the next key queued */
     uint64_t log_bytes;       /* since the last snapshot */
     uint64_t last_compact_ms;
     /* the compaction thread (started and joined by the writer thread) */
@@ -67,11 +119,243 @@ struct mc_ship {
     uint64_t applied_seq;     /* last log key folded in */
     uint64_t applied_term;    /* term of that key */
     mc_buf_t tail;            /* bytes of a record continued in the next key */
+    mc_buf_t scratch;         /* decoding a coded key */
     uint64_t refused_seq;     /* last key refused (logged once) */
     int failed;               /* a decode/apply error in the current call */
+    uint64_t f_next_ms;       /* no read before (poll period, or back-off) */
+    uint64_t f_backoff_ms;    /* current back-off after failed reads, 0: none */
+    uint64_t f_fail_since;    /* first of the failed reads in a row, 0: none */
+    int f_stale;              /* a poll was skipped: read to the end before a takeover */
+    int takeover_failed;      /* the read at election failed: do not serve */
 
     _Atomic uint64_t st_applied, st_snap_seq, st_snaps, st_refused, st_puts;
+    _Atomic uint64_t st_raw, st_coded; /* bytes of records shipped, and as sent */
+    _Atomic uint64_t st_txn_ns;        /* time in the log keys' transactions */
+    uint64_t st_round_ns, st_rounds;   /* submit to durable, under mu */
+    uint64_t st_wait_ns;               /* submit to a worker taking the key, under mu */
 };
+
+/* ---- the log values' delta code ---------------------------------------------------
+ *
+ * etcd takes a log key's bytes as base64 in JSON and syncs them through
+ * raft: its throughput in bytes is what bounds the log's.  Consecutive
+ * records mostly repeat each other (tenant, owner, segment, sizes, key
+ * prefixes), so a key's records go as the difference (XOR) from the
+ * record before them, the differences run-length coded:
+ *
+ *   u32 raw length | u32 CRC32C of the raw bytes | u8 mode | ...
+ *   mode 1, records of one length L (the usual case): varint L, then the
+ *     differences column by column (byte 0 of every record, then byte 1,
+ *     ...), so a field that changes in every record costs a byte a record
+ *     and one that never changes costs nothing;
+ *   mode 0, records of mixed lengths: per record, varint length, then the
+ *     differences in record order;
+ *   the differences as runs: varint n_zero, varint n_literal, the literals.
+ *
+ * Each record's own CRC field is left out (read as 0) and recomputed by
+ * the reader; the CRC of the whole raw piece is checked after decoding,
+ * so a corrupt value is still refused.  The benchmark's records shrink
+ * from 110 bytes to a few. */
+
+enum { CODE_ROWS = 0, CODE_COLUMNS = 1 };
+
+static void put_varint(mc_buf_t *b, uint64_t v)
+{
+    uint8_t t[10];
+    int n = 0;
+    while (v >= 0x80) {
+        t[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    t[n++] = (uint8_t)v;
+    mc_buf_put_bytes(b, t, (size_t)n);
+}
+
+static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int sh = 0; sh < 64; sh += 7) {
+        uint8_t c;
+        if (*p >= end)
+            return -1;
+        c = *(*p)++;
+        x |= (uint64_t)(c & 0x7f) << sh;
+        if (!(c & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Byte @p i of a record as coded: past its end, and its CRC field, read 0. */
+static inline uint8_t coded_byte(const uint8_t *f, size_t len, size_t i)
+{
+    return ((f != NULL) && (i < len) && ((i < 4) || (i >= 8))) ? f[i] : 0;
+}
+
+static size_t frame_len_at(const uint8_t *p)
+{
+    return MC_OPLOG_FRAME_HEADER + (size_t)mc_load_le32(p);
+}
+
+/* Run-length code @p n difference bytes: zero runs, literal runs (a
+ * literal run ends at three zeros in a row). */
+static void put_runs(mc_buf_t *out, const uint8_t *x, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t z = i, l;
+        while ((z < n) && (x[z] == 0))
+            z++;
+        for (l = z; (l < n) && !((x[l] == 0) && ((l + 1 >= n) || (x[l + 1] == 0)) &&
+                                 ((l + 2 >= n) || (x[l + 2] == 0)));
+             l++)
+            ;
+        put_varint(out, z - i);
+        put_varint(out, l - z);
+        mc_buf_put_bytes(out, x + z, l - z);
+        i = l;
+    }
+}
+
+/* The inverse: exactly @p n bytes into @p x.  0 or -1. */
+static int get_runs(const uint8_t **p, const uint8_t *end, uint8_t *x, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint64_t z, l;
+        if ((get_varint(p, end, &z) != 0) || (get_varint(p, end, &l) != 0) || (z > n - i) ||
+            (l > n - i - z) || (l > (uint64_t)(end - *p)))
+            return -1;
+        memset(x + i, 0, z);
+        memcpy(x + i + z, *p, l);
+        *p += l;
+        i += z + l;
+    }
+    return 0;
+}
+
+/* Code @p n bytes of whole records into @p out (@p scratch: a buffer of
+ * the caller's).  -1 when they are not whole records (a record split over
+ * keys goes raw) or out of memory. */
+static int ship_encode(mc_buf_t *out, mc_buf_t *scratch, const uint8_t *d, size_t n)
+{
+    size_t off, len0 = 0, nrec = 0;
+    int same = 1;
+    uint8_t *x;
+
+    for (off = 0; off < n; nrec++) {
+        size_t len;
+        if ((n - off < MC_OPLOG_FRAME_HEADER) || ((len = frame_len_at(d + off)) > n - off))
+            return -1;
+        if (off == 0)
+            len0 = len;
+        same &= (len == len0);
+        off += len;
+    }
+    mc_buf_reset(scratch);
+    if ((x = mc_buf_reserve(scratch, n)) == NULL)
+        return -1;
+    mc_buf_put_u32(out, (uint32_t)n);
+    mc_buf_put_u32(out, mc_crc32c(0, d, n));
+    if (same && (nrec > 1)) {
+        mc_buf_put_u8(out, CODE_COLUMNS);
+        put_varint(out, len0);
+        for (size_t r = 0; r < nrec; r++) {
+            const uint8_t *f = d + r * len0, *pf = r ? f - len0 : NULL;
+            for (size_t c = 0; c < len0; c++)
+                x[c * nrec + r] = coded_byte(f, len0, c) ^ coded_byte(pf, len0, c);
+        }
+        put_runs(out, x, n);
+        return out->oom ? -1 : 0;
+    }
+    mc_buf_put_u8(out, CODE_ROWS);
+    const uint8_t *prev = NULL;
+    size_t plen         = 0;
+    for (off = 0; off < n;) {
+        const uint8_t *f = d + off;
+        size_t len       = frame_len_at(f);
+        for (size_t k = 0; k < len; k++)
+            x[k] = coded_byte(f, len, k) ^ coded_byte(prev, plen, k);
+        put_varint(out, len);
+        put_runs(out, x, len);
+        prev = f;
+        plen = len;
+        off += len;
+    }
+    return out->oom ? -1 : 0;
+}
+
+/* Decode a coded value (@p n bytes at @p p) onto the end of @p out.  -1
+ * when it is malformed or its CRC does not match (nothing appended). */
+static int decode_body(uint8_t *d, uint8_t *x, uint32_t raw_len, uint8_t mode,
+                       const uint8_t *p, const uint8_t *end);
+
+static int ship_decode(mc_buf_t *out, mc_buf_t *scratch, const uint8_t *p, size_t n)
+{
+    const uint8_t *end = p + n;
+    uint32_t raw_len, crc;
+    uint8_t *d, *x, mode;
+
+    if (n < 9)
+        return -1;
+    raw_len = mc_load_le32(p);
+    crc     = mc_load_le32(p + 4);
+    mode    = p[8];
+    p += 9;
+    mc_buf_reset(scratch);
+    /* reserve appends: undone below unless the value decodes */
+    if ((raw_len > MC_SHIP_PIECE) || ((d = mc_buf_reserve(out, raw_len)) == NULL))
+        return -1;
+    if (((x = mc_buf_reserve(scratch, raw_len)) == NULL) ||
+        (decode_body(d, x, raw_len, mode, p, end) != 0) || (mc_crc32c(0, d, raw_len) != crc)) {
+        out->len -= raw_len;
+        return -1;
+    }
+    return 0;
+}
+
+/* The records of a coded value, after its header, into @p d. */
+static int decode_body(uint8_t *d, uint8_t *x, uint32_t raw_len, uint8_t mode,
+                       const uint8_t *p, const uint8_t *end)
+{
+    size_t at = 0;
+    uint64_t len;
+
+    if (mode == CODE_COLUMNS) {
+        size_t nrec;
+        if ((get_varint(&p, end, &len) != 0) || (len < MC_OPLOG_FRAME_HEADER) ||
+            (len > raw_len) || (raw_len % len != 0) ||
+            (get_runs(&p, end, x, raw_len) != 0) || (p != end))
+            return -1;
+        nrec = raw_len / len;
+        for (size_t r = 0; r < nrec; r++) {
+            uint8_t *f = d + r * len, *pf = r ? f - len : NULL;
+            for (size_t c = 0; c < len; c++)
+                f[c] = x[c * nrec + r] ^ coded_byte(pf, len, c);
+            mc_store_le32(f + 4, mc_crc32c(0, f + 8, len - 8));
+        }
+        at = raw_len;
+    } else if (mode == CODE_ROWS) {
+        const uint8_t *prev = NULL;
+        size_t plen         = 0;
+        while (p < end) {
+            uint8_t *f;
+            if ((get_varint(&p, end, &len) != 0) || (len < MC_OPLOG_FRAME_HEADER) ||
+                (len > raw_len - at) || (get_runs(&p, end, x, len) != 0))
+                return -1;
+            f = d + at;
+            for (size_t k = 0; k < len; k++)
+                f[k] = x[k] ^ coded_byte(prev, plen, k);
+            mc_store_le32(f + 4, mc_crc32c(0, f + 8, len - 8));
+            prev = f;
+            plen = len;
+            at += len;
+        }
+    } else {
+        return -1;
+    }
+    return (at == raw_len) ? 0 : -1;
+}
 
 static void key_of(const mc_ship_t *s, char *out, size_t cap, const char *kind, uint64_t seq)
 {
@@ -79,9 +363,9 @@ static void key_of(const mc_ship_t *s, char *out, size_t cap, const char *kind, 
 }
 
 static void compact_reap(mc_ship_t *s, int wait);
+static void *worker_main(void *arg);
 
-mc_ship_t *mc_ship_create(const char *endpoints, const char *cluster_id, int64_t ttl_s,
-                          uint64_t compact_ms)
+mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
 {
     mc_ship_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -92,24 +376,66 @@ mc_ship_t *mc_ship_create(const char *endpoints, const char *cluster_id, int64_t
     }
     mc_buf_init(&s->pending);
     mc_buf_init(&s->tail);
+    mc_buf_init(&s->scratch);
     mc_buf_init(&s->c_buf);
-    snprintf(s->prefix, sizeof(s->prefix), "mooncake-store/%s/oplog/", cluster_id);
-    snprintf(s->guard, sizeof(s->guard), "mooncake-store/%s/master_view", cluster_id);
-    s->ttl_ms     = ttl_s * 1000;
-    s->compact_ms = compact_ms;
-    if ((mc_etcd_create(endpoints, (int)MC_MAX(300, s->ttl_ms / 3), &s->etcd) != MC_OK) ||
-        (mc_etcd_create(endpoints, (int)MC_MAX(300, s->ttl_ms / 3), &s->c_etcd) != MC_OK)) {
-        mc_error("operation log: %s", mc_last_error_detail());
-        mc_ship_destroy(s);
-        return NULL;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->cv_work, NULL);
+    snprintf(s->prefix, sizeof(s->prefix), "mooncake-store/%s/oplog/", cfg->cluster_id);
+    snprintf(s->guard, sizeof(s->guard), "mooncake-store/%s/master_view", cfg->cluster_id);
+    s->ttl_ms         = cfg->ttl_s * 1000;
+    s->compact_ms     = cfg->compact_ms;
+    s->batch_entries  = MC_MAX(cfg->batch_entries, 1u); /* upstream: 0 -> 1 */
+    s->poll_ms        = MC_MAX(cfg->poll_ms, 1u);
+    s->retry_ms       = cfg->retry_ms;
+    int tmo           = (int)MC_MAX(300, s->ttl_ms / 3);
+    if ((mc_etcd_create(cfg->endpoints, tmo, &s->etcd) != MC_OK) ||
+        (mc_etcd_create(cfg->endpoints, tmo, &s->c_etcd) != MC_OK))
+        goto fail;
+    for (int i = 0; i < MC_SHIP_WORKERS; i++) {
+        if (mc_etcd_create(cfg->endpoints, tmo, &s->w_etcd[i]) != MC_OK)
+            goto fail;
+        if (pthread_create(&s->workers[i], NULL, worker_main, s) != 0) {
+            mc_etcd_destroy(s->w_etcd[i]);
+            s->w_etcd[i] = NULL;
+            mc_error("operation log: cannot start an etcd writer thread: %s", strerror(errno));
+            mc_ship_destroy(s);
+            return NULL;
+        }
+        s->nworkers++;
     }
     return s;
+fail:
+    mc_error("operation log: %s", mc_last_error_detail());
+    mc_ship_destroy(s);
+    return NULL;
 }
 
 void mc_ship_destroy(mc_ship_t *s)
 {
     if (s == NULL)
         return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->nworkers; i++)
+        pthread_join(s->workers[i], NULL);
+    for (int i = 0; i < MC_SHIP_WORKERS; i++)
+        mc_etcd_destroy(s->w_etcd[i]);
+    for (; s->q_len > 0; s->q_len--, s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE)
+        free(s->q[s->q_head].round);
+    free(s->orphan);
+    if (atomic_load(&s->st_raw) > 0)
+        mc_info("operation log: %" PRIu64 " keys shipped to etcd, %.1f MiB of records sent "
+                "as %.1f MiB, %.2f ms a transaction, %.2f ms from a round's submission to "
+                "its acknowledgement (%.2f ms of it queued)",
+                atomic_load(&s->st_puts), (double)atomic_load(&s->st_raw) / 1048576.0,
+                (double)atomic_load(&s->st_coded) / 1048576.0,
+                (double)atomic_load(&s->st_txn_ns) / 1e6 /
+                    (double)MC_MAX(atomic_load(&s->st_puts), 1u),
+                (double)s->st_round_ns / 1e6 / (double)MC_MAX(s->st_rounds, 1u),
+                (double)s->st_wait_ns / 1e6 / (double)MC_MAX(atomic_load(&s->st_puts), 1u));
     compact_reap(s, 1);
     mc_etcd_destroy(s->etcd);
     mc_etcd_destroy(s->c_etcd);
@@ -117,17 +443,23 @@ void mc_ship_destroy(mc_ship_t *s)
     mc_oplog_state_cleanup(&s->state);
     mc_buf_cleanup(&s->pending);
     mc_buf_cleanup(&s->tail);
+    mc_buf_cleanup(&s->scratch);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->cv_work);
     free(s);
 }
 
 /* ---- leader: the sink ------------------------------------------------------------ */
 
-/* One fenced transaction, retried over etcd errors for at most a TTL.  0,
- * or -1 with errno EPERM (no longer the leader) or EIO. */
-static int txn_retry(mc_ship_t *s, mc_etcd_t *e, const mc_etcd_op_t *ops, size_t n)
+/* One fenced transaction under @p term, retried over etcd errors for at
+ * most a TTL (the leader's lease cannot outlive an etcd that does not
+ * answer for that long).  0, or -1 with errno EPERM (no longer the leader)
+ * or EIO. */
+static int txn_retry(mc_ship_t *s, mc_etcd_t *e, int64_t term, const mc_etcd_op_t *ops,
+                     size_t n)
 {
     uint64_t end = mc_now_ms() + (uint64_t)s->ttl_ms;
-    int64_t term = atomic_load(&s->term);
 
     for (;;) {
         mc_status_t st = mc_etcd_txn_guarded(e, s->guard, term, ops, n);
@@ -151,23 +483,32 @@ static int txn_retry(mc_ship_t *s, mc_etcd_t *e, const mc_etcd_op_t *ops, size_t
     }
 }
 
-static int put_chunk(mc_ship_t *s, mc_etcd_t *e, const char *key, uint64_t term,
-                     const uint8_t *p, size_t n)
+/* @p n bytes behind the u64 term (LE), as a log or snapshot value. */
+static uint8_t *tagged(uint64_t term, const uint8_t *p, size_t n)
 {
-    mc_etcd_op_t op = {0};
-    uint8_t *v      = malloc(n + 8);
-    int rc;
+    uint8_t *v = malloc(n + 8);
     if (v == NULL) {
         errno = ENOMEM;
-        return -1;
+        return NULL;
     }
     for (int i = 0; i < 8; i++)
         v[i] = (uint8_t)(term >> (8 * i));
     memcpy(v + 8, p, n);
+    return v;
+}
+
+static int put_chunk(mc_ship_t *s, mc_etcd_t *e, const char *key, uint64_t term,
+                     const uint8_t *p, size_t n)
+{
+    mc_etcd_op_t op = {0};
+    uint8_t *v      = tagged(term, p, n);
+    int rc;
+    if (v == NULL)
+        return -1;
     op.key = key;
     op.val = v;
     op.len = n + 8;
-    rc     = txn_retry(s, e, &op, 1);
+    rc     = txn_retry(s, e, (int64_t)term, &op, 1);
     free(v);
     return rc;
 }
@@ -210,7 +551,7 @@ static void *compact_main(void *arg)
         ops[0] = (mc_etcd_op_t){.key = meta, .val = meta_v, .len = strlen(meta_v)};
         ops[1] = (mc_etcd_op_t){.del = 1, .key = log0, .range_end = logend};
         ops[2] = (mc_etcd_op_t){.del = 1, .key = snap0, .range_end = snapend};
-        rc     = txn_retry(s, s->c_etcd, ops, 3);
+        rc     = txn_retry(s, s->c_etcd, (int64_t)term, ops, 3);
     }
     if (rc == 0) {
         atomic_store(&s->st_snap_seq, s->c_seq);
@@ -238,8 +579,9 @@ static void compact_reap(mc_ship_t *s, int wait)
     mc_buf_reset(&s->c_buf);
 }
 
-/* Copy the state's records (segments first) and hand them to a thread. */
-static void compact_start(mc_ship_t *s)
+/* Copy the state's records (segments first), which end at log key
+ * @p seq, and hand them to a thread. */
+static void compact_start(mc_ship_t *s, uint64_t seq)
 {
     mc_hmap_t *maps[3] = {&s->state.segs, &s->state.tasks, &s->state.objs};
     mc_hmap_iter_t it;
@@ -258,13 +600,274 @@ static void compact_start(mc_ship_t *s)
         mc_buf_init(&s->c_buf);
         return;
     }
-    s->c_seq = s->next_seq - 1;
+    s->c_seq = seq;
     atomic_store(&s->c_done, 0);
     if (pthread_create(&s->c_thread, NULL, compact_main, s) != 0) {
         mc_warn("operation log: cannot start the snapshot thread: %s", strerror(errno));
         return;
     }
     s->c_live = 1;
+}
+
+/* The bytes of the records at the start of @p p (@p n bytes) that make at
+ * most @p max records and, unless one record alone is larger, at most
+ * MC_SHIP_PIECE bytes: a log key's share of a round.  Frames are only
+ * walked by their length here; the reader checks every CRC. */
+static size_t piece_len(const uint8_t *p, size_t n, uint32_t max)
+{
+    size_t off = 0;
+    for (uint32_t k = 0; (k < max) && (off + MC_OPLOG_FRAME_HEADER <= n); k++) {
+        size_t f = frame_len_at(p + off);
+        if ((off > 0) && (off + f > MC_SHIP_PIECE))
+            break;
+        off += f;
+    }
+    /* a record larger than a key straddles keys (the reader joins them) */
+    return MC_MIN(MC_MAX(off, (size_t)1), MC_MIN(n, (size_t)MC_SHIP_PIECE));
+}
+
+/* Fold a durable round into the replay state and start a snapshot when
+ * one is due (mu held).  0, or -1 when out of memory. */
+static int fold_round(mc_ship_t *s, piece_t *p)
+{
+    size_t valid;
+    s->failed = 0;
+    (void)mc_oplog_scan(p->round, p->round_len, apply_cb, s, &valid);
+    if (s->failed)
+        return -1;
+    s->log_bytes += p->round_len;
+    atomic_store(&s->st_applied, p->seq);
+    compact_reap(s, 0);
+    if (!s->c_live && ((s->log_bytes >= MC_SHIP_COMPACT_BYTES) ||
+                       (mc_now_ms() - s->last_compact_ms >= s->compact_ms))) {
+        /* an etcd outage delays the compaction, not the log */
+        s->log_bytes       = 0;
+        s->last_compact_ms = mc_now_ms();
+        compact_start(s, p->seq);
+    }
+    return 0;
+}
+
+/* Fail the pipeline (mu held): nothing from here on is durable. */
+static void pipeline_fail(mc_ship_t *s, int err)
+{
+    if (s->p_failed)
+        return;
+    s->p_failed = 1;
+    s->p_errno  = err;
+    if (s->sink.done != NULL)
+        s->sink.done(s->sink.done_arg, 0, -1);
+    pthread_cond_broadcast(&s->cv);
+}
+
+/* Report the rounds whose keys are all in etcd, oldest first (mu held). */
+static void advance(mc_ship_t *s)
+{
+    while ((s->q_len > 0) && (s->q[s->q_head].state == PIECE_DONE) && !s->p_failed) {
+        piece_t *p = &s->q[s->q_head];
+        if (p->round != NULL) {
+            /* answers first: the fold only feeds the next snapshot */
+            if (s->sink.done != NULL)
+                s->sink.done(s->sink.done_arg, p->round_seq, 0);
+            s->st_round_ns += mc_now_ns() - p->queued_ns;
+            s->st_rounds++;
+            if (fold_round(s, p) != 0) {
+                mc_error("operation log: out of memory folding a round into the replay state");
+                pipeline_fail(s, ENOMEM);
+                return;
+            }
+        }
+        free(p->round);
+        memset(p, 0, sizeof(*p));
+        s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE;
+        s->q_len--;
+    }
+    pthread_cond_broadcast(&s->cv);
+}
+
+/* The oldest queued key a worker may send now, or NULL (mu held).  Until
+ * the term's first key is in, it goes alone: its transaction deletes what
+ * follows it. */
+static piece_t *next_piece(mc_ship_t *s)
+{
+    if (s->p_failed || (!s->term_clean && (s->sending > 0)))
+        return NULL;
+    for (size_t i = 0; i < s->q_len; i++) {
+        piece_t *p = &s->q[(s->q_head + i) % MC_SHIP_QUEUE];
+        if (p->state == PIECE_QUEUED)
+            return p;
+        if (!s->term_clean)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* A writer thread: sends queued keys, one fenced transaction each. */
+static void *worker_main(void *arg)
+{
+    mc_ship_t *s = arg;
+    mc_etcd_t *e;
+    char key[400], end[400], next[400];
+    mc_buf_t val, scratch;
+
+    mc_buf_init(&val);
+    mc_buf_init(&scratch);
+    pthread_mutex_lock(&s->mu);
+    /* handles are created before the thread that may take them */
+    e = s->w_etcd[s->w_taken++];
+    for (;;) {
+        piece_t *p;
+        mc_etcd_op_t ops[2] = {{0}};
+        size_t nops = 1;
+        int first, rc, err;
+        int64_t term;
+        uint64_t t0;
+
+        while (!s->stopping && ((p = next_piece(s)) == NULL))
+            pthread_cond_wait(&s->cv_work, &s->mu);
+        if (s->stopping)
+            break;
+        p->state = PIECE_SENDING;
+        s->sending++;
+        s->st_wait_ns += mc_now_ns() - p->queued_ns;
+        first = !s->term_clean;
+        term  = atomic_load(&s->term);
+        pthread_mutex_unlock(&s->mu);
+
+        /* the value: u64 term (LE, MC_SHIP_CODED when coded) + records */
+        mc_buf_reset(&val);
+        mc_buf_put_u64(&val, (uint64_t)term | MC_SHIP_CODED);
+        if (p->partial || (ship_encode(&val, &scratch, p->raw, p->len) != 0)) {
+            mc_buf_reset(&val);
+            mc_buf_put_u64(&val, (uint64_t)term);
+            mc_buf_put_bytes(&val, p->raw, p->len);
+        }
+        if (val.oom) {
+            pthread_mutex_lock(&s->mu);
+            s->sending--;
+            pipeline_fail(s, ENOMEM);
+            continue;
+        }
+        atomic_fetch_add(&s->st_raw, p->len);
+        atomic_fetch_add(&s->st_coded, val.len - 8);
+        key_of(s, key, sizeof(key), "log", p->seq);
+        ops[0] = (mc_etcd_op_t){.key = key, .val = val.data, .len = val.len};
+        if (first) {
+            /* a dead leader's keys beyond the last one it had acknowledged */
+            key_of(s, next, sizeof(next), "log", p->seq + 1);
+            snprintf(end, sizeof(end), "%slog0", s->prefix);
+            ops[1] = (mc_etcd_op_t){.del = 1, .key = next, .range_end = end};
+            nops   = 2;
+        }
+        t0  = mc_now_ns();
+        rc  = txn_retry(s, e, term, ops, nops);
+        err = errno;
+        atomic_fetch_add(&s->st_txn_ns, mc_now_ns() - t0);
+
+        pthread_mutex_lock(&s->mu);
+        s->sending--;
+        if (rc != 0) {
+            pipeline_fail(s, err);
+            continue;
+        }
+        atomic_fetch_add(&s->st_puts, 1);
+        p->state = PIECE_DONE;
+        if (first) {
+            s->term_clean = 1; /* the keys queued behind it may go now */
+            pthread_cond_broadcast(&s->cv_work);
+        }
+        advance(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    mc_buf_cleanup(&val);
+    mc_buf_cleanup(&scratch);
+    return NULL;
+}
+
+/* Queue a round as log keys (writer thread); waits while the queue is full. */
+static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64_t seq)
+{
+    mc_ship_t *s  = (mc_ship_t *)sk;
+    uint64_t term = (uint64_t)atomic_load(&s->term);
+    uint8_t *round;
+
+    if (len == 0)
+        return 0;
+    if (term == 0 || atomic_load(&s->install_pending)) {
+        mc_error("operation log: records appended while not the leader");
+        errno = EPERM;
+        return -1;
+    }
+    if (atomic_load(&s->c_deposed)) {
+        errno = EPERM;
+        return -1;
+    }
+    round = malloc(len);
+    if (round == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    memcpy(round, data, len);
+    pthread_mutex_lock(&s->mu);
+    for (size_t off = 0, rec_left = 0; off < len;) {
+        size_t n;
+        int partial = (rec_left > 0);
+        piece_t *p;
+        if (partial) {
+            /* the rest of a record larger than a key */
+            n = MC_MIN(rec_left, (size_t)MC_SHIP_PIECE);
+            rec_left -= n;
+        } else {
+            n = piece_len(round + off, len - off, s->batch_entries);
+            if ((len - off >= MC_OPLOG_FRAME_HEADER) && (frame_len_at(round + off) > n)) {
+                rec_left = frame_len_at(round + off) - n;
+                partial  = 1;
+            }
+        }
+        while (!s->p_failed && (s->q_len == MC_SHIP_QUEUE))
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->p_failed) {
+            /* the keys of this round already queued are dropped with it */
+            int err = s->p_errno;
+            if (off > 0) {
+                free(s->orphan);
+                s->orphan = round; /* queued keys point into it: freed with the queue */
+                round     = NULL;
+            }
+            pthread_mutex_unlock(&s->mu);
+            free(round);
+            errno = err;
+            return -1;
+        }
+        p  = &s->q[(s->q_head + s->q_len) % MC_SHIP_QUEUE];
+        *p = (piece_t){.seq = s->next_seq++, .raw = round + off, .len = n, .state = PIECE_QUEUED,
+                       .queued_ns = mc_now_ns(), .partial = partial};
+        off += n;
+        if (off == len) {
+            p->round     = round;
+            p->round_len = len;
+            p->round_seq = seq;
+        }
+        s->q_len++;
+        pthread_cond_signal(&s->cv_work);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* Wait until every queued key is reported (or the pipeline failed). */
+static int ship_drain(mc_ship_t *s)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    while (!s->p_failed && (s->q_len > 0))
+        pthread_cond_wait(&s->cv, &s->mu);
+    if (s->p_failed) {
+        errno = s->p_errno;
+        rc    = -1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 static int sink_append(mc_oplog_sink_t *sk, const void *data, size_t len)
@@ -281,47 +884,15 @@ static int sink_append(mc_oplog_sink_t *sk, const void *data, size_t len)
 static int sink_sync(mc_oplog_sink_t *sk)
 {
     mc_ship_t *s = (mc_ship_t *)sk;
-    uint64_t term = (uint64_t)atomic_load(&s->term);
-    size_t valid;
-    char key[400];
-
-    if (s->pending.len == 0)
-        return 0;
-    if (atomic_load(&s->c_deposed)) {
-        errno = EPERM;
-        return -1;
-    }
-    if (term == 0 || atomic_load(&s->install_pending)) {
-        mc_error("operation log: records appended while not the leader");
-        errno = EPERM;
-        return -1;
-    }
-    for (size_t off = 0; off < s->pending.len; off += MC_SHIP_PIECE) {
-        size_t n = MC_MIN((size_t)MC_SHIP_PIECE, s->pending.len - off);
-        key_of(s, key, sizeof(key), "log", s->next_seq);
-        if (put_chunk(s, s->etcd, key, term, s->pending.data + off, n) != 0)
+    if (s->pending.len > 0) {
+        /* the writer counts this round through its own sequence numbers;
+         * 0 reports nothing new */
+        int rc = ship_submit(sk, s->pending.data, s->pending.len, 0);
+        mc_buf_reset(&s->pending);
+        if (rc != 0)
             return -1;
-        s->next_seq++;
-        atomic_fetch_add(&s->st_puts, 1);
     }
-    atomic_store(&s->st_applied, s->next_seq - 1);
-    s->failed = 0;
-    (void)mc_oplog_scan(s->pending.data, s->pending.len, apply_cb, s, &valid);
-    s->log_bytes += s->pending.len;
-    mc_buf_reset(&s->pending);
-    if (s->failed) {
-        errno = ENOMEM;
-        return -1;
-    }
-    compact_reap(s, 0);
-    if (!s->c_live && ((s->log_bytes >= MC_SHIP_COMPACT_BYTES) ||
-                       (mc_now_ms() - s->last_compact_ms >= s->compact_ms))) {
-        /* an etcd outage delays the compaction, not the log */
-        s->log_bytes       = 0;
-        s->last_compact_ms = mc_now_ms();
-        compact_start(s);
-    }
-    return 0;
+    return ship_drain(s);
 }
 
 static int sink_rotate(mc_oplog_sink_t *sk, uint64_t gen)
@@ -342,6 +913,7 @@ mc_oplog_sink_t *mc_ship_sink(mc_ship_t *s)
     s->sink.sync   = sink_sync;
     s->sink.rotate = sink_rotate;
     s->sink.close  = sink_close;
+    s->sink.submit = ship_submit;
     return &s->sink;
 }
 
@@ -473,6 +1045,7 @@ static int follow_cb(void *arg, const char *key, size_t keylen, const char *val,
     uint64_t seq, term = 0;
     size_t before, valid;
     mc_oplog_decode_t rc;
+    int coded;
 
     if ((keylen < 16) || (parse_hex(key + keylen - 16, 16, &seq) != 0)) {
         f->bad = 1;
@@ -486,10 +1059,20 @@ static int follow_cb(void *arg, const char *key, size_t keylen, const char *val,
         goto corrupt;
     for (int i = 0; i < 8; i++)
         term |= (uint64_t)(uint8_t)val[i] << (8 * i);
+    coded = (term & MC_SHIP_CODED) != 0;
+    term &= ~MC_SHIP_CODED;
     if (term != s->applied_term)
         mc_buf_reset(&s->tail); /* a round a dead leader did not finish */
     before = s->tail.len;
-    mc_buf_put_bytes(&s->tail, val + 8, len - 8);
+    if (coded && (ship_decode(&s->tail, &s->scratch, (const uint8_t *)val + 8, len - 8) != 0)) {
+        if (s->tail.oom) {
+            f->bad = 1;
+            return 1;
+        }
+        goto corrupt;
+    }
+    if (!coded)
+        mc_buf_put_bytes(&s->tail, val + 8, len - 8);
     if (s->tail.oom) {
         f->bad = 1;
         return 1;
@@ -523,12 +1106,15 @@ corrupt:
     return 1;
 }
 
-int mc_ship_follow(mc_ship_t *s, mc_etcd_t *e)
+/* Read the log to its end, or to its first gap: 0; or, with @p max_reads
+ * requests done and more keys waiting, 1 (a poll stays short; a takeover
+ * passes 0, no limit); -1 on an error. */
+static int follow_read(mc_ship_t *s, mc_etcd_t *e, int max_reads)
 {
     char from[400], to[400];
     int loaded = 0;
 
-    for (int round = 0; round < 1000; round++) {
+    for (int round = 0;; round++) {
         follow_t f = {.s = s};
         mc_status_t st;
 
@@ -545,26 +1131,86 @@ int mc_ship_follow(mc_ship_t *s, mc_etcd_t *e)
             return -1;
         if (f.gap) {
             uint64_t before = s->applied_seq;
-            if ((load_snapshot(s, e) <= 0) || (s->applied_seq == before)) {
-                mc_error("operation log: log key %" PRIu64 " is missing in etcd and no "
-                         "snapshot covers it",
-                         before + 1);
+            int rc          = load_snapshot(s, e);
+            if (rc < 0)
                 return -1;
-            }
-            continue;
+            if ((rc > 0) && (s->applied_seq != before))
+                continue; /* the keys were compacted into it */
+            /* A key not in yet while a later one is (the leader keeps
+             * several in flight), or one a dead leader never wrote: what
+             * follows it was never acknowledged.  The gap-free prefix is
+             * the log; the next term's first key deletes the rest. */
+            mc_debug("operation log: log key %" PRIu64 " not in etcd while a later one is: "
+                     "following up to it",
+                     before + 1);
+            return 0;
         }
         if (!f.more)
             return 0;
+        if ((max_reads > 0) && (round + 1 >= max_reads))
+            return 1;
     }
-    return 0;
+}
+
+int mc_ship_follow(mc_ship_t *s, mc_etcd_t *e)
+{
+    uint64_t now = mc_now_ms();
+    int rc;
+
+    if (now < s->f_next_ms) {
+        if (s->f_fail_since != 0)
+            return -1; /* backing off: still not read to the end */
+        s->f_stale = 1;  /* read at the takeover (mc_ship_elected) */
+        return 0;
+    }
+    rc = follow_read(s, e, MC_SHIP_POLL_READS);
+    if (rc >= 0) {
+        s->f_fail_since = 0;
+        s->f_backoff_ms = 0;
+        s->f_stale      = (rc > 0); /* more waiting: read on at the takeover */
+        s->f_next_ms    = (rc > 0) ? now : now + s->poll_ms;
+        return 0;
+    }
+    /* upstream's back-off: the poll period, doubled up to max(5 s, poll) */
+    if (s->f_fail_since == 0)
+        s->f_fail_since = now;
+    s->f_backoff_ms = (s->f_backoff_ms == 0) ? s->poll_ms
+                                             : MC_MIN(s->f_backoff_ms * 2,
+                                                      MC_MAX(5000u, s->poll_ms));
+    s->f_next_ms = mc_now_ms() + s->f_backoff_ms;
+    if (mc_now_ms() - s->f_fail_since >= s->retry_ms) {
+        mc_error("operation log: the log in etcd could not be read for %" PRIu64 " s "
+                 "(--batch_oplog_retry_timeout_sec): this standby gives up and exits "
+                 "(status 1); restart it once etcd answers",
+                 s->retry_ms / 1000);
+        fflush(NULL);
+        _exit(1);
+    }
+    return -1;
 }
 
 /* ---- takeover ----------------------------------------------------------------------- */
 
 void mc_ship_elected(mc_ship_t *s, int64_t term)
 {
+    /* A poll skipped within --oplog_poll_interval_ms: the old leader can
+     * no longer append (its compare fails against this term), so read
+     * what it did append now.  The writer's handle is idle until the
+     * state is installed. */
+    s->takeover_failed = 0;
+    if (s->f_stale && (follow_read(s, s->etcd, 0) != 0)) {
+        mc_error("operation log: elected, but the log in etcd cannot be read to its end: "
+                 "not serving on it");
+        s->takeover_failed = 1;
+    }
+    s->f_stale = 0;
     atomic_store(&s->term, term);
     atomic_store(&s->install_pending, 1);
+}
+
+int mc_ship_takeover_ok(mc_ship_t *s)
+{
+    return !s->takeover_failed;
 }
 
 int mc_ship_install_pending(mc_ship_t *s)
@@ -579,7 +1225,10 @@ mc_oplog_state_t *mc_ship_state(mc_ship_t *s)
 
 void mc_ship_installed(mc_ship_t *s)
 {
-    s->next_seq        = s->applied_seq + 1;
+    pthread_mutex_lock(&s->mu);
+    s->next_seq   = s->applied_seq + 1;
+    s->term_clean = 0; /* the term's first key clears what lies beyond it */
+    pthread_mutex_unlock(&s->mu);
     s->log_bytes       = 0;
     s->last_compact_ms = mc_now_ms();
     mc_buf_reset(&s->tail);

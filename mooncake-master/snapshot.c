@@ -931,6 +931,48 @@ static int restore_state(mc_durable_t *d, const gen_list_t *g, mc_oplog_state_t 
 
 static void walk_cb(evutil_socket_t fd, short what, void *arg);
 
+/* Is the log shipped through etcd (ship.c) rather than written to
+ * --snapshot_backup_dir?  --enable_oplog (upstream's flag), or the older
+ * form --enable_snapshot_restore, with --enable_ha. */
+static int mc_durable_shipped(const mc_master_config_t *cfg)
+{
+    return cfg->enable_ha && (cfg->enable_oplog || cfg->enable_snapshot_restore);
+}
+
+/* The writer thread over @p sink and the loop's events around it. */
+static mc_status_t start_writer(mc_master_t *m, mc_durable_t *d, mc_oplog_sink_t *sink)
+{
+    mc_master_config_t *cfg = m->cfg;
+
+    d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (d->wake_fd < 0) {
+        sink->close(sink);
+        return MC_INTERNAL_ERROR;
+    }
+    d->w = mc_oplog_writer_start(sink, d->wake_fd);
+    if (d->w == NULL)
+        return MC_INTERNAL_ERROR;
+    d->wake_ev = event_new(m->base, d->wake_fd, EV_READ | EV_PERSIST, wake_cb, m);
+    d->kick_ev = event_new(m->base, -1, 0, kick_cb, d);
+    d->walk_ev = evtimer_new(m->base, walk_cb, m);
+    if ((d->wake_ev == NULL) || (d->kick_ev == NULL) || (d->walk_ev == NULL) ||
+        (event_add(d->wake_ev, NULL) != 0))
+        return MC_INTERNAL_ERROR;
+    d->next_snapshot_ms = mc_now_ms() + (uint64_t)cfg->snapshot_interval_seconds * 1000u;
+    if (d->ship != NULL) {
+        mc_info("durability: the operation log is shipped through etcd %s (a snapshot there "
+                "every %" PRId64 " s while writes come, or every %llu MiB of log)",
+                mc_master_ha_endpoints(cfg), cfg->snapshot_interval_seconds,
+                MC_SHIP_COMPACT_BYTES >> 20);
+        return MC_OK;
+    }
+    retention(m);
+    mc_info("durability: operation log %s/oplog.%016" PRIx64 ", a snapshot every %" PRId64
+            " s, %" PRId64 " kept",
+            d->dir, d->gen, cfg->snapshot_interval_seconds, cfg->snapshot_retention_count);
+    return MC_OK;
+}
+
 mc_status_t mc_durable_start(mc_master_t *m)
 {
     mc_master_config_t *cfg = m->cfg;
@@ -942,13 +984,30 @@ mc_status_t mc_durable_start(mc_master_t *m)
     int restored    = 0;
     mc_status_t st  = MC_INTERNAL_ERROR;
 
-    if (!cfg->enable_snapshot)
+    if (!cfg->enable_snapshot && !mc_durable_shipped(cfg))
         return MC_OK;
     d = calloc(1, sizeof(*d));
     if (d == NULL)
         return MC_INTERNAL_ERROR;
     d->wake_fd = -1;
     m->durable = d;
+    if (mc_durable_shipped(cfg)) {
+        /* the log lives in etcd: standbys follow it, a new leader installs
+         * it; no local directory is read or written */
+        mc_ship_config_t sc = {
+            .endpoints     = mc_master_ha_endpoints(cfg),
+            .cluster_id    = cfg->cluster_id,
+            .ttl_s         = cfg->ha_lease_ttl_sec,
+            .compact_ms    = (uint64_t)cfg->snapshot_interval_seconds * 1000u,
+            .batch_entries = (uint32_t)MC_MIN(cfg->oplog_batch_max_entries, (int64_t)UINT32_MAX),
+            .poll_ms       = (uint64_t)cfg->oplog_poll_interval_ms,
+            .retry_ms      = (uint64_t)cfg->batch_oplog_retry_timeout_sec * 1000u,
+        };
+        d->ship = mc_ship_create(&sc);
+        if (d->ship == NULL)
+            return MC_INVALID_PARAMS;
+        return start_writer(m, d, mc_ship_sink(d->ship));
+    }
     if (strlen(cfg->snapshot_backup_dir) >= sizeof(d->dir)) {
         mc_error("--snapshot_backup_dir is too long");
         return MC_INVALID_PARAMS;
@@ -972,17 +1031,7 @@ mc_status_t mc_durable_start(mc_master_t *m)
         maxgen = g->snap[g->nsnap - 1];
     if ((g->nlog > 0) && (g->log[g->nlog - 1] > maxgen))
         maxgen = g->log[g->nlog - 1];
-    if (cfg->enable_ha && cfg->enable_snapshot_restore) {
-        /* the log lives in etcd: standbys follow it, a new leader installs it */
-        d->ship = mc_ship_create(mc_master_ha_endpoints(cfg), cfg->cluster_id,
-                                 cfg->ha_lease_ttl_sec,
-                                 (uint64_t)cfg->snapshot_interval_seconds * 1000u);
-        if (d->ship == NULL) {
-            st = MC_INVALID_PARAMS;
-            goto out;
-        }
-        restored = 1; /* nothing to publish in dir */
-    } else if (cfg->enable_snapshot_restore) {
+    if (cfg->enable_snapshot_restore) {
         uint64_t t0 = mc_now_ms();
         restored    = restore_state(d, g, &s);
         if (restored && (install(m, &s) != MC_OK)) {
@@ -1004,40 +1053,13 @@ mc_status_t mc_durable_start(mc_master_t *m)
             goto out;
         }
     }
-    sink = (d->ship != NULL) ? mc_ship_sink(d->ship) : mc_oplog_file_sink_open(d->dir, d->gen);
+    sink = mc_oplog_file_sink_open(d->dir, d->gen);
     if (sink == NULL) {
         mc_error("cannot create the operation log in %s: %s", d->dir, strerror(errno));
         st = MC_INVALID_PARAMS;
         goto out;
     }
-    d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (d->wake_fd < 0) {
-        sink->close(sink);
-        goto out;
-    }
-    d->w = mc_oplog_writer_start(sink, d->wake_fd);
-    if (d->w == NULL)
-        goto out;
-    d->wake_ev = event_new(m->base, d->wake_fd, EV_READ | EV_PERSIST, wake_cb, m);
-    d->kick_ev = event_new(m->base, -1, 0, kick_cb, d);
-    d->walk_ev = evtimer_new(m->base, walk_cb, m);
-    if ((d->wake_ev == NULL) || (d->kick_ev == NULL) || (d->walk_ev == NULL) ||
-        (event_add(d->wake_ev, NULL) != 0))
-        goto out;
-    d->next_snapshot_ms = mc_now_ms() + (uint64_t)cfg->snapshot_interval_seconds * 1000u;
-    if (d->ship != NULL) {
-        mc_info("durability: the operation log is shipped through etcd %s (a snapshot there "
-                "every %" PRId64 " s while writes come, or every %llu MiB of log)",
-                mc_master_ha_endpoints(cfg), cfg->snapshot_interval_seconds,
-                MC_SHIP_COMPACT_BYTES >> 20);
-        st = MC_OK;
-        goto out;
-    }
-    retention(m);
-    mc_info("durability: operation log %s/oplog.%016" PRIx64 ", a snapshot every %" PRId64
-            " s, %" PRId64 " kept",
-            d->dir, d->gen, cfg->snapshot_interval_seconds, cfg->snapshot_retention_count);
-    st = MC_OK;
+    st = start_writer(m, d, sink);
 out:
     mc_oplog_state_cleanup(&s);
     free(g);
@@ -1416,7 +1438,10 @@ mc_status_t mc_durable_ship_install(mc_master_t *m)
 {
     mc_durable_t *d = m->durable;
     uint64_t t0     = mc_now_ms();
-    mc_status_t st  = install(m, mc_ship_state(d->ship));
+    mc_status_t st;
+    if (!mc_ship_takeover_ok(d->ship))
+        return MC_INTERNAL_ERROR; /* never serve a log not read to its end */
+    st = install(m, mc_ship_state(d->ship));
     if (st == MC_OK)
         mc_info("takeover: index installed from the shipped log in %" PRIu64 " ms",
                 mc_now_ms() - t0);

@@ -121,6 +121,8 @@ EXTRA_DIST += \
 	tests/python/test_durable.py \
 	tests/python/test_ha.py \
 	tests/python/test_ha_ship.py \
+	tests/python/test_oplog.py \
+	tests/python/test_ha_redis.py \
 	tests/python/test_auth.py \
 	tests/python/test_dfs.py \
 	tests/python/test_env_settings.py \

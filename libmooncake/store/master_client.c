@@ -33,6 +33,7 @@
 #include "common/auth.h"
 #include "common/log.h"
 #include "coord/etcd.h"
+#include "coord/redis.h"
 #include "store/master_client.h"
 
 #define MC_MASTER_DEFAULT_PORT 50051
@@ -47,24 +48,29 @@ static void pause_ms(unsigned ms)
         ;
 }
 
-/* ---- leader discovery (etcd://) ----------------------------------------- */
+/* ---- leader discovery (etcd://, redis://) ------------------------------- */
 
 /*
- * The leader's address as last read from etcd.  Shared by every copy of
- * a target (the pool's, the heartbeat's, the task worker's), so one
- * failed dial sends them all back to etcd.
+ * The leader's address as last read from etcd or redis (exactly one of
+ * the two handles is set).  Shared by every copy of a target (the pool's,
+ * the heartbeat's, the task worker's), so one failed dial sends them all
+ * back to the HA backend.
  */
 typedef struct mc_master_resolver {
     pthread_mutex_t lock;
     mc_etcd_t *etcd;
+    mc_redis_t *redis;
     char key[300];
     char host[256];
     uint16_t port;
     int valid;
+    int said_none; /* "No master is available" logged since the last leader seen */
 } mc_master_resolver_t;
 
-static mc_status_t resolver_create(const char *endpoints, mc_master_resolver_t **r_p)
+/* @p scheme_addr is "etcd://<endpoints>" or "redis://<connstring>". */
+static mc_status_t resolver_create(const char *scheme_addr, mc_master_resolver_t **r_p)
 {
+    int redis = strncmp(scheme_addr, "redis://", 8) == 0;
     const char *cluster = getenv("MC_STORE_CLUSTER_ID");
     mc_master_resolver_t *r;
     mc_status_t st;
@@ -80,20 +86,51 @@ static mc_status_t resolver_create(const char *endpoints, mc_master_resolver_t *
         mc_set_error_detail("out of memory");
         return MC_INTERNAL_ERROR;
     }
-    st = mc_etcd_create(endpoints, 1000, &r->etcd);
+    if (redis) {
+        /* upstream's HASH: mooncake-store/{<cluster>}/master_view */
+        st = mc_redis_create(scheme_addr + 8, 1000, &r->redis);
+        if ((st == MC_OK) && (mc_redis_cluster_key(cluster, "master_view", r->key,
+                                                   sizeof(r->key)) != 0)) {
+            mc_set_error_detail("MC_STORE_CLUSTER_ID is too long");
+            st = MC_INVALID_PARAMS;
+        }
+    } else {
+        st = mc_etcd_create(scheme_addr + 7, 1000, &r->etcd);
+        snprintf(r->key, sizeof(r->key), "mooncake-store/%s/master_view", cluster);
+    }
     if (st != MC_OK) {
+        mc_redis_destroy(r->redis);
+        mc_etcd_destroy(r->etcd);
         free(r);
         return st;
     }
-    snprintf(r->key, sizeof(r->key), "mooncake-store/%s/master_view", cluster);
     pthread_mutex_init(&r->lock, NULL);
     *r_p = r;
     return MC_OK;
 }
 
-/* The leader's host and port: the cached ones, else read from etcd.
- * MC_UNAVAILABLE_IN_CURRENT_STATUS when etcd names no leader, MC_RPC_FAIL
- * when etcd does not answer. */
+/* The leader recorded in redis, read as an etcd key would be (value and
+ * term), so resolver_get treats both backends alike. */
+static mc_status_t redis_view_get(mc_master_resolver_t *r, mc_etcd_kv_t *kv)
+{
+    char addr[300];
+    int64_t version = 0;
+    mc_status_t st  = mc_redis_view_read(r->redis, r->key, addr, sizeof(addr), &version, NULL, 0);
+    if (st != MC_OK)
+        return st;
+    kv->value = mc_strdup(addr);
+    if (kv->value == NULL) {
+        mc_set_error_detail("out of memory");
+        return MC_INTERNAL_ERROR;
+    }
+    kv->len             = strlen(addr);
+    kv->create_revision = version;
+    return MC_OK;
+}
+
+/* The leader's host and port: the cached ones, else read from the HA
+ * backend.  MC_UNAVAILABLE_IN_CURRENT_STATUS when it names no leader,
+ * MC_RPC_FAIL when it does not answer. */
 static mc_status_t resolver_get(mc_master_resolver_t *r, char *host, size_t cap,
                                 uint16_t *port_p)
 {
@@ -108,18 +145,27 @@ static mc_status_t resolver_get(mc_master_resolver_t *r, char *host, size_t cap,
         pthread_mutex_unlock(&r->lock);
         return MC_OK;
     }
-    st = mc_etcd_get(r->etcd, r->key, &kv, NULL);
+    st = (r->redis != NULL) ? redis_view_get(r, &kv) : mc_etcd_get(r->etcd, r->key, &kv, NULL);
     if (st == MC_ETCD_KEY_NOT_EXIST) {
-        mc_set_error_detail("No master is available: etcd %s has no leader under %s",
-                            mc_etcd_endpoints(r->etcd), r->key);
+        /* upstream's words, then which backend and record */
+        mc_set_error_detail("No master is available in HA backend: %s %s has no leader under %s",
+                            (r->redis != NULL) ? "redis" : "etcd",
+                            (r->redis != NULL) ? mc_redis_endpoint(r->redis)
+                                               : mc_etcd_endpoints(r->etcd),
+                            r->key);
+        if (!r->said_none) /* once per outage, not once per retry */
+            mc_warn("%s", mc_last_error_detail());
+        r->said_none = 1;
         st = MC_UNAVAILABLE_IN_CURRENT_STATUS;
     } else if (st == MC_OK) {
         if ((mc_parse_host_port(kv.value, r->host, sizeof(r->host), &port) != 0) || (port == 0)) {
-            mc_set_error_detail("etcd key %s holds \"%s\", not host:port", r->key, kv.value);
+            mc_set_error_detail("%s key %s holds \"%s\", not host:port",
+                                (r->redis != NULL) ? "redis" : "etcd", r->key, kv.value);
             st = MC_UNAVAILABLE_IN_CURRENT_STATUS;
         } else {
-            r->port  = port;
-            r->valid = 1;
+            r->port      = port;
+            r->valid     = 1;
+            r->said_none = 0;
             snprintf(host, cap, "%s", r->host);
             *port_p = port;
             mc_debug("leader master is %s:%u (term %lld)", r->host, (unsigned)port,
@@ -149,6 +195,7 @@ void mc_master_target_cleanup(mc_master_target_t *t)
     if (r == NULL)
         return;
     mc_etcd_destroy(r->etcd);
+    mc_redis_destroy(r->redis);
     pthread_mutex_destroy(&r->lock);
     free(r);
     t->resolver = NULL;
@@ -174,15 +221,29 @@ mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
                                   mc_uuid_t client_id, const char *tenant_id)
 {
     uint16_t port = 0;
+    int ha;
     mc_status_t st;
 
     memset(t, 0, sizeof(*t));
-    if ((addr != NULL) && (strstr(addr, "://") != NULL) && (strncmp(addr, "etcd://", 7) != 0)) {
-        mc_set_error_detail("master_server_addr \"%s\": only etcd:// is supported as an HA "
-                            "backend (redis:// and k8s:// are not in this build)", addr);
+    ha = (addr != NULL) &&
+         ((strncmp(addr, "etcd://", 7) == 0) || (strncmp(addr, "redis://", 8) == 0));
+    if ((addr != NULL) && (strncmp(addr, "k8s://", 6) == 0)) {
+        mc_set_error_detail("master_server_addr \"%s\": k8s:// finds the leader through a "
+                            "Lease in a Kubernetes API server; this build has no k8s backend "
+                            "(use etcd:// or redis://, docs/ha.md)", addr);
+        return MC_UNAVAILABLE_IN_CURRENT_MODE;
+    }
+    if ((addr != NULL) && (strncmp(addr, "redis://", 8) == 0) && !mc_redis_available()) {
+        mc_set_error_detail("master_server_addr \"%s\": this build has no redis client "
+                            "(configure --with-redis)", addr);
+        return MC_UNAVAILABLE_IN_CURRENT_MODE;
+    }
+    if ((addr != NULL) && (strstr(addr, "://") != NULL) && !ha) {
+        mc_set_error_detail("master_server_addr \"%s\": unknown HA scheme (etcd://, redis:// "
+                            "or k8s://)", addr);
         return MC_INVALID_PARAMS;
     }
-    if ((addr != NULL) && (strncmp(addr, "etcd://", 7) == 0)) {
+    if (ha) {
         snprintf(t->host, sizeof(t->host), "%s", addr);
         t->failover_wait_ms = MC_MASTER_FAILOVER_WAIT_MS;
         if (env_ms("MC_STORE_FAILOVER_WAIT_MS", &t->failover_wait_ms) != MC_OK)
@@ -205,8 +266,8 @@ mc_status_t mc_master_target_init(mc_master_target_t *t, const char *addr,
      * given, overrides it after this. */
     if (env_ms("MC_STORE_RPC_TIMEOUT_MS", &t->io_timeout_ms) != MC_OK)
         return MC_INVALID_PARAMS;
-    if (strncmp(addr, "etcd://", 7) == 0) {
-        st = resolver_create(addr + 7, &t->resolver);
+    if (ha) {
+        st = resolver_create(addr, &t->resolver);
         if (st != MC_OK)
             return st;
     }

@@ -51,6 +51,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "coord/etcd.h"
+#include "coord/redis.h"
 #include "transfer/engine.h"
 #include "transfer/file/file.h"
 #include "transfer/rdma/nic.h"
@@ -2174,6 +2175,7 @@ static void engine_free(mc_te_t *te)
     free(te->local_name);
     free(te->meta_url);
     mc_etcd_destroy(te->meta_etcd);
+    mc_redis_destroy(te->meta_redis);
     free(te->key_prefix);
     mc_auth_destroy(te->auth);
     free(te);

@@ -187,7 +187,8 @@ struct mc_te_segment {
 typedef enum mc_te_meta_kind {
     MC_TE_META_P2P  = 0, /**< descriptors from the peers themselves */
     MC_TE_META_HTTP = 1, /**< GET/PUT/DELETE <url>?key=... */
-    MC_TE_META_ETCD = 2  /**< keys in etcd (coord/etcd.h) */
+    MC_TE_META_ETCD = 2, /**< keys in etcd (coord/etcd.h) */
+    MC_TE_META_REDIS = 3 /**< keys in redis: SET/GET/DEL (coord/redis.h) */
 } mc_te_meta_kind_t;
 
 typedef struct mc_te_batch mc_te_batch_t;
@@ -202,6 +203,7 @@ struct mc_te {
     mc_te_meta_kind_t meta_kind;
     char *meta_url;        /* HTTP metadata endpoint, or the etcd endpoints */
     struct mc_etcd *meta_etcd; /* etcd metadata: the client handle */
+    struct mc_redis *meta_redis; /* redis metadata: the client handle */
     char *key_prefix;      /* "mooncake/" or "mooncake/<cluster>/" */
     int published;         /* HTTP keys were written (delete at destroy) */
     pthread_mutex_t publish_mu;

@@ -17,8 +17,13 @@
  *
  * etcd ("etcd://h:p[;h:p]", or a bare "h:p" as upstream reads it): the
  * same keys, stored in etcd (coord/etcd.h) under the same names, so
- * engines that share an etcd find each other's descriptors.  redis is
- * recognised and refused: this build has no client for it.
+ * engines that share an etcd find each other's descriptors.
+ *
+ * redis ("redis://host:port", coord/redis.h): the same keys again, as
+ * upstream's redis plugin stores them: "SET <key> <json>", GET, DEL, with
+ * AUTH/SELECT from MC_REDIS_PASSWORD, MC_REDIS_USERNAME and
+ * MC_REDIS_DB_INDEX.  A build without hiredis refuses it
+ * (UNAVAILABLE_IN_CURRENT_MODE).
  */
 #include "config.h"
 
@@ -34,6 +39,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "coord/etcd.h"
+#include "coord/redis.h"
 #include "transfer/engine.h"
 #include "transfer/proto.h"
 
@@ -94,14 +100,23 @@ mc_status_t mc_te_meta_configure(mc_te_t *te, const char *conn)
         return MC_OK;
     }
     if (strncasecmp(conn, "redis://", 8) == 0) {
-        mc_set_error_detail("metadata server \"%s\" is not supported in this build "
-                            "(no redis client); use P2PHANDSHAKE, etcd://host:port or "
-                            "http://host:port/metadata",
-                            conn);
-        return MC_NOT_SUPPORTED;
+        mc_status_t st = mc_redis_create(conn, MC_TE_HTTP_TOTAL_MS, &te->meta_redis);
+        if (st != MC_OK) {
+            char why[300];
+            snprintf(why, sizeof(why), "%s", mc_last_error_detail());
+            mc_set_error_detail("metadata server \"%s\": %s", conn, why);
+            return st;
+        }
+        te->meta_kind = MC_TE_META_REDIS;
+        te->meta_url  = mc_strdup(conn);
+        if (te->meta_url == NULL) {
+            mc_set_error_detail("out of memory");
+            return MC_INTERNAL_ERROR;
+        }
+        return MC_OK;
     }
     mc_set_error_detail("metadata server \"%s\" has an unknown scheme; use P2PHANDSHAKE, "
-                        "etcd://host:port or http://host:port/metadata",
+                        "etcd://host:port, redis://host:port or http://host:port/metadata",
                         conn);
     return MC_INVALID_PARAMS;
 }
@@ -292,20 +307,23 @@ mc_status_t mc_te_http_delete(const char *url, const char *key, const char *toke
     return (st == MC_SEGMENT_NOT_FOUND) ? MC_OK : st;
 }
 
-/* ---- the key-value service: HTTP or etcd ------------------------------------ */
+/* ---- the key-value service: HTTP, etcd or redis ------------------------------ */
 
 /* Put, get and delete one metadata key in whichever service the engine
  * uses; the statuses are those of the HTTP helpers (a missing key is
  * MC_SEGMENT_NOT_FOUND; delete of a missing key is MC_OK).  @p token is
- * the owner token HTTP writes carry (docs/protocol.md §6.1); etcd has no
- * use for it. */
+ * the owner token HTTP writes carry (docs/protocol.md §6.1); etcd and
+ * redis have no use for it. */
 static mc_status_t meta_put(mc_te_t *te, const char *key, const char *value,
                             const char *token)
 {
     mc_status_t st;
     if (te->meta_kind == MC_TE_META_HTTP)
         return mc_te_http_put(te->meta_url, key, value, token, te->auth);
-    st = mc_etcd_put(te->meta_etcd, key, value, strlen(value), 0);
+    if (te->meta_kind == MC_TE_META_REDIS)
+        st = mc_redis_set(te->meta_redis, key, value, strlen(value));
+    else
+        st = mc_etcd_put(te->meta_etcd, key, value, strlen(value), 0);
     return (st == MC_OK) ? MC_OK : MC_RPC_FAIL;
 }
 
@@ -315,6 +333,12 @@ static mc_status_t meta_get(mc_te_t *te, const char *key, char **text_p, size_t 
     mc_status_t st;
     if (te->meta_kind == MC_TE_META_HTTP)
         return mc_te_http_get(te->meta_url, key, text_p, len_p);
+    if (te->meta_kind == MC_TE_META_REDIS) {
+        st = mc_redis_get(te->meta_redis, key, text_p, len_p);
+        if (st == MC_ETCD_KEY_NOT_EXIST)
+            return MC_SEGMENT_NOT_FOUND;
+        return (st == MC_OK) ? MC_OK : MC_RPC_FAIL;
+    }
     st = mc_etcd_get(te->meta_etcd, key, &kv, NULL);
     if (st == MC_ETCD_KEY_NOT_EXIST)
         return MC_SEGMENT_NOT_FOUND;
@@ -329,6 +353,8 @@ static mc_status_t meta_delete(mc_te_t *te, const char *key, const char *token)
 {
     if (te->meta_kind == MC_TE_META_HTTP)
         return mc_te_http_delete(te->meta_url, key, token, te->auth);
+    if (te->meta_kind == MC_TE_META_REDIS)
+        return (mc_redis_del(te->meta_redis, key) == MC_OK) ? MC_OK : MC_RPC_FAIL;
     return (mc_etcd_delete(te->meta_etcd, key) == MC_OK) ? MC_OK : MC_RPC_FAIL;
 }
 

@@ -207,3 +207,157 @@ def cleanup():
             stop_all(it)
         else:
             it.stop()
+
+
+# ---- Redis (tests/python/test_ha_redis.py) ----------------------------------------
+
+REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
+REDIS_VIEW_KEY = "mooncake-store/{mooncake_cluster}/master_view"
+REDIS_VERSION_KEY = "mooncake-store/{mooncake_cluster}/master_view_version"
+
+
+def have_redis() -> bool:
+    return os.access(REDIS, os.X_OK)
+
+
+class RedisServer:
+    """One redis-server on a free loopback port, nothing persisted
+    (``--save '' --appendonly no``).  ``command()`` speaks RESP on a raw
+    socket, so the tests need no Python redis client.  ``stop()`` and
+    ``start()`` restart it on the same port (an empty server again)."""
+
+    def __init__(self, port: Optional[int] = None) -> None:
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="mc-redis-")
+        self.proc: Optional[subprocess.Popen] = None
+        self.start()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log = open(os.path.join(self.dir, "redis.log"), "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", self.dir],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        try:
+            wait_until(lambda: self.try_command("PING") == "PONG", 10.0, "redis-server to answer")
+        except BaseException:
+            self.kill()
+            raise
+
+    def command(self, *args: str, timeout: float = 2.0):
+        """One command; the decoded reply (str, int, list, None), or an
+        exception for a refused connection; a RESP error raises RuntimeError."""
+        import socket
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+            out = f"*{len(args)}\r\n".encode()
+            for a in args:
+                b = a.encode() if isinstance(a, str) else a
+                out += f"${len(b)}\r\n".encode() + b + b"\r\n"
+            s.sendall(out)
+            f = s.makefile("rb")
+            return self._reply(f)
+
+    def _reply(self, f):
+        line = f.readline()
+        if not line:
+            raise ConnectionError("redis closed the connection")
+        kind, rest = line[:1], line[1:-2].decode()
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            raise RuntimeError(rest)
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = f.read(n + 2)[:-2]
+            return data.decode(errors="replace")
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply(f) for _ in range(n)]
+        raise RuntimeError(f"unexpected RESP reply {line!r}")
+
+    def try_command(self, *args: str):
+        try:
+            return self.command(*args)
+        except (OSError, ConnectionError):
+            return None
+
+    def hgetall(self, key: str) -> dict:
+        flat = self.command("HGETALL", key) or []
+        return dict(zip(flat[0::2], flat[1::2]))
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def pause(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.alive():
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+            except OSError:
+                pass
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisHaMaster(HaMaster):
+    """A mooncake_master campaigning in ``redis`` (--ha_backend_type=redis)."""
+
+    def __init__(self, redis: RedisServer, ttl_s: int = 2,
+                 extra_args: Optional[List[str]] = None, **kw) -> None:
+        Master.__init__(self, extra_args=["--enable_ha=true", "--ha_backend_type=redis",
+                                          f"--ha_backend_connstring=redis://{redis.addr}",
+                                          f"--ha_lease_ttl_sec={ttl_s}"] +
+                        list(extra_args or []), **kw)
+
+
+@pytest.fixture
+def redis():
+    """A redis-server on a free port, stopped at teardown."""
+    r = RedisServer()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+class OplogMaster(HaMaster):
+    """A master started as upstream's production command starts it
+    (docs/ha.md, "Upstream's production command"): --enable_ha=true
+    --ha_backend_type=etcd --ha_backend_connstring=<endpoints>
+    --enable_oplog=true, plus this test's ports (and ``extra``)."""
+
+    def __init__(self, etcd: EtcdCluster, extra: Optional[List[str]] = None) -> None:
+        Master.__init__(self, extra_args=[
+            "--enable_ha=true", "--ha_backend_type=etcd",
+            f"--ha_backend_connstring={etcd.endpoints}", "--enable_oplog=true"] +
+            list(extra or []))
+
+
+def pause_etcd(etcd: EtcdCluster, i: int) -> None:
+    """SIGSTOP member ``i``: it holds its connections but answers nothing."""
+    os.kill(etcd.procs[i].pid, signal.SIGSTOP)
+
+
+def resume_etcd(etcd: EtcdCluster, i: int) -> None:
+    os.kill(etcd.procs[i].pid, signal.SIGCONT)

@@ -59,8 +59,10 @@ def value_of(key: str) -> bytes:
 
 
 def log_terms(etcd):
-    """{log key: term} of the log in etcd (the term is the value's first 8 bytes)."""
-    return {k: int.from_bytes(v[:8], "little") for k, v in etcd.range_prefix(LOG_PREFIX)}
+    """{log key: term} of the log in etcd (the term is the value's first 8
+    bytes; bit 63 marks a delta-coded value)."""
+    return {k: int.from_bytes(v[:8], "little") & ~(1 << 63)
+            for k, v in etcd.range_prefix(LOG_PREFIX)}
 
 
 def read_back(c, keys):

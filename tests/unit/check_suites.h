@@ -48,6 +48,7 @@
     X(master_mem)         \
     X(nof)                \
     X(etcd)               \
+    X(redis)              \
     X(tensor)             \
     X(fastcopy)           \
     X(codec)              \

@@ -26,6 +26,7 @@
 #include <mooncake/transfer.h>
 
 #include "check_suites.h"
+#include "coord/redis.h"
 #include "common/util.h"
 #include "transfer/descriptor.h"
 #include "transfer/engine.h"
@@ -114,11 +115,17 @@ START_TEST(test_protocols_and_metadata_refused)
     ck_assert_status_eq(mc_te_create(&p, &te), MC_NOT_SUPPORTED);
     p.protocol = "carrier-pigeon";
     ck_assert_status_eq(mc_te_create(&p, &te), MC_INVALID_PARAMS);
+    /* redis metadata: a build with hiredis cannot publish to a redis that
+     * is not there (port 1); one without refuses it; a path is refused */
     mc_te_params_t m = {.field_mask = MC_TE_PARAM_METADATA_SERVER,
-                        .metadata_server = "redis://127.0.0.1:6379"};
-    ck_assert_status_eq(mc_te_create(&m, &te), MC_NOT_SUPPORTED);
+                        .metadata_server = "redis://127.0.0.1:1"};
+    ck_assert_status_eq(mc_te_create(&m, &te),
+                        mc_redis_available() ? MC_RPC_FAIL : MC_UNAVAILABLE_IN_CURRENT_MODE);
+    m.metadata_server = "redis://127.0.0.1:6379/0";
+    ck_assert_status_eq(mc_te_create(&m, &te), MC_INVALID_PARAMS);
     ck_assert_msg(strstr(mc_last_error_detail(), "redis") != NULL,
-                  "the detail should say redis is unsupported: %s", mc_last_error_detail());
+                  "the detail should name the redis connection string: %s",
+                  mc_last_error_detail());
     /* etcd is supported; with no etcd listening the engine cannot publish
      * its descriptor and says so (port 1: nothing listens there) */
     m.metadata_server = "etcd://127.0.0.1:1";

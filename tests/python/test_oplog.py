@@ -1,0 +1,280 @@
+# SPDX-License-Identifier: Apache-2.0
+"""--enable_oplog, as upstream's production command uses it (docs/ha.md,
+"Upstream's production command").
+
+Masters run exactly with ``--enable_ha=true --ha_backend_type=etcd
+--ha_backend_connstring="h1;h2;h3" --enable_oplog=true`` (plus their test
+ports): the log is shipped through etcd (no snapshot flags, no local
+directory), several transactions in flight, acknowledgements in order.
+Real etcd (3 members, or 1), real masters, real client processes.
+
+* kill -9 and SIGSTOP of the leader under a put load: every acknowledged
+  put reads back with its own bytes through the new leader;
+* an etcd member killed while the log ships: writes go on, nothing is lost;
+* etcd unreachable past the lease TTL during writes: the leader stops
+  acknowledging, and nothing it acknowledged is lost after recovery;
+* the tuning flags: --oplog_batch_max_entries bounds the records of a log
+  key, --oplog_poll_interval_ms the standby's reads (the log is read to its
+  end at a takeover all the same), --batch_oplog_retry_timeout_sec how long
+  a standby keeps failing before it exits;
+* upstream's start-up rules (FATAL texts) and exit status.
+"""
+
+import hashlib
+import subprocess
+import threading
+import time
+
+import pytest
+
+from ha_helpers import (EtcdCluster, OplogMaster, have_etcd, pause_etcd, resume_etcd,
+                        stop_all, wait_leader)
+from ha_helpers import cleanup, etcd  # noqa: F401 (fixtures)
+from helpers import MiB, ClientProc, master_bin, wait_until
+
+pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd is not installed "
+                                "(scripts/deps.sh installs etcd-server)")
+
+LOG_PREFIX = "mooncake-store/mooncake_cluster/oplog/log/"
+TTL = ["--ha_lease_ttl_sec=2"]  # our flag: the tests wait less for a dead leader
+
+
+@pytest.fixture
+def etcd3():
+    e = EtcdCluster(3)
+    try:
+        yield e
+    finally:
+        e.stop()
+
+
+def value_of(key: str) -> bytes:
+    seed = hashlib.sha256(key.encode()).digest()
+    return (seed * 64)[: 512 + seed[0] * 4]
+
+
+def store_client(cleanup, etcd, name="client"):
+    c = ClientProc(name, env={"MC_STORE_HEARTBEAT_MS": "200"})
+    cleanup.append(c)
+    r = c.call("setup", args=["localhost", "P2PHANDSHAKE", 48 * MiB, 8 * MiB, "tcp", "",
+                              f"etcd://{etcd.endpoints}"])
+    assert r["rc"] == 0, c.log_text()
+    return c
+
+
+def lost(c, keys):
+    """Acknowledged keys that do not read back with their bytes, once the
+    client has remounted on the new leader."""
+    try:
+        wait_until(lambda: c.call("get", key=keys[0]).get("hex") == value_of(keys[0]).hex(),
+                   15.0, "the client to remount its segment on the new leader", interval=0.1)
+    except AssertionError:
+        pass  # reported below, key by key
+    r = c.call("get_batch", keys=keys, timeout=120)
+    bad = [k for k, h in zip(keys, r["hexes"]) if h != value_of(k).hex()]
+    return [(k, c.call("get", key=k)) for k in bad[:3]] + bad[3:]
+
+
+class PutLoad:
+    """A thread putting k0, k1, ... and recording when each was acknowledged."""
+
+    def __init__(self, c, prefix="k"):
+        self.c, self.prefix = c, prefix
+        self.acked, self.times = [], []
+        self.stop_ev = threading.Event()
+        self.th = threading.Thread(target=self._run)
+        self.th.start()
+
+    def _run(self):
+        i = 0
+        while not self.stop_ev.is_set():
+            k = f"{self.prefix}{i}"
+            i += 1
+            if self.c.call("put", key=k, hex=value_of(k).hex(), timeout=30)["rc"] == 0:
+                self.acked.append(k)
+                self.times.append(time.monotonic())
+
+    def wait_more(self, n, timeout, what):
+        n0 = len(self.acked)
+        wait_until(lambda: len(self.acked) >= n0 + n, timeout, what)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.th.join(timeout=60)
+
+
+def test_production_command_kill9_and_sigstop_lose_nothing(etcd3, cleanup):
+    masters = []
+    cleanup.append(masters)
+    masters += [OplogMaster(etcd3, TTL) for _ in range(3)]
+    leader = wait_leader(masters, 15.0)
+    assert "operation log is shipped through etcd" in leader.log_text()
+    # three writers: several rounds in flight to etcd at once
+    clients = [store_client(cleanup, etcd3, f"client{i}") for i in range(3)]
+    loads = [PutLoad(c, f"w{i}-") for i, c in enumerate(clients)]
+    load = loads[0]
+    try:
+        load.wait_more(50, 30.0, "50 acknowledged puts")
+        leader.kill()  # kill -9
+        masters.remove(leader)
+        load.wait_more(50, 30.0, "50 puts on the second leader")
+        second = wait_leader(masters, 10.0)
+        second.pause()  # SIGSTOP
+        try:
+            other = next(m for m in masters if m is not second)
+            wait_until(lambda: other.admin("/ha_status") == "serving", 15.0,
+                       "the third master to take over")
+        finally:
+            second.resume()
+        load.wait_more(50, 30.0, "50 puts on the third leader")
+        # the woken leader is fenced: it steps down and exits for a restart
+        wait_until(lambda: not second.alive(), 10.0, "the woken leader to exit")
+        assert second.proc.returncode == 1, second.log_text()
+    finally:
+        for ld in loads:
+            ld.stop()
+    for c, ld in zip(clients, loads):
+        bad = lost(c, ld.acked)
+        assert not bad, f"{len(bad)} of {len(ld.acked)} acknowledged puts lost, e.g. {bad[:3]}"
+    assert etcd3.range_prefix(LOG_PREFIX)
+
+
+def test_etcd_member_killed_while_the_log_ships(etcd3, cleanup):
+    """The default lease (5 s): when the member killed was etcd's raft
+    leader, etcd elects another one (about a second here) while the log's
+    writes are retried; a 2 s lease could run out meanwhile."""
+    masters = []
+    cleanup.append(masters)
+    masters += [OplogMaster(etcd3) for _ in range(2)]
+    leader = wait_leader(masters, 15.0)
+    c = store_client(cleanup, etcd3)
+    load = PutLoad(c)
+    try:
+        load.wait_more(50, 30.0, "50 acknowledged puts")
+        etcd3.kill(0)  # the first endpoint: the one every client talks to first
+        load.wait_more(50, 30.0, "50 puts with a member gone")
+        assert leader.alive(), leader.log_text()[-3000:]
+        assert leader.admin("/ha_status") == "serving"
+        leader.kill()
+        masters.remove(leader)
+        load.wait_more(30, 40.0, "30 puts on the new leader")
+    finally:
+        load.stop()
+    bad = lost(c, load.acked)
+    assert not bad, f"{len(bad)} of {len(load.acked)} acknowledged puts lost, e.g. {bad[:3]}"
+
+
+def test_etcd_unreachable_past_the_lease_stops_acknowledging(etcd, cleanup):
+    masters = []
+    cleanup.append(masters)
+    masters += [OplogMaster(etcd, TTL + ["--oplog_poll_interval_ms=200"]) for _ in range(2)]
+    leader = wait_leader(masters, 15.0)
+    c = store_client(cleanup, etcd)
+    load = PutLoad(c)
+    try:
+        load.wait_more(50, 30.0, "50 acknowledged puts")
+        pause_etcd(etcd, 0)
+        t_stop = time.monotonic()
+        try:
+            time.sleep(5.0)  # 2.5 lease TTLs
+        finally:
+            resume_etcd(etcd, 0)
+        t_cont = time.monotonic()
+        # nothing was acknowledged while etcd could take nothing (a put
+        # already in etcd may be answered just after the stop)
+        late = [t for t in load.times if t_stop + 0.5 < t < t_cont]
+        assert not late, f"{len(late)} puts acknowledged while etcd was unreachable"
+        # the leader stepped down past its lease; with the log shipped it exits
+        wait_until(lambda: not leader.alive(), 15.0, "the leader past its lease to exit")
+        assert leader.proc.returncode == 1
+        masters.remove(leader)
+        load.wait_more(30, 30.0, "30 puts once etcd is back")
+    finally:
+        load.stop()
+    bad = lost(c, load.acked)
+    assert not bad, f"{len(bad)} of {len(load.acked)} acknowledged puts lost, e.g. {bad[:3]}"
+
+
+def test_batch_max_entries_bounds_a_log_key(etcd, cleanup):
+    masters = []
+    cleanup.append(masters)
+    masters.append(OplogMaster(etcd, TTL + ["--oplog_batch_max_entries=0"]))  # 0 -> 1
+    leader = wait_leader(masters, 15.0)
+    c = store_client(cleanup, etcd)
+    assert c.call("put", key="warm", hex=value_of("warm").hex())["rc"] == 0
+    keys = [f"b{i}" for i in range(40)]
+    n0 = len(etcd.range_prefix(LOG_PREFIX))
+    r = c.call("put_batch", keys=keys, hexes=[value_of(k).hex() for k in keys])
+    assert r["rc"] == 0, r
+    # one record (the object's OBJ_SET) per log key
+    assert len(etcd.range_prefix(LOG_PREFIX)) - n0 >= 40
+    masters.append(OplogMaster(etcd, TTL))
+    leader.kill()
+    masters.remove(leader)
+    wait_leader(masters, 15.0)
+    assert not lost(c, keys)
+
+
+def test_poll_interval_and_the_read_at_takeover(etcd, cleanup):
+    masters = []
+    cleanup.append(masters)
+    masters.append(OplogMaster(etcd, TTL))
+    leader = wait_leader(masters, 15.0)
+    standby = OplogMaster(etcd, TTL + ["--oplog_poll_interval_ms=600000"])
+    masters.append(standby)
+    c = store_client(cleanup, etcd)
+    wait_until(lambda: standby.metric("master_ha_oplog_seq") is not None, 10.0,
+               "the standby's metrics")
+    seen = standby.metric("master_ha_oplog_seq")
+    keys = [f"p{i}" for i in range(20)]
+    for k in keys:
+        assert c.call("put", key=k, hex=value_of(k).hex())["rc"] == 0
+    assert leader.metric("master_ha_oplog_seq") > seen
+    time.sleep(1.5)  # with the default poll (1 s) the standby would have read on
+    assert standby.metric("master_ha_oplog_seq") == seen
+    leader.kill()
+    masters.remove(leader)
+    wait_leader(masters, 15.0)
+    # elected, it read the log to its end before serving
+    assert standby.metric("master_ha_oplog_seq") > seen
+    assert not lost(c, keys)
+
+
+def test_standby_gives_up_after_the_retry_timeout(etcd, cleanup):
+    masters = []
+    cleanup.append(masters)
+    masters.append(OplogMaster(etcd, TTL))
+    wait_leader(masters, 15.0)
+    standby = OplogMaster(etcd, TTL + ["--oplog_poll_interval_ms=100",
+                                       "--batch_oplog_retry_timeout_sec=2"])
+    masters.append(standby)
+    etcd.kill(0)
+    wait_until(lambda: not standby.alive(), 20.0, "the standby to give up")
+    assert standby.proc.returncode == 1
+    assert "gives up" in standby.log_text()
+
+
+def run_master(*args):
+    return subprocess.run([master_bin(), "--metrics_port=0", *args], capture_output=True,
+                          text=True, timeout=20, stdin=subprocess.DEVNULL)
+
+
+def test_startup_rules():
+    r = run_master("--enable_oplog=true")
+    assert r.returncode == 1, r.stderr
+    assert "enable_oplog requires enable_ha=true" in r.stderr
+    # --help: the oplog flags are real flags, not "accepted for compatibility"
+    out = run_master("--help").stdout
+    head, _, compat = out.partition("Accepted for compatibility only")
+    for f in ("--enable_oplog", "--oplog_poll_interval_ms", "--oplog_batch_max_entries",
+              "--batch_oplog_retry_timeout_sec"):
+        assert f"\n  {f} (" in head and f"\n  {f} (" not in compat, f
+    for f, d in (("oplog_batch_max_entries", "1024"), ("oplog_poll_interval_ms", "1000"),
+                 ("batch_oplog_retry_timeout_sec", "180")):
+        assert f"default: {d}" in head.split(f"--{f} (")[1].split("\n")[0], f
+    r = run_master("--enable_oplog=true", "--enable_ha=true", "--ha_backend_type=redis",
+                   "--ha_backend_connstring=127.0.0.1:1")
+    if r.returncode == 2 and "UNAVAILABLE_IN_CURRENT_MODE" in r.stderr:
+        pytest.skip("this build has no redis backend: --ha_backend_type=redis stops first")
+    assert r.returncode == 1, r.stderr
+    assert "enable_oplog currently requires ha_backend_type=etcd" in r.stderr
