@@ -73,8 +73,10 @@
 
 #include "common/auth.h"
 #include "common/log.h"
+#include "kv_events.h"
 #include "master.h"
 #include "snapshot.h"
+#include "tenants.h"
 
 #define MC_ADMIN_MAX_KEYS 100000  /* /get_all_keys output cap */
 
@@ -964,29 +966,86 @@ static void route_query_segment(const route_args_t *a)
 }
 
 /*
+ * /api/v1/tenant_quotas (upstream's quota admin API, tenants.h): GET lists
+ * the tenants or shows ?tenant_id=; PUT {"requested_quota_bytes": n} sets
+ * one's quota; DELETE removes it (409 TENANT_NOT_EMPTY while it holds
+ * objects).  409 UNAVAILABLE_IN_CURRENT_MODE without
+ * --enable_multi_tenants.
+ */
+static void route_tenant_quotas(const route_args_t *a)
+{
+    const char *tenant = param(a->params, a->parsed, "tenant_id");
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(a->req);
+    json_t *body = NULL;
+    int code;
+
+    if (cmd == EVHTTP_REQ_PUT) {
+        struct evbuffer *in = evhttp_request_get_input_buffer(a->req);
+        size_t len          = evbuffer_get_length(in);
+        char *text          = malloc(len + 1);
+        if (text == NULL) {
+            evhttp_send_error(a->req, HTTP_INTERNAL, NULL);
+            return;
+        }
+        evbuffer_copyout(in, text, len);
+        text[len] = '\0';
+        code      = mc_master_tenant_quota_put(a->m, tenant, text, &body);
+        free(text);
+    } else if (cmd == EVHTTP_REQ_DELETE) {
+        code = mc_master_tenant_quota_delete(a->m, tenant, &body);
+    } else {
+        code = mc_master_tenant_quota_get(a->m, tenant, &body);
+    }
+    if (body == NULL) {
+        evhttp_send_error(a->req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    reply_json_status(a->req, code, (code == 200) ? "OK" : "Error", body);
+}
+
+/* GET /kv_events/status (docs/events.md §5): the publisher's counters in
+ * upstream's key order; zeros and "enabled": false when it is off. */
+static void route_kv_events(const route_args_t *a)
+{
+    mc_kv_events_stats_t s;
+    json_t *j;
+
+    mc_kv_events_stats(a->m, &s);
+    j = json_pack("{s:b, s:I, s:I, s:I, s:I}", "enabled", s.enabled, "published_batches",
+                  (json_int_t)s.published_batches, "published_events",
+                  (json_int_t)s.published_events, "dropped_events", (json_int_t)s.dropped_events,
+                  "skipped_unparsed_keys", (json_int_t)s.skipped_unparsed_keys);
+    reply_json(a->req, j);
+}
+
+/*
  * Every route of the admin server (--help of --metrics_port names them
  * all).  A public route answers without a signed request and on a standby;
  * the others list keys, segments and their addresses, so they need a
  * signed request when cluster authentication is on (docs/security.md) and
- * the index of a serving master.
+ * the index of a serving master.  Every route takes GET and HEAD; `write`
+ * names the methods it takes beyond them (EVHTTP_REQ_* bits).
  */
 static const struct admin_route {
     const char *path;
     int public;
+    unsigned write;
     void (*handle)(const route_args_t *a);
 } admin_routes[] = {
-    {"/metrics", 1, route_metrics},
-    {"/metrics/summary", 1, route_summary},
-    {"/health", 1, route_health},
-    {"/role", 1, route_role},
-    {"/ha_status", 1, route_ha_status},
-    {"/leader", 1, route_leader},
-    {"/query_key", 0, route_query_key},
-    {"/batch_query_keys", 0, route_batch_query_keys},
-    {"/get_all_keys", 0, route_all_keys},
-    {"/get_all_segments", 0, route_all_segments},
-    {"/get_segments_detail", 0, route_segments_detail},
-    {"/query_segment", 0, route_query_segment},
+    {"/metrics", 1, 0, route_metrics},
+    {"/metrics/summary", 1, 0, route_summary},
+    {"/health", 1, 0, route_health},
+    {"/role", 1, 0, route_role},
+    {"/ha_status", 1, 0, route_ha_status},
+    {"/leader", 1, 0, route_leader},
+    {"/query_key", 0, 0, route_query_key},
+    {"/batch_query_keys", 0, 0, route_batch_query_keys},
+    {"/get_all_keys", 0, 0, route_all_keys},
+    {"/get_all_segments", 0, 0, route_all_segments},
+    {"/get_segments_detail", 0, 0, route_segments_detail},
+    {"/query_segment", 0, 0, route_query_segment},
+    {"/kv_events/status", 0, 0, route_kv_events},
+    {"/api/v1/tenant_quotas", 0, EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE, route_tenant_quotas},
 };
 
 static void admin_cb(struct evhttp_request *req, void *arg)
@@ -1011,8 +1070,9 @@ static void admin_cb(struct evhttp_request *req, void *arg)
         reply_text(req, HTTP_NOTFOUND, "Not Found", "not found");
         return;
     }
-    if ((cmd != EVHTTP_REQ_GET) && (cmd != EVHTTP_REQ_HEAD)) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+    if ((cmd != EVHTTP_REQ_GET) && (cmd != EVHTTP_REQ_HEAD) && !(r->write & cmd)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          r->write ? "GET, HEAD, PUT, DELETE" : "GET, HEAD");
         reply_text(req, HTTP_BADMETHOD, "Method Not Allowed", "method not allowed");
         return;
     }

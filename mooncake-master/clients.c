@@ -19,6 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include <event2/http.h>
+#include <jansson.h>
 
 #include "common/log.h"
 #include "master.h"
@@ -118,19 +122,136 @@ void mc_master_client_forget(mc_master_t *m, mc_client_t *c, const char *why)
     free(c);
 }
 
-/* --enable_metadata_cleanup_on_timeout: the transfer-engine records of a
- * dead client's segments would otherwise point peers at a dead process. */
+/* ---- --enable_metadata_cleanup_on_timeout (upstream C.11) ---------------- */
+
+/* The transfer-engine keys of a segment start with "mooncake/", or with
+ * "mooncake/<MC_METADATA_CLUSTER_ID>/" when the cluster id is set, as the
+ * clients write them (libmooncake/transfer/metadata.c). */
+static void metadata_prefix(char *out, size_t len)
+{
+    const char *cluster = getenv("MC_METADATA_CLUSTER_ID");
+    size_t clen         = cluster ? strlen(cluster) : 0;
+
+    if ((clen == 0) || (clen > 128))
+        snprintf(out, len, "mooncake/");
+    else
+        snprintf(out, len, "mooncake/%s%s", cluster, (cluster[clen - 1] == '/') ? "" : "/");
+}
+
+/* Where the metadata lives when no HTTP metadata server runs in this
+ * process: $MOONCAKE_TE_META_DATA_SERVER (not P2PHANDSHAKE), else the
+ * metadata_server of the JSON at $MOONCAKE_CONFIG_PATH.  Only an http://
+ * URL is usable (the master speaks plain HTTP); 0 with it in @p out. */
+static int metadata_url(char *out, size_t len)
+{
+    const char *url = getenv("MOONCAKE_TE_META_DATA_SERVER");
+    const char *cfg = getenv("MOONCAKE_CONFIG_PATH");
+    json_t *j       = NULL;
+    int rc          = -1;
+
+    if (((url == NULL) || (*url == '\0')) && (cfg != NULL) && (*cfg != '\0')) {
+        j   = json_load_file(cfg, 0, NULL);
+        url = json_string_value(json_object_get(j, "metadata_server"));
+    }
+    if ((url == NULL) || (*url == '\0') || (strcmp(url, "P2PHANDSHAKE") == 0)) {
+        mc_log_ratelimited(MC_LOG_WARN, "--enable_metadata_cleanup_on_timeout: no embedded "
+                           "metadata server and no http metadata URL in "
+                           "MOONCAKE_TE_META_DATA_SERVER or MOONCAKE_CONFIG_PATH; nothing "
+                           "cleaned");
+    } else if (strncasecmp(url, "http://", 7) != 0) {
+        mc_log_ratelimited(MC_LOG_WARN, "--enable_metadata_cleanup_on_timeout: metadata "
+                           "server %s is not an http:// URL (https is not available to the "
+                           "master); nothing cleaned", url);
+    } else if (snprintf(out, len, "%s", url) < (int)len) {
+        rc = 0;
+    }
+    json_decref(j);
+    return rc;
+}
+
+static void remote_delete_done(struct evhttp_request *req, void *arg)
+{
+    char *key = arg;
+    int code  = req ? evhttp_request_get_response_code(req) : 0;
+
+    if ((code >= 200) && (code < 300))
+        mc_debug("metadata cleanup: deleted %s", key);
+    else if (code != 404)
+        mc_log_ratelimited(MC_LOG_WARN, "metadata cleanup: DELETE %s failed (%s %d)", key,
+                           code ? "HTTP" : "no answer within 3 s, status", code);
+    free(key);
+}
+
+/* DELETE <url>?key=<key> on the loop, 3 s at most; the answer is only
+ * logged (a peer that still reads the record fails its own way). */
+static void remote_delete(mc_master_t *m, const char *url, const char *key)
+{
+    struct evhttp_uri *u = evhttp_uri_parse(url);
+    const char *host     = u ? evhttp_uri_get_host(u) : NULL;
+    const char *path     = u ? evhttp_uri_get_path(u) : NULL;
+    int port             = u ? evhttp_uri_get_port(u) : -1;
+    char *enc = NULL, *arg = NULL, target[4096];
+    struct evhttp_connection *conn = NULL;
+    struct evhttp_request *req;
+
+    if (host == NULL) {
+        mc_log_ratelimited(MC_LOG_WARN, "metadata cleanup: cannot parse URL %s", url);
+        goto out;
+    }
+    enc = evhttp_encode_uri(key);
+    arg = strdup(key);
+    if ((enc == NULL) || (arg == NULL))
+        goto out;
+    snprintf(target, sizeof(target), "%s%ckey=%s", (path && *path) ? path : "/",
+             (path && strchr(path, '?')) ? '&' : '?', enc);
+    conn = evhttp_connection_base_new(m->base, NULL, host, (port > 0) ? port : 80);
+    req  = conn ? evhttp_request_new(remote_delete_done, arg) : NULL;
+    if (req == NULL)
+        goto out;
+    evhttp_connection_set_timeout(conn, 3);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
+    if (evhttp_make_request(conn, req, EVHTTP_REQ_DELETE, target) != 0) {
+        /* evhttp_make_request freed req (and calls no callback) */
+        mc_log_ratelimited(MC_LOG_WARN, "metadata cleanup: cannot send DELETE %s", key);
+        goto out;
+    }
+    evhttp_connection_free_on_completion(conn);
+    conn = NULL;
+    arg  = NULL; /* remote_delete_done frees it */
+out:
+    if (conn != NULL)
+        evhttp_connection_free(conn);
+    free(arg);
+    free(enc);
+    if (u != NULL)
+        evhttp_uri_free(u);
+}
+
+/* The transfer-engine records of a dead client's segments would otherwise
+ * point peers at a dead process: delete them from the embedded metadata
+ * server, or from the remote one clients publish to. */
 static void cleanup_metadata(mc_master_t *m, mc_client_t *c)
 {
+    static const char *const kinds[] = {"ram/", "rpc_meta/"};
     mc_mlist_t *pos, *tmp;
+    char prefix[160], url[2048];
     char key[2048]; /* segment names are at most 1024 bytes */
+
+    if (mc_mlist_empty(&c->segments))
+        return;
+    if ((m->http == NULL) && (metadata_url(url, sizeof(url)) != 0))
+        return;
+    metadata_prefix(prefix, sizeof(prefix));
     mc_mlist_for_each_safe(pos, tmp, &c->segments)
     {
         mc_segment_t *seg = mc_container_of(pos, mc_segment_t, client_link);
-        snprintf(key, sizeof(key), "mooncake/ram/%s", seg->name);
-        mc_meta_server_delete(m->http, key);
-        snprintf(key, sizeof(key), "mooncake/rpc_meta/%s", seg->name);
-        mc_meta_server_delete(m->http, key);
+        for (size_t i = 0; i < MC_ARRAY_SIZE(kinds); i++) {
+            snprintf(key, sizeof(key), "%s%s%s", prefix, kinds[i], seg->name);
+            if (m->http != NULL)
+                mc_meta_server_delete(m->http, key);
+            else
+                remote_delete(m, url, key);
+        }
     }
 }
 
@@ -143,7 +264,7 @@ void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms)
         n              = mc_hmap_next(&m->clients, &it);
         if (c->deadline_ms > now_ms)
             continue;
-        if (m->cfg->enable_metadata_cleanup_on_timeout && (m->http != NULL))
+        if (m->cfg->enable_metadata_cleanup_on_timeout)
             cleanup_metadata(m, c);
         mc_master_client_forget(m, c,
                                 c->restored ? "did not remount its restored segments within "

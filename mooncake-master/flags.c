@@ -187,19 +187,6 @@ static int v_memory_allocator(const void *value, char *why, size_t whylen)
     return one_of(s, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
 }
 
-static int v_allocation_strategy(const void *value, char *why, size_t whylen)
-{
-    static const char *const allowed[] = {"random", "free_ratio_first", "cxl",
-                                          "ssd_free_ratio_first", "local_first"};
-    return one_of(*(char *const *)value, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
-}
-
-static int v_ha_backend(const void *value, char *why, size_t whylen)
-{
-    static const char *const allowed[] = {"etcd", "redis", "k8s"};
-    return one_of(*(char *const *)value, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
-}
-
 static int v_snapshot_store(const void *value, char *why, size_t whylen)
 {
     static const char *const allowed[] = {"", "local"};
@@ -209,12 +196,6 @@ static int v_snapshot_store(const void *value, char *why, size_t whylen)
         return -1;
     }
     return one_of(s, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
-}
-
-static int v_dynamic_replication_mode(const void *value, char *why, size_t whylen)
-{
-    static const char *const allowed[] = {"off", "observe", "enforce"};
-    return one_of(*(char *const *)value, allowed, MC_ARRAY_SIZE(allowed), why, whylen);
 }
 
 static int v_log_level(const void *value, char *why, size_t whylen)

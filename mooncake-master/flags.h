@@ -85,8 +85,9 @@ typedef enum mc_flag_kind {
     X(INT, rpc_port, "0", v_port, 0, "Port of the master RPC server; 0 uses --port.")       \
     X(STRING, rpc_address, "0.0.0.0", v_nonempty, 0,                                        \
       "Address the RPC server binds to (IPv4, IPv6 or host name).")                         \
-    X(STRING, rpc_interface, "", v_none, MC_FLAG_REFUSE,                                    \
-      "Network interface whose IPv4 address overrides --rpc_address.")                      \
+    X(STRING, rpc_interface, "", v_none, 0,                                                 \
+      "Network interface (e.g. eth0) whose IPv4 address replaces --rpc_address at start "   \
+      "(a warning when --rpc_address is not 0.0.0.0); an interface without one is fatal.") \
     X(INT, max_threads, "16", v_positive, MC_FLAG_COMPAT,                                   \
       "Accepted for compatibility (deprecated alias of --rpc_thread_num); the master "      \
       "serves every connection from one event loop.")                                       \
@@ -123,7 +124,7 @@ typedef enum mc_flag_kind {
       "Port of the HTTP admin/metrics server (/metrics in Prometheus text, "                \
       "/metrics/summary, /health, /role, /ha_status, /leader, /query_key?key=, "            \
       "/batch_query_keys?keys=, /get_all_keys, /get_all_segments, /get_segments_detail, "   \
-      "/query_segment?segment=); 0 disables it.  When the default port cannot be bound "    \
+      "/query_segment?segment=, /api/v1/tenant_quotas, /kv_events/status); 0 disables it.  When the default port cannot be bound "    \
       "the master runs without it; an explicit port that cannot be bound is fatal.")        \
     X(STRING, metrics_host, "0.0.0.0", v_nonempty, 0,                                       \
       "Address the HTTP admin/metrics server binds to.")                                    \
@@ -165,14 +166,18 @@ typedef enum mc_flag_kind {
       "Bytes of keys and values the HTTP metadata store holds; a PUT beyond it is 507 "     \
       "\"metadata store is full\".")                                                        \
     X(BOOL, enable_metadata_cleanup_on_timeout, "false", v_none, 0,                         \
-      "When a client expires, delete mooncake/ram/<segment> and mooncake/rpc_meta/<segment> " \
-      "of its segments from the embedded HTTP metadata server.")                            \
+      "When a client expires, delete [mooncake/|mooncake/$MC_METADATA_CLUSTER_ID/]ram/<seg> " \
+      "and .../rpc_meta/<seg> of its segments from the embedded HTTP metadata server, else " \
+      "from the http(s) server of $MOONCAKE_TE_META_DATA_SERVER or of metadata_server in "  \
+      "the JSON at $MOONCAKE_CONFIG_PATH (DELETE <url>?key=, 3 s).")                        \
     /* ---- allocation ---- */                                                              \
     X(STRING, memory_allocator, "offset", v_memory_allocator, 0,                            \
       "Allocator of segment space: offset (cachelib is not available).")                    \
-    X(STRING, allocation_strategy, "random", v_allocation_strategy, 0,                      \
-      "Replica placement: random or free_ratio_first (cxl, ssd_free_ratio_first and "       \
-      "local_first are accepted and fall back to random).")                                 \
+    X(STRING, allocation_strategy, "random", v_none, 0,                                     \
+      "Replica placement: random, free_ratio_first, or local_first (single-replica puts "   \
+      "go to the writer's host first, then the hosts after it by name, each host's "         \
+      "segments from hash(key) onward; random when full).  cxl and ssd_free_ratio_first "    \
+      "act as random (no CXL or SSD pools here); any other value: a warning and random.")   \
     X(INT, put_start_discard_timeout_sec, "30", v_nonneg, 0,                                \
       "Seconds after which an unfinished PutStart may be preempted by a new PutStart.")     \
     X(INT, put_start_release_timeout_sec, "600", v_nonneg, 0,                               \
@@ -276,28 +281,47 @@ typedef enum mc_flag_kind {
     X(BOOL, enable_disk_eviction, "true", v_none, MC_FLAG_COMPAT, "Evict from the disk tier.") \
     X(INT, quota_bytes, "0", v_nonneg, MC_FLAG_COMPAT, "Disk quota in bytes (0 = 90% of capacity).") \
     /* ---- dynamic replication ---- */                                                     \
-    X(STRING, dynamic_replication_mode, "off", v_dynamic_replication_mode, MC_FLAG_REFUSE,  \
-      "Dynamic replication of hot objects: off, observe or enforce.")                       \
-    X(INT, dynamic_replication_heat_window_seconds, "10", v_positive, MC_FLAG_COMPAT,       \
+    X(STRING, dynamic_replication_mode, "off", v_none, 0,                                   \
+      "Dynamic replication of hot objects: off; observe (log keys read at least "           \
+      "ceil(qps_threshold x window) times in one heat window); enforce (then queue a copy " \
+      "task adding a memory replica on another segment, preferring another host; 30 s "     \
+      "cool-down per key).  Any other value: a warning and off.")                           \
+    X(INT, dynamic_replication_heat_window_seconds, "10", v_positive, 0,                    \
       "Heat window of dynamic replication (s).")                                            \
-    X(DOUBLE, dynamic_replication_admission_qps_threshold, "0.8", v_nonneg_double, MC_FLAG_COMPAT, \
-      "Reads per second that make an object hot.")                                          \
-    X(INT, dynamic_replication_max_memory_replicas, "2", v_positive, MC_FLAG_COMPAT,        \
-      "Memory replicas of a hot object.")                                                   \
+    X(DOUBLE, dynamic_replication_admission_qps_threshold, "0.8", v_nonneg_double, 0,       \
+      "Reads per second (over a heat window) that make an object hot.")                     \
+    X(INT, dynamic_replication_max_memory_replicas, "2", v_positive, 0,                     \
+      "Objects with this many memory replicas are not counted (nor copied again).")         \
     /* ---- KV events ---- */                                                               \
-    X(BOOL, enable_kv_events, "false", v_none, MC_FLAG_REFUSE, "Publish KV events over ZMQ PUB.") \
-    X(STRING, kv_events_bind_endpoint, "tcp://0.0.0.0:5557", v_none, MC_FLAG_COMPAT,        \
-      "ZMQ PUB bind endpoint of KV events.")                                                \
-    X(STRING, kv_events_model_name, "", v_none, MC_FLAG_COMPAT, "Model name in KV events (deprecated).") \
-    X(STRING, kv_events_backend_id, "", v_none, MC_FLAG_COMPAT, "backend_id of KV events.") \
-    X(STRING, kv_events_tenant_id, "default", v_none, MC_FLAG_COMPAT, "Tenant of KV events (deprecated).") \
-    X(STRING, kv_events_additional_salt, "", v_none, MC_FLAG_COMPAT, "Hash salt of KV events.") \
-    X(STRING, kv_events_lora_name, "", v_none, MC_FLAG_COMPAT, "LoRA name in KV events.")   \
-    X(INT, kv_events_block_size, "0", v_nonneg, MC_FLAG_COMPAT, "Block size in KV events.") \
-    X(INT, kv_events_dp_rank, "0", v_nonneg, MC_FLAG_COMPAT, "Data-parallel rank in KV events.") \
-    X(BOOL, kv_events_emit_legacy_compat, "true", v_none, MC_FLAG_COMPAT, "Emit legacy event fields.") \
-    X(BOOL, kv_events_emit_object_key, "true", v_none, MC_FLAG_COMPAT, "Emit object keys in events.") \
-    X(INT, kv_events_queue_capacity, "65536", v_positive, MC_FLAG_COMPAT, "KV event queue capacity.") \
+    X(BOOL, enable_kv_events, "false", v_none, 0,                                          \
+      "Publish KV cache events (stored/removed/cleared) on a ZMQ PUB socket in upstream's " \
+      "format (docs/events.md).  Needs --kv_events_bind_endpoint and "                      \
+      "--kv_events_backend_id; without them, or when the socket cannot be bound, the "      \
+      "error is logged and the master runs without events.  A build without libzmq "        \
+      "refuses to start with it.")                                                          \
+    X(STRING, kv_events_bind_endpoint, "", v_none, 0,                                       \
+      "ZMQ endpoint the KV event PUB socket binds, e.g. tcp://0.0.0.0:5557.")               \
+    X(STRING, kv_events_backend_id, "", v_none, 0,                                          \
+      "The backend_id every KV event carries (routers key their index by it).")             \
+    X(BOOL, kv_events_emit_legacy_compat, "true", v_none, 0,                                \
+      "Add the legacy event fields type, block_hashes and parent_block_hash.")             \
+    X(BOOL, kv_events_emit_object_key, "true", v_none, 0,                                   \
+      "Add object_key to every event; also publishes keys that are no u64 (empty hash "     \
+      "lists) instead of skipping them.")                                                   \
+    X(INT, kv_events_queue_capacity, "65536", v_nonneg, 0,                                  \
+      "KV events waiting to be sent; past it the oldest is dropped and its sequence "       \
+      "number skipped.  0 = unbounded.")                                                    \
+    X(STRING, kv_events_model_name, "", v_none, MC_FLAG_COMPAT,                             \
+      "Deprecated: never emitted (routers take it from their registration).")               \
+    X(STRING, kv_events_tenant_id, "default", v_none, MC_FLAG_COMPAT,                       \
+      "Deprecated: never emitted (events carry each object's tenant).")                    \
+    X(STRING, kv_events_additional_salt, "", v_none, MC_FLAG_COMPAT,                        \
+      "Deprecated: never emitted.")                                                         \
+    X(STRING, kv_events_lora_name, "", v_none, MC_FLAG_COMPAT, "Deprecated: never emitted.") \
+    X(INT, kv_events_block_size, "0", v_nonneg, MC_FLAG_COMPAT,                             \
+      "Deprecated: never emitted (routers take it from their registration).")               \
+    X(INT, kv_events_dp_rank, "0", v_nonneg, MC_FLAG_COMPAT,                                \
+      "Deprecated: never emitted (routers take it from their registration).")               \
     /* ---- NVMe-oF pool ---- */                                                            \
     X(INT, nof_heartbeat_interval_sec, "10", v_positive, MC_FLAG_COMPAT, "NVMe-oF heartbeat period (s).") \
     X(INT, nof_heartbeat_probe_timeout_ms, "1000", v_positive, MC_FLAG_COMPAT,              \
@@ -305,10 +329,16 @@ typedef enum mc_flag_kind {
     X(INT, nof_heartbeat_failures_threshold, "3", v_positive, MC_FLAG_COMPAT,               \
       "Consecutive failed NVMe-oF heartbeats before the master unmounts that segment.")     \
     /* ---- tenants ---- */                                                                 \
-    X(BOOL, enable_multi_tenants, "false", v_none, MC_FLAG_REFUSE,                          \
-      "Tenant registration and quotas (tenants already isolate keys without it).")          \
-    X(STRING, tenant_quota_connector_type, "file", v_none, MC_FLAG_COMPAT, "Tenant quota source type.") \
-    X(STRING, tenant_quota_connector_uri, "", v_none, MC_FLAG_COMPAT, "Tenant quota source URI.") \
+    X(BOOL, enable_multi_tenants, "false", v_none, 0,                                       \
+      "Off (upstream's default): a client's tenant_id is ignored and every client shares "  \
+      "tenant default.  On: tenants are key namespaces; a tenant writes only when the "     \
+      "quota policy names it (else TENANT_NOT_REGISTERED -1701) and within its quota "      \
+      "(TENANT_QUOTA_EXCEEDED -1700); admin API /api/v1/tenant_quotas.")                    \
+    X(STRING, tenant_quota_connector_type, "file", v_none, 0,                               \
+      "Source of the tenant quota policy: file (etcd is not available in this build).")    \
+    X(STRING, tenant_quota_connector_uri, "", v_none, 0,                                    \
+      "YAML quota policy (version: 1, tenants: [{name, quota}]; quota with B/KB/MB/GB/TB); " \
+      "rewritten by the admin API.  Empty: no tenant registered.")                          \
     /* ---- Kubernetes ---- */                                                              \
     X(STRING, pod_name, "", v_none, MC_FLAG_COMPAT, "Pod name for the k8s HA backend.")     \
     X(STRING, pod_namespace, "", v_none, MC_FLAG_COMPAT, "Pod namespace for the k8s HA backend.") \

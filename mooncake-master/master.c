@@ -26,13 +26,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <event2/event.h>
 
 #include "common/auth.h"
 #include "common/log.h"
+#include "dynrep.h"
 #include "evict.h"
+#include "kv_events.h"
 #include "master.h"
 #include "snapshot.h"
+#include "tenants.h"
 
 #define MC_MASTER_TICK_MS    250
 #define MC_MASTER_METRICS_S  10
@@ -109,6 +116,48 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 }
 
 /*
+ * --rpc_interface=<nic> (upstream C.1): the NIC's first IPv4 address
+ * replaces --rpc_address, so the RPC server binds, and an HA leader
+ * advertises, that address.  A NIC without one is fatal, in upstream's
+ * words.
+ */
+static mc_status_t rpc_interface_resolve(mc_master_config_t *cfg)
+{
+    struct ifaddrs *ifs, *i;
+    char addr[INET_ADDRSTRLEN] = "";
+    char *dup;
+
+    if (cfg->rpc_interface[0] == '\0')
+        return MC_OK;
+    if (getifaddrs(&ifs) != 0) {
+        mc_error("Failed to resolve rpc_interface=%s: getifaddrs: %m", cfg->rpc_interface);
+        return MC_INVALID_PARAMS;
+    }
+    for (i = ifs; (i != NULL) && (addr[0] == '\0'); i = i->ifa_next) {
+        if ((i->ifa_addr != NULL) && (i->ifa_addr->sa_family == AF_INET) &&
+            (strcmp(i->ifa_name, cfg->rpc_interface) == 0))
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr,
+                      addr, sizeof(addr));
+    }
+    freeifaddrs(ifs);
+    if (addr[0] == '\0') {
+        mc_error("Failed to resolve rpc_interface=%s: no such interface or no IPv4 address "
+                 "on it", cfg->rpc_interface);
+        return MC_INVALID_PARAMS;
+    }
+    if (strcmp(cfg->rpc_address, "0.0.0.0") != 0)
+        mc_warn("--rpc_interface=%s overrides --rpc_address=%s with %s", cfg->rpc_interface,
+                cfg->rpc_address, addr);
+    dup = strdup(addr);
+    if (dup == NULL)
+        return MC_INTERNAL_ERROR;
+    free(cfg->rpc_address);
+    cfg->rpc_address = dup;
+    mc_info("--rpc_interface=%s: rpc address %s", cfg->rpc_interface, addr);
+    return MC_OK;
+}
+
+/*
  * Upstream's start-up rules for --enable_oplog (its FATAL texts): the log
  * is replicated through the HA backend's etcd, so it needs HA, and etcd.
  * Here it selects the log shipped through etcd (ship.c, docs/ha.md).
@@ -142,6 +191,11 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         free(m);
         return st;
     }
+    st = rpc_interface_resolve(cfg);
+    if (st != MC_OK) {
+        free(m);
+        return st;
+    }
     st              = MC_INTERNAL_ERROR;
     m->cfg          = cfg;
     m->view_version = mc_wall_ms();
@@ -155,6 +209,10 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
     }
     if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
         (mc_master_clients_init(m) != MC_OK) || (mc_master_tasks_init(m) != MC_OK))
+        goto fail;
+    /* the quota policy first: restored objects are charged to their tenants */
+    st = mc_master_tenants_start(m);
+    if (st != MC_OK)
         goto fail;
     /* the restored index is in place before anyone can connect */
     st = mc_durable_start(m);
@@ -211,6 +269,9 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         if (st != MC_OK)
             goto fail;
     }
+    /* after HA: an HA leader's event sequence is fenced by its term; a
+     * publisher that cannot start leaves the master running (upstream) */
+    (void)mc_kv_events_start(m);
 
     st      = MC_INTERNAL_ERROR;
     m->tick_ev = event_new(m->base, -1, EV_PERSIST, tick_cb, m);
@@ -303,6 +364,9 @@ void mc_master_destroy(mc_master_t *m)
      * was appended goes out before the key does */
     if (mc_durable_ship(m) != NULL)
         mc_durable_drain(m);
+    /* the events queued so far go out while the leader key still fences
+     * their sequence numbers */
+    mc_kv_events_stop(m);
     /* first: a leader hands over (deletes its key) before it stops serving */
     mc_master_ha_stop(m);
     mc_master_admin_stop(m);
@@ -320,6 +384,8 @@ void mc_master_destroy(mc_master_t *m)
      * segments (replicas point into segments), segments before clients
      * (segments point at their owner) */
     index_cleanup(m);
+    mc_master_tenants_stop(m);
+    mc_master_dynrep_stop(m);
     if (m->base != NULL)
         event_base_free(m->base);
     free(m);

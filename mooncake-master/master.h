@@ -557,6 +557,10 @@ struct mc_master {
      * --enable_snapshot */
     mc_durable_t *durable;
     int fatal;                 /* the loop stopped on an error: exit 1 */
+    /* kv_events.c: the KV cache event publisher, NULL while off */
+    struct mc_kv_events *kv_events;
+    struct mc_tenants *tenants;  /* --enable_multi_tenants (tenants.c) */
+    struct heat_table *heat;     /* --dynamic_replication_mode (dynrep.c) */
 
     /* master.c */
     struct event *tick_ev;

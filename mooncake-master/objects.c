@@ -60,9 +60,13 @@
 
 #include "common/log.h"
 #include "common/regex_limit.h"
+#include "dynrep.h"
 #include "evict.h"
+#include "kv_events.h"
 #include "master.h"
+#include "placement.h"
 #include "snapshot.h"
+#include "tenants.h"
 
 typedef struct obj_lookup {
     mc_str_t tenant;
@@ -635,6 +639,10 @@ mc_object_ext_t *mc_master_object_ext(mc_object_t *o)
  * replicas, rep0 included, already gone). */
 static void obj_free(mc_master_t *m, mc_object_t *o)
 {
+    /* the tenant's quota charge (tenants.h), taken with the size */
+    if ((o->writer != NULL) && (o->size > 0))
+        mc_master_tenant_charge(m, (mc_str_t){o->writer->tenant, o->writer->tenant_len},
+                                -(int64_t)o->size);
     writer_put(m, o->writer);
     o->writer = NULL;
     disk_free(m, o);
@@ -702,6 +710,11 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
 {
     uint64_t now_ms = mc_now_ms();
 
+    /* every disappearance passes here, so routers hear of each one; an
+     * in-place upsert's object was announced by its earlier PutEnd
+     * (docs/events.md §3) */
+    if (o->complete || (o->upsert == MC_UPSERT_INPLACE))
+        mc_kv_events_removed(m, o);
     if (o->complete)
         mc_durable_erase(m, o);
     if (mc_object_replicating(o))
@@ -1117,6 +1130,16 @@ static const mc_client_t *writer_of(mc_master_t *m, mc_uuid_t client_id,
     return cfg->prefer_alloc_in_same_node ? mc_master_client_find(m, client_id) : NULL;
 }
 
+/* --allocation_strategy=local_first: the writer of a single-replica put,
+ * whose host comes first (placement.h). */
+static const mc_client_t *local_first_writer(mc_master_t *m, mc_uuid_t client_id,
+                                             const mc_wire_config_t *cfg)
+{
+    if ((cfg->replica_num != 1) || (strcmp(m->cfg->allocation_strategy, "local_first") != 0))
+        return NULL;
+    return mc_master_client_find(m, client_id);
+}
+
 /* One placement attempt of place(), repeated by inline eviction. */
 typedef struct place_try {
     mc_master_t *m;
@@ -1124,13 +1147,16 @@ typedef struct place_try {
     uint32_t want;
     mc_str_t preferred;
     const mc_client_t *local;
+    const mc_client_t *writer; /* local_first, else NULL */
+    mc_str_t key;              /* empty for a reservation (no key yet) */
     mc_replica_t **reps;
 } place_try_t;
 
 static uint32_t place_try(void *arg)
 {
     place_try_t *p = arg;
-    return mc_master_segments_allocate(p->m, p->length, p->want, p->preferred, p->local, p->reps);
+    return mc_master_segments_allocate_keyed(p->m, p->length, p->want, p->preferred, p->local,
+                                             p->writer, p->key, p->reps);
 }
 
 static void release_placed(mc_master_t *m, mc_replica_t **reps, uint32_t n);
@@ -1139,7 +1165,7 @@ static void release_placed(mc_master_t *m, mc_replica_t **reps, uint32_t n);
  * how many were placed, 0 when none fitted even after evicting every
  * evictable object but @p keep (evict.h) -- or at once, without evicting,
  * when @p evict is 0. */
-static uint32_t place_ex(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
+static uint32_t place_ex(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, uint64_t length,
                          const mc_wire_config_t *cfg, const mc_object_t *keep, int evict,
                          mc_replica_t ***reps_p, int32_t *st_p)
 {
@@ -1165,6 +1191,8 @@ static uint32_t place_ex(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
     p.want      = want;
     p.preferred = cfg->preferred_segment;
     p.local     = writer_of(m, client_id, cfg);
+    p.writer    = local_first_writer(m, client_id, cfg);
+    p.key       = key;
     p.reps      = *reps_p;
     n           = place_try(&p);
     if ((n == 0) && evict)
@@ -1184,11 +1212,11 @@ static uint32_t place_ex(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
     return n;
 }
 
-static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
+static uint32_t place(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, uint64_t length,
                       const mc_wire_config_t *cfg, const mc_object_t *keep,
                       mc_replica_t ***reps_p, int32_t *st_p)
 {
-    return place_ex(x, client_id, length, cfg, keep, 1, reps_p, st_p);
+    return place_ex(x, client_id, key, length, cfg, keep, 1, reps_p, st_p);
 }
 
 /* Undo place(): give back the @p n replicas it allocated. */
@@ -1256,10 +1284,12 @@ static int32_t put_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key,
         return MC_INVALID_PARAMS;
 
     st = key_claim(x, key);
+    if (st == MC_OK) /* --enable_multi_tenants: registration and quota */
+        st = mc_master_tenant_admit(x->m, x->tenant, length);
     if (st != MC_OK)
         return st;
 
-    n = place(x, client_id, length, cfg, NULL, &reps, &st);
+    n = place(x, client_id, key, length, cfg, NULL, &reps, &st);
     if (n == 0)
         return st;
     if (cfg->dfs_replica_num > 0) {
@@ -1317,6 +1347,7 @@ static mc_object_t *obj_create(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t ke
     }
     mc_mlist_init(&o->replicas);
     o->size         = length;
+    mc_master_tenant_charge(m, x->tenant, (int64_t)length); /* given back by obj_free */
     o->put_start_ms = x->now_ms;
     o->hard_pin     = cfg->with_hard_pin ? 1 : 0;
     mc_chmap_insert(&m->objects, &o->node, o->hash);
@@ -1400,6 +1431,8 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
     obj_up(o)->dfs    = NULL;
     if (o->ext->dfs != NULL)
         o->ext->dfs->status = MC_REPLICA_COMPLETE;
+    mc_master_tenant_charge(m, (mc_str_t){o->writer->tenant, o->writer->tenant_len},
+                            (int64_t)obj_up(o)->size - (int64_t)o->size);
     o->size              = obj_up(o)->size;
     writer_put(m, o->writer); /* the upserter's reference moves to the object */
     o->writer            = obj_up(o)->writer;
@@ -1436,6 +1469,7 @@ static void obj_publish(mc_req_ctx_t *x, mc_object_t *o)
         o->ext->soft_pin_deadline_ms = x->now_ms + o->ext->soft_pin_ttl_ms;
     group_sync(x->m, o);
     mc_durable_object(x->m, o);
+    mc_kv_events_stored(x->m, o);
 }
 
 /* PUT_END, and UPSERT_END when @p upsert. */
@@ -1457,6 +1491,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         upsert_swap(x->m, o, x->now_ms);
         group_sync(x->m, o);
         mc_durable_object(m, o);
+        mc_kv_events_stored(m, o);
         return MC_OK;
     }
     if (!mc_uuid_eq(mc_object_owner(o), client_id))
@@ -1472,6 +1507,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     upsert_clear(m, o);
     group_sync(x->m, o);
     mc_durable_object(m, o);
+    mc_kv_events_stored(m, o);
     return MC_OK;
 }
 
@@ -1516,6 +1552,7 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
     if (out->n == 0)
         return MC_OBJECT_NOT_FOUND; /* only on segments not remounted since a restart */
     obj_grant_lease(x->m, o, x->now_ms);
+    mc_master_dynrep_hit(x, o); /* --dynamic_replication_mode */
     if (x->m->cfg->promotion_on_hit && !mc_object_has_replicas(o) && (obj_disk(o) != NULL) &&
         disk_readable(x->m, obj_disk(o)))
         mc_master_promote_hit(x, o);
@@ -1544,24 +1581,30 @@ static int removable(const mc_object_t *o, uint64_t now_ms)
 /*
  * Erase the objects of the tenant that are removable (all of them with
  * @p force) and whose key @p match accepts (every key when NULL); returns
- * how many went.
+ * how many went.  *@p kept_p counts the objects of the tenant left that
+ * KV events announced (complete, or upserted in place).
  */
 static int64_t remove_where(mc_req_ctx_t *x, int force, int (*match)(mc_str_t key, void *arg),
-                            void *arg)
+                            void *arg, int64_t *kept_p)
 {
     mc_chmap_iter_t it;
     mc_cnode_t *n = mc_chmap_first(&x->m->objects, &it);
     int64_t count = 0;
 
+    *kept_p = 0;
     while (n != NULL) {
         mc_object_t *o = mc_container_of(n, mc_object_t, node);
         n              = mc_chmap_next(&x->m->objects, &it);
         if (!mc_str_eq(mc_object_tenant(o), x->tenant))
             continue;
-        if (!force && !removable(o, x->now_ms))
+        if (!force && !removable(o, x->now_ms)) {
+            *kept_p += o->complete || (o->upsert == MC_UPSERT_INPLACE);
             continue;
-        if ((match != NULL) && !match(mc_object_key(o), arg))
+        }
+        if ((match != NULL) && !match(mc_object_key(o), arg)) {
+            *kept_p += o->complete || (o->upsert == MC_UPSERT_INPLACE);
             continue;
+        }
         obj_erase(x->m, o);
         count++;
     }
@@ -1705,7 +1748,7 @@ static int32_t resv_grant(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
 
     out->n = 0;
     out->v = NULL;
-    n      = place_ex(x, client_id, length, cfg, NULL, evict, &reps, &st);
+    n      = place_ex(x, client_id, (mc_str_t){"", 0}, length, cfg, NULL, evict, &reps, &st);
     if (n == 0)
         return st;
     out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
@@ -1801,6 +1844,8 @@ int32_t mc_master_put_commit(mc_req_ctx_t *x, const mc_wire_put_commit_req_t *re
         }
     }
     st = key_claim(x, req->key);
+    if (st == MC_OK)
+        st = mc_master_tenant_admit(m, x->tenant, r->length);
     if (st != MC_OK)
         return st; /* the reservation stays the writer's */
 
@@ -1859,7 +1904,12 @@ int32_t mc_master_remove(mc_req_ctx_t *x, const mc_wire_remove_req_t *req)
 int32_t mc_master_remove_all(mc_req_ctx_t *x, const mc_wire_remove_all_req_t *req,
                              mc_wire_remove_all_resp_t *resp)
 {
-    int64_t count = remove_where(x, req->force, NULL, NULL);
+    int64_t kept;
+    int64_t count = remove_where(x, req->force, NULL, NULL, &kept);
+
+    /* routers may drop the tenant's whole index: nothing they know of is left */
+    if (kept == 0)
+        mc_kv_events_cleared(x->m, x->tenant.ptr, x->tenant.len);
 
     resp->count = count;
     if (count > 0)
@@ -2177,7 +2227,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     mc_writer_t *w = writer_get(m, x->tenant, client_id);
     if (w == NULL)
         return MC_INTERNAL_ERROR;
-    n = place(x, client_id, length, cfg, o, &reps, &st);
+    n = place(x, client_id, mc_object_key(o), length, cfg, o, &reps, &st);
     if (n == 0) {
         writer_put(m, w);
         return st;
@@ -2533,6 +2583,8 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
         goto fail;
     o->size   = r->size; /* obj_free gives a DFS extent back by it */
     o->writer = writer_get(m, r->tenant, r->owner);
+    if (o->writer != NULL) /* obj_free gives the tenant's charge back */
+        mc_master_tenant_charge(m, r->tenant, (int64_t)r->size);
     if ((o->writer == NULL) || (((dfs != NULL) || (dsk != NULL)) && (obj_ext(o) == NULL))) {
         obj_free(m, o);
         goto fail;
@@ -2544,15 +2596,15 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
         m->disk_replicas++;
         m->disk_bytes += dsk->length;
     }
-    if ((r->soft_pin_ttl_ms > 0) || r->has_group) {
-        if ((obj_ext(o) == NULL) ||
-            (r->has_group && ((o->ext->group_id = mc_str_dup(r->group_id)) == NULL))) {
+    /* A soft pin is not restored (upstream C.7): it is runtime state, and a
+     * log written before it was dropped from the records may still carry
+     * a TTL, which is ignored here.  The object is ordinary cache until a
+     * write asks for SoftPinAction.ENABLE again. */
+    if (r->has_group) {
+        if ((obj_ext(o) == NULL) || ((o->ext->group_id = mc_str_dup(r->group_id)) == NULL)) {
             obj_free(m, o);
             return NULL;
         }
-        /* the pin runs again from the restart */
-        o->ext->soft_pin_ttl_ms      = r->soft_pin_ttl_ms;
-        o->ext->soft_pin_deadline_ms = r->soft_pin_ttl_ms ? now_ms + r->soft_pin_ttl_ms : 0;
     }
     mc_mlist_init(&o->replicas);
     o->size              = r->size;

@@ -379,6 +379,13 @@ static int32_t handle_hello(mc_conn_t *c, mc_req_ctx_t *x, const mc_wire_hello_r
         if ((unsigned char)t.ptr[i] < 0x20 || t.ptr[i] == 0x7f)
             return MC_INVALID_PARAMS;
     }
+    /* Upstream C.9: without --enable_multi_tenants the tenant id a client
+     * sends is ignored (it was checked above, and still selects the
+     * client's secret) and every connection works in tenant "default", so
+     * clients of different tenants share keys.  With it on, tenants are
+     * key namespaces with registration and quotas (objects.c). */
+    if (!c->m->cfg->enable_multi_tenants)
+        t = mc_str_from_cstr("default");
     memcpy(c->tenant, t.ptr, t.len);
     c->tenant_len = t.len;
     c->client_id  = req->client_id;

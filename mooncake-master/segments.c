@@ -29,6 +29,7 @@
 #include "common/gen.h"
 #include "common/log.h"
 #include "master.h"
+#include "placement.h"
 #include "snapshot.h"
 
 #define MC_SEGMENT_ALIGNMENT 8
@@ -492,6 +493,122 @@ uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t wan
             out[n++] = r;
     }
     return n;
+}
+
+/* ---- local_first (upstream C.8) -------------------------------------------- */
+
+/* The host a writer works on: the host part of its first memory segment's
+ * name, none for the loopback and wildcard names upstream ignores (every
+ * client of a one-machine test would share them). */
+static mc_str_t writer_host(const mc_client_t *c)
+{
+    static const char *const none[] = {"localhost", "127.0.0.1", "0.0.0.0", "::1",
+                                       "[::1]",     "::",        "[::]"};
+    const mc_mlist_t *pos;
+    mc_str_t h = {"", 0};
+
+    for (pos = c->segments.next; pos != &c->segments; pos = pos->next) {
+        const mc_segment_t *seg = mc_container_of(pos, mc_segment_t, client_link);
+        if (!seg->nof) {
+            h = mc_master_segment_host(seg->name);
+            break;
+        }
+    }
+    for (size_t i = 0; i < MC_ARRAY_SIZE(none); i++) {
+        if (str_eq_cstr(h, none[i]))
+            return (mc_str_t){"", 0};
+    }
+    return h;
+}
+
+static int host_cmp(const void *a, const void *b)
+{
+    const mc_str_t *x = a, *y = b;
+    int c = memcmp(x->ptr, y->ptr, MC_MIN(x->len, y->len));
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* FNV-1a of the key: a stable rotation across restarts and builds. */
+static uint64_t key_hash(mc_str_t key)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t i = 0; i < key.len; i++)
+        h = (h ^ (uint8_t)key.ptr[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Try the segments of @p host in mount order, from hash(key) % n on. */
+static mc_replica_t *try_host(mc_master_t *m, mc_str_t host, uint64_t hash, uint64_t size)
+{
+    uint32_t n = 0;
+    mc_replica_t *r;
+
+    for (uint32_t i = 0; i < m->nseg; i++)
+        n += mc_str_eq(mc_master_segment_host(m->segv[i]->name), host);
+    /* the j-th segment of the host, j = hash % n, then the next ones */
+    for (uint32_t step = 0; step < n; step++) {
+        uint32_t want = (uint32_t)((hash + step) % n), j = 0;
+        for (uint32_t i = 0; i < m->nseg; i++) {
+            mc_segment_t *seg = m->segv[i];
+            if (!mc_str_eq(mc_master_segment_host(seg->name), host))
+                continue;
+            if (j++ != want)
+                continue;
+            if ((r = try_segment(m, seg, size)) != NULL)
+                return r;
+            break;
+        }
+    }
+    return NULL;
+}
+
+uint32_t mc_master_segments_allocate_keyed(mc_master_t *m, uint64_t size, uint32_t want,
+                                           mc_str_t preferred, const mc_client_t *local,
+                                           const mc_client_t *writer, mc_str_t key,
+                                           mc_replica_t **out)
+{
+    mc_str_t host = {"", 0};
+    mc_str_t *hosts;
+    uint32_t nh = 0, first = 0;
+    uint64_t hash;
+    mc_replica_t *r = NULL;
+
+    if ((want != 1) || (m->nseg == 0) || (size == 0) || (writer == NULL) ||
+        (strcmp(m->cfg->allocation_strategy, "local_first") != 0))
+        return mc_master_segments_allocate(m, size, want, preferred, local, out);
+    host = writer_host(writer);
+    if (host.len == 0)
+        return mc_master_segments_allocate(m, size, want, preferred, local, out);
+    /* the caller's preferred segment keeps its place in front */
+    for (uint32_t i = 0; (preferred.len > 0) && (i < m->nseg) && (r == NULL); i++) {
+        if (str_eq_cstr(preferred, m->segv[i]->name))
+            r = try_segment(m, m->segv[i], size);
+    }
+    hosts = (r == NULL) ? malloc((size_t)m->nseg * sizeof(*hosts)) : NULL;
+    if (hosts != NULL) {
+        for (uint32_t i = 0; i < m->nseg; i++) {
+            mc_str_t h = mc_master_segment_host(m->segv[i]->name);
+            uint32_t k = 0;
+            while ((k < nh) && !mc_str_eq(hosts[k], h))
+                k++;
+            if (k == nh)
+                hosts[nh++] = h;
+        }
+        qsort(hosts, nh, sizeof(*hosts), host_cmp);
+        /* the writer's host, else the first name after it (wrapping) */
+        while ((first < nh) && (host_cmp(&hosts[first], &host) < 0))
+            first++;
+        hash = key_hash(key);
+        for (uint32_t k = 0; (k < nh) && (r == NULL); k++)
+            r = try_host(m, hosts[(first + k) % nh], hash, size);
+        free(hosts);
+    }
+    if (r != NULL) {
+        out[0] = r;
+        return 1;
+    }
+    /* full everywhere in that order (or out of memory): random fallback */
+    return mc_master_segments_allocate(m, size, want, preferred, local, out);
 }
 
 /* ---- copy/move task targets ---------------------------------------------- */

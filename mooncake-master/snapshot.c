@@ -155,7 +155,10 @@ static void encode_object(mc_buf_t *b, const mc_object_t *o)
     mc_buf_put_u64(b, o->size);
     put_uuid(b, mc_object_owner(o));
     mc_buf_put_u8(b, o->hard_pin);
-    mc_buf_put_u64(b, (o->ext != NULL) ? o->ext->soft_pin_ttl_ms : 0);
+    /* soft pin is runtime-only, as upstream's snapshots and oplog keep it:
+     * the slot stays in the layout but is always 0, so a restored or
+     * promoted index holds ordinary cache until a later write pins again */
+    mc_buf_put_u64(b, 0);
     mc_buf_put_u8(b, gid != NULL);
     if (gid != NULL)
         mc_buf_put_str(b, mc_str_from_cstr(gid));

@@ -30,11 +30,13 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store_disk.c \
 	tests/unit/test_master_mem.c \
 	tests/unit/test_etcd.c \
+	tests/unit/test_redis.c \
 	tests/unit/test_transfer.c tests/unit/te_util.c tests/unit/te_util.h \
 	tests/unit/test_shm.c \
 	tests/unit/test_nof.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	tests/unit/test_oplog.c mooncake-master/oplog.c \
+	tests/unit/test_kv_events.c mooncake-master/kv_event_codec.c mooncake-master/msgpack.c \
 	tests/unit/test_dfs.c mooncake-master/dfs_alloc.c \
 	$(NULL)
 tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
@@ -45,7 +47,8 @@ endif
 # with the corpora kept in FUZZ_DIR between runs.
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_auth.c tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
 	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_oplog.c tests/fuzz/fuzz_regex.c \
-	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c
+	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c \
+	tests/fuzz/fuzz_msgpack.c
 # RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.
 EXTRA_DIST += tests/python/test_rdma.py tests/python/test_cuda.py tests/python/fake_cudart.c \
 	tests/rdma/README.md tests/rdma/run.sh tests/rdma/rdma_pair.py tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md

@@ -92,6 +92,8 @@ EXTRA_DIST += \
 	tests/python/test_eviction.py \
 	tests/python/test_groups.py \
 	tests/python/test_tenants.py \
+	tests/python/test_kv_events.py \
+	tests/python/test_seed_rules.py \
 	tests/python/test_segments.py \
 	tests/python/test_remount.py \
 	tests/python/test_tasks.py \

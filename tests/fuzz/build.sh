@@ -81,6 +81,9 @@ $cc $cflags $san -o "$work/fuzz_rdma_hs" "$src/tests/fuzz/fuzz_rdma_hs.c" \
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_rdma_seeds" "$src/tests/fuzz/fuzz_rdma_hs.c" \
     "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_msgpack" "$src/tests/fuzz/fuzz_msgpack.c" \
+    "$src/mooncake-master/msgpack.c" "$src/mooncake-master/kv_event_codec.c" $common -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_auth" "$src/tests/fuzz/fuzz_auth.c" \
     "$src/libmooncake/common/auth.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -93,7 +96,7 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
-targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_te_disk fuzz_http_meta fuzz_rdma_hs fuzz_auth"
+targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_te_disk fuzz_http_meta fuzz_rdma_hs fuzz_auth fuzz_msgpack"
 for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_oplog_seeds" "$work/corpus-fuzz_oplog"
 "$work/write_rdma_seeds" "$work/corpus-fuzz_rdma_hs"
@@ -124,6 +127,10 @@ printf '\000MCAP\001\000\000\001%064d%064dB' 0 0 > "$work/corpus-fuzz_auth/seed-
 printf '\002v1 1700000000 00112233445566778899aabbccddeeff %064d' 0 > "$work/corpus-fuzz_auth/seed-http"
 printf '\003# c\nfuzz-cluster-secret-0123456789\ntenant B fuzz-b-secret-0123456789\n' \
     > "$work/corpus-fuzz_auth/seed-file"
+# a map of a string key to a u64, an array of a negative int and a nil; a hex key
+printf '\006\000\001\004\010event_id\072\377\377\377\377\377\377\377\377\005\002\203\177\000' \
+    > "$work/corpus-fuzz_msgpack/seed-map"
+printf '0xDEADbeef' > "$work/corpus-fuzz_msgpack/seed-hex"
 
 [ "$secs" -gt 0 ] || exit 0
 status=0

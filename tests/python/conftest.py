@@ -21,7 +21,7 @@ the build tree and MC_MASTER_BIN to the freshly built master.
 
 import pytest
 
-from helpers import LEASE_TTL_MS, MiB, ClientProc, Master
+from helpers import LEASE_TTL_MS, MiB, ClientProc, Master, multi_tenant_args
 
 
 def _lease(request):
@@ -45,6 +45,27 @@ def fresh_master(request):
         yield m
     finally:
         m.stop()
+
+
+@pytest.fixture
+def tenant_master(request, tmp_path):
+    """``tenant_master(tenants, extra_args=[])``: a fresh master on which
+    ``tenants`` are separate key spaces (--enable_multi_tenants with a
+    policy that registers them; helpers.multi_tenant_args); stopped at
+    teardown."""
+    masters = []
+
+    def make(tenants, extra_args=()):
+        m = Master(list(extra_args) + multi_tenant_args(tmp_path, tenants),
+                   lease_ttl_ms=_lease(request))
+        masters.append(m)
+        return m
+
+    try:
+        yield make
+    finally:
+        for m in masters:
+            m.stop()
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ polling.  Nothing here sleeps "long enough": every wait polls a condition
 with a deadline and fails loudly when the deadline passes.
 """
 
+import contextlib
 import json
 import os
 import queue
@@ -332,6 +333,36 @@ class ClientProc:
             os.unlink(self.log.name)
         except OSError:
             pass
+
+
+@contextlib.contextmanager
+def closing_stores(build: Callable[..., Any]):
+    """A factory around ``build(...)`` (which returns a set-up store) that
+    closes every store it made on exit: the body of a fixture that yields
+    ``make``."""
+    made: List[Any] = []
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        s = build(*args, **kwargs)
+        made.append(s)
+        return s
+
+    try:
+        yield make
+    finally:
+        for s in made:
+            s.close()
+
+
+def multi_tenant_args(dirpath: Path, tenants: List[str]) -> List[str]:
+    """Master flags that make ``tenants`` (and ``default``) separate key
+    spaces: --enable_multi_tenants with a quota policy that registers them
+    with room to spare.  Without the flag the master ignores tenant ids, as
+    upstream's (every client shares tenant ``default``)."""
+    policy = Path(dirpath) / "tenants.yaml"
+    policy.write_text("version: 1\ntenants:\n" + "".join(
+        f"  - name: {t}\n    quota: 1TB\n" for t in ["default", *tenants]))
+    return ["--enable_multi_tenants=true", f"--tenant_quota_connector_uri={policy}"]
 
 
 def client_bin() -> str:

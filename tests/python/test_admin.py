@@ -301,10 +301,11 @@ def test_help_names_every_route_the_server_answers(master):
     out = subprocess.run([master_bin(), "--help"], capture_output=True, text=True,
                          timeout=30).stdout
     block = out[out.index("--metrics_port"):out.index("--metrics_host")]
-    named = re.findall(r"(/[a-z_/]+)(?:\?[a-z]+=)?", block)
+    named = re.findall(r"(/[a-z0-9_/]+)(?:\?[a-z_]+=)?", block)
     answered = ["/metrics", "/metrics/summary", "/health", "/role", "/ha_status", "/leader",
                 "/query_key", "/batch_query_keys", "/get_all_keys", "/get_all_segments",
-                "/get_segments_detail", "/query_segment"]
+                "/get_segments_detail", "/query_segment", "/kv_events/status",
+                "/api/v1/tenant_quotas"]
     for path in answered:
         assert path in named, f"--help of --metrics_port does not name {path}"
     for path in named:

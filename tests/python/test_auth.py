@@ -257,7 +257,10 @@ def test_proof_for_the_data_port_is_refused_by_the_master(auth_master):
 
 # ---- tenants -------------------------------------------------------------------
 
-def test_tenant_with_its_own_secret(auth_master, secrets, open_store):
+def test_tenant_with_its_own_secret(tenant_master, secrets, open_store):
+    # tenants split the key space only with --enable_multi_tenants
+    auth_master = tenant_master(["A", "B"], [f"--auth_token_file={secrets['master']}",
+                                             "--auth_handshake_timeout=1000"])
     rc, b = open_store(auth_master, secrets["b"], tenant="B")
     assert rc == 0, f"tenant B with B's secret should pass, got {rc}"
     key = f"b-{uuid.uuid4().hex}"

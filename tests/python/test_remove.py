@@ -95,9 +95,11 @@ def _tenant_store(master, tenant):
     return s
 
 
-def test_remove_by_regex_stays_in_the_callers_tenant(master):
-    a = _tenant_store(master, f"tenant-a-{uuid.uuid4().hex[:8]}")
-    b = _tenant_store(master, f"tenant-b-{uuid.uuid4().hex[:8]}")
+def test_remove_by_regex_stays_in_the_callers_tenant(tenant_master):
+    # tenants split the key space only with --enable_multi_tenants
+    master = tenant_master(["tenant-a", "tenant-b"])
+    a = _tenant_store(master, "tenant-a")
+    b = _tenant_store(master, "tenant-b")
     try:
         tag = uuid.uuid4().hex
         ks = [f"shared-{tag}-{i}" for i in range(2)]
@@ -131,9 +133,10 @@ def test_remove_all_counts_and_skips_leased_objects(fresh_master, make_store):
     assert store.remove_all() == 0
 
 
-def test_remove_all_stays_in_the_callers_tenant(fresh_master):
-    a = _tenant_store(fresh_master, "tenant-a")
-    b = _tenant_store(fresh_master, "tenant-b")
+def test_remove_all_stays_in_the_callers_tenant(tenant_master):
+    master = tenant_master(["tenant-a", "tenant-b"])
+    a = _tenant_store(master, "tenant-a")
+    b = _tenant_store(master, "tenant-b")
     try:
         ka, kb = key("a"), key("b")
         assert a.put(ka, b"a") == 0

@@ -171,7 +171,10 @@ def test_not_set_up_returns_empty(master, spawn_client):
     assert _clear(a, [k]) == [], "a closed store clears nothing"
 
 
-def test_tenants_isolated(master, spawn_client):
+def test_tenants_isolated(tenant_master, spawn_client):
+    # tenants split the key space only with --enable_multi_tenants
+    master = tenant_master(["tenant-x", "tenant-y"])
+
     def tenant_client(tenant):
         c = spawn_client(tenant)
         r = c.call("setup", args=["localhost", "P2PHANDSHAKE", 16 * MiB, 16 * MiB, "tcp", "",

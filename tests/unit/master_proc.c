@@ -178,3 +178,25 @@ int mc_test_master_stop(mc_test_master_t *m)
     m->pid = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+const char *mc_test_tenant_policy_flag(void)
+{
+    static char flag[128];
+    char path[64] = "/tmp/mc-tenants-XXXXXX";
+    int fd;
+    FILE *f;
+
+    if (flag[0] != '\0')
+        return flag;
+    fd = mkstemp(path);
+    if ((fd < 0) || ((f = fdopen(fd, "w")) == NULL)) {
+        perror("mc_test_tenant_policy_flag");
+        abort();
+    }
+    fputs("version: 1\ntenants:\n", f);
+    fputs("  - name: default\n    quota: 1TB\n  - name: other\n    quota: 1TB\n", f);
+    fputs("  - name: tenant-2\n    quota: 1TB\n  - name: another-tenant\n    quota: 1TB\n", f);
+    fclose(f);
+    snprintf(flag, sizeof(flag), "--tenant_quota_connector_uri=%s", path);
+    return flag;
+}

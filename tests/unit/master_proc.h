@@ -32,6 +32,14 @@ int mc_test_master_stop(mc_test_master_t *m);
 /* A loopback TCP port that was free a moment ago. */
 uint16_t mc_test_free_port(void);
 
+/*
+ * "--tenant_quota_connector_uri=<file>" of a quota policy (written once per
+ * process) that registers the tenants the suites use (default, other,
+ * tenant-2, another-tenant) with 1 TiB each: with --enable_multi_tenants
+ * next to it, a master isolates those tenants as before the mode existed.
+ */
+const char *mc_test_tenant_policy_flag(void);
+
 /* Monotonic milliseconds, for bounded waits. */
 uint64_t mc_test_now_ms(void);
 

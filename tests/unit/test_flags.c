@@ -26,6 +26,7 @@
 #include "../../mooncake-master/flags.h"
 #include "common/util.h"
 #include "check_suites.h"
+#include "coord/redis.h"
 
 static mc_master_config_t cfg;
 static char err[512];
@@ -278,11 +279,15 @@ START_TEST(test_enumerations)
 {
     ck_assert_status_ok(parse("--allocation_strategy=free_ratio_first", NULL));
     ck_assert_str_eq(cfg.allocation_strategy, "free_ratio_first");
-    ck_assert_status_eq(parse("--allocation_strategy=best", NULL), MC_INVALID_PARAMS);
-    assert_err_mentions("random");
+    /* upstream: an unknown strategy is a warning and random at start */
+    ck_assert_status_ok(parse("--allocation_strategy=best", NULL));
+    ck_assert_status_ok(parse("--allocation_strategy=local_first", NULL));
+    ck_assert_str_eq(cfg.allocation_strategy, "local_first");
     ck_assert_status_eq(parse("--memory_allocator=cachelib", NULL), MC_INVALID_PARAMS);
     assert_err_mentions("cachelib");
-    ck_assert_status_eq(parse("--ha_backend_type=zookeeper", NULL), MC_INVALID_PARAMS);
+    /* upstream reads --ha_backend_type only with --enable_ha (test_enable_ha_checks) */
+    ck_assert_status_ok(parse("--ha_backend_type=zookeeper", NULL));
+    ck_assert_status_ok(parse("--ha_backend_type=etcd", NULL));
     ck_assert_status_ok(parse("--log_level=debug", NULL));
     ck_assert_str_eq(cfg.log_level, "debug");
     ck_assert_status_ok(parse("--log_level=3", NULL));
@@ -328,10 +333,7 @@ END_TEST
 START_TEST(test_unimplemented_features_refused)
 {
     static const char *const refused[] = {
-        "--enable_oplog",
-        "--enable_kv_events",        "--enable_multi_tenants",
-        "--enable_cxl",              "--dynamic_replication_mode=enforce",
-        "--rpc_interface=eth0",
+        "--enable_cxl",
     };
     for (size_t i = 0; i < MC_ARRAY_SIZE(refused); i++) {
         char name[64];
@@ -370,6 +372,8 @@ START_TEST(test_enable_ha_checks)
 {
     ck_assert_status_ok(parse("--enable_ha", NULL));
     ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("HA backend connection string must be set when enable_ha is true, "
+                        "backend_type=etcd");
     assert_err_mentions("--etcd_endpoints");
     ck_assert_status_ok(parse("--enable_ha", "--etcd_endpoints=127.0.0.1:2379", NULL));
     ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
@@ -386,8 +390,30 @@ START_TEST(test_enable_ha_checks)
     ck_assert_status_ok(mc_master_config_init(&cfg));
     ck_assert_status_ok(parse("--enable_ha", "--ha_backend_connstring=h:1;h:2", NULL));
     ck_assert_status_ok(parse("--ha_backend_type=redis", NULL));
-    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    /* an etcd endpoint list is no redis connection string (a build without
+     * hiredis says first that it has no redis, as upstream) */
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)),
+                        mc_redis_available() ? MC_INVALID_PARAMS
+                                             : MC_UNAVAILABLE_IN_CURRENT_MODE);
     assert_err_mentions("--ha_backend_type=redis");
+    ck_assert_status_ok(parse("--ha_backend_connstring=redis://h:6379", NULL));
+    if (mc_redis_available())
+        ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
+    else
+        ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)),
+                            MC_UNAVAILABLE_IN_CURRENT_MODE);
+    /* --etcd_endpoints is the etcd backend's fallback only: upstream's FATAL */
+    ck_assert_status_ok(parse("--ha_backend_connstring=", "--etcd_endpoints=h:2379", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("HA backend connection string must be set when enable_ha is true, "
+                        "backend_type=redis");
+    ck_assert_status_ok(parse("--ha_backend_type=k8s", "--ha_backend_connstring=ns/lease", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)),
+                        MC_UNAVAILABLE_IN_CURRENT_MODE);
+    assert_err_mentions("Kubernetes API server");
+    ck_assert_status_ok(parse("--ha_backend_type=zookeeper", NULL));
+    ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
+    assert_err_mentions("INVALID_PARAMS");
     ck_assert_status_ok(parse("--ha_backend_type=etcd", "--ha_lease_ttl_sec=1", NULL));
     ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
     assert_err_mentions("--ha_lease_ttl_sec");
@@ -829,14 +855,14 @@ END_TEST
  * command line; the command line can switch it back to the default. */
 START_TEST(test_config_unimplemented_feature_refused)
 {
-    write_conf("{\"enable_kv_events\": true, \"nof_heartbeat_failures_threshold\": 4}");
+    write_conf("{\"enable_cxl\": true, \"nof_heartbeat_failures_threshold\": 4}");
     ck_assert_status_ok(parse(conf_arg, NULL));
     ck_assert_int_eq(cfg.nof_heartbeat_failures_threshold, 4);
     ck_assert_status_eq(mc_master_config_check(&cfg, err, sizeof(err)), MC_INVALID_PARAMS);
-    assert_err_mentions("--enable_kv_events");
+    assert_err_mentions("--enable_cxl");
     mc_master_config_cleanup(&cfg);
     ck_assert_status_ok(mc_master_config_init(&cfg));
-    ck_assert_status_ok(parse(conf_arg, "--noenable_kv_events", NULL));
+    ck_assert_status_ok(parse(conf_arg, "--noenable_cxl", NULL));
     ck_assert_status_ok(mc_master_config_check(&cfg, err, sizeof(err)));
 }
 END_TEST

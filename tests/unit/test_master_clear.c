@@ -65,7 +65,9 @@ static void raw_mount(raw_client_t *rc, const char *name, uint64_t base)
 
 static void setup(void)
 {
-    static const char *const flags[] = {"--default_kv_lease_ttl=2000", NULL};
+    /* tenants isolate only in multi-tenant mode (upstream C.9) */
+    const char *const flags[] = {"--default_kv_lease_ttl=2000", "--enable_multi_tenants=true",
+                                 mc_test_tenant_policy_flag(), NULL};
     mc_uuid_t id;
 
     mc_test_master_start(&master, flags);

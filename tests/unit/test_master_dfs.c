@@ -63,7 +63,9 @@ static void mount_a(void)
 
 static void setup(void)
 {
-    const char *flags[] = {"--default_kv_lease_ttl=100", root_flag, NULL};
+    /* tenants isolate only in multi-tenant mode (upstream C.9) */
+    const char *flags[] = {"--default_kv_lease_ttl=100", root_flag,
+                           "--enable_multi_tenants=true", mc_test_tenant_policy_flag(), NULL};
 
     snprintf(root, sizeof(root), "/tmp/mc-master-dfs-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(root));

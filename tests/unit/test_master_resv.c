@@ -63,7 +63,9 @@ static void peer_open(peer_t *p, mc_uuid_t id, const char *tenant, const char *s
 
 static void start(const char *ttl_flag)
 {
-    const char *const flags[] = {ttl_flag, NULL};
+    /* tenants isolate only in multi-tenant mode (upstream C.9) */
+    const char *const flags[] = {ttl_flag, "--enable_multi_tenants=true",
+                                 mc_test_tenant_policy_flag(), NULL};
     mc_uuid_t id;
 
     mc_test_master_start(&master, flags);

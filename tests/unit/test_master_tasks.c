@@ -79,7 +79,14 @@ static void raw_close(raw_client_t *rc)
 
 static void start_with(const char *const *flags)
 {
-    mc_test_master_start(&master, flags);
+    /* tenants isolate only in multi-tenant mode (upstream C.9) */
+    const char *all[16] = {"--enable_multi_tenants=true", mc_test_tenant_policy_flag()};
+    size_t n = 2;
+
+    for (size_t i = 0; (flags != NULL) && (flags[i] != NULL) && (n < 15); i++)
+        all[n++] = flags[i];
+    all[n] = NULL;
+    mc_test_master_start(&master, all);
     raw_open(&a, "default");
     raw_open(&b, "default");
     raw_open(&c, "default");

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Placement that depends on the key and on the writer (segments.c), beside
+ * mc_master_segments_allocate() of master.h, which knows neither.
+ */
+#ifndef MC_MASTER_PLACEMENT_H
+#define MC_MASTER_PLACEMENT_H
+
+#include "master.h"
+
+/*
+ * mc_master_segments_allocate() with --allocation_strategy=local_first
+ * (upstream C.8) for a single-replica put of @p key by @p writer: after
+ * the preferred segment, the segments of the writer's host (the host part
+ * of its segments' names; localhost, 127.0.0.1, 0.0.0.0 and ::1 name no
+ * host), then of the hosts after it in name order (wrapping), each host's
+ * segments tried from hash(key) % n onward; when none has room, or the
+ * writer has no host, or another strategy is set, the usual placement.
+ * @p writer may be NULL.
+ */
+uint32_t mc_master_segments_allocate_keyed(mc_master_t *m, uint64_t size, uint32_t want,
+                                           mc_str_t preferred, const mc_client_t *local,
+                                           const mc_client_t *writer, mc_str_t key,
+                                           mc_replica_t **out);
+
+#endif /* MC_MASTER_PLACEMENT_H */
