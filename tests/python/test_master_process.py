@@ -148,3 +148,11 @@ def test_man_page_lists_refused_and_compat_flags():
     for n in refused:
         assert f"--{n}" in section, n
 
+
+def test_sample_conf_is_generated_from_the_flag_table():
+    """mooncake-master.conf, the commented reference of every flag, is what
+    scripts/gen_master_conf.py makes of mooncake-master/flags.h: a flag's
+    help, default or status changed in the table shows there too."""
+    r = subprocess.run(["/usr/bin/python3", str(SRCDIR / "scripts/gen_master_conf.py"),
+                        "--check"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
