@@ -125,7 +125,6 @@ struct mc_ship {
     uint64_t f_next_ms;       /* no read before (poll period, or back-off) */
     uint64_t f_backoff_ms;    /* current back-off after failed reads, 0: none */
     uint64_t f_fail_since;    /* first of the failed reads in a row, 0: none */
-    int f_stale;              /* a poll was skipped: read to the end before a takeover */
     int takeover_failed;      /* the read at election failed: do not serve */
 
     _Atomic uint64_t st_applied, st_snap_seq, st_snaps, st_refused, st_puts;
@@ -1160,14 +1159,12 @@ int mc_ship_follow(mc_ship_t *s, mc_etcd_t *e)
     if (now < s->f_next_ms) {
         if (s->f_fail_since != 0)
             return -1; /* backing off: still not read to the end */
-        s->f_stale = 1;  /* read at the takeover (mc_ship_elected) */
         return 0;
     }
     rc = follow_read(s, e, MC_SHIP_POLL_READS);
     if (rc >= 0) {
         s->f_fail_since = 0;
         s->f_backoff_ms = 0;
-        s->f_stale      = (rc > 0); /* more waiting: read on at the takeover */
         s->f_next_ms    = (rc > 0) ? now : now + s->poll_ms;
         return 0;
     }
@@ -1193,17 +1190,19 @@ int mc_ship_follow(mc_ship_t *s, mc_etcd_t *e)
 
 void mc_ship_elected(mc_ship_t *s, int64_t term)
 {
-    /* A poll skipped within --oplog_poll_interval_ms: the old leader can
-     * no longer append (its compare fails against this term), so read
-     * what it did append now.  The writer's handle is idle until the
-     * state is installed. */
+    /* Always read the log to its end now: the old leader can no longer
+     * append (its compare fails against this term), and whatever it
+     * appended since this standby's last good poll -- a poll skipped
+     * within --oplog_poll_interval_ms, polls failing while an etcd member
+     * was down, or keys written after the last one -- was acknowledged.
+     * Serving without it, this term's first key would delete it.  The
+     * writer's handle is idle until the state is installed. */
     s->takeover_failed = 0;
-    if (s->f_stale && (follow_read(s, s->etcd, 0) != 0)) {
+    if (follow_read(s, s->etcd, 0) != 0) {
         mc_error("operation log: elected, but the log in etcd cannot be read to its end: "
                  "not serving on it");
         s->takeover_failed = 1;
     }
-    s->f_stale = 0;
     atomic_store(&s->term, term);
     atomic_store(&s->install_pending, 1);
 }
