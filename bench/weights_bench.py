@@ -61,7 +61,7 @@ def model(layers, hidden=HIDDEN, vocab=VOCAB):
 
 
 def placement(spec, tp):
-    from mooncake.reshard.weight import TensorDescriptor, tp_placement
+    from mooncake.reshard.weight.store_layout import TensorDescriptor, tp_placement
     return tp_placement([TensorDescriptor(t, s, d) for t, s, d, _ in spec], tp,
                         {t: d for t, _, _, d in spec if d is not None})
 

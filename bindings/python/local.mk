@@ -35,13 +35,23 @@ mooncake_py_sources = \
 # Subpackages: one install directory each (automake flattens a _PYTHON list).
 mooncake_reshard_py_sources = \
 	bindings/python/mooncake/reshard/__init__.py \
+	bindings/python/mooncake/reshard/_checks.py \
+	bindings/python/mooncake/reshard/contracts.py \
+	bindings/python/mooncake/reshard/geometry.py \
 	$(NULL)
 mooncake_reshard_weight_py_sources = \
 	bindings/python/mooncake/reshard/weight/__init__.py \
 	bindings/python/mooncake/reshard/weight/manifest.py \
 	bindings/python/mooncake/reshard/weight/planner.py \
+	bindings/python/mooncake/reshard/weight/serde.py \
 	bindings/python/mooncake/reshard/weight/snapshot.py \
+	bindings/python/mooncake/reshard/weight/storage_manifest.py \
 	bindings/python/mooncake/reshard/weight/store.py \
+	bindings/python/mooncake/reshard/weight/store_layout.py \
+	bindings/python/mooncake/reshard/weight/store_load.py \
+	bindings/python/mooncake/reshard/weight/store_plan.py \
+	bindings/python/mooncake/reshard/weight/store_writer.py \
+	bindings/python/mooncake/reshard/weight/types.py \
 	$(NULL)
 
 python_swig_sources = \
@@ -111,6 +121,10 @@ EXTRA_DIST += \
 	tests/python/test_bench_plot.py \
 	tests/python/test_weights.py \
 	tests/python/weights_proc.py \
+	tests/python/test_reshard_contracts.py \
+	tests/python/test_reshard_manifest.py \
+	tests/python/test_reshard_planner.py \
+	tests/python/test_reshard_store.py \
 	tests/python/rawwire.py \
 	tests/python/test_regex_bounds.py \
 	tests/python/test_clear_errors.py \

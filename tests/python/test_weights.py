@@ -20,8 +20,8 @@ from test_client_http import http_store, metrics
 
 import weights_proc as wp
 from mooncake.store import ErrorCode, MooncakeDistributedStore
-from mooncake.reshard.weight import (PlacementFragment, TensorDescriptor,
-                                     WeightPlacementManifest, tp_placement)
+from mooncake.reshard.weight.store_layout import (PlacementFragment, TensorDescriptor,
+                                                  WeightPlacementManifest, tp_placement)
 from mooncake.reshard.weight.store import (StoredWeightManifest, WeightLoadPlan,
                                            WeightSnapshotAdapter, WeightSnapshotDescriptor,
                                            WeightStore, WeightStoreError, WeightStoreWriter,

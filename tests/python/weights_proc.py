@@ -21,8 +21,9 @@ import zlib
 
 import torch
 
-from mooncake.reshard.weight import (TensorDescriptor, WeightSnapshotAdapter,
-                                     WeightSnapshotDescriptor, WeightStore, tp_placement)
+from mooncake.reshard.weight import (WeightSnapshotAdapter, WeightSnapshotDescriptor,
+                                     WeightStore)
+from mooncake.reshard.weight.store_layout import TensorDescriptor, tp_placement
 
 MiB = 1 << 20
 

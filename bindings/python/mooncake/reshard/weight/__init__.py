@@ -1,15 +1,43 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Manifest-backed model-weight snapshots (docs/weights.md)."""
+"""Model weights: upstream's placement, binding and stored-manifest
+contracts and planner, and our manifest-backed WeightStore
+(docs/weights.md).
 
-from .manifest import (PlacementFragment, TensorDescriptor, WeightPlacementManifest,
-                       WeightRuntimeBinding, WeightSnapshotSource, split_sizes, tp_placement)
-from .planner import RangedRead, WeightLoadPlan
-from .snapshot import WeightSnapshotAdapter, WeightSnapshotDescriptor
-from .store import (StoredFragment, StoredWeightManifest, WeightStore, WeightStoreError,
+The 27 names of ``__all__`` are upstream's, in upstream's order, and are
+the same objects as in the submodules (``weight.X is weight.manifest.X``).
+The store's own names (``WeightStore``, ``WeightSnapshotDescriptor``, ...)
+are importable from here too where they do not clash.  The store writes
+and loads upstream's ``WeightManifest`` (``store_writer``, ``store_load``)
+and keeps its original API on its own layout types, which clash by name
+with upstream's and so live in ``weight.store_layout``.
+"""
+
+from .manifest import (OwnershipAxis, ParallelRank, ParallelTopology, PlacementFragment,
+                       ReplicatedAxis, RuntimeBindingFragment, SplitAxis, TensorDescriptor,
+                       TopologyParticipant, WeightPlacementManifest, WeightPlacementPart,
+                       WeightRuntimeBindingManifest, validate_runtime_binding,
+                       validate_runtime_bindings)
+from .planner import (LogicalTransferOperation, LogicalTransferPlan, PipelineRouteGroup,
+                      PlacementExecutorPlan, PlanningLimits, TransferRegion,
+                      plan_placement_transfer, plan_placement_transfer_to_local_target,
+                      plan_stored_transfer_to_target_placement)
+from .serde import weight_placement_from_json, weight_placement_to_json
+from .storage_manifest import StoredFragment, WeightManifest
+
+# Our store (not part of upstream's surface; names that do not clash).
+from .snapshot import WeightSnapshotAdapter, WeightSnapshotDescriptor  # noqa: F401
+from .store import (StoredWeightManifest, WeightStore, WeightStoreError,  # noqa: F401
                     WeightStoreWriter, begin_weight_snapshot)
+from .store_layout import (WeightRuntimeBinding, WeightSnapshotSource,  # noqa: F401
+                           split_sizes)
+from .store_plan import RangedRead, WeightLoadPlan  # noqa: F401
 
-__all__ = ["PlacementFragment", "RangedRead", "StoredFragment", "StoredWeightManifest",
-           "TensorDescriptor", "WeightLoadPlan", "WeightPlacementManifest",
-           "WeightRuntimeBinding", "WeightSnapshotAdapter", "WeightSnapshotDescriptor",
-           "WeightSnapshotSource", "WeightStore", "WeightStoreError", "WeightStoreWriter",
-           "begin_weight_snapshot", "split_sizes", "tp_placement"]
+__all__ = ["ParallelRank", "ParallelTopology", "PlacementFragment", "WeightPlacementManifest",
+           "WeightPlacementPart", "RuntimeBindingFragment", "WeightRuntimeBindingManifest",
+           "SplitAxis", "ReplicatedAxis", "OwnershipAxis", "TensorDescriptor",
+           "TopologyParticipant", "validate_runtime_binding", "validate_runtime_bindings",
+           "weight_placement_from_json", "weight_placement_to_json", "StoredFragment",
+           "WeightManifest", "LogicalTransferPlan", "LogicalTransferOperation",
+           "PipelineRouteGroup", "PlacementExecutorPlan", "PlanningLimits", "TransferRegion",
+           "plan_placement_transfer", "plan_placement_transfer_to_local_target",
+           "plan_stored_transfer_to_target_placement"]

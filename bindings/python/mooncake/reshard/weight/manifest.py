@@ -1,373 +1,754 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Placement of model weights over parallel ranks (docs/weights.md).
+"""Placement and runtime-binding contracts of model weights (upstream's
+``mooncake.reshard.weight.manifest``).
 
-A *tensor* is named by its id and has a global shape and a dtype.  A
-*fragment* is a box of one tensor — offsets and lengths per dimension — held
-by one rank.  A *placement* lists the tensors and every fragment of every
-rank; a replicated tensor is a box that several ranks hold.  A *binding*
-says which fragments one rank writes (source side) or fills (target side).
+A `ParallelTopology` names the participants (workers) and their
+`ParallelRank`.  Each participant contributes a `WeightPlacementPart`: the
+tensors it holds and the `PlacementFragment` boxes.  A
+`WeightPlacementManifest` is the complete global placement — every
+participant's part — proven against each tensor's declared axis semantics
+and identified by a content hash (`placement_id`) and a digest of its JSON.
+A running instance binds its part to memory with a
+`WeightRuntimeBindingManifest`; `validate_runtime_binding(s)` proves the
+binding matches the placement byte for byte.
+
+Every refusal is a ValueError whose message is upstream's, so that code
+written against upstream's contracts sees the same errors here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
+from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import product
 from math import prod
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-# dtype name -> bytes per element.  Names are torch's (without "torch.").
-ITEMSIZE: Dict[str, int] = {
-    "bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
-    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
-    "complex64": 8, "complex128": 16,
-}
-_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "long": "int64",
-            "int": "int32", "short": "int16"}
+from .._checks import (c_strides, canonical_id, check_instances, check_int,
+                       check_ints, check_optional_int, check_sequence, check_str, check_u64,
+                       is_sha256_hex, sha256_hex)
+from ..contracts import (ResourceKind, RuntimeBindingFragment,
+                         validate_resource_binding_identity)
+from ..geometry import box_contains, boxes_exactly_cover, boxes_overlap
+from .types import (AXIS_ORDER, OwnershipAxis, ParallelRank, ReplicatedAxis, SplitAxis,
+                    TensorDescriptor)
 
-
-def dtype_name(dtype: Any) -> str:
-    """The canonical name of a torch dtype, a numpy dtype or a name."""
-    text = str(dtype)
-    if text.startswith("torch."):
-        text = text[len("torch."):]
-    text = _ALIASES.get(text, text)
-    if text not in ITEMSIZE:
-        raise ValueError(f"dtype {dtype!r} is not supported (one of {sorted(ITEMSIZE)})")
-    return text
+__all__ = ["ParallelRank", "ParallelTopology", "PlacementFragment", "TopologyParticipant",
+           "WeightPlacementManifest", "WeightPlacementPart", "RuntimeBindingFragment",
+           "WeightRuntimeBindingManifest", "SplitAxis", "ReplicatedAxis", "OwnershipAxis",
+           "TensorDescriptor", "validate_runtime_binding", "validate_runtime_bindings"]
 
 
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """Placements and plans allocate many small objects that never form
-    cycles: the cyclic collector's passes over a large heap would cost more
-    than the work itself (10 000 tensors)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+# --- fragments -------------------------------------------------------------
 
-
-def _dims(what: str, value: Any, nonneg: bool = True) -> Tuple[int, ...]:
-    try:
-        out = tuple(value)
-    except TypeError:
-        raise TypeError(f"{what} must be a sequence of ints, not {type(value).__name__}") \
-            from None
-    for v in out:
-        if type(v) is not int or (nonneg and v < 0):
-            raise ValueError(f"{what} {value!r} must hold ints >= 0")
+def check_aliases(aliases: Any, tensor_id: str) -> Tuple[str, ...]:
+    """An alias group (tied weights): sorted, unique tensor ids, at least two,
+    including the fragment's own tensor; empty when the tensor is not tied."""
+    out = check_sequence("aliases", aliases)
+    for a in out:
+        check_str("alias", a)
+    if len(set(out)) != len(out):
+        raise ValueError("aliases must not contain duplicates")
+    out = tuple(sorted(out))
+    if out:
+        if len(out) < 2:
+            raise ValueError("alias group must contain at least two tensor IDs")
+        if tensor_id not in out:
+            raise ValueError("alias group must contain the fragment tensor_id")
     return out
 
 
-def _name(what: str, value: Any) -> str:
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise ValueError(f"{what} must be a non-empty string without control characters, "
-                         f"got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class TensorDescriptor:
-    """One tensor of the model: id, global shape, dtype."""
-
-    tensor_id: str
-    global_shape: Tuple[int, ...]
-    dtype: str
-
-    def __post_init__(self) -> None:
-        _name("tensor_id", self.tensor_id)
-        object.__setattr__(self, "global_shape", _dims("global_shape", self.global_shape))
-        object.__setattr__(self, "dtype", dtype_name(self.dtype))
-
-    @property
-    def itemsize(self) -> int:
-        return ITEMSIZE[self.dtype]
-
-    @property
-    def nbytes(self) -> int:
-        return prod(self.global_shape) * self.itemsize
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class PlacementFragment:
-    """The box ``global_offset + local_shape`` of ``tensor_id`` held by ``rank``."""
+    """The box [global_offset, global_offset + local_shape) of one tensor
+    held by the participant at `rank`, as C-order bytes (`nbytes`).  Without
+    an explicit id, the id is the hash of the logical content."""
 
     tensor_id: str
     global_offset: Tuple[int, ...]
     local_shape: Tuple[int, ...]
-    rank: int = 0
+    nbytes: int
+    rank: ParallelRank
+    pipeline_stage_id: Optional[int] = None
+    aliases: Tuple[str, ...] = ()
+    placement_fragment_id: Optional[str] = None
 
-    def __post_init__(self) -> None:
-        _name("tensor_id", self.tensor_id)
-        object.__setattr__(self, "global_offset", _dims("global_offset", self.global_offset))
-        object.__setattr__(self, "local_shape", _dims("local_shape", self.local_shape))
-        if type(self.rank) is not int or self.rank < 0:
-            raise ValueError(f"rank must be an int >= 0, got {self.rank!r}")
-        if len(self.global_offset) != len(self.local_shape):
-            raise ValueError(f"fragment of {self.tensor_id!r}: offset {self.global_offset} and "
-                             f"shape {self.local_shape} have different ranks")
-        # ``tensor_id@lo:hi,...#rank``: unique in a placement
-        object.__setattr__(self, "_id", f"{self.tensor_id}@"
-                           f"{box_text(self.global_offset, self.local_shape)}#{self.rank}")
+    def __init__(self, tensor_id: str, global_offset: Sequence[int],
+                 local_shape: Sequence[int], nbytes: int, rank: ParallelRank,
+                 pipeline_stage_id: Optional[int] = None, aliases: Sequence[str] = (),
+                 placement_fragment_id: Optional[str] = None) -> None:
+        check_str("tensor_id", tensor_id)
+        offset = check_ints("global_offset", global_offset, 0)
+        shape = check_ints("local_shape", local_shape, 1)
+        check_u64("nbytes", nbytes, 1)
+        if not isinstance(rank, ParallelRank):
+            raise ValueError("rank must be a ParallelRank")
+        check_optional_int("pipeline_stage_id", pipeline_stage_id, 0)
+        group = check_aliases(aliases, tensor_id)
+        s = object.__setattr__
+        s(self, "tensor_id", tensor_id)
+        s(self, "global_offset", offset)
+        s(self, "local_shape", shape)
+        s(self, "nbytes", nbytes)
+        s(self, "rank", rank)
+        s(self, "pipeline_stage_id", pipeline_stage_id)
+        s(self, "aliases", group)
+        if placement_fragment_id is None or placement_fragment_id == "":
+            placement_fragment_id = canonical_id(self._logical_wire())
+        else:
+            check_str("placement_fragment_id", placement_fragment_id)
+        s(self, "placement_fragment_id", placement_fragment_id)
 
-    @property
-    def box(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
-        return self.global_offset, self.local_shape
+    def _logical_wire(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"schema": "weight-placement-fragment",
+                               "tensor_id": self.tensor_id,
+                               "global_offset": list(self.global_offset),
+                               "local_shape": list(self.local_shape), "nbytes": self.nbytes,
+                               "rank": self.rank.to_wire(), "aliases": list(self.aliases)}
+        if self.pipeline_stage_id is not None:
+            out["pipeline_stage_id"] = self.pipeline_stage_id
+        return out
 
     @property
     def fragment_id(self) -> str:
-        """``tensor_id@lo:hi,...#rank``: unique in a placement."""
-        return self._id  # type: ignore[attr-defined]
+        return self.placement_fragment_id
+
+    def to_wire(self) -> Dict[str, Any]:
+        out = self._logical_wire()
+        del out["schema"]
+        out["placement_fragment_id"] = self.placement_fragment_id
+        return out
 
 
-def box_text(offset: Sequence[int], shape: Sequence[int]) -> str:
-    return ",".join(f"{o}:{o + n}" for o, n in zip(offset, shape)) or "scalar"
+def check_fragment_boxes(tensors: Mapping[str, TensorDescriptor], fragments: Iterable[Any],
+                         seen_ids: Optional[set] = None) -> None:
+    """The per-fragment checks shared by placements and stored manifests:
+    unique ids, a known tensor, the tensor's rank, inside it, and nbytes
+    equal to the box's C-order size."""
+    seen = set() if seen_ids is None else seen_ids
+    for f in fragments:
+        fid = f.fragment_id
+        if fid in seen:
+            raise ValueError(f"duplicate fragment_id: {fid}")
+        seen.add(fid)
+        t = tensors.get(f.tensor_id)
+        if t is None:
+            raise ValueError(f"unknown tensor_id: {f.tensor_id}")
+        if len(f.global_offset) != t.ndim or len(f.local_shape) != t.ndim:
+            raise ValueError(f"fragment rank mismatch: {fid}")
+        if not box_contains((0,) * t.ndim, t.global_shape, f.global_offset, f.local_shape):
+            raise ValueError(f"fragment is out of bounds: {fid}")
+        want = prod(f.local_shape) * t.itemsize
+        if f.nbytes != want:
+            raise ValueError(f"fragment byte size mismatch: {fid}: expected {want}, "
+                             f"got {f.nbytes}")
 
 
-@dataclass(frozen=True)
-class WeightRuntimeBinding:
-    """The fragments one rank writes (a source) or fills (a target).
-
-    ``tensors`` optionally maps fragment ids to the live tensors (targets:
-    the destinations ``WeightStore.load`` fills)."""
-
-    rank: int
-    fragment_ids: Tuple[str, ...]
-    tensors: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if type(self.rank) is not int or self.rank < 0:
-            raise ValueError(f"rank must be an int >= 0, got {self.rank!r}")
-        object.__setattr__(self, "fragment_ids", tuple(self.fragment_ids))
-
-
-class WeightPlacementManifest:
-    """Tensors plus the fragments every rank holds, checked for consistency:
-    every fragment lies inside its tensor, and the fragments of each tensor
-    cover it (``require_coverage``)."""
-
-    def __init__(self, tensors: Iterable[TensorDescriptor],
-                 fragments: Iterable[PlacementFragment], *,
-                 require_coverage: bool = True) -> None:
-        with no_gc():
-            self._build(tensors, fragments, require_coverage)
-
-    def _build(self, tensors: Iterable[TensorDescriptor], fragments: Iterable[PlacementFragment],
-               require_coverage: bool) -> None:
-        self.tensors: Tuple[TensorDescriptor, ...] = tuple(tensors)
-        self.fragments: Tuple[PlacementFragment, ...] = tuple(fragments)
-        self._tensor: Dict[str, TensorDescriptor] = {}
-        for t in self.tensors:
-            if not isinstance(t, TensorDescriptor):
-                raise TypeError(f"tensors must be TensorDescriptor, not {type(t).__name__}")
-            if t.tensor_id in self._tensor:
-                raise ValueError(f"tensor {t.tensor_id!r} is described twice")
-            self._tensor[t.tensor_id] = t
-        self._fragment: Dict[str, PlacementFragment] = {}
-        self._by_tensor: Dict[str, List[PlacementFragment]] = {t: [] for t in self._tensor}
-        self._by_rank: Dict[int, List[PlacementFragment]] = {}
-        for f in self.fragments:
-            if not isinstance(f, PlacementFragment):
-                raise TypeError(f"fragments must be PlacementFragment, not {type(f).__name__}")
-            t = self._tensor.get(f.tensor_id)
-            if t is None:
-                raise ValueError(f"fragment {f.fragment_id} names an undescribed tensor")
-            check_inside(t, f.global_offset, f.local_shape)
-            if f.fragment_id in self._fragment:
-                raise ValueError(f"fragment {f.fragment_id} is listed twice")
-            self._fragment[f.fragment_id] = f
-            self._by_tensor[f.tensor_id].append(f)
-            self._by_rank.setdefault(f.rank, []).append(f)
-        if require_coverage:
-            for tid, frags in self._by_tensor.items():
-                missing = uncovered(self._tensor[tid], {f.box for f in frags})
-                if missing:
-                    raise ValueError(f"tensor {tid!r} is not fully covered by the placement: "
-                                     f"{describe_boxes(missing)} missing")
-
-    def tensor(self, tensor_id: str) -> TensorDescriptor:
-        try:
-            return self._tensor[tensor_id]
-        except KeyError:
-            raise KeyError(f"tensor {tensor_id!r} is not in the placement") from None
-
-    def fragment(self, fragment_id: str) -> PlacementFragment:
-        try:
-            return self._fragment[fragment_id]
-        except KeyError:
-            raise KeyError(f"fragment {fragment_id!r} is not in the placement") from None
-
-    def fragments_of(self, tensor_id: str) -> List[PlacementFragment]:
-        return list(self._by_tensor.get(tensor_id, ()))
-
-    def rank_fragments(self, rank: int) -> List[PlacementFragment]:
-        return list(self._by_rank.get(rank, ()))
-
-    @property
-    def ranks(self) -> List[int]:
-        return sorted(self._by_rank)
-
-    def bindings(self) -> List[WeightRuntimeBinding]:
-        """Default source bindings: each distinct box is written once, by the
-        lowest rank holding it (replicas are not written twice)."""
-        writer: Dict[Tuple[str, Any], PlacementFragment] = {}
-        for f in self.fragments:
-            k = (f.tensor_id, f.box)
-            if k not in writer or f.rank < writer[k].rank:
-                writer[k] = f
-        per: Dict[int, List[str]] = {r: [] for r in self._by_rank}
-        for f in writer.values():
-            per[f.rank].append(f.fragment_id)
-        return [WeightRuntimeBinding(r, tuple(per[r])) for r in sorted(per)]
-
-    def target_bindings(self) -> List[WeightRuntimeBinding]:
-        """Every rank fills every fragment it holds."""
-        return [WeightRuntimeBinding(r, tuple(f.fragment_id for f in self._by_rank[r]))
-                for r in sorted(self._by_rank)]
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, WeightPlacementManifest) and self.tensors == other.tensors
-                and self.fragments == other.fragments)
-
-    def __repr__(self) -> str:
-        return (f"WeightPlacementManifest({len(self.tensors)} tensors, "
-                f"{len(self.fragments)} fragments, ranks {self.ranks})")
-
-
-def check_inside(t: TensorDescriptor, offset: Sequence[int], shape: Sequence[int]) -> None:
-    if len(offset) != len(t.global_shape):
-        raise ValueError(f"tensor {t.tensor_id!r} has {len(t.global_shape)} dims, a box of it "
-                         f"{len(offset)}")
-    for d, (o, n, g) in enumerate(zip(offset, shape, t.global_shape)):
-        if o + n > g:
-            raise ValueError(f"box {box_text(offset, shape)} of tensor {t.tensor_id!r} lies "
-                             f"outside its shape {t.global_shape} (dim {d})")
-
-
-def describe_boxes(boxes: Sequence[Tuple[Tuple[int, ...], Tuple[int, ...]]]) -> str:
-    text = ", ".join(f"[{box_text(o, s)}]" for o, s in boxes[:8])
-    return text + (f" and {len(boxes) - 8} more" if len(boxes) > 8 else "")
-
-
-def uncovered(t: TensorDescriptor, boxes: Iterable[Tuple[Sequence[int], Sequence[int]]]
-              ) -> List[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
-    """The parts of ``t`` no box covers, as a list of boxes (empty: covered).
-
-    Boxes are subtracted from the remaining region one after another, so the
-    cost is (boxes × pieces left), small for parallel layouts."""
-    if prod(t.global_shape) == 0:
-        return []
-    left = [(tuple(0 for _ in t.global_shape), tuple(t.global_shape))]
-    for bo, bs in boxes:
-        if prod(bs) == 0:
-            continue
-        nxt = []
-        for ro, rs in left:
-            nxt.extend(_subtract(ro, rs, bo, bs))
-        left = nxt
-        if not left:
-            break
-    return left
-
-
-def intersect(ao: Sequence[int], as_: Sequence[int], bo: Sequence[int], bs: Sequence[int]
-              ) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
-    lo, ln = [], []
-    for a0, an, b0, bn in zip(ao, as_, bo, bs):
-        s = a0 if a0 > b0 else b0
-        e = min(a0 + an, b0 + bn)
-        if e <= s:
-            return None
-        lo.append(s)
-        ln.append(e - s)
-    return tuple(lo), tuple(ln)
-
-
-def _subtract(ro, rs, bo, bs):
-    """Region (ro, rs) minus box (bo, bs): up to 2 × ndim boxes."""
-    inter = intersect(ro, rs, bo, bs)
-    if inter is None:
-        return [(ro, rs)]
-    io, is_ = inter
-    out = []
-    cur_o, cur_s = list(ro), list(rs)
-    for d in range(len(ro)):
-        if io[d] > cur_o[d]:  # the slab below the box along d
-            o, s = list(cur_o), list(cur_s)
-            s[d] = io[d] - cur_o[d]
-            out.append((tuple(o), tuple(s)))
-        end = cur_o[d] + cur_s[d]
-        if io[d] + is_[d] < end:  # the slab above
-            o, s = list(cur_o), list(cur_s)
-            o[d] = io[d] + is_[d]
-            s[d] = end - o[d]
-            out.append((tuple(o), tuple(s)))
-        cur_o[d], cur_s[d] = io[d], is_[d]
+def _tensor_map(tensors: Iterable[TensorDescriptor]) -> Dict[str, TensorDescriptor]:
+    out: Dict[str, TensorDescriptor] = {}
+    for t in tensors:
+        if t.tensor_id in out:
+            raise ValueError(f"duplicate tensor_id: {t.tensor_id}")
+        out[t.tensor_id] = t
     return out
 
 
-# ---- building placements -------------------------------------------------------------------
+def _check_placement_fragments(tensors: Mapping[str, TensorDescriptor],
+                               fragments: Sequence[PlacementFragment]) -> None:
+    """Fragment checks of a part (or, applied to the union, of a placement):
+    no rank holds the same element of a tensor twice."""
+    check_fragment_boxes(tensors, fragments)
+    by_rank: Dict[Tuple[str, ParallelRank], List[PlacementFragment]] = defaultdict(list)
+    boxes = set()
+    for f in fragments:
+        key = (f.tensor_id, f.rank, f.global_offset, f.local_shape)
+        if key in boxes:
+            raise ValueError(f"duplicate logical fragment for tensor and parallel rank: "
+                             f"{f.fragment_id}")
+        boxes.add(key)
+        by_rank[(f.tensor_id, f.rank)].append(f)
+    for group in by_rank.values():
+        if len(group) > 1 and boxes_overlap((f.global_offset, f.local_shape) for f in group):
+            raise ValueError("logical fragment boxes overlap for tensor and parallel rank")
 
-def split_sizes(length: int, parts: int) -> List[int]:
-    """``length`` split into ``parts`` as evenly as possible (the first
-    ``length % parts`` parts one longer): uneven TP splits."""
-    base, extra = divmod(length, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
 
-
-def tp_placement(tensors: Iterable[TensorDescriptor], tp_size: int,
-                 split_dims: Mapping[str, Optional[int]],
-                 sizes: Optional[Mapping[str, Sequence[int]]] = None
-                 ) -> WeightPlacementManifest:
-    """A tensor-parallel placement over ranks ``0..tp_size-1``.
-
-    ``split_dims[tensor_id]`` is the dimension the tensor is split along
-    (0: rows, 1: columns, ...) or ``None`` (missing) for a replicated tensor.
-    ``sizes[tensor_id]`` gives explicit per-rank lengths (uneven splits);
-    otherwise the lengths come from :func:`split_sizes`."""
-    if type(tp_size) is not int or tp_size < 1:
-        raise ValueError(f"tp_size must be an int >= 1, got {tp_size!r}")
-    tensors = list(tensors)
-    known = {t.tensor_id for t in tensors}
-    for tid in list(split_dims) + list(sizes or {}):
-        if tid not in known:
-            raise ValueError(f"split of unknown tensor {tid!r}")
-    frags = []
-    for t in tensors:
-        dim = split_dims.get(t.tensor_id)
-        if dim is None:
-            frags += [PlacementFragment(t.tensor_id, (0,) * len(t.global_shape),
-                                        t.global_shape, r) for r in range(tp_size)]
-            continue
-        if not 0 <= dim < len(t.global_shape):
-            raise ValueError(f"split dim {dim} of tensor {t.tensor_id!r} is out of range")
-        lens = list(sizes[t.tensor_id]) if sizes and t.tensor_id in sizes else \
-            split_sizes(t.global_shape[dim], tp_size)
-        if len(lens) != tp_size or sum(lens) != t.global_shape[dim]:
-            raise ValueError(f"sizes of tensor {t.tensor_id!r} must be {tp_size} lengths "
-                             f"summing to {t.global_shape[dim]}, got {lens}")
-        off = 0
-        for r, n in enumerate(lens):
-            o = [0] * len(t.global_shape)
-            s = list(t.global_shape)
-            o[dim], s[dim] = off, n
-            frags.append(PlacementFragment(t.tensor_id, tuple(o), tuple(s), r))
-            off += n
-    return WeightPlacementManifest(tensors, frags)
-
+# --- topology --------------------------------------------------------------
 
 @dataclass(frozen=True)
-class WeightSnapshotSource:
-    """What an adapter exports: the complete source placement and the bindings."""
+class TopologyParticipant:
+    """One worker of a topology; `participant_id` is free text (may hold
+    "/" or non-ASCII), so store keys must not embed it raw."""
 
-    placement: WeightPlacementManifest
-    bindings: Sequence[WeightRuntimeBinding]
+    participant_id: str
+    rank: ParallelRank
+
+    def __post_init__(self) -> None:
+        check_str("participant_id", self.participant_id)
+        if not isinstance(self.rank, ParallelRank):
+            raise ValueError("topology participant rank must be a ParallelRank")
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {"participant_id": self.participant_id, "rank": self.rank.to_wire()}
 
 
-__all__ = ["ITEMSIZE", "PlacementFragment", "TensorDescriptor", "WeightPlacementManifest",
-           "WeightRuntimeBinding", "WeightSnapshotSource", "dtype_name", "split_sizes",
-           "tp_placement"]
+@dataclass(frozen=True, init=False)
+class ParallelTopology:
+    """The axis sizes and the participants.  `world_size` counts the
+    participants, not the product of the sizes: axes may share workers, and
+    a placement may select one DP replica while keeping dp_size."""
+
+    tp_size: int
+    pp_size: int
+    ep_size: int
+    dp_size: int
+    participants: Tuple[TopologyParticipant, ...]
+    topology_id: Optional[str] = None
+
+    def __init__(self, *, tp_size: int, pp_size: int, ep_size: int, dp_size: int,
+                 participants: Sequence[TopologyParticipant],
+                 topology_id: Optional[str] = None) -> None:
+        sizes = {"tp": tp_size, "pp": pp_size, "ep": ep_size, "dp": dp_size}
+        for k, v in sizes.items():
+            check_int(f"{k}_size", v, 1)
+        parts = check_instances("participants", participants, TopologyParticipant,
+                                "parallel topology participants")
+        if not parts:
+            raise ValueError("parallel topology participants must not be empty")
+        parts = tuple(sorted(parts, key=lambda p: p.participant_id))
+        ids, ranks = set(), set()
+        for p in parts:
+            if p.participant_id in ids:
+                raise ValueError("duplicate topology participant_id")
+            ids.add(p.participant_id)
+            if p.rank in ranks:
+                raise ValueError("duplicate topology parallel rank")
+            ranks.add(p.rank)
+            for k in AXIS_ORDER:
+                if p.rank.coordinate(k) >= sizes[k]:
+                    raise ValueError(f"{k} rank is out of range for participant "
+                                     f"{p.participant_id}")
+        s = object.__setattr__
+        s(self, "tp_size", tp_size)
+        s(self, "pp_size", pp_size)
+        s(self, "ep_size", ep_size)
+        s(self, "dp_size", dp_size)
+        s(self, "participants", parts)
+        canon = canonical_id({"schema": "weight-parallel-topology", "tp_size": tp_size,
+                              "pp_size": pp_size, "ep_size": ep_size, "dp_size": dp_size,
+                              "participants": [p.to_wire() for p in parts]})
+        if topology_id is not None and topology_id != canon:
+            raise ValueError("topology_id does not match canonical topology")
+        s(self, "topology_id", canon)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.participants)
+
+    def size(self, kind: str) -> int:
+        return getattr(self, f"{kind}_size")
+
+    def participant(self, participant_id: str) -> TopologyParticipant:
+        for p in self.participants:
+            if p.participant_id == participant_id:
+                return p
+        raise ValueError(f"unknown topology participant: {participant_id}")
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {"tp_size": self.tp_size, "pp_size": self.pp_size, "ep_size": self.ep_size,
+                "dp_size": self.dp_size, "topology_id": self.topology_id,
+                "participants": [p.to_wire() for p in self.participants]}
+
+
+# --- one participant's part ------------------------------------------------
+
+@dataclass(frozen=True)
+class WeightPlacementPart:
+    """What one participant holds.  A part may be partial or empty; only
+    the complete placement proves coverage."""
+
+    resource_id: str
+    revision: str
+    weight_generation: int
+    placement_set_id: str
+    topology_id: str
+    participant_id: str
+    rank: ParallelRank
+    tensors: Tuple[TensorDescriptor, ...]
+    fragments: Tuple[PlacementFragment, ...]
+
+    def __post_init__(self) -> None:
+        check_str("resource_id", self.resource_id)
+        check_str("revision", self.revision)
+        check_u64("weight_generation", self.weight_generation)
+        check_str("placement_set_id", self.placement_set_id)
+        check_str("topology_id", self.topology_id)
+        check_str("participant_id", self.participant_id)
+        if not isinstance(self.rank, ParallelRank):
+            raise ValueError("placement part rank must be a ParallelRank")
+        tensors = check_instances("tensors", self.tensors, TensorDescriptor,
+                                  "WeightPlacementPart tensors")
+        fragments = check_instances("fragments", self.fragments, PlacementFragment,
+                                    "WeightPlacementPart fragments")
+        for f in fragments:
+            if f.rank != self.rank:
+                raise ValueError("placement part fragment rank differs from part rank")
+        by_id = _tensor_map(tensors)
+        _check_placement_fragments(by_id, fragments)
+        used = {f.tensor_id for f in fragments}
+        for tid in sorted(by_id):
+            if tid not in used:
+                raise ValueError(f"placement part contains an unreferenced tensor: {tid}")
+        object.__setattr__(self, "tensors", tuple(sorted(tensors, key=lambda t: t.tensor_id)))
+        object.__setattr__(self, "fragments",
+                           tuple(sorted(fragments, key=lambda f: f.placement_fragment_id)))
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {"participant_id": self.participant_id, "rank": self.rank.to_wire(),
+                "fragments": [f.to_wire() for f in self.fragments]}
+
+
+# --- the complete placement ------------------------------------------------
+
+def _axis_prefix(message: str, tensor_id: str) -> str:
+    return f"global placement tensor {message}: {tensor_id}"
+
+
+def _check_undeclared_axes(t: TensorDescriptor, frags: Sequence[PlacementFragment],
+                           topo: ParallelTopology) -> None:
+    """An active axis the tensor does not declare must be explainable by
+    the declared ones (ep = tp // 2), else the layout is ambiguous."""
+    declared = [a.kind for a in t.parallel_axes]
+    for k in AXIS_ORDER:
+        if k in declared or topo.size(k) <= 1:
+            continue
+        coords = {f.rank.coordinate(k) for f in frags}
+        if k in ("dp", "pp") or len(coords) == 1:
+            raise ValueError(_axis_prefix(
+                f"requires explicit parallel semantics for active undeclared {k} axis",
+                t.tensor_id))
+        mapping: Dict[Tuple[int, ...], set] = defaultdict(set)
+        for f in frags:
+            mapping[tuple(f.rank.coordinate(d) for d in declared)].add(f.rank.coordinate(k))
+        if len(mapping) <= 1:
+            raise ValueError(_axis_prefix(f"varies across undeclared {k} axis", t.tensor_id))
+        if any(len(v) > 1 for v in mapping.values()):
+            raise ValueError(_axis_prefix(f"varies independently across undeclared {k} axis",
+                                          t.tensor_id))
+
+
+def _check_split_geometry(t: TensorDescriptor, frags: Sequence[PlacementFragment],
+                          members: Sequence[Any], topo: ParallelTopology) -> None:
+    """The split ranks of one (owner, replica) group: every coordinate
+    0..size-1 present (in the topology and in the fragments), a Cartesian
+    product when several axes split, and per axis the ranks' intervals along
+    the declared dimension chaining from 0 to the extent."""
+    splits = [a for a in t.parallel_axes if isinstance(a, SplitAxis)]
+    tid = t.tensor_id
+    for a in splits:
+        full = set(range(topo.size(a.kind)))
+        if ({m.rank.coordinate(a.kind) for m in members} != full
+                or {f.rank.coordinate(a.kind) for f in frags} != full):
+            raise ValueError(f"global placement has missing or unexpected split-axis "
+                             f"participant for {tid}")
+    if len(splits) > 1:
+        present = {tuple(f.rank.coordinate(a.kind) for a in splits) for f in frags}
+        if present != set(product(*(range(topo.size(a.kind)) for a in splits))):
+            raise ValueError("non-Cartesian split-axis participant mapping cannot prove "
+                             f"rank-to-dimension ownership: {tid}")
+    for a in splits:
+        spans: Dict[int, List[Tuple[int, int]]] = defaultdict(list)
+        for f in frags:
+            lo = f.global_offset[a.dim]
+            spans[f.rank.coordinate(a.kind)].append((lo, lo + f.local_shape[a.dim]))
+        merged = []
+        ok = True
+        for ivs in spans.values():
+            ivs.sort()
+            lo, hi = ivs[0]
+            for s, e in ivs[1:]:
+                if s > hi:
+                    ok = False      # a hole inside one rank's slice
+                hi = max(hi, e)
+            merged.append((lo, hi))
+        merged.sort()
+        pos = 0
+        for lo, hi in merged:
+            if lo != pos:
+                ok = False
+            pos = hi
+        if not ok or pos != t.global_shape[a.dim]:
+            raise ValueError(f"split-axis rank geometry conflicts with declared dimension: "
+                             f"{tid}: {a.kind} -> dim {a.dim}")
+
+
+def _check_tensor_coverage(t: TensorDescriptor, frags: Sequence[PlacementFragment],
+                           topo: ParallelTopology) -> None:
+    tid = t.tensor_id
+    _check_undeclared_axes(t, frags, topo)
+    owners = [a.kind for a in t.parallel_axes if isinstance(a, OwnershipAxis)]
+    replicas = [a.kind for a in t.parallel_axes if isinstance(a, ReplicatedAxis)]
+
+    def coords(rank: ParallelRank, kinds: Sequence[str]) -> Tuple[int, ...]:
+        return tuple(rank.coordinate(k) for k in kinds)
+
+    by_owner: Dict[Tuple[int, ...], List[PlacementFragment]] = defaultdict(list)
+    for f in frags:
+        by_owner[coords(f.rank, owners)].append(f)
+    # Owners are never combined: each one must hold the whole tensor.
+    for owner, ofrags in sorted(by_owner.items()):
+        members = [p for p in topo.participants if coords(p.rank, owners) == owner]
+        have = {coords(f.rank, replicas) for f in ofrags}
+        if have != {coords(p.rank, replicas) for p in members}:
+            raise ValueError(f"global placement has missing or unexpected replicated-axis "
+                             f"participant for {tid}")
+        by_replica: Dict[Tuple[int, ...], List[PlacementFragment]] = defaultdict(list)
+        for f in ofrags:
+            by_replica[coords(f.rank, replicas)].append(f)
+        for replica, group in sorted(by_replica.items()):
+            if not boxes_exactly_cover((0,) * t.ndim, t.global_shape,
+                                       [(f.global_offset, f.local_shape) for f in group]):
+                raise ValueError(_axis_prefix("is not fully covered", tid))
+            gmembers = [p for p in members if coords(p.rank, replicas) == replica]
+            _check_split_geometry(t, group, gmembers, topo)
+
+
+def _check_aliases_consistent(tensors: Mapping[str, TensorDescriptor],
+                              fragments: Sequence[PlacementFragment]) -> None:
+    by_tensor: Dict[str, List[PlacementFragment]] = defaultdict(list)
+    for f in fragments:
+        by_tensor[f.tensor_id].append(f)
+    for f in fragments:
+        for member in f.aliases:
+            if member not in tensors:
+                raise ValueError(f"alias group references unknown tensor: {member}")
+            if any(g.aliases != f.aliases for g in by_tensor[member]):
+                raise ValueError(f"alias group is not declared consistently for tensor: "
+                                 f"{member}")
+
+
+@dataclass(frozen=True, init=False)
+class WeightPlacementManifest:
+    """The complete placement of one weight revision over a topology: a
+    part for every participant, every tensor covered as its axes declare.
+    `placement_id` hashes the logical content; `digest` is the SHA-256 of
+    the placement JSON (`weight_placement_to_json`)."""
+
+    resource_id: str
+    placement_id: str
+    revision: str
+    weight_generation: int
+    placement_set_id: str
+    topology: ParallelTopology
+    parts: Tuple[WeightPlacementPart, ...]
+    tensors: Tuple[TensorDescriptor, ...] = field(init=False)
+    fragments: Tuple[PlacementFragment, ...] = field(init=False)
+    # Cached digest; an init field so that dataclasses.replace (which would
+    # skip re-deriving it) fails with TypeError, as upstream's does.
+    _digest_cache: Optional[str] = field(default=None, compare=False, repr=False)
+
+    def __init__(self, *, resource_id: str, revision: str, weight_generation: int,
+                 placement_set_id: str, topology: ParallelTopology,
+                 parts: Sequence[WeightPlacementPart],
+                 placement_id: Optional[str] = None) -> None:
+        check_str("resource_id", resource_id)
+        check_str("revision", revision)
+        check_u64("weight_generation", weight_generation)
+        check_str("placement_set_id", placement_set_id)
+        if not isinstance(topology, ParallelTopology):
+            raise ValueError("topology must be a ParallelTopology")
+        parts = check_instances("parts", parts, WeightPlacementPart,
+                                "WeightPlacementManifest parts")
+        if placement_id is not None:
+            check_str("placement_id", placement_id)
+        by_pid: Dict[str, WeightPlacementPart] = {}
+        for p in parts:
+            if p.participant_id in by_pid:
+                raise ValueError("duplicate placement participant")
+            by_pid[p.participant_id] = p
+        known = {p.participant_id: p for p in topology.participants}
+        for pid in known:
+            if pid not in by_pid:
+                raise ValueError(f"missing topology participant: {pid}")
+        for pid in by_pid:
+            if pid not in known:
+                raise ValueError(f"unknown topology participant: {pid}")
+        want = {"resource_id": resource_id, "revision": revision,
+                "weight_generation": weight_generation, "placement_set_id": placement_set_id,
+                "topology_id": topology.topology_id}
+        for p in parts:
+            for name, value in want.items():
+                if getattr(p, name) != value:
+                    raise ValueError(f"placement part {name} differs")
+            if p.rank != known[p.participant_id].rank:
+                raise ValueError("placement part rank differs from topology")
+        tensors: Dict[str, TensorDescriptor] = {}
+        for p in parts:
+            for t in p.tensors:
+                if tensors.setdefault(t.tensor_id, t) != t:
+                    raise ValueError(f"placement part tensor descriptor mismatch: "
+                                     f"{t.tensor_id}")
+        fragments = [f for p in parts for f in p.fragments]
+        _check_placement_fragments(tensors, fragments)
+        _check_aliases_consistent(tensors, fragments)
+        if not tensors:
+            raise ValueError("global weight placement must contain tensors")
+        if not fragments:
+            raise ValueError("global weight placement must contain fragments")
+        by_tensor: Dict[str, List[PlacementFragment]] = defaultdict(list)
+        for f in fragments:
+            by_tensor[f.tensor_id].append(f)
+        for tid in sorted(tensors):
+            _check_tensor_coverage(tensors[tid], by_tensor[tid], topology)
+        s = object.__setattr__
+        s(self, "resource_id", resource_id)
+        s(self, "revision", revision)
+        s(self, "weight_generation", weight_generation)
+        s(self, "placement_set_id", placement_set_id)
+        s(self, "topology", topology)
+        s(self, "parts", tuple(sorted(parts, key=lambda p: p.participant_id)))
+        s(self, "tensors", tuple(tensors[k] for k in sorted(tensors)))
+        s(self, "fragments", tuple(sorted(fragments, key=lambda f: f.placement_fragment_id)))
+        s(self, "_digest_cache", None)
+        canon = canonical_id(self._canonical_content())
+        if placement_id is not None and placement_id != canon:
+            raise ValueError("placement_id does not match canonical logical content")
+        s(self, "placement_id", canon)
+
+    def _canonical_content(self) -> Dict[str, Any]:
+        return {"schema": "complete-weight-placement", "resource_id": self.resource_id,
+                "revision": self.revision, "weight_generation": self.weight_generation,
+                "placement_set_id": self.placement_set_id,
+                "topology": self.topology.to_wire(),
+                "tensors": [t.to_wire() for t in self.tensors],
+                "parts": [p.to_wire() for p in self.parts]}
+
+    @property
+    def resource_kind(self) -> ResourceKind:
+        return ResourceKind.MODEL_WEIGHT
+
+    @property
+    def digest(self) -> str:
+        if self._digest_cache is None:
+            from .serde import weight_placement_to_json
+            object.__setattr__(self, "_digest_cache",
+                               sha256_hex(weight_placement_to_json(self)))
+        return self._digest_cache
+
+    def part(self, participant_id: str) -> WeightPlacementPart:
+        for p in self.parts:
+            if p.participant_id == participant_id:
+                return p
+        raise ValueError(f"unknown topology participant: {participant_id}")
+
+    def tensor(self, tensor_id: str) -> TensorDescriptor:
+        for t in self.tensors:
+            if t.tensor_id == tensor_id:
+                return t
+        raise ValueError(f"unknown tensor_id: {tensor_id}")
+
+    @classmethod
+    def from_fragments(cls, *, resource_id: str, revision: str, weight_generation: int,
+                       placement_set_id: str, topology: ParallelTopology,
+                       tensors: Sequence[TensorDescriptor],
+                       fragments: Sequence[PlacementFragment],
+                       placement_id: Optional[str] = None) -> "WeightPlacementManifest":
+        """Build the parts from a flat inventory, grouping fragments by rank;
+        a participant without fragments gets an empty part."""
+        if not isinstance(topology, ParallelTopology):
+            raise ValueError("topology must be a ParallelTopology")
+        tensors = check_instances("tensors", tensors, TensorDescriptor,
+                                  "WeightPlacementManifest tensors")
+        fragments = check_instances("fragments", fragments, PlacementFragment,
+                                    "WeightPlacementManifest fragments")
+        by_id: Dict[str, TensorDescriptor] = {}
+        for t in tensors:
+            if t.tensor_id in by_id:
+                raise ValueError("duplicate tensor_id in placement tensors")
+            by_id[t.tensor_id] = t
+        by_rank = {p.rank: p for p in topology.participants}
+        grouped: Dict[str, List[PlacementFragment]] = {p.participant_id: []
+                                                       for p in topology.participants}
+        for f in fragments:
+            p = by_rank.get(f.rank)
+            if p is None:
+                raise ValueError(f"placement fragment rank has no topology participant: "
+                                 f"{f.fragment_id}")
+            if f.tensor_id not in by_id:
+                raise ValueError(f"unknown tensor_id: {f.tensor_id}")
+            grouped[p.participant_id].append(f)
+        used = {f.tensor_id for f in fragments}
+        for tid in sorted(by_id):
+            if tid not in used:
+                raise ValueError(f"global placement contains an unreferenced tensor: {tid}")
+        parts = []
+        for p in topology.participants:
+            mine = grouped[p.participant_id]
+            tids = sorted({f.tensor_id for f in mine})
+            parts.append(WeightPlacementPart(resource_id, revision, weight_generation,
+                                             placement_set_id, topology.topology_id,
+                                             p.participant_id, p.rank,
+                                             tuple(by_id[t] for t in tids), tuple(mine)))
+        return cls(resource_id=resource_id, revision=revision,
+                   weight_generation=weight_generation, placement_set_id=placement_set_id,
+                   topology=topology, parts=parts, placement_id=placement_id)
+
+
+# --- runtime bindings ------------------------------------------------------
+
+@dataclass(frozen=True)
+class WeightRuntimeBindingManifest:
+    """One participant's live memory for its part of one exact placement
+    (attested by `placement_digest`), fenced by instance, generation and
+    lease."""
+
+    resource_id: str
+    placement_id: str
+    placement_digest: str
+    instance_id: str
+    generation: int
+    lease_id: str
+    revision: str
+    participant_id: str
+    fragments: Tuple[RuntimeBindingFragment, ...]
+
+    def __post_init__(self) -> None:
+        check_str("resource_id", self.resource_id)
+        check_str("placement_id", self.placement_id)
+        check_str("placement_digest", self.placement_digest)
+        if not is_sha256_hex(self.placement_digest):
+            raise ValueError("placement_digest must be a lowercase SHA-256 digest")
+        check_str("instance_id", self.instance_id)
+        check_u64("generation", self.generation)
+        check_str("lease_id", self.lease_id)
+        check_str("revision", self.revision)
+        check_str("participant_id", self.participant_id)
+        frags = check_instances("fragments", self.fragments, RuntimeBindingFragment,
+                                "WeightRuntimeBindingManifest fragments")
+        pids, fids = set(), set()
+        for f in frags:
+            if f.placement_fragment_id in pids:
+                raise ValueError("duplicate placement fragment in runtime binding")
+            pids.add(f.placement_fragment_id)
+            if f.fragment_id in fids:
+                raise ValueError("duplicate runtime fragment_id in runtime binding")
+            fids.add(f.fragment_id)
+        object.__setattr__(self, "fragments",
+                           tuple(sorted(frags, key=lambda f: f.placement_fragment_id)))
+
+    @property
+    def resource_kind(self) -> ResourceKind:
+        return ResourceKind.MODEL_WEIGHT
+
+
+def _exact_alias(placement: WeightPlacementManifest, a: RuntimeBindingFragment,
+                 b: RuntimeBindingFragment) -> bool:
+    """Tied weights may share memory: same bytes, one declared group holding
+    both tensors, same box, descriptors equal apart from the id."""
+    if (a.address, a.nbytes) != (b.address, b.nbytes):
+        return False
+    fa = _fragment(placement, a.placement_fragment_id)
+    fb = _fragment(placement, b.placement_fragment_id)
+    if not fa.aliases or fa.aliases != fb.aliases or fa.tensor_id == fb.tensor_id:
+        return False
+    if (fa.global_offset, fa.local_shape) != (fb.global_offset, fb.local_shape):
+        return False
+    ta, tb = placement.tensor(fa.tensor_id), placement.tensor(fb.tensor_id)
+    return ta.to_wire() | {"tensor_id": ""} == tb.to_wire() | {"tensor_id": ""}
+
+
+def _fragment(placement: WeightPlacementManifest, fid: str) -> PlacementFragment:
+    index = placement.__dict__.get("_fragment_index")
+    if index is None:
+        index = {f.placement_fragment_id: f for f in placement.fragments}
+        object.__setattr__(placement, "_fragment_index", index)
+    return index[fid]
+
+
+def _check_overlaps(placement: WeightPlacementManifest,
+                    frags: Sequence[Tuple[str, RuntimeBindingFragment]]) -> None:
+    spaces: Dict[Tuple[str, str, str], List[RuntimeBindingFragment]] = defaultdict(list)
+    for instance, f in frags:
+        spaces[(instance, f.worker_id, f.device)].append(f)
+    for space, items in spaces.items():
+        items = sorted(items, key=lambda f: (f.address, f.placement_fragment_id))
+        for i, a in enumerate(items):
+            for b in items[i + 1:]:
+                if b.address >= a.address + a.nbytes:
+                    break
+                if not _exact_alias(placement, a, b):
+                    raise ValueError(f"runtime binding address ranges overlap: "
+                                     f"{a.placement_fragment_id} and "
+                                     f"{b.placement_fragment_id} in {space}")
+        allocs = sorted({(f.storage_address, f.storage_nbytes) for f in items})
+        for (a0, n0), (a1, _) in zip(allocs, allocs[1:]):
+            if a1 < a0 + n0:
+                raise ValueError(f"runtime binding storage allocation ranges overlap in "
+                                 f"{space}")
+
+
+def _validate_one(placement: Any, binding: Any) -> None:
+    if not isinstance(placement, WeightPlacementManifest):
+        raise ValueError("placement must be a WeightPlacementManifest")
+    if not isinstance(binding, WeightRuntimeBindingManifest):
+        raise ValueError("binding must be a WeightRuntimeBindingManifest")
+    validate_resource_binding_identity(placement, binding)
+    if placement.revision != binding.revision:
+        raise ValueError("placement and runtime binding revision differ")
+    part = None
+    for p in placement.parts:
+        if p.participant_id == binding.participant_id:
+            part = p
+    if part is None:
+        raise ValueError(f"unknown runtime binding participant: {binding.participant_id}")
+    mine = {f.placement_fragment_id: f for f in part.fragments}
+    bound = {f.placement_fragment_id for f in binding.fragments}
+    for f in binding.fragments:
+        if f.placement_fragment_id not in mine:
+            raise ValueError(f"unknown placement fragment in runtime binding: "
+                             f"{f.placement_fragment_id}")
+    for fid in sorted(mine):
+        if fid not in bound:
+            raise ValueError(f"missing placement fragment in runtime binding: {fid}")
+    for f in binding.fragments:
+        p = mine[f.placement_fragment_id]
+        if f.nbytes != p.nbytes:
+            raise ValueError("runtime binding byte size does not match placement")
+        if f.local_shape != p.local_shape:
+            raise ValueError("runtime binding local_shape does not match placement")
+        if f.itemsize != placement.tensor(p.tensor_id).itemsize:
+            raise ValueError("runtime binding itemsize does not match placement")
+        if f.strides_bytes != c_strides(f.local_shape, f.itemsize):
+            raise ValueError("runtime binding stride does not describe a canonical "
+                             "contiguous view")
+
+
+def validate_runtime_binding(placement: WeightPlacementManifest,
+                             binding: WeightRuntimeBindingManifest) -> None:
+    """Prove one participant's binding: same placement (id, digest,
+    revision), exactly its fragments, each a canonical contiguous view of
+    the right size, and no two views sharing memory unless declared tied."""
+    _validate_one(placement, binding)
+    _check_overlaps(placement, [(binding.instance_id, f) for f in binding.fragments])
+
+
+def validate_runtime_bindings(placement: WeightPlacementManifest,
+                              bindings: Sequence[WeightRuntimeBindingManifest]) -> None:
+    """Every non-empty participant's binding, exactly once, and no overlap
+    between bindings that share an instance."""
+    bindings = check_sequence("bindings", bindings)
+    seen = set()
+    for b in bindings:
+        pid = getattr(b, "participant_id", None)
+        if pid in seen:
+            raise ValueError("duplicate runtime binding participant")
+        seen.add(pid)
+    for b in bindings:
+        _validate_one(placement, b)
+    _check_overlaps(placement, [(b.instance_id, f) for b in bindings for f in b.fragments])
+    need = {p.participant_id for p in placement.parts if p.fragments}
+    for pid in sorted(need):
+        if pid not in seen:
+            raise ValueError(f"missing runtime binding participant: {pid}")
+    for pid in sorted(seen):
+        if pid not in need:
+            raise ValueError(f"unknown runtime binding participant: {pid}")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .manifest import (PlacementFragment, TensorDescriptor, WeightPlacementManifest,
-                       WeightRuntimeBinding, WeightSnapshotSource)
+from .store_layout import (PlacementFragment, TensorDescriptor, WeightPlacementManifest,
+                           WeightRuntimeBinding, WeightSnapshotSource)
 
 
 def _ident(what: str, value: Any) -> str:
@@ -53,7 +53,7 @@ class WeightSnapshotDescriptor:
 
 def tensor_dtype_shape(tensor: Any) -> Tuple[str, Tuple[int, ...]]:
     """(dtype name, shape) of a torch tensor or numpy array."""
-    from .manifest import dtype_name
+    from .store_layout import dtype_name
     shape = getattr(tensor, "shape", None)
     dtype = getattr(tensor, "dtype", None)
     if shape is None or dtype is None:

@@ -25,12 +25,14 @@ from math import prod
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ...structured_object_store import _ere_escape, _normalize_key_prefix
-from .manifest import (ITEMSIZE, PlacementFragment, TensorDescriptor,
-                       WeightPlacementManifest, WeightRuntimeBinding, WeightSnapshotSource,
-                       box_text, check_inside, describe_boxes, dtype_name, no_gc,
-                       uncovered)
-from .planner import RangedRead, WeightLoadPlan, plan_reads
+from .store_layout import (ITEMSIZE, PlacementFragment, TensorDescriptor,
+                           WeightPlacementManifest, WeightRuntimeBinding, WeightSnapshotSource,
+                           box_text, check_inside, describe_boxes, dtype_name, no_gc,
+                           uncovered, _SnapshotWriterEnd)
+from .store_plan import RangedRead, WeightLoadPlan, plan_reads
 from .snapshot import WeightSnapshotAdapter, WeightSnapshotDescriptor, tensor_dtype_shape
+from .storage_manifest import StoredManifestIdentity, WeightManifest
+from . import store_load
 
 MANIFEST_FORMAT = "mooncake-weight-manifest"
 MANIFEST_VERSION = 1
@@ -209,7 +211,7 @@ class _Registration:
         self.ptrs = []
 
 
-class WeightStoreWriter:
+class WeightStoreWriter(_SnapshotWriterEnd):
     """One rank's writer of one snapshot (``WeightStore.begin_weight_snapshot``)."""
 
     def __init__(self, weight_store: "WeightStore", snapshot: WeightSnapshotDescriptor,
@@ -541,30 +543,9 @@ class WeightStoreWriter:
             raise WeightStoreError(f"commit: another manifest is already published at "
                                    f"{self.manifest_key!r} (manifests are never overwritten)")
 
-    # ---- abort -----------------------------------------------------------------------
-    def abort(self) -> int:
-        """Remove everything this writer stored; returns the keys removed."""
-        with self._lock:
-            if self._state == "committed":
-                raise WeightStoreError("abort: the snapshot is already committed")
-            if self._state == "aborted":
-                return 0
-            self._state = "aborted"
-            n = 0
-            raw = self._store.get(self._part_key)
-            if raw and json.loads(raw).get("writer") == self.writer_id:
-                n += self._store.remove(self._part_key, True) == 0
-            n += max(0, self._store.remove_by_regex("^" + _ere_escape(self._dir) + "/", True))
-            self._store.remove(self._live_key, True)
-            self._written.clear()
-            return n
-
-    def __enter__(self) -> "WeightStoreWriter":
-        return self
-
-    def __exit__(self, exc_type: Any, *rest: Any) -> None:
-        if exc_type is not None and self._state == "open":
-            self.abort()
+    # ---- abort (_SnapshotWriterEnd) -------------------------------------------------
+    def _abort_error(self, msg: str) -> Exception:
+        return WeightStoreError(msg)
 
 
 class WeightStore:
@@ -592,8 +573,20 @@ class WeightStore:
 
     # ---- write -----------------------------------------------------------------------
     def begin_weight_snapshot(self, snapshot: WeightSnapshotDescriptor,
-                              adapter: Any) -> WeightStoreWriter:
-        """Open this rank's writer of ``snapshot`` (rank: ``adapter.writer_rank``)."""
+                              adapter: Any) -> Any:
+        """Open this rank's writer of ``snapshot`` (rank: ``adapter.writer_rank``).
+
+        An adapter on upstream's contracts (it has ``participant_id``, and
+        ``export_source`` returns upstream's ``WeightPlacementManifest``
+        and runtime bindings) gets a
+        ``store_writer.PlacementSnapshotWriter``, whose ``commit()``
+        publishes upstream's ``WeightManifest``."""
+        if hasattr(adapter, "participant_id"):
+            from .store_writer import PlacementSnapshotWriter
+            if not isinstance(snapshot, WeightSnapshotDescriptor):
+                raise TypeError("snapshot must be a WeightSnapshotDescriptor")
+            return PlacementSnapshotWriter(self, snapshot, adapter,
+                                           adapter.export_source(snapshot), WeightStoreError)
         return WeightStoreWriter(self, snapshot, adapter)
 
     def _put_memory(self, key: str, ptr: int, size: int) -> int:
@@ -635,29 +628,50 @@ class WeightStore:
         return n
 
     # ---- read ------------------------------------------------------------------------
-    def load_manifest(self, ref: Union[str, WeightSnapshotDescriptor, StoredWeightManifest]
-                      ) -> StoredWeightManifest:
-        """Fetch and check a manifest (by key, descriptor or manifest)."""
+    def load_manifest(self, ref: Union[str, WeightSnapshotDescriptor, StoredWeightManifest,
+                                       WeightManifest, StoredManifestIdentity]
+                      ) -> Union[StoredWeightManifest, WeightManifest]:
+        """Fetch and check a manifest (by key, descriptor, manifest or
+        ``StoredManifestIdentity``).  A manifest in upstream's stored layout
+        (``resource_kind`` at the top) is parsed with
+        ``WeightManifest.from_json`` (its ValueErrors surface unchanged) and
+        returned as upstream's ``WeightManifest``; an identity must match
+        its location and ``content_sha256`` the SHA-256 of the bytes."""
+        identity = None
         if isinstance(ref, WeightSnapshotDescriptor):
             key = self.manifest_key(ref)
-        elif isinstance(ref, StoredWeightManifest):
+        elif isinstance(ref, (StoredWeightManifest, WeightManifest)):
             key = ref.manifest_key
+        elif isinstance(ref, StoredManifestIdentity):
+            key, identity = ref.manifest_key, ref
         elif isinstance(ref, str):
             key = ref
         else:
-            raise TypeError("load_manifest takes a manifest key, a WeightSnapshotDescriptor or "
-                            "a StoredWeightManifest")
+            raise TypeError("load_manifest takes a manifest key, a WeightSnapshotDescriptor, "
+                            "a manifest or a StoredManifestIdentity")
         if not key.endswith("/manifest"):
             raise WeightStoreError(f"{key!r} is not a manifest key")
         raw = self.store.get(key)
         if not raw:
             raise WeightStoreError(f"no manifest at {key!r}")
+        if identity is not None or _upstream_layout(raw):
+            return _parse_upstream(key, bytes(raw), identity)
         return parse_manifest(key, raw, key[:-len("/manifest")])
 
-    def plan_load(self, manifest: StoredWeightManifest, placement: WeightPlacementManifest,
-                  bindings: Optional[Sequence[WeightRuntimeBinding]] = None) -> WeightLoadPlan:
+    def plan_load(self, manifest: Union[StoredWeightManifest, WeightManifest], placement: Any,
+                  bindings: Optional[Sequence[Any]] = None, *,
+                  planning_limits: Any = None
+                  ) -> Union[WeightLoadPlan, "store_load.StoredLoadPlan"]:
         """The ranged reads that fill each target binding's fragments
-        (default: every fragment of every rank of ``placement``)."""
+        (default: every fragment of every rank of ``placement``).
+
+        With upstream's ``WeightManifest``, ``placement`` is upstream's
+        ``WeightPlacementManifest`` and ``bindings`` its
+        ``WeightRuntimeBindingManifest``s (default: every non-empty
+        participant); the plan is upstream's planner's
+        (``store_load.StoredLoadPlan``), its refusals ValueErrors."""
+        if isinstance(manifest, WeightManifest):
+            return store_load.plan_stored_load(manifest, placement, bindings, planning_limits)
         if not isinstance(manifest, StoredWeightManifest):
             raise TypeError("manifest must be a StoredWeightManifest (load_manifest)")
         if not isinstance(placement, WeightPlacementManifest):
@@ -690,15 +704,25 @@ class WeightStore:
             raise WeightStoreError(f"plan_load: {e}") from None
         return WeightLoadPlan(manifest.manifest_key, placement, bindings, reads)
 
-    def load(self, plan: WeightLoadPlan, destinations: Optional[Mapping[str, Any]] = None,
-             rank: Optional[int] = None) -> int:
+    def load(self, plan: Union[WeightLoadPlan, "store_load.StoredLoadPlan"],
+             destinations: Optional[Mapping[str, Any]] = None,
+             rank: Optional[Union[int, str]] = None) -> int:
         """Execute ``plan`` for ``rank`` (default: every rank of the plan):
         ranged zero-copy reads straight into the destination tensors.
 
         ``destinations`` maps target fragment ids — or tensor ids, when the
         rank holds one fragment of the tensor — to contiguous CPU tensors
         (torch or numpy) of the fragment's shape and dtype; a binding's
-        ``tensors`` serve as defaults.  Returns the bytes read."""
+        ``tensors`` serve as defaults.  Returns the bytes read.
+
+        A ``store_load.StoredLoadPlan`` (upstream's manifest) is executed
+        for the participant id ``rank`` (default: all of the plan's);
+        ``destinations`` are keyed by ``placement_fragment_id``, and a
+        runtime binding's fragment addresses serve as defaults."""
+        if isinstance(plan, store_load.StoredLoadPlan):
+            pids = plan.participants if rank is None else [rank]
+            dest = store_load.resolve_destinations(plan, destinations, pids, _dest_memory)
+            return self._execute([rd for p in pids for rd in plan.reads[p]], dest)
         ranks = plan.ranks if rank is None else [rank]
         dest: Dict[str, Tuple[int, int]] = {}
         for r in ranks:
@@ -880,6 +904,30 @@ class WeightStore:
             raise WeightStoreError(f"load: reading {keys[bad[0]]!r} failed ({got})",
                                    got if got < 0 else None)
         return total
+
+
+def _upstream_layout(raw: Any) -> bool:
+    """Whether stored manifest bytes are upstream's WeightManifest layout
+    (which has resource_kind; ours has format and version)."""
+    try:
+        doc = json.loads(bytes(raw))
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and "resource_kind" in doc and "format" not in doc
+
+
+def _parse_upstream(key: str, raw: bytes, identity: Optional[StoredManifestIdentity]
+                    ) -> WeightManifest:
+    m = WeightManifest.from_json(raw)
+    if m.manifest_key != key:
+        raise ValueError(f"weight manifest at {key!r} names manifest_key {m.manifest_key!r}")
+    if identity is not None:
+        if hashlib.sha256(raw).hexdigest() != identity.content_sha256:
+            raise ValueError(f"weight manifest at {key!r} differs from the expected "
+                             f"content_sha256")
+        if m.manifest_identity != identity:
+            raise ValueError(f"weight manifest at {key!r} differs from the expected identity")
+    return m
 
 
 def _stageable(rd: RangedRead, max_run: int) -> bool:
