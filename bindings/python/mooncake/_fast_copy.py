@@ -16,7 +16,11 @@ memory.
 import operator
 from typing import Any, Sequence, Tuple
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError("mooncake._fast_copy needs numpy: install python3-numpy (Debian) "
+                      f"or the numpy package ({e})") from e
 
 from mooncake import capi as _capi
 from mooncake import _util

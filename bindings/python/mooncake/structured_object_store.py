@@ -64,7 +64,11 @@ from dataclasses import dataclass, field
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple,
                     Union)
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError("mooncake.structured_object_store needs numpy: install python3-numpy "
+                      f"(Debian) or the numpy package ({e})") from e
 
 from mooncake import _util
 
