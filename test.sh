@@ -7,7 +7,8 @@
 #   3. the Lua bindings' busted specs (tests/lua) and the Debian symbols file
 #   4. the unit tests and a C end-to-end run under AddressSanitizer + UBSan
 #   5. every libFuzzer target (tests/fuzz) for MC_FUZZ_SECONDS (10) each
-#   6. the Debian packages (tests/packaging/run.sh), unless MC_SKIP_PACKAGING=1
+#   6. the Debian packages (tests/packaging/run.sh) and the pip wheel in a
+#      bare venv (tests/packaging/wheel.sh), unless MC_SKIP_PACKAGING=1
 # The regular build runs 1 and 2 in parallel with the sanitizer build and
 # the fuzzers.
 # Prints each runner's summary; exits non-zero if anything failed.
@@ -107,6 +108,15 @@ if [ "${MC_SKIP_PACKAGING:-0}" != 1 ]; then
         grep '^packaging: all checks' "$logdir/packaging.log"
     else
         tail -n 60 "$logdir/packaging.log"
+        status=1
+    fi
+    # the wheel from the regular build, after the packages are purged
+    # (about 10 s; no root needed)
+    echo "== pip wheel in a bare venv (tests/packaging/wheel.sh)"
+    if "$top/tests/packaging/wheel.sh" "$top/build" >"$logdir/wheel.log" 2>&1; then
+        grep '^wheel: all checks' "$logdir/wheel.log"
+    else
+        tail -n 60 "$logdir/wheel.log"
         status=1
     fi
 fi

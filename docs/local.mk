@@ -5,6 +5,7 @@ EXTRA_DIST += \
 	LICENSE NEWS \
 	docs/man/mooncake-cli.1 \
 	tests/packaging/run.sh \
+	tests/packaging/common.sh \
 	tests/packaging/check-symbols.sh \
 	$(NULL)
 

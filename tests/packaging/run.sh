@@ -32,6 +32,8 @@ lua-mooncake mooncake-tools"
 
 log() { printf 'packaging: %s\n' "$*"; }
 die() { printf 'packaging: FAILED: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=tests/packaging/common.sh
+. "$top/tests/packaging/common.sh"
 
 [ "$(id -u)" = 0 ] || die "needs root (dpkg -i); run it in CI or as root"
 for p in $pkgs; do
@@ -126,8 +128,6 @@ done
     die ".la files were installed"
 
 # ---- 4. hello worlds on the installed files -----------------------------------
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-accepts() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 rpc=$(port); meta=$(port); admin=$(port)
 # the packaged configuration, with this test's loopback ports given on the
 # command line (flags win over the file)
@@ -138,12 +138,7 @@ setpriv --reuid=mooncake --regid=mooncake --init-groups -- /usr/bin/mooncake_mas
     --http_metadata_server_port="$meta" \
     --metrics_host=127.0.0.1 --metrics_port="$admin" >"$work/master.log" 2>&1 &
 master_pid=$!
-for _ in $(seq 200); do
-    kill -0 "$master_pid" 2>/dev/null || { cat "$work/master.log"; die "the master exited"; }
-    accepts "$rpc" && accepts "$meta" && accepts "$admin" && break
-    sleep 0.05
-done
-accepts "$admin" || { cat "$work/master.log"; die "the master does not listen"; }
+wait_master "$master_pid" "$work/master.log" "$rpc" "$meta" "$admin"
 [ "$(ps -o user= -p "$master_pid")" = mooncake ] || die "the master does not run as mooncake"
 log "master up as user mooncake on 127.0.0.1:$rpc"
 
