@@ -23,7 +23,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from helpers import Master, free_port, wait_until
+from helpers import ClientProc, MiB, Master, free_port, wait_until
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 LEADER_KEY = "mooncake-store/mooncake_cluster/master_view"
@@ -175,6 +175,30 @@ def wait_leader(masters: List[HaMaster], timeout: float) -> HaMaster:
                    m.admin("/ha_status") == "serving"]
         return leaders[0] if len(leaders) == 1 else None
     return wait_until(one, timeout, "exactly one serving leader", interval=0.05)
+
+
+def stop_pinned_leader(masters: List[HaMaster], cleanup: list):
+    """Two HA masters: a client pinned to the leader's address (it does not
+    follow) puts k0; the leader is SIGSTOPped until the other takes over,
+    then woken, and the pinned client's put of k1 must be refused (the
+    lease deadline passed).  Returns (old leader, new leader, pinned)."""
+    old = wait_leader(masters, 10.0)
+    other = next(m for m in masters if m is not old)
+    pinned = ClientProc("pinned")
+    cleanup.append(pinned)
+    r = pinned.call("setup", args=["localhost", "P2PHANDSHAKE", 16 * MiB, 8 * MiB, "tcp", "",
+                                   old.addr])
+    assert r["rc"] == 0, pinned.log_text()
+    assert pinned.call("put", key="k0", hex="00" * 64)["rc"] == 0
+    old.pause()
+    try:
+        wait_until(lambda: other.role() == "leader", 10.0, "the standby to take over")
+    finally:
+        old.resume()
+    # the very first request after waking is refused
+    rc = pinned.call("put", key="k1", hex="11" * 64)["rc"]
+    assert rc != 0, "a master woken past its lease accepted a write"
+    return old, other, pinned
 
 
 def stop_all(masters: List[Master]) -> None:

@@ -36,7 +36,7 @@ import urllib.request
 import pytest
 
 from ha_helpers import (LEADER_KEY, EtcdCluster, HaMaster, have_etcd,
-                        wait_leader)
+                        stop_pinned_leader, wait_leader)
 from ha_helpers import cleanup, etcd  # noqa: F401 (fixtures)
 from helpers import MiB, ClientProc, wait_until
 
@@ -131,24 +131,7 @@ def test_sigstopped_leader_refuses_writes_when_it_wakes(etcd, cleanup):
     masters = []
     cleanup.append(masters)
     masters += [HaMaster(etcd, ttl_s=TTL_S), HaMaster(etcd, ttl_s=TTL_S)]
-    old = wait_leader(masters, 10.0)
-    other = next(m for m in masters if m is not old)
-    # a client pinned to the old leader's address (it does not follow)
-    pinned = ClientProc("pinned")
-    cleanup.append(pinned)
-    r = pinned.call("setup", args=["localhost", "P2PHANDSHAKE", 16 * MiB, 8 * MiB, "tcp", "",
-                                   old.addr])
-    assert r["rc"] == 0, pinned.log_text()
-    assert pinned.call("put", key="k0", hex="00" * 64)["rc"] == 0
-
-    old.pause()
-    try:
-        wait_until(lambda: other.role() == "leader", 10.0, "the standby to take over")
-    finally:
-        old.resume()
-    # the very first request after waking is refused: the lease deadline passed
-    rc = pinned.call("put", key="k1", hex="11" * 64)["rc"]
-    assert rc != 0, "a master woken past its lease accepted a write"
+    old, other, pinned = stop_pinned_leader(masters, cleanup)
     assert old.metric("master_ha_fenced_requests_total") >= 1
     wait_until(lambda: old.role() == "standby" and old.admin("/ha_status") == "standby",
                5.0, "the old leader to step down")

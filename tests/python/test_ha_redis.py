@@ -36,7 +36,7 @@ import time
 import pytest
 
 from ha_helpers import (REDIS_VERSION_KEY, REDIS_VIEW_KEY, RedisHaMaster, RedisServer,
-                        have_redis, wait_leader)
+                        have_redis, stop_pinned_leader, wait_leader)
 from ha_helpers import cleanup, redis  # noqa: F401 (fixtures)
 from helpers import MiB, ClientProc, master_bin, wait_until
 
@@ -154,23 +154,9 @@ def test_sigstopped_leader_refuses_and_cannot_renew(redis, cleanup):
     masters = []
     cleanup.append(masters)
     masters += [RedisHaMaster(redis, ttl_s=TTL_S), RedisHaMaster(redis, ttl_s=TTL_S)]
-    old = wait_leader(masters, 10.0)
-    other = next(m for m in masters if m is not old)
+    wait_leader(masters, 10.0)
     old_token = view(redis)["owner_token"]
-    pinned = ClientProc("pinned")
-    cleanup.append(pinned)
-    r = pinned.call("setup", args=["localhost", "P2PHANDSHAKE", 16 * MiB, 8 * MiB, "tcp", "",
-                                   old.addr])
-    assert r["rc"] == 0, pinned.log_text()
-    assert pinned.call("put", key="k0", hex="00" * 64)["rc"] == 0
-
-    old.pause()
-    try:
-        wait_until(lambda: other.role() == "leader", 10.0, "the standby to take over")
-    finally:
-        old.resume()
-    rc = pinned.call("put", key="k1", hex="11" * 64)["rc"]
-    assert rc != 0, "a master woken past its lease accepted a write"
+    old, other, pinned = stop_pinned_leader(masters, cleanup)
     wait_until(lambda: old.role() == "standby" and old.admin("/ha_status") == "standby",
                5.0, "the old leader to step down")
     # the woken master neither renewed nor deleted its successor's record

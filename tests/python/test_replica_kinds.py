@@ -27,8 +27,8 @@ import uuid
 import pytest
 
 from helpers import MiB, ClientProc, Master, RealClient, wait_until
-from mooncake.store import (Descriptor, MemoryDescriptor, MooncakeDistributedStore,
-                            ReplicaStatus)
+from test_tiers import offload_master, stores  # noqa: F401  (fixtures)
+from mooncake.store import Descriptor, MemoryDescriptor, ReplicaStatus
 
 KiB = 1024
 
@@ -41,36 +41,6 @@ def query_key(m: Master, k: str) -> dict:
     url = f"http://127.0.0.1:{m.metrics_port}/query_key?key={k}"
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.loads(r.read())
-
-
-@pytest.fixture
-def offload_master():
-    m = Master(extra_args=["--enable_offload", "--offload_on_evict"])
-    try:
-        yield m
-        assert m.alive(), "mooncake_master died:\n" + m.log_text()
-    finally:
-        m.stop()
-
-
-@pytest.fixture
-def stores():
-    made = []
-
-    def make(m, ssd_dir=None, segment=4 * MiB):
-        s = MooncakeDistributedStore()
-        rc = s.setup("localhost", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", m.addr, None,
-                     enable_ssd_offload=ssd_dir is not None,
-                     ssd_offload_path=str(ssd_dir) if ssd_dir else "")
-        assert rc == 0, f"setup returned {rc}"
-        made.append(s)
-        return s
-
-    try:
-        yield make
-    finally:
-        for s in made:
-            s.close()
 
 
 def local_disk_of(store, k):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import MiB, ClientProc, Master, master_bin, wait_until
+from helpers import MiB, Master, closing_stores, master_bin, wait_until
 from mooncake.store import MooncakeDistributedStore
 from mooncake._errors import ErrorCode
 
@@ -52,24 +52,22 @@ def offload_master():
         m.stop()
 
 
+def ssd_store(m, ssd_dir=None, segment=4 * MiB):
+    """A store on master ``m`` with an SSD tier in ``ssd_dir`` (none: no tier)."""
+    s = MooncakeDistributedStore()
+    rc = s.setup("localhost", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", m.addr, None,
+                 enable_ssd_offload=ssd_dir is not None,
+                 ssd_offload_path=str(ssd_dir) if ssd_dir else "")
+    assert rc == 0, f"setup returned {rc}"
+    return s
+
+
 @pytest.fixture
 def stores():
-    made = []
-
-    def make(m, ssd_dir, segment=4 * MiB):
-        s = MooncakeDistributedStore()
-        rc = s.setup("localhost", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", m.addr, None,
-                     enable_ssd_offload=ssd_dir is not None,
-                     ssd_offload_path=str(ssd_dir) if ssd_dir else "")
-        assert rc == 0, f"setup returned {rc}"
-        made.append(s)
-        return s
-
-    try:
+    """``stores(master, ssd_dir=None, segment=...)``: ssd_store()s, closed
+    at teardown."""
+    with closing_stores(ssd_store) as make:
         yield make
-    finally:
-        for s in made:
-            s.close()
 
 
 def disk_desc(store, k):

@@ -437,7 +437,7 @@ class WeightStoreWriter(_SnapshotWriterEnd):
                 parts = self._collect_parts(timeout)
                 self._pending = self._build_manifest(parts)
             manifest, raw = self._pending
-            self._publish_manifest(manifest, raw)
+            self._publish(raw)
             self._state = "committed"
             self.manifest = manifest
             self._store.remove(self._live_key, True)
@@ -515,37 +515,9 @@ class WeightStoreWriter(_SnapshotWriterEnd):
                                  d.weight_generation, placement.tensors, tuple(frs), sha)
         return m, _canonical(body)
 
-    # How long a commit waits for a manifest that another rank is writing
-    # at the same moment to become readable.
-    PUBLISH_WAIT_S = 10.0
-
-    def _publish_manifest(self, manifest: StoredWeightManifest, raw: bytes) -> None:
-        existing = self._store.get(self.manifest_key)
-        if not existing:
-            rc = self._store.put(self.manifest_key, raw, self._ws.config)
-            if rc != 0:
-                raise WeightStoreError(f"commit: publishing the manifest {self.manifest_key!r} "
-                                       f"failed ({rc}); the writer keeps its payloads, retry "
-                                       f"commit()", rc)
-            existing = self._store.get(self.manifest_key)
-            # Ranks publish the same manifest together: a put that found
-            # another rank's put of the key still in progress returns 0
-            # (the key exists) before that put completes, so the manifest
-            # becomes readable a moment later.
-            deadline = time.monotonic() + self.PUBLISH_WAIT_S
-            while not existing and time.monotonic() < deadline:
-                time.sleep(0.005)
-                existing = self._store.get(self.manifest_key)
-        if existing != raw:
-            if not existing:
-                raise WeightStoreError(f"commit: the manifest {self.manifest_key!r} cannot be "
-                                       f"read back; retry commit()")
-            raise WeightStoreError(f"commit: another manifest is already published at "
-                                   f"{self.manifest_key!r} (manifests are never overwritten)")
-
     # ---- abort (_SnapshotWriterEnd) -------------------------------------------------
-    def _abort_error(self, msg: str) -> Exception:
-        return WeightStoreError(msg)
+    def _writer_error(self, msg: str, rc: Optional[int] = None) -> Exception:
+        return WeightStoreError(msg, rc)
 
 
 class WeightStore:

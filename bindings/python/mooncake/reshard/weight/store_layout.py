@@ -381,12 +381,45 @@ __all__ = ["ITEMSIZE", "PlacementFragment", "TensorDescriptor", "WeightPlacement
 
 
 class _SnapshotWriterEnd:
-    """How a snapshot writer gives up (store.WeightStoreWriter and
-    store_writer.PlacementSnapshotWriter share it): abort() once, and a
-    ``with`` block that raises aborts an open writer.  The writer has
-    ``_lock``, ``_state`` ("open", "committed", "aborted"), ``_store``,
-    ``_part_key``, ``writer_id``, ``_dir``, ``_live_key`` and ``_written``,
-    and ``_abort_error(msg)`` builds its exception."""
+    """How a snapshot writer ends (store.WeightStoreWriter and
+    store_writer.PlacementSnapshotWriter share it): publishing the one
+    manifest of the snapshot, abort() once, and a ``with`` block that
+    raises aborts an open writer.  The writer has ``_lock``, ``_state``
+    ("open", "committed", "aborted"), ``_store``, ``_ws`` (its WeightStore),
+    ``manifest_key``, ``_part_key``, ``writer_id``, ``_dir``, ``_live_key``
+    and ``_written``, and ``_writer_error(msg, rc=None)`` builds its
+    exception."""
+
+    # How long a commit waits for a manifest that another rank is writing
+    # at the same moment to become readable.
+    PUBLISH_WAIT_S = 10.0
+
+    def _publish(self, raw: bytes) -> None:
+        """Put the manifest ``raw`` unless it is there; then it must read
+        back as exactly ``raw`` (manifests are never overwritten)."""
+        import time
+        existing = self._store.get(self.manifest_key)
+        if not existing:
+            rc = self._store.put(self.manifest_key, raw, self._ws.config)
+            if rc != 0:
+                raise self._writer_error(f"commit: publishing the manifest "
+                                         f"{self.manifest_key!r} failed ({rc}); the writer "
+                                         f"keeps its payloads, retry commit()", rc)
+            existing = self._store.get(self.manifest_key)
+            # Ranks publish the same manifest together: a put that found
+            # another rank's put of the key still in progress returns 0
+            # (the key exists) before that put completes, so the manifest
+            # becomes readable a moment later.
+            deadline = time.monotonic() + self.PUBLISH_WAIT_S
+            while not existing and time.monotonic() < deadline:
+                time.sleep(0.005)
+                existing = self._store.get(self.manifest_key)
+        if existing != raw:
+            if not existing:
+                raise self._writer_error(f"commit: the manifest {self.manifest_key!r} cannot "
+                                         f"be read back; retry commit()")
+            raise self._writer_error(f"commit: another manifest is already published at "
+                                     f"{self.manifest_key!r} (manifests are never overwritten)")
 
     def abort(self) -> int:
         """Remove everything this writer stored; returns the keys removed."""
@@ -395,7 +428,7 @@ class _SnapshotWriterEnd:
         from ...structured_object_store import _ere_escape
         with self._lock:
             if self._state == "committed":
-                raise self._abort_error("abort: the snapshot is already committed")
+                raise self._writer_error("abort: the snapshot is already committed")
             if self._state == "aborted":
                 return 0
             self._state = "aborted"

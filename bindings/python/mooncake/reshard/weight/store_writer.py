@@ -82,8 +82,6 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
     """One participant's writer of one snapshot
     (`WeightStore.begin_weight_snapshot` with an upstream adapter)."""
 
-    PUBLISH_WAIT_S = 10.0
-
     def __init__(self, weight_store: Any, descriptor: Any, adapter: Any,
                  source: PlacementSnapshotSource, error: type) -> None:
         self._ws = weight_store
@@ -301,25 +299,5 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
                            tuple(frags), created)
         return m, m.to_json().encode("utf-8")
 
-    def _publish(self, raw: bytes) -> None:
-        existing = self._store.get(self.manifest_key)
-        if not existing:
-            rc = self._store.put(self.manifest_key, raw, self._ws.config)
-            if rc != 0:
-                raise self._error(f"commit: publishing the manifest {self.manifest_key!r} "
-                                  f"failed ({rc}); the writer keeps its payloads, retry "
-                                  f"commit()", rc)
-            existing = self._store.get(self.manifest_key)
-            deadline = time.monotonic() + self.PUBLISH_WAIT_S
-            while not existing and time.monotonic() < deadline:
-                time.sleep(0.005)
-                existing = self._store.get(self.manifest_key)
-        if existing != raw:
-            if not existing:
-                raise self._error(f"commit: the manifest {self.manifest_key!r} cannot be "
-                                  f"read back; retry commit()")
-            raise self._error(f"commit: another manifest is already published at "
-                              f"{self.manifest_key!r} (manifests are never overwritten)")
-
-    def _abort_error(self, msg: str) -> Exception:
-        return self._error(msg)
+    def _writer_error(self, msg: str, rc: Optional[int] = None) -> Exception:
+        return self._error(msg, rc)
