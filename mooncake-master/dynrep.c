@@ -210,14 +210,12 @@ static void propose(mc_req_ctx_t *x, mc_object_t *o, uint64_t hits, uint64_t win
 void mc_master_dynrep_hit(mc_req_ctx_t *x, mc_object_t *o)
 {
     const mc_master_config_t *cfg = x->m->cfg;
-    int observe = strcmp(cfg->dynamic_replication_mode, "observe") == 0;
-    int enforce = strcmp(cfg->dynamic_replication_mode, "enforce") == 0;
     uint64_t window_ms, w, threshold;
     uint32_t readable;
     heat_table_t *t;
     heat_t *h;
 
-    if (!observe && !enforce)
+    if (x->m->dynrep_mode == MC_DYNREP_OFF)
         return;
     if (!o->complete ||
         (memory_replicas(o, &readable) >= (uint64_t)cfg->dynamic_replication_max_memory_replicas) ||
@@ -249,7 +247,7 @@ void mc_master_dynrep_hit(mc_req_ctx_t *x, mc_object_t *o)
     }
     if (++h->hits != threshold)
         return; /* not hot yet, or already reported in this window */
-    if (observe) {
+    if (x->m->dynrep_mode == MC_DYNREP_OBSERVE) {
         mc_info("dynamic replication (observe): key '%.*s' is hot (%" PRIu64 " reads in %" PRId64
                 " s); enforce would add a replica",
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr, h->hits,

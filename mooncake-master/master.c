@@ -162,6 +162,26 @@ static mc_status_t rpc_interface_resolve(mc_master_config_t *cfg)
  * is replicated through the HA backend's etcd, so it needs HA, and etcd.
  * Here it selects the log shipped through etcd (ship.c, docs/ha.md).
  */
+/* flags.c has warned about names it does not know; those place as
+ * random and leave dynamic replication off, as upstream does */
+static mc_alloc_strategy_t alloc_strategy_of(const char *name)
+{
+    if (strcmp(name, "free_ratio_first") == 0)
+        return MC_ALLOC_FREE_RATIO_FIRST;
+    if (strcmp(name, "local_first") == 0)
+        return MC_ALLOC_LOCAL_FIRST;
+    return MC_ALLOC_RANDOM;
+}
+
+static mc_dynrep_mode_t dynrep_mode_of(const char *name)
+{
+    if (strcmp(name, "observe") == 0)
+        return MC_DYNREP_OBSERVE;
+    if (strcmp(name, "enforce") == 0)
+        return MC_DYNREP_ENFORCE;
+    return MC_DYNREP_OFF;
+}
+
 static mc_status_t check_oplog(const mc_master_config_t *cfg)
 {
     if (!cfg->enable_oplog)
@@ -198,6 +218,8 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
     }
     st              = MC_INTERNAL_ERROR;
     m->cfg          = cfg;
+    m->alloc_strategy = alloc_strategy_of(cfg->allocation_strategy);
+    m->dynrep_mode    = dynrep_mode_of(cfg->dynamic_replication_mode);
     m->view_version = mc_wall_ms();
     mc_master_meta_owner_init(m);
     m->start_ms     = mc_now_ms();

@@ -173,6 +173,20 @@ typedef struct mc_reservation {
 } mc_reservation_t;
 
 /* An upsert in progress on an existing object (docs/protocol.md §5.11). */
+/* --allocation_strategy and --dynamic_replication_mode, parsed once at
+ * start (mc_master_create) so the put and get paths compare an enum */
+typedef enum mc_alloc_strategy {
+    MC_ALLOC_RANDOM = 0, /* also unknown names, cxl, ssd_free_ratio_first */
+    MC_ALLOC_FREE_RATIO_FIRST,
+    MC_ALLOC_LOCAL_FIRST,
+} mc_alloc_strategy_t;
+
+typedef enum mc_dynrep_mode {
+    MC_DYNREP_OFF = 0, /* also unknown names */
+    MC_DYNREP_OBSERVE,
+    MC_DYNREP_ENFORCE,
+} mc_dynrep_mode_t;
+
 typedef enum mc_upsert_mode {
     MC_UPSERT_NONE    = 0,
     MC_UPSERT_INPLACE = 1,     /* same buffers, object unreadable until the end */
@@ -561,6 +575,8 @@ struct mc_master {
     struct mc_kv_events *kv_events;
     struct mc_tenants *tenants;  /* --enable_multi_tenants (tenants.c) */
     struct heat_table *heat;     /* --dynamic_replication_mode (dynrep.c) */
+    mc_dynrep_mode_t dynrep_mode;
+    mc_alloc_strategy_t alloc_strategy;
 
     /* master.c */
     struct event *tick_ev;

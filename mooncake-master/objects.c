@@ -1135,7 +1135,7 @@ static const mc_client_t *writer_of(mc_master_t *m, mc_uuid_t client_id,
 static const mc_client_t *local_first_writer(mc_master_t *m, mc_uuid_t client_id,
                                              const mc_wire_config_t *cfg)
 {
-    if ((cfg->replica_num != 1) || (strcmp(m->cfg->allocation_strategy, "local_first") != 0))
+    if ((cfg->replica_num != 1) || (m->alloc_strategy != MC_ALLOC_LOCAL_FIRST))
         return NULL;
     return mc_master_client_find(m, client_id);
 }

@@ -463,7 +463,7 @@ uint32_t mc_master_segments_allocate(mc_master_t *m, uint64_t size, uint32_t wan
         }
     }
 
-    if (strcmp(m->cfg->allocation_strategy, "free_ratio_first") == 0) {
+    if (m->alloc_strategy == MC_ALLOC_FREE_RATIO_FIRST) {
         seg_rank_t *rank = malloc((size_t)m->nseg * sizeof(*rank));
         if (rank != NULL) {
             for (uint32_t i = 0; i < m->nseg; i++) {
@@ -574,7 +574,7 @@ uint32_t mc_master_segments_allocate_keyed(mc_master_t *m, uint64_t size, uint32
     mc_replica_t *r = NULL;
 
     if ((want != 1) || (m->nseg == 0) || (size == 0) || (writer == NULL) ||
-        (strcmp(m->cfg->allocation_strategy, "local_first") != 0))
+        (m->alloc_strategy != MC_ALLOC_LOCAL_FIRST))
         return mc_master_segments_allocate(m, size, want, preferred, local, out);
     host = writer_host(writer);
     if (host.len == 0)
