@@ -11,6 +11,7 @@ mooncakeinclude_HEADERS += \
 	libmooncake/include/mooncake/tensor.h \
 	libmooncake/include/mooncake/fastcopy.h \
 	libmooncake/include/mooncake/codec.h \
+	libmooncake/include/mooncake/reshard.h \
 	$(NULL)
 
 noinst_LTLIBRARIES += libmooncake-internal.la
@@ -30,6 +31,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/auth.c libmooncake/common/auth.h \
 	libmooncake/common/fastcopy.c \
 	libmooncake/codec/ragged.c \
+	libmooncake/reshard/plan.c \
 	libmooncake/common/cuda.c libmooncake/common/cuda.h \
 	libmooncake/common/dfs_layout.c libmooncake/common/dfs_layout.h \
 	libmooncake/wire/wire.c libmooncake/wire/wire.h \

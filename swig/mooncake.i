@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <mooncake/mooncake.h>
+#include <mooncake/reshard.h>
 
 /* The binding's store object (see "store" below). */
 typedef struct mooncake_store {
@@ -498,6 +499,8 @@ struct mooncake_engine {
  * the readers' checks are done in numpy, so these two stay C-only. */
 %ignore mc_codec_ragged_check;
 %ignore mc_codec_ragged_select;
+/* python.i's column builders (swig/pyhelpers.c) call it from C */
+%ignore mc_codec_blob_check;
 #if !defined(SWIGPYTHON)
 /* only python.i maps a sequence of arrays to rows */
 %ignore mc_codec_ragged_measure;
@@ -505,6 +508,49 @@ struct mooncake_engine {
 %ignore mc_codec_ragged_describe;
 #endif
 %include <mooncake/codec.h>
+
+/* ---- resharding planner core ------------------------------------------------- */
+
+/* The Python package (mooncake.reshard.weight.planner) lays the parameter
+ * structs out itself (ctypes) and passes their address; python.i maps the
+ * addresses, the table handle and the refusal.  The structs are never
+ * wrapped. */
+%ignore mc_reshard_frags;
+%ignore mc_reshard_plan_params;
+%ignore mc_reshard_plan_error;
+/* SWIG's int64_t (long long) differs from LP64 C's for const pointers:
+ * Python calls lowering through mooncake_reshard_plan_lower() below. */
+%ignore mc_reshard_plan_lower;
+#if !defined(SWIGPYTHON)
+%ignore mc_reshard_plan_create;
+%ignore mc_reshard_table_rows;
+%ignore mc_reshard_table_width;
+%ignore mc_reshard_table_column;
+%ignore mc_reshard_table_destroy;
+#endif
+%include <mooncake/reshard.h>
+#if defined(SWIGPYTHON)
+%inline %{
+/* sizeof(mc_reshard_plan_params_t): the Python layout is checked against it. */
+static size_t mooncake_reshard_params_size(void)
+{
+    return sizeof(mc_reshard_plan_params_t);
+}
+
+/* mc_reshard_plan_lower() with the int64 columns as plain addresses. */
+static mc_status_t mooncake_reshard_plan_lower(mc_reshard_table_h plan,
+                                               const mc_reshard_plan_params_t *params,
+                                               unsigned long long keys_addr,
+                                               unsigned long long offsets_addr,
+                                               const uint8_t *target_selected,
+                                               mc_reshard_table_h *table_p)
+{
+    return mc_reshard_plan_lower(plan, params, (const int64_t *)(uintptr_t)keys_addr,
+                                 (const int64_t *)(uintptr_t)offsets_addr, target_selected,
+                                 table_p);
+}
+%}
+#endif
 
 /*
  * The binding's store object.  It wraps the handle in a struct of its own so

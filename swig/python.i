@@ -229,6 +229,58 @@ fail:
 }
 %}
 
+/* ---- mc_reshard_*(): parameter blocks and columns by address ---------------- */
+
+/* The parameter block and the per-source columns are addresses (int) that
+ * mooncake.reshard.weight.planner keeps alive for the call; 0 is NULL. */
+%define MOONCAKE_PY_CADDR(TYPE, NAME)
+%typemap(in) TYPE NAME
+{
+    if (!PyLong_Check($input)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int address, not '%s'", "NAME",
+                     Py_TYPE($input)->tp_name);
+        SWIG_fail;
+    }
+    $1 = ($1_ltype)(uintptr_t)PyLong_AsUnsignedLongLong($input);
+    if (PyErr_Occurred())
+        SWIG_fail;
+}
+%enddef
+MOONCAKE_PY_CADDR(const mc_reshard_plan_params_t *, params)
+MOONCAKE_PY_CADDR(const uint8_t *, target_selected)
+MOONCAKE_PY_CADDR(mc_reshard_table_h, plan)
+MOONCAKE_PY_CADDR(mc_reshard_table_h, table)
+
+/* The new table comes back as an address for mc_reshard_table_*(). */
+%typemap(in, numinputs=0) mc_reshard_table_h *table_p (mc_reshard_table_h table = NULL)
+{
+    $1 = &table;
+}
+%typemap(argout) mc_reshard_table_h *table_p
+{
+    $result = SWIG_Python_AppendOutput($result, PyLong_FromVoidPtr(*$1));
+}
+
+/* The refusal comes back as (kind, index, value, limit). */
+%typemap(in, numinputs=0) mc_reshard_plan_error_t *error_p (mc_reshard_plan_error_t err)
+{
+    memset(&err, 0, sizeof(err));
+    $1 = &err;
+}
+%typemap(argout) mc_reshard_plan_error_t *error_p
+{
+    $result = SWIG_Python_AppendOutput(
+        $result, Py_BuildValue("(LLKK)", (long long)$1->kind, (long long)$1->index,
+                               (unsigned long long)$1->value, (unsigned long long)$1->limit));
+}
+
+/* A column is an address; numpy views it without a copy until the table
+ * is destroyed. */
+%typemap(out) const int64_t *mc_reshard_table_column
+{
+    $result = PyLong_FromVoidPtr((void *)$1);
+}
+
 /* ---- mc_codec_ragged_*(): rows in, arrays by address, counts out ------------ */
 
 /* The arrays a codec call reads or fills: addresses (int), as the
@@ -359,6 +411,28 @@ fail:
     return -1;
 }
 %}
+
+/* ---- column builders: per-row objects of a codec payload in one call ------- */
+
+/* codec_blob_rows(data, offsets, nulls, text) and
+ * codec_ragged_rows(data, offsets, shapes, ndims, nulls): the rows of a
+ * fetched payload as Python objects; codec_utf8_pack(values, offsets_out,
+ * nulls_out): a column of str as its payload (swig/pyhelpers.h has the
+ * contracts; the code lives in swig/pyhelpers.c).  They build Python
+ * objects, so they keep the interpreter lock. */
+%{
+#include "pyhelpers.h"
+%}
+%nothread mooncake_py_blob_rows;
+%nothread mooncake_py_ragged_rows;
+%nothread mooncake_py_utf8_pack;
+%rename(codec_blob_rows) mooncake_py_blob_rows;
+%rename(codec_ragged_rows) mooncake_py_ragged_rows;
+%rename(codec_utf8_pack) mooncake_py_utf8_pack;
+PyObject *mooncake_py_blob_rows(PyObject *data, PyObject *offsets, PyObject *nulls, int text);
+PyObject *mooncake_py_ragged_rows(PyObject *data, PyObject *offsets, PyObject *shapes,
+                                  PyObject *ndims, PyObject *nulls);
+PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out);
 
 /* ---- (const char *const *strs, size_t n): a sequence of str in ------------- */
 

@@ -19,6 +19,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_tensor.c \
 	tests/unit/test_fastcopy.c \
 	tests/unit/test_codec.c \
+	tests/unit/test_reshard.c \
 	tests/unit/test_rdma.c \
 	tests/unit/test_rdma_path.c \
 	tests/unit/master_proc.c tests/unit/master_proc.h \

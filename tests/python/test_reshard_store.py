@@ -34,7 +34,7 @@ from mooncake.reshard.weight import (OwnershipAxis, ParallelRank, ParallelTopolo
 from mooncake.reshard.weight.storage_manifest import StoredManifestIdentity
 from mooncake.reshard.weight.store import (WeightSnapshotDescriptor, WeightStore,
                                            WeightStoreError)
-from mooncake.reshard.weight.store_writer import PlacementSnapshotAdapter
+from mooncake.reshard.weight import WeightSnapshotAdapter
 
 GROUP = "weights/default/model/rev/1"
 MODEL = [  # tensor id, shape, dtype, itemsize, numpy dtype, split dim or None
@@ -167,7 +167,7 @@ def test_upstream_manifest_loads_bit_exact(store):
     check(target, dest)
     # one participant at a time
     one = empty_destinations(target, "worker/1")
-    assert ws.load(plan, one, rank="worker/1") == plan.nbytes("worker/1")
+    assert ws.load(plan, one, participant_id="worker/1") == plan.nbytes("worker/1")
     check(target, one)
 
 
@@ -223,7 +223,7 @@ def test_upstream_load_refusals(store):
     with pytest.raises(ValueError, match="destination of .* is"):
         ws.load(plan, {**dest, fid: np.zeros(arr.shape, np.int64)})
     with pytest.raises(ValueError, match="unknown target participant: worker/9"):
-        ws.load(plan, dest, rank="worker/9")
+        ws.load(plan, dest, participant_id="worker/9")
     # nothing was read by the refused loads
     assert all(not a.any() for a in dest.values())
     # a target of another revision is refused by upstream's planner
@@ -268,7 +268,7 @@ def data_of(tensors):
 
 def write_all(ws, placement, arrays, desc):
     """Every participant's writer in this process; the last one commits."""
-    writers = [ws.begin_weight_snapshot(desc, PlacementSnapshotAdapter(placement,
+    writers = [ws.begin_weight_snapshot(desc, WeightSnapshotAdapter(placement,
                                                                        p.participant_id))
                for p in placement.topology.participants]
     written = []
@@ -374,12 +374,12 @@ def test_writer_refusals_retry_and_bindings(store):
     arrays = data_of(src.tensors)
     with pytest.raises(ValueError, match="snapshot descriptor and placement revision differ"):
         ws.begin_weight_snapshot(WeightSnapshotDescriptor("model", "other", 2),
-                                 PlacementSnapshotAdapter(src, "node/0.0.0.0"))
+                                 WeightSnapshotAdapter(src, "node/0.0.0.0"))
     with pytest.raises(ValueError, match="unknown topology participant: nobody"):
         ws.begin_weight_snapshot(WeightSnapshotDescriptor("model", "w1", 2, "r"),
-                                 PlacementSnapshotAdapter(src, "nobody"))
+                                 WeightSnapshotAdapter(src, "nobody"))
     desc = WeightSnapshotDescriptor("model", "w1", 2, "retry")
-    w0, w1 = (ws.begin_weight_snapshot(desc, PlacementSnapshotAdapter(src, p.participant_id))
+    w0, w1 = (ws.begin_weight_snapshot(desc, WeightSnapshotAdapter(src, p.participant_id))
               for p in src.topology.participants)
     with pytest.raises(ValueError, match="is \\(8,\\) with 2-byte elements"):
         w0.write_tensor("rows", np.zeros(8, np.int16))
@@ -421,7 +421,7 @@ def test_writer_refusals_retry_and_bindings(store):
         b = WeightRuntimeBindingManifest("model", src.placement_id, src.digest, "inst", 1,
                                          "lease", "w1", p.participant_id, tuple(frs))
         writers.append(ws.begin_weight_snapshot(
-            desc, PlacementSnapshotAdapter(src, p.participant_id, [b])))
+            desc, WeightSnapshotAdapter(src, p.participant_id, [b])))
     for w in writers:
         w.write_bound_fragments()
     writers[0].seal()
@@ -434,9 +434,9 @@ def test_writer_abort_removes_payloads_and_duplicate_writer(store):
     arrays = data_of(src.tensors)
     desc = WeightSnapshotDescriptor("model", "w1", 2, "abort")
     pid = src.topology.participants[0].participant_id
-    w = ws.begin_weight_snapshot(desc, PlacementSnapshotAdapter(src, pid))
+    w = ws.begin_weight_snapshot(desc, WeightSnapshotAdapter(src, pid))
     with pytest.raises(WeightStoreError, match="already has a live writer"):
-        ws.begin_weight_snapshot(desc, PlacementSnapshotAdapter(src, pid))
+        ws.begin_weight_snapshot(desc, WeightSnapshotAdapter(src, pid))
     f = w.part.fragments[0]
     w.write_fragment(f.placement_fragment_id, np.ascontiguousarray(
         sl(arrays[f.tensor_id], f.global_offset, f.local_shape)))
@@ -475,7 +475,7 @@ def _writer_main(master_addr, namespace, index):
         pid = src.topology.participants[index].participant_id
         w = WeightStore(s).begin_weight_snapshot(
             WeightSnapshotDescriptor("model", "w1", 2, namespace),
-            PlacementSnapshotAdapter(src, pid))
+            WeightSnapshotAdapter(src, pid))
         n = 0
         for f in w.part.fragments:
             n += len(w.write_fragment(f.placement_fragment_id, np.ascontiguousarray(

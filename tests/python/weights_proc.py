@@ -4,9 +4,10 @@
 
   weights_proc.py write MASTER REVISION TP RANK [--hang] [--commit-timeout S]
                                                 [--commit-on-line]
-      writes rank RANK's fragments of the test model at TP=TP; prints
+      writes TP rank RANK's boxes of the test model at TP=TP (upstream's
+      placement, participant tp_participant(RANK)); prints
       {"written": [...payload keys...]}; then, unless --hang, commits and
-      prints {"manifest": key, "sha256": ...}; then waits for a line on
+      prints {"manifest": key, "digest": manifest_digest}; then waits for a line on
       stdin (or 120 s) before closing the store, so its segment stays up
       for the readers.
   weights_proc.py read MASTER REVISION TP RANK
@@ -22,10 +23,11 @@ import zlib
 import torch
 
 from mooncake.reshard.weight import (WeightSnapshotAdapter, WeightSnapshotDescriptor,
-                                     WeightStore)
-from mooncake.reshard.weight.store_layout import TensorDescriptor, tp_placement
+                                     WeightStore, tp_placement)
+from mooncake.reshard.weight.store_layout import tp_participant
 
 MiB = 1 << 20
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "int8": 1}
 
 # (tensor id, global shape, dtype, split dim or None for replicated)
 MODEL = [
@@ -35,16 +37,23 @@ MODEL = [
     ("o", (16, 36), "bfloat16", 1),          # row-parallel: columns split, uneven at 8
     ("up", (30, 16), "float32", 0),          # uneven at 4 and 8
     ("q8", (24, 20), "int8", 1),             # int8, columns, uneven at 8
-    ("bias", (5,), "float16", 0),            # fewer elements than ranks at 8
+    ("bias", (5,), "float16", 0),            # fewer elements than ranks at 8: replicated
 ]
 
 
-def tensors(model=MODEL):
-    return [TensorDescriptor(tid, shape, dt) for tid, shape, dt, _ in model]
+def spec(model=MODEL):
+    """tp_placement's model: (tensor id, shape, dtype, itemsize, split dim)."""
+    return [(tid, shape, dt, ITEMSIZE[dt], d) for tid, shape, dt, d in model]
 
 
-def placement(tp, model=MODEL):
-    return tp_placement(tensors(model), tp, {tid: d for tid, _, _, d in model if d is not None})
+def nbytes(model=MODEL):
+    """Bytes of one logical copy of the model."""
+    return sum(ITEMSIZE[dt] * torch.Size(shape).numel() for _, shape, dt, _ in model)
+
+
+def placement(tp, model=MODEL, revision="r"):
+    return tp_placement(spec(model), tp, resource_id="test-model", revision=revision,
+                        weight_generation=1)
 
 
 def full(tid, shape, dtype):
@@ -59,35 +68,41 @@ def shard(t, frag):
         .contiguous()
 
 
-def descriptor(revision, model=MODEL):
-    return WeightSnapshotDescriptor("test-model", revision, 1, tensors=tuple(tensors(model)))
+def descriptor(revision):
+    return WeightSnapshotDescriptor("test-model", revision, 1)
 
 
-def rank_tensors(tp, rank, model=MODEL):
+def adapter(tp, rank, revision, model=MODEL, **kw):
+    return WeightSnapshotAdapter(placement(tp, model, revision), tp_participant(rank), **kw)
+
+
+def rank_tensors(tp, rank, model=MODEL, revision="r"):
     """(tensor id, this rank's shard) for every tensor."""
-    p = placement(tp, model)
+    p = placement(tp, model, revision)
+    part = p.part(tp_participant(rank))
+    dts = {tid: (shape, dt) for tid, shape, dt, _ in model}
     out = []
     for tid, shape, dt, _ in model:
-        f = [x for x in p.fragments_of(tid) if x.rank == rank][0]
-        out.append((tid, shard(full(tid, shape, dt), f)))
+        f = [x for x in part.fragments if x.tensor_id == tid][0]
+        out.append((tid, shard(full(tid, *dts[tid]), f)))
     return out
 
 
-def check_loaded(dest, plan, rank, model=MODEL):
+def check_loaded(dest, plan, participant_id, model=MODEL):
     by_id = {tid: (shape, dt) for tid, shape, dt, _ in model}
-    for f in plan.target_fragments(rank):
+    for f in plan.target_fragments(participant_id):
         shape, dt = by_id[f.tensor_id]
         want = shard(full(f.tensor_id, shape, dt), f)
-        got = dest[f.fragment_id]
-        if not torch.equal(got.view(-1).view(torch.uint8) if got.numel() else got,
-                           want.view(-1).view(torch.uint8) if want.numel() else want):
-            raise AssertionError(f"{f.fragment_id} differs")
+        got = dest[f.placement_fragment_id]
+        if not torch.equal(got.view(-1).view(torch.uint8), want.view(-1).view(torch.uint8)):
+            raise AssertionError(f"{f.placement_fragment_id} differs")
 
 
-def destinations(plan, rank, model=MODEL):
+def destinations(plan, participant_id, model=MODEL):
     dts = {tid: dt for tid, _, dt, _ in model}
-    return {f.fragment_id: torch.full(f.local_shape, 7, dtype=getattr(torch, dts[f.tensor_id]))
-            for f in plan.target_fragments(rank)}
+    return {f.placement_fragment_id: torch.full(f.local_shape, 7,
+                                                dtype=getattr(torch, dts[f.tensor_id]))
+            for f in plan.target_fragments(participant_id)}
 
 
 def _store(master):
@@ -109,11 +124,11 @@ def main(argv):
     store = _store(master)
     try:
         if mode == "write":
-            adapter = WeightSnapshotAdapter(placement(tp), rank)
-            writer = store.begin_weight_snapshot(descriptor(revision), adapter)
-            for tid, t in rank_tensors(tp, rank):
+            writer = store.begin_weight_snapshot(descriptor(revision),
+                                                 adapter(tp, rank, revision))
+            for tid, t in rank_tensors(tp, rank, revision=revision):
                 writer.write_tensor(tid, t)
-            _say({"written": sorted(s.key for s in writer._written.values() if s.key)})
+            _say({"written": sorted(s.object_key for s in writer._written.values())})
             if "--hang" in argv:
                 select.select([sys.stdin], [], [], 120)
                 return
@@ -123,15 +138,17 @@ def main(argv):
             if "--commit-timeout" in argv:
                 timeout = float(argv[argv.index("--commit-timeout") + 1])
             m = writer.commit(timeout=timeout)
-            _say({"manifest": m.manifest_key, "sha256": m.sha256})
+            _say({"manifest": m.manifest_key, "digest": m.manifest_digest})
             select.select([sys.stdin], [], [], 120)
         elif mode == "read":
             ws = WeightStore(store)
             m = ws.load_manifest(descriptor(revision))
-            plan = ws.plan_load(m, placement(tp), [placement(tp).target_bindings()[rank]])
-            dest = destinations(plan, rank)
-            n = ws.load(plan, dest, rank=rank)
-            check_loaded(dest, plan, rank)
+            target = placement(tp, revision=revision)
+            pid = tp_participant(rank)
+            plan = ws.plan_load(m, target)
+            dest = destinations(plan, pid)
+            n = ws.load(plan, dest, participant_id=pid)
+            check_loaded(dest, plan, pid)
             _say({"ok": True, "bytes": n})
     finally:
         store.close()

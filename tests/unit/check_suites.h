@@ -53,6 +53,7 @@
     X(tensor)             \
     X(fastcopy)           \
     X(codec)              \
+    X(reshard)            \
     X(rdma)               \
     X(rdma_path)          \
     X(auth)

@@ -5,11 +5,10 @@ contracts and planner, and our manifest-backed WeightStore
 
 The 27 names of ``__all__`` are upstream's, in upstream's order, and are
 the same objects as in the submodules (``weight.X is weight.manifest.X``).
-The store's own names (``WeightStore``, ``WeightSnapshotDescriptor``, ...)
-are importable from here too where they do not clash.  The store writes
-and loads upstream's ``WeightManifest`` (``store_writer``, ``store_load``)
-and keeps its original API on its own layout types, which clash by name
-with upstream's and so live in ``weight.store_layout``.
+The store's own names (``WeightStore``, ``WeightSnapshotDescriptor``,
+``WeightSnapshotAdapter``, ...) are importable from here too; none clashes
+with upstream's.  The store writes and loads upstream's contracts only
+(``store_writer``, ``store_load``).
 """
 
 from .manifest import (OwnershipAxis, ParallelRank, ParallelTopology, PlacementFragment,
@@ -25,12 +24,11 @@ from .serde import weight_placement_from_json, weight_placement_to_json
 from .storage_manifest import StoredFragment, WeightManifest
 
 # Our store (not part of upstream's surface; names that do not clash).
-from .snapshot import WeightSnapshotAdapter, WeightSnapshotDescriptor  # noqa: F401
-from .store import (StoredWeightManifest, WeightStore, WeightStoreError,  # noqa: F401
-                    WeightStoreWriter, begin_weight_snapshot)
-from .store_layout import (WeightRuntimeBinding, WeightSnapshotSource,  # noqa: F401
-                           split_sizes)
-from .store_plan import RangedRead, WeightLoadPlan  # noqa: F401
+from .snapshot import (WeightSnapshotAdapter, WeightSnapshotDescriptor,  # noqa: F401
+                       WeightSnapshotSource)
+from .store import WeightStore, WeightStoreError, begin_weight_snapshot  # noqa: F401
+from .store_layout import split_sizes, tp_placement  # noqa: F401
+from .store_plan import RangedRead  # noqa: F401
 
 __all__ = ["ParallelRank", "ParallelTopology", "PlacementFragment", "WeightPlacementManifest",
            "WeightPlacementPart", "RuntimeBindingFragment", "WeightRuntimeBindingManifest",

@@ -426,6 +426,10 @@ def _check_aliases_consistent(tensors: Mapping[str, TensorDescriptor],
                                  f"{member}")
 
 
+# Per-instance caches derived from an immutable manifest, never pickled.
+_DERIVED = ("_native_cache", "_fragment_index")
+
+
 @dataclass(frozen=True, init=False)
 class WeightPlacementManifest:
     """The complete placement of one weight revision over a topology: a
@@ -525,6 +529,10 @@ class WeightPlacementManifest:
     @property
     def resource_kind(self) -> ResourceKind:
         return ResourceKind.MODEL_WEIGHT
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # derived indexes (planner columns, fragment index) are rebuilt on use
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
 
     @property
     def digest(self) -> str:

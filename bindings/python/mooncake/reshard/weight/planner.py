@@ -13,13 +13,25 @@ Source choice is deterministic so that every participant plans alike:
 target DP rank d reads source replica sorted(replicas)[d % n], within it
 the minimum complete owner, and among equal boxes the lowest
 (dp, pp, ep, tp, fragment_id) — (object_key, fragment_id) when stored.
+
+The public functions make their plans with libmooncake's planner core
+(`<mooncake/reshard.h>`, "the native core" at the end of this module);
+the Python functions in between are the reference it is tested against
+(`reference_planner()`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
+import threading
+import weakref
 from collections import defaultdict
+from collections.abc import Sequence as _SequenceABC
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from itertools import product
+from itertools import chain, product
+from operator import attrgetter
 from math import prod
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -256,11 +268,17 @@ class LogicalTransferPlan:
           None if self.source_manifest is None else self.source_manifest.manifest_identity)
 
     def __reduce__(self):
-        return (_rebuild_plan, tuple(getattr(self, f.name) for f in fields(self) if f.init))
+        return (_rebuild_plan, tuple(tuple(v) if isinstance(v, _RegionTable) else v
+                                     for v in (getattr(self, f.name) for f in fields(self)
+                                               if f.init)))
 
     @property
     def total_bytes(self) -> int:
-        return sum(op.total_bytes for op in self.operations)
+        ops = self.operations
+        if isinstance(ops, _RegionTable):   # native plan: from its columns
+            n = ops._native
+            return int((n.inner * n.segments).sum())
+        return sum(op.total_bytes for op in ops)
 
     @property
     def source_placement_id(self) -> Optional[str]:
@@ -291,7 +309,14 @@ class LogicalTransferPlan:
         if executor not in executors:
             raise ValueError(f"{side} executor is not part of this logical plan")
         mine = set(executor.placement_fragment_ids)
-        return tuple(i for i, op in enumerate(self.operations)
+        ops = self.operations
+        if isinstance(ops, _RegionTable):   # native plan: from its columns
+            n = ops._native
+            frags, col = (n.targets, n.target) if side == "target" else (n.sources, n.source)
+            chosen = [i for i, f in enumerate(frags) if f.fragment_id in mine]
+            np = _np()
+            return tuple(np.flatnonzero(np.isin(col, chosen)).tolist())
+        return tuple(i for i, op in enumerate(ops)
                      if getattr(op, side).fragment_id in mine)
 
     def validate_source_manifest_snapshot(self) -> WeightManifest:
@@ -592,6 +617,11 @@ def _target_parts(target: WeightPlacementManifest) -> List[WeightPlacementPart]:
 def _plan_from_placement(source: WeightPlacementManifest, target: WeightPlacementManifest,
                          parts: Sequence[WeightPlacementPart], exact: bool,
                          limits: PlanningLimits) -> LogicalTransferPlan:
+    if native_available():
+        try:
+            return _native_placement(source, target, parts, exact, limits)
+        except _NativeRefused:
+            pass
     if not isinstance(source, WeightPlacementManifest):
         raise ValueError("source must be a WeightPlacementManifest")
     _check_identity(source, target)
@@ -670,6 +700,11 @@ def plan_stored_transfer_to_target_placement(
         raise ValueError("source must be a WeightManifest")
     if not isinstance(target_placement, WeightPlacementManifest):
         raise ValueError("target must be a WeightPlacementManifest")
+    if native_available():
+        try:
+            return _native_stored(source_manifest, target_placement, limits)
+        except _NativeRefused:
+            pass
     _check_identity(source_manifest, target_placement)
     parts = _target_parts(target_placement)
     tensors = _selected_tensors(target_placement, parts)
@@ -687,3 +722,480 @@ def plan_stored_transfer_to_target_placement(
         tuple(sorted(source_manifest.tensors, key=lambda t: t.tensor_id)), tensors,
         tuple(ops), source_manifest, limits, (),
         tuple(sorted((_executor(target_placement, p) for p in parts), key=_rank_key)))
+
+
+# --- the native core ---------------------------------------------------------
+#
+# The functions above are the reference.  On the hot path the same plan is
+# made by libmooncake (mooncake/reshard.h, through the SWIG module): the
+# policy stays here (identity, catalogue, coverage, the source choice), the
+# box intersection and region geometry of every target fragment run in C
+# over integer columns, and the plan's operations are materialized as
+# TransferRegion objects only when someone looks at them.  The columns of a
+# manifest are derived once per (immutable) manifest and kept on it, as
+# manifest._fragment_index is.  Without the native module, or for input it
+# refuses as malformed, the reference planner runs.
+
+try:
+    from mooncake import capi as _capi
+    _NATIVE_OK = hasattr(_capi, "mc_reshard_plan_create")
+except Exception:  # pragma: no cover - depends on the built extension
+    _capi = None
+    _NATIVE_OK = False
+
+_native_state = threading.local()
+
+# mc_reshard_refusal_t
+_BAD_INPUT, _NOT_COVERED, _TOO_MANY_REGIONS, _REGION_SEGMENTS, _TOTAL_SEGMENTS = 1, 2, 3, 4, 5
+# mc_reshard_plan_column_t / mc_reshard_reads_column_t
+(_C_TARGET, _C_SOURCE, _C_SBASE, _C_TBASE, _C_INNER, _C_NLOOPS, _C_SEGMENTS, _C_OFF,
+ _C_SHAPE) = range(9)
+_R_KEY, _R_SRC, _R_LEN, _R_TARGET, _R_DST = range(5)
+
+
+class _Frags(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_size_t), ("width", ctypes.c_size_t),
+                ("offsets", ctypes.c_void_p), ("shapes", ctypes.c_void_p),
+                ("ndims", ctypes.c_void_p), ("order", ctypes.c_void_p)]
+
+
+class _Params(ctypes.Structure):
+    _fields_ = [("field_mask", ctypes.c_uint64), ("targets", _Frags),
+                ("target_itemsizes", ctypes.c_void_p), ("target_sets", ctypes.c_void_p),
+                ("sources", _Frags), ("n_sets", ctypes.c_size_t),
+                ("set_starts", ctypes.c_void_p), ("set_members", ctypes.c_void_p),
+                ("max_transfer_regions", ctypes.c_uint64),
+                ("max_segments_per_region", ctypes.c_uint64),
+                ("max_total_lowered_segments", ctypes.c_uint64)]
+
+
+if _NATIVE_OK and ctypes.sizeof(_Params) != _capi.mooncake_reshard_params_size():
+    _NATIVE_OK = False  # pragma: no cover - a header/binding mismatch
+
+
+def native_available() -> bool:
+    """Whether plans are made by libmooncake's planner core."""
+    return _NATIVE_OK and getattr(_native_state, "enabled", True)
+
+
+@contextmanager
+def reference_planner():
+    """Plan with the pure-Python reference in this thread (tests compare
+    the two)."""
+    old = getattr(_native_state, "enabled", True)
+    _native_state.enabled = False
+    try:
+        yield
+    finally:
+        _native_state.enabled = old
+
+
+def _np():
+    import numpy as np
+    return np
+
+
+def _int64_view(addr: int, n: int) -> Any:
+    np = _np()
+    if n == 0:
+        return np.zeros(0, np.int64)
+    return np.ctypeslib.as_array(ctypes.cast(addr, ctypes.POINTER(ctypes.c_int64)), (n,))
+
+
+class _Columns:
+    """Offsets and shapes of fragments as n x width int64 rows (left
+    aligned) and their dimension counts."""
+
+    __slots__ = ("off", "shape", "ndim", "width", "n")
+
+    def __init__(self, frags: Sequence[Any]) -> None:
+        np = _np()
+        n = self.n = len(frags)
+        shapes = list(map(attrgetter("local_shape"), frags))
+        offsets = list(map(attrgetter("global_offset"), frags))
+        self.ndim = np.fromiter(map(len, shapes), np.int64, n)
+        w = self.width = int(self.ndim.max()) if n else 1
+        if n and int(self.ndim.min()) == w:
+            self.off = np.fromiter(chain.from_iterable(offsets), np.int64, n * w).reshape(n, w)
+            self.shape = np.fromiter(chain.from_iterable(shapes), np.int64, n * w).reshape(n, w)
+            return
+        # mixed ranks: one flat pass, then each value to its (row, column)
+        total = int(self.ndim.sum())
+        rows = np.repeat(np.arange(n, dtype=np.int64), self.ndim)
+        cols = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(self.ndim) - self.ndim,
+                                                            self.ndim)
+        self.off = np.zeros((n, w), np.int64)
+        self.shape = np.zeros((n, w), np.int64)
+        self.off[rows, cols] = np.fromiter(chain.from_iterable(offsets), np.int64, total)
+        self.shape[rows, cols] = np.fromiter(chain.from_iterable(shapes), np.int64, total)
+
+    def widened(self, w: int) -> Tuple[Any, Any]:
+        np = _np()
+        if w == self.width:
+            return self.off, self.shape
+        pad = ((0, 0), (0, w - self.width))
+        return np.pad(self.off, pad), np.pad(self.shape, pad)
+
+
+def _catalog_keys(tensors: Sequence[TensorDescriptor]) -> Dict[str, Tuple[Any, ...]]:
+    return {t.tensor_id: (t.layout_fingerprint, t.global_shape, t.dtype, t.itemsize,
+                          t.layer_id, t.expert_id) for t in tensors}
+
+
+class _PlacementCache:
+    """What the native planner needs of a placement, derived once."""
+
+    def __init__(self, p: WeightPlacementManifest) -> None:
+        np = _np()
+        self.frags = p.fragments                     # sorted by id: index = id rank
+        self.cols = _Columns(self.frags)
+        self.index = {f.placement_fragment_id: i for i, f in enumerate(self.frags)}
+        self.tensor_index = {t.tensor_id: i for i, t in enumerate(p.tensors)}
+        self.itemsize = np.fromiter((t.itemsize for t in p.tensors), np.int64, len(p.tensors))
+        self.frag_tensor = np.fromiter((self.tensor_index[f.tensor_id] for f in self.frags),
+                                       np.int64, len(self.frags))
+        self.frag_dp = np.fromiter((f.rank.dp for f in self.frags), np.int64, len(self.frags))
+        self.part_frags = [np.fromiter((self.index[f.placement_fragment_id]
+                                        for f in part.fragments), np.int64, len(part.fragments))
+                           for part in p.parts]
+        self.frag_part = np.zeros(len(self.frags), np.int64)
+        for i, idx in enumerate(self.part_frags):
+            self.frag_part[idx] = i
+        self.catalog = _catalog_keys(p.tensors)
+        self.covered: set = set()                    # participant selections checked
+        self.executors: Dict[int, PlacementExecutorPlan] = {}
+        self.source: Optional[_PlacementSource] = None
+        self.source_sets: Dict[Tuple[str, int], Any] = {}
+
+
+class _StoredCache:
+    """What the native planner needs of a stored manifest, derived once."""
+
+    def __init__(self, m: WeightManifest) -> None:
+        np = _np()
+        frags = self.frags = m.fragments
+        n = len(frags)
+        self.cols = _Columns(frags)
+        # The source rank only breaks ties between regions of one target at
+        # one target offset, which boxes that tile a tensor never have:
+        # the fragments' order serves (no sort of the ids).
+        self.order = np.arange(n, dtype=np.int64)
+        # candidate sets: per tensor, by (object_key, fragment_id), as the
+        # reference tries them (limits are checked in that order)
+        tids = list(map(attrgetter("tensor_id"), frags))
+        okeys = list(map(attrgetter("object_key"), frags))
+        sort_keys = list(zip(tids, okeys, map(attrgetter("fragment_id"), frags)))
+        by = sorted(range(n), key=sort_keys.__getitem__)
+        self.members = np.asarray(by, np.int64)
+        ordered = [tids[i] for i in by]
+        first = [k for k in range(n) if k == 0 or ordered[k] != ordered[k - 1]]
+        self.set_of: Dict[str, int] = {ordered[k]: j for j, k in enumerate(first)}
+        self.starts = np.asarray(first + [n], np.int64)
+        key_index: Dict[str, int] = {}
+        self.key_of = np.fromiter((key_index.setdefault(k, len(key_index)) for k in okeys),
+                                  np.int64, n)
+        self.keys: List[str] = list(key_index)
+        self.object_offset = np.fromiter((f.object_offset for f in frags), np.int64, n)
+        self.catalog = _catalog_keys(m.tensors)
+
+
+def _cache(obj: Any, cls: type) -> Any:
+    c = obj.__dict__.get("_native_cache")
+    if c is None:
+        # tens of thousands of small objects that form no cycles: the
+        # cyclic collector's passes over a large heap would cost more than
+        # deriving the columns
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            c = cls(obj)
+        finally:
+            if was:
+                gc.enable()
+        object.__setattr__(obj, "_native_cache", c)
+    return c
+
+
+class _NativeRefused(Exception):
+    """The native core refused the input as malformed: use the reference."""
+
+
+class _NativePlan:
+    """A plan table of libmooncake (freed with this object), its
+    parameters (kept alive for lowering) and the fragments its indices
+    name."""
+
+    def __init__(self, params: _Params, keep: List[Any], targets: Sequence[Any],
+                 sources: Sequence[Any], table: int) -> None:
+        self.params, self.keep = params, keep
+        self.targets, self.sources = targets, sources
+        self.table = table
+        self._free = weakref.finalize(self, _capi.mc_reshard_table_destroy, table)
+        n = self.rows = _capi.mc_reshard_table_rows(table)
+        w = self.width = _capi.mc_reshard_table_width(table)
+        col = _capi.mc_reshard_table_column
+        (self.target, self.source, self.sbase, self.tbase, self.inner, self.nloops,
+         self.segments) = (_int64_view(col(table, c), n) for c in range(_C_OFF))
+        self.off = _int64_view(col(table, _C_OFF), n * w).reshape(n, w)
+        self.shape = _int64_view(col(table, _C_SHAPE), n * w).reshape(n, w)
+
+    def lower(self, keys: Any, offsets: Any, selected: Optional[Any]) -> Tuple[Any, ...]:
+        """(key, src, length, target, dst) columns of the coalesced reads."""
+        np = _np()
+        keys = np.ascontiguousarray(keys, np.int64)
+        offsets = np.ascontiguousarray(offsets, np.int64)
+        sel = 0 if selected is None else np.ascontiguousarray(selected, np.uint8)
+        st, reads = _capi.mooncake_reshard_plan_lower(
+            self.table, ctypes.addressof(self.params), int(keys.ctypes.data),
+            int(offsets.ctypes.data), 0 if selected is None else int(sel.ctypes.data))
+        if st != 0:
+            from ..._errors import last_error_detail
+            raise RuntimeError(f"reshard lowering failed ({st}): {last_error_detail()}")
+        try:
+            n = _capi.mc_reshard_table_rows(reads)
+            return tuple(_int64_view(_capi.mc_reshard_table_column(reads, c), n).copy()
+                         for c in range(5))
+        finally:
+            _capi.mc_reshard_table_destroy(reads)
+
+    def region(self, i: int) -> TransferRegion:
+        t = self.targets[int(self.target[i])]
+        s = self.sources[int(self.source[i])]
+        nd = len(t.local_shape)
+        off = tuple(self.off[i, :nd].tolist())
+        shape = tuple(self.shape[i, :nd].tolist())
+        nl = int(self.nloops[i])
+        item = t.nbytes // prod(t.local_shape)
+        return TransferRegion(t.tensor_id, s, t, off, shape, int(self.sbase[i]),
+                              int(self.tbase[i]), int(self.inner[i]), shape[:nl],
+                              c_strides(s.local_shape, item)[:nl],
+                              c_strides(t.local_shape, item)[:nl])
+
+
+class _RegionTable(_SequenceABC):
+    """A plan's operations, made as TransferRegion objects on first look
+    (a tuple in every observable way: indexing, iteration, ==, hash)."""
+
+    def __init__(self, native: _NativePlan) -> None:
+        self._native = native
+        self._items: Optional[Tuple[TransferRegion, ...]] = None
+
+    def __len__(self) -> int:
+        return self._native.rows
+
+    def _all(self) -> Tuple[TransferRegion, ...]:
+        if self._items is None:
+            self._items = tuple(self._native.region(i) for i in range(self._native.rows))
+        return self._items
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._items is not None or isinstance(i, slice):
+            return self._all()[i]
+        n = self._native.rows
+        if not -n <= i < n:
+            raise IndexError("operation index out of range")
+        return self._native.region(i % n)
+
+    def __iter__(self) -> Iterator[TransferRegion]:
+        return iter(self._all())
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, (_RegionTable, tuple)):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+    def __reduce__(self):
+        return (tuple, (self._all(),))
+
+
+def _native_regions(targets: Sequence[Any], tcols: Any, t_order: Any, t_items: Any,
+                    t_sets: Any, sources: Sequence[Any], scols: _Columns, s_order: Any,
+                    starts: Any, members: Any, limits: PlanningLimits) -> _NativePlan:
+    """Run mc_reshard_plan_create; ValueError with the reference's message
+    for a refusal."""
+    np = _np()
+    t_off, t_shape, t_ndim = tcols
+    w = max(t_off.shape[1] if len(targets) else 1, scols.width)
+    if t_off.shape[1] != w:
+        pad = ((0, 0), (0, w - t_off.shape[1]))
+        t_off, t_shape = np.pad(t_off, pad), np.pad(t_shape, pad)
+    s_off, s_shape = scols.widened(w)
+    keep = [np.ascontiguousarray(a, np.int64) for a in
+            (t_off, t_shape, t_ndim, t_order, t_items, t_sets, s_off, s_shape, scols.ndim,
+             s_order, starts, members)]
+    a = [k.ctypes.data for k in keep]
+    p = _Params()
+    p.targets = _Frags(len(targets), w, a[0], a[1], a[2], a[3])
+    p.target_itemsizes, p.target_sets = a[4], a[5]
+    p.sources = _Frags(len(sources), w, a[6], a[7], a[8], a[9])
+    p.n_sets = len(keep[10]) - 1
+    p.set_starts, p.set_members = a[10], a[11]
+    p.max_transfer_regions = limits.max_transfer_regions
+    p.max_segments_per_region = limits.max_segments_per_region
+    p.max_total_lowered_segments = limits.max_total_lowered_segments
+    st, table, (kind, index, value, limit) = _capi.mc_reshard_plan_create(ctypes.addressof(p))
+    if st != 0:
+        if kind == _NOT_COVERED:
+            raise ValueError(f"target fragment is not fully covered: "
+                             f"{targets[index].fragment_id}")
+        if kind == _TOO_MANY_REGIONS:
+            raise ValueError(f"logical transfer plan exceeds max_transfer_regions: {limit}")
+        if kind == _REGION_SEGMENTS:
+            raise ValueError(f"logical transfer region exceeds max_segments_per_region: "
+                             f"{value} > {limit}")
+        if kind == _TOTAL_SEGMENTS:
+            raise ValueError(f"logical transfer plan exceeds max_total_lowered_segments: "
+                             f"{value} > {limit}")
+        raise _NativeRefused()
+    return _NativePlan(p, keep, targets, sources, table)
+
+
+def _executors(placement: WeightPlacementManifest, cache: _PlacementCache,
+               indices: Sequence[int]) -> Tuple[PlacementExecutorPlan, ...]:
+    """The executors of parts (by index), sorted by rank; made once per part."""
+    out = []
+    for i in indices:
+        ex = cache.executors.get(i)
+        if ex is None:
+            ex = cache.executors[i] = _executor(placement, placement.parts[i])
+        out.append(ex)
+    return tuple(sorted(out, key=_rank_key))
+
+
+def _make_plan(**values: Any) -> LogicalTransferPlan:
+    """A plan the planner just derived, without re-deriving it again
+    (dataclasses.replace and unpickling still validate everything)."""
+    plan = object.__new__(LogicalTransferPlan)
+    for name, value in values.items():
+        object.__setattr__(plan, name, value)
+    m = values["source_manifest"]
+    object.__setattr__(plan, "source_manifest_identity",
+                       None if m is None else m.manifest_identity)
+    return plan
+
+
+def _targets_of(tc: _PlacementCache, target: WeightPlacementManifest,
+                parts: Sequence[WeightPlacementPart]) -> Tuple[Any, List[Any]]:
+    np = _np()
+    pos = {p.participant_id: i for i, p in enumerate(target.parts)}
+    idx = [tc.part_frags[pos[p.participant_id]] for p in parts]
+    tidx = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+    frags = tc.frags
+    return tidx, [frags[i] for i in tidx.tolist()]
+
+
+def _native_checks(src_catalog: Dict[str, Any], source_tensors: Sequence[TensorDescriptor],
+                   target: WeightPlacementManifest, tc: _PlacementCache,
+                   parts: Sequence[WeightPlacementPart], exact: bool,
+                   full: bool) -> Tuple[TensorDescriptor, ...]:
+    """The reference's catalogue and coverage checks, each skipped when a
+    cheaper comparison proves it passes (equal catalogues; the coverage of
+    a participant selection is checked once per target placement)."""
+    tensors = target.tensors if full else _selected_tensors(target, parts)
+    if not (exact and full and src_catalog == tc.catalog):
+        _check_catalog({t.tensor_id: t for t in source_tensors}, tensors, exact)
+    if not any(p.fragments for p in parts):
+        raise ValueError("target manifests have no fragments")
+    if exact:
+        key = tuple(p.participant_id for p in parts)
+        if key not in tc.covered:
+            targets = [f for p in parts for f in p.fragments]
+            _check_target_coverage(tensors, targets, sorted({p.rank.dp for p in parts}))
+            tc.covered.add(key)
+    return tensors
+
+
+def _native_stored(source: WeightManifest, target: WeightPlacementManifest,
+                   limits: PlanningLimits) -> LogicalTransferPlan:
+    np = _np()
+    _check_identity(source, target)
+    parts = _target_parts(target)
+    tc = _cache(target, _PlacementCache)
+    sc = _cache(source, _StoredCache)
+    tensors = _native_checks(sc.catalog, source.tensors, target, tc, parts, True, True)
+    tidx, targets = _targets_of(tc, target, parts)
+    set_of_tensor = np.fromiter((sc.set_of.get(t.tensor_id, len(sc.starts) - 1)
+                                 for t in target.tensors), np.int64, len(target.tensors))
+    # a tensor without stored fragments gets the empty set after the last
+    starts = np.append(sc.starts, sc.starts[-1])
+    ft = tc.frag_tensor[tidx]
+    native = _native_regions(targets, (tc.cols.off[tidx], tc.cols.shape[tidx],
+                                       tc.cols.ndim[tidx]), tidx, tc.itemsize[ft],
+                             set_of_tensor[ft], sc.frags, sc.cols, sc.order, starts,
+                             sc.members, limits)
+    return _make_plan(
+        resource_id=source.resource_id, revision=source.revision, source_placement=None,
+        target_placement=target, source_tensors=tuple(sorted(source.tensors,
+                                                             key=lambda t: t.tensor_id)),
+        target_tensors=tensors, operations=_RegionTable(native), source_manifest=source,
+        planning_limits=limits, source_executors=(),
+        target_executors=_executors(target, tc, _part_indices(target, parts)))
+
+
+def _native_placement(source: WeightPlacementManifest, target: WeightPlacementManifest,
+                      parts: Sequence[WeightPlacementPart], exact: bool,
+                      limits: PlanningLimits) -> LogicalTransferPlan:
+    np = _np()
+    if not isinstance(source, WeightPlacementManifest):
+        raise ValueError("source must be a WeightPlacementManifest")
+    _check_identity(source, target)
+    tc = _cache(target, _PlacementCache)
+    sc = _cache(source, _PlacementCache)
+    full = exact and len(parts) == sum(1 for p in target.parts if p.fragments)
+    tensors = _native_checks(sc.catalog, source.tensors, target, tc, parts, exact, full)
+    tidx, targets = _targets_of(tc, target, parts)
+    if sc.source is None:
+        sc.source = _PlacementSource(source)
+    # candidate sets per (tensor, target dp), in the reference's order; a
+    # source choice that fails is raised after the targets planned before it
+    ft = tc.frag_tensor[tidx]
+    pair = ft * (int(tc.frag_dp.max()) + 1 if len(tc.frag_dp) else 1) + tc.frag_dp[tidx]
+    uniq, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    sets: List[Any] = []
+    failed: Optional[Tuple[int, ValueError]] = None
+    for u, k in enumerate(first.tolist()):
+        f = targets[k]
+        key = (f.tensor_id, f.rank.dp)
+        members = sc.source_sets.get(key)
+        if members is None:
+            try:
+                cands = sc.source.candidates(f.tensor_id, f.rank.dp)
+            except ValueError as exc:
+                if failed is None or k < failed[0]:
+                    failed = (k, exc)
+                sets.append(np.zeros(0, np.int64))
+                continue
+            members = sc.source_sets[key] = np.fromiter(
+                (sc.index[c.placement_fragment_id] for c in cands), np.int64, len(cands))
+        sets.append(members)
+    lens = np.fromiter(map(len, sets), np.int64, len(sets))
+    starts = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    members = np.concatenate(sets) if sets else np.zeros(0, np.int64)
+    t_sets = inverse.reshape(-1).astype(np.int64)
+    cut = len(targets) if failed is None else failed[0]
+    sel = slice(0, cut)
+    native = _native_regions(targets[:cut], (tc.cols.off[tidx[sel]], tc.cols.shape[tidx[sel]],
+                                             tc.cols.ndim[tidx[sel]]), tidx[sel],
+                             tc.itemsize[ft[sel]], t_sets[sel], sc.frags, sc.cols,
+                             np.arange(len(sc.frags), dtype=np.int64), starts, members, limits)
+    if failed is not None:
+        raise failed[1]
+    read = np.unique(sc.frag_part[np.unique(native.source)]).tolist() if native.rows else []
+    return _make_plan(
+        resource_id=source.resource_id, revision=source.revision, source_placement=source,
+        target_placement=target, source_tensors=source.tensors, target_tensors=tensors,
+        operations=_RegionTable(native), source_manifest=None, planning_limits=limits,
+        source_executors=_executors(source, sc, read),
+        target_executors=_executors(target, tc, _part_indices(target, parts)))
+
+
+def _part_indices(placement: WeightPlacementManifest,
+                  parts: Sequence[WeightPlacementPart]) -> List[int]:
+    pos = {p.participant_id: i for i, p in enumerate(placement.parts)}
+    return [pos[p.participant_id] for p in parts]

@@ -165,6 +165,10 @@ class WeightManifest:
         object.__setattr__(self, "manifest_digest",
                            hashlib.sha256(self.to_json().encode("utf-8")).hexdigest())
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # the planner's derived columns are rebuilt on use, never pickled
+        return {k: v for k, v in self.__dict__.items() if k != "_native_cache"}
+
     @property
     def resource_kind(self) -> ResourceKind:
         return ResourceKind.MODEL_WEIGHT

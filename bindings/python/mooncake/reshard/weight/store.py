@@ -1,42 +1,38 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Manifest-backed model-weight snapshots in Mooncake Store (docs/weights.md).
+"""Manifest-backed model-weight snapshots in Mooncake Store, on upstream's
+contracts (docs/weights.md).
 
     weight_store = WeightStore(store)
     writer = weight_store.begin_weight_snapshot(descriptor, adapter)
-    writer.write_tensor(tensor_id, tensor)          # each fragment of this rank
-    manifest = writer.commit()                      # one StoredWeightManifest
+    writer.write_tensor(tensor_id, tensor)          # each box this participant stores
+    manifest = writer.commit()                      # upstream's WeightManifest
 
     manifest = weight_store.load_manifest(key)      # any process
     plan = weight_store.plan_load(manifest, target_placement, target_bindings)
     weight_store.load(plan, destinations)           # ranged reads into tensors
+
+The adapter exports upstream's complete WeightPlacementManifest and
+runtime bindings; the plan is upstream's planner's
+(plan_stored_transfer_to_target_placement, made by libmooncake's planner
+core); contract refusals are upstream's ValueErrors, store failures
+WeightStoreError.
 """
 
 from __future__ import annotations
 
 import ctypes
-from concurrent.futures import ThreadPoolExecutor
 import hashlib
-import json
+import os
 import threading
-import time
-import uuid
-from dataclasses import dataclass
-from math import prod
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ...structured_object_store import _ere_escape, _normalize_key_prefix
-from .store_layout import (ITEMSIZE, PlacementFragment, TensorDescriptor,
-                           WeightPlacementManifest, WeightRuntimeBinding, WeightSnapshotSource,
-                           box_text, check_inside, describe_boxes, dtype_name, no_gc,
-                           uncovered, _SnapshotWriterEnd)
-from .store_plan import RangedRead, WeightLoadPlan, plan_reads
-from .snapshot import WeightSnapshotAdapter, WeightSnapshotDescriptor, tensor_dtype_shape
+from .store_plan import RangedRead
+from .snapshot import WeightSnapshotAdapter, WeightSnapshotDescriptor
 from .storage_manifest import StoredManifestIdentity, WeightManifest
 from . import store_load
 
-MANIFEST_FORMAT = "mooncake-weight-manifest"
-MANIFEST_VERSION = 1
-_PART_FORMAT = "mooncake-weight-part"
 _INVALID_PARAMS = -600
 
 
@@ -47,123 +43,6 @@ class WeightStoreError(RuntimeError):
     def __init__(self, message: str, rc: Optional[int] = None) -> None:
         super().__init__(message)
         self.rc = rc
-
-
-@dataclass(frozen=True)
-class StoredFragment:
-    """One stored payload: the C-order bytes of a box of a tensor."""
-
-    tensor_id: str
-    global_offset: Tuple[int, ...]
-    local_shape: Tuple[int, ...]
-    key: str
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class StoredWeightManifest:
-    """The immutable record of one committed snapshot."""
-
-    manifest_key: str
-    namespace: str
-    resource_id: str
-    revision: str
-    weight_generation: int
-    tensors: Tuple[TensorDescriptor, ...]
-    fragments: Tuple[StoredFragment, ...]
-    sha256: str
-    version: int = MANIFEST_VERSION
-
-    @property
-    def nbytes(self) -> int:
-        return sum(f.nbytes for f in self.fragments)
-
-    def tensor(self, tensor_id: str) -> TensorDescriptor:
-        for t in self.tensors:
-            if t.tensor_id == tensor_id:
-                return t
-        raise KeyError(f"tensor {tensor_id!r} is not in the manifest")
-
-    @staticmethod
-    def _body(namespace: str, resource_id: str, revision: str, generation: int,
-              tensors: Sequence[TensorDescriptor], fragments: Sequence[StoredFragment]
-              ) -> Dict[str, Any]:
-        return {
-            "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "namespace": namespace,
-            "resource_id": resource_id, "revision": revision,
-            "weight_generation": generation,
-            "tensors": [{"tensor_id": t.tensor_id, "shape": list(t.global_shape),
-                         "dtype": t.dtype} for t in tensors],
-            "fragments": [{"tensor_id": f.tensor_id, "offset": list(f.global_offset),
-                           "shape": list(f.local_shape), "key": f.key, "bytes": f.nbytes}
-                          for f in fragments],
-        }
-
-    def to_json(self) -> bytes:
-        body = self._body(self.namespace, self.resource_id, self.revision,
-                          self.weight_generation, self.tensors, self.fragments)
-        body["sha256"] = self.sha256
-        return _canonical(body)
-
-
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _digest(body: Mapping[str, Any]) -> str:
-    return hashlib.sha256(_canonical({k: v for k, v in body.items() if k != "sha256"})
-                          ).hexdigest()
-
-
-def _manifest_error(key: str, why: str) -> WeightStoreError:
-    return WeightStoreError(f"manifest at {key!r} is not valid: {why}")
-
-
-def parse_manifest(key: str, raw: bytes, base: str) -> StoredWeightManifest:
-    """Check a manifest's bytes completely before anything is read through it."""
-    try:
-        body = json.loads(raw.decode())
-    except (UnicodeDecodeError, ValueError) as e:
-        raise _manifest_error(key, f"not UTF-8 JSON ({e})") from None
-    if not isinstance(body, dict) or body.get("format") != MANIFEST_FORMAT:
-        raise _manifest_error(key, f"not a {MANIFEST_FORMAT}")
-    if body.get("version") != MANIFEST_VERSION:
-        raise _manifest_error(key, f"version {body.get('version')!r} is not supported "
-                                   f"(this reader knows version {MANIFEST_VERSION})")
-    if body.get("sha256") != _digest(body):
-        raise _manifest_error(key, "checksum mismatch (sha256 of the body)")
-    try:
-        tensors = tuple(TensorDescriptor(t["tensor_id"], tuple(t["shape"]), t["dtype"])
-                        for t in body["tensors"])
-        frags = tuple(StoredFragment(f["tensor_id"], tuple(f["offset"]), tuple(f["shape"]),
-                                     f["key"], f["bytes"]) for f in body["fragments"])
-        desc = WeightSnapshotDescriptor(body["resource_id"], body["revision"],
-                                        body["weight_generation"], body["namespace"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise _manifest_error(key, f"bad field ({e!r})") from None
-    by_id = {t.tensor_id: t for t in tensors}
-    if len(by_id) != len(tensors):
-        raise _manifest_error(key, "a tensor is listed twice")
-    boxes: Dict[str, List[Any]] = {t: [] for t in by_id}
-    for f in frags:
-        t = by_id.get(f.tensor_id)
-        if t is None:
-            raise _manifest_error(key, f"fragment of unknown tensor {f.tensor_id!r}")
-        try:
-            check_inside(t, f.global_offset, f.local_shape)
-        except ValueError as e:
-            raise _manifest_error(key, str(e)) from None
-        if type(f.nbytes) is not int or f.nbytes != prod(f.local_shape) * t.itemsize:
-            raise _manifest_error(key, f"fragment [{box_text(f.global_offset, f.local_shape)}]"
-                                       f" of {f.tensor_id!r} has {f.nbytes!r} bytes")
-        if f.nbytes and (not isinstance(f.key, str) or not f.key.startswith(base + "/")):
-            raise _manifest_error(key, f"payload key {f.key!r} lies outside {base}/")
-        boxes[f.tensor_id].append((f.global_offset, f.local_shape))
-    for tid, bs in boxes.items():
-        if uncovered(by_id[tid], bs):
-            raise _manifest_error(key, f"tensor {tid!r} is not fully covered")
-    return StoredWeightManifest(key, desc.namespace, desc.resource_id, desc.revision,
-                                desc.weight_generation, tensors, frags, body["sha256"])
 
 
 def _memory_of(tensor: Any) -> Tuple[int, int, Any]:
@@ -211,315 +90,6 @@ class _Registration:
         self.ptrs = []
 
 
-class WeightStoreWriter(_SnapshotWriterEnd):
-    """One rank's writer of one snapshot (``WeightStore.begin_weight_snapshot``)."""
-
-    def __init__(self, weight_store: "WeightStore", snapshot: WeightSnapshotDescriptor,
-                 adapter: Any) -> None:
-        if not isinstance(snapshot, WeightSnapshotDescriptor):
-            raise TypeError("snapshot must be a WeightSnapshotDescriptor")
-        for m in ("export_source", "resolve_fragment_ids"):
-            if not callable(getattr(adapter, m, None)):
-                raise TypeError(f"adapter has no {m}() (see WeightSnapshotAdapter)")
-        self._ws = weight_store
-        self._store = weight_store.store
-        self.snapshot = snapshot
-        self.adapter = adapter
-        source = adapter.export_source(snapshot)
-        if not isinstance(getattr(source, "placement", None), WeightPlacementManifest):
-            raise WeightStoreError("adapter.export_source() must return a source with a "
-                                   "WeightPlacementManifest placement")
-        self.source: WeightSnapshotSource = source
-        placement = source.placement
-        if snapshot.tensors is not None and tuple(snapshot.tensors) != placement.tensors:
-            raise WeightStoreError("the descriptor's tensors differ from the placement's")
-        rank = getattr(adapter, "writer_rank", None)
-        if type(rank) is not int or rank < 0:
-            raise WeightStoreError("adapter.writer_rank must be the int rank this writer "
-                                   "writes as")
-        self.rank = rank
-        self._bound: Dict[int, Tuple[str, ...]] = {}
-        owner: Dict[Tuple[str, Any], int] = {}
-        for b in source.bindings:
-            if b.rank in self._bound:
-                raise WeightStoreError(f"rank {b.rank} has two source bindings")
-            self._bound[b.rank] = b.fragment_ids
-            for fid in b.fragment_ids:
-                f = placement.fragment(fid)
-                if f.rank != b.rank:
-                    raise WeightStoreError(f"the binding of rank {b.rank} names fragment {fid}"
-                                           f" held by rank {f.rank}")
-                k = (f.tensor_id, f.box)
-                if k in owner:
-                    raise WeightStoreError(f"box [{box_text(*f.box)}] of tensor "
-                                           f"{f.tensor_id!r} is bound to ranks {owner[k]} and "
-                                           f"{b.rank}")
-                owner[k] = b.rank
-        bound_boxes: Dict[str, List[Any]] = {}
-        for tid, box in owner:
-            bound_boxes.setdefault(tid, []).append(box)
-        for t in placement.tensors:
-            missing = uncovered(t, bound_boxes.get(t.tensor_id, []))
-            if missing:
-                raise WeightStoreError(f"the bindings leave tensor {t.tensor_id!r} uncovered: "
-                                       f"{describe_boxes(missing)}")
-        self.base = weight_store.snapshot_base(snapshot)
-        self.manifest_key = self.base + "/manifest"
-        self.writer_id = uuid.uuid4().hex
-        self._dir = f"{self.base}/payload/r{rank}/{self.writer_id}"
-        self._written: Dict[str, StoredFragment] = {}  # fragment id -> payload
-        self._n = 0
-        self._lock = threading.Lock()
-        self._state = "open"
-        self._pending: Optional[Tuple[StoredWeightManifest, bytes]] = None
-        self.manifest: Optional[StoredWeightManifest] = None
-        self._part_key = f"{self.base}/part/r{rank}"
-        self._live_key = f"{self.base}/live/r{rank}"
-        if self._store.is_exist(self._part_key) == 1:
-            raise WeightStoreError(f"rank {rank} of snapshot {snapshot.snapshot_id} has "
-                                   f"already committed its fragments")
-        weight_store._reclaim_rank(self.base, rank)
-        self._publish_liveness()
-
-    # ---- liveness ------------------------------------------------------------------
-    def _publish_liveness(self) -> None:
-        """The live key sits on this client's own segment: it disappears
-        with the segment when this process dies (client TTL), which marks
-        the payloads of this writer as abandoned."""
-        from ...store import ReplicateConfig
-        cfg = None
-        host = getattr(self._store, "get_hostname", lambda: "")()
-        if host:
-            cfg = ReplicateConfig()
-            cfg.preferred_segment = host
-        rc = self._store.put(self._live_key, self.writer_id.encode(), cfg)
-        if rc != 0:
-            raise WeightStoreError(f"cannot publish the writer's live key {self._live_key!r}",
-                                   rc)
-        if self._store.get(self._live_key) != self.writer_id.encode():
-            raise WeightStoreError(f"rank {self.rank} of snapshot {self.snapshot.snapshot_id} "
-                                   f"already has a live writer")
-
-    @property
-    def plan(self) -> List[PlacementFragment]:
-        """The fragments this writer must write."""
-        p = self.source.placement
-        return [p.fragment(fid) for fid in self._bound.get(self.rank, ())]
-
-    def _check_open(self) -> None:
-        if self._state != "open":
-            raise WeightStoreError(f"the writer is {self._state}")
-
-    # ---- write -----------------------------------------------------------------------
-    def write_tensor(self, tensor_id: str, tensor: Any) -> List[str]:
-        """Write this rank's fragment(s) of ``tensor_id`` from ``tensor``.
-
-        Returns the ids of the fragments written (empty for a replica
-        another rank writes).  Raises :class:`WeightStoreError` naming the
-        tensor and the difference when ``tensor`` does not match the
-        fragment (dtype, shape) or this rank holds no fragment of it;
-        nothing is written then."""
-        with self._lock:
-            self._check_open()
-            placement = self.source.placement
-            map_name = getattr(self.adapter, "tensor_id_of", None)
-            if callable(map_name):
-                tensor_id = map_name(tensor_id)
-            try:
-                t = placement.tensor(tensor_id)
-            except KeyError:
-                raise WeightStoreError(f"tensor {tensor_id!r} is not in the snapshot's "
-                                       f"placement") from None
-            try:
-                dt, shape = tensor_dtype_shape(tensor)
-            except (TypeError, ValueError) as e:
-                raise WeightStoreError(f"tensor {tensor_id!r}: {e}") from None
-            try:
-                ids = list(self.adapter.resolve_fragment_ids(tensor_id=tensor_id, tensor=tensor,
-                                                             source=self.source))
-            except KeyError as e:
-                raise WeightStoreError(f"tensor {tensor_id!r}: {e}") from None
-            if not ids:
-                raise WeightStoreError(f"tensor {tensor_id!r}: rank {self.rank} holds no "
-                                       f"fragment of it")
-            if dt != t.dtype:
-                raise WeightStoreError(f"tensor {tensor_id!r}: dtype {dt} differs from the "
-                                       f"snapshot's {t.dtype}")
-            frags = []
-            for fid in ids:
-                try:
-                    f = placement.fragment(fid)
-                except KeyError as e:
-                    raise WeightStoreError(f"tensor {tensor_id!r}: {e}") from None
-                if f.tensor_id != tensor_id:
-                    raise WeightStoreError(f"tensor {tensor_id!r}: the adapter chose fragment "
-                                           f"{fid} of another tensor")
-                if f.rank != self.rank:
-                    raise WeightStoreError(f"tensor {tensor_id!r}: fragment "
-                                           f"[{box_text(*f.box)}] belongs to rank {f.rank}, "
-                                           f"this writer is rank {self.rank}")
-                if len(ids) == 1 and shape != f.local_shape:
-                    raise WeightStoreError(f"tensor {tensor_id!r}: shape {shape} differs from "
-                                           f"rank {self.rank}'s fragment "
-                                           f"[{box_text(*f.box)}] of shape {f.local_shape}")
-                frags.append(f)
-            if len(frags) > 1:
-                raise WeightStoreError(f"tensor {tensor_id!r}: rank {self.rank} holds "
-                                       f"{len(frags)} fragments of it; write each separately "
-                                       f"(adapter resolve_fragment_ids must pick one)")
-            f = frags[0]
-            bound = set(self._bound.get(self.rank, ()))
-            if f.fragment_id not in bound:
-                return []  # a replica: another rank writes this box
-            if f.fragment_id in self._written:
-                raise WeightStoreError(f"tensor {tensor_id!r}: fragment [{box_text(*f.box)}] "
-                                       f"was already written by this writer")
-            self._written[f.fragment_id] = self._put_payload(f, t, tensor)
-            return [f.fragment_id]
-
-    def _put_payload(self, f: PlacementFragment, t: TensorDescriptor, tensor: Any
-                     ) -> StoredFragment:
-        ptr, size, owner = _memory_of(tensor)
-        if size == 0:
-            return StoredFragment(f.tensor_id, f.global_offset, f.local_shape, "", 0)
-        key = f"{self._dir}/{self._n}"
-        self._n += 1
-        rc = self._ws._put_memory(key, ptr, size)
-        del owner
-        if rc != 0:
-            raise WeightStoreError(f"tensor {f.tensor_id!r}: writing fragment "
-                                   f"[{box_text(*f.box)}] to {key!r} failed ({rc})", rc)
-        return StoredFragment(f.tensor_id, f.global_offset, f.local_shape, key, size)
-
-    # ---- commit ----------------------------------------------------------------------
-    def _own_missing(self) -> List[PlacementFragment]:
-        return [f for f in self.plan if f.fragment_id not in self._written]
-
-    def _part_record(self) -> bytes:
-        frs = sorted(self._written.values(), key=lambda s: (s.tensor_id, s.global_offset))
-        return _canonical({"format": _PART_FORMAT, "writer": self.writer_id, "rank": self.rank,
-                           "fragments": [[s.tensor_id, list(s.global_offset),
-                                          list(s.local_shape), s.key, s.nbytes] for s in frs]})
-
-    def seal(self) -> None:
-        """Publish this rank's fragment record (its part of the coverage)
-        without waiting for the others: for ranks whose commit comes later
-        from another writer (e.g. several writers in one process)."""
-        with self._lock:
-            self._check_open()
-            self._check_own()
-            self._publish_part()
-
-    def _check_own(self) -> None:
-        missing = self._own_missing()
-        if missing:
-            raise WeightStoreError(
-                "commit: rank %d has not written %s" % (self.rank, ", ".join(
-                    f"{f.tensor_id}[{box_text(*f.box)}]" for f in missing[:8])
-                    + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")))
-
-    def commit(self, timeout: float = 0.0) -> StoredWeightManifest:
-        """Publish this rank's fragments, then — when every box of every
-        tensor is covered by the committed ranks — the snapshot's manifest.
-
-        ``timeout``: seconds to wait for other ranks' commits (multi-process
-        snapshots; polled, bounded).  Raises :class:`WeightStoreError`
-        naming what is missing when coverage is incomplete (this writer
-        stays open and committed; retry), or when publishing the manifest
-        fails (the writer keeps its payloads; retry ``commit()``)."""
-        with self._lock:
-            if self._state == "committed" and self.manifest is not None:
-                return self.manifest
-            self._check_open()
-            self._check_own()
-            if self._pending is None:
-                self._publish_part()
-                parts = self._collect_parts(timeout)
-                self._pending = self._build_manifest(parts)
-            manifest, raw = self._pending
-            self._publish(raw)
-            self._state = "committed"
-            self.manifest = manifest
-            self._store.remove(self._live_key, True)
-            return manifest
-
-    def _publish_part(self) -> None:
-        raw = self._part_record()
-        got = self._store.get(self._part_key)
-        if got:
-            if json.loads(got).get("writer") != self.writer_id:
-                raise WeightStoreError(f"rank {self.rank} was committed by another writer")
-            return
-        rc = self._store.put(self._part_key, raw, self._ws.config)
-        if rc != 0:
-            raise WeightStoreError(f"commit: publishing rank {self.rank}'s fragments failed", rc)
-
-    def _collect_parts(self, timeout: float) -> Dict[int, Any]:
-        ranks = sorted(r for r, ids in self._bound.items() if ids)
-        deadline = time.monotonic() + max(0.0, float(timeout))
-        parts: Dict[int, Any] = {}
-        while True:
-            for r in ranks:
-                if r in parts:
-                    continue
-                raw = self._store.get(f"{self.base}/part/r{r}")
-                if raw:
-                    try:
-                        p = json.loads(raw)
-                    except ValueError:
-                        raise WeightStoreError(f"commit: the fragment record of rank {r} is "
-                                               f"corrupt") from None
-                    if p.get("format") != _PART_FORMAT or p.get("rank") != r:
-                        raise WeightStoreError(f"commit: the fragment record of rank {r} is "
-                                               f"corrupt")
-                    parts[r] = p
-            if len(parts) == len(ranks) or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        absent = [r for r in ranks if r not in parts]
-        if absent:
-            placement = self.source.placement
-            holes = []
-            for t in placement.tensors:
-                have = [(tuple(f[1]), tuple(f[2])) for p in parts.values()
-                        for f in p["fragments"] if f[0] == t.tensor_id]
-                for o, s in uncovered(t, have):
-                    holes.append(f"{t.tensor_id}[{box_text(o, s)}]")
-            raise WeightStoreError(
-                f"commit: snapshot {self.snapshot.snapshot_id} is not fully covered: rank(s) "
-                f"{absent} have not committed; missing {', '.join(holes[:8])}"
-                + (f" and {len(holes) - 8} more" if len(holes) > 8 else ""))
-        return parts
-
-    def _build_manifest(self, parts: Mapping[int, Any]) -> Tuple[StoredWeightManifest, bytes]:
-        placement = self.source.placement
-        frs = []
-        for r in sorted(parts):
-            for tid, off, shp, key, nb in parts[r]["fragments"]:
-                frs.append(StoredFragment(tid, tuple(off), tuple(shp), key, nb))
-        frs.sort(key=lambda s: (s.tensor_id, s.global_offset))
-        boxes: Dict[str, List[Any]] = {}
-        for s in frs:
-            boxes.setdefault(s.tensor_id, []).append((s.global_offset, s.local_shape))
-        for t in placement.tensors:
-            holes = uncovered(t, boxes.get(t.tensor_id, []))
-            if holes:
-                raise WeightStoreError(f"commit: tensor {t.tensor_id!r} is not fully covered: "
-                                       f"{describe_boxes(holes)} missing")
-        d = self.snapshot
-        body = StoredWeightManifest._body(d.namespace, d.resource_id, d.revision,
-                                          d.weight_generation, placement.tensors, frs)
-        sha = _digest(body)
-        body["sha256"] = sha
-        m = StoredWeightManifest(self.manifest_key, d.namespace, d.resource_id, d.revision,
-                                 d.weight_generation, placement.tensors, tuple(frs), sha)
-        return m, _canonical(body)
-
-    # ---- abort (_SnapshotWriterEnd) -------------------------------------------------
-    def _writer_error(self, msg: str, rc: Optional[int] = None) -> Exception:
-        return WeightStoreError(msg, rc)
-
-
 class WeightStore:
     """Model-weight snapshots over a Mooncake store (any object with the
     ``MooncakeDistributedStore`` methods)."""
@@ -546,20 +116,23 @@ class WeightStore:
     # ---- write -----------------------------------------------------------------------
     def begin_weight_snapshot(self, snapshot: WeightSnapshotDescriptor,
                               adapter: Any) -> Any:
-        """Open this rank's writer of ``snapshot`` (rank: ``adapter.writer_rank``).
+        """Open the writer of participant ``adapter.participant_id`` of
+        ``snapshot`` (a ``store_writer.PlacementSnapshotWriter``).
 
-        An adapter on upstream's contracts (it has ``participant_id``, and
-        ``export_source`` returns upstream's ``WeightPlacementManifest``
-        and runtime bindings) gets a
-        ``store_writer.PlacementSnapshotWriter``, whose ``commit()``
-        publishes upstream's ``WeightManifest``."""
-        if hasattr(adapter, "participant_id"):
-            from .store_writer import PlacementSnapshotWriter
-            if not isinstance(snapshot, WeightSnapshotDescriptor):
-                raise TypeError("snapshot must be a WeightSnapshotDescriptor")
-            return PlacementSnapshotWriter(self, snapshot, adapter,
-                                           adapter.export_source(snapshot), WeightStoreError)
-        return WeightStoreWriter(self, snapshot, adapter)
+        ``adapter.export_source(snapshot)`` returns upstream's complete
+        ``WeightPlacementManifest`` and runtime bindings
+        (``WeightSnapshotSource``); the placement's identity must be the
+        descriptor's, its coverage is re-proved and every binding
+        validated; ``commit()`` publishes upstream's ``WeightManifest``."""
+        from .store_writer import PlacementSnapshotWriter
+        if not isinstance(snapshot, WeightSnapshotDescriptor):
+            raise TypeError("snapshot must be a WeightSnapshotDescriptor")
+        if not hasattr(adapter, "participant_id") or \
+                not callable(getattr(adapter, "export_source", None)):
+            raise TypeError("adapter must have participant_id and export_source(descriptor) "
+                            "returning upstream's placement (see WeightSnapshotAdapter)")
+        return PlacementSnapshotWriter(self, snapshot, adapter,
+                                       adapter.export_source(snapshot), WeightStoreError)
 
     def _put_memory(self, key: str, ptr: int, size: int) -> int:
         """Zero-copy from registered memory (the caller's registration, or
@@ -583,12 +156,14 @@ class WeightStore:
         return max(0, self.store.remove_by_regex(
             "^" + _ere_escape(f"{base}/payload/r{rank}/"), True))
 
-    def reclaim_abandoned(self, snapshot: WeightSnapshotDescriptor, ranks: Sequence[int]) -> int:
-        """Remove the payloads of ranks of ``snapshot`` whose writer died
+    def reclaim_abandoned(self, snapshot: WeightSnapshotDescriptor,
+                          indices: Sequence[int]) -> int:
+        """Remove the payloads of participants of ``snapshot`` (by their
+        index in the sorted topology, as in the keys) whose writer died
         before committing (no live key, no fragment record); returns the
         number of keys removed."""
         base = self.snapshot_base(snapshot)
-        return sum(self._reclaim_rank(base, r) for r in ranks)
+        return sum(self._reclaim_rank(base, r) for r in indices)
 
     def remove_snapshot(self, snapshot: WeightSnapshotDescriptor) -> int:
         """Remove a snapshot: its manifest first (from then on no reader
@@ -600,19 +175,17 @@ class WeightStore:
         return n
 
     # ---- read ------------------------------------------------------------------------
-    def load_manifest(self, ref: Union[str, WeightSnapshotDescriptor, StoredWeightManifest,
-                                       WeightManifest, StoredManifestIdentity]
-                      ) -> Union[StoredWeightManifest, WeightManifest]:
-        """Fetch and check a manifest (by key, descriptor, manifest or
-        ``StoredManifestIdentity``).  A manifest in upstream's stored layout
-        (``resource_kind`` at the top) is parsed with
-        ``WeightManifest.from_json`` (its ValueErrors surface unchanged) and
-        returned as upstream's ``WeightManifest``; an identity must match
-        its location and ``content_sha256`` the SHA-256 of the bytes."""
+    def load_manifest(self, ref: Union[str, WeightSnapshotDescriptor, WeightManifest,
+                                       StoredManifestIdentity]) -> WeightManifest:
+        """Fetch and parse a snapshot's manifest (by key, descriptor,
+        manifest or ``StoredManifestIdentity``) with upstream's
+        ``WeightManifest.from_json`` (its ValueErrors surface unchanged).
+        An identity must match the manifest's location and its
+        ``content_sha256`` the SHA-256 of the stored bytes."""
         identity = None
         if isinstance(ref, WeightSnapshotDescriptor):
             key = self.manifest_key(ref)
-        elif isinstance(ref, (StoredWeightManifest, WeightManifest)):
+        elif isinstance(ref, WeightManifest):
             key = ref.manifest_key
         elif isinstance(ref, StoredManifestIdentity):
             key, identity = ref.manifest_key, ref
@@ -620,141 +193,65 @@ class WeightStore:
             key = ref
         else:
             raise TypeError("load_manifest takes a manifest key, a WeightSnapshotDescriptor, "
-                            "a manifest or a StoredManifestIdentity")
+                            "a WeightManifest or a StoredManifestIdentity")
         if not key.endswith("/manifest"):
             raise WeightStoreError(f"{key!r} is not a manifest key")
         raw = self.store.get(key)
         if not raw:
             raise WeightStoreError(f"no manifest at {key!r}")
-        if identity is not None or _upstream_layout(raw):
-            return _parse_upstream(key, bytes(raw), identity)
-        return parse_manifest(key, raw, key[:-len("/manifest")])
+        return _parse_upstream(key, bytes(raw), identity)
 
-    def plan_load(self, manifest: Union[StoredWeightManifest, WeightManifest], placement: Any,
+    def plan_load(self, manifest: WeightManifest, placement: Any,
                   bindings: Optional[Sequence[Any]] = None, *,
-                  planning_limits: Any = None
-                  ) -> Union[WeightLoadPlan, "store_load.StoredLoadPlan"]:
-        """The ranged reads that fill each target binding's fragments
-        (default: every fragment of every rank of ``placement``).
+                  planning_limits: Any = None) -> "store_load.StoredLoadPlan":
+        """Upstream's plan from the committed ``manifest`` into the target
+        ``placement`` (a ``WeightPlacementManifest``), for every non-empty
+        participant or those of ``bindings``
+        (``WeightRuntimeBindingManifest``s, validated against the target;
+        their generation and lease are kept as fences).  Refusals are
+        upstream's ValueErrors."""
+        if not isinstance(manifest, WeightManifest):
+            raise TypeError("manifest must be a WeightManifest (load_manifest)")
+        return store_load.plan_stored_load(manifest, placement, bindings, planning_limits)
 
-        With upstream's ``WeightManifest``, ``placement`` is upstream's
-        ``WeightPlacementManifest`` and ``bindings`` its
-        ``WeightRuntimeBindingManifest``s (default: every non-empty
-        participant); the plan is upstream's planner's
-        (``store_load.StoredLoadPlan``), its refusals ValueErrors."""
-        if isinstance(manifest, WeightManifest):
-            return store_load.plan_stored_load(manifest, placement, bindings, planning_limits)
-        if not isinstance(manifest, StoredWeightManifest):
-            raise TypeError("manifest must be a StoredWeightManifest (load_manifest)")
-        if not isinstance(placement, WeightPlacementManifest):
-            raise TypeError("placement must be a WeightPlacementManifest")
-        bindings = tuple(bindings) if bindings is not None else \
-            tuple(placement.target_bindings())
-        src = {t.tensor_id: t for t in manifest.tensors}
-        for t in placement.tensors:
-            s = src.get(t.tensor_id)
-            if s is None:
-                raise WeightStoreError(f"plan_load: tensor {t.tensor_id!r} is not in the "
-                                       f"snapshot")
-            if s != t:
-                raise WeightStoreError(f"plan_load: tensor {t.tensor_id!r} is "
-                                       f"{t.global_shape} {t.dtype} in the target, "
-                                       f"{s.global_shape} {s.dtype} in the snapshot")
-        with no_gc():
-            return self._plan(manifest, placement, bindings, src)
-
-    def _plan(self, manifest: StoredWeightManifest, placement: WeightPlacementManifest,
-              bindings: Tuple[WeightRuntimeBinding, ...], src: Mapping[str, TensorDescriptor]
-              ) -> WeightLoadPlan:
-        stored: Dict[str, List[Any]] = {tid: [] for tid in src}
-        for f in manifest.fragments:
-            if f.nbytes:
-                stored[f.tensor_id].append((f.global_offset, f.local_shape, f.key))
-        try:
-            reads = plan_reads(stored, {t: src[t].itemsize for t in src}, placement, bindings)
-        except (KeyError, ValueError) as e:
-            raise WeightStoreError(f"plan_load: {e}") from None
-        return WeightLoadPlan(manifest.manifest_key, placement, bindings, reads)
-
-    def load(self, plan: Union[WeightLoadPlan, "store_load.StoredLoadPlan"],
+    def load(self, plan: "store_load.StoredLoadPlan",
              destinations: Optional[Mapping[str, Any]] = None,
-             rank: Optional[Union[int, str]] = None) -> int:
-        """Execute ``plan`` for ``rank`` (default: every rank of the plan):
-        ranged zero-copy reads straight into the destination tensors.
-
-        ``destinations`` maps target fragment ids — or tensor ids, when the
-        rank holds one fragment of the tensor — to contiguous CPU tensors
-        (torch or numpy) of the fragment's shape and dtype; a binding's
-        ``tensors`` serve as defaults.  Returns the bytes read.
-
-        A ``store_load.StoredLoadPlan`` (upstream's manifest) is executed
-        for the participant id ``rank`` (default: all of the plan's);
-        ``destinations`` are keyed by ``placement_fragment_id``, and a
-        runtime binding's fragment addresses serve as defaults."""
-        if isinstance(plan, store_load.StoredLoadPlan):
-            pids = plan.participants if rank is None else [rank]
-            dest = store_load.resolve_destinations(plan, destinations, pids, _dest_memory)
-            return self._execute([rd for p in pids for rd in plan.reads[p]], dest)
-        ranks = plan.ranks if rank is None else [rank]
-        dest: Dict[str, Tuple[int, int]] = {}
-        for r in ranks:
-            b = plan.binding(r)
-            for fid in b.fragment_ids:
-                f = plan.target.fragment(fid)
-                t = plan.target.tensor(f.tensor_id)
-                d = None
-                if destinations is not None:
-                    d = destinations.get(fid)
-                    if d is None and len(ranks) == 1:
-                        d = destinations.get(f.tensor_id)
-                if d is None:
-                    d = b.tensors.get(fid)
-                what = f"{f.tensor_id}[{box_text(*f.box)}] of rank {r}"
-                if d is None:
-                    raise WeightStoreError(f"load: no destination for {what}")
-                try:
-                    dt, shape = tensor_dtype_shape(d)
-                except (TypeError, ValueError) as e:
-                    raise WeightStoreError(f"load: destination of {what}: {e}") from None
-                if dt != t.dtype or shape != f.local_shape:
-                    raise WeightStoreError(f"load: destination of {what} is {shape} {dt}, "
-                                           f"the fragment {f.local_shape} {t.dtype}")
-                dest[fid] = _dest_memory(d, what)
-        return self._execute([rd for r in ranks for rd in plan.reads[r]], dest)
+             participant_id: Optional[str] = None) -> int:
+        """Execute ``plan`` for ``participant_id`` (default: every
+        participant of the plan): ranged zero-copy reads straight into the
+        destinations.  ``destinations`` maps ``placement_fragment_id`` to
+        contiguous CPU tensors (torch or numpy) of the fragment's shape and
+        element size; a runtime binding's fragment addresses serve as
+        defaults.  Re-attests the source snapshot and the bindings before
+        any I/O.  Returns the bytes read."""
+        if not isinstance(plan, store_load.StoredLoadPlan):
+            raise TypeError("plan must come from WeightStore.plan_load")
+        pids = plan.participants if participant_id is None else [participant_id]
+        dest = store_load.resolve_destinations(plan, destinations, pids, _dest_memory)
+        lowered = plan.lowered
+        if lowered is None:       # a plan of the reference planner
+            lowered = store_load.lowered_from_reads(plan)
+        return self._execute_lowered(lowered.select(pids), dest)
 
     # A strided read whose runs are shorter than this and back to back in
     # the payload is read as one range into a staging buffer, then copied
-    # into place: the same bytes cross the transport, in one piece, at the
-    # cost of a second copy.  0 (the default) stages nothing: the store
-    # copies many rows of one payload at about the cost of their bytes,
-    # which measured faster than staging on the shm and TCP transports.
-    STAGE_RUN_BYTES = 0
+    # into place: the same bytes cross the transport in one request, at the
+    # cost of a second copy.  None (the default) decides per load: over the
+    # network (a replica on another host, or MC_TE_SHM=0) rows are staged
+    # below AUTO_STAGE_RUN_BYTES -- one request per row of a column block
+    # costs TCP far more than the copy (bench/README.md, weights); a
+    # same-host replica is copied by the store itself, row by row, at
+    # about the cost of its bytes, and staging would only add a copy.
+    STAGE_RUN_BYTES: Optional[int] = None
+    AUTO_STAGE_RUN_BYTES = 1 << 20
     STAGE_BATCH_BYTES = 64 << 20
 
-    def _execute(self, reads: Sequence[RangedRead], dest: Mapping[str, Tuple[int, int]]) -> int:
-        if not reads:
-            return 0
-        direct = [rd for rd in reads if not _stageable(rd, self.STAGE_RUN_BYTES)]
-        staged = [rd for rd in reads if _stageable(rd, self.STAGE_RUN_BYTES)]
-        reg = _Registration(self.store)
-        try:
-            for fid in {rd.target_fragment_id for rd in reads}:
-                reg.add(*dest[fid])
-            if direct and staged:
-                # the direct reads go on while the staged ones are copied into
-                # place (both calls release the GIL)
-                with ThreadPoolExecutor(1) as pool:
-                    fut = pool.submit(self._read_direct, direct, dest)
-                    try:
-                        total = self._read_staged(staged, dest)
-                    finally:
-                        total_direct = fut.result()
-                total += total_direct
-            else:
-                total = self._read_direct(direct, dest) + self._read_staged(staged, dest)
-        finally:
-            reg.release()
-        return total
+    def _stage_run_bytes(self, lw: "store_load.LoweredReads") -> int:
+        if self.STAGE_RUN_BYTES is not None:
+            return self.STAGE_RUN_BYTES
+        if os.environ.get("MC_TE_SHM", "1").strip() == "0":
+            return self.AUTO_STAGE_RUN_BYTES
+        return 0 if _same_host(self.store, lw) else self.AUTO_STAGE_RUN_BYTES
 
     def _read_staged(self, reads: Sequence[RangedRead], dest: Mapping[str, Tuple[int, int]]
                      ) -> int:
@@ -802,9 +299,12 @@ class WeightStore:
                     if copies[h] is not None:
                         copies[h].result()
                     base = h * half
-                    total += self._read_direct(
-                        [RangedRead(rd.tensor_id, "", rd.key, rd.src_start, base + o, rd.nbytes)
-                         for rd, o in batch], {"": (stage.ctypes.data, 2 * half)})
+                    self._read_flat([rd.key for rd, _ in batch],
+                                    np.full(len(batch), stage.ctypes.data, np.int64),
+                                    np.asarray([base + o for _, o in batch], np.int64),
+                                    np.asarray([rd.src_start for rd, _ in batch], np.int64),
+                                    np.asarray([rd.nbytes for rd, _ in batch], np.int64))
+                    total += sum(rd.nbytes for rd, _ in batch)
                     copies[h] = pool.submit(scatter, batch, base)
             finally:
                 for c in copies:
@@ -836,30 +336,45 @@ class WeightStore:
             self.store.unregister_buffer(self._stage.ctypes.data)
             self._stage = None
 
-    def _read_direct(self, reads: Sequence[RangedRead], dest: Mapping[str, Tuple[int, int]]
-                     ) -> int:
-        """All reads in one ranged-read call: one flat list of (key, buffer,
-        dst offset, src offset, length) fragments."""
+    def _execute_lowered(self, lw: "store_load.LoweredReads",
+                         dest: Mapping[str, Tuple[int, int]]) -> int:
+        """Execute flat, coalesced reads (StoredLoadPlan.lowered) into the
+        destinations: one ranged-read call for all of them."""
         import numpy as np
-        if not reads:
+        if not len(lw.key):
             return 0
-        keys: List[str] = []
-        parts: List[Tuple[Any, Any, Any, Any]] = []  # buffer, dst, src, size
-        total = 0
-        for rd in reads:
-            buf = dest[rd.target_fragment_id][0]
-            if rd.counts:
-                s_off, d_off = rd.expand()
-                n = len(s_off)
-                parts.append((np.full(n, buf, np.int64), d_off, s_off,
-                              np.full(n, rd.run_bytes, np.int64)))
-                keys.extend([rd.key] * n)
+        used = np.unique(lw.target).tolist()
+        ptr = np.zeros(len(lw.fragment_ids), np.int64)
+        staged, direct = _staged_groups(lw, self._stage_run_bytes(lw))
+        reg = _Registration(self.store)
+        try:
+            for t in used:
+                addr, size = dest[lw.fragment_ids[t]]
+                ptr[t] = addr
+                reg.add(addr, size)
+            keys = np.asarray(lw.keys, dtype=object)[lw.key[direct]].tolist()
+            if not staged:
+                self._read_flat(keys, ptr[lw.target[direct]], lw.dst[direct], lw.src[direct],
+                                lw.length[direct])
             else:
-                parts.append(([buf], [rd.dst_start], [rd.src_start], [rd.run_bytes]))
-                keys.append(rd.key)
-            total += rd.nbytes
-        bufs, dsts, srcs, sizes = (np.concatenate([np.asarray(p[c], np.int64) for p in parts])
-                                   for c in range(4))
+                # the direct reads go on while the staged ones are copied into
+                # place (both calls release the GIL)
+                with ThreadPoolExecutor(1) as pool:
+                    fut = pool.submit(self._read_flat, keys, ptr[lw.target[direct]],
+                                      lw.dst[direct], lw.src[direct], lw.length[direct])
+                    try:
+                        self._read_staged(staged, dest)
+                    finally:
+                        fut.result()
+        finally:
+            reg.release()
+        return int(lw.length.sum())
+
+    def _read_flat(self, keys: List[str], bufs: Any, dsts: Any, srcs: Any, sizes: Any) -> None:
+        """Read range i (``sizes[i]`` bytes of ``keys[i]`` at ``srcs[i]`` to
+        ``bufs[i] + dsts[i]``; int64 arrays) in one call; raise naming the
+        first range that failed."""
+        import numpy as np
         native = getattr(getattr(self.store, "_store", None), "read_ranges", None)
         if native is not None:  # the flat form of get_into_ranges, checked natively
             # int64 arrays go to C as they are: no Python int per range
@@ -875,17 +390,6 @@ class WeightStore:
             got = int(results[bad[0]])
             raise WeightStoreError(f"load: reading {keys[bad[0]]!r} failed ({got})",
                                    got if got < 0 else None)
-        return total
-
-
-def _upstream_layout(raw: Any) -> bool:
-    """Whether stored manifest bytes are upstream's WeightManifest layout
-    (which has resource_kind; ours has format and version)."""
-    try:
-        doc = json.loads(bytes(raw))
-    except ValueError:
-        return False
-    return isinstance(doc, dict) and "resource_kind" in doc and "format" not in doc
 
 
 def _parse_upstream(key: str, raw: bytes, identity: Optional[StoredManifestIdentity]
@@ -902,24 +406,57 @@ def _parse_upstream(key: str, raw: bytes, identity: Optional[StoredManifestIdent
     return m
 
 
-def _stageable(rd: RangedRead, max_run: int) -> bool:
-    """Short runs that lie back to back in the payload."""
-    if not rd.counts or rd.run_bytes >= max_run:
-        return False
-    expect = rd.run_bytes
-    for n, st in zip(reversed(rd.counts), reversed(rd.src_strides)):
-        if st != expect:
-            return False
-        expect *= n
+def _same_host(store: Any, lw: "store_load.LoweredReads") -> bool:
+    """Whether the first object a load reads has its memory replica on
+    this host (by the segment's "host:port"); True when that cannot be
+    told (the store's own row copies are never wrong, only slower)."""
+    try:
+        host = store.get_hostname().rsplit(":", 1)[0]
+        descs = store.get_replica_desc(lw.keys[int(lw.key[0])])
+        for d in descs:
+            if d.is_memory_replica():
+                ep = d.get_memory_descriptor().buffer_descriptor.transport_endpoint
+                return ep.rsplit(":", 1)[0] == host
+    except Exception:  # a store without these calls (a test double)
+        return True
     return True
 
 
-def begin_weight_snapshot(store: Any, snapshot: WeightSnapshotDescriptor,
-                          adapter: Any) -> WeightStoreWriter:
+def _staged_groups(lw: "store_load.LoweredReads", max_run: int
+                   ) -> Tuple[List[RangedRead], Any]:
+    """Runs shorter than ``max_run`` that lie back to back in one object,
+    go to one target fragment at one stride and have one length (the rows
+    of a column block): each such group as one strided RangedRead to stage
+    (read whole, then copied into place); and the mask of the other reads,
+    read directly."""
+    import numpy as np
+    n = len(lw.key)
+    direct = np.ones(n, bool)
+    if max_run <= 0 or n < 2:
+        return [], direct
+    key, src, ln, tgt, dst = lw.key, lw.src, lw.length, lw.target, lw.dst
+    cont = np.zeros(n, bool)
+    cont[1:] = ((key[1:] == key[:-1]) & (tgt[1:] == tgt[:-1]) & (src[1:] == src[:-1] + ln[:-1])
+                & (ln[1:] == ln[:-1]) & (ln[1:] < max_run))
+    starts = np.flatnonzero(~cont)
+    ends = np.append(starts[1:], n)
+    delta = np.zeros(n, np.int64)
+    delta[1:] = dst[1:] - dst[:-1]
+    out: List[RangedRead] = []
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        if e - s < 2 or not (delta[s + 1:e] == delta[s + 1]).all() or delta[s + 1] < ln[s]:
+            continue
+        out.append(RangedRead("", lw.fragment_ids[int(tgt[s])], lw.keys[int(key[s])],
+                              int(src[s]), int(dst[s]), int(ln[s]), (e - s,), (int(ln[s]),),
+                              (int(delta[s + 1]),)))
+        direct[s:e] = False
+    return out, direct
+
+
+def begin_weight_snapshot(store: Any, snapshot: WeightSnapshotDescriptor, adapter: Any) -> Any:
     """``WeightStore(store).begin_weight_snapshot(snapshot, adapter)``."""
     return WeightStore(store).begin_weight_snapshot(snapshot, adapter)
 
 
-__all__ = ["StoredFragment", "StoredWeightManifest", "WeightLoadPlan", "WeightSnapshotAdapter",
-           "WeightSnapshotDescriptor", "WeightStore", "WeightStoreError", "WeightStoreWriter",
-           "begin_weight_snapshot", "dtype_name", "ITEMSIZE"]
+__all__ = ["WeightSnapshotAdapter", "WeightSnapshotDescriptor", "WeightStore",
+           "WeightStoreError", "begin_weight_snapshot"]

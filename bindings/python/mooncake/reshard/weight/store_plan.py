@@ -1,24 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The WeightStore's load planning (on its own layout types,
-``store_layout``; upstream's planner is ``planner.py``): intersect stored
-boxes with the target's boxes.
+"""The WeightStore's ranged reads: a region of upstream's plan
+(`TransferRegion`, from a stored `WeightManifest` source) lowered onto the
+object that holds its source fragment.
 
-Every stored fragment is a C-order payload of its box; every target
-fragment is a C-order tensor of its box.  Their intersection, if any, is a
-set of equally long byte runs: the trailing dimensions that the
-intersection spans fully in both boxes are contiguous in both, the leading
-ones are counted.  A :class:`RangedRead` describes those runs compactly
-(start, run length, counts and strides); ``expand()`` lists them.
+A :class:`RangedRead` describes the region's runs compactly (start, run
+length, counts and strides); ``expand()`` lists them.  The store executes
+the flat, coalesced form (store_load.LoweredReads, made by libmooncake's
+planner core); these objects are what a caller inspects, and the lowering
+of plans the Python reference planner made.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
-
-from .store_layout import PlacementFragment, WeightPlacementManifest, WeightRuntimeBinding, \
-    intersect
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 
 class RangedRead(NamedTuple):
@@ -57,106 +52,8 @@ class RangedRead(NamedTuple):
         return src, dst
 
 
-def ranged_read(tensor_id: str, target_id: str, key: str, item: int,
-                so: Sequence[int], ss: Sequence[int], to: Sequence[int], ts: Sequence[int]
-                ) -> Optional[RangedRead]:
-    """The runs moving the intersection of source box (so, ss) — stored at
-    ``key`` — into target box (to, ts); None when they do not meet."""
-    nd = len(so)
-    if nd == 0:  # a scalar
-        return RangedRead(tensor_id, target_id, key, 0, 0, item)
-    inter = intersect(so, ss, to, ts)
-    if inter is None:
-        return None
-    io, is_ = inter
-    k = nd - 1  # dims after k are full in the intersection and in both boxes
-    while k > 0 and is_[k] == ss[k] == ts[k]:
-        k -= 1
-    # byte strides of both boxes, innermost first; offsets of the first run
-    src = dst = 0
-    s_str = t_str = item
-    run = item
-    counts, s_st, d_st = [], [], []
-    for d in range(nd - 1, -1, -1):
-        src += (io[d] - so[d]) * s_str
-        dst += (io[d] - to[d]) * t_str
-        if d >= k:
-            run *= is_[d]
-        elif is_[d] != 1:
-            counts.append(is_[d])
-            s_st.append(s_str)
-            d_st.append(t_str)
-        s_str *= ss[d]
-        t_str *= ts[d]
-    if counts:
-        counts.reverse()
-        s_st.reverse()
-        d_st.reverse()
-    return RangedRead(tensor_id, target_id, key, src, dst, run, tuple(counts), tuple(s_st),
-                      tuple(d_st))
-
-
-@dataclass
-class WeightLoadPlan:
-    """What each target rank reads: ``reads[rank]`` lists the ranged reads
-    that fill exactly the fragments its binding names."""
-
-    manifest_key: str
-    target: WeightPlacementManifest
-    bindings: Tuple[WeightRuntimeBinding, ...]
-    reads: Dict[int, List[RangedRead]]
-
-    @property
-    def ranks(self) -> List[int]:
-        return sorted(self.reads)
-
-    def nbytes(self, rank: Optional[int] = None) -> int:
-        ranks = self.ranks if rank is None else [rank]
-        return sum(r.nbytes for k in ranks for r in self.reads.get(k, ()))
-
-    def binding(self, rank: int) -> WeightRuntimeBinding:
-        for b in self.bindings:
-            if b.rank == rank:
-                return b
-        raise KeyError(f"rank {rank} has no binding in this plan")
-
-    def target_fragments(self, rank: int) -> List[PlacementFragment]:
-        return [self.target.fragment(fid) for fid in self.binding(rank).fragment_ids]
-
-
-def plan_reads(stored: Mapping[str, List[Tuple[Tuple[int, ...], Tuple[int, ...], str]]],
-               itemsize: Mapping[str, int], target: WeightPlacementManifest,
-               bindings: Sequence[WeightRuntimeBinding]) -> Dict[int, List[RangedRead]]:
-    """``stored[tensor_id]``: (offset, shape, key) of each stored payload."""
-    reads: Dict[int, List[RangedRead]] = {}
-    for b in bindings:
-        out: List[RangedRead] = []
-        for fid in b.fragment_ids:
-            f = target.fragment(fid)
-            if f.rank != b.rank:
-                raise ValueError(f"binding of rank {b.rank} names fragment {fid} of rank "
-                                 f"{f.rank}")
-            item = itemsize[f.tensor_id]
-            to, ts = f.global_offset, f.local_shape
-            if 0 in ts:
-                continue
-            te = [o + n for o, n in zip(to, ts)]
-            for so, ss, key in stored[f.tensor_id]:
-                # quick rejection: boxes that do not overlap in some dimension
-                for a0, an, b0, b1 in zip(so, ss, to, te):
-                    if a0 >= b1 or a0 + an <= b0:
-                        break
-                else:
-                    r = ranged_read(f.tensor_id, fid, key, item, so, ss, to, ts)
-                    if r is not None:
-                        out.append(r)
-        reads[b.rank] = out
-    return reads
-
-
 # --- lowering upstream's logical plans (docs/weights.md, §14.6 of the fact
-# sheet): the bridge the store's executor will take once it runs on
-# upstream's contracts.
+# sheet).
 
 def lower_region(region: Any) -> RangedRead:
     """One `TransferRegion` of a plan from a stored `WeightManifest` as the
@@ -206,4 +103,4 @@ def lower_plan(plan: Any, participant_ids: Optional[Sequence[str]] = None
     return out
 
 
-__all__ = ["RangedRead", "WeightLoadPlan", "lower_plan", "lower_region"]
+__all__ = ["RangedRead", "lower_plan", "lower_region"]

@@ -26,39 +26,19 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .manifest import (PlacementFragment, WeightPlacementManifest, WeightRuntimeBindingManifest,
+from .manifest import (PlacementFragment, WeightPlacementManifest, _check_aliases_consistent,
+                       _check_placement_fragments, _check_tensor_coverage,
                        validate_runtime_binding)
 from .planner import _PlacementSource
+from .snapshot import WeightSnapshotSource
 from .storage_manifest import StoredFragment, WeightManifest
 from .store_layout import _SnapshotWriterEnd
 
 _PART_FORMAT = "mooncake-weight-placement-part"
-
-
-@dataclass(frozen=True)
-class PlacementSnapshotSource:
-    """What an adapter on upstream's contracts exports."""
-
-    placement: WeightPlacementManifest
-    bindings: Tuple[WeightRuntimeBindingManifest, ...] = ()
-
-
-class PlacementSnapshotAdapter:
-    """The simplest adapter: a complete placement, the participant this
-    process writes as, and optionally runtime bindings."""
-
-    def __init__(self, placement: WeightPlacementManifest, participant_id: str,
-                 bindings: Sequence[WeightRuntimeBindingManifest] = ()) -> None:
-        self.placement = placement
-        self.participant_id = participant_id
-        self.bindings = tuple(bindings)
-
-    def export_source(self, descriptor: Any) -> PlacementSnapshotSource:
-        return PlacementSnapshotSource(self.placement, self.bindings)
 
 
 def writer_set(placement: WeightPlacementManifest) -> Dict[str, PlacementFragment]:
@@ -69,6 +49,23 @@ def writer_set(placement: WeightPlacementManifest) -> Dict[str, PlacementFragmen
         for f in src.candidates(t.tensor_id, 0):
             out[f.placement_fragment_id] = f
     return out
+
+
+def check_placement_coverage(placement: WeightPlacementManifest) -> None:
+    """Re-prove what the placement's constructor proved -- every tensor
+    covered exactly as its axes declare, no overlap beyond replicas --
+    on the parts as they are now (an adapter may hand over a manifest
+    changed after construction).  Upstream's ValueErrors, e.g. "global
+    placement tensor is not fully covered: T"."""
+    tensors = {t.tensor_id: t for t in placement.tensors}
+    fragments = [f for part in placement.parts for f in part.fragments]
+    _check_placement_fragments(tensors, fragments)
+    _check_aliases_consistent(tensors, fragments)
+    by_tensor: Dict[str, List[PlacementFragment]] = defaultdict(list)
+    for f in fragments:
+        by_tensor[f.tensor_id].append(f)
+    for tid in sorted(tensors):
+        _check_tensor_coverage(tensors[tid], by_tensor[tid], placement.topology)
 
 
 def _element_size(tensor: Any) -> Optional[int]:
@@ -83,13 +80,15 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
     (`WeightStore.begin_weight_snapshot` with an upstream adapter)."""
 
     def __init__(self, weight_store: Any, descriptor: Any, adapter: Any,
-                 source: PlacementSnapshotSource, error: type) -> None:
+                 source: WeightSnapshotSource, error: type) -> None:
         self._ws = weight_store
         self._store = weight_store.store
         self._error = error
-        p = source.placement
+        self.adapter = adapter
+        p = getattr(source, "placement", None)
         if not isinstance(p, WeightPlacementManifest):
             raise ValueError("adapter.export_source() must return a WeightPlacementManifest")
+        check_placement_coverage(p)
         for name in ("resource_id", "revision", "weight_generation"):
             if getattr(descriptor, name) != getattr(p, name):
                 raise ValueError(f"snapshot descriptor and placement {name} differ")
@@ -101,8 +100,9 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
             raise ValueError(f"unknown topology participant: {pid}")
         self.participant_id = pid
         self.index = ids.index(pid)
-        self.bindings = {b.participant_id: b for b in source.bindings}
-        for b in source.bindings:
+        bindings = tuple(getattr(source, "bindings", ()))
+        self.bindings = {b.participant_id: b for b in bindings}
+        for b in bindings:
             validate_runtime_binding(p, b)
         chosen = writer_set(p)
         self._chosen = chosen
@@ -147,8 +147,12 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
 
     # ---- write -----------------------------------------------------------------------
     def write_tensor(self, tensor_id: str, tensor: Any) -> List[str]:
-        """Write this participant's single box of `tensor_id`; [] when
-        another participant stores that box (a replica)."""
+        """Write this participant's single box of `tensor_id` (a framework
+        parameter name is mapped by the adapter's ``tensor_id_of``); []
+        when another participant stores that box (a replica)."""
+        map_name = getattr(self.adapter, "tensor_id_of", None)
+        if callable(map_name):
+            tensor_id = map_name(tensor_id)
         frags = [f for f in self.part.fragments if f.tensor_id == tensor_id]
         if not frags:
             raise ValueError(f"participant {self.participant_id} holds no fragment of "
@@ -262,6 +266,7 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
             return
         raw = json.dumps({"format": _PART_FORMAT, "writer": self.writer_id,
                           "index": self.index, "created_at": self._created_at,
+                          "placement_id": self.placement.placement_id,
                           "fragments": [s.to_wire() for s in self._written.values()]},
                          sort_keys=True, separators=(",", ":")).encode()
         rc = self._store.put(self._part_key, raw, self._ws.config)
@@ -287,6 +292,14 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
         return parts
 
     def _build(self, parts: Mapping[int, Any]) -> Tuple[WeightManifest, bytes]:
+        """The WeightManifest of every writer's record.  Its constructor
+        re-proves the coverage of what was really written: writers that
+        disagreed leave a gap or an overlap, refused with upstream's
+        ValueError ("tensor is not fully covered: T", ...)."""
+        ids = {p.get("placement_id") for p in parts.values()}
+        if ids != {self.placement.placement_id}:
+            raise ValueError(f"commit: the participants wrote different placements: "
+                             f"{sorted(str(i) for i in ids)}")
         frags = [StoredFragment(w["fragment_id"], w["tensor_id"], w["global_offset"],
                                 w["local_shape"], w["object_key"], w["object_offset"],
                                 w["nbytes"], w["aliases"])
