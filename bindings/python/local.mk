@@ -65,6 +65,7 @@ EXTRA_DIST += \
 	examples/p2p_hello.py \
 	examples/tensor_hello.py \
 	examples/dummy_hello.py \
+	examples/weights_hello.py \
 	tests/python/conftest.py \
 	tests/python/client_proc.py \
 	tests/python/helpers.py \
@@ -125,6 +126,7 @@ EXTRA_DIST += \
 	tests/python/test_reshard_manifest.py \
 	tests/python/test_reshard_planner.py \
 	tests/python/test_reshard_store.py \
+	tests/python/test_reshard_native.py \
 	tests/python/rawwire.py \
 	tests/python/test_regex_bounds.py \
 	tests/python/test_clear_errors.py \
@@ -167,6 +169,9 @@ nodist_mooncakepython_PYTHON = bindings/python/capi.py
 mooncakepyexecdir = $(pyexecdir)/mooncake
 mooncakepyexec_LTLIBRARIES = _capi.la
 nodist__capi_la_SOURCES = bindings/python/capi_wrap.c
+# The per-row object builders python.i declares (swig/pyhelpers.h).
+_capi_la_SOURCES = swig/pyhelpers.c swig/pyhelpers.h
+_capi_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/swig
 # The generated wrapper builds with the project warnings and -Werror too.
 _capi_la_CFLAGS = $(AM_CFLAGS) $(PYTHON_CFLAGS) -fno-strict-aliasing
 _capi_la_LIBADD = libmooncake.la

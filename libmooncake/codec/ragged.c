@@ -11,7 +11,8 @@
  * mc_codec_ragged_describe() is pack without the data copy, for a writer
  * that sends the rows from their own memory.  The
  * reading side never trusts what it was given: mc_codec_ragged_check()
- * bounds every field before the Python decoder slices the data with it.
+ * bounds every field before the Python decoder slices the data with it,
+ * and mc_codec_blob_check() does the same for the byte-string codecs.
  */
 #include "config.h"
 
@@ -293,5 +294,34 @@ MC_API mc_status_t mc_codec_ragged_select(const int64_t *offsets, size_t n, cons
     }
     if (nruns_p != NULL)
         *nruns_p = nruns;
+    return MC_OK;
+}
+
+MC_API mc_status_t mc_codec_blob_check(const int64_t *offsets, size_t n, size_t data_bytes)
+{
+    if (n == 0)
+        return MC_OK;
+    if (offsets == NULL) {
+        mc_set_error_detail("ragged offsets do not match the data: offsets is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    if (offsets[0] != 0) {
+        mc_set_error_detail("ragged offsets do not match the data: they start at %lld, not 0",
+                            (long long)offsets[0]);
+        return MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (offsets[i + 1] < offsets[i]) {
+            mc_set_error_detail("ragged offsets do not match the data: row %zu ends at %lld, "
+                                "before it starts (%lld)", i, (long long)offsets[i + 1],
+                                (long long)offsets[i]);
+            return MC_INVALID_PARAMS;
+        }
+    }
+    if ((uint64_t)offsets[n] != data_bytes) {
+        mc_set_error_detail("ragged offsets do not match the data: they end at %lld, the data "
+                            "has %zu bytes", (long long)offsets[n], data_bytes);
+        return MC_INVALID_PARAMS;
+    }
     return MC_OK;
 }

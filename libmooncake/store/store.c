@@ -1554,6 +1554,29 @@ static mc_status_t write_batch_reserve(const write_src_t *src, const mc_wire_res
     return MC_OK;
 }
 
+/*
+ * Move every request of a batch.  When they are all small (<= 64 KiB) and
+ * go to one same-host holder whose region is mapped already, they are
+ * copied on this thread under one lookup (mc_te_write_direct_gen): a
+ * DataProto's ragged column is thousands of row-sized parts, and the
+ * engine's per-request work (a lookup, a lock and a full fence each,
+ * items handed to workers) then costs about as much CPU as the copies.
+ * Anything else -- large values, replicas on several segments, a region
+ * not mapped yet, another host -- goes through mc_te_transfer_gen as
+ * before.  Fills b->tst; the first failure.
+ */
+static mc_status_t write_batch_transfer(mc_store_h s, batch_put_t *b)
+{
+    mc_status_t st;
+
+    if (mc_te_write_direct_gen(s->te, b->reqs, b->gens, b->nreq, &st)) {
+        for (size_t q = 0; q < b->nreq; q++)
+            b->tst[q] = st;
+        return st;
+    }
+    return mc_te_transfer_gen(s->te, b->reqs, b->gens, b->nreq, b->tst);
+}
+
 /* @p specs (optional, n entries, NULL-filled; puts only): where each value
  * stored went, for the location cache (mc_store_spec_build). */
 static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const *keys,
@@ -1657,7 +1680,7 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
     mc_master_pool_put(&s->pool, conn);
     conn = NULL;
     if (b.nreq > 0) {
-        st = mc_te_transfer_gen(s->te, b.reqs, b.gens, b.nreq, b.tst);
+        st = write_batch_transfer(s, &b);
         if (st != MC_OK) {
             mc_warn("batch %s: some of %zu transfers failed: %s (%s)", write_op_name(op),
                     b.nreq, mc_status_name(st), mc_last_error_detail());

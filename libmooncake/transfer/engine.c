@@ -1778,6 +1778,39 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
     return 1;
 }
 
+int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
+                           size_t n, mc_status_t *st_p)
+{
+    mc_te_segment_t *s;
+    mc_te_shm_peer_t *shm;
+    uint64_t lo = UINT64_MAX, hi = 0, bytes = 0;
+    uint64_t gen = gens_common(gens, n);
+
+    if ((te == NULL) || (n < 2) || (st_p == NULL) || (gen == UINT64_MAX) ||
+        (request_check(te, &reqs[0], &s) != MC_OK) || s->is_self)
+        return 0;
+    for (size_t j = 0; j < n; j++) {
+        const mc_te_request_t *r = &reqs[j];
+        /* large pieces keep the engine's workers: they copy in parallel */
+        if ((r->op != MC_TE_WRITE) || (r->segment != reqs[0].segment) || (r->length == 0) ||
+            (r->length > MC_TE_RUN_MAX_ITEM_LEN) || (r->local == NULL) ||
+            (r->length > UINT64_MAX - r->remote) ||
+            (r->length > UINTPTR_MAX - (uintptr_t)r->local))
+            return 0; /* mc_te_transfer says what is wrong */
+        lo = MC_MIN(lo, r->remote);
+        hi = MC_MAX(hi, r->remote + r->length);
+        bytes += r->length;
+    }
+    shm = segment_shm(s);
+    if ((shm == NULL) || !mc_te_shm_write_many(shm, reqs, n, lo, hi, gen, st_p))
+        return 0;
+    if (*st_p == MC_OK) {
+        __atomic_add_fetch(&te->shm_ops, n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&te->shm_bytes, bytes, __ATOMIC_RELAXED);
+    }
+    return 1;
+}
+
 MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs, size_t n,
                                   mc_status_t *statuses)
 {

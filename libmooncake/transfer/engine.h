@@ -418,6 +418,21 @@ int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_sta
  * MC_INVALID_READ.  @p gens NULL is mc_te_read_direct. */
 int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
                           size_t n, mc_status_t *st_p);
+/*
+ * Many small WRITEs of one same-host peer's segment by copies on the
+ * calling thread, without the request machinery (mc_te_shm_write_many):
+ * reqs[0..n) (n >= 2) all WRITE on one segment, each at most
+ * MC_TE_RUN_MAX_ITEM_LEN bytes (as the pieces mc_te_read_direct takes; larger
+ * ones are worth the engine's workers copying in parallel) and checked as
+ * mc_te_transfer checks it, the span of them in one region of the
+ * holder's already mapped and live under generation @p gens (0 or NULL:
+ * any; all the same).  Returns 1 when it handled every request (*st_p:
+ * MC_OK or the failure of all of them), 0 when it moved nothing and the
+ * caller should use mc_te_transfer_gen (this engine's own segment, a
+ * region not mapped yet, a large piece, mixed generations...).
+ */
+int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
+                           size_t n, mc_status_t *st_p);
 
 /*
  * mc_te_transfer where request i names the registration generation of the

@@ -908,3 +908,51 @@ def test_threads_share_a_transfer_for_large_reads(store):
     assert not errors, errors
     for ref in refs:
         t.cleanup_dataproto(ref)
+
+
+def _memfd_segments(pid):
+    """Inodes of the memfd store segments mapped by process ``pid``."""
+    with open(f"/proc/{pid}/maps") as f:
+        return {fields[4] for fields in map(str.split, f)
+                if len(fields) >= 6 and fields[5].startswith("/memfd:mooncake-segment")}
+
+
+def test_rows_written_to_a_same_host_holder_land_whole(master, spawn_client, make_store,
+                                                       monkeypatch):
+    """A holder in another process of this host: the writer maps its
+    segment and copies a ragged column's thousand row parts into it (after
+    the first write, all of a batch under one lookup); the stored bytes are
+    those the pure-Python encoders write, and a reader gets every row."""
+    import os
+
+    holder = spawn_client("holder")
+    name = holder.setup(master, segment=64 * MiB)
+    writer = make_store(segment=16 * MiB)
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = name
+    rng = np.random.default_rng(9)
+    tok = [rng.integers(0, 32000, size=int(n), dtype=np.int32)
+           for n in rng.integers(0, 600, size=1000)]
+    tok[10] = None
+    uid = [f"p{i}-" + "é" * (i % 9) for i in range(1000)]
+    data = {"batch": {"r": torch.arange(1000, dtype=torch.float32)},
+            "non_tensor_batch": {"tok": objs(tok), "uid": objs(uid)}}
+    t = MooncakeBundleTransfer(writer, key_prefix="t/dphost")
+    refs = [t.put(data, config=cfg) for _ in range(3)]
+    assert len(_memfd_segments(os.getpid())) >= 2, "the writer did not map the holder"
+    with monkeypatch.context() as m:
+        for attr in ("_native_utf8_pack", "_native_ragged_describe", "_native_ragged_pack"):
+            m.setattr(sos, attr, None)
+        plain = t.put(data, config=cfg)
+    want = {n: b"".join(bytes(writer.get(c["key"])) for c in s["chunks"])
+            for n, s in plain.stage_refs["default"].manifest["buffers"].items()}
+    for ref in refs:
+        got = t.get(ref)["non_tensor_batch"]
+        assert list(got["uid"]) == uid
+        assert all((g is None and w is None) or np.array_equal(g, w)
+                   for g, w in zip(got["tok"], tok))
+        man = ref.stage_refs["default"].manifest["buffers"]
+        for n, s in man.items():
+            assert b"".join(bytes(writer.get(c["key"])) for c in s["chunks"]) == want[n], n
+        t.cleanup_dataproto(ref)
+    t.cleanup_dataproto(plain)

@@ -359,3 +359,139 @@ def test_schema_checks(transfer):
         sos._encode_with_schema("p", [object()], FieldSchema("auto"))
     with pytest.raises(ValueError, match="unsupported structured non-tensor field: no codec"):
         transfer.put({"non_tensor_batch": {"o": objs([1, "x"])}})
+
+
+# ---- the native column builders against the Python paths -------------------------------------
+
+def _without_natives(monkeypatch):
+    """The pure-Python encoders and decoders (as without the extension)."""
+    for name in ("_native_utf8_pack", "_native_blob_rows", "_native_ragged_rows",
+                 "_native_ragged_describe", "_native_ragged_pack"):
+        monkeypatch.setattr(sos, name, None)
+
+
+def _stored_payloads(store, ref):
+    """Every payload of a DataProto's stage, as the bytes the store holds."""
+    out = {}
+    for name, spec in ref.stage_refs["default"].manifest["buffers"].items():
+        out[name] = b"".join(bytes(store.get(c["key"])) for c in spec["chunks"])
+    return out
+
+
+def test_native_writes_store_the_bytes_of_the_python_paths(store, transfer, monkeypatch):
+    """A DataProto written through the native paths (the str column packed
+    by codec_utf8_pack, ragged rows described in one call and sent from
+    their own memory, many parts written under one lookup) stores exactly
+    the bytes the pure-Python encoders store."""
+    from mooncake import _fast_copy
+
+    assert _fast_copy.HAVE_ROW_BUILDERS and sos._native_utf8_pack is not None
+    rng = np.random.default_rng(11)
+    tok = [rng.integers(0, 32000, size=int(n), dtype=np.int32) for n in rng.integers(0, 300, 200)]
+    tok[3], tok[7] = None, np.empty(0, np.int32)
+    grid = [np.arange(i * 6, dtype=np.float64).reshape(i, 6) for i in range(5)]
+    text = [f"row-{i}-" + "é" * (i % 7) for i in range(200)]
+    text[5], text[9], text[11] = None, "", "日本語 \U0001F600 a\x00b"
+    data = {"batch": {"r": torch.arange(200, dtype=torch.float32)},
+            "non_tensor_batch": {"tok": objs(tok), "grid": objs(grid + [None] * 195),
+                                 "uid": objs(text)}}
+    native = transfer.put(data)
+    with monkeypatch.context() as m:
+        _without_natives(m)
+        plain = transfer.put(data)
+        # the old readers read what the native writers wrote
+        got = transfer.get(native)["non_tensor_batch"]
+        assert list(got["uid"]) == text
+        assert all(same(g, w) for g, w in zip(got["tok"], tok))
+    a, b = _stored_payloads(store, native), _stored_payloads(store, plain)
+    assert set(a) == set(b) and "non_tensor_batch.uid.data" in a
+    for name in a:
+        assert a[name] == b[name], name
+    assert native.encoded_non_tensor == plain.encoded_non_tensor
+    # and the native readers read what the Python writers wrote
+    got = transfer.get(plain)["non_tensor_batch"]
+    assert list(got["uid"]) == text
+    assert all(same(g, w) for g, w in zip(got["tok"], tok))
+    assert all(same(g, w) for g, w in zip(got["grid"], grid + [None] * 195))
+    transfer.cleanup_dataproto(native)
+    transfer.cleanup_dataproto(plain)
+
+
+def test_utf8_pack_is_str_encode(monkeypatch):
+    from mooncake import _fast_copy
+
+    values = ["héllo", "", None, "日本語 \U0001F600", "a\x00b", "x" * 300, None]
+    data, offsets, nulls = _fast_copy.utf8_pack(values)
+    want = [b"" if v is None else v.encode("utf-8") for v in values]
+    assert data == b"".join(want)
+    assert offsets.dtype == np.int64 and offsets.tolist() == \
+        [0] + np.cumsum([len(w) for w in want]).tolist()
+    assert nulls.dtype == np.bool_ and nulls.tolist() == [v is None for v in values]
+    assert _fast_copy.utf8_pack([])[0] == b""
+    with pytest.raises(UnicodeEncodeError):
+        _fast_copy.utf8_pack(["ok", "\ud800"])
+    with pytest.raises(TypeError, match="row 1 is not a str but 'int'"):
+        _fast_copy.utf8_pack(["ok", 3])
+    # the codec's payload is the same with the Python loop
+    native = sos._encode_text_values(values, sos._utf8_bytes)
+    monkeypatch.setattr(sos, "_native_utf8_pack", None)
+    plain = sos._encode_text_values(values, sos._utf8_bytes)
+    assert native[1] == plain[1] and native[0]["data"] == plain[0]["data"]
+    for k in ("offsets", "nulls"):
+        assert native[0][k].dtype == plain[0][k].dtype
+        assert native[0][k].tobytes() == plain[0][k].tobytes()
+
+
+def _both_ways(monkeypatch, fn):
+    """fn() with the native builders, then without: (native, plain), each
+    the result or the exception raised."""
+    def run():
+        try:
+            return fn()
+        except Exception as e:  # compared below
+            return e
+    native = run()
+    with monkeypatch.context() as m:
+        _without_natives(m)
+        plain = run()
+    return native, plain
+
+
+def test_native_row_builders_decode_as_the_python_loops(monkeypatch):
+    rows = [np.arange(5, dtype=np.int32), None, np.empty(0, np.int32),
+            np.arange(6, dtype=np.int32).reshape(2, 3), np.array(9, np.int32),
+            np.arange(8, dtype=np.int32).reshape(2, 2, 2)]
+    payload = sos._ragged_pack(rows, np.dtype(np.int32))
+    native, plain = _both_ways(monkeypatch, lambda: sos._ragged_unpack(payload, len(rows)))
+    assert len(native) == len(plain) == len(rows)
+    for n, p, w in zip(native, plain, rows):
+        assert same(n, w) and same(p, w)
+        assert n is None or n.size == 0 or np.shares_memory(n, payload["data"])  # views
+    # offsets at an odd address (a view into a fetched payload) read the same
+    raw = np.zeros(8 * len(payload["offsets"]) + 1, np.uint8)
+    raw[1:] = payload["offsets"].view(np.uint8)
+    odd = dict(payload, offsets=np.frombuffer(raw.data, np.int64, offset=1))
+    assert all(same(a, w) for a, w in zip(sos._ragged_unpack(odd, len(rows)), rows))
+    # corrupt layouts are refused both ways
+    bad = [dict(payload, offsets=payload["offsets"] + 1),
+           dict(payload, ndims=np.array([1, 0, 1, 5, 0, 3], np.int16)),
+           dict(payload, offsets=np.array([0, 6, 5, 5, 11, 12, 20], np.int64))]
+    for b in bad:
+        native, plain = _both_ways(monkeypatch, lambda: sos._ragged_unpack(b, len(rows)))
+        assert isinstance(native, ValueError) and isinstance(plain, ValueError), (native, plain)
+    # blobs: text and bytes, nulls, corrupt offsets and bad UTF-8
+    texts = ["héllo", "", None, "日本語 \U0001F600", "a\x00b"]
+    enc, _ = sos._encode_text_values(texts, sos._utf8_bytes)
+    blob = {"data": np.frombuffer(enc["data"], np.uint8), "offsets": enc["offsets"],
+            "nulls": enc["nulls"]}
+    native, plain = _both_ways(monkeypatch, lambda: sos._blob_rows(blob, 5, True))
+    assert native == plain == texts
+    native, plain = _both_ways(monkeypatch, lambda: sos._blob_rows(blob, 5, False))
+    assert native == plain == [None if t is None else t.encode() for t in texts]
+    for b, exc in ((dict(blob, offsets=np.array([0, 6, 6, 6, 30, 40], np.int64)), ValueError),
+                   (dict(blob, offsets=np.array([0, 6, 3, 3, 24, 28], np.int64)), ValueError),
+                   (dict(blob, data=np.frombuffer(b"\xff" * 23, np.uint8)), UnicodeDecodeError)):
+        native, plain = _both_ways(monkeypatch, lambda: sos._blob_rows(b, 5, True))
+        assert isinstance(native, exc) and isinstance(plain, exc), (native, plain)
+        if exc is ValueError:
+            assert "ragged offsets do not match the data" in str(native)

@@ -216,6 +216,24 @@ START_TEST(test_check_refuses_corrupt_layouts)
 }
 END_TEST
 
+START_TEST(test_blob_check_refuses_corrupt_offsets)
+{
+    int64_t offsets[4] = {0, 2, 2, 5};
+
+    ck_assert_status_ok(mc_codec_blob_check(offsets, 3, 5));
+    ck_assert_status_ok(mc_codec_blob_check(NULL, 0, 0));  /* no rows: nothing to slice */
+    ck_assert_status_eq(mc_codec_blob_check(offsets, 3, 6), MC_INVALID_PARAMS);
+    ck_assert_msg(strstr(mc_last_error_detail(), "ragged offsets do not match the data") != NULL,
+                  "the detail says what is wrong, not: %s", mc_last_error_detail());
+    offsets[2] = 1;
+    ck_assert_status_eq(mc_codec_blob_check(offsets, 3, 5), MC_INVALID_PARAMS);  /* back */
+    offsets[2] = 2;
+    offsets[0] = 1;
+    ck_assert_status_eq(mc_codec_blob_check(offsets, 3, 5), MC_INVALID_PARAMS);  /* not 0 */
+    ck_assert_status_eq(mc_codec_blob_check(NULL, 3, 5), MC_INVALID_PARAMS);
+}
+END_TEST
+
 START_TEST(test_select_runs_and_offsets)
 {
     const int64_t offsets[6] = {0, 3, 3, 7, 8, 10};
@@ -246,6 +264,7 @@ Suite *mc_test_codec_suite(void)
     tcase_add_test(tc, test_pack_refusals);
     tcase_add_test(tc, test_describe_is_pack_without_the_data);
     tcase_add_test(tc, test_check_refuses_corrupt_layouts);
+    tcase_add_test(tc, test_blob_check_refuses_corrupt_offsets);
     tcase_add_test(tc, test_select_runs_and_offsets);
     suite_add_tcase(s, tc);
     return s;

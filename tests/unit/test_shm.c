@@ -484,6 +484,100 @@ START_TEST(test_shm_read_direct)
 }
 END_TEST
 
+/* Many small WRITEs into a same-host peer's segment at once
+ * (mc_te_write_direct_gen): nothing moves before the region is mapped,
+ * then every piece lands whole, counted once each; batches it does not
+ * take (a large piece, a READ, another segment, a generation the region
+ * does not have, one piece) move nothing and are left to mc_te_transfer. */
+START_TEST(test_shm_write_direct)
+{
+    enum { ROWS = 200 };
+    const uint64_t G = UINT64_C(0x8000000077000000), H = UINT64_C(0x8000000078000000);
+    static const size_t lens[] = {1, 300, 1024, 4 * KiB + 5};
+    size_t cap       = MiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *src     = malloc(cap);
+    uint8_t *keep    = malloc(cap);
+    mc_te_request_t reqs[ROWS];
+    uint64_t gens[ROWS];
+    mc_status_t st   = MC_INTERNAL_ERROR;
+    uint64_t ops, bytes, want = 0;
+    size_t at = 0;
+
+    te_fill(h.p, cap, 29);
+    te_fill(src, cap, 71);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    /* rows of several lengths from odd source offsets, the last ending at
+     * the region's end, a gap between rows */
+    for (size_t i = 0; i < ROWS; i++) {
+        size_t len = lens[i % MC_ARRAY_SIZE(lens)];
+        if (i == ROWS - 1) {
+            len = 333;
+            at  = cap - len;
+        }
+        reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + (i * 37) % (cap / 2),
+                                    (uint64_t)(uintptr_t)(h.p + at), len, seg};
+        gens[i] = G;
+        want += len;
+        at += len + 3;
+    }
+    memcpy(keep, h.p, cap);
+    /* not mapped yet: nothing moves */
+    ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, gens, ROWS, &st), 0);
+    ck_assert_int_eq(st, MC_INTERNAL_ERROR);
+    ck_assert(memcmp(h.p, keep, cap) == 0);
+    /* one ordinary write maps the region (it writes what is there) */
+    {
+        mc_te_request_t one = {MC_TE_WRITE, keep, (uint64_t)(uintptr_t)h.p, 16, seg};
+        ck_assert_status_ok(mc_te_transfer_gen(A, &one, gens, 1, NULL));
+    }
+    stats(A, &ops, &bytes);
+    ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, gens, ROWS, &st), 1);
+    ck_assert_status_ok(st);
+    ck_assert_stats(A, ops, bytes, ROWS, want);
+    for (size_t i = 0; i < ROWS; i++) {
+        const uint8_t *to = (const uint8_t *)(uintptr_t)reqs[i].remote;
+        size_t off        = (size_t)(to - h.p);
+        ck_assert_msg(memcmp(to, reqs[i].local, reqs[i].length) == 0, "row %zu differs", i);
+        ck_assert_msg((off + reqs[i].length == cap) ||
+                          (to[reqs[i].length] == keep[off + reqs[i].length]),
+                      "row %zu wrote past its end", i);
+        ck_assert_msg((off == 0) || (to[-1] == keep[off - 1]), "row %zu wrote before its start",
+                      i);
+    }
+
+    /* not taken, nothing copied */
+    memcpy(keep, h.p, cap);
+    {
+        mc_te_request_t bad[2] = {reqs[0], reqs[1]};
+        uint64_t hh[2]         = {H, H}, gh[2] = {G, H};
+        bad[1].length          = MC_TE_RUN_MAX_ITEM_LEN + 1;
+        ck_assert_int_eq(mc_te_write_direct_gen(A, bad, gens, 2, &st), 0);
+        bad[1]    = reqs[1];
+        bad[1].op = MC_TE_READ;
+        ck_assert_int_eq(mc_te_write_direct_gen(A, bad, gens, 2, &st), 0);
+        bad[1]         = reqs[1];
+        bad[1].segment = seg + 1000;
+        ck_assert_int_eq(mc_te_write_direct_gen(A, bad, gens, 2, &st), 0);
+        bad[1]        = reqs[1];
+        bad[1].length = 0;
+        ck_assert_int_eq(mc_te_write_direct_gen(A, bad, gens, 2, &st), 0);
+        ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, hh, 2, &st), 0);
+        ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, gh, 2, &st), 0);
+        ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, gens, 1, &st), 0);
+        ck_assert(memcmp(h.p, keep, cap) == 0);
+        /* and the transfer refuses the generation the region lacks */
+        ck_assert_status_eq(mc_te_transfer_gen(A, reqs, hh, 2, NULL), MC_INVALID_WRITE);
+        ck_assert_msg(memcmp(h.p, keep, cap) == 0, "a refused write changed the region");
+    }
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(src);
+    free(keep);
+}
+END_TEST
+
 /* A READ naming a registration generation through the same-host path:
  * served by memcpy when the mapped region has it, refused otherwise, also
  * for a batch read in place (mc_te_read_direct_gen). */
@@ -1643,6 +1737,7 @@ Suite *mc_test_shm_suite(void)
     tcase_set_timeout(two, 60);
     tcase_add_test(two, test_shm_roundtrip);
     tcase_add_test(two, test_shm_read_direct);
+    tcase_add_test(two, test_shm_write_direct);
     tcase_add_test(two, test_shm_generation_reads);
     tcase_add_test(two, test_shm_generation_writes);
     tcase_add_test(two, test_shm_generation_counter);

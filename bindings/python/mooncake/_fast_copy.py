@@ -11,6 +11,11 @@ interpreter lock, split across up to ``nthreads`` threads for large inputs.
 (``mooncake/codec.h``); :func:`ragged_describe` gives the same layout
 without the data copy, for a writer that sends the rows from their own
 memory.
+
+:func:`ragged_rows` and :func:`blob_rows` go the other way: the rows of a
+fetched payload as the Python objects a reader returns (numpy views, str,
+bytes), checked and built in one native call (``swig/pyhelpers.c``);
+:func:`utf8_pack` makes the payload of a column of str the same way.
 """
 
 import operator
@@ -26,7 +31,12 @@ from mooncake import capi as _capi
 from mooncake import _util
 from mooncake._errors import last_error_detail
 
-__all__ = ["concat_arrays_into", "ragged_pack", "ragged_describe"]
+__all__ = ["concat_arrays_into", "ragged_pack", "ragged_describe", "ragged_rows", "blob_rows",
+           "utf8_pack", "HAVE_ROW_BUILDERS"]
+
+#: Whether this build's extension has ragged_rows(), blob_rows() and utf8_pack().
+HAVE_ROW_BUILDERS = all(hasattr(_capi, f) for f in ("codec_ragged_rows", "codec_blob_rows",
+                                                    "codec_utf8_pack"))
 
 
 def concat_arrays_into(arrays: Sequence[Any], dest_ptr: int, dest_size: int,
@@ -149,18 +159,89 @@ def ragged_describe(rows: Sequence[Any], dtype: Any, checked: bool = False
     dt = np.dtype(dtype)
     if not checked:
         _check_rows(rows, dt)
-    st, _, max_ndim = _capi.mc_codec_ragged_measure(rows, dt.itemsize)
-    if st != 0:
-        raise ValueError(last_error_detail() or f"mc_codec_ragged_measure failed ({st})")
     n = len(rows)
-    width = max(int(max_ndim), 1)
     offsets = np.empty(n + 1, np.int64)
-    shapes = np.empty((n, width), np.int64)
     ndims = np.empty(n, np.int16)
     nulls = np.empty(n, np.bool_)
-    st, elems = _capi.mc_codec_ragged_describe(rows, dt.itemsize, int(offsets.ctypes.data),
-                                               int(shapes.ctypes.data), width,
-                                               int(ndims.ctypes.data), int(nulls.ctypes.data))
-    if st != 0:
-        raise ValueError(last_error_detail() or f"mc_codec_ragged_describe failed ({st})")
+    # rows of at most one dimension (token ids): one call, no measuring pass
+    shapes = np.empty((n, 1), np.int64)
+    st, elems = _describe(rows, dt, offsets, shapes, ndims, nulls)
+    if st != 0:  # wider rows, or a bad one: measure (which names it), then describe
+        st, _, max_ndim = _capi.mc_codec_ragged_measure(rows, dt.itemsize)
+        if st != 0:
+            raise ValueError(last_error_detail() or f"mc_codec_ragged_measure failed ({st})")
+        shapes = np.empty((n, max(int(max_ndim), 1)), np.int64)
+        st, elems = _describe(rows, dt, offsets, shapes, ndims, nulls)
+        if st != 0:
+            raise ValueError(last_error_detail() or f"mc_codec_ragged_describe failed ({st})")
     return {"offsets": offsets, "shapes": shapes, "ndims": ndims, "nulls": nulls}, int(elems)
+
+
+def _describe(rows: Sequence[Any], dt: np.dtype, offsets: Any, shapes: Any, ndims: Any,
+              nulls: Any) -> Tuple[int, int]:
+    """mc_codec_ragged_describe into the arrays (shapes is rows x width);
+    (status, elements).  Nothing is written unless it succeeds."""
+    return _capi.mc_codec_ragged_describe(rows, dt.itemsize, int(offsets.ctypes.data),
+                                          int(shapes.ctypes.data), shapes.shape[1],
+                                          int(ndims.ctypes.data), int(nulls.ctypes.data))
+
+
+def ragged_rows(data: Any, offsets: Any, shapes: Any, ndims: Any, nulls: Any) -> list:
+    """The rows of a typed-ragged payload as views of ``data``.
+
+    Args:
+        data: the 1-D data array (any numeric dtype); the rows are its
+            slices ``data[offsets[i]:offsets[i + 1]]``, reshaped to the
+            row's shape unless it is 1-D.
+        offsets: int64 array, rows + 1 entries.
+        shapes: int64 array of rows x width entries (width >= 1).
+        ndims: int16 array, one per row.
+        nulls: bool array, one per row (a null row comes back as None).
+
+    Every array must be C-contiguous and of exactly that dtype (native
+    byte order).  The layout is checked first (``mc_codec_ragged_check``):
+    it may come from another process.
+
+    Raises:
+        ValueError: the layout is inconsistent (the message names the
+            first bad row) or the arrays do not describe the same rows.
+        TypeError: an argument has no C-contiguous buffer.
+    """
+    return _capi.codec_ragged_rows(data, offsets, shapes, ndims, nulls)
+
+
+def blob_rows(data: Any, offsets: Any, nulls: Any, text: bool) -> list:
+    """The rows of a byte-string payload as ``str`` (``text``: strict
+    UTF-8) or ``bytes``, None for null rows.
+
+    Args:
+        data: any C-contiguous buffer (bytes, a uint8 array...).
+        offsets: int64 array, rows + 1 entries (native byte order).
+        nulls: bool array of one entry per row, or None (no null rows).
+
+    The offsets are checked first (``mc_codec_blob_check``).
+
+    Raises:
+        ValueError: "ragged offsets do not match the data ...", or nulls
+            of another length.
+        UnicodeDecodeError: a ``text`` row is not UTF-8.
+    """
+    return _capi.codec_blob_rows(data, offsets, nulls, 1 if text else 0)
+
+
+def utf8_pack(values: Sequence[Any]) -> Tuple[bytes, Any, Any]:
+    """A column of str (or None) in the utf8_ragged layout: ``(data,
+    offsets, nulls)`` -- every str's UTF-8 back to back, the int64 byte
+    offset of each row (rows + 1), a bool per row (True for None) -- the
+    very bytes ``b"".join(v.encode("utf-8") for v in values)`` gives, made
+    in one native call.
+
+    Raises:
+        TypeError: a row is neither str nor None.
+        UnicodeEncodeError: a str has no UTF-8 (a lone surrogate).
+    """
+    n = len(values)
+    offsets = np.empty(n + 1, np.int64)
+    nulls = np.empty(n, np.bool_)
+    data = _capi.codec_utf8_pack(values, offsets, nulls)
+    return data, offsets, nulls

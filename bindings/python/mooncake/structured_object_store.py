@@ -87,6 +87,14 @@ try:  # the layout without the data copy (mc_codec_ragged_describe)
 except Exception:  # pragma: no cover - depends on the built extension
     _native_ragged_describe = None
 
+try:  # a payload's per-row objects in one native call (swig/pyhelpers.c)
+    from mooncake import _fast_copy as _fc
+    _native_ragged_rows = _fc.ragged_rows if _fc.HAVE_ROW_BUILDERS else None
+    _native_blob_rows = _fc.blob_rows if _fc.HAVE_ROW_BUILDERS else None
+    _native_utf8_pack = _fc.utf8_pack if _fc.HAVE_ROW_BUILDERS else None
+except Exception:  # pragma: no cover - depends on the built extension
+    _native_ragged_rows = _native_blob_rows = _native_utf8_pack = None
+
 DEFAULT_BUNDLE_CHUNK_BYTES = 64 * 1024 ** 2
 #: Staged writes of at least this many bytes and AUTO_PARALLEL_MIN_CHUNKS
 #: chunks go through the thread pool under put_mode="auto".
@@ -1140,13 +1148,20 @@ def _ragged_unpack(payload: Mapping[str, Any], rows: int) -> List[Optional[np.nd
     """The rows of a typed-ragged payload as views of its data (None for
     null rows); checks that offsets, shapes and the data agree."""
     data = np.asarray(payload["data"]).reshape(-1)
-    offsets = np.asarray(payload["offsets"], np.int64).reshape(-1)
-    ndims = np.asarray(payload["ndims"]).reshape(-1).astype(np.int64)
-    nulls = np.asarray(payload["nulls"], np.bool_).reshape(-1)
-    shapes = np.asarray(payload["shapes"], np.int64)
-    shapes = shapes.reshape(rows, -1) if rows else shapes.reshape(0, max(shapes.size, 1))
+    offsets = np.ascontiguousarray(payload["offsets"], np.int64).reshape(-1)
+    ndims = np.asarray(payload["ndims"]).reshape(-1)
+    nulls = np.ascontiguousarray(payload["nulls"], np.bool_).reshape(-1)
     if len(offsets) != rows + 1 or len(ndims) != rows or len(nulls) != rows:
         raise ValueError(f"typed ragged payload does not describe {rows} rows")
+    if _native_ragged_rows is not None and ndims.dtype == np.int16:
+        # checked (mc_codec_ragged_check) and sliced in one call: no
+        # Python loop over the rows
+        return _native_ragged_rows(data, offsets, np.ascontiguousarray(payload["shapes"],
+                                                                       np.int64),
+                                   np.ascontiguousarray(ndims), nulls)
+    ndims = ndims.astype(np.int64)
+    shapes = np.asarray(payload["shapes"], np.int64)
+    shapes = shapes.reshape(rows, -1) if rows else shapes.reshape(0, max(shapes.size, 1))
     if rows and (offsets[0] != 0 or offsets[-1] != data.size or np.any(np.diff(offsets) < 0)):
         raise ValueError("typed ragged offsets do not match the data")
     if np.any(ndims < 0) or np.any(ndims > shapes.shape[1] if rows else False):
@@ -1495,13 +1510,17 @@ def _blob_bounds(payload: Mapping[str, Any], rows: int
     mv = mv.cast("B") if mv.format != "B" else mv
     offsets = np.asarray(payload["offsets"], np.int64).reshape(-1)
     nulls = np.asarray(payload["nulls"], np.bool_).reshape(-1)
+    _check_blob_lengths(offsets, nulls, rows)
+    if rows and (offsets[0] != 0 or offsets[-1] != len(mv) or np.any(np.diff(offsets) < 0)):
+        raise ValueError("ragged offsets do not match the data")
+    return mv, offsets, nulls
+
+
+def _check_blob_lengths(offsets: np.ndarray, nulls: np.ndarray, rows: int) -> None:
     if len(offsets) != rows + 1:
         raise ValueError(f"ragged offsets length {len(offsets)} does not match rows {rows}")
     if len(nulls) != rows:
         raise ValueError(f"ragged nulls length {len(nulls)} does not match rows {rows}")
-    if rows and (offsets[0] != 0 or offsets[-1] != len(mv) or np.any(np.diff(offsets) < 0)):
-        raise ValueError("ragged offsets do not match the data")
-    return mv, offsets, nulls
 
 
 def _blob_views(payload: Mapping[str, Any], rows: int) -> List[Optional[memoryview]]:
@@ -1513,10 +1532,23 @@ def _blob_views(payload: Mapping[str, Any], rows: int) -> List[Optional[memoryvi
 
 def _blob_rows(payload: Mapping[str, Any], rows: int, text: bool) -> List[Any]:
     """The rows of a blob payload as bytes, or str (``text``: UTF-8),
-    None for nulls, sliced from one bytes copy of the data.  Never a
+    None for nulls: made in one native call (blob_rows), or without the
+    extension sliced from one bytes copy of the data.  Never a
     memoryview per row: those are tracked by the garbage collector
     (thousands of them set off collections of the whole heap), bytes and
     str are not."""
+    if _native_blob_rows is not None:
+        data = payload["data"]
+        if isinstance(data, np.ndarray):
+            data = data if data.flags.c_contiguous else np.ascontiguousarray(data)
+        elif not isinstance(data, (bytes, bytearray)):
+            mv = memoryview(data)
+            data = mv if mv.c_contiguous else mv.tobytes()
+        offsets = np.ascontiguousarray(payload["offsets"], np.int64).reshape(-1)
+        nulls = np.ascontiguousarray(payload["nulls"], np.bool_).reshape(-1)
+        _check_blob_lengths(offsets, nulls, rows)
+        # checked (mc_codec_blob_check) and made in one call
+        return _native_blob_rows(data, offsets, nulls, text)
     mv, offsets, nulls = _blob_bounds(payload, rows)
     b = offsets.tolist()
     raw = mv.tobytes()
@@ -1569,6 +1601,11 @@ def _encode_text_values(values: Sequence[Any], to_bytes: Callable[[Any], bytes]
                         ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     values = list(values)
     types = set(map(type, values))
+    if to_bytes is _utf8_bytes and _native_utf8_pack is not None and \
+            types <= {str, type(None)}:
+        # one native pass: the bytes the loops below make (strict UTF-8)
+        data, offsets, nulls = _native_utf8_pack(values)
+        return {"data": data, "offsets": offsets, "nulls": nulls}, {}
     if type(None) not in types:  # no nulls: no per-row test
         if to_bytes is _utf8_bytes and types <= {str}:
             to_bytes = str.encode  # UTF-8, strict: the same bytes, without a call per row

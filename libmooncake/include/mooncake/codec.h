@@ -178,6 +178,26 @@ MC_API mc_status_t mc_codec_ragged_select(const int64_t *offsets, size_t n, cons
                                           size_t nidx, int64_t *runs_out, size_t *nruns_p,
                                           int64_t *offsets_out);
 
+/**
+ * @brief Check the offsets of a stored blob layout before it is decoded.
+ *
+ * The byte-string codecs (bytes_ragged, utf8_ragged, json_ragged,
+ * msgpack_ragged, media_bytes) store a column as three payloads: data
+ * (every row's bytes, back to back), offsets (int64, rows + 1: byte
+ * offset of row i) and nulls (one byte per row).  Offsets from another
+ * process, or corrupt ones, must start at 0, never decrease and end at
+ * @p data_bytes before a reader slices the data with them.  A layout of
+ * no rows passes whatever its single offset says: nothing is sliced.
+ *
+ * @param offsets     n + 1 entries (may be NULL when @p n is 0)
+ * @param n           rows
+ * @param data_bytes  bytes of the data payload
+ * @return MC_OK; MC_INVALID_PARAMS naming the first bad offset otherwise
+ *         (the detail starts with "ragged offsets do not match the data").
+ * @since 0.2
+ */
+MC_API mc_status_t mc_codec_blob_check(const int64_t *offsets, size_t n, size_t data_bytes);
+
 #ifdef __cplusplus
 }
 #endif

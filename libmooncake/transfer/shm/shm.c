@@ -772,12 +772,13 @@ static int gen_mismatch(const mc_te_shm_peer_t *p, uint64_t w, mc_te_op_t op, ui
     return 1;
 }
 
-int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n, uint64_t lo,
-                        uint64_t hi, uint64_t gen, mc_status_t *st_p)
+/* mc_te_shm_read_many and mc_te_shm_write_many: one lock, one lookup and
+ * one check that the region stayed the same for the whole batch. */
+static int shm_many(mc_te_shm_peer_t *p, mc_te_op_t op, const mc_te_request_t *reqs, size_t n,
+                    uint64_t lo, uint64_t hi, uint64_t gen, mc_status_t *st_p)
 {
     peer_map_t *m;
     uint64_t w;
-    int mis;
 
     if ((n == 0) || (hi <= lo) || __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
         return 0;
@@ -787,28 +788,57 @@ int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t
         pthread_rwlock_unlock(&p->map_lock);
         return 0;
     }
-    mis = gen_mismatch(p, w, MC_TE_READ, gen, lo, hi - lo, st_p);
-    if (mis != 0) {
+    if (op == MC_TE_READ) {
+        int mis = gen_mismatch(p, w, MC_TE_READ, gen, lo, hi - lo, st_p);
+        if (mis != 0) {
+            pthread_rwlock_unlock(&p->map_lock);
+            return mis > 0;
+        }
+    } else if ((gen != 0) && (w != gen)) {
+        /* a generation the holder may still adopt: the one-by-one path
+         * takes it to the network, which decides each */
         pthread_rwlock_unlock(&p->map_lock);
-        return mis > 0;
+        return 0;
     }
-    for (size_t j = 0; j < n; j++)
-        mc_copy_stream(reqs[j].local, m->base + (reqs[j].remote - m->addr),
-                       (size_t)reqs[j].length);
+    if (op == MC_TE_READ) {
+        for (size_t j = 0; j < n; j++)
+            mc_copy_stream(reqs[j].local, m->base + (reqs[j].remote - m->addr),
+                           (size_t)reqs[j].length);
+    } else {
+        mc_te_sent_hook_run(); /* copies: nothing to send first */
+        for (size_t j = 0; j < n; j++)
+            mc_copy_stream(m->base + (reqs[j].remote - m->addr), reqs[j].local,
+                           (size_t)reqs[j].length);
+    }
     mc_copy_stream_fence();
     /* as in mc_te_shm_xfer: the copies are done before the word is read */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (!map_same(p, m, w)) {
         pthread_rwlock_unlock(&p->map_lock);
-        mc_set_error_detail("read of %zu pieces in [0x%llx, 0x%llx) on same-host peer %s failed: "
+        mc_set_error_detail("%s of %zu pieces in [0x%llx, 0x%llx) on same-host peer %s failed: "
                             "the region was unregistered or reused during the copy",
-                            n, (unsigned long long)lo, (unsigned long long)hi, p->name);
-        *st_p = MC_INVALID_READ;
+                            (op == MC_TE_READ) ? "read" : "write", n, (unsigned long long)lo,
+                            (unsigned long long)hi, p->name);
+        *st_p = (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
         return 1;
     }
     pthread_rwlock_unlock(&p->map_lock);
     *st_p = MC_OK;
     return 1;
+}
+
+int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n, uint64_t lo,
+                        uint64_t hi, uint64_t gen, mc_status_t *st_p)
+{
+    return shm_many(p, MC_TE_READ, reqs, n, lo, hi, gen, st_p);
+}
+
+/* streaming stores, as mc_te_shm_read_many: a row-sized memcpy would first
+ * read every line of the holder's memory it fills */
+int mc_te_shm_write_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n,
+                         uint64_t lo, uint64_t hi, uint64_t gen, mc_status_t *st_p)
+{
+    return shm_many(p, MC_TE_WRITE, reqs, n, lo, hi, gen, st_p);
 }
 
 int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,

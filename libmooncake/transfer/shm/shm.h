@@ -149,5 +149,21 @@ int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len);
  */
 int mc_te_shm_read_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n, uint64_t lo,
                         uint64_t hi, uint64_t gen, mc_status_t *st_p);
+/*
+ * Write many pieces at once, the other way round: [remote[j], +length[j])
+ * of the holder <- local[j] for j < n, every piece inside [lo, hi), which
+ * must lie in one region already mapped and live.  One lock, one lookup
+ * and one check that the region stayed the same for the batch, the pieces
+ * copied with streaming stores (common/copy.h, as mc_te_shm_read_many) --
+ * a batch of thousands of small parts (the rows of a ragged column)
+ * otherwise pays the lookup, the lock and a full fence per piece, and a
+ * row-sized memcpy reads every destination line before it fills it.  Returns 1 when it
+ * handled them and wrote *st_p (as mc_te_shm_xfer), 0 when it copied
+ * nothing: the caller then moves them one by one (which maps the region
+ * and takes a generation the holder has not adopted yet to the network).
+ * The op and segment of the requests are not looked at.  Thread-safe.
+ */
+int mc_te_shm_write_many(mc_te_shm_peer_t *p, const mc_te_request_t *reqs, size_t n,
+                         uint64_t lo, uint64_t hi, uint64_t gen, mc_status_t *st_p);
 
 #endif /* MC_TRANSFER_SHM_H */

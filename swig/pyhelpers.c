@@ -1,0 +1,400 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Python-object builders of the binding (swig/pyhelpers.h).
+ *
+ * A DataProto read gives back thousands of per-row objects: a numpy view
+ * per token row, a str per uid.  Built by a Python loop each costs the
+ * interpreter's dispatch on top of the object itself, and on a busy host
+ * that loop is what a read spends its time on once the bytes are in.
+ * Here the layout is checked by libmooncake (mooncake/codec.h: the
+ * offsets may come from another process, or be corrupt) and the objects
+ * are made in one C loop with the interpreter lock held.  The write side
+ * has the same loop the other way round: a column of str into the
+ * utf8_ragged payload (mooncake_py_utf8_pack()).  Nothing here blocks;
+ * the input buffers are released before returning.
+ */
+#define PY_SSIZE_T_CLEAN
+#include "pyhelpers.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include <mooncake/codec.h>
+#include <mooncake/status.h>
+
+/* A C-contiguous view of @p o: 0, or -1 with TypeError naming @p what. */
+static int view_of(PyObject *o, Py_buffer *v, const char *what)
+{
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS) == 0)
+        return 0;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous buffer, not '%s'", what,
+                 Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+/*
+ * The @p count native int64 of @p v, at an aligned address: the buffer
+ * itself, or a copy in *owned_p (PyMem_Free it) when it is misaligned (a
+ * view at an odd offset of a fetched payload).  NULL with MemoryError set.
+ */
+static const int64_t *i64_of(const Py_buffer *v, size_t count, int64_t **owned_p)
+{
+    *owned_p = NULL;
+    if (((uintptr_t)v->buf % _Alignof(int64_t)) == 0)
+        return v->buf;
+    *owned_p = PyMem_Malloc((count > 0) ? count * sizeof(int64_t) : 1);
+    if (*owned_p == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(*owned_p, v->buf, count * sizeof(int64_t));
+    return *owned_p;
+}
+
+/* The same for int16. */
+static const int16_t *i16_of(const Py_buffer *v, size_t count, int16_t **owned_p)
+{
+    *owned_p = NULL;
+    if (((uintptr_t)v->buf % _Alignof(int16_t)) == 0)
+        return v->buf;
+    *owned_p = PyMem_Malloc((count > 0) ? count * sizeof(int16_t) : 1);
+    if (*owned_p == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(*owned_p, v->buf, count * sizeof(int16_t));
+    return *owned_p;
+}
+
+/* Rows of an offsets buffer of @p len bytes, or -1 with ValueError set. */
+static Py_ssize_t rows_of_offsets(Py_ssize_t len)
+{
+    if ((len < (Py_ssize_t)sizeof(int64_t)) || ((len % (Py_ssize_t)sizeof(int64_t)) != 0)) {
+        PyErr_Format(PyExc_ValueError, "offsets hold %zd bytes, not a whole number of int64 "
+                     "entries (at least one)", len);
+        return -1;
+    }
+    return len / (Py_ssize_t)sizeof(int64_t) - 1;
+}
+
+/* The row objects of a checked blob layout. */
+static PyObject *blob_list(const char *data, const int64_t *offs, const uint8_t *nulls,
+                           Py_ssize_t n, int text)
+{
+    PyObject *out = PyList_New(n);
+
+    for (Py_ssize_t i = 0; (out != NULL) && (i < n); i++) {
+        const char *p = data + offs[i];
+        Py_ssize_t len = (Py_ssize_t)(offs[i + 1] - offs[i]);
+        PyObject *row;
+        if ((nulls != NULL) && nulls[i]) {
+            row = Py_None;
+            Py_INCREF(row);
+        } else {
+            row = text ? PyUnicode_DecodeUTF8(p, len, "strict") : PyBytes_FromStringAndSize(p, len);
+        }
+        if (row == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, row);
+    }
+    return out;
+}
+
+PyObject *mooncake_py_blob_rows(PyObject *data, PyObject *offsets, PyObject *nulls, int text)
+{
+    Py_buffer dv = {0}, ov = {0}, nv = {0};
+    int have_d = 0, have_o = 0, have_n = 0;
+    int64_t *owned = NULL;
+    const int64_t *offs;
+    PyObject *out = NULL;
+    Py_ssize_t n;
+
+    if (view_of(data, &dv, "data") != 0)
+        goto done;
+    have_d = 1;
+    if (view_of(offsets, &ov, "offsets") != 0)
+        goto done;
+    have_o = 1;
+    if ((n = rows_of_offsets(ov.len)) < 0)
+        goto done;
+    if (nulls != Py_None) {
+        if (view_of(nulls, &nv, "nulls") != 0)
+            goto done;
+        have_n = 1;
+        if (nv.len != n) {
+            PyErr_Format(PyExc_ValueError, "ragged nulls length %zd does not match rows %zd",
+                         nv.len, n);
+            goto done;
+        }
+    }
+    if ((offs = i64_of(&ov, (size_t)n + 1, &owned)) == NULL)
+        goto done;
+    if (mc_codec_blob_check(offs, (size_t)n, (size_t)dv.len) != MC_OK) {
+        PyErr_SetString(PyExc_ValueError, mc_last_error_detail());
+        goto done;
+    }
+    out = blob_list(dv.buf, offs, have_n ? nv.buf : NULL, n, text);
+done:
+    PyMem_Free(owned);
+    if (have_n)
+        PyBuffer_Release(&nv);
+    if (have_o)
+        PyBuffer_Release(&ov);
+    if (have_d)
+        PyBuffer_Release(&dv);
+    return out;
+}
+
+/* data[a:b] of a numpy array, reshaped to @p ndim dimensions @p shape
+ * unless it is 1-D. */
+static PyObject *ragged_row(PyObject *data, int64_t a, int64_t b, int ndim, const int64_t *shape)
+{
+    static PyObject *reshape_name;
+    PyObject *lo, *hi, *slice, *row, *dims, *shaped;
+
+    lo = PyLong_FromLongLong(a);
+    hi = PyLong_FromLongLong(b);
+    slice = ((lo != NULL) && (hi != NULL)) ? PySlice_New(lo, hi, NULL) : NULL;
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    if (slice == NULL)
+        return NULL;
+    row = PyObject_GetItem(data, slice);
+    Py_DECREF(slice);
+    if ((row == NULL) || (ndim == 1))
+        return row;
+    if ((reshape_name == NULL) && ((reshape_name = PyUnicode_InternFromString("reshape")) == NULL)) {
+        Py_DECREF(row);
+        return NULL;
+    }
+    dims = PyTuple_New(ndim);
+    for (int d = 0; (dims != NULL) && (d < ndim); d++) {
+        PyObject *v = PyLong_FromLongLong(shape[d]);
+        if (v == NULL)
+            Py_CLEAR(dims);
+        else
+            PyTuple_SET_ITEM(dims, d, v);
+    }
+    shaped = (dims != NULL) ? PyObject_CallMethodObjArgs(row, reshape_name, dims, NULL) : NULL;
+    Py_XDECREF(dims);
+    Py_DECREF(row);
+    return shaped;
+}
+
+/* The row objects of a checked typed-ragged layout. */
+static PyObject *ragged_list(PyObject *data, const int64_t *offs, const int64_t *shapes,
+                             size_t width, const int16_t *ndims, const uint8_t *nulls,
+                             Py_ssize_t n)
+{
+    PyObject *out = PyList_New(n);
+
+    for (Py_ssize_t i = 0; (out != NULL) && (i < n); i++) {
+        PyObject *row;
+        if (nulls[i]) {
+            row = Py_None;
+            Py_INCREF(row);
+        } else {
+            row = ragged_row(data, offs[i], offs[i + 1], ndims[i], &shapes[(size_t)i * width]);
+        }
+        if (row == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, row);
+    }
+    return out;
+}
+
+/* The shape width of @p n (> 0) rows in @p len bytes of int64, or 0
+ * with ValueError set. */
+static size_t shape_width(Py_ssize_t len, Py_ssize_t n)
+{
+    Py_ssize_t row = n * (Py_ssize_t)sizeof(int64_t);
+
+    if ((len < row) || ((len % row) != 0)) {
+        PyErr_Format(PyExc_ValueError, "typed ragged shapes hold %zd bytes, not whole rows of "
+                     "int64 for %zd rows", len, n);
+        return 0;
+    }
+    return (size_t)(len / row);
+}
+
+PyObject *mooncake_py_ragged_rows(PyObject *data, PyObject *offsets, PyObject *shapes,
+                                  PyObject *ndims, PyObject *nulls)
+{
+    Py_buffer dv = {0}, ov = {0}, sv = {0}, kv = {0}, nv = {0};
+    int held = 0;  /* views taken: dv, ov, sv, kv, nv in this order */
+    int64_t *owned_o = NULL, *owned_s = NULL;
+    int16_t *owned_k = NULL;
+    const int64_t *offs, *shp;
+    const int16_t *nd;
+    PyObject *out = NULL;
+    Py_ssize_t n;
+    size_t width;
+
+    if (view_of(data, &dv, "data") != 0)
+        goto done;
+    held++;
+    if (view_of(offsets, &ov, "offsets") != 0)
+        goto done;
+    held++;
+    if (view_of(shapes, &sv, "shapes") != 0)
+        goto done;
+    held++;
+    if (view_of(ndims, &kv, "ndims") != 0)
+        goto done;
+    held++;
+    if (view_of(nulls, &nv, "nulls") != 0)
+        goto done;
+    held++;
+    if ((n = rows_of_offsets(ov.len)) < 0)
+        goto done;
+    if ((kv.len != n * (Py_ssize_t)sizeof(int16_t)) || (nv.len != n)) {
+        PyErr_Format(PyExc_ValueError, "typed ragged payload does not describe %zd rows "
+                     "(%zd bytes of ndims, %zd of nulls)", n, kv.len, nv.len);
+        goto done;
+    }
+    if (n == 0) {  /* nothing to slice: whatever the lone offset says */
+        out = PyList_New(0);
+        goto done;
+    }
+    if ((width = shape_width(sv.len, n)) == 0)
+        goto done;
+    if (((offs = i64_of(&ov, (size_t)n + 1, &owned_o)) == NULL) ||
+        ((shp = i64_of(&sv, (size_t)n * width, &owned_s)) == NULL) ||
+        ((nd = i16_of(&kv, (size_t)n, &owned_k)) == NULL))
+        goto done;
+    if ((dv.itemsize <= 0) ||
+        (mc_codec_ragged_check(offs, shp, width, nd, nv.buf, (size_t)n,
+                               (size_t)(dv.len / dv.itemsize)) != MC_OK)) {
+        PyErr_SetString(PyExc_ValueError, (dv.itemsize <= 0) ? "typed ragged data has no "
+                        "element size" : mc_last_error_detail());
+        goto done;
+    }
+    out = ragged_list(data, offs, shp, width, nd, nv.buf, n);
+done:
+    PyMem_Free(owned_k);
+    PyMem_Free(owned_s);
+    PyMem_Free(owned_o);
+    if (held > 4)
+        PyBuffer_Release(&nv);
+    if (held > 3)
+        PyBuffer_Release(&kv);
+    if (held > 2)
+        PyBuffer_Release(&sv);
+    if (held > 1)
+        PyBuffer_Release(&ov);
+    if (held > 0)
+        PyBuffer_Release(&dv);
+    return out;
+}
+
+/* The UTF-8 of str @p o: its own bytes when it is ASCII, else a new bytes
+ * object in *tmp_p (strict: UnicodeEncodeError for a lone surrogate, as
+ * str.encode).  Nothing is cached on @p o.  -1 with an exception set. */
+static int utf8_of(PyObject *o, const char **p, Py_ssize_t *len, PyObject **tmp_p)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(o) != 0)
+        return -1;
+#endif
+    if (PyUnicode_IS_ASCII(o)) {
+        *p = (const char *)PyUnicode_DATA(o);
+        *len = PyUnicode_GET_LENGTH(o);
+        return 0;
+    }
+    if ((*tmp_p = PyUnicode_AsUTF8String(o)) == NULL)
+        return -1;
+    *p = PyBytes_AS_STRING(*tmp_p);
+    *len = PyBytes_GET_SIZE(*tmp_p);
+    return 0;
+}
+
+/* Pass 1 of utf8_pack: every row's bytes (pointer and length; a null row
+ * has none), nulls filled in.  -1 with an exception set. */
+static int utf8_rows(PyObject *fast, Py_ssize_t n, const char **ptrs, Py_ssize_t *lens,
+                     PyObject **tmps, uint8_t *nulls, Py_ssize_t *total_p)
+{
+    Py_ssize_t total = 0;
+
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        nulls[i] = (o == Py_None);
+        lens[i] = 0;
+        if (o == Py_None)
+            continue;
+        if (!PyUnicode_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "row %zd is not a str but '%s'", i,
+                         Py_TYPE(o)->tp_name);
+            return -1;
+        }
+        if (utf8_of(o, &ptrs[i], &lens[i], &tmps[i]) != 0)
+            return -1;
+        if (lens[i] > PY_SSIZE_T_MAX - total) {
+            PyErr_SetString(PyExc_OverflowError, "the rows hold too many bytes");
+            return -1;
+        }
+        total += lens[i];
+    }
+    *total_p = total;
+    return 0;
+}
+
+PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out)
+{
+    Py_buffer ov = {0}, nv = {0};
+    int held = 0;  /* ov, nv */
+    PyObject *fast = NULL, **tmps = NULL, *out = NULL;
+    const char **ptrs = NULL;
+    Py_ssize_t *lens = NULL, n, total = 0;
+    int64_t *offs;
+
+    if ((fast = PySequence_Fast(values, "values must be a sequence of str or None")) == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (PyObject_GetBuffer(offsets_out, &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0)
+        goto done;
+    held++;
+    if (PyObject_GetBuffer(nulls_out, &nv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0)
+        goto done;
+    held++;
+    if ((ov.len != (n + 1) * (Py_ssize_t)sizeof(int64_t)) || (nv.len != n) ||
+        (((uintptr_t)ov.buf % _Alignof(int64_t)) != 0)) {
+        PyErr_Format(PyExc_ValueError, "offsets_out must be %zd aligned int64 and nulls_out %zd "
+                     "bytes (got %zd and %zd bytes)", n + 1, n, ov.len, nv.len);
+        goto done;
+    }
+    tmps = PyMem_Calloc((size_t)n + 1, sizeof(*tmps));
+    ptrs = PyMem_Calloc((size_t)n + 1, sizeof(*ptrs));
+    lens = PyMem_Calloc((size_t)n + 1, sizeof(*lens));
+    if ((tmps == NULL) || (ptrs == NULL) || (lens == NULL)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (utf8_rows(fast, n, ptrs, lens, tmps, nv.buf, &total) != 0)
+        goto done;
+    if ((out = PyBytes_FromStringAndSize(NULL, total)) == NULL)
+        goto done;
+    offs = ov.buf;
+    offs[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (lens[i] > 0)
+            memcpy(PyBytes_AS_STRING(out) + offs[i], ptrs[i], (size_t)lens[i]);
+        offs[i + 1] = offs[i] + lens[i];
+    }
+done:
+    for (Py_ssize_t i = 0; (tmps != NULL) && (i < n); i++)
+        Py_XDECREF(tmps[i]);
+    PyMem_Free(lens);
+    PyMem_Free((void *)ptrs);
+    PyMem_Free(tmps);
+    if (held > 1)
+        PyBuffer_Release(&nv);
+    if (held > 0)
+        PyBuffer_Release(&ov);
+    Py_DECREF(fast);
+    return out;
+}

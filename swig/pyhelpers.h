@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Python-object builders of the binding (swig/pyhelpers.c), compiled into
+ * the _capi module next to the SWIG wrapper; python.i declares them to
+ * SWIG.  Each one turns a column of the structured-object codecs
+ * (mooncake/codec.h) into the Python objects a caller gets back, in one
+ * pass in C instead of a per-row Python loop.  All are called with the
+ * interpreter lock held (%nothread) and return a new reference, or NULL
+ * with a Python exception set.
+ */
+#ifndef MOONCAKE_SWIG_PYHELPERS_H
+#define MOONCAKE_SWIG_PYHELPERS_H
+
+#include <Python.h>
+
+/*
+ * The rows of a blob payload (bytes_ragged, utf8_ragged, ...): a list of
+ * @p text ? str (strict UTF-8) : bytes, None for a null row.  @p data is
+ * any C-contiguous buffer (its bytes), @p offsets a buffer of native int64
+ * (rows + 1 of them), @p nulls a buffer of one byte per row or None.  The
+ * offsets are checked (mc_codec_blob_check()) before anything is sliced:
+ * ValueError names the bad one; UnicodeDecodeError for a row that is not
+ * UTF-8.
+ */
+PyObject *mooncake_py_blob_rows(PyObject *data, PyObject *offsets, PyObject *nulls, int text);
+
+/*
+ * The rows of a typed-ragged payload as views of @p data (a 1-D numpy
+ * array of the element type): data[offsets[i]:offsets[i + 1]], reshaped to
+ * the row's shape unless it is 1-D, None for a null row.  @p offsets and
+ * @p shapes are buffers of native int64 (rows + 1, and rows x width),
+ * @p ndims of int16, @p nulls of one byte, each per row.  The layout is
+ * checked (mc_codec_ragged_check()) before anything is sliced: ValueError
+ * names the first bad row.
+ */
+PyObject *mooncake_py_ragged_rows(PyObject *data, PyObject *offsets, PyObject *shapes,
+                                  PyObject *ndims, PyObject *nulls);
+
+/*
+ * The utf8_ragged payload of a column of str (or None): every str's
+ * UTF-8 (strict, as str.encode) back to back, returned as one bytes
+ * object; @p offsets_out (a writable buffer of rows + 1 aligned native
+ * int64) gets the byte offset of each row, @p nulls_out (rows bytes) 1 for
+ * a None row and 0 otherwise.  Nothing is cached on the str objects.
+ * TypeError for a row that is neither str nor None, UnicodeEncodeError
+ * for a str that has no UTF-8 (a lone surrogate).
+ */
+PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out);
+
+#endif /* MOONCAKE_SWIG_PYHELPERS_H */
