@@ -227,13 +227,20 @@ clean-python-build-tree:
 	-rm -rf python
 
 # The pytest suite against the build tree (real master, real clients).
+# Most of its time is spent waiting on sockets, leases and child processes,
+# so with pytest-xdist (python3-pytest-xdist) it runs $MC_PYTEST_JOBS
+# (default 2) workers, a whole file per worker at a time (module fixtures
+# such as `master` stay one per file); MC_PYTEST_JOBS=0 runs it serially.
 check-python: all
+	jobs=$${MC_PYTEST_JOBS:-2}; par=; \
+	if [ "$$jobs" -gt 0 ] && $(PYTHON) -c 'import xdist' 2>/dev/null; then \
+		par="-n $$jobs --dist loadfile"; fi; \
 	PYTHONPATH=$(abs_builddir)/python \
 	LD_LIBRARY_PATH=$(abs_builddir)/.libs$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
 	MC_MASTER_BIN=$(abs_builddir)/mooncake_master \
 	MC_CLIENT_BIN=$(abs_builddir)/mooncake_client \
 	PYTHONDONTWRITEBYTECODE=1 \
-	$(PYTHON) -m pytest -q -p no:cacheprovider $(srcdir)/tests/python
+	$(PYTHON) -m pytest -q -p no:cacheprovider $$par $(srcdir)/tests/python
 # The cluster suite (tests/cluster): hosts in network namespaces; needs root
 # (skipped otherwise), about 2 minutes on 2 cores, of which the fault suite
 # (test_faults.py: 20 s of faults per master mode) takes about 100 s.
