@@ -4,11 +4,16 @@
  *
  * Leader: the log writer's pipelined sink.  submit cuts a group-commit
  * round into log/<seq> keys (at most --oplog_batch_max_entries records and
- * MC_SHIP_PIECE bytes each) and queues them; MC_SHIP_WORKERS threads, each
- * with its own etcd connection, write them concurrently, each in a
- * transaction whose compare is "the leader key's create revision is my
- * term", so a deposed leader can never append.  Keys may land in etcd out
- * of order, so order is fenced on both sides:
+ * MC_SHIP_PIECE bytes each), codes their values and queues them;
+ * MC_SHIP_WORKERS threads, each with its own etcd connection, write them
+ * concurrently.  A worker that comes free takes every key queued by then
+ * (at most MC_SHIP_TXN_KEYS keys and MC_SHIP_TXN_BYTES), so while etcd
+ * commits, the rounds that arrive meanwhile wait for one transaction, not
+ * one each.  Every transaction's compare is "the leader key's create
+ * revision is my term", so a deposed leader can never append; a
+ * transaction is atomic, so its keys land together or not at all.  Keys of
+ * different transactions may land in etcd out of order, so order is fenced
+ * on both sides:
  *   - a round is reported durable (its answers released) only once it and
  *     every key before it are in etcd: acknowledgements go out in order;
  *   - a reader applies only the gap-free prefix of the keys, so a key
@@ -17,7 +22,8 @@
  *     key after it: what a dead leader left beyond a gap (never
  *     acknowledged, since its acknowledgements were in order) is gone
  *     before anything of the new term can follow it.
- * Each round, once durable, is also folded into the replay state, which a
+ * Each round, once durable, is also folded into the replay state (by a
+ * thread of its own at a lower priority, in order), which a
  * snapshot writes to etcd from time to time (a copy of its records,
  * written by a thread of its own; the log keys it covers are deleted in
  * the same fenced transaction that publishes it).
@@ -36,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,21 +58,39 @@
 #define MC_SHIP_RETRY_MS    100
 #define MC_SHIP_QUEUE       256 /* keys queued or in flight; submit waits beyond */
 #define MC_SHIP_POLL_READS  1000 /* range requests of one standby poll at most */
+/* One transaction carries the log keys queued when a writer takes them
+ * (group commit), at most this many and this many value bytes: etcd's
+ * defaults refuse a txn of more than 128 operations (--max-txn-ops) and a
+ * request over 1.5 MiB (--max-request-bytes, counted on the values as
+ * sent, not as base64). */
+#define MC_SHIP_TXN_KEYS  64
+#define MC_SHIP_TXN_BYTES (1u << 20)
+/* Bytes of durable rounds the fold thread may lag behind by; beyond, the
+ * writer waits for it (memory stays bounded when the machine is busy). */
+#define MC_SHIP_FOLD_BACKLOG (64u << 20)
 
 /* A log value's term with this bit set: the records that follow are
  * delta-coded (ship_encode), not raw frames. */
 #define MC_SHIP_CODED (1ull << 63)
 
+/* A submitted round's records, kept until folded into the replay state. */
+typedef struct round {
+    struct round *next; /* the fold list */
+    uint64_t last_key;  /* the log key its records end in */
+    size_t len;
+    uint8_t data[];
+} round_t;
+
 /* One log key on its way to etcd. */
 typedef struct piece {
     uint64_t seq;       /* log/<seq> */
-    const uint8_t *raw; /* its records: a slice of the round's bytes */
-    size_t len;
-    uint8_t *round;     /* last key of a round: the round's bytes (folded once durable) */
-    size_t round_len;
+    uint8_t *val;       /* its value: 8 bytes for the term (set when sent) + records */
+    size_t val_len;
+    size_t len;         /* bytes of records before coding */
+    int coded;          /* the records in val are delta-coded */
+    round_t *round;     /* last key of a round: the round (folded once durable) */
     uint64_t round_seq; /* the writer's sequence number of the round's last record */
     uint64_t queued_ns; /* when submitted (for the round latency in the stop log) */
-    int partial;        /* a share of one record larger than a key: goes raw */
     int state;          /* PIECE_QUEUED, PIECE_SENDING, PIECE_DONE */
 } piece_t;
 
@@ -101,8 +127,16 @@ struct mc_ship {
     int term_clean;           /* this term's first key (which clears leftovers) is in */
     int p_failed;             /* a key could not be written: nothing more is durable */
     int p_errno;
-    uint8_t *orphan;          /* a round cut short by a failure (its keys reference it) */
+    /* durable rounds waiting to be folded, oldest first, and the thread
+     * that folds them (off the lock, at a lower priority) */
+    round_t *fold_head, *fold_tail;
+    size_t fold_bytes;        /* of the rounds in the list and being folded */
+    int folding;
+    pthread_cond_t cv_fold;
+    pthread_t fold_thread;
+    int fold_live;
     mc_buf_t pending;         /* append/sync (the unpipelined calls) collect here */
+    mc_buf_t enc, enc_scratch; /* the writer thread's: coding a key's value */
     uint64_t next_seq;        /* of the next key queued */
     uint64_t log_bytes;       /* since the last snapshot */
     uint64_t last_compact_ms;
@@ -129,6 +163,7 @@ struct mc_ship {
 
     _Atomic uint64_t st_applied, st_snap_seq, st_snaps, st_refused, st_puts;
     _Atomic uint64_t st_raw, st_coded; /* bytes of records shipped, and as sent */
+    _Atomic uint64_t st_txns;          /* transactions that carried them */
     _Atomic uint64_t st_txn_ns;        /* time in the log keys' transactions */
     uint64_t st_round_ns, st_rounds;   /* submit to durable, under mu */
     uint64_t st_wait_ns;               /* submit to a worker taking the key, under mu */
@@ -204,6 +239,10 @@ static void put_runs(mc_buf_t *out, const uint8_t *x, size_t n)
 {
     for (size_t i = 0; i < n;) {
         size_t z = i, l;
+        uint64_t w;
+        /* zeros are most of it: skip them a word at a time */
+        while ((z + 8 <= n) && (memcpy(&w, x + z, 8), w == 0))
+            z += 8;
         while ((z < n) && (x[z] == 0))
             z++;
         for (l = z; (l < n) && !((x[l] == 0) && ((l + 1 >= n) || (x[l + 1] == 0)) &&
@@ -259,11 +298,16 @@ static int ship_encode(mc_buf_t *out, mc_buf_t *scratch, const uint8_t *d, size_
     if (same && (nrec > 1)) {
         mc_buf_put_u8(out, CODE_COLUMNS);
         put_varint(out, len0);
-        for (size_t r = 0; r < nrec; r++) {
-            const uint8_t *f = d + r * len0, *pf = r ? f - len0 : NULL;
-            for (size_t c = 0; c < len0; c++)
-                x[c * nrec + r] = coded_byte(f, len0, c) ^ coded_byte(pf, len0, c);
+        /* column c of record r at x[c * nrec + r]: written in order, read
+         * with a stride the size of a record */
+        for (size_t c = 0; c < len0; c++) {
+            const uint8_t *f = d + c;
+            uint8_t *xc      = x + c * nrec;
+            xc[0]            = f[0];
+            for (size_t r = 1; r < nrec; r++)
+                xc[r] = f[r * len0] ^ f[(r - 1) * len0];
         }
+        memset(x + 4 * nrec, 0, 4 * nrec); /* the CRC fields (len0 >= 9) */
         put_runs(out, x, n);
         return out->oom ? -1 : 0;
     }
@@ -363,6 +407,7 @@ static void key_of(const mc_ship_t *s, char *out, size_t cap, const char *kind, 
 
 static void compact_reap(mc_ship_t *s, int wait);
 static void *worker_main(void *arg);
+static void *fold_main(void *arg);
 
 mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
 {
@@ -374,12 +419,15 @@ mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
         return NULL;
     }
     mc_buf_init(&s->pending);
+    mc_buf_init(&s->enc);
+    mc_buf_init(&s->enc_scratch);
     mc_buf_init(&s->tail);
     mc_buf_init(&s->scratch);
     mc_buf_init(&s->c_buf);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->cv_work, NULL);
+    pthread_cond_init(&s->cv_fold, NULL);
     snprintf(s->prefix, sizeof(s->prefix), "mooncake-store/%s/oplog/", cfg->cluster_id);
     snprintf(s->guard, sizeof(s->guard), "mooncake-store/%s/master_view", cfg->cluster_id);
     s->ttl_ms         = cfg->ttl_s * 1000;
@@ -403,6 +451,12 @@ mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
         }
         s->nworkers++;
     }
+    if (pthread_create(&s->fold_thread, NULL, fold_main, s) != 0) {
+        mc_error("operation log: cannot start the fold thread: %s", strerror(errno));
+        mc_ship_destroy(s);
+        return NULL;
+    }
+    s->fold_live = 1;
     return s;
 fail:
     mc_error("operation log: %s", mc_last_error_detail());
@@ -417,22 +471,33 @@ void mc_ship_destroy(mc_ship_t *s)
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv_work);
+    pthread_cond_broadcast(&s->cv_fold);
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->nworkers; i++)
         pthread_join(s->workers[i], NULL);
+    if (s->fold_live)
+        pthread_join(s->fold_thread, NULL); /* after the workers: it folds what they reported */
     for (int i = 0; i < MC_SHIP_WORKERS; i++)
         mc_etcd_destroy(s->w_etcd[i]);
-    for (; s->q_len > 0; s->q_len--, s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE)
+    for (; s->q_len > 0; s->q_len--, s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE) {
         free(s->q[s->q_head].round);
-    free(s->orphan);
+        free(s->q[s->q_head].val);
+    }
+    while (s->fold_head != NULL) {
+        round_t *r   = s->fold_head;
+        s->fold_head = r->next;
+        free(r);
+    }
     if (atomic_load(&s->st_raw) > 0)
-        mc_info("operation log: %" PRIu64 " keys shipped to etcd, %.1f MiB of records sent "
-                "as %.1f MiB, %.2f ms a transaction, %.2f ms from a round's submission to "
-                "its acknowledgement (%.2f ms of it queued)",
-                atomic_load(&s->st_puts), (double)atomic_load(&s->st_raw) / 1048576.0,
+        mc_info("operation log: %" PRIu64 " keys shipped to etcd in %" PRIu64 " transactions "
+                "(%" PRIu64 " rounds), %.1f MiB of records sent as %.1f MiB, %.2f ms a "
+                "transaction, %.2f ms from a round's submission to its acknowledgement "
+                "(%.2f ms of it queued)",
+                atomic_load(&s->st_puts), atomic_load(&s->st_txns), s->st_rounds,
+                (double)atomic_load(&s->st_raw) / 1048576.0,
                 (double)atomic_load(&s->st_coded) / 1048576.0,
                 (double)atomic_load(&s->st_txn_ns) / 1e6 /
-                    (double)MC_MAX(atomic_load(&s->st_puts), 1u),
+                    (double)MC_MAX(atomic_load(&s->st_txns), 1u),
                 (double)s->st_round_ns / 1e6 / (double)MC_MAX(s->st_rounds, 1u),
                 (double)s->st_wait_ns / 1e6 / (double)MC_MAX(atomic_load(&s->st_puts), 1u));
     compact_reap(s, 1);
@@ -441,11 +506,14 @@ void mc_ship_destroy(mc_ship_t *s)
     mc_buf_cleanup(&s->c_buf);
     mc_oplog_state_cleanup(&s->state);
     mc_buf_cleanup(&s->pending);
+    mc_buf_cleanup(&s->enc);
+    mc_buf_cleanup(&s->enc_scratch);
     mc_buf_cleanup(&s->tail);
     mc_buf_cleanup(&s->scratch);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->cv_work);
+    pthread_cond_destroy(&s->cv_fold);
     free(s);
 }
 
@@ -626,23 +694,24 @@ static size_t piece_len(const uint8_t *p, size_t n, uint32_t max)
 }
 
 /* Fold a durable round into the replay state and start a snapshot when
- * one is due (mu held).  0, or -1 when out of memory. */
-static int fold_round(mc_ship_t *s, piece_t *p)
+ * one is due (the fold thread, mu not held).  0, or -1 when out of
+ * memory. */
+static int fold_round(mc_ship_t *s, const round_t *r)
 {
     size_t valid;
     s->failed = 0;
-    (void)mc_oplog_scan(p->round, p->round_len, apply_cb, s, &valid);
+    (void)mc_oplog_scan(r->data, r->len, apply_cb, s, &valid);
     if (s->failed)
         return -1;
-    s->log_bytes += p->round_len;
-    atomic_store(&s->st_applied, p->seq);
+    s->log_bytes += r->len;
+    atomic_store(&s->st_applied, r->last_key);
     compact_reap(s, 0);
     if (!s->c_live && ((s->log_bytes >= MC_SHIP_COMPACT_BYTES) ||
                        (mc_now_ms() - s->last_compact_ms >= s->compact_ms))) {
         /* an etcd outage delays the compaction, not the log */
         s->log_bytes       = 0;
         s->last_compact_ms = mc_now_ms();
-        compact_start(s, p->seq);
+        compact_start(s, r->last_key); /* the state is exactly the log up to it */
     }
     return 0;
 }
@@ -659,7 +728,56 @@ static void pipeline_fail(mc_ship_t *s, int err)
     pthread_cond_broadcast(&s->cv);
 }
 
-/* Report the rounds whose keys are all in etcd, oldest first (mu held). */
+/* The fold thread: folds the durable rounds in order, off the lock.  The
+ * fold is a hash map update per record that only the next snapshot needs;
+ * at a lower priority it never holds up the event loop, the writer or
+ * the etcd writers on a busy machine, whose turns decide how soon a put
+ * is answered. */
+static void *fold_main(void *arg)
+{
+    mc_ship_t *s = arg;
+    int oom      = 0;
+
+#ifdef __linux__
+    /* the thread's own nice value (Linux: setpriority on a thread id) */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
+        mc_debug("operation log: fold thread keeps its priority: %s", strerror(errno));
+#endif
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        round_t *r;
+        size_t done = 0;
+        while (!s->stopping && (s->fold_head == NULL))
+            pthread_cond_wait(&s->cv_fold, &s->mu);
+        if (s->fold_head == NULL)
+            break; /* stopping, everything folded */
+        r            = s->fold_head;
+        s->fold_head = s->fold_tail = NULL;
+        s->folding   = 1;
+        pthread_mutex_unlock(&s->mu);
+        while (r != NULL) {
+            round_t *next = r->next;
+            if (!oom && (fold_round(s, r) != 0)) {
+                oom = 1;
+                mc_error("operation log: out of memory folding a round into the replay state");
+            }
+            done += r->len;
+            free(r);
+            r = next;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->fold_bytes -= done;
+        s->folding = 0;
+        if (oom)
+            pipeline_fail(s, ENOMEM);
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Report the rounds whose keys are all in etcd, oldest first, and hand
+ * them to the fold thread (mu held). */
 static void advance(mc_ship_t *s)
 {
     while ((s->q_len > 0) && (s->q[s->q_head].state == PIECE_DONE) && !s->p_failed) {
@@ -670,94 +788,112 @@ static void advance(mc_ship_t *s)
                 s->sink.done(s->sink.done_arg, p->round_seq, 0);
             s->st_round_ns += mc_now_ns() - p->queued_ns;
             s->st_rounds++;
-            if (fold_round(s, p) != 0) {
-                mc_error("operation log: out of memory folding a round into the replay state");
-                pipeline_fail(s, ENOMEM);
-                return;
-            }
+            p->round->last_key = p->seq;
+            if (s->fold_tail != NULL)
+                s->fold_tail->next = p->round;
+            else
+                s->fold_head = p->round;
+            s->fold_tail = p->round;
+            s->fold_bytes += p->round->len;
+            p->round = NULL;
         }
-        free(p->round);
+        free(p->val);
         memset(p, 0, sizeof(*p));
         s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE;
         s->q_len--;
     }
+    if (s->fold_head != NULL)
+        pthread_cond_signal(&s->cv_fold);
     pthread_cond_broadcast(&s->cv);
 }
 
-/* The oldest queued key a worker may send now, or NULL (mu held).  Until
- * the term's first key is in, it goes alone: its transaction deletes what
- * follows it. */
-static piece_t *next_piece(mc_ship_t *s)
+/* Where in the queue the oldest key a worker may send now is, or -1 (mu
+ * held).  Until the term's first key is in, it goes alone: its
+ * transaction deletes what follows it. */
+static long next_piece(mc_ship_t *s)
 {
     if (s->p_failed || (!s->term_clean && (s->sending > 0)))
-        return NULL;
+        return -1;
     for (size_t i = 0; i < s->q_len; i++) {
         piece_t *p = &s->q[(s->q_head + i) % MC_SHIP_QUEUE];
         if (p->state == PIECE_QUEUED)
-            return p;
+            return (long)i;
         if (!s->term_clean)
-            return NULL;
+            return -1;
     }
-    return NULL;
+    return -1;
 }
 
-/* A writer thread: sends queued keys, one fenced transaction each. */
+/* Group commit (mu held): the keys queued from position @p at on, as
+ * many as one transaction takes.  Workers take keys oldest first, so the
+ * queued ones are the queue's tail and the group is consecutive.  The
+ * term's first key goes alone (its delete must not cover keys it puts). */
+static size_t take_group(mc_ship_t *s, size_t at, piece_t **group)
+{
+    size_t n = 0, bytes = 0;
+    for (size_t i = at; (i < s->q_len) && (n < MC_SHIP_TXN_KEYS); i++) {
+        piece_t *p = &s->q[(s->q_head + i) % MC_SHIP_QUEUE];
+        if ((p->state != PIECE_QUEUED) || ((n > 0) && (bytes + p->val_len > MC_SHIP_TXN_BYTES)))
+            break;
+        p->state = PIECE_SENDING;
+        s->st_wait_ns += mc_now_ns() - p->queued_ns;
+        bytes += p->val_len;
+        group[n++] = p;
+        if (!s->term_clean)
+            break;
+    }
+    return n;
+}
+
+/* A writer thread: sends what is queued when it is free, in one fenced
+ * transaction. */
 static void *worker_main(void *arg)
 {
     mc_ship_t *s = arg;
     mc_etcd_t *e;
-    char key[400], end[400], next[400];
-    mc_buf_t val, scratch;
+    char keys[MC_SHIP_TXN_KEYS][400]; /* 25 KiB of the thread's stack */
+    char end[400], next[400];
+    piece_t *group[MC_SHIP_TXN_KEYS];
+    mc_etcd_op_t ops[MC_SHIP_TXN_KEYS + 1];
 
-    mc_buf_init(&val);
-    mc_buf_init(&scratch);
     pthread_mutex_lock(&s->mu);
     /* handles are created before the thread that may take them */
     e = s->w_etcd[s->w_taken++];
     for (;;) {
-        piece_t *p;
-        mc_etcd_op_t ops[2] = {{0}};
-        size_t nops = 1;
+        size_t n, nops;
+        long at = -1;
         int first, rc, err;
         int64_t term;
-        uint64_t t0;
+        uint64_t t0, raw = 0, sent = 0;
 
-        while (!s->stopping && ((p = next_piece(s)) == NULL))
+        while (!s->stopping && ((at = next_piece(s)) < 0))
             pthread_cond_wait(&s->cv_work, &s->mu);
         if (s->stopping)
             break;
-        p->state = PIECE_SENDING;
-        s->sending++;
-        s->st_wait_ns += mc_now_ns() - p->queued_ns;
         first = !s->term_clean;
-        term  = atomic_load(&s->term);
+        n     = take_group(s, (size_t)at, group);
+        s->sending++;
+        term = atomic_load(&s->term);
         pthread_mutex_unlock(&s->mu);
 
-        /* the value: u64 term (LE, MC_SHIP_CODED when coded) + records */
-        mc_buf_reset(&val);
-        mc_buf_put_u64(&val, (uint64_t)term | MC_SHIP_CODED);
-        if (p->partial || (ship_encode(&val, &scratch, p->raw, p->len) != 0)) {
-            mc_buf_reset(&val);
-            mc_buf_put_u64(&val, (uint64_t)term);
-            mc_buf_put_bytes(&val, p->raw, p->len);
+        /* the values are the worker's until reported: their term goes in now */
+        for (size_t i = 0; i < n; i++) {
+            piece_t *p = group[i];
+            mc_store_le64(p->val, (uint64_t)term | (p->coded ? MC_SHIP_CODED : 0));
+            key_of(s, keys[i], sizeof(keys[i]), "log", p->seq);
+            ops[i] = (mc_etcd_op_t){.key = keys[i], .val = p->val, .len = p->val_len};
+            raw += p->len;
+            sent += p->val_len - 8;
         }
-        if (val.oom) {
-            pthread_mutex_lock(&s->mu);
-            s->sending--;
-            pipeline_fail(s, ENOMEM);
-            continue;
-        }
-        atomic_fetch_add(&s->st_raw, p->len);
-        atomic_fetch_add(&s->st_coded, val.len - 8);
-        key_of(s, key, sizeof(key), "log", p->seq);
-        ops[0] = (mc_etcd_op_t){.key = key, .val = val.data, .len = val.len};
+        nops = n;
         if (first) {
             /* a dead leader's keys beyond the last one it had acknowledged */
-            key_of(s, next, sizeof(next), "log", p->seq + 1);
+            key_of(s, next, sizeof(next), "log", group[n - 1]->seq + 1);
             snprintf(end, sizeof(end), "%slog0", s->prefix);
-            ops[1] = (mc_etcd_op_t){.del = 1, .key = next, .range_end = end};
-            nops   = 2;
+            ops[nops++] = (mc_etcd_op_t){.del = 1, .key = next, .range_end = end};
         }
+        atomic_fetch_add(&s->st_raw, raw);
+        atomic_fetch_add(&s->st_coded, sent);
         t0  = mc_now_ns();
         rc  = txn_retry(s, e, term, ops, nops);
         err = errno;
@@ -769,8 +905,10 @@ static void *worker_main(void *arg)
             pipeline_fail(s, err);
             continue;
         }
-        atomic_fetch_add(&s->st_puts, 1);
-        p->state = PIECE_DONE;
+        atomic_fetch_add(&s->st_puts, n);
+        atomic_fetch_add(&s->st_txns, 1);
+        for (size_t i = 0; i < n; i++)
+            group[i]->state = PIECE_DONE;
         if (first) {
             s->term_clean = 1; /* the keys queued behind it may go now */
             pthread_cond_broadcast(&s->cv_work);
@@ -778,9 +916,38 @@ static void *worker_main(void *arg)
         advance(s);
     }
     pthread_mutex_unlock(&s->mu);
-    mc_buf_cleanup(&val);
-    mc_buf_cleanup(&scratch);
     return NULL;
+}
+
+/* The value of a log key holding @p n bytes of records at @p raw (writer
+ * thread): 8 bytes left for the term, then the records coded, or as they
+ * are when they do not code (a share of a record larger than a key) or
+ * coding would not make them smaller.  0, or -1 when out of memory. */
+static int piece_value(mc_ship_t *s, piece_t *p, const uint8_t *raw, size_t n, int partial)
+{
+    mc_buf_t *b = &s->enc;
+
+    mc_buf_reset(b);
+    mc_buf_put_u64(b, 0);
+    p->coded = !partial && (ship_encode(b, &s->enc_scratch, raw, n) == 0) && !b->oom &&
+               (b->len < n + 8);
+    if (!p->coded) {
+        mc_buf_reset(b);
+        mc_buf_put_u64(b, 0);
+        mc_buf_put_bytes(b, raw, n);
+    }
+    if (b->oom)
+        return -1;
+    p->val     = malloc(b->len);
+    p->val_len = b->len;
+    if (p->val == NULL)
+        return -1;
+    memcpy(p->val, b->data, b->len);
+    if (b->cap > (4u << 20)) {
+        mc_buf_cleanup(b);
+        mc_buf_init(b);
+    }
+    return 0;
 }
 
 /* Queue a round as log keys (writer thread); waits while the queue is full. */
@@ -788,7 +955,8 @@ static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64
 {
     mc_ship_t *s  = (mc_ship_t *)sk;
     uint64_t term = (uint64_t)atomic_load(&s->term);
-    uint8_t *round;
+    round_t *round;
+    uint8_t *data_copy;
 
     if (len == 0)
         return 0;
@@ -801,56 +969,69 @@ static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64
         errno = EPERM;
         return -1;
     }
-    round = malloc(len);
+    round = malloc(sizeof(*round) + len);
     if (round == NULL) {
         errno = ENOMEM;
         return -1;
     }
-    memcpy(round, data, len);
-    pthread_mutex_lock(&s->mu);
+    *round    = (round_t){.len = len};
+    data_copy = round->data;
+    memcpy(data_copy, data, len);
     for (size_t off = 0, rec_left = 0; off < len;) {
+        piece_t np = {.state = PIECE_QUEUED, .queued_ns = mc_now_ns()};
         size_t n;
         int partial = (rec_left > 0);
-        piece_t *p;
         if (partial) {
             /* the rest of a record larger than a key */
             n = MC_MIN(rec_left, (size_t)MC_SHIP_PIECE);
             rec_left -= n;
         } else {
-            n = piece_len(round + off, len - off, s->batch_entries);
-            if ((len - off >= MC_OPLOG_FRAME_HEADER) && (frame_len_at(round + off) > n)) {
-                rec_left = frame_len_at(round + off) - n;
+            n = piece_len(data_copy + off, len - off, s->batch_entries);
+            if ((len - off >= MC_OPLOG_FRAME_HEADER) && (frame_len_at(data_copy + off) > n)) {
+                rec_left = frame_len_at(data_copy + off) - n;
                 partial  = 1;
             }
         }
-        while (!s->p_failed && (s->q_len == MC_SHIP_QUEUE))
+        /* coded here, off the lock: the workers only send */
+        np.len = n;
+        if (piece_value(s, &np, data_copy + off, n, partial) != 0) {
+            free(np.val);
+            pthread_mutex_lock(&s->mu);
+            mc_error("operation log: out of memory coding a log key");
+            pipeline_fail(s, ENOMEM); /* this round's keys already queued are never reported */
+            pthread_mutex_unlock(&s->mu);
+            free(round);
+            errno = ENOMEM;
+            return -1;
+        }
+        off += n;
+        if (off == len) {
+            np.round     = round;
+            np.round_seq = seq;
+        }
+        pthread_mutex_lock(&s->mu);
+        while (!s->p_failed &&
+               ((s->q_len == MC_SHIP_QUEUE) || (s->fold_bytes > MC_SHIP_FOLD_BACKLOG))) {
+            pthread_cond_signal(&s->cv_work);
             pthread_cond_wait(&s->cv, &s->mu);
+        }
         if (s->p_failed) {
             /* the keys of this round already queued are dropped with it */
             int err = s->p_errno;
-            if (off > 0) {
-                free(s->orphan);
-                s->orphan = round; /* queued keys point into it: freed with the queue */
-                round     = NULL;
-            }
             pthread_mutex_unlock(&s->mu);
+            free(np.val);
             free(round);
             errno = err;
             return -1;
         }
-        p  = &s->q[(s->q_head + s->q_len) % MC_SHIP_QUEUE];
-        *p = (piece_t){.seq = s->next_seq++, .raw = round + off, .len = n, .state = PIECE_QUEUED,
-                       .queued_ns = mc_now_ns(), .partial = partial};
-        off += n;
-        if (off == len) {
-            p->round     = round;
-            p->round_len = len;
-            p->round_seq = seq;
-        }
+        np.seq = s->next_seq++;
+        s->q[(s->q_head + s->q_len) % MC_SHIP_QUEUE] = np;
         s->q_len++;
-        pthread_cond_signal(&s->cv_work);
+        /* a whole round at once: a free worker takes all of it in one txn */
+        if (off == len)
+            pthread_cond_signal(&s->cv_work);
+        pthread_mutex_unlock(&s->mu);
     }
-    pthread_mutex_unlock(&s->mu);
     return 0;
 }
 
@@ -859,7 +1040,7 @@ static int ship_drain(mc_ship_t *s)
 {
     int rc = 0;
     pthread_mutex_lock(&s->mu);
-    while (!s->p_failed && (s->q_len > 0))
+    while (!s->p_failed && ((s->q_len > 0) || s->folding || (s->fold_head != NULL)))
         pthread_cond_wait(&s->cv, &s->mu);
     if (s->p_failed) {
         errno = s->p_errno;

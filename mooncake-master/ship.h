@@ -15,9 +15,13 @@
  *   snapmeta         "<seq> <nchunks>" of the newest complete snapshot
  * <seq> and <n> are 16 hex digits, so key order is numeric order.
  *
- * Threads: the sink (submit) runs on the log writer thread and hands log
- * keys to MC_SHIP_WORKERS threads of its own, which report rounds durable
- * in order; the follower runs on the election thread (ha.c) while
+ * Threads: the sink (submit) runs on the log writer thread, codes each
+ * log key's value and queues it for MC_SHIP_WORKERS threads of its own;
+ * a free one sends every key queued (up to MC_SHIP_TXN_KEYS keys and 1 MiB)
+ * in one fenced transaction (group commit), and they report rounds durable
+ * in order; a fold thread of its own, at a lower priority, folds durable
+ * rounds into the replay state for the snapshots; the follower runs on
+ * the election thread (ha.c) while
  * standing by; the state is
  * handed from one to the other at takeover through the event loop
  * (mc_ship_install_pending / mc_durable_ship_install).
@@ -37,7 +41,7 @@ struct mc_etcd;
 
 typedef struct mc_ship mc_ship_t;
 
-#define MC_SHIP_WORKERS 4 /* log keys in flight to etcd at once */
+#define MC_SHIP_WORKERS 4 /* transactions in flight to etcd at once */
 
 typedef struct mc_ship_config {
     const char *endpoints;  /* etcd, host:port[;host:port] */
@@ -80,7 +84,7 @@ typedef struct mc_ship_stats {
     uint64_t snapshot_seq;   /* of the last snapshot written or loaded */
     uint64_t snapshots;      /* written by this master */
     uint64_t refused;        /* log entries refused (CRC, framing) */
-    uint64_t puts;           /* etcd txns of log keys */
+    uint64_t puts;           /* log keys written to etcd */
 } mc_ship_stats_t;
 void mc_ship_get_stats(mc_ship_t *s, mc_ship_stats_t *st);
 

@@ -114,6 +114,18 @@ class EtcdCluster:
         return [(base64.b64decode(kv["key"]).decode(), base64.b64decode(kv.get("value", "")))
                 for kv in r.get("kvs", [])]
 
+    def range_revisions(self, prefix: str) -> List[Tuple[str, int]]:
+        """(key, mod_revision) of every key that starts with ``prefix``, in key
+        order: keys written by one transaction share their mod_revision."""
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        r = self._post("/v3/kv/range", {"key": base64.b64encode(prefix.encode()).decode(),
+                                        "range_end": base64.b64encode(end.encode()).decode(),
+                                        "keys_only": True})
+        if r is None:
+            raise RuntimeError("etcd did not answer a range request")
+        return [(base64.b64decode(kv["key"]).decode(), int(kv["mod_revision"]))
+                for kv in r.get("kvs", [])]
+
     def kill(self, i: int) -> None:
         p = self.procs[i]
         if p is not None and p.poll() is None:
