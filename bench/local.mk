@@ -12,6 +12,7 @@ EXTRA_DIST += bench/store_bench.py bench/plot.py bench/tensor_bench.py bench/te_
 	bench/tier_bench.py \
 	bench/dfs_bench.py \
 	bench/async_bench.py \
+	bench/fabric_bench.py \
 	bench/README.md
 
 bench: all

@@ -5,12 +5,13 @@ set -eu
 
 PKGS="build-essential autoconf automake libtool autoconf-archive pkg-config
 libevent-dev libjansson-dev libcurl4-openssl-dev libnuma-dev
-libibverbs-dev librdmacm-dev check swig python3 python3-dev python3-numpy
+libibverbs-dev libfabric-dev check swig python3 python3-dev python3-numpy
 python3-pytest python3-pytest-xdist python3-torch python3-aiohttp curl procps clang libclang-rt-dev
 etcd-server etcd-client nftables libzmq3-dev python3-zmq python3-msgpack libhiredis-dev redis-server
 lua5.4 liblua5.4-dev lua-busted python3-matplotlib
 debhelper dh-python dpkg-dev fakeroot lintian
-python3-venv python3-setuptools python3-wheel"
+python3-venv python3-setuptools python3-wheel
+gcovr"
 
 missing=""
 for p in $PKGS; do

@@ -324,6 +324,12 @@ struct mooncake_engine {
         free($self);
     }
 
+    /* mc_te_protocol_built(): 1 when this build has the transport. */
+    static int protocol_built(const char *protocol)
+    {
+        return mc_te_protocol_built(protocol);
+    }
+
     /* mc_te_create(); INVALID_PARAMS when already created. */
     int create(const char *local_hostname, const char *metadata_server,
                const char *protocol, const char *devices)

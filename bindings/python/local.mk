@@ -127,6 +127,7 @@ EXTRA_DIST += \
 	tests/python/test_reshard_planner.py \
 	tests/python/test_reshard_store.py \
 	tests/python/test_reshard_native.py \
+	tests/python/test_fabric.py \
 	tests/python/rawwire.py \
 	tests/python/test_regex_bounds.py \
 	tests/python/test_clear_errors.py \

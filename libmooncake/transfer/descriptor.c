@@ -8,7 +8,10 @@
  *    "buffers": [{"name": "cpu:0", "addr": N, "length": N}, ...]}
  * and, for an rdma engine, the upstream RDMA members: "devices"
  * ([{"name", "lid", "gid"}]) and per buffer "rkey" (one per NIC, and per
- * MR when the buffer is cut at "rdma_mr_size", our addition).
+ * MR when the buffer is cut at "rdma_mr_size", our addition).  An efa or
+ * cxi engine (libfabric) adds ours: "fabric" ({"provider", "address" in
+ * hex, "virt_addr"}) and per buffer "fabric_key" (a 64-bit key in hex: a
+ * JSON integer is signed).
  * The decoder accepts that shape and ignores members it does not know
  * (upstream adds "tcp_proto_version", RDMA keys, ...), but it is strict
  * about the members it uses: a descriptor comes from the network or from a
@@ -99,6 +102,32 @@ int mc_te_gid_parse(const char *s, uint8_t gid[16])
     return 0;
 }
 
+/* The libfabric members: "fabric" on @p root and "fabric_key" on each
+ * keyed buffer of @p bufs (encoded in array order).  0, or -1 (no memory). */
+static int desc_encode_fabric(json_t *root, json_t *bufs, const mc_te_desc_t *d)
+{
+    char hex[2 * MC_TE_DESC_MAX_FABRIC_ADDR + 1];
+    json_t *o;
+    size_t n = (d->fabric_addrlen <= MC_TE_DESC_MAX_FABRIC_ADDR) ? d->fabric_addrlen : 0;
+
+    for (size_t i = 0; i < n; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d->fabric_addr[i]);
+    hex[2 * n] = '\0';
+    o = json_pack("{s:s, s:s, s:b}", "provider", d->fabric_provider, "address", hex,
+                  "virt_addr", d->fabric_virt_addr != 0);
+    if ((o == NULL) || (json_object_set_new(root, "fabric", o) != 0))
+        return -1;
+    for (size_t i = 0; i < d->nbuffers; i++) {
+        char key[24];
+        if (!d->buffers[i].has_fabric_key)
+            continue;
+        snprintf(key, sizeof(key), "%llx", (unsigned long long)d->buffers[i].fabric_key);
+        if (json_object_set_new(json_array_get(bufs, i), "fabric_key", json_string(key)) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_p)
 {
     mc_status_t st = MC_INTERNAL_ERROR;
@@ -142,6 +171,8 @@ mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_
         }
     }
     if (json_object_set(root, "buffers", bufs) != 0)
+        goto out;
+    if ((d->fabric_provider[0] != '\0') && (desc_encode_fabric(root, bufs, d) != 0))
         goto out;
     if (d->ndevices > 0) {
         devs = json_array();
@@ -286,6 +317,88 @@ static int desc_decode_rkeys(const json_t *b, const mc_te_desc_t *d, mc_te_buf_d
     return 0;
 }
 
+static int hex_digit(char c)
+{
+    if ((c >= '0') && (c <= '9'))
+        return c - '0';
+    if ((c >= 'a') && (c <= 'f'))
+        return c - 'a' + 10;
+    if ((c >= 'A') && (c <= 'F'))
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* "fabric" (optional): {"provider": 1..63 printable characters, "address":
+ * 2..2*MC_TE_DESC_MAX_FABRIC_ADDR hex digits, "virt_addr": boolean}.
+ * Returns 0, or -1 with the detail set. */
+static int desc_decode_fabric(const json_t *root, mc_te_desc_t *d)
+{
+    const json_t *f = json_object_get(root, "fabric"), *prov, *addr, *virt;
+    const char *ps, *as;
+    size_t pl, al;
+    if (f == NULL)
+        return 0;
+    prov = json_is_object(f) ? json_object_get(f, "provider") : NULL;
+    addr = json_is_object(f) ? json_object_get(f, "address") : NULL;
+    virt = json_is_object(f) ? json_object_get(f, "virt_addr") : NULL;
+    ps   = json_is_string(prov) ? json_string_value(prov) : NULL;
+    as   = json_is_string(addr) ? json_string_value(addr) : NULL;
+    pl   = (ps != NULL) ? json_string_length(prov) : 0;
+    al   = (as != NULL) ? json_string_length(addr) : 0;
+    if ((ps == NULL) || (pl == 0) || (pl >= sizeof(d->fabric_provider)) ||
+        (strlen(ps) != pl) || (as == NULL) || (al == 0) || (al % 2 != 0) ||
+        (al > 2 * MC_TE_DESC_MAX_FABRIC_ADDR) || !json_is_boolean(virt)) {
+        mc_set_error_detail("segment descriptor has an invalid \"fabric\" member");
+        return -1;
+    }
+    for (size_t i = 0; i < pl; i++) {
+        if ((ps[i] < 0x21) || (ps[i] > 0x7e)) {
+            mc_set_error_detail("segment descriptor has an invalid fabric provider name");
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < al / 2; i++) {
+        int hi = hex_digit(as[2 * i]), lo = hex_digit(as[2 * i + 1]);
+        if ((hi < 0) || (lo < 0)) {
+            mc_set_error_detail("segment descriptor has a fabric address that is not hex");
+            return -1;
+        }
+        d->fabric_addr[i] = (uint8_t)((hi << 4) | lo);
+    }
+    memcpy(d->fabric_provider, ps, pl + 1);
+    d->fabric_addrlen   = al / 2;
+    d->fabric_virt_addr = json_is_true(virt);
+    return 0;
+}
+
+/* A buffer's "fabric_key" (optional, only with "fabric"): 1..16 hex
+ * digits.  Returns 0, or -1 with the detail set. */
+static int desc_decode_fabric_key(const json_t *b, const mc_te_desc_t *d, mc_te_buf_desc_t *bd,
+                                  size_t i)
+{
+    const json_t *k = json_object_get(b, "fabric_key");
+    const char *ks  = json_is_string(k) ? json_string_value(k) : NULL;
+    size_t kl       = (ks != NULL) ? json_string_length(k) : 0;
+    uint64_t v      = 0;
+    if (k == NULL)
+        return 0;
+    if ((d->fabric_provider[0] == '\0') || (kl == 0) || (kl > 16)) {
+        mc_set_error_detail("segment descriptor buffer %zu: invalid \"fabric_key\"", i);
+        return -1;
+    }
+    for (size_t j = 0; j < kl; j++) {
+        int x = hex_digit(ks[j]);
+        if (x < 0) {
+            mc_set_error_detail("segment descriptor buffer %zu: \"fabric_key\" is not hex", i);
+            return -1;
+        }
+        v = (v << 4) | (uint64_t)x;
+    }
+    bd->fabric_key     = v;
+    bd->has_fabric_key = 1;
+    return 0;
+}
+
 mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
 {
     mc_te_desc_t d;
@@ -345,7 +458,7 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
         }
         memcpy(d.shm_name, sn, sl + 1);
     }
-    if (desc_decode_devices(root, &d) != 0)
+    if ((desc_decode_devices(root, &d) != 0) || (desc_decode_fabric(root, &d) != 0))
         goto out;
     bufs = json_object_get(root, "buffers");
     if ((bufs == NULL) || !json_is_array(bufs)) {
@@ -385,6 +498,8 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
                 st = MC_INTERNAL_ERROR;
             goto out;
         }
+        if (desc_decode_fabric_key(b, &d, bd, i) != 0)
+            goto out;
     }
     if (d.nbuffers > 1) /* qsort(NULL, 0, ...) is undefined */
         qsort(d.buffers, d.nbuffers, sizeof(*d.buffers), buf_cmp);

@@ -25,6 +25,10 @@
 #define MC_TE_DESC_MAX_DEVICES 32u
 #define MC_TE_DESC_MAX_RKEYS   4096u
 #define MC_TE_DESC_MIN_MR_SIZE (1u << 20)
+/* libfabric members (docs/transfer.md §14): the longest endpoint address
+ * (EFA's is 32 bytes, a sockaddr_in6 28) and provider name. */
+#define MC_TE_DESC_MAX_FABRIC_ADDR 128u
+#define MC_TE_DESC_MAX_FABRIC_PROV 64u
 
 typedef struct mc_te_buf_desc {
     uint64_t addr;
@@ -35,6 +39,10 @@ typedef struct mc_te_buf_desc {
      * 0); NULL/0 when the holder published none (owned). */
     uint32_t *rkeys;
     size_t nrkeys;
+    /* libfabric: the key of the buffer's one MR, valid when has_fabric_key
+     * (a holder with a "fabric" endpoint that registered it) */
+    uint64_t fabric_key;
+    int has_fabric_key;
 } mc_te_buf_desc_t;
 
 /* One RDMA NIC of the holder, as peers address it. */
@@ -54,6 +62,13 @@ typedef struct mc_te_desc {
     size_t ndevices;           /* RDMA NICs, 0 for a tcp engine */
     mc_te_dev_desc_t *devices; /* (owned) */
     uint64_t rdma_mr_size;     /* MR size the buffers are cut at, 0: one MR each */
+    /* libfabric (protocol efa / cxi): the holder's provider ("" when it has
+     * no fabric endpoint), its endpoint address (fi_getname) and whether
+     * remote addresses are virtual (FI_MR_VIRT_ADDR) or offsets into the MR */
+    char fabric_provider[MC_TE_DESC_MAX_FABRIC_PROV];
+    uint8_t fabric_addr[MC_TE_DESC_MAX_FABRIC_ADDR];
+    size_t fabric_addrlen;
+    int fabric_virt_addr;
 } mc_te_desc_t;
 
 void mc_te_desc_init(mc_te_desc_t *d);

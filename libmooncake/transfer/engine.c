@@ -4,8 +4,8 @@
  * execution of transfer requests (docs/transfer.md).
  *
  * An engine serves its REMOTE_ACCESS regions through one transport (tcp,
- * or rdma, which keeps tcp's port for descriptors and handshakes; the ops
- * table is in engine.h) and reaches
+ * or rdma or efa/cxi (libfabric), which keep tcp's port for descriptors
+ * and handshakes; the ops table is in engine.h) and reaches
  * other engines' segments through the same transport.  Beside it, regions
  * backed by a sealed memfd are offered to engines on the same host, which
  * map them and copy with memcpy (shm/shm.h); every request tries that path
@@ -53,6 +53,7 @@
 #include "coord/etcd.h"
 #include "coord/redis.h"
 #include "transfer/engine.h"
+#include "transfer/fabric/fabric.h"
 #include "transfer/file/file.h"
 #include "transfer/rdma/nic.h"
 #include "transfer/rdma/rdma.h"
@@ -150,20 +151,61 @@ static mc_status_t rdma_select(const char *devices, const mc_te_transport_ops_t 
 #endif
 }
 
+/* protocol "efa" / "cxi": the libfabric transport (fabric/fabric.h); the
+ * provider is chosen, and libfabric loaded, when it is installed. */
+static mc_status_t fabric_select(const char *proto, const mc_te_transport_ops_t **ops_p)
+{
+#ifdef MC_HAVE_FABRIC
+    *ops_p = (strcasecmp(proto, "cxi") == 0) ? &mc_fabric_cxi_transport_ops
+                                             : &mc_fabric_efa_transport_ops;
+    return MC_OK;
+#else
+    (void)ops_p;
+    mc_set_error_detail("%s transport is not built in this version (libfabric-dev was not "
+                        "found at configure time, or --without-fabric); use tcp", proto);
+    return MC_NOT_SUPPORTED;
+#endif
+}
+
+MC_API int mc_te_protocol_built(const char *protocol)
+{
+    static const struct {
+        const char *name;
+        int built;
+    } table[] = {
+        {"tcp", 1},
+#ifdef MC_HAVE_RDMA
+        {"rdma", 1},
+#endif
+#ifdef MC_HAVE_FABRIC
+        {"efa", 1},
+        {"cxi", 1},
+#endif
+    };
+    if (protocol == NULL)
+        return 0;
+    for (size_t i = 0; i < MC_ARRAY_SIZE(table); i++)
+        if (strcasecmp(protocol, table[i].name) == 0)
+            return table[i].built;
+    return 0;
+}
+
 /* Which transport serves @p proto.  Recognised-but-absent transports get
  * NOT_SUPPORTED, unknown names INVALID_PARAMS. */
 static mc_status_t protocol_select(const char *proto, const char *devices,
                                    const mc_te_transport_ops_t **ops_p, mc_rdma_nic_t *nics,
                                    size_t *nnics_p)
 {
-    static const char *const absent[] = {"efa", "cxl", "ascend", "nvlink", "hip",
-                                         "nvmeof", "barex", "ubshmem", "cxi"};
+    static const char *const absent[] = {"cxl", "ascend", "nvlink", "hip",
+                                         "nvmeof", "barex", "ubshmem"};
     if ((proto == NULL) || (*proto == '\0') || (strcasecmp(proto, "tcp") == 0)) {
         *ops_p = &mc_tcp_transport_ops;
         return MC_OK;
     }
     if (strcasecmp(proto, "rdma") == 0)
         return rdma_select(devices, ops_p, nics, nnics_p);
+    if ((strcasecmp(proto, "efa") == 0) || (strcasecmp(proto, "cxi") == 0))
+        return fabric_select(proto, ops_p);
     for (size_t i = 0; i < MC_ARRAY_SIZE(absent); i++) {
         if (strcasecmp(proto, absent[i]) == 0) {
             mc_set_error_detail("%s transport is not built in this version; use tcp",

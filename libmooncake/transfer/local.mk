@@ -11,10 +11,16 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/transfer/rdma/codec.c libmooncake/transfer/rdma/codec.h \
 	libmooncake/transfer/rdma/plan.c libmooncake/transfer/rdma/plan.h \
 	libmooncake/transfer/rdma/verbs.h libmooncake/transfer/rdma/rdma.h \
+	libmooncake/transfer/fabric/fabric.h \
 	$(NULL)
 if HAVE_RDMA
 libmooncake_internal_la_SOURCES += libmooncake/transfer/rdma/verbs.c \
-	libmooncake/transfer/rdma/rdma.c
-libmooncake_internal_la_LIBADD += $(RDMA_LIBS)
+	libmooncake/transfer/rdma/rdma.c \
+	libmooncake/transfer/rdma/ibv.c libmooncake/transfer/rdma/ibv.h
+endif
+if HAVE_FABRIC
+libmooncake_internal_la_SOURCES += libmooncake/transfer/fabric/fabric.c \
+	libmooncake/transfer/fabric/fi.c libmooncake/transfer/fabric/fi.h
+libmooncake_internal_la_CFLAGS += $(FABRIC_CFLAGS)
 endif
 EXTRA_DIST += docs/transfer.md

@@ -13,7 +13,10 @@
 #      own mooncake_master on free loopback ports;
 #   4. ldd of the installed _capi.so, libmooncake.so.1 and daemons: every
 #      library resolves, libmooncake.so.1 to the venv's copy, the rest to
-#      system directories, nothing to the build tree or /usr/local;
+#      system directories, nothing to the build tree or /usr/local; none
+#      needs libibverbs, librdmacm, libfabric or the CUDA runtime (loaded at
+#      run time by the transports that use them, so a host without them
+#      runs tcp);
 #   5. `pip uninstall -y` removes the package and its commands.
 # The master is stopped and the scratch directory removed, also on failure.
 #
@@ -192,11 +195,15 @@ for f in "$pkgdir/_capi.so" "$pkgdir/libmooncake.so.1" "$pkgdir"/bin/*; do
         *) die "$f: $name resolves to $path, outside the system library directories" ;;
         esac
     done <<<"$links"
+    case $links in
+    *libibverbs* | *librdmacm* | *libfabric* | *libcudart*)
+        die "$f links $(grep -oE 'lib(ibverbs|rdmacm|fabric|cudart)[^ ]*' <<<"$links" | head -1): it must be loaded at run time (dlopen)" ;;
+    esac
     checked=$((checked + 1))
 done
 grep -q "libmooncake.so.1 => $pkgdir/libmooncake.so.1 " <<<"$(ldd "$pkgdir/_capi.so")" ||
     die "_capi.so does not load the venv's libmooncake.so.1"
-log "ldd: $checked files resolve to the venv and system libraries only"
+log "ldd: $checked files resolve to the venv and system libraries only, without libibverbs or libfabric"
 
 # ---- 5. uninstall ---------------------------------------------------------------------------
 kill -TERM "$master_pid"

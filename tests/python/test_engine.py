@@ -299,9 +299,11 @@ def test_managed_buffers(prefill):
 def test_unsupported_features_fail_loudly(prefill):
     assert (Read, Write) == (TransferOpcode.Read, TransferOpcode.Write)
     assert int(Read) == 0 and int(Write) == 1
-    for flag in ("SUPPORT_CUDA", "SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_MNNVL", "SUPPORT_MUSA",
+    for flag in ("SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_MNNVL", "SUPPORT_MUSA",
                  "SUPPORT_INTRA_NVLINK"):
         assert getattr(mce, flag) is False
+    # efa: as built (libfabric's headers at configure time)
+    assert mce.SUPPORT_EFA is bool(mce._capi.Engine.protocol_built("efa"))
     me = prefill.get_local_hostname()
     with pytest.raises(NotImplementedError, match="CUDA"):
         prefill.transfer_write_on_cuda(me, 0, 0, 0)
@@ -313,8 +315,17 @@ def test_unsupported_features_fail_loudly(prefill):
         prefill.transfer_sync(me, 0, 0, 8, Write, TransferNotify("n", "m"))
     with pytest.raises(NotImplementedError, match="topology"):
         prefill.get_local_topology()
-    with pytest.raises(NotImplementedError, match="EFA"):
-        prefill.warmup_efa_segment(me)
+    # off efa, upstream's warmup is a no-op returning 0
+    assert prefill.warmup_efa_segment(me) == 0
+    assert prefill.warmup_efa_segment("127.0.0.1:1") == 0
+
+
+def test_protocol_built():
+    built = mce._capi.Engine.protocol_built
+    assert built("tcp") == 1 and built("TCP") == 1
+    for name in ("cxl", "ascend", "nvlink", "carrier-pigeon", ""):
+        assert built(name) == 0, name
+    assert built("efa") == built("cxi") == built("EFA")
 
 
 def all_threads_stopped(pid: int) -> bool:

@@ -98,7 +98,7 @@ def test_auto_disc_rules(master, sysfs, monkeypatch):
     assert rc == NOT_SUPPORTED and "mlx5_1" in detail(), detail()
 
 
-@pytest.mark.parametrize("proto", ["efa", "cxl", "ascend"])
+@pytest.mark.parametrize("proto", ["cxl", "ascend", "nvlink"])
 def test_other_transports_not_built(master, proto):
     s = new_store()
     rc = s.setup("localhost", "P2PHANDSHAKE", 16 * MiB, 16 * MiB, proto, "", master.addr)

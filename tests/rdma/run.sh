@@ -10,7 +10,7 @@
 #   tests/rdma/run.sh selftest                        both sides over tcp on loopback (checks
 #                                                      the script itself on any host)
 # Builds the tree when build/ has no library yet (configure must find
-# libibverbs: apt-get install libibverbs-dev librdmacm-dev).  Each mode
+# libibverbs: apt-get install libibverbs-dev).  Each mode
 # prints PASS or FAIL on its last line and exits 0 only on PASS.
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)

@@ -109,8 +109,18 @@ START_TEST(test_protocols_and_metadata_refused)
     ck_assert_status_eq(mc_te_create(&p, &te), MC_NOT_SUPPORTED);
     ck_assert_msg(strstr(mc_last_error_detail(), "rdma") != NULL,
                   "the detail should name rdma: %s", mc_last_error_detail());
+    p.protocol = "cxl";
+    ck_assert_status_eq(mc_te_create(&p, &te), MC_NOT_SUPPORTED);
+    ck_assert_int_eq(mc_te_protocol_built("cxl"), 0);
+    ck_assert_int_eq(mc_te_protocol_built("tcp"), 1);
+    ck_assert_int_eq(mc_te_protocol_built(NULL), 0);
+#ifndef MC_HAVE_FABRIC
     p.protocol = "efa";
     ck_assert_status_eq(mc_te_create(&p, &te), MC_NOT_SUPPORTED);
+    ck_assert_int_eq(mc_te_protocol_built("efa"), 0);
+#else
+    ck_assert_int_eq(mc_te_protocol_built("EFA"), 1);
+#endif
     p.protocol = "ascend";
     ck_assert_status_eq(mc_te_create(&p, &te), MC_NOT_SUPPORTED);
     p.protocol = "carrier-pigeon";

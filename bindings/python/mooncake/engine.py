@@ -28,9 +28,9 @@ no byte moves.  Every call that waits releases the GIL.
 Sync transfers are bounded by ``MC_TRANSFER_TIMEOUT`` seconds (read at
 construction, at least 5, default 30) plus one second per GiB moved.
 
-What this build lacks fails loudly: CUDA-stream transfers, notifies,
-``get_local_topology`` and ``warmup_efa_segment`` raise
-:class:`NotImplementedError`; the ``SUPPORT_*`` constants say so up front.
+What this build lacks fails loudly: CUDA-stream transfers, notifies and
+``get_local_topology`` raise :class:`NotImplementedError`; the
+``SUPPORT_*`` constants say so up front.
 """
 
 import array
@@ -63,9 +63,12 @@ __all__ = [
 
 _log = logging.getLogger("mooncake.engine")
 
-#: This build moves host memory over TCP and same-host shared memory only.
+#: This build moves host memory (TCP, same-host shared memory, and rdma /
+#: efa where built): no device memory, HIP, MNNVL, MUSA or NVLink.
 SUPPORT_CUDA = False
-SUPPORT_EFA = False
+#: Built with the libfabric transport (protocol "efa"; libfabric.so.1 is
+#: loaded when an engine starts with it).
+SUPPORT_EFA = bool(_capi.Engine.protocol_built("efa"))
 SUPPORT_HIP = False
 SUPPORT_MNNVL = False
 SUPPORT_MUSA = False
@@ -279,6 +282,7 @@ class TransferEngine:
         self._batches: Dict[int, _Batch] = {}
         self._next_batch = 1
         self._initialized = False
+        self._protocol = ""
 
     def __del__(self) -> None:
         try:
@@ -331,6 +335,7 @@ class TransferEngine:
                        protocol, rc, last_error_detail())
             return -1
         self._initialized = True
+        self._protocol = (protocol or "tcp").lower()
         return 0
 
     def get_rpc_port(self) -> int:
@@ -651,5 +656,18 @@ class TransferEngine:
                                   "discovery (TCP and shared memory only)")
 
     def warmup_efa_segment(self, segment_name: str) -> int:
-        raise NotImplementedError("warmup_efa_segment: this build has no EFA transport "
-                                  "(SUPPORT_EFA is False)")
+        """On an efa engine, resolve ``segment_name`` and fetch its descriptor
+        now (its fabric address and keys) so the first transfer does not
+        pay for it: 0, or -1 when the peer cannot be reached.  A no-op
+        returning 0 on any other protocol, as upstream."""
+        if self._protocol != "efa":
+            return 0
+        seg = self._segment(segment_name, "warmup_efa_segment")
+        if seg < 0:
+            return -1
+        rc = self._te.segment_refresh(seg)
+        if rc != 0:
+            _log.error("warmup_efa_segment: %s did not answer: %d (%s)", segment_name, rc,
+                       last_error_detail())
+            return -1
+        return 0

@@ -97,6 +97,18 @@ typedef struct mc_te_request {
 MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p);
 
 /**
+ * @brief Whether this library has the transport for @p protocol.
+ *
+ * 1 for "tcp" always, for "rdma" when built with libibverbs' headers, for
+ * "efa" and "cxi" when built with libfabric's (case-insensitive); 0 for any
+ * other name or NULL.  A built transport still needs its library at run
+ * time (libibverbs.so.1, libfabric.so.1: loaded by mc_te_create()) and a
+ * device: mc_te_create() says NOT_SUPPORTED, naming what is missing.
+ * @since 0.2
+ */
+MC_API int mc_te_protocol_built(const char *protocol);
+
+/**
  * @brief Stop serving, close every connection and free the engine.
  * @param [in] te  Engine, or NULL.
  * @since 0.1

@@ -54,6 +54,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "transfer/rdma/codec.h"
+#include "transfer/rdma/ibv.h"
 #include "transfer/rdma/plan.h"
 #include "transfer/rdma/rdma.h"
 #include "transfer/rdma/verbs.h"
@@ -144,7 +145,6 @@ typedef struct rdma_peer {
     int no_rdma;             /* atomic: the target answered NOT_SUPPORTED (tcp engine) */
     int warned_tcp;          /* atomic: the fallback to tcp was logged */
     unsigned abandoned;      /* atomic: requests whose WRs never completed */
-    int key_refused;         /* atomic: the last failure was the target's NIC refusing a key */
 } rdma_peer_t;
 
 /* ---- completions -------------------------------------------------------- */
@@ -227,8 +227,8 @@ static void *poller_main(void *arg)
             if (poll(&pfd, 1, RDMA_POLL_WAKE_MS) > 0) {
                 struct ibv_cq *cq;
                 void *ctx;
-                if (ibv_get_cq_event(nic->ch, &cq, &ctx) == 0)
-                    ibv_ack_cq_events(cq, 1);
+                if (mc_ibv()->get_cq_event(nic->ch, &cq, &ctx) == 0)
+                    mc_ibv()->ack_cq_events(cq, 1);
             }
         }
     }
@@ -244,13 +244,13 @@ static void nic_close(rdma_nic_t *nic)
         pthread_join(nic->poller, NULL);
     }
     if (nic->cq != NULL)
-        ibv_destroy_cq(nic->cq);
+        mc_ibv()->destroy_cq(nic->cq);
     if (nic->ch != NULL)
-        ibv_destroy_comp_channel(nic->ch);
+        mc_ibv()->destroy_comp_channel(nic->ch);
     if (nic->pd != NULL)
-        ibv_dealloc_pd(nic->pd);
+        mc_ibv()->dealloc_pd(nic->pd);
     if (nic->ctx != NULL)
-        ibv_close_device(nic->ctx);
+        mc_ibv()->close_device(nic->ctx);
     memset(nic, 0, sizeof(*nic));
 }
 
@@ -269,7 +269,7 @@ static mc_status_t nic_gid(rdma_nic_t *nic, int tbl_len)
     }
     for (size_t i = 0; i < n; i++) {
         union ibv_gid g;
-        if (ibv_query_gid(nic->ctx, nic->local.port, (int)i, &g) == 0)
+        if (mc_ibv()->query_gid(nic->ctx, nic->local.port, (int)i, &g) == 0)
             memcpy(gids[i], g.raw, 16);
     }
     st = mc_rdma_gid_pick((const uint8_t(*)[16])gids, n, getenv("MC_GID_INDEX"),
@@ -300,20 +300,20 @@ static mc_status_t nic_open(mc_rdma_t *rd, rdma_nic_t *nic, struct ibv_device **
     int j, rc;
 
     for (j = 0; j < nlist; j++)
-        if (strcmp(ibv_get_device_name(list[j]), nic->info.name) == 0)
+        if (strcmp(mc_ibv()->get_device_name(list[j]), nic->info.name) == 0)
             break;
     if (j == nlist) {
         mc_set_error_detail("RDMA device %s is not listed by libibverbs", nic->info.name);
         return MC_NOT_SUPPORTED;
     }
-    nic->ctx = ibv_open_device(list[j]);
+    nic->ctx = mc_ibv()->open_device(list[j]);
     if (nic->ctx == NULL) {
         mc_set_error_detail("RDMA device %s cannot be opened: %s", nic->info.name,
                             strerror(errno));
         return MC_NOT_SUPPORTED;
     }
-    if ((ibv_query_device(nic->ctx, &attr) != 0) ||
-        (ibv_query_port(nic->ctx, (uint8_t)nic->info.port, &pattr) != 0)) {
+    if ((mc_ibv()->query_device(nic->ctx, &attr) != 0) ||
+        (mc_ibv_query_port(nic->ctx, (uint8_t)nic->info.port, &pattr) != 0)) {
         mc_set_error_detail("RDMA device %s cannot be queried: %s", nic->info.name,
                             strerror(errno));
         return MC_NOT_SUPPORTED;
@@ -336,16 +336,16 @@ static mc_status_t nic_open(mc_rdma_t *rd, rdma_nic_t *nic, struct ibv_device **
     st                  = nic_gid(nic, pattr.gid_tbl_len);
     if (st != MC_OK)
         return st;
-    nic->pd = ibv_alloc_pd(nic->ctx);
-    nic->ch = ibv_create_comp_channel(nic->ctx);
+    nic->pd = mc_ibv()->alloc_pd(nic->ctx);
+    nic->ch = mc_ibv()->create_comp_channel(nic->ctx);
     if ((nic->pd == NULL) || (nic->ch == NULL)) {
         mc_set_error_detail("RDMA device %s: cannot allocate a protection domain or a "
                             "completion channel: %s", nic->info.name, strerror(errno));
         return MC_INTERNAL_ERROR;
     }
     (void)fcntl(nic->ch->fd, F_SETFL, fcntl(nic->ch->fd, F_GETFL) | O_NONBLOCK);
-    nic->cq = ibv_create_cq(nic->ctx, MC_MIN(RDMA_CQ_DEPTH, MC_MAX(attr.max_cqe, 1)), NULL,
-                            nic->ch, 0);
+    nic->cq = mc_ibv()->create_cq(nic->ctx, MC_MIN(RDMA_CQ_DEPTH, MC_MAX(attr.max_cqe, 1)),
+                                  NULL, nic->ch, 0);
     if (nic->cq == NULL) {
         mc_set_error_detail("RDMA device %s: cannot create a completion queue: %s",
                             nic->info.name, strerror(errno));
@@ -373,7 +373,7 @@ static void served_free(rdma_served_t *s)
 {
     for (size_t i = 0; i < s->nqps; i++)
         if (s->qps[i] != NULL)
-            ibv_destroy_qp(s->qps[i]);
+            mc_ibv()->destroy_qp(s->qps[i]);
     free(s);
 }
 
@@ -395,7 +395,7 @@ static struct ibv_qp *qp_create(mc_rdma_t *rd, rdma_nic_t *nic)
     ia.cap.max_recv_wr  = 1;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
-    qp                  = ibv_create_qp(nic->pd, &ia);
+    qp                  = mc_ibv()->create_qp(nic->pd, &ia);
     if (qp == NULL) {
         mc_set_error_detail("rdma: cannot create a queue pair on %s: %s", nic->info.name,
                             strerror(errno));
@@ -406,10 +406,10 @@ static struct ibv_qp *qp_create(mc_rdma_t *rd, rdma_nic_t *nic)
     a.access = MC_RDMA_ACCESS_LOCAL_WRITE | MC_RDMA_ACCESS_REMOTE_WRITE |
                MC_RDMA_ACCESS_REMOTE_READ;
     (void)mc_rdma_verbs_attr(&a, IBV_QPS_INIT, &attr, &mask);
-    if (ibv_modify_qp(qp, &attr, mask) != 0) {
+    if (mc_ibv()->modify_qp(qp, &attr, mask) != 0) {
         mc_set_error_detail("rdma: %s: queue pair to INIT failed: %s", nic->info.name,
                             strerror(errno));
-        ibv_destroy_qp(qp);
+        mc_ibv()->destroy_qp(qp);
         return NULL;
     }
     return qp;
@@ -432,13 +432,13 @@ static mc_status_t qp_connect(rdma_nic_t *nic, struct ibv_qp *qp, uint32_t psn,
     a.max_dest_rd_atomic = MC_MIN(a.max_dest_rd_atomic, nic->max_rd_atom);
     a.max_rd_atomic      = MC_MIN(a.max_rd_atomic, nic->max_rd_atom);
     (void)mc_rdma_verbs_attr(&a, IBV_QPS_RTR, &attr, &mask);
-    if (ibv_modify_qp(qp, &attr, mask) != 0) {
+    if (mc_ibv()->modify_qp(qp, &attr, mask) != 0) {
         mc_set_error_detail("rdma: %s -> %s: queue pair to RTR failed: %s", nic->info.name,
                             ep->nic, strerror(errno));
         return MC_TRANSFER_FAIL;
     }
     (void)mc_rdma_verbs_attr(&a, IBV_QPS_RTS, &attr, &mask);
-    if (ibv_modify_qp(qp, &attr, mask) != 0) {
+    if (mc_ibv()->modify_qp(qp, &attr, mask) != 0) {
         mc_set_error_detail("rdma: %s -> %s: queue pair to RTS failed: %s", nic->info.name,
                             ep->nic, strerror(errno));
         return MC_TRANSFER_FAIL;
@@ -594,7 +594,12 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
         rdma_uninstall(rd);
         return MC_NOT_SUPPORTED;
     }
-    list = ibv_get_device_list(&nlist);
+    st = mc_ibv_load(); /* normally done already by the engine's verbs check */
+    if (st != MC_OK) {
+        rdma_uninstall(rd);
+        return st;
+    }
+    list = mc_ibv()->get_device_list(&nlist);
     if (list == NULL) {
         mc_set_error_detail("no RDMA device found: libibverbs lists none (%s)", strerror(errno));
         rdma_uninstall(rd);
@@ -607,7 +612,7 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
         if (st == MC_OK)
             cut = MC_MIN(cut, rd->nics[i].max_mr);
     }
-    ibv_free_device_list(list);
+    mc_ibv()->free_device_list(list);
     if (st != MC_OK) {
         rdma_uninstall(rd);
         return st;
@@ -631,34 +636,41 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
 static mc_status_t rdma_mem_reg(void *priv, mc_te_region_t *r)
 {
     mc_rdma_t *rd = priv;
-    mc_rdma_span_t spans[64];
-    size_t nmr = mc_rdma_mr_split(r->addr, r->len, rd->mr_cut, spans, MC_ARRAY_SIZE(spans));
+    /* how many MRs first: a small max_mr_size cuts a large arena into
+     * many, as many as the descriptor can carry rkeys for */
+    size_t nmr = mc_rdma_mr_split(r->addr, r->len, rd->mr_cut, NULL, 0);
+    mc_rdma_span_t *spans;
     rdma_mr_t *m;
 
-    if ((nmr == 0) || (nmr > MC_ARRAY_SIZE(spans)) ||
-        (nmr * rd->nnics > MC_TE_DESC_MAX_RKEYS)) {
+    if ((nmr == 0) || (nmr * rd->nnics > MC_TE_DESC_MAX_RKEYS)) {
         mc_set_error_detail("rdma: [0x%llx, +%zu) needs %zu memory regions per NIC (at most "
                             "%zu)", (unsigned long long)r->addr, r->len, nmr,
-                            MC_MIN(MC_ARRAY_SIZE(spans), MC_TE_DESC_MAX_RKEYS / rd->nnics));
+                            (size_t)(MC_TE_DESC_MAX_RKEYS / rd->nnics));
         return MC_INVALID_PARAMS;
     }
-    m = calloc(1, sizeof(*m) + nmr * rd->nnics * sizeof(m->mrs[0]));
-    if (m == NULL) {
+    spans = calloc(nmr, sizeof(*spans));
+    m     = calloc(1, sizeof(*m) + nmr * rd->nnics * sizeof(m->mrs[0]));
+    if ((spans == NULL) || (m == NULL)) {
+        free(spans);
+        free(m);
         mc_set_error_detail("out of memory");
         return MC_INTERNAL_ERROR;
     }
+    (void)mc_rdma_mr_split(r->addr, r->len, rd->mr_cut, spans, nmr);
     m->nmr = nmr;
     for (size_t i = 0; i < nmr; i++) {
         for (size_t k = 0; k < rd->nnics; k++) {
-            struct ibv_mr *mr = ibv_reg_mr(rd->nics[k].pd, (void *)(uintptr_t)spans[i].addr,
-                                           (size_t)spans[i].len,
-                                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                               IBV_ACCESS_REMOTE_READ);
+            /* constant flags without optional-range bits: the header's
+             * ibv_reg_mr macro would call this same symbol (ibv.h) */
+            struct ibv_mr *mr = mc_ibv()->reg_mr(
+                rd->nics[k].pd, (void *)(uintptr_t)spans[i].addr, (size_t)spans[i].len,
+                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
             if (mr == NULL) {
                 mc_set_error_detail("rdma: registering [0x%llx, +%llu) with %s failed: %s",
                                     (unsigned long long)spans[i].addr,
                                     (unsigned long long)spans[i].len, rd->nics[k].info.name,
                                     strerror(errno));
+                free(spans);
                 r->tp_mr = m;
                 mc_te_tp_mem_dereg(rd->te, r);
                 return MC_INTERNAL_ERROR;
@@ -666,6 +678,7 @@ static mc_status_t rdma_mem_reg(void *priv, mc_te_region_t *r)
             m->mrs[i * rd->nnics + k] = mr;
         }
     }
+    free(spans);
     r->tp_mr = m;
     return MC_OK;
 }
@@ -678,7 +691,7 @@ static void rdma_mem_dereg(void *priv, mc_te_region_t *r)
         return;
     for (size_t i = 0; i < m->nmr * rd->nnics; i++)
         if (m->mrs[i] != NULL)
-            ibv_dereg_mr(m->mrs[i]);
+            mc_ibv()->dereg_mr(m->mrs[i]);
     free(m);
     r->tp_mr = NULL;
 }
@@ -745,7 +758,7 @@ static void peer_qps_destroy(rdma_peer_t *p)
 {
     for (size_t i = 0; i < p->nqps; i++)
         if (p->qps[i].qp != NULL)
-            ibv_destroy_qp(p->qps[i].qp);
+            mc_ibv()->destroy_qp(p->qps[i].qp);
     memset(p->qps, 0, sizeof(p->qps));
     p->nqps      = 0;
     p->connected = 0;
@@ -1100,19 +1113,36 @@ static mc_status_t post_all(rdma_peer_t *p, rdma_wait_t *w, mc_te_op_t op,
     return st;
 }
 
+/* Whether a request that failed with work completion status @p wc_status
+ * may succeed on fresh QPs: the target's NIC refused a key (the region was
+ * registered anew: fetch the descriptor again), the peer's QP is gone (it
+ * restarted, or evicted our QP set: retries exceeded), or the WR was only
+ * flushed behind another request's failure on the same QP. */
+static int wc_retryable(int wc_status)
+{
+    return (wc_status == IBV_WC_REM_ACCESS_ERR) || (wc_status == IBV_WC_LOC_PROT_ERR) ||
+           (wc_status == IBV_WC_RETRY_EXC_ERR) || (wc_status == IBV_WC_WR_FLUSH_ERR);
+}
+
 /* Wait for every posted WR of @p w; on a timeout the QPs are moved to ERR
  * so the NIC flushes them.  Frees w, or leaves it to the poller when even
- * the flush does not come back.  Returns the request's status. */
+ * the flush does not come back.  Returns the request's status; *again_p
+ * is set when the failure came from a completion that fresh QPs (and a
+ * fresh descriptor) may cure (wc_retryable), never after a timeout: 2 when
+ * the target's QP was gone (retries exceeded: it may have restarted), else
+ * 1. */
 static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_te_op_t op,
-                            uint64_t remote, uint64_t len)
+                            uint64_t remote, uint64_t len, int *again_p)
 {
-    mc_te_t *te = p->rd->te;
+    mc_te_t *te   = p->rd->te;
+    int timed_out = 0;
     if (wait_bounded(w, (uint64_t)MC_MAX(te->cfg.io_timeout_s, 1) * 1000u) != 0) {
+        timed_out = 1;
         struct ibv_qp_attr attr;
         memset(&attr, 0, sizeof(attr));
         attr.qp_state = IBV_QPS_ERR;
         for (size_t k = 0; k < p->nqps; k++)
-            (void)ibv_modify_qp(p->qps[k].qp, &attr, IBV_QP_STATE);
+            (void)mc_ibv()->modify_qp(p->qps[k].qp, &attr, IBV_QP_STATE);
         if (st == MC_OK) {
             mc_set_error_detail("rdma: %s of %llu bytes got no completion within %d s",
                                 (op == MC_TE_READ) ? "read" : "write",
@@ -1133,20 +1163,23 @@ static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_t
         }
     }
     if (w->st != MC_OK) {
-        if ((w->st == MC_INVALID_READ) || (w->st == MC_INVALID_WRITE)) {
-            /* the target's NIC refused a key we took from its descriptor:
-             * the region may have been registered anew; fetch it again */
+        if ((w->st == MC_INVALID_READ) || (w->st == MC_INVALID_WRITE) ||
+            (w->wc_status == IBV_WC_RETRY_EXC_ERR)) {
+            /* the target's NIC refused a key we took from its descriptor
+             * (the region may have been registered anew), or the target
+             * may have restarted: fetch the descriptor again */
             pthread_mutex_lock(&p->desc_mu);
             p->have_desc = 0;
             pthread_mutex_unlock(&p->desc_mu);
-            __atomic_store_n(&p->key_refused, 1, __ATOMIC_RELEASE);
         }
+        if (!timed_out && wc_retryable(w->wc_status))
+            *again_p = (w->wc_status == IBV_WC_RETRY_EXC_ERR) ? 2 : 1;
         if (st == MC_OK) {
             st = w->st;
             mc_set_error_detail("rdma: %s of [0x%llx, +%llu) failed: %s",
                                 (op == MC_TE_READ) ? "read" : "write",
                                 (unsigned long long)remote, (unsigned long long)len,
-                                ibv_wc_status_str((enum ibv_wc_status)w->wc_status));
+                                mc_ibv()->wc_status_str((enum ibv_wc_status)w->wc_status));
         }
         __atomic_store_n(&p->broken, 1, __ATOMIC_RELEASE); /* the QP is in ERR */
     }
@@ -1158,11 +1191,12 @@ static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_t
 
 /*
  * The one-sided path.  Returns MC_OK or the failure; MC_NOT_SUPPORTED
- * (nothing moved) when the request must go over tcp instead.  use held
- * for reading.
+ * (nothing moved) when the request must go over tcp instead.  *again_p is
+ * set when the request may succeed once more on fresh QPs (wait_all).
+ * use held for reading.
  */
 static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,
-                             uint64_t len)
+                             uint64_t len, int *again_p)
 {
     mc_rdma_t *rd = p->rd;
     mc_te_t *te   = rd->te;
@@ -1223,7 +1257,7 @@ static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_
     if (st == MC_OK)
         st = post_all(p, w, op, sl, lkeys, rkeys, ns,
                       mc_now_ms() + (uint64_t)MC_MAX(te->cfg.io_timeout_s, 1) * 1000u);
-    st = wait_all(p, w, st, op, remote, len);
+    st = wait_all(p, w, st, op, remote, len, again_p);
 out:
     free(sl);
     free(lkeys);
@@ -1251,15 +1285,26 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
     st = __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE) ? MC_NOT_SUPPORTED : peer_enter(p);
 
     if (st == MC_OK) {
-        st = xfer_rdma(p, op, local, remote, len);
+        int again = 0;
+        st = xfer_rdma(p, op, local, remote, len, &again);
         pthread_rwlock_unlock(&p->use);
-        if (((st == MC_INVALID_READ) || (st == MC_INVALID_WRITE)) &&
-            __atomic_exchange_n(&p->key_refused, 0, __ATOMIC_ACQ_REL)) {
-            /* once more with fresh keys on reset QPs (READ and WRITE are
-             * idempotent); the range check then decides */
+        /* a WRITE naming a generation is not sent again to a target that
+         * may have restarted: where to write came from before the restart,
+         * and the one-sided path cannot check the generation (§3.6) */
+        if ((st != MC_OK) && again &&
+            !((again == 2) && (op == MC_TE_WRITE) && (gen != 0))) {
+            /* once more on reset QPs (READ and WRITE are idempotent), with
+             * a fresh descriptor after a refused key or a lost peer: a
+             * target that restarted or dropped our QPs, or a request only
+             * flushed behind another one's failure, then succeeds; the
+             * handshake and the range check decide the rest.  Only once:
+             * a second failure is the request's. */
+            mc_debug("rdma: %s:%u: retrying a %s on fresh queue pairs (%s)",
+                     mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer),
+                     (op == MC_TE_READ) ? "read" : "write", mc_last_error_detail());
             st = peer_enter(p);
             if (st == MC_OK) {
-                st = xfer_rdma(p, op, local, remote, len);
+                st = xfer_rdma(p, op, local, remote, len, &again);
                 pthread_rwlock_unlock(&p->use);
             }
         }

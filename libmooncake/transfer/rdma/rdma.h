@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The rdma transport (docs/transfer.md, "RDMA"): one-sided RDMA READ and
- * WRITE over RC queue pairs on libibverbs, built with --with-rdma only.
+ * WRITE over RC queue pairs on libibverbs, built with --with-rdma only;
+ * libibverbs.so.1 itself is loaded at run time, at the first use of
+ * protocol "rdma" (ibv.h).
  * It keeps a tcp transport underneath for the data port, which serves
  * descriptors (with the rkeys) and carries the queue-pair handshake; a
  * request whose local memory is not registered, or whose target published

@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 
 #include "common/log.h"
+#include "transfer/rdma/ibv.h"
 #include "transfer/rdma/plan.h"
 #include "transfer/rdma/verbs.h"
 
@@ -15,9 +16,11 @@ mc_status_t mc_rdma_verbs_check(const mc_rdma_nic_t *nics, size_t n, uint64_t *m
 {
     struct ibv_device **list;
     int nlist = 0;
-    mc_status_t st = MC_OK;
+    mc_status_t st = mc_ibv_load(); /* the first use of protocol "rdma" */
 
-    list = ibv_get_device_list(&nlist);
+    if (st != MC_OK)
+        return st;
+    list = mc_ibv()->get_device_list(&nlist);
     if (list == NULL) {
         mc_set_error_detail("no RDMA device found: libibverbs lists none (%s), so %s%s "
                             "cannot be used", strerror(errno), (n > 0) ? nics[0].name : "",
@@ -30,7 +33,7 @@ mc_status_t mc_rdma_verbs_check(const mc_rdma_nic_t *nics, size_t n, uint64_t *m
         struct ibv_port_attr pattr;
         int j;
         for (j = 0; j < nlist; j++)
-            if (strcmp(ibv_get_device_name(list[j]), nics[i].name) == 0)
+            if (strcmp(mc_ibv()->get_device_name(list[j]), nics[i].name) == 0)
                 break;
         if (j == nlist) {
             mc_set_error_detail("RDMA device %s is in sysfs but libibverbs does not list it "
@@ -39,15 +42,15 @@ mc_status_t mc_rdma_verbs_check(const mc_rdma_nic_t *nics, size_t n, uint64_t *m
             st = MC_NOT_SUPPORTED;
             break;
         }
-        ctx = ibv_open_device(list[j]);
+        ctx = mc_ibv()->open_device(list[j]);
         if (ctx == NULL) {
             mc_set_error_detail("RDMA device %s cannot be opened: %s", nics[i].name,
                                 strerror(errno));
             st = MC_NOT_SUPPORTED;
             break;
         }
-        if ((ibv_query_device(ctx, &attr) != 0) ||
-            (ibv_query_port(ctx, (uint8_t)nics[i].port, &pattr) != 0)) {
+        if ((mc_ibv()->query_device(ctx, &attr) != 0) ||
+            (mc_ibv_query_port(ctx, (uint8_t)nics[i].port, &pattr) != 0)) {
             mc_set_error_detail("RDMA device %s cannot be queried: %s", nics[i].name,
                                 strerror(errno));
             st = MC_NOT_SUPPORTED;
@@ -61,9 +64,9 @@ mc_status_t mc_rdma_verbs_check(const mc_rdma_nic_t *nics, size_t n, uint64_t *m
             if (max_mr != NULL)
                 max_mr[i] = attr.max_mr_size;
         }
-        ibv_close_device(ctx);
+        mc_ibv()->close_device(ctx);
     }
-    ibv_free_device_list(list);
+    mc_ibv()->free_device_list(list);
     return st;
 }
 

@@ -10,10 +10,12 @@
 
 #include "transfer/rdma/nic.h"
 
-/* Open every NIC of @p nics with libibverbs and query it: its port must be
- * ACTIVE and max_mr_size is written to max_mr[i] when max_mr is not NULL.
- * MC_NOT_SUPPORTED with a detail naming the NIC when libibverbs does not
- * list it or it cannot be opened or queried. */
+/* Load libibverbs (ibv.h) when this is its first use, then open every NIC
+ * of @p nics and query it: its port must be ACTIVE and max_mr_size is
+ * written to max_mr[i] when max_mr is not NULL.  MC_NOT_SUPPORTED with a
+ * detail naming libibverbs.so.1 and its package when it cannot be loaded,
+ * or naming the NIC when libibverbs does not list it or it cannot be
+ * opened or queried. */
 mc_status_t mc_rdma_verbs_check(const mc_rdma_nic_t *nics, size_t n, uint64_t *max_mr);
 
 /* The status a request reports for a work completion of status
