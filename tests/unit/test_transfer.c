@@ -1392,6 +1392,92 @@ START_TEST(test_descriptor_codec)
 }
 END_TEST
 
+/* The libfabric members (docs/transfer.md §14): provider, endpoint address
+ * and per-buffer keys round-trip; every malformed form is refused whole. */
+START_TEST(test_descriptor_fabric_members)
+{
+    mc_te_desc_t d, back;
+    mc_te_buf_desc_t bufs[2] = {
+        {.addr = 0x10000, .length = 4096, .name = "cpu:0", .fabric_key = UINT64_MAX,
+         .has_fabric_key = 1},
+        {.addr = 0x20000, .length = 64, .name = "cpu:1"}};
+    char *json = NULL;
+    size_t len = 0;
+
+    mc_te_desc_init(&d);
+    d.name = "h:1";
+    snprintf(d.protocol, sizeof(d.protocol), "efa");
+    d.tcp_data_port = 7;
+    d.nbuffers      = 2;
+    d.buffers       = bufs;
+    snprintf(d.fabric_provider, sizeof(d.fabric_provider), "tcp;ofi_rxm");
+    d.fabric_addrlen = 3;
+    memcpy(d.fabric_addr, "\x00\xab\xff", 3);
+    d.fabric_virt_addr = 1;
+    ck_assert_status_ok(mc_te_desc_encode(&d, &json, &len));
+    ck_assert_msg(strstr(json, "\"fabric_key\":\"ffffffffffffffff\"") != NULL, "key in %s", json);
+    ck_assert_status_ok(mc_te_desc_decode(json, len, &back));
+    free(json);
+    ck_assert_str_eq(back.fabric_provider, "tcp;ofi_rxm");
+    ck_assert_uint_eq(back.fabric_addrlen, 3);
+    ck_assert(memcmp(back.fabric_addr, "\x00\xab\xff", 3) == 0);
+    ck_assert_int_eq(back.fabric_virt_addr, 1);
+    ck_assert(back.buffers[0].has_fabric_key && (back.buffers[0].fabric_key == UINT64_MAX));
+    ck_assert(!back.buffers[1].has_fabric_key);
+    mc_te_desc_cleanup(&back);
+
+#define FAB_DESC(FABRIC, KEY)                                                                  \
+    "{\"name\":\"a:1\",\"protocol\":\"efa\",\"tcp_data_port\":1," FABRIC                       \
+    "\"buffers\":[{\"name\":\"cpu:0\",\"addr\":4096,\"length\":64" KEY "}]}"
+#define FAB_OK "\"fabric\":{\"provider\":\"sockets\",\"address\":\"0a0b\",\"virt_addr\":false},"
+    static const char *const bad[] = {
+        FAB_DESC("\"fabric\":[],", ""),
+        FAB_DESC("\"fabric\":{\"provider\":\"sockets\",\"address\":\"0a0\",\"virt_addr\":false},", ""),
+        FAB_DESC("\"fabric\":{\"provider\":\"sockets\",\"address\":\"0g\",\"virt_addr\":false},", ""),
+        FAB_DESC("\"fabric\":{\"provider\":\"sockets\",\"address\":\"\",\"virt_addr\":false},", ""),
+        FAB_DESC("\"fabric\":{\"provider\":\"a b\",\"address\":\"00\",\"virt_addr\":false},", ""),
+        FAB_DESC("\"fabric\":{\"provider\":\"\",\"address\":\"00\",\"virt_addr\":false},", ""),
+        FAB_DESC("\"fabric\":{\"provider\":\"sockets\",\"address\":\"00\",\"virt_addr\":1},", ""),
+        FAB_DESC("\"fabric\":{\"provider\":\"sockets\",\"address\":\"00\"},", ""),
+        FAB_DESC("", ",\"fabric_key\":\"1\""),                /* a key without "fabric" */
+        FAB_DESC(FAB_OK, ",\"fabric_key\":\"10000000000000000\""), /* 17 digits */
+        FAB_DESC(FAB_OK, ",\"fabric_key\":\"x1\""),
+        FAB_DESC(FAB_OK, ",\"fabric_key\":\"\""),
+        FAB_DESC(FAB_OK, ",\"fabric_key\":12"),
+    };
+    for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
+        mc_te_desc_t x;
+        mc_te_desc_init(&x);
+        ck_assert_msg(mc_te_desc_decode(bad[i], strlen(bad[i]), &x) != MC_OK,
+                      "descriptor %zu (%s) should be refused", i, bad[i]);
+        ck_assert_msg(x.name == NULL && x.buffers == NULL, "a refused decode writes nothing");
+    }
+    {
+        /* an address of the longest size is taken; one byte more is not */
+        char big[2 * MC_TE_DESC_MAX_FABRIC_ADDR + 3], desc[1024];
+        for (int extra = 0; extra <= 2; extra += 2) {
+            mc_te_desc_t x;
+            memset(big, 'a', sizeof(big));
+            big[2 * MC_TE_DESC_MAX_FABRIC_ADDR + extra] = '\0';
+            snprintf(desc, sizeof(desc),
+                     "{\"name\":\"a:1\",\"protocol\":\"efa\",\"tcp_data_port\":1,\"fabric\":"
+                     "{\"provider\":\"p\",\"address\":\"%s\",\"virt_addr\":true},\"buffers\":[]}",
+                     big);
+            mc_te_desc_init(&x);
+            if (extra == 0) {
+                ck_assert_status_ok(mc_te_desc_decode(desc, strlen(desc), &x));
+                ck_assert_uint_eq(x.fabric_addrlen, MC_TE_DESC_MAX_FABRIC_ADDR);
+                mc_te_desc_cleanup(&x);
+            } else {
+                ck_assert(mc_te_desc_decode(desc, strlen(desc), &x) != MC_OK);
+            }
+        }
+    }
+#undef FAB_DESC
+#undef FAB_OK
+}
+END_TEST
+
 START_TEST(test_frame_codec)
 {
     uint8_t h[MC_TE_REQ_HDR_SIZE], r[MC_TE_RESP_HDR_SIZE];
@@ -1784,6 +1870,7 @@ Suite *mc_test_transfer_suite(void)
 
     tcase_add_test(codec, test_frame_codec);
     tcase_add_test(codec, test_descriptor_codec);
+    tcase_add_test(codec, test_descriptor_fabric_members);
     tcase_add_test(codec, test_protocols_and_metadata_refused);
     suite_add_tcase(s, codec);
 
