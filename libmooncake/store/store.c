@@ -905,6 +905,37 @@ static mc_status_t check_sources(mc_store_h s, const mc_iov_t *parts, size_t n, 
 }
 
 /*
+ * Over rdma, a write from memory the engine does not know has no lkey and
+ * would go over tcp (docs/transfer.md §12.0): copy it into a block of the
+ * staging buffer, which is registered, so it goes by RDMA WRITE.  1 with
+ * *@p ptr_p / *@p block_p to free after the transfer; 0 (nothing staged:
+ * another protocol, all registered, no staging buffer or no room now)
+ * and the write goes from the caller's memory as before.
+ */
+static int stage_for_rdma(mc_store_h s, const mc_iov_t *parts, size_t nparts, uint64_t total,
+                          void **ptr_p, mc_alloc_block_t *block_p)
+{
+    int need = 0;
+    uint8_t *p;
+
+    if ((strcmp(s->protocol, "rdma") != 0) || (s->lbuf_size == 0) || (total == 0) ||
+        (total > s->lbuf_size))
+        return 0;
+    for (size_t i = 0; (i < nparts) && !need; i++)
+        need = (parts[i].len > 0) && !mc_te_mem_is_registered(s->te, parts[i].base,
+                                                               parts[i].len);
+    if (!need || (mc_store_lbuf_alloc(s, total, ptr_p, block_p) != MC_OK))
+        return 0;
+    p = *ptr_p;
+    for (size_t i = 0; i < nparts; i++) {
+        if (parts[i].len > 0)
+            memcpy(p, parts[i].base, parts[i].len);
+        p += parts[i].len;
+    }
+    return 1;
+}
+
+/*
  * The bytes of one write into the replicas @p reps (one transfer; the
  * requests on the stack when they fit).  When @p reps live in the answer
  * on *@p conn_p, that master connection is given back (and cleared) once
@@ -923,6 +954,9 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
     const mc_wire_replica_t *dfs  = NULL;
     mc_wire_replica_t d;
     char dname[64];
+    mc_alloc_block_t sblock;
+    void *staged = NULL;
+    mc_iov_t one;
 
     if (nparts > SIZE_MAX / sizeof(*reqs) / reps->n) {
         mc_set_error_detail("too many parts");
@@ -938,6 +972,11 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
             mc_set_error_detail("out of memory for %zu transfer requests", cap);
             return MC_INTERNAL_ERROR;
         }
+    }
+    if (stage_for_rdma(s, parts, nparts, total, &staged, &sblock)) {
+        one    = (mc_iov_t){staged, (size_t)total};
+        parts  = &one;
+        nparts = 1;
     }
     for (uint32_t i = 0; (i < reps->n) && (st == MC_OK); i++) {
         if ((reps->v[i].type == MC_WIRE_REPLICA_DFS) && (dfs == NULL)) {
@@ -962,6 +1001,8 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
         st = mc_store_dfs_write(s, &d, key, parts, nparts, total);
     if (st == MC_OK)
         st = mc_te_transfer_gen(s->te, reqs, gens, nreq, NULL);
+    if (staged != NULL)
+        mc_store_lbuf_free(s, &sblock);
     if (reqs != stack_reqs) {
         free(reqs);
         free(gens);

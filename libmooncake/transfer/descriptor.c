@@ -128,6 +128,26 @@ static int desc_encode_fabric(json_t *root, json_t *bufs, const mc_te_desc_t *d)
     return 0;
 }
 
+/* "rdma_gen_words" on @p root: {"addr", "count", "rkey": one per device}.
+ * 0, or -1 (out of memory, or an address JSON cannot carry). */
+static int desc_encode_gen_words(json_t *root, const mc_te_desc_t *d)
+{
+    json_t *o, *keys;
+    if (d->gen_words.addr > (uint64_t)INT64_MAX)
+        return -1;
+    keys = json_array();
+    o    = json_pack("{s:I, s:I, s:o}", "addr", (json_int_t)d->gen_words.addr, "count",
+                     (json_int_t)d->gen_words.nwords, "rkey", keys);
+    if (o == NULL)
+        return -1;
+    for (size_t k = 0; (k < d->ndevices) && (k < MC_TE_DESC_MAX_DEVICES); k++)
+        if (json_array_append_new(keys, json_integer(d->gen_words.rkeys[k])) != 0) {
+            json_decref(o);
+            return -1;
+        }
+    return json_object_set_new(root, "rdma_gen_words", o);
+}
+
 mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_p)
 {
     mc_status_t st = MC_INTERNAL_ERROR;
@@ -169,6 +189,9 @@ mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_
                 if (json_array_append_new(keys, json_integer(b->rkeys[k])) != 0)
                     goto out;
         }
+        if (b->has_gen_slot && (d->gen_words.nwords > 0) &&
+            (json_object_set_new(o, "rdma_gen_slot", json_integer(b->gen_slot)) != 0))
+            goto out;
     }
     if (json_object_set(root, "buffers", bufs) != 0)
         goto out;
@@ -190,6 +213,8 @@ mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_
         if ((d->rdma_mr_size != 0) &&
             (json_object_set_new(root, "rdma_mr_size",
                                  json_integer((json_int_t)d->rdma_mr_size)) != 0))
+            goto out;
+        if ((d->gen_words.nwords > 0) && (desc_encode_gen_words(root, d) != 0))
             goto out;
     }
     text = json_dumps(root, JSON_COMPACT);
@@ -276,6 +301,56 @@ static int desc_decode_devices(const json_t *root, mc_te_desc_t *d)
         }
         d->rdma_mr_size = v;
     }
+    return 0;
+}
+
+/* "rdma_gen_words" (optional, only with devices): {"addr", "count" in
+ * 1..MC_TE_DESC_MAX_GEN_WORDS, "rkey": one 32-bit key per device}, the
+ * words not wrapping.  Returns 0, or -1 with the detail set. */
+static int desc_decode_gen_words(const json_t *root, mc_te_desc_t *d)
+{
+    const json_t *o = json_object_get(root, "rdma_gen_words"), *keys;
+    uint64_t addr, cnt;
+    if (o == NULL)
+        return 0;
+    keys = json_is_object(o) ? json_object_get(o, "rkey") : NULL;
+    if ((d->ndevices == 0) || (keys == NULL) || !json_is_array(keys) ||
+        (json_array_size(keys) != d->ndevices) || (get_uint(o, "addr", INT64_MAX, &addr) != 0) ||
+        (get_uint(o, "count", MC_TE_DESC_MAX_GEN_WORDS, &cnt) != 0) || (cnt == 0) ||
+        (addr > (uint64_t)INT64_MAX - 8 * cnt)) {
+        mc_set_error_detail("segment descriptor has an invalid \"rdma_gen_words\"");
+        return -1;
+    }
+    for (size_t k = 0; k < d->ndevices; k++) {
+        const json_t *kv = json_array_get(keys, k);
+        if (!json_is_integer(kv) || (json_integer_value(kv) < 0) ||
+            (json_integer_value(kv) > (json_int_t)UINT32_MAX)) {
+            mc_set_error_detail("segment descriptor: \"rdma_gen_words\" rkey %zu is not a "
+                                "32-bit integer", k);
+            return -1;
+        }
+        d->gen_words.rkeys[k] = (uint32_t)json_integer_value(kv);
+    }
+    d->gen_words.addr   = addr;
+    d->gen_words.nwords = (uint32_t)cnt;
+    return 0;
+}
+
+/* A buffer's "rdma_gen_slot" (optional, only with "rdma_gen_words"): an
+ * index below its count. */
+static int desc_decode_gen_slot(const json_t *b, const mc_te_desc_t *d, mc_te_buf_desc_t *bd,
+                                size_t i)
+{
+    uint64_t v;
+    if (json_object_get(b, "rdma_gen_slot") == NULL)
+        return 0;
+    if ((d->gen_words.nwords == 0) ||
+        (get_uint(b, "rdma_gen_slot", d->gen_words.nwords - 1u, &v) != 0)) {
+        mc_set_error_detail("segment descriptor buffer %zu: invalid \"rdma_gen_slot\"", i);
+        return -1;
+    }
+    bd->gen_slot     = (uint32_t)v;
+    bd->has_gen_slot = 1;
     return 0;
 }
 
@@ -458,7 +533,8 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
         }
         memcpy(d.shm_name, sn, sl + 1);
     }
-    if ((desc_decode_devices(root, &d) != 0) || (desc_decode_fabric(root, &d) != 0))
+    if ((desc_decode_devices(root, &d) != 0) || (desc_decode_fabric(root, &d) != 0) ||
+        (desc_decode_gen_words(root, &d) != 0))
         goto out;
     bufs = json_object_get(root, "buffers");
     if ((bufs == NULL) || !json_is_array(bufs)) {
@@ -498,7 +574,8 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
                 st = MC_INTERNAL_ERROR;
             goto out;
         }
-        if (desc_decode_fabric_key(b, &d, bd, i) != 0)
+        if ((desc_decode_fabric_key(b, &d, bd, i) != 0) ||
+            (desc_decode_gen_slot(b, &d, bd, i) != 0))
             goto out;
     }
     if (d.nbuffers > 1) /* qsort(NULL, 0, ...) is undefined */

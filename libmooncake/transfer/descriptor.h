@@ -25,6 +25,8 @@
 #define MC_TE_DESC_MAX_DEVICES 32u
 #define MC_TE_DESC_MAX_RKEYS   4096u
 #define MC_TE_DESC_MIN_MR_SIZE (1u << 20)
+/* RDMA generation words ("rdma_gen_words"): at most this many. */
+#define MC_TE_DESC_MAX_GEN_WORDS 65536u
 /* libfabric members (docs/transfer.md §14): the longest endpoint address
  * (EFA's is 32 bytes, a sockaddr_in6 28) and provider name. */
 #define MC_TE_DESC_MAX_FABRIC_ADDR 128u
@@ -43,6 +45,10 @@ typedef struct mc_te_buf_desc {
      * (a holder with a "fabric" endpoint that registered it) */
     uint64_t fabric_key;
     int has_fabric_key;
+    /* RDMA generation word (docs/transfer.md §3.6): the buffer's word is
+     * at gen_words.addr + 8 * gen_slot, valid when has_gen_slot */
+    uint32_t gen_slot;
+    int has_gen_slot;
 } mc_te_buf_desc_t;
 
 /* One RDMA NIC of the holder, as peers address it. */
@@ -62,6 +68,14 @@ typedef struct mc_te_desc {
     size_t ndevices;           /* RDMA NICs, 0 for a tcp engine */
     mc_te_dev_desc_t *devices; /* (owned) */
     uint64_t rdma_mr_size;     /* MR size the buffers are cut at, 0: one MR each */
+    /* RDMA generation words ("rdma_gen_words", ours): an array of nwords
+     * 64-bit words at addr, readable one-sidedly with rkeys[k] through
+     * device k; nwords 0 when the holder published none */
+    struct {
+        uint64_t addr;
+        uint32_t nwords;
+        uint32_t rkeys[MC_TE_DESC_MAX_DEVICES];
+    } gen_words;
     /* libfabric (protocol efa / cxi): the holder's provider ("" when it has
      * no fabric endpoint), its endpoint address (fi_getname) and whether
      * remote addresses are virtual (FI_MR_VIRT_ADDR) or offsets into the MR */

@@ -367,6 +367,11 @@ static int gen_adopt(mc_te_t *te, mc_te_region_t *r, uint64_t want, int drain, i
     seq = __atomic_load_n(&r->gen_seq, __ATOMIC_SEQ_CST);
     if (cur != want) {
         __atomic_store_n(&r->gen, want, __ATOMIC_SEQ_CST);
+#ifdef MC_HAVE_RDMA
+        /* at once, before any byte of the new counter lands: a one-sided
+         * reader of the earlier one then sees its word change (§3.6) */
+        mc_rdma_gen_word_set(te, r, want);
+#endif
         if (mc_gen_is_fence(want))
             __atomic_store_n(&r->gen_floor, want, __ATOMIC_SEQ_CST);
         seq++;
@@ -532,6 +537,9 @@ static void region_free(mc_te_region_t *r)
  * granted), wait until no request holds r, then free it. */
 static void region_drain_free(mc_te_t *te, mc_te_region_t *r)
 {
+#ifdef MC_HAVE_RDMA
+    mc_rdma_gen_word_set(te, r, 0); /* one-sided generation reads now fail (§3.6) */
+#endif
     if ((te->shm != NULL) && (r->shm_slot < MC_TE_SHM_SLOTS))
         mc_te_shm_slot_close(te->shm, r->shm_slot);
     pthread_mutex_lock(&te->region_mu);

@@ -215,9 +215,203 @@ def test_put_get_batch_zero_copy_two_nics(clients, emu_env):
     for dev in ("mlx5_0", "mlx5_1"):
         assert after[dev]["write_bytes"] > before[dev]["write_bytes"], after
     assert total(after, "refused") == 0, after
-    # store reads name the replica's generation: over rdma they take the
-    # tcp path, which checks it (docs/transfer.md 3.6), so no READ here
+    # store reads name the replica's generation and still come by RDMA
+    # READ, each checked by a trailing READ of the generation word
+    # (docs/transfer.md 3.6): at least what the zero-copy calls and
+    # get_into_batch read
+    read = total(after, "read_bytes") - total(before, "read_bytes")
+    assert read >= 2 * MiB + 5 + 6 * 300000 + sum(len(h) // 2 for h in hexes), (before, after)
+
+
+def keys_(n, tag="g"):
+    import uuid
+    u = uuid.uuid4().hex[:8]
+    return [f"{tag}-{u}-{i}" for i in range(n)]
+
+
+def assert_clean(stats, what):
+    assert stats["bad"] == 0, f"{what}: the reader got bytes that were never written: " \
+        f"{stats['bad_detail']}"
+    assert stats["ok"] > 0, f"{what}: the reader never read a value ({stats})"
+
+
+@pytest.mark.parametrize("mode", ["get_into", "batch_get_into"])
+def test_store_reads_come_by_rdma_read(clients, emu_env, mode):
+    """get_into and batch_get_into name the replica's generation, and over
+    rdma their bytes still come by one-sided READ out of the holder's
+    segment, sliced over both NICs: the holder's NICs serve every byte of
+    every value read, plus one 8-byte READ of the region's generation word
+    per queue pair carrying a slice of each request (docs/transfer.md
+    3.6), and nothing is refused or sent over tcp.  (A plain get reads into
+    a new bytes object, which has no lkey: that one goes over tcp.)"""
+    holder = clients("holder-g")
+    w = clients("writer-g", segment=0)
+    rd = clients("reader-g", segment=0)
+    keys, sizes = keys_(3), [3 * MiB + 123, 70000, 4096]
+    for k, n in zip(keys, sizes):
+        assert w.call("put_checked", key=k, version=1, size=n)["rc"] == 0, w.log_text()
+    before = served(holder, emu_env.dir)
+    st = rd.call("hammer_run", keys=keys, mode=mode, cap=4 * MiB, rounds=2)
+    assert st["ok"] == 2 * len(keys) and st["bad"] == 0 and st["miss"] == 0, st
+    after = served(holder, emu_env.dir)
+    data = 2 * sum(sizes)
+    read = total(after, "read_bytes") - total(before, "read_bytes")
+    words = read - data
+    # every value byte once, and the words: one or two per request (one
+    # per QP), a large value being cut into requests of 512 KiB at most
+    nreq = 2 * (len(keys) + sizes[0] // (512 * 1024) + 1)
+    assert words % 8 == 0 and 2 * len(keys) <= words // 8 <= 2 * nreq, \
+        (read, data, before, after)
+    for dev in ("mlx5_0", "mlx5_1"):
+        assert after[dev]["read_bytes"] - before[dev]["read_bytes"] >= MiB, after
+    assert total(after, "refused") == total(before, "refused"), after
+    assert "go over tcp" not in rd.log_text()
+
+
+def test_store_reads_from_holder_without_words(clients, emu_env):
+    """A holder that publishes no generation words (an older engine;
+    MC_RDMA_GEN_WORDS=0) is still read, over tcp, which checks the
+    generation: no READ is served by its NICs, the values are right."""
+    holder = clients("holder-old", MC_RDMA_GEN_WORDS="0")
+    w = clients("writer-o", segment=0)
+    rd = clients("reader-o", segment=0)
+    keys = keys_(2)
+    for k, n in zip(keys, (2 * MiB + 1, 4096)):
+        assert w.call("put_checked", key=k, version=3, size=n)["rc"] == 0, w.log_text()
+    for mode in ("get", "batch_get_into"):
+        st = rd.call("hammer_run", keys=keys, mode=mode, cap=4 * MiB, rounds=2)
+        assert st["ok"] == 4 and st["bad"] == 0 and st["versions"] == {k: 3 for k in keys}, st
+    after = served(holder, emu_env.dir)
     assert total(after, "read_bytes") == 0, after
+    assert total(after, "write_bytes") >= 2 * MiB + 1 + 4096, after   # puts still one-sided
+
+
+def test_plain_put_is_staged_for_rdma_write(clients, emu_env):
+    """A put from a bytes object (memory the engine does not know: no
+    lkey) is copied into the writer's registered staging buffer and goes
+    by RDMA WRITE into the holder; one larger than the staging buffer goes
+    from the caller's memory over tcp, as before; both read back intact."""
+    holder = clients("holder-p")
+    w = clients("writer-p", segment=0, buffer=4 * MiB)
+    rd = clients("reader-p", segment=0)
+    before = served(holder, emu_env.dir)
+    r = w.call("put_random", key="staged", size=3 * MiB + 7)
+    assert r["rc"] == 0, w.log_text()
+    mid = served(holder, emu_env.dir)
+    wrote = total(mid, "write_bytes") - total(before, "write_bytes")
+    assert wrote == 3 * MiB + 7, (before, mid)
+    for dev in ("mlx5_0", "mlx5_1"):
+        assert mid[dev]["write_bytes"] > before[dev]["write_bytes"], mid
+    big = w.call("put_random", key="unstaged", size=5 * MiB)
+    assert big["rc"] == 0, w.log_text()
+    after = served(holder, emu_env.dir)
+    assert total(after, "write_bytes") == total(mid, "write_bytes"), (mid, after)
+    assert rd.call("get", key="staged")["sha256"] == r["sha256"]
+    assert rd.call("get", key="unstaged")["sha256"] == big["sha256"]
+
+
+@pytest.mark.parametrize("mode", ["get_into", "batch_get_into"])
+def test_cached_location_after_remount_rdma(clients, emu_env, mode):
+    """The holder unmounts its segment and mounts a new one, usually at the
+    same addresses, and other keys fill it, several times while a reader
+    reads the old keys from its cached locations over rdma: a one-sided
+    read finds the new registration's generation word (or a refused key)
+    and falls back to tcp, which refuses it.  The reader gets the old
+    keys' own bytes or nothing, never the fill's."""
+    h = clients("remounter", segment=0)
+    hname = h.hostname
+    w = clients("writer-r", segment=0)
+    rd = clients("reader-r", segment=0)
+    keys = keys_(4)
+    r = h.call("invoke", method="allocate_and_mount_segment", args=[8 * MiB, "rdma"])
+    seg = r["ret"]
+    assert seg["ret"] == 0, r
+    for k in keys:
+        assert w.call("put_checked", key=k, version=1, size=64 * 1024,
+                      preferred=hname)["rc"] == 0
+    rd.call("hammer_start", keys=keys, mode=mode, cap=128 * 1024)
+    try:
+        wait_until(lambda: rd.call("hammer_peek")["ok"] >= 40, 20, "cached reads")
+        assert total(served(h, emu_env.dir), "read_bytes") >= 40 * 64 * 1024
+        for cycle in range(3):
+            assert h.call("invoke", method="unmount_segment",
+                          args=[seg["segment_ids"]])["ret"] == 0
+            seg = h.call("invoke", method="allocate_and_mount_segment",
+                         args=[8 * MiB, "rdma"])["ret"]
+            assert seg["ret"] == 0, seg
+            for i in range(60):
+                f = f"{keys[0]}-fill-{cycle}-{i}"
+                w.call("put_checked", key=f, version=0, size=64 * 1024, preferred=hname)
+            misses = rd.call("hammer_peek")["miss"]
+            wait_until(lambda: rd.call("hammer_peek")["miss"] >= misses + 8,
+                       LEASE_TTL_MS / 1000 + 20, "the reader to find the old keys gone")
+    finally:
+        stats = rd.call("hammer_stop")
+    assert_clean(stats, "segment remount over rdma")
+
+
+def test_holder_restart_same_name_rdma(clients, emu_env):
+    """The holder is killed and another process sets up under the same
+    segment name (same port) with new values of the same keys: a reader
+    reading from its cached locations over rdma gets the old values, then
+    misses or the new ones once re-resolved, never torn or foreign bytes."""
+    port = free_port()
+    h = clients("holder-a", port=port)
+    hname = h.hostname
+    w = clients("writer-a", segment=0)
+    rd = clients("reader-a", segment=0)
+    keys = keys_(4)
+    for k in keys:
+        assert w.call("put_checked", key=k, version=1, size=4096, preferred=hname)["rc"] == 0
+    rd.call("hammer_start", keys=keys, mode="get_into", cap=16384)
+    try:
+        wait_until(lambda: rd.call("hammer_peek")["ok"] >= 50, 20, "cached reads")
+        assert total(served(h, emu_env.dir), "read_bytes") >= 50 * 4096
+        h.kill()
+        h2 = clients("holder-b", port=port)
+        assert h2.hostname == hname
+        for k in reversed(keys):   # each at another key's old place
+            wait_until(lambda: w.call("put_checked", key=k, version=2, size=4096,
+                                      preferred=hname)["rc"] == 0, 20,
+                       f"a put of {k} on the new holder")
+        wait_until(lambda: all(v == 2 for v in rd.call("hammer_peek")["versions"].values()),
+                   LEASE_TTL_MS / 1000 + 20, "the reader to see the new holder's values")
+        assert total(served(h2, emu_env.dir), "read_bytes") > 0   # one-sided again
+    finally:
+        stats = rd.call("hammer_stop")
+    assert_clean(stats, "holder restart over rdma")
+
+
+@pytest.mark.parametrize("mode", ["get_into", "batch_get_into"])
+def test_race_remove_and_reput_rdma(clients, emu_env, mode):
+    """Removes (forced and not) and puts of new versions into the freed
+    space, written over tcp so that the holder adopts each reuse counter
+    (and rewrites the generation word) before the new bytes land, while a
+    reader reads over rdma from its cached locations: every read returns
+    a complete value of its key or nothing."""
+    h = clients("holder-x")
+    hname = h.hostname
+    w = clients("writer-x", segment=0, protocol="tcp")
+    rd = clients("reader-x", segment=0)
+    keys = keys_(4)
+    for k in keys:
+        assert w.call("put_checked", key=k, version=0, size=4096, preferred=hname)["rc"] == 0
+    rd.call("hammer_start", keys=keys, mode=mode, cap=16384)
+    try:
+        wait_until(lambda: rd.call("hammer_peek")["ok"] >= 20, 20, "cached reads")
+        for i in range(150):
+            k = keys[i % len(keys)]
+            rc = w.call("remove", key=k, force=(i % 2 == 0))["rc"]
+            assert rc in (0, -706, -704), rc
+            assert w.call("put_checked", key=k, version=i + 1, size=4096,
+                          preferred=hname)["rc"] == 0
+            for j in range(2):
+                f = f"{k}-filler-{i}-{j}"
+                w.call("put_checked", key=f, version=0, size=4096, preferred=hname)
+    finally:
+        stats = rd.call("hammer_stop")
+    assert_clean(stats, "remove race over rdma")
+    assert total(served(h, emu_env.dir), "read_bytes") > 20 * 4096
 
 
 #: A TransferEngine in its own process, one JSON request per line: "te"
@@ -635,7 +829,11 @@ def test_stalled_target_times_out_then_recovers(engines, emu_env, max_wr, phrase
     ("setup", "alloc_pd:1", "protection domain"),
     ("setup", "create_comp_channel:2", "completion channel"),
     ("setup", "create_cq:2", "completion queue"),
-    ("register", "reg_mr:2", "registering"),
+    # the first four MRs are the generation words and their landing area
+    # on each NIC (docs/transfer.md 12.8): the sixth is the region's second
+    ("register", "reg_mr:6", "registering"),
+    # the words themselves: logged, and the engine works without them
+    ("words", "reg_mr:1", "generation reads from this engine go over tcp"),
     ("initiator", "create_qp:2", "cannot create a queue pair"),
     ("initiator", "modify_qp:1", "to INIT failed"),
     ("initiator", "modify_qp:3", "to RTR failed"),
@@ -660,11 +858,13 @@ def test_injected_verbs_failures(engines, emu_env, side, fail, phrase):
             p.stop()
         return
     t = engines("target-f", **(env if side == "target" else {}))
-    i = engines("initiator-f", **(env if side in ("initiator", "register") else {}))
+    i = engines("initiator-f", **(env if side in ("initiator", "register", "words") else {}))
     remote = serve(t, MiB, seed=19)
     addr = i.call("np_alloc", size=MiB)["addr"]
     if side == "register":
         assert i.te("register_memory", addr, MiB, "cpu:0") != 0
+        assert phrase in i.log_text(), i.log_text()
+    if side == "words":
         assert phrase in i.log_text(), i.log_text()
     assert i.te("register_memory", addr, MiB, "cpu:0") == 0
     rc = i.te("transfer_sync_read", t.hostname, addr, remote, MiB)

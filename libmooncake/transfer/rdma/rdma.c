@@ -34,6 +34,18 @@
  * broken; the next request to the peer waits for the others to leave,
  * destroys them and handshakes again (the reset).
  *
+ * Generation reads (docs/transfer.md §3.6).  The holder keeps one 64-bit
+ * word per registered region with a generation, holding that generation
+ * while the region is registered (zeroed before the region is given up,
+ * rewritten when a reuse counter is adopted), in one array registered for
+ * remote READ only and published in the descriptor.  A READ naming a
+ * generation posts its data READs and then, on every QP that carries a
+ * slice, a fenced READ of the word: it is executed only after the data
+ * READs of that QP completed, so a word still equal to the generation
+ * proves the data was read before the holder changed it, and so before
+ * the memory was reused.  Any other value sends the request over tcp,
+ * where the target decides.
+ *
  * Fallback.  Local memory the engine does not know has no lkey, and a
  * target whose descriptor has no rkey for a range (a tcp engine) cannot be
  * reached one-sidedly: those requests go over the tcp transport.
@@ -67,6 +79,11 @@
 #define RDMA_PLAN_CHUNK      256       /* slices planned at a time */
 #define RDMA_GID_SCAN        256
 #define RDMA_MAX_SERVED      256       /* initiators with QPs to us at once */
+#define RDMA_GEN_WORDS       4096      /* regions with a generation word at once */
+#define RDMA_GEN_LANDINGS    1024      /* generation reads in flight at once */
+#define RDMA_NO_SLOT         UINT32_MAX
+/* mc_rdma_slice_t.rmr of a generation word READ: posted fenced */
+#define RDMA_WORD_SLICE      UINT32_MAX
 
 typedef struct rdma_nic {
     mc_rdma_nic_t info;
@@ -103,10 +120,23 @@ typedef struct mc_rdma {
     pthread_mutex_t srv_mu;
     rdma_served_t *served;   /* newest first */
     size_t nserved;
+    /* generation words (docs/transfer.md §3.6): NULL when not registered */
+    uint64_t *gw;            /* RDMA_GEN_WORDS words, remote READ only */
+    struct ibv_mr *gw_mr[MC_RDMA_MAX_NICS];
+    pthread_mutex_t gw_mu;   /* slot allocation and word stores */
+    uint8_t gw_used[RDMA_GEN_WORDS];
+    /* where the trailing word READs land: RDMA_GEN_LANDINGS entries of
+     * one word per QP, handed out from a free stack */
+    uint64_t *land;
+    struct ibv_mr *land_mr[MC_RDMA_MAX_NICS];
+    uint32_t land_free[RDMA_GEN_LANDINGS];
+    size_t nland_free;       /* under gw_mu */
 } mc_rdma_t;
 
 /* One region's MRs: mrs[m * nnics + k] is MR m on NIC k. */
 typedef struct rdma_mr {
+    uint32_t gen_slot;       /* its generation word, or RDMA_NO_SLOT */
+    int gen_dead;            /* under gw_mu: zeroed for good (dereg) */
     size_t nmr;
     struct ibv_mr *mrs[];
 } rdma_mr_t;
@@ -545,6 +575,123 @@ static mc_status_t hs_serve(void *arg, uint64_t conn_id, const uint8_t *req, siz
     return MC_OK;
 }
 
+/* ---- generation words ------------------------------------------------------ */
+
+static void gw_close(mc_rdma_t *rd)
+{
+    for (size_t k = 0; k < rd->nnics; k++) {
+        if (rd->gw_mr[k] != NULL)
+            mc_ibv()->dereg_mr(rd->gw_mr[k]);
+        if (rd->land_mr[k] != NULL)
+            mc_ibv()->dereg_mr(rd->land_mr[k]);
+        rd->gw_mr[k] = rd->land_mr[k] = NULL;
+    }
+    free(rd->gw);
+    free(rd->land);
+    rd->gw   = NULL;
+    rd->land = NULL;
+}
+
+/* Register the generation words (remote READ only: a peer can read them,
+ * never change them) and the landing area of our own word READs on every
+ * NIC.  Without them peers read generations over tcp, as from an older
+ * engine: a failure here is logged, not fatal. */
+static void gw_open(mc_rdma_t *rd)
+{
+    size_t gwlen = RDMA_GEN_WORDS * sizeof(uint64_t);
+    size_t llen  = (size_t)RDMA_GEN_LANDINGS * MC_RDMA_MAX_NICS * sizeof(uint64_t);
+    void *a = NULL, *b = NULL;
+
+    if ((posix_memalign(&a, 4096, gwlen) != 0) || (posix_memalign(&b, 4096, llen) != 0)) {
+        free(a);
+        mc_warn("rdma: no memory for generation words; generation reads go over tcp");
+        return;
+    }
+    memset(a, 0, gwlen);
+    memset(b, 0, llen);
+    rd->gw   = a;
+    rd->land = b;
+    for (size_t k = 0; k < rd->nnics; k++) {
+        rd->gw_mr[k]   = mc_ibv()->reg_mr(rd->nics[k].pd, a, gwlen, IBV_ACCESS_REMOTE_READ);
+        rd->land_mr[k] = mc_ibv()->reg_mr(rd->nics[k].pd, b, llen, IBV_ACCESS_LOCAL_WRITE);
+        if ((rd->gw_mr[k] == NULL) || (rd->land_mr[k] == NULL)) {
+            mc_warn("rdma: registering the generation words with %s failed (%s); generation "
+                    "reads from this engine go over tcp", rd->nics[k].info.name,
+                    strerror(errno));
+            gw_close(rd);
+            return;
+        }
+    }
+    for (uint32_t i = 0; i < RDMA_GEN_LANDINGS; i++)
+        rd->land_free[i] = RDMA_GEN_LANDINGS - 1u - i;
+    rd->nland_free = RDMA_GEN_LANDINGS;
+}
+
+/* A landing entry (one word per QP) for a generation read, or -1 when all
+ * are in use (the read then goes over tcp). */
+static int64_t land_get(mc_rdma_t *rd)
+{
+    int64_t e = -1;
+    pthread_mutex_lock(&rd->gw_mu);
+    if (rd->nland_free > 0)
+        e = rd->land_free[--rd->nland_free];
+    pthread_mutex_unlock(&rd->gw_mu);
+    return e;
+}
+
+static void land_put(mc_rdma_t *rd, int64_t e)
+{
+    pthread_mutex_lock(&rd->gw_mu);
+    rd->land_free[rd->nland_free++] = (uint32_t)e;
+    pthread_mutex_unlock(&rd->gw_mu);
+}
+
+/* Give region @p m a word holding @p gen; no word when all are taken (its
+ * generation reads then go over tcp). */
+static void gw_slot_open(mc_rdma_t *rd, rdma_mr_t *m, uint64_t gen)
+{
+    m->gen_slot = RDMA_NO_SLOT;
+    if ((rd->gw == NULL) || (gen == 0))
+        return;
+    pthread_mutex_lock(&rd->gw_mu);
+    for (uint32_t i = 0; i < RDMA_GEN_WORDS; i++) {
+        if (!rd->gw_used[i]) {
+            rd->gw_used[i] = 1;
+            m->gen_slot    = i;
+            __atomic_store_n(&rd->gw[i], gen, __ATOMIC_SEQ_CST);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rd->gw_mu);
+    if (m->gen_slot == RDMA_NO_SLOT)
+        mc_debug("rdma: every generation word is taken; generation reads of a region go "
+                 "over tcp");
+}
+
+/* Store @p v in @p m's word; 0 zeroes it for good (the region is being
+ * given up), after which later adoptions no longer write it. */
+static void gw_slot_set(mc_rdma_t *rd, rdma_mr_t *m, uint64_t v)
+{
+    if ((rd->gw == NULL) || (m->gen_slot == RDMA_NO_SLOT))
+        return;
+    pthread_mutex_lock(&rd->gw_mu);
+    if (!m->gen_dead) {
+        /* seq_cst: ordered before any later store to the region's memory,
+         * so a NIC that read the new bytes reads this word changed too */
+        __atomic_store_n(&rd->gw[m->gen_slot], v, __ATOMIC_SEQ_CST);
+        m->gen_dead = v == 0;
+    }
+    pthread_mutex_unlock(&rd->gw_mu);
+}
+
+void mc_rdma_gen_word_set(mc_te_t *te, mc_te_region_t *r, uint64_t v)
+{
+    if ((te == NULL) || (te->tp_ops != &mc_rdma_transport_ops) || (te->tp == NULL) ||
+        (r->tp_mr == NULL))
+        return;
+    gw_slot_set(te->tp, r->tp_mr, v);
+}
+
 /* ---- install ------------------------------------------------------------- */
 
 static void rdma_uninstall(void *priv)
@@ -562,9 +709,11 @@ static void rdma_uninstall(void *priv)
         rd->served       = s->next;
         served_free(s);
     }
+    gw_close(rd);
     for (size_t i = 0; i < rd->nnics; i++)
         nic_close(&rd->nics[i]);
     pthread_mutex_destroy(&rd->srv_mu);
+    pthread_mutex_destroy(&rd->gw_mu);
     free(rd);
 }
 
@@ -583,6 +732,7 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
     }
     rd->te = te;
     pthread_mutex_init(&rd->srv_mu, NULL);
+    pthread_mutex_init(&rd->gw_mu, NULL);
     st = mc_rdma_tunables(getenv("MC_MAX_WR"), getenv("MC_SLICE_SIZE"), getenv("MC_MTU"),
                           &rd->tun);
     if (st != MC_OK) {
@@ -620,6 +770,9 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
     /* one cut for every NIC, so one MR index names the same bytes on each */
     rd->mr_cut = (cut >= (1ull << 62)) ? 0 : MC_MAX(cut & ~((uint64_t)MC_TE_DESC_MIN_MR_SIZE - 1),
                                                     (uint64_t)MC_TE_DESC_MIN_MR_SIZE);
+    /* MC_RDMA_GEN_WORDS=0 publishes none, as an older engine (tests) */
+    if ((getenv("MC_RDMA_GEN_WORDS") == NULL) || (strcmp(getenv("MC_RDMA_GEN_WORDS"), "0") != 0))
+        gw_open(rd);
     st = mc_tcp_transport_ops.install(te, bind_addr, port, &rd->tcp, port_p);
     if (st != MC_OK) {
         rd->tcp = NULL;
@@ -657,7 +810,8 @@ static mc_status_t rdma_mem_reg(void *priv, mc_te_region_t *r)
         return MC_INTERNAL_ERROR;
     }
     (void)mc_rdma_mr_split(r->addr, r->len, rd->mr_cut, spans, nmr);
-    m->nmr = nmr;
+    m->nmr      = nmr;
+    m->gen_slot = RDMA_NO_SLOT;
     for (size_t i = 0; i < nmr; i++) {
         for (size_t k = 0; k < rd->nnics; k++) {
             /* constant flags without optional-range bits: the header's
@@ -679,6 +833,8 @@ static mc_status_t rdma_mem_reg(void *priv, mc_te_region_t *r)
         }
     }
     free(spans);
+    if (r->flags & MC_TE_MEM_REMOTE_ACCESS)
+        gw_slot_open(rd, m, r->gen);
     r->tp_mr = m;
     return MC_OK;
 }
@@ -689,6 +845,14 @@ static void rdma_mem_dereg(void *priv, mc_te_region_t *r)
     rdma_mr_t *m  = r->tp_mr;
     if (m == NULL)
         return;
+    /* the word first (the engine zeroed it already when the region was
+     * given up): no word READ after this sees the generation */
+    gw_slot_set(rd, m, 0);
+    if (m->gen_slot != RDMA_NO_SLOT) {
+        pthread_mutex_lock(&rd->gw_mu);
+        rd->gw_used[m->gen_slot] = 0;
+        pthread_mutex_unlock(&rd->gw_mu);
+    }
     for (size_t i = 0; i < m->nmr * rd->nnics; i++)
         if (m->mrs[i] != NULL)
             mc_ibv()->dereg_mr(m->mrs[i]);
@@ -709,6 +873,12 @@ static mc_status_t rdma_desc_fill(void *priv, mc_te_desc_t *d, mc_te_region_t *c
     }
     d->ndevices     = rd->nnics;
     d->rdma_mr_size = rd->mr_cut;
+    if (rd->gw != NULL) {
+        d->gen_words.addr   = (uint64_t)(uintptr_t)rd->gw;
+        d->gen_words.nwords = RDMA_GEN_WORDS;
+        for (size_t k = 0; k < rd->nnics; k++)
+            d->gen_words.rkeys[k] = rd->gw_mr[k]->rkey;
+    }
     for (size_t i = 0; i < d->nbuffers; i++) {
         const rdma_mr_t *m = regions[i]->tp_mr;
         mc_te_buf_desc_t *b = &d->buffers[i];
@@ -720,6 +890,10 @@ static mc_status_t rdma_desc_fill(void *priv, mc_te_desc_t *d, mc_te_region_t *c
         for (size_t j = 0; j < m->nmr * rd->nnics; j++)
             b->rkeys[j] = m->mrs[j]->rkey;
         b->nrkeys = m->nmr * rd->nnics;
+        if ((rd->gw != NULL) && (m->gen_slot != RDMA_NO_SLOT)) {
+            b->gen_slot     = m->gen_slot;
+            b->has_gen_slot = 1;
+        }
     }
     return MC_OK;
 oom:
@@ -963,7 +1137,11 @@ static int post_chain(mc_rdma_t *rd, rdma_qp_t *q, rdma_wait_t *w, mc_te_op_t op
         wr[i].sg_list              = &sge[i];
         wr[i].num_sge              = 1;
         wr[i].opcode               = (op == MC_TE_READ) ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-        wr[i].send_flags           = IBV_SEND_SIGNALED;
+        /* a generation word READ waits for the QP's earlier READs to
+         * complete (the fence), so the holder's memory behind it was read
+         * before the word is (docs/transfer.md §12.8) */
+        wr[i].send_flags           = IBV_SEND_SIGNALED |
+                                     ((sl[i].rmr == RDMA_WORD_SLICE) ? IBV_SEND_FENCE : 0);
         wr[i].wr.rdma.remote_addr  = sl[i].remote;
         wr[i].wr.rdma.rkey         = rkeys[i];
         wr[i].next                 = (i + 1 < n) ? &wr[i + 1] : NULL;
@@ -1189,14 +1367,33 @@ static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_t
     return st;
 }
 
+/* Where the trailing word READs of a READ naming a generation go (the
+ * word of the buffer holding [remote, +len) and its rkey per QP), or
+ * MC_NOT_SUPPORTED when the target published no word for it (an older
+ * engine, or every word taken): such a read goes over tcp.  desc_mu held. */
+static mc_status_t gen_word_remote(rdma_peer_t *p, uint64_t remote, uint64_t len,
+                                   const int *rdev, uint64_t *waddr_p, uint32_t *wrkeys)
+{
+    const mc_te_buf_desc_t *b = mc_te_desc_find(&p->desc, remote, len);
+    if ((b == NULL) || !b->has_gen_slot || (p->desc.gen_words.nwords == 0) ||
+        (p->rd->land == NULL))
+        return MC_NOT_SUPPORTED;
+    *waddr_p = p->desc.gen_words.addr + 8u * (uint64_t)b->gen_slot;
+    for (size_t k = 0; k < p->nqps; k++)
+        wrkeys[k] = p->desc.gen_words.rkeys[rdev[k]];
+    return MC_OK;
+}
+
 /*
  * The one-sided path.  Returns MC_OK or the failure; MC_NOT_SUPPORTED
- * (nothing moved) when the request must go over tcp instead.  *again_p is
- * set when the request may succeed once more on fresh QPs (wait_all).
- * use held for reading.
+ * (nothing delivered) when the request must go over tcp instead: *stale_p
+ * is then set when a READ naming generation @p gen found its word changed
+ * (the bytes read are not the caller's; the tcp path adopts or refuses).
+ * *again_p is set when the request may succeed once more on fresh QPs
+ * (wait_all).  use held for reading.
  */
 static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,
-                             uint64_t len, int *again_p)
+                             uint64_t len, uint64_t gen, int *again_p, int *stale_p)
 {
     mc_rdma_t *rd = p->rd;
     mc_te_t *te   = rd->te;
@@ -1206,11 +1403,17 @@ static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_
     size_t order[MC_RDMA_MAX_NICS];
     int rdev[MC_RDMA_MAX_NICS];
     mc_rdma_slice_t *sl = NULL;
-    uint32_t *lkeys = NULL, *rkeys = NULL, first;
+    uint32_t *lkeys = NULL, *rkeys = NULL, first, wrkeys[MC_RDMA_MAX_NICS];
+    uint64_t waddr = 0;
+    int used[MC_RDMA_MAX_NICS] = {0};
+    int64_t land = -1;
+    unsigned abandoned;
     rdma_wait_t *w;
-    size_t ns;
+    size_t ns, nt;
     mc_status_t st;
 
+    if (op != MC_TE_READ)
+        gen = 0; /* a WRITE's generation is not checked one-sidedly (§3.6) */
     lr = mc_te_region_acquire(te, (uint64_t)(uintptr_t)local, len, 0);
     if ((lr == NULL) || (lr->tp_mr == NULL)) {
         if (lr != NULL)
@@ -1223,12 +1426,23 @@ static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_
         mc_te_region_release(te, lr);
         return st;
     }
+    if (gen != 0) {
+        pthread_mutex_lock(&p->desc_mu);
+        st = gen_word_remote(p, remote, len, rdev, &waddr, wrkeys);
+        pthread_mutex_unlock(&p->desc_mu);
+        land = (st == MC_OK) ? land_get(rd) : -1;
+        if (land < 0) {
+            mc_te_region_release(te, lr);
+            return MC_NOT_SUPPORTED; /* the tcp path checks the generation */
+        }
+    }
     ls    = (mc_rdma_side_t){lr->addr, rd->mr_cut, (uint64_t)(uintptr_t)local};
     first = __atomic_fetch_add(&p->rr, 1, __ATOMIC_RELAXED);
     ns    = mc_rdma_plan(&ls, &rs, len, rd->tun.slice, (uint32_t)p->nqps, first, NULL, 0);
-    sl    = calloc(ns ? ns : 1, sizeof(*sl));
-    lkeys = calloc(ns ? ns : 1, sizeof(*lkeys));
-    rkeys = calloc(ns ? ns : 1, sizeof(*rkeys));
+    nt    = ns + ((gen != 0) ? p->nqps : 0); /* room for the trailing word READs */
+    sl    = calloc(nt ? nt : 1, sizeof(*sl));
+    lkeys = calloc(nt ? nt : 1, sizeof(*lkeys));
+    rkeys = calloc(nt ? nt : 1, sizeof(*rkeys));
     w     = calloc(1, sizeof(*w));
     if ((ns == 0) || (sl == NULL) || (lkeys == NULL) || (rkeys == NULL) || (w == NULL)) {
         st = (ns == 0) ? ((op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE)
@@ -1252,13 +1466,51 @@ static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_
         lkeys[i]   = lm->mrs[sl[i].lmr * rd->nnics + p->qps[qi].nic]->lkey;
         st = mc_rdma_remote_key(&p->desc, op, sl[i].remote, sl[i].len, (size_t)rdev[qi],
                                 &rkeys[i], NULL);
+        used[qi] = 1;
     }
     pthread_mutex_unlock(&p->desc_mu);
+    /* after the data on each QP that carries some, a fenced READ of the
+     * word: post_all keeps a QP's slices in array order, the responder
+     * executes one QP's READs in order, and the fence holds the word READ
+     * back until the data READs completed (docs/transfer.md §12.8) */
+    nt = ns;
+    for (size_t qi = 0; (gen != 0) && (qi < p->nqps); qi++) {
+        uint64_t *dst;
+        if (!used[qi])
+            continue;
+        dst = &rd->land[(size_t)land * MC_RDMA_MAX_NICS + qi];
+        __atomic_store_n(dst, 0, __ATOMIC_RELAXED);
+        sl[nt]    = (mc_rdma_slice_t){(uint64_t)(uintptr_t)dst, waddr, 8u, (uint32_t)qi, 0,
+                                      RDMA_WORD_SLICE};
+        lkeys[nt] = rd->land_mr[p->qps[qi].nic]->lkey;
+        rkeys[nt] = wrkeys[qi];
+        nt++;
+    }
+    abandoned = __atomic_load_n(&p->abandoned, __ATOMIC_ACQUIRE);
     if (st == MC_OK)
-        st = post_all(p, w, op, sl, lkeys, rkeys, ns,
+        st = post_all(p, w, op, sl, lkeys, rkeys, nt,
                       mc_now_ms() + (uint64_t)MC_MAX(te->cfg.io_timeout_s, 1) * 1000u);
     st = wait_all(p, w, st, op, remote, len, again_p);
+    for (size_t qi = 0; (st == MC_OK) && (gen != 0) && (qi < p->nqps); qi++) {
+        uint64_t v;
+        if (!used[qi])
+            continue;
+        v = __atomic_load_n(&rd->land[(size_t)land * MC_RDMA_MAX_NICS + qi], __ATOMIC_ACQUIRE);
+        if (v != gen) {
+            /* registered anew, given up, or another counter: the bytes are
+             * not the ones named; tcp adopts or refuses as the target says */
+            mc_debug("rdma: read of [0x%llx, +%llu): generation word %016llx, expected "
+                     "%016llx; asking over tcp", (unsigned long long)remote,
+                     (unsigned long long)len, (unsigned long long)v, (unsigned long long)gen);
+            *stale_p = 1;
+            st       = MC_NOT_SUPPORTED;
+        }
+    }
+    if ((land >= 0) && (__atomic_load_n(&p->abandoned, __ATOMIC_ACQUIRE) != abandoned))
+        land = -1; /* a late completion may still land there: never reuse it */
 out:
+    if (land >= 0)
+        land_put(rd, land);
     free(sl);
     free(lkeys);
     free(rkeys);
@@ -1274,19 +1526,18 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
     mc_status_t st;
 
     /* A READ naming a registration generation (a cached location,
-     * docs/transfer.md §3.6) needs the target to check it: a one-sided
-     * READ cannot, and a region re-registered in the same process may keep
-     * its rkey.  Such reads take the tcp path, which checks it.  A WRITE's
-     * generation is not checked here: puts keep the one-sided path, and
-     * the writer's 1 s rule on reservations (docs/protocol.md) bounds
-     * that hazard on rdma. */
-    if ((gen != 0) && (op == MC_TE_READ))
-        return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len, gen);
+     * docs/transfer.md §3.6) is checked one-sidedly by a trailing READ of
+     * the region's generation word (xfer_rdma); one the target published
+     * no word for, or whose word differs, takes the tcp path, which
+     * checks it.  A WRITE's generation is not checked here: puts keep the
+     * one-sided path, and the writer's 1 s rule on reservations
+     * (docs/protocol.md) bounds that hazard on rdma. */
+    int stale = 0;
     st = __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE) ? MC_NOT_SUPPORTED : peer_enter(p);
 
     if (st == MC_OK) {
         int again = 0;
-        st = xfer_rdma(p, op, local, remote, len, &again);
+        st = xfer_rdma(p, op, local, remote, len, gen, &again, &stale);
         pthread_rwlock_unlock(&p->use);
         /* a WRITE naming a generation is not sent again to a target that
          * may have restarted: where to write came from before the restart,
@@ -1304,7 +1555,7 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
                      (op == MC_TE_READ) ? "read" : "write", mc_last_error_detail());
             st = peer_enter(p);
             if (st == MC_OK) {
-                st = xfer_rdma(p, op, local, remote, len, &again);
+                st = xfer_rdma(p, op, local, remote, len, gen, &again, &stale);
                 pthread_rwlock_unlock(&p->use);
             }
         }
@@ -1313,8 +1564,10 @@ static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
     } else if (st != MC_NOT_SUPPORTED) {
         return st; /* the handshake failed: the target has RDMA but it broke */
     }
-    /* no lkey here or no rkey there (a tcp peer): the tcp path */
-    if (__atomic_exchange_n(&p->warned_tcp, 1, __ATOMIC_ACQ_REL) == 0)
+    /* no lkey here or no rkey there (a tcp peer), or a generation the
+     * one-sided path could not confirm: the tcp path */
+    if (!stale && ((gen == 0) || (op != MC_TE_READ)) &&
+        (__atomic_exchange_n(&p->warned_tcp, 1, __ATOMIC_ACQ_REL) == 0))
         mc_info("rdma: requests to %s:%u go over tcp (%s); logged once per peer",
                 mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer),
                 __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE)
