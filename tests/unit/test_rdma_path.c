@@ -260,6 +260,56 @@ END_TEST
 
 /* ---- queue-pair attributes and GID ---------------------------------------- */
 
+/* The generation words (docs/transfer.md §12.8): "rdma_gen_words" and a
+ * buffer's "rdma_gen_slot" round-trip; every malformed form is refused. */
+START_TEST(test_descriptor_gen_words)
+{
+    mc_te_desc_t d, back;
+    char *json = NULL;
+    size_t len = 0;
+    desc_make(&d);
+    d.gen_words.addr     = 0x7000000;
+    d.gen_words.nwords   = 4096;
+    d.gen_words.rkeys[0] = 0xb000;
+    d.gen_words.rkeys[1] = UINT32_MAX;
+    d.buffers[0].gen_slot     = 4095;
+    d.buffers[0].has_gen_slot = 1;
+    ck_assert_status_ok(mc_te_desc_encode(&d, &json, &len));
+    ck_assert_status_ok(mc_te_desc_decode(json, len, &back));
+    ck_assert_uint_eq(back.gen_words.addr, 0x7000000);
+    ck_assert_uint_eq(back.gen_words.nwords, 4096);
+    ck_assert_uint_eq(back.gen_words.rkeys[0], 0xb000);
+    ck_assert_uint_eq(back.gen_words.rkeys[1], UINT32_MAX);
+    ck_assert(back.buffers[0].has_gen_slot && (back.buffers[0].gen_slot == 4095));
+    ck_assert(!back.buffers[1].has_gen_slot);
+    mc_te_desc_cleanup(&back);
+    /* a slot past the count, negative, or a count of 0 or too large */
+    ck_assert_status_eq(decode_edited(json, "\"rdma_gen_slot\":4095", "\"rdma_gen_slot\":4096"),
+                        MC_DESERIALIZE_FAIL);
+    ck_assert_status_eq(decode_edited(json, "\"rdma_gen_slot\":4095", "\"rdma_gen_slot\":-1"),
+                        MC_DESERIALIZE_FAIL);
+    ck_assert_status_eq(decode_edited(json, "\"count\":4096", "\"count\":0"), MC_DESERIALIZE_FAIL);
+    ck_assert_status_eq(decode_edited(json, "\"count\":4096", "\"count\":65537"),
+                        MC_DESERIALIZE_FAIL);
+    /* one key per device, each 32 bits */
+    ck_assert_status_eq(decode_edited(json, "[45056,4294967295]", "[45056]"), MC_DESERIALIZE_FAIL);
+    ck_assert_status_eq(decode_edited(json, "[45056,4294967295]", "[45056,4294967296]"),
+                        MC_DESERIALIZE_FAIL);
+    ck_assert_status_eq(decode_edited(json, "[45056,4294967295]", "[45056,\"1\"]"),
+                        MC_DESERIALIZE_FAIL);
+    /* words that would wrap the address space, or not an object */
+    ck_assert_status_eq(decode_edited(json, "\"addr\":117440512", "\"addr\":9223372036854775800"),
+                        MC_DESERIALIZE_FAIL);
+    ck_assert_status_eq(decode_edited(json, "\"rdma_gen_words\":{", "\"rdma_gen_words\":[{"),
+                        MC_DESERIALIZE_FAIL);
+    /* a slot without words */
+    ck_assert_status_eq(decode_edited(json, "\"rdma_gen_words\"", "\"rdma_gen_wordz\""),
+                        MC_DESERIALIZE_FAIL);
+    free(json);
+    mc_te_desc_cleanup(&d);
+}
+END_TEST
+
 START_TEST(test_qp_attrs_from_handshake)
 {
     mc_rdma_local_t roce = {.port = 1, .mtu = 5, .gid_index = 3, .ethernet = 1, .psn = 0x1abcdef};
@@ -526,6 +576,7 @@ Suite *mc_test_rdma_path_suite(void)
     tcase_add_test(tc, test_wr_batching);
     tcase_add_test(tc, test_remote_key_checks);
     tcase_add_test(tc, test_descriptor_rdma_members);
+    tcase_add_test(tc, test_descriptor_gen_words);
     tcase_add_test(tc, test_qp_attrs_from_handshake);
     tcase_add_test(tc, test_gid_choice);
     tcase_add_test(tc, test_handshake_over_tcp);
