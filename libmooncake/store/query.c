@@ -932,12 +932,23 @@ static mc_status_t read_from(mc_store_h s, mc_store_query_h q, uint32_t first, u
         mc_te_request_t req;
         mc_status_t rs = mc_te_segment_open(s->te, q->r[k].segment, &seg);
         if (rs == MC_OK) {
+            mc_alloc_block_t block;
+            void *staged = NULL;
+            /* over rdma into memory without an lkey: by READ into the
+             * staging buffer, then a copy (mc_store_rdma_stage_wanted) */
+            if (mc_store_rdma_stage_wanted(s, buf, len, seg) &&
+                (mc_store_lbuf_alloc(s, len, &staged, &block) != MC_OK))
+                staged = NULL;
             req.op      = MC_TE_READ;
-            req.local   = buf;
+            req.local   = (staged != NULL) ? staged : buf;
             req.remote  = q->r[k].addr + offset;
             req.length  = len;
             req.segment = seg;
             rs          = mc_te_transfer_gen(s->te, &req, &q->r[k].gen, 1, NULL);
+            if ((rs == MC_OK) && (staged != NULL))
+                memcpy(buf, staged, len);
+            if (staged != NULL)
+                mc_store_lbuf_free(s, &block);
             if (rs == MC_OK)
                 return MC_OK;
         }

@@ -904,26 +904,41 @@ static mc_status_t check_sources(mc_store_h s, const mc_iov_t *parts, size_t n, 
     return MC_OK;
 }
 
+int mc_store_rdma_stage_wanted(mc_store_h s, const void *base, size_t len,
+                               mc_te_segment_id_t seg)
+{
+    return (strcmp(s->protocol, "rdma") == 0) && (s->lbuf_size != 0) && (len > 0) &&
+           (len <= s->lbuf_size) && !mc_te_mem_is_registered(s->te, base, len) &&
+           !mc_te_segment_same_host(s->te, seg);
+}
+
 /*
- * Over rdma, a write from memory the engine does not know has no lkey and
- * would go over tcp (docs/transfer.md §12.0): copy it into a block of the
- * staging buffer, which is registered, so it goes by RDMA WRITE.  1 with
+ * A put's sources through the staging buffer when some part is
+ * unregistered and some memory replica is on another host
+ * (mc_store_rdma_stage_wanted), so it goes by RDMA WRITE.  1 with
  * *@p ptr_p / *@p block_p to free after the transfer; 0 (nothing staged:
- * another protocol, all registered, no staging buffer or no room now)
- * and the write goes from the caller's memory as before.
+ * another protocol, all registered or all replicas on this host, no
+ * staging buffer or no room now) and the write goes from the caller's
+ * memory as before.
  */
-static int stage_for_rdma(mc_store_h s, const mc_iov_t *parts, size_t nparts, uint64_t total,
-                          void **ptr_p, mc_alloc_block_t *block_p)
+static int stage_for_rdma(mc_store_h s, const mc_wire_replica_list_t *reps,
+                          const mc_iov_t *parts, size_t nparts, uint64_t total, void **ptr_p,
+                          mc_alloc_block_t *block_p)
 {
     int need = 0;
     uint8_t *p;
 
-    if ((strcmp(s->protocol, "rdma") != 0) || (s->lbuf_size == 0) || (total == 0) ||
-        (total > s->lbuf_size))
+    if ((strcmp(s->protocol, "rdma") != 0) || (total == 0) || (total > s->lbuf_size))
         return 0;
-    for (size_t i = 0; (i < nparts) && !need; i++)
-        need = (parts[i].len > 0) && !mc_te_mem_is_registered(s->te, parts[i].base,
-                                                               parts[i].len);
+    for (uint32_t r = 0; (r < reps->n) && !need; r++) {
+        mc_te_segment_id_t seg;
+        if ((reps->v[r].type != MC_WIRE_REPLICA_MEMORY) && (reps->v[r].type != MC_WIRE_REPLICA_NOF))
+            continue;
+        if (open_replica_segment(s, reps->v[r].segment, &seg) != MC_OK)
+            continue; /* the write itself says so */
+        for (size_t i = 0; (i < nparts) && !need; i++)
+            need = mc_store_rdma_stage_wanted(s, parts[i].base, parts[i].len, seg);
+    }
     if (!need || (mc_store_lbuf_alloc(s, total, ptr_p, block_p) != MC_OK))
         return 0;
     p = *ptr_p;
@@ -973,7 +988,7 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
             return MC_INTERNAL_ERROR;
         }
     }
-    if (stage_for_rdma(s, parts, nparts, total, &staged, &sblock)) {
+    if (stage_for_rdma(s, reps, parts, nparts, total, &staged, &sblock)) {
         one    = (mc_iov_t){staged, (size_t)total};
         parts  = &one;
         nparts = 1;

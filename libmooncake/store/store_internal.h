@@ -265,6 +265,13 @@ void mc_store_lbuf_cleanup(mc_store_h s);
 mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,
                                 mc_alloc_block_t *block_p);
 void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block);
+/* Over rdma, memory the engine does not know has no lkey, so a transfer
+ * from or into it with a peer on another host would go over tcp
+ * (docs/transfer.md §12.0): 1 when [@p base, +@p len) should go through a
+ * block of the staging buffer instead (protocol rdma, not registered, fits
+ * the staging buffer, segment @p seg not reached by copies). */
+int mc_store_rdma_stage_wanted(mc_store_h s, const void *base, size_t len,
+                               mc_te_segment_id_t seg);
 
 /* zerocopy.c: 1 when [p, p+len) lies inside one buffer registered with
  * mc_store_register_buffer() or inside the local buffer, else 0.  Every

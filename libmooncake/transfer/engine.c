@@ -1142,6 +1142,12 @@ static mc_te_shm_peer_t *segment_shm(mc_te_segment_t *s)
     return ((p != NULL) && mc_te_shm_peer_alive(p)) ? p : NULL;
 }
 
+int mc_te_segment_same_host(mc_te_t *te, mc_te_segment_id_t seg)
+{
+    mc_te_segment_t *s = segment_by_id(te, seg);
+    return (s != NULL) && (s->is_self || (segment_shm(s) != NULL));
+}
+
 /* The hook of mc_te_transfer_gen_sent, armed on the calling thread. */
 static __thread void (*sent_hook_fn)(void *);
 static __thread void *sent_hook_arg;

@@ -413,6 +413,14 @@ mc_status_t mc_te_disk_read(mc_te_t *te, const char *segment, const mc_te_disk_r
  * now (the answer can change before the call that moves them).
  */
 int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_status_t *st_p);
+/*
+ * 1 when requests on @p seg are served by copies: this engine's own
+ * memory, or a peer on this host whose memory is mapped here (§10).  There
+ * the local side of a request needs no registration; a one-sided
+ * transport (rdma) needs it everywhere else.  0 for an unknown id.
+ */
+int mc_te_segment_same_host(mc_te_t *te, mc_te_segment_id_t seg);
+
 /* mc_te_read_direct where every READ names the generation of the region it
  * expects (@p gens[i], 0 for none): a mismatch fails the call with
  * MC_INVALID_READ.  @p gens NULL is mc_te_read_direct. */

@@ -243,7 +243,8 @@ def test_store_reads_come_by_rdma_read(clients, emu_env, mode):
     every value read, plus one 8-byte READ of the region's generation word
     per queue pair carrying a slice of each request (docs/transfer.md
     3.6), and nothing is refused or sent over tcp.  (A plain get reads into
-    a new bytes object, which has no lkey: that one goes over tcp.)"""
+    a new bytes object, which has no lkey: it goes through the staging
+    buffer, test_plain_get_is_staged_for_rdma_read.)"""
     holder = clients("holder-g")
     w = clients("writer-g", segment=0)
     rd = clients("reader-g", segment=0)
@@ -284,6 +285,30 @@ def test_store_reads_from_holder_without_words(clients, emu_env):
     after = served(holder, emu_env.dir)
     assert total(after, "read_bytes") == 0, after
     assert total(after, "write_bytes") >= 2 * MiB + 1 + 4096, after   # puts still one-sided
+
+
+def test_plain_get_is_staged_for_rdma_read(clients, emu_env):
+    """A get into a new bytes object (no lkey) reads by RDMA READ into the
+    reader's registered staging buffer and is copied out; one larger than
+    the staging buffer goes over tcp, as before; both are the bytes put."""
+    holder = clients("holder-q")
+    w = clients("writer-q", segment=0)
+    rd = clients("reader-q", segment=0, buffer=4 * MiB)
+    small = w.call("put_random", key="fits", size=3 * MiB + 11)
+    big = w.call("put_random", key="too-big", size=5 * MiB)
+    assert small["rc"] == 0 and big["rc"] == 0, w.log_text()
+    before = served(holder, emu_env.dir)
+    g = rd.call("get", key="fits")
+    assert g["sha256"] == small["sha256"] and g["len"] == 3 * MiB + 11
+    mid = served(holder, emu_env.dir)
+    read = total(mid, "read_bytes") - total(before, "read_bytes")
+    assert read >= 3 * MiB + 11, (before, mid)   # the value, and the generation words
+    for dev in ("mlx5_0", "mlx5_1"):
+        assert mid[dev]["read_bytes"] > before[dev]["read_bytes"], mid
+    assert rd.call("get", key="too-big")["sha256"] == big["sha256"]
+    after = served(holder, emu_env.dir)
+    assert total(after, "read_bytes") - total(mid, "read_bytes") < MiB, (mid, after)
+    assert total(after, "refused") == total(before, "refused"), after
 
 
 def test_plain_put_is_staged_for_rdma_write(clients, emu_env):
