@@ -6,7 +6,9 @@
 #      needs root, skipped otherwise)
 #   3. the Lua bindings' busted specs (tests/lua) and the Debian symbols file
 #   4. the unit tests and a C end-to-end run under AddressSanitizer + UBSan
-#   5. every libFuzzer target (tests/fuzz) for MC_FUZZ_SECONDS (10) each
+#   5. every libFuzzer target (tests/fuzz) for MC_FUZZ_SECONDS (10) each,
+#      and the rdma transport's line coverage on the emulated verbs device
+#      (tests/rdma/coverage.sh, at least MC_RDMA_COV_MIN (88) percent)
 #   6. the Debian packages (tests/packaging/run.sh) and the pip wheel in a
 #      bare venv (tests/packaging/wheel.sh), unless MC_SKIP_PACKAGING=1
 # The regular build runs 1 and 2 in parallel with the sanitizer build and
@@ -69,6 +71,14 @@ echo "== pytest end-to-end suite"
 make -C "$top/build" --no-print-directory check-python 2>&1 | tail -n 30
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+# Line coverage of the rdma transport on the emulated verbs device
+# (tests/rdma/coverage.sh: its own --coverage build, the rdma suites and
+# test_rdma_emu.py), in the background while the cluster and Lua suites
+# mostly wait on sockets; below MC_RDMA_COV_MIN percent fails.
+MC_RDMA_COV_MIN=${MC_RDMA_COV_MIN:-88} "$top/tests/rdma/coverage.sh" "$top/build-rdma-cov" \
+    >"$logdir/rdmacov.log" 2>&1 &
+cov_pid=$!
+
 echo "== cluster suite (network namespaces)"
 make -C "$top/build" --no-print-directory check-cluster 2>&1 | tail -n 30
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -97,6 +107,14 @@ elif [ "$fuzz_rc" -eq 77 ]; then
     echo "fuzzers skipped: no clang with -fsanitize=fuzzer"
 else
     tail -n 60 "$logdir/fuzz.log"
+    status=1
+fi
+
+echo "== rdma transport line coverage (emulated verbs device)"
+if wait "$cov_pid"; then
+    grep -E '^coverage.sh:|passed' "$logdir/rdmacov.log"
+else
+    tail -n 40 "$logdir/rdmacov.log"
     status=1
 fi
 
