@@ -398,3 +398,192 @@ done:
     Py_DECREF(fast);
     return out;
 }
+
+/* ---- reshard_attr_ints() ------------------------------------------------------- */
+
+static int mooncake_py_attr_row(int64_t *row, size_t width, int64_t *ndim, PyObject *v,
+                                Py_ssize_t i)
+{
+    Py_ssize_t k, n;
+    if (PyLong_Check(v)) {
+        if (width < 1)
+            goto wide;
+        row[0] = PyLong_AsLongLong(v);
+        for (k = 1; k < (Py_ssize_t)width; k++)
+            row[k] = 0;
+        if (ndim != NULL)
+            *ndim = 1;
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyTuple_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "object %zd: expected an int or a tuple of int, not '%s'",
+                     i, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    n = PyTuple_GET_SIZE(v);
+    if ((size_t)n > width)
+        goto wide;
+    for (k = 0; k < n; k++) {
+        PyObject *x = PyTuple_GET_ITEM(v, k);
+        if (!PyLong_Check(x)) {
+            PyErr_Format(PyExc_TypeError, "object %zd: tuple item %zd is '%s', not int", i, k,
+                         Py_TYPE(x)->tp_name);
+            return -1;
+        }
+        row[k] = PyLong_AsLongLong(x);
+        if (row[k] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    for (; k < (Py_ssize_t)width; k++)
+        row[k] = 0;
+    if (ndim != NULL)
+        *ndim = n;
+    return 0;
+wide:
+    PyErr_Format(PyExc_ValueError, "object %zd: more values than the row width %zu", i, width);
+    return -1;
+}
+
+static int mooncake_py_int64_view(PyObject *o, Py_buffer *view, const char *what)
+{
+    if (PyObject_GetBuffer(o, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return -1;
+    if (view->itemsize != 8 || view->format == NULL ||
+        (strcmp(view->format, "q") != 0 && strcmp(view->format, "l") != 0 &&
+         strcmp(view->format, "<q") != 0 && strcmp(view->format, "<l") != 0 &&
+         strcmp(view->format, "=q") != 0 && strcmp(view->format, "=l") != 0)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a buffer of int64", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* At most this many columns per call (several attributes of one object
+ * are read together: the objects are touched once). */
+#define MOONCAKE_PY_ATTR_COLUMNS 8
+
+typedef struct mooncake_py_attr_col {
+    PyObject *name, *mapping;
+    Py_buffer out, nd;
+    int have_out, have_nd, intern;
+    size_t width;
+} mooncake_py_attr_col_t;
+
+static int mooncake_py_attr_col_init(mooncake_py_attr_col_t *c, PyObject *name, PyObject *out,
+                                     PyObject *ndims, PyObject *mapping, Py_ssize_t n)
+{
+    if (!PyUnicode_Check(name)) {
+        PyErr_SetString(PyExc_TypeError, "name must be a str");
+        return -1;
+    }
+    if (PyList_Check(mapping) && PyList_GET_SIZE(mapping) == 1 &&
+        PyDict_Check(PyList_GET_ITEM(mapping, 0))) {
+        c->intern = 1;
+        mapping = PyList_GET_ITEM(mapping, 0);
+    } else if (mapping != Py_None && !PyDict_Check(mapping)) {
+        PyErr_SetString(PyExc_TypeError, "mapping must be a dict, [dict] or None");
+        return -1;
+    }
+    c->name = name;
+    c->mapping = mapping;
+    if (mooncake_py_int64_view(out, &c->out, "out") != 0)
+        return -1;
+    c->have_out = 1;
+    if (ndims != Py_None) {
+        if (mooncake_py_int64_view(ndims, &c->nd, "ndims") != 0)
+            return -1;
+        c->have_nd = 1;
+    }
+    c->width = n > 0 ? (size_t)c->out.len / 8 / (size_t)n : 0;
+    if ((size_t)c->out.len != c->width * 8 * (size_t)n || (c->have_nd && c->nd.len != n * 8)) {
+        PyErr_Format(PyExc_ValueError, "out must hold %zd rows (and ndims %zd values)", n, n);
+        return -1;
+    }
+    return 0;
+}
+
+static int mooncake_py_attr_col_fill(mooncake_py_attr_col_t *c, PyObject *obj, Py_ssize_t i)
+{
+    int rc;
+    PyObject *v = PyObject_GetAttr(obj, c->name);
+    if (v == NULL)
+        return -1;
+    if (c->mapping != Py_None) {
+        PyObject *m = PyDict_GetItemWithError(c->mapping, v);
+        if (m == NULL && !PyErr_Occurred() && c->intern) {
+            /* a new value: the next code, in order of first appearance */
+            m = PyLong_FromSsize_t(PyDict_GET_SIZE(c->mapping));
+            if (m == NULL || PyDict_SetItem(c->mapping, v, m) != 0) {
+                Py_XDECREF(m);
+                Py_DECREF(v);
+                return -1;
+            }
+            Py_DECREF(m);   /* the dict holds it */
+        }
+        if (m == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, v);
+            Py_DECREF(v);
+            return -1;
+        }
+        Py_INCREF(m);
+        Py_DECREF(v);
+        v = m;
+    }
+    rc = mooncake_py_attr_row((int64_t *)c->out.buf + (size_t)i * c->width, c->width,
+                              c->have_nd ? (int64_t *)c->nd.buf + i : NULL, v, i);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* name, out, ndims and mapping are one column's, or tuples of as many
+ * columns' (at most MOONCAKE_PY_ATTR_COLUMNS). */
+PyObject *mooncake_py_reshard_attr_ints(PyObject *objects, PyObject *name, PyObject *out,
+                                        PyObject *ndims, PyObject *mapping)
+{
+    mooncake_py_attr_col_t cols[MOONCAKE_PY_ATTR_COLUMNS];
+    PyObject *fast, *result = NULL;
+    Py_ssize_t i, k, n, ncols = 1;
+    int multi = PyTuple_Check(name);
+    memset(cols, 0, sizeof(cols));
+    if (multi) {
+        ncols = PyTuple_GET_SIZE(name);
+        if (ncols < 1 || ncols > MOONCAKE_PY_ATTR_COLUMNS || !PyTuple_Check(out) ||
+            !PyTuple_Check(ndims) || !PyTuple_Check(mapping) ||
+            PyTuple_GET_SIZE(out) != ncols || PyTuple_GET_SIZE(ndims) != ncols ||
+            PyTuple_GET_SIZE(mapping) != ncols) {
+            PyErr_Format(PyExc_ValueError, "name, out, ndims and mapping must be tuples of "
+                         "1 to %d columns each", MOONCAKE_PY_ATTR_COLUMNS);
+            return NULL;
+        }
+    }
+    fast = PySequence_Fast(objects, "objects must be a sequence");
+    if (fast == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    for (k = 0; k < ncols; k++) {
+        if (mooncake_py_attr_col_init(&cols[k], multi ? PyTuple_GET_ITEM(name, k) : name,
+                                      multi ? PyTuple_GET_ITEM(out, k) : out,
+                                      multi ? PyTuple_GET_ITEM(ndims, k) : ndims,
+                                      multi ? PyTuple_GET_ITEM(mapping, k) : mapping, n) != 0)
+            goto done;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *obj = PySequence_Fast_GET_ITEM(fast, i);
+        for (k = 0; k < ncols; k++)
+            if (mooncake_py_attr_col_fill(&cols[k], obj, i) != 0)
+                goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    for (k = 0; k < ncols; k++) {
+        if (cols[k].have_nd)
+            PyBuffer_Release(&cols[k].nd);
+        if (cols[k].have_out)
+            PyBuffer_Release(&cols[k].out);
+    }
+    Py_DECREF(fast);
+    return result;
+}

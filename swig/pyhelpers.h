@@ -47,4 +47,19 @@ PyObject *mooncake_py_ragged_rows(PyObject *data, PyObject *offsets, PyObject *s
  */
 PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out);
 
+/*
+ * reshard_attr_ints(objects, name, out, ndims, mapping): per object i,
+ * v = getattr(objects[i], name) (mapping[v] when mapping is not None),
+ * an int or a tuple of ints, written left-aligned into row i of `out`
+ * (a writable C-contiguous int64 buffer of n rows; its length fixes the
+ * row width), zero-padded, and its length into ndims[i] (an int64 buffer
+ * of n, or None).  mapping may also be [dict]: a value not in the dict
+ * is added with the next code (len(dict)), so that one pass numbers the
+ * distinct values in order of appearance.  The reshard planner derives
+ * the columns of a manifest of 10^5 fragments with it in milliseconds,
+ * where attribute access and numpy.fromiter in Python take tens.  It
+ * reads Python objects, so it keeps the interpreter lock. */
+PyObject *mooncake_py_reshard_attr_ints(PyObject *objects, PyObject *name, PyObject *out,
+                                        PyObject *ndims, PyObject *mapping);
+
 #endif /* MOONCAKE_SWIG_PYHELPERS_H */

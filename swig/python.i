@@ -281,6 +281,17 @@ MOONCAKE_PY_CADDR(mc_reshard_table_h, table)
     $result = PyLong_FromVoidPtr((void *)$1);
 }
 
+/* ---- reshard_attr_ints(): integer columns of many Python objects ---------- */
+
+/* reshard_attr_ints(objects, name, out, ndims, mapping): integer columns of
+ * many Python objects' attributes in one pass (swig/pyhelpers.h has the
+ * contract; the code lives in swig/pyhelpers.c).  It reads Python
+ * objects, so it keeps the interpreter lock. */
+%nothread mooncake_py_reshard_attr_ints;
+%rename(reshard_attr_ints) mooncake_py_reshard_attr_ints;
+PyObject *mooncake_py_reshard_attr_ints(PyObject *objects, PyObject *name, PyObject *out,
+                                        PyObject *ndims, PyObject *mapping);
+
 /* ---- mc_codec_ragged_*(): rows in, arrays by address, counts out ------------ */
 
 /* The arrays a codec call reads or fills: addresses (int), as the

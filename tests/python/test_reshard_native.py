@@ -266,3 +266,171 @@ def test_native_lowering_is_coalesced_and_bit_exact(seed):
     runs = sum(r.runs for rs in lower_plan(plan).values() for r in rs)
     assert len(key) <= runs
     assert int(ln.sum()) == plan.total_bytes
+
+
+# --- the target's coverage and the source choice from the columns ----------
+
+def explicit_placement(name, tensors, boxes, tp=1, dp=1, axes=None):
+    """A placement of (tensor id, shape) tensors from explicit boxes:
+    boxes[tensor id][(dp, tp)] is that rank's list of (offset, shape)."""
+    topo = ParallelTopology(tp_size=tp, pp_size=1, ep_size=1, dp_size=dp, participants=[
+        TopologyParticipant(f"{name}-dp{d}-tp{t}", R(dp=d, tp=t))
+        for d in range(dp) for t in range(tp)])
+    descs, frags = [], []
+    for tid, shape in tensors:
+        ax = (axes or {}).get(tid)
+        if ax is None:
+            ax = ([ReplicatedAxis("dp")] if dp > 1 else []) + \
+                ([ReplicatedAxis("tp")] if tp > 1 else [])
+        descs.append(TensorDescriptor(tid, shape, "u8", 1, (), f"fp:{tid}", ax))
+        for (d, t), bs in boxes[tid].items():
+            for o, s in bs:
+                frags.append(PlacementFragment(tid, o, s, prod(s), R(dp=d, tp=t)))
+    return WeightPlacementManifest.from_fragments(
+        resource_id="model", revision="rev", weight_generation=1, placement_set_id=name,
+        topology=topo, tensors=descs, fragments=frags)
+
+
+def whole(tensors):
+    return explicit_placement("src", tensors, {tid: {(0, 0): [((0,) * len(s), s)]}
+                                               for tid, s in tensors})
+
+
+FULL = [((0, 0), (4, 4))]
+HALVES = [((0, 0), (2, 4)), ((2, 0), (2, 4))]
+BRICKS = [((0, 0), (2, 4)), ((2, 0), (2, 2)), ((2, 2), (2, 2))]   # no grid: the reference decides
+
+
+def refusals(src, tgt):
+    out = [both(plan_placement_transfer, src, tgt)]
+    out.append(both(plan_stored_transfer_to_target_placement,
+                    stored_from(random.Random(0), src), tgt))
+    return out
+
+
+def unproven(tgt):
+    tc = planner._cache(tgt, planner._PlacementCache)
+    parts = [p for p in tgt.parts if p.fragments]
+    tidx = np.concatenate([tc.part_frags[tgt.parts.index(p)] for p in parts])
+    todo = planner._fast_target_coverage(tgt.tensors, tc, tidx,
+                                         sorted({p.rank.dp for p in parts}))
+    return [tgt.tensors[i].tensor_id for i in todo]
+
+
+def test_target_coverage_first_refusal_alike():
+    """Valid placements the planner refuses: TP replicas tiled differently
+    within one DP rank.  The first refusal in tensor order, then DP order,
+    is the reference's, whichever tensors the columns prove."""
+    tensors = [("a", (4, 4)), ("m", (4, 4)), ("z", (4, 4))]
+    boxes = {"a": {(d, t): FULL for d in range(2) for t in range(2)},
+             # m: fine at dp 0, refused at dp 1; z: refused at dp 0
+             "m": {(0, 0): FULL, (0, 1): FULL, (1, 0): FULL, (1, 1): HALVES},
+             "z": {(0, 0): FULL, (0, 1): HALVES, (1, 0): FULL, (1, 1): FULL}}
+    tgt = explicit_placement("tgt", tensors, boxes, tp=2, dp=2)
+    for native, ref in refusals(whole(tensors), tgt):
+        assert native == ref == "ValueError: target tensor is not fully covered: m: dp=1"
+    # with m fixed, z's refusal at dp 0 comes first
+    boxes["m"] = {(d, t): FULL for d in range(2) for t in range(2)}
+    tgt = explicit_placement("tgt", tensors, boxes, tp=2, dp=2)
+    assert unproven(tgt) == ["z"]     # the columns prove a and m
+    for native, ref in refusals(whole(tensors), tgt):
+        assert native == ref == "ValueError: target tensor is not fully covered: z: dp=0"
+
+
+def test_target_coverage_dp_owner_refusal_alike():
+    tensors = [("b", (4, 4)), ("o", (4, 4))]
+    owned = [OwnershipAxis("dp"), ReplicatedAxis("tp")]
+    boxes = {"b": {(d, t): FULL for d in range(2) for t in range(2)},
+             "o": {(0, 0): FULL, (0, 1): BRICKS}}
+    tgt = explicit_placement("tgt", tensors, boxes, tp=2, dp=2, axes={"o": owned})
+    for native, ref in refusals(whole(tensors), tgt):
+        assert native == ref == \
+            "ValueError: target tensor is not fully covered by its DP owner: o"
+
+
+def test_irregular_tilings_plan_alike():
+    """Boxes that tile exactly but not as a grid are not proven by the
+    columns: the reference's rule accepts them, on either side."""
+    tensors = [("a", (4, 4)), ("b", (4, 4))]
+    tgt = explicit_placement("tgt", tensors, {"a": {(0, 0): BRICKS}, "b": {(0, 0): FULL}})
+    src = explicit_placement("src", tensors, {"a": {(0, 0): HALVES}, "b": {(0, 0): BRICKS}})
+    assert unproven(tgt) == ["a"] and unproven(src) == ["b"]
+    for native, ref in refusals(src, tgt):
+        assert_same(native, ref)
+        assert not isinstance(native, str), native
+    # and back: an irregular source into the grid
+    for native, ref in refusals(tgt, src):
+        assert_same(native, ref)
+
+
+def test_source_replicas_tiled_differently_refuse_alike():
+    # one owner group whose TP replicas tile differently: no complete replica
+    tensors = [("a", (4, 4))]
+    src = explicit_placement("src", tensors, {"a": {(0, 0): FULL, (0, 1): HALVES}}, tp=2)
+    tgt = whole(tensors)
+    native, ref = both(plan_placement_transfer, src, tgt)
+    assert native == ref and native.startswith("ValueError: source manifests have no "
+                                                "complete DP replica")
+
+
+def test_attr_ints_reads_columns_and_refuses_malformed_objects():
+    from mooncake import capi
+
+    class O:
+        def __init__(self, a, t):
+            self.a, self.t = a, t
+    objs = [O((1, 2), "x"), O((3,), "y"), O(7, "x")]
+    out, nd = np.full((3, 2), -1, np.int64), np.zeros(3, np.int64)
+    capi.reshard_attr_ints(objs, "a", out, nd, None)
+    assert out.tolist() == [[1, 2], [3, 0], [7, 0]] and nd.tolist() == [2, 1, 1]
+    a, t = np.zeros((3, 2), np.int64), np.zeros(3, np.int64)
+    capi.reshard_attr_ints(objs, ("a", "t"), (a, t), (None, None), (None, {"x": 5, "y": 6}))
+    assert a.tolist() == out.tolist() and t.tolist() == [5, 6, 5]
+    codes, seen = np.zeros(3, np.int64), {"y": 0}   # [dict]: new values numbered
+    capi.reshard_attr_ints(objs, "t", codes, None, [seen])
+    assert codes.tolist() == [1, 0, 1] and seen == {"y": 0, "x": 1}
+    with pytest.raises(ValueError, match="object 0: more values than the row width 1"):
+        capi.reshard_attr_ints(objs, "a", np.zeros(3, np.int64), None, None)
+    with pytest.raises(TypeError, match="object 0: expected an int or a tuple of int"):
+        capi.reshard_attr_ints([O("s", "x")], "a", np.zeros(1, np.int64), None, None)
+    with pytest.raises(KeyError):
+        capi.reshard_attr_ints(objs, "t", np.zeros(3, np.int64), None, {"x": 1})
+    with pytest.raises(TypeError, match="out must be a buffer of int64"):
+        capi.reshard_attr_ints(objs, "a", np.zeros((3, 2), np.int32), None, None)
+    with pytest.raises(ValueError, match="out must hold 3 rows"):
+        capi.reshard_attr_ints(objs, "a", np.zeros(4, np.int64), None, None)
+    with pytest.raises(AttributeError):
+        capi.reshard_attr_ints(objs, "missing", np.zeros(3, np.int64), None, None)
+
+
+def test_one_element_and_high_rank_tensors_plan_alike():
+    """Rank 1 of one element (replicated) and rank 5 (wider than the
+    columns' first guess) next to rank 2, split over TP and planned back."""
+    shapes = {"s": (1,), "h": (2, 1, 3, 1, 4), "m": (4, 4)}
+
+    def place(name, tp):
+        topo = ParallelTopology(tp_size=tp, pp_size=1, ep_size=1, dp_size=1, participants=[
+            TopologyParticipant(f"{name}-tp{t}", R(tp=t)) for t in range(tp)])
+        descs, frags = [], []
+        for tid, shape in shapes.items():
+            split = len(shape) - 1 if len(shape) > 1 and tp > 1 else None
+            axes = [] if tp == 1 else [SplitAxis("tp", split) if split is not None
+                                       else ReplicatedAxis("tp")]
+            descs.append(TensorDescriptor(tid, shape, "u16", 2, () if split is None
+                                          else (split,), f"fp:{tid}", axes))
+            for t in range(tp):
+                off, shp = [0] * len(shape), list(shape)
+                if split is not None:
+                    step = shape[split] // tp
+                    off[split], shp[split] = t * step, step
+                frags.append(PlacementFragment(tid, tuple(off), tuple(shp), 2 * prod(shp),
+                                               R(tp=t)))
+        return WeightPlacementManifest.from_fragments(
+            resource_id="model", revision="rev", weight_generation=1, placement_set_id=name,
+            topology=topo, tensors=descs, fragments=frags)
+    src, tgt = place("src", 2), place("tgt", 1)
+    for a, b in ((src, tgt), (tgt, src)):
+        assert unproven(b) == []
+        for native, ref in refusals(a, b):
+            assert_same(native, ref)
+            assert not isinstance(native, str), native

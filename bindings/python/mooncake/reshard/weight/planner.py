@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Sequence as _SequenceABC
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from itertools import chain, product
+from itertools import chain, product, repeat
 from operator import attrgetter
 from math import prod
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -235,7 +235,8 @@ class PipelineRouteGroup:
 def _executor(placement: WeightPlacementManifest, part: WeightPlacementPart
               ) -> PlacementExecutorPlan:
     return PlacementExecutorPlan(placement.placement_id, part.participant_id, part.rank,
-                                 tuple(f.placement_fragment_id for f in part.fragments))
+                                 tuple(map(attrgetter("placement_fragment_id"),
+                                           part.fragments)))
 
 
 @dataclass(frozen=True)
@@ -441,7 +442,11 @@ def _check_catalog(source: Dict[str, TensorDescriptor], target: Sequence[TensorD
 
 
 def _owner_kinds(t: TensorDescriptor) -> Tuple[str, ...]:
-    return tuple(a.kind for a in t.parallel_axes if isinstance(a, OwnershipAxis))
+    return _owner_kinds_of(t.parallel_axes)
+
+
+def _owner_kinds_of(axes: Sequence[Any]) -> Tuple[str, ...]:
+    return tuple(a.kind for a in axes if isinstance(a, OwnershipAxis))
 
 
 def _dp_owned(t: TensorDescriptor) -> bool:
@@ -459,21 +464,29 @@ def _check_target_coverage(tensors: Sequence[TensorDescriptor],
     for f in frags:
         by_tensor[f.tensor_id].append(f)
     for t in tensors:
-        owners = [k for k in _owner_kinds(t)]
-        groups: Dict[Tuple[int, ...], List[PlacementFragment]] = defaultdict(list)
-        for f in by_tensor[t.tensor_id]:
-            groups[tuple(f.rank.coordinate(k) for k in owners)].append(f)
-        if _dp_owned(t):
-            for g in groups.values():
-                if not _covers(t, g):
-                    raise ValueError(f"target tensor is not fully covered by its DP owner: "
-                                     f"{t.tensor_id}")
-            continue
-        for dp in dps:
-            for g in groups.values():
-                if not _covers(t, [f for f in g if f.rank.dp == dp]):
-                    raise ValueError(f"target tensor is not fully covered: {t.tensor_id}: "
-                                     f"dp={dp}")
+        _check_tensor_target_coverage(t, by_tensor[t.tensor_id], dps)
+
+
+def _check_tensor_target_coverage(t: TensorDescriptor, frags: Sequence[PlacementFragment],
+                                  dps: Sequence[int]) -> None:
+    """One tensor of `_check_target_coverage`: every owner group (and,
+    unless DP owns the tensor, its fragments at each target DP rank) tiles
+    the tensor, identical boxes counted once."""
+    owners = [k for k in _owner_kinds(t)]
+    groups: Dict[Tuple[int, ...], List[PlacementFragment]] = defaultdict(list)
+    for f in frags:
+        groups[tuple(f.rank.coordinate(k) for k in owners)].append(f)
+    if _dp_owned(t):
+        for g in groups.values():
+            if not _covers(t, g):
+                raise ValueError(f"target tensor is not fully covered by its DP owner: "
+                                 f"{t.tensor_id}")
+        return
+    for dp in dps:
+        for g in groups.values():
+            if not _covers(t, [f for f in g if f.rank.dp == dp]):
+                raise ValueError(f"target tensor is not fully covered: {t.tensor_id}: "
+                                 f"dp={dp}")
 
 
 def _placement_key(f: PlacementFragment) -> Tuple[Any, ...]:
@@ -733,8 +746,14 @@ def plan_stored_transfer_to_target_placement(
 # over integer columns, and the plan's operations are materialized as
 # TransferRegion objects only when someone looks at them.  The columns of a
 # manifest are derived once per (immutable) manifest and kept on it, as
-# manifest._fragment_index is.  Without the native module, or for input it
-# refuses as malformed, the reference planner runs.
+# manifest._fragment_index is, each read in one C pass over the fragments
+# (reshard_attr_ints).  The target's coverage and the source choice are
+# decided on those columns (numpy) wherever they prove the reference's
+# rule holds -- every group of boxes a grid that tiles its tensor; the
+# tensors they do not prove (irregular tilings, real gaps) go through the
+# reference's rule, in its order, so a refusal is the reference's.  Without
+# the native module, or for input it refuses as malformed, the reference
+# planner runs.
 
 try:
     from mooncake import capi as _capi
@@ -744,6 +763,7 @@ except Exception:  # pragma: no cover - depends on the built extension
     _NATIVE_OK = False
 
 _native_state = threading.local()
+_ATTR_INTS = getattr(_capi, "reshard_attr_ints", None) if _NATIVE_OK else None
 
 # mc_reshard_refusal_t
 _BAD_INPUT, _NOT_COVERED, _TOO_MANY_REGIONS, _REGION_SEGMENTS, _TOTAL_SEGMENTS = 1, 2, 3, 4, 5
@@ -802,11 +822,61 @@ def _int64_view(addr: int, n: int) -> Any:
     return np.ctypeslib.as_array(ctypes.cast(addr, ctypes.POINTER(ctypes.c_int64)), (n,))
 
 
+def _attr_ints(objs: Sequence[Any], name: str, width: Optional[int] = None,
+               mapping: Optional[Dict[Any, int]] = None) -> Any:
+    """getattr(o, name) (mapping[...] when given; with [dict], values not
+    in it are added with the next code) of every object as int64: a column
+    of ints, or n x width rows of int tuples, left-aligned and zero-padded.
+    One C call where the binding has reshard_attr_ints."""
+    np = _np()
+    n = len(objs)
+    out = np.empty(n if width is None else (n, width), np.int64)
+    if _ATTR_INTS is not None and (width is None or width > 0):
+        _ATTR_INTS(objs, name, out, None, mapping)
+        return out
+    values = map(attrgetter(name), objs)
+    if isinstance(mapping, list):       # [dict]: number new values as they come
+        codes = mapping[0]
+        values = (codes.setdefault(v, len(codes)) for v in values)
+    elif mapping is not None:
+        values = map(mapping.__getitem__, values)
+    if width is None:
+        out[:] = np.fromiter(values, np.int64, n)
+        return out
+    out[:] = 0
+    for i, v in enumerate(values):
+        out[i, :len(v)] = v
+    return out
+
+
+def _attr_columns(objs: Sequence[Any], specs: Sequence[Tuple[str, Optional[int], Any]]
+                  ) -> List[Any]:
+    """`_attr_ints` of several attributes (name, width, mapping), read in
+    one pass over the objects: touching each object once matters when
+    they lie scattered in memory (a placement's fragments, sorted by id)."""
+    np = _np()
+    n = len(objs)
+    outs = [np.empty(n if w is None else (n, w), np.int64) for _, w, _ in specs]
+    if _ATTR_INTS is not None and all(w is None or w > 0 for _, w, _ in specs):
+        _ATTR_INTS(objs, tuple(name for name, _, _ in specs), tuple(outs),
+                   (None,) * len(specs), tuple(m for _, _, m in specs))
+        return outs
+    return [_attr_ints(objs, name, w, m) for name, w, m in specs]
+
+
 class _Columns:
     """Offsets and shapes of fragments as n x width int64 rows (left
     aligned) and their dimension counts."""
 
     __slots__ = ("off", "shape", "ndim", "width", "n")
+
+    @classmethod
+    def of(cls, off: Any, shape: Any, ndim: Any) -> "_Columns":
+        """Columns already read (n x width, left-aligned, zero-padded)."""
+        c = cls.__new__(cls)
+        c.n, c.width = len(ndim), off.shape[1]
+        c.off, c.shape, c.ndim = off, shape, ndim
+        return c
 
     def __init__(self, frags: Sequence[Any]) -> None:
         np = _np()
@@ -836,36 +906,184 @@ class _Columns:
         pad = ((0, 0), (0, w - self.width))
         return np.pad(self.off, pad), np.pad(self.shape, pad)
 
+    def boxes(self) -> Tuple[Any, Any]:
+        """(offsets, shapes) at least one column wide, the dimensions a
+        fragment lacks as extent 1 at 0 (so that volumes are products)."""
+        np = _np()
+        off, shape = self.widened(max(1, self.width))
+        pad = np.arange(off.shape[1])[None, :] >= self.ndim[:, None]
+        return off, np.where(pad, 1, shape)
+
 
 def _catalog_keys(tensors: Sequence[TensorDescriptor]) -> Dict[str, Tuple[Any, ...]]:
     return {t.tensor_id: (t.layout_fingerprint, t.global_shape, t.dtype, t.itemsize,
                           t.layer_id, t.expert_id) for t in tensors}
 
 
+def _tensor_columns(tensors: Sequence[TensorDescriptor]) -> Tuple[Any, Any, Any]:
+    """(itemsize, extent, ndim) of each tensor: the extents n x width (at
+    least 1), a dimension a tensor lacks as 1."""
+    np = _np()
+    nt = len(tensors)
+    itemsize, ndim = np.empty(nt, np.int64), np.zeros(nt, np.int64)
+    widths = [4]
+    while _ATTR_INTS is not None and nt and widths:
+        ext = np.empty((nt, widths.pop()), np.int64)
+        try:
+            _ATTR_INTS(tensors, ("itemsize", "global_shape"), (itemsize, ext), (None, ndim),
+                       (None, None))
+            break
+        except ValueError:      # a rank above 4: once more, wide enough
+            if ext.shape[1] != 4:
+                raise
+            widths.append(max(len(t.global_shape) for t in tensors))
+    else:
+        itemsize = np.fromiter((t.itemsize for t in tensors), np.int64, nt)
+        ndim = np.fromiter((t.ndim for t in tensors), np.int64, nt)
+        ext = np.zeros((nt, max(1, int(ndim.max()) if nt else 1)), np.int64)
+        for i, t in enumerate(tensors):
+            ext[i, :t.ndim] = t.global_shape
+    w = max(1, int(ndim.max()) if nt else 1)
+    ext = ext[:, :w] if ext.shape[1] >= w else np.pad(ext, ((0, 0), (0, w - ext.shape[1])))
+    return itemsize, np.where(np.arange(w)[None, :] >= ndim[:, None], 1, ext), ndim
+
+
 class _PlacementCache:
-    """What the native planner needs of a placement, derived once."""
+    """What the native planner needs of a placement, derived once: per
+    fragment its columns, tensor and part; per part its rank coordinates;
+    per tensor its extent and owner axes (the coverage check's groups)."""
 
     def __init__(self, p: WeightPlacementManifest) -> None:
         np = _np()
-        self.frags = p.fragments                     # sorted by id: index = id rank
-        self.cols = _Columns(self.frags)
-        self.index = {f.placement_fragment_id: i for i, f in enumerate(self.frags)}
+        frags = self.frags = p.fragments             # sorted by id: index = id rank
+        n = len(frags)
+        self.parts = p.parts
+        self._index: Optional[Dict[str, int]] = None
         self.tensor_index = {t.tensor_id: i for i, t in enumerate(p.tensors)}
-        self.itemsize = np.fromiter((t.itemsize for t in p.tensors), np.int64, len(p.tensors))
-        self.frag_tensor = np.fromiter((self.tensor_index[f.tensor_id] for f in self.frags),
-                                       np.int64, len(self.frags))
-        self.frag_dp = np.fromiter((f.rank.dp for f in self.frags), np.int64, len(self.frags))
-        self.part_frags = [np.fromiter((self.index[f.placement_fragment_id]
-                                        for f in part.fragments), np.int64, len(part.fragments))
-                           for part in p.parts]
-        self.frag_part = np.zeros(len(self.frags), np.int64)
+        nt = len(p.tensors)
+        self.itemsize, ext, self.tensor_ndim = _tensor_columns(p.tensors)
+        w = ext.shape[1]
+        self.frag_tensor, off, shape = _attr_columns(
+            frags, (("tensor_id", None, self.tensor_index), ("global_offset", w, None),
+                    ("local_shape", w, None)))
+        self.cols = _Columns.of(off, shape, self.tensor_ndim[self.frag_tensor])
+        self.box_off, self.box_shape = self.cols.boxes()
+        self.tensor_ext = ext
+        # capped: a volume past 2**62 sends its tensors to the reference
+        big = ext.astype(float).prod(axis=1) >= 2.0 ** 62
+        self.tensor_volume = np.where(big, 2 ** 62, np.where(big[:, None], 1, ext).prod(axis=1))
+        masks: Dict[Any, List[bool]] = {}
+        for axes in map(attrgetter("parallel_axes"), p.tensors):
+            if axes not in masks:
+                kinds = _owner_kinds_of(axes)
+                masks[axes] = [k in kinds for k in _KINDS]
+        self.tensor_owners = np.array([masks[a] for a in map(attrgetter("parallel_axes"),
+                                                             p.tensors)],
+                                      bool).reshape(nt, 4)
+        # a part's fragments are the placement's objects: their positions
+        # by identity, without reading them
+        at = dict(zip(map(id, frags), range(n))).__getitem__
+        self.part_frags = [np.fromiter(map(at, map(id, part.fragments)), np.int64,
+                                       len(part.fragments)) for part in p.parts]
+        self.frag_part = np.zeros(n, np.int64)
         for i, idx in enumerate(self.part_frags):
             self.frag_part[idx] = i
+        # a fragment's rank is its part's
+        self.part_coords = np.array([[getattr(part.rank, k) for k in _KINDS]
+                                     for part in p.parts], np.int64).reshape(-1, 4)
+        self.frag_dp = self.part_coords[self.frag_part, 0] if n else np.zeros(0, np.int64)
         self.catalog = _catalog_keys(p.tensors)
         self.covered: set = set()                    # participant selections checked
         self.executors: Dict[int, PlacementExecutorPlan] = {}
         self.source: Optional[_PlacementSource] = None
         self.source_sets: Dict[Tuple[str, int], Any] = {}
+        self._single: Optional[Dict[int, Any]] = None
+
+    @property
+    def index(self) -> Dict[str, int]:
+        """Fragment id -> position (for the reference's source choice)."""
+        if self._index is None:
+            self._index = dict(zip(map(attrgetter("placement_fragment_id"), self.frags),
+                                   range(len(self.frags))))
+        return self._index
+
+    def groups(self, rows: Any) -> Tuple[Any, Any, Any]:
+        """(group of each row, group keys, tensor of each group) of the
+        fragments `rows`: a group is (tensor, DP rank, the coordinates of
+        the tensor's owner axes) -- the reference's owner groups at one DP
+        rank; a DP-owned tensor's owners include DP anyway.  None where
+        the key would not fit in int64."""
+        np = _np()
+        ft = self.frag_tensor[rows]
+        coords = self.part_coords[self.frag_part[rows]]        # (dp, pp, ep, tp)
+        masked = np.where(self.tensor_owners[ft], coords, -1)
+        masked[:, 0] = coords[:, 0]
+        radix = coords.max(axis=0) + 2
+        span = int(np.prod(radix))
+        if (len(self.tensor_ndim) + 1) * float(span) >= 2.0 ** 62:
+            return None
+        key = ft.copy()
+        for c in range(4):
+            key = key * radix[c] + (masked[:, c] + 1)
+        ukey, group = np.unique(key, return_inverse=True)
+        return group.reshape(-1), ukey, ukey // span
+
+    def proven(self, rows: Any, group: Any) -> Any:
+        """Per group, whether `_tiles` proves it covers its tensor (groups
+        of 3+ dimensions with many boxes are left unproven)."""
+        np = _np()
+        order = np.argsort(group, kind="stable")
+        g, r = group[order], rows[order]
+        ft = self.frag_tensor[r]
+        ok = _tiles(g, self.box_off[r], self.box_shape[r], self.tensor_ext[ft])
+        big = np.bincount(g, minlength=len(ok)) > _FAST_COVER_MAX_BOXES
+        if big.any():
+            first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+            ok &= ~(big & (self.tensor_ndim[ft[first]] > 2))
+        return ok
+
+    def single_owner_sets(self) -> Dict[int, Any]:
+        """The source choice of the tensors that have one owner group at
+        one DP rank, proven to tile them: per tensor index, its
+        representatives (per distinct box the lowest (dp, pp, ep, tp, id)
+        fragment) in the order of each box's first fragment by id -- what
+        `_PlacementSource.candidates` returns for them at every target DP
+        rank.  Other tensors are left to it."""
+        if self._single is not None:
+            return self._single
+        np = _np()
+        self._single = {}
+        n = len(self.frags)
+        rows = np.arange(n, dtype=np.int64)
+        gk = self.groups(rows) if n else None
+        if gk is None or int(self.tensor_volume.max()) >= 2 ** 62:
+            return self._single
+        group, _, g_tensor = gk
+        ok = self.proven(rows, group)
+        single = ok & (np.bincount(g_tensor, minlength=len(self.tensor_ndim))[g_tensor] == 1)
+        rows = rows[single[group]]
+        if not len(rows):
+            return self._single
+        g = group[rows]
+        off, shape = self.box_off[rows], self.box_shape[rows]
+        rank = self.part_coords[self.frag_part[rows]]          # (dp, pp, ep, tp)
+        w = off.shape[1]
+        # by (group, box, rank, id): each box's first row is its representative
+        order = np.lexsort([rows] + [rank[:, c] for c in (3, 2, 1, 0)] +
+                           [shape[:, d] for d in reversed(range(w))] +
+                           [off[:, d] for d in reversed(range(w))] + [g])
+        g, rows, off, shape = g[order], rows[order], off[order], shape[order]
+        starts = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) |
+                                      (off[1:] != off[:-1]).any(axis=1) |
+                                      (shape[1:] != shape[:-1]).any(axis=1)])
+        rep, box_group = rows[starts], g[starts]
+        first = np.minimum.reduceat(rows, starts)
+        by = np.lexsort((first, box_group))
+        rep, box_group = rep[by], box_group[by]
+        cut = np.flatnonzero(np.r_[True, box_group[1:] != box_group[:-1]])
+        tensors = g_tensor[box_group[cut]].tolist()
+        self._single = dict(zip(tensors, np.split(rep, cut[1:])))
+        return self._single
 
 
 class _StoredCache:
@@ -875,28 +1093,51 @@ class _StoredCache:
         np = _np()
         frags = self.frags = m.fragments
         n = len(frags)
-        self.cols = _Columns(frags)
+        tensor_ids = list(map(attrgetter("tensor_id"), m.tensors))
+        ndim = _tensor_columns(m.tensors)[2]
+        w = max(1, int(ndim.max()) if len(ndim) else 1)
+        key_index: Dict[str, int] = {}
+        ft, off, shape, self.object_offset, self.key_of = _attr_columns(
+            frags, (("tensor_id", None, dict(zip(tensor_ids, range(len(tensor_ids))))),
+                    ("global_offset", w, None), ("local_shape", w, None),
+                    ("object_offset", None, None), ("object_key", None, [key_index])))
+        self.keys: List[str] = list(key_index)     # by code: in order of appearance
+        self.cols = _Columns.of(off, shape, ndim[ft])
         # The source rank only breaks ties between regions of one target at
         # one target offset, which boxes that tile a tensor never have:
         # the fragments' order serves (no sort of the ids).
         self.order = np.arange(n, dtype=np.int64)
-        # candidate sets: per tensor, by (object_key, fragment_id), as the
-        # reference tries them (limits are checked in that order)
-        tids = list(map(attrgetter("tensor_id"), frags))
-        okeys = list(map(attrgetter("object_key"), frags))
-        sort_keys = list(zip(tids, okeys, map(attrgetter("fragment_id"), frags)))
-        by = sorted(range(n), key=sort_keys.__getitem__)
-        self.members = np.asarray(by, np.int64)
-        ordered = [tids[i] for i in by]
-        first = [k for k in range(n) if k == 0 or ordered[k] != ordered[k - 1]]
-        self.set_of: Dict[str, int] = {ordered[k]: j for j, k in enumerate(first)}
-        self.starts = np.asarray(first + [n], np.int64)
-        key_index: Dict[str, int] = {}
-        self.key_of = np.fromiter((key_index.setdefault(k, len(key_index)) for k in okeys),
-                                  np.int64, n)
-        self.keys: List[str] = list(key_index)
-        self.object_offset = np.fromiter((f.object_offset for f in frags), np.int64, n)
+        self._tensor_ids, self._ft = tensor_ids, ft
+        self._sets: Dict[bool, Tuple[Dict[str, int], Any, Any]] = {}
         self.catalog = _catalog_keys(m.tensors)
+
+    def sets(self, exact: bool) -> Tuple[Dict[str, int], Any, Any]:
+        """(set of each tensor id, set starts, members): the candidate
+        sets, per tensor its fragments.  The plan does not depend on their
+        order within a set (the stored boxes of a tensor tile it: no two
+        regions of a target share an offset), only the limit refusals do:
+        the reference tries them by (object_key, fragment_id), `exact`
+        gives that order, else they keep the manifest's (no string sort)."""
+        got = self._sets.get(exact)
+        if got is not None:
+            return got
+        np = _np()
+        frags, ft = self.frags, self._ft
+        n = len(frags)
+        if exact:
+            sort_keys = list(zip(map(attrgetter("tensor_id"), frags),
+                                 map(attrgetter("object_key"), frags),
+                                 map(attrgetter("fragment_id"), frags)))
+            members = np.fromiter(sorted(range(n), key=sort_keys.__getitem__), np.int64, n)
+        else:
+            members = np.argsort(ft, kind="stable").astype(np.int64)
+        ordered = ft[members]
+        first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if n else \
+            np.zeros(0, np.int64)
+        set_of = dict(zip(map(self._tensor_ids.__getitem__, ordered[first].tolist()),
+                          range(len(first))))
+        got = self._sets[exact] = (set_of, np.append(first, n).astype(np.int64), members)
+        return got
 
 
 def _cache(obj: Any, cls: type) -> Any:
@@ -1090,6 +1331,110 @@ def _targets_of(tc: _PlacementCache, target: WeightPlacementManifest,
     return tidx, [frags[i] for i in tidx.tolist()]
 
 
+_KINDS = ("dp", "pp", "ep", "tp")     # the columns of _PlacementCache.part_coords
+# Groups of 3+ dimensions with more boxes than this are left to the
+# reference, whose pairwise overlap check has a budget it may exceed.
+_FAST_COVER_MAX_BOXES = 1000
+
+
+def _tiles(group: Any, off: Any, shape: Any, extent: Any) -> Any:
+    """Per group (ids 0..n-1, rows sorted by group), whether its distinct
+    boxes provably tile the extent of its tensor: inside it, volumes
+    adding up, and along every dimension the intervals the boxes use
+    chaining from 0 to the extent without overlap -- two distinct boxes
+    then differ in some dimension, where their intervals are disjoint.
+    False means "not proven" (an irregular tiling or a real gap)."""
+    np = _np()
+    n = int(group[-1]) + 1
+    w = off.shape[1]
+    # identical boxes once: sort by (group, offset, shape), drop repeats
+    order = np.lexsort([shape[:, d] for d in reversed(range(w))] +
+                       [off[:, d] for d in reversed(range(w))] + [group])
+    group, off, shape, extent = group[order], off[order], shape[order], extent[order]
+    keep = np.r_[True, (group[1:] != group[:-1]) | (off[1:] != off[:-1]).any(axis=1) |
+                 (shape[1:] != shape[:-1]).any(axis=1)]
+    group, off, shape, extent = group[keep], off[keep], shape[keep], extent[keep]
+    ok = np.ones(n, bool)
+    inside = ((off >= 0) & (off + shape <= extent)).all(axis=1)
+    ok[group[~inside]] = False
+    vol = shape.prod(axis=1)
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    ok &= np.add.reduceat(vol, starts) == extent[starts].prod(axis=1)
+    for d in range(off.shape[1]):
+        o, ln = off[:, d], shape[:, d]
+        order = np.lexsort((ln, o, group))
+        g, o, ln = group[order], o[order], ln[order]
+        keep = np.r_[True, (g[1:] != g[:-1]) | (o[1:] != o[:-1]) | (ln[1:] != ln[:-1])]
+        g, o, ln = g[keep], o[keep], ln[keep]
+        first = np.r_[True, g[1:] != g[:-1]]
+        last = np.r_[g[1:] != g[:-1], True]
+        end = o + ln
+        bad = (first & (o != 0)) | (last & (end != extent[starts, d][g]))
+        bad[1:] |= ~first[1:] & (o[1:] != end[:-1])
+        ok[g[bad]] = False
+    return ok
+
+
+def _fast_target_coverage(tensors: Sequence[TensorDescriptor], tc: "_PlacementCache",
+                          tidx: Any, dps: Sequence[int]) -> List[int]:
+    """The tensors (positions in `tensors`) whose target coverage the
+    columns do not prove; the reference's rule checks those.  A group is
+    (tensor, DP rank, the coordinates of the tensor's owner axes): the
+    reference's owner groups at each target DP rank (a DP-owned tensor's
+    groups include DP anyway).  A tensor that is not DP-owned needs every
+    owner at every target DP rank; identical boxes count once."""
+    np = _np()
+    nt = len(tensors)
+    if not len(tidx):
+        return []
+    pos = np.fromiter(map(tc.tensor_index.__getitem__, map(attrgetter("tensor_id"), tensors)),
+                      np.int64, nt)
+    local = np.full(len(tc.tensor_ext), -1, np.int64)
+    local[pos] = np.arange(nt, dtype=np.int64)
+    ft = tc.frag_tensor[tidx]
+    lt = local[ft]
+    if (lt < 0).any():
+        return list(range(nt))
+    gk = tc.groups(tidx)
+    if gk is None or int(tc.tensor_volume[pos].max()) >= 2 ** 62:
+        return list(range(nt))
+    group, ukey, g_tensor = gk
+    ok_group = tc.proven(tidx, group)
+    g_local = local[g_tensor]
+    bad = np.zeros(nt, bool)
+    bad[g_local[~ok_group]] = True
+    # a tensor not DP-owned needs each owner at each target DP rank: its
+    # groups with the DP rank left out are its owners
+    radix = tc.part_coords[tc.frag_part[tidx]].max(axis=0) + 2
+    owner_key = ukey % int(np.prod(radix[1:])) + g_tensor * int(np.prod(radix[1:]))
+    n_owner = np.bincount(g_local[np.unique(owner_key, return_index=True)[1]], minlength=nt)
+    n_group = np.bincount(g_local, minlength=nt)
+    bad |= ~tc.tensor_owners[pos, 0] & (n_group != n_owner * len(dps))
+    return np.flatnonzero(bad).tolist()
+
+
+def _check_target_coverage_fast(tensors: Sequence[TensorDescriptor], tc: "_PlacementCache",
+                                parts: Sequence[WeightPlacementPart],
+                                dps: Sequence[int]) -> None:
+    """`_check_target_coverage` with the tensors the columns prove skipped:
+    the reference runs, in order, on the others, so the first refusal is
+    the reference's."""
+    np = _np()
+    pos = {p.participant_id: i for i, p in enumerate(tc.parts)}
+    idx = [tc.part_frags[pos[p.participant_id]] for p in parts]
+    tidx = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+    todo = _fast_target_coverage(tensors, tc, tidx, dps)
+    if not todo:
+        return
+    want = {tensors[i].tensor_id for i in todo}
+    by_tensor: Dict[str, List[PlacementFragment]] = defaultdict(list)
+    for f in (f for p in parts for f in p.fragments):
+        if f.tensor_id in want:
+            by_tensor[f.tensor_id].append(f)
+    for i in todo:
+        _check_tensor_target_coverage(tensors[i], by_tensor[tensors[i].tensor_id], dps)
+
+
 def _native_checks(src_catalog: Dict[str, Any], source_tensors: Sequence[TensorDescriptor],
                    target: WeightPlacementManifest, tc: _PlacementCache,
                    parts: Sequence[WeightPlacementPart], exact: bool,
@@ -1105,8 +1450,7 @@ def _native_checks(src_catalog: Dict[str, Any], source_tensors: Sequence[TensorD
     if exact:
         key = tuple(p.participant_id for p in parts)
         if key not in tc.covered:
-            targets = [f for p in parts for f in p.fragments]
-            _check_target_coverage(tensors, targets, sorted({p.rank.dp for p in parts}))
+            _check_target_coverage_fast(tensors, tc, parts, sorted({p.rank.dp for p in parts}))
             tc.covered.add(key)
     return tensors
 
@@ -1120,15 +1464,27 @@ def _native_stored(source: WeightManifest, target: WeightPlacementManifest,
     sc = _cache(source, _StoredCache)
     tensors = _native_checks(sc.catalog, source.tensors, target, tc, parts, True, True)
     tidx, targets = _targets_of(tc, target, parts)
-    set_of_tensor = np.fromiter((sc.set_of.get(t.tensor_id, len(sc.starts) - 1)
-                                 for t in target.tensors), np.int64, len(target.tensors))
-    # a tensor without stored fragments gets the empty set after the last
-    starts = np.append(sc.starts, sc.starts[-1])
     ft = tc.frag_tensor[tidx]
-    native = _native_regions(targets, (tc.cols.off[tidx], tc.cols.shape[tidx],
-                                       tc.cols.ndim[tidx]), tidx, tc.itemsize[ft],
-                             set_of_tensor[ft], sc.frags, sc.cols, sc.order, starts,
-                             sc.members, limits)
+
+    def regions(exact: bool) -> _NativePlan:
+        set_of, starts, members = sc.sets(exact)
+        set_of_tensor = np.fromiter(map(set_of.get, map(attrgetter("tensor_id"),
+                                                        target.tensors),
+                                        repeat(len(starts) - 1)),
+                                    np.int64, len(target.tensors))
+        # a tensor without stored fragments gets the empty set after the last
+        starts = np.append(starts, starts[-1])
+        return _native_regions(targets, (tc.cols.off[tidx], tc.cols.shape[tidx],
+                                         tc.cols.ndim[tidx]), tidx, tc.itemsize[ft],
+                               set_of_tensor[ft], sc.frags, sc.cols, sc.order, starts,
+                               members, limits)
+    try:
+        native = regions(False)
+    except ValueError as exc:
+        if str(exc).startswith("target fragment is not fully covered"):
+            raise   # the same in any candidate order
+        # a limit: raised as the reference meets it, in its order
+        native = regions(True)
     return _make_plan(
         resource_id=source.resource_id, revision=source.revision, source_placement=None,
         target_placement=target, source_tensors=tuple(sorted(source.tensors,
@@ -1150,8 +1506,6 @@ def _native_placement(source: WeightPlacementManifest, target: WeightPlacementMa
     full = exact and len(parts) == sum(1 for p in target.parts if p.fragments)
     tensors = _native_checks(sc.catalog, source.tensors, target, tc, parts, exact, full)
     tidx, targets = _targets_of(tc, target, parts)
-    if sc.source is None:
-        sc.source = _PlacementSource(source)
     # candidate sets per (tensor, target dp), in the reference's order; a
     # source choice that fails is raised after the targets planned before it
     ft = tc.frag_tensor[tidx]
@@ -1164,6 +1518,10 @@ def _native_placement(source: WeightPlacementManifest, target: WeightPlacementMa
         key = (f.tensor_id, f.rank.dp)
         members = sc.source_sets.get(key)
         if members is None:
+            members = sc.single_owner_sets().get(sc.tensor_index[f.tensor_id])
+        if members is None:
+            if sc.source is None:
+                sc.source = _PlacementSource(source)
             try:
                 cands = sc.source.candidates(f.tensor_id, f.rank.dp)
             except ValueError as exc:
