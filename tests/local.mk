@@ -34,6 +34,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_redis.c \
 	tests/unit/test_transfer.c tests/unit/te_util.c tests/unit/te_util.h \
 	tests/unit/test_shm.c \
+	tests/unit/test_scatter.c \
 	tests/unit/test_nof.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	tests/unit/test_oplog.c mooncake-master/oplog.c \

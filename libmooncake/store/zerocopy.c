@@ -266,7 +266,7 @@ static size_t group_len(const mc_read_piece_t *pieces, size_t n, size_t i)
     return j - i;
 }
 
-enum { PIECE_SKIP = 0, PIECE_SENT = 1, PIECE_RETRY = 2, PIECE_DIRECT = 3 };
+enum { PIECE_SKIP = 0, PIECE_SENT = 1, PIECE_RETRY = 2, PIECE_DIRECT = 3, PIECE_SCATTER = 4 };
 
 /*
  * A group of many small pieces of one object (rows of a ranged read) is
@@ -283,6 +283,76 @@ static int pieces_direct(const mc_read_piece_t *pieces, size_t g)
         if (pieces[j].length > MC_TE_RUN_MAX_ITEM_LEN)
             return 0;
     return 1;
+}
+
+/* Piece @p j of a group starts where piece j-1 ends in the object. */
+static int piece_follows(const mc_read_piece_t *pieces, size_t j)
+{
+    return pieces[j].src_offset == pieces[j - 1].src_offset + pieces[j - 1].length;
+}
+
+/*
+ * A group of small pieces of one object that lie mostly back to back in
+ * it (the rows of a column block: contiguous in the payload, each going
+ * to its own place) is read as scattered READs, one per stretch of
+ * adjoining pieces, when the replica is reached over a transport that
+ * receives one straight into many runs (mc_te_read_scatter_native): one
+ * request instead of one per row, and no staging copy.  On average at
+ * least two pieces a stretch, or the per-piece requests stay cheaper.
+ */
+static int pieces_scatter_ok(mc_store_h s, const mc_te_request_t *req0,
+                             const mc_read_piece_t *pieces, size_t g)
+{
+    size_t stretches = 1;
+
+    if (g < 2)
+        return 0;
+    for (size_t j = 0; j < g; j++) {
+        if (pieces[j].length > MC_TE_RUN_MAX_ITEM_LEN)
+            return 0;
+        if ((j > 0) && !piece_follows(pieces, j))
+            stretches++;
+    }
+    return (2 * stretches <= g) && mc_te_read_scatter_native(s->te, req0->segment);
+}
+
+/* The scattered READs of a group (pieces_scatter_ok) whose requests
+ * pieces_to_reqs made (@p reqs, @p gens): one per stretch of adjoining
+ * pieces, into sc[*nsc_p...], their runs in @p runs (one per piece). */
+static void pieces_scatter_add(const mc_read_piece_t *pieces, size_t g,
+                               const mc_te_request_t *reqs, const uint64_t *gens,
+                               struct iovec *runs, mc_te_scatter_t *sc, size_t *nsc_p)
+{
+    for (size_t j = 0; j < g; j++)
+        runs[j] = (struct iovec){pieces[j].local, (size_t)pieces[j].length};
+    for (size_t a = 0, b; a < g; a = b) {
+        for (b = a + 1; (b < g) && piece_follows(pieces, b); b++)
+            ;
+        sc[(*nsc_p)++] = (mc_te_scatter_t){reqs[a].segment, reqs[a].remote, gens[a], &runs[a],
+                                           b - a};
+    }
+}
+
+/* Room for the scattered reads of a call of @p npieces pieces (at most one
+ * run per piece and one read per run): one block, taken at the first. */
+static int scatter_room(size_t npieces, struct iovec **runs_p, mc_te_scatter_t **sc_p)
+{
+    if (*runs_p == NULL) {
+        *runs_p = malloc(npieces * (sizeof(**runs_p) + sizeof(**sc_p)));
+        if (*runs_p == NULL)
+            return 0;
+        *sc_p = (mc_te_scatter_t *)(void *)(*runs_p + npieces);
+    }
+    return 1;
+}
+
+/* How many scattered READs pieces_scatter_add makes of a group. */
+static size_t pieces_stretches(const mc_read_piece_t *pieces, size_t g)
+{
+    size_t k = 1;
+    for (size_t j = 1; j < g; j++)
+        k += !piece_follows(pieces, j);
+    return k;
 }
 
 /* The pieces of a disk-only object (docs/tiers.md: the record, checked,
@@ -368,6 +438,9 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
     uint64_t *dgens        = dgens_stack;
     mc_status_t *rst       = rst_stack;
     unsigned char *phase   = phase_stack; /* per group, at its first piece */
+    struct iovec *sruns    = NULL;        /* destinations of the scattered reads */
+    mc_te_scatter_t *sc    = NULL;        /* the scattered reads (in sruns' block) */
+    size_t nsc = 0, nsruns = 0;
     mc_te_job_h job        = NULL;
     size_t nreq = 0, ndreq = 0;
     mc_status_t st;
@@ -411,6 +484,12 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                 memcpy(&dgens[ndreq], &gens[nreq], g * sizeof(*gens));
                 phase[i] = PIECE_DIRECT;
                 ndreq += g;
+            } else if ((st == MC_OK) && pieces_scatter_ok(s, &reqs[nreq], &pieces[i], g) &&
+                       scatter_room(npieces, &sruns, &sc)) {
+                pieces_scatter_add(&pieces[i], g, &reqs[nreq], &gens[nreq], &sruns[nsruns], sc,
+                                   &nsc);
+                nsruns += g;
+                phase[i] = PIECE_SCATTER; /* in the job, beside the requests */
             } else if (st == MC_OK) {
                 phase[i] = PIECE_SENT;
                 nreq += g;
@@ -422,8 +501,12 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         i += g;
     }
     /* the transfer runs on the engine's workers while this thread copies */
-    if ((nreq > 0) && (ndreq > 0) &&
+    if ((nreq > 0) && (ndreq > 0) && (nsc == 0) &&
         (mc_te_transfer_submit_gen(s->te, reqs, gens, nreq, &job) != MC_OK))
+        job = NULL;
+    /* scattered reads: always in a job, whose workers run several at once */
+    if ((nsc > 0) &&
+        (mc_te_transfer_submit_scatter_gen(s->te, reqs, gens, nreq, sc, nsc, &job) != MC_OK))
         job = NULL;
     for (size_t i = 0, d = 0; (i < npieces) && (d < ndreq);) {
         size_t g = group_len(pieces, npieces, i);
@@ -440,15 +523,21 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         }
         i += g;
     }
-    if (nreq > 0) {
-        size_t r = 0;
-        for (size_t j = 0; j < nreq; j++)
+    if ((nreq > 0) || (nsc > 0)) {
+        size_t r = 0, c = nreq;
+        for (size_t j = 0; j < nreq + nsc; j++)
             rst[j] = MC_TRANSFER_FAIL;
         if (job != NULL) {
             st = mc_te_job_wait(job, -1, NULL, rst);
             mc_te_job_release(job);
         } else {
-            st = mc_te_transfer_gen(s->te, reqs, gens, nreq, rst);
+            st = (nreq > 0) ? mc_te_transfer_gen(s->te, reqs, gens, nreq, rst) : MC_OK;
+            for (size_t j = 0; j < nsc; j++) {
+                rst[nreq + j] = mc_te_read_scatter_gen(s->te, sc[j].segment, sc[j].remote,
+                                                       sc[j].gen, sc[j].runs, sc[j].nruns);
+                if (st == MC_OK)
+                    st = rst[nreq + j];
+            }
         }
         /* sent requests are in group order: map their statuses back */
         for (size_t i = 0; i < npieces;) {
@@ -458,6 +547,14 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                 for (size_t j = 0; j < g; j++, r++) {
                     if ((st != MC_OK) && (rst[r] != MC_OK) && (ostatus[o] == MC_OK)) {
                         ostatus[o] = (rst[r] < 0) ? rst[r] : MC_TRANSFER_FAIL;
+                        phase[i]   = PIECE_RETRY;
+                    }
+                }
+            } else if (phase[i] == PIECE_SCATTER) {
+                /* its scattered reads follow the requests, in group order */
+                for (size_t k = pieces_stretches(&pieces[i], g); k > 0; k--, c++) {
+                    if ((rst[c] != MC_OK) && (ostatus[o] == MC_OK)) {
+                        ostatus[o] = (rst[c] < 0) ? rst[c] : MC_TRANSFER_FAIL;
                         phase[i]   = PIECE_RETRY;
                     }
                 }
@@ -494,6 +591,7 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
     }
 
 out:
+    free(sruns);
     if (reqs != reqs_stack)
         free(reqs);
     if (dreqs != dreqs_stack)

@@ -1217,6 +1217,8 @@ typedef struct mc_te_item {
     uint64_t len;
     uint64_t gen; /* expected region generation, or 0 */
     size_t req; /* index of the request it belongs to */
+    const mc_te_scatter_t *sc; /* a scattered READ, run whole (of the fields
+                                * above only op and req are set); NULL for others */
 } mc_te_item_t;
 
 static mc_status_t range_refused(mc_te_op_t op, const char *seg, uint64_t addr, uint64_t len)
@@ -1277,6 +1279,9 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
     mc_te_segment_t *s = it->seg;
     mc_status_t st;
 
+    if (it->sc != NULL)
+        return mc_te_read_scatter_gen(te, it->sc->segment, it->sc->remote, it->sc->gen,
+                                      it->sc->runs, it->sc->nruns);
     if (it->len == 0)
         return MC_OK;
     if (s->is_self)
@@ -1310,11 +1315,11 @@ static size_t run_length(const mc_te_item_t *items, size_t i, size_t nitems)
     const mc_te_item_t *a = &items[i];
     uint64_t bytes        = a->len;
     size_t k              = 1;
-    if ((a->len == 0) || (a->len > MC_TE_RUN_MAX_ITEM_LEN))
+    if ((a->sc != NULL) || (a->len == 0) || (a->len > MC_TE_RUN_MAX_ITEM_LEN))
         return 1;
     while ((i + k < nitems) && (k < MC_TE_RUN_MAX_ITEMS)) {
         const mc_te_item_t *b = &items[i + k];
-        if ((b->seg != a->seg) || (b->op != a->op) || (b->len == 0) ||
+        if ((b->sc != NULL) || (b->seg != a->seg) || (b->op != a->op) || (b->len == 0) ||
             (b->len > MC_TE_RUN_MAX_ITEM_LEN) || (bytes + b->len > MC_TE_RUN_MAX_BYTES))
             break;
         bytes += b->len;
@@ -1741,6 +1746,7 @@ static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s
         it->len          = MC_MIN(step, r->length - off);
         it->gen          = gen;
         it->req          = i;
+        it->sc           = NULL;
         off += it->len;
     } while (off < r->length);
 }
@@ -1865,6 +1871,152 @@ int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint6
         __atomic_add_fetch(&te->shm_bytes, bytes, __ATOMIC_RELAXED);
     }
     return 1;
+}
+
+/* ---- scattered reads (mc_te_read_scatter_gen) --------------------------------- */
+
+/* The regions a scattered read's destinations lie in, pinned while it runs
+ * (a run usually lies in the region of the run before it). */
+typedef struct scatter_pins {
+    mc_te_region_t **r;
+    size_t n;
+} scatter_pins_t;
+
+static void scatter_unpin(mc_te_t *te, scatter_pins_t *p)
+{
+    for (size_t k = 0; k < p->n; k++)
+        mc_te_region_release(te, p->r[k]);
+    free(p->r);
+    p->r = NULL;
+    p->n = 0;
+}
+
+/* Run @p i lies in memory registered with this engine: pin its region
+ * (once).  MC_INVALID_PARAMS, detail set, when it does not. */
+static mc_status_t scatter_pin(mc_te_t *te, scatter_pins_t *p, size_t i, size_t nruns,
+                               const struct iovec *run)
+{
+    uintptr_t a = (uintptr_t)run->iov_base;
+    mc_te_region_t *r;
+
+    for (size_t k = p->n; k-- > 0;) {
+        r = p->r[k];
+        if ((a >= r->addr) && (a - r->addr < r->len) && (run->iov_len <= r->len - (a - r->addr)))
+            return MC_OK;
+    }
+    r = mc_te_region_acquire(te, a, run->iov_len, 0);
+    if ((r != NULL) && (r->fops != NULL)) { /* a file segment is no destination */
+        mc_te_region_release(te, r);
+        r = NULL;
+    }
+    if (r == NULL) {
+        mc_set_error_detail("scattered read: destination run %zu [%p, +%zu) is not inside "
+                            "memory registered with this engine",
+                            i, run->iov_base, run->iov_len);
+        return MC_INVALID_PARAMS;
+    }
+    if (p->r == NULL) {
+        p->r = malloc(nruns * sizeof(*p->r)); /* at most one region per run */
+        if (p->r == NULL) {
+            mc_te_region_release(te, r);
+            mc_set_error_detail("scattered read: out of memory for %zu runs", nruns);
+            return MC_INTERNAL_ERROR;
+        }
+    }
+    p->r[p->n++] = r;
+    return MC_OK;
+}
+
+/* The runs as requests of their own, back to back from @p remote. */
+static mc_status_t scatter_as_requests(mc_te_t *te, mc_te_segment_id_t segment, uint64_t remote,
+                                       uint64_t gen, const struct iovec *runs, size_t nruns)
+{
+    mc_te_request_t *reqs = malloc(nruns * sizeof(*reqs));
+    uint64_t *gens        = malloc(nruns * sizeof(*gens));
+    mc_status_t st;
+
+    if ((reqs == NULL) || (gens == NULL)) {
+        free(reqs);
+        free(gens);
+        mc_set_error_detail("scattered read: out of memory for %zu runs", nruns);
+        return MC_INTERNAL_ERROR;
+    }
+    for (size_t i = 0; i < nruns; i++) {
+        reqs[i] = (mc_te_request_t){MC_TE_READ, runs[i].iov_base, remote, runs[i].iov_len,
+                                    segment};
+        gens[i] = gen;
+        remote += runs[i].iov_len;
+    }
+    st = mc_te_transfer_gen(te, reqs, gens, nruns, NULL);
+    free(reqs);
+    free(gens);
+    return st;
+}
+
+int mc_te_read_scatter_native(mc_te_t *te, mc_te_segment_id_t segment)
+{
+    mc_te_segment_t *s = (te != NULL) ? segment_by_id(te, segment) : NULL;
+    return (s != NULL) && !s->is_self && (te->tp_ops->read_scatter != NULL);
+}
+
+mc_status_t mc_te_read_scatter_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t remote,
+                                   uint64_t gen, const struct iovec *runs, size_t nruns)
+{
+    scatter_pins_t pins = {NULL, 0};
+    mc_te_segment_t *s;
+    mc_te_shm_peer_t *shm;
+    uint64_t total = 0;
+    mc_status_t st = MC_OK;
+
+    if ((te == NULL) || (runs == NULL) || (nruns == 0)) {
+        mc_set_error_detail("scattered read needs an engine and at least one run");
+        return MC_INVALID_PARAMS;
+    }
+    s = segment_by_id(te, segment);
+    if (s == NULL) {
+        mc_set_error_detail("scattered read: segment id %llu was not opened",
+                            (unsigned long long)segment);
+        return MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; (i < nruns) && (st == MC_OK); i++) {
+        if ((runs[i].iov_base == NULL) || (runs[i].iov_len == 0) ||
+            (runs[i].iov_len > UINTPTR_MAX - (uintptr_t)runs[i].iov_base)) {
+            mc_set_error_detail("scattered read: destination run %zu [%p, +%zu) is invalid", i,
+                                runs[i].iov_base, runs[i].iov_len);
+            st = MC_INVALID_PARAMS;
+        } else if (runs[i].iov_len > UINT64_MAX - remote - total) {
+            mc_set_error_detail("scattered read: remote range 0x%llx + %llu+ wraps around",
+                                (unsigned long long)remote, (unsigned long long)total);
+            st = MC_INVALID_READ;
+        } else {
+            total += runs[i].iov_len;
+            st = scatter_pin(te, &pins, i, nruns, &runs[i]);
+        }
+    }
+    if (st != MC_OK)
+        goto out;
+    shm = segment_shm(s);
+    if (s->is_self || (te->tp_ops->read_scatter == NULL) ||
+        ((shm != NULL) && mc_te_shm_mapped(shm, remote, total))) {
+        st = scatter_as_requests(te, segment, remote, gen, runs, nruns);
+        goto out;
+    }
+    if (!segment_has_range(s, remote, total)) {
+        /* the peer may have registered more since we looked: ask once */
+        st = segment_refresh(te, s);
+        if ((st == MC_OK) && !segment_has_range(s, remote, total))
+            st = range_refused(MC_TE_READ, s->name, remote, total);
+        if (st != MC_OK)
+            goto out;
+    }
+    st = te->tp_ops->read_scatter(te->tp, s->peer, remote, total, gen, runs, nruns);
+    if (st != MC_OK)
+        mc_debug("scattered read of %llu bytes at 0x%llx on %s into %zu runs failed: %s",
+                 (unsigned long long)total, (unsigned long long)remote, s->name, nruns,
+                 mc_last_error_detail());
+out:
+    scatter_unpin(te, &pins);
+    return st;
 }
 
 MC_API mc_status_t mc_te_transfer(mc_te_h te, const mc_te_request_t *reqs, size_t n,
@@ -2003,26 +2155,52 @@ MC_API mc_status_t mc_te_transfer_submit(mc_te_h te, const mc_te_request_t *reqs
     return mc_te_transfer_submit_gen(te, reqs, NULL, n, job_p);
 }
 
+static mc_status_t transfer_submit(mc_te_t *te, const mc_te_request_t *reqs,
+                                   const uint64_t *gens, size_t n, const mc_te_scatter_t *sc,
+                                   size_t nsc, mc_te_job_h *job_p);
+
 mc_status_t mc_te_transfer_submit_gen(mc_te_t *te, const mc_te_request_t *reqs,
                                       const uint64_t *gens, size_t n, mc_te_job_h *job_p)
 {
-    struct mc_te_job *job  = NULL;
-    mc_te_segment_t **segs = NULL;
-    size_t *nslices        = NULL;
-    size_t nitems          = 0, k = 0;
-    pthread_condattr_t ca;
-
     if ((te == NULL) || (reqs == NULL) || (n == 0) || (job_p == NULL)) {
         mc_set_error_detail("transfer_submit needs an engine, requests and a job pointer");
         return MC_INVALID_PARAMS;
     }
+    return transfer_submit(te, reqs, gens, n, NULL, 0, job_p);
+}
+
+mc_status_t mc_te_transfer_submit_scatter_gen(mc_te_t *te, const mc_te_request_t *reqs,
+                                              const uint64_t *gens, size_t n,
+                                              const mc_te_scatter_t *sc, size_t nsc,
+                                              mc_te_job_h *job_p)
+{
+    if ((te == NULL) || ((reqs == NULL) && (n > 0)) || ((sc == NULL) && (nsc > 0)) ||
+        (n + nsc == 0) || (job_p == NULL)) {
+        mc_set_error_detail("transfer_submit needs an engine, requests and a job pointer");
+        return MC_INVALID_PARAMS;
+    }
+    return transfer_submit(te, reqs, gens, n, sc, nsc, job_p);
+}
+
+/* mc_te_transfer_submit_scatter_gen, arguments checked.  The scattered
+ * reads come first: they are the longest items, so they start first. */
+static mc_status_t transfer_submit(mc_te_t *te, const mc_te_request_t *reqs,
+                                   const uint64_t *gens, size_t n, const mc_te_scatter_t *sc,
+                                   size_t nsc, mc_te_job_h *job_p)
+{
+    struct mc_te_job *job  = NULL;
+    mc_te_segment_t **segs = NULL;
+    size_t *nslices        = NULL;
+    size_t nitems          = nsc, k = 0;
+    pthread_condattr_t ca;
+
     job     = calloc(1, sizeof(*job));
-    segs    = malloc(n * sizeof(*segs));
-    nslices = malloc(n * sizeof(*nslices));
+    segs    = malloc((n + 1) * sizeof(*segs));
+    nslices = malloc((n + 1) * sizeof(*nslices));
     if ((job == NULL) || (segs == NULL) || (nslices == NULL) ||
-        ((job->b.req_status = calloc(n, sizeof(mc_status_t))) == NULL))
+        ((job->b.req_status = calloc(n + nsc, sizeof(mc_status_t))) == NULL))
         goto oom;
-    job->nreq         = n;
+    job->nreq         = n + nsc;
     job->b.detail_req = SIZE_MAX;
     job->b.job        = job;
     for (size_t i = 0; i < n; i++) {
@@ -2044,6 +2222,12 @@ mc_status_t mc_te_transfer_submit_gen(mc_te_t *te, const mc_te_request_t *reqs,
                            : NULL;
         if (job->b.items == NULL)
             goto oom;
+        for (size_t j = 0; j < nsc; j++, k++) {
+            memset(&job->b.items[k], 0, sizeof(job->b.items[k]));
+            job->b.items[k].op  = MC_TE_READ;
+            job->b.items[k].req = n + j;
+            job->b.items[k].sc  = &sc[j];
+        }
         for (size_t i = 0; i < n; i++)
             if (job->b.req_status[i] == MC_OK)
                 request_items(&reqs[i], i, segs[i], nslices[i], GEN_OF(gens, i), job->b.items,
@@ -2063,7 +2247,7 @@ mc_status_t mc_te_transfer_submit_gen(mc_te_t *te, const mc_te_request_t *reqs,
 
     if (nitems == 0) {
         /* every request was refused up front: finished already */
-        job->result = job_first_status(job->b.req_status, n);
+        job->result = job_first_status(job->b.req_status, n + nsc);
         job->done   = 1;
         *job_p      = job;
         return MC_OK;

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <mooncake/transfer.h>
 
@@ -149,6 +150,11 @@ typedef struct mc_te_transport_ops {
      * once their requests are sent, before they wait for the answers
      * (mc_te_transfer_gen_sent). */
     int runs_sent_hook;
+    /* One READ of [remote, +len) whose answer lands in runs[0..nruns) in
+     * order (mc_te_read_scatter_gen); optional: without it the engine
+     * reads the runs as requests of their own. */
+    mc_status_t (*read_scatter)(void *priv, void *peer, uint64_t remote, uint64_t len,
+                                uint64_t gen, const struct iovec *runs, size_t nruns);
 } mc_te_transport_ops_t;
 
 /*
@@ -477,6 +483,54 @@ mc_status_t mc_te_transfer_gen_sent(mc_te_t *te, const mc_te_request_t *reqs,
 /* For transports: run the hook mc_te_transfer_gen_sent armed on this
  * thread, if it is still armed (it runs once). */
 void mc_te_sent_hook_run(void);
+
+/*
+ * A scattered READ: the contiguous range [remote, +total) of @p segment,
+ * total being the sum of the runs' lengths, lands in runs[0..nruns) in
+ * order -- the first runs[0].iov_len bytes in runs[0], and so on (the rows
+ * of a column block that lie back to back in one stored object, each
+ * going to its own place).  Over a transport with read_scatter (tcp) this
+ * is one request on the wire, received straight into the runs; for this
+ * engine's own memory, a same-host holder's mapping or another transport
+ * the runs are read as requests of their own (mc_te_transfer_gen).
+ *
+ * Every run must be non-empty and lie inside one region registered with
+ * this engine (any flags, memory not a file): otherwise MC_INVALID_PARAMS
+ * before anything is sent.  Those regions stay pinned until the call
+ * returns.  @p gen names the generation as mc_te_transfer_gen does: over
+ * the network a refusal (MC_INVALID_READ) comes before any byte and none
+ * lands in the runs; a failure after the answer started (a short or
+ * closed answer: MC_TRANSFER_FAIL) may have filled some of them, and the
+ * caller must not use any.  Thread-safe; blocks the calling thread.
+ */
+mc_status_t mc_te_read_scatter_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t remote,
+                                   uint64_t gen, const struct iovec *runs, size_t nruns);
+/* One scattered READ (mc_te_read_scatter_gen's arguments). */
+typedef struct mc_te_scatter {
+    mc_te_segment_id_t segment;
+    uint64_t remote;
+    uint64_t gen;
+    const struct iovec *runs;
+    size_t nruns;
+} mc_te_scatter_t;
+
+/*
+ * mc_te_transfer_submit_gen that also runs the scattered reads sc[0..nsc)
+ * (each as mc_te_read_scatter_gen, whole, on whichever worker takes it,
+ * so several go at once on their own connections).  The job's statuses
+ * are the n requests' then the nsc reads'.  @p sc and the runs it names
+ * must stay valid until the job is done.
+ */
+mc_status_t mc_te_transfer_submit_scatter_gen(mc_te_t *te, const mc_te_request_t *reqs,
+                                              const uint64_t *gens, size_t n,
+                                              const mc_te_scatter_t *sc, size_t nsc,
+                                              mc_te_job_h *job_p);
+
+/* 1 when mc_te_read_scatter_gen against @p segment is one request on the
+ * wire (a peer reached over a transport with read_scatter); 0 when it
+ * would read the runs as requests of their own, which a caller batching
+ * many of them does better itself. */
+int mc_te_read_scatter_native(mc_te_t *te, mc_te_segment_id_t segment);
 
 /* mc_te_transfer_submit with generations, as mc_te_transfer_gen. */
 mc_status_t mc_te_transfer_submit_gen(mc_te_t *te, const mc_te_request_t *reqs,

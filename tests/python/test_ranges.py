@@ -329,6 +329,61 @@ def test_ranges_from_another_process(store, master, spawn_client, regbuf):
     assert (buf[210:5000] == 0xAA).all() and (buf[8000:] == 0xAA).all()
 
 
+def test_adjoining_rows_over_tcp_land_scattered(make_store, master, spawn_client, regbuf,
+                                                monkeypatch):
+    """Over TCP (MC_TE_SHM=0) the rows of one object that lie back to back
+    go as scattered reads (one READ each stretch, its answer received
+    straight into the rows' places, docs/transfer.md §6): every row lands
+    at its own destination byte for byte, nothing between the rows is
+    touched, and a row past the object's end is refused on its own; then
+    the holder registers its memory again (a new generation), and a read
+    through the stale location never delivers bytes: it is asked again."""
+    monkeypatch.setenv("MC_TE_SHM", "0")
+    reader = make_store(segment=0)
+    owner = spawn_client("owner-tcp")
+    owner_name = owner.setup(master)
+    size, row = 512 * 1024, 4096
+    data = os.urandom(size)
+    k = key("scatter")
+    assert owner.call("put", key=k, hex=data.hex(), preferred=owner_name)["rc"] == 0
+    n = size // row
+    src = np.arange(n, dtype=np.int64) * row           # adjoining in the object
+    lens = np.full(n, row, np.int64)
+    lens[n // 2] = 1                                      # a short row in a stretch
+    src[9], lens[9] = size - 10, 11                       # one byte past the end: refused
+    order = np.random.default_rng(7).permutation(n)       # destinations shuffled
+    dst = order.astype(np.int64) * (row + 64) + 5
+    buf = regbuf(reader, int(dst.max()) + row + 64, fill=0xAA)
+    bufs = np.full(n, buf.ctypes.data, np.int64)
+    for _ in range(2):
+        buf[:] = 0xAA
+        got = reader._store.read_ranges([k] * n, bufs, dst, src, lens)
+        want = lens.copy()
+        want[9] = INVALID_PARAMS
+        assert got == want.tolist()
+        for i in range(n):
+            d, sr, ln = int(dst[i]), int(src[i]), int(lens[i])
+            if i == 9:
+                assert (buf[d:d + row + 64] == 0xAA).all()
+                continue
+            assert buf[d:d + ln].tobytes() == data[sr:sr + ln], f"row {i}"
+            assert (buf[d + ln:d + row + 64] == 0xAA).all(), f"row {i} wrote past its end"
+    # the object removed (forced: the reads left a lease) and its key put
+    # again with other bytes, likely in the same place: the read must give
+    # the new bytes or fail, never the old ones
+    assert owner.call("remove", key=k, force=True)["rc"] == 0
+    new = os.urandom(size)
+    assert owner.call("put", key=k, hex=new.hex(), preferred=owner_name)["rc"] == 0
+    buf[:] = 0xAA
+    got = reader._store.read_ranges([k] * n, bufs, dst, src, lens)
+    assert got == want.tolist()        # a read after the put sees it
+    for i in range(n):
+        if got[i] < 0:
+            continue
+        d, sr, ln = int(dst[i]), int(src[i]), int(lens[i])
+        assert buf[d:d + ln].tobytes() == new[sr:sr + ln], f"row {i} has bytes of the old value"
+
+
 def test_many_rows_from_another_process_flat_arrays(store, master, spawn_client, regbuf):
     """The loader's form: thousands of rows of one object held by another
     process, through the flat read_ranges with int64 arrays (no Python int

@@ -34,6 +34,7 @@
     X(dfs)                \
     X(transfer)           \
     X(shm)                \
+    X(scatter)            \
     X(store)              \
     X(store_write)        \
     X(hostmem)            \

@@ -53,3 +53,18 @@ mc_status_t te_xfer1(mc_te_h te, mc_te_op_t op, void *local, uint64_t remote, ui
     ck_assert_int_eq(ret, st);
     return st;
 }
+
+mc_te_h A, B;
+
+void te_setup_two(void)
+{
+    A = te_new("127.0.0.1", NULL);
+    B = te_new("127.0.0.1", "P2PHANDSHAKE");
+}
+
+void te_teardown_two(void)
+{
+    mc_te_destroy(A);
+    mc_te_destroy(B);
+    A = B = NULL;
+}

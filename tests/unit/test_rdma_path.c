@@ -467,8 +467,9 @@ static mc_status_t hs_echo(void *arg, uint64_t conn_id, const uint8_t *req, size
 
 START_TEST(test_handshake_over_tcp)
 {
-    mc_te_h A = te_new("127.0.0.1", NULL), B = te_new("127.0.0.1", "P2PHANDSHAKE");
-    mc_te_segment_id_t seg = te_open(A, B);
+    mc_te_segment_id_t seg;
+    te_setup_two();
+    seg = te_open(A, B);
     mc_rdma_ep_t eps[2], back[4];
     uint8_t req[MC_RDMA_HS_MAX_SIZE], *resp = NULL;
     size_t qlen, rlen = 0, n = 0;
@@ -521,8 +522,7 @@ START_TEST(test_handshake_over_tcp)
     ck_assert_status_eq(mc_tcp_hs_call(peer, 4, req, MC_TE_HS_MAX + 1, &resp, &rlen),
                         MC_INVALID_PARAMS);
     mc_tcp_hs_handler_set(B->tp, NULL, NULL);
-    mc_te_destroy(A);
-    mc_te_destroy(B);
+    te_teardown_two();
 }
 END_TEST
 

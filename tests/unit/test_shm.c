@@ -264,19 +264,11 @@ static void raw_expect_closed(int fd)
 
 /* ---- engines: A reads, B holds --------------------------------------------- */
 
-static mc_te_h A, B;
-
+/* te_util's pair, with the same-host path on */
 static void setup_two(void)
 {
     A = shm_te_new(NULL, 1);
     B = shm_te_new("P2PHANDSHAKE", 1);
-}
-
-static void teardown_two(void)
-{
-    mc_te_destroy(A);
-    mc_te_destroy(B);
-    A = B = NULL;
 }
 
 START_TEST(test_shm_roundtrip)
@@ -1733,7 +1725,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(codec, test_shm_descriptor_codec);
     suite_add_tcase(s, codec);
 
-    tcase_add_checked_fixture(two, setup_two, teardown_two);
+    tcase_add_checked_fixture(two, setup_two, te_teardown_two);
     tcase_set_timeout(two, 60);
     tcase_add_test(two, test_shm_roundtrip);
     tcase_add_test(two, test_shm_read_direct);

@@ -45,20 +45,6 @@ static uint16_t te_port(mc_te_h te)
 
 /* ---- two engines, A initiates, B serves ---------------------------------- */
 
-static mc_te_h A, B;
-
-static void setup_two(void)
-{
-    A = te_new("127.0.0.1", NULL);
-    B = te_new("127.0.0.1", "P2PHANDSHAKE");
-}
-
-static void teardown_two(void)
-{
-    mc_te_destroy(A);
-    mc_te_destroy(B);
-    A = B = NULL;
-}
 
 START_TEST(test_create_names_and_ports)
 {
@@ -1874,7 +1860,7 @@ Suite *mc_test_transfer_suite(void)
     tcase_add_test(codec, test_protocols_and_metadata_refused);
     suite_add_tcase(s, codec);
 
-    tcase_add_checked_fixture(two, setup_two, teardown_two);
+    tcase_add_checked_fixture(two, te_setup_two, te_teardown_two);
     tcase_set_timeout(two, 60);
     tcase_add_test(two, test_create_names_and_ports);
     tcase_add_test(two, test_mem_reg_rules);

@@ -393,6 +393,7 @@ class MooncakeDistributedStore(TensorMethods):
     def __init__(self) -> None:
         self._store = _capi.Store()
         self._local_buffer_size = 0
+        self._protocol = ""
 
     # ---- lifecycle ---------------------------------------------------------
 
@@ -707,6 +708,8 @@ class MooncakeDistributedStore(TensorMethods):
         if rc == 0:
             # BufferPool sizes its overflow budget from this.
             self._local_buffer_size = local_buffer_size
+            # the weight loader picks its ranged-read strategy by it
+            self._protocol = (protocol or "tcp").lower()
             _malloc.tune_once()
         return rc
 

@@ -2287,6 +2287,135 @@ static void tcp_xfer_run(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer
     lane_put(pe, lane);
 }
 
+/*
+ * Receive @p len bytes into runs[0..nruns) in order (their lengths add up
+ * to @p len): recvmsg over up to IOV_MAX runs at a time, MSG_WAITALL so a
+ * window is usually one system call.  Nothing is written outside the
+ * runs.  Returns 0, or -1 with errno as recv_exact; *got_p counts what
+ * arrived.
+ */
+static int recv_scatter(int fd, const struct iovec *runs, size_t nruns, size_t *got_p)
+{
+    struct iovec w[IOV_MAX];
+    size_t i = 0, off = 0; /* the next byte goes to runs[i] + off */
+
+    *got_p = 0;
+    while (i < nruns) {
+        struct msghdr mh;
+        size_t nw = 0;
+        ssize_t n;
+        for (size_t j = i; (j < nruns) && (nw < IOV_MAX); j++, nw++) {
+            size_t skip    = (j == i) ? off : 0;
+            w[nw].iov_base = (uint8_t *)runs[j].iov_base + skip;
+            w[nw].iov_len  = runs[j].iov_len - skip;
+        }
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov    = w;
+        mh.msg_iovlen = nw;
+        n             = recvmsg(fd, &mh, MSG_WAITALL);
+        if (n == 0) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        *got_p += (size_t)n;
+        for (size_t left = (size_t)n; left > 0;) {
+            size_t k = MC_MIN(left, runs[i].iov_len - off);
+            left -= k;
+            off += k;
+            if (off == runs[i].iov_len) {
+                i++;
+                off = 0;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * One scattered READ on a connected lane (tcp_read_scatter): the request
+ * as any READ, then the answer header alone -- so a refusal, which has no
+ * payload, never touches the runs -- then the payload straight into the
+ * runs.  *stale_p and *keep_p as lane_request.
+ */
+static mc_status_t lane_scatter(mc_tcp_peer_t *pe, int fd, uint64_t remote, uint64_t len,
+                                uint64_t gen, const struct iovec *runs, size_t nruns,
+                                int *stale_p, int *keep_p)
+{
+    uint8_t rb[MC_TE_RESP_HDR_SIZE];
+    mc_te_resp_hdr_t resp;
+    int send_errno = 0, sent;
+    size_t got = 0;
+    mc_status_t st;
+
+    *stale_p = 0;
+    *keep_p  = 0;
+    sent     = lane_send(pe, fd, MC_TE_OPC_READ, NULL, remote, len, gen, NULL, &send_errno);
+    mc_te_sent_hook_run();
+    if (sent < 0)
+        return MC_TRANSFER_FAIL;
+    (void)mc_spin_readable(fd, pe->tp->busy_poll_us);
+    if (recv_exact(fd, rb, sizeof(rb), &got) != 0) {
+        int e    = errno;
+        *stale_p = (got == 0) && (e != EAGAIN) && (e != EWOULDBLOCK);
+        mc_set_error_detail("%s %s:%u failed: %s",
+                            (sent > 0) ? "sending to" : "receiving the answer from", pe->host,
+                            (unsigned)pe->port, strerror((sent > 0) ? send_errno : e));
+        if ((e == EAGAIN) || (e == EWOULDBLOCK))
+            peer_timed_out(pe);
+        return MC_TRANSFER_FAIL;
+    }
+    st = answer_check(pe, rb, got, MC_TE_OPC_READ, remote, len, sent > 0, send_errno, &resp,
+                      keep_p);
+    if (st != MC_OK)
+        return st;
+    if (recv_scatter(fd, runs, nruns, &got) != 0) {
+        int e = errno;
+        mc_set_error_detail("reading %llu bytes into %zu runs from %s:%u failed after %zu: %s",
+                            (unsigned long long)len, nruns, pe->host, (unsigned)pe->port, got,
+                            strerror(e));
+        if ((e == EAGAIN) || (e == EWOULDBLOCK))
+            peer_timed_out(pe);
+        return MC_TRANSFER_FAIL;
+    }
+    *keep_p = 1;
+    return MC_OK;
+}
+
+/* The transport's read_scatter (mc_te_read_scatter_gen): one READ on a
+ * pooled lane, retried once on a fresh connection when a reused one turns
+ * out dead before answering (as peer_request). */
+static mc_status_t tcp_read_scatter(void *priv, void *peer, uint64_t remote, uint64_t len,
+                                    uint64_t gen, const struct iovec *runs, size_t nruns)
+{
+    mc_tcp_peer_t *pe = peer;
+    unsigned lane     = lane_get(pe);
+    mc_status_t st    = MC_TRANSFER_FAIL;
+
+    (void)priv;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int reused = pe->fds[lane] >= 0, stale = 0, keep = 0;
+        if (!reused) {
+            st = lane_connect(pe, lane);
+            if (st != MC_OK)
+                break;
+        }
+        st = lane_scatter(pe, pe->fds[lane], remote, len, gen, runs, nruns, &stale, &keep);
+        if (!keep)
+            lane_drop(pe, lane);
+        if ((st == MC_OK) || !stale || !reused)
+            break;
+        mc_debug("pooled connection to %s:%u was closed by the peer; reconnecting", pe->host,
+                 (unsigned)pe->port);
+    }
+    lane_put(pe, lane);
+    return st;
+}
+
 /* DISK_READ on a pooled lane (peer_request: retried once on a fresh
  * connection when a reused one turns out dead; the request only reads),
  * answered like a READ: exactly req->length bytes, or an error status. */
@@ -2381,6 +2510,7 @@ const mc_te_transport_ops_t mc_tcp_transport_ops = {
     .xfer       = tcp_xfer,
     .xfer_run   = tcp_xfer_run,
     .xfer_spread = tcp_xfer_spread,
+    .read_scatter = tcp_read_scatter,
     .disk_read  = tcp_disk_read,
     .runs_sent_hook = 1,
 };

@@ -236,12 +236,13 @@ class WeightStore:
     # A strided read whose runs are shorter than this and back to back in
     # the payload is read as one range into a staging buffer, then copied
     # into place: the same bytes cross the transport in one request, at the
-    # cost of a second copy.  None (the default) decides per load: over the
-    # network (a replica on another host, or MC_TE_SHM=0) rows are staged
-    # below AUTO_STAGE_RUN_BYTES -- one request per row of a column block
-    # costs TCP far more than the copy (bench/README.md, weights); a
-    # same-host replica is copied by the store itself, row by row, at
-    # about the cost of its bytes, and staging would only add a copy.
+    # cost of a second copy.  None (the default) decides per load: a
+    # same-host replica is copied by the store itself, row by row, at about
+    # the cost of its bytes, and over tcp the store reads each run of
+    # adjoining rows as one scattered read straight into the rows
+    # (docs/transfer.md §6), so neither stages; over another transport
+    # (rdma: no scattered read, one request per row) rows are staged below
+    # AUTO_STAGE_RUN_BYTES (bench/README.md, weights).
     STAGE_RUN_BYTES: Optional[int] = None
     AUTO_STAGE_RUN_BYTES = 1 << 20
     STAGE_BATCH_BYTES = 64 << 20
@@ -249,6 +250,8 @@ class WeightStore:
     def _stage_run_bytes(self, lw: "store_load.LoweredReads") -> int:
         if self.STAGE_RUN_BYTES is not None:
             return self.STAGE_RUN_BYTES
+        if getattr(self.store, "_protocol", None) == "tcp":
+            return 0
         if os.environ.get("MC_TE_SHM", "1").strip() == "0":
             return self.AUTO_STAGE_RUN_BYTES
         return 0 if _same_host(self.store, lw) else self.AUTO_STAGE_RUN_BYTES

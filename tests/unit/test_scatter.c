@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Scattered reads (mc_te_read_scatter_gen, docs/transfer.md "Scattered
+ * reads"): one contiguous remote range received straight into many
+ * destination runs.  Two engines on 127.0.0.1 in one process, so every
+ * test looks at the destination memory itself: the runs get exactly the
+ * range's bytes in order and nothing between or around them changes;
+ * more runs than one recvmsg takes (IOV_MAX); a generation refusal leaves
+ * every run untouched; a run outside registered memory is refused before
+ * anything is sent; and, against a fake holder on a raw socket, an answer
+ * cut short mid-scatter or a connection closed before answering fails the
+ * read.  Last, the store's ranged read over TCP (MC_TE_SHM=0), whose groups
+ * of adjoining rows of one object become scattered reads.  Every wait is
+ * bounded.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <mooncake/store.h>
+#include <mooncake/transfer.h>
+
+#include "check_suites.h"
+#include "master_proc.h"
+#include "common/util.h"
+#include "transfer/engine.h"
+#include "transfer/proto.h"
+#include "te_util.h"
+
+#define GEN_G UINT64_C(0x8000001234000000)
+#define GEN_H UINT64_C(0x8000009999000000)
+#define FILL  0xEE
+
+
+/* Runs of lengths 1, 2, ... (cycling through @p maxlen) in @p dst, each
+ * followed by a gap of @p gap bytes; returns how many fit in @p cap and
+ * their total length in *total_p. */
+static size_t make_runs(uint8_t *dst, size_t cap, size_t maxlen, size_t gap, struct iovec *runs,
+                        size_t max_runs, size_t *total_p)
+{
+    size_t n = 0, off = 0, total = 0;
+    while (n < max_runs) {
+        size_t len = 1 + (n * 7) % maxlen; /* odd and even, small and large */
+        if (off + len + gap > cap)
+            break;
+        runs[n].iov_base = dst + off;
+        runs[n].iov_len  = len;
+        total += len;
+        off += len + gap;
+        n++;
+    }
+    *total_p = total;
+    return n;
+}
+
+/* The runs hold src[0, total) in order, and every other byte of dst[0,
+ * cap) is still FILL. */
+static void check_scattered(const uint8_t *dst, size_t cap, const struct iovec *runs, size_t n,
+                            const uint8_t *src)
+{
+    size_t at = 0, off = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t start = (size_t)((const uint8_t *)runs[i].iov_base - dst);
+        for (; off < start; off++)
+            ck_assert_msg(dst[off] == FILL, "byte %zu between runs was written", off);
+        ck_assert_msg(memcmp(runs[i].iov_base, src + at, runs[i].iov_len) == 0,
+                      "run %zu (%zu bytes) does not hold bytes %zu.. of the range", i,
+                      runs[i].iov_len, at);
+        at += runs[i].iov_len;
+        off = start + runs[i].iov_len;
+    }
+    for (; off < cap; off++)
+        ck_assert_msg(dst[off] == FILL, "byte %zu after the runs was written", off);
+}
+
+static int all_fill(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != FILL)
+            return 0;
+    return 1;
+}
+
+/* Runs of odd sizes (1 byte to 64 KiB + 1), gaps between them, from an
+ * offset inside the holder's region; over TCP one request. */
+START_TEST(test_scatter_odd_runs)
+{
+    size_t cap = 4u << 20, dcap = 8u << 20, total = 0, n;
+    uint8_t *src = malloc(cap), *dst = malloc(dcap);
+    struct iovec runs[200];
+    mc_te_segment_id_t seg;
+
+    te_fill(src, cap, 7);
+    memset(dst, FILL, dcap);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, GEN_G));
+    ck_assert_status_ok(mc_te_mem_reg(A, dst, dcap, "", 0));
+    seg = te_open(A, B);
+    ck_assert_int_eq(mc_te_read_scatter_native(A, seg), 1);
+    n = make_runs(dst, dcap, 65537, 13, runs, 200, &total);
+    ck_assert_uint_ge(n, 50);
+    ck_assert_uint_le(total + 1001, cap);
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src + 1001, GEN_G,
+                                               runs, n));
+    check_scattered(dst, dcap, runs, n, src + 1001);
+    /* naming no generation reads too; a single run is a plain read */
+    memset(dst, FILL, dcap);
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, 0, runs, 1));
+    check_scattered(dst, dcap, runs, 1, src);
+    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
+    ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    free(src);
+    free(dst);
+}
+END_TEST
+
+/* Far more runs than one recvmsg takes: the receive goes on window by
+ * window, and a window boundary may fall inside a run. */
+START_TEST(test_scatter_more_runs_than_iov_max)
+{
+    size_t max_runs = 3 * IOV_MAX + 17, dcap = 1u << 20, total = 0, n;
+    uint8_t *src = malloc(dcap), *dst = malloc(dcap);
+    struct iovec *runs = malloc(max_runs * sizeof(*runs));
+    mc_te_segment_id_t seg;
+
+    te_fill(src, dcap, 8);
+    memset(dst, FILL, dcap);
+    ck_assert_status_ok(mc_te_mem_reg(B, src, dcap, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(mc_te_mem_reg(A, dst, dcap, "", 0));
+    seg = te_open(A, B);
+    n = make_runs(dst, dcap, 61, 3, runs, max_runs, &total);
+    ck_assert_uint_eq(n, max_runs);
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, 0, runs, n));
+    check_scattered(dst, dcap, runs, n, src);
+    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
+    ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    free(runs);
+    free(src);
+    free(dst);
+}
+END_TEST
+
+/* A read naming another generation than the holder's region is refused
+ * with MC_INVALID_READ before any byte moves: no run is touched.  After
+ * the region is registered again, the old generation is refused and the
+ * new one served. */
+START_TEST(test_scatter_generation_refused)
+{
+    size_t cap = 1u << 20, total = 0, n;
+    uint8_t *src = malloc(cap), *dst = malloc(cap);
+    struct iovec runs[300];
+    mc_te_segment_id_t seg;
+
+    te_fill(src, cap, 9);
+    memset(dst, FILL, cap);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, GEN_G));
+    ck_assert_status_ok(mc_te_mem_reg(A, dst, cap, "", 0));
+    seg = te_open(A, B);
+    n = make_runs(dst, cap, 4096, 1024, runs, 300, &total);
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, GEN_H, runs, n),
+                        MC_INVALID_READ);
+    ck_assert_msg(all_fill(dst, cap), "a refused scattered read wrote into its runs");
+    /* the connection goes on: the right generation reads */
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, GEN_G, runs, n));
+    check_scattered(dst, cap, runs, n, src);
+    ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, GEN_H));
+    memset(dst, FILL, cap);
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, GEN_G, runs, n),
+                        MC_INVALID_READ);
+    ck_assert(all_fill(dst, cap));
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, GEN_H, runs, n));
+    check_scattered(dst, cap, runs, n, src);
+    /* a range past the holder's region: refused, nothing written */
+    memset(dst, FILL, cap);
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src + cap - 10, 0,
+                                               runs, 3),
+                        MC_INVALID_READ);
+    ck_assert(all_fill(dst, cap));
+    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
+    ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    free(src);
+    free(dst);
+}
+END_TEST
+
+/* A destination run outside memory registered with the engine -- not
+ * registered at all, or crossing the end of a registered region -- is
+ * refused with MC_INVALID_PARAMS before the request is sent: the valid
+ * run before it stays untouched.  So are empty and NULL runs. */
+START_TEST(test_scatter_run_outside_registered_refused)
+{
+    size_t cap = 64u << 10;
+    uint8_t *src = malloc(cap), *dst = malloc(cap), *loose = malloc(cap);
+    struct iovec runs[3];
+    mc_te_segment_id_t seg;
+    uint64_t rem = 0;
+
+    te_fill(src, cap, 10);
+    memset(dst, FILL, cap);
+    memset(loose, FILL, cap);
+    ck_assert_status_ok(mc_te_mem_reg(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(mc_te_mem_reg(A, dst, cap, "", 0));
+    seg = te_open(A, B);
+    rem = (uint64_t)(uintptr_t)src;
+    runs[0] = (struct iovec){dst, 100};
+    runs[1] = (struct iovec){loose, 100}; /* never registered */
+    runs[2] = (struct iovec){dst + 200, 100};
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, rem, 0, runs, 3), MC_INVALID_PARAMS);
+    ck_assert_msg(strstr(mc_last_error_detail(), "run 1") != NULL, "detail: %s",
+                  mc_last_error_detail());
+    runs[1] = (struct iovec){dst + cap - 50, 100}; /* crosses the region's end */
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, rem, 0, runs, 3), MC_INVALID_PARAMS);
+    runs[1] = (struct iovec){dst + 150, 0};
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, rem, 0, runs, 3), MC_INVALID_PARAMS);
+    runs[1] = (struct iovec){NULL, 10};
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, rem, 0, runs, 3), MC_INVALID_PARAMS);
+    ck_assert_msg(all_fill(dst, cap), "a refused run list was read into");
+    ck_assert(all_fill(loose, cap));
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, rem, 0, NULL, 1), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, rem, 0, runs, 0), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, 987654, rem, 0, runs, 1), MC_INVALID_PARAMS);
+    /* the same list with every run in registered memory reads */
+    runs[1] = (struct iovec){dst + 150, 10};
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, rem, 0, runs, 3));
+    check_scattered(dst, 310, runs, 3, src);
+    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
+    ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    free(src);
+    free(dst);
+    free(loose);
+}
+END_TEST
+
+/* This engine's own segment: the runs are read as requests of their own
+ * (a copy each), with the same outcome and the same generation check. */
+START_TEST(test_scatter_own_segment)
+{
+    size_t cap = 256u << 10, total = 0, n;
+    uint8_t *src = malloc(cap), *dst = malloc(cap);
+    struct iovec runs[100];
+    mc_te_segment_id_t self;
+
+    te_fill(src, cap, 11);
+    memset(dst, FILL, cap);
+    ck_assert_status_ok(mc_te_mem_reg_gen(A, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, GEN_G));
+    ck_assert_status_ok(mc_te_mem_reg(A, dst, cap, "", 0));
+    ck_assert_status_ok(mc_te_segment_open(A, mc_te_local_name(A), &self));
+    ck_assert_int_eq(mc_te_read_scatter_native(A, self), 0);
+    n = make_runs(dst, cap, 999, 5, runs, 100, &total);
+    ck_assert_status_eq(mc_te_read_scatter_gen(A, self, (uint64_t)(uintptr_t)src, GEN_H, runs, n),
+                        MC_INVALID_READ);
+    ck_assert(all_fill(dst, cap));
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, self, (uint64_t)(uintptr_t)src, GEN_G, runs, n));
+    check_scattered(dst, cap, runs, n, src);
+    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
+    ck_assert_status_ok(mc_te_mem_dereg(A, src));
+    free(src);
+    free(dst);
+}
+END_TEST
+
+/* ---- a fake holder on a raw socket ------------------------------------- */
+
+typedef struct fake_holder {
+    int lfd;
+    uint16_t port;
+    uint64_t send_bytes; /* payload bytes sent before closing */
+    int answer;          /* 0: close without answering */
+    pthread_t th;
+    uint8_t fill;
+} fake_holder_t;
+
+static void *fake_main(void *arg)
+{
+    fake_holder_t *f = arg;
+    uint8_t req[MC_TE_REQ_HDR_SIZE], resp[MC_TE_RESP_HDR_SIZE], buf[4096];
+    mc_te_req_hdr_t h;
+    struct pollfd p = {f->lfd, POLLIN, 0};
+    int c;
+
+    if (poll(&p, 1, 10000) != 1)
+        return NULL;
+    c = accept(f->lfd, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    if ((recv(c, req, sizeof(req), MSG_WAITALL) == (ssize_t)sizeof(req)) &&
+        (mc_te_req_decode(req, &h) == 0) && f->answer) {
+        uint64_t left = f->send_bytes;
+        mc_te_resp_encode(resp, MC_OK, h.length); /* promises the whole range */
+        (void)!send(c, resp, sizeof(resp), MSG_NOSIGNAL);
+        memset(buf, f->fill, sizeof(buf));
+        while (left > 0) {
+            size_t k = (size_t)MC_MIN(left, (uint64_t)sizeof(buf));
+            if (send(c, buf, k, MSG_NOSIGNAL) != (ssize_t)k)
+                break;
+            left -= k;
+        }
+    }
+    close(c);
+    return NULL;
+}
+
+static void fake_start(fake_holder_t *f)
+{
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(f->lfd, 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family      = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(f->lfd, 4), 0);
+    ck_assert_int_eq(getsockname(f->lfd, (struct sockaddr *)&sa, &sl), 0);
+    f->port = ntohs(sa.sin_port);
+    ck_assert_int_eq(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(fake_holder_t *f)
+{
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+}
+
+/* The transport's read_scatter against @p f: the answer promises every
+ * byte, then the holder sends f->send_bytes of them and closes. */
+static mc_status_t fake_scatter(fake_holder_t *f, const struct iovec *runs, size_t n,
+                                uint64_t total)
+{
+    void *peer = NULL;
+    mc_status_t st;
+
+    fake_start(f);
+    ck_assert_status_ok(A->tp_ops->peer_open(A->tp, "127.0.0.1", f->port, &peer));
+    st = A->tp_ops->read_scatter(A->tp, peer, 0x10000, total, 0, runs, n);
+    A->tp_ops->peer_close(A->tp, peer);
+    fake_stop(f);
+    return st;
+}
+
+/* An answer cut short mid-scatter (the holder closes after part of the
+ * payload) fails the read with MC_TRANSFER_FAIL: the bytes that came are
+ * in the first runs, nothing lands outside the runs, and the caller must
+ * not use any of them.  A connection closed before any answer fails too
+ * (a fresh connection: nothing to retry). */
+START_TEST(test_scatter_short_answer_fails)
+{
+    size_t cap = 1u << 20, total = 0, n;
+    uint8_t *dst = malloc(cap);
+    struct iovec runs[2000];
+    fake_holder_t f;
+
+    memset(dst, FILL, cap);
+    n = make_runs(dst, cap, 300, 2, runs, 2000, &total);
+    ck_assert_uint_gt(total, 100000);
+    memset(&f, 0, sizeof(f));
+    f.answer     = 1;
+    f.send_bytes = 100000;
+    f.fill       = 0x5A;
+    ck_assert_status_eq(fake_scatter(&f, runs, n, total), MC_TRANSFER_FAIL);
+    ck_assert_msg(strstr(mc_last_error_detail(), "after 100000") != NULL, "detail: %s",
+                  mc_last_error_detail());
+    {
+        size_t at = 0, off = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t start = (size_t)((uint8_t *)runs[i].iov_base - dst);
+            for (; off < start; off++)
+                ck_assert_msg(dst[off] == FILL, "byte %zu between runs was written", off);
+            for (size_t k = 0; k < runs[i].iov_len; k++, at++)
+                ck_assert_int_eq(((uint8_t *)runs[i].iov_base)[k], (at < 100000) ? 0x5A : FILL);
+            off = start + runs[i].iov_len;
+        }
+    }
+    memset(&f, 0, sizeof(f));
+    f.answer = 0;
+    memset(dst, FILL, cap);
+    ck_assert_status_eq(fake_scatter(&f, runs, n, total), MC_TRANSFER_FAIL);
+    ck_assert(all_fill(dst, cap));
+    free(dst);
+}
+END_TEST
+
+/* ---- the store's ranged read over TCP ---------------------------------- */
+
+static void store_params(mc_store_params_t *p, const char *master_addr, uint64_t seg)
+{
+    memset(p, 0, sizeof(*p));
+    p->field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
+                    MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
+                    MC_STORE_PARAM_MASTER_SERVER_ADDR;
+    p->local_hostname      = "127.0.0.1";
+    p->metadata_server     = "P2PHANDSHAKE";
+    p->global_segment_size = seg;
+    p->local_buffer_size   = 1u << 20;
+    p->master_server_addr  = master_addr;
+}
+
+/*
+ * The loader's rows: a column block stored as one object (rows back to
+ * back) read into every other row-sized slot of a registered buffer by a
+ * client whose only way to the holder is TCP, so each stretch of adjoining
+ * rows is one scattered read.  Every row lands in place, the slots between
+ * stay untouched, and rows that are not back to back (a gap, one read out
+ * of order), a zero-length row and a row past the object's end get their
+ * own results as before.
+ */
+START_TEST(test_store_rows_over_tcp)
+{
+    enum { ROWS = 700, ROW = 1000 };
+    mc_test_master_t m;
+    mc_store_h holder = NULL, reader = NULL;
+    mc_store_params_t p;
+    mc_store_range_t *r = calloc(ROWS, sizeof(*r));
+    size_t size = (size_t)ROWS * ROW, cap = 2 * size;
+    uint8_t *val = malloc(size), *buf = malloc(cap);
+
+    ck_assert_int_eq(setenv("MC_TE_SHM", "0", 1), 0);
+    mc_test_master_start(&m, NULL);
+    ck_assert_status_ok(mc_store_create(&holder));
+    store_params(&p, m.addr, 16u << 20);
+    ck_assert_status_ok(mc_store_setup(holder, &p));
+    ck_assert_status_ok(mc_store_create(&reader));
+    store_params(&p, m.addr, 0); /* no segment: the object lives in the holder's */
+    ck_assert_status_ok(mc_store_setup(reader, &p));
+    te_fill(val, size, 12);
+    ck_assert_status_ok(mc_store_put(holder, "rows", val, size, NULL));
+    ck_assert_status_ok(mc_store_register_buffer(reader, buf, cap));
+    for (int round = 0; round < 2; round++) {
+        memset(buf, FILL, cap);
+        for (size_t i = 0; i < ROWS; i++)
+            r[i] = (mc_store_range_t){"rows", buf, 2 * i * ROW, i * ROW, ROW, 0};
+        r[100].src_offset = 150 * ROW;  /* out of order: a stretch of its own */
+        r[200].length     = 0;          /* no piece at all */
+        r[300].src_offset = size - 10;  /* past the end: refused */
+        r[ROWS - 1].length = ROW - 7;   /* ends short of the object's end */
+        ck_assert_status_eq(mc_store_read_ranges(reader, r, ROWS), MC_INVALID_PARAMS);
+        for (size_t i = 0; i < ROWS; i++) {
+            const uint8_t *slot = buf + 2 * i * ROW;
+            if (i == 300) {
+                ck_assert_int_eq(r[i].result, MC_INVALID_PARAMS);
+                ck_assert(all_fill(slot, 2 * ROW));
+                continue;
+            }
+            ck_assert_int_eq(r[i].result, (int64_t)r[i].length);
+            ck_assert_msg(memcmp(slot, val + r[i].src_offset, r[i].length) == 0,
+                          "row %zu is wrong (round %d)", i, round);
+            ck_assert_msg(all_fill(slot + r[i].length, 2 * ROW - r[i].length),
+                          "the slot after row %zu was written", i);
+        }
+    }
+    ck_assert_status_ok(mc_store_unregister_buffer(reader, buf));
+    mc_store_destroy(reader);
+    mc_store_destroy(holder);
+    mc_test_master_stop(&m);
+    unsetenv("MC_TE_SHM");
+    free(r);
+    free(val);
+    free(buf);
+}
+END_TEST
+
+Suite *mc_test_scatter_suite(void)
+{
+    Suite *s  = suite_create("scatter");
+    TCase *tc = tcase_create("two_engines");
+    tcase_add_checked_fixture(tc, te_setup_two, te_teardown_two);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_scatter_odd_runs);
+    tcase_add_test(tc, test_scatter_more_runs_than_iov_max);
+    tcase_add_test(tc, test_scatter_generation_refused);
+    tcase_add_test(tc, test_scatter_run_outside_registered_refused);
+    tcase_add_test(tc, test_scatter_own_segment);
+    tcase_add_test(tc, test_scatter_short_answer_fails);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("store");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_store_rows_over_tcp);
+    suite_add_tcase(s, tc);
+    return s;
+}
