@@ -335,6 +335,32 @@ class ClientProc:
             pass
 
 
+class EngineProc(ClientProc):
+    """A TransferEngine in its own process (engine_proc.py, or the
+    ``launcher`` source), driven through :meth:`te`."""
+
+    def __init__(self, name: str = "engine", env: Optional[Dict[str, str]] = None,
+                 prefix: Optional[List[str]] = None, launcher: Optional[str] = None) -> None:
+        super().__init__(name, env=env, prefix=prefix, launcher=launcher,
+                         script=None if launcher is not None else HERE / "engine_proc.py")
+
+    def te(self, method: str, *args: Any, timeout: float = 60.0) -> Any:
+        """``TransferEngine.<method>(*args)`` in the process; its result."""
+        return self.call("te", timeout=timeout, method=method, args=list(args))["result"]
+
+
+def pattern(seed: int, n: int) -> bytes:
+    """@p n bytes determined by @p seed (SHA-256 blocks): the same on
+    every process, different for every seed."""
+    import hashlib
+    out = bytearray()
+    i = 0
+    while len(out) < n:
+        out += hashlib.sha256(b"%d:%d" % (seed, i)).digest()
+        i += 1
+    return bytes(out[:n])
+
+
 @contextlib.contextmanager
 def closing_stores(build: Callable[..., Any]):
     """A factory around ``build(...)`` (which returns a set-up store) that

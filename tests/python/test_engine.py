@@ -10,39 +10,17 @@ store set up with ``engine=`` serves on that engine's port and regions, and
 closing it leaves the engine working.
 """
 
-import hashlib
 import os
 import signal
 import time
 
 import pytest
 
-from helpers import HERE, MiB, ClientProc, wait_until
+from helpers import MiB, EngineProc, pattern, wait_until
 
 from mooncake import engine as mce
 from mooncake.engine import Read, TransferEngine, TransferNotify, TransferOpcode, Write
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
-
-ENGINE_PROC = HERE / "engine_proc.py"
-
-
-class EngineProc(ClientProc):
-    """A TransferEngine in its own process (engine_proc.py)."""
-
-    def __init__(self, name: str = "engine", env=None) -> None:
-        super().__init__(name, env=env, script=ENGINE_PROC)
-
-    def te(self, method, *args, timeout=60.0):
-        return self.call("te", timeout=timeout, method=method, args=list(args))["result"]
-
-
-def pattern(seed: int, n: int) -> bytes:
-    out = bytearray()
-    i = 0
-    while len(out) < n:
-        out += hashlib.sha256(b"%d:%d" % (seed, i)).digest()
-        i += 1
-    return bytes(out[:n])
 
 
 @pytest.fixture(params=["shm", "tcp"])

@@ -11,7 +11,6 @@ absence of the tcp fallback.  Also: a peer without fabric is reached over
 tcp; a range outside the target's buffers and a stale key are refused with
 the target's memory untouched; two network namespaces joined by veths; and
 libmooncake.so needs neither libibverbs nor libfabric to load."""
-import hashlib
 import os
 import re
 import subprocess
@@ -20,7 +19,7 @@ import tempfile
 
 import pytest
 
-from helpers import HERE, MiB, ClientProc
+from helpers import HERE, MiB, EngineProc, pattern
 
 sys.path.insert(0, str(HERE.parent / "cluster"))
 from netns import Net, netns_usable  # noqa: E402
@@ -135,29 +134,16 @@ FELL_BACK = "go over tcp"
 FAILED = -1
 
 
-def pattern(seed: int, n: int) -> bytes:
-    out = bytearray()
-    i = 0
-    while len(out) < n:
-        out += hashlib.sha256(b"%d:%d" % (seed, i)).digest()
-        i += 1
-    return bytes(out[:n])
-
-
 def reached(log: str) -> bool:
     return re.search(r"fabric: \S+ reached over \S+", log) is not None
 
 
-class FabricEngine(ClientProc):
+class FabricEngine(EngineProc):
     """A TransferEngine in its own process (engine_proc.py), optionally in a
     network namespace (``prefix``)."""
 
     def __init__(self, name, env=None, prefix=None):
-        super().__init__(name, env=dict(ENV, **(env or {})), prefix=prefix,
-                         script=HERE / "engine_proc.py")
-
-    def te(self, method, *args, timeout=60.0):
-        return self.call("te", timeout=timeout, method=method, args=list(args))["result"]
+        super().__init__(name, env=dict(ENV, **(env or {})), prefix=prefix)
 
     def fill(self, addr: int, data: bytes) -> None:
         assert self.call("fill", addr=addr, hex=data.hex())["rc"] == 0

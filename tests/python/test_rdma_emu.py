@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import MiB, ClientProc, free_port, wait_until
+from helpers import MiB, EngineProc, free_port, pattern, wait_until
 
 HERE = Path(__file__).resolve().parent
 EMU_SRC = HERE.parent / "rdma" / "emu"
@@ -484,30 +484,17 @@ ENGINE_LAUNCHER = textwrap.dedent("""
 """)
 
 
-class EngineProc(ClientProc):
+class EmuEngine(EngineProc):
     """A TransferEngine in its own process (ENGINE_LAUNCHER)."""
 
     def __init__(self, name, env):
         super().__init__(name, env=env, launcher=ENGINE_LAUNCHER)
-
-    def te(self, method, *args, timeout=60.0):
-        return self.call("te", timeout=timeout, method=method, args=list(args))["result"]
 
     def fill(self, addr, size, seed):
         assert self.call("fill", addr=addr, size=size, seed=seed)["rc"] == 0
 
     def sha(self, addr, size):
         return self.call("sha256", addr=addr, size=size)["sha256"]
-
-
-def pattern(seed, n):
-    import hashlib
-    out = bytearray()
-    i = 0
-    while len(out) < n:
-        out += hashlib.sha256(b"%d:%d" % (seed, i)).digest()
-        i += 1
-    return bytes(out[:n])
 
 
 def sha(b):
@@ -522,7 +509,7 @@ def engines(emu_env, rdma_built):
     procs = []
 
     def make(name, devices="mlx5_0,mlx5_1", protocol="rdma", port=None, **extra):
-        p = EngineProc(name, emu_env(devices, **extra))
+        p = EmuEngine(name, emu_env(devices, **extra))
         procs.append(p)
         host = "127.0.0.1" if port is None else f"127.0.0.1:{port}"
         rc = p.te("initialize", host, "P2PHANDSHAKE", protocol,
@@ -674,7 +661,7 @@ def test_tcp_peer_fallback(engines, emu_env):
 def test_peer_without_device_falls_back(engines, emu_env):
     """A host whose libibverbs lists no device cannot set up protocol rdma
     (the refusal says why) and runs tcp; rdma engines reach it over tcp."""
-    p = EngineProc("nodev-probe", emu_env("mlx5_0", sysfs_nics="mlx5_0",
+    p = EmuEngine("nodev-probe", emu_env("mlx5_0", sysfs_nics="mlx5_0",
                                            MC_VERBS_EMU_DEVICES=""))
     try:
         rc = p.te("initialize", "127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0")
@@ -742,13 +729,13 @@ def test_device_refusals_and_gid_choice(engines, emu_env):
     """Setup refuses a NIC whose port libibverbs reports DOWN and a
     MC_GID_INDEX naming an empty GID entry, naming the NIC; MC_GID_INDEX=0
     (the link-local GID) connects and moves bytes."""
-    p = EngineProc("down-probe", emu_env(MC_VERBS_EMU_DOWN="mlx5_1"))
+    p = EmuEngine("down-probe", emu_env(MC_VERBS_EMU_DOWN="mlx5_1"))
     try:
         assert p.te("initialize", "127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0,mlx5_1") != 0
         assert "mlx5_1" in p.log_text() and "ACTIVE" in p.log_text(), p.log_text()
     finally:
         p.stop()
-    p = EngineProc("gid-probe", emu_env(MC_GID_INDEX="3"))
+    p = EmuEngine("gid-probe", emu_env(MC_GID_INDEX="3"))
     try:
         assert p.te("initialize", "127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0,mlx5_1") != 0
         assert "MC_GID_INDEX" in p.log_text(), p.log_text()
@@ -874,7 +861,7 @@ def test_injected_verbs_failures(engines, emu_env, side, fail, phrase):
     with the reason while the next one succeeds."""
     env = {"MC_VERBS_EMU_FAIL": fail}
     if side == "setup":
-        p = EngineProc("fail-setup", emu_env(**env))
+        p = EmuEngine("fail-setup", emu_env(**env))
         try:
             assert p.te("initialize", "127.0.0.1", "P2PHANDSHAKE", "rdma",
                         "mlx5_0,mlx5_1") != 0
@@ -938,7 +925,7 @@ def test_library_loading_and_compat_port_query(engines, emu_env):
     import ctypes.util
     for path, phrase in (("/nonexistent/libibverbs.so.1", "cannot be loaded"),
                          (ctypes.util.find_library("m"), "has no ibv_get_device_list")):
-        p = EngineProc("load-probe", emu_env(MC_IBVERBS_PATH=path))
+        p = EmuEngine("load-probe", emu_env(MC_IBVERBS_PATH=path))
         try:
             assert p.te("initialize", "127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0") != 0
             assert phrase in p.log_text(), p.log_text()
