@@ -56,7 +56,7 @@ selftest)
     MC_RDMA_PAIR_PROTOCOL=tcp MC_RDMA_PAIR_WAIT=120 pair serve 127.0.0.1 >"$out" &
     spid=$!
     seg=
-    for _ in $(seq 1 300); do
+    for _ in $(seq 1 1200); do   # at most 120 s: a loaded host starts Python slowly
         seg=$(sed -n 's/^rdma_pair: serving \([^ ]*\) .*/\1/p' "$out")
         [ -n "$seg" ] && break
         kill -0 "$spid" 2>/dev/null || break
