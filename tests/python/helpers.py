@@ -349,6 +349,24 @@ class EngineProc(ClientProc):
         return self.call("te", timeout=timeout, method=method, args=list(args))["result"]
 
 
+def stop_procs(procs) -> None:
+    """Stop subprocess.Popen line-protocol workers: "exit" on stdin, then
+    a bounded wait, then SIGKILL."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.stdin.write("exit\n")
+                p.stdin.flush()
+            except OSError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+
 def pattern(seed: int, n: int) -> bytes:
     """@p n bytes determined by @p seed (SHA-256 blocks): the same on
     every process, different for every seed."""

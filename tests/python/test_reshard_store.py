@@ -25,7 +25,7 @@ from unittest.mock import patch
 import numpy as np
 import pytest
 
-from helpers import Master
+from helpers import Master, stop_procs
 from mooncake.reshard.weight import (OwnershipAxis, ParallelRank, ParallelTopology,
                                      PlacementFragment, ReplicatedAxis, RuntimeBindingFragment,
                                      SplitAxis, TensorDescriptor, TopologyParticipant,
@@ -533,19 +533,7 @@ def test_four_writer_processes_commit_one_manifest(patient_master, make_store):
                                                        t.global_shape, R()) for t in flat],
                                 "one"), arrays)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    p.stdin.write("exit\n")
-                    p.stdin.flush()
-                except OSError:
-                    pass
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_procs(procs)
 
 
 if __name__ == "__main__":

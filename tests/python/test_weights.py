@@ -18,7 +18,7 @@ from unittest.mock import patch
 import pytest
 import torch
 
-from helpers import CLIENT_TTL_S, Master, MiB, wait_until
+from helpers import CLIENT_TTL_S, Master, MiB, stop_procs, wait_until
 from test_client_http import http_store, metrics
 
 import weights_proc as wp
@@ -404,22 +404,6 @@ def _line(p, timeout=90):
     return json.loads(line)
 
 
-def _stop(procs):
-    for p in procs:
-        if p.poll() is None:
-            try:
-                p.stdin.write("exit\n")
-                p.stdin.flush()
-            except OSError:
-                pass
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=10)
-
-
 @pytest.fixture
 def patient_master():
     """Its own master with a 30 s client TTL: six processes importing torch
@@ -454,7 +438,7 @@ def test_four_writers_two_readers(patient_master):
         for p in readers:
             assert p.wait(timeout=30) == 0
     finally:
-        _stop(writers + readers)
+        stop_procs(writers + readers)
 
 
 def test_killed_writer_leaves_no_manifest_and_is_reclaimed(master, make_store):
@@ -488,7 +472,7 @@ def test_killed_writer_leaves_no_manifest_and_is_reclaimed(master, make_store):
         assert all(s.is_exist(k) == 0 for k in keys0)
         assert s.is_exist(f"{base}/part/r0") == 0
     finally:
-        _stop([w0, w1])
+        stop_procs([w0, w1])
 
 
 class PublicOnly:
