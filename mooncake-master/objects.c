@@ -692,9 +692,28 @@ static void upsert_clear(mc_master_t *m, mc_object_t *o)
     free(up);
 }
 
-/* Drop the fresh buffers of an upsert and forget it; the old value stays. */
-static void upsert_drop(mc_master_t *m, mc_object_t *o)
+/* Move the segment of every replica on @p list to at least generation
+ * step @p who before their space is handed out again (obj_free_fenced). */
+static void fence_replicas(mc_mlist_t *list, uint8_t who)
 {
+    mc_mlist_t *pos, *tmp;
+    mc_mlist_for_each_safe(pos, tmp, list)
+    {
+        mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
+        if (r->seg->gen_dirty < who)
+            r->seg->gen_dirty = who;
+    }
+}
+
+/* Drop the fresh buffers of an upsert and forget it; the old value stays.
+ * Unless @p writer_done (the upserter itself revoked), the upserter may
+ * still be moving bytes into them, so their segments move to the next
+ * fence before that space is handed out again, as for a put in progress
+ * (obj_erase). */
+static void upsert_drop(mc_master_t *m, mc_object_t *o, int writer_done)
+{
+    if (!writer_done)
+        fence_replicas(&obj_up(o)->replicas, MC_SEG_GEN_WRITER);
     free_replicas(m, &obj_up(o)->replicas);
     upsert_clear(m, o);
 }
@@ -726,8 +745,9 @@ static void obj_erase(mc_master_t *m, mc_object_t *o)
     else
         obj_free_replicas(m, o);
     if (obj_up(o) != NULL)
-        free_replicas(m, &obj_up(o)->replicas);
-    upsert_clear(m, o);
+        upsert_drop(m, o, 0); /* its upserter may still be at it */
+    else
+        upsert_clear(m, o);
     mc_chmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
     mc_mlist_remove(&o->lru_link);
@@ -979,7 +999,7 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
         mc_info("releasing abandoned upsert of key '%.*s' (no UpsertEnd within %" PRId64 " s)",
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
                 m->cfg->put_start_release_timeout_sec);
-        upsert_drop(m, o);
+        upsert_drop(m, o, 0);
     }
 }
 
@@ -1521,7 +1541,7 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
         /* the revoking client is the writer: nothing writes there now */
         if (!mc_uuid_eq(obj_up(o)->writer->owner, client_id))
             return MC_ILLEGAL_CLIENT;
-        upsert_drop(x->m, o);
+        upsert_drop(x->m, o, 1);
         return MC_OK;
     }
     if (!mc_uuid_eq(mc_object_owner(o), client_id))

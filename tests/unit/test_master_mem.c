@@ -421,6 +421,40 @@ START_TEST(test_forced_remove_of_a_put_in_progress_fences_its_segment)
 }
 END_TEST
 
+/* An object removed by force while another client upserts it into fresh
+ * buffers:
+ * the upserter may still be writing them, so, as for a put in progress,
+ * the segment moves to its next fence before that memory is handed out
+ * again, and the late write is refused instead of landing in the next
+ * owner's value.  (Found by the fault suite: a plain remove freed the
+ * fresh buffers unfenced, and a late upsert write overwrote another
+ * key's value placed there.)  A plain remove refuses while the upsert is
+ * in flight. */
+START_TEST(test_remove_during_a_resized_upsert_fences_its_buffers)
+{
+    uint64_t a0, a1, a2, g1;
+
+    master_start();
+    mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "u", 8 * 1024, 0, &a0));
+    ck_assert_status_ok(put_end(client_a, "u", 0));
+    ck_assert_status_ok(put_start(client_b, "u", 40 * 1024, 1, &a1)); /* fresh buffers */
+    ck_assert_msg(a1 != a0, "a resized upsert should get a new buffer");
+    g1 = last_gen;
+    ck_assert_status_eq(remove_key("u", 0), MC_REPLICA_IS_NOT_READY);
+    ck_assert_status_ok(remove_key("u", 1));
+    ck_assert_int_eq(exists("u"), 0);
+    ck_assert_status_eq(put_end(client_b, "u", 1), MC_OBJECT_NOT_FOUND);
+    /* the whole segment: the upsert's buffer is part of it again */
+    ck_assert_status_ok(put_start(client_a, "q", SEG_SIZE, 0, &a2));
+    ck_assert_uint_eq(a2, SEG_BASE);
+    ck_assert_msg(a1 > a2 && a1 < a2 + SEG_SIZE, "the upsert's buffer is inside the new one");
+    ck_assert_uint_eq(last_gen, mc_gen_fence_after(g1, MC_GEN_FENCE_STEP));
+    ck_assert_status_ok(put_end(client_a, "q", 0));
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
 /* Unmount finds every replica on the segment by walking the index. */
 START_TEST(test_unmount_drops_every_kind_of_replica)
 {
@@ -592,6 +626,7 @@ Suite *mc_test_master_mem_suite(void)
     tcase_add_test(tc, test_preempted_put_holds_its_range_until_release);
     tcase_add_test(tc, test_removed_leased_object_frees_at_once_under_a_later_generation);
     tcase_add_test(tc, test_forced_remove_of_a_put_in_progress_fences_its_segment);
+    tcase_add_test(tc, test_remove_during_a_resized_upsert_fences_its_buffers);
     tcase_add_test(tc, test_unmount_drops_every_kind_of_replica);
     tcase_add_test(tc, test_embedded_and_listed_replicas);
     tcase_add_test(tc, test_removed_two_replica_object_frees_both_ranges);
