@@ -1514,6 +1514,13 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         mc_kv_events_stored(m, o);
         return MC_OK;
     }
+    if (upsert && o->complete && (o->upsert == MC_UPSERT_NONE)) {
+        /* No upsert of this key is in progress here: this master never saw
+         * its start (it took over from one that did: an upsert in progress
+         * is not carried over), or it was dropped.  Its bytes are not the
+         * value, and answering OK would tell the writer they were. */
+        return MC_OBJECT_NOT_FOUND;
+    }
     if (!mc_uuid_eq(mc_object_owner(o), client_id))
         return MC_ILLEGAL_CLIENT;
     if (o->complete)

@@ -455,6 +455,32 @@ START_TEST(test_remove_during_a_resized_upsert_fences_its_buffers)
 }
 END_TEST
 
+/* UPSERT_END for a key with no upsert in progress (a new leader never saw
+ * its start, which is not carried over at takeover): not OK, even from
+ * the client that owns the current value, which would otherwise be told
+ * that bytes nobody published are the value.  A PUT_END repeated on a
+ * complete object stays OK. */
+START_TEST(test_upsert_end_without_its_start_is_refused)
+{
+    master_start();
+    mount(SEG_BASE);
+    ck_assert_status_ok(put_start(client_a, "u", 8 * 1024, 0, NULL));
+    ck_assert_status_ok(put_end(client_a, "u", 0));
+    ck_assert_status_eq(put_end(client_a, "u", 1), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_eq(put_end(client_b, "u", 1), MC_OBJECT_NOT_FOUND);
+    ck_assert_status_ok(put_end(client_a, "u", 0)); /* a retried PutEnd */
+    /* a real upsert still ends, once */
+    ck_assert_status_ok(put_start(client_b, "u", 4 * 1024, 1, NULL));
+    ck_assert_status_ok(put_end(client_b, "u", 1));
+    ck_assert_status_eq(put_end(client_b, "u", 1), MC_OBJECT_NOT_FOUND);
+    /* an upsert of a missing key is a put: it ends too */
+    ck_assert_status_ok(put_start(client_a, "n", 4 * 1024, 1, NULL));
+    ck_assert_status_ok(put_end(client_a, "n", 1));
+    ck_assert_int_eq(exists("n"), 1);
+    ck_assert_int_eq(master_stop(), 0);
+}
+END_TEST
+
 /* Unmount finds every replica on the segment by walking the index. */
 START_TEST(test_unmount_drops_every_kind_of_replica)
 {
@@ -627,6 +653,7 @@ Suite *mc_test_master_mem_suite(void)
     tcase_add_test(tc, test_removed_leased_object_frees_at_once_under_a_later_generation);
     tcase_add_test(tc, test_forced_remove_of_a_put_in_progress_fences_its_segment);
     tcase_add_test(tc, test_remove_during_a_resized_upsert_fences_its_buffers);
+    tcase_add_test(tc, test_upsert_end_without_its_start_is_refused);
     tcase_add_test(tc, test_unmount_drops_every_kind_of_replica);
     tcase_add_test(tc, test_embedded_and_listed_replicas);
     tcase_add_test(tc, test_removed_two_replica_object_frees_both_ranges);
