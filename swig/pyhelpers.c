@@ -10,8 +10,9 @@
  * offsets may come from another process, or be corrupt) and the objects
  * are made in one C loop with the interpreter lock held.  The write side
  * has the same loop the other way round: a column of str into the
- * utf8_ragged payload (mooncake_py_utf8_pack()).  Nothing here blocks;
- * the input buffers are released before returning.
+ * utf8_ragged payload (mooncake_py_utf8_pack()), and a column of arrays
+ * typed and described in one pass (mooncake_py_ragged_column()).
+ * Nothing here blocks; the input buffers are released before returning.
  */
 #define PY_SSIZE_T_CLEAN
 #include "pyhelpers.h"
@@ -292,8 +293,40 @@ done:
     return out;
 }
 
-/* The UTF-8 of str @p o: its own bytes when it is ASCII, else a new bytes
- * object in *tmp_p (strict: UnicodeEncodeError for a lone surrogate, as
+/* The UTF-8 size of a Latin-1 (one byte per character) str: a byte per
+ * character, two for those past ASCII. */
+static Py_ssize_t latin1_utf8_size(PyObject *o)
+{
+    const Py_UCS1 *c = PyUnicode_1BYTE_DATA(o);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(o), size = n;
+
+    for (Py_ssize_t i = 0; i < n; i++)
+        size += (c[i] >= 0x80);
+    return size;
+}
+
+/* The UTF-8 of a Latin-1 str to @p out (latin1_utf8_size() bytes). */
+static void latin1_to_utf8(PyObject *o, char *out)
+{
+    const Py_UCS1 *c = PyUnicode_1BYTE_DATA(o);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(o);
+    unsigned char *w = (unsigned char *)out;
+
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (c[i] < 0x80) {
+            *w++ = c[i];
+        } else {
+            *w++ = (unsigned char)(0xC0 | (c[i] >> 6));
+            *w++ = (unsigned char)(0x80 | (c[i] & 0x3F));
+        }
+    }
+}
+
+/* The UTF-8 of str @p o: its own bytes when it is ASCII; for Latin-1
+ * (which has no surrogates) *p NULL and the size, encoded by
+ * latin1_to_utf8() when it is copied (no object per row: most non-ASCII
+ * text in a batch is Latin-1 -- accents); else a new bytes object in
+ * *tmp_p (strict: UnicodeEncodeError for a lone surrogate, as
  * str.encode).  Nothing is cached on @p o.  -1 with an exception set. */
 static int utf8_of(PyObject *o, const char **p, Py_ssize_t *len, PyObject **tmp_p)
 {
@@ -304,6 +337,11 @@ static int utf8_of(PyObject *o, const char **p, Py_ssize_t *len, PyObject **tmp_
     if (PyUnicode_IS_ASCII(o)) {
         *p = (const char *)PyUnicode_DATA(o);
         *len = PyUnicode_GET_LENGTH(o);
+        return 0;
+    }
+    if (PyUnicode_KIND(o) == PyUnicode_1BYTE_KIND) {
+        *p = NULL;
+        *len = latin1_utf8_size(o);
         return 0;
     }
     if ((*tmp_p = PyUnicode_AsUTF8String(o)) == NULL)
@@ -381,8 +419,11 @@ PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObjec
     offs = ov.buf;
     offs[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (lens[i] > 0)
-            memcpy(PyBytes_AS_STRING(out) + offs[i], ptrs[i], (size_t)lens[i]);
+        char *dst = PyBytes_AS_STRING(out) + offs[i];
+        if ((lens[i] > 0) && (ptrs[i] == NULL))  /* Latin-1: encoded here */
+            latin1_to_utf8(PySequence_Fast_GET_ITEM(fast, i), dst);
+        else if (lens[i] > 0)
+            memcpy(dst, ptrs[i], (size_t)lens[i]);
         offs[i + 1] = offs[i] + lens[i];
     }
 done:
@@ -395,6 +436,167 @@ done:
         PyBuffer_Release(&nv);
     if (held > 0)
         PyBuffer_Release(&ov);
+    Py_DECREF(fast);
+    return out;
+}
+
+/* ---- ragged_column(): the one typing pass of a column of arrays --------------- */
+
+/* Whether two buffer formats are the same string: inline, as they are a
+ * character or two ("i", "<f") and a column compares one per row. */
+static inline int same_format(const char *a, const char *b)
+{
+    while ((*a != '\0') && (*a == *b)) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
+/* Row @p i of a ragged column: None (a null row), or a C-contiguous view
+ * of an exact @p type object with at most one dimension, of format
+ * @p *fmt_p and item size @p *itemsize_p (the first non-null row sets
+ * them).  1: taken (release @p v unless it is null); 0: not such a row
+ * (no exception: the caller types the column in Python); -1: error. */
+static int column_row(PyObject *o, PyTypeObject *type, Py_buffer *v, mc_codec_row_t *row,
+                      const char **fmt_p, Py_ssize_t *itemsize_p)
+{
+    if (o == Py_None) {
+        row->is_null = 1;
+        return 1;
+    }
+    if (Py_TYPE(o) != type)
+        return 0;
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyErr_Clear();  /* not contiguous (or no buffer): the general path copes */
+        return 0;
+    }
+    if ((v->ndim > 1) || (v->format == NULL) || (v->itemsize <= 0) ||
+        ((*fmt_p != NULL) && ((v->itemsize != *itemsize_p) || !same_format(v->format, *fmt_p)))) {
+        PyBuffer_Release(v);
+        return 0;
+    }
+    if (*fmt_p == NULL) {
+        *fmt_p = v->format;
+        *itemsize_p = v->itemsize;
+    }
+    row->base = v->buf;
+    row->nbytes = (size_t)v->len;
+    row->ndim = (uint32_t)v->ndim;
+    /* Py_ssize_t and int64_t are the same size on every supported ABI */
+    row->shape = (const int64_t *)v->shape;
+    return 1;
+}
+
+/* The writable C-contiguous output @p o of exactly @p len bytes aligned
+ * to @p align: 0, or -1 with ValueError / TypeError naming @p what. */
+static int column_out(PyObject *o, Py_buffer *v, Py_ssize_t len, size_t align, const char *what)
+{
+    if (PyObject_GetBuffer(o, v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0)
+        return -1;
+    if ((v->len != len) || (((uintptr_t)v->buf % align) != 0)) {
+        PyErr_Format(PyExc_ValueError, "%s must be %zd aligned bytes (got %zd)", what, len,
+                     v->len);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* Outputs of mooncake_py_ragged_column(), in argument order. */
+static int column_outs(Py_buffer outs[4], PyObject *const objs[4], Py_ssize_t n)
+{
+    static const char *const what[4] = {"offsets_out", "shapes_out", "ndims_out", "nulls_out"};
+    const Py_ssize_t len[4] = {(n + 1) * 8, n * 8, n * 2, n};
+    const size_t align[4] = {_Alignof(int64_t), _Alignof(int64_t), _Alignof(int16_t), 1};
+
+    for (int k = 0; k < 4; k++) {
+        if (column_out(objs[k], &outs[k], len[k], align[k], what[k]) != 0) {
+            while (k-- > 0)
+                PyBuffer_Release(&outs[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Pass over the rows of @p fast: 1 when every one was taken (*held_p views
+ * to release either way; the rows that are None in *nulls_p, the largest
+ * ndim in *max_ndim_p), 0 / -1 as column_row(). */
+static int column_rows(PyObject *fast, Py_ssize_t n, PyTypeObject *type, Py_buffer *views,
+                       mc_codec_row_t *rows, Py_ssize_t *held_p, const char **fmt_p,
+                       Py_ssize_t *itemsize_p, Py_ssize_t *nulls_p, int *max_ndim_p)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        int r = column_row(o, type, &views[*held_p], &rows[i], fmt_p, itemsize_p);
+        if (r <= 0)
+            return r;
+        if (o == Py_None) {
+            (*nulls_p)++;
+            continue;
+        }
+        (*held_p)++;
+        if ((int)rows[i].ndim > *max_ndim_p)
+            *max_ndim_p = (int)rows[i].ndim;
+    }
+    return (*fmt_p != NULL) ? 1 : 0;  /* every row null: no element type */
+}
+
+PyObject *mooncake_py_ragged_column(PyObject *values, PyObject *array_type,
+                                    PyObject *offsets_out, PyObject *shapes_out,
+                                    PyObject *ndims_out, PyObject *nulls_out)
+{
+    PyObject *const objs[4] = {offsets_out, shapes_out, ndims_out, nulls_out};
+    Py_buffer outs[4];
+    Py_buffer *views = NULL;
+    mc_codec_row_t *rows = NULL;
+    PyObject *fast, *out = NULL;
+    Py_ssize_t n, held = 0, itemsize = 0, nulls = 0;
+    const char *fmt = NULL;
+    size_t elems = 0;
+    int r, max_ndim = 0;
+
+    if (!PyType_Check(array_type)) {
+        PyErr_SetString(PyExc_TypeError, "array_type must be a type");
+        return NULL;
+    }
+    if ((fast = PySequence_Fast(values, "values must be a sequence")) == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (column_outs(outs, objs, n) != 0) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    views = PyMem_Calloc((size_t)n + 1, sizeof(*views));
+    rows = PyMem_Calloc((size_t)n + 1, sizeof(*rows));
+    if ((views == NULL) || (rows == NULL)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    r = column_rows(fast, n, (PyTypeObject *)array_type, views, rows, &held, &fmt, &itemsize,
+                    &nulls, &max_ndim);
+    if (r < 0)
+        goto done;
+    if (r == 0) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    if (mc_codec_ragged_describe(rows, (size_t)n, (size_t)itemsize, outs[0].buf, outs[1].buf, 1,
+                                 outs[2].buf, outs[3].buf, &elems) != MC_OK) {
+        PyErr_Format(PyExc_ValueError, "ragged column: %s", mc_last_error_detail());
+        goto done;
+    }
+    out = Py_BuildValue("(snnni)", fmt, itemsize, (Py_ssize_t)elems, nulls, max_ndim);
+done:
+    /* fmt points into views[0]: the result is built before they go */
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    for (int k = 0; k < 4; k++)
+        PyBuffer_Release(&outs[k]);
+    PyMem_Free(rows);
+    PyMem_Free(views);
     Py_DECREF(fast);
     return out;
 }

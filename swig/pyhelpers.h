@@ -48,6 +48,24 @@ PyObject *mooncake_py_ragged_rows(PyObject *data, PyObject *offsets, PyObject *s
 PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out);
 
 /*
+ * The one typing pass of a DataProto column of arrays, and its
+ * typed-ragged layout: when every item of @p values is None or an object
+ * of exactly @p array_type (numpy.ndarray) exporting a C-contiguous buffer
+ * of at most one dimension, all of one buffer format and item size, and
+ * at least one is not None, writes what mc_codec_ragged_describe() writes
+ * with width 1 into @p offsets_out (rows + 1 aligned native int64),
+ * @p shapes_out (rows int64), @p ndims_out (rows int16) and @p nulls_out
+ * (rows bytes), and returns (format, itemsize, elements, null rows,
+ * largest ndim): what a writer needs besides the layout.  Returns None,
+ * with nothing written and no exception, for any other column: the caller
+ * types it the general way.  ValueError / TypeError for outputs of the
+ * wrong size or kind.
+ */
+PyObject *mooncake_py_ragged_column(PyObject *values, PyObject *array_type,
+                                    PyObject *offsets_out, PyObject *shapes_out,
+                                    PyObject *ndims_out, PyObject *nulls_out);
+
+/*
  * reshard_attr_ints(objects, name, out, ndims, mapping): per object i,
  * v = getattr(objects[i], name) (mapping[v] when mapping is not None),
  * an int or a tuple of ints, written left-aligned into row i of `out`

@@ -445,6 +445,16 @@ PyObject *mooncake_py_ragged_rows(PyObject *data, PyObject *offsets, PyObject *s
                                   PyObject *ndims, PyObject *nulls);
 PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out);
 
+/* codec_ragged_column(values, array_type, offsets_out, shapes_out,
+ * ndims_out, nulls_out): the one typing pass of a column of arrays and
+ * its typed-ragged layout, or None for a column typed the general way
+ * (swig/pyhelpers.h).  It reads Python objects, so it keeps the lock. */
+%nothread mooncake_py_ragged_column;
+%rename(codec_ragged_column) mooncake_py_ragged_column;
+PyObject *mooncake_py_ragged_column(PyObject *values, PyObject *array_type,
+                                    PyObject *offsets_out, PyObject *shapes_out,
+                                    PyObject *ndims_out, PyObject *nulls_out);
+
 /* ---- (const char *const *strs, size_t n): a sequence of str in ------------- */
 
 %typemap(in) (const char *const *strs, size_t n) (mooncake_py_strv_t sv = {0})

@@ -19,7 +19,7 @@ bytes), checked and built in one native call (``swig/pyhelpers.c``);
 """
 
 import operator
-from typing import Any, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 try:
     import numpy as np
@@ -31,12 +31,14 @@ from mooncake import capi as _capi
 from mooncake import _util
 from mooncake._errors import last_error_detail
 
-__all__ = ["concat_arrays_into", "ragged_pack", "ragged_describe", "ragged_rows", "blob_rows",
-           "utf8_pack", "HAVE_ROW_BUILDERS"]
+__all__ = ["concat_arrays_into", "ragged_pack", "ragged_describe", "ragged_column",
+           "ragged_rows", "blob_rows", "utf8_pack", "HAVE_ROW_BUILDERS", "HAVE_RAGGED_COLUMN"]
 
 #: Whether this build's extension has ragged_rows(), blob_rows() and utf8_pack().
 HAVE_ROW_BUILDERS = all(hasattr(_capi, f) for f in ("codec_ragged_rows", "codec_blob_rows",
                                                     "codec_utf8_pack"))
+#: Whether this build's extension has ragged_column().
+HAVE_RAGGED_COLUMN = hasattr(_capi, "codec_ragged_column")
 
 
 def concat_arrays_into(arrays: Sequence[Any], dest_ptr: int, dest_size: int,
@@ -175,6 +177,39 @@ def ragged_describe(rows: Sequence[Any], dtype: Any, checked: bool = False
         if st != 0:
             raise ValueError(last_error_detail() or f"mc_codec_ragged_describe failed ({st})")
     return {"offsets": offsets, "shapes": shapes, "ndims": ndims, "nulls": nulls}, int(elems)
+
+
+def ragged_column(values: Sequence[Any]) -> Optional[Tuple[dict, int, np.dtype, int, int]]:
+    """The typed-ragged layout of a column of arrays, typed in the same
+    pass: when every row is None or exactly a ``numpy.ndarray`` (no
+    subclass), C-contiguous, of at most one dimension, all of one native
+    numeric dtype, and at least one row is not None, ``({"offsets",
+    "shapes", "ndims", "nulls"}, elements, dtype, null rows, largest
+    ndim)`` -- the layout :func:`ragged_describe` gives for such rows,
+    and the counts a writer needs besides.  None for any other
+    column (nothing is raised for it): the caller types it the general
+    way.  One native call (``swig/pyhelpers.c``) instead of a pass per
+    question (the rows' types, their dtypes, the layout).
+    """
+    n = len(values)
+    if n == 0:
+        return None
+    offsets = np.empty(n + 1, np.int64)
+    shapes = np.empty((n, 1), np.int64)
+    ndims = np.empty(n, np.int16)
+    nulls = np.empty(n, np.bool_)
+    got = _capi.codec_ragged_column(values, np.ndarray, offsets, shapes, ndims, nulls)
+    if got is None:
+        return None
+    fmt, itemsize, elems, nnull, max_ndim = got
+    # the buffer format names the element type: the first array's dtype is
+    # every row's (same format and size); refuse anything not plainly numeric
+    dt = next(v for v in values if v is not None).dtype
+    if dt.kind not in "iufc" or not dt.isnative or dt.itemsize != itemsize or \
+            fmt[:1] in "<>!=@" or dt.char != fmt:
+        return None
+    return ({"offsets": offsets, "shapes": shapes, "ndims": ndims, "nulls": nulls}, elems, dt,
+            nnull, max_ndim)
 
 
 def _describe(rows: Sequence[Any], dt: np.dtype, offsets: Any, shapes: Any, ndims: Any,

@@ -92,8 +92,10 @@ try:  # a payload's per-row objects in one native call (swig/pyhelpers.c)
     _native_ragged_rows = _fc.ragged_rows if _fc.HAVE_ROW_BUILDERS else None
     _native_blob_rows = _fc.blob_rows if _fc.HAVE_ROW_BUILDERS else None
     _native_utf8_pack = _fc.utf8_pack if _fc.HAVE_ROW_BUILDERS else None
+    _native_ragged_column = _fc.ragged_column if _fc.HAVE_RAGGED_COLUMN else None
 except Exception:  # pragma: no cover - depends on the built extension
     _native_ragged_rows = _native_blob_rows = _native_utf8_pack = None
+    _native_ragged_column = None
 
 DEFAULT_BUNDLE_CHUNK_BYTES = 64 * 1024 ** 2
 #: Staged writes of at least this many bytes and AUTO_PARALLEL_MIN_CHUNKS
@@ -448,6 +450,41 @@ def _is_torch_tensor(value: Any) -> bool:
     return t.__module__.split(".")[0] == "torch" and hasattr(value, "element_size")
 
 
+# The torch dtypes numpy has, by numpy's dtype.str on this (little-endian)
+# host: a small CPU tensor of one of them is described from its numpy view.
+_TORCH_NAME_OF_NP = {"<f2": "torch.float16", "<f4": "torch.float32", "<f8": "torch.float64",
+                     "|i1": "torch.int8", "<i2": "torch.int16", "<i4": "torch.int32",
+                     "<i8": "torch.int64", "|u1": "torch.uint8", "|b1": "torch.bool"}
+_NP_OF_TORCH_NAME = {v: np.dtype(k) for k, v in _TORCH_NAME_OF_NP.items()}
+
+
+def _small_torch_out(name: str, value: Any) -> Optional[Tuple[_Out, Dict[str, Any]]]:
+    """What _torch_out gives for a small C-contiguous CPU tensor of at
+    least one dimension and a numpy dtype, made from its numpy view: one
+    torch call (numpy()) instead of a dozen, each of which costs tens of
+    microseconds when the caches are cold (after a large transfer).  None
+    for any other tensor (numpy() refuses a tensor that requires grad, is
+    not on the CPU, has the conjugate or negative bit, is sparse...)."""
+    try:
+        a = value.numpy()
+    except (RuntimeError, TypeError, AttributeError):
+        return None
+    tname = _TORCH_NAME_OF_NP.get(a.dtype.str)
+    if tname is None or not 0 < a.ndim <= 8 or not a.flags.c_contiguous or \
+            a.nbytes >= _IN_PLACE_MIN_BYTES:
+        return None
+    shape = list(a.shape)
+    header = _tensor_header_of(tname, shape, a.nbytes)
+    if header is None:
+        return None
+    o = _Out(name, "bytes", _TENSOR_HEADER_BYTES + a.nbytes)
+    o.view = memoryview(header + a.tobytes())
+    o.extra = {"kind": "tensor", "dtype": tname, "shape": shape,
+               "metadata_bytes": _TENSOR_HEADER_BYTES}
+    return o, {"encoding": "torch_tensor", "dtype": tname, "shape": list(shape),
+               "element_size": a.itemsize}
+
+
 def _torch_out(name: str, value: Any) -> Tuple[_Out, Dict[str, Any]]:
     """A torch tensor as a tensor object (the 304-byte header plus data,
     written by put_tensor), or torch.save bytes for a 0-dim tensor, as
@@ -456,6 +493,9 @@ def _torch_out(name: str, value: Any) -> Tuple[_Out, Dict[str, Any]]:
 
     if getattr(value, "is_nested", False):
         raise ValueError("structured nested tensor fields require torch.jagged layout")
+    small = _small_torch_out(name, value)
+    if small is not None:
+        return small
     t = value.detach()
     if t.device.type != "cpu" or not t.is_contiguous():
         t = t.cpu().contiguous()
@@ -492,17 +532,23 @@ def _tensor_header(t: Any) -> Optional[bytes]:
     """The 304-byte tensor object header of a contiguous CPU tensor
     (docs/tensor.md section 1: FULL layout, no axes), or None for a dtype
     without a code."""
+    return _tensor_header_of(str(t.dtype), list(t.shape), t.numel() * t.element_size())
+
+
+def _tensor_header_of(dtype_name: str, shape: List[int], nbytes: int) -> Optional[bytes]:
+    """The tensor object header of a tensor of dtype ``dtype_name``
+    (``torch.float32``), ``shape`` and ``nbytes`` of data; None for a
+    dtype without a code or more than 8 dimensions."""
     import struct
 
     from mooncake import _tensor
 
-    code = _tensor._CODE_OF_NAME.get(str(t.dtype).split(".", 1)[-1])
-    if code is None or t.dim() > 8:
+    code = _tensor._CODE_OF_NAME.get(dtype_name.split(".", 1)[-1])
+    if code is None or len(shape) > 8:
         return None
-    shape = list(t.shape) + [-1] * (8 - t.dim())
-    nbytes = t.numel() * t.element_size()
-    head = struct.pack("<IHHiiIIQQ8q8qII", 0x4D4F4F4E, 1, _TENSOR_HEADER_BYTES, code, t.dim(),
-                       0, 0, _TENSOR_HEADER_BYTES, nbytes, *shape, *shape, 0, 0)
+    dims = list(shape) + [-1] * (8 - len(shape))
+    head = struct.pack("<IHHiiIIQQ8q8qII", 0x4D4F4F4E, 1, _TENSOR_HEADER_BYTES, code, len(shape),
+                       0, 0, _TENSOR_HEADER_BYTES, nbytes, *dims, *dims, 0, 0)
     return head + bytes(_TENSOR_HEADER_BYTES - len(head))
 
 
@@ -546,6 +592,12 @@ def _out_of_value(name: str, value: Any) -> Tuple[_Out, Dict[str, Any]]:
 def _structured_meta_bytes(metadata: Any, fields: Dict[str, Any]) -> bytes:
     """The metadata payload of a structured object: the caller's metadata,
     ``layout`` (default "structured") and the member descriptions."""
+    return _structured_meta(metadata, fields)[1]
+
+
+def _structured_meta(metadata: Any, fields: Dict[str, Any]) -> Tuple[Dict[str, Any], bytes]:
+    """(the metadata document, its JSON) of a structured object (see
+    _structured_meta_bytes)."""
     if not isinstance(metadata, Mapping):
         raise TypeError("structured metadata must be a mapping")
     if STRUCTURED_FIELD_SPECS_KEY in metadata:
@@ -556,19 +608,27 @@ def _structured_meta_bytes(metadata: Any, fields: Dict[str, Any]) -> bytes:
         raise ValueError("structured metadata layout must be a string")
     meta[STRUCTURED_FIELD_SPECS_KEY] = fields
     try:
-        return json.dumps(meta, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False).encode()
+        return meta, json.dumps(meta, separators=(",", ":"), ensure_ascii=False,
+                                allow_nan=False).encode()
     except (TypeError, ValueError) as e:
         raise TypeError(f"structured metadata must be JSON-serializable: {e}") from None
 
 
 def _structured_outs(metadata: Any, buffers: Mapping[str, Any]) -> Tuple[_Out, List[_Out]]:
+    meta_out, outs, _ = _structured_outs_doc(metadata, buffers)
+    return meta_out, outs
+
+
+def _structured_outs_doc(metadata: Any, buffers: Mapping[str, Any]
+                         ) -> Tuple[_Out, List[_Out], Dict[str, Any]]:
+    """The payloads of a structured object, and its metadata document."""
     outs, fields = [], {}
     for name, value in buffers.items():
         o, spec = _out_of_value(_check_name("member name", name), value)
         outs.append(o)
         fields[name] = spec
-    return _bytes_out("meta", _structured_meta_bytes(metadata, fields)), outs
+    doc, raw = _structured_meta(metadata, fields)
+    return _bytes_out("meta", raw), outs, doc
 
 
 def _bytes_out(name: str, value: Any) -> _Out:
@@ -1073,9 +1133,11 @@ class _RowData:
     __slots__ = ("rows", "dtype", "size", "nbytes")
 
     def __init__(self, rows: Sequence[Any], dtype: np.dtype, size: int,
-                 has_null: bool = True) -> None:
+                 has_null: bool = True, owned: bool = False) -> None:
         # the parts of the payload: every row that is not null, in order
-        self.rows = [r for r in rows if r is not None] if has_null else list(rows)
+        # (``owned``: a list of the caller's that it gives away, kept as is)
+        self.rows = [r for r in rows if r is not None] if has_null else \
+            rows if owned and isinstance(rows, list) else list(rows)
         self.dtype = dtype
         self.size = size
         self.nbytes = size * dtype.itemsize
@@ -1103,14 +1165,15 @@ def _rows_as_parts(nbytes: int, nrows: int) -> bool:
         nbytes >= _ROW_PART_MIN_BYTES * max(nrows, 1)
 
 
-def _native_layout(rows: List[Any], dtype: np.dtype, checked: bool = False
-                   ) -> Dict[str, Any]:
+def _native_layout(rows: List[Any], dtype: np.dtype, checked: bool = False,
+                   described: Optional[Tuple[Dict[str, Any], int]] = None) -> Dict[str, Any]:
     """The native typed-ragged payload of rows that are None or arrays of
     ``dtype``: packed (mc_codec_ragged_pack), or under _direct() described
-    (mc_codec_ragged_describe) with the rows themselves as the data when
-    they go out as parts (_rows_as_parts)."""
+    (mc_codec_ragged_describe; ``described``: that layout and its element
+    count, made already) with the rows themselves as the data when they
+    go out as parts (_rows_as_parts)."""
     if _direct():
-        layout, elems = _native_ragged_describe(rows, dtype, checked)
+        layout, elems = described or _native_ragged_describe(rows, dtype, checked)
         nulls = layout["nulls"]
         if _rows_as_parts(elems * dtype.itemsize, len(rows) - int(nulls.sum())):
             return {"data": _RowData(rows, dtype, elems, bool(nulls.any())), **layout}
@@ -1858,9 +1921,69 @@ def _normalize_plain(v: Any) -> Any:
     return v
 
 
+# The decisions _choose_leaf_codec makes for the two column kinds an RL
+# batch is made of (one pass types them: _encode_common_column).
+_NDARRAY_ROWS = _CodecDecision(True, "typed_ragged", "all rows are numeric ndarray",
+                               "numeric sequence", {"recursive_source": "ndarray"})
+_STR_ROWS = _CodecDecision(True, "utf8_ragged", "all rows are str", "str")
+_NONE_TYPE = type(None)
+
+
+def _encode_ndarray_column(values: List[Any]) -> Optional[_EncodedLeaf]:
+    """A column of 1-D (or 0-d) arrays of one native numeric dtype, and
+    None: typed, described and (unless its rows go out as they are)
+    packed after one native pass over the rows (mc_codec_ragged_describe
+    behind codec_ragged_column), with exactly what infer_structure,
+    _choose_leaf_codec and _encode_typed_ragged_values decide and write
+    for it.  None when the column is anything else."""
+    got = _native_ragged_column(values)
+    if got is None:
+        return None
+    layout, elems, dt, nnull, max_ndim = got
+    if _direct() and _rows_as_parts(elems * dt.itemsize, len(values) - nnull):
+        # sent from the rows' own memory; ``values`` is the caller's to give
+        payload = {"data": _RowData(values, dt, elems, nnull > 0, owned=True), **layout}
+    else:
+        payload = _native_layout(values, dt, checked=True, described=(layout, elems))
+    meta: Dict[str, Any] = {"dtype": str(dt), "max_ndim": max_ndim,
+                            "shape_policy": "ragged", "row_format": "ndarray",
+                            "ndarray_rows": None, "physical_layout": "contiguous_flat"}
+    return _EncodedLeaf("typed_ragged", len(values), payload, _leaf_meta(_NDARRAY_ROWS, meta))
+
+
+def _encode_common_column(path: str, values: List[Any]) -> Optional[_EncodedLeaf]:
+    """The one-pass encoder of the columns an RL batch is made of (token
+    ids and masks: arrays; uids: str), None for any other column.  Both
+    make no nodes in infer_structure (an array or a str is a leaf), so the
+    decision is _choose_leaf_codec's of the whole column; the property
+    tests hold it to the general path."""
+    if not values:
+        return None
+    first = values[0]
+    if type(first) is np.ndarray or first is None:
+        if _native_ragged_column is not None and _native_ragged_pack is not None:
+            return _encode_ndarray_column(values)
+        return None
+    if type(first) is str:
+        types = set(map(type, values))
+        if types == {str} or types == {str, _NONE_TYPE}:
+            if _native_utf8_pack is None:
+                return _encode_leaf(path, values, _STR_ROWS)
+            # what _encode_text_values does for such a column, its checks made
+            data, offsets, nulls = _native_utf8_pack(values)
+            return _EncodedLeaf("utf8_ragged", len(values),
+                                {"data": data, "offsets": offsets, "nulls": nulls},
+                                _leaf_meta(_STR_ROWS, {}))
+    return None
+
+
 def _encode_inferred(path: str, values: List[Any]) -> _EncodedLeaf:
     """A field without a schema (upstream A.6.4): recursive when nested
-    values hold tensors, arrays or bytes, else one codec for whole rows."""
+    values hold tensors, arrays or bytes, else one codec for whole rows.
+    ``values`` is a list the caller gives away (a payload may keep it)."""
+    common = _encode_common_column(path, values)
+    if common is not None:
+        return common
     leaves: List[_InferredLeaf] = []
     nodes: List[_InferredNode] = []
     infer_structure(path, values, leaves, nodes)
@@ -2507,9 +2630,11 @@ class _DataProtoMixin:
         meta = {"layout": _DP_STAGE_LAYOUT,
                 "dataproto": {"version": 1, "namespace": namespace, "partition": partition,
                               "stage": stage, "batch_size": size}}
-        meta_out, outs = _structured_outs(meta, buffers)
+        meta_out, outs, doc = _structured_outs_doc(meta, buffers)
+        # the document is plain JSON data built here (str keys, lists, str
+        # and int values): it is what reading its JSON back would give
         ref = self._write(meta_out, outs, partition, chunk_bytes, policy, None, config,
-                          direct=direct)
+                          direct=direct, meta_doc=doc)
         return ref, index, encoded
 
     @staticmethod
@@ -3602,7 +3727,12 @@ class MooncakeBundleTransfer(_DataProtoMixin):
 
     def _write(self, meta: _Out, outs: List[_Out], partition: str, chunk_bytes: Optional[int],
                policy: Optional[BundleTransferPolicy], max_inflight_put: Optional[int],
-               config: Any, direct: bool = False) -> RemoteBundleRef:
+               config: Any, direct: bool = False,
+               meta_doc: Optional[Dict[str, Any]] = None) -> RemoteBundleRef:
+        """Write the payloads, then the manifest (the commit point).
+        ``meta_doc``: the metadata document ``meta`` is the JSON of, when
+        the caller built it from plain JSON data (cached as is, without
+        reading the JSON back)."""
         _check_partition(partition)
         chunk = self.default_chunk_bytes if chunk_bytes is None else _chunk_bytes_arg(chunk_bytes)
         if policy is None:
@@ -3632,7 +3762,10 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         # leaves the CPU caches cold for whatever Python runs after it.
         manifest_bytes = _manifest_bytes(manifest)
         decoded = None
-        if meta.view is not None and meta.nbytes <= (1 << 20):
+        if meta_doc is not None and meta.view is not None:
+            # the field specs were made from the payloads just described
+            decoded = (meta_doc, meta_doc[STRUCTURED_FIELD_SPECS_KEY], bytes(meta.view))
+        elif meta.view is not None and meta.nbytes <= (1 << 20):
             # this process reads back what it wrote without fetching the
             # metadata again (an object never changes once written)
             try:
@@ -4609,7 +4742,15 @@ def _torch_from_bytes(buf: Any, dtype_name: str, shape: Sequence[int]) -> Any:
     """A tensor over the bytes of ``buf`` (a uint8 ndarray; no copy)."""
     import torch
 
-    u8 = torch.from_numpy(np.asarray(buf, dtype=np.uint8).reshape(-1))
+    flat = np.asarray(buf, dtype=np.uint8).reshape(-1)
+    npdt = _NP_OF_TORCH_NAME.get(dtype_name)
+    if npdt is not None and flat.size % npdt.itemsize == 0:
+        # one torch call: the bytes viewed in numpy first (anything else --
+        # a size that does not match, odd memory -- fails or goes as before)
+        typed = flat.view(npdt)
+        if typed.flags.aligned and typed.size == math.prod(shape):
+            return torch.from_numpy(typed.reshape(tuple(shape)))
+    u8 = torch.from_numpy(flat)
     dt = _torch_dtype(dtype_name)
     if dt == torch.bool:
         return u8.view(torch.bool).reshape(tuple(shape))
