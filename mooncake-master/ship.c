@@ -6,10 +6,11 @@
  * round into log/<seq> keys (at most --oplog_batch_max_entries records and
  * MC_SHIP_PIECE bytes each), codes their values and queues them;
  * MC_SHIP_WORKERS threads, each with its own etcd connection, write them
- * concurrently.  A worker that comes free takes every key queued by then
- * (at most MC_SHIP_TXN_KEYS keys and MC_SHIP_TXN_BYTES), so while etcd
- * commits, the rounds that arrive meanwhile wait for one transaction, not
- * one each.  Every transaction's compare is "the leader key's create
+ * concurrently, as gRPC calls (mc_etcd_use_grpc: etcd's JSON gateway cost
+ * it more CPU than the commit).  A worker that comes free takes every key
+ * queued by then (at most MC_SHIP_TXN_KEYS keys and MC_SHIP_TXN_BYTES), so
+ * while etcd commits, the rounds that arrive meanwhile wait for one
+ * transaction, not one each.  Every transaction's compare is "the leader key's create
  * revision is my term", so a deposed leader can never append; a
  * transaction is atomic, so its keys land together or not at all.  Keys of
  * different transactions may land in etcd out of order, so order is fenced
@@ -439,9 +440,13 @@ mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
     if ((mc_etcd_create(cfg->endpoints, tmo, &s->etcd) != MC_OK) ||
         (mc_etcd_create(cfg->endpoints, tmo, &s->c_etcd) != MC_OK))
         goto fail;
+    /* the appends and the snapshot chunks are fenced txns: etcd's native
+     * gRPC API spares it the JSON gateway on every commit (etcd.h) */
+    mc_etcd_use_grpc(s->c_etcd);
     for (int i = 0; i < MC_SHIP_WORKERS; i++) {
         if (mc_etcd_create(cfg->endpoints, tmo, &s->w_etcd[i]) != MC_OK)
             goto fail;
+        mc_etcd_use_grpc(s->w_etcd[i]);
         if (pthread_create(&s->workers[i], NULL, worker_main, s) != 0) {
             mc_etcd_destroy(s->w_etcd[i]);
             s->w_etcd[i] = NULL;
@@ -477,6 +482,7 @@ void mc_ship_destroy(mc_ship_t *s)
         pthread_join(s->workers[i], NULL);
     if (s->fold_live)
         pthread_join(s->fold_thread, NULL); /* after the workers: it folds what they reported */
+    int grpc = (s->w_etcd[0] != NULL) && mc_etcd_grpc_active(s->w_etcd[0]);
     for (int i = 0; i < MC_SHIP_WORKERS; i++)
         mc_etcd_destroy(s->w_etcd[i]);
     for (; s->q_len > 0; s->q_len--, s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE) {
@@ -490,10 +496,11 @@ void mc_ship_destroy(mc_ship_t *s)
     }
     if (atomic_load(&s->st_raw) > 0)
         mc_info("operation log: %" PRIu64 " keys shipped to etcd in %" PRIu64 " transactions "
-                "(%" PRIu64 " rounds), %.1f MiB of records sent as %.1f MiB, %.2f ms a "
+                "over %s (%" PRIu64 " rounds), %.1f MiB of records sent as %.1f MiB, %.2f ms a "
                 "transaction, %.2f ms from a round's submission to its acknowledgement "
                 "(%.2f ms of it queued)",
-                atomic_load(&s->st_puts), atomic_load(&s->st_txns), s->st_rounds,
+                atomic_load(&s->st_puts), atomic_load(&s->st_txns),
+                grpc ? "gRPC" : "the JSON gateway", s->st_rounds,
                 (double)atomic_load(&s->st_raw) / 1048576.0,
                 (double)atomic_load(&s->st_coded) / 1048576.0,
                 (double)atomic_load(&s->st_txn_ns) / 1e6 /

@@ -31,6 +31,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store_disk.c \
 	tests/unit/test_master_mem.c \
 	tests/unit/test_etcd.c \
+	tests/unit/test_etcd_pb.c \
 	tests/unit/test_redis.c \
 	tests/unit/test_transfer.c tests/unit/te_util.c tests/unit/te_util.h \
 	tests/unit/test_shm.c \
@@ -50,7 +51,7 @@ endif
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_auth.c tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
 	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_oplog.c tests/fuzz/fuzz_regex.c \
 	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c \
-	tests/fuzz/fuzz_msgpack.c
+	tests/fuzz/fuzz_msgpack.c tests/fuzz/fuzz_etcd_pb.c
 # RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.
 EXTRA_DIST += tests/python/test_rdma.py tests/python/test_cuda.py tests/python/fake_cudart.c \
 	tests/rdma/README.md tests/rdma/run.sh tests/rdma/rdma_pair.py tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md

@@ -20,6 +20,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "coord/etcd.h"
+#include "coord/etcd_grpc.h"
+#include "coord/etcd_pb.h"
 
 #define MC_ETCD_MAX_ENDPOINTS 16
 #define MC_ETCD_CONNECT_MS    500
@@ -43,7 +46,15 @@ struct mc_etcd {
     unsigned nurl;
     unsigned cur;               /* the endpoint that answered last */
     int timeout_ms;
+    /* guarded transactions over gRPC (mc_etcd_use_grpc): a handle of their
+     * own, as an HTTP/2 connection must not carry the gateway's requests */
+    CURL *gcurl;
+    int grpc;                   /* GRPC_OFF, GRPC_TRYING, GRPC_WORKS */
+    int glive;                  /* 1 + the endpoint gcurl has an open connection to, or 0 */
+    mc_buf_t greq;              /* the framed request being sent */
 };
+
+enum { GRPC_OFF, GRPC_TRYING, GRPC_WORKS };
 
 /* ---- base64 ---------------------------------------------------------------- */
 
@@ -203,6 +214,7 @@ mc_status_t mc_etcd_create(const char *endpoints, int timeout_ms, mc_etcd_t **e_
         mc_etcd_destroy(e);
         return MC_INVALID_PARAMS;
     }
+    mc_buf_init(&e->greq);
     e->curl = curl_easy_init();
     if (e->curl == NULL)
         goto oom;
@@ -228,6 +240,9 @@ void mc_etcd_destroy(mc_etcd_t *e)
         curl_easy_cleanup(e->curl);
         pthread_mutex_destroy(&e->lock);
     }
+    if (e->gcurl != NULL)
+        curl_easy_cleanup(e->gcurl);
+    mc_buf_cleanup(&e->greq);
     for (unsigned i = 0; i < e->nurl; i++)
         free(e->url[i]);
     free(e->spec);
@@ -563,8 +578,154 @@ mc_status_t mc_etcd_delete_if_created(mc_etcd_t *e, const char *key, int64_t cre
     return txn_guard_result(e, req, key, create_revision);
 }
 
-mc_status_t mc_etcd_txn_guarded(mc_etcd_t *e, const char *guard_key, int64_t create_revision,
-                                const mc_etcd_op_t *ops, size_t nops)
+/* ---- guarded transactions over gRPC ------------------------------------------------ */
+
+void mc_etcd_use_grpc(mc_etcd_t *e)
+{
+    const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+    static _Atomic int told         = 0;
+
+    if ((v == NULL) || !(v->features & CURL_VERSION_HTTP2)) {
+        if (atomic_exchange(&told, 1) == 0)
+            mc_warn("etcd: this libcurl has no HTTP/2: the log's transactions go through "
+                    "etcd's JSON gateway");
+        return;
+    }
+    pthread_mutex_lock(&e->lock);
+    if (e->gcurl == NULL)
+        e->gcurl = curl_easy_init();
+    if (e->gcurl != NULL)
+        e->grpc = GRPC_TRYING;
+    else
+        mc_warn("etcd: no libcurl handle for gRPC (out of memory): the log's transactions "
+                "go through the JSON gateway");
+    pthread_mutex_unlock(&e->lock);
+}
+
+int mc_etcd_grpc_active(mc_etcd_t *e)
+{
+    int on;
+    pthread_mutex_lock(&e->lock);
+    on = (e->grpc != GRPC_OFF);
+    pthread_mutex_unlock(&e->lock);
+    return on;
+}
+
+/* This handle goes back to the gateway: gRPC has never worked on it, and
+ * the gateway answered a transaction that gRPC could not send (@p why). */
+static void grpc_give_up(mc_etcd_t *e, const char *why)
+{
+    static _Atomic int warned = 0;
+    pthread_mutex_lock(&e->lock);
+    if (e->grpc == GRPC_TRYING)
+        e->grpc = GRPC_OFF;
+    pthread_mutex_unlock(&e->lock);
+    if (atomic_exchange(&warned, 1) == 0)
+        mc_warn("etcd at %s does not answer gRPC (%s): guarded transactions go through its "
+                "JSON gateway", e->spec, why);
+}
+
+/* The answer of a Txn that came back with grpc-status 0. */
+static mc_status_t grpc_txn_answer(const mc_textbuf_t *b, const char *url, const char *key,
+                                   int64_t create_revision)
+{
+    const uint8_t *msg;
+    size_t len;
+    mc_etcd_pb_txn_resp_t r;
+
+    if ((b->data == NULL) ||
+        (mc_etcd_grpc_unframe((const uint8_t *)b->data, b->len, &msg, &len) != 0) ||
+        (mc_etcd_pb_txn_resp_decode(msg, len, &r) != 0)) {
+        mc_set_error_detail("etcd at %s answered a Txn with a malformed message (%zu bytes)",
+                            url, b->len);
+        return MC_ETCD_OPERATION_ERROR;
+    }
+    if (!r.succeeded) {
+        mc_set_error_detail("etcd key %s is not the one created at revision %" PRId64, key,
+                            create_revision);
+        return MC_ETCD_TRANSACTION_FAIL;
+    }
+    return MC_OK;
+}
+
+/* What txn_grpc leaves to the gateway. */
+enum {
+    GRPC_ANSWERED, /* its status is the answer */
+    GRPC_USE_JSON, /* the handle does not use gRPC (any more) */
+    GRPC_UNSURE,   /* gRPC never worked and got no answer: if the gateway
+                    * answers, it is an etcd without gRPC */
+};
+
+/* The guarded transaction over gRPC.  A retry of it (over gRPC or the
+ * gateway) is harmless: the same puts and deletes under the same guard. */
+static mc_status_t txn_grpc(mc_etcd_t *e, const char *guard_key, int64_t create_revision,
+                            const mc_etcd_op_t *ops, size_t nops, int *fallback_p)
+{
+    mc_status_t st = MC_ETCD_OPERATION_ERROR;
+
+    *fallback_p = GRPC_ANSWERED;
+    pthread_mutex_lock(&e->lock);
+    if (e->grpc == GRPC_OFF) {
+        pthread_mutex_unlock(&e->lock);
+        *fallback_p = GRPC_USE_JSON;
+        return MC_OK;
+    }
+    mc_buf_reset(&e->greq);
+    mc_etcd_pb_txn_guarded_encode(&e->greq, guard_key, create_revision, ops, nops);
+    if (e->greq.oom) {
+        mc_buf_cleanup(&e->greq);
+        mc_buf_init(&e->greq);
+        pthread_mutex_unlock(&e->lock);
+        return oom();
+    }
+    *fallback_p = (e->grpc == GRPC_TRYING) ? GRPC_UNSURE : GRPC_ANSWERED;
+    for (unsigned tries = 0; tries < e->nurl; tries++) {
+        unsigned idx     = (e->cur + tries) % e->nurl;
+        mc_textbuf_t b   = {NULL, 0, 0};
+        int gst          = 0;
+        int live         = (e->glive == (int)idx + 1);
+        mc_etcd_grpc_rc_t rc = mc_etcd_grpc_unary(
+            e->gcurl, e->url[idx], "/etcdserverpb.KV/Txn", e->timeout_ms,
+            MC_MIN(MC_ETCD_CONNECT_MS, e->timeout_ms), e->greq.data, e->greq.len, &b, &gst,
+            &live);
+        e->glive = live ? (int)idx + 1 : 0;
+        if ((rc == MC_ETCD_GRPC_TRANSPORT) || (rc == MC_ETCD_GRPC_NOT_GRPC) ||
+            ((rc == MC_ETCD_GRPC_STATUS) &&
+             ((gst == MC_GRPC_UNAVAILABLE) || (gst == MC_GRPC_DEADLINE_EXCEEDED)))) {
+            /* no answer, or a member that cannot commit: the next one */
+            mc_debug("%s", mc_last_error_detail());
+            free(b.data);
+            continue;
+        }
+        e->cur      = idx;
+        *fallback_p = GRPC_ANSWERED;
+        if ((rc == MC_ETCD_GRPC_STATUS) && (gst == MC_GRPC_UNIMPLEMENTED) &&
+            (e->grpc == GRPC_TRYING)) {
+            *fallback_p = GRPC_UNSURE; /* a gRPC server without etcd's KV service */
+        } else if (rc == MC_ETCD_GRPC_STATUS) {
+            st = (gst == MC_GRPC_NOT_FOUND) ? MC_ETCD_KEY_NOT_EXIST : MC_ETCD_OPERATION_ERROR;
+        } else {
+            static _Atomic int told = 0;
+            if ((e->grpc == GRPC_TRYING) && (atomic_exchange(&told, 1) == 0))
+                mc_info("etcd: guarded transactions go over etcd's gRPC API (HTTP/2) at %s",
+                        e->url[idx]);
+            e->grpc = GRPC_WORKS;
+            st      = grpc_txn_answer(&b, e->url[idx], guard_key, create_revision);
+        }
+        free(b.data);
+        break;
+    }
+    if (e->greq.cap > (4u << 20)) {
+        mc_buf_cleanup(&e->greq);
+        mc_buf_init(&e->greq);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+static mc_status_t txn_guarded_json(mc_etcd_t *e, const char *guard_key,
+                                    int64_t create_revision, const mc_etcd_op_t *ops,
+                                    size_t nops)
 {
     json_t *cmp = key_obj(guard_key, NULL, 0, 0), *succ = json_array(), *req = NULL;
     char rs[24];
@@ -601,6 +762,24 @@ fail:
     json_decref(cmp);
     json_decref(succ);
     return oom();
+}
+
+mc_status_t mc_etcd_txn_guarded(mc_etcd_t *e, const char *guard_key, int64_t create_revision,
+                                const mc_etcd_op_t *ops, size_t nops)
+{
+    int fallback;
+    char why[256];
+    mc_status_t st = txn_grpc(e, guard_key, create_revision, ops, nops, &fallback);
+
+    if (fallback == GRPC_ANSWERED)
+        return st;
+    if (fallback == GRPC_USE_JSON)
+        return txn_guarded_json(e, guard_key, create_revision, ops, nops);
+    snprintf(why, sizeof(why), "%s", mc_last_error_detail());
+    st = txn_guarded_json(e, guard_key, create_revision, ops, nops);
+    if ((st == MC_OK) || (st == MC_ETCD_TRANSACTION_FAIL))
+        grpc_give_up(e, why); /* the gateway answered where gRPC did not */
+    return st;
 }
 
 mc_status_t mc_etcd_range(mc_etcd_t *e, const char *key, const char *range_end, int64_t limit,

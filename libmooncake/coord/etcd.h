@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A small etcd v3 client over etcd's JSON gateway (POST /v3/...), used by
+ * A small etcd v3 client over etcd's JSON gateway (POST /v3/...; guarded
+ * transactions optionally over its gRPC API: mc_etcd_use_grpc), used by
  * the master for leader election (mooncake-master/ha.c), by store clients
  * to find the leader (master_server_address "etcd://h:p;h2:p") and by the
  * transfer engine for "etcd://h:p" metadata (docs/ha.md).
@@ -97,6 +98,23 @@ typedef struct mc_etcd_op {
 } mc_etcd_op_t;
 mc_status_t mc_etcd_txn_guarded(mc_etcd_t *e, const char *guard_key, int64_t create_revision,
                                 const mc_etcd_op_t *ops, size_t nops);
+
+/*
+ * Send this handle's guarded transactions (mc_etcd_txn_guarded) through
+ * etcd's native gRPC API (KV.Txn over cleartext HTTP/2) instead of the
+ * JSON gateway: the log's hot path, sparing etcd the gateway's JSON,
+ * base64 and internal hop on every commit.  Everything else on the handle
+ * stays on the gateway.  A transaction that gRPC could not send anywhere,
+ * before gRPC has ever worked on the handle, goes through the gateway, and
+ * if the gateway answers, the handle stays there (an etcd without gRPC;
+ * one warning per process); so does every handle when libcurl has no
+ * HTTP/2.  The same status mapping; a gRPC UNAVAILABLE or
+ * DEADLINE_EXCEEDED (a member without quorum) moves on to the next
+ * endpoint, as a 5xx does on the gateway.
+ */
+void mc_etcd_use_grpc(mc_etcd_t *e);
+/* 1 while guarded transactions go over gRPC (for tests and logs). */
+int mc_etcd_grpc_active(mc_etcd_t *e);
 
 /*
  * Read the keys in [@p key, @p range_end) in key order, at most @p limit

@@ -84,6 +84,9 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_rdma_seeds" "$src/tests/fuzz/f
 $cc $cflags $san -o "$work/fuzz_msgpack" "$src/tests/fuzz/fuzz_msgpack.c" \
     "$src/mooncake-master/msgpack.c" "$src/mooncake-master/kv_event_codec.c" $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -o "$work/fuzz_etcd_pb" "$src/tests/fuzz/fuzz_etcd_pb.c" \
+    "$src/libmooncake/coord/etcd_pb.c" $common -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_auth" "$src/tests/fuzz/fuzz_auth.c" \
     "$src/libmooncake/common/auth.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -96,7 +99,7 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 
-targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_te_disk fuzz_http_meta fuzz_rdma_hs fuzz_auth fuzz_msgpack"
+targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_te_disk fuzz_http_meta fuzz_rdma_hs fuzz_auth fuzz_msgpack fuzz_etcd_pb"
 for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_oplog_seeds" "$work/corpus-fuzz_oplog"
 "$work/write_rdma_seeds" "$work/corpus-fuzz_rdma_hs"
@@ -131,6 +134,10 @@ printf '\003# c\nfuzz-cluster-secret-0123456789\ntenant B fuzz-b-secret-01234567
 printf '\006\000\001\004\010event_id\072\377\377\377\377\377\377\377\377\005\002\203\177\000' \
     > "$work/corpus-fuzz_msgpack/seed-map"
 printf '0xDEADbeef' > "$work/corpus-fuzz_msgpack/seed-hex"
+# a framed TxnResponse: header {cluster_id, member_id, revision 300, raft_term}, succeeded,
+# one response_put
+printf '\000\000\000\000\024\012\012\010\201\001\020\002\030\254\002\040\002\020\001\032\004\022\002\012\000' \
+    > "$work/corpus-fuzz_etcd_pb/seed-txn-resp"
 
 [ "$secs" -gt 0 ] || exit 0
 status=0

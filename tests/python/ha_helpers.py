@@ -397,3 +397,64 @@ def pause_etcd(etcd: EtcdCluster, i: int) -> None:
 
 def resume_etcd(etcd: EtcdCluster, i: int) -> None:
     os.kill(etcd.procs[i].pid, signal.SIGCONT)
+
+
+class GatewayOnlyEtcd:
+    """An etcd that speaks only its JSON gateway (HTTP/1.1), as one behind an
+    HTTP/1.1 proxy would: a threaded proxy on a free loopback port that
+    forwards every POST to ``etcd``'s first member and refuses HTTP/2 (the
+    connection preface of a gRPC call gets HTTP 505, as Python's server
+    answers any HTTP/2.0 request line).  ``h2_attempts`` counts those."""
+
+    def __init__(self, etcd: EtcdCluster) -> None:
+        import http.server
+        import threading
+
+        target = f"http://127.0.0.1:{etcd.client_ports[0]}"
+        outer = self
+        self.h2_attempts = 0
+        self.forwarded = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def parse_request(self):
+                if self.raw_requestline.startswith(b"PRI * HTTP/2.0"):
+                    outer.h2_attempts += 1
+                return super().parse_request()
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                req = urllib.request.Request(target + self.path, data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=5.0) as r:
+                        code, out = r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    code, out = e.code, e.read()
+                except OSError:
+                    code, out = 503, b'{"error":"proxy: etcd unreachable","code":14}'
+                outer.forwarded += 1
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args):
+                pass
+
+        self.port = free_port()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoints(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -13,6 +13,10 @@ Real etcd (3 members, or 1), real masters, real client processes.
 * kill -9 of the leader while transactions that each carry several log
   keys (group commit) are in flight: every acknowledged put reads back, and
   the log the new term leaves in etcd has no gap;
+* the log's transactions go over etcd's gRPC API: kill -9 of the leader
+  while 3-member etcd has several of them in flight loses no acknowledged
+  put; an etcd that answers only its JSON gateway gets the log that way
+  (one warning), and a takeover on it loses nothing;
 * an etcd member killed while the log ships: writes go on, nothing is lost;
 * etcd unreachable past the lease TTL during writes: the leader stops
   acknowledging, and nothing it acknowledged is lost after recovery;
@@ -31,8 +35,8 @@ import time
 
 import pytest
 
-from ha_helpers import (EtcdCluster, OplogMaster, have_etcd, pause_etcd, resume_etcd,
-                        stop_all, wait_leader)
+from ha_helpers import (EtcdCluster, GatewayOnlyEtcd, OplogMaster, have_etcd, pause_etcd,
+                        resume_etcd, stop_all, wait_leader)
 from ha_helpers import cleanup, etcd  # noqa: F401 (fixtures)
 from helpers import MiB, ClientProc, master_bin, wait_until
 
@@ -197,6 +201,75 @@ def test_leader_killed_with_grouped_rounds_in_flight(etcd, cleanup):
     seqs = [int(k.rsplit("/", 1)[1], 16) for k, _ in etcd.range_revisions(LOG_PREFIX)]
     assert seqs and seqs == list(range(seqs[0], seqs[0] + len(seqs))), \
         f"a gap in the log left in etcd: {len(seqs)} keys from {seqs[:1]} to {seqs[-1:]}"
+
+
+GRPC_LINE = "guarded transactions go over etcd's gRPC API"
+NO_GRPC_LINE = "does not answer gRPC"
+
+
+def test_leader_killed_with_grpc_txns_in_flight(etcd3, cleanup):
+    """The log's fenced transactions go over etcd's gRPC API (HTTP/2), one
+    connection per etcd writer, so with four clients putting batches
+    several are in flight at once on a 3-member etcd.  kill -9 of the
+    leader in the middle: every acknowledged put reads back through the new
+    leader (an acknowledgement waited for its round and every round before
+    it), the new leader ships over gRPC too, and the log it left in etcd
+    has no gap."""
+    masters = []
+    cleanup.append(masters)
+    masters += [OplogMaster(etcd3, TTL) for _ in range(2)]
+    leader = wait_leader(masters, 15.0)
+    clients = [store_client(cleanup, etcd3, f"client{i}") for i in range(4)]
+    loads = [BatchLoad(c, f"r{i}-", n=32) for i, c in enumerate(clients)]
+    try:
+        for ld in loads:
+            ld.wait_more(96, 30.0, "96 acknowledged puts per client")
+        assert GRPC_LINE in leader.log_text(), leader.log_text()[-3000:]
+        leader.kill()  # kill -9, with transactions in flight
+        masters.remove(leader)
+        new = wait_leader(masters, 15.0)
+        for ld in loads:
+            ld.wait_more(64, 40.0, "64 acknowledged puts per client on the new leader")
+        assert GRPC_LINE in new.log_text(), new.log_text()[-3000:]
+        assert NO_GRPC_LINE not in new.log_text()
+    finally:
+        for ld in loads:
+            ld.stop()
+    for c, ld in zip(clients, loads):
+        bad = lost(c, ld.acked)
+        assert not bad, f"{len(bad)} of {len(ld.acked)} acknowledged puts lost, e.g. {bad[:3]}"
+    seqs = [int(k.rsplit("/", 1)[1], 16) for k, _ in etcd3.range_revisions(LOG_PREFIX)]
+    assert seqs and seqs == list(range(seqs[0], seqs[0] + len(seqs))), \
+        f"a gap in the log left in etcd: {len(seqs)} keys from {seqs[:1]} to {seqs[-1:]}"
+
+
+def test_etcd_without_grpc_gets_the_log_through_its_gateway(etcd, cleanup):
+    """Masters pointed at an etcd that speaks only HTTP/1.1 (a proxy to its
+    JSON gateway that refuses HTTP/2): the first log transaction's gRPC call
+    fails, the gateway takes it, and from then on the log goes through the
+    gateway, with one warning.  A takeover on that log loses nothing."""
+    proxy = GatewayOnlyEtcd(etcd)
+    cleanup.append(proxy)
+    masters = []
+    cleanup.append(masters)
+    masters += [OplogMaster(proxy, TTL) for _ in range(2)]
+    leader = wait_leader(masters, 15.0)
+    c = store_client(cleanup, etcd)
+    keys = [f"j{i}" for i in range(64)]
+    for i in range(0, len(keys), 16):
+        r = c.call("put_batch", keys=keys[i:i + 16],
+                   hexes=[value_of(k).hex() for k in keys[i:i + 16]])
+        assert r["rc"] == 0, r
+    assert proxy.h2_attempts >= 1, "no gRPC call was tried"
+    log = leader.log_text()
+    assert log.count(NO_GRPC_LINE) == 1, log[-3000:]
+    assert GRPC_LINE not in log
+    assert etcd.range_prefix(LOG_PREFIX)
+    leader.kill()
+    masters.remove(leader)
+    wait_leader(masters, 15.0)
+    bad = lost(c, keys)
+    assert not bad, f"{len(bad)} of {len(keys)} acknowledged puts lost, e.g. {bad[:3]}"
 
 
 def test_etcd_member_killed_while_the_log_ships(etcd3, cleanup):

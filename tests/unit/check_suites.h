@@ -50,6 +50,7 @@
     X(master_mem)         \
     X(nof)                \
     X(etcd)               \
+    X(etcd_pb)            \
     X(redis)              \
     X(tensor)             \
     X(fastcopy)           \
