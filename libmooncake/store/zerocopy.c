@@ -523,6 +523,9 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         }
         i += g;
     }
+    /* the copies done, this thread takes its share of the job */
+    if (job != NULL)
+        mc_te_job_help(s->te, job);
     if ((nreq > 0) || (nsc > 0)) {
         size_t r = 0, c = nreq;
         for (size_t j = 0; j < nreq + nsc; j++)

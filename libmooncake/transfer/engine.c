@@ -1415,6 +1415,7 @@ struct mc_te_job {
     int done;                /* under mu */
     int detached;            /* under mu: released while running */
     mc_status_t result;      /* first failing request's status, set once done */
+    mc_te_scatter_t *pieces; /* the scattered reads cut at slice_size (scatter_cut) */
 };
 
 /* pool_mu held. */
@@ -1458,6 +1459,7 @@ static void job_free(struct mc_te_job *job)
     pthread_cond_destroy(&job->cond);
     free(job->b.items);
     free(job->b.req_status);
+    free(job->pieces);
     free(job);
 }
 
@@ -2182,6 +2184,43 @@ mc_status_t mc_te_transfer_submit_scatter_gen(mc_te_t *te, const mc_te_request_t
     return transfer_submit(te, reqs, gens, n, sc, nsc, job_p);
 }
 
+/*
+ * A scattered read of a job cut, at run boundaries, into pieces of about
+ * slice_size (as a long request is cut into slices): they spread over the
+ * workers and lanes like the slices of whole-object reads beside them,
+ * instead of one worker streaming 8 MiB alone at the end of the job while
+ * the others idle.  Each piece names the read's generation, so a refusal
+ * of any piece fails the read (the job's status for it).  Writes the
+ * pieces to @p out when it is not NULL; returns their number.  Not cut
+ * without workers, nor a single run, nor a read without runs (which
+ * mc_te_read_scatter_gen then refuses whole); a bad run refuses only
+ * its piece, and so still fails the read.
+ */
+static size_t scatter_cut(const mc_te_t *te, const mc_te_scatter_t *sc, mc_te_scatter_t *out)
+{
+    uint64_t slice = te->cfg.slice_size, remote = sc->remote, bytes = 0;
+    size_t first = 0, m = 0;
+
+    if ((te->cfg.workers == 0) || (sc->runs == NULL) || (sc->nruns < 2)) {
+        if (out != NULL)
+            out[0] = *sc;
+        return 1;
+    }
+    for (size_t i = 0; i < sc->nruns; i++) {
+        bytes += sc->runs[i].iov_len;
+        if ((bytes < slice) && (i + 1 < sc->nruns))
+            continue;
+        if (out != NULL)
+            out[m] = (mc_te_scatter_t){sc->segment, remote, sc->gen, &sc->runs[first],
+                                       i + 1 - first};
+        m++;
+        remote += bytes; /* wraps only for a read mc_te_read_scatter_gen refuses */
+        bytes = 0;
+        first = i + 1;
+    }
+    return m;
+}
+
 /* mc_te_transfer_submit_scatter_gen, arguments checked.  The scattered
  * reads come first: they are the longest items, so they start first. */
 static mc_status_t transfer_submit(mc_te_t *te, const mc_te_request_t *reqs,
@@ -2191,14 +2230,18 @@ static mc_status_t transfer_submit(mc_te_t *te, const mc_te_request_t *reqs,
     struct mc_te_job *job  = NULL;
     mc_te_segment_t **segs = NULL;
     size_t *nslices        = NULL;
-    size_t nitems          = nsc, k = 0;
+    size_t nitems, npieces = 0, k = 0;
     pthread_condattr_t ca;
 
+    for (size_t j = 0; j < nsc; j++)
+        npieces += scatter_cut(te, &sc[j], NULL);
+    nitems  = npieces; /* the pieces first, then the requests' slices */
     job     = calloc(1, sizeof(*job));
     segs    = malloc((n + 1) * sizeof(*segs));
     nslices = malloc((n + 1) * sizeof(*nslices));
     if ((job == NULL) || (segs == NULL) || (nslices == NULL) ||
-        ((job->b.req_status = calloc(n + nsc, sizeof(mc_status_t))) == NULL))
+        ((job->b.req_status = calloc(n + nsc, sizeof(mc_status_t))) == NULL) ||
+        ((npieces > 0) && ((job->pieces = malloc(npieces * sizeof(*job->pieces))) == NULL)))
         goto oom;
     job->nreq         = n + nsc;
     job->b.detail_req = SIZE_MAX;
@@ -2222,11 +2265,14 @@ static mc_status_t transfer_submit(mc_te_t *te, const mc_te_request_t *reqs,
                            : NULL;
         if (job->b.items == NULL)
             goto oom;
-        for (size_t j = 0; j < nsc; j++, k++) {
-            memset(&job->b.items[k], 0, sizeof(job->b.items[k]));
-            job->b.items[k].op  = MC_TE_READ;
-            job->b.items[k].req = n + j;
-            job->b.items[k].sc  = &sc[j];
+        for (size_t j = 0; j < nsc; j++) {
+            size_t m = scatter_cut(te, &sc[j], &job->pieces[k]);
+            for (size_t q = 0; q < m; q++, k++) {
+                memset(&job->b.items[k], 0, sizeof(job->b.items[k]));
+                job->b.items[k].op  = MC_TE_READ;
+                job->b.items[k].req = n + j;
+                job->b.items[k].sc  = &job->pieces[k];
+            }
         }
         for (size_t i = 0; i < n; i++)
             if (job->b.req_status[i] == MC_OK)
@@ -2281,6 +2327,7 @@ oom:
     if (job != NULL) {
         free(job->b.items);
         free(job->b.req_status);
+        free(job->pieces);
         free(job);
     }
     free(segs);
@@ -2328,6 +2375,16 @@ MC_API mc_status_t mc_te_job_wait(mc_te_job_h job, int timeout_ms, int *done_p,
     if (job->result != MC_OK)
         mc_set_error_detail("%s", job->b.detail);
     return job->result;
+}
+
+void mc_te_job_help(mc_te_t *te, mc_te_job_h job)
+{
+    if ((te == NULL) || (job == NULL))
+        return;
+    pthread_mutex_lock(&te->pool_mu);
+    while (job->b.next < job->b.nitems)
+        batch_step(te, &job->b);
+    pthread_mutex_unlock(&te->pool_mu);
 }
 
 MC_API void mc_te_job_release(mc_te_job_h job)

@@ -516,15 +516,26 @@ typedef struct mc_te_scatter {
 
 /*
  * mc_te_transfer_submit_gen that also runs the scattered reads sc[0..nsc)
- * (each as mc_te_read_scatter_gen, whole, on whichever worker takes it,
- * so several go at once on their own connections).  The job's statuses
- * are the n requests' then the nsc reads'.  @p sc and the runs it names
- * must stay valid until the job is done.
+ * (each as mc_te_read_scatter_gen, cut at run boundaries into pieces of
+ * about the slice size, each piece on whichever worker takes it, so
+ * several go at once on their own connections).  The job's statuses are
+ * the n requests' then the nsc reads' (a read fails when any of its
+ * pieces does; the bytes of a failed read must not be used).  @p sc and
+ * the runs it names must stay valid until the job is done.
  */
 mc_status_t mc_te_transfer_submit_scatter_gen(mc_te_t *te, const mc_te_request_t *reqs,
                                               const uint64_t *gens, size_t n,
                                               const mc_te_scatter_t *sc, size_t nsc,
                                               mc_te_job_h *job_p);
+
+/*
+ * The calling thread runs items of @p job (submitted on @p te, not yet
+ * released) that no worker has claimed yet, until none is left; then it
+ * returns (mc_te_job_wait waits for the ones still running).  A caller
+ * that would only wait for its job so adds itself to the workers, as a
+ * synchronous mc_te_transfer_gen does: one more lane busy.
+ */
+void mc_te_job_help(mc_te_t *te, mc_te_job_h job);
 
 /* 1 when mc_te_read_scatter_gen against @p segment is one request on the
  * wire (a peer reached over a transport with read_scatter); 0 when it

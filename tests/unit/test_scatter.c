@@ -9,9 +9,12 @@
  * every run untouched; a run outside registered memory is refused before
  * anything is sent; and, against a fake holder on a raw socket, an answer
  * cut short mid-scatter or a connection closed before answering fails the
- * read.  Last, the store's ranged read over TCP (MC_TE_SHM=0), whose groups
- * of adjoining rows of one object become scattered reads.  Every wait is
- * bounded.
+ * read.  In a job (mc_te_transfer_submit_scatter_gen), scattered reads
+ * cut into slice-sized pieces at run boundaries land exactly, a generation
+ * refusal fails its read with no run touched, and the holder's region
+ * unregistered mid-job fails the reads it meets, whole.  Last, the store's
+ * ranged read over TCP (MC_TE_SHM=0), whose groups of adjoining rows of one
+ * object become scattered reads.  Every wait is bounded.
  */
 #include "config.h"
 
@@ -62,32 +65,32 @@ static size_t make_runs(uint8_t *dst, size_t cap, size_t maxlen, size_t gap, str
     return n;
 }
 
-/* The runs hold src[0, total) in order, and every other byte of dst[0,
- * cap) is still FILL. */
-static void check_scattered(const uint8_t *dst, size_t cap, const struct iovec *runs, size_t n,
-                            const uint8_t *src)
-{
-    size_t at = 0, off = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t start = (size_t)((const uint8_t *)runs[i].iov_base - dst);
-        for (; off < start; off++)
-            ck_assert_msg(dst[off] == FILL, "byte %zu between runs was written", off);
-        ck_assert_msg(memcmp(runs[i].iov_base, src + at, runs[i].iov_len) == 0,
-                      "run %zu (%zu bytes) does not hold bytes %zu.. of the range", i,
-                      runs[i].iov_len, at);
-        at += runs[i].iov_len;
-        off = start + runs[i].iov_len;
-    }
-    for (; off < cap; off++)
-        ck_assert_msg(dst[off] == FILL, "byte %zu after the runs was written", off);
-}
-
 static int all_fill(const uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (p[i] != FILL)
             return 0;
     return 1;
+}
+
+/* The runs hold src[0, total) in order, and every other byte of dst[0,
+ * cap) is still FILL (one assertion per gap: Check records each). */
+static void check_scattered(const uint8_t *dst, size_t cap, const struct iovec *runs, size_t n,
+                            const uint8_t *src)
+{
+    size_t at = 0, off = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t start = (size_t)((const uint8_t *)runs[i].iov_base - dst);
+        if (!all_fill(dst + off, start - off))
+            ck_abort_msg("a byte between runs %zu and %zu was written", i - 1, i);
+        if (memcmp(runs[i].iov_base, src + at, runs[i].iov_len) != 0)
+            ck_abort_msg("run %zu (%zu bytes) does not hold bytes %zu.. of the range", i,
+                         runs[i].iov_len, at);
+        at += runs[i].iov_len;
+        off = start + runs[i].iov_len;
+    }
+    if (!all_fill(dst + off, cap - off))
+        ck_abort_msg("a byte after the runs was written");
 }
 
 /* Runs of odd sizes (1 byte to 64 KiB + 1), gaps between them, from an
@@ -263,6 +266,170 @@ START_TEST(test_scatter_own_segment)
     check_scattered(dst, cap, runs, n, src);
     ck_assert_status_ok(mc_te_mem_dereg(A, dst));
     ck_assert_status_ok(mc_te_mem_dereg(A, src));
+    free(src);
+    free(dst);
+}
+END_TEST
+
+/* ---- scattered reads in a job (mc_te_transfer_submit_scatter_gen) ----- */
+
+/* Wait (bounded) for @p job and release it; its statuses in @p st. */
+static mc_status_t job_finish(mc_te_job_h job, mc_status_t *st)
+{
+    int done = 0;
+    mc_status_t rc;
+
+    mc_te_job_help(A, job);
+    rc = mc_te_job_wait(job, 30000, &done, st);
+    ck_assert_msg(done, "the job did not finish within 30 s");
+    mc_te_job_release(job);
+    return rc;
+}
+
+/*
+ * A job's scattered reads are cut into pieces of about the slice size at
+ * run boundaries, which run on the workers and on the caller
+ * (mc_te_job_help): odd runs (1 byte to 64 KiB + 1) from an odd offset,
+ * 64 KiB runs adding up exactly to slice multiples (a cut right at a run's
+ * end), one run longer than a slice, and a plain request beside them all
+ * land exactly; a read naming another generation fails with
+ * MC_INVALID_READ and leaves every one of its runs untouched (every piece
+ * is refused before its payload), while the others in the same job read.
+ */
+START_TEST(test_scatter_job_cut_at_runs)
+{
+    size_t cap = 8u << 20, dcap = 32u << 20, part = dcap / 4, t0 = 0, t1 = 0, t2 = 0, n0, n1, n2;
+    size_t n3 = 0;
+    uint8_t *src = malloc(cap), *dst = malloc(dcap);
+    struct iovec *runs = malloc(4 * 1000 * sizeof(*runs));
+    mc_te_scatter_t sc[4];
+    mc_te_request_t req;
+    mc_te_job_h job = NULL;
+    mc_status_t st[5];
+    mc_te_segment_id_t seg;
+
+    te_fill(src, cap, 21);
+    memset(dst, FILL, dcap);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, GEN_G));
+    ck_assert_status_ok(mc_te_mem_reg(A, dst, dcap, "", 0));
+    seg = te_open(A, B);
+    n0 = make_runs(dst, part - 8192, 65537, 13, runs, 1000, &t0);
+    ck_assert_uint_gt(t0, 3 * MC_TE_DEFAULT_SLICE_SIZE);
+    for (n1 = 0; n1 < 48; n1++) /* 3 MiB of 64 KiB runs, a gap after each */
+        runs[1000 + n1] = (struct iovec){dst + part + n1 * (65536 + 64), 65536};
+    t1 = 48 * 65536; /* six slices exactly */
+    ck_assert_uint_eq(t1 % MC_TE_DEFAULT_SLICE_SIZE, 0);
+    n2 = make_runs(dst + 2 * part, part, 999, 1, &runs[2000], 1000, &t2);
+    runs[3000] = (struct iovec){dst + 3 * part, MC_TE_DEFAULT_SLICE_SIZE + 4097};
+    runs[3001] = (struct iovec){dst + 3 * part + MC_TE_DEFAULT_SLICE_SIZE + 5000, 3};
+    n3 = 2;
+    ck_assert_uint_le(t0 + 1001, cap);
+    sc[0] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 1001, GEN_G, runs, n0};
+    sc[1] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src, 0, &runs[1000], n1};
+    sc[2] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 7, GEN_H, &runs[2000], n2};
+    sc[3] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 3, GEN_G, &runs[3000], n3};
+    req   = (mc_te_request_t){MC_TE_READ, dst + part - 4096, (uint64_t)(uintptr_t)src + 11,
+                              4000, seg};
+    {
+        uint64_t g = GEN_G;
+        ck_assert_status_ok(mc_te_transfer_submit_scatter_gen(A, &req, &g, 1, sc, 4, &job));
+    }
+    ck_assert_status_eq(job_finish(job, st), MC_INVALID_READ);
+    ck_assert_status_ok(st[0]);
+    ck_assert_status_ok(st[1]);
+    ck_assert_status_ok(st[2]);
+    ck_assert_status_eq(st[3], MC_INVALID_READ);
+    ck_assert_status_ok(st[4]);
+    ck_assert_msg(memcmp(dst + part - 4096, src + 11, 4000) == 0, "the plain request");
+    /* each part of dst: its runs hold the range, nothing else changed */
+    check_scattered(dst, part - 4096, runs, n0, src + 1001);
+    check_scattered(dst + part, part, &runs[1000], n1, src);
+    ck_assert_msg(all_fill(dst + 2 * part, part), "a refused read wrote into its runs");
+    check_scattered(dst + 3 * part, part, &runs[3000], n3, src + 3);
+    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
+    ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    free(runs);
+    free(src);
+    free(dst);
+}
+END_TEST
+
+typedef struct dereg_arg {
+    uint8_t *src;
+    int done;
+} dereg_arg_t;
+
+static void *dereg_main(void *arg)
+{
+    dereg_arg_t *d = arg;
+    usleep(2000);
+    d->done = (mc_te_mem_dereg(B, d->src) == MC_OK);
+    return NULL;
+}
+
+/*
+ * The holder's region goes away while a job's cut scattered reads run
+ * (unregistered from another thread): every read either holds exactly its
+ * range or fails with a refusal or a transfer failure -- its status says
+ * which, whatever piece the unregistration met -- and the job ends.
+ * First gone before the job (every read refused), then unregistered 2 ms
+ * into it, repeated, so it lands between and during pieces.
+ */
+START_TEST(test_scatter_job_region_gone_midway)
+{
+    enum { NSC = 6, RUNS = 600 };
+    size_t cap = 8u << 20, dcap = 16u << 20, part = dcap / NSC;
+    uint8_t *src = malloc(cap), *dst = malloc(dcap);
+    struct iovec *runs = malloc(NSC * RUNS * sizeof(*runs));
+    int failed = 0;
+
+    te_fill(src, cap, 22);
+    ck_assert_status_ok(mc_te_mem_reg(A, dst, dcap, "", 0));
+    for (int round = 0; round < 8; round++) {
+        mc_te_scatter_t sc[NSC];
+        size_t n[NSC], t[NSC];
+        mc_status_t st[NSC];
+        mc_te_job_h job = NULL;
+        mc_te_segment_id_t seg;
+        dereg_arg_t d = {src, 0};
+        pthread_t th;
+
+        memset(dst, FILL, dcap);
+        ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1,
+                                              GEN_G));
+        seg = te_open(A, B);
+        for (int k = 0; k < NSC; k++) {
+            n[k]  = make_runs(dst + k * part, part, 4097, 1024 + 64 * k, &runs[k * RUNS], RUNS,
+                              &t[k]);
+            sc[k] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + k * t[0], GEN_G,
+                                      &runs[k * RUNS], n[k]};
+            ck_assert_uint_le((size_t)k * t[0] + t[k], cap);
+        }
+        if (round == 0) /* gone before the job: every read refused */
+            ck_assert_status_ok(mc_te_mem_dereg(B, src));
+        ck_assert_status_ok(mc_te_transfer_submit_scatter_gen(A, NULL, NULL, 0, sc, NSC, &job));
+        if (round > 0)
+            ck_assert_int_eq(pthread_create(&th, NULL, dereg_main, &d), 0);
+        (void)job_finish(job, st);
+        if (round > 0) {
+            pthread_join(th, NULL);
+            ck_assert_msg(d.done, "unregistering the holder's region failed");
+        }
+        for (int k = 0; k < NSC; k++) {
+            if (st[k] == MC_OK) {
+                check_scattered(dst + k * part, part, &runs[k * RUNS], n[k],
+                                src + k * t[0]);
+            } else {
+                ck_assert_msg((st[k] == MC_INVALID_READ) || (st[k] == MC_TRANSFER_FAIL),
+                              "read %d: %s", k, mc_status_name(st[k]));
+                failed++;
+            }
+        }
+        if (round == 0)
+            ck_assert_int_eq(failed, NSC);
+    }
+    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
+    free(runs);
     free(src);
     free(dst);
 }
@@ -481,6 +648,8 @@ Suite *mc_test_scatter_suite(void)
     tcase_add_test(tc, test_scatter_run_outside_registered_refused);
     tcase_add_test(tc, test_scatter_own_segment);
     tcase_add_test(tc, test_scatter_short_answer_fails);
+    tcase_add_test(tc, test_scatter_job_cut_at_runs);
+    tcase_add_test(tc, test_scatter_job_region_gone_midway);
     suite_add_tcase(s, tc);
     tc = tcase_create("store");
     tcase_set_timeout(tc, 60);
