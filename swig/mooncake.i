@@ -527,6 +527,7 @@ struct mooncake_engine {
 /* SWIG's int64_t (long long) differs from LP64 C's for const pointers:
  * Python calls lowering through mooncake_reshard_plan_lower() below. */
 %ignore mc_reshard_plan_lower;
+%ignore mc_reshard_boxes_tile;
 #if !defined(SWIGPYTHON)
 %ignore mc_reshard_plan_create;
 %ignore mc_reshard_table_rows;
@@ -554,6 +555,21 @@ static mc_status_t mooncake_reshard_plan_lower(mc_reshard_table_h plan,
     return mc_reshard_plan_lower(plan, params, (const int64_t *)(uintptr_t)keys_addr,
                                  (const int64_t *)(uintptr_t)offsets_addr, target_selected,
                                  table_p);
+}
+
+/* mc_reshard_boxes_tile() with its columns as plain addresses. */
+static mc_status_t mooncake_reshard_boxes_tile(size_t n, size_t width,
+                                               unsigned long long group_addr,
+                                               unsigned long long offsets_addr,
+                                               unsigned long long shapes_addr,
+                                               unsigned long long extents_addr,
+                                               size_t n_groups, unsigned long long ok_addr)
+{
+    return mc_reshard_boxes_tile(n, width, (const int64_t *)(uintptr_t)group_addr,
+                                 (const int64_t *)(uintptr_t)offsets_addr,
+                                 (const int64_t *)(uintptr_t)shapes_addr,
+                                 (const int64_t *)(uintptr_t)extents_addr, n_groups,
+                                 (uint8_t *)(uintptr_t)ok_addr);
 }
 %}
 #endif

@@ -678,3 +678,154 @@ out:
     free(r.dst);
     return st;
 }
+
+/* ---- mc_reshard_boxes_tile() ---------------------------------------------------- */
+
+/* The boxes being proven: row i has @c width offsets and extents. */
+typedef struct tile_rows {
+    const int64_t *off, *shape;
+    size_t width;
+} tile_rows_t;
+
+/* Whole boxes in (offset, shape) order, dimension by dimension. */
+static int tile_box_cmp(const tile_rows_t *r, int64_t a, int64_t b)
+{
+    const int64_t *pa[2] = {r->off + a * (int64_t)r->width, r->shape + a * (int64_t)r->width};
+    const int64_t *pb[2] = {r->off + b * (int64_t)r->width, r->shape + b * (int64_t)r->width};
+    for (int s = 0; s < 2; s++)
+        for (size_t d = 0; d < r->width; d++)
+            if (pa[s][d] != pb[s][d])
+                return pa[s][d] < pb[s][d] ? -1 : 1;
+    return 0;
+}
+
+/* The boxes' intervals (offset, extent) in dimension @p d, in that order. */
+static int tile_span_cmp(const tile_rows_t *r, size_t d, int64_t a, int64_t b)
+{
+    int64_t oa = r->off[a * (int64_t)r->width + d], ob = r->off[b * (int64_t)r->width + d];
+    int64_t la = r->shape[a * (int64_t)r->width + d];
+    int64_t lb = r->shape[b * (int64_t)r->width + d];
+    if (oa != ob)
+        return oa < ob ? -1 : 1;
+    return la == lb ? 0 : (la < lb ? -1 : 1);
+}
+
+#define TILE_WHOLE_BOX SIZE_MAX
+
+/* Sort @p k row indices by whole box (@p dim TILE_WHOLE_BOX) or by their
+ * interval in dimension @p dim: insertion sort for the few boxes a group
+ * usually has, a bottom-up merge sort through @p tmp (k slots) beyond. */
+static void tile_sort(const tile_rows_t *r, size_t dim, int64_t *idx, int64_t *tmp, size_t k)
+{
+#define TILE_CMP(a, b) \
+    (dim == TILE_WHOLE_BOX ? tile_box_cmp(r, a, b) : tile_span_cmp(r, dim, a, b))
+    if (k <= 16) {
+        for (size_t i = 1; i < k; i++) {
+            int64_t v = idx[i];
+            size_t j  = i;
+            for (; j > 0 && TILE_CMP(idx[j - 1], v) > 0; j--)
+                idx[j] = idx[j - 1];
+            idx[j] = v;
+        }
+        return;
+    }
+    for (size_t run = 1; run < k; run *= 2) {
+        for (size_t lo = 0; lo < k; lo += 2 * run) {
+            size_t mid = lo + run < k ? lo + run : k;
+            size_t hi  = lo + 2 * run < k ? lo + 2 * run : k;
+            size_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi)
+                tmp[o++] = TILE_CMP(idx[j], idx[i]) < 0 ? idx[j++] : idx[i++];
+            while (i < mid)
+                tmp[o++] = idx[i++];
+            while (j < hi)
+                tmp[o++] = idx[j++];
+        }
+        memcpy(idx, tmp, k * sizeof(*idx));
+    }
+#undef TILE_CMP
+}
+
+/* Whether the distinct boxes among rows idx[0..k) provably tile @p ext
+ * (width extents), @p tmp being 2k scratch slots: see the header. */
+static int tile_group(const tile_rows_t *r, const int64_t *ext, int64_t *idx, int64_t *tmp,
+                      size_t k)
+{
+    size_t w = r->width, m = 0;
+    int64_t total = 1, sum = 0;
+    tile_sort(r, TILE_WHOLE_BOX, idx, tmp, k);
+    for (size_t i = 0; i < k; i++)      /* identical boxes count once */
+        if (m == 0 || tile_box_cmp(r, idx[m - 1], idx[i]) != 0)
+            idx[m++] = idx[i];
+    for (size_t d = 0; d < w; d++)
+        if (ext[d] < 1 || __builtin_mul_overflow(total, ext[d], &total))
+            return 0;
+    for (size_t i = 0; i < m; i++) {
+        const int64_t *o = r->off + idx[i] * (int64_t)w, *s = r->shape + idx[i] * (int64_t)w;
+        int64_t vol = 1;
+        for (size_t d = 0; d < w; d++) {
+            if (o[d] < 0 || s[d] < 1 || s[d] > ext[d] - o[d])
+                return 0;           /* empty, or not inside the extent */
+            if (__builtin_mul_overflow(vol, s[d], &vol))
+                return 0;
+        }
+        if (__builtin_add_overflow(sum, vol, &sum))
+            return 0;
+    }
+    if (sum != total)
+        return 0;
+    for (size_t d = 0; d < w; d++) {
+        int64_t end = 0, prev = -1;
+        memcpy(tmp, idx, m * sizeof(*idx));
+        tile_sort(r, d, tmp, tmp + m, m);
+        for (size_t i = 0; i < m; i++) {
+            int64_t b = tmp[i];
+            if (prev >= 0 && tile_span_cmp(r, d, prev, b) == 0)
+                continue;           /* the same interval again */
+            if (r->off[b * (int64_t)w + d] != end)
+                return 0;           /* a gap, an overlap, or not from 0 */
+            end  = r->off[b * (int64_t)w + d] + r->shape[b * (int64_t)w + d];
+            prev = b;
+        }
+        if (end != ext[d])
+            return 0;
+    }
+    return 1;
+}
+
+MC_API mc_status_t mc_reshard_boxes_tile(size_t n, size_t width, const int64_t *group,
+                                         const int64_t *offsets, const int64_t *shapes,
+                                         const int64_t *extents, size_t n_groups, uint8_t *ok)
+{
+    tile_rows_t rows = {offsets, shapes, width};
+    int64_t *idx;
+    if ((n > 0 && (group == NULL || offsets == NULL || shapes == NULL || extents == NULL)) ||
+        (n_groups > 0 && ok == NULL)) {
+        mc_set_error_detail("reshard: boxes_tile columns must not be NULL");
+        return MC_INVALID_PARAMS;
+    }
+    if (width < 1 || width > MC_RESHARD_MAX_NDIM) {
+        mc_set_error_detail("reshard: boxes_tile width %zu is not in 1..%d", width,
+                            MC_RESHARD_MAX_NDIM);
+        return MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (group[i] < 0 || (uint64_t)group[i] >= n_groups || (i > 0 && group[i] < group[i - 1])) {
+            mc_set_error_detail("reshard: boxes_tile group %lld of row %zu is not sorted or "
+                                "not below %zu", (long long)group[i], i, n_groups);
+            return MC_INVALID_PARAMS;
+        }
+    if (n > SIZE_MAX / 3 / sizeof(*idx) || (idx = malloc((3 * n + 1) * sizeof(*idx))) == NULL) {
+        mc_set_error_detail("reshard: out of memory for %zu boxes", n);
+        return MC_INTERNAL_ERROR;
+    }
+    if (n_groups > 0)
+        memset(ok, 0, n_groups);        /* a group without rows is not proven */
+    for (size_t lo = 0, hi; lo < n; lo = hi) {
+        for (hi = lo; hi < n && group[hi] == group[lo]; hi++)
+            idx[hi - lo] = (int64_t)hi;
+        ok[group[lo]] = (uint8_t)tile_group(&rows, extents + lo * width, idx, idx + n, hi - lo);
+    }
+    free(idx);
+    return MC_OK;
+}

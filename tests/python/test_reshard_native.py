@@ -7,10 +7,15 @@ plan_placement_transfer_to_local_target and
 plan_stored_transfer_to_target_placement give the same plans, operation by
 operation, the same executors and the same refusals under small limits;
 their lowered, coalesced reads rebuild every target bit-exact in no more
-reads than the reference's runs.  No daemon is involved."""
+reads than the reference's runs.  Manifests that derive the planner's
+columns when constructed are the same values and plan, and refuse first,
+as those that do not; the coverage proof in C proves what numpy's does.
+No daemon is involved."""
 import dataclasses
+import itertools
 import pickle
 import random
+import threading
 from math import prod
 
 import numpy as np
@@ -192,9 +197,10 @@ def test_random_stored_plans_match_reference(seed):
     assert dataclasses.replace(native) == ref
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_random_limits_refuse_alike(seed):
-    rng, src, tgt = geometries(2000 + seed)
+def check_limits_refuse_alike(seed):
+    """Random limits around a random geometry's plan: the native planner
+    refuses (or not) exactly as the reference does."""
+    rng, src, tgt = geometries(seed)
     ref = plan_placement_transfer(src, tgt)
     n = len(ref.operations)
     seg = [op.segment_count for op in ref.operations]
@@ -205,6 +211,11 @@ def test_random_limits_refuse_alike(seed):
     m = stored_from(rng, src)
     assert_same(*both(plan_stored_transfer_to_target_placement, m, tgt,
                       planning_limits=limits))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_limits_refuse_alike(seed):
+    check_limits_refuse_alike(2000 + seed)
 
 
 def test_source_choice_refusal_alike():
@@ -434,3 +445,310 @@ def test_one_element_and_high_rank_tensors_plan_alike():
         for native, ref in refusals(a, b):
             assert_same(native, ref)
             assert not isinstance(native, str), native
+
+
+# --- columns derived when a manifest is constructed ------------------------
+#
+# A manifest of at least planner.EAGER_COLUMNS_MIN_FRAGMENTS fragments
+# derives the planner's columns in its constructor; the tests lower the
+# threshold to 0 so that the small random geometries take that path too.
+
+@pytest.fixture
+def eager(monkeypatch):
+    monkeypatch.setattr(planner, "EAGER_COLUMNS_MIN_FRAGMENTS", 0)
+
+
+@pytest.fixture
+def lazy(monkeypatch):
+    monkeypatch.setattr(planner, "EAGER_COLUMNS_MIN_FRAGMENTS", 1 << 62)
+
+
+def rebuilt(p):
+    """The same placement constructed again (another object)."""
+    return WeightPlacementManifest(resource_id=p.resource_id, revision=p.revision,
+                                   weight_generation=p.weight_generation,
+                                   placement_set_id=p.placement_set_id, topology=p.topology,
+                                   parts=list(reversed(p.parts)))
+
+
+def same_columns(a, b):
+    """Two caches of the same manifest hold the same columns."""
+    for name in ("frag_tensor", "frag_part", "frag_dp", "part_coords", "tensor_owners",
+                 "itemsize", "tensor_ext", "box_off", "box_shape"):
+        if hasattr(a, name):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    for name in ("off", "shape", "ndim"):
+        assert np.array_equal(getattr(a.cols, name), getattr(b.cols, name)), name
+    if hasattr(a, "part_frags"):
+        assert len(a.part_frags) == len(b.part_frags)
+        for x, y in zip(a.part_frags, b.part_frags):
+            assert np.array_equal(x, y)
+    assert a.catalog == b.catalog
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_eager_columns_equal_lazy_ones(seed, monkeypatch):
+    rng, src, _ = geometries(3000 + seed)
+    m = stored_from(rng, src)
+    monkeypatch.setattr(planner, "EAGER_COLUMNS_MIN_FRAGMENTS", 0)
+    p_eager, m_eager = rebuilt(src), dataclasses.replace(m)
+    assert p_eager.__dict__.get("_native_cache") is not None
+    assert m_eager.__dict__.get("_native_cache") is not None
+    monkeypatch.setattr(planner, "EAGER_COLUMNS_MIN_FRAGMENTS", 1 << 62)
+    p_lazy, m_lazy = rebuilt(src), dataclasses.replace(m)
+    assert "_native_cache" not in p_lazy.__dict__ and "_native_cache" not in m_lazy.__dict__
+    te = planner._cache(p_eager, planner._PlacementCache)
+    tl = planner._cache(p_lazy, planner._PlacementCache)
+    assert te.part_ids is not None and tl.part_ids is None    # the constructor's positions
+    same_columns(te, tl)
+    same_columns(planner._cache(m_eager, planner._StoredCache),
+                 planner._cache(m_lazy, planner._StoredCache))
+    # the executors made without re-checking equal the checked ones
+    used = [i for i, p in enumerate(src.parts) if p.fragments]
+    for i in used:
+        assert te.executors[i] == planner._executor(p_eager, p_eager.parts[i])
+        assert te.executors[i].placement_fragment_ids == tuple(
+            sorted(f.placement_fragment_id for f in p_eager.parts[i].fragments))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_eager_manifests_are_the_same_values(seed, monkeypatch):
+    """Fields, equality, ids, digests, JSON text and pickles of a manifest
+    that derived its columns are those of one that did not."""
+    from mooncake.reshard.weight import weight_placement_from_json, weight_placement_to_json
+    rng, src, _ = geometries(4000 + seed)
+    m = stored_from(rng, src)
+    monkeypatch.setattr(planner, "EAGER_COLUMNS_MIN_FRAGMENTS", 1 << 62)
+    p0, m0 = rebuilt(src), dataclasses.replace(m)
+    monkeypatch.setattr(planner, "EAGER_COLUMNS_MIN_FRAGMENTS", 0)
+    p1, m1 = rebuilt(src), dataclasses.replace(m)
+    for a, b in ((p0, p1), (m0, m1)):
+        for f in dataclasses.fields(a):
+            assert getattr(a, f.name) == getattr(b, f.name), f.name
+        assert a == b and repr(a) == repr(b)
+        assert pickle.dumps(a) == pickle.dumps(b)    # the columns are never pickled
+        back = pickle.loads(pickle.dumps(b))
+        assert back == a and "_native_cache" not in back.__dict__
+    assert p0.placement_id == p1.placement_id and p0.digest == p1.digest
+    assert p0.fragments == src.fragments and p0.parts == src.parts
+    text = weight_placement_to_json(p1)
+    assert text == weight_placement_to_json(p0)
+    p2 = weight_placement_from_json(text)       # from JSON: derived too, same value
+    assert p2 == p0 and p2.__dict__.get("_native_cache") is not None
+    assert weight_placement_to_json(p2) == text
+    assert m0.manifest_digest == m1.manifest_digest and m0.to_json() == m1.to_json()
+    m2 = WeightManifest.from_json(m1.to_json())
+    assert m2 == m0 and m2.to_json() == m0.to_json()
+    assert m2.__dict__.get("_native_cache") is not None
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_eager_plans_match_reference(seed, eager):
+    rng, src, tgt = geometries(5000 + seed)
+    src, tgt = rebuilt(src), rebuilt(tgt)
+    assert tgt.__dict__.get("_native_cache") is not None
+    assert_same(*both(plan_placement_transfer, src, tgt))
+    for part in tgt.parts:
+        assert_same(*both(plan_placement_transfer_to_local_target, src, tgt,
+                          part.participant_id))
+    m = stored_from(rng, src)
+    assert m.__dict__.get("_native_cache") is not None
+    native, ref = both(plan_stored_transfer_to_target_placement, m, tgt)
+    assert_same(native, ref)
+    assert pickle.loads(pickle.dumps(native)) == ref
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_eager_limits_refuse_alike(seed, eager):
+    check_limits_refuse_alike(6000 + seed)
+
+
+@pytest.mark.parametrize("mode", ["eager", "lazy"])
+def test_first_refusal_is_the_reference_one(mode, request):
+    """Several things wrong at once: whether the columns came with the
+    manifests or not, the first refusal is the reference's -- identity,
+    then the catalogue, then the target's coverage (in tensor order)."""
+    request.getfixturevalue(mode)
+    tensors = [("a", (4, 4)), ("m", (4, 4)), ("z", (4, 4))]
+    gap = {"a": {(d, t): FULL for d in range(2) for t in range(2)},
+           "m": {(0, 0): FULL, (0, 1): FULL, (1, 0): FULL, (1, 1): HALVES},
+           "z": {(0, 0): FULL, (0, 1): HALVES, (1, 0): FULL, (1, 1): FULL}}
+    tgt = explicit_placement("tgt", tensors, gap, tp=2, dp=2)
+    src = whole(tensors)
+    assert (tgt.__dict__.get("_native_cache") is not None) == (mode == "eager")
+    for native, ref in refusals(src, tgt):
+        assert native == ref == "ValueError: target tensor is not fully covered: m: dp=1"
+    # a catalogue mismatch (another dtype) is found before the gaps
+    other = explicit_placement("src", tensors, {tid: {(0, 0): [((0, 0), s)]}
+                                                for tid, s in tensors})
+    bad = [TensorDescriptor(t.tensor_id, t.global_shape, "i8" if t.tensor_id == "z" else
+                            t.dtype, 1, (), t.layout_fingerprint, ()) for t in other.tensors]
+    other = WeightPlacementManifest.from_fragments(
+        resource_id="model", revision="rev", weight_generation=1, placement_set_id="src",
+        topology=other.topology, tensors=bad, fragments=other.fragments)
+    for native, ref in refusals(other, tgt):
+        assert native == ref == "ValueError: tensor descriptor mismatch: z"
+    # a missing tensor, before the descriptor mismatch
+    fewer = explicit_placement("tgt", tensors[:2], {k: gap[k] for k in ("a", "m")},
+                               tp=2, dp=2)
+    for native, ref in refusals(other, fewer):
+        assert native == ref == "ValueError: target manifests are missing tensors: z"
+    # another revision, before everything
+    later = explicit_placement("tgt", tensors, gap, tp=2, dp=2)
+    object.__setattr__(later, "revision", "rev2")
+    for native, ref in refusals(src, later):
+        assert native == ref == "ValueError: source and target revision differ"
+
+
+def test_snapshot_rebuilds_derive_no_columns(eager):
+    rng, src, tgt = geometries(7000)
+    m = stored_from(rng, src)
+    plan = plan_stored_transfer_to_target_placement(m, tgt)
+    calls = []
+    real = planner.derive_columns
+    try:
+        planner.derive_columns = lambda obj, hint=None: calls.append(obj)
+        again = plan.validate_source_manifest_snapshot()
+        assert again == m and calls == []
+        p = plan_placement_transfer(src, tgt).validate_source_placement_snapshot()
+        assert p == src and calls == []
+        rebuilt(src)                     # an ordinary construction does
+        assert len(calls) == 1
+    finally:
+        planner.derive_columns = real
+
+
+def test_failed_derivation_is_left_to_the_plan(eager, monkeypatch):
+    """Columns that cannot be derived at construction do not fail it: the
+    first plan derives them and plans as the reference."""
+    rng, src, tgt = geometries(7100)
+    real = planner._PlacementCache
+
+    class Broken(real):
+        def __init__(self, p, hint=None):
+            if hint is not None:
+                raise RuntimeError("derivation failed")
+            super().__init__(p, hint)
+    monkeypatch.setattr(planner, "_PlacementCache", Broken)
+    t2 = rebuilt(tgt)
+    assert t2 == tgt and "_native_cache" not in t2.__dict__
+    assert_same(*both(plan_placement_transfer, src, t2))
+    assert t2.__dict__.get("_native_cache") is not None
+
+
+def test_replaced_fields_are_derived_again(eager):
+    """Columns belong to the fields they were derived from: a manifest
+    whose fragments were replaced behind its back plans what it holds now
+    (the load's re-attestation then refuses it: its digest is the old one)."""
+    rng, src, tgt = geometries(7200)
+    m = stored_from(rng, src)
+    other = stored_from(random.Random(99), src)       # other objects and offsets
+    assert other.fragments != m.fragments
+    object.__setattr__(m, "fragments", other.fragments)
+    native = plan_stored_transfer_to_target_placement(m, tgt)
+    with planner.reference_planner():
+        ref = plan_stored_transfer_to_target_placement(other, tgt)
+    assert tuple(native.operations) == tuple(ref.operations)
+    assert planner._cache(m, planner._StoredCache).frags is other.fragments
+    with pytest.raises(ValueError, match="weight manifest snapshot is invalid"):
+        native.validate_source_manifest_snapshot()
+
+
+def test_concurrent_first_plans_of_fresh_manifests(eager):
+    """Threads planning the same fresh manifests at once (the caches'
+    per-selection tables filled concurrently) all get the reference's plan."""
+    rng, src, tgt = geometries(7300)
+    m = stored_from(rng, src)
+    with planner.reference_planner():
+        want_p = plan_placement_transfer(src, tgt)
+        want_s = plan_stored_transfer_to_target_placement(m, tgt)
+    for _ in range(5):
+        s2, t2, m2 = rebuilt(src), rebuilt(tgt), dataclasses.replace(m)
+        out, errors = [], []
+        go = threading.Barrier(6)
+
+        def run(i):
+            try:
+                go.wait(timeout=30)
+                if i % 2:
+                    out.append(plan_placement_transfer(s2, t2) == want_p)
+                else:
+                    out.append(plan_stored_transfer_to_target_placement(m2, t2) == want_s)
+            except Exception as exc:        # reported below
+                errors.append(exc)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == [] and out == [True] * 6
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_boxes_tile_in_c_proves_what_numpy_proves(seed):
+    """capi.reshard_boxes_tile against planner._tiles on random groups of
+    boxes: grids, irregular tilings, gaps, overlaps, repeats, boxes outside
+    the extent, 1-3 dimensions, groups of 1-40 boxes."""
+    rng = random.Random(seed)
+    off, shape, ext, group = [], [], [], []
+    for g in range(60):
+        w = rng.randint(1, 3)
+        extent = [rng.randint(1, 9) for _ in range(w)]
+        grid = [cuts(rng, e, rng.randint(1, min(e, 3))) if e > 1 else [(0, 1)]
+                for e in extent]
+        boxes = [tuple(zip(*cell)) for cell in itertools.product(*grid)]
+        kind = rng.choice(("grid", "repeat", "drop", "grow", "shift", "brick"))
+        if kind == "repeat":
+            boxes += rng.sample(boxes, rng.randint(1, len(boxes)))
+        elif kind == "drop" and len(boxes) > 1:
+            boxes.pop(rng.randrange(len(boxes)))
+        elif kind in ("grow", "shift"):
+            i = rng.randrange(len(boxes))
+            o, s = map(list, boxes[i])
+            d = rng.randrange(w)
+            if kind == "grow":
+                s[d] += 1
+            else:
+                o[d] -= rng.choice((1, -1))
+            boxes[i] = (tuple(o), tuple(s))
+        elif kind == "brick" and w == 2 and extent[0] > 1 and extent[1] > 1:
+            a, b = extent[0] // 2, extent[1] // 2
+            boxes = [((0, 0), (a, extent[1])), ((a, 0), (extent[0] - a, b)),
+                     ((a, b), (extent[0] - a, extent[1] - b))]
+        rng.shuffle(boxes)
+        for o, s in boxes:
+            off.append(list(o) + [0] * (3 - w))
+            shape.append(list(s) + [1] * (3 - w))
+            ext.append(extent + [1] * (3 - w))
+            group.append(g)
+    args = [np.array(a, np.int64) for a in (group, off, shape, ext)]
+    want = planner._tiles(*args)
+    assert planner._BOXES_TILE is not None, "the build's mooncake.capi has the coverage proof"
+    got = np.full(60, 7, np.uint8)
+    st = planner._BOXES_TILE(len(group), 3, *(int(a.ctypes.data) for a in args), 60,
+                             int(got.ctypes.data))
+    assert st == 0
+    assert got.astype(bool).tolist() == want.tolist() and set(got.tolist()) <= {0, 1}
+    assert 0 < int(got.sum()) < 60          # both kinds of groups were drawn
+    assert planner._tiles_of(*args).tolist() == want.tolist()
+    # wider than the library allows: numpy decides, alike
+    wide = [np.pad(a, ((0, 0), (0, 62)), constant_values=v) for a, v in
+            ((args[1], 0), (args[2], 1), (args[3], 1))]
+    assert planner._tiles_of(args[0], *wide).tolist() == want.tolist()
+
+
+def test_target_owner_from_columns(eager):
+    """A native plan tells each target fragment's participant from the
+    columns, as store_load's executor map from the objects does."""
+    rng, src, tgt = geometries(7400)
+    m = stored_from(rng, src)
+    for plan in (plan_placement_transfer(src, tgt),
+                 plan_stored_transfer_to_target_placement(m, tgt)):
+        native = plan.operations._native
+        pids = [ex.participant_id for ex in plan.target_executors][::-1]
+        owner = {fid: i for i, ex in enumerate(plan.target_executors[::-1])
+                 for fid in ex.placement_fragment_ids}
+        want = [owner.get(f.placement_fragment_id, -1) for f in native.targets]
+        assert native.target_owner(pids).tolist() == want
+        assert native.target_owner(pids[:1]).tolist() == [0 if w == 0 else -1 for w in want]

@@ -213,6 +213,41 @@ MC_API mc_status_t mc_reshard_plan_lower(mc_reshard_table_h plan,
                                          const uint8_t *target_selected,
                                          mc_reshard_table_h *table_p);
 
+/**
+ * @brief Prove that groups of boxes tile their tensors.
+ *
+ * The planner's coverage rule (mooncake/reshard/weight/planner.py:
+ * a target's fragments, grouped per tensor, owner and DP rank, must tile
+ * the tensor) decided over columns: rows are boxes, sorted by group.
+ * Group g is proven (@p ok[g] = 1) when its distinct boxes -- identical
+ * boxes count once -- each lie inside their tensor's extent, their
+ * volumes add up to the extent's, and along every dimension the distinct
+ * intervals (offset, extent) they use chain from 0 to the tensor's extent
+ * without a gap or an overlap.  Two distinct boxes then differ in some
+ * dimension where their intervals are disjoint, so the boxes tile the
+ * tensor exactly.  Anything else is 0, "not proven": an irregular tiling
+ * (bricks), a gap, an overlap, a box outside, an overflowing volume, or a
+ * group without rows; the caller decides those tensors by the exact,
+ * slower rule.  A dimension a box lacks is given as offset 0, extent 1.
+ *
+ * @param n         rows (boxes)
+ * @param width     entries per row of the three box columns (1..MC_RESHARD_MAX_NDIM)
+ * @param group     per row its group, ascending, each below @p n_groups
+ * @param offsets   n x width offsets
+ * @param shapes    n x width extents of the boxes
+ * @param extents   n x width extents of each row's tensor (the same for the
+ *                  rows of a group; the group's first row's are used)
+ * @param n_groups  entries of @p ok
+ * @param ok        out: per group 1 (proven) or 0; written only on MC_OK
+ * @return MC_OK; MC_INVALID_PARAMS for a NULL column, a width out of range
+ *         or a group column not sorted or out of range (the detail names
+ *         the row); MC_INTERNAL_ERROR when memory runs out.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_reshard_boxes_tile(size_t n, size_t width, const int64_t *group,
+                                         const int64_t *offsets, const int64_t *shapes,
+                                         const int64_t *extents, size_t n_groups, uint8_t *ok);
+
 /** @brief Rows of a table (0 for NULL). @since 0.2 */
 MC_API size_t mc_reshard_table_rows(mc_reshard_table_h table);
 

@@ -18,11 +18,15 @@ written against upstream's contracts sees the same errors here.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import product
 from math import prod
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from operator import attrgetter
+from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 from .._checks import (c_strides, canonical_id, check_instances, check_int,
                        check_ints, check_optional_int, check_sequence, check_str, check_u64,
@@ -429,6 +433,36 @@ def _check_aliases_consistent(tensors: Mapping[str, TensorDescriptor],
 # Per-instance caches derived from an immutable manifest, never pickled.
 _DERIVED = ("_native_cache", "_fragment_index")
 
+_eager = threading.local()
+
+
+def derive_planner_columns(manifest: Any, hint: Optional[Tuple[Any, ...]] = None) -> None:
+    """A large manifest derives the planner's columns as it is constructed
+    (planner.derive_columns), unless it is rebuilt only to be compared
+    (`no_planner_columns`)."""
+    if not getattr(_eager, "off", False):
+        from .planner import derive_columns
+        derive_columns(manifest, hint)
+
+
+@contextmanager
+def _thread_flag(state: threading.local, name: str, value: bool, default: bool
+                 ) -> Iterator[None]:
+    """``state.name`` is ``value`` in this block (this thread), then what
+    it was (``default`` when unset)."""
+    old = getattr(state, name, default)
+    setattr(state, name, value)
+    try:
+        yield
+    finally:
+        setattr(state, name, old)
+
+
+def no_planner_columns() -> Any:
+    """Manifests constructed in this block (this thread) derive no planner
+    columns: a snapshot rebuilt to prove it is unchanged is never planned."""
+    return _thread_flag(_eager, "off", True, False)
+
 
 @dataclass(frozen=True, init=False)
 class WeightPlacementManifest:
@@ -511,12 +545,21 @@ class WeightPlacementManifest:
         s(self, "topology", topology)
         s(self, "parts", tuple(sorted(parts, key=lambda p: p.participant_id)))
         s(self, "tensors", tuple(tensors[k] for k in sorted(tensors)))
-        s(self, "fragments", tuple(sorted(fragments, key=lambda f: f.placement_fragment_id)))
+        # sorted by id through their positions: the planner's columns keep
+        # where each part's fragments went (ids are unique: no ties)
+        ids = list(map(attrgetter("placement_fragment_id"), fragments))
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        s(self, "fragments", tuple(map(fragments.__getitem__, order)))
         s(self, "_digest_cache", None)
         canon = canonical_id(self._canonical_content())
         if placement_id is not None and placement_id != canon:
             raise ValueError("placement_id does not match canonical logical content")
         s(self, "placement_id", canon)
+        spans, at = {}, 0
+        for p in parts:
+            spans[p.participant_id] = (at, at + len(p.fragments))
+            at += len(p.fragments)
+        derive_planner_columns(self, (order, ids, spans))
 
     def _canonical_content(self) -> Dict[str, Any]:
         return {"schema": "complete-weight-placement", "resource_id": self.resource_id,

@@ -38,7 +38,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 from .._checks import c_strides, check_str
 from ..geometry import boxes_exactly_cover, regions_exactly_cover
 from .manifest import (OwnershipAxis, ParallelRank, PlacementFragment, TensorDescriptor,
-                       WeightPlacementManifest, WeightPlacementPart)
+                       WeightPlacementManifest, WeightPlacementPart, _thread_flag,
+                       no_planner_columns)
 from .storage_manifest import (StoredFragment, StoredManifestIdentity, WeightManifest,
                                validate_weight_manifest_snapshot)
 
@@ -334,7 +335,8 @@ class LogicalTransferPlan:
         from .serde import weight_placement_from_json, weight_placement_to_json
         p = self.source_placement
         try:
-            rebuilt = weight_placement_from_json(weight_placement_to_json(p))
+            with no_planner_columns():      # compared, never planned
+                rebuilt = weight_placement_from_json(weight_placement_to_json(p))
         except ValueError as exc:
             raise ValueError(f"source placement snapshot is invalid: {exc}") from None
         if rebuilt != p or rebuilt.placement_id != p.placement_id:
@@ -632,7 +634,8 @@ def _plan_from_placement(source: WeightPlacementManifest, target: WeightPlacemen
                          limits: PlanningLimits) -> LogicalTransferPlan:
     if native_available():
         try:
-            return _native_placement(source, target, parts, exact, limits)
+            with _no_gc():
+                return _native_placement(source, target, parts, exact, limits)
         except _NativeRefused:
             pass
     if not isinstance(source, WeightPlacementManifest):
@@ -715,7 +718,8 @@ def plan_stored_transfer_to_target_placement(
         raise ValueError("target must be a WeightPlacementManifest")
     if native_available():
         try:
-            return _native_stored(source_manifest, target_placement, limits)
+            with _no_gc():
+                return _native_stored(source_manifest, target_placement, limits)
         except _NativeRefused:
             pass
     _check_identity(source_manifest, target_placement)
@@ -747,13 +751,15 @@ def plan_stored_transfer_to_target_placement(
 # TransferRegion objects only when someone looks at them.  The columns of a
 # manifest are derived once per (immutable) manifest and kept on it, as
 # manifest._fragment_index is, each read in one C pass over the fragments
-# (reshard_attr_ints).  The target's coverage and the source choice are
-# decided on those columns (numpy) wherever they prove the reference's
-# rule holds -- every group of boxes a grid that tiles its tensor; the
-# tensors they do not prove (irregular tilings, real gaps) go through the
-# reference's rule, in its order, so a refusal is the reference's.  Without
-# the native module, or for input it refuses as malformed, the reference
-# planner runs.
+# (reshard_attr_ints); a large manifest derives them when it is constructed
+# (derive_columns), so that the first plan of a freshly published one
+# reads arrays, not objects.  The target's coverage and the source choice
+# are decided on those columns (mc_reshard_boxes_tile, numpy) wherever
+# they prove the reference's rule holds -- every group of boxes a grid
+# that tiles its tensor; the tensors they do not prove (irregular tilings,
+# real gaps) go through the reference's rule, in its order, so a refusal
+# is the reference's.  Without the native module, or for input it refuses
+# as malformed, the reference planner runs.
 
 try:
     from mooncake import capi as _capi
@@ -764,6 +770,7 @@ except Exception:  # pragma: no cover - depends on the built extension
 
 _native_state = threading.local()
 _ATTR_INTS = getattr(_capi, "reshard_attr_ints", None) if _NATIVE_OK else None
+_BOXES_TILE = getattr(_capi, "mooncake_reshard_boxes_tile", None) if _NATIVE_OK else None
 
 # mc_reshard_refusal_t
 _BAD_INPUT, _NOT_COVERED, _TOO_MANY_REGIONS, _REGION_SEGMENTS, _TOTAL_SEGMENTS = 1, 2, 3, 4, 5
@@ -798,16 +805,10 @@ def native_available() -> bool:
     return _NATIVE_OK and getattr(_native_state, "enabled", True)
 
 
-@contextmanager
 def reference_planner():
     """Plan with the pure-Python reference in this thread (tests compare
     the two)."""
-    old = getattr(_native_state, "enabled", True)
-    _native_state.enabled = False
-    try:
-        yield
-    finally:
-        _native_state.enabled = old
+    return _thread_flag(_native_state, "enabled", False, True)
 
 
 def _np():
@@ -953,7 +954,8 @@ class _PlacementCache:
     fragment its columns, tensor and part; per part its rank coordinates;
     per tensor its extent and owner axes (the coverage check's groups)."""
 
-    def __init__(self, p: WeightPlacementManifest) -> None:
+    def __init__(self, p: WeightPlacementManifest, hint: Optional[Tuple[Any, ...]] = None
+                 ) -> None:
         np = _np()
         frags = self.frags = p.fragments             # sorted by id: index = id rank
         n = len(frags)
@@ -980,11 +982,23 @@ class _PlacementCache:
         self.tensor_owners = np.array([masks[a] for a in map(attrgetter("parallel_axes"),
                                                              p.tensors)],
                                       bool).reshape(nt, 4)
-        # a part's fragments are the placement's objects: their positions
-        # by identity, without reading them
-        at = dict(zip(map(id, frags), range(n))).__getitem__
-        self.part_frags = [np.fromiter(map(at, map(id, part.fragments)), np.int64,
-                                       len(part.fragments)) for part in p.parts]
+        self.part_ids: Optional[List[Tuple[str, ...]]] = None
+        if hint is not None:
+            # from the constructor: the fragments of its parts one after the
+            # other ("flat"), the flat position of each sorted one, and
+            # their ids -- a part's positions without reading its objects
+            order, ids, spans = hint
+            inv = np.empty(n, np.int64)
+            inv[np.asarray(order, np.int64)] = np.arange(n, dtype=np.int64)
+            where = [spans[part.participant_id] for part in p.parts]
+            self.part_frags = [inv[a:b] for a, b in where]
+            self.part_ids = [tuple(ids[a:b]) for a, b in where]
+        else:
+            # a part's fragments are the placement's objects: their
+            # positions by identity, without reading them
+            at = dict(zip(map(id, frags), range(n))).__getitem__
+            self.part_frags = [np.fromiter(map(at, map(id, part.fragments)), np.int64,
+                                           len(part.fragments)) for part in p.parts]
         self.frag_part = np.zeros(n, np.int64)
         for i, idx in enumerate(self.part_frags):
             self.frag_part[idx] = i
@@ -998,6 +1012,23 @@ class _PlacementCache:
         self.source: Optional[_PlacementSource] = None
         self.source_sets: Dict[Tuple[str, int], Any] = {}
         self._single: Optional[Dict[int, Any]] = None
+        self._targets: Dict[Tuple[str, ...], Tuple[Any, List[Any]]] = {}
+        self.tensor_ids = list(self.tensor_index)
+        self.tensors = p.tensors
+
+    def targets_of(self, parts: Sequence[WeightPlacementPart]) -> Tuple[Any, List[Any]]:
+        """(positions, fragments) of the parts' fragments, parts in the
+        order given; kept per selection (one list of 10 000s of objects)."""
+        key = tuple(p.participant_id for p in parts)
+        got = self._targets.get(key)
+        if got is None:
+            np = _np()
+            pos = {p.participant_id: i for i, p in enumerate(self.parts)}
+            idx = [self.part_frags[pos[pid]] for pid in key]
+            tidx = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+            frags = self.frags
+            got = self._targets[key] = (tidx, list(map(frags.__getitem__, tidx.tolist())))
+        return got
 
     @property
     def index(self) -> Dict[str, int]:
@@ -1035,7 +1066,7 @@ class _PlacementCache:
         order = np.argsort(group, kind="stable")
         g, r = group[order], rows[order]
         ft = self.frag_tensor[r]
-        ok = _tiles(g, self.box_off[r], self.box_shape[r], self.tensor_ext[ft])
+        ok = _tiles_of(g, self.box_off[r], self.box_shape[r], self.tensor_ext[ft])
         big = np.bincount(g, minlength=len(ok)) > _FAST_COVER_MAX_BOXES
         if big.any():
             first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
@@ -1140,21 +1171,69 @@ class _StoredCache:
         return got
 
 
-def _cache(obj: Any, cls: type) -> Any:
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic collector held off: deriving columns and planning make
+    tens of thousands of small objects that form no cycles, and a full
+    collection over the heap of a large manifest's objects (0.3 s on the
+    bench's VM), due after constructing them, would otherwise land inside
+    the plan (it runs after it instead)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _derived_from(obj: Any) -> Tuple[Any, ...]:
+    """The fields a cache is derived from (compared by identity: a field
+    replaced through object.__setattr__ is derived again)."""
+    return (obj.fragments, obj.tensors, getattr(obj, "parts", None))
+
+
+def _cache(obj: Any, cls: Any) -> Any:
     c = obj.__dict__.get("_native_cache")
+    if c is not None and any(a is not b for a, b in zip(c.derived_from, _derived_from(obj))):
+        c = None
     if c is None:
-        # tens of thousands of small objects that form no cycles: the
-        # cyclic collector's passes over a large heap would cost more than
-        # deriving the columns
-        was = gc.isenabled()
-        gc.disable()
-        try:
+        with _no_gc():
             c = cls(obj)
-        finally:
-            if was:
-                gc.enable()
+        c.derived_from = _derived_from(obj)
         object.__setattr__(obj, "_native_cache", c)
     return c
+
+
+# Manifests of at least this many fragments derive what the native planner
+# needs of them (the caches above) when they are constructed -- by the
+# writers, from_json, from_fragments -- so that the first plan of a fresh
+# manifest reads arrays, not 100 000 objects: the constructor has just
+# touched every object (they are warm), and every manifest a store
+# publishes is planned.  A small manifest costs little either way and need
+# not import numpy; nor does a manifest rebuilt only to be compared
+# (validate_weight_manifest_snapshot), which skips it.
+EAGER_COLUMNS_MIN_FRAGMENTS = 1024
+
+
+def derive_columns(obj: Any, hint: Optional[Tuple[Any, ...]] = None) -> None:
+    """Called at the end of the constructors of WeightPlacementManifest
+    (with `hint`, see _PlacementCache) and WeightManifest.  Anything that
+    goes wrong here is left to the first plan, which derives the columns
+    again and reports it."""
+    if (not _NATIVE_OK or len(obj.fragments) < EAGER_COLUMNS_MIN_FRAGMENTS
+            or obj.__dict__.get("_native_cache") is not None):
+        return
+    try:
+        if isinstance(obj, WeightManifest):
+            _cache(obj, _StoredCache).sets(False)
+        else:
+            tc = _cache(obj, lambda p: _PlacementCache(p, hint))
+            used = [i for i, p in enumerate(obj.parts) if p.fragments]
+            _executors(obj, tc, used)
+            tc.targets_of([obj.parts[i] for i in used])     # as a target, all of it
+    except Exception:
+        obj.__dict__.pop("_native_cache", None)
 
 
 class _NativeRefused(Exception):
@@ -1170,6 +1249,8 @@ class _NativePlan:
                  sources: Sequence[Any], table: int) -> None:
         self.params, self.keep = params, keep
         self.targets, self.sources = targets, sources
+        # (part of each target in the target placement, the parts' ids)
+        self.target_parts: Optional[Tuple[Any, List[str]]] = None
         self.table = table
         self._free = weakref.finalize(self, _capi.mc_reshard_table_destroy, table)
         n = self.rows = _capi.mc_reshard_table_rows(table)
@@ -1179,6 +1260,20 @@ class _NativePlan:
          self.segments) = (_int64_view(col(table, c), n) for c in range(_C_OFF))
         self.off = _int64_view(col(table, _C_OFF), n * w).reshape(n, w)
         self.shape = _int64_view(col(table, _C_SHAPE), n * w).reshape(n, w)
+
+    def target_owner(self, participant_ids: Sequence[str]) -> Any:
+        """Per target fragment (the plan's target column indexes them), the
+        position in `participant_ids` of the participant holding it, or -1:
+        from the target placement's columns, without reading the objects
+        (store_load's executor of each region)."""
+        np = _np()
+        if self.target_parts is None:
+            raise ValueError("the plan's targets have no placement columns")
+        parts, part_ids = self.target_parts
+        code = {pid: i for i, pid in enumerate(participant_ids)}
+        of_part = np.fromiter((code.get(pid, -1) for pid in part_ids), np.int64,
+                              len(part_ids))
+        return of_part[parts] if len(parts) else np.zeros(0, np.int64)
 
     def lower(self, keys: Any, offsets: Any, selected: Optional[Any]) -> Tuple[Any, ...]:
         """(key, src, length, target, dst) columns of the coalesced reads."""
@@ -1304,9 +1399,28 @@ def _executors(placement: WeightPlacementManifest, cache: _PlacementCache,
     for i in indices:
         ex = cache.executors.get(i)
         if ex is None:
-            ex = cache.executors[i] = _executor(placement, placement.parts[i])
+            ex = cache.executors[i] = _proven_executor(
+                placement, placement.parts[i],
+                None if cache.part_ids is None else cache.part_ids[i])
         out.append(ex)
     return tuple(sorted(out, key=_rank_key))
+
+
+def _proven_executor(placement: WeightPlacementManifest, part: WeightPlacementPart,
+                     ids: Optional[Tuple[str, ...]] = None) -> PlacementExecutorPlan:
+    """`_executor` without re-proving what the placement's constructor
+    proved: non-empty ids, unique in the placement, and a part's
+    fragments sorted by id -- so the object equals the checked one
+    (tests/python/test_reshard_native.py), without a pass over 10 000s of
+    ids for each check."""
+    ex = object.__new__(PlacementExecutorPlan)
+    s = object.__setattr__
+    s(ex, "placement_id", placement.placement_id)
+    s(ex, "participant_id", part.participant_id)
+    s(ex, "rank", part.rank)
+    s(ex, "placement_fragment_ids",
+      tuple(map(attrgetter("placement_fragment_id"), part.fragments)) if ids is None else ids)
+    return ex
 
 
 def _make_plan(**values: Any) -> LogicalTransferPlan:
@@ -1323,18 +1437,29 @@ def _make_plan(**values: Any) -> LogicalTransferPlan:
 
 def _targets_of(tc: _PlacementCache, target: WeightPlacementManifest,
                 parts: Sequence[WeightPlacementPart]) -> Tuple[Any, List[Any]]:
-    np = _np()
-    pos = {p.participant_id: i for i, p in enumerate(target.parts)}
-    idx = [tc.part_frags[pos[p.participant_id]] for p in parts]
-    tidx = np.concatenate(idx) if idx else np.zeros(0, np.int64)
-    frags = tc.frags
-    return tidx, [frags[i] for i in tidx.tolist()]
+    return tc.targets_of(parts)
 
 
 _KINDS = ("dp", "pp", "ep", "tp")     # the columns of _PlacementCache.part_coords
 # Groups of 3+ dimensions with more boxes than this are left to the
 # reference, whose pairwise overlap check has a budget it may exceed.
 _FAST_COVER_MAX_BOXES = 1000
+
+
+def _tiles_of(group: Any, off: Any, shape: Any, extent: Any) -> Any:
+    """`_tiles` by libmooncake's mc_reshard_boxes_tile (one pass over the
+    groups instead of numpy's sorts of every row), the same rule; numpy
+    where the library refuses the columns (wider than it allows)."""
+    np = _np()
+    if _BOXES_TILE is None or not len(group):
+        return _tiles(group, off, shape, extent)
+    cols = [np.ascontiguousarray(a, np.int64) for a in (group, off, shape, extent)]
+    ok = np.zeros(int(group[-1]) + 1, np.uint8)
+    st = _BOXES_TILE(len(group), off.shape[1], *(int(c.ctypes.data) for c in cols), len(ok),
+                     int(ok.ctypes.data))
+    if st != 0:
+        return _tiles(group, off, shape, extent)
+    return ok.astype(bool)
 
 
 def _tiles(group: Any, off: Any, shape: Any, extent: Any) -> Any:
@@ -1387,8 +1512,11 @@ def _fast_target_coverage(tensors: Sequence[TensorDescriptor], tc: "_PlacementCa
     nt = len(tensors)
     if not len(tidx):
         return []
-    pos = np.fromiter(map(tc.tensor_index.__getitem__, map(attrgetter("tensor_id"), tensors)),
-                      np.int64, nt)
+    if tensors is tc.tensors:       # all of them, in their order
+        pos = np.arange(nt, dtype=np.int64)
+    else:
+        pos = np.fromiter(map(tc.tensor_index.__getitem__,
+                              map(attrgetter("tensor_id"), tensors)), np.int64, nt)
     local = np.full(len(tc.tensor_ext), -1, np.int64)
     local[pos] = np.arange(nt, dtype=np.int64)
     ft = tc.frag_tensor[tidx]
@@ -1468,10 +1596,13 @@ def _native_stored(source: WeightManifest, target: WeightPlacementManifest,
 
     def regions(exact: bool) -> _NativePlan:
         set_of, starts, members = sc.sets(exact)
-        set_of_tensor = np.fromiter(map(set_of.get, map(attrgetter("tensor_id"),
-                                                        target.tensors),
-                                        repeat(len(starts) - 1)),
-                                    np.int64, len(target.tensors))
+        if len(set_of) == len(sc._tensor_ids) and sc._tensor_ids == tc.tensor_ids:
+            # every tensor stored, in the target's order: set i is tensor i
+            set_of_tensor = np.arange(len(tc.tensor_ids), dtype=np.int64)
+        else:
+            set_of_tensor = np.fromiter(map(set_of.get, tc.tensor_ids,
+                                            repeat(len(starts) - 1)),
+                                        np.int64, len(tc.tensor_ids))
         # a tensor without stored fragments gets the empty set after the last
         starts = np.append(starts, starts[-1])
         return _native_regions(targets, (tc.cols.off[tidx], tc.cols.shape[tidx],
@@ -1485,6 +1616,7 @@ def _native_stored(source: WeightManifest, target: WeightPlacementManifest,
             raise   # the same in any candidate order
         # a limit: raised as the reference meets it, in its order
         native = regions(True)
+    native.target_parts = (tc.frag_part[tidx], [p.participant_id for p in tc.parts])
     return _make_plan(
         resource_id=source.resource_id, revision=source.revision, source_placement=None,
         target_placement=target, source_tensors=tuple(sorted(source.tensors,
@@ -1544,6 +1676,7 @@ def _native_placement(source: WeightPlacementManifest, target: WeightPlacementMa
                              np.arange(len(sc.frags), dtype=np.int64), starts, members, limits)
     if failed is not None:
         raise failed[1]
+    native.target_parts = (tc.frag_part[tidx], [p.participant_id for p in tc.parts])
     read = np.unique(sc.frag_part[np.unique(native.source)]).tolist() if native.rows else []
     return _make_plan(
         resource_id=source.resource_id, revision=source.revision, source_placement=source,

@@ -22,7 +22,8 @@ from .._checks import (check_instances, check_int, check_ints, check_keys, check
                        check_u64, is_sha256_hex, json_int, load_json)
 from ..contracts import ResourceKind
 from ..geometry import boxes_exactly_cover
-from .manifest import check_aliases, check_fragment_boxes
+from .manifest import (check_aliases, check_fragment_boxes, derive_planner_columns,
+                       no_planner_columns)
 from .types import TENSOR_KEYS, TensorDescriptor, tensor_from_wire
 
 _TOP_KEYS = ("resource_kind", "namespace", "resource_id", "revision", "weight_generation",
@@ -164,6 +165,7 @@ class WeightManifest:
         _check_stored(self)
         object.__setattr__(self, "manifest_digest",
                            hashlib.sha256(self.to_json().encode("utf-8")).hexdigest())
+        derive_planner_columns(self)
 
     def __getstate__(self) -> Dict[str, Any]:
         # the planner's derived columns are rebuilt on use, never pickled
@@ -234,10 +236,11 @@ def validate_weight_manifest_snapshot(manifest: Any) -> WeightManifest:
     try:
         if not isinstance(manifest, WeightManifest):
             raise ValueError("not a WeightManifest")
-        rebuilt = WeightManifest(manifest.namespace, manifest.resource_id, manifest.revision,
-                                 manifest.weight_generation, manifest.group_id,
-                                 manifest.manifest_key, manifest.tensors, manifest.fragments,
-                                 manifest.created_at)
+        with no_planner_columns():
+            rebuilt = WeightManifest(manifest.namespace, manifest.resource_id,
+                                     manifest.revision, manifest.weight_generation,
+                                     manifest.group_id, manifest.manifest_key,
+                                     manifest.tensors, manifest.fragments, manifest.created_at)
         if rebuilt != manifest:
             raise ValueError("fields differ")
     except ValueError as exc:

@@ -93,9 +93,14 @@ class _Lowering:
         self._plan = plan
         self.participant_ids = [ex.participant_id for ex in executors]
         native = plan.operations._native
-        owner = {fid: i for i, ex in enumerate(executors) for fid in ex.placement_fragment_ids}
-        self.part_of = np.fromiter((owner.get(f.placement_fragment_id, -1)
-                                    for f in native.targets), np.int64, len(native.targets))
+        try:  # from the target placement's columns, without reading its fragments
+            self.part_of = native.target_owner(self.participant_ids)
+        except ValueError:  # a target placement without columns
+            owner = {fid: i for i, ex in enumerate(executors)
+                     for fid in ex.placement_fragment_ids}
+            self.part_of = np.fromiter((owner.get(f.placement_fragment_id, -1)
+                                        for f in native.targets), np.int64,
+                                       len(native.targets))
         self._done: Optional[LoweredReads] = None
         self._lock = threading.Lock()
 

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .manifest import (PlacementFragment, WeightPlacementManifest, _check_aliases_consistent,
+                       no_planner_columns,
                        _check_placement_fragments, _check_tensor_coverage,
                        validate_runtime_binding)
 from .planner import _PlacementSource
@@ -307,9 +308,10 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
         frags.sort(key=lambda s: (s.tensor_id, s.global_offset))
         created = min(p["created_at"] for p in parts.values())   # same on every committer
         d = self.descriptor
-        m = WeightManifest(d.namespace, d.resource_id, d.revision, d.weight_generation,
-                           self.group_id, self.manifest_key, self.placement.tensors,
-                           tuple(frags), created)
+        with no_planner_columns():  # published, never planned here
+            m = WeightManifest(d.namespace, d.resource_id, d.revision, d.weight_generation,
+                               self.group_id, self.manifest_key, self.placement.tensors,
+                               tuple(frags), created)
         return m, m.to_json().encode("utf-8")
 
     def _writer_error(self, msg: str, rc: Optional[int] = None) -> Exception:
