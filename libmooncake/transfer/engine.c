@@ -317,8 +317,8 @@ int mc_te_gen_wait_ms(const mc_te_t *te)
 }
 
 /* Wait, at most until @p deadline_ms, for the requests that named the
- * generation before the one @p seq counts; then mark @p seq drained.  With
- * te->gen_mu held.  0 once they are done, -1 on timeout. */
+ * generation before the one @p seq counts.  With te->gen_mu held.  0 once
+ * they are done, -1 on timeout. */
 static int gen_drain(mc_te_region_t *r, uint32_t seq, uint64_t deadline_ms)
 {
     unsigned *users = &r->gen_users[(seq - 1u) & 1u];
@@ -332,7 +332,6 @@ static int gen_drain(mc_te_region_t *r, uint32_t seq, uint64_t deadline_ms)
         else
             (void)poll(NULL, 0, 1);
     }
-    __atomic_store_n(&r->gen_drained, seq, __ATOMIC_SEQ_CST);
     return 0;
 }
 
@@ -384,12 +383,16 @@ static int gen_adopt(mc_te_t *te, mc_te_region_t *r, uint64_t want, int drain, i
         pthread_mutex_unlock(&te->gen_mu);
         return 0;
     }
-    if (__atomic_load_n(&r->gen_drained, __ATOMIC_SEQ_CST) != seq)
+    if (__atomic_load_n(&r->gen_drained, __ATOMIC_SEQ_CST) != seq) {
         rc = gen_drain(r, seq, deadline);
-    if ((rc == 0) && (r->shm_slot != UINT32_MAX) && (te->shm != NULL) &&
-        (__atomic_load_n(&r->shm_gen, __ATOMIC_ACQUIRE) != want)) {
-        __atomic_store_n(&r->shm_gen, want, __ATOMIC_RELEASE);
-        mc_te_shm_slot_set(te->shm, r->shm_slot, want);
+        /* and the same-host writes that saw the earlier control word */
+        if ((rc == 0) && (r->shm_slot != UINT32_MAX) && (te->shm != NULL)) {
+            rc = mc_te_shm_slot_fence(te->shm, r->shm_slot, want, deadline);
+            if (rc == 0)
+                __atomic_store_n(&r->shm_gen, want, __ATOMIC_RELEASE);
+        }
+        if (rc == 0)
+            __atomic_store_n(&r->gen_drained, seq, __ATOMIC_SEQ_CST);
     }
     pthread_mutex_unlock(&te->gen_mu);
     if (rc != 0)

@@ -50,7 +50,10 @@
 
 #define KiB     1024u
 #define MiB     (1024u * 1024u)
-#define CTL_LEN ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
+/* the control memfd: the generation words, then the gate words */
+#define CTL_GEN_LEN ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
+#define CTL_LEN     (2 * CTL_GEN_LEN)
+#define WRITERS_LEN ((size_t)MC_TE_SHM_SLOTS * sizeof(uint32_t))
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -1027,6 +1030,17 @@ START_TEST(test_shm_hostile_client)
         ck_assert_uint_eq(a.nslots, MC_TE_SHM_SLOTS);
         ck_assert(mc_te_shm_fd_shareable(rfd, CTL_LEN));
         close(rfd);
+        /* writer counts once per connection, sealed; asked again: refused */
+        raw_req(fd2, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_WRITERS, 0, 0);
+        a = raw_answer(fd2, &rfd);
+        ck_assert_uint_eq(a.answer, MC_TE_SHM_OK);
+        ck_assert(mc_te_shm_fd_shareable(rfd, WRITERS_LEN));
+        ck_assert_int_ne(ftruncate(rfd, 1), 0);
+        close(rfd);
+        raw_req(fd2, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_WRITERS, 0, 0);
+        a = raw_answer(fd2, &rfd);
+        ck_assert_uint_eq(a.answer, MC_TE_SHM_BAD);
+        ck_assert_int_lt(rfd, 0);
         close(fd2);
     }
     close(fd);
@@ -1261,6 +1275,265 @@ START_TEST(test_shm_revoke_under_copy)
 }
 END_TEST
 
+/* ---- a direct write held in the middle of its copy -------------------------- */
+
+/* One transfer on its own thread; with @p hold, its hook (run after the
+ * same-host path counted the write, just before the copy) waits until the
+ * test lets it go. */
+typedef struct side_write {
+    mc_te_h te;
+    mc_te_request_t rq;
+    uint64_t gen;
+    int hold;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int in_copy, release, done;
+    mc_status_t st;
+} side_write_t;
+
+static void side_hook(void *arg)
+{
+    side_write_t *w = arg;
+    long long end   = now_ms() + 20000;
+    pthread_mutex_lock(&w->mu);
+    w->in_copy = 1;
+    pthread_cond_broadcast(&w->cv);
+    while (!w->release && (now_ms() < end)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *side_main(void *arg)
+{
+    side_write_t *w = arg;
+    mc_status_t st  = w->hold ? mc_te_transfer_gen_sent(w->te, &w->rq, &w->gen, 1, NULL, side_hook, w)
+                              : mc_te_transfer_gen(w->te, &w->rq, &w->gen, 1, NULL);
+    pthread_mutex_lock(&w->mu);
+    w->st   = st;
+    w->done = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void side_start(side_write_t *w, mc_te_h te, void *src, void *dst, size_t len,
+                       mc_te_segment_id_t seg, uint64_t gen, int hold)
+{
+    memset(w, 0, sizeof(*w));
+    w->te   = te;
+    w->rq   = (mc_te_request_t){MC_TE_WRITE, src, (uint64_t)(uintptr_t)dst, len, seg};
+    w->gen  = gen;
+    w->hold = hold;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    ck_assert_int_eq(pthread_create(&w->th, NULL, side_main, w), 0);
+}
+
+/* Wait, at most @p ms, until *@p flag of @p w is set; its value then. */
+static int side_wait(side_write_t *w, const int *flag, long long ms)
+{
+    long long end = now_ms() + ms;
+    int v;
+    pthread_mutex_lock(&w->mu);
+    while (!*flag && (now_ms() < end)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 5 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    v = *flag;
+    pthread_mutex_unlock(&w->mu);
+    return v;
+}
+
+static mc_status_t side_finish(side_write_t *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->release = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->th, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    return w->st;
+}
+
+static int all_byte(const uint8_t *p, size_t n, uint8_t b)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != b)
+            return 0;
+    return 1;
+}
+
+/* Memory reused under a fence while a same-host write of the earlier
+ * counter is in the middle of its copy (docs/transfer.md, "Same-host
+ * writes and fences"): the new owner's write waits until that copy is
+ * done, so the old writer's bytes can never land over the new owner's.
+ * Then the earlier counter is refused and the fence is copied directly. */
+START_TEST(test_shm_fence_waits_out_a_direct_write)
+{
+    const uint64_t G = UINT64_C(0x800000007a000000), F = mc_gen_fence_after(G, MC_GEN_FENCE_STEP);
+    const size_t cap = MiB, at = 64 * KiB, len = 64 * KiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *old_v   = malloc(len), *new_v = malloc(len), *late = malloc(len);
+    uint64_t g = G, ops, bytes;
+    side_write_t t, u;
+    mc_te_request_t rq;
+
+    memset(h.p, 0, cap);
+    memset(old_v, 0x11, len);
+    memset(new_v, 0x22, len);
+    memset(late, 0x33, len);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rq = (mc_te_request_t){MC_TE_WRITE, late, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
+
+    side_start(&t, A, old_v, h.p + at, len, seg, G, 1);
+    ck_assert_msg(side_wait(&t, &t.in_copy, 10000), "the held write should reach its copy");
+    side_start(&u, A, new_v, h.p + at, len, seg, F, 0); /* the memory's next owner */
+    ck_assert_msg(!side_wait(&u, &u.done, 300),
+                  "the next owner's write must wait for the direct write in its copy");
+    ck_assert_msg(all_byte(h.p + at, len, 0), "nothing may land while the old copy is held");
+    ck_assert_status_ok(side_finish(&t)); /* its copy was done before the fence */
+    ck_assert_status_ok(side_finish(&u));
+    ck_assert_msg(all_byte(h.p + at, len, 0x22), "the next owner's bytes must be the last");
+    /* from now on the earlier counter is refused, the fence copied directly */
+    g = G;
+    rq = (mc_te_request_t){MC_TE_WRITE, late, (uint64_t)(uintptr_t)(h.p + at), len, seg};
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rq, &g, 1, NULL), MC_INVALID_WRITE);
+    ck_assert(all_byte(h.p + at, len, 0x22));
+    stats(A, &ops, &bytes);
+    g = F;
+    rq.remote = (uint64_t)(uintptr_t)(h.p + 512 * KiB);
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL));
+    ck_assert_stats(A, ops, bytes, 1, len);
+    ck_assert(all_byte(h.p + 512 * KiB, len, 0x33));
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(old_v);
+    free(new_v);
+    free(late);
+}
+END_TEST
+
+/* The same with a direct write that stays stopped past the holder's wait
+ * (a peer stopped by SIGSTOP in the middle of a copy): the next owner's
+ * write is refused with nothing landed, writes of the earlier counter
+ * are refused too, and once the copy is done a write of the fence lands. */
+START_TEST(test_shm_fence_refuses_while_a_direct_write_is_stuck)
+{
+    const uint64_t G = UINT64_C(0x800000007b000000), F = mc_gen_fence_after(G, MC_GEN_FENCE_STEP);
+    const size_t cap = MiB, at = 64 * KiB, len = 64 * KiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *old_v   = malloc(len), *new_v = malloc(len), *late = malloc(len);
+    uint64_t g = G;
+    side_write_t t, u;
+    mc_te_request_t rq;
+
+    /* a holder that waits out older requests for 2 s, not 31 */
+    mc_te_destroy(B);
+    setenv("MC_TCP_STATUS_TIMEOUT_SEC", "1", 1);
+    B = shm_te_new("P2PHANDSHAKE", 1);
+    unsetenv("MC_TCP_STATUS_TIMEOUT_SEC");
+    memset(h.p, 0, cap);
+    memset(old_v, 0x11, len);
+    memset(new_v, 0x22, len);
+    memset(late, 0x33, len);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rq = (mc_te_request_t){MC_TE_WRITE, late, (uint64_t)(uintptr_t)(h.p + 512 * KiB), 4 * KiB,
+                           seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
+
+    side_start(&t, A, old_v, h.p + at, len, seg, G, 1);
+    ck_assert_msg(side_wait(&t, &t.in_copy, 10000), "the held write should reach its copy");
+    side_start(&u, A, new_v, h.p + at, len, seg, F, 0);
+    ck_assert_msg(side_wait(&u, &u.done, 15000), "the holder's wait should be bounded");
+    ck_assert_status_eq(side_finish(&u), MC_INVALID_WRITE);
+    ck_assert_msg(all_byte(h.p + at, len, 0), "a refused write must land nothing");
+    /* the slot is closed to direct writes; the earlier counter is refused */
+    g = G;
+    rq = (mc_te_request_t){MC_TE_WRITE, late, (uint64_t)(uintptr_t)(h.p + 256 * KiB), len, seg};
+    ck_assert_status_eq(mc_te_transfer_gen(A, &rq, &g, 1, NULL), MC_INVALID_WRITE);
+    ck_assert(all_byte(h.p + 256 * KiB, len, 0));
+    ck_assert_status_ok(side_finish(&t));
+    ck_assert(all_byte(h.p + at, len, 0x11));
+    /* the stuck copy is done: the next owner's write gets through */
+    g = F;
+    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + at), len, seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL));
+    ck_assert(all_byte(h.p + at, len, 0x22));
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(old_v);
+    free(new_v);
+    free(late);
+}
+END_TEST
+
+/* A peer that counted a direct write and then hung up (its process ended
+ * in the middle of the copy): the holder forgets its counts with its
+ * connection, and the next owner's write, waiting meanwhile, gets through. */
+START_TEST(test_shm_fence_forgets_a_peer_that_hung_up)
+{
+    const uint64_t G = UINT64_C(0x800000007c000000), F = mc_gen_fence_after(G, MC_GEN_FENCE_STEP);
+    const size_t cap = MiB, len = 64 * KiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *new_v   = malloc(len);
+    char name[MC_TE_SHM_NAME_MAX];
+    mc_te_shm_resp_t a;
+    uint32_t *counts;
+    side_write_t u;
+    int fd, rfd;
+
+    memset(h.p, 0, cap);
+    memset(new_v, 0x22, len);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    shm_name_of(B, name, sizeof(name));
+    fd = unix_connect(name);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_WRITERS, 0, 0);
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_OK);
+    counts = mmap(NULL, WRITERS_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+    ck_assert(counts != MAP_FAILED);
+    close(rfd);
+    raw_req(fd, MC_TE_SHM_MAGIC, MC_TE_SHM_VERSION, MC_TE_SHM_MAP, (uint64_t)(uintptr_t)h.p, 1);
+    a = raw_answer(fd, &rfd);
+    ck_assert_uint_eq(a.answer, MC_TE_SHM_OK);
+    ck_assert_uint_lt(a.slot, MC_TE_SHM_SLOTS);
+    close(rfd);
+    __atomic_add_fetch(&counts[a.slot], 1, __ATOMIC_SEQ_CST); /* "copying" */
+
+    side_start(&u, A, new_v, h.p + 64 * KiB, len, seg, F, 0);
+    ck_assert_msg(!side_wait(&u, &u.done, 300), "the next owner's write must wait");
+    ck_assert(all_byte(h.p + 64 * KiB, len, 0));
+    close(fd); /* the peer is gone */
+    ck_assert_msg(side_wait(&u, &u.done, 10000), "the write should go on once the peer hung up");
+    ck_assert_status_ok(side_finish(&u));
+    ck_assert(all_byte(h.p + 64 * KiB, len, 0x22));
+    munmap(counts, WRITERS_LEN);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(new_v);
+}
+END_TEST
+
 /* Every shared registration takes one of MC_TE_SHM_SLOTS control words:
  * the slots run out cleanly (the region is then served over TCP only), and
  * come back on dereg and on every failed registration. */
@@ -1345,6 +1618,9 @@ enum fake_mode {
     F_HELLO_NSLOTS,
     F_HELLO_SHORT,   /* sealed control memfd shorter than the words */
     F_HELLO_NOFD,
+    F_HELLO_OLD,     /* the words but no gates: reads direct, writes by network */
+    F_WRITERS_NONE,  /* WRITERS refused: the same */
+    F_WRITERS_SHORT, /* a writer-count memfd too short: the same */
     F_MAP_UNSEALED,  /* (a) */
     F_MAP_SHORT_FD,  /* (b) */
     F_MAP_BOUNDS,    /* (c) */
@@ -1365,6 +1641,7 @@ typedef struct fake {
     int mode;      /* enum fake_mode; set before a peer connects */
     int ctl_fd;
     uint64_t *ctl; /* mapped read-write here */
+    uint32_t *writers; /* the last WRITERS grant, mapped here, or NULL */
     int reg_fd;    /* sealed, FAKE_LEN */
     uint8_t *reg;
     pthread_t th;
@@ -1411,12 +1688,34 @@ static void fake_answer(fake_t *f, int c, const mc_te_shm_req_t *q)
         if (mode == F_HELLO_UNSEALED)
             fd = memfd_new(CTL_LEN, 0);
         else if (mode == F_HELLO_SHORT)
-            fd = memfd_new(CTL_LEN / 2, 1);
-        else if (mode != F_HELLO_NOFD)
+            fd = memfd_new(CTL_GEN_LEN / 2, 1);
+        else if (mode == F_HELLO_OLD) {
+            uint64_t five = 5; /* word 0, as in f->ctl */
+            fd = memfd_new(CTL_GEN_LEN, 1);
+            ck_assert_int_eq(pwrite(fd, &five, sizeof(five), 0), (ssize_t)sizeof(five));
+        } else if (mode != F_HELLO_NOFD)
             fd = dup(f->ctl_fd);
         fake_send(c, &a, sizeof(a), &fd, fd >= 0);
         if (fd >= 0)
             close(fd);
+        return;
+    }
+    if (q->op == MC_TE_SHM_WRITERS) {
+        if (mode == F_WRITERS_NONE) {
+            a.answer = MC_TE_SHM_BAD;
+            fake_send(c, &a, sizeof(a), NULL, 0);
+            return;
+        }
+        fd = memfd_new((mode == F_WRITERS_SHORT) ? WRITERS_LEN / 2 : WRITERS_LEN, 1);
+        if (mode != F_WRITERS_SHORT) {
+            if (f->writers != NULL)
+                munmap(f->writers, WRITERS_LEN);
+            f->writers = mmap(NULL, WRITERS_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            ck_assert(f->writers != MAP_FAILED);
+        }
+        a.answer = MC_TE_SHM_OK;
+        fake_send(c, &a, sizeof(a), &fd, 1);
+        close(fd);
         return;
     }
     if (mode == F_MAP_SILENT)
@@ -1529,6 +1828,8 @@ static void fake_stop(fake_t *f)
     close(f->lfd);
     munmap(f->ctl, CTL_LEN);
     close(f->ctl_fd);
+    if (f->writers != NULL)
+        munmap(f->writers, WRITERS_LEN);
     munmap(f->reg, FAKE_LEN);
     close(f->reg_fd);
     pthread_mutex_destroy(&f->mu);
@@ -1582,6 +1883,20 @@ START_TEST(test_shm_hostile_holder)
     memset(buf, 0x6b, sizeof(buf));
     ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at + 1000, sizeof(buf), 0, &st), 1);
     ck_assert_msg(memcmp(f.reg + 1100, buf, sizeof(buf)) == 0, "and written");
+    ck_assert_ptr_nonnull(f.writers);
+    ck_assert_uint_eq(__atomic_load_n(&f.writers[0], __ATOMIC_ACQUIRE), 0); /* uncounted */
+    /* the gate closed: writes go by network, reads still copy */
+    __atomic_store_n(&f.ctl[MC_TE_SHM_SLOTS + 0], 1, __ATOMIC_RELEASE);
+    memset(buf, 0x6c, sizeof(buf));
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at + 1000, sizeof(buf), 0, &st), 0);
+    ck_assert_msg(f.reg[1100] == 0x6b, "a write through a closed gate must not land");
+    ck_assert_uint_eq(__atomic_load_n(&f.writers[0], __ATOMIC_ACQUIRE), 0);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at + 1000, sizeof(buf), 0, &st), 1);
+    ck_assert_uint_eq(buf[0], 0x6b);
+    __atomic_store_n(&f.ctl[MC_TE_SHM_SLOTS + 0], 0, __ATOMIC_RELEASE);
+    memset(buf, 0x6c, sizeof(buf));
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at + 1000, sizeof(buf), 0, &st), 1);
+    ck_assert_uint_eq(f.reg[1100], 0x6c);
     /* outside the granted region: asks again, gets a grant that does not hold it */
     ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, FAKE_ADDR + FAKE_LEN - 10, 20, 0, &st), 0);
     /* the holder zeroes the control word: the mapping is no longer used */
@@ -1612,6 +1927,22 @@ START_TEST(test_shm_hostile_holder)
         ck_assert(!mc_te_shm_mapped(p, at, 16));
         for (size_t k = 0; k < sizeof(buf); k++)
             ck_assert_msg(buf[k] == 0, "grant %zu: a refused read wrote byte %zu", i, k);
+        mc_te_shm_peer_close(p);
+        ended++;
+    }
+    /* a holder without gates or writer counts: reads copy, writes go by
+     * network (it could not wait out a direct write before reusing memory) */
+    static const int no_writes[] = {F_HELLO_OLD, F_WRITERS_NONE, F_WRITERS_SHORT};
+    for (size_t i = 0; i < MC_ARRAY_SIZE(no_writes); i++) {
+        __atomic_store_n(&f.mode, no_writes[i], __ATOMIC_RELEASE);
+        p = mc_te_shm_peer_open(f.name, 200);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_READ, buf, at, sizeof(buf), 0, &st), 1);
+        ck_assert_msg(memcmp(buf, f.reg + 100, sizeof(buf)) == 0, "holder %zu: read", i);
+        memset(buf, 0x6d, sizeof(buf));
+        ck_assert_msg(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), 0, &st) == 0,
+                      "holder %zu: a direct write", i);
+        ck_assert_msg(f.reg[100] != 0x6d, "holder %zu: a write landed", i);
         mc_te_shm_peer_close(p);
         ended++;
     }
@@ -1742,6 +2073,9 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_slots_recycled);
     tcase_add_test(two, test_shm_holder_restart);
     tcase_add_test(two, test_shm_revoke_under_copy);
+    tcase_add_test(two, test_shm_fence_waits_out_a_direct_write);
+    tcase_add_test(two, test_shm_fence_refuses_while_a_direct_write_is_stuck);
+    tcase_add_test(two, test_shm_fence_forgets_a_peer_that_hung_up);
     suite_add_tcase(s, two);
 
     tcase_set_timeout(fake, 30);

@@ -10,6 +10,17 @@
  * (mc_te_region_acquire) while its memfd is sent, so dereg cannot close the
  * fd under the reply.
  *
+ * Writes in progress (docs/transfer.md, "Same-host writes and fences"):
+ * each connection that asks (WRITERS) gets a memfd of its own with one
+ * count per slot, which the peer raises around every direct write and the
+ * holder reads; the control memfd's gate words close a slot to direct
+ * writes.  Before a region's word takes a later generation, the holder
+ * closes the gate and waits until no connection counts a write there
+ * (mc_te_shm_slot_fence): a direct write that saw the earlier word is done
+ * before any byte of the memory's next owner lands.  A connection that
+ * hangs up counts nothing: its process has ended or closed its engine,
+ * which it does only once its copies are done.
+ *
  * Reader: the granted regions of one holder live in a sorted array under
  * map_lock.  Copies run under the read lock, so a stale mapping is only
  * unmapped (write lock) once no copy uses it.  Exchanges with the holder
@@ -44,7 +55,15 @@
 /* How long a "not shared" answer is believed: the holder may unregister
  * that region and register shared memory at the same address. */
 #define PEER_UNSHARED_MS 1000
-#define CTL_LEN          ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
+/* The control memfd: MC_TE_SHM_SLOTS generation words, then as many gate
+ * words (nonzero: the slot is closed to direct writes).  A holder older
+ * than the gates sends only the first half: its peers read through it but
+ * never write directly. */
+#define CTL_GEN_LEN      ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
+#define CTL_LEN          (2 * CTL_GEN_LEN)
+/* A peer's writer counts: one 32-bit count per slot of the direct writes it
+ * has in progress there. */
+#define WRITERS_LEN      ((size_t)MC_TE_SHM_SLOTS * sizeof(uint32_t))
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
@@ -101,7 +120,11 @@ struct mc_te_shm_server {
     int lfd;                 /* listening socket */
     int wake_fd;             /* eventfd: stop */
     int ctl_fd;              /* control memfd */
-    uint64_t *ctl;           /* its mapping, MC_TE_SHM_SLOTS words */
+    uint64_t *ctl;           /* its mapping: MC_TE_SHM_SLOTS words, then the gates */
+    pthread_mutex_t conn_mu; /* conns */
+    /* per connection of server_main's poll array (same index, less 2):
+     * its writer counts, mapped, or NULL until it asked */
+    uint32_t *conns[SERVER_MAX_CONNS];
     pthread_mutex_t slot_mu; /* free slots, next generation */
     uint32_t *free_slots;    /* stack */
     uint32_t nfree;
@@ -128,16 +151,49 @@ int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint64_t want, uint32_t *slot_p
     slot = srv->free_slots[--srv->nfree];
     gen  = (want != 0) ? want : srv->next_gen++;
     pthread_mutex_unlock(&srv->slot_mu);
+    __atomic_store_n(&srv->ctl[MC_TE_SHM_SLOTS + slot], 0, __ATOMIC_SEQ_CST); /* gate open */
     __atomic_store_n(&srv->ctl[slot], gen, __ATOMIC_RELEASE);
     *slot_p = slot;
     *gen_p  = gen;
     return 0;
 }
 
-void mc_te_shm_slot_set(mc_te_shm_server_t *srv, uint32_t slot, uint64_t gen)
+/* 1 when some connection counts a direct write in progress in @p slot. */
+static int slot_written(mc_te_shm_server_t *srv, uint32_t slot)
 {
-    if (slot < MC_TE_SHM_SLOTS)
-        __atomic_store_n(&srv->ctl[slot], gen, __ATOMIC_SEQ_CST);
+    int busy = 0;
+    pthread_mutex_lock(&srv->conn_mu);
+    for (size_t i = 0; (i < SERVER_MAX_CONNS) && !busy; i++)
+        if (srv->conns[i] != NULL)
+            busy = __atomic_load_n(&srv->conns[i][slot], __ATOMIC_SEQ_CST) != 0;
+    pthread_mutex_unlock(&srv->conn_mu);
+    return busy;
+}
+
+int mc_te_shm_slot_fence(mc_te_shm_server_t *srv, uint32_t slot, uint64_t gen,
+                         uint64_t deadline_ms)
+{
+    uint64_t *gate;
+    unsigned spins = 0;
+
+    if (slot >= MC_TE_SHM_SLOTS)
+        return 0;
+    gate = &srv->ctl[MC_TE_SHM_SLOTS + slot];
+    /* Dekker with the writer (peer_write_enter): it counts itself, then
+     * reads the gate and the word; we close the gate, then read the
+     * counts.  A writer we do not see counted reads the gate closed. */
+    __atomic_store_n(gate, 1, __ATOMIC_SEQ_CST);
+    while (slot_written(srv, slot)) {
+        if (mc_now_ms() > deadline_ms)
+            return -1; /* the gate stays closed until a later fence gets through */
+        if (++spins < 64)
+            sched_yield();
+        else
+            (void)poll(NULL, 0, 1);
+    }
+    __atomic_store_n(&srv->ctl[slot], gen, __ATOMIC_SEQ_CST);
+    __atomic_store_n(gate, 0, __ATOMIC_SEQ_CST);
+    return 0;
 }
 
 void mc_te_shm_slot_close(mc_te_shm_server_t *srv, uint32_t slot)
@@ -181,8 +237,45 @@ static int send_answer(int fd, const mc_te_shm_resp_t *r, int pass_fd)
     return (sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(*r)) ? 0 : -1;
 }
 
-/* Answer one request on connection @p fd; -1 closes the connection. */
-static int serve_one(mc_te_shm_server_t *srv, int fd)
+/* A connection's writer counts: a sealed memfd of WRITERS_LEN bytes, the
+ * holder's mapping in srv->conns[@p ci]; its fd in *fd_p.  -1 when the
+ * kernel refuses (the peer then never writes directly). */
+static int writers_open(mc_te_shm_server_t *srv, size_t ci, int *fd_p)
+{
+    int fd = memfd_create("mooncake-shm-writers", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void *w;
+
+    if ((fd < 0) || (ftruncate(fd, (off_t)WRITERS_LEN) != 0) ||
+        (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0))
+        goto fail;
+    w = mmap(NULL, WRITERS_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (w == MAP_FAILED)
+        goto fail;
+    pthread_mutex_lock(&srv->conn_mu);
+    srv->conns[ci] = w;
+    pthread_mutex_unlock(&srv->conn_mu);
+    *fd_p = fd;
+    return 0;
+fail:
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+/* Forget connection @p ci's writer counts (it hung up or was closed). */
+static void writers_close(mc_te_shm_server_t *srv, size_t ci)
+{
+    uint32_t *w;
+    pthread_mutex_lock(&srv->conn_mu);
+    w              = srv->conns[ci];
+    srv->conns[ci] = NULL;
+    pthread_mutex_unlock(&srv->conn_mu);
+    if (w != NULL)
+        munmap(w, WRITERS_LEN);
+}
+
+/* Answer one request on connection @p fd, the @p ci-th; -1 closes it. */
+static int serve_one(mc_te_shm_server_t *srv, int fd, size_t ci)
 {
     mc_te_shm_req_t q;
     mc_te_shm_resp_t a;
@@ -203,6 +296,17 @@ static int serve_one(mc_te_shm_server_t *srv, int fd)
         a.answer = MC_TE_SHM_OK;
         a.nslots = MC_TE_SHM_SLOTS;
         return send_answer(fd, &a, srv->ctl_fd);
+    }
+    if (q.op == MC_TE_SHM_WRITERS) {
+        int wfd;
+        if ((srv->conns[ci] != NULL) || (writers_open(srv, ci, &wfd) != 0)) {
+            a.answer = MC_TE_SHM_BAD; /* asked twice, or no memory: no direct writes */
+            return send_answer(fd, &a, -1);
+        }
+        a.answer = MC_TE_SHM_OK;
+        rc       = send_answer(fd, &a, wfd);
+        close(wfd);
+        return rc;
     }
     if ((q.op != MC_TE_SHM_MAP) || (q.len == 0) || (q.len > UINT64_MAX - q.addr)) {
         a.answer = MC_TE_SHM_BAD;
@@ -249,10 +353,15 @@ static void *server_main(void *arg)
             break;
         /* connections first: accepting may move the array */
         for (nfds_t i = 2; i < n;) {
-            if ((pf[i].revents != 0) &&
-                ((pf[i].revents & (POLLHUP | POLLERR | POLLNVAL)) || (serve_one(srv, pf[i].fd) != 0))) {
+            if ((pf[i].revents != 0) && ((pf[i].revents & (POLLHUP | POLLERR | POLLNVAL)) ||
+                                         (serve_one(srv, pf[i].fd, i - 2) != 0))) {
+                writers_close(srv, i - 2);
                 close(pf[i].fd);
                 pf[i] = pf[--n];
+                pthread_mutex_lock(&srv->conn_mu);
+                srv->conns[i - 2] = srv->conns[n - 2];
+                srv->conns[n - 2] = NULL;
+                pthread_mutex_unlock(&srv->conn_mu);
                 continue;
             }
             i++;
@@ -279,8 +388,10 @@ static void *server_main(void *arg)
             }
         }
     }
-    for (nfds_t i = 2; i < n; i++)
+    for (nfds_t i = 2; i < n; i++) {
+        writers_close(srv, i - 2);
         close(pf[i].fd);
+    }
     return NULL;
 }
 
@@ -295,6 +406,7 @@ static void server_free(mc_te_shm_server_t *srv)
     if (srv->ctl_fd >= 0)
         close(srv->ctl_fd);
     pthread_mutex_destroy(&srv->slot_mu);
+    pthread_mutex_destroy(&srv->conn_mu);
     free(srv->free_slots);
     free(srv);
 }
@@ -320,6 +432,7 @@ mc_status_t mc_te_shm_server_start(mc_te_t *te, mc_te_shm_server_t **srv_p)
     srv->ctl_fd  = -1;
     srv->next_gen = 1;
     pthread_mutex_init(&srv->slot_mu, NULL);
+    pthread_mutex_init(&srv->conn_mu, NULL);
     srv->free_slots = malloc(MC_TE_SHM_SLOTS * sizeof(*srv->free_slots));
     if (srv->free_slots == NULL) {
         server_free(srv);
@@ -404,6 +517,9 @@ struct mc_te_shm_peer {
     pthread_mutex_t io_mu;     /* one exchange at a time */
     pthread_rwlock_t map_lock; /* maps; copies hold it for reading */
     const uint64_t *ctl;       /* control words, read-only */
+    size_t ctl_len;            /* its mapping's length */
+    const uint64_t *gates;     /* the gate words after them, or NULL */
+    uint32_t *writers;         /* our writer counts, or NULL: no direct writes */
     peer_map_t *maps;          /* sorted by addr, disjoint */
     size_t nmaps;
 };
@@ -476,6 +592,29 @@ static int exchange(mc_te_shm_peer_t *p, uint16_t op, uint64_t addr, uint64_t le
     return 0;
 }
 
+/* Ask the holder for our writer counts (a holder with gates only): without
+ * them, every write goes over the network, where the holder sees it. */
+static void peer_writers_open(mc_te_shm_peer_t *p)
+{
+    mc_te_shm_resp_t a;
+    int wfd = -1;
+    void *w;
+
+    if (p->gates == NULL)
+        return;
+    if ((exchange(p, MC_TE_SHM_WRITERS, 0, 0, &a, &wfd) != 0) || (a.answer != MC_TE_SHM_OK) ||
+        !mc_te_shm_fd_shareable(wfd, WRITERS_LEN)) {
+        mc_debug("same-host peer %s: no writer counts; writes go over the network", p->name);
+        if (wfd >= 0)
+            close(wfd);
+        return;
+    }
+    w = mmap(NULL, WRITERS_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, wfd, 0);
+    close(wfd);
+    if (w != MAP_FAILED)
+        p->writers = w;
+}
+
 mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
 {
     mc_te_shm_peer_t *p;
@@ -509,16 +648,21 @@ mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
         goto fail;
     }
     if ((exchange(p, MC_TE_SHM_HELLO, 0, 0, &a, &cfd) != 0) || (a.answer != MC_TE_SHM_OK) ||
-        (a.nslots != MC_TE_SHM_SLOTS) || !mc_te_shm_fd_shareable(cfd, CTL_LEN)) {
+        (a.nslots != MC_TE_SHM_SLOTS) || !mc_te_shm_fd_shareable(cfd, CTL_GEN_LEN)) {
         mc_debug("no same-host path to %s: bad greeting", name);
         goto fail;
     }
-    ctl = mmap(NULL, CTL_LEN, PROT_READ, MAP_SHARED, cfd, 0);
+    /* the gates too where the holder has them (sealed: the length holds) */
+    p->ctl_len = mc_te_shm_fd_shareable(cfd, CTL_LEN) ? CTL_LEN : CTL_GEN_LEN;
+    ctl        = mmap(NULL, p->ctl_len, PROT_READ, MAP_SHARED, cfd, 0);
     close(cfd);
     cfd = -1;
     if (ctl == MAP_FAILED)
         goto fail;
     p->ctl = ctl;
+    if (p->ctl_len == CTL_LEN)
+        p->gates = p->ctl + MC_TE_SHM_SLOTS;
+    peer_writers_open(p);
     return p;
 
 fail:
@@ -544,7 +688,9 @@ void mc_te_shm_peer_close(mc_te_shm_peer_t *p)
         return;
     maps_drop_all(p);
     if (p->ctl != NULL)
-        munmap((void *)p->ctl, CTL_LEN);
+        munmap((void *)p->ctl, p->ctl_len);
+    if (p->writers != NULL)
+        munmap(p->writers, WRITERS_LEN);
     if (p->fd >= 0)
         close(p->fd);
     pthread_mutex_destroy(&p->io_mu);
@@ -631,6 +777,30 @@ static int map_live(const mc_te_shm_peer_t *p, peer_map_t *m)
 static int map_same(const mc_te_shm_peer_t *p, const peer_map_t *m, uint64_t w)
 {
     return __atomic_load_n(&p->ctl[m->slot], __ATOMIC_ACQUIRE) == w;
+}
+
+/* Count a direct write into @p m, whose word was @p w, and check that the
+ * gate is open and the word unchanged (seq_cst: the other half of
+ * mc_te_shm_slot_fence's Dekker).  0, counting nothing, when the write must
+ * go over the network instead: no writer counts, a fence under way, or a
+ * later generation. */
+static int peer_write_enter(mc_te_shm_peer_t *p, const peer_map_t *m, uint64_t w)
+{
+    if (p->writers == NULL)
+        return 0;
+    __atomic_add_fetch(&p->writers[m->slot], 1, __ATOMIC_SEQ_CST);
+    if ((__atomic_load_n(&p->gates[m->slot], __ATOMIC_SEQ_CST) == 0) &&
+        (__atomic_load_n(&p->ctl[m->slot], __ATOMIC_SEQ_CST) == w))
+        return 1;
+    __atomic_sub_fetch(&p->writers[m->slot], 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* The direct write counted by peer_write_enter is done (its stores came
+ * before: release). */
+static void peer_write_exit(mc_te_shm_peer_t *p, const peer_map_t *m)
+{
+    __atomic_sub_fetch(&p->writers[m->slot], 1, __ATOMIC_RELEASE);
 }
 
 /* Insert @p m, dropping every map it overlaps (holder regions never
@@ -794,9 +964,9 @@ static int shm_many(mc_te_shm_peer_t *p, mc_te_op_t op, const mc_te_request_t *r
             pthread_rwlock_unlock(&p->map_lock);
             return mis > 0;
         }
-    } else if ((gen != 0) && (w != gen)) {
-        /* a generation the holder may still adopt: the one-by-one path
-         * takes it to the network, which decides each */
+    } else if (((gen != 0) && (w != gen)) || !peer_write_enter(p, m, w)) {
+        /* a generation the holder may still adopt, or a fence under way:
+         * the one-by-one path takes it to the network, which decides each */
         pthread_rwlock_unlock(&p->map_lock);
         return 0;
     }
@@ -813,6 +983,8 @@ static int shm_many(mc_te_shm_peer_t *p, mc_te_op_t op, const mc_te_request_t *r
     mc_copy_stream_fence();
     /* as in mc_te_shm_xfer: the copies are done before the word is read */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (op == MC_TE_WRITE)
+        peer_write_exit(p, m);
     if (!map_same(p, m, w)) {
         pthread_rwlock_unlock(&p->map_lock);
         mc_set_error_detail("%s of %zu pieces in [0x%llx, 0x%llx) on same-host peer %s failed: "
@@ -870,6 +1042,10 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
                 pthread_rwlock_unlock(&p->map_lock);
                 return mis > 0;
             }
+            if ((op == MC_TE_WRITE) && !peer_write_enter(p, m, w)) {
+                pthread_rwlock_unlock(&p->map_lock);
+                return 0; /* over the network, where the holder sees it */
+            }
             mc_te_sent_hook_run(); /* a copy: nothing to send first */
             if (op == MC_TE_READ)
                 memcpy(local, at_p, (size_t)len);
@@ -879,6 +1055,8 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
              * read again (a seqlock's reader): an acquire load alone lets
              * earlier loads (weak CPUs) and stores (x86 too) pass it. */
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            if (op == MC_TE_WRITE)
+                peer_write_exit(p, m);
             if (!map_same(p, m, w)) {
                 pthread_rwlock_unlock(&p->map_lock);
                 mc_set_error_detail("%s of [0x%llx, +%llu) on same-host peer %s failed: the "

@@ -26,6 +26,18 @@
  * its region is unregistered; the store unmaps and closes its segments'
  * memfds, and the pages live on only in stale mappings.
  *
+ * Reuse under a later generation is different: the region stays, and the
+ * master hands its memory to a new owner.  A direct write that saw the
+ * earlier word must be done before the new owner's first byte lands, as
+ * the network path waits out its own writes.  So each peer counts its
+ * direct writes in progress per slot, in a memfd the holder gives it on
+ * request (WRITERS) and reads; and the control memfd carries, after the
+ * words, one gate word per slot.  A writer counts itself, then checks that
+ * the gate is open and the word unchanged, else uncounts and goes over the
+ * network.  The holder closes the gate, waits until no connection counts a
+ * write in the slot, and only then stores the later word and opens the
+ * gate (mc_te_shm_slot_fence).
+ *
  * Safety of the reader: a granted memfd must be sealed against shrinking
  * (F_SEAL_SHRINK) and at least as long as the region, so a hostile or
  * buggy holder can never make a copy fault; every reply is checked before
@@ -52,7 +64,8 @@
 
 enum mc_te_shm_op {
     MC_TE_SHM_HELLO = 1, /* reply carries the control memfd */
-    MC_TE_SHM_MAP   = 2  /* reply carries the region's memfd when shared */
+    MC_TE_SHM_MAP   = 2, /* reply carries the region's memfd when shared */
+    MC_TE_SHM_WRITERS = 3 /* reply carries this connection's writer-count memfd */
 };
 
 enum mc_te_shm_answer {
@@ -100,9 +113,15 @@ const char *mc_te_shm_server_name(const mc_te_shm_server_t *srv);
 int mc_te_shm_slot_open(mc_te_shm_server_t *srv, uint64_t want, uint32_t *slot_p,
                         uint64_t *gen_p);
 /* Give the word of a live slot @p gen, the region's later generation
- * (engine.h, mc_te_gen_enter): readers that mapped it under the earlier
- * one see a stale word and refuse what they copied meanwhile. */
-void mc_te_shm_slot_set(mc_te_shm_server_t *srv, uint32_t slot, uint64_t gen);
+ * (engine.h, mc_te_gen_enter), once every direct write that saw the
+ * earlier one is done: readers that mapped it under the earlier one see a
+ * stale word and refuse what they copied meanwhile, and no earlier write
+ * lands after the call.  -1 when a write is still counted at
+ * @p deadline_ms (a peer stopped in the middle of a copy): the word stays
+ * and the slot stays closed to direct writes until a later call gets
+ * through. */
+int mc_te_shm_slot_fence(mc_te_shm_server_t *srv, uint32_t slot, uint64_t gen,
+                         uint64_t deadline_ms);
 /* Zero the word (readers stop using the region) and free the slot. */
 void mc_te_shm_slot_close(mc_te_shm_server_t *srv, uint32_t slot);
 /* 1 when @p fd is a memfd sealed against shrinking of at least @p len
