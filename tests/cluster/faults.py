@@ -3,8 +3,10 @@
 
 ``FaultRun(mode, dir, seed)`` builds hosts in network namespaces
 (netns.py): masters on "m" (and "n" with HA, etcd on "e"), holders "a",
-"b", "c" (workers with a 64 MiB segment each) and "d" (a worker with no
-segment: every byte it moves crosses the bridge).  Every worker runs a
+"b", "c" (workers with a 64 MiB segment each), "d" (a worker with no
+segment: every byte it moves crosses the bridge) and "a2" (a worker with
+no segment on host "a": what it moves to and from a's segment goes
+through shared memory).  Every worker runs a
 random history of writes, removes and reads on one small key set on one
 thread, reads only on a second, and now and then writes a key of its own
 that nothing touches again (fault_worker.py), while ``inject(seconds)``
@@ -85,6 +87,12 @@ HANG_S = 60.0                     # longest an operation may take (two tries, ea
 KEYS = [f"fk{i}" for i in range(12)]
 HOLDERS = ["a", "b", "c"]
 CLIENTS = HOLDERS + ["d"]
+# Workers that share another's host (its network namespace): their traffic
+# with that host's holder takes the same-host shared-memory path, reads and
+# writes, so its fences are under test too.  Only process faults pick them
+# (a network fault on the host they live in reaches them as well).
+COLOCATED = {"a2": "a"}
+WORKERS = CLIENTS + list(COLOCATED)
 SEGMENT = 64 * MiB
 MIN_SIZE = 4 * 1024
 MAX_SIZE = 1 * MiB
@@ -229,8 +237,8 @@ class Worker(ClientProc):
         self.host = host
         self.wid = wid
         self.hostname = ""                 # its segment's name, once set up
-        super().__init__(name, env={"MC_TE_SHM": "0", "MC_LOG_LEVEL": "warn"},
-                         prefix=run.net.prefix(host), script=WORKER,
+        super().__init__(name, env={"MC_LOG_LEVEL": "warn"},
+                         prefix=run.net.prefix(COLOCATED.get(host, host)), script=WORKER,
                          log_path=run.dir / f"worker-{name.replace('#', '-')}.log")
 
     def signal(self, sig: int) -> None:
@@ -349,7 +357,7 @@ class FaultRun:
         for h in self.master_hosts:
             self.start_master(h)
         self.leader(20)
-        spawned = {h: self.spawn(h) for h in CLIENTS}       # interpreters start in parallel
+        spawned = {h: self.spawn(h) for h in WORKERS}       # interpreters start in parallel
         for h, w in spawned.items():
             self.workers[h] = self.start_worker(h, w, time.monotonic() + 60)
 
@@ -380,7 +388,8 @@ class FaultRun:
         seg = SEGMENT if host in HOLDERS else 0
         while True:
             try:
-                r = w.call("setup", args=[self.net.ip[host], "P2PHANDSHAKE", seg, 16 * MiB,
+                r = w.call("setup", args=[self.net.ip[COLOCATED.get(host, host)],
+                                          "P2PHANDSHAKE", seg, 16 * MiB,
                                           "tcp", "", self.master_addr], timeout=60)
                 if r["rc"] == 0:
                     w.hostname = r["hostname"]
@@ -542,7 +551,7 @@ class FaultRun:
         self.record("holder_kill", t, loses=True, lose_until=t, proc=w.name)
 
     def f_client_stop(self) -> None:
-        host = self.rng.choice(CLIENTS)
+        host = self.rng.choice(WORKERS)
         w = self.workers[host]
         long = self.allow_long and self.rng.random() < LONG_SHARE
         secs = CLIENT_TTL_S + 2.5 if long else self.rng.uniform(KV_LEASE_MS / 1000 + 0.5,
@@ -653,6 +662,10 @@ class FaultRun:
         time.sleep(3.0)                     # the workload goes on, recovering
         stops = {h: w.call("wl_stop", join_s=HANG_S, timeout=HANG_S + 30)
                  for h, w in self.workers.items()}
+        # a colocated worker that never took the same-host path tested
+        # nothing of it: it maps its writer counts once it has
+        no_shm = [w.name for h, w in self.workers.items()
+                  if h in COLOCATED and not self.maps_shm_writers(w)]
         for h, w in self.workers.items():
             wait_until(lambda: self.probe(w, f"probe-{h}"), 40,
                        f"worker {w.name} to write, read and remove again", interval=0.5)
@@ -703,4 +716,15 @@ class FaultRun:
                        "removed": removed, "held_bytes": held, "left": left}, f, indent=1)
         return {"report": rep, "summary": line, "held_bytes": held, "leaked_bytes": left[0],
                 "keys_left": left[1], "crashes": self.crashes, "stops": stops,
-                "final": final}
+                "final": final, "no_same_host_path": no_shm}
+
+    @staticmethod
+    def maps_shm_writers(w: "Worker") -> bool:
+        """Whether worker ``w`` maps a holder's writer-count memfd, which a
+        same-host peer asks for when it first connects to the holder's
+        shared-memory server (docs/transfer.md, section 10)."""
+        try:
+            with open(f"/proc/{w.proc.pid}/maps") as f:
+                return "mooncake-shm-writers" in f.read()
+        except OSError:
+            return False

@@ -60,5 +60,7 @@ def test_no_wrong_or_old_bytes_under_faults(fault_run, mode):
             bad[k] = res[k]
     if res["crashes"]:
         bad["crash"] = res["crashes"]
+    if res["no_same_host_path"]:
+        bad["no_same_host_path"] = res["no_same_host_path"]
     assert not bad, (f"{res['summary']}\n{rep.details()}\n"
                      f"(logs and run.json in {run.dir})")
