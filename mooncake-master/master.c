@@ -32,14 +32,15 @@
 
 #include <event2/event.h>
 
+#include "admin/admin.h"
 #include "common/auth.h"
 #include "common/log.h"
-#include "dynrep.h"
-#include "evict.h"
-#include "kv_events.h"
+#include "durability/durability.h"
+#include "events/events.h"
+#include "ha/ha.h"
+#include "index/index.h"
 #include "master.h"
-#include "snapshot.h"
-#include "tenants.h"
+#include "tiers/tiers.h"
 
 #define MC_MASTER_TICK_MS    250
 #define MC_MASTER_METRICS_S  10

@@ -55,10 +55,14 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "admin/admin.h"
 #include "common/auth.h"
 #include "common/log.h"
+#include "durability/durability.h"
+#include "ha/ha.h"
+#include "index/index.h"
 #include "master.h"
-#include "snapshot.h"
+#include "tiers/tiers.h"
 
 #define MC_CONN_OUT_HIGH        (8u << 20) /* stop reading above this backlog */
 #define MC_CONN_OUT_LOW         (1u << 20) /* resume below it */

@@ -38,9 +38,9 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_scatter.c \
 	tests/unit/test_nof.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
-	tests/unit/test_oplog.c mooncake-master/oplog.c \
-	tests/unit/test_kv_events.c mooncake-master/kv_event_codec.c mooncake-master/msgpack.c \
-	tests/unit/test_dfs.c mooncake-master/dfs_alloc.c \
+	tests/unit/test_oplog.c mooncake-master/durability/oplog.c \
+	tests/unit/test_kv_events.c mooncake-master/events/kv_event_codec.c mooncake-master/events/msgpack.c \
+	tests/unit/test_dfs.c mooncake-master/tiers/dfs_alloc.c \
 	$(NULL)
 tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS)

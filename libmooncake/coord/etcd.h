@@ -2,7 +2,7 @@
 /*
  * A small etcd v3 client over etcd's JSON gateway (POST /v3/...; guarded
  * transactions optionally over its gRPC API: mc_etcd_use_grpc), used by
- * the master for leader election (mooncake-master/ha.c), by store clients
+ * the master for leader election (mooncake-master/ha/ha.c), by store clients
  * to find the leader (master_server_address "etcd://h:p;h2:p") and by the
  * transfer engine for "etcd://h:p" metadata (docs/ha.md).
  *

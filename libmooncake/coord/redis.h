@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A small Redis client on hiredis, used by the master for leader election
- * (mooncake-master/ha_redis.c, --ha_backend_type=redis), by store clients
+ * (mooncake-master/ha/ha_redis.c, --ha_backend_type=redis), by store clients
  * to find the leader (master_server_address "redis://host:port") and by
  * the transfer engine for "redis://host:port" metadata (docs/ha.md).
  *

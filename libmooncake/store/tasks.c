@@ -10,7 +10,7 @@
  * targets, a task id that is not a UUID) are refused here, before any
  * round trip; everything else -- an empty or unknown segment name
  * included -- is the master's to answer, in upstream's order of checks
- * (mooncake-master/tasks.c), so C, Lua and Python callers get the same
+ * (mooncake-master/index/tasks.c), so C, Lua and Python callers get the same
  * codes.
  *
  * The executor: the master assigns a task to the client owning the

@@ -59,10 +59,10 @@ $cc $cflags $san -o "$work/fuzz_dummy" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_oplog" "$src/tests/fuzz/fuzz_oplog.c" \
-    "$src/mooncake-master/oplog.c" $common -lm -lpthread
+    "$src/mooncake-master/durability/oplog.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_oplog_seeds" "$src/tests/fuzz/fuzz_oplog.c" \
-    "$src/mooncake-master/oplog.c" $common -lm -lpthread
+    "$src/mooncake-master/durability/oplog.c" $common -lm -lpthread
 $cc $cflags $san -o "$work/fuzz_regex" "$src/tests/fuzz/fuzz_regex.c" \
     "$src/libmooncake/common/regex_limit.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -73,7 +73,7 @@ $cc $cflags $san -o "$work/fuzz_te_disk" "$src/tests/fuzz/fuzz_te_disk.c" \
     $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_http_meta" "$src/tests/fuzz/fuzz_http_meta.c" \
-    "$src/mooncake-master/http.c" "$src/libmooncake/common/auth.c" $common -levent -lm -lpthread
+    "$src/mooncake-master/admin/http.c" "$src/libmooncake/common/auth.c" $common -levent -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_rdma_hs" "$src/tests/fuzz/fuzz_rdma_hs.c" \
     "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
@@ -82,7 +82,7 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_rdma_seeds" "$src/tests/fuzz/f
     "$src/libmooncake/transfer/rdma/codec.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_msgpack" "$src/tests/fuzz/fuzz_msgpack.c" \
-    "$src/mooncake-master/msgpack.c" "$src/mooncake-master/kv_event_codec.c" $common -lm -lpthread
+    "$src/mooncake-master/events/msgpack.c" "$src/mooncake-master/events/kv_event_codec.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_etcd_pb" "$src/tests/fuzz/fuzz_etcd_pb.c" \
     "$src/libmooncake/coord/etcd_pb.c" $common -lm -lpthread

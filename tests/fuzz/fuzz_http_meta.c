@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libFuzzer target for the HTTP metadata store (mooncake-master/http.c):
+ * libFuzzer target for the HTTP metadata store (mooncake-master/admin/http.c):
  * raw request bytes -- request line, headers, URL-encoded keys, bodies --
  * go over a real loopback connection to the store served by evhttp, as
  * they would from any peer on the port.  Two stores run, one per dialect
@@ -25,7 +25,7 @@
 
 #include <event2/event.h>
 
-#include "../../mooncake-master/http.h"
+#include "../../mooncake-master/admin/http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the KV events' MessagePack encoder round trip
- * (mooncake-master/msgpack.c) and the key -> seq_hash rule.
+ * (mooncake-master/events/msgpack.c) and the key -> seq_hash rule.
  *
  * The input is a program: each byte picks a value kind and the following
  * bytes its content.  The values are encoded with mc_mp_*, read back with
@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../mooncake-master/kv_events.h"
-#include "../../mooncake-master/msgpack.h"
+#include "../../mooncake-master/events/kv_events.h"
+#include "../../mooncake-master/events/msgpack.h"
 
 #define MAX_VALUES 512
 

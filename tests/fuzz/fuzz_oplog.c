@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target for the operation log and snapshot decoder
- * (mooncake-master/oplog.c): the input is a log file or a snapshot.  The
+ * (mooncake-master/durability/oplog.c): the input is a log file or a snapshot.  The
  * scan must stop at the first bad frame without reading past the input;
  * every record it accepts is folded into a replay state and must decode
  * again, with its replicas, from the frame the state kept; a valid record
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../mooncake-master/oplog.h"
+#include "../../mooncake-master/durability/oplog.h"
 
 #ifndef MC_FUZZ_WRITE_SEEDS
 

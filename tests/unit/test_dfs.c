@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The master's DFS extent allocator (mooncake-master/dfs_alloc.c) and the
+ * The master's DFS extent allocator (mooncake-master/tiers/dfs_alloc.c) and the
  * shared layout helpers (libmooncake/common/dfs_layout.c).
  */
 #include "config.h"
@@ -12,7 +12,7 @@
 #include "check_suites.h"
 #include "common/dfs_layout.h"
 #include "common/log.h"
-#include "../../mooncake-master/dfs_alloc.h"
+#include "../../mooncake-master/tiers/dfs_alloc.h"
 
 /* Free bytes of shard @p s, summed over its free list; also checks the
  * list is sorted, aligned and never has two touching extents. */

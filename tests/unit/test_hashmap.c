@@ -329,7 +329,7 @@ START_TEST(test_large_table)
 }
 END_TEST
 
-/* The snapshot's walk (mooncake-master/snapshot.c): bucket by bucket,
+/* The snapshot's walk (mooncake-master/durability/snapshot.c): bucket by bucket,
  * with inserts between buckets that start a growth and move entries.
  * Going on at the same bucket number over the doubled table, the walk
  * sees every entry that was there before it began. */

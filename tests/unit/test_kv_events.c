@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The pure half of the KV event publisher (mooncake-master/msgpack.c and
+ * The pure half of the KV event publisher (mooncake-master/events/msgpack.c and
  * kv_event_codec.c): the MessagePack encoder read back by its own reader,
  * the key -> seq_hash rule, the batch encoding's keys and types, and the
  * bounded queue that drops the oldest and counts the gap.  These run
@@ -15,8 +15,8 @@
 
 #include "check_suites.h"
 #include "../../mooncake-master/flags.h"
-#include "../../mooncake-master/kv_events.h"
-#include "../../mooncake-master/msgpack.h"
+#include "../../mooncake-master/events/kv_events.h"
+#include "../../mooncake-master/events/msgpack.h"
 
 /* Read the next token of @p b at *@p off, which must be of @p type. */
 static mc_mp_token_t next(const mc_mp_buf_t *b, size_t *off, mc_mp_type_t type)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The operation log codec and replay state (mooncake-master/oplog.c):
+ * The operation log codec and replay state (mooncake-master/durability/oplog.c):
  * every record type round-trips; every flipped byte of a frame is refused;
  * every cut of a frame reads as torn; a scan stops at the first bad frame
  * with the valid prefix; replay keeps the last state of each key and
@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "check_suites.h"
-#include "../../mooncake-master/oplog.h"
+#include "../../mooncake-master/durability/oplog.h"
 
 static const mc_oplog_replica_t reps[2] = {
     {{0x1111, 0x2222}, 4096, 8192},

@@ -28,9 +28,11 @@
 
 #include "common/gen.h"
 #include "common/log.h"
+#include "durability/durability.h"
+#include "index.h"
 #include "master.h"
 #include "placement.h"
-#include "snapshot.h"
+#include "tiers/tiers.h"
 
 #define MC_SEGMENT_ALIGNMENT 8
 #define MC_SEGMENT_MAX_NAME  1024

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "admin.h"
 #include "common/log.h"
 #include "master.h"
 

@@ -37,8 +37,11 @@
 
 #include <event2/buffer.h>
 
+#include "admin/admin.h"
 #include "common/log.h"
+#include "index/index.h"
 #include "master.h"
+#include "tiers.h"
 
 #define MC_NOF_ALIGNMENT 8
 #define MC_NOF_MAX_NAME  1024

@@ -53,8 +53,8 @@
 #include <event2/event.h>
 
 #include "common/log.h"
-#include "evict.h"
-#include "ha.h"
+#include "ha/ha.h"
+#include "index/index.h"
 #include "ship.h"
 #include "snapshot.h"
 

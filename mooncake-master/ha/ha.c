@@ -31,10 +31,9 @@
 
 #include "common/log.h"
 #include "coord/etcd.h"
+#include "durability/durability.h"
 #include "ha.h"
 #include "master.h"
-#include "ship.h"
-#include "snapshot.h"
 
 #define MC_HA_POLL_MS        200 /* standby: how often the leader key is read */
 #define MC_HA_RETRY_MS       200 /* leader: retry of a failed renewal */

@@ -24,7 +24,9 @@
 #include <event2/http.h>
 #include <jansson.h>
 
+#include "admin/admin.h"
 #include "common/log.h"
+#include "index.h"
 #include "master.h"
 
 /* Ping client_status values (upstream ClientStatus). */

@@ -60,13 +60,15 @@
 
 #include "common/log.h"
 #include "common/regex_limit.h"
+#include "durability/durability.h"
 #include "dynrep.h"
+#include "events/events.h"
 #include "evict.h"
-#include "kv_events.h"
+#include "index.h"
 #include "master.h"
 #include "placement.h"
-#include "snapshot.h"
 #include "tenants.h"
+#include "tiers/tiers.h"
 
 typedef struct obj_lookup {
     mc_str_t tenant;

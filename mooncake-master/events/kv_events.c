@@ -33,8 +33,10 @@
 
 #include "common/log.h"
 #include "coord/etcd.h"
+#include "ha/ha.h"
 #include "kv_events.h"
 #include "master.h"
+#include "tiers/tiers.h"
 
 /* Sequence numbers an HA leader reserves in one etcd write. */
 #define MC_KV_SEQ_BLOCK 65536

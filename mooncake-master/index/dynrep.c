@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "dynrep.h"
+#include "index.h"
 
 #define DYNREP_ACTION_COOLDOWN_MS   30000u
 #define DYNREP_RECREATE_COOLDOWN_MS 60000u

@@ -71,12 +71,15 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include "admin.h"
 #include "common/auth.h"
 #include "common/log.h"
-#include "kv_events.h"
+#include "durability/durability.h"
+#include "events/events.h"
+#include "ha/ha.h"
+#include "index/index.h"
 #include "master.h"
-#include "snapshot.h"
-#include "tenants.h"
+#include "tiers/tiers.h"
 
 #define MC_ADMIN_MAX_KEYS 100000  /* /get_all_keys output cap */
 

@@ -21,6 +21,8 @@
 
 #include "common/log.h"
 #include "evict.h"
+#include "index.h"
+#include "tiers/tiers.h"
 
 void mc_master_lru_touch(mc_master_t *m, mc_object_t *o)
 {

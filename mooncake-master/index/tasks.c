@@ -43,9 +43,10 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "durability/durability.h"
 #include "evict.h"
+#include "index.h"
 #include "master.h"
-#include "snapshot.h"
 
 /* MC_TASK_MESSAGE_MAX (mooncake/store.h) bounds a kept message, NUL included. */
 #define MC_TASK_FETCH_MAX   1024 /* tasks handed out by one FETCH_TASKS */

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * durability/: the door of the durable master (--enable_snapshot,
+ * docs/ha.md "Durability").  Other folders include this header and no
+ * other file of durability/.
+ *
+ * Owns: the operation log's records, framing and replay state (oplog.c,
+ * oplog.h: no master types, so the unit tests and the fuzzer build it
+ * alone), the log writer, snapshots and the restore at start
+ * (snapshot.c, snapshot.h: the mc_durable_* hooks), and the log shipped
+ * through etcd to standbys (ship.c, ship.h).
+ *
+ * May call: ../master.h, index/ (restore rebuilds objects and segments;
+ * the LRU), ha/ (leadership, the shipped log's backend), libmooncake's
+ * common/ and coord/etcd.  Called by: index/ (a hook on every durable
+ * change), rpc.c (answers held until durable), master.c (start, stop),
+ * ha/ and admin/ (metrics).
+ */
+#ifndef MC_MASTER_DURABILITY_H
+#define MC_MASTER_DURABILITY_H
+
+#include "oplog.h"
+#include "ship.h"
+#include "snapshot.h"
+
+#endif /* MC_MASTER_DURABILITY_H */
