@@ -17,6 +17,11 @@
  * File values go through the same parsers and validators as argv text:
  * a JSON string is parsed exactly like the command-line spelling, numbers
  * and booleans are converted to that spelling first.
+ *
+ * Owns: the parsing of the command line and of --config_path, and the
+ *   descriptor table.
+ * May call: flags.h and libmooncake's common/, coord/redis.h and wire/; no
+ *   folder of the master.
  */
 #include "config.h"
 

@@ -14,6 +14,10 @@
  * -name value; booleans also --name, --noname and --name=true|false (a
  * boolean never consumes the next argument); "--" ends the flags.
  * Positional arguments are rejected.
+ *
+ * Owns: the one list of flags (MC_MASTER_FLAGS) and mc_master_config_t.
+ * May call: nothing; read by scripts/gen_master_conf.py for
+ *   mooncake-master.conf.
  */
 #ifndef MC_MASTER_FLAGS_H
 #define MC_MASTER_FLAGS_H

@@ -6,6 +6,9 @@
  * SIGINT; SIGHUP does not stop it); 2 for a bad command line (or a feature
  * this build does not implement); 1 when the master cannot start (a port
  * that cannot be bound, a --log_dir that cannot be written, out of memory).
+ *
+ * Owns: the process: flags, logging, the master's run and the exit code.
+ * May call: flags.h and master.h (mc_master_create/run/destroy) only.
  */
 #include "config.h"
 

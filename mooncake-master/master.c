@@ -13,6 +13,11 @@
  * daemon that holds the only copy of the index: it reopens the log file
  * when --log_dir is set and is otherwise logged and ignored.  SIGPIPE is
  * ignored; a peer that vanishes is an EPIPE on its own connection.
+ *
+ * Owns: the life of mc_master_t: every part created in order, the
+ *   listeners bound, the tick, the signals, teardown in reverse order.
+ * May call: every folder through its door: index/, durability/, ha/,
+ *   tiers/, events/, admin/.
  */
 #include "config.h"
 

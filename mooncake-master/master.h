@@ -4,10 +4,11 @@
  *
  * Everything the daemon knows lives in one mc_master_t: the event loop,
  * the RPC listener and its connections (rpc.c), the object index
- * (objects.c), the mounted segments and their allocators (segments.c), the
- * clients and their liveness deadlines (clients.c) and the embedded HTTP
- * metadata store (http.c).  There are no globals; the only process-wide
- * state is the log threshold.
+ * (index/objects.c), the mounted segments and their allocators
+ * (index/segments.c), the clients and their liveness deadlines
+ * (index/clients.c) and the embedded HTTP metadata store (admin/http.c).
+ * There are no globals; the only process-wide state is the log
+ * threshold.
  *
  * Threads: one touches this state.  Every callback runs on the event loop
  * of m->base, so no structure here has a lock; with --enable_snapshot a
@@ -24,6 +25,16 @@
  * everything on this segment" (unmount, client expiry; rare) walks the
  * index instead, as upstream's unmount does
  * (mc_master_objects_drop_segment).
+ *
+ * Owns: mc_master_t, the records every folder shares (objects, replicas,
+ *   segments, clients, writers, reservations), the request context, and
+ *   the interface of master.c and rpc.c.  The folders' own functions are
+ *   declared in their doors (index/index.h, durability/durability.h,
+ *   ha/ha.h, tiers/tiers.h, events/events.h, admin/admin.h); this header
+ *   includes only the handle types it holds (tiers/dfs.h, ha/ha.h,
+ *   admin/http.h).
+ * May call: nothing: types and prototypes only; docs/architecture.md, "The
+ *   master's map".
  */
 #ifndef MC_MASTER_MASTER_H
 #define MC_MASTER_MASTER_H

@@ -36,6 +36,12 @@
  * (conn_admit_body()); a connection buffers at most MC_CONN_IN_BASE
  * beyond a large frame, whose body is reserved against
  * --rpc_max_buffered_input for all connections together.
+ *
+ * Owns: the RPC listener, its connections and frames, and the dispatch of
+ *   each opcode to its handler.
+ * May call: index/ (the handlers), tiers/ (the NoF opcodes), durability/
+ *   (answers held until durable), ha/ (serving or not), admin/ (HELLO's
+ *   metadata token).
  */
 #include "config.h"
 

@@ -55,6 +55,11 @@
  * that are not valid UTF-8 are shown with every non-ASCII byte replaced by '?'
  * (JSON cannot carry them).  Gauges that need a scan of the index (soft-
  * pinned keys) cost O(keys) per scrape, which is fine at scrape rates.
+ *
+ * Owns: the admin HTTP server: /metrics, /health, the query and tenant
+ *   endpoints.
+ * May call: admin/, index/, durability/, events/, tiers/ and ha/ (what
+ *   they report).
  */
 #include "config.h"
 

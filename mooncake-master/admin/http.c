@@ -20,6 +20,10 @@
  * at max_value by evhttp (413) and the whole store at quota (507):
  * mc_meta_server_set_limits(), from the daemons' flags, so a misbehaving
  * client cannot exhaust the daemon's memory through this port.
+ *
+ * Owns: the HTTP metadata store of the transfer engines.
+ * May call: http.h, libmooncake's common/ and libevent only:
+ *   mooncake_http_metadata_server builds it alone.
  */
 #include "config.h"
 

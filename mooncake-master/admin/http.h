@@ -12,6 +12,9 @@
  * It depends on libevent and libmooncake's common/ only, never on the
  * master context.  Everything runs on the event loop it is given; nothing
  * here locks.
+ *
+ * Owns: the metadata store's interface and mc_meta_server_t (admin/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_HTTP_H
 #define MC_MASTER_HTTP_H

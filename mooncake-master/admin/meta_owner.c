@@ -15,6 +15,10 @@
  * named segment.  A segment nobody has mounted (not yet, or no longer:
  * its client closed or expired) accepts any writer, so upstream engines
  * that send no token keep working wherever no owner is registered.
+ *
+ * Owns: who may replace or delete a segment's descriptors in the metadata
+ *   store (the metadata tokens).
+ * May call: admin/, ../master.h (the segment map).
  */
 #include "config.h"
 

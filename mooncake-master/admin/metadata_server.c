@@ -18,6 +18,9 @@
  *
  * Exit codes: 0 after a clean stop, --help or --version; 2 for a bad
  * command line (argparse's code); 1 when the address cannot be bound.
+ *
+ * Owns: the mooncake_http_metadata_server daemon.
+ * May call: http.h and libmooncake's common/ only.
  */
 #include "config.h"
 

@@ -10,6 +10,11 @@
  * writes to the wake fd; whatever the loop appended meanwhile goes in the
  * next round.  So the loop never waits for the disk, and one sync covers
  * every record of the requests that arrived while the previous one ran.
+ *
+ * Owns: the operation log's record codec, its replay state and the
+ *   group-commit writer.
+ * May call: oplog.h and libmooncake's common/ only: no master type, so
+ *   tests and the fuzzer build it alone.
  */
 #include "config.h"
 

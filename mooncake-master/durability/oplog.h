@@ -22,6 +22,10 @@
  * round to a sink, then wakes the event loop).  The sink is an interface:
  * the file sink writes DIR/oplog.<gen>; a replicated sink (etcd, a shared
  * log) implements the same four calls.
+ *
+ * Owns: the record format shared by the log files, the snapshots and the
+ *   shipped log.
+ * May call: nothing.
  */
 #ifndef MC_MASTER_OPLOG_H
 #define MC_MASTER_OPLOG_H

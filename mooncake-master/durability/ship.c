@@ -34,6 +34,10 @@
  * keys it needs were compacted away it loads the newest snapshot first.
  * Records may straddle two keys of one round; a round cut short by a
  * leader's death is dropped when the next term's keys begin.
+ *
+ * Owns: the operation log shipped through etcd: the leader's sink and the
+ *   standby's tail.
+ * May call: oplog.h, libmooncake's coord/etcd and common/; no master type.
  */
 #include "config.h"
 

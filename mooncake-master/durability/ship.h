@@ -25,6 +25,9 @@
  * standing by; the state is
  * handed from one to the other at takeover through the event loop
  * (mc_ship_install_pending / mc_durable_ship_install).
+ *
+ * Owns: the interface of the shipped log (durability/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_SHIP_H
 #define MC_MASTER_SHIP_H

@@ -30,6 +30,12 @@
  * up on a snapshot older than --snapshot_child_timeout_seconds and
  * deletes what the newest --snapshot_retention_count snapshots no longer
  * need.
+ *
+ * Owns: the durable master: the log writer thread, snapshots, the restore
+ *   at start and the mc_durable_* hooks.
+ * May call: durability/ (oplog, ship), index/ (restore rebuilds clients,
+ *   segments, objects, tasks), ha/ (the etcd endpoints), rpc.c (answers
+ *   released when durable).
  */
 #include "config.h"
 

@@ -15,6 +15,9 @@
  * rpc.c holds the answers of a loop turn until mc_durable_pending() is
  * false for them (mc_master_rpc_release() runs when records become
  * durable).
+ *
+ * Owns: the interface of the durable master (durability/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_SNAPSHOT_H
 #define MC_MASTER_SNAPSHOT_H

@@ -4,6 +4,10 @@
  * rule, event records, the bounded queue and the batch encoding.  No
  * master state and no ZMQ here, so the unit tests and the fuzzer link it
  * alone.
+ *
+ * Owns: the pure half of the publisher: seq_hash, records, queue, batch
+ *   encoding.
+ * May call: kv_events.h and msgpack.h only: no master state.
  */
 #include "config.h"
 

@@ -18,6 +18,11 @@
  * and uses only numbers it has reserved; a new leader starts after the
  * highest reservation.  A deposed leader may still send what it had
  * reserved, never a number the new leader uses (docs/events.md §4).
+ *
+ * Owns: the KV cache event publisher: its hooks, queue thread and
+ *   transports (ZMQ, etcd).
+ * May call: events/, tiers/ (is a replica in memory), ha/ (serving; the
+ *   etcd endpoints), libmooncake's coord/etcd.
  */
 #include "config.h"
 

@@ -17,6 +17,9 @@
  * the publisher thread takes up to 64 records at a time, encodes and
  * sends them.  Events leave in the order the loop queued them, which is
  * the order it applied the changes.
+ *
+ * Owns: the publisher's interface and records (events/).
+ * May call: msgpack.h.
  */
 #ifndef MC_MASTER_KV_EVENTS_H
 #define MC_MASTER_KV_EVENTS_H

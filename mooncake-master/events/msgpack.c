@@ -3,6 +3,9 @@
  * MessagePack encoder and token reader (msgpack.h).  The format's byte
  * layouts are from the MessagePack specification; all multi-byte numbers
  * are big-endian.
+ *
+ * Owns: the MessagePack encoder and token reader.
+ * May call: msgpack.h only.
  */
 #include "config.h"
 

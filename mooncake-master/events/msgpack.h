@@ -15,6 +15,9 @@
  * later call does nothing and mc_mp_failed() says so, so a caller checks
  * once at the end.  The reader (mc_mp_read) takes hostile input: it
  * never reads past @c len and reports a truncated or unknown byte.
+ *
+ * Owns: the MessagePack interface (events/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_MSGPACK_H
 #define MC_MASTER_MSGPACK_H

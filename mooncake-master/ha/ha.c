@@ -15,6 +15,11 @@
  * master waits at most one request.  Times are monotonic: a process that
  * was stopped and resumed finds its deadline in the past and refuses
  * requests before the thread has even run again.
+ *
+ * Owns: the election loop and fencing, written once against the backend
+ *   ops table, and the etcd backend.
+ * May call: ha/, durability/ (the shipped log at takeover), ../master.h
+ *   (the index emptied on stepping down), libmooncake's coord/etcd.
  */
 #include "config.h"
 

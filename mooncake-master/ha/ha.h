@@ -31,6 +31,15 @@
  * "mooncake-store/{<cluster_id>}/master_view" with a PEXPIRE of the
  * lease TTL, changed only by atomic Lua scripts.  The operation log
  * shipped through etcd (ship.c) needs the etcd backend.
+ *
+ * ha/: this header is the folder's door; other folders include it and no
+ * other file of ha/ (master.h includes it for mc_master_ha_t).
+ *
+ * Owns: leader election and fencing (ha.c, with the etcd backend) and the
+ *   Redis backend (ha_redis.c).
+ * May call: durability/ (ha.c: the shipped log at takeover), ../master.h,
+ *   libmooncake's coord/.  Called by: master.c, rpc.c, admin/,
+ *   durability/ and events/.
  */
 #ifndef MC_MASTER_HA_H
 #define MC_MASTER_HA_H

@@ -21,6 +21,9 @@
  *
  * Redis has no watch on a key here: standbys poll the HASH every 200 ms
  * (ha.c's loop), as upstream does.
+ *
+ * Owns: the Redis leadership backend.
+ * May call: ha.h, libmooncake's coord/redis and common/.
  */
 #include "config.h"
 

@@ -12,6 +12,11 @@
  *
  * The deadline uses the monotonic clock, so a wall-clock step cannot
  * expire every client at once.
+ *
+ * Owns: the clients the master knows, their liveness, PING, mounts and
+ *   CLIENT_CLOSE.
+ * May call: index/, admin/ (a gone client's descriptors in the metadata
+ *   store).
  */
 #include "config.h"
 

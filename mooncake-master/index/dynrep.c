@@ -8,6 +8,9 @@
  * table stays the size of the hot set.  It is pruned whenever a new window
  * starts.  The table is per master, found through heat_of(): mc_master_t
  * has no slot for it yet.
+ *
+ * Owns: the heat table and the copy tasks it asks for hot objects.
+ * May call: index/ (tasks, segments).
  */
 #include "config.h"
 

@@ -15,6 +15,9 @@
  * key and segment.  A key is not acted on again for 30 s after a proposal
  * (its entry, with that time, is kept 60 s).  off (and any unknown value,
  * with a warning at start) does nothing.
+ *
+ * Owns: the dynamic replication interface (index/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_DYNREP_H
 #define MC_MASTER_DYNREP_H

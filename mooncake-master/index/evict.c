@@ -14,6 +14,9 @@
  * member is evictable (and none is the object being written), and then
  * the whole group goes at once, so no group is ever left half evicted.
  * Checking and taking a group walks its member list (O(group size)).
+ *
+ * Owns: the LRU order and the background and inline eviction passes.
+ * May call: index/, tiers/ (an object's NoF or disk copy keeps it).
  */
 #include "config.h"
 

@@ -24,6 +24,9 @@
  * --allow_evict_soft_pinned_objects and only when the first found too
  * little.  A member of a group (group_ids) goes only together with every
  * other member, when all of them are evictable (docs/protocol.md §5.12).
+ *
+ * Owns: the eviction interface (index/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_EVICT_H
 #define MC_MASTER_EVICT_H

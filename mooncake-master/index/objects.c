@@ -50,6 +50,12 @@
  * buffer) moves to a record of its own (replica_park()), so an object's
  * record goes as soon as it is erased; replica_dispose() is the one place
  * a replica struct goes.
+ *
+ * Owns: the object index: puts, gets, upserts, removes, reservations,
+ *   leases, the disk tier's bookkeeping (OFFLOAD_REPORT) and the replicas'
+ *   lists.
+ * May call: index/ (its own files), durability/ (a hook on every durable
+ *   change), tiers/ (DFS and NoF replicas), events/ (a KV event per key).
  */
 #include "config.h"
 

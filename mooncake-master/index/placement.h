@@ -2,6 +2,9 @@
 /*
  * Placement that depends on the key and on the writer (segments.c), beside
  * mc_master_segments_allocate() of master.h, which knows neither.
+ *
+ * Owns: key- and writer-dependent placement's interface (index/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_PLACEMENT_H
 #define MC_MASTER_PLACEMENT_H

@@ -18,6 +18,11 @@
  * writer's own segments, then the other segments on its host (the part of
  * the name before its last ':'), ahead of that walk.  Best effort: fewer replicas than asked is
  * success; the caller turns zero into NO_AVAILABLE_HANDLE.
+ *
+ * Owns: the segment registry, each segment's allocator, and placement onto
+ *   them.
+ * May call: index/, durability/ (mount and unmount records), tiers/ (NoF
+ *   segments).
  */
 #include "config.h"
 

@@ -33,6 +33,10 @@
  * reports, they are freed at once.
  *
  * Single-threaded like the rest of the daemon (docs/threads.md).
+ *
+ * Owns: the copy and move tasks: their queue per client, states and
+ *   timeouts.
+ * May call: index/, durability/ (task records).
  */
 #include "config.h"
 

@@ -20,6 +20,9 @@
  * admin API changes the policy.  The state lives in one record per
  * master, found through tenants_of(): mc_master_t has no slot for it yet
  * (docs: a field there is the natural home).
+ *
+ * Owns: the tenant policy and quotas.
+ * May call: tenants.h and libmooncake's common/ only.
  */
 #include "config.h"
 

@@ -12,6 +12,9 @@
  * admitted and given back when the object goes away; an upsert moves the
  * charge to the new size.  (Upstream charges size x completed memory
  * replicas; one logical size per key is what a tenant is billed here.)
+ *
+ * Owns: the tenant interface (index/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_TENANTS_H
 #define MC_MASTER_TENANTS_H

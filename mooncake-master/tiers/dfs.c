@@ -4,6 +4,10 @@
  * layout, placement of records in the shard files, and their wire form.
  * The object index (objects.c) decides when a DFS replica is made and
  * when it goes; this file keeps the space and the counters.
+ *
+ * Owns: the DFS tier in the master: the layout, placement of records in
+ *   the shard files, their wire form.
+ * May call: tiers/ (dfs_alloc), ../master.h, libmooncake's common/.
  */
 #include "config.h"
 

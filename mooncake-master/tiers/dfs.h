@@ -11,6 +11,9 @@
  * belongs to its object, not to a client: holders dying or eviction take
  * only memory, and the object stays readable from the file.  Its extent
  * is given back when the object goes or its value is replaced.
+ *
+ * Owns: the DFS tier's interface and mc_master_dfs_t (tiers/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_DFS_H
 #define MC_MASTER_DFS_H

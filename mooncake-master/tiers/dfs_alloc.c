@@ -6,6 +6,10 @@
  * the array holds at most one more entry than the shard has live
  * extents.  DFS replicas are large and few next to memory objects, so a
  * linear first-fit scan costs less than the file write it precedes.
+ *
+ * Owns: the extent allocator of the DFS shards.
+ * May call: dfs_alloc.h only: no master type, so the unit tests build it
+ *   alone.
  */
 #include "config.h"
 

@@ -10,6 +10,9 @@
  *
  * No I/O: the master only does the bookkeeping; writers and readers open
  * the files.  Stand-alone (no master state) so the unit tests drive it.
+ *
+ * Owns: the extent allocator's interface (tiers/).
+ * May call: nothing.
  */
 #ifndef MC_MASTER_DFS_ALLOC_H
 #define MC_MASTER_DFS_ALLOC_H

@@ -28,6 +28,11 @@
  * it runs only when the pool is over its watermark or full.  Members of a
  * group of two or more are never taken (their memory eviction keeps them
  * together).
+ *
+ * Owns: the NoF pool: NoF segments, their placement, their eviction and
+ *   metrics.
+ * May call: tiers/, index/ (segments, clients, objects), admin/ (the
+ *   metric helper).
  */
 #include "config.h"
 
