@@ -11,8 +11,9 @@
  * through etcd to standbys (ship.c, ship.h).
  *
  * May call: ../master.h, index/ (restore rebuilds objects and segments;
- * the LRU), ha/ (leadership, the shipped log's backend), libmooncake's
- * common/ and coord/etcd.  Called by: index/ (a hook on every durable
+ * the LRU), ha/ (leadership, the shipped log's backend), rpc.c
+ * (mc_master_rpc_release, declared in snapshot.h: answers sent once
+ * durable), libmooncake's common/ and coord/etcd.  Called by: index/ (a hook on every durable
  * change), rpc.c (answers held until durable), master.c (start, stop),
  * ha/ and admin/ (metrics).
  */

@@ -9,9 +9,9 @@
  * msgpack.c use no master types, so the unit tests and the fuzzer build
  * them alone.
  *
- * May call: ../master.h, tiers/ (is a replica in memory), ha/ (publish
- * only while serving; the etcd endpoints), libmooncake's common/ and
- * coord/etcd.  Called by: index/ (an event per stored or
+ * May call: ../master.h, ../flags.h (the config check), tiers/ (is a
+ * replica in memory), ha/ (publish only while serving; the etcd
+ * endpoints), libmooncake's common/ and coord/etcd.  Called by: index/ (an event per stored or
  * removed key), master.c (start, stop) and admin/ (metrics).
  */
 #ifndef MC_MASTER_EVENTS_H

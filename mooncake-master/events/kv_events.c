@@ -22,7 +22,7 @@
  * Owns: the KV cache event publisher: its hooks, queue thread and
  *   transports (ZMQ, etcd).
  * May call: events/, tiers/ (is a replica in memory), ha/ (serving; the
- *   etcd endpoints), libmooncake's coord/etcd.
+ *   etcd endpoints), flags.h (the config check), libmooncake's coord/etcd.
  */
 #include "config.h"
 
