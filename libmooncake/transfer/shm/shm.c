@@ -593,26 +593,30 @@ static int exchange(mc_te_shm_peer_t *p, uint16_t op, uint64_t addr, uint64_t le
 }
 
 /* Ask the holder for our writer counts (a holder with gates only): without
- * them, every write goes over the network, where the holder sees it. */
-static void peer_writers_open(mc_te_shm_peer_t *p)
+ * them, every write goes over the network, where the holder sees it.  -1
+ * when the exchange itself failed: the connection is then out of step and
+ * unusable (a late answer would be taken for the next one's). */
+static int peer_writers_open(mc_te_shm_peer_t *p)
 {
     mc_te_shm_resp_t a;
     int wfd = -1;
     void *w;
 
     if (p->gates == NULL)
-        return;
-    if ((exchange(p, MC_TE_SHM_WRITERS, 0, 0, &a, &wfd) != 0) || (a.answer != MC_TE_SHM_OK) ||
-        !mc_te_shm_fd_shareable(wfd, WRITERS_LEN)) {
+        return 0;
+    if (exchange(p, MC_TE_SHM_WRITERS, 0, 0, &a, &wfd) != 0)
+        return -1;
+    if ((a.answer != MC_TE_SHM_OK) || !mc_te_shm_fd_shareable(wfd, WRITERS_LEN)) {
         mc_debug("same-host peer %s: no writer counts; writes go over the network", p->name);
         if (wfd >= 0)
             close(wfd);
-        return;
+        return 0;
     }
     w = mmap(NULL, WRITERS_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, wfd, 0);
     close(wfd);
     if (w != MAP_FAILED)
         p->writers = w;
+    return 0;
 }
 
 mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
@@ -662,7 +666,10 @@ mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
     p->ctl = ctl;
     if (p->ctl_len == CTL_LEN)
         p->gates = p->ctl + MC_TE_SHM_SLOTS;
-    peer_writers_open(p);
+    if (peer_writers_open(p) != 0) {
+        mc_debug("no same-host path to %s: no answer for the writer counts", name);
+        goto fail;
+    }
     return p;
 
 fail:
