@@ -327,7 +327,10 @@ def test_reservation_of_a_restarted_master_never_lands(procs):
     counter before the fence), the holder's value keeps its bytes, and the
     put goes through PUT_START to the new master."""
     ports = (free_port(), free_port(), free_port())
-    m = Master([], ports=ports)
+    # the filler takes all but 64 KiB of the segment: no background
+    # eviction may take it (or k2) away before they are read back
+    no_eviction = ["--eviction_high_watermark_ratio=1.0"]
+    m = Master(no_eviction, ports=ports)
     procs.append(m)
     holder, hname = client(procs, "holder", m, 8 * MiB, env={"MC_STORE_HEARTBEAT_MS": "50"})
     writer, _ = client(procs, "writer", m, 0)
@@ -337,7 +340,7 @@ def test_reservation_of_a_restarted_master_never_lands(procs):
     assert ops(m, "put_reserve") == 1
     m.proc.send_signal(signal.SIGKILL)
     m.proc.wait(timeout=30)
-    m2 = Master([], ports=ports)
+    m2 = Master(no_eviction, ports=ports)
     procs.append(m2)
     wait_until(lambda: any(s["name"] == hname and s["status"] == "OK" for s in segments(m2)),
                DEADLINE_S, "the holder to remount")
