@@ -170,8 +170,18 @@ nodist_mooncakepython_PYTHON = bindings/python/capi.py
 mooncakepyexecdir = $(pyexecdir)/mooncake
 mooncakepyexec_LTLIBRARIES = _capi.la
 nodist__capi_la_SOURCES = bindings/python/capi_wrap.c
-# The per-row object builders python.i declares (swig/pyhelpers.h).
-_capi_la_SOURCES = swig/pyhelpers.c swig/pyhelpers.h
+# The hand-written C of the module: python.i declares it and calls into it
+# (swig/py_glue.h: converters, BufferHandle, the Store and tensor method
+# bodies; swig/pyhelpers.h: the per-row object builders).
+_capi_la_SOURCES = \
+	swig/py_glue.h \
+	swig/py_conv.c \
+	swig/py_buffer.c \
+	swig/py_store.c \
+	swig/py_tensor.c \
+	swig/pyhelpers.c \
+	swig/pyhelpers.h \
+	$(NULL)
 _capi_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/swig
 # The generated wrapper builds with the project warnings and -Werror too.
 _capi_la_CFLAGS = $(AM_CFLAGS) $(PYTHON_CFLAGS) -fno-strict-aliasing
