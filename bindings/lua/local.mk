@@ -25,6 +25,9 @@ if ENABLE_LUA
 dist_lua_DATA = bindings/lua/mooncake.lua
 luaexec_LTLIBRARIES = mooncake_core.la
 nodist_mooncake_core_la_SOURCES = bindings/lua/core_wrap.c
+# The Lua C functions lua.i registers with %native (swig/lua_glue.h).
+mooncake_core_la_SOURCES = swig/lua_glue.c swig/lua_glue.h
+mooncake_core_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/swig
 mooncake_core_la_CFLAGS = $(AM_CFLAGS) $(LUA_CFLAGS) -fno-strict-aliasing
 mooncake_core_la_LIBADD = libmooncake.la
 mooncake_core_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext .so
