@@ -180,14 +180,18 @@ enum {
 /* put_batch (@p upsert 0) / upsert_batch (1). */
 PyObject *mooncake_py_write_batch(mc_store_h h, int upsert, PyObject *keys, PyObject *values,
                                   const mc_replicate_config_t *config);
+
 PyObject *mooncake_py_store_get(mc_store_h h, const char *key, int mutable_);
 PyObject *mooncake_py_store_get_batch(mc_store_h h, PyObject *keys, int mutable_);
 PyObject *mooncake_py_store_batch_exist(mc_store_h h, PyObject *keys);
+
+/* These five never touch the interpreter (called without the lock). */
 int64_t mooncake_py_store_dummy_stat(mc_store_h h, int which);
 int64_t mooncake_py_store_offload_stat(mc_store_h h, int which);
 uint64_t mooncake_py_store_mem_pool_alloc(mc_store_h h, uint64_t size);
 int64_t mooncake_py_store_remove_by_regex(mc_store_h h, const char *regex, int force);
 int64_t mooncake_py_store_remove_all(mc_store_h h, int force);
+
 PyObject *mooncake_py_store_mount_segment(mc_store_h h, const char *path, uint64_t size,
                                           uint64_t offset, const char *protocol,
                                           const char *location);
@@ -217,6 +221,7 @@ PyObject *mooncake_py_store_put_session_start(mc_store_h h, PyObject *keys, PyOb
                                               const mc_replicate_config_t *config);
 PyObject *mooncake_py_store_replica_descs(mc_store_h h, PyObject *keys);
 PyObject *mooncake_py_store_get_buffers(mc_store_h h, PyObject *keys);
+
 /* AsyncQueue.reap(): the list of @p n reaped records as (tag, result,
  * payload) tuples; every record is released, also when building the list
  * fails (NULL with the exception set). */
@@ -227,6 +232,8 @@ PyObject *mooncake_py_aq_done_list(mc_store_aq_done_t *done, size_t n);
 /* The module functions tensor_decode() and tensor_wrap(). */
 PyObject *mooncake_py_tensor_decode(const void *data, size_t len);
 PyObject *mooncake_py_tensor_wrap(PyObject *buf);
+
+/* The Store methods tensor_put, tensor_put_from and tensor_get_into. */
 PyObject *mooncake_py_store_tensor_put(mc_store_h h, int upsert, PyObject *keys, PyObject *recs,
                                        int tp_size, int split_dim,
                                        const mc_replicate_config_t *config);
@@ -235,6 +242,7 @@ PyObject *mooncake_py_store_tensor_put_from(mc_store_h h, int upsert, PyObject *
                                             int split_dim, const mc_replicate_config_t *config);
 PyObject *mooncake_py_store_tensor_get_into(mc_store_h h, PyObject *keys, PyObject *ptrs,
                                             PyObject *caps);
+
 #pragma GCC visibility pop
 
 #endif /* MOONCAKE_SWIG_PY_GLUE_H */
