@@ -16,6 +16,8 @@
 mooncake_py_sources = \
 	bindings/python/mooncake/__init__.py \
 	bindings/python/mooncake/_errors.py \
+	bindings/python/mooncake/_hooks.py \
+	bindings/python/mooncake/_keys.py \
 	bindings/python/mooncake/_malloc.py \
 	bindings/python/mooncake/_tensor.py \
 	bindings/python/mooncake/_util.py \
@@ -41,6 +43,7 @@ mooncake_reshard_py_sources = \
 	$(NULL)
 mooncake_reshard_weight_py_sources = \
 	bindings/python/mooncake/reshard/weight/__init__.py \
+	bindings/python/mooncake/reshard/weight/_memory.py \
 	bindings/python/mooncake/reshard/weight/manifest.py \
 	bindings/python/mooncake/reshard/weight/planner.py \
 	bindings/python/mooncake/reshard/weight/serde.py \
@@ -131,6 +134,7 @@ EXTRA_DIST += \
 	tests/python/rawwire.py \
 	tests/python/test_regex_bounds.py \
 	tests/python/test_clear_errors.py \
+	tests/python/test_package_imports.py \
 	tests/python/test_bounded_input.py \
 	tests/python/test_metadata_limits.py \
 	tests/python/test_metadata_owner.py \

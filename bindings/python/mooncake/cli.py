@@ -253,6 +253,8 @@ class Cli:
         return EXIT_OK
 
     def cmd_remove(self) -> int:
+        # Lazy: the store loads the native extension; the other commands
+        # speak HTTP to the daemons and run without it.
         from mooncake.store import MooncakeDistributedStore
 
         store = MooncakeDistributedStore()

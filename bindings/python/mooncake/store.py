@@ -56,7 +56,8 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, overload
 
 from mooncake import capi as _capi
-from mooncake import _malloc, _util
+from mooncake import _hooks, _malloc, _util
+from mooncake import engine as _engine
 from mooncake._errors import ErrorCode, describe, last_error_detail
 from mooncake._tensor import TensorMethods
 # Upstream's mooncake.store exports the pool too (and the Registered* names).
@@ -584,10 +585,9 @@ class MooncakeDistributedStore(TensorMethods):
         """The binding engine of setup()'s ``engine``, or None."""
         if engine is None:
             return None
-        from mooncake.engine import InnerTransferEngine, TransferEngine
-        if isinstance(engine, InnerTransferEngine):
+        if isinstance(engine, _engine.InnerTransferEngine):
             engine = engine._owner
-        if not isinstance(engine, TransferEngine):
+        if not isinstance(engine, _engine.TransferEngine):
             raise TypeError("engine must be None, a mooncake.engine.TransferEngine or its "
                             f"get_engine(), not {type(engine).__name__}")
         return engine._te
@@ -933,8 +933,13 @@ class MooncakeDistributedStore(TensorMethods):
         """Open a model-weight snapshot writer on this store: the same as
         ``WeightStore(store).begin_weight_snapshot(descriptor, adapter)``
         (``mooncake.reshard.weight``, docs/weights.md)."""
-        from .reshard.weight import store as weight_store
-        return weight_store.begin_weight_snapshot(self, descriptor, adapter)
+        opener = _hooks.weight_snapshot_opener
+        if opener is None:
+            # mooncake.reshard.weight (which installs the opener) was never
+            # imported, so ``descriptor`` is not its WeightSnapshotDescriptor:
+            # WeightStore.begin_weight_snapshot's own refusal.
+            raise TypeError("snapshot must be a WeightSnapshotDescriptor")
+        return opener(self, descriptor, adapter)
 
     def __enter__(self) -> "MooncakeDistributedStore":
         return self

@@ -71,6 +71,8 @@ except ImportError as e:  # pragma: no cover - depends on the installation
                       f"(Debian) or the numpy package ({e})") from e
 
 from mooncake import _util
+from mooncake import buffer_pool as _buffer_pool
+from mooncake._keys import _ere_escape, _normalize_key_prefix
 
 try:  # the native gather copy; the pure-numpy path is used without it
     from mooncake._fast_copy import concat_arrays_into as _concat_arrays_into
@@ -383,20 +385,6 @@ def _check_partition(partition: Any) -> str:
     return partition
 
 
-def _normalize_key_prefix(prefix: Any) -> str:
-    if not isinstance(prefix, str):
-        raise TypeError(f"key_prefix must be a str, not {type(prefix).__name__}")
-    p = prefix.strip("/")
-    if not p or any(ord(c) < 32 or ord(c) == 127 for c in p):
-        raise ValueError(f"key_prefix {prefix!r} must be non-empty without control characters")
-    return p
-
-
-def _ere_escape(text: str) -> str:
-    """``text`` as a POSIX extended regular expression matching itself."""
-    return "".join("\\" + c if c in ".[]{}()\\*+?^$|" else c for c in text)
-
-
 def _chunk_bytes_arg(value: Any) -> int:
     if not _util.is_int(value) or value <= 0:
         raise ValueError(f"chunk_bytes must be an int > 0, got {value!r}")
@@ -541,6 +529,8 @@ def _tensor_header_of(dtype_name: str, shape: List[int], nbytes: int) -> Optiona
     dtype without a code or more than 8 dimensions."""
     import struct
 
+    # Lazy: mooncake._tensor loads the native extension, which this module
+    # imports without (a store-less transfer over a test double).
     from mooncake import _tensor
 
     code = _tensor._CODE_OF_NAME.get(dtype_name.split(".", 1)[-1])
@@ -2178,6 +2168,8 @@ def _config_for_grouped_keys(config: Any, n: int) -> Any:
 
 def _new_config() -> Any:
     try:
+        # Lazy: mooncake.store loads the native extension, which this module
+        # imports without.
         from mooncake.store import ReplicateConfig
         return ReplicateConfig()
     except Exception:  # a store-less test double: any object with the fields
@@ -3010,6 +3002,7 @@ class _DataProtoMixin:
         if r is False:
             r = None
             try:
+                # Lazy: the native extension, which this module imports without.
                 from mooncake.store import MooncakeDistributedStore
                 from mooncake import capi
 
@@ -3199,6 +3192,7 @@ def _check_destination(name: str, dest: Any, dt: np.dtype, shape: List[int]) -> 
 
 def _tensor_from_object(buf: Any) -> Any:
     """A tensor object's bytes (header + data) as a tensor."""
+    # Lazy: the native extension (mooncake._tensor) and torch, only here.
     from mooncake import _tensor
 
     torch = _tensor.torch_module()
@@ -3815,9 +3809,8 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 self._pool_tried = True
                 if callable(getattr(self.store, "batch_put_from", None)) and \
                         callable(getattr(self.store, "alloc_from_mem_pool", None)):
-                    from mooncake.buffer_pool import BufferPool
                     try:
-                        self._pool = BufferPool(self.store)
+                        self._pool = _buffer_pool.BufferPool(self.store)
                     except (RuntimeError, TypeError):
                         self._pool = None  # no local buffer: store.put it is
             return self._pool
@@ -3984,14 +3977,12 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         """Staged chunks copied into pool leases (a chunk the pool has no
         room for now goes by store.put) and in-place arrays, in one
         batch_put_from: one master round trip for the whole object."""
-        from mooncake.buffer_pool import BufferPoolExhausted
-
         leases, items = [], []
         try:
             for o, key, off, size in staged:
                 try:
                     lease = pool.acquire(size, block=False)
-                except BufferPoolExhausted:
+                except _buffer_pool.BufferPoolExhausted:
                     lease = None
                 if lease is None:
                     written.append(self._put_staged(pool, config, o, key, off, size))
@@ -4052,11 +4043,9 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         """One chunk copied into a pool lease and written by batch_put_from,
         or by store.put when the pool has no room for it now: waiting could
         wait forever, e.g. for materialize() results the caller holds."""
-        from mooncake.buffer_pool import BufferPoolExhausted
-
         try:
             lease = pool.acquire(size, block=False)
-        except BufferPoolExhausted:
+        except _buffer_pool.BufferPoolExhausted:
             lease = None
         if lease is None:
             if o.kind == "rows":

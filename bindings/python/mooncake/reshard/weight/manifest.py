@@ -27,10 +27,12 @@ from math import prod
 from operator import attrgetter
 from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
                     Tuple)
+from typing import Callable as _Callable
 
 from .._checks import (c_strides, canonical_id, check_instances, check_int,
                        check_ints, check_optional_int, check_sequence, check_str, check_u64,
                        is_sha256_hex, sha256_hex)
+from .._checks import canonical_json as _canonical_json
 from ..contracts import (ResourceKind, RuntimeBindingFragment,
                          validate_resource_binding_identity)
 from ..geometry import box_contains, boxes_exactly_cover, boxes_overlap
@@ -436,13 +438,35 @@ _DERIVED = ("_native_cache", "_fragment_index")
 _eager = threading.local()
 
 
+#: planner.derive_columns, installed by the planner as it is imported (the
+#: planner is built on this module's types, so this module does not import
+#: it).  The package imports the planner right after this module, so every
+#: manifest constructed after ``import mooncake.reshard.weight`` finds it;
+#: None only while the package itself is being imported.
+_derive_columns: Optional[_Callable[[Any, Optional[Tuple[Any, ...]]], None]] = None
+
+
 def derive_planner_columns(manifest: Any, hint: Optional[Tuple[Any, ...]] = None) -> None:
     """A large manifest derives the planner's columns as it is constructed
     (planner.derive_columns), unless it is rebuilt only to be compared
     (`no_planner_columns`)."""
-    if not getattr(_eager, "off", False):
-        from .planner import derive_columns
-        derive_columns(manifest, hint)
+    if not getattr(_eager, "off", False) and _derive_columns is not None:
+        _derive_columns(manifest, hint)
+
+
+def _placement_json(placement: "WeightPlacementManifest") -> str:
+    """The canonical JSON of a placement (serde.weight_placement_to_json,
+    which checks its argument first; here so that `digest` needs no import
+    of serde, which is built on this module)."""
+    return _canonical_json({
+        "resource_kind": placement.resource_kind.value,
+        "resource_id": placement.resource_id, "revision": placement.revision,
+        "weight_generation": placement.weight_generation,
+        "placement_set_id": placement.placement_set_id,
+        "placement_id": placement.placement_id,
+        "topology": placement.topology.to_wire(),
+        "tensors": [t.to_wire() for t in placement.tensors],
+        "parts": [p.to_wire() for p in placement.parts]})
 
 
 @contextmanager
@@ -580,9 +604,7 @@ class WeightPlacementManifest:
     @property
     def digest(self) -> str:
         if self._digest_cache is None:
-            from .serde import weight_placement_to_json
-            object.__setattr__(self, "_digest_cache",
-                               sha256_hex(weight_placement_to_json(self)))
+            object.__setattr__(self, "_digest_cache", sha256_hex(_placement_json(self)))
         return self._digest_cache
 
     def part(self, participant_id: str) -> WeightPlacementPart:

@@ -37,9 +37,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .._checks import c_strides, check_str
 from ..geometry import boxes_exactly_cover, regions_exactly_cover
+from . import manifest as _manifest_module
 from .manifest import (OwnershipAxis, ParallelRank, PlacementFragment, TensorDescriptor,
                        WeightPlacementManifest, WeightPlacementPart, _thread_flag,
                        no_planner_columns)
+from .serde import weight_placement_from_json as _placement_from_json
+from .serde import weight_placement_to_json as _placement_to_json
 from .storage_manifest import (StoredFragment, StoredManifestIdentity, WeightManifest,
                                validate_weight_manifest_snapshot)
 
@@ -332,11 +335,10 @@ class LogicalTransferPlan:
     def validate_source_placement_snapshot(self) -> WeightPlacementManifest:
         if self.source_placement is None:
             raise ValueError("logical plan has no source placement")
-        from .serde import weight_placement_from_json, weight_placement_to_json
         p = self.source_placement
         try:
             with no_planner_columns():      # compared, never planned
-                rebuilt = weight_placement_from_json(weight_placement_to_json(p))
+                rebuilt = _placement_from_json(_placement_to_json(p))
         except ValueError as exc:
             raise ValueError(f"source placement snapshot is invalid: {exc}") from None
         if rebuilt != p or rebuilt.placement_id != p.placement_id:
@@ -1236,6 +1238,17 @@ def derive_columns(obj: Any, hint: Optional[Tuple[Any, ...]] = None) -> None:
         obj.__dict__.pop("_native_cache", None)
 
 
+def _eager_derive_columns(obj: Any, hint: Optional[Tuple[Any, ...]] = None) -> None:
+    """manifest.derive_planner_columns's way in: derive_columns, looked up
+    at each call (so that replacing ``planner.derive_columns`` takes)."""
+    derive_columns(obj, hint)
+
+
+# The manifests call the planner as they are constructed; the planner is
+# built on their types, so it hands itself over rather than being imported.
+_manifest_module._derive_columns = _eager_derive_columns
+
+
 class _NativeRefused(Exception):
     """The native core refused the input as malformed: use the reference."""
 
@@ -1285,6 +1298,8 @@ class _NativePlan:
             self.table, ctypes.addressof(self.params), int(keys.ctypes.data),
             int(offsets.ctypes.data), 0 if selected is None else int(sel.ctypes.data))
         if st != 0:
+            # Lazy: mooncake._errors loads the native extension, which this
+            # module may run without (the reference planner); here it is loaded.
             from ..._errors import last_error_detail
             raise RuntimeError(f"reshard lowering failed ({st}): {last_error_detail()}")
         try:

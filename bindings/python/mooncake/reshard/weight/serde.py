@@ -15,7 +15,7 @@ from typing import Any, List, Union
 
 from .._checks import canonical_json, check_keys, json_int, load_json
 from .manifest import (ParallelTopology, PlacementFragment, TopologyParticipant,
-                       WeightPlacementManifest, WeightPlacementPart)
+                       WeightPlacementManifest, WeightPlacementPart, _placement_json)
 from .types import rank_from_wire, tensor_from_wire
 
 _TOP_KEYS = ("resource_kind", "resource_id", "revision", "weight_generation",
@@ -29,15 +29,7 @@ _FRAGMENT_KEYS = ("placement_fragment_id", "tensor_id", "global_offset", "local_
 def weight_placement_to_json(placement: WeightPlacementManifest) -> str:
     if not isinstance(placement, WeightPlacementManifest):
         raise ValueError("placement must be a WeightPlacementManifest")
-    return canonical_json({
-        "resource_kind": placement.resource_kind.value,
-        "resource_id": placement.resource_id, "revision": placement.revision,
-        "weight_generation": placement.weight_generation,
-        "placement_set_id": placement.placement_set_id,
-        "placement_id": placement.placement_id,
-        "topology": placement.topology.to_wire(),
-        "tensors": [t.to_wire() for t in placement.tensors],
-        "parts": [p.to_wire() for p in placement.parts]})
+    return _placement_json(placement)
 
 
 def _list(name: str, value: Any) -> List[Any]:

@@ -28,11 +28,14 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ...structured_object_store import _ere_escape, _normalize_key_prefix
+from ... import _hooks
+from ..._keys import _ere_escape, _normalize_key_prefix
+from . import _memory
 from .store_plan import RangedRead
 from .snapshot import WeightSnapshotAdapter, WeightSnapshotDescriptor
 from .storage_manifest import StoredManifestIdentity, WeightManifest
 from . import store_load
+from .store_writer import PlacementSnapshotWriter as _PlacementSnapshotWriter
 
 _INVALID_PARAMS = -600
 
@@ -48,17 +51,8 @@ class WeightStoreError(RuntimeError):
 
 def _memory_of(tensor: Any) -> Tuple[int, int, Any]:
     """(address, nbytes, owner) of a contiguous CPU copy-free view, or of a
-    contiguous copy when ``tensor`` is not contiguous."""
-    if hasattr(tensor, "data_ptr"):  # torch
-        if tensor.device.type != "cpu":
-            raise WeightStoreError(f"tensor on {tensor.device} (only CPU memory is supported)")
-        t = tensor.detach()
-        if not t.is_contiguous():
-            t = t.contiguous()
-        return t.data_ptr(), t.numel() * t.element_size(), t
-    import numpy as np
-    a = np.ascontiguousarray(tensor)
-    return a.ctypes.data, a.nbytes, a
+    contiguous copy when ``tensor`` is not contiguous (_memory.memory_of)."""
+    return _memory.memory_of(tensor, WeightStoreError)
 
 
 def _dest_memory(tensor: Any, what: str) -> Tuple[int, int]:
@@ -126,15 +120,14 @@ class WeightStore:
         (``WeightSnapshotSource``); the placement's identity must be the
         descriptor's, its coverage is re-proved and every binding
         validated; ``commit()`` publishes upstream's ``WeightManifest``."""
-        from .store_writer import PlacementSnapshotWriter
         if not isinstance(snapshot, WeightSnapshotDescriptor):
             raise TypeError("snapshot must be a WeightSnapshotDescriptor")
         if not hasattr(adapter, "participant_id") or \
                 not callable(getattr(adapter, "export_source", None)):
             raise TypeError("adapter must have participant_id and export_source(descriptor) "
                             "returning upstream's placement (see WeightSnapshotAdapter)")
-        return PlacementSnapshotWriter(self, snapshot, adapter,
-                                       adapter.export_source(snapshot), WeightStoreError)
+        return _PlacementSnapshotWriter(self, snapshot, adapter,
+                                        adapter.export_source(snapshot), WeightStoreError)
 
     def _put_memory(self, key: str, ptr: int, size: int) -> int:
         """Zero-copy from registered memory (the caller's registration, or
@@ -485,6 +478,16 @@ def _staged_groups(lw: "store_load.LoweredReads", max_run: int
 def begin_weight_snapshot(store: Any, snapshot: WeightSnapshotDescriptor, adapter: Any) -> Any:
     """``WeightStore(store).begin_weight_snapshot(snapshot, adapter)``."""
     return WeightStore(store).begin_weight_snapshot(snapshot, adapter)
+
+
+def _open_weight_snapshot(store: Any, snapshot: Any, adapter: Any) -> Any:
+    """MooncakeDistributedStore.begin_weight_snapshot's way in (_hooks):
+    begin_weight_snapshot, looked up at each call."""
+    return begin_weight_snapshot(store, snapshot, adapter)
+
+
+# mooncake.store is below this module and does not import it: hand it the opener.
+_hooks.weight_snapshot_opener = _open_weight_snapshot
 
 
 __all__ = ["WeightSnapshotAdapter", "WeightSnapshotDescriptor", "WeightStore",

@@ -11,9 +11,11 @@ storage_manifest.py, planner.py).
 
 from __future__ import annotations
 
+import json
 from math import prod
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
+from ..._keys import _ere_escape
 from .manifest import (ParallelTopology, PlacementFragment, ReplicatedAxis, SplitAxis,
                        TensorDescriptor, TopologyParticipant, WeightPlacementManifest)
 from .types import ParallelRank
@@ -122,9 +124,6 @@ class _SnapshotWriterEnd:
 
     def abort(self) -> int:
         """Remove everything this writer stored; returns the keys removed."""
-        import json
-
-        from ...structured_object_store import _ere_escape
         with self._lock:
             if self._state == "committed":
                 raise self._writer_error("abort: the snapshot is already committed")

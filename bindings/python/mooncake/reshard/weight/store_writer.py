@@ -30,6 +30,7 @@ from collections import defaultdict
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from . import _memory
 from .manifest import (PlacementFragment, WeightPlacementManifest, _check_aliases_consistent,
                        no_planner_columns,
                        _check_placement_fragments, _check_tensor_coverage,
@@ -133,6 +134,8 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
         """The live key sits on this client's own segment, so it goes when
         this process dies (client TTL): the payloads are then abandoned and
         `WeightStore.reclaim_abandoned(descriptor, [index])` removes them."""
+        # Lazy: mooncake.store loads the native extension and the buffer
+        # pool; upstream's contracts in this package import without them.
         from ...store import ReplicateConfig
         cfg = None
         host = getattr(self._store, "get_hostname", lambda: "")()
@@ -182,8 +185,7 @@ class PlacementSnapshotWriter(_SnapshotWriterEnd):
                 return []
             if placement_fragment_id in self._written:
                 raise ValueError(f"fragment {placement_fragment_id} was already written")
-            from .store import _memory_of
-            ptr, size, owner = _memory_of(tensor)
+            ptr, size, owner = _memory.memory_of(tensor, self._error)
             self._written[placement_fragment_id] = self._put(f, ptr, size)
             del owner
             return [placement_fragment_id]

@@ -17,6 +17,8 @@ from typing import Any, Dict, Literal, Optional, Tuple, Union
 
 from .._checks import (check_int, check_ints, check_optional_int, check_sequence,
                        check_str)
+from .._checks import check_keys as _check_keys
+from .._checks import json_int as _json_int
 
 ParallelAxisKind = Literal["dp", "pp", "ep", "tp"]
 SplitAxisKind = Literal["ep", "tp"]
@@ -202,8 +204,7 @@ def axis_from_wire(obj: Any, label: str) -> ParallelAxis:
 
 
 def tensor_from_wire(obj: Any, label: str) -> TensorDescriptor:
-    from .._checks import check_keys
-    check_keys(label, obj, TENSOR_KEYS)
+    _check_keys(label, obj, TENSOR_KEYS)
     axes = obj["parallel_axes"]
     if not isinstance(axes, list):
         raise ValueError("parallel_axes must be a sequence")
@@ -215,6 +216,5 @@ def tensor_from_wire(obj: Any, label: str) -> TensorDescriptor:
 
 
 def rank_from_wire(obj: Any, label: str) -> ParallelRank:
-    from .._checks import check_keys, json_int
-    check_keys(label, obj, ("dp", "tp", "pp", "ep"))
-    return ParallelRank(**{k: json_int(f"rank {k}", obj[k], 0) for k in ("dp", "tp", "pp", "ep")})
+    _check_keys(label, obj, ("dp", "tp", "pp", "ep"))
+    return ParallelRank(**{k: _json_int(f"rank {k}", obj[k], 0) for k in ("dp", "tp", "pp", "ep")})
