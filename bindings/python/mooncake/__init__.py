@@ -18,6 +18,9 @@ so add-on distributions may install modules under ``mooncake.``.
 The native binding (``mooncake.capi`` / ``mooncake._capi``) is private and
 may change without notice; everything people use is re-exported, with
 documentation and type hints, by the modules of this package.
+
+May import: buffer_pool only (it imports without the native extension); the
+other modules are imported by name.
 """
 
 from pkgutil import extend_path

@@ -6,6 +6,9 @@ OBJECT_NOT_FOUND, ...).  They are not copied here: :class:`ErrorCode` is
 built at import time by enumerating ``MC_STATUS_TABLE`` through the native
 binding, so Python and C cannot drift apart.  Every code is also a module
 constant (``OBJECT_NOT_FOUND == -704``).
+
+May import: the native binding (capi) only: it is the bottom layer with
+_util.
 """
 
 import enum

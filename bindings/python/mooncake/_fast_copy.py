@@ -16,6 +16,9 @@ memory.
 fetched payload as the Python objects a reader returns (numpy views, str,
 bytes), checked and built in one native call (``swig/pyhelpers.c``);
 :func:`utf8_pack` makes the payload of a column of str the same way.
+
+May import: numpy, the native binding, _errors and _util (the low layer);
+never store or structured_object_store, which call it.
 """
 
 import operator

@@ -25,6 +25,8 @@ tunes it, as does an empty value; anything else fails setup with
 ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_`` or a ``glibc.malloc`` tunable in
 ``GLIBC_TUNABLES``) keeps them, and so does one whose C library is not
 glibc.
+
+May import: the standard library and ctypes only (mooncake.store calls it).
 """
 
 import ctypes

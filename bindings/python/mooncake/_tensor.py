@@ -26,6 +26,9 @@ Conventions, as upstream:
 * a tensor returned by a ``get_*`` call owns its memory (a bytearray it
   keeps alive); one returned by a ``*_into`` call views the caller's buffer
   (no copy), which must outlive it.
+
+May import: the native binding, _errors and _util (the low layer), torch on
+first use; never store, which builds on it.
 """
 
 import ctypes

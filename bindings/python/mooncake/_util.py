@@ -14,6 +14,9 @@ that ``mc_parse_size`` (master flags) accepts, and not upstream's literal
 *Python* config parser is a different grammar (floats with exponents, no
 space-separated ``MiB``) and lives with its only user,
 :mod:`mooncake.mooncake_config`.
+
+May import: the standard library only: every module of the package may
+import it.
 """
 
 import re

@@ -43,6 +43,8 @@ when it runs fail as the sync calls fail on a closed store
 (``UNAVAILABLE_IN_CURRENT_STATUS``, ``b""`` for a get), and the store
 can be set up again.  Several threads may each run an event loop on one
 store; each loop gets its own queue.
+
+May import: store and the low layer (the native binding, _errors, _util).
 """
 
 import asyncio

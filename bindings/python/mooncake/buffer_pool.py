@@ -64,6 +64,9 @@ that uses it); ``prewarm_size``/``prewarm_count`` and
 Where this pool differs from upstream's: a blocking acquire without a
 timeout that nothing of this pool can ever satisfy (no lease of it is
 active) raises "buffer pool is exhausted" instead of waiting forever.
+
+May import: _util and the native binding (optional: the pool names are None
+without it); never store, which re-exports it.
 """
 
 import collections

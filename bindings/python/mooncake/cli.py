@@ -19,6 +19,9 @@ the master's RPC port (``--master``) as a store client that mounts nothing.
 ``--json`` prints the answer as JSON for scripts.  Exit status: 0 on
 success, 1 when the thing asked for does not exist or the server refused,
 2 when the server cannot be reached or the command line is wrong.
+
+May import: store (only for ``remove``, lazily: the other commands speak
+HTTP and run without the native extension).
 """
 
 import argparse

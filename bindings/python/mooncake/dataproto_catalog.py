@@ -15,6 +15,8 @@ group of fields that live together, the (fragment, row) of every key, and
 the handles to read them with ``MooncakeBundleTransfer.get(handle,
 rows=[...])``.  Metadata only: nothing here touches a store.  Not
 thread-safe (guard it with a lock when shared).
+
+May import: structured_object_store (and, through it, the store).
 """
 
 import copy

@@ -31,6 +31,9 @@ construction, at least 5, default 30) plus one second per GiB moved.
 What this build lacks fails loudly: CUDA-stream transfers, notifies and
 ``get_local_topology`` raise :class:`NotImplementedError`; the
 ``SUPPORT_*`` constants say so up front.
+
+May import: the native binding and _errors (the low layer); never store,
+which takes an engine at setup().
 """
 
 import array

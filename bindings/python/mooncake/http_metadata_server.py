@@ -30,6 +30,9 @@ built from the master's own metadata store) has a value limit and a quota.
 :func:`main` (``python3 -m mooncake.http_metadata_server``) runs this
 Python server in the foreground until SIGINT or SIGTERM; it never executes
 the C daemon.
+
+May import: the standard library and aiohttp only; no other module of the
+package.
 """
 
 import argparse

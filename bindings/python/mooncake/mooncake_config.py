@@ -34,6 +34,8 @@ Booleans (``enable_ssd_offload``, ``enable_client_http_server`` and their
 variables) go through :func:`_parse_bool`: bools as they are, numbers by
 truth value, ``None``/``""`` as False, and the words ``true 1 yes on enable``
 / ``false 0 no off disable`` in any case; anything else is a ValueError.
+
+May import: the standard library only; no other module of the package.
 """
 
 import json

@@ -39,6 +39,8 @@ importing this module raises an ImportError that says so.
 
 The handlers call the store on the event loop, as upstream does, except
 ``unmount_local_disk`` whose grace period runs in a thread.
+
+May import: store and mooncake_config.
 """
 
 import argparse

@@ -46,6 +46,11 @@ return one per key) rather than an exception; a non-int is a TypeError.
 
 Every call that waits for the network releases the GIL, so other Python
 threads keep running, and one store may be used by many threads at once.
+
+May import: the low layer (the native binding, _errors, _util, _hooks,
+_malloc, _tensor, buffer_pool, engine); never structured_object_store,
+async_store or reshard, which are built on it (it reaches the weight
+store's opener through _hooks).
 """
 
 import enum

@@ -47,6 +47,11 @@ crash leaves behind are documented in ``docs/structured.md``.  In short:
 * ``materialize_into`` fills the caller's arrays (the result holds the
   very same objects), a slice reads only its byte range
   (``get_into_ranges``).
+
+May import: the low layer (_util, _keys, _fast_copy, buffer_pool; _tensor
+lazily) and store (lazily: this module imports without the native
+extension); never dataproto_catalog or reshard, which are built on it or
+beside it.
 """
 
 import copy

@@ -5,6 +5,8 @@ The public surface is upstream's: :mod:`mooncake.reshard.contracts` (the
 resource-neutral ids and Protocols), :mod:`mooncake.reshard.geometry` (box
 arithmetic) and :mod:`mooncake.reshard.weight` (the model-weight placement,
 binding and stored-manifest contracts, the planner, and our WeightStore).
+
+May import: its own contracts; reshard.weight is imported by name.
 """
 
 from .contracts import PlacementManifest, ResourceKind, ResourceManifest, RuntimeBindingManifest

@@ -6,6 +6,8 @@ message names the field; these helpers keep those messages in one place so
 that every class words them alike ("nbytes must be an integer", "... must be
 at least 1", "... must fit in an unsigned 64-bit integer").  Types are
 checked exactly: a bool is not an integer and a str is not a sequence.
+
+May import: the standard library only (the bottom of reshard).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ holds which logical box, identified by a content hash; a running instance
 structural only (not runtime-checkable), so the weight classes satisfy them
 without inheriting.  ``RuntimeBindingFragment`` — one bound fragment's
 address, shape and strides — lives here because it is not weight-specific.
+
+May import: reshard._checks only.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ A box is (offset, shape): per dimension the half-open interval
 prove "these boxes tile that tensor exactly" with `boxes_exactly_cover`:
 every box inside, volumes adding up, and no two boxes overlapping — which
 together mean each element is covered once.
+
+May import: the standard library only.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ The store's own names (``WeightStore``, ``WeightSnapshotDescriptor``,
 ``WeightSnapshotAdapter``, ...) are importable from here too; none clashes
 with upstream's.  The store writes and loads upstream's contracts only
 (``store_writer``, ``store_load``).
+
+May import: its submodules, which it re-exports.
 """
 
 from .manifest import (OwnershipAxis, ParallelRank, ParallelTopology, PlacementFragment,

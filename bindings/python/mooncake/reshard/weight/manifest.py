@@ -14,6 +14,10 @@ binding matches the placement byte for byte.
 
 Every refusal is a ValueError whose message is upstream's, so that code
 written against upstream's contracts sees the same errors here.
+
+May import: reshard._checks, contracts, geometry and weight.types; never the
+planner or serde, which are built on its types (the planner installs
+``_derive_columns`` here as it is imported).
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ The public functions make their plans with libmooncake's planner core
 (`<mooncake/reshard.h>`, "the native core" at the end of this module);
 the Python functions in between are the reference it is tested against
 (`reference_planner()`).
+
+May import: reshard._checks, geometry, weight.manifest, serde and
+storage_manifest, the native binding (optional) and _errors (lazily, on the
+native path); never the store modules.
 """
 
 from __future__ import annotations

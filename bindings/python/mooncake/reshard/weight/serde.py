@@ -7,13 +7,16 @@ same bytes and `WeightPlacementManifest.digest` is the SHA-256 of it.
 Parsing is strict — exact key sets, no duplicate keys, no NaN — and
 rebuilds through the constructors, so both the topology id and the
 placement id in the document must be the canonical ones.
+
+May import: reshard._checks, weight.manifest and weight.types.
 """
 
 from __future__ import annotations
 
 from typing import Any, List, Union
 
-from .._checks import canonical_json, check_keys, json_int, load_json
+# canonical_json: used by manifest._placement_json now; still importable from here.
+from .._checks import canonical_json, check_keys, json_int, load_json  # noqa: F401
 from .manifest import (ParallelTopology, PlacementFragment, TopologyParticipant,
                        WeightPlacementManifest, WeightPlacementPart, _placement_json)
 from .types import rank_from_wire, tensor_from_wire

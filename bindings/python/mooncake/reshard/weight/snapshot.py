@@ -2,7 +2,10 @@
 """What a snapshot writer is opened with: the snapshot's identity
 (WeightSnapshotDescriptor) and an adapter that exports upstream's complete
 source placement plus live runtime bindings (WeightSnapshotAdapter, or any
-object with ``participant_id`` and ``export_source(descriptor)``)."""
+object with ``participant_id`` and ``export_source(descriptor)``).
+
+May import: weight.manifest (and what it imports).
+"""
 
 from __future__ import annotations
 

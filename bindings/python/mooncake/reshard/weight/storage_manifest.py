@@ -8,6 +8,9 @@ tensor is covered exactly once (replicas are stored once), payload ranges
 never share bytes, and `manifest_digest` is the SHA-256 of `to_json()`.
 Tensors and fragments keep their input order — it is hashed — so builders
 sort them first.
+
+May import: reshard._checks, contracts, geometry, weight.manifest and
+weight.types.
 """
 
 from __future__ import annotations

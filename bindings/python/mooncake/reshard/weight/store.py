@@ -16,6 +16,11 @@ runtime bindings; the plan is upstream's planner's
 (plan_stored_transfer_to_target_placement, made by libmooncake's planner
 core); contract refusals are upstream's ValueErrors, store failures
 WeightStoreError.
+
+May import: _hooks, _keys, _memory and the weight modules below it
+(snapshot, storage_manifest, store_load, store_plan, store_writer); not
+mooncake.store or structured_object_store (it works on any store object it
+is given).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ The store's own pre-upstream layout types (a 3-field TensorDescriptor,
 fragments with an int rank, a manifest of its own) are gone: the store
 writes, plans and loads upstream's contracts only (manifest.py,
 storage_manifest.py, planner.py).
+
+May import: _keys, weight.manifest and weight.types.
 """
 
 from __future__ import annotations

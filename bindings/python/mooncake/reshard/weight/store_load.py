@@ -9,6 +9,9 @@ target fragment's bytes go — a destination tensor keyed by
 `placement_fragment_id`, or the memory a runtime binding declares.  The
 WeightStore executes the reads with the same ranged-read machinery as its
 own snapshots.
+
+May import: reshard.contracts, weight.manifest, planner, storage_manifest
+and store_plan.
 """
 
 from __future__ import annotations

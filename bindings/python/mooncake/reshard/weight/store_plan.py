@@ -8,6 +8,8 @@ length, counts and strides); ``expand()`` lists them.  The store executes
 the flat, coalesced form (store_load.LoweredReads, made by libmooncake's
 planner core); these objects are what a caller inspects, and the lowering
 of plans the Python reference planner made.
+
+May import: the standard library only (numpy on first use).
 """
 
 from __future__ import annotations

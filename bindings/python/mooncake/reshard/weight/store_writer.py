@@ -18,6 +18,11 @@ topology (participant ids are free text and may contain "/"):
     {group_id}/live/r{index}                        the writer's live key
     {group_id}/part/r{index}                        its fragment record
     {group_id}/manifest                             the WeightManifest
+
+May import: _memory, weight.manifest, planner, snapshot, storage_manifest,
+store_layout, and mooncake.store (lazily: upstream's contracts in this
+package import without the native extension); never weight.store, which
+opens the writer.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ hold it: split along a dimension (`SplitAxis`), a full copy each
 (`ReplicatedAxis`), or only the declared owners (`OwnershipAxis`).  The
 placement contract proves its fragments against these declarations, so
 nothing is ever inferred from tensor names.
+
+May import: reshard._checks only.
 """
 
 from __future__ import annotations
