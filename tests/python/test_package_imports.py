@@ -69,7 +69,8 @@ def _is_type_checking(test):
 
 def _imports(module, path):
     """[(imported module, line, "module" or "function")] of one module."""
-    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
     is_pkg = os.path.basename(path) == "__init__.py"
     out = []
 
