@@ -229,6 +229,17 @@ class Etcd(Proc):
         self.ready(lambda: http(f"{c}/v3/kv/put", body) is not None, 30, "etcd")
 
 
+def tail_of(path: str, n: int = 3000) -> str:
+    """The last ``n`` characters of the file at ``path`` ("" when unreadable):
+    what a crashed process said last goes into the report, which outlives
+    the run directory (a CI machine keeps only its output)."""
+    try:
+        w = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return w[-n:]
+
+
 class Worker(ClientProc):
     """A fault_worker.py process on ``host``: a ClientProc whose log stays
     in the run directory."""
@@ -237,7 +248,8 @@ class Worker(ClientProc):
         self.host = host
         self.wid = wid
         self.hostname = ""                 # its segment's name, once set up
-        super().__init__(name, env={"MC_LOG_LEVEL": "warn"},
+        # a crash in C prints every thread's Python stack to the log
+        super().__init__(name, env={"MC_LOG_LEVEL": "warn", "PYTHONFAULTHANDLER": "1"},
                          prefix=run.net.prefix(COLOCATED.get(host, host)), script=WORKER,
                          log_path=run.dir / f"worker-{name.replace('#', '-')}.log")
 
@@ -605,7 +617,8 @@ class FaultRun:
                 self.start_master(h)
         for h, w in list(self.workers.items()):
             if not w.alive():
-                self.crashes.append(f"worker {w.name} exited with {w.proc.returncode}")
+                self.crashes.append(f"worker {w.name} exited with {w.proc.returncode}; "
+                                    f"its log ends:\n{tail_of(w.log.name)}")
                 self.say(f"  worker {w.name} exited with {w.proc.returncode}; restarting it")
                 w.stop()
                 self.workers[h] = self.start_worker(h, self.spawn(h), time.monotonic() + 40)
