@@ -56,7 +56,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     uint64_t now   = mc_now_ms();
     (void)fd;
     (void)what;
-    mc_master_clients_tick(m, now);
+    mc_master_clients_tick(m, now, mc_master_ha_serving(m));
     mc_master_objects_tick(m, now);
     mc_master_tasks_tick(m, now);
     mc_master_evict_tick(m, now);

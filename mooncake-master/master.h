@@ -571,6 +571,8 @@ struct mc_master {
 
     /* clients.c */
     mc_hmap_t clients;
+    uint64_t clients_tick_ms;  /* the last liveness tick, 0 before the first */
+    int clients_unserved;      /* a tick found the master not answering */
 
     /* http.c: the embedded metadata store, NULL unless
      * --enable_http_metadata_server */

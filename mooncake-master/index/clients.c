@@ -46,6 +46,7 @@ static int client_eq(const mc_hnode_t *node, const void *key)
 
 mc_status_t mc_master_clients_init(mc_master_t *m)
 {
+    m->clients_tick_ms = mc_now_ms();
     return mc_hmap_init(&m->clients, 64) == 0 ? MC_OK : MC_INTERNAL_ERROR;
 }
 
@@ -262,10 +263,51 @@ static void cleanup_metadata(mc_master_t *m, mc_client_t *c)
     }
 }
 
-void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms)
+/* A tick this much later than the one before it means the event loop was
+ * held up (no PING was read meanwhile either). */
+#define MC_CLIENT_STALL_MS 1000u
+
+/* Time the master itself did not answer does not count against its
+ * clients: while it is fenced (a lease renewal that etcd holds up during
+ * its own election, a takeover's log install) their PINGs are refused,
+ * and while its loop is held up they are not read.  Once it answers
+ * again, every client that pings gets a whole TTL from then on; restored
+ * clients keep their remount deadline (they do not ping before remounting). */
+static int clients_unserved(mc_master_t *m, uint64_t now_ms, int serving)
+{
+    uint64_t last = m->clients_tick_ms;
+    m->clients_tick_ms = now_ms;
+    if (!serving) {
+        m->clients_unserved = 1;
+        return 1;
+    }
+    if (m->clients_unserved || (now_ms - last > MC_CLIENT_STALL_MS)) {
+        mc_hmap_iter_t it;
+        uint64_t from = now_ms + ttl_ms(m);
+        for (mc_hnode_t *n = mc_hmap_first(&m->clients, &it); n != NULL;
+             n = mc_hmap_next(&m->clients, &it)) {
+            mc_client_t *c = mc_container_of(n, mc_client_t, node);
+            if (!c->restored && (c->deadline_ms < from))
+                c->deadline_ms = from;
+        }
+        if (m->clients_unserved)
+            mc_info("answering again: every client's TTL restarts now");
+        else
+            mc_warn("the event loop was held up for %" PRIu64 " ms: every client's TTL restarts "
+                    "now", now_ms - last);
+        m->clients_unserved = 0;
+    }
+    return 0;
+}
+
+void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms, int serving)
 {
     mc_hmap_iter_t it;
-    mc_hnode_t *n = mc_hmap_first(&m->clients, &it);
+    mc_hnode_t *n;
+
+    if (clients_unserved(m, now_ms, serving))
+        return;
+    n = mc_hmap_first(&m->clients, &it);
     while (n != NULL) {
         mc_client_t *c = mc_container_of(n, mc_client_t, node);
         n              = mc_hmap_next(&m->clients, &it);

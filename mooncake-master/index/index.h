@@ -176,8 +176,9 @@ void mc_master_client_forget(mc_master_t *m, mc_client_t *c, const char *why);
  * heartbeats (the gap between its last two pings, 1 s until it has
  * pinged twice) is suspect: placement avoids its segments. */
 int mc_master_client_suspect(const mc_master_t *m, const mc_client_t *c, uint64_t now_ms);
-/* Expire clients whose deadline passed. */
-void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms);
+/* Expire clients whose deadline passed; @p serving is 0 while the master
+ * answers no request (ha.h), time that does not count against them. */
+void mc_master_clients_tick(mc_master_t *m, uint64_t now_ms, int serving);
 size_t mc_master_clients_count(const mc_master_t *m);
 
 int32_t mc_master_ping(mc_req_ctx_t *x, const mc_wire_ping_req_t *req, mc_wire_ping_resp_t *resp);

@@ -14,6 +14,8 @@
 """
 
 import json
+import signal
+import time
 import urllib.request
 import uuid
 
@@ -109,5 +111,32 @@ def test_a_client_on_a_dead_clients_port_replaces_its_segment_at_once(spawn_clie
         assert put["rc"] == 0
         got = heir.call("get", key=k)
         assert (got["len"], got["sha256"]) == (5000, put["sha256"])
+    finally:
+        m.stop()
+
+
+def test_a_held_up_master_does_not_count_its_own_pause_against_clients(spawn_client):
+    """A master stopped for longer than --client_ttl (SIGSTOP here; a loop
+    held up, or a leader fenced while etcd elects, in production) read no
+    PING meanwhile: once it runs again its clients get a whole TTL to be
+    heard from, instead of being expired by the first tick, objects and all."""
+    m = Master()
+    try:
+        holder = spawn_client("holder")
+        name = holder.setup(m)
+        keys = owned_keys(holder, name)
+        m.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(3 * CLIENT_TTL_S)  # the pause under test, not a wait for a result
+        finally:
+            m.proc.send_signal(signal.SIGCONT)
+        # past the TTL that would have expired it: the holder's heartbeats
+        # reach the master again meanwhile
+        time.sleep(CLIENT_TTL_S + 1.0)
+        for k in keys:
+            assert holder.call("exist", key=k)["rc"] == 1, m.log_text()[-2000:]
+        log = m.log_text()
+        assert "expired (no ping within --client_ttl)" not in log
+        assert "the event loop was held up" in log
     finally:
         m.stop()
