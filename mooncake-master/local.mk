@@ -6,7 +6,11 @@ mooncake_master_SOURCES = \
 	mooncake-master/flags.c mooncake-master/flags.h \
 	mooncake-master/rpc.c \
 	mooncake-master/index/index.h \
-	mooncake-master/index/objects.c \
+	mooncake-master/index/objects.c mooncake-master/index/objects_internal.h \
+	mooncake-master/index/writes.c \
+	mooncake-master/index/queries.c \
+	mooncake-master/index/removes.c \
+	mooncake-master/index/offload.c \
 	mooncake-master/index/segments.c \
 	mooncake-master/index/clients.c \
 	mooncake-master/index/tenants.c mooncake-master/index/tenants.h \
