@@ -541,8 +541,8 @@ struct mc_master {
 
     /* objects.c */
     mc_chmap_t objects;        /* mc_object_t by (tenant, key) */
-    /* the key a batch works on and its index hash (objects.c: key_pipe_t);
-     * key.ptr NULL when none */
+    /* the key a batch works on and its index hash (index/objects_internal.h:
+     * key_pipe_t); key.ptr NULL when none */
     struct {
         mc_str_t tenant, key;
         uint32_t hash;
@@ -613,7 +613,7 @@ struct mc_master {
     uint64_t evictions;
     uint64_t eviction_attempts;        /* passes started (background or inline) */
 
-    /* disk tier (objects.c, docs/tiers.md), exported by admin.c */
+    /* disk tier (index/offload.c, docs/tiers.md), exported by admin.c */
     uint64_t disk_replicas;            /* disk replicas now */
     uint64_t disk_bytes;               /* their value bytes */
     uint64_t offloaded_keys;           /* OFFLOAD_REPORTs taken */
@@ -641,7 +641,7 @@ struct mc_master {
     uint64_t op_items[MC_MASTER_NOPS];
     uint64_t op_failed_items[MC_MASTER_NOPS];
     uint64_t op_partial[MC_MASTER_NOPS];
-    /* BATCH_REPLICA_CLEAR keys asked, and those not cleared (objects.c) */
+    /* BATCH_REPLICA_CLEAR keys asked, and those not cleared (index/removes.c) */
     uint64_t replica_clear_items;
     uint64_t replica_clear_failed_items;
 };

@@ -393,7 +393,7 @@ static int32_t handle_hello(mc_conn_t *c, mc_req_ctx_t *x, const mc_wire_hello_r
      * sends is ignored (it was checked above, and still selects the
      * client's secret) and every connection works in tenant "default", so
      * clients of different tenants share keys.  With it on, tenants are
-     * key namespaces with registration and quotas (objects.c). */
+     * key namespaces with registration and quotas (index/tenants.c). */
     if (!c->m->cfg->enable_multi_tenants)
         t = mc_str_from_cstr("default");
     memcpy(c->tenant, t.ptr, t.len);

@@ -249,7 +249,7 @@ static void batch_metrics(mc_master_t *m, struct evbuffer *b, const admin_op_t *
                         "master_%s_partial_successes_total %" PRIu64 "\n",
                         op->name, mc_wire_op_name(op->code), op->name, op->name,
                         m->op_partial[op->code]);
-    /* BATCH_REPLICA_CLEAR exports its own item counters (objects.c) */
+    /* BATCH_REPLICA_CLEAR exports its own item counters (index/removes.c) */
     if (op->code == MC_WIRE_OP_BATCH_REPLICA_CLEAR)
         return;
     evbuffer_add_printf(b,

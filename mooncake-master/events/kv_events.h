@@ -152,7 +152,7 @@ mc_status_t mc_kv_events_start(struct mc_master *m);
 void mc_kv_events_stop(struct mc_master *m);
 void mc_kv_events_stats(struct mc_master *m, mc_kv_events_stats_t *s);
 
-/* Hooks of the object index (objects.c), on the event loop.  No-ops when
+/* Hooks of the object index (index/objects.c, writes.c), on the event loop.  No-ops when
  * the publisher is off or this master is not serving (a standby). */
 /* PutEnd of every form (PUT_END, PUT_COMMIT, UPSERT_END, their batches). */
 void mc_kv_events_stored(struct mc_master *m, const struct mc_object *o);

@@ -24,7 +24,7 @@
 
 #include "master.h"
 
-/* A read of @p o served to @p x (objects.c: get_one). */
+/* A read of @p o served to @p x (queries.c: get_one). */
 void mc_master_dynrep_hit(mc_req_ctx_t *x, mc_object_t *o);
 /* Free the heat table (master teardown). */
 void mc_master_dynrep_stop(mc_master_t *m);

@@ -3,8 +3,11 @@
  * index/: the door of the master's index.  Other folders include this
  * header and no other file of index/.
  *
- * Owns: the objects and their replicas (objects.c: puts, gets, upserts,
- * removes, reservations, the disk-tier bookkeeping of OFFLOAD_REPORT),
+ * Owns: the objects and their replicas (objects.c: the index, the records
+ * and their life; writes.c: puts, upserts, reservations; queries.c: gets;
+ * removes.c: removes; offload.c: the disk-tier bookkeeping of
+ * OFFLOAD_REPORT; their shared helpers in objects_internal.h, which no
+ * other folder includes),
  * the segments and placement onto them (segments.c, placement.h), the
  * clients and their liveness (clients.c), tenants (tenants.c), the LRU
  * and eviction (evict.c), dynamic replication (dynrep.c) and the copy and
@@ -32,7 +35,7 @@
 #include "placement.h"
 #include "tenants.h"
 
-/* ---- objects.c (docs/protocol.md §5.5-§5.9) ------------------------------- */
+/* ---- objects.c, writes.c, queries.c, removes.c, offload.c (§5.5-§5.15) --- */
 mc_status_t mc_master_objects_init(mc_master_t *m);
 void mc_master_objects_cleanup(mc_master_t *m);
 /* Periodic work: release discarded replicas, erase abandoned puts. */
@@ -249,7 +252,7 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
 int32_t mc_master_task_replica_revoke(mc_req_ctx_t *x,
                                       const mc_wire_task_replica_revoke_req_t *req);
 
-/* ---- objects.c, for tasks.c ------------------------------------------------ */
+/* ---- objects.c and queries.c, for tasks.c ---------------------------------- */
 
 /* The ext of @p o, allocated on first use; NULL on OOM. */
 mc_object_ext_t *mc_master_object_ext(mc_object_t *o);

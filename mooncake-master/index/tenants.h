@@ -35,7 +35,7 @@ void mc_master_tenants_stop(mc_master_t *m);
  * else TENANT_NOT_REGISTERED (-1701) or TENANT_QUOTA_EXCEEDED (-1700). */
 int32_t mc_master_tenant_admit(mc_master_t *m, mc_str_t tenant, uint64_t bytes);
 /* Add (@p delta > 0) or give back (< 0) bytes of @p tenant's charge, with no
- * check (objects.c calls it for every object that comes or goes, restored
+ * check (objects.c and writes.c call it for every object that comes or goes, restored
  * ones included).  No effect when multi-tenancy is off. */
 void mc_master_tenant_charge(mc_master_t *m, mc_str_t tenant, int64_t delta);
 

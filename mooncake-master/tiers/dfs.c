@@ -2,7 +2,7 @@
 /*
  * DFS replicas in the master (dfs.h, docs/tiers.md §6): the tier's
  * layout, placement of records in the shard files, and their wire form.
- * The object index (objects.c) decides when a DFS replica is made and
+ * The object index (index/) decides when a DFS replica is made and
  * when it goes; this file keeps the space and the counters.
  *
  * Owns: the DFS tier in the master: the layout, placement of records in

@@ -8,7 +8,7 @@
  * system, extents from dfs_alloc.c) and the NoF pool (nof.c: NVMe-oF
  * segments, their placement and eviction).  The disk tier's offload
  * bookkeeping (OFFLOAD_REPORT, disk replicas) lives with the objects in
- * index/objects.c.
+ * index/offload.c.
  *
  * May call: ../master.h, index/ (segments, objects, the LRU), admin/ (the
  * Prometheus metric helper), libmooncake's common/, alloc/ and wire/.

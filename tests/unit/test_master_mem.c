@@ -236,7 +236,7 @@ static void put_start_when_released(const char *key, uint64_t len, uint64_t *add
 /* ---- cases ------------------------------------------------------------------- */
 
 /* The batch forms work on their keys in order with the index lookups of
- * later keys started ahead (objects.c: key_pipe_t), each key's hash worked
+ * later keys started ahead (index/objects_internal.h: key_pipe_t), each key's hash worked
  * out once and kept for it: every key must still get its own answer, with
  * keys repeated and absent ones in between, and batches longer than the
  * lookahead. */
