@@ -4,7 +4,10 @@
  * the mooncake_core module next to the SWIG wrapper (bindings/lua/local.mk);
  * swig/lua.i registers each one under its module name with %native.  They
  * are the calls that hand back variable amounts of data: get, the batches,
- * the replica descriptors and the tensor header codec.
+ * the replica descriptors and the tensor header codec.  The batches that
+ * answer the call's status and one integer per key share one body,
+ * mooncake_lua_batch(), each giving its library call and how a result
+ * reads in a constant mooncake_lua_batch_t.
  *
  * Owns: nothing beyond a call: scratch arrays are userdata left on the Lua
  * stack, freed by the collector, so a Lua error (luaL_error() longjmps)
@@ -49,6 +52,30 @@ static void *mooncake_lua_scratch(lua_State *L, size_t n, size_t size)
     void *p = lua_newuserdatauv(L, (n + 1) * size, 0);
     memset(p, 0, (n + 1) * size);
     return p;
+}
+
+/* lua_glue.h says what it pushes. */
+int mooncake_lua_batch(lua_State *L, const mooncake_lua_batch_t *b)
+{
+    mc_store_h h = mooncake_lua_store(L);
+    size_t i, n;
+    const char **keys = mooncake_lua_keys(L, 2, &n);
+    void *out = mooncake_lua_scratch(L, n, b->size);
+    mc_status_t st = b->call(L, h, keys, n, out);
+    lua_pushinteger(L, st);
+    lua_createtable(L, (int)n, 0);
+    for (i = 0; i < n; i++) {
+        lua_pushinteger(L, b->result(out, i, st));
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 2;
+}
+
+/* A per-key status, as the library left it. */
+static lua_Integer mooncake_lua_status_at(const void *out, size_t i, mc_status_t st)
+{
+    (void)st;
+    return ((const mc_status_t *)out)[i];
 }
 
 /* Pushes the value of @p q (a string) or, on failure, its status. */
@@ -111,22 +138,16 @@ int mooncake_lua_get_batch(lua_State *L)
     return 1;
 }
 
-/* store_put_batch(s, keys, values, upsert): the call's status and a table
- * of per-key statuses. */
-int mooncake_lua_put_batch(lua_State *L)
+static mc_status_t mooncake_lua_put_batch_call(lua_State *L, mc_store_h h, const char **keys,
+                                              size_t n, void *sts)
 {
-    mc_store_h h = mooncake_lua_store(L);
-    size_t i, n;
-    const char **keys = mooncake_lua_keys(L, 2, &n);
+    size_t i;
     mc_iov_t *iovs;
-    mc_status_t *sts;
-    mc_status_t st = MC_OK;
     int upsert = lua_toboolean(L, 4);
     luaL_checktype(L, 3, LUA_TTABLE);
     if ((size_t)luaL_len(L, 3) != n)
         return luaL_error(L, "put_batch: %d keys but %d values", (int)n, (int)luaL_len(L, 3));
     iovs = mooncake_lua_scratch(L, n, sizeof(*iovs));
-    sts = mooncake_lua_scratch(L, n, sizeof(*sts));
     for (i = 0; i < n; i++) {
         lua_geti(L, 3, (lua_Integer)i + 1);
         if (lua_type(L, -1) != LUA_TSTRING)
@@ -134,34 +155,41 @@ int mooncake_lua_put_batch(lua_State *L)
         iovs[i].base = lua_tolstring(L, -1, &iovs[i].len);
         lua_pop(L, 1); /* the table keeps the string alive */
     }
-    if (n > 0)
-        st = upsert ? mc_store_upsert_batch(h, keys, iovs, n, NULL, sts)
-                    : mc_store_put_batch(h, keys, iovs, n, NULL, sts);
-    lua_pushinteger(L, st);
-    lua_createtable(L, (int)n, 0);
-    for (i = 0; i < n; i++) {
-        lua_pushinteger(L, sts[i]);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
-    return 2;
+    if (n == 0)
+        return MC_OK;
+    return upsert ? mc_store_upsert_batch(h, keys, iovs, n, NULL, sts)
+                  : mc_store_put_batch(h, keys, iovs, n, NULL, sts);
+}
+
+/* store_put_batch(s, keys, values, upsert): the call's status and a table
+ * of per-key statuses. */
+int mooncake_lua_put_batch(lua_State *L)
+{
+    static const mooncake_lua_batch_t b = {sizeof(mc_status_t), mooncake_lua_put_batch_call,
+                                           mooncake_lua_status_at};
+    return mooncake_lua_batch(L, &b);
+}
+
+static mc_status_t mooncake_lua_exist_call(lua_State *L, mc_store_h h, const char **keys,
+                                          size_t n, void *res)
+{
+    (void)L;
+    return (n > 0) ? mc_store_batch_exist(h, keys, n, res) : MC_OK;
+}
+
+/* 1 or 0 while the call succeeded; else the call's status for every key. */
+static lua_Integer mooncake_lua_exist_at(const void *res, size_t i, mc_status_t st)
+{
+    return (st == MC_OK) ? ((const int *)res)[i] : st;
 }
 
 /* store_batch_exist(s, keys): the call's status and per key 1, 0 or a
  * negative status. */
 int mooncake_lua_batch_exist(lua_State *L)
 {
-    mc_store_h h = mooncake_lua_store(L);
-    size_t i, n;
-    const char **keys = mooncake_lua_keys(L, 2, &n);
-    int *res = mooncake_lua_scratch(L, n, sizeof(*res));
-    mc_status_t st = (n > 0) ? mc_store_batch_exist(h, keys, n, res) : MC_OK;
-    lua_pushinteger(L, st);
-    lua_createtable(L, (int)n, 0);
-    for (i = 0; i < n; i++) {
-        lua_pushinteger(L, (st == MC_OK) ? res[i] : st);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
-    return 2;
+    static const mooncake_lua_batch_t b = {sizeof(int), mooncake_lua_exist_call,
+                                           mooncake_lua_exist_at};
+    return mooncake_lua_batch(L, &b);
 }
 
 /* store_batch_get_size(s, keys): per key its size or negative status. */
@@ -180,22 +208,19 @@ int mooncake_lua_batch_get_size(lua_State *L)
     return 1;
 }
 
+static mc_status_t mooncake_lua_remove_call(lua_State *L, mc_store_h h, const char **keys,
+                                           size_t n, void *sts)
+{
+    int force = lua_toboolean(L, 3);
+    return (n > 0) ? mc_store_batch_remove(h, keys, n, force, sts) : MC_OK;
+}
+
 /* store_batch_remove(s, keys, force): the call's status and per-key ones. */
 int mooncake_lua_batch_remove(lua_State *L)
 {
-    mc_store_h h = mooncake_lua_store(L);
-    size_t i, n;
-    const char **keys = mooncake_lua_keys(L, 2, &n);
-    int force = lua_toboolean(L, 3);
-    mc_status_t *sts = mooncake_lua_scratch(L, n, sizeof(*sts));
-    mc_status_t st = (n > 0) ? mc_store_batch_remove(h, keys, n, force, sts) : MC_OK;
-    lua_pushinteger(L, st);
-    lua_createtable(L, (int)n, 0);
-    for (i = 0; i < n; i++) {
-        lua_pushinteger(L, sts[i]);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
-    return 2;
+    static const mooncake_lua_batch_t b = {sizeof(mc_status_t), mooncake_lua_remove_call,
+                                           mooncake_lua_status_at};
+    return mooncake_lua_batch(L, &b);
 }
 
 /* store_remove_by_regex(s, regex, force) and store_remove_all(s, force):

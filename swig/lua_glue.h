@@ -25,6 +25,26 @@
  * (swig/lua.i: it converts the object with the SWIG runtime). */
 mc_store_h mooncake_lua_store(lua_State *L);
 
+/*
+ * A Store method that sends a batch of keys and answers the call's status
+ * and a table of one integer per key (put_batch, batch_exist,
+ * batch_remove), as a constant table entry.
+ */
+typedef struct mooncake_lua_batch {
+    size_t size; /* bytes of one per-key result */
+    /* The library call on the @p n keys, filling @p out (n zeroed
+     * results); called for no keys too, so that it checks its own
+     * arguments (read from the stack; a bad one raises a Lua error). */
+    mc_status_t (*call)(lua_State *L, mc_store_h h, const char **keys, size_t n, void *out);
+    /* Result @p i of @p out as the table holds it, @p st the call's. */
+    lua_Integer (*result)(const void *out, size_t i, mc_status_t st);
+} mooncake_lua_batch_t;
+
+/* The body of such a method: the Store at index 1, its keys (a sequence
+ * of strings) at index 2, then @p b->call; pushes the call's status and
+ * the table of results and returns 2, the values pushed. */
+int mooncake_lua_batch(lua_State *L, const mooncake_lua_batch_t *b);
+
 int mooncake_lua_get(lua_State *L);
 int mooncake_lua_get_batch(lua_State *L);
 int mooncake_lua_put_batch(lua_State *L);

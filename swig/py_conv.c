@@ -407,15 +407,14 @@ fail:
     return NULL;
 }
 
-/* A list of n Python ints from C values. */
-PyObject *mooncake_py_list_i64(const int64_t *v, size_t n)
+PyObject *mooncake_py_list_of(size_t n, mooncake_py_item_func_t item, void *arg)
 {
     PyObject *list = PyList_New((Py_ssize_t)n);
     size_t i;
     if (list == NULL)
         return NULL;
     for (i = 0; i < n; i++) {
-        PyObject *x = PyLong_FromLongLong((long long)v[i]);
+        PyObject *x = item(i, arg);
         if (x == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -423,6 +422,17 @@ PyObject *mooncake_py_list_i64(const int64_t *v, size_t n)
         PyList_SET_ITEM(list, (Py_ssize_t)i, x);
     }
     return list;
+}
+
+static PyObject *mooncake_py_i64_item(size_t i, void *v)
+{
+    return PyLong_FromLongLong((long long)((const int64_t *)v)[i]);
+}
+
+/* A list of n Python ints from C values. */
+PyObject *mooncake_py_list_i64(const int64_t *v, size_t n)
+{
+    return mooncake_py_list_of(n, mooncake_py_i64_item, (void *)v);
 }
 
 /* A PyMem array of @p n statuses preset to MC_INTERNAL_ERROR (what a
@@ -440,21 +450,9 @@ mc_status_t *mooncake_py_status_array(size_t n)
     return sts;
 }
 
-static PyObject *mooncake_py_list_status(const mc_status_t *v, size_t n)
+static PyObject *mooncake_py_status_item(size_t i, void *v)
 {
-    PyObject *list = PyList_New((Py_ssize_t)n);
-    size_t i;
-    if (list == NULL)
-        return NULL;
-    for (i = 0; i < n; i++) {
-        PyObject *x = PyLong_FromLong((long)v[i]);
-        if (x == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, x);
-    }
-    return list;
+    return PyLong_FromLong((long)((const mc_status_t *)v)[i]);
 }
 
 /* The per-key statuses of a batch call that returned @p st, as a list: a
@@ -466,7 +464,7 @@ PyObject *mooncake_py_batch_statuses(mc_status_t *sts, size_t n, mc_status_t st)
         if ((st != MC_OK) && (sts[i] == MC_INTERNAL_ERROR))
             sts[i] = st;
     }
-    return mooncake_py_list_status(sts, n);
+    return mooncake_py_list_of(n, mooncake_py_status_item, sts);
 }
 
 

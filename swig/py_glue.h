@@ -8,8 +8,9 @@
  *
  * Who may call whom: the wrapper calls everything below; py_store.c and
  * py_tensor.c call py_conv.c (arguments in, lists out) and py_buffer.c
- * (BufferHandle); py_conv.c and py_buffer.c call only CPython and the
- * public libmooncake headers.  Nothing here is visible outside the module
+ * (BufferHandle), and py_tensor.c the batch body of py_store.c
+ * (mooncake_py_batch()); py_conv.c and py_buffer.c call only CPython and
+ * the public libmooncake headers.  Nothing here is visible outside the module
  * (hidden visibility), and nothing here knows the SWIG runtime: a Store
  * method gets the store's mc_store_h, never the wrapper's object.
  *
@@ -127,6 +128,14 @@ char *mooncake_py_bytes_data(PyObject *o);
  * 2 MiB up its pages are marked for huge pages. */
 PyObject *mooncake_py_bytes_for(uint64_t size, int mutable_);
 
+/* Item @p i of a list being built: a new reference, or NULL with an
+ * exception set. */
+typedef PyObject *(*mooncake_py_item_func_t)(size_t i, void *arg);
+
+/* A list of @p n items from @p item(i, @p arg), in order; NULL (with the
+ * exception set) as soon as one fails, the items made so far released. */
+PyObject *mooncake_py_list_of(size_t n, mooncake_py_item_func_t item, void *arg);
+
 /* A list of n Python ints from C values. */
 PyObject *mooncake_py_list_i64(const int64_t *v, size_t n);
 
@@ -137,6 +146,34 @@ mc_status_t *mooncake_py_status_array(size_t n);
 /* The per-key statuses of a batch call that returned @p st, as a list: a
  * call that failed as a whole may leave slots unset, which report @p st. */
 PyObject *mooncake_py_batch_statuses(mc_status_t *sts, size_t n, mc_status_t st);
+
+/* ---- batches of keys with statuses out (swig/py_store.c) ---------------- */
+
+/* The library call of such a batch, made without the interpreter lock:
+ * the @p n keys, the uint64 columns the batch converted (cols[c][0..n)),
+ * the method's own argument @p arg; fills sts[0..n) (preset to
+ * MC_INTERNAL_ERROR) and returns the call's status. */
+typedef mc_status_t (*mooncake_py_batch_func_t)(mc_store_h h, const char **keys, size_t n,
+                                                uint64_t *const *cols, const void *arg,
+                                                mc_status_t *sts);
+
+/* A Store method of that shape, as a constant table entry. */
+typedef struct mooncake_py_batch {
+    mooncake_py_batch_func_t call;
+    size_t ncols;   /* uint64 columns after the keys, at most 2 */
+    int call_empty; /* 1: the library is called with no keys too */
+} mooncake_py_batch_t;
+
+/*
+ * The body of such a method: @p keys as C strings (TypeError/ValueError
+ * as mooncake_py_strv_init()), then each of @p cols[0..b->ncols) as n
+ * uint64 (mooncake_py_u64v()), the statuses (MemoryError), the call (not
+ * made for no keys unless b->call_empty), and the per-key statuses as a
+ * list (mooncake_py_batch_statuses()).  Everything it converted is freed
+ * before it returns.
+ */
+PyObject *mooncake_py_batch(mc_store_h h, const mooncake_py_batch_t *b, PyObject *keys,
+                            PyObject *const *cols, const void *arg);
 
 /* ---- BufferHandle (swig/py_buffer.c) ------------------------------------- */
 

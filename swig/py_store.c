@@ -3,7 +3,11 @@
  * The bodies of the hand-written Store methods of the Python binding
  * (swig/py_glue.h): mooncake_py_store_<name>() is the Store method <name>
  * of swig/python.i, which documents it and says whether it keeps the
- * interpreter lock; and the records AsyncQueue.reap() returns.
+ * interpreter lock; and the records AsyncQueue.reap() returns.  The
+ * batches that take keys (and uint64 columns) and answer per-key statuses
+ * share one body, mooncake_py_batch(), each giving only its library call
+ * in a constant mooncake_py_batch_t; the lists of results are built by
+ * mooncake_py_list_of() (py_conv.c) from a function per item.
  *
  * Owns: nothing beyond a call: every array is PyMem scratch freed on the
  * one cleanup path of its function.  May call: libmooncake's public store
@@ -24,9 +28,50 @@
  */
 #include "py_glue.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The columns mooncake_py_batch() converts at most. */
+#define MOONCAKE_PY_BATCH_COLS 2
+
+/* py_glue.h says what it converts, calls and returns. */
+PyObject *mooncake_py_batch(mc_store_h h, const mooncake_py_batch_t *b, PyObject *keys,
+                            PyObject *const *cols, const void *arg)
+{
+    mooncake_py_strv_t sv;
+    uint64_t *v[MOONCAKE_PY_BATCH_COLS] = {NULL, NULL};
+    mc_status_t *sts = NULL;
+    mc_status_t st = MC_OK;
+    PyObject *list = NULL;
+    size_t c;
+
+    assert(b->ncols <= MOONCAKE_PY_BATCH_COLS);
+    if (mooncake_py_strv_init(&sv, keys) != 0)
+        return NULL;
+    for (c = 0; c < b->ncols; c++) {
+        v[c] = mooncake_py_u64v(cols[c], sv.n);
+        if (v[c] == NULL)
+            goto cleanup;
+    }
+    sts = mooncake_py_status_array(sv.n);
+    if (sts == NULL)
+        goto cleanup;
+    if ((sv.n > 0) || b->call_empty) {
+        Py_BEGIN_ALLOW_THREADS
+        st = b->call(h, sv.v, sv.n, v, arg, sts);
+        Py_END_ALLOW_THREADS
+    }
+    list = mooncake_py_batch_statuses(sts, sv.n, st);
+
+cleanup:
+    PyMem_Free(sts);
+    for (c = 0; c < MOONCAKE_PY_BATCH_COLS; c++)
+        PyMem_Free(v[c]);
+    mooncake_py_strv_cleanup(&sv);
+    return list;
+}
 
 /*
  * put_batch (upsert = 0) / upsert_batch (1): store values[i] under keys[i];
@@ -172,6 +217,15 @@ PyObject *mooncake_py_store_get(mc_store_h h, const char *key, int mutable_)
     return out;
 }
 
+/* get_batch(): the bytes read for key i, which the list takes from
+ * outs[i], or b"" for a key that was not read. */
+static PyObject *mooncake_py_take_out(size_t i, void *outs)
+{
+    PyObject *item = ((PyObject **)outs)[i];
+    ((PyObject **)outs)[i] = NULL;
+    return (item != NULL) ? item : mooncake_py_empty_bytes();
+}
+
 PyObject *mooncake_py_store_get_batch(mc_store_h h, PyObject *keys, int mutable_)
 {
     mooncake_py_strv_t sv;
@@ -240,21 +294,7 @@ PyObject *mooncake_py_store_get_batch(mc_store_h h, PyObject *keys, int mutable_
         if (rsts[i] != MC_OK)
             Py_CLEAR(outs[rpos[i]]);
     }
-    list = PyList_New((Py_ssize_t)n);
-    if (list == NULL)
-        goto cleanup;
-    for (i = 0; i < n; i++) {
-        PyObject *item = outs[i];
-        outs[i] = NULL;
-        if (item == NULL) {
-            item = mooncake_py_empty_bytes();
-            if (item == NULL) {
-                Py_CLEAR(list);
-                goto cleanup;
-            }
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-    }
+    list = mooncake_py_list_of(n, mooncake_py_take_out, outs);
 
 cleanup:
     if (qs != NULL) {
@@ -276,47 +316,24 @@ cleanup:
     return list;
 }
 
+/* batch_exist answers 1, 0 or a negative status per key: statuses in all
+ * but name, so its int results are the batch's status slots (an enum with
+ * negative values is an int to the compiler, the same type). */
+_Static_assert(sizeof(mc_status_t) == sizeof(int), "mc_status_t is an int");
+
+static mc_status_t mooncake_py_exist_call(mc_store_h h, const char **keys, size_t n,
+                                          uint64_t *const *cols, const void *arg,
+                                          mc_status_t *sts)
+{
+    (void)cols;
+    (void)arg;
+    return mc_store_batch_exist(h, keys, n, (int *)sts);
+}
+
 PyObject *mooncake_py_store_batch_exist(mc_store_h h, PyObject *keys)
 {
-    mooncake_py_strv_t sv;
-    int *res = NULL;
-    mc_status_t st = MC_OK;
-    PyObject *list = NULL;
-    size_t i, n;
-
-    if (mooncake_py_strv_init(&sv, keys) != 0)
-        return NULL;
-    n = sv.n;
-    res = PyMem_Calloc(n + 1, sizeof(*res));
-    if (res == NULL) {
-        PyErr_NoMemory();
-        goto cleanup;
-    }
-    for (i = 0; i < n; i++)
-        res[i] = MC_INTERNAL_ERROR;
-    if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        st = mc_store_batch_exist(h, sv.v, n, res);
-        Py_END_ALLOW_THREADS
-    }
-    list = PyList_New((Py_ssize_t)n);
-    if (list == NULL)
-        goto cleanup;
-    for (i = 0; i < n; i++) {
-        /* A call that failed as a whole may leave the results unset. */
-        int r = ((st != MC_OK) && (res[i] == MC_INTERNAL_ERROR)) ? (int)st : res[i];
-        PyObject *v = PyLong_FromLong(r);
-        if (v == NULL) {
-            Py_CLEAR(list);
-            goto cleanup;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
-    }
-
-cleanup:
-    PyMem_Free(res);
-    mooncake_py_strv_cleanup(&sv);
-    return list;
+    static const mooncake_py_batch_t b = {mooncake_py_exist_call, 0, 0};
+    return mooncake_py_batch(h, &b, keys, NULL, NULL);
 }
 
 int64_t mooncake_py_store_dummy_stat(mc_store_h h, int which)
@@ -580,55 +597,34 @@ cleanup:
     return list;
 }
 
-PyObject *mooncake_py_store_batch_remove(mc_store_h h, PyObject *keys, int force)
+static mc_status_t mooncake_py_remove_call(mc_store_h h, const char **keys, size_t n,
+                                           uint64_t *const *cols, const void *force,
+                                           mc_status_t *sts)
 {
-    mooncake_py_strv_t sv;
-    mc_status_t *sts = NULL;
-    mc_status_t st = MC_OK;
-    PyObject *list = NULL;
-    size_t n;
-
-    if (mooncake_py_strv_init(&sv, keys) != 0)
-        return NULL;
-    n = sv.n;
-    sts = mooncake_py_status_array(n);
-    if (sts == NULL)
-        goto cleanup;
-    if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        st = mc_store_batch_remove(h, sv.v, n, force, sts);
-        Py_END_ALLOW_THREADS
-    }
-    list = mooncake_py_batch_statuses(sts, n, st);
-
-cleanup:
-    PyMem_Free(sts);
-    mooncake_py_strv_cleanup(&sv);
-    return list;
+    (void)cols;
+    return mc_store_batch_remove(h, keys, n, *(const int *)force, sts);
 }
 
+PyObject *mooncake_py_store_batch_remove(mc_store_h h, PyObject *keys, int force)
+{
+    static const mooncake_py_batch_t b = {mooncake_py_remove_call, 0, 0};
+    return mooncake_py_batch(h, &b, keys, NULL, &force);
+}
+
+static mc_status_t mooncake_py_replica_clear_call(mc_store_h h, const char **keys, size_t n,
+                                                  uint64_t *const *cols, const void *segment,
+                                                  mc_status_t *sts)
+{
+    (void)cols;
+    return mc_store_batch_replica_clear(h, keys, n, segment, sts);
+}
+
+/* The library is called with no keys too (it answers for itself). */
 PyObject *mooncake_py_store_batch_replica_clear(mc_store_h h, PyObject *keys,
                                                 const char *segment_name)
 {
-    mooncake_py_strv_t sv;
-    mc_status_t *sts = NULL;
-    mc_status_t st = MC_OK;
-    PyObject *list = NULL;
-
-    if (mooncake_py_strv_init(&sv, keys) != 0)
-        return NULL;
-    sts = mooncake_py_status_array(sv.n);
-    if (sts == NULL)
-        goto cleanup;
-    Py_BEGIN_ALLOW_THREADS
-    st = mc_store_batch_replica_clear(h, sv.v, sv.n, segment_name, sts);
-    Py_END_ALLOW_THREADS
-    list = mooncake_py_batch_statuses(sts, sv.n, st);
-
-cleanup:
-    PyMem_Free(sts);
-    mooncake_py_strv_cleanup(&sv);
-    return list;
+    static const mooncake_py_batch_t b = {mooncake_py_replica_clear_call, 0, 1};
+    return mooncake_py_batch(h, &b, keys, NULL, segment_name);
 }
 
 PyObject *mooncake_py_store_batch_zc(mc_store_h h, int op, PyObject *keys, PyObject *ptrs,
@@ -871,73 +867,95 @@ cleanup:
     return list;
 }
 
+static mc_status_t mooncake_py_session_keys_call(mc_store_h h, const char **keys, size_t n,
+                                                 uint64_t *const *cols, const void *op,
+                                                 mc_status_t *sts)
+{
+    (void)cols;
+    if (*(const int *)op == MOONCAKE_SK_GET_START)
+        return mc_store_get_session_start(h, keys, n, sts);
+    if (*(const int *)op == MOONCAKE_SK_PUT_END)
+        return mc_store_put_session_end(h, keys, n, sts);
+    return mc_store_put_session_revoke(h, keys, n, sts);
+}
+
 PyObject *mooncake_py_store_session_keys(mc_store_h h, int op, PyObject *keys)
 {
-    mooncake_py_strv_t sv;
-    mc_status_t *sts = NULL;
-    mc_status_t st = MC_OK;
-    PyObject *list = NULL;
-    size_t n;
+    static const mooncake_py_batch_t b = {mooncake_py_session_keys_call, 0, 0};
 
     if ((op < MOONCAKE_SK_GET_START) || (op > MOONCAKE_SK_PUT_REVOKE)) {
         PyErr_SetString(PyExc_ValueError, "unknown operation");
         return NULL;
     }
-    if (mooncake_py_strv_init(&sv, keys) != 0)
-        return NULL;
-    n = sv.n;
-    sts = mooncake_py_status_array(n);
-    if (sts == NULL)
-        goto cleanup;
-    if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        if (op == MOONCAKE_SK_GET_START)
-            st = mc_store_get_session_start(h, sv.v, n, sts);
-        else if (op == MOONCAKE_SK_PUT_END)
-            st = mc_store_put_session_end(h, sv.v, n, sts);
-        else
-            st = mc_store_put_session_revoke(h, sv.v, n, sts);
-        Py_END_ALLOW_THREADS
-    }
-    list = mooncake_py_batch_statuses(sts, n, st);
+    return mooncake_py_batch(h, &b, keys, NULL, &op);
+}
 
-cleanup:
-    PyMem_Free(sts);
-    mooncake_py_strv_cleanup(&sv);
-    return list;
+/* cols[0]: the sizes. */
+static mc_status_t mooncake_py_put_session_start_call(mc_store_h h, const char **keys, size_t n,
+                                                      uint64_t *const *cols, const void *config,
+                                                      mc_status_t *sts)
+{
+    return mc_store_put_session_start(h, keys, cols[0], n, config, sts);
 }
 
 PyObject *mooncake_py_store_put_session_start(mc_store_h h, PyObject *keys, PyObject *sizes,
                                               const mc_replicate_config_t *config)
 {
-    mooncake_py_strv_t sv;
-    uint64_t *vz = NULL;
-    mc_status_t *sts = NULL;
-    mc_status_t st = MC_OK;
-    PyObject *list = NULL;
-    size_t n;
+    static const mooncake_py_batch_t b = {mooncake_py_put_session_start_call, 1, 0};
+    return mooncake_py_batch(h, &b, keys, &sizes, config);
+}
 
-    if (mooncake_py_strv_init(&sv, keys) != 0)
-        return NULL;
-    n = sv.n;
-    vz = mooncake_py_u64v(sizes, n);
-    if (vz == NULL)
-        goto cleanup;
-    sts = mooncake_py_status_array(n);
-    if (sts == NULL)
-        goto cleanup;
-    if (n > 0) {
-        Py_BEGIN_ALLOW_THREADS
-        st = mc_store_put_session_start(h, sv.v, vz, n, config, sts);
-        Py_END_ALLOW_THREADS
+/* replica_descs(): the queries of the keys and their statuses. */
+typedef struct mooncake_py_queries {
+    mc_store_query_h *qs;
+    const mc_status_t *sts;
+} mooncake_py_queries_t;
+
+/* replica_descs(): the list of replica descriptor tuples of key i, or its
+ * status. */
+static PyObject *mooncake_py_replica_list(size_t i, void *arg)
+{
+    const mooncake_py_queries_t *a = arg;
+    mc_store_query_h q = a->qs[i];
+    PyObject *item;
+    size_t j, m;
+
+    if ((a->sts[i] != MC_OK) || (q == NULL))
+        return PyLong_FromLong((long)((a->sts[i] != MC_OK) ? a->sts[i] : MC_INTERNAL_ERROR));
+    m = mc_store_query_replica_count(q);
+    item = PyList_New(0);
+    for (j = 0; (item != NULL) && (j < m); j++) {
+        mc_replica_desc_t d;
+        char path[4096];
+        uint32_t shard = 0;
+        uint64_t span = 0;
+        PyObject *tup;
+        memset(&d, 0, sizeof(d));
+        if (mc_store_query_replica(q, j, &d) != MC_OK)
+            continue;
+        path[0] = '\0';
+        /* both disk kinds: the file, when this process knows it
+         * (a dummy's real client does not pass it on: "") */
+        if ((d.is_memory == MC_REPLICA_KIND_DISK) ||
+            (d.is_memory == MC_REPLICA_KIND_LOCAL_DISK)) {
+            if (mc_store_query_disk_replica(q, path, sizeof(path), NULL) != MC_OK)
+                path[0] = '\0';
+            (void)mc_store_query_dfs_replica(q, &shard, &span);
+        }
+        d.segment[sizeof(d.segment) - 1] = '\0';
+        d.protocol[sizeof(d.protocol) - 1] = '\0';
+        tup = Py_BuildValue("(iiKKsssIK)", (int)d.status, d.is_memory,
+                            (unsigned long long)d.addr,
+                            (unsigned long long)d.size, d.segment, d.protocol,
+                            path, (unsigned int)shard, (unsigned long long)span);
+        if ((tup == NULL) || (PyList_Append(item, tup) != 0)) {
+            Py_XDECREF(tup);
+            Py_CLEAR(item);
+            break;
+        }
+        Py_DECREF(tup);
     }
-    list = mooncake_py_batch_statuses(sts, n, st);
-
-cleanup:
-    PyMem_Free(sts);
-    PyMem_Free(vz);
-    mooncake_py_strv_cleanup(&sv);
-    return list;
+    return item;
 }
 
 PyObject *mooncake_py_store_replica_descs(mc_store_h h, PyObject *keys)
@@ -946,7 +964,7 @@ PyObject *mooncake_py_store_replica_descs(mc_store_h h, PyObject *keys)
     mc_store_query_h *qs = NULL;
     mc_status_t *sts = NULL;
     PyObject *list = NULL;
-    size_t i, j, n;
+    size_t i, n;
 
     if (mooncake_py_strv_init(&sv, keys) != 0)
         return NULL;
@@ -964,53 +982,9 @@ PyObject *mooncake_py_store_replica_descs(mc_store_h h, PyObject *keys)
         (void)mc_store_batch_query(h, sv.v, n, qs, sts);
         Py_END_ALLOW_THREADS
     }
-    list = PyList_New((Py_ssize_t)n);
-    if (list == NULL)
-        goto cleanup;
-    for (i = 0; i < n; i++) {
-        PyObject *item;
-        if ((sts[i] != MC_OK) || (qs[i] == NULL)) {
-            item = PyLong_FromLong((long)((sts[i] != MC_OK) ? sts[i] : MC_INTERNAL_ERROR));
-        } else {
-            size_t m = mc_store_query_replica_count(qs[i]);
-            item = PyList_New(0);
-            for (j = 0; (item != NULL) && (j < m); j++) {
-                mc_replica_desc_t d;
-                char path[4096];
-                uint32_t shard = 0;
-                uint64_t span = 0;
-                PyObject *tup;
-                memset(&d, 0, sizeof(d));
-                if (mc_store_query_replica(qs[i], j, &d) != MC_OK)
-                    continue;
-                path[0] = '\0';
-                /* both disk kinds: the file, when this process knows it
-                 * (a dummy's real client does not pass it on: "") */
-                if ((d.is_memory == MC_REPLICA_KIND_DISK) ||
-                    (d.is_memory == MC_REPLICA_KIND_LOCAL_DISK)) {
-                    if (mc_store_query_disk_replica(qs[i], path, sizeof(path), NULL) != MC_OK)
-                        path[0] = '\0';
-                    (void)mc_store_query_dfs_replica(qs[i], &shard, &span);
-                }
-                d.segment[sizeof(d.segment) - 1] = '\0';
-                d.protocol[sizeof(d.protocol) - 1] = '\0';
-                tup = Py_BuildValue("(iiKKsssIK)", (int)d.status, d.is_memory,
-                                    (unsigned long long)d.addr,
-                                    (unsigned long long)d.size, d.segment, d.protocol,
-                                    path, (unsigned int)shard, (unsigned long long)span);
-                if ((tup == NULL) || (PyList_Append(item, tup) != 0)) {
-                    Py_XDECREF(tup);
-                    Py_CLEAR(item);
-                    break;
-                }
-                Py_DECREF(tup);
-            }
-        }
-        if (item == NULL) {
-            Py_CLEAR(list);
-            goto cleanup;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    {
+        const mooncake_py_queries_t a = {qs, sts};
+        list = mooncake_py_list_of(n, mooncake_py_replica_list, (void *)&a);
     }
 
 cleanup:
@@ -1024,6 +998,30 @@ cleanup:
     PyMem_Free(qs);
     mooncake_py_strv_cleanup(&sv);
     return list;
+}
+
+/* get_buffers(): the buffers of the keys, their statuses, the call's. */
+typedef struct mooncake_py_buffers {
+    mc_store_buffer_h *bufs;
+    const mc_status_t *sts;
+    mc_status_t st;
+} mooncake_py_buffers_t;
+
+/* get_buffers(): a BufferHandle that takes bufs[i], or key i's status. */
+static PyObject *mooncake_py_buffer_item(size_t i, void *arg)
+{
+    mooncake_py_buffers_t *a = arg;
+    PyObject *item;
+
+    if ((a->sts[i] == MC_OK) && (a->bufs[i] != NULL)) {
+        item = mooncake_py_bufobj_new(a->bufs[i], mc_store_buffer_data(a->bufs[i]),
+                                      mc_store_buffer_size(a->bufs[i]), "b");
+        if (item != NULL)
+            a->bufs[i] = NULL; /* owned by the object now */
+        return item;
+    }
+    return PyLong_FromLong((long)((a->sts[i] != MC_OK) ? a->sts[i]
+                                  : ((a->st != MC_OK) ? a->st : MC_INTERNAL_ERROR)));
 }
 
 PyObject *mooncake_py_store_get_buffers(mc_store_h h, PyObject *keys)
@@ -1051,26 +1049,9 @@ PyObject *mooncake_py_store_get_buffers(mc_store_h h, PyObject *keys)
         st = mc_store_batch_get_buffer(h, sv.v, n, bufs, sts);
         Py_END_ALLOW_THREADS
     }
-    list = PyList_New((Py_ssize_t)n);
-    if (list == NULL)
-        goto cleanup;
-    for (i = 0; i < n; i++) {
-        PyObject *item;
-        if ((sts[i] == MC_OK) && (bufs[i] != NULL)) {
-            item = mooncake_py_bufobj_new(bufs[i], mc_store_buffer_data(bufs[i]),
-                                          mc_store_buffer_size(bufs[i]), "b");
-            if (item != NULL)
-                bufs[i] = NULL; /* owned by the object now */
-        } else {
-            mc_status_t s = (sts[i] != MC_OK) ? sts[i]
-                            : ((st != MC_OK) ? st : MC_INTERNAL_ERROR);
-            item = PyLong_FromLong((long)s);
-        }
-        if (item == NULL) {
-            Py_CLEAR(list);
-            goto cleanup;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    {
+        mooncake_py_buffers_t a = {bufs, sts, st};
+        list = mooncake_py_list_of(n, mooncake_py_buffer_item, &a);
     }
 
 cleanup:

@@ -248,36 +248,47 @@ cleanup:
     return list;
 }
 
+/* What tensor_put_from() passes on beside its keys and columns. */
+typedef struct mooncake_py_put_from_arg {
+    int upsert, tp_size, split_dim;
+    const mc_replicate_config_t *config;
+} mooncake_py_put_from_arg_t;
+
+/* cols[0]: the addresses of the tensors, cols[1]: their sizes. */
+static mc_status_t mooncake_py_tensor_put_from_call(mc_store_h h, const char **keys, size_t n,
+                                                    uint64_t *const *cols, const void *arg,
+                                                    mc_status_t *sts)
+{
+    const mooncake_py_put_from_arg_t *a = arg;
+    return mc_tensor_put_from_batch(h, keys, (const void *const *)cols[0], cols[1], n,
+                                    a->tp_size, a->split_dim, a->config,
+                                    a->upsert ? MC_TENSOR_WRITE_UPSERT : 0, sts);
+}
+
+/* The library is called with no keys too (it answers for itself). */
 PyObject *mooncake_py_store_tensor_put_from(mc_store_h h, int upsert, PyObject *keys,
                                             PyObject *ptrs, PyObject *sizes, int tp_size,
                                             int split_dim, const mc_replicate_config_t *config)
 {
-    mooncake_py_strv_t sv;
-    uint64_t *vp = NULL, *vs = NULL;
-    mc_status_t *sts = NULL;
-    mc_status_t st = MC_OK;
-    PyObject *list = NULL;
-    size_t n;
+    static const mooncake_py_batch_t b = {mooncake_py_tensor_put_from_call, 2, 1};
+    const mooncake_py_put_from_arg_t a = {upsert, tp_size, split_dim, config};
+    PyObject *const cols[2] = {ptrs, sizes};
+    return mooncake_py_batch(h, &b, keys, cols, &a);
+}
 
-    if (mooncake_py_strv_init(&sv, keys) != 0)
-        return NULL;
-    n = sv.n;
-    if (((vp = mooncake_py_u64v(ptrs, n)) == NULL) ||
-        ((vs = mooncake_py_u64v(sizes, n)) == NULL) ||
-        ((sts = mooncake_py_status_array(n)) == NULL))
-        goto cleanup;
-    Py_BEGIN_ALLOW_THREADS
-    st = mc_tensor_put_from_batch(h, sv.v, (const void *const *)vp, vs, n, tp_size,
-                                  split_dim, config, upsert ? MC_TENSOR_WRITE_UPSERT : 0,
-                                  sts);
-    Py_END_ALLOW_THREADS
-    list = mooncake_py_batch_statuses(sts, n, st);
-cleanup:
-    PyMem_Free(sts);
-    PyMem_Free(vs);
-    PyMem_Free(vp);
-    mooncake_py_strv_cleanup(&sv);
-    return list;
+/* tensor_get_into(): the buffers, the results and the headers read. */
+typedef struct mooncake_py_tensors {
+    const uint64_t *ptrs;
+    const int64_t *res;
+    const mc_tensor_meta_t *metas;
+} mooncake_py_tensors_t;
+
+/* tensor_get_into(): the result record of key i (mooncake_py_tensor_result). */
+static PyObject *mooncake_py_tensor_item(size_t i, void *arg)
+{
+    const mooncake_py_tensors_t *a = arg;
+    return mooncake_py_tensor_result(NULL, (void *)(uintptr_t)a->ptrs[i], a->res[i],
+                                     &a->metas[i]);
 }
 
 PyObject *mooncake_py_store_tensor_get_into(mc_store_h h, PyObject *keys, PyObject *ptrs,
@@ -288,7 +299,7 @@ PyObject *mooncake_py_store_tensor_get_into(mc_store_h h, PyObject *keys, PyObje
     mc_tensor_meta_t *metas = NULL;
     int64_t *res = NULL;
     PyObject *list = NULL;
-    size_t i, n;
+    size_t n;
 
     if (mooncake_py_strv_init(&sv, keys) != 0)
         return NULL;
@@ -311,16 +322,9 @@ PyObject *mooncake_py_store_tensor_get_into(mc_store_h h, PyObject *keys, PyObje
         (void)mc_tensor_batch_get_into(h, sv.v, (void *const *)vp, vc, n, metas,
                                        res);
     Py_END_ALLOW_THREADS
-    if ((list = PyList_New((Py_ssize_t)n)) == NULL)
-        goto cleanup;
-    for (i = 0; i < n; i++) {
-        PyObject *item = mooncake_py_tensor_result(NULL, (void *)(uintptr_t)vp[i], res[i],
-                                                   &metas[i]);
-        if (item == NULL) {
-            Py_CLEAR(list);
-            goto cleanup;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    {
+        const mooncake_py_tensors_t a = {vp, res, metas};
+        list = mooncake_py_list_of(n, mooncake_py_tensor_item, (void *)&a);
     }
 cleanup:
     PyMem_Free(res);
