@@ -84,28 +84,10 @@
 #include "tenants.h"
 #include "tiers/tiers.h"
 
-typedef struct obj_lookup {
-    mc_str_t tenant;
-    mc_str_t key;
-} obj_lookup_t;
-
-static uint64_t obj_hash(mc_str_t tenant, mc_str_t key)
-{
-    return mc_hash_bytes(key.ptr, key.len, mc_hash_bytes(tenant.ptr, tenant.len, 0));
-}
-
 /* The index keeps the low 32 bits of it in the object (mc_chmap_t). */
 static uint32_t obj_node_hash(const mc_cnode_t *node)
 {
     return mc_container_of(node, mc_object_t, node)->hash;
-}
-
-static int obj_eq(const mc_cnode_t *node, const void *k)
-{
-    const mc_object_t *o = mc_container_of(node, mc_object_t, node);
-    const obj_lookup_t *l = k;
-    /* the key first: it is inline, the tenant is in the writer record */
-    return mc_str_eq(mc_object_key(o), l->key) && mc_str_eq(mc_object_tenant(o), l->tenant);
 }
 
 /* ---- writers (master.h: mc_writer_t) ------------------------------------------ */
@@ -216,38 +198,6 @@ size_t mc_master_objects_count(const mc_master_t *m)
     return m->objects.count;
 }
 
-/* The index hash of (@p tenant, @p key): m->key_memo's when it is that
- * very key (the same bytes in the same request), else computed. */
-static uint32_t obj_hash_of(const mc_master_t *m, mc_str_t tenant, mc_str_t key)
-{
-    if ((key.ptr != NULL) && (key.ptr == m->key_memo.key.ptr) &&
-        (key.len == m->key_memo.key.len) && (tenant.ptr == m->key_memo.tenant.ptr) &&
-        (tenant.len == m->key_memo.tenant.len))
-        return m->key_memo.hash;
-    return (uint32_t)obj_hash(tenant, key);
-}
-
-mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)
-{
-    obj_lookup_t l = {tenant, key};
-    mc_cnode_t *n  = mc_chmap_find(&m->objects, obj_hash_of(m, tenant, key), &l, obj_eq);
-    return n ? mc_container_of(n, mc_object_t, node) : NULL;
-}
-
-/* How far ahead the batch key pipe loads (objects_internal.h: key_pipe_t). */
-#define PIPE_AHEAD 4u
-
-/* Start loading the first object of the chain of @p hash: the line that
- * holds its link and hash, and its key. */
-static void obj_prefetch(const mc_master_t *m, uint32_t hash)
-{
-    const mc_cnode_t *n = mc_chmap_head(&m->objects, hash);
-    if (n != NULL) {
-        const mc_object_t *o = mc_container_of(n, mc_object_t, node);
-        __builtin_prefetch(o);
-        __builtin_prefetch(o->strs);
-    }
-}
 
 void pipe_init(key_pipe_t *p, mc_req_ctx_t *x, const mc_wire_str_list_t *keys)
 {
@@ -262,19 +212,6 @@ void pipe_init(key_pipe_t *p, mc_req_ctx_t *x, const mc_wire_str_list_t *keys)
         p->hash[i] = (uint32_t)obj_hash(p->tenant, p->keys[i]);
     for (uint32_t i = 0; (i < p->n) && (i < 2 * PIPE_AHEAD); i++)
         mc_chmap_prefetch(&p->m->objects, p->hash[i]);
-}
-
-void pipe_at(key_pipe_t *p, uint32_t i)
-{
-    if (p->hash == NULL)
-        return;
-    if (i + 2 * PIPE_AHEAD < p->n)
-        mc_chmap_prefetch(&p->m->objects, p->hash[i + 2 * PIPE_AHEAD]);
-    if (i + PIPE_AHEAD < p->n)
-        obj_prefetch(p->m, p->hash[i + PIPE_AHEAD]);
-    p->m->key_memo.tenant = p->tenant;
-    p->m->key_memo.key    = p->keys[i];
-    p->m->key_memo.hash   = p->hash[i];
 }
 
 void pipe_done(key_pipe_t *p)
@@ -524,17 +461,6 @@ void obj_free_fenced(mc_master_t *m, mc_object_t *o, uint8_t who)
 
 /* ---- disk replicas (docs/tiers.md) ---- */
 
-mc_disk_replica_t *obj_disk(const mc_object_t *o)
-{
-    return (o->ext != NULL) ? o->ext->disk : NULL;
-}
-
-/* The DFS replica of @p o (docs/tiers.md §6), or NULL. */
-mc_dfs_replica_t *obj_dfs(const mc_object_t *o)
-{
-    return (o->ext != NULL) ? o->ext->dfs : NULL;
-}
-
 /* 1 when the disk replica @p d may be read: its holder is known and not
  * a client restored from the operation log that has yet to remount (its
  * files are vouched for again once it is back, docs/tiers.md). */
@@ -582,13 +508,6 @@ static void disk_destroy(mc_disk_replica_t *d)
     free(d->segment);
     free(d->path);
     free(d);
-}
-
-/* The upsert in progress on @p o (non-NULL exactly while o->upsert is
- * not NONE); it hangs off the ext, since few objects are being upserted. */
-mc_upsert_t *obj_up(const mc_object_t *o)
-{
-    return (o->ext != NULL) ? o->ext->up : NULL;
 }
 
 /* Forget the disk replica of @p o, if any.  The holder's bytes stay in
@@ -998,11 +917,6 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-int obj_leased(const mc_object_t *o, uint64_t now_ms)
-{
-    return o->lease_deadline_ms > now_ms;
-}
-
 static void obj_lease_one(mc_master_t *m, mc_object_t *o, uint64_t d)
 {
     /* a group member being rewritten in place has no reader to protect,
@@ -1034,18 +948,6 @@ void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
     mc_mlist_for_each_safe(pos, tmp, &g->members)
         obj_lease_one(m, mc_container_of(pos, mc_object_ext_t, group_link)->obj, d);
     g->lease_deadline_ms = d;
-}
-
-void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r, uint64_t size)
-{
-    w->gen        = r->seg->gen;
-    w->id         = r->id;
-    w->status     = r->status;
-    w->type       = r->seg->nof ? MC_WIRE_REPLICA_NOF : MC_WIRE_REPLICA_MEMORY;
-    w->addr       = r->seg->base + mc_alloc_offset(r->seg->alloc, r->node);
-    w->size       = size;
-    w->segment    = mc_str_from_cstr(r->seg->name);
-    w->segment_id = r->seg->id;
 }
 
 /* ---- §5.9 batch forms: one result per key, in request order ---------------------- */
