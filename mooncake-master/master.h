@@ -107,7 +107,7 @@ typedef struct mc_durable mc_durable_t; /* snapshot.c */
  * store holds millions of objects and only a few (tenant, client) pairs,
  * so objects point at one shared record in m->writers instead of each
  * carrying a 16-byte UUID and the tenant's bytes.  Freed with its last
- * reference (objects.c: writer_get/writer_put).
+ * reference (objects.c: mc_idx_writer_get/mc_idx_writer_put).
  */
 typedef struct mc_writer {
     mc_hnode_t node;           /* in m->writers, hash of (tenant, owner) */
@@ -143,7 +143,7 @@ typedef enum mc_segment_state {
  * mc_replica_obj() and mc_replica_set_obj(), walk an object's replicas
  * with mc_object_for_each_replica(), unlink one with mc_replica_unlink(),
  * and copy an embedded replica only up to MC_REPLICA_EMBEDDED_SIZE.  An
- * embedded replica is freed only through objects.c (replica_free), never
+ * embedded replica is freed only through objects.c (mc_idx_replica_free), never
  * with free(), and never waits on m->discarded: objects.c moves it to a
  * record of its own first. */
 typedef struct mc_replica {
@@ -178,7 +178,7 @@ typedef struct mc_reservation {
     uint64_t id;               /* never 0 */
     uint64_t deadline_ms;      /* monotonic */
     uint64_t length;
-    mc_writer_t *writer;       /* tenant and owner (a writer_get reference) */
+    mc_writer_t *writer;       /* tenant and owner (a mc_idx_writer_get reference) */
     uint32_t n;
     mc_replica_t *reps[];      /* placed, on no list, obj NULL */
 } mc_reservation_t;

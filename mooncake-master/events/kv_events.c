@@ -3,7 +3,7 @@
  * The KV cache event publisher (kv_events.h, docs/events.md).
  *
  * The event loop calls the hooks at the bottom where objects appear
- * (PutEnd of every form) and disappear (obj_erase: every path), and for
+ * (PutEnd of every form) and disappear (mc_idx_obj_erase: every path), and for
  * remove_all; each builds one record and appends it to the queue.  The
  * publisher thread owns the ZMQ PUB socket: it takes up to 64 records,
  * encodes them as upstream's three frames (empty topic, big-endian u64

@@ -156,7 +156,7 @@ void mc_kv_events_stats(struct mc_master *m, mc_kv_events_stats_t *s);
  * the publisher is off or this master is not serving (a standby). */
 /* PutEnd of every form (PUT_END, PUT_COMMIT, UPSERT_END, their batches). */
 void mc_kv_events_stored(struct mc_master *m, const struct mc_object *o);
-/* @p o is about to be erased, by any path (obj_erase). */
+/* @p o is about to be erased, by any path (mc_idx_obj_erase). */
 void mc_kv_events_removed(struct mc_master *m, const struct mc_object *o);
 /* REMOVE_ALL left tenant @p tenant without any announced object. */
 void mc_kv_events_cleared(struct mc_master *m, const char *tenant, size_t tenant_len);

@@ -25,7 +25,7 @@
  * object then sits on m->upserting, also ordered by start time, so the
  * tick can drop abandoned ones.  Old buffers replaced while a reader holds
  * a lease are freed at once under a later generation of their segments
- * (obj_free_fenced).
+ * (mc_idx_obj_free_fenced).
  *
  * Leases are monotonic-clock deadlines: a read (GET_REPLICA_LIST,
  * EXIST_KEY and their batch forms) moves the deadline to at least
@@ -111,7 +111,7 @@ static int writer_eq(const mc_hnode_t *node, const void *k)
 }
 
 /* A new reference to the record of (@p tenant, @p owner); NULL on OOM. */
-mc_writer_t *writer_get(mc_master_t *m, mc_str_t tenant, mc_uuid_t owner)
+mc_writer_t *mc_idx_writer_get(mc_master_t *m, mc_str_t tenant, mc_uuid_t owner)
 {
     writer_lookup_t l = {tenant, owner};
     uint64_t h        = writer_hash(tenant, owner);
@@ -140,8 +140,8 @@ mc_writer_t *writer_get(mc_master_t *m, mc_str_t tenant, mc_uuid_t owner)
     return w;
 }
 
-/* Drop a reference from writer_get(); the record goes with the last. */
-void writer_put(mc_master_t *m, mc_writer_t *w)
+/* Drop a reference from mc_idx_writer_get(); the record goes with the last. */
+void mc_idx_writer_put(mc_master_t *m, mc_writer_t *w)
 {
     if ((w == NULL) || (--w->refs > 0))
         return;
@@ -199,7 +199,7 @@ size_t mc_master_objects_count(const mc_master_t *m)
 }
 
 
-void pipe_init(key_pipe_t *p, mc_req_ctx_t *x, const mc_wire_str_list_t *keys)
+void mc_idx_pipe_init(key_pipe_t *p, mc_req_ctx_t *x, const mc_wire_str_list_t *keys)
 {
     p->m      = x->m;
     p->tenant = x->tenant;
@@ -214,7 +214,7 @@ void pipe_init(key_pipe_t *p, mc_req_ctx_t *x, const mc_wire_str_list_t *keys)
         mc_chmap_prefetch(&p->m->objects, p->hash[i]);
 }
 
-void pipe_done(key_pipe_t *p)
+void mc_idx_pipe_done(key_pipe_t *p)
 {
     memset(&p->m->key_memo, 0, sizeof(p->m->key_memo));
 }
@@ -265,7 +265,7 @@ static void group_leave(mc_master_t *m, mc_object_t *o)
  * the one it was in.  On OOM the object stays ungrouped (logged): it is
  * then leased and evicted on its own, which loses no data.
  */
-void group_sync(mc_master_t *m, mc_object_t *o)
+void mc_idx_group_sync(mc_master_t *m, mc_object_t *o)
 {
     const char *id   = mc_object_group_id(o);
     group_lookup_t l = {mc_object_tenant(o), {id, id ? strlen(id) : 0}};
@@ -320,7 +320,7 @@ void group_sync(mc_master_t *m, mc_object_t *o)
 
 /* A zeroed record for an object of @p key (copied in, with its index hash
  * for @p tenant), from m->objslab; NULL on OOM. */
-mc_object_t *obj_alloc(mc_master_t *m, mc_str_t tenant, mc_str_t key)
+mc_object_t *mc_idx_obj_alloc(mc_master_t *m, mc_str_t tenant, mc_str_t key)
 {
     mc_object_t *o;
 
@@ -355,7 +355,7 @@ static void replica_dispose(mc_replica_t *r)
 }
 
 /* Give back the range of @p r, unlink and free it. */
-void replica_free(mc_master_t *m, mc_replica_t *r)
+void mc_idx_replica_free(mc_master_t *m, mc_replica_t *r)
 {
     mc_master_segment_release(m, r);
     mc_replica_unlink(r);
@@ -367,15 +367,15 @@ static void free_replicas(mc_master_t *m, mc_mlist_t *list)
 {
     mc_mlist_t *pos, *tmp;
     mc_mlist_for_each_safe(pos, tmp, list)
-        replica_free(m, mc_container_of(pos, mc_replica_t, link));
+        mc_idx_replica_free(m, mc_container_of(pos, mc_replica_t, link));
 }
 
 /* free_replicas() for the memory replicas of @p o, rep0 included. */
-void obj_free_replicas(mc_master_t *m, mc_object_t *o)
+void mc_idx_obj_free_replicas(mc_master_t *m, mc_object_t *o)
 {
     if (o->rep0.seg != NULL) {
         mc_master_segment_release(m, &o->rep0);
-        o->rep0.seg = NULL; /* replica_free() of rep0, which is on no list */
+        o->rep0.seg = NULL; /* mc_idx_replica_free() of rep0, which is on no list */
     }
     free_replicas(m, &o->replicas);
 }
@@ -450,13 +450,13 @@ static void obj_defer_replicas(mc_master_t *m, mc_object_t *o, uint64_t release_
  * bytes (docs/architecture.md, "Proof of identity").  The space is free at
  * once.
  */
-void obj_free_fenced(mc_master_t *m, mc_object_t *o, uint8_t who)
+void mc_idx_obj_free_fenced(mc_master_t *m, mc_object_t *o, uint8_t who)
 {
     mc_replica_t *r;
     mc_object_for_each_replica(r, o)
         if (r->seg->gen_dirty < who)
             r->seg->gen_dirty = who;
-    obj_free_replicas(m, o);
+    mc_idx_obj_free_replicas(m, o);
 }
 
 /* ---- disk replicas (docs/tiers.md) ---- */
@@ -464,7 +464,7 @@ void obj_free_fenced(mc_master_t *m, mc_object_t *o, uint8_t who)
 /* 1 when the disk replica @p d may be read: its holder is known and not
  * a client restored from the operation log that has yet to remount (its
  * files are vouched for again once it is back, docs/tiers.md). */
-int disk_readable(mc_master_t *m, const mc_disk_replica_t *d)
+int mc_idx_disk_readable(mc_master_t *m, const mc_disk_replica_t *d)
 {
     const mc_client_t *c = mc_master_client_find(m, d->holder);
     return (c != NULL) && !c->restored;
@@ -472,14 +472,14 @@ int disk_readable(mc_master_t *m, const mc_disk_replica_t *d)
 
 /* 1 when @p o keeps a copy outside memory that is readable once complete
  * (a disk or a DFS replica): losing its memory does not end it. */
-int obj_has_copy(const mc_object_t *o)
+int mc_idx_obj_has_copy(const mc_object_t *o)
 {
     return (obj_disk(o) != NULL) || (obj_dfs(o) != NULL);
 }
 
 /* A new disk replica (not attached to an object); NULL on OOM. */
-mc_disk_replica_t *disk_new(mc_master_t *m, mc_uuid_t holder, mc_str_t segment, mc_str_t path,
-                            uint64_t offset, uint64_t length, uint32_t crc)
+mc_disk_replica_t *mc_idx_disk_new(mc_master_t *m, mc_uuid_t holder, mc_str_t segment,
+                                    mc_str_t path, uint64_t offset, uint64_t length, uint32_t crc)
 {
     mc_disk_replica_t *d = calloc(1, sizeof(*d));
 
@@ -512,7 +512,7 @@ static void disk_destroy(mc_disk_replica_t *d)
 
 /* Forget the disk replica of @p o, if any.  The holder's bytes stay in
  * its bucket until its tier reclaims them; nobody is pointed there again. */
-void disk_free(mc_master_t *m, mc_object_t *o)
+void mc_idx_disk_free(mc_master_t *m, mc_object_t *o)
 {
     mc_disk_replica_t *d = obj_disk(o);
 
@@ -526,7 +526,7 @@ void disk_free(mc_master_t *m, mc_object_t *o)
 }
 
 /* The ext of @p o, allocated on first use; NULL on OOM. */
-mc_object_ext_t *obj_ext(mc_object_t *o)
+mc_object_ext_t *mc_idx_obj_ext(mc_object_t *o)
 {
     mc_object_ext_t *e = o->ext;
 
@@ -544,20 +544,20 @@ mc_object_ext_t *obj_ext(mc_object_t *o)
 
 mc_object_ext_t *mc_master_object_ext(mc_object_t *o)
 {
-    return obj_ext(o);
+    return mc_idx_obj_ext(o);
 }
 
 /* Free @p o and what hangs off it, once unlinked from everything (its
  * replicas, rep0 included, already gone). */
-void obj_free(mc_master_t *m, mc_object_t *o)
+void mc_idx_obj_free(mc_master_t *m, mc_object_t *o)
 {
     /* the tenant's quota charge (tenants.h), taken with the size */
     if ((o->writer != NULL) && (o->size > 0))
         mc_master_tenant_charge(m, (mc_str_t){o->writer->tenant, o->writer->tenant_len},
                                 -(int64_t)o->size);
-    writer_put(m, o->writer);
+    mc_idx_writer_put(m, o->writer);
     o->writer = NULL;
-    disk_free(m, o);
+    mc_idx_disk_free(m, o);
     if (o->ext != NULL) {
         mc_master_dfs_free(m, o->ext->dfs, o->size);
         o->ext->dfs = NULL;
@@ -574,7 +574,7 @@ void obj_free(mc_master_t *m, mc_object_t *o)
  * the first moves into rep0 (reps[0] then points there), the rest go on
  * o->replicas in order.
  */
-void obj_attach(mc_object_t *o, mc_replica_t **reps, uint32_t n)
+void mc_idx_obj_attach(mc_object_t *o, mc_replica_t **reps, uint32_t n)
 {
     if (n == 0)
         return;
@@ -589,7 +589,7 @@ void obj_attach(mc_object_t *o, mc_replica_t **reps, uint32_t n)
 }
 
 /* Forget the upsert state of @p o (its fresh buffers are already gone). */
-void upsert_clear(mc_master_t *m, mc_object_t *o)
+void mc_idx_upsert_clear(mc_master_t *m, mc_object_t *o)
 {
     mc_upsert_t *up = obj_up(o);
 
@@ -598,14 +598,14 @@ void upsert_clear(mc_master_t *m, mc_object_t *o)
         return;
     mc_master_dfs_free(m, up->dfs, up->size); /* NULL once UPSERT_END took it */
     o->ext->up = NULL;
-    writer_put(m, up->writer);
+    mc_idx_writer_put(m, up->writer);
     mc_mlist_remove(&up->link);
     free(up->group_id);
     free(up);
 }
 
 /* Move the segment of every replica on @p list to at least generation
- * step @p who before their space is handed out again (obj_free_fenced). */
+ * step @p who before their space is handed out again (mc_idx_obj_free_fenced). */
 static void fence_replicas(mc_mlist_t *list, uint8_t who)
 {
     mc_mlist_t *pos, *tmp;
@@ -621,23 +621,23 @@ static void fence_replicas(mc_mlist_t *list, uint8_t who)
  * Unless @p writer_done (the upserter itself revoked), the upserter may
  * still be moving bytes into them, so their segments move to the next
  * fence before that space is handed out again, as for a put in progress
- * (obj_erase). */
-void upsert_drop(mc_master_t *m, mc_object_t *o, int writer_done)
+ * (mc_idx_obj_erase). */
+void mc_idx_upsert_drop(mc_master_t *m, mc_object_t *o, int writer_done)
 {
     if (!writer_done)
         fence_replicas(&obj_up(o)->replicas, MC_SEG_GEN_WRITER);
     free_replicas(m, &obj_up(o)->replicas);
-    upsert_clear(m, o);
+    mc_idx_upsert_clear(m, o);
 }
 
 /* Free every replica of @p o, unlink and free it.  The readable
  * replicas of an object that a reader still holds a lease on (a forced
  * remove, REMOVE_ALL / REMOVE_BY_REGEX with force) are free at once too,
- * under a later generation of their segments (obj_free_fenced, §5.8), and
+ * under a later generation of their segments (mc_idx_obj_free_fenced, §5.8), and
  * so are those of a put still in progress, whose writer may still be
  * moving bytes: the holder lets the memory's next owner write only once
  * its writes are done. */
-void obj_erase(mc_master_t *m, mc_object_t *o)
+void mc_idx_obj_erase(mc_master_t *m, mc_object_t *o)
 {
     uint64_t now_ms = mc_now_ms();
 
@@ -651,20 +651,20 @@ void obj_erase(mc_master_t *m, mc_object_t *o)
     if (mc_object_replicating(o))
         mc_master_tasks_object_gone(m, o);
     if (!o->complete)
-        obj_free_fenced(m, o, MC_SEG_GEN_WRITER); /* its writer may still be at it */
+        mc_idx_obj_free_fenced(m, o, MC_SEG_GEN_WRITER); /* its writer may still be at it */
     else if (obj_leased(o, now_ms))
-        obj_free_fenced(m, o, MC_SEG_GEN_READER);
+        mc_idx_obj_free_fenced(m, o, MC_SEG_GEN_READER);
     else
-        obj_free_replicas(m, o);
+        mc_idx_obj_free_replicas(m, o);
     if (obj_up(o) != NULL)
-        upsert_drop(m, o, 0); /* its upserter may still be at it */
+        mc_idx_upsert_drop(m, o, 0); /* its upserter may still be at it */
     else
-        upsert_clear(m, o);
+        mc_idx_upsert_clear(m, o);
     mc_chmap_remove(&m->objects, &o->node);
     mc_mlist_remove(&o->pending_link);
     mc_mlist_remove(&o->lru_link);
     group_leave(m, o);
-    obj_free(m, o);
+    mc_idx_obj_free(m, o);
 }
 
 /*
@@ -672,16 +672,16 @@ void obj_erase(mc_master_t *m, mc_object_t *o)
  * log its new state.  A disk-only object leaves the LRU, since evicting it
  * would free no memory.  Returns 1 when @p o was erased.
  */
-int obj_settle(mc_master_t *m, mc_object_t *o)
+int mc_idx_obj_settle(mc_master_t *m, mc_object_t *o)
 {
     if (mc_object_has_replicas(o)) {
         mc_durable_object(m, o);
         return 0;
     }
-    if (!o->complete || !obj_has_copy(o)) {
+    if (!o->complete || !mc_idx_obj_has_copy(o)) {
         mc_debug("object %.*s lost its last replica", (int)MC_MIN(o->key_len, 200u),
                  mc_object_key(o).ptr);
-        obj_erase(m, o);
+        mc_idx_obj_erase(m, o);
         return 1;
     }
     mc_mlist_remove(&o->lru_link);
@@ -710,12 +710,12 @@ void mc_master_objects_cleanup(mc_master_t *m)
         if (obj_up(o) != NULL) {
             forget_replicas(&obj_up(o)->replicas);
             mc_master_dfs_free(m, obj_up(o)->dfs, obj_up(o)->size);
-            writer_put(m, obj_up(o)->writer);
+            mc_idx_writer_put(m, obj_up(o)->writer);
             free(obj_up(o)->group_id);
             free(obj_up(o));
         }
         mc_chmap_remove(&m->objects, &o->node);
-        obj_free(m, o);
+        mc_idx_obj_free(m, o);
     }
     mc_mlist_init(&m->discarded);
     mc_mlist_init(&m->pending);
@@ -735,7 +735,7 @@ void mc_master_objects_cleanup(mc_master_t *m)
         mc_reservation_t *r = mc_container_of(m->resv_order.next, mc_reservation_t, link);
         for (uint32_t i = 0; i < r->n; i++)
             free(r->reps[i]);
-        resv_unlink(m, r);
+        mc_idx_resv_unlink(m, r);
     }
     mc_hmap_cleanup(&m->reservations);
     /* every reference went with the objects, upserts and reservations above */
@@ -754,7 +754,7 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
 {
     mc_object_t *o = mc_replica_obj(r);
     int fresh      = r->fresh;
-    replica_free(m, r);
+    mc_idx_replica_free(m, r);
     if ((o != NULL) && fresh) {
         /* An upsert lost its last new buffer: the old value stays, and the
          * writer's UPSERT_END will answer OBJECT_NOT_FOUND (§5.11). */
@@ -764,7 +764,7 @@ void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
         return;
     }
     if (o != NULL)
-        (void)obj_settle(m, o);
+        (void)mc_idx_obj_settle(m, o);
 }
 
 /*
@@ -827,7 +827,7 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
         for (uint32_t i = 0; i < r->n; i++) {
             if (r->reps[i]->seg == seg) {
                 dropped++;
-                resv_free(m, r);
+                mc_idx_resv_free(m, r);
                 break;
             }
         }
@@ -853,7 +853,7 @@ size_t mc_master_objects_drop_segment(mc_master_t *m, const mc_segment_t *seg)
 
 /* Preempt a stale PUT_START: keep its ranges reserved until the old
  * writer can no longer be writing, then erase the object. */
-void obj_discard(mc_master_t *m, mc_object_t *o)
+void mc_idx_obj_discard(mc_master_t *m, mc_object_t *o)
 {
     uint64_t release = o->put_start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
     obj_defer_replicas(m, o, release);
@@ -861,18 +861,18 @@ void obj_discard(mc_master_t *m, mc_object_t *o)
         mc_master_dfs_defer(m, obj_dfs(o), o->size, release);
         o->ext->dfs = NULL;
     }
-    obj_erase(m, o);
+    mc_idx_obj_erase(m, o);
 }
 
 /* Preempt a stale fresh-buffer upsert the same way; the old value stays. */
-void upsert_discard(mc_master_t *m, mc_object_t *o)
+void mc_idx_upsert_discard(mc_master_t *m, mc_object_t *o)
 {
     mc_upsert_t *up  = obj_up(o);
     uint64_t release = up->start_ms + (uint64_t)m->cfg->put_start_release_timeout_sec * 1000u;
     defer_replicas(m, &up->replicas, release);
     mc_master_dfs_defer(m, up->dfs, up->size, release);
     up->dfs = NULL;
-    upsert_clear(m, o);
+    mc_idx_upsert_clear(m, o);
 }
 
 void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
@@ -885,14 +885,14 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
         mc_reservation_t *r = mc_container_of(m->resv_order.next, mc_reservation_t, link);
         if (r->deadline_ms > now_ms)
             break;
-        resv_free(m, r);
+        mc_idx_resv_free(m, r);
     }
 
     mc_mlist_for_each_safe(pos, tmp, &m->discarded)
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
         if (r->release_ms <= now_ms)
-            replica_free(m, r);
+            mc_idx_replica_free(m, r);
     }
     mc_master_dfs_tick(m, now_ms);
     while (!mc_mlist_empty(&m->pending)) {
@@ -902,7 +902,7 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
         mc_info("releasing abandoned put of key '%.*s' (no PutEnd within %" PRId64 " s)",
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
                 m->cfg->put_start_release_timeout_sec);
-        obj_erase(m, o);
+        mc_idx_obj_erase(m, o);
     }
     while (!mc_mlist_empty(&m->upserting)) {
         mc_object_t *o = mc_container_of(m->upserting.next, mc_upsert_t, link)->obj;
@@ -911,7 +911,7 @@ void mc_master_objects_tick(mc_master_t *m, uint64_t now_ms)
         mc_info("releasing abandoned upsert of key '%.*s' (no UpsertEnd within %" PRId64 " s)",
                 (int)MC_MIN(o->key_len, 200u), mc_object_key(o).ptr,
                 m->cfg->put_start_release_timeout_sec);
-        upsert_drop(m, o, 0);
+        mc_idx_upsert_drop(m, o, 0);
     }
 }
 
@@ -931,7 +931,7 @@ static void obj_lease_one(mc_master_t *m, mc_object_t *o, uint64_t d)
 /* A lease on a grouped object is a lease on its whole group (§5.12).
  * g->lease_deadline_ms remembers the last deadline every member got, so
  * a batch read of a whole group costs O(group size), not its square. */
-void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
+void mc_idx_obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 {
     uint64_t d    = now_ms + m->cfg->default_kv_lease_ttl;
     mc_group_t *g = mc_object_group(o);
@@ -953,7 +953,7 @@ void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 /* ---- §5.9 batch forms: one result per key, in request order ---------------------- */
 
 /* Arena storage for @p n statuses; -1 when out of memory. */
-int i32_list(mc_req_ctx_t *x, uint32_t n, mc_wire_i32_list_t *out)
+int mc_idx_i32_list(mc_req_ctx_t *x, uint32_t n, mc_wire_i32_list_t *out)
 {
     out->n = 0;
     out->v = NULL;
@@ -967,7 +967,7 @@ int i32_list(mc_req_ctx_t *x, uint32_t n, mc_wire_i32_list_t *out)
 }
 
 /* Arena storage for @p n results; -1 when out of memory. */
-int result_list(mc_req_ctx_t *x, uint32_t n, mc_wire_result_list_t *out)
+int mc_idx_result_list(mc_req_ctx_t *x, uint32_t n, mc_wire_result_list_t *out)
 {
     out->n = 0;
     out->v = n ? mc_arena_calloc(x->arena, n, sizeof(*out->v)) : NULL;
@@ -979,7 +979,7 @@ int result_list(mc_req_ctx_t *x, uint32_t n, mc_wire_result_list_t *out)
 
 void mc_master_object_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 {
-    obj_grant_lease(m, o, now_ms);
+    mc_idx_obj_grant_lease(m, o, now_ms);
 }
 
 void mc_master_replicas_forget(mc_mlist_t *list)
@@ -989,7 +989,7 @@ void mc_master_replicas_forget(mc_mlist_t *list)
 
 void mc_master_replica_free(mc_master_t *m, mc_replica_t *r)
 {
-    replica_free(m, r);
+    mc_idx_replica_free(m, r);
 }
 
 void mc_master_replicas_free(mc_master_t *m, mc_mlist_t *list)
@@ -1010,9 +1010,9 @@ void mc_master_replica_to_wire(mc_wire_replica_t *w, const mc_replica_t *r, uint
 void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, uint64_t now_ms)
 {
     if (obj_leased(o, now_ms))
-        if (r->seg->gen_dirty < MC_SEG_GEN_READER) /* as obj_free_fenced() */
+        if (r->seg->gen_dirty < MC_SEG_GEN_READER) /* as mc_idx_obj_free_fenced() */
             r->seg->gen_dirty = MC_SEG_GEN_READER;
-    replica_free(m, r);
+    mc_idx_replica_free(m, r);
     mc_durable_object(m, o);
 }
 
@@ -1023,7 +1023,7 @@ mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key
 
 void mc_master_object_erase(mc_master_t *m, mc_object_t *o)
 {
-    obj_erase(m, o);
+    mc_idx_obj_erase(m, o);
 }
 
 /* ---- restore (snapshot.c) ------------------------------------------------------- */
@@ -1036,7 +1036,7 @@ static mc_disk_replica_t *disk_restore(mc_master_t *m, const mc_oplog_record_t *
 
     if ((c == NULL) || !c->restored || (r->disk_path.len == 0) || (r->disk_path.ptr[0] != '/'))
         return NULL;
-    return disk_new(m, r->disk_holder, r->disk_segment, r->disk_path, r->disk_offset,
+    return mc_idx_disk_new(m, r->disk_holder, r->disk_segment, r->disk_path, r->disk_offset,
                     r->disk_length, r->disk_crc);
 }
 
@@ -1062,15 +1062,15 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
         dsk = disk_restore(m, r);
     if ((n == 0) && (dfs == NULL) && (dsk == NULL))
         return NULL;
-    o = obj_alloc(m, r->tenant, r->key);
+    o = mc_idx_obj_alloc(m, r->tenant, r->key);
     if (o == NULL)
         goto fail;
-    o->size   = r->size; /* obj_free gives a DFS extent back by it */
-    o->writer = writer_get(m, r->tenant, r->owner);
-    if (o->writer != NULL) /* obj_free gives the tenant's charge back */
+    o->size   = r->size; /* mc_idx_obj_free gives a DFS extent back by it */
+    o->writer = mc_idx_writer_get(m, r->tenant, r->owner);
+    if (o->writer != NULL) /* mc_idx_obj_free gives the tenant's charge back */
         mc_master_tenant_charge(m, r->tenant, (int64_t)r->size);
-    if ((o->writer == NULL) || (((dfs != NULL) || (dsk != NULL)) && (obj_ext(o) == NULL))) {
-        obj_free(m, o);
+    if ((o->writer == NULL) || (((dfs != NULL) || (dsk != NULL)) && (mc_idx_obj_ext(o) == NULL))) {
+        mc_idx_obj_free(m, o);
         goto fail;
     }
     if (dfs != NULL)
@@ -1085,8 +1085,8 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
      * a TTL, which is ignored here.  The object is ordinary cache until a
      * write asks for SoftPinAction.ENABLE again. */
     if (r->has_group) {
-        if ((obj_ext(o) == NULL) || ((o->ext->group_id = mc_str_dup(r->group_id)) == NULL)) {
-            obj_free(m, o);
+        if ((mc_idx_obj_ext(o) == NULL) || ((o->ext->group_id = mc_str_dup(r->group_id)) == NULL)) {
+            mc_idx_obj_free(m, o);
             return NULL;
         }
     }
@@ -1097,10 +1097,10 @@ mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r
     o->complete          = 1;
     mc_chmap_insert(&m->objects, &o->node, o->hash);
     mc_mlist_init(&o->lru_link);
-    obj_attach(o, reps, n);
+    mc_idx_obj_attach(o, reps, n);
     if (n > 0)
         mc_master_lru_touch(m, o); /* a disk- or DFS-only object stays off the LRU */
-    group_sync(m, o);
+    mc_idx_group_sync(m, o);
     return o;
 
 fail:

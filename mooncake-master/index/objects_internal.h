@@ -80,11 +80,11 @@ static inline mc_object_t *obj_find(mc_master_t *m, mc_str_t tenant, mc_str_t ke
  * A batch's keys in request order, with the index's cache misses
  * overlapped: the index of millions of objects is far larger than the
  * caches, so a lookup stalls on its bucket slot and then on the first
- * object of its chain.  pipe_init hashes every key once and starts the
+ * object of its chain.  mc_idx_pipe_init hashes every key once and starts the
  * first slots; pipe_at(i), before key i is worked on, starts the slot of
  * key i + 2 * PIPE_AHEAD and the first object of key i + PIPE_AHEAD, and
- * leaves key i's hash in m->key_memo for obj_find and obj_alloc;
- * pipe_done clears it.  Hints only: without memory for the hashes the
+ * leaves key i's hash in m->key_memo for obj_find and mc_idx_obj_alloc;
+ * mc_idx_pipe_done clears it.  Hints only: without memory for the hashes the
  * batch runs as it would without them.
  */
 typedef struct key_pipe {
@@ -97,8 +97,8 @@ typedef struct key_pipe {
 
 #define PIPE_AHEAD 4u
 
-void pipe_init(key_pipe_t *p, mc_req_ctx_t *x, const mc_wire_str_list_t *keys);
-void pipe_done(key_pipe_t *p);
+void mc_idx_pipe_init(key_pipe_t *p, mc_req_ctx_t *x, const mc_wire_str_list_t *keys);
+void mc_idx_pipe_done(key_pipe_t *p);
 
 /* Start loading the first object of the chain of @p hash: the line that
  * holds its link and hash, and its key. */
@@ -126,18 +126,18 @@ static inline void pipe_at(key_pipe_t *p, uint32_t i)
 }
 
 /* Arena storage for the per-key answers of a batch form; -1 on OOM. */
-int i32_list(mc_req_ctx_t *x, uint32_t n, mc_wire_i32_list_t *out);
-int result_list(mc_req_ctx_t *x, uint32_t n, mc_wire_result_list_t *out);
+int mc_idx_i32_list(mc_req_ctx_t *x, uint32_t n, mc_wire_i32_list_t *out);
+int mc_idx_result_list(mc_req_ctx_t *x, uint32_t n, mc_wire_result_list_t *out);
 
 /* ---- objects.c: records ------------------------------------------------------ */
 
-mc_writer_t *writer_get(mc_master_t *m, mc_str_t tenant, mc_uuid_t owner);
-void writer_put(mc_master_t *m, mc_writer_t *w);
-void group_sync(mc_master_t *m, mc_object_t *o);
-mc_object_t *obj_alloc(mc_master_t *m, mc_str_t tenant, mc_str_t key);
-mc_object_ext_t *obj_ext(mc_object_t *o);
-void obj_free(mc_master_t *m, mc_object_t *o);
-void obj_attach(mc_object_t *o, mc_replica_t **reps, uint32_t n);
+mc_writer_t *mc_idx_writer_get(mc_master_t *m, mc_str_t tenant, mc_uuid_t owner);
+void mc_idx_writer_put(mc_master_t *m, mc_writer_t *w);
+void mc_idx_group_sync(mc_master_t *m, mc_object_t *o);
+mc_object_t *mc_idx_obj_alloc(mc_master_t *m, mc_str_t tenant, mc_str_t key);
+mc_object_ext_t *mc_idx_obj_ext(mc_object_t *o);
+void mc_idx_obj_free(mc_master_t *m, mc_object_t *o);
+void mc_idx_obj_attach(mc_object_t *o, mc_replica_t **reps, uint32_t n);
 
 static inline mc_disk_replica_t *obj_disk(const mc_object_t *o)
 {
@@ -159,19 +159,19 @@ static inline mc_upsert_t *obj_up(const mc_object_t *o)
 
 /* ---- objects.c: an object's replicas and its end ----------------------------- */
 
-void replica_free(mc_master_t *m, mc_replica_t *r);
-void obj_free_replicas(mc_master_t *m, mc_object_t *o);
-void obj_free_fenced(mc_master_t *m, mc_object_t *o, uint8_t who);
-void upsert_clear(mc_master_t *m, mc_object_t *o);
-void upsert_drop(mc_master_t *m, mc_object_t *o, int writer_done);
-void obj_erase(mc_master_t *m, mc_object_t *o);
-int obj_settle(mc_master_t *m, mc_object_t *o);
-void obj_discard(mc_master_t *m, mc_object_t *o);
-void upsert_discard(mc_master_t *m, mc_object_t *o);
+void mc_idx_replica_free(mc_master_t *m, mc_replica_t *r);
+void mc_idx_obj_free_replicas(mc_master_t *m, mc_object_t *o);
+void mc_idx_obj_free_fenced(mc_master_t *m, mc_object_t *o, uint8_t who);
+void mc_idx_upsert_clear(mc_master_t *m, mc_object_t *o);
+void mc_idx_upsert_drop(mc_master_t *m, mc_object_t *o, int writer_done);
+void mc_idx_obj_erase(mc_master_t *m, mc_object_t *o);
+int mc_idx_obj_settle(mc_master_t *m, mc_object_t *o);
+void mc_idx_obj_discard(mc_master_t *m, mc_object_t *o);
+void mc_idx_upsert_discard(mc_master_t *m, mc_object_t *o);
 
 /* ---- objects.c: leases and replica descriptors ------------------------------- */
 
-void obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms);
+void mc_idx_obj_grant_lease(mc_master_t *m, mc_object_t *o, uint64_t now_ms);
 
 static inline int obj_leased(const mc_object_t *o, uint64_t now_ms)
 {
@@ -192,15 +192,15 @@ static inline void fill_wire_replica(mc_wire_replica_t *w, const mc_replica_t *r
 
 /* ---- objects.c: disk replica records (docs/tiers.md) -------------------------- */
 
-int disk_readable(mc_master_t *m, const mc_disk_replica_t *d);
-int obj_has_copy(const mc_object_t *o);
-mc_disk_replica_t *disk_new(mc_master_t *m, mc_uuid_t holder, mc_str_t segment, mc_str_t path,
-                            uint64_t offset, uint64_t length, uint32_t crc);
-void disk_free(mc_master_t *m, mc_object_t *o);
+int mc_idx_disk_readable(mc_master_t *m, const mc_disk_replica_t *d);
+int mc_idx_obj_has_copy(const mc_object_t *o);
+mc_disk_replica_t *mc_idx_disk_new(mc_master_t *m, mc_uuid_t holder, mc_str_t segment,
+                                    mc_str_t path, uint64_t offset, uint64_t length, uint32_t crc);
+void mc_idx_disk_free(mc_master_t *m, mc_object_t *o);
 
 /* ---- writes.c: put reservations (§5.18), for the teardown and the tick ------- */
 
-void resv_unlink(mc_master_t *m, mc_reservation_t *r);
-void resv_free(mc_master_t *m, mc_reservation_t *r);
+void mc_idx_resv_unlink(mc_master_t *m, mc_reservation_t *r);
+void mc_idx_resv_free(mc_master_t *m, mc_reservation_t *r);
 
 #endif /* MC_MASTER_OBJECTS_INTERNAL_H */

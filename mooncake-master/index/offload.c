@@ -4,7 +4,7 @@
  * docs/tiers.md): OFFLOAD_REPORT gives a complete object a disk replica,
  * DISK_REPLICA_DROP and a holder's departure take it away, and eviction
  * may drop the memory of an object that keeps a copy elsewhere.  The disk
- * replica record itself (disk_new, disk_free) and what a reader is told
+ * replica record itself (mc_idx_disk_new, mc_idx_disk_free) and what a reader is told
  * of it live in objects.c and queries.c.
  *
  * Owns: the disk tier's RPCs and counters (m->disk_replicas, ...).
@@ -76,14 +76,14 @@ int32_t mc_master_offload_report(mc_req_ctx_t *x, const mc_wire_offload_report_r
     seg = segment_of(m, req->client_id);
     if (seg == NULL)
         return MC_ILLEGAL_CLIENT;
-    if (obj_ext(o) == NULL)
+    if (mc_idx_obj_ext(o) == NULL)
         return MC_INTERNAL_ERROR;
-    d = disk_new(m, req->client_id, mc_str_from_cstr(seg->name), req->file_path, req->offset,
+    d = mc_idx_disk_new(m, req->client_id, mc_str_from_cstr(seg->name), req->file_path, req->offset,
                  req->length, req->crc);
     if (d == NULL)
         return MC_INTERNAL_ERROR;
     if (obj_disk(o) != NULL) {
-        disk_free(m, o); /* rewritten into a newer bucket */
+        mc_idx_disk_free(m, o); /* rewritten into a newer bucket */
         m->disk_dropped_keys--;
     }
     o->ext->disk = d;
@@ -100,7 +100,7 @@ int32_t mc_master_disk_replica_drop(mc_req_ctx_t *x, const mc_wire_disk_replica_
 {
     uint32_t n = req->keys.n;
 
-    if (i32_list(x, n, &resp->statuses) != 0)
+    if (mc_idx_i32_list(x, n, &resp->statuses) != 0)
         return MC_INTERNAL_ERROR;
     for (uint32_t i = 0; i < n; i++) {
         mc_object_t *o = obj_find(x->m, x->tenant, req->keys.v[i]);
@@ -113,8 +113,8 @@ int32_t mc_master_disk_replica_drop(mc_req_ctx_t *x, const mc_wire_disk_replica_
                    !mc_str_eq(mc_str_from_cstr(d->path), req->file_path)) {
             st = MC_REPLICA_NOT_FOUND;
         } else {
-            disk_free(x->m, o);
-            (void)obj_settle(x->m, o);
+            mc_idx_disk_free(x->m, o);
+            (void)mc_idx_obj_settle(x->m, o);
         }
         resp->statuses.v[i] = st;
     }
@@ -137,8 +137,8 @@ size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id)
         n = mc_chmap_next(&m->objects, &it);
         if ((d == NULL) || !mc_uuid_eq(d->holder, client_id))
             continue;
-        disk_free(m, o);
-        (void)obj_settle(m, o);
+        mc_idx_disk_free(m, o);
+        (void)mc_idx_obj_settle(m, o);
         dropped++;
     }
     return dropped;
@@ -146,8 +146,8 @@ size_t mc_master_objects_drop_holder(mc_master_t *m, mc_uuid_t client_id)
 
 int mc_master_object_drop_memory(mc_master_t *m, mc_object_t *o)
 {
-    if (!obj_has_copy(o) || !mc_object_has_replicas(o))
+    if (!mc_idx_obj_has_copy(o) || !mc_object_has_replicas(o))
         return 0;
-    obj_free_replicas(m, o);
-    return !obj_settle(m, o);
+    mc_idx_obj_free_replicas(m, o);
+    return !mc_idx_obj_settle(m, o);
 }

@@ -3,7 +3,7 @@
  * The object index's reads (docs/protocol.md §5.7, §5.9):
  * GET_REPLICA_LIST, EXIST_KEY and their batch forms.  A read of a
  * complete object lists its readable replicas (memory, then NoF, then
- * disk and DFS) and grants it a lease (objects.c, obj_grant_lease), which
+ * disk and DFS) and grants it a lease (objects.c, mc_idx_obj_grant_lease), which
  * keeps REMOVE and eviction off it while the reader copies.
  *
  * Owns: the read RPCs and the replica list a reader gets.
@@ -40,7 +40,7 @@ static int32_t list_complete(mc_req_ctx_t *x, const mc_object_t *o, mc_wire_repl
                 fill_wire_replica(&out->v[out->n++], r, o->size);
         }
     }
-    if ((d != NULL) && disk_readable(x->m, d)) {
+    if ((d != NULL) && mc_idx_disk_readable(x->m, d)) {
         /* last: readers prefer memory (docs/tiers.md) */
         mc_master_disk_to_wire(&out->v[out->n++], d);
     }
@@ -69,7 +69,7 @@ static int obj_readable(mc_master_t *m, const mc_object_t *o)
     const mc_replica_t *r;
     if (!o->complete)
         return 0;
-    if ((obj_dfs(o) != NULL) || ((obj_disk(o) != NULL) && disk_readable(m, obj_disk(o))))
+    if ((obj_dfs(o) != NULL) || ((obj_disk(o) != NULL) && mc_idx_disk_readable(m, obj_disk(o))))
         return 1;
     mc_object_for_each_replica(r, o)
     {
@@ -97,10 +97,10 @@ static int32_t get_one(mc_req_ctx_t *x, mc_str_t key, uint64_t *size_p,
         return st;
     if (out->n == 0)
         return MC_OBJECT_NOT_FOUND; /* only on segments not remounted since a restart */
-    obj_grant_lease(x->m, o, x->now_ms);
+    mc_idx_obj_grant_lease(x->m, o, x->now_ms);
     mc_master_dynrep_hit(x, o); /* --dynamic_replication_mode */
     if (x->m->cfg->promotion_on_hit && !mc_object_has_replicas(o) && (obj_disk(o) != NULL) &&
-        disk_readable(x->m, obj_disk(o)))
+        mc_idx_disk_readable(x->m, obj_disk(o)))
         mc_master_promote_hit(x, o);
     *size_p = o->size;
     return MC_OK;
@@ -112,7 +112,7 @@ static int32_t exist_one(mc_req_ctx_t *x, mc_str_t key)
     mc_object_t *o = obj_find(x->m, x->tenant, key);
     if ((o == NULL) || !obj_readable(x->m, o))
         return 0;
-    obj_grant_lease(x->m, o, x->now_ms);
+    mc_idx_obj_grant_lease(x->m, o, x->now_ms);
     return 1;
 }
 
@@ -140,15 +140,15 @@ int32_t mc_master_batch_get_replica_list(mc_req_ctx_t *x,
     key_pipe_t p;
 
     resp->lease_ttl_ms = x->m->cfg->default_kv_lease_ttl;
-    if (result_list(x, n, &resp->results) != 0)
+    if (mc_idx_result_list(x, n, &resp->results) != 0)
         return MC_INTERNAL_ERROR;
-    pipe_init(&p, x, &req->keys);
+    mc_idx_pipe_init(&p, x, &req->keys);
     for (uint32_t i = 0; i < n; i++) {
         mc_wire_result_t *r = &resp->results.v[i];
         pipe_at(&p, i);
         r->status = get_one(x, req->keys.v[i], &r->size, &r->replicas);
     }
-    pipe_done(&p);
+    mc_idx_pipe_done(&p);
     return MC_OK;
 }
 
@@ -157,13 +157,13 @@ int32_t mc_master_batch_exist_key(mc_req_ctx_t *x, const mc_wire_batch_exist_key
 {
     key_pipe_t p;
 
-    if (i32_list(x, req->keys.n, &resp->results) != 0)
+    if (mc_idx_i32_list(x, req->keys.n, &resp->results) != 0)
         return MC_INTERNAL_ERROR;
-    pipe_init(&p, x, &req->keys);
+    mc_idx_pipe_init(&p, x, &req->keys);
     for (uint32_t i = 0; i < req->keys.n; i++) {
         pipe_at(&p, i);
         resp->results.v[i] = exist_one(x, req->keys.v[i]);
     }
-    pipe_done(&p);
+    mc_idx_pipe_done(&p);
     return MC_OK;
 }

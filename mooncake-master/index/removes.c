@@ -5,8 +5,8 @@
  * BATCH_REPLICA_CLEAR.  Without force a remove skips what someone still
  * uses (a lease, a write or an upsert in progress, a copy task); with
  * force the buffers of a leased object go at once under a later
- * generation of their segments (objects.c, obj_erase and
- * obj_free_fenced).
+ * generation of their segments (objects.c, mc_idx_obj_erase and
+ * mc_idx_obj_free_fenced).
  *
  * Owns: the remove RPCs and the REMOVE_BY_REGEX walk (mc_regex_walk_t).
  * May call: objects.c (objects_internal.h), events/ (REMOVE_ALL clears a
@@ -61,7 +61,7 @@ static int64_t remove_where(mc_req_ctx_t *x, int force, int (*match)(mc_str_t ke
             *kept_p += o->complete || (o->upsert == MC_UPSERT_INPLACE);
             continue;
         }
-        obj_erase(x->m, o);
+        mc_idx_obj_erase(x->m, o);
         count++;
     }
     return count;
@@ -80,7 +80,7 @@ static int32_t remove_one(mc_req_ctx_t *x, mc_str_t key, int force)
         if (mc_object_replicating(o))
             return MC_OBJECT_HAS_REPLICATION_TASK;
     }
-    obj_erase(x->m, o);
+    mc_idx_obj_erase(x->m, o);
     return MC_OK;
 }
 
@@ -112,14 +112,14 @@ int32_t mc_master_batch_remove(mc_req_ctx_t *x, const mc_wire_batch_remove_req_t
 {
     key_pipe_t p;
 
-    if (i32_list(x, req->keys.n, &resp->statuses) != 0)
+    if (mc_idx_i32_list(x, req->keys.n, &resp->statuses) != 0)
         return MC_INTERNAL_ERROR;
-    pipe_init(&p, x, &req->keys);
+    mc_idx_pipe_init(&p, x, &req->keys);
     for (uint32_t i = 0; i < req->keys.n; i++) {
         pipe_at(&p, i);
         resp->statuses.v[i] = remove_one(x, req->keys.v[i], req->force != 0);
     }
-    pipe_done(&p);
+    mc_idx_pipe_done(&p);
     return MC_OK;
 }
 
@@ -214,7 +214,7 @@ int mc_master_regex_walk_step(mc_req_ctx_t *x, mc_regex_walk_t *w, uint64_t budg
                 continue;
             if (!regex_match(mc_object_key(o), &w->re))
                 continue;
-            obj_erase(x->m, o);
+            mc_idx_obj_erase(x->m, o);
             w->count++;
         }
         if (mc_now_us() >= deadline)
@@ -271,7 +271,7 @@ static int32_t clear_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, mc_
     if (mc_object_replicating(o))
         return MC_OBJECT_HAS_REPLICATION_TASK;
     if (seg.len == 0) {
-        obj_erase(x->m, o);
+        mc_idx_obj_erase(x->m, o);
         return MC_OK;
     }
     mc_object_for_each_replica_safe(r, tmp, o)
@@ -279,12 +279,12 @@ static int32_t clear_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, mc_
         if ((r->status != MC_REPLICA_COMPLETE) ||
             !mc_str_eq(mc_str_from_cstr(r->seg->name), seg))
             continue;
-        replica_free(x->m, r);
+        mc_idx_replica_free(x->m, r);
         hit = 1;
     }
     if (!hit)
         return MC_REPLICA_NOT_FOUND;
-    (void)obj_settle(x->m, o);
+    (void)mc_idx_obj_settle(x->m, o);
     return MC_OK;
 }
 
@@ -297,7 +297,7 @@ int32_t mc_master_batch_replica_clear(mc_req_ctx_t *x,
 
     x->m->replica_clear_items += n;
     x->m->replica_clear_failed_items += n;
-    if (i32_list(x, n, &resp->statuses) != 0)
+    if (mc_idx_i32_list(x, n, &resp->statuses) != 0)
         return MC_INTERNAL_ERROR;
     for (uint32_t i = 0; i < n; i++) {
         resp->statuses.v[i] = clear_one(x, req->client_id, req->keys.v[i], req->segment_name);

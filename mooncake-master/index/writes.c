@@ -202,7 +202,7 @@ static int32_t key_claim(mc_req_ctx_t *x, mc_str_t key)
         if (o->complete || (x->now_ms < o->put_start_ms + discard))
             return MC_OBJECT_ALREADY_EXISTS;
         mc_info("preempting stale put of key '%.*s'", (int)MC_MIN(key.len, 200u), key.ptr);
-        obj_discard(m, o);
+        mc_idx_obj_discard(m, o);
     }
     return MC_OK;
 }
@@ -263,21 +263,21 @@ static mc_object_t *obj_create(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t ke
             goto oom;
     }
 
-    o = obj_alloc(m, x->tenant, key);
+    o = mc_idx_obj_alloc(m, x->tenant, key);
     if (o == NULL)
         goto oom;
-    o->writer = writer_get(m, x->tenant, client_id);
+    o->writer = mc_idx_writer_get(m, x->tenant, client_id);
     if (o->writer == NULL) {
-        obj_free(m, o);
+        mc_idx_obj_free(m, o);
         goto oom;
     }
-    if ((dfs != NULL) && (obj_ext(o) == NULL)) {
-        obj_free(m, o);
+    if ((dfs != NULL) && (mc_idx_obj_ext(o) == NULL)) {
+        mc_idx_obj_free(m, o);
         goto oom;
     }
     if ((cfg->soft_pin_action == MC_SOFT_PIN_ENABLE) || ((group != NULL) && (group->len > 0))) {
-        if ((obj_ext(o) == NULL) || (dup_group(group, &o->ext->group_id) != 0)) {
-            obj_free(m, o);
+        if ((mc_idx_obj_ext(o) == NULL) || (dup_group(group, &o->ext->group_id) != 0)) {
+            mc_idx_obj_free(m, o);
             goto oom;
         }
         if (cfg->soft_pin_action == MC_SOFT_PIN_ENABLE)
@@ -286,14 +286,14 @@ static mc_object_t *obj_create(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t ke
     }
     mc_mlist_init(&o->replicas);
     o->size         = length;
-    mc_master_tenant_charge(m, x->tenant, (int64_t)length); /* given back by obj_free */
+    mc_master_tenant_charge(m, x->tenant, (int64_t)length); /* given back by mc_idx_obj_free */
     o->put_start_ms = x->now_ms;
     o->hard_pin     = cfg->with_hard_pin ? 1 : 0;
     mc_chmap_insert(&m->objects, &o->node, o->hash);
     mc_mlist_init(&o->pending_link);
     mc_mlist_insert_tail(&m->pending, &o->pending_link); /* m->lru at PUT_END */
 
-    obj_attach(o, reps, n);
+    mc_idx_obj_attach(o, reps, n);
     for (uint32_t i = 0; (i < n) && (out != NULL); i++)
         fill_wire_replica(&out->v[i], reps[i], length);
     if (out != NULL)
@@ -346,15 +346,15 @@ static void apply_upsert_config(mc_object_t *o, uint64_t now_ms)
 
 /* Fresh-buffer UPSERT_END: the new buffers replace the old ones.  Old
  * buffers a reader may still be copying from (lease active) are freed
- * now under a later generation of their segments (obj_free_fenced). */
+ * now under a later generation of their segments (mc_idx_obj_free_fenced). */
 static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
 {
     mc_mlist_t *pos, *tmp;
 
     if (obj_leased(o, now_ms))
-        obj_free_fenced(m, o, MC_SEG_GEN_READER);
+        mc_idx_obj_free_fenced(m, o, MC_SEG_GEN_READER);
     else
-        obj_free_replicas(m, o);
+        mc_idx_obj_free_replicas(m, o);
     mc_mlist_for_each_safe(pos, tmp, &obj_up(o)->replicas)
     {
         mc_replica_t *r = mc_container_of(pos, mc_replica_t, link);
@@ -373,12 +373,12 @@ static void upsert_swap(mc_master_t *m, mc_object_t *o, uint64_t now_ms)
     mc_master_tenant_charge(m, (mc_str_t){o->writer->tenant, o->writer->tenant_len},
                             (int64_t)obj_up(o)->size - (int64_t)o->size);
     o->size              = obj_up(o)->size;
-    writer_put(m, o->writer); /* the upserter's reference moves to the object */
+    mc_idx_writer_put(m, o->writer); /* the upserter's reference moves to the object */
     o->writer            = obj_up(o)->writer;
     obj_up(o)->writer        = NULL;
     o->lease_deadline_ms = 0; /* as after PUT_END: the new value has no reader */
     apply_upsert_config(o, now_ms);
-    upsert_clear(m, o);
+    mc_idx_upsert_clear(m, o);
     mc_master_lru_touch(m, o);
 }
 
@@ -406,7 +406,7 @@ static void obj_publish(mc_req_ctx_t *x, mc_object_t *o)
      * carries no lease (upstream grants a lease of 0 at PutEnd). */
     if ((o->ext != NULL) && (o->ext->soft_pin_ttl_ms > 0))
         o->ext->soft_pin_deadline_ms = x->now_ms + o->ext->soft_pin_ttl_ms;
-    group_sync(x->m, o);
+    mc_idx_group_sync(x->m, o);
     mc_durable_object(x->m, o);
     mc_kv_events_stored(x->m, o);
 }
@@ -424,11 +424,11 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
             return MC_ILLEGAL_CLIENT;
         if (mc_mlist_empty(&obj_up(o)->replicas)) {
             /* every new buffer went away with its segment */
-            upsert_clear(m, o);
+            mc_idx_upsert_clear(m, o);
             return MC_OBJECT_NOT_FOUND;
         }
         upsert_swap(x->m, o, x->now_ms);
-        group_sync(x->m, o);
+        mc_idx_group_sync(x->m, o);
         mc_durable_object(m, o);
         mc_kv_events_stored(m, o);
         return MC_OK;
@@ -450,8 +450,8 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     }
     obj_complete(x, o);
     apply_upsert_config(o, x->now_ms);
-    upsert_clear(m, o);
-    group_sync(x->m, o);
+    mc_idx_upsert_clear(m, o);
+    mc_idx_group_sync(x->m, o);
     mc_durable_object(m, o);
     mc_kv_events_stored(m, o);
     return MC_OK;
@@ -467,7 +467,7 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
         /* the revoking client is the writer: nothing writes there now */
         if (!mc_uuid_eq(obj_up(o)->writer->owner, client_id))
             return MC_ILLEGAL_CLIENT;
-        upsert_drop(x->m, o, 1);
+        mc_idx_upsert_drop(x->m, o, 1);
         return MC_OK;
     }
     if (!mc_uuid_eq(mc_object_owner(o), client_id))
@@ -476,7 +476,7 @@ static int32_t revoke_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, in
         return MC_INVALID_WRITE;
     /* a new put, or an in-place upsert whose old bytes are half
      * overwritten: either way the object goes */
-    obj_erase(x->m, o);
+    mc_idx_obj_erase(x->m, o);
     return MC_OK;
 }
 /* ---- RPC handlers --------------------------------------------------------------- */
@@ -547,24 +547,24 @@ static uint64_t resv_hash(uint64_t id)
 }
 
 /* Unlink @p r; its replicas stay with the caller. */
-void resv_unlink(mc_master_t *m, mc_reservation_t *r)
+void mc_idx_resv_unlink(mc_master_t *m, mc_reservation_t *r)
 {
     mc_hmap_remove(&m->reservations, &r->node);
     mc_mlist_remove(&r->link);
-    writer_put(m, r->writer);
+    mc_idx_writer_put(m, r->writer);
     free(r);
 }
 
 /* Unlink @p r and give its space back.  Its writer may still be filling
  * it (a write held up past the deadline by a slow link, a writer whose
  * client expired but lives on): each segment moves to its next fence
- * before any of that space is handed out again (obj_free_fenced). */
-void resv_free(mc_master_t *m, mc_reservation_t *r)
+ * before any of that space is handed out again (mc_idx_obj_free_fenced). */
+void mc_idx_resv_free(mc_master_t *m, mc_reservation_t *r)
 {
     for (uint32_t i = 0; i < r->n; i++)
         r->reps[i]->seg->gen_dirty = MC_SEG_GEN_WRITER;
     release_placed(m, r->reps, r->n);
-    resv_unlink(m, r);
+    mc_idx_resv_unlink(m, r);
 }
 
 /* The caller's reservation @p id, or NULL. */
@@ -607,7 +607,7 @@ static int32_t resv_grant(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
     if ((out->v == NULL) || (r == NULL))
         goto oom;
     memset(r, 0, sizeof(*r));
-    r->writer = writer_get(m, x->tenant, client_id);
+    r->writer = mc_idx_writer_get(m, x->tenant, client_id);
     if (r->writer == NULL)
         goto oom;
     do
@@ -624,7 +624,7 @@ static int32_t resv_grant(mc_req_ctx_t *x, mc_uuid_t client_id, uint64_t length,
     out->n = n;
     if (mc_hmap_insert(&m->reservations, &r->node, resv_hash(r->id)) != 0) {
         mc_hmap_remove(&m->reservations, &r->node);
-        writer_put(m, r->writer);
+        mc_idx_writer_put(m, r->writer);
         goto oom;
     }
     mc_mlist_insert_tail(&m->resv_order, &r->link);
@@ -690,7 +690,7 @@ int32_t mc_master_put_commit(mc_req_ctx_t *x, const mc_wire_put_commit_req_t *re
     for (uint32_t i = 0; i < r->n; i++) {
         if (r->reps[i]->seg->state != MC_SEG_OK) {
             /* draining: it takes no new object; the writer puts anew */
-            resv_free(m, r);
+            mc_idx_resv_free(m, r);
             return MC_OBJECT_NOT_FOUND;
         }
     }
@@ -706,7 +706,7 @@ int32_t mc_master_put_commit(mc_req_ctx_t *x, const mc_wire_put_commit_req_t *re
     if (reps == NULL)
         return MC_INTERNAL_ERROR;
     memcpy(reps, r->reps, (size_t)n * sizeof(*reps));
-    resv_unlink(m, r); /* the buffers move to the object (or go back on OOM) */
+    mc_idx_resv_unlink(m, r); /* the buffers move to the object (or go back on OOM) */
     o = obj_create(x, req->client_id, req->key, length, &req->config, group, reps, n, NULL, NULL);
     if (o == NULL)
         return MC_INTERNAL_ERROR;
@@ -725,7 +725,7 @@ void mc_master_reservations_drop_owner(mc_master_t *m, mc_uuid_t owner)
     {
         mc_reservation_t *r = mc_container_of(pos, mc_reservation_t, link);
         if (mc_uuid_eq(r->writer->owner, owner))
-            resv_free(m, r);
+            mc_idx_resv_free(m, r);
     }
 }
 
@@ -742,7 +742,7 @@ static int32_t start_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_s
         return MC_INVALID_PARAMS;
     if (cfg->has_group_ids && (cfg->group_ids.n != n))
         return MC_INVALID_PARAMS;
-    if (result_list(x, n, results) != 0)
+    if (mc_idx_result_list(x, n, results) != 0)
         return MC_INTERNAL_ERROR;
 
     cst = config_check(x, cfg);
@@ -754,7 +754,7 @@ static int32_t start_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_s
         return MC_OK;
     }
     key_pipe_t p;
-    pipe_init(&p, x, keys);
+    mc_idx_pipe_init(&p, x, keys);
     for (uint32_t i = 0; i < n; i++) {
         mc_wire_result_t *r = &results->v[i];
         pipe_at(&p, i);
@@ -762,7 +762,7 @@ static int32_t start_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_s
         r->status = start(x, client_id, keys->v[i], lengths->v[i], cfg,
                           cfg->has_group_ids ? &cfg->group_ids.v[i] : NULL, &r->replicas);
     }
-    pipe_done(&p);
+    mc_idx_pipe_done(&p);
     return MC_OK;
 }
 
@@ -775,14 +775,14 @@ static int32_t finish_batch(mc_req_ctx_t *x, mc_uuid_t client_id, const mc_wire_
 {
     key_pipe_t p;
 
-    if (i32_list(x, keys->n, statuses) != 0)
+    if (mc_idx_i32_list(x, keys->n, statuses) != 0)
         return MC_INTERNAL_ERROR;
-    pipe_init(&p, x, keys);
+    mc_idx_pipe_init(&p, x, keys);
     for (uint32_t i = 0; i < keys->n; i++) {
         pipe_at(&p, i);
         statuses->v[i] = finish(x, client_id, keys->v[i], upsert);
     }
-    pipe_done(&p);
+    mc_idx_pipe_done(&p);
     return MC_OK;
 }
 
@@ -819,12 +819,13 @@ static int upsert_stage(mc_master_t *m, mc_object_t *o, const mc_wire_config_t *
         return -1;
     /* UPSERT_END must not fail for memory: make the ext now if it will
      * hold a pin or a group (dropping an OOM'd upsert loses nothing) */
-    if (((cfg->soft_pin_action == MC_SOFT_PIN_ENABLE) || (g != NULL)) && (obj_ext(o) == NULL))
+    if (((cfg->soft_pin_action == MC_SOFT_PIN_ENABLE) || (g != NULL)) &&
+        (mc_idx_obj_ext(o) == NULL))
         goto oom;
     if (up == NULL) {
         /* the caller sets o->upsert right after, so obj_up(o) is never
          * allocated without an upsert in progress */
-        if (obj_ext(o) == NULL) /* the upsert hangs off the ext */
+        if (mc_idx_obj_ext(o) == NULL) /* the upsert hangs off the ext */
             goto oom;
         up = calloc(1, sizeof(*up));
         if (up == NULL)
@@ -880,17 +881,17 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         if (x->now_ms < o->put_start_ms + discard)
             return MC_OBJECT_REPLICA_BUSY;
         mc_info("preempting stale write of key '%.*s'", (int)MC_MIN(key.len, 200u), key.ptr);
-        obj_discard(m, o);
+        mc_idx_obj_discard(m, o);
         o = NULL;
     } else if ((o != NULL) && (o->upsert == MC_UPSERT_FRESH)) {
         if (mc_mlist_empty(&obj_up(o)->replicas)) {
-            upsert_clear(m, o); /* its new buffers went away with their segment */
+            mc_idx_upsert_clear(m, o); /* its new buffers went away with their segment */
         } else {
             if (x->now_ms < obj_up(o)->start_ms + discard)
                 return MC_OBJECT_REPLICA_BUSY;
             mc_info("preempting stale upsert of key '%.*s'", (int)MC_MIN(key.len, 200u),
                     key.ptr);
-            upsert_discard(m, o);
+            mc_idx_upsert_discard(m, o);
         }
     }
     if ((o != NULL) && (length == o->size) && ((obj_dfs(o) != NULL) || (cfg->dfs_replica_num > 0))) {
@@ -902,7 +903,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
             return MC_INVALID_PARAMS;
         if (!mc_object_has_replicas(o)) {
             /* DFS-only: written again as a new key, its extent freed */
-            obj_erase(m, o);
+            mc_idx_obj_erase(m, o);
             o = NULL;
         }
     }
@@ -910,10 +911,10 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         /* the disk copy would be stale: a disk-only object is replaced
          * as a new key, another loses its disk copy (docs/tiers.md) */
         if (!mc_object_has_replicas(o)) {
-            obj_erase(m, o);
+            mc_idx_obj_erase(m, o);
             o = NULL;
         } else {
-            disk_free(m, o);
+            mc_idx_disk_free(m, o);
             mc_durable_object(m, o);
         }
     }
@@ -922,13 +923,13 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
 
     if ((length == o->size) && !obj_leased(o, x->now_ms)) {
         /* In place: the same buffers, unreadable until UPSERT_END. */
-        mc_writer_t *w = writer_get(m, x->tenant, client_id);
+        mc_writer_t *w = mc_idx_writer_get(m, x->tenant, client_id);
         if (w == NULL)
             return MC_INTERNAL_ERROR;
         n      = mc_object_replica_count(o) + (obj_dfs(o) != NULL);
         out->v = mc_arena_calloc(x->arena, n, sizeof(*out->v));
         if ((out->v == NULL) || (upsert_stage(m, o, cfg, group) != 0)) {
-            writer_put(m, w);
+            mc_idx_writer_put(m, w);
             return MC_INTERNAL_ERROR;
         }
         mc_object_for_each_replica(r, o)
@@ -948,7 +949,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
         mc_durable_erase(m, o); /* its bytes are overwritten from now on */
         o->upsert       = MC_UPSERT_INPLACE;
         o->complete     = 0;
-        writer_put(m, o->writer);
+        mc_idx_writer_put(m, o->writer);
         o->writer       = w;
         o->put_start_ms = x->now_ms;
         mc_mlist_remove(&o->lru_link); /* the same link as pending_link */
@@ -957,27 +958,27 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     }
 
     /* Fresh buffers; the old value stays readable meanwhile. */
-    mc_writer_t *w = writer_get(m, x->tenant, client_id);
+    mc_writer_t *w = mc_idx_writer_get(m, x->tenant, client_id);
     if (w == NULL)
         return MC_INTERNAL_ERROR;
     n = place(x, client_id, mc_object_key(o), length, cfg, o, &reps, &st);
     if (n == 0) {
-        writer_put(m, w);
+        mc_idx_writer_put(m, w);
         return st;
     }
     mc_dfs_replica_t *dfs = NULL;
     if (cfg->dfs_replica_num > 0) {
         dfs = mc_master_dfs_new(m, key.len, length, cfg->replica_num, &st);
         if (dfs == NULL) {
-            writer_put(m, w);
+            mc_idx_writer_put(m, w);
             release_placed(m, reps, n);
             return st;
         }
     }
     out->v = mc_arena_calloc(x->arena, n + (dfs != NULL), sizeof(*out->v));
-    if ((out->v == NULL) || ((dfs != NULL) && (obj_ext(o) == NULL)) ||
+    if ((out->v == NULL) || ((dfs != NULL) && (mc_idx_obj_ext(o) == NULL)) ||
         (upsert_stage(m, o, cfg, group) != 0)) {
-        writer_put(m, w);
+        mc_idx_writer_put(m, w);
         release_placed(m, reps, n);
         mc_master_dfs_free(m, dfs, length);
         return MC_INTERNAL_ERROR;
@@ -995,7 +996,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
     if (dfs != NULL)
         mc_master_dfs_to_wire(x, &out->v[out->n++], dfs, length);
     obj_up(o)->start_ms = x->now_ms;
-    writer_put(m, obj_up(o)->writer); /* none: upsert_stage made obj_up(o) just now */
+    mc_idx_writer_put(m, obj_up(o)->writer); /* none: upsert_stage made obj_up(o) just now */
     obj_up(o)->writer   = w;
     mc_mlist_insert_tail(&m->upserting, &obj_up(o)->link);
     return MC_OK;

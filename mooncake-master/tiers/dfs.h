@@ -77,7 +77,7 @@ mc_dfs_replica_t *mc_master_dfs_restore(struct mc_master *m, uint32_t shard, uin
  * is fine. */
 void mc_master_dfs_free(struct mc_master *m, mc_dfs_replica_t *d, uint64_t size);
 /* Give back the extent of @p d at @p release_ms, not before: the writer
- * of a preempted put may still be writing there (objects.c obj_discard). */
+ * of a preempted put may still be writing there (objects.c mc_idx_obj_discard). */
 void mc_master_dfs_defer(struct mc_master *m, mc_dfs_replica_t *d, uint64_t size,
                          uint64_t release_ms);
 /* Give back the deferred extents whose time came (the objects' tick). */
