@@ -241,7 +241,12 @@ PyObject *mooncake_py_store_create_move_task(mc_store_h h, const char *key, cons
 PyObject *mooncake_py_store_query_task(mc_store_h h, const char *task_id);
 PyObject *mooncake_py_store_write_parts(mc_store_h h, int upsert, const char *key, PyObject *parts,
                                         const mc_replicate_config_t *config);
-PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int upsert, PyObject *keys,
+/* @p mode of batch_write_parts: mc_store_batch_put_parts(),
+ * mc_store_batch_upsert_parts() or mc_store_batch_put_parts_commit(). */
+#define MOONCAKE_PY_PARTS_PUT 0
+#define MOONCAKE_PY_PARTS_UPSERT 1
+#define MOONCAKE_PY_PARTS_COMMIT 2
+PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int mode, PyObject *keys,
                                               PyObject *parts, const mc_replicate_config_t *config);
 PyObject *mooncake_py_store_batch_remove(mc_store_h h, PyObject *keys, int force);
 PyObject *mooncake_py_store_batch_replica_clear(mc_store_h h, PyObject *keys,

@@ -500,7 +500,7 @@ cleanup:
     return ret;
 }
 
-PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int upsert, PyObject *keys,
+PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int mode, PyObject *keys,
                                               PyObject *parts, const mc_replicate_config_t *config)
 {
     mooncake_py_strv_t sv;
@@ -574,8 +574,10 @@ PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int upsert, PyObject
     }
     if (n > 0) {
         Py_BEGIN_ALLOW_THREADS
-        if (upsert)
+        if (mode == MOONCAKE_PY_PARTS_UPSERT)
             st = mc_store_batch_upsert_parts(h, sv.v, bufs, counts, n, config, sts);
+        else if (mode == MOONCAKE_PY_PARTS_COMMIT)
+            st = mc_store_batch_put_parts_commit(h, sv.v, bufs, counts, n, config, sts);
         else
             st = mc_store_batch_put_parts(h, sv.v, bufs, counts, n, config, sts);
         Py_END_ALLOW_THREADS

@@ -607,17 +607,18 @@ uint64_t mooncake_host_mem_free_func_addr(void);
     }
 
     /*
-     * batch_put_parts (upsert = 0) / batch_upsert_parts (1): object i is
-     * the concatenation of the bytes-like items of parts[i], read from any
-     * memory (mc_store_batch_put_parts(): one master round trip, no staging
-     * copy).  One status per key.  TypeError for keys that are not str, a
-     * parts[i] that is not a sequence of bytes-like objects; ValueError when
-     * the lists differ in length.
+     * batch_put_parts (mode 0) / batch_upsert_parts (1) /
+     * batch_put_parts_commit (2: the last key is the commit key): object i
+     * is the concatenation of the bytes-like items of parts[i], read from
+     * any memory (mc_store_batch_put_parts(): one master round trip, no
+     * staging copy).  One status per key.  TypeError for keys that are not
+     * str, a parts[i] that is not a sequence of bytes-like objects;
+     * ValueError when the lists differ in length.
      */
-    PyObject *batch_write_parts(int upsert, PyObject *keys, PyObject *parts,
+    PyObject *batch_write_parts(int mode, PyObject *keys, PyObject *parts,
                                 const mc_replicate_config_t *config = NULL)
     {
-        return mooncake_py_store_batch_write_parts($self->h, upsert, keys, parts, config);
+        return mooncake_py_store_batch_write_parts($self->h, mode, keys, parts, config);
     }
 
     /* upsert_batch: as put_batch, with upsert semantics. */

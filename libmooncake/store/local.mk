@@ -8,6 +8,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/query.c \
 	libmooncake/store/loc_cache.c libmooncake/store/loc_cache.h \
 	libmooncake/store/store.c \
+	libmooncake/store/commit.c \
 	libmooncake/store/reserve.c \
 	libmooncake/store/replica.c \
 	libmooncake/store/hostmem.c \

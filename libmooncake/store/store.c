@@ -869,6 +869,11 @@ static mc_status_t write_seal(mc_store_h s, write_op_t op, int revoke, mc_str_t 
     return st;
 }
 
+mc_status_t mc_store_put_seal(mc_store_h s, int revoke, mc_str_t key)
+{
+    return write_seal(s, WRITE_PUT, revoke, key);
+}
+
 /* Free the buffers of a write that cannot finish; keeps the caller's detail. */
 static void write_revoke(mc_store_h s, write_op_t op, mc_str_t key)
 {
@@ -1375,6 +1380,7 @@ typedef struct batch_put {
     size_t *owner;      /* per request: index into sel */
     mc_status_t *tst;   /* per request status */
     size_t nsel, nreq;
+    mc_store_commit_t *commit; /* a commit batch: its commit key is held */
 } batch_put_t;
 
 static void batch_put_free(batch_put_t *b)
@@ -1496,7 +1502,9 @@ static void write_batch_finish(mc_store_h s, write_op_t op, batch_put_t *b,
         goto fail_all;
     }
     for (size_t j = 0; j < b->nsel; j++) {
-        if (b->state[j] == 1) {
+        if ((b->state[j] == 1) && (b->commit != NULL) && (b->sel[j] == b->commit->last)) {
+            b->commit->held = 1; /* mc_store_commit_seal() ends or revokes it */
+        } else if (b->state[j] == 1) {
             end_idx[nend]    = j;
             end_keys[nend++] = b->keys[j];
         } else if (b->state[j] == 2) {
@@ -1638,7 +1646,8 @@ static mc_status_t write_batch_transfer(mc_store_h s, batch_put_t *b)
 static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const *keys,
                                   const write_src_t *src, size_t n,
                                   const mc_replicate_config_t *cfg, unsigned flags,
-                                  mc_status_t *statuses, struct mc_store_query **specs)
+                                  mc_status_t *statuses, struct mc_store_query **specs,
+                                  mc_store_commit_t *commit)
 {
     mc_status_t st;
     batch_put_t b;
@@ -1648,6 +1657,7 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
     int revoke_all = 0;
 
     memset(&b, 0, sizeof(b));
+    b.commit = commit;
     if (n > MC_WIRE_MAX_LIST) {
         mc_set_error_detail("a batch holds at most %u keys", (unsigned)MC_WIRE_MAX_LIST);
         st = MC_INVALID_PARAMS;
@@ -1699,7 +1709,7 @@ static mc_status_t do_write_batch(mc_store_h s, write_op_t op, const char *const
         size_t np;
         const mc_iov_t *parts     = src_parts(src, i, &np);
 
-        if ((op == WRITE_PUT) && (r->status == MC_OBJECT_ALREADY_EXISTS)) {
+        if ((op == WRITE_PUT) && (r->status == MC_OBJECT_ALREADY_EXISTS) && (commit == NULL)) {
             statuses[i] = MC_OK; /* first writer wins */
             continue;
         }
@@ -1826,7 +1836,8 @@ static mc_status_t write_each(mc_store_h s, write_op_t op, const char *const *ke
 static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *keys,
                                const write_src_t *src, size_t n,
                                const mc_replicate_config_t *cfg, unsigned flags,
-                               mc_status_t *statuses, mc_status_t st)
+                               mc_status_t *statuses, mc_status_t st,
+                               const mc_store_commit_t *commit)
 {
     size_t retried = 0, recovered = 0;
 
@@ -1835,7 +1846,7 @@ static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *k
         const mc_iov_t *parts;
         size_t np;
 
-        if (!write_retryable(statuses[i], cfg))
+        if (!write_retryable(statuses[i], cfg) || ((commit != NULL) && (i == commit->last)))
             continue;
         parts       = src_parts(src, i, &np);
         statuses[i] = do_write(s, op, keys[i], parts, np, key_config(cfg, n, i, &kcfg), flags,
@@ -1854,7 +1865,7 @@ static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *k
 static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *keys,
                               const write_src_t *src, size_t n,
                               const mc_replicate_config_t *cfg, unsigned flags,
-                              mc_status_t *statuses)
+                              mc_status_t *statuses, mc_store_commit_t *commit)
 {
     mc_status_t st;
     mc_status_t *own = NULL;
@@ -1888,8 +1899,12 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
     } else {
         if (op == WRITE_PUT)
             specs = calloc(n, sizeof(*specs)); /* none when out of memory */
-        st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses, specs);
-        st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st);
+        st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses, specs, commit);
+        st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st, commit);
+        if (commit != NULL) {
+            mc_store_commit_seal(s, keys, n, statuses, specs, commit);
+            st = mc_store_first_error(statuses, n);
+        }
     }
     for (size_t i = 0; i < n; i++)
         mc_store_cache_drop(s, keys[i]);
@@ -1919,7 +1934,7 @@ MC_API mc_status_t mc_store_put_batch(mc_store_h s, const char *const *keys,
     if (mc_dummy_values_write(s, keys, values, n, cfg, 0, statuses, &dst))
         return dst;
     write_src_t src = {values, NULL, NULL};
-    return write_many(s, WRITE_PUT, keys, &src, n, cfg, 0, statuses);
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, 0, statuses, NULL);
 }
 
 MC_API mc_status_t mc_store_upsert_batch(mc_store_h s, const char *const *keys,
@@ -1931,7 +1946,7 @@ MC_API mc_status_t mc_store_upsert_batch(mc_store_h s, const char *const *keys,
     if (mc_dummy_values_write(s, keys, values, n, cfg, 1, statuses, &dst))
         return dst;
     write_src_t src = {values, NULL, NULL};
-    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, 0, statuses);
+    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, 0, statuses, NULL);
 }
 
 MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h s, const char *const *keys,
@@ -1944,7 +1959,8 @@ MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h s, const char *const
     if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 0, 1, statuses, &dst))
         return dst;
     write_src_t src = {NULL, bufs, counts};
-    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE, statuses);
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE,
+                      statuses, NULL);
 }
 
 MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *const *keys,
@@ -1958,7 +1974,7 @@ MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *co
         return dst;
     write_src_t src = {NULL, bufs, counts};
     return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE,
-                      statuses);
+                      statuses, NULL);
 }
 
 MC_API mc_status_t mc_store_batch_put_parts(mc_store_h s, const char *const *keys,
@@ -1970,7 +1986,7 @@ MC_API mc_status_t mc_store_batch_put_parts(mc_store_h s, const char *const *key
     if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 0, 0, statuses, &dst))
         return dst;
     write_src_t src = {NULL, bufs, counts};
-    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses);
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses, NULL);
 }
 
 MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h s, const char *const *keys,
@@ -1983,7 +1999,16 @@ MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h s, const char *const *
     if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 1, 0, statuses, &dst))
         return dst;
     write_src_t src = {NULL, bufs, counts};
-    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses);
+    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses, NULL);
+}
+
+mc_status_t mc_store_put_parts_commit(mc_store_h s, const char *const *keys,
+                                      const mc_iov_t *const *bufs, const size_t *counts,
+                                      size_t n, const mc_replicate_config_t *cfg,
+                                      mc_status_t *statuses, mc_store_commit_t *commit)
+{
+    write_src_t src = {NULL, bufs, counts};
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses, commit);
 }
 
 /* ---- removal ------------------------------------------------------------------------- */
@@ -2041,8 +2066,8 @@ out:
 }
 
 /* One BATCH_REMOVE for the valid keys; invalid ones fail alone. */
-static mc_status_t do_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
-                                   mc_status_t *statuses)
+mc_status_t mc_store_do_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
+                                     mc_status_t *statuses)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
@@ -2111,7 +2136,7 @@ MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, 
         }
         statuses = own;
     }
-    st = do_batch_remove(s, keys, n, force, statuses);
+    st = mc_store_do_batch_remove(s, keys, n, force, statuses);
     for (size_t i = 0; i < n; i++)
         mc_store_cache_drop(s, keys[i]);
 out:

@@ -214,6 +214,46 @@ size_t mc_store_select_keys(const char *const *keys, size_t n, mc_status_t *stat
 #define MC_WF_ZERO_COPY 0x1u /* every source byte must be registered memory */
 #define MC_WF_SAME_NODE 0x2u /* prefer_alloc_in_same_node is accepted */
 
+struct mc_store_query;
+
+/*
+ * A batch put with a commit key (commit.c, mc_store_batch_put_parts_commit):
+ * do_write_batch starts the key at call index @c last with the others and
+ * writes its bytes, but neither ends nor revokes it when its write went
+ * well (@c held 1, its status MC_OK for now); an existing key fails as
+ * MC_OBJECT_ALREADY_EXISTS (no first-writer-wins: every key of a commit
+ * is the call's own) and the commit key is not retried.
+ * mc_store_commit_seal() then ends or revokes it.
+ */
+typedef struct mc_store_commit {
+    size_t last; /* call index of the commit key */
+    int held;    /* out: allocated and written, waiting for END or REVOKE */
+} mc_store_commit_t;
+
+/* store.c: the batch put of mc_store_batch_put_parts() with @p commit
+ * (write_many; MC_WF_SAME_NODE flags). */
+mc_status_t mc_store_put_parts_commit(mc_store_h s, const char *const *keys,
+                                      const mc_iov_t *const *bufs, const size_t *counts,
+                                      size_t n, const mc_replicate_config_t *cfg,
+                                      mc_status_t *statuses, mc_store_commit_t *commit);
+/* store.c: PUT_END (PUT_REVOKE with @p revoke) of one key; an END that
+ * succeeds queues the key for the disk tier as every put does. */
+mc_status_t mc_store_put_seal(mc_store_h s, int revoke, mc_str_t key);
+/* store.c: one BATCH_REMOVE, `life` held (mc_store_batch_remove's body). */
+mc_status_t mc_store_do_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
+                                     mc_status_t *statuses);
+/* commit.c: after the payloads of a commit batch are sealed (statuses[i]
+ * of every i != last final): END the held commit key when every payload is
+ * MC_OK, else REVOKE it; when the commit key is not published, remove the
+ * payloads that were.  Releases specs[last] (and the removed payloads'
+ * specs) unless published.  `life` held. */
+void mc_store_commit_seal(mc_store_h s, const char *const *keys, size_t n,
+                          mc_status_t *statuses, struct mc_store_query **specs,
+                          mc_store_commit_t *commit);
+/* commit.c, tests only: called between the payloads' END and the commit
+ * key's END (NULL: nothing), to race events against that window. */
+extern void (*mc_store_commit_test_hook)(mc_store_h s, const char *commit_key);
+
 /* store.c: what upstream checks of a ReplicateConfig on the client before
  * any RPC (NULL passes); @p nkeys keys are written by the call. */
 mc_status_t mc_store_config_check(const mc_replicate_config_t *cfg, size_t nkeys,

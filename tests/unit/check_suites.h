@@ -37,6 +37,7 @@
     X(scatter)            \
     X(store)              \
     X(store_write)        \
+    X(store_commit)       \
     X(hostmem)            \
     X(store_read)         \
     X(loc_cache)          \

@@ -105,7 +105,23 @@ static int port_accepts(uint16_t port)
     return ok;
 }
 
+/* Start the master on m->port (m->addr already set). */
+static void master_spawn(mc_test_master_t *m, const char *const *extra);
+
 void mc_test_master_start(mc_test_master_t *m, const char *const *extra)
+{
+    m->port = mc_test_free_port();
+    snprintf(m->addr, sizeof(m->addr), "127.0.0.1:%u", (unsigned)m->port);
+    master_spawn(m, extra);
+}
+
+void mc_test_master_restart(mc_test_master_t *m, const char *const *extra)
+{
+    mc_test_master_stop(m);
+    master_spawn(m, extra);
+}
+
+static void master_spawn(mc_test_master_t *m, const char *const *extra)
 {
     const char *bin = getenv("MC_MASTER_BIN");
     const char *argv[MC_TEST_MASTER_MAX_ARGS];
@@ -117,9 +133,7 @@ void mc_test_master_start(mc_test_master_t *m, const char *const *extra)
         bin = "./mooncake_master";
     ck_assert_msg(access(bin, X_OK) == 0,
                   "the master binary %s should be executable (set MC_MASTER_BIN)", bin);
-    m->port = mc_test_free_port();
     snprintf(port_arg, sizeof(port_arg), "--port=%u", (unsigned)m->port);
-    snprintf(m->addr, sizeof(m->addr), "127.0.0.1:%u", (unsigned)m->port);
     argv[argc++] = bin;
     argv[argc++] = port_arg;
     argv[argc++] = "--rpc_address=127.0.0.1";

@@ -28,6 +28,9 @@ typedef struct mc_test_master {
 /* @p extra: NULL-terminated list of further flags (may be NULL). */
 void mc_test_master_start(mc_test_master_t *m, const char *const *extra);
 int mc_test_master_stop(mc_test_master_t *m);
+/* Stop the master and start a fresh one (no state) on the same port, with
+ * @p extra: what clients see of a master restart. */
+void mc_test_master_restart(mc_test_master_t *m, const char *const *extra);
 
 /* A loopback TCP port that was free a moment ago. */
 uint16_t mc_test_free_port(void);

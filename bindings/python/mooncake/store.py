@@ -384,6 +384,14 @@ _DICT_KEYS = frozenset({
 })
 
 
+def _check_part_lists(all_parts: Any) -> None:
+    """TypeError unless ``all_parts`` is a list (or tuple) of part lists."""
+    if isinstance(all_parts, (str, bytes, bytearray, memoryview)) or \
+            not isinstance(all_parts, (list, tuple)):
+        raise TypeError(f"all_parts must be a list of part lists, "
+                        f"not {type(all_parts).__name__}")
+
+
 class MooncakeDistributedStore(TensorMethods):
     """A Mooncake Store client.
 
@@ -1055,11 +1063,34 @@ class MooncakeDistributedStore(TensorMethods):
             ValueError: ``keys`` and ``all_parts`` differ in length.
         """
         _util.check_key_list("keys", keys)
-        if isinstance(all_parts, (str, bytes, bytearray, memoryview)) or \
-                not isinstance(all_parts, (list, tuple)):
-            raise TypeError(f"all_parts must be a list of part lists, "
-                            f"not {type(all_parts).__name__}")
+        _check_part_lists(all_parts)
         return self._store.batch_write_parts(0, keys, all_parts, _c_config(config))
+
+    def batch_put_parts_commit(self, keys: Sequence[str],
+                               all_parts: Sequence[Sequence[BytesLike]],
+                               config: Optional[ReplicateConfig] = None) -> List[int]:
+        """:meth:`batch_put_parts` whose last key is the commit point
+        (``mc_store_batch_put_parts_commit``): it is published only after
+        every other key is, in three master round trips instead of the four
+        of a batch put followed by a put.  When it is not published, the
+        other keys stored by the call are removed again (force).
+
+        Every key must be new: one that exists reports
+        ``OBJECT_ALREADY_EXISTS``.  One status per key; the last is 0
+        exactly when the commit key was published.  ``NOT_SUPPORTED`` for
+        every key (nothing written) on a dummy client or with DFS replicas
+        in ``config``: put the others, then the commit key, instead.  A
+        mooncake extension.
+
+        Raises:
+            TypeError, ValueError: as :meth:`batch_put_parts`; ValueError
+                also for an empty ``keys``.
+        """
+        _util.check_key_list("keys", keys)
+        if not keys:
+            raise ValueError("keys must hold at least the commit key")
+        _check_part_lists(all_parts)
+        return self._store.batch_write_parts(2, keys, all_parts, _c_config(config))
 
     def upsert(self, key: str, value: BytesLike, config: Optional[ReplicateConfig] = None) -> int:
         """Insert ``value`` under ``key``, or replace the value of an existing

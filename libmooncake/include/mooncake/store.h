@@ -458,6 +458,48 @@ MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h store, const char *con
                                                mc_status_t *statuses);
 
 /**
+ * @brief Batch put whose last key is the commit point: the payloads
+ *        keys[0..n-1) and the commit key keys[n-1] are laid out and
+ *        written as mc_store_batch_put_parts() writes them, and the commit
+ *        key is published only once every payload is.
+ *
+ * Three master round trips where a batch put of the payloads followed by a
+ * put of the commit key takes four (docs/protocol.md §5.6, §5.9): one
+ * BATCH_PUT_START for all @p n keys, one transfer of every byte,
+ * BATCH_PUT_END for the payloads, then PUT_END for the commit key -- or
+ * PUT_REVOKE for it when a payload failed.  A reader that finds the commit
+ * key therefore finds every payload complete (until something removes or
+ * evicts them), which is what a manifest naming its payloads needs.  When
+ * the commit key is not published, the payloads the call stored are
+ * removed again (force): nothing of the call stays visible.
+ *
+ * Unlike mc_store_batch_put_parts(), a key that exists already is
+ * MC_OBJECT_ALREADY_EXISTS, not MC_OK: every key of a commit must be new,
+ * so what the commit key names is the call's own.  A payload whose
+ * transfer fails gets the single-key second chance the batch puts give;
+ * the commit key does not (its status is its own error then).  An empty
+ * payload stores nothing and is MC_OK.
+ *
+ * @param statuses n entries, or NULL: per key.  statuses[n-1] is MC_OK
+ *        exactly when the commit key was published; otherwise it is the
+ *        first payload error (the commit was not attempted) or the commit
+ *        key's own error, and payloads reported MC_OK were removed again.
+ * @return MC_OK when committed; else the first error of @p statuses.
+ *         MC_INVALID_PARAMS (nothing written): @p n is 0, keys or counts
+ *         NULL, or a commit key that is not a valid key or whose value is
+ *         empty.  MC_NOT_SUPPORTED (nothing written): a dummy client
+ *         (mc_store_setup_dummy()) or @p cfg with DFS replicas; write the
+ *         payloads with mc_store_batch_put_parts() and then the commit key
+ *         with mc_store_put_parts() instead.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_store_batch_put_parts_commit(mc_store_h store, const char *const *keys,
+                                                   const mc_iov_t *const *bufs,
+                                                   const size_t *counts, size_t n,
+                                                   const mc_replicate_config_t *cfg,
+                                                   mc_status_t *statuses);
+
+/**
  * @brief 1 when [p, p+len) lies inside one region the zero-copy calls
  *        accept (mc_store_register_buffer() or the local buffer), else 0
  *        (also before setup and after close).

@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * mc_store_batch_put_parts_commit against the real mooncake_master: the
+ * commit key is published only after every payload, a failed payload
+ * leaves nothing visible, and the window between the payloads' END and
+ * the commit key's END raced (through mc_store_commit_test_hook) against
+ * a forced remove of the commit key, a forced remove of a payload and a
+ * master restart.  A second handle plays the other process: it reads and
+ * removes while the writer is inside the call.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mooncake/mooncake.h>
+
+#include "check_suites.h"
+#include "master_proc.h"
+#include "store/store_internal.h"
+
+static mc_test_master_t master;
+static mc_store_h store; /* the writer */
+static mc_store_h other; /* another client: reads and removes in the window */
+
+static mc_store_h store_open(uint64_t segment)
+{
+    mc_store_h s;
+    mc_store_params_t p;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
+                   MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
+                   MC_STORE_PARAM_MASTER_SERVER_ADDR;
+    p.local_hostname      = "127.0.0.1";
+    p.metadata_server     = "P2PHANDSHAKE";
+    p.global_segment_size = segment;
+    p.local_buffer_size   = 1u << 20;
+    p.master_server_addr  = master.addr;
+    ck_assert_status_ok(mc_store_create(&s));
+    ck_assert_status_ok(mc_store_setup(s, &p));
+    return s;
+}
+
+static void setup_master(void)
+{
+    mc_test_master_start(&master, NULL);
+    store = store_open(8u << 20);
+    other = store_open(0);
+}
+
+static void teardown_master(void)
+{
+    mc_store_commit_test_hook = NULL;
+    mc_store_destroy(other);
+    mc_store_destroy(store);
+    other = store = NULL;
+    mc_test_master_stop(&master);
+}
+
+static void pattern(uint8_t *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(i * 131u + seed * 7u + (i >> 8));
+}
+
+static void assert_value(mc_store_h s, const char *key, const uint8_t *want, size_t len)
+{
+    uint64_t size = 0;
+    uint8_t *got  = malloc(len + 16);
+
+    ck_assert_ptr_nonnull(got);
+    ck_assert_status_ok(mc_store_get(s, key, got, len + 16, &size));
+    ck_assert_msg(size == len, "%s should hold %zu bytes, not %llu", key, len,
+                  (unsigned long long)size);
+    ck_assert_msg(memcmp(got, want, len) == 0, "%s should hold exactly the bytes written", key);
+    free(got);
+}
+
+static void assert_missing(mc_store_h s, const char *key)
+{
+    uint64_t size;
+    mc_status_t st = mc_store_get_size(s, key, &size);
+    ck_assert_msg(st == MC_OBJECT_NOT_FOUND, "%s should not be visible, but get_size says %s",
+                  key, mc_status_name(st));
+}
+
+/* ---- an object of three payloads and a manifest ------------------------------ */
+
+#define NKEYS 4
+
+typedef struct obj {
+    char names[NKEYS][64];
+    const char *keys[NKEYS];
+    uint8_t a[3000], b[70000], m[200];
+    mc_iov_t parts[NKEYS][2];
+    const mc_iov_t *bufs[NKEYS];
+    size_t counts[NKEYS];
+    mc_status_t st[NKEYS];
+} obj_t;
+
+/* keys <prefix>/a (two parts), <prefix>/b, <prefix>/empty (nothing),
+ * <prefix>/manifest (the commit key) */
+static void obj_init(obj_t *o, const char *prefix)
+{
+    static const char *const names[NKEYS] = {"a", "b", "empty", "manifest"};
+
+    memset(o, 0, sizeof(*o));
+    for (size_t i = 0; i < NKEYS; i++) {
+        snprintf(o->names[i], sizeof(o->names[i]), "%s/%s", prefix, names[i]);
+        o->keys[i] = o->names[i];
+        o->bufs[i] = o->parts[i];
+    }
+    pattern(o->a, sizeof(o->a), 1);
+    pattern(o->b, sizeof(o->b), 2);
+    pattern(o->m, sizeof(o->m), 3);
+    o->parts[0][0] = (mc_iov_t){o->a, 1000};
+    o->parts[0][1] = (mc_iov_t){o->a + 1000, sizeof(o->a) - 1000};
+    o->counts[0]   = 2;
+    o->parts[1][0] = (mc_iov_t){o->b, sizeof(o->b)};
+    o->counts[1]   = 1;
+    o->counts[2]   = 0;
+    o->parts[3][0] = (mc_iov_t){o->m, sizeof(o->m)};
+    o->counts[3]   = 1;
+}
+
+static mc_status_t obj_put(obj_t *o)
+{
+    return mc_store_batch_put_parts_commit(store, o->keys, o->bufs, o->counts, NKEYS, NULL,
+                                           o->st);
+}
+
+static void assert_obj_stored(const obj_t *o)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        ck_assert_status_ok(o->st[i]);
+    assert_value(other, o->keys[0], o->a, sizeof(o->a));
+    assert_value(other, o->keys[1], o->b, sizeof(o->b));
+    assert_missing(other, o->keys[2]);
+    assert_value(other, o->keys[3], o->m, sizeof(o->m));
+}
+
+static void assert_obj_gone(const obj_t *o)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        assert_missing(other, o->keys[i]);
+}
+
+/* ---- plain use ------------------------------------------------------------------ */
+
+START_TEST(test_commit_publishes_every_key)
+{
+    obj_t o;
+
+    obj_init(&o, "plain");
+    ck_assert_status_ok(obj_put(&o));
+    assert_obj_stored(&o);
+}
+END_TEST
+
+START_TEST(test_commit_refuses_before_writing)
+{
+    obj_t o;
+    mc_iov_t none = {NULL, 0};
+
+    obj_init(&o, "refused");
+    ck_assert_status_eq(mc_store_batch_put_parts_commit(store, o.keys, o.bufs, o.counts, 0,
+                                                        NULL, o.st),
+                        MC_INVALID_PARAMS);
+    /* an empty commit value could never be found: refused, nothing written */
+    o.parts[3][0] = none;
+    ck_assert_status_eq(obj_put(&o), MC_INVALID_PARAMS);
+    for (size_t i = 0; i < NKEYS; i++)
+        ck_assert_status_eq(o.st[i], MC_INVALID_PARAMS);
+    ck_assert_msg(strstr(mc_last_error_detail(), "empty value") != NULL,
+                  "the detail should say the commit value is empty, not \"%s\"",
+                  mc_last_error_detail());
+    assert_obj_gone(&o);
+}
+END_TEST
+
+/* ---- a payload fails: nothing of the call stays -------------------------------- */
+
+START_TEST(test_commit_payload_too_large_leaves_nothing)
+{
+    obj_t o;
+    uint8_t *big = malloc(12u << 20); /* more than the 8 MiB segment */
+
+    ck_assert_ptr_nonnull(big);
+    memset(big, 7, 12u << 20);
+    obj_init(&o, "toolarge");
+    o.parts[1][0] = (mc_iov_t){big, 12u << 20};
+    ck_assert_msg(obj_put(&o) != MC_OK, "a payload that cannot be placed fails the commit");
+    ck_assert_status_ok(o.st[0]); /* written, then removed again */
+    ck_assert_msg(o.st[1] != MC_OK, "the payload that did not fit reports its error");
+    ck_assert_status_eq(o.st[3], o.st[1]);
+    ck_assert_msg(strstr(mc_last_error_detail(), "not committed") != NULL,
+                  "the detail should say the commit key was not committed, not \"%s\"",
+                  mc_last_error_detail());
+    assert_obj_gone(&o);
+    free(big);
+}
+END_TEST
+
+START_TEST(test_commit_existing_key_is_refused_and_kept)
+{
+    obj_t o;
+    uint8_t old[64];
+
+    pattern(old, sizeof(old), 9);
+    obj_init(&o, "exists");
+    ck_assert_status_ok(mc_store_put(other, o.keys[1], old, sizeof(old), NULL));
+    ck_assert_status_eq(obj_put(&o), MC_OBJECT_ALREADY_EXISTS);
+    ck_assert_status_eq(o.st[1], MC_OBJECT_ALREADY_EXISTS);
+    ck_assert_status_eq(o.st[3], MC_OBJECT_ALREADY_EXISTS);
+    /* the other writer's object is not the call's to remove */
+    assert_value(other, o.keys[1], old, sizeof(old));
+    assert_missing(other, o.keys[0]);
+    assert_missing(other, o.keys[3]);
+
+    /* an existing commit key: the payloads go again */
+    obj_init(&o, "exists2");
+    ck_assert_status_ok(mc_store_put(other, o.keys[3], old, sizeof(old), NULL));
+    ck_assert_status_eq(obj_put(&o), MC_OBJECT_ALREADY_EXISTS);
+    ck_assert_status_ok(o.st[0]);
+    ck_assert_status_eq(o.st[3], MC_OBJECT_ALREADY_EXISTS);
+    assert_missing(other, o.keys[0]);
+    assert_missing(other, o.keys[1]);
+    assert_value(other, o.keys[3], old, sizeof(old));
+}
+END_TEST
+
+/* ---- races in the window between the payloads' END and the commit's END -------- */
+
+static enum { RACE_NONE, RACE_REMOVE_COMMIT, RACE_REMOVE_PAYLOAD, RACE_RESTART } race;
+static obj_t *race_obj;
+static int race_ran;
+
+static void race_hook(mc_store_h s, const char *commit_key)
+{
+    ck_assert_ptr_eq(s, store);
+    ck_assert_str_eq(commit_key, race_obj->keys[3]);
+    race_ran++;
+    /* the payloads are complete already; the commit key is not visible yet */
+    assert_value(other, race_obj->keys[0], race_obj->a, sizeof(race_obj->a));
+    assert_value(other, race_obj->keys[1], race_obj->b, sizeof(race_obj->b));
+    {
+        uint64_t size;
+        ck_assert_msg(mc_store_get_size(other, commit_key, &size) != MC_OK,
+                      "the commit key must not be readable before its END");
+    }
+    switch (race) {
+    case RACE_REMOVE_COMMIT:
+        ck_assert_status_ok(mc_store_remove(other, commit_key, 1));
+        break;
+    case RACE_REMOVE_PAYLOAD:
+        ck_assert_status_ok(mc_store_remove(other, race_obj->keys[0], 1));
+        break;
+    case RACE_RESTART:
+        mc_test_master_restart(&master, NULL);
+        break;
+    case RACE_NONE:
+        break;
+    }
+}
+
+static void race_arm(obj_t *o, int kind)
+{
+    race                      = kind;
+    race_obj                  = o;
+    race_ran                  = 0;
+    mc_store_commit_test_hook = race_hook;
+}
+
+START_TEST(test_commit_race_forced_remove_of_commit_key)
+{
+    obj_t o;
+
+    obj_init(&o, "race-commit");
+    race_arm(&o, RACE_REMOVE_COMMIT);
+    ck_assert_msg(obj_put(&o) != MC_OK, "a commit key removed before its END is not published");
+    ck_assert_int_eq(race_ran, 1);
+    ck_assert_msg(o.st[3] != MC_OK, "the commit key reports its END's failure");
+    assert_obj_gone(&o);
+}
+END_TEST
+
+START_TEST(test_commit_race_forced_remove_of_payload)
+{
+    obj_t o;
+    uint8_t out[128];
+    uint64_t size;
+
+    obj_init(&o, "race-payload");
+    race_arm(&o, RACE_REMOVE_PAYLOAD);
+    /* the remove is ordered before the commit, as if it came after it: the
+     * object is published incomplete, and its missing payload reads as
+     * missing, never as other bytes */
+    ck_assert_status_ok(obj_put(&o));
+    ck_assert_int_eq(race_ran, 1);
+    ck_assert_status_eq(mc_store_get(other, o.keys[0], out, sizeof(out), &size),
+                        MC_OBJECT_NOT_FOUND);
+    assert_value(other, o.keys[1], o.b, sizeof(o.b));
+    assert_value(other, o.keys[3], o.m, sizeof(o.m));
+}
+END_TEST
+
+START_TEST(test_commit_race_master_restart)
+{
+    obj_t o;
+
+    obj_init(&o, "race-restart");
+    race_arm(&o, RACE_RESTART);
+    ck_assert_msg(obj_put(&o) != MC_OK, "a commit whose master restarted is not published");
+    ck_assert_int_eq(race_ran, 1);
+    ck_assert_msg(o.st[3] != MC_OK, "the commit key reports its END's failure");
+    /* the new master knows none of it: nothing is visible */
+    assert_obj_gone(&o);
+}
+END_TEST
+
+Suite *mc_test_store_commit_suite(void)
+{
+    Suite *s  = suite_create("store_commit");
+    TCase *tc = tcase_create("master");
+
+    tcase_add_checked_fixture(tc, setup_master, teardown_master);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_commit_publishes_every_key);
+    tcase_add_test(tc, test_commit_refuses_before_writing);
+    tcase_add_test(tc, test_commit_payload_too_large_leaves_nothing);
+    tcase_add_test(tc, test_commit_existing_key_is_refused_and_kept);
+    tcase_add_test(tc, test_commit_race_forced_remove_of_commit_key);
+    tcase_add_test(tc, test_commit_race_forced_remove_of_payload);
+    tcase_add_test(tc, test_commit_race_master_restart);
+    suite_add_tcase(s, tc);
+    return s;
+}
