@@ -314,6 +314,26 @@ def handle(store, req):
                 i += 1
         threading.Thread(target=loop, daemon=True).start()
         return {"rc": 0}
+    if op == "dataproto_roundtrip":
+        # a DataProto put + get (dummy tests: the commit batch is refused
+        # there, and the put falls back to payloads-then-manifest)
+        import numpy as np
+        from mooncake.structured_object_store import MooncakeBundleTransfer
+        rows = np.empty(6, dtype=object)
+        for i in range(6):
+            rows[i] = np.arange(i * 3, dtype=np.int32)
+        data = {"batch": {"a": np.arange(6, dtype=np.int64)},
+                "non_tensor_batch": {"r": rows}}
+        t = MooncakeBundleTransfer(store, key_prefix=req["prefix"])
+        commit_rcs = store.batch_put_parts_commit([f"{req['prefix']}/c0", f"{req['prefix']}/c1"],
+                                                  [[b"x"], [b"y"]])
+        ref = t.put(data)
+        got = t.get(ref)
+        ok = got["batch"]["a"].tolist() == list(range(6)) and \
+            all(np.array_equal(a, b) for a, b in zip(got["non_tensor_batch"]["r"], rows))
+        return {"rc": 0, "ok": bool(ok), "commit_rcs": commit_rcs, "commits": t._commits,
+                "manifest": ref.stage_refs["default"].manifest_key}
+
     if op == "tensor_family":
         # every tensor call once, on tensors made here (dummy tests)
         import ctypes

@@ -455,6 +455,48 @@ def test_failed_writes_leave_nothing_visible(store, victim):
     assert good.get(ref)["batch"]["a"].tolist() == list(range(8))
 
 
+def test_reader_never_sees_the_manifest_of_a_put_failing_half_way(store, monkeypatch):
+    """A reader polling the manifest key of a put whose payloads are partly
+    written before one fails (the manifest is the commit key of the same
+    batch) never finds it; the same poll finds it once a put succeeds."""
+    import threading
+    import uuid
+
+    fixed = uuid.UUID("0123456789abcdef0123456789abcdef")
+    monkeypatch.setattr(sos.uuid, "uuid4", lambda: fixed)
+    manifest_key = f"t/dppoll/default/{fixed.hex}/manifest"
+    flaky = FlakyStore(store, lambda k: k.endswith("/buffer/non_tensor_batch.r.data"))
+    t = MooncakeBundleTransfer(flaky, key_prefix="t/dppoll")
+    data = {"batch": {"t": torch.arange(64.0), "a": np.arange(64)},
+            "non_tensor_batch": {"r": objs([np.arange(i) for i in range(64)]),
+                                 "s": objs([f"row {i}" for i in range(64)])}}
+    seen, polls, stop = [], [0], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            if store.is_exist(manifest_key) == 1:
+                seen.append(manifest_key)
+            polls[0] += 1
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for _ in range(30):
+            with pytest.raises(StructuredObjectWriteError):
+                t.put(data)
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+    assert not reader.is_alive()
+    assert polls[0] > 0 and seen == [], f"{len(seen)} of {polls[0]} polls saw the manifest"
+    # every key the failed puts tried is gone
+    for key in set(flaky.attempted):
+        assert store.is_exist(key) == 0, key
+    ref = MooncakeBundleTransfer(store, key_prefix="t/dppoll").put(data)
+    assert ref.stage_refs["default"].manifest_key == manifest_key
+    assert store.is_exist(manifest_key) == 1
+
+
 def test_corrupt_and_foreign_stage_manifests(transfer, store):
     ref = transfer.put({"batch": {"a": np.arange(4)}})
     h = export_dataproto_ref(ref)
@@ -687,8 +729,8 @@ class NoPartsStore:
 class WriteSpy:
     """A real store that counts its write calls."""
 
-    WRITES = ("put", "batch_put_from", "batch_put_parts", "put_tensor", "pub_tensor",
-              "put_from", "put_tensor_from")
+    WRITES = ("put", "batch_put_from", "batch_put_parts", "batch_put_parts_commit",
+              "put_tensor", "pub_tensor", "put_from", "put_tensor_from")
 
     def __init__(self, real):
         self._real = real
@@ -702,7 +744,7 @@ class WriteSpy:
 
         def counted(*args, **kwargs):
             self.calls[name] = self.calls.get(name, 0) + 1
-            if name == "batch_put_parts":
+            if name in ("batch_put_parts", "batch_put_parts_commit"):
                 self.parts.update((k, len(p)) for k, p in zip(args[0], args[1]))
             return f(*args, **kwargs)
         return counted
@@ -743,9 +785,10 @@ def stored_bytes(store, spec):
 @pytest.mark.parametrize("chunk", [None, 256 * 1024 + 3])
 @pytest.mark.parametrize("here", [True, False])
 def test_direct_write_stores_the_bytes_of_the_packed_write(store, chunk, here):
-    """A stage written in one batch_put_parts, every payload from its own
-    memory -- the ragged rows as they are when the write goes to this
-    host's segment, else packed first -- then the manifest, holds byte for
+    """A stage written in one batch_put_parts_commit, every payload from its
+    own memory -- the ragged rows as they are when the write goes to this
+    host's segment, else packed first -- with the manifest its commit key
+    (published last), holds byte for
     byte what the staged write stores: the same members in the same
     order, the same specs, chunks and metadata, and every payload's bytes
     -- so a reader of the old layout reads it."""
@@ -759,8 +802,9 @@ def test_direct_write_stores_the_bytes_of_the_packed_write(store, chunk, here):
         cfg.preferred_segment = store.get_hostname()
     a = direct.put(data, chunk_bytes=chunk, config=cfg)
     b = packed.put(data, chunk_bytes=chunk, config=cfg)
-    # every payload and the metadata in one batch, the manifest last by put
-    assert spy.calls == {"batch_put_parts": 1, "put": 1}
+    # every payload, the metadata and (its commit key) the manifest in one batch
+    assert spy.calls == {"batch_put_parts_commit": 1}
+    assert spy.parts[a.stage_refs["default"].manifest_key] == 1
     ma = a.stage_refs["default"].manifest
     mb = b.stage_refs["default"].manifest
     tok_keys = [c["key"] for c in ma["buffers"]["non_tensor_batch.tok.data"]["chunks"]]
@@ -829,6 +873,7 @@ def test_direct_write_is_used_only_where_it_applies(store):
         t = MooncakeBundleTransfer(spy, key_prefix="t/dpdirect")
         ref = t.put(data, policy=policy)
         assert "batch_put_parts" not in spy.calls, policy
+        assert "batch_put_parts_commit" not in spy.calls, policy
         assert [a.tolist() for a in t.get(ref)["non_tensor_batch"]["r"]] == \
             [list(range(i)) for i in range(9)]
         t.cleanup_dataproto(ref)

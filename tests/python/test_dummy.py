@@ -69,6 +69,18 @@ def test_tensor_family_through_a_dummy(dummies):
     assert all(v is True for k, v in r.items() if k.endswith("_ok")), r
 
 
+def test_dataproto_through_a_dummy_falls_back_from_the_commit_batch(dummies, real):
+    """A dummy refuses batch_put_parts_commit with NOT_SUPPORTED and writes
+    nothing; a DataProto put then writes its manifest after its payloads."""
+    pytest.importorskip("numpy")
+    d = dummies()
+    r = d.call("dataproto_roundtrip", prefix="ddp")
+    assert r["commit_rcs"] == [-1012, -1012], r
+    assert d.call("exist", key="ddp/c0")["rc"] == 0
+    assert r["ok"] is True and r["commits"] is False, r
+    assert d.call("exist", key=r["manifest"])["rc"] == 1
+
+
 def test_bytes_batch_and_buffers_through_a_dummy(dummies):
     d = dummies(lbuf=1 * MiB)
     vals = [os.urandom(n).hex() for n in (1, 4096, 300 * 1024, 300 * 1024, 300 * 1024)]

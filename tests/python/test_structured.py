@@ -125,6 +125,21 @@ class FlakyStore:
         it = iter(real)
         return [_FAIL if self._fail_put(k) else next(it) for k in keys]
 
+    def batch_put_parts_commit(self, keys, all_parts, config=None):
+        """The real commit batch, with each key to fail really failing: an
+        object of another writer sits there during the call (the batch
+        then refuses it as OBJECT_ALREADY_EXISTS and commits nothing)."""
+        self.attempted.extend(keys)
+        blockers = [k for k in keys if self._fail_put(k)]
+        for k in blockers:
+            assert self._real.put(k, b"another writer's object") == 0
+        try:
+            rcs = self._real.batch_put_parts_commit(keys, all_parts, config)
+        finally:
+            for k in blockers:
+                self._real.remove(k, True)
+        return [_FAIL if self._fail_put(k) else rc for k, rc in zip(keys, rcs)]
+
     def remove(self, key, force=False):
         return _FAIL if self._fail_remove(key) else self._real.remove(key, force)
 
