@@ -144,6 +144,7 @@ static mc_status_t mooncake_lua_put_batch_call(lua_State *L, mc_store_h h, const
     size_t i;
     mc_iov_t *iovs;
     int upsert = lua_toboolean(L, 4);
+    int commit = lua_toboolean(L, 5);
     luaL_checktype(L, 3, LUA_TTABLE);
     if ((size_t)luaL_len(L, 3) != n)
         return luaL_error(L, "put_batch: %d keys but %d values", (int)n, (int)luaL_len(L, 3));
@@ -155,14 +156,24 @@ static mc_status_t mooncake_lua_put_batch_call(lua_State *L, mc_store_h h, const
         iovs[i].base = lua_tolstring(L, -1, &iovs[i].len);
         lua_pop(L, 1); /* the table keeps the string alive */
     }
+    if (commit) {
+        const mc_iov_t **bufs = mooncake_lua_scratch(L, n, sizeof(*bufs));
+        size_t *counts = mooncake_lua_scratch(L, n, sizeof(*counts));
+        for (i = 0; i < n; i++) {
+            bufs[i] = &iovs[i];
+            counts[i] = 1;
+        }
+        return mc_store_batch_put_parts_commit(h, keys, bufs, counts, n, NULL, sts);
+    }
     if (n == 0)
         return MC_OK;
     return upsert ? mc_store_upsert_batch(h, keys, iovs, n, NULL, sts)
                   : mc_store_put_batch(h, keys, iovs, n, NULL, sts);
 }
 
-/* store_put_batch(s, keys, values, upsert): the call's status and a table
- * of per-key statuses. */
+/* store_put_batch(s, keys, values, upsert, commit): the call's status and
+ * a table of per-key statuses; with @p commit (and not upsert) the last key
+ * is the commit key (mc_store_batch_put_parts_commit). */
 int mooncake_lua_put_batch(lua_State *L)
 {
     static const mooncake_lua_batch_t b = {sizeof(mc_status_t), mooncake_lua_put_batch_call,

@@ -185,10 +185,10 @@ function Store:remove_all(force)
     return status(core.store_remove_all(self._s, force and true or false), "remove_all")
 end
 
--- put_batch / upsert_batch: per key 0 or the negative status.
-local function write_batch(self, keys, values, upsert, what)
+-- put_batch / upsert_batch / put_batch_commit: per key 0 or the negative status.
+local function write_batch(self, keys, values, upsert, what, commit)
     check_keys(keys, what)
-    local st, sts = core.store_put_batch(self._s, keys, values, upsert)
+    local st, sts = core.store_put_batch(self._s, keys, values, upsert, commit)
     if st < 0 then
         -- the whole call failed (not set up, master unreachable): no key stored
         for i = 1, #sts do
@@ -209,6 +209,15 @@ end
 --- Like put_batch, but existing keys get the new values.
 function Store:upsert_batch(keys, values)
     return write_batch(self, keys, values, true, "upsert_batch")
+end
+
+--- Like put_batch, but the last key is the commit key: it is published only
+--- once every other key is, and when it is not, the others this call stored
+--- are removed again (mc_store_batch_put_parts_commit).  Every key must be
+--- new (OBJECT_ALREADY_EXISTS otherwise); the commit value must not be empty.
+--- Returns the per-key statuses; the last is 0 exactly when committed.
+function Store:put_batch_commit(keys, values)
+    return write_batch(self, keys, values, false, "put_batch_commit", true)
 end
 
 --- Read several keys: a table of values (false where the read failed) and

@@ -78,6 +78,21 @@ describe("mooncake Lua bindings", function()
         assert.has_error(function() s:put_batch({ "a" }, { "x", "y" }) end)
     end)
 
+    it("commits a batch by its last key", function()
+        local keys = { "lua_c/a", "lua_c/b", "lua_c/manifest" }
+        assert.are.same({ 0, 0, 0 }, s:put_batch_commit(keys, { "pa", "pb", "m" }))
+        assert.are.same({ 1, 1, 1 }, s:batch_is_exist(keys))
+        -- a payload in the way: nothing of the call stays, the other's value does
+        local keys2 = { "lua_c2/a", "lua_c/b", "lua_c2/manifest" }
+        local sts = s:put_batch_commit(keys2, { "qa", "qb", "m2" })
+        assert.are.equal(0, sts[1])
+        assert.are.equal("OBJECT_ALREADY_EXISTS", mc.status_name(sts[2]))
+        assert.are.equal("OBJECT_ALREADY_EXISTS", mc.status_name(sts[3]))
+        assert.are.same({ 0, 1, 0 }, s:batch_is_exist(keys2))
+        assert.are.equal("pb", s:get("lua_c/b"))
+        assert.are.same({ 0, 0, 0 }, s:batch_remove(keys, true))
+    end)
+
     it("removes by regex", function()
         assert.are.same({ 0, 0, 0 }, s:put_batch({ "lua_re_1", "lua_re_2", "lua_other" },
                                                  { "a", "b", "c" }))
