@@ -1618,6 +1618,49 @@ static mc_status_t write_batch_reserve(const write_src_t *src, const mc_wire_res
     return MC_OK;
 }
 
+/* The @p nsmall requests of at most MC_TE_RUN_MAX_ITEM_LEN bytes by
+ * mc_te_write_direct_gen (or the engine, when it declines), the others by
+ * the engine; 0 (nothing moved) when out of memory. */
+static int write_batch_split(mc_store_h s, batch_put_t *b, size_t nsmall, mc_status_t *st_p)
+{
+    const size_t n = b->nreq;
+    mc_te_request_t *reqs = malloc(n * sizeof(*reqs));
+    uint64_t *gens        = malloc(n * sizeof(*gens));
+    mc_status_t *tst      = malloc(n * sizeof(*tst));
+    size_t *from          = malloc(n * sizeof(*from)); /* index in b->reqs */
+    mc_status_t st, lst;
+    size_t i = 0, j = nsmall;
+
+    if (!reqs || !gens || !tst || !from) {
+        free(reqs);
+        free(gens);
+        free(tst);
+        free(from);
+        return 0;
+    }
+    for (size_t q = 0; q < n; q++) {
+        size_t k   = (b->reqs[q].length <= MC_TE_RUN_MAX_ITEM_LEN) ? i++ : j++;
+        reqs[k]    = b->reqs[q];
+        gens[k]    = b->gens[q];
+        from[k]    = q;
+    }
+    lst = mc_te_transfer_gen(s->te, reqs + nsmall, gens + nsmall, n - nsmall, tst + nsmall);
+    if (mc_te_write_direct_gen(s->te, reqs, gens, nsmall, &st)) {
+        for (size_t k = 0; k < nsmall; k++)
+            tst[k] = st;
+    } else {
+        st = mc_te_transfer_gen(s->te, reqs, gens, nsmall, tst);
+    }
+    for (size_t k = 0; k < n; k++)
+        b->tst[from[k]] = tst[k];
+    *st_p = (lst != MC_OK) ? lst : st;
+    free(reqs);
+    free(gens);
+    free(tst);
+    free(from);
+    return 1;
+}
+
 /*
  * Move every request of a batch.  When they are all small (<= 64 KiB) and
  * go to one same-host holder whose region is mapped already, they are
@@ -1625,19 +1668,28 @@ static mc_status_t write_batch_reserve(const write_src_t *src, const mc_wire_res
  * DataProto's ragged column is thousands of row-sized parts, and the
  * engine's per-request work (a lookup, a lock and a full fence each,
  * items handed to workers) then costs about as much CPU as the copies.
- * Anything else -- large values, replicas on several segments, a region
- * not mapped yet, another host -- goes through mc_te_transfer_gen as
- * before.  Fills b->tst; the first failure.
+ * When a few large ones come with many small ones (a DataProto's string
+ * payload beside its rows), the large go to the engine's workers and the
+ * small are copied so (write_batch_split).  Anything else -- large
+ * values, replicas on several segments, a region not mapped yet, another
+ * host -- goes through mc_te_transfer_gen as before.  Fills b->tst; the
+ * first failure.
  */
 static mc_status_t write_batch_transfer(mc_store_h s, batch_put_t *b)
 {
     mc_status_t st;
+    size_t nsmall = 0;
 
     if (mc_te_write_direct_gen(s->te, b->reqs, b->gens, b->nreq, &st)) {
         for (size_t q = 0; q < b->nreq; q++)
             b->tst[q] = st;
         return st;
     }
+    for (size_t q = 0; q < b->nreq; q++)
+        nsmall += b->reqs[q].length <= MC_TE_RUN_MAX_ITEM_LEN;
+    if ((nsmall >= 64) && (nsmall < b->nreq) && ((b->nreq - nsmall) * 8 <= nsmall) &&
+        write_batch_split(s, b, nsmall, &st))
+        return st;
     return mc_te_transfer_gen(s->te, b->reqs, b->gens, b->nreq, b->tst);
 }
 

@@ -180,6 +180,31 @@ START_TEST(test_commit_refuses_before_writing)
 }
 END_TEST
 
+/* A DataProto's shape: hundreds of row-sized parts beside one large payload
+ * (the rows copied directly, the large one by the engine's workers), from
+ * the other client into the writer's segment, read back byte for byte. */
+START_TEST(test_commit_many_small_parts_and_a_large_one)
+{
+    enum { ROWS = 300, ROW = 3000, BIG = 200000 };
+    static uint8_t rows[ROWS * ROW], big[BIG], m[100];
+    mc_iov_t row_parts[ROWS], big_part = {big, BIG}, m_part = {m, sizeof(m)};
+    const mc_iov_t *bufs[3] = {row_parts, &big_part, &m_part};
+    const size_t counts[3]  = {ROWS, 1, 1};
+    const char *keys[3]     = {"shape/rows", "shape/big", "shape/manifest"};
+    mc_status_t st[3];
+
+    pattern(rows, sizeof(rows), 4);
+    pattern(big, sizeof(big), 5);
+    pattern(m, sizeof(m), 6);
+    for (size_t i = 0; i < ROWS; i++)
+        row_parts[i] = (mc_iov_t){rows + i * ROW, ROW};
+    ck_assert_status_ok(mc_store_batch_put_parts_commit(other, keys, bufs, counts, 3, NULL, st));
+    assert_value(store, keys[0], rows, sizeof(rows));
+    assert_value(store, keys[1], big, sizeof(big));
+    assert_value(store, keys[2], m, sizeof(m));
+}
+END_TEST
+
 /* ---- a payload fails: nothing of the call stays -------------------------------- */
 
 START_TEST(test_commit_payload_too_large_leaves_nothing)
@@ -329,6 +354,7 @@ Suite *mc_test_store_commit_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_commit_publishes_every_key);
     tcase_add_test(tc, test_commit_refuses_before_writing);
+    tcase_add_test(tc, test_commit_many_small_parts_and_a_large_one);
     tcase_add_test(tc, test_commit_payload_too_large_leaves_nothing);
     tcase_add_test(tc, test_commit_existing_key_is_refused_and_kept);
     tcase_add_test(tc, test_commit_race_forced_remove_of_commit_key);
