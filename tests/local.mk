@@ -14,7 +14,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_store_read.c \
 	tests/unit/test_loc_cache.c \
 	tests/unit/test_store_write.c \
-	tests/unit/test_store_commit.c \
+	tests/unit/test_store_commit.c tests/unit/store_util.c tests/unit/store_util.h \
 	tests/unit/test_async.c \
 	tests/unit/test_hostmem.c \
 	tests/unit/test_tensor.c \

@@ -18,36 +18,18 @@
 
 #include "check_suites.h"
 #include "master_proc.h"
+#include "store_util.h"
 #include "store/store_internal.h"
 
 static mc_test_master_t master;
 static mc_store_h store; /* the writer */
 static mc_store_h other; /* another client: reads and removes in the window */
 
-static mc_store_h store_open(uint64_t segment)
-{
-    mc_store_h s;
-    mc_store_params_t p;
-
-    memset(&p, 0, sizeof(p));
-    p.field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
-                   MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
-                   MC_STORE_PARAM_MASTER_SERVER_ADDR;
-    p.local_hostname      = "127.0.0.1";
-    p.metadata_server     = "P2PHANDSHAKE";
-    p.global_segment_size = segment;
-    p.local_buffer_size   = 1u << 20;
-    p.master_server_addr  = master.addr;
-    ck_assert_status_ok(mc_store_create(&s));
-    ck_assert_status_ok(mc_store_setup(s, &p));
-    return s;
-}
-
 static void setup_master(void)
 {
     mc_test_master_start(&master, NULL);
-    store = store_open(8u << 20);
-    other = store_open(0);
+    store = st_open(master.addr, 8u << 20);
+    other = st_open(master.addr, 0);
 }
 
 static void teardown_master(void)
@@ -57,33 +39,6 @@ static void teardown_master(void)
     mc_store_destroy(store);
     other = store = NULL;
     mc_test_master_stop(&master);
-}
-
-static void pattern(uint8_t *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)(i * 131u + seed * 7u + (i >> 8));
-}
-
-static void assert_value(mc_store_h s, const char *key, const uint8_t *want, size_t len)
-{
-    uint64_t size = 0;
-    uint8_t *got  = malloc(len + 16);
-
-    ck_assert_ptr_nonnull(got);
-    ck_assert_status_ok(mc_store_get(s, key, got, len + 16, &size));
-    ck_assert_msg(size == len, "%s should hold %zu bytes, not %llu", key, len,
-                  (unsigned long long)size);
-    ck_assert_msg(memcmp(got, want, len) == 0, "%s should hold exactly the bytes written", key);
-    free(got);
-}
-
-static void assert_missing(mc_store_h s, const char *key)
-{
-    uint64_t size;
-    mc_status_t st = mc_store_get_size(s, key, &size);
-    ck_assert_msg(st == MC_OBJECT_NOT_FOUND, "%s should not be visible, but get_size says %s",
-                  key, mc_status_name(st));
 }
 
 /* ---- an object of three payloads and a manifest ------------------------------ */
@@ -112,9 +67,9 @@ static void obj_init(obj_t *o, const char *prefix)
         o->keys[i] = o->names[i];
         o->bufs[i] = o->parts[i];
     }
-    pattern(o->a, sizeof(o->a), 1);
-    pattern(o->b, sizeof(o->b), 2);
-    pattern(o->m, sizeof(o->m), 3);
+    st_pattern(o->a, sizeof(o->a), 1);
+    st_pattern(o->b, sizeof(o->b), 2);
+    st_pattern(o->m, sizeof(o->m), 3);
     o->parts[0][0] = (mc_iov_t){o->a, 1000};
     o->parts[0][1] = (mc_iov_t){o->a + 1000, sizeof(o->a) - 1000};
     o->counts[0]   = 2;
@@ -135,16 +90,16 @@ static void assert_obj_stored(const obj_t *o)
 {
     for (size_t i = 0; i < NKEYS; i++)
         ck_assert_status_ok(o->st[i]);
-    assert_value(other, o->keys[0], o->a, sizeof(o->a));
-    assert_value(other, o->keys[1], o->b, sizeof(o->b));
-    assert_missing(other, o->keys[2]);
-    assert_value(other, o->keys[3], o->m, sizeof(o->m));
+    st_value(other, o->keys[0], o->a, sizeof(o->a));
+    st_value(other, o->keys[1], o->b, sizeof(o->b));
+    st_missing(other, o->keys[2]);
+    st_value(other, o->keys[3], o->m, sizeof(o->m));
 }
 
 static void assert_obj_gone(const obj_t *o)
 {
     for (size_t i = 0; i < NKEYS; i++)
-        assert_missing(other, o->keys[i]);
+        st_missing(other, o->keys[i]);
 }
 
 /* ---- plain use ------------------------------------------------------------------ */
@@ -193,15 +148,15 @@ START_TEST(test_commit_many_small_parts_and_a_large_one)
     const char *keys[3]     = {"shape/rows", "shape/big", "shape/manifest"};
     mc_status_t st[3];
 
-    pattern(rows, sizeof(rows), 4);
-    pattern(big, sizeof(big), 5);
-    pattern(m, sizeof(m), 6);
+    st_pattern(rows, sizeof(rows), 4);
+    st_pattern(big, sizeof(big), 5);
+    st_pattern(m, sizeof(m), 6);
     for (size_t i = 0; i < ROWS; i++)
         row_parts[i] = (mc_iov_t){rows + i * ROW, ROW};
     ck_assert_status_ok(mc_store_batch_put_parts_commit(other, keys, bufs, counts, 3, NULL, st));
-    assert_value(store, keys[0], rows, sizeof(rows));
-    assert_value(store, keys[1], big, sizeof(big));
-    assert_value(store, keys[2], m, sizeof(m));
+    st_value(store, keys[0], rows, sizeof(rows));
+    st_value(store, keys[1], big, sizeof(big));
+    st_value(store, keys[2], m, sizeof(m));
 }
 END_TEST
 
@@ -233,16 +188,16 @@ START_TEST(test_commit_existing_key_is_refused_and_kept)
     obj_t o;
     uint8_t old[64];
 
-    pattern(old, sizeof(old), 9);
+    st_pattern(old, sizeof(old), 9);
     obj_init(&o, "exists");
     ck_assert_status_ok(mc_store_put(other, o.keys[1], old, sizeof(old), NULL));
     ck_assert_status_eq(obj_put(&o), MC_OBJECT_ALREADY_EXISTS);
     ck_assert_status_eq(o.st[1], MC_OBJECT_ALREADY_EXISTS);
     ck_assert_status_eq(o.st[3], MC_OBJECT_ALREADY_EXISTS);
     /* the other writer's object is not the call's to remove */
-    assert_value(other, o.keys[1], old, sizeof(old));
-    assert_missing(other, o.keys[0]);
-    assert_missing(other, o.keys[3]);
+    st_value(other, o.keys[1], old, sizeof(old));
+    st_missing(other, o.keys[0]);
+    st_missing(other, o.keys[3]);
 
     /* an existing commit key: the payloads go again */
     obj_init(&o, "exists2");
@@ -250,9 +205,9 @@ START_TEST(test_commit_existing_key_is_refused_and_kept)
     ck_assert_status_eq(obj_put(&o), MC_OBJECT_ALREADY_EXISTS);
     ck_assert_status_ok(o.st[0]);
     ck_assert_status_eq(o.st[3], MC_OBJECT_ALREADY_EXISTS);
-    assert_missing(other, o.keys[0]);
-    assert_missing(other, o.keys[1]);
-    assert_value(other, o.keys[3], old, sizeof(old));
+    st_missing(other, o.keys[0]);
+    st_missing(other, o.keys[1]);
+    st_value(other, o.keys[3], old, sizeof(old));
 }
 END_TEST
 
@@ -268,8 +223,8 @@ static void race_hook(mc_store_h s, const char *commit_key)
     ck_assert_str_eq(commit_key, race_obj->keys[3]);
     race_ran++;
     /* the payloads are complete already; the commit key is not visible yet */
-    assert_value(other, race_obj->keys[0], race_obj->a, sizeof(race_obj->a));
-    assert_value(other, race_obj->keys[1], race_obj->b, sizeof(race_obj->b));
+    st_value(other, race_obj->keys[0], race_obj->a, sizeof(race_obj->a));
+    st_value(other, race_obj->keys[1], race_obj->b, sizeof(race_obj->b));
     {
         uint64_t size;
         ck_assert_msg(mc_store_get_size(other, commit_key, &size) != MC_OK,
@@ -298,16 +253,24 @@ static void race_arm(obj_t *o, int kind)
     mc_store_commit_test_hook = race_hook;
 }
 
-START_TEST(test_commit_race_forced_remove_of_commit_key)
+/* A race of @p kind in the window leaves the object unpublished and
+ * nothing of it visible. */
+static void assert_race_unpublished(const char *prefix, int kind, const char *why)
 {
     obj_t o;
 
-    obj_init(&o, "race-commit");
-    race_arm(&o, RACE_REMOVE_COMMIT);
-    ck_assert_msg(obj_put(&o) != MC_OK, "a commit key removed before its END is not published");
+    obj_init(&o, prefix);
+    race_arm(&o, kind);
+    ck_assert_msg(obj_put(&o) != MC_OK, "%s", why);
     ck_assert_int_eq(race_ran, 1);
     ck_assert_msg(o.st[3] != MC_OK, "the commit key reports its END's failure");
     assert_obj_gone(&o);
+}
+
+START_TEST(test_commit_race_forced_remove_of_commit_key)
+{
+    assert_race_unpublished("race-commit", RACE_REMOVE_COMMIT,
+                            "a commit key removed before its END is not published");
 }
 END_TEST
 
@@ -326,22 +289,16 @@ START_TEST(test_commit_race_forced_remove_of_payload)
     ck_assert_int_eq(race_ran, 1);
     ck_assert_status_eq(mc_store_get(other, o.keys[0], out, sizeof(out), &size),
                         MC_OBJECT_NOT_FOUND);
-    assert_value(other, o.keys[1], o.b, sizeof(o.b));
-    assert_value(other, o.keys[3], o.m, sizeof(o.m));
+    st_value(other, o.keys[1], o.b, sizeof(o.b));
+    st_value(other, o.keys[3], o.m, sizeof(o.m));
 }
 END_TEST
 
 START_TEST(test_commit_race_master_restart)
 {
-    obj_t o;
-
-    obj_init(&o, "race-restart");
-    race_arm(&o, RACE_RESTART);
-    ck_assert_msg(obj_put(&o) != MC_OK, "a commit whose master restarted is not published");
-    ck_assert_int_eq(race_ran, 1);
-    ck_assert_msg(o.st[3] != MC_OK, "the commit key reports its END's failure");
     /* the new master knows none of it: nothing is visible */
-    assert_obj_gone(&o);
+    assert_race_unpublished("race-restart", RACE_RESTART,
+                            "a commit whose master restarted is not published");
 }
 END_TEST
 

@@ -30,6 +30,7 @@
 
 #include "check_suites.h"
 #include "master_proc.h"
+#include "store_util.h"
 
 /* ---- the real master ------------------------------------------------------ */
 
@@ -50,29 +51,10 @@ static void master_stop(void)
 
 static mc_store_h store;
 
-static mc_store_h store_open(uint64_t segment)
-{
-    mc_store_h s;
-    mc_store_params_t p;
-
-    memset(&p, 0, sizeof(p));
-    p.field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
-                   MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
-                   MC_STORE_PARAM_MASTER_SERVER_ADDR;
-    p.local_hostname      = "127.0.0.1";
-    p.metadata_server     = "P2PHANDSHAKE";
-    p.global_segment_size = segment;
-    p.local_buffer_size   = 1u << 20;
-    p.master_server_addr  = master.addr;
-    ck_assert_status_ok(mc_store_create(&s));
-    ck_assert_status_ok(mc_store_setup(s, &p));
-    return s;
-}
-
 static void setup_master(void)
 {
     master_start();
-    store = store_open(8u << 20);
+    store = st_open(master.addr, 8u << 20);
 }
 
 static void teardown_master(void)
@@ -82,61 +64,35 @@ static void teardown_master(void)
     master_stop();
 }
 
-static void pattern(uint8_t *p, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)(i * 131u + seed * 7u + (i >> 8));
-}
-
-/* The stored value of @p key equals want[0..len), byte for byte. */
-static void assert_value(mc_store_h s, const char *key, const uint8_t *want, size_t len)
-{
-    uint64_t size = 0;
-    uint8_t *got  = malloc(len + 16);
-
-    ck_assert_ptr_nonnull(got);
-    ck_assert_status_ok(mc_store_get(s, key, got, len + 16, &size));
-    ck_assert_msg(size == len, "%s should hold %zu bytes, not %llu", key, len,
-                  (unsigned long long)size);
-    ck_assert_msg(memcmp(got, want, len) == 0, "%s should hold exactly the bytes written", key);
-    free(got);
-}
-
-static void assert_missing(mc_store_h s, const char *key)
-{
-    uint64_t size;
-    ck_assert_status_eq(mc_store_get_size(s, key, &size), MC_OBJECT_NOT_FOUND);
-}
-
 /* ---- upsert ------------------------------------------------------------------ */
 
 START_TEST(test_upsert_new_same_and_resized)
 {
     uint8_t a[3000], b[3000], c[7000], d[100];
 
-    pattern(a, sizeof(a), 1);
-    pattern(b, sizeof(b), 2);
-    pattern(c, sizeof(c), 3);
-    pattern(d, sizeof(d), 4);
+    st_pattern(a, sizeof(a), 1);
+    st_pattern(b, sizeof(b), 2);
+    st_pattern(c, sizeof(c), 3);
+    st_pattern(d, sizeof(d), 4);
 
     /* a new key behaves as put */
     ck_assert_status_ok(mc_store_upsert(store, "up-k", a, sizeof(a), NULL));
-    assert_value(store, "up-k", a, sizeof(a));
+    st_value(store, "up-k", a, sizeof(a));
     /* put of an existing key keeps the old value; upsert replaces it */
     ck_assert_status_ok(mc_store_put(store, "up-k", b, sizeof(b), NULL));
-    assert_value(store, "up-k", a, sizeof(a));
+    st_value(store, "up-k", a, sizeof(a));
     /* same size (assert_value left a read lease: fresh buffers, same bytes) */
     ck_assert_status_ok(mc_store_upsert(store, "up-k", b, sizeof(b), NULL));
-    assert_value(store, "up-k", b, sizeof(b));
+    st_value(store, "up-k", b, sizeof(b));
     /* larger, then smaller */
     ck_assert_status_ok(mc_store_upsert(store, "up-k", c, sizeof(c), NULL));
-    assert_value(store, "up-k", c, sizeof(c));
+    st_value(store, "up-k", c, sizeof(c));
     ck_assert_status_ok(mc_store_upsert(store, "up-k", d, sizeof(d), NULL));
-    assert_value(store, "up-k", d, sizeof(d));
+    st_value(store, "up-k", d, sizeof(d));
 
     /* an empty value stores nothing, as for put */
     ck_assert_status_ok(mc_store_upsert(store, "up-empty", d, 0, NULL));
-    assert_missing(store, "up-empty");
+    st_missing(store, "up-empty");
     ck_assert_status_eq(mc_store_upsert(store, "", d, sizeof(d), NULL), MC_INVALID_PARAMS);
     ck_assert_status_eq(mc_store_upsert(store, "up-null", NULL, 10, NULL), MC_INVALID_PARAMS);
 }
@@ -147,13 +103,13 @@ START_TEST(test_upsert_in_place_without_lease)
     uint8_t a[4096], b[4096];
     mc_store_h other;
 
-    pattern(a, sizeof(a), 5);
-    pattern(b, sizeof(b), 6);
+    st_pattern(a, sizeof(a), 5);
+    st_pattern(b, sizeof(b), 6);
     /* written by a second client so that this one never takes a lease */
-    other = store_open(0);
+    other = st_open(master.addr, 0);
     ck_assert_status_ok(mc_store_put(store, "ip-k", a, sizeof(a), NULL));
     ck_assert_status_ok(mc_store_upsert(other, "ip-k", b, sizeof(b), NULL));
-    assert_value(other, "ip-k", b, sizeof(b));
+    st_value(other, "ip-k", b, sizeof(b));
     mc_store_destroy(other);
 }
 END_TEST
@@ -167,9 +123,9 @@ START_TEST(test_upsert_parts_and_batch)
     mc_iov_t vals[4];
     mc_status_t st[4];
 
-    pattern(a, sizeof(a), 7);
-    pattern(b, sizeof(b), 8);
-    pattern(c, sizeof(c), 9);
+    st_pattern(a, sizeof(a), 7);
+    st_pattern(b, sizeof(b), 8);
+    st_pattern(c, sizeof(c), 9);
     parts[0] = (mc_iov_t){a, sizeof(a)};
     parts[1] = (mc_iov_t){NULL, 0}; /* empty parts are fine */
     parts[2] = (mc_iov_t){b, sizeof(b)};
@@ -178,7 +134,7 @@ START_TEST(test_upsert_parts_and_batch)
 
     ck_assert_status_ok(mc_store_put(store, "up-parts", c, sizeof(c), NULL));
     ck_assert_status_ok(mc_store_upsert_parts(store, "up-parts", parts, 3, NULL));
-    assert_value(store, "up-parts", joined, sizeof(a) + sizeof(b));
+    st_value(store, "up-parts", joined, sizeof(a) + sizeof(b));
 
     ck_assert_status_ok(mc_store_put(store, "ub-old", c, sizeof(c), NULL));
     vals[0] = (mc_iov_t){b, sizeof(b)};
@@ -191,16 +147,16 @@ START_TEST(test_upsert_parts_and_batch)
     ck_assert_status_ok(st[1]);
     ck_assert_status_eq(st[2], MC_INVALID_PARAMS);
     ck_assert_status_ok(st[3]);
-    assert_value(store, "ub-old", b, sizeof(b));
-    assert_value(store, "ub-new", a, sizeof(a));
-    assert_missing(store, "ub-empty");
+    st_value(store, "ub-old", b, sizeof(b));
+    st_value(store, "ub-new", a, sizeof(a));
+    st_missing(store, "ub-empty");
 
     /* the batch form replaces in one go as well */
     vals[0] = (mc_iov_t){c, sizeof(c)};
     vals[1] = (mc_iov_t){c, sizeof(c)};
     ck_assert_status_ok(mc_store_upsert_batch(store, keys, vals, 2, NULL, st));
-    assert_value(store, "ub-old", c, sizeof(c));
-    assert_value(store, "ub-new", c, sizeof(c));
+    st_value(store, "ub-old", c, sizeof(c));
+    st_value(store, "ub-new", c, sizeof(c));
 }
 END_TEST
 
@@ -213,44 +169,44 @@ START_TEST(test_put_from_needs_registered_memory)
     void *pool  = NULL;
 
     ck_assert_ptr_nonnull(plain);
-    pattern(plain, 8192, 10);
+    st_pattern(plain, 8192, 10);
     ck_assert_status_eq(mc_store_put_from(store, "pf-plain", plain, 8192, NULL),
                         MC_INVALID_PARAMS);
     ck_assert_msg(strstr(mc_last_error_detail(), "registered") != NULL,
                   "the detail should say the memory is not registered, not \"%s\"",
                   mc_last_error_detail());
-    assert_missing(store, "pf-plain");
+    st_missing(store, "pf-plain");
     ck_assert_status_eq(mc_store_upsert_from(store, "pf-plain", plain, 8192, NULL),
                         MC_INVALID_PARAMS);
-    assert_missing(store, "pf-plain");
+    st_missing(store, "pf-plain");
     /* a zero-length write stores nothing and needs no memory */
     ck_assert_status_ok(mc_store_put_from(store, "pf-zero", plain, 0, NULL));
-    assert_missing(store, "pf-zero");
+    st_missing(store, "pf-zero");
 
     /* registered memory from the host allocator */
     ck_assert_status_ok(mc_host_mem_alloc(len, (void **)&rg));
-    pattern(rg, len, 11);
+    st_pattern(rg, len, 11);
     ck_assert_status_ok(mc_store_register_buffer(store, rg, len));
     ck_assert_status_ok(mc_store_put_from(store, "pf-reg", rg + 100, 5000, NULL));
-    assert_value(store, "pf-reg", rg + 100, 5000);
+    st_value(store, "pf-reg", rg + 100, 5000);
     /* a range that leaves the region is refused */
     ck_assert_status_eq(mc_store_put_from(store, "pf-over", rg + len - 10, 20, NULL),
                         MC_INVALID_PARAMS);
-    assert_missing(store, "pf-over");
-    pattern(rg, len, 12);
+    st_missing(store, "pf-over");
+    st_pattern(rg, len, 12);
     ck_assert_status_ok(mc_store_upsert_from(store, "pf-reg", rg, 9000, NULL));
-    assert_value(store, "pf-reg", rg, 9000);
+    st_value(store, "pf-reg", rg, 9000);
 
     /* the store's own pool counts as registered */
     ck_assert_status_ok(mc_store_mem_pool_alloc(store, 4096, &pool));
-    pattern(pool, 4096, 13);
+    st_pattern(pool, 4096, 13);
     ck_assert_status_ok(mc_store_put_from(store, "pf-pool", pool, 4096, NULL));
-    assert_value(store, "pf-pool", pool, 4096);
+    st_value(store, "pf-pool", pool, 4096);
     ck_assert_status_ok(mc_store_mem_pool_free(store, pool));
 
     ck_assert_status_ok(mc_store_unregister_buffer(store, rg));
     ck_assert_status_eq(mc_store_put_from(store, "pf-after", rg, 100, NULL), MC_INVALID_PARAMS);
-    assert_missing(store, "pf-after");
+    st_missing(store, "pf-after");
     ck_assert_status_ok(mc_host_mem_free(rg));
     free(plain);
 }
@@ -269,7 +225,7 @@ START_TEST(test_batch_put_from_multi_scatter)
 
     ck_assert_ptr_nonnull(plain);
     ck_assert_status_ok(mc_host_mem_alloc(len, (void **)&rg));
-    pattern(rg, len, 14);
+    st_pattern(rg, len, 14);
     ck_assert_status_ok(mc_store_register_buffer(store, rg, len));
 
     k0[0] = (mc_iov_t){rg + 9000, 100};
@@ -298,18 +254,18 @@ START_TEST(test_batch_put_from_multi_scatter)
     ck_assert_status_eq(st[2], MC_INVALID_PARAMS);
     ck_assert_status_ok(st[3]);
     ck_assert_status_ok(st[4]);
-    assert_value(store, "bm-0", want0, sizeof(want0));
-    assert_value(store, "bm-1", rg + 40000, 20000);
-    assert_missing(store, "bm-bad");
-    assert_missing(store, "bm-empty");
-    assert_value(store, "bm-3", want3, sizeof(want3));
+    st_value(store, "bm-0", want0, sizeof(want0));
+    st_value(store, "bm-1", rg + 40000, 20000);
+    st_missing(store, "bm-bad");
+    st_missing(store, "bm-empty");
+    st_value(store, "bm-3", want3, sizeof(want3));
 
     /* the upsert form replaces: bm-0 becomes one fragment */
     counts[0] = 1;
     k0[0]     = (mc_iov_t){rg + 1234, 4321};
     ck_assert_status_ok(mc_store_batch_upsert_from_multi(store, keys, bufs, counts, 2, NULL, st));
-    assert_value(store, "bm-0", rg + 1234, 4321);
-    assert_value(store, "bm-1", rg + 40000, 20000);
+    st_value(store, "bm-0", rg + 1234, 4321);
+    st_value(store, "bm-1", rg + 40000, 20000);
 
     /* missing arrays: one INVALID_PARAMS per key */
     ck_assert_status_eq(mc_store_batch_put_from_multi(store, keys, NULL, counts, 2, NULL, st),
@@ -326,7 +282,7 @@ START_TEST(test_batch_put_from_multi_scatter)
                             MC_INVALID_PARAMS);
         ck_assert_status_eq(st[0], MC_INVALID_PARAMS);
         ck_assert_status_eq(st[1], MC_INVALID_PARAMS);
-        assert_missing(store, "bm-h0");
+        st_missing(store, "bm-h0");
     }
 
     ck_assert_status_ok(mc_store_unregister_buffer(store, rg));
@@ -348,7 +304,7 @@ START_TEST(test_prefer_alloc_in_same_node_rules)
     size_t counts[2] = {1, 1};
     mc_status_t st[2];
 
-    pattern(v, sizeof(v), 15);
+    st_pattern(v, sizeof(v), 15);
     ck_assert_status_ok(mc_host_mem_alloc(4096, (void **)&rg));
     memcpy(rg, v, sizeof(v));
     ck_assert_status_ok(mc_store_register_buffer(store, rg, 4096));
@@ -367,8 +323,8 @@ START_TEST(test_prefer_alloc_in_same_node_rules)
     ck_assert_status_eq(mc_store_put_batch(store, keys, vals, 2, &cfg, st), MC_INVALID_PARAMS);
     ck_assert_status_eq(st[0], MC_INVALID_PARAMS);
     ck_assert_status_eq(st[1], MC_INVALID_PARAMS);
-    assert_missing(store, "sn-put");
-    assert_missing(store, "sn-b0");
+    st_missing(store, "sn-put");
+    st_missing(store, "sn-b0");
 
     /* accepted by the multi-buffer writes, with replica_num 1 only */
     bufs[0] = &vals[0];
@@ -379,11 +335,11 @@ START_TEST(test_prefer_alloc_in_same_node_rules)
     ck_assert_status_eq(mc_store_batch_put_from_multi(store, keys, bufs, counts, 2, &cfg, st),
                         MC_INVALID_PARAMS);
     ck_assert_status_eq(st[0], MC_INVALID_PARAMS);
-    assert_missing(store, "sn-b0");
+    st_missing(store, "sn-b0");
     cfg.replica_num = 1;
     ck_assert_status_ok(mc_store_batch_put_from_multi(store, keys, bufs, counts, 2, &cfg, st));
-    assert_value(store, "sn-b0", v, sizeof(v));
-    assert_value(store, "sn-b1", v, 100);
+    st_value(store, "sn-b0", v, sizeof(v));
+    st_value(store, "sn-b1", v, 100);
 
     ck_assert_status_ok(mc_store_unregister_buffer(store, rg));
     ck_assert_status_ok(mc_host_mem_free(rg));
@@ -399,7 +355,7 @@ START_TEST(test_config_rules)
     mc_iov_t vals[2]     = {{v, sizeof(v)}, {v, sizeof(v)}};
     mc_status_t st[2];
 
-    pattern(v, sizeof(v), 16);
+    st_pattern(v, sizeof(v), 16);
 
     /* soft_pin_ttl_ms needs ENABLE */
     mc_replicate_config_init(&cfg);
@@ -409,7 +365,7 @@ START_TEST(test_config_rules)
     ck_assert_status_eq(mc_store_upsert(store, "cf-pin", v, sizeof(v), &cfg), MC_INVALID_PARAMS);
     cfg.soft_pin_action = MC_SOFT_PIN_ENABLE;
     ck_assert_status_ok(mc_store_put(store, "cf-pin", v, sizeof(v), &cfg));
-    assert_value(store, "cf-pin", v, sizeof(v));
+    st_value(store, "cf-pin", v, sizeof(v));
 
     /* group_ids: exactly one for a single write, one per key for a batch */
     mc_replicate_config_init(&cfg);
@@ -436,7 +392,7 @@ START_TEST(test_config_rules)
     cfg.nof_replica_num = 1;
     ck_assert_status_eq(mc_store_put(store, "cf-nof", v, sizeof(v), &cfg),
                         MC_NO_AVAILABLE_HANDLE);
-    assert_missing(store, "cf-nof");
+    st_missing(store, "cf-nof");
     /* a NoF preference without NoF replicas would be ignored: refused */
     {
         const char *pref[] = {"node:1"};
@@ -450,7 +406,7 @@ START_TEST(test_config_rules)
         cfg.nof_replica_num              = 1;
         ck_assert_status_eq(mc_store_put(store, "cf-pref", v, sizeof(v), &cfg),
                             MC_INVALID_PARAMS);
-        assert_missing(store, "cf-pref");
+        st_missing(store, "cf-pref");
     }
 }
 END_TEST
@@ -464,7 +420,7 @@ START_TEST(test_batch_remove)
     const char *keys[4] = {"br-1", "br-missing", "br-leased", ""};
     mc_status_t st[4];
 
-    pattern(v, sizeof(v), 17);
+    st_pattern(v, sizeof(v), 17);
     ck_assert_status_ok(mc_store_put(store, "br-1", v, sizeof(v), NULL));
     ck_assert_status_ok(mc_store_put(store, "br-leased", v, sizeof(v), NULL));
     ck_assert_status_ok(mc_store_get_size(store, "br-leased", &size)); /* takes a lease */
@@ -474,13 +430,13 @@ START_TEST(test_batch_remove)
     ck_assert_status_eq(st[1], MC_OBJECT_NOT_FOUND);
     ck_assert_status_eq(st[2], MC_OBJECT_HAS_LEASE);
     ck_assert_status_eq(st[3], MC_INVALID_PARAMS);
-    assert_missing(store, "br-1");
-    assert_value(store, "br-leased", v, sizeof(v));
+    st_missing(store, "br-1");
+    st_value(store, "br-leased", v, sizeof(v));
 
     /* force ignores the lease */
     ck_assert_status_ok(mc_store_batch_remove(store, &keys[2], 1, 1, st));
     ck_assert_status_ok(st[0]);
-    assert_missing(store, "br-leased");
+    st_missing(store, "br-leased");
     ck_assert_status_ok(mc_store_batch_remove(store, keys, 0, 0, st));
     ck_assert_status_eq(mc_store_batch_remove(store, NULL, 2, 0, st), MC_INVALID_PARAMS);
     ck_assert_status_eq(st[1], MC_INVALID_PARAMS);
@@ -493,7 +449,7 @@ START_TEST(test_remove_by_regex_and_all)
     int64_t count = -1;
     const char *names[5] = {"rx-a-1", "rx-a-2", "rx-a", "rx-b-1", "other"};
 
-    pattern(v, sizeof(v), 18);
+    st_pattern(v, sizeof(v), 18);
     for (size_t i = 0; i < 5; i++)
         ck_assert_status_ok(mc_store_put(store, names[i], v, sizeof(v), NULL));
 
@@ -507,14 +463,14 @@ START_TEST(test_remove_by_regex_and_all)
     ck_assert_int_eq(count, 2);
     ck_assert_status_ok(mc_store_remove_by_regex(store, "^nothing-matches$", 0, &count));
     ck_assert_int_eq(count, 0);
-    assert_missing(store, "rx-a-1");
-    assert_missing(store, "rx-a-2");
+    st_missing(store, "rx-a-1");
+    st_missing(store, "rx-a-2");
 
     ck_assert_status_ok(mc_store_remove_all(store, 0, &count));
     ck_assert_int_eq(count, 3);
-    assert_missing(store, "rx-a");
-    assert_missing(store, "rx-b-1");
-    assert_missing(store, "other");
+    st_missing(store, "rx-a");
+    st_missing(store, "rx-b-1");
+    st_missing(store, "other");
     ck_assert_status_ok(mc_store_remove_all(store, 1, &count));
     ck_assert_int_eq(count, 0);
 }
@@ -532,8 +488,8 @@ START_TEST(test_replica_descriptors)
     const char *ha, *hb;
     int seen_a = 0, seen_b = 0;
 
-    pattern(v, sizeof(v), 19);
-    b  = store_open(8u << 20);
+    st_pattern(v, sizeof(v), 19);
+    b  = st_open(master.addr, 8u << 20);
     ha = mc_store_hostname(store);
     hb = mc_store_hostname(b);
     mc_replicate_config_init(&cfg);
@@ -569,7 +525,7 @@ START_TEST(test_replica_descriptors)
     ck_assert_status_ok(mc_store_query_replica(q, 0, &d[0]));
     ck_assert_str_eq(d[0].segment, ha);
     mc_store_query_release(q);
-    assert_value(store, "rd-k", v, sizeof(v));
+    st_value(store, "rd-k", v, sizeof(v));
 }
 END_TEST
 
@@ -596,7 +552,7 @@ START_TEST(test_mount_segments)
 {
     uint8_t v[20000], *view;
     char path[128];
-    mc_store_h b = store_open(0);
+    mc_store_h b = st_open(master.addr, 0);
     mc_segment_id_t id, aid;
     const char *ids[2];
     uint64_t allocated = 0;
@@ -627,10 +583,10 @@ START_TEST(test_mount_segments)
     /* a file segment: objects for b land in the file's bytes */
     ck_assert_status_ok(mc_store_mount_segment(b, path, 4u << 20, 0, "tcp", "", &id));
     ck_assert_uint_eq(strlen(id.id), 36);
-    pattern(v, sizeof(v), 23);
+    st_pattern(v, sizeof(v), 23);
     ck_assert_status_ok(mc_store_put(store, "ms-k", v, sizeof(v), &cfg));
     ck_assert_ptr_nonnull(memmem(view, 4u << 20, v, sizeof(v)));
-    assert_value(store, "ms-k", v, sizeof(v));
+    st_value(store, "ms-k", v, sizeof(v));
 
     /* an allocated one, page rounded; unmount_and_free refuses the file one */
     ck_assert_status_ok(mc_store_allocate_and_mount_segment(b, 5000, NULL, "", &aid,
@@ -648,8 +604,8 @@ START_TEST(test_mount_segments)
      * (docs/protocol.md §5.16): its commit is refused and the value is
      * stored elsewhere, which the read after the unmount shows. */
     ck_assert_status_ok(mc_store_unmount_segments(b, &ids[1], 1, 1));
-    assert_value(store, "ms-k", v, sizeof(v));
-    pattern(v, sizeof(v), 29);
+    st_value(store, "ms-k", v, sizeof(v));
+    st_pattern(v, sizeof(v), 29);
     ck_assert_status_ok(mc_store_put(store, "ms-new", v, sizeof(v), &cfg));
     for (int i = 0; (i < 1000) && !gone; i++) {
         gone = (mc_store_get_size(store, "ms-k", &size) == MC_OBJECT_NOT_FOUND);
@@ -657,7 +613,7 @@ START_TEST(test_mount_segments)
             usleep(10000);
     }
     ck_assert_msg(gone, "the drained segment should be unmounted after its grace period");
-    assert_value(store, "ms-new", v, sizeof(v));
+    st_value(store, "ms-new", v, sizeof(v));
     ck_assert_status_eq(mc_store_unmount_segments(b, &ids[1], 1, 0), MC_SEGMENT_NOT_FOUND);
     ids[0] = "not-a-uuid";
     ck_assert_status_eq(mc_store_unmount_segments(b, ids, 1, 0), MC_INVALID_PARAMS);
