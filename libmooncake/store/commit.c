@@ -87,9 +87,8 @@ static void remove_payloads(mc_store_h s, const char *const *keys, size_t last,
     free(rst);
 }
 
-void mc_store_commit_seal(mc_store_h s, const char *const *keys, size_t n,
-                          mc_status_t *statuses, struct mc_store_query **specs,
-                          mc_store_commit_t *commit)
+void mc_store_commit_seal(mc_store_h s, const char *const *keys, mc_status_t *statuses,
+                          struct mc_store_query **specs, mc_store_commit_t *commit)
 {
     const size_t last = commit->last;
     size_t bad        = 0;
@@ -97,7 +96,6 @@ void mc_store_commit_seal(mc_store_h s, const char *const *keys, size_t n,
     mc_str_t key      = {keys[last], (uint32_t)strlen(keys[last])};
     char detail[512];
 
-    (void)n;
     if (commit->held && (pst == MC_OK)) {
         if (mc_store_commit_test_hook != NULL)
             mc_store_commit_test_hook(s, keys[last]);

@@ -1954,7 +1954,7 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
         st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses, specs, commit);
         st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st, commit);
         if (commit != NULL) {
-            mc_store_commit_seal(s, keys, n, statuses, specs, commit);
+            mc_store_commit_seal(s, keys, statuses, specs, commit);
             st = mc_store_first_error(statuses, n);
         }
     }

@@ -247,9 +247,8 @@ mc_status_t mc_store_do_batch_remove(mc_store_h s, const char *const *keys, size
  * MC_OK, else REVOKE it; when the commit key is not published, remove the
  * payloads that were.  Releases specs[last] (and the removed payloads'
  * specs) unless published.  `life` held. */
-void mc_store_commit_seal(mc_store_h s, const char *const *keys, size_t n,
-                          mc_status_t *statuses, struct mc_store_query **specs,
-                          mc_store_commit_t *commit);
+void mc_store_commit_seal(mc_store_h s, const char *const *keys, mc_status_t *statuses,
+                          struct mc_store_query **specs, mc_store_commit_t *commit);
 /* commit.c, tests only: called between the payloads' END and the commit
  * key's END (NULL: nothing), to race events against that window. */
 extern void (*mc_store_commit_test_hook)(mc_store_h s, const char *commit_key);
