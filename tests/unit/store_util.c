@@ -10,20 +10,25 @@
 #include "check_suites.h"
 #include "store_util.h"
 
+void st_params(mc_store_params_t *p, const char *master_addr, uint64_t segment, uint64_t lbuf)
+{
+    memset(p, 0, sizeof(*p));
+    p->field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
+                    MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
+                    MC_STORE_PARAM_MASTER_SERVER_ADDR;
+    p->local_hostname      = "127.0.0.1";
+    p->metadata_server     = "P2PHANDSHAKE";
+    p->global_segment_size = segment;
+    p->local_buffer_size   = lbuf;
+    p->master_server_addr  = master_addr;
+}
+
 mc_store_h st_open(const char *master_addr, uint64_t segment)
 {
     mc_store_h s;
     mc_store_params_t p;
 
-    memset(&p, 0, sizeof(p));
-    p.field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
-                   MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
-                   MC_STORE_PARAM_MASTER_SERVER_ADDR;
-    p.local_hostname      = "127.0.0.1";
-    p.metadata_server     = "P2PHANDSHAKE";
-    p.global_segment_size = segment;
-    p.local_buffer_size   = 1u << 20;
-    p.master_server_addr  = master_addr;
+    st_params(&p, master_addr, segment, 1u << 20);
     ck_assert_status_ok(mc_store_create(&s));
     ck_assert_status_ok(mc_store_setup(s, &p));
     return s;

@@ -21,6 +21,7 @@
 
 #include "check_suites.h"
 #include "master_proc.h"
+#include "store_util.h"
 
 #define WAIT_MS 10000
 #define NKEYS 64
@@ -33,15 +34,7 @@ static mc_store_aq_h aq;
 static void store_setup(void)
 {
     mc_store_params_t p;
-    memset(&p, 0, sizeof(p));
-    p.field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
-                   MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
-                   MC_STORE_PARAM_MASTER_SERVER_ADDR;
-    p.local_hostname      = "127.0.0.1";
-    p.metadata_server     = "P2PHANDSHAKE";
-    p.global_segment_size = 32u << 20;
-    p.local_buffer_size   = 4u << 20;
-    p.master_server_addr  = master.addr;
+    st_params(&p, master.addr, 32u << 20, 4u << 20);
     ck_assert_status_ok(mc_store_setup(store, &p));
 }
 

@@ -31,6 +31,7 @@
 
 #include "check_suites.h"
 #include "master_proc.h"
+#include "store_util.h"
 
 /* ck_assert_msg() writes a checkpoint even on success; hot loops use this. */
 #define require(cond, ...)             \
@@ -1074,15 +1075,7 @@ static void setup_store(void)
     mc_store_params_t p;
 
     mc_test_master_start(&master, flags);
-    memset(&p, 0, sizeof(p));
-    p.field_mask = MC_STORE_PARAM_LOCAL_HOSTNAME | MC_STORE_PARAM_METADATA_SERVER |
-                   MC_STORE_PARAM_GLOBAL_SEGMENT_SIZE | MC_STORE_PARAM_LOCAL_BUFFER_SIZE |
-                   MC_STORE_PARAM_MASTER_SERVER_ADDR;
-    p.local_hostname      = "127.0.0.1";
-    p.metadata_server     = "P2PHANDSHAKE";
-    p.global_segment_size = 16u << 20;
-    p.local_buffer_size   = 4u << 20;
-    p.master_server_addr  = master.addr;
+    st_params(&p, master.addr, 16u << 20, 4u << 20);
     ck_assert_status_ok(mc_store_create(&store));
     ck_assert_status_ok(mc_store_setup(store, &p));
     ck_assert_status_ok(mc_store_register_buffer(store, regbuf, sizeof(regbuf)));
