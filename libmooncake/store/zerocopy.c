@@ -266,7 +266,14 @@ static size_t group_len(const mc_read_piece_t *pieces, size_t n, size_t i)
     return j - i;
 }
 
-enum { PIECE_SKIP = 0, PIECE_SENT = 1, PIECE_RETRY = 2, PIECE_DIRECT = 3, PIECE_SCATTER = 4 };
+enum {
+    PIECE_SKIP    = 0,
+    PIECE_SENT    = 1,
+    PIECE_RETRY   = 2,
+    PIECE_DIRECT  = 3,
+    PIECE_SCATTER = 4,
+    PIECE_GATHER  = 5
+};
 
 /*
  * A group of many small pieces of one object (rows of a ranged read) is
@@ -329,7 +336,7 @@ static void pieces_scatter_add(const mc_read_piece_t *pieces, size_t g,
         for (b = a + 1; (b < g) && piece_follows(pieces, b); b++)
             ;
         sc[(*nsc_p)++] = (mc_te_scatter_t){reqs[a].segment, reqs[a].remote, gens[a], &runs[a],
-                                           b - a};
+                                           b - a, NULL, 0};
     }
 }
 
@@ -353,6 +360,197 @@ static size_t pieces_stretches(const mc_read_piece_t *pieces, size_t g)
     for (size_t j = 1; j < g; j++)
         k += !piece_follows(pieces, j);
     return k;
+}
+
+/*
+ * Gathered reads (docs/transfer.md §3.3, READV).  Where a target row is
+ * filled by the rows of several stored objects side by side (a TP=2 row
+ * is the rows of two TP=4 fragments), per-object scattered reads land
+ * each object's rows in every other half row, and the kernel's receive
+ * copy into such strided runs costs far more per byte than into one
+ * contiguous buffer.  So the scattered-read groups of a call towards a
+ * holder that serves READV are merged across objects in destination
+ * order and read as READVs: the holder sends the rows of the objects
+ * interleaved, and they land in the destination as few long runs.
+ */
+typedef struct gather_group {
+    size_t i, g;                /* its pieces: pieces[i..i+g) */
+    mc_te_segment_id_t segment; /* of its first replica */
+    uint64_t base;              /* the object's address there */
+    uint64_t gen;
+} gather_group_t;
+
+/* Room for the gathered reads' groups, ranges and piece-to-read map of a
+ * call of @p npieces pieces: one block, taken at the first. */
+static int gather_room(size_t npieces, gather_group_t **gr_p, mc_te_range_t **ranges_p,
+                       uint32_t **gread_p)
+{
+    if ((*gr_p == NULL) && (npieces < UINT32_MAX)) {
+        *gr_p = malloc(npieces * (sizeof(**gr_p) + sizeof(**ranges_p) + sizeof(**gread_p)));
+        if (*gr_p == NULL)
+            return 0;
+        *ranges_p = (mc_te_range_t *)(void *)(*gr_p + npieces);
+        *gread_p  = (uint32_t *)(void *)(*ranges_p + npieces);
+    }
+    return *gr_p != NULL;
+}
+
+/* The pieces of a group go to ascending, disjoint destinations. */
+static int pieces_ascending(const mc_read_piece_t *pieces, size_t g)
+{
+    for (size_t j = 1; j < g; j++)
+        if ((uintptr_t)pieces[j].local <
+            (uintptr_t)pieces[j - 1].local + (uintptr_t)pieces[j - 1].length)
+            return 0;
+    return 1;
+}
+
+/* Groups read from the same segment under the same generation compare
+ * equal: only they may share a read. */
+static int gather_group_cmp(const gather_group_t *x, const gather_group_t *y)
+{
+    if (x->segment != y->segment)
+        return (x->segment < y->segment) ? -1 : 1;
+    if (x->gen != y->gen)
+        return (x->gen < y->gen) ? -1 : 1;
+    return 0;
+}
+
+/* Groups merged at once at most; a larger cluster of overlapping groups
+ * is read group after group (correct, only not interleaved). */
+#define GATHER_MERGE_MAX 8
+
+/* The reads being built: the ranges, runs and reads of a call's gathers,
+ * each read's pieces noted in @p gread (piece index -> read index). */
+typedef struct gather_out {
+    mc_te_range_t *ranges;
+    size_t nranges;
+    struct iovec *runs;
+    size_t *nruns_p;
+    mc_te_scatter_t *sc;
+    size_t *nsc_p;
+    uint32_t *gread;
+    uint64_t cut; /* bytes per read: about the engine's slice size */
+    /* the read open now */
+    size_t r0, u0;
+    uint64_t bytes;
+    int open;
+} gather_out_t;
+
+static void gather_close(gather_out_t *o, const gather_group_t *gr)
+{
+    if (!o->open)
+        return;
+    o->sc[(*o->nsc_p)++] = (mc_te_scatter_t){gr->segment, 0, gr->gen, &o->runs[o->u0],
+                                             *o->nruns_p - o->u0, &o->ranges[o->r0],
+                                             o->nranges - o->r0};
+    o->open = 0;
+}
+
+/* Append piece @p p (of group @p gr) to the open read, or to a new one. */
+static void gather_add(gather_out_t *o, const gather_group_t *gr, const mc_read_piece_t *pieces,
+                       size_t p)
+{
+    uint64_t remote = gr->base + pieces[p].src_offset;
+    uint8_t *local  = pieces[p].local;
+    mc_te_range_t *lr;
+    struct iovec *lu;
+
+    if (o->open && ((o->bytes + pieces[p].length > o->cut) ||
+                    (o->nranges - o->r0 >= MC_TE_READV_MAX_RANGES)))
+        gather_close(o, gr);
+    if (!o->open) {
+        o->r0    = o->nranges;
+        o->u0    = *o->nruns_p;
+        o->bytes = 0;
+        o->open  = 1;
+    }
+    lr = (o->nranges > o->r0) ? &o->ranges[o->nranges - 1] : NULL;
+    lu = (*o->nruns_p > o->u0) ? &o->runs[*o->nruns_p - 1] : NULL;
+    if ((lr != NULL) && (lr->addr + lr->len == remote))
+        lr->len += pieces[p].length;
+    else
+        o->ranges[o->nranges++] = (mc_te_range_t){remote, pieces[p].length};
+    if ((lu != NULL) && ((uint8_t *)lu->iov_base + lu->iov_len == local))
+        lu->iov_len += (size_t)pieces[p].length;
+    else
+        o->runs[(*o->nruns_p)++] = (struct iovec){local, (size_t)pieces[p].length};
+    o->bytes += pieces[p].length;
+    o->gread[p] = (uint32_t)*o->nsc_p;
+}
+
+/* The pieces of groups gr[0..k) merged in destination order (each group's
+ * own are ascending) into gathered reads. */
+static void gather_merge(gather_out_t *o, const gather_group_t *gr, size_t k,
+                         const mc_read_piece_t *pieces)
+{
+    size_t next[GATHER_MERGE_MAX];
+
+    for (size_t a = 0; a < k; a++)
+        next[a] = 0;
+    for (;;) {
+        size_t best = k;
+        for (size_t a = 0; a < k; a++)
+            if ((next[a] < gr[a].g) &&
+                ((best == k) || ((uintptr_t)pieces[gr[a].i + next[a]].local <
+                                 (uintptr_t)pieces[gr[best].i + next[best]].local)))
+                best = a;
+        if (best == k)
+            break;
+        gather_add(o, &gr[best], pieces, gr[best].i + next[best]);
+        next[best]++;
+    }
+}
+
+/* First and end of a group's destinations. */
+static uintptr_t group_lo(const gather_group_t *g, const mc_read_piece_t *pieces)
+{
+    return (uintptr_t)pieces[g->i].local;
+}
+
+static uintptr_t group_hi(const gather_group_t *g, const mc_read_piece_t *pieces)
+{
+    const mc_read_piece_t *l = &pieces[g->i + g->g - 1];
+    return (uintptr_t)l->local + (uintptr_t)l->length;
+}
+
+/*
+ * Build the gathered reads of groups gr[0..ng) (sorted here): groups of
+ * one segment and generation whose destinations overlap (a cluster: the
+ * objects filling one target tensor) are merged piece by piece in
+ * destination order; each read takes pieces until about o->cut bytes or
+ * MC_TE_READV_MAX_RANGES ranges.
+ */
+static void gather_build(gather_out_t *o, gather_group_t *gr, size_t ng,
+                         const mc_read_piece_t *pieces)
+{
+    /* insertion sort by (segment, gen, first destination): a call has few
+     * groups (one per object read in rows) */
+    for (size_t a = 1; a < ng; a++) {
+        gather_group_t t = gr[a];
+        size_t b         = a;
+        while ((b > 0) && ((gather_group_cmp(&gr[b - 1], &t) > 0) ||
+                           ((gather_group_cmp(&gr[b - 1], &t) == 0) &&
+                            (group_lo(&gr[b - 1], pieces) > group_lo(&t, pieces))))) {
+            gr[b] = gr[b - 1];
+            b--;
+        }
+        gr[b] = t;
+    }
+    for (size_t a = 0, b; a < ng; a = b) {
+        uintptr_t hi = group_hi(&gr[a], pieces);
+        for (b = a + 1; (b < ng) && (gather_group_cmp(&gr[a], &gr[b]) == 0) &&
+                        (group_lo(&gr[b], pieces) < hi);
+             b++)
+            hi = MC_MAX(hi, group_hi(&gr[b], pieces));
+        if (b - a <= GATHER_MERGE_MAX) {
+            gather_merge(o, &gr[a], b - a, pieces);
+        } else {
+            for (size_t c = a; c < b; c++)
+                gather_merge(o, &gr[c], 1, pieces);
+        }
+        gather_close(o, &gr[a]);
+    }
 }
 
 /* The pieces of a disk-only object (docs/tiers.md: the record, checked,
@@ -440,7 +638,10 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
     unsigned char *phase   = phase_stack; /* per group, at its first piece */
     struct iovec *sruns    = NULL;        /* destinations of the scattered reads */
     mc_te_scatter_t *sc    = NULL;        /* the scattered reads (in sruns' block) */
-    size_t nsc = 0, nsruns = 0;
+    gather_group_t *ggr    = NULL;        /* groups read as gathered reads */
+    mc_te_range_t *granges = NULL;        /* their ranges (in ggr's block) */
+    uint32_t *gread        = NULL;        /* piece -> its gathered read in sc */
+    size_t nsc = 0, nsruns = 0, nggr = 0;
     mc_te_job_h job        = NULL;
     size_t nreq = 0, ndreq = 0;
     mc_status_t st;
@@ -485,6 +686,13 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                 phase[i] = PIECE_DIRECT;
                 ndreq += g;
             } else if ((st == MC_OK) && pieces_scatter_ok(s, &reqs[nreq], &pieces[i], g) &&
+                       mc_te_read_gather_native(s->te, reqs[nreq].segment) &&
+                       pieces_ascending(&pieces[i], g) && scatter_room(npieces, &sruns, &sc) &&
+                       gather_room(npieces, &ggr, &granges, &gread)) {
+                ggr[nggr++] = (gather_group_t){i, g, reqs[nreq].segment, queries[o]->r[0].addr,
+                                               gens[nreq]};
+                phase[i]    = PIECE_GATHER; /* read with other objects' rows, below */
+            } else if ((st == MC_OK) && pieces_scatter_ok(s, &reqs[nreq], &pieces[i], g) &&
                        scatter_room(npieces, &sruns, &sc)) {
                 pieces_scatter_add(&pieces[i], g, &reqs[nreq], &gens[nreq], &sruns[nsruns], sc,
                                    &nsc);
@@ -499,6 +707,14 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
             }
         }
         i += g;
+    }
+    if (nggr > 0) {
+        gather_out_t go = {granges, 0, sruns + nsruns, &nsruns, sc, &nsc, gread,
+                           s->te->cfg.slice_size, 0, 0, 0, 0};
+        size_t base     = nsruns;
+        nsruns          = 0; /* counted from sruns + base by the builder */
+        gather_build(&go, ggr, nggr, pieces);
+        nsruns += base;
     }
     /* the transfer runs on the engine's workers while this thread copies */
     if ((nreq > 0) && (ndreq > 0) && (nsc == 0) &&
@@ -536,8 +752,12 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         } else {
             st = (nreq > 0) ? mc_te_transfer_gen(s->te, reqs, gens, nreq, rst) : MC_OK;
             for (size_t j = 0; j < nsc; j++) {
-                rst[nreq + j] = mc_te_read_scatter_gen(s->te, sc[j].segment, sc[j].remote,
-                                                       sc[j].gen, sc[j].runs, sc[j].nruns);
+                rst[nreq + j] = (sc[j].ranges != NULL)
+                                    ? mc_te_read_gather_gen(s->te, sc[j].segment, sc[j].gen,
+                                                            sc[j].ranges, sc[j].nranges,
+                                                            sc[j].runs, sc[j].nruns)
+                                    : mc_te_read_scatter_gen(s->te, sc[j].segment, sc[j].remote,
+                                                             sc[j].gen, sc[j].runs, sc[j].nruns);
                 if (st == MC_OK)
                     st = rst[nreq + j];
             }
@@ -550,6 +770,15 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                 for (size_t j = 0; j < g; j++, r++) {
                     if ((st != MC_OK) && (rst[r] != MC_OK) && (ostatus[o] == MC_OK)) {
                         ostatus[o] = (rst[r] < 0) ? rst[r] : MC_TRANSFER_FAIL;
+                        phase[i]   = PIECE_RETRY;
+                    }
+                }
+            } else if (phase[i] == PIECE_GATHER) {
+                /* each piece's read, wherever the merge put it */
+                for (size_t j = 0; j < g; j++) {
+                    mc_status_t gs = rst[nreq + gread[i + j]];
+                    if ((gs != MC_OK) && (ostatus[o] == MC_OK)) {
+                        ostatus[o] = (gs < 0) ? gs : MC_TRANSFER_FAIL;
                         phase[i]   = PIECE_RETRY;
                     }
                 }
@@ -595,6 +824,7 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
 
 out:
     free(sruns);
+    free(ggr);
     if (reqs != reqs_stack)
         free(reqs);
     if (dreqs != dreqs_stack)

@@ -63,6 +63,7 @@ typedef struct mc_te_desc {
     char protocol[16];       /* "tcp" */
     uint16_t tcp_data_port;  /* port of the data server */
     char shm_name[64];       /* same-host server ("@..."), "" when none */
+    int tcp_readv;           /* "tcp_readv" (ours): its data port serves READV */
     size_t nbuffers;
     mc_te_buf_desc_t *buffers; /* sorted by addr, non-overlapping (owned) */
     size_t ndevices;           /* RDMA NICs, 0 for a tcp engine */

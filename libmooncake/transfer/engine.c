@@ -828,6 +828,7 @@ mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p)
     d.tcp_data_port = te->port;
     if (te->shm != NULL)
         snprintf(d.shm_name, sizeof(d.shm_name), "%s", mc_te_shm_server_name(te->shm));
+    d.tcp_readv = te->readv_enabled;
     pthread_rwlock_rdlock(&te->regions_lock);
     if (te->nregions > 0) {
         d.buffers = calloc(te->nregions, sizeof(*d.buffers));
@@ -1282,6 +1283,9 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
     mc_te_segment_t *s = it->seg;
     mc_status_t st;
 
+    if ((it->sc != NULL) && (it->sc->ranges != NULL))
+        return mc_te_read_gather_gen(te, it->sc->segment, it->sc->gen, it->sc->ranges,
+                                     it->sc->nranges, it->sc->runs, it->sc->nruns);
     if (it->sc != NULL)
         return mc_te_read_scatter_gen(te, it->sc->segment, it->sc->remote, it->sc->gen,
                                       it->sc->runs, it->sc->nruns);
@@ -1932,30 +1936,56 @@ static mc_status_t scatter_pin(mc_te_t *te, scatter_pins_t *p, size_t i, size_t 
     return MC_OK;
 }
 
-/* The runs as requests of their own, back to back from @p remote. */
-static mc_status_t scatter_as_requests(mc_te_t *te, mc_te_segment_id_t segment, uint64_t remote,
-                                       uint64_t gen, const struct iovec *runs, size_t nruns)
+/* Each piece of the ranges (a range's part in one run) as a request of
+ * its own: a scattered read (one range) without read_scatter or to a
+ * mapped or own segment, a gathered read to a holder without READV. */
+static mc_status_t gather_as_requests(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
+                                      const mc_te_range_t *ranges, size_t nranges,
+                                      const struct iovec *runs, size_t nruns)
 {
-    mc_te_request_t *reqs = malloc(nruns * sizeof(*reqs));
-    uint64_t *gens        = malloc(nruns * sizeof(*gens));
+    size_t cap = nranges + nruns, k = 0, i = 0, j = 0;
+    uint64_t ri = 0, rj = 0; /* bytes of ranges[i] and runs[j] taken */
+    mc_te_request_t *reqs = malloc(cap * sizeof(*reqs));
+    uint64_t *gens        = malloc(cap * sizeof(*gens));
     mc_status_t st;
 
     if ((reqs == NULL) || (gens == NULL)) {
         free(reqs);
         free(gens);
-        mc_set_error_detail("scattered read: out of memory for %zu runs", nruns);
+        mc_set_error_detail("out of memory for %zu ranges into %zu runs", nranges, nruns);
         return MC_INTERNAL_ERROR;
     }
-    for (size_t i = 0; i < nruns; i++) {
-        reqs[i] = (mc_te_request_t){MC_TE_READ, runs[i].iov_base, remote, runs[i].iov_len,
-                                    segment};
-        gens[i] = gen;
-        remote += runs[i].iov_len;
+    while ((i < nranges) && (j < nruns)) {
+        uint64_t len = MC_MIN(ranges[i].len - ri, (uint64_t)runs[j].iov_len - rj);
+        reqs[k]      = (mc_te_request_t){MC_TE_READ, (uint8_t *)runs[j].iov_base + rj,
+                                         ranges[i].addr + ri, len, segment};
+        gens[k++]    = gen;
+        ri += len;
+        rj += len;
+        if (ri == ranges[i].len) {
+            i++;
+            ri = 0;
+        }
+        if (rj == runs[j].iov_len) {
+            j++;
+            rj = 0;
+        }
     }
-    st = mc_te_transfer_gen(te, reqs, gens, nruns, NULL);
+    st = mc_te_transfer_gen(te, reqs, gens, k, NULL);
     free(reqs);
     free(gens);
     return st;
+}
+
+/* The opened segment a @p kind read names; NULL, detail set, when it was
+ * never opened. */
+static mc_te_segment_t *read_segment(mc_te_t *te, mc_te_segment_id_t segment, const char *kind)
+{
+    mc_te_segment_t *s = segment_by_id(te, segment);
+    if (s == NULL)
+        mc_set_error_detail("%s read: segment id %llu was not opened", kind,
+                            (unsigned long long)segment);
+    return s;
 }
 
 int mc_te_read_scatter_native(mc_te_t *te, mc_te_segment_id_t segment)
@@ -1977,12 +2007,9 @@ mc_status_t mc_te_read_scatter_gen(mc_te_t *te, mc_te_segment_id_t segment, uint
         mc_set_error_detail("scattered read needs an engine and at least one run");
         return MC_INVALID_PARAMS;
     }
-    s = segment_by_id(te, segment);
-    if (s == NULL) {
-        mc_set_error_detail("scattered read: segment id %llu was not opened",
-                            (unsigned long long)segment);
+    s = read_segment(te, segment, "scattered");
+    if (s == NULL)
         return MC_INVALID_PARAMS;
-    }
     for (size_t i = 0; (i < nruns) && (st == MC_OK); i++) {
         if ((runs[i].iov_base == NULL) || (runs[i].iov_len == 0) ||
             (runs[i].iov_len > UINTPTR_MAX - (uintptr_t)runs[i].iov_base)) {
@@ -2003,7 +2030,8 @@ mc_status_t mc_te_read_scatter_gen(mc_te_t *te, mc_te_segment_id_t segment, uint
     shm = segment_shm(s);
     if (s->is_self || (te->tp_ops->read_scatter == NULL) ||
         ((shm != NULL) && mc_te_shm_mapped(shm, remote, total))) {
-        st = scatter_as_requests(te, segment, remote, gen, runs, nruns);
+        mc_te_range_t whole = {remote, total};
+        st = gather_as_requests(te, segment, gen, &whole, 1, runs, nruns);
         goto out;
     }
     if (!segment_has_range(s, remote, total)) {
@@ -2019,6 +2047,97 @@ mc_status_t mc_te_read_scatter_gen(mc_te_t *te, mc_te_segment_id_t segment, uint
         mc_debug("scattered read of %llu bytes at 0x%llx on %s into %zu runs failed: %s",
                  (unsigned long long)total, (unsigned long long)remote, s->name, nruns,
                  mc_last_error_detail());
+out:
+    scatter_unpin(te, &pins);
+    return st;
+}
+
+/* ---- gathered reads (mc_te_read_gather_gen) ---------------------------------- */
+
+int mc_te_read_gather_native(mc_te_t *te, mc_te_segment_id_t segment)
+{
+    mc_te_segment_t *s = (te != NULL) ? segment_by_id(te, segment) : NULL;
+    int readv;
+
+    if ((s == NULL) || s->is_self || !te->readv_enabled || (te->tp_ops->read_gather == NULL))
+        return 0;
+    pthread_mutex_lock(&s->desc_mu);
+    readv = s->desc.tcp_readv;
+    pthread_mutex_unlock(&s->desc_mu);
+    return readv;
+}
+
+mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
+                                  const mc_te_range_t *ranges, size_t nranges,
+                                  const struct iovec *runs, size_t nruns)
+{
+    scatter_pins_t pins = {NULL, 0};
+    mc_te_segment_t *s;
+    uint64_t total = 0, rtotal = 0;
+    mc_status_t st = MC_OK;
+
+    if ((te == NULL) || (runs == NULL) || (nruns == 0) || (ranges == NULL) || (nranges == 0) ||
+        (nranges > MC_TE_READV_MAX_RANGES)) {
+        mc_set_error_detail("gathered read needs an engine, 1..%u ranges and at least one run",
+                            MC_TE_READV_MAX_RANGES);
+        return MC_INVALID_PARAMS;
+    }
+    s = read_segment(te, segment, "gathered");
+    if (s == NULL)
+        return MC_INVALID_PARAMS;
+    for (size_t i = 0; (i < nranges) && (st == MC_OK); i++) {
+        if ((ranges[i].len == 0) || (ranges[i].len > UINT64_MAX - ranges[i].addr) ||
+            (ranges[i].len > MC_TE_READV_MAX_LEN - rtotal)) {
+            mc_set_error_detail("gathered read: range %zu [0x%llx, +%llu) is empty, wraps or "
+                                "passes %u bytes in all", i,
+                                (unsigned long long)ranges[i].addr,
+                                (unsigned long long)ranges[i].len, MC_TE_READV_MAX_LEN);
+            st = MC_INVALID_PARAMS;
+        } else {
+            rtotal += ranges[i].len;
+        }
+    }
+    for (size_t i = 0; (i < nruns) && (st == MC_OK); i++) {
+        if ((runs[i].iov_base == NULL) || (runs[i].iov_len == 0) ||
+            (runs[i].iov_len > UINTPTR_MAX - (uintptr_t)runs[i].iov_base) ||
+            (runs[i].iov_len > rtotal - total)) {
+            mc_set_error_detail("gathered read: destination run %zu [%p, +%zu) is invalid or "
+                                "passes the ranges' %llu bytes", i, runs[i].iov_base,
+                                runs[i].iov_len, (unsigned long long)rtotal);
+            st = MC_INVALID_PARAMS;
+        } else {
+            total += runs[i].iov_len;
+            st = scatter_pin(te, &pins, i, nruns, &runs[i]);
+        }
+    }
+    if ((st == MC_OK) && (total != rtotal)) {
+        mc_set_error_detail("gathered read: runs of %llu bytes for ranges of %llu",
+                            (unsigned long long)total, (unsigned long long)rtotal);
+        st = MC_INVALID_PARAMS;
+    }
+    if (st != MC_OK)
+        goto out;
+    if (!mc_te_read_gather_native(te, segment)) {
+        st = gather_as_requests(te, segment, gen, ranges, nranges, runs, nruns);
+        goto out;
+    }
+    for (size_t i = 0, refreshed = 0; i < nranges; i++) {
+        if (!segment_has_range(s, ranges[i].addr, ranges[i].len)) {
+            /* the peer may have registered more since we looked: ask once */
+            st        = refreshed ? MC_OK : segment_refresh(te, s);
+            refreshed = 1;
+            if ((st == MC_OK) && !segment_has_range(s, ranges[i].addr, ranges[i].len))
+                st = range_refused(MC_TE_READ, s->name, ranges[i].addr, ranges[i].len);
+            if (st != MC_OK)
+                goto out;
+        }
+    }
+    __atomic_add_fetch(&te->readv_ops, 1, __ATOMIC_RELAXED);
+    st = te->tp_ops->read_gather(te->tp, s->peer, ranges, nranges, total, gen, runs, nruns);
+    if (st != MC_OK)
+        mc_debug("gathered read of %llu bytes in %zu ranges from 0x%llx on %s failed: %s",
+                 (unsigned long long)total, nranges, (unsigned long long)ranges[0].addr,
+                 s->name, mc_last_error_detail());
 out:
     scatter_unpin(te, &pins);
     return st;
@@ -2204,7 +2323,8 @@ static size_t scatter_cut(const mc_te_t *te, const mc_te_scatter_t *sc, mc_te_sc
     uint64_t slice = te->cfg.slice_size, remote = sc->remote, bytes = 0;
     size_t first = 0, m = 0;
 
-    if ((te->cfg.workers == 0) || (sc->runs == NULL) || (sc->nruns < 2)) {
+    if ((te->cfg.workers == 0) || (sc->runs == NULL) || (sc->nruns < 2) ||
+        (sc->ranges != NULL)) {
         if (out != NULL)
             out[0] = *sc;
         return 1;
@@ -2214,8 +2334,8 @@ static size_t scatter_cut(const mc_te_t *te, const mc_te_scatter_t *sc, mc_te_sc
         if ((bytes < slice) && (i + 1 < sc->nruns))
             continue;
         if (out != NULL)
-            out[m] = (mc_te_scatter_t){sc->segment, remote, sc->gen, &sc->runs[first],
-                                       i + 1 - first};
+            out[m] = (mc_te_scatter_t){sc->segment, remote,           sc->gen,
+                                       &sc->runs[first], i + 1 - first, NULL, 0};
         m++;
         remote += bytes; /* wraps only for a read mc_te_read_scatter_gen refuses */
         bytes = 0;
@@ -2591,6 +2711,12 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
             goto fail;
         }
         te->shm_enabled = (int)on;
+        on              = 1;
+        if (mc_env_u64("MC_TE_READV", 0, 1, &on) != 0) {
+            st = MC_INVALID_PARAMS;
+            goto fail;
+        }
+        te->readv_enabled = (int)on;
     }
     {
         /* cluster authentication (docs/security.md): the data port and the

@@ -155,6 +155,13 @@ typedef struct mc_te_transport_ops {
      * reads the runs as requests of their own. */
     mc_status_t (*read_scatter)(void *priv, void *peer, uint64_t remote, uint64_t len,
                                 uint64_t gen, const struct iovec *runs, size_t nruns);
+    /* One READV of ranges[0..nranges) (their lengths adding up to @p len,
+     * within proto.h's limits) whose answer lands in runs[0..nruns) in
+     * order (mc_te_read_gather_gen); optional, and used only towards a
+     * peer whose descriptor says "tcp_readv". */
+    mc_status_t (*read_gather)(void *priv, void *peer, const mc_te_range_t *ranges,
+                               size_t nranges, uint64_t len, uint64_t gen,
+                               const struct iovec *runs, size_t nruns);
 } mc_te_transport_ops_t;
 
 /*
@@ -237,7 +244,10 @@ struct mc_te {
     size_t rdma_nnics;
 
     int shm_enabled;           /* MC_TE_SHM (default 1) */
+    int readv_enabled;         /* MC_TE_READV (default 1): serve READV and say so
+                                * in the descriptor, and send it to peers that do */
     mc_te_shm_server_t *shm;   /* our same-host server, or NULL */
+    uint64_t readv_ops;        /* atomic: gathered reads sent as one READV */
     uint64_t shm_ops;          /* atomic: requests moved by memcpy ... */
     uint64_t shm_bytes;        /* ... and their bytes (tests, debugging) */
 
@@ -505,20 +515,47 @@ void mc_te_sent_hook_run(void);
  */
 mc_status_t mc_te_read_scatter_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t remote,
                                    uint64_t gen, const struct iovec *runs, size_t nruns);
-/* One scattered READ (mc_te_read_scatter_gen's arguments). */
+/* One scattered READ (mc_te_read_scatter_gen's arguments), or with
+ * @p ranges a gathered one (mc_te_read_gather_gen's; remote unused). */
 typedef struct mc_te_scatter {
     mc_te_segment_id_t segment;
     uint64_t remote;
     uint64_t gen;
     const struct iovec *runs;
     size_t nruns;
+    const mc_te_range_t *ranges; /* NULL: one range [remote, +sum of the runs) */
+    size_t nranges;
 } mc_te_scatter_t;
+
+/*
+ * A gathered READ: the remote ranges ranges[0..nranges) of @p segment, in
+ * that order, land in runs[0..nruns) in order, as if the ranges were one
+ * contiguous range read by mc_te_read_scatter_gen (the two lists need not
+ * cut at the same places: the rows of two stored objects that lie side by
+ * side in one destination row arrive interleaved and land in one run).
+ * The ranges add up to the runs' total, at most MC_TE_READV_MAX_RANGES of
+ * them and MC_TE_READV_MAX_LEN bytes; each non-empty and not wrapping.
+ * Towards a peer that serves READV (mc_te_read_gather_native) it is one
+ * request on the wire; otherwise each piece (a range's part in a run) is
+ * a request of its own.  Runs, pins, generation and failures as
+ * mc_te_read_scatter_gen: a refusal lands no byte; a failure after the
+ * answer started may have filled some runs, none of which may be used.
+ */
+mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
+                                  const mc_te_range_t *ranges, size_t nranges,
+                                  const struct iovec *runs, size_t nruns);
+
+/* 1 when mc_te_read_gather_gen against @p segment is one READV on the wire:
+ * a peer reached over a transport with read_gather whose descriptor says
+ * it serves READV, and this engine's MC_TE_READV not 0. */
+int mc_te_read_gather_native(mc_te_t *te, mc_te_segment_id_t segment);
 
 /*
  * mc_te_transfer_submit_gen that also runs the scattered reads sc[0..nsc)
  * (each as mc_te_read_scatter_gen, cut at run boundaries into pieces of
  * about the slice size, each piece on whichever worker takes it, so
- * several go at once on their own connections).  The job's statuses are
+ * several go at once on their own connections; a gathered read, with
+ * ranges, runs whole as mc_te_read_gather_gen: its caller sizes it).  The job's statuses are
  * the n requests' then the nsc reads' (a read fails when any of its
  * pieces does; the bytes of a failed read must not be used).  @p sc and
  * the runs it names must stay valid until the job is done.

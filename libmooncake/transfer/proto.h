@@ -44,24 +44,25 @@ typedef enum mc_te_opcode {
     MC_TE_OPC_DESCRIBE = 2, /**< server -> client: segment descriptor JSON */
     MC_TE_OPC_RDMA_CONNECT = 3, /**< both ways: RDMA queue-pair handshake records */
     MC_TE_OPC_DISK_READ = 4, /**< server -> client: one record of its disk tier */
-    MC_TE_OPC_MAX_     = 4
+    MC_TE_OPC_READV    = 5, /**< server -> client: several ranges as one answer */
+    MC_TE_OPC_MAX_     = 5
 } mc_te_opcode_t;
 
 /* Decoded request header. */
 typedef struct mc_te_req_hdr {
     uint8_t version;
     uint8_t opcode;
-    uint16_t flags;  /* 0, or MC_TE_REQ_FLAG_GEN on a READ or a WRITE */
+    uint16_t flags;  /* 0, or MC_TE_REQ_FLAG_GEN on a READ, a WRITE or a READV */
     uint64_t addr;   /* absolute address inside the target segment */
     uint64_t length; /* bytes to move */
     uint64_t gen;    /* with MC_TE_REQ_FLAG_GEN: the registration the initiator
                       * expects to find at addr (non-zero); else 0 */
 } mc_te_req_hdr_t;
 
-/* A READ or a WRITE that names the registration generation of the region
- * it expects (docs/transfer.md, "Generations"): the u64 at offset 24 (the
- * two reserved words) carries it, and the target refuses the request
- * (INVALID_READ / INVALID_WRITE) unless the region holding the range was
+/* A READ, a WRITE or a READV that names the registration generation of the
+ * region it expects (docs/transfer.md, "Generations"): the u64 at offset 24
+ * (the two reserved words) carries it, and the target refuses the request
+ * (INVALID_READ / INVALID_WRITE) unless the region holding the range(s) was
  * registered with exactly that generation.  No other flag exists; a flag
  * on another opcode is a protocol violation. */
 #define MC_TE_REQ_FLAG_GEN 0x0001u
@@ -109,7 +110,8 @@ static inline void mc_te_req_encode_gen(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t
     out[MC_TE_REQ_OFF_OPCODE]  = opcode;
     mc_store_le64(out + MC_TE_REQ_OFF_ADDR, addr);
     mc_store_le64(out + MC_TE_REQ_OFF_LENGTH, length);
-    if ((gen != 0) && ((opcode == MC_TE_OPC_READ) || (opcode == MC_TE_OPC_WRITE))) {
+    if ((gen != 0) && ((opcode == MC_TE_OPC_READ) || (opcode == MC_TE_OPC_WRITE) ||
+                       (opcode == MC_TE_OPC_READV))) {
         mc_store_le16(out + MC_TE_REQ_OFF_FLAGS, (uint16_t)MC_TE_REQ_FLAG_GEN);
         mc_store_le64(out + MC_TE_REQ_OFF_RSVD0, gen);
     }
@@ -138,7 +140,9 @@ static inline int mc_te_req_decode(const uint8_t in[MC_TE_REQ_HDR_SIZE], mc_te_r
     if (h->flags == 0)
         return (h->gen == 0) ? 0 : -1;
     if ((h->flags != MC_TE_REQ_FLAG_GEN) ||
-        ((h->opcode != MC_TE_OPC_READ) && (h->opcode != MC_TE_OPC_WRITE)) || (h->gen == 0))
+        ((h->opcode != MC_TE_OPC_READ) && (h->opcode != MC_TE_OPC_WRITE) &&
+         (h->opcode != MC_TE_OPC_READV)) ||
+        (h->gen == 0))
         return -1;
     return 0;
 }
@@ -238,6 +242,70 @@ static inline int mc_te_disk_req_decode(const mc_te_req_hdr_t *h,
     if ((req->path[0] != '/') || (memchr(req->path, '\0', req->path_len) != NULL))
         return -1;
     return 0;
+}
+
+/*
+ * READV (docs/transfer.md §3.3): one answer carrying several ranges of the
+ * target's memory back to back, in the order named, so that an initiator
+ * whose destination interleaves rows of several stored objects receives
+ * them into one contiguous buffer.  The request header carries the number
+ * of ranges n in addr (1..MC_TE_READV_MAX_RANGES) and their total length
+ * in length (1..MC_TE_READV_MAX_LEN); n range entries follow it:
+ *
+ *   0  u64 addr   absolute address in the target's address space
+ *   8  u64 length bytes (non-zero)
+ *
+ * A header out of those bounds, a zero-length entry or lengths that do not
+ * add up to the header's closes the connection (a protocol violation).
+ * Every range must lie inside the one remote-access region that holds the
+ * first (of the generation named, with MC_TE_REQ_FLAG_GEN): else the
+ * answer is INVALID_READ with no payload and the connection stays usable.
+ * Only engines whose descriptor says "tcp_readv" are sent one (§4).
+ */
+#define MC_TE_READV_ENTRY_SIZE 16u
+#define MC_TE_READV_MAX_RANGES 1024u
+#define MC_TE_READV_MAX_LEN    (16u * 1024u * 1024u)
+
+/* One remote range of a READV. */
+typedef struct mc_te_range {
+    uint64_t addr;
+    uint64_t len;
+} mc_te_range_t;
+
+/* A READV header's counts in range: 0, else -1 (close). */
+static inline int mc_te_readv_hdr_check(const mc_te_req_hdr_t *h)
+{
+    return ((h->opcode == MC_TE_OPC_READV) && (h->addr >= 1) &&
+            (h->addr <= MC_TE_READV_MAX_RANGES) && (h->length >= 1) &&
+            (h->length <= MC_TE_READV_MAX_LEN))
+               ? 0
+               : -1;
+}
+
+static inline void mc_te_readv_encode(uint8_t *out, const mc_te_range_t *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        mc_store_le64(out + i * MC_TE_READV_ENTRY_SIZE, r[i].addr);
+        mc_store_le64(out + i * MC_TE_READV_ENTRY_SIZE + 8, r[i].len);
+    }
+}
+
+/* Decode the @p h->addr entries of a READV (header checked) from @p in into
+ * @p out: 0 when every entry is non-empty and their lengths add up to
+ * h->length (overflow-safe), -1 otherwise. */
+static inline int mc_te_readv_decode(const mc_te_req_hdr_t *h, const uint8_t *in,
+                                     mc_te_range_t *out)
+{
+    uint64_t left = h->length;
+
+    for (size_t i = 0; i < (size_t)h->addr; i++) {
+        out[i].addr = mc_load_le64(in + i * MC_TE_READV_ENTRY_SIZE);
+        out[i].len  = mc_load_le64(in + i * MC_TE_READV_ENTRY_SIZE + 8);
+        if ((out[i].len == 0) || (out[i].len > left))
+            return -1;
+        left -= out[i].len;
+    }
+    return (left == 0) ? 0 : -1;
 }
 
 #endif /* MC_TRANSFER_PROTO_H */

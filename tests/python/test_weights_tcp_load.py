@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """WeightStore.load over TCP (MC_TE_SHM=0) from a holder in another
-process.  The column blocks' rows go as scattered reads (docs/transfer.md
-"Scattered reads"), which the engine cuts into pieces of about the slice
+process.  The column blocks' rows go as gathered reads (READV,
+docs/transfer.md "Gathered reads": the rows of the two TP=4 blocks that
+fill one TP=2 row interleaved, received into whole rows), or as scattered
+reads from a holder that does not offer READV (MC_TE_READV=0, as an
+earlier release), which the engine cuts into pieces of about the slice
 size that its workers and the calling thread share.  A TP=4 -> TP=2 load
 reads every byte exactly, again and again (the key list kept for a plan
 loaded again); and a holder killed (SIGKILL) while loads run fails the
@@ -85,6 +88,27 @@ def test_tcp_load_rows_exact_and_repeated(holder, make_store):
         assert ws.load(plan, one, participant_id=pid) == plan.nbytes(pid)
         wp.check_loaded(one, plan, pid, MODEL)
     ws.remove_snapshot(wp.descriptor("tcp-exact"))
+
+
+def test_tcp_load_from_holder_without_readv_exact(master, make_store, monkeypatch):
+    """A holder that does not offer READV (MC_TE_READV=0: its descriptor
+    says nothing, and it would close a connection that sent one): the
+    same load reads every byte, as scattered reads."""
+    monkeypatch.setenv("MC_TE_SHM", "0")
+    h = ClientProc("holder-noreadv", env={"MC_TE_SHM": "0", "MC_TE_READV": "0"})
+    try:
+        h.setup(master, segment=96 * MiB)
+        s = make_store(segment=0)
+        ws, m = _write(s, "tcp-noreadv")
+        plan, dest = _plan(ws, m, "tcp-noreadv")
+        for _ in range(2):
+            for t in dest.values():
+                t.fill_(7)
+            assert ws.load(plan, dest) == plan.nbytes()
+            _check(plan, dest)
+        ws.remove_snapshot(wp.descriptor("tcp-noreadv"))
+    finally:
+        h.stop()
 
 
 def test_tcp_load_holder_killed_midway_fails_cleanly(holder, make_store):

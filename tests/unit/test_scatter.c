@@ -19,6 +19,7 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -34,6 +35,7 @@
 
 #include "check_suites.h"
 #include "master_proc.h"
+#include "store/store_internal.h"
 #include "common/util.h"
 #include "transfer/engine.h"
 #include "transfer/proto.h"
@@ -43,6 +45,41 @@
 #define GEN_H UINT64_C(0x8000009999000000)
 #define FILL  0xEE
 
+
+/* The memory of one test: @p cap patterned bytes on B (the holder),
+ * registered for remote access under @p gen (0: plain), @p dcap bytes of
+ * FILL on A (the reader), registered for local use, and B's segment
+ * opened on A.  pair_close unregisters and frees both. */
+typedef struct pair {
+    uint8_t *src, *dst;
+    size_t cap, dcap;
+    mc_te_segment_id_t seg;
+} pair_t;
+
+static void pair_open(pair_t *p, size_t cap, size_t dcap, uint32_t seed, uint64_t gen)
+{
+    p->cap  = cap;
+    p->dcap = dcap;
+    p->src  = malloc(cap);
+    p->dst  = malloc(dcap);
+    ck_assert(p->src != NULL && p->dst != NULL);
+    te_fill(p->src, cap, seed);
+    memset(p->dst, FILL, dcap);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, p->src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, gen));
+    ck_assert_status_ok(mc_te_mem_reg(A, p->dst, dcap, "", 0));
+    p->seg = te_open(A, B);
+}
+
+static void pair_close(pair_t *p)
+{
+    ck_assert_status_ok(mc_te_mem_dereg(A, p->dst));
+    ck_assert_status_ok(mc_te_mem_dereg(B, p->src));
+    free(p->src);
+    free(p->dst);
+}
+
+/* The holder's address of byte @p off of the pair's source. */
+#define REM(p, off) ((uint64_t)(uintptr_t)(p)->src + (off))
 
 /* Runs of lengths 1, 2, ... (cycling through @p maxlen) in @p dst, each
  * followed by a gap of @p gap bytes; returns how many fit in @p cap and
@@ -97,31 +134,22 @@ static void check_scattered(const uint8_t *dst, size_t cap, const struct iovec *
  * offset inside the holder's region; over TCP one request. */
 START_TEST(test_scatter_odd_runs)
 {
-    size_t cap = 4u << 20, dcap = 8u << 20, total = 0, n;
-    uint8_t *src = malloc(cap), *dst = malloc(dcap);
+    size_t total = 0, n;
     struct iovec runs[200];
-    mc_te_segment_id_t seg;
+    pair_t p;
 
-    te_fill(src, cap, 7);
-    memset(dst, FILL, dcap);
-    ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, GEN_G));
-    ck_assert_status_ok(mc_te_mem_reg(A, dst, dcap, "", 0));
-    seg = te_open(A, B);
-    ck_assert_int_eq(mc_te_read_scatter_native(A, seg), 1);
-    n = make_runs(dst, dcap, 65537, 13, runs, 200, &total);
+    pair_open(&p, 4u << 20, 8u << 20, 7, GEN_G);
+    ck_assert_int_eq(mc_te_read_scatter_native(A, p.seg), 1);
+    n = make_runs(p.dst, p.dcap, 65537, 13, runs, 200, &total);
     ck_assert_uint_ge(n, 50);
-    ck_assert_uint_le(total + 1001, cap);
-    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src + 1001, GEN_G,
-                                               runs, n));
-    check_scattered(dst, dcap, runs, n, src + 1001);
+    ck_assert_uint_le(total + 1001, p.cap);
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, p.seg, REM(&p, 1001), GEN_G, runs, n));
+    check_scattered(p.dst, p.dcap, runs, n, p.src + 1001);
     /* naming no generation reads too; a single run is a plain read */
-    memset(dst, FILL, dcap);
-    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, 0, runs, 1));
-    check_scattered(dst, dcap, runs, 1, src);
-    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
-    ck_assert_status_ok(mc_te_mem_dereg(B, src));
-    free(src);
-    free(dst);
+    memset(p.dst, FILL, p.dcap);
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, p.seg, REM(&p, 0), 0, runs, 1));
+    check_scattered(p.dst, p.dcap, runs, 1, p.src);
+    pair_close(&p);
 }
 END_TEST
 
@@ -129,25 +157,17 @@ END_TEST
  * window, and a window boundary may fall inside a run. */
 START_TEST(test_scatter_more_runs_than_iov_max)
 {
-    size_t max_runs = 3 * IOV_MAX + 17, dcap = 1u << 20, total = 0, n;
-    uint8_t *src = malloc(dcap), *dst = malloc(dcap);
+    size_t max_runs = 3 * IOV_MAX + 17, total = 0, n;
     struct iovec *runs = malloc(max_runs * sizeof(*runs));
-    mc_te_segment_id_t seg;
+    pair_t p;
 
-    te_fill(src, dcap, 8);
-    memset(dst, FILL, dcap);
-    ck_assert_status_ok(mc_te_mem_reg(B, src, dcap, "", MC_TE_MEM_REMOTE_ACCESS));
-    ck_assert_status_ok(mc_te_mem_reg(A, dst, dcap, "", 0));
-    seg = te_open(A, B);
-    n = make_runs(dst, dcap, 61, 3, runs, max_runs, &total);
+    pair_open(&p, 1u << 20, 1u << 20, 8, 0);
+    n = make_runs(p.dst, p.dcap, 61, 3, runs, max_runs, &total);
     ck_assert_uint_eq(n, max_runs);
-    ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, 0, runs, n));
-    check_scattered(dst, dcap, runs, n, src);
-    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
-    ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    ck_assert_status_ok(mc_te_read_scatter_gen(A, p.seg, REM(&p, 0), 0, runs, n));
+    check_scattered(p.dst, p.dcap, runs, n, p.src);
+    pair_close(&p);
     free(runs);
-    free(src);
-    free(dst);
 }
 END_TEST
 
@@ -158,15 +178,15 @@ END_TEST
 START_TEST(test_scatter_generation_refused)
 {
     size_t cap = 1u << 20, total = 0, n;
-    uint8_t *src = malloc(cap), *dst = malloc(cap);
     struct iovec runs[300];
+    pair_t p;
+    uint8_t *src, *dst;
     mc_te_segment_id_t seg;
 
-    te_fill(src, cap, 9);
-    memset(dst, FILL, cap);
-    ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, GEN_G));
-    ck_assert_status_ok(mc_te_mem_reg(A, dst, cap, "", 0));
-    seg = te_open(A, B);
+    pair_open(&p, cap, cap, 9, GEN_G);
+    src = p.src;
+    dst = p.dst;
+    seg = p.seg;
     n = make_runs(dst, cap, 4096, 1024, runs, 300, &total);
     ck_assert_status_eq(mc_te_read_scatter_gen(A, seg, (uint64_t)(uintptr_t)src, GEN_H, runs, n),
                         MC_INVALID_READ);
@@ -188,10 +208,7 @@ START_TEST(test_scatter_generation_refused)
                                                runs, 3),
                         MC_INVALID_READ);
     ck_assert(all_fill(dst, cap));
-    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
-    ck_assert_status_ok(mc_te_mem_dereg(B, src));
-    free(src);
-    free(dst);
+    pair_close(&p);
 }
 END_TEST
 
@@ -202,18 +219,18 @@ END_TEST
 START_TEST(test_scatter_run_outside_registered_refused)
 {
     size_t cap = 64u << 10;
-    uint8_t *src = malloc(cap), *dst = malloc(cap), *loose = malloc(cap);
+    uint8_t *loose = malloc(cap), *src, *dst;
     struct iovec runs[3];
     mc_te_segment_id_t seg;
     uint64_t rem = 0;
+    pair_t p;
 
-    te_fill(src, cap, 10);
-    memset(dst, FILL, cap);
+    pair_open(&p, cap, cap, 10, 0);
+    src = p.src;
+    dst = p.dst;
+    seg = p.seg;
     memset(loose, FILL, cap);
-    ck_assert_status_ok(mc_te_mem_reg(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS));
-    ck_assert_status_ok(mc_te_mem_reg(A, dst, cap, "", 0));
-    seg = te_open(A, B);
-    rem = (uint64_t)(uintptr_t)src;
+    rem = REM(&p, 0);
     runs[0] = (struct iovec){dst, 100};
     runs[1] = (struct iovec){loose, 100}; /* never registered */
     runs[2] = (struct iovec){dst + 200, 100};
@@ -235,10 +252,7 @@ START_TEST(test_scatter_run_outside_registered_refused)
     runs[1] = (struct iovec){dst + 150, 10};
     ck_assert_status_ok(mc_te_read_scatter_gen(A, seg, rem, 0, runs, 3));
     check_scattered(dst, 310, runs, 3, src);
-    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
-    ck_assert_status_ok(mc_te_mem_dereg(B, src));
-    free(src);
-    free(dst);
+    pair_close(&p);
     free(loose);
 }
 END_TEST
@@ -298,21 +312,21 @@ static mc_status_t job_finish(mc_te_job_h job, mc_status_t *st)
  */
 START_TEST(test_scatter_job_cut_at_runs)
 {
-    size_t cap = 8u << 20, dcap = 32u << 20, part = dcap / 4, t0 = 0, t1 = 0, t2 = 0, n0, n1, n2;
+    size_t dcap = 32u << 20, part = dcap / 4, t0 = 0, t1 = 0, t2 = 0, n0, n1, n2;
     size_t n3 = 0;
-    uint8_t *src = malloc(cap), *dst = malloc(dcap);
     struct iovec *runs = malloc(4 * 1000 * sizeof(*runs));
     mc_te_scatter_t sc[4];
     mc_te_request_t req;
     mc_te_job_h job = NULL;
     mc_status_t st[5];
     mc_te_segment_id_t seg;
+    uint8_t *src, *dst;
+    pair_t p;
 
-    te_fill(src, cap, 21);
-    memset(dst, FILL, dcap);
-    ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1, GEN_G));
-    ck_assert_status_ok(mc_te_mem_reg(A, dst, dcap, "", 0));
-    seg = te_open(A, B);
+    pair_open(&p, 8u << 20, dcap, 21, GEN_G);
+    src = p.src;
+    dst = p.dst;
+    seg = p.seg;
     n0 = make_runs(dst, part - 8192, 65537, 13, runs, 1000, &t0);
     ck_assert_uint_gt(t0, 3 * MC_TE_DEFAULT_SLICE_SIZE);
     for (n1 = 0; n1 < 48; n1++) /* 3 MiB of 64 KiB runs, a gap after each */
@@ -323,11 +337,11 @@ START_TEST(test_scatter_job_cut_at_runs)
     runs[3000] = (struct iovec){dst + 3 * part, MC_TE_DEFAULT_SLICE_SIZE + 4097};
     runs[3001] = (struct iovec){dst + 3 * part + MC_TE_DEFAULT_SLICE_SIZE + 5000, 3};
     n3 = 2;
-    ck_assert_uint_le(t0 + 1001, cap);
-    sc[0] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 1001, GEN_G, runs, n0};
-    sc[1] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src, 0, &runs[1000], n1};
-    sc[2] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 7, GEN_H, &runs[2000], n2};
-    sc[3] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 3, GEN_G, &runs[3000], n3};
+    ck_assert_uint_le(t0 + 1001, p.cap);
+    sc[0] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 1001, GEN_G, runs, n0, NULL, 0};
+    sc[1] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src, 0, &runs[1000], n1, NULL, 0};
+    sc[2] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 7, GEN_H, &runs[2000], n2, NULL, 0};
+    sc[3] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 3, GEN_G, &runs[3000], n3, NULL, 0};
     req   = (mc_te_request_t){MC_TE_READ, dst + part - 4096, (uint64_t)(uintptr_t)src + 11,
                               4000, seg};
     {
@@ -346,11 +360,8 @@ START_TEST(test_scatter_job_cut_at_runs)
     check_scattered(dst + part, part, &runs[1000], n1, src);
     ck_assert_msg(all_fill(dst + 2 * part, part), "a refused read wrote into its runs");
     check_scattered(dst + 3 * part, part, &runs[3000], n3, src + 3);
-    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
-    ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    pair_close(&p);
     free(runs);
-    free(src);
-    free(dst);
 }
 END_TEST
 
@@ -402,7 +413,7 @@ START_TEST(test_scatter_job_region_gone_midway)
             n[k]  = make_runs(dst + k * part, part, 4097, 1024 + 64 * k, &runs[k * RUNS], RUNS,
                               &t[k]);
             sc[k] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + k * t[0], GEN_G,
-                                      &runs[k * RUNS], n[k]};
+                                      &runs[k * RUNS], n[k], NULL, 0};
             ck_assert_uint_le((size_t)k * t[0] + t[k], cap);
         }
         if (round == 0) /* gone before the job: every read refused */
@@ -557,6 +568,333 @@ START_TEST(test_scatter_short_answer_fails)
 }
 END_TEST
 
+/* ---- gathered reads (mc_te_read_gather_gen, READV) -------------------- */
+
+/*
+ * The rows of two "objects" of the holder's region (X at 0, rows of @p rx
+ * bytes; Y at @p yoff, rows of @p ry) interleaved, X's row then Y's, for
+ * @p rows rows: the ranges of a READV as the store makes them for a TP=2
+ * row filled by two TP=4 fragments.  Their bytes in that order go to
+ * @p stream; returns the total.
+ */
+static uint64_t interleave(const pair_t *p, size_t rows, size_t rx, size_t yoff, size_t ry,
+                           mc_te_range_t *rg, uint8_t *stream)
+{
+    uint64_t at = 0;
+    for (size_t r = 0; r < rows; r++) {
+        rg[2 * r]     = (mc_te_range_t){REM(p, r * rx), rx};
+        rg[2 * r + 1] = (mc_te_range_t){REM(p, yoff + r * ry), ry};
+        memcpy(stream + at, p->src + r * rx, rx);
+        memcpy(stream + at + rx, p->src + yoff + r * ry, ry);
+        at += rx + ry;
+    }
+    return at;
+}
+
+/* Runs of odd lengths with gaps in @p dst adding up to exactly @p total
+ * (so they cut the stream elsewhere than the ranges do); their number. */
+static size_t runs_for(uint8_t *dst, uint64_t total, struct iovec *runs, size_t max)
+{
+    size_t n = 0, off = 0;
+    for (uint64_t left = total; left > 0; n++) {
+        size_t len = (size_t)MC_MIN(left, (uint64_t)(1 + (n * 7919) % 6000));
+        ck_assert_uint_lt(n, max);
+        runs[n] = (struct iovec){dst + off, len};
+        off += len + 5;
+        left -= len;
+    }
+    return n;
+}
+
+/*
+ * The ranges of two objects interleaved row by row land in the runs in
+ * the ranges' order: into one contiguous destination (the case READV is
+ * for), and into odd runs with gaps that cut the stream elsewhere than
+ * the ranges (nothing between them written).  Over TCP each is one READV;
+ * in a job beside a plain scattered read they run whole and land too.
+ */
+START_TEST(test_gather_interleaved_rows)
+{
+    enum { ROWS = 500, RX = 1024, RY = 1000 };
+    mc_te_range_t *rg = malloc(2 * ROWS * sizeof(*rg));
+    uint8_t *stream   = malloc(ROWS * (RX + RY));
+    struct iovec *runs = malloc(4000 * sizeof(*runs)), one, sruns[2];
+    mc_te_scatter_t sc[2];
+    mc_status_t st[2];
+    mc_te_job_h job = NULL;
+    uint64_t total;
+    size_t n;
+    pair_t p;
+
+    pair_open(&p, 2u << 20, 4u << 20, 31, GEN_G);
+    ck_assert_int_eq(mc_te_read_gather_native(A, p.seg), 1);
+    total = interleave(&p, ROWS, RX, 1u << 20, RY, rg, stream);
+    one   = (struct iovec){p.dst + 3, (size_t)total};
+    ck_assert_status_ok(mc_te_read_gather_gen(A, p.seg, GEN_G, rg, 2 * ROWS, &one, 1));
+    check_scattered(p.dst, p.dcap, &one, 1, stream);
+    memset(p.dst, FILL, p.dcap);
+    n = runs_for(p.dst, total, runs, 4000);
+    ck_assert_status_ok(mc_te_read_gather_gen(A, p.seg, 0, rg, 2 * ROWS, runs, n));
+    check_scattered(p.dst, p.dcap, runs, n, stream);
+    /* in a job, beside a scattered read of two runs */
+    memset(p.dst, FILL, p.dcap);
+    one      = (struct iovec){p.dst, (size_t)total};
+    sruns[0] = (struct iovec){p.dst + total + 100, 5000};
+    sruns[1] = (struct iovec){p.dst + total + 6000, 7000};
+    sc[0]    = (mc_te_scatter_t){p.seg, 0, GEN_G, &one, 1, rg, 2 * ROWS};
+    sc[1]    = (mc_te_scatter_t){p.seg, REM(&p, 77), GEN_G, sruns, 2, NULL, 0};
+    ck_assert_status_ok(mc_te_transfer_submit_scatter_gen(A, NULL, NULL, 0, sc, 2, &job));
+    ck_assert_status_ok(job_finish(job, st));
+    ck_assert_status_ok(st[0]);
+    ck_assert_status_ok(st[1]);
+    ck_assert_msg(memcmp(p.dst, stream, total) == 0, "the gathered read in the job");
+    check_scattered(p.dst + total, p.dcap - total, sruns, 2, p.src + 77);
+    pair_close(&p);
+    free(rg);
+    free(stream);
+    free(runs);
+}
+END_TEST
+
+/*
+ * Refusals.  A gathered read naming another generation is refused with
+ * MC_INVALID_READ and writes nothing; the connection then serves the
+ * right one.  Bad arguments (no ranges, too many, an empty range, runs
+ * that do not add up to the ranges, more than MC_TE_READV_MAX_LEN) are
+ * MC_INVALID_PARAMS before anything is sent.  And the holder's own check,
+ * reached through the transport directly (past the initiator's descriptor
+ * check): a range past the region, ranges in two regions and a range that
+ * wraps are each answered MC_INVALID_READ with no byte written, and the
+ * same pooled connection reads after each.
+ */
+START_TEST(test_gather_refused)
+{
+    enum { ROWS = 64, ROW = 512 };
+    mc_te_range_t rg[2 * ROWS], bad[3];
+    uint8_t *stream = malloc(2 * ROWS * ROW), *other = malloc(8192);
+    struct iovec one;
+    void *peer = NULL;
+    uint64_t total;
+    pair_t p;
+
+    pair_open(&p, 1u << 20, 1u << 20, 32, GEN_G);
+    total = interleave(&p, ROWS, ROW, 512u << 10, ROW, rg, stream);
+    one   = (struct iovec){p.dst, (size_t)total};
+    ck_assert_status_eq(mc_te_read_gather_gen(A, p.seg, GEN_H, rg, 2 * ROWS, &one, 1),
+                        MC_INVALID_READ);
+    ck_assert_msg(all_fill(p.dst, p.dcap), "a refused gathered read wrote into its runs");
+    ck_assert_status_ok(mc_te_read_gather_gen(A, p.seg, GEN_G, rg, 2 * ROWS, &one, 1));
+    ck_assert(memcmp(p.dst, stream, total) == 0);
+    /* arguments */
+    memset(p.dst, FILL, p.dcap);
+    ck_assert_status_eq(mc_te_read_gather_gen(A, p.seg, 0, rg, 0, &one, 1), MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_te_read_gather_gen(A, p.seg, 0, rg, MC_TE_READV_MAX_RANGES + 1, &one,
+                                              1),
+                        MC_INVALID_PARAMS);
+    bad[0] = rg[0];
+    bad[1] = (mc_te_range_t){rg[1].addr, 0};
+    one    = (struct iovec){p.dst, ROW};
+    ck_assert_status_eq(mc_te_read_gather_gen(A, p.seg, 0, bad, 2, &one, 1), MC_INVALID_PARAMS);
+    one = (struct iovec){p.dst, ROW + 1}; /* runs longer than the ranges */
+    ck_assert_status_eq(mc_te_read_gather_gen(A, p.seg, 0, rg, 1, &one, 1), MC_INVALID_PARAMS);
+    one = (struct iovec){p.dst, ROW - 1}; /* shorter */
+    ck_assert_status_eq(mc_te_read_gather_gen(A, p.seg, 0, rg, 1, &one, 1), MC_INVALID_PARAMS);
+    bad[0] = (mc_te_range_t){REM(&p, 0), MC_TE_READV_MAX_LEN + 1ull};
+    ck_assert_status_eq(mc_te_read_gather_gen(A, p.seg, 0, bad, 1, &one, 1), MC_INVALID_PARAMS);
+    ck_assert(all_fill(p.dst, p.dcap));
+    /* the holder's own check */
+    ck_assert_status_ok(mc_te_mem_reg(B, other, 8192, "", MC_TE_MEM_REMOTE_ACCESS));
+    ck_assert_status_ok(A->tp_ops->peer_open(A->tp, "127.0.0.1", B->port, &peer));
+    one    = (struct iovec){p.dst, 2 * ROW};
+    bad[0] = rg[0];
+    bad[1] = (mc_te_range_t){REM(&p, p.cap - ROW / 2), ROW}; /* past the region's end */
+    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, &one, 1),
+                        MC_INVALID_READ);
+    bad[1] = (mc_te_range_t){(uint64_t)(uintptr_t)other, ROW}; /* in another region */
+    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, &one, 1),
+                        MC_INVALID_READ);
+    bad[1] = (mc_te_range_t){UINT64_MAX - 100, ROW}; /* wraps */
+    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, &one, 1),
+                        MC_INVALID_READ);
+    ck_assert_msg(all_fill(p.dst, p.dcap), "a range the holder refused was answered with bytes");
+    ck_assert_status_ok(A->tp_ops->read_gather(A->tp, peer, rg, 2, 2 * ROW, GEN_G, &one, 1));
+    ck_assert(memcmp(p.dst, stream, 2 * ROW) == 0);
+    A->tp_ops->peer_close(A->tp, peer);
+    ck_assert_status_ok(mc_te_mem_dereg(B, other));
+    pair_close(&p);
+    free(stream);
+    free(other);
+}
+END_TEST
+
+/* A raw connection to @p port. */
+static int raw_connect(uint16_t port)
+{
+    struct sockaddr_in sa;
+    struct timeval tv = {5, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    ck_assert_int_ge(fd, 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family      = AF_INET;
+    sa.sin_port        = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    return fd;
+}
+
+/* Send a READV header (@p n, @p len, @p gen) and @p nl list entries. */
+static void raw_readv(int fd, uint64_t n, uint64_t len, uint64_t gen, const mc_te_range_t *rg,
+                      size_t nl)
+{
+    uint8_t hdr[MC_TE_REQ_HDR_SIZE], list[8 * MC_TE_READV_ENTRY_SIZE];
+
+    ck_assert_uint_le(nl, 8);
+    mc_te_req_encode_gen(hdr, MC_TE_OPC_READV, n, len, gen);
+    mc_te_readv_encode(list, rg, nl);
+    ck_assert_int_eq(send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL), (ssize_t)sizeof(hdr));
+    if (nl > 0)
+        ck_assert_int_eq(send(fd, list, nl * MC_TE_READV_ENTRY_SIZE, MSG_NOSIGNAL),
+                         (ssize_t)(nl * MC_TE_READV_ENTRY_SIZE));
+}
+
+/* The holder closes @p fd without answering (within the receive timeout). */
+static void raw_expect_closed(int fd, const char *what)
+{
+    uint8_t b[MC_TE_RESP_HDR_SIZE];
+    ssize_t n = recv(fd, b, sizeof(b), MSG_WAITALL);
+    ck_assert_msg((n == 0) || ((n < 0) && (errno == ECONNRESET)),
+                  "%s: the holder answered or kept the connection (%zd)", what, n);
+    close(fd);
+}
+
+/* The answer on @p fd: its status, the payload (if any) into @p buf. */
+static int32_t raw_answer(int fd, void *buf, uint64_t want)
+{
+    uint8_t b[MC_TE_RESP_HDR_SIZE];
+    mc_te_resp_hdr_t r;
+
+    ck_assert_int_eq(recv(fd, b, sizeof(b), MSG_WAITALL), (ssize_t)sizeof(b));
+    ck_assert_int_eq(mc_te_resp_decode(b, &r), 0);
+    if (r.status == 0) {
+        ck_assert_uint_eq(r.length, want);
+        ck_assert_int_eq(recv(fd, buf, (size_t)want, MSG_WAITALL), (ssize_t)want);
+    } else {
+        ck_assert_uint_eq(r.length, 0);
+    }
+    return r.status;
+}
+
+/*
+ * Hostile READV frames at the holder's data port (docs/transfer.md §3.3):
+ * a header out of bounds (no ranges, more than MC_TE_READV_MAX_RANGES, a
+ * length of 0 or above MC_TE_READV_MAX_LEN) and a list that is malformed
+ * (an empty range, lengths not adding up to the header's) close the
+ * connection unanswered; ranges outside the region, in another region,
+ * wrapping, or of another generation are answered MC_INVALID_READ with no
+ * payload and the connection serves the next READV.
+ */
+START_TEST(test_readv_hostile_frames)
+{
+    uint8_t buf[4096], *other = malloc(4096);
+    mc_te_range_t rg[3];
+    pair_t p;
+    int fd;
+
+    pair_open(&p, 64u << 10, 4096, 33, GEN_G);
+    ck_assert_status_ok(mc_te_mem_reg(B, other, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
+    rg[0] = (mc_te_range_t){REM(&p, 100), 100};
+    rg[1] = (mc_te_range_t){REM(&p, 5000), 200};
+    struct {
+        uint64_t n, len;
+        size_t nl;
+        const char *what;
+    } closing[] = {
+        {0, 100, 0, "no ranges"},
+        {MC_TE_READV_MAX_RANGES + 1, 100, 0, "too many ranges"},
+        {1, 0, 0, "a zero length"},
+        {1, MC_TE_READV_MAX_LEN + 1ull, 0, "too long"},
+        {2, 299, 2, "lengths not adding up (short)"},
+        {2, 301, 2, "lengths not adding up (long)"},
+    };
+    for (size_t k = 0; k < sizeof(closing) / sizeof(closing[0]); k++) {
+        fd = raw_connect(B->port);
+        raw_readv(fd, closing[k].n, closing[k].len, 0, rg, closing[k].nl);
+        raw_expect_closed(fd, closing[k].what);
+    }
+    fd = raw_connect(B->port);
+    rg[2] = (mc_te_range_t){REM(&p, 0), 0}; /* an empty range */
+    raw_readv(fd, 3, 300, 0, rg, 3);
+    raw_expect_closed(fd, "an empty range");
+    /* refused, answered, and the connection goes on */
+    fd    = raw_connect(B->port);
+    rg[2] = (mc_te_range_t){REM(&p, p.cap - 10), 20}; /* past the end */
+    raw_readv(fd, 3, 320, 0, rg, 3);
+    ck_assert_int_eq(raw_answer(fd, buf, 0), MC_INVALID_READ);
+    rg[2] = (mc_te_range_t){(uint64_t)(uintptr_t)other, 20}; /* another region */
+    raw_readv(fd, 3, 320, 0, rg, 3);
+    ck_assert_int_eq(raw_answer(fd, buf, 0), MC_INVALID_READ);
+    rg[2] = (mc_te_range_t){UINT64_MAX - 5, 20}; /* wraps */
+    raw_readv(fd, 3, 320, 0, rg, 3);
+    ck_assert_int_eq(raw_answer(fd, buf, 0), MC_INVALID_READ);
+    raw_readv(fd, 2, 300, GEN_H, rg, 2); /* another generation */
+    ck_assert_int_eq(raw_answer(fd, buf, 0), MC_INVALID_READ);
+    raw_readv(fd, 2, 300, GEN_G, rg, 2);
+    ck_assert_int_eq(raw_answer(fd, buf, 300), 0);
+    ck_assert(memcmp(buf, p.src + 100, 100) == 0);
+    ck_assert(memcmp(buf + 100, p.src + 5000, 200) == 0);
+    close(fd);
+    ck_assert_status_ok(mc_te_mem_dereg(B, other));
+    pair_close(&p);
+    free(other);
+}
+END_TEST
+
+/*
+ * A holder with MC_TE_READV=0 behaves as an engine without the opcode: its
+ * descriptor does not offer it, so a reader's gathered reads go as plain
+ * requests (and land the same bytes), and a READV sent to it anyway
+ * closes the connection, as any unknown opcode does.
+ */
+START_TEST(test_gather_holder_without_readv)
+{
+    enum { ROWS = 300, RX = 1024, RY = 2048 };
+    mc_te_range_t *rg = malloc(2 * ROWS * sizeof(*rg));
+    uint8_t *stream   = malloc(ROWS * (RX + RY));
+    struct iovec runs[2000];
+    mc_te_h C;
+    mc_te_h saved = B;
+    uint64_t total;
+    size_t n;
+    pair_t p;
+    int fd;
+
+    ck_assert_int_eq(setenv("MC_TE_READV", "0", 1), 0);
+    C = te_new("127.0.0.1", NULL);
+    unsetenv("MC_TE_READV");
+    B = C; /* the pair's holder */
+    pair_open(&p, 2u << 20, 2u << 20, 34, GEN_G);
+    ck_assert_int_eq(mc_te_read_scatter_native(A, p.seg), 1);
+    ck_assert_int_eq(mc_te_read_gather_native(A, p.seg), 0);
+    total = interleave(&p, ROWS, RX, 1u << 20, RY, rg, stream);
+    n     = runs_for(p.dst, total, runs, 2000);
+    ck_assert_status_ok(mc_te_read_gather_gen(A, p.seg, GEN_G, rg, 2 * ROWS, runs, n));
+    check_scattered(p.dst, p.dcap, runs, n, stream);
+    memset(p.dst, FILL, p.dcap);
+    ck_assert_status_eq(mc_te_read_gather_gen(A, p.seg, GEN_H, rg, 2 * ROWS, runs, n),
+                        MC_INVALID_READ);
+    fd = raw_connect(C->port);
+    raw_readv(fd, 2, RX + RY, 0, rg, 2);
+    raw_expect_closed(fd, "READV to a holder without it");
+    pair_close(&p);
+    B = saved;
+    mc_te_destroy(C);
+    free(rg);
+    free(stream);
+}
+END_TEST
+
 /* ---- the store's ranged read over TCP ---------------------------------- */
 
 static void store_params(mc_store_params_t *p, const char *master_addr, uint64_t seg)
@@ -636,6 +974,86 @@ START_TEST(test_store_rows_over_tcp)
 }
 END_TEST
 
+/*
+ * The load's TP=4 -> TP=2 rows: two objects (two column blocks, rows of
+ * ROW bytes) fill the two halves of every destination row, so the store
+ * merges their groups in destination order into gathered reads (READV):
+ * every destination row holds the first object's row then the second's,
+ * and the gap after each row stays untouched.  The same with
+ * MC_TE_READV=0 in both clients (the holder offers no READV: per-object
+ * scattered reads), and with one row of the second object out of order
+ * (that group is read as scattered reads, the other still gathered).
+ */
+START_TEST(test_store_interleaved_rows_over_tcp)
+{
+    enum { ROWS = 600, ROW = 1024, SLOT = 2 * ROW + 64 };
+    size_t size = (size_t)ROWS * ROW, cap = (size_t)ROWS * SLOT;
+    mc_store_range_t *r = calloc(2 * ROWS, sizeof(*r));
+    uint8_t *va = malloc(size), *vb = malloc(size), *buf = malloc(cap);
+    mc_test_master_t m;
+    mc_store_params_t p;
+
+    ck_assert_int_eq(setenv("MC_TE_SHM", "0", 1), 0);
+    mc_test_master_start(&m, NULL);
+    te_fill(va, size, 41);
+    te_fill(vb, size, 42);
+    for (int variant = 0; variant < 3; variant++) {
+        mc_store_h holder = NULL, reader = NULL;
+        uint64_t readv0;
+        ck_assert_int_eq(setenv("MC_TE_READV", (variant == 1) ? "0" : "1", 1), 0);
+        ck_assert_status_ok(mc_store_create(&holder));
+        store_params(&p, m.addr, 16u << 20);
+        ck_assert_status_ok(mc_store_setup(holder, &p));
+        ck_assert_status_ok(mc_store_create(&reader));
+        store_params(&p, m.addr, 0);
+        ck_assert_status_ok(mc_store_setup(reader, &p));
+        ck_assert_status_ok(mc_store_put(holder, "cola", va, size, NULL));
+        ck_assert_status_ok(mc_store_put(holder, "colb", vb, size, NULL));
+        ck_assert_status_ok(mc_store_register_buffer(reader, buf, cap));
+        memset(buf, FILL, cap);
+        for (size_t i = 0; i < ROWS; i++) {
+            r[i]        = (mc_store_range_t){"cola", buf, i * SLOT, i * ROW, ROW, 0};
+            r[ROWS + i] = (mc_store_range_t){"colb", buf, i * SLOT + ROW, i * ROW, ROW, 0};
+        }
+        if (variant == 2) { /* two rows of colb swapped: not ascending */
+            r[ROWS + 10].dst_offset = 11 * SLOT + ROW;
+            r[ROWS + 11].dst_offset = 10 * SLOT + ROW;
+            r[ROWS + 10].src_offset = 11 * ROW;
+            r[ROWS + 11].src_offset = 10 * ROW;
+        }
+        readv0 = __atomic_load_n(&reader->te->readv_ops, __ATOMIC_RELAXED);
+        ck_assert_status_ok(mc_store_read_ranges(reader, r, 2 * ROWS));
+        readv0 = __atomic_load_n(&reader->te->readv_ops, __ATOMIC_RELAXED) - readv0;
+        /* 1.2 MiB of rows: READVs of about a slice each, none without it */
+        if (variant == 1)
+            ck_assert_uint_eq(readv0, 0);
+        else
+            ck_assert_uint_ge(readv0, (variant == 0) ? 2 : 1);
+        for (size_t i = 0; i < ROWS; i++) {
+            const uint8_t *slot = buf + i * SLOT;
+            ck_assert_int_eq(r[i].result, ROW);
+            ck_assert_int_eq(r[ROWS + i].result, ROW);
+            ck_assert_msg(memcmp(slot, va + i * ROW, ROW) == 0, "row %zu of cola (variant %d)",
+                          i, variant);
+            ck_assert_msg(memcmp(slot + ROW, vb + i * ROW, ROW) == 0,
+                          "row %zu of colb (variant %d)", i, variant);
+            ck_assert_msg(all_fill(slot + 2 * ROW, SLOT - 2 * ROW),
+                          "the gap after row %zu was written (variant %d)", i, variant);
+        }
+        ck_assert_status_ok(mc_store_unregister_buffer(reader, buf));
+        mc_store_destroy(reader);
+        mc_store_destroy(holder);
+    }
+    mc_test_master_stop(&m);
+    unsetenv("MC_TE_READV");
+    unsetenv("MC_TE_SHM");
+    free(r);
+    free(va);
+    free(vb);
+    free(buf);
+}
+END_TEST
+
 Suite *mc_test_scatter_suite(void)
 {
     Suite *s  = suite_create("scatter");
@@ -650,10 +1068,15 @@ Suite *mc_test_scatter_suite(void)
     tcase_add_test(tc, test_scatter_short_answer_fails);
     tcase_add_test(tc, test_scatter_job_cut_at_runs);
     tcase_add_test(tc, test_scatter_job_region_gone_midway);
+    tcase_add_test(tc, test_gather_interleaved_rows);
+    tcase_add_test(tc, test_gather_refused);
+    tcase_add_test(tc, test_readv_hostile_frames);
+    tcase_add_test(tc, test_gather_holder_without_readv);
     suite_add_tcase(s, tc);
     tc = tcase_create("store");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_store_rows_over_tcp);
+    tcase_add_test(tc, test_store_interleaved_rows_over_tcp);
     suite_add_tcase(s, tc);
     return s;
 }

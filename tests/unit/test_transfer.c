@@ -1511,6 +1511,41 @@ START_TEST(test_frame_codec)
     h[6]  = 1;
     h[24] = 5;
     ck_assert_int_eq(mc_te_req_decode(h, &q), -1);
+    /* a READV names one like a READ; its counts are checked on their own */
+    mc_te_req_encode_gen(h, MC_TE_OPC_READV, 3, 300, 7);
+    ck_assert_uint_eq(h[5], 5);
+    ck_assert_uint_eq(h[6], 1);
+    ck_assert_int_eq(mc_te_req_decode(h, &q), 0);
+    ck_assert_uint_eq(q.gen, 7);
+    ck_assert_int_eq(mc_te_readv_hdr_check(&q), 0);
+    q.addr = 0;
+    ck_assert_int_eq(mc_te_readv_hdr_check(&q), -1);
+    q.addr = MC_TE_READV_MAX_RANGES + 1;
+    ck_assert_int_eq(mc_te_readv_hdr_check(&q), -1);
+    q.addr   = 1;
+    q.length = MC_TE_READV_MAX_LEN + 1ull;
+    ck_assert_int_eq(mc_te_readv_hdr_check(&q), -1);
+    h[5] = 6; /* an opcode past READV */
+    ck_assert_int_eq(mc_te_req_decode(h, &q), -1);
+    {
+        mc_te_range_t in[2] = {{0x1000, 100}, {0x9000, 200}}, out[2];
+        uint8_t list[2 * MC_TE_READV_ENTRY_SIZE];
+        mc_te_req_hdr_t v = {1, MC_TE_OPC_READV, 0, 2, 300, 0};
+        mc_te_readv_encode(list, in, 2);
+        ck_assert_uint_eq(list[0], 0x00);
+        ck_assert_uint_eq(list[1], 0x10); /* little endian */
+        ck_assert_int_eq(mc_te_readv_decode(&v, list, out), 0);
+        ck_assert_uint_eq(out[1].addr, 0x9000);
+        ck_assert_uint_eq(out[1].len, 200);
+        v.length = 299; /* the lengths must add up, exactly */
+        ck_assert_int_eq(mc_te_readv_decode(&v, list, out), -1);
+        v.length = 301;
+        ck_assert_int_eq(mc_te_readv_decode(&v, list, out), -1);
+        in[1].len = UINT64_MAX; /* no overflow of the sum */
+        mc_te_readv_encode(list, in, 2);
+        v.length = 99;
+        ck_assert_int_eq(mc_te_readv_decode(&v, list, out), -1);
+    }
 }
 END_TEST
 

@@ -139,6 +139,20 @@ typedef struct mc_tcp_peer {
 
 /* ---- socket helpers --------------------------------------------------------- */
 
+/* Account for one receive that returned @p n: 1 to receive on (bytes
+ * arrived, added to *got_p, or EINTR), 0 when the connection failed (errno
+ * set; ECONNRESET for an orderly close). */
+static int recv_went_on(ssize_t n, size_t *got_p)
+{
+    if (n > 0) {
+        *got_p += (size_t)n;
+        return 1;
+    }
+    if (n == 0)
+        errno = ECONNRESET;
+    return (n < 0) && (errno == EINTR);
+}
+
 /* Receive exactly len bytes.  *got_p counts what arrived, so a caller can
  * tell a connection that died before answering from one that died midway.
  * Returns 0, or -1 with errno (ECONNRESET for an orderly close, EAGAIN for
@@ -149,14 +163,7 @@ static int recv_exact(int fd, void *buf, size_t len, size_t *got_p)
     size_t got = 0;
     int rc     = 0;
     while (got < len) {
-        ssize_t n = recv(fd, p + got, len - got, MSG_WAITALL);
-        if (n > 0) {
-            got += (size_t)n;
-        } else if (n == 0) {
-            errno = ECONNRESET;
-            rc    = -1;
-            break;
-        } else if (errno != EINTR) {
+        if (!recv_went_on(recv(fd, p + got, len - got, MSG_WAITALL), &got)) {
             rc = -1;
             break;
         }
@@ -166,22 +173,32 @@ static int recv_exact(int fd, void *buf, size_t len, size_t *got_p)
     return rc;
 }
 
-/* recv_exact over two buffers with one system call per wake-up: used to
- * take a READ payload and the next answer header together. */
-static int recv_exact2(int fd, void *a, size_t alen, void *b, size_t blen)
+/*
+ * Receive @p len bytes into runs[0..nruns) in order (their lengths add up
+ * to @p len): recvmsg over up to IOV_MAX runs at a time, MSG_WAITALL so a
+ * window is usually one system call.  Nothing is written outside the
+ * runs.  Returns 0, or -1 with errno as recv_exact; *got_p counts what
+ * arrived.
+ */
+static int recv_scatter(int fd, const struct iovec *runs, size_t nruns, size_t *got_p)
 {
-    struct iovec iov[2] = {{a, alen}, {b, blen}};
-    struct msghdr mh;
-    int idx = 0;
-    while (idx < 2) {
-        if (iov[idx].iov_len == 0) {
-            idx++;
-            continue;
+    struct iovec w[IOV_MAX];
+    size_t i = 0, off = 0; /* the next byte goes to runs[i] + off */
+
+    *got_p = 0;
+    while (i < nruns) {
+        struct msghdr mh;
+        size_t nw = 0;
+        ssize_t n;
+        for (size_t j = i; (j < nruns) && (nw < IOV_MAX); j++, nw++) {
+            size_t skip    = (j == i) ? off : 0;
+            w[nw].iov_base = (uint8_t *)runs[j].iov_base + skip;
+            w[nw].iov_len  = runs[j].iov_len - skip;
         }
         memset(&mh, 0, sizeof(mh));
-        mh.msg_iov    = &iov[idx];
-        mh.msg_iovlen = (size_t)(2 - idx);
-        ssize_t n     = recvmsg(fd, &mh, MSG_WAITALL);
+        mh.msg_iov    = w;
+        mh.msg_iovlen = nw;
+        n             = recvmsg(fd, &mh, MSG_WAITALL);
         if (n == 0) {
             errno = ECONNRESET;
             return -1;
@@ -191,18 +208,32 @@ static int recv_exact2(int fd, void *a, size_t alen, void *b, size_t blen)
                 continue;
             return -1;
         }
-        size_t left = (size_t)n;
-        while ((idx < 2) && (left >= iov[idx].iov_len)) {
-            left -= iov[idx].iov_len;
-            iov[idx].iov_len = 0;
-            idx++;
-        }
-        if (idx < 2) {
-            iov[idx].iov_base = (uint8_t *)iov[idx].iov_base + left;
-            iov[idx].iov_len -= left;
+        *got_p += (size_t)n;
+        for (size_t left = (size_t)n; left > 0;) {
+            size_t k = MC_MIN(left, runs[i].iov_len - off);
+            left -= k;
+            off += k;
+            if (off == runs[i].iov_len) {
+                i++;
+                off = 0;
+            }
         }
     }
     return 0;
+}
+
+/* recv_exact over two buffers with one system call per wake-up: used to
+ * take a READ payload and the next answer header together. */
+static int recv_exact2(int fd, void *a, size_t alen, void *b, size_t blen)
+{
+    struct iovec iov[2];
+    size_t n = 0, got;
+
+    if (alen > 0)
+        iov[n++] = (struct iovec){a, alen};
+    if (blen > 0)
+        iov[n++] = (struct iovec){b, blen};
+    return recv_scatter(fd, iov, n, &got);
 }
 
 /* Receive an answer header into hdr, letting payload bytes that arrive
@@ -231,13 +262,7 @@ static int recv_head(int fd, uint8_t *hdr, void *payload, size_t plen, size_t *g
         n = spun++ ? MC_SPIN_NONE : mc_spin_recvmsg(fd, &mh, 0, spin_us);
         if (n == MC_SPIN_NONE)
             n = recvmsg(fd, &mh, 0);
-        if (n > 0) {
-            got += (size_t)n;
-        } else if (n == 0) {
-            errno = ECONNRESET;
-            rc    = -1;
-            break;
-        } else if (errno != EINTR) {
+        if (!recv_went_on(n, &got)) {
             rc = -1;
             break;
         }
@@ -387,6 +412,156 @@ static int serve_read(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
     return rc;
 }
 
+/* An OK answer with @p len payload bytes, in one writev. */
+static int serve_send_payload(int fd, const void *payload, size_t len)
+{
+    uint8_t resp[MC_TE_RESP_HDR_SIZE];
+    struct iovec iov[2];
+    mc_te_resp_encode(resp, MC_OK, len);
+    iov[0].iov_base = resp;
+    iov[0].iov_len  = sizeof(resp);
+    iov[1].iov_base = (void *)(uintptr_t)payload;
+    iov[1].iov_len  = len;
+    return mc_writev_full(fd, iov, 2);
+}
+
+/* Send iov[0..n) whole, IOV_MAX entries a call (mc_writev_full takes 64:
+ * a READV of 1 KiB rows is 513 entries, which would cost 9 calls).
+ * Returns 0, or -1 with errno set. */
+static int send_iov_all(int fd, struct iovec *iov, size_t n)
+{
+    while (n > 0) {
+        struct msghdr mh;
+        ssize_t k;
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov    = iov;
+        mh.msg_iovlen = MC_MIN(n, (size_t)IOV_MAX);
+        k             = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        for (size_t left = (size_t)k; left > 0;) {
+            size_t t = MC_MIN(left, iov->iov_len);
+            iov->iov_base = (uint8_t *)iov->iov_base + t;
+            iov->iov_len -= t;
+            left -= t;
+            if (iov->iov_len == 0) {
+                iov++;
+                n--;
+            }
+        }
+        while ((n > 0) && (iov->iov_len == 0)) {
+            iov++;
+            n--;
+        }
+    }
+    return 0;
+}
+
+/* [a, +len) lies inside region @p r (overflow-safe, as the region lookup). */
+static int region_holds(const mc_te_region_t *r, uint64_t a, uint64_t len)
+{
+    return (a >= r->addr) && (a - r->addr < r->len) && (len <= r->len - (a - r->addr));
+}
+
+/* The ranges of a READV from a file segment, through one buffer of their
+ * total length (at most MC_TE_READV_MAX_LEN), sent after all were read so
+ * that a failing store is answered with a status. */
+static int serve_readv_file(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h,
+                            const mc_te_range_t *rg, mc_te_region_t *r, int ticket)
+{
+    uint8_t *buf   = malloc((size_t)h->length);
+    mc_status_t st = (buf != NULL) ? MC_OK : MC_INTERNAL_ERROR;
+    size_t off     = 0;
+    int rc;
+
+    for (size_t i = 0; (i < (size_t)h->addr) && (st == MC_OK); i++) {
+        st = mc_te_region_file_io(r, 0, buf + off, rg[i].addr, (size_t)rg[i].len);
+        off += (size_t)rg[i].len;
+    }
+    mc_te_region_release_gen(tp->te, r, ticket);
+    rc = (st == MC_OK) ? serve_send_payload(fd, buf, (size_t)h->length)
+                       : serve_send_resp(fd, st, 0);
+    free(buf);
+    return rc;
+}
+
+/*
+ * Serve one READV (proto.h, docs/transfer.md §3.3): the range list follows
+ * the header.  Every range is checked against the one region that holds
+ * the first -- pinned, of the generation named -- before a byte is sent;
+ * a refusal comes after the whole list was taken, so the connection stays
+ * usable.  The payload is one writev straight from the region.  A header
+ * out of bounds or a malformed list closes the connection: the list's
+ * length (or the payload's) cannot be trusted then.  Returns 0 to keep the
+ * connection, -1 to close it.
+ */
+static int serve_readv(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
+{
+    uint8_t resp[MC_TE_RESP_HDR_SIZE];
+    mc_te_region_t *r = NULL;
+    mc_te_range_t *rg;
+    struct iovec *iov;
+    uint8_t *list;
+    size_t n;
+    int rc = -1, ticket = 0;
+
+    if (!tp->te->readv_enabled) { /* MC_TE_READV=0: as an engine without it */
+        mc_debug("closing data connection: readv is turned off (MC_TE_READV=0)");
+        return -1;
+    }
+    if (mc_te_readv_hdr_check(h) != 0) {
+        mc_debug("closing data connection: readv of %llu ranges, %llu bytes (limits %u, %u)",
+                 (unsigned long long)h->addr, (unsigned long long)h->length,
+                 MC_TE_READV_MAX_RANGES, MC_TE_READV_MAX_LEN);
+        return -1;
+    }
+    n    = (size_t)h->addr;
+    list = malloc(n * (MC_TE_READV_ENTRY_SIZE + sizeof(*rg) + sizeof(*iov)) + sizeof(*iov));
+    if (list == NULL)
+        return -1; /* the list cannot be consumed anywhere: close */
+    rg  = (mc_te_range_t *)(void *)(list + n * MC_TE_READV_ENTRY_SIZE);
+    iov = (struct iovec *)(void *)(rg + n);
+    if ((recv_exact(fd, list, n * MC_TE_READV_ENTRY_SIZE, NULL) != 0) ||
+        (mc_te_readv_decode(h, list, rg) != 0)) {
+        mc_debug("closing data connection: malformed readv range list");
+        goto out;
+    }
+    r = mc_te_region_acquire_gen(tp->te, rg[0].addr, rg[0].len, MC_TE_MEM_REMOTE_ACCESS, h->gen,
+                                 0, &ticket);
+    for (size_t i = 1; (r != NULL) && (i < n); i++) {
+        if (!region_holds(r, rg[i].addr, rg[i].len)) {
+            mc_te_region_release_gen(tp->te, r, ticket);
+            r = NULL;
+        }
+    }
+    if (r == NULL) {
+        mc_debug("refusing readv of %zu ranges from 0x%llx: not all in one remote-access "
+                 "region%s", n, (unsigned long long)rg[0].addr,
+                 h->gen ? " of the generation asked for" : "");
+        rc = serve_send_resp(fd, MC_INVALID_READ, 0);
+        goto out;
+    }
+    if (r->fops != NULL) {
+        rc = serve_readv_file(tp, fd, h, rg, r, ticket);
+        goto out;
+    }
+    mc_te_resp_encode(resp, MC_OK, h->length);
+    iov[0].iov_base = resp;
+    iov[0].iov_len  = sizeof(resp);
+    for (size_t i = 0; i < n; i++) {
+        iov[i + 1].iov_base = (void *)(uintptr_t)rg[i].addr;
+        iov[i + 1].iov_len  = (size_t)rg[i].len;
+    }
+    rc = send_iov_all(fd, iov, n + 1);
+    mc_te_region_release_gen(tp->te, r, ticket);
+out:
+    free(list);
+    return rc;
+}
+
 /* Serve one WRITE; returns 0 to keep the connection, -1 to close it.
  * @p queued: its header is still in the socket (only peeked at); a write
  * into memory then takes header and payload in one receive. */
@@ -421,19 +596,6 @@ static int serve_write(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, int queue
     if (rc != 0)
         return -1; /* the initiator sees the failure and reports it */
     return serve_send_resp(fd, MC_OK, 0);
-}
-
-/* An OK answer with @p len payload bytes, in one writev. */
-static int serve_send_payload(int fd, const void *payload, size_t len)
-{
-    uint8_t resp[MC_TE_RESP_HDR_SIZE];
-    struct iovec iov[2];
-    mc_te_resp_encode(resp, MC_OK, len);
-    iov[0].iov_base = resp;
-    iov[0].iov_len  = sizeof(resp);
-    iov[1].iov_base = (void *)(uintptr_t)payload;
-    iov[1].iov_len  = len;
-    return mc_writev_full(fd, iov, 2);
 }
 
 static int serve_describe(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
@@ -696,7 +858,7 @@ static unsigned serve_window(const mc_tcp_t *tp, uint64_t moved)
 static int serve_one(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, uint64_t *moved_p)
 {
     *moved_p = ((h->opcode == MC_TE_OPC_READ) || (h->opcode == MC_TE_OPC_WRITE) ||
-                (h->opcode == MC_TE_OPC_DISK_READ))
+                (h->opcode == MC_TE_OPC_DISK_READ) || (h->opcode == MC_TE_OPC_READV))
                    ? h->length
                    : 0;
     switch (h->opcode) {
@@ -706,6 +868,8 @@ static int serve_one(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, uint64_t *m
         return serve_write(tp, fd, h, 0);
     case MC_TE_OPC_DISK_READ:
         return serve_disk_read(tp, fd, h);
+    case MC_TE_OPC_READV:
+        return serve_readv(tp, fd, h);
     case MC_TE_OPC_RDMA_CONNECT:
         return serve_rdma_connect(tp, fd, h);
     default: /* MC_TE_OPC_DESCRIBE; decode refused anything else */
@@ -1490,7 +1654,8 @@ typedef struct req_tail {
 /* 1 for the requests answered with exactly their length of bytes. */
 static int opcode_reads(uint8_t opcode)
 {
-    return (opcode == MC_TE_OPC_READ) || (opcode == MC_TE_OPC_DISK_READ);
+    return (opcode == MC_TE_OPC_READ) || (opcode == MC_TE_OPC_DISK_READ) ||
+           (opcode == MC_TE_OPC_READV);
 }
 
 /* Send one request (a WRITE with its payload, a DISK_READ with @p tail).
@@ -1553,6 +1718,7 @@ static mc_status_t answer_check(mc_tcp_peer_t *pe, const uint8_t *rb, size_t got
                             (unsigned)pe->port,
                             (opcode == MC_TE_OPC_DISK_READ)      ? "disk read"
                             : (opcode == MC_TE_OPC_READ)         ? "read"
+                            : (opcode == MC_TE_OPC_READV)        ? "gathered read (ranges, bytes)"
                             : (opcode == MC_TE_OPC_WRITE)        ? "write"
                             : (opcode == MC_TE_OPC_RDMA_CONNECT) ? "rdma handshake"
                                                                  : "describe",
@@ -1679,13 +1845,17 @@ static mc_status_t lane_request(mc_tcp_peer_t *pe, int fd, uint8_t opcode, void 
                        payload_len_p, stale_p, keep_p);
 }
 
+/* One try of a request on the connected lane @p fd (lane_request's
+ * contract for *stale_p and *keep_p). */
+typedef mc_status_t (*lane_try_func_t)(mc_tcp_peer_t *pe, int fd, void *arg, int *stale_p,
+                                       int *keep_p);
+
 /* Run one request on a pooled lane, retrying once on a fresh connection
- * when a reused one turns out to be dead. */
-static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, uint64_t remote,
-                                uint64_t len, uint64_t gen, const req_tail_t *tail,
-                                char **payload_p, size_t *payload_len_p)
+ * when a reused one turns out to be dead before answering (READ, WRITE and
+ * the reads below are idempotent). */
+static mc_status_t peer_retry(mc_tcp_peer_t *pe, lane_try_func_t fn, void *arg)
 {
-    unsigned lane = lane_get(pe);
+    unsigned lane  = lane_get(pe);
     mc_status_t st = MC_TRANSFER_FAIL;
 
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -1695,8 +1865,7 @@ static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, 
             if (st != MC_OK)
                 break;
         }
-        st = lane_request(pe, pe->fds[lane], opcode, local, remote, len, gen, tail, payload_p,
-                          payload_len_p, &stale, &keep);
+        st = fn(pe, pe->fds[lane], arg, &stale, &keep);
         if (!keep)
             lane_drop(pe, lane);
         if ((st == MC_OK) || !stale || !reused)
@@ -1706,6 +1875,31 @@ static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, 
     }
     lane_put(pe, lane);
     return st;
+}
+
+/* A request of lane_request's, as peer_retry runs it. */
+typedef struct plain_req {
+    uint8_t opcode;
+    void *local;
+    uint64_t remote, len, gen;
+    const req_tail_t *tail;
+    char **payload_p;
+    size_t *payload_len_p;
+} plain_req_t;
+
+static mc_status_t plain_try(mc_tcp_peer_t *pe, int fd, void *arg, int *stale_p, int *keep_p)
+{
+    const plain_req_t *q = arg;
+    return lane_request(pe, fd, q->opcode, q->local, q->remote, q->len, q->gen, q->tail,
+                        q->payload_p, q->payload_len_p, stale_p, keep_p);
+}
+
+static mc_status_t peer_request(mc_tcp_peer_t *pe, uint8_t opcode, void *local, uint64_t remote,
+                                uint64_t len, uint64_t gen, const req_tail_t *tail,
+                                char **payload_p, size_t *payload_len_p)
+{
+    plain_req_t q = {opcode, local, remote, len, gen, tail, payload_p, payload_len_p};
+    return peer_retry(pe, plain_try, &q);
 }
 
 /* Take a free lane without waiting; 1 when one was taken. */
@@ -2141,9 +2335,11 @@ static int lane_parse_seq(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te
             }
             continue;
         }
-        if ((opcode == MC_TE_OPC_READ) && (j + 1 < n)) {
-            /* payload j and the header of answer j+1 in one receive */
-            if (rx_take(fd, pd, v[j].local, (size_t)v[j].len, next_rb, sizeof(next_rb), NULL) != 0) {
+        if (opcode == MC_TE_OPC_READ) {
+            /* payload j and the header of answer j+1 (if any) in one receive */
+            int more = (j + 1 < n);
+            if (rx_take(fd, pd, v[j].local, (size_t)v[j].len, more ? next_rb : NULL,
+                        more ? sizeof(next_rb) : 0, NULL) != 0) {
                 mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
                                     (unsigned long long)v[j].len, pe->host, (unsigned)pe->port,
                                     strerror(errno));
@@ -2152,16 +2348,7 @@ static int lane_parse_seq(mc_tcp_peer_t *pe, int fd, uint8_t opcode, const mc_te
                 *answered_p = n;
                 return 0;
             }
-            have_next = 1;
-        } else if ((opcode == MC_TE_OPC_READ) &&
-                   (rx_take(fd, pd, v[j].local, (size_t)v[j].len, NULL, 0, NULL) != 0)) {
-            mc_set_error_detail("reading %llu bytes from %s:%u failed: %s",
-                                (unsigned long long)v[j].len, pe->host, (unsigned)pe->port,
-                                strerror(errno));
-            for (; j < n; j++)
-                st[j] = MC_TRANSFER_FAIL;
-            *answered_p = n;
-            return 0;
+            have_next = more;
         }
         st[j] = MC_OK;
     }
@@ -2287,65 +2474,27 @@ static void tcp_xfer_run(void *priv, void *peer, mc_te_op_t op, const mc_te_xfer
     lane_put(pe, lane);
 }
 
-/*
- * Receive @p len bytes into runs[0..nruns) in order (their lengths add up
- * to @p len): recvmsg over up to IOV_MAX runs at a time, MSG_WAITALL so a
- * window is usually one system call.  Nothing is written outside the
- * runs.  Returns 0, or -1 with errno as recv_exact; *got_p counts what
- * arrived.
- */
-static int recv_scatter(int fd, const struct iovec *runs, size_t nruns, size_t *got_p)
-{
-    struct iovec w[IOV_MAX];
-    size_t i = 0, off = 0; /* the next byte goes to runs[i] + off */
 
-    *got_p = 0;
-    while (i < nruns) {
-        struct msghdr mh;
-        size_t nw = 0;
-        ssize_t n;
-        for (size_t j = i; (j < nruns) && (nw < IOV_MAX); j++, nw++) {
-            size_t skip    = (j == i) ? off : 0;
-            w[nw].iov_base = (uint8_t *)runs[j].iov_base + skip;
-            w[nw].iov_len  = runs[j].iov_len - skip;
-        }
-        memset(&mh, 0, sizeof(mh));
-        mh.msg_iov    = w;
-        mh.msg_iovlen = nw;
-        n             = recvmsg(fd, &mh, MSG_WAITALL);
-        if (n == 0) {
-            errno = ECONNRESET;
-            return -1;
-        }
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        *got_p += (size_t)n;
-        for (size_t left = (size_t)n; left > 0;) {
-            size_t k = MC_MIN(left, runs[i].iov_len - off);
-            left -= k;
-            off += k;
-            if (off == runs[i].iov_len) {
-                i++;
-                off = 0;
-            }
-        }
-    }
-    return 0;
-}
+/* A scattered read as lane_scatter sends it: a READ of [addr, +len), or a
+ * READV of addr ranges (its list in tail) adding up to len. */
+typedef struct scatter_req {
+    uint8_t opcode;
+    uint64_t addr, len, gen;
+    const req_tail_t *tail;
+    const struct iovec *runs;
+    size_t nruns;
+} scatter_req_t;
 
 /*
- * One scattered READ on a connected lane (tcp_read_scatter): the request
- * as any READ, then the answer header alone -- so a refusal, which has no
- * payload, never touches the runs -- then the payload straight into the
- * runs.  *stale_p and *keep_p as lane_request.
+ * One scattered READ or READV on a connected lane (tcp_read_scatter,
+ * tcp_read_gather): the request, then the answer header alone -- so a
+ * refusal, which has no payload, never touches the runs -- then the
+ * payload straight into the runs.  *stale_p and *keep_p as lane_request.
  */
-static mc_status_t lane_scatter(mc_tcp_peer_t *pe, int fd, uint64_t remote, uint64_t len,
-                                uint64_t gen, const struct iovec *runs, size_t nruns,
-                                int *stale_p, int *keep_p)
+static mc_status_t lane_scatter(mc_tcp_peer_t *pe, int fd, void *arg, int *stale_p,
+                                int *keep_p)
 {
+    const scatter_req_t *q = arg;
     uint8_t rb[MC_TE_RESP_HDR_SIZE];
     mc_te_resp_hdr_t resp;
     int send_errno = 0, sent;
@@ -2354,7 +2503,7 @@ static mc_status_t lane_scatter(mc_tcp_peer_t *pe, int fd, uint64_t remote, uint
 
     *stale_p = 0;
     *keep_p  = 0;
-    sent     = lane_send(pe, fd, MC_TE_OPC_READ, NULL, remote, len, gen, NULL, &send_errno);
+    sent     = lane_send(pe, fd, q->opcode, NULL, q->addr, q->len, q->gen, q->tail, &send_errno);
     mc_te_sent_hook_run();
     if (sent < 0)
         return MC_TRANSFER_FAIL;
@@ -2369,15 +2518,15 @@ static mc_status_t lane_scatter(mc_tcp_peer_t *pe, int fd, uint64_t remote, uint
             peer_timed_out(pe);
         return MC_TRANSFER_FAIL;
     }
-    st = answer_check(pe, rb, got, MC_TE_OPC_READ, remote, len, sent > 0, send_errno, &resp,
+    st = answer_check(pe, rb, got, q->opcode, q->addr, q->len, sent > 0, send_errno, &resp,
                       keep_p);
     if (st != MC_OK)
         return st;
-    if (recv_scatter(fd, runs, nruns, &got) != 0) {
+    if (recv_scatter(fd, q->runs, q->nruns, &got) != 0) {
         int e = errno;
         mc_set_error_detail("reading %llu bytes into %zu runs from %s:%u failed after %zu: %s",
-                            (unsigned long long)len, nruns, pe->host, (unsigned)pe->port, got,
-                            strerror(e));
+                            (unsigned long long)q->len, q->nruns, pe->host, (unsigned)pe->port,
+                            got, strerror(e));
         if ((e == EAGAIN) || (e == EWOULDBLOCK))
             peer_timed_out(pe);
         return MC_TRANSFER_FAIL;
@@ -2387,32 +2536,39 @@ static mc_status_t lane_scatter(mc_tcp_peer_t *pe, int fd, uint64_t remote, uint
 }
 
 /* The transport's read_scatter (mc_te_read_scatter_gen): one READ on a
- * pooled lane, retried once on a fresh connection when a reused one turns
- * out dead before answering (as peer_request). */
+ * pooled lane (peer_retry). */
 static mc_status_t tcp_read_scatter(void *priv, void *peer, uint64_t remote, uint64_t len,
                                     uint64_t gen, const struct iovec *runs, size_t nruns)
 {
-    mc_tcp_peer_t *pe = peer;
-    unsigned lane     = lane_get(pe);
-    mc_status_t st    = MC_TRANSFER_FAIL;
+    scatter_req_t q = {MC_TE_OPC_READ, remote, len, gen, NULL, runs, nruns};
+    (void)priv;
+    return peer_retry(peer, lane_scatter, &q);
+}
+
+/* The transport's read_gather (mc_te_read_gather_gen): one READV of the
+ * ranges (1..MC_TE_READV_MAX_RANGES, adding up to @p len, at most
+ * MC_TE_READV_MAX_LEN; the engine checked) on a pooled lane, its answer
+ * received straight into the runs. */
+static mc_status_t tcp_read_gather(void *priv, void *peer, const mc_te_range_t *ranges,
+                                   size_t nranges, uint64_t len, uint64_t gen,
+                                   const struct iovec *runs, size_t nruns)
+{
+    uint8_t *list = malloc(nranges * MC_TE_READV_ENTRY_SIZE);
+    req_tail_t tail;
+    scatter_req_t q = {MC_TE_OPC_READV, nranges, len, gen, &tail, runs, nruns};
+    mc_status_t st;
 
     (void)priv;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int reused = pe->fds[lane] >= 0, stale = 0, keep = 0;
-        if (!reused) {
-            st = lane_connect(pe, lane);
-            if (st != MC_OK)
-                break;
-        }
-        st = lane_scatter(pe, pe->fds[lane], remote, len, gen, runs, nruns, &stale, &keep);
-        if (!keep)
-            lane_drop(pe, lane);
-        if ((st == MC_OK) || !stale || !reused)
-            break;
-        mc_debug("pooled connection to %s:%u was closed by the peer; reconnecting", pe->host,
-                 (unsigned)pe->port);
+    if (list == NULL) {
+        mc_set_error_detail("gathered read: out of memory for %zu ranges", nranges);
+        return MC_INTERNAL_ERROR;
     }
-    lane_put(pe, lane);
+    mc_te_readv_encode(list, ranges, nranges);
+    memset(&tail, 0, sizeof(tail));
+    tail.v[0].iov_base = list;
+    tail.v[0].iov_len  = nranges * MC_TE_READV_ENTRY_SIZE;
+    st                 = peer_retry(peer, lane_scatter, &q);
+    free(list);
     return st;
 }
 
@@ -2511,6 +2667,7 @@ const mc_te_transport_ops_t mc_tcp_transport_ops = {
     .xfer_run   = tcp_xfer_run,
     .xfer_spread = tcp_xfer_spread,
     .read_scatter = tcp_read_scatter,
+    .read_gather = tcp_read_gather,
     .disk_read  = tcp_disk_read,
     .runs_sent_hook = 1,
 };
