@@ -1360,6 +1360,7 @@ START_TEST(test_descriptor_codec)
         "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[{\"addr\":18446744073709551615,\"length\":4}]}",
         "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[{\"addr\":100,\"length\":50},{\"addr\":120,\"length\":4}]}",
         "{\"name\":\"a:1\",\"name\":\"b:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"buffers\":[]}",
+        "{\"name\":\"a:1\",\"protocol\":\"tcp\",\"tcp_data_port\":1,\"tcp_readv\":1,\"buffers\":[]}",
     };
     for (size_t i = 0; i < MC_ARRAY_SIZE(bad); i++) {
         mc_te_desc_t x;
@@ -1374,7 +1375,20 @@ START_TEST(test_descriptor_codec)
                      "[{\"name\":\"cpu:0\",\"addr\":4096,\"length\":4096}]}";
     ck_assert_status_ok(mc_te_desc_decode(up, strlen(up), &back));
     ck_assert_uint_eq(back.tcp_data_port, 9);
+    ck_assert_int_eq(back.tcp_readv, 0); /* an engine that does not offer READV */
     mc_te_desc_cleanup(&back);
+    /* "tcp_readv" round-trips; absent when not offered */
+    d.tcp_readv = 1;
+    ck_assert_status_ok(mc_te_desc_encode(&d, &json, &len));
+    ck_assert_msg(strstr(json, "\"tcp_readv\":true") != NULL, "tcp_readv in %s", json);
+    ck_assert_status_ok(mc_te_desc_decode(json, len, &back));
+    free(json);
+    ck_assert_int_eq(back.tcp_readv, 1);
+    mc_te_desc_cleanup(&back);
+    d.tcp_readv = 0;
+    ck_assert_status_ok(mc_te_desc_encode(&d, &json, &len));
+    ck_assert_msg(strstr(json, "tcp_readv") == NULL, "no tcp_readv in %s", json);
+    free(json);
 }
 END_TEST
 
