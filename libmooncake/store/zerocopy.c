@@ -710,7 +710,8 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
     }
     if (nggr > 0) {
         gather_out_t go = {granges, 0, sruns + nsruns, &nsruns, sc, &nsc, gread,
-                           s->te->cfg.slice_size, 0, 0, 0, 0};
+                           MC_MIN(s->te->cfg.slice_size, (uint64_t)MC_TE_READV_MAX_LEN), 0, 0,
+                           0, 0};
         size_t base     = nsruns;
         nsruns          = 0; /* counted from sruns + base by the builder */
         gather_build(&go, ggr, nggr, pieces);

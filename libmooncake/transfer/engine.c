@@ -1977,6 +1977,18 @@ static mc_status_t gather_as_requests(mc_te_t *te, mc_te_segment_id_t segment, u
     return st;
 }
 
+/* The first of ranges[0..n) that the segment's descriptor does not hold
+ * (one lock for all: a READV names up to 1024), or n. */
+static size_t segment_lacks_range(mc_te_segment_t *s, const mc_te_range_t *ranges, size_t n)
+{
+    size_t i = 0;
+    pthread_mutex_lock(&s->desc_mu);
+    while ((i < n) && mc_te_desc_contains(&s->desc, ranges[i].addr, ranges[i].len))
+        i++;
+    pthread_mutex_unlock(&s->desc_mu);
+    return i;
+}
+
 /* The opened segment a @p kind read names; NULL, detail set, when it was
  * never opened. */
 static mc_te_segment_t *read_segment(mc_te_t *te, mc_te_segment_id_t segment, const char *kind)
@@ -2121,16 +2133,14 @@ mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint6
         st = gather_as_requests(te, segment, gen, ranges, nranges, runs, nruns);
         goto out;
     }
-    for (size_t i = 0, refreshed = 0; i < nranges; i++) {
-        if (!segment_has_range(s, ranges[i].addr, ranges[i].len)) {
-            /* the peer may have registered more since we looked: ask once */
-            st        = refreshed ? MC_OK : segment_refresh(te, s);
-            refreshed = 1;
-            if ((st == MC_OK) && !segment_has_range(s, ranges[i].addr, ranges[i].len))
-                st = range_refused(MC_TE_READ, s->name, ranges[i].addr, ranges[i].len);
-            if (st != MC_OK)
-                goto out;
-        }
+    if (segment_lacks_range(s, ranges, nranges) < nranges) {
+        /* the peer may have registered more since we looked: ask once */
+        size_t i;
+        st = segment_refresh(te, s);
+        if ((st == MC_OK) && ((i = segment_lacks_range(s, ranges, nranges)) < nranges))
+            st = range_refused(MC_TE_READ, s->name, ranges[i].addr, ranges[i].len);
+        if (st != MC_OK)
+            goto out;
     }
     __atomic_add_fetch(&te->readv_ops, 1, __ATOMIC_RELAXED);
     st = te->tp_ops->read_gather(te->tp, s->peer, ranges, nranges, total, gen, runs, nruns);
