@@ -727,6 +727,86 @@ START_TEST(test_gather_refused)
 }
 END_TEST
 
+/*
+ * The holder's region goes away while a job's gathered reads run
+ * (unregistered from another thread, 2 ms in, eight times): each READV
+ * either lands exactly its interleaved rows or fails with a refusal or a
+ * transfer failure, and the job ends.  The first round unregisters before
+ * the job: every read refused, no byte written.
+ */
+START_TEST(test_gather_job_region_gone_midway)
+{
+    enum { NG = 8, ROWS = 256, ROW = 2048 };
+    size_t cap = 8u << 20, part = 2 * ROWS * ROW;
+    uint8_t *src = malloc(cap), *dst = malloc(NG * part), *stream = malloc(NG * part);
+    mc_te_range_t *rg = malloc(NG * 2 * ROWS * sizeof(*rg));
+    int failed_first = 0;
+
+    te_fill(src, cap, 35);
+    ck_assert_status_ok(mc_te_mem_reg(A, dst, NG * part, "", 0));
+    for (int round = 0; round < 8; round++) {
+        mc_te_scatter_t sc[NG];
+        struct iovec one[NG];
+        mc_status_t st[NG];
+        mc_te_job_h job = NULL;
+        dereg_arg_t d = {src, 0};
+        pthread_t th;
+        pair_t p = {src, dst, cap, NG * part, 0};
+
+        memset(dst, FILL, NG * part);
+        ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1,
+                                              GEN_G));
+        p.seg = te_open(A, B);
+        for (int k = 0; k < NG; k++) {
+            /* object pair k: X at k MiB, Y 512 KiB after it */
+            uint64_t t = 0;
+            for (size_t r = 0; r < ROWS; r++) {
+                rg[k * 2 * ROWS + 2 * r] = (mc_te_range_t){REM(&p, (size_t)k * (1u << 20) + r * ROW),
+                                                           ROW};
+                rg[k * 2 * ROWS + 2 * r + 1] = (mc_te_range_t){
+                    REM(&p, (size_t)k * (1u << 20) + (512u << 10) + r * ROW), ROW};
+                memcpy(stream + k * part + t, src + k * (1u << 20) + r * ROW, ROW);
+                memcpy(stream + k * part + t + ROW, src + k * (1u << 20) + (512u << 10) + r * ROW,
+                       ROW);
+                t += 2 * ROW;
+            }
+            one[k] = (struct iovec){dst + k * part, part};
+            sc[k]  = (mc_te_scatter_t){p.seg, 0, GEN_G, &one[k], 1, &rg[k * 2 * ROWS], 2 * ROWS};
+        }
+        if (round == 0)
+            ck_assert_status_ok(mc_te_mem_dereg(B, src));
+        ck_assert_status_ok(mc_te_transfer_submit_scatter_gen(A, NULL, NULL, 0, sc, NG, &job));
+        if (round > 0)
+            ck_assert_int_eq(pthread_create(&th, NULL, dereg_main, &d), 0);
+        (void)job_finish(job, st);
+        if (round > 0) {
+            pthread_join(th, NULL);
+            ck_assert_msg(d.done, "unregistering the holder's region failed");
+        }
+        for (int k = 0; k < NG; k++) {
+            if (st[k] == MC_OK) {
+                ck_assert_msg(memcmp(dst + k * part, stream + k * part, part) == 0,
+                              "READV %d reported success with other bytes (round %d)", k,
+                              round);
+            } else {
+                ck_assert_msg((st[k] == MC_INVALID_READ) || (st[k] == MC_TRANSFER_FAIL),
+                              "read %d: %s", k, mc_status_name(st[k]));
+                if (round == 0) {
+                    ck_assert(all_fill(dst + k * part, part));
+                    failed_first++;
+                }
+            }
+        }
+    }
+    ck_assert_int_eq(failed_first, NG);
+    ck_assert_status_ok(mc_te_mem_dereg(A, dst));
+    free(rg);
+    free(stream);
+    free(src);
+    free(dst);
+}
+END_TEST
+
 /* A raw connection to @p port. */
 static int raw_connect(uint16_t port)
 {
@@ -1070,6 +1150,7 @@ Suite *mc_test_scatter_suite(void)
     tcase_add_test(tc, test_scatter_job_region_gone_midway);
     tcase_add_test(tc, test_gather_interleaved_rows);
     tcase_add_test(tc, test_gather_refused);
+    tcase_add_test(tc, test_gather_job_region_gone_midway);
     tcase_add_test(tc, test_readv_hostile_frames);
     tcase_add_test(tc, test_gather_holder_without_readv);
     suite_add_tcase(s, tc);
