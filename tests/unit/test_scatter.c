@@ -378,6 +378,28 @@ static void *dereg_main(void *arg)
     return NULL;
 }
 
+/* Run the reads sc[0..n) in a job while the holder's region at @p src
+ * goes away: unregistered before the job in round 0, 2 ms into it (from
+ * another thread) after; their statuses in @p st. */
+static void job_race(const mc_te_scatter_t *sc, size_t n, uint8_t *src, int round,
+                     mc_status_t *st)
+{
+    dereg_arg_t d = {src, 0};
+    mc_te_job_h job = NULL;
+    pthread_t th;
+
+    if (round == 0)
+        ck_assert_status_ok(mc_te_mem_dereg(B, src));
+    ck_assert_status_ok(mc_te_transfer_submit_scatter_gen(A, NULL, NULL, 0, sc, n, &job));
+    if (round > 0)
+        ck_assert_int_eq(pthread_create(&th, NULL, dereg_main, &d), 0);
+    (void)job_finish(job, st);
+    if (round > 0) {
+        pthread_join(th, NULL);
+        ck_assert_msg(d.done, "unregistering the holder's region failed");
+    }
+}
+
 /*
  * The holder's region goes away while a job's cut scattered reads run
  * (unregistered from another thread): every read either holds exactly its
@@ -400,10 +422,7 @@ START_TEST(test_scatter_job_region_gone_midway)
         mc_te_scatter_t sc[NSC];
         size_t n[NSC], t[NSC];
         mc_status_t st[NSC];
-        mc_te_job_h job = NULL;
         mc_te_segment_id_t seg;
-        dereg_arg_t d = {src, 0};
-        pthread_t th;
 
         memset(dst, FILL, dcap);
         ck_assert_status_ok(mc_te_mem_reg_gen(B, src, cap, "", MC_TE_MEM_REMOTE_ACCESS, -1,
@@ -416,16 +435,7 @@ START_TEST(test_scatter_job_region_gone_midway)
                                       &runs[k * RUNS], n[k], NULL, 0};
             ck_assert_uint_le((size_t)k * t[0] + t[k], cap);
         }
-        if (round == 0) /* gone before the job: every read refused */
-            ck_assert_status_ok(mc_te_mem_dereg(B, src));
-        ck_assert_status_ok(mc_te_transfer_submit_scatter_gen(A, NULL, NULL, 0, sc, NSC, &job));
-        if (round > 0)
-            ck_assert_int_eq(pthread_create(&th, NULL, dereg_main, &d), 0);
-        (void)job_finish(job, st);
-        if (round > 0) {
-            pthread_join(th, NULL);
-            ck_assert_msg(d.done, "unregistering the holder's region failed");
-        }
+        job_race(sc, NSC, src, round, st); /* round 0: gone before the job */
         for (int k = 0; k < NSC; k++) {
             if (st[k] == MC_OK) {
                 check_scattered(dst + k * part, part, &runs[k * RUNS], n[k],
@@ -748,9 +758,6 @@ START_TEST(test_gather_job_region_gone_midway)
         mc_te_scatter_t sc[NG];
         struct iovec one[NG];
         mc_status_t st[NG];
-        mc_te_job_h job = NULL;
-        dereg_arg_t d = {src, 0};
-        pthread_t th;
         pair_t p = {src, dst, cap, NG * part, 0};
 
         memset(dst, FILL, NG * part);
@@ -773,16 +780,7 @@ START_TEST(test_gather_job_region_gone_midway)
             one[k] = (struct iovec){dst + k * part, part};
             sc[k]  = (mc_te_scatter_t){p.seg, 0, GEN_G, &one[k], 1, &rg[k * 2 * ROWS], 2 * ROWS};
         }
-        if (round == 0)
-            ck_assert_status_ok(mc_te_mem_dereg(B, src));
-        ck_assert_status_ok(mc_te_transfer_submit_scatter_gen(A, NULL, NULL, 0, sc, NG, &job));
-        if (round > 0)
-            ck_assert_int_eq(pthread_create(&th, NULL, dereg_main, &d), 0);
-        (void)job_finish(job, st);
-        if (round > 0) {
-            pthread_join(th, NULL);
-            ck_assert_msg(d.done, "unregistering the holder's region failed");
-        }
+        job_race(sc, NG, src, round, st);
         for (int k = 0; k < NG; k++) {
             if (st[k] == MC_OK) {
                 ck_assert_msg(memcmp(dst + k * part, stream + k * part, part) == 0,
