@@ -2144,6 +2144,16 @@ mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint6
     }
     __atomic_add_fetch(&te->readv_ops, 1, __ATOMIC_RELAXED);
     st = te->tp_ops->read_gather(te->tp, s->peer, ranges, nranges, total, gen, runs, nruns);
+    if ((st == MC_TRANSFER_FAIL) && (segment_refresh(te, s) == MC_OK) &&
+        !mc_te_read_gather_native(te, segment)) {
+        /* The holder closed the connection unanswered and no longer offers
+         * READV: it came back as a release without it (or with
+         * MC_TE_READV=0) under the same name.  The ranges one by one; the
+         * runs are written again whole. */
+        mc_debug("%s no longer offers gathered reads: reading %zu ranges one by one", s->name,
+                 nranges);
+        st = gather_as_requests(te, segment, gen, ranges, nranges, runs, nruns);
+    }
     if (st != MC_OK)
         mc_debug("gathered read of %llu bytes in %zu ranges from 0x%llx on %s failed: %s",
                  (unsigned long long)total, nranges, (unsigned long long)ranges[0].addr,

@@ -973,6 +973,39 @@ START_TEST(test_gather_holder_without_readv)
 }
 END_TEST
 
+/*
+ * A holder that stops offering READV after the reader took its descriptor
+ * (it came back as a release without the opcode, under the same name):
+ * the READV sent on the old descriptor finds the connection closed, the
+ * reader asks for the descriptor again and reads the ranges one by one --
+ * the bytes land, no error reaches the caller.
+ */
+START_TEST(test_gather_holder_drops_readv)
+{
+    enum { ROWS = 200, RX = 1024, RY = 512 };
+    mc_te_range_t *rg = malloc(2 * ROWS * sizeof(*rg));
+    uint8_t *stream   = malloc(ROWS * (RX + RY));
+    struct iovec one;
+    uint64_t total, ops0;
+    pair_t p;
+
+    pair_open(&p, 2u << 20, 2u << 20, 35, GEN_G);
+    ck_assert_int_eq(mc_te_read_gather_native(A, p.seg), 1);
+    total = interleave(&p, ROWS, RX, 1u << 20, RY, rg, stream);
+    one   = (struct iovec){p.dst, (size_t)total};
+    B->readv_enabled = 0; /* what a holder without the opcode serves and describes */
+    ops0             = __atomic_load_n(&A->readv_ops, __ATOMIC_RELAXED);
+    ck_assert_status_ok(mc_te_read_gather_gen(A, p.seg, GEN_G, rg, 2 * ROWS, &one, 1));
+    check_scattered(p.dst, p.dcap, &one, 1, stream);
+    ck_assert_uint_eq(__atomic_load_n(&A->readv_ops, __ATOMIC_RELAXED), ops0 + 1);
+    ck_assert_int_eq(mc_te_read_gather_native(A, p.seg), 0);
+    B->readv_enabled = 1;
+    pair_close(&p);
+    free(rg);
+    free(stream);
+}
+END_TEST
+
 /* ---- the store's ranged read over TCP ---------------------------------- */
 
 static void store_params(mc_store_params_t *p, const char *master_addr, uint64_t seg)
@@ -1151,6 +1184,7 @@ Suite *mc_test_scatter_suite(void)
     tcase_add_test(tc, test_gather_job_region_gone_midway);
     tcase_add_test(tc, test_readv_hostile_frames);
     tcase_add_test(tc, test_gather_holder_without_readv);
+    tcase_add_test(tc, test_gather_holder_drops_readv);
     suite_add_tcase(s, tc);
     tc = tcase_create("store");
     tcase_set_timeout(tc, 60);
