@@ -3,7 +3,10 @@
  * mc_fastcopy_gather(): every source lands at its prefix-sum offset, for
  * one thread and for many (ranges that start and end inside sources,
  * empty sources, more threads than sources), nothing past the total is
- * written, and bad arguments are refused before a byte moves.
+ * written, and bad arguments are refused before a byte moves.  And
+ * mc_copy_stream(), the row copy of the same-host paths: every
+ * destination and source alignment and length around its thresholds
+ * copies exactly the row.
  */
 #include "config.h"
 
@@ -13,6 +16,8 @@
 #include <mooncake/fastcopy.h>
 
 #include "check_suites.h"
+#include "common/copy.h"
+#include "common/util.h"
 
 #define NSRC 97
 
@@ -94,12 +99,49 @@ START_TEST(test_gather_refusals)
 }
 END_TEST
 
+/* Rows at every offset within two cache lines, of lengths on both sides
+ * of the streaming threshold and of a line: the row lands whole (its
+ * streamed lines included, once fenced) and not a byte before or after. */
+START_TEST(test_copy_stream_alignments)
+{
+    static const size_t lens[] = {0,   1,   63,  64,  65,  255, 256, 257,
+                                  319, 320, 321, 383, 1000, 4100, 8195, 12288};
+    enum { PAD = 192 };
+    const size_t cap = 12288 + 2 * PAD + 128;
+    uint8_t *src     = malloc(cap), *dst = aligned_alloc(64, cap), *want = malloc(cap);
+
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(dst);
+    ck_assert_ptr_nonnull(want);
+    for (size_t i = 0; i < cap; i++)
+        src[i] = (uint8_t)(i * 7 + 3);
+    for (size_t l = 0; l < MC_ARRAY_SIZE(lens); l++) {
+        for (size_t d = 0; d < 128; d++) {
+            for (size_t so = 0; so < 64; so += 13) {
+                memset(dst, 0xa5, cap);
+                memset(want, 0xa5, cap);
+                memcpy(want + PAD + d, src + so, lens[l]);
+                mc_copy_stream(dst + PAD + d, src + so, lens[l]);
+                mc_copy_stream_fence();
+                ck_assert_msg(memcmp(dst, want, cap) == 0,
+                              "a %zu-byte row to offset %zu from offset %zu differs", lens[l], d,
+                              so);
+            }
+        }
+    }
+    free(src);
+    free(dst);
+    free(want);
+}
+END_TEST
+
 Suite *mc_test_fastcopy_suite(void)
 {
     Suite *s  = suite_create("fastcopy");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_gather_single_and_threaded);
     tcase_add_test(tc, test_gather_refusals);
+    tcase_add_test(tc, test_copy_stream_alignments);
     suite_add_tcase(s, tc);
     return s;
 }
