@@ -37,8 +37,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/dummy_internal.h"
-#include "store/read_internal.h"
+#include "store/dummy/dummy.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
 
 void (*mc_store_commit_test_hook)(mc_store_h s, const char *commit_key);

@@ -2,32 +2,32 @@
 libmooncake_internal_la_SOURCES += \
 	libmooncake/store/store_internal.h \
 	libmooncake/store/master_client.c libmooncake/store/master_client.h \
-	libmooncake/store/segment.c \
-	libmooncake/store/worker.c \
-	libmooncake/store/heartbeat.c \
-	libmooncake/store/query.c \
-	libmooncake/store/loc_cache.c libmooncake/store/loc_cache.h \
 	libmooncake/store/store.c \
 	libmooncake/store/commit.c \
 	libmooncake/store/reserve.c \
-	libmooncake/store/replica.c \
-	libmooncake/store/hostmem.c \
-	libmooncake/store/read_internal.h \
-	libmooncake/store/zerocopy.c \
-	libmooncake/store/buffer.c \
-	libmooncake/store/session.c \
-	libmooncake/store/mount.c \
-	libmooncake/store/nof.c \
-	libmooncake/store/tasks.c \
-	libmooncake/store/disk.c libmooncake/store/disk.h \
-	libmooncake/store/dfs.c libmooncake/store/dfs.h \
-	libmooncake/store/dummy_wire.h libmooncake/store/dummy_internal.h \
-	libmooncake/store/dummy_client.c \
-	libmooncake/store/dummy_decode.c \
-	libmooncake/store/dummy_server.c \
 	libmooncake/store/metrics.c libmooncake/store/metrics.h \
-	libmooncake/store/http.c \
-	libmooncake/store/async.c \
+	libmooncake/store/read/read.h \
+	libmooncake/store/read/query.c \
+	libmooncake/store/read/loc_cache.c libmooncake/store/read/loc_cache.h \
+	libmooncake/store/read/replica.c \
+	libmooncake/store/read/zerocopy.c \
+	libmooncake/store/read/buffer.c \
+	libmooncake/store/segments/segment.c \
+	libmooncake/store/segments/mount.c \
+	libmooncake/store/sessions/session.c \
+	libmooncake/store/threads/worker.c \
+	libmooncake/store/threads/heartbeat.c \
+	libmooncake/store/threads/tasks.c \
+	libmooncake/store/threads/http.c \
+	libmooncake/store/threads/async.c \
+	libmooncake/store/tiers/disk.c libmooncake/store/tiers/disk.h \
+	libmooncake/store/tiers/dfs.c libmooncake/store/tiers/dfs.h \
+	libmooncake/store/tiers/nof.c \
+	libmooncake/store/dummy/wire.h libmooncake/store/dummy/dummy.h \
+	libmooncake/store/dummy/dummy_client.c \
+	libmooncake/store/dummy/dummy_decode.c \
+	libmooncake/store/dummy/dummy_server.c \
+	libmooncake/store/dummy/hostmem.c \
 	$(NULL)
 
 # examples/hello.c: the smallest complete client, built (not installed)

@@ -48,10 +48,10 @@
 #include "common/log.h"
 #include "common/regex_limit.h"
 #include "transfer/engine.h"
-#include "store/dfs.h"
-#include "store/disk.h"
-#include "store/dummy_internal.h"
-#include "store/read_internal.h"
+#include "store/tiers/dfs.h"
+#include "store/tiers/disk.h"
+#include "store/dummy/dummy.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
 
 #define MC_DEFAULT_SEGMENT_SIZE (16ull << 20)

@@ -56,7 +56,7 @@ $cc $cflags $san -o "$work/fuzz_tensor" "$src/tests/fuzz/fuzz_tensor.c" \
     "$src/libmooncake/tensor/tensor.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_dummy" "$src/tests/fuzz/fuzz_dummy.c" \
-    "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
+    "$src/libmooncake/store/dummy/dummy_decode.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_oplog" "$src/tests/fuzz/fuzz_oplog.c" \
     "$src/mooncake-master/durability/oplog.c" $common -lm -lpthread
@@ -97,7 +97,7 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
     "$src/libmooncake/tensor/tensor.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
-    "$src/libmooncake/store/dummy_decode.c" $common -lm -lpthread
+    "$src/libmooncake/store/dummy/dummy_decode.c" $common -lm -lpthread
 
 targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_te_disk fuzz_http_meta fuzz_rdma_hs fuzz_auth fuzz_msgpack fuzz_etcd_pb"
 for t in $targets; do mkdir -p "$work/corpus-$t"; done

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target for the dummy server's request decoding
- * (libmooncake/store/dummy_decode.c, run by dummy_server.c on every frame a
+ * (libmooncake/store/dummy/dummy_decode.c, run by dummy_server.c on every frame a
  * dummy sends; docs/protocol.md §8).  tests/fuzz/build.sh builds and runs it.
  *
  * Input: u64 size[4] (a session's region sizes: the two of HELLO and two
@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/dummy_internal.h"
-#include "store/dummy_wire.h"
+#include "store/dummy/dummy.h"
+#include "store/dummy/wire.h"
 
 #define FUZZ_NREGIONS 4u /* sizes in the input */
 #define SIZES_LEN (sizeof(uint64_t) * FUZZ_NREGIONS)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The completion queue of a store handle (mc_store_aq_*, store/async.c)
+ * The completion queue of a store handle (mc_store_aq_*, store/threads/async.c)
  * against a real mooncake_master: its eventfd is readable exactly while
  * completions wait; every request gets the result its single call gives,
  * also inside a coalesced burst with misses and bad arguments; the batch

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The host-memory allocator's registry (libmooncake/store/hostmem.c): every
+ * The host-memory allocator's registry (libmooncake/store/dummy/hostmem.c): every
  * block is a sealed memfd that a dummy client can hand to its real client,
  * and mc_host_mem_find() tells register_buffer which block holds an
  * address, so that only whole blocks are registered.
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "check_suites.h"
-#include "store/dummy_internal.h"
+#include "store/dummy/dummy.h"
 
 START_TEST(test_find_names_the_block_holding_an_address)
 {

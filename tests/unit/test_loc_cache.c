@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The store client's location cache (libmooncake/store/loc_cache.c) on its
+ * The store client's location cache (libmooncake/store/read/loc_cache.c) on its
  * own: entries live until their deadline, a hit copies the blob out, an
  * invalidation that happened after a lookup was asked for keeps its answer
  * out, the size is bounded least recently used first, and the setting is
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check_suites.h"
-#include "store/loc_cache.h"
+#include "store/read/loc_cache.h"
 
 static void *get(mc_loc_cache_t *c, const char *key, uint64_t now, size_t *len_p)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The client's SSD tier (libmooncake/store/disk.c, docs/tiers.md) through
+ * The client's SSD tier (libmooncake/store/tiers/disk.c, docs/tiers.md) through
  * the public API, against a real mooncake_master --enable_offload and real
  * bucket files in a temporary directory.  The Python suite
  * (tests/python/test_tiers.py) covers the same ground across processes;
@@ -25,7 +25,7 @@
 #include "common/buf.h"
 #include "common/crc32c.h"
 #include "master_proc.h"
-#include "store/disk.h"
+#include "store/tiers/disk.h"
 
 static mc_test_master_t master;
 static mc_store_h store;

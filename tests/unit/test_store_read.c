@@ -32,7 +32,7 @@
 #include "check_suites.h"
 #include "master_proc.h"
 #include "common/util.h"
-#include "store/read_internal.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
 
 static mc_test_master_t master;

@@ -1195,7 +1195,7 @@ MC_API void mc_store_dummy_server_stop(mc_store_dummy_server_h server);
 /* ======================================================================
  * Asynchronous completion queue: submit now, reap the completions when an
  * eventfd says they are there.  docs: the comment at the top of
- * libmooncake/store/async.c.
+ * libmooncake/store/threads/async.c.
  * ====================================================================== */
 
 /** Opaque completion queue of a store handle. @since 0.2 */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/dummy_internal.h"
+#include "store/dummy/dummy.h"
 
 int mc_dummy_hdr_check(const mc_dummy_hdr_t *h)
 {

@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/dummy_internal.h"
-#include "store/read_internal.h"
+#include "store/dummy/dummy.h"
+#include "store/read/read.h"
 
 /*
  * Every segment a query names is reached through this process's transfer

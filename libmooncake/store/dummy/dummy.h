@@ -17,7 +17,7 @@
 
 #include <mooncake/store.h>
 
-#include "store/dummy_wire.h"
+#include "store/dummy/wire.h"
 
 typedef struct mc_dummy mc_dummy_t;
 

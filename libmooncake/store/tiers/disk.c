@@ -70,7 +70,7 @@
 #include "common/crc32c.h"
 #include "common/dfs_layout.h"
 #include "common/log.h"
-#include "store/disk.h"
+#include "store/tiers/disk.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 

@@ -49,7 +49,7 @@
 #include <mooncake/store.h>
 
 #include "common/log.h"
-#include "store/dummy_internal.h"
+#include "store/dummy/dummy.h"
 
 /* linux/memfd.h's huge page size encodings, for older C libraries */
 #ifndef MFD_HUGE_SHIFT

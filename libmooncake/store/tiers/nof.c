@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/read_internal.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 

@@ -56,9 +56,9 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/disk.h"
-#include "store/dummy_internal.h"
-#include "store/read_internal.h"
+#include "store/tiers/disk.h"
+#include "store/dummy/dummy.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 

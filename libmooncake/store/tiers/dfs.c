@@ -31,8 +31,8 @@
 #include "common/crc32c.h"
 #include "common/dfs_layout.h"
 #include "common/log.h"
-#include "store/dfs.h"
-#include "store/disk.h"
+#include "store/tiers/dfs.h"
+#include "store/tiers/disk.h"
 #include "store/store_internal.h"
 
 mc_status_t mc_store_dfs_init(mc_store_h s)

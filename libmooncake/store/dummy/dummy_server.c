@@ -31,8 +31,8 @@
 #include "alloc/offset_alloc.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "store/dummy_internal.h"
-#include "store/dummy_wire.h"
+#include "store/dummy/dummy.h"
+#include "store/dummy/wire.h"
 #include "store/store_internal.h"
 #include "transfer/shm/shm.h"
 

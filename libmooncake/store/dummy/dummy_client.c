@@ -39,8 +39,8 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "store/dummy_internal.h"
-#include "store/dummy_wire.h"
+#include "store/dummy/dummy.h"
+#include "store/dummy/wire.h"
 #include "store/store_internal.h"
 
 #define DUMMY_SETUP_TIMEOUT_MS 5000

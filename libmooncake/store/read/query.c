@@ -40,11 +40,11 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "store/dfs.h"
-#include "store/disk.h"
-#include "store/loc_cache.h"
-#include "store/read_internal.h"
-#include "store/dummy_internal.h"
+#include "store/tiers/dfs.h"
+#include "store/tiers/disk.h"
+#include "store/read/loc_cache.h"
+#include "store/read/read.h"
+#include "store/dummy/dummy.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 

@@ -37,8 +37,8 @@
 
 #include "common/cuda.h"
 #include "common/log.h"
-#include "store/loc_cache.h"
-#include "store/read_internal.h"
+#include "store/read/loc_cache.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 

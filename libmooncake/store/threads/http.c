@@ -32,8 +32,8 @@
 #include <mooncake/mooncake.h>
 
 #include "common/log.h"
-#include "store/loc_cache.h"
-#include "store/read_internal.h"
+#include "store/read/loc_cache.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
 
 struct mc_store_http {

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "store/dummy_internal.h"
+#include "store/dummy/dummy.h"
 #include "store/store_internal.h"
 
 static uint64_t page_size(void)

@@ -16,7 +16,7 @@
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "store/loc_cache.h"
+#include "store/read/loc_cache.h"
 
 typedef struct loc_entry {
     mc_hnode_t node;

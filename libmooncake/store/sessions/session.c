@@ -31,8 +31,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/dummy_internal.h"
-#include "store/read_internal.h"
+#include "store/dummy/dummy.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 

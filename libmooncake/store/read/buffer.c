@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/read_internal.h"
-#include "store/dummy_internal.h"
+#include "store/read/read.h"
+#include "store/dummy/dummy.h"
 #include "store/store_internal.h"
 
 #define MC_BUF_STACK 64
