@@ -47,12 +47,13 @@
 #include "common/cuda.h"
 #include "common/log.h"
 #include "common/regex_limit.h"
-#include "transfer/engine.h"
-#include "store/tiers/dfs.h"
-#include "store/tiers/disk.h"
 #include "store/dummy/dummy.h"
 #include "store/read/read.h"
+#include "store/segments/segments.h"
 #include "store/store_internal.h"
+#include "store/threads/threads.h"
+#include "store/tiers/tiers.h"
+#include "transfer/engine.h"
 
 #define MC_DEFAULT_SEGMENT_SIZE (16ull << 20)
 #define MC_DEFAULT_LOCAL_BUFFER_SIZE (16ull << 20)

@@ -264,46 +264,6 @@ mc_status_t mc_store_config_check(const mc_replicate_config_t *cfg, size_t nkeys
 void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel, size_t nsel,
                              mc_str_t *gids, mc_wire_config_t *w);
 
-/* segment.c: global segment and local buffer.  Called with `life` held
- * for writing (setup/close). */
-mc_status_t mc_store_segment_add(mc_store_h s, uint64_t size);
-/* INVALID_PARAMS (with the detail set) when @p size is more than the
- * host's RAM and swap together; @p what names the setting. */
-mc_status_t mc_store_segment_size_check(uint64_t size, const char *what);
-/* How shared memory this client maps is faulted in: MC_STORE_POPULATE (1,
- * the default: all at once when mapped; 0: each page on first touch) and
- * MC_STORE_POPULATE_THREADS (1..64; default the CPUs available, at most
- * 8).  *threads_p (unless NULL: a check) is 0 when off.  INVALID_PARAMS, logged and naming the
- * variable, for any other value.  mc_store_populate: mc_populate() of a
- * fresh mapping as those say (best effort: a declined range is logged). */
-mc_status_t mc_store_populate_config(unsigned *threads_p);
-void mc_store_populate(void *base, size_t len);
-/* Map seg->map_len bytes of fresh shared memory (a sealed memfd when the
- * kernel allows, seg->fd; anonymous memory otherwise, seg->fd -1) at
- * seg->base, populated (mc_store_populate).  @p fail_status with a detail
- * on failure. */
-mc_status_t mc_store_segment_map(mc_store_segment_t *seg, mc_status_t fail_status);
-void mc_store_segments_release(mc_store_h s);
-/* Register @p seg (mapped by the caller: base, map_len, fd, size, id,
- * kind) with the engine under @p location, MOUNT_SEGMENT it and record it.
- * On failure the mapping is released.  Any thread holding `life`. */
-mc_status_t mc_store_segment_attach(mc_store_h s, mc_store_segment_t *seg,
-                                    const char *location);
-/* Unregister and unmap a segment no longer recorded in s->segs. */
-void mc_store_segment_unmap(mc_store_h s, mc_store_segment_t *seg);
-/* mount.c: UNMOUNT_SEGMENT and unmap every draining segment whose grace
- * period is over (heartbeat thread, on its own connection). */
-void mc_store_segments_reap(mc_store_h s, mc_mconn_t *conn);
-/* Copy the segment list for REMOUNT_SEGMENTS into @p arena; with @p fence,
- * each segment first moves to a fence of its own (mc_te_gen_fence). */
-mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
-                                      mc_wire_segment_list_t *list, int fence);
-mc_status_t mc_store_lbuf_init(mc_store_h s, uint64_t size);
-void mc_store_lbuf_cleanup(mc_store_h s);
-/* Lease @p size bytes of the staging buffer (thread-safe). */
-mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,
-                                mc_alloc_block_t *block_p);
-void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block);
 /* Over rdma, memory the engine does not know has no lkey, so a transfer
  * from or into it with a peer on another host would go over tcp
  * (docs/transfer.md §12.0): 1 when [@p base, +@p len) should go through a
@@ -311,53 +271,5 @@ void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block);
  * the staging buffer, segment @p seg not reached by copies). */
 int mc_store_rdma_stage_wanted(mc_store_h s, const void *base, size_t len,
                                mc_te_segment_id_t seg);
-
-/* zerocopy.c: 1 when [p, p+len) lies inside one buffer registered with
- * mc_store_register_buffer() or inside the local buffer, else 0.  Every
- * zero-copy entry point checks its buffers with this before any I/O. */
-int mc_store_mem_is_usable(mc_store_h s, const void *p, size_t len);
-
-/* worker.c.  start: runs @p main_fn(@p arg) on a new thread.  stop: sets
- * the flag, shuts the connection down and joins.  wait_*: 1 when stopping.
- * conn: the thread's connection, dialled when there is none; NULL when the
- * master cannot be reached or the worker is stopping.  Only the worker's
- * own thread calls conn and drop_conn. */
-mc_status_t mc_store_worker_start(mc_store_worker_t *w, const char *name, unsigned interval_ms,
-                                  void *(*main_fn)(void *), void *arg);
-void mc_store_worker_stop(mc_store_worker_t *w);
-int mc_store_worker_stopping(mc_store_worker_t *w);
-int mc_store_worker_wait_until(mc_store_worker_t *w, const struct timespec *deadline);
-int mc_store_worker_wait_ms(mc_store_worker_t *w, unsigned ms);
-/* Advance the CLOCK_MONOTONIC time @p ts by @p ms. */
-void mc_store_worker_deadline(struct timespec *ts, unsigned ms);
-mc_mconn_t *mc_store_worker_conn(mc_store_worker_t *w, const mc_master_target_t *target);
-void mc_store_worker_drop_conn(mc_store_worker_t *w);
-/* The environment variable @p name as milliseconds in [lo, hi]; @p def
- * when unset, and with a warning when malformed. */
-unsigned mc_store_env_interval_ms(const char *name, unsigned def, unsigned lo, unsigned hi);
-
-/* heartbeat.c */
-mc_status_t mc_store_heartbeat_start(mc_store_h s);
-void mc_store_heartbeat_stop(mc_store_h s);
-
-/* tasks.c: the executor thread; it never takes `life` (close stops it
- * before tearing anything down) and only polls while s->nsegs > 0. */
-mc_status_t mc_store_tasks_start(mc_store_h s);
-void mc_store_tasks_stop(mc_store_h s);
-
-/* http.c: the client HTTP server on its own thread and libevent base,
- * listening on 0.0.0.0:@p port (MC_INVALID_PARAMS with a detail when it
- * cannot bind).  stop accepts NULL; never call it holding `life`. */
-typedef struct mc_store_http mc_store_http_t;
-mc_status_t mc_store_http_start(mc_store_h s, uint16_t port, mc_store_http_t **h_p);
-void mc_store_http_stop(mc_store_http_t *h);
-
-/* ---- NoF segments (nof.c, docs/tiers.md §8) ---- */
-/* REMOUNT_NOF_SEGMENTS of every NoF segment we serve (heartbeat remount), each
- * first moved to a fence of its own with @p fence (heartbeat.c). */
-void mc_store_nof_remount(mc_store_h s, mc_mconn_t *conn, int fence);
-/* Unregister every NoF segment and free the record (teardown, after
- * CLIENT_CLOSE told the master they are gone). */
-void mc_store_nof_release(mc_store_h s);
 
 #endif /* MC_STORE_STORE_INTERNAL_H */

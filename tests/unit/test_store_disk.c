@@ -25,7 +25,7 @@
 #include "common/buf.h"
 #include "common/crc32c.h"
 #include "master_proc.h"
-#include "store/tiers/disk.h"
+#include "store/tiers/tiers.h"
 
 static mc_test_master_t master;
 static mc_store_h store;

@@ -41,7 +41,9 @@
 #include "common/util.h"
 #include "store/dummy/dummy.h"
 #include "store/dummy/wire.h"
+#include "store/segments/segments.h"
 #include "store/store_internal.h"
+#include "store/threads/threads.h"
 
 #define DUMMY_SETUP_TIMEOUT_MS 5000
 #define DUMMY_CALL_TIMEOUT_MS 60000

@@ -33,7 +33,9 @@
 #include "common/util.h"
 #include "store/dummy/dummy.h"
 #include "store/dummy/wire.h"
+#include "store/segments/segments.h"
 #include "store/store_internal.h"
+#include "store/threads/threads.h"
 #include "transfer/shm/shm.h"
 
 #define STAGE_ALIGN 64

@@ -19,8 +19,9 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/read/read.h"
 #include "store/dummy/dummy.h"
+#include "store/read/read.h"
+#include "store/segments/segments.h"
 #include "store/store_internal.h"
 
 #define MC_BUF_STACK 64

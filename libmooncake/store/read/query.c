@@ -40,12 +40,12 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "store/tiers/dfs.h"
-#include "store/tiers/disk.h"
+#include "store/dummy/dummy.h"
 #include "store/read/loc_cache.h"
 #include "store/read/read.h"
-#include "store/dummy/dummy.h"
+#include "store/segments/segments.h"
 #include "store/store_internal.h"
+#include "store/tiers/tiers.h"
 #include "transfer/engine.h"
 
 static uint64_t lease_deadline(uint64_t t0_ns, uint64_t ttl_ms)

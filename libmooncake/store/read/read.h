@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "common/hashmap.h"
+#include "store/read/loc_cache.h"
 #include "store/store_internal.h"
 
 /* ---- queries (query.c) ---------------------------------------------------- */
@@ -239,11 +240,14 @@ mc_status_t mc_store_rd_create(mc_store_h s);
 /* Revoke open put sessions, drop get sessions, unregister user regions. */
 void mc_store_rd_destroy(mc_store_h s);
 
+/* zerocopy.c: 1 when [p, p+len) lies inside one buffer registered with
+ * mc_store_register_buffer() or inside the local buffer, else 0.  Every
+ * zero-copy entry point checks its buffers with this before any I/O. */
+int mc_store_mem_is_usable(mc_store_h s, const void *p, size_t len);
+
 /* zerocopy.c: registered regions */
 void mc_store_regions_release(mc_store_h s);
 /* buffer.c: mem pool */
 void mc_store_pool_release(mc_store_h s);
-/* session.c */
-void mc_store_sessions_release(mc_store_h s);
 
 #endif /* MC_STORE_READ_INTERNAL_H */

@@ -25,10 +25,10 @@
 
 #include "common/cuda.h"
 #include "common/log.h"
-#include "store/tiers/disk.h"
-#include "store/read/read.h"
 #include "store/dummy/dummy.h"
+#include "store/read/read.h"
 #include "store/store_internal.h"
+#include "store/tiers/tiers.h"
 #include "transfer/engine.h"
 
 /* Pieces, requests and statuses kept on the stack for small batches. */

@@ -33,6 +33,7 @@
 
 #include "common/log.h"
 #include "store/dummy/dummy.h"
+#include "store/segments/segments.h"
 #include "store/store_internal.h"
 
 static uint64_t page_size(void)

@@ -37,8 +37,9 @@
 
 #include "common/cuda.h"
 #include "common/log.h"
-#include "store/read/loc_cache.h"
 #include "store/read/read.h"
+#include "store/segments/segments.h"
+#include "store/sessions/sessions.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 

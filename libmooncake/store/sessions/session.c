@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "store/dummy/dummy.h"
 #include "store/read/read.h"
+#include "store/sessions/sessions.h"
 #include "store/store_internal.h"
 #include "transfer/engine.h"
 

@@ -33,7 +33,10 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "store/segments/segments.h"
 #include "store/store_internal.h"
+#include "store/threads/threads.h"
+#include "store/tiers/tiers.h"
 #include "transfer/engine.h"
 
 #define MC_HB_CONNECT_TIMEOUT_MS 1000

@@ -32,9 +32,9 @@
 #include <mooncake/mooncake.h>
 
 #include "common/log.h"
-#include "store/read/loc_cache.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
+#include "store/threads/threads.h"
 
 struct mc_store_http {
     mc_store_h s;

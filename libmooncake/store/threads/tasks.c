@@ -56,10 +56,11 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/tiers/disk.h"
 #include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
+#include "store/threads/threads.h"
+#include "store/tiers/tiers.h"
 #include "transfer/engine.h"
 
 #define MC_TASK_POLL_MS 1000

@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "store/store_internal.h"
+#include "store/threads/threads.h"
 
 unsigned mc_store_env_interval_ms(const char *name, unsigned def, unsigned lo, unsigned hi)
 {

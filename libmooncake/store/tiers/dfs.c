@@ -31,9 +31,10 @@
 #include "common/crc32c.h"
 #include "common/dfs_layout.h"
 #include "common/log.h"
+#include "store/store_internal.h"
 #include "store/tiers/dfs.h"
 #include "store/tiers/disk.h"
-#include "store/store_internal.h"
+#include "store/tiers/tiers.h"
 
 mc_status_t mc_store_dfs_init(mc_store_h s)
 {

@@ -70,8 +70,10 @@
 #include "common/crc32c.h"
 #include "common/dfs_layout.h"
 #include "common/log.h"
-#include "store/tiers/disk.h"
 #include "store/store_internal.h"
+#include "store/threads/threads.h"
+#include "store/tiers/disk.h"
+#include "store/tiers/tiers.h"
 #include "transfer/engine.h"
 
 #define MC_DISK_MAGIC      0x5244434Du /* "MCDR" little-endian */

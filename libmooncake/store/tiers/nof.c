@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
+#include "store/tiers/tiers.h"
 #include "transfer/engine.h"
 
 typedef struct nof_seg {
