@@ -37,7 +37,6 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
 

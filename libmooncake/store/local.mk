@@ -6,6 +6,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/commit.c \
 	libmooncake/store/reserve.c \
 	libmooncake/store/metrics.c libmooncake/store/metrics.h \
+	libmooncake/store/ops.h \
 	libmooncake/store/read/read.h \
 	libmooncake/store/read/query.c \
 	libmooncake/store/read/loc_cache.c libmooncake/store/read/loc_cache.h \
@@ -25,6 +26,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/tiers/nof.c \
 	libmooncake/store/dummy/wire.h libmooncake/store/dummy/dummy.h \
 	libmooncake/store/dummy/dummy_client.c \
+	libmooncake/store/dummy/dummy_ops.c \
 	libmooncake/store/dummy/dummy_decode.c \
 	libmooncake/store/dummy/dummy_server.c \
 	libmooncake/store/dummy/hostmem.c \

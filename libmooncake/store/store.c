@@ -47,7 +47,6 @@
 #include "common/cuda.h"
 #include "common/log.h"
 #include "common/regex_limit.h"
-#include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/segments/segments.h"
 #include "store/store_internal.h"
@@ -517,15 +516,60 @@ MC_API mc_status_t mc_store_close(mc_store_h s)
     pthread_mutex_unlock(&s->http_lock);
     mc_store_http_stop(http);
     pthread_rwlock_wrlock(&s->life); /* waits for calls in flight */
-    if (s->dummy != NULL)
-        mc_dummy_close(s);
-    if (s->ready) {
-        s->ready = 0;
-        teardown(s, 1, &st);
-    }
+    mc_store_ops(s)->close(s, &st);
     pthread_rwlock_unlock(&s->life);
     return st;
 }
+
+void mc_emb_close(mc_store_h s, mc_status_t *st_p)
+{
+    if (s->ready) {
+        s->ready = 0;
+        teardown(s, 1, st_p);
+    }
+}
+
+/* The embedded backend: this process owns its segments, its engine and
+ * its master connections (ops.h). */
+const mc_store_ops_t mc_store_embedded_ops = {
+    .name = "embedded",
+    .close               = mc_emb_close,
+    .write               = mc_emb_write,
+    .write_batch         = mc_emb_write_batch,
+    .remove              = mc_emb_remove,
+    .batch_remove        = mc_emb_batch_remove,
+    .remove_by_regex     = mc_emb_remove_by_regex,
+    .remove_all          = mc_emb_remove_all,
+    .batch_replica_clear = mc_emb_batch_replica_clear,
+    .get                 = mc_emb_get,
+    .get_size            = mc_emb_get_size,
+    .exist               = mc_emb_exist,
+    .batch_exist         = mc_emb_batch_exist,
+    .query               = mc_emb_query,
+    .batch_query         = mc_emb_batch_query,
+    .get_buffer          = mc_emb_get_buffer,
+    .batch_get_buffer    = mc_emb_batch_get_buffer,
+    .get_into            = mc_emb_get_into,
+    .batch_get_into      = mc_emb_batch_get_into,
+    .read_ranges         = mc_emb_read_ranges,
+    .mem_is_registered   = mc_emb_mem_is_registered,
+    .register_buffer     = mc_emb_register_buffer,
+    .unregister_buffer   = mc_emb_unregister_buffer,
+    .mem_pool_alloc      = mc_emb_mem_pool_alloc,
+    .mem_pool_free       = mc_emb_mem_pool_free,
+    .mount_segment       = mc_emb_mount_segment,
+    .allocate_and_mount  = mc_emb_allocate_and_mount,
+    .unmount             = mc_emb_unmount,
+    .copy_task           = mc_emb_copy_task,
+    .move_task           = mc_emb_move_task,
+    .query_task          = mc_emb_query_task,
+    .get_session_start   = mc_emb_get_session_start,
+    .get_session_read    = mc_emb_get_session_read,
+    .get_session_end     = mc_emb_get_session_end,
+    .put_session_start   = mc_emb_put_session_start,
+    .put_session_write   = mc_emb_put_session_write,
+    .put_session_finish  = mc_emb_put_session_finish,
+};
 
 MC_API void mc_store_destroy(mc_store_h s)
 {
@@ -1259,15 +1303,12 @@ static int write_retryable(mc_status_t st, const mc_replicate_config_t *cfg)
            (cfg->preferred_segment[0] == '\0');
 }
 
-/* Public entry of every single-key write. */
-static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
-                             size_t n, const mc_replicate_config_t *cfg, unsigned flags)
+/* The embedded backend's single-key write. */
+mc_status_t mc_emb_write(mc_store_h s, int upsert, const char *key, const mc_iov_t *parts, size_t n,
+                         const mc_replicate_config_t *cfg, unsigned flags)
 {
-    mc_status_t dst;
-    if (mc_dummy_write(s, key, parts, n, cfg, op == WRITE_UPSERT,
-                       (flags & MC_WF_ZERO_COPY) != 0, &dst))
-        return dst;
-    uint64_t t0 = mc_store_metrics_now_us();
+    write_op_t op = upsert ? WRITE_UPSERT : WRITE_PUT;
+    uint64_t t0   = mc_store_metrics_now_us();
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -1284,6 +1325,13 @@ static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const
                             (st == MC_OK) ? iov_total(parts, n) : 0);
     mc_store_leave(s);
     return st;
+}
+
+/* Public entry of every single-key write. */
+static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
+                             size_t n, const mc_replicate_config_t *cfg, unsigned flags)
+{
+    return mc_store_ops(s)->write(s, op == WRITE_UPSERT, key, parts, n, cfg, flags);
 }
 
 MC_API mc_status_t mc_store_put(mc_store_h s, const char *key, const void *data, size_t len,
@@ -1354,11 +1402,7 @@ MC_API mc_status_t mc_store_upsert_from(mc_store_h s, const char *key, const voi
 /* ---- batch writes ---------------------------------------------------------------------- */
 
 /* The values of a batch: one part per key (values), or counts[i] parts per key (bufs). */
-typedef struct write_src {
-    const mc_iov_t *values;
-    const mc_iov_t *const *bufs;
-    const size_t *counts;
-} write_src_t;
+typedef mc_store_write_src_t write_src_t;
 
 static const mc_iov_t *src_parts(const write_src_t *w, size_t i, size_t *n_p)
 {
@@ -1914,11 +1958,12 @@ static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *k
     return mc_store_first_error(statuses, n);
 }
 
-/* Public entry of every batch write; @p statuses may be NULL. */
-static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *keys,
-                              const write_src_t *src, size_t n,
-                              const mc_replicate_config_t *cfg, unsigned flags,
-                              mc_status_t *statuses, mc_store_commit_t *commit)
+/* The embedded batch write, with a commit key held back (commit.c) or
+ * none; @p statuses may be NULL. */
+static mc_status_t write_batch_commit(mc_store_h s, write_op_t op, const char *const *keys,
+                                      const write_src_t *src, size_t n,
+                                      const mc_replicate_config_t *cfg, unsigned flags,
+                                      mc_status_t *statuses, mc_store_commit_t *commit)
 {
     mc_status_t st;
     mc_status_t *own = NULL;
@@ -1979,15 +2024,32 @@ out:
     return st;
 }
 
+/* The embedded backend's batch write; @p statuses may be NULL. */
+mc_status_t mc_emb_write_batch(mc_store_h s, int upsert, const char *const *keys,
+                               const mc_store_write_src_t *src, size_t n,
+                               const mc_replicate_config_t *cfg, unsigned flags,
+                               mc_status_t *statuses)
+{
+    return write_batch_commit(s, upsert ? WRITE_UPSERT : WRITE_PUT, keys, src, n, cfg, flags,
+                              statuses, NULL);
+}
+
+/* Public entry of every batch write. */
+static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *keys,
+                              const write_src_t *src, size_t n,
+                              const mc_replicate_config_t *cfg, unsigned flags,
+                              mc_status_t *statuses)
+{
+    return mc_store_ops(s)->write_batch(s, op == WRITE_UPSERT, keys, src, n, cfg, flags,
+                                        statuses);
+}
+
 MC_API mc_status_t mc_store_put_batch(mc_store_h s, const char *const *keys,
                                       const mc_iov_t *values, size_t n,
                                       const mc_replicate_config_t *cfg, mc_status_t *statuses)
 {
-    mc_status_t dst;
-    if (mc_dummy_values_write(s, keys, values, n, cfg, 0, statuses, &dst))
-        return dst;
-    write_src_t src = {values, NULL, NULL};
-    return write_many(s, WRITE_PUT, keys, &src, n, cfg, 0, statuses, NULL);
+    write_src_t src = {values, NULL, NULL, 1};
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, 0, statuses);
 }
 
 MC_API mc_status_t mc_store_upsert_batch(mc_store_h s, const char *const *keys,
@@ -1995,11 +2057,8 @@ MC_API mc_status_t mc_store_upsert_batch(mc_store_h s, const char *const *keys,
                                          const mc_replicate_config_t *cfg,
                                          mc_status_t *statuses)
 {
-    mc_status_t dst;
-    if (mc_dummy_values_write(s, keys, values, n, cfg, 1, statuses, &dst))
-        return dst;
-    write_src_t src = {values, NULL, NULL};
-    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, 0, statuses, NULL);
+    write_src_t src = {values, NULL, NULL, 1};
+    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, 0, statuses);
 }
 
 MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h s, const char *const *keys,
@@ -2008,12 +2067,9 @@ MC_API mc_status_t mc_store_batch_put_from_multi(mc_store_h s, const char *const
                                                  const mc_replicate_config_t *cfg,
                                                  mc_status_t *statuses)
 {
-    mc_status_t dst;
-    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 0, 1, statuses, &dst))
-        return dst;
-    write_src_t src = {NULL, bufs, counts};
+    write_src_t src = {NULL, bufs, counts, 0};
     return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE,
-                      statuses, NULL);
+                      statuses);
 }
 
 MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *const *keys,
@@ -2022,12 +2078,9 @@ MC_API mc_status_t mc_store_batch_upsert_from_multi(mc_store_h s, const char *co
                                                     const mc_replicate_config_t *cfg,
                                                     mc_status_t *statuses)
 {
-    mc_status_t dst;
-    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 1, 1, statuses, &dst))
-        return dst;
-    write_src_t src = {NULL, bufs, counts};
+    write_src_t src = {NULL, bufs, counts, 0};
     return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_ZERO_COPY | MC_WF_SAME_NODE,
-                      statuses, NULL);
+                      statuses);
 }
 
 MC_API mc_status_t mc_store_batch_put_parts(mc_store_h s, const char *const *keys,
@@ -2035,11 +2088,8 @@ MC_API mc_status_t mc_store_batch_put_parts(mc_store_h s, const char *const *key
                                             size_t n, const mc_replicate_config_t *cfg,
                                             mc_status_t *statuses)
 {
-    mc_status_t dst;
-    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 0, 0, statuses, &dst))
-        return dst;
-    write_src_t src = {NULL, bufs, counts};
-    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses, NULL);
+    write_src_t src = {NULL, bufs, counts, 0};
+    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses);
 }
 
 MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h s, const char *const *keys,
@@ -2048,11 +2098,8 @@ MC_API mc_status_t mc_store_batch_upsert_parts(mc_store_h s, const char *const *
                                                const mc_replicate_config_t *cfg,
                                                mc_status_t *statuses)
 {
-    mc_status_t dst;
-    if (mc_dummy_batch_write(s, keys, bufs, counts, n, cfg, 1, 0, statuses, &dst))
-        return dst;
-    write_src_t src = {NULL, bufs, counts};
-    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses, NULL);
+    write_src_t src = {NULL, bufs, counts, 0};
+    return write_many(s, WRITE_UPSERT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses);
 }
 
 mc_status_t mc_store_put_parts_commit(mc_store_h s, const char *const *keys,
@@ -2060,8 +2107,9 @@ mc_status_t mc_store_put_parts_commit(mc_store_h s, const char *const *keys,
                                       size_t n, const mc_replicate_config_t *cfg,
                                       mc_status_t *statuses, mc_store_commit_t *commit)
 {
-    write_src_t src = {NULL, bufs, counts};
-    return write_many(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses, commit);
+    write_src_t src = {NULL, bufs, counts, 0};
+    return write_batch_commit(s, WRITE_PUT, keys, &src, n, cfg, MC_WF_SAME_NODE, statuses,
+                              commit);
 }
 
 /* ---- removal ------------------------------------------------------------------------- */
@@ -2088,11 +2136,8 @@ static void scatter_statuses(mc_mconn_t *conn, mc_status_t st, const char *op,
     }
 }
 
-MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
+mc_status_t mc_emb_remove(mc_store_h s, const char *key, int force)
 {
-    mc_status_t dst;
-    if (mc_dummy_remove(s, key, force, &dst))
-        return dst;
     mc_status_t st;
     size_t klen;
     mc_mconn_t *conn;
@@ -2116,6 +2161,11 @@ MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
 out:
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
+{
+    return mc_store_ops(s)->remove(s, key, force);
 }
 
 /* One BATCH_REMOVE for the valid keys; invalid ones fail alone. */
@@ -2161,14 +2211,12 @@ out:
     return mc_store_first_error(statuses, n);
 }
 
-MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, size_t n,
-                                         int force, mc_status_t *statuses)
+mc_status_t mc_emb_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
+                                mc_status_t *statuses)
 {
     mc_status_t st;
     mc_status_t *own = NULL;
 
-    if (mc_dummy_batch_remove(s, keys, n, force, statuses, &st))
-        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;
@@ -2198,6 +2246,12 @@ out:
     return st;
 }
 
+MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, size_t n,
+                                         int force, mc_status_t *statuses)
+{
+    return mc_store_ops(s)->batch_remove(s, keys, n, force, statuses);
+}
+
 /*
  * The master matches POSIX extended regular expressions (docs/protocol.md,
  * REMOVE_BY_REGEX) and answers MC_INVALID_PARAMS for one that does not
@@ -2205,7 +2259,7 @@ out:
  * first gives the caller the reason instead of a bare code, saves the
  * round trip, and keeps regcomp() from unrolling a huge pattern here too.
  */
-static mc_status_t check_regex(const char *regex)
+mc_status_t mc_store_regex_check(const char *regex)
 {
     regex_t re;
     int rc;
@@ -2234,23 +2288,17 @@ static mc_status_t check_regex(const char *regex)
     return MC_OK;
 }
 
-MC_API mc_status_t mc_store_remove_by_regex(mc_store_h s, const char *regex, int force,
-                                            int64_t *count_p)
+mc_status_t mc_emb_remove_by_regex(mc_store_h s, const char *regex, int force, int64_t *count_p)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
     mc_wire_remove_by_regex_req_t req;
     mc_wire_remove_by_regex_resp_t resp;
 
-    /* a dummy's real client runs it, after the same check of the pattern */
-    if (mc_store_is_dummy(s) && ((st = check_regex(regex)) != MC_OK))
-        return st;
-    if ((regex != NULL) && mc_dummy_remove_many(s, regex, force, count_p, &st))
-        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
-    st = check_regex(regex);
+    st = mc_store_regex_check(regex);
     if (st != MC_OK)
         goto out;
     memset(&req, 0, sizeof(req));
@@ -2267,15 +2315,19 @@ out:
     return st;
 }
 
-MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p)
+MC_API mc_status_t mc_store_remove_by_regex(mc_store_h s, const char *regex, int force,
+                                            int64_t *count_p)
+{
+    return mc_store_ops(s)->remove_by_regex(s, regex, force, count_p);
+}
+
+mc_status_t mc_emb_remove_all(mc_store_h s, int force, int64_t *count_p)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
     mc_wire_remove_all_req_t req;
     mc_wire_remove_all_resp_t resp;
 
-    if (mc_dummy_remove_many(s, NULL, force, count_p, &st))
-        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -2291,14 +2343,19 @@ MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p
     return st;
 }
 
+MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p)
+{
+    return mc_store_ops(s)->remove_all(s, force, count_p);
+}
+
 /*
  * One BATCH_REPLICA_CLEAR for the valid keys (docs/protocol.md §5.14).
  * The caller's own client id goes with it: the master clears only objects
  * that id wrote.  Skipped keys are the normal outcome here, so the call
  * succeeds whenever the master answered.
  */
-MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
-                                                const char *segment_name, mc_status_t *statuses)
+mc_status_t mc_emb_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
+                                       const char *segment_name, mc_status_t *statuses)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
@@ -2309,8 +2366,6 @@ MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h s, const char *const 
     mc_wire_batch_replica_clear_req_t req;
     mc_wire_batch_replica_clear_resp_t resp;
 
-    if (mc_dummy_batch_replica_clear(s, keys, n, segment_name, statuses, &st))
-        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;
@@ -2365,4 +2420,10 @@ out:
     free(sel);
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
+                                                const char *segment_name, mc_status_t *statuses)
+{
+    return mc_store_ops(s)->batch_replica_clear(s, keys, n, segment_name, statuses);
 }

@@ -23,6 +23,7 @@
 #include "common/util.h"
 #include "store/master_client.h"
 #include "store/metrics.h"
+#include "store/ops.h"
 
 #define MC_STORE_POOL_CAP 16
 #define MC_STORE_NAME_MAX 320
@@ -92,6 +93,9 @@ typedef struct mc_store_resvs {
 } mc_store_resvs_t;
 
 struct mc_store {
+    /* the backend (ops.h): NULL or &mc_store_embedded_ops, else the
+     * dummy's; written with `life` held for writing, read atomically */
+    const mc_store_ops_t *ops;
     pthread_rwlock_t life;
     int ready;
     /* dummy mode (dummy_client.c): set by setup_dummy, cleared by close,
@@ -159,6 +163,14 @@ struct mc_store {
     pthread_mutex_t http_lock;
     struct mc_store_http *http;
 };
+
+/* The backend of @p s: the embedded one for NULL (which reports it) and
+ * before setup. */
+static inline const mc_store_ops_t *mc_store_ops(mc_store_h s)
+{
+    const mc_store_ops_t *ops = (s != NULL) ? __atomic_load_n(&s->ops, __ATOMIC_ACQUIRE) : NULL;
+    return (ops != NULL) ? ops : &mc_store_embedded_ops;
+}
 
 /* Public entry: read-lock the handle and check it is set up.  On failure
  * nothing is held and the detail is set. */
@@ -257,6 +269,11 @@ extern void (*mc_store_commit_test_hook)(mc_store_h s, const char *commit_key);
  * any RPC (NULL passes); @p nkeys keys are written by the call. */
 mc_status_t mc_store_config_check(const mc_replicate_config_t *cfg, size_t nkeys,
                                   unsigned flags);
+
+/* store.c: 0 when @p regex is a pattern remove_by_regex sends (POSIX
+ * extended, within the limits of common/regex_limit.h), else
+ * MC_INVALID_PARAMS with the detail set. */
+mc_status_t mc_store_regex_check(const char *regex);
 
 /* store.c: wire form of a checked @p cfg (NULL: the defaults) for the keys
  * sel[0..nsel) of the call (sel NULL: the identity); @p gids holds nsel

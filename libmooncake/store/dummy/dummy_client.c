@@ -11,11 +11,12 @@
  * client answers; the real client then reads and writes those pages in
  * place, so a page moves with no staging copy.
  *
- * Every forwarded public call starts with `if (mc_dummy_xxx(s, ..., &st))
- * return st;`: the mc_dummy_ functions return 0 (and touch nothing) for a
- * handle that is not a dummy.  They hold `life` for reading like any call;
- * setup_dummy and close hold it for writing.  Calls that do not forward
- * find ready == 0 and report MC_NOT_SUPPORTED (mc_store_enter).
+ * setup_dummy puts the dummy backend's ops table on the handle
+ * (dummy_ops.c, ../ops.h), and each of its ops forwards through one
+ * mc_dummy_ function here: they return 0 (and touch nothing) for a handle
+ * that is not a dummy (any more).  They hold `life` for reading like any
+ * call; setup_dummy and close hold it for writing.  Calls that do not
+ * forward find ready == 0 and report MC_NOT_SUPPORTED (mc_store_enter).
  *
  * One connection per dummy, one request at a time (d->lock): the staging
  * allocator lives in the real client, so concurrent staged writes of many
@@ -756,6 +757,7 @@ MC_API mc_status_t mc_store_setup_dummy(mc_store_h s, uint64_t mem_pool_size,
     if (st == MC_OK) {
         live_add(d);
         s->dummy = d;
+        __atomic_store_n(&s->ops, &mc_store_dummy_ops, __ATOMIC_RELEASE);
         /* a dummy has no segment of its own: its name is its real client's */
         snprintf(s->hostname, sizeof(s->hostname), "%s", server_address);
     }
@@ -774,6 +776,7 @@ void mc_dummy_close(mc_store_h s)
     /* `life` held for writing: no call in flight */
     dummy_free(s->dummy);
     s->dummy = NULL;
+    __atomic_store_n(&s->ops, &mc_store_embedded_ops, __ATOMIC_RELEASE);
     s->hostname[0] = '\0';
 }
 

@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/segments/segments.h"
 #include "store/store_internal.h"
@@ -89,20 +88,19 @@ MC_API uint64_t mc_store_buffer_size(mc_store_buffer_h b)
     return (b != NULL) ? b->size : 0;
 }
 
-/* A dummy handle's buffers: each object fetched whole through the staging
- * buffer into one heap block, the handle in front (map NULL: release frees
- * the block).  0 when @p s is not a dummy. */
-#define DUMMY_BUFFER_HDR ((sizeof(struct mc_store_buffer) + 63) & ~(size_t)63)
+/* Buffers of whole copies (a backend with no replicas of its own, the
+ * dummy: read.h): the handle in front of each heap block (map NULL:
+ * release frees the block). */
+#define COPY_BUFFER_HDR ((sizeof(struct mc_store_buffer) + 63) & ~(size_t)63)
 
-static int dummy_get_buffers(mc_store_h s, const char *const *keys, size_t n,
-                             mc_store_buffer_h *buffers, mc_status_t *statuses)
+size_t mc_store_buffer_copy_hdr(void)
 {
-    void **mems;
-    uint64_t *sizes;
+    return COPY_BUFFER_HDR;
+}
 
-    if (!mc_store_is_dummy(s) ||
-        !mc_dummy_batch_fetch(s, keys, n, DUMMY_BUFFER_HDR, &mems, &sizes, statuses))
-        return 0; /* closed meanwhile: the ordinary path reports it */
+void mc_store_buffers_from_copies(size_t n, void **mems, uint64_t *sizes,
+                                  mc_store_buffer_h *buffers, const mc_status_t *statuses)
+{
     for (size_t i = 0; i < n; i++) {
         struct mc_store_buffer *b = (mems != NULL) ? mems[i] : NULL;
         buffers[i]                = NULL;
@@ -111,13 +109,12 @@ static int dummy_get_buffers(mc_store_h s, const char *const *keys, size_t n,
             continue;
         }
         memset(b, 0, sizeof(*b));
-        b->data    = (uint8_t *)b + DUMMY_BUFFER_HDR;
+        b->data    = (uint8_t *)b + COPY_BUFFER_HDR;
         b->size    = sizes[i];
         buffers[i] = b;
     }
     free(mems);
     free(sizes);
-    return 1;
 }
 
 /* Lookup, allocation and one transfer for keys[0..n); caller holds life. */
@@ -164,19 +161,12 @@ static void do_batch_get_buffer(mc_store_h s, const char *const *keys, size_t n,
         free(ps);
 }
 
-MC_API mc_status_t mc_store_get_buffer(mc_store_h s, const char *key, mc_store_buffer_h *buffer_p)
+mc_status_t mc_emb_get_buffer(mc_store_h s, const char *key, mc_store_buffer_h *buffer_p)
 {
     mc_status_t st;
     uint64_t t0;
     mc_store_buffer_h b = NULL;
 
-    if (buffer_p == NULL) {
-        mc_set_error_detail("buffer_p is NULL");
-        return MC_INVALID_PARAMS;
-    }
-    *buffer_p = NULL;
-    if (dummy_get_buffers(s, &key, 1, buffer_p, &st))
-        return st;
     t0        = mc_store_metrics_now_us();
     st        = mc_store_enter(s);
     if (st != MC_OK)
@@ -190,20 +180,22 @@ MC_API mc_status_t mc_store_get_buffer(mc_store_h s, const char *key, mc_store_b
     return st;
 }
 
-MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *keys, size_t n,
-                                             mc_store_buffer_h *buffers, mc_status_t *statuses)
+MC_API mc_status_t mc_store_get_buffer(mc_store_h s, const char *key, mc_store_buffer_h *buffer_p)
+{
+    if (buffer_p == NULL) {
+        mc_set_error_detail("buffer_p is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    *buffer_p = NULL;
+    return mc_store_ops(s)->get_buffer(s, key, buffer_p);
+}
+
+mc_status_t mc_emb_batch_get_buffer(mc_store_h s, const char *const *keys, size_t n,
+                                    mc_store_buffer_h *buffers, mc_status_t *statuses)
 {
     mc_status_t st;
     uint64_t t0 = mc_store_metrics_now_us();
 
-    if ((n > 0) && ((keys == NULL) || (buffers == NULL) || (statuses == NULL))) {
-        mc_set_error_detail("keys, buffers and statuses are required");
-        return MC_INVALID_PARAMS;
-    }
-    for (size_t i = 0; i < n; i++)
-        buffers[i] = NULL;
-    if (dummy_get_buffers(s, keys, n, buffers, statuses))
-        return mc_store_first_error(statuses, n);
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;
@@ -226,6 +218,18 @@ MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *ke
     return mc_store_first_error(statuses, n);
 }
 
+MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *keys, size_t n,
+                                             mc_store_buffer_h *buffers, mc_status_t *statuses)
+{
+    if ((n > 0) && ((keys == NULL) || (buffers == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys, buffers and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; i < n; i++)
+        buffers[i] = NULL;
+    return mc_store_ops(s)->batch_get_buffer(s, keys, n, buffers, statuses);
+}
+
 /* ---- mem pool ---------------------------------------------------------------------- */
 
 typedef struct pool_entry {
@@ -245,11 +249,8 @@ static uint64_t ptr_hash(const void *p)
     return mc_hash_bytes(&v, sizeof(v), 0);
 }
 
-MC_API mc_status_t mc_store_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p)
+mc_status_t mc_emb_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p)
 {
-    mc_status_t dst;
-    if (mc_dummy_mem_pool_alloc(s, size, ptr_p, &dst))
-        return dst;
     mc_status_t st;
     pool_entry_t *e;
 
@@ -287,11 +288,13 @@ out:
     return st;
 }
 
-MC_API mc_status_t mc_store_mem_pool_free(mc_store_h s, void *ptr)
+MC_API mc_status_t mc_store_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p)
 {
-    mc_status_t dst;
-    if (mc_dummy_mem_pool_free(s, ptr, &dst))
-        return dst;
+    return mc_store_ops(s)->mem_pool_alloc(s, size, ptr_p);
+}
+
+mc_status_t mc_emb_mem_pool_free(mc_store_h s, void *ptr)
+{
     mc_status_t st;
     mc_hnode_t *n;
     pool_entry_t *e = NULL;
@@ -315,6 +318,11 @@ MC_API mc_status_t mc_store_mem_pool_free(mc_store_h s, void *ptr)
     }
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_mem_pool_free(mc_store_h s, void *ptr)
+{
+    return mc_store_ops(s)->mem_pool_free(s, ptr);
 }
 
 void mc_store_pool_release(mc_store_h s)

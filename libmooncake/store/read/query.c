@@ -40,7 +40,6 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "store/dummy/dummy.h"
 #include "store/read/loc_cache.h"
 #include "store/read/read.h"
 #include "store/segments/segments.h"
@@ -164,6 +163,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     q->disk_bytes  = NULL;
     q->disk_dfs    = 0;
     q->owner       = NULL;
+    q->describe    = NULL;
     q->key         = NULL;
     q->descs       = NULL;
     q->cached      = 0;
@@ -1111,20 +1111,12 @@ static mc_status_t do_query_read(mc_store_h s, mc_store_query_h q, uint64_t offs
 
 /* ---- public --------------------------------------------------------------------- */
 
-/* A dummy handle's queries: each object is fetched whole through the
- * staging buffer (GET_STAGED) and kept behind its query (q->copy), so the
- * reads that follow are copies.  0 when @p s is not a dummy. */
-#define DUMMY_QUERY_HDR ((sizeof(struct mc_store_query) + 63) & ~(size_t)63)
-
-static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
-                             mc_store_query_h *queries, mc_status_t *statuses)
+/* Queries of whole copies (a backend with no replicas of its own, the
+ * dummy: read.h).  The reads that follow are copies. */
+void mc_store_queries_from_copies(mc_store_h s, const char *const *keys, size_t n, void **mems,
+                                  uint64_t *sizes, mc_store_describe_func_t describe,
+                                  mc_store_query_h *queries, mc_status_t *statuses)
 {
-    void **mems;
-    uint64_t *sizes;
-
-    if (!mc_store_is_dummy(s) ||
-        !mc_dummy_batch_fetch(s, keys, n, DUMMY_QUERY_HDR, &mems, &sizes, statuses))
-        return 0; /* closed meanwhile: the ordinary path reports it */
     for (size_t i = 0; i < n; i++) {
         struct mc_store_query *q = (mems != NULL) ? mems[i] : NULL;
         queries[i]               = NULL;
@@ -1135,10 +1127,11 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
         q->size        = sizes[i];
         q->deadline_ns = UINT64_MAX;
         q->n           = 0;
-        q->copy        = (const uint8_t *)q + DUMMY_QUERY_HDR;
+        q->copy        = (const uint8_t *)q + MC_STORE_QUERY_COPY_HDR;
         q->disk_path   = NULL;
         q->disk_bytes  = NULL;
         q->owner       = s;
+        q->describe    = describe;
         q->key         = strdup(keys[i]);
         q->descs       = NULL;
         q->blob_len    = 0;
@@ -1156,20 +1149,12 @@ static int dummy_batch_query(mc_store_h s, const char *const *keys, size_t n,
     }
     free(mems);
     free(sizes);
-    return 1;
 }
 
-static mc_status_t store_query(mc_store_h s, const char *key, mc_store_query_h *query_p,
-                               int use_cache)
+mc_status_t mc_emb_query(mc_store_h s, const char *key, mc_store_query_h *query_p, int use_cache)
 {
     mc_status_t st;
 
-    if (query_p == NULL) {
-        mc_set_error_detail("query_p is NULL");
-        return MC_INVALID_PARAMS;
-    }
-    if (dummy_batch_query(s, &key, 1, query_p, &st))
-        return st;
     uint64_t t0 = mc_store_metrics_now_us();
 
     st = mc_store_enter(s);
@@ -1182,6 +1167,16 @@ static mc_status_t store_query(mc_store_h s, const char *key, mc_store_query_h *
         mc_store_metrics_record(&s->metrics, MC_MOP_GET, t0, 1, 1, 0);
     mc_store_leave(s);
     return st;
+}
+
+static mc_status_t store_query(mc_store_h s, const char *key, mc_store_query_h *query_p,
+                               int use_cache)
+{
+    if (query_p == NULL) {
+        mc_set_error_detail("query_p is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->query(s, key, query_p, use_cache);
 }
 
 MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_h *query_p)
@@ -1202,7 +1197,7 @@ MC_API uint64_t mc_store_query_size(mc_store_query_h q)
 
 MC_API void mc_store_query_release(mc_store_query_h q)
 {
-    if ((q != NULL) && (q->owner != NULL)) { /* a dummy's query */
+    if ((q != NULL) && (q->owner != NULL)) { /* a copy query */
         free(q->key);
         free(q->descs);
     }
@@ -1214,7 +1209,7 @@ MC_API void mc_store_query_release(mc_store_query_h q)
 MC_API mc_status_t mc_store_query_read(mc_store_h s, mc_store_query_h q, uint64_t offset,
                                        void *buf, size_t len)
 {
-    if ((q != NULL) && (q->owner != NULL)) /* a dummy's: its bytes are here */
+    if ((q != NULL) && (q->owner != NULL)) /* a copy query: its bytes are here */
         return do_query_read(s, q, offset, buf, len);
     uint64_t t0    = mc_store_metrics_now_us();
     mc_status_t st = mc_store_enter(s);
@@ -1227,12 +1222,8 @@ MC_API mc_status_t mc_store_query_read(mc_store_h s, mc_store_query_h q, uint64_
     return st;
 }
 
-MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t cap,
-                                uint64_t *size_p)
+mc_status_t mc_emb_get(mc_store_h s, const char *key, void *buf, size_t cap, uint64_t *size_p)
 {
-    mc_status_t dst;
-    if (mc_dummy_get(s, key, buf, cap, size_p, &dst))
-        return dst;
     uint64_t t0 = mc_store_metrics_now_us();
     mc_status_t st;
     mc_store_query_h q = NULL;
@@ -1265,11 +1256,14 @@ out:
     return st;
 }
 
-MC_API mc_status_t mc_store_get_size(mc_store_h s, const char *key, uint64_t *size_p)
+MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t cap,
+                                uint64_t *size_p)
 {
-    mc_status_t dst;
-    if (mc_dummy_get_size(s, key, size_p, &dst))
-        return dst;
+    return mc_store_ops(s)->get(s, key, buf, cap, size_p);
+}
+
+mc_status_t mc_emb_get_size(mc_store_h s, const char *key, uint64_t *size_p)
+{
     mc_status_t st;
     uint64_t size = 0;
 
@@ -1285,6 +1279,11 @@ MC_API mc_status_t mc_store_get_size(mc_store_h s, const char *key, uint64_t *si
         *size_p = size;
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_get_size(mc_store_h s, const char *key, uint64_t *size_p)
+{
+    return mc_store_ops(s)->get_size(s, key, size_p);
 }
 
 static mc_status_t batch_query(mc_store_h s, const char *const *keys, size_t n,
@@ -1485,18 +1484,11 @@ mc_status_t mc_store_do_batch_query_cached_to(mc_store_h s, const char *const *k
     return st;
 }
 
-static mc_status_t store_batch_query(mc_store_h s, const char *const *keys, size_t n,
-                                     mc_store_query_h *queries, mc_status_t *statuses,
-                                     int use_cache)
+mc_status_t mc_emb_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                               mc_store_query_h *queries, mc_status_t *statuses, int use_cache)
 {
     mc_status_t st;
 
-    if ((n > 0) && ((keys == NULL) || (queries == NULL) || (statuses == NULL))) {
-        mc_set_error_detail("keys, queries and statuses are required");
-        return MC_INVALID_PARAMS;
-    }
-    if (dummy_batch_query(s, keys, n, queries, statuses))
-        return mc_store_first_error(statuses, n);
     st = mc_store_enter(s);
     if (st != MC_OK) {
         for (size_t i = 0; i < n; i++) {
@@ -1511,6 +1503,17 @@ static mc_status_t store_batch_query(mc_store_h s, const char *const *keys, size
         mc_store_do_batch_query(s, keys, n, queries, statuses);
     mc_store_leave(s);
     return mc_store_first_error(statuses, n);
+}
+
+static mc_status_t store_batch_query(mc_store_h s, const char *const *keys, size_t n,
+                                     mc_store_query_h *queries, mc_status_t *statuses,
+                                     int use_cache)
+{
+    if ((n > 0) && ((keys == NULL) || (queries == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys, queries and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->batch_query(s, keys, n, queries, statuses, use_cache);
 }
 
 MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
@@ -1544,7 +1547,7 @@ MC_API mc_status_t mc_store_batch_query_read(mc_store_h s, mc_store_query_h cons
         return MC_INVALID_PARAMS;
     }
     if ((n > 0) && (queries[0] != NULL) && (queries[0]->owner != NULL)) {
-        /* a dummy handle's queries hold their bytes */
+        /* copy queries hold their bytes */
         for (size_t i = 0; i < n; i++)
             statuses[i] = (queries[i] == NULL)
                               ? MC_INVALID_PARAMS
@@ -1650,11 +1653,8 @@ out:
 
 /* ---- existence ------------------------------------------------------------------- */
 
-MC_API int mc_store_exist(mc_store_h s, const char *key)
+int mc_emb_exist(mc_store_h s, const char *key)
 {
-    int dres;
-    if (mc_dummy_exist(s, key, &dres))
-        return dres;
     mc_status_t st;
     size_t klen;
     mc_mconn_t *conn;
@@ -1687,8 +1687,12 @@ out:
     return ret;
 }
 
-MC_API mc_status_t mc_store_batch_exist(mc_store_h s, const char *const *keys, size_t n,
-                                        int *results)
+MC_API int mc_store_exist(mc_store_h s, const char *key)
+{
+    return mc_store_ops(s)->exist(s, key);
+}
+
+mc_status_t mc_emb_batch_exist(mc_store_h s, const char *const *keys, size_t n, int *results)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
@@ -1699,12 +1703,6 @@ MC_API mc_status_t mc_store_batch_exist(mc_store_h s, const char *const *keys, s
     mc_wire_batch_exist_key_req_t req;
     mc_wire_batch_exist_key_resp_t resp;
 
-    if ((n > 0) && ((keys == NULL) || (results == NULL))) {
-        mc_set_error_detail("keys and results are required");
-        return MC_INVALID_PARAMS;
-    }
-    if (mc_dummy_batch_exist(s, keys, n, results, &st))
-        return st;
     st = mc_store_enter(s);
     if (st != MC_OK) {
         for (size_t i = 0; i < n; i++)
@@ -1774,4 +1772,14 @@ out:
         }
     }
     return first;
+}
+
+MC_API mc_status_t mc_store_batch_exist(mc_store_h s, const char *const *keys, size_t n,
+                                        int *results)
+{
+    if ((n > 0) && ((keys == NULL) || (results == NULL))) {
+        mc_set_error_detail("keys and results are required");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->batch_exist(s, keys, n, results);
 }

@@ -37,12 +37,17 @@ typedef struct mc_query_replica {
     uint8_t nof;         /* in a NoF segment (read alike, listed after memory) */
 } mc_query_replica_t;
 
+/* The replica descriptors of @p key as @p s's backend reports them (the
+ * caller frees *descs_p): the replicas of a copy query. */
+typedef mc_status_t (*mc_store_describe_func_t)(mc_store_h s, const char *key,
+                                                mc_replica_desc_t **descs_p, size_t *n_p);
+
 /* Readable replicas of one object, best first (see query.c). */
 struct mc_store_query {
     uint64_t size;
     uint64_t deadline_ns; /* monotonic; UINT64_MAX for "no lease" */
-    uint32_t n;           /* >= 1; 0 for a dummy handle's query (copy) */
-    const uint8_t *copy;  /* a dummy handle's query: the object's bytes, read at
+    uint32_t n;           /* >= 1; 0 for a copy query */
+    const uint8_t *copy;  /* a copy query: the object's bytes, read at
                            * lookup time and freed with the query; a disk-only
                            * object's: disk_bytes once read; else NULL */
     /* The disk replica (docs/tiers.md), strings stored after the array;
@@ -59,13 +64,14 @@ struct mc_store_query {
     uint8_t disk_dfs;
     uint32_t disk_shard;
     uint64_t disk_span;
-    /* a dummy handle's query (owner != NULL; copy holds its bytes): its key
-     * and handle, and the
-     * replica descriptors its real client reports, asked for on first use
-     * (replica.c); freed with the query */
+    /* a copy query (owner != NULL; copy holds its bytes, fetched whole by
+     * a backend with no replicas of its own: the dummy): its key and
+     * handle, and the replica descriptors @p describe reports, asked for
+     * on first use (replica.c); freed with the query */
     mc_store_h owner;
     char *key;
-    struct mc_dummy_descs *descs;
+    mc_store_describe_func_t describe;
+    struct mc_copy_descs *descs;
     /* the location cache (loc_cache.h): a query with no disk replica is
      * one relocatable block of blob_len bytes (0: not cacheable), built at
      * blob_base, holding its key at ckey; cached is set on a query that
@@ -119,6 +125,22 @@ mc_status_t mc_store_do_batch_query_cached(mc_store_h s, const char *const *keys
 mc_status_t mc_store_do_batch_query_cached_to(mc_store_h s, const char *const *keys, size_t n,
                                               mc_store_query_h *queries, mc_status_t *statuses,
                                               void *const *dsts, const size_t *caps);
+
+/* ---- copies: what a backend with no replicas of its own reads ------------ */
+
+/* Room a backend leaves in front of each fetched copy for the query or the
+ * buffer handle that will hold it (mc_store_queries_from_copies,
+ * mc_store_buffers_from_copies). */
+#define MC_STORE_QUERY_COPY_HDR ((sizeof(struct mc_store_query) + 63) & ~(size_t)63)
+size_t mc_store_buffer_copy_hdr(void);
+/* Wrap the copies mems[i] (sizes[i] bytes at + the header; statuses[i])
+ * into queries / buffers; a failed key's block is freed, and so are both
+ * arrays. */
+void mc_store_queries_from_copies(mc_store_h s, const char *const *keys, size_t n, void **mems,
+                                  uint64_t *sizes, mc_store_describe_func_t describe,
+                                  mc_store_query_h *queries, mc_status_t *statuses);
+void mc_store_buffers_from_copies(size_t n, void **mems, uint64_t *sizes,
+                                  mc_store_buffer_h *buffers, const mc_status_t *statuses);
 
 /* ---- the location cache (query.c over loc_cache.c) -------------------------- */
 

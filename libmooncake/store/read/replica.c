@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/dummy/dummy.h"
 #include "store/read/read.h"
 
 /*
@@ -29,24 +28,24 @@
  */
 #define MC_REPLICA_PROTOCOL "tcp"
 
-/* A dummy handle's replica descriptors, fetched once. */
-struct mc_dummy_descs {
+/* A copy query's replica descriptors, fetched once. */
+struct mc_copy_descs {
     size_t n;
     mc_replica_desc_t v[];
 };
 
-/* The descriptors of a dummy's query (NULL if its real client cannot say:
+/* The descriptors of a copy query (NULL if its backend cannot say:
  * the call's detail is set).  Two threads asking at once both fetch; one
  * result is kept. */
-static struct mc_dummy_descs *dummy_descs(mc_store_query_h q)
+static struct mc_copy_descs *copy_descs(mc_store_query_h q)
 {
-    struct mc_dummy_descs *dd = __atomic_load_n(&q->descs, __ATOMIC_ACQUIRE), *expect = NULL;
+    struct mc_copy_descs *dd = __atomic_load_n(&q->descs, __ATOMIC_ACQUIRE), *expect = NULL;
     mc_replica_desc_t *v = NULL;
     size_t n = 0;
 
     if (dd != NULL)
         return dd;
-    if (mc_dummy_replicas(q->owner, q->key, &v, &n) != MC_OK)
+    if (q->describe(q->owner, q->key, &v, &n) != MC_OK)
         return NULL;
     dd = malloc(sizeof(*dd) + (n + 1) * sizeof(dd->v[0]));
     if (dd != NULL) {
@@ -65,12 +64,12 @@ static struct mc_dummy_descs *dummy_descs(mc_store_query_h q)
 
 MC_API size_t mc_store_query_replica_count(mc_store_query_h q)
 {
-    struct mc_dummy_descs *dd;
+    struct mc_copy_descs *dd;
     if (q == NULL)
         return 0;
-    if (q->owner == NULL) /* not a dummy's query */
+    if (q->owner == NULL) /* not a copy query */
         return q->n + (q->disk_path != NULL);
-    dd = dummy_descs(q);
+    dd = copy_descs(q);
     return (dd != NULL) ? dd->n : 0;
 }
 
@@ -101,8 +100,8 @@ MC_API mc_status_t mc_store_query_replica(mc_store_query_h q, size_t i, mc_repli
         mc_set_error_detail("query and desc are required");
         return MC_INVALID_PARAMS;
     }
-    if (q->owner != NULL) { /* a dummy's query: what its real client reports */
-        struct mc_dummy_descs *dd = dummy_descs(q);
+    if (q->owner != NULL) { /* a copy query: what its backend reports */
+        struct mc_copy_descs *dd = copy_descs(q);
         if (dd == NULL)
             return MC_RPC_FAIL;
         if (i >= dd->n) {

@@ -25,7 +25,6 @@
 
 #include "common/cuda.h"
 #include "common/log.h"
-#include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
 #include "store/tiers/tiers.h"
@@ -106,12 +105,9 @@ static int mem_is_device_registered(mc_store_h s, const void *p, size_t len)
     return len <= rlen - ((uintptr_t)p - base);
 }
 
-MC_API int mc_store_mem_is_registered(mc_store_h s, const void *p, size_t len)
+int mc_emb_mem_is_registered(mc_store_h s, const void *p, size_t len)
 {
     int ok;
-
-    if (mc_dummy_mem_is_registered(s, p, len, &ok))
-        return ok;
 
     if (mc_store_enter(s) != MC_OK)
         return 0;
@@ -120,11 +116,13 @@ MC_API int mc_store_mem_is_registered(mc_store_h s, const void *p, size_t len)
     return ok;
 }
 
-MC_API mc_status_t mc_store_register_buffer(mc_store_h s, void *addr, size_t len)
+MC_API int mc_store_mem_is_registered(mc_store_h s, const void *p, size_t len)
 {
-    mc_status_t dst;
-    if (mc_dummy_register_buffer(s, addr, len, &dst))
-        return dst;
+    return mc_store_ops(s)->mem_is_registered(s, p, len);
+}
+
+mc_status_t mc_emb_register_buffer(mc_store_h s, void *addr, size_t len)
+{
     mc_status_t st;
     struct mc_store_rd *rd;
     uintptr_t a = (uintptr_t)addr;
@@ -183,11 +181,13 @@ out:
     return st;
 }
 
-MC_API mc_status_t mc_store_unregister_buffer(mc_store_h s, void *addr)
+MC_API mc_status_t mc_store_register_buffer(mc_store_h s, void *addr, size_t len)
 {
-    mc_status_t dst;
-    if (mc_dummy_unregister_buffer(s, addr, &dst))
-        return dst;
+    return mc_store_ops(s)->register_buffer(s, addr, len);
+}
+
+mc_status_t mc_emb_unregister_buffer(mc_store_h s, void *addr)
+{
     mc_status_t st;
     struct mc_store_rd *rd;
     size_t k;
@@ -214,6 +214,11 @@ unlock:
     pthread_mutex_unlock(&rd->reg_lock);
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_unregister_buffer(mc_store_h s, void *addr)
+{
+    return mc_store_ops(s)->unregister_buffer(s, addr);
 }
 
 void mc_store_regions_release(mc_store_h s)
@@ -884,11 +889,8 @@ static int64_t staged_get_into(mc_store_h s, const char *key, void *dev, size_t 
     return (st == MC_OK) ? (int64_t)size : st;
 }
 
-MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_t cap)
+int64_t mc_emb_get_into(mc_store_h s, const char *key, void *buf, size_t cap)
 {
-    int64_t dres;
-    if (mc_dummy_get_into(s, key, buf, cap, &dres))
-        return dres;
     mc_status_t st, kst;
     mc_store_query_h q = NULL;
     mc_read_piece_t piece;
@@ -949,16 +951,17 @@ out:
     return ret;
 }
 
+MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_t cap)
+{
+    return mc_store_ops(s)->get_into(s, key, buf, cap);
+}
+
 /* ---- batch_get_into_multi ----------------------------------------------------- */
 
-MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const *keys,
-                                                 const mc_iov_t *const *bufs,
-                                                 const size_t *counts, size_t n,
-                                                 int64_t *results)
+mc_status_t mc_emb_batch_get_into(mc_store_h s, const char *const *keys,
+                                  const mc_iov_t *const *bufs, const size_t *counts, size_t n,
+                                  int64_t *results)
 {
-    mc_status_t dst;
-    if (mc_dummy_batch_get_into(s, keys, bufs, counts, n, results, &dst))
-        return dst;
     mc_status_t st;
     mc_store_query_h q_stack[MC_ZC_STACK];
     mc_status_t kst_stack[MC_ZC_STACK];
@@ -1125,6 +1128,14 @@ out:
     return st;
 }
 
+MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const *keys,
+                                                 const mc_iov_t *const *bufs,
+                                                 const size_t *counts, size_t n,
+                                                 int64_t *results)
+{
+    return mc_store_ops(s)->batch_get_into(s, keys, bufs, counts, n, results);
+}
+
 /* ---- read_ranges -------------------------------------------------------------- */
 
 /* A run of consecutive ranges of one key: ranges[start..start+len) in
@@ -1188,9 +1199,8 @@ static mc_status_t range_dst_check(const mc_store_range_t *r, const dst_region_t
     return MC_OK;
 }
 
-MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
+mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
 {
-    mc_status_t st;
     size_t *order          = NULL; /* range indices grouped by key */
     range_run_t *runs      = NULL;
     dst_region_t last      = {0, 0};
@@ -1201,13 +1211,8 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
     mc_read_piece_t *ps    = NULL;
     size_t nd = 0, np = 0;
     uint64_t t0 = mc_store_metrics_now_us();
+    mc_status_t st;
 
-    if ((n > 0) && (ranges == NULL)) {
-        mc_set_error_detail("ranges is NULL");
-        return MC_INVALID_PARAMS;
-    }
-    if (mc_dummy_read_ranges(s, ranges, n, &st))
-        return st;
     st = mc_store_enter(s);
     if (st != MC_OK) {
         for (size_t i = 0; i < n; i++)
@@ -1333,4 +1338,13 @@ out:
     free(ps);
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
+{
+    if ((n > 0) && (ranges == NULL)) {
+        mc_set_error_detail("ranges is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->read_ranges(s, ranges, n);
 }

@@ -32,7 +32,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "store/dummy/dummy.h"
 #include "store/segments/segments.h"
 #include "store/store_internal.h"
 
@@ -156,15 +155,13 @@ static mc_status_t mount_common(mc_store_h s, mc_store_segment_t *seg, const cha
     return MC_OK;
 }
 
-MC_API mc_status_t mc_store_mount_segment(mc_store_h s, const char *path, uint64_t size,
-                                          uint64_t offset, const char *protocol,
-                                          const char *location, mc_segment_id_t *id_out)
+mc_status_t mc_emb_mount_segment(mc_store_h s, const char *path, uint64_t size, uint64_t offset,
+                                 const char *protocol, const char *location,
+                                 mc_segment_id_t *id_out)
 {
     mc_status_t st;
     mc_store_segment_t seg;
 
-    if (mc_dummy_mount(s, path, size, offset, protocol, location, id_out, NULL, &st))
-        return st;
     if (id_out == NULL) {
         mc_set_error_detail("id_out is NULL");
         return MC_INVALID_PARAMS;
@@ -190,17 +187,13 @@ out:
     return st;
 }
 
-MC_API mc_status_t mc_store_allocate_and_mount_segment(mc_store_h s, uint64_t size,
-                                                       const char *protocol,
-                                                       const char *location,
-                                                       mc_segment_id_t *id_out,
-                                                       uint64_t *allocated_size_p)
+mc_status_t mc_emb_allocate_and_mount(mc_store_h s, uint64_t size, const char *protocol,
+                                      const char *location, mc_segment_id_t *id_out,
+                                      uint64_t *allocated_size_p)
 {
     mc_status_t st;
     mc_store_segment_t seg;
 
-    if (mc_dummy_mount(s, NULL, size, 0, protocol, location, id_out, allocated_size_p, &st))
-        return st;
     if (id_out == NULL) {
         mc_set_error_detail("id_out is NULL");
         return MC_INVALID_PARAMS;
@@ -229,6 +222,23 @@ MC_API mc_status_t mc_store_allocate_and_mount_segment(mc_store_h s, uint64_t si
 out:
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_mount_segment(mc_store_h s, const char *path, uint64_t size,
+                                          uint64_t offset, const char *protocol,
+                                          const char *location, mc_segment_id_t *id_out)
+{
+    return mc_store_ops(s)->mount_segment(s, path, size, offset, protocol, location, id_out);
+}
+
+MC_API mc_status_t mc_store_allocate_and_mount_segment(mc_store_h s, uint64_t size,
+                                                       const char *protocol,
+                                                       const char *location,
+                                                       mc_segment_id_t *id_out,
+                                                       uint64_t *allocated_size_p)
+{
+    return mc_store_ops(s)->allocate_and_mount(s, size, protocol, location, id_out,
+                                               allocated_size_p);
 }
 
 /* Index of segment @p id in s->segs, or -1.  Called with seg_lock held. */
@@ -339,13 +349,11 @@ static mc_status_t unmount_one(mc_store_h s, const char *text, int want_allocate
     return MC_OK;
 }
 
-static mc_status_t unmount_many(mc_store_h s, const char *const *ids, size_t n,
-                                uint64_t grace_s, int want_allocated)
+mc_status_t mc_emb_unmount(mc_store_h s, const char *const *ids, size_t n, uint64_t grace_s,
+                           int want_allocated)
 {
     mc_status_t st;
 
-    if (mc_dummy_unmount(s, ids, n, grace_s, want_allocated, &st))
-        return st;
     if ((ids == NULL) && (n > 0)) {
         mc_set_error_detail("ids is NULL");
         return MC_INVALID_PARAMS;
@@ -360,6 +368,12 @@ static mc_status_t unmount_many(mc_store_h s, const char *const *ids, size_t n,
         st = unmount_one(s, ids[i], want_allocated, grace_s, 0);
     mc_store_leave(s);
     return st;
+}
+
+static mc_status_t unmount_many(mc_store_h s, const char *const *ids, size_t n,
+                                uint64_t grace_s, int want_allocated)
+{
+    return mc_store_ops(s)->unmount(s, ids, n, grace_s, want_allocated);
 }
 
 MC_API mc_status_t mc_store_unmount_segments(mc_store_h s, const char *const *ids, size_t n,

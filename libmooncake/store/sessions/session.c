@@ -31,7 +31,6 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/sessions/sessions.h"
 #include "store/store_internal.h"
@@ -167,20 +166,14 @@ static int64_t ranges_total(const mc_iov_t *bufs, size_t count)
 
 /* ---- get sessions ---------------------------------------------------------------- */
 
-MC_API mc_status_t mc_store_get_session_start(mc_store_h s, const char *const *keys, size_t n,
-                                              mc_status_t *statuses)
+mc_status_t mc_emb_get_session_start(mc_store_h s, const char *const *keys, size_t n,
+                                     mc_status_t *statuses)
 {
     mc_status_t st;
     mc_store_query_h q_stack[MC_SESS_STACK];
     mc_store_query_h *qs = q_stack;
     struct mc_store_rd *rd;
 
-    if ((n > 0) && ((keys == NULL) || (statuses == NULL))) {
-        mc_set_error_detail("keys and statuses are required");
-        return MC_INVALID_PARAMS;
-    }
-    if (mc_dummy_session_keys(s, MC_DUMMY_OP_GET_SESSION_START, keys, n, statuses, &st))
-        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;
@@ -232,10 +225,19 @@ out:
     return mc_store_first_error(statuses, n);
 }
 
-MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *keys,
-                                             const mc_iov_t *const *bufs,
-                                             const uint64_t *const *src_offsets,
-                                             const size_t *counts, size_t n, int64_t *results)
+MC_API mc_status_t mc_store_get_session_start(mc_store_h s, const char *const *keys, size_t n,
+                                              mc_status_t *statuses)
+{
+    if ((n > 0) && ((keys == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->get_session_start(s, keys, n, statuses);
+}
+
+mc_status_t mc_emb_get_session_read(mc_store_h s, const char *const *keys,
+                                    const mc_iov_t *const *bufs, const uint64_t *const *src_offsets,
+                                    const size_t *counts, size_t n, int64_t *results)
 {
     mc_status_t st;
     gsess_t *e_stack[MC_SESS_STACK];
@@ -249,14 +251,6 @@ MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *ke
     size_t np = 0, maxp = 0;
     struct mc_store_rd *rd;
 
-    if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (src_offsets == NULL) ||
-                    (counts == NULL) || (results == NULL))) {
-        mc_set_error_detail("keys, bufs, src_offsets, counts and results are required");
-        return MC_INVALID_PARAMS;
-    }
-    if (mc_dummy_session_io(s, MC_DUMMY_OP_GET_SESSION_READ, keys, bufs, src_offsets, counts, n,
-                            results, &st))
-        return st;
     st = mc_store_enter_results(s, results, n);
     if (st != MC_OK)
         return st;
@@ -358,17 +352,24 @@ out:
     return st;
 }
 
-MC_API mc_status_t mc_store_get_session_end(mc_store_h s, const char *const *keys, size_t n)
+MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *keys,
+                                             const mc_iov_t *const *bufs,
+                                             const uint64_t *const *src_offsets,
+                                             const size_t *counts, size_t n, int64_t *results)
+{
+    if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (src_offsets == NULL) ||
+                    (counts == NULL) || (results == NULL))) {
+        mc_set_error_detail("keys, bufs, src_offsets, counts and results are required");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->get_session_read(s, keys, bufs, src_offsets, counts, n, results);
+}
+
+mc_status_t mc_emb_get_session_end(mc_store_h s, const char *const *keys, size_t n)
 {
     mc_status_t st;
     struct mc_store_rd *rd;
 
-    if ((n > 0) && (keys == NULL)) {
-        mc_set_error_detail("keys is NULL");
-        return MC_INVALID_PARAMS;
-    }
-    if (mc_dummy_session_keys(s, MC_DUMMY_OP_GET_SESSION_END, keys, n, NULL, &st))
-        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -390,6 +391,15 @@ MC_API mc_status_t mc_store_get_session_end(mc_store_h s, const char *const *key
     pthread_mutex_unlock(&rd->sess_lock);
     mc_store_leave(s);
     return MC_OK;
+}
+
+MC_API mc_status_t mc_store_get_session_end(mc_store_h s, const char *const *keys, size_t n)
+{
+    if ((n > 0) && (keys == NULL)) {
+        mc_set_error_detail("keys is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->get_session_end(s, keys, n);
 }
 
 /* ---- put sessions ------------------------------------------------------------------ */
@@ -497,10 +507,9 @@ static mc_status_t put_finish_rpc(mc_store_h s, int end, mc_str_t *wkeys, size_t
     return st;
 }
 
-MC_API mc_status_t mc_store_put_session_start(mc_store_h s, const char *const *keys,
-                                              const uint64_t *sizes, size_t n,
-                                              const mc_replicate_config_t *cfg,
-                                              mc_status_t *statuses)
+mc_status_t mc_emb_put_session_start(mc_store_h s, const char *const *keys, const uint64_t *sizes,
+                                     size_t n, const mc_replicate_config_t *cfg,
+                                     mc_status_t *statuses)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
@@ -513,12 +522,6 @@ MC_API mc_status_t mc_store_put_session_start(mc_store_h s, const char *const *k
     mc_wire_batch_put_start_req_t req;
     mc_wire_batch_put_start_resp_t resp;
 
-    if ((n > 0) && ((keys == NULL) || (sizes == NULL) || (statuses == NULL))) {
-        mc_set_error_detail("keys, sizes and statuses are required");
-        return MC_INVALID_PARAMS;
-    }
-    if (mc_dummy_put_session_start(s, keys, sizes, n, cfg, statuses, &st))
-        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         goto fail_unlocked;
@@ -637,10 +640,22 @@ fail_unlocked:
     return st;
 }
 
-MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *keys,
-                                              const mc_iov_t *const *bufs,
-                                              const uint64_t *const *dst_offsets,
-                                              const size_t *counts, size_t n, int64_t *results)
+MC_API mc_status_t mc_store_put_session_start(mc_store_h s, const char *const *keys,
+                                              const uint64_t *sizes, size_t n,
+                                              const mc_replicate_config_t *cfg,
+                                              mc_status_t *statuses)
+{
+    if ((n > 0) && ((keys == NULL) || (sizes == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys, sizes and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->put_session_start(s, keys, sizes, n, cfg, statuses);
+}
+
+mc_status_t mc_emb_put_session_write(mc_store_h s, const char *const *keys,
+                                     const mc_iov_t *const *bufs,
+                                     const uint64_t *const *dst_offsets, const size_t *counts,
+                                     size_t n, int64_t *results)
 {
     mc_status_t st;
     psess_t **es       = NULL;
@@ -652,14 +667,6 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
     size_t nreq = 0, maxreq = 0;
     struct mc_store_rd *rd;
 
-    if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (dst_offsets == NULL) ||
-                    (counts == NULL) || (results == NULL))) {
-        mc_set_error_detail("keys, bufs, dst_offsets, counts and results are required");
-        return MC_INVALID_PARAMS;
-    }
-    if (mc_dummy_session_io(s, MC_DUMMY_OP_PUT_SESSION_WRITE, keys, bufs, dst_offsets, counts, n,
-                            results, &st))
-        return st;
     st = mc_store_enter_results(s, results, n);
     if (st != MC_OK)
         return st;
@@ -797,12 +804,25 @@ out:
     return st;
 }
 
+MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *keys,
+                                              const mc_iov_t *const *bufs,
+                                              const uint64_t *const *dst_offsets,
+                                              const size_t *counts, size_t n, int64_t *results)
+{
+    if ((n > 0) && ((keys == NULL) || (bufs == NULL) || (dst_offsets == NULL) ||
+                    (counts == NULL) || (results == NULL))) {
+        mc_set_error_detail("keys, bufs, dst_offsets, counts and results are required");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->put_session_write(s, keys, bufs, dst_offsets, counts, n, results);
+}
+
 /*
  * Seal the sessions of keys[0..n), wait for their writes, remove them and
  * tell the master (END or REVOKE).  Keys without an open session get
  * MC_INVALID_PARAMS.
  */
-static mc_status_t put_session_finish(mc_store_h s, int end, const char *const *keys, size_t n,
+mc_status_t mc_emb_put_session_finish(mc_store_h s, int end, const char *const *keys, size_t n,
                                       mc_status_t *statuses)
 {
     mc_status_t st;
@@ -813,13 +833,6 @@ static mc_status_t put_session_finish(mc_store_h s, int end, const char *const *
     size_t nsel        = 0;
     struct mc_store_rd *rd;
 
-    if ((n > 0) && ((keys == NULL) || (statuses == NULL))) {
-        mc_set_error_detail("keys and statuses are required");
-        return MC_INVALID_PARAMS;
-    }
-    if (mc_dummy_session_keys(s, end ? MC_DUMMY_OP_PUT_SESSION_END : MC_DUMMY_OP_PUT_SESSION_REVOKE,
-                              keys, n, statuses, &st))
-        return st;
     st = mc_store_enter_statuses(s, statuses, n);
     if (st != MC_OK)
         return st;
@@ -884,6 +897,16 @@ out:
     free(sel);
     mc_store_leave(s);
     return mc_store_first_error(statuses, n);
+}
+
+static mc_status_t put_session_finish(mc_store_h s, int end, const char *const *keys, size_t n,
+                                      mc_status_t *statuses)
+{
+    if ((n > 0) && ((keys == NULL) || (statuses == NULL))) {
+        mc_set_error_detail("keys and statuses are required");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_ops(s)->put_session_finish(s, end, keys, n, statuses);
 }
 
 MC_API mc_status_t mc_store_put_session_end(mc_store_h s, const char *const *keys, size_t n,

@@ -56,7 +56,6 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
 #include "store/threads/threads.h"
@@ -98,9 +97,8 @@ static mc_status_t check_segment_name(const char *what, const char *name)
     return MC_OK;
 }
 
-MC_API mc_status_t mc_store_create_copy_task(mc_store_h s, const char *key,
-                                             const char *const *targets, size_t n,
-                                             mc_task_id_t *id_out)
+mc_status_t mc_emb_copy_task(mc_store_h s, const char *key, const char *const *targets, size_t n,
+                             mc_task_id_t *id_out)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
@@ -108,8 +106,6 @@ MC_API mc_status_t mc_store_create_copy_task(mc_store_h s, const char *key,
     mc_wire_create_copy_task_req_t req;
     mc_wire_create_copy_task_resp_t resp;
 
-    if (mc_dummy_create_task(s, MC_DUMMY_OP_COPY_TASK, key, targets, n, id_out, &st))
-        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -158,20 +154,21 @@ out:
     return st;
 }
 
-MC_API mc_status_t mc_store_create_move_task(mc_store_h s, const char *key,
-                                             const char *source, const char *target,
+MC_API mc_status_t mc_store_create_copy_task(mc_store_h s, const char *key,
+                                             const char *const *targets, size_t n,
                                              mc_task_id_t *id_out)
+{
+    return mc_store_ops(s)->copy_task(s, key, targets, n, id_out);
+}
+
+mc_status_t mc_emb_move_task(mc_store_h s, const char *key, const char *source, const char *target,
+                             mc_task_id_t *id_out)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
     mc_wire_create_move_task_req_t req;
     mc_wire_create_move_task_resp_t resp;
 
-    {
-        const char *pair[2] = {source, target};
-        if (mc_dummy_create_task(s, MC_DUMMY_OP_MOVE_TASK, key, pair, 2, id_out, &st))
-            return st;
-    }
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -202,6 +199,13 @@ out:
     return st;
 }
 
+MC_API mc_status_t mc_store_create_move_task(mc_store_h s, const char *key,
+                                             const char *source, const char *target,
+                                             mc_task_id_t *id_out)
+{
+    return mc_store_ops(s)->move_task(s, key, source, target, id_out);
+}
+
 /* Copy @p m into @p out (cap bytes, NUL included): stops at an embedded
  * NUL and cuts a too long message at a UTF-8 character boundary. */
 static void copy_message(char *out, size_t cap, mc_str_t m)
@@ -222,8 +226,7 @@ static void copy_message(char *out, size_t cap, mc_str_t m)
     out[len] = '\0';
 }
 
-MC_API mc_status_t mc_store_query_task(mc_store_h s, const char *task_id,
-                                       mc_store_task_info_t *out)
+mc_status_t mc_emb_query_task(mc_store_h s, const char *task_id, mc_store_task_info_t *out)
 {
     mc_status_t st;
     mc_mconn_t *conn = NULL;
@@ -231,8 +234,6 @@ MC_API mc_status_t mc_store_query_task(mc_store_h s, const char *task_id,
     mc_wire_query_task_req_t req;
     mc_wire_query_task_resp_t resp;
 
-    if (mc_dummy_query_task(s, task_id, out, &st))
-        return st;
     st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
@@ -262,6 +263,12 @@ out:
         mc_master_pool_put(&s->pool, conn);
     mc_store_leave(s);
     return st;
+}
+
+MC_API mc_status_t mc_store_query_task(mc_store_h s, const char *task_id,
+                                       mc_store_task_info_t *out)
+{
+    return mc_store_ops(s)->query_task(s, task_id, out);
 }
 
 /* ---- the executor: its connection ------------------------------------------- */
