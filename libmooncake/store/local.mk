@@ -3,10 +3,14 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/store_internal.h \
 	libmooncake/store/master_client.c libmooncake/store/master_client.h \
 	libmooncake/store/store.c \
-	libmooncake/store/commit.c \
-	libmooncake/store/reserve.c \
 	libmooncake/store/metrics.c libmooncake/store/metrics.h \
 	libmooncake/store/ops.h \
+	libmooncake/store/write/write.h \
+	libmooncake/store/write/write.c \
+	libmooncake/store/write/write_batch.c \
+	libmooncake/store/write/remove.c \
+	libmooncake/store/write/commit.c \
+	libmooncake/store/write/reserve.c \
 	libmooncake/store/read/read.h \
 	libmooncake/store/read/query.c \
 	libmooncake/store/read/loc_cache.c libmooncake/store/read/loc_cache.h \
@@ -21,6 +25,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/threads/tasks.c \
 	libmooncake/store/threads/http.c \
 	libmooncake/store/threads/async.c \
+	libmooncake/store/tiers/tiers.h libmooncake/store/tiers/tiers.c \
 	libmooncake/store/tiers/disk.c libmooncake/store/tiers/disk.h \
 	libmooncake/store/tiers/dfs.c libmooncake/store/tiers/dfs.h \
 	libmooncake/store/tiers/nof.c \

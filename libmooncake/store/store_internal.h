@@ -174,42 +174,14 @@ static inline const mc_store_ops_t *mc_store_ops(mc_store_h s)
 
 /* Public entry: read-lock the handle and check it is set up.  On failure
  * nothing is held and the detail is set. */
-/* reserve.c: the writer's reservations (docs/protocol.md §5.16) */
-void mc_store_resv_init(mc_store_h s);
-/* MC_PUT_ONE_TRIP (0 off, 1 or unset on), read at setup: MC_INVALID_PARAMS
- * for any other value. */
-mc_status_t mc_store_resv_config(mc_store_h s);
-void mc_store_resv_cleanup(mc_store_h s);
-/* Drop every kept reservation (teardown, a master that may have restarted). */
-void mc_store_resv_clear(mc_store_h s);
-/* The heartbeat saw master view @p view: a new one empties the cache. */
-void mc_store_resv_view(mc_store_h s, uint64_t view);
-/* The master grants none (NOT_SUPPORTED): two round trips from now on. */
-void mc_store_resv_disable(mc_store_h s);
-/* Whether a put of @p length bytes may go through a reservation. */
-int mc_store_resv_wanted(mc_store_h s, uint64_t length);
-/* Whether a put of this shape came lately (then a reservation is worth
- * asking for); records it either way. */
-int mc_store_resv_seen(mc_store_h s, uint64_t length, const mc_wire_config_t *cfg);
-/* Move a usable reservation for (@p length, placement of @p cfg) into
- * @p out; 0 when there is none. */
-int mc_store_resv_take(mc_store_h s, uint64_t length, const mc_wire_config_t *cfg,
-                       mc_resv_t *out);
-/* Keep @p r (cleared) for a later put, or free it when unusable. */
-void mc_store_resv_give(mc_store_h s, mc_resv_t *r);
-/* A reservation from a grant: @p sent_us when the request was sent
- * (mc_now_us), @p view the connection's master view. */
-mc_status_t mc_store_resv_make(mc_resv_t *r, uint64_t id, uint64_t ttl_ms, uint64_t sent_us,
-                               uint64_t view, uint64_t length, const mc_wire_config_t *cfg,
-                               const mc_wire_replica_list_t *reps);
-void mc_store_resv_free(mc_resv_t *r);
-
 mc_status_t mc_store_enter(mc_store_h s);
 void mc_store_leave(mc_store_h s);
 /* mc_store_enter() for a batch call: on failure every one of the @p n
  * per-key entries gets the same status (a NULL array is skipped). */
 mc_status_t mc_store_enter_statuses(mc_store_h s, mc_status_t *statuses, size_t n);
 mc_status_t mc_store_enter_results(mc_store_h s, int64_t *results, size_t n);
+/* Set the @p n entries of @p statuses (a NULL array is skipped) to @p st. */
+void mc_store_fill_statuses(mc_status_t *statuses, size_t n, mc_status_t st);
 /* The first per-key status that is not MC_OK, else MC_OK: what a batch
  * call returns. */
 mc_status_t mc_store_first_error(const mc_status_t *statuses, size_t n);
@@ -226,67 +198,15 @@ size_t mc_store_select_keys(const char *const *keys, size_t n, mc_status_t *stat
 #define MC_WF_ZERO_COPY 0x1u /* every source byte must be registered memory */
 #define MC_WF_SAME_NODE 0x2u /* prefer_alloc_in_same_node is accepted */
 
-struct mc_store_query;
-
-/*
- * A batch put with a commit key (commit.c, mc_store_batch_put_parts_commit):
- * do_write_batch starts the key at call index @c last with the others and
- * writes its bytes, but neither ends nor revokes it when its write went
- * well (@c held 1, its status MC_OK for now); an existing key fails as
- * MC_OBJECT_ALREADY_EXISTS (no first-writer-wins: every key of a commit
- * is the call's own) and the commit key is not retried.
- * mc_store_commit_seal() then ends or revokes it.
- */
-typedef struct mc_store_commit {
-    size_t last; /* call index of the commit key */
-    int held;    /* out: allocated and written, waiting for END or REVOKE */
-} mc_store_commit_t;
-
-/* store.c: the batch put of mc_store_batch_put_parts() with @p commit
- * (write_many; MC_WF_SAME_NODE flags). */
-mc_status_t mc_store_put_parts_commit(mc_store_h s, const char *const *keys,
-                                      const mc_iov_t *const *bufs, const size_t *counts,
-                                      size_t n, const mc_replicate_config_t *cfg,
-                                      mc_status_t *statuses, mc_store_commit_t *commit);
-/* store.c: PUT_END (PUT_REVOKE with @p revoke) of one key; an END that
- * succeeds queues the key for the disk tier as every put does. */
-mc_status_t mc_store_put_seal(mc_store_h s, int revoke, mc_str_t key);
-/* store.c: one BATCH_REMOVE, `life` held (mc_store_batch_remove's body). */
-mc_status_t mc_store_do_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
-                                     mc_status_t *statuses);
-/* commit.c: after the payloads of a commit batch are sealed (statuses[i]
- * of every i != last final): END the held commit key when every payload is
- * MC_OK, else REVOKE it; when the commit key is not published, remove the
- * payloads that were.  Releases specs[last] (and the removed payloads'
- * specs) unless published.  `life` held. */
-void mc_store_commit_seal(mc_store_h s, const char *const *keys, mc_status_t *statuses,
-                          struct mc_store_query **specs, mc_store_commit_t *commit);
-/* commit.c, tests only: called between the payloads' END and the commit
- * key's END (NULL: nothing), to race events against that window. */
-extern void (*mc_store_commit_test_hook)(mc_store_h s, const char *commit_key);
-
 /* store.c: what upstream checks of a ReplicateConfig on the client before
  * any RPC (NULL passes); @p nkeys keys are written by the call. */
 mc_status_t mc_store_config_check(const mc_replicate_config_t *cfg, size_t nkeys,
                                   unsigned flags);
-
-/* store.c: 0 when @p regex is a pattern remove_by_regex sends (POSIX
- * extended, within the limits of common/regex_limit.h), else
- * MC_INVALID_PARAMS with the detail set. */
-mc_status_t mc_store_regex_check(const char *regex);
 
 /* store.c: wire form of a checked @p cfg (NULL: the defaults) for the keys
  * sel[0..nsel) of the call (sel NULL: the identity); @p gids holds nsel
  * strings and must outlive @p w. */
 void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel, size_t nsel,
                              mc_str_t *gids, mc_wire_config_t *w);
-
-/* Over rdma, memory the engine does not know has no lkey, so a transfer
- * from or into it with a peer on another host would go over tcp
- * (docs/transfer.md §12.0): 1 when [@p base, +@p len) should go through a
- * block of the staging buffer instead (protocol rdma, not registered, fits
- * the staging buffer, segment @p seg not reached by copies). */
-int mc_store_rdma_stage_wanted(mc_store_h s, const void *base, size_t len,
-                               mc_te_segment_id_t seg);
 
 #endif /* MC_STORE_STORE_INTERNAL_H */

@@ -20,6 +20,7 @@
 #include "master_proc.h"
 #include "store_util.h"
 #include "store/store_internal.h"
+#include "store/write/write.h"
 
 static mc_test_master_t master;
 static mc_store_h store; /* the writer */

@@ -19,6 +19,7 @@
 #include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
+#include "store/write/write.h"
 
 static const mc_store_ops_t *const emb = &mc_store_embedded_ops;
 

@@ -45,6 +45,7 @@
 #include "store/segments/segments.h"
 #include "store/store_internal.h"
 #include "store/tiers/tiers.h"
+#include "store/write/write.h"
 #include "transfer/engine.h"
 
 static uint64_t lease_deadline(uint64_t t0_ns, uint64_t ttl_ms)
@@ -76,18 +77,6 @@ static int replica_rank(mc_store_h s, mc_str_t seg)
     if ((own_host == seg_host) && (memcmp(seg.ptr, s->hostname, own_host) == 0))
         return 1;
     return 2;
-}
-
-/* A disk replica worth trying: complete, the object's size, a file path
- * and a segment name we can carry. */
-static int disk_usable(const mc_wire_replica_t *r, uint64_t size)
-{
-    return (r->status == MC_REPLICA_COMPLETE) && (r->type == MC_WIRE_REPLICA_DISK) &&
-           (r->size == size) && (r->file_path.len > 1) && (r->file_path.ptr[0] == '/') &&
-           (r->file_path.len < 4096) &&
-           (memchr(r->file_path.ptr, '\0', r->file_path.len) == NULL) &&
-           (r->segment.len < MC_STORE_NAME_MAX) &&
-           (memchr(r->segment.ptr, '\0', r->segment.len) == NULL);
 }
 
 uint64_t mc_store_segment_gen(mc_uuid_t id)
@@ -122,30 +111,24 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
                                mc_store_query_h *query_p)
 {
     struct mc_store_query *q;
-    const mc_wire_replica_t *disk = NULL;
     size_t n = 0, names = 0, k = 0, klen = strlen(key);
     char *np;
-    char dfs_path[PATH_MAX];
-    int dfs = 0;
+    char fpath[PATH_MAX];
+    mc_store_file_ref_t f;
+    int file;
 
     for (uint32_t i = 0; i < reps->n; i++) {
         if (replica_usable(&reps->v[i], size)) {
             n++;
             names += reps->v[i].segment.len + 1;
-        } else if ((disk == NULL) && disk_usable(&reps->v[i], size)) {
-            disk = &reps->v[i];
-            names += disk->file_path.len + 1 + disk->segment.len + 1 + klen + 1;
         }
     }
-    /* without a disk replica, the DFS record (docs/tiers.md §6) */
-    for (uint32_t i = 0; (disk == NULL) && (i < reps->n); i++) {
-        if (mc_store_dfs_replica_path(s, &reps->v[i], size, dfs_path, sizeof(dfs_path))) {
-            disk = &reps->v[i];
-            dfs  = 1;
-            names += strlen(dfs_path) + 1 + 1 + klen + 1;
-        }
-    }
-    if ((n == 0) && (disk == NULL)) {
+    /* the tiers' file replica: the SSD record, else the DFS record
+     * (docs/tiers.md) */
+    file = mc_store_tiers_find_file(s, reps, size, &f, fpath, sizeof(fpath));
+    if (file)
+        names += f.path_len + 1 + f.segment_len + 1 + klen + 1;
+    if ((n == 0) && !file) {
         mc_set_error_detail("%s has no complete replica to read", key);
         return MC_REPLICA_IS_NOT_READY;
     }
@@ -170,7 +153,7 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     q->spec        = 0;
     q->landed      = NULL;
     q->blob_base   = (uintptr_t)q;
-    q->blob_len    = (disk == NULL) ? sizeof(*q) + n * sizeof(q->r[0]) + names : 0;
+    q->blob_len    = !file ? sizeof(*q) + n * sizeof(q->r[0]) + names : 0;
     np             = (char *)&q->r[n];
     memcpy(np, key, klen + 1);
     q->ckey = np;
@@ -194,31 +177,23 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
             k++;
         }
     }
-    if (dfs) {
-        size_t plen    = strlen(dfs_path);
-        q->disk_offset = disk->addr;
-        q->disk_crc    = 0;
-        q->disk_dfs    = 1;
-        q->disk_shard  = disk->shard_idx;
-        q->disk_span   = disk->aligned_size;
-        q->disk_path   = np;
-        memcpy(np, dfs_path, plen + 1);
-        np += plen + 1;
+    if (file) {
+        q->disk_tier   = f.tier;
+        q->disk_offset = f.offset;
+        q->disk_crc    = f.crc;
+        if (f.dfs) {
+            q->disk_dfs   = 1;
+            q->disk_shard = f.shard;
+            q->disk_span  = f.span;
+        }
+        q->disk_path = np;
+        memcpy(np, f.path, f.path_len);
+        np[f.path_len] = '\0';
+        np += f.path_len + 1;
         q->disk_segment = np;
-        *np++           = '\0';
-        q->disk_key     = np;
-        memcpy(np, key, klen + 1);
-    } else if (disk != NULL) {
-        q->disk_offset = disk->addr;
-        q->disk_crc    = disk->crc;
-        q->disk_path   = np;
-        memcpy(np, disk->file_path.ptr, disk->file_path.len);
-        np[disk->file_path.len] = '\0';
-        np += disk->file_path.len + 1;
-        q->disk_segment = np;
-        memcpy(np, disk->segment.ptr, disk->segment.len);
-        np[disk->segment.len] = '\0';
-        np += disk->segment.len + 1;
+        memcpy(np, f.segment, f.segment_len);
+        np[f.segment_len] = '\0';
+        np += f.segment_len + 1;
         q->disk_key = np;
         memcpy(np, key, klen + 1);
     }
@@ -226,15 +201,13 @@ static mc_status_t query_build(mc_store_h s, const char *key, uint64_t size,
     return MC_OK;
 }
 
-/* An SSD record through mc_store_disk_fetch (the file, else its holder);
- * a DFS record from the shared file, whose CRC the master does not hold. */
+/* The file replica through the tier that found it (tiers.h): an SSD
+ * record from the file, else its holder; a DFS record from the shared
+ * file. */
 mc_status_t mc_store_query_disk_read(mc_store_h s, mc_store_query_h q, void *buf)
 {
-    if (q->disk_dfs)
-        return mc_store_disk_read_record(q->disk_path, q->disk_offset,
-                                         mc_str_from_cstr(q->disk_key), q->size, NULL, buf);
-    return mc_store_disk_fetch(s, q->disk_path, q->disk_segment, q->disk_offset,
-                               mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, buf);
+    return q->disk_tier->read_file(s, q->disk_path, q->disk_segment, q->disk_offset,
+                                   mc_str_from_cstr(q->disk_key), q->size, q->disk_crc, buf);
 }
 
 static mc_status_t read_whole_disk(mc_store_h s, mc_store_query_h q);

@@ -54,6 +54,7 @@ struct mc_store_query {
      * disk_path NULL when there is none.  A query with no memory replica
      * (n == 0) reads it, once, into disk_bytes (mc_store_query_load_disk). */
     const char *disk_path;
+    const struct mc_store_tier_hooks *disk_tier; /* reads it (tiers.h) */
     const char *disk_segment;
     const char *disk_key;
     uint64_t disk_offset;

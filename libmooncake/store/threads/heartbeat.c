@@ -37,6 +37,7 @@
 #include "store/store_internal.h"
 #include "store/threads/threads.h"
 #include "store/tiers/tiers.h"
+#include "store/write/write.h"
 #include "transfer/engine.h"
 
 #define MC_HB_CONNECT_TIMEOUT_MS 1000

@@ -6,11 +6,76 @@
 #ifndef MC_STORE_TIERS_H
 #define MC_STORE_TIERS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "store/store_internal.h"
 #include "store/tiers/dfs.h"
 #include "store/tiers/disk.h"
+#include "wire/wire.h"
+
+/* ---- the hooks the write and read pipelines call (tiers.c) ---------------- */
+
+/* A replica a tier reads from a file (the SSD record, the DFS record):
+ * what a query keeps of it.  @p path and @p segment are not NUL-terminated
+ * (they may point into the master's answer). */
+typedef struct mc_store_file_ref {
+    const struct mc_store_tier_hooks *tier; /* the tier that reads it */
+    const char *path;
+    size_t path_len;
+    const char *segment;     /* the holder's segment name ("" for DFS) */
+    size_t segment_len;
+    uint64_t offset;
+    uint32_t crc;            /* the value's CRC32C the master holds (0 for DFS) */
+    uint8_t dfs;             /* the DFS record: shard and span describe it */
+    uint32_t shard;
+    uint64_t span;
+} mc_store_file_ref_t;
+
+/*
+ * One tier's hooks into the pipelines; NULL where the tier has nothing
+ * to do there.  The tiers are asked in a fixed order, the SSD tier first,
+ * then DFS, then NoF (whose replicas are read and written like memory, so
+ * it hooks only setup and teardown, called by store.c).
+ */
+typedef struct mc_store_tier_hooks {
+    const char *name;
+    /* write: the config of a single-key write, after the generic checks
+     * (mc_store_config_check) and before any RPC */
+    mc_status_t (*config_check)(mc_store_h s, const mc_replicate_config_t *cfg);
+    /* write: an upsert the master refused with MC_INVALID_PARAMS: may set a
+     * detail that says why */
+    void (*upsert_refused)(mc_store_h s, const char *key);
+    /* write: the replicas of type @p file_type (0: none) are this tier's
+     * to write, from the caller's parts, once the master connection is
+     * back and before the memory transfer */
+    uint8_t file_type;
+    mc_status_t (*write_file)(mc_store_h s, const mc_wire_replica_t *r, mc_str_t key,
+                              const mc_iov_t *parts, size_t n, uint64_t total);
+    /* write: a put or upsert this client sealed (END or COMMIT answered OK) */
+    void (*sealed)(mc_store_h s, mc_str_t key);
+    /* read: the first of @p reps this tier reads for a value of @p size
+     * bytes, into @p f (a path it builds goes to @p path, @p cap bytes); 0
+     * when there is none */
+    int (*find_file)(mc_store_h s, const mc_wire_replica_list_t *reps, uint64_t size,
+                     mc_store_file_ref_t *f, char *path, size_t cap);
+    /* read: the whole value of a file replica @p find_file found (strings
+     * NUL-terminated now) into @p buf */
+    mc_status_t (*read_file)(mc_store_h s, const char *path, const char *segment,
+                             uint64_t offset, mc_str_t key, uint64_t size, uint32_t crc,
+                             void *buf);
+} mc_store_tier_hooks_t;
+
+/* Every tier's config_check, in order: the first failure. */
+mc_status_t mc_store_tiers_config_check(mc_store_h s, const mc_replicate_config_t *cfg);
+void mc_store_tiers_upsert_refused(mc_store_h s, const char *key);
+/* The tier that writes replicas of @p type itself, or NULL (memory, NoF). */
+const mc_store_tier_hooks_t *mc_store_tiers_file_writer(uint8_t type);
+void mc_store_tiers_sealed(mc_store_h s, mc_str_t key);
+/* The file replica a query reads when no memory replica serves: the
+ * first tier's find_file that finds one (1), else 0. */
+int mc_store_tiers_find_file(mc_store_h s, const mc_wire_replica_list_t *reps, uint64_t size,
+                             mc_store_file_ref_t *f, char *path, size_t cap);
 
 /* ---- NoF segments (nof.c, docs/tiers.md §8) ---- */
 /* REMOUNT_NOF_SEGMENTS of every NoF segment we serve (heartbeat remount), each

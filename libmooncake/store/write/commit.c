@@ -10,10 +10,10 @@
  * one transfer), the payloads are ended (BATCH_PUT_END), and only then
  * is the manifest ended -- or revoked when a payload failed: three.
  *
- * The batch itself is store.c's write_many with an mc_store_commit_t: it
- * holds the commit key back (allocated, written, neither ended nor
- * revoked) and refuses keys that exist already, so that every key the
- * call reports stored is its own and may be removed again.  This file
+ * The batch itself is write_batch.c's write_batch_commit with an
+ * mc_store_commit_t: it holds the commit key back (allocated, written,
+ * neither ended nor revoked) and refuses keys that exist already, so that
+ * every key the call reports stored is its own and may be removed again.  This file
  * does the rest once the payloads' statuses are final:
  *
  *   every payload MC_OK and the commit key held  -> PUT_END it;
@@ -39,6 +39,7 @@
 #include "common/log.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
+#include "store/write/write.h"
 
 void (*mc_store_commit_test_hook)(mc_store_h s, const char *commit_key);
 

@@ -34,6 +34,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "store/store_internal.h"
+#include "store/write/write.h"
 
 /* Longest value a reservation is asked for: the space held unused per
  * writer stays at most MC_RESV_SLOTS times this. */
