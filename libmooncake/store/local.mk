@@ -30,7 +30,9 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/tiers/dfs.c libmooncake/store/tiers/dfs.h \
 	libmooncake/store/tiers/nof.c \
 	libmooncake/store/dummy/wire.h libmooncake/store/dummy/dummy.h \
-	libmooncake/store/dummy/dummy_client.c \
+	libmooncake/store/dummy/dummy_client.h libmooncake/store/dummy/dummy_client.c \
+	libmooncake/store/dummy/dummy_io.c \
+	libmooncake/store/dummy/dummy_calls.c \
 	libmooncake/store/dummy/dummy_ops.c \
 	libmooncake/store/dummy/dummy_decode.c \
 	libmooncake/store/dummy/dummy_server.c \
