@@ -3,6 +3,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/store_internal.h \
 	libmooncake/store/master_client.c libmooncake/store/master_client.h \
 	libmooncake/store/store.c \
+	libmooncake/store/calls.c \
 	libmooncake/store/metrics.c libmooncake/store/metrics.h \
 	libmooncake/store/ops.h \
 	libmooncake/store/write/write.h \

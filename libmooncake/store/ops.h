@@ -11,7 +11,7 @@
  * client over a unix socket).  A public call checks its arguments where
  * both backends share the check, then dispatches once:
  *
- *     return mc_store_ops(s)->get(s, key, buf, cap, size_p);
+ *     return MC_STORE_DISPATCH(s, get, key, buf, cap, size_p);
  *
  * s->ops is written with `life` held for writing (setup_dummy sets the
  * dummy's table, close puts the embedded one back) and read without it, so

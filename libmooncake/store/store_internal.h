@@ -93,8 +93,9 @@ typedef struct mc_store_resvs {
 } mc_store_resvs_t;
 
 struct mc_store {
-    /* the backend (ops.h): NULL or &mc_store_embedded_ops, else the
-     * dummy's; written with `life` held for writing, read atomically */
+    /* the backend (ops.h): &mc_store_embedded_ops from create on, the
+     * dummy's while in dummy mode; written with `life` held for writing,
+     * read atomically (MC_STORE_DISPATCH) */
     const mc_store_ops_t *ops;
     pthread_rwlock_t life;
     int ready;
@@ -164,13 +165,15 @@ struct mc_store {
     struct mc_store_http *http;
 };
 
-/* The backend of @p s: the embedded one for NULL (which reports it) and
- * before setup. */
-static inline const mc_store_ops_t *mc_store_ops(mc_store_h s)
-{
-    const mc_store_ops_t *ops = (s != NULL) ? __atomic_load_n(&s->ops, __ATOMIC_ACQUIRE) : NULL;
-    return (ops != NULL) ? ops : &mc_store_embedded_ops;
-}
+/*
+ * One call through the backend of @p s (ops.h): s->ops->op(s, ...), or the
+ * embedded op for a NULL handle, which reports it.  The embedded op is
+ * named directly, not through the table, so a file whose public calls
+ * dispatch here refers to its own mc_emb_ functions only.
+ */
+#define MC_STORE_DISPATCH(s, op, ...)                                                        \
+    (((s) != NULL) ? __atomic_load_n(&(s)->ops, __ATOMIC_ACQUIRE)->op((s), __VA_ARGS__)     \
+                   : mc_emb_##op((s), __VA_ARGS__))
 
 /* Public entry: read-lock the handle and check it is set up.  On failure
  * nothing is held and the detail is set. */
@@ -198,15 +201,32 @@ size_t mc_store_select_keys(const char *const *keys, size_t n, mc_status_t *stat
 #define MC_WF_ZERO_COPY 0x1u /* every source byte must be registered memory */
 #define MC_WF_SAME_NODE 0x2u /* prefer_alloc_in_same_node is accepted */
 
-/* store.c: what upstream checks of a ReplicateConfig on the client before
+/* calls.c: what upstream checks of a ReplicateConfig on the client before
  * any RPC (NULL passes); @p nkeys keys are written by the call. */
 mc_status_t mc_store_config_check(const mc_replicate_config_t *cfg, size_t nkeys,
                                   unsigned flags);
 
-/* store.c: wire form of a checked @p cfg (NULL: the defaults) for the keys
+/* calls.c: wire form of a checked @p cfg (NULL: the defaults) for the keys
  * sel[0..nsel) of the call (sel NULL: the identity); @p gids holds nsel
  * strings and must outlive @p w. */
 void mc_store_config_to_wire(const mc_replicate_config_t *cfg, const size_t *sel, size_t nsel,
                              mc_str_t *gids, mc_wire_config_t *w);
+
+/* calls.c: the generation a segment with id @p id is registered with (top bit set,
+ * so never 0; 0 for the nil id): the holder registers its segments with it
+ * and readers name it with every read of a replica there. */
+uint64_t mc_store_segment_gen(mc_uuid_t id);
+/* The generation a read or write of replica @p r names: the one the master
+ * handed out with it (its segment's now, common/gen.h), or counter 0 of
+ * its segment when the master named none of that segment's base. */
+uint64_t mc_store_replica_gen(const mc_wire_replica_t *r);
+
+/* calls.c.  Over rdma, memory the engine does not know has no lkey, so a transfer
+ * from or into it with a peer on another host would go over tcp
+ * (docs/transfer.md §12.0): 1 when [@p base, +@p len) should go through a
+ * block of the staging buffer instead (protocol rdma, not registered, fits
+ * the staging buffer, segment @p seg not reached by copies). */
+int mc_store_rdma_stage_wanted(mc_store_h s, const void *base, size_t len,
+                               mc_te_segment_id_t seg);
 
 #endif /* MC_STORE_STORE_INTERNAL_H */

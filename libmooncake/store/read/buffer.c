@@ -17,6 +17,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/log.h"
 #include "store/read/read.h"
@@ -187,7 +188,7 @@ MC_API mc_status_t mc_store_get_buffer(mc_store_h s, const char *key, mc_store_b
         return MC_INVALID_PARAMS;
     }
     *buffer_p = NULL;
-    return mc_store_ops(s)->get_buffer(s, key, buffer_p);
+    return MC_STORE_DISPATCH(s, get_buffer, key, buffer_p);
 }
 
 mc_status_t mc_emb_batch_get_buffer(mc_store_h s, const char *const *keys, size_t n,
@@ -227,7 +228,7 @@ MC_API mc_status_t mc_store_batch_get_buffer(mc_store_h s, const char *const *ke
     }
     for (size_t i = 0; i < n; i++)
         buffers[i] = NULL;
-    return mc_store_ops(s)->batch_get_buffer(s, keys, n, buffers, statuses);
+    return MC_STORE_DISPATCH(s, batch_get_buffer, keys, n, buffers, statuses);
 }
 
 /* ---- mem pool ---------------------------------------------------------------------- */
@@ -290,7 +291,7 @@ out:
 
 MC_API mc_status_t mc_store_mem_pool_alloc(mc_store_h s, size_t size, void **ptr_p)
 {
-    return mc_store_ops(s)->mem_pool_alloc(s, size, ptr_p);
+    return MC_STORE_DISPATCH(s, mem_pool_alloc, size, ptr_p);
 }
 
 mc_status_t mc_emb_mem_pool_free(mc_store_h s, void *ptr)
@@ -322,7 +323,7 @@ mc_status_t mc_emb_mem_pool_free(mc_store_h s, void *ptr)
 
 MC_API mc_status_t mc_store_mem_pool_free(mc_store_h s, void *ptr)
 {
-    return mc_store_ops(s)->mem_pool_free(s, ptr);
+    return MC_STORE_DISPATCH(s, mem_pool_free, ptr);
 }
 
 void mc_store_pool_release(mc_store_h s)
@@ -336,4 +337,154 @@ void mc_store_pool_release(mc_store_h s)
         mc_store_lbuf_free(s, &e->block);
         free(e);
     }
+}
+
+/* ---- the staging buffer's mapping (created by ../segments/segment.c) ---------- */
+
+/*
+ * The mapping is shared by the store (one reference while set up) and by
+ * every live buffer handle (one each), so its allocator carries its own
+ * lock: a handle released after mc_store_destroy() must still be able to
+ * give its block back.
+ */
+void mc_store_lbuf_map_ref(mc_store_lbuf_map_t *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->refs++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void mc_store_lbuf_map_unref(mc_store_lbuf_map_t *m)
+{
+    unsigned left;
+
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    left = --m->refs;
+    pthread_mutex_unlock(&m->lock);
+    if (left > 0)
+        return;
+    if (m->alloc != NULL)
+        mc_alloc_destroy(m->alloc);
+    if (m->base != NULL)
+        munmap(m->base, m->map_len);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+mc_status_t mc_store_lbuf_map_alloc(mc_store_lbuf_map_t *m, uint64_t size, void **ptr_p,
+                                    mc_alloc_block_t *block_p)
+{
+    mc_status_t st;
+    mc_alloc_block_t b;
+
+    pthread_mutex_lock(&m->lock);
+    st = mc_alloc_get(m->alloc, size, &b);
+    pthread_mutex_unlock(&m->lock);
+    if (st != MC_OK) {
+        mc_set_error_detail("local buffer cannot hold %llu more bytes",
+                            (unsigned long long)size);
+        return st;
+    }
+    *ptr_p   = (uint8_t *)m->base + b.offset;
+    *block_p = b;
+    return MC_OK;
+}
+
+void mc_store_lbuf_map_free(mc_store_lbuf_map_t *m, const mc_alloc_block_t *block)
+{
+    mc_status_t st;
+
+    pthread_mutex_lock(&m->lock);
+    st = mc_alloc_put(m->alloc, block);
+    pthread_mutex_unlock(&m->lock);
+    if (st != MC_OK)
+        mc_warn("local buffer block at offset %llu was not allocated",
+                (unsigned long long)block->offset);
+}
+
+mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,
+                                mc_alloc_block_t *block_p)
+{
+    if ((s->rd == NULL) || (s->rd->lbuf == NULL)) {
+        mc_set_error_detail("no local buffer: the store was set up with local_buffer_size 0");
+        return MC_INVALID_PARAMS;
+    }
+    return mc_store_lbuf_map_alloc(s->rd->lbuf, size, ptr_p, block_p);
+}
+
+void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block)
+{
+    if ((s->rd == NULL) || (s->rd->lbuf == NULL) || (block == NULL))
+        return;
+    mc_store_lbuf_map_free(s->rd->lbuf, block);
+}
+
+/* ---- read-side state ------------------------------------------------------- */
+
+mc_status_t mc_store_rd_create(mc_store_h s)
+{
+    struct mc_store_rd *rd;
+
+    if (s->rd != NULL)
+        return MC_OK;
+    rd = calloc(1, sizeof(*rd));
+    if (rd == NULL) {
+        mc_set_error_detail("out of memory for the store state");
+        return MC_INTERNAL_ERROR;
+    }
+    if ((mc_hmap_init(&rd->pool, 16) != 0) || (mc_hmap_init(&rd->gsess, 16) != 0) ||
+        (mc_hmap_init(&rd->psess, 16) != 0)) {
+        mc_hmap_cleanup(&rd->pool);
+        mc_hmap_cleanup(&rd->gsess);
+        mc_hmap_cleanup(&rd->psess);
+        free(rd);
+        mc_set_error_detail("out of memory for the store state");
+        return MC_INTERNAL_ERROR;
+    }
+    {
+        size_t entries;
+        mc_status_t st = mc_loc_cache_config(&entries);
+        if ((st == MC_OK) && (entries > 0))
+            st = mc_loc_cache_create(entries, &rd->loc);
+        if ((st == MC_OK) && (entries > 0))
+            st = mc_loc_cache_create(entries, &rd->hints);
+        if (st != MC_OK) {
+            mc_error("%s", mc_last_error_detail());
+            mc_loc_cache_destroy(rd->loc);
+            mc_hmap_cleanup(&rd->pool);
+            mc_hmap_cleanup(&rd->gsess);
+            mc_hmap_cleanup(&rd->psess);
+            free(rd);
+            return st;
+        }
+    }
+    pthread_mutex_init(&rd->reg_lock, NULL);
+    pthread_mutex_init(&rd->pool_lock, NULL);
+    pthread_mutex_init(&rd->sess_lock, NULL);
+    pthread_cond_init(&rd->sess_cond, NULL);
+    s->rd = rd;
+    return MC_OK;
+}
+
+void mc_store_rd_destroy(mc_store_h s)
+{
+    struct mc_store_rd *rd = s->rd;
+
+    if (rd == NULL)
+        return;
+    mc_store_pool_release(s);
+    mc_store_regions_release(s);
+    mc_hmap_cleanup(&rd->pool);
+    mc_hmap_cleanup(&rd->gsess);
+    mc_hmap_cleanup(&rd->psess);
+    mc_loc_cache_destroy(rd->loc);
+    mc_loc_cache_destroy(rd->hints);
+    pthread_mutex_destroy(&rd->reg_lock);
+    pthread_mutex_destroy(&rd->pool_lock);
+    pthread_mutex_destroy(&rd->sess_lock);
+    pthread_cond_destroy(&rd->sess_cond);
+    free(rd);
+    s->rd = NULL;
 }

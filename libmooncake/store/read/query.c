@@ -79,20 +79,6 @@ static int replica_rank(mc_store_h s, mc_str_t seg)
     return 2;
 }
 
-uint64_t mc_store_segment_gen(mc_uuid_t id)
-{
-    /* a nil id (no master hands one out: mount refuses it) names no
-     * generation, so such a replica is read without the check */
-    return mc_gen_of_segment(id.hi, id.lo);
-}
-
-uint64_t mc_store_replica_gen(const mc_wire_replica_t *r)
-{
-    if ((r->gen != 0) && (mc_gen_base(r->gen) == mc_store_segment_gen(r->segment_id)))
-        return r->gen;
-    return mc_store_segment_gen(r->segment_id);
-}
-
 /* A memory or NoF replica (NoF is read like memory, through the storage
  * node's engine, docs/tiers.md §8). */
 static int replica_usable(const mc_wire_replica_t *r, uint64_t size)
@@ -1149,7 +1135,7 @@ static mc_status_t store_query(mc_store_h s, const char *key, mc_store_query_h *
         mc_set_error_detail("query_p is NULL");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->query(s, key, query_p, use_cache);
+    return MC_STORE_DISPATCH(s, query, key, query_p, use_cache);
 }
 
 MC_API mc_status_t mc_store_query(mc_store_h s, const char *key, mc_store_query_h *query_p)
@@ -1232,7 +1218,7 @@ out:
 MC_API mc_status_t mc_store_get(mc_store_h s, const char *key, void *buf, size_t cap,
                                 uint64_t *size_p)
 {
-    return mc_store_ops(s)->get(s, key, buf, cap, size_p);
+    return MC_STORE_DISPATCH(s, get, key, buf, cap, size_p);
 }
 
 mc_status_t mc_emb_get_size(mc_store_h s, const char *key, uint64_t *size_p)
@@ -1256,7 +1242,7 @@ mc_status_t mc_emb_get_size(mc_store_h s, const char *key, uint64_t *size_p)
 
 MC_API mc_status_t mc_store_get_size(mc_store_h s, const char *key, uint64_t *size_p)
 {
-    return mc_store_ops(s)->get_size(s, key, size_p);
+    return MC_STORE_DISPATCH(s, get_size, key, size_p);
 }
 
 static mc_status_t batch_query(mc_store_h s, const char *const *keys, size_t n,
@@ -1486,7 +1472,7 @@ static mc_status_t store_batch_query(mc_store_h s, const char *const *keys, size
         mc_set_error_detail("keys, queries and statuses are required");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->batch_query(s, keys, n, queries, statuses, use_cache);
+    return MC_STORE_DISPATCH(s, batch_query, keys, n, queries, statuses, use_cache);
 }
 
 MC_API mc_status_t mc_store_batch_query(mc_store_h s, const char *const *keys, size_t n,
@@ -1662,7 +1648,7 @@ out:
 
 MC_API int mc_store_exist(mc_store_h s, const char *key)
 {
-    return mc_store_ops(s)->exist(s, key);
+    return MC_STORE_DISPATCH(s, exist, key);
 }
 
 mc_status_t mc_emb_batch_exist(mc_store_h s, const char *const *keys, size_t n, int *results)
@@ -1754,5 +1740,5 @@ MC_API mc_status_t mc_store_batch_exist(mc_store_h s, const char *const *keys, s
         mc_set_error_detail("keys and results are required");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->batch_exist(s, keys, n, results);
+    return MC_STORE_DISPATCH(s, batch_exist, keys, n, results);
 }

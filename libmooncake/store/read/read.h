@@ -162,14 +162,6 @@ void mc_store_cache_clear(mc_store_h s);
 struct mc_store_query *mc_store_spec_build(mc_store_h s, const char *key, uint64_t size,
                                            const mc_wire_replica_list_t *reps);
 void mc_store_spec_note(mc_store_h s, struct mc_store_query *q);
-/* The generation a segment with id @p id is registered with (top bit set,
- * so never 0; 0 for the nil id): the holder registers its segments with it
- * and readers name it with every read of a replica there. */
-uint64_t mc_store_segment_gen(mc_uuid_t id);
-/* The generation a read or write of replica @p r names: the one the master
- * handed out with it (its segment's now, common/gen.h), or counter 0 of
- * its segment when the master named none of that segment's base. */
-uint64_t mc_store_replica_gen(const mc_wire_replica_t *r);
 
 /* MC_LEASE_EXPIRED (detail set) when the lease of @p q has run out. */
 mc_status_t mc_store_query_lease_check(mc_store_query_h q);
@@ -199,7 +191,7 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                           const mc_read_piece_t *pieces, size_t npieces,
                           mc_status_t *ostatus);
 
-/* ---- the local buffer mapping (segment.c) --------------------------------- */
+/* ---- the local buffer mapping (buffer.c; created by segment.c) --------------------------------- */
 
 typedef struct mc_store_lbuf_map {
     pthread_mutex_t lock; /* guards alloc and refs */
@@ -209,6 +201,11 @@ typedef struct mc_store_lbuf_map {
     size_t map_len;
     mc_alloc_t *alloc;
 } mc_store_lbuf_map_t;
+
+/* buffer.c: lease @p size bytes of the staging buffer (thread-safe). */
+mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,
+                                mc_alloc_block_t *block_p);
+void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block);
 
 /* Lease a block of the mapping (thread-safe; works after close). */
 mc_status_t mc_store_lbuf_map_alloc(mc_store_lbuf_map_t *m, uint64_t size, void **ptr_p,
@@ -260,7 +257,8 @@ int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
                         mc_store_query_h *query_p, int *have_p, mc_status_t *st_p);
 
 mc_status_t mc_store_rd_create(mc_store_h s);
-/* Revoke open put sessions, drop get sessions, unregister user regions. */
+/* Give the pool blocks back, unregister user regions, free the state
+ * (close releases the sessions first: ../sessions/sessions.h). */
 void mc_store_rd_destroy(mc_store_h s);
 
 /* zerocopy.c: 1 when [p, p+len) lies inside one buffer registered with

@@ -118,7 +118,7 @@ int mc_emb_mem_is_registered(mc_store_h s, const void *p, size_t len)
 
 MC_API int mc_store_mem_is_registered(mc_store_h s, const void *p, size_t len)
 {
-    return mc_store_ops(s)->mem_is_registered(s, p, len);
+    return MC_STORE_DISPATCH(s, mem_is_registered, p, len);
 }
 
 mc_status_t mc_emb_register_buffer(mc_store_h s, void *addr, size_t len)
@@ -183,7 +183,7 @@ out:
 
 MC_API mc_status_t mc_store_register_buffer(mc_store_h s, void *addr, size_t len)
 {
-    return mc_store_ops(s)->register_buffer(s, addr, len);
+    return MC_STORE_DISPATCH(s, register_buffer, addr, len);
 }
 
 mc_status_t mc_emb_unregister_buffer(mc_store_h s, void *addr)
@@ -218,7 +218,7 @@ unlock:
 
 MC_API mc_status_t mc_store_unregister_buffer(mc_store_h s, void *addr)
 {
-    return mc_store_ops(s)->unregister_buffer(s, addr);
+    return MC_STORE_DISPATCH(s, unregister_buffer, addr);
 }
 
 void mc_store_regions_release(mc_store_h s)
@@ -953,7 +953,7 @@ out:
 
 MC_API int64_t mc_store_get_into(mc_store_h s, const char *key, void *buf, size_t cap)
 {
-    return mc_store_ops(s)->get_into(s, key, buf, cap);
+    return MC_STORE_DISPATCH(s, get_into, key, buf, cap);
 }
 
 /* ---- batch_get_into_multi ----------------------------------------------------- */
@@ -1133,7 +1133,7 @@ MC_API mc_status_t mc_store_batch_get_into_multi(mc_store_h s, const char *const
                                                  const size_t *counts, size_t n,
                                                  int64_t *results)
 {
-    return mc_store_ops(s)->batch_get_into(s, keys, bufs, counts, n, results);
+    return MC_STORE_DISPATCH(s, batch_get_into, keys, bufs, counts, n, results);
 }
 
 /* ---- read_ranges -------------------------------------------------------------- */
@@ -1346,5 +1346,5 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, 
         mc_set_error_detail("ranges is NULL");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->read_ranges(s, ranges, n);
+    return MC_STORE_DISPATCH(s, read_ranges, ranges, n);
 }

@@ -228,7 +228,7 @@ MC_API mc_status_t mc_store_mount_segment(mc_store_h s, const char *path, uint64
                                           uint64_t offset, const char *protocol,
                                           const char *location, mc_segment_id_t *id_out)
 {
-    return mc_store_ops(s)->mount_segment(s, path, size, offset, protocol, location, id_out);
+    return MC_STORE_DISPATCH(s, mount_segment, path, size, offset, protocol, location, id_out);
 }
 
 MC_API mc_status_t mc_store_allocate_and_mount_segment(mc_store_h s, uint64_t size,
@@ -237,8 +237,8 @@ MC_API mc_status_t mc_store_allocate_and_mount_segment(mc_store_h s, uint64_t si
                                                        mc_segment_id_t *id_out,
                                                        uint64_t *allocated_size_p)
 {
-    return mc_store_ops(s)->allocate_and_mount(s, size, protocol, location, id_out,
-                                               allocated_size_p);
+    return MC_STORE_DISPATCH(s, allocate_and_mount, size, protocol, location, id_out,
+                             allocated_size_p);
 }
 
 /* Index of segment @p id in s->segs, or -1.  Called with seg_lock held. */
@@ -373,7 +373,7 @@ mc_status_t mc_emb_unmount(mc_store_h s, const char *const *ids, size_t n, uint6
 static mc_status_t unmount_many(mc_store_h s, const char *const *ids, size_t n,
                                 uint64_t grace_s, int want_allocated)
 {
-    return mc_store_ops(s)->unmount(s, ids, n, grace_s, want_allocated);
+    return MC_STORE_DISPATCH(s, unmount, ids, n, grace_s, want_allocated);
 }
 
 MC_API mc_status_t mc_store_unmount_segments(mc_store_h s, const char *const *ids, size_t n,

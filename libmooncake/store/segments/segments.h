@@ -46,9 +46,5 @@ mc_status_t mc_store_segments_to_wire(mc_store_h s, mc_arena_t *arena,
                                       mc_wire_segment_list_t *list, int fence);
 mc_status_t mc_store_lbuf_init(mc_store_h s, uint64_t size);
 void mc_store_lbuf_cleanup(mc_store_h s);
-/* Lease @p size bytes of the staging buffer (thread-safe). */
-mc_status_t mc_store_lbuf_alloc(mc_store_h s, uint64_t size, void **ptr_p,
-                                mc_alloc_block_t *block_p);
-void mc_store_lbuf_free(mc_store_h s, const mc_alloc_block_t *block);
 
 #endif /* MC_STORE_SEGMENTS_H */

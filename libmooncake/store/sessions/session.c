@@ -232,7 +232,7 @@ MC_API mc_status_t mc_store_get_session_start(mc_store_h s, const char *const *k
         mc_set_error_detail("keys and statuses are required");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->get_session_start(s, keys, n, statuses);
+    return MC_STORE_DISPATCH(s, get_session_start, keys, n, statuses);
 }
 
 mc_status_t mc_emb_get_session_read(mc_store_h s, const char *const *keys,
@@ -362,7 +362,7 @@ MC_API mc_status_t mc_store_get_session_read(mc_store_h s, const char *const *ke
         mc_set_error_detail("keys, bufs, src_offsets, counts and results are required");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->get_session_read(s, keys, bufs, src_offsets, counts, n, results);
+    return MC_STORE_DISPATCH(s, get_session_read, keys, bufs, src_offsets, counts, n, results);
 }
 
 mc_status_t mc_emb_get_session_end(mc_store_h s, const char *const *keys, size_t n)
@@ -399,7 +399,7 @@ MC_API mc_status_t mc_store_get_session_end(mc_store_h s, const char *const *key
         mc_set_error_detail("keys is NULL");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->get_session_end(s, keys, n);
+    return MC_STORE_DISPATCH(s, get_session_end, keys, n);
 }
 
 /* ---- put sessions ------------------------------------------------------------------ */
@@ -649,7 +649,7 @@ MC_API mc_status_t mc_store_put_session_start(mc_store_h s, const char *const *k
         mc_set_error_detail("keys, sizes and statuses are required");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->put_session_start(s, keys, sizes, n, cfg, statuses);
+    return MC_STORE_DISPATCH(s, put_session_start, keys, sizes, n, cfg, statuses);
 }
 
 mc_status_t mc_emb_put_session_write(mc_store_h s, const char *const *keys,
@@ -814,7 +814,7 @@ MC_API mc_status_t mc_store_put_session_write(mc_store_h s, const char *const *k
         mc_set_error_detail("keys, bufs, dst_offsets, counts and results are required");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->put_session_write(s, keys, bufs, dst_offsets, counts, n, results);
+    return MC_STORE_DISPATCH(s, put_session_write, keys, bufs, dst_offsets, counts, n, results);
 }
 
 /*
@@ -906,7 +906,7 @@ static mc_status_t put_session_finish(mc_store_h s, int end, const char *const *
         mc_set_error_detail("keys and statuses are required");
         return MC_INVALID_PARAMS;
     }
-    return mc_store_ops(s)->put_session_finish(s, end, keys, n, statuses);
+    return MC_STORE_DISPATCH(s, put_session_finish, end, keys, n, statuses);
 }
 
 MC_API mc_status_t mc_store_put_session_end(mc_store_h s, const char *const *keys, size_t n,
@@ -929,7 +929,11 @@ void mc_store_sessions_release(mc_store_h s)
     mc_str_t *wkeys = NULL;
     mc_status_t *wst = NULL;
     psess_t **es     = NULL;
-    size_t np        = rd->psess.count, k = 0;
+    size_t np, k = 0;
+
+    if (rd == NULL) /* setup failed before the read-side state was made */
+        return;
+    np = rd->psess.count;
 
     for (mc_hnode_t *n = mc_hmap_first(&rd->gsess, &it); n != NULL;
          n = mc_hmap_next(&rd->gsess, &it)) {

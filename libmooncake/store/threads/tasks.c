@@ -158,7 +158,7 @@ MC_API mc_status_t mc_store_create_copy_task(mc_store_h s, const char *key,
                                              const char *const *targets, size_t n,
                                              mc_task_id_t *id_out)
 {
-    return mc_store_ops(s)->copy_task(s, key, targets, n, id_out);
+    return MC_STORE_DISPATCH(s, copy_task, key, targets, n, id_out);
 }
 
 mc_status_t mc_emb_move_task(mc_store_h s, const char *key, const char *source, const char *target,
@@ -203,7 +203,7 @@ MC_API mc_status_t mc_store_create_move_task(mc_store_h s, const char *key,
                                              const char *source, const char *target,
                                              mc_task_id_t *id_out)
 {
-    return mc_store_ops(s)->move_task(s, key, source, target, id_out);
+    return MC_STORE_DISPATCH(s, move_task, key, source, target, id_out);
 }
 
 /* Copy @p m into @p out (cap bytes, NUL included): stops at an embedded
@@ -268,7 +268,7 @@ out:
 MC_API mc_status_t mc_store_query_task(mc_store_h s, const char *task_id,
                                        mc_store_task_info_t *out)
 {
-    return mc_store_ops(s)->query_task(s, task_id, out);
+    return MC_STORE_DISPATCH(s, query_task, task_id, out);
 }
 
 /* ---- the executor: its connection ------------------------------------------- */

@@ -75,7 +75,7 @@ out:
 
 MC_API mc_status_t mc_store_remove(mc_store_h s, const char *key, int force)
 {
-    return mc_store_ops(s)->remove(s, key, force);
+    return MC_STORE_DISPATCH(s, remove, key, force);
 }
 
 /* One BATCH_REMOVE for the valid keys; invalid ones fail alone. */
@@ -159,7 +159,7 @@ out:
 MC_API mc_status_t mc_store_batch_remove(mc_store_h s, const char *const *keys, size_t n,
                                          int force, mc_status_t *statuses)
 {
-    return mc_store_ops(s)->batch_remove(s, keys, n, force, statuses);
+    return MC_STORE_DISPATCH(s, batch_remove, keys, n, force, statuses);
 }
 
 /*
@@ -228,7 +228,7 @@ out:
 MC_API mc_status_t mc_store_remove_by_regex(mc_store_h s, const char *regex, int force,
                                             int64_t *count_p)
 {
-    return mc_store_ops(s)->remove_by_regex(s, regex, force, count_p);
+    return MC_STORE_DISPATCH(s, remove_by_regex, regex, force, count_p);
 }
 
 mc_status_t mc_emb_remove_all(mc_store_h s, int force, int64_t *count_p)
@@ -255,7 +255,7 @@ mc_status_t mc_emb_remove_all(mc_store_h s, int force, int64_t *count_p)
 
 MC_API mc_status_t mc_store_remove_all(mc_store_h s, int force, int64_t *count_p)
 {
-    return mc_store_ops(s)->remove_all(s, force, count_p);
+    return MC_STORE_DISPATCH(s, remove_all, force, count_p);
 }
 
 /*
@@ -335,5 +335,5 @@ out:
 MC_API mc_status_t mc_store_batch_replica_clear(mc_store_h s, const char *const *keys, size_t n,
                                                 const char *segment_name, mc_status_t *statuses)
 {
-    return mc_store_ops(s)->batch_replica_clear(s, keys, n, segment_name, statuses);
+    return MC_STORE_DISPATCH(s, batch_replica_clear, keys, n, segment_name, statuses);
 }

@@ -265,14 +265,6 @@ mc_status_t mc_write_check_sources(mc_store_h s, const mc_iov_t *parts, size_t n
     return MC_OK;
 }
 
-int mc_store_rdma_stage_wanted(mc_store_h s, const void *base, size_t len,
-                               mc_te_segment_id_t seg)
-{
-    return (strcmp(s->protocol, "rdma") == 0) && (s->lbuf_size != 0) && (len > 0) &&
-           (len <= s->lbuf_size) && !mc_te_mem_is_registered(s->te, base, len) &&
-           !mc_te_segment_same_host(s->te, seg);
-}
-
 /*
  * A put's sources through the staging buffer when some part is
  * unregistered and some memory replica is on another host
@@ -642,7 +634,7 @@ mc_status_t mc_emb_write(mc_store_h s, int upsert, const char *key, const mc_iov
 static mc_status_t write_one(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                              size_t n, const mc_replicate_config_t *cfg, unsigned flags)
 {
-    return mc_store_ops(s)->write(s, op == WRITE_UPSERT, key, parts, n, cfg, flags);
+    return MC_STORE_DISPATCH(s, write, op == WRITE_UPSERT, key, parts, n, cfg, flags);
 }
 
 MC_API mc_status_t mc_store_put(mc_store_h s, const char *key, const void *data, size_t len,

@@ -15,8 +15,7 @@
  * (the staging buffer), ../tiers/tiers.h (the tier hooks), the master
  * connection pool and the transfer engine.  Called by: store.c (setup and
  * teardown of the reservations), ../threads/heartbeat.c (a new master
- * view empties them), ../read/ (mc_store_rdma_stage_wanted), the dummy
- * backend (mc_store_regex_check).
+ * view empties them), the dummy backend (mc_store_regex_check).
  */
 #ifndef MC_STORE_WRITE_H
 #define MC_STORE_WRITE_H
@@ -56,13 +55,6 @@ mc_status_t mc_store_resv_make(mc_resv_t *r, uint64_t id, uint64_t ttl_ms, uint6
                                const mc_wire_replica_list_t *reps);
 void mc_store_resv_free(mc_resv_t *r);
 
-/* write.c.  Over rdma, memory the engine does not know has no lkey, so a transfer
- * from or into it with a peer on another host would go over tcp
- * (docs/transfer.md §12.0): 1 when [@p base, +@p len) should go through a
- * block of the staging buffer instead (protocol rdma, not registered, fits
- * the staging buffer, segment @p seg not reached by copies). */
-int mc_store_rdma_stage_wanted(mc_store_h s, const void *base, size_t len,
-                               mc_te_segment_id_t seg);
 
 /* remove.c: 0 when @p regex is a pattern remove_by_regex sends (POSIX
  * extended, within the limits of common/regex_limit.h), else

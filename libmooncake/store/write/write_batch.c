@@ -668,8 +668,8 @@ static mc_status_t write_many(mc_store_h s, write_op_t op, const char *const *ke
                               const mc_replicate_config_t *cfg, unsigned flags,
                               mc_status_t *statuses)
 {
-    return mc_store_ops(s)->write_batch(s, op == WRITE_UPSERT, keys, src, n, cfg, flags,
-                                        statuses);
+    return MC_STORE_DISPATCH(s, write_batch, op == WRITE_UPSERT, keys, src, n, cfg, flags,
+                             statuses);
 }
 
 MC_API mc_status_t mc_store_put_batch(mc_store_h s, const char *const *keys,
