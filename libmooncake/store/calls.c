@@ -6,8 +6,9 @@
  * the wire form of a config, the generation a replica's read or write
  * names, and whether a transfer goes through the staging buffer over rdma.
  *
- * A leaf: it calls no other file of the store, so every folder may call
- * it without joining a ring of mutual calls.
+ * May call: nothing of the store (a leaf), so every folder may call it
+ * without joining a ring of mutual calls; the transfer engine (whether
+ * memory is registered, whether a peer is on this host).
  */
 #include "config.h"
 

@@ -16,6 +16,9 @@
  * io_timeout_ms: MC_RPC_TIMEOUT), and a hostile or confused peer (header
  * checked against magic, version, direction, opcode and request id; the
  * body bounded by MC_WIRE_MAX_BODY; decoding bounds-checked by wire.c).
+ *
+ * May call: libmooncake's wire/, coord/ (etcd, redis) and common/ only:
+ * every folder of the store calls it, it calls none of them.
  */
 #include "config.h"
 

@@ -2,6 +2,9 @@
 /*
  * Counting the client's calls (metrics.h): relaxed atomic adds only, so
  * the data path takes no lock for it.
+ *
+ * May call: nothing of the store (a leaf); the write and read pipelines
+ * call it, threads/http.c serves what it counts.
  */
 #include "store/metrics.h"
 

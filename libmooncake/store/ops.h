@@ -127,7 +127,7 @@ extern const mc_store_ops_t mc_store_embedded_ops;
 extern const mc_store_ops_t mc_store_dummy_ops;
 
 /* The embedded backend's ops, each in the file of its public call
- * (store.c, write.c, read/, segments/, sessions/, threads/tasks.c). */
+ * (store.c, write/, read/, segments/, sessions/, threads/tasks.c). */
 void mc_emb_close(mc_store_h s, mc_status_t *st_p);
 mc_status_t mc_emb_write(mc_store_h s, int upsert, const char *key, const mc_iov_t *parts, size_t n,
                          const mc_replicate_config_t *cfg, unsigned flags);

@@ -11,6 +11,11 @@
  * heartbeat before CLIENT_CLOSE (a ping after it would make the master ask
  * for a remount and resurrect the segments), then unregisters memory
  * (which waits for requests peers are being served) before unmapping it.
+ *
+ * May call: every door (it sets each part up and tears it down:
+ * ../segments, ../threads, ../tiers, ../write, ../read, ../sessions),
+ * calls.c, master_client.c.  Called by: the public API, dummy/
+ * (mc_store_embedded_ops, the table a closed dummy falls back to).
  */
 #include "config.h"
 

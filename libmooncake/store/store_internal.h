@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The store handle and the functions its source files share.
+ * The root of the store client: the handle (struct mc_store), the records
+ * every folder shares (segments, workers, reservations), the backend
+ * dispatch (ops.h, MC_STORE_DISPATCH) and the helpers of calls.c.  Every
+ * file of the store includes it; it includes only the handle types it
+ * holds (master_client.h, metrics.h, ops.h).  Each folder's door says
+ * what the folder owns and may call (docs/architecture.md, "The client's
+ * map").
  *
  * Lifetime: every public call takes `life` for reading and checks `ready`;
  * setup and close take it for writing, so close waits for the calls in
@@ -150,7 +156,7 @@ struct mc_store {
      * without it; read-only after setup */
     struct mc_dfs_layout *dfs;
 
-    /* read side: regions, mem pool, sessions (read_internal.h); set up
+    /* read side: regions, mem pool, sessions (read/read.h); set up
      * and torn down with the local buffer */
     struct mc_store_rd *rd;
 

@@ -1,14 +1,30 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Dummy mode of the store handle (dummy_client.c) and the helpers the
- * server side (dummy_server.c) shares with it.
+ * dummy/: the door of the dummy client, a backend of the store handle
+ * (../ops.h), and of its server in the real client.  Other folders include
+ * this header and no other file of dummy/ (the real client's
+ * mooncake_client uses the public API: mc_store_dummy_server_start).
  *
- * Each mc_dummy_ forwarder returns 0 and touches nothing when @p s is not a
- * dummy handle (the caller then runs its ordinary path); otherwise it does
- * the call through the real client, writes the result, and returns 1.
+ * Owns: the dummy side (dummy_client.c: the connection, setup and close,
+ * staging, registered memory; dummy_io.c: writes, reads, copies;
+ * dummy_calls.c: removal, tasks, mounts, sessions; dummy_ops.c: the ops
+ * table), the real client's side (dummy_server.c, and the pure request
+ * decoding of dummy_decode.c), the wire (wire.h, docs/protocol.md §8) and
+ * the host-memory allocator whose blocks a dummy shares (hostmem.c).
+ *
+ * May call: ../store_internal.h (calls.c, the embedded ops table),
+ * ../read/read.h (a dummy's copies), ../segments/segments.h,
+ * ../threads/threads.h (workers), and in dummy_server.c the public API of
+ * the real handle.  Called by: nothing but through the public API and the
+ * ops table.
+ *
+ * Each mc_dummy_ forwarder below returns 0 and touches nothing when @p s
+ * is not a dummy handle (the ops table then hands the call to the embedded
+ * backend); otherwise it does the call through the real client, writes
+ * the result, and returns 1.
  */
-#ifndef MC_STORE_DUMMY_INTERNAL_H
-#define MC_STORE_DUMMY_INTERNAL_H
+#ifndef MC_STORE_DUMMY_H
+#define MC_STORE_DUMMY_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -205,4 +221,4 @@ size_t mc_host_mem_round(size_t size, size_t hugepage);
  */
 void mc_dummy_host_mem_freed(const void *base, uint64_t serial);
 
-#endif /* MC_STORE_DUMMY_INTERNAL_H */
+#endif /* MC_STORE_DUMMY_H */

@@ -4,7 +4,7 @@
  * and no engine; it creates two memfds (the zero-copy pool and the staging
  * buffer), hands them to the real client over a unix socket (SCM_RIGHTS)
  * and forwards each store call there as one frame of the dummy protocol
- * (dummy_wire.h, docs/protocol.md §8).  Bytes move through the shared
+ * (wire.h, docs/protocol.md §8).  Bytes move through the shared
  * memory only.  Besides its two memfds a dummy shares the host-memory
  * blocks it registers (mc_host_mem_alloc: a worker's KV pool), each sent
  * once as REGISTER with its memfd and named by the region id the real
@@ -23,6 +23,12 @@
  * threads still get disjoint blocks.  A connection that fails (the real
  * client died, or did not answer in time) marks the dummy dead: every
  * later call fails at once with MC_RPC_FAIL.
+ *
+ * May call: dummy_client.h (this folder), ../calls.c,
+ * ../segments/segments.h (populating its shared memory),
+ * ../threads/threads.h (the ping is a worker), store.c's embedded table
+ * (close puts it back).  Called by: the public API (setup_dummy, is_dummy,
+ * dummy_stats), dummy_ops.c, dummy_io.c, dummy_calls.c, hostmem.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>

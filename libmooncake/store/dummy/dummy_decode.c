@@ -10,6 +10,9 @@
  * The input is hostile (another process): every count and length is checked
  * against the frame before it is used, a refused body leaves nothing
  * allocated behind.
+ *
+ * May call: nothing (pure: tests/fuzz/fuzz_dummy.c builds it alone). 
+ * Called by: dummy_server.c.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>

@@ -16,6 +16,12 @@
  * registrations and mappings go; the objects it wrote stay in the store.
  *
  * The store calls go through the public API of the real handle only.
+ *
+ * May call: dummy.h and dummy_client.h (this folder: the socket helpers,
+ * the request decoding of dummy_decode.c), the public API of the real
+ * handle (every call), ../segments/segments.h (mapping a dummy's memfds),
+ * ../threads/threads.h.  Called by: the public API
+ * (mc_store_dummy_server_start/stop).
  */
 #define _GNU_SOURCE
 #include <errno.h>

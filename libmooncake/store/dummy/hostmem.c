@@ -31,6 +31,10 @@
  * numa_set_preferred steers later page faults); with no libnuma at build
  * time, or no NUMA support in the running kernel, it says so with
  * MC_NOT_SUPPORTED rather than pretending.
+ *
+ * May call: dummy_client.c (mc_dummy_host_mem_freed: the dummies that
+ * registered a freed block).  Called by: the public API, dummy_client.c
+ * (register_buffer).
  */
 #include "config.h"
 

@@ -4,7 +4,7 @@
  * and the raw mem_pool_alloc()/mem_pool_free() pair.
  *
  * A buffer handle owns one block of the local buffer and one reference on
- * its mapping (read_internal.h), so its bytes stay valid after the store
+ * its mapping (read.h), so its bytes stay valid after the store
  * is closed or destroyed; releasing the handle gives the block back to the
  * allocator and drops the reference, the last of which unmaps.
  *
@@ -12,6 +12,11 @@
  * that free() needs only the pointer, as the Python BufferPool and
  * alloc_from_mem_pool() use it.  Pool blocks belong to one setup: close
  * returns them all, and the pointers must not be used afterwards.
+ *
+ * May call: read.h (this folder), ../calls.c, metrics, the offset
+ * allocator.  Called by: the public API, store.c (the read-side state at
+ * setup and close), ../segments/segment.c (the staging buffer's mapping),
+ * ../write/ (staging blocks), the dummy backend (its copies).
  */
 #include "config.h"
 

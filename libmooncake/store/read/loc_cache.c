@@ -6,6 +6,9 @@
  * An entry is one allocation: the entry header, then the key bytes, then
  * the blob at an 16-byte aligned offset (a blob is a struct with 64-bit
  * fields, copied out with memcpy, so the alignment is only for tidiness).
+ *
+ * May call: common/ only (a leaf).  Called by: query.c and buffer.c,
+ * ../threads/http.c (its metrics).
  */
 #include "config.h"
 

@@ -29,6 +29,11 @@
  * keep the bytes only when the answer lists that very replica
  * (speculative reads, below): a cached location is never trusted alone,
  * so a get sees every write acknowledged before it began.
+ *
+ * May call: read.h (this folder), ../calls.c, ../tiers/tiers.h (the file
+ * replica's hooks; the SSD record of a disk hint), metrics, the master
+ * pool, the engine.  Called by: the public API, ../write/ (the location
+ * cache), ../sessions/, ../threads/tasks.c, the dummy's copies.
  */
 #include "config.h"
 

@@ -1,21 +1,24 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What the read side of the store client shares between its files
- * (query.c, segment.c, zerocopy.c, buffer.c, session.c).
+ * read/: the door of the read pipeline.  Other folders include this
+ * header and no other file of read/.
  *
- * Per-setup state lives in one struct mc_store_rd hanging off the handle:
- * it is created by mc_store_lbuf_init() at setup and torn down by
- * mc_store_lbuf_cleanup() at close (both run with `life` held for writing,
- * so no public call is in flight).  Everything in it has its own lock
- * because public calls run concurrently under the read side of `life`.
+ * Owns: lookups and queries (query.c: GET_REPLICA_LIST, replica choice,
+ * the location cache and speculative reads over loc_cache.c, disk
+ * hints), the reads themselves (zerocopy.c: registered memory, get_into,
+ * batch and ranged reads in one transfer; query.c: get and query reads),
+ * replica descriptors (replica.c), buffer handles and the mem pool
+ * (buffer.c), which also owns the read-side state (s->rd) and the staging
+ * buffer's reference-counted mapping.
  *
- * The local buffer mapping is reference counted (mc_store_lbuf_map_t): the
- * store holds one reference while set up and every live
- * mc_store_buffer_h holds one, so a buffer handle keeps its bytes after
- * the store is closed or destroyed.
+ * May call: ../store_internal.h (calls.c), ../tiers/tiers.h (the file
+ * replica a query falls back to), metrics, the master pool, the engine.
+ * Called by: store.c (the read-side state), ../write/ (registered memory,
+ * staging, the location cache), ../segments/ (the mapping), ../sessions/,
+ * ../threads/, the dummy backend (copies) and its server.
  */
-#ifndef MC_STORE_READ_INTERNAL_H
-#define MC_STORE_READ_INTERNAL_H
+#ifndef MC_STORE_READ_H
+#define MC_STORE_READ_H
 
 #include <pthread.h>
 #include <stddef.h>
@@ -271,4 +274,4 @@ void mc_store_regions_release(mc_store_h s);
 /* buffer.c: mem pool */
 void mc_store_pool_release(mc_store_h s);
 
-#endif /* MC_STORE_READ_INTERNAL_H */
+#endif /* MC_STORE_READ_H */

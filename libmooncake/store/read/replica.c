@@ -11,6 +11,9 @@
  * does: a record of a client's SSD-offload tier is LOCAL_DISK, one of the
  * shared DFS tier DISK.  The query owns every string: a descriptor copies what
  * it reports, so it outlives mc_store_query_release().
+ *
+ * May call: read.h only (a copy query's descriptors through its describe
+ * function).  Called by: the public API.
  */
 #include "config.h"
 

@@ -15,6 +15,9 @@
  * of every key, so a batch costs one master round trip plus one transfer
  * whatever its size.  Only when a replica fails does an object fall back
  * to its other replicas, one transfer each.
+ *
+ * May call: read.h (this folder), ../calls.c, metrics, the engine.  Called
+ * by: the public API, ../write/ (registered memory), ../sessions/.
  */
 #include "config.h"
 

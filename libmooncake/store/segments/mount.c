@@ -20,6 +20,10 @@
  *
  * Whoever takes a segment out of s->segs (under seg_lock) owns its memory
  * and unmaps it, so an explicit unmount racing the reaper unmaps once.
+ *
+ * May call: segments.h (this folder), ../calls.c, the master pool, the
+ * engine.  Called by: the public API, ../threads/heartbeat.c (reaping
+ * drained segments), ../threads/http.c.
  */
 #include "config.h"
 

@@ -14,7 +14,7 @@
  * The staging buffer (local_buffer_size) is registered for local use only
  * and carved up by an offset allocator behind a mutex; staging for puts,
  * mem_pool_alloc() and get_buffer() handles come from it.  Its mapping is
- * reference counted (read_internal.h) so that a buffer handle outlives
+ * reference counted (read/read.h) so that a buffer handle outlives
  * close: after close the memory is no longer registered with the engine
  * but stays mapped until the last handle is released.  lbuf_init/cleanup
  * also create and destroy the read-side state (s->rd).  With local_buffer_size 0 there is none, and
@@ -24,6 +24,11 @@
  * writing, except mc_store_segments_to_wire() (heartbeat thread, takes
  * seg_lock) and the lbuf_alloc/free pair (any thread, takes the mapping's
  * lock).
+ *
+ * May call: segments.h (this folder), ../read/read.h (the staging buffer's
+ * mapping), ../calls.c, the master pool, the engine.  Called by: store.c
+ * (setup, close), mount.c, ../threads/heartbeat.c (remount), the dummy (its
+ * server's mappings).
  */
 #include "config.h"
 

@@ -2,6 +2,16 @@
 /*
  * segments/: the door of the memory this client contributes.  Other
  * folders include this header and no other file of segments/.
+ *
+ * Owns: the global segments (segment.c: setup's, mapped from a memfd,
+ * registered and mounted; mount.c: mount_segment,
+ * allocate_and_mount_segment and their unmounts, graceful with a drain)
+ * and the staging buffer's creation (its mapping is read/'s).
+ *
+ * May call: ../store_internal.h (calls.c), ../read/read.h (the staging
+ * buffer's mapping), the master pool, the engine.  Called by: store.c
+ * (setup, close), ../threads/heartbeat.c (remount, reaping), ../threads/
+ * http.c, the dummy (populate, its server's mappings).
  */
 #ifndef MC_STORE_SEGMENTS_H
 #define MC_STORE_SEGMENTS_H

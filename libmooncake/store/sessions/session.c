@@ -23,6 +23,10 @@
  *
  * Close (mc_store_sessions_release) revokes every open put session and
  * drops the get sessions.
+ *
+ * May call: ../read/read.h (lookups, reads of many pieces), ../calls.c, the
+ * master pool, the engine.  Called by: the public API, store.c (close
+ * releases every session).
  */
 #include "config.h"
 

@@ -50,6 +50,9 @@
  * Locking: q->mu guards the submission list, the completion list,
  * q->signalled, q->plugged, q->idle and q->closing.  Workers call the
  * store without it, and no library call is made with it held.
+ *
+ * May call: the public API only (the batch calls).  Called by: the public
+ * API.
  */
 #include "config.h"
 

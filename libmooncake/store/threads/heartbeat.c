@@ -25,6 +25,11 @@
  * same-host holders that died (mc_te_shm_sweep): the master drops their
  * replicas, so no read would ever notice, and their memory would stay
  * mapped here until close.
+ *
+ * May call: threads.h (this folder), ../segments/segments.h (remount,
+ * reaping), ../tiers/tiers.h (NoF remount), ../write/write.h (a new master
+ * view empties the reservations), the master pool, the engine.  Called by:
+ * store.c (start, stop).
  */
 #include "config.h"
 

@@ -13,6 +13,10 @@
  * never leaves libmooncake.
  *
  * Routes and bodies: docs/architecture.md "Client HTTP server".
+ *
+ * May call: the public API of the handle (health, metrics, mounts),
+ * ../calls.c, ../read/read.h (the location cache's counters).  Called by:
+ * store.c (start, stop).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -46,6 +46,10 @@
  * the authority.  Descriptors from the master are checked before use: a
  * replica smaller than the object, a wrapping range or an unusable segment
  * name fails the task without moving a byte.
+ *
+ * May call: threads.h (this folder), ../calls.c, ../tiers/tiers.h (a source
+ * replica on the SSD tier), the master pool, the engine.  Called by: the
+ * public API, store.c (start, stop).
  */
 #include "config.h"
 

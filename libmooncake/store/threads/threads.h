@@ -2,6 +2,17 @@
 /*
  * threads/: the door of the library threads beside the caller's.  Other
  * folders include this header and no other file of threads/.
+ *
+ * Owns: the worker shape (worker.c: a thread with its own master
+ * connection, a condition to stop it), the heartbeat (heartbeat.c), the
+ * copy and move tasks and their executor (tasks.c), the client HTTP
+ * server (http.c) and the asynchronous completion queue (async.c: its
+ * workers run the public batch calls).
+ *
+ * May call: ../store_internal.h (calls.c), ../segments/, ../tiers/,
+ * ../write/ (the heartbeat's remount and reservations), ../read/, the
+ * public API (http.c, async.c).  Called by: store.c (start, stop),
+ * ../tiers/disk.c and the dummy (workers).
  */
 #ifndef MC_STORE_THREADS_H
 #define MC_STORE_THREADS_H

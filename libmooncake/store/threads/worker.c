@@ -9,6 +9,9 @@
  * flight returns at once, then joins.  w->lock guards w->stop and w->conn;
  * only the thread itself replaces or closes the connection, and only under
  * the lock, so the shutdown never touches a recycled descriptor.
+ *
+ * May call: the master pool only.  Called by: heartbeat.c, tasks.c,
+ * ../tiers/disk.c (the offloader), the dummy's ping.
  */
 #include "config.h"
 

@@ -17,6 +17,10 @@
  * opens the shard and reads the record with one preadv; the header's CRC
  * and the value's CRC are checked, so a torn, truncated, corrupted or
  * reused record is a miss, never bytes (disk.c mc_store_disk_read_record).
+ *
+ * May call: dfs.h and disk.h (this folder: the SSD tier's record format),
+ * common/dfs_layout.h.  Called by: tiers.c (the hooks), store.c (setup: the
+ * layout, the HELLO check).
  */
 #include "config.h"
 

@@ -45,6 +45,11 @@
  * clean miss rather than a peer about to go.  The index and the DISK_READ
  * server stay until close, so the reads handed out before that finish
  * while the caller holds for its grace period.
+ *
+ * May call: disk.h (this folder), ../threads/threads.h (the offloader is a
+ * worker), ../calls.c, the master pool, the engine.  Called by: tiers.c
+ * (the hooks), store.c (start, stop), ../threads/tasks.c and
+ * ../read/query.c (a record's read).
  */
 #include "config.h"
 

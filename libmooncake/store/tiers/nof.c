@@ -14,6 +14,9 @@
  * the master forgets it (UNMOUNT_NOF_SEGMENT, or CLIENT_CLOSE at
  * teardown) before the engine stops serving it, so no writer is ever
  * given a range nobody serves.
+ *
+ * May call: ../calls.c, the master pool, the engine.  Called by: the public
+ * API, store.c (teardown), ../threads/heartbeat.c (remount).
  */
 #include "config.h"
 

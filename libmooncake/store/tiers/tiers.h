@@ -2,6 +2,17 @@
 /*
  * tiers/: the door of the client's storage tiers.  Other folders include
  * this header and no other file of tiers/.
+ *
+ * Owns: the SSD tier (disk.c: bucket files, the offloader, record reads),
+ * the DFS tier (dfs.c: the shared file system's layout and records), the
+ * NoF segments this client serves (nof.c) and the hook table through
+ * which the tiers plug into the pipelines (tiers.c).
+ *
+ * May call: ../store_internal.h (calls.c), ../threads/threads.h (the
+ * offloader is a worker), the master pool, the engine.  Called by:
+ * store.c (setup and teardown of each tier), ../write/ and ../read/ (the
+ * hooks), ../threads/ (heartbeat remount, tasks' SSD reads), the public
+ * API (NoF mounts).
  */
 #ifndef MC_STORE_TIERS_H
 #define MC_STORE_TIERS_H

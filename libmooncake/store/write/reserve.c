@@ -24,6 +24,10 @@
  * first put of a shape takes PUT_START + PUT_END, so a writer of values of
  * ever-changing sizes leaves no unused reservation behind, while a writer
  * of a steady shape puts in one round trip from its third put on.
+ *
+ * May call: nothing of the store but its own types (a leaf).  Called by:
+ * write.c (the one-trip put), store.c (setup, close),
+ * ../threads/heartbeat.c (a new master view).
  */
 #include "config.h"
 

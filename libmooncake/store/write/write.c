@@ -31,9 +31,9 @@
  * prefer_alloc_in_same_node is allowed (the multi-buffer calls only, as
  * upstream).  A source of many parts is written as their concatenation.
  *
- * May call: write.h, ../store_internal.h, ../read/read.h (registered
- * memory, the location cache), ../segments/segments.h (the staging
- * buffer), ../tiers/tiers.h (hooks), the master pool, the engine.
+ * May call: write.h (this folder), ../calls.c, ../read/read.h
+ * (registered memory, the staging buffer, the location cache),
+ * ../tiers/tiers.h (hooks), metrics, the master pool, the engine.
  */
 #include "config.h"
 
@@ -44,7 +44,6 @@
 #include "common/cuda.h"
 #include "common/log.h"
 #include "store/read/read.h"
-#include "store/segments/segments.h"
 #include "store/store_internal.h"
 #include "store/tiers/tiers.h"
 #include "store/write/write.h"

@@ -10,10 +10,10 @@
  * (reserve.c) and removal (remove.c).  Each is the
  * embedded backend's op of its public call (../ops.h).
  *
- * May call: ../store_internal.h, ../read/read.h (registered memory, the
- * location cache's drop and speculative entries), ../segments/segments.h
- * (the staging buffer), ../tiers/tiers.h (the tier hooks), the master
- * connection pool and the transfer engine.  Called by: store.c (setup and
+ * May call: ../store_internal.h (calls.c), ../read/read.h (registered
+ * memory, the staging buffer, the location cache's drop and speculative
+ * entries), ../tiers/tiers.h (the tier hooks), the master connection pool
+ * and the transfer engine.  Called by: store.c (setup and
  * teardown of the reservations), ../threads/heartbeat.c (a new master
  * view empties them), the dummy backend (mc_store_regex_check).
  */
