@@ -41,9 +41,9 @@ mc_status_t mc_store_enter(mc_store_h s)
         return MC_INVALID_PARAMS;
     }
     pthread_rwlock_rdlock(&s->life);
-    if (!s->ready && (s->dummy != NULL)) {
+    if (!s->ready && (s->ops->unsupported != NULL)) { /* a call its backend has not */
         pthread_rwlock_unlock(&s->life);
-        mc_set_error_detail("not supported by a dummy client (mc_store_setup_dummy)");
+        mc_set_error_detail("%s", s->ops->unsupported);
         return MC_NOT_SUPPORTED;
     }
     if (!s->ready) {

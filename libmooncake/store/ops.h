@@ -42,6 +42,10 @@ typedef struct mc_store_write_src {
 
 typedef struct mc_store_ops {
     const char *name; /* "embedded", "dummy" */
+    /* The detail of MC_NOT_SUPPORTED for a public call this backend does
+     * not take (mc_store_enter on a handle that is not ready); NULL: every
+     * call is the embedded client's. */
+    const char *unsupported;
 
     /* close with `life` held for writing (no call in flight) */
     void (*close)(mc_store_h s, mc_status_t *st_p);

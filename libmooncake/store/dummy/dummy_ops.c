@@ -400,6 +400,7 @@ static mc_status_t op_put_session_finish(mc_store_h s, int end, const char *cons
 
 const mc_store_ops_t mc_store_dummy_ops = {
     .name                = "dummy",
+    .unsupported         = "not supported by a dummy client (mc_store_setup_dummy)",
     .close               = op_close,
     .write               = op_write,
     .write_batch         = op_write_batch,
