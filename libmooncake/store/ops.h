@@ -57,6 +57,11 @@ typedef struct mc_store_ops {
                                const mc_store_write_src_t *src, size_t n,
                                const mc_replicate_config_t *cfg, unsigned flags,
                                mc_status_t *statuses);
+    /* mc_store_batch_put_parts_commit, its arguments checked (write/commit.c) */
+    mc_status_t (*batch_put_parts_commit)(mc_store_h s, const char *const *keys,
+                                          const mc_iov_t *const *bufs, const size_t *counts,
+                                          size_t n, const mc_replicate_config_t *cfg,
+                                          mc_status_t *statuses);
 
     /* ---- removal ---- */
     mc_status_t (*remove)(mc_store_h s, const char *key, int force);
@@ -139,6 +144,10 @@ mc_status_t mc_emb_write_batch(mc_store_h s, int upsert, const char *const *keys
                                const mc_store_write_src_t *src, size_t n,
                                const mc_replicate_config_t *cfg, unsigned flags,
                                mc_status_t *statuses);
+mc_status_t mc_emb_batch_put_parts_commit(mc_store_h s, const char *const *keys,
+                                          const mc_iov_t *const *bufs, const size_t *counts,
+                                          size_t n, const mc_replicate_config_t *cfg,
+                                          mc_status_t *statuses);
 mc_status_t mc_emb_remove(mc_store_h s, const char *key, int force);
 mc_status_t mc_emb_batch_remove(mc_store_h s, const char *const *keys, size_t n, int force,
                                 mc_status_t *statuses);

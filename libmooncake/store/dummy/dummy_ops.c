@@ -16,6 +16,7 @@
  */
 #include <stdlib.h>
 
+#include "common/log.h"
 #include "store/dummy/dummy.h"
 #include "store/read/read.h"
 #include "store/store_internal.h"
@@ -56,6 +57,22 @@ static mc_status_t op_write_batch(mc_store_h s, int upsert, const char *const *k
     if (done)
         return st;
     return emb->write_batch(s, upsert, keys, src, n, cfg, flags, statuses);
+}
+
+/* A dummy client has no commit batch (../write/commit.c): refused with the
+ * reason, as before the ops table. */
+static mc_status_t op_batch_put_parts_commit(mc_store_h s, const char *const *keys,
+                                             const mc_iov_t *const *bufs, const size_t *counts,
+                                             size_t n, const mc_replicate_config_t *cfg,
+                                             mc_status_t *statuses)
+{
+    if (mc_store_is_dummy(s)) {
+        mc_set_error_detail("a dummy client has no commit batch: put the payloads, then "
+                            "the commit key");
+        mc_store_fill_statuses(statuses, n, MC_NOT_SUPPORTED);
+        return MC_NOT_SUPPORTED;
+    }
+    return emb->batch_put_parts_commit(s, keys, bufs, counts, n, cfg, statuses);
 }
 
 /* ---- removal ------------------------------------------------------------------ */
@@ -399,42 +416,43 @@ static mc_status_t op_put_session_finish(mc_store_h s, int end, const char *cons
 }
 
 const mc_store_ops_t mc_store_dummy_ops = {
-    .name                = "dummy",
-    .unsupported         = "not supported by a dummy client (mc_store_setup_dummy)",
-    .close               = op_close,
-    .write               = op_write,
-    .write_batch         = op_write_batch,
-    .remove              = op_remove,
-    .batch_remove        = op_batch_remove,
-    .remove_by_regex     = op_remove_by_regex,
-    .remove_all          = op_remove_all,
-    .batch_replica_clear = op_batch_replica_clear,
-    .get                 = op_get,
-    .get_size            = op_get_size,
-    .exist               = op_exist,
-    .batch_exist         = op_batch_exist,
-    .query               = op_query,
-    .batch_query         = op_batch_query,
-    .get_buffer          = op_get_buffer,
-    .batch_get_buffer    = op_batch_get_buffer,
-    .get_into            = op_get_into,
-    .batch_get_into      = op_batch_get_into,
-    .read_ranges         = op_read_ranges,
-    .mem_is_registered   = op_mem_is_registered,
-    .register_buffer     = op_register_buffer,
-    .unregister_buffer   = op_unregister_buffer,
-    .mem_pool_alloc      = op_mem_pool_alloc,
-    .mem_pool_free       = op_mem_pool_free,
-    .mount_segment       = op_mount_segment,
-    .allocate_and_mount  = op_allocate_and_mount,
-    .unmount             = op_unmount,
-    .copy_task           = op_copy_task,
-    .move_task           = op_move_task,
-    .query_task          = op_query_task,
-    .get_session_start   = op_get_session_start,
-    .get_session_read    = op_get_session_read,
-    .get_session_end     = op_get_session_end,
-    .put_session_start   = op_put_session_start,
-    .put_session_write   = op_put_session_write,
-    .put_session_finish  = op_put_session_finish,
+    .name                   = "dummy",
+    .unsupported            = "not supported by a dummy client (mc_store_setup_dummy)",
+    .close                  = op_close,
+    .write                  = op_write,
+    .write_batch            = op_write_batch,
+    .batch_put_parts_commit = op_batch_put_parts_commit,
+    .remove                 = op_remove,
+    .batch_remove           = op_batch_remove,
+    .remove_by_regex        = op_remove_by_regex,
+    .remove_all             = op_remove_all,
+    .batch_replica_clear    = op_batch_replica_clear,
+    .get                    = op_get,
+    .get_size               = op_get_size,
+    .exist                  = op_exist,
+    .batch_exist            = op_batch_exist,
+    .query                  = op_query,
+    .batch_query            = op_batch_query,
+    .get_buffer             = op_get_buffer,
+    .batch_get_buffer       = op_batch_get_buffer,
+    .get_into               = op_get_into,
+    .batch_get_into         = op_batch_get_into,
+    .read_ranges            = op_read_ranges,
+    .mem_is_registered      = op_mem_is_registered,
+    .register_buffer        = op_register_buffer,
+    .unregister_buffer      = op_unregister_buffer,
+    .mem_pool_alloc         = op_mem_pool_alloc,
+    .mem_pool_free          = op_mem_pool_free,
+    .mount_segment          = op_mount_segment,
+    .allocate_and_mount     = op_allocate_and_mount,
+    .unmount                = op_unmount,
+    .copy_task              = op_copy_task,
+    .move_task              = op_move_task,
+    .query_task             = op_query_task,
+    .get_session_start      = op_get_session_start,
+    .get_session_read       = op_get_session_read,
+    .get_session_end        = op_get_session_end,
+    .put_session_start      = op_put_session_start,
+    .put_session_write      = op_put_session_write,
+    .put_session_finish     = op_put_session_finish,
 };

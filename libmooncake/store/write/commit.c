@@ -29,6 +29,13 @@
  * (its END fails: not published, the payloads are removed where the
  * master still has them).  The commit key is never published with a
  * payload that failed.
+ *
+ * A dummy client has no commit batch: its backend refuses the call
+ * (../dummy/dummy_ops.c) after the argument checks every backend shares.
+ *
+ * May call: write.h (the batch put with a commit key of write_batch.c,
+ * the seal of write.c, the batch remove of remove.c), ../calls.c.  Called
+ * by: the public API, write_batch.c (mc_store_commit_seal).
  */
 #include "config.h"
 
@@ -123,23 +130,26 @@ void mc_store_commit_seal(mc_store_h s, const char *const *keys, mc_status_t *st
 }
 
 /* What the batch cannot take before anything is written. */
-static mc_status_t commit_check(mc_store_h s, const char *const *keys,
-                                const mc_iov_t *const *bufs, const size_t *counts, size_t n,
-                                const mc_replicate_config_t *cfg)
+/* What every backend checks first (a dummy then refuses the call:
+ * ../dummy/dummy_ops.c). */
+static mc_status_t commit_args_check(const char *const *keys, const mc_iov_t *const *bufs,
+                                     const size_t *counts, size_t n)
 {
-    size_t klen;
-    uint64_t total = 0;
-
     if ((n == 0) || (keys == NULL) || (bufs == NULL) || (counts == NULL)) {
         mc_set_error_detail("a commit batch needs at least its commit key, with keys, "
                             "buffers and counts");
         return MC_INVALID_PARAMS;
     }
-    if (mc_store_is_dummy(s)) {
-        mc_set_error_detail("a dummy client has no commit batch: put the payloads, then "
-                            "the commit key");
-        return MC_NOT_SUPPORTED;
-    }
+    return MC_OK;
+}
+
+/* The embedded client's checks. */
+static mc_status_t commit_check(const char *const *keys, const mc_iov_t *const *bufs,
+                                const size_t *counts, size_t n, const mc_replicate_config_t *cfg)
+{
+    size_t klen;
+    uint64_t total = 0;
+
     if ((cfg != NULL) && (cfg->dfs_replica_num > 0)) {
         mc_set_error_detail("a commit batch writes no DFS replicas: put the payloads, then "
                             "the commit key");
@@ -156,19 +166,33 @@ static mc_status_t commit_check(mc_store_h s, const char *const *keys,
     return MC_OK;
 }
 
+/* The embedded backend's batch put with a commit key (../ops.h). */
+mc_status_t mc_emb_batch_put_parts_commit(mc_store_h s, const char *const *keys,
+                                          const mc_iov_t *const *bufs, const size_t *counts,
+                                          size_t n, const mc_replicate_config_t *cfg,
+                                          mc_status_t *statuses)
+{
+    mc_store_commit_t commit = {.last = n - 1, .held = 0};
+    mc_status_t st           = commit_check(keys, bufs, counts, n, cfg);
+
+    if (st != MC_OK) {
+        mc_store_fill_statuses(statuses, n, st);
+        return st;
+    }
+    return mc_store_put_parts_commit(s, keys, bufs, counts, n, cfg, statuses, &commit);
+}
+
 MC_API mc_status_t mc_store_batch_put_parts_commit(mc_store_h s, const char *const *keys,
                                                    const mc_iov_t *const *bufs,
                                                    const size_t *counts, size_t n,
                                                    const mc_replicate_config_t *cfg,
                                                    mc_status_t *statuses)
 {
-    mc_store_commit_t commit = {.last = n - 1, .held = 0};
-    mc_status_t st           = commit_check(s, keys, bufs, counts, n, cfg);
+    mc_status_t st = commit_args_check(keys, bufs, counts, n);
 
     if (st != MC_OK) {
-        for (size_t i = 0; (statuses != NULL) && (i < n); i++)
-            statuses[i] = st;
+        mc_store_fill_statuses(statuses, n, st);
         return st;
     }
-    return mc_store_put_parts_commit(s, keys, bufs, counts, n, cfg, statuses, &commit);
+    return MC_STORE_DISPATCH(s, batch_put_parts_commit, keys, bufs, counts, n, cfg, statuses);
 }
