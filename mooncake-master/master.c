@@ -47,7 +47,6 @@
 #include "master.h"
 #include "tiers/tiers.h"
 
-#define MC_MASTER_TICK_MS    250
 #define MC_MASTER_METRICS_S  10
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)

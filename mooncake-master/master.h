@@ -66,6 +66,10 @@ struct evhttp;
  * is below it (asserted where they are counted). */
 #define MC_MASTER_NOPS 128
 
+/* The period of the master's tick (master.c): client expiry, abandoned
+ * puts, leases, eviction, HA and durability housekeeping. */
+#define MC_MASTER_TICK_MS 250
+
 /* ---- intrusive circular doubly-linked list ------------------------------ */
 
 typedef struct mc_mlist {
@@ -571,8 +575,8 @@ struct mc_master {
 
     /* clients.c */
     mc_hmap_t clients;
-    uint64_t clients_tick_ms;  /* the last liveness tick, 0 before the first */
-    int clients_unserved;      /* a tick found the master not answering */
+    uint64_t clients_tick_ms;  /* the last liveness tick that served */
+    int clients_unserved;      /* a tick since then found the master not serving */
 
     /* http.c: the embedded metadata store, NULL unless
      * --enable_http_metadata_server */

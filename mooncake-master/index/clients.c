@@ -263,40 +263,43 @@ static void cleanup_metadata(mc_master_t *m, mc_client_t *c)
     }
 }
 
-/* A tick this much later than the one before it means the event loop was
- * held up (no PING was read meanwhile either). */
+/* A tick this much later than the last one that served means the master
+ * did not answer meanwhile (fenced, or its loop held up). */
 #define MC_CLIENT_STALL_MS 1000u
 
 /* Time the master itself did not answer does not count against its
  * clients: while it is fenced (a lease renewal that etcd holds up during
  * its own election, a takeover's log install) their PINGs are refused,
- * and while its loop is held up they are not read.  Once it answers
- * again, every client that pings gets a whole TTL from then on; restored
- * clients keep their remount deadline (they do not ping before remounting). */
+ * and while its loop is held up they are not read.  Once it serves again,
+ * every client's deadline moves by that time (all of the gap since the
+ * last serving tick but one tick period), so a master that is merely slow,
+ * ticking late again and again, still expires its dead clients, later.
+ * Restored clients keep their remount deadline (they do not ping before
+ * remounting).  1 while the master does not serve: nothing expires. */
 static int clients_unserved(mc_master_t *m, uint64_t now_ms, int serving)
 {
-    uint64_t last = m->clients_tick_ms;
-    m->clients_tick_ms = now_ms;
+    uint64_t gap;
+
     if (!serving) {
         m->clients_unserved = 1;
-        return 1;
+        return 1; /* clients_tick_ms stays the last serving tick */
     }
-    if (m->clients_unserved || (now_ms - last > MC_CLIENT_STALL_MS)) {
+    gap                = now_ms - m->clients_tick_ms;
+    m->clients_tick_ms = now_ms;
+    if (gap > MC_CLIENT_STALL_MS) {
+        uint64_t credit = gap - MC_MASTER_TICK_MS;
         mc_hmap_iter_t it;
-        uint64_t from = now_ms + ttl_ms(m);
         for (mc_hnode_t *n = mc_hmap_first(&m->clients, &it); n != NULL;
              n = mc_hmap_next(&m->clients, &it)) {
             mc_client_t *c = mc_container_of(n, mc_client_t, node);
-            if (!c->restored && (c->deadline_ms < from))
-                c->deadline_ms = from;
+            if (!c->restored)
+                c->deadline_ms += credit;
         }
-        if (m->clients_unserved)
-            mc_info("answering again: every client's TTL restarts now");
-        else
-            mc_warn("the event loop was held up for %" PRIu64 " ms: every client's TTL restarts "
-                    "now", now_ms - last);
-        m->clients_unserved = 0;
+        mc_warn("%s for %" PRIu64 " ms: the clients' deadlines move by %" PRIu64 " ms",
+                m->clients_unserved ? "answered no request" : "the event loop was held up", gap,
+                credit);
     }
+    m->clients_unserved = 0;
     return 0;
 }
 

@@ -118,25 +118,31 @@ def test_a_client_on_a_dead_clients_port_replaces_its_segment_at_once(spawn_clie
 def test_a_held_up_master_does_not_count_its_own_pause_against_clients(spawn_client):
     """A master stopped for longer than --client_ttl (SIGSTOP here; a loop
     held up, or a leader fenced while etcd elects, in production) read no
-    PING meanwhile: once it runs again its clients get a whole TTL to be
-    heard from, instead of being expired by the first tick, objects and all."""
+    PING meanwhile: once it runs again its clients' deadlines move by the
+    time it was away, instead of the first tick expiring them, objects and
+    all.  A client that died meanwhile still expires, a TTL later."""
     m = Master()
     try:
         holder = spawn_client("holder")
+        victim = spawn_client("victim")
         name = holder.setup(m)
+        victim_name = victim.setup(m)
         keys = owned_keys(holder, name)
+        dead = owned_keys(victim, victim_name)
         m.proc.send_signal(signal.SIGSTOP)
         try:
+            victim.kill()
             time.sleep(3 * CLIENT_TTL_S)  # the pause under test, not a wait for a result
         finally:
             m.proc.send_signal(signal.SIGCONT)
-        # past the TTL that would have expired it: the holder's heartbeats
-        # reach the master again meanwhile
-        time.sleep(CLIENT_TTL_S + 1.0)
+        # the dead client expires once its moved deadline passes
+        wait_until(lambda: all(holder.call("exist", key=k)["rc"] == 0 for k in dead),
+                   CLIENT_TTL_S + 8, "the dead client's objects to disappear", 0.2)
+        # the live holder pinged again meanwhile and kept everything
         for k in keys:
             assert holder.call("exist", key=k)["rc"] == 1, m.log_text()[-2000:]
         log = m.log_text()
-        assert "expired (no ping within --client_ttl)" not in log
+        assert log.count("expired (no ping within --client_ttl)") == 1, log[-2000:]
         assert "the event loop was held up" in log
     finally:
         m.stop()
