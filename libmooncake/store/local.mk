@@ -28,6 +28,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/store/threads/async.c \
 	libmooncake/store/tiers/tiers.h libmooncake/store/tiers/tiers.c \
 	libmooncake/store/tiers/disk.c libmooncake/store/tiers/disk.h \
+	libmooncake/store/tiers/disk_hints.c \
 	libmooncake/store/tiers/dfs.c libmooncake/store/tiers/dfs.h \
 	libmooncake/store/tiers/nof.c \
 	libmooncake/store/dummy/wire.h libmooncake/store/dummy/dummy.h \

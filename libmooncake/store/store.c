@@ -133,6 +133,7 @@ static void teardown(mc_store_h s, int tell_master, mc_status_t *st_p)
     mc_store_segments_release(s);
     mc_store_sessions_release(s); /* they use the engine and the staging buffer */
     mc_store_lbuf_cleanup(s);
+    mc_store_disk_hints_destroy(s);
     pthread_mutex_lock(&s->token_mu);
     if (s->token_te != NULL)
         mc_te_meta_token_set(s->token_te, ""); /* a borrowed engine outlives us */
@@ -315,6 +316,8 @@ engine_ready:
     /* 3. memory: the read-side state, the staging buffer, then the global
      * segment (mounted) */
     st = mc_store_rd_create(s);
+    if (st == MC_OK)
+        st = mc_store_disk_hints_create(s);
     if (st == MC_OK)
         st = mc_store_lbuf_init(s, lbuf_size);
     if (st != MC_OK)

@@ -152,6 +152,10 @@ struct mc_store {
      * by offload.lock */
     mc_store_worker_t offload;
     struct mc_store_disk *disk;
+    /* the disk hints of the SSD tier (tiers/disk_hints.c), or NULL (the
+     * location cache is off); created with the read-side state at setup,
+     * destroyed by teardown */
+    struct mc_loc_cache *disk_hints;
     /* the DFS tier's layout (dfs.c): MOONCAKE_DFS_ROOT_DIR at setup, NULL
      * without it; read-only after setup */
     struct mc_dfs_layout *dfs;

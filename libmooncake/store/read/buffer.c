@@ -453,8 +453,6 @@ mc_status_t mc_store_rd_create(mc_store_h s)
         mc_status_t st = mc_loc_cache_config(&entries);
         if ((st == MC_OK) && (entries > 0))
             st = mc_loc_cache_create(entries, &rd->loc);
-        if ((st == MC_OK) && (entries > 0))
-            st = mc_loc_cache_create(entries, &rd->hints);
         if (st != MC_OK) {
             mc_error("%s", mc_last_error_detail());
             mc_loc_cache_destroy(rd->loc);
@@ -485,7 +483,6 @@ void mc_store_rd_destroy(mc_store_h s)
     mc_hmap_cleanup(&rd->gsess);
     mc_hmap_cleanup(&rd->psess);
     mc_loc_cache_destroy(rd->loc);
-    mc_loc_cache_destroy(rd->hints);
     pthread_mutex_destroy(&rd->reg_lock);
     pthread_mutex_destroy(&rd->pool_lock);
     pthread_mutex_destroy(&rd->sess_lock);

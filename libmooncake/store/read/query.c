@@ -336,96 +336,45 @@ static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, s
 
 /* ---- disk hints ------------------------------------------------------------------ */
 
-/*
- * Where this handle last found each disk-only object (docs/tiers.md §4,
- * "Overlapped disk reads"): its record's file, offset, value size and
- * CRC, in a second loc_cache (rd->hints), each for MC_DISK_HINT_TTL_MS, in
- * LRU order.  A hint is never trusted.  mc_store_query_spec reads the
- * hinted record into the caller's buffer while the master answers the
- * lookup, and keeps those bytes only when the answer names that very disk
- * replica (file, offset, size and CRC): a record is never rewritten and
- * every read of it checks key, length and CRC, so they are then the bytes
- * a read after the answer would have found.  Every get still asks the
- * master, so leases, promotion counts, removals and upserts work as
- * without hints.
- */
-#define MC_DISK_HINT_TTL_MS 600000u
-
-typedef struct disk_hint {
-    uint64_t size;
-    uint64_t offset;
-    uint32_t crc;
-    char path[]; /* NUL-terminated */
-} disk_hint_t;
-
-/* Bytes of a hint whose path has @p plen bytes (the path may start
- * inside the struct's tail padding). */
-#define HINT_SIZE(plen) (offsetof(disk_hint_t, path) + (plen) + 1)
-
-static mc_loc_cache_t *hint_cache(mc_store_h s)
+/* The file replica a query falls back to, as a tier's hooks see it, or
+ * NULL when it has none. */
+static const mc_store_file_ref_t *query_file(const struct mc_store_query *q,
+                                             mc_store_file_ref_t *f)
 {
-    return (s->rd != NULL) ? s->rd->hints : NULL;
+    if (q->disk_path == NULL)
+        return NULL;
+    memset(f, 0, sizeof(*f));
+    f->tier        = q->disk_tier;
+    f->path        = q->disk_path;
+    f->path_len    = strlen(q->disk_path);
+    f->segment     = q->disk_segment;
+    f->segment_len = strlen(q->disk_segment);
+    f->offset      = q->disk_offset;
+    f->crc         = q->disk_crc;
+    f->dfs         = q->disk_dfs;
+    f->shard       = q->disk_shard;
+    f->span        = q->disk_span;
+    return f;
 }
 
-/* Remember where the disk-only object of @p q (just answered by the
- * master) has its record; with @p had_hint, forget the hint of an object
- * that is no longer disk-only. */
+/* The master's answer @p q for @p key, told to the tiers: the file replica
+ * of an object with no memory replica (the SSD tier remembers where its
+ * record is, docs/tiers.md §4); @p had_hint: the lookup read a hinted
+ * record meanwhile. */
 static void hint_note(mc_store_h s, const struct mc_store_query *q, const char *key,
                       size_t klen, int had_hint)
 {
-    mc_loc_cache_t *c = hint_cache(s);
-    disk_hint_t *h;
-    size_t plen;
+    mc_store_file_ref_t f;
+    mc_str_t k = {key, (uint32_t)klen};
 
-    if (c == NULL)
-        return;
-    if ((q->n > 0) || (q->disk_path == NULL) || q->disk_dfs || (q->size == 0)) {
-        if (had_hint)
-            mc_loc_cache_drop(c, key, klen);
-        return;
-    }
-    plen = strlen(q->disk_path);
-    h    = malloc(HINT_SIZE(plen));
-    if (h == NULL)
-        return;
-    h->size   = q->size;
-    h->offset = q->disk_offset;
-    h->crc    = q->disk_crc;
-    memcpy(h->path, q->disk_path, plen + 1);
-    mc_loc_cache_put(c, key, klen, h, HINT_SIZE(plen),
-                     mc_now_ns() + MC_DISK_HINT_TTL_MS * UINT64_C(1000000),
-                     mc_loc_cache_epoch(c));
-    free(h);
-}
-
-/* The hint for @p key (malloc'd), or NULL. */
-static disk_hint_t *hint_get(mc_store_h s, const char *key, size_t klen)
-{
-    mc_loc_cache_t *c = hint_cache(s);
-    const char *only_remote;
-    disk_hint_t *h;
-    size_t len;
-    uint64_t deadline;
-
-    if (c == NULL)
-        return NULL;
-    /* tests make this reader ask the holder: no reads of the file here */
-    only_remote = getenv("MC_TEST_DISK_REMOTE_ONLY");
-    if ((only_remote != NULL) && (strcmp(only_remote, "1") == 0))
-        return NULL;
-    h = mc_loc_cache_get(c, key, klen, mc_now_ns(), &len, &deadline);
-    if ((h != NULL) && ((len <= HINT_SIZE(0)) || (((char *)h)[len - 1] != '\0'))) {
-        free(h);
-        h = NULL;
-    }
-    return h;
+    mc_store_disk_hint_note(s, k, q->size, (q->n == 0) ? query_file(q, &f) : NULL, had_hint);
 }
 
 MC_API mc_status_t mc_store_get_size_hint(mc_store_h s, const char *key, uint64_t *size_p)
 {
-    disk_hint_t *h = NULL;
     size_t klen;
     mc_status_t st;
+    int have = 0;
 
     if (size_p == NULL) {
         mc_set_error_detail("size_p is NULL");
@@ -435,12 +384,11 @@ MC_API mc_status_t mc_store_get_size_hint(mc_store_h s, const char *key, uint64_
     if (st != MC_OK)
         return st;
     st = mc_store_check_key(key, &klen);
-    if (st == MC_OK)
-        h = hint_get(s, key, klen);
-    if (h != NULL) {
-        *size_p = h->size;
-        free(h);
-    } else if (st == MC_OK) {
+    if (st == MC_OK) {
+        mc_str_t k = {key, (uint32_t)klen};
+        have       = mc_store_disk_hint_size(s, k, size_p);
+    }
+    if ((st == MC_OK) && !have) {
         /* where this handle put it (a speculative entry) or holds a lease:
          * the query's first field is the size */
         mc_loc_cache_t *c = store_cache(s);
@@ -815,42 +763,26 @@ static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *
     return do_query_to(s, key, query_p, size_p, use_cache, NULL, 0);
 }
 
-/* The hinted record's read, run while the master answers (mc_mconn_during_t). */
-typedef struct hint_read {
-    const disk_hint_t *h;
-    mc_str_t key;
-    void *buf;
-    mc_status_t st;
-} hint_read_t;
-
-static void hint_read_run(void *arg)
-{
-    hint_read_t *hr = arg;
-    hr->st = mc_store_disk_read(hr->h->path, hr->h->offset, hr->key, hr->h->size, hr->h->crc,
-                                hr->buf);
-}
-
 int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
                         mc_store_query_h *query_p, int *have_p, mc_status_t *st_p)
 {
     mc_loc_cache_t *c = store_cache(s);
     struct mc_store_query *q;
-    disk_hint_t *h;
+    mc_store_tier_spec_t sp;
+    mc_store_file_ref_t f;
     uint64_t epoch = 0;
     size_t klen;
 
     *have_p = 0;
     if ((buf == NULL) || (mc_store_check_key(key, &klen) != MC_OK))
         return 0;
-    h = hint_get(s, key, klen);
-    if ((h == NULL) || (h->size > cap)) {
-        free(h);
+    mc_str_t k = {key, (uint32_t)klen};
+    if (!mc_store_disk_hint_speculate(s, k, buf, cap, &sp))
         return 0;
-    }
     if (c != NULL) {
         q = cache_lookup(c, key, klen, 0, NULL, 0);
         if (q != NULL) {
-            free(h);
+            mc_store_disk_hint_speculated(&sp, NULL, 0);
             *query_p = q;
             *st_p    = MC_OK;
             return 1;
@@ -858,18 +790,18 @@ int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
         epoch = mc_loc_cache_epoch(c);
     }
     /* the master looks the key up while the record is read */
-    hint_read_t hr      = {h, {key, (uint32_t)klen}, buf, MC_TRANSFER_FAIL};
-    mc_mconn_during_t d = {hint_read_run, &hr, 0, NULL, MC_OK};
+    mc_mconn_during_t d = {sp.run, &sp, 0, NULL, MC_OK};
     *st_p               = query_master(s, key, klen, query_p, NULL, c, epoch, &d, 1);
     if (*st_p == MC_OK) {
         q       = *query_p;
-        *have_p = (hr.st == MC_OK) && (d.fn == NULL) && (q->disk_path != NULL) &&
-                  !q->disk_dfs && (q->size == h->size) && (q->disk_offset == h->offset) &&
-                  (q->disk_crc == h->crc) && (strcmp(q->disk_path, h->path) == 0);
+        /* kept only from a read that ran, of the record the answer names */
+        *have_p = mc_store_disk_hint_speculated(&sp, query_file(q, &f), q->size) &&
+                  (d.fn == NULL);
     } else {
-        mc_loc_cache_drop(hint_cache(s), key, klen);
+        /* no answer: the hint goes */
+        mc_store_disk_hint_note(s, k, 0, NULL, 1);
+        mc_store_disk_hint_speculated(&sp, NULL, 0);
     }
-    free(h);
     return 1;
 }
 

@@ -237,7 +237,6 @@ struct mc_store_rd {
     mc_hmap_t pool;
 
     struct mc_loc_cache *loc; /* location cache, or NULL (off) */
-    struct mc_loc_cache *hints; /* disk-only objects' records (query.c), or NULL (off) */
 
     pthread_mutex_t sess_lock; /* sessions */
     pthread_cond_t sess_cond;  /* signalled when a put write finishes */

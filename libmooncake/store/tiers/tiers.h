@@ -43,6 +43,19 @@ typedef struct mc_store_file_ref {
     uint64_t span;
 } mc_store_file_ref_t;
 
+/* A read a tier runs into the caller's buffer while the master answers
+ * the lookup of @p key (the SSD tier's disk hints, docs/tiers.md §4): set
+ * up by the tier, run (run(spec)) by the read pipeline during the lookup,
+ * judged by the tier against the answer. */
+typedef struct mc_store_tier_spec {
+    const struct mc_store_tier_hooks *tier; /* whose read it is */
+    void (*run)(void *spec);                /* the read; sets st */
+    mc_str_t key;
+    void *buf;
+    mc_status_t st; /* MC_TRANSFER_FAIL until the read ran */
+    void *state;    /* the tier's: what it reads */
+} mc_store_tier_spec_t;
+
 /*
  * One tier's hooks into the pipelines; NULL where the tier has nothing
  * to do there.  The tiers are asked in a fixed order, the SSD tier first,
@@ -87,6 +100,30 @@ void mc_store_tiers_sealed(mc_store_h s, mc_str_t key);
  * first tier's find_file that finds one (1), else 0. */
 int mc_store_tiers_find_file(mc_store_h s, const mc_wire_replica_list_t *reps, uint64_t size,
                              mc_store_file_ref_t *f, char *path, size_t cap);
+
+/* ---- the SSD tier's disk hints (disk_hints.c, docs/tiers.md §4) ---- */
+/* The hint cache (s->disk_hints), as large as the location cache and off
+ * with it (MC_STORE_LOCATION_CACHE): setup, beside the read-side state. */
+mc_status_t mc_store_disk_hints_create(mc_store_h s);
+/* Teardown, after the read-side state. */
+void mc_store_disk_hints_destroy(mc_store_h s);
+/* The master's answer for @p key (@p size bytes): remember the record @p f
+ * of an object that lives only in files (NULL otherwise); with
+ * @p had_hint, forget the hint of an object that no longer does. */
+void mc_store_disk_hint_note(mc_store_h s, mc_str_t key, uint64_t size,
+                             const mc_store_file_ref_t *f, int had_hint);
+/* The value size @p key's hint remembers: 1 and *size_p, else 0. */
+int mc_store_disk_hint_size(mc_store_h s, mc_str_t key, uint64_t *size_p);
+/* The read of @p key's hinted record into @p buf (@p cap bytes) to run
+ * while the master answers: 1 with @p sp set up, 0 without a hint that
+ * fits. */
+int mc_store_disk_hint_speculate(mc_store_h s, mc_str_t key, void *buf, size_t cap,
+                                 mc_store_tier_spec_t *sp);
+/* The end of that read (it may not have run): 1 when @p buf holds the
+ * value of the record @p f (@p size bytes) the answer names (NULL: none
+ * named, or no answer).  Frees sp's state. */
+int mc_store_disk_hint_speculated(mc_store_tier_spec_t *sp, const mc_store_file_ref_t *f,
+                                  uint64_t size);
 
 /* ---- NoF segments (nof.c, docs/tiers.md §8) ---- */
 /* REMOUNT_NOF_SEGMENTS of every NoF segment we serve (heartbeat remount), each
