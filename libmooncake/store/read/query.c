@@ -30,9 +30,13 @@
  * (speculative reads, below): a cached location is never trusted alone,
  * so a get sees every write acknowledged before it began.
  *
- * May call: read.h (this folder), ../calls.c, ../tiers/tiers.h (the file
- * replica's hooks; the SSD record of a disk hint), metrics, the master
- * pool, the engine.  Called by: the public API, ../write/ (the location
+ * A disk-only object's record is read the same way while the master
+ * answers, from where the SSD tier last found it (its disk hints, behind
+ * the hooks note, size_hint, speculate and speculated: docs/tiers.md §4).
+ *
+ * May call: read.h (this folder), ../calls.c, ../tiers/tiers.h (the hook
+ * table: the file replica to fall back to and its read, the tiers' reads
+ * during a lookup), metrics, the master pool, the engine.  Called by: the public API, ../write/ (the location
  * cache), ../sessions/, ../threads/tasks.c, the dummy's copies.
  */
 #include "config.h"
@@ -334,7 +338,7 @@ static struct mc_store_query *cache_lookup(mc_loc_cache_t *c, const char *key, s
     return q;
 }
 
-/* ---- disk hints ------------------------------------------------------------------ */
+/* ---- the tiers' part in a lookup (docs/tiers.md §4) ------------------------------ */
 
 /* The file replica a query falls back to, as a tier's hooks see it, or
  * NULL when it has none. */
@@ -359,15 +363,15 @@ static const mc_store_file_ref_t *query_file(const struct mc_store_query *q,
 
 /* The master's answer @p q for @p key, told to the tiers: the file replica
  * of an object with no memory replica (the SSD tier remembers where its
- * record is, docs/tiers.md §4); @p had_hint: the lookup read a hinted
- * record meanwhile. */
-static void hint_note(mc_store_h s, const struct mc_store_query *q, const char *key,
-                      size_t klen, int had_hint)
+ * record is, docs/tiers.md §4); @p spec: the speculative read that ran
+ * with the lookup, or NULL. */
+static void tiers_note(mc_store_h s, const struct mc_store_query *q, const char *key,
+                       size_t klen, const mc_store_tier_spec_t *spec)
 {
     mc_store_file_ref_t f;
     mc_str_t k = {key, (uint32_t)klen};
 
-    mc_store_disk_hint_note(s, k, q->size, (q->n == 0) ? query_file(q, &f) : NULL, had_hint);
+    mc_store_tiers_note(s, k, q->size, (q->n == 0) ? query_file(q, &f) : NULL, spec);
 }
 
 MC_API mc_status_t mc_store_get_size_hint(mc_store_h s, const char *key, uint64_t *size_p)
@@ -386,7 +390,7 @@ MC_API mc_status_t mc_store_get_size_hint(mc_store_h s, const char *key, uint64_
     st = mc_store_check_key(key, &klen);
     if (st == MC_OK) {
         mc_str_t k = {key, (uint32_t)klen};
-        have       = mc_store_disk_hint_size(s, k, size_p);
+        have       = mc_store_tiers_size_hint(s, k, size_p);
     }
     if ((st == MC_OK) && !have) {
         /* where this handle put it (a speculative entry) or holds a lease:
@@ -412,11 +416,12 @@ MC_API mc_status_t mc_store_get_size_hint(mc_store_h s, const char *key, uint64_
 /* GET_REPLICA_LIST of @p key (checked, @p klen bytes) from the master,
  * with @p during run while it answers (NULL: nothing); an answer goes to
  * the location cache @p c (NULL: not cached), which was at @p epoch before
- * the call, and to the disk hints (hint_note, @p had_hint).  @p query_p
- * may be NULL (get_size). */
+ * the call, and to the tiers (tiers_note; @p spec: the tier's read that
+ * ran with the lookup, or NULL).  @p query_p may be NULL (get_size). */
 static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
                                 mc_store_query_h *query_p, uint64_t *size_p, mc_loc_cache_t *c,
-                                uint64_t epoch, mc_mconn_during_t *during, int had_hint)
+                                uint64_t epoch, mc_mconn_during_t *during,
+                                const mc_store_tier_spec_t *spec)
 {
     mc_status_t st;
     mc_mconn_t *conn;
@@ -440,7 +445,7 @@ static mc_status_t query_master(mc_store_h s, const char *key, size_t klen,
         if ((st == MC_OK) && (query_p != NULL)) {
             if (c != NULL)
                 cache_insert(c, *query_p, t0, epoch);
-            hint_note(s, *query_p, key, klen, had_hint);
+            tiers_note(s, *query_p, key, klen, spec);
         }
     }
     mc_master_pool_put(&s->pool, conn);
@@ -709,7 +714,7 @@ static mc_status_t spec_query(mc_store_h s, mc_loc_cache_t *c, const char *key, 
 
     sr.during = &d;
 
-    st = query_master(s, key, klen, query_p, NULL, c, epoch, &d, 0);
+    st = query_master(s, key, klen, query_p, NULL, c, epoch, &d, NULL);
     if (st == MC_OK) {
         /* the lease's entry has replaced ours */
         st = spec_adopt(s, &sr, 0, *query_p);
@@ -754,7 +759,7 @@ static mc_status_t do_query_to(mc_store_h s, const char *key, mc_store_query_h *
             return st;
         }
     }
-    return query_master(s, key, klen, query_p, size_p, c, epoch, NULL, 0);
+    return query_master(s, key, klen, query_p, size_p, c, epoch, NULL, NULL);
 }
 
 static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *query_p,
@@ -763,6 +768,9 @@ static mc_status_t do_query_ex(mc_store_h s, const char *key, mc_store_query_h *
     return do_query_to(s, key, query_p, size_p, use_cache, NULL, 0);
 }
 
+/* A tier's read (the SSD tier's hinted record) runs while the master
+ * answers; the tier keeps its bytes only when the answer names that very
+ * file replica (mc_store_tier_hooks_t.speculated). */
 int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
                         mc_store_query_h *query_p, int *have_p, mc_status_t *st_p)
 {
@@ -777,12 +785,12 @@ int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
     if ((buf == NULL) || (mc_store_check_key(key, &klen) != MC_OK))
         return 0;
     mc_str_t k = {key, (uint32_t)klen};
-    if (!mc_store_disk_hint_speculate(s, k, buf, cap, &sp))
+    if (!mc_store_tiers_speculate(s, k, buf, cap, &sp))
         return 0;
     if (c != NULL) {
         q = cache_lookup(c, key, klen, 0, NULL, 0);
         if (q != NULL) {
-            mc_store_disk_hint_speculated(&sp, NULL, 0);
+            mc_store_tiers_speculated(&sp, NULL, 0);
             *query_p = q;
             *st_p    = MC_OK;
             return 1;
@@ -791,16 +799,16 @@ int mc_store_query_spec(mc_store_h s, const char *key, void *buf, size_t cap,
     }
     /* the master looks the key up while the record is read */
     mc_mconn_during_t d = {sp.run, &sp, 0, NULL, MC_OK};
-    *st_p               = query_master(s, key, klen, query_p, NULL, c, epoch, &d, 1);
+    *st_p               = query_master(s, key, klen, query_p, NULL, c, epoch, &d, &sp);
     if (*st_p == MC_OK) {
         q       = *query_p;
         /* kept only from a read that ran, of the record the answer names */
-        *have_p = mc_store_disk_hint_speculated(&sp, query_file(q, &f), q->size) &&
+        *have_p = mc_store_tiers_speculated(&sp, query_file(q, &f), q->size) &&
                   (d.fn == NULL);
     } else {
-        /* no answer: the hint goes */
-        mc_store_disk_hint_note(s, k, 0, NULL, 1);
-        mc_store_disk_hint_speculated(&sp, NULL, 0);
+        /* no answer: the tier forgets what its read was guessed from */
+        mc_store_tiers_note(s, k, 0, NULL, &sp);
+        mc_store_tiers_speculated(&sp, NULL, 0);
     }
     return 1;
 }
@@ -1261,7 +1269,7 @@ static mc_status_t batch_query(mc_store_h s, const char *const *keys, size_t n,
         }
         statuses[i] = query_build(s, keys[i], r->size, &r->replicas, deadline, &queries[i]);
         if (statuses[i] == MC_OK)
-            hint_note(s, queries[i], keys[i], strlen(keys[i]), 0);
+            tiers_note(s, queries[i], keys[i], strlen(keys[i]), NULL);
     }
     for (size_t j = 0; (sr != NULL) && (j < sr->n); j++) {
         size_t i = sr->pos[j];

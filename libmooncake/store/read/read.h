@@ -4,18 +4,19 @@
  * header and no other file of read/.
  *
  * Owns: lookups and queries (query.c: GET_REPLICA_LIST, replica choice,
- * the location cache and speculative reads over loc_cache.c, disk
- * hints), the reads themselves (zerocopy.c: registered memory, get_into,
+ * the location cache and speculative reads over loc_cache.c), the reads themselves (zerocopy.c: registered memory, get_into,
  * batch and ranged reads in one transfer; query.c: get and query reads),
  * replica descriptors (replica.c), buffer handles and the mem pool
  * (buffer.c), which also owns the read-side state (s->rd) and the staging
  * buffer's reference-counted mapping.
  *
- * May call: ../store_internal.h (calls.c), ../tiers/tiers.h (the file
- * replica a query falls back to), metrics, the master pool, the engine.
+ * May call: ../store_internal.h (calls.c), ../tiers/tiers.h (the hook
+ * table: the file replica a query falls back to, a tier's read while the
+ * master answers -- the SSD tier's disk hints), metrics, the master pool, the engine.
  * Called by: store.c (the read-side state), ../write/ (registered memory,
  * staging, the location cache), ../segments/ (the mapping), ../sessions/,
- * ../threads/, the dummy backend (copies) and its server.
+ * ../threads/, ../tiers/ (the disk hints keep a loc_cache of their own),
+ * the dummy backend (copies) and its server.
  */
 #ifndef MC_STORE_READ_H
 #define MC_STORE_READ_H
@@ -246,8 +247,8 @@ struct mc_store_rd {
 
 /*
  * A lookup of @p key whose disk read may overlap the master's answer
- * (query.c, "disk hints"): when this handle remembers @p key as disk-only
- * with a record of at most @p cap bytes, the lookup is sent, the record is
+ * (the tiers' speculate hook, docs/tiers.md §4): when the SSD tier
+ * remembers @p key as disk-only with a record of at most @p cap bytes, the lookup is sent, the record is
  * read into @p buf meanwhile, and *have_p is set when the answer names
  * that record (then @p buf holds the object and needs no read).  Returns 0
  * (nothing done, nothing written) without such a hint; else 1 with the

@@ -52,6 +52,18 @@ mc_status_t mc_store_disk_fetch(mc_store_h s, const char *path, const char *segm
  * nothing when the tier is off.  Never blocks on I/O.  Callers hold `life`. */
 void mc_store_disk_enqueue(mc_store_h s, mc_str_t key);
 
+/* The disk hints' hooks (disk_hints.c, called through tiers.c; the
+ * contracts are those of mc_store_tier_hooks_t in tiers.h). */
+struct mc_store_file_ref;
+struct mc_store_tier_spec;
+void mc_store_disk_hint_note(mc_store_h s, mc_str_t key, uint64_t size,
+                             const struct mc_store_file_ref *f, int had_hint);
+int mc_store_disk_hint_size(mc_store_h s, mc_str_t key, uint64_t *size_p);
+int mc_store_disk_hint_speculate(mc_store_h s, mc_str_t key, void *buf, size_t cap,
+                                 struct mc_store_tier_spec *sp);
+int mc_store_disk_hint_speculated(struct mc_store_tier_spec *sp,
+                                  const struct mc_store_file_ref *f, uint64_t size);
+
 /* Stop the offloader and free the tier (teardown, `life` held for writing). */
 void mc_store_disk_stop(mc_store_h s);
 

@@ -9,9 +9,14 @@
  * of the tier's own type from the file side (DFS: one record per value);
  * sealed follows a sealed write (SSD: the offload queue).  Read: find_file
  * picks the file replica a query falls back to (the SSD record first,
- * else the DFS record: docs/tiers.md), read_file reads it.
+ * else the DFS record: docs/tiers.md), read_file reads it; speculate sets
+ * up a read to run while the master answers a lookup and speculated
+ * judges it against the answer, note hears every answer, size_hint
+ * tells the size a tier remembers (SSD: its disk hints, disk_hints.c,
+ * docs/tiers.md §4).
  *
- * May call: disk.c and dfs.c (this folder), ../store_internal.h.
+ * May call: disk.c, disk_hints.c and dfs.c (this folder),
+ * ../store_internal.h.
  */
 #include "config.h"
 
@@ -61,10 +66,14 @@ static int disk_find_file(mc_store_h s, const mc_wire_replica_list_t *reps, uint
 }
 
 static const mc_store_tier_hooks_t disk_hooks = {
-    .name      = "disk",
-    .sealed    = mc_store_disk_enqueue,
-    .find_file = disk_find_file,
-    .read_file = mc_store_disk_fetch, /* the file, else its holder */
+    .name       = "disk",
+    .sealed     = mc_store_disk_enqueue,
+    .find_file  = disk_find_file,
+    .read_file  = mc_store_disk_fetch, /* the file, else its holder */
+    .note       = mc_store_disk_hint_note, /* disk hints: disk_hints.c */
+    .size_hint  = mc_store_disk_hint_size,
+    .speculate  = mc_store_disk_hint_speculate,
+    .speculated = mc_store_disk_hint_speculated,
 };
 
 /* ---- the DFS tier (docs/tiers.md §6) -------------------------------------------- */
@@ -167,4 +176,38 @@ int mc_store_tiers_find_file(mc_store_h s, const mc_wire_replica_list_t *reps, u
         if ((tiers[i]->find_file != NULL) && tiers[i]->find_file(s, reps, size, f, path, cap))
             return 1;
     return 0;
+}
+
+void mc_store_tiers_note(mc_store_h s, mc_str_t key, uint64_t size,
+                         const mc_store_file_ref_t *f, const mc_store_tier_spec_t *spec)
+{
+    for (size_t i = 0; i < NTIERS; i++)
+        if (tiers[i]->note != NULL)
+            tiers[i]->note(s, key, size, f, (spec != NULL) && (spec->tier == tiers[i]));
+}
+
+int mc_store_tiers_size_hint(mc_store_h s, mc_str_t key, uint64_t *size_p)
+{
+    for (size_t i = 0; i < NTIERS; i++)
+        if ((tiers[i]->size_hint != NULL) && tiers[i]->size_hint(s, key, size_p))
+            return 1;
+    return 0;
+}
+
+int mc_store_tiers_speculate(mc_store_h s, mc_str_t key, void *buf, size_t cap,
+                             mc_store_tier_spec_t *sp)
+{
+    for (size_t i = 0; i < NTIERS; i++) {
+        if ((tiers[i]->speculate != NULL) && tiers[i]->speculate(s, key, buf, cap, sp)) {
+            sp->tier = tiers[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int mc_store_tiers_speculated(mc_store_tier_spec_t *sp, const mc_store_file_ref_t *f,
+                              uint64_t size)
+{
+    return sp->tier->speculated(sp, f, size);
 }

@@ -3,14 +3,16 @@
  * tiers/: the door of the client's storage tiers.  Other folders include
  * this header and no other file of tiers/.
  *
- * Owns: the SSD tier (disk.c: bucket files, the offloader, record reads),
- * the DFS tier (dfs.c: the shared file system's layout and records), the
+ * Owns: the SSD tier (disk.c: bucket files, the offloader, record reads;
+ * disk_hints.c: where this client last found each disk-only object, read
+ * while the master answers its lookup), the DFS tier (dfs.c: the shared file system's layout and records), the
  * NoF segments this client serves (nof.c) and the hook table through
  * which the tiers plug into the pipelines (tiers.c).
  *
  * May call: ../store_internal.h (calls.c), ../threads/threads.h (the
- * offloader is a worker), the master pool, the engine.  Called by:
- * store.c (setup and teardown of each tier), ../write/ and ../read/ (the
+ * offloader is a worker), ../read/read.h (the loc_cache the disk hints
+ * live in), the master pool, the engine.  Called by: store.c (setup and
+ * teardown of each tier), ../write/ and ../read/ (the
  * hooks), ../threads/ (heartbeat remount, tasks' SSD reads), the public
  * API (NoF mounts).
  */
@@ -45,8 +47,9 @@ typedef struct mc_store_file_ref {
 
 /* A read a tier runs into the caller's buffer while the master answers
  * the lookup of @p key (the SSD tier's disk hints, docs/tiers.md §4): set
- * up by the tier, run (run(spec)) by the read pipeline during the lookup,
- * judged by the tier against the answer. */
+ * up by the tier's speculate hook, run (run(spec)) by the read pipeline
+ * during the lookup, judged by the tier's speculated hook against the
+ * answer. */
 typedef struct mc_store_tier_spec {
     const struct mc_store_tier_hooks *tier; /* whose read it is */
     void (*run)(void *spec);                /* the read; sets st */
@@ -88,6 +91,24 @@ typedef struct mc_store_tier_hooks {
     mc_status_t (*read_file)(mc_store_h s, const char *path, const char *segment,
                              uint64_t offset, mc_str_t key, uint64_t size, uint32_t crc,
                              void *buf);
+    /* read: the master's answer for @p key (a value of @p size bytes):
+     * @p f is the file replica of an object with no memory replica, NULL
+     * otherwise; @p had_spec: this tier's speculative read ran with the
+     * lookup (SSD: remember or forget the disk hint) */
+    void (*note)(mc_store_h s, mc_str_t key, uint64_t size, const mc_store_file_ref_t *f,
+                 int had_spec);
+    /* read: the value size this tier remembers for @p key (SSD: its disk
+     * hint's): 1 with *size_p, else 0 */
+    int (*size_hint)(mc_store_h s, mc_str_t key, uint64_t *size_p);
+    /* read: a read of @p key's whole value into @p buf (@p cap bytes) to
+     * run while the master answers its lookup (SSD: the hinted record):
+     * 1 with @p sp set up, else 0 */
+    int (*speculate)(mc_store_h s, mc_str_t key, void *buf, size_t cap,
+                     mc_store_tier_spec_t *sp);
+    /* read: the end of that read, which may not have run: 1 when @p buf
+     * holds the value of the file replica @p f (@p size bytes) the answer
+     * names (NULL: none, or no answer); frees sp's state */
+    int (*speculated)(mc_store_tier_spec_t *sp, const mc_store_file_ref_t *f, uint64_t size);
 } mc_store_tier_hooks_t;
 
 /* Every tier's config_check, in order: the first failure. */
@@ -100,30 +121,26 @@ void mc_store_tiers_sealed(mc_store_h s, mc_str_t key);
  * first tier's find_file that finds one (1), else 0. */
 int mc_store_tiers_find_file(mc_store_h s, const mc_wire_replica_list_t *reps, uint64_t size,
                              mc_store_file_ref_t *f, char *path, size_t cap);
+/* Every tier's note of the master's answer for @p key; @p spec: the
+ * speculative read that ran with the lookup (NULL: none). */
+void mc_store_tiers_note(mc_store_h s, mc_str_t key, uint64_t size,
+                         const mc_store_file_ref_t *f, const mc_store_tier_spec_t *spec);
+/* The first tier's size_hint that knows @p key's size (1), else 0. */
+int mc_store_tiers_size_hint(mc_store_h s, mc_str_t key, uint64_t *size_p);
+/* The first tier's speculate that has a read for @p key (1, sp->tier
+ * set), else 0; every read it sets up ends with
+ * mc_store_tiers_speculated, whether it ran or not. */
+int mc_store_tiers_speculate(mc_store_h s, mc_str_t key, void *buf, size_t cap,
+                             mc_store_tier_spec_t *sp);
+int mc_store_tiers_speculated(mc_store_tier_spec_t *sp, const mc_store_file_ref_t *f,
+                              uint64_t size);
 
-/* ---- the SSD tier's disk hints (disk_hints.c, docs/tiers.md §4) ---- */
-/* The hint cache (s->disk_hints), as large as the location cache and off
- * with it (MC_STORE_LOCATION_CACHE): setup, beside the read-side state. */
+/* The SSD tier's disk hints (disk_hints.c, docs/tiers.md §4), as large
+ * as the location cache and off with it (MC_STORE_LOCATION_CACHE): created
+ * at setup beside the read-side state, destroyed by teardown after it
+ * (store.c). */
 mc_status_t mc_store_disk_hints_create(mc_store_h s);
-/* Teardown, after the read-side state. */
 void mc_store_disk_hints_destroy(mc_store_h s);
-/* The master's answer for @p key (@p size bytes): remember the record @p f
- * of an object that lives only in files (NULL otherwise); with
- * @p had_hint, forget the hint of an object that no longer does. */
-void mc_store_disk_hint_note(mc_store_h s, mc_str_t key, uint64_t size,
-                             const mc_store_file_ref_t *f, int had_hint);
-/* The value size @p key's hint remembers: 1 and *size_p, else 0. */
-int mc_store_disk_hint_size(mc_store_h s, mc_str_t key, uint64_t *size_p);
-/* The read of @p key's hinted record into @p buf (@p cap bytes) to run
- * while the master answers: 1 with @p sp set up, 0 without a hint that
- * fits. */
-int mc_store_disk_hint_speculate(mc_store_h s, mc_str_t key, void *buf, size_t cap,
-                                 mc_store_tier_spec_t *sp);
-/* The end of that read (it may not have run): 1 when @p buf holds the
- * value of the record @p f (@p size bytes) the answer names (NULL: none
- * named, or no answer).  Frees sp's state. */
-int mc_store_disk_hint_speculated(mc_store_tier_spec_t *sp, const mc_store_file_ref_t *f,
-                                  uint64_t size);
 
 /* ---- NoF segments (nof.c, docs/tiers.md §8) ---- */
 /* REMOUNT_NOF_SEGMENTS of every NoF segment we serve (heartbeat remount), each
