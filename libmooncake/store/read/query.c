@@ -36,8 +36,9 @@
  *
  * May call: read.h (this folder), ../calls.c, ../tiers/tiers.h (the hook
  * table: the file replica to fall back to and its read, the tiers' reads
- * during a lookup), metrics, the master pool, the engine.  Called by: the public API, ../write/ (the location
- * cache), ../sessions/, ../threads/tasks.c, the dummy's copies.
+ * during a lookup), metrics, the master pool, the engine.  Called by: the
+ * public API, ../write/ (the location cache), ../sessions/,
+ * ../threads/tasks.c, the dummy's copies.
  */
 #include "config.h"
 
