@@ -11,7 +11,7 @@ etcd-server etcd-client nftables libzmq3-dev python3-zmq python3-msgpack libhire
 lua5.4 liblua5.4-dev lua-busted python3-matplotlib
 debhelper dh-python dpkg-dev fakeroot lintian
 python3-venv python3-setuptools python3-wheel
-gcovr"
+gcovr gdb"
 
 missing=""
 for p in $PKGS; do

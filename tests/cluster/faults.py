@@ -58,6 +58,7 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -240,6 +241,22 @@ def tail_of(path: str, n: int = 3000) -> str:
     return w[-n:]
 
 
+def backtrace_of(core_dir: Path, n: int = 6000) -> str:
+    """Every thread's C backtrace from a crashed worker's core, when the
+    kernel wrote one into ``core_dir`` and gdb is installed ("" else)."""
+    cores = sorted(core_dir.glob("core*")) if core_dir.is_dir() else []
+    if not cores:
+        return ""
+    try:
+        r = subprocess.run(["gdb", "-batch", "-nx", "-ex", "thread apply all bt 30",
+                            sys.executable, str(cores[-1])],
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread"))]
+    return "\n".join(lines)[:n]
+
+
 class Worker(ClientProc):
     """A fault_worker.py process on ``host``: a ClientProc whose log stays
     in the run directory."""
@@ -248,8 +265,11 @@ class Worker(ClientProc):
         self.host = host
         self.wid = wid
         self.hostname = ""                 # its segment's name, once set up
-        # a crash in C prints every thread's Python stack to the log
-        super().__init__(name, env={"MC_LOG_LEVEL": "warn", "PYTHONFAULTHANDLER": "1"},
+        # a crash in C prints every thread's Python stack to the log and
+        # leaves a core in core_dir (backtrace_of)
+        self.core_dir = run.dir / f"core-{name.replace('#', '-')}"
+        super().__init__(name, env={"MC_LOG_LEVEL": "warn", "PYTHONFAULTHANDLER": "1",
+                                    "MC_FAULT_CORE_DIR": str(self.core_dir)},
                          prefix=run.net.prefix(COLOCATED.get(host, host)), script=WORKER,
                          log_path=run.dir / f"worker-{name.replace('#', '-')}.log")
 
@@ -617,8 +637,10 @@ class FaultRun:
                 self.start_master(h)
         for h, w in list(self.workers.items()):
             if not w.alive():
+                bt = backtrace_of(w.core_dir)
                 self.crashes.append(f"worker {w.name} exited with {w.proc.returncode}; "
-                                    f"its log ends:\n{tail_of(w.log.name)}")
+                                    f"its log ends:\n{tail_of(w.log.name)}"
+                                    + (f"\nits threads in C:\n{bt}" if bt else ""))
                 self.say(f"  worker {w.name} exited with {w.proc.returncode}; restarting it")
                 w.stop()
                 self.workers[h] = self.start_worker(h, self.spawn(h), time.monotonic() + 40)

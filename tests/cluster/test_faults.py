@@ -26,7 +26,9 @@ MC_FAULTS_SECONDS sets how long faults are injected per mode (default 20;
 schedule and the workload's choices (timing still varies).  Each run
 prints a summary line (ops, faults by kind, anomalies by kind) at the end
 of the session and leaves its logs, hist/*.jsonl and run.json in its
-tmp_path, or under $MC_FAULTS_DIR when that is set.
+tmp_path, or under $MC_FAULTS_DIR when that is set.  A worker that
+crashes is reported with its log's end (every thread's Python stack) and,
+where gdb is installed, every thread's C backtrace from its core.
 """
 
 import os
