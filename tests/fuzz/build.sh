@@ -147,9 +147,11 @@ status=0
 for t in $targets; do
     echo "build.sh: running $t for ${secs}s"
     # MC_LOG_LEVEL=error: mc_alloc_check logs what it finds, nothing else should print;
-    # -timeout: one input may take 5 s at most (a regex that slips past its bounds)
+    # -timeout: wall clock, for a hang: one input may take 30 s.  Slowness a target
+    # guards against is timed on CPU inside it (fuzz_regex), as a busy CI host can
+    # stall a process for seconds (a 5 s wall limit once fired there in regcomp).
     if ! (cd "$work" && MC_LOG_LEVEL=error ASAN_OPTIONS=detect_leaks=1 \
-            "./$t" -max_total_time="$secs" -max_len=4096 -rss_limit_mb=2048 -timeout=5 \
+            "./$t" -max_total_time="$secs" -max_len=4096 -rss_limit_mb=2048 -timeout=30 \
             -print_final_stats=1 "corpus-$t" 2>"$t.log"); then
         echo "build.sh: $t FAILED; see $work/$t.log and the crash-* file in $work" >&2
         tail -40 "$work/$t.log" >&2
