@@ -74,6 +74,20 @@ mc_status_t mc_store_enter_statuses(mc_store_h s, mc_status_t *statuses, size_t 
     return st;
 }
 
+mc_status_t mc_store_own_statuses(mc_status_t **statuses, size_t n, mc_status_t **own)
+{
+    *own = NULL;
+    if (*statuses != NULL)
+        return MC_OK;
+    *own = malloc(n * sizeof(**own));
+    if (*own == NULL) {
+        mc_set_error_detail("out of memory for %zu statuses", n);
+        return MC_INTERNAL_ERROR;
+    }
+    *statuses = *own;
+    return MC_OK;
+}
+
 mc_status_t mc_store_first_error(const mc_status_t *statuses, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -195,6 +195,11 @@ mc_status_t mc_store_enter_statuses(mc_store_h s, mc_status_t *statuses, size_t 
 mc_status_t mc_store_enter_results(mc_store_h s, int64_t *results, size_t n);
 /* Set the @p n entries of @p statuses (a NULL array is skipped) to @p st. */
 void mc_store_fill_statuses(mc_status_t *statuses, size_t n, mc_status_t st);
+/* A batch call whose caller passed no statuses still needs one per key:
+ * when *@p statuses is NULL, allocate @p n into *@p own (the caller frees
+ * it) and point *@p statuses at them.  MC_INTERNAL_ERROR, with the detail
+ * set, when out of memory. */
+mc_status_t mc_store_own_statuses(mc_status_t **statuses, size_t n, mc_status_t **own);
 /* The first per-key status that is not MC_OK, else MC_OK: what a batch
  * call returns. */
 mc_status_t mc_store_first_error(const mc_status_t *statuses, size_t n);

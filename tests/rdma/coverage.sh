@@ -38,7 +38,8 @@ if ! PYTHONPATH=$build/python LD_LIBRARY_PATH=$build/.libs MC_MASTER_BIN=$build/
     "$py" -m pytest -q -p no:cacheprovider "$src/tests/python/test_rdma_emu.py" \
     "$src/tests/python/test_rdma.py" -k "not selftest and not other_transports" \
     >"$build/cov-pytest.log" 2>&1; then
-    grep -E "^(FAILED|ERROR)" "$build/cov-pytest.log" || true
+    # the failures and their assertion lines (the log stays in the build directory)
+    grep -E "^(FAILED|ERROR)|^E  |^_{5,} .* _{5,}$" "$build/cov-pytest.log" | head -80 || true
     rc=1
 fi
 tail -1 "$build/cov-pytest.log"

@@ -138,15 +138,8 @@ mc_status_t mc_emb_batch_remove(mc_store_h s, const char *const *keys, size_t n,
         mc_store_fill_statuses(statuses, n, st);
         goto out;
     }
-    if (statuses == NULL) {
-        own = malloc(n * sizeof(*own));
-        if (own == NULL) {
-            mc_set_error_detail("out of memory for %zu statuses", n);
-            st = MC_INTERNAL_ERROR;
-            goto out;
-        }
-        statuses = own;
-    }
+    if ((st = mc_store_own_statuses(&statuses, n, &own)) != MC_OK)
+        goto out;
     st = mc_store_do_batch_remove(s, keys, n, force, statuses);
     for (size_t i = 0; i < n; i++)
         mc_store_cache_drop(s, keys[i]);
@@ -298,16 +291,15 @@ mc_status_t mc_emb_batch_replica_clear(mc_store_h s, const char *const *keys, si
     }
     if (n == 0)
         goto out;
-    own   = (statuses == NULL) ? malloc(n * sizeof(*own)) : NULL;
+    if ((st = mc_store_own_statuses(&statuses, n, &own)) != MC_OK)
+        goto out;
     wkeys = malloc(n * sizeof(*wkeys));
     sel   = malloc(n * sizeof(*sel));
-    if (((statuses == NULL) && (own == NULL)) || (wkeys == NULL) || (sel == NULL)) {
+    if ((wkeys == NULL) || (sel == NULL)) {
         mc_set_error_detail("out of memory for a batch of %zu keys", n);
         st = MC_INTERNAL_ERROR;
         goto fail;
     }
-    if (statuses == NULL)
-        statuses = own;
     nsel = mc_store_select_keys(keys, n, statuses, wkeys, sel);
     if (nsel == 0)
         goto out;

@@ -611,15 +611,8 @@ static mc_status_t write_batch_commit(mc_store_h s, write_op_t op, const char *c
         mc_store_fill_statuses(statuses, n, st);
         goto out;
     }
-    if (statuses == NULL) {
-        own = malloc(n * sizeof(*own));
-        if (own == NULL) {
-            mc_set_error_detail("out of memory for %zu statuses", n);
-            st = MC_INTERNAL_ERROR;
-            goto out;
-        }
-        statuses = own;
-    }
+    if ((st = mc_store_own_statuses(&statuses, n, &own)) != MC_OK)
+        goto out;
     if ((cfg != NULL) && (cfg->dfs_replica_num > 0)) {
         st = write_each(s, op, keys, src, n, cfg, flags, statuses);
     } else {
