@@ -802,11 +802,15 @@ def test_evicted_queue_pairs_reconnect(engines, emu_env):
     assert a.log_text().count("rdma: connected to") == 2, a.log_text()
 
 
-@pytest.mark.parametrize("max_wr,phrase", [
-    ("", "got no completion within 1 s"),
-    ("1", "no room on the queue pairs within 1 s"),
+@pytest.mark.parametrize("max_wr,phrases", [
+    ("", ("got no completion within 1 s",)),
+    # one WR per QP: the read's pieces (run by separate workers) wait for
+    # room; on a loaded machine the piece reported has also been seen to
+    # time out waiting for its completions instead (1 in ~50 runs at load
+    # 10): both are the stalled target's 1 s bounds
+    ("1", ("no room on the queue pairs within 1 s", "got no completion within 1 s")),
 ])
-def test_stalled_target_times_out_then_recovers(engines, emu_env, max_wr, phrase):
+def test_stalled_target_times_out_then_recovers(engines, emu_env, max_wr, phrases):
     """A target that stops answering (SIGSTOP) leaves the READ without a
     completion (or, with one WR per QP, without room to post the rest):
     after MC_TCP_STATUS_TIMEOUT_SEC the QPs are moved to ERR, their WRs
@@ -825,7 +829,7 @@ def test_stalled_target_times_out_then_recovers(engines, emu_env, max_wr, phrase
         t0 = time.monotonic()
         assert i.te("transfer_sync_read", t.hostname, local, remote, MiB) != 0
         assert time.monotonic() - t0 < 30
-        assert phrase in i.log_text(), i.log_text()
+        assert any(ph in i.log_text() for ph in phrases), i.log_text()
     finally:
         os.kill(t.pid, signal.SIGCONT)
     # the engine may have marked the peer down for a second (a tcp-level
