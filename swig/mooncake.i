@@ -742,6 +742,7 @@ static mc_iov_t *mooncake_aq_iovs_(const void *data, size_t len, size_t n)
 %constant int AQ_BATCH_GET_INTO = MC_STORE_AQ_BATCH_GET_INTO;
 %constant int AQ_BATCH_PUT_FROM = MC_STORE_AQ_BATCH_PUT_FROM;
 %constant int AQ_BATCH_UPSERT_FROM = MC_STORE_AQ_BATCH_UPSERT_FROM;
+%constant int AQ_BATCH_GET_INTO_LOCAL = MC_STORE_AQ_BATCH_GET_INTO_LOCAL;
 
 struct mooncake_aq {
 };
@@ -860,7 +861,7 @@ struct mooncake_aq {
         return mc_store_aq_batch_exist($self->q, strs, n, tag);
     }
 
-    /* MC_STORE_AQ_BATCH_GET_INTO, _PUT_FROM or _UPSERT_FROM of @p strs,
+    /* MC_STORE_AQ_BATCH_GET_INTO(_LOCAL), _PUT_FROM or _UPSERT_FROM of @p strs,
      * one (address, length) pair a key packed in @p data. */
     int batch_zc(int op, const char *const *strs, size_t n, const void *data, size_t len,
                  const mc_replicate_config_t *config, uint64_t tag)
@@ -872,6 +873,9 @@ struct mooncake_aq {
         switch (op) {
         case MC_STORE_AQ_BATCH_GET_INTO:
             st = mc_store_aq_batch_get_into($self->q, strs, iov, n, tag);
+            break;
+        case MC_STORE_AQ_BATCH_GET_INTO_LOCAL:
+            st = mc_store_aq_batch_get_into_local($self->q, strs, iov, n, tag);
             break;
         case MC_STORE_AQ_BATCH_PUT_FROM:
             st = mc_store_aq_batch_put_from($self->q, strs, iov, n, config, tag);

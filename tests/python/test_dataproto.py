@@ -1001,3 +1001,85 @@ def test_rows_written_to_a_same_host_holder_land_whole(master, spawn_client, mak
             assert b"".join(bytes(writer.get(c["key"])) for c in s["chunks"]) == want[n], n
         t.cleanup_dataproto(ref)
     t.cleanup_dataproto(plain)
+
+
+def _versions_of(rows):
+    """The distinct values the rows of a whole read hold (each version of
+    the data payload below is one value repeated)."""
+    return set(np.unique(np.concatenate(rows)).tolist())
+
+
+def test_rows_read_from_a_same_host_holder_are_of_one_version(master, spawn_client,
+                                                              make_store):
+    """The large rows of a whole read, copied from a holder process of this
+    host by the completion queue's worker alone
+    (MC_STORE_AQ_BATCH_GET_INTO_LOCAL): while another client of this
+    process removes the data payload and puts it again with another
+    version, or upserts one in place, every read returns the rows of one
+    version or fails -- never a mix; and a read after another client
+    replaced the payload returns the new version, not what this process
+    put."""
+    import threading
+    import time
+
+    holder = spawn_client("holder")
+    name = holder.setup(master, segment=64 * MiB)
+    reader, racer = make_store(segment=0), make_store(segment=0)
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = name
+    rows, width = 256, 2048  # 2 MiB of int32 rows: read by the queue
+    data = {"batch": {"r": torch.arange(rows, dtype=torch.float32)},
+            "non_tensor_batch": {"tok": objs([np.full(width, 1, np.int32)
+                                              for _ in range(rows)])}}
+    t = MooncakeBundleTransfer(reader, key_prefix="t/dplocal")
+    ref = t.put(data, config=cfg)
+    chunks = ref.stage_refs["default"].manifest["buffers"]["non_tensor_batch.tok.data"]["chunks"]
+    assert len(chunks) == 1 and chunks[0]["bytes"] == rows * width * 4
+    key = chunks[0]["key"]
+    version = {v: np.full(rows * width, v, np.int32).tobytes() for v in (1, 2, 3)}
+
+    # replaced by another client: the new bytes, whatever this process put
+    assert racer.remove(key, True) == 0 and racer.put(key, version[2], cfg) == 0
+    assert _versions_of(t.get(ref)["non_tensor_batch"]["tok"]) == {2}
+    assert t._readers.reader is not None, "the rows were not read by the completion queue"
+    assert racer.upsert(key, version[3], cfg) == 0
+    assert _versions_of(t.get(ref)["non_tensor_batch"]["tok"]) == {3}
+
+    stop = threading.Event()
+    errors = []
+
+    def race():
+        try:
+            v = 0
+            while not stop.is_set():
+                v = v % 3 + 1
+                if v == 2:
+                    racer.upsert(key, version[v], cfg)
+                else:
+                    racer.remove(key, True)
+                    racer.put(key, version[v], cfg)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    th = threading.Thread(target=race)
+    th.start()
+    seen, failed = set(), 0
+    try:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            try:
+                got = t.get(ref)["non_tensor_batch"]["tok"]
+            except sos.StructuredObjectReadError:
+                failed += 1  # removed at that moment: a failed read is allowed
+                continue
+            vs = _versions_of(got)
+            assert len(vs) == 1, f"a read returned the rows of versions {sorted(vs)}"
+            seen |= vs
+    finally:
+        stop.set()
+        th.join(30)
+    assert not th.is_alive(), "the racing client did not stop"
+    assert not errors, errors
+    assert len(seen) >= 2, f"the reads never met a change (saw {seen}, {failed} failed)"
+    racer.put(key, version[1], cfg)
+    t.cleanup_dataproto(ref)

@@ -4,7 +4,8 @@
  * against a real mooncake_master: its eventfd is readable exactly while
  * completions wait; every request gets the result its single call gives,
  * also inside a coalesced burst with misses and bad arguments; the batch
- * requests; closing the store under a queue, closing the queue with
+ * requests (MC_STORE_AQ_BATCH_GET_INTO_LOCAL giving what batch_get_into
+ * gives); closing the store under a queue, closing the queue with
  * requests queued, and the argument checks.
  *
  * Each test starts its own master on free loopback ports; every wait on
@@ -387,6 +388,84 @@ START_TEST(test_batch_requests)
 }
 END_TEST
 
+/*
+ * MC_STORE_AQ_BATCH_GET_INTO_LOCAL: every key's result and bytes are those
+ * of the plain batch_get_into, for values below, at and far above the
+ * engine's 64 KiB item and the speculative-read sizes, a missing key, a
+ * buffer too small and one not registered; the worker's setting does not
+ * leak into its next request.
+ */
+START_TEST(test_batch_get_into_local)
+{
+    enum { NK = 6 };
+    static const size_t sizes[NK] = {1000, 65536, 65537, 3u << 20, 100, 4096};
+    const char *keys[NK] = {"l_0", "l_1", "l_2", "l_3", "l_missing", "l_5"};
+    size_t total = 0, off[NK];
+    uint8_t *want, *a, *b, *stray;
+    mc_iov_t ia[NK], ib[NK];
+    mc_store_aq_done_t *d = done_array(3);
+
+    for (unsigned i = 0; i < NK; i++) {
+        off[i] = total;
+        total += sizes[i];
+    }
+    want  = malloc(total);
+    a     = calloc(1, total);
+    b     = calloc(1, total);
+    stray = calloc(1, sizes[5]);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(stray);
+    for (unsigned i = 0; i < NK; i++) {
+        value_of(want + off[i], sizes[i], 30 + i);
+        if (i != 4)
+            ck_assert_status_ok(mc_store_put(store, keys[i], want + off[i], sizes[i], NULL));
+    }
+    ck_assert_status_ok(mc_store_register_buffer(store, a, total));
+    ck_assert_status_ok(mc_store_register_buffer(store, b, total));
+    for (unsigned i = 0; i < NK; i++) {
+        ia[i] = (mc_iov_t){a + off[i], sizes[i]};
+        ib[i] = (mc_iov_t){b + off[i], sizes[i]};
+    }
+    ia[2].len = ib[2].len = 65536;              /* one byte short */
+    ia[5] = ib[5] = (mc_iov_t){stray, sizes[5]}; /* not registered */
+    ck_assert_status_ok(mc_store_aq_batch_get_into_local(aq, keys, ia, NK, 0));
+    ck_assert_status_ok(mc_store_aq_batch_get_into(aq, keys, ib, NK, 1));
+    /* the same queue's worker again, plain and local: nothing carried over */
+    ck_assert_status_ok(mc_store_aq_batch_get_into_local(aq, keys, ib, 2, 2));
+    reap_all(d, 3);
+    ck_assert_int_eq(d[0].op, MC_STORE_AQ_BATCH_GET_INTO_LOCAL);
+    ck_assert_int_eq(d[1].op, MC_STORE_AQ_BATCH_GET_INTO);
+    ck_assert_uint_eq(d[0].n, NK);
+    for (unsigned i = 0; i < NK; i++) {
+        ck_assert_msg(d[0].results[i] == d[1].results[i],
+                      "the local read of %s should give %lld, as batch_get_into, got %lld",
+                      keys[i], (long long)d[1].results[i], (long long)d[0].results[i]);
+        if (d[0].results[i] > 0)
+            ck_assert_msg(memcmp(a + off[i], want + off[i], sizes[i]) == 0,
+                          "the local read of %s should bring its bytes", keys[i]);
+    }
+    ck_assert_int_eq(d[0].results[0], (int64_t)sizes[0]);
+    ck_assert_int_eq(d[0].results[3], (int64_t)sizes[3]);
+    ck_assert_int_eq(d[0].results[4], MC_OBJECT_NOT_FOUND);
+    ck_assert_int_eq(d[0].results[2], MC_INVALID_PARAMS);
+    ck_assert_int_eq(d[0].results[5], MC_INVALID_PARAMS);
+    ck_assert_int_eq(d[2].result, MC_OK);
+    ck_assert_int_eq(d[2].results[1], (int64_t)sizes[1]);
+    mc_store_aq_done_release(d, 3);
+    free(d);
+    ck_assert_int_eq(mc_store_aq_batch_get_into_local(aq, keys, NULL, 1, 0), MC_INVALID_PARAMS);
+    ck_assert_int_eq(mc_store_aq_batch_get_into_local(NULL, keys, ia, 1, 0), MC_INVALID_PARAMS);
+    ck_assert_status_ok(mc_store_unregister_buffer(store, a));
+    ck_assert_status_ok(mc_store_unregister_buffer(store, b));
+    free(want);
+    free(a);
+    free(b);
+    free(stray);
+}
+END_TEST
+
 /* ---- lifetime ------------------------------------------------------------------- */
 
 START_TEST(test_store_closed_under_queue)
@@ -498,6 +577,7 @@ Suite *mc_test_async_suite(void)
     tcase_add_test(tc, test_burst_matches_sync_calls);
     tcase_add_test(tc, test_burst_of_writes);
     tcase_add_test(tc, test_batch_requests);
+    tcase_add_test(tc, test_batch_get_into_local);
     tcase_add_test(tc, test_store_closed_under_queue);
     tcase_add_test(tc, test_close_with_requests_queued);
     tcase_add_test(tc, test_arguments);

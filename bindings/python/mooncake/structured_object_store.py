@@ -3514,7 +3514,13 @@ class _Reader:
     """A completion queue of a store (mc_store_aq_*, one worker thread):
     batch_get_into that runs while the calling thread goes on, without the
     interpreter lock.  One per thread, so a completion reaped is always
-    the caller's own."""
+    the caller's own.
+
+    The reads are MC_STORE_AQ_BATCH_GET_INTO_LOCAL: a replica on this host
+    is copied by the queue's one worker alone, so the caller's decoding
+    keeps a core of its own.  Spread over the transfer engine's workers as
+    well (the plain batch_get_into), the copy took both cores of the
+    development VM from the decoding beside it."""
 
     __slots__ = ("aq", "handle", "capi", "tag")
 
@@ -3540,7 +3546,7 @@ class _Reader:
         pairs[1::2] = array("Q", sizes)
         self.tag += 1
         tag = self.tag
-        rc = self.aq.batch_zc(self.capi.AQ_BATCH_GET_INTO, keys, pairs, None, tag)
+        rc = self.aq.batch_zc(self.capi.AQ_BATCH_GET_INTO_LOCAL, keys, pairs, None, tag)
         if rc != 0:  # nothing queued: this thread reads them itself
             raise StructuredObjectReadError(f"batch_get_into could not be queued: {rc}", rc)
 

@@ -1226,8 +1226,12 @@ typedef enum mc_store_aq_op {
                                       *   a key: results[i] bytes read or the error */
     MC_STORE_AQ_BATCH_PUT_FROM = 12, /**< mc_store_batch_put_from_multi(), one buffer
                                       *   a key: results[i] the key's status */
-    MC_STORE_AQ_BATCH_UPSERT_FROM = 13 /**< mc_store_batch_upsert_from_multi(), the
-                                        *   same */
+    MC_STORE_AQ_BATCH_UPSERT_FROM = 13, /**< mc_store_batch_upsert_from_multi(), the
+                                         *   same */
+    MC_STORE_AQ_BATCH_GET_INTO_LOCAL = 14 /**< as MC_STORE_AQ_BATCH_GET_INTO, a replica
+                                           *   on this host copied by the queue's worker
+                                           *   alone (mc_store_aq_batch_get_into_local());
+                                           *   @since 0.2 (MOONCAKE_1.19) */
 } mc_store_aq_op_t;
 
 /**
@@ -1406,6 +1410,31 @@ MC_API mc_status_t mc_store_aq_batch_exist(mc_store_aq_h q, const char *const *k
  */
 MC_API mc_status_t mc_store_aq_batch_get_into(mc_store_aq_h q, const char *const *keys,
                                               const mc_iov_t *bufs, size_t n, uint64_t tag);
+
+/**
+ * @brief Queue a read of key i into the registered memory bufs[i], as
+ *        mc_store_aq_batch_get_into(), where a replica that lies in a
+ *        segment mapped on this host is copied by the queue's worker
+ *        alone, with streaming stores, once the master has answered the
+ *        lookup: neither read speculatively from the location cache nor
+ *        spread over the transfer engine's workers.
+ *
+ * For a caller with work of its own to do while the bytes arrive (a
+ * DataProto read building its row views): the copy then takes one core
+ * and leaves the others to the caller, where a batch read spread over
+ * every worker would compete with it.  A replica reached over the network
+ * is read as by mc_store_aq_batch_get_into().  The results, the
+ * completion (op MC_STORE_AQ_BATCH_GET_INTO_LOCAL) and what a read
+ * guarantees are those of mc_store_aq_batch_get_into(): each key's bytes
+ * are its replica's under a valid lease, or its result is an error.
+ *
+ * @return MC_OK when queued; MC_INVALID_PARAMS for a NULL queue, keys,
+ *         key or @p bufs (with n > 0); MC_INTERNAL_ERROR out of memory.
+ * @since 0.2 (MOONCAKE_1.19)
+ */
+MC_API mc_status_t mc_store_aq_batch_get_into_local(mc_store_aq_h q, const char *const *keys,
+                                                    const mc_iov_t *bufs, size_t n,
+                                                    uint64_t tag);
 
 /** @brief Queue a put of key i from the registered memory bufs[i], one
  *         request (mc_store_batch_put_from_multi()). @since 0.2 */

@@ -195,6 +195,18 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                           const mc_read_piece_t *pieces, size_t npieces,
                           mc_status_t *ostatus);
 
+/*
+ * The reads of this thread copy a replica that lies in a segment mapped on
+ * this host by this thread alone (mc_te_read_direct_gen: streaming stores),
+ * whatever the pieces' size, after the lookup -- no speculative read into
+ * the caller's buffer and no hand-off to the transfer engine's workers --
+ * while @p on is set.  The completion queue sets it around an
+ * MC_STORE_AQ_BATCH_GET_INTO_LOCAL: the submitting thread then has the
+ * other cores to itself.  A replica reached over the network reads as
+ * ever.  Returns the previous setting.
+ */
+int mc_store_read_local_set(int on);
+
 /* ---- the local buffer mapping (buffer.c; created by segment.c) --------------------------------- */
 
 typedef struct mc_store_lbuf_map {

@@ -283,6 +283,16 @@ enum {
     PIECE_GATHER  = 5
 };
 
+/* mc_store_read_local_set(): this thread copies same-host replicas itself */
+static __thread int read_local;
+
+int mc_store_read_local_set(int on)
+{
+    int was    = read_local;
+    read_local = on;
+    return was;
+}
+
 /*
  * A group of many small pieces of one object (rows of a ranged read) is
  * copied at once when its replica is in reach of a memcpy (own segment,
@@ -687,7 +697,7 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
             ostatus[o] = pieces_from_copy(s, queries[o], &pieces[i], g);
         } else if (ostatus[o] == MC_OK) {
             st = pieces_to_reqs(s, queries[o], 0, &pieces[i], g, &reqs[nreq], &gens[nreq]);
-            if ((st == MC_OK) && pieces_direct(&pieces[i], g) &&
+            if ((st == MC_OK) && (read_local || pieces_direct(&pieces[i], g)) &&
                 mc_te_read_direct_gen(s->te, &reqs[nreq], &gens[nreq], g, NULL)) {
                 memcpy(&dreqs[ndreq], &reqs[nreq], g * sizeof(*reqs));
                 memcpy(&dgens[ndreq], &gens[nreq], g * sizeof(*gens));
@@ -1025,7 +1035,8 @@ again:
         /* a value read into one registered buffer can land there with
          * the lookup (query.c, speculative reads) */
         for (size_t i = 0; i < n; i++) {
-            int one = (counts[i] == 1) && (bufs[i] != NULL) && (bufs[i][0].base != NULL) &&
+            int one = !read_local && (counts[i] == 1) && (bufs[i] != NULL) &&
+                      (bufs[i][0].base != NULL) &&
                       mc_store_mem_is_usable(s, bufs[i][0].base, bufs[i][0].len);
             dsts[i] = one ? (void *)(uintptr_t)bufs[i][0].base : NULL;
             caps[i] = one ? bufs[i][0].len : 0;

@@ -51,8 +51,12 @@
  * q->signalled, q->plugged, q->idle and q->closing.  Workers call the
  * store without it, and no library call is made with it held.
  *
- * May call: the public API only (the batch calls).  Called by: the public
- * API.
+ * MC_STORE_AQ_BATCH_GET_INTO_LOCAL is a get_into batch whose worker copies
+ * same-host replicas alone (mc_store_read_local_set(), read/read.h): the
+ * one internal call, a setting of the reading thread.
+ *
+ * May call: the public API (the batch calls) and mc_store_read_local_set().
+ * Called by: the public API.
  */
 #include "config.h"
 
@@ -67,6 +71,7 @@
 #include <mooncake/store.h>
 
 #include "common/log.h"
+#include "store/read/read.h"
 
 #define AQ_WORKERS_DEFAULT 2
 #define AQ_WORKERS_MAX 64
@@ -593,10 +598,15 @@ static void run_batch(mc_store_h st, aq_req_t *r)
     }
     switch (r->op) {
     case MC_STORE_AQ_BATCH_GET_INTO:
-        cst = mc_store_batch_get_into_multi(st, r->keys, bufs, counts, n, r->results);
+    case MC_STORE_AQ_BATCH_GET_INTO_LOCAL: {
+        /* _LOCAL: this worker copies same-host replicas alone (read.h) */
+        int was = mc_store_read_local_set(r->op == MC_STORE_AQ_BATCH_GET_INTO_LOCAL);
+        cst     = mc_store_batch_get_into_multi(st, r->keys, bufs, counts, n, r->results);
+        mc_store_read_local_set(was);
         for (size_t i = 0; i < n; i++)
             r->results[i] = batch_result(cst, r->results[i], MC_INTERNAL_ERROR);
         break;
+    }
     case MC_STORE_AQ_BATCH_PUT_FROM:
     case MC_STORE_AQ_BATCH_UPSERT_FROM:
         cst = (r->op == MC_STORE_AQ_BATCH_PUT_FROM)
@@ -1039,6 +1049,13 @@ MC_API mc_status_t mc_store_aq_batch_get_into(mc_store_aq_h q, const char *const
                                               const mc_iov_t *bufs, size_t n, uint64_t tag)
 {
     return submit_batch(q, MC_STORE_AQ_BATCH_GET_INTO, keys, bufs, n, NULL, 1, tag);
+}
+
+MC_API mc_status_t mc_store_aq_batch_get_into_local(mc_store_aq_h q, const char *const *keys,
+                                                    const mc_iov_t *bufs, size_t n,
+                                                    uint64_t tag)
+{
+    return submit_batch(q, MC_STORE_AQ_BATCH_GET_INTO_LOCAL, keys, bufs, n, NULL, 1, tag);
 }
 
 MC_API mc_status_t mc_store_aq_batch_put_from(mc_store_aq_h q, const char *const *keys,
