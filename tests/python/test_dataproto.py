@@ -1009,8 +1009,21 @@ def _versions_of(rows):
     return set(np.unique(np.concatenate(rows)).tolist())
 
 
+def test_reads_beside_decoding_copy_alone_on_hosts_of_few_cpus():
+    """The large rows of a whole read are copied by the completion queue's
+    worker alone up to _LOCAL_READ_MAX_CPUS CPUs, spread over the transfer
+    engine's workers beyond (where they do not take the decoding's core)."""
+    from mooncake import capi
+
+    assert capi.AQ_BATCH_GET_INTO_LOCAL != capi.AQ_BATCH_GET_INTO
+    for cpus in (1, 2, sos._LOCAL_READ_MAX_CPUS):
+        assert sos._queued_read_op(capi, cpus) == capi.AQ_BATCH_GET_INTO_LOCAL, cpus
+    assert sos._queued_read_op(capi, sos._LOCAL_READ_MAX_CPUS + 1) == capi.AQ_BATCH_GET_INTO
+    assert sos._cpus_available() >= 1
+
+
 def test_rows_read_from_a_same_host_holder_are_of_one_version(master, spawn_client,
-                                                              make_store):
+                                                              make_store, monkeypatch):
     """The large rows of a whole read, copied from a holder process of this
     host by the completion queue's worker alone
     (MC_STORE_AQ_BATCH_GET_INTO_LOCAL): while another client of this
@@ -1022,6 +1035,9 @@ def test_rows_read_from_a_same_host_holder_are_of_one_version(master, spawn_clie
     import threading
     import time
 
+    from mooncake import capi
+
+    monkeypatch.setattr(sos, "_cpus_available", lambda: 2)  # the local read on any host
     holder = spawn_client("holder")
     name = holder.setup(master, segment=64 * MiB)
     reader, racer = make_store(segment=0), make_store(segment=0)
@@ -1042,6 +1058,7 @@ def test_rows_read_from_a_same_host_holder_are_of_one_version(master, spawn_clie
     assert racer.remove(key, True) == 0 and racer.put(key, version[2], cfg) == 0
     assert _versions_of(t.get(ref)["non_tensor_batch"]["tok"]) == {2}
     assert t._readers.reader is not None, "the rows were not read by the completion queue"
+    assert t._readers.reader.op == capi.AQ_BATCH_GET_INTO_LOCAL
     assert racer.upsert(key, version[3], cfg) == 0
     assert _versions_of(t.get(ref)["non_tensor_batch"]["tok"]) == {3}
 

@@ -133,6 +133,13 @@ _TENSOR_HEADER_BYTES = 304
 # A DataProto read fetches payloads of at least this many bytes that are
 # only viewed (ragged ndarray rows, whole members) while it decodes the rest.
 _LATE_MIN_BYTES = 1 << 20
+# Below this many CPUs those payloads are copied by the completion queue's
+# worker alone (MC_STORE_AQ_BATCH_GET_INTO_LOCAL): spread over the transfer
+# engine's workers (the caller of the copy and 3 more by default) the copy
+# has no core left for the decoding beside it -- on the 2-core development
+# VM the get waited 0.2-1.8 ms longer so (bench/README.md, sixth round).  With more cores the spread copy is
+# the faster one and is kept (not measured here: no such host).
+_LOCAL_READ_MAX_CPUS = 4
 # A DataProto write sends typed-ragged rows as parts of their own (no packed
 # copy) when they average at least this many bytes, or when it writes to a
 # segment of this host: the same-host path copies a part for about what a
@@ -3510,25 +3517,42 @@ class _CodedRead:
         return _object_array(values)
 
 
+def _cpus_available() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _queued_read_op(capi: Any, cpus: int) -> int:
+    """The completion-queue op of a read that runs beside the caller's
+    decoding on a host of ``cpus`` CPUs (see _LOCAL_READ_MAX_CPUS)."""
+    return capi.AQ_BATCH_GET_INTO_LOCAL if cpus <= _LOCAL_READ_MAX_CPUS else \
+        capi.AQ_BATCH_GET_INTO
+
+
 class _Reader:
     """A completion queue of a store (mc_store_aq_*, one worker thread):
     batch_get_into that runs while the calling thread goes on, without the
     interpreter lock.  One per thread, so a completion reaped is always
     the caller's own.
 
-    The reads are MC_STORE_AQ_BATCH_GET_INTO_LOCAL: a replica on this host
-    is copied by the queue's one worker alone, so the caller's decoding
-    keeps a core of its own.  Spread over the transfer engine's workers as
-    well (the plain batch_get_into), the copy took both cores of the
-    development VM from the decoding beside it."""
+    On a host of few CPUs (_LOCAL_READ_MAX_CPUS) the reads are
+    MC_STORE_AQ_BATCH_GET_INTO_LOCAL: a replica on this host is copied by
+    the queue's one worker alone, so the caller's decoding keeps a core of
+    its own; spread over the transfer engine's workers as well (the plain
+    batch_get_into), the copy took both cores of the development VM from
+    the decoding beside it."""
 
-    __slots__ = ("aq", "handle", "capi", "tag")
+    __slots__ = ("aq", "handle", "capi", "tag", "op")
 
     def __init__(self, handle: Any, capi: Any) -> None:
         self.aq = capi.AsyncQueue(handle, 1)  # RuntimeError when it cannot be made
         self.handle = handle  # the store handle must outlive the queue
         self.capi = capi
         self.tag = 0
+        self.op = _queued_read_op(capi, _cpus_available())
 
     def __del__(self) -> None:
         # closing the queue waits for a read in flight; only then may the
@@ -3546,7 +3570,7 @@ class _Reader:
         pairs[1::2] = array("Q", sizes)
         self.tag += 1
         tag = self.tag
-        rc = self.aq.batch_zc(self.capi.AQ_BATCH_GET_INTO_LOCAL, keys, pairs, None, tag)
+        rc = self.aq.batch_zc(self.op, keys, pairs, None, tag)
         if rc != 0:  # nothing queued: this thread reads them itself
             raise StructuredObjectReadError(f"batch_get_into could not be queued: {rc}", rc)
 
