@@ -16,11 +16,12 @@ import mmap
 import os
 import socket
 import struct
+import time
 import uuid
 
 import pytest
 
-from helpers import MiB, wait_until
+from helpers import Master, MiB, wait_until
 
 NOT_FOUND = -101
 INVALID = -600
@@ -141,6 +142,30 @@ def test_graceful_unmount(make_store, shm, spawn_client, master):
     wait_until(lambda: st.is_exist(old_key) == 0, 15, "the drained segment to go")
     assert other.call("exist", key=old_key)["rc"] == 0
     assert st.unmount_segment(r["segment_ids"]) == NOT_FOUND
+
+
+def test_unmount_past_the_grace_period_is_not_found(make_store, shm, monkeypatch):
+    """Once a graceful unmount's grace period is over the segment is
+    unmounted, whether or not the heartbeat has dropped it yet: a second
+    unmount says NOT_FOUND (and does not unmount it a second time).  The
+    heartbeat runs every 5 s here, so the second unmount comes between the
+    deadline and the reaper; a client TTL of 30 s keeps the master from
+    expiring the client meanwhile."""
+    m = Master(extra_args=["--client_ttl=30"])
+    try:
+        monkeypatch.setenv("MC_STORE_HEARTBEAT_MS", "5000")
+        st = make_store(segment=0, m=m)
+        path = shm(4 * MiB)
+        r = st.mount_segment(path, 4 * MiB)
+        assert r["ret"] == 0, r
+        t0 = time.monotonic()
+        assert st.unmount_segment(r["segment_ids"], grace_period_seconds=1) == 0
+        while time.monotonic() - t0 < 1.2:  # the grace period runs out
+            time.sleep(0.05)
+        assert st.unmount_segment(r["segment_ids"]) == NOT_FOUND
+        assert st.unmount_segment(r["segment_ids"], grace_period_seconds=1) == NOT_FOUND
+    finally:
+        m.stop()
 
 
 def test_allocate_and_mount_round_trip(make_store):

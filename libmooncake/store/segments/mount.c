@@ -317,11 +317,19 @@ static mc_status_t unmount_one(mc_store_h s, const char *text, int want_allocate
         return MC_INVALID_PARAMS;
     }
     pthread_mutex_lock(&s->seg_lock);
-    i    = seg_index(s, id);
-    kind = (i >= 0) ? s->segs[i].kind : -1;
+    i        = seg_index(s, id);
+    kind     = (i >= 0) ? s->segs[i].kind : -1;
+    deadline = (i >= 0) ? s->segs[i].drain_deadline_ms : 0;
     pthread_mutex_unlock(&s->seg_lock);
     if (i < 0) {
         mc_set_error_detail("segment %s is not mounted by this client", text);
+        return MC_SEGMENT_NOT_FOUND;
+    }
+    /* past its grace period a draining segment is unmounted: the
+     * heartbeat's reaper may be between the master's unmount (its
+     * objects already gone) and dropping it here */
+    if ((deadline != 0) && (deadline <= mc_now_ms())) {
+        mc_set_error_detail("segment %s was unmounted at the end of its grace period", text);
         return MC_SEGMENT_NOT_FOUND;
     }
     if (want_allocated && (kind != MC_STORE_SEG_ALLOCATED)) {
