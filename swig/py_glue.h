@@ -257,7 +257,7 @@ PyObject *mooncake_py_store_batch_zc(mc_store_h h, int op, PyObject *keys, PyObj
 PyObject *mooncake_py_store_batch_zc_flat(mc_store_h h, int op, PyObject *keys, PyObject *ptrs,
                                           PyObject *sizes, const mc_replicate_config_t *config);
 PyObject *mooncake_py_store_read_ranges(mc_store_h h, PyObject *keys, PyObject *bufs, PyObject *dst,
-                                        PyObject *src, PyObject *lens);
+                                        PyObject *src, PyObject *lens, int packed);
 PyObject *mooncake_py_store_session_keys(mc_store_h h, int op, PyObject *keys);
 PyObject *mooncake_py_store_put_session_start(mc_store_h h, PyObject *keys, PyObject *sizes,
                                               const mc_replicate_config_t *config);

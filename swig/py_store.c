@@ -813,15 +813,21 @@ cleanup:
     return list;
 }
 
+/*
+ * read_ranges: one result per range, as a list of int, or with @p packed
+ * as bytes of native int64 (numpy.frombuffer): a load of 100 k+ rows then
+ * makes no object per row (a list of them, its min and its sum took ~10
+ * ms per 164 k rows; bench/README.md, weights).
+ */
 PyObject *mooncake_py_store_read_ranges(mc_store_h h, PyObject *keys, PyObject *bufs, PyObject *dst,
-                                        PyObject *src, PyObject *lens)
+                                        PyObject *src, PyObject *lens, int packed)
 {
     mooncake_py_strv_t sv;
     uint64_t *vb = NULL, *vd = NULL, *vs = NULL, *vl = NULL;
     mc_store_range_t *r = NULL;
     int64_t *res = NULL;
     mc_status_t st = MC_OK;
-    PyObject *list = NULL;
+    PyObject *out = NULL;
     size_t i, n;
 
     if (mooncake_py_strv_init(&sv, keys) != 0)
@@ -833,11 +839,17 @@ PyObject *mooncake_py_store_read_ranges(mc_store_h h, PyObject *keys, PyObject *
         ((vl = mooncake_py_u64v(lens, n)) == NULL))
         goto cleanup;
     r = PyMem_Calloc(n + 1, sizeof(*r));
-    res = PyMem_Calloc(n + 1, sizeof(*res));
-    if ((r == NULL) || (res == NULL)) {
+    if (packed) /* the results are written into the bytes returned */
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(*res)));
+    else
+        res = PyMem_Calloc(n + 1, sizeof(*res));
+    if ((r == NULL) || (packed ? (out == NULL) : (res == NULL))) {
+        Py_CLEAR(out);
         PyErr_NoMemory();
         goto cleanup;
     }
+    if (packed)
+        res = (int64_t *)(void *)PyBytes_AS_STRING(out);
     for (i = 0; i < n; i++) {
         r[i].key = sv.v[i];
         r[i].buffer = (void *)(uintptr_t)vb[i];
@@ -856,17 +868,19 @@ PyObject *mooncake_py_store_read_ranges(mc_store_h h, PyObject *keys, PyObject *
         if ((st != MC_OK) && (res[i] == MC_INTERNAL_ERROR))
             res[i] = st;
     }
-    list = mooncake_py_list_i64(res, n);
+    if (!packed)
+        out = mooncake_py_list_i64(res, n);
 
 cleanup:
-    PyMem_Free(res);
+    if (!packed)
+        PyMem_Free(res);
     PyMem_Free(r);
     PyMem_Free(vl);
     PyMem_Free(vs);
     PyMem_Free(vd);
     PyMem_Free(vb);
     mooncake_py_strv_cleanup(&sv);
-    return list;
+    return out;
 }
 
 static mc_status_t mooncake_py_session_keys_call(mc_store_h h, const char **keys, size_t n,

@@ -668,12 +668,14 @@ uint64_t mooncake_host_mem_free_func_addr(void);
 
     /*
      * get_into_ranges, flattened: fragment i reads lens[i] bytes of object
-     * keys[i] at src[i] into bufs[i] + dst[i].  One int per fragment.
+     * keys[i] at src[i] into bufs[i] + dst[i].  One int per fragment: a
+     * list, or with @p packed (non-zero) bytes of native int64, one per
+     * fragment (numpy.frombuffer(..., numpy.int64)).
      */
     PyObject *read_ranges(PyObject *keys, PyObject *bufs, PyObject *dst, PyObject *src,
-                          PyObject *lens)
+                          PyObject *lens, int packed = 0)
     {
-        return mooncake_py_store_read_ranges($self->h, keys, bufs, dst, src, lens);
+        return mooncake_py_store_read_ranges($self->h, keys, bufs, dst, src, lens, packed);
     }
 
     /* Per-key statuses of a call over keys only (MOONCAKE_SK_*). */

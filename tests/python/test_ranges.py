@@ -405,9 +405,12 @@ def test_many_rows_from_another_process_flat_arrays(store, master, spawn_client,
     dst = np.arange(n, dtype=np.int64) * (2 * row) + 3
     buf = regbuf(store, int(dst[-1]) + 2 * row, fill=0xAA)
     bufs = np.full(n, buf.ctypes.data, np.int64)
-    for _ in range(2):
+    for packed in (0, 1):  # the results as a list, then as packed int64
         buf[:] = 0xAA
-        got = store._store.read_ranges([k] * n, bufs, dst, src, lens)
+        got = store._store.read_ranges([k] * n, bufs, dst, src, lens, packed)
+        if packed:
+            assert isinstance(got, bytes) and len(got) == 8 * n
+            got = np.frombuffer(got, np.int64).tolist()
         want = lens.copy()
         want[7] = INVALID_PARAMS
         assert got == want.tolist()
@@ -427,6 +430,10 @@ def test_many_rows_from_another_process_flat_arrays(store, master, spawn_client,
     assert store._store.read_ranges([k], bufs[:1].tolist(), dst[:1].tolist(),
                                     src[:1].tolist(), lens[:1].tolist()) == [row]
     assert store._store.read_ranges([], [], [], [], []) == []
+    assert store._store.read_ranges([], [], [], [], [], 1) == b""
+    # a failure in the packed form is the same negative status
+    got = store._store.read_ranges([key("absent"), k], bufs[:2], dst[:2], src[:2], lens[:2], 1)
+    assert np.frombuffer(got, np.int64).tolist() == [OBJECT_NOT_FOUND, row]
 
 
 # ---- upstream's result shapes, row by row (upstream-parity-2.md §11) --------------------
