@@ -773,6 +773,66 @@ def test_stored_manifest_digest_and_json_byte_exact():
     stored_example(tensors=(), fragments=())
 
 
+def test_manifest_reattestation_cache_never_keeps_a_stale_digest(monkeypatch):
+    """A manifest re-attested before and unchanged since is not rebuilt
+    again; any field replaced in place -- on the manifest, a fragment or a
+    tensor's axis -- is rebuilt and refused, never passed on the digest it
+    was attested with."""
+    from mooncake.reshard.weight import storage_manifest
+    rebuilds = []
+    real = storage_manifest._check_stored
+    monkeypatch.setattr(storage_manifest, "_check_stored",
+                        lambda m: (rebuilds.append(m), real(m))[1])
+
+    def attest(m):
+        before = len(rebuilds)
+        try:
+            return validate_weight_manifest_snapshot(m)
+        finally:
+            attest.rebuilt = len(rebuilds) > before
+
+    m = stored_example()
+    assert attest(m) == m and attest.rebuilt
+    assert attest(m) is m and not attest.rebuilt, "an unchanged manifest is rebuilt again"
+    # a pickled copy is another object: proven afresh
+    c = pickle.loads(pickle.dumps(m))
+    assert attest(c) == m and attest.rebuilt
+    # still valid, but no longer the bytes the digest was taken of
+    stale = stored_example()
+    attest(stale)
+    object.__setattr__(stale, "created_at", "2026-08-20T00:00:00Z")
+    with pytest.raises(ValueError, match="snapshot is invalid: fields differ"):
+        attest(stale)
+    assert attest.rebuilt
+    with pytest.raises(ValueError, match="fields differ"):  # and again: nothing was kept
+        attest(stale)
+    # the digest itself replaced
+    forged = stored_example()
+    attest(forged)
+    object.__setattr__(forged, "manifest_digest", "0" * 64)
+    with pytest.raises(ValueError, match="fields differ"):
+        attest(forged)
+    # a fragment's field replaced in place (the tuple holding it is the same)
+    moved = stored_example()
+    attest(moved)
+    object.__setattr__(moved.fragments[0], "object_key", "elsewhere/payload/0")
+    with pytest.raises(ValueError, match="payload object_key does not belong"):
+        attest(moved)
+    # an axis inside a tensor descriptor, two levels down
+    axis = stored_example()
+    attest(axis)
+    object.__setattr__(axis.tensors[0].parallel_axes[0], "kind", "ep")
+    with pytest.raises(ValueError, match="fields differ"):
+        attest(axis)
+    assert attest.rebuilt
+    # fields replaced by equal objects: proven again, then kept
+    same = stored_example()
+    attest(same)
+    object.__setattr__(same, "fragments", tuple(dataclasses.replace(f) for f in same.fragments))
+    assert attest(same) == same and attest.rebuilt
+    assert attest(same) is same and not attest.rebuilt
+
+
 def test_stored_manifest_keeps_input_order():
     a = TensorDescriptor("a", (4,), "uint8", 1, (), "fp", ())
     b = TensorDescriptor("b", (4,), "uint8", 1, (), "fp", ())
