@@ -997,20 +997,27 @@ def start_master(build, extra=(), prefix=(), host="127.0.0.1"):
 
 
 @contextlib.contextmanager
-def holder_and_driver(build_dir, transport, script, holder_segment, driver_buffer):
+def holder_and_driver(build_dir, transport, script, holder_segment, driver_buffer, veth=None):
     """A master plus two client processes running ``script --role worker``:
-    the *holder* mounts ``holder_segment`` bytes, the *driver* none.
-    Yields (driver, holder's hostname); everything is stopped on exit."""
+    the *holder* mounts ``holder_segment`` bytes, the *driver* none.  With
+    @p veth (a Veth) the driver runs in its namespace ``a``, the master
+    and the holder in ``b``, over TCP.  Yields (driver, holder's
+    hostname); everything is stopped on exit."""
     build = os.path.abspath(build_dir)
-    env = bench_env(build, transport)
-    master, rpc, _ = start_master(build)
+    env = bench_env(build, "tcp" if veth is not None else transport)
+    pre_a, pre_b = (veth.prefix("a"), veth.prefix("b")) if veth is not None else ((), ())
+    host_a, host_b = (veth.ip["a"], veth.ip["b"]) if veth is not None else \
+        ("localhost", "127.0.0.1")
+    master, rpc, _ = start_master(build, prefix=pre_b, host=host_b)
     workers = []
     try:
-        addr = "127.0.0.1:%d" % rpc
-        holder, driver = Worker(env, script), Worker(env, script)
+        addr = "%s:%d" % (host_b, rpc)
+        holder, driver = Worker(env, script, prefix=pre_b), Worker(env, script, prefix=pre_a)
         workers = [holder, driver]
-        h = holder.call(op="setup", master=addr, segment=holder_segment, local_buffer=16 << 20)
-        driver.call(op="setup", master=addr, segment=0, local_buffer=driver_buffer)
+        h = holder.call(op="setup", master=addr, segment=holder_segment, local_buffer=16 << 20,
+                        host=host_b if veth is not None else "localhost")
+        driver.call(op="setup", master=addr, segment=0, local_buffer=driver_buffer,
+                    host=host_a)
         yield driver, h["hostname"]
     finally:
         for w in workers:

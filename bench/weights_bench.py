@@ -30,8 +30,15 @@ a WeightSnapshotAdapter per writing participant, WeightManifest.
 Each figure is the median of the rounds, the whole measurement repeated
 --runs times (the ratio printed is the median over runs).
 
+--net veth runs the load rows as two hosts: the driver in one network
+namespace, the master and the holder in another, joined by a veth pair
+(store_bench.py's Veth; root, iproute2, TCP only): the loader's receive
+and the holder's send then cross a device, as between hosts, though both
+still share this machine's CPUs.
+
     bench/weights_bench.py [--build-dir build] [--transport auto|tcp]
                            [--rounds N] [--runs N] [--layers N] [--reference]
+                           [--net loopback|veth]
 """
 import argparse
 import os
@@ -40,7 +47,8 @@ import time
 from math import prod
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from store_bench import add_common_args, holder_and_driver, serve_worker  # noqa: E402
+from store_bench import (Veth, add_common_args, holder_and_driver, serve_worker,  # noqa: E402
+                         veth_usable)
 
 HIDDEN = 2048
 VOCAB = 16384
@@ -300,16 +308,35 @@ def main():
                     help="WeightStore.STAGE_BATCH_BYTES for the load (default: the class's)")
     ap.add_argument("--reference", action="store_true",
                     help="also time the pure-Python reference planner once per run")
+    ap.add_argument("--net", choices=["loopback", "veth"], default="loopback",
+                    help="veth: the driver in one network namespace, the master and the "
+                         "holder in another, joined by a veth pair (root; TCP only)")
     args = ap.parse_args()
     if args.role == "worker":
         return worker_main()
+    veth = None
+    if args.net == "veth":
+        why = veth_usable()
+        if why:
+            ap.error(why)
+        veth = Veth()
+    try:
+        return measure(args, veth)
+    finally:
+        if veth is not None:
+            veth.close()
 
+
+def measure(args, veth):
     size = sum(ITEMSIZE[d] * prod(s) for _, s, d, _ in model(args.layers))
     with holder_and_driver(args.build_dir, args.transport, __file__, size + size // 8,
-                           16 << 20) as (driver, holder_name):
-        print("mooncake weight-snapshot benchmark: 1 master + 2 client processes on loopback, "
+                           16 << 20, veth) as (driver, holder_name):
+        print("mooncake weight-snapshot benchmark: 1 master + 2 client processes %s, "
               "transport=%s, %.2f GiB snapshot, TP=4 -> TP=2, %d rounds x %d runs"
-              % (args.transport, size / 2 ** 30, args.rounds, args.runs))
+              % ("on loopback" if veth is None else
+                 "(driver | master + holder in two network namespaces joined by a veth pair)",
+                 "tcp" if veth is not None else args.transport, size / 2 ** 30, args.rounds,
+                 args.runs))
         ratios = []
         for run in range(args.runs):
             out = driver.call(op="load", target=holder_name, rounds=args.rounds,
