@@ -8,9 +8,11 @@ documented rule (hashlib over the documented canonical JSON), and the
 worked example's JSON document is written out in full here: it must parse,
 and our output must equal it byte for byte.  No daemon is involved."""
 import dataclasses
+import gc
 import hashlib
 import json
 import pickle
+import weakref
 
 import pytest
 
@@ -831,6 +833,16 @@ def test_manifest_reattestation_cache_never_keeps_a_stale_digest(monkeypatch):
     object.__setattr__(same, "fragments", tuple(dataclasses.replace(f) for f in same.fragments))
     assert attest(same) == same and attest.rebuilt
     assert attest(same) is same and not attest.rebuilt
+
+    def attested_twice():
+        x = stored_example()
+        validate_weight_manifest_snapshot(x)
+        validate_weight_manifest_snapshot(x)
+        return weakref.ref(x)
+    gone = attested_twice()   # what is remembered does not keep it alive
+    rebuilds.clear()          # (the counting hook above saw it built)
+    gc.collect()
+    assert gone() is None, "a re-attested manifest is kept alive by the cache"
 
 
 def test_stored_manifest_keeps_input_order():

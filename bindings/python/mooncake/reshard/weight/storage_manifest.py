@@ -271,11 +271,23 @@ def _held(value: Any, out: List[Any]) -> bool:
     return all(_held(getattr(value, n), out) for n in names)
 
 
+def _held_by_fields(manifest: WeightManifest) -> Optional[List[Any]]:
+    """What the manifest's fields hold (not the manifest itself: an entry
+    must not keep it alive), or None when that cannot be proven."""
+    held: List[Any] = []
+    if type(manifest) is not WeightManifest:
+        return None
+    for f in fields(manifest):
+        if not _held(getattr(manifest, f.name), held):
+            return None
+    return held
+
+
 def _attested_before(manifest: WeightManifest) -> Tuple[bool, Optional[List[Any]]]:
     """(proven unchanged since its last re-attestation, what it holds now or
     None when that cannot be proven)."""
-    held: List[Any] = []
-    if type(manifest) is not WeightManifest or not _held(manifest, held):
+    held = _held_by_fields(manifest)
+    if held is None:
         return False, None
     entry = _attested.get(id(manifest))
     if entry is None or entry[0]() is not manifest or len(entry[1]) != len(held):
@@ -313,10 +325,9 @@ def validate_weight_manifest_snapshot(manifest: Any) -> WeightManifest:
     except ValueError as exc:
         _attested.pop(id(manifest), None)
         raise ValueError(f"weight manifest snapshot is invalid: {exc}") from None
-    again: List[Any] = []
     # remembered only when nothing was replaced while it was rebuilt (the
     # walk before and after agree): what is remembered is what was proven
-    if held is not None and _held(manifest, again) and len(again) == len(held) \
-            and all(map(operator.is_, again, held)):
+    again = _held_by_fields(manifest) if held is not None else None
+    if again is not None and len(again) == len(held) and all(map(operator.is_, again, held)):
         _remember_attested(manifest, held)
     return rebuilt
