@@ -1001,9 +1001,11 @@ MC_API mc_status_t mc_store_allocate_and_mount_segment(mc_store_h store, uint64_
  * heartbeat thread unmounts and unmaps them when the grace period is over
  * (or close does, earlier).  Segments are handled in order; the first
  * failure stops the call and is returned.
- * @return MC_SEGMENT_NOT_FOUND for an id this client has not mounted,
- *         MC_ILLEGAL_CLIENT when the master says it is another client's,
- *         MC_INVALID_PARAMS for text that is not a UUID.
+ * @return MC_SEGMENT_NOT_FOUND for an id this client has not mounted (or
+ *         whose grace period is over: it counts as unmounted even before
+ *         the heartbeat thread has dropped it), MC_ILLEGAL_CLIENT when the
+ *         master says it is another client's, MC_INVALID_PARAMS for text
+ *         that is not a UUID.
  * @since 0.1
  */
 MC_API mc_status_t mc_store_unmount_segments(mc_store_h store, const char *const *ids,
