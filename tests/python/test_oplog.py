@@ -83,6 +83,14 @@ def lost(c, keys):
     return [(k, c.call("get", key=k)) for k in bad[:3]] + bad[3:]
 
 
+def loss_report(bad, acked, procs):
+    """The assertion message for acknowledged puts lost: how many, the
+    first ones, and the end of each process's log (a loss seen once in a
+    loaded CI run left nothing else to go on)."""
+    logs = "\n".join(f"--- {name} ---\n{p.log_text()[-2500:]}" for name, p in procs)
+    return f"{len(bad)} of {len(acked)} acknowledged puts lost, e.g. {bad[:3]}\n{logs}"
+
+
 class PutLoad:
     """A thread putting k0, k1, ... and recording when each was acknowledged."""
 
@@ -298,7 +306,9 @@ def test_etcd_member_killed_while_the_log_ships(etcd3, cleanup):
     finally:
         load.stop()
     bad = lost(c, load.acked)
-    assert not bad, f"{len(bad)} of {len(load.acked)} acknowledged puts lost, e.g. {bad[:3]}"
+    assert not bad, loss_report(bad, load.acked, [("the killed leader", leader)] +
+                                [(f"master {i}", m) for i, m in enumerate(masters)] +
+                                [("the client", c)])
 
 
 def test_etcd_unreachable_past_the_lease_stops_acknowledging(etcd, cleanup):
