@@ -26,4 +26,11 @@ uint32_t mc_master_segments_allocate_keyed(mc_master_t *m, uint64_t size, uint32
                                            const mc_client_t *writer, mc_str_t key,
                                            mc_replica_t **out);
 
+/*
+ * Whether some segment takes writes now (mounted and serving, its owner
+ * not suspect), full or not.  A placement that failed with none such was
+ * not short of room: evicting objects would free memory no write can use.
+ */
+int mc_master_segments_writable(mc_master_t *m, uint64_t now_ms);
+
 #endif /* MC_MASTER_PLACEMENT_H */

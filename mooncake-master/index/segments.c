@@ -351,6 +351,24 @@ void mc_master_segment_release(mc_master_t *m, mc_replica_t *r)
         m->allocated_bytes -= b.size;
 }
 
+/* What mc_master_segment_try() asks of a segment besides room. */
+static int seg_writable(mc_master_t *m, const mc_segment_t *seg, uint64_t now_ms)
+{
+    if (seg->state != MC_SEG_OK)
+        return 0;
+    /* an owner that stopped pinging is likely dead: do not write there */
+    return (seg->owner == NULL) || !mc_master_client_suspect(m, seg->owner, now_ms);
+}
+
+int mc_master_segments_writable(mc_master_t *m, uint64_t now_ms)
+{
+    for (uint32_t i = 0; i < m->nseg; i++) {
+        if (seg_writable(m, m->segv[i], now_ms))
+            return 1;
+    }
+    return 0;
+}
+
 /* One allocation on @p seg, or NULL when it does not fit. */
 static mc_replica_t *try_segment(mc_master_t *m, mc_segment_t *seg, uint64_t size)
 {
@@ -363,10 +381,8 @@ mc_replica_t *mc_master_segment_try(mc_master_t *m, mc_segment_t *seg, uint64_t 
     mc_alloc_block_t block;
     mc_replica_t *r;
 
-    if (seg->state != MC_SEG_OK)
+    if (!seg_writable(m, seg, now_ms))
         return NULL;
-    if ((seg->owner != NULL) && mc_master_client_suspect(m, seg->owner, now_ms))
-        return NULL; /* its owner stopped pinging: likely dead, do not write there */
     if (mc_alloc_get(seg->alloc, size, &block) != MC_OK)
         return NULL;
     r = calloc(1, sizeof(*r));

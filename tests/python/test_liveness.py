@@ -146,3 +146,32 @@ def test_a_held_up_master_does_not_count_its_own_pause_against_clients(spawn_cli
         assert "the event loop was held up" in log
     finally:
         m.stop()
+
+
+def test_a_put_with_every_owner_suspect_evicts_nothing(spawn_client):
+    """A holder that missed its pings (stopped here; in production a leader
+    fenced while etcd elected, whose PINGs were refused, saw the same) is
+    suspect: no write is placed in its segment.  A put that then finds no
+    segment to write to fails -- and must not evict: the inline eviction
+    would drop every evictable object (each one's lease long over) to make
+    room that no write could use.  A fresh-clone test run lost 57-62
+    acknowledged objects of the oplog member-kill test so."""
+    # suspect after 2.5 s, never expired here; leases over long before the put
+    m = Master(extra_args=["--client_ttl=30"], lease_ttl_ms=200)
+    try:
+        holder = spawn_client("holder")
+        writer = spawn_client("writer")
+        name = holder.setup(m)
+        writer.setup(m, segment=0)
+        keys = owned_keys(writer, name, n=8)
+        holder.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(3.5)  # past 2 heartbeats + 0.5 s of slack: the holder is suspect
+            r = writer.call("put_random", key=f"late-{uuid.uuid4().hex}", size=1000)
+            assert r["rc"] != 0, r  # nowhere to write
+            present = [writer.call("exist", key=k)["rc"] for k in keys]
+        finally:
+            holder.proc.send_signal(signal.SIGCONT)
+        assert present == [1] * len(keys), m.log_text()[-2000:]
+    finally:
+        m.stop()
