@@ -27,10 +27,11 @@ uint32_t mc_master_segments_allocate_keyed(mc_master_t *m, uint64_t size, uint32
                                            mc_replica_t **out);
 
 /*
- * Whether some segment takes writes now (mounted and serving, its owner
- * not suspect), full or not.  A placement that failed with none such was
- * not short of room: evicting objects would free memory no write can use.
+ * Whether some segment of @p v (the memory segments, or the NoF pool's)
+ * takes writes now (mounted and serving, its owner not suspect), full or
+ * not.  A placement that failed with none such was not short of room:
+ * evicting objects would free space no write can use.
  */
-int mc_master_segments_writable(mc_master_t *m, uint64_t now_ms);
+int mc_master_any_writable(mc_master_t *m, mc_segment_t *const *v, uint32_t n, uint64_t now_ms);
 
 #endif /* MC_MASTER_PLACEMENT_H */

@@ -360,10 +360,10 @@ static int seg_writable(mc_master_t *m, const mc_segment_t *seg, uint64_t now_ms
     return (seg->owner == NULL) || !mc_master_client_suspect(m, seg->owner, now_ms);
 }
 
-int mc_master_segments_writable(mc_master_t *m, uint64_t now_ms)
+int mc_master_any_writable(mc_master_t *m, mc_segment_t *const *v, uint32_t n, uint64_t now_ms)
 {
-    for (uint32_t i = 0; i < m->nseg; i++) {
-        if (seg_writable(m, m->segv[i], now_ms))
+    for (uint32_t i = 0; i < n; i++) {
+        if (seg_writable(m, v[i], now_ms))
             return 1;
     }
     return 0;

@@ -137,7 +137,7 @@ static uint32_t place_ex(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, uin
     /* no segment takes writes now (every owner suspect, draining or
      * awaiting its remount): a lack of room was not what failed it, and
      * evicting would drop objects for nothing */
-    if ((n == 0) && evict && mc_master_segments_writable(m, x->now_ms))
+    if ((n == 0) && evict && mc_master_any_writable(m, m->segv, m->nseg, x->now_ms))
         n = mc_master_evict_until(m, x->now_ms, length, keep, place_try, &p);
     if ((n > 0) && (cfg->nof_replica_num > 0)) {
         /* best effort like memory, but none at all of the NoF replicas

@@ -21,9 +21,10 @@
  * memory: the object stays, readable from NoF, off the LRU
  * (mc_master_nof_drop_memory).  The pool evicts on its own: above
  * --nof_eviction_high_watermark_ratio the background tick, and a put that
- * finds no room inline, drop the NoF replicas of objects that are
- * evictable (complete, not pinned, not leased, not being upserted or
- * copied), --nof_eviction_ratio of the pool per pass.  The walk is over
+ * finds no room inline (when some NoF segment takes writes), drop the NoF
+ * replicas of objects that are evictable (complete, not pinned, not
+ * leased, not being upserted or copied), --nof_eviction_ratio of the pool
+ * per pass.  The walk is over
  * the index (the LRU holds memory objects only), so a pass costs a scan;
  * it runs only when the pool is over its watermark or full.  Members of a
  * group of two or more are never taken (their memory eviction keeps them
@@ -299,8 +300,11 @@ uint32_t mc_master_nof_place(mc_master_t *m, uint64_t now_ms, uint64_t size,
     if ((want == 0) || (size == 0))
         return 0;
     n = nof_place_once(m, size, want, &cfg->preferred_nof_segments, now_ms, out);
-    if (n == 0) {
-        /* full: evict from the pool, then try once more */
+    /* full: evict from the pool, then try once more -- unless no NoF
+     * segment takes writes now (its node suspect or its segment draining):
+     * then room was not what failed, and evicting would drop NoF copies,
+     * the only ones of objects whose memory was evicted, for nothing */
+    if ((n == 0) && mc_master_any_writable(m, m->nofv, m->nnof, now_ms)) {
         uint64_t free_now = m->nof_capacity_bytes > m->nof_allocated_bytes
                                 ? m->nof_capacity_bytes - m->nof_allocated_bytes : 0;
         uint64_t need     = size > free_now ? size - free_now : size;

@@ -20,7 +20,9 @@ temporary directory, and real client processes.
 import hashlib
 import json
 import os
+import signal
 import struct
+import time
 import uuid
 
 import pytest
@@ -307,6 +309,33 @@ def test_nof_eviction(tmp_path):
         for k in keys:
             reps = c.reader.call("replica_desc", key=k)["replicas"]
             assert reps and reps[0]["memory"], (k, reps)
+    finally:
+        c.close()
+
+
+def test_a_put_with_its_nof_node_suspect_evicts_no_nof_copy(tmp_path):
+    """A storage node that missed its pings is suspect: no NoF replica is
+    placed on it, and a put asking for one fails.  It must not evict the
+    pool to make room: room was not what failed, and the NoF copies it
+    would drop are the only copies of objects whose memory was evicted."""
+    # suspect after 2.5 s, never expired here; leases over long before the put
+    c = Cluster(tmp_path, master_args=["--client_ttl=30",
+                                       "--nof_eviction_high_watermark_ratio=1.0"])
+    try:
+        keys = [key() for _ in range(4)]
+        for k in keys:
+            assert c.put(k, os.urandom(100 * KiB)) == 0
+        c.node.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(3.5)  # past 2 heartbeats + 0.5 s of slack: the node is suspect
+            rc = c.put(key("late"), os.urandom(100 * KiB))
+            nofs = [[r["nof"] for r in c.reader.call("replica_desc", key=k)["replicas"]]
+                    for k in keys]
+        finally:
+            c.node.proc.send_signal(signal.SIGCONT)
+        assert rc == ErrorCode.NO_AVAILABLE_HANDLE, rc
+        assert c.master.metric("master_evicted_key_count_nof") == 0, c.master.log_text()[-2000:]
+        assert nofs == [[False, True]] * len(keys), nofs
     finally:
         c.close()
 
