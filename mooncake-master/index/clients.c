@@ -274,8 +274,12 @@ static void cleanup_metadata(mc_master_t *m, mc_client_t *c)
  * every client's deadline moves by that time (all of the gap since the
  * last serving tick but one tick period), so a master that is merely slow,
  * ticking late again and again, still expires its dead clients, later.
- * Restored clients keep their remount deadline (they do not ping before
- * remounting).  1 while the master does not serve: nothing expires. */
+ * Their last sighting moves as well: suspicion (mc_master_client_suspect)
+ * counts missed pings too, and without the credit every holder would be
+ * suspect at once, each put failing NO_AVAILABLE_HANDLE until its holders
+ * pinged again.  Restored clients keep their remount deadline (they do
+ * not ping before remounting).  1 while the master does not serve:
+ * nothing expires. */
 static int clients_unserved(mc_master_t *m, uint64_t now_ms, int serving)
 {
     uint64_t gap;
@@ -292,8 +296,10 @@ static int clients_unserved(mc_master_t *m, uint64_t now_ms, int serving)
         for (mc_hnode_t *n = mc_hmap_first(&m->clients, &it); n != NULL;
              n = mc_hmap_next(&m->clients, &it)) {
             mc_client_t *c = mc_container_of(n, mc_client_t, node);
-            if (!c->restored)
+            if (!c->restored) {
                 c->deadline_ms += credit;
+                c->seen_ms = MC_MIN(c->seen_ms + credit, now_ms);
+            }
         }
         mc_warn("%s for %" PRIu64 " ms: the clients' deadlines move by %" PRIu64 " ms",
                 m->clients_unserved ? "answered no request" : "the event loop was held up", gap,
