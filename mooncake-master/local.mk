@@ -23,7 +23,7 @@ mooncake_master_SOURCES = \
 	mooncake-master/durability/snapshot.c mooncake-master/durability/snapshot.h \
 	mooncake-master/durability/ship.c mooncake-master/durability/ship.h \
 	mooncake-master/ha/ha.c mooncake-master/ha/ha.h \
-	mooncake-master/ha/ha_redis.c \
+	mooncake-master/ha/ha_redis.c mooncake-master/ha/view.c \
 	mooncake-master/tiers/tiers.h \
 	mooncake-master/tiers/dfs.c mooncake-master/tiers/dfs.h \
 	mooncake-master/tiers/dfs_alloc.c mooncake-master/tiers/dfs_alloc.h \

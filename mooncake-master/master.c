@@ -234,8 +234,7 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         mc_error("cannot create the event loop");
         goto fail;
     }
-    if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
-        (mc_master_clients_init(m) != MC_OK) || (mc_master_tasks_init(m) != MC_OK))
+    if (mc_master_index_init(m) != MC_OK)
         goto fail;
     /* the quota policy first: restored objects are charged to their tenants */
     st = mc_master_tenants_start(m);
@@ -345,36 +344,6 @@ int mc_master_run(mc_master_t *m)
     return m->fatal ? 1 : 0; /* a signal ended the loop, or a fatal error */
 }
 
-/* Teardown order as in mc_master_destroy: tasks hang off objects, replicas
- * point into segments, segments at their owners. */
-static void index_cleanup(mc_master_t *m)
-{
-    if (m->tasks.buckets != NULL)
-        mc_master_tasks_cleanup(m);
-    if (m->objects.buckets != NULL)
-        mc_master_objects_cleanup(m);
-    if (m->segments.buckets != NULL)
-        mc_master_segments_cleanup(m);
-    mc_master_nof_cleanup(m);
-    if (m->clients.buckets != NULL)
-        mc_master_clients_cleanup(m);
-}
-
-void mc_master_index_reset(mc_master_t *m)
-{
-    index_cleanup(m);
-    m->capacity_bytes  = 0;
-    m->allocated_bytes = 0;
-    m->nof_capacity_bytes  = 0;
-    m->nof_allocated_bytes = 0;
-    if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
-        (mc_master_clients_init(m) != MC_OK) || (mc_master_tasks_init(m) != MC_OK)) {
-        /* a master with a broken index must not serve */
-        mc_error("out of memory re-creating the index after a step-down; exiting");
-        exit(1);
-    }
-}
-
 void mc_master_destroy(mc_master_t *m)
 {
     if (m == NULL)
@@ -407,10 +376,7 @@ void mc_master_destroy(mc_master_t *m)
     mc_master_rpc_stop(m);
     /* what was appended is written and synced before the index goes */
     mc_durable_stop(m);
-    /* tasks before objects (staged tasks hang off objects), objects before
-     * segments (replicas point into segments), segments before clients
-     * (segments point at their owner) */
-    index_cleanup(m);
+    mc_master_index_cleanup(m);
     mc_master_tenants_stop(m);
     mc_master_dynrep_stop(m);
     if (m->base != NULL)

@@ -513,6 +513,24 @@ struct mc_segment {
     uint64_t gen;
 };
 
+/* 1 when @p o has a replica that is (@p nof) or is not (!@p nof) in a
+ * segment of the NoF pool (tiers/nof.c). */
+static inline int mc_object_has_kind(const mc_object_t *o, int nof)
+{
+    const mc_replica_t *r;
+    mc_object_for_each_replica(r, o)
+    {
+        if ((int)r->seg->nof == nof)
+            return 1;
+    }
+    return 0;
+}
+/* 1 when @p o has a replica in a memory segment. */
+static inline int mc_master_object_has_memory(const mc_object_t *o)
+{
+    return mc_object_has_kind(o, 0);
+}
+
 struct mc_client {
     mc_hnode_t node;           /* in m->clients, hash of id */
     mc_uuid_t id;
@@ -587,6 +605,9 @@ struct mc_master {
     /* snapshot.c: the operation log and snapshots; NULL unless
      * --enable_snapshot */
     mc_durable_t *durable;
+    /* what index/ reports of its durable changes (mc_master_journal_t):
+     * durability/'s table while the log is on, else NULL */
+    const struct mc_master_journal *journal;
     int fatal;                 /* the loop stopped on an error: exit 1 */
     /* kv_events.c: the KV cache event publisher, NULL while off */
     struct mc_kv_events *kv_events;
@@ -650,6 +671,46 @@ struct mc_master {
     uint64_t replica_clear_failed_items;
 };
 
+/* ---- the journal: index/'s durable changes --------------------------------
+ *
+ * index/ reports each change a restart must see through this table, and
+ * knows nothing of where it goes; durability/ (snapshot.c) installs its
+ * table when the operation log is on (the mc_durable_* functions).  So
+ * index/ calls no file of durability/, which calls index/ to restore.
+ */
+typedef struct mc_master_journal {
+    /* an object became complete or changed while complete (OBJ_SET) */
+    void (*object)(mc_master_t *m, const mc_object_t *o);
+    /* a complete object left the index, or an in-place upsert started
+     * overwriting its bytes (OBJ_DEL) */
+    void (*erase)(mc_master_t *m, const mc_object_t *o);
+    /* a segment was mounted or unmounted */
+    void (*segment)(mc_master_t *m, const mc_segment_t *seg, int mounted);
+    /* a task was created or changed state (@p live), or was forgotten */
+    void (*task)(mc_master_t *m, const mc_task_t *t, int live);
+} mc_master_journal_t;
+
+static inline void mc_journal_object(mc_master_t *m, const mc_object_t *o)
+{
+    if (m->journal != NULL)
+        m->journal->object(m, o);
+}
+static inline void mc_journal_erase(mc_master_t *m, const mc_object_t *o)
+{
+    if (m->journal != NULL)
+        m->journal->erase(m, o);
+}
+static inline void mc_journal_segment(mc_master_t *m, const mc_segment_t *seg, int mounted)
+{
+    if (m->journal != NULL)
+        m->journal->segment(m, seg, mounted);
+}
+static inline void mc_journal_task(mc_master_t *m, const mc_task_t *t, int live)
+{
+    if (m->journal != NULL)
+        m->journal->task(m, t, live);
+}
+
 /* ---- master.c ------------------------------------------------------------ */
 
 /* Binds every listener; MC_INVALID_PARAMS (with a logged reason) when an
@@ -663,9 +724,6 @@ void mc_master_destroy(mc_master_t *m);
  * (--log_dir); again on SIGHUP, for log rotation.  -1 with errno set when
  * the file cannot be opened; stderr is then unchanged. */
 int mc_master_log_open(const char *dir);
-/* Forget every client, segment, object and task, as a master that has
- * just started knows none (ha.c, after stepping down as leader). */
-void mc_master_index_reset(mc_master_t *m);
 
 /* ---- rpc.c (docs/protocol.md §1-§3) -------------------------------------- */
 

@@ -14,12 +14,15 @@
  * metrics), ha/ (role and leader), libmooncake's common/.  http.c and metadata_server.c call
  * only libmooncake's common/ and libevent.  Called by: master.c (start,
  * stop), rpc.c (the metadata token of HELLO), index/ (a gone client's
- * descriptors) and tiers/ (the metric helper).
+ * descriptors); tiers/ use the inline metric helper below.
  */
 #ifndef MC_MASTER_ADMIN_H
 #define MC_MASTER_ADMIN_H
 
+#include <inttypes.h>
 #include <stdint.h>
+
+#include <event2/buffer.h>
 
 #include "master.h"
 
@@ -42,9 +45,13 @@ int mc_master_meta_write_allowed(void *arg, const char *key, const char *token);
 mc_status_t mc_master_admin_start(mc_master_t *m);
 void mc_master_admin_stop(mc_master_t *m);
 
-struct evbuffer;
-/* One unlabelled Prometheus metric (admin.c). */
-void mc_master_metric(struct evbuffer *b, const char *name, const char *type, const char *help,
-                      uint64_t v);
+/* One unlabelled Prometheus metric: inline, so that a folder writing its
+ * own metrics (tiers/) does not call into admin.c, which calls it. */
+static inline void mc_master_metric(struct evbuffer *b, const char *name, const char *type,
+                                    const char *help, uint64_t v)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name,
+                        type, name, v);
+}
 
 #endif /* MC_MASTER_ADMIN_H */

@@ -295,6 +295,14 @@ void mc_durable_task(mc_master_t *m, const mc_task_t *t, int live)
     append_end(d, 1);
 }
 
+/* The journal index/ reports its changes through (master.h). */
+static const mc_master_journal_t durable_journal = {
+    .object  = mc_durable_object,
+    .erase   = mc_durable_erase,
+    .segment = mc_durable_segment,
+    .task    = mc_durable_task,
+};
+
 uint64_t mc_durable_pending(mc_master_t *m)
 {
     mc_durable_t *d = m->durable;
@@ -1000,6 +1008,7 @@ mc_status_t mc_durable_start(mc_master_t *m)
         return MC_INTERNAL_ERROR;
     d->wake_fd = -1;
     m->durable = d;
+    m->journal = &durable_journal;
     if (mc_durable_shipped(cfg)) {
         /* the log lives in etcd: standbys follow it, a new leader installs
          * it; no local directory is read or written */
@@ -1435,6 +1444,7 @@ void mc_durable_stop(mc_master_t *m)
     if (d->wake_fd >= 0)
         close(d->wake_fd);
     free(d);
+    m->journal = NULL;
     m->durable = NULL;
 }
 

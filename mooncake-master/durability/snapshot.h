@@ -4,8 +4,8 @@
  * acknowledged state change, snapshots that compact it, and the restore
  * at start (docs/ha.md, "Durability").
  *
- * Hooks, called by the parts that change durable state (all no-ops when
- * durability is off):
+ * Hooks, installed as the master's journal (master.h) while the log is
+ * on, through which index/ reports each durable change:
  *   mc_durable_object()   an object became complete or changed while
  *                         complete (PUT_END, UPSERT_END, a replica added
  *                         or dropped): OBJ_SET with its whole state;
@@ -72,20 +72,8 @@ typedef struct mc_durable_stats {
 } mc_durable_stats_t;
 int mc_durable_get_stats(mc_master_t *m, mc_durable_stats_t *st);
 
-/* ---- restore helpers in objects.c / segments.c / rpc.c --------------------- */
+/* ---- rpc.c --------------------------------------------------------------- */
 
-/* A complete object from an OBJ_SET record, with the @p n replicas of
- * @p reps (status COMPLETE, seg and node set, on no list); NULL on OOM
- * (the replicas are then the caller's). */
-mc_object_t *mc_master_object_restore(mc_master_t *m, const mc_oplog_record_t *r,
-                                      mc_replica_t **reps, uint32_t n, uint64_t now_ms);
-/* A segment from a SEG_MOUNT record, owned by @p c, in state
- * MC_SEG_AWAITING: no allocation, no reads, until its owner remounts it. */
-mc_segment_t *mc_master_segment_restore(mc_master_t *m, mc_client_t *c,
-                                        const mc_oplog_record_t *r);
-/* A task from a TASK_SET record; one that was processing comes back
- * FAILED (its executor's new buffers are gone).  0, or -1. */
-int mc_master_task_restore(mc_master_t *m, const mc_oplog_record_t *r, uint64_t now_ms);
 /* Send the answers held for records up to @p durable_seq. */
 void mc_master_rpc_release(mc_master_t *m, uint64_t durable_seq);
 

@@ -9,10 +9,11 @@
  * msgpack.c use no master types, so the unit tests and the fuzzer build
  * them alone.
  *
- * May call: ../master.h, ../flags.h (the config check), tiers/ (is a
- * replica in memory), ha/ (publish only while serving; the etcd
- * endpoints), libmooncake's common/ and coord/etcd.  Called by: index/ (an event per stored or
- * removed key), master.c (start, stop) and admin/ (metrics).
+ * May call: ../master.h (the records; is a replica in memory),
+ * ../flags.h (the config check), ha/ (publish only while serving; the
+ * etcd endpoints), libmooncake's common/ and coord/etcd.  Called by:
+ * index/ (an event per stored or removed key), master.c (start, stop)
+ * and admin/ (metrics).
  */
 #ifndef MC_MASTER_EVENTS_H
 #define MC_MASTER_EVENTS_H

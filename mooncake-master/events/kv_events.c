@@ -21,8 +21,9 @@
  *
  * Owns: the KV cache event publisher: its hooks, queue thread and
  *   transports (ZMQ, etcd).
- * May call: events/, tiers/ (is a replica in memory), ha/ (serving; the
- *   etcd endpoints), flags.h (the config check), libmooncake's coord/etcd.
+ * May call: events/, ../master.h (is a replica in memory), ha/ (serving;
+ *   the etcd endpoints), flags.h (the config check), libmooncake's
+ *   coord/etcd.
  */
 #include "config.h"
 
@@ -41,7 +42,6 @@
 #include "ha/ha.h"
 #include "kv_events.h"
 #include "master.h"
-#include "tiers/tiers.h"
 
 /* Sequence numbers an HA leader reserves in one etcd write. */
 #define MC_KV_SEQ_BLOCK 65536

@@ -18,8 +18,8 @@
  *
  * Owns: the election loop and fencing, written once against the backend
  *   ops table, and the etcd backend.
- * May call: ha/, durability/ (the shipped log at takeover), ../master.h
- *   (the index emptied on stepping down), libmooncake's coord/etcd.
+ * May call: ha/, durability/ (the shipped log at takeover), index/ (the
+ *   index emptied on stepping down), ../master.h, libmooncake's coord/etcd.
  */
 #include "config.h"
 
@@ -38,57 +38,12 @@
 #include "coord/etcd.h"
 #include "durability/durability.h"
 #include "ha.h"
+#include "index/index.h"
 #include "master.h"
 
 #define MC_HA_POLL_MS        200 /* standby: how often the leader key is read */
 #define MC_HA_RETRY_MS       200 /* leader: retry of a failed renewal */
 #define MC_HA_MIN_MARGIN_MS  500
-
-/* ---- shared with the event loop ------------------------------------------------ */
-
-int mc_master_ha_serving(mc_master_t *m)
-{
-    mc_master_ha_t *h = m->ha;
-    if (h == NULL)
-        return 1;
-    return (atomic_load(&h->role) == MC_HA_LEADER) && (mc_now_ms() < atomic_load(&h->deadline_ms)) &&
-           !mc_ship_install_pending(h->ship);
-}
-
-const char *mc_master_ha_role_name(mc_master_t *m)
-{
-    if (m->ha == NULL)
-        return "leader";
-    return (atomic_load(&m->ha->role) == MC_HA_LEADER) ? "leader" : "standby";
-}
-
-const char *mc_master_ha_state_name(mc_master_t *m)
-{
-    mc_master_ha_t *h = m->ha;
-    if (h == NULL)
-        return "serving";
-    if (atomic_load(&h->role) == MC_HA_LEADER) {
-        if (mc_ship_install_pending(h->ship))
-            return "taking_over";
-        return (mc_now_ms() < atomic_load(&h->deadline_ms)) ? "serving" : "stepping_down";
-    }
-    return atomic_load(&h->reset_pending) ? "stepping_down" : "standby";
-}
-
-int64_t mc_master_ha_leader(mc_master_t *m, char *addr, size_t cap)
-{
-    mc_master_ha_t *h = m->ha;
-    int64_t term;
-    if (h == NULL) {
-        snprintf(addr, cap, "%s", m->rpc_bound);
-        return 1;
-    }
-    pthread_mutex_lock(&h->lock);
-    snprintf(addr, cap, "%s", h->leader_addr);
-    term = h->leader_term;
-    pthread_mutex_unlock(&h->lock);
-    return term;
-}
 
 void mc_master_ha_tick(mc_master_t *m)
 {
@@ -504,13 +459,6 @@ static int advertised(mc_master_t *m, char *out, size_t cap)
                 m->cfg->rpc_address, host);
     }
     return (snprintf(out, cap, "%s%s", host, colon) < (int)cap) ? 0 : -1;
-}
-
-const char *mc_master_ha_endpoints(const mc_master_config_t *cfg)
-{
-    if (cfg->ha_backend_connstring[0] != '\0')
-        return cfg->ha_backend_connstring;
-    return (strcmp(cfg->ha_backend_type, "etcd") == 0) ? cfg->etcd_endpoints : "";
 }
 
 mc_status_t mc_master_ha_start(mc_master_t *m)

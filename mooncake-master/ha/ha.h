@@ -35,11 +35,14 @@
  * ha/: this header is the folder's door; other folders include it and no
  * other file of ha/ (master.h includes it for mc_master_ha_t).
  *
- * Owns: leader election and fencing (ha.c, with the etcd backend) and the
- *   Redis backend (ha_redis.c).
- * May call: durability/ (ha.c: the shipped log at takeover), ../master.h,
- *   libmooncake's coord/.  Called by: master.c, rpc.c, admin/,
- *   durability/ and events/.
+ * Owns: leader election and fencing (ha.c, with the etcd backend), the
+ *   Redis backend (ha_redis.c), and the read side of the election's state
+ *   (view.c: serving or not, role, leader, endpoints), which calls nothing
+ *   that calls back into ha/.
+ * May call: durability/ (ha.c: the shipped log at takeover; view.c: a
+ *   pending install), index/ (ha.c: the index emptied on stepping down),
+ *   ../master.h, libmooncake's coord/.  Called by: master.c (start, stop,
+ *   tick), and for view.c's reads rpc.c, admin/, durability/ and events/.
  */
 #ifndef MC_MASTER_HA_H
 #define MC_MASTER_HA_H

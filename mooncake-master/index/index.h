@@ -14,12 +14,13 @@
  * move tasks (tasks.c).  The records themselves (mc_object_t,
  * mc_segment_t, ...) are the master's shared types, in ../master.h.
  *
- * May call: ../master.h (the context and the shared types), durability/
- * (the mc_durable_* hooks on every durable change), tiers/ (DFS and NoF
+ * May call: ../master.h (the context, the shared types, and the journal
+ * through which every durable change is reported), tiers/ (DFS and NoF
  * replicas), events/ (KV cache events), admin/ (clients.c deletes a gone
  * client's descriptors from the metadata store), libmooncake's common/,
  * alloc/ and wire/.  Called by: rpc.c (the handlers), master.c (init,
- * ticks, cleanup), admin/, durability/ (restore) and tiers/.
+ * ticks, cleanup), ha/ (the index emptied on stepping down), admin/,
+ * durability/ (restore) and tiers/.
  */
 #ifndef MC_MASTER_INDEX_H
 #define MC_MASTER_INDEX_H
@@ -34,6 +35,15 @@
 #include "evict.h"
 #include "placement.h"
 #include "tenants.h"
+
+/* ---- the whole index (objects.c) ------------------------------------------ */
+/* Create the objects', segments', clients' and tasks' maps (at start). */
+mc_status_t mc_master_index_init(mc_master_t *m);
+/* Free all of them (at exit), each only if it was created. */
+void mc_master_index_cleanup(mc_master_t *m);
+/* Forget every client, segment, object and task, as a master that has
+ * just started knows none (ha/, after stepping down as leader). */
+void mc_master_index_reset(mc_master_t *m);
 
 /* ---- objects.c, writes.c, queries.c, removes.c, offload.c (§5.5-§5.15) --- */
 mc_status_t mc_master_objects_init(mc_master_t *m);
@@ -296,5 +306,22 @@ static inline uint64_t mc_master_uuid_hash(mc_uuid_t id)
     mc_store_le64(b + 8, id.lo);
     return mc_hash_bytes(b, sizeof(b), 0);
 }
+
+/* ---- restore: the records of the operation log back into the index ------ */
+
+struct mc_oplog_record; /* durability/oplog.h */
+/* A complete object from an OBJ_SET record, with the @p n replicas of
+ * @p reps (status COMPLETE, seg and node set, on no list); NULL on OOM
+ * (the replicas are then the caller's).  (objects.c) */
+mc_object_t *mc_master_object_restore(mc_master_t *m, const struct mc_oplog_record *r,
+                                      mc_replica_t **reps, uint32_t n, uint64_t now_ms);
+/* A segment from a SEG_MOUNT record, owned by @p c, in state
+ * MC_SEG_AWAITING: no allocation, no reads, until its owner remounts it.
+ * (segments.c) */
+mc_segment_t *mc_master_segment_restore(mc_master_t *m, mc_client_t *c,
+                                        const struct mc_oplog_record *r);
+/* A task from a TASK_SET record; one that was processing comes back
+ * FAILED (its executor's new buffers are gone).  0, or -1.  (tasks.c) */
+int mc_master_task_restore(mc_master_t *m, const struct mc_oplog_record *r, uint64_t now_ms);
 
 #endif /* MC_MASTER_INDEX_H */

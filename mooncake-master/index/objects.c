@@ -61,8 +61,10 @@
  *   group records, an object's and a replica's life (create, park, fence,
  *   erase, settle), the disk replica record, segment loss, the tick,
  *   leases, teardown and restore.
- * May call: index/ (its own files), durability/ (a hook on every durable
- *   change), tiers/ (DFS and NoF replicas), events/ (a KV event per key).
+ * May call: index/ (its own files), the journal (../master.h: every
+ *   durable change), tiers/ (DFS and NoF replicas), events/ (a KV event
+ *   per key); durability/'s header only for the log record a restore
+ *   reads.
  */
 #include "config.h"
 
@@ -73,7 +75,7 @@
 
 #include "common/log.h"
 #include "common/regex_limit.h"
-#include "durability/durability.h"
+#include "durability/durability.h" /* the log record a restore reads */
 #include "dynrep.h"
 #include "events/events.h"
 #include "evict.h"
@@ -647,7 +649,7 @@ void mc_idx_obj_erase(mc_master_t *m, mc_object_t *o)
     if (o->complete || (o->upsert == MC_UPSERT_INPLACE))
         mc_kv_events_removed(m, o);
     if (o->complete)
-        mc_durable_erase(m, o);
+        mc_journal_erase(m, o);
     if (mc_object_replicating(o))
         mc_master_tasks_object_gone(m, o);
     if (!o->complete)
@@ -675,7 +677,7 @@ void mc_idx_obj_erase(mc_master_t *m, mc_object_t *o)
 int mc_idx_obj_settle(mc_master_t *m, mc_object_t *o)
 {
     if (mc_object_has_replicas(o)) {
-        mc_durable_object(m, o);
+        mc_journal_object(m, o);
         return 0;
     }
     if (!o->complete || !mc_idx_obj_has_copy(o)) {
@@ -686,7 +688,7 @@ int mc_idx_obj_settle(mc_master_t *m, mc_object_t *o)
     }
     mc_mlist_remove(&o->lru_link);
     o->ext->disk_hits = 0; /* disk-only again: count afresh */
-    mc_durable_object(m, o);
+    mc_journal_object(m, o);
     return 0;
 }
 
@@ -748,6 +750,46 @@ void mc_master_objects_cleanup(mc_master_t *m)
     }
     mc_hmap_cleanup(&m->writers);
     mc_master_dfs_cleanup(m); /* after the objects gave their extents back */
+}
+
+/* ---- the whole index ------------------------------------------------------ */
+
+mc_status_t mc_master_index_init(mc_master_t *m)
+{
+    if ((mc_master_objects_init(m) != MC_OK) || (mc_master_segments_init(m) != MC_OK) ||
+        (mc_master_clients_init(m) != MC_OK) || (mc_master_tasks_init(m) != MC_OK))
+        return MC_INTERNAL_ERROR;
+    return MC_OK;
+}
+
+/* Tasks before objects (staged tasks hang off objects), objects before
+ * segments (replicas point into segments), segments before clients
+ * (segments point at their owner). */
+void mc_master_index_cleanup(mc_master_t *m)
+{
+    if (m->tasks.buckets != NULL)
+        mc_master_tasks_cleanup(m);
+    if (m->objects.buckets != NULL)
+        mc_master_objects_cleanup(m);
+    if (m->segments.buckets != NULL)
+        mc_master_segments_cleanup(m);
+    mc_master_nof_cleanup(m);
+    if (m->clients.buckets != NULL)
+        mc_master_clients_cleanup(m);
+}
+
+void mc_master_index_reset(mc_master_t *m)
+{
+    mc_master_index_cleanup(m);
+    m->capacity_bytes      = 0;
+    m->allocated_bytes     = 0;
+    m->nof_capacity_bytes  = 0;
+    m->nof_allocated_bytes = 0;
+    if (mc_master_index_init(m) != MC_OK) {
+        /* a master with a broken index must not serve */
+        mc_error("out of memory re-creating the index after a step-down; exiting");
+        exit(1);
+    }
 }
 
 void mc_master_replica_drop(mc_master_t *m, mc_replica_t *r)
@@ -1013,7 +1055,7 @@ void mc_master_replica_retire(mc_master_t *m, mc_object_t *o, mc_replica_t *r, u
         if (r->seg->gen_dirty < MC_SEG_GEN_READER) /* as mc_idx_obj_free_fenced() */
             r->seg->gen_dirty = MC_SEG_GEN_READER;
     mc_idx_replica_free(m, r);
-    mc_durable_object(m, o);
+    mc_journal_object(m, o);
 }
 
 mc_object_t *mc_master_object_find(mc_master_t *m, mc_str_t tenant, mc_str_t key)

@@ -9,13 +9,12 @@
  *
  * Owns: the disk tier's RPCs and counters (m->disk_replicas, ...).
  * May call: objects.c (objects_internal.h), index/ (clients),
- *   durability/ (a hook on every durable change).
+ *   the journal (../master.h: every durable change).
  */
 #include "config.h"
 
 #include <string.h>
 
-#include "durability/durability.h"
 #include "index.h"
 #include "master.h"
 #include "objects_internal.h"
@@ -91,7 +90,7 @@ int32_t mc_master_offload_report(mc_req_ctx_t *x, const mc_wire_offload_report_r
     m->disk_bytes += d->length;
     m->offloaded_keys++;
     m->offloaded_bytes += d->length;
-    mc_durable_object(m, o);
+    mc_journal_object(m, o);
     return MC_OK;
 }
 

@@ -21,8 +21,8 @@
  *
  * Owns: the segment registry, each segment's allocator, and placement onto
  *   them.
- * May call: index/, durability/ (mount and unmount records), tiers/ (NoF
- *   segments).
+ * May call: index/, the journal (../master.h: mount and unmount
+ *   records), tiers/ (NoF segments).
  */
 #include "config.h"
 
@@ -33,7 +33,7 @@
 
 #include "common/gen.h"
 #include "common/log.h"
-#include "durability/durability.h"
+#include "durability/durability.h" /* the log record a restore reads */
 #include "index.h"
 #include "master.h"
 #include "placement.h"
@@ -255,7 +255,7 @@ mc_status_t mc_master_segment_mount(mc_master_t *m, mc_client_t *c, const mc_wir
     seg = segment_add(m, c, s->id, s->name, s->protocol, s->base, s->size, MC_SEG_OK, &st);
     if (seg != NULL) {
         mc_master_segment_take_gen(seg, s);
-        mc_durable_segment(m, seg, 1);
+        mc_journal_segment(m, seg, 1);
     }
     return st;
 }
@@ -299,7 +299,7 @@ void mc_master_segment_unmount(mc_master_t *m, mc_segment_t *seg)
 
     mc_uuid_format(seg->id, idbuf);
     mc_info("unmounted segment %s name=%s (%zu replicas dropped)", idbuf, seg->name, dropped);
-    mc_durable_segment(m, seg, 0);
+    mc_journal_segment(m, seg, 0);
     segment_free(seg);
 }
 

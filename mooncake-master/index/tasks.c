@@ -36,7 +36,7 @@
  *
  * Owns: the copy and move tasks: their queue per client, states and
  *   timeouts.
- * May call: index/, durability/ (task records).
+ * May call: index/, the journal (../master.h: task records).
  */
 #include "config.h"
 
@@ -47,7 +47,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "durability/durability.h"
+#include "durability/durability.h" /* the log record a restore reads */
 #include "evict.h"
 #include "index.h"
 #include "master.h"
@@ -139,7 +139,7 @@ static void task_set_state(mc_master_t *m, mc_task_t *t, uint8_t status, uint64_
     t->state_since_ms = now_ms;
     mc_mlist_insert_tail(&q->list, &t->state_link);
     q->n++;
-    mc_durable_task(m, t, 1);
+    mc_journal_task(m, t, 1);
 }
 
 /* Forget finished tasks beyond --max_total_finished_tasks, oldest first. */
@@ -153,7 +153,7 @@ static void prune_finished(mc_master_t *m)
         mc_mlist_remove(&t->state_link);
         m->taskq[MC_TASKQ_FINISHED].n--;
         mc_hmap_remove(&m->tasks, &t->node);
-        mc_durable_task(m, t, 0);
+        mc_journal_task(m, t, 0);
         task_free(t);
     }
 }
@@ -377,7 +377,7 @@ static int32_t task_create(mc_req_ctx_t *x, uint8_t type, mc_object_t *o, const 
         goto oom;
     mc_mlist_insert_tail(&m->taskq[MC_TASKQ_PENDING].list, &t->state_link);
     m->taskq[MC_TASKQ_PENDING].n++;
-    mc_durable_task(m, t, 1);
+    mc_journal_task(m, t, 1);
     *id_p = t->id;
     return MC_OK;
 
@@ -731,7 +731,7 @@ int32_t mc_master_task_replica_end(mc_req_ctx_t *x, const mc_wire_task_replica_e
         mc_master_lru_touch(m, o);
         m->promotions_done++;
     }
-    mc_durable_object(m, o); /* the new replicas */
+    mc_journal_object(m, o); /* the new replicas */
     t->committed = 1;
     return MC_OK;
 }

@@ -16,8 +16,8 @@
  * Owns: the write RPCs, placement of a write (place, release_placed) and
  *   the reservation records (m->reservations, m->resv_order).
  * May call: objects.c (objects_internal.h), index/ (segments, eviction,
- *   tenants), durability/ (a hook on every durable change), tiers/ (DFS
- *   and NoF replicas), events/ (a KV event per key).
+ *   tenants), the journal (../master.h: every durable change), tiers/
+ *   (DFS and NoF replicas), events/ (a KV event per key).
  */
 #include "config.h"
 
@@ -26,7 +26,6 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "durability/durability.h"
 #include "events/events.h"
 #include "evict.h"
 #include "index.h"
@@ -410,7 +409,7 @@ static void obj_publish(mc_req_ctx_t *x, mc_object_t *o)
     if ((o->ext != NULL) && (o->ext->soft_pin_ttl_ms > 0))
         o->ext->soft_pin_deadline_ms = x->now_ms + o->ext->soft_pin_ttl_ms;
     mc_idx_group_sync(x->m, o);
-    mc_durable_object(x->m, o);
+    mc_journal_object(x->m, o);
     mc_kv_events_stored(x->m, o);
 }
 
@@ -432,7 +431,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
         }
         upsert_swap(x->m, o, x->now_ms);
         mc_idx_group_sync(x->m, o);
-        mc_durable_object(m, o);
+        mc_journal_object(m, o);
         mc_kv_events_stored(m, o);
         return MC_OK;
     }
@@ -455,7 +454,7 @@ static int32_t end_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t key, int u
     apply_upsert_config(o, x->now_ms);
     mc_idx_upsert_clear(m, o);
     mc_idx_group_sync(x->m, o);
-    mc_durable_object(m, o);
+    mc_journal_object(m, o);
     mc_kv_events_stored(m, o);
     return MC_OK;
 }
@@ -918,7 +917,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
             o = NULL;
         } else {
             mc_idx_disk_free(m, o);
-            mc_durable_object(m, o);
+            mc_journal_object(m, o);
         }
     }
     if (o == NULL)
@@ -949,7 +948,7 @@ static int32_t upsert_start_one(mc_req_ctx_t *x, mc_uuid_t client_id, mc_str_t k
             f->id               = ++m->next_replica_id;
             mc_master_dfs_to_wire(x, &out->v[out->n++], f, length);
         }
-        mc_durable_erase(m, o); /* its bytes are overwritten from now on */
+        mc_journal_erase(m, o); /* its bytes are overwritten from now on */
         o->upsert       = MC_UPSERT_INPLACE;
         o->complete     = 0;
         mc_idx_writer_put(m, o->writer);

@@ -324,27 +324,9 @@ void mc_master_nof_release(mc_master_t *m, mc_alloc_block_t b)
 
 /* ---- eviction ------------------------------------------------------------- */
 
-/* 1 when @p o has a replica that is (@p nof) or is not (!@p nof) in a
- * NoF segment. */
-static int object_has_kind(const mc_object_t *o, int nof)
-{
-    const mc_replica_t *r;
-    mc_object_for_each_replica(r, o)
-    {
-        if ((int)r->seg->nof == nof)
-            return 1;
-    }
-    return 0;
-}
-
-int mc_master_object_has_memory(const mc_object_t *o)
-{
-    return object_has_kind(o, 0);
-}
-
 static int object_has_nof(const mc_object_t *o)
 {
-    return object_has_kind(o, 1);
+    return mc_object_has_kind(o, 1);
 }
 
 /* Picks for mc_master_object_drop_where(): @p kind points at 1 for the

@@ -51,8 +51,6 @@ uint32_t mc_master_nof_place(mc_master_t *m, uint64_t now_ms, uint64_t size,
                              mc_replica_t **out);
 /* A NoF replica's block @p b was given back to its allocator. */
 void mc_master_nof_release(mc_master_t *m, mc_alloc_block_t b);
-/* 1 when @p o has a replica in a memory segment. */
-int mc_master_object_has_memory(const mc_object_t *o);
 /* Memory eviction of @p o when it has a NoF replica: its memory replicas
  * go, it stays (off the LRU); returns 1 then, 0 when @p o has no NoF or
  * no memory replica (nothing done). */
