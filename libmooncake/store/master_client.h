@@ -19,6 +19,9 @@
  * when the failure was the transport (MC_RPC_FAIL, MC_RPC_TIMEOUT,
  * MC_DESERIALIZE_FAIL), conn->broken is set as well.  Failures set the
  * thread's error detail.
+ *
+ * Owns: the interface of master_client.c (connections, pools, typed calls).
+ * May call: libmooncake's common/ and wire/ (the frames).
  */
 #ifndef MC_STORE_MASTER_CLIENT_H
 #define MC_STORE_MASTER_CLIENT_H

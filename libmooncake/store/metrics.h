@@ -11,6 +11,9 @@
  * requests +1; failures +1 when it returned an error (a batch: when any key
  * failed); one latency observation in microseconds; read/write bytes: the
  * value bytes of the keys that succeeded.
+ *
+ * Owns: the client's counters and histograms (metrics.c).
+ * May call: nothing (atomics and the clock).
  */
 #ifndef MC_STORE_METRICS_H
 #define MC_STORE_METRICS_H

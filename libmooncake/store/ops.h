@@ -21,6 +21,9 @@
  *
  * Each op takes the public call's arguments, already checked as the
  * public call says; the embedded ops take `life` themselves.
+ *
+ * Owns: the backend ops table (mc_store_ops_t) and its dispatch macro.
+ * May call: nothing (declarations; each backend's ops are in its files).
  */
 #ifndef MC_STORE_OPS_H
 #define MC_STORE_OPS_H

@@ -5,6 +5,10 @@
  * reads, copies; dummy_calls.c: removal, tasks, mounts, sessions).  Only
  * the files of dummy/ include it; other folders go through dummy.h, and
  * the handle reaches the dummy through its ops table (dummy_ops.c).
+ *
+ * Owns: the dummy handle's state (struct mc_dummy) and the declarations
+ *   shared by dummy/'s files.
+ * May call: dummy/wire.h (the frames), ../store_internal.h (the handle).
  */
 #ifndef MC_STORE_DUMMY_CLIENT_H
 #define MC_STORE_DUMMY_CLIENT_H

@@ -22,6 +22,9 @@
  * POOL / _LBUF) and the host-memory blocks it REGISTERed.  The server checks
  * every length, count and range against the frame and against that dummy's
  * own regions before it touches anything.
+ *
+ * Owns: the frames of the dummy-client protocol, shared by both ends.
+ * May call: nothing (types and constants only).
  */
 #ifndef MC_STORE_DUMMY_WIRE_H
 #define MC_STORE_DUMMY_WIRE_H

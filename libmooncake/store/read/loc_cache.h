@@ -16,6 +16,10 @@
  * the epoch before it asks the master and inserts its answer only if no
  * invalidation happened meanwhile: an answer from before a local write can
  * never be cached after it.  Thread-safe (one mutex).
+ *
+ * Owns: the interface of loc_cache.c, part of read/'s door (read/read.h
+ *   includes it; tiers/disk_hints.c keeps its hints in one).
+ * May call: nothing (a leaf).
  */
 #ifndef MC_STORE_LOC_CACHE_H
 #define MC_STORE_LOC_CACHE_H

@@ -2,6 +2,10 @@
 /*
  * The client side of the DFS tier (dfs.c, docs/tiers.md §6), as the rest
  * of the store sees it.
+ *
+ * Owns: the interface of dfs.c, part of tiers/'s door (tiers/tiers.h
+ *   includes it).
+ * May call: libmooncake's wire/ (the replica records).
  */
 #ifndef MC_STORE_DFS_H
 #define MC_STORE_DFS_H

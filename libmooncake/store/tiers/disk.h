@@ -2,6 +2,10 @@
 /*
  * The client's SSD tier (disk.c, docs/tiers.md), as the rest of the store
  * sees it.
+ *
+ * Owns: the interface of disk.c, part of tiers/'s door (tiers/tiers.h
+ *   includes it).
+ * May call: libmooncake's common/.
  */
 #ifndef MC_STORE_DISK_H
 #define MC_STORE_DISK_H
