@@ -4,6 +4,7 @@ libmooncake_internal_la_SOURCES += \
 	libmooncake/transfer/proto.h \
 	libmooncake/transfer/descriptor.c libmooncake/transfer/descriptor.h \
 	libmooncake/transfer/metadata.c \
+	libmooncake/transfer/onesided.c libmooncake/transfer/onesided.h \
 	libmooncake/transfer/tcp/tcp.c libmooncake/transfer/tcp/tcp.h \
 	libmooncake/transfer/shm/shm.c libmooncake/transfer/shm/shm.h \
 	libmooncake/transfer/file/file.c libmooncake/transfer/file/file.h \

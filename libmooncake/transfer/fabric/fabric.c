@@ -51,11 +51,24 @@
  * no fabric endpoint (a tcp engine) or another provider, a buffer with no
  * key, and READs naming a registration generation go over the tcp
  * transport underneath.
+ *
+ * What this file owns, and may call.  The part fabric shares with rdma/
+ * is transfer/onesided.c: the tcp transport and peers underneath, the
+ * target's descriptor, the reset under the peer's use lock, a request's
+ * way (one attempt, one more on a reset endpoint after a refused key,
+ * then tcp with a notice logged once per peer), and describe and
+ * DISK_READ, which only forward to tcp.  This file passes in what is
+ * fabric's own (fabric_os_ops): connecting a peer (an endpoint and an
+ * address from the descriptor), one attempt (xfer_fabric) and the retry
+ * rule; it owns the provider, the fabric objects, the poller, the MRs and
+ * the endpoints.  It calls onesided.h, fi.h (libfabric, loaded at run
+ * time), tcp.h (peer names for messages) and the engine's regions.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +87,7 @@
 #include "transfer/descriptor.h"
 #include "transfer/fabric/fabric.h"
 #include "transfer/fabric/fi.h"
+#include "transfer/onesided.h"
 #include "transfer/tcp/tcp.h"
 
 #define FABRIC_CQ_DEPTH      4096
@@ -105,8 +119,8 @@ struct fabric_wait {
 };
 
 typedef struct mc_fabric {
+    mc_onesided_t os;             /* first: the tcp transport underneath (onesided.h) */
     mc_te_t *te;
-    void *tcp;                    /* the tcp transport underneath */
     const mc_fi_t *fi;
     const char *proto;            /* "efa" or "cxi" */
     struct fi_info *info;
@@ -160,21 +174,24 @@ typedef struct fabric_mr {
     void *desc;                   /* fi_mr_desc, for FI_MR_LOCAL */
 } fabric_mr_t;
 
+/* os.no_onesided is set when the target has no usable endpoint (none of
+ * our provider's); os.use is held for reading by requests, for writing by
+ * connect and the reset. */
 typedef struct fabric_peer {
-    mc_fabric_t *fb;
-    void *tcp_peer;
-    pthread_rwlock_t use;         /* read: requests; write: connect / reset */
+    mc_onesided_peer_t os;        /* first (onesided.h); os.tp is the mc_fabric_t */
     struct fid_ep *ep;            /* initiating endpoint (fb->ep with mr_endpoint) */
     fi_addr_t addr;
     int have_addr;
-    int connected;
-    int broken;                   /* atomic: reset before the next request */
-    int no_fabric;                /* atomic: the target has no usable endpoint */
     int key_refused;              /* atomic: the last failure was a refused access */
-    int warned_tcp;               /* atomic */
-    pthread_mutex_t desc_mu;
-    mc_te_desc_t desc;            /* the target's descriptor, under desc_mu */
 } fabric_peer_t;
+
+_Static_assert(offsetof(mc_fabric_t, os) == 0, "the engine's priv is the one-sided base");
+_Static_assert(offsetof(fabric_peer_t, os) == 0, "the engine's peer is the one-sided base");
+
+static mc_fabric_t *peer_fb(const fabric_peer_t *p)
+{
+    return (mc_fabric_t *)p->os.tp;
+}
 
 static const char *fab_err(const mc_fabric_t *fb, int err)
 {
@@ -588,13 +605,14 @@ static void fid_close(const mc_fabric_t *fb, struct fid *fid, const char *what)
         mc_warn("fabric: closing the %s failed: %s", what, fab_err(fb, rc));
 }
 
+static const mc_onesided_ops_t fabric_os_ops; /* with the requests, below */
+
 static void fabric_uninstall(void *priv)
 {
     mc_fabric_t *fb = priv;
     if (fb == NULL)
         return;
-    if (fb->tcp != NULL)
-        mc_tcp_transport_ops.uninstall(fb->tcp);
+    mc_onesided_uninstall(&fb->os);
     pthread_mutex_lock(&live_mu);
     poller_stop_locked(fb);
     pthread_mutex_unlock(&live_mu);
@@ -643,9 +661,10 @@ static mc_status_t fabric_install(const char *proto, mc_te_t *te, const char *bi
     if (st == MC_OK)
         st = poller_start(fb);
     if (st == MC_OK) {
-        st = mc_tcp_transport_ops.install(te, bind_addr, port, &fb->tcp, port_p);
-        if (st != MC_OK)
-            fb->tcp = NULL;
+        fb->os.why_unkeyed = fb->mr_local
+                                 ? "local memory not registered, or no key published for the range"
+                                 : "no key published for the range";
+        st = mc_onesided_install(&fb->os, &fabric_os_ops, te, bind_addr, port, port_p);
     }
     if (st != MC_OK) {
         fabric_uninstall(fb);
@@ -762,31 +781,13 @@ static void ep_retire(mc_fabric_t *fb, struct fid_ep *ep)
 
 static mc_status_t fabric_peer_open(void *priv, const char *host, uint16_t port, void **peer_p)
 {
-    mc_fabric_t *fb   = priv;
-    fabric_peer_t *p = calloc(1, sizeof(*p));
-    mc_status_t st;
-
-    if (p == NULL) {
-        mc_set_error_detail("out of memory");
-        return MC_INTERNAL_ERROR;
-    }
-    st = mc_tcp_transport_ops.peer_open(fb->tcp, host, port, &p->tcp_peer);
-    if (st != MC_OK) {
-        free(p);
-        return st;
-    }
-    p->fb = fb;
-    pthread_rwlock_init(&p->use, NULL);
-    pthread_mutex_init(&p->desc_mu, NULL);
-    mc_te_desc_init(&p->desc);
-    *peer_p = p;
-    return MC_OK;
+    return mc_onesided_peer_create(priv, sizeof(fabric_peer_t), host, port, peer_p);
 }
 
 /* Drop the peer's endpoint and address (use held for writing). */
 static void peer_reset(fabric_peer_t *p)
 {
-    mc_fabric_t *fb = p->fb;
+    mc_fabric_t *fb = peer_fb(p);
     if ((p->ep != NULL) && (p->ep != fb->ep))
         ep_retire(fb, p->ep);
     if (p->have_addr) {
@@ -795,64 +796,25 @@ static void peer_reset(fabric_peer_t *p)
         pthread_mutex_unlock(&fb->av_mu);
         p->have_addr = 0;
     }
-    p->ep        = NULL;
-    p->connected = 0;
+    p->ep           = NULL;
+    p->os.connected = 0;
 }
 
 static void fabric_peer_close(void *priv, void *peer)
 {
-    mc_fabric_t *fb   = priv;
     fabric_peer_t *p = peer;
+    (void)priv;
     peer_reset(p);
-    mc_tcp_transport_ops.peer_close(fb->tcp, p->tcp_peer);
-    mc_te_desc_cleanup(&p->desc);
-    pthread_mutex_destroy(&p->desc_mu);
-    pthread_rwlock_destroy(&p->use);
-    free(p);
-}
-
-static mc_status_t fabric_describe(void *priv, void *peer, char **json_p, size_t *len_p)
-{
-    mc_fabric_t *fb   = priv;
-    fabric_peer_t *p = peer;
-    return mc_tcp_transport_ops.describe(fb->tcp, p->tcp_peer, json_p, len_p);
-}
-
-/* A disk record is read by the holder from its file: no memory to reach
- * one-sided, so the peer's tcp connection carries it. */
-static mc_status_t fabric_disk_read(void *priv, void *peer, const mc_te_disk_req_t *req,
-                                    void *buf)
-{
-    mc_fabric_t *fb   = priv;
-    fabric_peer_t *p = peer;
-    return mc_tcp_transport_ops.disk_read(fb->tcp, p->tcp_peer, req, buf);
-}
-
-/* Fetch the target's descriptor (endpoint, keys) into p->desc. */
-static mc_status_t peer_desc_refresh(fabric_peer_t *p)
-{
-    char *json = NULL;
-    size_t len = 0;
-    mc_te_desc_t d;
-    mc_status_t st = fabric_describe(p->fb, p, &json, &len);
-    if (st != MC_OK)
-        return st;
-    st = mc_te_desc_decode(json, len, &d);
-    free(json);
-    if (st != MC_OK)
-        return st;
-    pthread_mutex_lock(&p->desc_mu);
-    mc_te_desc_move(&p->desc, &d);
-    pthread_mutex_unlock(&p->desc_mu);
-    return MC_OK;
+    mc_onesided_peer_destroy(&p->os, 0);
 }
 
 /* Endpoint and address for the peer, from a fresh descriptor (use held
- * for writing).  MC_NOT_SUPPORTED (no_fabric set) when the target has no
- * endpoint of our provider. */
-static mc_status_t peer_connect(fabric_peer_t *p)
+ * for writing; ops.connect).  MC_NOT_SUPPORTED (no_onesided set) when the
+ * target has no endpoint of our provider. */
+static mc_status_t peer_connect(mc_onesided_peer_t *op)
 {
-    mc_fabric_t *fb = p->fb;
+    fabric_peer_t *p = (fabric_peer_t *)op;
+    mc_fabric_t *fb  = peer_fb(p);
     const char *prov = fb->info->fabric_attr->prov_name;
     uint8_t addr[MC_TE_DESC_MAX_FABRIC_ADDR];
     char theirs[MC_TE_DESC_MAX_FABRIC_PROV];
@@ -861,19 +823,19 @@ static mc_status_t peer_connect(fabric_peer_t *p)
     mc_status_t st;
 
     peer_reset(p);
-    st = peer_desc_refresh(p);
+    st = mc_onesided_desc_refresh(&p->os);
     if (st != MC_OK)
         return st;
-    pthread_mutex_lock(&p->desc_mu);
-    snprintf(theirs, sizeof(theirs), "%s", p->desc.fabric_provider);
-    alen = p->desc.fabric_addrlen;
-    memcpy(addr, p->desc.fabric_addr, alen);
-    pthread_mutex_unlock(&p->desc_mu);
+    pthread_mutex_lock(&p->os.desc_mu);
+    snprintf(theirs, sizeof(theirs), "%s", p->os.desc.fabric_provider);
+    alen = p->os.desc.fabric_addrlen;
+    memcpy(addr, p->os.desc.fabric_addr, alen);
+    pthread_mutex_unlock(&p->os.desc_mu);
     if (strcmp(theirs, prov) != 0) {
         mc_debug("fabric: %s:%u has %s%s, we have %s; requests to it go over tcp",
-                 mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer),
+                 mc_tcp_peer_host(p->os.tcp_peer), (unsigned)mc_tcp_peer_port(p->os.tcp_peer),
                  theirs[0] ? "provider " : "no fabric endpoint", theirs, prov);
-        __atomic_store_n(&p->no_fabric, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->os.no_onesided, 1, __ATOMIC_RELEASE);
         return MC_NOT_SUPPORTED;
     }
     if (fb->mr_endpoint) {
@@ -890,40 +852,18 @@ static mc_status_t peer_connect(fabric_peer_t *p)
     pthread_mutex_unlock(&fb->av_mu);
     if (rc != 1) {
         mc_set_error_detail("fabric: fi_av_insert of %s:%u's address failed: %s",
-                            mc_tcp_peer_host(p->tcp_peer),
-                            (unsigned)mc_tcp_peer_port(p->tcp_peer),
+                            mc_tcp_peer_host(p->os.tcp_peer),
+                            (unsigned)mc_tcp_peer_port(p->os.tcp_peer),
                             fab_err(fb, (rc < 0) ? rc : FI_EADDRNOTAVAIL));
         peer_reset(p);
         return MC_TRANSFER_FAIL;
     }
     p->have_addr = 1;
-    p->connected = 1;
-    __atomic_store_n(&p->broken, 0, __ATOMIC_RELEASE);
-    mc_info("fabric: %s:%u reached over %s", mc_tcp_peer_host(p->tcp_peer),
-            (unsigned)mc_tcp_peer_port(p->tcp_peer), prov);
+    p->os.connected = 1;
+    __atomic_store_n(&p->os.broken, 0, __ATOMIC_RELEASE);
+    mc_info("fabric: %s:%u reached over %s", mc_tcp_peer_host(p->os.tcp_peer),
+            (unsigned)mc_tcp_peer_port(p->os.tcp_peer), prov);
     return MC_OK;
-}
-
-/* Take the peer for a request: connected, use held for reading. */
-static mc_status_t peer_enter(fabric_peer_t *p)
-{
-    mc_status_t st = MC_OK;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        pthread_rwlock_rdlock(&p->use);
-        if (p->connected && !__atomic_load_n(&p->broken, __ATOMIC_ACQUIRE))
-            return MC_OK;
-        pthread_rwlock_unlock(&p->use);
-        if (__atomic_load_n(&p->no_fabric, __ATOMIC_ACQUIRE))
-            return MC_NOT_SUPPORTED;
-        pthread_rwlock_wrlock(&p->use);
-        if (!p->connected || __atomic_load_n(&p->broken, __ATOMIC_ACQUIRE))
-            st = peer_connect(p);
-        pthread_rwlock_unlock(&p->use);
-        if (st != MC_OK)
-            return st;
-    }
-    mc_set_error_detail("fabric: the endpoint to the target keeps breaking");
-    return MC_TRANSFER_FAIL;
 }
 
 /* ---- requests ------------------------------------------------------------------ */
@@ -939,27 +879,28 @@ static mc_status_t remote_side(fabric_peer_t *p, mc_te_op_t op, uint64_t remote,
         const mc_te_buf_desc_t *b;
         mc_status_t st = MC_OK;
         if (attempt > 0) {
-            st = peer_desc_refresh(p);
+            st = mc_onesided_desc_refresh(&p->os);
             if (st != MC_OK)
                 return st;
         }
-        pthread_mutex_lock(&p->desc_mu);
-        b = mc_te_desc_find(&p->desc, remote, len);
+        pthread_mutex_lock(&p->os.desc_mu);
+        b = mc_te_desc_find(&p->os.desc, remote, len);
         if (b != NULL) {
             if (!b->has_fabric_key) {
                 st = MC_NOT_SUPPORTED;
             } else {
                 *key_p   = b->fabric_key;
-                *raddr_p = p->desc.fabric_virt_addr ? remote : remote - b->addr;
+                *raddr_p = p->os.desc.fabric_virt_addr ? remote : remote - b->addr;
             }
         }
-        pthread_mutex_unlock(&p->desc_mu);
+        pthread_mutex_unlock(&p->os.desc_mu);
         if (b != NULL)
             return st;
     }
     mc_set_error_detail("fabric: [0x%llx, +%llu) is outside every buffer %s:%u publishes",
                         (unsigned long long)remote, (unsigned long long)len,
-                        mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer));
+                        mc_tcp_peer_host(p->os.tcp_peer),
+                        (unsigned)mc_tcp_peer_port(p->os.tcp_peer));
     return (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
 }
 
@@ -1002,7 +943,7 @@ static ssize_t post_one(fabric_peer_t *p, mc_te_op_t op, void *buf, size_t len, 
 static mc_status_t xfer_fabric(fabric_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,
                                uint64_t len)
 {
-    mc_fabric_t *fb = p->fb;
+    mc_fabric_t *fb = peer_fb(p);
     mc_te_t *te     = fb->te;
     uint64_t deadline = mc_now_ms() + (uint64_t)MC_MAX(te->cfg.io_timeout_s, 1) * 1000u;
     uint64_t raddr = 0, key = 0;
@@ -1076,8 +1017,8 @@ static mc_status_t xfer_fabric(fabric_peer_t *p, mc_te_op_t op, void *local, uin
             pthread_mutex_unlock(&w->mu);
             mc_set_error_detail("fabric: posting %s of %zu bytes to %s:%u failed: %s",
                                 (op == MC_TE_READ) ? "a read" : "a write", n,
-                                mc_tcp_peer_host(p->tcp_peer),
-                                (unsigned)mc_tcp_peer_port(p->tcp_peer), fab_err(fb, (int)rc));
+                                mc_tcp_peer_host(p->os.tcp_peer),
+                                (unsigned)mc_tcp_peer_port(p->os.tcp_peer), fab_err(fb, (int)rc));
             st = MC_TRANSFER_FAIL;
             break;
         }
@@ -1093,12 +1034,13 @@ static mc_status_t xfer_fabric(fabric_peer_t *p, mc_te_op_t op, void *local, uin
         st           = MC_TRANSFER_FAIL;
         mc_set_error_detail("fabric: %s of %llu bytes to %s:%u timed out after %d s",
                             (op == MC_TE_READ) ? "read" : "write", (unsigned long long)len,
-                            mc_tcp_peer_host(p->tcp_peer),
-                            (unsigned)mc_tcp_peer_port(p->tcp_peer), te->cfg.io_timeout_s);
+                            mc_tcp_peer_host(p->os.tcp_peer),
+                            (unsigned)mc_tcp_peer_port(p->os.tcp_peer), te->cfg.io_timeout_s);
     } else if (w->st != MC_OK) {
         st = w->st;
         mc_set_error_detail("fabric: %s:%u %s the %s (%s, provider error %d)",
-                            mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer),
+                            mc_tcp_peer_host(p->os.tcp_peer),
+                            (unsigned)mc_tcp_peer_port(p->os.tcp_peer),
                             (st == MC_TRANSFER_FAIL) ? "failed" : "refused",
                             (op == MC_TE_READ) ? "read" : "write", fab_err(fb, w->err),
                             w->prov_err);
@@ -1115,59 +1057,52 @@ static mc_status_t xfer_fabric(fabric_peer_t *p, mc_te_op_t op, void *local, uin
     }
     if ((st == MC_TRANSFER_FAIL) || (st == MC_INVALID_READ) || (st == MC_INVALID_WRITE))
         if (timed_out || (posted > 0))
-            __atomic_store_n(&p->broken, 1, __ATOMIC_RELEASE); /* reset before the next */
+            __atomic_store_n(&p->os.broken, 1, __ATOMIC_RELEASE); /* reset before the next */
     return st;
 }
 
-static mc_status_t fabric_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
-                               uint64_t remote, uint64_t len, uint64_t gen)
+/* ops.run: one attempt on the peer's endpoint (xfer_fabric). */
+static mc_status_t fabric_run(mc_onesided_peer_t *op, mc_onesided_req_t *rq)
 {
-    mc_fabric_t *fb   = priv;
-    fabric_peer_t *p = peer;
-    mc_status_t st;
-
-    /* A READ naming a registration generation needs the target to check it
-     * (docs/transfer.md §3.6): the tcp path does, a one-sided read cannot. */
-    if ((gen != 0) && (op == MC_TE_READ))
-        return mc_tcp_transport_ops.xfer(fb->tcp, p->tcp_peer, op, local, remote, len, gen);
-    st = peer_enter(p);
-    if (st == MC_OK) {
-        st = xfer_fabric(p, op, local, remote, len);
-        pthread_rwlock_unlock(&p->use);
-        if (((st == MC_INVALID_READ) || (st == MC_INVALID_WRITE)) &&
-            __atomic_exchange_n(&p->key_refused, 0, __ATOMIC_ACQ_REL)) {
-            /* the key was refused: once more on a reset endpoint with a fresh
-             * descriptor (reads and writes are idempotent) */
-            mc_info("fabric: %s:%u refused a key; fetching its descriptor again",
-                    mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer));
-            st = peer_enter(p);
-            if (st == MC_OK) {
-                st = xfer_fabric(p, op, local, remote, len);
-                pthread_rwlock_unlock(&p->use);
-            }
-        }
-        if (st != MC_NOT_SUPPORTED)
-            return st;
-    } else if (st != MC_NOT_SUPPORTED) {
-        return st;
-    }
-    if (__atomic_exchange_n(&p->warned_tcp, 1, __ATOMIC_ACQ_REL) == 0)
-        mc_info("fabric: requests to %s:%u go over tcp (%s); logged once per peer",
-                mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer),
-                __atomic_load_n(&p->no_fabric, __ATOMIC_ACQUIRE)
-                    ? "the target has no endpoint of our provider"
-                    : fb->mr_local ? "local memory not registered, or no key published for the range"
-                                   : "no key published for the range");
-    return mc_tcp_transport_ops.xfer(fb->tcp, p->tcp_peer, op, local, remote, len, gen);
+    return xfer_fabric((fabric_peer_t *)op, rq->op, rq->local, rq->remote, rq->len);
 }
+
+/* ops.retry: after a refused key, once more on a reset endpoint with a
+ * fresh descriptor (the target may have registered again). */
+static int fabric_retry(mc_onesided_peer_t *op, const mc_onesided_req_t *rq, mc_status_t st)
+{
+    fabric_peer_t *p = (fabric_peer_t *)op;
+    (void)rq;
+    if (((st != MC_INVALID_READ) && (st != MC_INVALID_WRITE)) ||
+        !__atomic_exchange_n(&p->key_refused, 0, __ATOMIC_ACQ_REL))
+        return 0;
+    mc_info("fabric: %s:%u refused a key; fetching its descriptor again",
+            mc_tcp_peer_host(op->tcp_peer), (unsigned)mc_tcp_peer_port(op->tcp_peer));
+    return 1;
+}
+
+static const mc_onesided_ops_t fabric_os_ops = {
+    .name          = "fabric",
+    .connect       = peer_connect,
+    .run           = fabric_run,
+    .retry         = fabric_retry,
+    .broken_detail = "fabric: the endpoint to the target keeps breaking",
+    .why_none      = "the target has no endpoint of our provider",
+    /* A READ naming a registration generation needs the target to check
+     * it (docs/transfer.md §3.6): the tcp path does, a one-sided read
+     * cannot (fabric publishes no generation words to READ after the data,
+     * as rdma does). */
+    .gen_reads_tcp = 1,
+};
 
 #define FABRIC_OPS(proto_name, install_fn)                                                   \
     {                                                                                        \
         .size = sizeof(mc_te_transport_ops_t), .name = (proto_name), .install = (install_fn), \
         .uninstall = fabric_uninstall, .peer_open = fabric_peer_open,                        \
-        .peer_close = fabric_peer_close, .describe = fabric_describe, .xfer = fabric_xfer,   \
-        .mem_reg = fabric_mem_reg, .mem_dereg = fabric_mem_dereg,                            \
-        .desc_fill = fabric_desc_fill, .disk_read = fabric_disk_read,                        \
+        .peer_close = fabric_peer_close, .describe = mc_onesided_describe,                   \
+        .xfer = mc_onesided_xfer, .mem_reg = fabric_mem_reg,                                 \
+        .mem_dereg = fabric_mem_dereg, .desc_fill = fabric_desc_fill,                        \
+        .disk_read = mc_onesided_disk_read,                                                  \
     }
 
 const mc_te_transport_ops_t mc_fabric_efa_transport_ops = FABRIC_OPS("efa", efa_install);

@@ -9,6 +9,12 @@
  * and every fi_info we read is allocated by the library itself
  * (dupinfo(NULL) in place of fi_allocinfo), so a newer library than our
  * headers is fine and an older one is refused.
+ *
+ * rdma/ibv.c loads libibverbs with the same few lines of state and the
+ * same dlsym helper; they stay apart because what they say differs (two
+ * paths tried here, the AWS build among them, and a version check; one
+ * path and the package to install there), and a shared helper would take
+ * more arguments than it saves lines.
  */
 #include "config.h"
 

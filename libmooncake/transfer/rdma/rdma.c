@@ -49,6 +49,18 @@
  * Fallback.  Local memory the engine does not know has no lkey, and a
  * target whose descriptor has no rkey for a range (a tcp engine) cannot be
  * reached one-sidedly: those requests go over the tcp transport.
+ *
+ * What this file owns, and may call.  The part rdma shares with fabric/
+ * is transfer/onesided.c: the tcp transport and peers underneath, the
+ * target's descriptor, the reset under the peer's use lock, a request's
+ * way (one attempt, one more on fresh QPs when rdma_retry allows it, then
+ * tcp with a notice logged once per peer), and describe and DISK_READ,
+ * which only forward to tcp.  This file passes in what is rdma's own
+ * (rdma_os_ops): the handshake (peer_connect), one attempt (xfer_rdma)
+ * and the retry rule; it owns the NICs, the MRs, the queue pairs, the
+ * pollers and the generation words.  It calls onesided.h, tcp.h (the
+ * handshake frames), the rdma/ helpers (ibv, verbs, codec, plan, nic) and
+ * the engine's regions.
  */
 #include "config.h"
 
@@ -56,6 +68,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +78,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "transfer/onesided.h"
 #include "transfer/rdma/codec.h"
 #include "transfer/rdma/ibv.h"
 #include "transfer/rdma/plan.h"
@@ -110,8 +124,8 @@ typedef struct rdma_served {
 } rdma_served_t;
 
 typedef struct mc_rdma {
+    mc_onesided_t os;        /* first: the tcp transport underneath (onesided.h) */
     mc_te_t *te;
-    void *tcp;               /* the tcp transport underneath */
     size_t nnics;
     rdma_nic_t nics[MC_RDMA_MAX_NICS];
     uint64_t mr_cut;         /* MR size regions are cut at, 0: one MR */
@@ -159,23 +173,24 @@ typedef struct rdma_qp {
     unsigned outstanding;    /* atomic */
 } rdma_qp_t;
 
+/* os.desc is the target's descriptor, with rkeys; os.no_onesided is set
+ * when the handshake is answered NOT_SUPPORTED (a tcp engine). */
 typedef struct rdma_peer {
-    mc_rdma_t *rd;
-    void *tcp_peer;
+    mc_onesided_peer_t os;   /* first (onesided.h); os.tp is the mc_rdma_t */
     uint64_t conn_id;
-    pthread_rwlock_t use;    /* requests read-lock; (re)connect write-locks */
-    int connected;           /* under use (write) */
-    int broken;              /* atomic: a failure; reconnect before the next */
     size_t nqps;
     rdma_qp_t qps[MC_RDMA_MAX_NICS];
-    pthread_mutex_t desc_mu;
-    mc_te_desc_t desc;       /* the target's descriptor, with rkeys */
-    int have_desc;
     uint32_t rr;             /* atomic: round-robin start */
-    int no_rdma;             /* atomic: the target answered NOT_SUPPORTED (tcp engine) */
-    int warned_tcp;          /* atomic: the fallback to tcp was logged */
     unsigned abandoned;      /* atomic: requests whose WRs never completed */
 } rdma_peer_t;
+
+_Static_assert(offsetof(mc_rdma_t, os) == 0, "the engine's priv is the one-sided base");
+_Static_assert(offsetof(rdma_peer_t, os) == 0, "the engine's peer is the one-sided base");
+
+static mc_rdma_t *peer_rd(const rdma_peer_t *p)
+{
+    return (mc_rdma_t *)p->os.tp;
+}
 
 /* ---- completions -------------------------------------------------------- */
 
@@ -694,16 +709,17 @@ void mc_rdma_gen_word_set(mc_te_t *te, mc_te_region_t *r, uint64_t v)
 
 /* ---- install ------------------------------------------------------------- */
 
+static const mc_onesided_ops_t rdma_os_ops; /* with the requests, below */
+
 static void rdma_uninstall(void *priv)
 {
     mc_rdma_t *rd = priv;
     if (rd == NULL)
         return;
     __atomic_store_n(&rd->stopping, 1, __ATOMIC_RELEASE);
-    if (rd->tcp != NULL) {
-        mc_tcp_hs_handler_set(rd->tcp, NULL, NULL);
-        mc_tcp_transport_ops.uninstall(rd->tcp);
-    }
+    if (rd->os.tcp != NULL)
+        mc_tcp_hs_handler_set(rd->os.tcp, NULL, NULL);
+    mc_onesided_uninstall(&rd->os);
     while (rd->served != NULL) {
         rdma_served_t *s = rd->served;
         rd->served       = s->next;
@@ -730,7 +746,8 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
         mc_set_error_detail("out of memory");
         return MC_INTERNAL_ERROR;
     }
-    rd->te = te;
+    rd->te             = te;
+    rd->os.why_unkeyed = "local memory not registered, or no rkey published for the range";
     pthread_mutex_init(&rd->srv_mu, NULL);
     pthread_mutex_init(&rd->gw_mu, NULL);
     st = mc_rdma_tunables(getenv("MC_MAX_WR"), getenv("MC_SLICE_SIZE"), getenv("MC_MTU"),
@@ -773,13 +790,12 @@ static mc_status_t rdma_install(mc_te_t *te, const char *bind_addr, uint16_t por
     /* MC_RDMA_GEN_WORDS=0 publishes none, as an older engine (tests) */
     if ((getenv("MC_RDMA_GEN_WORDS") == NULL) || (strcmp(getenv("MC_RDMA_GEN_WORDS"), "0") != 0))
         gw_open(rd);
-    st = mc_tcp_transport_ops.install(te, bind_addr, port, &rd->tcp, port_p);
+    st = mc_onesided_install(&rd->os, &rdma_os_ops, te, bind_addr, port, port_p);
     if (st != MC_OK) {
-        rd->tcp = NULL;
         rdma_uninstall(rd);
         return st;
     }
-    mc_tcp_hs_handler_set(rd->tcp, hs_serve, rd);
+    mc_tcp_hs_handler_set(rd->os.tcp, hs_serve, rd);
     *priv_p = rd;
     return MC_OK;
 }
@@ -905,26 +921,12 @@ oom:
 
 static mc_status_t rdma_peer_open(void *priv, const char *host, uint16_t port, void **peer_p)
 {
-    mc_rdma_t *rd  = priv;
-    rdma_peer_t *p = calloc(1, sizeof(*p));
-    mc_status_t st;
-
-    if (p == NULL) {
-        mc_set_error_detail("out of memory");
-        return MC_INTERNAL_ERROR;
+    mc_status_t st = mc_onesided_peer_create(priv, sizeof(rdma_peer_t), host, port, peer_p);
+    if (st == MC_OK) {
+        rdma_peer_t *p = *peer_p;
+        p->conn_id = ((uint64_t)psn_new() << 40) ^ mc_now_ns() ^ (uint64_t)(uintptr_t)p;
     }
-    st = mc_tcp_transport_ops.peer_open(rd->tcp, host, port, &p->tcp_peer);
-    if (st != MC_OK) {
-        free(p);
-        return st;
-    }
-    p->rd      = rd;
-    p->conn_id = ((uint64_t)psn_new() << 40) ^ mc_now_ns() ^ (uint64_t)(uintptr_t)p;
-    pthread_rwlock_init(&p->use, NULL);
-    pthread_mutex_init(&p->desc_mu, NULL);
-    mc_te_desc_init(&p->desc);
-    *peer_p = p;
-    return MC_OK;
+    return st;
 }
 
 /* Destroy the peer's QPs (use held for writing, nothing outstanding). */
@@ -934,69 +936,28 @@ static void peer_qps_destroy(rdma_peer_t *p)
         if (p->qps[i].qp != NULL)
             mc_ibv()->destroy_qp(p->qps[i].qp);
     memset(p->qps, 0, sizeof(p->qps));
-    p->nqps      = 0;
-    p->connected = 0;
+    p->nqps         = 0;
+    p->os.connected = 0;
 }
 
 static void rdma_peer_close(void *priv, void *peer)
 {
-    mc_rdma_t *rd  = priv;
-    rdma_peer_t *p = peer;
+    rdma_peer_t *p     = peer;
+    unsigned abandoned = __atomic_load_n(&p->abandoned, __ATOMIC_ACQUIRE);
+    (void)priv;
     peer_qps_destroy(p);
-    mc_tcp_transport_ops.peer_close(rd->tcp, p->tcp_peer);
-    mc_te_desc_cleanup(&p->desc);
-    if (__atomic_load_n(&p->abandoned, __ATOMIC_ACQUIRE) > 0) {
-        /* a late completion may still name one of its QP slots */
+    /* a late completion may still name one of its QP slots: keep it */
+    mc_onesided_peer_destroy(&p->os, abandoned > 0);
+    if (abandoned > 0)
         mc_warn("rdma: keeping a closed peer's state: %u requests never completed",
-                p->abandoned);
-        return;
-    }
-    pthread_mutex_destroy(&p->desc_mu);
-    pthread_rwlock_destroy(&p->use);
-    free(p);
+                abandoned);
 }
 
-static mc_status_t rdma_describe(void *priv, void *peer, char **json_p, size_t *len_p)
+/* Handshake: one QP per local NIC.  use held for writing (ops.connect). */
+static mc_status_t peer_connect(mc_onesided_peer_t *op)
 {
-    mc_rdma_t *rd  = priv;
-    rdma_peer_t *p = peer;
-    return mc_tcp_transport_ops.describe(rd->tcp, p->tcp_peer, json_p, len_p);
-}
-
-/* A disk record (DISK_READ, docs/protocol.md §5.19) is read by the holder
- * from its file and sent back: no registered memory to reach one-sided,
- * so it goes over the peer's tcp connection, as the handshake does. */
-static mc_status_t rdma_disk_read(void *priv, void *peer, const mc_te_disk_req_t *req, void *buf)
-{
-    mc_rdma_t *rd  = priv;
-    rdma_peer_t *p = peer;
-    return mc_tcp_transport_ops.disk_read(rd->tcp, p->tcp_peer, req, buf);
-}
-
-/* Fetch the target's descriptor (rkeys) into p->desc. */
-static mc_status_t peer_desc_refresh(rdma_peer_t *p)
-{
-    char *json = NULL;
-    size_t len = 0;
-    mc_te_desc_t d;
-    mc_status_t st = rdma_describe(p->rd, p, &json, &len);
-    if (st != MC_OK)
-        return st;
-    st = mc_te_desc_decode(json, len, &d);
-    free(json);
-    if (st != MC_OK)
-        return st;
-    pthread_mutex_lock(&p->desc_mu);
-    mc_te_desc_move(&p->desc, &d);
-    p->have_desc = 1;
-    pthread_mutex_unlock(&p->desc_mu);
-    return MC_OK;
-}
-
-/* Handshake: one QP per local NIC.  use held for writing. */
-static mc_status_t peer_connect(rdma_peer_t *p)
-{
-    mc_rdma_t *rd = p->rd;
+    rdma_peer_t *p = (rdma_peer_t *)op;
+    mc_rdma_t *rd  = peer_rd(p);
     mc_rdma_ep_t mine[MC_RDMA_MAX_NICS], theirs[MC_RDMA_HS_MAX_EPS];
     uint32_t psn[MC_RDMA_MAX_NICS];
     uint8_t req[MC_RDMA_HS_MAX_SIZE];
@@ -1017,7 +978,7 @@ static mc_status_t peer_connect(rdma_peer_t *p)
         ep_fill(&rd->nics[k], p->qps[k].qp, psn[k], &mine[k]);
     }
     qlen = mc_rdma_hs_encode(mine, rd->nnics, req, sizeof(req));
-    st   = (qlen > 0) ? mc_tcp_hs_call(p->tcp_peer, p->conn_id, req, qlen, &resp, &rlen)
+    st   = (qlen > 0) ? mc_tcp_hs_call(p->os.tcp_peer, p->conn_id, req, qlen, &resp, &rlen)
                       : MC_INTERNAL_ERROR;
     if (st == MC_OK) {
         st = mc_rdma_hs_decode(resp, rlen, theirs, MC_RDMA_HS_MAX_EPS, &n);
@@ -1030,7 +991,7 @@ static mc_status_t peer_connect(rdma_peer_t *p)
     free(resp);
     if (st == MC_NOT_SUPPORTED) {
         mc_debug("rdma: the target has no RDMA; requests to it go over tcp");
-        __atomic_store_n(&p->no_rdma, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->os.no_onesided, 1, __ATOMIC_RELEASE);
     }
     for (size_t k = 0; (st == MC_OK) && (k < rd->nnics); k++) {
         st = qp_connect(&rd->nics[k], p->qps[k].qp, psn[k], &theirs[k]);
@@ -1040,33 +1001,12 @@ static mc_status_t peer_connect(rdma_peer_t *p)
         peer_qps_destroy(p);
         return st;
     }
-    p->connected = 1;
-    __atomic_store_n(&p->broken, 0, __ATOMIC_RELEASE);
+    p->os.connected = 1;
+    __atomic_store_n(&p->os.broken, 0, __ATOMIC_RELEASE);
     mc_info("rdma: connected to %s:%u with %zu queue pair(s), first %s -> %s",
-            mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer), p->nqps,
-            rd->nics[0].info.name, p->qps[0].remote_nic);
+            mc_tcp_peer_host(p->os.tcp_peer), (unsigned)mc_tcp_peer_port(p->os.tcp_peer),
+            p->nqps, rd->nics[0].info.name, p->qps[0].remote_nic);
     return MC_OK;
-}
-
-/* Take the peer for a request: connected QPs, use held for reading. */
-static mc_status_t peer_enter(rdma_peer_t *p)
-{
-    mc_status_t st = MC_OK;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        pthread_rwlock_rdlock(&p->use);
-        if (p->connected && !__atomic_load_n(&p->broken, __ATOMIC_ACQUIRE))
-            return MC_OK;
-        pthread_rwlock_unlock(&p->use);
-        pthread_rwlock_wrlock(&p->use);
-        /* reset: every other request has left, nothing is outstanding */
-        if (!p->connected || __atomic_load_n(&p->broken, __ATOMIC_ACQUIRE))
-            st = peer_connect(p);
-        pthread_rwlock_unlock(&p->use);
-        if (st != MC_OK)
-            return st;
-    }
-    mc_set_error_detail("rdma: the queue pairs to the target keep breaking");
-    return MC_TRANSFER_FAIL;
 }
 
 /* ---- requests ---------------------------------------------------------------- */
@@ -1177,34 +1117,34 @@ static mc_status_t remote_side(rdma_peer_t *p, mc_te_op_t op, uint64_t remote, u
     mc_status_t st = MC_OK;
     int have;
 
-    pthread_mutex_lock(&p->desc_mu);
-    have = p->have_desc && mc_te_desc_contains(&p->desc, remote, len);
-    pthread_mutex_unlock(&p->desc_mu);
+    pthread_mutex_lock(&p->os.desc_mu);
+    have = p->os.have_desc && mc_te_desc_contains(&p->os.desc, remote, len);
+    pthread_mutex_unlock(&p->os.desc_mu);
     if (!have) {
         /* first use, or the target registered more since we looked */
-        st = peer_desc_refresh(p);
+        st = mc_onesided_desc_refresh(&p->os);
         if (st != MC_OK)
             return st;
     }
-    pthread_mutex_lock(&p->desc_mu);
-    b = mc_te_desc_find(&p->desc, remote, len);
+    pthread_mutex_lock(&p->os.desc_mu);
+    b = mc_te_desc_find(&p->os.desc, remote, len);
     if ((b == NULL) || (len == 0)) {
         mc_set_error_detail("rdma %s of [0x%llx, +%llu) refused: not inside one buffer of "
                             "segment %s registered for remote access",
                             (op == MC_TE_READ) ? "read" : "write", (unsigned long long)remote,
-                            (unsigned long long)len, p->desc.name ? p->desc.name : "?");
+                            (unsigned long long)len, p->os.desc.name ? p->os.desc.name : "?");
         st = (op == MC_TE_READ) ? MC_INVALID_READ : MC_INVALID_WRITE;
     } else if (b->nrkeys == 0) {
         st = MC_NOT_SUPPORTED;
     } else {
-        *rs = (mc_rdma_side_t){b->addr, p->desc.rdma_mr_size, remote};
+        *rs = (mc_rdma_side_t){b->addr, p->os.desc.rdma_mr_size, remote};
         for (size_t k = 0; k < p->nqps; k++) {
-            rdev[k] = mc_rdma_desc_device(&p->desc, p->qps[k].remote_nic);
+            rdev[k] = mc_rdma_desc_device(&p->os.desc, p->qps[k].remote_nic);
             if (rdev[k] < 0)
                 st = MC_NOT_SUPPORTED;
         }
     }
-    pthread_mutex_unlock(&p->desc_mu);
+    pthread_mutex_unlock(&p->os.desc_mu);
     return st;
 }
 
@@ -1215,7 +1155,7 @@ static mc_status_t post_all(rdma_peer_t *p, rdma_wait_t *w, mc_te_op_t op,
                             const mc_rdma_slice_t *sl, const uint32_t *lkeys,
                             const uint32_t *rkeys, size_t ns, uint64_t deadline_ms)
 {
-    mc_rdma_t *rd = p->rd;
+    mc_rdma_t *rd = peer_rd(p);
     size_t cnt[MC_RDMA_MAX_NICS] = {0}, start[MC_RDMA_MAX_NICS], fill[MC_RDMA_MAX_NICS];
     size_t pos[MC_RDMA_MAX_NICS] = {0}, posted = 0, *idx;
     mc_status_t st = MC_OK;
@@ -1312,7 +1252,7 @@ static int wc_retryable(int wc_status)
 static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_te_op_t op,
                             uint64_t remote, uint64_t len, int *again_p)
 {
-    mc_te_t *te   = p->rd->te;
+    mc_te_t *te   = peer_rd(p)->te;
     int timed_out = 0;
     if (wait_bounded(w, (uint64_t)MC_MAX(te->cfg.io_timeout_s, 1) * 1000u) != 0) {
         timed_out = 1;
@@ -1327,7 +1267,7 @@ static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_t
                                 (unsigned long long)len, te->cfg.io_timeout_s);
             st = MC_TRANSFER_FAIL;
         }
-        __atomic_store_n(&p->broken, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->os.broken, 1, __ATOMIC_RELEASE);
         if (wait_bounded(w, 5000) != 0) {
             int mine;
             pthread_mutex_lock(&w->mu);
@@ -1346,9 +1286,9 @@ static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_t
             /* the target's NIC refused a key we took from its descriptor
              * (the region may have been registered anew), or the target
              * may have restarted: fetch the descriptor again */
-            pthread_mutex_lock(&p->desc_mu);
-            p->have_desc = 0;
-            pthread_mutex_unlock(&p->desc_mu);
+            pthread_mutex_lock(&p->os.desc_mu);
+            p->os.have_desc = 0;
+            pthread_mutex_unlock(&p->os.desc_mu);
         }
         if (!timed_out && wc_retryable(w->wc_status))
             *again_p = (w->wc_status == IBV_WC_RETRY_EXC_ERR) ? 2 : 1;
@@ -1359,7 +1299,7 @@ static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_t
                                 (unsigned long long)remote, (unsigned long long)len,
                                 mc_ibv()->wc_status_str((enum ibv_wc_status)w->wc_status));
         }
-        __atomic_store_n(&p->broken, 1, __ATOMIC_RELEASE); /* the QP is in ERR */
+        __atomic_store_n(&p->os.broken, 1, __ATOMIC_RELEASE); /* the QP is in ERR */
     }
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->mu);
@@ -1374,13 +1314,13 @@ static mc_status_t wait_all(rdma_peer_t *p, rdma_wait_t *w, mc_status_t st, mc_t
 static mc_status_t gen_word_remote(rdma_peer_t *p, uint64_t remote, uint64_t len,
                                    const int *rdev, uint64_t *waddr_p, uint32_t *wrkeys)
 {
-    const mc_te_buf_desc_t *b = mc_te_desc_find(&p->desc, remote, len);
-    if ((b == NULL) || !b->has_gen_slot || (p->desc.gen_words.nwords == 0) ||
-        (p->rd->land == NULL))
+    const mc_te_buf_desc_t *b = mc_te_desc_find(&p->os.desc, remote, len);
+    if ((b == NULL) || !b->has_gen_slot || (p->os.desc.gen_words.nwords == 0) ||
+        (peer_rd(p)->land == NULL))
         return MC_NOT_SUPPORTED;
-    *waddr_p = p->desc.gen_words.addr + 8u * (uint64_t)b->gen_slot;
+    *waddr_p = p->os.desc.gen_words.addr + 8u * (uint64_t)b->gen_slot;
     for (size_t k = 0; k < p->nqps; k++)
-        wrkeys[k] = p->desc.gen_words.rkeys[rdev[k]];
+        wrkeys[k] = p->os.desc.gen_words.rkeys[rdev[k]];
     return MC_OK;
 }
 
@@ -1395,7 +1335,7 @@ static mc_status_t gen_word_remote(rdma_peer_t *p, uint64_t remote, uint64_t len
 static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_t remote,
                              uint64_t len, uint64_t gen, int *again_p, int *stale_p)
 {
-    mc_rdma_t *rd = p->rd;
+    mc_rdma_t *rd = peer_rd(p);
     mc_te_t *te   = rd->te;
     mc_te_region_t *lr;
     const rdma_mr_t *lm;
@@ -1427,9 +1367,9 @@ static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_
         return st;
     }
     if (gen != 0) {
-        pthread_mutex_lock(&p->desc_mu);
+        pthread_mutex_lock(&p->os.desc_mu);
         st = gen_word_remote(p, remote, len, rdev, &waddr, wrkeys);
-        pthread_mutex_unlock(&p->desc_mu);
+        pthread_mutex_unlock(&p->os.desc_mu);
         land = (st == MC_OK) ? land_get(rd) : -1;
         if (land < 0) {
             mc_te_region_release(te, lr);
@@ -1459,16 +1399,16 @@ static mc_status_t xfer_rdma(rdma_peer_t *p, mc_te_op_t op, void *local, uint64_
     /* paths in the order of the NICs nearest the local memory; each
      * slice's keys, the remote one checked per slice (confinement) */
     mc_rdma_nic_order(te->rdma_nics, rd->nnics, mc_rdma_addr_numa(local), order);
-    pthread_mutex_lock(&p->desc_mu);
+    pthread_mutex_lock(&p->os.desc_mu);
     for (size_t i = 0; (i < ns) && (st == MC_OK); i++) {
         size_t qi  = order[sl[i].path];
         sl[i].path = (uint32_t)qi;
         lkeys[i]   = lm->mrs[sl[i].lmr * rd->nnics + p->qps[qi].nic]->lkey;
-        st = mc_rdma_remote_key(&p->desc, op, sl[i].remote, sl[i].len, (size_t)rdev[qi],
+        st = mc_rdma_remote_key(&p->os.desc, op, sl[i].remote, sl[i].len, (size_t)rdev[qi],
                                 &rkeys[i], NULL);
         used[qi] = 1;
     }
-    pthread_mutex_unlock(&p->desc_mu);
+    pthread_mutex_unlock(&p->os.desc_mu);
     /* after the data on each QP that carries some, a fenced READ of the
      * word: post_all keeps a QP's slices in array order, the responder
      * executes one QP's READs in order, and the fence holds the word READ
@@ -1518,64 +1458,48 @@ out:
     return st;
 }
 
-static mc_status_t rdma_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
-                             uint64_t remote, uint64_t len, uint64_t gen)
+/* ops.run: one attempt on the peer's QPs (xfer_rdma). */
+static mc_status_t rdma_run(mc_onesided_peer_t *op, mc_onesided_req_t *rq)
 {
-    mc_rdma_t *rd  = priv;
-    rdma_peer_t *p = peer;
-    mc_status_t st;
-
-    /* A READ naming a registration generation (a cached location,
-     * docs/transfer.md §3.6) is checked one-sidedly by a trailing READ of
-     * the region's generation word (xfer_rdma); one the target published
-     * no word for, or whose word differs, takes the tcp path, which
-     * checks it.  A WRITE's generation is not checked here: puts keep the
-     * one-sided path, and the writer's 1 s rule on reservations
-     * (docs/protocol.md) bounds that hazard on rdma. */
-    int stale = 0;
-    st = __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE) ? MC_NOT_SUPPORTED : peer_enter(p);
-
-    if (st == MC_OK) {
-        int again = 0;
-        st = xfer_rdma(p, op, local, remote, len, gen, &again, &stale);
-        pthread_rwlock_unlock(&p->use);
-        /* a WRITE naming a generation is not sent again to a target that
-         * may have restarted: where to write came from before the restart,
-         * and the one-sided path cannot check the generation (§3.6) */
-        if ((st != MC_OK) && again &&
-            !((again == 2) && (op == MC_TE_WRITE) && (gen != 0))) {
-            /* once more on reset QPs (READ and WRITE are idempotent), with
-             * a fresh descriptor after a refused key or a lost peer: a
-             * target that restarted or dropped our QPs, or a request only
-             * flushed behind another one's failure, then succeeds; the
-             * handshake and the range check decide the rest.  Only once:
-             * a second failure is the request's. */
-            mc_debug("rdma: %s:%u: retrying a %s on fresh queue pairs (%s)",
-                     mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer),
-                     (op == MC_TE_READ) ? "read" : "write", mc_last_error_detail());
-            st = peer_enter(p);
-            if (st == MC_OK) {
-                st = xfer_rdma(p, op, local, remote, len, gen, &again, &stale);
-                pthread_rwlock_unlock(&p->use);
-            }
-        }
-        if (st != MC_NOT_SUPPORTED)
-            return st;
-    } else if (st != MC_NOT_SUPPORTED) {
-        return st; /* the handshake failed: the target has RDMA but it broke */
-    }
-    /* no lkey here or no rkey there (a tcp peer), or a generation the
-     * one-sided path could not confirm: the tcp path */
-    if (!stale && ((gen == 0) || (op != MC_TE_READ)) &&
-        (__atomic_exchange_n(&p->warned_tcp, 1, __ATOMIC_ACQ_REL) == 0))
-        mc_info("rdma: requests to %s:%u go over tcp (%s); logged once per peer",
-                mc_tcp_peer_host(p->tcp_peer), (unsigned)mc_tcp_peer_port(p->tcp_peer),
-                __atomic_load_n(&p->no_rdma, __ATOMIC_ACQUIRE)
-                    ? "the target has no RDMA"
-                    : "local memory not registered, or no rkey published for the range");
-    /* there, a WRITE's generation is checked */
-    return mc_tcp_transport_ops.xfer(rd->tcp, p->tcp_peer, op, local, remote, len, gen);
+    return xfer_rdma((rdma_peer_t *)op, rq->op, rq->local, rq->remote, rq->len, rq->gen,
+                     &rq->again, &rq->stale);
 }
+
+/* ops.retry: once more on reset QPs, with a fresh descriptor after a
+ * refused key or a lost peer: a target that restarted or dropped our QPs,
+ * or a request only flushed behind another one's failure, then succeeds;
+ * the handshake and the range check decide the rest.  A WRITE naming a
+ * generation is not sent again to a target that may have restarted: where
+ * to write came from before the restart, and the one-sided path cannot
+ * check the generation (§3.6). */
+static int rdma_retry(mc_onesided_peer_t *op, const mc_onesided_req_t *rq, mc_status_t st)
+{
+    (void)st;
+    if (!rq->again || ((rq->again == 2) && (rq->op == MC_TE_WRITE) && (rq->gen != 0)))
+        return 0;
+    mc_debug("rdma: %s:%u: retrying a %s on fresh queue pairs (%s)",
+             mc_tcp_peer_host(op->tcp_peer), (unsigned)mc_tcp_peer_port(op->tcp_peer),
+             (rq->op == MC_TE_READ) ? "read" : "write", mc_last_error_detail());
+    return 1;
+}
+
+/*
+ * A READ naming a registration generation (a cached location,
+ * docs/transfer.md §3.6) is checked one-sidedly by a trailing READ of the
+ * region's generation word (xfer_rdma); one the target published no word
+ * for, or whose word differs, takes the tcp path, which checks it.  A
+ * WRITE's generation is not checked here: puts keep the one-sided path,
+ * and the writer's 1 s rule on reservations (docs/protocol.md) bounds that
+ * hazard on rdma; over tcp, a WRITE's generation is checked.
+ */
+static const mc_onesided_ops_t rdma_os_ops = {
+    .name          = "rdma",
+    .connect       = peer_connect,
+    .run           = rdma_run,
+    .retry         = rdma_retry,
+    .broken_detail = "rdma: the queue pairs to the target keep breaking",
+    .why_none      = "the target has no RDMA",
+};
 
 const mc_te_transport_ops_t mc_rdma_transport_ops = {
     .size       = sizeof(mc_te_transport_ops_t),
@@ -1584,10 +1508,10 @@ const mc_te_transport_ops_t mc_rdma_transport_ops = {
     .uninstall  = rdma_uninstall,
     .peer_open  = rdma_peer_open,
     .peer_close = rdma_peer_close,
-    .describe   = rdma_describe,
-    .xfer       = rdma_xfer,
+    .describe   = mc_onesided_describe,
+    .xfer       = mc_onesided_xfer,
     .mem_reg    = rdma_mem_reg,
     .mem_dereg  = rdma_mem_dereg,
     .desc_fill  = rdma_desc_fill,
-    .disk_read  = rdma_disk_read,
+    .disk_read  = mc_onesided_disk_read,
 };
