@@ -1,15 +1,16 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 #
-# Line coverage of libmooncake/transfer/rdma/ from the emulated-device run
-# (tests/rdma/README.md):
+# Line coverage of libmooncake/transfer/rdma/ and of the one-sided base it
+# runs on (libmooncake/transfer/onesided.c, shared with fabric/) from the
+# emulated-device run (tests/rdma/README.md):
 #   tests/rdma/coverage.sh [build_dir]      (make rdma-coverage)
 # Builds with --coverage into its own build directory (default
 # build-rdma-cov/), runs the device-free Check suites rdma and rdma_path,
 # tests/python/test_rdma_emu.py (the stand-in's own checks, then the
 # transport end to end on it) and test_rdma.py's device-free setup tests,
-# then prints gcovr's per-file table for libmooncake/transfer/rdma/ and the
-# total.  Exits non-zero when a suite fails, or when the total is below
+# then prints gcovr's per-file table for those files and the total.
+# Exits non-zero when a suite fails, or when the total is below
 # MC_RDMA_COV_MIN percent (default 0: report only).
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -48,12 +49,13 @@ if [ -z "$(find "$build" -name '*-rdma.gcda' -print -quit)" ]; then
 fi
 
 out=$build/rdma-coverage.txt
-gcovr -r "$src" "$build" -f "$src/libmooncake/transfer/rdma/" --txt >"$out" \
+gcovr -r "$src" "$build" -f "$src/libmooncake/transfer/rdma/" \
+    -f "$src/libmooncake/transfer/onesided.c" --txt >"$out" \
     2>"$build/cov-gcovr.log"
 cat "$out"
 pct=$(sed -n 's/^TOTAL.* \([0-9][0-9]*\)%$/\1/p' "$out")
-echo "coverage.sh: libmooncake/transfer/rdma/ line coverage ${pct:-?}% (report, with the" \
-     "lines never run per file: $out)"
+echo "coverage.sh: libmooncake/transfer/rdma/ and onesided.c line coverage ${pct:-?}%" \
+     "(report, with the lines never run per file: $out)"
 if [ -n "$pct" ] && [ "$pct" -lt "$min" ]; then
     echo "coverage.sh: below MC_RDMA_COV_MIN=$min%"; rc=1
 fi

@@ -4,7 +4,7 @@
 # tests/python/test_rdma_emu.py itself under `make check-python`).
 #   make rdma-emu          the library and its own checker in tests/rdma/emu/
 #   make check-rdma-emu    the stand-in's verbs checks, then test_rdma_emu.py
-#   make rdma-coverage     line coverage of libmooncake/transfer/rdma/ (gcov)
+#   make rdma-coverage     line coverage of libmooncake/transfer/rdma/ and onesided.c (gcov)
 EXTRA_DIST += tests/rdma/emu/README.md tests/rdma/emu/verbs_emu.c \
 	tests/rdma/emu/emu_check.c tests/rdma/emu/libibverbs.map tests/rdma/coverage.sh \
 	tests/python/test_rdma_emu.py bench/rdma_emu_bench.py
