@@ -189,6 +189,17 @@ def wait_leader(masters: List[HaMaster], timeout: float) -> HaMaster:
     return wait_until(one, timeout, "exactly one serving leader", interval=0.05)
 
 
+def leader_view(m: Master, leader: Master, timeout: float = 5.0) -> str:
+    """``m``'s /leader once it names ``leader``: a standby learns the
+    leader from its next read of the record (every 200 ms)."""
+    want = f'"leader_address":"{leader.addr}"'
+
+    def named():
+        got = m.admin("/leader") or ""
+        return got if want in got else None
+    return wait_until(named, timeout, f"/leader of {m.addr} to name {leader.addr}")
+
+
 def stop_pinned_leader(masters: List[HaMaster], cleanup: list):
     """Two HA masters: a client pinned to the leader's address (it does not
     follow) puts k0; the leader is SIGSTOPped until the other takes over,

@@ -36,7 +36,7 @@ import time
 import pytest
 
 from ha_helpers import (REDIS_VERSION_KEY, REDIS_VIEW_KEY, RedisHaMaster, RedisServer,
-                        have_redis, stop_pinned_leader, wait_leader)
+                        have_redis, leader_view, stop_pinned_leader, wait_leader)
 from ha_helpers import cleanup, redis  # noqa: F401 (fixtures)
 from helpers import MiB, ClientProc, master_bin, wait_until
 
@@ -79,8 +79,7 @@ def test_one_leader_and_upstream_hash(redis, cleanup):
     for m in masters:
         want = "leader" if m is leader else "standby"
         assert m.role() == want
-        got = wait_until(lambda: m.admin("/leader"), 5.0, "/leader")
-        assert f'"leader_address":"{leader.addr}"' in got, got
+        leader_view(m, leader)
     # renewals keep it: for three TTLs the same owner leads without a break
     t_end = time.monotonic() + 3 * TTL_S
     while time.monotonic() < t_end:
