@@ -67,9 +67,22 @@ MC_MASTER_BIN="$top/build/mooncake_master" MC_LOG_LEVEL=error MC_SRCDIR="$top" \
     "$top/build/tests/unit/check_all" >"$logdir/unit.log" 2>&1 || status=1
 grep -E '^[0-9]+%: Checks|:[EF]:' "$logdir/unit.log" || tail -n 40 "$logdir/unit.log"
 
+# A pytest run's summary; when it failed, its failure reports too (each
+# test's assertion message names its logs), at most 600 lines of them.
+pytest_report() {
+    if [ "$2" -eq 0 ]; then
+        tail -n 3 "$1"
+    else
+        sed -n '/^=* FAILURES =*$/,/^=* short test summary info =*$/p' "$1" | head -n 600
+        tail -n 30 "$1"
+    fi
+}
+
 echo "== pytest end-to-end suite"
-make -C "$top/build" --no-print-directory check-python 2>&1 | tail -n 30
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+rc=0
+make -C "$top/build" --no-print-directory check-python >"$logdir/python.log" 2>&1 || rc=$?
+pytest_report "$logdir/python.log" "$rc"
+[ "$rc" -eq 0 ] || status=1
 
 # Line coverage of the rdma transport on the emulated verbs device
 # (tests/rdma/coverage.sh: its own --coverage build, the rdma suites and
@@ -80,8 +93,12 @@ MC_RDMA_COV_MIN=${MC_RDMA_COV_MIN:-88} "$top/tests/rdma/coverage.sh" "$top/build
 cov_pid=$!
 
 echo "== cluster suite (network namespaces)"
-make -C "$top/build" --no-print-directory check-cluster 2>&1 | tail -n 30
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+rc=0
+make -C "$top/build" --no-print-directory check-cluster >"$logdir/cluster.log" 2>&1 || rc=$?
+# the fault runs' summary lines are the suite's record: keep them
+grep -E '^faults\[' "$logdir/cluster.log" || true
+pytest_report "$logdir/cluster.log" "$rc"
+[ "$rc" -eq 0 ] || status=1
 
 echo "== Lua bindings (busted)"
 make -C "$top/build" --no-print-directory check-lua 2>&1 | tail -n 15
