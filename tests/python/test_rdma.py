@@ -119,6 +119,9 @@ def test_two_host_script_selftest(tmp_path):
     env = dict(os.environ, BUILD_DIR=build, TMPDIR=str(tmp_path), MC_LOG_LEVEL="warn")
     r = subprocess.run([os.path.join(src, "tests", "rdma", "run.sh"), "selftest"], env=env,
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    # each side's engine log, for the message of a failure
+    logs = "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')[-3000:]}"
+                   for p in sorted(tmp_path.glob("mc-rdma-*")))
+    assert r.returncode == 0, r.stdout + r.stderr + logs
     assert "run.sh: peer PASS" in r.stdout and "run.sh: serve PASS" in r.stdout, r.stdout
     assert r.stdout.rstrip().endswith("run.sh: selftest PASS"), r.stdout
