@@ -326,34 +326,52 @@ static int mooncake_py_u64(PyObject *item, uint64_t *out)
     return 0;
 }
 
+/* A one-dimensional buffer of @p n 64-bit integers (a numpy int64/uint64
+ * array), its view held in @p view, none of them negative: 1, 0 not such
+ * a buffer (nothing set, nothing held), -1 exception set (nothing held). */
+static int mooncake_py_u64view(PyObject *seq, size_t n, Py_buffer *view)
+{
+    const char *f;
+    int is_signed;
+    if (!PyObject_CheckBuffer(seq) || PyBytes_Check(seq) || PyByteArray_Check(seq))
+        return 0;
+    if (PyObject_GetBuffer(seq, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    f = (view->format != NULL) ? view->format : "B";
+    if ((*f == '<') || (*f == '=') || (*f == '@'))
+        f++;
+    is_signed = (strcmp(f, "q") == 0) || (strcmp(f, "l") == 0);
+    if ((view->ndim != 1) || (view->itemsize != 8) ||
+        (!is_signed && (strcmp(f, "Q") != 0) && (strcmp(f, "L") != 0))) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    if ((size_t)view->shape[0] != n) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "list lengths differ");
+        return -1;
+    }
+    for (size_t i = 0; is_signed && (i < n); i++) {
+        if (((const int64_t *)view->buf)[i] < 0) { /* as PyLong_AsUnsignedLongLong */
+            PyErr_SetString(PyExc_OverflowError, "can't convert negative value to unsigned int");
+            PyBuffer_Release(view);
+            return -1;
+        }
+    }
+    return 1;
+}
+
 /* A one-dimensional buffer of 64-bit integers (a numpy int64/uint64
  * array) as a PyMem array of @p n uint64, without an object per value:
  * 1 done, 0 not such a buffer (nothing set), -1 exception set. */
 static int mooncake_py_u64buf(PyObject *seq, size_t n, uint64_t **v_p)
 {
     Py_buffer view;
-    const char *f;
-    int is_signed;
-    if (!PyObject_CheckBuffer(seq) || PyBytes_Check(seq) || PyByteArray_Check(seq))
-        return 0;
-    if (PyObject_GetBuffer(seq, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) != 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    f = (view.format != NULL) ? view.format : "B";
-    if ((*f == '<') || (*f == '=') || (*f == '@'))
-        f++;
-    is_signed = (strcmp(f, "q") == 0) || (strcmp(f, "l") == 0);
-    if ((view.ndim != 1) || (view.itemsize != 8) ||
-        (!is_signed && (strcmp(f, "Q") != 0) && (strcmp(f, "L") != 0))) {
-        PyBuffer_Release(&view);
-        return 0;
-    }
-    if ((size_t)view.shape[0] != n) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "list lengths differ");
-        return -1;
-    }
+    int rc = mooncake_py_u64view(seq, n, &view);
+    if (rc != 1)
+        return rc;
     *v_p = PyMem_Calloc(n + 1, sizeof(**v_p));
     if (*v_p == NULL) {
         PyBuffer_Release(&view);
@@ -362,15 +380,35 @@ static int mooncake_py_u64buf(PyObject *seq, size_t n, uint64_t **v_p)
     }
     memcpy(*v_p, view.buf, n * sizeof(**v_p));
     PyBuffer_Release(&view);
-    for (size_t i = 0; is_signed && (i < n); i++) {
-        if ((int64_t)(*v_p)[i] < 0) { /* as PyLong_AsUnsignedLongLong refuses it */
-            PyErr_SetString(PyExc_OverflowError, "can't convert negative value to unsigned int");
-            PyMem_Free(*v_p);
-            *v_p = NULL;
-            return -1;
-        }
-    }
     return 1;
+}
+
+int mooncake_py_u64col_init(mooncake_py_u64col_t *c, PyObject *seq, size_t n)
+{
+    int rc;
+    c->copy     = NULL;
+    c->view.obj = NULL;
+    rc          = mooncake_py_u64view(seq, n, &c->view);
+    if (rc < 0)
+        return -1;
+    if (rc == 1) {
+        c->v = c->view.buf; /* read in place: no copy of a 100 k-row column */
+        return 0;
+    }
+    c->view.obj = NULL;
+    c->copy     = mooncake_py_u64v(seq, n);
+    c->v        = c->copy;
+    return (c->copy != NULL) ? 0 : -1;
+}
+
+void mooncake_py_u64col_cleanup(mooncake_py_u64col_t *c)
+{
+    if (c->view.obj != NULL)
+        PyBuffer_Release(&c->view);
+    c->view.obj = NULL;
+    PyMem_Free(c->copy);
+    c->copy = NULL;
+    c->v    = NULL;
 }
 
 /* A sequence of ints (or a 1-d int64/uint64 buffer) as a PyMem array of

@@ -98,6 +98,19 @@ void mooncake_py_views_release(Py_buffer *views, size_t nviews);
  * @p n uint64 (n must match).  NULL with an exception set on any error. */
 uint64_t *mooncake_py_u64v(PyObject *seq, size_t n);
 
+/* A column of @p n uint64 for a call over many rows: a 1-d int64/uint64
+ * buffer is read in place (its view held until the cleanup), any other
+ * sequence of ints copied as by mooncake_py_u64v(). */
+typedef struct mooncake_py_u64col {
+    const uint64_t *v;
+    uint64_t *copy; /* PyMem; NULL when read in place */
+    Py_buffer view; /* view.obj NULL when copied */
+} mooncake_py_u64col_t;
+
+/* 0, or -1 with an exception set (nothing to clean up). */
+int mooncake_py_u64col_init(mooncake_py_u64col_t *c, PyObject *seq, size_t n);
+void mooncake_py_u64col_cleanup(mooncake_py_u64col_t *c);
+
 /*
  * Nested per-key lists of (address, size[, offset]) as the mc_iov_t and
  * offset arrays the library takes: key i has counts[i] entries at
@@ -257,7 +270,8 @@ PyObject *mooncake_py_store_batch_zc(mc_store_h h, int op, PyObject *keys, PyObj
 PyObject *mooncake_py_store_batch_zc_flat(mc_store_h h, int op, PyObject *keys, PyObject *ptrs,
                                           PyObject *sizes, const mc_replicate_config_t *config);
 PyObject *mooncake_py_store_read_ranges(mc_store_h h, PyObject *keys, PyObject *bufs, PyObject *dst,
-                                        PyObject *src, PyObject *lens, int packed);
+                                        PyObject *src, PyObject *lens, int packed,
+                                        PyObject *key_index);
 PyObject *mooncake_py_store_session_keys(mc_store_h h, int op, PyObject *keys);
 PyObject *mooncake_py_store_put_session_start(mc_store_h h, PyObject *keys, PyObject *sizes,
                                               const mc_replicate_config_t *config);

@@ -817,32 +817,59 @@ cleanup:
  * read_ranges: one result per range, as a list of int, or with @p packed
  * as bytes of native int64 (numpy.frombuffer): a load of 100 k+ rows then
  * makes no object per row (a list of them, its min and its sum took ~10
- * ms per 164 k rows; bench/README.md, weights).
+ * ms per 164 k rows; bench/README.md, weights).  With @p key_index (not
+ * NULL or None) @p keys lists each key once and range i reads
+ * keys[key_index[i]]: 164 k rows of 140 objects convert 140 str, not
+ * 164 k, and ranges of one key share its pointer (the library groups them
+ * by it first).  The int64 columns are read in place.
  */
 PyObject *mooncake_py_store_read_ranges(mc_store_h h, PyObject *keys, PyObject *bufs, PyObject *dst,
-                                        PyObject *src, PyObject *lens, int packed)
+                                        PyObject *src, PyObject *lens, int packed,
+                                        PyObject *key_index)
 {
     mooncake_py_strv_t sv;
-    uint64_t *vb = NULL, *vd = NULL, *vs = NULL, *vl = NULL;
+    mooncake_py_u64col_t col[5];
+    const uint64_t *ki;
     mc_store_range_t *r = NULL;
     int64_t *res = NULL;
     mc_status_t st = MC_OK;
     PyObject *out = NULL;
-    size_t i, n;
+    size_t i, n, c, ncol = 0;
+    int indexed = (key_index != NULL) && (key_index != Py_None);
 
     if (mooncake_py_strv_init(&sv, keys) != 0)
         return NULL;
     n = sv.n;
-    if (((vb = mooncake_py_u64v(bufs, n)) == NULL) ||
-        ((vd = mooncake_py_u64v(dst, n)) == NULL) ||
-        ((vs = mooncake_py_u64v(src, n)) == NULL) ||
-        ((vl = mooncake_py_u64v(lens, n)) == NULL))
-        goto cleanup;
-    r = PyMem_Calloc(n + 1, sizeof(*r));
+    if (indexed) {
+        Py_ssize_t len = PyObject_Length(key_index);
+        if (len < 0)
+            goto cleanup;
+        n = (size_t)len;
+        if (mooncake_py_u64col_init(&col[ncol], key_index, n) != 0)
+            goto cleanup;
+        ncol++;
+    }
+    {
+        PyObject *cols[4] = {bufs, dst, src, lens};
+        for (c = 0; c < 4; c++) {
+            if (mooncake_py_u64col_init(&col[ncol], cols[c], n) != 0)
+                goto cleanup;
+            ncol++;
+        }
+    }
+    ki = indexed ? col[0].v : NULL;
+    for (i = 0; (ki != NULL) && (i < n); i++) {
+        if (ki[i] >= sv.n) {
+            PyErr_Format(PyExc_IndexError, "key_index[%zu] is %llu, past the %zu keys", i,
+                         (unsigned long long)ki[i], sv.n);
+            goto cleanup;
+        }
+    }
+    r = PyMem_Malloc((n + 1) * sizeof(*r));
     if (packed) /* the results are written into the bytes returned */
         out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(*res)));
     else
-        res = PyMem_Calloc(n + 1, sizeof(*res));
+        res = PyMem_Malloc((n + 1) * sizeof(*res));
     if ((r == NULL) || (packed ? (out == NULL) : (res == NULL))) {
         Py_CLEAR(out);
         PyErr_NoMemory();
@@ -850,13 +877,17 @@ PyObject *mooncake_py_store_read_ranges(mc_store_h h, PyObject *keys, PyObject *
     }
     if (packed)
         res = (int64_t *)(void *)PyBytes_AS_STRING(out);
-    for (i = 0; i < n; i++) {
-        r[i].key = sv.v[i];
-        r[i].buffer = (void *)(uintptr_t)vb[i];
-        r[i].dst_offset = vd[i];
-        r[i].src_offset = vs[i];
-        r[i].length = vl[i];
-        r[i].result = MC_INTERNAL_ERROR;
+    {
+        const uint64_t *vb = col[ncol - 4].v, *vd = col[ncol - 3].v, *vs = col[ncol - 2].v,
+                       *vl = col[ncol - 1].v;
+        for (i = 0; i < n; i++) {
+            r[i].key        = sv.v[(ki != NULL) ? ki[i] : i];
+            r[i].buffer     = (void *)(uintptr_t)vb[i];
+            r[i].dst_offset = vd[i];
+            r[i].src_offset = vs[i];
+            r[i].length     = vl[i];
+            r[i].result     = MC_INTERNAL_ERROR;
+        }
     }
     if (n > 0) {
         Py_BEGIN_ALLOW_THREADS
@@ -875,10 +906,8 @@ cleanup:
     if (!packed)
         PyMem_Free(res);
     PyMem_Free(r);
-    PyMem_Free(vl);
-    PyMem_Free(vs);
-    PyMem_Free(vd);
-    PyMem_Free(vb);
+    while (ncol > 0)
+        mooncake_py_u64col_cleanup(&col[--ncol]);
     mooncake_py_strv_cleanup(&sv);
     return out;
 }

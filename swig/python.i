@@ -670,12 +670,15 @@ uint64_t mooncake_host_mem_free_func_addr(void);
      * get_into_ranges, flattened: fragment i reads lens[i] bytes of object
      * keys[i] at src[i] into bufs[i] + dst[i].  One int per fragment: a
      * list, or with @p packed (non-zero) bytes of native int64, one per
-     * fragment (numpy.frombuffer(..., numpy.int64)).
+     * fragment (numpy.frombuffer(..., numpy.int64)).  With @p key_index
+     * (ints, one per fragment) fragment i reads keys[key_index[i]]: each
+     * key listed once.
      */
     PyObject *read_ranges(PyObject *keys, PyObject *bufs, PyObject *dst, PyObject *src,
-                          PyObject *lens, int packed = 0)
+                          PyObject *lens, int packed = 0, PyObject *key_index = NULL)
     {
-        return mooncake_py_store_read_ranges($self->h, keys, bufs, dst, src, lens, packed);
+        return mooncake_py_store_read_ranges($self->h, keys, bufs, dst, src, lens, packed,
+                                             key_index);
     }
 
     /* Per-key statuses of a call over keys only (MOONCAKE_SK_*). */

@@ -23,6 +23,8 @@ import uuid
 import numpy as np
 import pytest
 
+from helpers import MiB
+
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
 
@@ -591,3 +593,52 @@ def test_ranged_reads_ride_out_a_holder_whose_generation_moves(store, master, sp
     assert reads > 50 and not failed, (
         f"{len(failed)} of {reads} ranged reads failed while the holder's memory was "
         f"reused: {failed[:5]}")
+
+
+def test_flat_ranges_with_a_key_index(store, regbuf):
+    """read_ranges(..., key_index): each key listed once, range i reading
+    keys[key_index[i]] -- the same results and bytes as one key per
+    range, in both result forms; an index past the keys is IndexError and
+    one of another length ValueError, before anything is read."""
+    ka, kb = key("ia"), key("ib")
+    a, b = put(store, ka, 8192), put(store, kb, 4096)
+    n = 12
+    kidx = np.array([0, 1] * (n // 2), np.int64)
+    src = np.arange(n, dtype=np.int64) * 256
+    lens = np.full(n, 200, np.int64)
+    lens[3] = 0
+    src[5] = 4000                                   # past kb's end: refused alone
+    dst = np.arange(n, dtype=np.int64) * 300
+    buf = regbuf(store, n * 300, fill=0xAA)
+    bufs = np.full(n, buf.ctypes.data, np.int64)
+    want = lens.copy()
+    want[5] = INVALID_PARAMS
+    got = {}
+    for form in ("keys", "index", "index-packed", "index-list"):
+        buf[:] = 0xAA
+        if form == "keys":
+            r = store._store.read_ranges([[ka, kb][i] for i in kidx], bufs, dst, src, lens)
+        elif form == "index":
+            r = store._store.read_ranges([ka, kb], bufs, dst, src, lens, 0, kidx)
+        elif form == "index-packed":
+            r = np.frombuffer(store._store.read_ranges([ka, kb], bufs, dst, src, lens, 1, kidx),
+                              np.int64).tolist()
+        else:
+            r = store._store.read_ranges([ka, kb], bufs, dst, src, lens, 0, kidx.tolist())
+        assert r == want.tolist(), form
+        got[form] = buf.tobytes()
+        for i in range(n):
+            d, s, ln = int(dst[i]), int(src[i]), int(lens[i])
+            if i != 5:
+                assert buf[d:d + ln].tobytes() == (a if kidx[i] == 0 else b)[s:s + ln], (form, i)
+    assert len(set(got.values())) == 1
+    buf[:] = 0xAA
+    with pytest.raises(IndexError):
+        store._store.read_ranges([ka, kb], bufs, dst, src, lens, 1, np.full(n, 2, np.int64))
+    with pytest.raises(ValueError):
+        store._store.read_ranges([ka, kb], bufs, dst, src, lens, 1, kidx[:-1])
+    with pytest.raises(OverflowError):
+        store._store.read_ranges([ka, kb], bufs, dst, src, lens, 1, -kidx - 1)
+    assert (buf == 0xAA).all()
+    assert store._store.read_ranges([], [], [], [], [], 1, np.zeros(0, np.int64)) == b""
+

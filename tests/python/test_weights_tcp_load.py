@@ -6,11 +6,10 @@ fill one TP=2 row interleaved, received into whole rows), or as scattered
 reads from a holder that does not offer READV (MC_TE_READV=0, as an
 earlier release), which the engine cuts into pieces of about the slice
 size that its workers and the calling thread share.  A TP=4 -> TP=2 load
-reads every byte exactly, again and again (the key list kept for a plan
-loaded again); and a holder killed (SIGKILL) while loads run fails the
-load that meets it with WeightStoreError -- a load either returns with
-every byte exact or raises -- and every load after it fails too, each
-within a bound."""
+reads every byte exactly, again and again; and a holder killed (SIGKILL)
+while loads run fails the load that meets it with WeightStoreError -- a
+load either returns with every byte exact or raises -- and every load
+after it fails too, each within a bound."""
 import threading
 import time
 
@@ -76,12 +75,12 @@ def test_tcp_load_rows_exact_and_repeated(holder, make_store):
     ws, m = _write(s, "tcp-exact")
     plan, dest = _plan(ws, m, "tcp-exact")
     assert ws._stage_run_bytes(plan.lowered) == 0  # rows left to the store
-    for _ in range(3):  # the same plan again: the kept key list
+    for _ in range(3):  # the same plan again
         for t in dest.values():
             t.fill_(7)
         assert ws.load(plan, dest) == plan.nbytes()
         _check(plan, dest)
-    # one participant at a time (a selection of the reads: no kept list)
+    # one participant at a time (a selection of the reads)
     for r in range(2):
         pid = tp_participant(r)
         one = wp.destinations(plan, pid, MODEL)

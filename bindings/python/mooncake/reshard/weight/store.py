@@ -29,7 +29,6 @@ import ctypes
 import hashlib
 import os
 import threading
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -103,7 +102,6 @@ class WeightStore:
             raise ValueError("WeightStore config must not carry group_ids")
         self.store = store
         self.key_prefix = _normalize_key_prefix(key_prefix)
-        self._keys_cache: Optional[Tuple[Any, List[str]]] = None  # _direct_keys
         self.config = config
         self._stage: Any = None
         self._stage_lock = threading.Lock()
@@ -302,7 +300,7 @@ class WeightStore:
                     if copies[h] is not None:
                         copies[h].result()
                     base = h * half
-                    self._read_flat([rd.key for rd, _ in batch],
+                    self._read_flat([rd.key for rd, _ in batch], None,
                                     np.full(len(batch), stage.ctypes.data, np.int64),
                                     np.asarray([base + o for _, o in batch], np.int64),
                                     np.asarray([rd.src_start for rd, _ in batch], np.int64),
@@ -359,14 +357,14 @@ class WeightStore:
                 reg.add(addr, size)
             if not staged:  # every read direct: the columns as they are
                 c = np.ascontiguousarray
-                self._read_flat(self._direct_keys(lw), ptr[lw.target], c(lw.dst), c(lw.src),
-                                c(lw.length))
+                self._read_flat(list(lw.keys), c(lw.key, np.int64), ptr[lw.target], c(lw.dst),
+                                c(lw.src), c(lw.length))
                 return int(lw.length.sum())
-            keys = np.asarray(lw.keys, dtype=object)[lw.key[direct]].tolist()
             # the direct reads go on while the staged ones are copied into
             # place (both calls release the GIL)
             with ThreadPoolExecutor(1) as pool:
-                fut = pool.submit(self._read_flat, keys, ptr[lw.target[direct]],
+                fut = pool.submit(self._read_flat, list(lw.keys),
+                                  np.asarray(lw.key[direct], np.int64), ptr[lw.target[direct]],
                                   lw.dst[direct], lw.src[direct], lw.length[direct])
                 try:
                     self._read_staged(staged, dest)
@@ -376,35 +374,24 @@ class WeightStore:
             reg.release()
         return int(lw.length.sum())
 
-    def _direct_keys(self, lw: "store_load.LoweredReads") -> List[str]:
-        """The key of every read of ``lw``, as the list read_ranges takes;
-        kept for the last lowered reads loaded (a plan loaded again, as a
-        serving engine reloads its weights, reuses it: building the list
-        costs ~5 ms per 100 k reads)."""
-        import numpy as np
-        cached = getattr(self, "_keys_cache", None)
-        if cached is not None and cached[0]() is lw:
-            return cached[1]
-        keys = np.asarray(lw.keys, dtype=object)[lw.key].tolist()
-        try:
-            self._keys_cache = (weakref.ref(lw), keys)
-        except TypeError:  # not weakly referable: not kept
-            pass
-        return keys
-
-    def _read_flat(self, keys: List[str], bufs: Any, dsts: Any, srcs: Any, sizes: Any) -> None:
-        """Read range i (``sizes[i]`` bytes of ``keys[i]`` at ``srcs[i]`` to
-        ``bufs[i] + dsts[i]``; int64 arrays) in one call; raise naming the
-        first range that failed."""
+    def _read_flat(self, keys: List[str], index: Any, bufs: Any, dsts: Any, srcs: Any,
+                   sizes: Any) -> None:
+        """Read range i (``sizes[i]`` bytes of ``keys[index[i]]``, or of
+        ``keys[i]`` when ``index`` is None, at ``srcs[i]`` to ``bufs[i] +
+        dsts[i]``; int64 arrays) in one call; raise naming the first range
+        that failed."""
         import numpy as np
         native = getattr(getattr(self.store, "_store", None), "read_ranges", None)
         if native is not None:  # the flat form of get_into_ranges, checked natively
-            # int64 arrays go to C as they are and the results come back as
-            # packed int64: no Python int per range either way (a list of
-            # 164 k results, its min and sum cost ~10 ms a load)
-            results = np.frombuffer(native(keys, bufs, dsts, srcs, sizes, 1), np.int64)
+            # int64 arrays go to C as they are (read in place), each key
+            # once with the index of every range's, and the results come
+            # back as packed int64: no Python object per range either way
+            # (a list of 164 k results, its min and sum cost ~10 ms a load;
+            # a list of 164 k keys ~1 ms in the bindings, ~5 ms to build)
+            results = np.frombuffer(native(keys, bufs, dsts, srcs, sizes, 1, index), np.int64)
         else:
-            got = self.store.get_into_ranges(bufs.tolist(), [[k] for k in keys],
+            per = keys if index is None else [keys[k] for k in np.asarray(index).tolist()]
+            got = self.store.get_into_ranges(bufs.tolist(), [[k] for k in per],
                                              [[[d]] for d in dsts.tolist()],
                                              [[[x]] for x in srcs.tolist()],
                                              [[[z]] for z in sizes.tolist()])
@@ -412,7 +399,8 @@ class WeightStore:
         bad = np.flatnonzero(results != sizes)
         if bad.size:
             got = int(results[bad[0]])
-            raise WeightStoreError(f"load: reading {keys[bad[0]]!r} failed ({got})",
+            key = keys[bad[0]] if index is None else keys[int(index[bad[0]])]
+            raise WeightStoreError(f"load: reading {key!r} failed ({got})",
                                    got if got < 0 else None)
 
 
