@@ -642,3 +642,105 @@ def test_flat_ranges_with_a_key_index(store, regbuf):
     assert (buf == 0xAA).all()
     assert store._store.read_ranges([], [], [], [], [], 1, np.zeros(0, np.int64)) == b""
 
+
+def test_tcp_ranged_read_of_whole_values_and_rows_while_keys_are_put_again(
+        make_store, regbuf, monkeypatch):
+    """Over TCP a ranged read sends the ranges that are whole objects as a
+    job of their own before it groups the rows of the others into gathered
+    reads (READV) of a second job.  While the holder removes (forced) and
+    puts again every key with new bytes, as fast as it can -- the memory
+    reused by other keys under new generations -- each key of each read
+    either has every one of its ranges read from one version of it, byte
+    for byte, or fails as a whole; nothing lands outside the ranges'
+    destinations.  (With the whole values' job naming no generation this
+    fails within a second here: stale locations are read.)"""
+    import threading
+    import time
+
+    monkeypatch.setenv("MC_TE_SHM", "0")
+    holder = make_store(segment=48 * MiB)  # this process, its own engine: reached by TCP
+    reader = make_store(segment=0)
+    # many whole values, so that the last of them go out well after the
+    # lookup (the window in which a stale location would be read)
+    whole, rows, row = [key("w") for _ in range(24)], [key("ra"), key("rb")], 1024
+    size, wsize = 128 * 1024, 512 * 1024
+    nrow = size // row
+    keys = whole + rows
+    versions = {k: [] for k in keys}
+    lock = threading.Lock()
+
+    def put_version(k):
+        v = os.urandom(wsize if k in whole else size)
+        with lock:
+            versions[k].append(v)
+        assert holder.put(k, v) == 0
+
+    for k in keys:
+        put_version(k)
+    # whole objects side by side, then the two row objects' rows
+    # interleaved: target row r is rows r of ra and of rb (a TP=2 row of
+    # two TP=4 column blocks), with a guard gap after every whole value
+    kidx, dst, src, lens = [], [], [], []
+    for i in range(len(whole)):
+        kidx.append(i), dst.append(i * (wsize + 64)), src.append(0), lens.append(wsize)
+    base = len(whole) * (wsize + 64)
+    for r in range(nrow):
+        for j in range(2):
+            kidx.append(len(whole) + j), dst.append(base + r * 2 * row + j * row)
+            src.append(r * row), lens.append(row)
+    kidx, dst, src, lens = (np.array(c, np.int64) for c in (kidx, dst, src, lens))
+    buf = regbuf(reader, base + nrow * 2 * row + 64, fill=0xAA)
+    bufs = np.full(len(kidx), buf.ctypes.data, np.int64)
+    covered = np.zeros(len(buf), bool)
+    for d, ln in zip(dst.tolist(), lens.tolist()):
+        covered[d:d + ln] = True
+    mine = [np.flatnonzero(kidx == j) for j in range(len(keys))]
+    stop = threading.Event()
+    errors = []
+
+    def reput():
+        try:
+            while not stop.is_set():
+                for k in keys:
+                    assert holder.remove(k, True) == 0
+                    put_version(k)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    t = threading.Thread(target=reput)
+    t.start()
+    reads, ok, failed, wrong = 0, [0] * len(keys), 0, []
+    deadline = time.monotonic() + 3.0
+    try:
+        while time.monotonic() < deadline and not errors and len(wrong) < 5:
+            buf[:] = 0xAA
+            res = np.frombuffer(reader._store.read_ranges(keys, bufs, dst, src, lens, 1, kidx),
+                                np.int64)
+            reads += 1
+            if (buf[~covered] != 0xAA).any():
+                wrong.append("bytes outside the ranges' destinations")
+            with lock:
+                known = {k: list(v) for k, v in versions.items()}
+            for j, k in enumerate(keys):
+                r = res[mine[j]]
+                if (r < 0).all():
+                    failed += 1
+                    continue
+                if not (r == lens[mine[j]]).all():
+                    wrong.append(f"{k}: some ranges read, others not: {sorted(set(r.tolist()))}")
+                    continue
+                got = [buf[d:d + ln].tobytes() for d, ln in zip(dst[mine[j]].tolist(),
+                                                               lens[mine[j]].tolist())]
+                if not any(all(g == v[s:s + len(g)] for g, s in zip(got, src[mine[j]].tolist()))
+                           for v in known[k]):
+                    wrong.append(f"{k}: bytes of no single version of it")
+                    continue
+                ok[j] += 1
+    finally:
+        stop.set()
+        t.join(60)
+    assert not t.is_alive(), "the re-puts did not stop"
+    assert not errors, errors
+    assert not wrong, f"{len(wrong)} bad keys in {reads} reads: {wrong[:5]}"
+    assert min(len(v) for v in versions.values()) > 3, "too few versions to race against"
+    assert reads >= 10 and min(ok) > 0, (reads, ok, failed)

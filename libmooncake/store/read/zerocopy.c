@@ -639,6 +639,39 @@ static mc_status_t pieces_read_again(mc_store_h s, mc_store_query_h q,
     return st;
 }
 
+/*
+ * The groups of a call (runs of pieces sharing an owner) in the order they
+ * are read: first the objects read as one piece each (whole values), then
+ * those read in several (the rows of a ranged read).  The first kind costs
+ * nothing to prepare, so their requests go out as a job of their own
+ * before the rows are grouped into scattered and gathered reads (~2 ms for
+ * 164 k rows): the holder serves them meanwhile instead of waiting for the
+ * whole call to be built.  Writes the groups to @p grp (room for
+ * @p npieces); returns their number, and in *nfirst_p that of the first
+ * kind.
+ */
+typedef struct piece_group {
+    size_t i, g; /* pieces[i..i+g) */
+} piece_group_t;
+
+static size_t groups_order(const mc_read_piece_t *pieces, size_t npieces, piece_group_t *grp,
+                           size_t *nfirst_p)
+{
+    size_t a = 0, b = 0;
+
+    for (size_t i = 0, g; i < npieces; i += g) {
+        g = group_len(pieces, npieces, i);
+        if (g == 1)
+            grp[a++] = (piece_group_t){i, g};
+        else
+            grp[npieces - ++b] = (piece_group_t){i, g}; /* from the end, reversed */
+    }
+    for (size_t k = 0; k < b; k++)
+        grp[a + k] = grp[npieces - 1 - k];
+    *nfirst_p = a;
+    return a + b;
+}
+
 void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                           const mc_read_piece_t *pieces, size_t npieces, mc_status_t *ostatus)
 {
@@ -648,21 +681,24 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
     uint64_t dgens_stack[MC_ZC_STACK];
     mc_status_t rst_stack[MC_ZC_STACK];
     unsigned char phase_stack[MC_ZC_STACK];
+    piece_group_t grp_stack[MC_ZC_STACK];
     mc_te_request_t *reqs  = reqs_stack;
     mc_te_request_t *dreqs = dreqs_stack; /* groups read by memcpy (pieces_direct) */
     uint64_t *gens         = gens_stack;  /* generation each request names */
     uint64_t *dgens        = dgens_stack;
     mc_status_t *rst       = rst_stack;
     unsigned char *phase   = phase_stack; /* per group, at its first piece */
+    piece_group_t *grp     = grp_stack;   /* the groups, in reading order */
     struct iovec *sruns    = NULL;        /* destinations of the scattered reads */
     mc_te_scatter_t *sc    = NULL;        /* the scattered reads (in sruns' block) */
     gather_group_t *ggr    = NULL;        /* groups read as gathered reads */
     mc_te_range_t *granges = NULL;        /* their ranges (in ggr's block) */
     uint32_t *gread        = NULL;        /* piece -> its gathered read in sc */
     size_t nsc = 0, nsruns = 0, nggr = 0;
-    mc_te_job_h job        = NULL;
-    size_t nreq = 0, ndreq = 0;
-    mc_status_t st;
+    mc_te_job_h early      = NULL; /* the first groups' requests, reqs[0..nearly) */
+    mc_te_job_h job        = NULL; /* the rest: reqs[nearly..nreq) and sc */
+    size_t nreq = 0, ndreq = 0, nearly = 0, ngrp, nfirst;
+    mc_status_t st, est = MC_OK;
 
     if (npieces == 0)
         return;
@@ -673,21 +709,28 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         dgens = malloc(npieces * sizeof(*dgens));
         rst   = malloc(npieces * sizeof(*rst));
         phase = malloc(npieces);
+        grp   = malloc(npieces * sizeof(*grp));
         if ((reqs == NULL) || (dreqs == NULL) || (gens == NULL) || (dgens == NULL) ||
-            (rst == NULL) || (phase == NULL)) {
+            (rst == NULL) || (phase == NULL) || (grp == NULL)) {
             mc_set_error_detail("out of memory for %zu reads", npieces);
             for (size_t i = 0; i < npieces; i++)
                 ostatus[pieces[i].owner] = MC_INTERNAL_ERROR;
             goto out;
         }
     }
+    ngrp = groups_order(pieces, npieces, grp, &nfirst);
 
     /* Pass 1: every owner's pieces against its first replica, one transfer
      * (the groups read by memcpy aside). */
-    for (size_t i = 0; i < npieces;) {
-        size_t g = group_len(pieces, npieces, i);
+    for (size_t k = 0; k < ngrp; k++) {
+        size_t i = grp[k].i, g = grp[k].g;
         size_t o = pieces[i].owner;
         phase[i] = PIECE_SKIP;
+        if ((k == nfirst) && (nreq > 0) && (ndreq == 0) &&
+            (mc_te_transfer_submit_gen(s->te, reqs, gens, nreq, &early) == MC_OK)) {
+            /* the rows are built while the holder serves these */
+            nearly = nreq;
+        }
         if ((ostatus[o] == MC_OK) && (queries[o]->landed != NULL) &&
             mc_store_query_landed(queries[o], pieces[i].local, pieces[i].src_offset,
                                   (g == 1) ? pieces[i].length : 0)) {
@@ -724,7 +767,6 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                 ostatus[o] = st;
             }
         }
-        i += g;
     }
     if (nggr > 0) {
         gather_out_t go = {granges, 0, sruns + nsruns, &nsruns, sc, &nsc, gread,
@@ -736,15 +778,16 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         nsruns += base;
     }
     /* the transfer runs on the engine's workers while this thread copies */
-    if ((nreq > 0) && (ndreq > 0) && (nsc == 0) &&
-        (mc_te_transfer_submit_gen(s->te, reqs, gens, nreq, &job) != MC_OK))
+    if ((nreq > nearly) && ((ndreq > 0) || (early != NULL)) && (nsc == 0) &&
+        (mc_te_transfer_submit_gen(s->te, reqs + nearly, gens + nearly, nreq - nearly, &job) !=
+         MC_OK))
         job = NULL;
     /* scattered reads: always in a job, whose workers run several at once */
-    if ((nsc > 0) &&
-        (mc_te_transfer_submit_scatter_gen(s->te, reqs, gens, nreq, sc, nsc, &job) != MC_OK))
+    if ((nsc > 0) && (mc_te_transfer_submit_scatter_gen(s->te, reqs + nearly, gens + nearly,
+                                                        nreq - nearly, sc, nsc, &job) != MC_OK))
         job = NULL;
-    for (size_t i = 0, d = 0; (i < npieces) && (d < ndreq);) {
-        size_t g = group_len(pieces, npieces, i);
+    for (size_t k = 0, d = 0; (k < ngrp) && (d < ndreq); k++) {
+        size_t i = grp[k].i, g = grp[k].g;
         size_t o = pieces[i].owner;
         if (phase[i] == PIECE_DIRECT) {
             /* the mapping may have gone since the probe: transfer them then */
@@ -756,20 +799,28 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
             }
             d += g;
         }
-        i += g;
     }
-    /* the copies done, this thread takes its share of the job */
+    /* the copies done, this thread takes its share of the jobs */
+    if (early != NULL)
+        mc_te_job_help(s->te, early);
     if (job != NULL)
         mc_te_job_help(s->te, job);
-    if ((nreq > 0) || (nsc > 0)) {
-        size_t r = 0, c = nreq;
-        for (size_t j = 0; j < nreq + nsc; j++)
+    if (early != NULL) {
+        for (size_t j = 0; j < nearly; j++)
+            rst[j] = MC_TRANSFER_FAIL;
+        est = mc_te_job_wait(early, -1, NULL, rst);
+        mc_te_job_release(early);
+    }
+    if ((nreq > nearly) || (nsc > 0)) {
+        for (size_t j = nearly; j < nreq + nsc; j++)
             rst[j] = MC_TRANSFER_FAIL;
         if (job != NULL) {
-            st = mc_te_job_wait(job, -1, NULL, rst);
+            st = mc_te_job_wait(job, -1, NULL, rst + nearly);
             mc_te_job_release(job);
         } else {
-            st = (nreq > 0) ? mc_te_transfer_gen(s->te, reqs, gens, nreq, rst) : MC_OK;
+            st = (nreq > nearly) ? mc_te_transfer_gen(s->te, reqs + nearly, gens + nearly,
+                                                      nreq - nearly, rst + nearly)
+                                 : MC_OK;
             for (size_t j = 0; j < nsc; j++) {
                 rst[nreq + j] = (sc[j].ranges != NULL)
                                     ? mc_te_read_gather_gen(s->te, sc[j].segment, sc[j].gen,
@@ -781,13 +832,21 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                     st = rst[nreq + j];
             }
         }
-        /* sent requests are in group order: map their statuses back */
-        for (size_t i = 0; i < npieces;) {
-            size_t g = group_len(pieces, npieces, i);
+    } else {
+        st = MC_OK;
+    }
+    if (st == MC_OK)
+        st = est;
+    if ((nreq > 0) || (nsc > 0)) {
+        size_t r = 0, c = nreq;
+        /* sent requests are in group order: map their statuses back (when
+         * every transfer succeeded there is nothing to map) */
+        for (size_t k = 0; (k < ngrp) && (st != MC_OK); k++) {
+            size_t i = grp[k].i, g = grp[k].g;
             size_t o = pieces[i].owner;
             if (phase[i] == PIECE_SENT) {
                 for (size_t j = 0; j < g; j++, r++) {
-                    if ((st != MC_OK) && (rst[r] != MC_OK) && (ostatus[o] == MC_OK)) {
+                    if ((rst[r] != MC_OK) && (ostatus[o] == MC_OK)) {
                         ostatus[o] = (rst[r] < 0) ? rst[r] : MC_TRANSFER_FAIL;
                         phase[i]   = PIECE_RETRY;
                     }
@@ -803,28 +862,27 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                 }
             } else if (phase[i] == PIECE_SCATTER) {
                 /* its scattered reads follow the requests, in group order */
-                for (size_t k = pieces_stretches(&pieces[i], g); k > 0; k--, c++) {
+                for (size_t m = pieces_stretches(&pieces[i], g); m > 0; m--, c++) {
                     if ((rst[c] != MC_OK) && (ostatus[o] == MC_OK)) {
                         ostatus[o] = (rst[c] < 0) ? rst[c] : MC_TRANSFER_FAIL;
                         phase[i]   = PIECE_RETRY;
                     }
                 }
             }
-            i += g;
         }
     }
 
     /* Pass 2: owners whose first replica failed try the others in turn. */
-    for (size_t i = 0; i < npieces;) {
-        size_t g           = group_len(pieces, npieces, i);
+    for (size_t k = 0; k < ngrp; k++) {
+        size_t i           = grp[k].i, g = grp[k].g;
         size_t o           = pieces[i].owner;
         mc_store_query_h q = queries[o];
         if (phase[i] == PIECE_RETRY) {
-            for (uint32_t k = 1; k < q->n; k++) {
-                st = pieces_to_reqs(s, q, k, &pieces[i], g, reqs, gens);
+            for (uint32_t rk = 1; rk < q->n; rk++) {
+                st = pieces_to_reqs(s, q, rk, &pieces[i], g, reqs, gens);
                 if (st == MC_OK)
                     st = mc_te_transfer_gen(s->te, reqs, gens, g, NULL);
-                mc_debug("read retried on replica %u (%s): %s", (unsigned)k, q->r[k].segment,
+                mc_debug("read retried on replica %u (%s): %s", (unsigned)rk, q->r[rk].segment,
                          mc_status_name(st));
                 if (st == MC_OK) {
                     ostatus[o] = MC_OK;
@@ -838,7 +896,6 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
         /* every replica answered "not here": where is it now? */
         if ((phase[i] != PIECE_SKIP) && (ostatus[o] == MC_INVALID_READ) && (q->ckey != NULL))
             ostatus[o] = pieces_read_again(s, q, &pieces[i], g, reqs, gens);
-        i += g;
     }
 
 out:
@@ -856,6 +913,8 @@ out:
         free(rst);
     if (phase != phase_stack)
         free(phase);
+    if (grp != grp_stack)
+        free(grp);
 }
 
 /* ---- get_into ------------------------------------------------------------------ */
