@@ -1283,7 +1283,7 @@ mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
     mc_status_t *ks        = NULL;
     mc_read_piece_t *ps    = NULL;
     size_t nd = 0, np = 0;
-    uint64_t t0 = mc_store_metrics_now_us();
+    uint64_t t0 = mc_store_metrics_now_us(), bytes = 0;
     mc_status_t st;
 
     st = mc_store_enter(s);
@@ -1298,11 +1298,9 @@ mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
     runs     = malloc(n * sizeof(*runs));
     owner_of = malloc(n * sizeof(*owner_of));
     dkeys    = malloc(n * sizeof(*dkeys));
-    qs       = calloc(n, sizeof(*qs));
-    ks       = malloc(n * sizeof(*ks));
     ps       = calloc(n, sizeof(*ps)); /* calloc: gcc -O2 + ASan flags the const read otherwise */
     if ((order == NULL) || (runs == NULL) || (owner_of == NULL) || (dkeys == NULL) ||
-        (qs == NULL) || (ks == NULL) || (ps == NULL)) {
+        (ps == NULL)) {
         mc_set_error_detail("out of memory for %zu ranges", n);
         st = MC_INTERNAL_ERROR;
         goto fail;
@@ -1339,6 +1337,14 @@ mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
             st = MC_INVALID_PARAMS;
             goto fail;
         }
+        /* one per distinct key (a few hundred where n is 100 k+ rows) */
+        qs = calloc(nd + 1, sizeof(*qs));
+        ks = malloc((nd + 1) * sizeof(*ks));
+        if ((qs == NULL) || (ks == NULL)) {
+            mc_set_error_detail("out of memory for %zu keys", nd);
+            st = MC_INTERNAL_ERROR;
+            goto fail;
+        }
         mc_store_do_batch_query(s, dkeys, nd, qs, ks);
 
         /* validate each fragment; pieces stay grouped by key */
@@ -1370,19 +1376,19 @@ mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
                                              r->src_offset, r->length, o};
         }
         mc_store_read_pieces(s, qs, ps, np, ks);
-        for (size_t k = 0; k < m; k++) {
-            size_t i            = order[k];
-            mc_store_range_t *r = &ranges[i];
-            if (r->result == MC_OK)
-                r->result = (ks[owner_of[i]] == MC_OK) ? (int64_t)r->length : ks[owner_of[i]];
-        }
     }
+    /* One pass in call order, after the last answer: each range's result
+     * (those still MC_OK were read with their key's), the bytes moved
+     * and the first failure. */
     st = MC_OK;
     for (size_t i = 0; i < n; i++) {
-        if (ranges[i].result < 0) {
-            st = (mc_status_t)ranges[i].result;
-            break;
-        }
+        mc_store_range_t *r = &ranges[i];
+        if (r->result == MC_OK)
+            r->result = (ks[owner_of[i]] == MC_OK) ? (int64_t)r->length : ks[owner_of[i]];
+        if (r->result > 0)
+            bytes += (uint64_t)r->result;
+        else if ((r->result < 0) && (st == MC_OK))
+            st = (mc_status_t)r->result;
     }
     goto out;
 
@@ -1390,15 +1396,10 @@ fail:
     for (size_t i = 0; i < n; i++)
         ranges[i].result = st;
 out:
-    if (n > 0) {
-        /* counted as one batch read: the bytes it moved, for the client's
-         * transfer statistics (read_bytes) */
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < n; i++)
-            if (ranges[i].result > 0)
-                bytes += (uint64_t)ranges[i].result;
+    /* counted as one batch read: the bytes it moved, for the client's
+     * transfer statistics (read_bytes) */
+    if (n > 0)
         mc_store_metrics_record(&s->metrics, MC_MOP_BATCH_GET, t0, n, st != MC_OK, bytes);
-    }
     if (qs != NULL)
         for (size_t d = 0; d < nd; d++)
             mc_store_query_release(qs[d]);
