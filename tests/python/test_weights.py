@@ -584,3 +584,40 @@ def test_weights_example(tmp_path, master):
     half = 48 * 64 * 2 + 64 * 48 * 2 + 64 * 4
     assert r.stdout == (f"stored fragments: 9\n"
                         f"loaded at TP=2: {half} bytes, bit-exact: True\n"), r.stdout
+
+
+def test_destinations_back_to_back_are_registered_as_one_region():
+    """The load registers destination tensors that lie back to back as one
+    region (a call each way instead of one per tensor); a merged region
+    that cannot be registered (part of it already is) falls back to its
+    tensors one by one, and what was registered is what is released."""
+    from mooncake.reshard.weight.store import _Registration
+
+    class Store:
+        def __init__(self, taken=()):
+            self.regs, self.calls, self.taken = {}, [], set(taken)
+
+        def register_buffer(self, ptr, size):
+            self.calls.append((ptr, size))
+            if any(ptr <= t < ptr + size for t in self.taken) or ptr in self.regs:
+                return -600
+            self.regs[ptr] = size
+            return 0
+
+        def unregister_buffer(self, ptr):
+            del self.regs[ptr]
+
+    spans = [(3000, 500), (1000, 1000), (2000, 1000), (5000, 0), (6000, 8), (6008, 8)]
+    s = Store()
+    r = _Registration(s)
+    r.add_all(spans)
+    assert s.regs == {1000: 2500, 6000: 16}
+    r.release()
+    assert s.regs == {}
+    s = Store(taken=[2000])           # the middle tensor registered by the caller
+    r = _Registration(s)
+    r.add_all(spans)
+    assert s.regs == {1000: 1000, 3000: 500, 6000: 16}
+    assert s.calls[0] == (1000, 2500)
+    r.release()
+    assert s.regs == {}

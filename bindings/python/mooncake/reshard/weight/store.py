@@ -78,10 +78,29 @@ class _Registration:
         self.store = store
         self.ptrs: List[int] = []
 
-    def add(self, ptr: int, size: int) -> None:
+    def add(self, ptr: int, size: int) -> bool:
         if size and hasattr(self.store, "register_buffer") \
                 and self.store.register_buffer(ptr, size) == 0:
             self.ptrs.append(ptr)
+            return True
+        return False
+
+    def add_all(self, spans: Sequence[Tuple[int, int]]) -> None:
+        """Register the (address, size) spans; spans that lie back to back
+        (tensors allocated one after another) as one region each, so a
+        load into 122 tensors costs a few registrations instead of 122
+        (each is a call into the engine and back, before the first read
+        and after the last).  A merged region that cannot be registered
+        (part of it already is) falls back to its spans one by one."""
+        run: List[Tuple[int, int]] = []
+        for ptr, size in sorted(s for s in spans if s[1]) + [(-1, 0)]:
+            if run and ptr != run[-1][0] + run[-1][1]:
+                start, end = run[0][0], run[-1][0] + run[-1][1]
+                if len(run) == 1 or not self.add(start, end - start):
+                    for p, z in run:
+                        self.add(p, z)
+                run = []
+            run.append((ptr, size))
 
     def release(self) -> None:
         for p in self.ptrs:
@@ -351,10 +370,12 @@ class WeightStore:
         staged, direct = _staged_groups(lw, self._stage_run_bytes(lw))
         reg = _Registration(self.store)
         try:
+            spans = []
             for t in used:
                 addr, size = dest[lw.fragment_ids[t]]
                 ptr[t] = addr
-                reg.add(addr, size)
+                spans.append((addr, size))
+            reg.add_all(spans)
             if not staged:  # every read direct: the columns as they are
                 c = np.ascontiguousarray
                 self._read_flat(list(lw.keys), c(lw.key, np.int64), ptr[lw.target], c(lw.dst),
