@@ -1223,6 +1223,9 @@ typedef struct mc_te_item {
     size_t req; /* index of the request it belongs to */
     const mc_te_scatter_t *sc; /* a scattered READ, run whole (of the fields
                                 * above only op and req are set); NULL for others */
+    struct direct_piece *dp; /* a piece of a spread direct write, run whole
+                              * (write_direct_spread; of the fields above only
+                              * op and req are set); NULL for others */
 } mc_te_item_t;
 
 static mc_status_t range_refused(mc_te_op_t op, const char *seg, uint64_t addr, uint64_t len)
@@ -1278,10 +1281,15 @@ static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
     return MC_OK;
 }
 
+static mc_status_t direct_piece_run(struct direct_piece *dp);
+
 static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
 {
     mc_te_segment_t *s = it->seg;
     mc_status_t st;
+
+    if (it->dp != NULL)
+        return direct_piece_run(it->dp);
 
     if ((it->sc != NULL) && (it->sc->ranges != NULL))
         return mc_te_read_gather_gen(te, it->sc->segment, it->sc->gen, it->sc->ranges,
@@ -1322,11 +1330,12 @@ static size_t run_length(const mc_te_item_t *items, size_t i, size_t nitems)
     const mc_te_item_t *a = &items[i];
     uint64_t bytes        = a->len;
     size_t k              = 1;
-    if ((a->sc != NULL) || (a->len == 0) || (a->len > MC_TE_RUN_MAX_ITEM_LEN))
+    if ((a->sc != NULL) || (a->dp != NULL) || (a->len == 0) ||
+        (a->len > MC_TE_RUN_MAX_ITEM_LEN))
         return 1;
     while ((i + k < nitems) && (k < MC_TE_RUN_MAX_ITEMS)) {
         const mc_te_item_t *b = &items[i + k];
-        if ((b->sc != NULL) || (b->seg != a->seg) || (b->op != a->op) || (b->len == 0) ||
+        if ((b->sc != NULL) || (b->dp != NULL) || (b->seg != a->seg) || (b->op != a->op) || (b->len == 0) ||
             (b->len > MC_TE_RUN_MAX_ITEM_LEN) || (bytes + b->len > MC_TE_RUN_MAX_BYTES))
             break;
         bytes += b->len;
@@ -1756,6 +1765,7 @@ static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s
         it->gen          = gen;
         it->req          = i;
         it->sc           = NULL;
+        it->dp           = NULL;
         off += it->len;
     } while (off < r->length);
 }
@@ -1849,6 +1859,89 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
     return 1;
 }
 
+/* One piece of a spread direct write: requests reqs[0..n), spanning
+ * [lo, hi) of one same-host holder's mapped region. */
+struct direct_piece {
+    mc_te_shm_peer_t *shm;
+    const mc_te_request_t *reqs;
+    size_t n;
+    uint64_t lo, hi, gen;
+    int declined; /* mc_te_shm_write_many copied nothing */
+};
+
+/* A piece is a direct write of its own (mc_te_shm_write_many: the writer
+ * count taken before its first copy and given back after its last, the
+ * gate and the word checked around them), on whichever thread runs it. */
+static mc_status_t direct_piece_run(struct direct_piece *dp)
+{
+    mc_status_t st = MC_OK;
+    dp->declined   = !mc_te_shm_write_many(dp->shm, dp->reqs, dp->n, dp->lo, dp->hi, dp->gen, &st);
+    return st;
+}
+
+/*
+ * A direct write of MC_TE_DIRECT_SPREAD_MIN bytes or more, cut at request
+ * boundaries into te->direct_pieces pieces of about equal bytes, run as
+ * one batch: the calling thread copies the first and takes any piece no
+ * worker has claimed yet (run_batch), so with no CPU free it copies them
+ * all itself.  On one thread such a copy (the 2 048 rows of a DataProto's
+ * token and mask columns, 16 MiB) took longer than the engine's workers
+ * copying the same bytes as two large requests.  Each piece keeps the
+ * fence rules of a direct write (docs/transfer.md §10), counted under its
+ * own writer count; a piece that finds a fence under way when it starts
+ * copies nothing and is moved afterwards by mc_te_transfer_gen, where the
+ * holder decides.  0 when it does not apply.
+ */
+static int write_direct_spread(mc_te_t *te, mc_te_segment_t *s, mc_te_shm_peer_t *shm,
+                               const mc_te_request_t *reqs, const uint64_t *gens, size_t n,
+                               uint64_t gen, uint64_t bytes, mc_status_t *st_p)
+{
+    struct direct_piece dps[MC_TE_DIRECT_PIECES_MAX];
+    mc_te_item_t items[MC_TE_DIRECT_PIECES_MAX];
+    mc_status_t sts[MC_TE_DIRECT_PIECES_MAX];
+    size_t k = te->direct_pieces, c, j = 0;
+    uint64_t acc = 0;
+
+    if ((k < 2) || (bytes < MC_TE_DIRECT_SPREAD_MIN) || (n < k))
+        return 0;
+    for (c = 0; (c < k) && (j < n); c++) {
+        uint64_t want = bytes / k * (c + 1), lo = UINT64_MAX, hi = 0;
+        size_t first  = j;
+        do {
+            lo = MC_MIN(lo, reqs[j].remote);
+            hi = MC_MAX(hi, reqs[j].remote + reqs[j].length);
+            acc += reqs[j].length;
+            j++;
+        } while ((j < n) && ((c == k - 1) || (acc < want)));
+        dps[c] = (struct direct_piece){shm, &reqs[first], j - first, lo, hi, gen, 0};
+        memset(&items[c], 0, sizeof(items[c]));
+        items[c].seg = s;
+        items[c].op  = MC_TE_WRITE;
+        items[c].req = c;
+        items[c].dp  = &dps[c];
+        sts[c]       = MC_OK;
+    }
+    run_batch(te, items, c, sts);
+    *st_p = MC_OK;
+    for (size_t q = 0; q < c; q++) {
+        mc_status_t pst = sts[q];
+        if (dps[q].declined) {
+            size_t first = (size_t)(dps[q].reqs - reqs);
+            pst = mc_te_transfer_gen(te, dps[q].reqs, (gens != NULL) ? &gens[first] : NULL,
+                                     dps[q].n, NULL);
+        } else if (pst == MC_OK) {
+            uint64_t pb = 0;
+            for (size_t r = 0; r < dps[q].n; r++)
+                pb += dps[q].reqs[r].length;
+            __atomic_add_fetch(&te->shm_ops, dps[q].n, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&te->shm_bytes, pb, __ATOMIC_RELAXED);
+        }
+        if ((pst != MC_OK) && (*st_p == MC_OK))
+            *st_p = pst;
+    }
+    return 1;
+}
+
 int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
                            size_t n, mc_status_t *st_p)
 {
@@ -1873,7 +1966,12 @@ int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint6
         bytes += r->length;
     }
     shm = segment_shm(s);
-    if ((shm == NULL) || !mc_te_shm_write_many(shm, reqs, n, lo, hi, gen, st_p))
+    if (shm == NULL)
+        return 0;
+    if ((bytes >= MC_TE_DIRECT_SPREAD_MIN) && mc_te_shm_write_ready(shm, lo, hi, gen) &&
+        write_direct_spread(te, s, shm, reqs, gens, n, gen, bytes, st_p))
+        return 1;
+    if (!mc_te_shm_write_many(shm, reqs, n, lo, hi, gen, st_p))
         return 0;
     if (*st_p == MC_OK) {
         __atomic_add_fetch(&te->shm_ops, n, __ATOMIC_RELAXED);
@@ -2724,6 +2822,9 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
     st = config_resolve(p, &te->cfg);
     if (st != MC_OK)
         goto fail;
+    /* more threads than CPUs copying would only take turns */
+    te->direct_pieces = MC_MIN(MC_MIN(te->cfg.workers + 1, mc_cpus_available()),
+                               MC_TE_DIRECT_PIECES_MAX);
     {
         uint64_t on = 1;
         if (mc_env_u64("MC_TE_SHM", 0, 1, &on) != 0) {

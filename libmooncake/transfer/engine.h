@@ -120,6 +120,12 @@ typedef struct mc_te_xfer {
 #define MC_TE_RUN_MAX_ITEM_LEN (64u * 1024u)
 #define MC_TE_RUN_MAX_BYTES    (1024u * 1024u)
 
+/* A same-host direct write (mc_te_write_direct_gen) of at least this many
+ * bytes in all is split into pieces of at least half of it, copied by the
+ * calling thread and the workers together; at most this many pieces. */
+#define MC_TE_DIRECT_SPREAD_MIN  ((uint64_t)4 << 20)
+#define MC_TE_DIRECT_PIECES_MAX  4u
+
 /*
  * A transport is an ops table.  The engine calls it only through the
  * inline wrappers below, whose comments are the contract every transport
@@ -265,6 +271,9 @@ struct mc_te {
     pthread_t *workers;
     unsigned nworkers;
     int pool_stopping;
+    unsigned direct_pieces;    /* threads a large direct write is split over
+                                * (write_direct_spread): the caller and the
+                                * workers, at most one per CPU */
 };
 
 /* ---- transport wrappers (the contract) ---------------------------------- */
@@ -450,10 +459,16 @@ int mc_te_read_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64
  * ones are worth the engine's workers copying in parallel) and checked as
  * mc_te_transfer checks it, the span of them in one region of the
  * holder's already mapped and live under generation @p gens (0 or NULL:
- * any; all the same).  Returns 1 when it handled every request (*st_p:
- * MC_OK or the failure of all of them), 0 when it moved nothing and the
- * caller should use mc_te_transfer_gen (this engine's own segment, a
- * region not mapped yet, a large piece, mixed generations...).
+ * any; all the same).  MC_TE_DIRECT_SPREAD_MIN bytes or more in all are
+ * cut into pieces that the calling thread and the workers copy together,
+ * each piece a direct write of its own (writer count, gate, word) and one
+ * that a fence made decline moved by mc_te_transfer_gen.  Returns 1 when
+ * it handled every request (*st_p: MC_OK, or the first failure, which then
+ * stands for all of them: the caller must treat every request as failed),
+ * 0 when it moved nothing and the caller should use mc_te_transfer_gen
+ * (this engine's own segment, a region not mapped yet, a large piece,
+ * mixed generations, a generation the holder has not adopted yet or a
+ * fence under way...).
  */
 int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
                            size_t n, mc_status_t *st_p);

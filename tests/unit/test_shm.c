@@ -573,6 +573,71 @@ START_TEST(test_shm_write_direct)
 }
 END_TEST
 
+/* Rows of @p row bytes back to back over [at, at + n * row) of @p h's
+ * region, from @p src, all naming @p gen. */
+static void rows_fill(mc_te_request_t *reqs, uint64_t *gens, size_t n, uint8_t *src,
+                      uint8_t *at, size_t row, mc_te_segment_id_t seg, uint64_t gen)
+{
+    for (size_t i = 0; i < n; i++) {
+        reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + i * row, (uint64_t)(uintptr_t)(at + i * row),
+                                    row, seg};
+        gens[i] = gen;
+    }
+}
+
+/* A direct write of MC_TE_DIRECT_SPREAD_MIN bytes or more is split over
+ * the calling thread and the workers (write_direct_spread): every row
+ * lands whole, nothing beside them changes, every row is counted once;
+ * a generation the region does not have still moves nothing. */
+START_TEST(test_shm_write_direct_spread)
+{
+    enum { ROWS = 1200 };
+    const uint64_t G = UINT64_C(0x8000000079000000), H = UINT64_C(0x800000007d000000);
+    const size_t cap = 16 * MiB, row = 4 * KiB + 12, at = 3; /* rows at odd offsets */
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *src     = malloc(ROWS * row), *keep = malloc(cap);
+    mc_te_request_t *reqs = calloc(ROWS, sizeof(*reqs));
+    uint64_t *gens        = calloc(ROWS, sizeof(*gens)), ops, bytes;
+    mc_status_t st        = MC_INTERNAL_ERROR;
+
+    ck_assert_uint_ge((uint64_t)ROWS * row, MC_TE_DIRECT_SPREAD_MIN);
+    /* two pieces whatever the CPUs of the test host */
+    A->direct_pieces = 2;
+    te_fill(h.p, cap, 31);
+    te_fill(src, ROWS * row, 73);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rows_fill(reqs, gens, ROWS, src, h.p + at, row, seg, G);
+    {
+        mc_te_request_t one = {MC_TE_WRITE, h.p + cap - 16, (uint64_t)(uintptr_t)(h.p + cap - 16),
+                               16, seg};
+        ck_assert_status_ok(mc_te_transfer_gen(A, &one, gens, 1, NULL)); /* maps it */
+    }
+    memcpy(keep, h.p, cap);
+    stats(A, &ops, &bytes);
+    ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, gens, ROWS, &st), 1);
+    ck_assert_status_ok(st);
+    ck_assert_stats(A, ops, bytes, ROWS, (uint64_t)ROWS * row);
+    ck_assert_msg(memcmp(h.p + at, src, ROWS * row) == 0, "every row should land whole");
+    ck_assert_msg(memcmp(h.p, keep, at) == 0, "nothing before the rows may change");
+    ck_assert_msg(memcmp(h.p + at + ROWS * row, keep + at + ROWS * row, cap - at - ROWS * row) == 0,
+                  "nothing after the rows may change");
+    /* a generation the region does not have: nothing moves */
+    for (size_t i = 0; i < ROWS; i++)
+        gens[i] = H;
+    te_fill(src, ROWS * row, 5);
+    memcpy(keep, h.p, cap);
+    ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, gens, ROWS, &st), 0);
+    ck_assert_msg(memcmp(h.p, keep, cap) == 0, "a declined write must move nothing");
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(reqs);
+    free(gens);
+    free(src);
+    free(keep);
+}
+END_TEST
+
 /* A READ naming a registration generation through the same-host path:
  * served by memcpy when the mapped region has it, refused otherwise, also
  * for a batch read in place (mc_te_read_direct_gen). */
@@ -1534,6 +1599,147 @@ START_TEST(test_shm_fence_forgets_a_peer_that_hung_up)
 }
 END_TEST
 
+/* A writer of the earlier counter writing large rows in a loop, each
+ * write split over threads (write_direct_spread). */
+typedef struct spread_writer {
+    mc_te_h te;
+    mc_te_request_t *reqs;
+    uint64_t *gens;
+    size_t n;
+    uint8_t *src;
+    size_t len;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int writes;      /* written so far */
+    int refused;     /* a write was refused (the fence came) */
+    int stop;
+    int failed_late; /* a write started after the refusal succeeded */
+} spread_writer_t;
+
+static void *spread_writer_main(void *arg)
+{
+    spread_writer_t *w = arg;
+    long long end      = now_ms() + 20000;
+    for (uint8_t v = 1; now_ms() < end; v = (uint8_t)((v % 200) + 1)) {
+        mc_status_t st = MC_INTERNAL_ERROR;
+        int refused;
+        pthread_mutex_lock(&w->mu);
+        refused = w->refused;
+        if (w->stop) {
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        pthread_mutex_unlock(&w->mu);
+        memset(w->src, v, w->len);
+        /* as the store does: the direct write, else the engine */
+        if (!mc_te_write_direct_gen(w->te, w->reqs, w->gens, w->n, &st))
+            st = mc_te_transfer_gen(w->te, w->reqs, w->gens, w->n, NULL);
+        pthread_mutex_lock(&w->mu);
+        w->writes++;
+        if (st != MC_OK)
+            w->refused = 1;
+        else if (refused)
+            w->failed_late = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    return NULL;
+}
+
+/* Wait, at most @p ms, until @p w has written @p writes times or was
+ * refused; whether it was refused. */
+static int spread_wait(spread_writer_t *w, int writes, int refused, long long ms)
+{
+    long long end = now_ms() + ms;
+    int ok;
+    pthread_mutex_lock(&w->mu);
+    while (!(refused ? w->refused : (w->writes >= writes)) && (now_ms() < end)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 5 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    ok = refused ? w->refused : (w->writes >= writes);
+    pthread_mutex_unlock(&w->mu);
+    return ok;
+}
+
+/* One round of test_shm_fence_against_spread_writes under base @p G. */
+static void fence_spread_round(uint64_t G)
+{
+    enum { ROWS = 1024 };
+    const uint64_t F = mc_gen_fence_after(G, MC_GEN_FENCE_STEP);
+    const size_t cap = 16 * MiB, row = 8 * KiB, len = ROWS * row, tail = 64 * KiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *new_v   = malloc(len);
+    spread_writer_t w;
+    pthread_t th;
+    uint64_t g = G;
+    mc_te_request_t rq;
+
+    memset(&w, 0, sizeof(w));
+    memset(h.p, 0, cap);
+    memset(new_v, 0xee, len);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + cap - 4 * KiB),
+                           4 * KiB, seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
+    w.te   = A;
+    w.n    = ROWS;
+    w.len  = len;
+    w.src  = malloc(len);
+    w.reqs = calloc(ROWS, sizeof(*w.reqs));
+    w.gens = calloc(ROWS, sizeof(*w.gens));
+    rows_fill(w.reqs, w.gens, ROWS, w.src, h.p, row, seg, G);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    ck_assert_int_eq(pthread_create(&th, NULL, spread_writer_main, &w), 0);
+    ck_assert_msg(spread_wait(&w, 2, 0, 10000), "the old writer should write a few times");
+
+    /* the memory's next owner writes the last rows, which the old writer's
+     * second piece copies last, while that writer keeps copying */
+    g  = F;
+    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + len - tail), tail,
+                           seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL));
+    ck_assert_msg(spread_wait(&w, 0, 1, 10000), "writes of the earlier counter must be refused");
+    pthread_mutex_lock(&w.mu);
+    w.stop = 1;
+    pthread_mutex_unlock(&w.mu);
+    pthread_join(th, NULL);
+    ck_assert_msg(!w.failed_late, "a write of the earlier counter succeeded after a refusal");
+    ck_assert_msg(all_byte(h.p + len - tail, tail, 0xee),
+                  "the next owner's bytes must be the last (base %016llx)", (unsigned long long)G);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    shm_buf_free(&h, 1);
+    free(w.src);
+    free(w.reqs);
+    free(w.gens);
+    free(new_v);
+}
+
+/* Memory reused under a fence while split direct writes of the earlier
+ * counter run back to back (docs/transfer.md, "Same-host writes and
+ * fences"): each piece is counted as a direct write of its own, so the
+ * holder's fence waits out the pieces being copied on any thread, and the
+ * new owner's bytes are the last whichever piece the fence fell into.
+ * Writes of the earlier counter are refused from then on.  Several rounds,
+ * each a fresh registration: where the fence falls is up to the threads. */
+START_TEST(test_shm_fence_against_spread_writes)
+{
+    A->direct_pieces = 2; /* whatever the CPUs of the test host */
+    for (uint64_t r = 0; r < 8; r++)
+        fence_spread_round(UINT64_C(0x8000000040000000) + (r << 24));
+}
+END_TEST
+
 /* Every shared registration takes one of MC_TE_SHM_SLOTS control words:
  * the slots run out cleanly (the region is then served over TCP only), and
  * come back on dereg and on every failed registration. */
@@ -2061,6 +2267,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_roundtrip);
     tcase_add_test(two, test_shm_read_direct);
     tcase_add_test(two, test_shm_write_direct);
+    tcase_add_test(two, test_shm_write_direct_spread);
     tcase_add_test(two, test_shm_generation_reads);
     tcase_add_test(two, test_shm_generation_writes);
     tcase_add_test(two, test_shm_generation_counter);
@@ -2076,6 +2283,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_fence_waits_out_a_direct_write);
     tcase_add_test(two, test_shm_fence_refuses_while_a_direct_write_is_stuck);
     tcase_add_test(two, test_shm_fence_forgets_a_peer_that_hung_up);
+    tcase_add_test(two, test_shm_fence_against_spread_writes);
     suite_add_tcase(s, two);
 
     tcase_set_timeout(fake, 30);

@@ -925,6 +925,22 @@ int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len)
     return ok;
 }
 
+int mc_te_shm_write_ready(mc_te_shm_peer_t *p, uint64_t lo, uint64_t hi, uint64_t gen)
+{
+    peer_map_t *m;
+    uint64_t w;
+    int ok;
+    if ((hi <= lo) || (p->writers == NULL) || __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_rwlock_rdlock(&p->map_lock);
+    m  = map_find(p, lo, hi - lo);
+    ok = (m != NULL) && (m->base != NULL) && ((w = map_word(p, m)) != 0) &&
+         ((gen == 0) || (w == gen)) &&
+         (__atomic_load_n(&p->gates[m->slot], __ATOMIC_ACQUIRE) == 0);
+    pthread_rwlock_unlock(&p->map_lock);
+    return ok;
+}
+
 /*
  * A request naming generation @p gen on the mapping whose word is @p w:
  * 0 to go ahead (@p gen is 0 or w), 1 when it is refused as the holder's

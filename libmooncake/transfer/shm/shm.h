@@ -157,6 +157,12 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
 /* 1 when [remote, remote+len) lies in a region already mapped and live
  * (no exchange with the holder). */
 int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len);
+/* 1 when mc_te_shm_write_many of pieces spanning [lo, hi) naming @p gen
+ * (0: any) would copy now: the region is mapped and live under exactly
+ * that generation, this connection has writer counts and the slot's gate
+ * is open.  A hint only: a fence may begin right after it answers, and
+ * mc_te_shm_write_many then declines. */
+int mc_te_shm_write_ready(mc_te_shm_peer_t *p, uint64_t lo, uint64_t hi, uint64_t gen);
 /*
  * Read many pieces at once: local[j] <- [remote[j], +length[j]) of the
  * holder for j < n, every piece inside [lo, hi) (the caller's span of
