@@ -1357,6 +1357,19 @@ typedef struct side_write {
     mc_status_t st;
 } side_write_t;
 
+/* Wait on @p cv (with @p mu held) for at most @p ms milliseconds. */
+static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void side_hook(void *arg)
 {
     side_write_t *w = arg;
@@ -1364,16 +1377,8 @@ static void side_hook(void *arg)
     pthread_mutex_lock(&w->mu);
     w->in_copy = 1;
     pthread_cond_broadcast(&w->cv);
-    while (!w->release && (now_ms() < end)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    }
+    while (!w->release && (now_ms() < end))
+        cond_wait_ms(&w->cv, &w->mu, 10);
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -1409,16 +1414,8 @@ static int side_wait(side_write_t *w, const int *flag, long long ms)
     long long end = now_ms() + ms;
     int v;
     pthread_mutex_lock(&w->mu);
-    while (!*flag && (now_ms() < end)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 5 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    }
+    while (!*flag && (now_ms() < end))
+        cond_wait_ms(&w->cv, &w->mu, 5);
     v = *flag;
     pthread_mutex_unlock(&w->mu);
     return v;
@@ -1653,16 +1650,8 @@ static int spread_wait(spread_writer_t *w, int writes, int refused, long long ms
     long long end = now_ms() + ms;
     int ok;
     pthread_mutex_lock(&w->mu);
-    while (!(refused ? w->refused : (w->writes >= writes)) && (now_ms() < end)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 5 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    }
+    while (!(refused ? w->refused : (w->writes >= writes)) && (now_ms() < end))
+        cond_wait_ms(&w->cv, &w->mu, 5);
     ok = refused ? w->refused : (w->writes >= writes);
     pthread_mutex_unlock(&w->mu);
     return ok;
