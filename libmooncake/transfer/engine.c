@@ -1335,8 +1335,9 @@ static size_t run_length(const mc_te_item_t *items, size_t i, size_t nitems)
         return 1;
     while ((i + k < nitems) && (k < MC_TE_RUN_MAX_ITEMS)) {
         const mc_te_item_t *b = &items[i + k];
-        if ((b->sc != NULL) || (b->dp != NULL) || (b->seg != a->seg) || (b->op != a->op) || (b->len == 0) ||
-            (b->len > MC_TE_RUN_MAX_ITEM_LEN) || (bytes + b->len > MC_TE_RUN_MAX_BYTES))
+        if ((b->sc != NULL) || (b->dp != NULL) || (b->seg != a->seg) || (b->op != a->op) ||
+            (b->len == 0) || (b->len > MC_TE_RUN_MAX_ITEM_LEN) ||
+            (bytes + b->len > MC_TE_RUN_MAX_BYTES))
             break;
         bytes += b->len;
         k++;
@@ -1884,9 +1885,10 @@ static mc_status_t direct_piece_run(struct direct_piece *dp)
  * boundaries into te->direct_pieces pieces of about equal bytes, run as
  * one batch: the calling thread copies the first and takes any piece no
  * worker has claimed yet (run_batch), so with no CPU free it copies them
- * all itself.  On one thread such a copy (the 2 048 rows of a DataProto's
- * token and mask columns, 16 MiB) took longer than the engine's workers
- * copying the same bytes as two large requests.  Each piece keeps the
+ * all itself.  On one thread the store call of a DataProto put (the 2 048
+ * rows of its token and mask columns, 16 MiB) stayed 0.2-0.4 ms behind
+ * batch_put_from of the same bytes, whose two 8 MiB requests the workers
+ * copy side by side (bench/README.md, seventh round).  Each piece keeps the
  * fence rules of a direct write (docs/transfer.md §10), counted under its
  * own writer count; a piece that finds a fence under way when it starts
  * copies nothing and is moved afterwards by mc_te_transfer_gen, where the
