@@ -1283,6 +1283,39 @@ static mc_status_t exec_self(mc_te_t *te, const mc_te_item_t *it)
 
 static mc_status_t direct_piece_run(struct direct_piece *dp);
 
+/*
+ * A large same-host write naming a generation the holder has not adopted
+ * (the master moved the segment's counter: memory freed under a lease, a
+ * fence): only the holder adopts a counter, from the first request over
+ * the network that names it, so the write would go there whole.  Its
+ * first MC_TE_ADOPT_HEAD bytes go that way instead, the rest straight
+ * into the holder's memory once it took the counter.  The rest is a write
+ * of its own under the same generation (writer counts, gate, word), so a
+ * fence between the two parts refuses it as it would refuse the whole.
+ * 1 when done (*st_p written); 0 to send the whole write over the network.
+ */
+static int adopt_split(mc_te_t *te, mc_te_segment_t *s, const mc_te_item_t *it,
+                       mc_status_t *st_p)
+{
+    mc_te_shm_peer_t *shm = segment_shm(s);
+    uint64_t head         = MC_TE_ADOPT_HEAD;
+    uint8_t *local        = it->local;
+
+    if ((it->op != MC_TE_WRITE) || (it->len < MC_TE_ADOPT_SPLIT_MIN) || (shm == NULL) ||
+        !mc_te_shm_gen_unadopted(shm, it->remote, it->len, it->gen))
+        return 0;
+    *st_p = mc_te_tp_xfer(te, s->peer, MC_TE_WRITE, local, it->remote, head, it->gen);
+    if (*st_p != MC_OK)
+        return 1;
+    if (shm_try(te, shm, MC_TE_WRITE, local + head, it->remote + head, it->len - head, it->gen,
+                st_p))
+        return 1;
+    /* a fence under way, or the mapping went: the network decides */
+    *st_p = mc_te_tp_xfer(te, s->peer, MC_TE_WRITE, local + head, it->remote + head,
+                          it->len - head, it->gen);
+    return 1;
+}
+
 static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
 {
     mc_te_segment_t *s = it->seg;
@@ -1311,6 +1344,8 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
         if (!segment_has_range(s, it->remote, it->len))
             return range_refused(it->op, s->name, it->remote, it->len);
     }
+    if (adopt_split(te, s, it, &st))
+        return st;
     st = mc_te_tp_xfer(te, s->peer, it->op, it->local, it->remote, it->len, it->gen);
     if (st != MC_OK)
         mc_debug("%s of %llu bytes at 0x%llx on %s failed: %s",

@@ -126,6 +126,13 @@ typedef struct mc_te_xfer {
 #define MC_TE_DIRECT_SPREAD_MIN  ((uint64_t)4 << 20)
 #define MC_TE_DIRECT_PIECES_MAX  4u
 
+/* A same-host write of at least MC_TE_ADOPT_SPLIT_MIN bytes naming a
+ * generation the holder has not adopted yet sends only its first
+ * MC_TE_ADOPT_HEAD bytes over the network, where the holder adopts it,
+ * and copies the rest straight into the holder's memory. */
+#define MC_TE_ADOPT_SPLIT_MIN    ((uint64_t)64 << 10)
+#define MC_TE_ADOPT_HEAD         ((uint64_t)4 << 10)
+
 /*
  * A transport is an ops table.  The engine calls it only through the
  * inline wrappers below, whose comments are the contract every transport

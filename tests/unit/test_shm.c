@@ -719,6 +719,52 @@ START_TEST(test_shm_generation_counter)
 }
 END_TEST
 
+/* A large write naming a later counter: only its head goes by the network
+ * (where the holder adopts the counter), the rest is copied; every byte
+ * lands, and nothing beside the write changes.  A small one still goes by
+ * the network whole.  (Fences between the two parts: the test below with
+ * the split writes, and test_shm_fence_*.) */
+START_TEST(test_shm_generation_counter_large_write)
+{
+    const uint64_t G = UINT64_C(0x8000000079000000), G1 = mc_gen_next(G),
+                   G2 = mc_gen_next(G1);
+    size_t cap       = 2 * MiB, len = MiB, off = 64 * KiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *src     = malloc(cap);
+    uint8_t *keep    = malloc(cap);
+    uint64_t ops, bytes, g = G;
+    mc_te_request_t rd, wr;
+
+    te_fill(h.p, cap, 23);
+    te_fill(src, cap, 61);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rd = (mc_te_request_t){MC_TE_READ, keep, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL)); /* maps the region */
+    memcpy(keep, h.p, cap);
+    stats(A, &ops, &bytes);
+    wr = (mc_te_request_t){MC_TE_WRITE, src, (uint64_t)(uintptr_t)h.p + off, len, seg};
+    g  = G1;
+    ck_assert_status_ok(mc_te_transfer_gen(A, &wr, &g, 1, NULL));
+    ck_assert_stats(A, ops, bytes, 1, len - MC_TE_ADOPT_HEAD);
+    ck_assert(memcmp(h.p + off, src, len) == 0);
+    ck_assert(memcmp(h.p, keep, off) == 0);
+    ck_assert(memcmp(h.p + off + len, keep + off + len, cap - off - len) == 0);
+    /* below the split size: the network takes it whole */
+    stats(A, &ops, &bytes);
+    wr.length = MC_TE_ADOPT_SPLIT_MIN - 1;
+    wr.local  = src + MiB;
+    g         = G2;
+    ck_assert_status_ok(mc_te_transfer_gen(A, &wr, &g, 1, NULL));
+    ck_assert_stats(A, ops, bytes, 0, 0);
+    ck_assert(memcmp(h.p + off, src + MiB, MC_TE_ADOPT_SPLIT_MIN - 1) == 0);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(src);
+    free(keep);
+}
+END_TEST
+
 /* A WRITE naming a registration generation through the same-host path:
  * copied in when the mapped region has it; refused with no byte changed
  * otherwise, also after the holder registered the memory again. */
@@ -1611,6 +1657,7 @@ typedef struct spread_writer {
     int refused;     /* a write was refused (the fence came) */
     int stop;
     int failed_late; /* a write started after the refusal succeeded */
+    int bump;        /* each write names the next counter (mc_gen_next: never a fence) */
 } spread_writer_t;
 
 static void *spread_writer_main(void *arg)
@@ -1628,6 +1675,8 @@ static void *spread_writer_main(void *arg)
         }
         pthread_mutex_unlock(&w->mu);
         memset(w->src, v, w->len);
+        for (size_t j = 0; w->bump && (j < w->n); j++)
+            w->gens[j] = mc_gen_next(w->gens[j]);
         /* as the store does: the direct write, else the engine */
         if (!mc_te_write_direct_gen(w->te, w->reqs, w->gens, w->n, &st))
             st = mc_te_transfer_gen(w->te, w->reqs, w->gens, w->n, NULL);
@@ -1713,6 +1762,76 @@ static void fence_spread_round(uint64_t G)
     free(w.gens);
     free(new_v);
 }
+
+/* Memory reused under a fence while one writer keeps writing 1 MiB, each
+ * time naming the next counter, which the holder has not adopted: each
+ * write's head goes by the network and its rest is copied (adopt_split,
+ * engine.c).  The new owner's bytes are the last, and writes of the
+ * earlier counters are refused from then on, wherever the fence fell
+ * between a head and its rest.  Several rounds, each a fresh
+ * registration. */
+static void fence_adopt_round(uint64_t G)
+{
+    const uint64_t F = mc_gen_fence_after(G, MC_GEN_FENCE_STEP);
+    const size_t cap = 4 * MiB, len = MiB, tail = 64 * KiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *new_v   = malloc(tail);
+    spread_writer_t w;
+    pthread_t th;
+    uint64_t g = G;
+    mc_te_request_t rq;
+
+    memset(&w, 0, sizeof(w));
+    memset(h.p, 0, cap);
+    memset(new_v, 0xee, tail);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + cap - 4 * KiB),
+                           4 * KiB, seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
+    w.te      = A;
+    w.n       = 1;
+    w.len     = len;
+    w.bump    = 1;
+    w.src     = malloc(len);
+    w.reqs    = calloc(1, sizeof(*w.reqs));
+    w.gens    = calloc(1, sizeof(*w.gens));
+    w.reqs[0] = (mc_te_request_t){MC_TE_WRITE, w.src, (uint64_t)(uintptr_t)h.p, len, seg};
+    w.gens[0] = G;
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    ck_assert_int_eq(pthread_create(&th, NULL, spread_writer_main, &w), 0);
+    ck_assert_msg(spread_wait(&w, 2, 0, 10000), "the old writer should write a few times");
+
+    /* the memory's next owner writes the write's last 64 KiB */
+    g  = F;
+    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + len - tail), tail,
+                           seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL));
+    ck_assert_msg(spread_wait(&w, 0, 1, 10000), "writes of the earlier counter must be refused");
+    pthread_mutex_lock(&w.mu);
+    w.stop = 1;
+    pthread_mutex_unlock(&w.mu);
+    pthread_join(th, NULL);
+    ck_assert_msg(!w.failed_late, "a write of an earlier counter succeeded after a refusal");
+    ck_assert_msg(all_byte(h.p + len - tail, tail, 0xee),
+                  "the next owner's bytes must be the last (base %016llx)", (unsigned long long)G);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    shm_buf_free(&h, 1);
+    free(w.src);
+    free(w.reqs);
+    free(w.gens);
+    free(new_v);
+}
+
+START_TEST(test_shm_fence_against_adopting_writes)
+{
+    for (uint64_t r = 0; r < 16; r++)
+        fence_adopt_round(UINT64_C(0x8000000050000000) + (r << 24));
+}
+END_TEST
 
 /* Memory reused under a fence while split direct writes of the earlier
  * counter run back to back (docs/transfer.md, "Same-host writes and
@@ -2260,6 +2379,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_generation_reads);
     tcase_add_test(two, test_shm_generation_writes);
     tcase_add_test(two, test_shm_generation_counter);
+    tcase_add_test(two, test_shm_generation_counter_large_write);
     tcase_add_test(two, test_shm_not_shared_uses_tcp);
     tcase_add_test(two, test_shm_revocation);
     tcase_add_test(two, test_shm_unshared_answer_expires);
@@ -2273,6 +2393,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_fence_refuses_while_a_direct_write_is_stuck);
     tcase_add_test(two, test_shm_fence_forgets_a_peer_that_hung_up);
     tcase_add_test(two, test_shm_fence_against_spread_writes);
+    tcase_add_test(two, test_shm_fence_against_adopting_writes);
     suite_add_tcase(s, two);
 
     tcase_set_timeout(fake, 30);

@@ -941,6 +941,22 @@ int mc_te_shm_write_ready(mc_te_shm_peer_t *p, uint64_t lo, uint64_t hi, uint64_
     return ok;
 }
 
+int mc_te_shm_gen_unadopted(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len, uint64_t gen)
+{
+    peer_map_t *m;
+    uint64_t w;
+    int later;
+    if ((gen == 0) || (len == 0) || (len > UINT64_MAX - remote) ||
+        __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_rwlock_rdlock(&p->map_lock);
+    m     = map_find(p, remote, len);
+    later = (m != NULL) && (m->base != NULL) && map_live(p, m) && ((w = map_word(p, m)) != 0) &&
+            mc_gen_newer(gen, w);
+    pthread_rwlock_unlock(&p->map_lock);
+    return later;
+}
+
 /*
  * A request naming generation @p gen on the mapping whose word is @p w:
  * 0 to go ahead (@p gen is 0 or w), 1 when it is refused as the holder's

@@ -163,6 +163,11 @@ int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len);
  * is open.  A hint only: a fence may begin right after it answers, and
  * mc_te_shm_write_many then declines. */
 int mc_te_shm_write_ready(mc_te_shm_peer_t *p, uint64_t lo, uint64_t hi, uint64_t gen);
+/* 1 when [remote, remote+len) lies in a region mapped and live whose word
+ * is an earlier counter of @p gen's registration: the holder adopts @p gen
+ * from the first request over the network that names it, and same-host
+ * copies naming it wait for that (gen_mismatch).  A hint only. */
+int mc_te_shm_gen_unadopted(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len, uint64_t gen);
 /*
  * Read many pieces at once: local[j] <- [remote[j], +length[j]) of the
  * holder for j < n, every piece inside [lo, hi) (the caller's span of
