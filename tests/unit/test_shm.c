@@ -1706,6 +1706,37 @@ static int spread_wait(spread_writer_t *w, int writes, int refused, long long ms
     return ok;
 }
 
+/* Run writer @p w (its requests set) until it wrote twice; then the
+ * memory's next owner writes @p tail bytes of @p new_v (0xee) at @p at
+ * under fence @p F: the writer must be refused from then on, and those
+ * bytes must be the last.  Frees the writer's buffers. */
+static void fence_race(spread_writer_t *w, mc_te_segment_id_t seg, uint8_t *at,
+                       uint8_t *new_v, size_t tail, uint64_t F, uint64_t G)
+{
+    pthread_t th;
+    uint64_t g = F;
+    mc_te_request_t rq = {MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)at, tail, seg};
+
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    ck_assert_int_eq(pthread_create(&th, NULL, spread_writer_main, w), 0);
+    ck_assert_msg(spread_wait(w, 2, 0, 10000), "the old writer should write a few times");
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL));
+    ck_assert_msg(spread_wait(w, 0, 1, 10000), "writes of the earlier counter must be refused");
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(th, NULL);
+    ck_assert_msg(!w->failed_late, "a write of an earlier counter succeeded after a refusal");
+    ck_assert_msg(all_byte(at, tail, 0xee), "the next owner's bytes must be the last (base %016llx)",
+                  (unsigned long long)G);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->src);
+    free(w->reqs);
+    free(w->gens);
+}
+
 /* One round of test_shm_fence_against_spread_writes under base @p G. */
 static void fence_spread_round(uint64_t G)
 {
@@ -1715,7 +1746,6 @@ static void fence_spread_round(uint64_t G)
     shm_buf_t h      = shm_buf_new(cap, 1, NULL);
     uint8_t *new_v   = malloc(len);
     spread_writer_t w;
-    pthread_t th;
     uint64_t g = G;
     mc_te_request_t rq;
 
@@ -1734,32 +1764,11 @@ static void fence_spread_round(uint64_t G)
     w.reqs = calloc(ROWS, sizeof(*w.reqs));
     w.gens = calloc(ROWS, sizeof(*w.gens));
     rows_fill(w.reqs, w.gens, ROWS, w.src, h.p, row, seg, G);
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    ck_assert_int_eq(pthread_create(&th, NULL, spread_writer_main, &w), 0);
-    ck_assert_msg(spread_wait(&w, 2, 0, 10000), "the old writer should write a few times");
-
     /* the memory's next owner writes the last rows, which the old writer's
      * second piece copies last, while that writer keeps copying */
-    g  = F;
-    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + len - tail), tail,
-                           seg};
-    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL));
-    ck_assert_msg(spread_wait(&w, 0, 1, 10000), "writes of the earlier counter must be refused");
-    pthread_mutex_lock(&w.mu);
-    w.stop = 1;
-    pthread_mutex_unlock(&w.mu);
-    pthread_join(th, NULL);
-    ck_assert_msg(!w.failed_late, "a write of the earlier counter succeeded after a refusal");
-    ck_assert_msg(all_byte(h.p + len - tail, tail, 0xee),
-                  "the next owner's bytes must be the last (base %016llx)", (unsigned long long)G);
+    fence_race(&w, seg, h.p + len - tail, new_v, tail, F, G);
     ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
     shm_buf_free(&h, 1);
-    free(w.src);
-    free(w.reqs);
-    free(w.gens);
     free(new_v);
 }
 
@@ -1777,7 +1786,6 @@ static void fence_adopt_round(uint64_t G)
     shm_buf_t h      = shm_buf_new(cap, 1, NULL);
     uint8_t *new_v   = malloc(tail);
     spread_writer_t w;
-    pthread_t th;
     uint64_t g = G;
     mc_te_request_t rq;
 
@@ -1798,31 +1806,10 @@ static void fence_adopt_round(uint64_t G)
     w.gens    = calloc(1, sizeof(*w.gens));
     w.reqs[0] = (mc_te_request_t){MC_TE_WRITE, w.src, (uint64_t)(uintptr_t)h.p, len, seg};
     w.gens[0] = G;
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    ck_assert_int_eq(pthread_create(&th, NULL, spread_writer_main, &w), 0);
-    ck_assert_msg(spread_wait(&w, 2, 0, 10000), "the old writer should write a few times");
-
     /* the memory's next owner writes the write's last 64 KiB */
-    g  = F;
-    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + len - tail), tail,
-                           seg};
-    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL));
-    ck_assert_msg(spread_wait(&w, 0, 1, 10000), "writes of the earlier counter must be refused");
-    pthread_mutex_lock(&w.mu);
-    w.stop = 1;
-    pthread_mutex_unlock(&w.mu);
-    pthread_join(th, NULL);
-    ck_assert_msg(!w.failed_late, "a write of an earlier counter succeeded after a refusal");
-    ck_assert_msg(all_byte(h.p + len - tail, tail, 0xee),
-                  "the next owner's bytes must be the last (base %016llx)", (unsigned long long)G);
+    fence_race(&w, seg, h.p + len - tail, new_v, tail, F, G);
     ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
     shm_buf_free(&h, 1);
-    free(w.src);
-    free(w.reqs);
-    free(w.gens);
     free(new_v);
 }
 
