@@ -1706,6 +1706,24 @@ static int spread_wait(spread_writer_t *w, int writes, int refused, long long ms
     return ok;
 }
 
+/* Zero @p h, register it under @p G and map it in A (a write of its last
+ * 4 KiB); its segment. */
+static mc_te_segment_id_t fence_open(shm_buf_t *h, size_t cap, uint64_t G)
+{
+    static uint8_t zero[4 * KiB];
+    uint64_t g = G;
+    mc_te_segment_id_t seg;
+    mc_te_request_t rq;
+
+    memset(h->p, 0, cap);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h->p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h->fd, G));
+    seg = te_open(A, B);
+    rq  = (mc_te_request_t){MC_TE_WRITE, zero, (uint64_t)(uintptr_t)(h->p + cap - sizeof(zero)),
+                           sizeof(zero), seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
+    return seg;
+}
+
 /* Run writer @p w (its requests set) until it wrote twice; then the
  * memory's next owner writes @p tail bytes of @p new_v (0xee) at @p at
  * under fence @p F: the writer must be refused from then on, and those
@@ -1746,17 +1764,10 @@ static void fence_spread_round(uint64_t G)
     shm_buf_t h      = shm_buf_new(cap, 1, NULL);
     uint8_t *new_v   = malloc(len);
     spread_writer_t w;
-    uint64_t g = G;
-    mc_te_request_t rq;
+    mc_te_segment_id_t seg = fence_open(&h, cap, G);
 
     memset(&w, 0, sizeof(w));
-    memset(h.p, 0, cap);
     memset(new_v, 0xee, len);
-    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
-    mc_te_segment_id_t seg = te_open(A, B);
-    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + cap - 4 * KiB),
-                           4 * KiB, seg};
-    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
     w.te   = A;
     w.n    = ROWS;
     w.len  = len;
@@ -1786,17 +1797,10 @@ static void fence_adopt_round(uint64_t G)
     shm_buf_t h      = shm_buf_new(cap, 1, NULL);
     uint8_t *new_v   = malloc(tail);
     spread_writer_t w;
-    uint64_t g = G;
-    mc_te_request_t rq;
+    mc_te_segment_id_t seg = fence_open(&h, cap, G);
 
     memset(&w, 0, sizeof(w));
-    memset(h.p, 0, cap);
     memset(new_v, 0xee, tail);
-    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
-    mc_te_segment_id_t seg = te_open(A, B);
-    rq = (mc_te_request_t){MC_TE_WRITE, new_v, (uint64_t)(uintptr_t)(h.p + cap - 4 * KiB),
-                           4 * KiB, seg};
-    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
     w.te      = A;
     w.n       = 1;
     w.len     = len;
