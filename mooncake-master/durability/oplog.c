@@ -376,6 +376,7 @@ static int seg_entry_eq(const mc_hnode_t *n, const void *k)
 int mc_oplog_state_init(mc_oplog_state_t *s)
 {
     memset(s, 0, sizeof(*s));
+    mc_slab_init(&s->slab);
     if (mc_hmap_init(&s->objs, 1024) != 0)
         return -1;
     if (mc_hmap_init(&s->segs, 16) != 0) {
@@ -390,23 +391,30 @@ int mc_oplog_state_init(mc_oplog_state_t *s)
     return 0;
 }
 
-static void map_free_all(mc_hmap_t *m)
+static void entry_free(mc_oplog_state_t *s, mc_oplog_entry_t *e)
+{
+    mc_slab_free(&s->slab, e, sizeof(*e) + e->len);
+}
+
+static void map_free_all(mc_oplog_state_t *s, mc_hmap_t *m)
 {
     mc_hmap_iter_t it;
     mc_hnode_t *n = mc_hmap_first(m, &it);
     while (n != NULL) {
         mc_hnode_t *next = mc_hmap_next(m, &it);
         mc_hmap_remove(m, n);
-        free(mc_container_of(n, mc_oplog_entry_t, node));
+        entry_free(s, mc_container_of(n, mc_oplog_entry_t, node));
         n = next;
     }
 }
 
 void mc_oplog_state_clear(mc_oplog_state_t *s)
 {
-    map_free_all(&s->objs);
-    map_free_all(&s->segs);
-    map_free_all(&s->tasks);
+    map_free_all(s, &s->objs);
+    map_free_all(s, &s->segs);
+    map_free_all(s, &s->tasks);
+    /* no entry is left: the slab's blocks go back too */
+    mc_slab_cleanup(&s->slab);
     s->applied = 0;
 }
 
@@ -420,13 +428,14 @@ void mc_oplog_state_cleanup(mc_oplog_state_t *s)
     mc_hmap_cleanup(&s->tasks);
 }
 
-/* Replace (or drop, when @p r is NULL) the entry found under @p old. */
-static int put_entry(mc_hmap_t *m, mc_hnode_t *old, uint64_t h, const mc_oplog_record_t *r)
+/* Replace (or drop, when @p r is NULL) the entry of @p m found under @p old. */
+static int put_entry(mc_oplog_state_t *s, mc_hmap_t *m, mc_hnode_t *old, uint64_t h,
+                     const mc_oplog_record_t *r)
 {
     mc_oplog_entry_t *e = NULL;
 
     if (r != NULL) {
-        e = malloc(sizeof(*e) + r->frame_len);
+        e = mc_slab_alloc(&s->slab, sizeof(*e) + r->frame_len);
         if (e == NULL)
             return -1;
         e->len = r->frame_len;
@@ -434,38 +443,108 @@ static int put_entry(mc_hmap_t *m, mc_hnode_t *old, uint64_t h, const mc_oplog_r
     }
     if (old != NULL) {
         mc_hmap_remove(m, old);
-        free(mc_container_of(old, mc_oplog_entry_t, node));
+        entry_free(s, mc_container_of(old, mc_oplog_entry_t, node));
     }
     if (e != NULL)
         mc_hmap_insert(m, &e->node, h);
     return 0;
 }
 
-int mc_oplog_state_apply(mc_oplog_state_t *s, const mc_oplog_record_t *r)
+/* The map a record's state lives in and its key's hash (NULL for the
+ * markers, which carry no state). */
+static mc_hmap_t *record_map(mc_oplog_state_t *s, const mc_oplog_record_t *r, uint64_t *h)
 {
-    s->applied++;
     switch (r->type) {
     case MC_OPLOG_SEG_MOUNT:
-    case MC_OPLOG_SEG_UNMOUNT: {
-        uint64_t h    = id_hash(r->id);
-        mc_hnode_t *o = mc_hmap_find(&s->segs, h, &r->id, seg_entry_eq);
-        return put_entry(&s->segs, o, h, r->type == MC_OPLOG_SEG_MOUNT ? r : NULL);
-    }
+    case MC_OPLOG_SEG_UNMOUNT:
+        *h = id_hash(r->id);
+        return &s->segs;
     case MC_OPLOG_TASK_SET:
-    case MC_OPLOG_TASK_DEL: {
-        uint64_t h    = id_hash(r->id);
-        mc_hnode_t *o = mc_hmap_find(&s->tasks, h, &r->id, seg_entry_eq);
-        return put_entry(&s->tasks, o, h, r->type == MC_OPLOG_TASK_SET ? r : NULL);
-    }
+    case MC_OPLOG_TASK_DEL:
+        *h = id_hash(r->id);
+        return &s->tasks;
     case MC_OPLOG_OBJ_SET:
-    case MC_OPLOG_OBJ_DEL: {
-        key_lookup_t l = {r->tenant, r->key};
-        uint64_t h     = key_hash(r->tenant, r->key);
-        mc_hnode_t *o  = mc_hmap_find(&s->objs, h, &l, obj_entry_eq);
-        return put_entry(&s->objs, o, h, r->type == MC_OPLOG_OBJ_SET ? r : NULL);
-    }
+    case MC_OPLOG_OBJ_DEL:
+        *h = key_hash(r->tenant, r->key);
+        return &s->objs;
     default:
-        return 0; /* markers carry no state */
+        return NULL;
+    }
+}
+
+/* mc_oplog_state_apply with the record's map and hash known. */
+static int apply_hashed(mc_oplog_state_t *s, const mc_oplog_record_t *r, mc_hmap_t *m,
+                        uint64_t h)
+{
+    mc_hnode_t *o;
+    int set;
+
+    s->applied++;
+    if (m == NULL)
+        return 0;
+    if (m == &s->objs) {
+        key_lookup_t l = {r->tenant, r->key};
+        o              = mc_hmap_find(m, h, &l, obj_entry_eq);
+        set            = (r->type == MC_OPLOG_OBJ_SET);
+    } else {
+        o   = mc_hmap_find(m, h, &r->id, seg_entry_eq);
+        set = (r->type == MC_OPLOG_SEG_MOUNT) || (r->type == MC_OPLOG_TASK_SET);
+    }
+    return put_entry(s, m, o, h, set ? r : NULL);
+}
+
+int mc_oplog_state_apply(mc_oplog_state_t *s, const mc_oplog_record_t *r)
+{
+    uint64_t h   = 0;
+    mc_hmap_t *m = record_map(s, r, &h);
+    return apply_hashed(s, r, m, h);
+}
+
+/* Records decoded this far ahead of the one applied: their bucket slots
+ * are loading meanwhile, and the chains' first entries from half-way. */
+#define FOLD_AHEAD 8
+
+typedef struct fold_slot {
+    mc_oplog_record_t r;
+    mc_hmap_t *map;
+    uint64_t hash;
+} fold_slot_t;
+
+int mc_oplog_state_apply_all(mc_oplog_state_t *s, const uint8_t *data, size_t len)
+{
+    fold_slot_t ring[FOLD_AHEAD];
+    size_t off = 0, n = 0, head = 0; /* n records decoded, not applied; head: the oldest */
+    int bad    = 0;
+
+    for (;;) {
+        /* decode ahead: a full ring, or to the end of the data */
+        while (!bad && (n < FOLD_AHEAD) && (off < len)) {
+            fold_slot_t *f = &ring[(head + n) % FOLD_AHEAD];
+            size_t used    = 0;
+            if (mc_oplog_record_decode(data + off, len - off, &f->r, &used) != MC_OPLOG_DECODED) {
+                bad = 1;
+                break;
+            }
+            off += used;
+            f->map = record_map(s, &f->r, &f->hash);
+            if (f->map != NULL)
+                mc_chmap_prefetch(f->map, (uint32_t)f->hash);
+            n++;
+        }
+        if (n == 0)
+            return bad ? 1 : 0;
+        if (n > FOLD_AHEAD / 2) {
+            /* its slot was asked for FOLD_AHEAD / 2 records ago */
+            const fold_slot_t *mid = &ring[(head + FOLD_AHEAD / 2) % FOLD_AHEAD];
+            const mc_cnode_t *c =
+                (mid->map != NULL) ? mc_chmap_head(mid->map, (uint32_t)mid->hash) : NULL;
+            if (c != NULL)
+                __builtin_prefetch(c);
+        }
+        if (apply_hashed(s, &ring[head].r, ring[head].map, ring[head].hash) != 0)
+            return -1;
+        head = (head + 1) % FOLD_AHEAD;
+        n--;
     }
 }
 

@@ -36,6 +36,7 @@
 #include "common/buf.h"
 #include "common/crc32c.h" /* mc_crc32c: the frame checksum */
 #include "common/hashmap.h"
+#include "common/slab.h"
 #include "common/util.h"
 
 /* Record types (the byte after the CRC).  Never renumber. */
@@ -188,12 +189,17 @@ mc_oplog_decode_t mc_oplog_scan(const uint8_t *data, size_t len, mc_oplog_scan_c
  * every mounted segment and the latest OBJ_SET of every live key, each
  * kept as its frame.  A restoring master folds the snapshot and the logs
  * into one, then installs it (snapshot.c); a standby would follow a
- * leader's log the same way.
+ * leader's log the same way.  Entries come from a slab of the state's own
+ * (one thread at a time uses a state): a leader shipping its log folds
+ * every record it writes, and one malloc() each grew the fold thread's
+ * heap a few pages at a time, each growth an mprotect() that stalled the
+ * event loop's page faults and interrupted its CPU.
  */
 typedef struct mc_oplog_state {
     mc_hmap_t objs; /* mc_oplog_entry_t by (tenant, key) */
     mc_hmap_t segs; /* mc_oplog_entry_t by segment id */
     mc_hmap_t tasks; /* mc_oplog_entry_t by task id */
+    mc_slab_t slab;  /* every entry, sizeof(mc_oplog_entry_t) + len bytes */
     uint64_t applied;
 } mc_oplog_state_t;
 
@@ -209,6 +215,12 @@ void mc_oplog_state_cleanup(mc_oplog_state_t *s);
 void mc_oplog_state_clear(mc_oplog_state_t *s);
 /* Fold one decoded record in.  0, or -1 when out of memory. */
 int mc_oplog_state_apply(mc_oplog_state_t *s, const mc_oplog_record_t *r);
+/* Fold the frames of @p data in, in order, as mc_oplog_state_apply would
+ * one by one, loading each record's hash bucket and chain a few records
+ * ahead (a large state misses the caches on both).  0 when every byte was
+ * a whole valid frame, 1 when one was not (those before it are folded
+ * in), -1 when out of memory. */
+int mc_oplog_state_apply_all(mc_oplog_state_t *s, const uint8_t *data, size_t len);
 
 /* ---- group-commit writer --------------------------------------------------- */
 

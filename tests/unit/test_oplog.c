@@ -4,7 +4,8 @@
  * every record type round-trips; every flipped byte of a frame is refused;
  * every cut of a frame reads as torn; a scan stops at the first bad frame
  * with the valid prefix; replay keeps the last state of each key and
- * segment; the group-commit writer makes what it was given durable in a
+ * segment, and the batched fold ends where the one-by-one fold does; the
+ * group-commit writer makes what it was given durable in a
  * file that scans back.
  */
 #include "config.h"
@@ -405,6 +406,97 @@ START_TEST(test_state_apply)
 }
 END_TEST
 
+/* Every entry of @p m, as a frame, into @p out (in no particular order). */
+static size_t state_frames(const mc_hmap_t *m, const mc_oplog_entry_t **out, size_t cap)
+{
+    mc_hmap_iter_t it;
+    size_t n = 0;
+    for (mc_hnode_t *h = mc_hmap_first(m, &it); h != NULL; h = mc_hmap_next(m, &it)) {
+        ck_assert_uint_lt(n, cap);
+        out[n++] = mc_container_of(h, mc_oplog_entry_t, node);
+    }
+    return n;
+}
+
+/* @p a and @p b hold the same entries, byte for byte. */
+static void assert_same_map(const mc_hmap_t *a, const mc_hmap_t *b)
+{
+    static const mc_oplog_entry_t *ea[4096], *eb[4096];
+    size_t na = state_frames(a, ea, 4096), nb = state_frames(b, eb, 4096);
+    ck_assert_msg(na == nb, "the states hold %zu and %zu entries", na, nb);
+    for (size_t i = 0; i < na; i++) {
+        size_t j = 0;
+        while ((j < nb) && !((eb[j]->len == ea[i]->len) &&
+                             (memcmp(eb[j]->frame, ea[i]->frame, ea[i]->len) == 0)))
+            j++;
+        ck_assert_msg(j < nb, "entry %zu of the one-by-one state is not in the batched one", i);
+    }
+}
+
+/* The batched fold (mc_oplog_state_apply_all, which looks records ahead)
+ * ends in the state the records give one by one, also when a key is set,
+ * deleted and set again within its look-ahead, and folds the valid prefix
+ * of a round whose last frame is torn. */
+START_TEST(test_state_apply_all)
+{
+    mc_oplog_state_t one, all;
+    mc_buf_t b;
+    mc_oplog_record_t r;
+    size_t off = 0, used;
+    char key[32];
+
+    mc_buf_init(&b);
+    for (int i = 0; i < 600; i++) {
+        /* keys recur 1..9 records apart: inside and beyond the look-ahead */
+        snprintf(key, sizeof(key), "k%d", (i * 7) % 97);
+        r = obj_set(key, 1 + (uint32_t)(i % 2));
+        if (i % 5 == 3) {
+            memset(&r, 0, sizeof(r));
+            r.type   = MC_OPLOG_OBJ_DEL;
+            r.tenant = mc_str_from_cstr("default");
+            r.key    = mc_str_from_cstr(key);
+        } else if (i % 11 == 4) {
+            r = seg_mount((uint64_t)(i % 3));
+        } else if (i % 13 == 6) {
+            memset(&r, 0, sizeof(r));
+            r.type  = MC_OPLOG_SEG_UNMOUNT;
+            r.id.hi = (uint64_t)(i % 3);
+            r.id.lo = (uint64_t)(i % 3) + 1;
+        } else if (i % 17 == 8) {
+            memset(&r, 0, sizeof(r));
+            r.type = MC_OPLOG_LOG_BEGIN; /* a marker: no state */
+            r.gen  = (uint64_t)i;
+        }
+        mc_oplog_record_encode(&b, &r);
+    }
+    ck_assert_int_eq(mc_oplog_state_init(&one), 0);
+    ck_assert_int_eq(mc_oplog_state_init(&all), 0);
+    while (off < b.len) {
+        ck_assert_int_eq(mc_oplog_record_decode(b.data + off, b.len - off, &r, &used),
+                         MC_OPLOG_DECODED);
+        ck_assert_int_eq(mc_oplog_state_apply(&one, &r), 0);
+        off += used;
+    }
+    ck_assert_int_eq(mc_oplog_state_apply_all(&all, b.data, b.len), 0);
+    ck_assert_uint_eq(all.applied, one.applied);
+    assert_same_map(&one.objs, &all.objs);
+    assert_same_map(&one.segs, &all.segs);
+    ck_assert_uint_gt(one.objs.count, 0);
+    ck_assert_uint_gt(one.segs.count, 0);
+
+    /* a torn last frame: the records before it are folded, 1 says so */
+    mc_oplog_state_clear(&all);
+    r = obj_set("torn", 1);
+    mc_oplog_record_encode(&b, &r);
+    ck_assert_int_eq(mc_oplog_state_apply_all(&all, b.data, b.len - 3), 1);
+    ck_assert_uint_eq(all.applied, one.applied);
+    assert_same_map(&one.objs, &all.objs);
+    mc_oplog_state_cleanup(&one);
+    mc_oplog_state_cleanup(&all);
+    mc_buf_cleanup(&b);
+}
+END_TEST
+
 /* The writer thread over the file sink: what was appended and kicked
  * becomes durable, the wake fd fires, and the file scans back. */
 START_TEST(test_writer_file_sink)
@@ -490,6 +582,7 @@ Suite *mc_test_oplog_suite(void)
     tcase_add_test(tc, test_corruption_and_truncation);
     tcase_add_test(tc, test_scan_stops_at_torn_tail);
     tcase_add_test(tc, test_state_apply);
+    tcase_add_test(tc, test_state_apply_all);
     tcase_add_test(tc, test_writer_file_sink);
     suite_add_tcase(s, tc);
     return s;
