@@ -234,6 +234,13 @@ mc_status_t mc_master_create(mc_master_config_t *cfg, mc_master_t **m_p)
         mc_error("cannot create the event loop");
         goto fail;
     }
+    /* before any event exists: libevent gives each the middle priority */
+    _Static_assert(MC_MASTER_PRIO_DEFAULT == MC_MASTER_PRIORITIES / 2,
+                   "events left at libevent's default priority run at MC_MASTER_PRIO_DEFAULT");
+    if (event_base_priority_init(m->base, MC_MASTER_PRIORITIES) != 0) {
+        mc_error("cannot set up the event loop's priorities");
+        goto fail;
+    }
     if (mc_master_index_init(m) != MC_OK)
         goto fail;
     /* the quota policy first: restored objects are charged to their tenants */

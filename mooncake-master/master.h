@@ -70,6 +70,15 @@ struct evhttp;
  * puts, leases, eviction, HA and durability housekeeping. */
 #define MC_MASTER_TICK_MS 250
 
+/* The event loop's priorities (docs/threads.md): every event runs at
+ * MC_MASTER_PRIO_DEFAULT except the operation log's wake, whose held
+ * answers go out before the loop reads the next requests (a loop turn of
+ * batched puts takes about a millisecond, which the answers, and the
+ * clients' next requests, would otherwise wait behind). */
+#define MC_MASTER_PRIORITIES   2
+#define MC_MASTER_PRIO_RELEASE 0
+#define MC_MASTER_PRIO_DEFAULT 1
+
 /* ---- intrusive circular doubly-linked list ------------------------------ */
 
 typedef struct mc_mlist {

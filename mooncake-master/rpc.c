@@ -883,6 +883,7 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_readable_cb(evutil_socket_t fd, short what, void *arg)
 {
     mc_conn_t *c        = arg;
+    mc_master_t *m      = c->m;
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t have         = evbuffer_get_length(in);
     size_t want;
@@ -914,7 +915,10 @@ static void conn_readable_cb(evutil_socket_t fd, short what, void *arg)
     }
     vec.iov_len = (size_t)n;
     evbuffer_commit_space(in, &vec, 1);
-    conn_drive(c);
+    conn_drive(c); /* c may be gone from here on */
+    /* answers of rounds that became durable meanwhile go now, not after
+     * the rest of the turn (last: it may free connections, this one too) */
+    mc_durable_poll(m);
 }
 
 static void conn_write_cb(struct bufferevent *bev, void *arg)

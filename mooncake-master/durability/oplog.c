@@ -688,7 +688,7 @@ struct mc_oplog_writer {
     mc_buf_t pending;        /* appended, not yet taken by the thread */
     uint64_t pending_seq;    /* seq of the last record in pending */
     uint64_t appended_seq;   /* loop thread's view (== pending_seq after end) */
-    uint64_t durable_seq;
+    uint64_t durable_seq;    /* written under mu, atomically: read without it by peek */
     uint64_t rotate_gen;     /* 0: none asked */
     size_t rotate_at;        /* pending[0, rotate_at) still goes to the old log */
     int kicked;
@@ -787,7 +787,7 @@ static void *writer_main(void *arg)
         if (rc != 0)
             w->failed = 1;
         if (!w->failed) {
-            w->durable_seq = seq;
+            __atomic_store_n(&w->durable_seq, seq, __ATOMIC_RELEASE);
             w->rounds++;
             w->bytes += batch.len;
         }
@@ -816,7 +816,7 @@ static void writer_done(void *arg, uint64_t seq, int failed)
     if (failed) {
         w->failed = 1;
     } else if (!w->failed && (seq > w->durable_seq)) {
-        w->durable_seq = seq;
+        __atomic_store_n(&w->durable_seq, seq, __ATOMIC_RELEASE);
         w->rounds++;
         if (w->done_ns == 0)
             w->done_ns = mc_now_ns();
@@ -940,6 +940,11 @@ uint64_t mc_oplog_writer_durable(mc_oplog_writer_t *w)
     }
     pthread_mutex_unlock(&w->mu);
     return d;
+}
+
+uint64_t mc_oplog_writer_durable_peek(const mc_oplog_writer_t *w)
+{
+    return __atomic_load_n(&w->durable_seq, __ATOMIC_ACQUIRE);
 }
 
 int mc_oplog_writer_failed(mc_oplog_writer_t *w)

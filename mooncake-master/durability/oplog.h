@@ -293,6 +293,9 @@ int mc_oplog_writer_rotate(mc_oplog_writer_t *w, uint64_t gen);
 /* Sequence numbers: of the last record appended, of the last durable. */
 uint64_t mc_oplog_writer_appended(const mc_oplog_writer_t *w);
 uint64_t mc_oplog_writer_durable(mc_oplog_writer_t *w);
+/* The last durable sequence number without the writer's lock (one atomic
+ * load, for polling; mc_oplog_writer_durable also keeps the statistics). */
+uint64_t mc_oplog_writer_durable_peek(const mc_oplog_writer_t *w);
 /* Non-zero once the sink failed: nothing after it is durable. */
 int mc_oplog_writer_failed(mc_oplog_writer_t *w);
 /* Rounds (write + sync) done, and records written: for metrics. */

@@ -313,6 +313,17 @@ uint64_t mc_durable_pending(mc_master_t *m)
     return (a > d->durable_seen) ? a : 0;
 }
 
+void mc_durable_poll(mc_master_t *m)
+{
+    mc_durable_t *d = m->durable;
+
+    /* one atomic load when nothing changed; a failure is wake_cb's */
+    if ((d == NULL) || (mc_oplog_writer_durable_peek(d->w) <= d->durable_seen))
+        return;
+    d->durable_seen = mc_oplog_writer_durable(d->w);
+    mc_master_rpc_release(m, d->durable_seen);
+}
+
 static void wake_cb(evutil_socket_t fd, short what, void *arg)
 {
     mc_master_t *m  = arg;
@@ -973,6 +984,7 @@ static mc_status_t start_writer(mc_master_t *m, mc_durable_t *d, mc_oplog_sink_t
     d->kick_ev = event_new(m->base, -1, 0, kick_cb, d);
     d->walk_ev = evtimer_new(m->base, walk_cb, m);
     if ((d->wake_ev == NULL) || (d->kick_ev == NULL) || (d->walk_ev == NULL) ||
+        (event_priority_set(d->wake_ev, MC_MASTER_PRIO_RELEASE) != 0) ||
         (event_add(d->wake_ev, NULL) != 0))
         return MC_INTERNAL_ERROR;
     d->next_snapshot_ms = mc_now_ms() + (uint64_t)cfg->snapshot_interval_seconds * 1000u;

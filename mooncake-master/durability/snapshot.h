@@ -48,6 +48,10 @@ void mc_durable_task(mc_master_t *m, const mc_task_t *t, int live);
 /* Sequence number an answer produced now must wait for; 0 when nothing
  * appended is still waiting for its sync. */
 uint64_t mc_durable_pending(mc_master_t *m);
+/* Release the answers whose records became durable since the loop last
+ * looked (rpc.c, between connections' requests): a round that ends while
+ * the loop works through a turn is answered then, not after the turn. */
+void mc_durable_poll(mc_master_t *m);
 
 /* With --enable_ha and --enable_snapshot_restore: the log shipped through
  * etcd (ship.h), else NULL. */
