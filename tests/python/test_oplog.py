@@ -177,6 +177,21 @@ class BatchLoad(PutLoad):
                 self.times.append(time.monotonic())
 
 
+def start_batch_loads(cleanup, etcd, prefix, n=16, first=64):
+    """Four store clients putting batches of ``n`` keys, each with ``first``
+    puts acknowledged; the loads are stopped if that does not come."""
+    clients = [store_client(cleanup, etcd, f"client{i}") for i in range(4)]
+    loads = [BatchLoad(c, f"{prefix}{i}-", n=n) for i, c in enumerate(clients)]
+    try:
+        for ld in loads:
+            ld.wait_more(first, 30.0, f"{first} acknowledged puts per client")
+    except BaseException:
+        for ld in loads:
+            ld.stop()
+        raise
+    return clients, loads
+
+
 def test_leader_killed_with_grouped_rounds_in_flight(etcd, cleanup):
     """Group commit in a race: with --oplog_batch_max_entries=1 every record
     is a log key of its own, so a batch put's round is many keys, and a free
@@ -190,11 +205,8 @@ def test_leader_killed_with_grouped_rounds_in_flight(etcd, cleanup):
     cleanup.append(masters)
     masters += [OplogMaster(etcd, TTL + ["--oplog_batch_max_entries=1"]) for _ in range(2)]
     leader = wait_leader(masters, 15.0)
-    clients = [store_client(cleanup, etcd, f"client{i}") for i in range(4)]
-    loads = [BatchLoad(c, f"g{i}-") for i, c in enumerate(clients)]
+    clients, loads = start_batch_loads(cleanup, etcd, "g")
     try:
-        for ld in loads:
-            ld.wait_more(64, 30.0, "64 acknowledged puts per client")
         per_txn = collections.Counter(rev for _, rev in etcd.range_revisions(LOG_PREFIX))
         assert max(per_txn.values()) > 1, "no transaction carried more than one log key"
         leader.kill()  # kill -9, with rounds in flight
@@ -229,11 +241,8 @@ def test_leader_killed_with_grpc_txns_in_flight(etcd3, cleanup):
     cleanup.append(masters)
     masters += [OplogMaster(etcd3, TTL) for _ in range(2)]
     leader = wait_leader(masters, 15.0)
-    clients = [store_client(cleanup, etcd3, f"client{i}") for i in range(4)]
-    loads = [BatchLoad(c, f"r{i}-", n=32) for i, c in enumerate(clients)]
+    clients, loads = start_batch_loads(cleanup, etcd3, "r", n=32, first=96)
     try:
-        for ld in loads:
-            ld.wait_more(96, 30.0, "96 acknowledged puts per client")
         assert GRPC_LINE in leader.log_text(), leader.log_text()[-3000:]
         leader.kill()  # kill -9, with transactions in flight
         masters.remove(leader)
@@ -357,11 +366,8 @@ def test_batches_answered_only_once_committed_across_an_etcd_stall(etcd, cleanup
     cleanup.append(masters)
     masters += [OplogMaster(etcd, ["--ha_lease_ttl_sec=6"])]
     leader = wait_leader(masters, 15.0)
-    clients = [store_client(cleanup, etcd, f"client{i}") for i in range(4)]
-    loads = [BatchLoad(c, f"s{i}-") for i, c in enumerate(clients)]
+    clients, loads = start_batch_loads(cleanup, etcd, "s")
     try:
-        for ld in loads:
-            ld.wait_more(64, 30.0, "64 acknowledged puts per client")
         pause_etcd(etcd, 0)
         t_stop = time.monotonic()
         try:
