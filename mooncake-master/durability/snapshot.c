@@ -141,46 +141,69 @@ static void append_end(mc_durable_t *d, unsigned n)
     }
 }
 
-static void put_uuid(mc_buf_t *b, mc_uuid_t u)
+/* Store @p s as the log's strings are (u32 length, bytes) at @p p; the end. */
+static uint8_t *store_str(uint8_t *p, mc_str_t s)
 {
-    mc_buf_put_u64(b, u.hi);
-    mc_buf_put_u64(b, u.lo);
+    mc_store_le32(p, (uint32_t)s.len);
+    memcpy(p + 4, s.ptr, s.len);
+    return p + 4 + s.len;
+}
+
+static uint8_t *store_uuid(uint8_t *p, mc_uuid_t u)
+{
+    mc_store_le64(p, u.hi);
+    mc_store_le64(p + 8, u.lo);
+    return p + 16;
 }
 
 /* OBJ_SET of @p o straight from the index (same layout as
- * mc_oplog_record_encode). */
+ * mc_oplog_record_encode).  A record per key of every put: the fixed part
+ * and the replicas are sized first and stored in one reservation, not
+ * appended field by field (the loop's share of a logged put). */
 static void encode_object(mc_buf_t *b, const mc_object_t *o)
 {
-    size_t at          = mc_oplog_frame_begin(b, MC_OPLOG_OBJ_SET);
-    const char *gid    = mc_object_group_id(o);
-    uint32_t n         = 0;
+    mc_str_t tenant = mc_object_tenant(o), key = mc_object_key(o);
+    const char *gid = mc_object_group_id(o);
+    mc_str_t group  = mc_str_from_cstr(gid);
+    size_t at       = b->len;
+    uint32_t n      = 0;
     const mc_replica_t *r;
+    uint8_t *p;
 
-    mc_buf_put_str(b, mc_object_tenant(o));
-    mc_buf_put_str(b, mc_object_key(o));
-    mc_buf_put_u64(b, o->size);
-    put_uuid(b, mc_object_owner(o));
-    mc_buf_put_u8(b, o->hard_pin);
-    /* soft pin is runtime-only, as upstream's snapshots and oplog keep it:
-     * the slot stays in the layout but is always 0, so a restored or
-     * promoted index holds ordinary cache until a later write pins again */
-    mc_buf_put_u64(b, 0);
-    mc_buf_put_u8(b, gid != NULL);
-    if (gid != NULL)
-        mc_buf_put_str(b, mc_str_from_cstr(gid));
     /* NoF segments are not logged (docs/tiers.md §8): nor their replicas */
     mc_object_for_each_replica(r, o)
         n += !r->seg->nof;
-    mc_buf_put_u32(b, n);
+    p = mc_buf_reserve(b, MC_OPLOG_FRAME_HEADER + 4 + tenant.len + 4 + key.len + 8 + 16 + 1 +
+                              8 + 1 + ((gid != NULL) ? 4 + group.len : 0) + 4 + (size_t)n * 32);
+    if (p == NULL)
+        return; /* b->oom: the writer reports it */
+    memset(p, 0, 8); /* length and CRC: mc_oplog_frame_end */
+    p[8] = MC_OPLOG_OBJ_SET;
+    p    = store_str(p + MC_OPLOG_FRAME_HEADER, tenant);
+    p    = store_str(p, key);
+    mc_store_le64(p, o->size);
+    p    = store_uuid(p + 8, mc_object_owner(o));
+    *p++ = o->hard_pin;
+    /* soft pin is runtime-only, as upstream's snapshots and oplog keep it:
+     * the slot stays in the layout but is always 0, so a restored or
+     * promoted index holds ordinary cache until a later write pins again */
+    mc_store_le64(p, 0);
+    p += 8;
+    *p++ = (gid != NULL);
+    if (gid != NULL)
+        p = store_str(p, group);
+    mc_store_le32(p, n);
+    p += 4;
     mc_object_for_each_replica(r, o)
     {
         mc_alloc_block_t blk;
         if (r->seg->nof)
             continue;
         blk = mc_master_replica_block(r);
-        put_uuid(b, r->seg->id);
-        mc_buf_put_u64(b, blk.offset);
-        mc_buf_put_u64(b, blk.size);
+        p   = store_uuid(p, r->seg->id);
+        mc_store_le64(p, blk.offset);
+        mc_store_le64(p + 8, blk.size);
+        p += 16;
     }
     if ((o->ext != NULL) && (o->ext->disk != NULL)) {
         const mc_disk_replica_t *dr = o->ext->disk;
