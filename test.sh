@@ -71,7 +71,7 @@ grep -E '^[0-9]+%: Checks|:[EF]:' "$logdir/unit.log" || tail -n 40 "$logdir/unit
 # test's assertion message names its logs), at most 600 lines of them.
 pytest_report() {
     if [ "$2" -eq 0 ]; then
-        tail -n 3 "$1"
+        tail -n 1 "$1"
     else
         sed -n '/^=* FAILURES =*$/,/^=* short test summary info =*$/p' "$1" | head -n 600
         tail -n 30 "$1"
