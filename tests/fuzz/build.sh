@@ -59,10 +59,10 @@ $cc $cflags $san -o "$work/fuzz_dummy" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy/dummy_decode.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_oplog" "$src/tests/fuzz/fuzz_oplog.c" \
-    "$src/mooncake-master/durability/oplog.c" $common -lm -lpthread
+    "$src/mooncake-master/durability/oplog.c" "$src/libmooncake/common/slab.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_oplog_seeds" "$src/tests/fuzz/fuzz_oplog.c" \
-    "$src/mooncake-master/durability/oplog.c" $common -lm -lpthread
+    "$src/mooncake-master/durability/oplog.c" "$src/libmooncake/common/slab.c" $common -lm -lpthread
 $cc $cflags $san -o "$work/fuzz_regex" "$src/tests/fuzz/fuzz_regex.c" \
     "$src/libmooncake/common/regex_limit.c" $common -lm -lpthread
 # shellcheck disable=SC2086
