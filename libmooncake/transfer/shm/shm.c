@@ -912,49 +912,44 @@ static int map_ask(mc_te_shm_peer_t *p, uint64_t addr, uint64_t len)
     return rc;
 }
 
-int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len)
+/* The word of the live mapping holding [remote, remote+len), 0 when there
+ * is none (not mapped, served over the network only, or gone); with
+ * @p gate_p, its slot's gate word too (read under the same lock).  A hint
+ * for the three questions below: a fence may begin right after. */
+static uint64_t map_probe(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len, uint64_t *gate_p)
 {
     peer_map_t *m;
-    int ok;
+    uint64_t w = 0;
     if ((len == 0) || (len > UINT64_MAX - remote) || __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
         return 0;
     pthread_rwlock_rdlock(&p->map_lock);
-    m  = map_find(p, remote, len);
-    ok = (m != NULL) && (m->base != NULL) && map_live(p, m);
+    m = map_find(p, remote, len);
+    if ((m != NULL) && (m->base != NULL))
+        w = map_word(p, m);
+    if ((w != 0) && (gate_p != NULL))
+        *gate_p = __atomic_load_n(&p->gates[m->slot], __ATOMIC_ACQUIRE);
     pthread_rwlock_unlock(&p->map_lock);
-    return ok;
+    return w;
+}
+
+int mc_te_shm_mapped(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len)
+{
+    return map_probe(p, remote, len, NULL) != 0;
 }
 
 int mc_te_shm_write_ready(mc_te_shm_peer_t *p, uint64_t lo, uint64_t hi, uint64_t gen)
 {
-    peer_map_t *m;
-    uint64_t w;
-    int ok;
-    if ((hi <= lo) || (p->writers == NULL) || __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+    uint64_t w, gate = 1;
+    if ((hi <= lo) || (p->writers == NULL))
         return 0;
-    pthread_rwlock_rdlock(&p->map_lock);
-    m  = map_find(p, lo, hi - lo);
-    ok = (m != NULL) && (m->base != NULL) && ((w = map_word(p, m)) != 0) &&
-         ((gen == 0) || (w == gen)) &&
-         (__atomic_load_n(&p->gates[m->slot], __ATOMIC_ACQUIRE) == 0);
-    pthread_rwlock_unlock(&p->map_lock);
-    return ok;
+    w = map_probe(p, lo, hi - lo, &gate);
+    return (w != 0) && ((gen == 0) || (w == gen)) && (gate == 0);
 }
 
 int mc_te_shm_gen_unadopted(mc_te_shm_peer_t *p, uint64_t remote, uint64_t len, uint64_t gen)
 {
-    peer_map_t *m;
-    uint64_t w;
-    int later;
-    if ((gen == 0) || (len == 0) || (len > UINT64_MAX - remote) ||
-        __atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
-        return 0;
-    pthread_rwlock_rdlock(&p->map_lock);
-    m     = map_find(p, remote, len);
-    later = (m != NULL) && (m->base != NULL) && map_live(p, m) && ((w = map_word(p, m)) != 0) &&
-            mc_gen_newer(gen, w);
-    pthread_rwlock_unlock(&p->map_lock);
-    return later;
+    uint64_t w = (gen != 0) ? map_probe(p, remote, len, NULL) : 0;
+    return (w != 0) && mc_gen_newer(gen, w);
 }
 
 /*
