@@ -678,6 +678,22 @@ START_TEST(test_shm_generation_reads)
 }
 END_TEST
 
+/* Register @p h under @p G and map it in A (a same-host read of its first
+ * 4 KiB); its segment. */
+static mc_te_segment_id_t gen_open(shm_buf_t *h, size_t cap, uint64_t G)
+{
+    static uint8_t scratch[4 * KiB];
+    uint64_t g = G;
+    mc_te_segment_id_t seg;
+    mc_te_request_t rq;
+
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h->p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h->fd, G));
+    seg = te_open(A, B);
+    rq  = (mc_te_request_t){MC_TE_READ, scratch, (uint64_t)(uintptr_t)h->p, sizeof(scratch), seg};
+    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
+    return seg;
+}
+
 /* A later counter of the generation (common/gen.h) through the same-host
  * path: a write naming it goes by the network path, where the holder
  * adopts it and then gives the control word the new value; same-host
@@ -690,16 +706,14 @@ START_TEST(test_shm_generation_counter)
     shm_buf_t h      = shm_buf_new(cap, 1, NULL);
     uint8_t *src     = malloc(cap);
     uint8_t *dst     = malloc(cap);
-    uint64_t ops, bytes, g = G;
+    uint64_t ops, bytes, g;
     mc_te_request_t rd, wr;
 
     te_fill(h.p, cap, 23);
     te_fill(src, cap, 61);
-    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
-    mc_te_segment_id_t seg = te_open(A, B);
+    mc_te_segment_id_t seg = gen_open(&h, cap, G);
     rd = (mc_te_request_t){MC_TE_READ, dst, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
     wr = (mc_te_request_t){MC_TE_WRITE, src, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
-    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL)); /* maps the region */
     stats(A, &ops, &bytes);
     g = G1; /* not the word yet: by the network, where B adopts it */
     ck_assert_status_ok(mc_te_transfer_gen(A, &wr, &g, 1, NULL));
@@ -722,8 +736,8 @@ END_TEST
 /* A large write naming a later counter: only its head goes by the network
  * (where the holder adopts the counter), the rest is copied; every byte
  * lands, and nothing beside the write changes.  A small one still goes by
- * the network whole.  (Fences between the two parts: the test below with
- * the split writes, and test_shm_fence_*.) */
+ * the network whole.  (A fence between the two parts:
+ * test_shm_fence_against_adopting_writes.) */
 START_TEST(test_shm_generation_counter_large_write)
 {
     const uint64_t G = UINT64_C(0x8000000079000000), G1 = mc_gen_next(G),
@@ -732,15 +746,12 @@ START_TEST(test_shm_generation_counter_large_write)
     shm_buf_t h      = shm_buf_new(cap, 1, NULL);
     uint8_t *src     = malloc(cap);
     uint8_t *keep    = malloc(cap);
-    uint64_t ops, bytes, g = G;
-    mc_te_request_t rd, wr;
+    uint64_t ops, bytes, g;
+    mc_te_request_t wr;
 
     te_fill(h.p, cap, 23);
     te_fill(src, cap, 61);
-    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
-    mc_te_segment_id_t seg = te_open(A, B);
-    rd = (mc_te_request_t){MC_TE_READ, keep, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
-    ck_assert_status_ok(mc_te_transfer_gen(A, &rd, &g, 1, NULL)); /* maps the region */
+    mc_te_segment_id_t seg = gen_open(&h, cap, G);
     memcpy(keep, h.p, cap);
     stats(A, &ops, &bytes);
     wr = (mc_te_request_t){MC_TE_WRITE, src, (uint64_t)(uintptr_t)h.p + off, len, seg};
@@ -1706,22 +1717,11 @@ static int spread_wait(spread_writer_t *w, int writes, int refused, long long ms
     return ok;
 }
 
-/* Zero @p h, register it under @p G and map it in A (a write of its last
- * 4 KiB); its segment. */
+/* Zero @p h, register it under @p G and map it in A; its segment. */
 static mc_te_segment_id_t fence_open(shm_buf_t *h, size_t cap, uint64_t G)
 {
-    static uint8_t zero[4 * KiB];
-    uint64_t g = G;
-    mc_te_segment_id_t seg;
-    mc_te_request_t rq;
-
     memset(h->p, 0, cap);
-    ck_assert_status_ok(mc_te_mem_reg_gen(B, h->p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h->fd, G));
-    seg = te_open(A, B);
-    rq  = (mc_te_request_t){MC_TE_WRITE, zero, (uint64_t)(uintptr_t)(h->p + cap - sizeof(zero)),
-                           sizeof(zero), seg};
-    ck_assert_status_ok(mc_te_transfer_gen(A, &rq, &g, 1, NULL)); /* maps the region */
-    return seg;
+    return gen_open(h, cap, G);
 }
 
 /* Run writer @p w (its requests set) until it wrote twice; then the
