@@ -895,5 +895,12 @@ struct mooncake_aq {
     {
         return mc_store_aq_reap($self->q, done, max);
     }
+
+    /* Copies the rest of this queue's local reads in progress (without the
+     * interpreter lock); the pieces copied. */
+    size_t help()
+    {
+        return mc_store_aq_help($self->q);
+    }
 }
 #endif

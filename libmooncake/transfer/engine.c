@@ -1226,6 +1226,8 @@ typedef struct mc_te_item {
     struct direct_piece *dp; /* a piece of a spread direct write, run whole
                               * (write_direct_spread; of the fields above only
                               * op and req are set); NULL for others */
+    int shared;              /* a piece of a shared read: copied with streaming
+                              * stores when the holder's region is mapped */
 } mc_te_item_t;
 
 static mc_status_t range_refused(mc_te_op_t op, const char *seg, uint64_t addr, uint64_t len)
@@ -1332,6 +1334,11 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
                                       it->sc->runs, it->sc->nruns);
     if (it->len == 0)
         return MC_OK;
+    if (it->shared) { /* as the whole read would have been copied */
+        mc_te_request_t r = {MC_TE_READ, it->local, it->remote, it->len, s->id};
+        if (mc_te_read_direct_gen(te, &r, &it->gen, 1, &st))
+            return st;
+    }
     if (s->is_self)
         return exec_self(te, it);
     if (shm_try(te, segment_shm(s), it->op, it->local, it->remote, it->len, it->gen, &st))
@@ -1448,6 +1455,8 @@ struct mc_te_batch {
     mc_te_batch_t *qprev;
     mc_te_batch_t *qnext;
     struct mc_te_job *job;   /* background job owning the batch, or NULL */
+    int shared;              /* a shared read (mc_te_read_shared_gen): no worker is
+                              * woken for it; mc_te_assist takes its runs */
 };
 
 /*
@@ -1621,7 +1630,8 @@ static void pool_stop(mc_te_t *te)
 /* Run the items to completion; req_status[] gets the first error of each
  * request.  On failure the caller's error detail describes the lowest
  * failing request. */
-static void run_batch(mc_te_t *te, mc_te_item_t *items, size_t nitems, mc_status_t *req_status)
+static void run_batch_as(mc_te_t *te, mc_te_item_t *items, size_t nitems,
+                         mc_status_t *req_status, int shared)
 {
     mc_te_batch_t b;
 
@@ -1656,8 +1666,10 @@ static void run_batch(mc_te_t *te, mc_te_item_t *items, size_t nitems, mc_status
      * pool (each needless wake-up is two context switches, which on a
      * small VM cost more than the slice itself).  A worker that is busy
      * elsewhere re-checks the queue before it sleeps, so a signal that
-     * finds nobody waiting loses nothing. */
-    {
+     * finds nobody waiting loses nothing.  A shared read wakes none: its
+     * caller copies it, helped by whoever calls mc_te_assist. */
+    b.shared = shared;
+    if (!shared) {
         size_t runs = 0;
         for (size_t i = 0; (i < nitems) && (runs <= te->nworkers); runs++)
             i += run_length(items, i, nitems);
@@ -1675,6 +1687,11 @@ static void run_batch(mc_te_t *te, mc_te_item_t *items, size_t nitems, mc_status
     pthread_cond_destroy(&b.done_cond);
     if (b.detail_req != SIZE_MAX)
         mc_set_error_detail("%s", b.detail);
+}
+
+static void run_batch(mc_te_t *te, mc_te_item_t *items, size_t nitems, mc_status_t *req_status)
+{
+    run_batch_as(te, items, nitems, req_status, 0);
 }
 
 /*
@@ -1802,6 +1819,7 @@ static void request_items(const mc_te_request_t *r, size_t i, mc_te_segment_t *s
         it->req          = i;
         it->sc           = NULL;
         it->dp           = NULL;
+        it->shared       = 0;
         off += it->len;
     } while (off < r->length);
 }
@@ -2418,6 +2436,79 @@ mc_status_t mc_te_transfer_gen_sent(mc_te_t *te, const mc_te_request_t *reqs,
     st            = mc_te_transfer_gen(te, reqs, gens, n, statuses);
     mc_te_sent_hook_run(); /* nothing was sent (or all refused first) */
     return st;
+}
+
+/* ---- shared reads (mc_te_read_shared_gen, mc_te_assist) ----------------------- */
+
+mc_status_t mc_te_read_shared_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
+                                  size_t n, mc_status_t *statuses)
+{
+    mc_te_segment_t **segs;
+    mc_te_item_t *items = NULL;
+    size_t nitems = 0, k = 0;
+    mc_status_t first = MC_OK;
+
+    if ((te == NULL) || (statuses == NULL) || ((reqs == NULL) && (n > 0))) {
+        mc_set_error_detail("shared read needs an engine, requests and statuses");
+        return MC_INVALID_PARAMS;
+    }
+    if (n == 0)
+        return MC_OK;
+    segs = malloc(n * sizeof(*segs));
+    if (segs == NULL)
+        return mc_te_transfer_gen(te, reqs, gens, n, statuses);
+    for (size_t i = 0; i < n; i++) {
+        statuses[i] = request_check(te, &reqs[i], &segs[i]);
+        if ((statuses[i] == MC_OK) && (reqs[i].op != MC_TE_READ)) {
+            mc_set_error_detail("shared read: request %zu is not a READ", i);
+            statuses[i] = MC_INVALID_PARAMS;
+        }
+        if (statuses[i] == MC_OK)
+            nitems += MC_MAX((reqs[i].length + MC_TE_SHARED_PIECE - 1) / MC_TE_SHARED_PIECE,
+                             (uint64_t)1);
+    }
+    if (nitems > 0) {
+        items = (nitems <= SIZE_MAX / sizeof(*items)) ? malloc(nitems * sizeof(*items)) : NULL;
+        if (items == NULL) {
+            free(segs);
+            return mc_te_transfer_gen(te, reqs, gens, n, statuses);
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (statuses[i] == MC_OK)
+                request_items(&reqs[i], i, segs[i],
+                              MC_MAX((reqs[i].length + MC_TE_SHARED_PIECE - 1) /
+                                         MC_TE_SHARED_PIECE, (uint64_t)1),
+                              GEN_OF(gens, i), items, &k);
+        }
+        for (size_t j = 0; j < k; j++)
+            items[j].shared = 1;
+        run_batch_as(te, items, k, statuses, 1);
+    }
+    for (size_t i = 0; (i < n) && (first == MC_OK); i++)
+        first = statuses[i];
+    free(items);
+    free(segs);
+    return first;
+}
+
+size_t mc_te_assist(mc_te_t *te)
+{
+    size_t runs = 0;
+
+    if (te == NULL)
+        return 0;
+    pthread_mutex_lock(&te->pool_mu);
+    for (;;) {
+        mc_te_batch_t *b = te->queue_head;
+        while ((b != NULL) && !b->shared)
+            b = b->qnext;
+        if (b == NULL)
+            break; /* a shared batch leaves the queue with its last run claimed */
+        batch_step(te, b);
+        runs++;
+    }
+    pthread_mutex_unlock(&te->pool_mu);
+    return runs;
 }
 
 /* ---- background jobs ---------------------------------------------------------- */

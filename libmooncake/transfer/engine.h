@@ -481,6 +481,27 @@ int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint6
                            size_t n, mc_status_t *st_p);
 
 /*
+ * READs that another thread may help with: reqs[0..n) are cut into
+ * pieces of at most MC_TE_SHARED_PIECE bytes, each run as mc_te_transfer_gen
+ * runs one item (a same-host holder's mapping copied with its generation
+ * word checked around the copy, else the network), by the calling thread
+ * in order and by any thread in mc_te_assist, which takes the pieces
+ * nobody has started yet; no worker is woken for them.  A request's
+ * status is the first failure of its pieces, so a request is read whole
+ * under the generation it names or fails.  statuses[i]: request i's
+ * result; returns the first failure.  For a caller whose own thread has
+ * nothing else to do while a second thread may come free: the completion
+ * queue's local reads (mc_store_aq_help).
+ */
+#define MC_TE_SHARED_PIECE ((uint64_t)1 << 20)
+mc_status_t mc_te_read_shared_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
+                                  size_t n, mc_status_t *statuses);
+
+/* Run, on the calling thread, the pieces of shared reads in progress that
+ * nobody has claimed yet, until none is left; the number run. */
+size_t mc_te_assist(mc_te_t *te);
+
+/*
  * mc_te_transfer where request i names the registration generation of the
  * region it expects to find (@p gens[i]; 0 or @p gens NULL: any).  The
  * target -- this engine for its own memory, a same-host holder's mapping,

@@ -1022,14 +1022,16 @@ def test_reads_beside_decoding_copy_alone_on_hosts_of_few_cpus():
     assert sos._cpus_available() >= 1
 
 
+@pytest.mark.parametrize("rows", [256, 1024], ids=["2MiB", "8MiB-helped"])
 def test_rows_read_from_a_same_host_holder_are_of_one_version(master, spawn_client,
-                                                              make_store, monkeypatch):
+                                                              make_store, monkeypatch, rows):
     """The large rows of a whole read, copied from a holder process of this
-    host by the completion queue's worker alone
-    (MC_STORE_AQ_BATCH_GET_INTO_LOCAL): while another client of this
-    process removes the data payload and puts it again with another
-    version, or upserts one in place, every read returns the rows of one
-    version or fails -- never a mix; and a read after another client
+    host by the completion queue's worker (MC_STORE_AQ_BATCH_GET_INTO_LOCAL;
+    8 MiB: in 1 MiB pieces, those the worker has not reached copied by the
+    reader once its decoding is done, mc_store_aq_help): while another
+    client of this process removes the data payload and puts it again with
+    another version, or upserts one in place, every read returns the rows
+    of one version or fails -- never a mix; and a read after another client
     replaced the payload returns the new version, not what this process
     put."""
     import threading
@@ -1038,12 +1040,16 @@ def test_rows_read_from_a_same_host_holder_are_of_one_version(master, spawn_clie
     from mooncake import capi
 
     monkeypatch.setattr(sos, "_cpus_available", lambda: 2)  # the local read on any host
+    helped = []
+    plain_help = capi.AsyncQueue.help
+    monkeypatch.setattr(capi.AsyncQueue, "help",
+                        lambda self: helped.append(plain_help(self)) or helped[-1])
     holder = spawn_client("holder")
     name = holder.setup(master, segment=64 * MiB)
     reader, racer = make_store(segment=0), make_store(segment=0)
     cfg = ReplicateConfig()
     cfg.preferred_segment = name
-    rows, width = 256, 2048  # 2 MiB of int32 rows: read by the queue
+    width = 2048  # rows of int32: 2 or 8 MiB, read by the queue
     data = {"batch": {"r": torch.arange(rows, dtype=torch.float32)},
             "non_tensor_batch": {"tok": objs([np.full(width, 1, np.int32)
                                               for _ in range(rows)])}}
@@ -1098,5 +1104,8 @@ def test_rows_read_from_a_same_host_holder_are_of_one_version(master, spawn_clie
     assert not th.is_alive(), "the racing client did not stop"
     assert not errors, errors
     assert len(seen) >= 2, f"the reads never met a change (saw {seen}, {failed} failed)"
+    assert helped, "the reader never offered its help to the queue"
+    if rows * width * 4 >= 4 * MiB:  # a shared read: the reader took pieces of it
+        assert sum(helped) > 0, f"the reader copied no piece in {len(helped)} reads"
     racer.put(key, version[1], cfg)
     t.cleanup_dataproto(ref)

@@ -5,7 +5,7 @@
  * completions wait; every request gets the result its single call gives,
  * also inside a coalesced burst with misses and bad arguments; the batch
  * requests (MC_STORE_AQ_BATCH_GET_INTO_LOCAL giving what batch_get_into
- * gives); closing the store under a queue, closing the queue with
+ * gives, also with the caller helping: mc_store_aq_help); closing the store under a queue, closing the queue with
  * requests queued, and the argument checks.
  *
  * Each test starts its own master on free loopback ports; every wait on
@@ -460,6 +460,59 @@ START_TEST(test_batch_get_into_local)
 }
 END_TEST
 
+/*
+ * mc_store_aq_help: a local read of two 8 MiB values goes in 1 MiB pieces,
+ * and a thread that calls mc_store_aq_help while it runs copies some of
+ * them (over a few rounds: the worker first has the lookup to make); every
+ * round's bytes are the values'.  With no such read in progress, or a NULL
+ * queue, it copies nothing.
+ */
+START_TEST(test_batch_get_into_local_helped)
+{
+    enum { NK = 2, ROUNDS = 8 };
+    const size_t size    = 8u << 20;
+    const char *keys[NK] = {"h_0", "h_1"};
+    uint8_t *want        = malloc(NK * size), *got = malloc(NK * size);
+    mc_iov_t iov[NK];
+    size_t helped = 0;
+
+    ck_assert_ptr_nonnull(want);
+    ck_assert_ptr_nonnull(got);
+    for (unsigned i = 0; i < NK; i++) {
+        value_of(want + i * size, size, 50 + i);
+        ck_assert_status_ok(mc_store_put(store, keys[i], want + i * size, size, NULL));
+        iov[i] = (mc_iov_t){got + i * size, size};
+    }
+    ck_assert_status_ok(mc_store_register_buffer(store, got, NK * size));
+    ck_assert_uint_eq(mc_store_aq_help(NULL), 0);
+    ck_assert_uint_eq(mc_store_aq_help(aq), 0);
+    for (unsigned r = 0; r < ROUNDS; r++) {
+        mc_store_aq_done_t d;
+        uint64_t deadline = mc_test_now_ms() + WAIT_MS;
+        memset(got, 0, NK * size);
+        ck_assert_status_ok(mc_store_aq_batch_get_into_local(aq, keys, iov, NK, r));
+        while (!fd_readable(0)) {
+            helped += mc_store_aq_help(aq);
+            ck_assert_msg(mc_test_now_ms() < deadline, "the local read should complete");
+        }
+        ck_assert_uint_eq(mc_store_aq_reap(aq, &d, 1), 1);
+        ck_assert_int_eq(d.op, MC_STORE_AQ_BATCH_GET_INTO_LOCAL);
+        ck_assert_uint_eq(d.tag, r);
+        for (unsigned i = 0; i < NK; i++)
+            ck_assert_int_eq(d.results[i], (int64_t)size);
+        ck_assert_msg(memcmp(got, want, NK * size) == 0,
+                      "round %u: the helped local read should bring both values whole", r);
+        mc_store_aq_done_release(&d, 1);
+    }
+    ck_assert_msg(helped > 0, "mc_store_aq_help should have copied pieces in %d rounds",
+                  (int)ROUNDS);
+    ck_assert_uint_eq(mc_store_aq_help(aq), 0); /* nothing in progress any more */
+    ck_assert_status_ok(mc_store_unregister_buffer(store, got));
+    free(want);
+    free(got);
+}
+END_TEST
+
 /* ---- lifetime ------------------------------------------------------------------- */
 
 START_TEST(test_store_closed_under_queue)
@@ -572,6 +625,7 @@ Suite *mc_test_async_suite(void)
     tcase_add_test(tc, test_burst_of_writes);
     tcase_add_test(tc, test_batch_requests);
     tcase_add_test(tc, test_batch_get_into_local);
+    tcase_add_test(tc, test_batch_get_into_local_helped);
     tcase_add_test(tc, test_store_closed_under_queue);
     tcase_add_test(tc, test_close_with_requests_queued);
     tcase_add_test(tc, test_arguments);

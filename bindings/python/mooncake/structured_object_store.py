@@ -3579,6 +3579,9 @@ class _Reader:
 
             got = None
             interrupted: Optional[BaseException] = None
+            # the caller's decoding is done: it copies what the queue's
+            # worker has not reached yet (mc_store_aq_help)
+            self.aq.help()
             while got is None:
                 for t, result, payload in self.aq.reap(8):
                     if t == tag:

@@ -1438,6 +1438,25 @@ MC_API mc_status_t mc_store_aq_batch_get_into_local(mc_store_aq_h q, const char 
                                                     const mc_iov_t *bufs, size_t n,
                                                     uint64_t tag);
 
+/**
+ * @brief Copy, on the calling thread, what is left of this queue's
+ *        mc_store_aq_batch_get_into_local() reads in progress, and return
+ *        once nothing is left to take.
+ *
+ * A local read of 4 MiB or more is copied in pieces of 1 MiB: the queue's
+ * worker takes them in order, and a thread in this call takes those the
+ * worker has not reached, so a caller whose own work is done and which
+ * would now wait for the completion finishes the copy on two cores
+ * instead.  Each piece is checked as the whole read is: a key's result is
+ * its bytes, from the one version the lookup named, or an error.  Returns
+ * at once when no such read is in progress (it may not have begun yet:
+ * the completion still has to be waited for as ever).  Reads of other
+ * queues of the same store may be helped too.  Accepts NULL.
+ * @return the number of pieces this call copied.
+ * @since 0.2 (MOONCAKE_1.20)
+ */
+MC_API size_t mc_store_aq_help(mc_store_aq_h q);
+
 /** @brief Queue a put of key i from the registered memory bufs[i], one
  *         request (mc_store_batch_put_from_multi()). @since 0.2 */
 MC_API mc_status_t mc_store_aq_batch_put_from(mc_store_aq_h q, const char *const *keys,

@@ -200,12 +200,21 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
  * this host by this thread alone (mc_te_read_direct_gen: streaming stores),
  * whatever the pieces' size, after the lookup -- no speculative read into
  * the caller's buffer and no hand-off to the transfer engine's workers --
- * while @p on is set.  The completion queue sets it around an
- * MC_STORE_AQ_BATCH_GET_INTO_LOCAL: the submitting thread then has the
- * other cores to itself.  A replica reached over the network reads as
- * ever.  Returns the previous setting.
+ * while @p on is set; MC_TE_DIRECT_SPREAD_MIN bytes or more are copied as
+ * one shared read (mc_store_read_assist).  The completion queue sets it
+ * around an MC_STORE_AQ_BATCH_GET_INTO_LOCAL: the submitting thread then
+ * has the other cores to itself until it helps.  A replica reached over
+ * the network reads as ever.  Returns the previous setting.
  */
 int mc_store_read_local_set(int on);
+
+/*
+ * Copy, on the calling thread, the pieces of this store's local reads in
+ * progress (those of MC_TE_DIRECT_SPREAD_MIN bytes or more, read as one
+ * shared read: mc_te_read_shared_gen) that their own thread has not
+ * reached yet; returns once none is left, with the number copied.
+ */
+size_t mc_store_read_assist(mc_store_h s);
 
 /* ---- the local buffer mapping (buffer.c; created by segment.c) --------------------------------- */
 

@@ -672,6 +672,52 @@ static size_t groups_order(const mc_read_piece_t *pieces, size_t npieces, piece_
     return a + b;
 }
 
+/*
+ * The copies of a local read (mc_store_read_local_set) of
+ * MC_TE_DIRECT_SPREAD_MIN bytes or more, as one shared read: this thread
+ * copies them piece by piece and a thread in mc_store_read_assist takes
+ * the pieces it has not reached (the completion queue's caller, once its
+ * own work is done).  @p dst gets each request's status.  0 (nothing
+ * moved) when it does not apply or memory is short.
+ */
+static int direct_shared(mc_store_h s, const mc_te_request_t *dreqs, const uint64_t *dgens,
+                         size_t ndreq, mc_status_t **dst_p)
+{
+    uint64_t bytes = 0;
+
+    for (size_t d = 0; d < ndreq; d++)
+        bytes += dreqs[d].length;
+    if ((bytes < MC_TE_DIRECT_SPREAD_MIN) || ((*dst_p = malloc(ndreq * sizeof(**dst_p))) == NULL))
+        return 0;
+    (void)mc_te_read_shared_gen(s->te, dreqs, dgens, ndreq, *dst_p);
+    return 1;
+}
+
+/* Each direct group's result from its requests' statuses @p dst (in group
+ * order, as the requests were collected): a group fails with its first
+ * failing request and is retried on another replica. */
+static void direct_shared_status(const piece_group_t *grp, size_t ngrp,
+                                 const mc_read_piece_t *pieces, unsigned char *phase,
+                                 const mc_status_t *dst, mc_status_t *ostatus)
+{
+    for (size_t k = 0, d = 0; k < ngrp; k++) {
+        size_t i = grp[k].i, g = grp[k].g;
+        if (phase[i] != PIECE_DIRECT)
+            continue;
+        for (size_t j = 0; j < g; j++, d++) {
+            if ((dst[d] != MC_OK) && (phase[i] == PIECE_DIRECT)) {
+                ostatus[pieces[i].owner] = dst[d];
+                phase[i]                 = PIECE_RETRY;
+            }
+        }
+    }
+}
+
+size_t mc_store_read_assist(mc_store_h s)
+{
+    return mc_te_assist(s->te);
+}
+
 void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
                           const mc_read_piece_t *pieces, size_t npieces, mc_status_t *ostatus)
 {
@@ -697,6 +743,7 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
     size_t nsc = 0, nsruns = 0, nggr = 0;
     mc_te_job_h early      = NULL; /* the first groups' requests, reqs[0..nearly) */
     mc_te_job_h job        = NULL; /* the rest: reqs[nearly..nreq) and sc */
+    mc_status_t *dst       = NULL; /* the statuses of a shared read of dreqs */
     size_t nreq = 0, ndreq = 0, nearly = 0, ngrp, nfirst;
     mc_status_t st, est = MC_OK;
 
@@ -786,6 +833,11 @@ void mc_store_read_pieces(mc_store_h s, mc_store_query_h const *queries,
     if ((nsc > 0) && (mc_te_transfer_submit_scatter_gen(s->te, reqs + nearly, gens + nearly,
                                                         nreq - nearly, sc, nsc, &job) != MC_OK))
         job = NULL;
+    if (read_local && direct_shared(s, dreqs, dgens, ndreq, &dst)) {
+        direct_shared_status(grp, ngrp, pieces, phase, dst, ostatus);
+        free(dst);
+        ndreq = 0; /* read: the loop below has nothing left to copy */
+    }
     for (size_t k = 0, d = 0; (k < ngrp) && (d < ndreq); k++) {
         size_t i = grp[k].i, g = grp[k].g;
         size_t o = pieces[i].owner;

@@ -52,10 +52,12 @@
  * store without it, and no library call is made with it held.
  *
  * MC_STORE_AQ_BATCH_GET_INTO_LOCAL is a get_into batch whose worker copies
- * same-host replicas alone (mc_store_read_local_set(), read/read.h): the
- * one internal call, a setting of the reading thread.
+ * same-host replicas without the engine's workers (mc_store_read_local_set(),
+ * read/read.h: a setting of the reading thread); the caller may take
+ * pieces of a large one (mc_store_aq_help: mc_store_read_assist()).
  *
- * May call: the public API (the batch calls) and mc_store_read_local_set().
+ * May call: the public API (the batch calls), mc_store_read_local_set() and
+ * mc_store_read_assist().
  * Called by: the public API.
  */
 #include "config.h"
@@ -871,6 +873,11 @@ MC_API void mc_store_aq_unplug(mc_store_aq_h q)
 MC_API int mc_store_aq_fd(mc_store_aq_h q)
 {
     return (q != NULL) ? q->efd : -1;
+}
+
+MC_API size_t mc_store_aq_help(mc_store_aq_h q)
+{
+    return (q != NULL) ? mc_store_read_assist(q->store) : 0;
 }
 
 MC_API size_t mc_store_aq_reap(mc_store_aq_h q, mc_store_aq_done_t *done, size_t max)
