@@ -2983,17 +2983,25 @@ class _DataProtoMixin:
             reader = self._reader() if later else None
             if reader is not None:
                 whole = [j for j in whole if id(j) not in ids]
-            # the small payloads first: the late ones then have the transfer
-            # engine to themselves while the caller decodes
-            if whole:
-                self._fetch_whole(whole)
-            if ranged:
-                self._fetch_ranged(ranged)
-            if reader is not None:
+                # the large payloads first: their lookup and copy run on the
+                # queue's worker while this thread reads the small ones
                 try:
                     wait = reader.start(*self._whole_lists(later))
                 except StructuredObjectReadError:  # not queued: read them here
-                    self._fetch_whole(later)
+                    whole += later
+            try:
+                if whole:
+                    self._fetch_whole(whole)
+                if ranged:
+                    self._fetch_ranged(ranged)
+            except BaseException:
+                if wait is not None:  # the memory is the queued read's until it is done
+                    try:
+                        wait()
+                    except StructuredObjectReadError:
+                        pass  # the first error is the one raised
+                    wait = None
+                raise
         except BaseException:
             unregister()
             raise
