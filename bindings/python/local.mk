@@ -117,6 +117,7 @@ EXTRA_DIST += \
 	tests/python/test_structured_codecs.py \
 	tests/python/test_dataproto.py \
 	tests/python/test_dataproto_catalog.py \
+	tests/python/test_dataproto_put_bytes.py \
 	tests/python/engine_proc.py \
 	tests/python/test_engine.py \
 	tests/python/test_dummy.py \
