@@ -188,7 +188,9 @@ def test_ragged_column_takes_only_plain_numeric_array_columns():
 
 def test_utf8_pack_latin1_is_str_encode():
     """The Latin-1 strings codec_utf8_pack encodes itself (no bytes object
-    per row) give str.encode's bytes, next to ASCII, wider and null rows."""
+    per row; ASCII eight characters a step) give str.encode's bytes, next
+    to ASCII, wider and null rows: a non-ASCII character at any place of
+    a word or the tail."""
     rng = np.random.default_rng(5)
     for _ in range(300):
         col = []
@@ -197,7 +199,10 @@ def test_utf8_pack_latin1_is_str_encode():
                 col.append(None)
                 continue
             hi = [0x7F, 0xFF, 0xFF, 0x7FF, 0xD7FF, 0x10FFFF][int(rng.integers(6))]
-            cps = [int(c) for c in rng.integers(0, hi + 1, int(rng.integers(0, 12)))]
+            cps = [int(c) for c in rng.integers(0, hi + 1, int(rng.integers(0, 40)))]
+            if hi == 0xFF and cps and rng.random() < 0.5:  # ASCII but one, anywhere
+                cps = [c & 0x7F for c in cps]
+                cps[int(rng.integers(len(cps)))] = int(rng.integers(0x80, 0x100))
             col.append("".join(chr(c) for c in cps if not 0xD800 <= c <= 0xDFFF))
         data, offsets, nulls = _fast_copy.utf8_pack(col)
         enc = [b"" if v is None else v.encode("utf-8") for v in col]
