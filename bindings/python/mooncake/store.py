@@ -318,6 +318,17 @@ class ReplicateConfig:
             return
         self._group_ids = _str_list("group_ids", value)
 
+    def _with_group_ids(self, ids: List[str]) -> "ReplicateConfig":
+        """What ``copy.copy(self)`` and then ``.group_ids = ids`` make, for
+        ``ids`` a list of str, without the checks and the per-attribute
+        __setattr__ calls."""
+        c = object.__new__(type(self))
+        for name in ReplicateConfig.__slots__:
+            object.__setattr__(c, name, getattr(self, name))
+        object.__setattr__(c, "_group_ids", list(ids))
+        object.__setattr__(c, "_c_cache", None)
+        return c
+
     def _to_c(self) -> Any:
         """The native configuration (owns copies of the strings).  It is built
         once and kept until a setting changes: the native calls only read it

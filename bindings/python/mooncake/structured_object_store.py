@@ -61,9 +61,12 @@ import math
 import operator
 import os
 import re
+import sys
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Mapping as _AbcMapping
+from types import MappingProxyType
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple,
@@ -408,32 +411,34 @@ def _chunk_bytes_arg(value: Any) -> int:
 # ---- payloads to write --------------------------------------------------------------------
 
 class _Out:
-    """One payload to write: a name, its bytes source, and where it goes."""
+    """One payload to write: a name, its bytes source, and where it goes.
+    What a payload does not set keeps the class's value (read-only ones:
+    a payload's own list or dict replaces them, none is changed in place)."""
 
-    __slots__ = ("name", "kind", "nbytes", "array", "rows", "view", "tob", "tensor",
-                 "in_place", "registered", "key", "chunks", "extra")
+    array: Any = None    # C-contiguous ndarray (kind array)
+    rows: Sequence[Any] = ()  # C-contiguous ndarrays (kind rows)
+    view: Any = None     # flat uint8 memoryview (kind bytes)
+    tob: Optional[_TensorObjectBuffer] = None
+    tensor: Any = None   # contiguous CPU torch tensor (kind torch)
+    in_place = False     # array written from its own registered memory
+    registered = False   # ... which is a BufferPool lease: registered already
+    key = ""
+    chunks: Sequence[Tuple[str, int, int]] = ()  # (key, offset, size)
+    extra: Mapping[str, Any] = MappingProxyType({})  # more payload-spec entries (format,
+    #                                                  dtype, ...)
 
     def __init__(self, name: str, kind: str, nbytes: int) -> None:
         self.name = name
         self.kind = kind      # "array" | "rows" | "bytes" | "tensor_object" | "torch"
         self.nbytes = nbytes
-        self.array: Any = None    # C-contiguous ndarray (kind array)
-        self.rows: List[Any] = []  # C-contiguous ndarrays (kind rows)
-        self.view: Any = None     # flat uint8 memoryview (kind bytes)
-        self.tob: Optional[_TensorObjectBuffer] = None
-        self.tensor: Any = None   # contiguous CPU torch tensor (kind torch)
-        self.in_place = False     # array written from its own registered memory
-        self.registered = False   # ... which is a BufferPool lease: registered already
-        self.key = ""
-        self.chunks: List[Tuple[str, int, int]] = []  # (key, offset, size)
-        self.extra: Dict[str, Any] = {}  # more payload-spec entries (format, dtype, ...)
 
     def spec(self) -> Dict[str, Any]:
         d: Dict[str, Any] = {"key": self.key, "bytes": self.nbytes,
                              "chunks": [{"key": k, "bytes": n} for k, _, n in self.chunks]}
         if self.kind in ("tensor_object", "torch"):
             d["kind"] = "tensor"
-        d.update(self.extra)  # (a staged tensor object carries its "kind" here)
+        if self.extra:
+            d.update(self.extra)  # (a staged tensor object carries its "kind" here)
         return d
 
     def source_view(self) -> memoryview:
@@ -537,10 +542,28 @@ def _tensor_header(t: Any) -> Optional[bytes]:
     return _tensor_header_of(str(t.dtype), list(t.shape), t.numel() * t.element_size())
 
 
+# (dtype name, shape, bytes) -> its header: a batch's tensors repeat theirs put after put
+_HEADERS: Dict[Tuple[str, Tuple[int, ...], int], Optional[bytes]] = {}
+_HEADERS_MAX = 256
+
+
 def _tensor_header_of(dtype_name: str, shape: List[int], nbytes: int) -> Optional[bytes]:
     """The tensor object header of a tensor of dtype ``dtype_name``
     (``torch.float32``), ``shape`` and ``nbytes`` of data; None for a
     dtype without a code or more than 8 dimensions."""
+    k = (dtype_name, tuple(shape), nbytes)
+    try:
+        return _HEADERS[k]
+    except KeyError:
+        pass
+    head = _make_tensor_header(dtype_name, shape, nbytes)
+    if len(_HEADERS) >= _HEADERS_MAX:
+        _HEADERS.clear()
+    _HEADERS[k] = head
+    return head
+
+
+def _make_tensor_header(dtype_name: str, shape: List[int], nbytes: int) -> Optional[bytes]:
     import struct
 
     # Lazy: mooncake._tensor loads the native extension, which this module
@@ -558,6 +581,8 @@ def _tensor_header_of(dtype_name: str, shape: List[int], nbytes: int) -> Optiona
 
 def _out_of_value(name: str, value: Any) -> Tuple[_Out, Dict[str, Any]]:
     """The payload and the field description of a structured member."""
+    if type(value) is np.ndarray:  # the common case first: none of the classes below
+        return _array_out(name, value)
     if isinstance(value, _RowData):  # written from the rows' memory, described as packed
         o = _Out(name, "rows", value.nbytes)
         o.rows = value.rows
@@ -569,17 +594,7 @@ def _out_of_value(name: str, value: Any) -> Tuple[_Out, Dict[str, Any]]:
     if isinstance(value, np.generic):  # a numpy scalar: a 0-d array
         value = np.asarray(value)
     if isinstance(value, np.ndarray):
-        if value.dtype.hasobject or value.dtype.fields is not None or \
-                value.dtype.kind not in "biufcmM":
-            raise TypeError(f"{name}: dtype {value.dtype} is not a plain numeric dtype "
-                            f"(object, structured and string arrays are refused)")
-        arr = value if value.flags.c_contiguous else np.ascontiguousarray(value)
-        o = _Out(name, "array", int(arr.nbytes))
-        o.array = arr
-        # in place only for the caller's own contiguous memory (not a copy we made)
-        o.in_place = arr is value and arr.nbytes >= _IN_PLACE_MIN_BYTES
-        o.registered = o.in_place and _lease_memory_of(arr) is not None
-        return o, {"encoding": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape)}
+        return _array_out(name, value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         v = memoryview(value)
         if not v.c_contiguous:
@@ -593,6 +608,29 @@ def _out_of_value(name: str, value: Any) -> Tuple[_Out, Dict[str, Any]]:
     raise TypeError(f"{name} must be bytes-like, got {type(value).__name__}")
 
 
+# json.dumps with these arguments, its encoder made once (dumps makes one a call)
+_META_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False).encode
+_MANIFEST_JSON = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _array_out(name: str, value: np.ndarray) -> Tuple[_Out, Dict[str, Any]]:
+    """_out_of_value of an ndarray."""
+    dt = value.dtype
+    if dt.hasobject or dt.fields is not None or dt.kind not in "biufcmM":
+        raise TypeError(f"{name}: dtype {dt} is not a plain numeric dtype "
+                        f"(object, structured and string arrays are refused)")
+    arr = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+    nbytes = int(arr.nbytes)
+    o = _Out(name, "array", nbytes)
+    o.array = arr
+    # in place only for the caller's own contiguous memory (not a copy we made)
+    if arr is value and nbytes >= _IN_PLACE_MIN_BYTES:
+        o.in_place = True
+        o.registered = _lease_memory_of(arr) is not None
+    return o, {"encoding": "ndarray", "dtype": arr.dtype.str, "shape": list(arr.shape)}
+
+
 def _structured_meta_bytes(metadata: Any, fields: Dict[str, Any]) -> bytes:
     """The metadata payload of a structured object: the caller's metadata,
     ``layout`` (default "structured") and the member descriptions."""
@@ -602,7 +640,7 @@ def _structured_meta_bytes(metadata: Any, fields: Dict[str, Any]) -> bytes:
 def _structured_meta(metadata: Any, fields: Dict[str, Any]) -> Tuple[Dict[str, Any], bytes]:
     """(the metadata document, its JSON) of a structured object (see
     _structured_meta_bytes)."""
-    if not isinstance(metadata, Mapping):
+    if not isinstance(metadata, _AbcMapping):
         raise TypeError("structured metadata must be a mapping")
     if STRUCTURED_FIELD_SPECS_KEY in metadata:
         raise ValueError(f"structured metadata key {STRUCTURED_FIELD_SPECS_KEY!r} is reserved")
@@ -612,8 +650,7 @@ def _structured_meta(metadata: Any, fields: Dict[str, Any]) -> Tuple[Dict[str, A
         raise ValueError("structured metadata layout must be a string")
     meta[STRUCTURED_FIELD_SPECS_KEY] = fields
     try:
-        return meta, json.dumps(meta, separators=(",", ":"), ensure_ascii=False,
-                                allow_nan=False).encode()
+        return meta, _META_JSON(meta).encode()
     except (TypeError, ValueError) as e:
         raise TypeError(f"structured metadata must be JSON-serializable: {e}") from None
 
@@ -623,12 +660,13 @@ def _structured_outs(metadata: Any, buffers: Mapping[str, Any]) -> Tuple[_Out, L
     return meta_out, outs
 
 
-def _structured_outs_doc(metadata: Any, buffers: Mapping[str, Any]
+def _structured_outs_doc(metadata: Any, buffers: Mapping[str, Any], checked: bool = False
                          ) -> Tuple[_Out, List[_Out], Dict[str, Any]]:
-    """The payloads of a structured object, and its metadata document."""
+    """The payloads of a structured object, and its metadata document
+    (``checked``: every name in ``buffers`` passed _check_name already)."""
     outs, fields = [], {}
     for name, value in buffers.items():
-        o, spec = _out_of_value(_check_name("member name", name), value)
+        o, spec = _out_of_value(name if checked else _check_name("member name", name), value)
         outs.append(o)
         fields[name] = spec
     doc, raw = _structured_meta(metadata, fields)
@@ -1930,6 +1968,17 @@ def _normalize_plain(v: Any) -> Any:
 _NDARRAY_ROWS = _CodecDecision(True, "typed_ragged", "all rows are numeric ndarray",
                                "numeric sequence", {"recursive_source": "ndarray"})
 _STR_ROWS = _CodecDecision(True, "utf8_ragged", "all rows are str", "str")
+_NDARRAY_ROWS_META = _leaf_meta(_NDARRAY_ROWS, {})
+# str() of the native numeric dtypes, by their character code (numpy's str() runs Python)
+_DTYPE_NAMES: Dict[str, str] = {}
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    """str(dt) of a native-order numeric dtype."""
+    name = _DTYPE_NAMES.get(dt.char)
+    if name is None:
+        name = _DTYPE_NAMES[dt.char] = str(dt)
+    return name
 _NONE_TYPE = type(None)
 
 
@@ -1949,10 +1998,12 @@ def _encode_ndarray_column(values: List[Any]) -> Optional[_EncodedLeaf]:
         payload = {"data": _RowData(values, dt, elems, nnull > 0, owned=True), **layout}
     else:
         payload = _native_layout(values, dt, checked=True, described=(layout, elems))
-    meta: Dict[str, Any] = {"dtype": str(dt), "max_ndim": max_ndim,
+    # _leaf_meta(_NDARRAY_ROWS, ...) of what _encode_typed_ragged_values describes
+    meta: Dict[str, Any] = {"dtype": _dtype_name(dt), "max_ndim": max_ndim,
                             "shape_policy": "ragged", "row_format": "ndarray",
-                            "ndarray_rows": None, "physical_layout": "contiguous_flat"}
-    return _EncodedLeaf("typed_ragged", len(values), payload, _leaf_meta(_NDARRAY_ROWS, meta))
+                            "ndarray_rows": None, "physical_layout": "contiguous_flat",
+                            **_NDARRAY_ROWS_META}
+    return _EncodedLeaf("typed_ragged", len(values), payload, meta)
 
 
 def _encode_common_column(path: str, values: List[Any]) -> Optional[_EncodedLeaf]:
@@ -2094,6 +2145,8 @@ DATAPROTO_REF_HANDLE_TYPE = "mooncake_dataproto_ref"
 DATAPROTO_REF_HANDLE_VERSION = 1
 STORAGE_GROUP_ID = "storage_group_id"
 _DP_STAGE_LAYOUT = "dataproto_stage"
+# the payload names of the codecs' arrays (names without '.', '/' or control characters)
+_PAYLOAD_NAMES = frozenset(("data", "offsets", "shapes", "ndims", "nulls"))
 _CONFIG_FIELDS = ("data_type", "group_ids", "nof_replica_num", "prefer_alloc_in_same_node",
                   "preferred_nof_segments", "preferred_segment", "preferred_segments",
                   "replica_num", "with_hard_pin", "with_soft_pin")
@@ -2129,6 +2182,12 @@ class MooncakeDataProtoRef:
 DataProtoRefLike = Union[MooncakeDataProtoRef, Mapping[str, Any]]
 
 
+def _store_config_type() -> Any:
+    """mooncake.store.ReplicateConfig once that module is loaded (a config
+    of that type is from it), else None."""
+    return getattr(sys.modules.get("mooncake.store"), "ReplicateConfig", None)
+
+
 def _copy_config(config: Any) -> Any:
     try:
         return copy.copy(config)
@@ -2150,6 +2209,10 @@ def _copy_config(config: Any) -> Any:
 
 
 def _config_with_group_ids(config: Any, ids: Optional[List[str]]) -> Any:
+    if ids and type(config) is _store_config_type() and type(ids[0]) is str and \
+            ids.count(ids[0]) == len(ids):
+        # the copy and the setting in one step (no per-attribute __setattr__)
+        return config._with_group_ids(ids)
     c = _copy_config(config)
     try:
         c.group_ids = ids
@@ -2337,13 +2400,14 @@ def _as_dataproto_ref(ref: Any) -> MooncakeDataProtoRef:
 # ---- inputs -----------------------------------------------------------------------
 
 def _mapping_like(value: Any) -> bool:
-    return value is None or isinstance(value, Mapping) or callable(getattr(value, "items", None))
+    return value is None or isinstance(value, _AbcMapping) or \
+        callable(getattr(value, "items", None))
 
 
 def _as_dict(value: Any) -> Dict[str, Any]:
     if value is None:
         return {}
-    if isinstance(value, Mapping):
+    if isinstance(value, _AbcMapping):
         return dict(value)
     items = getattr(value, "items", None)
     if callable(items):
@@ -2354,7 +2418,7 @@ def _as_dict(value: Any) -> Dict[str, Any]:
 def _split_dataproto(data: Any) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
     """(batch, non_tensor_batch, meta_info) of a DataProto-like object or
     mapping; a mapping that is not an envelope is batch fields only."""
-    if isinstance(data, Mapping):
+    if isinstance(data, _AbcMapping):
         if data and set(data) <= {"batch", "non_tensor_batch", "meta_info"} and \
                 all(_mapping_like(v) for v in data.values()):
             return (_as_dict(data.get("batch")), _as_dict(data.get("non_tensor_batch")),
@@ -2580,7 +2644,7 @@ class _DataProtoMixin:
             return ref
         stage_ref, index, encoded = self._write_stage(
             stage, namespace, partition, size, batch, non_tensor, schemas, chunk_bytes, policy,
-            _grouped_config(config, gid))
+            _grouped_config(config, gid), grouped=gid is not None)
         ref.stage_refs[stage] = stage_ref
         ref.field_index.update(index)
         ref.encoded_non_tensor.update(encoded)
@@ -2589,9 +2653,12 @@ class _DataProtoMixin:
     def _write_stage(self, stage: str, namespace: str, partition: str, size: int,
                      batch: Mapping[str, Any], non_tensor: Mapping[str, Any],
                      schemas: Mapping[str, FieldSchema], chunk_bytes: Optional[int],
-                     policy: Optional[BundleTransferPolicy], config: Any
+                     policy: Optional[BundleTransferPolicy], config: Any,
+                     grouped: bool = False
                      ) -> Tuple[RemoteBundleRef, Dict[str, StructuredFieldLocation],
                                 Dict[str, Any]]:
+        """Write one stage.  ``grouped``: ``config`` is _grouped_config's
+        copy with one group id (its expansion per key cannot fail)."""
         overlap = sorted(set(batch) & set(non_tensor))
         if overlap:
             raise ValueError(f"DataProto batch and non_tensor_batch fields overlap: {overlap}")
@@ -2608,39 +2675,44 @@ class _DataProtoMixin:
                 len(value)  # TypeError without a batch_size
             buffers[member] = value
             index[name] = StructuredFieldLocation(stage, member, "batch")
-        for name, value in non_tensor.items():
-            member = _check_name("member", f"non_tensor_batch.{name}")
-            schema = schemas.get(name)
-            if schema is not None and _schema_section(schema) not in (None, "non_tensor_batch"):
-                schema = None
-            _ENCODE_SCRATCH.pool = self._buffer_pool()
-            _ENCODE_SCRATCH.direct = direct
-            _ENCODE_SCRATCH.local = local
-            try:
+        scratch = _ENCODE_SCRATCH
+        if non_tensor:
+            scratch.pool = self._buffer_pool()
+            scratch.direct = direct
+            scratch.local = local
+        try:
+            for name, value in non_tensor.items():
+                member = _check_name("member", f"non_tensor_batch.{name}")
+                schema = schemas.get(name)
+                if schema is not None and \
+                        _schema_section(schema) not in (None, "non_tensor_batch"):
+                    schema = None
                 leaf = self._encode_non_tensor(name, value, schema)
-            finally:
-                _ENCODE_SCRATCH.pool = None
-                _ENCODE_SCRATCH.direct = False
-                _ENCODE_SCRATCH.local = False
-            if leaf is None:
-                buffers[member] = value
-            else:
-                members = {}
-                for pname, pvalue in leaf.payload.items():
-                    m = _check_name("member", f"{member}.{pname}")
-                    buffers[m] = pvalue
-                    members[pname] = m
-                encoded[name] = {"codec": leaf.codec, "rows": leaf.rows,
-                                 "metadata": leaf.metadata, "payload_members": members}
-            index[name] = StructuredFieldLocation(stage, member, "non_tensor_batch")
+                if leaf is None:
+                    buffers[member] = value
+                else:
+                    members = {}
+                    for pname, pvalue in leaf.payload.items():
+                        # a valid member and one of these is a valid name
+                        m = f"{member}.{pname}" if pname in _PAYLOAD_NAMES else \
+                            _check_name("member", f"{member}.{pname}")
+                        buffers[m] = pvalue
+                        members[pname] = m
+                    encoded[name] = {"codec": leaf.codec, "rows": leaf.rows,
+                                     "metadata": leaf.metadata, "payload_members": members}
+                index[name] = StructuredFieldLocation(stage, member, "non_tensor_batch")
+        finally:
+            scratch.pool = None
+            scratch.direct = False
+            scratch.local = False
         meta = {"layout": _DP_STAGE_LAYOUT,
                 "dataproto": {"version": 1, "namespace": namespace, "partition": partition,
                               "stage": stage, "batch_size": size}}
-        meta_out, outs, doc = _structured_outs_doc(meta, buffers)
+        meta_out, outs, doc = _structured_outs_doc(meta, buffers, checked=True)
         # the document is plain JSON data built here (str keys, lists, str
         # and int values): it is what reading its JSON back would give
         ref = self._write(meta_out, outs, partition, chunk_bytes, policy, None, config,
-                          direct=direct, meta_doc=doc)
+                          direct=direct, meta_doc=doc, grouped=grouped)
         return ref, index, encoded
 
     @staticmethod
@@ -2714,7 +2786,7 @@ class _DataProtoMixin:
             raise ValueError(f"DataProto fields already exist: {moved}")
         stage_ref, index, encoded = self._write_stage(
             stage, base.namespace, base.partition, base.batch_size, batch, non_tensor,
-            schemas, chunk_bytes, policy, cfg)
+            schemas, chunk_bytes, policy, cfg, grouped=gid is not None)
         for n in names:
             new.encoded_non_tensor.pop(n, None)
         if stage in base.stage_refs and not overwrite:
@@ -3609,7 +3681,7 @@ class _Reader:
 
 
 def _manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
-    return json.dumps(manifest, separators=(",", ":")).encode()
+    return _MANIFEST_JSON(manifest).encode()
 
 
 # ---- payload chunks as parts (batch_put_parts) ----------------------------------------------
@@ -3630,6 +3702,10 @@ def _row_pieces(rows: List[Any], off: int, size: int) -> List[Any]:
         if pos >= off + size:
             break
     return pieces
+
+
+# the kinds whose one chunk _put_direct sends as the payload itself
+_WHOLE_PARTS = frozenset(("array", "bytes", "rows"))
 
 
 def _direct_parts(o: _Out) -> Optional[Callable[[int, int], Sequence[Any]]]:
@@ -3772,11 +3848,12 @@ class MooncakeBundleTransfer(_DataProtoMixin):
     def _write(self, meta: _Out, outs: List[_Out], partition: str, chunk_bytes: Optional[int],
                policy: Optional[BundleTransferPolicy], max_inflight_put: Optional[int],
                config: Any, direct: bool = False,
-               meta_doc: Optional[Dict[str, Any]] = None) -> RemoteBundleRef:
+               meta_doc: Optional[Dict[str, Any]] = None,
+               grouped: bool = False) -> RemoteBundleRef:
         """Write the payloads, then the manifest (the commit point).
         ``meta_doc``: the metadata document ``meta`` is the JSON of, when
         the caller built it from plain JSON data (cached as is, without
-        reading the JSON back)."""
+        reading the JSON back).  ``grouped``: as _write_stage's."""
         _check_partition(partition)
         chunk = self.default_chunk_bytes if chunk_bytes is None else _chunk_bytes_arg(chunk_bytes)
         if policy is None:
@@ -3785,22 +3862,31 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             raise TypeError("policy must be a BundleTransferPolicy")
         inflight = policy.max_inflight_put if max_inflight_put is None else max_inflight_put
         _check_policy(policy, inflight)
-        if config is not None:  # 2+ group ids: refused before anything is written
-            _config_for_grouped_keys(config, 2)
+        if config is not None and not grouped:  # 2+ group ids: refused before anything
+            _config_for_grouped_keys(config, 2)  # is written
         if policy.copy_mode == "zero_copy" and any(o.kind != "tensor_object" for o in outs):
             raise RuntimeError("zero-copy put requires tensor-object buffers")
         object_id = f"{partition}/{uuid.uuid4().hex}"
         base = f"{self.key_prefix}/{object_id}"
         meta.key = f"{base}/meta"
         meta.chunks = self._chunks(meta.key, meta.nbytes, chunk)
+        buffers: Dict[str, Any] = {}
         for o in outs:
-            o.key = f"{base}/buffer/{o.name}"
-            one_key = o.kind in ("tensor_object", "torch") or "format" in o.extra or \
-                o.extra.get("kind") == "tensor"
-            o.chunks = [(o.key, 0, o.nbytes)] if one_key and o.nbytes else \
-                self._chunks(o.key, o.nbytes, chunk)
+            o.key = key = f"{base}/buffer/{o.name}"
+            n = o.nbytes
+            if 0 < n <= chunk:  # one key either way
+                o.chunks = [(key, 0, n)]
+                if not o.extra and o.kind in _WHOLE_PARTS:  # o.spec(), made here
+                    buffers[o.name] = {"key": key, "bytes": n,
+                                       "chunks": [{"key": key, "bytes": n}]}
+                    continue
+            else:
+                one_key = o.kind in ("tensor_object", "torch") or "format" in o.extra or \
+                    o.extra.get("kind") == "tensor"
+                o.chunks = [(key, 0, n)] if one_key and n else self._chunks(key, n, chunk)
+            buffers[o.name] = o.spec()
         manifest = {"version": MANIFEST_VERSION, "layout": "bundle", "object_id": object_id,
-                    "meta": meta.spec(), "buffers": {o.name: o.spec() for o in outs}}
+                    "meta": meta.spec(), "buffers": buffers}
         manifest_key = f"{base}/manifest"
         # Everything but the writes is worked out first: moving the payloads
         # leaves the CPU caches cold for whatever Python runs after it.
@@ -3914,7 +4000,17 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         parts: List[Sequence[Any]] = []
         owner: List[_Out] = []
         for o in outs:
-            if not o.chunks:
+            chunks = o.chunks
+            if not chunks:
+                continue
+            kind = o.kind
+            if kind in _WHOLE_PARTS and len(chunks) == 1:
+                # one chunk: the payload's own memory, no view to make (what
+                # _direct_parts gives for the whole payload)
+                keys.append(o.key)
+                parts.append([o.array] if kind == "array" else
+                             [o.view] if kind == "bytes" else o.rows)
+                owner.append(o)
                 continue
             source = _direct_parts(o)
             if source is None:
