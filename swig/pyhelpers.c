@@ -469,6 +469,66 @@ static inline int same_format(const char *a, const char *b)
     return *a == *b;
 }
 
+/* The head of numpy's array object (PyArrayObject_fields in numpy's
+ * ndarraytypes.h, the same in numpy 1.7 to 2.x).  A row after the first
+ * whose dtype object is the first row's is read from it instead of by a
+ * buffer request (which formats the dtype into a new string each time);
+ * the first row's request checks that the two agree (column_probe()). */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions;
+    Py_ssize_t *strides;
+    PyObject *base;
+    PyObject *descr;
+    int flags;
+} column_array_t;
+
+#define COLUMN_C_CONTIGUOUS 0x0001  /* NPY_ARRAY_C_CONTIGUOUS */
+
+/* What the first row's buffer says of it, for the rows after it. */
+typedef struct {
+    PyObject *descr;  /* the first row's dtype object; NULL: request every row's buffer */
+} column_fast_t;
+
+/* Whether @p o (an exact @p type object, the first row) reads as its
+ * buffer @p v says: then the rows with its dtype object are read from
+ * the array head (column_fast_row()). */
+static void column_probe(PyObject *o, PyTypeObject *type, const Py_buffer *v,
+                         column_fast_t *fast)
+{
+    const column_array_t *a = (const column_array_t *)o;
+
+    fast->descr = NULL;
+    if ((strcmp(type->tp_name, "numpy.ndarray") != 0) ||
+        (type->tp_basicsize < (Py_ssize_t)sizeof(column_array_t)) || (a->descr == NULL) ||
+        ((void *)a->data != v->buf) || (a->nd != v->ndim) ||
+        ((a->flags & COLUMN_C_CONTIGUOUS) == 0))
+        return;
+    if ((v->ndim == 1) && ((a->dimensions == NULL) || (a->dimensions[0] != v->shape[0])))
+        return;
+    fast->descr = a->descr;
+}
+
+/* A row read from its array head: 1 when it has the first row's dtype
+ * object, is C-contiguous and has at most one dimension, else 0 (its
+ * buffer is requested instead). */
+static int column_fast_row(PyObject *o, const column_fast_t *fast, Py_ssize_t itemsize,
+                           mc_codec_row_t *row)
+{
+    const column_array_t *a = (const column_array_t *)o;
+
+    if ((fast->descr == NULL) || (a->descr != fast->descr) ||
+        ((a->flags & COLUMN_C_CONTIGUOUS) == 0) || (a->nd > 1) || (a->nd < 0))
+        return 0;
+    row->base = a->data;
+    row->ndim = (uint32_t)a->nd;
+    row->nbytes = (size_t)itemsize * (size_t)((a->nd == 1) ? a->dimensions[0] : 1);
+    row->shape = (const int64_t *)a->dimensions;
+    return 1;
+}
+
 /* Row @p i of a ragged column: None (a null row), or a C-contiguous view
  * of an exact @p type object with at most one dimension, of format
  * @p *fmt_p and item size @p *itemsize_p (the first non-null row sets
@@ -543,15 +603,27 @@ static int column_rows(PyObject *fast, Py_ssize_t n, PyTypeObject *type, Py_buff
                        mc_codec_row_t *rows, Py_ssize_t *held_p, const char **fmt_p,
                        Py_ssize_t *itemsize_p, Py_ssize_t *nulls_p, int *max_ndim_p)
 {
+    column_fast_t head = {NULL};
+
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
-        int r = column_row(o, type, &views[*held_p], &rows[i], fmt_p, itemsize_p);
+        int r;
+
+        if ((o != Py_None) && (Py_TYPE(o) == type) &&
+            column_fast_row(o, &head, *itemsize_p, &rows[i])) {
+            if ((int)rows[i].ndim > *max_ndim_p)
+                *max_ndim_p = (int)rows[i].ndim;
+            continue;
+        }
+        r = column_row(o, type, &views[*held_p], &rows[i], fmt_p, itemsize_p);
         if (r <= 0)
             return r;
         if (o == Py_None) {
             (*nulls_p)++;
             continue;
         }
+        if (*held_p == 0)
+            column_probe(o, type, &views[0], &head);
         (*held_p)++;
         if ((int)rows[i].ndim > *max_ndim_p)
             *max_ndim_p = (int)rows[i].ndim;

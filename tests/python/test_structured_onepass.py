@@ -181,9 +181,22 @@ def test_ragged_column_takes_only_plain_numeric_array_columns():
         [np.ones(2, np.complex64)], [np.array(["x"])], [a32.astype(np.int64),
                                                         a32.astype(np.longlong)],
         ["text"], [torch.ones(2)],
+        # after a first plain row (the rows after it are read from the array head)
+        [a32, np.arange(6, dtype=np.int32)[::2]], [a32, a32, a32.reshape(5, 1)],
+        [a32, None, a32.astype(np.float32)], [a32, a32[::-1]], [a32, a32.astype(">i4")],
+        [a32, a32.view(np.memmap)], [a32, np.array(7, np.int32), "x"],
     ]
     for col in refused:
         assert _fast_copy.ragged_column(col) is None, col
+    # rows of one dtype object, views and 0-d among them: the layout of each row
+    base = np.arange(40, dtype=np.int32)
+    col = [base[3:9], None, base[:0], np.array(5, np.int32), base, base[10:11],
+           np.arange(4, dtype=np.dtype("<i4").newbyteorder("="))]
+    layout, elems, dt, nnull, max_ndim = _fast_copy.ragged_column(col)
+    want, welems = _fast_copy.ragged_describe(col, np.int32)
+    assert elems == welems == 6 + 0 + 1 + 40 + 1 + 4 and nnull == 1 and max_ndim == 1
+    for k in want:
+        assert layout[k].tobytes() == want[k].tobytes(), k
 
 
 def test_utf8_pack_latin1_is_str_encode():
