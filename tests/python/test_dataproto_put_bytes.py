@@ -184,3 +184,44 @@ def test_put_stores_upstreams_bytes(store, monkeypatch, chunk, here):
     assert list(got["non_tensor_batch"]["uid"]) == uids
     t.cleanup_dataproto(ref)
     assert all(store.is_exist(k) == 0 for k in stored)
+
+
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_manifest_and_metadata_are_their_documents_compact_json(store, chunk):
+    """Names with quotes, backslashes, non-ASCII and line separators, and
+    members of every kind (tensors, arrays of several dtypes and shapes,
+    bytes, encoded columns): the stored manifest is json.dumps of its
+    document (compact, ASCII) and the metadata json.dumps of its own
+    (compact, UTF-8, no NaN) -- parsed and written again, byte for byte."""
+    n = 6
+    odd = ['q"uote', "back\\slash", "é€ü", "line\u2028sep", "tab\tless".replace("\t", "_")]
+    batch = {name: torch.arange(n * (i + 1), dtype=torch.float32).reshape(n, i + 1)
+             for i, name in enumerate(odd)}
+    batch["ints"] = np.arange(n, dtype=np.int64)
+    batch["grid"] = np.ones((n, 2, 3), np.float16)
+    batch["cols"] = np.asfortranarray(np.ones((n, 3), np.int32))  # copied C-contiguous
+    batch["zero_d"] = torch.tensor(5.0).expand(n).clone()
+    non_tensor = {name + "_nt": _objs([f"{name}-{i}" for i in range(n)]) for name in odd}
+    non_tensor["rows"] = _objs([np.arange(i, dtype=np.int16) for i in range(n)])
+    non_tensor["nested"] = _objs([{"k": [i, None], "s": "é"} for i in range(n)])
+    non_tensor["blobs"] = _objs([bytes([i]) * i for i in range(n)])
+    t = MooncakeBundleTransfer(store, key_prefix='t/pin/"é')
+    ref = t.put({"batch": batch, "non_tensor_batch": non_tensor, "meta_info": {"m": 1}},
+                partition="p\\2", chunk_bytes=chunk)
+    m = ref.stage_refs["default"].manifest
+    raw = bytes(store.get(ref.stage_refs["default"].manifest_key))
+    assert raw == json.dumps(json.loads(raw), separators=(",", ":")).encode()
+    assert json.loads(raw) == m
+    meta = b"".join(bytes(store.get(c["key"])) for c in m["meta"]["chunks"])
+    assert len(m["meta"]["chunks"]) == (1 if chunk is None else -(-len(meta) // chunk))
+    assert meta == json.dumps(json.loads(meta), separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False).encode()
+    fields = json.loads(meta)[sos.STRUCTURED_FIELD_SPECS_KEY]
+    assert list(fields) == list(m["buffers"])
+    assert fields['batch.q"uote']["encoding"] == "torch_tensor"
+    assert fields["batch.cols"] == {"encoding": "ndarray", "dtype": "<i4", "shape": [n, 3]}
+    got = MooncakeBundleTransfer(store, key_prefix='t/pin/"é').get(export_dataproto_ref(ref))
+    assert torch.equal(got["batch"]["é€ü"], batch["é€ü"])
+    assert list(got["non_tensor_batch"]["line\u2028sep_nt"]) == list(non_tensor[
+        "line\u2028sep_nt"])
+    t.cleanup_dataproto(ref)

@@ -612,6 +612,9 @@ def _out_of_value(name: str, value: Any) -> Tuple[_Out, Dict[str, Any]]:
 _META_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
                               allow_nan=False).encode
 _MANIFEST_JSON = json.JSONEncoder(separators=(",", ":")).encode
+# a str as those encoders write it (quoted and escaped; _ASCII: ensure_ascii)
+_JSON_STR = json.encoder.encode_basestring
+_JSON_STR_ASCII = json.encoder.encode_basestring_ascii
 
 
 def _array_out(name: str, value: np.ndarray) -> Tuple[_Out, Dict[str, Any]]:
@@ -637,9 +640,13 @@ def _structured_meta_bytes(metadata: Any, fields: Dict[str, Any]) -> bytes:
     return _structured_meta(metadata, fields)[1]
 
 
-def _structured_meta(metadata: Any, fields: Dict[str, Any]) -> Tuple[Dict[str, Any], bytes]:
+def _structured_meta(metadata: Any, fields: Dict[str, Any],
+                     frags: Optional[List[Optional[str]]] = None
+                     ) -> Tuple[Dict[str, Any], bytes]:
     """(the metadata document, its JSON) of a structured object (see
-    _structured_meta_bytes)."""
+    _structured_meta_bytes).  ``frags``: for each field in order, the JSON
+    of ``"name":spec`` when the caller wrote it (_META_JSON's bytes), or
+    None."""
     if not isinstance(metadata, _AbcMapping):
         raise TypeError("structured metadata must be a mapping")
     if STRUCTURED_FIELD_SPECS_KEY in metadata:
@@ -648,9 +655,18 @@ def _structured_meta(metadata: Any, fields: Dict[str, Any]) -> Tuple[Dict[str, A
     meta.setdefault("layout", "structured")
     if not isinstance(meta["layout"], str):
         raise ValueError("structured metadata layout must be a string")
-    meta[STRUCTURED_FIELD_SPECS_KEY] = fields
     try:
-        return meta, _META_JSON(meta).encode()
+        if frags is None:
+            meta[STRUCTURED_FIELD_SPECS_KEY] = fields
+            return meta, _META_JSON(meta).encode()
+        # the field specs go last: their JSON is spliced in ("layout" is
+        # always there, so the rest is never "{}")
+        head = _META_JSON(meta)
+        esc = _JSON_STR
+        body = ",".join(f if f is not None else f"{esc(n)}:{_META_JSON(fields[n])}"
+                        for n, f in zip(fields, frags))
+        meta[STRUCTURED_FIELD_SPECS_KEY] = fields
+        return meta, f"{head[:-1]},{esc(STRUCTURED_FIELD_SPECS_KEY)}:{{{body}}}}}".encode()
     except (TypeError, ValueError) as e:
         raise TypeError(f"structured metadata must be JSON-serializable: {e}") from None
 
@@ -665,11 +681,20 @@ def _structured_outs_doc(metadata: Any, buffers: Mapping[str, Any], checked: boo
     """The payloads of a structured object, and its metadata document
     (``checked``: every name in ``buffers`` passed _check_name already)."""
     outs, fields = [], {}
+    frags: List[Optional[str]] = []  # the JSON of the plain array and bytes specs
+    esc = _JSON_STR
     for name, value in buffers.items():
         o, spec = _out_of_value(name if checked else _check_name("member name", name), value)
         outs.append(o)
         fields[name] = spec
-    doc, raw = _structured_meta(metadata, fields)
+        if o.kind == "array" and type(value) is np.ndarray:  # _array_out's spec
+            frags.append(f'{esc(name)}:{{"encoding":"ndarray","dtype":{esc(spec["dtype"])},'
+                         f'"shape":[{",".join(map(repr, spec["shape"]))}]}}')
+        elif o.kind == "bytes" and len(spec) == 1:  # {"encoding": "bytes"}
+            frags.append(f'{esc(name)}:{{"encoding":"bytes"}}')
+        else:
+            frags.append(None)
+    doc, raw = _structured_meta(metadata, fields, frags)
     return _bytes_out("meta", raw), outs, doc
 
 
@@ -2736,7 +2761,10 @@ class _DataProtoMixin:
             raise ValueError(f"FieldSchema for {path!r} is not nullable")
         if not is_object:
             return None
-        return _encode_inferred(path, list(value))
+        # a 1-D object array's tolist() is its very objects (one C pass; list() makes
+        # an iterator step per row)
+        return _encode_inferred(path, value.tolist() if type(value) is np.ndarray and
+                                value.ndim == 1 else list(value))
 
     def append_dataproto_fields(self, ref: DataProtoRefLike, data: Any, *, stage: str,
                                 overwrite: bool = False, chunk_bytes: Optional[int] = None,
@@ -3871,26 +3899,38 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         meta.key = f"{base}/meta"
         meta.chunks = self._chunks(meta.key, meta.nbytes, chunk)
         buffers: Dict[str, Any] = {}
+        esc = _JSON_STR_ASCII
+        frags = []  # the manifest's JSON of each buffer (_manifest_bytes' bytes)
         for o in outs:
-            o.key = key = f"{base}/buffer/{o.name}"
+            name = o.name
+            o.key = key = f"{base}/buffer/{name}"
             n = o.nbytes
             if 0 < n <= chunk:  # one key either way
                 o.chunks = [(key, 0, n)]
-                if not o.extra and o.kind in _WHOLE_PARTS:  # o.spec(), made here
-                    buffers[o.name] = {"key": key, "bytes": n,
-                                       "chunks": [{"key": key, "bytes": n}]}
+                if not o.extra and o.kind in _WHOLE_PARTS and type(n) is int:
+                    # o.spec() and its JSON, made here
+                    buffers[name] = {"key": key, "bytes": n,
+                                     "chunks": [{"key": key, "bytes": n}]}
+                    k = esc(key)
+                    frags.append(f'{esc(name)}:{{"key":{k},"bytes":{n},"chunks":[{{"key":{k},'
+                                 f'"bytes":{n}}}]}}')
                     continue
             else:
                 one_key = o.kind in ("tensor_object", "torch") or "format" in o.extra or \
                     o.extra.get("kind") == "tensor"
                 o.chunks = [(key, 0, n)] if one_key and n else self._chunks(key, n, chunk)
-            buffers[o.name] = o.spec()
+            buffers[name] = spec = o.spec()
+            frags.append(f"{esc(name)}:{_MANIFEST_JSON(spec)}")
+        meta_spec = meta.spec()
         manifest = {"version": MANIFEST_VERSION, "layout": "bundle", "object_id": object_id,
-                    "meta": meta.spec(), "buffers": buffers}
+                    "meta": meta_spec, "buffers": buffers}
         manifest_key = f"{base}/manifest"
         # Everything but the writes is worked out first: moving the payloads
         # leaves the CPU caches cold for whatever Python runs after it.
-        manifest_bytes = _manifest_bytes(manifest)
+        # (_manifest_bytes(manifest), its buffers' JSON made above)
+        manifest_bytes = (f'{{"version":{MANIFEST_VERSION},"layout":"bundle","object_id":'
+                          f'{esc(object_id)},"meta":{_MANIFEST_JSON(meta_spec)},'
+                          f'"buffers":{{{",".join(frags)}}}}}').encode()
         decoded = None
         if meta_doc is not None and meta.view is not None:
             # the field specs were made from the payloads just described
