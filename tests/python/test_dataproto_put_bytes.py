@@ -225,3 +225,17 @@ def test_manifest_and_metadata_are_their_documents_compact_json(store, chunk):
     assert list(got["non_tensor_batch"]["line\u2028sep_nt"]) == list(non_tensor[
         "line\u2028sep_nt"])
     t.cleanup_dataproto(ref)
+
+
+def test_batch_size_of_tensor_fields(store):
+    """A tensor's rows are its first dimension (a 0-d tensor has none)."""
+    t = MooncakeBundleTransfer(store, key_prefix="t/pin")
+    with pytest.raises(ValueError, match=r"inconsistent batch sizes: \[4, 5\]"):
+        t.put({"batch": {"a": torch.zeros(5, 2), "b": np.zeros(4)}})
+    with pytest.raises(ValueError, match=r"inconsistent batch sizes: \[3, 5\]"):
+        t.put({"batch": {"a": torch.zeros(5)}, "non_tensor_batch": {"s": _objs(["x"] * 3)}})
+    with pytest.raises(TypeError, match="len\\(\\) of a 0-d tensor"):
+        t.put({"batch": {"a": torch.tensor(1.0)}})
+    ref = t.put({"batch": {"a": torch.zeros(6, 2, dtype=torch.int8)}})
+    assert ref.batch_size == 6
+    t.cleanup_dataproto(ref)

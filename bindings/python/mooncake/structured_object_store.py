@@ -2454,8 +2454,19 @@ def _split_dataproto(data: Any) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[st
             _as_dict(getattr(data, "meta_info", None)))
 
 
+def _rows_of(v: Any) -> int:
+    """len(v); for a plain torch tensor of a dimension or more its first
+    dimension, read in one call (Tensor.__len__ makes four)."""
+    torch = sys.modules.get("torch")  # a tensor's module is loaded
+    if torch is not None and type(v) is getattr(torch, "Tensor", None):
+        shape = v.shape
+        if shape:
+            return shape[0]
+    return len(v)
+
+
 def _dataproto_batch_size(batch: Mapping[str, Any], non_tensor: Mapping[str, Any]) -> int:
-    sizes = {len(v) for d in (batch, non_tensor) for v in d.values()}
+    sizes = {_rows_of(v) for d in (batch, non_tensor) for v in d.values()}
     if not sizes:
         return 0
     if len(sizes) > 1:
