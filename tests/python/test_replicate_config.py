@@ -353,3 +353,26 @@ def test_two_replicas_on_distinct_segments(make_store):
     k = key()
     assert a.put(k, b"thrice?", c) == 0
     assert len(set(endpoints(a, k))) == 2
+
+
+def test_with_group_ids_is_a_copy_with_those_ids():
+    """ReplicateConfig._with_group_ids(ids): copy.copy and then group_ids
+    set -- every setting kept, the original untouched, the native form of
+    the copy made from the new ids."""
+    import copy
+
+    c = ReplicateConfig()
+    c.replica_num = 2
+    c.preferred_segment = "h:1"
+    c.preferred_segments = ["h:2"]
+    c.soft_pin_action = SoftPinAction.ENABLE
+    c.soft_pin_ttl_ms = 77
+    c.with_hard_pin = True
+    c.group_ids = ["old"]
+    c._to_c()  # cached on the original
+    got = c._with_group_ids(["g", "g"])
+    want = copy.copy(c)
+    want.group_ids = ["g", "g"]
+    assert type(got) is ReplicateConfig and repr(got) == repr(want)
+    assert got.group_ids == ["g", "g"] and c.group_ids == ["old"]
+    assert got._c_cache is None and got._to_c() is not c._to_c()
