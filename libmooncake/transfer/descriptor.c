@@ -170,6 +170,9 @@ mc_status_t mc_te_desc_encode(const mc_te_desc_t *d, char **json_p, size_t *len_
         goto out;
     if (d->tcp_readv && (json_object_set_new(root, "tcp_readv", json_true()) != 0))
         goto out;
+    if (d->tcp_readv_strided &&
+        (json_object_set_new(root, "tcp_readv_strided", json_true()) != 0))
+        goto out;
     for (size_t i = 0; i < d->nbuffers; i++) {
         const mc_te_buf_desc_t *b = &d->buffers[i];
         json_t *o;
@@ -542,6 +545,13 @@ mc_status_t mc_te_desc_decode(const char *json, size_t len, mc_te_desc_t *out)
         goto out;
     }
     d.tcp_readv = (v != NULL) && json_is_true(v);
+    /* optional (ours): ... and READV_STRIDED */
+    v = json_object_get(root, "tcp_readv_strided");
+    if ((v != NULL) && !json_is_boolean(v)) {
+        mc_set_error_detail("segment descriptor has a non-boolean \"tcp_readv_strided\"");
+        goto out;
+    }
+    d.tcp_readv_strided = (v != NULL) && json_is_true(v);
     if ((desc_decode_devices(root, &d) != 0) || (desc_decode_fabric(root, &d) != 0) ||
         (desc_decode_gen_words(root, &d) != 0))
         goto out;

@@ -64,6 +64,7 @@ typedef struct mc_te_desc {
     uint16_t tcp_data_port;  /* port of the data server */
     char shm_name[64];       /* same-host server ("@..."), "" when none */
     int tcp_readv;           /* "tcp_readv" (ours): its data port serves READV */
+    int tcp_readv_strided;   /* "tcp_readv_strided" (ours): ... and READV_STRIDED */
     size_t nbuffers;
     mc_te_buf_desc_t *buffers; /* sorted by addr, non-overlapping (owned) */
     size_t ndevices;           /* RDMA NICs, 0 for a tcp engine */

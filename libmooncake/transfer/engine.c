@@ -829,6 +829,7 @@ mc_status_t mc_te_describe_local(mc_te_t *te, char **json_p, size_t *len_p)
     if (te->shm != NULL)
         snprintf(d.shm_name, sizeof(d.shm_name), "%s", mc_te_shm_server_name(te->shm));
     d.tcp_readv = te->readv_enabled;
+    d.tcp_readv_strided = te->readv_enabled && te->readvs_enabled;
     pthread_rwlock_rdlock(&te->regions_lock);
     if (te->nregions > 0) {
         d.buffers = calloc(te->nregions, sizeof(*d.buffers));
@@ -2232,6 +2233,21 @@ int mc_te_read_gather_native(mc_te_t *te, mc_te_segment_id_t segment)
     return readv;
 }
 
+/* read_gather's flags towards @p s: MC_TE_GATHER_STRIDED when its
+ * descriptor says it serves READV_STRIDED and MC_TE_READV_STRIDED is not 0
+ * here. */
+static unsigned gather_flags(mc_te_t *te, mc_te_segment_t *s)
+{
+    int strided;
+
+    if (!te->readvs_enabled)
+        return 0;
+    pthread_mutex_lock(&s->desc_mu);
+    strided = s->desc.tcp_readv && s->desc.tcp_readv_strided;
+    pthread_mutex_unlock(&s->desc_mu);
+    return strided ? MC_TE_GATHER_STRIDED : 0;
+}
+
 mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
                                   const mc_te_range_t *ranges, size_t nranges,
                                   const struct iovec *runs, size_t nruns)
@@ -2240,6 +2256,7 @@ mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint6
     mc_te_segment_t *s;
     uint64_t total = 0, rtotal = 0;
     mc_status_t st = MC_OK;
+    unsigned flags;
 
     if ((te == NULL) || (runs == NULL) || (nruns == 0) || (ranges == NULL) || (nranges == 0) ||
         (nranges > MC_TE_READV_MAX_RANGES)) {
@@ -2296,16 +2313,27 @@ mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint6
             goto out;
     }
     __atomic_add_fetch(&te->readv_ops, 1, __ATOMIC_RELAXED);
-    st = te->tp_ops->read_gather(te->tp, s->peer, ranges, nranges, total, gen, runs, nruns);
-    if ((st == MC_TRANSFER_FAIL) && (segment_refresh(te, s) == MC_OK) &&
-        !mc_te_read_gather_native(te, segment)) {
-        /* The holder closed the connection unanswered and no longer offers
-         * READV: it came back as a release without it (or with
-         * MC_TE_READV=0) under the same name.  The ranges one by one; the
-         * runs are written again whole. */
-        mc_debug("%s no longer offers gathered reads: reading %zu ranges one by one", s->name,
-                 nranges);
-        st = gather_as_requests(te, segment, gen, ranges, nranges, runs, nruns);
+    flags = gather_flags(te, s);
+    st    = te->tp_ops->read_gather(te->tp, s->peer, ranges, nranges, total, gen, flags, runs,
+                                    nruns);
+    if ((st == MC_TRANSFER_FAIL) && (segment_refresh(te, s) == MC_OK)) {
+        if (!mc_te_read_gather_native(te, segment)) {
+            /* The holder closed the connection unanswered and no longer
+             * offers READV: it came back as a release without it (or with
+             * MC_TE_READV=0) under the same name.  The ranges one by one;
+             * the runs are written again whole. */
+            mc_debug("%s no longer offers gathered reads: reading %zu ranges one by one",
+                     s->name, nranges);
+            st = gather_as_requests(te, segment, gen, ranges, nranges, runs, nruns);
+        } else if (gather_flags(te, s) != flags) {
+            /* ... or it came back without READV_STRIDED (a release before
+             * it, or MC_TE_READV_STRIDED=0): the ranges as a READV */
+            mc_debug("%s no longer offers strided gathered reads: reading %zu ranges as a "
+                     "READV", s->name, nranges);
+            flags = gather_flags(te, s);
+            st    = te->tp_ops->read_gather(te->tp, s->peer, ranges, nranges, total, gen, flags,
+                                            runs, nruns);
+        }
     }
     if (st != MC_OK)
         mc_debug("gathered read of %llu bytes in %zu ranges from 0x%llx on %s failed: %s",
@@ -2966,6 +2994,12 @@ MC_API mc_status_t mc_te_create(const mc_te_params_t *params, mc_te_h *te_p)
             goto fail;
         }
         te->readv_enabled = (int)on;
+        on                = 1;
+        if (mc_env_u64("MC_TE_READV_STRIDED", 0, 1, &on) != 0) {
+            st = MC_INVALID_PARAMS;
+            goto fail;
+        }
+        te->readvs_enabled = (int)on;
     }
     {
         /* cluster authentication (docs/security.md): the data port and the

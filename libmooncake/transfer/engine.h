@@ -171,11 +171,16 @@ typedef struct mc_te_transport_ops {
     /* One READV of ranges[0..nranges) (their lengths adding up to @p len,
      * within proto.h's limits) whose answer lands in runs[0..nruns) in
      * order (mc_te_read_gather_gen); optional, and used only towards a
-     * peer whose descriptor says "tcp_readv". */
+     * peer whose descriptor says "tcp_readv".  @p flags: 0, or
+     * MC_TE_GATHER_STRIDED when its descriptor also says
+     * "tcp_readv_strided" (the ranges may go as a READV_STRIDED). */
     mc_status_t (*read_gather)(void *priv, void *peer, const mc_te_range_t *ranges,
-                               size_t nranges, uint64_t len, uint64_t gen,
+                               size_t nranges, uint64_t len, uint64_t gen, unsigned flags,
                                const struct iovec *runs, size_t nruns);
 } mc_te_transport_ops_t;
+
+/* read_gather's flag: the peer serves READV_STRIDED. */
+#define MC_TE_GATHER_STRIDED 0x1u
 
 /*
  * The holder's side of DISK_READ: the store's disk tier installs it
@@ -259,8 +264,11 @@ struct mc_te {
     int shm_enabled;           /* MC_TE_SHM (default 1) */
     int readv_enabled;         /* MC_TE_READV (default 1): serve READV and say so
                                 * in the descriptor, and send it to peers that do */
+    int readvs_enabled;        /* MC_TE_READV_STRIDED (default 1; with readv_enabled):
+                                * the same for READV_STRIDED */
     mc_te_shm_server_t *shm;   /* our same-host server, or NULL */
     uint64_t readv_ops;        /* atomic: gathered reads sent as one READV */
+    uint64_t readvs_ops;       /* atomic: ... of them as one READV_STRIDED */
     uint64_t shm_ops;          /* atomic: requests moved by memcpy ... */
     uint64_t shm_bytes;        /* ... and their bytes (tests, debugging) */
 

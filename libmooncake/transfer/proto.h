@@ -45,21 +45,23 @@ typedef enum mc_te_opcode {
     MC_TE_OPC_RDMA_CONNECT = 3, /**< both ways: RDMA queue-pair handshake records */
     MC_TE_OPC_DISK_READ = 4, /**< server -> client: one record of its disk tier */
     MC_TE_OPC_READV    = 5, /**< server -> client: several ranges as one answer */
-    MC_TE_OPC_MAX_     = 5
+    MC_TE_OPC_READV_STRIDED = 6, /**< server -> client: READV of strided rows */
+    MC_TE_OPC_MAX_     = 6
 } mc_te_opcode_t;
 
 /* Decoded request header. */
 typedef struct mc_te_req_hdr {
     uint8_t version;
     uint8_t opcode;
-    uint16_t flags;  /* 0, or MC_TE_REQ_FLAG_GEN on a READ, a WRITE or a READV */
+    uint16_t flags;  /* 0, or MC_TE_REQ_FLAG_GEN on a READ, a WRITE or a READV
+                      * (either kind) */
     uint64_t addr;   /* absolute address inside the target segment */
     uint64_t length; /* bytes to move */
     uint64_t gen;    /* with MC_TE_REQ_FLAG_GEN: the registration the initiator
                       * expects to find at addr (non-zero); else 0 */
 } mc_te_req_hdr_t;
 
-/* A READ, a WRITE or a READV that names the registration generation of the
+/* A READ, a WRITE or a READV (plain or strided) that names the registration generation of the
  * region it expects (docs/transfer.md, "Generations"): the u64 at offset 24
  * (the two reserved words) carries it, and the target refuses the request
  * (INVALID_READ / INVALID_WRITE) unless the region holding the range(s) was
@@ -111,7 +113,7 @@ static inline void mc_te_req_encode_gen(uint8_t out[MC_TE_REQ_HDR_SIZE], uint8_t
     mc_store_le64(out + MC_TE_REQ_OFF_ADDR, addr);
     mc_store_le64(out + MC_TE_REQ_OFF_LENGTH, length);
     if ((gen != 0) && ((opcode == MC_TE_OPC_READ) || (opcode == MC_TE_OPC_WRITE) ||
-                       (opcode == MC_TE_OPC_READV))) {
+                       (opcode == MC_TE_OPC_READV) || (opcode == MC_TE_OPC_READV_STRIDED))) {
         mc_store_le16(out + MC_TE_REQ_OFF_FLAGS, (uint16_t)MC_TE_REQ_FLAG_GEN);
         mc_store_le64(out + MC_TE_REQ_OFF_RSVD0, gen);
     }
@@ -141,7 +143,7 @@ static inline int mc_te_req_decode(const uint8_t in[MC_TE_REQ_HDR_SIZE], mc_te_r
         return (h->gen == 0) ? 0 : -1;
     if ((h->flags != MC_TE_REQ_FLAG_GEN) ||
         ((h->opcode != MC_TE_OPC_READ) && (h->opcode != MC_TE_OPC_WRITE) &&
-         (h->opcode != MC_TE_OPC_READV)) ||
+         (h->opcode != MC_TE_OPC_READV) && (h->opcode != MC_TE_OPC_READV_STRIDED)) ||
         (h->gen == 0))
         return -1;
     return 0;
@@ -306,6 +308,224 @@ static inline int mc_te_readv_decode(const mc_te_req_hdr_t *h, const uint8_t *in
         left -= out[i].len;
     }
     return (left == 0) ? 0 : -1;
+}
+
+/*
+ * READV_STRIDED (docs/transfer.md §3.3, docs/protocol.md §5.21): a READV
+ * whose entries name rows at a constant stride instead of one range each,
+ * so that the rows of a tensor's column block -- or of several blocks
+ * filling one destination row, read interleaved -- cost one entry per
+ * block and not one per row.  The header is a READV's (n entries in addr,
+ * 1..MC_TE_READVS_MAX_ENTRIES; total bytes in length, 1..MC_TE_READV_MAX_LEN;
+ * GEN allowed); n 32-byte entries follow it:
+ *
+ *   0  u64 addr    first row's absolute address in the target's memory
+ *   8  u64 stride  from one row to the next (>= len)
+ *  16  u32 len     bytes per row (non-zero)
+ *  20  u32 count   rows (non-zero)
+ *  24  u32 group   on the first entry of a group, its number of entries
+ *                  (1..); 0 on the group's other entries
+ *  28  u32 reserved (0)
+ *
+ * The entries form groups: an entry with group w starts one of w entries,
+ * all with the same count c; its answer is, for each row i < c in turn,
+ * row i of each of the w entries in order (entry j's row i is
+ * [addr_j + i * stride_j, +len_j)).  A group of one is its entry's rows in
+ * order; a group of two whose rows are the two halves of each destination
+ * row lands them there back to back.  The answer is the groups' bytes in
+ * order, as a READV of every row named would be.
+ *
+ * A header out of bounds, an entry with len or count 0, stride < len, a
+ * last row past the address space, a reserved word not 0, a group that
+ * does not hold (width past the list, an entry inside a group whose group
+ * is not 0 or whose count differs), more than MC_TE_READVS_MAX_ROWS rows
+ * in all, or row bytes that do not add up to the header's length closes
+ * the connection.  Every row must lie inside the one remote-access region
+ * that holds the first (of the generation named): else INVALID_READ, no
+ * payload, the connection kept -- exactly as a READV.  Only engines whose
+ * descriptor says "tcp_readv_strided" are sent one (§4).
+ */
+#define MC_TE_READVS_ENTRY_SIZE  32u
+#define MC_TE_READVS_MAX_ENTRIES MC_TE_READV_MAX_RANGES
+#define MC_TE_READVS_MAX_ROWS    (64u * 1024u)
+/* Rows merged into one group at most by mc_te_readvs_pack (the stored
+ * objects that fill one destination row side by side). */
+#define MC_TE_READVS_PACK_WIDTH 8u
+
+/* One entry of a READV_STRIDED. */
+typedef struct mc_te_strided {
+    uint64_t addr;
+    uint64_t stride;
+    uint32_t len;
+    uint32_t count;
+    uint32_t group;
+} mc_te_strided_t;
+
+/* A READV_STRIDED header's counts in range: 0, else -1 (close). */
+static inline int mc_te_readvs_hdr_check(const mc_te_req_hdr_t *h)
+{
+    return ((h->opcode == MC_TE_OPC_READV_STRIDED) && (h->addr >= 1) &&
+            (h->addr <= MC_TE_READVS_MAX_ENTRIES) && (h->length >= 1) &&
+            (h->length <= MC_TE_READV_MAX_LEN))
+               ? 0
+               : -1;
+}
+
+static inline void mc_te_readvs_encode(uint8_t *out, const mc_te_strided_t *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *o = out + i * MC_TE_READVS_ENTRY_SIZE;
+        mc_store_le64(o, e[i].addr);
+        mc_store_le64(o + 8, e[i].stride);
+        mc_store_le32(o + 16, e[i].len);
+        mc_store_le32(o + 20, e[i].count);
+        mc_store_le32(o + 24, e[i].group);
+        mc_store_le32(o + 28, 0);
+    }
+}
+
+/* Decode the @p h->addr entries of a READV_STRIDED (header checked) from
+ * @p in into @p out: 0 when every entry and group holds (see above) and
+ * the rows add up to h->length, all checked without overflow; -1
+ * otherwise.  *rows_p: the rows named. */
+static inline int mc_te_readvs_decode(const mc_te_req_hdr_t *h, const uint8_t *in,
+                                      mc_te_strided_t *out, size_t *rows_p)
+{
+    uint64_t left = h->length, rows = 0;
+    size_t n = (size_t)h->addr, in_group = 0;
+    uint32_t count = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *e = in + i * MC_TE_READVS_ENTRY_SIZE;
+        mc_te_strided_t *o = &out[i];
+        uint64_t span;
+        o->addr   = mc_load_le64(e);
+        o->stride = mc_load_le64(e + 8);
+        o->len    = mc_load_le32(e + 16);
+        o->count  = mc_load_le32(e + 20);
+        o->group  = mc_load_le32(e + 24);
+        if ((mc_load_le32(e + 28) != 0) || (o->len == 0) || (o->count == 0) ||
+            (o->stride < o->len) || (o->len > UINT64_MAX - o->addr))
+            return -1;
+        /* the last row ends at addr + stride * (count - 1) + len */
+        span = UINT64_MAX - o->addr - o->len;
+        if ((o->count > 1) && (o->stride > span / (o->count - 1)))
+            return -1;
+        if (in_group == 0) {
+            if ((o->group == 0) || (o->group > n - i))
+                return -1;
+            in_group = o->group;
+            count    = o->count;
+        } else if ((o->group != 0) || (o->count != count)) {
+            return -1;
+        }
+        in_group--;
+        if ((o->count > MC_TE_READVS_MAX_ROWS - rows) ||
+            ((uint64_t)o->len * o->count > left))
+            return -1;
+        rows += o->count;
+        left -= (uint64_t)o->len * o->count;
+    }
+    if ((in_group != 0) || (left != 0))
+        return -1;
+    *rows_p = (size_t)rows;
+    return 0;
+}
+
+/* Walks the rows of decoded entries in answer order. */
+typedef struct mc_te_strided_walk {
+    const mc_te_strided_t *e;
+    size_t n;
+    size_t g;   /* first entry of the group walked */
+    size_t j;   /* entry within it */
+    uint32_t i; /* row */
+} mc_te_strided_walk_t;
+
+static inline void mc_te_strided_walk_init(mc_te_strided_walk_t *w, const mc_te_strided_t *e,
+                                           size_t n)
+{
+    w->e = e;
+    w->n = n;
+    w->g = 0;
+    w->j = 0;
+    w->i = 0;
+}
+
+/* The next row in *r: 1, or 0 after the last. */
+static inline int mc_te_strided_next(mc_te_strided_walk_t *w, mc_te_range_t *r)
+{
+    const mc_te_strided_t *x;
+
+    if (w->g >= w->n)
+        return 0;
+    x       = &w->e[w->g + w->j];
+    r->addr = x->addr + (uint64_t)w->i * x->stride;
+    r->len  = x->len;
+    if (++w->j == w->e[w->g].group) {
+        w->j = 0;
+        if (++w->i == w->e[w->g].count) {
+            w->i = 0;
+            w->g += w->e[w->g].group;
+        }
+    }
+    return 1;
+}
+
+/* Ranges r[0..n) (n >= 2 * w) as rows of a group of width @p w: how many
+ * periods of w follow each other with one stride per entry (r[w + j]
+ * minus r[j], at least r[j]'s length) and the same lengths; 1 when the
+ * second period already breaks it. */
+static inline uint32_t mc_te_readvs_periods(const mc_te_range_t *r, size_t n, size_t w)
+{
+    uint32_t c = 2;
+
+    for (size_t j = 0; j < w; j++)
+        if ((r[w + j].len != r[j].len) || (r[w + j].addr < r[j].addr) ||
+            (r[w + j].addr - r[j].addr < r[j].len))
+            return 1;
+    for (size_t b = 2 * w; b + w <= n; b += w, c++)
+        for (size_t j = 0; j < w; j++)
+            if ((r[b + j].len != r[j].len) || (r[b + j].addr < r[b - w + j].addr) ||
+                (r[b + j].addr - r[b - w + j].addr != r[w + j].addr - r[j].addr))
+                return c;
+    return c;
+}
+
+/*
+ * Pack ranges r[0..n) (each non-empty, not wrapping, at most UINT32_MAX
+ * bytes to be packed into rows) into READV_STRIDED entries @p out (room
+ * for n): greedily, at each range, the group of width 1..
+ * MC_TE_READVS_PACK_WIDTH that covers most ranges with rows at a constant
+ * stride per entry (at least two periods; ties to the narrower), else one
+ * entry of one row.  Returns the number of entries, or 0 when a range
+ * cannot be an entry (longer than UINT32_MAX): send a READV then.  The
+ * rows of the entries, walked, are r[0..n) in order.
+ */
+static inline size_t mc_te_readvs_pack(const mc_te_range_t *r, size_t n, mc_te_strided_t *out)
+{
+    size_t k = 0, m = 0;
+
+    for (size_t i = 0; i < n; i++)
+        if ((r[i].len == 0) || (r[i].len > UINT32_MAX))
+            return 0;
+    while (k < n) {
+        size_t best_w = 1;
+        uint32_t best_c = 1;
+        for (size_t w = 1; (w <= MC_TE_READVS_PACK_WIDTH) && (k + 2 * w <= n); w++) {
+            uint32_t c = mc_te_readvs_periods(&r[k], n - k, w);
+            if ((c >= 2) && ((size_t)c * w > (size_t)best_c * best_w)) {
+                best_w = w;
+                best_c = c;
+            }
+        }
+        for (size_t j = 0; j < best_w; j++)
+            out[m + j] = (mc_te_strided_t){
+                r[k + j].addr, (best_c > 1) ? r[k + best_w + j].addr - r[k + j].addr : r[k + j].len,
+                (uint32_t)r[k + j].len, best_c, (j == 0) ? (uint32_t)best_w : 0};
+        m += best_w;
+        k += (size_t)best_c * best_w;
+    }
+    return m;
 }
 
 #endif /* MC_TRANSFER_PROTO_H */

@@ -106,7 +106,7 @@ for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_seeds" "$work/corpus-fuzz_wire"
 "$work/write_tensor_seeds" "$work/corpus-fuzz_tensor"
 "$work/write_dummy_seeds" "$work/corpus-fuzz_dummy"
-printf '%s' '{"name":"localhost:12345","protocol":"tcp","tcp_data_port":12345,"shm_name":"@mooncake-te-0123456789abcdef","tcp_readv":true,"buffers":[{"name":"cpu:0","addr":4096,"length":8192},{"name":"cpu:1","addr":12288,"length":1}]}' \
+printf '%s' '{"name":"localhost:12345","protocol":"tcp","tcp_data_port":12345,"shm_name":"@mooncake-te-0123456789abcdef","tcp_readv":true,"tcp_readv_strided":true,"buffers":[{"name":"cpu:0","addr":4096,"length":8192},{"name":"cpu:1","addr":12288,"length":1}]}' \
     > "$work/corpus-fuzz_desc/seed-1"
 printf '%s' '{"name":"h:1","protocol":"rdma","tcp_data_port":1,"rdma_mr_size":1048576,"devices":[{"name":"mlx5_0","lid":3,"gid":"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:01"},{"name":"mlx5_1","lid":0,"gid":"fe:80:00:00:00:00:00:00:00:00:00:00:00:00:00:02"}],"buffers":[{"name":"cpu:0","addr":4096,"length":2097153,"rkey":[1,2,3,4,5,6]}]}' \
     > "$work/corpus-fuzz_desc/seed-rdma"
@@ -119,6 +119,10 @@ printf 'MCTR\000\000\000\000\000\001\000\000\000\000\000\000' > "$work/corpus-fu
 # READV of two ranges (0x1000 +16, 0x9000 +8; docs/protocol.md §5.20): header and its list
 printf 'MCTE\001\005\000\000\002\000\000\000\000\000\000\000\030\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000\020\000\000\000\000\000\000\000\000\220\000\000\000\000\000\000\010\000\000\000\000\000\000\000' \
     > "$work/corpus-fuzz_te_frame/seed-readv"
+# READV_STRIDED of one group of two entries (0x1000: 4 rows of 10 every 100; 0x9000: 4 rows of
+# 20 every 20; docs/protocol.md §5.21): header and its entries
+printf 'MCTE\001\006\000\000\002\000\000\000\000\000\000\000x\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000d\000\000\000\000\000\000\000\012\000\000\000\004\000\000\000\002\000\000\000\000\000\000\000\000\220\000\000\000\000\000\000\024\000\000\000\000\000\000\000\024\000\000\000\004\000\000\000\000\000\000\000\000\000\000\000' \
+    > "$work/corpus-fuzz_te_frame/seed-readvs"
 # DISK_READ of key "k" in /t/1.bucket at 0, 16 bytes (docs/protocol.md §5.16), and one with a
 # relative path
 printf 'MCTE\001\004\000\000\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000D3"\021\001\000\013\000k/t/1.bucket' \

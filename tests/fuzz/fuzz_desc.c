@@ -70,7 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if ((strcmp(d.name, again.name) != 0) || (strcmp(d.protocol, again.protocol) != 0) ||
         (strcmp(d.shm_name, again.shm_name) != 0) || (d.tcp_data_port != again.tcp_data_port) ||
         (d.nbuffers != again.nbuffers) || (d.ndevices != again.ndevices) ||
-        (d.rdma_mr_size != again.rdma_mr_size) || (d.tcp_readv != again.tcp_readv))
+        (d.rdma_mr_size != again.rdma_mr_size) || (d.tcp_readv != again.tcp_readv) ||
+        (d.tcp_readv_strided != again.tcp_readv_strided))
         fail("round trip changed the descriptor");
     for (size_t i = 0; i < d.ndevices; i++)
         if ((strcmp(d.devices[i].name, again.devices[i].name) != 0) ||

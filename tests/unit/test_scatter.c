@@ -718,16 +718,16 @@ START_TEST(test_gather_refused)
     one    = (struct iovec){p.dst, 2 * ROW};
     bad[0] = rg[0];
     bad[1] = (mc_te_range_t){REM(&p, p.cap - ROW / 2), ROW}; /* past the region's end */
-    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, &one, 1),
+    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, 0, &one, 1),
                         MC_INVALID_READ);
     bad[1] = (mc_te_range_t){(uint64_t)(uintptr_t)other, ROW}; /* in another region */
-    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, &one, 1),
+    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, 0, &one, 1),
                         MC_INVALID_READ);
     bad[1] = (mc_te_range_t){UINT64_MAX - 100, ROW}; /* wraps */
-    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, &one, 1),
+    ck_assert_status_eq(A->tp_ops->read_gather(A->tp, peer, bad, 2, 2 * ROW, 0, 0, &one, 1),
                         MC_INVALID_READ);
     ck_assert_msg(all_fill(p.dst, p.dcap), "a range the holder refused was answered with bytes");
-    ck_assert_status_ok(A->tp_ops->read_gather(A->tp, peer, rg, 2, 2 * ROW, GEN_G, &one, 1));
+    ck_assert_status_ok(A->tp_ops->read_gather(A->tp, peer, rg, 2, 2 * ROW, GEN_G, 0, &one, 1));
     ck_assert(memcmp(p.dst, stream, 2 * ROW) == 0);
     A->tp_ops->peer_close(A->tp, peer);
     ck_assert_status_ok(mc_te_mem_dereg(B, other));
@@ -805,6 +805,17 @@ START_TEST(test_gather_job_region_gone_midway)
 }
 END_TEST
 
+/* An engine on 127.0.0.1 made with environment variable @p var set to 0. */
+static mc_te_h te_new_with_off(const char *var)
+{
+    mc_te_h te;
+
+    ck_assert_int_eq(setenv(var, "0", 1), 0);
+    te = te_new("127.0.0.1", NULL);
+    unsetenv(var);
+    return te;
+}
+
 /* A raw connection to @p port. */
 static int raw_connect(uint16_t port)
 {
@@ -822,19 +833,28 @@ static int raw_connect(uint16_t port)
     return fd;
 }
 
+/* Send a request header (@p opcode, @p n, @p len, @p gen) and @p bytes of
+ * its list. */
+static void raw_request(int fd, uint8_t opcode, uint64_t n, uint64_t len, uint64_t gen,
+                        const uint8_t *list, size_t bytes)
+{
+    uint8_t hdr[MC_TE_REQ_HDR_SIZE];
+
+    mc_te_req_encode_gen(hdr, opcode, n, len, gen);
+    ck_assert_int_eq(send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL), (ssize_t)sizeof(hdr));
+    if (bytes > 0)
+        ck_assert_int_eq(send(fd, list, bytes, MSG_NOSIGNAL), (ssize_t)bytes);
+}
+
 /* Send a READV header (@p n, @p len, @p gen) and @p nl list entries. */
 static void raw_readv(int fd, uint64_t n, uint64_t len, uint64_t gen, const mc_te_range_t *rg,
                       size_t nl)
 {
-    uint8_t hdr[MC_TE_REQ_HDR_SIZE], list[8 * MC_TE_READV_ENTRY_SIZE];
+    uint8_t list[8 * MC_TE_READV_ENTRY_SIZE];
 
     ck_assert_uint_le(nl, 8);
-    mc_te_req_encode_gen(hdr, MC_TE_OPC_READV, n, len, gen);
     mc_te_readv_encode(list, rg, nl);
-    ck_assert_int_eq(send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL), (ssize_t)sizeof(hdr));
-    if (nl > 0)
-        ck_assert_int_eq(send(fd, list, nl * MC_TE_READV_ENTRY_SIZE, MSG_NOSIGNAL),
-                         (ssize_t)(nl * MC_TE_READV_ENTRY_SIZE));
+    raw_request(fd, MC_TE_OPC_READV, n, len, gen, list, nl * MC_TE_READV_ENTRY_SIZE);
 }
 
 /* The holder closes @p fd without answering (within the receive timeout). */
@@ -948,9 +968,7 @@ START_TEST(test_gather_holder_without_readv)
     pair_t p;
     int fd;
 
-    ck_assert_int_eq(setenv("MC_TE_READV", "0", 1), 0);
-    C = te_new("127.0.0.1", NULL);
-    unsetenv("MC_TE_READV");
+    C = te_new_with_off("MC_TE_READV");
     B = C; /* the pair's holder */
     pair_open(&p, 2u << 20, 2u << 20, 34, GEN_G);
     ck_assert_int_eq(mc_te_read_scatter_native(A, p.seg), 1);
@@ -1003,6 +1021,213 @@ START_TEST(test_gather_holder_drops_readv)
     pair_close(&p);
     free(rg);
     free(stream);
+}
+END_TEST
+
+/* Send a READV_STRIDED header (@p n, @p len, @p gen) and @p nl entries. */
+static void raw_readvs(int fd, uint64_t n, uint64_t len, uint64_t gen, const mc_te_strided_t *e,
+                       size_t nl)
+{
+    uint8_t list[8 * MC_TE_READVS_ENTRY_SIZE];
+
+    ck_assert_uint_le(nl, 8);
+    mc_te_readvs_encode(list, e, nl);
+    raw_request(fd, MC_TE_OPC_READV_STRIDED, n, len, gen, list, nl * MC_TE_READVS_ENTRY_SIZE);
+}
+
+/*
+ * Hostile READV_STRIDED frames at the holder's data port (docs/transfer.md
+ * §3.3): a header out of bounds, and entries that are malformed (a row of
+ * 0 bytes, no rows, stride below the row, a last row past the address
+ * space, groups that do not hold, rows not adding up to the header's
+ * length, more than MC_TE_READVS_MAX_ROWS rows) close the connection
+ * unanswered; an entry whose last row passes the region's end, one in
+ * another region, or a request of another generation is answered
+ * MC_INVALID_READ with no payload, and the connection then serves a
+ * group of two strided entries: their rows interleaved, exactly.
+ */
+START_TEST(test_readvs_hostile_frames)
+{
+    enum { ROWS = 40 };
+    uint8_t *buf = malloc(64u << 10), *other = malloc(4096), *want = malloc(64u << 10);
+    mc_te_strided_t e[3];
+    pair_t p;
+    int fd;
+
+    pair_open(&p, 256u << 10, 4096, 36, GEN_G);
+    ck_assert_status_ok(mc_te_mem_reg(B, other, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
+    /* X: 100-byte rows every 300 bytes; Y: 60-byte rows every 64 bytes */
+    e[0] = (mc_te_strided_t){REM(&p, 1000), 300, 100, ROWS, 2};
+    e[1] = (mc_te_strided_t){REM(&p, 100000), 64, 60, ROWS, 0};
+    for (size_t r = 0; r < ROWS; r++) {
+        memcpy(want + r * 160, p.src + 1000 + r * 300, 100);
+        memcpy(want + r * 160 + 100, p.src + 100000 + r * 64, 60);
+    }
+    struct {
+        uint64_t n, len;
+        mc_te_strided_t e0, e1;
+        const char *what;
+    } closing[] = {
+        {0, 160 * ROWS, {0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}, "no entries"},
+        {MC_TE_READVS_MAX_ENTRIES + 1, 160 * ROWS, {0, 0, 0, 0, 0}, {0, 0, 0, 0, 0},
+         "too many entries"},
+        {2, 0, e[0], e[1], "a zero length"},
+        {2, MC_TE_READV_MAX_LEN + 1ull, e[0], e[1], "too long"},
+        {2, 160 * ROWS - 1, e[0], e[1], "rows not adding up (short)"},
+        {2, 160 * ROWS + 1, e[0], e[1], "rows not adding up (long)"},
+        {2, 160 * ROWS, e[0], {e[1].addr, 64, 60, ROWS - 1, 0}, "a count other than its group's"},
+        {2, 100 * ROWS, e[0], {e[1].addr, 64, 0, ROWS, 0}, "a row of 0 bytes"},
+        {2, 100 * ROWS, e[0], {e[1].addr, 64, 60, 0, 0}, "no rows"},
+        {2, 160 * ROWS, e[0], {e[1].addr, 59, 60, ROWS, 0}, "stride below the row"},
+        {2, 160 * ROWS, {e[0].addr, 300, 100, ROWS, 0}, e[1], "no group started"},
+        {2, 160 * ROWS, {e[0].addr, 300, 100, ROWS, 3}, e[1], "a group past the list"},
+        {2, 160 * ROWS, e[0], {e[1].addr, 64, 60, ROWS, 1}, "a group inside a group"},
+        {2, 160 * ROWS, e[0], {UINT64_MAX - 1000, 64, 60, ROWS, 0}, "past the address space"},
+        {2, 100 * ROWS + 2 * (uint64_t)(MC_TE_READVS_MAX_ROWS), {e[0].addr, 300, 100, ROWS, 1},
+         {e[1].addr, 2, 2, MC_TE_READVS_MAX_ROWS, 1}, "too many rows"},
+    };
+    for (size_t k = 0; k < sizeof(closing) / sizeof(closing[0]); k++) {
+        mc_te_strided_t two[2] = {closing[k].e0, closing[k].e1};
+        fd = raw_connect(B->port);
+        raw_readvs(fd, closing[k].n, closing[k].len, 0, two,
+                   ((closing[k].n >= 1) && (closing[k].n <= 2)) ? 2 : 0);
+        raw_expect_closed(fd, closing[k].what);
+    }
+    /* refused, answered, and the connection goes on */
+    fd   = raw_connect(B->port);
+    e[2] = (mc_te_strided_t){REM(&p, p.cap - 3 * 1024 - 50), 1024, 100, 4, 1}; /* past the end */
+    raw_readvs(fd, 3, 160 * ROWS + 400, 0, e, 3);
+    ck_assert_int_eq(raw_answer(fd, buf, 0), MC_INVALID_READ);
+    e[2] = (mc_te_strided_t){(uint64_t)(uintptr_t)other, 1024, 100, 4, 1}; /* another region */
+    raw_readvs(fd, 3, 160 * ROWS + 400, 0, e, 3);
+    ck_assert_int_eq(raw_answer(fd, buf, 0), MC_INVALID_READ);
+    raw_readvs(fd, 2, 160 * ROWS, GEN_H, e, 2); /* another generation */
+    ck_assert_int_eq(raw_answer(fd, buf, 0), MC_INVALID_READ);
+    raw_readvs(fd, 2, 160 * ROWS, GEN_G, e, 2);
+    ck_assert_int_eq(raw_answer(fd, buf, 160 * ROWS), 0);
+    ck_assert_msg(memcmp(buf, want, 160 * ROWS) == 0, "the strided rows interleaved");
+    /* the last row ends exactly at the region's end: served */
+    e[2] = (mc_te_strided_t){REM(&p, p.cap - 3 * 1024 - 100), 1024, 100, 4, 1};
+    raw_readvs(fd, 3, 160 * ROWS + 400, 0, e, 3);
+    ck_assert_int_eq(raw_answer(fd, buf, 160 * ROWS + 400), 0);
+    ck_assert(memcmp(buf, want, 160 * ROWS) == 0);
+    for (size_t r = 0; r < 4; r++)
+        ck_assert(memcmp(buf + 160 * ROWS + r * 100, p.src + p.cap - 3 * 1024 - 100 + r * 1024,
+                         100) == 0);
+    close(fd);
+    ck_assert_status_ok(mc_te_mem_dereg(B, other));
+    pair_close(&p);
+    free(other);
+    free(buf);
+    free(want);
+}
+END_TEST
+
+/*
+ * Gathered reads as READV_STRIDED where the rows are regular, READV
+ * elsewhere: interleaved rows of two objects (one group of two) and the
+ * half rows of one object (stride twice the row), each into a contiguous
+ * destination and into odd runs; both count as strided.  A reader with
+ * MC_TE_READV_STRIDED=0 sends READVs for the same bytes; a holder with it
+ * leaves "tcp_readv_strided" out of its descriptor (so readers send it
+ * READVs) and closes a connection that sends one anyway; a holder that
+ * stops serving it after the reader took its descriptor is read again as
+ * a READV, the bytes landing and no error reaching the caller.
+ */
+/* One gathered read by @p te of rg[0..n) (under GEN_G) into the start of
+ * @p p's destination, checked against @p stream; the READVs it counted
+ * (strided or not) in *v_p, the READV_STRIDEDs among them in *s_p. */
+static void gather_counted(mc_te_h te, pair_t *p, const mc_te_range_t *rg, size_t n,
+                           const uint8_t *stream, uint64_t total, uint64_t *v_p, uint64_t *s_p)
+{
+    struct iovec one = {p->dst, (size_t)total};
+    uint64_t v0      = __atomic_load_n(&te->readv_ops, __ATOMIC_RELAXED);
+    uint64_t s0      = __atomic_load_n(&te->readvs_ops, __ATOMIC_RELAXED);
+
+    memset(p->dst, FILL, p->dcap);
+    ck_assert_status_ok(mc_te_read_gather_gen(te, p->seg, GEN_G, rg, n, &one, 1));
+    check_scattered(p->dst, p->dcap, &one, 1, stream);
+    *v_p = __atomic_load_n(&te->readv_ops, __ATOMIC_RELAXED) - v0;
+    *s_p = __atomic_load_n(&te->readvs_ops, __ATOMIC_RELAXED) - s0;
+}
+
+START_TEST(test_gather_strided)
+{
+    enum { ROWS = 500, RX = 1024, RY = 512 };
+    mc_te_range_t *rg  = malloc(2 * ROWS * sizeof(*rg));
+    uint8_t *stream    = malloc(ROWS * (RX + RY));
+    struct iovec *runs = malloc(4000 * sizeof(*runs));
+    uint64_t total, nv, ns;
+    mc_te_h C, saved = B, R, a = A;
+    size_t n;
+    pair_t p;
+    int fd;
+
+    pair_open(&p, 2u << 20, 2u << 20, 37, GEN_G);
+    total = interleave(&p, ROWS, RX, 1u << 20, RY, rg, stream);
+    gather_counted(A, &p, rg, 2 * ROWS, stream, total, &nv, &ns);
+    ck_assert_uint_eq(ns, 1);
+    memset(p.dst, FILL, p.dcap);
+    n = runs_for(p.dst, total, runs, 4000);
+    ck_assert_status_ok(mc_te_read_gather_gen(A, p.seg, 0, rg, 2 * ROWS, runs, n));
+    check_scattered(p.dst, p.dcap, runs, n, stream);
+    /* half rows of one object: rows of RY every 2 * RY */
+    for (size_t r = 0; r < ROWS; r++) {
+        rg[r] = (mc_te_range_t){REM(&p, 4096 + r * 2 * RY), RY};
+        memcpy(stream + r * RY, p.src + 4096 + r * 2 * RY, RY);
+    }
+    gather_counted(A, &p, rg, ROWS, stream, ROWS * RY, &nv, &ns);
+    ck_assert_uint_eq(ns, 1);
+    pair_close(&p);
+
+    /* a reader with MC_TE_READV_STRIDED=0: READVs, the same bytes */
+    R = te_new_with_off("MC_TE_READV_STRIDED");
+    A = R;
+    pair_open(&p, 2u << 20, 2u << 20, 38, GEN_G);
+    total = interleave(&p, ROWS, RX, 1u << 20, RY, rg, stream);
+    gather_counted(R, &p, rg, 2 * ROWS, stream, total, &nv, &ns);
+    ck_assert_uint_eq(nv, 1);
+    ck_assert_uint_eq(ns, 0);
+    pair_close(&p);
+    A = a;
+    mc_te_destroy(R);
+
+    /* a holder with MC_TE_READV_STRIDED=0 */
+    C = te_new_with_off("MC_TE_READV_STRIDED");
+    B = C;
+    pair_open(&p, 2u << 20, 2u << 20, 39, GEN_G);
+    ck_assert_int_eq(mc_te_read_gather_native(A, p.seg), 1);
+    total = interleave(&p, ROWS, RX, 1u << 20, RY, rg, stream);
+    gather_counted(A, &p, rg, 2 * ROWS, stream, total, &nv, &ns);
+    ck_assert_uint_eq(nv, 1);
+    ck_assert_uint_eq(ns, 0);
+    {
+        mc_te_strided_t e = {rg[0].addr, RX, RX, 2, 1};
+        fd                = raw_connect(C->port);
+        raw_readvs(fd, 1, 2 * RX, 0, &e, 1);
+        raw_expect_closed(fd, "READV_STRIDED to a holder without it");
+    }
+    pair_close(&p);
+    B = saved;
+    mc_te_destroy(C);
+
+    /* a holder that stops serving it after the reader took its descriptor */
+    pair_open(&p, 2u << 20, 2u << 20, 40, GEN_G);
+    total = interleave(&p, ROWS, RX, 1u << 20, RY, rg, stream);
+    gather_counted(A, &p, rg, 2 * ROWS, stream, total, &nv, &ns);
+    ck_assert_uint_eq(ns, 1);
+    B->readvs_enabled = 0; /* the descriptor the reader holds still offers it */
+    gather_counted(A, &p, rg, 2 * ROWS, stream, total, &nv, &ns);
+    ck_assert_uint_eq(nv, 1); /* one read: sent strided, closed, sent again as a READV */
+    ck_assert_uint_eq(ns, 1);
+    gather_counted(A, &p, rg, 2 * ROWS, stream, total, &nv, &ns);
+    ck_assert_uint_eq(nv, 1); /* and from then on as READVs */
+    ck_assert_uint_eq(ns, 0);
+    B->readvs_enabled = 1;
+    pair_close(&p);
+    free(rg);
+    free(stream);
+    free(runs);
 }
 END_TEST
 
@@ -1185,6 +1410,8 @@ Suite *mc_test_scatter_suite(void)
     tcase_add_test(tc, test_readv_hostile_frames);
     tcase_add_test(tc, test_gather_holder_without_readv);
     tcase_add_test(tc, test_gather_holder_drops_readv);
+    tcase_add_test(tc, test_readvs_hostile_frames);
+    tcase_add_test(tc, test_gather_strided);
     suite_add_tcase(s, tc);
     tc = tcase_create("store");
     tcase_set_timeout(tc, 60);

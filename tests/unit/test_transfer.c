@@ -1539,7 +1539,11 @@ START_TEST(test_frame_codec)
     q.addr   = 1;
     q.length = MC_TE_READV_MAX_LEN + 1ull;
     ck_assert_int_eq(mc_te_readv_hdr_check(&q), -1);
-    h[5] = 6; /* an opcode past READV */
+    h[5] = 6; /* READV_STRIDED: a generation too */
+    ck_assert_int_eq(mc_te_req_decode(h, &q), 0);
+    ck_assert_int_eq(mc_te_readvs_hdr_check(&q), 0);
+    ck_assert_int_eq(mc_te_readv_hdr_check(&q), -1);
+    h[5] = 7; /* an opcode past READV_STRIDED */
     ck_assert_int_eq(mc_te_req_decode(h, &q), -1);
     {
         mc_te_range_t in[2] = {{0x1000, 100}, {0x9000, 200}}, out[2];
@@ -1559,6 +1563,172 @@ START_TEST(test_frame_codec)
         mc_te_readv_encode(list, in, 2);
         v.length = 99;
         ck_assert_int_eq(mc_te_readv_decode(&v, list, out), -1);
+    }
+}
+END_TEST
+
+/* Walk entries e[0..m) and compare their rows with r[0..n). */
+static void strided_rows_are(const mc_te_strided_t *e, size_t m, const mc_te_range_t *r, size_t n)
+{
+    mc_te_strided_walk_t w;
+    mc_te_range_t x;
+    size_t i = 0;
+
+    mc_te_strided_walk_init(&w, e, m);
+    while (mc_te_strided_next(&w, &x)) {
+        ck_assert_uint_lt(i, n);
+        ck_assert_msg((x.addr == r[i].addr) && (x.len == r[i].len),
+                      "row %zu: [0x%llx, +%llu) for [0x%llx, +%llu)", i,
+                      (unsigned long long)x.addr, (unsigned long long)x.len,
+                      (unsigned long long)r[i].addr, (unsigned long long)r[i].len);
+        i++;
+    }
+    ck_assert_uint_eq(i, n);
+}
+
+/* One READV_STRIDED entry list @p e of @p m entries, encoded, decodes (0)
+ * or not (-1) against a header of @p len bytes. */
+static int readvs_decodes(const mc_te_strided_t *e, size_t m, uint64_t len)
+{
+    uint8_t list[8 * MC_TE_READVS_ENTRY_SIZE];
+    mc_te_strided_t out[8];
+    mc_te_req_hdr_t v = {1, MC_TE_OPC_READV_STRIDED, 0, m, len, 0};
+    size_t rows       = 0;
+
+    ck_assert_uint_le(m, 8);
+    mc_te_readvs_encode(list, e, m);
+    if (mc_te_readvs_decode(&v, list, out, &rows) != 0)
+        return -1;
+    for (size_t i = 0; i < m; i++)
+        ck_assert((out[i].addr == e[i].addr) && (out[i].stride == e[i].stride) &&
+                  (out[i].len == e[i].len) && (out[i].count == e[i].count) &&
+                  (out[i].group == e[i].group));
+    return 0;
+}
+
+/*
+ * READV_STRIDED's entries (proto.h): ranges packed by mc_te_readvs_pack
+ * walk back to exactly those ranges -- the rows of two objects
+ * interleaved (one group of two), one object's rows at a stride (a group
+ * of one), a list that breaks its period midway, ranges without any
+ * (entries of one row each) -- and the packing is short where rows are
+ * regular.  Encoded, they decode to the same entries; the decoder refuses
+ * every malformed entry and group the holder must close on.
+ */
+START_TEST(test_readvs_codec)
+{
+    enum { N = 600 };
+    mc_te_range_t r[N];
+    mc_te_strided_t e[N];
+    size_t m;
+
+    /* two objects interleaved: X rows of 1 KiB back to back, Y of 2 KiB */
+    for (size_t i = 0; i < N / 2; i++) {
+        r[2 * i]     = (mc_te_range_t){0x100000 + i * 1024, 1024};
+        r[2 * i + 1] = (mc_te_range_t){0x900000 + i * 2048, 2048};
+    }
+    m = mc_te_readvs_pack(r, N, e);
+    ck_assert_uint_eq(m, 2);
+    ck_assert_uint_eq(e[0].group, 2);
+    ck_assert_uint_eq(e[1].group, 0);
+    ck_assert_uint_eq(e[0].count, N / 2);
+    ck_assert_uint_eq(e[1].stride, 2048);
+    strided_rows_are(e, m, r, N);
+    /* one object's half rows: stride 4096, rows of 1000 bytes */
+    for (size_t i = 0; i < N; i++)
+        r[i] = (mc_te_range_t){0x200000 + i * 4096, 1000};
+    m = mc_te_readvs_pack(r, N, e);
+    ck_assert_uint_eq(m, 1);
+    ck_assert_uint_eq(e[0].stride, 4096);
+    strided_rows_are(e, m, r, N);
+    /* the period breaks at 250 (another length) and at 400 (another stride) */
+    r[250].len = 999;
+    for (size_t i = 400; i < N; i++)
+        r[i].addr += 8;
+    m = mc_te_readvs_pack(r, N, e);
+    ck_assert_uint_le(m, 6);
+    strided_rows_are(e, m, r, N);
+    /* no regularity: one entry per range */
+    for (size_t i = 0; i < 50; i++)
+        r[i] = (mc_te_range_t){0x300000 + (i * i * 97) % 50000 * 16, 1 + (i * 31) % 700};
+    m = mc_te_readvs_pack(r, 50, e);
+    strided_rows_are(e, m, r, 50);
+    /* rows that go backwards or overlap are not strided */
+    r[0] = (mc_te_range_t){0x5000, 100};
+    r[1] = (mc_te_range_t){0x4000, 100};
+    r[2] = (mc_te_range_t){0x3000, 100};
+    r[3] = (mc_te_range_t){0x3050, 100};
+    r[4] = (mc_te_range_t){0x30a0, 100};
+    m    = mc_te_readvs_pack(r, 5, e);
+    ck_assert_uint_eq(m, 5);
+    strided_rows_are(e, m, r, 5);
+    r[0].len = (uint64_t)UINT32_MAX + 1; /* cannot be a row: READV */
+    ck_assert_uint_eq(mc_te_readvs_pack(r, 1, e), 0);
+    r[0].len = 0;
+    ck_assert_uint_eq(mc_te_readvs_pack(r, 1, e), 0);
+
+    /* the decoder */
+    {
+        mc_te_strided_t g[3] = {{0x1000, 100, 10, 4, 2},
+                                {0x9000, 20, 20, 4, 0},
+                                {0x7000, 8, 8, 1, 1}};
+        uint64_t len         = 4 * 10 + 4 * 20 + 8;
+        uint8_t list[3 * MC_TE_READVS_ENTRY_SIZE];
+        mc_te_strided_t out[3];
+        mc_te_req_hdr_t v = {1, MC_TE_OPC_READV_STRIDED, 0, 3, len, 0};
+        size_t rows       = 0;
+
+        ck_assert_int_eq(readvs_decodes(g, 3, len), 0);
+        ck_assert_int_eq(readvs_decodes(g, 3, len - 1), -1); /* bytes do not add up */
+        ck_assert_int_eq(readvs_decodes(g, 3, len + 1), -1);
+        mc_te_readvs_encode(list, g, 3);
+        ck_assert_int_eq(mc_te_readvs_decode(&v, list, out, &rows), 0);
+        ck_assert_uint_eq(rows, 9);
+        list[28] = 1; /* a reserved word */
+        ck_assert_int_eq(mc_te_readvs_decode(&v, list, out, &rows), -1);
+        g[1].len = 0; /* an empty row */
+        ck_assert_int_eq(readvs_decodes(g, 3, len - 80), -1);
+        g[1].len   = 20;
+        g[1].count = 0; /* no rows */
+        ck_assert_int_eq(readvs_decodes(g, 3, len - 80), -1);
+        g[1].count = 3; /* a count other than its group's */
+        ck_assert_int_eq(readvs_decodes(g, 3, len - 20), -1);
+        g[1].count  = 4;
+        g[1].stride = 19; /* rows that overlap */
+        ck_assert_int_eq(readvs_decodes(g, 3, len), -1);
+        g[1].stride = 20;
+        g[1].group  = 1; /* a group inside a group */
+        ck_assert_int_eq(readvs_decodes(g, 3, len), -1);
+        g[1].group = 0;
+        g[0].group = 0; /* no group started */
+        ck_assert_int_eq(readvs_decodes(g, 3, len), -1);
+        g[0].group = 3; /* a group of three, its last entry's count differs */
+        ck_assert_int_eq(readvs_decodes(g, 3, len), -1);
+        g[0].group = 4; /* past the list */
+        ck_assert_int_eq(readvs_decodes(g, 3, len), -1);
+        g[0].group = 2;
+        g[2].group = 0; /* the last entry continues nothing */
+        ck_assert_int_eq(readvs_decodes(g, 3, len), -1);
+        g[2].group = 1;
+        /* the last row past the address space, however the product falls */
+        g[2] = (mc_te_strided_t){UINT64_MAX - 100, 64, 8, 2, 1};
+        ck_assert_int_eq(readvs_decodes(g, 3, len + 8), 0);
+        g[2].stride = 92; /* ends at UINT64_MAX */
+        ck_assert_int_eq(readvs_decodes(g, 3, len + 8), 0);
+        g[2].stride = 93; /* one past */
+        ck_assert_int_eq(readvs_decodes(g, 3, len + 8), -1);
+        g[2]        = (mc_te_strided_t){0x1000, UINT64_MAX / 2 + 1, 8, 3, 1};
+        ck_assert_int_eq(readvs_decodes(g, 3, len + 16), -1);
+        g[2] = (mc_te_strided_t){UINT64_MAX - 4, 8, 8, 1, 1};
+        ck_assert_int_eq(readvs_decodes(g, 3, len), -1);
+        /* more rows than MC_TE_READVS_MAX_ROWS, each of one byte */
+        g[0] = (mc_te_strided_t){0x1000, 1, 1, MC_TE_READVS_MAX_ROWS + 1, 1};
+        ck_assert_int_eq(readvs_decodes(g, 1, MC_TE_READVS_MAX_ROWS + 1), -1);
+        g[0].count = MC_TE_READVS_MAX_ROWS;
+        ck_assert_int_eq(readvs_decodes(g, 1, MC_TE_READVS_MAX_ROWS), 0);
+        /* len * count past the header's length (and past 32 bits) */
+        g[0] = (mc_te_strided_t){0x1000, UINT32_MAX, UINT32_MAX, 3, 1};
+        ck_assert_int_eq(readvs_decodes(g, 1, MC_TE_READV_MAX_LEN), -1);
     }
 }
 END_TEST
@@ -1904,6 +2074,7 @@ Suite *mc_test_transfer_suite(void)
     TCase *http  = tcase_create("http");
 
     tcase_add_test(codec, test_frame_codec);
+    tcase_add_test(codec, test_readvs_codec);
     tcase_add_test(codec, test_descriptor_codec);
     tcase_add_test(codec, test_descriptor_fabric_members);
     tcase_add_test(codec, test_protocols_and_metadata_refused);

@@ -466,18 +466,45 @@ static int region_holds(const mc_te_region_t *r, uint64_t a, uint64_t len)
     return (a >= r->addr) && (a - r->addr < r->len) && (len <= r->len - (a - r->addr));
 }
 
+/*
+ * The one remote-access region that holds every span sp[0..n) (of the
+ * generation @p h names), pinned under *ticket_p; NULL when there is none,
+ * after answering INVALID_READ (*rc_p: whether that answer went out, 0,
+ * or -1 to close).  @p what names the request in the debug line.
+ */
+static mc_te_region_t *readv_region(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h,
+                                    const mc_te_range_t *sp, size_t n, const char *what,
+                                    int *ticket_p, int *rc_p)
+{
+    mc_te_region_t *r = mc_te_region_acquire_gen(tp->te, sp[0].addr, sp[0].len,
+                                                 MC_TE_MEM_REMOTE_ACCESS, h->gen, 0, ticket_p);
+
+    for (size_t i = 1; (r != NULL) && (i < n); i++) {
+        if (!region_holds(r, sp[i].addr, sp[i].len)) {
+            mc_te_region_release_gen(tp->te, r, *ticket_p);
+            r = NULL;
+        }
+    }
+    if (r == NULL) {
+        mc_debug("refusing %s of %zu from 0x%llx: not all in one remote-access region%s", what,
+                 n, (unsigned long long)sp[0].addr, h->gen ? " of the generation asked for" : "");
+        *rc_p = serve_send_resp(fd, MC_INVALID_READ, 0);
+    }
+    return r;
+}
+
 /* The ranges of a READV from a file segment, through one buffer of their
  * total length (at most MC_TE_READV_MAX_LEN), sent after all were read so
  * that a failing store is answered with a status. */
 static int serve_readv_file(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h,
-                            const mc_te_range_t *rg, mc_te_region_t *r, int ticket)
+                            const mc_te_range_t *rg, size_t n, mc_te_region_t *r, int ticket)
 {
     uint8_t *buf   = malloc((size_t)h->length);
     mc_status_t st = (buf != NULL) ? MC_OK : MC_INTERNAL_ERROR;
     size_t off     = 0;
     int rc;
 
-    for (size_t i = 0; (i < (size_t)h->addr) && (st == MC_OK); i++) {
+    for (size_t i = 0; (i < n) && (st == MC_OK); i++) {
         st = mc_te_region_file_io(r, 0, buf + off, rg[i].addr, (size_t)rg[i].len);
         off += (size_t)rg[i].len;
     }
@@ -529,23 +556,11 @@ static int serve_readv(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
         mc_debug("closing data connection: malformed readv range list");
         goto out;
     }
-    r = mc_te_region_acquire_gen(tp->te, rg[0].addr, rg[0].len, MC_TE_MEM_REMOTE_ACCESS, h->gen,
-                                 0, &ticket);
-    for (size_t i = 1; (r != NULL) && (i < n); i++) {
-        if (!region_holds(r, rg[i].addr, rg[i].len)) {
-            mc_te_region_release_gen(tp->te, r, ticket);
-            r = NULL;
-        }
-    }
-    if (r == NULL) {
-        mc_debug("refusing readv of %zu ranges from 0x%llx: not all in one remote-access "
-                 "region%s", n, (unsigned long long)rg[0].addr,
-                 h->gen ? " of the generation asked for" : "");
-        rc = serve_send_resp(fd, MC_INVALID_READ, 0);
+    r = readv_region(tp, fd, h, rg, n, "readv ranges", &ticket, &rc);
+    if (r == NULL)
         goto out;
-    }
     if (r->fops != NULL) {
-        rc = serve_readv_file(tp, fd, h, rg, r, ticket);
+        rc = serve_readv_file(tp, fd, h, rg, n, r, ticket);
         goto out;
     }
     mc_te_resp_encode(resp, MC_OK, h->length);
@@ -556,6 +571,115 @@ static int serve_readv(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
         iov[i + 1].iov_len  = (size_t)rg[i].len;
     }
     rc = send_iov_all(fd, iov, n + 1);
+    mc_te_region_release_gen(tp->te, r, ticket);
+out:
+    free(list);
+    return rc;
+}
+
+/* The rows of entries e[0..n) (@p rows in all) of a file segment's region:
+ * as a READV of each row. */
+static int serve_readvs_file(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h,
+                             const mc_te_strided_t *e, size_t n, size_t rows,
+                             mc_te_region_t *r, int ticket)
+{
+    mc_te_range_t *rg = malloc(rows * sizeof(*rg));
+    mc_te_strided_walk_t w;
+    int rc;
+
+    if (rg == NULL) {
+        mc_te_region_release_gen(tp->te, r, ticket);
+        return serve_send_resp(fd, MC_INTERNAL_ERROR, 0);
+    }
+    mc_te_strided_walk_init(&w, e, n);
+    for (size_t i = 0; i < rows; i++)
+        (void)mc_te_strided_next(&w, &rg[i]);
+    rc = serve_readv_file(tp, fd, h, rg, rows, r, ticket);
+    free(rg);
+    return rc;
+}
+
+/* iovecs a READV_STRIDED's answer is sent through at a time */
+#define TCP_READVS_IOV 1024u
+
+/*
+ * Serve one READV_STRIDED (proto.h, docs/transfer.md §3.3): as a READV
+ * (serve_readv), its entries checked whole -- each entry's first and last
+ * row inside the one region that holds the first row, so every row between
+ * them is -- and its rows sent straight from the region, walked into
+ * iovecs TCP_READVS_IOV at a time (the rows named may be many more than
+ * the entries).  Returns 0 to keep the connection, -1 to close it.
+ */
+static int serve_readvs(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h)
+{
+    uint8_t resp[MC_TE_RESP_HDR_SIZE];
+    mc_te_region_t *r = NULL;
+    mc_te_strided_t *e;
+    mc_te_strided_walk_t w;
+    mc_te_range_t row, *sp;
+    struct iovec *iov;
+    uint8_t *list;
+    size_t n, rows = 0, k, k0;
+    int rc = -1, ticket = 0;
+
+    if (!tp->te->readv_enabled || !tp->te->readvs_enabled) {
+        mc_debug("closing data connection: strided readv is turned off (MC_TE_READV=0 or "
+                 "MC_TE_READV_STRIDED=0)");
+        return -1;
+    }
+    if (mc_te_readvs_hdr_check(h) != 0) {
+        mc_debug("closing data connection: strided readv of %llu entries, %llu bytes "
+                 "(limits %u, %u)", (unsigned long long)h->addr, (unsigned long long)h->length,
+                 MC_TE_READVS_MAX_ENTRIES, MC_TE_READV_MAX_LEN);
+        return -1;
+    }
+    n    = (size_t)h->addr;
+    list = malloc(n * (MC_TE_READVS_ENTRY_SIZE + sizeof(*e) + sizeof(*sp)) +
+                  (TCP_READVS_IOV + 1) * sizeof(*iov));
+    if (list == NULL)
+        return -1; /* the list cannot be consumed anywhere: close */
+    e   = (mc_te_strided_t *)(void *)(list + n * MC_TE_READVS_ENTRY_SIZE);
+    sp  = (mc_te_range_t *)(void *)(e + n);
+    iov = (struct iovec *)(void *)(sp + n);
+    if ((recv_exact(fd, list, n * MC_TE_READVS_ENTRY_SIZE, NULL) != 0) ||
+        (mc_te_readvs_decode(h, list, e, &rows) != 0)) {
+        mc_debug("closing data connection: malformed strided readv entry list");
+        goto out;
+    }
+    /* each entry's span, from its first row to the end of its last (decode
+     * checked that it does not wrap): inside the region, so is every row */
+    for (size_t i = 0; i < n; i++)
+        sp[i] = (mc_te_range_t){e[i].addr, (uint64_t)(e[i].count - 1) * e[i].stride + e[i].len};
+    r = readv_region(tp, fd, h, sp, n, "strided readv entries", &ticket, &rc);
+    if (r == NULL)
+        goto out;
+    if (r->fops != NULL) {
+        rc = serve_readvs_file(tp, fd, h, e, n, rows, r, ticket);
+        goto out;
+    }
+    mc_te_resp_encode(resp, MC_OK, h->length);
+    iov[0].iov_base = resp;
+    iov[0].iov_len  = sizeof(resp);
+    k               = 1;
+    k0              = 1; /* the first iovec that is a row */
+    rc              = 0;
+    mc_te_strided_walk_init(&w, e, n);
+    while ((rc == 0) && mc_te_strided_next(&w, &row)) {
+        if ((k > k0) && ((uintptr_t)iov[k - 1].iov_base + iov[k - 1].iov_len == row.addr)) {
+            iov[k - 1].iov_len += (size_t)row.len; /* rows that touch: one iovec */
+            continue;
+        }
+        if (k == TCP_READVS_IOV + 1) {
+            rc = send_iov_all(fd, iov, k);
+            k  = 0;
+            k0 = 0;
+        }
+        iov[k].iov_base = (void *)(uintptr_t)row.addr;
+        iov[k].iov_len  = (size_t)row.len;
+        k++;
+    }
+    if ((rc == 0) && (k > 0))
+        rc = send_iov_all(fd, iov, k);
     mc_te_region_release_gen(tp->te, r, ticket);
 out:
     free(list);
@@ -858,7 +982,8 @@ static unsigned serve_window(const mc_tcp_t *tp, uint64_t moved)
 static int serve_one(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, uint64_t *moved_p)
 {
     *moved_p = ((h->opcode == MC_TE_OPC_READ) || (h->opcode == MC_TE_OPC_WRITE) ||
-                (h->opcode == MC_TE_OPC_DISK_READ) || (h->opcode == MC_TE_OPC_READV))
+                (h->opcode == MC_TE_OPC_DISK_READ) || (h->opcode == MC_TE_OPC_READV) ||
+                (h->opcode == MC_TE_OPC_READV_STRIDED))
                    ? h->length
                    : 0;
     switch (h->opcode) {
@@ -870,6 +995,8 @@ static int serve_one(mc_tcp_t *tp, int fd, const mc_te_req_hdr_t *h, uint64_t *m
         return serve_disk_read(tp, fd, h);
     case MC_TE_OPC_READV:
         return serve_readv(tp, fd, h);
+    case MC_TE_OPC_READV_STRIDED:
+        return serve_readvs(tp, fd, h);
     case MC_TE_OPC_RDMA_CONNECT:
         return serve_rdma_connect(tp, fd, h);
     default: /* MC_TE_OPC_DESCRIBE; decode refused anything else */
@@ -1655,7 +1782,7 @@ typedef struct req_tail {
 static int opcode_reads(uint8_t opcode)
 {
     return (opcode == MC_TE_OPC_READ) || (opcode == MC_TE_OPC_DISK_READ) ||
-           (opcode == MC_TE_OPC_READV);
+           (opcode == MC_TE_OPC_READV) || (opcode == MC_TE_OPC_READV_STRIDED);
 }
 
 /* Send one request (a WRITE with its payload, a DISK_READ with @p tail).
@@ -1719,6 +1846,8 @@ static mc_status_t answer_check(mc_tcp_peer_t *pe, const uint8_t *rb, size_t got
                             (opcode == MC_TE_OPC_DISK_READ)      ? "disk read"
                             : (opcode == MC_TE_OPC_READ)         ? "read"
                             : (opcode == MC_TE_OPC_READV)        ? "gathered read (ranges, bytes)"
+                            : (opcode == MC_TE_OPC_READV_STRIDED)
+                                ? "strided gathered read (entries, bytes)"
                             : (opcode == MC_TE_OPC_WRITE)        ? "write"
                             : (opcode == MC_TE_OPC_RDMA_CONNECT) ? "rdma handshake"
                                                                  : "describe",
@@ -2548,25 +2677,40 @@ static mc_status_t tcp_read_scatter(void *priv, void *peer, uint64_t remote, uin
 /* The transport's read_gather (mc_te_read_gather_gen): one READV of the
  * ranges (1..MC_TE_READV_MAX_RANGES, adding up to @p len, at most
  * MC_TE_READV_MAX_LEN; the engine checked) on a pooled lane, its answer
- * received straight into the runs. */
+ * received straight into the runs.  With MC_TE_GATHER_STRIDED (the peer
+ * serves READV_STRIDED) the ranges go as strided entries
+ * (mc_te_readvs_pack) where that makes the list shorter. */
 static mc_status_t tcp_read_gather(void *priv, void *peer, const mc_te_range_t *ranges,
-                                   size_t nranges, uint64_t len, uint64_t gen,
+                                   size_t nranges, uint64_t len, uint64_t gen, unsigned flags,
                                    const struct iovec *runs, size_t nruns)
 {
-    uint8_t *list = malloc(nranges * MC_TE_READV_ENTRY_SIZE);
+    uint8_t *list = malloc(nranges * (MC_TE_READV_ENTRY_SIZE + sizeof(mc_te_strided_t)));
+    mc_tcp_t *tp  = priv;
+    mc_te_strided_t *e;
     req_tail_t tail;
     scatter_req_t q = {MC_TE_OPC_READV, nranges, len, gen, &tail, runs, nruns};
+    size_t m        = 0;
     mc_status_t st;
 
-    (void)priv;
     if (list == NULL) {
         mc_set_error_detail("gathered read: out of memory for %zu ranges", nranges);
         return MC_INTERNAL_ERROR;
     }
-    mc_te_readv_encode(list, ranges, nranges);
+    e = (mc_te_strided_t *)(void *)(list + nranges * MC_TE_READV_ENTRY_SIZE);
     memset(&tail, 0, sizeof(tail));
+    if (flags & MC_TE_GATHER_STRIDED)
+        m = mc_te_readvs_pack(ranges, nranges, e);
+    if ((m > 0) && (m * MC_TE_READVS_ENTRY_SIZE < nranges * MC_TE_READV_ENTRY_SIZE)) {
+        mc_te_readvs_encode(list, e, m);
+        q.opcode           = MC_TE_OPC_READV_STRIDED;
+        q.addr             = m;
+        tail.v[0].iov_len  = m * MC_TE_READVS_ENTRY_SIZE;
+        __atomic_add_fetch(&tp->te->readvs_ops, 1, __ATOMIC_RELAXED);
+    } else {
+        mc_te_readv_encode(list, ranges, nranges);
+        tail.v[0].iov_len  = nranges * MC_TE_READV_ENTRY_SIZE;
+    }
     tail.v[0].iov_base = list;
-    tail.v[0].iov_len  = nranges * MC_TE_READV_ENTRY_SIZE;
     st                 = peer_retry(peer, lane_scatter, &q);
     free(list);
     return st;
