@@ -161,6 +161,38 @@ def write_snapshot(store, cfg, spec, revision, stage_run_bytes=None, stage_batch
     return ws, desc, writers[0].commit()
 
 
+def _holder_pid():
+    """The holder's pid as seen from the driver: the other worker process
+    of the benchmark's main process (None when there is none to be found,
+    as under --net veth, where ip netns exec starts them)."""
+    me, parent = os.getpid(), os.getppid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                worker = b"--role\0worker" in f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and worker:
+            return int(d)
+    return None
+
+
+def _cpu_s(pid):
+    """CPU seconds (user + system) of process ``pid`` so far, or 0."""
+    if pid is None:
+        return 0.0
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def load(store, cfg, rounds, layers, stage_run_bytes=None, stage_batch_bytes=None):
     import numpy as np
     import torch
@@ -190,19 +222,26 @@ def load(store, cfg, rounds, layers, stage_run_bytes=None, stage_batch_bytes=Non
                 base_buf[off:off + f.nbytes]).view(dt).view(f.local_shape)
             off += f.nbytes
     t = {"bytes": [], "weights": []}
+    # CPU seconds of both paths in all: the driver's (this process) and the holder's
+    cpu = {"bytes": [0.0, 0.0], "weights": [0.0, 0.0]}
+    hpid = _holder_pid()
+
+    def timed(what, fn):
+        c0, h0, t0 = time.process_time(), _cpu_s(hpid), time.perf_counter()
+        out = fn()
+        t[what].append(time.perf_counter() - t0)
+        cpu[what][0] += time.process_time() - c0
+        cpu[what][1] += _cpu_s(hpid) - h0
+        return out
 
     def bytes_round():  # registration outside the timed call (load registers its own)
         _check(store.register_buffer(base_buf.ctypes.data, total) == 0, "register_buffer")
-        t0 = time.perf_counter()
-        rcs = store.batch_get_into(keys, offs, sizes)
-        t["bytes"].append(time.perf_counter() - t0)
+        rcs = timed("bytes", lambda: store.batch_get_into(keys, offs, sizes))
         store.unregister_buffer(base_buf.ctypes.data)
         _check(rcs == sizes, "batch_get_into -> %r" % sorted(set(rcs) - set(sizes)))
 
     def weights_round():
-        t0 = time.perf_counter()
-        n = ws.load(plan, dests)
-        t["weights"].append(time.perf_counter() - t0)
+        n = timed("weights", lambda: ws.load(plan, dests))
         _check(n == load_bytes, "load moved %d of %d bytes" % (n, load_bytes))
 
     try:
@@ -223,7 +262,8 @@ def load(store, cfg, rounds, layers, stage_run_bytes=None, stage_batch_bytes=Non
         ws.remove_snapshot(desc)
     lw = plan.lowered
     staged = ws._stage_run_bytes(lw) if lw is not None else 0
-    return {"staged_below": staged, "times": t, "bytes": total, "load_bytes": load_bytes,
+    return {"staged_below": staged, "times": t, "cpu": cpu, "holder_cpu": hpid is not None,
+            "bytes": total, "load_bytes": load_bytes,
             "tensors": len(spec), "payloads": len(keys),
             "regions": len(plan.plan.operations),
             "reads": len(lw.key) if lw is not None else sum(
@@ -352,6 +392,13 @@ def measure(args, veth):
                      out["tensors"], out["regions"], out["reads"], out["staged_below"],
                      m["weights"] * 1e3,
                      out["load_bytes"] / m["weights"] / 1e9, ratio))
+            c, nb, nw = out["cpu"], len(out["times"]["bytes"]), len(out["times"]["weights"])
+            print("       CPU per round: batch_get_into driver %.0f ms%s | load driver %.0f ms%s"
+                  % (c["bytes"][0] / nb * 1e3,
+                     ", holder %.0f ms" % (c["bytes"][1] / nb * 1e3) if out["holder_cpu"] else "",
+                     c["weights"][0] / nw * 1e3,
+                     ", holder %.0f ms" % (c["weights"][1] / nw * 1e3) if out["holder_cpu"]
+                     else ""))
         if ratios:
             r = median(ratios)
             print("load  median ratio %.3f (target >= %.2f) %s"
