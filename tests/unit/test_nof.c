@@ -19,7 +19,9 @@
 #include "check_suites.h"
 #include "common/buf.h"
 #include "te_util.h"
+#include "transfer/engine.h"
 #include "transfer/file/file.h"
+#include "transfer/proto.h"
 #include "wire/wire.h"
 
 #define SEG (3u * 1024u * 1024u + 100u) /* not a multiple of the 1 MiB pieces */
@@ -120,6 +122,43 @@ START_TEST(test_file_segment_served)
     memset(chk, 0, SEG);
     ck_assert_status_ok(te_xfer1(b, MC_TE_READ, chk, base, SEG, seg));
     ck_assert_msg(memcmp(chk + 5, loc + 5, SEG - 5) == 0, "a read returned other bytes");
+
+    /* gathered reads of rows (READV_STRIDED, then as a READV) come from
+     * the file: two blocks' rows interleaved, then one block's half rows */
+    {
+        enum { ROWS = 400, ROW = 1000 };
+        mc_te_range_t rg[2 * ROWS];
+        struct iovec one = {chk, 2 * ROWS * ROW};
+        uint64_t s0      = __atomic_load_n(&b->readvs_ops, __ATOMIC_RELAXED);
+
+        ck_assert_status_ok(mc_te_mem_reg(b, chk, SEG, "", 0));
+        for (int round = 0; round < 2; round++) {
+            b->readvs_enabled = (round == 0); /* the second round sends a READV */
+            for (size_t r = 0; r < ROWS; r++) {
+                rg[2 * r]     = (mc_te_range_t){base + 7 + r * ROW, ROW};
+                rg[2 * r + 1] = (mc_te_range_t){base + (1u << 20) + r * ROW, ROW};
+            }
+            memset(chk, 0, SEG);
+            ck_assert_status_ok(mc_te_read_gather_gen(b, seg, 0, rg, 2 * ROWS, &one, 1));
+            for (size_t r = 0; r < ROWS; r++)
+                ck_assert_msg((memcmp(chk + 2 * r * ROW, loc + 7 + r * ROW, ROW) == 0) &&
+                                  (memcmp(chk + (2 * r + 1) * ROW, loc + (1u << 20) + r * ROW,
+                                          ROW) == 0),
+                              "row %zu of a gathered read of the file (round %d)", r, round);
+            for (size_t r = 0; r < ROWS; r++)
+                rg[r] = (mc_te_range_t){base + 2 * (1u << 20) + r * 2 * ROW, ROW};
+            one.iov_len = ROWS * ROW;
+            memset(chk, 0, SEG);
+            ck_assert_status_ok(mc_te_read_gather_gen(b, seg, 0, rg, ROWS, &one, 1));
+            for (size_t r = 0; r < ROWS; r++)
+                ck_assert_msg(memcmp(chk + r * ROW, loc + 2 * (1u << 20) + r * 2 * ROW, ROW) == 0,
+                              "half row %zu of the file (round %d)", r, round);
+            one.iov_len = 2 * ROWS * ROW;
+        }
+        b->readvs_enabled = 1;
+        ck_assert_uint_eq(__atomic_load_n(&b->readvs_ops, __ATOMIC_RELAXED), s0 + 2);
+        ck_assert_status_ok(mc_te_mem_dereg(b, chk));
+    }
 
     /* nothing outside the range is read or written, the file does not grow */
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
