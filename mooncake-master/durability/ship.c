@@ -23,11 +23,18 @@
  *     key after it: what a dead leader left beyond a gap (never
  *     acknowledged, since its acknowledgements were in order) is gone
  *     before anything of the new term can follow it.
- * Each round, once durable, is also folded into the replay state (by a
- * thread of its own at a lower priority, in order), which a
- * snapshot writes to etcd from time to time (a copy of its records,
- * written by a thread of its own; the log keys it covers are deleted in
- * the same fenced transaction that publishes it).
+ * The leader keeps no replay state: its index is the state.  From time
+ * to time the loop walks the index into a snapshot (snapshot.c, the walk
+ * the disk snapshots use) and hands its records over; a thread of its own
+ * writes them to etcd once every record appended up to the walk's end is
+ * durable, labelled with the last log key whose records all precede the
+ * walk's start, and deletes the log keys up to that one in the same
+ * fenced transaction that publishes it.  The walk is fuzzy: an object
+ * changed while it ran may be caught in either state, but every change
+ * made after its start is in the log after that key, and records are
+ * whole states, so the snapshot followed by the log from the next key is
+ * the exact state once the log has been read past the walk's end (which
+ * is durable before the snapshot is published).
  *
  * Standby: the follower reads log keys from its last applied one, checks
  * every record's CRC and folds it into the same kind of state; when the
@@ -70,21 +77,9 @@
  * sent, not as base64). */
 #define MC_SHIP_TXN_KEYS  64
 #define MC_SHIP_TXN_BYTES (1u << 20)
-/* Bytes of durable rounds the fold thread may lag behind by; beyond, the
- * writer waits for it (memory stays bounded when the machine is busy). */
-#define MC_SHIP_FOLD_BACKLOG (64u << 20)
-
 /* A log value's term with this bit set: the records that follow are
  * delta-coded (ship_encode), not raw frames. */
 #define MC_SHIP_CODED (1ull << 63)
-
-/* A submitted round's records, kept until folded into the replay state. */
-typedef struct round {
-    struct round *next; /* the fold list */
-    uint64_t last_key;  /* the log key its records end in */
-    size_t len;
-    uint8_t data[];
-} round_t;
 
 /* One log key on its way to etcd. */
 typedef struct piece {
@@ -93,7 +88,7 @@ typedef struct piece {
     size_t val_len;
     size_t len;         /* bytes of records before coding */
     int coded;          /* the records in val are delta-coded */
-    round_t *round;     /* last key of a round: the round (folded once durable) */
+    int round_end;      /* the last key of a round */
     uint64_t round_seq; /* the writer's sequence number of the round's last record */
     uint64_t queued_ns; /* when submitted (for the round latency in the stop log) */
     int state;          /* PIECE_QUEUED, PIECE_SENDING, PIECE_DONE */
@@ -107,9 +102,8 @@ struct mc_ship {
     char prefix[300];         /* mooncake-store/<cluster_id>/oplog/ */
     char guard[300];          /* the leader key */
     int64_t ttl_ms;
-    uint64_t compact_ms;
 
-    mc_oplog_state_t state;
+    mc_oplog_state_t state;   /* standby: the state followed (empty once installed) */
     _Atomic int64_t term;     /* set by the loop once the state is installed */
     _Atomic int install_pending;
 
@@ -132,25 +126,23 @@ struct mc_ship {
     int term_clean;           /* this term's first key (which clears leftovers) is in */
     int p_failed;             /* a key could not be written: nothing more is durable */
     int p_errno;
-    /* durable rounds waiting to be folded, oldest first, and the thread
-     * that folds them (off the lock, at a lower priority) */
-    round_t *fold_head, *fold_tail;
-    size_t fold_bytes;        /* of the rounds in the list and being folded */
-    int folding;
-    pthread_cond_t cv_fold;
-    pthread_t fold_thread;
-    int fold_live;
+    uint64_t last_key;        /* the last key of the last round reported durable */
+    uint64_t durable_rec;     /* the writer's sequence number of that round's last record */
+    /* the snapshot being walked: mark_key follows the rounds reported
+     * while their records precede the walk (mark_rec and before) */
+    int mark_on;
+    uint64_t mark_rec;
+    uint64_t mark_key;
     mc_buf_t pending;         /* append/sync (the unpipelined calls) collect here */
     mc_buf_t enc, enc_scratch; /* the writer thread's: coding a key's value */
     uint64_t next_seq;        /* of the next key queued */
-    uint64_t log_bytes;       /* since the last snapshot */
-    uint64_t last_compact_ms;
-    /* the compaction thread (started and joined by the writer thread) */
+    /* the compaction thread (started and joined by the loop thread) */
     mc_etcd_t *c_etcd;        /* its own handle: chunks do not delay appends */
     pthread_t c_thread;
     int c_live;
-    mc_buf_t c_buf;           /* the state's records, copied */
-    uint64_t c_seq;           /* the log key the copy ends at */
+    mc_buf_t c_buf;           /* the snapshot's records, from the walk */
+    uint64_t c_rec_end;       /* the writer's sequence number at the walk's end */
+    uint64_t c_seq;           /* the log key the snapshot follows (set by the thread) */
     _Atomic int c_done;
     _Atomic int c_deposed;    /* its fenced txn was refused */
 
@@ -412,7 +404,6 @@ static void key_of(const mc_ship_t *s, char *out, size_t cap, const char *kind, 
 
 static void compact_reap(mc_ship_t *s, int wait);
 static void *worker_main(void *arg);
-static void *fold_main(void *arg);
 
 mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
 {
@@ -432,11 +423,9 @@ mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->cv_work, NULL);
-    pthread_cond_init(&s->cv_fold, NULL);
     snprintf(s->prefix, sizeof(s->prefix), "mooncake-store/%s/oplog/", cfg->cluster_id);
     snprintf(s->guard, sizeof(s->guard), "mooncake-store/%s/master_view", cfg->cluster_id);
     s->ttl_ms         = cfg->ttl_s * 1000;
-    s->compact_ms     = cfg->compact_ms;
     s->batch_entries  = MC_MAX(cfg->batch_entries, 1u); /* upstream: 0 -> 1 */
     s->poll_ms        = MC_MAX(cfg->poll_ms, 1u);
     s->retry_ms       = cfg->retry_ms;
@@ -460,12 +449,6 @@ mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
         }
         s->nworkers++;
     }
-    if (pthread_create(&s->fold_thread, NULL, fold_main, s) != 0) {
-        mc_error("operation log: cannot start the fold thread: %s", strerror(errno));
-        mc_ship_destroy(s);
-        return NULL;
-    }
-    s->fold_live = 1;
     return s;
 fail:
     mc_error("operation log: %s", mc_last_error_detail());
@@ -480,24 +463,15 @@ void mc_ship_destroy(mc_ship_t *s)
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv_work);
-    pthread_cond_broadcast(&s->cv_fold);
+    pthread_cond_broadcast(&s->cv); /* a compaction waiting for rounds gives up */
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->nworkers; i++)
         pthread_join(s->workers[i], NULL);
-    if (s->fold_live)
-        pthread_join(s->fold_thread, NULL); /* after the workers: it folds what they reported */
     int grpc = (s->w_etcd[0] != NULL) && mc_etcd_grpc_active(s->w_etcd[0]);
     for (int i = 0; i < MC_SHIP_WORKERS; i++)
         mc_etcd_destroy(s->w_etcd[i]);
-    for (; s->q_len > 0; s->q_len--, s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE) {
-        free(s->q[s->q_head].round);
+    for (; s->q_len > 0; s->q_len--, s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE)
         free(s->q[s->q_head].val);
-    }
-    while (s->fold_head != NULL) {
-        round_t *r   = s->fold_head;
-        s->fold_head = r->next;
-        free(r);
-    }
     if (atomic_load(&s->st_raw) > 0)
         mc_info("operation log: %" PRIu64 " keys shipped to etcd in %" PRIu64 " transactions "
                 "over %s (%" PRIu64 " rounds), %.1f MiB of records sent as %.1f MiB, %.2f ms a "
@@ -524,7 +498,6 @@ void mc_ship_destroy(mc_ship_t *s)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->cv_work);
-    pthread_cond_destroy(&s->cv_fold);
     free(s);
 }
 
@@ -601,10 +574,11 @@ static int apply_cb(void *arg, const mc_oplog_record_t *r)
     return 0;
 }
 
-/* The compaction thread: write the state copied into c_buf as
- * snap/<c_seq>/<n> and publish it, deleting the log keys and the older
- * snapshots it replaces (the writer goes on appending meanwhile: keys
- * after c_seq are not touched). */
+/* The compaction thread: once every record the walk may have seen is
+ * durable, write the snapshot's records (c_buf) as snap/<c_seq>/<n> and
+ * publish it, deleting the log keys and the older snapshots it replaces
+ * (the writer goes on appending meanwhile: keys after c_seq are not
+ * touched). */
 static void *compact_main(void *arg)
 {
     mc_ship_t *s = arg;
@@ -612,8 +586,21 @@ static void *compact_main(void *arg)
     mc_etcd_op_t ops[3] = {{0}};
     uint64_t t0 = mc_now_ms(), term = (uint64_t)atomic_load(&s->term);
     uint32_t n  = 0;
-    int rc      = 0;
+    int rc      = 0, go;
 
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping && !s->p_failed && (s->durable_rec < s->c_rec_end))
+        pthread_cond_wait(&s->cv, &s->mu);
+    /* every round up to the walk's start is reported by now: the key is final */
+    go         = !s->stopping && !s->p_failed;
+    s->c_seq   = s->mark_key;
+    s->mark_on = 0;
+    pthread_mutex_unlock(&s->mu);
+    /* nothing to compact, or a snapshot there already (no log since) */
+    if (!go || (s->c_seq == 0) || (s->c_seq <= atomic_load(&s->st_snap_seq))) {
+        atomic_store(&s->c_done, 1);
+        return NULL;
+    }
     for (size_t off = 0; (rc == 0) && (off < s->c_buf.len); off += MC_SHIP_PIECE, n++) {
         snprintf(key, sizeof(key), "%ssnap/%016" PRIx64 "/%016" PRIx32, s->prefix, s->c_seq, n);
         rc = put_chunk(s, s->c_etcd, key, term, s->c_buf.data + off,
@@ -647,44 +634,15 @@ static void *compact_main(void *arg)
     return NULL;
 }
 
-/* Join a compaction that has ended (or, with @p wait, any). */
+/* Join a compaction that has ended (or, with @p wait, any); loop thread. */
 static void compact_reap(mc_ship_t *s, int wait)
 {
     if (!s->c_live || (!wait && !atomic_load(&s->c_done)))
         return;
     pthread_join(s->c_thread, NULL);
     s->c_live = 0;
-    mc_buf_reset(&s->c_buf);
-}
-
-/* Copy the state's records (segments first), which end at log key
- * @p seq, and hand them to a thread. */
-static void compact_start(mc_ship_t *s, uint64_t seq)
-{
-    mc_hmap_t *maps[3] = {&s->state.segs, &s->state.tasks, &s->state.objs};
-    mc_hmap_iter_t it;
-
-    mc_buf_reset(&s->c_buf);
-    for (int i = 0; i < 3; i++) {
-        for (mc_hnode_t *n = mc_hmap_first(maps[i], &it); n != NULL;
-             n = mc_hmap_next(maps[i], &it)) {
-            mc_oplog_entry_t *e = mc_container_of(n, mc_oplog_entry_t, node);
-            mc_buf_put_bytes(&s->c_buf, e->frame, e->len);
-        }
-    }
-    if (s->c_buf.oom) {
-        mc_warn("operation log: out of memory copying the state for a snapshot");
-        mc_buf_cleanup(&s->c_buf);
-        mc_buf_init(&s->c_buf);
-        return;
-    }
-    s->c_seq = seq;
-    atomic_store(&s->c_done, 0);
-    if (pthread_create(&s->c_thread, NULL, compact_main, s) != 0) {
-        mc_warn("operation log: cannot start the snapshot thread: %s", strerror(errno));
-        return;
-    }
-    s->c_live = 1;
+    mc_buf_cleanup(&s->c_buf); /* a snapshot's worth: not kept between snapshots */
+    mc_buf_init(&s->c_buf);
 }
 
 /* The bytes of the records at the start of @p p (@p n bytes) that make at
@@ -704,28 +662,6 @@ static size_t piece_len(const uint8_t *p, size_t n, uint32_t max)
     return MC_MIN(MC_MAX(off, (size_t)1), MC_MIN(n, (size_t)MC_SHIP_PIECE));
 }
 
-/* Fold a durable round into the replay state and start a snapshot when
- * one is due (the fold thread, mu not held).  0, or -1 when out of
- * memory. */
-static int fold_round(mc_ship_t *s, const round_t *r)
-{
-    /* the master's own frames: a bad one (a bug) ends the round's fold
-     * there, as the follower's scan would */
-    if (mc_oplog_state_apply_all(&s->state, r->data, r->len) < 0)
-        return -1;
-    s->log_bytes += r->len;
-    atomic_store(&s->st_applied, r->last_key);
-    compact_reap(s, 0);
-    if (!s->c_live && ((s->log_bytes >= MC_SHIP_COMPACT_BYTES) ||
-                       (mc_now_ms() - s->last_compact_ms >= s->compact_ms))) {
-        /* an etcd outage delays the compaction, not the log */
-        s->log_bytes       = 0;
-        s->last_compact_ms = mc_now_ms();
-        compact_start(s, r->last_key); /* the state is exactly the log up to it */
-    }
-    return 0;
-}
-
 /* Fail the pipeline (mu held): nothing from here on is durable. */
 static void pipeline_fail(mc_ship_t *s, int err)
 {
@@ -738,82 +674,31 @@ static void pipeline_fail(mc_ship_t *s, int err)
     pthread_cond_broadcast(&s->cv);
 }
 
-/* The fold thread: folds the durable rounds in order, off the lock.  The
- * fold is a hash map update per record that only the next snapshot needs;
- * at a lower priority it never holds up the event loop, the writer or
- * the etcd writers on a busy machine, whose turns decide how soon a put
- * is answered. */
-static void *fold_main(void *arg)
-{
-    mc_ship_t *s = arg;
-    int oom      = 0;
-
-#ifdef __linux__
-    /* the thread's own nice value (Linux: setpriority on a thread id) */
-    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
-        mc_debug("operation log: fold thread keeps its priority: %s", strerror(errno));
-#endif
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        round_t *r;
-        size_t done = 0;
-        while (!s->stopping && (s->fold_head == NULL))
-            pthread_cond_wait(&s->cv_fold, &s->mu);
-        if (s->fold_head == NULL)
-            break; /* stopping, everything folded */
-        r            = s->fold_head;
-        s->fold_head = s->fold_tail = NULL;
-        s->folding   = 1;
-        pthread_mutex_unlock(&s->mu);
-        while (r != NULL) {
-            round_t *next = r->next;
-            if (!oom && (fold_round(s, r) != 0)) {
-                oom = 1;
-                mc_error("operation log: out of memory folding a round into the replay state");
-            }
-            done += r->len;
-            free(r);
-            r = next;
-        }
-        pthread_mutex_lock(&s->mu);
-        s->fold_bytes -= done;
-        s->folding = 0;
-        if (oom)
-            pipeline_fail(s, ENOMEM);
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
-}
-
-/* Report the rounds whose keys are all in etcd, oldest first, and hand
- * them to the fold thread (mu held). */
+/* Report the rounds whose keys are all in etcd, oldest first (mu held). */
 static void advance(mc_ship_t *s)
 {
     while ((s->q_len > 0) && (s->q[s->q_head].state == PIECE_DONE) && !s->p_failed) {
         piece_t *p = &s->q[s->q_head];
-        if (p->round != NULL) {
-            /* answers first: the fold only feeds the next snapshot */
+        if (p->round_end) {
             if (s->sink.done != NULL)
                 s->sink.done(s->sink.done_arg, p->round_seq, 0);
             s->st_round_ns += mc_now_ns() - p->queued_ns;
             s->st_rounds++;
-            p->round->last_key = p->seq;
-            if (s->fold_tail != NULL)
-                s->fold_tail->next = p->round;
-            else
-                s->fold_head = p->round;
-            s->fold_tail = p->round;
-            s->fold_bytes += p->round->len;
-            p->round = NULL;
+            s->last_key = p->seq;
+            /* a round of 0 (sink_sync's) has no sequence number: it
+             * never counts as preceding a walk */
+            if (p->round_seq != 0) {
+                s->durable_rec = p->round_seq;
+                if (s->mark_on && (p->round_seq <= s->mark_rec))
+                    s->mark_key = p->seq;
+            }
+            atomic_store(&s->st_applied, p->seq);
         }
         free(p->val);
         memset(p, 0, sizeof(*p));
         s->q_head = (s->q_head + 1) % MC_SHIP_QUEUE;
         s->q_len--;
     }
-    if (s->fold_head != NULL)
-        pthread_cond_signal(&s->cv_fold);
     pthread_cond_broadcast(&s->cv);
 }
 
@@ -963,10 +848,9 @@ static int piece_value(mc_ship_t *s, piece_t *p, const uint8_t *raw, size_t n, i
 /* Queue a round as log keys (writer thread); waits while the queue is full. */
 static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64_t seq)
 {
-    mc_ship_t *s  = (mc_ship_t *)sk;
-    uint64_t term = (uint64_t)atomic_load(&s->term);
-    round_t *round;
-    uint8_t *data_copy;
+    mc_ship_t *s     = (mc_ship_t *)sk;
+    uint64_t term    = (uint64_t)atomic_load(&s->term);
+    const uint8_t *d = data;
 
     if (len == 0)
         return 0;
@@ -979,14 +863,6 @@ static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64
         errno = EPERM;
         return -1;
     }
-    round = malloc(sizeof(*round) + len);
-    if (round == NULL) {
-        errno = ENOMEM;
-        return -1;
-    }
-    *round    = (round_t){.len = len};
-    data_copy = round->data;
-    memcpy(data_copy, data, len);
     for (size_t off = 0, rec_left = 0; off < len;) {
         piece_t np = {.state = PIECE_QUEUED, .queued_ns = mc_now_ns()};
         size_t n;
@@ -996,32 +872,30 @@ static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64
             n = MC_MIN(rec_left, (size_t)MC_SHIP_PIECE);
             rec_left -= n;
         } else {
-            n = piece_len(data_copy + off, len - off, s->batch_entries);
-            if ((len - off >= MC_OPLOG_FRAME_HEADER) && (frame_len_at(data_copy + off) > n)) {
-                rec_left = frame_len_at(data_copy + off) - n;
+            n = piece_len(d + off, len - off, s->batch_entries);
+            if ((len - off >= MC_OPLOG_FRAME_HEADER) && (frame_len_at(d + off) > n)) {
+                rec_left = frame_len_at(d + off) - n;
                 partial  = 1;
             }
         }
         /* coded here, off the lock: the workers only send */
         np.len = n;
-        if (piece_value(s, &np, data_copy + off, n, partial) != 0) {
+        if (piece_value(s, &np, d + off, n, partial) != 0) {
             free(np.val);
             pthread_mutex_lock(&s->mu);
             mc_error("operation log: out of memory coding a log key");
             pipeline_fail(s, ENOMEM); /* this round's keys already queued are never reported */
             pthread_mutex_unlock(&s->mu);
-            free(round);
             errno = ENOMEM;
             return -1;
         }
         off += n;
         if (off == len) {
-            np.round     = round;
+            np.round_end = 1;
             np.round_seq = seq;
         }
         pthread_mutex_lock(&s->mu);
-        while (!s->p_failed &&
-               ((s->q_len == MC_SHIP_QUEUE) || (s->fold_bytes > MC_SHIP_FOLD_BACKLOG))) {
+        while (!s->p_failed && (s->q_len == MC_SHIP_QUEUE)) {
             pthread_cond_signal(&s->cv_work);
             pthread_cond_wait(&s->cv, &s->mu);
         }
@@ -1030,7 +904,6 @@ static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64
             int err = s->p_errno;
             pthread_mutex_unlock(&s->mu);
             free(np.val);
-            free(round);
             errno = err;
             return -1;
         }
@@ -1050,7 +923,7 @@ static int ship_drain(mc_ship_t *s)
 {
     int rc = 0;
     pthread_mutex_lock(&s->mu);
-    while (!s->p_failed && ((s->q_len > 0) || s->folding || (s->fold_head != NULL)))
+    while (!s->p_failed && (s->q_len > 0))
         pthread_cond_wait(&s->cv, &s->mu);
     if (s->p_failed) {
         errno = s->p_errno;
@@ -1417,13 +1290,64 @@ void mc_ship_installed(mc_ship_t *s)
 {
     pthread_mutex_lock(&s->mu);
     s->next_seq   = s->applied_seq + 1;
+    s->last_key   = s->applied_seq; /* what a snapshot before any new round follows */
     s->term_clean = 0; /* the term's first key clears what lies beyond it */
     pthread_mutex_unlock(&s->mu);
-    s->log_bytes       = 0;
-    s->last_compact_ms = mc_now_ms();
+    /* the index holds it now; snapshots are walked from the index */
+    mc_oplog_state_clear(&s->state);
     mc_buf_reset(&s->tail);
     mc_buf_reset(&s->pending);
     atomic_store(&s->install_pending, 0);
+}
+
+int mc_ship_leading(mc_ship_t *s)
+{
+    return (atomic_load(&s->term) != 0) && !atomic_load(&s->install_pending) &&
+           !atomic_load(&s->c_deposed);
+}
+
+int mc_ship_snapshot_begin(mc_ship_t *s, uint64_t rec_seq)
+{
+    compact_reap(s, 0);
+    if (s->c_live)
+        return -1;
+    pthread_mutex_lock(&s->mu);
+    s->mark_on  = 1;
+    s->mark_rec = rec_seq;
+    s->mark_key = s->last_key; /* rounds reported so far end before the walk */
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void mc_ship_snapshot_publish(mc_ship_t *s, mc_buf_t *records, uint64_t rec_seq)
+{
+    mc_buf_t t = s->c_buf;
+
+    s->c_buf   = *records;
+    *records   = t;
+    mc_buf_reset(records);
+    s->c_rec_end = rec_seq;
+    atomic_store(&s->c_done, 0);
+    if (s->c_buf.oom) {
+        mc_warn("operation log: out of memory walking the index for a snapshot");
+    } else if (pthread_create(&s->c_thread, NULL, compact_main, s) != 0) {
+        mc_warn("operation log: cannot start the snapshot thread: %s", strerror(errno));
+    } else {
+        s->c_live = 1;
+        return;
+    }
+    mc_buf_cleanup(&s->c_buf);
+    mc_buf_init(&s->c_buf);
+    pthread_mutex_lock(&s->mu);
+    s->mark_on = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void mc_ship_snapshot_abort(mc_ship_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->mark_on = 0;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void mc_ship_get_stats(mc_ship_t *s, mc_ship_stats_t *st)

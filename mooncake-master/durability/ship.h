@@ -19,11 +19,10 @@
  * log key's value and queues it for MC_SHIP_WORKERS threads of its own;
  * a free one sends every key queued (up to MC_SHIP_TXN_KEYS keys and 1 MiB)
  * in one fenced transaction (group commit), and they report rounds durable
- * in order; a fold thread of its own, at a lower priority, folds durable
- * rounds into the replay state for the snapshots; the follower runs on
- * the election thread (ha.c) while
- * standing by; the state is
- * handed from one to the other at takeover through the event loop
+ * in order; the snapshots are walked from the leader's index by the loop
+ * (snapshot.c) and written by a thread of their own; the follower runs
+ * on the election thread (ha.c) while standing by and folds the log into
+ * a replay state, which the loop installs at takeover
  * (mc_ship_install_pending / mc_durable_ship_install).
  *
  * Owns: the interface of the shipped log (durability/).
@@ -50,7 +49,6 @@ typedef struct mc_ship_config {
     const char *endpoints;  /* etcd, host:port[;host:port] */
     const char *cluster_id; /* the guard is this cluster's leader key */
     int64_t ttl_s;          /* the lease: bounds the leader's retries of an etcd write */
-    uint64_t compact_ms;    /* longest time between snapshots while writes come */
     uint32_t batch_entries; /* records per log key at most (0 -> 1) */
     uint64_t poll_ms;       /* standby: read the log at most this often (at least 1) */
     uint64_t retry_ms;      /* standby: failed reads in a row this long -> exit 1 */
@@ -79,11 +77,30 @@ int mc_ship_takeover_ok(mc_ship_t *s);
 /* The loop: is a takeover state waiting?  Then install it and call done. */
 int mc_ship_install_pending(mc_ship_t *s);
 mc_oplog_state_t *mc_ship_state(mc_ship_t *s);
+/* Installed: the state is emptied (the index holds it), the log goes on. */
 void mc_ship_installed(mc_ship_t *s);
+
+/* The loop: is this master the leader, its state installed? */
+int mc_ship_leading(mc_ship_t *s);
+/*
+ * A snapshot of the leader's index, walked by the loop.  begin, at the
+ * walk's start, takes the writer's sequence number of the last record
+ * appended before it (mc_oplog_writer_appended); -1 while the previous
+ * snapshot is still being written to etcd (try later).  publish, at the
+ * walk's end, takes over the walk's records (@p records is left empty)
+ * with the writer's sequence number of the last record appended by then:
+ * a thread writes them to etcd once every record up to it is durable,
+ * as the snapshot after the last log key whose round ends at or before
+ * begin's sequence number, and deletes the log keys up to that one.
+ * abort: the walk gave up.
+ */
+int mc_ship_snapshot_begin(mc_ship_t *s, uint64_t rec_seq);
+void mc_ship_snapshot_publish(mc_ship_t *s, mc_buf_t *records, uint64_t rec_seq);
+void mc_ship_snapshot_abort(mc_ship_t *s);
 
 /* For /metrics and tests. */
 typedef struct mc_ship_stats {
-    uint64_t applied_seq;    /* last log key applied (standby) or written (leader) */
+    uint64_t applied_seq;    /* last log key applied (standby) or durable (leader) */
     uint64_t snapshot_seq;   /* of the last snapshot written or loaded */
     uint64_t snapshots;      /* written by this master */
     uint64_t refused;        /* log entries refused (CRC, framing) */

@@ -70,8 +70,11 @@
 #define MC_SNAP_LOG_BYTES (1ull << 30) /* a log this large is compacted without waiting */
 
 /* A snapshot being written: the walker (loop thread) encodes into @c q,
- * the thread writes it to the file. */
+ * the thread writes it to the file; or, for the log shipped through etcd
+ * (@c ship set; no file, no thread), @c q collects the whole snapshot,
+ * handed to ship.c at the walk's end. */
 typedef struct snap_job {
+    mc_ship_t *ship;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -981,6 +984,7 @@ static int restore_state(mc_durable_t *d, const gen_list_t *g, mc_oplog_state_t 
 }
 
 static void walk_cb(evutil_socket_t fd, short what, void *arg);
+static void ship_walk_end(mc_master_t *m);
 
 /* Is the log shipped through etcd (ship.c) rather than written to
  * --snapshot_backup_dir?  --enable_oplog (upstream's flag), or the older
@@ -1051,7 +1055,6 @@ mc_status_t mc_durable_start(mc_master_t *m)
             .endpoints     = mc_master_ha_endpoints(cfg),
             .cluster_id    = cfg->cluster_id,
             .ttl_s         = cfg->ha_lease_ttl_sec,
-            .compact_ms    = (uint64_t)cfg->snapshot_interval_seconds * 1000u,
             .batch_entries = (uint32_t)MC_MIN(cfg->oplog_batch_max_entries, (int64_t)UINT32_MAX),
             .poll_ms       = (uint64_t)cfg->oplog_poll_interval_ms,
             .retry_ms      = (uint64_t)cfg->batch_oplog_retry_timeout_sec * 1000u,
@@ -1191,15 +1194,20 @@ static size_t snap_queued(snap_job_t *j)
  * temporary file if it did not finish, and free it. */
 static void snap_finish(snap_job_t *j, int abort)
 {
-    pthread_mutex_lock(&j->mu);
-    if (abort)
-        j->abort = 1;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    pthread_join(j->thread, NULL);
-    close(j->fd);
-    if (j->failed)
-        unlink(j->tmp);
+    if (j->ship != NULL) {
+        if (abort)
+            mc_ship_snapshot_abort(j->ship);
+    } else {
+        pthread_mutex_lock(&j->mu);
+        if (abort)
+            j->abort = 1;
+        pthread_cond_signal(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        pthread_join(j->thread, NULL);
+        close(j->fd);
+        if (j->failed)
+            unlink(j->tmp);
+    }
     mc_buf_cleanup(&j->q);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -1215,6 +1223,35 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static void note_walk(mc_durable_t *d, uint64_t now)
+{
+    d->st.snapshots_ok++;
+    d->st.last_snapshot_ms = now - d->job_start_ms;
+    d->st.last_pause_us    = d->walk_max_us;
+    if (d->walk_max_us > d->st.max_pause_us)
+        d->st.max_pause_us = d->walk_max_us;
+}
+
+/* The walk of a snapshot for etcd is over: its records go to ship.c,
+ * which publishes them once what the walk saw is durable. */
+static void ship_walk_end(mc_master_t *m)
+{
+    mc_durable_t *d = m->durable;
+    snap_job_t *j   = d->job;
+    uint64_t now    = mc_now_ms();
+
+    note_walk(d, now);
+    mc_info("operation log: the index walked for a snapshot in %" PRIu64 " ms: %" PRIu64
+            " objects in %" PRIu32 " slices, longest loop pause %" PRIu64 " us (%" PRIu64
+            " us of it on the CPU)",
+            d->st.last_snapshot_ms, d->walk_objs, d->walk_slices, d->walk_max_us,
+            d->walk_max_cpu_us);
+    mc_ship_snapshot_publish(d->ship, &j->q, mc_oplog_writer_appended(d->w));
+    snap_finish(j, 0);
+    d->job              = NULL;
+    d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
+}
+
 static void walk_cb(evutil_socket_t fd, short what, void *arg)
 {
     mc_master_t *m  = arg;
@@ -1227,7 +1264,7 @@ static void walk_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
 
-    if (snap_queued(j) > MC_SNAP_QUEUE_MAX) {
+    if ((j->ship == NULL) && (snap_queued(j) > MC_SNAP_QUEUE_MAX)) {
         tv.tv_usec = 1000; /* the disk is behind: let it catch up */
         event_add(d->walk_ev, &tv);
         return;
@@ -1266,23 +1303,42 @@ static void walk_cb(evutil_socket_t fd, short what, void *arg)
     }
     if (!end)
         event_add(d->walk_ev, &tv);
+    else if (j->ship != NULL)
+        ship_walk_end(m);
 }
 
-static void start_snapshot(mc_master_t *m, uint64_t now)
+/* 0 when the walk started, -1 when it is to be tried again later. */
+static int start_snapshot(mc_master_t *m, uint64_t now)
 {
     mc_durable_t *d = m->durable;
     uint64_t gen    = d->gen + 1;
     uint64_t t0     = mc_now_ns(), us;
-    snap_job_t *j   = calloc(1, sizeof(*j));
+    snap_job_t *j;
     mc_oplog_record_t r;
     mc_buf_t b;
     struct timeval tv = {0, 0};
 
-    if (j == NULL)
+    /* for etcd: the log keys whose rounds end before the walk are what
+     * the snapshot replaces */
+    if ((d->ship != NULL) &&
+        (mc_ship_snapshot_begin(d->ship, mc_oplog_writer_appended(d->w)) != 0))
+        return -1; /* the previous one is still being written */
+    j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        if (d->ship != NULL)
+            mc_ship_snapshot_abort(d->ship);
         goto fail;
+    }
     mc_buf_init(&j->q);
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
+    j->fd = -1;
+    if (d->ship != NULL) {
+        /* no file, no rotation, no thread: the records stay in j->q */
+        j->ship = d->ship;
+        gen     = 0;
+        goto walk;
+    }
     strcpy(j->dir, d->dir);
     j->gen = gen;
     mc_oplog_path(j->path, sizeof(j->path), d->dir, "snapshot", gen);
@@ -1299,7 +1355,7 @@ static void start_snapshot(mc_master_t *m, uint64_t now)
         pthread_mutex_destroy(&j->mu);
         pthread_cond_destroy(&j->cv);
         free(j);
-        return;
+        return -1;
     }
     if (pthread_create(&j->thread, NULL, snap_thread, j) != 0) {
         /* the log rotated anyway: a generation without a snapshot is fine */
@@ -1309,6 +1365,7 @@ static void start_snapshot(mc_master_t *m, uint64_t now)
         goto fail;
     }
     d->gen = gen;
+walk:
     d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
     mc_buf_init(&b);
     memset(&r, 0, sizeof(r));
@@ -1336,7 +1393,7 @@ static void start_snapshot(mc_master_t *m, uint64_t now)
     d->walk_max_us  = us;
     d->walk_max_cpu_us = us;
     event_add(d->walk_ev, &tv);
-    return;
+    return 0;
 fail:
     mc_error("snapshot %016" PRIx64 ": cannot start: %s (the log keeps growing until the next "
              "try)", gen, strerror(errno));
@@ -1347,6 +1404,7 @@ fail:
     free(j);
     d->st.snapshots_failed++;
     d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
+    return 0;
 }
 
 static void reap_snapshot(mc_master_t *m, uint64_t now)
@@ -1374,11 +1432,7 @@ static void reap_snapshot(mc_master_t *m, uint64_t now)
                  j->gen, err ? ": " : "", err ? strerror(err) : "");
         d->st.snapshots_failed++;
     } else {
-        d->st.snapshots_ok++;
-        d->st.last_snapshot_ms = now - d->job_start_ms;
-        d->st.last_pause_us     = d->walk_max_us;
-        if (d->walk_max_us > d->st.max_pause_us)
-            d->st.max_pause_us = d->walk_max_us;
+        note_walk(d, now);
         mc_info("snapshot %016" PRIx64 " written in %" PRIu64 " ms: %" PRIu64 " objects in %"
                 PRIu32 " slices, longest loop pause %" PRIu64 " us (%" PRIu64 " us of it on "
                 "the CPU)",
@@ -1387,7 +1441,7 @@ static void reap_snapshot(mc_master_t *m, uint64_t now)
     }
     snap_finish(j, !done);
     d->job = NULL;
-    if (!failed)
+    if (!failed && (d->ship == NULL))
         retention(m);
     d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
 }
@@ -1421,10 +1475,18 @@ void mc_durable_tick(mc_master_t *m, uint64_t now_ms)
         d->grace_deadline_ms = 0;
         end_grace(m);
     }
-    if (d->ship != NULL) {
-        /* compaction is the shipped log's own (ship.c) */
-    } else if (d->job != NULL) {
-        reap_snapshot(m, now_ms);
+    if (d->job != NULL) {
+        reap_snapshot(m, now_ms); /* a walk for etcd ends in walk_cb: only its timeout */
+    } else if (d->ship != NULL) {
+        uint64_t rounds, records, bytes;
+        mc_oplog_writer_stats(d->w, &rounds, &records, &bytes);
+        /* the leader, while writes come: every --snapshot_interval_seconds,
+         * sooner after MC_SHIP_COMPACT_BYTES of log */
+        if (mc_ship_leading(d->ship) && (bytes > d->log_bytes_at_rotation) &&
+            ((now_ms >= d->next_snapshot_ms) ||
+             (bytes - d->log_bytes_at_rotation >= MC_SHIP_COMPACT_BYTES)) &&
+            (start_snapshot(m, now_ms) == 0))
+            d->log_bytes_at_rotation = bytes;
     } else {
         uint64_t rounds, records, bytes;
         mc_oplog_writer_stats(d->w, &rounds, &records, &bytes);
@@ -1432,7 +1494,7 @@ void mc_durable_tick(mc_master_t *m, uint64_t now_ms)
         if ((now_ms >= d->next_snapshot_ms) ||
             (bytes - d->log_bytes_at_rotation >= MC_SNAP_LOG_BYTES)) {
             d->log_bytes_at_rotation = bytes;
-            start_snapshot(m, now_ms);
+            (void)start_snapshot(m, now_ms);
         }
     }
 }

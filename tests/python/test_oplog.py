@@ -225,6 +225,106 @@ def test_leader_killed_with_grouped_rounds_in_flight(etcd, cleanup):
         f"a gap in the log left in etcd: {len(seqs)} keys from {seqs[:1]} to {seqs[-1:]}"
 
 
+class TrackedBatchLoad(BatchLoad):
+    """A BatchLoad of small values (small_value) that also keeps the keys
+    of the batches that were not acknowledged (in flight when the leader
+    died, or refused)."""
+
+    def __init__(self, c, prefix, n=16):
+        self.unacked = []
+        super().__init__(c, prefix, n)
+
+    def _run(self):
+        i = 0
+        while not self.stop_ev.is_set():
+            keys = [f"{self.prefix}{i + j}" for j in range(self.n)]
+            i += self.n
+            r = self.c.call("put_batch", keys=keys,
+                            hexes=[small_value(k).hex() for k in keys], timeout=30)
+            if r["rc"] == 0:
+                self.acked += keys
+                self.times.append(time.monotonic())
+            else:
+                self.unacked += keys
+
+
+def small_value(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest() * 2
+
+
+def not_small(c, keys, absent_ok=False):
+    """Keys that do not read back with their small_value (or, with
+    ``absent_ok``, with nothing: a put never acknowledged is absent or
+    whole)."""
+    if not keys:
+        return []
+    r = c.call("get_batch", keys=keys, timeout=300)
+    ok = ("", ) if absent_ok else ()
+    return [k for k, h in zip(keys, r["hexes"]) if h not in ok + (small_value(k).hex(), )]
+
+
+def test_takeovers_on_snapshots_walked_from_the_index_under_load(etcd, cleanup):
+    """The leader keeps no replay state of its log: its snapshots in etcd
+    are walked from its index (a fuzzy walk over many loop turns) while
+    batched puts keep coming, and the log keys before each one are
+    deleted.  Twice: a standby started after the compaction loads the
+    newest snapshot and the log after it, then the leader is killed -9
+    with puts in flight and the standby takes over (the second time, on
+    the snapshots of a leader that itself took over).  Every acknowledged
+    put, and every object of the index the walks went over, reads back
+    with its own bytes; a put never acknowledged is absent or whole."""
+    flags = TTL + ["--snapshot_interval_seconds=1"]
+    masters = []
+    cleanup.append(masters)
+    masters.append(OplogMaster(etcd, flags))
+    leader = wait_leader(masters, 15.0)
+    # an index large enough that a walk takes many loop turns (1 ms each)
+    seed = store_client(cleanup, etcd, "seed")
+    base = [f"s{i}" for i in range(30000)]
+    for i in range(0, len(base), 1000):
+        keys = base[i:i + 1000]
+        assert seed.call("put_batch", keys=keys, hexes=[small_value(k).hex() for k in keys],
+                         timeout=60)["rc"] == 0
+    clients = [store_client(cleanup, etcd, f"client{i}") for i in range(4)]
+    loads = [TrackedBatchLoad(c, f"t{i}-") for i, c in enumerate(clients)]
+    lates = []
+    try:
+        for _ in range(2):
+            n0 = leader.metric("master_ha_oplog_snapshots_total") or 0
+            wait_until(lambda: (leader.metric("master_ha_oplog_snapshots_total") or 0) >= n0 + 2,
+                       40.0, "two snapshots in etcd written under the load")
+            assert "the index walked for a snapshot" in leader.log_text()
+            late = OplogMaster(etcd, flags)
+            masters.append(late)
+            lates.append(late)
+            wait_until(lambda: "loaded the snapshot" in late.log_text(), 20.0,
+                       "the late standby to load the snapshot")
+            seq = leader.metric("master_ha_oplog_seq")
+            wait_until(lambda: (late.metric("master_ha_oplog_seq") or 0) >= seq, 20.0,
+                       "the late standby to follow the log after the snapshot")
+            for ld in loads:
+                ld.wait_more(16, 20.0, "more acknowledged puts while the standby follows")
+            leader.kill()  # kill -9, with batches in flight
+            masters.remove(leader)
+            leader = wait_leader(masters, 15.0)
+            assert leader is late
+            for ld in loads:
+                ld.wait_more(32, 40.0, "32 acknowledged puts per client on the new leader")
+    finally:
+        for ld in loads:
+            ld.stop()
+    procs = [("leader", leader)] + [(f"late{i}", m) for i, m in enumerate(lates)]
+    for c, ld in zip(clients, loads):
+        # the client serves its objects again once it has remounted
+        wait_until(lambda: not not_small(c, ld.acked[:1]), 15.0,
+                   "the client to remount its segment on the new leader", interval=0.1)
+        bad = not_small(c, ld.acked)
+        assert not bad, loss_report(bad, ld.acked, procs)
+        assert not not_small(c, ld.unacked, absent_ok=True)
+    bad = not_small(seed, base)
+    assert not bad, loss_report(bad, base, procs)
+
+
 GRPC_LINE = "guarded transactions go over etcd's gRPC API"
 NO_GRPC_LINE = "does not answer gRPC"
 
