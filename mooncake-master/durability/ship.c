@@ -140,7 +140,12 @@ struct mc_ship {
     mc_etcd_t *c_etcd;        /* its own handle: chunks do not delay appends */
     pthread_t c_thread;
     int c_live;
-    mc_buf_t c_buf;           /* the snapshot's records, from the walk */
+    /* the snapshot's records, from the walk: chunks of MC_SHIP_PIECE
+     * bytes (the last one c_tail_len), so a large index never makes the
+     * loop copy one growing buffer */
+    uint8_t **c_chunks;
+    size_t c_nchunks, c_cap, c_tail_len;
+    int c_oom;
     uint64_t c_rec_end;       /* the writer's sequence number at the walk's end */
     uint64_t c_seq;           /* the log key the snapshot follows (set by the thread) */
     _Atomic int c_done;
@@ -405,6 +410,17 @@ static void key_of(const mc_ship_t *s, char *out, size_t cap, const char *kind, 
 static void compact_reap(mc_ship_t *s, int wait);
 static void *worker_main(void *arg);
 
+/* Forget the snapshot's chunks (the loop thread, while no compaction
+ * thread owns them). */
+static void chunks_free(mc_ship_t *s)
+{
+    for (size_t i = 0; i < s->c_nchunks; i++)
+        free(s->c_chunks[i]);
+    free(s->c_chunks);
+    s->c_chunks  = NULL;
+    s->c_nchunks = s->c_cap = s->c_tail_len = 0;
+}
+
 mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
 {
     mc_ship_t *s = calloc(1, sizeof(*s));
@@ -419,7 +435,6 @@ mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
     mc_buf_init(&s->enc_scratch);
     mc_buf_init(&s->tail);
     mc_buf_init(&s->scratch);
-    mc_buf_init(&s->c_buf);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->cv_work, NULL);
@@ -486,9 +501,9 @@ void mc_ship_destroy(mc_ship_t *s)
                 (double)s->st_round_ns / 1e6 / (double)MC_MAX(s->st_rounds, 1u),
                 (double)s->st_wait_ns / 1e6 / (double)MC_MAX(atomic_load(&s->st_puts), 1u));
     compact_reap(s, 1);
+    chunks_free(s);
     mc_etcd_destroy(s->etcd);
     mc_etcd_destroy(s->c_etcd);
-    mc_buf_cleanup(&s->c_buf);
     mc_oplog_state_cleanup(&s->state);
     mc_buf_cleanup(&s->pending);
     mc_buf_cleanup(&s->enc);
@@ -575,7 +590,7 @@ static int apply_cb(void *arg, const mc_oplog_record_t *r)
 }
 
 /* The compaction thread: once every record the walk may have seen is
- * durable, write the snapshot's records (c_buf) as snap/<c_seq>/<n> and
+ * durable, write the snapshot's chunks as snap/<c_seq>/<n> and
  * publish it, deleting the log keys and the older snapshots it replaces
  * (the writer goes on appending meanwhile: keys after c_seq are not
  * touched). */
@@ -601,10 +616,10 @@ static void *compact_main(void *arg)
         atomic_store(&s->c_done, 1);
         return NULL;
     }
-    for (size_t off = 0; (rc == 0) && (off < s->c_buf.len); off += MC_SHIP_PIECE, n++) {
+    for (; (rc == 0) && (n < s->c_nchunks); n++) {
         snprintf(key, sizeof(key), "%ssnap/%016" PRIx64 "/%016" PRIx32, s->prefix, s->c_seq, n);
-        rc = put_chunk(s, s->c_etcd, key, term, s->c_buf.data + off,
-                       MC_MIN((size_t)MC_SHIP_PIECE, s->c_buf.len - off));
+        rc = put_chunk(s, s->c_etcd, key, term, s->c_chunks[n],
+                       (n + 1 < s->c_nchunks) ? (size_t)MC_SHIP_PIECE : s->c_tail_len);
     }
     if (rc == 0) {
         snprintf(meta, sizeof(meta), "%ssnapmeta", s->prefix);
@@ -641,8 +656,7 @@ static void compact_reap(mc_ship_t *s, int wait)
         return;
     pthread_join(s->c_thread, NULL);
     s->c_live = 0;
-    mc_buf_cleanup(&s->c_buf); /* a snapshot's worth: not kept between snapshots */
-    mc_buf_init(&s->c_buf);
+    chunks_free(s); /* a snapshot's worth: not kept between snapshots */
 }
 
 /* The bytes of the records at the start of @p p (@p n bytes) that make at
@@ -1311,6 +1325,8 @@ int mc_ship_snapshot_begin(mc_ship_t *s, uint64_t rec_seq)
     compact_reap(s, 0);
     if (s->c_live)
         return -1;
+    chunks_free(s);
+    s->c_oom = 0;
     pthread_mutex_lock(&s->mu);
     s->mark_on  = 1;
     s->mark_rec = rec_seq;
@@ -1319,16 +1335,44 @@ int mc_ship_snapshot_begin(mc_ship_t *s, uint64_t rec_seq)
     return 0;
 }
 
-void mc_ship_snapshot_publish(mc_ship_t *s, mc_buf_t *records, uint64_t rec_seq)
+void mc_ship_snapshot_add(mc_ship_t *s, const void *data, size_t len)
 {
-    mc_buf_t t = s->c_buf;
+    const uint8_t *p = data;
 
-    s->c_buf   = *records;
-    *records   = t;
-    mc_buf_reset(records);
+    while ((len > 0) && !s->c_oom) {
+        size_t n;
+        if ((s->c_nchunks == 0) || (s->c_tail_len == MC_SHIP_PIECE)) {
+            uint8_t *c;
+            if (s->c_nchunks == s->c_cap) {
+                size_t cap  = s->c_cap ? 2 * s->c_cap : 16;
+                uint8_t **v = realloc(s->c_chunks, cap * sizeof(*v));
+                if (v == NULL) {
+                    s->c_oom = 1;
+                    break;
+                }
+                s->c_chunks = v;
+                s->c_cap    = cap;
+            }
+            if ((c = malloc(MC_SHIP_PIECE)) == NULL) {
+                s->c_oom = 1;
+                break;
+            }
+            s->c_chunks[s->c_nchunks++] = c;
+            s->c_tail_len               = 0;
+        }
+        n = MC_MIN(len, (size_t)MC_SHIP_PIECE - s->c_tail_len);
+        memcpy(s->c_chunks[s->c_nchunks - 1] + s->c_tail_len, p, n);
+        s->c_tail_len += n;
+        p += n;
+        len -= n;
+    }
+}
+
+void mc_ship_snapshot_publish(mc_ship_t *s, uint64_t rec_seq)
+{
     s->c_rec_end = rec_seq;
     atomic_store(&s->c_done, 0);
-    if (s->c_buf.oom) {
+    if (s->c_oom) {
         mc_warn("operation log: out of memory walking the index for a snapshot");
     } else if (pthread_create(&s->c_thread, NULL, compact_main, s) != 0) {
         mc_warn("operation log: cannot start the snapshot thread: %s", strerror(errno));
@@ -1336,15 +1380,13 @@ void mc_ship_snapshot_publish(mc_ship_t *s, mc_buf_t *records, uint64_t rec_seq)
         s->c_live = 1;
         return;
     }
-    mc_buf_cleanup(&s->c_buf);
-    mc_buf_init(&s->c_buf);
-    pthread_mutex_lock(&s->mu);
-    s->mark_on = 0;
-    pthread_mutex_unlock(&s->mu);
+    mc_ship_snapshot_abort(s);
 }
 
 void mc_ship_snapshot_abort(mc_ship_t *s)
 {
+    chunks_free(s);
+    s->c_oom = 1; /* records added after this are dropped, and nothing is published */
     pthread_mutex_lock(&s->mu);
     s->mark_on = 0;
     pthread_mutex_unlock(&s->mu);

@@ -86,16 +86,17 @@ int mc_ship_leading(mc_ship_t *s);
  * A snapshot of the leader's index, walked by the loop.  begin, at the
  * walk's start, takes the writer's sequence number of the last record
  * appended before it (mc_oplog_writer_appended); -1 while the previous
- * snapshot is still being written to etcd (try later).  publish, at the
- * walk's end, takes over the walk's records (@p records is left empty)
- * with the writer's sequence number of the last record appended by then:
- * a thread writes them to etcd once every record up to it is durable,
- * as the snapshot after the last log key whose round ends at or before
+ * snapshot is still being written to etcd (try later).  add appends the
+ * walk's records (copied).  publish, at the walk's end, takes the
+ * writer's sequence number of the last record appended by then: a thread
+ * writes the records to etcd once every record up to it is durable, as
+ * the snapshot after the last log key whose round ends at or before
  * begin's sequence number, and deletes the log keys up to that one.
- * abort: the walk gave up.
+ * abort: the walk gave up (its records are dropped).
  */
 int mc_ship_snapshot_begin(mc_ship_t *s, uint64_t rec_seq);
-void mc_ship_snapshot_publish(mc_ship_t *s, mc_buf_t *records, uint64_t rec_seq);
+void mc_ship_snapshot_add(mc_ship_t *s, const void *data, size_t len);
+void mc_ship_snapshot_publish(mc_ship_t *s, uint64_t rec_seq);
 void mc_ship_snapshot_abort(mc_ship_t *s);
 
 /* For /metrics and tests. */

@@ -71,8 +71,8 @@
 
 /* A snapshot being written: the walker (loop thread) encodes into @c q,
  * the thread writes it to the file; or, for the log shipped through etcd
- * (@c ship set; no file, no thread), @c q collects the whole snapshot,
- * handed to ship.c at the walk's end. */
+ * (@c ship set; no file, no thread), each slice's records go to ship.c
+ * (mc_ship_snapshot_add), which publishes them at the walk's end. */
 typedef struct snap_job {
     mc_ship_t *ship;
     pthread_t thread;
@@ -1171,6 +1171,13 @@ static void *snap_thread(void *arg)
 /* Hand @p b (encoded records) to the job's thread; @p end: the last. */
 static void snap_push(snap_job_t *j, mc_buf_t *b, int end)
 {
+    if (j->ship != NULL) {
+        mc_ship_snapshot_add(j->ship, b->data, b->len);
+        if (b->oom)
+            mc_ship_snapshot_abort(j->ship); /* publish then has nothing to write */
+        mc_buf_reset(b);
+        return;
+    }
     pthread_mutex_lock(&j->mu);
     mc_buf_put_bytes(&j->q, b->data, b->len);
     if (b->oom)
@@ -1246,7 +1253,7 @@ static void ship_walk_end(mc_master_t *m)
             " us of it on the CPU)",
             d->st.last_snapshot_ms, d->walk_objs, d->walk_slices, d->walk_max_us,
             d->walk_max_cpu_us);
-    mc_ship_snapshot_publish(d->ship, &j->q, mc_oplog_writer_appended(d->w));
+    mc_ship_snapshot_publish(d->ship, mc_oplog_writer_appended(d->w));
     snap_finish(j, 0);
     d->job              = NULL;
     d->next_snapshot_ms = now + (uint64_t)m->cfg->snapshot_interval_seconds * 1000u;
