@@ -2468,6 +2468,12 @@ mc_status_t mc_te_transfer_gen_sent(mc_te_t *te, const mc_te_request_t *reqs,
 
 /* ---- shared reads (mc_te_read_shared_gen, mc_te_assist) ----------------------- */
 
+/* The pieces of a shared read of @p len bytes (one for an empty one). */
+static size_t shared_pieces(uint64_t len)
+{
+    return (size_t)MC_MAX((len + MC_TE_SHARED_PIECE - 1) / MC_TE_SHARED_PIECE, (uint64_t)1);
+}
+
 mc_status_t mc_te_read_shared_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
                                   size_t n, mc_status_t *statuses)
 {
@@ -2492,8 +2498,7 @@ mc_status_t mc_te_read_shared_gen(mc_te_t *te, const mc_te_request_t *reqs, cons
             statuses[i] = MC_INVALID_PARAMS;
         }
         if (statuses[i] == MC_OK)
-            nitems += MC_MAX((reqs[i].length + MC_TE_SHARED_PIECE - 1) / MC_TE_SHARED_PIECE,
-                             (uint64_t)1);
+            nitems += shared_pieces(reqs[i].length);
     }
     if (nitems > 0) {
         items = (nitems <= SIZE_MAX / sizeof(*items)) ? malloc(nitems * sizeof(*items)) : NULL;
@@ -2503,9 +2508,7 @@ mc_status_t mc_te_read_shared_gen(mc_te_t *te, const mc_te_request_t *reqs, cons
         }
         for (size_t i = 0; i < n; i++) {
             if (statuses[i] == MC_OK)
-                request_items(&reqs[i], i, segs[i],
-                              MC_MAX((reqs[i].length + MC_TE_SHARED_PIECE - 1) /
-                                         MC_TE_SHARED_PIECE, (uint64_t)1),
+                request_items(&reqs[i], i, segs[i], shared_pieces(reqs[i].length),
                               GEN_OF(gens, i), items, &k);
         }
         for (size_t j = 0; j < k; j++)

@@ -274,14 +274,21 @@ typedef struct mc_te_range {
     uint64_t len;
 } mc_te_range_t;
 
+/* A READV or READV_STRIDED header (@p opcode) with its entry count in
+ * 1..@p max and its total length in 1..MC_TE_READV_MAX_LEN: 0, else -1. */
+static inline int mc_te_readv_counts_check(const mc_te_req_hdr_t *h, uint8_t opcode,
+                                           uint64_t max)
+{
+    return ((h->opcode == opcode) && (h->addr >= 1) && (h->addr <= max) &&
+            (h->length >= 1) && (h->length <= MC_TE_READV_MAX_LEN))
+               ? 0
+               : -1;
+}
+
 /* A READV header's counts in range: 0, else -1 (close). */
 static inline int mc_te_readv_hdr_check(const mc_te_req_hdr_t *h)
 {
-    return ((h->opcode == MC_TE_OPC_READV) && (h->addr >= 1) &&
-            (h->addr <= MC_TE_READV_MAX_RANGES) && (h->length >= 1) &&
-            (h->length <= MC_TE_READV_MAX_LEN))
-               ? 0
-               : -1;
+    return mc_te_readv_counts_check(h, MC_TE_OPC_READV, MC_TE_READV_MAX_RANGES);
 }
 
 static inline void mc_te_readv_encode(uint8_t *out, const mc_te_range_t *r, size_t n)
@@ -364,11 +371,7 @@ typedef struct mc_te_strided {
 /* A READV_STRIDED header's counts in range: 0, else -1 (close). */
 static inline int mc_te_readvs_hdr_check(const mc_te_req_hdr_t *h)
 {
-    return ((h->opcode == MC_TE_OPC_READV_STRIDED) && (h->addr >= 1) &&
-            (h->addr <= MC_TE_READVS_MAX_ENTRIES) && (h->length >= 1) &&
-            (h->length <= MC_TE_READV_MAX_LEN))
-               ? 0
-               : -1;
+    return mc_te_readv_counts_check(h, MC_TE_OPC_READV_STRIDED, MC_TE_READVS_MAX_ENTRIES);
 }
 
 static inline void mc_te_readvs_encode(uint8_t *out, const mc_te_strided_t *e, size_t n)
