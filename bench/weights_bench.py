@@ -207,6 +207,10 @@ def load(store, cfg, rounds, layers, stage_run_bytes=None, stage_batch_bytes=Non
     load_bytes = plan.nbytes()
     # one buffer for both paths (memory: the machine is shared)
     base_buf = np.zeros(max(total, load_bytes), np.uint8)
+    # its pages faulted in before the rounds: otherwise the first round
+    # (batch_get_into's) pays for mapping 1 GiB (~1.5 s of CPU in recvmsg's
+    # page faults), which its CPU per round and median carry
+    base_buf.fill(1)
     # the baseline: every payload, whole, back to back
     offs, off = [], 0
     for f in frags:
