@@ -6,11 +6,19 @@
  * round into log/<seq> keys (at most --oplog_batch_max_entries records and
  * MC_SHIP_PIECE bytes each), codes their values and queues them;
  * MC_SHIP_WORKERS threads, each with its own etcd connection, write them
- * concurrently, as gRPC calls (mc_etcd_use_grpc: etcd's JSON gateway cost
- * it more CPU than the commit).  A worker that comes free takes every key
- * queued by then (at most MC_SHIP_TXN_KEYS keys and MC_SHIP_TXN_BYTES), so
- * while etcd commits, the rounds that arrive meanwhile wait for one
- * transaction, not one each.  Every transaction's compare is "the leader key's create
+ * as gRPC calls (mc_etcd_use_grpc: etcd's JSON gateway cost it more CPU
+ * than the commit).  A worker that comes free takes every key queued by
+ * then (at most MC_SHIP_TXN_KEYS keys and MC_SHIP_TXN_BYTES), so while
+ * etcd commits, the rounds that arrive meanwhile wait for one
+ * transaction, not one each.  It first gathers (gather_ready): when its
+ * last transaction carried R records and Q more were queued when it came
+ * back, it waits until R + Q records are queued, at most MC_SHIP_GATHER_US
+ * after that transaction.  The clients that transaction answered send
+ * their next requests meanwhile; without the wait, the rounds of clients
+ * answered by different transactions stay out of step and each go
+ * alone, twice the commits for the same puts.  A lone client waits only
+ * when its next round has fewer records than its last.  Every
+ * transaction's compare is "the leader key's create
  * revision is my term", so a deposed leader can never append; a
  * transaction is atomic, so its keys land together or not at all.  Keys of
  * different transactions may land in etcd out of order, so order is fenced
@@ -87,6 +95,7 @@ typedef struct piece {
     uint8_t *val;       /* its value: 8 bytes for the term (set when sent) + records */
     size_t val_len;
     size_t len;         /* bytes of records before coding */
+    uint32_t nrec;      /* records that start in it */
     int coded;          /* the records in val are delta-coded */
     int round_end;      /* the last key of a round */
     uint64_t round_seq; /* the writer's sequence number of the round's last record */
@@ -127,6 +136,8 @@ struct mc_ship {
     int p_failed;             /* a key could not be written: nothing more is durable */
     int p_errno;
     uint64_t last_key;        /* the last key of the last round reported durable */
+    uint64_t gather_recs;     /* records a free worker waits for (gather_ready) */
+    uint64_t gather_until_ns; /* ... until then at most */
     uint64_t durable_rec;     /* the writer's sequence number of that round's last record */
     /* the snapshot being walked: mark_key follows the rounds reported
      * while their records precede the walk (mark_rec and before) */
@@ -663,15 +674,17 @@ static void compact_reap(mc_ship_t *s, int wait)
  * most @p max records and, unless one record alone is larger, at most
  * MC_SHIP_PIECE bytes: a log key's share of a round.  Frames are only
  * walked by their length here; the reader checks every CRC. */
-static size_t piece_len(const uint8_t *p, size_t n, uint32_t max)
+static size_t piece_len(const uint8_t *p, size_t n, uint32_t max, uint32_t *nrec_p)
 {
     size_t off = 0;
-    for (uint32_t k = 0; (k < max) && (off + MC_OPLOG_FRAME_HEADER <= n); k++) {
+    uint32_t k;
+    for (k = 0; (k < max) && (off + MC_OPLOG_FRAME_HEADER <= n); k++) {
         size_t f = frame_len_at(p + off);
         if ((off > 0) && (off + f > MC_SHIP_PIECE))
             break;
         off += f;
     }
+    *nrec_p = MC_MAX(k, 1u);
     /* a record larger than a key straddles keys (the reader joins them) */
     return MC_MIN(MC_MAX(off, (size_t)1), MC_MIN(n, (size_t)MC_SHIP_PIECE));
 }
@@ -754,6 +767,40 @@ static size_t take_group(mc_ship_t *s, size_t at, piece_t **group)
     return n;
 }
 
+/* The records queued from position @p at on (mu held); *full_p: they
+ * fill a transaction already, or the queue. */
+static uint64_t queued_recs(mc_ship_t *s, size_t at, int *full_p)
+{
+    uint64_t recs = 0, bytes = 0;
+    size_t n = 0;
+    for (size_t i = at; i < s->q_len; i++) {
+        piece_t *p = &s->q[(s->q_head + i) % MC_SHIP_QUEUE];
+        if (p->state != PIECE_QUEUED)
+            break;
+        recs += p->nrec;
+        bytes += p->val_len;
+        n++;
+    }
+    *full_p = (n >= MC_SHIP_TXN_KEYS) || (bytes >= MC_SHIP_TXN_BYTES) ||
+              (s->q_len == MC_SHIP_QUEUE);
+    return recs;
+}
+
+/* Whether a free worker sends the keys queued from @p at on now (mu
+ * held): as many records as it gathers are queued, or a transaction's
+ * worth, or its wait is over.  *wait_ns: how long it may still wait. */
+static int gather_ready(mc_ship_t *s, size_t at, uint64_t *wait_ns)
+{
+    uint64_t now = mc_now_ns();
+    int full;
+    *wait_ns = 0;
+    if (!s->term_clean || s->stopping || s->p_failed || (now >= s->gather_until_ns) ||
+        (queued_recs(s, at, &full) >= s->gather_recs) || full)
+        return 1;
+    *wait_ns = s->gather_until_ns - now;
+    return 0;
+}
+
 /* A writer thread: sends what is queued when it is free, in one fenced
  * transaction. */
 static void *worker_main(void *arg)
@@ -773,10 +820,21 @@ static void *worker_main(void *arg)
         long at = -1;
         int first, rc, err;
         int64_t term;
-        uint64_t t0, raw = 0, sent = 0;
+        uint64_t t0, raw = 0, sent = 0, wait_ns = 0;
 
-        while (!s->stopping && ((at = next_piece(s)) < 0))
-            pthread_cond_wait(&s->cv_work, &s->mu);
+        while (!s->stopping && (((at = next_piece(s)) < 0) ||
+                                !gather_ready(s, (size_t)at, &wait_ns))) {
+            if (at < 0) {
+                pthread_cond_wait(&s->cv_work, &s->mu);
+            } else {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                wait_ns += (uint64_t)ts.tv_nsec;
+                ts.tv_sec += (time_t)(wait_ns / 1000000000u);
+                ts.tv_nsec = (long)(wait_ns % 1000000000u);
+                pthread_cond_timedwait(&s->cv_work, &s->mu, &ts);
+            }
+        }
         if (s->stopping)
             break;
         first = !s->term_clean;
@@ -816,6 +874,17 @@ static void *worker_main(void *arg)
         }
         atomic_fetch_add(&s->st_puts, n);
         atomic_fetch_add(&s->st_txns, 1);
+        {
+            /* the next one gathers this one's records and those queued now */
+            long nx = next_piece(s);
+            int full;
+            s->gather_recs = 0;
+            for (size_t i = 0; i < n; i++)
+                s->gather_recs += group[i]->nrec;
+            if (nx >= 0)
+                s->gather_recs += queued_recs(s, (size_t)nx, &full);
+            s->gather_until_ns = mc_now_ns() + (uint64_t)MC_SHIP_GATHER_US * 1000u;
+        }
         for (size_t i = 0; i < n; i++)
             group[i]->state = PIECE_DONE;
         if (first) {
@@ -886,7 +955,7 @@ static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64
             n = MC_MIN(rec_left, (size_t)MC_SHIP_PIECE);
             rec_left -= n;
         } else {
-            n = piece_len(d + off, len - off, s->batch_entries);
+            n = piece_len(d + off, len - off, s->batch_entries, &np.nrec);
             if ((len - off >= MC_OPLOG_FRAME_HEADER) && (frame_len_at(d + off) > n)) {
                 rec_left = frame_len_at(d + off) - n;
                 partial  = 1;

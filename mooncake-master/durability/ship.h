@@ -3,8 +3,8 @@
  * The operation log shipped through etcd (docs/ha.md, "Takeover with the
  * full index"): with --enable_ha --enable_oplog (or --enable_ha
  * --enable_snapshot --enable_snapshot_restore) the leader's group-commit
- * rounds go to etcd instead of a local file, several transactions in
- * flight, each fenced by its term, and standbys follow them into a replay
+ * rounds go to etcd instead of a local file, in fenced transactions that
+ * each carry the rounds queued meanwhile, and standbys follow them into a replay
  * state that a new leader installs before it serves.
  *
  * Keys under mooncake-store/<cluster_id>/oplog/:
@@ -18,8 +18,9 @@
  * Threads: the sink (submit) runs on the log writer thread, codes each
  * log key's value and queues it for MC_SHIP_WORKERS threads of its own;
  * a free one sends every key queued (up to MC_SHIP_TXN_KEYS keys and 1 MiB)
- * in one fenced transaction (group commit), and they report rounds durable
- * in order; the snapshots are walked from the leader's index by the loop
+ * in one fenced transaction (group commit), after waiting at most
+ * MC_SHIP_GATHER_US for the records of the clients its last one answered,
+ * and they report rounds durable in order; the snapshots are walked from the leader's index by the loop
  * (snapshot.c) and written by a thread of their own; the follower runs
  * on the election thread (ha.c) while standing by and folds the log into
  * a replay state, which the loop installs at takeover
@@ -43,7 +44,16 @@ struct mc_etcd;
 
 typedef struct mc_ship mc_ship_t;
 
-#define MC_SHIP_WORKERS 4 /* transactions in flight to etcd at once */
+/* Transactions in flight to etcd at once.  One: on a 3-member etcd two
+ * concurrent transactions each took about twice as long as one alone
+ * (its raft loop commits them one after the other), so the second one
+ * bought no throughput, only more commits; gathering the rounds into one
+ * transaction instead (MC_SHIP_GATHER_US) halves the commits. */
+#define MC_SHIP_WORKERS 1
+/* A free writer waits at most this long after its last transaction for
+ * as many records as that one carried plus those queued when it ended
+ * (ship.c, gather_ready). */
+#define MC_SHIP_GATHER_US 4000
 
 typedef struct mc_ship_config {
     const char *endpoints;  /* etcd, host:port[;host:port] */

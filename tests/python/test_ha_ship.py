@@ -129,6 +129,53 @@ def test_kill9_under_load_loses_no_acknowledged_put(etcd, cleanup, tmp_path):
     assert not wrong, f"{len(wrong)} of {len(acked)} lost or wrong, e.g. {wrong[:2]}"
 
 
+def test_kill9_with_clients_gathered_into_one_transaction(etcd, cleanup, tmp_path):
+    """Several clients' batched puts at once: the leader's log writer gathers
+    the rounds of the clients its last transaction answered into its next
+    one (ship.c, gather_ready), so one transaction carries records of
+    several clients.  kill -9 of the leader mid-load: every acknowledged
+    put of every client reads back through the new leader."""
+    masters = []
+    cleanup.append(masters)
+    masters += [ship_master(etcd, tmp_path, "a"), ship_master(etcd, tmp_path, "b")]
+    leader = wait_leader(masters, 10.0)
+    clients = [etcd_client(cleanup, etcd, f"client{j}") for j in range(3)]
+    acked = [[] for _ in clients]
+    killed, stop = threading.Event(), threading.Event()
+    after = [0]
+
+    def load(j):
+        c, i = clients[j], 0
+        while not stop.is_set() and len(acked[j]) < 600:
+            keys = [f"g{j}-{i + n}" for n in range(8)]
+            i += 8
+            r = c.call("put_batch", keys=keys, hexes=[value_of(k).hex() for k in keys],
+                       timeout=30)
+            if r["rc"] == 0:
+                acked[j].extend(keys)
+                if killed.is_set():
+                    after[0] += len(keys)
+
+    threads = [threading.Thread(target=load, args=(j,)) for j in range(len(clients))]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: sum(map(len, acked)) >= 240, 30.0, "240 acknowledged puts")
+        killed.set()
+        leader.kill()
+        masters.remove(leader)
+        wait_until(lambda: after[0] >= 48, 20.0, "48 puts after the failover")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    wait_leader(masters, 5.0)
+    for j, c in enumerate(clients):
+        wrong = read_back(c, acked[j])
+        assert not wrong, (f"client {j}: {len(wrong)} of {len(acked[j])} lost or wrong, "
+                           f"e.g. {wrong[:2]}")
+
+
 def test_sigstopped_leader_cannot_append_when_it_wakes(etcd, cleanup, tmp_path):
     masters = []
     cleanup.append(masters)
