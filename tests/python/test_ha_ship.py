@@ -10,6 +10,9 @@ standbys follow them.  Real etcd, real masters, real client processes.
 * kill -9 of the leader during a put/get load: every acknowledged put reads
   back with its own bytes through the new leader once the client has
   remounted, no get ever returns wrong bytes, writes resume within 10 s.
+* kill -9 of the leader while three clients' batched puts share its
+  transactions (the log writer gathers them): every acknowledged put of
+  every client reads back through the new leader.
 * a SIGSTOPped leader that wakes after a standby took over appends nothing
   to the log in etcd, answers no write, and exits.
 * a standby started late catches up from the snapshot in etcd and the log
