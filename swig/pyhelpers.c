@@ -15,6 +15,8 @@
  * Nothing here blocks; the input buffers are released before returning.
  */
 #define PY_SSIZE_T_CLEAN
+#include "config.h"
+
 #include "pyhelpers.h"
 
 #include <stdint.h>
@@ -22,6 +24,14 @@
 
 #include <mooncake/codec.h>
 #include <mooncake/status.h>
+
+#ifdef HAVE_NUMPY_CAPI
+/* numpy's C API, only in this file (the module imports without numpy:
+ * the API table is fetched on the first ragged read, np_api()). */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL mooncake_pyhelpers_ARRAY_API
+#include <numpy/arrayobject.h>
+#endif
 
 /* A C-contiguous view of @p o: 0, or -1 with TypeError naming @p what. */
 static int view_of(PyObject *o, Py_buffer *v, const char *what)
@@ -80,6 +90,56 @@ static Py_ssize_t rows_of_offsets(Py_ssize_t len)
 }
 
 /* The row objects of a checked blob layout. */
+/* The str of the UTF-8 @p p[0..len) when every character is below U+0100
+ * (ASCII, and two-byte sequences led by 0xC2 or 0xC3): made in the
+ * one-byte form directly, as the strict decoder would make it.  NULL
+ * without an exception for anything else, which the caller decodes (and
+ * which it refuses when it is not UTF-8).  Per-row strings of RL batches
+ * are mostly such text, and CPython's decoder leaves its ASCII fast path
+ * at the first accented letter. */
+static PyObject *latin1_str(const unsigned char *p, Py_ssize_t len)
+{
+    Py_ssize_t chars = len, i = 0;
+    Py_UCS1 *w;
+    PyObject *str;
+
+    while (i < len) {
+        if (i + 8 <= len) { /* eight ASCII bytes: their high bits at once */
+            uint64_t v;
+            memcpy(&v, p + i, sizeof(v));
+            if ((v & UINT64_C(0x8080808080808080)) == 0) {
+                i += 8;
+                continue;
+            }
+        }
+        if (p[i] < 0x80) {
+            i++;
+            continue;
+        }
+        if (((p[i] != 0xC2) && (p[i] != 0xC3)) || (i + 1 >= len) || ((p[i + 1] & 0xC0) != 0x80))
+            return NULL;
+        chars--;
+        i += 2;
+    }
+    str = PyUnicode_New(chars, (chars == len) ? 0x7F : 0xFF);
+    if (str == NULL)
+        return NULL;
+    w = PyUnicode_1BYTE_DATA(str);
+    if (chars == len) {
+        memcpy(w, p, (size_t)len);
+        return str;
+    }
+    for (i = 0; i < len; i++) {
+        if (p[i] < 0x80) {
+            *w++ = p[i];
+        } else {
+            *w++ = (Py_UCS1)(((p[i] & 0x1F) << 6) | (p[i + 1] & 0x3F));
+            i++;
+        }
+    }
+    return str;
+}
+
 static PyObject *blob_list(const char *data, const int64_t *offs, const uint8_t *nulls,
                            Py_ssize_t n, int text)
 {
@@ -93,7 +153,13 @@ static PyObject *blob_list(const char *data, const int64_t *offs, const uint8_t 
             row = Py_None;
             Py_INCREF(row);
         } else {
-            row = text ? PyUnicode_DecodeUTF8(p, len, "strict") : PyBytes_FromStringAndSize(p, len);
+            if (!text) {
+                row = PyBytes_FromStringAndSize(p, len);
+            } else {
+                row = latin1_str((const unsigned char *)p, len);
+                if ((row == NULL) && !PyErr_Occurred())
+                    row = PyUnicode_DecodeUTF8(p, len, "strict");
+            }
         }
         if (row == NULL) {
             Py_CLEAR(out);
@@ -149,6 +215,62 @@ done:
     return out;
 }
 
+#ifdef HAVE_NUMPY_CAPI
+/* Whether numpy's C API table is loaded (once; a numpy that cannot be
+ * imported, or one of another ABI, leaves the rows to slicing). */
+static int np_api(void)
+{
+    static int state; /* 0: not tried, 1: loaded, -1: unavailable */
+
+    if (state == 0) {
+        state = (_import_array() < 0) ? -1 : 1;
+        if (state < 0)
+            PyErr_Clear();
+    }
+    return state > 0;
+}
+
+/* Whether the rows of @p data can be made by np_row(): an exact 1-D
+ * C-contiguous ndarray (what slicing it would give a view of). */
+static int np_rows_ok(PyObject *data)
+{
+    return np_api() && PyArray_CheckExact(data) && (PyArray_NDIM((PyArrayObject *)data) == 1) &&
+           PyArray_IS_C_CONTIGUOUS((PyArrayObject *)data);
+}
+
+/* data[a:b] (np_rows_ok(data), 0 <= a <= b <= len(data), checked by the
+ * caller) as a view of @p ndim dimensions @p shape, or of one of b - a
+ * elements when @p ndim is 1: the array slicing and reshape give, with
+ * the same dtype, base and write flag, made directly (a slice builds
+ * index objects and goes through numpy's indexing for each row). */
+static PyObject *np_row(PyObject *data, int64_t a, int64_t b, int ndim, const int64_t *shape)
+{
+    PyArrayObject *d = (PyArrayObject *)data;
+    PyArray_Descr *descr = PyArray_DESCR(d);
+    npy_intp dims[NPY_MAXDIMS];
+    PyObject *row;
+
+    if (ndim == 1) {
+        dims[0] = (npy_intp)(b - a);
+    } else {
+        for (int k = 0; k < ndim; k++)
+            dims[k] = (npy_intp)shape[k];
+    }
+    Py_INCREF(descr); /* the new array takes this reference */
+    row = PyArray_NewFromDescr(&PyArray_Type, descr, ndim, dims, NULL,
+                               PyArray_BYTES(d) + a * (int64_t)PyArray_ITEMSIZE(d),
+                               PyArray_FLAGS(d) & NPY_ARRAY_WRITEABLE, NULL);
+    if (row == NULL)
+        return NULL;
+    Py_INCREF(data);
+    if (PyArray_SetBaseObject((PyArrayObject *)row, data) != 0) { /* steals data */
+        Py_DECREF(row);
+        return NULL;
+    }
+    return row;
+}
+#endif
+
 /* data[a:b] of a numpy array, reshaped to @p ndim dimensions @p shape
  * unless it is 1-D. */
 static PyObject *ragged_row(PyObject *data, int64_t a, int64_t b, int ndim, const int64_t *shape)
@@ -191,12 +313,19 @@ static PyObject *ragged_list(PyObject *data, const int64_t *offs, const int64_t 
                              Py_ssize_t n)
 {
     PyObject *out = PyList_New(n);
+#ifdef HAVE_NUMPY_CAPI
+    const int direct = np_rows_ok(data) && (width <= NPY_MAXDIMS);
+#endif
 
     for (Py_ssize_t i = 0; (out != NULL) && (i < n); i++) {
         PyObject *row;
         if (nulls[i]) {
             row = Py_None;
             Py_INCREF(row);
+#ifdef HAVE_NUMPY_CAPI
+        } else if (direct) {
+            row = np_row(data, offs[i], offs[i + 1], ndims[i], &shapes[(size_t)i * width]);
+#endif
         } else {
             row = ragged_row(data, offs[i], offs[i + 1], ndims[i], &shapes[(size_t)i * width]);
         }

@@ -189,7 +189,7 @@ _capi_la_SOURCES = \
 	$(NULL)
 _capi_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/swig
 # The generated wrapper builds with the project warnings and -Werror too.
-_capi_la_CFLAGS = $(AM_CFLAGS) $(PYTHON_CFLAGS) -fno-strict-aliasing
+_capi_la_CFLAGS = $(AM_CFLAGS) $(PYTHON_CFLAGS) $(NUMPY_CFLAGS) -fno-strict-aliasing
 _capi_la_LIBADD = libmooncake.la
 # Extension modules leave the libpython symbols to the interpreter.
 _capi_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext .so

@@ -8,6 +8,7 @@ empty rows, None in nullable fields, unicode strings, PIL images, nested
 structures with missing keys) -- written by put_dataproto, read back by
 get_dataproto, whole and by rows."""
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -495,3 +496,48 @@ def test_native_row_builders_decode_as_the_python_loops(monkeypatch):
         assert isinstance(native, exc) and isinstance(plain, exc), (native, plain)
         if exc is ValueError:
             assert "ragged offsets do not match the data" in str(native)
+
+
+def test_native_text_rows_of_one_byte_characters(monkeypatch):
+    """Rows of ASCII and U+0080..U+00FF are made in one-byte form without
+    CPython's decoder: the same str, and bad UTF-8 still refused."""
+    texts = ["é" * 40, "prompt-7-" + "é" * 9, "ÿ\x80 ascii tail of some length", "a" * 17,
+             "Ā" + "é" * 3, "éé\U0001F600", "x" * 7 + "é", "é" + "y" * 15, ""]
+    enc, _ = sos._encode_text_values(texts, sos._utf8_bytes)
+    blob = {"data": np.frombuffer(enc["data"], np.uint8), "offsets": enc["offsets"],
+            "nulls": enc["nulls"]}
+    native, plain = _both_ways(monkeypatch, lambda: sos._blob_rows(blob, len(texts), True))
+    assert native == plain == texts
+    assert [sys.getsizeof(s) for s in native] == [sys.getsizeof(s) for s in texts]  # same kind
+    # a lead byte other than 0xC2/0xC3, a missing or bad continuation, an
+    # overlong form: refused as the strict decoder refuses them
+    for raw in (b"ok \xc3", b"\xc3(" + b"a" * 9, b"\xc0\x80", b"\xc2\xc3\xa9", b"abc\x80"):
+        bad = {"data": np.frombuffer(raw, np.uint8),
+               "offsets": np.array([0, len(raw)], np.int64), "nulls": np.zeros(1, np.uint8)}
+        native, plain = _both_ways(monkeypatch, lambda: sos._blob_rows(bad, 1, True))
+        assert isinstance(native, UnicodeDecodeError), (raw, native)
+        assert isinstance(plain, UnicodeDecodeError), (raw, plain)
+
+
+def test_native_ragged_rows_are_views_as_slices_make_them(monkeypatch):
+    """The rows made without slicing have what slices have: the data as
+    their base, its dtype and write flag, their shape."""
+    rows = [np.arange(5, dtype=np.float64), np.arange(6, dtype=np.float64).reshape(3, 2),
+            np.array(2.5), np.empty((0, 4))]
+    payload = sos._ragged_pack(rows, np.dtype(np.float64))
+    for writeable in (True, False):
+        data = payload["data"].copy()
+        data.flags.writeable = writeable
+        p = dict(payload, data=data)
+        native, plain = _both_ways(monkeypatch, lambda: sos._ragged_unpack(p, len(rows)))
+        for n, q, w in zip(native, plain, rows):
+            assert same(n, w) and same(q, w)
+            assert n.base is q.base and n.dtype == q.dtype and n.shape == q.shape
+            assert n.flags.writeable == q.flags.writeable == writeable
+            assert n.flags.c_contiguous
+    # a view of a view: the base is the array that owns the bytes, as numpy sets it
+    owner = np.concatenate([np.zeros(3), payload["data"]])
+    p = dict(payload, data=owner[3:])
+    native, plain = _both_ways(monkeypatch, lambda: sos._ragged_unpack(p, len(rows)))
+    assert all(n.base is q.base for n, q in zip(native, plain))
+    assert all(same(n, w) for n, w in zip(native, rows))
