@@ -27,6 +27,7 @@
  * them without the lock.
  */
 #include "py_glue.h"
+#include "pyhelpers.h"
 
 #include <assert.h>
 #include <stdint.h>
@@ -504,14 +505,14 @@ PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int mode, PyObject *
                                               PyObject *parts, const mc_replicate_config_t *config)
 {
     mooncake_py_strv_t sv;
-    PyObject *pt = NULL, **fast = NULL, *list = NULL;
+    PyObject *pt = NULL, **fast = NULL, *list = NULL, **held = NULL;
     Py_buffer *views = NULL;
     mc_iov_t *iovs = NULL;
     const mc_iov_t **bufs = NULL;
     size_t *counts = NULL;
     mc_status_t *sts = NULL;
     mc_status_t st = MC_OK;
-    size_t i, n, total = 0, nviews = 0;
+    size_t i, n, total = 0, nviews = 0, nheld = 0, k = 0;
 
     if (mooncake_py_strv_init(&sv, keys) != 0)
         return NULL;
@@ -551,14 +552,23 @@ PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int mode, PyObject *
     }
     views = PyMem_Calloc(total + 1, sizeof(*views));
     iovs  = PyMem_Calloc(total + 1, sizeof(*iovs));
-    if ((views == NULL) || (iovs == NULL)) {
+    held  = PyMem_Calloc(total + 1, sizeof(*held));
+    if ((views == NULL) || (iovs == NULL) || (held == NULL)) {
         PyErr_NoMemory();
         goto cleanup;
     }
     for (i = 0; i < n; i++) {
-        size_t first = nviews;
-        for (size_t j = 0; j < counts[i]; j++) {
+        size_t first = k;
+        for (size_t j = 0; j < counts[i]; j++, k++) {
             PyObject *o = PySequence_Fast_GET_ITEM(fast[i], (Py_ssize_t)j);
+            /* a DataProto column is thousands of rows: their bytes read off
+             * the array (a reference held while the lock is released, as a
+             * view would hold it) rather than a buffer requested per row */
+            if (mooncake_py_array_span(o, &iovs[k].base, &iovs[k].len)) {
+                Py_INCREF(o);
+                held[nheld++] = o;
+                continue;
+            }
             if (!PyObject_CheckBuffer(o)) {
                 PyErr_Format(PyExc_TypeError, "parts %zu item %zu: a bytes-like object "
                              "is required, not '%s'", i, j, Py_TYPE(o)->tp_name);
@@ -566,8 +576,8 @@ PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int mode, PyObject *
             }
             if (PyObject_GetBuffer(o, &views[nviews], PyBUF_SIMPLE) != 0)
                 goto cleanup;
-            iovs[nviews].base = views[nviews].buf;
-            iovs[nviews].len  = (size_t)views[nviews].len;
+            iovs[k].base = views[nviews].buf;
+            iovs[k].len  = (size_t)views[nviews].len;
             nviews++;
         }
         bufs[i] = &iovs[first];
@@ -586,8 +596,11 @@ PyObject *mooncake_py_store_batch_write_parts(mc_store_h h, int mode, PyObject *
 
 cleanup:
     mooncake_py_views_release(views, nviews);
+    for (i = 0; i < nheld; i++)
+        Py_DECREF(held[i]);
     for (i = 0; (fast != NULL) && (i < n); i++)
         Py_XDECREF(fast[i]);
+    PyMem_Free(held);
     PyMem_Free(iovs);
     PyMem_Free(views);
     PyMem_Free(sts);

@@ -271,6 +271,22 @@ static PyObject *np_row(PyObject *data, int64_t a, int64_t b, int ndim, const in
 }
 #endif
 
+int mooncake_py_array_span(PyObject *o, const void **base_p, size_t *len_p)
+{
+#ifdef HAVE_NUMPY_CAPI
+    if (np_api() && PyArray_CheckExact(o) && PyArray_IS_C_CONTIGUOUS((PyArrayObject *)o)) {
+        *base_p = PyArray_DATA((PyArrayObject *)o);
+        *len_p = (size_t)PyArray_NBYTES((PyArrayObject *)o);
+        return 1;
+    }
+#else
+    (void)o;
+    (void)base_p;
+    (void)len_p;
+#endif
+    return 0;
+}
+
 /* data[a:b] of a numpy array, reshaped to @p ndim dimensions @p shape
  * unless it is 1-D. */
 static PyObject *ragged_row(PyObject *data, int64_t a, int64_t b, int ndim, const int64_t *shape)

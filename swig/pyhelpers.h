@@ -25,6 +25,16 @@
 PyObject *mooncake_py_blob_rows(PyObject *data, PyObject *offsets, PyObject *nulls, int text);
 
 /*
+ * The bytes of @p o when it is an exact, C-contiguous numpy array, read
+ * off the array (numpy's C API, when the module was built with it): 1
+ * with *@p base_p and *@p len_p set, as a simple buffer request would set
+ * them; 0 otherwise (and always without numpy's C API), when the caller
+ * requests its buffer.  Nothing is held: the caller keeps a reference to
+ * @p o for as long as it uses the bytes.
+ */
+int mooncake_py_array_span(PyObject *o, const void **base_p, size_t *len_p);
+
+/*
  * The rows of a typed-ragged payload as views of @p data (a 1-D numpy
  * array of the element type): data[offsets[i]:offsets[i + 1]], reshaped to
  * the row's shape unless it is 1-D, None for a null row.  @p offsets and

@@ -562,6 +562,24 @@ def test_batch_put_parts_writes_each_object_from_its_parts(served):
         s.batch_put_parts(["t/bpp/d"], b"a")
     assert s.is_exist("t/bpp/d") == 0
     assert s.batch_remove(["t/bpp/a", "t/bpp/b", "t/bpp/c"], True) == [0, 0, 0]
+    # arrays of every shape the array's own fields describe (C-contiguous,
+    # exact ndarrays: read off the array), and the others through their
+    # buffer: a 2-D array, a 0-d one, an empty one, a view at an offset,
+    # a read-only one, a subclass, and a strided view (refused as before)
+    grid = np.arange(24, dtype=np.float64).reshape(4, 6)
+    ro = np.arange(7, dtype=np.int16)
+    ro.flags.writeable = False
+
+    class Sub(np.ndarray):
+        pass
+    sub = np.arange(5, dtype=np.uint16).view(Sub)
+    parts = [grid, np.array(3.5), np.empty((0, 3)), grid[1:3], ro, sub, grid[2]]
+    assert s.batch_put_parts(["t/bpp/e"], [parts]) == [0]
+    assert s.get("t/bpp/e") == b"".join(p.tobytes() for p in parts)
+    with pytest.raises((BufferError, ValueError), match="contiguous"):
+        s.batch_put_parts(["t/bpp/f"], [[b"a", grid[:, 1]]])
+    assert s.is_exist("t/bpp/f") == 0
+    assert s.remove("t/bpp/e", True) == 0
 
 
 def test_zero_copy_tensor_objects(transfer, store, regbuf):
