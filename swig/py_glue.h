@@ -269,6 +269,10 @@ PyObject *mooncake_py_store_batch_zc(mc_store_h h, int op, PyObject *keys, PyObj
                                      const mc_replicate_config_t *config);
 PyObject *mooncake_py_store_batch_zc_flat(mc_store_h h, int op, PyObject *keys, PyObject *ptrs,
                                           PyObject *sizes, const mc_replicate_config_t *config);
+PyObject *mooncake_py_store_read_blocks(mc_store_h h, PyObject *keys, PyObject *key_index,
+                                        PyObject *bufs, PyObject *dst, PyObject *dst_stride,
+                                        PyObject *src, PyObject *src_stride, PyObject *row_len,
+                                        PyObject *rows);
 PyObject *mooncake_py_store_read_ranges(mc_store_h h, PyObject *keys, PyObject *bufs, PyObject *dst,
                                         PyObject *src, PyObject *lens, int packed,
                                         PyObject *key_index);

@@ -925,6 +925,75 @@ cleanup:
     return out;
 }
 
+/*
+ * read_blocks: mc_store_read_blocks of the columns (each a 1-d 64-bit
+ * integer buffer, read in place, or a list of int): block i reads
+ * rows[i] rows of row_len[i] bytes of keys[key_index[i]], row j at
+ * src[i] + j * src_stride[i], into bufs[i] + dst[i] + j * dst_stride[i].
+ * The results as bytes of native int64, one per block.
+ */
+PyObject *mooncake_py_store_read_blocks(mc_store_h h, PyObject *keys, PyObject *key_index,
+                                        PyObject *bufs, PyObject *dst, PyObject *dst_stride,
+                                        PyObject *src, PyObject *src_stride, PyObject *row_len,
+                                        PyObject *rows)
+{
+    PyObject *cols[8] = {key_index, bufs, dst, dst_stride, src, src_stride, row_len, rows};
+    mooncake_py_strv_t sv;
+    mooncake_py_u64col_t col[8];
+    mc_store_block_t *b = NULL;
+    int64_t *res;
+    mc_status_t st = MC_OK;
+    PyObject *out  = NULL;
+    size_t i, n, ncol = 0;
+    Py_ssize_t len;
+
+    if (mooncake_py_strv_init(&sv, keys) != 0)
+        return NULL;
+    len = PyObject_Length(key_index);
+    if (len < 0)
+        goto cleanup;
+    n = (size_t)len;
+    for (; ncol < 8; ncol++)
+        if (mooncake_py_u64col_init(&col[ncol], cols[ncol], n) != 0)
+            goto cleanup;
+    for (i = 0; i < n; i++) {
+        if (col[0].v[i] >= sv.n) {
+            PyErr_Format(PyExc_IndexError, "key_index[%zu] is %llu, past the %zu keys", i,
+                         (unsigned long long)col[0].v[i], sv.n);
+            goto cleanup;
+        }
+    }
+    b   = PyMem_Malloc((n + 1) * sizeof(*b));
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(*res)));
+    if ((b == NULL) || (out == NULL)) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+        goto cleanup;
+    }
+    res = (int64_t *)(void *)PyBytes_AS_STRING(out);
+    for (i = 0; i < n; i++)
+        b[i] = (mc_store_block_t){sv.v[col[0].v[i]], (void *)(uintptr_t)col[1].v[i],
+                                  col[2].v[i], col[3].v[i], col[4].v[i], col[5].v[i],
+                                  col[6].v[i], col[7].v[i], MC_INTERNAL_ERROR};
+    if (n > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        st = mc_store_read_blocks(h, b, n);
+        Py_END_ALLOW_THREADS
+    }
+    for (i = 0; i < n; i++) {
+        res[i] = b[i].result;
+        if ((st != MC_OK) && (res[i] == MC_INTERNAL_ERROR))
+            res[i] = st;
+    }
+
+cleanup:
+    PyMem_Free(b);
+    while (ncol > 0)
+        mooncake_py_u64col_cleanup(&col[--ncol]);
+    mooncake_py_strv_cleanup(&sv);
+    return out;
+}
+
 static mc_status_t mooncake_py_session_keys_call(mc_store_h h, const char **keys, size_t n,
                                                  uint64_t *const *cols, const void *op,
                                                  mc_status_t *sts)

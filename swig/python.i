@@ -592,6 +592,7 @@ uint64_t mooncake_host_mem_free_func_addr(void);
 %feature("nothread") mooncake_store::batch_zc;
 %feature("nothread") mooncake_store::batch_zc_flat;
 %feature("nothread") mooncake_store::read_ranges;
+%feature("nothread") mooncake_store::read_blocks;
 %feature("nothread") mooncake_store::session_keys;
 %feature("nothread") mooncake_store::put_session_start;
 %feature("nothread") mooncake_store::replica_descs;
@@ -679,6 +680,21 @@ uint64_t mooncake_host_mem_free_func_addr(void);
     {
         return mooncake_py_store_read_ranges($self->h, keys, bufs, dst, src, lens, packed,
                                              key_index);
+    }
+
+    /*
+     * read_ranges of strided blocks (mc_store_read_blocks): block i reads
+     * rows[i] rows of row_len[i] bytes of keys[key_index[i]], row j at
+     * src[i] + j * src_stride[i] into bufs[i] + dst[i] + j * dst_stride[i].
+     * Columns: 1-d 64-bit integer buffers (or lists of int), one item per
+     * block.  Bytes of native int64, one result per block.
+     */
+    PyObject *read_blocks(PyObject *keys, PyObject *key_index, PyObject *bufs, PyObject *dst,
+                          PyObject *dst_stride, PyObject *src, PyObject *src_stride,
+                          PyObject *row_len, PyObject *rows)
+    {
+        return mooncake_py_store_read_blocks($self->h, keys, key_index, bufs, dst, dst_stride,
+                                             src, src_stride, row_len, rows);
     }
 
     /* Per-key statuses of a call over keys only (MOONCAKE_SK_*). */

@@ -92,6 +92,7 @@ typedef struct mc_store_ops {
                                   const mc_iov_t *const *bufs, const size_t *counts, size_t n,
                                   int64_t *results);
     mc_status_t (*read_ranges)(mc_store_h s, mc_store_range_t *ranges, size_t n);
+    mc_status_t (*read_blocks)(mc_store_h s, mc_store_block_t *blocks, size_t n);
 
     /* ---- memory ---- */
     int (*mem_is_registered)(mc_store_h s, const void *p, size_t len);
@@ -173,6 +174,10 @@ mc_status_t mc_emb_batch_get_into(mc_store_h s, const char *const *keys,
                                   const mc_iov_t *const *bufs, const size_t *counts, size_t n,
                                   int64_t *results);
 mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n);
+mc_status_t mc_emb_read_blocks(mc_store_h s, mc_store_block_t *blocks, size_t n);
+/* mc_store_read_blocks as the blocks' rows through mc_store_read_ranges
+ * (a store whose read_ranges is its own) */
+mc_status_t mc_store_read_blocks_as_ranges(mc_store_h s, mc_store_block_t *blocks, size_t n);
 int mc_emb_mem_is_registered(mc_store_h s, const void *p, size_t len);
 mc_status_t mc_emb_register_buffer(mc_store_h s, void *addr, size_t len);
 mc_status_t mc_emb_unregister_buffer(mc_store_h s, void *addr);

@@ -438,6 +438,7 @@ const mc_store_ops_t mc_store_embedded_ops = {
     .get_into               = mc_emb_get_into,
     .batch_get_into         = mc_emb_batch_get_into,
     .read_ranges            = mc_emb_read_ranges,
+    .read_blocks            = mc_emb_read_blocks,
     .mem_is_registered      = mc_emb_mem_is_registered,
     .register_buffer        = mc_emb_register_buffer,
     .unregister_buffer      = mc_emb_unregister_buffer,

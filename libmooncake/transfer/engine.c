@@ -1327,6 +1327,9 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
     if (it->dp != NULL)
         return direct_piece_run(it->dp);
 
+    if ((it->sc != NULL) && (it->sc->strided != NULL))
+        return mc_te_read_gather_strided_gen(te, it->sc->segment, it->sc->gen, it->sc->strided,
+                                             it->sc->nstrided, it->sc->runs, it->sc->nruns);
     if ((it->sc != NULL) && (it->sc->ranges != NULL))
         return mc_te_read_gather_gen(te, it->sc->segment, it->sc->gen, it->sc->ranges,
                                      it->sc->nranges, it->sc->runs, it->sc->nruns);
@@ -2248,6 +2251,36 @@ static unsigned gather_flags(mc_te_t *te, mc_te_segment_t *s)
     return strided ? MC_TE_GATHER_STRIDED : 0;
 }
 
+/* The destination runs of a gathered read of @p rtotal bytes: each valid,
+ * adding up to rtotal, pinned in @p pins (released by the caller either
+ * way). */
+static mc_status_t gather_runs_pin(mc_te_t *te, const struct iovec *runs, size_t nruns,
+                                   uint64_t rtotal, scatter_pins_t *pins)
+{
+    uint64_t total = 0;
+    mc_status_t st = MC_OK;
+
+    for (size_t i = 0; (i < nruns) && (st == MC_OK); i++) {
+        if ((runs[i].iov_base == NULL) || (runs[i].iov_len == 0) ||
+            (runs[i].iov_len > UINTPTR_MAX - (uintptr_t)runs[i].iov_base) ||
+            (runs[i].iov_len > rtotal - total)) {
+            mc_set_error_detail("gathered read: destination run %zu [%p, +%zu) is invalid or "
+                                "passes the ranges' %llu bytes", i, runs[i].iov_base,
+                                runs[i].iov_len, (unsigned long long)rtotal);
+            st = MC_INVALID_PARAMS;
+        } else {
+            total += runs[i].iov_len;
+            st = scatter_pin(te, pins, i, nruns, &runs[i]);
+        }
+    }
+    if ((st == MC_OK) && (total != rtotal)) {
+        mc_set_error_detail("gathered read: runs of %llu bytes for ranges of %llu",
+                            (unsigned long long)total, (unsigned long long)rtotal);
+        st = MC_INVALID_PARAMS;
+    }
+    return st;
+}
+
 mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
                                   const mc_te_range_t *ranges, size_t nranges,
                                   const struct iovec *runs, size_t nruns)
@@ -2279,26 +2312,11 @@ mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint6
             rtotal += ranges[i].len;
         }
     }
-    for (size_t i = 0; (i < nruns) && (st == MC_OK); i++) {
-        if ((runs[i].iov_base == NULL) || (runs[i].iov_len == 0) ||
-            (runs[i].iov_len > UINTPTR_MAX - (uintptr_t)runs[i].iov_base) ||
-            (runs[i].iov_len > rtotal - total)) {
-            mc_set_error_detail("gathered read: destination run %zu [%p, +%zu) is invalid or "
-                                "passes the ranges' %llu bytes", i, runs[i].iov_base,
-                                runs[i].iov_len, (unsigned long long)rtotal);
-            st = MC_INVALID_PARAMS;
-        } else {
-            total += runs[i].iov_len;
-            st = scatter_pin(te, &pins, i, nruns, &runs[i]);
-        }
-    }
-    if ((st == MC_OK) && (total != rtotal)) {
-        mc_set_error_detail("gathered read: runs of %llu bytes for ranges of %llu",
-                            (unsigned long long)total, (unsigned long long)rtotal);
-        st = MC_INVALID_PARAMS;
-    }
+    if (st == MC_OK)
+        st = gather_runs_pin(te, runs, nruns, rtotal, &pins);
     if (st != MC_OK)
         goto out;
+    total = rtotal;
     if (!mc_te_read_gather_native(te, segment)) {
         st = gather_as_requests(te, segment, gen, ranges, nranges, runs, nruns);
         goto out;
@@ -2340,6 +2358,160 @@ mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint6
                  (unsigned long long)total, nranges, (unsigned long long)ranges[0].addr,
                  s->name, mc_last_error_detail());
 out:
+    scatter_unpin(te, &pins);
+    return st;
+}
+
+int mc_te_read_gather_strided_native(mc_te_t *te, mc_te_segment_id_t segment)
+{
+    mc_te_segment_t *s = (te != NULL) ? segment_by_id(te, segment) : NULL;
+
+    return (s != NULL) && mc_te_read_gather_native(te, segment) &&
+           (te->tp_ops->read_gather_strided != NULL) &&
+           (gather_flags(te, s) & MC_TE_GATHER_STRIDED);
+}
+
+/* Entries e[0..n) as a READV_STRIDED's list must be (mc_te_readvs_decode's
+ * rules): their bytes in *total_p, their rows in *rows_p; else
+ * MC_INVALID_PARAMS, detail set. */
+static mc_status_t strided_check(const mc_te_strided_t *e, size_t n, uint64_t *total_p,
+                                 size_t *rows_p)
+{
+    uint64_t total = 0, rows = 0;
+    size_t in_group = 0;
+    uint32_t count  = 0;
+
+    if ((e == NULL) || (n == 0) || (n > MC_TE_READVS_MAX_ENTRIES)) {
+        mc_set_error_detail("strided gathered read needs 1..%u entries",
+                            MC_TE_READVS_MAX_ENTRIES);
+        return MC_INVALID_PARAMS;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const mc_te_strided_t *x = &e[i];
+        uint64_t span;
+        int bad = (x->len == 0) || (x->count == 0) || (x->stride < x->len) ||
+                  (x->len > UINT64_MAX - x->addr);
+        if (!bad) {
+            span = UINT64_MAX - x->addr - x->len;
+            bad  = (x->count > 1) && (x->stride > span / (x->count - 1));
+        }
+        if (!bad && (in_group == 0)) {
+            bad      = (x->group == 0) || (x->group > n - i);
+            in_group = x->group;
+            count    = x->count;
+        } else if (!bad) {
+            bad = (x->group != 0) || (x->count != count);
+        }
+        if (!bad)
+            bad = (x->count > MC_TE_READVS_MAX_ROWS - rows) ||
+                  ((uint64_t)x->len * x->count > MC_TE_READV_MAX_LEN - total);
+        if (bad) {
+            mc_set_error_detail("strided gathered read: entry %zu (0x%llx, stride %llu, %u x %u "
+                                "bytes, group %u) is malformed or passes the limits", i,
+                                (unsigned long long)x->addr, (unsigned long long)x->stride,
+                                (unsigned)x->count, (unsigned)x->len, (unsigned)x->group);
+            return MC_INVALID_PARAMS;
+        }
+        in_group--;
+        rows += x->count;
+        total += (uint64_t)x->len * x->count;
+    }
+    if (in_group != 0) {
+        mc_set_error_detail("strided gathered read: the last group lacks %zu entries", in_group);
+        return MC_INVALID_PARAMS;
+    }
+    *total_p = total;
+    *rows_p  = (size_t)rows;
+    return MC_OK;
+}
+
+/* A strided gathered read (entries checked, runs pinned) towards a peer
+ * without READV_STRIDED: its @p nrows rows as the ranges of a READV, or
+ * past a READV's limit as requests of their own. */
+static mc_status_t strided_as_ranges(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
+                                     const mc_te_strided_t *e, size_t n, size_t nrows,
+                                     const struct iovec *runs, size_t nruns)
+{
+    mc_te_range_t *rows = malloc(nrows * sizeof(*rows));
+    mc_te_strided_walk_t w;
+    mc_status_t st;
+
+    if (rows == NULL) {
+        mc_set_error_detail("strided gathered read: out of memory for %zu rows", nrows);
+        return MC_INTERNAL_ERROR;
+    }
+    mc_te_strided_walk_init(&w, e, n);
+    for (size_t i = 0; i < nrows; i++)
+        (void)mc_te_strided_next(&w, &rows[i]);
+    st = (nrows <= MC_TE_READV_MAX_RANGES)
+             ? mc_te_read_gather_gen(te, segment, gen, rows, nrows, runs, nruns)
+             : gather_as_requests(te, segment, gen, rows, nrows, runs, nruns);
+    free(rows);
+    return st;
+}
+
+mc_status_t mc_te_read_gather_strided_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
+                                          const mc_te_strided_t *e, size_t n,
+                                          const struct iovec *runs, size_t nruns)
+{
+    scatter_pins_t pins  = {NULL, 0};
+    mc_te_range_t *spans = NULL; /* each entry's [first row, end of last row) */
+    mc_te_segment_t *s;
+    uint64_t total = 0;
+    size_t nrows   = 0;
+    mc_status_t st;
+
+    if ((te == NULL) || (runs == NULL) || (nruns == 0)) {
+        mc_set_error_detail("strided gathered read needs an engine and at least one run");
+        return MC_INVALID_PARAMS;
+    }
+    st = strided_check(e, n, &total, &nrows);
+    if (st != MC_OK)
+        return st;
+    s = read_segment(te, segment, "strided gathered");
+    if (s == NULL)
+        return MC_INVALID_PARAMS;
+    st = gather_runs_pin(te, runs, nruns, total, &pins);
+    if (st != MC_OK)
+        goto out;
+    if (!mc_te_read_gather_strided_native(te, segment)) {
+        st = strided_as_ranges(te, segment, gen, e, n, nrows, runs, nruns);
+        goto out;
+    }
+    spans = malloc(n * sizeof(*spans));
+    if (spans == NULL) {
+        mc_set_error_detail("strided gathered read: out of memory for %zu entries", n);
+        st = MC_INTERNAL_ERROR;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        spans[i] = (mc_te_range_t){e[i].addr,
+                                   e[i].stride * (uint64_t)(e[i].count - 1) + e[i].len};
+    if (segment_lacks_range(s, spans, n) < n) {
+        size_t i;
+        st = segment_refresh(te, s);
+        if ((st == MC_OK) && ((i = segment_lacks_range(s, spans, n)) < n))
+            st = range_refused(MC_TE_READ, s->name, spans[i].addr, spans[i].len);
+        if (st != MC_OK)
+            goto out;
+    }
+    __atomic_add_fetch(&te->readv_ops, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&te->readvs_ops, 1, __ATOMIC_RELAXED);
+    st = te->tp_ops->read_gather_strided(te->tp, s->peer, e, n, total, gen, runs, nruns);
+    if ((st == MC_TRANSFER_FAIL) && (segment_refresh(te, s) == MC_OK) &&
+        !mc_te_read_gather_strided_native(te, segment)) {
+        /* the holder came back without READV_STRIDED (or READV) under the
+         * same name: the rows as ranges; the runs are written again whole */
+        mc_debug("%s no longer offers strided gathered reads: reading %zu rows as ranges",
+                 s->name, nrows);
+        st = strided_as_ranges(te, segment, gen, e, n, nrows, runs, nruns);
+    }
+    if (st != MC_OK)
+        mc_debug("strided gathered read of %llu bytes in %zu entries from 0x%llx on %s "
+                 "failed: %s", (unsigned long long)total, n, (unsigned long long)e[0].addr,
+                 s->name, mc_last_error_detail());
+out:
+    free(spans);
     scatter_unpin(te, &pins);
     return st;
 }
@@ -2601,7 +2773,7 @@ static size_t scatter_cut(const mc_te_t *te, const mc_te_scatter_t *sc, mc_te_sc
     size_t first = 0, m = 0;
 
     if ((te->cfg.workers == 0) || (sc->runs == NULL) || (sc->nruns < 2) ||
-        (sc->ranges != NULL)) {
+        (sc->ranges != NULL) || (sc->strided != NULL)) {
         if (out != NULL)
             out[0] = *sc;
         return 1;
@@ -2612,7 +2784,8 @@ static size_t scatter_cut(const mc_te_t *te, const mc_te_scatter_t *sc, mc_te_sc
             continue;
         if (out != NULL)
             out[m] = (mc_te_scatter_t){sc->segment, remote,           sc->gen,
-                                       &sc->runs[first], i + 1 - first, NULL, 0};
+                                       &sc->runs[first], i + 1 - first, NULL, 0,
+                                       NULL, 0};
         m++;
         remote += bytes; /* wraps only for a read mc_te_read_scatter_gen refuses */
         bytes = 0;

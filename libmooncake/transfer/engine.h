@@ -177,6 +177,13 @@ typedef struct mc_te_transport_ops {
     mc_status_t (*read_gather)(void *priv, void *peer, const mc_te_range_t *ranges,
                                size_t nranges, uint64_t len, uint64_t gen, unsigned flags,
                                const struct iovec *runs, size_t nruns);
+    /* One READV_STRIDED of the entries e[0..n) (checked as
+     * mc_te_readvs_decode would, their rows adding up to @p len) whose
+     * answer lands in runs[0..nruns) in order; optional, and used only
+     * towards a peer whose descriptor says "tcp_readv_strided". */
+    mc_status_t (*read_gather_strided)(void *priv, void *peer, const mc_te_strided_t *e,
+                                       size_t n, uint64_t len, uint64_t gen,
+                                       const struct iovec *runs, size_t nruns);
 } mc_te_transport_ops_t;
 
 /* read_gather's flag: the peer serves READV_STRIDED. */
@@ -576,6 +583,10 @@ typedef struct mc_te_scatter {
     size_t nruns;
     const mc_te_range_t *ranges; /* NULL: one range [remote, +sum of the runs) */
     size_t nranges;
+    /* not NULL: a strided gathered read of these entries
+     * (mc_te_read_gather_strided_gen's; remote and ranges unused) */
+    const mc_te_strided_t *strided;
+    size_t nstrided;
 } mc_te_scatter_t;
 
 /*
@@ -595,6 +606,28 @@ typedef struct mc_te_scatter {
 mc_status_t mc_te_read_gather_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
                                   const mc_te_range_t *ranges, size_t nranges,
                                   const struct iovec *runs, size_t nruns);
+
+/*
+ * A gathered read named by READV_STRIDED entries e[0..n) (proto.h: groups
+ * of entries of one row count, answered row by row across each group)
+ * instead of one range per row: the rows, walked, land in runs[0..nruns)
+ * in order as with mc_te_read_gather_gen.  The entries hold as
+ * mc_te_readvs_decode requires (at most MC_TE_READVS_MAX_ENTRIES of them,
+ * MC_TE_READVS_MAX_ROWS rows and MC_TE_READV_MAX_LEN bytes), and each
+ * entry's rows lie in one of the segment's regions.  Towards a peer that
+ * serves READV_STRIDED it is one request on the wire; otherwise the rows
+ * go as a READV (up to MC_TE_READV_MAX_RANGES of them) or as requests of
+ * their own.  Runs, pins, generation and failures as mc_te_read_gather_gen.
+ */
+mc_status_t mc_te_read_gather_strided_gen(mc_te_t *te, mc_te_segment_id_t segment, uint64_t gen,
+                                          const mc_te_strided_t *e, size_t n,
+                                          const struct iovec *runs, size_t nruns);
+
+/* 1 when mc_te_read_gather_strided_gen against @p segment is one
+ * READV_STRIDED on the wire (mc_te_read_gather_native, and the peer's
+ * descriptor says "tcp_readv_strided", and this engine's
+ * MC_TE_READV_STRIDED not 0). */
+int mc_te_read_gather_strided_native(mc_te_t *te, mc_te_segment_id_t segment);
 
 /* 1 when mc_te_read_gather_gen against @p segment is one READV on the wire:
  * a peer reached over a transport with read_gather whose descriptor says

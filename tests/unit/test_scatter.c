@@ -338,10 +338,10 @@ START_TEST(test_scatter_job_cut_at_runs)
     runs[3001] = (struct iovec){dst + 3 * part + MC_TE_DEFAULT_SLICE_SIZE + 5000, 3};
     n3 = 2;
     ck_assert_uint_le(t0 + 1001, p.cap);
-    sc[0] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 1001, GEN_G, runs, n0, NULL, 0};
-    sc[1] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src, 0, &runs[1000], n1, NULL, 0};
-    sc[2] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 7, GEN_H, &runs[2000], n2, NULL, 0};
-    sc[3] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 3, GEN_G, &runs[3000], n3, NULL, 0};
+    sc[0] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 1001, GEN_G, runs, n0, NULL, 0, NULL, 0};
+    sc[1] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src, 0, &runs[1000], n1, NULL, 0, NULL, 0};
+    sc[2] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 7, GEN_H, &runs[2000], n2, NULL, 0, NULL, 0};
+    sc[3] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + 3, GEN_G, &runs[3000], n3, NULL, 0, NULL, 0};
     req   = (mc_te_request_t){MC_TE_READ, dst + part - 4096, (uint64_t)(uintptr_t)src + 11,
                               4000, seg};
     {
@@ -432,7 +432,7 @@ START_TEST(test_scatter_job_region_gone_midway)
             n[k]  = make_runs(dst + k * part, part, 4097, 1024 + 64 * k, &runs[k * RUNS], RUNS,
                               &t[k]);
             sc[k] = (mc_te_scatter_t){seg, (uint64_t)(uintptr_t)src + k * t[0], GEN_G,
-                                      &runs[k * RUNS], n[k], NULL, 0};
+                                      &runs[k * RUNS], n[k], NULL, 0, NULL, 0};
             ck_assert_uint_le((size_t)k * t[0] + t[k], cap);
         }
         job_race(sc, NSC, src, round, st); /* round 0: gone before the job */
@@ -651,8 +651,8 @@ START_TEST(test_gather_interleaved_rows)
     one      = (struct iovec){p.dst, (size_t)total};
     sruns[0] = (struct iovec){p.dst + total + 100, 5000};
     sruns[1] = (struct iovec){p.dst + total + 6000, 7000};
-    sc[0]    = (mc_te_scatter_t){p.seg, 0, GEN_G, &one, 1, rg, 2 * ROWS};
-    sc[1]    = (mc_te_scatter_t){p.seg, REM(&p, 77), GEN_G, sruns, 2, NULL, 0};
+    sc[0]    = (mc_te_scatter_t){p.seg, 0, GEN_G, &one, 1, rg, 2 * ROWS, NULL, 0};
+    sc[1]    = (mc_te_scatter_t){p.seg, REM(&p, 77), GEN_G, sruns, 2, NULL, 0, NULL, 0};
     ck_assert_status_ok(mc_te_transfer_submit_scatter_gen(A, NULL, NULL, 0, sc, 2, &job));
     ck_assert_status_ok(job_finish(job, st));
     ck_assert_status_ok(st[0]);
@@ -778,7 +778,7 @@ START_TEST(test_gather_job_region_gone_midway)
                 t += 2 * ROW;
             }
             one[k] = (struct iovec){dst + k * part, part};
-            sc[k]  = (mc_te_scatter_t){p.seg, 0, GEN_G, &one[k], 1, &rg[k * 2 * ROWS], 2 * ROWS};
+            sc[k]  = (mc_te_scatter_t){p.seg, 0, GEN_G, &one[k], 1, &rg[k * 2 * ROWS], 2 * ROWS, NULL, 0};
         }
         job_race(sc, NG, src, round, st);
         for (int k = 0; k < NG; k++) {
@@ -1231,6 +1231,84 @@ START_TEST(test_gather_strided)
 }
 END_TEST
 
+/*
+ * Strided gathered reads named by entries (mc_te_read_gather_strided_gen,
+ * what mc_store_read_blocks sends): a group of two entries (two objects'
+ * rows interleaved) lands in one run exactly as the rows' READV would,
+ * sent as one READV_STRIDED; naming another generation it is refused with
+ * nothing written; malformed entries (a group past the list, a stride
+ * shorter than a row, counts that differ in a group, runs that do not add
+ * up) are refused before anything is sent, and so is an entry whose last
+ * row passes the region.  A holder that stops serving READV_STRIDED after
+ * the reader took its descriptor: the rows go again as requests of their
+ * own (1200 rows: past a READV) and then, with fewer rows, as a READV --
+ * the same bytes.
+ */
+START_TEST(test_gather_strided_entries)
+{
+    enum { ROWS = 600, FEW = 400, RX = 1024, RY = 512 };
+    mc_te_range_t *rg = malloc(2 * ROWS * sizeof(*rg));
+    uint8_t *stream   = malloc(ROWS * (RX + RY));
+    mc_te_strided_t e[2], bad[2];
+    struct iovec one, shorter;
+    uint64_t total, ns0;
+    pair_t p;
+
+    pair_open(&p, 2u << 20, 2u << 20, 41, GEN_G);
+    total = interleave(&p, ROWS, RX, 1u << 20, RY, rg, stream);
+    e[0]  = (mc_te_strided_t){rg[0].addr, RX, RX, ROWS, 2};
+    e[1]  = (mc_te_strided_t){rg[1].addr, RY, RY, ROWS, 0};
+    one   = (struct iovec){p.dst, (size_t)total};
+    ck_assert_int_eq(mc_te_read_gather_strided_native(A, p.seg), 1);
+    ns0 = A->readvs_ops;
+    ck_assert_status_ok(mc_te_read_gather_strided_gen(A, p.seg, GEN_G, e, 2, &one, 1));
+    ck_assert_msg(memcmp(p.dst, stream, total) == 0, "the strided gathered read's bytes");
+    ck_assert_uint_eq(A->readvs_ops - ns0, 1);
+    /* another generation */
+    memset(p.dst, FILL, p.dcap);
+    ck_assert_status_eq(mc_te_read_gather_strided_gen(A, p.seg, GEN_H, e, 2, &one, 1),
+                        MC_INVALID_READ);
+    ck_assert_msg(all_fill(p.dst, p.dcap), "a refused strided read wrote into its runs");
+    /* malformed entries and runs */
+    memcpy(bad, e, sizeof(bad));
+    bad[0].group = 3;
+    ck_assert_status_eq(mc_te_read_gather_strided_gen(A, p.seg, 0, bad, 2, &one, 1),
+                        MC_INVALID_PARAMS);
+    memcpy(bad, e, sizeof(bad));
+    bad[0].stride = RX - 1;
+    ck_assert_status_eq(mc_te_read_gather_strided_gen(A, p.seg, 0, bad, 2, &one, 1),
+                        MC_INVALID_PARAMS);
+    memcpy(bad, e, sizeof(bad));
+    bad[1].count = ROWS - 1;
+    ck_assert_status_eq(mc_te_read_gather_strided_gen(A, p.seg, 0, bad, 2, &one, 1),
+                        MC_INVALID_PARAMS);
+    shorter = (struct iovec){p.dst, (size_t)total - 1};
+    ck_assert_status_eq(mc_te_read_gather_strided_gen(A, p.seg, 0, e, 2, &shorter, 1),
+                        MC_INVALID_PARAMS);
+    bad[0] = (mc_te_strided_t){REM(&p, (2u << 20) - RX), RX, RX, 2, 1};
+    shorter = (struct iovec){p.dst, 2 * RX};
+    ck_assert_int_ne(mc_te_read_gather_strided_gen(A, p.seg, 0, bad, 1, &shorter, 1), MC_OK);
+    ck_assert_msg(all_fill(p.dst, p.dcap), "a refused strided read wrote into its runs");
+    /* the holder stops serving READV_STRIDED */
+    B->readvs_enabled = 0; /* the descriptor the reader holds still offers it */
+    ck_assert_status_ok(mc_te_read_gather_strided_gen(A, p.seg, GEN_G, e, 2, &one, 1));
+    ck_assert_msg(memcmp(p.dst, stream, total) == 0, "the rows as requests");
+    ck_assert_int_eq(mc_te_read_gather_strided_native(A, p.seg), 0);
+    memset(p.dst, FILL, p.dcap);
+    e[0].count = FEW;
+    e[1].count = FEW;
+    shorter    = (struct iovec){p.dst, (size_t)FEW * (RX + RY)};
+    ck_assert_status_ok(mc_te_read_gather_strided_gen(A, p.seg, GEN_G, e, 2, &shorter, 1));
+    ck_assert_msg(memcmp(p.dst, stream, (size_t)FEW * (RX + RY)) == 0, "the rows as a READV");
+    ck_assert_msg(all_fill(p.dst + FEW * (RX + RY), p.dcap - FEW * (RX + RY)),
+                  "past the rows read");
+    B->readvs_enabled = 1;
+    pair_close(&p);
+    free(rg);
+    free(stream);
+}
+END_TEST
+
 /* ---- the store's ranged read over TCP ---------------------------------- */
 
 static void store_params(mc_store_params_t *p, const char *master_addr, uint64_t seg)
@@ -1412,6 +1490,7 @@ Suite *mc_test_scatter_suite(void)
     tcase_add_test(tc, test_gather_holder_drops_readv);
     tcase_add_test(tc, test_readvs_hostile_frames);
     tcase_add_test(tc, test_gather_strided);
+    tcase_add_test(tc, test_gather_strided_entries);
     suite_add_tcase(s, tc);
     tc = tcase_create("store");
     tcase_set_timeout(tc, 60);

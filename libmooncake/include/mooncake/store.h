@@ -561,6 +561,44 @@ typedef struct mc_store_range {
  */
 MC_API mc_status_t mc_store_read_ranges(mc_store_h store, mc_store_range_t *ranges, size_t n);
 
+/**
+ * One strided block of a ranged read: @p rows rows of @p row_len bytes,
+ * row i read from [src_offset + i * src_stride, +row_len) of the object
+ * into buffer + dst_offset + i * dst_stride (a block of rows of one stored
+ * fragment landing in a block of rows of one destination).  One row is a
+ * plain range (mc_store_range_t); with rows > 1 both strides are at least
+ * row_len.  @since 0.2 (MOONCAKE_1.22)
+ */
+typedef struct mc_store_block {
+    const char *key;     /**< source object */
+    void *buffer;        /**< destination buffer start (registered) */
+    uint64_t dst_offset; /**< where row 0 lands in @p buffer */
+    uint64_t dst_stride; /**< from one row's destination to the next */
+    uint64_t src_offset; /**< where row 0 starts in the object */
+    uint64_t src_stride; /**< from one row's start in the object to the next */
+    uint64_t row_len;    /**< bytes per row */
+    uint64_t rows;       /**< rows in the block */
+    int64_t result;      /**< out: bytes read (rows * row_len), or a negative status */
+} mc_store_block_t;
+
+/**
+ * @brief mc_store_read_ranges of strided blocks: each block is read as its
+ *        rows would be as ranges, with one result per block.  The checks
+ *        and their order are mc_store_read_ranges', on the block's span:
+ *        its first row's start to its last row's end inside the
+ *        registered region that holds @p buffer and inside the object
+ *        (MC_INVALID_PARAMS; so are strides shorter than a row and spans
+ *        that overflow).  A key's blocks are read from one version of it
+ *        or all fail.  Towards a holder that serves strided gathered
+ *        reads (docs/transfer.md §3.3) a block costs one entry on the wire
+ *        whatever its rows, and the blocks that fill one destination row
+ *        side by side are read interleaved; otherwise its rows are read
+ *        as ranges.  Counted in the client metrics as one batch get of
+ *        @p n items.
+ * @since 0.2 (MOONCAKE_1.22)
+ */
+MC_API mc_status_t mc_store_read_blocks(mc_store_h store, mc_store_block_t *blocks, size_t n);
+
 /* ---- ranged sessions (layer-wise KV load/save) ------------------------ */
 
 /** @brief Look keys up once and cache one complete replica + lease each. @since 0.1 */

@@ -438,6 +438,7 @@ const mc_store_ops_t mc_store_dummy_ops = {
     .get_into               = op_get_into,
     .batch_get_into         = op_batch_get_into,
     .read_ranges            = op_read_ranges,
+    .read_blocks            = mc_store_read_blocks_as_ranges,
     .mem_is_registered      = op_mem_is_registered,
     .register_buffer        = op_register_buffer,
     .unregister_buffer      = op_unregister_buffer,

@@ -354,7 +354,7 @@ static void pieces_scatter_add(const mc_read_piece_t *pieces, size_t g,
         for (b = a + 1; (b < g) && piece_follows(pieces, b); b++)
             ;
         sc[(*nsc_p)++] = (mc_te_scatter_t){reqs[a].segment, reqs[a].remote, gens[a], &runs[a],
-                                           b - a, NULL, 0};
+                                           b - a, NULL, 0, NULL, 0};
     }
 }
 
@@ -461,7 +461,7 @@ static void gather_close(gather_out_t *o, const gather_group_t *gr)
         return;
     o->sc[(*o->nsc_p)++] = (mc_te_scatter_t){gr->segment, 0, gr->gen, &o->runs[o->u0],
                                              *o->nruns_p - o->u0, &o->ranges[o->r0],
-                                             o->nranges - o->r0};
+                                             o->nranges - o->r0, NULL, 0};
     o->open = 0;
 }
 
@@ -1324,6 +1324,19 @@ static mc_status_t range_dst_check(const mc_store_range_t *r, const dst_region_t
     return MC_OK;
 }
 
+/* The end of a ranged read of @p n items: counted as one batch read, with
+ * the bytes it moved, for the client's transfer statistics (read_bytes);
+ * the lookups qs[0..nd) released. */
+static void ranged_end(mc_store_h s, uint64_t t0, size_t n, mc_status_t st, uint64_t bytes,
+                       mc_store_query_h *qs, size_t nd)
+{
+    if (n > 0)
+        mc_store_metrics_record(&s->metrics, MC_MOP_BATCH_GET, t0, n, st != MC_OK, bytes);
+    if (qs != NULL)
+        for (size_t d = 0; d < nd; d++)
+            mc_store_query_release(qs[d]);
+}
+
 mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
 {
     size_t *order          = NULL; /* range indices grouped by key */
@@ -1448,13 +1461,7 @@ fail:
     for (size_t i = 0; i < n; i++)
         ranges[i].result = st;
 out:
-    /* counted as one batch read: the bytes it moved, for the client's
-     * transfer statistics (read_bytes) */
-    if (n > 0)
-        mc_store_metrics_record(&s->metrics, MC_MOP_BATCH_GET, t0, n, st != MC_OK, bytes);
-    if (qs != NULL)
-        for (size_t d = 0; d < nd; d++)
-            mc_store_query_release(qs[d]);
+    ranged_end(s, t0, n, st, bytes, qs, nd);
     free(order);
     free(runs);
     free(owner_of);
@@ -1464,6 +1471,571 @@ out:
     free(ps);
     mc_store_leave(s);
     return st;
+}
+
+/* ---- read_blocks --------------------------------------------------------------- */
+
+/*
+ * A strided block (mc_store_block_t) is checked as the range of its span
+ * (first row's start to last row's end, on both sides) and read, towards
+ * a holder that serves READV_STRIDED, as one entry of a strided gathered
+ * read (mc_te_read_gather_strided_gen): no per-row piece, request or range
+ * on the way.  The blocks of a call that fill one destination row side by
+ * side (the fragments of a column-split tensor) become one group of
+ * entries, so their rows arrive interleaved and land as long runs.  Every
+ * other key's blocks -- a copy query, a same-host mapping, a holder
+ * without READV_STRIDED -- are read as their rows by mc_store_read_pieces,
+ * and so is every block of a key one of whose strided reads failed: again
+ * whole, replicas and a fresh lookup included, so that a key's blocks come
+ * from one version or all fail.
+ */
+
+/* A block's spans: destination *dspan_p and source *sspan_p bytes from its
+ * first row's start to its last row's end (0 for an empty block).
+ * MC_INVALID_PARAMS when a stride is shorter than a row or a span
+ * overflows. */
+static mc_status_t block_spans(const mc_store_block_t *b, uint64_t *dspan_p, uint64_t *sspan_p)
+{
+    uint64_t m;
+
+    *dspan_p = 0;
+    *sspan_p = 0;
+    if ((b->rows == 0) || (b->row_len == 0))
+        return MC_OK;
+    m = b->rows - 1;
+    if ((m > 0) && ((b->dst_stride < b->row_len) || (b->src_stride < b->row_len) ||
+                    (b->dst_stride > (UINT64_MAX - b->row_len) / m) ||
+                    (b->src_stride > (UINT64_MAX - b->row_len) / m))) {
+        mc_set_error_detail("block of %llu rows of %llu bytes at strides %llu / %llu: a stride "
+                            "is shorter than a row or the block overflows",
+                            (unsigned long long)b->rows, (unsigned long long)b->row_len,
+                            (unsigned long long)b->dst_stride,
+                            (unsigned long long)b->src_stride);
+        return MC_INVALID_PARAMS;
+    }
+    *dspan_p = b->dst_stride * m + b->row_len;
+    *sspan_p = b->src_stride * m + b->row_len;
+    return MC_OK;
+}
+
+/* A block read strided: where it is read from and where it lands. */
+typedef struct sblock {
+    const mc_store_block_t *b;
+    size_t o;               /* its key */
+    mc_te_segment_id_t seg; /* of the key's first replica */
+    uint64_t gen;
+    uint64_t base;          /* the object's address there */
+    uintptr_t dst;          /* row 0's destination */
+} sblock_t;
+
+static int sblock_cmp(const void *x, const void *y)
+{
+    const sblock_t *a = x, *b = y;
+    if (a->seg != b->seg)
+        return (a->seg < b->seg) ? -1 : 1;
+    if (a->gen != b->gen)
+        return (a->gen < b->gen) ? -1 : 1;
+    return (a->dst < b->dst) ? -1 : (a->dst > b->dst);
+}
+
+/* One strided read being built: its entries and runs (by index until the
+ * arrays stop moving) and the groups of blocks it reads rows of. */
+typedef struct sread {
+    size_t e0, ne, u0, nu;
+    size_t g0, g1; /* groups [g0, g1] */
+} sread_t;
+
+/* The strided reads of a call. */
+typedef struct sreads {
+    mc_te_strided_t *e;
+    size_t ne, cap_e;
+    struct iovec *runs;
+    size_t nruns, cap_runs;
+    sread_t *rd;
+    size_t nrd, cap_rd;
+    uint64_t cut; /* bytes per read: about the engine's slice size */
+    /* the read open now */
+    uint64_t bytes;
+    size_t rows;
+    int open;
+} sreads_t;
+
+static int grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    size_t c;
+    void *q;
+
+    if (need <= *cap)
+        return 1;
+    c = MC_MAX(MC_MAX(need, 2 * *cap), (size_t)64);
+    q = realloc(*p, c * size);
+    if (q == NULL)
+        return 0;
+    *p   = q;
+    *cap = c;
+    return 1;
+}
+
+/* A run appended to the open read, joined to its last when adjoining. */
+static int sreads_run(sreads_t *r, uintptr_t dst, uint64_t len)
+{
+    sread_t *rd     = &r->rd[r->nrd - 1];
+    struct iovec *l = (rd->nu > 0) ? &r->runs[r->nruns - 1] : NULL;
+
+    if ((l != NULL) && ((uintptr_t)l->iov_base + l->iov_len == dst)) {
+        l->iov_len += (size_t)len;
+        return 1;
+    }
+    if (!grow((void **)&r->runs, &r->cap_runs, r->nruns + 1, sizeof(*r->runs)))
+        return 0;
+    r->runs[r->nruns++] = (struct iovec){(void *)dst, (size_t)len};
+    rd->nu++;
+    return 1;
+}
+
+/*
+ * Group number @p g, sblocks sb[0..w) (same segment and generation, same
+ * rows and destination stride, each landing right after the one before:
+ * w = 1 for any other block), each row of the group @p p bytes: its rows,
+ * cut into reads of about r->cut bytes and within READV_STRIDED's limits.
+ * @p same: the group may join the read open now (same segment and
+ * generation as its groups).
+ */
+static int sreads_group(sreads_t *r, const sblock_t *sb, size_t w, uint64_t p, size_t g,
+                        int same)
+{
+    const mc_store_block_t *b0 = sb[0].b;
+    uint64_t c = b0->rows, dstride = b0->dst_stride;
+    int whole  = (c == 1) || (dstride == p); /* the group's rows land back to back */
+
+    if (!same)
+        r->open = 0;
+    for (uint64_t i0 = 0, k; i0 < c; i0 += k) {
+        sread_t *rd;
+        if (r->open) {
+            rd = &r->rd[r->nrd - 1];
+            if ((r->bytes + p > r->cut) || (rd->ne + w > MC_TE_READVS_MAX_ENTRIES) ||
+                (r->rows + w > MC_TE_READVS_MAX_ROWS))
+                r->open = 0;
+        }
+        if (!r->open) {
+            if (!grow((void **)&r->rd, &r->cap_rd, r->nrd + 1, sizeof(*r->rd)))
+                return 0;
+            r->rd[r->nrd++] = (sread_t){r->ne, 0, r->nruns, 0, g, g};
+            r->bytes        = 0;
+            r->rows         = 0;
+            r->open         = 1;
+        }
+        rd = &r->rd[r->nrd - 1];
+        k  = MC_MIN(c - i0, MC_MAX((r->cut - MC_MIN(r->bytes, r->cut)) / p, (uint64_t)1));
+        k  = MC_MIN(k, (uint64_t)((MC_TE_READVS_MAX_ROWS - r->rows) / w));
+        if (!grow((void **)&r->e, &r->cap_e, r->ne + w, sizeof(*r->e)))
+            return 0;
+        for (size_t j = 0; j < w; j++) {
+            const mc_store_block_t *b = sb[j].b;
+            uint64_t stride           = (b->rows > 1) ? b->src_stride : b->row_len;
+            r->e[r->ne++] = (mc_te_strided_t){sb[j].base + b->src_offset + i0 * stride, stride,
+                                              (uint32_t)b->row_len, (uint32_t)k,
+                                              (j == 0) ? (uint32_t)w : 0};
+        }
+        rd->ne += w;
+        rd->g1 = g;
+        if (whole) {
+            if (!sreads_run(r, sb[0].dst + (uintptr_t)(i0 * dstride), k * p))
+                return 0;
+        } else {
+            for (uint64_t i = i0; i < i0 + k; i++)
+                if (!sreads_run(r, sb[0].dst + (uintptr_t)(i * dstride), p))
+                    return 0;
+        }
+        r->bytes += k * p;
+        r->rows += (size_t)k * w;
+    }
+    return 1;
+}
+
+/* Key @p q's blocks may go strided: a memory replica on a holder that
+ * serves READV_STRIDED, neither a copy nor a same-host mapping, rows of at
+ * most @p cut bytes.  Its first replica's segment in *seg_p. */
+static int key_strided(mc_store_h s, mc_store_query_h q, const mc_store_block_t *b,
+                       uint64_t cut, mc_te_segment_id_t *seg_p)
+{
+    mc_te_request_t probe;
+
+    if ((q->n == 0) || (q->copy != NULL) || (q->landed != NULL) || read_local ||
+        (b->row_len > cut) ||
+        (mc_te_segment_open(s->te, q->r[0].segment, seg_p) != MC_OK) ||
+        !mc_te_read_gather_strided_native(s->te, *seg_p))
+        return 0;
+    probe = (mc_te_request_t){MC_TE_READ, (uint8_t *)b->buffer + b->dst_offset,
+                              q->r[0].addr + b->src_offset, b->row_len, *seg_p};
+    return !mc_te_read_direct_gen(s->te, &probe, &q->r[0].gen, 1, NULL);
+}
+
+/* The rows of the blocks of the keys marked in @p redo (all when NULL)
+ * read as pieces by mc_store_read_pieces; blocks of a key not MC_OK are
+ * skipped.  0 when memory is short (the keys' statuses say so). */
+static void blocks_as_pieces(mc_store_h s, mc_store_block_t *const *vb, size_t nvb,
+                             const size_t *vo, const unsigned char *redo,
+                             mc_store_query_h *qs, mc_status_t *ks)
+{
+    mc_read_piece_t *ps = NULL;
+    size_t np = 0, cap = 0;
+
+    for (size_t v = 0; v < nvb; v++)
+        if (((redo == NULL) || redo[vo[v]]) && (ks[vo[v]] == MC_OK))
+            cap += (size_t)vb[v]->rows;
+    if (cap == 0)
+        return;
+    ps = calloc(cap, sizeof(*ps));
+    for (size_t v = 0; v < nvb; v++) {
+        const mc_store_block_t *b = vb[v];
+        if (((redo != NULL) && !redo[vo[v]]) || (ks[vo[v]] != MC_OK))
+            continue;
+        if (ps == NULL) {
+            ks[vo[v]] = MC_INTERNAL_ERROR;
+            continue;
+        }
+        for (uint64_t i = 0; i < b->rows; i++)
+            ps[np++] = (mc_read_piece_t){(uint8_t *)b->buffer + b->dst_offset + i * b->dst_stride,
+                                         b->src_offset + i * b->src_stride, b->row_len, vo[v]};
+    }
+    if (ps == NULL)
+        mc_set_error_detail("out of memory for %zu rows", cap);
+    else
+        mc_store_read_pieces(s, qs, ps, np, ks);
+    free(ps);
+}
+
+/*
+ * The blocks vb[0..nvb) (checked, not empty; vo[v] its key) of the keys
+ * marked in @p strided: grouped, cut into strided reads and run in one
+ * job, while this thread reads the other keys' rows.  A key one of whose
+ * reads failed is read again as rows; the others get their lease checked.
+ */
+static void blocks_read(mc_store_h s, mc_store_block_t *const *vb, size_t nvb, const size_t *vo,
+                        const unsigned char *strided, const mc_te_segment_id_t *kseg,
+                        mc_store_query_h *qs, mc_status_t *ks, size_t nd)
+{
+    sreads_t r        = {0};
+    sblock_t *sb      = NULL;
+    size_t *grp       = NULL; /* group g: sb[grp[g]..grp[g + 1]) */
+    unsigned char *redo = NULL;
+    mc_te_scatter_t *sc = NULL;
+    mc_status_t *rst    = NULL;
+    mc_te_job_h job     = NULL;
+    size_t nsb = 0, ngrp = 0, nredo = 0;
+
+    r.cut = MC_MIN(s->te->cfg.slice_size, (uint64_t)MC_TE_READV_MAX_LEN);
+    sb    = malloc((nvb + 1) * sizeof(*sb));
+    grp   = malloc((nvb + 1) * sizeof(*grp));
+    redo  = calloc(nd + 1, 1);
+    if ((sb == NULL) || (grp == NULL) || (redo == NULL))
+        goto oom;
+    for (size_t v = 0; v < nvb; v++) {
+        size_t o = vo[v];
+        if (strided[o] && (ks[o] == MC_OK))
+            sb[nsb++] = (sblock_t){vb[v], o, kseg[o], qs[o]->r[0].gen, qs[o]->r[0].addr,
+                                   (uintptr_t)vb[v]->buffer + (uintptr_t)vb[v]->dst_offset};
+    }
+    qsort(sb, nsb, sizeof(*sb), sblock_cmp);
+    for (size_t a = 0, b; a < nsb; a = b) {
+        const mc_store_block_t *x = sb[a].b;
+        uint64_t p                = x->row_len;
+        for (b = a + 1; (b < nsb) && (b - a < MC_TE_READVS_PACK_WIDTH) && (x->rows > 1) &&
+                        (sb[b].seg == sb[a].seg) && (sb[b].gen == sb[a].gen) &&
+                        (sb[b].b->rows == x->rows) && (sb[b].b->dst_stride == x->dst_stride) &&
+                        (sb[b].dst == sb[b - 1].dst + (uintptr_t)sb[b - 1].b->row_len) &&
+                        (p + sb[b].b->row_len <= x->dst_stride) &&
+                        (p + sb[b].b->row_len <= r.cut);
+             b++)
+            p += sb[b].b->row_len;
+        grp[ngrp] = a;
+        if (!sreads_group(&r, &sb[a], b - a, p, ngrp,
+                          (a > 0) && (sb[a].seg == sb[a - 1].seg) && (sb[a].gen == sb[a - 1].gen)))
+            goto oom;
+        ngrp++;
+    }
+    grp[ngrp] = nsb;
+    if (r.nrd > 0) {
+        sc  = malloc(r.nrd * sizeof(*sc));
+        rst = malloc(r.nrd * sizeof(*rst));
+        if ((sc == NULL) || (rst == NULL))
+            goto oom;
+        for (size_t j = 0; j < r.nrd; j++) {
+            const sread_t *d = &r.rd[j];
+            const sblock_t *f = &sb[grp[d->g0]];
+            sc[j]  = (mc_te_scatter_t){f->seg, 0, f->gen, &r.runs[d->u0], d->nu, NULL, 0,
+                                       &r.e[d->e0], d->ne};
+            rst[j] = MC_TRANSFER_FAIL;
+        }
+        if (mc_te_transfer_submit_scatter_gen(s->te, NULL, NULL, 0, sc, r.nrd, &job) != MC_OK)
+            job = NULL;
+    }
+    /* the other keys' rows meanwhile */
+    {
+        unsigned char *rest = redo; /* the keys not read strided, for a moment */
+        for (size_t o = 0; o < nd; o++)
+            rest[o] = !strided[o];
+        blocks_as_pieces(s, vb, nvb, vo, rest, qs, ks);
+        memset(redo, 0, nd);
+    }
+    if (job != NULL) {
+        mc_te_job_help(s->te, job);
+        (void)mc_te_job_wait(job, -1, NULL, rst);
+        mc_te_job_release(job);
+    } else {
+        for (size_t j = 0; j < r.nrd; j++)
+            rst[j] = mc_te_read_gather_strided_gen(s->te, sc[j].segment, sc[j].gen, sc[j].strided,
+                                                   sc[j].nstrided, sc[j].runs, sc[j].nruns);
+    }
+    /* a failed read: every key it read rows of is read again, whole */
+    for (size_t j = 0; j < r.nrd; j++) {
+        if (rst[j] == MC_OK)
+            continue;
+        for (size_t g = r.rd[j].g0; g <= r.rd[j].g1; g++)
+            for (size_t k = grp[g]; k < grp[g + 1]; k++)
+                if (!redo[sb[k].o]) {
+                    redo[sb[k].o] = 1;
+                    nredo++;
+                }
+    }
+    for (size_t o = 0; o < nd; o++)
+        if (strided[o] && (ks[o] == MC_OK) && !redo[o])
+            ks[o] = mc_store_query_lease_check(qs[o]);
+    if (nredo > 0) {
+        mc_debug("%zu keys' strided reads failed: reading their rows again", nredo);
+        blocks_as_pieces(s, vb, nvb, vo, redo, qs, ks);
+    }
+    goto out;
+
+oom:
+    mc_set_error_detail("out of memory for the strided reads of %zu blocks", nvb);
+    for (size_t o = 0; o < nd; o++)
+        if (strided[o] && (ks[o] == MC_OK))
+            ks[o] = MC_INTERNAL_ERROR;
+    if (redo != NULL) {
+        for (size_t o = 0; o < nd; o++)
+            redo[o] = !strided[o];
+        blocks_as_pieces(s, vb, nvb, vo, redo, qs, ks);
+    }
+out:
+    free(sb);
+    free(grp);
+    free(redo);
+    free(sc);
+    free(rst);
+    free(r.e);
+    free(r.runs);
+    free(r.rd);
+}
+
+/* Blocks by key (then call order), for one lookup per distinct key. */
+typedef struct block_key {
+    const char *key;
+    size_t i;
+} block_key_t;
+
+static int block_key_cmp(const void *a, const void *b)
+{
+    const block_key_t *x = a, *y = b;
+    int c                = (x->key == y->key) ? 0 : strcmp(x->key, y->key);
+    if (c != 0)
+        return c;
+    return (x->i < y->i) ? -1 : (x->i > y->i);
+}
+
+mc_status_t mc_emb_read_blocks(mc_store_h s, mc_store_block_t *blocks, size_t n)
+{
+    block_key_t *bk          = NULL;
+    size_t *owner_of         = NULL; /* block -> distinct key */
+    const char **dkeys       = NULL;
+    mc_store_query_h *qs     = NULL;
+    mc_status_t *ks          = NULL;
+    mc_store_block_t **vb    = NULL; /* the blocks to read, by key */
+    size_t *vo               = NULL;
+    unsigned char *strided   = NULL; /* per key: its blocks go strided */
+    mc_te_segment_id_t *kseg = NULL;
+    dst_region_t last        = {0, 0};
+    size_t nd = 0, nbk = 0, nvb = 0;
+    uint64_t t0 = mc_store_metrics_now_us(), bytes = 0;
+    uint64_t cut;
+    mc_status_t st;
+
+    st = mc_store_enter(s);
+    if (st != MC_OK) {
+        for (size_t i = 0; i < n; i++)
+            blocks[i].result = st;
+        return st;
+    }
+    if (n == 0)
+        goto out;
+    cut      = MC_MIN(s->te->cfg.slice_size, (uint64_t)MC_TE_READV_MAX_LEN);
+    bk       = malloc(n * sizeof(*bk));
+    owner_of = malloc(n * sizeof(*owner_of));
+    dkeys    = malloc(n * sizeof(*dkeys));
+    vb       = malloc(n * sizeof(*vb));
+    vo       = malloc(n * sizeof(*vo));
+    if ((bk == NULL) || (owner_of == NULL) || (dkeys == NULL) || (vb == NULL) || (vo == NULL)) {
+        mc_set_error_detail("out of memory for %zu blocks", n);
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        blocks[i].result = mc_store_check_key(blocks[i].key, NULL);
+        if (blocks[i].result == MC_OK)
+            bk[nbk++] = (block_key_t){blocks[i].key, i};
+    }
+    qsort(bk, nbk, sizeof(*bk), block_key_cmp);
+    for (size_t k = 0; k < nbk; k++) {
+        if ((nd == 0) || !same_key(dkeys[nd - 1], bk[k].key))
+            dkeys[nd++] = bk[k].key;
+        owner_of[bk[k].i] = nd - 1;
+    }
+    if (nd > MC_WIRE_MAX_LIST) {
+        mc_set_error_detail("at most %u distinct keys per call", (unsigned)MC_WIRE_MAX_LIST);
+        st = MC_INVALID_PARAMS;
+        goto fail;
+    }
+    qs      = calloc(nd + 1, sizeof(*qs));
+    ks      = malloc((nd + 1) * sizeof(*ks));
+    strided = calloc(nd + 1, 1);
+    kseg    = calloc(nd + 1, sizeof(*kseg));
+    if ((qs == NULL) || (ks == NULL) || (strided == NULL) || (kseg == NULL)) {
+        mc_set_error_detail("out of memory for %zu keys", nd);
+        st = MC_INTERNAL_ERROR;
+        goto fail;
+    }
+    mc_store_do_batch_query(s, dkeys, nd, qs, ks);
+    for (size_t o = 0; o < nd; o++)
+        strided[o] = 1; /* until a block of the key says otherwise */
+
+    /* each block checked as the range of its span, in read_ranges' order */
+    for (size_t k = 0; k < nbk; k++) {
+        mc_store_block_t *b = &blocks[bk[k].i];
+        size_t o            = owner_of[bk[k].i];
+        uint64_t dspan, sspan;
+        mc_store_range_t span = {b->key, b->buffer, b->dst_offset, b->src_offset, 0, 0};
+        b->result = range_buf_check(s, &span, &last);
+        if (b->result != MC_OK)
+            continue;
+        if (ks[o] != MC_OK) {
+            b->result = ks[o];
+            continue;
+        }
+        b->result = block_spans(b, &dspan, &sspan);
+        if (b->result != MC_OK)
+            continue;
+        span.length = dspan;
+        b->result   = range_dst_check(&span, &last);
+        if (b->result != MC_OK)
+            continue;
+        if ((b->src_offset > qs[o]->size) || (sspan > qs[o]->size - b->src_offset) ||
+            (b->rows * b->row_len > (uint64_t)INT64_MAX)) {
+            mc_set_error_detail("source [%llu, +%llu) is outside the %llu-byte object",
+                                (unsigned long long)b->src_offset, (unsigned long long)sspan,
+                                (unsigned long long)qs[o]->size);
+            b->result = MC_INVALID_PARAMS;
+            continue;
+        }
+        if (sspan == 0)
+            continue;
+        if (strided[o] && !key_strided(s, qs[o], b, cut, &kseg[o]))
+            strided[o] = 0;
+        vb[nvb]   = b;
+        vo[nvb++] = o;
+    }
+    blocks_read(s, vb, nvb, vo, strided, kseg, qs, ks, nd);
+
+    /* each block's result in call order, the bytes and the first failure */
+    st = MC_OK;
+    for (size_t i = 0; i < n; i++) {
+        mc_store_block_t *b = &blocks[i];
+        if (b->result == MC_OK)
+            b->result = (ks[owner_of[i]] == MC_OK) ? (int64_t)(b->rows * b->row_len)
+                                                   : ks[owner_of[i]];
+        if (b->result > 0)
+            bytes += (uint64_t)b->result;
+        else if ((b->result < 0) && (st == MC_OK))
+            st = (mc_status_t)b->result;
+    }
+    goto out;
+
+fail:
+    for (size_t i = 0; i < n; i++)
+        blocks[i].result = st;
+out:
+    ranged_end(s, t0, n, st, bytes, qs, nd);
+    free(bk);
+    free(owner_of);
+    free(dkeys);
+    free(qs);
+    free(ks);
+    free(vb);
+    free(vo);
+    free(strided);
+    free(kseg);
+    mc_store_leave(s);
+    return st;
+}
+
+mc_status_t mc_store_read_blocks_as_ranges(mc_store_h s, mc_store_block_t *blocks, size_t n)
+{
+    mc_store_range_t *r;
+    size_t nr = 0, k = 0;
+    mc_status_t st, first = MC_OK;
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t dspan, sspan;
+        blocks[i].result = block_spans(&blocks[i], &dspan, &sspan);
+        if (blocks[i].result == MC_OK)
+            nr += (blocks[i].rows > 0) ? (size_t)blocks[i].rows : 1;
+    }
+    r = calloc(nr + 1, sizeof(*r));
+    if (r == NULL) {
+        mc_set_error_detail("out of memory for %zu rows", nr);
+        for (size_t i = 0; i < n; i++)
+            blocks[i].result = MC_INTERNAL_ERROR;
+        return MC_INTERNAL_ERROR;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const mc_store_block_t *b = &blocks[i];
+        if (b->result != MC_OK)
+            continue;
+        if (b->rows == 0)
+            r[k++] = (mc_store_range_t){b->key, b->buffer, b->dst_offset, b->src_offset, 0, 0};
+        for (uint64_t j = 0; j < b->rows; j++)
+            r[k++] = (mc_store_range_t){b->key, b->buffer, b->dst_offset + j * b->dst_stride,
+                                        b->src_offset + j * b->src_stride, b->row_len, 0};
+    }
+    st = mc_store_read_ranges(s, r, nr);
+    for (size_t i = 0, j = 0; i < n; i++) {
+        mc_store_block_t *b = &blocks[i];
+        size_t m            = (b->rows > 0) ? (size_t)b->rows : 1;
+        if (b->result != MC_OK) {
+            if (first == MC_OK)
+                first = (mc_status_t)b->result;
+            continue;
+        }
+        for (size_t q = 0; q < m; q++, j++)
+            if ((r[j].result < 0) && (b->result >= 0))
+                b->result = r[j].result;
+        if (b->result == MC_OK)
+            b->result = (int64_t)(b->rows * b->row_len);
+        else if (first == MC_OK)
+            first = (mc_status_t)b->result;
+    }
+    free(r);
+    return (first != MC_OK) ? first : st;
+}
+
+MC_API mc_status_t mc_store_read_blocks(mc_store_h s, mc_store_block_t *blocks, size_t n)
+{
+    if ((n > 0) && (blocks == NULL)) {
+        mc_set_error_detail("blocks is NULL");
+        return MC_INVALID_PARAMS;
+    }
+    return MC_STORE_DISPATCH(s, read_blocks, blocks, n);
 }
 
 MC_API mc_status_t mc_store_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)

@@ -2716,6 +2716,32 @@ static mc_status_t tcp_read_gather(void *priv, void *peer, const mc_te_range_t *
     return st;
 }
 
+/* The transport's read_gather_strided (mc_te_read_gather_strided_gen): one
+ * READV_STRIDED of the entries (checked by the engine) on a pooled lane,
+ * its answer received straight into the runs. */
+static mc_status_t tcp_read_gather_strided(void *priv, void *peer, const mc_te_strided_t *e,
+                                           size_t n, uint64_t len, uint64_t gen,
+                                           const struct iovec *runs, size_t nruns)
+{
+    uint8_t *list   = malloc(n * MC_TE_READVS_ENTRY_SIZE);
+    req_tail_t tail;
+    scatter_req_t q = {MC_TE_OPC_READV_STRIDED, n, len, gen, &tail, runs, nruns};
+    mc_status_t st;
+
+    (void)priv;
+    if (list == NULL) {
+        mc_set_error_detail("strided gathered read: out of memory for %zu entries", n);
+        return MC_INTERNAL_ERROR;
+    }
+    memset(&tail, 0, sizeof(tail));
+    mc_te_readvs_encode(list, e, n);
+    tail.v[0].iov_base = list;
+    tail.v[0].iov_len  = n * MC_TE_READVS_ENTRY_SIZE;
+    st                 = peer_retry(peer, lane_scatter, &q);
+    free(list);
+    return st;
+}
+
 /* DISK_READ on a pooled lane (peer_request: retried once on a fresh
  * connection when a reused one turns out dead; the request only reads),
  * answered like a READ: exactly req->length bytes, or an error status. */
@@ -2812,6 +2838,7 @@ const mc_te_transport_ops_t mc_tcp_transport_ops = {
     .xfer_spread = tcp_xfer_spread,
     .read_scatter = tcp_read_scatter,
     .read_gather = tcp_read_gather,
+    .read_gather_strided = tcp_read_gather_strided,
     .disk_read  = tcp_disk_read,
     .runs_sent_hook = 1,
 };

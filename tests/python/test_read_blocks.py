@@ -1,0 +1,242 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Strided blocks of a ranged read (mc_store_read_blocks, the bindings'
+read_blocks): a block of rows of one stored object landing in a block of
+rows of one destination, one descriptor however many rows.  Over TCP from
+a holder in another process (MC_TE_SHM=0) they go as strided gathered
+reads (READV_STRIDED) built from the blocks themselves: two objects' rows
+interleaved into whole destination rows, a column block into a contiguous
+destination, one into a strided destination, single rows beside them --
+every byte exact, nothing outside the blocks touched.  A block past the
+object's end (or with a stride shorter than its rows, or a destination
+past the registered buffer) is refused alone before anything moves.  A
+holder (or reader) with MC_TE_READV_STRIDED=0 gets the same bytes through
+the rows.  While the holder removes and puts the keys again, each key's
+blocks are read from one version of it or fail whole."""
+import os
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from helpers import ClientProc, MiB
+
+ROW = 1024
+NROW = 300  # rows per object: several reads of the slice size
+INVALID_PARAMS = -600
+
+
+def _key(tag):
+    return f"blocks-{tag}-{uuid.uuid4().hex[:8]}"
+
+
+def _blocks():
+    """The blocks of one read over objects a, b, c, d (each NROW * 2 * ROW
+    bytes): (key index, dst, dst stride, src, src stride, row length,
+    rows) each, and the destination's size.  a and b interleaved into
+    rows of 2 * ROW (a group of two); c's first halves back to back (a
+    contiguous destination); d's second halves into every third half-row
+    slot (a strided destination); single rows of a, and an empty block."""
+    out, at = [], 0
+    out.append((0, at, 2 * ROW, 0, ROW, ROW, NROW))            # a | b
+    out.append((1, at + ROW, 2 * ROW, 0, ROW, ROW, NROW))
+    at += NROW * 2 * ROW + 64
+    out.append((2, at, ROW // 2, 0, 2 * ROW, ROW // 2, NROW))  # c: contiguous destination
+    at += NROW * (ROW // 2) + 64
+    out.append((3, at, 3 * (ROW // 2), ROW + ROW // 2, 2 * ROW, ROW // 2, NROW))
+    at += NROW * 3 * (ROW // 2) + 64
+    for i in range(9):                                         # irregular single rows
+        n = 1 + (i * 53) % 900
+        out.append((0, at, 0, (i * i * 37) % (NROW * ROW - 900), 0, n, 1))
+        at += n + 3
+    out.append((1, at, ROW, 0, ROW, 0, 5))                     # empty
+    return out, at + 64
+
+
+def _cols(blocks, buf):
+    c = [np.array([b[j] for b in blocks], np.int64) for j in range(7)]
+    kidx, dst, dstr, src, sstr, rl, rows = c
+    return kidx, np.full(len(blocks), buf.ctypes.data, np.int64), dst, dstr, src, sstr, rl, rows
+
+
+def _rows(arr, at, stride, n, rows):
+    """The rows of a block in ``arr`` (uint8) as a (rows, n) view."""
+    return np.lib.stride_tricks.as_strided(arr[at:], shape=(rows, n), strides=(stride, 1))
+
+
+def _want(blocks, values, size, fill=0xAA):
+    want = np.full(size, fill, np.uint8)
+    for k, d, ds, s, ss, n, r in blocks:
+        for i in range(r):
+            want[d + i * ds:d + i * ds + n] = np.frombuffer(
+                values[k][s + i * ss:s + i * ss + n], np.uint8)
+    return want
+
+
+def _read(store, keys, blocks, buf):
+    kidx, bufs, dst, dstr, src, sstr, rl, rows = _cols(blocks, buf)
+    return np.frombuffer(store._store.read_blocks(keys, kidx, bufs, dst, dstr, src, sstr, rl,
+                                                  rows), np.int64)
+
+
+def _holder_run(master, make_store, regbuf, monkeypatch, holder_env, reader_env, body):
+    monkeypatch.setenv("MC_TE_SHM", "0")
+    for k, v in reader_env.items():
+        monkeypatch.setenv(k, v)
+    h = ClientProc("holder-blocks", env=dict(holder_env, MC_TE_SHM="0"))
+    try:
+        h.setup(master, segment=32 * MiB)
+        reader = make_store(segment=0)  # every object lands in the holder's segment
+        keys = [_key(t) for t in "abcd"]
+        values = [os.urandom(NROW * 2 * ROW) for _ in keys]
+        for k, v in zip(keys, values):
+            assert reader.put(k, v) == 0
+        body(reader, keys, values)
+        for k in keys:
+            assert reader.remove(k, True) == 0
+    finally:
+        h.stop()
+
+
+def _exact(regbuf):
+    def body(reader, keys, values):
+        blocks, size = _blocks()
+        buf = regbuf(reader, size, fill=0xAA)
+        want = _want(blocks, values, size)
+        for _ in range(3):
+            buf[:] = 0xAA
+            res = _read(reader, keys, blocks, buf)
+            assert res.tolist() == [b[5] * b[6] for b in blocks]
+            bad = np.flatnonzero(buf != want)
+            assert len(bad) == 0, f"{len(bad)} bytes wrong, first at {bad[0]}"
+    return body
+
+
+def test_blocks_exact_from_another_process(master, make_store, regbuf, monkeypatch):
+    _holder_run(master, make_store, regbuf, monkeypatch, {}, {}, _exact(regbuf))
+
+
+@pytest.mark.parametrize("side", ["holder", "reader"])
+def test_blocks_without_strided_reads_same_bytes(master, make_store, regbuf, monkeypatch, side):
+    """MC_TE_READV_STRIDED=0 at the holder (its descriptor lacks
+    "tcp_readv_strided": the blocks go as rows) or at the reader: the same
+    bytes."""
+    off = {"MC_TE_READV_STRIDED": "0"}
+    _holder_run(master, make_store, regbuf, monkeypatch, off if side == "holder" else {},
+                off if side == "reader" else {}, _exact(regbuf))
+
+
+def test_bad_blocks_are_refused_alone(master, make_store, regbuf, monkeypatch):
+    """A block whose last row passes the object's end, one whose first row
+    does, a stride shorter than a row, a destination past the registered
+    buffer: each INVALID_PARAMS, nothing of it written; the good blocks of
+    the same call read exactly."""
+    def body(reader, keys, values):
+        size_obj = NROW * 2 * ROW
+        good = [(0, 0, 2 * ROW, 0, ROW, ROW, NROW), (1, ROW, 2 * ROW, 0, ROW, ROW, NROW)]
+        at = NROW * 2 * ROW + 64
+        bad = [
+            (2, at, ROW, 0, 2 * ROW, ROW, NROW + 1),            # last row past the end
+            (2, at, ROW, size_obj - ROW + 1, 0, ROW, 1),        # the one row past the end
+            (2, at, ROW, size_obj, 0, 1, 1),                    # first row at the end
+            (3, at, ROW, 0, ROW - 1, ROW, 4),                   # source stride < row
+            (3, at, ROW - 1, 0, ROW, ROW, 4),                   # destination stride < row
+            (3, at, ROW, 0, ROW, ROW, 2 ** 62),                 # span overflows
+            (3, at, 2 ** 20, 0, ROW, ROW, 64),                  # destination past the buffer
+        ]
+        size = at + 4 * ROW
+        buf = regbuf(reader, size, fill=0xAA)
+        res = _read(reader, keys, good + bad, buf)
+        assert res.tolist() == [ROW * NROW] * 2 + [INVALID_PARAMS] * len(bad)
+        want = _want(good, values, size)
+        assert (buf == want).all()
+    _holder_run(master, make_store, regbuf, monkeypatch, {}, {}, body)
+
+
+def test_blocks_while_keys_are_put_again(make_store, regbuf, monkeypatch):
+    """While the holder removes (forced) and puts again every key with new
+    bytes as fast as it can, each key of each read_blocks call has every
+    block read from one version of it, byte for byte, or fails as a whole;
+    nothing lands outside the blocks' destinations."""
+    monkeypatch.setenv("MC_TE_SHM", "0")
+    holder = make_store(segment=48 * MiB)  # this process, its own engine: reached by TCP
+    reader = make_store(segment=0)
+    size, row = 128 * 1024, 1024
+    nrow = size // row
+    keys = [_key(f"r{i}") for i in range(8)]
+    versions = {k: [] for k in keys}
+    lock = threading.Lock()
+
+    def put_version(k):
+        v = os.urandom(size)
+        with lock:
+            versions[k].append(v)
+        assert holder.put(k, v) == 0
+
+    for k in keys:
+        put_version(k)
+    # pairs of keys interleaved into rows of 2 * row; each key also read
+    # whole-row by a second block of its first half rows, contiguous
+    blocks, at = [], 0
+    for p in range(0, len(keys), 2):
+        blocks.append((p, at, 2 * row, 0, row, row, nrow))
+        blocks.append((p + 1, at + row, 2 * row, 0, row, row, nrow))
+        at += nrow * 2 * row + 64
+    for j in range(len(keys)):
+        blocks.append((j, at, row // 2, 0, row, row // 2, nrow))
+        at += nrow * (row // 2) + 64
+    buf = regbuf(reader, at, fill=0xAA)
+    covered = np.zeros(at, bool)
+    for _, d, ds, _, _, n, r in blocks:
+        _rows(covered, d, ds, n, r)[:] = True
+    mine = [[i for i, b in enumerate(blocks) if b[0] == j] for j in range(len(keys))]
+    stop = threading.Event()
+    errors = []
+
+    def reput():
+        try:
+            while not stop.is_set():
+                for k in keys:
+                    assert holder.remove(k, True) == 0
+                    put_version(k)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    t = threading.Thread(target=reput)
+    t.start()
+    reads, ok, failed, wrong = 0, [0] * len(keys), 0, []
+    deadline = time.monotonic() + 3.0
+    try:
+        while time.monotonic() < deadline and not errors and len(wrong) < 5:
+            buf[:] = 0xAA
+            res = _read(reader, keys, blocks, buf)
+            reads += 1
+            if (buf[~covered] != 0xAA).any():
+                wrong.append("bytes outside the blocks' destinations")
+            with lock:
+                known = {k: list(v) for k, v in versions.items()}
+            for j, k in enumerate(keys):
+                r = res[mine[j]]
+                if (r < 0).all():
+                    failed += 1
+                    continue
+                if not (r == [blocks[i][5] * blocks[i][6] for i in mine[j]]).all():
+                    wrong.append(f"{k}: some blocks read, others not: {sorted(set(r.tolist()))}")
+                    continue
+                got = [_rows(buf, b[1], b[2], b[5], b[6]) for b in (blocks[i] for i in mine[j])]
+                if not any(all((g == _rows(np.frombuffer(v, np.uint8), b[3], b[4], b[5], b[6])).all()
+                               for g, b in zip(got, (blocks[i] for i in mine[j])))
+                           for v in reversed(known[k])):
+                    wrong.append(f"{k}: bytes of no single version of it")
+                    continue
+                ok[j] += 1
+    finally:
+        stop.set()
+        t.join(60)
+    assert not t.is_alive(), "the re-puts did not stop"
+    assert not errors, errors
+    assert not wrong, f"{len(wrong)} bad keys in {reads} reads: {wrong[:5]}"
+    assert min(len(v) for v in versions.values()) > 3, "too few versions to race against"
+    assert reads >= 10 and min(ok) > 0, (reads, ok, failed)
+
