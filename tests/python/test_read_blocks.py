@@ -240,3 +240,45 @@ def test_blocks_while_keys_are_put_again(make_store, regbuf, monkeypatch):
     assert min(len(v) for v in versions.values()) > 3, "too few versions to race against"
     assert reads >= 10 and min(ok) > 0, (reads, ok, failed)
 
+
+def test_lowered_reads_become_blocks_of_exactly_their_rows():
+    """A load's lowered reads (regions' rows one after another, runs of
+    other strides, single reads between) as strided blocks: the blocks'
+    rows are the reads, each exactly once; the regular regions are one
+    block each."""
+    from types import SimpleNamespace
+
+    from mooncake.reshard.weight.store import _lowered_blocks
+
+    rng = np.random.default_rng(7)
+    key, src, ln, tgt, dst = [], [], [], [], []
+    regions = []
+    for r in range(60):
+        k, t = int(rng.integers(0, 5)), int(rng.integers(0, 3))
+        n = int(rng.integers(1, 40))
+        length = int(rng.integers(1, 300))
+        ss, dd = length + int(rng.integers(0, 3)) * 64, length + int(rng.integers(0, 3)) * 32
+        s0, d0 = int(rng.integers(0, 1 << 20)), int(rng.integers(0, 1 << 20))
+        if r % 7 == 3:  # irregular: the lengths differ
+            for i in range(n):
+                key.append(k), tgt.append(t), src.append(s0 + i * 999)
+                dst.append(d0 + i * 999), ln.append(1 + (i * 37) % 500)
+            continue
+        regions.append(n)
+        for i in range(n):
+            key.append(k), tgt.append(t), src.append(s0 + i * ss), dst.append(d0 + i * dd)
+            ln.append(length)
+    lw = SimpleNamespace(key=np.array(key), src=np.array(src), length=np.array(ln),
+                         target=np.array(tgt), dst=np.array(dst))
+    ptr = np.array([1 << 40, 2 << 40, 3 << 40], np.int64)
+    kidx, bufs, d, dstr, s, sstr, rl, rows = _lowered_blocks(lw, ptr)
+    got = []
+    for b in range(len(kidx)):
+        assert rows[b] == 1 or (dstr[b] >= rl[b] and sstr[b] >= rl[b])
+        for i in range(int(rows[b])):
+            got.append((int(kidx[b]), int(bufs[b]), int(d[b] + i * dstr[b]),
+                        int(s[b] + i * sstr[b]), int(rl[b])))
+    want = [(k, int(ptr[t]), dd, ss, n) for k, t, dd, ss, n in zip(key, tgt, dst, src, ln)]
+    assert sorted(got) == sorted(want)
+    # far fewer blocks than reads: the regions' rows went as blocks
+    assert len(kidx) < len(key) // 3, (len(kidx), len(key))

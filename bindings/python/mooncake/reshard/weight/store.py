@@ -376,6 +376,10 @@ class WeightStore:
                 ptr[t] = addr
                 spans.append((addr, size))
             reg.add_all(spans)
+            blocks = getattr(getattr(self.store, "_store", None), "read_blocks", None)
+            if not staged and blocks is not None:  # the rows as strided blocks
+                self._read_blocks(blocks, list(lw.keys), _lowered_blocks(lw, ptr))
+                return int(lw.length.sum())
             if not staged:  # every read direct: the columns as they are
                 c = np.ascontiguousarray
                 self._read_flat(list(lw.keys), c(lw.key, np.int64), ptr[lw.target], c(lw.dst),
@@ -394,6 +398,20 @@ class WeightStore:
         finally:
             reg.release()
         return int(lw.length.sum())
+
+    @staticmethod
+    def _read_blocks(native: Any, keys: List[str], cols: Tuple[Any, ...]) -> None:
+        """Read the strided blocks ``cols`` (_lowered_blocks) in one call;
+        raise naming the first block that failed."""
+        import numpy as np
+        kidx, bufs, dst, dstride, src, sstride, rlen, rows = cols
+        results = np.frombuffer(native(keys, kidx, bufs, dst, dstride, src, sstride, rlen, rows),
+                                np.int64)
+        bad = np.flatnonzero(results != rlen * rows)
+        if bad.size:
+            got = int(results[bad[0]])
+            raise WeightStoreError(f"load: reading {keys[int(kidx[bad[0]])]!r} failed ({got})",
+                                   got if got < 0 else None)
 
     def _read_flat(self, keys: List[str], index: Any, bufs: Any, dsts: Any, srcs: Any,
                    sizes: Any) -> None:
@@ -453,6 +471,53 @@ def _same_host(store: Any, lw: "store_load.LoweredReads") -> bool:
     except Exception:  # a store without these calls (a test double)
         return True
     return True
+
+
+def _lowered_blocks(lw: "store_load.LoweredReads", ptr: Any) -> Tuple[Any, ...]:
+    """The lowered reads as strided blocks (mc_store_read_blocks): each run
+    of consecutive reads of one object into one target fragment with one
+    length, whose sources and destinations step by one constant stride
+    each (a region's rows), is one block; any other read is a block of one
+    row.  Returns the int64 columns (key index, buffer, dst, dst stride,
+    src, src stride, row length, rows).  Vectorized: no Python work per
+    read."""
+    import numpy as np
+    key, src, ln, tgt, dst = (np.asarray(c, np.int64) for c in
+                              (lw.key, lw.src, lw.length, lw.target, lw.dst))
+    n = len(key)
+    first = np.arange(n, dtype=np.int64)
+    rows = np.ones(n, np.int64)
+    ds = np.zeros(n, np.int64)
+    ss = np.zeros(n, np.int64)
+    if n >= 2:
+        # pair p joins read p to read p + 1
+        dd, sd = dst[1:] - dst[:-1], src[1:] - src[:-1]
+        join = ((key[1:] == key[:-1]) & (tgt[1:] == tgt[:-1]) & (ln[1:] == ln[:-1]) &
+                (dd >= ln[:-1]) & (sd >= ln[:-1]))
+        # runs of joined pairs of one stride pair each
+        start = join.copy()
+        start[1:] &= ~join[:-1] | (dd[1:] != dd[:-1]) | (sd[1:] != sd[:-1])
+        p0 = np.flatnonzero(start)
+        if p0.size:
+            run = np.cumsum(start) - 1  # the run of each joined pair
+            p1 = np.zeros(p0.size, np.int64)
+            np.maximum.at(p1, run[join], np.flatnonzero(join))
+            # a run's first read may be the last of the run before it
+            f = p0 + np.concatenate(([0], join[p0[1:] - 1])).astype(np.int64)
+            if p0[0] > 0:
+                f[0] = p0[0] + int(join[p0[0] - 1])
+            last = p1 + 1
+            keep = last > f
+            f, last, p0 = f[keep], last[keep], p0[keep]
+            covered = np.zeros(n + 1, np.int64)
+            np.add.at(covered, f, 1)
+            np.add.at(covered, last + 1, -1)
+            single = np.cumsum(covered[:n]) == 0
+            first = np.concatenate((f, np.flatnonzero(single)))
+            rows = np.concatenate((last - f + 1, np.ones(int(single.sum()), np.int64)))
+            ds = np.concatenate((dd[p0], np.zeros(int(single.sum()), np.int64)))
+            ss = np.concatenate((sd[p0], np.zeros(int(single.sum()), np.int64)))
+    return (key[first], ptr[tgt[first]], dst[first], ds, src[first], ss, ln[first], rows)
 
 
 def _staged_groups(lw: "store_load.LoweredReads", max_run: int
