@@ -213,6 +213,31 @@ def handle(store, req):
         store._mem_pool_free(src)
         store._mem_pool_free(dst)
         return {"rc": rc, "n": n, "ok": ok, "sha256": hashlib.sha256(data).hexdigest()}
+    if op == "blocks_roundtrip":
+        # put a value of `size` random bytes, read strided blocks of it
+        # (read_blocks: row i of block (dst, dst stride, src, src stride,
+        # row length, rows) at src + i * src stride to dst + i * dst
+        # stride) into a pool block of `size` bytes prefilled with 0xAA:
+        # the results and whether every byte is what the rows say
+        import ctypes
+        import struct
+        size, blocks = req["size"], req["blocks"]
+        data = os.urandom(size)
+        rc = store.put(req["key"], data)
+        dst = store.alloc_from_mem_pool(size)
+        ctypes.memset(dst, 0xAA, size)
+        cols = list(zip(*blocks))
+        res = store._store.read_blocks([req["key"]], [0] * len(blocks), [dst] * len(blocks),
+                                       *[list(c) for c in cols])
+        res = list(struct.unpack(f"{len(blocks)}q", res))
+        want = bytearray(b"\xaa" * size)
+        for (d, ds, s, ss, n, r), got in zip(blocks, res):
+            if got >= 0:
+                for i in range(r):
+                    want[d + i * ds:d + i * ds + n] = data[s + i * ss:s + i * ss + n]
+        ok = ctypes.string_at(dst, size) == bytes(want)
+        store._mem_pool_free(dst)
+        return {"rc": rc, "res": res, "ok": ok}
     if op == "batch_zc":
         import ctypes
         keys, size = req["keys"], req["size"]

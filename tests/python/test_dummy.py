@@ -50,6 +50,19 @@ def test_bytes_api_through_a_dummy(dummies):
     assert d.call("get_size", key="dk1")["rc"] == -704
 
 
+def test_strided_blocks_through_a_dummy(dummies):
+    """read_blocks through a dummy: each block's rows read as ranges by the
+    real client, exact; a block past the object's end refused alone, the
+    others' bytes exact and nothing else written."""
+    d = dummies()
+    blocks = [(0, 256, 0, 512, 128, 64),        # (dst, dst stride, src, src stride, len, rows)
+              (128, 256, 64, 512, 128, 64),
+              (20000, 0, 999, 0, 77, 1),
+              (30000, 100, 32768 - 50, 100, 100, 2)]  # past the end
+    r = d.call("blocks_roundtrip", key="blk1", size=32768, blocks=blocks)
+    assert r["rc"] == 0 and r["res"] == [128 * 64, 128 * 64, 77, -600] and r["ok"], r
+
+
 def test_zero_copy_and_batch_through_a_dummy(dummies):
     d = dummies()
     r = d.call("zc_roundtrip", key="zc1", size=1 * MiB)

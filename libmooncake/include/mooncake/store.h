@@ -593,8 +593,11 @@ typedef struct mc_store_block {
  *        reads (docs/transfer.md §3.3) a block costs one entry on the wire
  *        whatever its rows, and the blocks that fill one destination row
  *        side by side are read interleaved; otherwise its rows are read
- *        as ranges.  Counted in the client metrics as one batch get of
- *        @p n items.
+ *        as ranges.  Through a dummy client (mc_store_setup_dummy) the
+ *        blocks go as their rows to mc_store_read_ranges: a block fails
+ *        when one of its rows does, and its rows inside the object may
+ *        have been written.  Counted in the client metrics as one batch
+ *        get of @p n items.
  * @since 0.2 (MOONCAKE_1.22)
  */
 MC_API mc_status_t mc_store_read_blocks(mc_store_h store, mc_store_block_t *blocks, size_t n);
