@@ -29,8 +29,9 @@ import ctypes
 import hashlib
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ... import _hooks
 from ..._keys import _ere_escape, _normalize_key_prefix
@@ -473,14 +474,41 @@ def _same_host(store: Any, lw: "store_load.LoweredReads") -> bool:
     return True
 
 
+# id(LoweredReads) -> its blocks' (first read, dst stride, src stride,
+# rows), dropped when it goes: a plan loaded again (the same LoweredReads)
+# finds its blocks here
+_BLOCKS: Dict[int, Tuple[Any, ...]] = {}
+_BLOCKS_LOCK = threading.Lock()
+
+
 def _lowered_blocks(lw: "store_load.LoweredReads", ptr: Any) -> Tuple[Any, ...]:
+    """The lowered reads as strided blocks (mc_store_read_blocks), their
+    shape found once per LoweredReads (_block_shape) and kept while it
+    lives; ``ptr``: each target fragment's address."""
+    import numpy as np
+    with _BLOCKS_LOCK:
+        shape = _BLOCKS.get(id(lw))
+    if shape is None:
+        shape = _block_shape(lw)
+        try:
+            weakref.finalize(lw, _BLOCKS.pop, id(lw), None)
+            with _BLOCKS_LOCK:
+                _BLOCKS[id(lw)] = shape
+        except TypeError:  # not weakly referable: found every time
+            pass
+    first, ds, ss, rows = shape
+    key, src, ln, tgt, dst = (np.asarray(c, np.int64) for c in
+                              (lw.key, lw.src, lw.length, lw.target, lw.dst))
+    return (key[first], ptr[tgt[first]], dst[first], ds, src[first], ss, ln[first], rows)
+
+
+def _block_shape(lw: "store_load.LoweredReads") -> Tuple[Any, ...]:
     """The lowered reads as strided blocks (mc_store_read_blocks): each run
     of consecutive reads of one object into one target fragment with one
     length, whose sources and destinations step by one constant stride
     each (a region's rows), is one block; any other read is a block of one
-    row.  Returns the int64 columns (key index, buffer, dst, dst stride,
-    src, src stride, row length, rows).  Vectorized: no Python work per
-    read."""
+    row.  Returns each block's first read, dst stride, src stride and rows
+    (int64 arrays).  Vectorized: no Python work per read."""
     import numpy as np
     key, src, ln, tgt, dst = (np.asarray(c, np.int64) for c in
                               (lw.key, lw.src, lw.length, lw.target, lw.dst))
@@ -499,9 +527,10 @@ def _lowered_blocks(lw: "store_load.LoweredReads", ptr: Any) -> Tuple[Any, ...]:
         start[1:] &= ~join[:-1] | (dd[1:] != dd[:-1]) | (sd[1:] != sd[:-1])
         p0 = np.flatnonzero(start)
         if p0.size:
-            run = np.cumsum(start) - 1  # the run of each joined pair
-            p1 = np.zeros(p0.size, np.int64)
-            np.maximum.at(p1, run[join], np.flatnonzero(join))
+            # a run's last pair: joined, and the next pair is not in it
+            end = join.copy()
+            end[:-1] &= ~join[1:] | start[1:]
+            p1 = np.flatnonzero(end)
             # a run's first read may be the last of the run before it
             f = p0 + np.concatenate(([0], join[p0[1:] - 1])).astype(np.int64)
             if p0[0] > 0:
@@ -517,7 +546,7 @@ def _lowered_blocks(lw: "store_load.LoweredReads", ptr: Any) -> Tuple[Any, ...]:
             rows = np.concatenate((last - f + 1, np.ones(int(single.sum()), np.int64)))
             ds = np.concatenate((dd[p0], np.zeros(int(single.sum()), np.int64)))
             ss = np.concatenate((sd[p0], np.zeros(int(single.sum()), np.int64)))
-    return (key[first], ptr[tgt[first]], dst[first], ds, src[first], ss, ln[first], rows)
+    return first, ds, ss, rows
 
 
 def _staged_groups(lw: "store_load.LoweredReads", max_run: int
