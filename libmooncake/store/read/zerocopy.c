@@ -1324,6 +1324,20 @@ static mc_status_t range_dst_check(const mc_store_range_t *r, const dst_region_t
     return MC_OK;
 }
 
+/* An item's result once its key was read (@p kst): still MC_OK (checked,
+ * and read with its key) it becomes @p ok_bytes or the key's failure;
+ * the bytes moved and the call's first failure follow it. */
+static void ranged_result(int64_t *result, int64_t ok_bytes, mc_status_t kst, uint64_t *bytes_p,
+                          mc_status_t *st_p)
+{
+    if (*result == MC_OK)
+        *result = (kst == MC_OK) ? ok_bytes : kst;
+    if (*result > 0)
+        *bytes_p += (uint64_t)*result;
+    else if ((*result < 0) && (*st_p == MC_OK))
+        *st_p = (mc_status_t)*result;
+}
+
 /* The end of a ranged read of @p n items: counted as one batch read, with
  * the bytes it moved, for the client's transfer statistics (read_bytes);
  * the lookups qs[0..nd) released. */
@@ -1447,13 +1461,8 @@ mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
      * and the first failure. */
     st = MC_OK;
     for (size_t i = 0; i < n; i++) {
-        mc_store_range_t *r = &ranges[i];
-        if (r->result == MC_OK)
-            r->result = (ks[owner_of[i]] == MC_OK) ? (int64_t)r->length : ks[owner_of[i]];
-        if (r->result > 0)
-            bytes += (uint64_t)r->result;
-        else if ((r->result < 0) && (st == MC_OK))
-            st = (mc_status_t)r->result;
+        ranged_result(&ranges[i].result, (int64_t)ranges[i].length, ks[owner_of[i]], &bytes,
+                      &st);
     }
     goto out;
 
@@ -1951,13 +1960,7 @@ mc_status_t mc_emb_read_blocks(mc_store_h s, mc_store_block_t *blocks, size_t n)
     st = MC_OK;
     for (size_t i = 0; i < n; i++) {
         mc_store_block_t *b = &blocks[i];
-        if (b->result == MC_OK)
-            b->result = (ks[owner_of[i]] == MC_OK) ? (int64_t)(b->rows * b->row_len)
-                                                   : ks[owner_of[i]];
-        if (b->result > 0)
-            bytes += (uint64_t)b->result;
-        else if ((b->result < 0) && (st == MC_OK))
-            st = (mc_status_t)b->result;
+        ranged_result(&b->result, (int64_t)(b->rows * b->row_len), ks[owner_of[i]], &bytes, &st);
     }
     goto out;
 
