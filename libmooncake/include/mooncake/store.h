@@ -567,7 +567,7 @@ MC_API mc_status_t mc_store_read_ranges(mc_store_h store, mc_store_range_t *rang
  * into buffer + dst_offset + i * dst_stride (a block of rows of one stored
  * fragment landing in a block of rows of one destination).  One row is a
  * plain range (mc_store_range_t); with rows > 1 both strides are at least
- * row_len.  @since 0.2 (MOONCAKE_1.22)
+ * row_len.  @since 0.2 (MOONCAKE_1.21)
  */
 typedef struct mc_store_block {
     const char *key;     /**< source object */
@@ -598,7 +598,7 @@ typedef struct mc_store_block {
  *        when one of its rows does, and its rows inside the object may
  *        have been written.  Counted in the client metrics as one batch
  *        get of @p n items.
- * @since 0.2 (MOONCAKE_1.22)
+ * @since 0.2 (MOONCAKE_1.21)
  */
 MC_API mc_status_t mc_store_read_blocks(mc_store_h store, mc_store_block_t *blocks, size_t n);
 
