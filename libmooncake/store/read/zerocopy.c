@@ -1324,14 +1324,16 @@ static mc_status_t range_dst_check(const mc_store_range_t *r, const dst_region_t
     return MC_OK;
 }
 
-/* An item's result once its key was read (@p kst): still MC_OK (checked,
- * and read with its key) it becomes @p ok_bytes or the key's failure;
- * the bytes moved and the call's first failure follow it. */
-static void ranged_result(int64_t *result, int64_t ok_bytes, mc_status_t kst, uint64_t *bytes_p,
-                          mc_status_t *st_p)
+/* An item's result once its key was read (ks[@p owner]): still MC_OK
+ * (checked, and read with its key) it becomes @p ok_bytes or the key's
+ * failure; the bytes moved and the call's first failure follow it.  An
+ * item that failed before it had a key has no valid @p owner: ks is only
+ * indexed for one still MC_OK. */
+static void ranged_result(int64_t *result, int64_t ok_bytes, const mc_status_t *ks, size_t owner,
+                          uint64_t *bytes_p, mc_status_t *st_p)
 {
     if (*result == MC_OK)
-        *result = (kst == MC_OK) ? ok_bytes : kst;
+        *result = (ks[owner] == MC_OK) ? ok_bytes : ks[owner];
     if (*result > 0)
         *bytes_p += (uint64_t)*result;
     else if ((*result < 0) && (*st_p == MC_OK))
@@ -1461,7 +1463,7 @@ mc_status_t mc_emb_read_ranges(mc_store_h s, mc_store_range_t *ranges, size_t n)
      * and the first failure. */
     st = MC_OK;
     for (size_t i = 0; i < n; i++) {
-        ranged_result(&ranges[i].result, (int64_t)ranges[i].length, ks[owner_of[i]], &bytes,
+        ranged_result(&ranges[i].result, (int64_t)ranges[i].length, ks, owner_of[i], &bytes,
                       &st);
     }
     goto out;
@@ -1960,7 +1962,8 @@ mc_status_t mc_emb_read_blocks(mc_store_h s, mc_store_block_t *blocks, size_t n)
     st = MC_OK;
     for (size_t i = 0; i < n; i++) {
         mc_store_block_t *b = &blocks[i];
-        ranged_result(&b->result, (int64_t)(b->rows * b->row_len), ks[owner_of[i]], &bytes, &st);
+        ranged_result(&b->result, (int64_t)(b->rows * b->row_len), ks, owner_of[i], &bytes,
+                      &st);
     }
     goto out;
 
