@@ -2001,9 +2001,38 @@ static int write_direct_spread(mc_te_t *te, mc_te_segment_t *s, mc_te_shm_peer_t
     return 1;
 }
 
+/*
+ * A batch of direct writes naming a generation the holder has not adopted
+ * (the master moved the segment's counter: memory freed under a lease --
+ * a DataProto's payloads removed while a read of them held it -- or a
+ * fence).  Only the holder adopts a counter, from a request over the
+ * network that names it, so each piece would go there: 2 048 rows of a
+ * DataProto put one by one, 2-3 ms where the copy takes under one.  The
+ * first piece goes that way instead (adopt_split's rule for one large
+ * write); once the holder took the counter the rest are copied as usual,
+ * each piece under the fence rules of a direct write.  1 when the first
+ * piece was written (or there was nothing to adopt); 0 when it could not
+ * be: the caller sends the batch the usual way.
+ */
+static int batch_adopt(mc_te_t *te, mc_te_segment_t *s, mc_te_shm_peer_t *shm,
+                       const mc_te_request_t *first, uint64_t lo, uint64_t hi, uint64_t gen,
+                       int *sent_p)
+{
+    *sent_p = 0;
+    if (!mc_te_shm_gen_unadopted(shm, lo, hi - lo, gen))
+        return 1;
+    if (!segment_has_range(s, first->remote, first->length) ||
+        (mc_te_tp_xfer(te, s->peer, MC_TE_WRITE, first->local, first->remote, first->length,
+                       gen) != MC_OK))
+        return 0;
+    *sent_p = 1;
+    return 1;
+}
+
 int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint64_t *gens,
                            size_t n, mc_status_t *st_p)
 {
+    int sent;
     mc_te_segment_t *s;
     mc_te_shm_peer_t *shm;
     uint64_t lo = UINT64_MAX, hi = 0, bytes = 0;
@@ -2025,8 +2054,14 @@ int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint6
         bytes += r->length;
     }
     shm = segment_shm(s);
-    if (shm == NULL)
+    if ((shm == NULL) || !batch_adopt(te, s, shm, &reqs[0], lo, hi, gen, &sent))
         return 0;
+    if (sent) { /* the first piece is in: the others as a batch of their own */
+        bytes -= reqs[0].length;
+        reqs++;
+        gens = (gens != NULL) ? gens + 1 : NULL;
+        n--;
+    }
     if ((bytes >= MC_TE_DIRECT_SPREAD_MIN) && mc_te_shm_write_ready(shm, lo, hi, gen) &&
         write_direct_spread(te, s, shm, reqs, gens, n, gen, bytes, st_p))
         return 1;

@@ -776,6 +776,76 @@ START_TEST(test_shm_generation_counter_large_write)
 }
 END_TEST
 
+/* A batch of small writes naming a later counter (memory the master freed
+ * under a lease): the first piece goes by the network, where the holder
+ * adopts the counter, and the rest are copied as a batch -- below and above
+ * the size the calling thread spreads over the workers -- not each piece
+ * by the network; every byte lands and nothing between the pieces moves.
+ * A counter of another registration still moves nothing. */
+START_TEST(test_shm_generation_counter_write_batch)
+{
+    enum { ROWS = 96 };
+    const uint64_t G = UINT64_C(0x8000000079000000), G1 = mc_gen_next(G),
+                   G2 = mc_gen_next(G1), H = UINT64_C(0x8000000078000000);
+    static const size_t lens[2] = {8 * KiB + 4, 60 * KiB}; /* 0.8 MiB, then 5.6 MiB */
+    size_t cap       = 8 * MiB;
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *src     = malloc(cap);
+    uint8_t *keep    = malloc(cap);
+    mc_te_request_t reqs[ROWS];
+    uint64_t gens[ROWS], ops, bytes;
+    mc_status_t st;
+
+    te_fill(h.p, cap, 23);
+    te_fill(src, cap, 61);
+    mc_te_segment_id_t seg = gen_open(&h, cap, G);
+    for (int round = 0; round < 2; round++) {
+        uint64_t want = 0, g = (round == 0) ? G1 : G2;
+        size_t at     = 100;
+        for (size_t i = 0; i < ROWS; i++) {
+            reqs[i] = (mc_te_request_t){MC_TE_WRITE, src + (i * 4099 + round) % (cap / 4),
+                                        (uint64_t)(uintptr_t)(h.p + at), lens[round], seg};
+            gens[i] = g;
+            want += lens[round];
+            at += lens[round] + 7;
+        }
+        memcpy(keep, h.p, cap);
+        stats(A, &ops, &bytes);
+        st = MC_INTERNAL_ERROR;
+        ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, gens, ROWS, &st), 1);
+        ck_assert_status_ok(st);
+        /* all but the first piece copied */
+        ck_assert_stats(A, ops, bytes, ROWS - 1, want - lens[round]);
+        for (size_t i = 0; i < ROWS; i++) {
+            const uint8_t *to = (const uint8_t *)(uintptr_t)reqs[i].remote;
+            size_t off        = (size_t)(to - h.p);
+            ck_assert_msg(memcmp(to, reqs[i].local, reqs[i].length) == 0, "row %zu differs", i);
+            ck_assert_msg(to[reqs[i].length] == keep[off + reqs[i].length],
+                          "row %zu wrote past its end", i);
+            ck_assert_msg(to[-1] == keep[off - 1], "row %zu wrote before its start", i);
+        }
+    }
+    /* the holder took the counter: a read naming the one before is refused */
+    {
+        mc_te_request_t rd = {MC_TE_READ, keep, (uint64_t)(uintptr_t)h.p, 4 * KiB, seg};
+        uint64_t g = G1;
+        ck_assert_status_eq(mc_te_transfer_gen(A, &rd, &g, 1, NULL), MC_INVALID_READ);
+    }
+    /* another registration's counter: nothing moves, by either path */
+    for (size_t i = 0; i < ROWS; i++)
+        gens[i] = H;
+    memcpy(keep, h.p, cap);
+    stats(A, &ops, &bytes);
+    ck_assert_int_eq(mc_te_write_direct_gen(A, reqs, gens, ROWS, &st), 0);
+    ck_assert_stats(A, ops, bytes, 0, 0);
+    ck_assert(memcmp(h.p, keep, cap) == 0);
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(src);
+    free(keep);
+}
+END_TEST
+
 /* A WRITE naming a registration generation through the same-host path:
  * copied in when the mapped region has it; refused with no byte changed
  * otherwise, also after the holder registered the memory again. */
@@ -2371,6 +2441,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_generation_writes);
     tcase_add_test(two, test_shm_generation_counter);
     tcase_add_test(two, test_shm_generation_counter_large_write);
+    tcase_add_test(two, test_shm_generation_counter_write_batch);
     tcase_add_test(two, test_shm_not_shared_uses_tcp);
     tcase_add_test(two, test_shm_revocation);
     tcase_add_test(two, test_shm_unshared_answer_expires);

@@ -21,6 +21,7 @@
 #include "store_util.h"
 #include "store/store_internal.h"
 #include "store/write/write.h"
+#include "transfer/engine.h"
 
 static mc_test_master_t master;
 static mc_store_h store; /* the writer */
@@ -268,6 +269,59 @@ static void assert_race_unpublished(const char *prefix, int kind, const char *wh
     assert_obj_gone(&o);
 }
 
+/*
+ * Rows written into memory the master freed under a lease (a reader held
+ * it when the object was force-removed: the segment's counter moved).
+ * The holder adopts a counter only from a request over the network, and
+ * a batch of rows used to go there row by row; now the first row does and
+ * the others are copied through shared memory.  Checked through the
+ * writer's engine counters, and every byte read back.
+ */
+START_TEST(test_rows_into_memory_freed_under_a_lease)
+{
+    enum { ROWS = 64, ROW = 8 * 1024 };
+    static uint8_t rows[ROWS][ROW];
+    mc_iov_t iov[ROWS];
+    const mc_iov_t *bufs[1] = {iov};
+    size_t counts[1]        = {ROWS};
+    const char *keys[1]     = {"leased/rows"};
+    mc_status_t st[1];
+    uint64_t ops0, bytes0, ops1, bytes1;
+    uint8_t *got = malloc((size_t)ROWS * ROW);
+    uint64_t size = 0;
+
+    ck_assert_ptr_nonnull(got);
+    for (size_t i = 0; i < ROWS; i++) {
+        st_pattern(rows[i], ROW, (unsigned)i + 7);
+        iov[i] = (mc_iov_t){rows[i], ROW};
+    }
+    /* other (no segment) writes into store's segment, through shared memory */
+    ck_assert_status_ok(mc_store_batch_put_parts(other, keys, bufs, counts, 1, NULL, st));
+    ck_assert_status_ok(st[0]);
+    for (int round = 0; round < 3; round++) {
+        /* a read takes a lease; the forced remove frees the memory under it */
+        ck_assert_status_ok(mc_store_get(other, keys[0], got, (size_t)ROWS * ROW, &size));
+        ck_assert_status_ok(mc_store_remove(other, keys[0], 1));
+        mc_te_shm_stats(other->te, &ops0, &bytes0);
+        for (size_t i = 0; i < ROWS; i++)
+            rows[i][round] ^= 0x5a; /* new bytes each round */
+        ck_assert_status_ok(mc_store_batch_put_parts(other, keys, bufs, counts, 1, NULL, st));
+        ck_assert_status_ok(st[0]);
+        mc_te_shm_stats(other->te, &ops1, &bytes1);
+        ck_assert_msg((ops1 - ops0 >= ROWS - 1) && (bytes1 - bytes0 >= (ROWS - 1) * ROW),
+                      "round %d: %llu rows / %llu bytes went through shared memory, want at "
+                      "least %d", round, (unsigned long long)(ops1 - ops0),
+                      (unsigned long long)(bytes1 - bytes0), ROWS - 1);
+        ck_assert_status_ok(mc_store_get(store, keys[0], got, (size_t)ROWS * ROW, &size));
+        ck_assert_uint_eq(size, (uint64_t)ROWS * ROW);
+        for (size_t i = 0; i < ROWS; i++)
+            ck_assert_msg(memcmp(got + i * ROW, rows[i], ROW) == 0, "round %d row %zu differs",
+                          round, i);
+    }
+    free(got);
+}
+END_TEST
+
 START_TEST(test_commit_race_forced_remove_of_commit_key)
 {
     assert_race_unpublished("race-commit", RACE_REMOVE_COMMIT,
@@ -318,6 +372,7 @@ Suite *mc_test_store_commit_suite(void)
     tcase_add_test(tc, test_commit_race_forced_remove_of_commit_key);
     tcase_add_test(tc, test_commit_race_forced_remove_of_payload);
     tcase_add_test(tc, test_commit_race_master_restart);
+    tcase_add_test(tc, test_rows_into_memory_freed_under_a_lease);
     suite_add_tcase(s, tc);
     return s;
 }
