@@ -527,6 +527,7 @@ struct mooncake_engine {
 /* SWIG's int64_t (long long) differs from LP64 C's for const pointers:
  * Python calls lowering through mooncake_reshard_plan_lower() below. */
 %ignore mc_reshard_plan_lower;
+%ignore mc_reshard_plan_lower_blocks;
 %ignore mc_reshard_boxes_tile;
 #if !defined(SWIGPYTHON)
 %ignore mc_reshard_plan_create;
@@ -555,6 +556,19 @@ static mc_status_t mooncake_reshard_plan_lower(mc_reshard_table_h plan,
     return mc_reshard_plan_lower(plan, params, (const int64_t *)(uintptr_t)keys_addr,
                                  (const int64_t *)(uintptr_t)offsets_addr, target_selected,
                                  table_p);
+}
+
+/* mc_reshard_plan_lower_blocks() with the int64 columns as plain addresses. */
+static mc_status_t mooncake_reshard_plan_lower_blocks(mc_reshard_table_h plan,
+                                                      const mc_reshard_plan_params_t *params,
+                                                      unsigned long long keys_addr,
+                                                      unsigned long long offsets_addr,
+                                                      const uint8_t *target_selected,
+                                                      mc_reshard_table_h *table_p)
+{
+    return mc_reshard_plan_lower_blocks(plan, params, (const int64_t *)(uintptr_t)keys_addr,
+                                        (const int64_t *)(uintptr_t)offsets_addr,
+                                        target_selected, table_p);
 }
 
 /* mc_reshard_boxes_tile() with its columns as plain addresses. */

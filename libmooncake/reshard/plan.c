@@ -29,7 +29,7 @@
 
 #include "common/log.h"
 
-enum table_kind { TABLE_PLAN, TABLE_READS };
+enum table_kind { TABLE_PLAN, TABLE_READS, TABLE_BLOCKS };
 
 struct mc_reshard_table {
     enum table_kind kind;
@@ -47,7 +47,9 @@ static int wide_column(enum table_kind kind, int col)
 
 static int table_columns(enum table_kind kind)
 {
-    return (kind == TABLE_PLAN) ? MC_RESHARD_PLAN_COLUMNS : MC_RESHARD_READ_COLUMNS;
+    return (kind == TABLE_PLAN)    ? MC_RESHARD_PLAN_COLUMNS
+           : (kind == TABLE_BLOCKS) ? MC_RESHARD_BLOCK_COLUMNS
+                                    : MC_RESHARD_READ_COLUMNS;
 }
 
 MC_API void mc_reshard_table_destroy(mc_reshard_table_h t)
@@ -535,27 +537,52 @@ out:
 
 /* ---- lowering ---------------------------------------------------------------- */
 
+/* The reads (or, with @c blocks, the strided blocks) being lowered: a
+ * block is @c rows runs of @c len bytes, run i at src + i * sstride and
+ * dst + i * dstride. */
 typedef struct reads {
     size_t n, cap;
-    int64_t *key, *src, *len, *target, *dst;
+    int blocks;
+    int64_t *key, *src, *len, *target, *dst, *rows, *sstride, *dstride;
 } reads_t;
 
+/* Run (key, src, len, target, dst) after the last read or block: merged
+ * into it when it continues it on both sides (a one-row read grows), or,
+ * with r->blocks, when it is the last block's next row (one more row at
+ * the block's strides; a one-row block takes the strides from it). */
 static int reads_push(reads_t *r, int64_t key, int64_t src, int64_t len, int64_t target,
                       int64_t dst)
 {
     if (r->n > 0) {
-        size_t l = r->n - 1;
-        if ((r->key[l] == key) && (r->target[l] == target) && (r->src[l] + r->len[l] == src) &&
-            (r->dst[l] + r->len[l] == dst)) {
-            r->len[l] += len; /* continues the previous read on both sides */
-            return 0;
+        size_t l     = r->n - 1;
+        int64_t rows = r->blocks ? r->rows[l] : 1;
+        if ((r->key[l] == key) && (r->target[l] == target)) {
+            if ((rows == 1) && (r->src[l] + r->len[l] == src) && (r->dst[l] + r->len[l] == dst)) {
+                r->len[l] += len; /* continues the previous read on both sides */
+                return 0;
+            }
+            if (r->blocks && (r->len[l] == len)) {
+                int64_t ss = src - r->src[l], ds = dst - r->dst[l];
+                if ((rows == 1) && (ss >= len) && (ds >= len)) {
+                    r->sstride[l] = ss; /* rows that do not overlap on either side */
+                    r->dstride[l] = ds;
+                    r->rows[l]    = 2;
+                    return 0;
+                }
+                if ((rows > 1) && (ss == rows * r->sstride[l]) && (ds == rows * r->dstride[l])) {
+                    r->rows[l]++;
+                    return 0;
+                }
+            }
         }
     }
     if (r->n == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 1024;
         if ((grow(&r->key, cap) != 0) || (grow(&r->src, cap) != 0) ||
             (grow(&r->len, cap) != 0) || (grow(&r->target, cap) != 0) ||
-            (grow(&r->dst, cap) != 0))
+            (grow(&r->dst, cap) != 0) ||
+            (r->blocks && ((grow(&r->rows, cap) != 0) || (grow(&r->sstride, cap) != 0) ||
+                           (grow(&r->dstride, cap) != 0))))
             return -1;
         r->cap = cap;
     }
@@ -564,6 +591,11 @@ static int reads_push(reads_t *r, int64_t key, int64_t src, int64_t len, int64_t
     r->len[r->n]    = len;
     r->target[r->n] = target;
     r->dst[r->n]    = dst;
+    if (r->blocks) {
+        r->rows[r->n]    = 1;
+        r->sstride[r->n] = 0;
+        r->dstride[r->n] = 0;
+    }
     r->n++;
     return 0;
 }
@@ -601,14 +633,13 @@ static int lower_region(reads_t *out, const mc_reshard_plan_params_t *p, int64_t
     }
 }
 
-MC_API mc_status_t mc_reshard_plan_lower(mc_reshard_table_h plan,
-                                         const mc_reshard_plan_params_t *p,
-                                         const int64_t *source_keys,
-                                         const int64_t *source_object_offsets,
-                                         const uint8_t *target_selected,
-                                         mc_reshard_table_h *table_p)
+/* mc_reshard_plan_lower(), or with @p blocks mc_reshard_plan_lower_blocks() */
+static mc_status_t plan_lower(mc_reshard_table_h plan, const mc_reshard_plan_params_t *p,
+                              const int64_t *source_keys, const int64_t *source_object_offsets,
+                              const uint8_t *target_selected, int blocks,
+                              mc_reshard_table_h *table_p)
 {
-    reads_t r = {0};
+    reads_t r = {.blocks = blocks};
     mc_reshard_table_h t;
     mc_status_t st = MC_INVALID_PARAMS;
 
@@ -655,7 +686,7 @@ MC_API mc_status_t mc_reshard_plan_lower(mc_reshard_table_h plan,
             goto out;
         }
     }
-    t = table_new(TABLE_READS, r.n, 1);
+    t = table_new(blocks ? TABLE_BLOCKS : TABLE_READS, r.n, 1);
     if (t == NULL) {
         mc_set_error_detail("reshard: out of memory for %zu reads", r.n);
         st = MC_INTERNAL_ERROR;
@@ -667,6 +698,11 @@ MC_API mc_status_t mc_reshard_plan_lower(mc_reshard_table_h plan,
         memcpy(t->cols[MC_RESHARD_READ_LENGTH], r.len, r.n * sizeof(int64_t));
         memcpy(t->cols[MC_RESHARD_READ_TARGET], r.target, r.n * sizeof(int64_t));
         memcpy(t->cols[MC_RESHARD_READ_DST], r.dst, r.n * sizeof(int64_t));
+        if (blocks) {
+            memcpy(t->cols[MC_RESHARD_BLOCK_ROWS], r.rows, r.n * sizeof(int64_t));
+            memcpy(t->cols[MC_RESHARD_BLOCK_SRC_STRIDE], r.sstride, r.n * sizeof(int64_t));
+            memcpy(t->cols[MC_RESHARD_BLOCK_DST_STRIDE], r.dstride, r.n * sizeof(int64_t));
+        }
     }
     *table_p = t;
     st       = MC_OK;
@@ -676,7 +712,30 @@ out:
     free(r.len);
     free(r.target);
     free(r.dst);
+    free(r.rows);
+    free(r.sstride);
+    free(r.dstride);
     return st;
+}
+
+MC_API mc_status_t mc_reshard_plan_lower(mc_reshard_table_h plan,
+                                         const mc_reshard_plan_params_t *p,
+                                         const int64_t *source_keys,
+                                         const int64_t *source_object_offsets,
+                                         const uint8_t *target_selected,
+                                         mc_reshard_table_h *table_p)
+{
+    return plan_lower(plan, p, source_keys, source_object_offsets, target_selected, 0, table_p);
+}
+
+MC_API mc_status_t mc_reshard_plan_lower_blocks(mc_reshard_table_h plan,
+                                                const mc_reshard_plan_params_t *p,
+                                                const int64_t *source_keys,
+                                                const int64_t *source_object_offsets,
+                                                const uint8_t *target_selected,
+                                                mc_reshard_table_h *table_p)
+{
+    return plan_lower(plan, p, source_keys, source_object_offsets, target_selected, 1, table_p);
 }
 
 /* ---- mc_reshard_boxes_tile() ---------------------------------------------------- */

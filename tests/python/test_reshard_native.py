@@ -7,7 +7,8 @@ plan_placement_transfer_to_local_target and
 plan_stored_transfer_to_target_placement give the same plans, operation by
 operation, the same executors and the same refusals under small limits;
 their lowered, coalesced reads rebuild every target bit-exact in no more
-reads than the reference's runs.  Manifests that derive the planner's
+reads than the reference's runs, and so do their strided blocks in no
+more blocks than reads.  Manifests that derive the planner's
 columns when constructed are the same values and plan, and refuse first,
 as those that do not; the coverage proof in C proves what numpy's does.
 No daemon is involved."""
@@ -249,15 +250,19 @@ def run_objects(m, arrays):
     return objects
 
 
-@pytest.mark.parametrize("seed", range(25))
-def test_native_lowering_is_coalesced_and_bit_exact(seed):
-    from mooncake.reshard.weight.store_plan import lower_plan
+def _execute_lowered(seed, blocks):
+    """Plan geometry ``seed``, lower it natively (as reads, or with
+    ``blocks`` as strided blocks) and execute the result from objects of
+    random bytes: every target fragment must come out bit-exact.  Returns
+    (plan, the lowered columns)."""
     rng, src, tgt = geometries(3000 + seed)
     m = stored_from(rng, src)
     plan = plan_stored_transfer_to_target_placement(m, tgt)
     native = plan.operations._native
     sc = planner._cache(m, planner._StoredCache)
-    key, so, ln, tg, do = native.lower(sc.key_of, sc.object_offset, None)
+    cols = native.lower(sc.key_of, sc.object_offset, None, blocks=blocks)
+    key, so, ln, tg, do = cols[:5]
+    rows, ss, ds = cols[5:] if blocks else (np.ones_like(key), key * 0, key * 0)
     arrays = {}
     for t in m.tensors:
         n = prod(t.global_shape) * t.itemsize
@@ -265,18 +270,38 @@ def test_native_lowering_is_coalesced_and_bit_exact(seed):
             f"u{t.itemsize}").reshape(t.global_shape)
     objects = run_objects(m, arrays)
     out = {}
-    for k, s, n, t, d in zip(key.tolist(), so.tolist(), ln.tolist(), tg.tolist(), do.tolist()):
+    for k, s, n, t, d, r, sst, dst in zip(*(c.tolist() for c in (key, so, ln, tg, do, rows,
+                                                                   ss, ds))):
         f = native.targets[t]
         buf = out.setdefault(f.fragment_id, bytearray(f.nbytes))
-        assert d + n <= f.nbytes
-        buf[d:d + n] = objects[sc.keys[k]][s:s + n]
+        assert r >= 1 and (r == 1 or (sst >= n and dst >= n))
+        for i in range(r):
+            assert d + i * dst + n <= f.nbytes
+            buf[d + i * dst:d + i * dst + n] = objects[sc.keys[k]][s + i * sst:s + i * sst + n]
     for f in tgt.fragments:
         want = arrays[f.tensor_id][tuple(slice(o, o + n) for o, n in
                                          zip(f.global_offset, f.local_shape))].tobytes()
         assert bytes(out[f.fragment_id]) == want, f.fragment_id
+    assert int((ln * rows).sum()) == plan.total_bytes
+    return plan, cols
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_native_lowering_is_coalesced_and_bit_exact(seed):
+    from mooncake.reshard.weight.store_plan import lower_plan
+    plan, (key, *_) = _execute_lowered(seed, False)
     runs = sum(r.runs for rs in lower_plan(plan).values() for r in rs)
     assert len(key) <= runs
-    assert int(ln.sum()) == plan.total_bytes
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_native_blocks_are_bit_exact_and_no_more_than_reads(seed):
+    """mc_reshard_plan_lower_blocks over the same random geometries
+    (regular and irregular tilings, 1-3-D): the blocks' rows rebuild every
+    target bit-exact, and there are no more blocks than reads."""
+    plan, (key, *_) = _execute_lowered(seed, True)
+    _, (rkey, *_) = _execute_lowered(seed, False)
+    assert len(key) <= len(rkey)
 
 
 # --- the target's coverage and the source choice from the columns ----------

@@ -8,7 +8,8 @@
  * names the first target and the numbers the reference planner reports;
  * bad input (an object offset that would overflow included) is refused with
  * a detail; random tilings of random 1-3-D tensors, executed byte by
- * byte from the lowered reads, rebuild every target exactly; and the
+ * byte from the lowered reads, rebuild every target exactly, and so do the
+ * same plans lowered to strided blocks (a region's rows one block); and the
  * coverage proof (mc_reshard_boxes_tile) proves grids and nothing else.
  */
 #include "config.h"
@@ -336,6 +337,61 @@ static int64_t global_of(const frags_t *f, size_t b, int64_t i, int64_t nd,
     return g;
 }
 
+/* Execute a reads table (@p blocks 0) or a blocks table (1) from @p obj
+ * into every target of @p x and compare element by element; the bytes
+ * the table names, in all. */
+static size_t rebuild_targets(const setup_t *x, mc_reshard_table_h reads, int blocks,
+                              const unsigned char *obj, int64_t nd, const int64_t *gshape,
+                              int64_t item, int round)
+{
+    size_t bytes = 0;
+
+    for (size_t r = 0; r < mc_reshard_table_rows(reads); r++) {
+        int64_t n = blocks ? col(reads, MC_RESHARD_BLOCK_ROWS, r) : 1;
+        ck_assert_msg(n >= 1, "round %d: a block has %lld rows", round, (long long)n);
+        if (blocks && (n > 1))
+            ck_assert_msg(col(reads, MC_RESHARD_BLOCK_SRC_STRIDE, r) >=
+                                  col(reads, MC_RESHARD_READ_LENGTH, r) &&
+                              col(reads, MC_RESHARD_BLOCK_DST_STRIDE, r) >=
+                                  col(reads, MC_RESHARD_READ_LENGTH, r),
+                          "round %d: a block's rows overlap", round);
+        if (blocks && (n == 1))
+            ck_assert_msg(col(reads, MC_RESHARD_BLOCK_SRC_STRIDE, r) == 0 &&
+                              col(reads, MC_RESHARD_BLOCK_DST_STRIDE, r) == 0,
+                          "round %d: a one-row block has strides", round);
+        bytes += (size_t)(n * col(reads, MC_RESHARD_READ_LENGTH, r));
+    }
+    for (size_t t = 0; t < x->t.n; t++) {
+        int64_t v = 1;
+        for (int64_t d = 0; d < nd; d++)
+            v *= x->t.shape[t * W + d];
+        unsigned char *buf = calloc((size_t)(v * item), 1);
+        for (size_t r = 0; r < mc_reshard_table_rows(reads); r++) {
+            if (col(reads, MC_RESHARD_READ_TARGET, r) != (int64_t)t)
+                continue;
+            int64_t n  = blocks ? col(reads, MC_RESHARD_BLOCK_ROWS, r) : 1;
+            int64_t ss = blocks ? col(reads, MC_RESHARD_BLOCK_SRC_STRIDE, r) : 0;
+            int64_t ds = blocks ? col(reads, MC_RESHARD_BLOCK_DST_STRIDE, r) : 0;
+            for (int64_t k = 0; k < n; k++) {
+                int64_t dst = col(reads, MC_RESHARD_READ_DST, r) + k * ds;
+                int64_t len = col(reads, MC_RESHARD_READ_LENGTH, r);
+                ck_assert_msg(dst >= 0 && dst + len <= v * item,
+                              "round %d: a read leaves target %zu", round, t);
+                memcpy(buf + dst, obj + col(reads, MC_RESHARD_READ_SRC, r) + k * ss,
+                       (size_t)len);
+            }
+        }
+        for (int64_t i = 0; i < v; i++)
+            for (int64_t b = 0; b < item; b++)
+                ck_assert_msg(buf[i * item + b] ==
+                                  (unsigned char)(global_of(&x->t, t, i, nd, gshape) * 7 + b),
+                              "round %d: target %zu element %lld differs (%s)", round, t,
+                              (long long)i, blocks ? "blocks" : "reads");
+        free(buf);
+    }
+    return bytes;
+}
+
 START_TEST(test_random_tilings_rebuild_targets)
 {
     unsigned seed = 20260822;
@@ -343,7 +399,7 @@ START_TEST(test_random_tilings_rebuild_targets)
     for (int round = 0; round < 300; round++) {
         setup_t *x = calloc(1, sizeof(*x));
         int64_t nd = 1 + rand_r(&seed) % 3, gshape[3], item = 1 + rand_r(&seed) % 3;
-        mc_reshard_table_h plan = NULL, reads = NULL;
+        mc_reshard_table_h plan = NULL, reads = NULL, blocks = NULL;
 
         for (int64_t d = 0; d < nd; d++)
             gshape[d] = 1 + rand_r(&seed) % 6;
@@ -377,35 +433,103 @@ START_TEST(test_random_tilings_rebuild_targets)
         for (size_t i = 0; i < mc_reshard_table_rows(plan); i++)
             nseg += (size_t)col(plan, MC_RESHARD_COL_SEGMENTS, i);
         ck_assert_msg(mc_reshard_table_rows(reads) <= nseg, "merging never adds reads");
+        size_t bytes = rebuild_targets(x, reads, 0, obj, nd, gshape, item, round);
 
-        /* execute the reads into each target and compare element by element */
-        for (size_t t = 0; t < x->t.n; t++) {
-            int64_t v = 1;
-            for (int64_t d = 0; d < nd; d++)
-                v *= x->t.shape[t * W + d];
-            unsigned char *buf = calloc((size_t)(v * item), 1);
-            for (size_t r = 0; r < mc_reshard_table_rows(reads); r++)
-                if (col(reads, MC_RESHARD_READ_TARGET, r) == (int64_t)t) {
-                    int64_t dst = col(reads, MC_RESHARD_READ_DST, r);
-                    int64_t len = col(reads, MC_RESHARD_READ_LENGTH, r);
-                    ck_assert_msg(dst >= 0 && dst + len <= v * item,
-                                  "round %d: a read leaves target %zu", round, t);
-                    memcpy(buf + dst, obj + col(reads, MC_RESHARD_READ_SRC, r), (size_t)len);
-                }
-            for (int64_t i = 0; i < v; i++)
-                for (int64_t b = 0; b < item; b++)
-                    ck_assert_msg(buf[i * item + b] ==
-                                      (unsigned char)(global_of(&x->t, t, i, nd, gshape) * 7 +
-                                                      b),
-                                  "round %d: target %zu element %lld differs", round, t,
-                                  (long long)i);
-            free(buf);
-        }
+        /* the same plan as strided blocks: the same bytes, no more blocks
+         * than reads */
+        ck_assert_status_ok(
+            mc_reshard_plan_lower_blocks(plan, &x->p, keys, objoff, NULL, &blocks));
+        ck_assert_msg(mc_reshard_table_rows(blocks) <= mc_reshard_table_rows(reads),
+                      "round %d: %zu blocks for %zu reads", round,
+                      mc_reshard_table_rows(blocks), mc_reshard_table_rows(reads));
+        ck_assert_msg(rebuild_targets(x, blocks, 1, obj, nd, gshape, item, round) == bytes,
+                      "round %d: the blocks should move the reads' bytes", round);
         free(obj);
+        mc_reshard_table_destroy(blocks);
         mc_reshard_table_destroy(reads);
         mc_reshard_table_destroy(plan);
         free(x);
     }
+}
+END_TEST
+
+START_TEST(test_lower_blocks)
+{
+    /* (4,8) x 2 bytes split on columns into two sources (4,4), each in an
+     * object of its own; one target (4,8): each source's rows are one
+     * block (4 rows of 8 bytes, src stride 8, dst stride 16) where the
+     * reads are 8.  Split on rows instead, each source is one contiguous
+     * read and one block of one row.  A 3-D target (2,2,4) from one
+     * (2,2,2) source half: a block per outer index, irregular. */
+    setup_t *x = calloc(1, sizeof(*x));
+    const int64_t o00[2] = {0, 0}, o04[2] = {0, 4}, o20[2] = {2, 0};
+    const int64_t s44[2] = {4, 4}, s48[2] = {4, 8}, s28[2] = {2, 8};
+    const int64_t keys[2] = {0, 1}, offs[2] = {0, 0};
+    mc_reshard_table_h plan = NULL, reads = NULL, blocks = NULL;
+
+    add(&x->s, 2, o00, s44);
+    add(&x->s, 2, o04, s44);
+    add(&x->t, 2, o00, s48);
+    finish(x, 2);
+    ck_assert_status_ok(mc_reshard_plan_create(&x->p, &plan, NULL));
+    ck_assert_status_ok(mc_reshard_plan_lower(plan, &x->p, keys, offs, NULL, &reads));
+    ck_assert_status_ok(mc_reshard_plan_lower_blocks(plan, &x->p, keys, offs, NULL, &blocks));
+    ck_assert_msg(mc_reshard_table_rows(reads) == 8, "column halves: a read per row");
+    ck_assert_msg(mc_reshard_table_rows(blocks) == 2, "column halves: a block per source, "
+                  "got %zu", mc_reshard_table_rows(blocks));
+    for (size_t b = 0; b < 2; b++)
+        ck_assert_msg(col(blocks, MC_RESHARD_READ_KEY, b) == (int64_t)b &&
+                          col(blocks, MC_RESHARD_READ_SRC, b) == 0 &&
+                          col(blocks, MC_RESHARD_READ_DST, b) == (int64_t)(8 * b) &&
+                          col(blocks, MC_RESHARD_READ_LENGTH, b) == 8 &&
+                          col(blocks, MC_RESHARD_BLOCK_ROWS, b) == 4 &&
+                          col(blocks, MC_RESHARD_BLOCK_SRC_STRIDE, b) == 8 &&
+                          col(blocks, MC_RESHARD_BLOCK_DST_STRIDE, b) == 16,
+                      "block %zu should be 4 rows of 8 bytes at strides 8 / 16", b);
+    ck_assert_msg(mc_reshard_table_column(blocks, MC_RESHARD_BLOCK_COLUMNS) == NULL &&
+                      mc_reshard_table_column(reads, MC_RESHARD_BLOCK_ROWS) == NULL,
+                  "a table has its own kind's columns only");
+    mc_reshard_table_destroy(reads);
+    mc_reshard_table_destroy(blocks);
+    mc_reshard_table_destroy(plan);
+
+    memset(x, 0, sizeof(*x));
+    add(&x->s, 2, o00, s28);
+    add(&x->s, 2, o20, s28);
+    add(&x->t, 2, o00, s48);
+    finish(x, 2);
+    ck_assert_status_ok(mc_reshard_plan_create(&x->p, &plan, NULL));
+    const int64_t one[2] = {0, 0}, packed[2] = {0, 32};
+    ck_assert_status_ok(mc_reshard_plan_lower_blocks(plan, &x->p, one, packed, NULL, &blocks));
+    ck_assert_msg(mc_reshard_table_rows(blocks) == 1 &&
+                      col(blocks, MC_RESHARD_READ_LENGTH, 0) == 64 &&
+                      col(blocks, MC_RESHARD_BLOCK_ROWS, 0) == 1 &&
+                      col(blocks, MC_RESHARD_BLOCK_SRC_STRIDE, 0) == 0,
+                  "row halves back to back in one object: one read of 64 bytes");
+    mc_reshard_table_destroy(blocks);
+    mc_reshard_table_destroy(plan);
+
+    memset(x, 0, sizeof(*x));
+    const int64_t z3[3] = {0, 0, 0}, h3[3] = {0, 0, 2}, s222[3] = {2, 2, 2}, s224[3] = {2, 2, 4};
+    add(&x->s, 3, z3, s222);
+    add(&x->s, 3, h3, s222);
+    add(&x->t, 3, z3, s224);
+    finish(x, 1);
+    ck_assert_status_ok(mc_reshard_plan_create(&x->p, &plan, NULL));
+    ck_assert_status_ok(mc_reshard_plan_lower(plan, &x->p, keys, offs, NULL, &reads));
+    ck_assert_status_ok(mc_reshard_plan_lower_blocks(plan, &x->p, keys, offs, NULL, &blocks));
+    ck_assert_msg(mc_reshard_table_rows(reads) == 8 && mc_reshard_table_rows(blocks) == 2 &&
+                      col(blocks, MC_RESHARD_BLOCK_ROWS, 0) == 4 &&
+                      col(blocks, MC_RESHARD_BLOCK_SRC_STRIDE, 0) == 2 &&
+                      col(blocks, MC_RESHARD_BLOCK_DST_STRIDE, 0) == 4,
+                  "3-D column halves: rows at one stride through both loops (%zu blocks)",
+                  mc_reshard_table_rows(blocks));
+    ck_assert_status_eq(mc_reshard_plan_lower_blocks(NULL, &x->p, keys, offs, NULL, &blocks),
+                        MC_INVALID_PARAMS);
+    mc_reshard_table_destroy(reads);
+    mc_reshard_table_destroy(blocks);
+    mc_reshard_table_destroy(plan);
+    free(x);
 }
 END_TEST
 
@@ -475,6 +599,7 @@ Suite *mc_test_reshard_suite(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_random_tilings_rebuild_targets);
+    tcase_add_test(tc, test_lower_blocks);
     tcase_add_test(tc, test_boxes_tile);
     suite_add_tcase(s, tc);
     return s;

@@ -161,6 +161,22 @@ typedef enum mc_reshard_reads_column {
 } mc_reshard_reads_column_t;
 
 /**
+ * Columns of a blocks table (mc_reshard_plan_lower_blocks()), one row per
+ * strided block, in plan order: the first five as a reads table's (the
+ * length is one row's), then the block's rows and its strides (row i
+ * copies @c length bytes from @c src + i * src_stride to @c dst + i *
+ * dst_stride; both strides 0 for a block of one row, otherwise each at
+ * least @c length).
+ * @since 0.2 (MOONCAKE_1.23)
+ */
+typedef enum mc_reshard_blocks_column {
+    MC_RESHARD_BLOCK_ROWS = MC_RESHARD_READ_COLUMNS, /**< rows (>= 1) */
+    MC_RESHARD_BLOCK_SRC_STRIDE,                     /**< bytes from row to row in the object */
+    MC_RESHARD_BLOCK_DST_STRIDE,                     /**< ... in the target fragment */
+    MC_RESHARD_BLOCK_COLUMNS
+} mc_reshard_blocks_column_t;
+
+/**
  * @brief Intersect every target fragment with its candidate sources.
  *
  * Each overlap of a target with a member of its candidate set becomes one
@@ -212,6 +228,26 @@ MC_API mc_status_t mc_reshard_plan_lower(mc_reshard_table_h plan,
                                          const int64_t *source_object_offsets,
                                          const uint8_t *target_selected,
                                          mc_reshard_table_h *table_p);
+
+/**
+ * @brief Lower a plan's regions from stored sources to strided blocks.
+ *
+ * As mc_reshard_plan_lower(), with the reads it would give that follow
+ * each other in one object and one target fragment, with one length and
+ * at constant source and destination strides no shorter than a row (a
+ * region's rows), as one block: the rows of a region are not expanded.
+ * The blocks' rows, in order, are the bytes of mc_reshard_plan_lower()'s
+ * reads.
+ *
+ * @return as mc_reshard_plan_lower(); @p table_p gets a blocks table.
+ * @since 0.2 (MOONCAKE_1.23)
+ */
+MC_API mc_status_t mc_reshard_plan_lower_blocks(mc_reshard_table_h plan,
+                                                const mc_reshard_plan_params_t *params,
+                                                const int64_t *source_keys,
+                                                const int64_t *source_object_offsets,
+                                                const uint8_t *target_selected,
+                                                mc_reshard_table_h *table_p);
 
 /**
  * @brief Prove that groups of boxes tile their tensors.

@@ -1292,13 +1292,19 @@ class _NativePlan:
                               len(part_ids))
         return of_part[parts] if len(parts) else np.zeros(0, np.int64)
 
-    def lower(self, keys: Any, offsets: Any, selected: Optional[Any]) -> Tuple[Any, ...]:
-        """(key, src, length, target, dst) columns of the coalesced reads."""
+    def lower(self, keys: Any, offsets: Any, selected: Optional[Any],
+              blocks: bool = False) -> Tuple[Any, ...]:
+        """(key, src, length, target, dst) columns of the coalesced reads;
+        with ``blocks``, of the strided blocks (mc_reshard_plan_lower_blocks:
+        length is a row's), followed by their rows, src stride and dst
+        stride columns."""
         np = _np()
         keys = np.ascontiguousarray(keys, np.int64)
         offsets = np.ascontiguousarray(offsets, np.int64)
         sel = 0 if selected is None else np.ascontiguousarray(selected, np.uint8)
-        st, reads = _capi.mooncake_reshard_plan_lower(
+        fn = (_capi.mooncake_reshard_plan_lower_blocks if blocks else
+              _capi.mooncake_reshard_plan_lower)
+        st, reads = fn(
             self.table, ctypes.addressof(self.params), int(keys.ctypes.data),
             int(offsets.ctypes.data), 0 if selected is None else int(sel.ctypes.data))
         if st != 0:
@@ -1309,7 +1315,7 @@ class _NativePlan:
         try:
             n = _capi.mc_reshard_table_rows(reads)
             return tuple(_int64_view(_capi.mc_reshard_table_column(reads, c), n).copy()
-                         for c in range(5))
+                         for c in range(8 if blocks else 5))
         finally:
             _capi.mc_reshard_table_destroy(reads)
 
