@@ -246,6 +246,12 @@ class WeightStore:
             raise TypeError("plan must come from WeightStore.plan_load")
         pids = plan.participants if participant_id is None else [participant_id]
         dest = store_load.resolve_destinations(plan, destinations, pids, _dest_memory)
+        native = getattr(getattr(self.store, "_store", None), "read_blocks", None)
+        if plan.lowering is not None and native is not None:
+            # a native plan's regions as strided blocks, not a read per row
+            blocks = plan.lowering.blocks().select(pids)
+            if not self._stage_run_bytes(blocks):
+                return self._execute_blocks(native, blocks, dest)
         lowered = plan.lowered
         if lowered is None:       # a plan of the reference planner
             lowered = store_load.lowered_from_reads(plan)
@@ -265,7 +271,7 @@ class WeightStore:
     AUTO_STAGE_RUN_BYTES = 1 << 20
     STAGE_BATCH_BYTES = 64 << 20
 
-    def _stage_run_bytes(self, lw: "store_load.LoweredReads") -> int:
+    def _stage_run_bytes(self, lw: Any) -> int:
         if self.STAGE_RUN_BYTES is not None:
             return self.STAGE_RUN_BYTES
         if getattr(self.store, "_protocol", None) == "tcp":
@@ -364,19 +370,10 @@ class WeightStore:
         import numpy as np
         if not len(lw.key):
             return 0
-        # the fragments read into (a count, not np.unique's sort: ~1 ms
-        # per 164 k reads)
-        used = np.flatnonzero(np.bincount(lw.target, minlength=len(lw.fragment_ids))).tolist()
-        ptr = np.zeros(len(lw.fragment_ids), np.int64)
         staged, direct = _staged_groups(lw, self._stage_run_bytes(lw))
         reg = _Registration(self.store)
         try:
-            spans = []
-            for t in used:
-                addr, size = dest[lw.fragment_ids[t]]
-                ptr[t] = addr
-                spans.append((addr, size))
-            reg.add_all(spans)
+            ptr = _register_targets(reg, lw, dest)
             blocks = getattr(getattr(self.store, "_store", None), "read_blocks", None)
             if not staged and blocks is not None:  # the rows as strided blocks
                 self._read_blocks(blocks, list(lw.keys), _lowered_blocks(lw, ptr))
@@ -399,6 +396,22 @@ class WeightStore:
         finally:
             reg.release()
         return int(lw.length.sum())
+
+    def _execute_blocks(self, native: Any, bl: "store_load.LoweredBlocks",
+                        dest: Mapping[str, Tuple[int, int]]) -> int:
+        """Execute strided blocks (StoredLoadPlan.lowering.blocks) into the
+        destinations: one mc_store_read_blocks call for all of them."""
+        if not len(bl.key):
+            return 0
+        reg = _Registration(self.store)
+        try:
+            ptr = _register_targets(reg, bl, dest)
+            self._read_blocks(native, list(bl.keys), (bl.key, ptr[bl.target], bl.dst,
+                                                      bl.dst_stride, bl.src, bl.src_stride,
+                                                      bl.length, bl.rows))
+        finally:
+            reg.release()
+        return bl.nbytes()
 
     @staticmethod
     def _read_blocks(native: Any, keys: List[str], cols: Tuple[Any, ...]) -> None:
@@ -442,6 +455,24 @@ class WeightStore:
             key = keys[bad[0]] if index is None else keys[int(index[bad[0]])]
             raise WeightStoreError(f"load: reading {key!r} failed ({got})",
                                    got if got < 0 else None)
+
+
+def _register_targets(reg: _Registration, lw: Any, dest: Mapping[str, Tuple[int, int]]) -> Any:
+    """Register the destinations of the target fragments ``lw`` (lowered
+    reads or blocks) writes into; each fragment's address (int64, by
+    fragment index; 0 for one not written)."""
+    import numpy as np
+    # the fragments read into (a count, not np.unique's sort: ~1 ms per
+    # 164 k reads)
+    used = np.flatnonzero(np.bincount(lw.target, minlength=len(lw.fragment_ids))).tolist()
+    ptr = np.zeros(len(lw.fragment_ids), np.int64)
+    spans = []
+    for t in used:
+        addr, size = dest[lw.fragment_ids[t]]
+        ptr[t] = addr
+        spans.append((addr, size))
+    reg.add_all(spans)
+    return ptr
 
 
 def _parse_upstream(key: str, raw: bytes, identity: Optional[StoredManifestIdentity]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping as _MappingABC
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from math import prod
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -33,13 +33,11 @@ from .store_plan import RangedRead, lower_plan
 
 
 @dataclass(frozen=True)
-class LoweredReads:
-    """The plan's regions as flat, coalesced ranged reads (libmooncake's
-    mc_reshard_plan_lower): read i copies ``length[i]`` bytes of object
-    ``keys[key[i]]`` at ``src[i]`` to byte ``dst[i]`` of target fragment
+class _LoweredColumns:
+    """Columns of a lowered plan: row i reads object ``keys[key[i]]`` at
+    ``src[i]`` into byte ``dst[i]`` of target fragment
     ``fragment_ids[target[i]]``, held by participant
-    ``participant_ids[participant[i]]``.  Runs that continue each other in
-    the object and in the fragment are one read."""
+    ``participant_ids[participant[i]]``."""
 
     keys: Sequence[str]
     fragment_ids: Sequence[str]
@@ -51,15 +49,43 @@ class LoweredReads:
     dst: Any
     participant: Any
 
-    def select(self, participant_ids: Sequence[str]) -> "LoweredReads":
+    def select(self, participant_ids: Sequence[str]) -> Any:
+        """The rows of the participants ``participant_ids`` (self when
+        that is every participant)."""
         import numpy as np
         want = [i for i, p in enumerate(self.participant_ids) if p in set(participant_ids)]
         if len(want) == len(self.participant_ids):
             return self
         m = np.isin(self.participant, want)
-        return LoweredReads(self.keys, self.fragment_ids, self.participant_ids, self.key[m],
-                            self.src[m], self.length[m], self.target[m], self.dst[m],
-                            self.participant[m])
+        return replace(self, **{f.name: getattr(self, f.name)[m] for f in fields(self)
+                                if f.name not in ("keys", "fragment_ids", "participant_ids")})
+
+
+@dataclass(frozen=True)
+class LoweredReads(_LoweredColumns):
+    """The plan's regions as flat, coalesced ranged reads (libmooncake's
+    mc_reshard_plan_lower): read i copies ``length[i]`` bytes of object
+    ``keys[key[i]]`` at ``src[i]`` to byte ``dst[i]`` of target fragment
+    ``fragment_ids[target[i]]``, held by participant
+    ``participant_ids[participant[i]]``.  Runs that continue each other in
+    the object and in the fragment are one read."""
+
+
+@dataclass(frozen=True)
+class LoweredBlocks(_LoweredColumns):
+    """The plan's regions as strided blocks (libmooncake's
+    mc_reshard_plan_lower_blocks): block i copies ``rows[i]`` rows of
+    ``length[i]`` bytes, row r from object ``keys[key[i]]`` at ``src[i] + r
+    * src_stride[i]`` to byte ``dst[i] + r * dst_stride[i]`` of target
+    fragment ``fragment_ids[target[i]]``.  The same bytes as LoweredReads,
+    without a read per row."""
+
+    rows: Any
+    src_stride: Any
+    dst_stride: Any
+
+    def nbytes(self) -> int:
+        return int((self.length * self.rows).sum())
 
 
 class _LazyReads(_MappingABC):
@@ -105,6 +131,7 @@ class _Lowering:
                                         for f in native.targets), np.int64,
                                        len(native.targets))
         self._done: Optional[LoweredReads] = None
+        self._blocks: Optional[LoweredBlocks] = None
         self._lock = threading.Lock()
 
     def nbytes(self, participant_ids: Sequence[str]) -> int:
@@ -128,6 +155,22 @@ class _Lowering:
                     self.participant_ids, key, src, length, target, dst,
                     self.part_of[target])
             return self._done
+
+    def blocks(self) -> LoweredBlocks:
+        """The same reads as strided blocks, lowered once: a region's rows
+        are one block, not a read each."""
+        with self._lock:
+            if self._blocks is None:
+                plan = self._plan
+                native = plan.operations._native
+                sc = _planner._cache(plan.source_manifest, _planner._StoredCache)
+                key, src, length, target, dst, rows, ss, ds = native.lower(
+                    sc.key_of, sc.object_offset, self.part_of >= 0, blocks=True)
+                self._blocks = LoweredBlocks(
+                    sc.keys, [f.placement_fragment_id for f in native.targets],
+                    self.participant_ids, key, src, length, target, dst,
+                    self.part_of[target], rows, ss, ds)
+            return self._blocks
 
 
 @dataclass(frozen=True)
