@@ -500,3 +500,97 @@ def read_until(reader: "ClientProc", key: str, want_sha: str, old_shas: set,
         assert got["sha256"] in old_shas, "the reader saw bytes that were never written"
         assert time.monotonic() < deadline, "the new value was not seen after the lease ended"
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def holder_objects(master, make_store, monkeypatch, name: str, prefix: str,
+                   holder_env: Dict[str, str], reader_env: Dict[str, str], size: int,
+                   tags: str = "abcd", segment: int = 32 * 1024 * 1024):
+    """A holder process ``name`` (``holder_env``) and a reader store in
+    this process (``reader_env``), both with MC_TE_SHM=0 (the reader
+    reaches the holder by TCP only), and one object of ``size`` random
+    bytes per letter of ``tags`` put by the reader into the holder's
+    segment; yields (reader, keys, values) and removes the objects."""
+    import uuid
+    monkeypatch.setenv("MC_TE_SHM", "0")
+    for k, v in reader_env.items():
+        monkeypatch.setenv(k, v)
+    h = ClientProc(name, env=dict(holder_env, MC_TE_SHM="0"))
+    try:
+        h.setup(master, segment=segment)
+        reader = make_store(segment=0)  # every object lands in the holder's segment
+        keys = [f"{prefix}-{t}-{uuid.uuid4().hex[:8]}" for t in tags]
+        values = [os.urandom(size) for _ in keys]
+        for k, v in zip(keys, values):
+            assert reader.put(k, v) == 0
+        yield reader, keys, values
+        for k in keys:
+            assert reader.remove(k, True) == 0
+    finally:
+        h.stop()
+
+
+def race_reads_with_reputs(holder, keys: List[str], size_of: Callable[[str], int],
+                           read_once: Callable[[], Tuple[Any, Optional[str]]],
+                           judge: Callable[[int, Any, List[bytes]], Optional[str]],
+                           seconds: float = 3.0) -> None:
+    """While a thread removes (forced) and puts again every key of
+    ``keys`` in ``holder`` with new bytes (``size_of(key)`` of them), as
+    fast as it can, call ``read_once()`` -- one read of every key,
+    returning (its results, a complaint about bytes outside its
+    destinations or None) -- for ``seconds``, and after each read
+    ``judge(j, results, versions of keys[j] so far)``: None when key j was
+    read from one version of it, "failed" when it failed as a whole, or a
+    complaint.  Asserts no complaint, enough versions to race against, at
+    least 10 reads and every key read at least once."""
+    versions: Dict[str, List[bytes]] = {k: [] for k in keys}
+    lock = threading.Lock()
+
+    def put_version(k):
+        v = os.urandom(size_of(k))
+        with lock:
+            versions[k].append(v)
+        assert holder.put(k, v) == 0
+
+    for k in keys:
+        put_version(k)
+    stop = threading.Event()
+    errors: List[BaseException] = []
+
+    def reput():
+        try:
+            while not stop.is_set():
+                for k in keys:
+                    assert holder.remove(k, True) == 0
+                    put_version(k)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    t = threading.Thread(target=reput)
+    t.start()
+    reads, ok, failed, wrong = 0, [0] * len(keys), 0, []
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline and not errors and len(wrong) < 5:
+            res, outside = read_once()
+            reads += 1
+            if outside is not None:
+                wrong.append(outside)
+            with lock:
+                known = {k: list(v) for k, v in versions.items()}
+            for j, k in enumerate(keys):
+                verdict = judge(j, res, known[k])
+                if verdict == "failed":
+                    failed += 1
+                elif verdict is not None:
+                    wrong.append(f"{k}: {verdict}")
+                else:
+                    ok[j] += 1
+    finally:
+        stop.set()
+        t.join(60)
+    assert not t.is_alive(), "the re-puts did not stop"
+    assert not errors, errors
+    assert not wrong, f"{len(wrong)} bad keys in {reads} reads: {wrong[:5]}"
+    assert min(len(v) for v in versions.values()) > 3, "too few versions to race against"
+    assert reads >= 10 and min(ok) > 0, (reads, ok, failed)

@@ -23,7 +23,7 @@ import uuid
 import numpy as np
 import pytest
 
-from helpers import MiB
+from helpers import MiB, race_reads_with_reputs
 
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
@@ -654,9 +654,6 @@ def test_tcp_ranged_read_of_whole_values_and_rows_while_keys_are_put_again(
     for byte, or fails as a whole; nothing lands outside the ranges'
     destinations.  (With the whole values' job naming no generation this
     fails within a second here: stale locations are read.)"""
-    import threading
-    import time
-
     monkeypatch.setenv("MC_TE_SHM", "0")
     holder = make_store(segment=48 * MiB)  # this process, its own engine: reached by TCP
     reader = make_store(segment=0)
@@ -666,17 +663,6 @@ def test_tcp_ranged_read_of_whole_values_and_rows_while_keys_are_put_again(
     size, wsize = 128 * 1024, 512 * 1024
     nrow = size // row
     keys = whole + rows
-    versions = {k: [] for k in keys}
-    lock = threading.Lock()
-
-    def put_version(k):
-        v = os.urandom(wsize if k in whole else size)
-        with lock:
-            versions[k].append(v)
-        assert holder.put(k, v) == 0
-
-    for k in keys:
-        put_version(k)
     # whole objects side by side, then the two row objects' rows
     # interleaved: target row r is rows r of ra and of rb (a TP=2 row of
     # two TP=4 column blocks), with a guard gap after every whole value
@@ -695,52 +681,26 @@ def test_tcp_ranged_read_of_whole_values_and_rows_while_keys_are_put_again(
     for d, ln in zip(dst.tolist(), lens.tolist()):
         covered[d:d + ln] = True
     mine = [np.flatnonzero(kidx == j) for j in range(len(keys))]
-    stop = threading.Event()
-    errors = []
 
-    def reput():
-        try:
-            while not stop.is_set():
-                for k in keys:
-                    assert holder.remove(k, True) == 0
-                    put_version(k)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+    def read_once():
+        buf[:] = 0xAA
+        res = np.frombuffer(reader._store.read_ranges(keys, bufs, dst, src, lens, 1, kidx),
+                            np.int64)
+        return res, ("bytes outside the ranges' destinations"
+                     if (buf[~covered] != 0xAA).any() else None)
 
-    t = threading.Thread(target=reput)
-    t.start()
-    reads, ok, failed, wrong = 0, [0] * len(keys), 0, []
-    deadline = time.monotonic() + 3.0
-    try:
-        while time.monotonic() < deadline and not errors and len(wrong) < 5:
-            buf[:] = 0xAA
-            res = np.frombuffer(reader._store.read_ranges(keys, bufs, dst, src, lens, 1, kidx),
-                                np.int64)
-            reads += 1
-            if (buf[~covered] != 0xAA).any():
-                wrong.append("bytes outside the ranges' destinations")
-            with lock:
-                known = {k: list(v) for k, v in versions.items()}
-            for j, k in enumerate(keys):
-                r = res[mine[j]]
-                if (r < 0).all():
-                    failed += 1
-                    continue
-                if not (r == lens[mine[j]]).all():
-                    wrong.append(f"{k}: some ranges read, others not: {sorted(set(r.tolist()))}")
-                    continue
-                got = [buf[d:d + ln].tobytes() for d, ln in zip(dst[mine[j]].tolist(),
-                                                               lens[mine[j]].tolist())]
-                if not any(all(g == v[s:s + len(g)] for g, s in zip(got, src[mine[j]].tolist()))
-                           for v in known[k]):
-                    wrong.append(f"{k}: bytes of no single version of it")
-                    continue
-                ok[j] += 1
-    finally:
-        stop.set()
-        t.join(60)
-    assert not t.is_alive(), "the re-puts did not stop"
-    assert not errors, errors
-    assert not wrong, f"{len(wrong)} bad keys in {reads} reads: {wrong[:5]}"
-    assert min(len(v) for v in versions.values()) > 3, "too few versions to race against"
-    assert reads >= 10 and min(ok) > 0, (reads, ok, failed)
+    def judge(j, res, known):
+        r = res[mine[j]]
+        if (r < 0).all():
+            return "failed"
+        if not (r == lens[mine[j]]).all():
+            return f"some ranges read, others not: {sorted(set(r.tolist()))}"
+        got = [buf[d:d + ln].tobytes() for d, ln in zip(dst[mine[j]].tolist(),
+                                                       lens[mine[j]].tolist())]
+        if not any(all(g == v[s:s + len(g)] for g, s in zip(got, src[mine[j]].tolist()))
+                   for v in known):
+            return "bytes of no single version of it"
+        return None
+
+    race_reads_with_reputs(holder, keys, lambda k: wsize if k in whole else size, read_once,
+                           judge)

@@ -12,15 +12,12 @@ past the registered buffer) is refused alone before anything moves.  A
 holder (or reader) with MC_TE_READV_STRIDED=0 gets the same bytes through
 the rows.  While the holder removes and puts the keys again, each key's
 blocks are read from one version of it or fail whole."""
-import os
-import threading
-import time
 import uuid
 
 import numpy as np
 import pytest
 
-from helpers import ClientProc, MiB
+from helpers import MiB, holder_objects, race_reads_with_reputs
 
 ROW = 1024
 NROW = 300  # rows per object: several reads of the slice size
@@ -80,23 +77,10 @@ def _read(store, keys, blocks, buf):
                                                   rows), np.int64)
 
 
-def _holder_run(master, make_store, regbuf, monkeypatch, holder_env, reader_env, body):
-    monkeypatch.setenv("MC_TE_SHM", "0")
-    for k, v in reader_env.items():
-        monkeypatch.setenv(k, v)
-    h = ClientProc("holder-blocks", env=dict(holder_env, MC_TE_SHM="0"))
-    try:
-        h.setup(master, segment=32 * MiB)
-        reader = make_store(segment=0)  # every object lands in the holder's segment
-        keys = [_key(t) for t in "abcd"]
-        values = [os.urandom(NROW * 2 * ROW) for _ in keys]
-        for k, v in zip(keys, values):
-            assert reader.put(k, v) == 0
+def _holder_run(master, make_store, monkeypatch, holder_env, reader_env, body):
+    with holder_objects(master, make_store, monkeypatch, "holder-blocks", "blocks", holder_env,
+                        reader_env, NROW * 2 * ROW) as (reader, keys, values):
         body(reader, keys, values)
-        for k in keys:
-            assert reader.remove(k, True) == 0
-    finally:
-        h.stop()
 
 
 def _exact(regbuf):
@@ -114,7 +98,7 @@ def _exact(regbuf):
 
 
 def test_blocks_exact_from_another_process(master, make_store, regbuf, monkeypatch):
-    _holder_run(master, make_store, regbuf, monkeypatch, {}, {}, _exact(regbuf))
+    _holder_run(master, make_store, monkeypatch, {}, {}, _exact(regbuf))
 
 
 @pytest.mark.parametrize("side", ["holder", "reader"])
@@ -123,7 +107,7 @@ def test_blocks_without_strided_reads_same_bytes(master, make_store, regbuf, mon
     "tcp_readv_strided": the blocks go as rows) or at the reader: the same
     bytes."""
     off = {"MC_TE_READV_STRIDED": "0"}
-    _holder_run(master, make_store, regbuf, monkeypatch, off if side == "holder" else {},
+    _holder_run(master, make_store, monkeypatch, off if side == "holder" else {},
                 off if side == "reader" else {}, _exact(regbuf))
 
 
@@ -151,7 +135,7 @@ def test_bad_blocks_are_refused_alone(master, make_store, regbuf, monkeypatch):
         assert res.tolist() == [ROW * NROW] * 2 + [INVALID_PARAMS] * len(bad)
         want = _want(good, values, size)
         assert (buf == want).all()
-    _holder_run(master, make_store, regbuf, monkeypatch, {}, {}, body)
+    _holder_run(master, make_store, monkeypatch, {}, {}, body)
 
 
 def test_blocks_while_keys_are_put_again(make_store, regbuf, monkeypatch):
@@ -165,17 +149,6 @@ def test_blocks_while_keys_are_put_again(make_store, regbuf, monkeypatch):
     size, row = 128 * 1024, 1024
     nrow = size // row
     keys = [_key(f"r{i}") for i in range(8)]
-    versions = {k: [] for k in keys}
-    lock = threading.Lock()
-
-    def put_version(k):
-        v = os.urandom(size)
-        with lock:
-            versions[k].append(v)
-        assert holder.put(k, v) == 0
-
-    for k in keys:
-        put_version(k)
     # pairs of keys interleaved into rows of 2 * row; each key also read
     # whole-row by a second block of its first half rows, contiguous
     blocks, at = [], 0
@@ -190,55 +163,29 @@ def test_blocks_while_keys_are_put_again(make_store, regbuf, monkeypatch):
     covered = np.zeros(at, bool)
     for _, d, ds, _, _, n, r in blocks:
         _rows(covered, d, ds, n, r)[:] = True
-    mine = [[i for i, b in enumerate(blocks) if b[0] == j] for j in range(len(keys))]
-    stop = threading.Event()
-    errors = []
+    mine = [[b for b in blocks if b[0] == j] for j in range(len(keys))]
+    at_of = [[i for i, b in enumerate(blocks) if b[0] == j] for j in range(len(keys))]
 
-    def reput():
-        try:
-            while not stop.is_set():
-                for k in keys:
-                    assert holder.remove(k, True) == 0
-                    put_version(k)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+    def read_once():
+        buf[:] = 0xAA
+        res = _read(reader, keys, blocks, buf)
+        return res, ("bytes outside the blocks' destinations"
+                     if (buf[~covered] != 0xAA).any() else None)
 
-    t = threading.Thread(target=reput)
-    t.start()
-    reads, ok, failed, wrong = 0, [0] * len(keys), 0, []
-    deadline = time.monotonic() + 3.0
-    try:
-        while time.monotonic() < deadline and not errors and len(wrong) < 5:
-            buf[:] = 0xAA
-            res = _read(reader, keys, blocks, buf)
-            reads += 1
-            if (buf[~covered] != 0xAA).any():
-                wrong.append("bytes outside the blocks' destinations")
-            with lock:
-                known = {k: list(v) for k, v in versions.items()}
-            for j, k in enumerate(keys):
-                r = res[mine[j]]
-                if (r < 0).all():
-                    failed += 1
-                    continue
-                if not (r == [blocks[i][5] * blocks[i][6] for i in mine[j]]).all():
-                    wrong.append(f"{k}: some blocks read, others not: {sorted(set(r.tolist()))}")
-                    continue
-                got = [_rows(buf, b[1], b[2], b[5], b[6]) for b in (blocks[i] for i in mine[j])]
-                if not any(all((g == _rows(np.frombuffer(v, np.uint8), b[3], b[4], b[5], b[6])).all()
-                               for g, b in zip(got, (blocks[i] for i in mine[j])))
-                           for v in reversed(known[k])):
-                    wrong.append(f"{k}: bytes of no single version of it")
-                    continue
-                ok[j] += 1
-    finally:
-        stop.set()
-        t.join(60)
-    assert not t.is_alive(), "the re-puts did not stop"
-    assert not errors, errors
-    assert not wrong, f"{len(wrong)} bad keys in {reads} reads: {wrong[:5]}"
-    assert min(len(v) for v in versions.values()) > 3, "too few versions to race against"
-    assert reads >= 10 and min(ok) > 0, (reads, ok, failed)
+    def judge(j, res, known):
+        r = res[at_of[j]]
+        if (r < 0).all():
+            return "failed"
+        if not (r == [b[5] * b[6] for b in mine[j]]).all():
+            return f"some blocks read, others not: {sorted(set(r.tolist()))}"
+        got = [_rows(buf, b[1], b[2], b[5], b[6]) for b in mine[j]]
+        if not any(all((g == _rows(np.frombuffer(v, np.uint8), b[3], b[4], b[5], b[6])).all()
+                       for g, b in zip(got, mine[j]))
+                   for v in reversed(known)):
+            return "bytes of no single version of it"
+        return None
+
+    race_reads_with_reputs(holder, keys, lambda k: size, read_once, judge)
 
 
 def test_lowered_reads_become_blocks_of_exactly_their_rows():

@@ -9,20 +9,13 @@ irregular ranges beside them.  Every byte lands exactly; a holder with
 MC_TE_READV_STRIDED=0 (its descriptor does not offer it, as an earlier
 release) is read as READVs with the same bytes, and so is any holder by a
 reader with MC_TE_READV_STRIDED=0."""
-import os
-import uuid
-
 import numpy as np
 import pytest
 
-from helpers import ClientProc, MiB
+from helpers import holder_objects
 
 ROW = 1024
 NROW = 300  # rows per object: several reads of the slice size
-
-
-def _key(tag):
-    return f"strided-{tag}-{uuid.uuid4().hex[:8]}"
 
 
 def _reads(keys):
@@ -76,22 +69,9 @@ def _check_exact(reader, regbuf, keys, values):
 
 
 def _run(master, make_store, regbuf, monkeypatch, holder_env, reader_env):
-    monkeypatch.setenv("MC_TE_SHM", "0")
-    for k, v in reader_env.items():
-        monkeypatch.setenv(k, v)
-    h = ClientProc("holder-strided", env=dict(holder_env, MC_TE_SHM="0"))
-    try:
-        h.setup(master, segment=32 * MiB)
-        reader = make_store(segment=0)  # every object lands in the holder's segment
-        keys = [_key(t) for t in "abcd"]
-        values = [os.urandom(NROW * 2 * ROW) for _ in keys]
-        for k, v in zip(keys, values):
-            assert reader.put(k, v) == 0
+    with holder_objects(master, make_store, monkeypatch, "holder-strided", "strided",
+                        holder_env, reader_env, NROW * 2 * ROW) as (reader, keys, values):
         _check_exact(reader, regbuf, keys, values)
-        for k in keys:
-            assert reader.remove(k, True) == 0
-    finally:
-        h.stop()
 
 
 def test_strided_rows_exact(master, make_store, regbuf, monkeypatch):
