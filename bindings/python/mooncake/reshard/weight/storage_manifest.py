@@ -22,7 +22,7 @@ import weakref
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from .._checks import (check_instances, check_int, check_ints, check_keys, check_str,
                        check_u64, is_sha256_hex, json_int, load_json)
@@ -251,7 +251,15 @@ class WeightManifest:
 _ATTESTED_MAX = 16
 _attested: "OrderedDict[int, Tuple[Any, List[Any]]]" = OrderedDict()
 _LEAF_TYPES = frozenset((str, int, float, bool, type(None)))
-_field_names: Dict[type, Tuple[str, ...]] = {}
+# per frozen dataclass type: its fields' values as a tuple, in one call
+_field_values: Dict[type, Callable[[Any], Tuple[Any, ...]]] = {}
+
+
+def _values_getter(names: Tuple[str, ...]) -> Callable[[Any], Tuple[Any, ...]]:
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    one = operator.attrgetter(*names) if names else None
+    return lambda v: (one(v),) if one is not None else ()
 
 
 def _held(value: Any, out: List[Any]) -> bool:
@@ -262,13 +270,21 @@ def _held(value: Any, out: List[Any]) -> bool:
     if t in _LEAF_TYPES or isinstance(value, Enum):
         return True
     if t is tuple:
-        return all(_held(v, out) for v in value)
-    names = _field_names.get(t)
-    if names is None:
-        if not (is_dataclass(value) and t.__dataclass_params__.frozen):  # type: ignore
+        held = value
+    else:
+        get = _field_values.get(t)
+        if get is None:
+            if not (is_dataclass(value) and t.__dataclass_params__.frozen):  # type: ignore
+                return False
+            get = _field_values.setdefault(
+                t, _values_getter(tuple(f.name for f in fields(value))))
+        held = get(value)
+    for v in held:  # leaves here, without a call each (most of what is held)
+        if type(v) in _LEAF_TYPES:
+            out.append(v)
+        elif not _held(v, out):
             return False
-        names = _field_names.setdefault(t, tuple(f.name for f in fields(value)))
-    return all(_held(getattr(value, n), out) for n in names)
+    return True
 
 
 def _held_by_fields(manifest: WeightManifest) -> Optional[List[Any]]:
