@@ -40,6 +40,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_nof.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	tests/unit/test_oplog.c mooncake-master/durability/oplog.c \
+	tests/unit/test_ship.c mooncake-master/durability/ship.c \
 	tests/unit/test_kv_events.c mooncake-master/events/kv_event_codec.c mooncake-master/events/msgpack.c \
 	tests/unit/test_dfs.c mooncake-master/tiers/dfs_alloc.c \
 	$(NULL)

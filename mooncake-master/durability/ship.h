@@ -109,6 +109,15 @@ void mc_ship_snapshot_add(mc_ship_t *s, const void *data, size_t len);
 void mc_ship_snapshot_publish(mc_ship_t *s, uint64_t rec_seq);
 void mc_ship_snapshot_abort(mc_ship_t *s);
 
+/* A log value's delta code (ship.c, "the log values' delta code"): the
+ * @p n bytes of whole records at @p d coded onto the end of @p out, and a
+ * coded value back into its records onto the end of @p out (@p scratch:
+ * a buffer of the caller's).  -1 when the bytes are not whole records (or
+ * out of memory), or when a coded value is malformed or its CRC does not
+ * match. */
+int mc_ship_encode(mc_buf_t *out, mc_buf_t *scratch, const uint8_t *d, size_t n);
+int mc_ship_decode(mc_buf_t *out, mc_buf_t *scratch, const uint8_t *p, size_t n);
+
 /* For /metrics and tests. */
 typedef struct mc_ship_stats {
     uint64_t applied_seq;    /* last log key applied (standby) or durable (leader) */

@@ -30,6 +30,7 @@
     X(wire)               \
     X(flags)              \
     X(oplog)              \
+    X(ship)               \
     X(kv_events)          \
     X(dfs)                \
     X(transfer)           \
