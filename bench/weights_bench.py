@@ -230,16 +230,16 @@ def load(store, cfg, rounds, layers, stage_run_bytes=None, stage_batch_bytes=Non
     cpu = {"bytes": [0.0, 0.0], "weights": [0.0, 0.0]}
     hpid = _holder_pid()
 
-    # each path's first call, untimed in the rounds: a plan's first load
-    # lowers it to reads and finds its blocks (done once per plan)
+    # each path's first call (a plan's first load lowers it to blocks, done
+    # once per plan), timed with the rounds and also printed on its own
     first = {}
 
     def timed(what, fn, keep=True):
         c0, h0, t0 = time.process_time(), _cpu_s(hpid), time.perf_counter()
         out = fn()
-        if not keep:
-            first.setdefault(what, time.perf_counter() - t0)
+        if not keep:  # the spot check's load: not a round
             return out
+        first.setdefault(what, time.perf_counter() - t0)
         t[what].append(time.perf_counter() - t0)
         cpu[what][0] += time.process_time() - c0
         cpu[what][1] += _cpu_s(hpid) - h0
@@ -256,10 +256,10 @@ def load(store, cfg, rounds, layers, stage_run_bytes=None, stage_batch_bytes=Non
         _check(n == load_bytes, "load moved %d of %d bytes" % (n, load_bytes))
 
     try:
-        # both paths' first call before the rounds, so that each path's
-        # median is of as many rounds, none of them a first call
-        bytes_round(False)
-        weights_round(False)
+        # both paths' first call first, each in its path's median (as many
+        # calls of each, the first of each among them)
+        bytes_round()
+        weights_round()
         for r in range(rounds):
             for fn in ((bytes_round, weights_round) if r % 2 == 0 else
                        (weights_round, bytes_round)):
@@ -408,7 +408,7 @@ def measure(args, veth):
                      out["tensors"], out["regions"], out["reads"], out["staged_below"],
                      m["weights"] * 1e3,
                      out["load_bytes"] / m["weights"] / 1e9, ratio))
-            print("       first call (untimed above): batch_get_into %.1f ms | load %.1f ms"
+            print("       first call (in the medians above): batch_get_into %.1f ms | load %.1f ms"
                   % (out["first"]["bytes"] * 1e3, out["first"]["weights"] * 1e3))
             c, nb, nw = out["cpu"], len(out["times"]["bytes"]), len(out["times"]["weights"])
             print("       CPU per round: batch_get_into driver %.0f ms%s | load driver %.0f ms%s"
