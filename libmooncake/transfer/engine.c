@@ -2056,7 +2056,10 @@ int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint6
     shm = segment_shm(s);
     if ((shm == NULL) || !batch_adopt(te, s, shm, &reqs[0], lo, hi, gen, &sent))
         return 0;
-    if (sent) { /* the first piece is in: the others as a batch of their own */
+    /* the first piece is in: the others as a batch of their own (a 0 below
+     * still has the caller send the whole batch, the first piece's same
+     * bytes again) */
+    if (sent) {
         bytes -= reqs[0].length;
         reqs++;
         gens = (gens != NULL) ? gens + 1 : NULL;
