@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,9 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,8 +54,9 @@
 #define KiB     1024u
 #define MiB     (1024u * 1024u)
 /* the control memfd: the generation words, then the gate words */
-#define CTL_GEN_LEN ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
-#define CTL_LEN     (2 * CTL_GEN_LEN)
+#define CTL_GEN_LEN   ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
+#define CTL_GATES_LEN (2 * CTL_GEN_LEN)
+#define CTL_LEN       (CTL_GATES_LEN + 4096) /* then the life page */
 #define WRITERS_LEN ((size_t)MC_TE_SHM_SLOTS * sizeof(uint32_t))
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -2024,6 +2028,9 @@ typedef struct fake {
     pthread_cond_t cond;
     unsigned reqs;  /* requests received, all connections */
     unsigned ended; /* connections seen to close */
+    /* HELLO's life fields, set before a peer connects (0: an older holder) */
+    uint64_t life_flags, life_pid, life_tid;
+    uint32_t life_off;
 } fake_t;
 
 static void fake_send(int c, const mc_te_shm_resp_t *a, size_t len, const int *fds, int nfds)
@@ -2070,6 +2077,10 @@ static void fake_answer(fake_t *f, int c, const mc_te_shm_req_t *q)
             ck_assert_int_eq(pwrite(fd, &five, sizeof(five), 0), (ssize_t)sizeof(five));
         } else if (mode != F_HELLO_NOFD)
             fd = dup(f->ctl_fd);
+        a.gen         = f->life_flags;
+        a.region_addr = f->life_pid;
+        a.region_len  = f->life_tid;
+        a.slot        = f->life_off;
         fake_send(c, &a, sizeof(a), &fd, fd >= 0);
         if (fd >= 0)
             close(fd);
@@ -2421,12 +2432,210 @@ START_TEST(test_shm_descriptor_codec)
 }
 END_TEST
 
+/* ---- a holder that is killed --------------------------------------------- */
+
+/* The holder's life as a peer sees it, through the fake holder: the life
+ * lock's word alone (the holder's pid not ours to look up), then its
+ * serving thread's /proc stat alone (no life page); a write into memory
+ * of a holder whose serving thread is gone is refused either way. */
+static void *life_thread_main(void *arg)
+{
+    int *tid_fd = arg; /* [0]: our tid goes out, [1]: wait for the end */
+    pid_t tid   = (pid_t)syscall(SYS_gettid);
+    char x;
+    ck_assert_int_eq(write(tid_fd[0], &tid, sizeof(tid)), (ssize_t)sizeof(tid));
+    ck_assert_int_ge(read(tid_fd[1], &x, 1), 0);
+    return NULL;
+}
+
+START_TEST(test_shm_holder_life)
+{
+    uint8_t buf[64];
+    uint64_t at = FAKE_ADDR + 64;
+    uint32_t *word;
+    mc_status_t st;
+    mc_te_shm_peer_t *p;
+    fake_t f;
+
+    /* (1) the life word: no /proc lookup (another pid), the word watched */
+    fake_start(&f);
+    word = (uint32_t *)((uint8_t *)f.ctl + CTL_GATES_LEN + 8);
+    *word        = 4242;              /* the serving thread's id holds the lock */
+    f.life_flags = MC_TE_SHM_HELLO_LIFE;
+    f.life_pid   = (uint64_t)getpid() + 1; /* not what SO_PEERCRED says: no /proc */
+    f.life_tid   = 1;
+    f.life_off   = 8;
+    p            = mc_te_shm_peer_open(f.name, 1000);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(mc_te_shm_holder_confirm(p), 1);
+    te_fill(buf, sizeof(buf), 5);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), 0, &st), 1);
+    ck_assert_status_ok(st);
+    ck_assert_int_eq(mc_te_shm_holder_confirm(p), 1);
+    *word = 0x40000000u; /* FUTEX_OWNER_DIED: the kernel's mark of its end */
+    ck_assert_int_eq(mc_te_shm_holder_confirm(p), 0);
+    ck_assert_int_eq(mc_te_shm_peer_alive(p), 0); /* given up: TCP from now on */
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), 0, &st), 0);
+    mc_te_shm_peer_close(p);
+    /* a holder that is already gone when we greet it: no path at all */
+    *word = 0;
+    ck_assert_ptr_null(mc_te_shm_peer_open(f.name, 1000));
+    /* a word offset outside the life page is not looked at */
+    f.life_off = 4096;
+    p          = mc_te_shm_peer_open(f.name, 1000);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(mc_te_shm_holder_confirm(p), 1);
+    mc_te_shm_peer_close(p);
+    fake_stop(&f);
+
+    /* (2) the serving thread's /proc stat: a thread of ours plays it */
+    {
+        int tp[2], ep[2], io[2];
+        pthread_t th;
+        pid_t tid = 0;
+        ck_assert_int_eq(pipe2(tp, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(ep, O_CLOEXEC), 0);
+        io[0] = tp[1];
+        io[1] = ep[0];
+        ck_assert_int_eq(pthread_create(&th, NULL, life_thread_main, io), 0);
+        ck_assert_int_eq(read(tp[0], &tid, sizeof(tid)), (ssize_t)sizeof(tid));
+        fake_start(&f);
+        f.life_flags = MC_TE_SHM_HELLO_LIFE;
+        f.life_pid   = (uint64_t)getpid();
+        f.life_tid   = (uint64_t)tid;
+        f.life_off   = 8;
+        *(uint32_t *)((uint8_t *)f.ctl + CTL_GATES_LEN + 8) = (uint32_t)tid;
+        p = mc_te_shm_peer_open(f.name, 1000);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, buf, at, sizeof(buf), 0, &st), 1);
+        ck_assert_status_ok(st);
+        ck_assert_int_eq(mc_te_shm_holder_confirm(p), 1);
+        /* the thread ends (the word is left as it was: only /proc tells) */
+        close(ep[1]);
+        pthread_join(th, NULL);
+        usleep(1000); /* past the 250 us a live read stands for (PEER_STAT_FRESH_NS) */
+        ck_assert_int_eq(mc_te_shm_holder_confirm(p), 0);
+        ck_assert_int_eq(mc_te_shm_peer_alive(p), 0);
+        mc_te_shm_peer_close(p);
+        fake_stop(&f);
+        close(tp[0]);
+        close(tp[1]);
+        close(ep[0]);
+    }
+}
+END_TEST
+
+/* A real holder in another process is killed with SIGKILL while a child it
+ * forked keeps its sockets open, as a forked worker of an application
+ * does: the reader sees no hang-up, yet a same-host write into the killed
+ * holder's memory must fail as the network path fails it, not be reported
+ * written into a process that is gone. */
+typedef struct holder_info {
+    char name[128];
+    char shm[MC_TE_SHM_NAME_MAX];
+    uint64_t addr;
+} holder_info_t;
+
+static void holder_child(int info_fd, int cmd_fd, int keep_fd)
+{
+    mc_te_h H   = shm_te_new("P2PHANDSHAKE", 1);
+    shm_buf_t h = shm_buf_new(256 * KiB, 1, NULL);
+    holder_info_t hi;
+    char c;
+
+    memset(&hi, 0, sizeof(hi));
+    ck_assert_status_ok(mc_te_mem_reg_shared(H, h.p, h.len, "", MC_TE_MEM_REMOTE_ACCESS, h.fd));
+    snprintf(hi.name, sizeof(hi.name), "%s", mc_te_local_name(H));
+    shm_name_of(H, hi.shm, sizeof(hi.shm));
+    hi.addr = (uint64_t)(uintptr_t)h.p;
+    ck_assert_int_eq(write(info_fd, &hi, sizeof(hi)), (ssize_t)sizeof(hi));
+    /* 'f': fork the child that keeps every descriptor open, then say so */
+    while (read(cmd_fd, &c, 1) == 1) {
+        if (fork() == 0) {
+            char x;
+            while (read(keep_fd, &x, 1) > 0) /* until the test closes its end */
+                ;
+            _exit(0);
+        }
+        ck_assert_int_eq(write(info_fd, &c, 1), 1);
+    }
+    _exit(0);
+}
+
+START_TEST(test_shm_write_into_killed_holder)
+{
+    int info[2], cmd[2], keep[2];
+    holder_info_t hi;
+    uint8_t src[4096], back[4096];
+    mc_te_segment_id_t seg = 0;
+    mc_te_shm_peer_t *p;
+    uint64_t ops, bytes;
+    mc_te_h R;
+    mc_status_t st;
+    pid_t pid;
+    char c = 'f';
+    int wst;
+
+    ck_assert_int_eq(pipe2(info, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(cmd, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(keep, 0), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(keep[1]);
+        holder_child(info[1], cmd[0], keep[0]);
+    }
+    close(keep[0]);
+    ck_assert_int_eq(read(info[0], &hi, sizeof(hi)), (ssize_t)sizeof(hi));
+    R = shm_te_new("P2PHANDSHAKE", 1);
+    ck_assert_status_ok(mc_te_segment_open(R, hi.name, &seg));
+    te_fill(src, sizeof(src), 77);
+    stats(R, &ops, &bytes);
+    ck_assert_status_ok(xfer1(R, MC_TE_WRITE, src, (void *)(uintptr_t)hi.addr, sizeof(src), seg));
+    ck_assert_status_ok(xfer1(R, MC_TE_READ, back, (void *)(uintptr_t)hi.addr, sizeof(back), seg));
+    ck_assert(memcmp(src, back, sizeof(src)) == 0);
+    ck_assert_stats(R, ops, bytes, 2, 2 * sizeof(src)); /* both through shared memory */
+    p = mc_te_shm_peer_open(hi.shm, 1000);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, src, hi.addr, 64, 0, &st), 1);
+    ck_assert_int_eq(mc_te_shm_holder_confirm(p), 1);
+
+    /* the forked child holds the holder's descriptors; then the kill */
+    ck_assert_int_eq(write(cmd[1], &c, 1), 1);
+    ck_assert_int_eq(read(info[0], &c, 1), 1);
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    /* A reader reuses a /proc read that found the holder live for 250 us
+     * (shm.c, PEER_STAT_FRESH_NS): from then on, whether the holder is
+     * still exiting or not, refused.  (A bound, not a wait for the result.) */
+    usleep(1000);
+    st = xfer1(R, MC_TE_WRITE, src, (void *)(uintptr_t)hi.addr, sizeof(src), seg);
+    ck_assert_msg(st != MC_OK, "a write into a killed holder was reported done");
+    ck_assert_int_eq(mc_te_shm_xfer(p, MC_TE_WRITE, src, hi.addr, 64, 0, &st), 1);
+    ck_assert_int_eq(mc_te_shm_holder_confirm(p), 0);
+    mc_te_shm_peer_close(p);
+    ck_assert_int_eq(waitpid(pid, &wst, 0), pid);
+    ck_assert(WIFSIGNALED(wst) && (WTERMSIG(wst) == SIGKILL));
+    /* and once it is gone, though its sockets still are not closed */
+    p = mc_te_shm_peer_open(hi.shm, 1000);
+    ck_assert_ptr_null(p);
+    st = xfer1(R, MC_TE_WRITE, src, (void *)(uintptr_t)hi.addr, sizeof(src), seg);
+    ck_assert_msg(st != MC_OK, "a write into a dead holder was reported done");
+    close(keep[1]); /* the forked child ends */
+    mc_te_destroy(R);
+    close(info[0]);
+    close(info[1]);
+    close(cmd[0]);
+    close(cmd[1]);
+}
+END_TEST
+
 Suite *mc_test_shm_suite(void)
 {
     Suite *s     = suite_create("shm");
     TCase *codec = tcase_create("codec");
     TCase *two   = tcase_create("engines");
     TCase *fake  = tcase_create("fake_holder");
+    TCase *killed = tcase_create("killed_holder");
 
     tcase_add_test(codec, test_shm_descriptor_codec);
     suite_add_tcase(s, codec);
@@ -2460,6 +2669,11 @@ Suite *mc_test_shm_suite(void)
 
     tcase_set_timeout(fake, 30);
     tcase_add_test(fake, test_shm_hostile_holder);
+    tcase_add_test(fake, test_shm_holder_life);
     suite_add_tcase(s, fake);
+
+    tcase_set_timeout(killed, 60);
+    tcase_add_test(killed, test_shm_write_into_killed_holder);
+    suite_add_tcase(s, killed);
     return s;
 }

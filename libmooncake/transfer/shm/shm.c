@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -60,7 +62,14 @@
  * than the gates sends only the first half: its peers read through it but
  * never write directly. */
 #define CTL_GEN_LEN      ((size_t)MC_TE_SHM_SLOTS * sizeof(uint64_t))
-#define CTL_LEN          (2 * CTL_GEN_LEN)
+#define CTL_GATES_LEN    (2 * CTL_GEN_LEN)
+/* Then one page holding the life lock: a robust process-shared mutex that
+ * the server thread holds while it serves.  When that thread is killed the
+ * kernel marks the lock's word FUTEX_OWNER_DIED as the thread starts to
+ * exit, before the process's memory is torn down and long before its
+ * sockets close (docs/transfer.md §10, "A holder that dies"). */
+#define CTL_LIFE_LEN     ((size_t)4096)
+#define CTL_LEN          (CTL_GATES_LEN + CTL_LIFE_LEN)
 /* A peer's writer counts: one 32-bit count per slot of the direct writes it
  * has in progress there. */
 #define WRITERS_LEN      ((size_t)MC_TE_SHM_SLOTS * sizeof(uint32_t))
@@ -68,6 +77,15 @@
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
+#ifndef FUTEX_OWNER_DIED
+#define FUTEX_OWNER_DIED 0x40000000u
+#endif
+#ifndef FUTEX_TID_MASK
+#define FUTEX_TID_MASK 0x3fffffffu
+#endif
+/* A task's flags (/proc/<pid>/task/<tid>/stat, field 9): it has begun to
+ * exit. */
+#define TASK_PF_EXITING 0x4u
 
 /* ---- shared helpers ------------------------------------------------------- */
 
@@ -87,13 +105,16 @@ static int abstract_addr(const char *name, struct sockaddr_un *sa, socklen_t *le
     return 0;
 }
 
-/* 1 when the process at the other end of @p fd runs as our user. */
-static int same_user(int fd)
+/* 1 when the process at the other end of @p fd runs as our user; its pid
+ * as seen here (0: not visible in our pid namespace) in *pid_p. */
+static int same_user(int fd, pid_t *pid_p)
 {
     struct ucred cr;
     socklen_t l = sizeof(cr);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) != 0)
         return 0;
+    if (pid_p != NULL)
+        *pid_p = cr.pid;
     return cr.uid == geteuid();
 }
 
@@ -121,6 +142,9 @@ struct mc_te_shm_server {
     int wake_fd;             /* eventfd: stop */
     int ctl_fd;              /* control memfd */
     uint64_t *ctl;           /* its mapping: MC_TE_SHM_SLOTS words, then the gates */
+    pthread_mutex_t *life;   /* the life lock, in the control memfd's last page */
+    uint32_t life_off;       /* its futex word's offset in that page; set by the thread */
+    pid_t life_tid;          /* the thread holding it */
     pthread_mutex_t conn_mu; /* conns */
     /* per connection of server_main's poll array (same index, less 2):
      * its writer counts, mapped, or NULL until it asked */
@@ -295,6 +319,12 @@ static int serve_one(mc_te_shm_server_t *srv, int fd, size_t ci)
     if (q.op == MC_TE_SHM_HELLO) {
         a.answer = MC_TE_SHM_OK;
         a.nslots = MC_TE_SHM_SLOTS;
+        if (srv->life_tid > 0) { /* this process and the thread holding the life lock */
+            a.gen         = MC_TE_SHM_HELLO_LIFE;
+            a.slot        = srv->life_off;
+            a.region_addr = (uint64_t)getpid();
+            a.region_len  = (uint64_t)srv->life_tid;
+        }
         return send_answer(fd, &a, srv->ctl_fd);
     }
     if (q.op == MC_TE_SHM_WRITERS) {
@@ -332,11 +362,34 @@ static int serve_one(mc_te_shm_server_t *srv, int fd, size_t ci)
     return rc;
 }
 
+/* Take the life lock on the serving thread and find its futex word (the
+ * word that now holds this thread's id): readers watch it. */
+static void life_take(mc_te_shm_server_t *srv)
+{
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    const uint8_t *b = (const uint8_t *)srv->life;
+
+    if ((srv->life == NULL) || (pthread_mutex_lock(srv->life) != 0))
+        return;
+    for (size_t off = 0; off + sizeof(uint32_t) <= sizeof(*srv->life); off += sizeof(uint32_t)) {
+        uint32_t w;
+        memcpy(&w, b + off, sizeof(w));
+        if ((w & FUTEX_TID_MASK) == (uint32_t)tid) {
+            srv->life_off = (uint32_t)((b + off) - (const uint8_t *)srv->ctl - CTL_GATES_LEN);
+            srv->life_tid = tid;
+            return;
+        }
+    }
+    (void)pthread_mutex_unlock(srv->life); /* a layout we do not know: no life word */
+}
+
 static void *server_main(void *arg)
 {
     mc_te_shm_server_t *srv = arg;
     struct pollfd pf[SERVER_MAX_CONNS + 2];
     nfds_t n = 2;
+
+    life_take(srv);
 
     pf[0].fd     = srv->wake_fd;
     pf[0].events = POLLIN;
@@ -369,7 +422,7 @@ static void *server_main(void *arg)
         if (pf[1].revents & POLLIN) {
             int c = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
             if (c >= 0) {
-                if ((n >= SERVER_MAX_CONNS + 2) || !same_user(c)) {
+                if ((n >= SERVER_MAX_CONNS + 2) || !same_user(c, NULL)) {
                     mc_debug("shared-memory server: refusing a connection (%s)",
                              (n >= SERVER_MAX_CONNS + 2) ? "too many" : "another user");
                     close(c);
@@ -392,7 +445,25 @@ static void *server_main(void *arg)
         writers_close(srv, i - 2);
         close(pf[i].fd);
     }
+    if (srv->life_tid > 0)
+        (void)pthread_mutex_unlock(srv->life);
     return NULL;
+}
+
+/* The life lock, robust and shared with the readers (who only read its
+ * word); left NULL where the C library cannot make one. */
+static void life_init(mc_te_shm_server_t *srv)
+{
+    pthread_mutexattr_t at;
+    pthread_mutex_t *m = (pthread_mutex_t *)((uint8_t *)srv->ctl + CTL_GATES_LEN);
+
+    if (pthread_mutexattr_init(&at) != 0)
+        return;
+    if ((pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED) == 0) &&
+        (pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST) == 0) &&
+        (pthread_mutex_init(m, &at) == 0))
+        srv->life = m;
+    pthread_mutexattr_destroy(&at);
 }
 
 static void server_free(mc_te_shm_server_t *srv)
@@ -401,6 +472,8 @@ static void server_free(mc_te_shm_server_t *srv)
         close(srv->lfd);
     if (srv->wake_fd >= 0)
         close(srv->wake_fd);
+    if (srv->life != NULL)
+        pthread_mutex_destroy(srv->life);
     if (srv->ctl != NULL)
         munmap(srv->ctl, CTL_LEN);
     if (srv->ctl_fd >= 0)
@@ -453,6 +526,7 @@ mc_status_t mc_te_shm_server_start(mc_te_t *te, mc_te_shm_server_t **srv_p)
     if (ctl == MAP_FAILED)
         goto unavailable;
     srv->ctl = ctl;
+    life_init(srv);
     if (fcntl(srv->ctl_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
         goto unavailable;
     (void)fcntl(srv->ctl_fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE);
@@ -519,6 +593,10 @@ struct mc_te_shm_peer {
     const uint64_t *ctl;       /* control words, read-only */
     size_t ctl_len;            /* its mapping's length */
     const uint64_t *gates;     /* the gate words after them, or NULL */
+    const uint32_t *life;      /* the holder's life lock's word, or NULL */
+    int stat_fd;               /* /proc stat of the thread holding it, or -1 */
+    uint64_t stat_live_ns;     /* atomic: when the last read of it that found the
+                                * holder live began (mc_now_ns) */
     uint32_t *writers;         /* our writer counts, or NULL: no direct writes */
     peer_map_t *maps;          /* sorted by addr, disjoint */
     size_t nmaps;
@@ -626,6 +704,7 @@ mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
     socklen_t salen;
     mc_te_shm_resp_t a;
     int cfd = -1;
+    pid_t pid = 0;
     void *ctl;
 
     if (abstract_addr(name, &sa, &salen) != 0)
@@ -633,6 +712,7 @@ mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
     p = calloc(1, sizeof(*p));
     if (p == NULL)
         return NULL;
+    p->stat_fd = -1;
     snprintf(p->name, sizeof(p->name), "%s", name);
     p->timeout_ms = (timeout_ms > 0) ? timeout_ms : 3000;
     pthread_mutex_init(&p->io_mu, NULL);
@@ -647,7 +727,7 @@ mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
         mc_debug("no same-host path to %s: %m", name);
         goto fail;
     }
-    if (!same_user(p->fd)) {
+    if (!same_user(p->fd, &pid)) {
         mc_debug("no same-host path to %s: it runs as another user", name);
         goto fail;
     }
@@ -656,16 +736,34 @@ mc_te_shm_peer_t *mc_te_shm_peer_open(const char *name, int timeout_ms)
         mc_debug("no same-host path to %s: bad greeting", name);
         goto fail;
     }
-    /* the gates too where the holder has them (sealed: the length holds) */
-    p->ctl_len = mc_te_shm_fd_shareable(cfd, CTL_LEN) ? CTL_LEN : CTL_GEN_LEN;
+    /* the gates and the life page too where the holder has them (sealed:
+     * the length holds) */
+    p->ctl_len = mc_te_shm_fd_shareable(cfd, CTL_LEN)         ? CTL_LEN
+                 : mc_te_shm_fd_shareable(cfd, CTL_GATES_LEN) ? CTL_GATES_LEN
+                                                              : CTL_GEN_LEN;
     ctl        = mmap(NULL, p->ctl_len, PROT_READ, MAP_SHARED, cfd, 0);
     close(cfd);
     cfd = -1;
     if (ctl == MAP_FAILED)
         goto fail;
     p->ctl = ctl;
-    if (p->ctl_len == CTL_LEN)
+    if (p->ctl_len >= CTL_GATES_LEN)
         p->gates = p->ctl + MC_TE_SHM_SLOTS;
+    if ((p->ctl_len == CTL_LEN) && (a.gen & MC_TE_SHM_HELLO_LIFE) &&
+        (a.slot <= CTL_LIFE_LEN - sizeof(uint32_t)) && (a.slot % sizeof(uint32_t) == 0))
+        p->life = (const uint32_t *)((const uint8_t *)ctl + CTL_GATES_LEN + a.slot);
+    if ((a.gen & MC_TE_SHM_HELLO_LIFE) && (pid > 0) && ((uint64_t)pid == a.region_addr) &&
+        (a.region_len > 0) && (a.region_len <= INT32_MAX)) {
+        /* the holder sees itself under the pid we see: its thread ids are ours too */
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/task/%llu/stat", (int)pid,
+                 (unsigned long long)a.region_len);
+        p->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    if (!mc_te_shm_holder_confirm(p)) {
+        mc_debug("no same-host path to %s: it is exiting", name);
+        goto fail;
+    }
     if (peer_writers_open(p) != 0) {
         mc_debug("no same-host path to %s: no answer for the writer counts", name);
         goto fail;
@@ -698,6 +796,8 @@ void mc_te_shm_peer_close(mc_te_shm_peer_t *p)
         munmap((void *)p->ctl, p->ctl_len);
     if (p->writers != NULL)
         munmap(p->writers, WRITERS_LEN);
+    if (p->stat_fd >= 0)
+        close(p->stat_fd);
     if (p->fd >= 0)
         close(p->fd);
     pthread_mutex_destroy(&p->io_mu);
@@ -730,6 +830,79 @@ int mc_te_shm_peer_alive(mc_te_shm_peer_t *p)
         return 0;
     }
     return 1;
+}
+
+/* How long a /proc stat read that found the holder live stands for later
+ * writes: a kill is seen by every confirmation this long after it. */
+#define PEER_STAT_FRESH_NS 250000u
+
+/* Why the task whose /proc stat is open at @p fd is exiting, or NULL when
+ * it is not: SIGKILL pending (sent, not yet taken: from the kill on),
+ * exiting, a zombie, or gone (the read fails once it was reaped). */
+static const char *stat_exiting(int fd)
+{
+    char buf[1024];
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    const char *c;
+    unsigned long long flags = 0, sig = 0;
+    char state = 0;
+
+    if (n <= 0)
+        return "its process is gone";
+    buf[n] = 0;
+    c      = strrchr(buf, ')'); /* the command name may hold anything */
+    if (c == NULL)
+        return NULL;
+    /* fields from 3 on: state, ..., flags (9), ..., signal (31) */
+    for (int field = 3; (*c != 0) && (field <= 31); field++) {
+        while (*c == ')' || *c == ' ')
+            c++;
+        if (field == 3)
+            state = *c;
+        else if (field == 9)
+            flags = strtoull(c, NULL, 10);
+        else if (field == 31)
+            sig = strtoull(c, NULL, 10);
+        while ((*c != 0) && (*c != ' '))
+            c++;
+    }
+    if ((state == 'Z') || (state == 'X') || (state == 'x'))
+        return "its serving thread has exited";
+    if (flags & TASK_PF_EXITING)
+        return "it is exiting";
+    if (sig & (1ull << (SIGKILL - 1)))
+        return "it was sent SIGKILL";
+    return NULL;
+}
+
+int mc_te_shm_holder_confirm(mc_te_shm_peer_t *p)
+{
+    const char *why = NULL;
+
+    if (__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
+        return 0;
+    /* the copies before are done before what follows is read */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (p->life != NULL) {
+        uint32_t w = __atomic_load_n(p->life, __ATOMIC_SEQ_CST);
+        if (((w & FUTEX_TID_MASK) == 0) || (w & FUTEX_OWNER_DIED))
+            why = "its serving thread ended";
+    }
+    if ((why == NULL) && (p->stat_fd >= 0)) {
+        /* a read begun less than PEER_STAT_FRESH_NS ago stands (a read
+         * costs microseconds, a small put tens of them) */
+        uint64_t now = mc_now_ns();
+        if (now - __atomic_load_n(&p->stat_live_ns, __ATOMIC_ACQUIRE) >= PEER_STAT_FRESH_NS) {
+            why = stat_exiting(p->stat_fd);
+            if (why == NULL)
+                __atomic_store_n(&p->stat_live_ns, now, __ATOMIC_RELEASE);
+        }
+    }
+    if (why == NULL)
+        return 1;
+    peer_give_up(p);
+    mc_debug("same-host peer %s: %s; using TCP", p->name, why);
+    return 0;
 }
 
 /* Index of the first map ending above addr; map_lock held. */

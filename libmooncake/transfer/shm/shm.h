@@ -86,12 +86,19 @@ typedef struct mc_te_shm_req {
 typedef struct mc_te_shm_resp {
     uint32_t magic;
     uint32_t answer;      /* enum mc_te_shm_answer */
-    uint64_t region_addr; /* MAP, OK or NOT_SHARED: the region's bounds */
-    uint64_t region_len;
-    uint64_t gen;         /* MAP, OK: the region's control word value */
-    uint32_t slot;        /* MAP, OK: index of that word */
+    uint64_t region_addr; /* MAP, OK or NOT_SHARED: the region's bounds;
+                           * HELLO with MC_TE_SHM_HELLO_LIFE: the holder's pid, */
+    uint64_t region_len;  /* and the id of its thread holding the life lock */
+    uint64_t gen;         /* MAP, OK: the region's control word value; HELLO: flags */
+    uint32_t slot;        /* MAP, OK: index of that word; HELLO with
+                           * MC_TE_SHM_HELLO_LIFE: the life lock's word's offset
+                           * in the control memfd's life page */
     uint32_t nslots;      /* HELLO: words in the control memfd */
 } mc_te_shm_resp_t;
+
+/* HELLO's flag: the control memfd has a life page whose lock the holder's
+ * serving thread holds (its pid, thread id and word offset given). */
+#define MC_TE_SHM_HELLO_LIFE 1u
 
 /* ---- holder side --------------------------------------------------------- */
 
@@ -141,6 +148,20 @@ void mc_te_shm_peer_close(mc_te_shm_peer_t *p);
 const char *mc_te_shm_peer_name(const mc_te_shm_peer_t *p);
 /* 0 once the holder hung up (its process ended or it stopped serving). */
 int mc_te_shm_peer_alive(mc_te_shm_peer_t *p);
+/*
+ * After direct writes and before they are reported done: 1 when the holder
+ * is not exiting, 0 (and the holder is given up, as on a hang-up) when it
+ * is.  A holder killed with SIGKILL keeps its socket open until its memory
+ * is torn down, milliseconds later, so a copy into its memory in between
+ * would otherwise be reported written into a process that is already
+ * gone.  Checks the life lock's word (marked by the kernel as the serving
+ * thread exits, in any pid namespace) and, where the holder's pid is
+ * visible here, that thread's /proc stat (a pending SIGKILL, exiting,
+ * zombie or reaped).  That read costs 4-10 us, so one that found the
+ * holder live stands for 250 us: a write confirmed that long after the
+ * kill is refused.  Callers check once per batch of writes to one holder.
+ */
+int mc_te_shm_holder_confirm(mc_te_shm_peer_t *p);
 
 /*
  * Move len (> 0) bytes between local memory and [remote, remote+len) of the
