@@ -739,6 +739,13 @@ static void *writer_main(void *arg)
         mc_buf_reset(&w->pending);
         seq           = w->pending_seq;
         rot           = w->rotate_gen;
+        if (batch.oom) {
+            /* a record of the round was lost to an allocation failure:
+             * none of it, nor anything after it, may be reported durable */
+            mc_error("operation log: out of memory appending records; nothing after this "
+                     "is durable");
+            w->failed = 1;
+        }
         first         = rot ? w->rotate_at : batch.len;
         w->rotate_gen = 0;
         pthread_mutex_unlock(&w->mu);
