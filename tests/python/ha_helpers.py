@@ -189,6 +189,19 @@ def wait_leader(masters: List[HaMaster], timeout: float) -> HaMaster:
     return wait_until(one, timeout, "exactly one serving leader", interval=0.05)
 
 
+def wait_remounted(master: HaMaster, n: int, timeout: float = 10.0) -> None:
+    """Every one of ``n`` clients' segments serves again on ``master``, a
+    new leader.  A segment restored from the log serves nothing until its
+    owner remounts it (a get of a key held only there is answered
+    OBJECT_NOT_FOUND meanwhile), and with several clients a key of one may
+    live on another's segment: read back after this, not after one
+    client's own key reads."""
+    def back():
+        segs = json.loads(master.admin("/get_all_segments") or "[]")
+        return len(segs) == n and all(s["status"] == "OK" for s in segs)
+    wait_until(back, timeout, f"the {n} clients to remount their segments", interval=0.05)
+
+
 def leader_view(m: Master, leader: Master, timeout: float = 5.0) -> str:
     """``m``'s /leader once it names ``leader``: a standby learns the
     leader from its next read of the record (every 200 ms)."""

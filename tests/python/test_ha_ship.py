@@ -22,13 +22,12 @@ standbys follow them.  Real etcd, real masters, real client processes.
 """
 
 import hashlib
-import json
 import threading
 import time
 
 import pytest
 
-from ha_helpers import HaMaster, have_etcd, wait_leader
+from ha_helpers import HaMaster, have_etcd, wait_leader, wait_remounted
 from ha_helpers import cleanup, etcd  # noqa: F401 (fixtures)
 from helpers import MiB, ClientProc, wait_until
 
@@ -80,17 +79,6 @@ def read_back(c, keys):
         if r.get("hex") != value_of(k).hex():
             wrong.append((k, r))
     return wrong
-
-
-def wait_remounted(master, n):
-    """Every one of the ``n`` clients' segments serves again on ``master``.
-    A restored segment's replicas are not read until its owner remounts
-    it (a get of a key held only there is answered OBJECT_NOT_FOUND), and
-    with several clients a key of one may live on another's segment."""
-    def back():
-        segs = json.loads(master.admin("/get_all_segments") or "[]")
-        return len(segs) == n and all(s["status"] == "OK" for s in segs)
-    wait_until(back, 10.0, f"the {n} clients to remount their segments", interval=0.05)
 
 
 def test_kill9_under_load_loses_no_acknowledged_put(etcd, cleanup, tmp_path):

@@ -38,7 +38,7 @@ import time
 import pytest
 
 from ha_helpers import (EtcdCluster, GatewayOnlyEtcd, OplogMaster, have_etcd, pause_etcd,
-                        resume_etcd, stop_all, wait_leader)
+                        resume_etcd, stop_all, wait_leader, wait_remounted)
 from ha_helpers import cleanup, etcd  # noqa: F401 (fixtures)
 from helpers import MiB, ClientProc, master_bin, wait_until
 
@@ -151,6 +151,7 @@ def test_production_command_kill9_and_sigstop_lose_nothing(etcd3, cleanup):
     finally:
         for ld in loads:
             ld.stop()
+    wait_remounted(wait_leader(masters, 10.0), len(clients))
     for c, ld in zip(clients, loads):
         bad = lost(c, ld.acked)
         assert not bad, f"{len(bad)} of {len(ld.acked)} acknowledged puts lost, e.g. {bad[:3]}"
@@ -211,12 +212,13 @@ def test_leader_killed_with_grouped_rounds_in_flight(etcd, cleanup):
         assert max(per_txn.values()) > 1, "no transaction carried more than one log key"
         leader.kill()  # kill -9, with rounds in flight
         masters.remove(leader)
-        wait_leader(masters, 15.0)
+        new = wait_leader(masters, 15.0)
         for ld in loads:
             ld.wait_more(32, 40.0, "32 acknowledged puts per client on the new leader")
     finally:
         for ld in loads:
             ld.stop()
+    wait_remounted(new, len(clients))
     for c, ld in zip(clients, loads):
         bad = lost(c, ld.acked)
         assert not bad, f"{len(bad)} of {len(ld.acked)} acknowledged puts lost, e.g. {bad[:3]}"
@@ -354,6 +356,7 @@ def test_leader_killed_with_grpc_txns_in_flight(etcd3, cleanup):
     finally:
         for ld in loads:
             ld.stop()
+    wait_remounted(new, len(clients))
     for c, ld in zip(clients, loads):
         bad = lost(c, ld.acked)
         assert not bad, f"{len(bad)} of {len(ld.acked)} acknowledged puts lost, e.g. {bad[:3]}"
