@@ -31,6 +31,7 @@ libmooncake_internal_la_SOURCES = \
 	libmooncake/common/auth.c libmooncake/common/auth.h \
 	libmooncake/common/fastcopy.c \
 	libmooncake/codec/ragged.c \
+	libmooncake/codec/stage.c \
 	libmooncake/reshard/plan.c \
 	libmooncake/common/cuda.c libmooncake/common/cuda.h \
 	libmooncake/common/dfs_layout.c libmooncake/common/dfs_layout.h \

@@ -507,6 +507,12 @@ struct mooncake_engine {
 %ignore mc_codec_ragged_select;
 /* python.i's column builders (swig/pyhelpers.c) call it from C */
 %ignore mc_codec_blob_check;
+/* python.i's stage_json (swig/pyhelpers.c) calls it with descriptors made from
+ * Python objects; the structs are C-only */
+%ignore mc_codec_stage_json;
+%ignore mc_codec_member;
+%ignore mc_codec_chunk;
+%ignore mc_codec_stage_out;
 #if !defined(SWIGPYTHON)
 /* only python.i maps a sequence of arrays to rows */
 %ignore mc_codec_ragged_measure;

@@ -11,6 +11,7 @@
  */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -255,6 +256,257 @@ START_TEST(test_select_runs_and_offsets)
 }
 END_TEST
 
+/* ---- mc_codec_stage_json() -------------------------------------------------- */
+
+/* What Python's json module writes for the documents of the four members
+ * of stage_members() under stage_prefix, object "part/abc", chunks of 100
+ * bytes (json.dumps(..., separators=(",", ":")): the metadata with
+ * ensure_ascii=False, the manifest with it on), the keys in write order
+ * and their (member, offset, size). */
+static const char want_meta[] =
+    "{\"layout\":\"x\",\"n\":\"\xc3""\xa9""\\n\",\"__mooncake_structured_fields__\":"
+    "{\"q\\\"b\\\\\xc3""\xa9""\xf0""\x9f""\x98""\x80""\xe2""\x80""\xa8""\":{\"encodi"
+    "ng\":\"torch_tensor\",\"dtype\":\"torch.float32\",\"shape\":[3],\"element_size\""
+    ":4},\"a.data\":{\"encoding\":\"ndarray\",\"dtype\":\"<i4\",\"shape\":[2,0,5]},\""
+    "big\":{\"encoding\":\"ndarray\",\"dtype\":\"<f8\",\"shape\":[31]},\"raw\":{\"en"
+    "coding\":\"bytes\"}}}";
+static const char want_manifest[] =
+    "{\"version\":1,\"layout\":\"bundle\",\"object_id\":\"part/abc\",\"meta\":{\"key"
+    "\":\"p/\\u007f\\u00e9/part/abc/meta\",\"bytes\":304,\"chunks\":[{\"key\":\"p/\\"
+    "u007f\\u00e9/part/abc/meta/chunk/0\",\"bytes\":100},{\"key\":\"p/\\u007f\\u00e9"
+    "/part/abc/meta/chunk/1\",\"bytes\":100},{\"key\":\"p/\\u007f\\u00e9/part/abc/me"
+    "ta/chunk/2\",\"bytes\":100},{\"key\":\"p/\\u007f\\u00e9/part/abc/meta/chunk/3\""
+    ",\"bytes\":4}]},\"buffers\":{\"q\\\"b\\\\\\u00e9\\ud83d\\ude00\\u2028\":{\"key\""
+    ":\"p/\\u007f\\u00e9/part/abc/buffer/q\\\"b\\\\\\u00e9\\ud83d\\ude00\\u2028\",\""
+    "bytes\":316,\"chunks\":[{\"key\":\"p/\\u007f\\u00e9/part/abc/buffer/q\\\"b\\\\\\"
+    "u00e9\\ud83d\\ude00\\u2028\",\"bytes\":316}],\"kind\":\"tensor\",\"dtype\":\"to"
+    "rch.float32\",\"shape\":[3],\"metadata_bytes\":304},\"a.data\":{\"key\":\"p/\\u"
+    "007f\\u00e9/part/abc/buffer/a.data\",\"bytes\":0,\"chunks\":[]},\"big\":{\"key\""
+    ":\"p/\\u007f\\u00e9/part/abc/buffer/big\",\"bytes\":248,\"chunks\":[{\"key\":\""
+    "p/\\u007f\\u00e9/part/abc/buffer/big/chunk/0\",\"bytes\":100},{\"key\":\"p/\\u0"
+    "07f\\u00e9/part/abc/buffer/big/chunk/1\",\"bytes\":100},{\"key\":\"p/\\u007f\\u"
+    "00e9/part/abc/buffer/big/chunk/2\",\"bytes\":48}]},\"raw\":{\"key\":\"p/\\u007f"
+    "\\u00e9/part/abc/buffer/raw\",\"bytes\":100,\"chunks\":[{\"key\":\"p/\\u007f\\u"
+    "00e9/part/abc/buffer/raw\",\"bytes\":100}]}}}";
+static const char *const want_keys[] = {
+    "p/\x7f""\xc3""\xa9""/part/abc/meta/chunk/0",
+    "p/\x7f""\xc3""\xa9""/part/abc/meta/chunk/1",
+    "p/\x7f""\xc3""\xa9""/part/abc/meta/chunk/2",
+    "p/\x7f""\xc3""\xa9""/part/abc/meta/chunk/3",
+    "p/\x7f""\xc3""\xa9""/part/abc/buffer/q\"b\\\xc3""\xa9""\xf0""\x9f""\x98""\x80"""
+    "\xe2""\x80""\xa8""",
+    "p/\x7f""\xc3""\xa9""/part/abc/buffer/big/chunk/0",
+    "p/\x7f""\xc3""\xa9""/part/abc/buffer/big/chunk/1",
+    "p/\x7f""\xc3""\xa9""/part/abc/buffer/big/chunk/2",
+    "p/\x7f""\xc3""\xa9""/part/abc/buffer/raw"};
+static const uint64_t want_chunks[][3] = {
+    {4, 0, 100}, {4, 100, 100}, {4, 200, 100}, {4, 300, 4}, {0, 0, 316},
+    {2, 0, 100}, {2, 100, 100}, {2, 200, 48}, {3, 0, 100}};
+static const char stage_name0[] = "q\"b\\\xc3""\xa9""\xf0""\x9f""\x98""\x80""\xe2""\x80""\xa8""";
+static const char stage_prefix[] = "p/\x7f""\xc3""\xa9""";
+static const char stage_head[] = "{\"layout\":\"x\",\"n\":\"\xc3""\xa9""\\n\"}";
+
+static const int64_t stage_shape0[1] = {3};
+static const int64_t stage_shape1[3] = {2, 0, 5};
+static const int64_t stage_shape2[1] = {31};
+
+/* a tensor object whose name needs every kind of escape (it is larger than
+ * a chunk: still one key), an empty array (no key), an array of 248 bytes
+ * (three chunks) and 100 raw bytes (one key) */
+static void stage_members(mc_codec_member_t *m)
+{
+    memset(m, 0, 4 * sizeof(*m));
+    m[0] = (mc_codec_member_t){stage_name0, strlen(stage_name0), 316, MC_CODEC_MEMBER_TENSOR,
+                               "torch.float32", 13, 1, stage_shape0, 4, 304};
+    m[1] = (mc_codec_member_t){"a.data", 6, 0, MC_CODEC_MEMBER_NDARRAY, "<i4", 3, 3,
+                               stage_shape1, 0, 0};
+    m[2] = (mc_codec_member_t){"big", 3, 248, MC_CODEC_MEMBER_NDARRAY, "<f8", 3, 1,
+                               stage_shape2, 0, 0};
+    m[3] = (mc_codec_member_t){"raw", 3, 100, MC_CODEC_MEMBER_BYTES, NULL, 0, 0, NULL, 0, 0};
+}
+
+static mc_status_t stage_call(const mc_codec_member_t *m, size_t n, mc_codec_stage_out_t *out)
+{
+    return mc_codec_stage_json(stage_prefix, strlen(stage_prefix), "part/abc", 8, stage_head,
+                               strlen(stage_head), m, n, 100, 1, out);
+}
+
+/* Room for the documents of stage_members() (and more). */
+typedef struct {
+    char meta[1024], man[4096], keys[1024];
+    mc_codec_chunk_t chunks[16];
+    mc_codec_stage_out_t out;
+} stage_room_t;
+
+static void stage_room(stage_room_t *r)
+{
+    memset(r->meta, 0x5A, sizeof(r->meta));
+    memset(r->man, 0x5A, sizeof(r->man));
+    r->out = (mc_codec_stage_out_t){r->meta, sizeof(r->meta), 0, r->man, sizeof(r->man), 0,
+                                    r->keys, sizeof(r->keys), 0, r->chunks, 16, 0};
+}
+
+START_TEST(test_stage_json_is_pythons_json)
+{
+    mc_codec_member_t m[4];
+    stage_room_t r;
+    const mc_codec_stage_out_t *out = &r.out;
+
+    stage_members(m);
+    stage_room(&r);
+    ck_assert_status_ok(stage_call(m, 4, &r.out));
+    ck_assert_msg(out->meta_len == strlen(want_meta) &&
+                      memcmp(r.meta, want_meta, out->meta_len) == 0,
+                  "the metadata should be json.dumps' bytes; got %.*s", (int)out->meta_len,
+                  r.meta);
+    ck_assert_msg(out->manifest_len == strlen(want_manifest) &&
+                      memcmp(r.man, want_manifest, out->manifest_len) == 0,
+                  "the manifest should be json.dumps' ASCII bytes; got %.*s",
+                  (int)out->manifest_len, r.man);
+    ck_assert_msg(out->nchunks == 9, "the members should need 9 keys, not %zu", out->nchunks);
+    for (size_t c = 0; c < out->nchunks; c++) {
+        const mc_codec_chunk_t *e = &r.chunks[c];
+
+        ck_assert_msg(e->key_len == strlen(want_keys[c]) &&
+                          memcmp(r.keys + e->key_offset, want_keys[c], e->key_len) == 0 &&
+                          r.keys[e->key_offset + e->key_len] == '\0',
+                      "key %zu should be %s", c, want_keys[c]);
+        ck_assert_msg(e->member == want_chunks[c][0] && e->offset == want_chunks[c][1] &&
+                          e->size == want_chunks[c][2],
+                      "key %zu should hold member %" PRIu64 " bytes [%" PRIu64 ", +%" PRIu64 ")",
+                      c, want_chunks[c][0], want_chunks[c][1], want_chunks[c][2]);
+    }
+}
+END_TEST
+
+START_TEST(test_stage_json_sizes_then_bytes)
+{
+    mc_codec_member_t m[4];
+    mc_codec_stage_out_t out = {0};
+    char *meta, *man, *keys;
+    mc_codec_chunk_t *chunks;
+
+    stage_members(m);
+    /* no room at all: every size, nothing written */
+    ck_assert_status_eq(stage_call(m, 4, &out), MC_BUFFER_OVERFLOW);
+    ck_assert_msg(out.meta_len == strlen(want_meta) && out.manifest_len == strlen(want_manifest) &&
+                      out.nchunks == 9,
+                  "a call without room should still give the sizes (%zu, %zu, %zu keys)",
+                  out.meta_len, out.manifest_len, out.nchunks);
+    /* one byte short of the manifest: refused, nothing past the room touched */
+    meta = malloc(out.meta_len);
+    man = malloc(out.manifest_len + 8);
+    keys = malloc(out.keys_len);
+    chunks = calloc(out.nchunks, sizeof(*chunks));
+    ck_assert(meta != NULL && man != NULL && keys != NULL && chunks != NULL);
+    memset(man, 0x5A, out.manifest_len + 8);
+    out = (mc_codec_stage_out_t){meta, out.meta_len, 0, man, out.manifest_len - 1, 0, keys,
+                                 out.keys_len, 0, chunks, out.nchunks, 0};
+    ck_assert_status_eq(stage_call(m, 4, &out), MC_BUFFER_OVERFLOW);
+    for (size_t i = out.manifest_len - 1; i < out.manifest_len + 8; i++)
+        ck_assert_msg((unsigned char)man[i] == 0x5A, "byte %zu past the manifest's room was "
+                      "written", i);
+    /* exactly the sizes given: the same bytes as with room to spare */
+    out.manifest_cap = out.manifest_len;
+    ck_assert_status_ok(stage_call(m, 4, &out));
+    ck_assert(memcmp(man, want_manifest, out.manifest_len) == 0);
+    ck_assert(memcmp(meta, want_meta, out.meta_len) == 0);
+    ck_assert_msg((unsigned char)man[out.manifest_len] == 0x5A, "no NUL is added after the "
+                  "manifest");
+    free(chunks);
+    free(keys);
+    free(man);
+    free(meta);
+}
+END_TEST
+
+/* A call with member @p bad instead of member 2: refused with nothing written. */
+static void stage_refused(const mc_codec_member_t *bad, const char *why)
+{
+    mc_codec_member_t m[4];
+    stage_room_t r;
+
+    stage_members(m);
+    m[2] = *bad;
+    stage_room(&r);
+    ck_assert_msg(stage_call(m, 4, &r.out) == MC_INVALID_PARAMS, "%s should be refused", why);
+    ck_assert_msg((unsigned char)r.meta[0] == 0x5A && (unsigned char)r.man[0] == 0x5A,
+                  "nothing should be written for %s", why);
+}
+
+START_TEST(test_stage_json_refusals)
+{
+    static const int64_t neg[1] = {-1};
+    static const int64_t many[MC_CODEC_MAX_NDIM + 1] = {0};
+    mc_codec_member_t good[4], b;
+    mc_codec_stage_out_t out = {0};
+    const struct {
+        const char *name;
+        size_t len;
+        const char *why;
+    } names[] = {
+        {"a/b", 3, "a name with '/'"},
+        {"a\nb", 3, "a name with a control character"},
+        {"a\x7f", 2, "a name with DEL"},
+        {"", 0, "an empty name"},
+        {"\xc0\x80", 2, "an overlong UTF-8 NUL"},
+        {"\xed\xa0\x80", 3, "a UTF-8 surrogate"},
+        {"\xf4\x90\x80\x80", 4, "a code point past U+10FFFF"},
+        {"\xe2\x82", 2, "a truncated UTF-8 sequence"},
+        {"\xff", 1, "a byte that starts no UTF-8 sequence"},
+    };
+
+    stage_members(good);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        b = good[2];
+        b.name = names[i].name;
+        b.name_len = names[i].len;
+        stage_refused(&b, names[i].why);
+    }
+    b = good[2], b.kind = 7;
+    stage_refused(&b, "an unknown kind");
+    b = good[2], b.dtype = NULL;
+    stage_refused(&b, "an array without a dtype");
+    b = good[2], b.dtype = "\xc3", b.dtype_len = 1;
+    stage_refused(&b, "a dtype that is not UTF-8");
+    b = good[2], b.shape = neg;
+    stage_refused(&b, "a negative dimension");
+    b = good[2], b.shape = NULL;
+    stage_refused(&b, "dimensions without a shape");
+    b = good[2], b.ndim = MC_CODEC_MAX_NDIM + 1, b.shape = many;
+    stage_refused(&b, "more dimensions than MC_CODEC_MAX_NDIM");
+    b = good[2], b.nbytes = UINT64_MAX;  /* 1.8e17 chunks of 100 bytes */
+    stage_refused(&b, "a payload needing more than MC_CODEC_MAX_KEYS keys");
+
+    /* the object's own arguments */
+    ck_assert_status_eq(mc_codec_stage_json("p", 1, "o", 1, "{}", 2, good, 4, 100, 1, &out),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_codec_stage_json("p", 1, "o", 1, "[1,2]", 5, good, 4, 100, 1, &out),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_codec_stage_json("p", 1, "o", 1, stage_head, strlen(stage_head), good,
+                                            4, 0, 1, &out),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_codec_stage_json("\xc3", 1, "o", 1, stage_head, strlen(stage_head),
+                                            good, 4, 100, 1, &out),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_codec_stage_json("p", 1, "o", 1, stage_head, strlen(stage_head), NULL,
+                                            4, 100, 1, &out),
+                        MC_INVALID_PARAMS);
+    ck_assert_status_eq(mc_codec_stage_json("p", 1, "o", 1, stage_head, strlen(stage_head), good,
+                                            4, 100, 1, NULL),
+                        MC_INVALID_PARAMS);
+    /* a huge tensor object is one key: no chunk loop */
+    b = good[0], b.nbytes = UINT64_MAX;
+    good[0] = b;
+    ck_assert_status_eq(mc_codec_stage_json("p", 1, "o", 1, stage_head, strlen(stage_head), good,
+                                            1, 1, 1, &out),
+                        MC_BUFFER_OVERFLOW);
+    ck_assert_msg(out.nchunks == out.meta_len + 1, "a tensor object of any size should be one "
+                  "key (the metadata, in chunks of a byte, %zu); got %zu keys", out.meta_len,
+                  out.nchunks);
+}
+END_TEST
+
 Suite *mc_test_codec_suite(void)
 {
     Suite *s  = suite_create("codec");
@@ -266,6 +518,9 @@ Suite *mc_test_codec_suite(void)
     tcase_add_test(tc, test_check_refuses_corrupt_layouts);
     tcase_add_test(tc, test_blob_check_refuses_corrupt_offsets);
     tcase_add_test(tc, test_select_runs_and_offsets);
+    tcase_add_test(tc, test_stage_json_is_pythons_json);
+    tcase_add_test(tc, test_stage_json_sizes_then_bytes);
+    tcase_add_test(tc, test_stage_json_refusals);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -198,6 +198,159 @@ MC_API mc_status_t mc_codec_ragged_select(const int64_t *offsets, size_t n, cons
  */
 MC_API mc_status_t mc_codec_blob_check(const int64_t *offsets, size_t n, size_t data_bytes);
 
+/* ---- the JSON documents of a structured object ----------------------------- */
+
+/** Most keys mc_codec_stage_json() names for the members of one object. @since 0.2 */
+#define MC_CODEC_MAX_KEYS (1 << 20)
+
+/**
+ * How a member of a structured object is described (mc_codec_member_t).
+ * @since 0.2
+ */
+typedef enum mc_codec_member_kind {
+    /** An array: metadata {"encoding":"ndarray","dtype":D,"shape":S}; its
+     *  bytes may be cut into chunks. */
+    MC_CODEC_MEMBER_NDARRAY = 0,
+    /** Raw bytes: metadata {"encoding":"bytes"}; may be cut into chunks. */
+    MC_CODEC_MEMBER_BYTES = 1,
+    /** A tensor object (docs/tensor.md: its header, then its data), always
+     *  one key: metadata {"encoding":"torch_tensor","dtype":D,"shape":S,
+     *  "element_size":E}; the manifest's entry adds "kind":"tensor", the
+     *  dtype, the shape and "metadata_bytes" (the header's size). */
+    MC_CODEC_MEMBER_TENSOR = 2,
+} mc_codec_member_kind_t;
+
+/**
+ * One member (payload) of a structured object, for mc_codec_stage_json().
+ * Strings are UTF-8 and need no terminating NUL.
+ * @since 0.2
+ */
+typedef struct mc_codec_member {
+    /** The member's name (at least one byte; no '/' and no control
+     *  character: it ends the member's key). */
+    const char *name;
+    /** Bytes at @p name. */
+    size_t name_len;
+    /** Bytes of the payload (a tensor object's header included). */
+    uint64_t nbytes;
+    /** A mc_codec_member_kind_t. */
+    uint32_t kind;
+    /** NDARRAY and TENSOR: the element type as the metadata names it
+     *  (numpy's dtype.str, "<i4"; a torch dtype, "torch.float32");
+     *  ignored for BYTES. */
+    const char *dtype;
+    /** Bytes at @p dtype. */
+    size_t dtype_len;
+    /** NDARRAY and TENSOR: dimensions, 0..MC_CODEC_MAX_NDIM. */
+    uint32_t ndim;
+    /** NDARRAY and TENSOR: the @p ndim dimensions (each >= 0). */
+    const int64_t *shape;
+    /** TENSOR: bytes per element (the metadata's "element_size"). */
+    uint32_t element_size;
+    /** TENSOR: bytes of the tensor object's header (the manifest's
+     *  "metadata_bytes"). */
+    uint32_t header_bytes;
+} mc_codec_member_t;
+
+/**
+ * One key of a structured object and the payload bytes it holds
+ * (mc_codec_stage_json()).
+ * @since 0.2
+ */
+typedef struct mc_codec_chunk {
+    /** Index of the member in the caller's list, or the member count for
+     *  the metadata payload. */
+    size_t member;
+    /** First byte of the payload this key holds. */
+    uint64_t offset;
+    /** Bytes this key holds (> 0). */
+    uint64_t size;
+    /** Where the key starts in mc_codec_stage_out_t.keys. */
+    size_t key_offset;
+    /** Bytes of the key (a NUL follows it). */
+    size_t key_len;
+} mc_codec_chunk_t;
+
+/**
+ * The outputs of mc_codec_stage_json(): caller-owned buffers and their
+ * capacities in, the sizes needed out.
+ * @since 0.2
+ */
+typedef struct mc_codec_stage_out {
+    /** The metadata payload's JSON (may be NULL when @p meta_cap is 0). */
+    char *meta;
+    /** Bytes available at @p meta. */
+    size_t meta_cap;
+    /** Out: bytes of the metadata JSON. */
+    size_t meta_len;
+    /** The manifest's JSON (may be NULL when @p manifest_cap is 0). */
+    char *manifest;
+    /** Bytes available at @p manifest. */
+    size_t manifest_cap;
+    /** Out: bytes of the manifest JSON. */
+    size_t manifest_len;
+    /** Every key, each followed by a NUL (may be NULL when @p keys_cap is 0). */
+    char *keys;
+    /** Bytes available at @p keys. */
+    size_t keys_cap;
+    /** Out: bytes of the keys with their NULs. */
+    size_t keys_len;
+    /** One entry per key, in write order: the metadata's chunks, then each
+     *  member's (may be NULL when @p chunks_cap is 0). */
+    mc_codec_chunk_t *chunks;
+    /** Entries available at @p chunks. */
+    size_t chunks_cap;
+    /** Out: keys (entries needed). */
+    size_t nchunks;
+} mc_codec_stage_out_t;
+
+/**
+ * @brief The metadata and manifest JSON of a structured object, and its keys.
+ *
+ * What mooncake.structured_object_store writes for a structured object
+ * (docs/structured.md): the metadata payload -- the caller's metadata
+ * document @p meta_head with "__mooncake_structured_fields__" appended,
+ * each member's description in order -- and the manifest {"version",
+ * "layout":"bundle", "object_id", "meta", "buffers"}, each payload's key,
+ * size and chunks.  Compact JSON (no spaces), byte for byte what Python's
+ * json module writes with separators (",", ":"): the metadata with
+ * ensure_ascii off, the manifest with it on (non-ASCII as \\uXXXX).  The
+ * keys are @p prefix "/" @p object_id "/meta" and ".../buffer/<name>";
+ * a payload of more than @p chunk_bytes goes in chunks ".../chunk/<i>" of
+ * at most @p chunk_bytes each (a tensor object always in one key), an
+ * empty payload in none.
+ *
+ * Every size is set in @p out whatever the capacities; the outputs are
+ * complete only when the function returns MC_OK.
+ *
+ * @param prefix         the key prefix (UTF-8)
+ * @param prefix_len     bytes at @p prefix
+ * @param object_id      the object's id ("<partition>/<hex id>", UTF-8)
+ * @param object_id_len  bytes at @p object_id
+ * @param meta_head      the caller's metadata document as compact JSON: an
+ *                       object of at least one entry ("{...}"), copied as is
+ * @param meta_head_len  bytes at @p meta_head
+ * @param members        the members, in order (may be NULL when @p n is 0)
+ * @param n              number of members
+ * @param chunk_bytes    most bytes a key holds (> 0)
+ * @param version        the manifest's "version"
+ * @param out            the output buffers; the sizes are written back
+ * @return MC_OK; MC_BUFFER_OVERFLOW when an output is too small (the sizes
+ *         needed are in @p out); MC_INVALID_PARAMS (with a detail) for a
+ *         string that is not UTF-8, a name with '/' or a control
+ *         character, an unknown kind, a bad shape, a @p meta_head that is
+ *         not an object of at least one entry, a zero @p chunk_bytes,
+ *         members needing more than MC_CODEC_MAX_KEYS keys, or sizes that
+ *         overflow.
+ * @since 0.2
+ */
+MC_API mc_status_t mc_codec_stage_json(const char *prefix, size_t prefix_len,
+                                       const char *object_id, size_t object_id_len,
+                                       const char *meta_head, size_t meta_head_len,
+                                       const mc_codec_member_t *members, size_t n,
+                                       uint64_t chunk_bytes, uint32_t version,
+                                       mc_codec_stage_out_t *out);
+
 #ifdef __cplusplus
 }
 #endif
