@@ -1051,3 +1051,456 @@ done:
     Py_DECREF(fast);
     return result;
 }
+
+/* ---- stage_json(): a structured object's documents from member tuples --------- */
+
+/* The UTF-8 of str @p o (cached on the object by Python): -1 with an
+ * exception set (TypeError naming @p what for a non-str). */
+static int stage_str(PyObject *o, const char **p, size_t *len, const char *what)
+{
+    Py_ssize_t n;
+
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, not '%s'", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if ((*p = PyUnicode_AsUTF8AndSize(o, &n)) == NULL)
+        return -1;
+    *len = (size_t)n;
+    return 0;
+}
+
+/* An unsigned int of a member tuple: -1 with an exception set. */
+static int stage_uint(PyObject *o, unsigned long long max, unsigned long long *v)
+{
+    *v = PyLong_AsUnsignedLongLong(o);
+    if ((*v == (unsigned long long)-1) && PyErr_Occurred())
+        return -1;
+    if (*v > max) {
+        PyErr_SetString(PyExc_OverflowError, "a member's count is out of range");
+        return -1;
+    }
+    return 0;
+}
+
+/* The strings and objects of one member besides its descriptor. */
+typedef struct {
+    PyObject *name;   /* borrowed from the member's tuple */
+    PyObject *dtype;  /* new reference; NULL for BYTES */
+    char dtbuf[24];   /* an array's dtype.str, when made here */
+} stage_names_t;
+
+/* The shape of @p shape (a sequence of ints) into @p dims: its length, or
+ * -1 with an exception set. */
+static Py_ssize_t stage_dims(PyObject *shape, Py_ssize_t i, int64_t *dims)
+{
+    PyObject *fast = PySequence_Fast(shape, "a shape must be a sequence of ints");
+    Py_ssize_t nd;
+
+    if (fast == NULL)
+        return -1;
+    nd = PySequence_Fast_GET_SIZE(fast);
+    if (nd > MC_CODEC_MAX_NDIM) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "member %zd has %zd dimensions (at most %d)", i, nd,
+                     MC_CODEC_MAX_NDIM);
+        return -1;
+    }
+    for (Py_ssize_t d = 0; d < nd; d++) {
+        long long x = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, d));
+
+        if ((x == -1) && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        dims[d] = x;
+    }
+    Py_DECREF(fast);
+    return nd;
+}
+
+/* Member (name, array): an exact C-contiguous numpy array of a plain
+ * numeric dtype (kind b, i, u, f or c), described as NDARRAY with numpy's
+ * dtype.str -- byte order, kind, item size -- read off the array's head
+ * (numpy's C API, when the module was built with it).  0; 1 for any other
+ * array or object (no exception: the caller describes it the general
+ * way); -1 with an exception set. */
+static int stage_array(PyObject *a, Py_ssize_t i, mc_codec_member_t *m, int64_t *dims,
+                       stage_names_t *nm)
+{
+#ifdef HAVE_NUMPY_CAPI
+    PyArrayObject *arr = (PyArrayObject *)a;
+    PyArray_Descr *d;
+    char order;
+    int nd, k;
+
+    if (!np_api() || !PyArray_CheckExact(a) || !PyArray_IS_C_CONTIGUOUS(arr))
+        return 1;
+    d = PyArray_DESCR(arr);
+    nd = PyArray_NDIM(arr);
+    if ((strchr("biufc", d->kind) == NULL) || (d->kind == '\0') || PyDataType_HASFIELDS(d) ||
+        PyDataType_HASSUBARRAY(d) || (nd > MC_CODEC_MAX_NDIM))
+        return 1;
+    order = d->byteorder;
+    if (order == '=')
+        order = PY_LITTLE_ENDIAN ? '<' : '>';
+    k = snprintf(nm->dtbuf, sizeof(nm->dtbuf), "%c%c%d", order, d->kind,
+                 (int)PyArray_ITEMSIZE(arr));
+    if ((nm->dtype = PyUnicode_FromStringAndSize(nm->dtbuf, k)) == NULL)
+        return -1;
+    for (int j = 0; j < nd; j++)
+        dims[j] = (int64_t)PyArray_DIM(arr, j);
+    m->kind = MC_CODEC_MEMBER_NDARRAY;
+    m->nbytes = (uint64_t)PyArray_NBYTES(arr);
+    m->dtype = nm->dtbuf;
+    m->dtype_len = (size_t)k;
+    m->ndim = (uint32_t)nd;
+    m->shape = dims;
+    (void)i;
+    return 0;
+#else
+    (void)a, (void)i, (void)m, (void)dims, (void)nm;
+    return 1;
+#endif
+}
+
+/* Member @p i from its tuple: (name, nbytes, kind, dtype, shape,
+ * element_size, header_bytes), or (name, array) (stage_array()); its
+ * shape into @p dims (MC_CODEC_MAX_NDIM entries).  0; 1 for an array
+ * stage_array() does not describe; -1 with an exception set. */
+static int stage_member(PyObject *t, Py_ssize_t i, mc_codec_member_t *m, int64_t *dims,
+                        stage_names_t *nm)
+{
+    PyObject *dtype, *shape;
+    unsigned long long v[4];
+    Py_ssize_t nd;
+
+    if (PyTuple_Check(t) && (PyTuple_GET_SIZE(t) == 2)) {
+        memset(m, 0, sizeof(*m));
+        nm->name = PyTuple_GET_ITEM(t, 0);
+        if (stage_str(nm->name, &m->name, &m->name_len, "a member name") != 0)
+            return -1;
+        return stage_array(PyTuple_GET_ITEM(t, 1), i, m, dims, nm);
+    }
+    if (!PyTuple_Check(t) || (PyTuple_GET_SIZE(t) != 7)) {
+        PyErr_Format(PyExc_TypeError, "member %zd must be a tuple (name, nbytes, kind, dtype, "
+                     "shape, element_size, header_bytes)", i);
+        return -1;
+    }
+    memset(m, 0, sizeof(*m));
+    nm->name = PyTuple_GET_ITEM(t, 0);
+    if ((stage_str(nm->name, &m->name, &m->name_len, "a member name") != 0) ||
+        (stage_uint(PyTuple_GET_ITEM(t, 1), UINT64_MAX, &v[0]) != 0) ||
+        (stage_uint(PyTuple_GET_ITEM(t, 2), UINT32_MAX, &v[1]) != 0) ||
+        (stage_uint(PyTuple_GET_ITEM(t, 5), UINT32_MAX, &v[2]) != 0) ||
+        (stage_uint(PyTuple_GET_ITEM(t, 6), UINT32_MAX, &v[3]) != 0))
+        return -1;
+    m->nbytes = v[0];
+    m->kind = (uint32_t)v[1];
+    m->element_size = (uint32_t)v[2];
+    m->header_bytes = (uint32_t)v[3];
+    dtype = PyTuple_GET_ITEM(t, 3);
+    shape = PyTuple_GET_ITEM(t, 4);
+    if (dtype != Py_None) {
+        if (stage_str(dtype, &m->dtype, &m->dtype_len, "a dtype") != 0)
+            return -1;
+        Py_INCREF(dtype);
+        nm->dtype = dtype;
+    }
+    if (shape == Py_None)
+        return 0;
+    if ((nd = stage_dims(shape, i, dims)) < 0)
+        return -1;
+    m->ndim = (uint32_t)nd;
+    m->shape = dims;
+    return 0;
+}
+
+/* d[k] = v, v's reference taken (also on failure): -1 with an exception set. */
+static int stage_set(PyObject *d, const char *k, PyObject *v)
+{
+    int rc = (v == NULL) ? -1 : PyDict_SetItemString(d, k, v);
+
+    Py_XDECREF(v);
+    return rc;
+}
+
+/* A shape as a list of ints. */
+static PyObject *stage_shape(const mc_codec_member_t *m)
+{
+    PyObject *l = PyList_New((Py_ssize_t)m->ndim);
+
+    for (uint32_t d = 0; (l != NULL) && (d < m->ndim); d++) {
+        PyObject *x = PyLong_FromLongLong(m->shape[d]);
+
+        if (x == NULL) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, (Py_ssize_t)d, x);
+    }
+    return l;
+}
+
+/* A member's description in the metadata document (what its JSON in
+ * the metadata payload parses to). */
+static PyObject *stage_field(const mc_codec_member_t *m, PyObject *dtype)
+{
+    PyObject *d = PyDict_New();
+
+    if (d == NULL)
+        return NULL;
+    if (m->kind == MC_CODEC_MEMBER_BYTES) {
+        if (stage_set(d, "encoding", PyUnicode_FromString("bytes")) != 0)
+            goto fail;
+        return d;
+    }
+    Py_INCREF(dtype);
+    if ((stage_set(d, "encoding", PyUnicode_FromString((m->kind == MC_CODEC_MEMBER_NDARRAY)
+                                                           ? "ndarray" : "torch_tensor")) != 0) ||
+        (stage_set(d, "dtype", dtype) != 0) || (stage_set(d, "shape", stage_shape(m)) != 0))
+        goto fail;
+    if ((m->kind == MC_CODEC_MEMBER_TENSOR) &&
+        (stage_set(d, "element_size", PyLong_FromUnsignedLong(m->element_size)) != 0))
+        goto fail;
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+/* The manifest entry of one payload -- {"key", "bytes", "chunks"} (and a
+ * tensor object's "kind", "dtype", "shape", "metadata_bytes") -- from its
+ * chunks c[0..nc) and the keys list; @p key: its key when it is cut into
+ * chunks (else the first chunk's). */
+static PyObject *stage_spec(const mc_codec_member_t *m, uint64_t nbytes, PyObject *key,
+                            PyObject *keys, size_t first, size_t nc,
+                            const mc_codec_chunk_t *c, PyObject *dtype)
+{
+    PyObject *d = PyDict_New(), *chunks = PyList_New((Py_ssize_t)nc);
+
+    if ((d == NULL) || (chunks == NULL))
+        goto fail;
+    for (size_t j = 0; j < nc; j++) {
+        PyObject *e = PyDict_New();
+        PyObject *k = PyList_GET_ITEM(keys, (Py_ssize_t)(first + j));
+
+        if (e == NULL)
+            goto fail;
+        PyList_SET_ITEM(chunks, (Py_ssize_t)j, e);
+        Py_INCREF(k);
+        if ((stage_set(e, "key", k) != 0) ||
+            (stage_set(e, "bytes", PyLong_FromUnsignedLongLong(c[j].size)) != 0))
+            goto fail;
+    }
+    Py_INCREF(key);
+    if ((stage_set(d, "key", key) != 0) ||
+        (stage_set(d, "bytes", PyLong_FromUnsignedLongLong(nbytes)) != 0))
+        goto fail;
+    if (stage_set(d, "chunks", chunks) != 0) {
+        chunks = NULL;
+        goto fail;
+    }
+    chunks = NULL;
+    if ((m != NULL) && (m->kind == MC_CODEC_MEMBER_TENSOR)) {
+        Py_INCREF(dtype);
+        if ((stage_set(d, "kind", PyUnicode_FromString("tensor")) != 0) ||
+            (stage_set(d, "dtype", dtype) != 0) || (stage_set(d, "shape", stage_shape(m)) != 0) ||
+            (stage_set(d, "metadata_bytes", PyLong_FromUnsignedLong(m->header_bytes)) != 0))
+            goto fail;
+    }
+    return d;
+fail:
+    Py_XDECREF(chunks);
+    Py_XDECREF(d);
+    return NULL;
+}
+
+/* The key of a payload cut into chunks (not in the keys list): its first
+ * chunk's key less "/chunk/0". */
+static PyObject *stage_base_key(const mc_codec_stage_out_t *out, const mc_codec_chunk_t *c)
+{
+    return PyUnicode_DecodeUTF8(out->keys + c->key_offset, (Py_ssize_t)c->key_len - 8,
+                                "strict");
+}
+
+/* The Python objects of a written mc_codec_stage_out_t: the keys, the
+ * chunk tuples, the manifest document and the member descriptions. */
+static PyObject *stage_objects(const mc_codec_stage_out_t *out, const mc_codec_member_t *ms,
+                               size_t n, const stage_names_t *nms, PyObject *prefix,
+                               PyObject *object_id,
+                               unsigned int version, PyObject *meta, PyObject *man)
+{
+    PyObject *keys = PyList_New((Py_ssize_t)out->nchunks);
+    PyObject *chunks = PyList_New((Py_ssize_t)out->nchunks);
+    PyObject *manifest = PyDict_New(), *buffers = PyDict_New(), *fields = PyDict_New();
+    PyObject *result = NULL;
+    size_t c = 0;
+
+    if ((keys == NULL) || (chunks == NULL) || (manifest == NULL) || (buffers == NULL) ||
+        (fields == NULL))
+        goto done;
+    for (size_t j = 0; j < out->nchunks; j++) {
+        const mc_codec_chunk_t *e = &out->chunks[j];
+        PyObject *k = PyUnicode_DecodeUTF8(out->keys + e->key_offset, (Py_ssize_t)e->key_len,
+                                           "strict");
+        PyObject *t = Py_BuildValue("(nKK)", (Py_ssize_t)e->member,
+                                    (unsigned long long)e->offset, (unsigned long long)e->size);
+
+        if ((k == NULL) || (t == NULL)) {
+            Py_XDECREF(k);
+            Py_XDECREF(t);
+            goto done;
+        }
+        PyList_SET_ITEM(keys, (Py_ssize_t)j, k);
+        PyList_SET_ITEM(chunks, (Py_ssize_t)j, t);
+    }
+    Py_INCREF(object_id);
+    if ((stage_set(manifest, "version", PyLong_FromUnsignedLong(version)) != 0) ||
+        (stage_set(manifest, "layout", PyUnicode_FromString("bundle")) != 0) ||
+        (stage_set(manifest, "object_id", object_id) != 0))
+        goto done;
+    /* the payloads' chunks come in member order, the metadata's first */
+    for (size_t i = 0; i <= n; i++) {
+        const mc_codec_member_t *m = (i == 0) ? NULL : &ms[i - 1];
+        size_t member = (i == 0) ? n : i - 1, first = c;
+        uint64_t nbytes = (i == 0) ? (uint64_t)PyBytes_GET_SIZE(meta) : m->nbytes;
+        PyObject *name = (m == NULL) ? NULL : nms[member].name;
+        PyObject *dtype = ((m == NULL) || (nms[member].dtype == NULL)) ? Py_None
+                                                                        : nms[member].dtype;
+        PyObject *key, *spec;
+
+        while ((c < out->nchunks) && (out->chunks[c].member == member))
+            c++;
+        if ((c - first == 1) && (out->chunks[first].size == nbytes)) {
+            key = PyList_GET_ITEM(keys, (Py_ssize_t)first);
+            Py_INCREF(key);
+        } else if (c > first) {
+            key = stage_base_key(out, &out->chunks[first]);
+        } else if (m != NULL) {  /* an empty payload has no chunk: its key made here */
+            key = PyUnicode_FromFormat("%U/%U/buffer/%U", prefix, object_id, name);
+        } else {  /* (the metadata is never empty) */
+            PyErr_SetString(PyExc_SystemError, "the metadata payload has no key");
+            key = NULL;
+        }
+        if (key == NULL)
+            goto done;
+        spec = stage_spec(m, nbytes, key, keys, first, c - first, &out->chunks[first], dtype);
+        Py_DECREF(key);
+        if (spec == NULL)
+            goto done;
+        if (m == NULL) {
+            if (stage_set(manifest, "meta", spec) != 0)
+                goto done;
+        } else {
+            PyObject *field = stage_field(m, dtype);
+            int rc = (field == NULL) ? -1 : PyDict_SetItem(fields, name, field);
+
+            Py_XDECREF(field);
+            rc = (rc == 0) ? PyDict_SetItem(buffers, name, spec) : rc;
+            Py_DECREF(spec);
+            if (rc != 0)
+                goto done;
+        }
+    }
+    if (PyDict_SetItemString(manifest, "buffers", buffers) != 0)
+        goto done;
+    result = Py_BuildValue("(OOOOOO)", meta, man, keys, chunks, manifest, fields);
+done:
+    Py_XDECREF(fields);
+    Py_XDECREF(buffers);
+    Py_XDECREF(manifest);
+    Py_XDECREF(chunks);
+    Py_XDECREF(keys);
+    return result;
+}
+
+PyObject *mooncake_py_stage_json(PyObject *prefix, PyObject *object_id, PyObject *meta_head,
+                                 PyObject *members, unsigned long long chunk_bytes,
+                                 unsigned int version)
+{
+    enum { GUESS = 16384, GUESS_CHUNKS = 256 };
+    const char *pre, *oid, *head;
+    size_t pre_len, oid_len, head_len;
+    PyObject *fast, *meta = NULL, *man = NULL, *result = NULL;
+    mc_codec_member_t *ms = NULL;
+    stage_names_t *nms = NULL;
+    int64_t *dims = NULL;
+    mc_codec_stage_out_t out = {0};
+    char *scratch = NULL;
+    int rc;
+    Py_ssize_t n;
+    mc_status_t st;
+
+    if ((stage_str(prefix, &pre, &pre_len, "prefix") != 0) ||
+        (stage_str(object_id, &oid, &oid_len, "object_id") != 0) ||
+        (stage_str(meta_head, &head, &head_len, "meta_head") != 0))
+        return NULL;
+    if ((fast = PySequence_Fast(members, "members must be a sequence of tuples")) == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    ms = PyMem_Calloc((size_t)n + 1, sizeof(*ms));
+    nms = PyMem_Calloc((size_t)n + 1, sizeof(*nms));
+    dims = PyMem_Malloc(((size_t)n + 1) * MC_CODEC_MAX_NDIM * sizeof(*dims));
+    if ((ms == NULL) || (nms == NULL) || (dims == NULL)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rc = stage_member(PySequence_Fast_GET_ITEM(fast, i), i, &ms[i],
+                          dims + (size_t)i * MC_CODEC_MAX_NDIM, &nms[i]);
+        if (rc > 0) {  /* an array to describe the general way */
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+        if (rc != 0)
+            goto done;
+    }
+    /* one pass into scratch buffers of a usual stage's size; a second one,
+     * sized by the first, only when they were too small */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t mcap = pass ? out.meta_len : GUESS, fcap = pass ? out.manifest_len : GUESS;
+        size_t kcap = pass ? out.keys_len : GUESS, ccap = pass ? out.nchunks : GUESS_CHUNKS;
+
+        PyMem_Free(scratch);
+        PyMem_Free(out.chunks);
+        scratch = PyMem_Malloc(mcap + fcap + kcap + 1);
+        out.chunks = PyMem_Malloc((ccap + 1) * sizeof(*out.chunks));
+        if ((scratch == NULL) || (out.chunks == NULL)) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        out.meta = scratch;
+        out.meta_cap = mcap;
+        out.manifest = scratch + mcap;
+        out.manifest_cap = fcap;
+        out.keys = scratch + mcap + fcap;
+        out.keys_cap = kcap;
+        out.chunks_cap = ccap;
+        st = mc_codec_stage_json(pre, pre_len, oid, oid_len, head, head_len, ms, (size_t)n,
+                                 chunk_bytes, version, &out);
+        if (st != MC_BUFFER_OVERFLOW)
+            break;
+    }
+    if (st != MC_OK) {
+        PyErr_SetString(PyExc_ValueError, mc_last_error_detail());
+        goto done;
+    }
+    meta = PyBytes_FromStringAndSize(out.meta, (Py_ssize_t)out.meta_len);
+    man = PyBytes_FromStringAndSize(out.manifest, (Py_ssize_t)out.manifest_len);
+    if ((meta != NULL) && (man != NULL))
+        result = stage_objects(&out, ms, (size_t)n, nms, prefix, object_id, version, meta,
+                               man);
+done:
+    Py_XDECREF(man);
+    Py_XDECREF(meta);
+    PyMem_Free(out.chunks);
+    PyMem_Free(scratch);
+    PyMem_Free(dims);
+    for (Py_ssize_t i = 0; (nms != NULL) && (i < n); i++)
+        Py_XDECREF(nms[i].dtype);
+    PyMem_Free(nms);
+    PyMem_Free(ms);
+    Py_DECREF(fast);
+    return result;
+}

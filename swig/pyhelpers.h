@@ -90,4 +90,27 @@ PyObject *mooncake_py_ragged_column(PyObject *values, PyObject *array_type,
 PyObject *mooncake_py_reshard_attr_ints(PyObject *objects, PyObject *name, PyObject *out,
                                         PyObject *ndims, PyObject *mapping);
 
+/*
+ * stage_json(prefix, object_id, meta_head, members, chunk_bytes, version):
+ * mc_codec_stage_json() of a structured object whose members are given as
+ * tuples (name, nbytes, kind, dtype, shape, element_size, header_bytes) --
+ * kind a mc_codec_member_kind_t, dtype a str (None for BYTES), shape a
+ * sequence of ints (None for BYTES) -- or (name, array): an exact
+ * C-contiguous numpy array of a plain numeric dtype (bool, int, uint,
+ * float, complex), an NDARRAY member of its dtype.str and shape read off
+ * the array (numpy's C API).  Returns None, with nothing made, when such
+ * an array is not one (or the module was built without numpy's headers):
+ * the caller describes the members the general way.  Otherwise returns (metadata JSON bytes,
+ * manifest JSON bytes, keys: list of str, chunks: list of (member,
+ * offset, size), manifest, fields): a chunk's member is the member count
+ * for the metadata payload; manifest is the manifest document and fields
+ * the members' descriptions (the metadata's "__mooncake_structured_fields__"),
+ * as parsing the two JSON documents gives them.  ValueError (the library's detail) for what it
+ * refuses, TypeError for a malformed tuple, UnicodeEncodeError for a str
+ * without UTF-8.  It reads Python objects, so it keeps the lock.
+ */
+PyObject *mooncake_py_stage_json(PyObject *prefix, PyObject *object_id, PyObject *meta_head,
+                                 PyObject *members, unsigned long long chunk_bytes,
+                                 unsigned int version);
+
 #endif /* MOONCAKE_SWIG_PYHELPERS_H */

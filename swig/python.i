@@ -289,6 +289,15 @@ PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObjec
  * ndims_out, nulls_out): the one typing pass of a column of arrays and
  * its typed-ragged layout, or None for a column typed the general way
  * (swig/pyhelpers.h).  It reads Python objects, so it keeps the lock. */
+/* codec_stage_json(prefix, object_id, meta_head, members, chunk_bytes,
+ * version): mc_codec_stage_json() of member tuples (swig/pyhelpers.h).
+ * It reads Python objects, so it keeps the lock. */
+%nothread mooncake_py_stage_json;
+%rename(codec_stage_json) mooncake_py_stage_json;
+PyObject *mooncake_py_stage_json(PyObject *prefix, PyObject *object_id, PyObject *meta_head,
+                                 PyObject *members, unsigned long long chunk_bytes,
+                                 unsigned int version);
+
 %nothread mooncake_py_ragged_column;
 %rename(codec_ragged_column) mooncake_py_ragged_column;
 PyObject *mooncake_py_ragged_column(PyObject *values, PyObject *array_type,

@@ -17,6 +17,9 @@ fetched payload as the Python objects a reader returns (numpy views, str,
 bytes), checked and built in one native call (``swig/pyhelpers.c``);
 :func:`utf8_pack` makes the payload of a column of str the same way.
 
+``stage_json`` writes the metadata and manifest JSON of a structured
+object, and its keys, from member descriptions (``mc_codec_stage_json``).
+
 May import: numpy, the native binding, _errors and _util (the low layer);
 never store or structured_object_store, which call it.
 """
@@ -35,13 +38,25 @@ from mooncake import _util
 from mooncake._errors import last_error_detail
 
 __all__ = ["concat_arrays_into", "ragged_pack", "ragged_describe", "ragged_column",
-           "ragged_rows", "blob_rows", "utf8_pack", "HAVE_ROW_BUILDERS", "HAVE_RAGGED_COLUMN"]
+           "ragged_rows", "blob_rows", "utf8_pack", "stage_json", "HAVE_ROW_BUILDERS",
+           "HAVE_RAGGED_COLUMN"]
 
 #: Whether this build's extension has ragged_rows(), blob_rows() and utf8_pack().
 HAVE_ROW_BUILDERS = all(hasattr(_capi, f) for f in ("codec_ragged_rows", "codec_blob_rows",
                                                     "codec_utf8_pack"))
 #: Whether this build's extension has ragged_column().
 HAVE_RAGGED_COLUMN = hasattr(_capi, "codec_ragged_column")
+
+#: ``stage_json(prefix, object_id, meta_head, members, chunk_bytes, version)
+#: -> (metadata JSON, manifest JSON, keys, chunks)``: ``mc_codec_stage_json``
+#: of members given as tuples ``(name, nbytes, kind, dtype, shape,
+#: element_size, header_bytes)`` (kind 0 an ndarray, 1 bytes, 2 a tensor
+#: object; dtype and shape None for bytes); each chunk is ``(member,
+#: offset, size)`` of the key at the same index, the member count standing
+#: for the metadata payload (swig/pyhelpers.h).  ValueError for what the
+#: library refuses.  The extension's function itself (no wrapper frame: a
+#: DataProto put calls it once), or None for a build without it.
+stage_json = getattr(getattr(_capi, "_capi", _capi), "codec_stage_json", None)
 
 
 def concat_arrays_into(arrays: Sequence[Any], dest_ptr: int, dest_size: int,

@@ -107,6 +107,11 @@ except Exception:  # pragma: no cover - depends on the built extension
     _native_ragged_rows = _native_blob_rows = _native_utf8_pack = None
     _native_ragged_column = None
 
+try:  # a stage's metadata, manifest and keys in one native call (mc_codec_stage_json)
+    from mooncake._fast_copy import stage_json as _native_stage_json
+except Exception:  # pragma: no cover - depends on the built extension
+    _native_stage_json = None
+
 DEFAULT_BUNDLE_CHUNK_BYTES = 64 * 1024 ** 2
 #: Staged writes of at least this many bytes and AUTO_PARALLEL_MIN_CHUNKS
 #: chunks go through the thread pool under put_mode="auto".
@@ -2744,6 +2749,10 @@ class _DataProtoMixin:
         meta = {"layout": _DP_STAGE_LAYOUT,
                 "dataproto": {"version": 1, "namespace": namespace, "partition": partition,
                               "stage": stage, "batch_size": size}}
+        if direct and policy is None and self._commits and _native_stage_json is not None:
+            ref = self._write_described(meta, buffers, partition, chunk_bytes, config, grouped)
+            if ref is not None:
+                return ref, index, encoded
         meta_out, outs, doc = _structured_outs_doc(meta, buffers, checked=True)
         # the document is plain JSON data built here (str keys, lists, str
         # and int values): it is what reading its JSON back would give
@@ -3974,6 +3983,109 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 self._validated.popitem(last=False)
         if decoded is not None:
             self._cache_meta(manifest_key, decoded)
+        return RemoteBundleRef(manifest_key, manifest)
+
+    def _write_described(self, meta: Dict[str, Any], buffers: Mapping[str, Any],
+                         partition: str, chunk_bytes: Optional[int], config: Any,
+                         grouped: bool) -> Optional[RemoteBundleRef]:
+        """What _structured_outs_doc and _write do for a DataProto stage
+        written directly with its manifest as the commit key, with the
+        metadata JSON, the manifest JSON and the keys made by one native
+        call (mc_codec_stage_json: the same bytes) from the members as they
+        are: arrays, unpacked rows, bytes and small tensors.  None, with
+        nothing written, for anything else (or a store that turns out not
+        to commit): the caller takes the general path, which also raises
+        the errors of what it refuses."""
+        chunk = self.default_chunk_bytes if chunk_bytes is None else \
+            _chunk_bytes_arg(chunk_bytes)
+        if config is not None and not grouped:  # 2+ group ids: refused before anything
+            _config_for_grouped_keys(config, 2)  # is written
+        members: List[Tuple[Any, ...]] = []
+        parts: List[Sequence[Any]] = []
+        for name, value in buffers.items():
+            t = type(value)
+            if t is np.ndarray:  # described natively (or None: the general path)
+                members.append((name, value))
+                parts.append([value])
+            elif t is _RowData:
+                members.append((name, value.nbytes, 0, value.dtype.str, (value.size,), 0, 0))
+                parts.append(value.rows)
+            elif t is bytes:
+                members.append((name, len(value), 1, None, None, 0, 0))
+                parts.append([value])
+            elif _is_torch_tensor(value) and not getattr(value, "is_nested", False):
+                small = _small_torch_out(name, value)
+                if small is None:
+                    return None
+                o, spec = small
+                members.append((name, o.nbytes, 2, spec["dtype"], spec["shape"],
+                                spec["element_size"], _TENSOR_HEADER_BYTES))
+                parts.append([o.view])
+            else:
+                return None
+        object_id = f"{partition}/{uuid.uuid4().hex}"
+        try:
+            described = _native_stage_json(self.key_prefix, object_id, _META_JSON(meta),
+                                           members, chunk, MANIFEST_VERSION)
+        except (TypeError, ValueError):  # (UnicodeError is a ValueError)
+            return None
+        if described is None:  # an array it does not describe
+            return None
+        raw, manifest_bytes, keys, chunks, manifest, fields = described
+        n = len(members)
+        if len(chunks) == n + 1 and chunks[0][0] == n:  # every payload one key
+            parts.insert(0, [raw])
+            owners = [None] + [m[0] for m in members]
+        else:
+            whole, parts, owners = parts, [], []
+            for mi, off, size in chunks:
+                if mi == n:
+                    parts.append([memoryview(raw)[off:off + size]])
+                    owners.append(None)
+                    continue
+                m = members[mi]
+                owners.append(m[0])
+                if off == 0 and size == (m[1] if len(m) > 2 else m[1].nbytes):
+                    parts.append(whole[mi])
+                    continue
+                value = buffers[m[0]]
+                if type(value) is _RowData:
+                    parts.append(_row_pieces(value.rows, off, size))
+                elif type(value) is np.ndarray:
+                    parts.append([memoryview(value.reshape(-1).view(np.uint8))[off:off + size]])
+                else:  # bytes (a tensor object is one key)
+                    parts.append([memoryview(value)[off:off + size]])
+        manifest_key = f"{self.key_prefix}/{object_id}/manifest"
+        try:
+            rcs = self.store.batch_put_parts_commit(
+                keys + [manifest_key], parts + [[manifest_bytes]],
+                _config_for_grouped_keys(config, len(keys) + 1))
+            if len(rcs) != len(keys) + 1:
+                raise StructuredObjectWriteError(
+                    f"batch_put_parts_commit returned {len(rcs)} results for {len(keys) + 1} "
+                    f"keys", "manifest")
+            if rcs[-1] == _NOT_SUPPORTED and all(rc == _NOT_SUPPORTED for rc in rcs):
+                self._commits = False  # nothing written: the general path writes it
+                return None
+            for k, owner, rc in zip(keys, owners, rcs):
+                if rc != 0:
+                    raise StructuredObjectWriteError(
+                        f"batch_put_parts_commit failed for {k}: {rc}",
+                        "meta" if owner is None else owner, rc)
+            if rcs[-1] != 0:
+                raise StructuredObjectWriteError(f"put failed for {manifest_key}: {rcs[-1]}",
+                                                 "manifest", rcs[-1])
+        except BaseException:
+            self._remove_quietly([manifest_key])
+            raise
+        with self._lock:
+            self._validated[manifest_key] = manifest
+            while len(self._validated) > _META_CACHE_SIZE:
+                self._validated.popitem(last=False)
+        # the documents as this process reads them back (an object never
+        # changes once written): what parsing the JSON gives, made with it
+        meta[STRUCTURED_FIELD_SPECS_KEY] = fields
+        self._cache_meta(manifest_key, (meta, fields, raw))
         return RemoteBundleRef(manifest_key, manifest)
 
     def _put_manifest(self, key: str, manifest: Union[Dict[str, Any], bytes],
