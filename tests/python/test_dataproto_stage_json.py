@@ -89,7 +89,8 @@ def test_native_stage_write_stores_the_general_paths_bytes(store, monkeypatch, c
         spy = _Spy(_fast_copy.stage_json)
         monkeypatch.setattr(sos, "_native_stage_json", spy if path == "native" else None)
         t = MooncakeBundleTransfer(store, key_prefix='t/st/"é')
-        ref = t.put(data, partition="p\\1", chunk_bytes=chunk, config=cfg)
+        # a partition of its own: nothing left by another case can collide
+        ref = t.put(data, partition=f"p\\{chunk}-{here}", chunk_bytes=chunk, config=cfg)
         mkey = ref.stage_refs["default"].manifest_key
         got[path] = (_stored(store, ref), ref.stage_refs["default"].manifest,
                      t._meta_cache[mkey], export_dataproto_ref(ref))
