@@ -21,6 +21,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include <mooncake/codec.h>
 #include <mooncake/status.h>
@@ -471,23 +474,10 @@ static Py_ssize_t latin1_utf8_size(PyObject *o)
     return size;
 }
 
-/* The UTF-8 of a Latin-1 str to @p out (latin1_utf8_size() bytes). */
-static void latin1_to_utf8(PyObject *o, char *out)
+/* The UTF-8 of Latin-1 characters c[0..n) to @p w; returns the end. */
+static unsigned char *latin1_chars(const Py_UCS1 *c, Py_ssize_t n, unsigned char *w)
 {
-    const Py_UCS1 *c = PyUnicode_1BYTE_DATA(o);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(o), i = 0;
-    unsigned char *w = (unsigned char *)out;
-
-    for (; i + 8 <= n; i += 8) {  /* eight ASCII characters: copied as they are */
-        uint64_t v;
-
-        memcpy(&v, c + i, sizeof(v));
-        if ((v & UINT64_C(0x8080808080808080)) != 0)
-            break;
-        memcpy(w, &v, sizeof(v));
-        w += 8;
-    }
-    for (; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         if (c[i] < 0x80) {
             *w++ = c[i];
         } else {
@@ -495,6 +485,46 @@ static void latin1_to_utf8(PyObject *o, char *out)
             *w++ = (unsigned char)(0x80 | (c[i] & 0x3F));
         }
     }
+    return w;
+}
+
+/* The UTF-8 of a Latin-1 str to @p out (latin1_utf8_size() bytes), eight
+ * characters a step: eight ASCII ones copied as they are, eight past
+ * ASCII (accented text) as sixteen bytes at once, a mix one by one. */
+static void latin1_to_utf8(PyObject *o, char *out)
+{
+    const Py_UCS1 *c = PyUnicode_1BYTE_DATA(o);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(o), i = 0;
+    unsigned char *w = (unsigned char *)out;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v, high;
+
+        memcpy(&v, c + i, sizeof(v));
+        high = v & UINT64_C(0x8080808080808080);
+        if (high == 0) {
+            memcpy(w, &v, sizeof(v));
+            w += 8;
+        } else if (high == UINT64_C(0x8080808080808080)) {
+#ifdef __SSE2__
+            /* per byte: 0xC0 | c >> 6 and 0x80 | (c & 0x3F), interleaved (the
+             * 16-bit shift brings the next byte's bits in: masked off) */
+            __m128i x = _mm_cvtsi64_si128((long long)v);
+            __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(x, 6), _mm_set1_epi8(0x03)),
+                                      _mm_set1_epi8((char)0xC0));
+            __m128i lo = _mm_or_si128(_mm_and_si128(x, _mm_set1_epi8(0x3F)),
+                                      _mm_set1_epi8((char)0x80));
+
+            _mm_storeu_si128((__m128i *)(void *)w, _mm_unpacklo_epi8(hi, lo));
+            w += 16;
+#else
+            w = latin1_chars(c + i, 8, w);
+#endif
+        } else {
+            w = latin1_chars(c + i, 8, w);
+        }
+    }
+    latin1_chars(c + i, n - i, w);
 }
 
 /* The UTF-8 of str @p o: its own bytes when it is ASCII; for Latin-1

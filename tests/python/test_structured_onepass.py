@@ -222,6 +222,14 @@ def test_utf8_pack_latin1_is_str_encode():
         assert data == b"".join(enc)
         assert offsets.tolist() == [0] + np.cumsum([len(e) for e in enc]).tolist()
         assert nulls.tolist() == [v is None for v in col]
+    # runs of characters past ASCII (accented text: sixteen bytes for eight
+    # at once) at every alignment, between ASCII and mixed ones
+    hi = [chr(c) for c in range(0x80, 0x100)]
+    col = ["a" * k + "".join(hi[(k * 31 + j * 7) % 128] for j in range(m)) + "b" * (m % 3)
+           + "é" * k for k in range(9) for m in range(0, 41, 3)]
+    data, offsets, nulls = _fast_copy.utf8_pack(col)
+    assert data == b"".join(v.encode("utf-8") for v in col)
+    assert offsets.tolist() == [0] + np.cumsum([len(v.encode("utf-8")) for v in col]).tolist()
     with pytest.raises(UnicodeEncodeError):
         _fast_copy.utf8_pack(["é", "\udc80"])
 
