@@ -467,7 +467,10 @@ static Py_ssize_t latin1_utf8_size(PyObject *o)
         uint64_t w;
 
         memcpy(&w, c + i, sizeof(w));
-        size += __builtin_popcountll(w & UINT64_C(0x8080808080808080));
+        /* the high bits as ones in each byte, summed into the top byte by
+         * the multiply (no popcount instruction in the baseline x86-64) */
+        size += (Py_ssize_t)((((w >> 7) & UINT64_C(0x0101010101010101)) *
+                              UINT64_C(0x0101010101010101)) >> 56);
     }
     for (; i < n; i++)
         size += (c[i] >= 0x80);
