@@ -1537,3 +1537,39 @@ done:
     Py_DECREF(fast);
     return result;
 }
+
+/* ---- object_array(): a list as a 1-D object array ----------------------------- */
+
+PyObject *mooncake_py_object_array(PyObject *values)
+{
+#ifdef HAVE_NUMPY_CAPI
+    PyObject *fast, *arr;
+    PyObject **items;
+    npy_intp n;
+
+    if (!np_api())
+        Py_RETURN_NONE;
+    if ((fast = PySequence_Fast(values, "values must be a sequence")) == NULL)
+        return NULL;
+    n = (npy_intp)PySequence_Fast_GET_SIZE(fast);
+    /* numpy fills a new object array with None (it needs init): each slot's
+     * reference is given back as the row's is put in */
+    if ((arr = PyArray_SimpleNew(1, &n, NPY_OBJECT)) == NULL) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    items = (PyObject **)PyArray_DATA((PyArrayObject *)arr);
+    for (npy_intp i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i), *old = items[i];
+
+        Py_INCREF(o);
+        items[i] = o;
+        Py_XDECREF(old);
+    }
+    Py_DECREF(fast);
+    return arr;
+#else
+    (void)values;
+    Py_RETURN_NONE;
+#endif
+}

@@ -113,4 +113,14 @@ PyObject *mooncake_py_stage_json(PyObject *prefix, PyObject *object_id, PyObject
                                  PyObject *members, unsigned long long chunk_bytes,
                                  unsigned int version);
 
+/*
+ * object_array(values): a 1-D numpy object array holding each item of the
+ * sequence @p values as it is (never broadcast: rows that are arrays of
+ * one length stay rows) -- np.fromiter(values, dtype=object) without its
+ * per-item conversion, for the thousands of rows a DataProto read hands
+ * back.  None when the module was built without numpy's C API (or numpy
+ * cannot be loaded): the caller makes it the numpy way.
+ */
+PyObject *mooncake_py_object_array(PyObject *values);
+
 #endif /* MOONCAKE_SWIG_PYHELPERS_H */

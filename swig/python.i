@@ -289,6 +289,13 @@ PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObjec
  * ndims_out, nulls_out): the one typing pass of a column of arrays and
  * its typed-ragged layout, or None for a column typed the general way
  * (swig/pyhelpers.h).  It reads Python objects, so it keeps the lock. */
+/* codec_object_array(values): a sequence as a 1-D object array, or None
+ * without numpy's C API (swig/pyhelpers.h).  It reads Python objects, so
+ * it keeps the lock. */
+%nothread mooncake_py_object_array;
+%rename(codec_object_array) mooncake_py_object_array;
+PyObject *mooncake_py_object_array(PyObject *values);
+
 /* codec_stage_json(prefix, object_id, meta_head, members, chunk_bytes,
  * version): mc_codec_stage_json() of member tuples (swig/pyhelpers.h).
  * It reads Python objects, so it keeps the lock. */

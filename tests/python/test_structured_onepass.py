@@ -455,3 +455,28 @@ def test_tensor_bytes_that_do_not_fit_read_as_before(monkeypatch):
             slow = _outcome(lambda: sos._torch_from_bytes(raw[1:], "torch.int32", shape))
         assert isinstance(slow, Exception) and type(fast) is type(slow) and \
             str(fast) == str(slow), (fast, slow)
+
+
+def test_object_array_holds_each_row_as_is():
+    """codec_object_array: a read's rows as a 1-D object array in one native
+    pass -- each item the very object given (arrays of one length are not
+    broadcast into a 2-D array), the references counted once each and
+    given back with the array, the numpy way's array otherwise."""
+    import sys
+
+    f = _fast_copy.object_array
+    assert f is not None and sos._native_object_array is f
+    x = np.arange(12, dtype=np.int32)
+    rows = [x[i:i + 3] for i in range(0, 12, 3)] + [None, "é", 7, b"b"]
+    views = rows[:4]  # objects of this test alone: their counts are exact
+    before = [sys.getrefcount(r) for r in views]
+    a = f(rows)
+    assert type(a) is np.ndarray and a.dtype == object and a.shape == (len(rows),)
+    assert all(a[i] is r for i, r in enumerate(rows))
+    assert [sys.getrefcount(r) for r in views] == [b + 1 for b in before]
+    del a
+    assert [sys.getrefcount(r) for r in views] == before
+    assert sos._object_array(rows[:4]).shape == (4,)  # equal-length rows stay rows
+    assert f([]).shape == (0,) and f(()).dtype == object
+    with pytest.raises(TypeError):
+        f(5)

@@ -18,7 +18,8 @@ bytes), checked and built in one native call (``swig/pyhelpers.c``);
 :func:`utf8_pack` makes the payload of a column of str the same way.
 
 ``stage_json`` writes the metadata and manifest JSON of a structured
-object, and its keys, from member descriptions (``mc_codec_stage_json``).
+object, and its keys, from member descriptions (``mc_codec_stage_json``);
+``object_array`` makes the object array a reader returns of its rows.
 
 May import: numpy, the native binding, _errors and _util (the low layer);
 never store or structured_object_store, which call it.
@@ -38,8 +39,8 @@ from mooncake import _util
 from mooncake._errors import last_error_detail
 
 __all__ = ["concat_arrays_into", "ragged_pack", "ragged_describe", "ragged_column",
-           "ragged_rows", "blob_rows", "utf8_pack", "stage_json", "HAVE_ROW_BUILDERS",
-           "HAVE_RAGGED_COLUMN"]
+           "ragged_rows", "blob_rows", "utf8_pack", "stage_json", "object_array",
+           "HAVE_ROW_BUILDERS", "HAVE_RAGGED_COLUMN"]
 
 #: Whether this build's extension has ragged_rows(), blob_rows() and utf8_pack().
 HAVE_ROW_BUILDERS = all(hasattr(_capi, f) for f in ("codec_ragged_rows", "codec_blob_rows",
@@ -57,6 +58,13 @@ HAVE_RAGGED_COLUMN = hasattr(_capi, "codec_ragged_column")
 #: library refuses.  The extension's function itself (no wrapper frame: a
 #: DataProto put calls it once), or None for a build without it.
 stage_json = getattr(getattr(_capi, "_capi", _capi), "codec_stage_json", None)
+
+#: ``object_array(values)``: a 1-D object array holding each item of the
+#: sequence as it is (``np.fromiter(values, dtype=object)``, without its
+#: per-item conversion), or None when the extension was built without
+#: numpy's C API; None for a build without it.  The extension's function
+#: itself (swig/pyhelpers.h).
+object_array = getattr(getattr(_capi, "_capi", _capi), "codec_object_array", None)
 
 
 def concat_arrays_into(arrays: Sequence[Any], dest_ptr: int, dest_size: int,

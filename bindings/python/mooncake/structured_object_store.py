@@ -112,6 +112,11 @@ try:  # a stage's metadata, manifest and keys in one native call (mc_codec_stage
 except Exception:  # pragma: no cover - depends on the built extension
     _native_stage_json = None
 
+try:  # a column's rows as an object array in one native pass
+    from mooncake._fast_copy import object_array as _native_object_array
+except Exception:  # pragma: no cover - depends on the built extension
+    _native_object_array = None
+
 DEFAULT_BUNDLE_CHUNK_BYTES = 64 * 1024 ** 2
 #: Staged writes of at least this many bytes and AUTO_PARALLEL_MIN_CHUNKS
 #: chunks go through the thread pool under put_mode="auto".
@@ -3402,6 +3407,10 @@ def _flatten_dataproto(got: Mapping[str, Any], r: MooncakeDataProtoRef) -> Dict[
 def _object_array(values: List[Any]) -> np.ndarray:
     """A 1-D object array holding each value as is (never broadcast:
     rows that are equal-length lists or arrays stay rows)."""
+    if _native_object_array is not None:
+        got = _native_object_array(values)
+        if got is not None:
+            return got
     return np.fromiter(values, dtype=object, count=len(values))
 
 
