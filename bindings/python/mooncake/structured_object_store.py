@@ -2623,7 +2623,7 @@ class _Fetch:
     """Bytes of one payload to fetch: all of it, or byte ranges of it laid
     back to back in the result."""
 
-    __slots__ = ("pspec", "ranges", "nbytes", "buf", "registered", "late")
+    __slots__ = ("pspec", "ranges", "nbytes", "buf", "addr", "registered", "late")
 
     def __init__(self, pspec: Mapping[str, Any], ranges: Optional[List[Tuple[int, int]]]
                  ) -> None:
@@ -2631,10 +2631,20 @@ class _Fetch:
         self.ranges = ranges
         self.nbytes = pspec["bytes"] if ranges is None else sum(n for _, n in ranges)
         self.buf: Any = None
+        # the address of buf's first byte, known where it was carved from a
+        # lease (None: ask the array; numpy's ctypes attribute costs ~5 us)
+        self.addr: Optional[int] = None
         self.registered = False
         # its result is made without reading the bytes (views over the
         # buffer): they may still be arriving while it is made
         self.late = False
+
+
+def _fetch_addr(job: _Fetch) -> int:
+    """The address of a job's buffer (kept when it was carved from a lease)."""
+    if job.addr is None:
+        job.addr = int(job.buf.ctypes.data)
+    return job.addr
 
 
 def _typed(buf: np.ndarray, fspec: Mapping[str, Any], rows: Optional[int] = None) -> Any:
@@ -3096,12 +3106,13 @@ class _DataProtoMixin:
             whole, ranged = [], []
             arena = self._fetch_arena(jobs, pool)
             for j in jobs:
+                j.addr = None  # (set again where the buffer is carved from a lease)
                 j.buf = self._fetch_buffer(j, pool) if arena is None else arena(j)
                 if j.nbytes == 0:
                     continue
                 if not j.registered and callable(getattr(self.store, "register_buffer", None)) \
-                        and self.store.register_buffer(int(j.buf.ctypes.data), j.nbytes) == 0:
-                    regs.append(int(j.buf.ctypes.data))
+                        and self.store.register_buffer(_fetch_addr(j), j.nbytes) == 0:
+                    regs.append(_fetch_addr(j))
                 (whole if j.ranges is None else ranged).append(j)
             ids = {id(j) for j in late}
             later = [j for j in whole if id(j) in ids]
@@ -3168,7 +3179,7 @@ class _DataProtoMixin:
         keys, ptrs, sizes = [], [], []
         for j in jobs:
             off = 0
-            base = int(j.buf.ctypes.data)
+            base = _fetch_addr(j)
             for c in j.pspec["chunks"]:
                 keys.append(c["key"])
                 ptrs.append(base + off)
@@ -3194,10 +3205,12 @@ class _DataProtoMixin:
         if lease is None:
             return None
         whole = np.asarray(_LeaseMemory(lease))
+        base = lease.ptr
         pos = [0]
 
         def carve(job: _Fetch) -> np.ndarray:
             job.registered = True
+            job.addr = base + pos[0]
             buf = whole[pos[0]:pos[0] + job.nbytes]
             pos[0] += -(-job.nbytes // align) * align
             return buf
@@ -3213,6 +3226,7 @@ class _DataProtoMixin:
                 lease = None
             if lease is not None:
                 job.registered = True
+                job.addr = lease.ptr
                 return np.asarray(_LeaseMemory(lease))[:n]
         return np.empty(n, np.uint8)
 
@@ -3220,9 +3234,10 @@ class _DataProtoMixin:
         keys, ptrs, sizes, owner = [], [], [], []
         for j in jobs:
             off = 0
+            base = _fetch_addr(j)
             for c in j.pspec["chunks"]:
                 keys.append(c["key"])
-                ptrs.append(int(j.buf.ctypes.data) + off)
+                ptrs.append(base + off)
                 sizes.append(c["bytes"])
                 owner.append(j)
                 off += c["bytes"]
@@ -3253,7 +3268,7 @@ class _DataProtoMixin:
                         frags.setdefault(c["key"], []).append((dst + a - lo, a - pos, b - a))
                     pos += c["bytes"]
                 dst += n
-            bufs.append(int(j.buf.ctypes.data))
+            bufs.append(_fetch_addr(j))
             all_keys.append(list(frags))
             dsts.append([[f[0] for f in fl] for fl in frags.values()])
             srcs.append([[f[1] for f in fl] for fl in frags.values()])
