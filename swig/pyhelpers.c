@@ -1158,8 +1158,7 @@ static Py_ssize_t stage_dims(PyObject *shape, Py_ssize_t i, int64_t *dims)
  * (numpy's C API, when the module was built with it).  0; 1 for any other
  * array or object (no exception: the caller describes it the general
  * way); -1 with an exception set. */
-static int stage_array(PyObject *a, Py_ssize_t i, mc_codec_member_t *m, int64_t *dims,
-                       stage_names_t *nm)
+static int stage_array(PyObject *a, mc_codec_member_t *m, int64_t *dims, stage_names_t *nm)
 {
 #ifdef HAVE_NUMPY_CAPI
     PyArrayObject *arr = (PyArrayObject *)a;
@@ -1189,10 +1188,9 @@ static int stage_array(PyObject *a, Py_ssize_t i, mc_codec_member_t *m, int64_t 
     m->dtype_len = (size_t)k;
     m->ndim = (uint32_t)nd;
     m->shape = dims;
-    (void)i;
     return 0;
 #else
-    (void)a, (void)i, (void)m, (void)dims, (void)nm;
+    (void)a, (void)m, (void)dims, (void)nm;
     return 1;
 #endif
 }
@@ -1213,7 +1211,7 @@ static int stage_member(PyObject *t, Py_ssize_t i, mc_codec_member_t *m, int64_t
         nm->name = PyTuple_GET_ITEM(t, 0);
         if (stage_str(nm->name, &m->name, &m->name_len, "a member name") != 0)
             return -1;
-        return stage_array(PyTuple_GET_ITEM(t, 1), i, m, dims, nm);
+        return stage_array(PyTuple_GET_ITEM(t, 1), m, dims, nm);
     }
     if (!PyTuple_Check(t) || (PyTuple_GET_SIZE(t) != 7)) {
         PyErr_Format(PyExc_TypeError, "member %zd must be a tuple (name, nbytes, kind, dtype, "

@@ -1166,29 +1166,13 @@ void mc_te_sent_hook_run(void)
     }
 }
 
-/* Direct writes into @p p's memory are done: MC_OK while the holder is
- * not exiting, else MC_TRANSFER_FAIL, as the network path fails a write to
- * a process that never answers (mc_te_shm_holder_confirm). */
-static mc_status_t shm_written(mc_te_shm_peer_t *p)
-{
-    if (mc_te_shm_holder_confirm(p))
-        return MC_OK;
-    mc_set_error_detail("write to same-host peer %s failed: the holder is exiting",
-                        mc_te_shm_peer_name(p));
-    return MC_TRANSFER_FAIL;
-}
-
-/* Move one request through shared memory; 1 when done (*st_p written).  A
- * write is confirmed (shm_written) unless @p confirm is 0: the caller
- * confirms its batch of writes to this holder once. */
+/* Move one request through shared memory; 1 when done (*st_p written). */
 static int shm_try(mc_te_t *te, mc_te_shm_peer_t *p, mc_te_op_t op, void *local,
-                   uint64_t remote, uint64_t len, uint64_t gen, int confirm, mc_status_t *st_p)
+                   uint64_t remote, uint64_t len, uint64_t gen, mc_status_t *st_p)
 {
     if ((p == NULL) ||
         !mc_te_shm_xfer(p, op, local, remote, len, gen, st_p))
         return 0;
-    if ((*st_p == MC_OK) && (op == MC_TE_WRITE) && confirm)
-        *st_p = shm_written(p);
     if (*st_p == MC_OK) {
         __atomic_add_fetch(&te->shm_ops, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&te->shm_bytes, len, __ATOMIC_RELAXED);
@@ -1327,7 +1311,7 @@ static int adopt_split(mc_te_t *te, mc_te_segment_t *s, const mc_te_item_t *it,
     if (*st_p != MC_OK)
         return 1;
     if (shm_try(te, shm, MC_TE_WRITE, local + head, it->remote + head, it->len - head, it->gen,
-                1, st_p))
+                st_p))
         return 1;
     /* a fence under way, or the mapping went: the network decides */
     *st_p = mc_te_tp_xfer(te, s->peer, MC_TE_WRITE, local + head, it->remote + head,
@@ -1361,7 +1345,7 @@ static mc_status_t exec_item(mc_te_t *te, const mc_te_item_t *it)
     }
     if (s->is_self)
         return exec_self(te, it);
-    if (shm_try(te, segment_shm(s), it->op, it->local, it->remote, it->len, it->gen, 1, &st))
+    if (shm_try(te, segment_shm(s), it->op, it->local, it->remote, it->len, it->gen, &st))
         return st;
     if (!segment_has_range(s, it->remote, it->len)) {
         /* The peer may have registered more since we looked: ask once. */
@@ -1417,7 +1401,7 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
     mc_te_shm_peer_t *shm;
     mc_status_t refresh_st  = MC_OK;
     int refreshed           = 0;
-    size_t m                = 0, copied = 0;
+    size_t m                = 0;
 
     if ((k == 1) || s->is_self) {
         /* this engine's own memory: a memcpy each, on the calling thread */
@@ -1428,10 +1412,8 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
     shm = segment_shm(s);
     for (size_t j = 0; j < k; j++) {
         const mc_te_item_t *it = &items[j];
-        if (shm_try(te, shm, it->op, it->local, it->remote, it->len, it->gen, 0, &st[j])) {
-            copied += (it->op == MC_TE_WRITE) && (st[j] == MC_OK);
+        if (shm_try(te, shm, it->op, it->local, it->remote, it->len, it->gen, &st[j]))
             continue;
-        }
         if (!segment_has_range(s, it->remote, it->len)) {
             if (!refreshed) {
                 refreshed  = 1;
@@ -1451,15 +1433,6 @@ static void exec_run(mc_te_t *te, const mc_te_item_t *items, size_t k, mc_status
         v[m].len    = it->len;
         v[m].gen    = it->gen;
         map[m++]    = j;
-    }
-    if (copied > 0) { /* the run's direct writes, confirmed once */
-        mc_status_t wst = shm_written(shm);
-        for (size_t j = 0, q = 0; (wst != MC_OK) && (j < k); j++) {
-            if ((q < m) && (map[q] == j))
-                q++; /* over the network, below */
-            else if (st[j] == MC_OK)
-                st[j] = wst;
-        }
     }
     if (m == 0)
         return;
@@ -1754,7 +1727,7 @@ static int exec_spread(mc_te_t *te, const mc_te_item_t *items, size_t n, mc_stat
     for (size_t j = 0; j < n; j++) {
         mc_status_t sst;
         if (shm_try(te, shm, MC_TE_READ, items[j].local, items[j].remote, items[j].len,
-                    items[j].gen, 0, &sst)) {
+                    items[j].gen, &sst)) {
             if ((sst != MC_OK) && (*st_p == MC_OK))
                 *st_p = sst;
             continue;
@@ -1987,7 +1960,6 @@ static int write_direct_spread(mc_te_t *te, mc_te_segment_t *s, mc_te_shm_peer_t
     mc_status_t sts[MC_TE_DIRECT_PIECES_MAX];
     size_t k = te->direct_pieces, c, j = 0;
     uint64_t acc = 0;
-    int copied   = 0;
 
     if ((k < 2) || (bytes < MC_TE_DIRECT_SPREAD_MIN) || (n < k))
         return 0;
@@ -2010,15 +1982,6 @@ static int write_direct_spread(mc_te_t *te, mc_te_segment_t *s, mc_te_shm_peer_t
     }
     run_batch(te, items, c, sts);
     *st_p = MC_OK;
-    for (size_t q = 0; q < c; q++)
-        if (!dps[q].declined && (sts[q] == MC_OK))
-            copied = 1;
-    if (copied) { /* the pieces copied, confirmed once */
-        mc_status_t wst = shm_written(shm);
-        for (size_t q = 0; (wst != MC_OK) && (q < c); q++)
-            if (!dps[q].declined && (sts[q] == MC_OK))
-                sts[q] = wst;
-    }
     for (size_t q = 0; q < c; q++) {
         mc_status_t pst = sts[q];
         if (dps[q].declined) {
@@ -2107,8 +2070,6 @@ int mc_te_write_direct_gen(mc_te_t *te, const mc_te_request_t *reqs, const uint6
         return 1;
     if (!mc_te_shm_write_many(shm, reqs, n, lo, hi, gen, st_p))
         return 0;
-    if (*st_p == MC_OK)
-        *st_p = shm_written(shm);
     if (*st_p == MC_OK) {
         __atomic_add_fetch(&te->shm_ops, n, __ATOMIC_RELAXED);
         __atomic_add_fetch(&te->shm_bytes, bytes, __ATOMIC_RELAXED);

@@ -4001,10 +4001,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         except BaseException:
             self._remove_quietly(written + [manifest_key])
             raise
-        with self._lock:  # built here: a read through this ref needs no validation
-            self._validated[manifest_key] = manifest
-            while len(self._validated) > _META_CACHE_SIZE:
-                self._validated.popitem(last=False)
+        self._remember_validated(manifest_key, manifest)  # built here: no validation
         if decoded is not None:
             self._cache_meta(manifest_key, decoded)
         return RemoteBundleRef(manifest_key, manifest)
@@ -4059,13 +4056,13 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         n = len(members)
         if len(chunks) == n + 1 and chunks[0][0] == n:  # every payload one key
             parts.insert(0, [raw])
-            owners = [None] + [m[0] for m in members]
+            owners = ["meta"] + [m[0] for m in members]
         else:
             whole, parts, owners = parts, [], []
             for mi, off, size in chunks:
                 if mi == n:
                     parts.append([memoryview(raw)[off:off + size]])
-                    owners.append(None)
+                    owners.append("meta")
                     continue
                 m = members[mi]
                 owners.append(m[0])
@@ -4081,31 +4078,13 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                     parts.append([memoryview(value)[off:off + size]])
         manifest_key = f"{self.key_prefix}/{object_id}/manifest"
         try:
-            rcs = self.store.batch_put_parts_commit(
-                keys + [manifest_key], parts + [[manifest_bytes]],
-                _config_for_grouped_keys(config, len(keys) + 1))
-            if len(rcs) != len(keys) + 1:
-                raise StructuredObjectWriteError(
-                    f"batch_put_parts_commit returned {len(rcs)} results for {len(keys) + 1} "
-                    f"keys", "manifest")
-            if rcs[-1] == _NOT_SUPPORTED and all(rc == _NOT_SUPPORTED for rc in rcs):
-                self._commits = False  # nothing written: the general path writes it
-                return None
-            for k, owner, rc in zip(keys, owners, rcs):
-                if rc != 0:
-                    raise StructuredObjectWriteError(
-                        f"batch_put_parts_commit failed for {k}: {rc}",
-                        "meta" if owner is None else owner, rc)
-            if rcs[-1] != 0:
-                raise StructuredObjectWriteError(f"put failed for {manifest_key}: {rcs[-1]}",
-                                                 "manifest", rcs[-1])
+            if not self._put_committed(keys, parts, owners, (manifest_key, manifest_bytes),
+                                       config):
+                return None  # nothing written: the general path writes it
         except BaseException:
             self._remove_quietly([manifest_key])
             raise
-        with self._lock:
-            self._validated[manifest_key] = manifest
-            while len(self._validated) > _META_CACHE_SIZE:
-                self._validated.popitem(last=False)
+        self._remember_validated(manifest_key, manifest)
         # the documents as this process reads them back (an object never
         # changes once written): what parsing the JSON gives, made with it
         meta[STRUCTURED_FIELD_SPECS_KEY] = fields
@@ -4211,7 +4190,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 parts.append(source(off, size))
                 owner.append(o)
         if manifest is not None and keys and self._commits:
-            if self._put_committed(keys, parts, owner, manifest, config):
+            if self._put_committed(keys, parts, [o.name for o in owner], manifest, config):
                 return True
         if not keys:
             return False
@@ -4227,9 +4206,10 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 self._fail(o, "batch_put_parts", k, rc)
         return False
 
-    def _put_committed(self, keys: List[str], parts: List[Sequence[Any]], owner: List[_Out],
+    def _put_committed(self, keys: List[str], parts: List[Sequence[Any]], owners: List[str],
                        manifest: Tuple[str, bytes], config: Any) -> bool:
-        """The payload chunks and the manifest in one batch_put_parts_commit.
+        """The payload chunks (of the members named in ``owners``) and the
+        manifest in one batch_put_parts_commit.
         False (nothing written) when the store refuses the call
         (NOT_SUPPORTED: a dummy client, DFS replicas): the caller writes
         the manifest itself after the payloads, and this transfer does not
@@ -4244,9 +4224,10 @@ class MooncakeBundleTransfer(_DataProtoMixin):
         if rcs[-1] == _NOT_SUPPORTED and all(rc == _NOT_SUPPORTED for rc in rcs):
             self._commits = False
             return False
-        for k, o, rc in zip(keys, owner, rcs):
+        for k, name, rc in zip(keys, owners, rcs):
             if rc != 0:
-                self._fail(o, "batch_put_parts_commit", k, rc)
+                raise StructuredObjectWriteError(f"batch_put_parts_commit failed for {k}: {rc}",
+                                                 name, rc)
         if rcs[-1] != 0:
             raise StructuredObjectWriteError(f"put failed for {key}: {rcs[-1]}", "manifest",
                                              rcs[-1])
@@ -4543,11 +4524,16 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             known = self._validated.get(key) is manifest
         if not known:
             _validate_manifest(key, manifest, self.key_prefix)
-            with self._lock:
-                self._validated[key] = manifest
-                while len(self._validated) > _META_CACHE_SIZE:
-                    self._validated.popitem(last=False)
+            self._remember_validated(key, manifest)
         return key, manifest
+
+    def _remember_validated(self, key: str, manifest: Dict[str, Any]) -> None:
+        """``manifest`` needs no validation when read through ``key`` again
+        (the newest _META_CACHE_SIZE kept)."""
+        with self._lock:
+            self._validated[key] = manifest
+            while len(self._validated) > _META_CACHE_SIZE:
+                self._validated.popitem(last=False)
 
     def _manifest_key_of(self, manifest: Any) -> Any:
         oid = manifest.get("object_id") if isinstance(manifest, Mapping) else None

@@ -375,7 +375,7 @@ static void life_take(mc_te_shm_server_t *srv)
         uint32_t w;
         memcpy(&w, b + off, sizeof(w));
         if ((w & FUTEX_TID_MASK) == (uint32_t)tid) {
-            srv->life_off = (uint32_t)((b + off) - (const uint8_t *)srv->ctl - CTL_GATES_LEN);
+            srv->life_off = (uint32_t)off; /* the lock begins the life page */
             srv->life_tid = tid;
             return;
         }
@@ -905,6 +905,17 @@ int mc_te_shm_holder_confirm(mc_te_shm_peer_t *p)
     return 0;
 }
 
+/* The status of direct writes into @p p's memory, just copied: MC_OK while
+ * the holder is not exiting, else MC_TRANSFER_FAIL, as the network path
+ * fails a write to a process that never answers. */
+static mc_status_t write_confirmed(mc_te_shm_peer_t *p)
+{
+    if (mc_te_shm_holder_confirm(p))
+        return MC_OK;
+    mc_set_error_detail("write to same-host peer %s failed: the holder is exiting", p->name);
+    return MC_TRANSFER_FAIL;
+}
+
 /* Index of the first map ending above addr; map_lock held. */
 static size_t map_lower(const mc_te_shm_peer_t *p, uint64_t addr)
 {
@@ -1202,7 +1213,7 @@ static int shm_many(mc_te_shm_peer_t *p, mc_te_op_t op, const mc_te_request_t *r
         return 1;
     }
     pthread_rwlock_unlock(&p->map_lock);
-    *st_p = MC_OK;
+    *st_p = (op == MC_TE_WRITE) ? write_confirmed(p) : MC_OK;
     return 1;
 }
 
@@ -1275,7 +1286,7 @@ int mc_te_shm_xfer(mc_te_shm_peer_t *p, mc_te_op_t op, void *local, uint64_t rem
                 return 1;
             }
             pthread_rwlock_unlock(&p->map_lock);
-            *st_p = MC_OK;
+            *st_p = (op == MC_TE_WRITE) ? write_confirmed(p) : MC_OK;
             return 1;
         }
         at  = (m != NULL) ? m->addr : 0;

@@ -149,9 +149,10 @@ const char *mc_te_shm_peer_name(const mc_te_shm_peer_t *p);
 /* 0 once the holder hung up (its process ended or it stopped serving). */
 int mc_te_shm_peer_alive(mc_te_shm_peer_t *p);
 /*
- * After direct writes and before they are reported done: 1 when the holder
- * is not exiting, 0 (and the holder is given up, as on a hang-up) when it
- * is.  A holder killed with SIGKILL keeps its socket open until its memory
+ * After direct writes and before they are reported done (mc_te_shm_xfer and
+ * mc_te_shm_write_many call it for every write they copied, and answer
+ * MC_TRANSFER_FAIL when it says 0): 1 when the holder is not exiting, 0
+ * (and the holder is given up, as on a hang-up) when it is.  A holder killed with SIGKILL keeps its socket open until its memory
  * is torn down, milliseconds later, so a copy into its memory in between
  * would otherwise be reported written into a process that is already
  * gone.  Checks the life lock's word (marked by the kernel as the serving
@@ -159,15 +160,17 @@ int mc_te_shm_peer_alive(mc_te_shm_peer_t *p);
  * visible here, that thread's /proc stat (a pending SIGKILL, exiting,
  * zombie or reaped).  That read costs 4-10 us, so one that found the
  * holder live stands for 250 us: a write confirmed that long after the
- * kill is refused.  Callers check once per batch of writes to one holder.
+ * kill is refused, and a stream of small writes pays a clock read each.
  */
 int mc_te_shm_holder_confirm(mc_te_shm_peer_t *p);
 
 /*
  * Move len (> 0) bytes between local memory and [remote, remote+len) of the
  * holder through shared memory.  Returns 1 when it handled the request and
- * wrote *st_p (MC_OK, or MC_INVALID_READ/WRITE when the region was
- * unregistered during the copy), 0 when the range is not shared (or the
+ * wrote *st_p (MC_OK, MC_INVALID_READ/WRITE when the region was
+ * unregistered during the copy, or MC_TRANSFER_FAIL for a write into a
+ * holder that is exiting: mc_te_shm_holder_confirm), 0 when the range is
+ * not shared (or the
  * holder is gone): the caller then uses the network transport, whose range
  * check stays the authority.  A READ with @p gen non-zero is refused
  * (handled, MC_INVALID_READ) when the live mapping holding it was granted
