@@ -21,7 +21,7 @@ mooncake_master_SOURCES = \
 	mooncake-master/durability/durability.h \
 	mooncake-master/durability/oplog.c mooncake-master/durability/oplog.h \
 	mooncake-master/durability/snapshot.c mooncake-master/durability/snapshot.h \
-	mooncake-master/durability/ship.c mooncake-master/durability/ship.h \
+	mooncake-master/durability/ship.c mooncake-master/durability/ship_code.c mooncake-master/durability/ship.h \
 	mooncake-master/ha/ha.c mooncake-master/ha/ha.h \
 	mooncake-master/ha/ha_redis.c mooncake-master/ha/view.c \
 	mooncake-master/tiers/tiers.h \

@@ -40,7 +40,7 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_nof.c \
 	tests/unit/test_flags.c mooncake-master/flags.c \
 	tests/unit/test_oplog.c mooncake-master/durability/oplog.c \
-	tests/unit/test_ship.c mooncake-master/durability/ship.c \
+	tests/unit/test_ship.c mooncake-master/durability/ship.c mooncake-master/durability/ship_code.c \
 	tests/unit/test_kv_events.c mooncake-master/events/kv_event_codec.c mooncake-master/events/msgpack.c \
 	tests/unit/test_dfs.c mooncake-master/tiers/dfs_alloc.c \
 	$(NULL)
@@ -53,7 +53,7 @@ endif
 EXTRA_DIST += tests/fuzz/build.sh tests/fuzz/fuzz_auth.c tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_alloc.c tests/fuzz/fuzz_desc.c \
 	tests/fuzz/fuzz_tensor.c tests/fuzz/fuzz_dummy.c tests/fuzz/fuzz_oplog.c tests/fuzz/fuzz_regex.c \
 	tests/fuzz/fuzz_te_frame.c tests/fuzz/fuzz_http_meta.c tests/fuzz/fuzz_rdma_hs.c \
-	tests/fuzz/fuzz_msgpack.c tests/fuzz/fuzz_etcd_pb.c
+	tests/fuzz/fuzz_msgpack.c tests/fuzz/fuzz_etcd_pb.c tests/fuzz/fuzz_ship.c
 # RDMA and CUDA: device-free pytest suites, and scripts for RDMA / GPU hosts.
 EXTRA_DIST += tests/python/test_rdma.py tests/python/test_cuda.py tests/python/fake_cudart.c \
 	tests/rdma/README.md tests/rdma/run.sh tests/rdma/rdma_pair.py tests/gpu/run.sh tests/gpu/gpu_check.py docs/cuda.md

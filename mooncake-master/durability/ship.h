@@ -109,7 +109,7 @@ void mc_ship_snapshot_add(mc_ship_t *s, const void *data, size_t len);
 void mc_ship_snapshot_publish(mc_ship_t *s, uint64_t rec_seq);
 void mc_ship_snapshot_abort(mc_ship_t *s);
 
-/* A log value's delta code (ship.c, "the log values' delta code"): the
+/* A log value's delta code (ship_code.c): the
  * @p n bytes of whole records at @p d coded onto the end of @p out, and a
  * coded value back into its records onto the end of @p out (@p scratch:
  * a buffer of the caller's).  -1 when the bytes are not whole records (or

@@ -87,6 +87,9 @@ $cc $cflags $san -o "$work/fuzz_msgpack" "$src/tests/fuzz/fuzz_msgpack.c" \
 $cc $cflags $san -o "$work/fuzz_etcd_pb" "$src/tests/fuzz/fuzz_etcd_pb.c" \
     "$src/libmooncake/coord/etcd_pb.c" $common -lm -lpthread
 # shellcheck disable=SC2086
+$cc $cflags $san -I$src/mooncake-master -o "$work/fuzz_ship" "$src/tests/fuzz/fuzz_ship.c" \
+    "$src/mooncake-master/durability/ship_code.c" $common -lm -lpthread
+# shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_auth" "$src/tests/fuzz/fuzz_auth.c" \
     "$src/libmooncake/common/auth.c" $common -lm -lpthread
 # shellcheck disable=SC2086
@@ -99,7 +102,7 @@ $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_tensor_seeds" "$src/tests/fuzz
 $cc $cflags -DMC_FUZZ_WRITE_SEEDS -o "$work/write_dummy_seeds" "$src/tests/fuzz/fuzz_dummy.c" \
     "$src/libmooncake/store/dummy/dummy_decode.c" $common -lm -lpthread
 
-targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_te_disk fuzz_http_meta fuzz_rdma_hs fuzz_auth fuzz_msgpack fuzz_etcd_pb"
+targets="fuzz_wire fuzz_alloc fuzz_desc fuzz_tensor fuzz_dummy fuzz_oplog fuzz_regex fuzz_te_frame fuzz_te_disk fuzz_http_meta fuzz_rdma_hs fuzz_auth fuzz_msgpack fuzz_etcd_pb fuzz_ship"
 for t in $targets; do mkdir -p "$work/corpus-$t"; done
 "$work/write_oplog_seeds" "$work/corpus-fuzz_oplog"
 "$work/write_rdma_seeds" "$work/corpus-fuzz_rdma_hs"
