@@ -40,8 +40,8 @@ mooncake_master_SOURCES = \
 # The folders include each other by path from here (index/index.h, ...);
 # docs/architecture.md, "The master's map".
 mooncake_master_CPPFLAGS = -I$(top_srcdir)/mooncake-master $(AM_CPPFLAGS)
-mooncake_master_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) $(ZMQ_CFLAGS)
-mooncake_master_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(ZMQ_LIBS) \
+mooncake_master_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) $(ZMQ_CFLAGS) $(ZLIB_CFLAGS)
+mooncake_master_LDADD = libmooncake-internal.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(ZMQ_LIBS) $(ZLIB_LIBS) \
 	$(PTHREAD_LIBS)
 
 # mooncake_http_metadata_server: the metadata store of admin/http.c alone.

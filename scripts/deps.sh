@@ -4,7 +4,7 @@
 set -eu
 
 PKGS="build-essential autoconf automake libtool autoconf-archive pkg-config
-libevent-dev libjansson-dev libcurl4-openssl-dev libnuma-dev
+libevent-dev libjansson-dev libcurl4-openssl-dev libnuma-dev zlib1g-dev
 libibverbs-dev libfabric-dev check swig python3 python3-dev python3-numpy
 python3-pytest python3-pytest-xdist python3-torch python3-aiohttp curl procps clang libclang-rt-dev
 etcd-server etcd-client nftables libzmq3-dev python3-zmq python3-msgpack libhiredis-dev redis-server

@@ -44,8 +44,8 @@ tests_unit_check_all_SOURCES = \
 	tests/unit/test_kv_events.c mooncake-master/events/kv_event_codec.c mooncake-master/events/msgpack.c \
 	tests/unit/test_dfs.c mooncake-master/tiers/dfs_alloc.c \
 	$(NULL)
-tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS)
+tests_unit_check_all_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
+tests_unit_check_all_LDADD = libmooncake-internal.la $(CHECK_LIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
 endif
 # libFuzzer targets: built and run by tests/fuzz/build.sh (needs clang).  ./test.sh
 # runs each for MC_FUZZ_SECONDS (10); `make fuzz` soaks each for FUZZ_SECONDS (300)

@@ -88,7 +88,7 @@ $cc $cflags $san -o "$work/fuzz_etcd_pb" "$src/tests/fuzz/fuzz_etcd_pb.c" \
     "$src/libmooncake/coord/etcd_pb.c" $common -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -I$src/mooncake-master -o "$work/fuzz_ship" "$src/tests/fuzz/fuzz_ship.c" \
-    "$src/mooncake-master/durability/ship_code.c" $common -lm -lpthread
+    "$src/mooncake-master/durability/ship_code.c" $common -lz -lm -lpthread
 # shellcheck disable=SC2086
 $cc $cflags $san -o "$work/fuzz_auth" "$src/tests/fuzz/fuzz_auth.c" \
     "$src/libmooncake/common/auth.c" $common -lm -lpthread
