@@ -692,6 +692,7 @@ struct mc_oplog_writer {
     uint64_t rotate_gen;     /* 0: none asked */
     size_t rotate_at;        /* pending[0, rotate_at) still goes to the old log */
     int kicked;
+    unsigned pending_recs;   /* records in pending */
     int stop;
     int failed;
     uint64_t rounds, records, bytes;
@@ -737,6 +738,7 @@ static void *writer_main(void *arg)
         batch      = w->pending;
         w->pending = tmp;
         mc_buf_reset(&w->pending);
+        w->pending_recs = 0;
         seq           = w->pending_seq;
         rot           = w->rotate_gen;
         if (batch.oom) {
@@ -900,6 +902,16 @@ uint64_t mc_oplog_writer_end(mc_oplog_writer_t *w, unsigned nrecords)
     w->pending_seq += nrecords;
     w->records += nrecords;
     seq = w->pending_seq;
+    /* A pipelined sink codes a round before it sends it: a long turn's
+     * records go to the thread in parts while the loop appends the rest,
+     * so that after the turn's kick only its last part is left to code.
+     * (A file sink syncs every round: it waits for the kick.) */
+    w->pending_recs += nrecords;
+    if ((w->sink->submit != NULL) && (w->pending_recs >= MC_OPLOG_EARLY_RECORDS) &&
+        !w->kicked && (w->rotate_gen == 0)) {
+        w->kicked = 1;
+        pthread_cond_signal(&w->cv);
+    }
     pthread_mutex_unlock(&w->mu);
     w->appended_seq = seq;
     return seq;

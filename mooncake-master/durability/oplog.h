@@ -291,8 +291,11 @@ void mc_oplog_writer_stop(mc_oplog_writer_t *w);
  * returns the sequence number of what was appended. */
 mc_buf_t *mc_oplog_writer_begin(mc_oplog_writer_t *w);
 uint64_t mc_oplog_writer_end(mc_oplog_writer_t *w, unsigned nrecords);
-/* Ask the thread to write what was appended (the group-commit point). */
+/* Ask the thread to write what was appended (the group-commit point).
+ * Over a pipelined sink the thread is also handed the records each time
+ * MC_OPLOG_EARLY_RECORDS have been appended since it last took them. */
 void mc_oplog_writer_kick(mc_oplog_writer_t *w);
+#define MC_OPLOG_EARLY_RECORDS 1024u
 /* Records appended from here on go to generation @p gen, those before to
  * the current one (kicks).  -1 while an earlier rotation is not done. */
 int mc_oplog_writer_rotate(mc_oplog_writer_t *w, uint64_t gen);

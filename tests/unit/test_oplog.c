@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -684,6 +685,70 @@ START_TEST(test_writer_rounds_carry_their_records)
 }
 END_TEST
 
+/* Over a pipelined sink the thread takes the records each time
+ * MC_OPLOG_EARLY_RECORDS are appended, without a kick (the loop's long
+ * turn is coded while it goes on); over a file sink (a sync per round)
+ * nothing goes before the kick. */
+START_TEST(test_writer_early_hand_over)
+{
+    enum { N = 3 * MC_OPLOG_EARLY_RECORDS + 100 };
+    check_sink_t cs;
+    int efd = eventfd(0, EFD_CLOEXEC);
+    mc_oplog_writer_t *w;
+    mc_oplog_sink_t *fsink;
+    char dir[] = "/tmp/mc-oplog-XXXXXX";
+    uint64_t seq, rounds = 0, records = 0, bytes = 0, v;
+
+    check_sink_init(&cs);
+    w = mc_oplog_writer_start(&cs.ops, efd);
+    ck_assert_ptr_nonnull(w);
+    seq = append_keys(w, 0, N);
+    /* unasked, the thread takes what is appended whenever 1024 records
+     * wait, so at most 1023 are left for the kick (the thread may take
+     * more at once: it takes all that waits).  Bounded: the eventfd read
+     * blocks until a round ends. */
+    for (int tries = 0;
+         (mc_oplog_writer_durable(w) < N - (MC_OPLOG_EARLY_RECORDS - 1)) && (tries < 1000);
+         tries++)
+        ck_assert_int_eq(read(efd, &v, sizeof(v)), (ssize_t)sizeof(v));
+    ck_assert_uint_ge(mc_oplog_writer_durable(w), N - (MC_OPLOG_EARLY_RECORDS - 1));
+    mc_oplog_writer_kick(w);
+    wait_durable(w, efd, seq);
+    mc_oplog_writer_stop(w);
+    ck_assert_int_eq(cs.bad, 0);
+    ck_assert_uint_eq(cs.next, N);
+    ck_assert_uint_ge(cs.nrounds, 1);
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    fsink = mc_oplog_file_sink_open(dir, 1);
+    ck_assert_ptr_nonnull(fsink);
+    w = mc_oplog_writer_start(fsink, efd);
+    ck_assert_ptr_nonnull(w);
+    seq = append_keys(w, 0, N);
+    /* a file sink's round is its fsync: nothing is taken before the kick
+     * (a thread woken early writes and syncs within a few ms here: 200 ms
+     * bound the look), then all of it goes as one round */
+    for (int i = 0; i < 20; i++) {
+        ck_assert_uint_eq(mc_oplog_writer_durable(w), 0);
+        poll(NULL, 0, 10);
+    }
+    mc_oplog_writer_stats(w, &rounds, &records, &bytes);
+    ck_assert_uint_eq(rounds, 0);
+    mc_oplog_writer_kick(w);
+    wait_durable(w, efd, seq);
+    mc_oplog_writer_stats(w, &rounds, &records, &bytes);
+    ck_assert_uint_eq(rounds, 1);
+    ck_assert_uint_eq(records, N);
+    mc_oplog_writer_stop(w);
+    close(efd);
+    {
+        char cmd[64];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+}
+END_TEST
+
 /* A record lost to an allocation failure while it was encoded (the
  * buffer's sticky oom): its round is never reported durable, and the
  * writer fails, so the loop stops acknowledging. */
@@ -733,6 +798,7 @@ Suite *mc_test_oplog_suite(void)
     tcase_add_test(tc, test_state_apply_all);
     tcase_add_test(tc, test_writer_file_sink);
     tcase_add_test(tc, test_writer_rounds_carry_their_records);
+    tcase_add_test(tc, test_writer_early_hand_over);
     tcase_add_test(tc, test_writer_fails_a_round_that_lost_a_record);
     suite_add_tcase(s, tc);
     return s;
