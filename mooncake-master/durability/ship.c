@@ -13,8 +13,12 @@
  * transaction, not one each.  It first gathers (gather_ready): when its
  * last transaction carried R records and Q more were queued when it came
  * back, it waits until R + Q records are queued, at most MC_SHIP_GATHER_US
- * after that transaction.  The clients that transaction answered send
- * their next requests meanwhile; without the wait, the rounds of clients
+ * after that transaction, and no longer than MC_SHIP_GATHER_QUIET_US
+ * after the last round queued since it (a client whose window that
+ * transaction answered only in part sends nothing until the rest is
+ * answered, so the count is not always reached).  The clients that
+ * transaction answered send their next requests meanwhile; without the
+ * wait, the rounds of clients
  * answered by different transactions stay out of step and each go
  * alone, twice the commits for the same puts.  A lone client waits only
  * when its next round has fewer records than its last.  Every
@@ -138,6 +142,8 @@ struct mc_ship {
     uint64_t last_key;        /* the last key of the last round reported durable */
     uint64_t gather_recs;     /* records a free worker waits for (gather_ready) */
     uint64_t gather_until_ns; /* ... until then at most */
+    uint64_t gather_from_ns;  /* when the last transaction came back */
+    uint64_t round_ns;        /* when the last round was queued */
     uint64_t durable_rec;     /* the writer's sequence number of that round's last record */
     /* the snapshot being walked: mark_key follows the rounds reported
      * while their records precede the walk (mark_rec and before) */
@@ -565,10 +571,20 @@ static int gather_ready(mc_ship_t *s, size_t at, uint64_t *wait_ns)
 {
     uint64_t now = mc_now_ns();
     int full;
+    uint64_t quiet_end = s->round_ns + (uint64_t)MC_SHIP_GATHER_QUIET_US * 1000u;
     *wait_ns = 0;
     if (!s->term_clean || s->stopping || s->p_failed || (now >= s->gather_until_ns) ||
         (queued_recs(s, at, &full) >= s->gather_recs) || full)
         return 1;
+    /* rounds came since the last transaction, and none for a while: the
+     * clients it answered have sent what they will (one whose window was
+     * answered only in part waits for the rest before it sends again) */
+    if (s->round_ns > s->gather_from_ns) {
+        if (now >= quiet_end)
+            return 1;
+        *wait_ns = MC_MIN(s->gather_until_ns, quiet_end) - now;
+        return 0;
+    }
     *wait_ns = s->gather_until_ns - now;
     return 0;
 }
@@ -655,7 +671,8 @@ static void *worker_main(void *arg)
                 s->gather_recs += group[i]->nrec;
             if (nx >= 0)
                 s->gather_recs += queued_recs(s, (size_t)nx, &full);
-            s->gather_until_ns = mc_now_ns() + (uint64_t)MC_SHIP_GATHER_US * 1000u;
+            s->gather_from_ns  = mc_now_ns();
+            s->gather_until_ns = s->gather_from_ns + (uint64_t)MC_SHIP_GATHER_US * 1000u;
         }
         for (size_t i = 0; i < n; i++)
             group[i]->state = PIECE_DONE;
@@ -766,8 +783,10 @@ static int ship_submit(mc_oplog_sink_t *sk, const void *data, size_t len, uint64
         s->q[(s->q_head + s->q_len) % MC_SHIP_QUEUE] = np;
         s->q_len++;
         /* a whole round at once: a free worker takes all of it in one txn */
-        if (off == len)
+        if (off == len) {
+            s->round_ns = mc_now_ns();
             pthread_cond_signal(&s->cv_work);
+        }
         pthread_mutex_unlock(&s->mu);
     }
     return 0;
