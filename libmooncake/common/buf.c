@@ -37,7 +37,9 @@ uint8_t *mc_buf_reserve(mc_buf_t *b, size_t n)
         b->oom = 1;
         return NULL;
     }
-    if (b->len + n > b->cap) {
+    /* an empty buffer gets its storage on the first reserve, even of 0
+     * bytes: the pointer returned is never NULL + 0 */
+    if ((b->len + n > b->cap) || (b->data == NULL)) {
         size_t ncap = b->cap ? b->cap : 256;
         while (ncap < b->len + n) {
             if (ncap > SIZE_MAX / 2) {

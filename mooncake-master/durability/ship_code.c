@@ -424,7 +424,9 @@ int mc_ship_decode(mc_buf_t *out, mc_buf_t *scratch, const uint8_t *p, size_t n)
     p += 9;
     mc_buf_reset(scratch);
     /* reserve appends: undone below unless the value decodes */
-    if ((raw_len > MC_SHIP_PIECE) || ((d = mc_buf_reserve(out, raw_len)) == NULL))
+    /* a value carries at least one record */
+    if ((raw_len < MC_OPLOG_FRAME_HEADER) || (raw_len > MC_SHIP_PIECE) ||
+        ((d = mc_buf_reserve(out, raw_len)) == NULL))
         return -1;
     if (mode & CODE_DEFLATED) {
         /* the body deflated: its length, then the stream */

@@ -126,7 +126,7 @@ static void make_counted(uint8_t *d, size_t nrec, uint64_t stride)
         mc_store_le32(f, 48 - MC_OPLOG_FRAME_HEADER);
         f[8] = MC_OPLOG_OBJ_SET;
         memcpy(f + 9, "key-", 4);
-        snprintf((char *)f + 13, 11, "%010zu", 1000 + r);
+        snprintf((char *)f + 13, 11, "%010u", (unsigned)(1000 + r) % 1000000000u);
         f[23] = (uint8_t)((r % 97 == 5) ? r : 0);
         mc_store_le64(f + 24, 4096);
         mc_store_le64(f + 32, 65536 + (uint64_t)r * stride);
