@@ -157,11 +157,15 @@ struct mc_ship {
     mc_etcd_t *c_etcd;        /* its own handle: chunks do not delay appends */
     pthread_t c_thread;
     int c_live;
-    /* the snapshot's records, from the walk: chunks of MC_SHIP_PIECE
-     * bytes (the last one c_tail_len), so a large index never makes the
-     * loop copy one growing buffer */
+    /* the snapshot's records, from the walk: chunks of at most
+     * MC_SHIP_PIECE bytes of whole records (c_len each), so a large
+     * index never makes the loop copy one growing buffer and each chunk
+     * codes as a log value does; a record larger than a chunk is split
+     * over chunks that then go raw (c_split) */
     uint8_t **c_chunks;
-    size_t c_nchunks, c_cap, c_tail_len;
+    size_t *c_len;
+    uint8_t *c_split;
+    size_t c_nchunks, c_cap;
     int c_oom;
     uint64_t c_rec_end;       /* the writer's sequence number at the walk's end */
     uint64_t c_seq;           /* the log key the snapshot follows (set by the thread) */
@@ -206,8 +210,12 @@ static void chunks_free(mc_ship_t *s)
     for (size_t i = 0; i < s->c_nchunks; i++)
         free(s->c_chunks[i]);
     free(s->c_chunks);
+    free(s->c_len);
+    free(s->c_split);
     s->c_chunks  = NULL;
-    s->c_nchunks = s->c_cap = s->c_tail_len = 0;
+    s->c_len     = NULL;
+    s->c_split   = NULL;
+    s->c_nchunks = s->c_cap = 0;
 }
 
 mc_ship_t *mc_ship_create(const mc_ship_config_t *cfg)
@@ -352,12 +360,28 @@ static uint8_t *tagged(uint64_t term, const uint8_t *p, size_t n)
     return v;
 }
 
+/* A snapshot chunk (@p n bytes at @p p, whole records unless @p split) as
+ * its key's value: coded as a log key's records are (MC_SHIP_CODED in the
+ * term) when that is smaller, else as it is. */
 static int put_chunk(mc_ship_t *s, mc_etcd_t *e, const char *key, uint64_t term,
-                     const uint8_t *p, size_t n)
+                     const uint8_t *p, size_t n, int split)
 {
     mc_etcd_op_t op = {0};
-    uint8_t *v      = tagged(term, p, n);
+    mc_buf_t coded, scratch;
+    uint8_t *v = NULL;
     int rc;
+
+    mc_buf_init(&coded);
+    mc_buf_init(&scratch);
+    if (!split && (mc_ship_encode(&coded, &scratch, p, n) == 0) && !coded.oom &&
+        (coded.len < n)) {
+        v = tagged(term | MC_SHIP_CODED, coded.data, coded.len);
+        n = coded.len;
+    } else {
+        v = tagged(term, p, n);
+    }
+    mc_buf_cleanup(&coded);
+    mc_buf_cleanup(&scratch);
     if (v == NULL)
         return -1;
     op.key = key;
@@ -407,8 +431,7 @@ static void *compact_main(void *arg)
     }
     for (; (rc == 0) && (n < s->c_nchunks); n++) {
         snprintf(key, sizeof(key), "%ssnap/%016" PRIx64 "/%016" PRIx32, s->prefix, s->c_seq, n);
-        rc = put_chunk(s, s->c_etcd, key, term, s->c_chunks[n],
-                       (n + 1 < s->c_nchunks) ? (size_t)MC_SHIP_PIECE : s->c_tail_len);
+        rc = put_chunk(s, s->c_etcd, key, term, s->c_chunks[n], s->c_len[n], s->c_split[n]);
     }
     if (rc == 0) {
         snprintf(meta, sizeof(meta), "%ssnapmeta", s->prefix);
@@ -859,8 +882,9 @@ mc_oplog_sink_t *mc_ship_sink(mc_ship_t *s)
 typedef struct gather {
     mc_ship_t *s;
     mc_buf_t b;
+    mc_buf_t scratch; /* decoding a coded chunk */
     uint64_t expect; /* next chunk number */
-    int bad;
+    int bad;         /* 1: a chunk missing or misnamed; 2: one that does not decode */
 } gather_t;
 
 static int parse_hex(const char *p, size_t n, uint64_t *v)
@@ -891,7 +915,14 @@ static int gather_cb(void *arg, const char *key, size_t keylen, const char *val,
         g->bad = 1;
         return 1;
     }
-    mc_buf_put_bytes(&g->b, val + 8, len - 8);
+    if (mc_load_le64((const uint8_t *)val) & MC_SHIP_CODED) {
+        if (mc_ship_decode(&g->b, &g->scratch, (const uint8_t *)val + 8, len - 8) != 0) {
+            g->bad = 2; /* corrupt, not a chunk missing */
+            return 1;
+        }
+    } else {
+        mc_buf_put_bytes(&g->b, val + 8, len - 8);
+    }
     g->expect++;
     return 0;
 }
@@ -926,12 +957,22 @@ static int load_snapshot(mc_ship_t *s, mc_etcd_t *e)
         return 0;
     snprintf(to, sizeof(to), "%ssnap/%016" PRIx64 "0", s->prefix, seq);
     mc_buf_init(&g.b);
+    mc_buf_init(&g.scratch);
     for (int more = 1; more && !g.bad && (g.expect < n);) {
         snprintf(from, sizeof(from), "%ssnap/%016" PRIx64 "/%016" PRIx64, s->prefix, seq,
                  g.expect);
         st = mc_etcd_range(e, from, to, MC_SHIP_RANGE_LIMIT, gather_cb, &g, &more);
         if (st != MC_OK)
             break;
+    }
+    if (g.bad == 2) {
+        mc_error("operation log: REFUSING the snapshot at log key %" PRIu64 " in etcd: chunk "
+                 "%" PRIu64 " does not decode (or fails its CRC)",
+                 seq, g.expect);
+        atomic_fetch_add(&s->st_refused, 1);
+        mc_buf_cleanup(&g.b);
+        mc_buf_cleanup(&g.scratch);
+        return -1;
     }
     if ((st != MC_OK) || g.bad || (g.expect != n) || g.b.oom) {
         if (st == MC_OK)
@@ -940,6 +981,7 @@ static int load_snapshot(mc_ship_t *s, mc_etcd_t *e)
                     "again",
                     seq);
         mc_buf_cleanup(&g.b);
+        mc_buf_cleanup(&g.scratch);
         return -1;
     }
     mc_oplog_state_clear(&s->state);
@@ -953,9 +995,11 @@ static int load_snapshot(mc_ship_t *s, mc_etcd_t *e)
         s->applied_seq = 0;
         atomic_fetch_add(&s->st_refused, 1);
         mc_buf_cleanup(&g.b);
+        mc_buf_cleanup(&g.scratch);
         return -1;
     }
     mc_buf_cleanup(&g.b);
+    mc_buf_cleanup(&g.scratch);
     s->applied_seq  = seq;
     s->applied_term = 0;
     mc_buf_reset(&s->tail);
@@ -1195,36 +1239,69 @@ int mc_ship_snapshot_begin(mc_ship_t *s, uint64_t rec_seq)
     return 0;
 }
 
+/* A new chunk at the end; 0, or -1 (c_oom set). */
+static int chunk_new(mc_ship_t *s)
+{
+    uint8_t *c;
+    if (s->c_nchunks == s->c_cap) {
+        size_t cap  = s->c_cap ? 2 * s->c_cap : 16;
+        uint8_t **v = realloc(s->c_chunks, cap * sizeof(*v));
+        size_t *l;
+        uint8_t *sp;
+        if (v != NULL)
+            s->c_chunks = v;
+        l = (v != NULL) ? realloc(s->c_len, cap * sizeof(*l)) : NULL;
+        if (l != NULL)
+            s->c_len = l;
+        sp = (l != NULL) ? realloc(s->c_split, cap) : NULL;
+        if (sp == NULL) {
+            s->c_oom = 1;
+            return -1;
+        }
+        s->c_split = sp;
+        s->c_cap   = cap;
+    }
+    if ((c = malloc(MC_SHIP_PIECE)) == NULL) {
+        s->c_oom = 1;
+        return -1;
+    }
+    s->c_chunks[s->c_nchunks] = c;
+    s->c_len[s->c_nchunks]    = 0;
+    s->c_split[s->c_nchunks]  = 0;
+    s->c_nchunks++;
+    return 0;
+}
+
 void mc_ship_snapshot_add(mc_ship_t *s, const void *data, size_t len)
 {
     const uint8_t *p = data;
 
     while ((len > 0) && !s->c_oom) {
-        size_t n;
-        if ((s->c_nchunks == 0) || (s->c_tail_len == MC_SHIP_PIECE)) {
-            uint8_t *c;
-            if (s->c_nchunks == s->c_cap) {
-                size_t cap  = s->c_cap ? 2 * s->c_cap : 16;
-                uint8_t **v = realloc(s->c_chunks, cap * sizeof(*v));
-                if (v == NULL) {
-                    s->c_oom = 1;
-                    break;
-                }
-                s->c_chunks = v;
-                s->c_cap    = cap;
-            }
-            if ((c = malloc(MC_SHIP_PIECE)) == NULL) {
-                s->c_oom = 1;
+        /* the next record whole, where it fits in a chunk; else (a record
+         * larger than a chunk, or bytes that are not a frame) the bytes
+         * spread over chunks that go raw, as the loader concatenates */
+        size_t rec = ((len >= MC_OPLOG_FRAME_HEADER) && (mc_oplog_frame_len(p) <= len))
+                         ? mc_oplog_frame_len(p)
+                         : len;
+        int whole  = (rec <= MC_SHIP_PIECE);
+        if (whole && ((s->c_nchunks == 0) || (s->c_len[s->c_nchunks - 1] + rec > MC_SHIP_PIECE)) &&
+            (chunk_new(s) != 0))
+            break;
+        for (size_t left = rec; (left > 0) && !s->c_oom;) {
+            size_t n, *cl;
+            if (((s->c_nchunks == 0) || (s->c_len[s->c_nchunks - 1] == MC_SHIP_PIECE)) &&
+                (chunk_new(s) != 0))
                 break;
-            }
-            s->c_chunks[s->c_nchunks++] = c;
-            s->c_tail_len               = 0;
+            cl = &s->c_len[s->c_nchunks - 1];
+            n  = MC_MIN(left, (size_t)MC_SHIP_PIECE - *cl);
+            memcpy(s->c_chunks[s->c_nchunks - 1] + *cl, p, n);
+            if (!whole)
+                s->c_split[s->c_nchunks - 1] = 1;
+            *cl += n;
+            p += n;
+            left -= n;
         }
-        n = MC_MIN(len, (size_t)MC_SHIP_PIECE - s->c_tail_len);
-        memcpy(s->c_chunks[s->c_nchunks - 1] + s->c_tail_len, p, n);
-        s->c_tail_len += n;
-        p += n;
-        len -= n;
+        len -= rec;
     }
 }
 

@@ -238,9 +238,13 @@ def test_late_standby_catches_up_after_compaction(etcd, cleanup, tmp_path):
     # the log before the snapshot is gone: etcd holds a snapshot and the tail
     assert all(s > snap_seq for s in seqs), (snap_seq, seqs)
     assert len(seqs) < len(keys)
-    snaps = {k.split("/")[4] for k, _ in
-             etcd.range_prefix("mooncake-store/mooncake_cluster/oplog/snap/")}
+    chunks = etcd.range_prefix("mooncake-store/mooncake_cluster/oplog/snap/")
+    snaps = {k.split("/")[4] for k, _ in chunks}
     assert len(snaps) == 1, snaps
+    # the chunks are coded as the log's values are (bit 63 of the term):
+    # the records of c0, c1, ... shrink to a few bytes each
+    assert chunks and all(v[7] & 0x80 for _, v in chunks), [v[:9].hex() for _, v in chunks]
+    assert sum(len(v) for _, v in chunks) < 20 * len(keys), (len(keys), [len(v) for _, v in chunks])
 
     late = ship_master(etcd, tmp_path, "late")
     masters.append(late)
