@@ -53,16 +53,16 @@ enum {
 };
 
 #define MC_OPLOG_FRAME_HEADER 9u               /* length, CRC, type */
+#define MC_OPLOG_MAX_PAYLOAD  (64u << 20)      /* a larger length is corruption */
+#define MC_OPLOG_MAX_STR      (1u << 20)       /* any string field */
+#define MC_OPLOG_MAX_REPLICAS 4096u
+#define MC_OPLOG_MAX_TARGETS  1024u
 
 /* The whole length of the frame that starts at @p p (its header read). */
 static inline size_t mc_oplog_frame_len(const uint8_t *p)
 {
     return MC_OPLOG_FRAME_HEADER + (size_t)mc_load_le32(p);
 }
-#define MC_OPLOG_MAX_PAYLOAD  (64u << 20)      /* a larger length is corruption */
-#define MC_OPLOG_MAX_STR      (1u << 20)       /* any string field */
-#define MC_OPLOG_MAX_REPLICAS 4096u
-#define MC_OPLOG_MAX_TARGETS  1024u
 
 /* One replica of an OBJ_SET: where its bytes are. */
 typedef struct mc_oplog_replica {

@@ -141,8 +141,8 @@ struct mc_ship {
     int p_errno;
     uint64_t last_key;        /* the last key of the last round reported durable */
     uint64_t gather_recs;     /* records a free worker waits for (gather_ready) */
-    uint64_t gather_until_ns; /* ... until then at most */
-    uint64_t gather_from_ns;  /* when the last transaction came back */
+    uint64_t gather_from_ns;  /* ... from when the last transaction came back,
+                               * MC_SHIP_GATHER_US at most */
     uint64_t round_ns;        /* when the last round was queued */
     uint64_t durable_rec;     /* the writer's sequence number of that round's last record */
     /* the snapshot being walked: mark_key follows the rounds reported
@@ -346,49 +346,46 @@ static int txn_retry(mc_ship_t *s, mc_etcd_t *e, int64_t term, const mc_etcd_op_
     }
 }
 
-/* @p n bytes behind the u64 term (LE), as a log or snapshot value. */
-static uint8_t *tagged(uint64_t term, const uint8_t *p, size_t n)
+/* The value of a log key or snapshot chunk holding @p n bytes of records
+ * at @p raw into @p b (reset): 8 bytes left for the term, then the
+ * records coded (mc_ship_encode) when @p whole (no share of a record
+ * split over values) and that is smaller, else as they are.  1 when
+ * coded: the term then carries MC_SHIP_CODED.  b->oom on failure. */
+static int value_into(mc_buf_t *b, mc_buf_t *scratch, const uint8_t *raw, size_t n, int whole)
 {
-    uint8_t *v = malloc(n + 8);
-    if (v == NULL) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    for (int i = 0; i < 8; i++)
-        v[i] = (uint8_t)(term >> (8 * i));
-    memcpy(v + 8, p, n);
-    return v;
+    mc_buf_reset(b);
+    mc_buf_put_u64(b, 0);
+    if (whole && (mc_ship_encode(b, scratch, raw, n) == 0) && !b->oom && (b->len < n + 8))
+        return 1;
+    mc_buf_reset(b);
+    mc_buf_put_u64(b, 0);
+    mc_buf_put_bytes(b, raw, n);
+    return 0;
 }
 
 /* A snapshot chunk (@p n bytes at @p p, whole records unless @p split) as
- * its key's value: coded as a log key's records are (MC_SHIP_CODED in the
- * term) when that is smaller, else as it is. */
+ * its key's value, coded as a log key's records are when that is smaller. */
 static int put_chunk(mc_ship_t *s, mc_etcd_t *e, const char *key, uint64_t term,
                      const uint8_t *p, size_t n, int split)
 {
     mc_etcd_op_t op = {0};
-    mc_buf_t coded, scratch;
-    uint8_t *v = NULL;
-    int rc;
+    mc_buf_t v, scratch;
+    int coded, rc = -1;
 
-    mc_buf_init(&coded);
+    mc_buf_init(&v);
     mc_buf_init(&scratch);
-    if (!split && (mc_ship_encode(&coded, &scratch, p, n) == 0) && !coded.oom &&
-        (coded.len < n)) {
-        v = tagged(term | MC_SHIP_CODED, coded.data, coded.len);
-        n = coded.len;
+    coded = value_into(&v, &scratch, p, n, !split);
+    if (!v.oom) {
+        mc_store_le64(v.data, term | (coded ? MC_SHIP_CODED : 0));
+        op.key = key;
+        op.val = v.data;
+        op.len = v.len;
+        rc     = txn_retry(s, e, (int64_t)term, &op, 1);
     } else {
-        v = tagged(term, p, n);
+        errno = ENOMEM;
     }
-    mc_buf_cleanup(&coded);
+    mc_buf_cleanup(&v);
     mc_buf_cleanup(&scratch);
-    if (v == NULL)
-        return -1;
-    op.key = key;
-    op.val = v;
-    op.len = n + 8;
-    rc     = txn_retry(s, e, (int64_t)term, &op, 1);
-    free(v);
     return rc;
 }
 
@@ -595,8 +592,9 @@ static int gather_ready(mc_ship_t *s, size_t at, uint64_t *wait_ns)
     uint64_t now = mc_now_ns();
     int full;
     uint64_t quiet_end = s->round_ns + (uint64_t)MC_SHIP_GATHER_QUIET_US * 1000u;
+    uint64_t until     = s->gather_from_ns + (uint64_t)MC_SHIP_GATHER_US * 1000u;
     *wait_ns = 0;
-    if (!s->term_clean || s->stopping || s->p_failed || (now >= s->gather_until_ns) ||
+    if (!s->term_clean || s->stopping || s->p_failed || (now >= until) ||
         (queued_recs(s, at, &full) >= s->gather_recs) || full)
         return 1;
     /* rounds came since the last transaction, and none for a while: the
@@ -605,10 +603,10 @@ static int gather_ready(mc_ship_t *s, size_t at, uint64_t *wait_ns)
     if (s->round_ns > s->gather_from_ns) {
         if (now >= quiet_end)
             return 1;
-        *wait_ns = MC_MIN(s->gather_until_ns, quiet_end) - now;
+        *wait_ns = MC_MIN(until, quiet_end) - now;
         return 0;
     }
-    *wait_ns = s->gather_until_ns - now;
+    *wait_ns = until - now;
     return 0;
 }
 
@@ -694,8 +692,7 @@ static void *worker_main(void *arg)
                 s->gather_recs += group[i]->nrec;
             if (nx >= 0)
                 s->gather_recs += queued_recs(s, (size_t)nx, &full);
-            s->gather_from_ns  = mc_now_ns();
-            s->gather_until_ns = s->gather_from_ns + (uint64_t)MC_SHIP_GATHER_US * 1000u;
+            s->gather_from_ns = mc_now_ns();
         }
         for (size_t i = 0; i < n; i++)
             group[i]->state = PIECE_DONE;
@@ -710,22 +707,13 @@ static void *worker_main(void *arg)
 }
 
 /* The value of a log key holding @p n bytes of records at @p raw (writer
- * thread): 8 bytes left for the term, then the records coded, or as they
- * are when they do not code (a share of a record larger than a key) or
- * coding would not make them smaller.  0, or -1 when out of memory. */
+ * thread, value_into; a share of a record larger than a key goes as it
+ * is).  0, or -1 when out of memory. */
 static int piece_value(mc_ship_t *s, piece_t *p, const uint8_t *raw, size_t n, int partial)
 {
     mc_buf_t *b = &s->enc;
 
-    mc_buf_reset(b);
-    mc_buf_put_u64(b, 0);
-    p->coded = !partial && (mc_ship_encode(b, &s->enc_scratch, raw, n) == 0) && !b->oom &&
-               (b->len < n + 8);
-    if (!p->coded) {
-        mc_buf_reset(b);
-        mc_buf_put_u64(b, 0);
-        mc_buf_put_bytes(b, raw, n);
-    }
+    p->coded = value_into(b, &s->enc_scratch, raw, n, !partial);
     if (b->oom)
         return -1;
     p->val     = malloc(b->len);
@@ -1280,10 +1268,9 @@ void mc_ship_snapshot_add(mc_ship_t *s, const void *data, size_t len)
         /* the next record whole, where it fits in a chunk; else (a record
          * larger than a chunk, or bytes that are not a frame) the bytes
          * spread over chunks that go raw, as the loader concatenates */
-        size_t rec = ((len >= MC_OPLOG_FRAME_HEADER) && (mc_oplog_frame_len(p) <= len))
-                         ? mc_oplog_frame_len(p)
-                         : len;
-        int whole  = (rec <= MC_SHIP_PIECE);
+        int framed = (len >= MC_OPLOG_FRAME_HEADER) && (mc_oplog_frame_len(p) <= len);
+        size_t rec = framed ? mc_oplog_frame_len(p) : len;
+        int whole  = framed && (rec <= MC_SHIP_PIECE);
         if (whole && ((s->c_nchunks == 0) || (s->c_len[s->c_nchunks - 1] + rec > MC_SHIP_PIECE)) &&
             (chunk_new(s) != 0))
             break;
