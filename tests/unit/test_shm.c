@@ -577,6 +577,87 @@ START_TEST(test_shm_write_direct)
 }
 END_TEST
 
+/* The minor faults of this process so far. */
+static long minor_faults(void)
+{
+    struct rusage ru;
+    ck_assert_int_eq(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_minflt;
+}
+
+/* Whether this kernel maps the pages of a block around a read fault on a
+ * shared memfd mapping (fault-around): a fresh mapping of @p fd read once
+ * every 64 KiB over @p len bytes, then written whole, faults less than
+ * once every 4 pages.  Where it does not, no write can be mapped a block
+ * at a time and the test below has nothing to tell. */
+static int fault_around_maps_blocks(int fd, size_t len)
+{
+    uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    long before;
+    ck_assert_msg(p != MAP_FAILED, "mmap: %s", strerror(errno));
+    before = minor_faults();
+    for (size_t off = 0; off < len; off += 64 * KiB)
+        (void)__atomic_load_n(p + off, __ATOMIC_RELAXED);
+    for (size_t off = 0; off < len; off += 4 * KiB)
+        __atomic_store_n(p + off, (uint8_t)0x5a, __ATOMIC_RELAXED);
+    before = minor_faults() - before;
+    munmap(p, len);
+    return before < (long)(len / (4 * KiB) / 4);
+}
+
+/* A write into pages of the holder's memory that this reader has not
+ * mapped yet maps them a block at a time (map_warm: a read of a byte per
+ * block first) instead of faulting once per page; the bytes land all the
+ * same, on a block boundary or not, and a write through a mapping that
+ * has seen them faults no more. */
+START_TEST(test_shm_write_maps_blocks)
+{
+    const uint64_t G = UINT64_C(0x800000007e000000);
+    const size_t cap = 8 * MiB, len = 4 * MiB, pages = len / (4 * KiB);
+    shm_buf_t h      = shm_buf_new(cap, 1, NULL);
+    uint8_t *src     = malloc(cap);
+    uint64_t gens[1] = {G};
+    long faults;
+
+    te_fill(h.p, cap, 41); /* the holder's pages exist, as a segment's do */
+    te_fill(src, cap, 43);
+    ck_assert_status_ok(mc_te_mem_reg_gen(B, h.p, cap, "", MC_TE_MEM_REMOTE_ACCESS, h.fd, G));
+    mc_te_segment_id_t seg = te_open(A, B);
+    {   /* maps the region, and its first block */
+        mc_te_request_t one = {MC_TE_WRITE, src, (uint64_t)(uintptr_t)h.p, 16, seg};
+        ck_assert_status_ok(mc_te_transfer_gen(A, &one, gens, 1, NULL));
+    }
+    if (!fault_around_maps_blocks(h.fd, len)) {
+        fprintf(stderr, "test_shm_write_maps_blocks: this kernel maps a read fault's page "
+                        "alone (fault-around off); nothing to compare\n");
+    } else {
+        /* 4 MiB from 1 MiB + 100: 1024 pages, 65 blocks */
+        mc_te_request_t w = {MC_TE_WRITE, src + 7, (uint64_t)(uintptr_t)(h.p + MiB + 100), len,
+                             seg};
+        const uint8_t edge[2] = {h.p[MiB + 99], h.p[MiB + 100 + len]};
+        faults = minor_faults();
+        ck_assert_status_ok(mc_te_transfer_gen(A, &w, gens, 1, NULL));
+        faults = minor_faults() - faults;
+        ck_assert_msg(faults < (long)(pages / 4),
+                      "a %zu-page write into pages not mapped here took %ld faults", pages,
+                      faults);
+        ck_assert(memcmp(h.p + MiB + 100, src + 7, len) == 0);
+        /* mapped now: the same pages again, no fault at all */
+        w.local = src + 11;
+        faults  = minor_faults();
+        ck_assert_status_ok(mc_te_transfer_gen(A, &w, gens, 1, NULL));
+        faults = minor_faults() - faults;
+        ck_assert_msg(faults < 16, "a write into pages mapped here took %ld faults", faults);
+        ck_assert(memcmp(h.p + MiB + 100, src + 11, len) == 0);
+        ck_assert_int_eq(h.p[MiB + 99], edge[0]); /* nothing beside the write changed */
+        ck_assert_int_eq(h.p[MiB + 100 + len], edge[1]);
+    }
+    ck_assert_status_ok(mc_te_mem_dereg(B, h.p));
+    shm_buf_free(&h, 1);
+    free(src);
+}
+END_TEST
+
 /* Rows of @p row bytes back to back over [at, at + n * row) of @p h's
  * region, from @p src, all naming @p gen. */
 static void rows_fill(mc_te_request_t *reqs, uint64_t *gens, size_t n, uint8_t *src,
@@ -2646,6 +2727,7 @@ Suite *mc_test_shm_suite(void)
     tcase_add_test(two, test_shm_read_direct);
     tcase_add_test(two, test_shm_write_direct);
     tcase_add_test(two, test_shm_write_direct_spread);
+    tcase_add_test(two, test_shm_write_maps_blocks);
     tcase_add_test(two, test_shm_generation_reads);
     tcase_add_test(two, test_shm_generation_writes);
     tcase_add_test(two, test_shm_generation_counter);
