@@ -561,8 +561,8 @@ static int utf8_of(PyObject *o, const char **p, Py_ssize_t *len, PyObject **tmp_
 
 /* Pass 1 of utf8_pack: every row's bytes (pointer and length; a null row
  * has none), nulls filled in.  -1 with an exception set. */
-static int utf8_rows(PyObject *fast, Py_ssize_t n, const char **ptrs, Py_ssize_t *lens,
-                     PyObject **tmps, uint8_t *nulls, Py_ssize_t *total_p)
+static int utf8_rows(PyObject *fast, Py_ssize_t n, int exact, const char **ptrs,
+                     Py_ssize_t *lens, PyObject **tmps, uint8_t *nulls, Py_ssize_t *total_p)
 {
     Py_ssize_t total = 0;
 
@@ -575,6 +575,8 @@ static int utf8_rows(PyObject *fast, Py_ssize_t n, const char **ptrs, Py_ssize_t
         lens[i] = 0;
         if (o == Py_None)
             continue;
+        if (exact && !PyUnicode_CheckExact(o))
+            return 1; /* not exactly str: the caller's other path */
         if (!PyUnicode_Check(o)) {
             PyErr_Format(PyExc_TypeError, "row %zd is not a str but '%s'", i,
                          Py_TYPE(o)->tp_name);
@@ -592,7 +594,8 @@ static int utf8_rows(PyObject *fast, Py_ssize_t n, const char **ptrs, Py_ssize_t
     return 0;
 }
 
-PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out)
+PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out,
+                                int exact)
 {
     Py_buffer ov = {0}, nv = {0};
     int held = 0;  /* ov, nv */
@@ -623,8 +626,16 @@ PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObjec
         PyErr_NoMemory();
         goto done;
     }
-    if (utf8_rows(fast, n, ptrs, lens, tmps, nv.buf, &total) != 0)
+    switch (utf8_rows(fast, n, exact, ptrs, lens, tmps, nv.buf, &total)) {
+    case 0:
+        break;
+    case 1:
+        Py_INCREF(Py_None);
+        out = Py_None;
         goto done;
+    default:
+        goto done;
+    }
     if ((out = PyBytes_FromStringAndSize(NULL, total)) == NULL)
         goto done;
     offs = ov.buf;

@@ -53,9 +53,12 @@ PyObject *mooncake_py_ragged_rows(PyObject *data, PyObject *offsets, PyObject *s
  * int64) gets the byte offset of each row, @p nulls_out (rows bytes) 1 for
  * a None row and 0 otherwise.  Nothing is cached on the str objects.
  * TypeError for a row that is neither str nor None, UnicodeEncodeError
- * for a str that has no UTF-8 (a lone surrogate).
+ * for a str that has no UTF-8 (a lone surrogate).  With @p exact non-zero,
+ * None (no exception) as soon as a row is neither exactly a str (no
+ * subclass) nor None: the caller's one typing pass of such a column.
  */
-PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out);
+PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out,
+                                int exact);
 
 /*
  * The one typing pass of a DataProto column of arrays, and its

@@ -283,7 +283,8 @@ MOONCAKE_PY_ADDR(uint8_t *, nulls_out)
 PyObject *mooncake_py_blob_rows(PyObject *data, PyObject *offsets, PyObject *nulls, int text);
 PyObject *mooncake_py_ragged_rows(PyObject *data, PyObject *offsets, PyObject *shapes,
                                   PyObject *ndims, PyObject *nulls);
-PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out);
+PyObject *mooncake_py_utf8_pack(PyObject *values, PyObject *offsets_out, PyObject *nulls_out,
+                                int exact);
 
 /* codec_ragged_column(values, array_type, offsets_out, shapes_out,
  * ndims_out, nulls_out): the one typing pass of a column of arrays and

@@ -84,6 +84,10 @@ _TEXT = ["", "a", "plain ascii", "é", "naïve café", "ÿ\x80", "日本語", "\
          "Ω≈ç√", "x" * 70]
 
 
+class _Str(str):
+    """A str subclass: the one-pass encoder leaves its column to the general path."""
+
+
 def _array_row(rng, dt, kind):
     n = int(rng.integers(0, 6))
     a = (rng.standard_normal(n) * 50).astype(dt)
@@ -121,7 +125,11 @@ def _random_column(rng):
             row_dt = dt if rng.random() > 0.05 else _DTYPES[int(rng.integers(len(_DTYPES)))]
             rows.append(_array_row(rng, row_dt, shape))
         elif kind == "text":
-            rows.append(_TEXT[int(rng.integers(len(_TEXT)))] if rng.random() > 0.03 else b"by")
+            odd = rng.random()
+            text = _TEXT[int(rng.integers(len(_TEXT)))]
+            # a bytes row, a str subclass, a str without UTF-8 (a lone surrogate)
+            rows.append(b"by" if odd < 0.03 else _Str(text) if odd < 0.06 else
+                        text + "\udc80" if odd < 0.08 else text)
         elif kind == "lists":
             rows.append([int(x) for x in rng.integers(0, 9, int(rng.integers(0, 4)))])
         elif kind == "scalars":
@@ -232,6 +240,28 @@ def test_utf8_pack_latin1_is_str_encode():
     assert offsets.tolist() == [0] + np.cumsum([len(v.encode("utf-8")) for v in col]).tolist()
     with pytest.raises(UnicodeEncodeError):
         _fast_copy.utf8_pack(["é", "\udc80"])
+
+
+def test_utf8_pack_exact_types_the_column():
+    """utf8_pack(exact=True) is the column's typing pass too: None, without
+    an exception, at a row that is not exactly a str or None (a subclass,
+    bytes, a number), wherever it is; a column of str and None packs as
+    without it, and a str without UTF-8 still raises."""
+    col = ["a", None, "é", "日本"]
+    got = _fast_copy.utf8_pack(col, exact=True)
+    want = _fast_copy.utf8_pack(col)
+    assert got[0] == want[0] == "aé日本".encode()
+    assert got[1].tolist() == want[1].tolist() and got[2].tolist() == want[2].tolist()
+    for odd in (_Str("s"), b"s", 3, 1.5, ["s"]):
+        for at in (0, 2, 4):
+            bad = col[:at] + [odd] + col[at:]
+            assert _fast_copy.utf8_pack(bad, exact=True) is None, (odd, at)
+    assert _fast_copy.utf8_pack([_Str("s")])[0] == b"s"  # without exact a subclass packs
+    with pytest.raises(TypeError):
+        _fast_copy.utf8_pack(["s", 3])
+    with pytest.raises(UnicodeEncodeError):
+        _fast_copy.utf8_pack(["é", "\udc80"], exact=True)
+    assert _fast_copy.utf8_pack([], exact=True)[0] == b""
 
 
 # ---- through a real store -----------------------------------------------------------------

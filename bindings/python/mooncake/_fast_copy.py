@@ -290,19 +290,23 @@ def blob_rows(data: Any, offsets: Any, nulls: Any, text: bool) -> list:
     return _capi.codec_blob_rows(data, offsets, nulls, 1 if text else 0)
 
 
-def utf8_pack(values: Sequence[Any]) -> Tuple[bytes, Any, Any]:
+def utf8_pack(values: Sequence[Any], exact: bool = False) -> Optional[Tuple[bytes, Any, Any]]:
     """A column of str (or None) in the utf8_ragged layout: ``(data,
     offsets, nulls)`` -- every str's UTF-8 back to back, the int64 byte
     offset of each row (rows + 1), a bool per row (True for None) -- the
     very bytes ``b"".join(v.encode("utf-8") for v in values)`` gives, made
-    in one native call.
+    in one native call.  With ``exact``, None as soon as a row is neither
+    exactly a ``str`` (no subclass) nor None: the column's typing done in
+    the same pass.
 
     Raises:
-        TypeError: a row is neither str nor None.
+        TypeError: a row is neither str nor None (without ``exact``).
         UnicodeEncodeError: a str has no UTF-8 (a lone surrogate).
     """
     n = len(values)
     offsets = np.empty(n + 1, np.int64)
     nulls = np.empty(n, np.bool_)
-    data = _capi.codec_utf8_pack(values, offsets, nulls)
+    data = _capi.codec_utf8_pack(values, offsets, nulls, 1 if exact else 0)
+    if data is None:
+        return None
     return data, offsets, nulls

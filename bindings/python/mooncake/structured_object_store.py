@@ -2055,15 +2055,24 @@ def _encode_common_column(path: str, values: List[Any]) -> Optional[_EncodedLeaf
             return _encode_ndarray_column(values)
         return None
     if type(first) is str:
-        types = set(map(type, values))
-        if types == {str} or types == {str, _NONE_TYPE}:
-            if _native_utf8_pack is None:
+        if _native_utf8_pack is None:
+            types = set(map(type, values))
+            if types == {str} or types == {str, _NONE_TYPE}:
                 return _encode_leaf(path, values, _STR_ROWS)
-            # what _encode_text_values does for such a column, its checks made
-            data, offsets, nulls = _native_utf8_pack(values)
-            return _EncodedLeaf("utf8_ragged", len(values),
-                                {"data": data, "offsets": offsets, "nulls": nulls},
-                                _leaf_meta(_STR_ROWS, {}))
+            return None
+        # what _encode_text_values does for a column of exactly str and None,
+        # typed in the same pass (None: another row type); a str without
+        # UTF-8 is left to the general path, which raises for it as before
+        try:
+            packed = _native_utf8_pack(values, exact=True)
+        except UnicodeEncodeError:
+            return None
+        if packed is None:
+            return None
+        data, offsets, nulls = packed
+        return _EncodedLeaf("utf8_ragged", len(values),
+                            {"data": data, "offsets": offsets, "nulls": nulls},
+                            _leaf_meta(_STR_ROWS, {}))
     return None
 
 
