@@ -29,6 +29,14 @@ runs the whole measurement N times and ends with each ratio's median.
 numbers (DIR/store_bench.json) and their figures (bench/plot.py:
 throughput against value size, get latency CDF) as PNG files.
 
+For values of 1 MiB and more a row measures a client's first puts: each of
+the runs sets up a store of its own in the driver process (so its own
+mapping of the holder's segment), puts 64 MiB of values into pages of the
+holder it has never written, each put timed alone, removes them and puts
+them again into the space they freed, and the row prints both p50s and
+their ratio (a same-host writer maps the holder's pages as it first
+touches them, docs/transfer.md section 10).
+
 Nothing waits between runs: each run removes its values with force and the
 next writes as much again at once, as a user's program does.  The churn
 rows do only that (put, get, remove_all(force=True), put again; the bytes
@@ -219,7 +227,45 @@ def worker_main():
         lat.sort()
         return {"p50_us": pct(lat, 50) / 1e3, "failed": failed.n, "first_failure": failed.first}
 
-    serve_worker({"run": run, "hot": hot, "puts": puts,
+    def fresh(store, cmd):
+        """A client's first puts: a store set up for this call (an engine of
+        its own, so a mapping of the holder's segment of its own) puts
+        ``count`` values of ``size`` into target, each timed alone, into
+        pages it has never written; then removes them and puts them again
+        at once, into the space they freed, pages it has written.  This
+        worker's own store is not used."""
+        from mooncake.store import MooncakeDistributedStore
+
+        size, n = cmd["size"], cmd["count"]
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = cmd["target"]
+        value = os.urandom(size)
+        keys = ["fresh_%d_%d" % (size, i) for i in range(n)]
+        failed = Failures()
+        lat = {"first": [], "again": []}
+        client = MooncakeDistributedStore()
+        rc = client.setup(cmd["host"], cmd["metadata"], 0, 16 << 20, "tcp", "", cmd["master"])
+        if rc != 0:
+            raise RuntimeError("setup of a fresh client -> %d" % rc)
+        try:
+            for phase in ("first", "again"):
+                for k in keys:
+                    t = time.perf_counter_ns()
+                    rc = client.put(k, value, cfg)
+                    lat[phase].append(time.perf_counter_ns() - t)
+                    if rc != 0:
+                        failed.add("%s put %s -> %d" % (phase, k, rc))
+                if client.get(keys[-1]) != value:
+                    failed.add("get %s after the %s puts: not the bytes put" % (keys[-1], phase))
+                for k in keys:
+                    client.remove(k, force=True)
+        finally:
+            client.close()
+        return {"first_p50_us": pct(sorted(lat["first"]), 50) / 1e3,
+                "again_p50_us": pct(sorted(lat["again"]), 50) / 1e3,
+                "failed": failed.n, "first_failure": failed.first}
+
+    serve_worker({"run": run, "hot": hot, "puts": puts, "fresh": fresh,
                   "churn": lambda store, cmd: churn(store, ReplicateConfig, cmd),
                   "churn_zc": lambda store, cmd: churn_zero_copy(store, ReplicateConfig, cmd),
                   "run_zc": lambda store, cmd: run_zero_copy(store, ReplicateConfig, cmd),
@@ -766,6 +812,20 @@ def measure(args, veth):
                 note("%s hot get" % human(size), r)
                 hot_rows.append((size, r, raw))
 
+        fresh_rows = []
+        for size in [z for z in sizes if z >= 1 << 20]:
+            # 64 MiB of values, each run by a client set up for it
+            n = max(4, (64 << 20) // size)
+            runs = [driver.call(op="fresh", size=size, count=n, target=h["hostname"],
+                                master=master_addr, metadata=metadata, host=host_a)
+                    for _ in range(STORE_RUNS)]
+            for r in runs:
+                if "error" in r:
+                    raise RuntimeError("fresh-client run failed: %s" % r["error"])
+                note("%s fresh client" % human(size), r)
+            fresh_rows.append((size, n, statistics.median([r["first_p50_us"] for r in runs]),
+                               statistics.median([r["again_p50_us"] for r in runs])))
+
         ab_rows = []
         for size in sizes if two_trip is not None else []:
             n = max(MIN_OPS, min(2000, TOTAL_BYTES // 4 // size))
@@ -840,6 +900,18 @@ def measure(args, veth):
                         ("%s put p50 / raw p50" % human(size),
                          r["put_p50_us"] / raw["p50_us"]),
                         ("%s put / raw (GB/s)" % human(size), put_gbps / raw["gbps"])]
+        if fresh_rows:
+            print()
+            print("a fresh client's puts (a store set up for each of %d runs): p50 of its first "
+                  "puts, into pages of the holder it has never written, and of the same puts "
+                  "again after removing them; medians of the runs" % STORE_RUNS)
+            print("%-8s %6s | %11s %11s %7s" % ("value", "ops", "first us", "again us",
+                                               "first/again"))
+            for size, n, first, again in fresh_rows:
+                print("%-8s %6d | %11.1f %11.1f %7.2f" % (human(size), n, first, again,
+                                                         first / again))
+                summary.append(("%s fresh client first put p50 / again" % human(size),
+                                first / again))
         if ab_rows:
             print()
             print("puts alone, one round trip (PUT_COMMIT) against two (MC_PUT_ONE_TRIP=0): "
