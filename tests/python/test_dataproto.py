@@ -463,7 +463,7 @@ def test_reader_never_sees_the_manifest_of_a_put_failing_half_way(store, monkeyp
     import uuid
 
     fixed = uuid.UUID("0123456789abcdef0123456789abcdef")
-    monkeypatch.setattr(sos.uuid, "uuid4", lambda: fixed)
+    monkeypatch.setattr(sos, "_uuid4_hex", lambda: fixed.hex)
     manifest_key = f"t/dppoll/default/{fixed.hex}/manifest"
     flaky = FlakyStore(store, lambda k: k.endswith("/buffer/non_tensor_batch.r.data"))
     t = MooncakeBundleTransfer(flaky, key_prefix="t/dppoll")

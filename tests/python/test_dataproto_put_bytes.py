@@ -162,7 +162,7 @@ def expected_stage(data, tokens, masks, uids, partition, chunk):
 @pytest.mark.parametrize("chunk", [None, 1000 + 3])
 @pytest.mark.parametrize("here", [True, False])
 def test_put_stores_upstreams_bytes(store, monkeypatch, chunk, here):
-    monkeypatch.setattr(sos.uuid, "uuid4", lambda: _FIXED)
+    monkeypatch.setattr(sos, "_uuid4_hex", lambda: _FIXED.hex)
     data, tokens, masks, uids = rl_batch()
     cfg = ReplicateConfig()
     if here:  # the rows go as parts of their own

@@ -79,7 +79,7 @@ class _Spy:
 @pytest.mark.parametrize("chunk", [None, 64, 1003])
 @pytest.mark.parametrize("here", [True, False])
 def test_native_stage_write_stores_the_general_paths_bytes(store, monkeypatch, chunk, here):
-    monkeypatch.setattr(sos.uuid, "uuid4", lambda: _FIXED)
+    monkeypatch.setattr(sos, "_uuid4_hex", lambda: _FIXED.hex)
     data = _batch()
     cfg = ReplicateConfig()
     if here:  # rows as parts of their own (the _RowData members)

@@ -510,3 +510,44 @@ def test_object_array_holds_each_row_as_is():
     assert f([]).shape == (0,) and f(()).dtype == object
     with pytest.raises(TypeError):
         f(5)
+
+
+def test_uuid4_hex_is_uuid4():
+    """The object and group ids: what uuid.uuid4().hex gives (version 4,
+    the RFC 4122 variant, 32 hex digits), never twice the same."""
+    import uuid
+
+    seen = set()
+    for _ in range(2000):
+        h = sos._uuid4_hex()
+        u = uuid.UUID(hex=h)
+        assert (u.version, u.variant, u.hex) == (4, uuid.RFC_4122, h)
+        seen.add(h)
+    assert len(seen) == 2000
+
+
+def test_split_dataproto_plain_dicts_as_mappings():
+    """The envelope of plain dicts is split as any mapping is: copies of
+    each part (None and a missing part empty), and anything else -- other
+    keys, a part that is not exactly a dict, an empty dict -- the general
+    way."""
+    from collections import OrderedDict
+    from types import MappingProxyType
+
+    b, n, m = {"t": 1}, {"s": 2}, {"k": 3}
+    cases = [{"batch": b, "non_tensor_batch": n, "meta_info": m},
+             {"batch": b, "non_tensor_batch": None},
+             {"non_tensor_batch": n},
+             {"batch": b, "extra": n},
+             {"batch": OrderedDict(b), "meta_info": m},
+             {"batch": MappingProxyType(b)},
+             {"batch": [1]},
+             {}]
+    for data in cases:
+        got = _outcome(lambda: sos._split_dataproto(data))
+        want = _outcome(lambda: sos._split_dataproto(MappingProxyType(data)))
+        assert type(got) is type(want) and repr(got) == repr(want), data
+        if isinstance(got, tuple):
+            for part, src in zip(got, (data.get("batch"), data.get("non_tensor_batch"),
+                                       data.get("meta_info"))):
+                assert part is not src  # a copy, never the caller's dict

@@ -63,7 +63,6 @@ import os
 import re
 import sys
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Mapping as _AbcMapping
 from types import MappingProxyType
@@ -404,6 +403,15 @@ def _check_name(what: str, name: Any) -> str:
     if not _valid_name(name):
         raise ValueError(f"invalid bundle buffer name: {name!r}")
     return name
+
+
+def _uuid4_hex() -> str:
+    """``uuid.uuid4().hex``: 16 random bytes with the version (4) and the
+    RFC 4122 variant set, without building a UUID object."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    return b.hex()
 
 
 def _check_partition(partition: Any) -> str:
@@ -2315,7 +2323,7 @@ def _group_of_config(config: Any) -> Optional[str]:
                 raise ValueError("structured object store config.group_ids must contain "
                                  "strings")
             return gids[0] or None
-    return "structured-" + uuid.uuid4().hex
+    return "structured-" + _uuid4_hex()
 
 
 def _grouped_config(config: Any, gid: Optional[str]) -> Any:
@@ -2459,9 +2467,18 @@ def _as_dict(value: Any) -> Dict[str, Any]:
     raise TypeError(f"expected mapping-like value, got {type(value).__name__}")
 
 
+_ENVELOPE_KEYS = frozenset(("batch", "non_tensor_batch", "meta_info"))
+
+
 def _split_dataproto(data: Any) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
     """(batch, non_tensor_batch, meta_info) of a DataProto-like object or
     mapping; a mapping that is not an envelope is batch fields only."""
+    if type(data) is dict and data and data.keys() <= _ENVELOPE_KEYS and \
+            all(type(v) is dict or v is None for v in data.values()):
+        # the envelope of plain dicts, as below without the ABC checks
+        get = data.get
+        return (dict(get("batch") or ()), dict(get("non_tensor_batch") or ()),
+                dict(get("meta_info") or ()))
     if isinstance(data, _AbcMapping):
         if data and set(data) <= {"batch", "non_tensor_batch", "meta_info"} and \
                 all(_mapping_like(v) for v in data.values()):
@@ -2898,7 +2915,7 @@ class _DataProtoMixin:
         fields = {**old_fields, **mid_fields}
         meta_out = _bytes_out("meta", _structured_meta_bytes(meta, fields))
         partition = old["object_id"].split("/", 1)[0]
-        object_id = f"{partition}/{uuid.uuid4().hex}"
+        object_id = f"{partition}/{_uuid4_hex()}"
         base = f"{self.key_prefix}/{object_id}"
         meta_out.key = f"{base}/meta"
         meta_out.chunks = self._chunks(meta_out.key, meta_out.nbytes, self.default_chunk_bytes)
@@ -3947,7 +3964,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
             _config_for_grouped_keys(config, 2)  # is written
         if policy.copy_mode == "zero_copy" and any(o.kind != "tensor_object" for o in outs):
             raise RuntimeError("zero-copy put requires tensor-object buffers")
-        object_id = f"{partition}/{uuid.uuid4().hex}"
+        object_id = f"{partition}/{_uuid4_hex()}"
         base = f"{self.key_prefix}/{object_id}"
         meta.key = f"{base}/meta"
         meta.chunks = self._chunks(meta.key, meta.nbytes, chunk)
@@ -4053,7 +4070,7 @@ class MooncakeBundleTransfer(_DataProtoMixin):
                 parts.append([o.view])
             else:
                 return None
-        object_id = f"{partition}/{uuid.uuid4().hex}"
+        object_id = f"{partition}/{_uuid4_hex()}"
         try:
             described = _native_stage_json(self.key_prefix, object_id, _META_JSON(meta),
                                            members, chunk, MANIFEST_VERSION)
