@@ -560,7 +560,8 @@ static int utf8_of(PyObject *o, const char **p, Py_ssize_t *len, PyObject **tmp_
 }
 
 /* Pass 1 of utf8_pack: every row's bytes (pointer and length; a null row
- * has none), nulls filled in.  -1 with an exception set. */
+ * has none), nulls filled in.  -1 with an exception set; with @p exact, 1
+ * (no exception) at the first row that is neither exactly a str nor None. */
 static int utf8_rows(PyObject *fast, Py_ssize_t n, int exact, const char **ptrs,
                      Py_ssize_t *lens, PyObject **tmps, uint8_t *nulls, Py_ssize_t *total_p)
 {
