@@ -53,7 +53,7 @@
  * Each record's own CRC field is left out (read as 0) and recomputed by
  * the reader; the CRC of the whole raw piece is checked after decoding,
  * so a corrupt value is still refused.  The benchmark's records shrink
- * from 110 bytes to about 0.15. */
+ * from 110 bytes to under half a byte (meta_bench: 31.5 MiB as 0.1 MiB). */
 
 enum { CODE_ROWS = 0, CODE_COLUMNS = 1, CODE_COLUMNS_STEPS = 2, CODE_DEFLATED = 0x80 };
 

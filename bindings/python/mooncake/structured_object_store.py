@@ -2480,7 +2480,7 @@ def _split_dataproto(data: Any) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[st
         return (dict(get("batch") or ()), dict(get("non_tensor_batch") or ()),
                 dict(get("meta_info") or ()))
     if isinstance(data, _AbcMapping):
-        if data and set(data) <= {"batch", "non_tensor_batch", "meta_info"} and \
+        if data and set(data) <= _ENVELOPE_KEYS and \
                 all(_mapping_like(v) for v in data.values()):
             return (_as_dict(data.get("batch")), _as_dict(data.get("non_tensor_batch")),
                     _as_dict(data.get("meta_info")))
