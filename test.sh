@@ -33,6 +33,9 @@ fi
 logdir=$(mktemp -d /tmp/mooncake-test.XXXXXX)
 trap 'rm -rf "$logdir"' EXIT
 status=0
+# a section's header, with the seconds since test.sh started (what the
+# 20-minute budget of a 2-core CI machine is spent on)
+section() { echo "== $1 (at ${SECONDS} s)"; }
 
 # Sanitizer build in the background: it only needs the CPU while the main
 # build is linking or the Python suite waits on sockets.
@@ -61,7 +64,7 @@ fi
 make -C "$top/build" -j2 tests/unit/check_all >"$logdir/check-build.log" 2>&1 ||
     { tail -40 "$logdir/check-build.log"; exit 1; }
 
-echo "== Check unit tests"
+section "Check unit tests"
 # Expected error paths log warnings; keep the summary readable.
 MC_MASTER_BIN="$top/build/mooncake_master" MC_LOG_LEVEL=error MC_SRCDIR="$top" \
     "$top/build/tests/unit/check_all" >"$logdir/unit.log" 2>&1 || status=1
@@ -78,7 +81,7 @@ pytest_report() {
     fi
 }
 
-echo "== pytest end-to-end suite"
+section "pytest end-to-end suite"
 rc=0
 make -C "$top/build" --no-print-directory check-python >"$logdir/python.log" 2>&1 || rc=$?
 pytest_report "$logdir/python.log" "$rc"
@@ -92,7 +95,7 @@ MC_RDMA_COV_MIN=${MC_RDMA_COV_MIN:-88} "$top/tests/rdma/coverage.sh" "$top/build
     >"$logdir/rdmacov.log" 2>&1 &
 cov_pid=$!
 
-echo "== cluster suite (network namespaces)"
+section "cluster suite (network namespaces)"
 rc=0
 make -C "$top/build" --no-print-directory check-cluster >"$logdir/cluster.log" 2>&1 || rc=$?
 # the fault runs' summary lines are the suite's record: keep them
@@ -100,14 +103,14 @@ grep -E '^faults\[' "$logdir/cluster.log" || true
 pytest_report "$logdir/cluster.log" "$rc"
 [ "$rc" -eq 0 ] || status=1
 
-echo "== Lua bindings (busted)"
+section "Lua bindings (busted)"
 make -C "$top/build" --no-print-directory check-lua 2>&1 | tail -n 15
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-echo "== Debian symbols file against the version script and the library"
+section "Debian symbols file against the version script and the library"
 "$top/tests/packaging/check-symbols.sh" "$top/build/.libs/libmooncake.so" || status=1
 
-echo "== sanitizer build (ASan + UBSan): unit tests and C end-to-end"
+section "sanitizer build (ASan + UBSan): unit tests and C end-to-end"
 if wait "$asan_pid"; then
     grep -E '^[0-9]+%: Checks|^e2e:' "$logdir/asan.log"
 else
@@ -115,7 +118,7 @@ else
     status=1
 fi
 
-echo "== fuzzers (libFuzzer, ${MC_FUZZ_SECONDS:-10} s each)"
+section "fuzzers (libFuzzer, ${MC_FUZZ_SECONDS:-10} s each)"
 wait "$fuzz_pid"
 fuzz_rc=$?
 if [ "$fuzz_rc" -eq 0 ]; then
@@ -127,7 +130,7 @@ else
     status=1
 fi
 
-echo "== rdma transport line coverage (emulated verbs device)"
+section "rdma transport line coverage (emulated verbs device)"
 if wait "$cov_pid"; then
     grep -E '^coverage.sh:|passed' "$logdir/rdmacov.log"
 else
@@ -138,7 +141,7 @@ fi
 # Last, alone on the machine: the Debian packages built, linted, installed,
 # used and purged (about 3-4 minutes on 2 cores; MC_SKIP_PACKAGING=1 skips).
 if [ "${MC_SKIP_PACKAGING:-0}" != 1 ]; then
-    echo "== Debian packages (tests/packaging/run.sh)"
+    section "Debian packages (tests/packaging/run.sh)"
     if "$top/tests/packaging/run.sh" >"$logdir/packaging.log" 2>&1; then
         grep '^packaging: all checks' "$logdir/packaging.log"
     else
@@ -147,7 +150,7 @@ if [ "${MC_SKIP_PACKAGING:-0}" != 1 ]; then
     fi
     # the wheel from the regular build, after the packages are purged
     # (about 10 s; no root needed)
-    echo "== pip wheel in a bare venv (tests/packaging/wheel.sh)"
+    section "pip wheel in a bare venv (tests/packaging/wheel.sh)"
     if "$top/tests/packaging/wheel.sh" "$top/build" >"$logdir/wheel.log" 2>&1; then
         grep '^wheel: all checks' "$logdir/wheel.log"
     else
@@ -156,5 +159,5 @@ if [ "${MC_SKIP_PACKAGING:-0}" != 1 ]; then
     fi
 fi
 
-if [ "$status" -eq 0 ]; then echo "test.sh: all suites passed"; else echo "test.sh: FAILED"; fi
+if [ "$status" -eq 0 ]; then echo "test.sh: all suites passed in ${SECONDS} s"; else echo "test.sh: FAILED after ${SECONDS} s"; fi
 exit "$status"
