@@ -6,6 +6,7 @@ with a deadline and fails loudly when the deadline passes.
 """
 
 import contextlib
+import io
 import json
 import os
 import queue
@@ -259,7 +260,9 @@ class ClientProc:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        # buffered: lines of the unbuffered pipe (bufsize=0) are read a
+        # byte a syscall, seconds for the hex of a MiB
+        for line in io.BufferedReader(self.proc.stdout, 1 << 16):
             self._lines.put(line)
         self._lines.put(None)
 
