@@ -187,16 +187,27 @@ PyObject *mooncake_region_view_as(PyObject *cls, uint64_t addr, uint64_t size)
     return (PyObject *)b;
 }
 
-/* mc_host_mem_alloc() as an address, 0 on failure. */
-uint64_t mooncake_host_mem_alloc(uint64_t size)
+/* mc_host_mem_alloc() (or, @p lazy, mc_host_mem_alloc_lazy()) as an
+ * address, 0 on failure. */
+static uint64_t host_mem_addr(uint64_t size, int lazy)
 {
     void *p = NULL;
     if (size > (uint64_t)SIZE_MAX)
         return 0;
     /* 0 too: the library refuses it, with upstream's text as the detail */
-    if (mc_host_mem_alloc((size_t)size, &p) != MC_OK)
+    if ((lazy ? mc_host_mem_alloc_lazy : mc_host_mem_alloc)((size_t)size, &p) != MC_OK)
         return 0;
     return (uint64_t)(uintptr_t)p;
+}
+
+uint64_t mooncake_host_mem_alloc(uint64_t size)
+{
+    return host_mem_addr(size, 0);
+}
+
+uint64_t mooncake_host_mem_alloc_lazy(uint64_t size)
+{
+    return host_mem_addr(size, 1);
 }
 
 int mooncake_host_mem_free(uint64_t addr)

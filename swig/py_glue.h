@@ -203,6 +203,7 @@ PyObject *mooncake_py_bufobj_new(mc_store_buffer_h handle, void *data, uint64_t 
 PyObject *mooncake_region_view(uint64_t addr, uint64_t size);
 PyObject *mooncake_region_view_as(PyObject *cls, uint64_t addr, uint64_t size);
 uint64_t mooncake_host_mem_alloc(uint64_t size);
+uint64_t mooncake_host_mem_alloc_lazy(uint64_t size);
 int mooncake_host_mem_free(uint64_t addr);
 uint64_t mooncake_host_mem_alloc_func_addr(void);
 uint64_t mooncake_host_mem_free_func_addr(void);

@@ -408,8 +408,10 @@ PyObject *mooncake_region_view(uint64_t addr, uint64_t size);
  * the owner of the memory alive. */
 PyObject *mooncake_region_view_as(PyObject *cls, uint64_t addr, uint64_t size);
 
-/* mc_host_mem_alloc() as an address, 0 on failure. */
+/* mc_host_mem_alloc() and mc_host_mem_alloc_lazy() as an address, 0 on
+ * failure. */
 uint64_t mooncake_host_mem_alloc(uint64_t size);
+uint64_t mooncake_host_mem_alloc_lazy(uint64_t size);
 int mooncake_host_mem_free(uint64_t addr);
 
 /* The addresses of the pluggable allocator pair, for torch

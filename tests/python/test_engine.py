@@ -274,6 +274,41 @@ def test_managed_buffers(prefill):
     assert prefill.transfer_sync_write(me, addrs[1], big + 200 * MiB, 8) == -1
 
 
+def _rss_shmem_kib():
+    """Shared-memory pages this process has mapped and touched, in KiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1])
+    pytest.skip("no RssShmem in /proc/self/status")
+
+
+def test_managed_chunks_commit_only_the_pages_used(prefill, decode):
+    """A managed buffer is carved from a 2 GiB chunk (a dedicated mapping
+    above 256 MiB) whose pages are committed as they are touched, as
+    upstream's: the first small allocation maps 2 GiB without taking 2 GiB
+    of memory (or the seconds committing it took).  Peers write into it as
+    into any managed buffer."""
+    before = _rss_shmem_kib()
+    dst = prefill.allocate_managed_buffer(NBLOCKS * BLOCK)
+    big = prefill.allocate_managed_buffer(300 * MiB)
+    assert dst and big
+    grown = _rss_shmem_kib() - before
+    assert grown < 32 * 1024, f"two managed buffers committed {grown} KiB up front"
+    # a peer's writes land in the untouched pages, which commit then
+    kv = decode.te("allocate_managed_buffer", NBLOCKS * BLOCK)
+    assert decode.call("fill", addr=kv, hex=pattern(7, BLOCK).hex())["rc"] == 0
+    assert decode.te("transfer_sync_write", prefill.get_local_hostname(), kv,
+                     dst + 3 * BLOCK, BLOCK) == 0
+    assert decode.te("transfer_sync_write", prefill.get_local_hostname(), kv,
+                     big + 200 * MiB, BLOCK) == 0
+    assert prefill.read_bytes_from_buffer(dst + 3 * BLOCK, BLOCK) == pattern(7, BLOCK)
+    assert prefill.read_bytes_from_buffer(big + 200 * MiB, BLOCK) == pattern(7, BLOCK)
+    assert prefill.read_bytes_from_buffer(dst, BLOCK) == bytes(BLOCK), "untouched pages are 0"
+    assert _rss_shmem_kib() - before < 32 * 1024
+    assert prefill.free_managed_buffer(big, 300 * MiB) == 0
+
+
 def test_unsupported_features_fail_loudly(prefill):
     assert (Read, Write) == (TransferOpcode.Read, TransferOpcode.Write)
     assert int(Read) == 0 and int(Write) == 1

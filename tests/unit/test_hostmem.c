@@ -139,6 +139,63 @@ START_TEST(test_pluggable_pair_is_the_same_allocator)
 }
 END_TEST
 
+/* Pages of [p, p + len) resident in memory (in the memfd's page cache). */
+static size_t resident_pages(void *p, size_t len)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t n = len / (size_t)page, count = 0;
+    unsigned char *vec = calloc(n, 1);
+
+    ck_assert_ptr_nonnull(vec);
+    ck_assert_int_eq(mincore(p, len, vec), 0);
+    for (size_t i = 0; i < n; i++)
+        count += vec[i] & 1;
+    free(vec);
+    return count;
+}
+
+START_TEST(test_lazy_block_commits_only_the_pages_touched)
+{
+    const size_t len = 64u << 20;
+    long page = sysconf(_SC_PAGESIZE);
+    uint8_t *lazy = NULL, *eager = NULL;
+    mc_host_mem_info_t info;
+    int seals;
+
+    ck_assert_status_ok(mc_host_mem_alloc_lazy(len, (void **)&lazy));
+    ck_assert_msg(resident_pages(lazy, len) == 0,
+                  "a lazy block should commit no page before one is touched (%zu are)",
+                  resident_pages(lazy, len));
+    lazy[0] = 1;
+    lazy[len / 2] = 2;
+    lazy[len - 1] = 3;
+    ck_assert_msg(resident_pages(lazy, len) == 3,
+                  "three writes should commit three pages, not %zu", resident_pages(lazy, len));
+    ck_assert_int_eq(lazy[1], 0);
+    ck_assert_int_eq(lazy[(size_t)page], 0); /* an untouched page reads as zeros */
+    /* otherwise a block like any other: registered, its sealed memfd shareable */
+    ck_assert_int_eq(mc_host_mem_find(lazy + 5, 4, 1, &info), 1);
+    ck_assert_ptr_eq(info.base, lazy);
+    ck_assert_msg(info.size == len, "the lazy block should register as %zu bytes", len);
+    ck_assert_msg(info.fd >= 0, "want_fd should give a descriptor");
+    seals = fcntl(info.fd, F_GET_SEALS);
+    ck_assert_msg((seals >= 0) && (seals & F_SEAL_SHRINK) && (seals & F_SEAL_GROW),
+                  "the memfd should be sealed against resizing (seals %d)", seals);
+    close(info.fd);
+    ck_assert_status_ok(mc_host_mem_free(lazy));
+    ck_assert_int_eq(mc_host_mem_find(lazy, 1, 0, &info), 0);
+
+    /* mc_host_mem_alloc() commits every page when it maps the block */
+    ck_assert_status_ok(mc_host_mem_alloc(len, (void **)&eager));
+    ck_assert_msg(resident_pages(eager, len) == len / (size_t)page,
+                  "mc_host_mem_alloc should commit all %zu pages, not %zu", len / (size_t)page,
+                  resident_pages(eager, len));
+    ck_assert_status_ok(mc_host_mem_free(eager));
+    ck_assert_int_eq(mc_host_mem_alloc_lazy(0, (void **)&lazy), MC_INVALID_PARAMS);
+    ck_assert_int_eq(mc_host_mem_alloc_lazy(64, NULL), MC_INVALID_PARAMS);
+}
+END_TEST
+
 Suite *mc_test_hostmem_suite(void)
 {
     Suite *s = suite_create("hostmem");
@@ -148,6 +205,7 @@ Suite *mc_test_hostmem_suite(void)
     tcase_add_test(tc, test_many_blocks_stay_sorted);
     tcase_add_test(tc, test_round_to_the_huge_page);
     tcase_add_test(tc, test_pluggable_pair_is_the_same_allocator);
+    tcase_add_test(tc, test_lazy_block_commits_only_the_pages_touched);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -178,7 +178,9 @@ class _ManagedAllocator:
         return 0
 
     def _map(self, length: int) -> int:
-        addr = _capi.mooncake_host_mem_alloc(length)
+        # a shareable memfd (same-host peers map it), its pages committed
+        # as they are touched: a chunk is 2 GiB, mostly unused
+        addr = _capi.mooncake_host_mem_alloc_lazy(length)
         if addr == 0:
             _log.error("allocate_managed_buffer: cannot map %d bytes", length)
             return 0

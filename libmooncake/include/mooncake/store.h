@@ -956,7 +956,21 @@ MC_API mc_status_t mc_store_offload_stats(mc_store_h store, mc_store_disk_stats_
 MC_API mc_status_t mc_host_mem_alloc(size_t size, void **ptr_p);
 
 /**
- * @brief Free memory of mc_host_mem_alloc().
+ * @brief mc_host_mem_alloc() without committing the pages up front: each
+ * page is allocated (zeroed) when first touched, here or through a
+ * mapping of the block's memfd, as with malloc.
+ *
+ * For a large block used a little at a time (the transfer engine's
+ * managed-buffer chunks: 2 GiB each, where committing every page took
+ * seconds and the whole 2 GiB of memory).  The block is otherwise the same
+ * as mc_host_mem_alloc()'s: a sealed, shareable memfd, in the same
+ * registry, freed with mc_host_mem_free(); the same return codes.
+ * @since 0.2 (MOONCAKE_1.25)
+ */
+MC_API mc_status_t mc_host_mem_alloc_lazy(size_t size, void **ptr_p);
+
+/**
+ * @brief Free memory of mc_host_mem_alloc() or mc_host_mem_alloc_lazy().
  *
  * Dummy clients that registered the block unregister it first.
  * @return MC_OK; MC_INVALID_PARAMS for any address that is not the start of

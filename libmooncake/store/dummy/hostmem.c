@@ -7,7 +7,9 @@
  *
  * Every allocation is its own memfd ("mooncake_shm", upstream's name),
  * sized, sealed against shrinking and growing, and mapped MAP_SHARED |
- * MAP_POPULATE: page aligned (what register_buffer and the transports
+ * MAP_POPULATE (mc_host_mem_alloc_lazy: without MAP_POPULATE, so a large
+ * block that is used a little at a time, such as the transfer engine's
+ * 2 GiB managed-buffer chunks, commits only the pages touched): page aligned (what register_buffer and the transports
  * like), given back to the kernel whole by free, and - the reason for the
  * memfd - shareable: a dummy client's register_buffer hands the descriptor
  * to its real client (SCM_RIGHTS), which maps the same pages and moves a
@@ -158,7 +160,7 @@ static mc_status_t record(const hostmem_entry_t *e, uint64_t *serial_p)
  * The failure texts are upstream's (ShmHelper), which callers match on;
  * a huge-page failure adds where to look.
  */
-MC_API mc_status_t mc_host_mem_alloc(size_t size, void **ptr_p)
+static mc_status_t host_mem_map(size_t size, int populate, void **ptr_p)
 {
     long page = sysconf(_SC_PAGESIZE);
     size_t pg = (page > 0) ? (size_t)page : 4096u;
@@ -208,7 +210,8 @@ MC_API mc_status_t mc_host_mem_alloc(size_t size, void **ptr_p)
         st = MC_INTERNAL_ERROR;
         goto fail_fd;
     }
-    p = mmap(NULL, e.map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, e.fd, 0);
+    p = mmap(NULL, e.map_len, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0),
+             e.fd, 0);
     if (p == MAP_FAILED) {
         mc_set_error_detail("Failed to map shared memory: %s%s", strerror(errno), hint);
         st = MC_NO_AVAILABLE_HANDLE;
@@ -225,6 +228,16 @@ MC_API mc_status_t mc_host_mem_alloc(size_t size, void **ptr_p)
 fail_fd:
     close(e.fd);
     return st;
+}
+
+MC_API mc_status_t mc_host_mem_alloc(size_t size, void **ptr_p)
+{
+    return host_mem_map(size, 1, ptr_p);
+}
+
+MC_API mc_status_t mc_host_mem_alloc_lazy(size_t size, void **ptr_p)
+{
+    return host_mem_map(size, 0, ptr_p);
 }
 
 MC_API mc_status_t mc_host_mem_free(void *ptr)
