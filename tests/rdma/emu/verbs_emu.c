@@ -591,19 +591,24 @@ static int port_serve_one(emu_port_t *p, int fd)
         pthread_mutex_unlock(&p->mu);
         return send_full(fd, &an, sizeof(an));
     }
-    /* the MR stays registered while its bytes move (dereg waits) */
+    /* the MR stays registered while its bytes move (dereg waits).  The
+     * operation is counted before the answer goes: the requester's work
+     * completion follows the answer, so a test that reads the stats once
+     * its transfer is done finds every operation of it there (a READ
+     * whose answer then fails to go is counted all the same). */
     if (rq.op == EMU_OP_WRITE) {
         rc = recv_full(fd, (void *)(uintptr_t)rq.addr, rq.len);
         pthread_rwlock_unlock(&mr_lock);
-        if (rc == 0)
+        if (rc == 0) {
+            port_count(p, 0, rq.len);
             rc = send_full(fd, &an, sizeof(an));
+        }
     } else {
         struct iovec v[2] = {{&an, sizeof(an)}, {(void *)(uintptr_t)rq.addr, rq.len}};
+        port_count(p, 1, rq.len);
         rc = io_full(fd, v, 2, 1);
         pthread_rwlock_unlock(&mr_lock);
     }
-    if (rc == 0)
-        port_count(p, (rq.op == EMU_OP_WRITE) ? 0 : 1, rq.len);
     return rc;
 }
 
