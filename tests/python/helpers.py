@@ -134,7 +134,10 @@ class DaemonProc:
         """Wait until ``cond()`` holds; stop the daemon and raise if it exits
         first or the wait times out."""
         try:
-            wait_until(lambda: self.proc.poll() is not None or cond(), timeout, what)
+            # a short interval: a master is listening some 10-30 ms after
+            # its start, and tests start masters by the thousand
+            wait_until(lambda: self.proc.poll() is not None or cond(), timeout, what,
+                       interval=0.005)
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{Path(self.proc.args[0]).name} exited with "
                                    f"{self.proc.returncode}:\n" + self.log_text())

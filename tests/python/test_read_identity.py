@@ -184,7 +184,7 @@ def test_cached_location_never_reads_another_value(tmp_path, how):
     rs = Restarts(tmp_path, durable=(how == "durable_restart"))
     try:
         m = rs.start()
-        h = rs.client("holder", 100)
+        h = rs.client("holder", 20)
         hname = h.setup(m, segment=16 * MiB)
         r = rs.client("reader", 5000)
         r.setup(m, segment=0)
