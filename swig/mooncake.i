@@ -470,6 +470,7 @@ struct mooncake_engine {
 %ignore mc_iov;
 /* Bound through the address-based helpers of the language files. */
 %ignore mc_host_mem_alloc;
+%ignore mc_host_mem_alloc_lazy;
 %ignore mc_host_mem_free;
 %ignore mc_host_mem_pluggable_alloc;
 %ignore mc_host_mem_pluggable_free;
