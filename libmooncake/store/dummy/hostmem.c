@@ -9,11 +9,12 @@
  * sized, sealed against shrinking and growing, and mapped MAP_SHARED |
  * MAP_POPULATE (mc_host_mem_alloc_lazy: without MAP_POPULATE, so a large
  * block that is used a little at a time, such as the transfer engine's
- * 2 GiB managed-buffer chunks, commits only the pages touched): page aligned (what register_buffer and the transports
- * like), given back to the kernel whole by free, and - the reason for the
- * memfd - shareable: a dummy client's register_buffer hands the descriptor
- * to its real client (SCM_RIGHTS), which maps the same pages and moves a
- * worker's KV pages with no staging copy (docs/protocol.md §8).  The seals
+ * 2 GiB managed-buffer chunks, commits only the pages touched): page
+ * aligned (what register_buffer and the transports like), given back to
+ * the kernel whole by free, and - the reason for the memfd - shareable:
+ * a dummy client's register_buffer hands the descriptor to its real
+ * client (SCM_RIGHTS), which maps the same pages and moves a worker's KV
+ * pages with no staging copy (docs/protocol.md §8).  The seals
  * are what let the real client trust the size it maps: a block that could
  * shrink under it would fault there (SIGBUS).
  *
