@@ -1153,6 +1153,13 @@ int mc_te_segment_same_host(mc_te_t *te, mc_te_segment_id_t seg)
     return (s != NULL) && (s->is_self || (segment_shm(s) != NULL));
 }
 
+void mc_te_segment_revive(mc_te_t *te, mc_te_segment_id_t seg, uint64_t before_ms)
+{
+    mc_te_segment_t *s = segment_by_id(te, seg);
+    if ((s != NULL) && !s->is_self)
+        mc_te_tp_peer_revive(te, s->peer, before_ms);
+}
+
 /* The hook of mc_te_transfer_gen_sent, armed on the calling thread. */
 static __thread void (*sent_hook_fn)(void *);
 static __thread void *sent_hook_arg;

@@ -76,6 +76,15 @@ mc_status_t mc_onesided_describe(void *priv, void *peer, char **json_p, size_t *
     return mc_tcp_transport_ops.describe(os->tcp, p->tcp_peer, json_p, len_p);
 }
 
+/* The fail-fast verdicts are the tcp peer's, whose connection carries the
+ * handshake and the requests that go over tcp. */
+void mc_onesided_peer_revive(void *priv, void *peer, uint64_t before_ms)
+{
+    const mc_onesided_t *os = priv;
+    const mc_onesided_peer_t *p = peer;
+    mc_tcp_transport_ops.peer_revive(os->tcp, p->tcp_peer, before_ms);
+}
+
 /* A disk record (DISK_READ, docs/protocol.md §5.19) is read by the holder
  * from its file and sent back: no registered memory to reach one-sided,
  * so it goes over the peer's tcp connection, as the descriptor does. */

@@ -87,12 +87,15 @@ def test_cut_link_expiry_rejoin_and_no_wrong_bytes(cluster):
 
     # rejoin: healed, the holder re-mounts and new objects land on it again
     cluster.net.heal("a")
+    t_heal = time.monotonic()
     n = [0]
 
     def lands_on_a():
         k, v = f"rejoin-{n[0]}", os.urandom(1024).hex()
         n[0] += 1
-        assert put(c, k, v)[0] == 0
+        rc, secs = put(c, k, v)
+        assert rc == 0, (f"{k}: {rc} after {secs:.1f}s, {time.monotonic() - t_heal:.1f}s after "
+                         f"the heal\n--- c:\n{c.log_text()}\n--- a:\n{a.log_text()}")
         written[k] = v
         return where(c, k).startswith(ip_a + ":")
 

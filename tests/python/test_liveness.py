@@ -214,3 +214,46 @@ def test_a_put_with_every_owner_suspect_evicts_nothing(spawn_client):
         assert present == [1] * len(keys), m.log_text()[-2000:]
     finally:
         m.stop()
+
+
+def test_a_put_reaches_a_holder_back_from_a_pause(spawn_client):
+    """A request the holder did not answer (stopped here; in production a
+    link cut and healed, or a holder held up) makes the writer's transport
+    fail requests to it at once for a second.  A put placed there right
+    after the holder came back fails its first try on that verdict; its
+    second try, on a fresh placement, must reach the holder instead of
+    failing on the same verdict: a fresh-clone run of the cluster suite saw
+    a put return TRANSFER_FAIL 0.3 s after the link healed.  The holder is
+    the only place to write, and never suspect here, so both tries go to
+    it; the scenario runs until the first try has met the verdict (once,
+    unless the machine is so loaded that a second passes between the read's
+    timeout and the put), and every put must succeed."""
+    m = Master(extra_args=["--client_ttl=30", "--client_suspect_heartbeats=0"])
+    try:
+        holder = spawn_client("holder", env={"MC_TE_SHM": "0"})
+        writer = spawn_client("writer", env={"MC_TE_SHM": "0", "MC_TCP_STATUS_TIMEOUT_SEC": "1",
+                                             "MC_LOG_LEVEL": "info"})
+        holder.setup(m)
+        writer.setup(m, segment=0)
+        key = f"there-{uuid.uuid4().hex}"
+        assert writer.call("put_random", key=key, size=4096)["rc"] == 0
+        met = 0
+        for attempt in range(3):
+            holder.proc.send_signal(signal.SIGSTOP)
+            try:
+                r = writer.call("get", key=key)
+            finally:
+                holder.proc.send_signal(signal.SIGCONT)
+            assert r["len"] == 0, r  # unanswered within the 1 s receive timeout
+            late = f"back-{attempt}-{uuid.uuid4().hex}"
+            before = writer.log_text().count("peer marked down")
+            p = writer.call("put_random", key=late, size=4096)
+            assert p["rc"] == 0, (p, writer.log_text())
+            got = writer.call("get", key=late)
+            assert got["sha256"] == p["sha256"], got
+            if writer.log_text().count("peer marked down") > before:
+                met += 1
+                break
+        assert met, "no put's first try met the verdict:\n" + writer.log_text()
+    finally:
+        m.stop()

@@ -1173,27 +1173,37 @@ START_TEST(test_concurrent_callers)
 }
 END_TEST
 
+/* B stops; its name (host:port) in @p name. */
+static void b_gone(char *name, size_t n)
+{
+    snprintf(name, n, "%s", mc_te_local_name(B));
+    mc_te_destroy(B);
+    B = NULL;
+}
+
+/* B starts again as @p name. */
+static void b_back(const char *name)
+{
+    mc_te_params_t p;
+    memset(&p, 0, sizeof(p));
+    p.field_mask     = MC_TE_PARAM_LOCAL_HOSTNAME;
+    p.local_hostname = name;
+    ck_assert_status_ok(mc_te_create(&p, &B));
+}
+
 START_TEST(test_peer_restart_behind_pooled_connection)
 {
     uint8_t *t1 = calloc(1, 4096), *t2 = calloc(1, 4096);
     uint8_t src[512], back[512];
     char name[64];
-    mc_te_params_t p;
-    mc_te_h B2 = NULL;
 
     ck_assert_status_ok(mc_te_mem_reg(B, t1, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
     mc_te_segment_id_t seg = te_open(A, B);
     te_fill(src, sizeof(src), 12);
     ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t1, sizeof(src), seg));
     /* B goes away and comes back on the same port with other memory */
-    snprintf(name, sizeof(name), "%s", mc_te_local_name(B));
-    mc_te_destroy(B);
-    B = NULL;
-    memset(&p, 0, sizeof(p));
-    p.field_mask     = MC_TE_PARAM_LOCAL_HOSTNAME;
-    p.local_hostname = name;
-    ck_assert_status_ok(mc_te_create(&p, &B2));
-    B = B2;
+    b_gone(name, sizeof(name));
+    b_back(name);
     ck_assert_status_ok(mc_te_mem_reg(B, t2, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
     /* the pooled connection is dead; the request is retried on a new one,
      * and the stale descriptor is refreshed on the miss */
@@ -1206,6 +1216,54 @@ START_TEST(test_peer_restart_behind_pooled_connection)
     ck_assert_status_ok(mc_te_mem_dereg(B, t2));
     free(t1);
     free(t2);
+}
+END_TEST
+
+/*
+ * A peer that refused a connection counts as down for a second: requests
+ * fail at once, even once it is back.  mc_te_segment_revive forgets that
+ * verdict for a second try (the store's write on a fresh placement), but
+ * only one reached before the time it names: a verdict reached later, by
+ * the write's own first try, stands.
+ */
+START_TEST(test_revive_forgets_only_an_older_down_verdict)
+{
+    uint8_t *t = calloc(1, 4096);
+    uint8_t src[256];
+    char name[64];
+    uint64_t before_verdict, after_verdict;
+
+    ck_assert_status_ok(mc_te_mem_reg(B, t, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
+    mc_te_segment_id_t seg = te_open(A, B);
+    te_fill(src, sizeof(src), 21);
+    ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t, sizeof(src), seg));
+    b_gone(name, sizeof(name));
+    /* gone: the pooled connection is dead and the reconnect refused */
+    before_verdict = mc_now_ms();
+    ck_assert_status_eq(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t, 16, seg),
+                        MC_TRANSFER_FAIL);
+    after_verdict = mc_now_ms() + 1;
+    /* back on the same port, serving the same memory */
+    b_back(name);
+    ck_assert_status_ok(mc_te_mem_reg(B, t, 4096, "", MC_TE_MEM_REMOTE_ACCESS));
+    memset(t, 0, 4096);
+    /* the verdict still fails it at once, without a connect */
+    ck_assert_status_eq(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t, sizeof(src), seg),
+                        MC_TRANSFER_FAIL);
+    ck_assert_msg(strstr(mc_last_error_detail(), "marked down") != NULL,
+                  "the write should have failed on the down verdict: %s", mc_last_error_detail());
+    /* a verdict reached after the time named stands */
+    mc_te_segment_revive(A, seg, before_verdict);
+    ck_assert_status_eq(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t, sizeof(src), seg),
+                        MC_TRANSFER_FAIL);
+    /* one reached before it is forgotten: the write reaches the peer */
+    mc_te_segment_revive(A, seg, after_verdict);
+    ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t, sizeof(src), seg));
+    ck_assert(memcmp(t, src, sizeof(src)) == 0);
+    /* the engine's own segment has no transport peer: nothing to forget */
+    mc_te_segment_revive(A, 0, after_verdict);
+    ck_assert_status_ok(mc_te_mem_dereg(B, t));
+    free(t);
 }
 END_TEST
 
@@ -2101,6 +2159,7 @@ Suite *mc_test_transfer_suite(void)
     tcase_add_test(two, test_segment_open_errors);
     tcase_add_test(two, test_concurrent_callers);
     tcase_add_test(two, test_peer_restart_behind_pooled_connection);
+    tcase_add_test(two, test_revive_forgets_only_an_older_down_verdict);
     tcase_add_test(two, test_large_read_spread_over_lanes);
     tcase_add_test(two, test_job_submit_wait_release);
     tcase_add_test(two, test_segment_buffer_query);

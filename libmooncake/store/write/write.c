@@ -310,7 +310,7 @@ static int stage_for_rdma(mc_store_h s, const mc_wire_replica_list_t *reps,
  */
 static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps, mc_str_t key,
                                const mc_iov_t *parts, size_t nparts, uint64_t total,
-                               mc_mconn_t **conn_p)
+                               mc_mconn_t **conn_p, uint64_t retry_since_ms)
 {
     mc_te_request_t stack_reqs[MC_PUT_STACK_REQS];
     uint64_t stack_gens[MC_PUT_STACK_REQS];
@@ -369,6 +369,10 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
     }
     if ((st == MC_OK) && (file != NULL))
         st = ftier->write_file(s, &d, key, parts, nparts, total); /* a DFS record */
+    for (size_t i = 0; (st == MC_OK) && (retry_since_ms != 0) && (i < nreq); i++) {
+        if ((i == 0) || (reqs[i].segment != reqs[i - 1].segment))
+            mc_te_segment_revive(s->te, reqs[i].segment, retry_since_ms);
+    }
     if (st == MC_OK)
         st = mc_te_transfer_gen(s->te, reqs, gens, nreq, NULL);
     if (staged != NULL)
@@ -421,7 +425,8 @@ static int resv_get(mc_store_h s, uint64_t total, const mc_wire_config_t *wcfg, 
  */
 static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *parts,
                                   size_t nparts, uint64_t total, const mc_wire_config_t *wcfg,
-                                  int *done_p, struct mc_store_query **spec_p)
+                                  int *done_p, struct mc_store_query **spec_p,
+                                  uint64_t retry_since_ms)
 {
     mc_wire_put_commit_req_t rq;
     mc_wire_put_commit_resp_t rs;
@@ -433,7 +438,7 @@ static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *pa
     *done_p = 0;
     if (!resv_get(s, total, wcfg, &r))
         return MC_OK;
-    st = write_bytes(s, &r.reps, key, parts, nparts, total, NULL);
+    st = write_bytes(s, &r.reps, key, parts, nparts, total, NULL, retry_since_ms);
     if (st != MC_OK) {
         /* the holder or the segment may be gone (the master frees the
          * buffers itself): PUT_START places the put afresh */
@@ -488,7 +493,7 @@ static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *pa
  * cache (mc_store_spec_build), when the put stored it. */
 mc_status_t mc_write_do(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                         size_t nparts, const mc_replicate_config_t *cfg, unsigned flags,
-                        struct mc_store_query **spec_p)
+                        struct mc_store_query **spec_p, uint64_t retry_since_ms)
 {
     struct mc_store_query *spec = NULL;
     mc_status_t st;
@@ -523,7 +528,7 @@ mc_status_t mc_write_do(mc_store_h s, write_op_t op, const char *key, const mc_i
     if ((op == WRITE_PUT) && (wcfg.dfs_replica_num == 0) && (wcfg.nof_replica_num == 0) &&
         mc_store_resv_wanted(s, total)) {
         int done;
-        st = write_one_trip(s, wkey, parts, nparts, total, &wcfg, &done, spec_p);
+        st = write_one_trip(s, wkey, parts, nparts, total, &wcfg, &done, spec_p, retry_since_ms);
         if (done)
             return st;
     }
@@ -545,7 +550,7 @@ mc_status_t mc_write_do(mc_store_h s, write_op_t op, const char *key, const mc_i
 
     /* every replica gets every non-empty part; the bytes move without
      * holding the master connection */
-    st = write_bytes(s, &reps, wkey, parts, nparts, total, &conn);
+    st = write_bytes(s, &reps, wkey, parts, nparts, total, &conn, retry_since_ms);
     if (st == MC_INVALID_REPLICA)
         goto revoke;
     if (st != MC_OK) {
@@ -595,7 +600,9 @@ uint64_t mc_write_iov_total(const mc_iov_t *parts, size_t n)
  * configuration pins it to a preferred segment (it would land on the same
  * holder).  The master no longer places on a holder that missed its
  * heartbeats (--client_suspect_heartbeats), so the second placement
- * usually avoids it.
+ * usually avoids it; where it does not, the holder heartbeats, and the
+ * engine's verdict that it is down, when reached before the write began,
+ * does not fail the second try at once (mc_te_segment_revive).
  */
 int mc_write_retryable(mc_status_t st, const mc_replicate_config_t *cfg)
 {
@@ -611,15 +618,17 @@ mc_status_t mc_emb_write(mc_store_h s, int upsert, const char *key, const mc_iov
 {
     write_op_t op = upsert ? WRITE_UPSERT : WRITE_PUT;
     uint64_t t0   = mc_store_metrics_now_us();
+    uint64_t began = mc_now_ms();
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
         return st;
     struct mc_store_query *spec = NULL;
-    st = mc_write_do(s, op, key, parts, n, cfg, flags, (op == WRITE_PUT) ? &spec : NULL);
+    st = mc_write_do(s, op, key, parts, n, cfg, flags, (op == WRITE_PUT) ? &spec : NULL, 0);
     if (mc_write_retryable(st, cfg)) {
         mc_info("%s of %s: the transfer failed (%s); once more on a fresh placement",
                 mc_write_op_name(op), key, mc_last_error_detail());
-        st = mc_write_do(s, op, key, parts, n, cfg, flags, (op == WRITE_PUT) ? &spec : NULL);
+        st = mc_write_do(s, op, key, parts, n, cfg, flags, (op == WRITE_PUT) ? &spec : NULL,
+                         began);
     }
     mc_store_cache_drop(s, key); /* what this client had cached may be the old value */
     mc_store_spec_note(s, spec); /* where this put went: a speculative entry */

@@ -519,11 +519,6 @@ out:
     return mc_store_first_error(statuses, n);
 }
 
-/*
- * The keys of a batch whose transfer failed get the single-key second
- * chance of write_one() (mc_write_retryable()), each with its own group id.
- * Returns the batch's status afresh when any was retried, else @p st.
- */
 /* The config of key @p i of a batch of @p n: @p cfg with only that key's
  * group id, in @p kcfg when it has group ids. */
 static const mc_replicate_config_t *key_config(const mc_replicate_config_t *cfg, size_t n,
@@ -553,16 +548,25 @@ static mc_status_t write_each(mc_store_h s, write_op_t op, const char *const *ke
         const mc_iov_t *parts = src_parts(src, i, &np);
         statuses[i] = (st != MC_OK) ? st
                                     : mc_write_do(s, op, keys[i], parts, np,
-                                                  key_config(cfg, n, i, &kcfg), flags, NULL);
+                                                  key_config(cfg, n, i, &kcfg), flags, NULL, 0);
     }
     return mc_store_first_error(statuses, n);
 }
 
+/*
+ * The keys of a batch whose transfer failed get the single-key second
+ * chance of write_one() (mc_write_retryable()), each with its own group id.
+ * What the transport learnt about a holder before the batch began
+ * (@p began_ms) does not fail a second try at once; what the batch's own
+ * transfer learnt does, so a batch against a dead holder pays its
+ * timeout once.  Returns the batch's status afresh when any was retried,
+ * else @p st.
+ */
 static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *keys,
                                const write_src_t *src, size_t n,
                                const mc_replicate_config_t *cfg, unsigned flags,
                                mc_status_t *statuses, mc_status_t st,
-                               const mc_store_commit_t *commit)
+                               const mc_store_commit_t *commit, uint64_t began_ms)
 {
     size_t retried = 0, recovered = 0;
 
@@ -575,7 +579,7 @@ static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *k
             continue;
         parts       = src_parts(src, i, &np);
         statuses[i] = mc_write_do(s, op, keys[i], parts, np, key_config(cfg, n, i, &kcfg), flags,
-                                  NULL);
+                                  NULL, began_ms);
         retried++;
         recovered += statuses[i] == MC_OK;
     }
@@ -597,6 +601,7 @@ static mc_status_t write_batch_commit(mc_store_h s, write_op_t op, const char *c
     mc_status_t *own = NULL;
     struct mc_store_query **specs = NULL;
     uint64_t t0      = mc_store_metrics_now_us();
+    uint64_t began   = mc_now_ms();
     uint64_t bytes   = 0;
 
     st = mc_store_enter_statuses(s, statuses, n);
@@ -619,7 +624,7 @@ static mc_status_t write_batch_commit(mc_store_h s, write_op_t op, const char *c
         if (op == WRITE_PUT)
             specs = calloc(n, sizeof(*specs)); /* none when out of memory */
         st = do_write_batch(s, op, keys, src, n, cfg, flags, statuses, specs, commit);
-        st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st, commit);
+        st = batch_retry(s, op, keys, src, n, cfg, flags, statuses, st, commit, began);
         if (commit != NULL) {
             mc_store_commit_seal(s, keys, statuses, specs, commit);
             st = mc_store_first_error(statuses, n);

@@ -1102,7 +1102,7 @@ static const mc_onesided_ops_t fabric_os_ops = {
         .peer_close = fabric_peer_close, .describe = mc_onesided_describe,                   \
         .xfer = mc_onesided_xfer, .mem_reg = fabric_mem_reg,                                 \
         .mem_dereg = fabric_mem_dereg, .desc_fill = fabric_desc_fill,                        \
-        .disk_read = mc_onesided_disk_read,                                                  \
+        .disk_read = mc_onesided_disk_read, .peer_revive = mc_onesided_peer_revive,          \
     }
 
 const mc_te_transport_ops_t mc_fabric_efa_transport_ops = FABRIC_OPS("efa", efa_install);

@@ -1514,4 +1514,5 @@ const mc_te_transport_ops_t mc_rdma_transport_ops = {
     .mem_dereg  = rdma_mem_dereg,
     .desc_fill  = rdma_desc_fill,
     .disk_read  = mc_onesided_disk_read,
+    .peer_revive = mc_onesided_peer_revive,
 };

@@ -1698,6 +1698,17 @@ static void peer_mark_down(mc_tcp_peer_t *pe, const char *why)
     pthread_mutex_unlock(&pe->mu);
 }
 
+/* The transport's peer_revive: forget a down mark set before @p before_ms. */
+static void tcp_peer_revive(void *priv, void *peer, uint64_t before_ms)
+{
+    mc_tcp_peer_t *pe = peer;
+    (void)priv;
+    pthread_mutex_lock(&pe->mu);
+    if ((pe->down_until_ms != 0) && (pe->down_until_ms - TCP_PEER_DOWN_MS < before_ms))
+        pe->down_until_ms = 0;
+    pthread_mutex_unlock(&pe->mu);
+}
+
 /* peer_mark_down after a request timed out. */
 static void peer_timed_out(mc_tcp_peer_t *pe)
 {
@@ -2841,4 +2852,5 @@ const mc_te_transport_ops_t mc_tcp_transport_ops = {
     .read_gather_strided = tcp_read_gather_strided,
     .disk_read  = tcp_disk_read,
     .runs_sent_hook = 1,
+    .peer_revive = tcp_peer_revive,
 };
