@@ -43,6 +43,11 @@
 /* How long a call waits for a leader during a failover (etcd:// targets):
  * MC_STORE_FAILOVER_WAIT_MS, else this default. */
 #define MC_MASTER_FAILOVER_WAIT_MS 15000
+/* ... at most, for the CLIENT_CLOSE of a closing store: a courtesy (a
+ * master drops a client that stopped pinging after --client_ttl), so a
+ * close while no master leads does not hold the caller for the whole
+ * failover wait. */
+#define MC_MASTER_CLOSE_FAILOVER_WAIT_MS 2000
 
 struct mc_master_resolver;
 

@@ -108,7 +108,11 @@ static mc_status_t master_client_close(mc_store_h s)
 
     memset(&req, 0, sizeof(req));
     req.client_id = s->client_id;
-    st            = mc_master_pool_call_client_close(&s->pool, &conn, &req, &resp);
+    /* no call is in flight any more (close holds `life`) and the pool goes
+     * with this store: the bound is the pool's from here on */
+    if (s->pool.target.failover_wait_ms > MC_MASTER_CLOSE_FAILOVER_WAIT_MS)
+        s->pool.target.failover_wait_ms = MC_MASTER_CLOSE_FAILOVER_WAIT_MS;
+    st = mc_master_pool_call_client_close(&s->pool, &conn, &req, &resp);
     if (conn != NULL)
         mc_master_pool_put(&s->pool, conn);
     return st;

@@ -127,6 +127,32 @@ def test_kill9_leader_client_follows_within_10s(etcd, cleanup):
     assert c.call("exist", key="before")["rc"] == 0
 
 
+def test_close_with_no_leader_waits_briefly(etcd, cleanup):
+    """close() tells the master that the client left (CLIENT_CLOSE), a
+    courtesy: a master drops a client that stopped pinging.  With no
+    master leading, it waits for one at most 2 s, while every other call
+    waits MC_STORE_FAILOVER_WAIT_MS (6 s here; 15 s by default), and
+    returns the failure of telling it; the client's resources are released
+    anyway."""
+    masters = []
+    cleanup.append(masters)
+    masters.append(HaMaster(etcd, ttl_s=TTL_S))
+    wait_leader(masters, 10.0)
+    c = etcd_client(cleanup, etcd, env={"MC_STORE_FAILOVER_WAIT_MS": "6000"})
+    assert c.call("put", key="k", hex="00")["rc"] == 0
+    masters.pop().kill()
+    t0 = time.monotonic()
+    r = c.call("exist", key="k", timeout=60)
+    waited = time.monotonic() - t0
+    assert r["rc"] < 0 and waited >= 5.5, (r, waited)  # the call's failover wait
+    t0 = time.monotonic()
+    r = c.call("close", timeout=60)
+    took = time.monotonic() - t0
+    assert r["rc"] in (-900, -1010), r  # RPC_FAIL / UNAVAILABLE_IN_CURRENT_STATUS
+    assert took < 4.0, f"close() took {took:.1f} s with no leader"
+    assert "could not tell the master" in c.log_text()
+
+
 def test_sigstopped_leader_refuses_writes_when_it_wakes(etcd, cleanup):
     masters = []
     cleanup.append(masters)
