@@ -14,11 +14,14 @@
 """
 
 import json
+import os
 import signal
 import threading
 import time
 import urllib.request
 import uuid
+
+import pytest
 
 from helpers import CLIENT_TTL_S, Master, MiB, wait_until
 
@@ -216,18 +219,20 @@ def test_a_put_with_every_owner_suspect_evicts_nothing(spawn_client):
         m.stop()
 
 
-def test_a_put_reaches_a_holder_back_from_a_pause(spawn_client):
+@pytest.mark.parametrize("how", ["put", "put_batch"])
+def test_a_put_reaches_a_holder_back_from_a_pause(spawn_client, how):
     """A request the holder did not answer (stopped here; in production a
     link cut and healed, or a holder held up) makes the writer's transport
     fail requests to it at once for a second.  A put placed there right
     after the holder came back fails its first try on that verdict; its
     second try, on a fresh placement, must reach the holder instead of
     failing on the same verdict: a fresh-clone run of the cluster suite saw
-    a put return TRANSFER_FAIL 0.3 s after the link healed.  The holder is
-    the only place to write, and never suspect here, so both tries go to
-    it; the scenario runs until the first try has met the verdict (once,
-    unless the machine is so loaded that a second passes between the read's
-    timeout and the put), and every put must succeed."""
+    a put return TRANSFER_FAIL 0.3 s after the link healed.  A batch's
+    keys get the same second chance.  The holder is the only place to
+    write, and never suspect here, so both tries go to it; the scenario
+    runs until the first try has met the verdict (once, unless the machine
+    is so loaded that a second passes between the read's timeout and the
+    put), and every put must succeed."""
     m = Master(extra_args=["--client_ttl=30", "--client_suspect_heartbeats=0"])
     try:
         holder = spawn_client("holder", env={"MC_TE_SHM": "0"})
@@ -245,12 +250,16 @@ def test_a_put_reaches_a_holder_back_from_a_pause(spawn_client):
             finally:
                 holder.proc.send_signal(signal.SIGCONT)
             assert r["len"] == 0, r  # unanswered within the 1 s receive timeout
-            late = f"back-{attempt}-{uuid.uuid4().hex}"
             before = writer.log_text().count("peer marked down")
-            p = writer.call("put_random", key=late, size=4096)
+            keys = [f"back-{attempt}-{i}-{uuid.uuid4().hex}" for i in range(3 if how == "put_batch"
+                                                                           else 1)]
+            values = [os.urandom(2048).hex() for _ in keys]
+            if how == "put":
+                p = writer.call("put", key=keys[0], hex=values[0])
+            else:
+                p = writer.call("put_batch", keys=keys, hexes=values)
             assert p["rc"] == 0, (p, writer.log_text())
-            got = writer.call("get", key=late)
-            assert got["sha256"] == p["sha256"], got
+            assert writer.call("get_batch", keys=keys)["hexes"] == values
             if writer.log_text().count("peer marked down") > before:
                 met += 1
                 break
