@@ -92,6 +92,31 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str,
         time.sleep(interval)
 
 
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of process ``pid`` is in state T (stopped), from /proc."""
+    states = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+        except OSError:
+            continue  # a thread that just exited
+        states.append(stat[stat.rindex(")") + 2])
+    return bool(states) and all(st == "T" for st in states)
+
+
+def sigstop(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP process ``pid`` and return once every thread of it has
+    stopped: the signal is delivered to each thread when it next enters the
+    kernel, so on a loaded machine a thread can go on running for a while
+    after kill() returns (an emulated NIC answered a whole 1 MiB READ so)."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: all_threads_stopped(pid), timeout, f"process {pid} to stop", 0.002)
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of process ``pid`` in KiB (/proc/<pid>/status VmRSS)."""
     with open(f"/proc/{pid}/status") as f:

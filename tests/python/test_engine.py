@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from helpers import MiB, EngineProc, pattern, wait_until
+from helpers import MiB, EngineProc, pattern, sigstop
 
 from mooncake import engine as mce
 from mooncake.engine import Read, TransferEngine, TransferNotify, TransferOpcode, Write
@@ -341,18 +341,6 @@ def test_protocol_built():
     assert built("efa") == built("cxi") == built("EFA")
 
 
-def all_threads_stopped(pid: int) -> bool:
-    """Every thread of ``pid`` is in state T (stopped), from /proc."""
-    states = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
-        except OSError:
-            continue  # a thread that just exited
-        states.append(stat[stat.rindex(")") + 2])
-    return bool(states) and all(st == "T" for st in states)
-
-
 def test_sync_transfer_bounded_by_mc_transfer_timeout():
     """A peer that stops answering costs MC_TRANSFER_TIMEOUT (clamped to 5 s),
     not the engine's 30 s socket timeout."""
@@ -374,11 +362,9 @@ def test_sync_transfer_bounded_by_mc_transfer_timeout():
         dst = peer.te("allocate_managed_buffer", 1 * MiB)
         src = te.allocate_managed_buffer(1 * MiB)
         assert te.transfer_sync_write(name, src, dst, 4096) == 0
-        os.kill(peer.pid, signal.SIGSTOP)
+        # every thread of the peer stopped before the write, or it may still be answered
+        sigstop(peer.pid)
         try:
-            # SIGSTOP takes effect asynchronously: every thread of the peer
-            # must be stopped before the write, or it may still be answered
-            wait_until(lambda: all_threads_stopped(peer.pid), 10.0, "the peer to stop")
             t0 = time.monotonic()
             assert te.transfer_sync_write(name, src, dst, 1 * MiB) == -1
             took = time.monotonic() - t0

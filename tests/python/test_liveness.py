@@ -23,7 +23,7 @@ import uuid
 
 import pytest
 
-from helpers import CLIENT_TTL_S, Master, MiB, wait_until
+from helpers import CLIENT_TTL_S, Master, MiB, sigstop, wait_until
 
 # Nothing here depends on leases expiring.
 LEASE_TTL_MS = 5000
@@ -244,7 +244,7 @@ def test_a_put_reaches_a_holder_back_from_a_pause(spawn_client, how):
         assert writer.call("put_random", key=key, size=4096)["rc"] == 0
         met = 0
         for attempt in range(3):
-            holder.proc.send_signal(signal.SIGSTOP)
+            sigstop(holder.pid)
             try:
                 r = writer.call("get", key=key)
             finally:

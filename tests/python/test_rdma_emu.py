@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import MiB, EngineProc, free_port, pattern, wait_until
+from helpers import MiB, EngineProc, free_port, pattern, sigstop, wait_until
 
 HERE = Path(__file__).resolve().parent
 EMU_SRC = HERE.parent / "rdma" / "emu"
@@ -825,7 +825,7 @@ def test_stalled_target_times_out_then_recovers(engines, emu_env, max_wr, phrase
     # connected first (a loaded machine may miss the 1 s once: bounded retry)
     wait_until(lambda: i.te("transfer_sync_read", t.hostname, local, remote, MiB) == 0, 15,
                "a first READ")
-    os.kill(t.pid, signal.SIGSTOP)
+    sigstop(t.pid)
     try:
         t0 = time.monotonic()
         assert i.te("transfer_sync_read", t.hostname, local, remote, MiB) != 0

@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from helpers import MiB, ClientProc, Master, wait_until
+from helpers import MiB, ClientProc, Master, sigstop, wait_until
 from mooncake.store import (ErrorCode, MooncakeDistributedStore, QueryTaskResponse,
                             ReplicaStatus, ReplicateConfig, TaskStatus, TaskType, UUIDPair)
 
@@ -114,19 +114,6 @@ def is_id(tid) -> bool:
 
 def check_times(resp: QueryTaskResponse, before_ms: int) -> None:
     assert before_ms - 1000 <= resp.created_at_ms_epoch <= resp.last_updated_at_ms_epoch, resp
-
-
-def all_stopped(pid: int) -> bool:
-    """Every thread of ``pid`` is stopped (state T in /proc)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue  # the thread exited
-        if state not in ("T", "t"):
-            return False
-    return True
 
 
 def now_ms() -> int:
@@ -387,9 +374,8 @@ def test_source_vanishes_before_the_task_runs(master, holder, ctl):
     put_on(a, "gone-copy", 1000)
     # a is frozen (well within its liveness TTL) so it cannot fetch the tasks
     # before the objects are gone
-    os.kill(a.pid, signal.SIGSTOP)
+    sigstop(a.pid)
     try:
-        wait_until(lambda: all_stopped(a.pid), 10.0, "every thread of the holder to stop")
         tid, rc = ctl.create_move_task("gone-key", a.host, b.host)
         assert rc == 0
         ctid, rc = ctl.create_copy_task("gone-copy", [b.host])
