@@ -1038,6 +1038,91 @@ def test_reads_beside_decoding_copy_alone_on_hosts_of_few_cpus():
     assert sos._cpus_available() >= 1
 
 
+def _local_read_policies(aq, op, key, dst, worker, master_pid=None, watch=0.4):
+    """Queue a read of ``key`` (op ``op``) into the registered ``dst``;
+    returns the read's result and the worker's scheduling policy after it
+    completed, and with ``master_pid`` first the policy the worker had
+    while it waited in its lookup with the master stopped (seen as
+    SCHED_BATCH, or not within ``watch`` s: less than the lookup's lease,
+    which counts from the request)."""
+    import os
+    import select
+    import signal
+    import time
+    from array import array
+
+    from helpers import sigstop
+
+    dst[:] = 0
+    during = None
+    if master_pid is not None:
+        sigstop(master_pid)
+    try:
+        rc = aq.batch_zc(op, [key], array("Q", [dst.ctypes.data, dst.nbytes]), None, 7)
+        assert rc == 0, f"batch_zc returned {rc}"
+        if master_pid is not None:
+            end = time.monotonic() + watch
+            during = os.sched_getscheduler(worker)
+            while during != os.SCHED_BATCH and time.monotonic() < end:
+                select.select([], [], [], 0.002)
+                during = os.sched_getscheduler(worker)
+    finally:
+        if master_pid is not None:
+            os.kill(master_pid, signal.SIGCONT)
+    got, end = None, time.monotonic() + 30
+    while got is None and time.monotonic() < end:
+        for tag, result, payload in aq.reap(8):
+            if tag == 7:
+                got = payload if payload is not None else [result]
+        if got is None:
+            select.select([aq.fd()], [], [], 1)
+    assert got is not None, "the queued read never completed"
+    return during, got[0], os.sched_getscheduler(worker)
+
+
+def test_local_reads_run_as_background_work(fresh_master, make_store, regbuf):
+    """The completion queue's worker runs a read it copies alone
+    (MC_STORE_AQ_BATCH_GET_INTO_LOCAL) under SCHED_BATCH, so the master's
+    answer that wakes it does not preempt the master while the submitter's
+    own lookup waits (the DataProto get's small reads waited out the whole
+    large copy in half the gets on two CPUs); back to SCHED_OTHER once done.
+    A policy the application gave the worker is left as it is."""
+    import os
+
+    from mooncake import capi
+
+    holder, reader = make_store(m=fresh_master), make_store(segment=0, m=fresh_master)
+    key, nbytes = "t/bg/local", 2 * MiB
+    value = np.random.default_rng(5).integers(0, 255, nbytes, dtype=np.uint8)
+    assert holder.put(key, value.tobytes()) == 0
+    before = set(os.listdir("/proc/self/task"))
+    aq = capi.AsyncQueue(reader._store, 1)
+    workers = set(os.listdir("/proc/self/task")) - before
+    assert len(workers) == 1, f"the queue started threads {workers}"
+    worker = int(workers.pop())
+    assert os.sched_getscheduler(worker) == os.SCHED_OTHER
+    pid = fresh_master.proc.pid
+    dst = regbuf(reader, nbytes)
+
+    during, rc, after = _local_read_policies(aq, capi.AQ_BATCH_GET_INTO_LOCAL, key, dst, worker,
+                                             pid)
+    assert during == os.SCHED_BATCH, "the local read did not run as background work"
+    assert rc == nbytes and np.array_equal(dst, value)
+    assert after == os.SCHED_OTHER, "the worker was not given back its policy"
+
+    # a plain queued read is not background work: it stays as it was
+    during, rc, after = _local_read_policies(aq, capi.AQ_BATCH_GET_INTO, key, dst, worker, pid,
+                                             watch=0.1)
+    assert (during, after) == (os.SCHED_OTHER, os.SCHED_OTHER), (during, after)
+    assert rc == nbytes and np.array_equal(dst, value)
+
+    os.sched_setscheduler(worker, os.SCHED_IDLE, os.sched_param(0))
+    during, rc, after = _local_read_policies(aq, capi.AQ_BATCH_GET_INTO_LOCAL, key, dst, worker)
+    assert after == os.SCHED_IDLE, "the policy the application chose was replaced"
+    assert rc == nbytes and np.array_equal(dst, value)
+    aq = None  # closed before the stores
+
+
 @pytest.mark.parametrize("rows", [256, 1024], ids=["2MiB", "8MiB-helped"])
 def test_rows_read_from_a_same_host_holder_are_of_one_version(master, spawn_client,
                                                               make_store, monkeypatch, rows):

@@ -1484,6 +1484,10 @@ MC_API mc_status_t mc_store_aq_batch_get_into(mc_store_aq_h q, const char *const
  * completion (op MC_STORE_AQ_BATCH_GET_INTO_LOCAL) and what a read
  * guarantees are those of mc_store_aq_batch_get_into(): each key's bytes
  * are its replica's under a valid lease, or its result is an error.
+ * The worker runs the read as background work: under SCHED_BATCH, when
+ * it is a SCHED_OTHER thread (back to SCHED_OTHER after the read; another
+ * policy is left as it is), so that its wake-ups do not preempt the
+ * thread that woke it -- the master answering the caller's own lookups.
  *
  * @return MC_OK when queued; MC_INVALID_PARAMS for a NULL queue, keys,
  *         key or @p bufs (with n > 0); MC_INTERNAL_ERROR out of memory.

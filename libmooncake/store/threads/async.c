@@ -54,7 +54,15 @@
  * MC_STORE_AQ_BATCH_GET_INTO_LOCAL is a get_into batch whose worker copies
  * same-host replicas without the engine's workers (mc_store_read_local_set(),
  * read/read.h: a setting of the reading thread); the caller may take
- * pieces of a large one (mc_store_aq_help: mc_store_read_assist()).
+ * pieces of a large one (mc_store_aq_help: mc_store_read_assist()).  The
+ * worker runs it under SCHED_BATCH (aq_background_enter()): a copy that
+ * runs beside its submitter is background work, and its wake-ups must not
+ * preempt the thread that woke it.  The one that matters is the master's
+ * answer to the batch's lookup: as a normal thread the worker took the
+ * master's CPU from it there, and copied for 1-3 ms while the master, not
+ * yet done answering the submitter's own lookup, waited behind it with
+ * the other CPU idle (a DataProto get on two CPUs: half its small reads
+ * waited out the whole large copy; bench/README.md, structured section).
  *
  * May call: the public API (the batch calls), mc_store_read_local_set() and
  * mc_store_read_assist().
@@ -64,6 +72,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -563,6 +572,28 @@ static void run_group(mc_store_h st, aq_scratch_t *s, size_t n)
         s->g[i]->result = batch_result(cst, s->sts[i], MC_INTERNAL_ERROR);
 }
 
+/* Run the calling thread as background work (SCHED_BATCH: its wake-ups do
+ * not preempt the running thread; its share of the CPU is unchanged) when
+ * it is a normal thread: 1 when it was switched (aq_background_leave()
+ * switches it back), else 0.  A policy the application chose is left as
+ * it is, and a refusal (seccomp, a sandbox) only costs the gain. */
+static int aq_background_enter(void)
+{
+    struct sched_param sp = {.sched_priority = 0};
+
+    if (sched_getscheduler(0) != SCHED_OTHER)
+        return 0;
+    return sched_setscheduler(0, SCHED_BATCH, &sp) == 0;
+}
+
+static void aq_background_leave(int entered)
+{
+    struct sched_param sp = {.sched_priority = 0};
+
+    if (entered && (sched_setscheduler(0, SCHED_OTHER, &sp) != 0))
+        mc_warn("async queue worker: back to SCHED_OTHER failed: %m");
+}
+
 /* A batch request of the zero-copy or existence kind: one batch call. */
 static void run_batch(mc_store_h st, aq_req_t *r)
 {
@@ -601,10 +632,14 @@ static void run_batch(mc_store_h st, aq_req_t *r)
     switch (r->op) {
     case MC_STORE_AQ_BATCH_GET_INTO:
     case MC_STORE_AQ_BATCH_GET_INTO_LOCAL: {
-        /* _LOCAL: this worker copies same-host replicas alone (read.h) */
-        int was = mc_store_read_local_set(r->op == MC_STORE_AQ_BATCH_GET_INTO_LOCAL);
-        cst     = mc_store_batch_get_into_multi(st, r->keys, bufs, counts, n, r->results);
+        /* _LOCAL: this worker copies same-host replicas alone (read.h), as
+         * background work (aq_background_enter) */
+        int local = (r->op == MC_STORE_AQ_BATCH_GET_INTO_LOCAL);
+        int bg    = local ? aq_background_enter() : 0;
+        int was   = mc_store_read_local_set(local);
+        cst       = mc_store_batch_get_into_multi(st, r->keys, bufs, counts, n, r->results);
         mc_store_read_local_set(was);
+        aq_background_leave(bg);
         for (size_t i = 0; i < n; i++)
             r->results[i] = batch_result(cst, r->results[i], MC_INTERNAL_ERROR);
         break;
