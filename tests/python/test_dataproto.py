@@ -1066,6 +1066,8 @@ def _local_read_policies(aq, op, key, dst, worker, master_pid=None, watch=0.4):
             while during != os.SCHED_BATCH and time.monotonic() < end:
                 select.select([], [], [], 0.002)
                 during = os.sched_getscheduler(worker)
+            # the worker's own policy, not the process's
+            assert os.sched_getscheduler(0) == os.SCHED_OTHER
     finally:
         if master_pid is not None:
             os.kill(master_pid, signal.SIGCONT)
