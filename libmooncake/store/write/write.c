@@ -616,8 +616,8 @@ int mc_write_retryable(mc_status_t st, const mc_replicate_config_t *cfg)
 mc_status_t mc_emb_write(mc_store_h s, int upsert, const char *key, const mc_iov_t *parts, size_t n,
                          const mc_replicate_config_t *cfg, unsigned flags)
 {
-    write_op_t op = upsert ? WRITE_UPSERT : WRITE_PUT;
-    uint64_t t0   = mc_store_metrics_now_us();
+    write_op_t op  = upsert ? WRITE_UPSERT : WRITE_PUT;
+    uint64_t t0    = mc_store_metrics_now_us();
     uint64_t began = mc_now_ms();
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
