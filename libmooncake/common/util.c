@@ -37,6 +37,16 @@ uint64_t mc_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+void mc_timespec_add_ms(struct timespec *ts, uint64_t ms)
+{
+    ts->tv_sec += (time_t)(ms / 1000u);
+    ts->tv_nsec += (long)(ms % 1000u) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
 uint64_t mc_wall_ms(void)
 {
     struct timespec ts;

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #define MC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MC_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -18,6 +19,9 @@
 
 /* Monotonic clock in ns / µs / ms. */
 uint64_t mc_now_ns(void);
+/* Move @p ts @p ms milliseconds on (nanoseconds kept below a second): a
+ * deadline for pthread_cond_timedwait from clock_gettime's now. */
+void mc_timespec_add_ms(struct timespec *ts, uint64_t ms);
 static inline uint64_t mc_now_us(void) { return mc_now_ns() / 1000; }
 static inline uint64_t mc_now_ms(void) { return mc_now_ns() / 1000000; }
 /* Wall clock, ms since the epoch. */

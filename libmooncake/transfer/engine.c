@@ -2966,12 +2966,7 @@ MC_API mc_status_t mc_te_job_wait(mc_te_job_h job, int timeout_ms, int *done_p,
     }
     if (timeout_ms > 0) {
         clock_gettime(CLOCK_MONOTONIC, &dl);
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        mc_timespec_add_ms(&dl, (uint64_t)timeout_ms);
     }
     pthread_mutex_lock(&job->mu);
     while (!job->done && (timeout_ms != 0)) {

@@ -114,12 +114,7 @@ int mc_store_worker_wait_until(mc_store_worker_t *w, const struct timespec *dead
 
 void mc_store_worker_deadline(struct timespec *ts, unsigned ms)
 {
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
+    mc_timespec_add_ms(ts, ms);
 }
 
 int mc_store_worker_wait_ms(mc_store_worker_t *w, unsigned ms)

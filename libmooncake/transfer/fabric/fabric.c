@@ -288,11 +288,7 @@ static void progress_pause(mc_fabric_t *fb)
         if (fb->cq_wait)
             (void)fi_cq_signal(fb->cq); /* wake fi_cq_sread */
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 5000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        mc_timespec_add_ms(&ts, 5);
         (void)pthread_cond_timedwait(&fb->prog_cond, &fb->prog_mu, &ts);
     }
     pthread_mutex_unlock(&fb->prog_mu);
@@ -918,12 +914,7 @@ static int wait_below(fabric_wait_t *w, size_t below, uint64_t deadline_ms)
             break;
         ms = MC_MIN(deadline_ms - now, 100u);
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += (time_t)(ms / 1000u);
-        ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        mc_timespec_add_ms(&ts, ms);
         (void)pthread_cond_timedwait(&w->cond, &w->mu, &ts);
     }
     ok = w->pending < below;
