@@ -2,8 +2,14 @@
 /* Size-class pool (see slab.h). */
 #include "config.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/slab.h"
 #include "common/util.h"
@@ -19,14 +25,147 @@ struct mc_slab_chunk {
     char mem[];
 };
 
+/* The thread of mc_slab_prefault_start() and the block it hands over. */
+struct mc_slab_spare {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* the slot emptied, a stop; the slot filled */
+    _Atomic(char *) ready;   /* a block mapped and faulted in, or NULL */
+    int stopping;            /* under mu */
+    size_t taken;            /* blocks the slab took from the slot (its thread) */
+};
+
 void mc_slab_init(mc_slab_t *s)
 {
     memset(s, 0, sizeof(*s));
 }
 
+#if !MC_SLAB_PLAIN_MALLOC
+/* Fault every page of the fresh block @p b in now.  MADV_POPULATE_WRITE
+ * does it in one call; before Linux 5.14 (EINVAL) a zero is written to
+ * each page, which the block holds already. */
+static void block_fault_in(char *b)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = (pg > 0) ? (size_t)pg : 4096u;
+
+    if (mc_populate(b, MC_HUGE_BLOCK, 1) == 0)
+        return;
+    for (size_t off = 0; off < MC_HUGE_BLOCK; off += page)
+        ((volatile char *)b)[off] = 0;
+}
+
+static void *spare_main(void *arg)
+{
+    mc_slab_spare_t *sp = arg;
+    struct sched_param idle = {0};
+
+    /* only spare CPU: a block not ready in time is one the slab maps
+     * itself, as without this thread (refused: it runs as it is) */
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        char *b;
+
+        while (!sp->stopping && (atomic_load(&sp->ready) != NULL))
+            pthread_cond_wait(&sp->cv, &sp->mu);
+        if (sp->stopping)
+            break;
+        pthread_mutex_unlock(&sp->mu);
+        b = mc_huge_zalloc(MC_HUGE_BLOCK);
+        if (b != NULL)
+            block_fault_in(b);
+        pthread_mutex_lock(&sp->mu);
+        if (b == NULL) {  /* no memory now: the slab maps its own; try again later */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            mc_timespec_add_ms(&ts, 100);
+            if (!sp->stopping)
+                (void)pthread_cond_timedwait(&sp->cv, &sp->mu, &ts);
+            continue;
+        }
+        atomic_store(&sp->ready, b);
+        pthread_cond_broadcast(&sp->cv);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+#endif
+
+int mc_slab_prefault_start(mc_slab_t *s)
+{
+#if MC_SLAB_PLAIN_MALLOC
+    (void)s;
+    return 0;
+#else
+    mc_slab_spare_t *sp;
+
+    if (s->spare != NULL)
+        return 0;
+    if ((sp = calloc(1, sizeof(*sp))) == NULL)
+        return -1;
+    atomic_init(&sp->ready, NULL);
+    pthread_mutex_init(&sp->mu, NULL);
+    pthread_cond_init(&sp->cv, NULL);
+    if (pthread_create(&sp->thread, NULL, spare_main, sp) != 0) {
+        pthread_cond_destroy(&sp->cv);
+        pthread_mutex_destroy(&sp->mu);
+        free(sp);
+        return -1;
+    }
+    s->spare = sp;
+    return 0;
+#endif
+}
+
+size_t mc_slab_prefaulted_blocks(const mc_slab_t *s)
+{
+    return (s->spare != NULL) ? s->spare->taken : 0;
+}
+
+int mc_slab_prefault_wait(mc_slab_t *s, int timeout_ms)
+{
+    mc_slab_spare_t *sp = s->spare;
+    struct timespec ts;
+    int ready;
+
+    if (sp == NULL)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    mc_timespec_add_ms(&ts, (timeout_ms > 0) ? (uint64_t)timeout_ms : 0);
+    pthread_mutex_lock(&sp->mu);
+    while ((atomic_load(&sp->ready) == NULL) &&
+           (pthread_cond_timedwait(&sp->cv, &sp->mu, &ts) != ETIMEDOUT)) {
+    }
+    ready = atomic_load(&sp->ready) != NULL;
+    pthread_mutex_unlock(&sp->mu);
+    return ready;
+}
+
+/* Stop the thread and unmap the block it held. */
+static void spare_stop(mc_slab_spare_t *sp)
+{
+    char *b;
+
+    pthread_mutex_lock(&sp->mu);
+    sp->stopping = 1;
+    pthread_cond_broadcast(&sp->cv);
+    pthread_mutex_unlock(&sp->mu);
+    (void)pthread_join(sp->thread, NULL);
+    b = atomic_exchange(&sp->ready, NULL);
+    if (b != NULL)
+        mc_huge_free(b, MC_HUGE_BLOCK);
+    pthread_cond_destroy(&sp->cv);
+    pthread_mutex_destroy(&sp->mu);
+    free(sp);
+}
+
 void mc_slab_cleanup(mc_slab_t *s)
 {
     mc_slab_chunk_t *c = s->chunks;
+
+    if (s->spare != NULL)
+        spare_stop(s->spare);
     /* newest first: a block's first chunk comes after every other chunk
      * cut from that block, so the block goes only once they are past */
     while (c != NULL) {
@@ -41,13 +180,33 @@ void mc_slab_cleanup(mc_slab_t *s)
 }
 
 #if !MC_SLAB_PLAIN_MALLOC
+/* The block the thread has ready, or NULL (not yet: the caller maps its
+ * own); the thread is told to make the next.  A lock-free take: the slot
+ * is only ever filled by the thread and emptied here. */
+static char *spare_take(mc_slab_spare_t *sp)
+{
+    char *b = atomic_exchange(&sp->ready, NULL);
+
+    if (b != NULL) {
+        sp->taken++;
+        pthread_mutex_lock(&sp->mu);
+        pthread_cond_broadcast(&sp->cv);
+        pthread_mutex_unlock(&sp->mu);
+    }
+    return b;
+}
+
 /* A fresh chunk of CHUNK_BYTES, on s->chunks; NULL on OOM. */
 static mc_slab_chunk_t *chunk_new(mc_slab_t *s)
 {
     mc_slab_chunk_t *ch;
 
     if (s->block_left < CHUNK_BYTES) {
-        char *b = mc_huge_zalloc(MC_HUGE_BLOCK);
+        char *b = NULL;
+        if (s->spare != NULL)
+            b = spare_take(s->spare);
+        if (b == NULL)
+            b = mc_huge_zalloc(MC_HUGE_BLOCK);
         if (b != NULL) {
             s->block_next = b;
             s->block_left = MC_HUGE_BLOCK;

@@ -279,6 +279,10 @@ static void do_metrics(mc_master_t *m, struct evhttp_request *req)
     metric(b, "master_value_size_bytes", "gauge", "Sum of the sizes of complete objects.",
            f.value_bytes);
     metric(b, "master_key_count", "gauge", "Objects in the index (all tenants).", f.keys);
+    metric(b, "master_index_prefaulted_blocks_total", "counter",
+           "2 MiB blocks of object records taken already faulted in from the index's "
+           "helper thread (no page faults on the event loop for them).",
+           (uint64_t)mc_slab_prefaulted_blocks(&m->objslab));
     metric(b, "master_soft_pin_key_count", "gauge", "Objects with an active soft pin.",
            f.soft_pinned);
     metric(b, "master_hard_pin_key_count", "gauge", "Hard-pinned objects.", f.hard_pinned);

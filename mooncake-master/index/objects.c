@@ -192,6 +192,11 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
         mc_uuid_generate(&u);
         m->next_replica_id = (u.hi ^ u.lo) & ((UINT64_C(1) << 62) - 1u);
     }
+    /* the next block of records faulted in off the loop (slab.h); without
+     * the thread the loop maps its blocks itself, as before */
+    if (mc_slab_prefault_start(&m->objslab) != 0)
+        mc_warn("index: no thread to fault the object records' blocks in ahead: "
+                    "the event loop takes those page faults itself");
     return mc_master_dfs_init(m);
 }
 

@@ -90,6 +90,25 @@ def test_prometheus_parser_rejects_garbage():
     assert parse_metrics('# TYPE a_total counter\na_total{l="v"} 3\n') == {'a_total{l="v"}': 3}
 
 
+def test_index_record_blocks_come_faulted_in(fresh_master, make_store):
+    """The object records' 2 MiB blocks come from the index's helper
+    thread, faulted in before the event loop takes them (slab.h): the
+    first block at the first put, and the next ones as the index grows."""
+    m = fresh_master
+    store = make_store(segment=64 * MiB, m=m)
+    assert scrape(m)["master_index_prefaulted_blocks_total"] == 0  # no record yet
+    assert store.put(f"blk-first-{uuid.uuid4().hex}", b"x") == 0
+    assert scrape(m)["master_index_prefaulted_blocks_total"] == 1
+    # ~136-byte records: 3 blocks' worth of 48-byte keys
+    tag = uuid.uuid4().hex
+    for b in range(24):
+        keys = [f"blk-{tag}-{b:03d}-{i:05d}" for i in range(2000)]
+        assert store.put_batch(keys, [b"y"] * len(keys)) == 0
+    after = scrape(m)
+    assert after["master_key_count"] == 48001
+    assert after["master_index_prefaulted_blocks_total"] >= 3
+
+
 def test_counters_and_gauges_follow_the_store(fresh_master, make_store):
     m = fresh_master
     store = make_store(segment=64 * MiB, m=m)

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "check_suites.h"
 #include "common/buf.h"
@@ -284,6 +286,68 @@ START_TEST(test_slab)
 }
 END_TEST
 
+#if !MC_SLAB_PLAIN_MALLOC
+/* Whether every page of the block at @p b is resident (mincore). */
+static int block_resident(const void *b)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = (pg > 0) ? (size_t)pg : 4096u, n = MC_HUGE_BLOCK / page;
+    unsigned char *vec = calloc(n, 1);
+    int all = (vec != NULL) && (mincore((void *)(uintptr_t)b, MC_HUGE_BLOCK, vec) == 0);
+
+    for (size_t i = 0; all && (i < n); i++)
+        all = vec[i] & 1;
+    free(vec);
+    return all;
+}
+#endif
+
+/* mc_slab_prefault_start(): the slab's blocks come from its thread,
+ * faulted in before the slab takes them, block after block; records stay
+ * distinct; cleanup stops the thread with a block still in its hands. */
+START_TEST(test_slab_prefault)
+{
+    enum { REC = 136 };
+    mc_slab_t s;
+    mc_slab_init(&s);
+    ck_assert_int_eq(mc_slab_prefault_start(&s), 0);
+    ck_assert_int_eq(mc_slab_prefault_start(&s), 0); /* a second start: the same thread */
+#if !MC_SLAB_PLAIN_MALLOC
+    char *first, *r = NULL;
+    size_t n = 0;
+
+    ck_assert_msg(mc_slab_prefault_wait(&s, 10000), "the thread should have a block ready");
+    ck_assert_uint_eq(mc_slab_prefaulted_blocks(&s), 0);
+    first = mc_slab_alloc(&s, REC);
+    ck_assert_ptr_nonnull(first);
+    ck_assert_uint_eq(mc_slab_prefaulted_blocks(&s), 1);
+    /* the block was faulted in whole before the slab wrote to it */
+    ck_assert_msg(block_resident((const void *)((uintptr_t)first & ~(uintptr_t)(MC_HUGE_BLOCK - 1))),
+                  "the block taken from the thread should be resident already");
+    /* the next block too, once the thread had it ready: fill this one */
+    ck_assert_msg(mc_slab_prefault_wait(&s, 10000), "the thread should make the next block");
+    while (mc_slab_prefaulted_blocks(&s) < 2) {
+        r = mc_slab_alloc(&s, REC);
+        ck_assert_ptr_nonnull(r);
+        memset(r, 0x5a, REC);
+        ck_assert_msg(++n < 2 * MC_HUGE_BLOCK / REC, "the slab should take a second block");
+    }
+    ck_assert_msg(((uintptr_t)r & ~(uintptr_t)(MC_HUGE_BLOCK - 1)) !=
+                      ((uintptr_t)first & ~(uintptr_t)(MC_HUGE_BLOCK - 1)),
+                  "the second block's record should lie in another block");
+    ck_assert_msg(n > MC_HUGE_BLOCK / REC / 2, "a block holds %zu records, took %zu",
+                  (size_t)(MC_HUGE_BLOCK / REC), n);
+    /* the thread makes a third one meanwhile; cleanup stops it and unmaps it */
+    (void)mc_slab_prefault_wait(&s, 10000);
+#else
+    ck_assert_int_eq(mc_slab_prefault_wait(&s, 10), 0); /* no thread: plain malloc */
+    ck_assert_uint_eq(mc_slab_prefaulted_blocks(&s), 0);
+#endif
+    mc_slab_cleanup(&s);
+    ck_assert_msg(s.chunks == NULL && s.spare == NULL, "cleanup should stop the thread");
+}
+END_TEST
+
 START_TEST(test_load_store_helpers)
 {
     uint8_t p[8];
@@ -308,6 +372,7 @@ Suite *mc_test_buf_suite(void)
     tcase_add_test(tc, test_arena);
     tcase_add_test(tc, test_load_store_helpers);
     tcase_add_test(tc, test_slab);
+    tcase_add_test(tc, test_slab_prefault);
     suite_add_tcase(s, tc);
     return s;
 }
