@@ -1153,11 +1153,11 @@ int mc_te_segment_same_host(mc_te_t *te, mc_te_segment_id_t seg)
     return (s != NULL) && (s->is_self || (segment_shm(s) != NULL));
 }
 
-void mc_te_segment_revive(mc_te_t *te, mc_te_segment_id_t seg, uint64_t before_ms)
+void mc_te_segment_revive(mc_te_t *te, mc_te_segment_id_t seg, uint64_t before_ns)
 {
     mc_te_segment_t *s = segment_by_id(te, seg);
     if ((s != NULL) && !s->is_self)
-        mc_te_tp_peer_revive(te, s->peer, before_ms);
+        mc_te_tp_peer_revive(te, s->peer, before_ns);
 }
 
 /* The hook of mc_te_transfer_gen_sent, armed on the calling thread. */

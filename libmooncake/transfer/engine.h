@@ -186,9 +186,9 @@ typedef struct mc_te_transport_ops {
                                        const struct iovec *runs, size_t nruns);
     /* Forget a fail-fast verdict on the peer (it counts as down after a
      * failed connect or an unanswered request) reached before @p
-     * before_ms (mc_now_ms()); optional: a transport without such
+     * before_ns (mc_now_ns()); optional: a transport without such
      * verdicts has none to forget. */
-    void (*peer_revive)(void *priv, void *peer, uint64_t before_ms);
+    void (*peer_revive)(void *priv, void *peer, uint64_t before_ns);
 } mc_te_transport_ops_t;
 
 /* read_gather's flag: the peer serves READV_STRIDED. */
@@ -404,13 +404,13 @@ static inline mc_status_t mc_te_tp_disk_read(mc_te_t *te, void *peer, const mc_t
 }
 
 /* Forget what made the transport fail requests to the peer at once, when
- * it was learnt before @p before_ms (mc_te_segment_revive). */
-static inline void mc_te_tp_peer_revive(mc_te_t *te, void *peer, uint64_t before_ms)
+ * it was learnt before @p before_ns (mc_te_segment_revive). */
+static inline void mc_te_tp_peer_revive(mc_te_t *te, void *peer, uint64_t before_ns)
 {
     if ((te->tp_ops->size < offsetof(mc_te_transport_ops_t, peer_revive) + sizeof(void *)) ||
         (te->tp_ops->peer_revive == NULL) || (peer == NULL))
         return;
-    te->tp_ops->peer_revive(te->tp, peer, before_ms);
+    te->tp_ops->peer_revive(te->tp, peer, before_ns);
 }
 
 /* Register region @p r (not yet linked) with the transport's devices, so
@@ -483,13 +483,13 @@ int mc_te_read_direct(mc_te_t *te, const mc_te_request_t *reqs, size_t n, mc_sta
  */
 int mc_te_segment_same_host(mc_te_t *te, mc_te_segment_id_t seg);
 /* A second try towards @p seg: the transport forgets a fail-fast verdict on
- * its holder reached before @p before_ms (mc_now_ms()), so the try reaches
+ * its holder reached before @p before_ns (mc_now_ns()), so the try reaches
  * the holder instead of failing at once on what an earlier request
  * learnt.  The store calls it when it writes once more on a fresh
  * placement: the master has just placed there again, so the holder
  * heartbeats, and a link healed since that verdict works at once.  A
- * verdict reached after @p before_ms (by this write's first try) stands. */
-void mc_te_segment_revive(mc_te_t *te, mc_te_segment_id_t seg, uint64_t before_ms);
+ * verdict reached after @p before_ns (by this write's first try) stands. */
+void mc_te_segment_revive(mc_te_t *te, mc_te_segment_id_t seg, uint64_t before_ns);
 
 /* mc_te_read_direct where every READ names the generation of the region it
  * expects (@p gens[i], 0 for none): a mismatch fails the call with

@@ -78,11 +78,11 @@ mc_status_t mc_onesided_describe(void *priv, void *peer, char **json_p, size_t *
 
 /* The fail-fast verdicts are the tcp peer's, whose connection carries the
  * handshake and the requests that go over tcp. */
-void mc_onesided_peer_revive(void *priv, void *peer, uint64_t before_ms)
+void mc_onesided_peer_revive(void *priv, void *peer, uint64_t before_ns)
 {
     const mc_onesided_t *os = priv;
     const mc_onesided_peer_t *p = peer;
-    mc_tcp_transport_ops.peer_revive(os->tcp, p->tcp_peer, before_ms);
+    mc_tcp_transport_ops.peer_revive(os->tcp, p->tcp_peer, before_ns);
 }
 
 /* A disk record (DISK_READ, docs/protocol.md §5.19) is read by the holder

@@ -124,6 +124,6 @@ mc_status_t mc_onesided_xfer(void *priv, void *peer, mc_te_op_t op, void *local,
 mc_status_t mc_onesided_describe(void *priv, void *peer, char **json_p, size_t *len_p);
 mc_status_t mc_onesided_disk_read(void *priv, void *peer, const mc_te_disk_req_t *req,
                                   void *buf);
-void mc_onesided_peer_revive(void *priv, void *peer, uint64_t before_ms);
+void mc_onesided_peer_revive(void *priv, void *peer, uint64_t before_ns);
 
 #endif /* MC_TRANSFER_ONESIDED_H */

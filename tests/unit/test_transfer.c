@@ -1224,7 +1224,9 @@ END_TEST
  * fail at once, even once it is back.  mc_te_segment_revive forgets that
  * verdict for a second try (the store's write on a fresh placement), but
  * only one reached before the time it names: a verdict reached later, by
- * the write's own first try, stands.
+ * the write's own first try, stands.  The time is in nanoseconds: a
+ * verdict reached in the same millisecond as the write began (the request
+ * just before it timed out) counts as before it.
  */
 START_TEST(test_revive_forgets_only_an_older_down_verdict)
 {
@@ -1239,10 +1241,10 @@ START_TEST(test_revive_forgets_only_an_older_down_verdict)
     ck_assert_status_ok(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t, sizeof(src), seg));
     b_gone(name, sizeof(name));
     /* gone: the pooled connection is dead and the reconnect refused */
-    before_verdict = mc_now_ms();
+    before_verdict = mc_now_ns();
     ck_assert_status_eq(te_xfer1(A, MC_TE_WRITE, src, (uint64_t)(uintptr_t)t, 16, seg),
                         MC_TRANSFER_FAIL);
-    after_verdict = mc_now_ms() + 1;
+    after_verdict = mc_now_ns(); /* usually the verdict's millisecond */
     /* back on the same port, serving the same memory */
     b_back(name);
     ck_assert_status_ok(mc_te_mem_reg(B, t, 4096, "", MC_TE_MEM_REMOTE_ACCESS));

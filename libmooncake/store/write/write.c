@@ -310,7 +310,7 @@ static int stage_for_rdma(mc_store_h s, const mc_wire_replica_list_t *reps,
  */
 static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps, mc_str_t key,
                                const mc_iov_t *parts, size_t nparts, uint64_t total,
-                               mc_mconn_t **conn_p, uint64_t retry_since_ms)
+                               mc_mconn_t **conn_p, uint64_t retry_since_ns)
 {
     mc_te_request_t stack_reqs[MC_PUT_STACK_REQS];
     uint64_t stack_gens[MC_PUT_STACK_REQS];
@@ -369,9 +369,9 @@ static mc_status_t write_bytes(mc_store_h s, const mc_wire_replica_list_t *reps,
     }
     if ((st == MC_OK) && (file != NULL))
         st = ftier->write_file(s, &d, key, parts, nparts, total); /* a DFS record */
-    for (size_t i = 0; (st == MC_OK) && (retry_since_ms != 0) && (i < nreq); i++) {
+    for (size_t i = 0; (st == MC_OK) && (retry_since_ns != 0) && (i < nreq); i++) {
         if ((i == 0) || (reqs[i].segment != reqs[i - 1].segment))
-            mc_te_segment_revive(s->te, reqs[i].segment, retry_since_ms);
+            mc_te_segment_revive(s->te, reqs[i].segment, retry_since_ns);
     }
     if (st == MC_OK)
         st = mc_te_transfer_gen(s->te, reqs, gens, nreq, NULL);
@@ -426,7 +426,7 @@ static int resv_get(mc_store_h s, uint64_t total, const mc_wire_config_t *wcfg, 
 static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *parts,
                                   size_t nparts, uint64_t total, const mc_wire_config_t *wcfg,
                                   int *done_p, struct mc_store_query **spec_p,
-                                  uint64_t retry_since_ms)
+                                  uint64_t retry_since_ns)
 {
     mc_wire_put_commit_req_t rq;
     mc_wire_put_commit_resp_t rs;
@@ -438,7 +438,7 @@ static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *pa
     *done_p = 0;
     if (!resv_get(s, total, wcfg, &r))
         return MC_OK;
-    st = write_bytes(s, &r.reps, key, parts, nparts, total, NULL, retry_since_ms);
+    st = write_bytes(s, &r.reps, key, parts, nparts, total, NULL, retry_since_ns);
     if (st != MC_OK) {
         /* the holder or the segment may be gone (the master frees the
          * buffers itself): PUT_START places the put afresh */
@@ -493,7 +493,7 @@ static mc_status_t write_one_trip(mc_store_h s, mc_str_t key, const mc_iov_t *pa
  * cache (mc_store_spec_build), when the put stored it. */
 mc_status_t mc_write_do(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                         size_t nparts, const mc_replicate_config_t *cfg, unsigned flags,
-                        struct mc_store_query **spec_p, uint64_t retry_since_ms)
+                        struct mc_store_query **spec_p, uint64_t retry_since_ns)
 {
     struct mc_store_query *spec = NULL;
     mc_status_t st;
@@ -528,7 +528,7 @@ mc_status_t mc_write_do(mc_store_h s, write_op_t op, const char *key, const mc_i
     if ((op == WRITE_PUT) && (wcfg.dfs_replica_num == 0) && (wcfg.nof_replica_num == 0) &&
         mc_store_resv_wanted(s, total)) {
         int done;
-        st = write_one_trip(s, wkey, parts, nparts, total, &wcfg, &done, spec_p, retry_since_ms);
+        st = write_one_trip(s, wkey, parts, nparts, total, &wcfg, &done, spec_p, retry_since_ns);
         if (done)
             return st;
     }
@@ -550,7 +550,7 @@ mc_status_t mc_write_do(mc_store_h s, write_op_t op, const char *key, const mc_i
 
     /* every replica gets every non-empty part; the bytes move without
      * holding the master connection */
-    st = write_bytes(s, &reps, wkey, parts, nparts, total, &conn, retry_since_ms);
+    st = write_bytes(s, &reps, wkey, parts, nparts, total, &conn, retry_since_ns);
     if (st == MC_INVALID_REPLICA)
         goto revoke;
     if (st != MC_OK) {
@@ -618,7 +618,7 @@ mc_status_t mc_emb_write(mc_store_h s, int upsert, const char *key, const mc_iov
 {
     write_op_t op  = upsert ? WRITE_UPSERT : WRITE_PUT;
     uint64_t t0    = mc_store_metrics_now_us();
-    uint64_t began = mc_now_ms();
+    uint64_t began = mc_now_ns();
     mc_status_t st = mc_store_enter(s);
     if (st != MC_OK)
         return st;

@@ -128,14 +128,14 @@ mc_status_t mc_write_check_parts(const mc_iov_t *parts, size_t n, uint64_t *tota
 mc_status_t mc_write_check_sources(mc_store_h s, const mc_iov_t *parts, size_t n,
                                    unsigned flags);
 /* One single-key write, start to seal (write.c); *@p spec_p (may be NULL)
- * gets where a put went, for the location cache.  @p retry_since_ms: 0 for
+ * gets where a put went, for the location cache.  @p retry_since_ns: 0 for
  * a first try; for the second try of a write whose transfer failed, when
- * (mc_now_ms()) the write began: what the transport learnt before then
+ * (mc_now_ns()) the write began: what the transport learnt before then
  * about the fresh placement's holders does not fail it at once
  * (mc_te_segment_revive). */
 mc_status_t mc_write_do(mc_store_h s, write_op_t op, const char *key, const mc_iov_t *parts,
                         size_t n, const mc_replicate_config_t *cfg, unsigned flags,
-                        struct mc_store_query **spec_p, uint64_t retry_since_ms);
+                        struct mc_store_query **spec_p, uint64_t retry_since_ns);
 uint64_t mc_write_iov_total(const mc_iov_t *parts, size_t n);
 /* Whether a write that failed with @p st is tried once more. */
 int mc_write_retryable(mc_status_t st, const mc_replicate_config_t *cfg);

@@ -557,7 +557,7 @@ static mc_status_t write_each(mc_store_h s, write_op_t op, const char *const *ke
  * The keys of a batch whose transfer failed get the single-key second
  * chance of write_one() (mc_write_retryable()), each with its own group id.
  * What the transport learnt about a holder before the batch began
- * (@p began_ms) does not fail a second try at once; what the batch's own
+ * (@p began_ns) does not fail a second try at once; what the batch's own
  * transfer learnt does, so a batch against a dead holder pays its
  * timeout once.  Returns the batch's status afresh when any was retried,
  * else @p st.
@@ -566,7 +566,7 @@ static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *k
                                const write_src_t *src, size_t n,
                                const mc_replicate_config_t *cfg, unsigned flags,
                                mc_status_t *statuses, mc_status_t st,
-                               const mc_store_commit_t *commit, uint64_t began_ms)
+                               const mc_store_commit_t *commit, uint64_t began_ns)
 {
     size_t retried = 0, recovered = 0;
 
@@ -579,7 +579,7 @@ static mc_status_t batch_retry(mc_store_h s, write_op_t op, const char *const *k
             continue;
         parts       = src_parts(src, i, &np);
         statuses[i] = mc_write_do(s, op, keys[i], parts, np, key_config(cfg, n, i, &kcfg), flags,
-                                  NULL, began_ms);
+                                  NULL, began_ns);
         retried++;
         recovered += statuses[i] == MC_OK;
     }
@@ -601,7 +601,7 @@ static mc_status_t write_batch_commit(mc_store_h s, write_op_t op, const char *c
     mc_status_t *own = NULL;
     struct mc_store_query **specs = NULL;
     uint64_t t0      = mc_store_metrics_now_us();
-    uint64_t began   = mc_now_ms();
+    uint64_t began   = mc_now_ns();
     uint64_t bytes   = 0;
 
     st = mc_store_enter_statuses(s, statuses, n);

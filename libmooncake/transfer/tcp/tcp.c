@@ -134,6 +134,7 @@ typedef struct mc_tcp_peer {
     int *fds;                /* per lane, -1 when not connected */
     unsigned *free_stack;    /* indexes of free lanes, top = most recent */
     uint64_t down_until_ms;  /* fail connects fast until then */
+    uint64_t down_since_ns;  /* when that verdict was reached (mc_now_ns) */
     char down_detail[400];
 } mc_tcp_peer_t;
 
@@ -1694,17 +1695,20 @@ static void peer_mark_down(mc_tcp_peer_t *pe, const char *why)
 {
     pthread_mutex_lock(&pe->mu);
     snprintf(pe->down_detail, sizeof(pe->down_detail), "%s", why);
-    pe->down_until_ms = mc_now_ms() + TCP_PEER_DOWN_MS;
+    pe->down_since_ns = mc_now_ns();
+    pe->down_until_ms = pe->down_since_ns / 1000000u + TCP_PEER_DOWN_MS;
     pthread_mutex_unlock(&pe->mu);
 }
 
-/* The transport's peer_revive: forget a down mark set before @p before_ms. */
-static void tcp_peer_revive(void *priv, void *peer, uint64_t before_ms)
+/* The transport's peer_revive: forget a down mark set before @p before_ns
+ * (nanoseconds: a verdict reached in the millisecond a write began, by the
+ * request just before it, is one from before the write). */
+static void tcp_peer_revive(void *priv, void *peer, uint64_t before_ns)
 {
     mc_tcp_peer_t *pe = peer;
     (void)priv;
     pthread_mutex_lock(&pe->mu);
-    if ((pe->down_until_ms != 0) && (pe->down_until_ms - TCP_PEER_DOWN_MS < before_ms))
+    if ((pe->down_until_ms != 0) && (pe->down_since_ns < before_ns))
         pe->down_until_ms = 0;
     pthread_mutex_unlock(&pe->mu);
 }
