@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,11 +57,7 @@ static void block_fault_in(char *b)
 static void *spare_main(void *arg)
 {
     mc_slab_spare_t *sp = arg;
-    struct sched_param idle = {0};
 
-    /* only spare CPU: a block not ready in time is one the slab maps
-     * itself, as without this thread (refused: it runs as it is) */
-    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
     pthread_mutex_lock(&sp->mu);
     for (;;) {
         char *b;
@@ -113,6 +108,7 @@ int mc_slab_prefault_start(mc_slab_t *s)
         free(sp);
         return -1;
     }
+    (void)pthread_setname_np(sp->thread, MC_SLAB_THREAD_NAME);
     s->spare = sp;
     return 0;
 #endif

@@ -63,6 +63,9 @@ void *mc_slab_alloc(mc_slab_t *s, size_t size);
 /* @p size as given to mc_slab_alloc(); NULL is ignored. */
 void mc_slab_free(mc_slab_t *s, void *p, size_t size);
 
+/* The name of that thread (top -H, /proc/<pid>/task/<tid>/comm). */
+#define MC_SLAB_THREAD_NAME "mc-slab-fault"
+
 /* Start the thread that keeps one block ready, faulted in (see above).
  * 0, or -1 when it cannot start (the slab then maps its blocks itself, as
  * without it).  A no-op returning 0 in the plain-malloc builds.  The thread
