@@ -196,7 +196,7 @@ mc_status_t mc_master_objects_init(mc_master_t *m)
      * the thread the loop maps its blocks itself, as before */
     if (mc_slab_prefault_start(&m->objslab) != 0)
         mc_warn("index: no thread to fault the object records' blocks in ahead: "
-                    "the event loop takes those page faults itself");
+                "the event loop takes those page faults itself");
     return mc_master_dfs_init(m);
 }
 

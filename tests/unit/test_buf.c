@@ -303,8 +303,9 @@ static int block_resident(const void *b)
 #endif
 
 /* mc_slab_prefault_start(): the slab's blocks come from its thread,
- * faulted in before the slab takes them, block after block; records stay
- * distinct; cleanup stops the thread with a block still in its hands. */
+ * faulted in before the slab takes them, block after block (the next one
+ * only once the first is full); cleanup stops the thread with a block
+ * still in its hands. */
 START_TEST(test_slab_prefault)
 {
     enum { REC = 136 };

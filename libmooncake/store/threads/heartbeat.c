@@ -192,7 +192,7 @@ static void *hb_main(void *arg)
 
         /* Fixed-rate ticks; after a long stall, restart from now. */
         clock_gettime(CLOCK_MONOTONIC, &now);
-        mc_store_worker_deadline(&next, hb->interval_ms);
+        mc_timespec_add_ms(&next, hb->interval_ms);
         if ((next.tv_sec < now.tv_sec) ||
             ((next.tv_sec == now.tv_sec) && (next.tv_nsec < now.tv_nsec)))
             next = now;

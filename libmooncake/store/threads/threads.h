@@ -34,8 +34,6 @@ void mc_store_worker_stop(mc_store_worker_t *w);
 int mc_store_worker_stopping(mc_store_worker_t *w);
 int mc_store_worker_wait_until(mc_store_worker_t *w, const struct timespec *deadline);
 int mc_store_worker_wait_ms(mc_store_worker_t *w, unsigned ms);
-/* Advance the CLOCK_MONOTONIC time @p ts by @p ms. */
-void mc_store_worker_deadline(struct timespec *ts, unsigned ms);
 mc_mconn_t *mc_store_worker_conn(mc_store_worker_t *w, const mc_master_target_t *target);
 void mc_store_worker_drop_conn(mc_store_worker_t *w);
 /* The environment variable @p name as milliseconds in [lo, hi]; @p def

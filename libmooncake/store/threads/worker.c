@@ -112,16 +112,11 @@ int mc_store_worker_wait_until(mc_store_worker_t *w, const struct timespec *dead
     return stop;
 }
 
-void mc_store_worker_deadline(struct timespec *ts, unsigned ms)
-{
-    mc_timespec_add_ms(ts, ms);
-}
-
 int mc_store_worker_wait_ms(mc_store_worker_t *w, unsigned ms)
 {
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
-    mc_store_worker_deadline(&dl, ms);
+    mc_timespec_add_ms(&dl, ms);
     return mc_store_worker_wait_until(w, &dl);
 }
 

@@ -1031,7 +1031,7 @@ static size_t queue_take(mc_store_worker_t *w, mc_store_disk_t *d, char **out, s
     pthread_mutex_lock(&w->lock);
     while (!w->stop && !d->retired && (d->qlen == 0)) {
         clock_gettime(CLOCK_MONOTONIC, &dl);
-        mc_store_worker_deadline(&dl, MC_DISK_IDLE_MS);
+        mc_timespec_add_ms(&dl, MC_DISK_IDLE_MS);
         (void)pthread_cond_timedwait(&w->cond, &w->lock, &dl);
     }
     while (!w->stop && !d->retired && (d->qlen > 0) && (n < max)) {

@@ -133,8 +133,8 @@ typedef struct mc_tcp_peer {
     unsigned nfree;
     int *fds;                /* per lane, -1 when not connected */
     unsigned *free_stack;    /* indexes of free lanes, top = most recent */
-    uint64_t down_until_ms;  /* fail connects fast until then */
-    uint64_t down_since_ns;  /* when that verdict was reached (mc_now_ns) */
+    uint64_t down_since_ns;  /* marked down then (mc_now_ns), 0 when not: connects
+                              * fail fast for TCP_PEER_DOWN_MS after it */
     char down_detail[400];
 } mc_tcp_peer_t;
 
@@ -1696,7 +1696,6 @@ static void peer_mark_down(mc_tcp_peer_t *pe, const char *why)
     pthread_mutex_lock(&pe->mu);
     snprintf(pe->down_detail, sizeof(pe->down_detail), "%s", why);
     pe->down_since_ns = mc_now_ns();
-    pe->down_until_ms = pe->down_since_ns / 1000000u + TCP_PEER_DOWN_MS;
     pthread_mutex_unlock(&pe->mu);
 }
 
@@ -1708,8 +1707,8 @@ static void tcp_peer_revive(void *priv, void *peer, uint64_t before_ns)
     mc_tcp_peer_t *pe = peer;
     (void)priv;
     pthread_mutex_lock(&pe->mu);
-    if ((pe->down_until_ms != 0) && (pe->down_since_ns < before_ns))
-        pe->down_until_ms = 0;
+    if (pe->down_since_ns < before_ns)
+        pe->down_since_ns = 0;
     pthread_mutex_unlock(&pe->mu);
 }
 
@@ -1726,11 +1725,12 @@ static void peer_timed_out(mc_tcp_peer_t *pe)
 static mc_status_t lane_connect(mc_tcp_peer_t *pe, unsigned lane)
 {
     mc_tcp_t *tp = pe->tp;
-    uint64_t now = mc_now_ms();
+    uint64_t now = mc_now_ns();
     int fd;
 
     pthread_mutex_lock(&pe->mu);
-    if (now < pe->down_until_ms) {
+    if ((pe->down_since_ns != 0) &&
+        (now < pe->down_since_ns + (uint64_t)TCP_PEER_DOWN_MS * 1000000u)) {
         mc_set_error_detail("%s (peer marked down for %u ms)", pe->down_detail,
                             TCP_PEER_DOWN_MS);
         pthread_mutex_unlock(&pe->mu);
